@@ -1,0 +1,27 @@
+//! # redis-guard
+//!
+//! Tower middlewares backed by Redis, for axum, hyper or any tower stack.
+//!
+//! - [`rate_limit`]: [`RateLimitLayer`](rate_limit::RateLimitLayer) decides every request in one
+//!   atomic Lua script (clock from Redis `TIME`), shared by all replicas, and answers `429` with
+//!   `Retry-After` and the IETF `RateLimit` headers. An in-process
+//!   [`MemoryLimiter`](rate_limit::MemoryLimiter) makes the same decisions without Redis.
+//! - [`backend`]: the Redis connection every component shares, and the clock seam of the
+//!   in-process backends.
+//!
+//! It replaces the hand-rolled `INCR` + `EXPIRE` in a handler: two round trips, a race between
+//! them, and a key that never expires when the process dies in between.
+//!
+//! ## Features
+//!
+//! - `rate-limit` (default): the rate-limit middleware.
+//! - `axum`: reads axum's `ConnectInfo<SocketAddr>` for the client address.
+#![cfg_attr(
+    not(test),
+    warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+pub mod backend;
+#[cfg(feature = "rate-limit")]
+pub mod rate_limit;

@@ -1,0 +1,193 @@
+//! The [`ResponseFuture`] of the rate-limit service.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use http::{HeaderMap, Request, Response, StatusCode};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use super::layer::{Config, FailurePolicy};
+use super::limiter::{BoxFuture, LimiterError};
+use super::response::{self, ResponseBody};
+use super::{Decision, headers};
+
+pin_project! {
+    /// The response future of [`RateLimit`](super::RateLimit): waits for the limiter (the only
+    /// boxed part), then calls the inner service or answers on its own.
+    pub struct ResponseFuture<S, ReqBody>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        #[pin]
+        state: State<S, ReqBody>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, ReqBody>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        Checking {
+            check: BoxFuture<Result<Decision, LimiterError>>,
+            pending: Option<(S, Request<ReqBody>)>,
+            config: Arc<Config>,
+        },
+        Calling {
+            #[pin]
+            fut: S::Future,
+            headers: Option<HeaderMap>,
+        },
+        Respond {
+            status: StatusCode,
+            detail: &'static str,
+        },
+        Limited {
+            response: Option<(Decision, Arc<Config>)>,
+        },
+    }
+}
+
+impl<S, ReqBody> ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    pub(crate) fn checking(
+        check: BoxFuture<Result<Decision, LimiterError>>,
+        inner: S,
+        req: Request<ReqBody>,
+        config: Arc<Config>,
+    ) -> Self {
+        Self {
+            state: State::Checking {
+                check,
+                pending: Some((inner, req)),
+                config,
+            },
+        }
+    }
+
+    pub(crate) fn call_inner(mut inner: S, req: Request<ReqBody>) -> Self {
+        Self {
+            state: State::Calling {
+                fut: inner.call(req),
+                headers: None,
+            },
+        }
+    }
+
+    pub(crate) fn respond(status: StatusCode, detail: &'static str) -> Self {
+        Self {
+            state: State::Respond { status, detail },
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            let next = match this.state.as_mut().project() {
+                StateProj::Checking {
+                    check,
+                    pending,
+                    config,
+                } => {
+                    let outcome = ready!(check.as_mut().poll(cx));
+                    let Some((mut inner, mut req)) = pending.take() else {
+                        // Only reachable if polled after completion.
+                        return Poll::Ready(Ok(response::error(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "rate-limit future polled after completion",
+                        )));
+                    };
+                    match outcome {
+                        Ok(decision) if decision.allowed => {
+                            let mut extra = HeaderMap::new();
+                            if config.ietf_on_allowed() {
+                                headers::insert_ietf(&mut extra, &decision);
+                            }
+                            if config.legacy_headers() {
+                                headers::insert_legacy(&mut extra, &decision);
+                            }
+                            req.extensions_mut().insert(decision);
+                            State::Calling {
+                                fut: inner.call(req),
+                                headers: Some(extra),
+                            }
+                        }
+                        Ok(decision) => {
+                            tracing::debug!(
+                                rule = %decision.rule,
+                                retry_after_ms = decision.retry_after.as_millis(),
+                                "rate limited"
+                            );
+                            State::Limited {
+                                response: Some((decision, Arc::clone(config))),
+                            }
+                        }
+                        Err(err) => match config.failure {
+                            FailurePolicy::Open => {
+                                tracing::warn!(error = %err, source = ?std::error::Error::source(&err), "rate limiter failed: request admitted (FailurePolicy::Open)");
+                                State::Calling {
+                                    fut: inner.call(req),
+                                    headers: None,
+                                }
+                            }
+                            FailurePolicy::Closed => {
+                                tracing::warn!(error = %err, source = ?std::error::Error::source(&err), "rate limiter failed: 503 (FailurePolicy::Closed)");
+                                State::Respond {
+                                    status: StatusCode::SERVICE_UNAVAILABLE,
+                                    detail: "The rate limiter is unavailable; retry shortly.",
+                                }
+                            }
+                        },
+                    }
+                }
+                StateProj::Calling { fut, headers } => {
+                    let res = ready!(fut.poll(cx))?;
+                    let mut res = res.map(ResponseBody::inner);
+                    if let Some(extra) = headers.take() {
+                        for (name, value) in &extra {
+                            res.headers_mut().insert(name, value.clone());
+                        }
+                    }
+                    return Poll::Ready(Ok(res));
+                }
+                StateProj::Respond { status, detail } => {
+                    return Poll::Ready(Ok(response::error(*status, detail)));
+                }
+                StateProj::Limited { response } => {
+                    let res = match response.take() {
+                        Some((decision, config)) => response::limited(&config, &decision),
+                        None => response::error(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "rate-limit future polled after completion",
+                        ),
+                    };
+                    return Poll::Ready(Ok(res));
+                }
+            };
+            this.state.set(next);
+        }
+    }
+}
+
+impl<S, ReqBody> fmt::Debug for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}

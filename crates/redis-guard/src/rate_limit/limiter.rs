@@ -1,0 +1,142 @@
+//! The backend-neutral interface: evaluate a request against rules, all or nothing.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use super::decision::RuleDecision;
+use super::{Decision, Key, Rule, RuleError, RuleState};
+
+/// A boxed, sendable future, as [`Limiter`] methods return.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// One rule applied to one key with a cost: a line of an evaluation.
+#[derive(Clone, Debug)]
+pub struct Check {
+    pub(crate) rule: Rule,
+    pub(crate) key: Key,
+    pub(crate) cost: u32,
+}
+
+impl Check {
+    /// `rule` for `key`, costing the rule's cost.
+    #[must_use]
+    pub fn new(rule: Rule, key: Key) -> Self {
+        let cost = rule.get_cost();
+        Self { rule, key, cost }
+    }
+
+    /// Overrides the cost for this request.
+    #[must_use]
+    pub fn cost(mut self, cost: u32) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// The rule.
+    #[must_use]
+    pub fn rule(&self) -> &Rule {
+        &self.rule
+    }
+
+    /// The key.
+    #[must_use]
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), RuleError> {
+        self.rule.clone().cost(self.cost).validate()
+    }
+}
+
+/// Why a limiter could not decide.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LimiterError {
+    /// Redis answered with an error, or the connection failed.
+    #[error("redis error while rate limiting")]
+    Redis(#[source] redis::RedisError),
+    /// Redis did not answer within the configured timeout.
+    #[error("redis did not answer within {0:?}")]
+    Timeout(Duration),
+    /// Redis answered something the limiter does not understand.
+    #[error("unexpected reply from the rate-limit script: {0}")]
+    BadReply(String),
+    /// The rule cannot work.
+    #[error(transparent)]
+    Rule(#[from] RuleError),
+    /// Nothing to evaluate.
+    #[error("no rules to evaluate")]
+    Empty,
+}
+
+/// Decides whether requests are admitted: implemented by [`RedisLimiter`] and [`MemoryLimiter`].
+///
+/// Implementations must evaluate all checks of one call atomically: admit the request only if
+/// every check admits it, and record nothing when any denies.
+///
+/// [`RedisLimiter`]: crate::rate_limit::RedisLimiter
+/// [`MemoryLimiter`]: crate::rate_limit::MemoryLimiter
+pub trait Limiter: Send + Sync + fmt::Debug + 'static {
+    /// Evaluates `checks` (validated, non-empty) and returns one state per check, in order.
+    fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>>;
+
+    /// Checks one request for `key` against `rule`: the call for limits that need the request
+    /// body, such as "5 calls per minute per phone number".
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = MemoryLimiter::new();
+    /// let calls = Rule::new("calls", Quota::per_minute(5));
+    /// for _ in 0..5 {
+    ///     assert!(limiter.check(&calls, Key::from("+15550100")).await.unwrap().allowed);
+    /// }
+    /// assert!(!limiter.check(&calls, Key::from("+15550100")).await.unwrap().allowed);
+    /// # }
+    /// ```
+    fn check(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Decision, LimiterError>> {
+        self.check_all(vec![Check::new(rule.clone(), key)])
+    }
+
+    /// Checks one request against several rules, all or nothing.
+    fn check_all(&self, checks: Vec<Check>) -> BoxFuture<Result<Decision, LimiterError>> {
+        if checks.is_empty() {
+            return Box::pin(std::future::ready(Err(LimiterError::Empty)));
+        }
+        if let Some(err) = checks.iter().find_map(|c| c.validate().err()) {
+            return Box::pin(std::future::ready(Err(err.into())));
+        }
+        let rules: Vec<_> = checks
+            .iter()
+            .map(|c| (c.rule.name_arc().clone(), *c.rule.quota()))
+            .collect();
+        let states = self.evaluate(checks);
+        Box::pin(async move {
+            let states = states.await?;
+            decision_from(rules, states)
+        })
+    }
+}
+
+/// Pairs rules with their states into a [`Decision`].
+pub(crate) fn decision_from(
+    rules: Vec<(std::sync::Arc<str>, super::Quota)>,
+    states: Vec<RuleState>,
+) -> Result<Decision, LimiterError> {
+    if states.len() != rules.len() {
+        return Err(LimiterError::BadReply(format!(
+            "{} states for {} rules",
+            states.len(),
+            rules.len()
+        )));
+    }
+    let rules = rules
+        .into_iter()
+        .zip(states)
+        .map(|((rule, quota), state)| RuleDecision { rule, quota, state })
+        .collect();
+    Decision::combine(rules).ok_or(LimiterError::Empty)
+}

@@ -1,0 +1,53 @@
+//! Rate limiting: [`RateLimitLayer`] decides per request, in Redis or in process.
+//!
+//! ```
+//! use axum::{Router, routing::get};
+//! use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let app: Router = Router::new()
+//!     .route("/api/hello", get(|| async { "hello" }))
+//!     .layer(RateLimitLayer::new(MemoryLimiter::new(), ClientIp::peer(), Quota::per_minute(60))?);
+//! # Ok(()) }
+//! ```
+//!
+//! The pieces:
+//!
+//! - a [`Quota`] says how much (`Quota::per_minute(60)`, `"60/minute".parse()`), a [`Rule`]
+//!   names it and picks the [`Algorithm`];
+//! - a [`KeyExtractor`] says per what ([`ClientIp`], [`HeaderKey`], [`ExtensionKey`],
+//!   [`Global`], or a closure);
+//! - a [`Limiter`] decides: [`RedisLimiter`] (one Lua script per request, shared by every
+//!   replica) or [`MemoryLimiter`] (one process);
+//! - the layer answers `429 Too Many Requests` with `Retry-After`, `RateLimit-Policy` and
+//!   `RateLimit` headers and an `application/problem+json` body, or calls the inner service with
+//!   the same headers added and a [`Decision`] in the request extensions.
+
+mod algorithm;
+mod decision;
+mod future;
+pub mod headers;
+mod key;
+mod layer;
+mod limiter;
+mod memory;
+mod quota;
+mod redis;
+mod response;
+mod rule;
+mod service;
+
+pub use algorithm::{Algorithm, RuleState};
+pub use decision::{Decision, RuleDecision};
+pub use future::ResponseFuture;
+pub use key::{ClientIp, ExtensionKey, Global, HeaderKey, Key, KeyError, KeyExtractor, PeerAddr};
+pub use layer::{
+    FailurePolicy, MissingKey, RateLimitLayer, RateLimitLayerBuilder, ResponseBuilder,
+};
+pub use limiter::{BoxFuture, Check, Limiter, LimiterError};
+pub use memory::{DEFAULT_MAX_KEYS, MemoryLimiter};
+pub use quota::{MAX_PERIOD, Quota, QuotaError};
+pub use redis::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisLimiter};
+pub use response::ResponseBody;
+pub use rule::{Rule, RuleError};
+pub use service::RateLimit;

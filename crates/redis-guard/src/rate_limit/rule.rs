@@ -1,0 +1,163 @@
+//! A named quota: what the layer evaluates per request, and what [`Limiter::check`] takes.
+//!
+//! [`Limiter::check`]: crate::rate_limit::Limiter::check
+
+use std::sync::Arc;
+
+use super::algorithm::Params;
+use super::{Algorithm, Quota, QuotaError};
+
+/// A rule: a name (used in Redis key names and in the `RateLimit` headers), a [`Quota`], an
+/// [`Algorithm`] and the cost of one request.
+///
+/// ```
+/// use redis_guard::rate_limit::{Algorithm, Quota, Rule};
+/// let rule = Rule::new("search", Quota::per_minute(30)).algorithm(Algorithm::Gcra).cost(2);
+/// assert!(rule.validate().is_ok());
+/// assert!(Rule::new("bad name", Quota::per_minute(30)).validate().is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    name: Arc<str>,
+    quota: Quota,
+    algorithm: Algorithm,
+    cost: u32,
+}
+
+impl Rule {
+    /// A rule named `name` (1–64 characters of `A–Z a–z 0–9 _ . -`) with `quota`, the default
+    /// algorithm and a cost of 1.
+    #[must_use]
+    pub fn new(name: impl Into<Arc<str>>, quota: Quota) -> Self {
+        Self {
+            name: name.into(),
+            quota,
+            algorithm: Algorithm::default(),
+            cost: 1,
+        }
+    }
+
+    /// Uses `algorithm` instead of the default [`Algorithm::Gcra`].
+    #[must_use]
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// Each request consumes `cost` units of the quota (weighted requests). Defaults to 1.
+    #[must_use]
+    pub fn cost(mut self, cost: u32) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// The rule's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn name_arc(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// The rule's quota.
+    #[must_use]
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The rule's algorithm.
+    #[must_use]
+    pub fn get_algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The cost of one request.
+    #[must_use]
+    pub fn get_cost(&self) -> u32 {
+        self.cost
+    }
+
+    /// Checks that the rule can work.
+    ///
+    /// # Errors
+    ///
+    /// A [`RuleError`] that names the rule and the bad value.
+    pub fn validate(&self) -> Result<(), RuleError> {
+        let valid_name = !self.name.is_empty()
+            && self.name.len() <= 64
+            && self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if !valid_name {
+            return Err(RuleError::Name(self.name.to_string()));
+        }
+        self.quota.validate().map_err(|source| RuleError::Quota {
+            rule: self.name.to_string(),
+            source,
+        })?;
+        if self.cost == 0 {
+            return Err(RuleError::ZeroCost(self.name.to_string()));
+        }
+        if self.cost > self.quota.burst_size() {
+            return Err(RuleError::CostOverBurst {
+                rule: self.name.to_string(),
+                cost: self.cost,
+                burst: self.quota.burst_size(),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn params(&self, cost: u32) -> Params {
+        Params {
+            algorithm: self.algorithm,
+            limit: u64::from(self.quota.limit()),
+            period_us: self.quota.period_us(),
+            burst: u64::from(self.quota.burst_size()),
+            emission_us: self.quota.emission_interval_us(),
+            cost: u64::from(cost),
+        }
+    }
+}
+
+/// Why a rule cannot work. Reported when the layer is built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuleError {
+    /// The name is empty, too long, or has characters outside `A–Z a–z 0–9 _ . -`.
+    #[error("invalid rule name `{0}`: use 1-64 characters of A-Z, a-z, 0-9, `_`, `.`, `-`")]
+    Name(String),
+    /// The quota is invalid.
+    #[error("rule `{rule}`: {source}")]
+    Quota {
+        /// The rule.
+        rule: String,
+        /// What is wrong with its quota.
+        #[source]
+        source: QuotaError,
+    },
+    /// A cost of zero would count nothing.
+    #[error("rule `{0}`: cost is 0; a request must cost at least 1")]
+    ZeroCost(String),
+    /// A request costing more than the burst could never be admitted.
+    #[error(
+        "rule `{rule}`: cost {cost} is larger than the burst {burst}, so no request could ever pass"
+    )]
+    CostOverBurst {
+        /// The rule.
+        rule: String,
+        /// The cost.
+        cost: u32,
+        /// The burst.
+        burst: u32,
+    },
+    /// Two rules of one layer share a name (their counters would collide).
+    #[error("two rules are named `{0}`; rule names must be unique within a layer")]
+    Duplicate(String),
+    /// A layer needs at least one rule.
+    #[error("the rate-limit layer has no rules")]
+    NoRules,
+}

@@ -1,0 +1,81 @@
+//! The [`RateLimit`] service.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower_service::Service;
+
+use super::future::ResponseFuture;
+use super::layer::{Config, Plan};
+use super::response::ResponseBody;
+
+/// The service [`RateLimitLayer`](super::RateLimitLayer) wraps around its inner service.
+///
+/// Clones share the limiter and its state (a clone per connection sees the same limits).
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> RateLimit<S> {
+    pub(crate) fn new(inner: S, config: Arc<Config>) -> Self {
+        Self { inner, config }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes the wrapper, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // The readied service goes with this request; a fresh clone waits for the next one.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let (parts, body) = req.into_parts();
+        let plan = self.config.plan(&parts);
+        let req = Request::from_parts(parts, body);
+        match plan {
+            Plan::Pass => ResponseFuture::call_inner(inner, req),
+            Plan::Respond(status, detail) => ResponseFuture::respond(status, detail),
+            Plan::Check(checks) => {
+                let check = self.config.limiter.check_all(checks);
+                ResponseFuture::checking(check, inner, req, Arc::clone(&self.config))
+            }
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("config", &self.config)
+            .finish()
+    }
+}

@@ -1,0 +1,1 @@
+//! Nothing here: the suites live in `tests/`.
