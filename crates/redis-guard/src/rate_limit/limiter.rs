@@ -140,3 +140,9 @@ pub(crate) fn decision_from(
         .collect();
     Decision::combine(rules).ok_or(LimiterError::Empty)
 }
+
+impl<L: Limiter + ?Sized> Limiter for std::sync::Arc<L> {
+    fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
+        (**self).evaluate(checks)
+    }
+}

@@ -1,0 +1,380 @@
+//! The rate-limit suite: every scenario runs against the memory backend and a real Redis.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use redis::AsyncCommands;
+use redis_guard::rate_limit::{
+    Check, Decision, FailurePolicy, HeaderKey, Key, Limiter, MissingKey, Quota, RateLimitLayer,
+    Rule,
+};
+use redis_guard_tests::{Harness, Kind, Reply, backend_suite, call};
+use tower::{Layer, Service, ServiceExt, service_fn};
+
+type Body = Full<Bytes>;
+
+/// The inner service: 200, echoing the remaining count it saw in the `Decision` extension.
+fn app() -> impl Service<
+    Request<Body>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<Body>, Infallible>> + Send,
+> + Clone
++ Send {
+    service_fn(|req: Request<Body>| async move {
+        let seen = req
+            .extensions()
+            .get::<Decision>()
+            .map(|d| format!("remaining={}", d.remaining))
+            .unwrap_or_default();
+        Ok::<_, Infallible>(Response::new(Full::from(seen)))
+    })
+}
+
+fn from(client: &str) -> Request<Body> {
+    Request::get("/")
+        .header("x-client", client)
+        .body(Body::default())
+        .expect("request")
+}
+
+fn by_client() -> HeaderKey {
+    HeaderKey::new(http::HeaderName::from_static("x-client"))
+}
+
+async fn layer(h: &Harness, quota: Quota) -> RateLimitLayer {
+    RateLimitLayer::new(h.limiter().await, by_client(), quota).expect("valid quota")
+}
+
+/// Redis time runs on while a test talks to it; memory time stands still. `exact` is what the
+/// memory backend must give; Redis may be up to one second less, never more.
+fn assert_secs(h: &Harness, got: &str, exact: u64) {
+    let got: u64 = got
+        .parse()
+        .unwrap_or_else(|_| panic!("not a number: {got:?}"));
+    match h.kind() {
+        Kind::Memory => assert_eq!(got, exact),
+        Kind::Redis => assert!(
+            (exact - 1..=exact).contains(&got),
+            "{got} not within a second below {exact}"
+        ),
+    }
+}
+
+async fn ten_per_period_then_429(h: Harness) {
+    let svc = layer(&h, Quota::per_hour(10)).await.layer(app());
+    for i in 0..10u32 {
+        let r = call(svc.clone(), from("alice")).await;
+        assert_eq!(r.status, 200, "request {i}: {}", r.body);
+        assert_eq!(r.body, format!("remaining={}", 9 - i));
+        assert_eq!(r.header("ratelimit-policy"), "\"default\";q=10;w=3600");
+        let rl = r.header("ratelimit");
+        assert!(
+            rl.starts_with(&format!("\"default\";r={};t=", 9 - i)),
+            "{rl}"
+        );
+    }
+    let denied = call(svc.clone(), from("alice")).await;
+    assert_eq!(denied.status, 429);
+    // One request per 360 s: the 11th may come when the first slot frees up.
+    assert_secs(&h, denied.header("retry-after"), 360);
+    assert_eq!(denied.header("content-type"), "application/problem+json");
+    assert_eq!(denied.header("ratelimit-policy"), "\"default\";q=10;w=3600");
+    let rl = denied.header("ratelimit");
+    let t = rl.strip_prefix("\"default\";r=0;t=").expect(rl);
+    assert_secs(&h, t, 3600);
+    let problem: serde_json::Value = serde_json::from_str(&denied.body).expect("json body");
+    assert_eq!(problem["status"], 429);
+    assert_eq!(problem["rule"], "default");
+    assert_eq!(problem["title"], "Too Many Requests");
+
+    // Still denied, and the denial consumed nothing: a different client is unaffected.
+    assert_eq!(call(svc.clone(), from("alice")).await.status, 429);
+    let bob = call(svc.clone(), from("bob")).await;
+    assert_eq!(bob.status, 200);
+    assert_eq!(bob.body, "remaining=9");
+}
+
+async fn burst_spaces_requests_out(h: Harness) {
+    // 20 per 10 s, at most 2 at once: then one every 500 ms. (Long enough that a stalled CI
+    // machine does not see a slot free up between two consecutive requests.)
+    let quota = Quota::new(20, Duration::from_secs(10)).burst(2);
+    let svc = layer(&h, quota).await.layer(app());
+    assert_eq!(call(svc.clone(), from("c")).await.status, 200);
+    assert_eq!(call(svc.clone(), from("c")).await.status, 200);
+    let denied = call(svc.clone(), from("c")).await;
+    assert_eq!(denied.status, 429);
+    assert_eq!(denied.header("retry-after"), "1", "500 ms rounds up to 1 s");
+
+    let limiter = h.limiter().await;
+    let rule = Rule::new("default", quota);
+    let d = limiter
+        .check(&rule, Key::from("c"))
+        .await
+        .expect("decision");
+    assert!(!d.allowed);
+    assert!(d.retry_after <= Duration::from_millis(500), "{d:?}");
+    if h.kind() == Kind::Memory {
+        assert_eq!(d.retry_after, Duration::from_millis(500));
+    }
+    // After exactly the advertised wait, one more request passes, and only one.
+    h.wait(d.retry_after).await;
+    assert_eq!(call(svc.clone(), from("c")).await.status, 200);
+    assert_eq!(call(svc.clone(), from("c")).await.status, 429);
+}
+
+async fn weighted_cost(h: Harness) {
+    let limiter = h.limiter().await;
+    let rule = Rule::new("upload", Quota::per_hour(10)).cost(3);
+    let mut remaining = Vec::new();
+    for _ in 0..3 {
+        let d = limiter
+            .check(&rule, Key::from("u"))
+            .await
+            .expect("decision");
+        assert!(d.allowed);
+        remaining.push(d.remaining);
+    }
+    assert_eq!(remaining, [7, 4, 1]);
+    let d = limiter
+        .check(&rule, Key::from("u"))
+        .await
+        .expect("decision");
+    assert!(!d.allowed, "3 more do not fit in 1");
+    assert_eq!(d.remaining, 1, "the denied request consumed nothing");
+    let one = Check::new(rule.clone(), Key::from("u")).cost(1);
+    let d = limiter.check_all(vec![one]).await.expect("decision");
+    assert!(d.allowed, "but 1 does");
+    assert_eq!(d.remaining, 0);
+}
+
+async fn exact_under_concurrency_across_instances(h: Harness) {
+    // Two app instances, each with its own limiter (its own connection), one shared store.
+    let a = layer(&h, Quota::per_hour(50)).await.layer(app());
+    let b = layer(&h, Quota::per_hour(50)).await.layer(app());
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let svc = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(
+            async move { call(svc, from("hot")).await.status },
+        ));
+    }
+    let mut allowed = 0;
+    let mut denied = 0;
+    for t in tasks {
+        match t.await.expect("task") {
+            200 => allowed += 1,
+            429 => denied += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!((allowed, denied), (50, 150));
+}
+
+async fn cloned_services_share_one_limit(h: Harness) {
+    let mut svc = layer(&h, Quota::per_hour(3)).await.layer(app());
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        // A clone per "connection", as hyper and axum make them.
+        let mut conn = svc.clone();
+        let ready = conn.ready().await.expect("ready");
+        let res = ready.call(from("k")).await.expect("call");
+        statuses.push(res.status().as_u16());
+        svc = conn;
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+}
+
+async fn missing_key_policies(h: Harness) {
+    let no_key = || Request::get("/").body(Body::default()).expect("request");
+    let reject = layer(&h, Quota::per_hour(1)).await.layer(app());
+    let r = call(reject, no_key()).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.header("content-type"), "application/problem+json");
+
+    let custom = layer(&h, Quota::per_hour(1))
+        .await
+        .missing_key(MissingKey::Reject(http::StatusCode::UNAUTHORIZED))
+        .layer(app());
+    assert_eq!(call(custom, no_key()).await.status, 401);
+
+    let skip = layer(&h, Quota::per_hour(1))
+        .await
+        .missing_key(MissingKey::Skip)
+        .layer(app());
+    for _ in 0..3 {
+        let r = call(skip.clone(), no_key()).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, "", "no decision for a skipped rule");
+        assert_eq!(r.header("ratelimit"), "");
+    }
+}
+
+async fn misconfigured_peer_is_a_500_not_a_panic(h: Harness) {
+    let svc = RateLimitLayer::new(
+        h.limiter().await,
+        redis_guard::rate_limit::ClientIp::peer(),
+        Quota::per_hour(1),
+    )
+    .expect("valid")
+    .layer(app());
+    let r = call(svc, from("x")).await;
+    assert_eq!(r.status, 500);
+}
+
+async fn custom_response_and_legacy_headers(h: Harness) {
+    let svc = layer(&h, Quota::per_hour(1))
+        .await
+        .legacy_headers(true)
+        .response(|d| {
+            let mut res = Response::new(Bytes::from(format!("slow down ({})", d.rule)));
+            *res.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+            res
+        })
+        .layer(app());
+    let ok = call(svc.clone(), from("z")).await;
+    assert_eq!(ok.header("x-ratelimit-limit"), "1");
+    assert_eq!(ok.header("x-ratelimit-remaining"), "0");
+    let r = call(svc, from("z")).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.body, "slow down (default)");
+    assert_secs(&h, r.header("retry-after"), 3600);
+    assert_eq!(r.header("x-ratelimit-remaining"), "0");
+    assert!(r.header("ratelimit").starts_with("\"default\";r=0;t="));
+}
+
+async fn headers_can_be_turned_off_on_admitted_responses(h: Harness) {
+    let svc = layer(&h, Quota::per_hour(1))
+        .await
+        .rate_limit_headers(false)
+        .layer(app());
+    let ok = call(svc.clone(), from("q")).await;
+    assert_eq!(ok.status, 200);
+    assert!(ok.headers.get("ratelimit").is_none());
+    assert!(ok.headers.get("ratelimit-policy").is_none());
+    let denied = call(svc, from("q")).await;
+    assert_eq!(denied.status, 429);
+    assert!(
+        denied.headers.get("ratelimit").is_some(),
+        "denied responses always say why"
+    );
+}
+
+backend_suite!(
+    ten_per_period_then_429,
+    burst_spaces_requests_out,
+    weighted_cost,
+    exact_under_concurrency_across_instances,
+    cloned_services_share_one_limit,
+    missing_key_policies,
+    misconfigured_peer_is_a_500_not_a_panic,
+    custom_response_and_legacy_headers,
+    headers_can_be_turned_off_on_admitted_responses,
+);
+
+// ---- Redis only: what the store holds, and Redis misbehaving. ----
+
+#[tokio::test]
+async fn every_key_has_a_ttl_and_no_raw_client_key() {
+    let h = Harness::redis().await;
+    let svc = layer(&h, Quota::per_hour(5)).await.layer(app());
+    let raw = ["+380501234567", "alice@example.com", "sk_live_SECRET"];
+    for client in raw {
+        for _ in 0..7 {
+            call(svc.clone(), from(client)).await;
+        }
+    }
+    let mut conn = h.inspect().await;
+    let keys: Vec<String> = conn.keys("*").await.expect("KEYS");
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    for key in &keys {
+        assert!(
+            key.starts_with(&format!("{}rl:default:{{", h.prefix())),
+            "{key}"
+        );
+        for r in raw {
+            assert!(!key.contains(r), "{key} contains {r}");
+            assert!(!key.contains(&r[1..6]), "{key} contains part of {r}");
+        }
+        let pttl: i64 = conn.pttl(key).await.expect("PTTL");
+        assert!(pttl > 0 && pttl <= 3_600_000, "{key}: PTTL {pttl}");
+    }
+}
+
+#[tokio::test]
+async fn script_flush_between_calls_does_not_fail_a_request() {
+    let h = Harness::redis().await;
+    let svc = layer(&h, Quota::per_hour(3))
+        .await
+        .failure_policy(FailurePolicy::Closed)
+        .layer(app());
+    let mut conn = h.inspect().await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut conn)
+            .await
+            .expect("SCRIPT FLUSH");
+        statuses.push(call(svc.clone(), from("f")).await.status);
+    }
+    assert_eq!(statuses, [200, 200, 200, 429], "counted across reloads");
+}
+
+#[tokio::test]
+async fn redis_down_fails_open_or_closed_without_hanging() {
+    let mut h = Harness::redis().await;
+    let limiter = redis_guard::rate_limit::RedisLimiter::new(h.connection().await)
+        .timeout(Duration::from_millis(300));
+    let open = RateLimitLayer::new(limiter.clone(), by_client(), Quota::per_hour(1))
+        .expect("valid")
+        .layer(app());
+    let closed = RateLimitLayer::new(limiter, by_client(), Quota::per_hour(1))
+        .expect("valid")
+        .failure_policy(FailurePolicy::Closed)
+        .layer(app());
+    h.kill_redis();
+    let started = std::time::Instant::now();
+    let r: Reply = call(open.clone(), from("d")).await;
+    assert_eq!(r.status, 200, "fail open admits");
+    assert!(
+        r.headers.get("ratelimit").is_none(),
+        "no decision, no headers"
+    );
+    let r = call(closed, from("d")).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), "1");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "bounded by the timeout"
+    );
+}
+
+#[tokio::test]
+async fn garbage_state_in_redis_is_overwritten_not_a_failure() {
+    let h = Harness::redis().await;
+    let limiter: Arc<dyn Limiter> = h.limiter().await;
+    let rule = Rule::new("default", Quota::per_hour(2));
+    let check = Check::new(rule.clone(), Key::from("g"));
+    let key = redis_guard::rate_limit::RedisLimiter::new(h.connection().await)
+        .prefix(h.prefix())
+        .key_name(&check);
+    let mut conn = h.inspect().await;
+    let () = conn.set(&key, "not a number").await.expect("SET");
+    let d = limiter
+        .check(&rule, Key::from("g"))
+        .await
+        .expect("decision");
+    assert!(d.allowed);
+    assert_eq!(d.remaining, 1);
+    let stored: String = conn.get(&key).await.expect("GET");
+    assert!(stored.parse::<u64>().is_ok(), "{stored}");
+    // A key of the wrong type is an error the failure policy handles, not a panic.
+    let () = conn.del(&key).await.expect("DEL");
+    let () = conn.hset(&key, "f", "v").await.expect("HSET");
+    assert!(limiter.check(&rule, Key::from("g")).await.is_err());
+}
