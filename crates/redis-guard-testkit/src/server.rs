@@ -1,0 +1,212 @@
+use std::fmt;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Why a Redis server could not be started.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TestkitError {
+    /// `redis-server` is not installed.
+    NotInstalled(String),
+    /// It started but did not become ready.
+    NotReady(String),
+    /// An I/O error while preparing or starting it.
+    Io(std::io::Error),
+}
+
+impl fmt::Display for TestkitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotInstalled(bin) => write!(
+                f,
+                "`{bin}` was not found. The tests start their own Redis: install it \
+                 (Debian/Ubuntu: `sudo apt-get install redis-server`; Fedora: `sudo dnf install redis`; \
+                 macOS: `brew install redis`) or point REDIS_SERVER_BIN at a redis-server binary"
+            ),
+            Self::NotReady(why) => write!(f, "redis-server did not become ready: {why}"),
+            Self::Io(e) => write!(f, "could not start redis-server: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for TestkitError {}
+
+impl From<std::io::Error> for TestkitError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+/// The `redis-server` binary: `$REDIS_SERVER_BIN`, or `redis-server` on `PATH`.
+#[must_use]
+pub fn redis_server_binary() -> String {
+    std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+/// A key prefix unique within this process, for tests that share a server.
+#[must_use]
+pub fn unique_prefix(name: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("t{}-{name}:", N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A `redis-server` child process on `127.0.0.1:<port>`, killed on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts a server with no persistence on a free port and waits until it answers `PING`.
+    ///
+    /// # Errors
+    ///
+    /// `redis-server` is missing, or did not come up (the error carries its log).
+    pub fn start() -> Result<Self, TestkitError> {
+        Self::start_with(&[])
+    }
+
+    /// Like [`start`](Self::start), with extra `redis-server` arguments (e.g. `["--maxmemory", "1mb"]`).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_with(extra: &[&str]) -> Result<Self, TestkitError> {
+        let mut last = None;
+        // A port found free can be taken by someone else before redis binds it: try again.
+        for _ in 0..5 {
+            match Self::try_start(extra) {
+                Ok(server) => return Ok(server),
+                Err(TestkitError::NotInstalled(bin)) => {
+                    return Err(TestkitError::NotInstalled(bin));
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| TestkitError::NotReady("no attempt made".into())))
+    }
+
+    fn try_start(extra: &[&str]) -> Result<Self, TestkitError> {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let port = free_port()?;
+        let dir = std::env::temp_dir().join(format!(
+            "redis-guard-testkit-{}-{}-{port}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let bin = redis_server_binary();
+        let port_s = port.to_string();
+        let log = dir.join("redis.log");
+        let log_s = log.to_string_lossy().into_owned();
+        let dir_s = dir.to_string_lossy().into_owned();
+        let mut args = vec![
+            "--port",
+            &port_s,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            &dir_s,
+            "--logfile",
+            &log_s,
+            "--daemonize",
+            "no",
+        ];
+        args.extend_from_slice(extra);
+        let child = match Command::new(&bin)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(TestkitError::NotInstalled(bin));
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e.into());
+            }
+        };
+        let mut server = Self { child, port, dir };
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    fn wait_ready(&mut self) -> Result<(), TestkitError> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let client = self.client();
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(TestkitError::NotReady(format!(
+                    "exited with {status}; log:\n{}",
+                    self.log()
+                )));
+            }
+            if let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200))
+                && redis::cmd("PING").query::<String>(&mut conn).is_ok()
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(TestkitError::NotReady(format!(
+                    "no PONG within 10 s; log:\n{}",
+                    self.log()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The server's log so far.
+    #[must_use]
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
+    /// The port it listens on (on 127.0.0.1).
+    #[must_use]
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A client for this server.
+    ///
+    /// # Panics
+    ///
+    /// Never: the URL is always valid.
+    #[must_use]
+    pub fn client(&self) -> redis::Client {
+        #[allow(clippy::expect_used)]
+        redis::Client::open(self.url()).expect("a loopback URL is valid")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
