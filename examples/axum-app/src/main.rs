@@ -1,1 +1,146 @@
-fn main() {}
+//! The redis-guard example on axum: rate limits on Redis, on a Redis Cluster (next release), or
+//! in memory. See README.md beside this file for what to try.
+
+mod calls;
+mod config;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::{get, post};
+use redis_guard::backend::RedisConnection;
+use redis_guard::rate_limit::{
+    ClientIp, Limiter, MemoryLimiter, RateLimitLayer, RedisLimiter, Rule,
+};
+use serde_json::json;
+
+use crate::calls::Calls;
+use crate::config::{Config, Store};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,redis_guard=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("axum-app: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run() -> Result<(), String> {
+    let config = Config::from_env()?;
+    let (limiter, backend): (Arc<dyn Limiter>, String) = match &config.store {
+        Store::Memory => (
+            Arc::new(MemoryLimiter::new()),
+            "in-process memory (set REDIS_URL to share limits between instances)".to_owned(),
+        ),
+        Store::Redis(url) => {
+            let conn = RedisConnection::open(url)
+                .await
+                .map_err(|e| format!("cannot connect to REDIS_URL={url:?}: {e}"))?;
+            (
+                Arc::new(RedisLimiter::new(conn).timeout(config.redis_timeout)),
+                format!("redis at {}", redact(url)),
+            )
+        }
+        Store::Cluster(nodes) => {
+            return Err(format!(
+                "REDIS_CLUSTER_NODES={} is not supported by this version yet; use REDIS_URL",
+                nodes.join(",")
+            ));
+        }
+    };
+    let app = router(&config, limiter)?;
+    let listener = tokio::net::TcpListener::bind(config.bind)
+        .await
+        .map_err(|e| format!("cannot listen on BIND={}: {e}", config.bind))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("no local address: {e}"))?;
+    println!("axum-app listening on http://{addr} (rate limits: {backend})");
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown())
+    .await
+    .map_err(|e| format!("server error: {e}"))
+}
+
+fn router(config: &Config, limiter: Arc<dyn Limiter>) -> Result<Router, String> {
+    let api_limit = RateLimitLayer::builder(Arc::clone(&limiter))
+        .rule("api", ClientIp::peer(), config.api_limit)
+        .build()
+        .map_err(|e| format!("API_LIMIT: {e}"))?;
+    let calls_rule = Rule::new("calls", config.calls_limit);
+    calls_rule
+        .validate()
+        .map_err(|e| format!("CALLS_LIMIT: {e}"))?;
+    let api = Router::new()
+        .route(
+            "/api/hello",
+            get(|| async { axum::Json(json!({ "hello": "anonymous" })) }),
+        )
+        .layer(api_limit);
+    let calls = Router::new()
+        .route("/calls", post(calls::handler))
+        .with_state(Calls {
+            limiter,
+            rule: calls_rule,
+        });
+    Ok(Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .merge(api)
+        .merge(calls))
+}
+
+/// Hides a password in a Redis URL before printing it.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+async fn shutdown() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(
+            super::redact("redis://:secret@host:6379/0"),
+            "redis://***@host:6379/0"
+        );
+        assert_eq!(super::redact("redis://host/"), "redis://host/");
+    }
+}

@@ -1,0 +1,111 @@
+//! Configuration from the environment (design §6).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use redis_guard::rate_limit::Quota;
+
+/// Where the limiter keeps its state.
+#[derive(Clone, Debug)]
+pub(crate) enum Store {
+    /// In this process (`REDIS_URL` unset).
+    Memory,
+    /// A single Redis.
+    Redis(String),
+    /// A Redis Cluster (`REDIS_CLUSTER_NODES`).
+    Cluster(Vec<String>),
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) bind: SocketAddr,
+    pub(crate) store: Store,
+    pub(crate) api_limit: Quota,
+    pub(crate) calls_limit: Quota,
+    pub(crate) redis_timeout: Duration,
+}
+
+impl Config {
+    /// Reads the environment; the error names the variable and what is wrong with it.
+    pub(crate) fn from_env() -> Result<Self, String> {
+        Self::from_lookup(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
+    }
+
+    pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let bind = match get("BIND") {
+            Some(v) => v.trim().parse().map_err(|e| {
+                format!("BIND={v:?} is not a socket address like 127.0.0.1:3000: {e}")
+            })?,
+            None => SocketAddr::from(([127, 0, 0, 1], 3000)),
+        };
+        let store = if let Some(nodes) = get("REDIS_CLUSTER_NODES") {
+            let nodes: Vec<String> = nodes
+                .split(',')
+                .map(|n| n.trim().to_owned())
+                .filter(|n| !n.is_empty())
+                .collect();
+            if nodes.is_empty() {
+                return Err("REDIS_CLUSTER_NODES is empty: expected host:port,host:port,…".into());
+            }
+            Store::Cluster(nodes)
+        } else if let Some(url) = get("REDIS_URL") {
+            Store::Redis(url.trim().to_owned())
+        } else {
+            Store::Memory
+        };
+        let quota = |name: &str, default: &str| -> Result<Quota, String> {
+            let v = get(name).unwrap_or_else(|| default.to_owned());
+            v.parse()
+                .map_err(|e| format!("{name}={v:?} is not a quota: {e}"))
+        };
+        let redis_timeout = match get("REDIS_TIMEOUT_MS") {
+            Some(v) => Duration::from_millis(v.trim().parse().map_err(|_| {
+                format!("REDIS_TIMEOUT_MS={v:?} is not a whole number of milliseconds")
+            })?),
+            None => redis_guard::rate_limit::DEFAULT_TIMEOUT,
+        };
+        Ok(Self {
+            bind,
+            store,
+            api_limit: quota("API_LIMIT", "60/minute")?,
+            calls_limit: quota("CALLS_LIMIT", "5/minute")?,
+            redis_timeout,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(vars: &[(&str, &str)]) -> Result<Config, String> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Config::from_lookup(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn defaults_follow_the_design() {
+        let c = with(&[]).unwrap();
+        assert_eq!(c.bind, "127.0.0.1:3000".parse().unwrap());
+        assert!(matches!(c.store, Store::Memory));
+        assert_eq!(c.api_limit, Quota::per_minute(60));
+        assert_eq!(c.calls_limit, Quota::per_minute(5));
+    }
+
+    #[test]
+    fn cluster_wins_over_url_and_errors_name_the_variable() {
+        let c = with(&[
+            ("REDIS_URL", "redis://a/"),
+            ("REDIS_CLUSTER_NODES", "a:1, b:2"),
+        ])
+        .unwrap();
+        assert!(matches!(c.store, Store::Cluster(ref n) if n == &["a:1", "b:2"]));
+        let e = with(&[("API_LIMIT", "abc")]).unwrap_err();
+        assert!(e.starts_with("API_LIMIT=\"abc\""), "{e}");
+        let e = with(&[("BIND", "nope")]).unwrap_err();
+        assert!(e.starts_with("BIND="), "{e}");
+    }
+}

@@ -1,0 +1,263 @@
+//! End to end: the `axum-app` binary, started as a process against a real `redis-server`, over
+//! real HTTP on loopback.
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::Duration;
+
+use redis_guard_testkit::RedisServer;
+use redis_guard_testkit::http::{RawResponse, request};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The running example; killed on drop.
+struct App {
+    addr: SocketAddr,
+    _child: Child,
+}
+
+async fn start(env: &[(&str, &str)]) -> App {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_axum-app"));
+    cmd.env_clear()
+        .env("BIND", "127.0.0.1:0")
+        .env("REDIS_TIMEOUT_MS", "5000")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("spawn axum-app");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("axum-app printed nothing in 30 s")
+        .expect("read stdout")
+        .expect("axum-app exited before listening");
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    App {
+        addr,
+        _child: child,
+    }
+}
+
+async fn start_with_redis(server: &RedisServer, env: &[(&str, &str)]) -> App {
+    let url = server.url();
+    let mut env = env.to_vec();
+    env.push(("REDIS_URL", &url));
+    start(&env).await
+}
+
+async fn call(app: &App, from: &str, to: &str) -> RawResponse {
+    let body = serde_json::json!({ "from": from, "to": to }).to_string();
+    post(app, "/calls", body.as_bytes()).await
+}
+
+async fn post(app: &App, path: &str, body: &[u8]) -> RawResponse {
+    request(
+        app.addr,
+        "POST",
+        path,
+        &[("Content-Type", b"application/json")],
+        body,
+    )
+    .await
+    .expect("request")
+}
+
+async fn get(app: &App, path: &str, headers: &[(&str, &[u8])]) -> RawResponse {
+    request(app.addr, "GET", path, headers, b"")
+        .await
+        .expect("request")
+}
+
+fn status_of(r: &RawResponse) -> String {
+    let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json body");
+    v["status"].as_str().expect("status field").to_owned()
+}
+
+async fn dbsize(server: &RedisServer) -> i64 {
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    redis::cmd("DBSIZE")
+        .query_async(&mut conn)
+        .await
+        .expect("DBSIZE")
+}
+
+#[tokio::test]
+async fn calls_are_rejected_after_five_from_one_number_on_redis() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let app = start_with_redis(&server, &[]).await;
+    for i in 0..5 {
+        // Formatting does not make a new number.
+        let from = if i % 2 == 0 {
+            "+1 (555) 010-0000"
+        } else {
+            "+15550100000"
+        };
+        let r = call(&app, from, "+15550109999").await;
+        assert_eq!(r.status, 200, "call {i}: {}", r.text());
+        assert_eq!(status_of(&r), "connected");
+    }
+    let r = call(&app, "+15550100000", "+15550109999").await;
+    assert_eq!(r.status, 429);
+    assert_eq!(status_of(&r), "rejected");
+    let retry: u64 = r
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("seconds");
+    assert!(
+        (1..=12).contains(&retry),
+        "one call per 12 s frees up: {retry}"
+    );
+
+    let other = call(&app, "+15550100001", "+15550109999").await;
+    assert_eq!(other.status, 200);
+    assert_eq!(status_of(&other), "connected");
+
+    // A second instance of the app shares the limit through Redis.
+    let second = start_with_redis(&server, &[]).await;
+    let r = call(&second, "+15550100000", "+15550109999").await;
+    assert_eq!(status_of(&r), "rejected");
+}
+
+#[tokio::test]
+async fn calls_work_on_the_memory_backend_too() {
+    let app = start(&[("CALLS_LIMIT", "2/minute")]).await;
+    let statuses: Vec<String> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            v.push(status_of(&call(&app, "0501234567", "0507654321").await));
+        }
+        v
+    };
+    assert_eq!(statuses, ["connected", "connected", "rejected"]);
+}
+
+#[tokio::test]
+async fn api_is_limited_per_client_ip_and_healthz_never() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let app = start_with_redis(&server, &[("API_LIMIT", "3/minute")]).await;
+    for i in 0..3 {
+        let r = get(&app, "/api/hello", &[]).await;
+        assert_eq!(r.status, 200, "request {i}");
+        assert_eq!(r.header("ratelimit-policy"), Some("\"api\";q=3;w=60"));
+        assert!(
+            r.header("ratelimit")
+                .is_some_and(|v| v.starts_with(&format!("\"api\";r={};", 2 - i))),
+            "{:?}",
+            r.header("ratelimit")
+        );
+        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
+        assert_eq!(v["hello"], "anonymous");
+    }
+    let r = get(&app, "/api/hello", &[]).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert!(r.header("retry-after").is_some());
+    for _ in 0..5 {
+        let h = get(&app, "/healthz", &[]).await;
+        assert_eq!((h.status, h.text().as_str()), (200, "ok"));
+    }
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_clear_4xx_and_writes_nothing() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let app = start_with_redis(&server, &[]).await;
+    let before = dbsize(&server).await;
+
+    let bodies: [&[u8]; 8] = [
+        b"not json",
+        b"",
+        b"{\"from\": \"+15550100000\"}",
+        b"{\"from\": 5, \"to\": \"+15550100000\"}",
+        b"{\"from\": \"call me\", \"to\": \"+15550100000\"}",
+        b"{\"from\": \"+15550100000\", \"to\": \"'; DROP TABLE\"}",
+        b"\xff\xfe\x00garbage",
+        b"[1,2,3]",
+    ];
+    for body in bodies {
+        let r = post(&app, "/calls", body).await;
+        assert_eq!(
+            r.status,
+            400,
+            "{:?} -> {}",
+            String::from_utf8_lossy(body),
+            r.text()
+        );
+        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json error");
+        assert!(v["error"].is_string());
+    }
+    let long_number = format!(
+        "{{\"from\": \"{}\", \"to\": \"1234567\"}}",
+        "1".repeat(100_000)
+    );
+    assert_eq!(
+        post(&app, "/calls", long_number.as_bytes()).await.status,
+        400
+    );
+    assert_eq!(
+        dbsize(&server).await,
+        before,
+        "rejected input wrote nothing to Redis"
+    );
+
+    // Headers the limiter never reads, and headers no client should send: no 5xx.
+    let huge = vec![b'a'; 100_000];
+    let weird: [(&str, &[u8]); 4] = [
+        (
+            "X-Forwarded-For",
+            b"999.1.1.1, , ::::, 1.2.3.4:99999, \"[::1]\"",
+        ),
+        ("X-Forwarded-For", &huge),
+        ("X-Api-Key", b"\xff\xfe\x80 not utf-8"),
+        (
+            "Forwarded",
+            b"for=\"[2001:db8::1%eth0]\";proto=http, for=unknown",
+        ),
+    ];
+    for (name, value) in weird {
+        let r = get(&app, "/api/hello", &[(name, value)]).await;
+        assert!(
+            r.status < 500 && r.status >= 200,
+            "{name}: {} {}",
+            r.status,
+            r.text()
+        );
+    }
+}
+
+#[tokio::test]
+async fn bad_configuration_exits_with_a_message_naming_the_variable() {
+    for (name, value, expect) in [
+        ("API_LIMIT", "abc", "API_LIMIT=\"abc\""),
+        ("CALLS_LIMIT", "0/minute", "CALLS_LIMIT=\"0/minute\""),
+        ("REDIS_CLUSTER_NODES", "127.0.0.1:1", "REDIS_CLUSTER_NODES"),
+        (
+            "REDIS_URL",
+            "redis://127.0.0.1:1/",
+            "cannot connect to REDIS_URL",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_axum-app"))
+            .env_clear()
+            .env("BIND", "127.0.0.1:0")
+            .env(name, value)
+            .output()
+            .await
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expect), "{name}: {stderr}");
+    }
+}
