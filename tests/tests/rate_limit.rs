@@ -65,13 +65,13 @@ fn assert_secs(h: &Harness, got: &str, exact: u64) {
     }
 }
 
-async fn ten_per_period_then_429(h: Harness) {
-    let svc = layer(&h, Quota::per_hour(10)).await.layer(app());
+async fn ten_per_minute_then_429(h: Harness) {
+    let svc = layer(&h, Quota::per_minute(10)).await.layer(app());
     for i in 0..10u32 {
         let r = call(svc.clone(), from("alice")).await;
         assert_eq!(r.status, 200, "request {i}: {}", r.body);
         assert_eq!(r.body, format!("remaining={}", 9 - i));
-        assert_eq!(r.header("ratelimit-policy"), "\"default\";q=10;w=3600");
+        assert_eq!(r.header("ratelimit-policy"), "\"default\";q=10;w=60");
         let rl = r.header("ratelimit");
         assert!(
             rl.starts_with(&format!("\"default\";r={};t=", 9 - i)),
@@ -80,13 +80,13 @@ async fn ten_per_period_then_429(h: Harness) {
     }
     let denied = call(svc.clone(), from("alice")).await;
     assert_eq!(denied.status, 429);
-    // One request per 360 s: the 11th may come when the first slot frees up.
-    assert_secs(&h, denied.header("retry-after"), 360);
+    // One request per 6 s: the 11th may come when the first slot frees up.
+    assert_secs(&h, denied.header("retry-after"), 6);
     assert_eq!(denied.header("content-type"), "application/problem+json");
-    assert_eq!(denied.header("ratelimit-policy"), "\"default\";q=10;w=3600");
+    assert_eq!(denied.header("ratelimit-policy"), "\"default\";q=10;w=60");
     let rl = denied.header("ratelimit");
     let t = rl.strip_prefix("\"default\";r=0;t=").expect(rl);
-    assert_secs(&h, t, 3600);
+    assert_secs(&h, t, 60);
     let problem: serde_json::Value = serde_json::from_str(&denied.body).expect("json body");
     assert_eq!(problem["status"], 429);
     assert_eq!(problem["rule"], "default");
@@ -97,6 +97,19 @@ async fn ten_per_period_then_429(h: Harness) {
     let bob = call(svc.clone(), from("bob")).await;
     assert_eq!(bob.status, 200);
     assert_eq!(bob.body, "remaining=9");
+}
+
+/// The same on a long period, where Redis' running clock cannot blur the numbers.
+async fn retry_after_matches_the_quota_on_long_periods(h: Harness) {
+    let svc = layer(&h, Quota::per_hour(10)).await.layer(app());
+    for _ in 0..10 {
+        assert_eq!(call(svc.clone(), from("carol")).await.status, 200);
+    }
+    let denied = call(svc.clone(), from("carol")).await;
+    assert_eq!(denied.status, 429);
+    assert_secs(&h, denied.header("retry-after"), 360);
+    let t = denied.header("ratelimit");
+    assert_secs(&h, t.strip_prefix("\"default\";r=0;t=").expect(t), 3600);
 }
 
 async fn burst_spaces_requests_out(h: Harness) {
@@ -265,7 +278,8 @@ async fn headers_can_be_turned_off_on_admitted_responses(h: Harness) {
 }
 
 backend_suite!(
-    ten_per_period_then_429,
+    ten_per_minute_then_429,
+    retry_after_matches_the_quota_on_long_periods,
     burst_spaces_requests_out,
     weighted_cost,
     exact_under_concurrency_across_instances,
