@@ -2,10 +2,14 @@
 //!
 //! [`RedisServer::start`] launches a private `redis-server` on a free loopback port, with no
 //! persistence, and kills it when dropped: tests never touch a Redis someone else runs on 6379.
+//! [`RedisCluster::start`] does the same for a 3-master Redis Cluster, and returns once every
+//! node agrees that all 16384 slots are served.
 //! [`http`] is a tiny HTTP/1.1 client over a raw socket, able to send what well-behaved clients
 //! refuse to (non-UTF-8 header bytes, huge headers).
 
+mod cluster;
 pub mod http;
 mod server;
 
+pub use cluster::RedisCluster;
 pub use server::{RedisServer, TestkitError, redis_server_binary, unique_prefix};
