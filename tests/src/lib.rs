@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
-use redis_guard::backend::{ManualClock, RedisConnection};
+use redis_guard::backend::{Clock, ManualClock, RedisConnection};
 use redis_guard::rate_limit::{Limiter, MemoryLimiter, RedisLimiter};
 use redis_guard_testkit::{RedisServer, unique_prefix};
 
@@ -82,7 +82,8 @@ impl Harness {
             Kind::Redis => Arc::new(
                 RedisLimiter::new(self.connection().await)
                     .prefix(self.prefix.clone())
-                    .timeout(TEST_TIMEOUT),
+                    .timeout(TEST_TIMEOUT)
+                    .time_shift(self.clock.clone()),
             ),
         }
     }
@@ -128,14 +129,31 @@ impl Harness {
         self.server = None;
     }
 
-    /// Lets `d` pass: the manual clock moves on the memory backend; on Redis, whose clock is
-    /// its own `TIME`, the test waits. Scenarios call it only with short durations taken from a
-    /// `Retry-After`, so that on Redis waiting exactly that long must be enough.
+    /// Lets `d` pass without waiting: the manual clock moves, and with it the memory backend's
+    /// clock and the shift every Redis limiter of this harness adds to Redis `TIME`.
     pub async fn wait(&self, d: Duration) {
-        match self.kind {
-            Kind::Memory => self.clock.advance(d),
-            Kind::Redis => tokio::time::sleep(d).await,
-        }
+        self.clock.advance(d);
+    }
+
+    /// Moves time to `into` past the start of the next window of `period` (windows aligned to
+    /// the backend's clock, as the sliding counter's are). On Redis the position is computed from
+    /// `TIME`, so it is exact to within the few milliseconds the test itself takes.
+    pub async fn align(&self, period: Duration, into: Duration) {
+        let now = match self.kind {
+            Kind::Memory => self.clock.now(),
+            Kind::Redis => {
+                let mut conn = self.inspect().await;
+                let (s, us): (u64, u64) = redis::cmd("TIME")
+                    .query_async(&mut conn)
+                    .await
+                    .expect("TIME");
+                Duration::from_secs(s) + Duration::from_micros(us) + self.clock.now()
+            }
+        };
+        let p = period.as_micros();
+        let next = (now.as_micros() / p + 1) * p;
+        let to = u64::try_from(next - now.as_micros()).expect("fits");
+        self.clock.advance(Duration::from_micros(to) + into);
     }
 }
 

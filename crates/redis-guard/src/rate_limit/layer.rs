@@ -8,7 +8,9 @@ use http::{Response, StatusCode};
 use tower_layer::Layer;
 
 use super::limiter::Check;
-use super::{Decision, KeyError, KeyExtractor, Limiter, Quota, RateLimit, Rule, RuleError};
+use super::{
+    Algorithm, Decision, KeyError, KeyExtractor, Limiter, Quota, RateLimit, Rule, RuleError,
+};
 
 /// What to do with a request from which a rule's key cannot be extracted (no API-key header, no
 /// logged-in user).
@@ -294,6 +296,37 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// Adds one rule per quota over the same key: `"10/s; 1000/h"` limits bursts and the hourly
+    /// total at once. Rules are named `<name>-<period>` (`api-1s`, `api-1h`); quotas must have
+    /// different periods. Each quota uses `algorithm`.
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{Algorithm, ClientIp, MemoryLimiter, Quota, RateLimitLayer};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
+    ///     .rules("api", ClientIp::peer(), &Quota::parse_many("10/s; 1000/h")?, Algorithm::Gcra)
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn rules(
+        mut self,
+        name: &str,
+        extractor: impl KeyExtractor,
+        quotas: &[Quota],
+        algorithm: Algorithm,
+    ) -> Self {
+        let extractor: Arc<dyn KeyExtractor> = Arc::new(extractor);
+        for quota in quotas {
+            let rule = Rule::new(format!("{name}-{}", period_label(quota.period())), *quota)
+                .algorithm(algorithm);
+            self.rules.push(LayerRule {
+                rule,
+                extractor: Arc::clone(&extractor),
+            });
+        }
+        self
+    }
+
     /// Validates the rules and builds the layer.
     ///
     /// # Errors
@@ -327,6 +360,22 @@ impl RateLimitLayerBuilder {
             }),
         })
     }
+}
+
+/// `1s`, `30s`, `1m`, `1h`, `1d`, `500ms`: the largest unit that divides the period.
+fn period_label(period: std::time::Duration) -> String {
+    let ms = period.as_millis();
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms >= size && ms.is_multiple_of(size) {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
 }
 
 impl fmt::Debug for RateLimitLayerBuilder {

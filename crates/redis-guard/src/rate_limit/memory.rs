@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::algorithm::{Algorithm, RuleState, ceil_ms, gcra};
+use super::algorithm::{self, Commit, RuleState, State, ceil_ms};
 use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
 use crate::backend::{Clock, MonotonicClock};
 
@@ -58,9 +58,9 @@ struct Table {
     ops_since_sweep: usize,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Entry {
-    state: u64,
+    state: State,
     expires_at: u64,
 }
 
@@ -119,21 +119,12 @@ impl MemoryLimiter {
             let id = (check.rule.name_arc().clone(), check.key.as_bytes().to_vec());
             let current = table
                 .entries
-                .get(&id)
+                .get_mut(&id)
                 .filter(|e| e.expires_at > now)
-                .map(|e| e.state);
-            let step = match params.algorithm {
-                Algorithm::Gcra => gcra::step(current, now, &params),
-            };
-            if let Some(tat) = step.new_tat {
-                commits.push((
-                    id,
-                    Entry {
-                        state: tat,
-                        // Same expiry as Redis' PX: whole milliseconds, rounded up.
-                        expires_at: now + ceil_ms(step.reset_after_us) * 1000,
-                    },
-                ));
+                .map(|e| &mut e.state);
+            let step = algorithm::step(current, now, &params);
+            if let Some(commit) = step.commit {
+                commits.push((id, commit));
             }
             states.push(RuleState::from_parts(
                 step.allowed,
@@ -144,8 +135,8 @@ impl MemoryLimiter {
             ));
         }
         if states.iter().all(|s| s.allowed) {
-            for (id, entry) in commits {
-                table.entries.insert(id, entry);
+            for (id, commit) in commits {
+                table.apply(id, commit, now);
             }
         }
         table.maintain(now, self.inner.max_keys.load(Ordering::Relaxed));
@@ -170,6 +161,35 @@ impl Inner {
 }
 
 impl Table {
+    fn apply(&mut self, id: (Arc<str>, Vec<u8>), commit: Commit, now: u64) {
+        // Same expiry as Redis' PX: whole milliseconds, rounded up.
+        let expiry = |ttl_us: u64| now + ceil_ms(ttl_us) * 1000;
+        match commit {
+            Commit::Replace(state, ttl) => {
+                self.entries.insert(
+                    id,
+                    Entry {
+                        state,
+                        expires_at: expiry(ttl),
+                    },
+                );
+            }
+            Commit::Append { at, n, ttl } => {
+                let entry = self.entries.entry(id).or_insert_with(|| Entry {
+                    state: State::Log(std::collections::VecDeque::new()),
+                    expires_at: 0,
+                });
+                if entry.expires_at <= now || !matches!(entry.state, State::Log(_)) {
+                    entry.state = State::Log(std::collections::VecDeque::new());
+                }
+                if let State::Log(log) = &mut entry.state {
+                    log.extend(std::iter::repeat_n(at, usize::try_from(n).unwrap_or(0)));
+                }
+                entry.expires_at = expiry(ttl);
+            }
+        }
+    }
+
     fn maintain(&mut self, now: u64, max_keys: usize) {
         self.ops_since_sweep += 1;
         let over = self.entries.len() > max_keys;

@@ -7,7 +7,7 @@ use redis::Value;
 
 use super::algorithm::{RuleState, script};
 use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
-use crate::backend::RedisConnection;
+use crate::backend::{Clock, ManualClock, RedisConnection};
 
 /// Default key prefix: `rg:`, so keys read `rg:rl:<rule>:{<digest>}`.
 pub const DEFAULT_PREFIX: &str = "rg:";
@@ -46,6 +46,7 @@ struct Inner {
     conn: RedisConnection,
     prefix: String,
     timeout: Duration,
+    shift: Option<ManualClock>,
 }
 
 impl RedisLimiter {
@@ -57,6 +58,7 @@ impl RedisLimiter {
                 conn: conn.into(),
                 prefix: DEFAULT_PREFIX.to_owned(),
                 timeout: DEFAULT_TIMEOUT,
+                shift: None,
             }),
         }
     }
@@ -76,6 +78,22 @@ impl RedisLimiter {
         self
     }
 
+    /// A test seam: adds `clock`'s reading to Redis `TIME` in every decision, so a test can let
+    /// an hour pass with [`ManualClock::advance`] instead of sleeping. The clock is still Redis'
+    /// own; the shift only moves it forward, identically for every limiter given the same
+    /// `ManualClock`. Production code never calls this.
+    #[must_use]
+    pub fn time_shift(mut self, clock: ManualClock) -> Self {
+        Arc::make_mut(&mut self.inner).shift = Some(clock);
+        self
+    }
+
+    fn shift_us(&self) -> u64 {
+        self.inner.shift.as_ref().map_or(0, |c| {
+            u64::try_from(c.now().as_micros()).unwrap_or(u64::MAX)
+        })
+    }
+
     /// The Redis key that holds `check`'s state.
     #[must_use]
     pub fn key_name(&self, check: &Check) -> String {
@@ -91,7 +109,8 @@ impl RedisLimiter {
 impl Limiter for RedisLimiter {
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
         let keys: Vec<String> = checks.iter().map(|c| self.key_name(c)).collect();
-        let mut args = Vec::with_capacity(checks.len() * 6);
+        let mut args = Vec::with_capacity(1 + checks.len() * 6);
+        args.push(self.shift_us());
         for check in &checks {
             let p = check.rule.params(check.cost);
             args.extend([

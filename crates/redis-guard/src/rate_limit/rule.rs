@@ -101,11 +101,20 @@ impl Rule {
         if self.cost == 0 {
             return Err(RuleError::ZeroCost(self.name.to_string()));
         }
-        if self.cost > self.quota.burst_size() {
+        let capacity = self.algorithm.capacity(&self.quota);
+        if self.cost > capacity {
             return Err(RuleError::CostOverBurst {
                 rule: self.name.to_string(),
                 cost: self.cost,
-                burst: self.quota.burst_size(),
+                burst: capacity,
+            });
+        }
+        if self.algorithm == Algorithm::SlidingCounter
+            && u128::from(self.quota.limit()) * self.quota.period().as_micros() >= 1 << 53
+        {
+            return Err(RuleError::TooLargeForAlgorithm {
+                rule: self.name.to_string(),
+                why: "the sliding counter needs limit × period (in µs) below 2^53; use a shorter period or GCRA",
             });
         }
         Ok(())
@@ -153,6 +162,14 @@ pub enum RuleError {
         cost: u32,
         /// The burst.
         burst: u32,
+    },
+    /// The quota is outside what the algorithm computes exactly.
+    #[error("rule `{rule}`: {why}")]
+    TooLargeForAlgorithm {
+        /// The rule.
+        rule: String,
+        /// Why.
+        why: &'static str,
     },
     /// Two rules of one layer share a name (their counters would collide).
     #[error("two rules are named `{0}`; rule names must be unique within a layer")]

@@ -14,13 +14,13 @@ local function gcra(key, now, p)
   local new_tat = tat + c * e
   local allow_at = new_tat - b * e
   if now < allow_at then
-    local remaining = math.floor((now + b * e - tat) / e)
+    local remaining = idiv(now + b * e - tat, e)
     if remaining < 0 then remaining = 0 end
     return false, remaining, allow_at - now, tat - now, nil
   end
   local reset = new_tat - now
   local commit = function()
-    redis.call('SET', key, string.format('%.0f', new_tat), 'PX', math.ceil(reset / 1000))
+    redis.call('SET', key, string.format('%.0f', new_tat), 'PX', cdiv(reset, 1000))
   end
-  return true, math.floor((now - allow_at) / e), 0, reset, commit
+  return true, idiv(now - allow_at, e), 0, reset, commit
 end

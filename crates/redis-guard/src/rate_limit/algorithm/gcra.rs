@@ -1,41 +1,32 @@
 //! GCRA in Rust, the twin of `gcra.lua`: same integers, same decisions.
 
-use super::Params;
+use super::{Params, State, Step, idiv};
 
-/// The outcome of one GCRA step: `(allowed, remaining, retry_after_us, reset_after_us, new TAT)`.
-/// `new_tat` is `Some` only when the request is admitted.
-pub(crate) struct Step {
-    pub(crate) allowed: bool,
-    pub(crate) remaining: u64,
-    pub(crate) retry_after_us: u64,
-    pub(crate) reset_after_us: u64,
-    pub(crate) new_tat: Option<u64>,
-}
-
-pub(crate) fn step(tat: Option<u64>, now: u64, p: &Params) -> Step {
+pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
+    let tat = match state {
+        Some(State::Gcra(t)) => Some(*t),
+        _ => None,
+    };
     // Signed arithmetic, as in Lua: `allow_at` may lie before the clock's origin.
-    let wide = |v: u64| i128::from(v);
-    let (now_w, e, b, c) = (wide(now), wide(p.emission_us), wide(p.burst), wide(p.cost));
-    let tat = wide(tat.map_or(now, |t| t.max(now)));
+    let now = i128::from(now);
+    let (e, b, c) = (
+        i128::from(p.emission_us),
+        i128::from(p.burst),
+        i128::from(p.cost),
+    );
+    let tat = tat.map_or(now, |t| i128::from(t).max(now));
     let new_tat = tat + c * e;
     let allow_at = new_tat - b * e;
-    let narrow = |v: i128| u64::try_from(v.max(0)).unwrap_or(u64::MAX);
-    if now_w < allow_at {
-        return Step {
-            allowed: false,
-            remaining: narrow((now_w + b * e - tat) / e),
-            retry_after_us: narrow(allow_at - now_w),
-            reset_after_us: narrow(tat - now_w),
-            new_tat: None,
-        };
+    if now < allow_at {
+        return Step::denied(idiv(now + b * e - tat, e), allow_at - now, tat - now);
     }
-    Step {
-        allowed: true,
-        remaining: narrow((now_w - allow_at) / e),
-        retry_after_us: 0,
-        reset_after_us: narrow(new_tat - now_w),
-        new_tat: Some(narrow(new_tat)),
-    }
+    let reset = new_tat - now;
+    Step::admitted(
+        idiv(now - allow_at, e),
+        reset,
+        State::Gcra(super::narrow(new_tat)),
+        reset,
+    )
 }
 
 #[cfg(test)]
@@ -54,22 +45,29 @@ mod tests {
         }
     }
 
+    fn commit(s: &Step) -> Option<State> {
+        match &s.commit {
+            Some(super::super::Commit::Replace(st, _)) => Some(st.clone()),
+            _ => None,
+        }
+    }
+
     #[test]
     fn full_burst_then_one_per_interval() {
         let p = params(10, 60_000_000, 10, 1);
-        let mut tat = None;
+        let mut state = None;
         for i in 0..10 {
-            let s = step(tat, 1_000, &p);
+            let s = step(state.as_ref(), 1_000, &p);
             assert!(s.allowed, "request {i}");
             assert_eq!(s.remaining, 9 - i);
-            tat = s.new_tat;
+            state = commit(&s);
         }
-        let denied = step(tat, 1_000, &p);
+        let denied = step(state.as_ref(), 1_000, &p);
         assert!(!denied.allowed);
         assert_eq!(denied.retry_after_us, 6_000_000);
         assert_eq!(denied.reset_after_us, 60_000_000);
-        assert!(!step(tat, 1_000 + 5_999_999, &p).allowed);
-        assert!(step(tat, 1_000 + 6_000_000, &p).allowed);
+        assert!(!step(state.as_ref(), 1_000 + 5_999_999, &p).allowed);
+        assert!(step(state.as_ref(), 1_000 + 6_000_000, &p).allowed);
     }
 
     #[test]
@@ -78,7 +76,7 @@ mod tests {
         let first = step(None, 0, &p);
         assert!(first.allowed);
         assert_eq!(first.remaining, 1);
-        let second = step(first.new_tat, 0, &p);
+        let second = step(commit(&first).as_ref(), 0, &p);
         assert!(!second.allowed, "3 more would exceed the burst of 4");
         assert_eq!(second.remaining, 1);
         assert_eq!(second.retry_after_us, 2_000_000);

@@ -1,0 +1,26 @@
+-- Fixed window for one rule: at most `limit` cost units per window; a window opens with the first
+-- request after the previous one closed and lasts `period` (the seeds' INCR + EXPIRE on first
+-- hit, done atomically, with the window start kept in the value so Redis TIME, not key expiry,
+-- decides).
+--
+-- State: one string key "<window start µs>:<count>", expiring when the window closes.
+-- fixed_window(key, now, p) returns allowed, remaining, retry_after_us, reset_after_us, commit.
+-- A rejected request is not counted (unlike the seeds' recipe) so that rules stay all-or-nothing.
+local function fixed_window(key, now, p)
+  local start, count = string.match(redis.call('GET', key) or '', '^(%d+):(%d+)$')
+  start, count = tonumber(start), tonumber(count)
+  if start == nil or now >= start + p.period or start > now then
+    start, count = now, 0
+  end
+  local window_end = start + p.period
+  if count + p.cost > p.limit then
+    local remaining = p.limit - count
+    if remaining < 0 then remaining = 0 end
+    return false, remaining, window_end - now, window_end - now, nil
+  end
+  local commit = function()
+    redis.call('SET', key, string.format('%.0f:%d', start, count + p.cost),
+      'PX', cdiv(window_end - now, 1000))
+  end
+  return true, p.limit - count - p.cost, 0, window_end - now, commit
+end

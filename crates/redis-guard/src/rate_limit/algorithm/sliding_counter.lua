@@ -1,0 +1,43 @@
+-- Sliding-window counter for one rule: O(1) approximation of the sliding log. Windows of
+-- `period` are aligned to Redis TIME; the estimate is the current window's count plus the
+-- previous window's count weighted by how much of it the sliding window still covers:
+--   estimate = floor(previous * (period - elapsed) / period) + current
+--
+-- State: one string key "<window index>:<previous>:<current>", expiring two periods after the
+-- window opened.
+-- sliding_counter(key, now, p) returns allowed, remaining, retry_after_us, reset_after_us, commit.
+local function sliding_counter(key, now, p)
+  local P, L, C = p.period, p.limit, p.cost
+  local w = idiv(now, P)
+  local elapsed = now - w * P
+  local sw, sprev, scur = string.match(redis.call('GET', key) or '', '^(%d+):(%d+):(%d+)$')
+  sw, sprev, scur = tonumber(sw), tonumber(sprev), tonumber(scur)
+  local prev, cur = 0, 0
+  if sw == w then
+    prev, cur = sprev, scur
+  elseif sw == w - 1 then
+    prev = scur
+  end
+  local estimate = idiv(prev * (P - elapsed), P) + cur
+  if estimate + C > L then
+    local retry
+    if cur + C <= L then
+      -- The previous window's weight must shrink to fit: prev * (P - e) <= (L - cur - C) * P.
+      retry = P - idiv((L - cur - C) * P, prev) - elapsed
+    else
+      -- Only in the next window, once this one's weight shrinks: cur * (P - e) <= (L - C) * P.
+      retry = (P - elapsed) + math.max(0, P - idiv((L - C) * P, cur))
+    end
+    if retry < 1 then retry = 1 end
+    local reset = P - elapsed
+    if cur > 0 then reset = reset + P end
+    local remaining = L - estimate
+    if remaining < 0 then remaining = 0 end
+    return false, remaining, retry, reset, nil
+  end
+  local commit = function()
+    redis.call('SET', key, string.format('%.0f:%d:%d', w, prev, cur + C),
+      'PX', cdiv(2 * P - elapsed, 1000))
+  end
+  return true, L - estimate - C, 0, (P - elapsed) + P, commit
+end

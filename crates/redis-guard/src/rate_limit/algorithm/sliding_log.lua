@@ -1,0 +1,39 @@
+-- Sliding-window log for one rule: exact; at most `limit` cost units in any span of `period`.
+--
+-- State: one sorted set; a member per admitted cost unit, scored by its time (µs). Members are
+-- "<time>:<n>" with n the set's size when added, so two requests in one microsecond stay distinct.
+-- Memory per key is O(limit). Each call trims entries older than the window (bounded: the set
+-- never holds more than `limit` members) and reads one member by rank.
+-- sliding_log(key, now, p) returns allowed, remaining, retry_after_us, reset_after_us, commit.
+local function sliding_log(key, now, p)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - p.period))
+  local count = redis.call('ZCARD', key)
+  if count + p.cost > p.limit then
+    -- Wait until enough of the oldest entries leave the window for `cost` more to fit.
+    local k = count + p.cost - p.limit
+    local oldest = redis.call('ZRANGE', key, k - 1, k - 1, 'WITHSCORES')
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    local retry = p.period
+    if oldest[2] then retry = tonumber(oldest[2]) + p.period - now end
+    local reset = p.period
+    if newest[2] then reset = tonumber(newest[2]) + p.period - now end
+    local remaining = p.limit - count
+    if remaining < 0 then remaining = 0 end
+    return false, remaining, retry, reset, nil
+  end
+  local commit = function()
+    -- ZADD in batches: Lua's unpack has a small stack, and cost may be large.
+    local i = 1
+    while i <= p.cost do
+      local args = {}
+      for j = i, math.min(i + 499, p.cost) do
+        args[#args + 1] = string.format('%.0f', now)
+        args[#args + 1] = string.format('%.0f:%d', now, count + j)
+      end
+      redis.call('ZADD', key, unpack(args))
+      i = i + 500
+    end
+    redis.call('PEXPIRE', key, cdiv(p.period, 1000))
+  end
+  return true, p.limit - count - p.cost, 0, p.period, commit
+end
