@@ -23,16 +23,17 @@ use std::time::Duration;
 ///
 /// | algorithm | Redis state per key | bursts | choose it when |
 /// | --- | --- | --- | --- |
-/// | [`Gcra`](Algorithm::Gcra) (default) | one integer (~60 bytes) | up to `burst` at once, then evenly spaced | almost always: exact at every instant, O(1) |
-/// | [`TokenBucket`](Algorithm::TokenBucket) | two integers (~70 bytes) | up to `burst` at once, then refill | you think in tokens; decisions equal GCRA's |
-/// | [`SlidingLog`](Algorithm::SlidingLog) | a sorted set, one member per admitted unit: O(limit) | never more than `limit` in any `period` | small limits that must be exact over a rolling window (login, SMS, payments) |
-/// | [`SlidingCounter`](Algorithm::SlidingCounter) | two counters (~70 bytes) | approximates the sliding log | large limits where the log's memory is too much |
-/// | [`FixedWindow`](Algorithm::FixedWindow) | one counter (~70 bytes) | up to `2 × limit` across a window edge | you need the classic `INCR` + `EXPIRE` behaviour, or quotas that reset at once ("1000 per day") |
+/// | [`Gcra`](Algorithm::Gcra) (default) | one integer: 104 B | up to `burst` at once, then evenly spaced | almost always: exact at every instant, O(1) |
+/// | [`TokenBucket`](Algorithm::TokenBucket) | two integers: 152 B | up to `burst` at once, then refill | you think in tokens; decisions equal GCRA's |
+/// | [`SlidingLog`](Algorithm::SlidingLog) | a sorted set, a member per admitted unit: 440 B at limit 10, 3.7 KB at 100, 118 KB at 1000 | never more than `limit` in any `period` | small limits that must be exact over a rolling window (login, SMS, payments) |
+/// | [`SlidingCounter`](Algorithm::SlidingCounter) | two counters: 136–152 B | approximates the sliding log | large limits where the log's memory is too much |
+/// | [`FixedWindow`](Algorithm::FixedWindow) | one counter: 152 B | up to `2 × limit` across a window edge | you need the classic `INCR` + `EXPIRE` behaviour, or quotas that reset at once ("1000 per day") |
 ///
 /// The window algorithms (`FixedWindow`, `SlidingLog`, `SlidingCounter`) admit `limit` per
 /// `period` and ignore [`Quota::burst`](super::Quota::burst); GCRA and the token bucket use it.
-/// The byte sizes come from `MEMORY USAGE` on Redis 7 (see the crate's test
-/// `memory_usage_per_key`).
+/// Sizes are `MEMORY USAGE … SAMPLES 0` on Redis 7.0 for a full quota, key name (~60 bytes)
+/// included, as printed by
+/// `cargo test -p redis-guard-tests --test memory_usage -- --nocapture`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Algorithm {

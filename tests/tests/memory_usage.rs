@@ -1,0 +1,65 @@
+//! Bytes per key of each algorithm, measured with `MEMORY USAGE` on a real Redis. Run with
+//! `cargo test -p redis-guard-tests --test memory_usage -- --nocapture` to see the table that
+//! the `Algorithm` docs quote.
+
+use redis_guard::rate_limit::{Algorithm, Check, Key, Limiter, Quota, RedisLimiter, Rule};
+use redis_guard_tests::Harness;
+
+#[tokio::test]
+async fn memory_usage_per_key() {
+    let h = Harness::redis().await;
+    let limiter = h.limiter().await;
+    let namer = RedisLimiter::new(h.connection().await).prefix(h.prefix());
+    let mut conn = h.inspect().await;
+    let mut rows = Vec::new();
+    for (name, algorithm) in [
+        ("gcra", Algorithm::Gcra),
+        ("token_bucket", Algorithm::TokenBucket),
+        ("fixed_window", Algorithm::FixedWindow),
+        ("sliding_counter", Algorithm::SlidingCounter),
+        ("sliding_log", Algorithm::SlidingLog),
+    ] {
+        let mut bytes = Vec::new();
+        for limit in [10u32, 100, 1000] {
+            let rule =
+                Rule::new(format!("{name}-{limit}"), Quota::per_hour(limit)).algorithm(algorithm);
+            // Fill the quota: the log's worst case.
+            let d = limiter
+                .check_all(vec![
+                    Check::new(rule.clone(), Key::from("client")).cost(limit),
+                ])
+                .await
+                .expect("decision");
+            assert!(d.allowed);
+            let key = namer.key_name(&Check::new(rule, Key::from("client")));
+            let used: i64 = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&key)
+                .arg("SAMPLES")
+                .arg(0)
+                .query_async(&mut conn)
+                .await
+                .expect("MEMORY USAGE");
+            bytes.push(used);
+        }
+        println!(
+            "{name:<16} limit 10: {:>6} B   limit 100: {:>6} B   limit 1000: {:>6} B",
+            bytes[0], bytes[1], bytes[2]
+        );
+        rows.push((algorithm, bytes));
+    }
+    for (algorithm, bytes) in &rows {
+        if *algorithm == Algorithm::SlidingLog {
+            assert!(
+                bytes[2] > 20 * bytes[0] / 2,
+                "the log grows with the limit: {bytes:?}"
+            );
+            assert!(bytes[2] > 10_000, "{bytes:?}");
+        } else {
+            assert!(
+                bytes.iter().all(|&b| b < 200),
+                "{algorithm:?}: O(1) state, {bytes:?}"
+            );
+        }
+    }
+}
