@@ -40,7 +40,10 @@ mod service;
 pub use algorithm::{Algorithm, RuleState};
 pub use decision::{Decision, RuleDecision};
 pub use future::ResponseFuture;
-pub use key::{ClientIp, ExtensionKey, Global, HeaderKey, Key, KeyError, KeyExtractor, PeerAddr};
+pub use key::{
+    And, ClientIp, ExtensionKey, Global, HeaderKey, Key, KeyError, KeyExtractor, KeyExtractorExt,
+    Or, PeerAddr, ProxyConfigError,
+};
 pub use layer::{
     FailurePolicy, MissingKey, RateLimitLayer, RateLimitLayerBuilder, ResponseBuilder,
 };

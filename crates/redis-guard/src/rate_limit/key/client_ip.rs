@@ -1,6 +1,9 @@
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use http::HeaderMap;
 use http::request::Parts;
 
 use super::{Key, KeyError, KeyExtractor};
@@ -17,6 +20,13 @@ const NO_PEER: &str = "no peer address in the request extensions. With axum, ser
      `redis_guard::rate_limit::PeerAddr(addr)` into each request's extensions";
 
 static LOGGED_NO_PEER: AtomicBool = AtomicBool::new(false);
+
+/// Longest forwarding-chain entry (one address, with brackets, zone and port) that is parsed;
+/// anything longer is not an address.
+const MAX_NODE_LEN: usize = 128;
+
+/// Longest `Forwarded` element (`for=…;by=…;host=…;proto=…`) that is parsed.
+const MAX_ELEMENT_LEN: usize = 1024;
 
 /// The client's IP address, normalized so that one client is one key.
 ///
@@ -36,16 +46,117 @@ static LOGGED_NO_PEER: AtomicBool = AtomicBool::new(false);
 /// let (parts, ()) = req.into_parts();
 /// assert_eq!(ip.extract(&parts), Ok(Key::from("2001:db8::/64")));
 /// ```
-#[derive(Clone, Copy, Debug)]
+///
+/// # Behind reverse proxies
+///
+/// [`ClientIp::trusted_proxies`] reads the forwarding headers, but only as far as they were
+/// written by proxies you trust. The client address is found like this:
+///
+/// 1. Take the TCP peer address. If it is not in a trusted CIDR, it is the client, and every
+///    forwarding header is ignored: anybody can send `X-Forwarded-For`.
+/// 2. Otherwise take the forwarding chain: the `for=` parameters of the RFC 7239 `Forwarded`
+///    header if the request has one (all its lines, in order, elements separated by commas),
+///    else `X-Forwarded-For` (all its lines, in order, comma separated). `Forwarded` wins even
+///    when both are present; they are never mixed.
+/// 3. Walk the chain from right to left (each proxy appends the address it received the request
+///    from). Entries in a trusted CIDR are skipped; the first untrusted entry is the client.
+/// 4. If every entry is trusted, the left-most one is the client (e.g. an internal caller).
+/// 5. If the chain is empty, the trusted peer itself is the client.
+///
+/// The walk stops early, and the client is the *nearest address verified so far* (the last
+/// trusted entry to the right of the stop, or the peer itself when there is none), when:
+///
+/// - an entry is not an address: `unknown`, an obfuscated identifier such as `_hidden`, an empty
+///   entry, a `Forwarded` element without a `for=` parameter or with a malformed parameter,
+///   invalid text or non-UTF-8 bytes. What lies to its left cannot be verified, so it is not
+///   guessed at: such requests share the bucket of the proxy that forwarded them, which limits
+///   them together rather than letting a client choose its key;
+/// - [`ClientIp::MAX_HOPS`] entries have been examined: a header with thousands of entries costs
+///   a bounded amount of work.
+///
+/// Entries may be `1.2.3.4`, `1.2.3.4:5678`, `2001:db8::1`, `[2001:db8::1]` or
+/// `[2001:db8::1]:443`, and in `Forwarded` also quoted (`for="[2001:db8::1]:443"`) and with an
+/// obfuscated port (`for="1.2.3.4:_p1"`). Parameter names are case-insensitive and whitespace
+/// around parameters is ignored; `by=`, `host=`, `proto=` and any other parameter are ignored.
+/// An IPv6 zone id (`fe80::1%eth0`, `[fe80::1%25eth0]`) is stripped: it names an interface of the
+/// proxy, not a different client. IPv4-mapped IPv6 addresses, as peer, as chain entries or as
+/// trusted CIDRs (`::ffff:10.0.0.0/104`), are compared as IPv4.
+///
+/// ```
+/// use redis_guard::rate_limit::{ClientIp, Key, KeyExtractor, PeerAddr};
+/// # fn main() -> Result<(), redis_guard::rate_limit::ProxyConfigError> {
+/// let ip = ClientIp::trusted_proxies(["10.0.0.0/8", "fd00::/8"])?;
+///
+/// let mut req = http::Request::get("/")
+///     .header("x-forwarded-for", "6.6.6.6, 203.0.113.7, 10.0.0.2")
+///     .body(())
+///     .unwrap();
+/// req.extensions_mut().insert(PeerAddr("10.0.0.1:40000".parse().unwrap()));
+/// let (parts, ()) = req.into_parts();
+/// // 10.0.0.1 and 10.0.0.2 are our proxies; 6.6.6.6 was sent by the client and does not count.
+/// assert_eq!(ip.extract(&parts), Ok(Key::from("203.0.113.7")));
+/// # Ok(()) }
+/// ```
+///
+/// Trust only addresses that clients cannot connect from: if the application is also reachable
+/// directly from inside `10.0.0.0/8`, any host there can pick its own key.
+#[derive(Clone, Debug)]
 pub struct ClientIp {
     ipv6_prefix: u8,
+    /// `None`: only the peer counts. Never `Some` of an empty list.
+    trusted: Option<Arc<[Cidr]>>,
 }
 
 impl ClientIp {
+    /// The most forwarding-chain entries examined per request, counted from the right. A chain
+    /// of more trusted hops than this ends the walk at the last one examined.
+    pub const MAX_HOPS: usize = 32;
+
     /// The TCP peer's address: right when clients connect directly.
     #[must_use]
     pub const fn peer() -> Self {
-        Self { ipv6_prefix: 64 }
+        Self {
+            ipv6_prefix: 64,
+            trusted: None,
+        }
+    }
+
+    /// The client address behind reverse proxies: the peer and the forwarding headers, as far as
+    /// the proxies in `cidrs` wrote them (see [the type's docs](ClientIp#behind-reverse-proxies)).
+    ///
+    /// Each entry is an address (`"192.168.1.1"`, the same as `/32`, or `/128` for IPv6) or a
+    /// CIDR (`"10.0.0.0/8"`, `"fd00::/8"`, `"::1/128"`); surrounding whitespace is ignored and
+    /// host bits below the prefix are cleared (`"10.1.2.3/8"` is `"10.0.0.0/8"`). An empty list
+    /// trusts nobody, like [`ClientIp::peer`].
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{ClientIp, ProxyConfigError};
+    /// assert!(ClientIp::trusted_proxies(["10.0.0.0/8", "192.168.1.1", "::1/128"]).is_ok());
+    /// let err = ClientIp::trusted_proxies(["10.0.0.0/33"]).unwrap_err();
+    /// assert_eq!(err, ProxyConfigError::InvalidPrefix("10.0.0.0/33".into()));
+    /// assert!(err.to_string().contains("10.0.0.0/33"));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ProxyConfigError`] for the first entry that is not an address or CIDR.
+    pub fn trusted_proxies<I, S>(cidrs: I) -> Result<Self, ProxyConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let list = cidrs
+            .into_iter()
+            .map(|s| Cidr::parse(s.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            ipv6_prefix: 64,
+            trusted: if list.is_empty() {
+                None
+            } else {
+                Some(Arc::from(list))
+            },
+        })
     }
 
     /// Groups IPv6 clients by a prefix of `bits` (clamped to 1..=128; 128 keys each address).
@@ -75,6 +186,39 @@ impl ClientIp {
         }
     }
 
+    /// The client's address, before IPv6 grouping: the peer, or with
+    /// [`ClientIp::trusted_proxies`] the address found in the forwarding headers. IPv4-mapped
+    /// IPv6 is returned as IPv4; ports and zone ids are dropped.
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use redis_guard::rate_limit::{ClientIp, PeerAddr};
+    /// let mut req = http::Request::new(());
+    /// req.extensions_mut().insert(PeerAddr("[2001:db8::7]:443".parse().unwrap()));
+    /// let (parts, ()) = req.into_parts();
+    /// let ip: IpAddr = "2001:db8::7".parse().unwrap();
+    /// assert_eq!(ClientIp::peer().client_ip(&parts), Ok(ip));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`KeyError::Misconfigured`] when the request carries no peer address (logged once).
+    pub fn client_ip(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
+        let Some(peer) = Self::peer_addr(parts) else {
+            if !LOGGED_NO_PEER.swap(true, Ordering::Relaxed) {
+                tracing::error!("redis-guard: ClientIp cannot limit: {NO_PEER}");
+            }
+            return Err(KeyError::Misconfigured(NO_PEER));
+        };
+        let peer = peer.ip().to_canonical();
+        match self.trusted.as_deref() {
+            Some(trusted) if is_trusted(trusted, peer) => {
+                Ok(resolve_chain(trusted, &parts.headers, peer))
+            }
+            _ => Ok(peer),
+        }
+    }
+
     /// The peer address from the request extensions.
     pub(crate) fn peer_addr(parts: &Parts) -> Option<SocketAddr> {
         if let Some(PeerAddr(addr)) = parts.extensions.get::<PeerAddr>() {
@@ -93,24 +237,286 @@ impl ClientIp {
 
 impl KeyExtractor for ClientIp {
     fn extract(&self, parts: &Parts) -> Result<Key, KeyError> {
-        if let Some(addr) = Self::peer_addr(parts) {
-            return Ok(self.key_for(addr.ip()));
-        }
-        if !LOGGED_NO_PEER.swap(true, Ordering::Relaxed) {
-            tracing::error!("redis-guard: ClientIp cannot limit: {NO_PEER}");
-        }
-        Err(KeyError::Misconfigured(NO_PEER))
+        self.client_ip(parts).map(|ip| self.key_for(ip))
     }
+}
+
+/// Why a trusted-proxy list was rejected by [`ClientIp::trusted_proxies`]. Each variant holds the
+/// offending entry as given.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProxyConfigError {
+    /// The entry is empty or only whitespace.
+    #[error("invalid trusted proxy {0:?}: empty entry, expected an address or a CIDR")]
+    Empty(String),
+    /// The part before `/` (or the whole entry) is not an IPv4 or IPv6 address.
+    #[error("invalid trusted proxy {0:?}: not an IP address or CIDR")]
+    InvalidAddress(String),
+    /// The part after `/` is not a number from 0 to 32 (IPv4) or 128 (IPv6).
+    #[error("invalid trusted proxy {0:?}: the prefix length must be 0-32 for IPv4, 0-128 for IPv6")]
+    InvalidPrefix(String),
+}
+
+/// A network: the address with the bits below `prefix` cleared. IPv4-mapped IPv6 networks of at
+/// least `/96` are stored as IPv4.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Cidr {
+    net: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    fn parse(input: &str) -> Result<Self, ProxyConfigError> {
+        let s = input.trim();
+        if s.is_empty() {
+            return Err(ProxyConfigError::Empty(input.to_owned()));
+        }
+        let (addr, prefix) = match s.split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (s, None),
+        };
+        let addr: IpAddr = addr
+            .parse()
+            .map_err(|_| ProxyConfigError::InvalidAddress(input.to_owned()))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(p) => {
+                let digits = !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit());
+                match p.parse::<u8>() {
+                    Ok(n) if digits && n <= max => n,
+                    _ => return Err(ProxyConfigError::InvalidPrefix(input.to_owned())),
+                }
+            }
+        };
+        let (addr, prefix) = match addr {
+            IpAddr::V6(v6) if prefix >= 96 => match v6.to_ipv4_mapped() {
+                Some(v4) => (IpAddr::V4(v4), prefix - 96),
+                None => (addr, prefix),
+            },
+            _ => (addr, prefix),
+        };
+        Ok(Self {
+            net: masked(addr, prefix),
+            prefix,
+        })
+    }
+
+    /// Whether `ip` (already canonical) is in this network.
+    fn contains(self, ip: IpAddr) -> bool {
+        match (self.net, ip) {
+            (IpAddr::V4(_), IpAddr::V4(_)) | (IpAddr::V6(_), IpAddr::V6(_)) => {
+                masked(ip, self.prefix) == self.net
+            }
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Debug for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.net, self.prefix)
+    }
+}
+
+/// `ip` with the bits below `prefix` cleared.
+fn masked(ip: IpAddr, prefix: u8) -> IpAddr {
+    let prefix = u32::from(prefix);
+    match ip {
+        IpAddr::V4(v4) => {
+            let mask = u32::MAX
+                .checked_shl(32_u32.saturating_sub(prefix))
+                .unwrap_or(0);
+            IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask))
+        }
+        IpAddr::V6(v6) => {
+            let mask = u128::MAX
+                .checked_shl(128_u32.saturating_sub(prefix))
+                .unwrap_or(0);
+            IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
+        }
+    }
+}
+
+fn is_trusted(trusted: &[Cidr], ip: IpAddr) -> bool {
+    trusted.iter().any(|cidr| cidr.contains(ip))
+}
+
+/// The client address for a request whose peer (`peer`, canonical) is trusted.
+fn resolve_chain(trusted: &[Cidr], headers: &HeaderMap, peer: IpAddr) -> IpAddr {
+    if headers.contains_key(http::header::FORWARDED) {
+        walk(
+            trusted,
+            peer,
+            entries(headers, "forwarded").map(forwarded_for),
+        )
+    } else {
+        walk(
+            trusted,
+            peer,
+            entries(headers, "x-forwarded-for").map(parse_node),
+        )
+    }
+}
+
+/// The comma-separated entries of every line of header `name`, right to left. Lazy: only the
+/// entries the walk looks at are split off.
+fn entries<'a>(headers: &'a HeaderMap, name: &'static str) -> impl Iterator<Item = &'a [u8]> {
+    headers
+        .get_all(name)
+        .into_iter()
+        .rev()
+        .flat_map(|line| line.as_bytes().rsplit(|&b| b == b','))
+}
+
+/// The walk described in [`ClientIp`]'s docs. `None` entries are garbage.
+fn walk(trusted: &[Cidr], peer: IpAddr, chain: impl Iterator<Item = Option<IpAddr>>) -> IpAddr {
+    let mut nearest = peer;
+    for entry in chain.take(ClientIp::MAX_HOPS) {
+        let Some(ip) = entry else {
+            return nearest;
+        };
+        let ip = ip.to_canonical();
+        if !is_trusted(trusted, ip) {
+            return ip;
+        }
+        nearest = ip;
+    }
+    nearest
+}
+
+/// The address in the `for=` parameter of one `Forwarded` element, `None` when there is none or
+/// the element is malformed.
+fn forwarded_for(element: &[u8]) -> Option<IpAddr> {
+    if element.len() > MAX_ELEMENT_LEN {
+        return None;
+    }
+    let mut node = None;
+    for pair in element.split(|&b| b == b';') {
+        let pair = pair.trim_ascii();
+        if pair.is_empty() {
+            continue;
+        }
+        let mut halves = pair.splitn(2, |&b| b == b'=');
+        let name = halves.next().unwrap_or_default().trim_ascii();
+        let value = halves.next()?.trim_ascii();
+        if name.eq_ignore_ascii_case(b"for") {
+            if node.is_some() {
+                return None;
+            }
+            node = Some(value);
+        }
+    }
+    let value = node?;
+    let value = if value.first() == Some(&b'"') {
+        value.strip_prefix(b"\"")?.strip_suffix(b"\"")?
+    } else {
+        value
+    };
+    parse_node(value)
+}
+
+/// One chain entry: `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`, `[2001:db8::1]`, `[2001:db8::1]:443`,
+/// with an optional IPv6 zone id (stripped) and an optional port (numeric or obfuscated).
+fn parse_node(raw: &[u8]) -> Option<IpAddr> {
+    let raw = raw.trim_ascii();
+    if raw.is_empty() || raw.len() > MAX_NODE_LEN {
+        return None;
+    }
+    let s = std::str::from_utf8(raw).ok()?;
+    if let Some(rest) = s.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        if !after.is_empty() && !after.strip_prefix(':').is_some_and(is_port) {
+            return None;
+        }
+        return parse_ipv6(host).map(IpAddr::V6);
+    }
+    if s.contains('%') {
+        return parse_ipv6(s).map(IpAddr::V6);
+    }
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    let (host, port) = s.split_once(':')?;
+    if !is_port(port) {
+        return None;
+    }
+    host.parse::<Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+/// An IPv6 address, with an optional zone id (`%eth0`, `%25eth0`) that is dropped.
+fn parse_ipv6(s: &str) -> Option<Ipv6Addr> {
+    let addr = match s.split_once('%') {
+        Some((addr, zone)) => {
+            let zone_ok = !zone.is_empty()
+                && zone
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'%'));
+            if !zone_ok {
+                return None;
+            }
+            addr
+        }
+        None => s,
+    };
+    addr.parse().ok()
+}
+
+/// A port: 0-65535 in decimal, or an RFC 7239 obfuscated port (`_abc`).
+fn is_port(p: &str) -> bool {
+    if let Some(obfuscated) = p.strip_prefix('_') {
+        return !obfuscated.is_empty()
+            && obfuscated
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    }
+    !p.is_empty()
+        && p.len() <= 5
+        && p.bytes().all(|b| b.is_ascii_digit())
+        && p.parse::<u16>().is_ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     fn parts_with(addr: &str) -> Parts {
         let mut req = http::Request::new(());
         req.extensions_mut().insert(PeerAddr(addr.parse().unwrap()));
         req.into_parts().0
+    }
+
+    /// A request from `peer` with the given header lines (bytes, so non-UTF-8 works).
+    fn request(peer: &str, headers: &[(&str, &[u8])]) -> Parts {
+        let mut parts = parts_with(peer);
+        for (name, value) in headers {
+            let name = http::HeaderName::from_bytes(name.as_bytes()).unwrap();
+            parts
+                .headers
+                .append(name, HeaderValue::from_bytes(value).unwrap());
+        }
+        parts
+    }
+
+    fn xff(peer: &str, value: &str) -> Parts {
+        request(peer, &[("x-forwarded-for", value.as_bytes())])
+    }
+
+    fn fwd(peer: &str, value: &str) -> Parts {
+        request(peer, &[("forwarded", value.as_bytes())])
+    }
+
+    fn proxied() -> ClientIp {
+        ClientIp::trusted_proxies(["10.0.0.0/8", "fd00::/8"]).unwrap()
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn client(parts: &Parts) -> IpAddr {
+        proxied().client_ip(parts).unwrap()
     }
 
     #[test]
@@ -143,5 +549,464 @@ mod tests {
         let (parts, ()) = http::Request::new(()).into_parts();
         let err = ClientIp::peer().extract(&parts).unwrap_err();
         assert!(matches!(err, KeyError::Misconfigured(m) if m.contains("connect_info")));
+        let err = proxied().client_ip(&parts).unwrap_err();
+        assert!(matches!(err, KeyError::Misconfigured(_)));
+    }
+
+    #[test]
+    fn headers_from_an_untrusted_peer_are_ignored() {
+        let parts = xff("203.0.113.9:5000", "1.2.3.4");
+        assert_eq!(client(&parts), ip("203.0.113.9"));
+        assert_eq!(proxied().extract(&parts), Ok(Key::from("203.0.113.9")));
+        let parts = fwd("203.0.113.9:5000", "for=1.2.3.4");
+        assert_eq!(client(&parts), ip("203.0.113.9"));
+        // `peer()` never reads headers, even from a private address.
+        let parts = xff("10.0.0.1:5000", "1.2.3.4");
+        assert_eq!(ClientIp::peer().client_ip(&parts), Ok(ip("10.0.0.1")));
+    }
+
+    #[test]
+    fn right_most_untrusted_entry_is_the_client() {
+        let parts = xff("10.0.0.1:5000", "6.6.6.6, 1.2.3.4, 10.0.0.2");
+        assert_eq!(client(&parts), ip("1.2.3.4"));
+        assert_eq!(proxied().extract(&parts), Ok(Key::from("1.2.3.4")));
+        // Whatever the client puts on the left does not change its key.
+        for spoof in [
+            "7.7.7.7",
+            "10.0.0.9",
+            "unknown",
+            "",
+            "7.7.7.7, 8.8.8.8, ::1",
+        ] {
+            let parts = xff("10.0.0.1:5000", &format!("{spoof}, 1.2.3.4, 10.0.0.2"));
+            assert_eq!(client(&parts), ip("1.2.3.4"), "{spoof}");
+        }
+    }
+
+    #[test]
+    fn trusted_peer_without_headers_is_the_client() {
+        assert_eq!(client(&parts_with("10.0.0.1:1")), ip("10.0.0.1"));
+    }
+
+    #[test]
+    fn all_entries_trusted_gives_the_left_most() {
+        let parts = xff("10.0.0.1:5000", "10.1.1.1, 10.0.0.3, 10.0.0.2");
+        assert_eq!(client(&parts), ip("10.1.1.1"));
+    }
+
+    #[test]
+    fn ipv6_clients_in_one_prefix_share_a_key() {
+        let a = proxied()
+            .extract(&xff("[fd00::1]:1", "2001:db8:1:2::1"))
+            .unwrap();
+        let b = proxied()
+            .extract(&xff("[fd00::1]:1", "[2001:db8:1:2:ffff::9]:8080"))
+            .unwrap();
+        let c = proxied()
+            .extract(&xff("[fd00::1]:1", "2001:db8:1:3::1"))
+            .unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a, Key::from("2001:db8:1:2::/64"));
+        // client_ip is not grouped
+        assert_eq!(
+            client(&xff("[fd00::1]:1", "2001:db8:1:2::1")),
+            ip("2001:db8:1:2::1")
+        );
+    }
+
+    #[test]
+    fn mapped_ipv4_matches_ipv4_everywhere() {
+        // As peer, against an IPv4 CIDR.
+        assert_eq!(
+            client(&xff("[::ffff:10.0.0.1]:1", "1.2.3.4")),
+            ip("1.2.3.4")
+        );
+        // As chain entry, trusted and untrusted.
+        assert_eq!(
+            client(&xff("10.0.0.1:1", "1.2.3.4, ::ffff:10.0.0.2")),
+            ip("1.2.3.4")
+        );
+        let mapped = proxied()
+            .extract(&xff("10.0.0.1:1", "::ffff:1.2.3.4"))
+            .unwrap();
+        let plain = proxied().extract(&xff("10.0.0.1:1", "1.2.3.4")).unwrap();
+        let bracketed = proxied()
+            .extract(&xff("10.0.0.1:1", "[::ffff:1.2.3.4]:99"))
+            .unwrap();
+        assert_eq!(mapped, plain);
+        assert_eq!(bracketed, plain);
+        assert_eq!(client(&xff("10.0.0.1:1", "::ffff:1.2.3.4")), ip("1.2.3.4"));
+        // As a trusted CIDR written in mapped form.
+        let mapped_cidr = ClientIp::trusted_proxies(["::ffff:10.0.0.0/104"]).unwrap();
+        assert_eq!(
+            mapped_cidr.client_ip(&xff("10.9.9.9:1", "1.2.3.4")),
+            Ok(ip("1.2.3.4"))
+        );
+        assert_eq!(
+            mapped_cidr.client_ip(&xff("11.0.0.1:1", "1.2.3.4")),
+            Ok(ip("11.0.0.1"))
+        );
+    }
+
+    #[test]
+    fn forwarded_header() {
+        let p = "10.0.0.1:1";
+        assert_eq!(
+            client(&fwd(p, r#"for="[2001:db8::1]:443";proto=https"#)),
+            ip("2001:db8::1")
+        );
+        assert_eq!(
+            proxied().extract(&fwd(p, r#"for="[2001:db8::1]:443""#)),
+            Ok(Key::from("2001:db8::/64"))
+        );
+        assert_eq!(client(&fwd(p, r#"for="1.2.3.4""#)), ip("1.2.3.4"));
+        assert_eq!(client(&fwd(p, r#"for="1.2.3.4:_p1""#)), ip("1.2.3.4"));
+        assert_eq!(
+            client(&fwd(
+                p,
+                "proto=http ; For = 1.2.3.4 ;by=10.0.0.1;host=example.com"
+            )),
+            ip("1.2.3.4")
+        );
+        assert_eq!(client(&fwd(p, "FOR=1.2.3.4:80")), ip("1.2.3.4"));
+        assert_eq!(
+            client(&fwd(
+                p,
+                r#"for=6.6.6.6, for="1.2.3.4", for=10.0.0.2;by=10.0.0.1"#
+            )),
+            ip("1.2.3.4")
+        );
+        // Empty pairs are allowed.
+        assert_eq!(client(&fwd(p, ";for=1.2.3.4;;")), ip("1.2.3.4"));
+    }
+
+    #[test]
+    fn forwarded_takes_precedence_over_x_forwarded_for() {
+        let parts = request(
+            "10.0.0.1:1",
+            &[
+                ("x-forwarded-for", b"7.7.7.7"),
+                ("forwarded", b"for=5.5.5.5"),
+            ],
+        );
+        assert_eq!(client(&parts), ip("5.5.5.5"));
+        // Even when Forwarded gives no usable address: the headers are never mixed.
+        let parts = request(
+            "10.0.0.1:1",
+            &[
+                ("x-forwarded-for", b"7.7.7.7"),
+                ("forwarded", b"proto=https"),
+            ],
+        );
+        assert_eq!(client(&parts), ip("10.0.0.1"));
+    }
+
+    #[test]
+    fn multiple_header_lines_are_one_chain() {
+        let parts = request(
+            "10.0.0.1:1",
+            &[
+                ("x-forwarded-for", b"6.6.6.6, 1.2.3.4"),
+                ("x-forwarded-for", b"10.0.0.3"),
+            ],
+        );
+        assert_eq!(client(&parts), ip("1.2.3.4"));
+        let parts = request(
+            "10.0.0.1:1",
+            &[
+                ("x-forwarded-for", b"6.6.6.6"),
+                ("x-forwarded-for", b"10.0.0.4, 10.0.0.3"),
+            ],
+        );
+        assert_eq!(client(&parts), ip("6.6.6.6"));
+        let parts = request(
+            "10.0.0.1:1",
+            &[
+                ("forwarded", b"for=6.6.6.6, for=1.2.3.4"),
+                ("forwarded", b"for=10.0.0.3;proto=https"),
+            ],
+        );
+        assert_eq!(client(&parts), ip("1.2.3.4"));
+    }
+
+    #[test]
+    fn garbage_stops_the_walk_at_the_nearest_verified_hop() {
+        let p = "10.0.0.1:1";
+        for garbage in [
+            "unknown",
+            "_abc",
+            "999.1.1.1",
+            "",
+            " ",
+            "::::",
+            "1.2.3",
+            "01.2.3.4",
+            "1.2.3.4:",
+            "1.2.3.4:99999",
+            "1.2.3.4:80:80",
+            "[1.2.3.4]",
+            "[::1",
+            "[::1]x",
+            "[::1]:",
+            "fe80::1%",
+            "fe80::1% eth0",
+            "1.2.3.4%eth0",
+            "\"1.2.3.4\"",
+        ] {
+            // Garbage right next to the peer: the peer is the nearest verified hop.
+            assert_eq!(
+                client(&xff(p, &format!("1.2.3.4, {garbage}"))),
+                ip("10.0.0.1"),
+                "{garbage:?}"
+            );
+            // Garbage behind a trusted entry: that entry.
+            assert_eq!(
+                client(&xff(p, &format!("1.2.3.4, {garbage}, 10.0.0.2"))),
+                ip("10.0.0.2"),
+                "{garbage:?}"
+            );
+            // Garbage to the left of the client does not matter.
+            assert_eq!(
+                client(&xff(p, &format!("{garbage}, 1.2.3.4, 10.0.0.2"))),
+                ip("1.2.3.4"),
+                "{garbage:?}"
+            );
+        }
+        for element in [
+            "for=unknown",
+            "for=_hidden",
+            "for=\"_hidden\"",
+            "for=",
+            "for=\"",
+            "for=\"1.2.3.4",
+            "proto=https",
+            "for=1.2.3.4;for=5.6.7.8",
+            "for=1.2.3.4;garbage",
+            "by=10.0.0.1",
+            "for=\"[::1\\]\"",
+        ] {
+            assert_eq!(
+                client(&fwd(p, &format!("for=1.2.3.4, {element}"))),
+                ip("10.0.0.1"),
+                "{element:?}"
+            );
+        }
+        // Non-UTF-8 bytes.
+        let parts = request(p, &[("x-forwarded-for", b"1.2.3.4, \xff\xfe, 10.0.0.2")]);
+        assert_eq!(client(&parts), ip("10.0.0.2"));
+        let parts = request(p, &[("x-forwarded-for", b"\xff\xfe, 1.2.3.4")]);
+        assert_eq!(client(&parts), ip("1.2.3.4"));
+        let parts = request(p, &[("forwarded", b"for=1.2.3.4, for=\xc3\x28")]);
+        assert_eq!(client(&parts), ip("10.0.0.1"));
+        // Non-UTF-8 bytes in another parameter: the element is still garbage-free.
+        let parts = request(p, &[("forwarded", b"for=1.2.3.4;host=\xff")]);
+        assert_eq!(client(&parts), ip("1.2.3.4"));
+    }
+
+    #[test]
+    fn zone_ids_are_stripped() {
+        let p = "10.0.0.1:1";
+        assert_eq!(client(&xff(p, "fe80::1%eth0")), ip("fe80::1"));
+        assert_eq!(client(&xff(p, "[fe80::1%25eth0]:80")), ip("fe80::1"));
+        assert_eq!(client(&fwd(p, r#"for="[fe80::1%eth0]""#)), ip("fe80::1"));
+    }
+
+    #[test]
+    fn long_chains_are_capped() {
+        let p = "10.0.0.1:1";
+        // 1,000 trusted entries: the walk stops after MAX_HOPS, at the last one examined.
+        let entries: Vec<String> = (0..1000_u32)
+            .map(|i| format!("10.0.{}.{}", i / 256, i % 256))
+            .collect();
+        let parts = xff(p, &entries.join(", "));
+        let expected = ip(&entries[1000 - ClientIp::MAX_HOPS]);
+        assert_eq!(client(&parts), expected);
+        // An untrusted entry within the cap is found.
+        let mut entries: Vec<String> = (0..1000_u32)
+            .map(|i| format!("1.1.{}.{}", i / 256, i % 256))
+            .collect();
+        entries.push("10.0.0.2".into());
+        assert_eq!(client(&xff(p, &entries.join(","))), ip("1.1.3.231"));
+        // One beyond the cap is not.
+        let mut entries = vec!["1.2.3.4".to_owned()];
+        entries.extend((0..ClientIp::MAX_HOPS).map(|i| format!("10.0.1.{i}")));
+        assert_eq!(client(&xff(p, &entries.join(","))), ip("10.0.1.0"));
+        // Split over 1,000 header lines.
+        let lines: Vec<(&str, &[u8])> = (0..1000)
+            .map(|_| ("x-forwarded-for", b"10.0.0.7".as_slice()))
+            .collect();
+        assert_eq!(client(&request(p, &lines)), ip("10.0.0.7"));
+        // The same for Forwarded.
+        let elements: Vec<String> = (0..1000_u32)
+            .map(|i| format!("for=10.0.{}.{};proto=https", i / 256, i % 256))
+            .collect();
+        assert_eq!(client(&fwd(p, &elements.join(", "))), expected);
+    }
+
+    #[test]
+    fn huge_values_are_garbage() {
+        let p = "10.0.0.1:1";
+        let big = "1".repeat(100_000);
+        assert_eq!(client(&xff(p, &big)), ip("10.0.0.1"));
+        assert_eq!(
+            client(&xff(p, &format!("1.2.3.4, {big}, 10.0.0.2"))),
+            ip("10.0.0.2")
+        );
+        let commas = ",".repeat(100_000);
+        assert_eq!(client(&xff(p, &commas)), ip("10.0.0.1"));
+        let many = "1.2.3.4,".repeat(12_500);
+        assert_eq!(client(&xff(p, &many)), ip("10.0.0.1"));
+        assert_eq!(client(&xff(p, &format!("{many}5.6.7.8"))), ip("5.6.7.8"));
+        let semis = format!("for=1.2.3.4{}", ";".repeat(100_000));
+        assert_eq!(client(&fwd(p, &semis)), ip("10.0.0.1"));
+        // Whitespace is trimmed (in linear time) before the length check.
+        let spaces = format!("{}1.2.3.4", " ".repeat(100_000));
+        assert_eq!(client(&xff(p, &spaces)), ip("1.2.3.4"));
+    }
+
+    #[test]
+    fn pseudo_random_headers_never_panic() {
+        const ALPHABET: &[u8] = b"0123456789abcdefABCDEF.:[]%,;=\"_ \tforFORunknwn\x80\xff/-";
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            state >> 33
+        };
+        let ids = [
+            proxied(),
+            ClientIp::trusted_proxies(["0.0.0.0/0", "::/0"]).unwrap(),
+        ];
+        let mut tried = 0;
+        for round in 0..4000 {
+            let len = usize::try_from(next() % 80).unwrap();
+            let value: Vec<u8> = (0..len)
+                .map(|_| {
+                    let r = usize::try_from(next()).unwrap();
+                    if r % 7 == 0 {
+                        u8::try_from(r % 256).unwrap()
+                    } else {
+                        ALPHABET[r % ALPHABET.len()]
+                    }
+                })
+                .collect();
+            let Ok(value) = HeaderValue::from_bytes(&value) else {
+                continue;
+            };
+            tried += 1;
+            let name = if round % 2 == 0 {
+                "x-forwarded-for"
+            } else {
+                "forwarded"
+            };
+            let mut parts = parts_with("10.0.0.1:1");
+            parts.headers.append(name, value.clone());
+            parts.headers.append(name, value);
+            for id in &ids {
+                assert!(id.extract(&parts).is_ok());
+            }
+        }
+        assert!(tried > 1000, "only {tried} valid header values");
+    }
+
+    #[test]
+    fn cidr_parsing() {
+        let ok = |s: &str| format!("{:?}", Cidr::parse(s).unwrap());
+        assert_eq!(ok("10.0.0.0/8"), "10.0.0.0/8");
+        assert_eq!(ok(" 10.1.2.3/8 "), "10.0.0.0/8");
+        assert_eq!(ok("192.168.1.1"), "192.168.1.1/32");
+        assert_eq!(ok("::1"), "::1/128");
+        assert_eq!(ok("::1/128"), "::1/128");
+        assert_eq!(ok("fd00::/8"), "fd00::/8");
+        assert_eq!(ok("0.0.0.0/0"), "0.0.0.0/0");
+        assert_eq!(ok("::ffff:10.0.0.0/104"), "10.0.0.0/8");
+        assert_eq!(ok("::ffff:1.2.3.4"), "1.2.3.4/32");
+
+        let cases = [
+            ("", ProxyConfigError::Empty(String::new())),
+            ("  ", ProxyConfigError::Empty("  ".into())),
+            ("banana", ProxyConfigError::InvalidAddress("banana".into())),
+            (
+                "10.0.0/8",
+                ProxyConfigError::InvalidAddress("10.0.0/8".into()),
+            ),
+            (
+                "[::1]/128",
+                ProxyConfigError::InvalidAddress("[::1]/128".into()),
+            ),
+            ("/8", ProxyConfigError::InvalidAddress("/8".into())),
+            (
+                "10.0.0.0/33",
+                ProxyConfigError::InvalidPrefix("10.0.0.0/33".into()),
+            ),
+            ("::1/129", ProxyConfigError::InvalidPrefix("::1/129".into())),
+            (
+                "10.0.0.0/8/1",
+                ProxyConfigError::InvalidPrefix("10.0.0.0/8/1".into()),
+            ),
+            (
+                "10.0.0.0/",
+                ProxyConfigError::InvalidPrefix("10.0.0.0/".into()),
+            ),
+            (
+                "10.0.0.0/+8",
+                ProxyConfigError::InvalidPrefix("10.0.0.0/+8".into()),
+            ),
+            (
+                "10.0.0.0/-1",
+                ProxyConfigError::InvalidPrefix("10.0.0.0/-1".into()),
+            ),
+            (
+                "10.0.0.0/0008",
+                ProxyConfigError::InvalidPrefix("10.0.0.0/0008".into()),
+            ),
+            (
+                "10.0.0.0/ 8",
+                ProxyConfigError::InvalidPrefix("10.0.0.0/ 8".into()),
+            ),
+        ];
+        for (input, expected) in cases {
+            let err = ClientIp::trusted_proxies(["127.0.0.1", input]).unwrap_err();
+            assert_eq!(err, expected, "{input:?}");
+            assert!(err.to_string().contains(&format!("{input:?}")), "{err}");
+        }
+        let err = ClientIp::trusted_proxies(["10.0.0.0/8/1"]).unwrap_err();
+        assert!(err.to_string().contains("10.0.0.0/8/1"));
+
+        let none: [&str; 0] = [];
+        let id = ClientIp::trusted_proxies(none).unwrap();
+        assert!(id.trusted.is_none());
+        assert_eq!(
+            id.client_ip(&xff("10.0.0.1:1", "1.2.3.4")),
+            Ok(ip("10.0.0.1"))
+        );
+        let owned = ClientIp::trusted_proxies(vec![String::from("10.0.0.0/8")]).unwrap();
+        assert!(format!("{owned:?}").contains("10.0.0.0/8"));
+    }
+
+    #[test]
+    fn cidr_matching() {
+        let net = Cidr::parse("10.0.0.0/8").unwrap();
+        assert!(net.contains(ip("10.255.255.255")));
+        assert!(!net.contains(ip("11.0.0.0")));
+        assert!(!net.contains(ip("::a00:1")));
+        let v6 = Cidr::parse("fd00::/8").unwrap();
+        assert!(v6.contains(ip("fdff::1")));
+        assert!(!v6.contains(ip("fe00::1")));
+        assert!(!v6.contains(ip("10.0.0.1")));
+        let all = Cidr::parse("::/0").unwrap();
+        assert!(all.contains(ip("2001:db8::1")));
+        assert!(!all.contains(ip("1.2.3.4")));
+        let host = Cidr::parse("192.168.1.1").unwrap();
+        assert!(host.contains(ip("192.168.1.1")));
+        assert!(!host.contains(ip("192.168.1.2")));
+    }
+
+    #[test]
+    fn peer_stays_const() {
+        const PEER: ClientIp = ClientIp::peer().ipv6_prefix(56);
+        assert_eq!(PEER.ipv6_prefix, 56);
     }
 }

@@ -4,16 +4,19 @@
 //! Closures `Fn(&http::request::Parts) -> Option<Key>` are extractors; the built-in ones cover the
 //! peer IP ([`ClientIp`]), a header ([`HeaderKey`], e.g. an API key), a typed value the
 //! application put into the request extensions ([`ExtensionKey`], e.g. the user id) and one
-//! key for everybody ([`Global`]).
+//! key for everybody ([`Global`]). [`KeyExtractorExt`] combines two extractors: both keys as one
+//! ([`And`]), or the second when the first has none ([`Or`]).
 //!
 //! The key itself never reaches Redis: key names carry a digest of it (see [`Key::digest`]), so a
 //! phone number, an e-mail address or an API key is never visible in `KEYS`, `MONITOR` or a dump.
 
 mod client_ip;
+mod compose;
 mod extension;
 mod header;
 
-pub use client_ip::{ClientIp, PeerAddr};
+pub use client_ip::{ClientIp, PeerAddr, ProxyConfigError};
+pub use compose::{And, Or};
 pub use extension::ExtensionKey;
 pub use header::HeaderKey;
 
@@ -171,6 +174,34 @@ where
         self(parts).ok_or(KeyError::Missing)
     }
 }
+
+/// Combinators for every [`KeyExtractor`]; import the trait to use them.
+///
+/// ```
+/// use redis_guard::rate_limit::{ClientIp, HeaderKey, KeyExtractorExt};
+/// // Login throttling: per client IP and username together.
+/// let login = ClientIp::peer().and(HeaderKey::new(http::HeaderName::from_static("x-username")));
+/// // Per API key when there is one, else per client IP.
+/// let api = HeaderKey::new(http::HeaderName::from_static("x-api-key")).or(ClientIp::peer());
+/// # let _ = (login, api);
+/// ```
+pub trait KeyExtractorExt: KeyExtractor + Sized {
+    /// Both keys as one ([`Key::pair`]). Missing when either is missing; misconfigured when
+    /// either is. See [`And`].
+    #[must_use]
+    fn and<B: KeyExtractor>(self, other: B) -> And<Self, B> {
+        And::new(self, other)
+    }
+
+    /// This extractor's key, or `other`'s when this one has none ([`KeyError::Missing`]);
+    /// [`KeyError::Misconfigured`] is returned as is. See [`Or`].
+    #[must_use]
+    fn or<B: KeyExtractor>(self, other: B) -> Or<Self, B> {
+        Or::new(self, other)
+    }
+}
+
+impl<T: KeyExtractor> KeyExtractorExt for T {}
 
 /// One key for every request: a global limit on a route (protecting a fragile upstream).
 #[derive(Clone, Copy, Debug, Default)]

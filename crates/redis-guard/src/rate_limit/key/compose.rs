@@ -1,0 +1,173 @@
+use http::request::Parts;
+
+use super::{Key, KeyError, KeyExtractor};
+
+/// Both keys as one ([`Key::pair`]): built by [`KeyExtractorExt::and`](super::KeyExtractorExt::and).
+///
+/// The key is missing when either key is missing, and the extractor is misconfigured when either
+/// is (misconfiguration wins over a missing key, so it is never hidden).
+///
+/// Login throttling per client IP *and* username: guessing one account from one address is
+/// slowed down, while other users behind the same NAT keep their own budget.
+///
+/// ```
+/// use redis_guard::rate_limit::{ClientIp, HeaderKey, Key, KeyError, KeyExtractor, KeyExtractorExt, PeerAddr};
+///
+/// let per_ip_and_user = ClientIp::peer()
+///     .and(HeaderKey::new(http::HeaderName::from_static("x-username")));
+///
+/// let mut req = http::Request::post("/login").header("x-username", "alice").body(()).unwrap();
+/// req.extensions_mut().insert(PeerAddr("203.0.113.7:50000".parse().unwrap()));
+/// let (parts, ()) = req.into_parts();
+/// assert_eq!(
+///     per_ip_and_user.extract(&parts),
+///     Ok(Key::pair(&Key::from("203.0.113.7"), &Key::from("alice"))),
+/// );
+///
+/// let mut req = http::Request::post("/login").body(()).unwrap();
+/// req.extensions_mut().insert(PeerAddr("203.0.113.7:50000".parse().unwrap()));
+/// let (parts, ()) = req.into_parts();
+/// assert_eq!(per_ip_and_user.extract(&parts), Err(KeyError::Missing));
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct And<A, B> {
+    first: A,
+    second: B,
+}
+
+impl<A, B> And<A, B> {
+    pub(super) const fn new(first: A, second: B) -> Self {
+        Self { first, second }
+    }
+}
+
+impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for And<A, B> {
+    fn extract(&self, parts: &Parts) -> Result<Key, KeyError> {
+        match (self.first.extract(parts), self.second.extract(parts)) {
+            (Ok(a), Ok(b)) => Ok(Key::pair(&a, &b)),
+            (Err(e @ KeyError::Misconfigured(_)), _) | (_, Err(e @ KeyError::Misconfigured(_))) => {
+                Err(e)
+            }
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        }
+    }
+}
+
+/// The first extractor's key, or the second's when the first has none: built by
+/// [`KeyExtractorExt::or`](super::KeyExtractorExt::or).
+///
+/// Only [`KeyError::Missing`] falls through to the second extractor; a misconfigured first
+/// extractor is an error, not a reason to count requests differently. Both keys count in one
+/// bucket space, so give them distinct shapes if they could collide (a user id `"7"` and an
+/// address never do).
+///
+/// Per user when signed in, per client IP otherwise:
+///
+/// ```
+/// use redis_guard::rate_limit::{ClientIp, ExtensionKey, Key, KeyExtractor, KeyExtractorExt, PeerAddr};
+///
+/// #[derive(Clone)]
+/// struct CurrentUser { id: u64 }
+///
+/// let per_user_or_ip = ExtensionKey::new(|u: &CurrentUser| Key::from(format!("user:{}", u.id)))
+///     .or(ClientIp::peer());
+///
+/// let mut req = http::Request::new(());
+/// req.extensions_mut().insert(PeerAddr("203.0.113.7:50000".parse().unwrap()));
+/// req.extensions_mut().insert(CurrentUser { id: 7 });
+/// let (parts, ()) = req.into_parts();
+/// assert_eq!(per_user_or_ip.extract(&parts), Ok(Key::from("user:7")));
+///
+/// let mut req = http::Request::new(());
+/// req.extensions_mut().insert(PeerAddr("203.0.113.7:50000".parse().unwrap()));
+/// let (parts, ()) = req.into_parts();
+/// assert_eq!(per_user_or_ip.extract(&parts), Ok(Key::from("203.0.113.7")));
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Or<A, B> {
+    first: A,
+    second: B,
+}
+
+impl<A, B> Or<A, B> {
+    pub(super) const fn new(first: A, second: B) -> Self {
+        Self { first, second }
+    }
+}
+
+impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
+    fn extract(&self, parts: &Parts) -> Result<Key, KeyError> {
+        match self.first.extract(parts) {
+            Err(KeyError::Missing) => self.second.extract(parts),
+            other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Global, KeyExtractorExt};
+    use super::*;
+
+    /// Always misconfigured.
+    struct Broken;
+
+    impl KeyExtractor for Broken {
+        fn extract(&self, _: &Parts) -> Result<Key, KeyError> {
+            Err(KeyError::Misconfigured("broken"))
+        }
+    }
+
+    fn missing(_: &Parts) -> Option<Key> {
+        None
+    }
+
+    fn some(_: &Parts) -> Option<Key> {
+        Some(Key::from("some"))
+    }
+
+    fn parts() -> Parts {
+        http::Request::new(()).into_parts().0
+    }
+
+    #[test]
+    fn and_pairs_keys() {
+        let p = parts();
+        assert_eq!(
+            Global.and(some).extract(&p),
+            Ok(Key::pair(&Key::from("global"), &Key::from("some")))
+        );
+        assert_ne!(Global.and(some).extract(&p), some.and(Global).extract(&p));
+        assert_eq!(Global.and(missing).extract(&p), Err(KeyError::Missing));
+        assert_eq!(missing.and(Global).extract(&p), Err(KeyError::Missing));
+        assert_eq!(missing.and(missing).extract(&p), Err(KeyError::Missing));
+        let broken = Err(KeyError::Misconfigured("broken"));
+        assert_eq!(Broken.and(Global).extract(&p), broken);
+        assert_eq!(Global.and(Broken).extract(&p), broken);
+        assert_eq!(missing.and(Broken).extract(&p), broken);
+        assert_eq!(Broken.and(missing).extract(&p), broken);
+    }
+
+    #[test]
+    fn or_falls_back_on_missing_only() {
+        let p = parts();
+        assert_eq!(some.or(Global).extract(&p), Ok(Key::from("some")));
+        assert_eq!(missing.or(Global).extract(&p), Ok(Key::from("global")));
+        assert_eq!(missing.or(missing).extract(&p), Err(KeyError::Missing));
+        let broken = Err(KeyError::Misconfigured("broken"));
+        assert_eq!(Broken.or(Global).extract(&p), broken);
+        assert_eq!(missing.or(Broken).extract(&p), broken);
+        assert_eq!(some.or(Broken).extract(&p), Ok(Key::from("some")));
+    }
+
+    #[test]
+    fn compositions_nest() {
+        let p = parts();
+        let nested = missing.or(some).and(Global.or(Broken));
+        assert_eq!(
+            nested.extract(&p),
+            Ok(Key::pair(&Key::from("some"), &Key::from("global")))
+        );
+        let _debug = format!("{:?}", Global.and(Global).or(Global));
+    }
+}
