@@ -13,15 +13,19 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use redis_guard::backend::{Clock, ManualClock, RedisConnection};
 use redis_guard::rate_limit::{Limiter, MemoryLimiter, RedisLimiter};
-use redis_guard_testkit::{RedisServer, unique_prefix};
+use redis_guard_testkit::{RedisCluster, RedisServer, unique_prefix};
 
 /// Which backend a harness runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// [`MemoryLimiter`] on a [`ManualClock`].
     Memory,
-    /// [`RedisLimiter`] on a private standalone `redis-server`.
+    /// [`RedisLimiter`] over a `ConnectionManager`, on a private standalone `redis-server`.
     Redis,
+    /// [`RedisLimiter`] over a `bb8` pool, on a private standalone `redis-server`.
+    Pool,
+    /// [`RedisLimiter`] on a private 3-master Redis Cluster.
+    Cluster,
 }
 
 /// A backend under test.
@@ -31,6 +35,7 @@ pub struct Harness {
     clock: ManualClock,
     memory: MemoryLimiter,
     server: Option<RedisServer>,
+    cluster: Option<RedisCluster>,
     prefix: String,
 }
 
@@ -48,25 +53,66 @@ impl Harness {
             memory: MemoryLimiter::with_clock(clock.clone()),
             clock,
             server: None,
+            cluster: None,
             prefix: unique_prefix("mem"),
         }
     }
 
-    /// A Redis backend on a fresh private server.
+    /// A Redis backend on a fresh private server, through a `ConnectionManager`.
     ///
     /// # Panics
     ///
     /// When `redis-server` cannot be started; the message says how to install it.
     pub async fn redis() -> Self {
+        Self::standalone(Kind::Redis)
+    }
+
+    /// A Redis backend on a fresh private server, through a `bb8` pool.
+    ///
+    /// # Panics
+    ///
+    /// As [`redis`](Self::redis).
+    pub async fn pool() -> Self {
+        Self::standalone(Kind::Pool)
+    }
+
+    fn standalone(kind: Kind) -> Self {
         let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
         let clock = ManualClock::new();
         Self {
-            kind: Kind::Redis,
+            kind,
             memory: MemoryLimiter::with_clock(clock.clone()),
             clock,
             server: Some(server),
+            cluster: None,
             prefix: unique_prefix("redis"),
         }
+    }
+
+    /// A Redis backend on a fresh private 3-master cluster.
+    ///
+    /// # Panics
+    ///
+    /// When the cluster cannot be started.
+    pub async fn cluster() -> Self {
+        let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+            .await
+            .expect("cluster start task")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let clock = ManualClock::new();
+        Self {
+            kind: Kind::Cluster,
+            memory: MemoryLimiter::with_clock(clock.clone()),
+            clock,
+            server: None,
+            cluster: Some(cluster),
+            prefix: unique_prefix("cluster"),
+        }
+    }
+
+    /// Whether the backend is Redis (of any kind).
+    pub fn is_redis(&self) -> bool {
+        self.kind != Kind::Memory
     }
 
     /// The backend kind.
@@ -74,12 +120,12 @@ impl Harness {
         self.kind
     }
 
-    /// A limiter instance. Every call returns a new instance (for Redis: a new connection) that
-    /// shares state with the others, like separate app replicas.
+    /// A limiter instance. Every call returns a new instance (for Redis: a new connection or
+    /// pool) that shares state with the others, like separate app replicas.
     pub async fn limiter(&self) -> Arc<dyn Limiter> {
         match self.kind {
             Kind::Memory => Arc::new(self.memory.clone()),
-            Kind::Redis => Arc::new(
+            _ => Arc::new(
                 RedisLimiter::new(self.connection().await)
                     .prefix(self.prefix.clone())
                     .timeout(TEST_TIMEOUT)
@@ -88,30 +134,110 @@ impl Harness {
         }
     }
 
-    /// A new Redis connection (Redis backends only).
+    /// A new Redis connection of this harness' kind.
     ///
     /// # Panics
     ///
     /// On the memory backend, or when the connection fails.
     pub async fn connection(&self) -> RedisConnection {
-        let server = self.server.as_ref().expect("a Redis backend");
-        RedisConnection::open(&server.url())
-            .await
-            .expect("connect to the test redis")
+        match self.kind {
+            Kind::Memory => panic!("the memory backend has no Redis connection"),
+            Kind::Redis => RedisConnection::open(&self.server_url())
+                .await
+                .expect("connect to the test redis"),
+            Kind::Pool => {
+                let manager =
+                    bb8_redis::RedisConnectionManager::new(self.server_url()).expect("valid url");
+                let pool = bb8::Pool::builder()
+                    .max_size(4)
+                    .build(manager)
+                    .await
+                    .expect("pool");
+                RedisConnection::from(pool)
+            }
+            Kind::Cluster => RedisConnection::cluster(&self.cluster_urls())
+                .await
+                .expect("connect to the test cluster"),
+        }
     }
 
-    /// A plain async connection for inspecting Redis (Redis backends only).
+    fn server_url(&self) -> String {
+        self.server.as_ref().expect("a standalone Redis").url()
+    }
+
+    fn cluster_urls(&self) -> Vec<String> {
+        self.cluster.as_ref().expect("a Redis Cluster").urls()
+    }
+
+    /// A plain connection for inspecting Redis, routing by key on a cluster.
     ///
     /// # Panics
     ///
-    /// As [`connection`](Self::connection).
-    pub async fn inspect(&self) -> redis::aio::MultiplexedConnection {
-        let server = self.server.as_ref().expect("a Redis backend");
-        server
-            .client()
-            .get_multiplexed_async_connection()
+    /// On the memory backend, or when the connection fails.
+    pub async fn inspect(&self) -> Inspect {
+        match self.kind {
+            Kind::Memory => panic!("the memory backend has no Redis"),
+            Kind::Redis | Kind::Pool => Inspect::Single(
+                self.server
+                    .as_ref()
+                    .expect("a standalone Redis")
+                    .client()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("connect"),
+            ),
+            Kind::Cluster => Inspect::Cluster(
+                redis::cluster::ClusterClient::new(self.cluster_urls())
+                    .expect("urls")
+                    .get_async_connection()
+                    .await
+                    .expect("connect"),
+            ),
+        }
+    }
+
+    /// Every key in Redis (all nodes of a cluster).
+    pub async fn keys(&self) -> Vec<String> {
+        match (&self.server, &self.cluster) {
+            (_, Some(cluster)) => cluster.keys(),
+            (Some(_), None) => {
+                let mut conn = self.inspect().await;
+                redis::cmd("KEYS")
+                    .arg("*")
+                    .query_async(&mut conn)
+                    .await
+                    .expect("KEYS")
+            }
+            (None, None) => Vec::new(),
+        }
+    }
+
+    /// `PTTL` of `key`, wherever it lives.
+    pub async fn pttl(&self, key: &str) -> i64 {
+        let mut conn = self.inspect().await;
+        redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut conn)
             .await
-            .expect("connect to the test redis")
+            .expect("PTTL")
+    }
+
+    /// `SCRIPT FLUSH` on the server, or on every node of the cluster.
+    pub async fn script_flush(&self) {
+        match (&self.server, &self.cluster) {
+            (_, Some(cluster)) => cluster
+                .for_each_node(&redis::cmd("SCRIPT").arg("FLUSH").clone())
+                .expect("SCRIPT FLUSH"),
+            (Some(_), None) => {
+                let mut conn = self.inspect().await;
+                let () = redis::cmd("SCRIPT")
+                    .arg("FLUSH")
+                    .query_async(&mut conn)
+                    .await
+                    .expect("SCRIPT FLUSH");
+            }
+            (None, None) => {}
+        }
     }
 
     /// The key prefix this harness's limiters use.
@@ -124,9 +250,10 @@ impl Harness {
         self.server.as_ref()
     }
 
-    /// Stops the Redis server (to test failures).
+    /// Stops Redis (to test failures).
     pub fn kill_redis(&mut self) {
         self.server = None;
+        self.cluster = None;
     }
 
     /// Lets `d` pass without waiting: the manual clock moves, and with it the memory backend's
@@ -141,7 +268,7 @@ impl Harness {
     pub async fn align(&self, period: Duration, into: Duration) {
         let now = match self.kind {
             Kind::Memory => self.clock.now(),
-            Kind::Redis => {
+            _ => {
                 let mut conn = self.inspect().await;
                 let (s, us): (u64, u64) = redis::cmd("TIME")
                     .query_async(&mut conn)
@@ -157,27 +284,74 @@ impl Harness {
     }
 }
 
-/// Runs each listed scenario against every backend, as `memory::name` and `standalone::name`.
+/// Runs each listed scenario against every backend: `memory::name`, `standalone::name`
+/// (`ConnectionManager`), `pool::name` (`bb8`) and `cluster::name` (3-master Redis Cluster).
 #[macro_export]
 macro_rules! backend_suite {
     ($($name:ident),* $(,)?) => {
-        mod memory {
+        $crate::backend_suite!(@kind memory, memory, $($name),*);
+        $crate::backend_suite!(@kind standalone, redis, $($name),*);
+        $crate::backend_suite!(@kind pool, pool, $($name),*);
+        $crate::backend_suite!(@kind cluster, cluster, $($name),*);
+    };
+    (@kind $module:ident, $ctor:ident, $($name:ident),*) => {
+        mod $module {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::Harness::memory().await).await;
-                }
-            )*
-        }
-        mod standalone {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name($crate::Harness::redis().await).await;
+                    super::$name($crate::Harness::$ctor().await).await;
                 }
             )*
         }
     };
+}
+
+/// A connection for inspecting Redis in tests: one server, or a cluster (routing by key).
+pub enum Inspect {
+    /// A standalone server.
+    Single(redis::aio::MultiplexedConnection),
+    /// A cluster.
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl std::fmt::Debug for Inspect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Single(_) => "Inspect::Single",
+            Self::Cluster(_) => "Inspect::Cluster",
+        })
+    }
+}
+
+impl redis::aio::ConnectionLike for Inspect {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Self::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+        }
+    }
 }
 
 /// A test response: status, headers and body text.

@@ -5,6 +5,17 @@ use redis::{RedisResult, Script, Value};
 
 /// A handle to Redis shared by the middlewares. Cheap to clone: clones share the connection.
 ///
+/// Three sources, one behaviour:
+///
+/// - a redis-rs [`ConnectionManager`] (the default): one multiplexed connection that pipelines
+///   concurrent requests and reconnects on its own;
+/// - a `bb8` pool of multiplexed connections (feature `bb8`), for deployments that standardize
+///   on pools;
+/// - a Redis Cluster connection (feature `cluster`).
+///
+/// Scripts run with `EVALSHA`; on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`) the script is
+/// loaded again — on a cluster, on every primary — and the call retried.
+///
 /// ```no_run
 /// use redis_guard::backend::RedisConnection;
 /// # async fn f() -> redis::RedisResult<()> {
@@ -23,6 +34,10 @@ pub struct RedisConnection {
 #[derive(Clone)]
 enum Kind {
     Manager(ConnectionManager),
+    #[cfg(feature = "bb8")]
+    Pool(bb8::Pool<bb8_redis::RedisConnectionManager>),
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
 }
 
 impl RedisConnection {
@@ -37,22 +52,77 @@ impl RedisConnection {
         Ok(ConnectionManager::new(client).await?.into())
     }
 
+    /// Connects to a Redis Cluster through any of its `nodes` (`redis://host:port/` URLs or
+    /// `host:port`).
+    ///
+    /// ```no_run
+    /// # async fn f() -> redis::RedisResult<()> {
+    /// let conn = redis_guard::backend::RedisConnection::cluster(&[
+    ///     "redis://10.0.0.1:6379/",
+    ///     "redis://10.0.0.2:6379/",
+    /// ])
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// No node URL is valid, or the cluster cannot be reached.
+    #[cfg(feature = "cluster")]
+    pub async fn cluster(nodes: &[impl AsRef<str>]) -> RedisResult<Self> {
+        let urls: Vec<String> = nodes
+            .iter()
+            .map(|n| {
+                let n = n.as_ref().trim();
+                if n.contains("://") {
+                    n.to_owned()
+                } else {
+                    format!("redis://{n}/")
+                }
+            })
+            .collect();
+        let client = redis::cluster::ClusterClient::new(urls)?;
+        Ok(client.get_async_connection().await?.into())
+    }
+
+    /// Whether keys of one call must share a hash slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        match self.kind {
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(_) => true,
+            _ => false,
+        }
+    }
+
     /// Runs `script` with `keys` and `args` through `EVALSHA`, loading it on `NOSCRIPT`.
     pub(crate) async fn invoke(
         &self,
         script: &Script,
         keys: &[String],
-        args: &[u64],
+        args: &[String],
     ) -> RedisResult<Value> {
         let mut invocation = script.prepare_invoke();
         for key in keys {
             invocation.key(key);
         }
         for arg in args {
-            invocation.arg(*arg);
+            invocation.arg(arg);
         }
         match &self.kind {
             Kind::Manager(manager) => invocation.invoke_async(&mut manager.clone()).await,
+            #[cfg(feature = "bb8")]
+            Kind::Pool(pool) => {
+                let mut conn = pool.get().await.map_err(|e| match e {
+                    bb8::RunError::User(e) => e,
+                    bb8::RunError::TimedOut => redis::RedisError::from((
+                        redis::ErrorKind::Io,
+                        "timed out waiting for a pooled connection",
+                    )),
+                })?;
+                invocation.invoke_async(&mut *conn).await
+            }
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(cluster) => invocation.invoke_async(&mut cluster.clone()).await,
         }
     }
 }
@@ -65,10 +135,41 @@ impl From<ConnectionManager> for RedisConnection {
     }
 }
 
+/// A `bb8` pool of multiplexed connections (feature `bb8`).
+///
+/// ```no_run
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// let manager = bb8_redis::RedisConnectionManager::new("redis://127.0.0.1/")?;
+/// let pool = bb8::Pool::builder().max_size(8).build(manager).await?;
+/// let conn = redis_guard::backend::RedisConnection::from(pool);
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "bb8")]
+impl From<bb8::Pool<bb8_redis::RedisConnectionManager>> for RedisConnection {
+    fn from(pool: bb8::Pool<bb8_redis::RedisConnectionManager>) -> Self {
+        Self {
+            kind: Kind::Pool(pool),
+        }
+    }
+}
+
+#[cfg(feature = "cluster")]
+impl From<redis::cluster_async::ClusterConnection> for RedisConnection {
+    fn from(conn: redis::cluster_async::ClusterConnection) -> Self {
+        Self {
+            kind: Kind::Cluster(conn),
+        }
+    }
+}
+
 impl fmt::Debug for RedisConnection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match self.kind {
             Kind::Manager(_) => "ConnectionManager",
+            #[cfg(feature = "bb8")]
+            Kind::Pool(_) => "bb8::Pool",
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(_) => "ClusterConnection",
         };
         f.debug_struct("RedisConnection")
             .field("kind", &kind)

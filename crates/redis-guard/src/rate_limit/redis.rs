@@ -1,6 +1,6 @@
 //! The Redis limiter: one `EVALSHA` per request decides and records every rule at once.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::Value;
@@ -109,29 +109,152 @@ impl RedisLimiter {
 impl Limiter for RedisLimiter {
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
         let keys: Vec<String> = checks.iter().map(|c| self.key_name(c)).collect();
-        let mut args = Vec::with_capacity(1 + checks.len() * 6);
-        args.push(self.shift_us());
-        for check in &checks {
-            let p = check.rule.params(check.cost);
-            args.extend([
-                u64::from(p.algorithm.lua_id()),
-                p.limit,
-                p.period_us,
-                p.burst,
-                p.emission_us,
-                p.cost,
-            ]);
-        }
+        let rule_args: Vec<[String; 6]> = checks
+            .iter()
+            .map(|check| {
+                let p = check.rule.params(check.cost);
+                [
+                    u64::from(p.algorithm.lua_id()),
+                    p.limit,
+                    p.period_us,
+                    p.burst,
+                    p.emission_us,
+                    p.cost,
+                ]
+                .map(|v| v.to_string())
+            })
+            .collect();
+        let call = Call {
+            shift: self.shift_us().to_string(),
+            request: request_id(),
+            keys,
+            rule_args,
+        };
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
-            let call = inner.conn.invoke(&script::EVALUATE, &keys, &args);
-            let reply = tokio::time::timeout(inner.timeout, call)
+            tokio::time::timeout(inner.timeout, call.run(&inner.conn))
                 .await
                 .map_err(|_| LimiterError::Timeout(inner.timeout))?
-                .map_err(LimiterError::Redis)?;
-            parse_reply(&reply, keys.len())
         })
     }
+}
+
+/// One evaluation: the keys and arguments of every rule.
+struct Call {
+    shift: String,
+    request: String,
+    keys: Vec<String>,
+    rule_args: Vec<[String; 6]>,
+}
+
+impl Call {
+    /// Keys and ARGV for the rules at `indices`.
+    fn args(&self, indices: &[usize], dry: bool) -> (Vec<String>, Vec<String>) {
+        let keys = indices.iter().map(|&i| self.keys[i].clone()).collect();
+        let mut args = vec![
+            self.shift.clone(),
+            self.request.clone(),
+            if dry { "1" } else { "0" }.to_owned(),
+        ];
+        for &i in indices {
+            args.extend(self.rule_args[i].iter().cloned());
+        }
+        (keys, args)
+    }
+
+    /// One script call when every key shares a slot (always on a single Redis): atomic. On a
+    /// Cluster, one call per hash tag, in order; when one denies, the tags that already admitted
+    /// the request are refunded and the rest are evaluated dry (for their headers).
+    async fn run(self, conn: &RedisConnection) -> Result<Vec<RuleState>, LimiterError> {
+        let groups = if conn.is_cluster() {
+            group_by_hash_tag(&self.keys)
+        } else {
+            vec![(0..self.keys.len()).collect()]
+        };
+        let mut states: Vec<Option<RuleState>> = vec![None; self.keys.len()];
+        let mut committed: Vec<&[usize]> = Vec::new();
+        let mut denied = false;
+        for group in &groups {
+            let (keys, args) = self.args(group, denied);
+            let outcome = conn
+                .invoke(&script::EVALUATE, &keys, &args)
+                .await
+                .map_err(LimiterError::Redis)
+                .and_then(|reply| parse_reply(&reply, group.len()));
+            let group_states = match outcome {
+                Ok(s) => s,
+                Err(e) => {
+                    self.refund(conn, &committed).await;
+                    return Err(e);
+                }
+            };
+            let all_allowed = group_states.iter().all(|s| s.allowed);
+            for (&i, state) in group.iter().zip(group_states) {
+                states[i] = Some(state);
+            }
+            if denied {
+                continue;
+            }
+            if all_allowed {
+                committed.push(group);
+            } else {
+                denied = true;
+                self.refund(conn, &committed).await;
+                committed.clear();
+            }
+        }
+        states
+            .into_iter()
+            .map(|s| s.ok_or_else(|| LimiterError::BadReply("a rule got no state".into())))
+            .collect()
+    }
+
+    /// Gives back what the request took under `groups`. Best effort: a refund that fails leaves
+    /// the quota consumed, which errs on the side of limiting.
+    async fn refund(&self, conn: &RedisConnection, groups: &[&[usize]]) {
+        for group in groups {
+            let (keys, args) = self.args(group, false);
+            if let Err(e) = conn.invoke(&script::REFUND, &keys, &args).await {
+                tracing::warn!(error = %e, "rate-limit refund failed; the quota stays consumed");
+            }
+        }
+    }
+}
+
+/// The hash tag of `key` as Redis Cluster computes it: the text between the first `{` and the
+/// next `}`, if not empty; otherwise the whole key.
+fn hash_tag(key: &str) -> &str {
+    if let Some(open) = key.find('{')
+        && let Some(len) = key[open + 1..].find('}')
+        && len > 0
+    {
+        return &key[open + 1..open + 1 + len];
+    }
+    key
+}
+
+/// Indices of `keys` grouped by hash tag, groups in order of first appearance.
+fn group_by_hash_tag(keys: &[String]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let tag = hash_tag(key);
+        match groups.iter_mut().find(|(t, _)| *t == tag) {
+            Some((_, g)) => g.push(i),
+            None => groups.push((tag, vec![i])),
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
+}
+
+/// A process-unique, unpredictable-enough id for one evaluation: names sliding-log members.
+fn request_id() -> String {
+    use std::hash::BuildHasher;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEED: LazyLock<std::collections::hash_map::RandomState> =
+        LazyLock::new(std::collections::hash_map::RandomState::new);
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    format!("{:016x}{n:x}", SEED.hash_one(n))
 }
 
 /// Parses `{ {allowed, limit, remaining, retry_after_ms, reset_after_ms}, ... }`.
@@ -176,6 +299,23 @@ pub(crate) fn parse_reply(reply: &Value, expected: usize) -> Result<Vec<RuleStat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hash_tags_follow_the_cluster_rules() {
+        assert_eq!(hash_tag("rg:rl:api:{abc}"), "abc");
+        assert_eq!(hash_tag("{a}{b}"), "a");
+        assert_eq!(hash_tag("x{}y{z}"), "x{}y{z}");
+        assert_eq!(hash_tag("no-tag"), "no-tag");
+        assert_eq!(hash_tag("{open"), "{open");
+        let keys = ["p:{a}", "q:{b}", "r:{a}"].map(String::from);
+        assert_eq!(group_by_hash_tag(&keys), vec![vec![0, 2], vec![1]]);
+    }
+
+    #[test]
+    fn request_ids_are_unique() {
+        let ids: std::collections::HashSet<String> = (0..1000).map(|_| request_id()).collect();
+        assert_eq!(ids.len(), 1000);
+    }
 
     #[test]
     fn rejects_replies_that_do_not_fit() {

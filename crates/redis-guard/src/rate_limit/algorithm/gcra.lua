@@ -24,3 +24,16 @@ local function gcra(key, now, p)
   end
   return true, idiv(now - allow_at, e), 0, reset, commit
 end
+
+-- Gives back `cost` emission intervals (Cluster: another slot denied the request). Other requests
+-- may have moved the TAT since; subtracting our share is right whatever they did.
+local function gcra_refund(key, now, p)
+  local tat = tonumber(redis.call('GET', key))
+  if tat == nil then return end
+  local new_tat = tat - p.cost * p.emission
+  if new_tat <= now then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, string.format('%.0f', new_tat), 'PX', cdiv(new_tat - now, 1000))
+  end
+end

@@ -1,5 +1,6 @@
-//! The Lua script every Redis evaluation runs: the prelude, the algorithms, the dispatcher.
+//! The Lua scripts every Redis evaluation runs: the prelude, the algorithms, a dispatcher.
 
+use std::fmt::Write as _;
 use std::sync::LazyLock;
 
 /// The built-in algorithms, in id order (id = position + 1), with their Lua function names.
@@ -11,23 +12,37 @@ const BUILTIN: [(&str, &str); 5] = [
     ("token_bucket", include_str!("token_bucket.lua")),
 ];
 
-/// The script's source.
-pub(crate) fn source() -> String {
+/// Prelude and algorithm functions, then `local <table> = { f1, f2, … }` with each algorithm's
+/// function named `<name><suffix>`, then `driver`.
+fn compose(table: &str, suffix: &str, driver: &str) -> String {
     let mut src = String::from(include_str!("prelude.lua"));
     for (_, body) in BUILTIN {
         src.push('\n');
         src.push_str(body);
     }
-    let names: Vec<&str> = BUILTIN.iter().map(|(name, _)| *name).collect();
-    src.push_str(&format!(
-        "\nlocal algorithms = {{ {} }}\nlocal names = {{ '{}' }}\n",
-        names.join(", "),
-        names.join("', '")
-    ));
-    src.push_str(include_str!("evaluate.lua"));
+    let functions: Vec<String> = BUILTIN
+        .iter()
+        .map(|(name, _)| format!("{name}{suffix}"))
+        .collect();
+    let names: Vec<String> = BUILTIN
+        .iter()
+        .map(|(name, _)| format!("'{name}'"))
+        .collect();
+    let _ = write!(
+        src,
+        "\nlocal {table} = {{ {} }}\nlocal names = {{ {} }}\n",
+        functions.join(", "),
+        names.join(", ")
+    );
+    src.push_str(driver);
     src
 }
 
-/// Built once; `redis::Script` keeps its SHA-1 for `EVALSHA`.
+/// Decides and records (see `evaluate.lua`).
 pub(crate) static EVALUATE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(&source()));
+    LazyLock::new(|| redis::Script::new(&compose("algorithms", "", include_str!("evaluate.lua"))));
+
+/// Gives back what an evaluation took (see `refund.lua`).
+pub(crate) static REFUND: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(&compose("refunds", "_refund", include_str!("refund.lua")))
+});

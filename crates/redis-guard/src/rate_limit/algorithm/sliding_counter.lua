@@ -41,3 +41,12 @@ local function sliding_counter(key, now, p)
   end
   return true, L - estimate - C, 0, (P - elapsed) + P, commit
 end
+
+-- Uncounts `cost` from the window it was counted in, if that window still counts (Cluster:
+-- another slot denied the request).
+local function sliding_counter_refund(key, now, p)
+  local sw, sprev, scur = string.match(redis.call('GET', key) or '', '^(%d+):(%d+):(%d+)$')
+  sw, sprev, scur = tonumber(sw), tonumber(sprev), tonumber(scur)
+  if sw == nil or sw < idiv(now, p.period) - 1 then return end
+  redis.call('SET', key, string.format('%.0f:%d:%d', sw, sprev, math.max(0, scur - p.cost)), 'KEEPTTL')
+end

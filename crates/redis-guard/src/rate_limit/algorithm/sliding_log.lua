@@ -1,7 +1,7 @@
 -- Sliding-window log for one rule: exact; at most `limit` cost units in any span of `period`.
 --
 -- State: one sorted set; a member per admitted cost unit, scored by its time (µs). Members are
--- "<time>:<n>" with n the set's size when added, so two requests in one microsecond stay distinct.
+-- "<request id>:<n>" (n = 1..cost): unique, and removable by a refund.
 -- Memory per key is O(limit). Each call trims entries older than the window (bounded: the set
 -- never holds more than `limit` members) and reads one member by rank.
 -- sliding_log(key, now, p) returns allowed, remaining, retry_after_us, reset_after_us, commit.
@@ -28,7 +28,7 @@ local function sliding_log(key, now, p)
       local args = {}
       for j = i, math.min(i + 499, p.cost) do
         args[#args + 1] = string.format('%.0f', now)
-        args[#args + 1] = string.format('%.0f:%d', now, count + j)
+        args[#args + 1] = p.req .. ':' .. j
       end
       redis.call('ZADD', key, unpack(args))
       i = i + 500
@@ -36,4 +36,15 @@ local function sliding_log(key, now, p)
     redis.call('PEXPIRE', key, cdiv(p.period, 1000))
   end
   return true, p.limit - count - p.cost, 0, p.period, commit
+end
+
+-- Gives back what request `p.req` took (Cluster: another slot denied the request).
+local function sliding_log_refund(key, now, p)
+  local i = 1
+  while i <= p.cost do
+    local members = {}
+    for j = i, math.min(i + 499, p.cost) do members[#members + 1] = p.req .. ':' .. j end
+    redis.call('ZREM', key, unpack(members))
+    i = i + 500
+  end
 end

@@ -25,3 +25,17 @@ local function token_bucket(key, now, p)
   end
   return true, idiv(left, E), 0, cap - left, commit
 end
+
+-- Puts `cost` tokens back, up to the capacity (Cluster: another slot denied the request).
+local function token_bucket_refund(key, now, p)
+  local E, cap = p.emission, p.burst * p.emission
+  local credit, ts = string.match(redis.call('GET', key) or '', '^(%d+):(%d+)$')
+  credit, ts = tonumber(credit), tonumber(ts)
+  if credit == nil or ts > now then return end
+  credit = math.min(cap, credit + (now - ts) + p.cost * E)
+  if credit >= cap then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, string.format('%.0f:%.0f', credit, now), 'PX', cdiv(cap - credit, 1000))
+  end
+end
