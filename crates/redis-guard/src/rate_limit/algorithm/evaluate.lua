@@ -16,35 +16,22 @@
 -- Reply    n arrays, one per rule, in KEYS order:
 --            { allowed (1/0), limit, remaining, retry_after_ms, reset_after_ms }
 --          Milliseconds are rounded up. When any rule denies, nothing is recorded for any rule.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
-
-local n = #KEYS
-if #ARGV ~= 3 + n * 6 then
-  return redis.error_reply('redis-guard: expected 3 + 6 arguments per key, got ' .. #ARGV .. ' for ' .. n .. ' keys')
-end
-local req, dry = ARGV[2], ARGV[3] == '1'
+local now = clock()
+local bad_arity = check_arity()
+if bad_arity then return bad_arity end
+local n, dry = #KEYS, ARGV[3] == '1'
 
 local replies, commits, all_allowed = {}, {}, true
 for i = 1, n do
-  local o = 3 + (i - 1) * 6
-  local id = tonumber(ARGV[o + 1])
-  local algorithm = algorithms[id]
+  local p = params(i)
+  local algorithm = algorithms[p.id]
   if algorithm == nil then
-    return redis.error_reply('redis-guard: unknown algorithm id ' .. tostring(ARGV[o + 1]))
+    return redis.error_reply('redis-guard: unknown algorithm id ' .. tostring(p.id))
   end
-  local p = {
-    limit = tonumber(ARGV[o + 2]),
-    period = tonumber(ARGV[o + 3]),
-    burst = tonumber(ARGV[o + 4]),
-    emission = tonumber(ARGV[o + 5]),
-    cost = tonumber(ARGV[o + 6]),
-    req = req,
-  }
   local allowed, remaining, retry_us, reset_us, commit = algorithm(KEYS[i], now, p)
   local bad = check_reply(allowed, remaining, retry_us, reset_us, commit)
   if bad then
-    return redis.error_reply('redis-guard: algorithm ' .. (names[id] or tostring(id)) .. ' ' .. bad)
+    return redis.error_reply('redis-guard: algorithm ' .. (names[p.id] or tostring(p.id)) .. ' ' .. bad)
   end
   if allowed then
     commits[#commits + 1] = commit

@@ -36,3 +36,32 @@ local function check_reply(allowed, remaining, retry_us, reset_us, commit)
   end
   return nil
 end
+
+-- Redis TIME in microseconds, plus the caller's shift (ARGV[1]; 0 in production).
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
+end
+
+-- Checks the argument count: 3 header values, then 6 per key. Returns an error reply or nil.
+local function check_arity()
+  if #ARGV ~= 3 + #KEYS * 6 then
+    return redis.error_reply('redis-guard: expected 3 + 6 arguments per key, got '
+      .. #ARGV .. ' for ' .. #KEYS .. ' keys')
+  end
+  return nil
+end
+
+-- The parameters of rule i (1-based), as the algorithms take them.
+local function params(i)
+  local o = 3 + (i - 1) * 6
+  return {
+    id = tonumber(ARGV[o + 1]),
+    limit = tonumber(ARGV[o + 2]),
+    period = tonumber(ARGV[o + 3]),
+    burst = tonumber(ARGV[o + 4]),
+    emission = tonumber(ARGV[o + 5]),
+    cost = tonumber(ARGV[o + 6]),
+    req = ARGV[2],
+  }
+end

@@ -7,24 +7,12 @@
 --
 -- KEYS and ARGV  exactly as the evaluation call they undo (ARGV[3], the dry-run flag, is ignored).
 -- Reply          the number of keys refunded.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
-local n = #KEYS
-if #ARGV ~= 3 + n * 6 then
-  return redis.error_reply('redis-guard: expected 3 + 6 arguments per key, got ' .. #ARGV .. ' for ' .. n .. ' keys')
+local now = clock()
+local bad_arity = check_arity()
+if bad_arity then return bad_arity end
+for i = 1, #KEYS do
+  local p = params(i)
+  local refund = refunds[p.id]
+  if refund then refund(KEYS[i], now, p) end
 end
-for i = 1, n do
-  local o = 3 + (i - 1) * 6
-  local refund = refunds[tonumber(ARGV[o + 1])]
-  if refund then
-    refund(KEYS[i], now, {
-      limit = tonumber(ARGV[o + 2]),
-      period = tonumber(ARGV[o + 3]),
-      burst = tonumber(ARGV[o + 4]),
-      emission = tonumber(ARGV[o + 5]),
-      cost = tonumber(ARGV[o + 6]),
-      req = ARGV[2],
-    })
-  end
-end
-return n
+return #KEYS
