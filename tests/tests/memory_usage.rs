@@ -21,8 +21,8 @@ async fn memory_usage_per_key() {
     ] {
         let mut bytes = Vec::new();
         for limit in [10u32, 100, 1000] {
-            let rule =
-                Rule::new(format!("{name}-{limit}"), Quota::per_hour(limit)).algorithm(algorithm);
+            let rule = Rule::new(format!("{name}-{limit}"), Quota::per_hour(limit))
+                .algorithm(algorithm.clone());
             // Fill the quota: the log's worst case.
             let d = limiter
                 .check_all(vec![

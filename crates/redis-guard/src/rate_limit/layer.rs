@@ -316,7 +316,10 @@ impl RateLimitLayerBuilder {
         algorithm: Algorithm,
     ) -> Self {
         let extractor: Arc<dyn KeyExtractor> = Arc::new(extractor);
-        for quota in quotas {
+        for (quota, algorithm) in quotas
+            .iter()
+            .zip(std::iter::repeat_n(algorithm, quotas.len()))
+        {
             let rule = Rule::new(format!("{name}-{}", period_label(quota.period())), *quota)
                 .algorithm(algorithm);
             self.rules.push(LayerRule {

@@ -70,6 +70,13 @@ pub enum LimiterError {
     /// Nothing to evaluate.
     #[error("no rules to evaluate")]
     Empty,
+    /// The rate-limit script reported a problem: a custom algorithm that does not compile or
+    /// breaks its reply contract, or arguments it does not accept.
+    #[error("rate-limit script error: {0}")]
+    Script(String),
+    /// The limiter cannot run this rule (a custom Lua algorithm on the memory backend).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// Decides whether requests are admitted: implemented by [`RedisLimiter`] and [`MemoryLimiter`].

@@ -109,7 +109,7 @@ impl MemoryLimiter {
         u64::try_from(self.inner.clock.now().as_micros()).unwrap_or(u64::MAX)
     }
 
-    fn evaluate_now(&self, checks: &[Check]) -> Vec<RuleState> {
+    fn evaluate_now(&self, checks: &[Check]) -> Result<Vec<RuleState>, LimiterError> {
         let now = self.now_us();
         let mut table = self.inner.lock();
         let mut states = Vec::with_capacity(checks.len());
@@ -122,7 +122,12 @@ impl MemoryLimiter {
                 .get_mut(&id)
                 .filter(|e| e.expires_at > now)
                 .map(|e| &mut e.state);
-            let step = algorithm::step(current, now, &params);
+            let Some(step) = algorithm::step(current, now, &params) else {
+                return Err(LimiterError::Unsupported(format!(
+                    "rule `{}` uses a custom Lua algorithm, which needs Redis; the memory backend cannot run it",
+                    check.rule.name()
+                )));
+            };
             if let Some(commit) = step.commit {
                 commits.push((id, commit));
             }
@@ -140,7 +145,7 @@ impl MemoryLimiter {
             }
         }
         table.maintain(now, self.inner.max_keys.load(Ordering::Relaxed));
-        states
+        Ok(states)
     }
 }
 
@@ -209,8 +214,7 @@ impl Table {
 
 impl Limiter for MemoryLimiter {
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
-        let states = self.evaluate_now(&checks);
-        Box::pin(std::future::ready(Ok(states)))
+        Box::pin(std::future::ready(self.evaluate_now(&checks)))
     }
 }
 

@@ -37,7 +37,7 @@ mod response;
 mod rule;
 mod service;
 
-pub use algorithm::{Algorithm, RuleState};
+pub use algorithm::{Algorithm, CustomAlgorithm, RuleState};
 pub use decision::{Decision, RuleDecision};
 pub use future::ResponseFuture;
 pub use key::{

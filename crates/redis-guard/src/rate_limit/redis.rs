@@ -1,11 +1,13 @@
 //! The Redis limiter: one `EVALSHA` per request decides and records every rule at once.
 
-use std::sync::{Arc, LazyLock};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use redis::Value;
 
-use super::algorithm::{RuleState, script};
+use super::algorithm::script::{BUILTIN_SCRIPTS, CUSTOM_BASE, Scripts};
+use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
 use crate::backend::{Clock, ManualClock, RedisConnection};
 
@@ -47,6 +49,8 @@ struct Inner {
     prefix: String,
     timeout: Duration,
     shift: Option<ManualClock>,
+    /// Scripts with custom algorithms, by the customs they contain (in id order).
+    custom_scripts: Arc<Mutex<HashMap<Vec<CustomAlgorithm>, Arc<Scripts>>>>,
 }
 
 impl RedisLimiter {
@@ -59,6 +63,7 @@ impl RedisLimiter {
                 prefix: DEFAULT_PREFIX.to_owned(),
                 timeout: DEFAULT_TIMEOUT,
                 shift: None,
+                custom_scripts: Arc::default(),
             }),
         }
     }
@@ -88,6 +93,20 @@ impl RedisLimiter {
         self
     }
 
+    /// The scripts containing `customs`, built once per set.
+    fn scripts_for(&self, customs: Vec<CustomAlgorithm>) -> Arc<Scripts> {
+        let mut cache = self
+            .inner
+            .custom_scripts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(
+            cache
+                .entry(customs)
+                .or_insert_with_key(|customs| Arc::new(Scripts::with_customs(customs))),
+        )
+    }
+
     fn shift_us(&self) -> u64 {
         self.inner.shift.as_ref().map_or(0, |c| {
             u64::try_from(c.now().as_micros()).unwrap_or(u64::MAX)
@@ -109,12 +128,23 @@ impl RedisLimiter {
 impl Limiter for RedisLimiter {
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
         let keys: Vec<String> = checks.iter().map(|c| self.key_name(c)).collect();
+        let mut customs: Vec<CustomAlgorithm> = Vec::new();
         let rule_args: Vec<[String; 6]> = checks
             .iter()
             .map(|check| {
                 let p = check.rule.params(check.cost);
+                let id = match &p.algorithm {
+                    Algorithm::Custom(custom) => {
+                        let index = customs.iter().position(|c| c == custom).unwrap_or_else(|| {
+                            customs.push(custom.clone());
+                            customs.len() - 1
+                        });
+                        CUSTOM_BASE + 1 + index
+                    }
+                    builtin => usize::from(builtin.builtin_id().unwrap_or(0)),
+                };
                 [
-                    u64::from(p.algorithm.lua_id()),
+                    id as u64,
                     p.limit,
                     p.period_us,
                     p.burst,
@@ -124,7 +154,13 @@ impl Limiter for RedisLimiter {
                 .map(|v| v.to_string())
             })
             .collect();
+        let scripts = if customs.is_empty() {
+            None
+        } else {
+            Some(self.scripts_for(customs))
+        };
         let call = Call {
+            scripts,
             shift: self.shift_us().to_string(),
             request: request_id(),
             keys,
@@ -141,6 +177,8 @@ impl Limiter for RedisLimiter {
 
 /// One evaluation: the keys and arguments of every rule.
 struct Call {
+    /// `None`: the built-in scripts.
+    scripts: Option<Arc<Scripts>>,
     shift: String,
     request: String,
     keys: Vec<String>,
@@ -148,6 +186,10 @@ struct Call {
 }
 
 impl Call {
+    fn scripts(&self) -> &Scripts {
+        self.scripts.as_deref().unwrap_or(&BUILTIN_SCRIPTS)
+    }
+
     /// Keys and ARGV for the rules at `indices`.
     fn args(&self, indices: &[usize], dry: bool) -> (Vec<String>, Vec<String>) {
         let keys = indices.iter().map(|&i| self.keys[i].clone()).collect();
@@ -177,9 +219,9 @@ impl Call {
         for group in &groups {
             let (keys, args) = self.args(group, denied);
             let outcome = conn
-                .invoke(&script::EVALUATE, &keys, &args)
+                .invoke(&self.scripts().evaluate, &keys, &args)
                 .await
-                .map_err(LimiterError::Redis)
+                .map_err(script_error)
                 .and_then(|reply| parse_reply(&reply, group.len()));
             let group_states = match outcome {
                 Ok(s) => s,
@@ -214,10 +256,29 @@ impl Call {
     async fn refund(&self, conn: &RedisConnection, groups: &[&[usize]]) {
         for group in groups {
             let (keys, args) = self.args(group, false);
-            if let Err(e) = conn.invoke(&script::REFUND, &keys, &args).await {
+            if let Err(e) = conn.invoke(&self.scripts().refund, &keys, &args).await {
                 tracing::warn!(error = %e, "rate-limit refund failed; the quota stays consumed");
             }
         }
+    }
+}
+
+/// Errors the script itself reports (ours, or a custom algorithm's Lua) are [`LimiterError::Script`];
+/// the rest (connection, I/O) stay [`LimiterError::Redis`].
+fn script_error(e: redis::RedisError) -> LimiterError {
+    let text = e.to_string();
+    let from_script = [
+        "redis-guard:",
+        "user_script",
+        "Error compiling script",
+        "Error running script",
+    ]
+    .iter()
+    .any(|marker| text.contains(marker));
+    if from_script {
+        LimiterError::Script(text)
+    } else {
+        LimiterError::Redis(e)
     }
 }
 

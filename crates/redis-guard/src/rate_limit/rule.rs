@@ -69,8 +69,8 @@ impl Rule {
 
     /// The rule's algorithm.
     #[must_use]
-    pub fn get_algorithm(&self) -> Algorithm {
-        self.algorithm
+    pub fn get_algorithm(&self) -> &Algorithm {
+        &self.algorithm
     }
 
     /// The cost of one request.
@@ -101,6 +101,14 @@ impl Rule {
         if self.cost == 0 {
             return Err(RuleError::ZeroCost(self.name.to_string()));
         }
+        if let Algorithm::Custom(custom) = &self.algorithm
+            && let Some(why) = custom.problem()
+        {
+            return Err(RuleError::Custom {
+                rule: self.name.to_string(),
+                why,
+            });
+        }
         let capacity = self.algorithm.capacity(&self.quota);
         if self.cost > capacity {
             return Err(RuleError::CostOverBurst {
@@ -122,7 +130,7 @@ impl Rule {
 
     pub(crate) fn params(&self, cost: u32) -> Params {
         Params {
-            algorithm: self.algorithm,
+            algorithm: self.algorithm.clone(),
             limit: u64::from(self.quota.limit()),
             period_us: self.quota.period_us(),
             burst: u64::from(self.quota.burst_size()),
@@ -170,6 +178,14 @@ pub enum RuleError {
         rule: String,
         /// Why.
         why: &'static str,
+    },
+    /// A custom algorithm cannot be used.
+    #[error("rule `{rule}`: {why}")]
+    Custom {
+        /// The rule.
+        rule: String,
+        /// Why.
+        why: String,
     },
     /// Two rules of one layer share a name (their counters would collide).
     #[error("two rules are named `{0}`; rule names must be unique within a layer")]

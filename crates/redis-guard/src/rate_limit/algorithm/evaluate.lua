@@ -25,7 +25,11 @@ local replies, commits, all_allowed = {}, {}, true
 for i = 1, n do
   local p = params(i)
   local algorithm = algorithms[p.id]
-  if algorithm == nil then
+  if type(algorithm) ~= 'function' then
+    if names[p.id] then
+      return redis.error_reply('redis-guard: custom algorithm ' .. names[p.id]
+        .. ' is not a function: its source must `return function(key, now, p) ... end`')
+    end
     return redis.error_reply('redis-guard: unknown algorithm id ' .. tostring(p.id))
   end
   local allowed, remaining, retry_us, reset_us, commit = algorithm(KEYS[i], now, p)

@@ -5,6 +5,7 @@
 //! Rust for the [`MemoryLimiter`](crate::rate_limit::MemoryLimiter). Time is counted in whole
 //! microseconds on both sides.
 
+mod custom;
 mod fixed_window;
 mod gcra;
 pub(crate) mod script;
@@ -14,6 +15,8 @@ mod token_bucket;
 
 use std::collections::VecDeque;
 use std::time::Duration;
+
+pub use custom::CustomAlgorithm;
 
 /// How a rule counts requests.
 ///
@@ -34,7 +37,7 @@ use std::time::Duration;
 /// Sizes are `MEMORY USAGE … SAMPLES 0` on Redis 7.0 for a full quota, key name (~60 bytes)
 /// included, as printed by
 /// `cargo test -p redis-guard-tests --test memory_usage -- --nocapture`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Algorithm {
     /// Generic cell rate algorithm: each request pushes a "theoretical arrival time" forward by
@@ -60,22 +63,26 @@ pub enum Algorithm {
     /// Token bucket: `burst` tokens, refilled at `limit` per `period`; a request takes `cost`
     /// tokens or, when fewer are left, is rejected and takes none. The count never goes negative.
     TokenBucket,
+    /// An algorithm of your own in Lua (Redis only); see [`CustomAlgorithm`].
+    Custom(CustomAlgorithm),
 }
 
 impl Algorithm {
-    /// The id the Lua dispatcher knows the algorithm by.
-    pub(crate) const fn lua_id(self) -> u8 {
+    /// The id the Lua dispatcher knows a built-in algorithm by (custom ones get theirs per
+    /// script).
+    pub(crate) const fn builtin_id(&self) -> Option<u8> {
         match self {
-            Self::Gcra => 1,
-            Self::FixedWindow => 2,
-            Self::SlidingLog => 3,
-            Self::SlidingCounter => 4,
-            Self::TokenBucket => 5,
+            Self::Gcra => Some(1),
+            Self::FixedWindow => Some(2),
+            Self::SlidingLog => Some(3),
+            Self::SlidingCounter => Some(4),
+            Self::TokenBucket => Some(5),
+            Self::Custom(_) => None,
         }
     }
 
     /// Whether the algorithm counts in windows of `limit` and ignores the burst.
-    pub(crate) const fn is_window(self) -> bool {
+    pub(crate) const fn is_window(&self) -> bool {
         matches!(
             self,
             Self::FixedWindow | Self::SlidingLog | Self::SlidingCounter
@@ -83,9 +90,15 @@ impl Algorithm {
     }
 
     /// The most a single request may cost under `quota`.
-    pub(crate) const fn capacity(self, quota: &super::Quota) -> u32 {
+    pub(crate) const fn capacity(&self, quota: &super::Quota) -> u32 {
         if self.is_window() {
             quota.limit()
+        } else if let Self::Custom(_) = self {
+            if quota.limit() > quota.burst_size() {
+                quota.limit()
+            } else {
+                quota.burst_size()
+            }
         } else {
             quota.burst_size()
         }
@@ -166,15 +179,16 @@ pub(crate) fn idiv(a: i128, b: i128) -> i128 {
 
 /// Runs one algorithm step in Rust, the twin of the Lua function of the same name. A state of
 /// another algorithm (the rule changed its algorithm) counts as no state, as in Redis where a
-/// value that does not parse is ignored.
+/// value that does not parse is ignored. `None` for custom algorithms, which exist only in Lua.
 /// Sliding-log trimming happens in place (Redis trims even when it denies, too); everything else
 /// only reads `state`.
 #[allow(
     clippy::needless_pass_by_value,
     reason = "an Option<&mut State> is a handle; clippy mistakes it for a value"
 )]
-pub(crate) fn step(state: Option<&mut State>, now: u64, p: &Params) -> Step {
-    match p.algorithm {
+pub(crate) fn step(state: Option<&mut State>, now: u64, p: &Params) -> Option<Step> {
+    Some(match p.algorithm {
+        Algorithm::Custom(_) => return None,
         Algorithm::Gcra => gcra::step(state.as_deref(), now, p),
         Algorithm::FixedWindow => fixed_window::step(state.as_deref(), now, p),
         Algorithm::SlidingLog => match state {
@@ -183,11 +197,11 @@ pub(crate) fn step(state: Option<&mut State>, now: u64, p: &Params) -> Step {
         },
         Algorithm::SlidingCounter => sliding_counter::step(state.as_deref(), now, p),
         Algorithm::TokenBucket => token_bucket::step(state.as_deref(), now, p),
-    }
+    })
 }
 
 /// Parameters of one rule, as both backends use them. All times in microseconds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Params {
     pub(crate) algorithm: Algorithm,
     pub(crate) limit: u64,

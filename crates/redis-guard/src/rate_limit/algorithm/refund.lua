@@ -13,6 +13,6 @@ if bad_arity then return bad_arity end
 for i = 1, #KEYS do
   local p = params(i)
   local refund = refunds[p.id]
-  if refund then refund(KEYS[i], now, p) end
+  if type(refund) == 'function' then refund(KEYS[i], now, p) end
 end
 return #KEYS

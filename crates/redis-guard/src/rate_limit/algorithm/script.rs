@@ -3,6 +3,8 @@
 use std::fmt::Write as _;
 use std::sync::LazyLock;
 
+use super::CustomAlgorithm;
+
 /// The built-in algorithms, in id order (id = position + 1), with their Lua function names.
 const BUILTIN: [(&str, &str); 5] = [
     ("gcra", include_str!("gcra.lua")),
@@ -13,8 +15,10 @@ const BUILTIN: [(&str, &str); 5] = [
 ];
 
 /// Prelude and algorithm functions, then `local <table> = { f1, f2, … }` with each algorithm's
-/// function named `<name><suffix>`, then `driver`.
-fn compose(table: &str, suffix: &str, driver: &str) -> String {
+/// function named `<name><suffix>`, then the custom algorithms (ids from
+/// [`CUSTOM_BASE`] + 1 on, in order; `customs` gives each one's name and source for this table),
+/// then `driver`.
+fn compose(table: &str, suffix: &str, customs: &[(&str, Option<&str>)], driver: &str) -> String {
     let mut src = String::from(include_str!("prelude.lua"));
     for (_, body) in BUILTIN {
         src.push('\n');
@@ -34,15 +38,54 @@ fn compose(table: &str, suffix: &str, driver: &str) -> String {
         functions.join(", "),
         names.join(", ")
     );
+    for (i, (name, source)) in customs.iter().enumerate() {
+        let id = CUSTOM_BASE + 1 + i;
+        let _ = writeln!(src, "names[{id}] = '{name}'");
+        if let Some(source) = source {
+            let _ = write!(src, "{table}[{id}] = (function()\n{source}\nend)()\n");
+        }
+    }
     src.push_str(driver);
     src
 }
 
-/// Decides and records (see `evaluate.lua`).
-pub(crate) static EVALUATE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(&compose("algorithms", "", include_str!("evaluate.lua"))));
+/// Custom algorithms get ids above this.
+pub(crate) const CUSTOM_BASE: usize = 100;
 
-/// Gives back what an evaluation took (see `refund.lua`).
-pub(crate) static REFUND: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(&compose("refunds", "_refund", include_str!("refund.lua")))
-});
+/// The evaluation and refund scripts.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    pub(crate) evaluate: redis::Script,
+    pub(crate) refund: redis::Script,
+}
+
+impl Scripts {
+    /// The scripts with `customs` as algorithms `CUSTOM_BASE + 1 ..`.
+    pub(crate) fn with_customs(customs: &[CustomAlgorithm]) -> Self {
+        let evaluate: Vec<_> = customs
+            .iter()
+            .map(|c| (c.name(), Some(c.source())))
+            .collect();
+        let refund: Vec<_> = customs
+            .iter()
+            .map(|c| (c.name(), c.refund_source()))
+            .collect();
+        Self {
+            evaluate: redis::Script::new(&compose(
+                "algorithms",
+                "",
+                &evaluate,
+                include_str!("evaluate.lua"),
+            )),
+            refund: redis::Script::new(&compose(
+                "refunds",
+                "_refund",
+                &refund,
+                include_str!("refund.lua"),
+            )),
+        }
+    }
+}
+
+/// The scripts without custom algorithms, built once.
+pub(crate) static BUILTIN_SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts::with_customs(&[]));
