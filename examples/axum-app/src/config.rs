@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use redis_guard::rate_limit::Quota;
+use redis_guard::rate_limit::{ClientIp, Quota};
 
 /// Where the limiter keeps its state.
 #[derive(Clone, Debug)]
@@ -23,6 +23,7 @@ pub(crate) struct Config {
     pub(crate) api_limit: Quota,
     pub(crate) calls_limit: Quota,
     pub(crate) redis_timeout: Duration,
+    pub(crate) client_ip: ClientIp,
 }
 
 impl Config {
@@ -64,8 +65,16 @@ impl Config {
             })?),
             None => redis_guard::rate_limit::DEFAULT_TIMEOUT,
         };
+        let client_ip = match get("TRUSTED_PROXIES") {
+            Some(cidrs) => {
+                ClientIp::trusted_proxies(cidrs.split(',').map(str::trim).filter(|c| !c.is_empty()))
+                    .map_err(|e| format!("TRUSTED_PROXIES={cidrs:?}: {e}"))?
+            }
+            None => ClientIp::peer(),
+        };
         Ok(Self {
             bind,
+            client_ip,
             store,
             api_limit: quota("API_LIMIT", "60/minute")?,
             calls_limit: quota("CALLS_LIMIT", "5/minute")?,
@@ -107,5 +116,11 @@ mod tests {
         assert!(e.starts_with("API_LIMIT=\"abc\""), "{e}");
         let e = with(&[("BIND", "nope")]).unwrap_err();
         assert!(e.starts_with("BIND="), "{e}");
+        let e = with(&[("TRUSTED_PROXIES", "10.0.0.0/8, 300.1.1.1")]).unwrap_err();
+        assert!(
+            e.starts_with("TRUSTED_PROXIES=") && e.contains("300.1.1.1"),
+            "{e}"
+        );
+        assert!(with(&[("TRUSTED_PROXIES", "10.0.0.0/8, ::1")]).is_ok());
     }
 }

@@ -1,5 +1,5 @@
-//! The redis-guard example on axum: rate limits on Redis, on a Redis Cluster (next release), or
-//! in memory. See README.md beside this file for what to try.
+//! The redis-guard example on axum: rate limits on Redis, on a Redis Cluster, or in memory. See
+//! README.md beside this file for what to try.
 
 mod calls;
 mod config;
@@ -11,9 +11,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::routing::{get, post};
 use redis_guard::backend::RedisConnection;
-use redis_guard::rate_limit::{
-    ClientIp, Limiter, MemoryLimiter, RateLimitLayer, RedisLimiter, Rule,
-};
+use redis_guard::rate_limit::{Limiter, MemoryLimiter, RateLimitLayer, RedisLimiter, Rule};
 use serde_json::json;
 
 use crate::calls::Calls;
@@ -54,10 +52,16 @@ async fn run() -> Result<(), String> {
             )
         }
         Store::Cluster(nodes) => {
-            return Err(format!(
-                "REDIS_CLUSTER_NODES={} is not supported by this version yet; use REDIS_URL",
-                nodes.join(",")
-            ));
+            let conn = RedisConnection::cluster(nodes).await.map_err(|e| {
+                format!(
+                    "cannot connect to REDIS_CLUSTER_NODES={}: {e}",
+                    nodes.join(",")
+                )
+            })?;
+            (
+                Arc::new(RedisLimiter::new(conn).timeout(config.redis_timeout)),
+                format!("redis cluster via {}", nodes.join(",")),
+            )
         }
     };
     let app = router(&config, limiter)?;
@@ -79,7 +83,7 @@ async fn run() -> Result<(), String> {
 
 fn router(config: &Config, limiter: Arc<dyn Limiter>) -> Result<Router, String> {
     let api_limit = RateLimitLayer::builder(Arc::clone(&limiter))
-        .rule("api", ClientIp::peer(), config.api_limit)
+        .rule("api", config.client_ip.clone(), config.api_limit)
         .build()
         .map_err(|e| format!("API_LIMIT: {e}"))?;
     let calls_rule = Rule::new("calls", config.calls_limit);

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
-use redis_guard_testkit::RedisServer;
 use redis_guard_testkit::http::{RawResponse, request};
+use redis_guard_testkit::{RedisCluster, RedisServer};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -242,7 +242,16 @@ async fn bad_configuration_exits_with_a_message_naming_the_variable() {
     for (name, value, expect) in [
         ("API_LIMIT", "abc", "API_LIMIT=\"abc\""),
         ("CALLS_LIMIT", "0/minute", "CALLS_LIMIT=\"0/minute\""),
-        ("REDIS_CLUSTER_NODES", "127.0.0.1:1", "REDIS_CLUSTER_NODES"),
+        (
+            "REDIS_CLUSTER_NODES",
+            "127.0.0.1:1",
+            "cannot connect to REDIS_CLUSTER_NODES",
+        ),
+        (
+            "TRUSTED_PROXIES",
+            "10.0.0.0/33",
+            "TRUSTED_PROXIES=\"10.0.0.0/33\"",
+        ),
         (
             "REDIS_URL",
             "redis://127.0.0.1:1/",
@@ -260,4 +269,83 @@ async fn bad_configuration_exits_with_a_message_naming_the_variable() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(expect), "{name}: {stderr}");
     }
+}
+
+#[tokio::test]
+async fn calls_are_limited_on_a_redis_cluster() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .expect("task")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let nodes = cluster.nodes().join(",");
+    let app = start(&[("REDIS_CLUSTER_NODES", &nodes)]).await;
+    for i in 0..5 {
+        let r = call(&app, "+15550100000", "+15550109999").await;
+        assert_eq!(status_of(&r), "connected", "call {i}");
+    }
+    assert_eq!(
+        status_of(&call(&app, "+15550100000", "+15550109999").await),
+        "rejected"
+    );
+    assert_eq!(
+        status_of(&call(&app, "+15550100001", "+15550109999").await),
+        "connected"
+    );
+    // Every key the app wrote has a TTL.
+    let keys = cluster.keys();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    for key in keys {
+        assert!(cluster.pttl(&key) > 0, "{key}");
+    }
+}
+
+#[tokio::test]
+async fn forwarded_addresses_count_only_from_trusted_proxies() {
+    let xff = |ip: &'static str| -> [(&'static str, &'static [u8]); 1] {
+        [("X-Forwarded-For", ip.as_bytes())]
+    };
+    // The test connects from 127.0.0.1: trusted here, so each forwarded client has its bucket.
+    let behind_proxy = start(&[
+        ("API_LIMIT", "1/minute"),
+        ("TRUSTED_PROXIES", "127.0.0.0/8, ::1"),
+    ])
+    .await;
+    assert_eq!(
+        get(&behind_proxy, "/api/hello", &xff("203.0.113.7"))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        get(&behind_proxy, "/api/hello", &xff("203.0.113.7"))
+            .await
+            .status,
+        429
+    );
+    assert_eq!(
+        get(&behind_proxy, "/api/hello", &xff("198.51.100.1"))
+            .await
+            .status,
+        200
+    );
+    // A spoofed left-most entry does not give a new bucket: the proxy appended the real client.
+    assert_eq!(
+        get(&behind_proxy, "/api/hello", &xff("1.1.1.1, 203.0.113.7"))
+            .await
+            .status,
+        429
+    );
+
+    // Without TRUSTED_PROXIES the header is ignored: every request is the peer, 127.0.0.1.
+    let direct = start(&[("API_LIMIT", "1/minute")]).await;
+    assert_eq!(
+        get(&direct, "/api/hello", &xff("203.0.113.7")).await.status,
+        200
+    );
+    assert_eq!(
+        get(&direct, "/api/hello", &xff("198.51.100.1"))
+            .await
+            .status,
+        429
+    );
 }
