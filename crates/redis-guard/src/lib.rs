@@ -6,6 +6,10 @@
 //!   atomic Lua script (clock from Redis `TIME`), shared by all replicas, and answers `429` with
 //!   `Retry-After` and the IETF `RateLimit` headers. An in-process
 //!   [`MemoryLimiter`](rate_limit::MemoryLimiter) makes the same decisions without Redis.
+//! - [`session`]: [`SessionLayer`](session::SessionLayer) keeps cookie sessions as Redis hashes,
+//!   one field per key, with an idle and an absolute expiry, id rotation, logout and "log out
+//!   everywhere". A [`MemorySessionStore`](session::MemorySessionStore) has the same semantics
+//!   in process.
 //! - [`backend`]: the Redis connection every component shares, and the clock seam of the
 //!   in-process backends.
 //!
@@ -15,6 +19,9 @@
 //! ## Features
 //!
 //! - `rate-limit` (default): the rate-limit middleware.
+//! - `session` (default): the session middleware.
+//! - `bb8`: a `bb8` pool as a connection source.
+//! - `cluster`: Redis Cluster.
 //! - `axum`: reads axum's `ConnectInfo<SocketAddr>` for the client address.
 #![cfg_attr(
     not(test),
@@ -25,3 +32,5 @@
 pub mod backend;
 #[cfg(feature = "rate-limit")]
 pub mod rate_limit;
+#[cfg(feature = "session")]
+pub mod session;

@@ -112,18 +112,39 @@ impl RedisConnection {
             Kind::Manager(manager) => invocation.invoke_async(&mut manager.clone()).await,
             #[cfg(feature = "bb8")]
             Kind::Pool(pool) => {
-                let mut conn = pool.get().await.map_err(|e| match e {
-                    bb8::RunError::User(e) => e,
-                    bb8::RunError::TimedOut => redis::RedisError::from((
-                        redis::ErrorKind::Io,
-                        "timed out waiting for a pooled connection",
-                    )),
-                })?;
+                let mut conn = pool.get().await.map_err(pool_error)?;
                 invocation.invoke_async(&mut *conn).await
             }
             #[cfg(feature = "cluster")]
             Kind::Cluster(cluster) => invocation.invoke_async(&mut cluster.clone()).await,
         }
+    }
+}
+
+impl RedisConnection {
+    /// Runs one plain command (routed by its key on a cluster).
+    pub(crate) async fn query(&self, cmd: &redis::Cmd) -> RedisResult<Value> {
+        match &self.kind {
+            Kind::Manager(manager) => cmd.query_async(&mut manager.clone()).await,
+            #[cfg(feature = "bb8")]
+            Kind::Pool(pool) => {
+                let mut conn = pool.get().await.map_err(pool_error)?;
+                cmd.query_async(&mut *conn).await
+            }
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(cluster) => cmd.query_async(&mut cluster.clone()).await,
+        }
+    }
+}
+
+#[cfg(feature = "bb8")]
+fn pool_error(e: bb8::RunError<redis::RedisError>) -> redis::RedisError {
+    match e {
+        bb8::RunError::User(e) => e,
+        bb8::RunError::TimedOut => redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "timed out waiting for a pooled connection",
+        )),
     }
 }
 

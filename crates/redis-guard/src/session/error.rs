@@ -1,0 +1,86 @@
+//! The errors of the session layer.
+
+use std::time::Duration;
+
+/// What can go wrong with a session. Handlers can match on it; with the `axum` feature it is also
+/// a response (`400` for bad keys and values, `503` when the store is unavailable).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// The store (Redis) failed.
+    #[error("session store error")]
+    Redis(#[source] redis::RedisError),
+    /// The store did not answer in time.
+    #[error("the session store did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The store answered something unexpected.
+    #[error("unexpected reply from the session store: {0}")]
+    BadReply(String),
+    /// An earlier store failure in this request made the session unavailable.
+    #[error("the session store is unavailable")]
+    Unavailable,
+    /// Keys starting with `$` are reserved for the session's metadata.
+    #[error("session key `{0}` is reserved: keys starting with `$` hold the session's metadata")]
+    ReservedKey(String),
+    /// A key must be 1 to 256 bytes.
+    #[error("invalid session key {0:?}: keys must be 1 to 256 bytes")]
+    InvalidKey(String),
+    /// A value could not be serialized.
+    #[error("cannot serialize the value for session key `{key}`")]
+    Serialize {
+        /// The key.
+        key: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A stored value does not deserialize into the requested type.
+    #[error("session key `{key}` does not hold the requested type")]
+    Deserialize {
+        /// The key.
+        key: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// `increment` on a field that does not hold an integer.
+    #[error("session key `{0}` does not hold an integer")]
+    NotAnInteger(String),
+    /// The session was destroyed earlier in this request.
+    #[error("the session was destroyed")]
+    Destroyed,
+    /// The operating system could not provide randomness for a new id.
+    #[error("no randomness for a session id: {0}")]
+    Random(String),
+}
+
+impl SessionError {
+    /// Whether the error comes from the store (rather than from the caller's keys or values).
+    #[must_use]
+    pub fn is_store_error(&self) -> bool {
+        matches!(
+            self,
+            Self::Redis(_) | Self::Timeout(_) | Self::BadReply(_) | Self::Unavailable
+        )
+    }
+}
+
+#[cfg(feature = "axum")]
+impl axum::response::IntoResponse for SessionError {
+    fn into_response(self) -> axum::response::Response {
+        use http::StatusCode;
+        let status = if self.is_store_error() || matches!(self, Self::Random(_)) {
+            tracing::warn!(error = %self, "session store unavailable");
+            StatusCode::SERVICE_UNAVAILABLE
+        } else if matches!(self, Self::Destroyed) {
+            StatusCode::UNAUTHORIZED
+        } else if matches!(self, Self::Deserialize { .. } | Self::NotAnInteger(_)) {
+            tracing::error!(error = %self, "stored session value has another type");
+            StatusCode::INTERNAL_SERVER_ERROR
+        } else {
+            tracing::debug!(error = %self, "bad session key or value");
+            StatusCode::BAD_REQUEST
+        };
+        (status, self.to_string()).into_response()
+    }
+}

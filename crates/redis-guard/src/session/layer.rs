@@ -1,0 +1,216 @@
+//! [`SessionLayer`] and its builder.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tower_layer::Layer;
+
+use super::cookie::CookieConfig;
+use super::service::SessionService;
+use super::session::Shared;
+use super::store::{Lifetimes, SessionStore};
+
+/// What to do when the session store fails (Redis down, slow or answering nonsense).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreFailure {
+    /// Answer `503 Service Unavailable` with `Retry-After: 1` (the default): a request that
+    /// needed its session is not served without it.
+    #[default]
+    ServiceUnavailable,
+    /// Carry on as if the request had no session (reads see nothing, writes are dropped) and log a
+    /// warning: for sites where sessions are a convenience.
+    ContinueWithoutSession,
+}
+
+/// Why a session layer cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionConfigError {
+    /// The cookie settings do not work together.
+    #[error("session cookie: {0}")]
+    Cookie(String),
+    /// A lifetime is zero, or the idle timeout is longer than the absolute lifetime.
+    #[error("session lifetimes: {0}")]
+    Lifetimes(String),
+}
+
+/// Cookie sessions backed by a [`SessionStore`]: puts a [`Session`](super::Session) into every
+/// request and, after the handler, writes what changed and sets or removes the cookie.
+///
+/// ```
+/// use axum::{Router, routing::get};
+/// use redis_guard::session::{MemorySessionStore, Session, SessionError, SessionLayer};
+///
+/// async fn handler(session: Session) -> Result<String, SessionError> {
+///     Ok(format!("visit {}", session.increment("visits", 1).await?))
+/// }
+///
+/// let app: Router = Router::new()
+///     .route("/", get(handler))
+///     .layer(SessionLayer::new(MemorySessionStore::new())); // or RedisSessionStore::new(conn)
+/// ```
+///
+/// Customized:
+///
+/// ```
+/// use redis_guard::session::{CookieConfig, MemorySessionStore, SessionLayer, StoreFailure};
+/// use std::time::Duration;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let layer = SessionLayer::builder(MemorySessionStore::new())
+///     .cookie(CookieConfig::default().host_prefixed())
+///     .idle_timeout(Duration::from_secs(15 * 60))
+///     .max_lifetime(Duration::from_secs(8 * 3600))
+///     .on_store_error(StoreFailure::ContinueWithoutSession)
+///     .expose_user(true) // SessionUser in the extensions, for per-user rate limits
+///     .build()?;
+/// # let _ = layer; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SessionLayer {
+    shared: Arc<Shared>,
+}
+
+impl SessionLayer {
+    /// A layer with the default cookie, 30 minutes idle, 24 hours absolute.
+    #[must_use]
+    pub fn new(store: impl SessionStore) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                store: Arc::new(store),
+                life: Lifetimes::default(),
+                cookie: CookieConfig::default(),
+                on_store_error: StoreFailure::default(),
+                expose_user: false,
+            }),
+        }
+    }
+
+    /// A builder for other settings.
+    pub fn builder(store: impl SessionStore) -> SessionLayerBuilder {
+        SessionLayerBuilder {
+            store: Arc::new(store),
+            life: Lifetimes::default(),
+            cookie: CookieConfig::default(),
+            on_store_error: StoreFailure::default(),
+            expose_user: false,
+        }
+    }
+}
+
+impl<S> Layer<S> for SessionLayer {
+    type Service = SessionService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        SessionService::new(inner, Arc::clone(&self.shared))
+    }
+}
+
+impl fmt::Debug for SessionLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionLayer")
+            .field("store", &self.shared.store)
+            .field("life", &self.shared.life)
+            .field("cookie", &self.shared.cookie)
+            .field("on_store_error", &self.shared.on_store_error)
+            .finish()
+    }
+}
+
+/// Builds a [`SessionLayer`]; [`build`](Self::build) checks the settings.
+#[must_use]
+pub struct SessionLayerBuilder {
+    store: Arc<dyn SessionStore>,
+    life: Lifetimes,
+    cookie: CookieConfig,
+    on_store_error: StoreFailure,
+    expose_user: bool,
+}
+
+impl SessionLayerBuilder {
+    /// The cookie's name and attributes.
+    pub fn cookie(mut self, cookie: CookieConfig) -> Self {
+        self.cookie = cookie;
+        self
+    }
+
+    /// Idle timeout (default 30 minutes).
+    pub fn idle_timeout(mut self, idle: Duration) -> Self {
+        self.life.idle = idle;
+        self
+    }
+
+    /// Absolute lifetime (default 24 hours).
+    pub fn max_lifetime(mut self, max: Duration) -> Self {
+        self.life.max = max;
+        self
+    }
+
+    /// Sessions one user may hold at once (default 64); past it, the oldest ends.
+    pub fn max_sessions_per_user(mut self, n: u32) -> Self {
+        self.life.per_user = n;
+        self
+    }
+
+    /// What to do when the store fails (default [`StoreFailure::ServiceUnavailable`]).
+    pub fn on_store_error(mut self, policy: StoreFailure) -> Self {
+        self.on_store_error = policy;
+        self
+    }
+
+    /// Load the session before the handler when the request carries a cookie, and put the
+    /// user ([`SessionUser`](super::SessionUser)) into the request extensions, where a rate
+    /// limiter placed inside this layer can key on it. Costs the load round trip that the idle
+    /// refresh would cost anyway.
+    pub fn expose_user(mut self, on: bool) -> Self {
+        self.expose_user = on;
+        self
+    }
+
+    /// Checks the settings and builds the layer.
+    ///
+    /// # Errors
+    ///
+    /// Cookie attributes that do not work together, or lifetimes that cannot work.
+    pub fn build(self) -> Result<SessionLayer, SessionConfigError> {
+        self.cookie.validate().map_err(SessionConfigError::Cookie)?;
+        if self.life.idle.is_zero() || self.life.max.is_zero() {
+            return Err(SessionConfigError::Lifetimes(format!(
+                "idle timeout {:?} and absolute lifetime {:?} must be positive",
+                self.life.idle, self.life.max
+            )));
+        }
+        if self.life.idle > self.life.max {
+            return Err(SessionConfigError::Lifetimes(format!(
+                "idle timeout {:?} is longer than the absolute lifetime {:?}",
+                self.life.idle, self.life.max
+            )));
+        }
+        if self.life.per_user == 0 {
+            return Err(SessionConfigError::Lifetimes(
+                "max sessions per user is 0".to_owned(),
+            ));
+        }
+        Ok(SessionLayer {
+            shared: Arc::new(Shared {
+                store: self.store,
+                life: self.life,
+                cookie: self.cookie,
+                on_store_error: self.on_store_error,
+                expose_user: self.expose_user,
+            }),
+        })
+    }
+}
+
+impl fmt::Debug for SessionLayerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionLayerBuilder")
+            .field("store", &self.store)
+            .field("life", &self.life)
+            .field("cookie", &self.cookie)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,98 @@
+//! Cookie sessions on Redis hashes: [`SessionLayer`], the [`Session`] handle, and the stores.
+//!
+//! ```
+//! use axum::{Router, routing::{get, post}};
+//! use redis_guard::session::{MemorySessionStore, Session, SessionError, SessionLayer};
+//!
+//! async fn login(session: Session) -> Result<&'static str, SessionError> {
+//!     session.cycle_id().await?; // a new id on login: no fixation
+//!     session.set_user("alice").await?;
+//!     Ok("welcome")
+//! }
+//!
+//! async fn logout(session: Session) -> Result<&'static str, SessionError> {
+//!     session.destroy().await?;
+//!     Ok("bye")
+//! }
+//!
+//! let app: Router = Router::new()
+//!     .route("/login", post(login))
+//!     .route("/logout", post(logout))
+//!     .layer(SessionLayer::new(MemorySessionStore::new()));
+//! ```
+//!
+//! What it does, and why:
+//!
+//! - **The cookie holds only a random id**: 256 bits from the OS CSPRNG, base64url. The store
+//!   knows the session by the id's SHA-256, so a Redis dump or `MONITOR` never shows a usable
+//!   token. Cookies default to `HttpOnly; Secure; SameSite=Lax; Path=/`, no `Domain`.
+//! - **One hash field per key.** After the handler only the changed fields are written (`HSET` /
+//!   `HDEL`, one script, one round trip), so two concurrent requests that change different keys
+//!   both keep their change; for the same key the last writer wins. `increment` is an atomic
+//!   `HINCRBY`.
+//! - **Round trips**: none for a request without a cookie whose handler does not touch the
+//!   session; one to load (load, idle refresh and expiry check in one script); one to save.
+//!   An untouched session that came with a cookie costs one round trip, after a successful
+//!   response, to restart its idle timeout.
+//! - **Two expiries**, both enforced by the store's own clock: an idle timeout (sliding) and an
+//!   absolute lifetime.
+//! - **No resurrection**: a write that arrives after `destroy`, `revoke_user` or expiry is
+//!   dropped; the session is never re-created and no cookie is re-issued for it. **No fixation**:
+//!   a cookie naming an unknown id is never adopted; a fresh id is issued when something is
+//!   stored.
+//! - **Users**: `set_user` records the session under its user; `revoke_user` ends all of them
+//!   ("log out everywhere"); [`SessionStore::user_sessions`] lists them. The per-user index is
+//!   pruned as it is used and capped ([`SessionLayerBuilder::max_sessions_per_user`]).
+//! - **Redis down**: `503` (default) or carry on without a session ([`StoreFailure`]); every call
+//!   has a timeout.
+
+mod cookie;
+mod error;
+mod id;
+mod layer;
+mod memory_store;
+mod redis_store;
+mod service;
+#[allow(clippy::module_inception)]
+mod session;
+mod store;
+
+pub use cookie::{CookieConfig, SameSite};
+pub use error::SessionError;
+pub use id::SessionId;
+pub use layer::{SessionConfigError, SessionLayer, SessionLayerBuilder, StoreFailure};
+pub use memory_store::{DEFAULT_MAX_SESSIONS, MemorySessionStore};
+pub use redis_store::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisSessionStore};
+pub use service::{ResponseFuture, SessionService};
+pub use session::Session;
+pub use store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore};
+
+/// The logged-in user of the current session, put into the request extensions by a
+/// [`SessionLayer`] built with [`expose_user`](SessionLayerBuilder::expose_user): key a rate limit
+/// on it.
+///
+/// ```
+/// use redis_guard::rate_limit::{ClientIp, ExtensionKey, Key, KeyExtractorExt};
+/// use redis_guard::session::SessionUser;
+///
+/// // Per user when logged in, per client IP otherwise.
+/// let key = SessionUser::key().or(ClientIp::peer());
+/// # let _ = key;
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionUser(pub String);
+
+#[cfg(feature = "rate-limit")]
+impl SessionUser {
+    /// A rate-limit key extractor for the session's user (missing when logged out).
+    #[must_use]
+    pub fn key() -> crate::rate_limit::ExtensionKey<Self, fn(&Self) -> crate::rate_limit::Key> {
+        fn to_key(user: &SessionUser) -> crate::rate_limit::Key {
+            crate::rate_limit::Key::pair(
+                &crate::rate_limit::Key::from("user"),
+                &crate::rate_limit::Key::from(user.0.as_str()),
+            )
+        }
+        crate::rate_limit::ExtensionKey::new(to_key as fn(&Self) -> crate::rate_limit::Key)
+    }
+}

@@ -1,0 +1,355 @@
+//! Sessions as Redis hashes.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::{Script, Value};
+use sha2::{Digest, Sha256};
+
+use super::SessionError;
+use super::id::hex;
+use super::store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore};
+use crate::backend::{Clock, ManualClock, RedisConnection};
+
+/// Default key prefix: keys read `rg:s:{<sha256 of id>}` and `rg:u:{<sha256 of user>}`.
+pub const DEFAULT_PREFIX: &str = "rg:";
+
+/// Default time to wait for Redis.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+
+fn script(body: &str) -> Script {
+    Script::new(&format!("{}\n{body}", include_str!("scripts/prelude.lua")))
+}
+
+static LOAD: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/load.lua")));
+static SAVE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/save.lua")));
+static INCR: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/incr.lua")));
+static TAKE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/take.lua")));
+static RESTORE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/restore.lua")));
+static INDEX: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/index.lua")));
+static LIST: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/list.lua")));
+
+/// Sessions in Redis: one hash per session, one field per key, so two concurrent requests that
+/// change different keys both keep their change. Each operation is one Lua script (one round
+/// trip) that also enforces the idle and absolute expiry with Redis `TIME`.
+///
+/// Keys: `<prefix>s:{<SHA-256 of the id>}` per session, `<prefix>u:{<SHA-256 of the user id>}`
+/// per user (a sorted set of the user's session keys). Works on a single Redis, through a `bb8`
+/// pool, and on a Redis Cluster (no operation touches two slots at once).
+///
+/// ```no_run
+/// use redis_guard::backend::RedisConnection;
+/// use redis_guard::session::RedisSessionStore;
+/// # async fn f() -> redis::RedisResult<()> {
+/// let store = RedisSessionStore::new(RedisConnection::open("redis://127.0.0.1/").await?)
+///     .prefix("myapp:");
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisSessionStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Clone, Debug)]
+struct Inner {
+    conn: RedisConnection,
+    prefix: String,
+    timeout: Duration,
+    shift: Option<ManualClock>,
+}
+
+impl RedisSessionStore {
+    /// A store on `conn`.
+    #[must_use]
+    pub fn new(conn: impl Into<RedisConnection>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                conn: conn.into(),
+                prefix: DEFAULT_PREFIX.to_owned(),
+                timeout: DEFAULT_TIMEOUT,
+                shift: None,
+            }),
+        }
+    }
+
+    /// Prepends `prefix` to every key (default [`DEFAULT_PREFIX`]).
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        Arc::make_mut(&mut self.inner).prefix = prefix.into();
+        self
+    }
+
+    /// How long to wait for Redis (default [`DEFAULT_TIMEOUT`]).
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        Arc::make_mut(&mut self.inner).timeout = timeout;
+        self
+    }
+
+    /// A test seam, as [`RedisLimiter::time_shift`](crate::rate_limit::RedisLimiter::time_shift):
+    /// adds `clock`'s reading to Redis `TIME` in every decision. Production code never calls it.
+    #[must_use]
+    pub fn time_shift(mut self, clock: ManualClock) -> Self {
+        Arc::make_mut(&mut self.inner).shift = Some(clock);
+        self
+    }
+
+    /// The Redis key of the session with storage key `storage_key`.
+    #[must_use]
+    pub fn session_key(&self, storage_key: &str) -> String {
+        format!("{}s:{{{storage_key}}}", self.inner.prefix)
+    }
+
+    /// The Redis key of `user`'s session index.
+    #[must_use]
+    pub fn user_key(&self, user: &str) -> String {
+        format!(
+            "{}u:{{{}}}",
+            self.inner.prefix,
+            hex(&Sha256::digest(user.as_bytes()))
+        )
+    }
+
+    fn shift(&self) -> String {
+        self.inner
+            .shift
+            .as_ref()
+            .map_or(0, |c| {
+                u64::try_from(c.now().as_micros()).unwrap_or(u64::MAX)
+            })
+            .to_string()
+    }
+
+    /// Runs `script` on `key` with ARGV = shift, idle, `args…`, under the timeout.
+    fn run(
+        &self,
+        script: &'static LazyLock<Script>,
+        key: String,
+        idle: u64,
+        args: Vec<String>,
+    ) -> BoxFuture<Result<Value, SessionError>> {
+        let inner = Arc::clone(&self.inner);
+        let mut argv = vec![self.shift(), idle.to_string()];
+        argv.extend(args);
+        Box::pin(async move {
+            let keys = [key];
+            let call = inner.conn.invoke(script, &keys, &argv);
+            tokio::time::timeout(inner.timeout, call)
+                .await
+                .map_err(|_| SessionError::Timeout(inner.timeout))?
+                .map_err(SessionError::Redis)
+        })
+    }
+
+    fn query(&self, cmd: redis::Cmd) -> BoxFuture<Result<Value, SessionError>> {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move {
+            tokio::time::timeout(inner.timeout, inner.conn.query(&cmd))
+                .await
+                .map_err(|_| SessionError::Timeout(inner.timeout))?
+                .map_err(SessionError::Redis)
+        })
+    }
+}
+
+fn strings(v: Value) -> Result<Vec<String>, SessionError> {
+    redis::from_redis_value(v).map_err(|e| SessionError::BadReply(e.to_string()))
+}
+
+fn int(v: &Value) -> Result<Option<i64>, SessionError> {
+    match v {
+        Value::Nil => Ok(None),
+        Value::Int(i) => Ok(Some(*i)),
+        other => Err(SessionError::BadReply(format!(
+            "expected an integer, got {other:?}"
+        ))),
+    }
+}
+
+fn expiry(v: &Value) -> Result<Option<u64>, SessionError> {
+    int(v)?
+        .map(|i| {
+            u64::try_from(i).map_err(|_| SessionError::BadReply(format!("negative expiry {i}")))
+        })
+        .transpose()
+}
+
+impl SessionStore for RedisSessionStore {
+    fn load(
+        &self,
+        key: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<Record>, SessionError>> {
+        let call = self.run(&LOAD, self.session_key(&key), life.idle_us(), vec![]);
+        Box::pin(async move {
+            match call.await? {
+                Value::Nil => Ok(None),
+                v => Ok(Some(Record::from_flat(strings(v)?))),
+            }
+        })
+    }
+
+    fn create(
+        &self,
+        key: String,
+        changes: Changes,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<u64, SessionError>> {
+        let call = self.run(
+            &SAVE,
+            self.session_key(&key),
+            life.idle_us(),
+            save_args("create", &changes, life),
+        );
+        Box::pin(async move {
+            expiry(&call.await?)?
+                .ok_or_else(|| SessionError::BadReply("create returned nil".into()))
+        })
+    }
+
+    fn save(
+        &self,
+        key: String,
+        changes: Changes,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<u64>, SessionError>> {
+        let call = self.run(
+            &SAVE,
+            self.session_key(&key),
+            life.idle_us(),
+            save_args("update", &changes, life),
+        );
+        Box::pin(async move { expiry(&call.await?) })
+    }
+
+    fn increment(
+        &self,
+        key: String,
+        field: String,
+        by: i64,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<i64>, SessionError>> {
+        let call = self.run(
+            &INCR,
+            self.session_key(&key),
+            life.idle_us(),
+            vec![field.clone(), by.to_string()],
+        );
+        Box::pin(async move {
+            match call.await {
+                Ok(v) => int(&v),
+                Err(SessionError::Redis(e)) if e.to_string().contains("not an integer") => {
+                    Err(SessionError::NotAnInteger(field))
+                }
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>> {
+        let call = self.query(redis::cmd("DEL").arg(self.session_key(&key)).clone());
+        Box::pin(async move { call.await.map(drop) })
+    }
+
+    fn rotate(
+        &self,
+        old: String,
+        new: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<bool, SessionError>> {
+        // Two steps, because the two keys may live on different cluster slots: take (read and
+        // delete) the old session, then restore it under the new key. A failure in between
+        // leaves no session (the user logs in again), never two.
+        let this = self.clone();
+        Box::pin(async move {
+            let taken = this
+                .run(&TAKE, this.session_key(&old), life.idle_us(), vec![])
+                .await?;
+            let data = match taken {
+                Value::Nil => return Ok(false),
+                v => strings(v)?,
+            };
+            let restored = this
+                .run(&RESTORE, this.session_key(&new), life.idle_us(), data)
+                .await?;
+            Ok(expiry(&restored)?.is_some())
+        })
+    }
+
+    fn index_user(
+        &self,
+        user: String,
+        key: String,
+        expires: u64,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<(), SessionError>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let popped = this
+                .run(
+                    &INDEX,
+                    this.user_key(&user),
+                    0,
+                    vec![key, expires.to_string(), life.per_user.max(1).to_string()],
+                )
+                .await?;
+            // Sessions pushed out of the index by the cap end now, so that revoke_user still
+            // reaches every live session of the user.
+            for storage_key in strings(popped)? {
+                this.delete(storage_key).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn revoke_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let index = this.user_key(&user);
+            let members = strings(
+                this.query(redis::cmd("ZRANGE").arg(&index).arg(0).arg(-1).clone())
+                    .await?,
+            )?;
+            // One DEL per session: on a cluster they live on different slots.
+            for storage_key in &members {
+                this.delete(storage_key.clone()).await?;
+            }
+            this.query(redis::cmd("DEL").arg(&index).clone()).await?;
+            Ok(members.len())
+        })
+    }
+
+    fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
+        let call = self.run(&LIST, self.user_key(&user), 0, vec![]);
+        Box::pin(async move {
+            let flat = strings(call.await?)?;
+            Ok(flat
+                .chunks(2)
+                .filter_map(|pair| {
+                    let [key, us] = pair else { return None };
+                    let us: u64 = us.parse().ok()?;
+                    Some(SessionInfo {
+                        storage_key: key.clone(),
+                        expires_in: Duration::from_micros(us),
+                    })
+                })
+                .collect())
+        })
+    }
+}
+
+/// ARGV after shift and idle for `save.lua`.
+fn save_args(mode: &str, changes: &Changes, life: Lifetimes) -> Vec<String> {
+    let mut args = vec![
+        life.max_us().to_string(),
+        mode.to_owned(),
+        if changes.clear { "1" } else { "0" }.to_owned(),
+        changes.set.len().to_string(),
+    ];
+    for (k, v) in &changes.set {
+        args.push(k.clone());
+        args.push(v.clone());
+    }
+    args.extend(changes.remove.iter().cloned());
+    args
+}

@@ -1,0 +1,50 @@
+-- Shared by the session scripts (prepended to each).
+--
+-- A session is a hash: user fields (serde JSON values) plus metadata fields that start with `$`:
+--   $created  creation time, µs of Redis TIME
+--   $exp      absolute expiry, µs (creation + the maximum lifetime)
+--   $seen     last use, µs (the idle timeout counts from here)
+--   $user     the user id, once set_user was called
+--   $v        the record format version
+-- The key's TTL follows the sooner of idle and absolute expiry; the scripts also check both
+-- times themselves, so a session never outlives either, whatever the TTL says.
+--
+-- ARGV[1] is always a time shift in µs added to Redis TIME (0 in production; tests move time
+-- with it), ARGV[2] the idle timeout in µs.
+
+local function cdiv(a, b)
+  local q = math.floor(a / b)
+  if q * b < a then q = q + 1 end
+  return q
+end
+
+local function fmt(n)
+  return string.format('%.0f', n)
+end
+
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
+end
+
+-- The absolute expiry of a live session, or nil after deleting one that has expired (idle or
+-- absolute) or is malformed.
+local function live(key, now, idle)
+  local m = redis.call('HMGET', key, '$exp', '$seen')
+  local exp, seen = tonumber(m[1]), tonumber(m[2])
+  if exp == nil or seen == nil then
+    if m[1] or m[2] or redis.call('EXISTS', key) == 1 then redis.call('DEL', key) end
+    return nil
+  end
+  if now >= exp or now - seen >= idle then
+    redis.call('DEL', key)
+    return nil
+  end
+  return exp
+end
+
+-- Marks a use: the idle timeout starts again, the TTL follows the sooner expiry.
+local function touch(key, now, exp, idle)
+  redis.call('HSET', key, '$seen', fmt(now))
+  redis.call('PEXPIRE', key, cdiv(math.min(idle, exp - now), 1000))
+end

@@ -1,0 +1,233 @@
+//! [`SessionService`] and its response future.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use http::header::{CACHE_CONTROL, SET_COOKIE, VARY};
+use http::{HeaderValue, Request, Response, StatusCode};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use super::cookie::CookieConfig;
+use super::session::{CookieAction, Session, Shared};
+use super::{SessionUser, StoreFailure};
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// The service [`SessionLayer`](super::SessionLayer) wraps around its inner service.
+#[derive(Clone)]
+pub struct SessionService<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> SessionService<S> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+        Self { inner, shared }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes the wrapper, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for SessionService<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionService")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for SessionService<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let cookie = self.shared.cookie.read(req.headers());
+        let has_cookie = matches!(cookie, super::cookie::ReadCookie::Id(_));
+        let session = Session::new(Arc::clone(&self.shared), cookie);
+        req.extensions_mut().insert(session.clone());
+        if self.shared.expose_user && has_cookie {
+            let s = session.clone();
+            let preload = Box::pin(async move { s.preload().await });
+            return ResponseFuture {
+                state: State::Preloading {
+                    preload,
+                    pending: Some((inner, req)),
+                    session,
+                },
+            };
+        }
+        ResponseFuture {
+            state: State::Calling {
+                fut: inner.call(req),
+                session: Some(session),
+            },
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`SessionService`]: (preload the user,) call the inner service,
+    /// then save the session and set the cookie.
+    pub struct ResponseFuture<S, ReqBody>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        #[pin]
+        state: State<S, ReqBody>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, ReqBody>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        Preloading {
+            preload: BoxFuture<Result<Option<String>, super::SessionError>>,
+            pending: Option<(S, Request<ReqBody>)>,
+            session: Session,
+        },
+        Calling {
+            #[pin]
+            fut: S::Future,
+            session: Option<Session>,
+        },
+        Finishing {
+            fut: BoxFuture<Result<<S as Service<Request<ReqBody>>>::Response, S::Error>>,
+        },
+    }
+}
+
+impl<S, ReqBody> fmt::Debug for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S::Error: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Output = Result<Response<ResBody>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            let next = match this.state.as_mut().project() {
+                StateProj::Preloading {
+                    preload,
+                    pending,
+                    session,
+                } => {
+                    let user = ready!(preload.as_mut().poll(cx));
+                    let Some((mut inner, mut req)) = pending.take() else {
+                        return Poll::Ready(Ok(status(StatusCode::INTERNAL_SERVER_ERROR)));
+                    };
+                    match user {
+                        Ok(Some(user)) => {
+                            req.extensions_mut().insert(SessionUser(user));
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            // Only with StoreFailure::ServiceUnavailable.
+                            tracing::warn!(error = %e, "session store unavailable: 503");
+                            return Poll::Ready(Ok(unavailable()));
+                        }
+                    }
+                    State::Calling {
+                        fut: inner.call(req),
+                        session: Some(session.clone()),
+                    }
+                }
+                StateProj::Calling { fut, session } => {
+                    let res = ready!(fut.poll(cx))?;
+                    let Some(session) = session.take() else {
+                        return Poll::Ready(Ok(res));
+                    };
+                    State::Finishing {
+                        fut: Box::pin(finish(session, res)),
+                    }
+                }
+                StateProj::Finishing { fut } => return fut.as_mut().poll(cx),
+            };
+            this.state.set(next);
+        }
+    }
+}
+
+async fn finish<B: Default, E>(session: Session, mut res: Response<B>) -> Result<Response<B>, E> {
+    let success = res.status().is_success() || res.status().is_redirection();
+    let (cookie, failed) = session.finish(success).await;
+    if failed && session.policy() == StoreFailure::ServiceUnavailable {
+        return Ok(unavailable());
+    }
+    let config: &CookieConfig = session.cookie_config();
+    let value = match cookie {
+        CookieAction::Keep => return Ok(res),
+        CookieAction::Set(id) => config.set_cookie(&id),
+        CookieAction::Remove => config.removal_cookie(),
+    };
+    let headers = res.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        headers.append(SET_COOKIE, v);
+    }
+    // Shared caches must not store a response that hands out a session.
+    headers.append(VARY, HeaderValue::from_static("Cookie"));
+    if !headers.contains_key(CACHE_CONTROL) {
+        headers.insert(
+            CACHE_CONTROL,
+            HeaderValue::from_static("no-cache=\"Set-Cookie\""),
+        );
+    }
+    Ok(res)
+}
+
+fn status<B: Default>(code: StatusCode) -> Response<B> {
+    let mut res = Response::new(B::default());
+    *res.status_mut() = code;
+    res
+}
+
+fn unavailable<B: Default>() -> Response<B> {
+    let mut res = status(StatusCode::SERVICE_UNAVAILABLE);
+    res.headers_mut()
+        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    res
+}

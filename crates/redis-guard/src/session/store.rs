@@ -1,0 +1,265 @@
+//! The storage interface behind the session layer, and the records it moves.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use super::SessionError;
+
+/// A boxed, sendable future, as [`SessionStore`] methods return.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// How long sessions live, and how many one user may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lifetimes {
+    /// Idle timeout: a session unused this long ends. Every successful request carrying the
+    /// cookie restarts it.
+    pub idle: Duration,
+    /// Absolute lifetime: a session ends this long after it was created, however much it is used.
+    pub max: Duration,
+    /// Sessions one user may hold at once; when a new one would exceed it, the one closest to
+    /// its absolute expiry is ended.
+    pub per_user: u32,
+}
+
+impl Default for Lifetimes {
+    /// 30 minutes idle, 24 hours absolute, 64 per user.
+    fn default() -> Self {
+        Self {
+            idle: Duration::from_secs(30 * 60),
+            max: Duration::from_secs(24 * 3600),
+            per_user: 64,
+        }
+    }
+}
+
+impl Lifetimes {
+    pub(crate) fn idle_us(&self) -> u64 {
+        u64::try_from(self.idle.as_micros()).unwrap_or(u64::MAX)
+    }
+
+    pub(crate) fn max_us(&self) -> u64 {
+        u64::try_from(self.max.as_micros()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Prefix of the metadata fields; user keys may not start with it.
+pub(crate) const RESERVED: char = '$';
+/// The user id field.
+pub(crate) const USER_FIELD: &str = "$user";
+/// The absolute expiry field.
+pub(crate) const EXP_FIELD: &str = "$exp";
+
+/// A session's stored fields: the values (JSON text) under their keys, plus metadata fields whose
+/// names start with `$`.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Record {
+    pub(crate) fields: HashMap<String, String>,
+}
+
+impl Record {
+    /// The JSON text stored under `key`.
+    #[must_use]
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.fields.get(key).map(String::as_str)
+    }
+
+    /// The user the session belongs to, if any.
+    #[must_use]
+    pub fn user(&self) -> Option<&str> {
+        self.get(USER_FIELD)
+    }
+
+    /// The user keys (no metadata).
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.fields
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !k.starts_with(RESERVED))
+    }
+
+    pub(crate) fn from_flat(flat: Vec<String>) -> Self {
+        let mut fields = HashMap::with_capacity(flat.len() / 2);
+        let mut it = flat.into_iter();
+        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+            fields.insert(k, v);
+        }
+        Self { fields }
+    }
+}
+
+impl fmt::Debug for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Values can be personal data: list the keys only.
+        f.debug_struct("Record")
+            .field("keys", &self.fields.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// What one request changed: fields to set (JSON text), fields to remove, or everything cleared.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub(crate) clear: bool,
+    pub(crate) set: BTreeMap<String, String>,
+    pub(crate) remove: BTreeSet<String>,
+}
+
+impl Changes {
+    /// Whether there is nothing to write.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        !self.clear && self.set.is_empty() && self.remove.is_empty()
+    }
+
+    pub(crate) fn apply_to(&self, fields: &mut HashMap<String, String>) {
+        if self.clear {
+            fields.retain(|k, _| k.starts_with(RESERVED));
+        }
+        for k in &self.remove {
+            fields.remove(k);
+        }
+        for (k, v) in &self.set {
+            fields.insert(k.clone(), v.clone());
+        }
+    }
+}
+
+/// One of a user's sessions, as [`SessionStore::user_sessions`] lists them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionInfo {
+    /// The session's storage key (SHA-256 of its id): names it without being a credential.
+    pub storage_key: String,
+    /// Time left until its absolute expiry.
+    pub expires_in: Duration,
+}
+
+/// Where sessions live: [`RedisSessionStore`](super::RedisSessionStore) or
+/// [`MemorySessionStore`](super::MemorySessionStore). Keys are storage keys
+/// ([`SessionId::storage_key`](super::SessionId::storage_key)), never raw ids.
+///
+/// Every operation is one atomic step of the store, and every one that reads or writes a session
+/// first checks that it is live (idle and absolute expiry): an update to a session that is gone is
+/// dropped, never re-creating it.
+pub trait SessionStore: Send + Sync + fmt::Debug + 'static {
+    /// Loads a live session and marks it used (restarting the idle timeout).
+    fn load(&self, key: String, life: Lifetimes)
+    -> BoxFuture<Result<Option<Record>, SessionError>>;
+
+    /// Creates a session with `changes` and returns its absolute expiry (store time, µs).
+    fn create(
+        &self,
+        key: String,
+        changes: Changes,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<u64, SessionError>>;
+
+    /// Writes `changes` to a live session and returns its absolute expiry; `None` when the session
+    /// is gone (the changes are dropped).
+    fn save(
+        &self,
+        key: String,
+        changes: Changes,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<u64>, SessionError>>;
+
+    /// Adds `by` to an integer field of a live session, atomically; `None` when it is gone.
+    fn increment(
+        &self,
+        key: String,
+        field: String,
+        by: i64,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<i64>, SessionError>>;
+
+    /// Deletes a session.
+    fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>>;
+
+    /// Moves a live session's data to `new` and deletes `old`; `false` when `old` is gone. The old
+    /// key is deleted first: a failure in between leaves no session rather than two.
+    fn rotate(
+        &self,
+        old: String,
+        new: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<bool, SessionError>>;
+
+    /// Records session `key` (expiring at `expires`, store time in µs) under `user`.
+    fn index_user(
+        &self,
+        user: String,
+        key: String,
+        expires: u64,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<(), SessionError>>;
+
+    /// Ends every session of `user`; returns how many were listed.
+    fn revoke_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>>;
+
+    /// The live sessions of `user`.
+    fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>>;
+}
+
+impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
+    fn load(
+        &self,
+        key: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<Record>, SessionError>> {
+        (**self).load(key, life)
+    }
+    fn create(
+        &self,
+        key: String,
+        changes: Changes,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<u64, SessionError>> {
+        (**self).create(key, changes, life)
+    }
+    fn save(
+        &self,
+        key: String,
+        changes: Changes,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<u64>, SessionError>> {
+        (**self).save(key, changes, life)
+    }
+    fn increment(
+        &self,
+        key: String,
+        field: String,
+        by: i64,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<i64>, SessionError>> {
+        (**self).increment(key, field, by, life)
+    }
+    fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>> {
+        (**self).delete(key)
+    }
+    fn rotate(
+        &self,
+        old: String,
+        new: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<bool, SessionError>> {
+        (**self).rotate(old, new, life)
+    }
+    fn index_user(
+        &self,
+        user: String,
+        key: String,
+        expires: u64,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<(), SessionError>> {
+        (**self).index_user(user, key, expires, life)
+    }
+    fn revoke_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
+        (**self).revoke_user(user)
+    }
+    fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
+        (**self).user_sessions(user)
+    }
+}
