@@ -36,6 +36,28 @@ if [ -z "${REDIS_SERVER_BIN:-}" ]; then
   say "using $(redis-server --version)"
 fi
 
+# The end-to-end browser tests drive a headless Chromium through chromedriver.
+need_browser=
+if [ -z "${CHROME_BIN:-}" ] && ! command -v chromium >/dev/null 2>&1 \
+  && ! command -v chromium-browser >/dev/null 2>&1; then
+  need_browser=1
+fi
+if [ -z "${CHROMEDRIVER_BIN:-}" ] && ! command -v chromedriver >/dev/null 2>&1; then
+  need_browser=1
+fi
+if [ -n "$need_browser" ]; then
+  say "chromium or chromedriver is missing: installing them"
+  if ! apt_install chromium chromium-driver; then
+    cat >&2 <<'MSG'
+The browser tests drive a headless Chromium through chromedriver, and one of them is not installed.
+Install both, then run this script again:
+  Debian:  sudo apt-get install chromium chromium-driver
+or set CHROME_BIN to a Chromium binary and CHROMEDRIVER_BIN to the matching chromedriver.
+MSG
+    exit 1
+  fi
+fi
+
 for component in rustfmt clippy; do
   if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
     say "installing the $component component"

@@ -13,6 +13,7 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use redis_guard::backend::{Clock, ManualClock, RedisConnection};
 use redis_guard::rate_limit::{Limiter, MemoryLimiter, RedisLimiter};
+use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionStore};
 use redis_guard_testkit::{RedisCluster, RedisServer, unique_prefix};
 
 /// Which backend a harness runs.
@@ -34,6 +35,7 @@ pub struct Harness {
     kind: Kind,
     clock: ManualClock,
     memory: MemoryLimiter,
+    sessions: MemorySessionStore,
     server: Option<RedisServer>,
     cluster: Option<RedisCluster>,
     prefix: String,
@@ -51,6 +53,7 @@ impl Harness {
         Self {
             kind: Kind::Memory,
             memory: MemoryLimiter::with_clock(clock.clone()),
+            sessions: MemorySessionStore::with_clock(clock.clone()),
             clock,
             server: None,
             cluster: None,
@@ -82,6 +85,7 @@ impl Harness {
         Self {
             kind,
             memory: MemoryLimiter::with_clock(clock.clone()),
+            sessions: MemorySessionStore::with_clock(clock.clone()),
             clock,
             server: Some(server),
             cluster: None,
@@ -103,6 +107,7 @@ impl Harness {
         Self {
             kind: Kind::Cluster,
             memory: MemoryLimiter::with_clock(clock.clone()),
+            sessions: MemorySessionStore::with_clock(clock.clone()),
             clock,
             server: None,
             cluster: Some(cluster),
@@ -127,6 +132,20 @@ impl Harness {
             Kind::Memory => Arc::new(self.memory.clone()),
             _ => Arc::new(
                 RedisLimiter::new(self.connection().await)
+                    .prefix(self.prefix.clone())
+                    .timeout(TEST_TIMEOUT)
+                    .time_shift(self.clock.clone()),
+            ),
+        }
+    }
+
+    /// A session store instance sharing state with every other one of this harness (for Redis:
+    /// a new connection).
+    pub async fn session_store(&self) -> Arc<dyn SessionStore> {
+        match self.kind {
+            Kind::Memory => Arc::new(self.sessions.clone()),
+            _ => Arc::new(
+                RedisSessionStore::new(self.connection().await)
                     .prefix(self.prefix.clone())
                     .timeout(TEST_TIMEOUT)
                     .time_shift(self.clock.clone()),
@@ -396,5 +415,85 @@ where
         status: parts.status.as_u16(),
         headers: parts.headers,
         body: String::from_utf8_lossy(&bytes).into_owned(),
+    }
+}
+
+/// Counts the commands clients send to a standalone Redis, through `MONITOR`: commands that
+/// scripts run inside Redis are left out, so what remains is round trips.
+#[derive(Debug)]
+pub struct Monitor {
+    reader: tokio::io::BufReader<tokio::net::TcpStream>,
+    marker: u64,
+}
+
+impl Monitor {
+    /// Starts monitoring the harness' standalone server.
+    ///
+    /// # Panics
+    ///
+    /// Without a standalone server, or when it does not accept MONITOR.
+    pub async fn start(h: &Harness) -> Self {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let port = h.server().expect("a standalone Redis").port();
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        stream.write_all(b"MONITOR\r\n").await.expect("MONITOR");
+        let mut reader = tokio::io::BufReader::new(stream);
+        let mut ok = String::new();
+        reader.read_line(&mut ok).await.expect("reply");
+        assert_eq!(ok.trim(), "+OK");
+        Self { reader, marker: 0 }
+    }
+
+    /// The client commands seen since the last call (or the start): waits for a marker it sends
+    /// itself, so nothing in flight is missed. Lines are MONITOR's, e.g.
+    /// `"evalsha" "…" "1" "rg:s:{…}"`.
+    ///
+    /// # Panics
+    ///
+    /// When the marker does not come back within 10 seconds.
+    pub async fn commands(&mut self, h: &Harness) -> Vec<String> {
+        use tokio::io::AsyncBufReadExt;
+        self.marker += 1;
+        let marker = format!("monitor-marker-{}", self.marker);
+        let mut conn = h.inspect().await;
+        let _: String = redis::cmd("ECHO")
+            .arg(&marker)
+            .query_async(&mut conn)
+            .await
+            .expect("ECHO");
+        let mut seen = Vec::new();
+        let read = async {
+            loop {
+                let mut line = String::new();
+                if self
+                    .reader
+                    .read_line(&mut line)
+                    .await
+                    .expect("monitor line")
+                    == 0
+                {
+                    panic!("MONITOR connection closed");
+                }
+                if line.contains(&marker) {
+                    return;
+                }
+                seen.push(line.trim().to_owned());
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), read)
+            .await
+            .expect("marker");
+        seen.into_iter()
+            .filter(|l| !l.contains("[0 lua]"))
+            .filter_map(|l| l.split_once("] ").map(|(_, cmd)| cmd.to_owned()))
+            // The inspecting connection's own handshake.
+            .filter(|c| {
+                !c.starts_with("\"HELLO\"")
+                    && !c.starts_with("\"hello\"")
+                    && !c.to_ascii_lowercase().starts_with("\"client\"")
+            })
+            .collect()
     }
 }

@@ -6,10 +6,14 @@
 //! node agrees that all 16384 slots are served.
 //! [`http`] is a tiny HTTP/1.1 client over a raw socket, able to send what well-behaved clients
 //! refuse to (non-UTF-8 header bytes, huge headers).
+//! [`Browser::start`] launches a headless Chromium under its own chromedriver, with a fresh
+//! profile, and drives it through the W3C WebDriver API for end-to-end tests of real pages.
 
+mod browser;
 mod cluster;
 pub mod http;
 mod server;
 
+pub use browser::{Browser, BrowserCookie};
 pub use cluster::RedisCluster;
 pub use server::{RedisServer, TestkitError, redis_server_binary, unique_prefix};

@@ -5,7 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Why a Redis server could not be started.
+/// Why a Redis server (or the [`Browser`](crate::Browser)) could not be started or driven.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum TestkitError {
@@ -15,6 +15,10 @@ pub enum TestkitError {
     NotReady(String),
     /// An I/O error while preparing or starting it.
     Io(std::io::Error),
+    /// Chromium or chromedriver is not installed (says which, and where it was looked for).
+    BrowserNotInstalled(String),
+    /// The browser did not start, or a WebDriver command failed (says which, and why).
+    Browser(String),
 }
 
 impl fmt::Display for TestkitError {
@@ -28,6 +32,13 @@ impl fmt::Display for TestkitError {
             ),
             Self::NotReady(why) => write!(f, "redis-server did not become ready: {why}"),
             Self::Io(e) => write!(f, "could not start redis-server: {e}"),
+            Self::BrowserNotInstalled(what) => write!(
+                f,
+                "{what} was not found. Browser tests drive a headless Chromium through chromedriver: \
+                 install both (Debian: `sudo apt-get install chromium chromium-driver`) or \
+                 point CHROME_BIN and CHROMEDRIVER_BIN at them"
+            ),
+            Self::Browser(why) => write!(f, "browser: {why}"),
         }
     }
 }

@@ -265,7 +265,7 @@ impl Session {
                 // Destroyed or revoked meanwhile: carry on as a new session.
                 Ok(None) => state.live = None,
                 Err(e) => {
-                    state.failed = true;
+                    state.failed |= e.is_store_error();
                     return Err(e);
                 }
             }
@@ -325,7 +325,7 @@ impl Session {
             }
             Ok(false) => Ok(()),
             Err(e) => {
-                state.failed = true;
+                state.failed |= e.is_store_error();
                 Err(e)
             }
         }
@@ -354,7 +354,7 @@ impl Session {
         if let Some(id) = id
             && let Err(e) = self.shared.store.delete(id.storage_key()).await
         {
-            state.failed = true;
+            state.failed |= e.is_store_error();
             return Err(e);
         }
         Ok(())

@@ -1,0 +1,553 @@
+//! The session suite: every scenario runs on the memory store, on Redis through a
+//! `ConnectionManager` and a `bb8` pool, and on a 3-master Redis Cluster.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use redis_guard::session::{Session, SessionError, SessionId, SessionLayer, SessionStore};
+use redis_guard_tests::{Harness, Kind, Monitor, Reply, backend_suite, call};
+use tokio::sync::{Barrier, Notify};
+use tower::{Layer, Service};
+
+type Body = Full<Bytes>;
+
+/// Hooks that let a test hold a request inside its handler.
+#[derive(Default)]
+struct Hooks {
+    /// `/race/{field}` waits here after loading, so two writers overlap for sure.
+    barrier: Option<Barrier>,
+    /// `/slow/{field}` announces it has loaded, then waits to be released before writing.
+    loaded: Notify,
+    release: Notify,
+}
+
+fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
+    let mut res = Response::new(Full::from(body.into()));
+    *res.status_mut() = status;
+    res
+}
+
+fn error(e: &SessionError) -> Response<Body> {
+    let status = if e.is_store_error() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::BAD_REQUEST
+    };
+    text(status, e.to_string())
+}
+
+/// The app under the session layer: a small router over the handle's API.
+fn app(
+    hooks: Arc<Hooks>,
+) -> impl Service<
+    Request<Body>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<Body>, Infallible>> + Send,
+> + Clone
++ Send
++ 'static {
+    tower::service_fn(move |req: Request<Body>| {
+        let hooks = Arc::clone(&hooks);
+        async move {
+            let session = req.extensions().get::<Session>().cloned().expect("layer");
+            let path: Vec<String> = req
+                .uri()
+                .path()
+                .split('/')
+                .skip(1)
+                .map(str::to_owned)
+                .collect();
+            let parts: Vec<&str> = path.iter().map(String::as_str).collect();
+            let res = match parts.as_slice() {
+                ["noop"] => Ok(text(StatusCode::OK, "noop")),
+                ["get", key] => session.get::<String>(key).await.map(|v| match v {
+                    Some(v) => text(StatusCode::OK, v),
+                    None => text(StatusCode::NOT_FOUND, ""),
+                }),
+                ["set", key, value] => session
+                    .insert(key, &value.to_string())
+                    .await
+                    .map(|()| text(StatusCode::OK, "set")),
+                ["incr", key] => session
+                    .increment(key, 1)
+                    .await
+                    .map(|n| text(StatusCode::OK, n.to_string())),
+                ["login", user] => {
+                    async {
+                        session.cycle_id().await?;
+                        session.set_user(user).await?;
+                        Ok(text(StatusCode::OK, "in"))
+                    }
+                    .await
+                }
+                ["whoami"] => session.user().await.map(|u| match u {
+                    Some(u) => text(StatusCode::OK, u),
+                    None => text(StatusCode::UNAUTHORIZED, ""),
+                }),
+                ["logout"] => session
+                    .destroy()
+                    .await
+                    .map(|()| text(StatusCode::NO_CONTENT, "")),
+                ["revoke", user] => session
+                    .revoke_user(user)
+                    .await
+                    .map(|n| text(StatusCode::OK, n.to_string())),
+                ["race", field] => {
+                    async {
+                        let _: Option<String> = session.get("x").await?;
+                        if let Some(b) = &hooks.barrier {
+                            tokio::time::timeout(Duration::from_secs(5), b.wait())
+                                .await
+                                .expect("the other writer never came");
+                        }
+                        session.insert(field, &"v".to_owned()).await?;
+                        Ok(text(StatusCode::OK, "raced"))
+                    }
+                    .await
+                }
+                ["slow", field] => {
+                    async {
+                        let _: Option<String> = session.get("x").await?;
+                        hooks.loaded.notify_one();
+                        hooks.release.notified().await;
+                        session.insert(field, &"late".to_owned()).await?;
+                        Ok(text(StatusCode::OK, "slow"))
+                    }
+                    .await
+                }
+                _ => Ok(text(StatusCode::NOT_FOUND, "no route")),
+            };
+            Ok::<_, Infallible>(res.unwrap_or_else(|e| error(&e)))
+        }
+    })
+}
+
+struct Client {
+    layer: SessionLayer,
+    hooks: Arc<Hooks>,
+}
+
+impl Client {
+    async fn new(h: &Harness) -> Self {
+        Self::with_hooks(h, Hooks::default()).await
+    }
+
+    async fn with_hooks(h: &Harness, hooks: Hooks) -> Self {
+        let layer = SessionLayer::builder(h.session_store().await)
+            .idle_timeout(Duration::from_secs(30 * 60))
+            .max_lifetime(Duration::from_secs(24 * 3600))
+            .build()
+            .expect("valid");
+        Self {
+            layer,
+            hooks: Arc::new(hooks),
+        }
+    }
+
+    async fn send(&self, method: &str, path: &str, cookie: Option<&str>) -> Reply {
+        let mut req = Request::builder().method(method).uri(path);
+        if let Some(c) = cookie {
+            req = req.header("cookie", format!("id={c}"));
+        }
+        let svc = self.layer.layer(app(Arc::clone(&self.hooks)));
+        call(svc, req.body(Body::default()).expect("request")).await
+    }
+}
+
+/// The session id a response sets, if it sets one.
+fn set_id(r: &Reply) -> Option<String> {
+    let v = r.header("set-cookie");
+    let value = v.strip_prefix("id=")?.split(';').next()?;
+    (!value.is_empty()).then(|| value.to_owned())
+}
+
+fn storage_key(id: &str) -> String {
+    SessionId::parse(id).expect("well-formed").storage_key()
+}
+
+async fn new_session(c: &Client) -> String {
+    let r = c.send("POST", "/set/name/alice", None).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    set_id(&r).expect("a new session sets its cookie")
+}
+
+async fn concurrent_writes_to_different_fields_both_survive(h: Harness) {
+    let c = Client::with_hooks(
+        &h,
+        Hooks {
+            barrier: Some(Barrier::new(2)),
+            ..Hooks::default()
+        },
+    )
+    .await;
+    let store = h.session_store().await;
+    let mut lost = 0;
+    for _ in 0..100 {
+        let id = new_session(&c).await;
+        let (a, b) = tokio::join!(
+            c.send("POST", "/race/a", Some(&id)),
+            c.send("POST", "/race/b", Some(&id))
+        );
+        assert_eq!((a.status, b.status), (200, 200), "{} {}", a.body, b.body);
+        // Read back from the store itself.
+        let record = store
+            .load(storage_key(&id), redis_guard::session::Lifetimes::default())
+            .await
+            .expect("load")
+            .expect("session");
+        lost += usize::from(record.get("a").is_none()) + usize::from(record.get("b").is_none());
+    }
+    println!(
+        "redis-guard sessions ({:?}): lost {lost} of 200 writes in 100 rounds",
+        h.kind()
+    );
+    assert_eq!(lost, 0);
+}
+
+async fn a_write_after_destroy_or_revoke_does_not_resurrect(h: Harness) {
+    for end in ["/logout", "/revoke/alice"] {
+        let c = Client::new(&h).await;
+        let first = c.send("POST", "/login/alice", None).await;
+        let id = set_id(&first).expect("cookie");
+        let slow = {
+            let id = id.clone();
+            let hooks = Arc::clone(&c.hooks);
+            let svc_layer = c.layer.clone();
+            tokio::spawn(async move {
+                let svc = svc_layer.layer(app(hooks));
+                let req = Request::post("/slow/late")
+                    .header("cookie", format!("id={id}"))
+                    .body(Body::default())
+                    .expect("request");
+                call(svc, req).await
+            })
+        };
+        c.hooks.loaded.notified().await;
+        let ended = c.send("POST", end, Some(&id)).await;
+        assert!(ended.status < 300, "{end}: {}", ended.status);
+        c.hooks.release.notify_one();
+        let slow = slow.await.expect("task");
+        assert_eq!(slow.status, 200);
+        assert_eq!(set_id(&slow), None, "{end}: no usable cookie re-issued");
+        assert_eq!(
+            c.send("GET", "/whoami", Some(&id)).await.status,
+            401,
+            "{end}"
+        );
+        if h.is_redis() {
+            let keys = h.keys().await;
+            assert!(
+                !keys.iter().any(|k| k.contains(&storage_key(&id))),
+                "{end}: the session came back: {keys:?}"
+            );
+        }
+    }
+}
+
+async fn an_unknown_id_is_never_adopted(h: Harness) {
+    let c = Client::new(&h).await;
+    let planted = SessionId::generate().expect("random").encode();
+    let r = c.send("POST", "/set/k/v", Some(&planted)).await;
+    assert_eq!(r.status, 200);
+    let issued = set_id(&r).expect("a fresh id");
+    assert_ne!(issued, planted);
+    assert_eq!(c.send("GET", "/get/k", Some(&issued)).await.body, "v");
+    assert_eq!(c.send("GET", "/get/k", Some(&planted)).await.status, 404);
+    if h.is_redis() {
+        let keys = h.keys().await;
+        assert!(
+            !keys.iter().any(|k| k.contains(&storage_key(&planted))),
+            "{keys:?}"
+        );
+    }
+}
+
+async fn login_rotates_the_id_and_keeps_the_data(h: Harness) {
+    let c = Client::new(&h).await;
+    let before = new_session(&c).await;
+    let r = c.send("POST", "/login/alice", Some(&before)).await;
+    let after = set_id(&r).expect("rotated");
+    assert_ne!(after, before);
+    assert_eq!(
+        c.send("GET", "/get/name", Some(&after)).await.body,
+        "alice",
+        "data kept"
+    );
+    assert_eq!(c.send("GET", "/whoami", Some(&after)).await.body, "alice");
+    assert_eq!(
+        c.send("GET", "/get/name", Some(&before)).await.status,
+        404,
+        "old id dead"
+    );
+    assert_eq!(c.send("GET", "/whoami", Some(&before)).await.status, 401);
+}
+
+async fn idle_timeout_slides_and_absolute_lifetime_ends(h: Harness) {
+    let c = Client::new(&h).await;
+    let id = new_session(&c).await;
+    // Used every 20 minutes, within the 30-minute idle timeout: alive...
+    for step in 1..=71 {
+        h.wait(Duration::from_secs(20 * 60)).await;
+        let r = c.send("GET", "/get/name", Some(&id)).await;
+        assert_eq!(r.status, 200, "step {step} ({} min)", step * 20);
+    }
+    // ...until 24 hours after creation (72 × 20 min), however it is used.
+    h.wait(Duration::from_secs(20 * 60)).await;
+    assert_eq!(c.send("GET", "/get/name", Some(&id)).await.status, 404);
+
+    // Idle: 31 minutes unused ends it.
+    let id = new_session(&c).await;
+    h.wait(Duration::from_secs(29 * 60)).await;
+    assert_eq!(c.send("GET", "/noop", Some(&id)).await.status, 200); // untouched: still refreshes
+    h.wait(Duration::from_secs(29 * 60)).await;
+    assert_eq!(c.send("GET", "/get/name", Some(&id)).await.status, 200);
+    h.wait(Duration::from_secs(31 * 60)).await;
+    assert_eq!(c.send("GET", "/get/name", Some(&id)).await.status, 404);
+}
+
+async fn the_raw_cookie_value_never_reaches_the_store(h: Harness) {
+    if !h.is_redis() {
+        return;
+    }
+    let c = Client::new(&h).await;
+    let mut ids = Vec::new();
+    for user in ["alice", "bob"] {
+        let id = new_session(&c).await;
+        let r = c.send("POST", &format!("/login/{user}"), Some(&id)).await;
+        ids.push(id);
+        ids.push(set_id(&r).expect("rotated"));
+    }
+    let keys = h.keys().await;
+    let mut conn = h.inspect().await;
+    for key in &keys {
+        let kind: String = redis::cmd("TYPE")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("TYPE");
+        let dump: Vec<String> = match kind.as_str() {
+            "hash" => redis::cmd("HGETALL")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .expect("HGETALL"),
+            "zset" => redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut conn)
+                .await
+                .expect("ZRANGE"),
+            other => panic!("unexpected {other} at {key}"),
+        };
+        for id in &ids {
+            assert!(!key.contains(id.as_str()), "{key}");
+            assert!(
+                !dump.iter().any(|v| v.contains(id.as_str())),
+                "{key}: {dump:?}"
+            );
+        }
+        assert!(!key.contains("alice") && !key.contains("bob"), "{key}");
+    }
+}
+
+async fn cookie_attributes_on_the_wire(h: Harness) {
+    let c = Client::new(&h).await;
+    let r = c.send("POST", "/set/k/v", None).await;
+    let set = r.header("set-cookie").to_owned();
+    let id = set_id(&r).expect("cookie");
+    assert_eq!(
+        set,
+        format!("id={id}; Path=/; HttpOnly; Secure; SameSite=Lax")
+    );
+    assert!(!set.contains("Domain"));
+    assert_eq!(r.header("vary"), "Cookie");
+    assert_eq!(r.header("cache-control"), "no-cache=\"Set-Cookie\"");
+    let out = c.send("POST", "/logout", Some(&id)).await;
+    assert_eq!(
+        out.header("set-cookie"),
+        "id=; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT"
+    );
+    // A response that sets nothing says nothing about cookies.
+    let plain = c.send("GET", "/noop", None).await;
+    assert!(plain.headers.get("set-cookie").is_none());
+}
+
+async fn round_trips_per_request(h: Harness) {
+    if h.kind() != Kind::Redis {
+        return;
+    }
+    let c = Client::new(&h).await;
+    let id = new_session(&c).await;
+    // Warm up: every script loaded, the connection established.
+    c.send("GET", "/get/name", Some(&id)).await;
+    c.send("POST", "/set/x/1", Some(&id)).await;
+    c.send("GET", "/noop", Some(&id)).await;
+    let mut monitor = Monitor::start(&h).await;
+    for (method, path, cookie, expected) in [
+        ("GET", "/noop", None, 0),
+        ("GET", "/get/name", Some(&id), 1),
+        ("POST", "/set/x/2", Some(&id), 2),
+        ("GET", "/noop", Some(&id), 1),
+    ] {
+        monitor.commands(&h).await;
+        let r = c.send(method, path, cookie.map(String::as_str)).await;
+        assert!(r.status < 400, "{path}: {}", r.status);
+        let sent = monitor.commands(&h).await;
+        assert_eq!(
+            sent.len(),
+            expected,
+            "{method} {path} with cookie {}: {sent:?}",
+            cookie.is_some()
+        );
+        assert!(
+            sent.iter()
+                .all(|c| c.to_ascii_lowercase().starts_with("\"evalsha\"")),
+            "{sent:?}"
+        );
+    }
+}
+
+async fn malformed_cookies_are_ignored_without_writes(h: Harness) {
+    let c = Client::new(&h).await;
+    let unknown = SessionId::generate().expect("random").encode();
+    let long = "A".repeat(4096);
+    let cookies: Vec<String> = vec![
+        String::new(),
+        long,
+        "not base64!".to_owned(),
+        "%%%%".to_owned(),
+        unknown.clone(),
+        format!("{unknown}; id={unknown}"),
+        format!("{}=", &unknown[..42]),
+    ];
+    let before = if h.is_redis() {
+        h.keys().await
+    } else {
+        Vec::new()
+    };
+    for cookie in &cookies {
+        for path in ["/noop", "/get/name", "/whoami"] {
+            let r = c.send("GET", path, Some(cookie)).await;
+            assert!(r.status < 500, "{cookie:?} {path}: {}", r.status);
+            assert_eq!(set_id(&r), None, "no session for {cookie:?}");
+        }
+    }
+    if h.is_redis() {
+        assert_eq!(h.keys().await, before, "no Redis write");
+    }
+}
+
+async fn bad_keys_and_values_are_errors_not_panics(h: Harness) {
+    let c = Client::new(&h).await;
+    let r = c.send("POST", "/set/$user/mallory", None).await;
+    assert_eq!(r.status, 400);
+    assert!(r.body.contains("reserved"), "{}", r.body);
+    let id = new_session(&c).await;
+    // "name" holds a string: incrementing it is an error the handler can match on.
+    let r = c.send("POST", "/incr/name", Some(&id)).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("integer"), "{}", r.body);
+    // A stored number read as a string: a Deserialize error.
+    c.send("POST", "/incr/n", Some(&id)).await;
+    let r = c.send("GET", "/get/n", Some(&id)).await;
+    assert_eq!(r.status, 400);
+    assert!(r.body.contains("requested type"), "{}", r.body);
+}
+
+async fn increments_are_atomic(h: Harness) {
+    let c = Client::new(&h).await;
+    let id = new_session(&c).await;
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let layer = c.layer.clone();
+        let hooks = Arc::clone(&c.hooks);
+        let id = id.clone();
+        tasks.push(tokio::spawn(async move {
+            let svc = layer.layer(app(hooks));
+            let req = Request::post("/incr/visits")
+                .header("cookie", format!("id={id}"))
+                .body(Body::default())
+                .expect("request");
+            call(svc, req).await.status
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.expect("task"), 200);
+    }
+    assert_eq!(c.send("POST", "/incr/visits", Some(&id)).await.body, "21");
+}
+
+async fn log_out_everywhere_and_list(h: Harness) {
+    let c = Client::new(&h).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let r = c.send("POST", "/login/carol", None).await;
+        ids.push(set_id(&r).expect("cookie"));
+    }
+    let other = set_id(&c.send("POST", "/login/dave", None).await).expect("cookie");
+    let store = h.session_store().await;
+    assert_eq!(
+        store
+            .user_sessions("carol".into())
+            .await
+            .expect("list")
+            .len(),
+        3
+    );
+    let r = c.send("POST", "/revoke/carol", Some(&ids[0])).await;
+    assert_eq!(r.body, "3");
+    for id in &ids {
+        assert_eq!(c.send("GET", "/whoami", Some(id)).await.status, 401);
+    }
+    assert_eq!(c.send("GET", "/whoami", Some(&other)).await.body, "dave");
+    assert!(
+        store
+            .user_sessions("carol".into())
+            .await
+            .expect("list")
+            .is_empty()
+    );
+}
+
+backend_suite!(
+    concurrent_writes_to_different_fields_both_survive,
+    a_write_after_destroy_or_revoke_does_not_resurrect,
+    an_unknown_id_is_never_adopted,
+    login_rotates_the_id_and_keeps_the_data,
+    idle_timeout_slides_and_absolute_lifetime_ends,
+    the_raw_cookie_value_never_reaches_the_store,
+    cookie_attributes_on_the_wire,
+    round_trips_per_request,
+    malformed_cookies_are_ignored_without_writes,
+    bad_keys_and_values_are_errors_not_panics,
+    increments_are_atomic,
+    log_out_everywhere_and_list,
+);
+
+#[tokio::test]
+async fn idle_ttl_goes_back_up_on_a_read_only_request() {
+    let h = Harness::redis().await;
+    let c = Client::new(&h).await;
+    let id = new_session(&c).await;
+    let key = format!("{}s:{{{}}}", h.prefix(), storage_key(&id));
+    let mut conn = h.inspect().await;
+    let () = redis::cmd("PEXPIRE")
+        .arg(&key)
+        .arg(5000)
+        .query_async(&mut conn)
+        .await
+        .expect("PEXPIRE");
+    assert!(h.pttl(&key).await <= 5000);
+    assert_eq!(c.send("GET", "/get/name", Some(&id)).await.status, 200);
+    let pttl = h.pttl(&key).await;
+    assert!(
+        pttl > 29 * 60 * 1000,
+        "PTTL back to the idle timeout: {pttl}"
+    );
+}
