@@ -24,6 +24,33 @@ pub(crate) struct Config {
     pub(crate) calls_limit: Quota,
     pub(crate) redis_timeout: Duration,
     pub(crate) client_ip: ClientIp,
+    pub(crate) login_limit: Quota,
+    pub(crate) cookie_secure: bool,
+    pub(crate) session_idle: Duration,
+    pub(crate) session_max: Duration,
+}
+
+/// `30m`, `24h`, `90s`, `7d`.
+fn parse_duration(name: &str, v: &str) -> Result<Duration, String> {
+    let v = v.trim();
+    let digits = v.bytes().take_while(u8::is_ascii_digit).count();
+    let (n, unit) = v.split_at(digits);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{name}={v:?} is not a duration like 30m, 24h or 90s"))?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("{name}={v:?}: the unit must be s, m, h or d")),
+    };
+    if n == 0 {
+        return Err(format!("{name}={v:?} must be positive"));
+    }
+    n.checked_mul(secs)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{name}={v:?} is too long"))
 }
 
 impl Config {
@@ -72,9 +99,28 @@ impl Config {
             }
             None => ClientIp::peer(),
         };
+        let cookie_secure = match get("COOKIE_SECURE").as_deref().map(str::trim) {
+            None | Some("true" | "1") => true,
+            Some("false" | "0") => false,
+            Some(v) => return Err(format!("COOKIE_SECURE={v:?} must be true or false")),
+        };
+        let duration = |name: &str, default: &str| {
+            parse_duration(name, &get(name).unwrap_or_else(|| default.to_owned()))
+        };
+        let session_idle = duration("SESSION_IDLE", "30m")?;
+        let session_max = duration("SESSION_MAX", "24h")?;
+        if session_idle > session_max {
+            return Err(format!(
+                "SESSION_IDLE ({session_idle:?}) is longer than SESSION_MAX ({session_max:?})"
+            ));
+        }
         Ok(Self {
             bind,
             client_ip,
+            login_limit: quota("LOGIN_LIMIT", "5/minute")?,
+            cookie_secure,
+            session_idle,
+            session_max,
             store,
             api_limit: quota("API_LIMIT", "60/minute")?,
             calls_limit: quota("CALLS_LIMIT", "5/minute")?,
@@ -102,6 +148,10 @@ mod tests {
         assert!(matches!(c.store, Store::Memory));
         assert_eq!(c.api_limit, Quota::per_minute(60));
         assert_eq!(c.calls_limit, Quota::per_minute(5));
+        assert_eq!(c.login_limit, Quota::per_minute(5));
+        assert!(c.cookie_secure);
+        assert_eq!(c.session_idle, Duration::from_secs(1800));
+        assert_eq!(c.session_max, Duration::from_secs(86_400));
     }
 
     #[test]
@@ -122,5 +172,13 @@ mod tests {
             "{e}"
         );
         assert!(with(&[("TRUSTED_PROXIES", "10.0.0.0/8, ::1")]).is_ok());
+        assert!(
+            with(&[("SESSION_IDLE", "30x")])
+                .unwrap_err()
+                .starts_with("SESSION_IDLE=")
+        );
+        assert!(with(&[("SESSION_IDLE", "2h"), ("SESSION_MAX", "1h")]).is_err());
+        assert!(with(&[("COOKIE_SECURE", "maybe")]).is_err());
+        assert!(!with(&[("COOKIE_SECURE", "false")]).unwrap().cookie_secure);
     }
 }

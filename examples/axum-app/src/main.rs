@@ -1,6 +1,7 @@
 //! The redis-guard example on axum: rate limits on Redis, on a Redis Cluster, or in memory. See
 //! README.md beside this file for what to try.
 
+mod auth;
 mod calls;
 mod config;
 
@@ -9,10 +10,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::response::Html;
 use axum::routing::{get, post};
 use redis_guard::backend::RedisConnection;
-use redis_guard::rate_limit::{Limiter, MemoryLimiter, RateLimitLayer, RedisLimiter, Rule};
-use serde_json::json;
+use redis_guard::rate_limit::{
+    KeyExtractorExt, Limiter, MemoryLimiter, RateLimitLayer, RedisLimiter, Rule,
+};
+use redis_guard::session::{
+    CookieConfig, MemorySessionStore, RedisSessionStore, SessionLayer, SessionStore, SessionUser,
+};
 
 use crate::calls::Calls;
 use crate::config::{Config, Store};
@@ -37,41 +43,46 @@ async fn main() -> ExitCode {
 
 async fn run() -> Result<(), String> {
     let config = Config::from_env()?;
-    let (limiter, backend): (Arc<dyn Limiter>, String) = match &config.store {
-        Store::Memory => (
-            Arc::new(MemoryLimiter::new()),
-            "in-process memory (set REDIS_URL to share limits between instances)".to_owned(),
-        ),
-        Store::Redis(url) => {
-            let conn = RedisConnection::open(url)
-                .await
-                .map_err(|e| format!("cannot connect to REDIS_URL={url:?}: {e}"))?;
-            (
-                Arc::new(RedisLimiter::new(conn).timeout(config.redis_timeout)),
-                format!("redis at {}", redact(url)),
-            )
-        }
-        Store::Cluster(nodes) => {
-            let conn = RedisConnection::cluster(nodes).await.map_err(|e| {
-                format!(
-                    "cannot connect to REDIS_CLUSTER_NODES={}: {e}",
-                    nodes.join(",")
+    let (limiter, sessions, backend): (Arc<dyn Limiter>, Arc<dyn SessionStore>, String) =
+        match &config.store {
+            Store::Memory => (
+                Arc::new(MemoryLimiter::new()),
+                Arc::new(MemorySessionStore::new()),
+                "in-process memory (set REDIS_URL to share limits and sessions between instances)"
+                    .to_owned(),
+            ),
+            Store::Redis(url) => {
+                let conn = RedisConnection::open(url)
+                    .await
+                    .map_err(|e| format!("cannot connect to REDIS_URL={url:?}: {e}"))?;
+                (
+                    Arc::new(RedisLimiter::new(conn.clone()).timeout(config.redis_timeout)),
+                    Arc::new(RedisSessionStore::new(conn).timeout(config.redis_timeout)),
+                    format!("redis at {}", redact(url)),
                 )
-            })?;
-            (
-                Arc::new(RedisLimiter::new(conn).timeout(config.redis_timeout)),
-                format!("redis cluster via {}", nodes.join(",")),
-            )
-        }
-    };
-    let app = router(&config, limiter)?;
+            }
+            Store::Cluster(nodes) => {
+                let conn = RedisConnection::cluster(nodes).await.map_err(|e| {
+                    format!(
+                        "cannot connect to REDIS_CLUSTER_NODES={}: {e}",
+                        nodes.join(",")
+                    )
+                })?;
+                (
+                    Arc::new(RedisLimiter::new(conn.clone()).timeout(config.redis_timeout)),
+                    Arc::new(RedisSessionStore::new(conn).timeout(config.redis_timeout)),
+                    format!("redis cluster via {}", nodes.join(",")),
+                )
+            }
+        };
+    let app = router(&config, limiter, sessions)?;
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .map_err(|e| format!("cannot listen on BIND={}: {e}", config.bind))?;
     let addr = listener
         .local_addr()
         .map_err(|e| format!("no local address: {e}"))?;
-    println!("axum-app listening on http://{addr} (rate limits: {backend})");
+    println!("axum-app listening on http://{addr} (rate limits and sessions: {backend})");
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
@@ -81,30 +92,61 @@ async fn run() -> Result<(), String> {
     .map_err(|e| format!("server error: {e}"))
 }
 
-fn router(config: &Config, limiter: Arc<dyn Limiter>) -> Result<Router, String> {
+fn router(
+    config: &Config,
+    limiter: Arc<dyn Limiter>,
+    sessions: Arc<dyn SessionStore>,
+) -> Result<Router, String> {
+    // Per user when logged in, per client IP otherwise.
     let api_limit = RateLimitLayer::builder(Arc::clone(&limiter))
-        .rule("api", config.client_ip.clone(), config.api_limit)
+        .rule(
+            "api",
+            SessionUser::key().or(config.client_ip.clone()),
+            config.api_limit,
+        )
         .build()
         .map_err(|e| format!("API_LIMIT: {e}"))?;
     let calls_rule = Rule::new("calls", config.calls_limit);
     calls_rule
         .validate()
         .map_err(|e| format!("CALLS_LIMIT: {e}"))?;
+    let login_rule = Rule::new("login", config.login_limit);
+    login_rule
+        .validate()
+        .map_err(|e| format!("LOGIN_LIMIT: {e}"))?;
+    let session_layer = SessionLayer::builder(sessions)
+        .cookie(CookieConfig::default().secure(config.cookie_secure))
+        .idle_timeout(config.session_idle)
+        .max_lifetime(config.session_max)
+        .expose_user(true)
+        .build()
+        .map_err(|e| format!("session settings: {e}"))?;
     let api = Router::new()
-        .route(
-            "/api/hello",
-            get(|| async { axum::Json(json!({ "hello": "anonymous" })) }),
-        )
+        .route("/api/hello", get(auth::hello))
         .layer(api_limit);
     let calls = Router::new()
         .route("/calls", post(calls::handler))
         .with_state(Calls {
-            limiter,
+            limiter: Arc::clone(&limiter),
             rule: calls_rule,
         });
+    let login = Router::new()
+        .route("/login", post(auth::login))
+        .with_state(auth::Login {
+            limiter,
+            rule: login_rule,
+            client_ip: config.client_ip.clone(),
+        });
     Ok(Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/", get(|| async { Html(include_str!("index.html")) }))
+        .route("/me", get(auth::me))
+        .route("/logout", post(auth::logout))
+        .route("/logout-all", post(auth::logout_all))
         .merge(api)
+        .merge(login)
+        .layer(session_layer)
+        // Health checks stay outside the session layer: never a cookie, never a store call.
+        .route("/healthz", get(|| async { "ok" }))
         .merge(calls))
 }
 

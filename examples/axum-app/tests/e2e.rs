@@ -349,3 +349,162 @@ async fn forwarded_addresses_count_only_from_trusted_proxies() {
         429
     );
 }
+
+/// The `id` cookie a response sets (`Some("")` for a removal cookie).
+fn cookie_of(r: &RawResponse) -> Option<String> {
+    r.headers_named("set-cookie")
+        .into_iter()
+        .find_map(|c| c.strip_prefix("id=")?.split(';').next().map(str::to_owned))
+}
+
+async fn with_cookie(
+    app: &App,
+    method: &str,
+    path: &str,
+    cookie: &str,
+    body: &[u8],
+) -> RawResponse {
+    let header = format!("id={cookie}");
+    request(
+        app.addr,
+        method,
+        path,
+        &[
+            ("Cookie", header.as_bytes()),
+            ("Content-Type", b"application/json"),
+        ],
+        body,
+    )
+    .await
+    .expect("request")
+}
+
+async fn login(app: &App, user: &str, password: &str) -> RawResponse {
+    let body = serde_json::json!({ "username": user, "password": password }).to_string();
+    post(app, "/login", body.as_bytes()).await
+}
+
+fn json(r: &RawResponse) -> serde_json::Value {
+    serde_json::from_slice(&r.body).unwrap_or_else(|_| panic!("not JSON: {}", r.text()))
+}
+
+#[tokio::test]
+async fn login_me_logout_on_redis() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let app = start_with_redis(&server, &[]).await;
+    let r = login(&app, "alice", "password").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(json(&r)["user"], "alice");
+    let set = r.header("set-cookie").expect("cookie").to_owned();
+    assert!(
+        set.contains("HttpOnly") && set.contains("Secure") && set.contains("SameSite=Lax"),
+        "{set}"
+    );
+    let id = cookie_of(&r).expect("id");
+    for visits in 1..=2 {
+        let me = with_cookie(&app, "GET", "/me", &id, b"").await;
+        assert_eq!(
+            json(&me),
+            serde_json::json!({ "user": "alice", "visits": visits })
+        );
+    }
+    let hello = with_cookie(&app, "GET", "/api/hello", &id, b"").await;
+    assert_eq!(json(&hello)["hello"], "alice");
+    let out = with_cookie(&app, "POST", "/logout", &id, b"").await;
+    assert_eq!(out.status, 204);
+    assert_eq!(cookie_of(&out).as_deref(), Some(""), "removal cookie");
+    assert_eq!(with_cookie(&app, "GET", "/me", &id, b"").await.status, 401);
+    // The session hash is gone; only rate-limit keys and the user index may remain.
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("rg:s:*")
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    assert!(keys.is_empty(), "{keys:?}");
+}
+
+#[tokio::test]
+async fn bad_logins_are_rejected_and_throttled() {
+    let app = start(&[("LOGIN_LIMIT", "3/minute")]).await;
+    assert_eq!(login(&app, "alice", "wrong").await.status, 401);
+    assert_eq!(login(&app, "bad user!", "password").await.status, 401);
+    assert_eq!(post(&app, "/login", b"not json").await.status, 400);
+    assert_eq!(login(&app, "alice", "wrong").await.status, 401);
+    assert_eq!(
+        login(&app, "alice", "password").await.status,
+        200,
+        "third attempt for alice"
+    );
+    let r = login(&app, "alice", "password").await;
+    assert_eq!(r.status, 429, "fourth attempt for alice from this IP");
+    assert!(r.header("retry-after").is_some());
+    assert_eq!(
+        login(&app, "bob", "password").await.status,
+        200,
+        "bob has his own bucket"
+    );
+}
+
+#[tokio::test]
+async fn api_limit_is_per_user_when_logged_in() {
+    let app = start(&[("API_LIMIT", "2/minute")]).await;
+    for _ in 0..2 {
+        assert_eq!(get(&app, "/api/hello", &[]).await.status, 200);
+    }
+    assert_eq!(
+        get(&app, "/api/hello", &[]).await.status,
+        429,
+        "anonymous, by IP"
+    );
+    let id = cookie_of(&login(&app, "carol", "password").await).expect("id");
+    for _ in 0..2 {
+        let r = with_cookie(&app, "GET", "/api/hello", &id, b"").await;
+        assert_eq!(r.status, 200, "carol has her own bucket");
+    }
+    assert_eq!(
+        with_cookie(&app, "GET", "/api/hello", &id, b"")
+            .await
+            .status,
+        429
+    );
+}
+
+#[tokio::test]
+async fn logout_all_ends_every_session_of_the_user() {
+    let app = start(&[]).await;
+    let a = cookie_of(&login(&app, "dave", "password").await).expect("id");
+    let b = cookie_of(&login(&app, "dave", "password").await).expect("id");
+    let other = cookie_of(&login(&app, "erin", "password").await).expect("id");
+    assert_eq!(
+        with_cookie(&app, "POST", "/logout-all", &a, b"")
+            .await
+            .status,
+        204
+    );
+    assert_eq!(with_cookie(&app, "GET", "/me", &a, b"").await.status, 401);
+    assert_eq!(with_cookie(&app, "GET", "/me", &b, b"").await.status, 401);
+    assert_eq!(
+        with_cookie(&app, "GET", "/me", &other, b"").await.status,
+        200
+    );
+    assert_eq!(
+        post(&app, "/logout-all", b"").await.status,
+        401,
+        "not logged in"
+    );
+}
+
+#[tokio::test]
+async fn the_page_is_served_and_healthz_sets_no_cookie() {
+    let app = start(&[]).await;
+    let page = get(&app, "/", &[]).await;
+    assert_eq!(page.status, 200);
+    assert!(page.text().contains("id=\"login-form\""));
+    let h = get(&app, "/healthz", &[("Cookie", b"id=garbage")]).await;
+    assert_eq!((h.status, h.header("set-cookie")), (200, None));
+}

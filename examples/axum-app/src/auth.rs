@@ -1,0 +1,120 @@
+//! `/login`, `/me`, `/logout`, `/logout-all`: the session routes.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use redis_guard::rate_limit::{ClientIp, Key, Limiter, Rule};
+use redis_guard::session::{Session, SessionError};
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Clone, Debug)]
+pub(crate) struct Login {
+    pub(crate) limiter: Arc<dyn Limiter>,
+    pub(crate) rule: Rule,
+    pub(crate) client_ip: ClientIp,
+}
+
+#[derive(Deserialize)]
+struct Credentials {
+    username: String,
+    password: String,
+}
+
+fn valid_username(u: &str) -> bool {
+    (1..=64).contains(&u.len())
+        && u.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+fn json_error(status: StatusCode, detail: &str) -> Response {
+    (status, Json(json!({ "error": detail }))).into_response()
+}
+
+/// `POST /login {"username", "password"}`: throttled per client IP + username, then a new
+/// session id and the user recorded on the session.
+pub(crate) async fn login(
+    State(login): State<Login>,
+    session: Session,
+    req: Request<Body>,
+) -> Response {
+    let (parts, body) = req.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, 16 * 1024).await else {
+        return json_error(StatusCode::PAYLOAD_TOO_LARGE, "the body is too large");
+    };
+    let Ok(creds) = serde_json::from_slice::<Credentials>(&body) else {
+        return json_error(
+            StatusCode::BAD_REQUEST,
+            r#"expected a JSON body {"username": "…", "password": "…"}"#,
+        );
+    };
+    let ip = match login.client_ip.client_ip(&parts) {
+        Ok(ip) => login.client_ip.key_for(ip),
+        Err(_) => return json_error(StatusCode::INTERNAL_SERVER_ERROR, "no client address"),
+    };
+    // Throttle every attempt, good or bad, before checking the password.
+    let key = Key::pair(&ip, &Key::from(creds.username.as_str()));
+    match login.limiter.check(&login.rule, key).await {
+        Ok(d) if !d.allowed => {
+            let mut res = json_error(StatusCode::TOO_MANY_REQUESTS, "too many login attempts");
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(d.retry_after_secs()));
+            return res;
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "login limiter unavailable: refusing logins (fail closed)");
+            return json_error(StatusCode::SERVICE_UNAVAILABLE, "try again shortly");
+        }
+    }
+    if creds.password != "password" || !valid_username(&creds.username) {
+        return json_error(StatusCode::UNAUTHORIZED, "wrong username or password");
+    }
+    let result: Result<(), SessionError> = async {
+        session.cycle_id().await?;
+        session.set_user(&creds.username).await?;
+        session.insert("visits", &0).await
+    }
+    .await;
+    match result {
+        Ok(()) => Json(json!({ "user": creds.username })).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `GET /me`: who is logged in, and how often this session called `/me`.
+pub(crate) async fn me(session: Session) -> Result<Response, SessionError> {
+    let Some(user) = session.user().await? else {
+        return Ok(json_error(StatusCode::UNAUTHORIZED, "not logged in"));
+    };
+    let visits = session.increment("visits", 1).await?;
+    Ok(Json(json!({ "user": user, "visits": visits })).into_response())
+}
+
+/// `POST /logout`: ends this session.
+pub(crate) async fn logout(session: Session) -> Result<StatusCode, SessionError> {
+    session.destroy().await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /logout-all`: ends every session of the logged-in user.
+pub(crate) async fn logout_all(session: Session) -> Result<Response, SessionError> {
+    let Some(user) = session.user().await? else {
+        return Ok(json_error(StatusCode::UNAUTHORIZED, "not logged in"));
+    };
+    session.revoke_user(&user).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `GET /api/hello`: hello to the logged-in user, or to "anonymous".
+pub(crate) async fn hello(session: Session) -> Result<Response, SessionError> {
+    let who = session
+        .user()
+        .await?
+        .unwrap_or_else(|| "anonymous".to_owned());
+    Ok(Json(json!({ "hello": who })).into_response())
+}
