@@ -52,6 +52,13 @@ impl<B> ResponseBody<B> {
     }
 }
 
+impl<B> Default for ResponseBody<B> {
+    /// An empty body made by the layer.
+    fn default() -> Self {
+        Self::full(Bytes::new())
+    }
+}
+
 impl<B> Body for ResponseBody<B>
 where
     B: Body<Data = Bytes>,
