@@ -551,3 +551,47 @@ async fn idle_ttl_goes_back_up_on_a_read_only_request() {
         "PTTL back to the idle timeout: {pttl}"
     );
 }
+
+#[tokio::test]
+async fn redis_down_is_a_503_or_no_session_never_a_hang() {
+    use redis_guard::session::{RedisSessionStore, StoreFailure};
+    let mut h = Harness::redis().await;
+    let store = RedisSessionStore::new(h.connection().await).timeout(Duration::from_millis(300));
+    let strict = SessionLayer::new(store.clone());
+    let lenient = SessionLayer::builder(store)
+        .on_store_error(StoreFailure::ContinueWithoutSession)
+        .build()
+        .expect("valid");
+    let id = SessionId::generate().expect("random").encode();
+    h.kill_redis();
+    let started = std::time::Instant::now();
+    let hooks = Arc::new(Hooks::default());
+    let send = |layer: &SessionLayer, path: &str, cookie: Option<&str>| {
+        let svc = layer.layer(app(Arc::clone(&hooks)));
+        let mut req = Request::get(path);
+        if let Some(c) = cookie {
+            req = req.header("cookie", format!("id={c}"));
+        }
+        call(svc, req.body(Body::default()).expect("request"))
+    };
+    // Reading a session needs the store: 503 with Retry-After, or carry on without one.
+    let r = send(&strict, "/get/name", Some(&id)).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), "1");
+    let r = send(&lenient, "/get/name", Some(&id)).await;
+    assert_eq!(r.status, 404, "no session, no value");
+    // Writing: the strict layer refuses the whole response; the lenient one drops the write.
+    assert_eq!(send(&strict, "/set/k/v", None).await.status, 503);
+    let r = send(&lenient, "/set/k/v", None).await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.headers.get("set-cookie").is_none(),
+        "no cookie for a session never stored"
+    );
+    // A request that never needs the store is unaffected.
+    assert_eq!(send(&strict, "/noop", None).await.status, 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "bounded by the timeout"
+    );
+}
