@@ -215,17 +215,30 @@ impl Harness {
         }
     }
 
-    /// Every key in Redis (all nodes of a cluster).
+    /// Every key in Redis, by `SCAN` (on every node of a cluster), sorted.
     pub async fn keys(&self) -> Vec<String> {
         match (&self.server, &self.cluster) {
             (_, Some(cluster)) => cluster.keys(),
             (Some(_), None) => {
                 let mut conn = self.inspect().await;
-                redis::cmd("KEYS")
-                    .arg("*")
-                    .query_async(&mut conn)
-                    .await
-                    .expect("KEYS")
+                let mut keys = Vec::new();
+                let mut cursor: u64 = 0;
+                loop {
+                    let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("SCAN");
+                    keys.extend(batch);
+                    cursor = next;
+                    if cursor == 0 {
+                        break;
+                    }
+                }
+                keys.sort();
+                keys
             }
             (None, None) => Vec::new(),
         }

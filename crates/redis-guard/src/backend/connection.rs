@@ -86,6 +86,7 @@ impl RedisConnection {
     }
 
     /// Whether keys of one call must share a hash slot.
+    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
     pub(crate) fn is_cluster(&self) -> bool {
         match self.kind {
             #[cfg(feature = "cluster")]
@@ -123,6 +124,7 @@ impl RedisConnection {
 
 impl RedisConnection {
     /// Runs one plain command (routed by its key on a cluster).
+    #[cfg_attr(not(feature = "session"), allow(dead_code))]
     pub(crate) async fn query(&self, cmd: &redis::Cmd) -> RedisResult<Value> {
         match &self.kind {
             Kind::Manager(manager) => cmd.query_async(&mut manager.clone()).await,

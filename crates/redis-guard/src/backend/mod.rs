@@ -7,6 +7,11 @@
 //! `SCRIPT FLUSH`).
 
 mod clock;
+// Without either middleware the connection has no user inside the crate.
+#[cfg_attr(
+    not(any(feature = "rate-limit", feature = "session")),
+    allow(dead_code)
+)]
 mod connection;
 
 pub use clock::{Clock, ManualClock, MonotonicClock};
