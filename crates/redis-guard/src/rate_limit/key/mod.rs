@@ -10,12 +10,15 @@
 //! The key itself never reaches Redis: key names carry a digest of it (see [`Key::digest`]), so a
 //! phone number, an e-mail address or an API key is never visible in `KEYS`, `MONITOR` or a dump.
 
+mod cidr;
 mod client_ip;
 mod compose;
 mod extension;
+mod forwarded;
 mod header;
 
-pub use client_ip::{ClientIp, PeerAddr, ProxyConfigError};
+pub use cidr::ProxyConfigError;
+pub use client_ip::{ClientIp, PeerAddr};
 pub use compose::{And, Or};
 pub use extension::ExtensionKey;
 pub use header::HeaderKey;

@@ -1,0 +1,150 @@
+//! Forwarding headers (`Forwarded`, RFC 7239, and `X-Forwarded-For`): the chain of addresses a
+//! request passed through, walked right to left over trusted proxies (see [`ClientIp`]).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use http::HeaderMap;
+
+use super::ClientIp;
+use super::cidr::{Cidr, is_trusted};
+
+/// Longest forwarding-chain entry (one address, with brackets, zone and port) that is parsed;
+/// anything longer is not an address.
+const MAX_NODE_LEN: usize = 128;
+
+/// Longest `Forwarded` element (`for=…;by=…;host=…;proto=…`) that is parsed.
+const MAX_ELEMENT_LEN: usize = 1024;
+
+/// The client address for a request whose peer (`peer`, canonical) is trusted.
+pub(super) fn resolve_chain(trusted: &[Cidr], headers: &HeaderMap, peer: IpAddr) -> IpAddr {
+    if headers.contains_key(http::header::FORWARDED) {
+        walk(
+            trusted,
+            peer,
+            entries(headers, "forwarded").map(forwarded_for),
+        )
+    } else {
+        walk(
+            trusted,
+            peer,
+            entries(headers, "x-forwarded-for").map(parse_node),
+        )
+    }
+}
+
+/// The comma-separated entries of every line of header `name`, right to left. Lazy: only the
+/// entries the walk looks at are split off.
+fn entries<'a>(headers: &'a HeaderMap, name: &'static str) -> impl Iterator<Item = &'a [u8]> {
+    headers
+        .get_all(name)
+        .into_iter()
+        .rev()
+        .flat_map(|line| line.as_bytes().rsplit(|&b| b == b','))
+}
+
+/// The walk described in [`ClientIp`]'s docs. `None` entries are garbage.
+fn walk(trusted: &[Cidr], peer: IpAddr, chain: impl Iterator<Item = Option<IpAddr>>) -> IpAddr {
+    let mut nearest = peer;
+    for entry in chain.take(ClientIp::MAX_HOPS) {
+        let Some(ip) = entry else {
+            return nearest;
+        };
+        let ip = ip.to_canonical();
+        if !is_trusted(trusted, ip) {
+            return ip;
+        }
+        nearest = ip;
+    }
+    nearest
+}
+
+/// The address in the `for=` parameter of one `Forwarded` element, `None` when there is none or
+/// the element is malformed.
+fn forwarded_for(element: &[u8]) -> Option<IpAddr> {
+    if element.len() > MAX_ELEMENT_LEN {
+        return None;
+    }
+    let mut node = None;
+    for pair in element.split(|&b| b == b';') {
+        let pair = pair.trim_ascii();
+        if pair.is_empty() {
+            continue;
+        }
+        let mut halves = pair.splitn(2, |&b| b == b'=');
+        let name = halves.next().unwrap_or_default().trim_ascii();
+        let value = halves.next()?.trim_ascii();
+        if name.eq_ignore_ascii_case(b"for") {
+            if node.is_some() {
+                return None;
+            }
+            node = Some(value);
+        }
+    }
+    let value = node?;
+    let value = if value.first() == Some(&b'"') {
+        value.strip_prefix(b"\"")?.strip_suffix(b"\"")?
+    } else {
+        value
+    };
+    parse_node(value)
+}
+
+/// One chain entry: `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`, `[2001:db8::1]`, `[2001:db8::1]:443`,
+/// with an optional IPv6 zone id (stripped) and an optional port (numeric or obfuscated).
+fn parse_node(raw: &[u8]) -> Option<IpAddr> {
+    let raw = raw.trim_ascii();
+    if raw.is_empty() || raw.len() > MAX_NODE_LEN {
+        return None;
+    }
+    let s = std::str::from_utf8(raw).ok()?;
+    if let Some(rest) = s.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        if !after.is_empty() && !after.strip_prefix(':').is_some_and(is_port) {
+            return None;
+        }
+        return parse_ipv6(host).map(IpAddr::V6);
+    }
+    if s.contains('%') {
+        return parse_ipv6(s).map(IpAddr::V6);
+    }
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    let (host, port) = s.split_once(':')?;
+    if !is_port(port) {
+        return None;
+    }
+    host.parse::<Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+/// An IPv6 address, with an optional zone id (`%eth0`, `%25eth0`) that is dropped.
+fn parse_ipv6(s: &str) -> Option<Ipv6Addr> {
+    let addr = match s.split_once('%') {
+        Some((addr, zone)) => {
+            let zone_ok = !zone.is_empty()
+                && zone
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'%'));
+            if !zone_ok {
+                return None;
+            }
+            addr
+        }
+        None => s,
+    };
+    addr.parse().ok()
+}
+
+/// A port: 0-65535 in decimal, or an RFC 7239 obfuscated port (`_abc`).
+fn is_port(p: &str) -> bool {
+    if let Some(obfuscated) = p.strip_prefix('_') {
+        return !obfuscated.is_empty()
+            && obfuscated
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    }
+    !p.is_empty()
+        && p.len() <= 5
+        && p.bytes().all(|b| b.is_ascii_digit())
+        && p.parse::<u16>().is_ok()
+}
