@@ -9,6 +9,7 @@
 //! [`Browser::start`] launches a headless Chromium under its own chromedriver, with a fresh
 //! profile, and drives it through the W3C WebDriver API for end-to-end tests of real pages.
 
+pub mod app;
 mod browser;
 mod cluster;
 pub mod http;

@@ -1,38 +1,22 @@
 //! A real browser: headless Chromium drives the example's page, against a real Redis.
 
-use std::process::Stdio;
 use std::time::Duration;
 
+use redis_guard_testkit::app::spawn;
 use redis_guard_testkit::{Browser, RedisServer};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
 
 const WAIT: Duration = Duration::from_secs(15);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_in_reload_and_log_out_in_chromium() {
     let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_axum-app"))
-        .env_clear()
-        .env("BIND", "127.0.0.1:0")
-        .env("REDIS_URL", server.url())
-        .env("REDIS_TIMEOUT_MS", "5000")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn axum-app");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .expect("listening line")
-        .expect("stdout")
-        .expect("line");
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .expect("address")
-        .to_owned();
+    let url = server.url();
+    let app = spawn(
+        env!("CARGO_BIN_EXE_axum-app"),
+        &[("REDIS_URL", &url), ("REDIS_TIMEOUT_MS", "5000")],
+    )
+    .await;
+    let addr = app.addr;
 
     let browser = Browser::start().await.unwrap_or_else(|e| panic!("{e}"));
     let url = format!("http://{addr}/");

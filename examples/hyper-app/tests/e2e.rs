@@ -1,44 +1,13 @@
 //! End to end: the `hyper-app` binary against a real Redis, over real HTTP.
 
-use std::net::SocketAddr;
-use std::process::Stdio;
-use std::time::Duration;
-
 use redis_guard_testkit::RedisServer;
+use redis_guard_testkit::app::{RunningApp, spawn};
 use redis_guard_testkit::http::{RawResponse, request};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
-struct App {
-    addr: SocketAddr,
-    _child: Child,
-}
+type App = RunningApp;
 
 async fn start(env: &[(&str, &str)]) -> App {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hyper-app"))
-        .env_clear()
-        .env("BIND", "127.0.0.1:0")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn hyper-app");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .expect("hyper-app printed nothing")
-        .expect("stdout")
-        .expect("exited before listening");
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    App {
-        addr,
-        _child: child,
-    }
+    spawn(env!("CARGO_BIN_EXE_hyper-app"), env).await
 }
 
 async fn send(
