@@ -74,3 +74,15 @@ impl Clock for ManualClock {
         Duration::from_micros(self.micros.load(Ordering::SeqCst))
     }
 }
+
+/// The test seam's offset to Redis `TIME`, in microseconds: the manual clock's reading, or 0 when
+/// there is none (production).
+#[cfg_attr(
+    not(any(feature = "rate-limit", feature = "session")),
+    allow(dead_code)
+)]
+pub(crate) fn shift_micros(shift: Option<&ManualClock>) -> u64 {
+    shift.map_or(0, |c| {
+        u64::try_from(c.now().as_micros()).unwrap_or(u64::MAX)
+    })
+}

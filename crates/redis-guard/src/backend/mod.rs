@@ -14,5 +14,7 @@ mod clock;
 )]
 mod connection;
 
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+pub(crate) use clock::shift_micros;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use connection::RedisConnection;

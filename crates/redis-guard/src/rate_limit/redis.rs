@@ -9,7 +9,7 @@ use redis::Value;
 use super::algorithm::script::{BUILTIN_SCRIPTS, CUSTOM_BASE, Scripts};
 use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
-use crate::backend::{Clock, ManualClock, RedisConnection};
+use crate::backend::{ManualClock, RedisConnection, shift_micros};
 
 /// Default key prefix: `rg:`, so keys read `rg:rl:<rule>:{<digest>}`.
 pub const DEFAULT_PREFIX: &str = "rg:";
@@ -108,9 +108,7 @@ impl RedisLimiter {
     }
 
     fn shift_us(&self) -> u64 {
-        self.inner.shift.as_ref().map_or(0, |c| {
-            u64::try_from(c.now().as_micros()).unwrap_or(u64::MAX)
-        })
+        shift_micros(self.inner.shift.as_ref())
     }
 
     /// The Redis key that holds `check`'s state.

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use super::SessionError;
 use super::id::hex;
 use super::store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore};
-use crate::backend::{Clock, ManualClock, RedisConnection};
+use crate::backend::{ManualClock, RedisConnection, shift_micros};
 
 /// Default key prefix: keys read `rg:s:{<sha256 of id>}` and `rg:u:{<sha256 of user>}`.
 pub const DEFAULT_PREFIX: &str = "rg:";
@@ -111,13 +111,7 @@ impl RedisSessionStore {
     }
 
     fn shift(&self) -> String {
-        self.inner
-            .shift
-            .as_ref()
-            .map_or(0, |c| {
-                u64::try_from(c.now().as_micros()).unwrap_or(u64::MAX)
-            })
-            .to_string()
+        shift_micros(self.inner.shift.as_ref()).to_string()
     }
 
     /// Runs `script` on `key` with ARGV = shift, idle, `args…`, under the timeout.
