@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use redis_guard::rate_limit::{ClientIp, Quota};
+use redis_guard::rate_limit::{ClientIp, ForwardedHeader, Quota};
 
 /// Where the limiter keeps its state.
 #[derive(Clone, Debug)]
@@ -92,10 +92,17 @@ impl Config {
             })?),
             None => redis_guard::rate_limit::DEFAULT_TIMEOUT,
         };
+        let forwarded_header: ForwardedHeader = match get("FORWARDED_HEADER") {
+            Some(v) => v
+                .parse()
+                .map_err(|e| format!("FORWARDED_HEADER={v:?}: {e}"))?,
+            None => ForwardedHeader::XForwardedFor,
+        };
         let client_ip = match get("TRUSTED_PROXIES") {
             Some(cidrs) => {
                 ClientIp::trusted_proxies(cidrs.split(',').map(str::trim).filter(|c| !c.is_empty()))
                     .map_err(|e| format!("TRUSTED_PROXIES={cidrs:?}: {e}"))?
+                    .forwarded_header(forwarded_header)
             }
             None => ClientIp::peer(),
         };
@@ -172,6 +179,9 @@ mod tests {
             "{e}"
         );
         assert!(with(&[("TRUSTED_PROXIES", "10.0.0.0/8, ::1")]).is_ok());
+        assert!(with(&[("FORWARDED_HEADER", "Forwarded")]).is_ok());
+        let e = with(&[("FORWARDED_HEADER", "x-real-ip")]).unwrap_err();
+        assert!(e.starts_with("FORWARDED_HEADER=\"x-real-ip\""), "{e}");
         assert!(
             with(&[("SESSION_IDLE", "30x")])
                 .unwrap_err()

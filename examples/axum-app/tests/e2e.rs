@@ -223,6 +223,11 @@ async fn bad_configuration_exits_with_a_message_naming_the_variable() {
             "TRUSTED_PROXIES=\"10.0.0.0/33\"",
         ),
         (
+            "FORWARDED_HEADER",
+            "x-real-ip",
+            "FORWARDED_HEADER=\"x-real-ip\"",
+        ),
+        (
             "REDIS_URL",
             "redis://127.0.0.1:1/",
             "cannot connect to REDIS_URL",
@@ -318,6 +323,55 @@ async fn forwarded_addresses_count_only_from_trusted_proxies() {
             .status,
         429
     );
+}
+
+#[tokio::test]
+async fn a_rotating_forwarded_header_gets_no_fresh_bucket_behind_xff_proxies() {
+    // The audit's probe: nginx-style proxies append to X-Forwarded-For and pass a client's own
+    // `Forwarded` through. A fresh `Forwarded: for=` per request must not mean a fresh bucket.
+    let app = start(&[
+        ("API_LIMIT", "3/minute"),
+        ("TRUSTED_PROXIES", "127.0.0.1/32"),
+    ])
+    .await;
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let spoof = format!("for=198.51.100.{i}");
+        let r = get(
+            &app,
+            "/api/hello",
+            &[
+                ("X-Forwarded-For", b"203.0.113.7"),
+                ("Forwarded", spoof.as_bytes()),
+            ],
+        )
+        .await;
+        statuses.push(r.status);
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
+
+    // FORWARDED_HEADER=forwarded: now X-Forwarded-For is the header a client could forge.
+    let rfc = start(&[
+        ("API_LIMIT", "1/minute"),
+        ("TRUSTED_PROXIES", "127.0.0.1/32"),
+        ("FORWARDED_HEADER", "forwarded"),
+    ])
+    .await;
+    let mut statuses = Vec::new();
+    for i in 0..3 {
+        let spoof = format!("198.51.100.{i}");
+        let r = get(
+            &rfc,
+            "/api/hello",
+            &[
+                ("X-Forwarded-For", spoof.as_bytes()),
+                ("Forwarded", b"for=203.0.113.7"),
+            ],
+        )
+        .await;
+        statuses.push(r.status);
+    }
+    assert_eq!(statuses, [200, 429, 429]);
 }
 
 /// The `id` cookie a response sets (`Some("")` for a removal cookie).

@@ -41,8 +41,8 @@ pub use algorithm::{Algorithm, CustomAlgorithm, RuleState};
 pub use decision::{Decision, RuleDecision};
 pub use future::ResponseFuture;
 pub use key::{
-    And, ClientIp, ExtensionKey, Global, HeaderKey, Key, KeyError, KeyExtractor, KeyExtractorExt,
-    Or, PeerAddr, ProxyConfigError,
+    And, ClientIp, ExtensionKey, ForwardedHeader, Global, HeaderKey, Key, KeyError, KeyExtractor,
+    KeyExtractorExt, Or, PeerAddr, ProxyConfigError,
 };
 pub use layer::{
     FailurePolicy, MissingKey, RateLimitLayer, RateLimitLayerBuilder, ResponseBuilder,

@@ -17,6 +17,9 @@ pub enum ProxyConfigError {
     /// The part after `/` is not a number from 0 to 32 (IPv4) or 128 (IPv6).
     #[error("invalid trusted proxy {0:?}: the prefix length must be 0-32 for IPv4, 0-128 for IPv6")]
     InvalidPrefix(String),
+    /// The forwarding header is neither `x-forwarded-for` nor `forwarded`.
+    #[error("invalid forwarding header {0:?}: expected `x-forwarded-for` or `forwarded`")]
+    UnknownHeader(String),
 }
 
 /// A network: the address with the bits below `prefix` cleared. IPv4-mapped IPv6 networks of at

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use http::request::Parts;
 
 use super::cidr::{Cidr, ProxyConfigError, is_trusted};
-use super::forwarded::resolve_chain;
+use super::forwarded::{ForwardedHeader, resolve_chain};
 use super::{Key, KeyError, KeyExtractor};
 
 /// The address of the TCP peer, for stacks that are not axum: insert it into each request's
@@ -47,10 +47,13 @@ static LOGGED_NO_PEER: AtomicBool = AtomicBool::new(false);
 ///
 /// 1. Take the TCP peer address. If it is not in a trusted CIDR, it is the client, and every
 ///    forwarding header is ignored: anybody can send `X-Forwarded-For`.
-/// 2. Otherwise take the forwarding chain: the `for=` parameters of the RFC 7239 `Forwarded`
-///    header if the request has one (all its lines, in order, elements separated by commas),
-///    else `X-Forwarded-For` (all its lines, in order, comma separated). `Forwarded` wins even
-///    when both are present; they are never mixed.
+/// 2. Otherwise take the forwarding chain from the **one** header your proxies write, which you
+///    configure with [`ClientIp::forwarded_header`]: `X-Forwarded-For` by default (all its
+///    lines, in order, comma separated), or the `for=` parameters of the RFC 7239 `Forwarded`
+///    header (all its lines, in order, elements separated by commas). The other header is
+///    ignored completely. It is never guessed from the request: most proxies append to
+///    `X-Forwarded-For` and pass a client's own `Forwarded` through untouched, so a client could
+///    otherwise send `Forwarded: for=<anything>` and pick a fresh key for every request.
 /// 3. Walk the chain from right to left (each proxy appends the address it received the request
 ///    from). Entries in a trusted CIDR are skipped; the first untrusted entry is the client.
 /// 4. If every entry is trusted, the left-most one is the client (e.g. an internal caller).
@@ -98,6 +101,7 @@ pub struct ClientIp {
     ipv6_prefix: u8,
     /// `None`: only the peer counts. Never `Some` of an empty list.
     trusted: Option<Arc<[Cidr]>>,
+    header: ForwardedHeader,
 }
 
 impl ClientIp {
@@ -111,6 +115,7 @@ impl ClientIp {
         Self {
             ipv6_prefix: 64,
             trusted: None,
+            header: ForwardedHeader::XForwardedFor,
         }
     }
 
@@ -149,7 +154,34 @@ impl ClientIp {
             } else {
                 Some(Arc::from(list))
             },
+            header: ForwardedHeader::XForwardedFor,
         })
+    }
+
+    /// Which header the trusted proxies write (default [`ForwardedHeader::XForwardedFor`]); the
+    /// other one is ignored. Set it to what your proxy writes, and make sure that proxy
+    /// overwrites or appends to that header on every request.
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{ClientIp, ForwardedHeader, Key, KeyExtractor, PeerAddr};
+    /// # fn main() -> Result<(), redis_guard::rate_limit::ProxyConfigError> {
+    /// let xff = ClientIp::trusted_proxies(["10.0.0.0/8"])?;
+    /// let mut req = http::Request::get("/")
+    ///     .header("x-forwarded-for", "203.0.113.7")
+    ///     .header("forwarded", "for=6.6.6.6") // sent by the client, passed through by the proxy
+    ///     .body(())
+    ///     .unwrap();
+    /// req.extensions_mut().insert(PeerAddr("10.0.0.1:40000".parse().unwrap()));
+    /// let (parts, ()) = req.into_parts();
+    /// assert_eq!(xff.extract(&parts), Ok(Key::from("203.0.113.7")));
+    /// let rfc = xff.forwarded_header(ForwardedHeader::Forwarded);
+    /// assert_eq!(rfc.extract(&parts), Ok(Key::from("6.6.6.6")));
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub const fn forwarded_header(mut self, header: ForwardedHeader) -> Self {
+        self.header = header;
+        self
     }
 
     /// Groups IPv6 clients by a prefix of `bits` (clamped to 1..=128; 128 keys each address).
@@ -206,7 +238,7 @@ impl ClientIp {
         let peer = peer.ip().to_canonical();
         match self.trusted.as_deref() {
             Some(trusted) if is_trusted(trusted, peer) => {
-                Ok(resolve_chain(trusted, &parts.headers, peer))
+                Ok(resolve_chain(trusted, self.header, &parts.headers, peer))
             }
             _ => Ok(peer),
         }
@@ -273,8 +305,64 @@ mod tests {
         s.parse().unwrap()
     }
 
+    /// The client as seen by proxies that write the header this request carries.
     fn client(parts: &Parts) -> IpAddr {
-        proxied().client_ip(parts).unwrap()
+        let header = if parts.headers.contains_key("forwarded") {
+            ForwardedHeader::Forwarded
+        } else {
+            ForwardedHeader::XForwardedFor
+        };
+        proxied().forwarded_header(header).client_ip(parts).unwrap()
+    }
+
+    #[test]
+    fn client_sent_forwarded_header_is_ignored_behind_xff_proxies() {
+        // The proxy appends to X-Forwarded-For and passes the client's Forwarded through.
+        let p = "10.0.0.1:1";
+        for spoof in ["for=1.1.1.1", "for=6.6.6.6", "for=10.0.0.5", "for=unknown"] {
+            let parts = request(
+                p,
+                &[
+                    ("forwarded", spoof.as_bytes()),
+                    ("x-forwarded-for", b"203.0.113.7"),
+                ],
+            );
+            assert_eq!(
+                proxied().client_ip(&parts),
+                Ok(ip("203.0.113.7")),
+                "{spoof}"
+            );
+            assert_eq!(proxied().extract(&parts), Ok(Key::from("203.0.113.7")));
+        }
+        // Forwarded alone is not read either: the peer is the nearest verified hop.
+        let parts = fwd(p, "for=1.1.1.1");
+        assert_eq!(proxied().client_ip(&parts), Ok(ip("10.0.0.1")));
+        // And with `Forwarded` configured, X-Forwarded-For is the one ignored.
+        let rfc = proxied().forwarded_header(ForwardedHeader::Forwarded);
+        let parts = request(
+            p,
+            &[
+                ("forwarded", b"for=203.0.113.7"),
+                ("x-forwarded-for", b"6.6.6.6"),
+            ],
+        );
+        assert_eq!(rfc.client_ip(&parts), Ok(ip("203.0.113.7")));
+        assert_eq!(rfc.client_ip(&xff(p, "6.6.6.6")), Ok(ip("10.0.0.1")));
+    }
+
+    #[test]
+    fn forwarded_header_names_parse() {
+        for (s, h) in [
+            ("x-forwarded-for", ForwardedHeader::XForwardedFor),
+            ("X-Forwarded-For", ForwardedHeader::XForwardedFor),
+            (" forwarded ", ForwardedHeader::Forwarded),
+        ] {
+            assert_eq!(s.parse::<ForwardedHeader>(), Ok(h));
+        }
+        let err = "x-real-ip".parse::<ForwardedHeader>().unwrap_err();
+        assert_eq!(err, ProxyConfigError::UnknownHeader("x-real-ip".into()));
+        assert!(err.to_string().contains("x-real-ip"));
+        assert_eq!(ForwardedHeader::default().to_string(), "x-forwarded-for");
     }
 
     #[test]
@@ -415,7 +503,9 @@ mod tests {
             ip("2001:db8::1")
         );
         assert_eq!(
-            proxied().extract(&fwd(p, r#"for="[2001:db8::1]:443""#)),
+            proxied()
+                .forwarded_header(ForwardedHeader::Forwarded)
+                .extract(&fwd(p, r#"for="[2001:db8::1]:443""#)),
             Ok(Key::from("2001:db8::/64"))
         );
         assert_eq!(client(&fwd(p, r#"for="1.2.3.4""#)), ip("1.2.3.4"));
@@ -633,9 +723,12 @@ mod tests {
                 .wrapping_add(1_442_695_040_888_963_407);
             state >> 33
         };
+        let all = ClientIp::trusted_proxies(["0.0.0.0/0", "::/0"]).unwrap();
         let ids = [
             proxied(),
-            ClientIp::trusted_proxies(["0.0.0.0/0", "::/0"]).unwrap(),
+            proxied().forwarded_header(ForwardedHeader::Forwarded),
+            all.clone(),
+            all.forwarded_header(ForwardedHeader::Forwarded),
         ];
         let mut tried = 0;
         for round in 0..4000 {

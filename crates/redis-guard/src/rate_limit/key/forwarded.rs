@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use http::HeaderMap;
 
 use super::ClientIp;
-use super::cidr::{Cidr, is_trusted};
+use super::cidr::{Cidr, ProxyConfigError, is_trusted};
 
 /// Longest forwarding-chain entry (one address, with brackets, zone and port) that is parsed;
 /// anything longer is not an address.
@@ -15,20 +15,84 @@ const MAX_NODE_LEN: usize = 128;
 /// Longest `Forwarded` element (`for=…;by=…;host=…;proto=…`) that is parsed.
 const MAX_ELEMENT_LEN: usize = 1024;
 
-/// The client address for a request whose peer (`peer`, canonical) is trusted.
-pub(super) fn resolve_chain(trusted: &[Cidr], headers: &HeaderMap, peer: IpAddr) -> IpAddr {
-    if headers.contains_key(http::header::FORWARDED) {
-        walk(
+/// Which forwarding header the trusted proxies write. The other one is never read.
+///
+/// This is configuration, never detected from the request: nginx, HAProxy, Envoy and cloud load
+/// balancers append to `X-Forwarded-For` and pass a client's own `Forwarded` header through
+/// untouched, so reading `Forwarded` whenever it is present would let a client choose its key.
+///
+/// ```
+/// use redis_guard::rate_limit::{ClientIp, ForwardedHeader};
+/// # fn main() -> Result<(), redis_guard::rate_limit::ProxyConfigError> {
+/// // The default: X-Forwarded-For, as written by nginx, HAProxy, AWS ALB, GCP LB and Envoy.
+/// let xff = ClientIp::trusted_proxies(["10.0.0.0/8"])?;
+/// // A proxy that writes RFC 7239 `Forwarded` (and removes what clients sent).
+/// let rfc = ClientIp::trusted_proxies(["10.0.0.0/8"])?.forwarded_header(ForwardedHeader::Forwarded);
+/// assert_eq!("forwarded".parse(), Ok(ForwardedHeader::Forwarded));
+/// # let _ = (xff, rfc); Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (the default).
+    #[default]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=client, for=proxy1` (only the `for=` parameters are read).
+    Forwarded,
+}
+
+impl ForwardedHeader {
+    /// The header's name, lowercase.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::XForwardedFor => "x-forwarded-for",
+            Self::Forwarded => "forwarded",
+        }
+    }
+}
+
+impl std::fmt::Display for ForwardedHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ForwardedHeader {
+    type Err = ProxyConfigError;
+
+    /// `x-forwarded-for` or `forwarded`, in any case.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        if t.eq_ignore_ascii_case("x-forwarded-for") {
+            Ok(Self::XForwardedFor)
+        } else if t.eq_ignore_ascii_case("forwarded") {
+            Ok(Self::Forwarded)
+        } else {
+            Err(ProxyConfigError::UnknownHeader(s.to_owned()))
+        }
+    }
+}
+
+/// The client address for a request whose peer (`peer`, canonical) is trusted, read from
+/// `header` only.
+pub(super) fn resolve_chain(
+    trusted: &[Cidr],
+    header: ForwardedHeader,
+    headers: &HeaderMap,
+    peer: IpAddr,
+) -> IpAddr {
+    match header {
+        ForwardedHeader::Forwarded => walk(
             trusted,
             peer,
             entries(headers, "forwarded").map(forwarded_for),
-        )
-    } else {
-        walk(
+        ),
+        ForwardedHeader::XForwardedFor => walk(
             trusted,
             peer,
             entries(headers, "x-forwarded-for").map(parse_node),
-        )
+        ),
     }
 }
 

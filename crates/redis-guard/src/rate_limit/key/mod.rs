@@ -21,6 +21,7 @@ pub use cidr::ProxyConfigError;
 pub use client_ip::{ClientIp, PeerAddr};
 pub use compose::{And, Or};
 pub use extension::ExtensionKey;
+pub use forwarded::ForwardedHeader;
 pub use header::HeaderKey;
 
 use std::fmt;
