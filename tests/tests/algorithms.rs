@@ -460,6 +460,79 @@ async fn invalid_rules_fail_when_the_layer_is_built(h: Harness) {
     assert!(dup.to_string().contains("`same`"), "{dup}");
 }
 
+/// What the `Quota` docs promise for `per_minute(5)`: a client that sends 5 at once and then one
+/// every 12 s gets 9 through GCRA and the token bucket within 60 s, and exactly 5 through the
+/// sliding log (the seeds' "at most 5 in any 60 seconds").
+async fn per_minute_five_admits_what_the_quota_docs_say(h: Harness) {
+    let l = h.limiter().await;
+    for (algorithm, expected) in [
+        (Algorithm::Gcra, 9),
+        (Algorithm::TokenBucket, 9),
+        (Algorithm::SlidingLog, 5),
+    ] {
+        let rule = Rule::new("per-minute", Quota::per_minute(5)).algorithm(algorithm.clone());
+        let key = format!("{algorithm:?}");
+        let mut admitted = 0;
+        for _ in 0..5 {
+            admitted += u32::from(check(&l, &rule, &key).await.allowed);
+        }
+        // Then one every 12 s (plus 10 ms, so Redis' own milliseconds never decide), up to 59 s.
+        let mut elapsed = Duration::ZERO;
+        let step = Duration::from_millis(12_010);
+        while elapsed + step < Duration::from_secs(60) {
+            h.wait(step).await;
+            elapsed += step;
+            admitted += u32::from(check(&l, &rule, &key).await.allowed);
+        }
+        assert_eq!(admitted, expected, "{algorithm:?} within 60 s");
+        // Let this algorithm's time pass before the next one starts.
+        h.wait(Duration::from_secs(120)).await;
+    }
+}
+
+/// A rolling deploy that switches a rule's algorithm: the new algorithm starts afresh (its state
+/// has another shape: a string for GCRA, a sorted set for the sliding log) instead of failing
+/// with `WRONGTYPE`, which with fail-open would admit everything while both versions run.
+async fn switching_a_rules_algorithm_starts_it_afresh(h: Harness) {
+    let l = h.limiter().await;
+    let quota = Quota::per_hour(2);
+    let algorithms = [
+        Algorithm::Gcra,
+        Algorithm::SlidingLog,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingCounter,
+        Algorithm::TokenBucket,
+    ];
+    for (i, algorithm) in algorithms.iter().enumerate() {
+        let rule = Rule::new("switch", quota).algorithm(algorithm.clone());
+        for n in 0..2 {
+            let d = l.check(&rule, Key::from("client")).await;
+            let d = d.unwrap_or_else(|e| panic!("{algorithm:?} after {i} switches: {e}"));
+            assert!(d.allowed, "{algorithm:?}: request {n} of a fresh state");
+        }
+        let d = check(&l, &rule, "client").await;
+        assert!(!d.allowed, "{algorithm:?}: the third in an hour");
+        // And back: the old algorithm's state is still there, and still counts.
+        if i > 0 {
+            let previous = Rule::new("switch", quota).algorithm(algorithms[i - 1].clone());
+            let d = check(&l, &previous, "client").await;
+            assert!(!d.allowed, "{:?} kept its own count", algorithms[i - 1]);
+        }
+    }
+    if h.is_redis() {
+        let mut keys = h.keys().await;
+        keys.sort();
+        assert_eq!(keys.len(), algorithms.len(), "{keys:?}");
+        for tag in ["fw", "gcra", "sc", "sl", "tb"] {
+            let prefix = format!("{}rl:switch:{tag}:{{", h.prefix());
+            assert!(
+                keys.iter().any(|k| k.starts_with(&prefix)),
+                "{prefix} in {keys:?}"
+            );
+        }
+    }
+}
+
 backend_suite!(
     fixed_window_counts_per_window,
     only_fixed_window_bursts_across_an_edge,
@@ -471,4 +544,6 @@ backend_suite!(
     denial_reports_the_longest_wait,
     quota_strings_build_several_rules_over_one_key,
     invalid_rules_fail_when_the_layer_is_built,
+    switching_a_rules_algorithm_starts_it_afresh,
+    per_minute_five_admits_what_the_quota_docs_say,
 );

@@ -309,7 +309,7 @@ async fn every_key_has_a_ttl_and_no_raw_client_key(h: Harness) {
     assert_eq!(keys.len(), 3, "{keys:?}");
     for key in &keys {
         assert!(
-            key.starts_with(&format!("{}rl:default:{{", h.prefix())),
+            key.starts_with(&format!("{}rl:default:gcra:{{", h.prefix())),
             "{key}"
         );
         for r in raw {
@@ -389,4 +389,32 @@ async fn garbage_state_in_redis_is_overwritten_not_a_failure() {
     let () = conn.del(&key).await.expect("DEL");
     let () = conn.hset(&key, "f", "v").await.expect("HSET");
     assert!(limiter.check(&rule, Key::from("g")).await.is_err());
+}
+
+/// A zero timeout would make every decision time out, and with the default fail-open policy
+/// silently admit everything: it is refused when the layer is built and on every direct check.
+#[tokio::test]
+async fn a_zero_redis_timeout_is_refused_when_the_layer_is_built() {
+    let h = Harness::redis().await;
+    let limiter = redis_guard::rate_limit::RedisLimiter::new(h.connection().await)
+        .prefix(h.prefix())
+        .timeout(Duration::ZERO);
+    let Err(err) = RateLimitLayer::new(limiter.clone(), by_client(), Quota::per_minute(5)) else {
+        panic!("a zero timeout must not build");
+    };
+    assert!(err.to_string().contains("timeout is 0"), "{err}");
+    let err = limiter
+        .check(&Rule::new("direct", Quota::per_minute(5)), Key::from("k"))
+        .await
+        .expect_err("a zero timeout must not decide");
+    assert!(err.to_string().contains("timeout is 0"), "{err}");
+    // One microsecond is a (short) timeout, not a misconfiguration.
+    assert!(
+        RateLimitLayer::new(
+            limiter.timeout(Duration::from_micros(1)),
+            by_client(),
+            Quota::per_minute(5)
+        )
+        .is_ok()
+    );
 }

@@ -334,11 +334,14 @@ impl RateLimitLayerBuilder {
     ///
     /// # Errors
     ///
-    /// No rules, a duplicate rule name, or a rule that cannot work; the error names the rule and
-    /// the value.
+    /// No rules, a duplicate rule name, a rule that cannot work (the error names the rule and the
+    /// value), or a limiter that cannot work ([`Limiter::config_problem`]).
     pub fn build(self) -> Result<RateLimitLayer, RuleError> {
         if self.rules.is_empty() {
             return Err(RuleError::NoRules);
+        }
+        if let Some(why) = self.limiter.config_problem() {
+            return Err(RuleError::Limiter(why));
         }
         for (i, r) in self.rules.iter().enumerate() {
             r.rule.validate()?;

@@ -90,6 +90,16 @@ pub trait Limiter: Send + Sync + fmt::Debug + 'static {
     /// Evaluates `checks` (validated, non-empty) and returns one state per check, in order.
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>>;
 
+    /// Why this limiter cannot work as configured (e.g. a zero timeout, which would fail every
+    /// decision), or `None`. [`RateLimitLayerBuilder::build`] refuses such a limiter, and
+    /// [`check_all`](Limiter::check_all) answers [`LimiterError::Rule`] without calling
+    /// [`evaluate`](Limiter::evaluate).
+    ///
+    /// [`RateLimitLayerBuilder::build`]: crate::rate_limit::RateLimitLayerBuilder::build
+    fn config_problem(&self) -> Option<String> {
+        None
+    }
+
     /// Checks one request for `key` against `rule`: the call for limits that need the request
     /// body, such as "5 calls per minute per phone number".
     ///
@@ -112,6 +122,9 @@ pub trait Limiter: Send + Sync + fmt::Debug + 'static {
     fn check_all(&self, checks: Vec<Check>) -> BoxFuture<Result<Decision, LimiterError>> {
         if checks.is_empty() {
             return Box::pin(std::future::ready(Err(LimiterError::Empty)));
+        }
+        if let Some(why) = self.config_problem() {
+            return Box::pin(std::future::ready(Err(RuleError::Limiter(why).into())));
         }
         if let Some(err) = checks.iter().find_map(|c| c.validate().err()) {
             return Box::pin(std::future::ready(Err(err.into())));
@@ -151,5 +164,9 @@ pub(crate) fn decision_from(
 impl<L: Limiter + ?Sized> Limiter for std::sync::Arc<L> {
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
         (**self).evaluate(checks)
+    }
+
+    fn config_problem(&self) -> Option<String> {
+        (**self).config_problem()
     }
 }

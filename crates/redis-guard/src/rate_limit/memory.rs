@@ -1,6 +1,7 @@
 //! The in-process limiter: the same algorithms and decisions as Redis, for development, tests and
 //! single-instance deployments.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -54,8 +55,18 @@ struct Inner {
 
 #[derive(Debug, Default)]
 struct Table {
-    entries: HashMap<(Arc<str>, Vec<u8>), Entry>,
+    entries: HashMap<EntryId, Entry>,
     ops_since_sweep: usize,
+}
+
+/// What one entry is the state of: a rule, its algorithm (each keeps its own state, as on Redis)
+/// and the key's digest. Never the key itself: a client that sends 16 KB user names must not
+/// make the table grow by 16 KB per name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct EntryId {
+    rule: Arc<str>,
+    algorithm: Cow<'static, str>,
+    key: [u8; 16],
 }
 
 #[derive(Clone, Debug)]
@@ -116,7 +127,11 @@ impl MemoryLimiter {
         let mut commits = Vec::with_capacity(checks.len());
         for check in checks {
             let params = check.rule.params(check.cost);
-            let id = (check.rule.name_arc().clone(), check.key.as_bytes().to_vec());
+            let id = EntryId {
+                rule: check.rule.name_arc().clone(),
+                algorithm: check.rule.get_algorithm().key_tag(),
+                key: check.key.digest_bytes(),
+            };
             let current = table
                 .entries
                 .get_mut(&id)
@@ -166,7 +181,7 @@ impl Inner {
 }
 
 impl Table {
-    fn apply(&mut self, id: (Arc<str>, Vec<u8>), commit: Commit, now: u64) {
+    fn apply(&mut self, id: EntryId, commit: Commit, now: u64) {
         // Same expiry as Redis' PX: whole milliseconds, rounded up.
         let expiry = |ttl_us: u64| now + ceil_ms(ttl_us) * 1000;
         match commit {

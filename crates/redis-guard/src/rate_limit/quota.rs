@@ -14,6 +14,25 @@ pub const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 /// come at once (burst = limit). Set a smaller [`burst`](Quota::burst) to space requests out:
 /// `Quota::per_minute(60).burst(5)` admits 5 at once, then one a second.
 ///
+/// # What `per_minute(n)` admits, by algorithm
+///
+/// A quota is a *rate*; how many requests it lets through in one stretch of time depends on the
+/// [`Algorithm`](super::Algorithm). For `Quota::per_minute(5)` (burst 5):
+///
+/// | algorithm | at most, in any 60 s | |
+/// | --- | --- | --- |
+/// | `SlidingLog` | **5** | exact: never more than `n` in any window of the period |
+/// | `Gcra` (default), `TokenBucket` | **9** (`n + burst − 1`) | 5 at once, then one every 12 s as the rate refills |
+/// | `FixedWindow` | **10** (`2n`) | 5 at the end of one window, 5 at the start of the next |
+/// | `SlidingCounter` | about 5 | an estimate: a little over or under when traffic is uneven |
+///
+/// GCRA is right for APIs: smooth, O(1), exact *as a rate*. But when the rule is a security or
+/// cost limit stated as "at most N in any period" (login attempts, SMS or calls per number, the
+/// seeds' "more than 5 calls in 60 seconds → reject"), use
+/// [`Algorithm::SlidingLog`](super::Algorithm::SlidingLog), the only one whose meaning is exactly
+/// that; a smaller [`burst`](Quota::burst) makes GCRA stricter at once but never turns it into a
+/// window count.
+///
 /// Constructors never panic; a quota that cannot work (a zero limit, a burst of zero, a period of
 /// zero or over a year) is reported by [`Quota::validate`], which the layer builder calls, so a bad
 /// quota fails when the layer is built and never on a request.

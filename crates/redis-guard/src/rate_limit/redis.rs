@@ -11,7 +11,7 @@ use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
 use crate::backend::{ManualClock, RedisConnection, shift_micros};
 
-/// Default key prefix: `rg:`, so keys read `rg:rl:<rule>:{<digest>}`.
+/// Default key prefix: `rg:`, so keys read `rg:rl:<rule>:<algorithm>:{<digest>}`.
 pub const DEFAULT_PREFIX: &str = "rg:";
 
 /// Default time to wait for Redis before giving up on a decision.
@@ -24,8 +24,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 /// instances are serialized by Redis, so a limit of 50 admits exactly 50. Every key the script
 /// writes carries a TTL.
 ///
-/// Key names are `<prefix>rl:<rule>:{<digest>}`: the digest is a hash of the client key (see
-/// [`Key::digest`](super::Key::digest)), and the braces make it a Cluster hash tag.
+/// Key names are `<prefix>rl:<rule>:<algorithm>:{<digest>}`: the digest is a hash of the client
+/// key (see [`Key::digest`](super::Key::digest)), and the braces make it a Cluster hash tag. The
+/// algorithm (`gcra`, `fw`, `sl`, `sc`, `tb`, or `x-<name>` for a custom one) is part of the
+/// name, so switching a rule's algorithm starts it afresh rather than failing on state of
+/// another shape; the old keys expire on their own.
 ///
 /// ```no_run
 /// use redis_guard::backend::RedisConnection;
@@ -76,7 +79,12 @@ impl RedisLimiter {
         self
     }
 
-    /// How long to wait for Redis (default [`DEFAULT_TIMEOUT`]).
+    /// How long to wait for Redis (default [`DEFAULT_TIMEOUT`]). It must be more than zero: a
+    /// zero timeout would fail every decision (and with [`FailurePolicy::Open`] admit every
+    /// request), so [`RateLimitLayerBuilder::build`] and every check refuse it.
+    ///
+    /// [`FailurePolicy::Open`]: super::FailurePolicy::Open
+    /// [`RateLimitLayerBuilder::build`]: super::RateLimitLayerBuilder::build
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         Arc::make_mut(&mut self.inner).timeout = timeout;
@@ -115,15 +123,23 @@ impl RedisLimiter {
     #[must_use]
     pub fn key_name(&self, check: &Check) -> String {
         format!(
-            "{}rl:{}:{{{}}}",
+            "{}rl:{}:{}:{{{}}}",
             self.inner.prefix,
             check.rule.name(),
+            check.rule.get_algorithm().key_tag(),
             check.key.digest()
         )
     }
 }
 
 impl Limiter for RedisLimiter {
+    fn config_problem(&self) -> Option<String> {
+        self.inner.timeout.is_zero().then(|| {
+            "the Redis timeout is 0, so no decision could ever be made; use at least 1 ms (default 50 ms)"
+                .to_owned()
+        })
+    }
+
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
         let keys: Vec<String> = checks.iter().map(|c| self.key_name(c)).collect();
         let mut customs: Vec<CustomAlgorithm> = Vec::new();
@@ -188,14 +204,11 @@ impl Call {
         self.scripts.as_deref().unwrap_or(&BUILTIN_SCRIPTS)
     }
 
-    /// Keys and ARGV for the rules at `indices`.
-    fn args(&self, indices: &[usize], dry: bool) -> (Vec<String>, Vec<String>) {
+    /// Keys and ARGV for the rules at `indices`; `third` is ARGV[3]: the dry-run flag for an
+    /// evaluation, the evaluation's Redis time for a refund.
+    fn args(&self, indices: &[usize], third: String) -> (Vec<String>, Vec<String>) {
         let keys = indices.iter().map(|&i| self.keys[i].clone()).collect();
-        let mut args = vec![
-            self.shift.clone(),
-            self.request.clone(),
-            if dry { "1" } else { "0" }.to_owned(),
-        ];
+        let mut args = vec![self.shift.clone(), self.request.clone(), third];
         for &i in indices {
             args.extend(self.rule_args[i].iter().cloned());
         }
@@ -212,16 +225,17 @@ impl Call {
             vec![(0..self.keys.len()).collect()]
         };
         let mut states: Vec<Option<RuleState>> = vec![None; self.keys.len()];
-        let mut committed: Vec<&[usize]> = Vec::new();
+        // The groups that admitted the request, with the Redis time they were evaluated at.
+        let mut committed: Vec<(&[usize], u64)> = Vec::new();
         let mut denied = false;
         for group in &groups {
-            let (keys, args) = self.args(group, denied);
+            let (keys, args) = self.args(group, if denied { "1" } else { "0" }.to_owned());
             let outcome = conn
                 .invoke(&self.scripts().evaluate, &keys, &args)
                 .await
                 .map_err(script_error)
                 .and_then(|reply| parse_reply(&reply, group.len()));
-            let group_states = match outcome {
+            let (group_states, evaluated_at) = match outcome {
                 Ok(s) => s,
                 Err(e) => {
                     self.refund(conn, &committed).await;
@@ -236,7 +250,7 @@ impl Call {
                 continue;
             }
             if all_allowed {
-                committed.push(group);
+                committed.push((group, evaluated_at));
             } else {
                 denied = true;
                 self.refund(conn, &committed).await;
@@ -251,9 +265,9 @@ impl Call {
 
     /// Gives back what the request took under `groups`. Best effort: a refund that fails leaves
     /// the quota consumed, which errs on the side of limiting.
-    async fn refund(&self, conn: &RedisConnection, groups: &[&[usize]]) {
-        for group in groups {
-            let (keys, args) = self.args(group, false);
+    async fn refund(&self, conn: &RedisConnection, groups: &[(&[usize], u64)]) {
+        for (group, evaluated_at) in groups {
+            let (keys, args) = self.args(group, evaluated_at.to_string());
             if let Err(e) = conn.invoke(&self.scripts().refund, &keys, &args).await {
                 tracing::warn!(error = %e, "rate-limit refund failed; the quota stays consumed");
             }
@@ -316,16 +330,25 @@ fn request_id() -> String {
     format!("{:016x}{n:x}", SEED.hash_one(n))
 }
 
-/// Parses `{ {allowed, limit, remaining, retry_after_ms, reset_after_ms}, ... }`.
-pub(crate) fn parse_reply(reply: &Value, expected: usize) -> Result<Vec<RuleState>, LimiterError> {
+/// Parses `{ {allowed, limit, remaining, retry_after_ms, reset_after_ms}, ..., now_us }`: the
+/// rules' states and the Redis time (µs) they were decided at.
+pub(crate) fn parse_reply(
+    reply: &Value,
+    expected: usize,
+) -> Result<(Vec<RuleState>, u64), LimiterError> {
     let bad = |what: &str| LimiterError::BadReply(format!("{what}: {reply:?}"));
     let Value::Array(rows) = reply else {
         return Err(bad("expected an array"));
     };
+    let Some((Value::Int(now), rows)) = rows.split_last() else {
+        return Err(bad("expected the time last"));
+    };
+    let now = u64::try_from(*now).map_err(|_| bad("expected a non-negative time"))?;
     if rows.len() != expected {
         return Err(bad(&format!("expected {expected} rows")));
     }
-    rows.iter()
+    let states = rows
+        .iter()
         .map(|row| {
             let Value::Array(cells) = row else {
                 return Err(bad("expected a row array"));
@@ -352,7 +375,8 @@ pub(crate) fn parse_reply(reply: &Value, expected: usize) -> Result<Vec<RuleStat
                 reset_ms,
             ))
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    Ok((states, now))
 }
 
 #[cfg(test)]
@@ -379,14 +403,23 @@ mod tests {
     #[test]
     fn rejects_replies_that_do_not_fit() {
         let row = |v: Vec<i64>| Value::Array(v.into_iter().map(Value::Int).collect());
-        assert!(parse_reply(&Value::Array(vec![row(vec![1, 10, 9, 0, 6000])]), 1).is_ok());
+        let now = Value::Int(1_700_000_000_000_000);
+        let (states, at) = parse_reply(
+            &Value::Array(vec![row(vec![1, 10, 9, 0, 6000]), now.clone()]),
+            1,
+        )
+        .unwrap();
+        assert_eq!((states.len(), at), (1, 1_700_000_000_000_000));
         for bad in [
             Value::Nil,
             Value::Array(vec![]),
-            Value::Array(vec![row(vec![1, 10, 9, 0])]),
-            Value::Array(vec![row(vec![2, 10, 9, 0, 1])]),
-            Value::Array(vec![row(vec![1, -1, 9, 0, 1])]),
-            Value::Array(vec![Value::Okay]),
+            Value::Array(vec![now.clone()]),
+            Value::Array(vec![row(vec![1, 10, 9, 0, 6000])]),
+            Value::Array(vec![row(vec![1, 10, 9, 0, 6000]), Value::Int(-1)]),
+            Value::Array(vec![row(vec![1, 10, 9, 0]), now.clone()]),
+            Value::Array(vec![row(vec![2, 10, 9, 0, 1]), now.clone()]),
+            Value::Array(vec![row(vec![1, -1, 9, 0, 1]), now.clone()]),
+            Value::Array(vec![Value::Okay, now.clone()]),
         ] {
             assert!(
                 matches!(parse_reply(&bad, 1), Err(LimiterError::BadReply(_))),

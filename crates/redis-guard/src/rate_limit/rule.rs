@@ -179,6 +179,9 @@ pub enum RuleError {
         /// Why.
         why: &'static str,
     },
+    /// The limiter is configured so that it cannot decide (e.g. a Redis timeout of zero).
+    #[error("the limiter cannot work: {0}")]
+    Limiter(String),
     /// A custom algorithm cannot be used.
     #[error("rule `{rule}`: {why}")]
     Custom {

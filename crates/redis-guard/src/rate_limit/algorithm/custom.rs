@@ -33,8 +33,10 @@ use std::sync::Arc;
 /// (exact floor and ceiling division).
 ///
 /// On a Redis Cluster, a request that another slot denies is refunded by the optional
-/// [`refund`](Self::refund) function (same arguments, called after the commit); without one, what
-/// the request took under this rule stays taken.
+/// [`refund`](Self::refund) function (same arguments, called after the commit, with
+/// `p.charged_at`: the Redis time in µs at which the request was counted, so that a windowed
+/// algorithm gives back only what it took in that window); without one, what the request took
+/// under this rule stays taken.
 ///
 /// Custom algorithms need Redis: the [`MemoryLimiter`](crate::rate_limit::MemoryLimiter) answers
 /// [`LimiterError::Unsupported`](crate::rate_limit::LimiterError::Unsupported).

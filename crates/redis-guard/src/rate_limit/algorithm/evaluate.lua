@@ -15,6 +15,7 @@
 -- Clock    Redis TIME (+ shift), in microseconds; the caller's clock never enters a decision.
 -- Reply    n arrays, one per rule, in KEYS order:
 --            { allowed (1/0), limit, remaining, retry_after_ms, reset_after_ms }
+--          then the time of the decision (Redis TIME + shift, µs), which a refund passes back.
 --          Milliseconds are rounded up. When any rule denies, nothing is recorded for any rule.
 local now = clock()
 local bad_arity = check_arity()
@@ -48,4 +49,5 @@ end
 if all_allowed and not dry then
   for _, commit in ipairs(commits) do commit() end
 end
+replies[n + 1] = now
 return replies

@@ -25,11 +25,14 @@ local function fixed_window(key, now, p)
   return true, p.limit - count - p.cost, 0, window_end - now, commit
 end
 
--- Uncounts `cost` in the window still open (Cluster: another slot denied the request). If the
--- window closed in the milliseconds since, there is nothing to give back.
+-- Uncounts `cost` in the window the request was counted in (Cluster: another slot denied the
+-- request), if that window is still the open one. If it closed in the milliseconds since, or a
+-- new window opened, there is nothing to give back: crediting the new window would admit more
+-- than the limit in it.
 local function fixed_window_refund(key, now, p)
   local start, count = string.match(redis.call('GET', key) or '', '^(%d+):(%d+)$')
   start, count = tonumber(start), tonumber(count)
   if start == nil or now >= start + p.period then return end
+  if p.charged_at < start or p.charged_at >= start + p.period then return end
   redis.call('SET', key, string.format('%.0f:%d', start, math.max(0, count - p.cost)), 'KEEPTTL')
 end

@@ -26,7 +26,7 @@ pub use custom::CustomAlgorithm;
 ///
 /// | algorithm | Redis state per key | bursts | choose it when |
 /// | --- | --- | --- | --- |
-/// | [`Gcra`](Algorithm::Gcra) (default) | one integer: 104 B | up to `burst` at once, then evenly spaced | almost always: exact at every instant, O(1) |
+/// | [`Gcra`](Algorithm::Gcra) (default) | one integer: 104–120 B | up to `burst` at once, then evenly spaced | almost always: exact at every instant, O(1) |
 /// | [`TokenBucket`](Algorithm::TokenBucket) | two integers: 152 B | up to `burst` at once, then refill | you think in tokens; decisions equal GCRA's |
 /// | [`SlidingLog`](Algorithm::SlidingLog) | a sorted set, a member per admitted unit: 440 B at limit 10, 3.7 KB at 100, 118 KB at 1000 | never more than `limit` in any `period` | small limits that must be exact over a rolling window (login, SMS, payments) |
 /// | [`SlidingCounter`](Algorithm::SlidingCounter) | two counters: 136–152 B | approximates the sliding log | large limits where the log's memory is too much |
@@ -78,6 +78,21 @@ impl Algorithm {
             Self::SlidingCounter => Some(4),
             Self::TokenBucket => Some(5),
             Self::Custom(_) => None,
+        }
+    }
+
+    /// The algorithm's part of a state key's name: each algorithm keeps its own state, so a rule
+    /// that switches algorithms (during a rolling deploy, say) starts afresh instead of reading
+    /// state of another shape (`WRONGTYPE` on Redis).
+    pub(crate) fn key_tag(&self) -> std::borrow::Cow<'static, str> {
+        use std::borrow::Cow;
+        match self {
+            Self::Gcra => Cow::Borrowed("gcra"),
+            Self::FixedWindow => Cow::Borrowed("fw"),
+            Self::SlidingLog => Cow::Borrowed("sl"),
+            Self::SlidingCounter => Cow::Borrowed("sc"),
+            Self::TokenBucket => Cow::Borrowed("tb"),
+            Self::Custom(custom) => Cow::Owned(format!("x-{}", custom.name())),
         }
     }
 

@@ -89,3 +89,121 @@ impl Scripts {
 
 /// The scripts without custom algorithms, built once.
 pub(crate) static BUILTIN_SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts::with_customs(&[]));
+
+#[cfg(test)]
+mod tests {
+    //! The refund script against a real `redis-server`: a Cluster refund may run after the window
+    //! the request was counted in has moved on, and must then give back nothing of the new one.
+
+    use redis::aio::MultiplexedConnection;
+    use redis::{AsyncCommands, Value};
+    use redis_guard_testkit::RedisServer;
+
+    use super::BUILTIN_SCRIPTS;
+
+    const PERIOD: u64 = 60_000_000;
+
+    /// ARGV for one rule of algorithm `id` (limit 10 per minute, cost 1).
+    fn argv(shift: u64, req: &str, third: &str, id: u8) -> Vec<String> {
+        let mut v = vec![shift.to_string(), req.to_owned(), third.to_owned()];
+        v.extend([u64::from(id), 10, PERIOD, 10, PERIOD / 10, 1].map(|n| n.to_string()));
+        v
+    }
+
+    /// Admits one request at `shift`; the Redis time it was decided at.
+    async fn admit(conn: &mut MultiplexedConnection, key: &str, shift: u64, id: u8) -> u64 {
+        let reply: Value = BUILTIN_SCRIPTS
+            .evaluate
+            .key(key)
+            .arg(argv(shift, "r", "0", id))
+            .invoke_async(conn)
+            .await
+            .expect("evaluate");
+        let (states, at) = crate::rate_limit::redis::parse_reply(&reply, 1).expect("reply");
+        assert!(states[0].allowed);
+        at
+    }
+
+    async fn refund(conn: &mut MultiplexedConnection, key: &str, shift: u64, at: u64, id: u8) {
+        let _: Value = BUILTIN_SCRIPTS
+            .refund
+            .key(key)
+            .arg(argv(shift, "r", &at.to_string(), id))
+            .invoke_async(conn)
+            .await
+            .expect("refund");
+    }
+
+    async fn connect() -> (RedisServer, MultiplexedConnection) {
+        let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+        let conn = server
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        (server, conn)
+    }
+
+    #[tokio::test]
+    async fn fixed_window_refund_never_credits_a_later_window() {
+        let (_server, mut conn) = connect().await;
+        let key = "t:fw";
+        let first = admit(&mut conn, key, 0, 2).await;
+        // The window closes; a new request opens the next one.
+        let later = PERIOD + 1_000;
+        let second = admit(&mut conn, key, later, 2).await;
+        let count = |v: String| v.split(':').nth(1).map(str::to_owned);
+        let before: String = conn.get(key).await.unwrap();
+        assert_eq!(count(before.clone()).as_deref(), Some("1"));
+        // The first request's refund arrives late: the new window keeps its count.
+        refund(&mut conn, key, later, first, 2).await;
+        let after: String = conn.get(key).await.unwrap();
+        assert_eq!(
+            after, before,
+            "refund of an earlier window credited the new one"
+        );
+        // The second request's refund is for this window, and gives back its unit.
+        refund(&mut conn, key, later, second, 2).await;
+        let after: String = conn.get(key).await.unwrap();
+        assert_eq!(count(after).as_deref(), Some("0"));
+    }
+
+    #[tokio::test]
+    async fn sliding_counter_refund_gives_back_in_the_window_it_was_counted_in() {
+        let (_server, mut conn) = connect().await;
+        let key = "t:sc";
+        let first = admit(&mut conn, key, 0, 4).await;
+        // Move to the middle of the next aligned window: 30 s from either edge.
+        let window = first / PERIOD;
+        let shift = (window + 1) * PERIOD + PERIOD / 2 - first;
+        let second = admit(&mut conn, key, shift, 4).await;
+        let state: String = conn.get(key).await.unwrap();
+        assert_eq!(state, format!("{}:1:1", window + 1));
+        // The first request was counted in the previous window: its refund lowers that count.
+        refund(&mut conn, key, shift, first, 4).await;
+        let state: String = conn.get(key).await.unwrap();
+        assert_eq!(state, format!("{}:0:1", window + 1));
+        // The second was counted in the current one.
+        refund(&mut conn, key, shift, second, 4).await;
+        let state: String = conn.get(key).await.unwrap();
+        assert_eq!(state, format!("{}:0:0", window + 1));
+        // A refund from two windows back gives back nothing.
+        let third = admit(&mut conn, key, shift, 4).await;
+        refund(&mut conn, key, shift + 2 * PERIOD, third - 2 * PERIOD, 4).await;
+        let state: String = conn.get(key).await.unwrap();
+        assert_eq!(state, format!("{}:0:1", window + 1));
+    }
+
+    #[tokio::test]
+    async fn a_refund_without_the_evaluation_time_is_an_error() {
+        let (_server, mut conn) = connect().await;
+        let err = BUILTIN_SCRIPTS
+            .refund
+            .key("t:x")
+            .arg(argv(0, "r", "", 2))
+            .invoke_async::<Value>(&mut conn)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("evaluation time"), "{err}");
+    }
+}

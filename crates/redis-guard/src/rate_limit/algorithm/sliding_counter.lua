@@ -42,11 +42,21 @@ local function sliding_counter(key, now, p)
   return true, L - estimate - C, 0, (P - elapsed) + P, commit
 end
 
--- Uncounts `cost` from the window it was counted in, if that window still counts (Cluster:
--- another slot denied the request).
+-- Uncounts `cost` from the window it was counted in (Cluster: another slot denied the
+-- request): the current count when that window is still the stored one, the previous count when
+-- the stored state has moved on by one window since, nothing when it moved further. Never from a
+-- window the request was not counted in.
 local function sliding_counter_refund(key, now, p)
   local sw, sprev, scur = string.match(redis.call('GET', key) or '', '^(%d+):(%d+):(%d+)$')
   sw, sprev, scur = tonumber(sw), tonumber(sprev), tonumber(scur)
-  if sw == nil or sw < idiv(now, p.period) - 1 then return end
-  redis.call('SET', key, string.format('%.0f:%d:%d', sw, sprev, math.max(0, scur - p.cost)), 'KEEPTTL')
+  if sw == nil then return end
+  local charged = idiv(p.charged_at, p.period)
+  if sw == charged then
+    scur = math.max(0, scur - p.cost)
+  elseif sw == charged + 1 then
+    sprev = math.max(0, sprev - p.cost)
+  else
+    return
+  end
+  redis.call('SET', key, string.format('%.0f:%d:%d', sw, sprev, scur), 'KEEPTTL')
 end

@@ -8,7 +8,9 @@ use super::{Key, KeyError, KeyExtractor};
 /// is (misconfiguration wins over a missing key, so it is never hidden).
 ///
 /// Login throttling per client IP *and* username: guessing one account from one address is
-/// slowed down, while other users behind the same NAT keep their own budget.
+/// slowed down, while other users behind the same NAT keep their own budget. On its own this
+/// key lets one address spray many usernames and many addresses attack one account: pair it
+/// with a per-IP rule and a per-username rule in the same layer (see the example app's login).
 ///
 /// ```
 /// use redis_guard::rate_limit::{ClientIp, HeaderKey, Key, KeyError, KeyExtractor, KeyExtractorExt, PeerAddr};
@@ -55,6 +57,10 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for And<A, B> {
 
 /// The first extractor's key, or the second's when the first has none: built by
 /// [`KeyExtractorExt::or`](super::KeyExtractorExt::or).
+///
+/// The first extractor must give keys a client cannot invent (an authenticated user, a verified
+/// API key): `HeaderKey::new(..).or(ClientIp::peer())` is no limit at all against a client that
+/// sends a new header value per request. See [`HeaderKey`](super::HeaderKey#a-header-is-what-the-client-says-it-is).
 ///
 /// Only [`KeyError::Missing`] falls through to the second extractor; a misconfigured first
 /// extractor is an error, not a reason to count requests differently. Both keys count in one

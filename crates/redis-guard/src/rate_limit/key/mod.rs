@@ -75,12 +75,20 @@ impl Key {
     /// (phone numbers) can be enumerated by whoever can read Redis.
     #[must_use]
     pub fn digest(&self) -> String {
-        let hash = Sha256::digest(&self.0);
         let mut out = String::with_capacity(32);
-        for byte in &hash[..16] {
+        for byte in self.digest_bytes() {
             use fmt::Write as _;
             let _ = write!(out, "{byte:02x}");
         }
+        out
+    }
+
+    /// The first 128 bits of the key's SHA-256: what in-process tables store instead of the key,
+    /// so their memory per key is fixed whatever a client sends.
+    pub(crate) fn digest_bytes(&self) -> [u8; 16] {
+        let hash = Sha256::digest(&self.0);
+        let mut out = [0; 16];
+        out.copy_from_slice(&hash[..16]);
         out
     }
 }
@@ -182,12 +190,18 @@ where
 /// Combinators for every [`KeyExtractor`]; import the trait to use them.
 ///
 /// ```
-/// use redis_guard::rate_limit::{ClientIp, HeaderKey, KeyExtractorExt};
-/// // Login throttling: per client IP and username together.
-/// let login = ClientIp::peer().and(HeaderKey::new(http::HeaderName::from_static("x-username")));
-/// // Per API key when there is one, else per client IP.
-/// let api = HeaderKey::new(http::HeaderName::from_static("x-api-key")).or(ClientIp::peer());
-/// # let _ = (login, api);
+/// use redis_guard::rate_limit::{ClientIp, ExtensionKey, Key, KeyExtractorExt};
+///
+/// #[derive(Clone)]
+/// struct CurrentUser { id: u64 } // put into the extensions by your auth layer
+///
+/// // Per authenticated user when there is one, else per client IP. The first extractor must be
+/// // something the client cannot invent: with a raw header (`HeaderKey`) a client that sends a
+/// // fresh value per request would never meet the IP fallback.
+/// let api = ExtensionKey::new(|u: &CurrentUser| Key::from(u.id)).or(ClientIp::peer());
+/// // Both keys as one, e.g. client IP and a normalized username.
+/// let both = ClientIp::peer().and(ExtensionKey::new(|u: &CurrentUser| Key::from(u.id)));
+/// # let _ = (api, both);
 /// ```
 pub trait KeyExtractorExt: KeyExtractor + Sized {
     /// Both keys as one ([`Key::pair`]). Missing when either is missing; misconfigured when
