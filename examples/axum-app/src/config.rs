@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use redis_guard::rate_limit::{ClientIp, ForwardedHeader, Quota};
 
+use crate::settings::{self, Lookup, MAX_DURATION};
+
 /// Where the limiter keeps its state.
 #[derive(Clone, Debug)]
 pub(crate) enum Store {
@@ -30,36 +32,13 @@ pub(crate) struct Config {
     pub(crate) session_max: Duration,
 }
 
-/// `30m`, `24h`, `90s`, `7d`.
-fn parse_duration(name: &str, v: &str) -> Result<Duration, String> {
-    let v = v.trim();
-    let digits = v.bytes().take_while(u8::is_ascii_digit).count();
-    let (n, unit) = v.split_at(digits);
-    let n: u64 = n
-        .parse()
-        .map_err(|_| format!("{name}={v:?} is not a duration like 30m, 24h or 90s"))?;
-    let secs = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return Err(format!("{name}={v:?}: the unit must be s, m, h or d")),
-    };
-    if n == 0 {
-        return Err(format!("{name}={v:?} must be positive"));
-    }
-    n.checked_mul(secs)
-        .map(Duration::from_secs)
-        .ok_or_else(|| format!("{name}={v:?} is too long"))
-}
-
 impl Config {
     /// Reads the environment; the error names the variable and what is wrong with it.
     pub(crate) fn from_env() -> Result<Self, String> {
-        Self::from_lookup(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
+        Self::from_lookup(&settings::from_process_env)
     }
 
-    pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+    pub(crate) fn from_lookup(get: Lookup<'_>) -> Result<Self, String> {
         let bind = match get("BIND") {
             Some(v) => v.trim().parse().map_err(|e| {
                 format!("BIND={v:?} is not a socket address like 127.0.0.1:3000: {e}")
@@ -86,12 +65,7 @@ impl Config {
             v.parse()
                 .map_err(|e| format!("{name}={v:?} is not a quota: {e}"))
         };
-        let redis_timeout = match get("REDIS_TIMEOUT_MS") {
-            Some(v) => Duration::from_millis(v.trim().parse().map_err(|_| {
-                format!("REDIS_TIMEOUT_MS={v:?} is not a whole number of milliseconds")
-            })?),
-            None => redis_guard::rate_limit::DEFAULT_TIMEOUT,
-        };
+        let redis_timeout = settings::redis_timeout(get)?;
         let forwarded_header: ForwardedHeader = match get("FORWARDED_HEADER") {
             Some(v) => v
                 .parse()
@@ -111,11 +85,8 @@ impl Config {
             Some("false" | "0") => false,
             Some(v) => return Err(format!("COOKIE_SECURE={v:?} must be true or false")),
         };
-        let duration = |name: &str, default: &str| {
-            parse_duration(name, &get(name).unwrap_or_else(|| default.to_owned()))
-        };
-        let session_idle = duration("SESSION_IDLE", "30m")?;
-        let session_max = duration("SESSION_MAX", "24h")?;
+        let session_idle = settings::duration(get, "SESSION_IDLE", "30m", MAX_DURATION)?;
+        let session_max = settings::duration(get, "SESSION_MAX", "24h", MAX_DURATION)?;
         if session_idle > session_max {
             return Err(format!(
                 "SESSION_IDLE ({session_idle:?}) is longer than SESSION_MAX ({session_max:?})"
@@ -145,7 +116,7 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        Config::from_lookup(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+        Config::from_lookup(&|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
     }
 
     #[test]
@@ -190,5 +161,40 @@ mod tests {
         assert!(with(&[("SESSION_IDLE", "2h"), ("SESSION_MAX", "1h")]).is_err());
         assert!(with(&[("COOKIE_SECURE", "maybe")]).is_err());
         assert!(!with(&[("COOKIE_SECURE", "false")]).unwrap().cookie_secure);
+    }
+
+    #[test]
+    fn durations_and_timeouts_are_bounded() {
+        // 300000000 days overflowed the session expiry and broke every login.
+        let e = with(&[("SESSION_MAX", "300000000d")]).unwrap_err();
+        assert!(
+            e.starts_with("SESSION_MAX=\"300000000d\" is too long"),
+            "{e}"
+        );
+        let e = with(&[("SESSION_IDLE", "3651d"), ("SESSION_MAX", "3651d")]).unwrap_err();
+        assert!(e.starts_with("SESSION_IDLE="), "{e}");
+        let c = with(&[("SESSION_IDLE", "3650d"), ("SESSION_MAX", "3650d")]).unwrap();
+        assert_eq!(c.session_max, MAX_DURATION);
+        assert!(
+            with(&[("SESSION_MAX", "0s")])
+                .unwrap_err()
+                .starts_with("SESSION_MAX=")
+        );
+        assert!(with(&[("SESSION_MAX", "18446744073709551615d")]).is_err());
+        // A zero timeout failed every decision: limiting silently off (or every login refused).
+        for bad in ["0", "60001", "-1", "1.5", "abc"] {
+            let e = with(&[("REDIS_TIMEOUT_MS", bad)]).unwrap_err();
+            assert!(e.starts_with(&format!("REDIS_TIMEOUT_MS={bad:?}")), "{e}");
+        }
+        assert_eq!(
+            with(&[("REDIS_TIMEOUT_MS", "1")]).unwrap().redis_timeout,
+            Duration::from_millis(1)
+        );
+        assert_eq!(
+            with(&[("REDIS_TIMEOUT_MS", "60000")])
+                .unwrap()
+                .redis_timeout,
+            Duration::from_secs(60)
+        );
     }
 }

@@ -4,6 +4,8 @@
 mod auth;
 mod calls;
 mod config;
+#[path = "../../shared/settings.rs"]
+mod settings;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;

@@ -232,13 +232,21 @@ async fn bad_configuration_exits_with_a_message_naming_the_variable() {
             "redis://127.0.0.1:1/",
             "cannot connect to REDIS_URL",
         ),
+        // Parses, but overflowed the session expiry: every login failed.
+        ("SESSION_MAX", "300000000d", "SESSION_MAX=\"300000000d\""),
+        // Parses, but every Redis call timed out at once: limiting silently off.
+        ("REDIS_TIMEOUT_MS", "0", "REDIS_TIMEOUT_MS=\"0\""),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_axum-app"))
+        let run = Command::new(env!("CARGO_BIN_EXE_axum-app"))
             .env_clear()
             .env("BIND", "127.0.0.1:0")
             .env(name, value)
-            .output()
+            .kill_on_drop(true)
+            .output();
+        // An app that accepts the value starts serving and never exits.
+        let out = tokio::time::timeout(std::time::Duration::from_secs(30), run)
             .await
+            .unwrap_or_else(|_| panic!("{name}={value:?} was accepted: the app kept running"))
             .expect("run");
         assert_eq!(out.status.code(), Some(2), "{name}");
         let stderr = String::from_utf8_lossy(&out.stderr);
