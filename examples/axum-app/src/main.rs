@@ -16,7 +16,7 @@ use axum::response::Html;
 use axum::routing::{get, post};
 use redis_guard::backend::RedisConnection;
 use redis_guard::rate_limit::{
-    KeyExtractorExt, Limiter, MemoryLimiter, RateLimitLayer, RedisLimiter, Rule,
+    Algorithm, KeyExtractorExt, Limiter, MemoryLimiter, RateLimitLayer, RedisLimiter, Rule,
 };
 use redis_guard::session::{
     CookieConfig, MemorySessionStore, RedisSessionStore, SessionLayer, SessionStore, SessionUser,
@@ -108,11 +108,14 @@ fn router(
         )
         .build()
         .map_err(|e| format!("API_LIMIT: {e}"))?;
-    let calls_rule = Rule::new("calls", config.calls_limit);
+    // The seeds' rule is "more than N in a period → reject": at most N in ANY window of the
+    // period, which the sliding log enforces exactly. GCRA would let N through at once and then
+    // one every period / N: nearly 2 × N in the first period.
+    let calls_rule = Rule::new("calls", config.calls_limit).algorithm(Algorithm::SlidingLog);
     calls_rule
         .validate()
         .map_err(|e| format!("CALLS_LIMIT: {e}"))?;
-    let login_rule = Rule::new("login", config.login_limit);
+    let login_rule = Rule::new("login", config.login_limit).algorithm(Algorithm::SlidingLog);
     login_rule
         .validate()
         .map_err(|e| format!("LOGIN_LIMIT: {e}"))?;

@@ -85,9 +85,12 @@ async fn calls_are_rejected_after_five_from_one_number_on_redis() {
         .expect("Retry-After")
         .parse()
         .expect("seconds");
+    // At most 5 in ANY minute: the next call fits only when the first one leaves the window,
+    // a minute after it was made (these six calls take far less than 10 s). GCRA with burst 5
+    // would say 12 s here, and admit a 6th, 7th… call every 12 s: 9 within the first minute.
     assert!(
-        (1..=12).contains(&retry),
-        "one call per 12 s frees up: {retry}"
+        (50..=60).contains(&retry),
+        "the first call must leave the 60 s window first: {retry}"
     );
 
     let other = call(&app, "+15550100001", "+15550109999").await;
@@ -98,6 +101,77 @@ async fn calls_are_rejected_after_five_from_one_number_on_redis() {
     let second = start_with_redis(&server, &[]).await;
     let r = call(&second, "+15550100000", "+15550109999").await;
     assert_eq!(status_of(&r), "rejected");
+}
+
+#[tokio::test]
+async fn calls_admit_at_most_the_limit_in_any_window() {
+    // 10 per 4 s. Under GCRA (burst 10, one call per 400 ms) the 11th call is admitted 400 ms
+    // after the 10th; the sliding log admits it only when the 1st call is 4 s old.
+    // Margins: we wait 1 s after the last call, 2.5 × GCRA's 400 ms, so GCRA would admit
+    // whatever the scheduling; and the check stays inside the first call's 4 s window as long as
+    // eleven loopback requests take under 3 s (they take milliseconds).
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let app = start_with_redis(&server, &[("CALLS_LIMIT", "10/4s")]).await;
+    let started = std::time::Instant::now();
+    for i in 0..10 {
+        let r = call(&app, "+15550100000", "+15550109999").await;
+        assert_eq!(status_of(&r), "connected", "call {i}");
+    }
+    assert_eq!(
+        status_of(&call(&app, "+15550100000", "+15550109999").await),
+        "rejected"
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let r = call(&app, "+15550100000", "+15550109999").await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(3500),
+        "too slow to tell the algorithms apart: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(status_of(&r), "rejected", "an 11th call within 4 s");
+    // The limiter keeps a log of admitted calls (a sorted set), not a single timestamp.
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("rg:rl:calls:*")
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let kind: String = redis::cmd("TYPE")
+        .arg(&keys[0])
+        .query_async(&mut conn)
+        .await
+        .expect("TYPE");
+    assert_eq!(kind, "zset");
+}
+
+#[tokio::test]
+async fn calls_share_one_bucket_across_number_formats() {
+    let app = start(&[("CALLS_LIMIT", "3/minute")]).await;
+    // One number, written three ways: international with +, with the 00 prefix, without either.
+    for from in ["+15550100000", "0015550100000", "15550100000"] {
+        let r = call(&app, from, "+15550109999").await;
+        assert_eq!(status_of(&r), "connected", "{from}");
+    }
+    for from in ["+1 555 010 0000", "00 1 (555) 010-0000", "15550100000"] {
+        let r = call(&app, from, "+15550109999").await;
+        assert_eq!(r.status, 429, "{from}: the same number");
+        assert_eq!(status_of(&r), "rejected");
+    }
+    // A national number (leading 0) is not guessed into an international one.
+    assert_eq!(
+        status_of(&call(&app, "05550100000", "+15550109999").await),
+        "connected"
+    );
+    // What cannot be normalized is a 400, and touches no bucket.
+    for bad in ["+0 555 010 0000", "000", "0015", "+1555"] {
+        let r = call(&app, bad, "+15550109999").await;
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+    }
 }
 
 #[tokio::test]
@@ -474,7 +548,13 @@ async fn bad_logins_are_rejected_and_throttled() {
     );
     let r = login(&app, "alice", "password").await;
     assert_eq!(r.status, 429, "fourth attempt for alice from this IP");
-    assert!(r.header("retry-after").is_some());
+    // At most 3 in any minute: wait until the first attempt is a minute old (GCRA: 20 s).
+    let retry: u64 = r
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("seconds");
+    assert!((50..=60).contains(&retry), "{retry}");
     assert_eq!(
         login(&app, "bob", "password").await.status,
         200,
