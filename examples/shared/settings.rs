@@ -71,3 +71,19 @@ pub(crate) fn redis_timeout(get: Lookup<'_>) -> Result<Duration, String> {
         )),
     }
 }
+
+/// The quota in `name`, or `default`, checked as a rule would be: `5/minute`, `30/10s`.
+pub(crate) fn quota(
+    get: Lookup<'_>,
+    name: &str,
+    default: &str,
+) -> Result<redis_guard::rate_limit::Quota, String> {
+    let v = get(name).unwrap_or_else(|| default.to_owned());
+    let quota: redis_guard::rate_limit::Quota = v
+        .parse()
+        .map_err(|e| format!("{name}={v:?} is not a quota: {e}"))?;
+    quota
+        .validate()
+        .map_err(|e| format!("{name}={v:?} cannot work: {e}"))?;
+    Ok(quota)
+}

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use redis_guard::rate_limit::{ClientIp, ForwardedHeader, Quota};
 
+use crate::login::LoginRules;
 use crate::settings::{self, Lookup, MAX_DURATION};
 
 /// Where the limiter keeps its state.
@@ -26,7 +27,7 @@ pub(crate) struct Config {
     pub(crate) calls_limit: Quota,
     pub(crate) redis_timeout: Duration,
     pub(crate) client_ip: ClientIp,
-    pub(crate) login_limit: Quota,
+    pub(crate) login: LoginRules,
     pub(crate) cookie_secure: bool,
     pub(crate) session_idle: Duration,
     pub(crate) session_max: Duration,
@@ -60,11 +61,6 @@ impl Config {
         } else {
             Store::Memory
         };
-        let quota = |name: &str, default: &str| -> Result<Quota, String> {
-            let v = get(name).unwrap_or_else(|| default.to_owned());
-            v.parse()
-                .map_err(|e| format!("{name}={v:?} is not a quota: {e}"))
-        };
         let redis_timeout = settings::redis_timeout(get)?;
         let forwarded_header: ForwardedHeader = match get("FORWARDED_HEADER") {
             Some(v) => v
@@ -95,13 +91,13 @@ impl Config {
         Ok(Self {
             bind,
             client_ip,
-            login_limit: quota("LOGIN_LIMIT", "5/minute")?,
+            login: LoginRules::from_env(get)?,
             cookie_secure,
             session_idle,
             session_max,
             store,
-            api_limit: quota("API_LIMIT", "60/minute")?,
-            calls_limit: quota("CALLS_LIMIT", "5/minute")?,
+            api_limit: settings::quota(get, "API_LIMIT", "60/minute")?,
+            calls_limit: settings::quota(get, "CALLS_LIMIT", "5/minute")?,
             redis_timeout,
         })
     }
@@ -126,7 +122,7 @@ mod tests {
         assert!(matches!(c.store, Store::Memory));
         assert_eq!(c.api_limit, Quota::per_minute(60));
         assert_eq!(c.calls_limit, Quota::per_minute(5));
-        assert_eq!(c.login_limit, Quota::per_minute(5));
+        assert_eq!(c.login.pair_quota(), Quota::per_minute(5));
         assert!(c.cookie_secure);
         assert_eq!(c.session_idle, Duration::from_secs(1800));
         assert_eq!(c.session_max, Duration::from_secs(86_400));

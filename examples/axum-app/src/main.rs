@@ -4,6 +4,8 @@
 mod auth;
 mod calls;
 mod config;
+#[path = "../../shared/login.rs"]
+mod login;
 #[path = "../../shared/settings.rs"]
 mod settings;
 
@@ -115,10 +117,6 @@ fn router(
     calls_rule
         .validate()
         .map_err(|e| format!("CALLS_LIMIT: {e}"))?;
-    let login_rule = Rule::new("login", config.login_limit).algorithm(Algorithm::SlidingLog);
-    login_rule
-        .validate()
-        .map_err(|e| format!("LOGIN_LIMIT: {e}"))?;
     let session_layer = SessionLayer::builder(sessions)
         .cookie(CookieConfig::default().secure(config.cookie_secure))
         .idle_timeout(config.session_idle)
@@ -139,7 +137,7 @@ fn router(
         .route("/login", post(auth::login))
         .with_state(auth::Login {
             limiter,
-            rule: login_rule,
+            rules: config.login.clone(),
             client_ip: config.client_ip.clone(),
         });
     Ok(Router::new()

@@ -563,6 +563,66 @@ async fn bad_logins_are_rejected_and_throttled() {
 }
 
 #[tokio::test]
+async fn login_from_one_ip_over_30_usernames_is_throttled() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let app = start_with_redis(&server, &[]).await;
+    // Names that can never log in are refused before they reach the limiter: no key, no count.
+    for i in 0..40 {
+        let r = login(&app, &format!("not a name {i}"), "password").await;
+        assert_eq!(r.status, 401, "{i}");
+    }
+    assert_eq!(dbsize(&server).await, 0, "invalid names wrote nothing");
+    // Default LOGIN_IP_LIMIT: 30 attempts per minute from one address, whatever the username.
+    for i in 0..30 {
+        let r = login(&app, &format!("user{i}"), "guess").await;
+        assert_eq!(r.status, 401, "attempt {i}: {}", r.text());
+    }
+    let r = login(&app, "user30", "guess").await;
+    assert_eq!(r.status, 429, "the 31st username from one IP");
+    assert!(r.header("retry-after").is_some());
+    // Denied means denied: even the right password, for a fresh name.
+    assert_eq!(login(&app, "someone-new", "password").await.status, 429);
+}
+
+#[tokio::test]
+async fn login_for_one_username_from_many_addresses_is_throttled() {
+    let app = start(&[("TRUSTED_PROXIES", "127.0.0.1/32")]).await;
+    let from = |app: &App, ip: String, user: &'static str| {
+        let addr = app.addr;
+        async move {
+            let body = serde_json::json!({ "username": user, "password": "guess" }).to_string();
+            request(
+                addr,
+                "POST",
+                "/login",
+                &[
+                    ("Content-Type", b"application/json"),
+                    ("X-Forwarded-For", ip.as_bytes()),
+                ],
+                body.as_bytes(),
+            )
+            .await
+            .expect("request")
+        }
+    };
+    // Default LOGIN_USER_LIMIT: 10 per minute for one account, two from each of five addresses
+    // (well under the per-address and per-pair limits). Case and spaces do not make a new name.
+    for i in 0..10 {
+        let user = if i % 2 == 0 { "victim" } else { " Victim " };
+        let r = from(&app, format!("203.0.113.{}", i / 2), user).await;
+        assert_eq!(r.status, 401, "attempt {i}: {}", r.text());
+    }
+    let r = from(&app, "198.51.100.99".to_owned(), "VICTIM").await;
+    assert_eq!(r.status, 429, "an 11th attempt on one account from a new address");
+    // Other accounts, from the same addresses, are not affected.
+    let r = from(&app, "203.0.113.1".to_owned(), "bystander").await;
+    assert_eq!(r.status, 401);
+    // A successful login is recorded under the normalized name.
+    let ok = login(&app, "  Bystander ", "password").await;
+    assert_eq!(json(&ok)["user"], "bystander");
+}
+
+#[tokio::test]
 async fn api_limit_is_per_user_when_logged_in() {
     let app = start(&[("API_LIMIT", "2/minute")]).await;
     for _ in 0..2 {
