@@ -4,6 +4,8 @@
 mod auth;
 mod calls;
 mod config;
+#[path = "../../shared/csrf.rs"]
+mod csrf;
 #[path = "../../shared/login.rs"]
 mod login;
 #[path = "../../shared/settings.rs"]
@@ -14,7 +16,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::response::Html;
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use redis_guard::backend::RedisConnection;
 use redis_guard::rate_limit::{
@@ -150,7 +152,17 @@ fn router(
         .layer(session_layer)
         // Health checks stay outside the session layer: never a cookie, never a store call.
         .route("/healthz", get(|| async { "ok" }))
-        .merge(calls))
+        .merge(calls)
+        // Outermost: a cross-site or non-JSON write is refused before sessions or limiters.
+        .layer(axum::middleware::from_fn(refuse_cross_site)))
+}
+
+/// See `shared/csrf.rs`.
+async fn refuse_cross_site(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    match csrf::refusal(req.method(), req.headers()) {
+        None => next.run(req).await,
+        Some(refusal) => refusal.into_response(),
+    }
 }
 
 /// Hides a password in a Redis URL before printing it.

@@ -456,11 +456,17 @@ async fn a_rotating_forwarded_header_gets_no_fresh_bucket_behind_xff_proxies() {
     assert_eq!(statuses, [200, 429, 429]);
 }
 
-/// The `id` cookie a response sets (`Some("")` for a removal cookie).
+/// The session cookie a response sets, as `name=value` to send back (`name=` for a removal
+/// cookie). The name is `id`, or `__Host-id` when the library uses the prefix.
 fn cookie_of(r: &RawResponse) -> Option<String> {
-    r.headers_named("set-cookie")
-        .into_iter()
-        .find_map(|c| c.strip_prefix("id=")?.split(';').next().map(str::to_owned))
+    r.headers_named("set-cookie").into_iter().find_map(|c| {
+        let pair = c.split(';').next()?.trim();
+        (pair.starts_with("id=") || pair.starts_with("__Host-id=")).then(|| pair.to_owned())
+    })
+}
+
+fn is_removal(cookie: Option<&str>) -> bool {
+    cookie.is_some_and(|c| c.ends_with('='))
 }
 
 async fn with_cookie(
@@ -470,13 +476,12 @@ async fn with_cookie(
     cookie: &str,
     body: &[u8],
 ) -> RawResponse {
-    let header = format!("id={cookie}");
     request(
         app.addr,
         method,
         path,
         &[
-            ("Cookie", header.as_bytes()),
+            ("Cookie", cookie.as_bytes()),
             ("Content-Type", b"application/json"),
         ],
         body,
@@ -518,7 +523,7 @@ async fn login_me_logout_on_redis() {
     assert_eq!(json(&hello)["hello"], "alice");
     let out = with_cookie(&app, "POST", "/logout", &id, b"").await;
     assert_eq!(out.status, 204);
-    assert_eq!(cookie_of(&out).as_deref(), Some(""), "removal cookie");
+    assert!(is_removal(cookie_of(&out).as_deref()), "removal cookie");
     assert_eq!(with_cookie(&app, "GET", "/me", &id, b"").await.status, 401);
     // The session hash is gone; only rate-limit keys and the user index may remain.
     let mut conn = server
@@ -613,7 +618,10 @@ async fn login_for_one_username_from_many_addresses_is_throttled() {
         assert_eq!(r.status, 401, "attempt {i}: {}", r.text());
     }
     let r = from(&app, "198.51.100.99".to_owned(), "VICTIM").await;
-    assert_eq!(r.status, 429, "an 11th attempt on one account from a new address");
+    assert_eq!(
+        r.status, 429,
+        "an 11th attempt on one account from a new address"
+    );
     // Other accounts, from the same addresses, are not affected.
     let r = from(&app, "203.0.113.1".to_owned(), "bystander").await;
     assert_eq!(r.status, 401);
@@ -669,6 +677,78 @@ async fn logout_all_ends_every_session_of_the_user() {
         401,
         "not logged in"
     );
+}
+
+#[tokio::test]
+async fn cross_site_login_is_refused_with_403_and_no_cookie() {
+    let app = start(&[]).await;
+    let creds = br#"{"username": "alice", "password": "password"}"#;
+    let same_origin = format!("http://{}", app.addr);
+    let send = |path: &'static str, headers: Vec<(&'static str, Vec<u8>)>| {
+        let addr = app.addr;
+        async move {
+            let headers: Vec<(&str, &[u8])> =
+                headers.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+            request(addr, "POST", path, &headers, creds)
+                .await
+                .expect("request")
+        }
+    };
+    // The attack: a cross-site form posting a text/plain body that happens to parse as JSON.
+    let attack = |path| {
+        send(
+            path,
+            vec![
+                ("Content-Type", b"text/plain".to_vec()),
+                ("Origin", b"https://evil.example".to_vec()),
+                ("Sec-Fetch-Site", b"cross-site".to_vec()),
+            ],
+        )
+    };
+    for path in ["/login", "/logout", "/logout-all", "/calls"] {
+        let r = attack(path).await;
+        assert_eq!(r.status, 403, "{path}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert_eq!(json(&r)["status"], 403);
+        assert!(r.header("set-cookie").is_none(), "{path}");
+    }
+    // Older browsers send only Origin; a sibling subdomain is still another site's page.
+    for headers in [
+        vec![("Origin", b"https://evil.example".to_vec())],
+        vec![("Sec-Fetch-Site", b"same-site".to_vec())],
+        vec![("Origin", b"null".to_vec())],
+    ] {
+        let mut headers = headers;
+        headers.push(("Content-Type", b"application/json".to_vec()));
+        let r = send("/login", headers).await;
+        assert_eq!(r.status, 403, "{}", r.text());
+        assert!(r.header("set-cookie").is_none());
+    }
+    // Not JSON, even from the same origin (or from curl): 415.
+    let r = send(
+        "/login",
+        vec![
+            ("Content-Type", b"text/plain".to_vec()),
+            ("Origin", same_origin.clone().into_bytes()),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 415, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert!(r.header("set-cookie").is_none());
+    assert_eq!(send("/login", vec![]).await.status, 415, "no Content-Type");
+    // The page's own request still logs in.
+    let r = send(
+        "/login",
+        vec![
+            ("Content-Type", b"application/json".to_vec()),
+            ("Origin", same_origin.into_bytes()),
+            ("Sec-Fetch-Site", b"same-origin".to_vec()),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(cookie_of(&r).is_some());
 }
 
 #[tokio::test]

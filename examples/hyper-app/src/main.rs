@@ -5,6 +5,9 @@
 //! Env: `BIND` (default `127.0.0.1:3001`), `REDIS_URL` (unset: in-process memory),
 //! `API_LIMIT` (default `60/minute`), `COOKIE_SECURE` (default `true`).
 
+#[path = "../../shared/csrf.rs"]
+mod csrf;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -97,6 +100,12 @@ async fn run() -> Result<(), String> {
             .service(service_fn(move |req: Request<Incoming>| {
                 let api = api.clone();
                 async move {
+                    // Before any route: a cross-site or non-JSON write touches nothing.
+                    if let Some(refusal) = csrf::refusal(req.method(), req.headers()) {
+                        return Ok(
+                            refusal.map(|body| Full::from(body).map_err(|e| match e {}).boxed())
+                        );
+                    }
                     if req.uri().path().starts_with("/api/") {
                         let res = api.oneshot(req).await?;
                         Ok::<_, Infallible>(res.map(BodyExt::boxed))

@@ -10,6 +10,7 @@ async fn start(env: &[(&str, &str)]) -> App {
     spawn(env!("CARGO_BIN_EXE_hyper-app"), env).await
 }
 
+/// Sends a request as the app's own page or curl would: JSON, no cross-site headers.
 async fn send(
     app: &App,
     method: &str,
@@ -17,9 +18,8 @@ async fn send(
     cookie: Option<&str>,
     body: &[u8],
 ) -> RawResponse {
-    let cookie = cookie.map(|c| format!("id={c}"));
-    let mut headers: Vec<(&str, &[u8])> = Vec::new();
-    if let Some(c) = &cookie {
+    let mut headers: Vec<(&str, &[u8])> = vec![("Content-Type", b"application/json")];
+    if let Some(c) = cookie {
         headers.push(("Cookie", c.as_bytes()));
     }
     request(app.addr, method, path, &headers, body)
@@ -27,10 +27,12 @@ async fn send(
         .expect("request")
 }
 
+/// The session cookie a response sets, as `name=value` (`id` or `__Host-id`).
 fn cookie_of(r: &RawResponse) -> Option<String> {
-    r.headers_named("set-cookie")
-        .into_iter()
-        .find_map(|c| c.strip_prefix("id=")?.split(';').next().map(str::to_owned))
+    r.headers_named("set-cookie").into_iter().find_map(|c| {
+        let pair = c.split(';').next()?.trim();
+        (pair.starts_with("id=") || pair.starts_with("__Host-id=")).then(|| pair.to_owned())
+    })
 }
 
 #[tokio::test]
@@ -85,4 +87,47 @@ async fn runs_without_redis() {
     .await;
     let id = cookie_of(&r).expect("session cookie");
     assert_eq!(send(&app, "GET", "/me", Some(&id), b"").await.status, 200);
+}
+
+#[tokio::test]
+async fn cross_site_login_is_refused_with_403_and_no_cookie() {
+    let app = start(&[]).await;
+    let creds = br#"{"username":"zoe","password":"password"}"#;
+    let attack: [(&str, &[u8]); 2] = [
+        ("Content-Type", b"text/plain"),
+        ("Origin", b"https://evil.example"),
+    ];
+    for path in ["/login", "/logout"] {
+        let r = request(app.addr, "POST", path, &attack, creds)
+            .await
+            .expect("request");
+        assert_eq!(r.status, 403, "{path}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert!(r.header("set-cookie").is_none());
+    }
+    let fetch_meta: [(&str, &[u8]); 2] = [
+        ("Content-Type", b"application/json"),
+        ("Sec-Fetch-Site", b"cross-site"),
+    ];
+    let r = request(app.addr, "POST", "/login", &fetch_meta, creds)
+        .await
+        .expect("request");
+    assert_eq!(r.status, 403);
+    let plain: [(&str, &[u8]); 1] = [("Content-Type", b"text/plain")];
+    let r = request(app.addr, "POST", "/login", &plain, creds)
+        .await
+        .expect("request");
+    assert_eq!(r.status, 415, "{}", r.text());
+    assert!(r.header("set-cookie").is_none());
+    let origin = format!("http://{}", app.addr);
+    let page: [(&str, &[u8]); 3] = [
+        ("Content-Type", b"application/json"),
+        ("Origin", origin.as_bytes()),
+        ("Sec-Fetch-Site", b"same-origin"),
+    ];
+    let r = request(app.addr, "POST", "/login", &page, creds)
+        .await
+        .expect("request");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(cookie_of(&r).is_some());
 }
