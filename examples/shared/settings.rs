@@ -87,3 +87,42 @@ pub(crate) fn quota(
         .map_err(|e| format!("{name}={v:?} cannot work: {e}"))?;
     Ok(quota)
 }
+
+/// `HEADER_READ_TIMEOUT` (default `10s`, at most `1h`): how long a client may take to send a
+/// request head; a slow-loris connection is closed after it.
+pub(crate) fn header_read_timeout(get: Lookup<'_>) -> Result<Duration, String> {
+    duration(get, "HEADER_READ_TIMEOUT", "10s", Duration::from_secs(3600))
+}
+
+/// `TRUSTED_PROXIES` (CIDRs whose forwarding header is believed) and `FORWARDED_HEADER`
+/// (`x-forwarded-for` or `forwarded`): the client address for rate limits.
+pub(crate) fn client_ip(get: Lookup<'_>) -> Result<redis_guard::rate_limit::ClientIp, String> {
+    use redis_guard::rate_limit::{ClientIp, ForwardedHeader};
+    let forwarded_header: ForwardedHeader = match get("FORWARDED_HEADER") {
+        Some(v) => v
+            .parse()
+            .map_err(|e| format!("FORWARDED_HEADER={v:?}: {e}"))?,
+        None => ForwardedHeader::XForwardedFor,
+    };
+    match get("TRUSTED_PROXIES") {
+        Some(cidrs) => Ok(ClientIp::trusted_proxies(
+            cidrs.split(',').map(str::trim).filter(|c| !c.is_empty()),
+        )
+        .map_err(|e| format!("TRUSTED_PROXIES={cidrs:?}: {e}"))?
+        .forwarded_header(forwarded_header)),
+        None => Ok(ClientIp::peer()),
+    }
+}
+
+/// `SESSION_IDLE` (default `30m`) and `SESSION_MAX` (default `24h`): positive, at most
+/// [`MAX_DURATION`], idle no longer than max.
+pub(crate) fn session_lifetimes(get: Lookup<'_>) -> Result<(Duration, Duration), String> {
+    let idle = duration(get, "SESSION_IDLE", "30m", MAX_DURATION)?;
+    let max = duration(get, "SESSION_MAX", "24h", MAX_DURATION)?;
+    if idle > max {
+        return Err(format!(
+            "SESSION_IDLE ({idle:?}) is longer than SESSION_MAX ({max:?})"
+        ));
+    }
+    Ok((idle, max))
+}

@@ -3,10 +3,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use redis_guard::rate_limit::{ClientIp, ForwardedHeader, Quota};
+use redis_guard::rate_limit::{ClientIp, Quota};
 
 use crate::login::LoginRules;
-use crate::settings::{self, Lookup, MAX_DURATION};
+use crate::settings::{self, Lookup};
 
 /// Where the limiter keeps its state.
 #[derive(Clone, Debug)]
@@ -31,6 +31,7 @@ pub(crate) struct Config {
     pub(crate) cookie_secure: bool,
     pub(crate) session_idle: Duration,
     pub(crate) session_max: Duration,
+    pub(crate) header_read_timeout: Duration,
 }
 
 impl Config {
@@ -62,32 +63,14 @@ impl Config {
             Store::Memory
         };
         let redis_timeout = settings::redis_timeout(get)?;
-        let forwarded_header: ForwardedHeader = match get("FORWARDED_HEADER") {
-            Some(v) => v
-                .parse()
-                .map_err(|e| format!("FORWARDED_HEADER={v:?}: {e}"))?,
-            None => ForwardedHeader::XForwardedFor,
-        };
-        let client_ip = match get("TRUSTED_PROXIES") {
-            Some(cidrs) => {
-                ClientIp::trusted_proxies(cidrs.split(',').map(str::trim).filter(|c| !c.is_empty()))
-                    .map_err(|e| format!("TRUSTED_PROXIES={cidrs:?}: {e}"))?
-                    .forwarded_header(forwarded_header)
-            }
-            None => ClientIp::peer(),
-        };
+        let client_ip = settings::client_ip(get)?;
+        let header_read_timeout = settings::header_read_timeout(get)?;
         let cookie_secure = match get("COOKIE_SECURE").as_deref().map(str::trim) {
             None | Some("true" | "1") => true,
             Some("false" | "0") => false,
             Some(v) => return Err(format!("COOKIE_SECURE={v:?} must be true or false")),
         };
-        let session_idle = settings::duration(get, "SESSION_IDLE", "30m", MAX_DURATION)?;
-        let session_max = settings::duration(get, "SESSION_MAX", "24h", MAX_DURATION)?;
-        if session_idle > session_max {
-            return Err(format!(
-                "SESSION_IDLE ({session_idle:?}) is longer than SESSION_MAX ({session_max:?})"
-            ));
-        }
+        let (session_idle, session_max) = settings::session_lifetimes(get)?;
         Ok(Self {
             bind,
             client_ip,
@@ -99,6 +82,7 @@ impl Config {
             api_limit: settings::quota(get, "API_LIMIT", "60/minute")?,
             calls_limit: settings::quota(get, "CALLS_LIMIT", "5/minute")?,
             redis_timeout,
+            header_read_timeout,
         })
     }
 }
@@ -126,6 +110,7 @@ mod tests {
         assert!(c.cookie_secure);
         assert_eq!(c.session_idle, Duration::from_secs(1800));
         assert_eq!(c.session_max, Duration::from_secs(86_400));
+        assert_eq!(c.header_read_timeout, Duration::from_secs(10));
     }
 
     #[test]
@@ -170,7 +155,7 @@ mod tests {
         let e = with(&[("SESSION_IDLE", "3651d"), ("SESSION_MAX", "3651d")]).unwrap_err();
         assert!(e.starts_with("SESSION_IDLE="), "{e}");
         let c = with(&[("SESSION_IDLE", "3650d"), ("SESSION_MAX", "3650d")]).unwrap();
-        assert_eq!(c.session_max, MAX_DURATION);
+        assert_eq!(c.session_max, settings::MAX_DURATION);
         assert!(
             with(&[("SESSION_MAX", "0s")])
                 .unwrap_err()

@@ -8,10 +8,11 @@ mod config;
 mod csrf;
 #[path = "../../shared/login.rs"]
 mod login;
+#[path = "../../shared/serve.rs"]
+mod serve;
 #[path = "../../shared/settings.rs"]
 mod settings;
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -89,13 +90,15 @@ async fn run() -> Result<(), String> {
         .local_addr()
         .map_err(|e| format!("no local address: {e}"))?;
     println!("axum-app listening on http://{addr} (rate limits and sessions: {backend})");
-    axum::serve(
+    // Not `axum::serve`: it sets no header-read timeout (slow loris).
+    serve::serve(
         listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
+        app,
+        config.header_read_timeout,
+        serve::shutdown_signal(),
     )
-    .with_graceful_shutdown(shutdown())
-    .await
-    .map_err(|e| format!("server error: {e}"))
+    .await;
+    Ok(())
 }
 
 fn router(
@@ -172,25 +175,6 @@ fn redact(url: &str) -> String {
             format!("{}://***@{}", &url[..scheme], &url[at + 1..])
         }
         _ => url.to_owned(),
-    }
-}
-
-async fn shutdown() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        {
-            s.recv().await;
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
     }
 }
 

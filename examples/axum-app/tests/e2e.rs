@@ -310,6 +310,7 @@ async fn bad_configuration_exits_with_a_message_naming_the_variable() {
         ("SESSION_MAX", "300000000d", "SESSION_MAX=\"300000000d\""),
         // Parses, but every Redis call timed out at once: limiting silently off.
         ("REDIS_TIMEOUT_MS", "0", "REDIS_TIMEOUT_MS=\"0\""),
+        ("HEADER_READ_TIMEOUT", "0s", "HEADER_READ_TIMEOUT=\"0s\""),
     ] {
         let run = Command::new(env!("CARGO_BIN_EXE_axum-app"))
             .env_clear()
@@ -759,4 +760,49 @@ async fn the_page_is_served_and_healthz_sets_no_cookie() {
     assert!(page.text().contains("id=\"login-form\""));
     let h = get(&app, "/healthz", &[("Cookie", b"id=garbage")]).await;
     assert_eq!((h.status, h.header("set-cookie")), (200, None));
+}
+
+/// Sends a request head one byte every 250 ms and never finishes it; returns how long the
+/// server let the connection live, or `None` when it was still open after 10 s.
+async fn trickle_until_closed(addr: std::net::SocketAddr) -> Option<std::time::Duration> {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let started = Instant::now();
+    let head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    let bytes = head.iter().copied().chain(std::iter::repeat(b'a'));
+    // Bounded: 40 bytes, 10 s at most.
+    for byte in bytes.take(40) {
+        if stream.write_all(&[byte]).await.is_err() {
+            return Some(started.elapsed());
+        }
+        let mut buf = [0u8; 512];
+        // Any answer (EOF, a reset, or an error response) means the server gave up on us.
+        if let Ok(read) =
+            tokio::time::timeout(Duration::from_millis(250), stream.read(&mut buf)).await
+        {
+            if let Ok(n) = read {
+                let head = String::from_utf8_lossy(&buf[..n]);
+                assert!(
+                    !head.starts_with("HTTP/1.1 2"),
+                    "answered a trickled request: {head}"
+                );
+            }
+            return Some(started.elapsed());
+        }
+    }
+    None
+}
+
+#[tokio::test]
+async fn a_slow_loris_connection_is_closed_after_the_header_read_timeout() {
+    let app = start(&[("HEADER_READ_TIMEOUT", "1s")]).await;
+    let lived = trickle_until_closed(app.addr).await;
+    // 1 s timeout; 5 s leaves room for a loaded machine, and is half of what the trickle lasts.
+    assert!(
+        lived.is_some_and(|d| d < std::time::Duration::from_secs(5)),
+        "still open after {lived:?} (None: 10 s)"
+    );
+    // Ordinary requests are unaffected.
+    assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
 }

@@ -131,3 +131,91 @@ async fn cross_site_login_is_refused_with_403_and_no_cookie() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(cookie_of(&r).is_some());
 }
+
+/// Sends a request head one byte every 250 ms and never finishes it; returns how long the
+/// server let the connection live, or `None` when it was still open after 10 s.
+async fn trickle_until_closed(addr: std::net::SocketAddr) -> Option<std::time::Duration> {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let started = Instant::now();
+    let head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    let bytes = head.iter().copied().chain(std::iter::repeat(b'a'));
+    // Bounded: 40 bytes, 10 s at most.
+    for byte in bytes.take(40) {
+        if stream.write_all(&[byte]).await.is_err() {
+            return Some(started.elapsed());
+        }
+        let mut buf = [0u8; 512];
+        // Any answer (EOF, a reset, or an error response) means the server gave up on us.
+        if let Ok(read) =
+            tokio::time::timeout(Duration::from_millis(250), stream.read(&mut buf)).await
+        {
+            if let Ok(n) = read {
+                let head = String::from_utf8_lossy(&buf[..n]);
+                assert!(
+                    !head.starts_with("HTTP/1.1 2"),
+                    "answered a trickled request: {head}"
+                );
+            }
+            return Some(started.elapsed());
+        }
+    }
+    None
+}
+
+#[tokio::test]
+async fn a_slow_loris_connection_is_closed_after_the_header_read_timeout() {
+    let app = start(&[("HEADER_READ_TIMEOUT", "1s")]).await;
+    let lived = trickle_until_closed(app.addr).await;
+    // 1 s timeout; 5 s leaves room for a loaded machine, and is half of what the trickle lasts.
+    assert!(
+        lived.is_some_and(|d| d < std::time::Duration::from_secs(5)),
+        "still open after {lived:?} (None: 10 s)"
+    );
+    assert_eq!(send(&app, "GET", "/healthz", None, b"").await.status, 200);
+}
+
+async fn login_from(app: &App, ip: &str, user: &str) -> u16 {
+    let body = serde_json::json!({ "username": user, "password": "guess" }).to_string();
+    let headers: [(&str, &[u8]); 2] = [
+        ("Content-Type", b"application/json"),
+        ("X-Forwarded-For", ip.as_bytes()),
+    ];
+    request(app.addr, "POST", "/login", &headers, body.as_bytes())
+        .await
+        .expect("request")
+        .status
+}
+
+#[tokio::test]
+async fn login_is_throttled_per_ip_per_username_and_per_both() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let app = start(&[
+        ("REDIS_URL", &url),
+        ("REDIS_TIMEOUT_MS", "5000"),
+        ("TRUSTED_PROXIES", "127.0.0.1/32"),
+    ])
+    .await;
+    // Per IP + username (LOGIN_LIMIT, 5/minute).
+    for i in 0..5 {
+        assert_eq!(login_from(&app, "203.0.113.1", "amy").await, 401, "{i}");
+    }
+    assert_eq!(login_from(&app, "203.0.113.1", "amy").await, 429);
+    // Per username from many addresses (LOGIN_USER_LIMIT, 10/minute): 5 more from elsewhere.
+    for i in 0..5 {
+        let ip = format!("198.51.100.{i}");
+        assert_eq!(login_from(&app, &ip, " AMY ").await, 401, "{i}");
+    }
+    assert_eq!(login_from(&app, "192.0.2.1", "amy").await, 429);
+    // Per IP over many usernames (LOGIN_IP_LIMIT, 30/minute). Five attempts from .1 counted
+    // above; the denied one counted under no rule (all or nothing).
+    for i in 0..25 {
+        let user = format!("user{i}");
+        assert_eq!(login_from(&app, "203.0.113.1", &user).await, 401, "{user}");
+    }
+    assert_eq!(login_from(&app, "203.0.113.1", "user-new").await, 429);
+    // Invalid names never reach the limiter.
+    assert_eq!(login_from(&app, "192.0.2.2", "not a name").await, 401);
+}
