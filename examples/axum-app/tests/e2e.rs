@@ -6,6 +6,10 @@ use redis_guard_testkit::http::{RawResponse, request};
 use redis_guard_testkit::{RedisCluster, RedisServer};
 use tokio::process::Command;
 
+#[path = "../../shared/slow_loris.rs"]
+mod slow_loris;
+use slow_loris::assert_closed_by_a_1s_header_timeout;
+
 type App = RunningApp;
 
 async fn start(env: &[(&str, &str)]) -> App {
@@ -48,6 +52,20 @@ async fn get(app: &App, path: &str, headers: &[(&str, &[u8])]) -> RawResponse {
 fn status_of(r: &RawResponse) -> String {
     let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json body");
     v["status"].as_str().expect("status field").to_owned()
+}
+
+/// One Redis command with one argument.
+async fn redis_query<T: redis::FromRedisValue>(server: &RedisServer, cmd: &str, arg: &str) -> T {
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    redis::cmd(cmd)
+        .arg(arg)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"))
 }
 
 async fn dbsize(server: &RedisServer) -> i64 {
@@ -130,22 +148,9 @@ async fn calls_admit_at_most_the_limit_in_any_window() {
     );
     assert_eq!(status_of(&r), "rejected", "an 11th call within 4 s");
     // The limiter keeps a log of admitted calls (a sorted set), not a single timestamp.
-    let mut conn = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("rg:rl:calls:*")
-        .query_async(&mut conn)
-        .await
-        .expect("KEYS");
+    let keys: Vec<String> = redis_query(&server, "KEYS", "rg:rl:calls:*").await;
     assert_eq!(keys.len(), 1, "{keys:?}");
-    let kind: String = redis::cmd("TYPE")
-        .arg(&keys[0])
-        .query_async(&mut conn)
-        .await
-        .expect("TYPE");
+    let kind: String = redis_query(&server, "TYPE", &keys[0]).await;
     assert_eq!(kind, "zset");
 }
 
@@ -527,16 +532,7 @@ async fn login_me_logout_on_redis() {
     assert!(is_removal(cookie_of(&out).as_deref()), "removal cookie");
     assert_eq!(with_cookie(&app, "GET", "/me", &id, b"").await.status, 401);
     // The session hash is gone; only rate-limit keys and the user index may remain.
-    let mut conn = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("rg:s:*")
-        .query_async(&mut conn)
-        .await
-        .expect("KEYS");
+    let keys: Vec<String> = redis_query(&server, "KEYS", "rg:s:*").await;
     assert!(keys.is_empty(), "{keys:?}");
 }
 
@@ -762,47 +758,10 @@ async fn the_page_is_served_and_healthz_sets_no_cookie() {
     assert_eq!((h.status, h.header("set-cookie")), (200, None));
 }
 
-/// Sends a request head one byte every 250 ms and never finishes it; returns how long the
-/// server let the connection live, or `None` when it was still open after 10 s.
-async fn trickle_until_closed(addr: std::net::SocketAddr) -> Option<std::time::Duration> {
-    use std::time::{Duration, Instant};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let started = Instant::now();
-    let head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ";
-    let bytes = head.iter().copied().chain(std::iter::repeat(b'a'));
-    // Bounded: 40 bytes, 10 s at most.
-    for byte in bytes.take(40) {
-        if stream.write_all(&[byte]).await.is_err() {
-            return Some(started.elapsed());
-        }
-        let mut buf = [0u8; 512];
-        // Any answer (EOF, a reset, or an error response) means the server gave up on us.
-        if let Ok(read) =
-            tokio::time::timeout(Duration::from_millis(250), stream.read(&mut buf)).await
-        {
-            if let Ok(n) = read {
-                let head = String::from_utf8_lossy(&buf[..n]);
-                assert!(
-                    !head.starts_with("HTTP/1.1 2"),
-                    "answered a trickled request: {head}"
-                );
-            }
-            return Some(started.elapsed());
-        }
-    }
-    None
-}
-
 #[tokio::test]
 async fn a_slow_loris_connection_is_closed_after_the_header_read_timeout() {
     let app = start(&[("HEADER_READ_TIMEOUT", "1s")]).await;
-    let lived = trickle_until_closed(app.addr).await;
-    // 1 s timeout; 5 s leaves room for a loaded machine, and is half of what the trickle lasts.
-    assert!(
-        lived.is_some_and(|d| d < std::time::Duration::from_secs(5)),
-        "still open after {lived:?} (None: 10 s)"
-    );
+    assert_closed_by_a_1s_header_timeout(app.addr).await;
     // Ordinary requests are unaffected.
     assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
 }
