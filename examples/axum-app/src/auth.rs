@@ -7,15 +7,17 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use redis_guard::rate_limit::{ClientIp, Key, Limiter, Rule};
+use redis_guard::rate_limit::{ClientIp, Limiter};
 use redis_guard::session::{Session, SessionError};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::login::{LoginRules, Throttle, normalize_username};
+
 #[derive(Clone, Debug)]
 pub(crate) struct Login {
     pub(crate) limiter: Arc<dyn Limiter>,
-    pub(crate) rule: Rule,
+    pub(crate) rules: LoginRules,
     pub(crate) client_ip: ClientIp,
 }
 
@@ -25,18 +27,12 @@ struct Credentials {
     password: String,
 }
 
-fn valid_username(u: &str) -> bool {
-    (1..=64).contains(&u.len())
-        && u.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-}
-
 fn json_error(status: StatusCode, detail: &str) -> Response {
     (status, Json(json!({ "error": detail }))).into_response()
 }
 
-/// `POST /login {"username", "password"}`: throttled per client IP + username, then a new
-/// session id and the user recorded on the session.
+/// `POST /login {"username", "password"}`: throttled per client IP, per username and per both
+/// (see `shared/login.rs`), then a new session id and the user recorded on the session.
 pub(crate) async fn login(
     State(login): State<Login>,
     session: Session,
@@ -52,36 +48,38 @@ pub(crate) async fn login(
             r#"expected a JSON body {"username": "…", "password": "…"}"#,
         );
     };
+    // A name that can never log in is refused before it becomes a rate-limit key.
+    let Some(user) = normalize_username(&creds.username) else {
+        return json_error(StatusCode::UNAUTHORIZED, "wrong username or password");
+    };
     let ip = match login.client_ip.client_ip(&parts) {
         Ok(ip) => login.client_ip.key_for(ip),
         Err(_) => return json_error(StatusCode::INTERNAL_SERVER_ERROR, "no client address"),
     };
     // Throttle every attempt, good or bad, before checking the password.
-    let key = Key::pair(&ip, &Key::from(creds.username.as_str()));
-    match login.limiter.check(&login.rule, key).await {
-        Ok(d) if !d.allowed => {
+    match login.rules.throttle(&*login.limiter, &ip, &user).await {
+        Throttle::Allowed => {}
+        Throttle::Limited { retry_after_secs } => {
             let mut res = json_error(StatusCode::TOO_MANY_REQUESTS, "too many login attempts");
             res.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(d.retry_after_secs()));
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
             return res;
         }
-        Ok(_) => {}
-        Err(e) => {
-            tracing::warn!(error = %e, "login limiter unavailable: refusing logins (fail closed)");
+        Throttle::Unavailable => {
             return json_error(StatusCode::SERVICE_UNAVAILABLE, "try again shortly");
         }
     }
-    if creds.password != "password" || !valid_username(&creds.username) {
+    if creds.password != "password" {
         return json_error(StatusCode::UNAUTHORIZED, "wrong username or password");
     }
     let result: Result<(), SessionError> = async {
         session.cycle_id().await?;
-        session.set_user(&creds.username).await?;
+        session.set_user(&user).await?;
         session.insert("visits", &0).await
     }
     .await;
     match result {
-        Ok(()) => Json(json!({ "user": creds.username })).into_response(),
+        Ok(()) => Json(json!({ "user": user })).into_response(),
         Err(e) => e.into_response(),
     }
 }

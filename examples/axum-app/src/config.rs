@@ -3,7 +3,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use redis_guard::rate_limit::{ClientIp, ForwardedHeader, Quota};
+use redis_guard::rate_limit::{ClientIp, Quota};
+
+use crate::login::LoginRules;
+use crate::settings::{self, Lookup};
 
 /// Where the limiter keeps its state.
 #[derive(Clone, Debug)]
@@ -24,42 +27,20 @@ pub(crate) struct Config {
     pub(crate) calls_limit: Quota,
     pub(crate) redis_timeout: Duration,
     pub(crate) client_ip: ClientIp,
-    pub(crate) login_limit: Quota,
+    pub(crate) login: LoginRules,
     pub(crate) cookie_secure: bool,
     pub(crate) session_idle: Duration,
     pub(crate) session_max: Duration,
-}
-
-/// `30m`, `24h`, `90s`, `7d`.
-fn parse_duration(name: &str, v: &str) -> Result<Duration, String> {
-    let v = v.trim();
-    let digits = v.bytes().take_while(u8::is_ascii_digit).count();
-    let (n, unit) = v.split_at(digits);
-    let n: u64 = n
-        .parse()
-        .map_err(|_| format!("{name}={v:?} is not a duration like 30m, 24h or 90s"))?;
-    let secs = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return Err(format!("{name}={v:?}: the unit must be s, m, h or d")),
-    };
-    if n == 0 {
-        return Err(format!("{name}={v:?} must be positive"));
-    }
-    n.checked_mul(secs)
-        .map(Duration::from_secs)
-        .ok_or_else(|| format!("{name}={v:?} is too long"))
+    pub(crate) header_read_timeout: Duration,
 }
 
 impl Config {
     /// Reads the environment; the error names the variable and what is wrong with it.
     pub(crate) fn from_env() -> Result<Self, String> {
-        Self::from_lookup(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
+        Self::from_lookup(&settings::from_process_env)
     }
 
-    pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+    pub(crate) fn from_lookup(get: Lookup<'_>) -> Result<Self, String> {
         let bind = match get("BIND") {
             Some(v) => v.trim().parse().map_err(|e| {
                 format!("BIND={v:?} is not a socket address like 127.0.0.1:3000: {e}")
@@ -81,57 +62,27 @@ impl Config {
         } else {
             Store::Memory
         };
-        let quota = |name: &str, default: &str| -> Result<Quota, String> {
-            let v = get(name).unwrap_or_else(|| default.to_owned());
-            v.parse()
-                .map_err(|e| format!("{name}={v:?} is not a quota: {e}"))
-        };
-        let redis_timeout = match get("REDIS_TIMEOUT_MS") {
-            Some(v) => Duration::from_millis(v.trim().parse().map_err(|_| {
-                format!("REDIS_TIMEOUT_MS={v:?} is not a whole number of milliseconds")
-            })?),
-            None => redis_guard::rate_limit::DEFAULT_TIMEOUT,
-        };
-        let forwarded_header: ForwardedHeader = match get("FORWARDED_HEADER") {
-            Some(v) => v
-                .parse()
-                .map_err(|e| format!("FORWARDED_HEADER={v:?}: {e}"))?,
-            None => ForwardedHeader::XForwardedFor,
-        };
-        let client_ip = match get("TRUSTED_PROXIES") {
-            Some(cidrs) => {
-                ClientIp::trusted_proxies(cidrs.split(',').map(str::trim).filter(|c| !c.is_empty()))
-                    .map_err(|e| format!("TRUSTED_PROXIES={cidrs:?}: {e}"))?
-                    .forwarded_header(forwarded_header)
-            }
-            None => ClientIp::peer(),
-        };
+        let redis_timeout = settings::redis_timeout(get)?;
+        let client_ip = settings::client_ip(get)?;
+        let header_read_timeout = settings::header_read_timeout(get)?;
         let cookie_secure = match get("COOKIE_SECURE").as_deref().map(str::trim) {
             None | Some("true" | "1") => true,
             Some("false" | "0") => false,
             Some(v) => return Err(format!("COOKIE_SECURE={v:?} must be true or false")),
         };
-        let duration = |name: &str, default: &str| {
-            parse_duration(name, &get(name).unwrap_or_else(|| default.to_owned()))
-        };
-        let session_idle = duration("SESSION_IDLE", "30m")?;
-        let session_max = duration("SESSION_MAX", "24h")?;
-        if session_idle > session_max {
-            return Err(format!(
-                "SESSION_IDLE ({session_idle:?}) is longer than SESSION_MAX ({session_max:?})"
-            ));
-        }
+        let (session_idle, session_max) = settings::session_lifetimes(get)?;
         Ok(Self {
             bind,
             client_ip,
-            login_limit: quota("LOGIN_LIMIT", "5/minute")?,
+            login: LoginRules::from_env(get)?,
             cookie_secure,
             session_idle,
             session_max,
             store,
-            api_limit: quota("API_LIMIT", "60/minute")?,
-            calls_limit: quota("CALLS_LIMIT", "5/minute")?,
+            api_limit: settings::quota(get, "API_LIMIT", "60/minute")?,
+            calls_limit: settings::quota(get, "CALLS_LIMIT", "5/minute")?,
             redis_timeout,
+            header_read_timeout,
         })
     }
 }
@@ -145,7 +96,7 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        Config::from_lookup(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+        Config::from_lookup(&|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
     }
 
     #[test]
@@ -155,10 +106,11 @@ mod tests {
         assert!(matches!(c.store, Store::Memory));
         assert_eq!(c.api_limit, Quota::per_minute(60));
         assert_eq!(c.calls_limit, Quota::per_minute(5));
-        assert_eq!(c.login_limit, Quota::per_minute(5));
+        assert_eq!(c.login.pair_quota(), Quota::per_minute(5));
         assert!(c.cookie_secure);
         assert_eq!(c.session_idle, Duration::from_secs(1800));
         assert_eq!(c.session_max, Duration::from_secs(86_400));
+        assert_eq!(c.header_read_timeout, Duration::from_secs(10));
     }
 
     #[test]
@@ -190,5 +142,40 @@ mod tests {
         assert!(with(&[("SESSION_IDLE", "2h"), ("SESSION_MAX", "1h")]).is_err());
         assert!(with(&[("COOKIE_SECURE", "maybe")]).is_err());
         assert!(!with(&[("COOKIE_SECURE", "false")]).unwrap().cookie_secure);
+    }
+
+    #[test]
+    fn durations_and_timeouts_are_bounded() {
+        // 300000000 days overflowed the session expiry and broke every login.
+        let e = with(&[("SESSION_MAX", "300000000d")]).unwrap_err();
+        assert!(
+            e.starts_with("SESSION_MAX=\"300000000d\" is too long"),
+            "{e}"
+        );
+        let e = with(&[("SESSION_IDLE", "3651d"), ("SESSION_MAX", "3651d")]).unwrap_err();
+        assert!(e.starts_with("SESSION_IDLE="), "{e}");
+        let c = with(&[("SESSION_IDLE", "3650d"), ("SESSION_MAX", "3650d")]).unwrap();
+        assert_eq!(c.session_max, settings::MAX_DURATION);
+        assert!(
+            with(&[("SESSION_MAX", "0s")])
+                .unwrap_err()
+                .starts_with("SESSION_MAX=")
+        );
+        assert!(with(&[("SESSION_MAX", "18446744073709551615d")]).is_err());
+        // A zero timeout failed every decision: limiting silently off (or every login refused).
+        for bad in ["0", "60001", "-1", "1.5", "abc"] {
+            let e = with(&[("REDIS_TIMEOUT_MS", bad)]).unwrap_err();
+            assert!(e.starts_with(&format!("REDIS_TIMEOUT_MS={bad:?}")), "{e}");
+        }
+        assert_eq!(
+            with(&[("REDIS_TIMEOUT_MS", "1")]).unwrap().redis_timeout,
+            Duration::from_millis(1)
+        );
+        assert_eq!(
+            with(&[("REDIS_TIMEOUT_MS", "60000")])
+                .unwrap()
+                .redis_timeout,
+            Duration::from_secs(60)
+        );
     }
 }

@@ -4,17 +4,24 @@
 mod auth;
 mod calls;
 mod config;
+#[path = "../../shared/csrf.rs"]
+mod csrf;
+#[path = "../../shared/login.rs"]
+mod login;
+#[path = "../../shared/serve.rs"]
+mod serve;
+#[path = "../../shared/settings.rs"]
+mod settings;
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::response::Html;
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use redis_guard::backend::RedisConnection;
 use redis_guard::rate_limit::{
-    KeyExtractorExt, Limiter, MemoryLimiter, RateLimitLayer, RedisLimiter, Rule,
+    Algorithm, KeyExtractorExt, Limiter, MemoryLimiter, RateLimitLayer, RedisLimiter, Rule,
 };
 use redis_guard::session::{
     CookieConfig, MemorySessionStore, RedisSessionStore, SessionLayer, SessionStore, SessionUser,
@@ -83,13 +90,15 @@ async fn run() -> Result<(), String> {
         .local_addr()
         .map_err(|e| format!("no local address: {e}"))?;
     println!("axum-app listening on http://{addr} (rate limits and sessions: {backend})");
-    axum::serve(
+    // Not `axum::serve`: it sets no header-read timeout (slow loris).
+    serve::serve(
         listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
+        app,
+        config.header_read_timeout,
+        serve::shutdown_signal(),
     )
-    .with_graceful_shutdown(shutdown())
-    .await
-    .map_err(|e| format!("server error: {e}"))
+    .await;
+    Ok(())
 }
 
 fn router(
@@ -106,14 +115,13 @@ fn router(
         )
         .build()
         .map_err(|e| format!("API_LIMIT: {e}"))?;
-    let calls_rule = Rule::new("calls", config.calls_limit);
+    // The seeds' rule is "more than N in a period → reject": at most N in ANY window of the
+    // period, which the sliding log enforces exactly. GCRA would let N through at once and then
+    // one every period / N: nearly 2 × N in the first period.
+    let calls_rule = Rule::new("calls", config.calls_limit).algorithm(Algorithm::SlidingLog);
     calls_rule
         .validate()
         .map_err(|e| format!("CALLS_LIMIT: {e}"))?;
-    let login_rule = Rule::new("login", config.login_limit);
-    login_rule
-        .validate()
-        .map_err(|e| format!("LOGIN_LIMIT: {e}"))?;
     let session_layer = SessionLayer::builder(sessions)
         .cookie(CookieConfig::default().secure(config.cookie_secure))
         .idle_timeout(config.session_idle)
@@ -134,7 +142,7 @@ fn router(
         .route("/login", post(auth::login))
         .with_state(auth::Login {
             limiter,
-            rule: login_rule,
+            rules: config.login.clone(),
             client_ip: config.client_ip.clone(),
         });
     Ok(Router::new()
@@ -147,7 +155,17 @@ fn router(
         .layer(session_layer)
         // Health checks stay outside the session layer: never a cookie, never a store call.
         .route("/healthz", get(|| async { "ok" }))
-        .merge(calls))
+        .merge(calls)
+        // Outermost: a cross-site or non-JSON write is refused before sessions or limiters.
+        .layer(axum::middleware::from_fn(refuse_cross_site)))
+}
+
+/// See `shared/csrf.rs`.
+async fn refuse_cross_site(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    match csrf::refusal(req.method(), req.headers()) {
+        None => next.run(req).await,
+        Some(refusal) => refusal.into_response(),
+    }
 }
 
 /// Hides a password in a Redis URL before printing it.
@@ -157,25 +175,6 @@ fn redact(url: &str) -> String {
             format!("{}://***@{}", &url[..scheme], &url[at + 1..])
         }
         _ => url.to_owned(),
-    }
-}
-
-async fn shutdown() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        {
-            s.recv().await;
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
     }
 }
 

@@ -6,6 +6,10 @@ use redis_guard_testkit::http::{RawResponse, request};
 use redis_guard_testkit::{RedisCluster, RedisServer};
 use tokio::process::Command;
 
+#[path = "../../shared/slow_loris.rs"]
+mod slow_loris;
+use slow_loris::assert_closed_by_a_1s_header_timeout;
+
 type App = RunningApp;
 
 async fn start(env: &[(&str, &str)]) -> App {
@@ -50,6 +54,20 @@ fn status_of(r: &RawResponse) -> String {
     v["status"].as_str().expect("status field").to_owned()
 }
 
+/// One Redis command with one argument.
+async fn redis_query<T: redis::FromRedisValue>(server: &RedisServer, cmd: &str, arg: &str) -> T {
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    redis::cmd(cmd)
+        .arg(arg)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"))
+}
+
 async fn dbsize(server: &RedisServer) -> i64 {
     let mut conn = server
         .client()
@@ -85,9 +103,12 @@ async fn calls_are_rejected_after_five_from_one_number_on_redis() {
         .expect("Retry-After")
         .parse()
         .expect("seconds");
+    // At most 5 in ANY minute: the next call fits only when the first one leaves the window,
+    // a minute after it was made (these six calls take far less than 10 s). GCRA with burst 5
+    // would say 12 s here, and admit a 6th, 7th… call every 12 s: 9 within the first minute.
     assert!(
-        (1..=12).contains(&retry),
-        "one call per 12 s frees up: {retry}"
+        (50..=60).contains(&retry),
+        "the first call must leave the 60 s window first: {retry}"
     );
 
     let other = call(&app, "+15550100001", "+15550109999").await;
@@ -98,6 +119,64 @@ async fn calls_are_rejected_after_five_from_one_number_on_redis() {
     let second = start_with_redis(&server, &[]).await;
     let r = call(&second, "+15550100000", "+15550109999").await;
     assert_eq!(status_of(&r), "rejected");
+}
+
+#[tokio::test]
+async fn calls_admit_at_most_the_limit_in_any_window() {
+    // 10 per 4 s. Under GCRA (burst 10, one call per 400 ms) the 11th call is admitted 400 ms
+    // after the 10th; the sliding log admits it only when the 1st call is 4 s old.
+    // Margins: we wait 1 s after the last call, 2.5 × GCRA's 400 ms, so GCRA would admit
+    // whatever the scheduling; and the check stays inside the first call's 4 s window as long as
+    // eleven loopback requests take under 3 s (they take milliseconds).
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let app = start_with_redis(&server, &[("CALLS_LIMIT", "10/4s")]).await;
+    let started = std::time::Instant::now();
+    for i in 0..10 {
+        let r = call(&app, "+15550100000", "+15550109999").await;
+        assert_eq!(status_of(&r), "connected", "call {i}");
+    }
+    assert_eq!(
+        status_of(&call(&app, "+15550100000", "+15550109999").await),
+        "rejected"
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let r = call(&app, "+15550100000", "+15550109999").await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(3500),
+        "too slow to tell the algorithms apart: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(status_of(&r), "rejected", "an 11th call within 4 s");
+    // The limiter keeps a log of admitted calls (a sorted set), not a single timestamp.
+    let keys: Vec<String> = redis_query(&server, "KEYS", "rg:rl:calls:*").await;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let kind: String = redis_query(&server, "TYPE", &keys[0]).await;
+    assert_eq!(kind, "zset");
+}
+
+#[tokio::test]
+async fn calls_share_one_bucket_across_number_formats() {
+    let app = start(&[("CALLS_LIMIT", "3/minute")]).await;
+    // One number, written three ways: international with +, with the 00 prefix, without either.
+    for from in ["+15550100000", "0015550100000", "15550100000"] {
+        let r = call(&app, from, "+15550109999").await;
+        assert_eq!(status_of(&r), "connected", "{from}");
+    }
+    for from in ["+1 555 010 0000", "00 1 (555) 010-0000", "15550100000"] {
+        let r = call(&app, from, "+15550109999").await;
+        assert_eq!(r.status, 429, "{from}: the same number");
+        assert_eq!(status_of(&r), "rejected");
+    }
+    // A national number (leading 0) is not guessed into an international one.
+    assert_eq!(
+        status_of(&call(&app, "05550100000", "+15550109999").await),
+        "connected"
+    );
+    // What cannot be normalized is a 400, and touches no bucket.
+    for bad in ["+0 555 010 0000", "000", "0015", "+1555"] {
+        let r = call(&app, bad, "+15550109999").await;
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+    }
 }
 
 #[tokio::test]
@@ -232,13 +311,22 @@ async fn bad_configuration_exits_with_a_message_naming_the_variable() {
             "redis://127.0.0.1:1/",
             "cannot connect to REDIS_URL",
         ),
+        // Parses, but overflowed the session expiry: every login failed.
+        ("SESSION_MAX", "300000000d", "SESSION_MAX=\"300000000d\""),
+        // Parses, but every Redis call timed out at once: limiting silently off.
+        ("REDIS_TIMEOUT_MS", "0", "REDIS_TIMEOUT_MS=\"0\""),
+        ("HEADER_READ_TIMEOUT", "0s", "HEADER_READ_TIMEOUT=\"0s\""),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_axum-app"))
+        let run = Command::new(env!("CARGO_BIN_EXE_axum-app"))
             .env_clear()
             .env("BIND", "127.0.0.1:0")
             .env(name, value)
-            .output()
+            .kill_on_drop(true)
+            .output();
+        // An app that accepts the value starts serving and never exits.
+        let out = tokio::time::timeout(std::time::Duration::from_secs(30), run)
             .await
+            .unwrap_or_else(|_| panic!("{name}={value:?} was accepted: the app kept running"))
             .expect("run");
         assert_eq!(out.status.code(), Some(2), "{name}");
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -374,11 +462,17 @@ async fn a_rotating_forwarded_header_gets_no_fresh_bucket_behind_xff_proxies() {
     assert_eq!(statuses, [200, 429, 429]);
 }
 
-/// The `id` cookie a response sets (`Some("")` for a removal cookie).
+/// The session cookie a response sets, as `name=value` to send back (`name=` for a removal
+/// cookie). The name is `id`, or `__Host-id` when the library uses the prefix.
 fn cookie_of(r: &RawResponse) -> Option<String> {
-    r.headers_named("set-cookie")
-        .into_iter()
-        .find_map(|c| c.strip_prefix("id=")?.split(';').next().map(str::to_owned))
+    r.headers_named("set-cookie").into_iter().find_map(|c| {
+        let pair = c.split(';').next()?.trim();
+        (pair.starts_with("id=") || pair.starts_with("__Host-id=")).then(|| pair.to_owned())
+    })
+}
+
+fn is_removal(cookie: Option<&str>) -> bool {
+    cookie.is_some_and(|c| c.ends_with('='))
 }
 
 async fn with_cookie(
@@ -388,13 +482,12 @@ async fn with_cookie(
     cookie: &str,
     body: &[u8],
 ) -> RawResponse {
-    let header = format!("id={cookie}");
     request(
         app.addr,
         method,
         path,
         &[
-            ("Cookie", header.as_bytes()),
+            ("Cookie", cookie.as_bytes()),
             ("Content-Type", b"application/json"),
         ],
         body,
@@ -436,19 +529,10 @@ async fn login_me_logout_on_redis() {
     assert_eq!(json(&hello)["hello"], "alice");
     let out = with_cookie(&app, "POST", "/logout", &id, b"").await;
     assert_eq!(out.status, 204);
-    assert_eq!(cookie_of(&out).as_deref(), Some(""), "removal cookie");
+    assert!(is_removal(cookie_of(&out).as_deref()), "removal cookie");
     assert_eq!(with_cookie(&app, "GET", "/me", &id, b"").await.status, 401);
     // The session hash is gone; only rate-limit keys and the user index may remain.
-    let mut conn = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("rg:s:*")
-        .query_async(&mut conn)
-        .await
-        .expect("KEYS");
+    let keys: Vec<String> = redis_query(&server, "KEYS", "rg:s:*").await;
     assert!(keys.is_empty(), "{keys:?}");
 }
 
@@ -466,12 +550,81 @@ async fn bad_logins_are_rejected_and_throttled() {
     );
     let r = login(&app, "alice", "password").await;
     assert_eq!(r.status, 429, "fourth attempt for alice from this IP");
-    assert!(r.header("retry-after").is_some());
+    // At most 3 in any minute: wait until the first attempt is a minute old (GCRA: 20 s).
+    let retry: u64 = r
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("seconds");
+    assert!((50..=60).contains(&retry), "{retry}");
     assert_eq!(
         login(&app, "bob", "password").await.status,
         200,
         "bob has his own bucket"
     );
+}
+
+#[tokio::test]
+async fn login_from_one_ip_over_30_usernames_is_throttled() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let app = start_with_redis(&server, &[]).await;
+    // Names that can never log in are refused before they reach the limiter: no key, no count.
+    for i in 0..40 {
+        let r = login(&app, &format!("not a name {i}"), "password").await;
+        assert_eq!(r.status, 401, "{i}");
+    }
+    assert_eq!(dbsize(&server).await, 0, "invalid names wrote nothing");
+    // Default LOGIN_IP_LIMIT: 30 attempts per minute from one address, whatever the username.
+    for i in 0..30 {
+        let r = login(&app, &format!("user{i}"), "guess").await;
+        assert_eq!(r.status, 401, "attempt {i}: {}", r.text());
+    }
+    let r = login(&app, "user30", "guess").await;
+    assert_eq!(r.status, 429, "the 31st username from one IP");
+    assert!(r.header("retry-after").is_some());
+    // Denied means denied: even the right password, for a fresh name.
+    assert_eq!(login(&app, "someone-new", "password").await.status, 429);
+}
+
+#[tokio::test]
+async fn login_for_one_username_from_many_addresses_is_throttled() {
+    let app = start(&[("TRUSTED_PROXIES", "127.0.0.1/32")]).await;
+    let from = |app: &App, ip: String, user: &'static str| {
+        let addr = app.addr;
+        async move {
+            let body = serde_json::json!({ "username": user, "password": "guess" }).to_string();
+            request(
+                addr,
+                "POST",
+                "/login",
+                &[
+                    ("Content-Type", b"application/json"),
+                    ("X-Forwarded-For", ip.as_bytes()),
+                ],
+                body.as_bytes(),
+            )
+            .await
+            .expect("request")
+        }
+    };
+    // Default LOGIN_USER_LIMIT: 10 per minute for one account, two from each of five addresses
+    // (well under the per-address and per-pair limits). Case and spaces do not make a new name.
+    for i in 0..10 {
+        let user = if i % 2 == 0 { "victim" } else { " Victim " };
+        let r = from(&app, format!("203.0.113.{}", i / 2), user).await;
+        assert_eq!(r.status, 401, "attempt {i}: {}", r.text());
+    }
+    let r = from(&app, "198.51.100.99".to_owned(), "VICTIM").await;
+    assert_eq!(
+        r.status, 429,
+        "an 11th attempt on one account from a new address"
+    );
+    // Other accounts, from the same addresses, are not affected.
+    let r = from(&app, "203.0.113.1".to_owned(), "bystander").await;
+    assert_eq!(r.status, 401);
+    // A successful login is recorded under the normalized name.
+    let ok = login(&app, "  Bystander ", "password").await;
+    assert_eq!(json(&ok)["user"], "bystander");
 }
 
 #[tokio::test]
@@ -524,6 +677,78 @@ async fn logout_all_ends_every_session_of_the_user() {
 }
 
 #[tokio::test]
+async fn cross_site_login_is_refused_with_403_and_no_cookie() {
+    let app = start(&[]).await;
+    let creds = br#"{"username": "alice", "password": "password"}"#;
+    let same_origin = format!("http://{}", app.addr);
+    let send = |path: &'static str, headers: Vec<(&'static str, Vec<u8>)>| {
+        let addr = app.addr;
+        async move {
+            let headers: Vec<(&str, &[u8])> =
+                headers.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+            request(addr, "POST", path, &headers, creds)
+                .await
+                .expect("request")
+        }
+    };
+    // The attack: a cross-site form posting a text/plain body that happens to parse as JSON.
+    let attack = |path| {
+        send(
+            path,
+            vec![
+                ("Content-Type", b"text/plain".to_vec()),
+                ("Origin", b"https://evil.example".to_vec()),
+                ("Sec-Fetch-Site", b"cross-site".to_vec()),
+            ],
+        )
+    };
+    for path in ["/login", "/logout", "/logout-all", "/calls"] {
+        let r = attack(path).await;
+        assert_eq!(r.status, 403, "{path}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert_eq!(json(&r)["status"], 403);
+        assert!(r.header("set-cookie").is_none(), "{path}");
+    }
+    // Older browsers send only Origin; a sibling subdomain is still another site's page.
+    for headers in [
+        vec![("Origin", b"https://evil.example".to_vec())],
+        vec![("Sec-Fetch-Site", b"same-site".to_vec())],
+        vec![("Origin", b"null".to_vec())],
+    ] {
+        let mut headers = headers;
+        headers.push(("Content-Type", b"application/json".to_vec()));
+        let r = send("/login", headers).await;
+        assert_eq!(r.status, 403, "{}", r.text());
+        assert!(r.header("set-cookie").is_none());
+    }
+    // Not JSON, even from the same origin (or from curl): 415.
+    let r = send(
+        "/login",
+        vec![
+            ("Content-Type", b"text/plain".to_vec()),
+            ("Origin", same_origin.clone().into_bytes()),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 415, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert!(r.header("set-cookie").is_none());
+    assert_eq!(send("/login", vec![]).await.status, 415, "no Content-Type");
+    // The page's own request still logs in.
+    let r = send(
+        "/login",
+        vec![
+            ("Content-Type", b"application/json".to_vec()),
+            ("Origin", same_origin.into_bytes()),
+            ("Sec-Fetch-Site", b"same-origin".to_vec()),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(cookie_of(&r).is_some());
+}
+
+#[tokio::test]
 async fn the_page_is_served_and_healthz_sets_no_cookie() {
     let app = start(&[]).await;
     let page = get(&app, "/", &[]).await;
@@ -531,4 +756,12 @@ async fn the_page_is_served_and_healthz_sets_no_cookie() {
     assert!(page.text().contains("id=\"login-form\""));
     let h = get(&app, "/healthz", &[("Cookie", b"id=garbage")]).await;
     assert_eq!((h.status, h.header("set-cookie")), (200, None));
+}
+
+#[tokio::test]
+async fn a_slow_loris_connection_is_closed_after_the_header_read_timeout() {
+    let app = start(&[("HEADER_READ_TIMEOUT", "1s")]).await;
+    assert_closed_by_a_1s_header_timeout(app.addr).await;
+    // Ordinary requests are unaffected.
+    assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
 }

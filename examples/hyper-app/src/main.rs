@@ -2,8 +2,16 @@
 //! with no axum. Shows the tower-only API: layers composed with `tower::ServiceBuilder`, the
 //! peer address passed as a `PeerAddr` extension, the `Session` taken from the extensions.
 //!
-//! Env: `BIND` (default `127.0.0.1:3001`), `REDIS_URL` (unset: in-process memory),
-//! `API_LIMIT` (default `60/minute`), `COOKIE_SECURE` (default `true`).
+//! Env: see README.md beside this file (`BIND` defaults to `127.0.0.1:3001`).
+
+#[path = "../../shared/csrf.rs"]
+mod csrf;
+#[path = "../../shared/login.rs"]
+mod login;
+#[path = "../../shared/serve.rs"]
+mod serve;
+#[path = "../../shared/settings.rs"]
+mod settings;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -14,13 +22,8 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto::Builder;
-use hyper_util::service::TowerToHyperService;
 use redis_guard::backend::RedisConnection;
-use redis_guard::rate_limit::{
-    ClientIp, Limiter, MemoryLimiter, PeerAddr, Quota, RateLimitLayer, RedisLimiter,
-};
+use redis_guard::rate_limit::{ClientIp, Limiter, MemoryLimiter, RateLimitLayer, RedisLimiter};
 use redis_guard::session::{
     CookieConfig, MemorySessionStore, RedisSessionStore, Session, SessionError, SessionLayer,
     SessionStore,
@@ -28,6 +31,8 @@ use redis_guard::session::{
 use serde::Deserialize;
 use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt, service_fn};
+
+use crate::login::{LoginRules, Throttle, normalize_username};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -46,22 +51,30 @@ async fn main() -> ExitCode {
     }
 }
 
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+/// What the routes need besides the request.
+#[derive(Clone, Debug)]
+struct State {
+    limiter: Arc<dyn Limiter>,
+    login: LoginRules,
+    client_ip: ClientIp,
 }
 
 async fn run() -> Result<(), String> {
-    let bind: SocketAddr = env("BIND")
+    let get: settings::Lookup<'_> = &settings::from_process_env;
+    let bind: SocketAddr = get("BIND")
         .unwrap_or_else(|| "127.0.0.1:3001".to_owned())
+        .trim()
         .parse()
         .map_err(|e| format!("BIND is not a socket address: {e}"))?;
-    let api_limit: Quota = env("API_LIMIT")
-        .unwrap_or_else(|| "60/minute".to_owned())
-        .parse()
-        .map_err(|e| format!("API_LIMIT: {e}"))?;
-    let secure = !matches!(env("COOKIE_SECURE").as_deref(), Some("false" | "0"));
+    let api_limit = settings::quota(get, "API_LIMIT", "60/minute")?;
+    let login = LoginRules::from_env(get)?;
+    let client_ip = settings::client_ip(get)?;
+    let redis_timeout = settings::redis_timeout(get)?;
+    let header_read_timeout = settings::header_read_timeout(get)?;
+    let (session_idle, session_max) = settings::session_lifetimes(get)?;
+    let secure = !matches!(get("COOKIE_SECURE").as_deref(), Some("false" | "0"));
     let (limiter, sessions, backend): (Arc<dyn Limiter>, Arc<dyn SessionStore>, String) =
-        match env("REDIS_URL") {
+        match get("REDIS_URL") {
             None => (
                 Arc::new(MemoryLimiter::new()),
                 Arc::new(MemorySessionStore::new()),
@@ -72,31 +85,46 @@ async fn run() -> Result<(), String> {
                     .await
                     .map_err(|e| format!("cannot connect to REDIS_URL: {e}"))?;
                 (
-                    Arc::new(RedisLimiter::new(conn.clone())),
-                    Arc::new(RedisSessionStore::new(conn)),
+                    Arc::new(RedisLimiter::new(conn.clone()).timeout(redis_timeout)),
+                    Arc::new(RedisSessionStore::new(conn).timeout(redis_timeout)),
                     "redis".to_owned(),
                 )
             }
         };
 
-    let rate_limit = RateLimitLayer::builder(limiter)
-        .rule("api", ClientIp::peer(), api_limit)
+    let rate_limit = RateLimitLayer::builder(Arc::clone(&limiter))
+        .rule("api", client_ip.clone(), api_limit)
         .build()
         .map_err(|e| format!("API_LIMIT: {e}"))?;
     let session = SessionLayer::builder(sessions)
         .cookie(CookieConfig::default().secure(secure))
+        .idle_timeout(session_idle)
+        .max_lifetime(session_max)
         .build()
         .map_err(|e| format!("session settings: {e}"))?;
+    let state = State {
+        limiter,
+        login,
+        client_ip,
+    };
+    let route = move |req| route(state.clone(), req);
     // Sessions everywhere; the rate limit only on /api/*.
     let api = ServiceBuilder::new()
         .layer(rate_limit)
-        .service(service_fn(route));
+        .service(service_fn(route.clone()));
     let app =
         ServiceBuilder::new()
             .layer(session)
             .service(service_fn(move |req: Request<Incoming>| {
                 let api = api.clone();
+                let route = route.clone();
                 async move {
+                    // Before any route: a cross-site or non-JSON write touches nothing.
+                    if let Some(refusal) = csrf::refusal(req.method(), req.headers()) {
+                        return Ok(
+                            refusal.map(|body| Full::from(body).map_err(|e| match e {}).boxed())
+                        );
+                    }
                     if req.uri().path().starts_with("/api/") {
                         let res = api.oneshot(req).await?;
                         Ok::<_, Infallible>(res.map(BodyExt::boxed))
@@ -111,30 +139,8 @@ async fn run() -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     println!("hyper-app listening on http://{addr} (rate limits and sessions: {backend})");
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                continue;
-            }
-        };
-        let app = app.clone();
-        // Hand the peer address to ClientIp through the request extensions.
-        let svc = service_fn(move |mut req: Request<Incoming>| {
-            req.extensions_mut().insert(PeerAddr(peer));
-            app.clone().oneshot(req)
-        });
-        tokio::spawn(async move {
-            let io = TokioIo::new(stream);
-            if let Err(e) = Builder::new(TokioExecutor::new())
-                .serve_connection(io, TowerToHyperService::new(svc))
-                .await
-            {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
-        });
-    }
+    serve::serve(listener, app, header_read_timeout, serve::shutdown_signal()).await;
+    Ok(())
 }
 
 fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Full<Bytes>> {
@@ -162,7 +168,7 @@ struct Credentials {
     password: String,
 }
 
-async fn route(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn route(state: State, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
     let Some(session) = req.extensions().get::<Session>().cloned() else {
         return Ok(json_response(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -177,42 +183,7 @@ async fn route(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallib
                 &json!({ "hello": u.unwrap_or_else(|| "anonymous".into()) }),
             )
         }),
-        (Method::POST, "/login") => {
-            let body = match Limited::new(req.into_body(), 16 * 1024).collect().await {
-                Ok(b) => b.to_bytes(),
-                Err(_) => {
-                    return Ok(json_response(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        &json!({"error": "too large"}),
-                    ));
-                }
-            };
-            match serde_json::from_slice::<Credentials>(&body) {
-                Ok(c)
-                    if c.password == "password"
-                        && !c.username.is_empty()
-                        && c.username.len() <= 64 =>
-                {
-                    async {
-                        session.cycle_id().await?;
-                        session.set_user(&c.username).await?;
-                        Ok(json_response(
-                            StatusCode::OK,
-                            &json!({ "user": c.username }),
-                        ))
-                    }
-                    .await
-                }
-                Ok(_) => Ok(json_response(
-                    StatusCode::UNAUTHORIZED,
-                    &json!({"error": "wrong username or password"}),
-                )),
-                Err(_) => Ok(json_response(
-                    StatusCode::BAD_REQUEST,
-                    &json!({"error": "expected JSON credentials"}),
-                )),
-            }
-        }
+        (Method::POST, "/login") => return Ok(login(&state, req).await),
         (Method::GET, "/me") => {
             async {
                 let Some(user) = session.user().await? else {
@@ -240,4 +211,53 @@ async fn route(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallib
         )),
     };
     Ok(res.unwrap_or_else(|e| session_error(&e)))
+}
+
+/// `POST /login`: throttled per client IP, per username and per both (`shared/login.rs`).
+async fn login(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let error = |status, detail: &str| json_response(status, &json!({ "error": detail }));
+    let Some(session) = req.extensions().get::<Session>().cloned() else {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "no session layer");
+    };
+    let (parts, body) = req.into_parts();
+    let Ok(body) = Limited::new(body, 16 * 1024).collect().await else {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, "too large");
+    };
+    let Ok(creds) = serde_json::from_slice::<Credentials>(&body.to_bytes()) else {
+        return error(StatusCode::BAD_REQUEST, "expected JSON credentials");
+    };
+    // A name that can never log in is refused before it becomes a rate-limit key.
+    let Some(user) = normalize_username(&creds.username) else {
+        return error(StatusCode::UNAUTHORIZED, "wrong username or password");
+    };
+    let Ok(ip) = state.client_ip.client_ip(&parts) else {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "no client address");
+    };
+    let ip = state.client_ip.key_for(ip);
+    match state.login.throttle(&*state.limiter, &ip, &user).await {
+        Throttle::Allowed => {}
+        Throttle::Limited { retry_after_secs } => {
+            let mut res = error(StatusCode::TOO_MANY_REQUESTS, "too many login attempts");
+            res.headers_mut().insert(
+                header::RETRY_AFTER,
+                http::HeaderValue::from(retry_after_secs),
+            );
+            return res;
+        }
+        Throttle::Unavailable => {
+            return error(StatusCode::SERVICE_UNAVAILABLE, "try again shortly");
+        }
+    }
+    if creds.password != "password" {
+        return error(StatusCode::UNAUTHORIZED, "wrong username or password");
+    }
+    let logged_in: Result<(), SessionError> = async {
+        session.cycle_id().await?;
+        session.set_user(&user).await
+    }
+    .await;
+    match logged_in {
+        Ok(()) => json_response(StatusCode::OK, &json!({ "user": user })),
+        Err(e) => session_error(&e),
+    }
 }

@@ -4,12 +4,17 @@ use redis_guard_testkit::RedisServer;
 use redis_guard_testkit::app::{RunningApp, spawn};
 use redis_guard_testkit::http::{RawResponse, request};
 
+#[path = "../../shared/slow_loris.rs"]
+mod slow_loris;
+use slow_loris::assert_closed_by_a_1s_header_timeout;
+
 type App = RunningApp;
 
 async fn start(env: &[(&str, &str)]) -> App {
     spawn(env!("CARGO_BIN_EXE_hyper-app"), env).await
 }
 
+/// Sends a request as the app's own page or curl would: JSON, no cross-site headers.
 async fn send(
     app: &App,
     method: &str,
@@ -17,9 +22,8 @@ async fn send(
     cookie: Option<&str>,
     body: &[u8],
 ) -> RawResponse {
-    let cookie = cookie.map(|c| format!("id={c}"));
-    let mut headers: Vec<(&str, &[u8])> = Vec::new();
-    if let Some(c) = &cookie {
+    let mut headers: Vec<(&str, &[u8])> = vec![("Content-Type", b"application/json")];
+    if let Some(c) = cookie {
         headers.push(("Cookie", c.as_bytes()));
     }
     request(app.addr, method, path, &headers, body)
@@ -27,10 +31,12 @@ async fn send(
         .expect("request")
 }
 
+/// The session cookie a response sets, as `name=value` (`id` or `__Host-id`).
 fn cookie_of(r: &RawResponse) -> Option<String> {
-    r.headers_named("set-cookie")
-        .into_iter()
-        .find_map(|c| c.strip_prefix("id=")?.split(';').next().map(str::to_owned))
+    r.headers_named("set-cookie").into_iter().find_map(|c| {
+        let pair = c.split(';').next()?.trim();
+        (pair.starts_with("id=") || pair.starts_with("__Host-id=")).then(|| pair.to_owned())
+    })
 }
 
 #[tokio::test]
@@ -85,4 +91,98 @@ async fn runs_without_redis() {
     .await;
     let id = cookie_of(&r).expect("session cookie");
     assert_eq!(send(&app, "GET", "/me", Some(&id), b"").await.status, 200);
+}
+
+#[tokio::test]
+async fn cross_site_login_is_refused_with_403_and_no_cookie() {
+    let app = start(&[]).await;
+    let creds = br#"{"username":"zoe","password":"password"}"#;
+    let attack: [(&str, &[u8]); 2] = [
+        ("Content-Type", b"text/plain"),
+        ("Origin", b"https://evil.example"),
+    ];
+    for path in ["/login", "/logout"] {
+        let r = request(app.addr, "POST", path, &attack, creds)
+            .await
+            .expect("request");
+        assert_eq!(r.status, 403, "{path}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert!(r.header("set-cookie").is_none());
+    }
+    let fetch_meta: [(&str, &[u8]); 2] = [
+        ("Content-Type", b"application/json"),
+        ("Sec-Fetch-Site", b"cross-site"),
+    ];
+    let r = request(app.addr, "POST", "/login", &fetch_meta, creds)
+        .await
+        .expect("request");
+    assert_eq!(r.status, 403);
+    let plain: [(&str, &[u8]); 1] = [("Content-Type", b"text/plain")];
+    let r = request(app.addr, "POST", "/login", &plain, creds)
+        .await
+        .expect("request");
+    assert_eq!(r.status, 415, "{}", r.text());
+    assert!(r.header("set-cookie").is_none());
+    let origin = format!("http://{}", app.addr);
+    let page: [(&str, &[u8]); 3] = [
+        ("Content-Type", b"application/json"),
+        ("Origin", origin.as_bytes()),
+        ("Sec-Fetch-Site", b"same-origin"),
+    ];
+    let r = request(app.addr, "POST", "/login", &page, creds)
+        .await
+        .expect("request");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(cookie_of(&r).is_some());
+}
+
+#[tokio::test]
+async fn a_slow_loris_connection_is_closed_after_the_header_read_timeout() {
+    let app = start(&[("HEADER_READ_TIMEOUT", "1s")]).await;
+    assert_closed_by_a_1s_header_timeout(app.addr).await;
+    assert_eq!(send(&app, "GET", "/healthz", None, b"").await.status, 200);
+}
+
+async fn login_from(app: &App, ip: &str, user: &str) -> u16 {
+    let body = serde_json::json!({ "username": user, "password": "guess" }).to_string();
+    let headers: [(&str, &[u8]); 2] = [
+        ("Content-Type", b"application/json"),
+        ("X-Forwarded-For", ip.as_bytes()),
+    ];
+    request(app.addr, "POST", "/login", &headers, body.as_bytes())
+        .await
+        .expect("request")
+        .status
+}
+
+#[tokio::test]
+async fn login_is_throttled_per_ip_per_username_and_per_both() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let app = start(&[
+        ("REDIS_URL", &url),
+        ("REDIS_TIMEOUT_MS", "5000"),
+        ("TRUSTED_PROXIES", "127.0.0.1/32"),
+    ])
+    .await;
+    // Per IP + username (LOGIN_LIMIT, 5/minute).
+    for i in 0..5 {
+        assert_eq!(login_from(&app, "203.0.113.1", "amy").await, 401, "{i}");
+    }
+    assert_eq!(login_from(&app, "203.0.113.1", "amy").await, 429);
+    // Per username from many addresses (LOGIN_USER_LIMIT, 10/minute): 5 more from elsewhere.
+    for i in 0..5 {
+        let ip = format!("198.51.100.{i}");
+        assert_eq!(login_from(&app, &ip, " AMY ").await, 401, "{i}");
+    }
+    assert_eq!(login_from(&app, "192.0.2.1", "amy").await, 429);
+    // Per IP over many usernames (LOGIN_IP_LIMIT, 30/minute). Five attempts from .1 counted
+    // above; the denied one counted under no rule (all or nothing).
+    for i in 0..25 {
+        let user = format!("user{i}");
+        assert_eq!(login_from(&app, "203.0.113.1", &user).await, 401, "{user}");
+    }
+    assert_eq!(login_from(&app, "203.0.113.1", "user-new").await, 429);
+    // Invalid names never reach the limiter.
+    assert_eq!(login_from(&app, "192.0.2.2", "not a name").await, 401);
 }
