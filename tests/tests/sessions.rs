@@ -8,7 +8,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
-use redis_guard::session::{Session, SessionError, SessionId, SessionLayer, SessionStore};
+use redis_guard::session::{
+    RedisSessionStore, Session, SessionError, SessionId, SessionLayer, SessionLayerBuilder,
+    SessionStore,
+};
 use redis_guard_tests::{Harness, Kind, Monitor, Reply, backend_suite, call};
 use tokio::sync::{Barrier, Notify};
 use tower::{Layer, Service};
@@ -93,6 +96,10 @@ fn app(
                     .destroy()
                     .await
                     .map(|()| text(StatusCode::NO_CONTENT, "")),
+                ["cycle"] => session
+                    .cycle_id()
+                    .await
+                    .map(|()| text(StatusCode::OK, "cycled")),
                 ["revoke", user] => session
                     .revoke_user(user)
                     .await
@@ -138,11 +145,19 @@ impl Client {
     }
 
     async fn with_hooks(h: &Harness, hooks: Hooks) -> Self {
-        let layer = SessionLayer::builder(h.session_store().await)
+        Self::with_store(h.session_store().await, hooks, |b| b)
+    }
+
+    /// A client of a layer on `store`, built with the suite's lifetimes and then `configure`.
+    fn with_store(
+        store: Arc<dyn SessionStore>,
+        hooks: Hooks,
+        configure: impl FnOnce(SessionLayerBuilder) -> SessionLayerBuilder,
+    ) -> Self {
+        let builder = SessionLayer::builder(store)
             .idle_timeout(Duration::from_secs(30 * 60))
-            .max_lifetime(Duration::from_secs(24 * 3600))
-            .build()
-            .expect("valid");
+            .max_lifetime(Duration::from_secs(24 * 3600));
+        let layer = configure(builder).build().expect("valid");
         Self {
             layer,
             hooks: Arc::new(hooks),
@@ -515,7 +530,139 @@ async fn log_out_everywhere_and_list(h: Harness) {
     );
 }
 
+async fn listed(store: &Arc<dyn SessionStore>, user: &str) -> Vec<String> {
+    store
+        .user_sessions(user.to_owned())
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|i| i.storage_key)
+        .collect()
+}
+
+/// Issue 7, item 9: `cycle_id` on a logged-in session must move its index entry along, or
+/// "log out everywhere" misses the rotated session.
+async fn a_rotated_session_is_still_revoked(h: Harness) {
+    let c = Client::new(&h).await;
+    let store = h.session_store().await;
+    let first = set_id(&c.send("POST", "/login/erin", None).await).expect("cookie");
+    // Rotation alone, in a later request.
+    let r = c.send("POST", "/cycle", Some(&first)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let rotated = set_id(&r).expect("rotated");
+    assert_ne!(rotated, first);
+    assert_eq!(c.send("GET", "/whoami", Some(&rotated)).await.body, "erin");
+    assert_eq!(
+        listed(&store, "erin").await,
+        vec![storage_key(&rotated)],
+        "the index names the rotated session, not the dead one"
+    );
+    c.send("POST", "/revoke/erin", None).await;
+    assert_eq!(
+        c.send("GET", "/whoami", Some(&rotated)).await.status,
+        401,
+        "log out everywhere reaches the rotated session"
+    );
+    assert!(listed(&store, "erin").await.is_empty());
+}
+
+/// Issue 7, item 12: destroyed and rotated sessions must not count towards the per-user cap.
+async fn the_per_user_cap_counts_only_live_sessions(h: Harness) {
+    let c = Client::with_store(h.session_store().await, Hooks::default(), |b| {
+        b.max_sessions_per_user(2)
+    });
+    let store = h.session_store().await;
+    let live = set_id(&c.send("POST", "/login/frank", None).await).expect("cookie");
+    for _ in 0..3 {
+        h.wait(Duration::from_secs(1)).await;
+        let id = set_id(&c.send("POST", "/login/frank", None).await).expect("cookie");
+        let rotated = set_id(&c.send("POST", "/cycle", Some(&id)).await).expect("rotated");
+        assert_eq!(c.send("POST", "/logout", Some(&rotated)).await.status, 204);
+    }
+    assert_eq!(listed(&store, "frank").await, vec![storage_key(&live)]);
+    h.wait(Duration::from_secs(1)).await;
+    let newer = set_id(&c.send("POST", "/login/frank", None).await).expect("cookie");
+    assert_eq!(
+        c.send("GET", "/whoami", Some(&live)).await.body,
+        "frank",
+        "the only live session survives a new login under a cap of 2"
+    );
+    assert_eq!(c.send("GET", "/whoami", Some(&newer)).await.body, "frank");
+    assert_eq!(listed(&store, "frank").await.len(), 2);
+}
+
+/// Issue 7, item 10: a session indexed while a revocation runs is either revoked by it or stays
+/// in the index, so a later revocation reaches it. Driven through the store's test seam, which
+/// runs a login between the revocation's steps.
+async fn a_login_during_revocation_stays_revocable(h: Harness) {
+    if !h.is_redis() {
+        return; // the memory store revokes under one lock: there is no "between"
+    }
+    let plain = Client::new(&h).await;
+    let old = set_id(&plain.send("POST", "/login/gina", None).await).expect("cookie");
+    let during: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let hook = {
+        let layer = plain.layer.clone();
+        let during = Arc::clone(&during);
+        move || {
+            let layer = layer.clone();
+            let during = Arc::clone(&during);
+            let fut: redis_guard::session::BoxFuture<()> = Box::pin(async move {
+                if during.lock().expect("lock").is_some() {
+                    return;
+                }
+                let svc = layer.layer(app(Arc::default()));
+                let req = Request::post("/login/gina")
+                    .body(Body::default())
+                    .expect("request");
+                let id = set_id(&call(svc, req).await).expect("cookie");
+                *during.lock().expect("lock") = Some(id);
+            });
+            fut
+        }
+    };
+    let store = RedisSessionStore::new(h.connection().await)
+        .prefix(h.prefix())
+        .timeout(redis_guard_tests::TEST_TIMEOUT)
+        .between_revoke_steps(hook);
+    let revoker = Client::with_store(Arc::new(store), Hooks::default(), |b| b);
+    revoker.send("POST", "/revoke/gina", None).await;
+    let during = during.lock().expect("lock").clone().expect("the hook ran");
+    assert_eq!(plain.send("GET", "/whoami", Some(&old)).await.status, 401);
+    let listing = listed(&h.session_store().await, "gina").await;
+    let alive = plain.send("GET", "/whoami", Some(&during)).await.status == 200;
+    assert!(
+        !alive || listing.contains(&storage_key(&during)),
+        "a live session of gina fell out of her index: {listing:?}"
+    );
+    plain.send("POST", "/revoke/gina", None).await;
+    assert_eq!(
+        plain.send("GET", "/whoami", Some(&during)).await.status,
+        401,
+        "the session logged in during the revocation is revocable"
+    );
+}
+
+/// Issue 7, item 2: user ids are bounded.
+async fn overlong_user_ids_are_refused(h: Harness) {
+    let c = Client::new(&h).await;
+    let long = "u".repeat(257);
+    let r = c.send("POST", &format!("/login/{long}"), None).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("user id"), "{}", r.body);
+    assert_eq!(set_id(&r), None);
+    let ok = "u".repeat(256);
+    assert_eq!(
+        c.send("POST", &format!("/login/{ok}"), None).await.status,
+        200
+    );
+}
+
 backend_suite!(
+    a_rotated_session_is_still_revoked,
+    the_per_user_cap_counts_only_live_sessions,
+    a_login_during_revocation_stays_revocable,
+    overlong_user_ids_are_refused,
     concurrent_writes_to_different_fields_both_survive,
     a_write_after_destroy_or_revoke_does_not_resurrect,
     an_unknown_id_is_never_adopted,

@@ -9,7 +9,7 @@ use tokio::sync::Mutex;
 
 use super::cookie::{CookieConfig, ReadCookie};
 use super::id::SessionId;
-use super::store::{Changes, Lifetimes, RESERVED, Record, SessionStore, USER_FIELD};
+use super::store::{Changes, EXP_FIELD, Lifetimes, RESERVED, Record, SessionStore, USER_FIELD};
 use super::{SessionError, StoreFailure};
 
 /// Settings shared by every request of a layer.
@@ -74,6 +74,9 @@ impl fmt::Debug for Session {
         f.debug_struct("Session").finish_non_exhaustive()
     }
 }
+
+/// Longest user id, in bytes.
+const MAX_USER_LEN: usize = 256;
 
 fn check_key(key: &str) -> Result<(), SessionError> {
     if key.starts_with(RESERVED) {
@@ -323,7 +326,12 @@ impl Session {
                 state.live = Some((new, record));
                 Ok(())
             }
-            Ok(false) => Ok(()),
+            Ok(false) => {
+                // Gone meanwhile (expired, destroyed or revoked): whatever follows is a new,
+                // anonymous session.
+                state.user = None;
+                Ok(())
+            }
             Err(e) => {
                 state.failed |= e.is_store_error();
                 Err(e)
@@ -362,12 +370,17 @@ impl Session {
 
     /// Records that the session belongs to `user` (written after the handler), so that
     /// [`revoke_user`](Self::revoke_user) can end it and
-    /// [`SessionStore::user_sessions`] lists it.
+    /// [`SessionStore::user_sessions`] lists it. The session is indexed under the user before
+    /// the client gets its cookie: if indexing fails, no cookie is sent.
     ///
     /// # Errors
     ///
-    /// A store error while loading.
+    /// [`SessionError::InvalidUser`] for an empty id or one longer than 256 bytes; a store error
+    /// while loading.
     pub async fn set_user(&self, user: &str) -> Result<(), SessionError> {
+        if user.is_empty() || user.len() > MAX_USER_LEN {
+            return Err(SessionError::InvalidUser(user.len()));
+        }
         let mut state = self.state.lock().await;
         self.ensure_loaded(&mut state).await?;
         if state.destroyed {
@@ -458,30 +471,47 @@ impl Session {
             .clone()
             .filter(|_| changes.set.contains_key(USER_FIELD));
         let life = self.shared.life;
-        let outcome = if let Some((id, _)) = &state.live {
+        let outcome = if let Some((id, record)) = &state.live {
             let key = id.storage_key();
-            match self.shared.store.save(key.clone(), changes, life).await {
-                Ok(Some(exp)) => Ok(Some((key, exp))),
-                Ok(None) => {
-                    // Destroyed, revoked or expired meanwhile: the write is dropped and no
-                    // cookie is (re-)issued for it.
-                    tracing::debug!("session: gone before its changes were saved; dropped");
-                    if state.cookie != CookieAction::Keep {
-                        state.cookie = CookieAction::Remove;
+            // An existing session gains a user: index it first, so that it is never live under
+            // a user without being revocable. A revocation in between deletes the session and
+            // the save below then finds it gone.
+            let exp = record.get(EXP_FIELD).and_then(|v| v.parse::<u64>().ok());
+            let indexed = match (&user, exp) {
+                (Some(user), Some(exp)) => self
+                    .shared
+                    .store
+                    .index_user(user.clone(), key.clone(), exp, life)
+                    .await
+                    .map(|()| true),
+                _ => Ok(false),
+            };
+            match indexed {
+                Ok(indexed) => match self.shared.store.save(key.clone(), changes, life).await {
+                    Ok(Some(exp)) => Ok(Some((key, exp, indexed))),
+                    Ok(None) => {
+                        // Destroyed, revoked or expired meanwhile: the write is dropped and no
+                        // cookie is (re-)issued for it.
+                        tracing::debug!("session: gone before its changes were saved; dropped");
+                        if state.cookie != CookieAction::Keep {
+                            state.cookie = CookieAction::Remove;
+                        }
+                        Ok(None)
                     }
-                    Ok(None)
-                }
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             }
         } else {
-            // A new session, never under the id the client sent (no fixation).
+            // A new session, never under the id the client sent (no fixation). Its cookie is
+            // only sent once it is indexed under its user (below).
             match SessionId::generate() {
                 Ok(id) => {
                     let key = id.storage_key();
                     match self.shared.store.create(key.clone(), changes, life).await {
                         Ok(exp) => {
                             state.cookie = CookieAction::Set(id);
-                            Ok(Some((key, exp)))
+                            Ok(Some((key, exp, false)))
                         }
                         Err(e) => Err(e),
                     }
@@ -490,12 +520,22 @@ impl Session {
             }
         };
         match outcome {
-            Ok(Some((key, exp))) => {
-                if let Some(user) = user
-                    && let Err(e) = self.shared.store.index_user(user, key, exp, life).await
+            Ok(Some((key, exp, indexed))) => {
+                if let Some(user) = user.filter(|_| !indexed)
+                    && let Err(e) = self
+                        .shared
+                        .store
+                        .index_user(user, key.clone(), exp, life)
+                        .await
                 {
                     tracing::warn!(error = %e, "session: could not index the session under its user");
                     state.failed = true;
+                    // Not revocable: the session must not be handed out, nor stay usable.
+                    if let Err(e) = self.shared.store.delete(key).await {
+                        tracing::warn!(error = %e, "session: could not delete an unindexed session");
+                    }
+                    state.live = None;
+                    state.cookie = CookieAction::Keep;
                 }
             }
             Ok(None) => {}
