@@ -658,7 +658,97 @@ async fn overlong_user_ids_are_refused(h: Harness) {
     );
 }
 
+/// Breaks the session named by `id` in Redis: its key holds a string, so every script on it fails
+/// with WRONGTYPE while the rest of Redis keeps working.
+async fn break_session(h: &Harness, id: &str) {
+    let key = format!("{}s:{{{}}}", h.prefix(), storage_key(id));
+    let mut conn = h.inspect().await;
+    let () = redis::cmd("SET")
+        .arg(&key)
+        .arg("not a hash")
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+}
+
+fn lenient(h: &Harness, store: Arc<dyn SessionStore>) -> Client {
+    let _ = h;
+    Client::with_store(store, Hooks::default(), |b| {
+        b.on_store_error(redis_guard::session::StoreFailure::ContinueWithoutSession)
+    })
+}
+
+/// Issue 7, item 13: after a failed load, `ContinueWithoutSession` drops writes: no new session,
+/// no `Set-Cookie` replacing the user's cookie.
+async fn a_failed_load_writes_nothing_and_keeps_the_cookie(h: Harness) {
+    if !h.is_redis() {
+        return; // needs a store failure on one key while the store works
+    }
+    let c = lenient(&h, h.session_store().await);
+    let id = new_session(&c).await;
+    break_session(&h, &id).await;
+    let before = h.keys().await;
+    let r = c.send("POST", "/set/k/v", Some(&id)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.headers.get("set-cookie").is_none(),
+        "the cookie is not replaced: {:?}",
+        r.header("set-cookie")
+    );
+    assert_eq!(h.keys().await, before, "nothing written");
+    let strict = Client::new(&h).await;
+    let r = strict.send("POST", "/set/k/v", Some(&id)).await;
+    assert_eq!(r.status, 503);
+    assert!(r.headers.get("set-cookie").is_none());
+    assert_eq!(h.keys().await, before, "nothing written");
+}
+
+/// Issue 7, item 14: a failed idle refresh never replaces the handler's response; a failed save
+/// of changed data is a 503 under `ServiceUnavailable` (the handler believes it stored them).
+async fn a_failed_refresh_keeps_the_response_a_failed_save_does_not(h: Harness) {
+    if !h.is_redis() {
+        return; // needs a store failure on one key while the store works
+    }
+    let strict = Client::new(&h).await;
+    let id = new_session(&strict).await;
+    break_session(&h, &id).await;
+    let r = strict.send("GET", "/noop", Some(&id)).await;
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (200, "noop"),
+        "only the refresh failed"
+    );
+    assert!(r.headers.get("set-cookie").is_none());
+
+    for (client, expected) in [
+        (Client::new(&h).await, 503),
+        (lenient(&h, h.session_store().await), 200),
+    ] {
+        let id = new_session(&client).await;
+        let slow = {
+            let id = id.clone();
+            let hooks = Arc::clone(&client.hooks);
+            let layer = client.layer.clone();
+            tokio::spawn(async move {
+                let req = Request::post("/slow/late")
+                    .header("cookie", format!("id={id}"))
+                    .body(Body::default())
+                    .expect("request");
+                call(layer.layer(app(hooks)), req).await
+            })
+        };
+        client.hooks.loaded.notified().await;
+        break_session(&h, &id).await;
+        client.hooks.release.notify_one();
+        let r = slow.await.expect("task");
+        assert_eq!(r.status, expected, "{}", r.body);
+        assert!(r.headers.get("set-cookie").is_none());
+    }
+}
+
 backend_suite!(
+    a_failed_load_writes_nothing_and_keeps_the_cookie,
+    a_failed_refresh_keeps_the_response_a_failed_save_does_not,
     a_rotated_session_is_still_revoked,
     the_per_user_cap_counts_only_live_sessions,
     a_login_during_revocation_stays_revocable,

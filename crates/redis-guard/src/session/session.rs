@@ -42,6 +42,9 @@ struct State {
     cookie: CookieAction,
     destroyed: bool,
     failed: bool,
+    /// The load failed: nothing is written and no cookie is set for the rest of the request
+    /// (the client's cookie may name a perfectly good session).
+    load_failed: bool,
 }
 
 /// The current request's session: read and change it from a handler.
@@ -105,6 +108,7 @@ impl Session {
                 cookie: CookieAction::Keep,
                 destroyed: false,
                 failed: false,
+                load_failed: false,
             })),
         }
     }
@@ -143,7 +147,10 @@ impl Session {
                 tracing::debug!("session: cookie names no live session; ignored");
                 Ok(())
             }
-            Err(e) => self.fail(state, e),
+            Err(e) => {
+                state.load_failed = true;
+                self.fail(state, e)
+            }
         }
     }
 
@@ -447,6 +454,12 @@ impl Session {
         if state.destroyed {
             return (state.cookie.clone(), state.failed);
         }
+        if state.load_failed {
+            if !state.changes.is_empty() {
+                tracing::warn!("session: not saved, the load failed earlier in this request");
+            }
+            return (CookieAction::Keep, state.failed);
+        }
         if state.changes.is_empty() {
             if !state.loaded
                 && success
@@ -459,8 +472,8 @@ impl Session {
                     .load(id.storage_key(), self.shared.life)
                     .await
                 {
+                    // The response is complete and nothing it relies on was lost: keep it.
                     tracing::warn!(error = %e, "session: could not refresh the idle timeout");
-                    state.failed = true;
                 }
             }
             return (state.cookie.clone(), state.failed);
