@@ -18,6 +18,9 @@ use tower::{Layer, Service};
 
 type Body = Full<Bytes>;
 
+/// The session cookie's name (the default).
+const COOKIE: &str = "__Host-id";
+
 /// Hooks that let a test hold a request inside its handler.
 #[derive(Default)]
 struct Hooks {
@@ -96,6 +99,14 @@ fn app(
                     .destroy()
                     .await
                     .map(|()| text(StatusCode::NO_CONTENT, "")),
+                ["public", key, value] => session.insert(key, &value.to_string()).await.map(|()| {
+                    let mut res = text(StatusCode::OK, "cacheable?");
+                    res.headers_mut().insert(
+                        "cache-control",
+                        http::HeaderValue::from_static("public, max-age=60, s-maxage=600"),
+                    );
+                    res
+                }),
                 ["cycle"] => session
                     .cycle_id()
                     .await
@@ -167,7 +178,7 @@ impl Client {
     async fn send(&self, method: &str, path: &str, cookie: Option<&str>) -> Reply {
         let mut req = Request::builder().method(method).uri(path);
         if let Some(c) = cookie {
-            req = req.header("cookie", format!("id={c}"));
+            req = req.header("cookie", format!("{COOKIE}={c}"));
         }
         let svc = self.layer.layer(app(Arc::clone(&self.hooks)));
         call(svc, req.body(Body::default()).expect("request")).await
@@ -177,7 +188,11 @@ impl Client {
 /// The session id a response sets, if it sets one.
 fn set_id(r: &Reply) -> Option<String> {
     let v = r.header("set-cookie");
-    let value = v.strip_prefix("id=")?.split(';').next()?;
+    let value = v
+        .strip_prefix(COOKIE)?
+        .strip_prefix('=')?
+        .split(';')
+        .next()?;
     (!value.is_empty()).then(|| value.to_owned())
 }
 
@@ -236,7 +251,7 @@ async fn a_write_after_destroy_or_revoke_does_not_resurrect(h: Harness) {
             tokio::spawn(async move {
                 let svc = svc_layer.layer(app(hooks));
                 let req = Request::post("/slow/late")
-                    .header("cookie", format!("id={id}"))
+                    .header("cookie", format!("{COOKIE}={id}"))
                     .body(Body::default())
                     .expect("request");
                 call(svc, req).await
@@ -378,15 +393,20 @@ async fn cookie_attributes_on_the_wire(h: Harness) {
     let id = set_id(&r).expect("cookie");
     assert_eq!(
         set,
-        format!("id={id}; Path=/; HttpOnly; Secure; SameSite=Lax")
+        format!("{COOKIE}={id}; Path=/; HttpOnly; Secure; SameSite=Lax")
     );
     assert!(!set.contains("Domain"));
     assert_eq!(r.header("vary"), "Cookie");
-    assert_eq!(r.header("cache-control"), "no-cache=\"Set-Cookie\"");
+    assert_eq!(
+        r.header("cache-control"),
+        "private, no-cache=\"Set-Cookie\""
+    );
     let out = c.send("POST", "/logout", Some(&id)).await;
     assert_eq!(
         out.header("set-cookie"),
-        "id=; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT"
+        format!(
+            "{COOKIE}=; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT"
+        )
     );
     // A response that sets nothing says nothing about cookies.
     let plain = c.send("GET", "/noop", None).await;
@@ -438,7 +458,7 @@ async fn malformed_cookies_are_ignored_without_writes(h: Harness) {
         "not base64!".to_owned(),
         "%%%%".to_owned(),
         unknown.clone(),
-        format!("{unknown}; id={unknown}"),
+        format!("{unknown}; {COOKIE}={unknown}"),
         format!("{}=", &unknown[..42]),
     ];
     let before = if h.is_redis() {
@@ -486,7 +506,7 @@ async fn increments_are_atomic(h: Harness) {
         tasks.push(tokio::spawn(async move {
             let svc = layer.layer(app(hooks));
             let req = Request::post("/incr/visits")
-                .header("cookie", format!("id={id}"))
+                .header("cookie", format!("{COOKIE}={id}"))
                 .body(Body::default())
                 .expect("request");
             call(svc, req).await.status
@@ -731,7 +751,7 @@ async fn a_failed_refresh_keeps_the_response_a_failed_save_does_not(h: Harness) 
             let layer = client.layer.clone();
             tokio::spawn(async move {
                 let req = Request::post("/slow/late")
-                    .header("cookie", format!("id={id}"))
+                    .header("cookie", format!("{COOKIE}={id}"))
                     .body(Body::default())
                     .expect("request");
                 call(layer.layer(app(hooks)), req).await
@@ -746,7 +766,57 @@ async fn a_failed_refresh_keeps_the_response_a_failed_save_does_not(h: Harness) 
     }
 }
 
+/// Issue 7, item 15: a well-formed id planted before the real one (by a sibling subdomain) does
+/// not shadow it, and a non-ASCII cookie of someone else does not hide ours.
+async fn a_planted_or_foreign_cookie_does_not_shadow_ours(h: Harness) {
+    let c = Client::new(&h).await;
+    let real = new_session(&c).await;
+    let planted = SessionId::generate().expect("random").encode();
+    let r = c
+        .send(
+            "GET",
+            "/get/name",
+            Some(&format!("{planted}; {COOKIE}={real}")),
+        )
+        .await;
+    assert_eq!((r.status, r.body.as_str()), (200, "alice"), "planted first");
+    let svc = c.layer.layer(app(Arc::clone(&c.hooks)));
+    let mut value = b"theme=\xc3\xa9t\xc3\xa9; ".to_vec();
+    value.extend_from_slice(format!("{COOKIE}={real}").as_bytes());
+    let req = Request::get("/get/name")
+        .header(
+            "cookie",
+            http::HeaderValue::from_bytes(&value).expect("obs-text is a valid header value"),
+        )
+        .body(Body::default())
+        .expect("request");
+    let r = call(svc, req).await;
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (200, "alice"),
+        "non-ASCII sibling"
+    );
+}
+
+/// Issue 7, item 16: a response that sets the session cookie is never cacheable by a shared
+/// cache, whatever the handler said.
+async fn responses_setting_the_cookie_are_private(h: Harness) {
+    let c = Client::new(&h).await;
+    let r = c.send("POST", "/public/k/v", None).await;
+    assert!(set_id(&r).is_some());
+    let cc = r.header("cache-control");
+    assert!(cc.contains("private"), "{cc}");
+    assert!(!cc.contains("public") && !cc.contains("s-maxage"), "{cc}");
+    assert!(
+        cc.contains("max-age=60"),
+        "the handler's own max-age stays: {cc}"
+    );
+    assert!(cc.contains("no-cache=\"Set-Cookie\""), "{cc}");
+}
+
 backend_suite!(
+    a_planted_or_foreign_cookie_does_not_shadow_ours,
+    responses_setting_the_cookie_are_private,
     a_failed_load_writes_nothing_and_keeps_the_cookie,
     a_failed_refresh_keeps_the_response_a_failed_save_does_not,
     a_rotated_session_is_still_revoked,
@@ -807,7 +877,7 @@ async fn redis_down_is_a_503_or_no_session_never_a_hang() {
         let svc = layer.layer(app(Arc::clone(&hooks)));
         let mut req = Request::get(path);
         if let Some(c) = cookie {
-            req = req.header("cookie", format!("id={c}"));
+            req = req.header("cookie", format!("{COOKIE}={c}"));
         }
         call(svc, req.body(Body::default()).expect("request"))
     };

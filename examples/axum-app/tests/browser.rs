@@ -41,7 +41,7 @@ async fn log_in_reload_and_log_out_in_chromium() {
     let cookies = browser.cookies().await.expect("cookies");
     let id = cookies
         .iter()
-        .find(|c| c.name == "id")
+        .find(|c| c.name == "__Host-id")
         .expect("session cookie");
     assert!(id.http_only && id.secure, "{id:?}");
     assert_eq!(id.same_site.as_deref(), Some("Lax"));

@@ -320,11 +320,14 @@ async fn forwarded_addresses_count_only_from_trusted_proxies() {
     );
 }
 
-/// The `id` cookie a response sets (`Some("")` for a removal cookie).
+/// The `__Host-id` cookie a response sets (`Some("")` for a removal cookie).
 fn cookie_of(r: &RawResponse) -> Option<String> {
-    r.headers_named("set-cookie")
-        .into_iter()
-        .find_map(|c| c.strip_prefix("id=")?.split(';').next().map(str::to_owned))
+    r.headers_named("set-cookie").into_iter().find_map(|c| {
+        c.strip_prefix("__Host-id=")?
+            .split(';')
+            .next()
+            .map(str::to_owned)
+    })
 }
 
 async fn with_cookie(
@@ -334,7 +337,7 @@ async fn with_cookie(
     cookie: &str,
     body: &[u8],
 ) -> RawResponse {
-    let header = format!("id={cookie}");
+    let header = format!("__Host-id={cookie}");
     request(
         app.addr,
         method,
@@ -475,6 +478,6 @@ async fn the_page_is_served_and_healthz_sets_no_cookie() {
     let page = get(&app, "/", &[]).await;
     assert_eq!(page.status, 200);
     assert!(page.text().contains("id=\"login-form\""));
-    let h = get(&app, "/healthz", &[("Cookie", b"id=garbage")]).await;
+    let h = get(&app, "/healthz", &[("Cookie", b"__Host-id=garbage")]).await;
     assert_eq!((h.status, h.header("set-cookie")), (200, None));
 }

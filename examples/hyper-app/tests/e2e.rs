@@ -17,7 +17,7 @@ async fn send(
     cookie: Option<&str>,
     body: &[u8],
 ) -> RawResponse {
-    let cookie = cookie.map(|c| format!("id={c}"));
+    let cookie = cookie.map(|c| format!("__Host-id={c}"));
     let mut headers: Vec<(&str, &[u8])> = Vec::new();
     if let Some(c) = &cookie {
         headers.push(("Cookie", c.as_bytes()));
@@ -28,9 +28,12 @@ async fn send(
 }
 
 fn cookie_of(r: &RawResponse) -> Option<String> {
-    r.headers_named("set-cookie")
-        .into_iter()
-        .find_map(|c| c.strip_prefix("id=")?.split(';').next().map(str::to_owned))
+    r.headers_named("set-cookie").into_iter().find_map(|c| {
+        c.strip_prefix("__Host-id=")?
+            .split(';')
+            .next()
+            .map(str::to_owned)
+    })
 }
 
 #[tokio::test]

@@ -57,7 +57,7 @@ mod service;
 mod session;
 mod store;
 
-pub use cookie::{CookieConfig, SameSite};
+pub use cookie::{CookieConfig, MAX_COOKIE_CANDIDATES, SameSite};
 pub use error::SessionError;
 pub use id::SessionId;
 pub use layer::{SessionConfigError, SessionLayer, SessionLayerBuilder, StoreFailure};

@@ -32,8 +32,9 @@ pub(crate) enum CookieAction {
 
 #[derive(Debug)]
 struct State {
-    /// A well-formed id from the request's cookie.
-    cookie_id: Option<SessionId>,
+    /// The well-formed ids from the request's cookies, in order (at most
+    /// [`MAX_COOKIE_CANDIDATES`](super::MAX_COOKIE_CANDIDATES)).
+    cookie_ids: Vec<SessionId>,
     loaded: bool,
     /// The live record and its id, once loaded (or created/rotated).
     live: Option<(SessionId, Record)>,
@@ -93,14 +94,14 @@ fn check_key(key: &str) -> Result<(), SessionError> {
 
 impl Session {
     pub(crate) fn new(shared: Arc<Shared>, cookie: ReadCookie) -> Self {
-        let cookie_id = match cookie {
-            ReadCookie::Id(id) => Some(id),
-            ReadCookie::Absent | ReadCookie::Malformed => None,
+        let cookie_ids = match cookie {
+            ReadCookie::Ids(ids) => ids,
+            ReadCookie::Absent | ReadCookie::Malformed => Vec::new(),
         };
         Self {
             shared,
             state: Arc::new(Mutex::new(State {
-                cookie_id,
+                cookie_ids,
                 loaded: false,
                 live: None,
                 changes: Changes::default(),
@@ -129,29 +130,31 @@ impl Session {
             return Ok(());
         }
         state.loaded = true;
-        let Some(id) = state.cookie_id.clone() else {
-            return Ok(());
-        };
-        match self
-            .shared
-            .store
-            .load(id.storage_key(), self.shared.life)
-            .await
-        {
-            Ok(Some(record)) => {
-                state.user = record.user().map(str::to_owned);
-                state.live = Some((id, record));
-                Ok(())
-            }
-            Ok(None) => {
-                tracing::debug!("session: cookie names no live session; ignored");
-                Ok(())
-            }
-            Err(e) => {
-                state.load_failed = true;
-                self.fail(state, e)
+        // The first candidate that names a live session wins: a planted id in front of the
+        // real one costs a round trip, not the session.
+        for id in state.cookie_ids.clone() {
+            match self
+                .shared
+                .store
+                .load(id.storage_key(), self.shared.life)
+                .await
+            {
+                Ok(Some(record)) => {
+                    state.user = record.user().map(str::to_owned);
+                    state.live = Some((id, record));
+                    return Ok(());
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    state.load_failed = true;
+                    return self.fail(state, e);
+                }
             }
         }
+        if !state.cookie_ids.is_empty() {
+            tracing::debug!("session: cookie names no live session; ignored");
+        }
+        Ok(())
     }
 
     /// The value under `key`, deserialized; `None` when absent.
@@ -354,16 +357,14 @@ impl Session {
     /// A store error.
     pub async fn destroy(&self) -> Result<(), SessionError> {
         let mut state = self.state.lock().await;
-        state.loaded = true;
+        // Find which of the cookie's ids is the live session (and its user's index entry goes
+        // with it in the store's delete).
+        self.ensure_loaded(&mut state).await?;
         state.destroyed = true;
         state.changes = Changes::default();
         state.user = None;
-        let id = state
-            .live
-            .take()
-            .map(|(id, _)| id)
-            .or_else(|| state.cookie_id.clone());
-        if id.is_some() || state.cookie_id.is_some() {
+        let id = state.live.take().map(|(id, _)| id);
+        if id.is_some() || !state.cookie_ids.is_empty() {
             state.cookie = CookieAction::Remove;
         }
         if let Some(id) = id
@@ -439,7 +440,7 @@ impl Session {
     /// handler runs.
     pub(crate) async fn preload(&self) -> Result<Option<String>, SessionError> {
         let mut state = self.state.lock().await;
-        if state.cookie_id.is_none() {
+        if state.cookie_ids.is_empty() {
             return Ok(None);
         }
         self.ensure_loaded(&mut state).await?;
@@ -461,19 +462,24 @@ impl Session {
             return (CookieAction::Keep, state.failed);
         }
         if state.changes.is_empty() {
-            if !state.loaded
-                && success
-                && let Some(id) = state.cookie_id.clone()
-            {
-                // Untouched, but the cookie came: the session was used, restart its idle timer.
-                if let Err(e) = self
-                    .shared
-                    .store
-                    .load(id.storage_key(), self.shared.life)
-                    .await
-                {
-                    // The response is complete and nothing it relies on was lost: keep it.
-                    tracing::warn!(error = %e, "session: could not refresh the idle timeout");
+            if !state.loaded && success {
+                // Untouched, but the cookie came: the session was used, restart its idle timer
+                // (on the first candidate that is live).
+                for id in state.cookie_ids.clone() {
+                    match self
+                        .shared
+                        .store
+                        .load(id.storage_key(), self.shared.life)
+                        .await
+                    {
+                        Ok(Some(_)) => break,
+                        Ok(None) => {}
+                        Err(e) => {
+                            // The response is complete and nothing it relies on was lost.
+                            tracing::warn!(error = %e, "session: could not refresh the idle timeout");
+                            break;
+                        }
+                    }
                 }
             }
             return (state.cookie.clone(), state.failed);
