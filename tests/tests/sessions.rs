@@ -902,3 +902,13 @@ async fn redis_down_is_a_503_or_no_session_never_a_hang() {
         "bounded by the timeout"
     );
 }
+
+/// Issue 7, item 8: a zero Redis timeout (every call would fail at once) fails at build.
+#[tokio::test]
+async fn a_zero_redis_timeout_fails_at_build() {
+    let h = Harness::redis().await;
+    let store = RedisSessionStore::new(h.connection().await).timeout(Duration::ZERO);
+    let err = SessionLayer::builder(store).build().expect_err("refused");
+    assert!(err.to_string().contains("timeout"), "{err}");
+    assert!(err.to_string().contains("0ns"), "{err}");
+}

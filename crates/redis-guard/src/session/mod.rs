@@ -60,7 +60,10 @@ mod store;
 pub use cookie::{CookieConfig, MAX_COOKIE_CANDIDATES, SameSite};
 pub use error::SessionError;
 pub use id::SessionId;
-pub use layer::{SessionConfigError, SessionLayer, SessionLayerBuilder, StoreFailure};
+pub use layer::{
+    MAX_LIFETIME, MAX_SESSIONS_PER_USER, SessionConfigError, SessionLayer, SessionLayerBuilder,
+    StoreFailure,
+};
 pub use memory_store::{DEFAULT_MAX_SESSIONS, MemorySessionStore};
 pub use redis_store::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisSessionStore};
 pub use service::{ResponseFuture, SessionService};

@@ -101,7 +101,9 @@ impl RedisSessionStore {
         self
     }
 
-    /// How long to wait for Redis (default [`DEFAULT_TIMEOUT`]).
+    /// How long to wait for Redis (default [`DEFAULT_TIMEOUT`]). Must be more than zero:
+    /// [`SessionLayerBuilder::build`](super::SessionLayerBuilder::build) refuses a store with a
+    /// zero timeout, which would fail every call.
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         Arc::make_mut(&mut self.inner).timeout = timeout;
@@ -430,6 +432,16 @@ impl SessionStore for RedisSessionStore {
             }
             Ok(members.len())
         })
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.inner.timeout.is_zero() {
+            return Err(format!(
+                "Redis timeout {:?} must be positive",
+                self.inner.timeout
+            ));
+        }
+        Ok(())
     }
 
     fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {

@@ -208,6 +208,16 @@ pub trait SessionStore: Send + Sync + fmt::Debug + 'static {
 
     /// The live sessions of `user`.
     fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>>;
+
+    /// Checks the store's own settings; [`SessionLayerBuilder::build`](super::SessionLayerBuilder::build)
+    /// calls it and fails with the message. The default accepts everything.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the setting that cannot work.
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
@@ -268,5 +278,8 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
     }
     fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
         (**self).user_sessions(user)
+    }
+    fn check(&self) -> Result<(), String> {
+        (**self).check()
     }
 }
