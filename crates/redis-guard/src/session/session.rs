@@ -130,31 +130,42 @@ impl Session {
             return Ok(());
         }
         state.loaded = true;
-        // The first candidate that names a live session wins: a planted id in front of the
-        // real one costs a round trip, not the session.
-        for id in state.cookie_ids.clone() {
-            match self
+        match self.load_first_live(&state.cookie_ids).await {
+            Ok(Some((id, record))) => {
+                state.user = record.user().map(str::to_owned);
+                state.live = Some((id, record));
+                Ok(())
+            }
+            Ok(None) => {
+                if !state.cookie_ids.is_empty() {
+                    tracing::debug!("session: cookie names no live session; ignored");
+                }
+                Ok(())
+            }
+            Err(e) => {
+                state.load_failed = true;
+                self.fail(state, e)
+            }
+        }
+    }
+
+    /// Loads (and marks used) the first of `ids` that names a live session: a planted id in
+    /// front of the real one costs a round trip, not the session.
+    async fn load_first_live(
+        &self,
+        ids: &[SessionId],
+    ) -> Result<Option<(SessionId, Record)>, SessionError> {
+        for id in ids {
+            let loaded = self
                 .shared
                 .store
                 .load(id.storage_key(), self.shared.life)
-                .await
-            {
-                Ok(Some(record)) => {
-                    state.user = record.user().map(str::to_owned);
-                    state.live = Some((id, record));
-                    return Ok(());
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    state.load_failed = true;
-                    return self.fail(state, e);
-                }
+                .await?;
+            if let Some(record) = loaded {
+                return Ok(Some((id.clone(), record)));
             }
         }
-        if !state.cookie_ids.is_empty() {
-            tracing::debug!("session: cookie names no live session; ignored");
-        }
-        Ok(())
+        Ok(None)
     }
 
     /// The value under `key`, deserialized; `None` when absent.
@@ -465,21 +476,9 @@ impl Session {
             if !state.loaded && success {
                 // Untouched, but the cookie came: the session was used, restart its idle timer
                 // (on the first candidate that is live).
-                for id in state.cookie_ids.clone() {
-                    match self
-                        .shared
-                        .store
-                        .load(id.storage_key(), self.shared.life)
-                        .await
-                    {
-                        Ok(Some(_)) => break,
-                        Ok(None) => {}
-                        Err(e) => {
-                            // The response is complete and nothing it relies on was lost.
-                            tracing::warn!(error = %e, "session: could not refresh the idle timeout");
-                            break;
-                        }
-                    }
+                if let Err(e) = self.load_first_live(&state.cookie_ids).await {
+                    // The response is complete and nothing it relies on was lost.
+                    tracing::warn!(error = %e, "session: could not refresh the idle timeout");
                 }
             }
             return (state.cookie.clone(), state.failed);
