@@ -8,12 +8,18 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
-use redis_guard::session::{Session, SessionError, SessionId, SessionLayer, SessionStore};
+use redis_guard::session::{
+    RedisSessionStore, Session, SessionError, SessionId, SessionLayer, SessionLayerBuilder,
+    SessionStore,
+};
 use redis_guard_tests::{Harness, Kind, Monitor, Reply, backend_suite, call};
 use tokio::sync::{Barrier, Notify};
 use tower::{Layer, Service};
 
 type Body = Full<Bytes>;
+
+/// The session cookie's name (the default).
+const COOKIE: &str = "__Host-id";
 
 /// Hooks that let a test hold a request inside its handler.
 #[derive(Default)]
@@ -93,6 +99,18 @@ fn app(
                     .destroy()
                     .await
                     .map(|()| text(StatusCode::NO_CONTENT, "")),
+                ["public", key, value] => session.insert(key, &value.to_string()).await.map(|()| {
+                    let mut res = text(StatusCode::OK, "cacheable?");
+                    res.headers_mut().insert(
+                        "cache-control",
+                        http::HeaderValue::from_static("public, max-age=60, s-maxage=600"),
+                    );
+                    res
+                }),
+                ["cycle"] => session
+                    .cycle_id()
+                    .await
+                    .map(|()| text(StatusCode::OK, "cycled")),
                 ["revoke", user] => session
                     .revoke_user(user)
                     .await
@@ -138,11 +156,19 @@ impl Client {
     }
 
     async fn with_hooks(h: &Harness, hooks: Hooks) -> Self {
-        let layer = SessionLayer::builder(h.session_store().await)
+        Self::with_store(h.session_store().await, hooks, |b| b)
+    }
+
+    /// A client of a layer on `store`, built with the suite's lifetimes and then `configure`.
+    fn with_store(
+        store: Arc<dyn SessionStore>,
+        hooks: Hooks,
+        configure: impl FnOnce(SessionLayerBuilder) -> SessionLayerBuilder,
+    ) -> Self {
+        let builder = SessionLayer::builder(store)
             .idle_timeout(Duration::from_secs(30 * 60))
-            .max_lifetime(Duration::from_secs(24 * 3600))
-            .build()
-            .expect("valid");
+            .max_lifetime(Duration::from_secs(24 * 3600));
+        let layer = configure(builder).build().expect("valid");
         Self {
             layer,
             hooks: Arc::new(hooks),
@@ -152,7 +178,7 @@ impl Client {
     async fn send(&self, method: &str, path: &str, cookie: Option<&str>) -> Reply {
         let mut req = Request::builder().method(method).uri(path);
         if let Some(c) = cookie {
-            req = req.header("cookie", format!("id={c}"));
+            req = req.header("cookie", format!("{COOKIE}={c}"));
         }
         let svc = self.layer.layer(app(Arc::clone(&self.hooks)));
         call(svc, req.body(Body::default()).expect("request")).await
@@ -162,7 +188,11 @@ impl Client {
 /// The session id a response sets, if it sets one.
 fn set_id(r: &Reply) -> Option<String> {
     let v = r.header("set-cookie");
-    let value = v.strip_prefix("id=")?.split(';').next()?;
+    let value = v
+        .strip_prefix(COOKIE)?
+        .strip_prefix('=')?
+        .split(';')
+        .next()?;
     (!value.is_empty()).then(|| value.to_owned())
 }
 
@@ -221,7 +251,7 @@ async fn a_write_after_destroy_or_revoke_does_not_resurrect(h: Harness) {
             tokio::spawn(async move {
                 let svc = svc_layer.layer(app(hooks));
                 let req = Request::post("/slow/late")
-                    .header("cookie", format!("id={id}"))
+                    .header("cookie", format!("{COOKIE}={id}"))
                     .body(Body::default())
                     .expect("request");
                 call(svc, req).await
@@ -363,15 +393,20 @@ async fn cookie_attributes_on_the_wire(h: Harness) {
     let id = set_id(&r).expect("cookie");
     assert_eq!(
         set,
-        format!("id={id}; Path=/; HttpOnly; Secure; SameSite=Lax")
+        format!("{COOKIE}={id}; Path=/; HttpOnly; Secure; SameSite=Lax")
     );
     assert!(!set.contains("Domain"));
     assert_eq!(r.header("vary"), "Cookie");
-    assert_eq!(r.header("cache-control"), "no-cache=\"Set-Cookie\"");
+    assert_eq!(
+        r.header("cache-control"),
+        "private, no-cache=\"Set-Cookie\""
+    );
     let out = c.send("POST", "/logout", Some(&id)).await;
     assert_eq!(
         out.header("set-cookie"),
-        "id=; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT"
+        format!(
+            "{COOKIE}=; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT"
+        )
     );
     // A response that sets nothing says nothing about cookies.
     let plain = c.send("GET", "/noop", None).await;
@@ -423,7 +458,7 @@ async fn malformed_cookies_are_ignored_without_writes(h: Harness) {
         "not base64!".to_owned(),
         "%%%%".to_owned(),
         unknown.clone(),
-        format!("{unknown}; id={unknown}"),
+        format!("{unknown}; {COOKIE}={unknown}"),
         format!("{}=", &unknown[..42]),
     ];
     let before = if h.is_redis() {
@@ -471,7 +506,7 @@ async fn increments_are_atomic(h: Harness) {
         tasks.push(tokio::spawn(async move {
             let svc = layer.layer(app(hooks));
             let req = Request::post("/incr/visits")
-                .header("cookie", format!("id={id}"))
+                .header("cookie", format!("{COOKIE}={id}"))
                 .body(Body::default())
                 .expect("request");
             call(svc, req).await.status
@@ -515,7 +550,279 @@ async fn log_out_everywhere_and_list(h: Harness) {
     );
 }
 
+async fn listed(store: &Arc<dyn SessionStore>, user: &str) -> Vec<String> {
+    store
+        .user_sessions(user.to_owned())
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|i| i.storage_key)
+        .collect()
+}
+
+/// Issue 7, item 9: `cycle_id` on a logged-in session must move its index entry along, or
+/// "log out everywhere" misses the rotated session.
+async fn a_rotated_session_is_still_revoked(h: Harness) {
+    let c = Client::new(&h).await;
+    let store = h.session_store().await;
+    let first = set_id(&c.send("POST", "/login/erin", None).await).expect("cookie");
+    // Rotation alone, in a later request.
+    let r = c.send("POST", "/cycle", Some(&first)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let rotated = set_id(&r).expect("rotated");
+    assert_ne!(rotated, first);
+    assert_eq!(c.send("GET", "/whoami", Some(&rotated)).await.body, "erin");
+    assert_eq!(
+        listed(&store, "erin").await,
+        vec![storage_key(&rotated)],
+        "the index names the rotated session, not the dead one"
+    );
+    c.send("POST", "/revoke/erin", None).await;
+    assert_eq!(
+        c.send("GET", "/whoami", Some(&rotated)).await.status,
+        401,
+        "log out everywhere reaches the rotated session"
+    );
+    assert!(listed(&store, "erin").await.is_empty());
+}
+
+/// Issue 7, item 12: destroyed and rotated sessions must not count towards the per-user cap.
+async fn the_per_user_cap_counts_only_live_sessions(h: Harness) {
+    let c = Client::with_store(h.session_store().await, Hooks::default(), |b| {
+        b.max_sessions_per_user(2)
+    });
+    let store = h.session_store().await;
+    let live = set_id(&c.send("POST", "/login/frank", None).await).expect("cookie");
+    for _ in 0..3 {
+        h.wait(Duration::from_secs(1)).await;
+        let id = set_id(&c.send("POST", "/login/frank", None).await).expect("cookie");
+        let rotated = set_id(&c.send("POST", "/cycle", Some(&id)).await).expect("rotated");
+        assert_eq!(c.send("POST", "/logout", Some(&rotated)).await.status, 204);
+    }
+    assert_eq!(listed(&store, "frank").await, vec![storage_key(&live)]);
+    h.wait(Duration::from_secs(1)).await;
+    let newer = set_id(&c.send("POST", "/login/frank", None).await).expect("cookie");
+    assert_eq!(
+        c.send("GET", "/whoami", Some(&live)).await.body,
+        "frank",
+        "the only live session survives a new login under a cap of 2"
+    );
+    assert_eq!(c.send("GET", "/whoami", Some(&newer)).await.body, "frank");
+    assert_eq!(listed(&store, "frank").await.len(), 2);
+}
+
+/// Issue 7, item 10: a session indexed while a revocation runs is either revoked by it or stays
+/// in the index, so a later revocation reaches it. Driven through the store's test seam, which
+/// runs a login between the revocation's steps.
+async fn a_login_during_revocation_stays_revocable(h: Harness) {
+    if !h.is_redis() {
+        return; // the memory store revokes under one lock: there is no "between"
+    }
+    let plain = Client::new(&h).await;
+    let old = set_id(&plain.send("POST", "/login/gina", None).await).expect("cookie");
+    let during: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let hook = {
+        let layer = plain.layer.clone();
+        let during = Arc::clone(&during);
+        move || {
+            let layer = layer.clone();
+            let during = Arc::clone(&during);
+            let fut: redis_guard::session::BoxFuture<()> = Box::pin(async move {
+                if during.lock().expect("lock").is_some() {
+                    return;
+                }
+                let svc = layer.layer(app(Arc::default()));
+                let req = Request::post("/login/gina")
+                    .body(Body::default())
+                    .expect("request");
+                let id = set_id(&call(svc, req).await).expect("cookie");
+                *during.lock().expect("lock") = Some(id);
+            });
+            fut
+        }
+    };
+    let store = RedisSessionStore::new(h.connection().await)
+        .prefix(h.prefix())
+        .timeout(redis_guard_tests::TEST_TIMEOUT)
+        .between_revoke_steps(hook);
+    let revoker = Client::with_store(Arc::new(store), Hooks::default(), |b| b);
+    revoker.send("POST", "/revoke/gina", None).await;
+    let during = during.lock().expect("lock").clone().expect("the hook ran");
+    assert_eq!(plain.send("GET", "/whoami", Some(&old)).await.status, 401);
+    let listing = listed(&h.session_store().await, "gina").await;
+    let alive = plain.send("GET", "/whoami", Some(&during)).await.status == 200;
+    assert!(
+        !alive || listing.contains(&storage_key(&during)),
+        "a live session of gina fell out of her index: {listing:?}"
+    );
+    plain.send("POST", "/revoke/gina", None).await;
+    assert_eq!(
+        plain.send("GET", "/whoami", Some(&during)).await.status,
+        401,
+        "the session logged in during the revocation is revocable"
+    );
+}
+
+/// Issue 7, item 2: user ids are bounded.
+async fn overlong_user_ids_are_refused(h: Harness) {
+    let c = Client::new(&h).await;
+    let long = "u".repeat(257);
+    let r = c.send("POST", &format!("/login/{long}"), None).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("user id"), "{}", r.body);
+    assert_eq!(set_id(&r), None);
+    let ok = "u".repeat(256);
+    assert_eq!(
+        c.send("POST", &format!("/login/{ok}"), None).await.status,
+        200
+    );
+}
+
+/// Breaks the session named by `id` in Redis: its key holds a string, so every script on it fails
+/// with WRONGTYPE while the rest of Redis keeps working.
+async fn break_session(h: &Harness, id: &str) {
+    let key = format!("{}s:{{{}}}", h.prefix(), storage_key(id));
+    let mut conn = h.inspect().await;
+    let () = redis::cmd("SET")
+        .arg(&key)
+        .arg("not a hash")
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+}
+
+fn lenient(h: &Harness, store: Arc<dyn SessionStore>) -> Client {
+    let _ = h;
+    Client::with_store(store, Hooks::default(), |b| {
+        b.on_store_error(redis_guard::session::StoreFailure::ContinueWithoutSession)
+    })
+}
+
+/// Issue 7, item 13: after a failed load, `ContinueWithoutSession` drops writes: no new session,
+/// no `Set-Cookie` replacing the user's cookie.
+async fn a_failed_load_writes_nothing_and_keeps_the_cookie(h: Harness) {
+    if !h.is_redis() {
+        return; // needs a store failure on one key while the store works
+    }
+    let c = lenient(&h, h.session_store().await);
+    let id = new_session(&c).await;
+    break_session(&h, &id).await;
+    let before = h.keys().await;
+    let r = c.send("POST", "/set/k/v", Some(&id)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.headers.get("set-cookie").is_none(),
+        "the cookie is not replaced: {:?}",
+        r.header("set-cookie")
+    );
+    assert_eq!(h.keys().await, before, "nothing written");
+    let strict = Client::new(&h).await;
+    let r = strict.send("POST", "/set/k/v", Some(&id)).await;
+    assert_eq!(r.status, 503);
+    assert!(r.headers.get("set-cookie").is_none());
+    assert_eq!(h.keys().await, before, "nothing written");
+}
+
+/// Issue 7, item 14: a failed idle refresh never replaces the handler's response; a failed save
+/// of changed data is a 503 under `ServiceUnavailable` (the handler believes it stored them).
+async fn a_failed_refresh_keeps_the_response_a_failed_save_does_not(h: Harness) {
+    if !h.is_redis() {
+        return; // needs a store failure on one key while the store works
+    }
+    let strict = Client::new(&h).await;
+    let id = new_session(&strict).await;
+    break_session(&h, &id).await;
+    let r = strict.send("GET", "/noop", Some(&id)).await;
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (200, "noop"),
+        "only the refresh failed"
+    );
+    assert!(r.headers.get("set-cookie").is_none());
+
+    for (client, expected) in [
+        (Client::new(&h).await, 503),
+        (lenient(&h, h.session_store().await), 200),
+    ] {
+        let id = new_session(&client).await;
+        let slow = {
+            let id = id.clone();
+            let hooks = Arc::clone(&client.hooks);
+            let layer = client.layer.clone();
+            tokio::spawn(async move {
+                let req = Request::post("/slow/late")
+                    .header("cookie", format!("{COOKIE}={id}"))
+                    .body(Body::default())
+                    .expect("request");
+                call(layer.layer(app(hooks)), req).await
+            })
+        };
+        client.hooks.loaded.notified().await;
+        break_session(&h, &id).await;
+        client.hooks.release.notify_one();
+        let r = slow.await.expect("task");
+        assert_eq!(r.status, expected, "{}", r.body);
+        assert!(r.headers.get("set-cookie").is_none());
+    }
+}
+
+/// Issue 7, item 15: a well-formed id planted before the real one (by a sibling subdomain) does
+/// not shadow it, and a non-ASCII cookie of someone else does not hide ours.
+async fn a_planted_or_foreign_cookie_does_not_shadow_ours(h: Harness) {
+    let c = Client::new(&h).await;
+    let real = new_session(&c).await;
+    let planted = SessionId::generate().expect("random").encode();
+    let r = c
+        .send(
+            "GET",
+            "/get/name",
+            Some(&format!("{planted}; {COOKIE}={real}")),
+        )
+        .await;
+    assert_eq!((r.status, r.body.as_str()), (200, "alice"), "planted first");
+    let svc = c.layer.layer(app(Arc::clone(&c.hooks)));
+    let mut value = b"theme=\xc3\xa9t\xc3\xa9; ".to_vec();
+    value.extend_from_slice(format!("{COOKIE}={real}").as_bytes());
+    let req = Request::get("/get/name")
+        .header(
+            "cookie",
+            http::HeaderValue::from_bytes(&value).expect("obs-text is a valid header value"),
+        )
+        .body(Body::default())
+        .expect("request");
+    let r = call(svc, req).await;
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (200, "alice"),
+        "non-ASCII sibling"
+    );
+}
+
+/// Issue 7, item 16: a response that sets the session cookie is never cacheable by a shared
+/// cache, whatever the handler said.
+async fn responses_setting_the_cookie_are_private(h: Harness) {
+    let c = Client::new(&h).await;
+    let r = c.send("POST", "/public/k/v", None).await;
+    assert!(set_id(&r).is_some());
+    let cc = r.header("cache-control");
+    assert!(cc.contains("private"), "{cc}");
+    assert!(!cc.contains("public") && !cc.contains("s-maxage"), "{cc}");
+    assert!(
+        cc.contains("max-age=60"),
+        "the handler's own max-age stays: {cc}"
+    );
+    assert!(cc.contains("no-cache=\"Set-Cookie\""), "{cc}");
+}
+
 backend_suite!(
+    a_planted_or_foreign_cookie_does_not_shadow_ours,
+    responses_setting_the_cookie_are_private,
+    a_failed_load_writes_nothing_and_keeps_the_cookie,
+    a_failed_refresh_keeps_the_response_a_failed_save_does_not,
+    a_rotated_session_is_still_revoked,
+    the_per_user_cap_counts_only_live_sessions,
+    a_login_during_revocation_stays_revocable,
+    overlong_user_ids_are_refused,
     concurrent_writes_to_different_fields_both_survive,
     a_write_after_destroy_or_revoke_does_not_resurrect,
     an_unknown_id_is_never_adopted,
@@ -570,7 +877,7 @@ async fn redis_down_is_a_503_or_no_session_never_a_hang() {
         let svc = layer.layer(app(Arc::clone(&hooks)));
         let mut req = Request::get(path);
         if let Some(c) = cookie {
-            req = req.header("cookie", format!("id={c}"));
+            req = req.header("cookie", format!("{COOKIE}={c}"));
         }
         call(svc, req.body(Body::default()).expect("request"))
     };
@@ -594,4 +901,14 @@ async fn redis_down_is_a_503_or_no_session_never_a_hang() {
         started.elapsed() < Duration::from_secs(10),
         "bounded by the timeout"
     );
+}
+
+/// Issue 7, item 8: a zero Redis timeout (every call would fail at once) fails at build.
+#[tokio::test]
+async fn a_zero_redis_timeout_fails_at_build() {
+    let h = Harness::redis().await;
+    let store = RedisSessionStore::new(h.connection().await).timeout(Duration::ZERO);
+    let err = SessionLayer::builder(store).build().expect_err("refused");
+    assert!(err.to_string().contains("timeout"), "{err}");
+    assert!(err.to_string().contains("0ns"), "{err}");
 }

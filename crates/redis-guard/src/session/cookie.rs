@@ -19,9 +19,19 @@ pub enum SameSite {
     None,
 }
 
+/// The most session ids read from one request's cookies. Each candidate can cost a store round
+/// trip until one names a live session, so a request carrying many is cut off here.
+pub const MAX_COOKIE_CANDIDATES: usize = 4;
+
+/// The default name of a `Secure` cookie with `Path=/` and no `Domain`.
+const HOST_NAME: &str = "__Host-id";
+/// The default name otherwise.
+const PLAIN_NAME: &str = "id";
+
 /// The session cookie's name and attributes.
 ///
-/// Defaults: name `id`, `HttpOnly`, `Secure`, `SameSite=Lax`, `Path=/`, no `Domain`, and no
+/// Defaults: name `__Host-id` (`id` when `Secure` is off or a `Domain` or a `Path` other than
+/// `/` is set: browsers refuse a `__Host-` cookie with any of those), `HttpOnly`, `Secure`, `SameSite=Lax`, `Path=/`, no `Domain`, and no
 /// `Max-Age` (a browser-session cookie; the server-side lifetimes still apply).
 ///
 /// ```
@@ -33,10 +43,21 @@ pub enum SameSite {
 ///     .same_site(SameSite::Strict)
 ///     .persistent(Duration::from_secs(24 * 3600));
 /// assert_eq!(cookie.get_name(), "__Host-id");
+///
+/// // Plain-HTTP development on a host other than localhost: no Secure, so no `__Host-` prefix.
+/// assert_eq!(CookieConfig::default().secure(false).get_name(), "id");
 /// ```
+///
+/// The `__Host-` prefix is what stops a sibling subdomain (`evil.example.com`, or any subdomain
+/// an attacker can run script on) from planting its own session id for `example.com` or
+/// shadowing ours: browsers only accept a `__Host-` cookie that is `Secure`, has `Path=/` and no
+/// `Domain`, i.e. set by this very host over HTTPS. Browsers treat `http://localhost` and
+/// `http://127.0.0.1` as secure, so it works in local development too. A name set with
+/// [`name`](Self::name) that starts with `__Host-` is checked when the layer is built.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CookieConfig {
-    name: String,
+    /// `None`: the default, [`HOST_NAME`] or [`PLAIN_NAME`] depending on the attributes.
+    name: Option<String>,
     secure: bool,
     http_only: bool,
     same_site: SameSite,
@@ -48,7 +69,7 @@ pub struct CookieConfig {
 impl Default for CookieConfig {
     fn default() -> Self {
         Self {
-            name: "id".to_owned(),
+            name: None,
             secure: true,
             http_only: true,
             same_site: SameSite::Lax,
@@ -63,7 +84,7 @@ impl CookieConfig {
     /// The cookie's name (a token: letters, digits and ``!#$%&'*+-.^_`|~``).
     #[must_use]
     pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
+        self.name = Some(name.into());
         self
     }
 
@@ -71,9 +92,12 @@ impl CookieConfig {
     /// `Domain`, so a sibling subdomain cannot plant or overwrite it).
     #[must_use]
     pub fn host_prefixed(mut self) -> Self {
-        if !self.name.starts_with("__Host-") {
-            self.name = format!("__Host-{}", self.name);
-        }
+        let name = self.name.take().unwrap_or_else(|| PLAIN_NAME.to_owned());
+        self.name = Some(if name.starts_with("__Host-") {
+            name
+        } else {
+            format!("__Host-{name}")
+        });
         self.secure = true;
         self.path = "/".to_owned();
         self.domain = None;
@@ -126,7 +150,11 @@ impl CookieConfig {
     /// The cookie's name.
     #[must_use]
     pub fn get_name(&self) -> &str {
-        &self.name
+        match &self.name {
+            Some(name) => name,
+            None if self.secure && self.path == "/" && self.domain.is_none() => HOST_NAME,
+            None => PLAIN_NAME,
+        }
     }
 
     /// Checks the combination; the layer builder calls it.
@@ -140,8 +168,9 @@ impl CookieConfig {
                 && s.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
         };
-        if !token(&self.name) {
-            return Err(format!("invalid cookie name {:?}", self.name));
+        let name = self.get_name();
+        if !token(name) {
+            return Err(format!("invalid cookie name {name:?}"));
         }
         let attr_ok =
             |s: &str| !s.is_empty() && s.bytes().all(|b| (0x21..0x7f).contains(&b) && b != b';');
@@ -153,12 +182,16 @@ impl CookieConfig {
         {
             return Err(format!("invalid cookie domain {d:?}"));
         }
-        if self.name.starts_with("__Host-")
+        if name.starts_with("__Host-")
             && (!self.secure || self.path != "/" || self.domain.is_some())
         {
-            return Err("a `__Host-` cookie must be Secure, with Path=/ and no Domain".to_owned());
+            return Err(format!(
+                "the `__Host-` cookie {name:?} must be Secure, with Path=/ and no Domain \
+                 (secure: {}, path: {:?}, domain: {:?})",
+                self.secure, self.path, self.domain
+            ));
         }
-        if self.name.starts_with("__Secure-") && !self.secure {
+        if name.starts_with("__Secure-") && !self.secure {
             return Err("a `__Secure-` cookie must be Secure".to_owned());
         }
         if self.same_site == SameSite::None && !self.secure {
@@ -189,7 +222,7 @@ impl CookieConfig {
 
     /// `Set-Cookie` for `id`.
     pub(crate) fn set_cookie(&self, id: &SessionId) -> String {
-        let mut s = format!("{}={}", self.name, id.encode());
+        let mut s = format!("{}={}", self.get_name(), id.encode());
         self.attributes(&mut s);
         if let Some(age) = self.max_age {
             s.push_str(&format!("; Max-Age={}", age.as_secs()));
@@ -199,41 +232,59 @@ impl CookieConfig {
 
     /// `Set-Cookie` that removes the cookie: same name, `Path` and `Domain`, expired.
     pub(crate) fn removal_cookie(&self) -> String {
-        let mut s = format!("{}=", self.name);
+        let mut s = format!("{}=", self.get_name());
         self.attributes(&mut s);
         s.push_str("; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT");
         s
     }
 
-    /// The session id in the request's `Cookie` headers: the first value of a cookie with our
-    /// name that is a well-formed id. Malformed values (empty, too long, not base64url) are
-    /// ignored, with a debug log, and never reach the store.
+    /// The session ids in the request's `Cookie` headers: the well-formed values of every cookie
+    /// with our name, in order, at most [`MAX_COOKIE_CANDIDATES`], duplicates dropped.
+    ///
+    /// The header is read as bytes: another cookie's non-ASCII value (from a sibling
+    /// subdomain, say) does not hide ours. Our own values are read strictly (optionally in
+    /// double quotes, as RFC 6265 allows); malformed ones are ignored, with a debug log, and
+    /// never reach the store. Several candidates happen when a cookie with our name was also
+    /// set for a parent domain or a longer path: the load tries each until one names a live
+    /// session, so a planted id cannot shadow the real one.
     pub(crate) fn read(&self, headers: &HeaderMap) -> ReadCookie {
+        let name = self.get_name().as_bytes();
         let mut seen = false;
+        let mut ids: Vec<SessionId> = Vec::new();
         for header in headers.get_all(COOKIE) {
-            let Ok(header) = header.to_str() else {
-                tracing::debug!("session: Cookie header is not visible ASCII; ignored");
-                continue;
-            };
-            for pair in header.split(';') {
-                let Some((name, value)) = pair.trim().split_once('=') else {
+            for pair in header.as_bytes().split(|&b| b == b';') {
+                let pair = pair.trim_ascii();
+                let Some(eq) = pair.iter().position(|&b| b == b'=') else {
                     continue;
                 };
-                if name.trim() != self.name {
+                let (key, value) = (pair[..eq].trim_ascii(), pair[eq + 1..].trim_ascii());
+                if key != name {
                     continue;
                 }
                 seen = true;
-                let value = value.trim().trim_matches('"');
-                if let Some(id) = SessionId::parse(value) {
-                    return ReadCookie::Id(id);
+                let value = value
+                    .strip_prefix(b"\"")
+                    .and_then(|v| v.strip_suffix(b"\""))
+                    .unwrap_or(value);
+                match std::str::from_utf8(value).ok().and_then(SessionId::parse) {
+                    Some(id) if !ids.contains(&id) => {
+                        if ids.len() == MAX_COOKIE_CANDIDATES {
+                            tracing::debug!("session: more session cookies than we try; ignored");
+                            return ReadCookie::Ids(ids);
+                        }
+                        ids.push(id);
+                    }
+                    Some(_) => {}
+                    None => tracing::debug!(
+                        len = value.len(),
+                        "session: malformed session cookie ignored"
+                    ),
                 }
-                tracing::debug!(
-                    len = value.len(),
-                    "session: malformed session cookie ignored"
-                );
             }
         }
-        if seen {
+        if !ids.is_empty() {
+            ReadCookie::Ids(ids)
+        } else if seen {
             ReadCookie::Malformed
         } else {
             ReadCookie::Absent
@@ -246,7 +297,8 @@ impl CookieConfig {
 pub(crate) enum ReadCookie {
     Absent,
     Malformed,
-    Id(SessionId),
+    /// Well-formed ids, in order, 1 to [`MAX_COOKIE_CANDIDATES`].
+    Ids(Vec<SessionId>),
 }
 
 #[cfg(test)]
@@ -267,26 +319,56 @@ mod tests {
         let c = CookieConfig::default();
         assert_eq!(
             c.set_cookie(&id),
-            format!("id={}; Path=/; HttpOnly; Secure; SameSite=Lax", id.encode())
+            format!(
+                "__Host-id={}; Path=/; HttpOnly; Secure; SameSite=Lax",
+                id.encode()
+            )
         );
         assert_eq!(
             c.removal_cookie(),
-            "id=; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT"
+            "__Host-id=; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT"
         );
         assert!(c.validate().is_ok());
     }
 
+    fn ids(r: ReadCookie) -> Vec<String> {
+        match r {
+            ReadCookie::Ids(ids) => ids.iter().map(SessionId::encode).collect(),
+            r => panic!("{r:?}"),
+        }
+    }
+
     #[test]
-    fn reads_the_first_valid_id_and_ignores_garbage() {
-        let c = CookieConfig::default();
+    fn reads_every_valid_id_in_order_and_ignores_garbage() {
+        let c = CookieConfig::default().name("id");
         let id = SessionId::generate().unwrap().encode();
         let other = SessionId::generate().unwrap().encode();
         let long = "a".repeat(5000);
-        let both = format!("x=1; id=; id={id}; id={other}");
-        match c.read(&headers(&[both.as_bytes()])) {
-            ReadCookie::Id(got) => assert_eq!(got.encode(), id),
-            r => panic!("{r:?}"),
-        }
+        let both = format!("x=1; id=; id={id}; id=\"{other}\"; id={id}");
+        assert_eq!(
+            ids(c.read(&headers(&[both.as_bytes()]))),
+            [id.clone(), other.clone()]
+        );
+        // Another cookie's bytes, however odd, do not hide ours; nor do extra headers.
+        let odd = [
+            b"theme=\xe9t\xe9; a=\x80\xff; ".as_slice(),
+            b"id=",
+            id.as_bytes(),
+        ]
+        .concat();
+        assert_eq!(
+            ids(c.read(&headers(&[&odd, b"id=x"]))),
+            std::slice::from_ref(&id)
+        );
+        // Bounded.
+        let many: Vec<String> = (0..10)
+            .map(|_| format!("id={}", SessionId::generate().unwrap().encode()))
+            .collect();
+        let many = many.join("; ");
+        assert_eq!(
+            ids(c.read(&headers(&[many.as_bytes()]))).len(),
+            MAX_COOKIE_CANDIDATES
+        );
         for bad in [
             b"id=".as_slice(),
             long.as_bytes(),
@@ -297,7 +379,7 @@ mod tests {
             let bad_cookie = [b"id=".as_slice(), bad].concat();
             assert!(!matches!(
                 c.read(&headers(&[&bad_cookie])),
-                ReadCookie::Id(_)
+                ReadCookie::Ids(_)
             ));
         }
         assert!(matches!(c.read(&headers(&[])), ReadCookie::Absent));
@@ -305,6 +387,24 @@ mod tests {
             c.read(&headers(&[b"other=1"])),
             ReadCookie::Absent
         ));
+    }
+
+    /// Issue 7, item 15: with `Secure` (the default) the cookie is `__Host-id`, which a sibling
+    /// subdomain cannot plant or overwrite.
+    #[test]
+    fn secure_cookies_default_to_the_host_prefix() {
+        assert_eq!(CookieConfig::default().get_name(), "__Host-id");
+        assert_eq!(CookieConfig::default().secure(false).get_name(), "id");
+        assert_eq!(CookieConfig::default().name("sid").get_name(), "sid");
+        for bad in [
+            CookieConfig::default()
+                .name("__Host-sid")
+                .domain("example.com"),
+            CookieConfig::default().name("__Host-sid").secure(false),
+            CookieConfig::default().name("__Host-sid").path("/app"),
+        ] {
+            assert!(bad.validate().unwrap_err().contains("__Host-"), "{bad:?}");
+        }
     }
 
     #[test]

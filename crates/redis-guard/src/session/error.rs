@@ -25,6 +25,10 @@ pub enum SessionError {
     /// A key must be 1 to 256 bytes.
     #[error("invalid session key {0:?}: keys must be 1 to 256 bytes")]
     InvalidKey(String),
+    /// A user id must be 1 to 256 bytes (it is stored in the session and, digested, names the
+    /// user's index).
+    #[error("invalid user id ({0} bytes): a user id must be 1 to 256 bytes")]
+    InvalidUser(usize),
     /// A value could not be serialized.
     #[error("cannot serialize the value for session key `{key}`")]
     Serialize {

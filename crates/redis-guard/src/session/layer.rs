@@ -12,15 +12,31 @@ use super::session::Shared;
 use super::store::{Lifetimes, SessionStore};
 
 /// What to do when the session store fails (Redis down, slow or answering nonsense).
+///
+/// Whatever the policy:
+///
+/// - After a failed **load**, nothing is written for the rest of the request and no
+///   `Set-Cookie` is sent: the client's cookie may name a perfectly good session, and replacing
+///   it with a new one would log the user out.
+/// - A failed **idle refresh** (the one round trip after a response whose handler never touched
+///   the session) never changes the response; it is logged at `warn`. The session keeps its
+///   previous idle deadline.
+/// - A session that gets a user but cannot be indexed under it is never handed to the client
+///   (no `Set-Cookie`), since `revoke_user` could not reach it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreFailure {
     /// Answer `503 Service Unavailable` with `Retry-After: 1` (the default): a request that
-    /// needed its session is not served without it.
+    /// needed its session is not served without it. This covers a failed load that the handler
+    /// saw as an error, and a failed **save** of changed data after the handler: the handler
+    /// believes its changes are stored, so its response (say, "logged in") would be a lie.
+    /// The handler's side effects have happened by then; make handlers idempotent or save
+    /// critical state elsewhere.
     #[default]
     ServiceUnavailable,
-    /// Carry on as if the request had no session (reads see nothing, writes are dropped) and log a
-    /// warning: for sites where sessions are a convenience.
+    /// Carry on as if the request had no session (reads see nothing, writes are dropped, no
+    /// cookie is set) and log a warning: for sites where sessions are a convenience. A failed
+    /// save keeps the handler's response and sends no cookie.
     ContinueWithoutSession,
 }
 
@@ -31,10 +47,23 @@ pub enum SessionConfigError {
     /// The cookie settings do not work together.
     #[error("session cookie: {0}")]
     Cookie(String),
-    /// A lifetime is zero, or the idle timeout is longer than the absolute lifetime.
+    /// A lifetime is zero or longer than [`MAX_LIFETIME`], the idle timeout is longer than the
+    /// absolute lifetime, or the per-user cap is outside 1..=[`MAX_SESSIONS_PER_USER`].
     #[error("session lifetimes: {0}")]
     Lifetimes(String),
+    /// The store's own settings cannot work (e.g. a zero Redis timeout), as
+    /// [`SessionStore::check`] reports them.
+    #[error("session store: {0}")]
+    Store(String),
 }
+
+/// The longest idle timeout or absolute lifetime a layer accepts: 10 years. Expiries are
+/// microseconds on the store's clock; far longer lifetimes would overflow them.
+pub const MAX_LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// The largest per-user cap a layer accepts: indexing a session past the cap checks each of
+/// the user's sessions, so the cap bounds that work.
+pub const MAX_SESSIONS_PER_USER: u32 = 1024;
 
 /// Cookie sessions backed by a [`SessionStore`]: puts a [`Session`](super::Session) into every
 /// request and, after the handler, writes what changed and sets or removes the cookie.
@@ -74,7 +103,9 @@ pub struct SessionLayer {
 }
 
 impl SessionLayer {
-    /// A layer with the default cookie, 30 minutes idle, 24 hours absolute.
+    /// A layer with the default cookie, 30 minutes idle, 24 hours absolute. It does not run
+    /// [`SessionStore::check`]: use [`builder`](Self::builder) to have the store's settings
+    /// checked too.
     #[must_use]
     pub fn new(store: impl SessionStore) -> Self {
         Self {
@@ -136,19 +167,21 @@ impl SessionLayerBuilder {
         self
     }
 
-    /// Idle timeout (default 30 minutes).
+    /// Idle timeout (default 30 minutes; more than zero, at most the absolute lifetime).
     pub fn idle_timeout(mut self, idle: Duration) -> Self {
         self.life.idle = idle;
         self
     }
 
-    /// Absolute lifetime (default 24 hours).
+    /// Absolute lifetime (default 24 hours; more than zero, at most [`MAX_LIFETIME`]).
     pub fn max_lifetime(mut self, max: Duration) -> Self {
         self.life.max = max;
         self
     }
 
-    /// Sessions one user may hold at once (default 64); past it, the oldest ends.
+    /// Sessions one user may hold at once (default 64, at most [`MAX_SESSIONS_PER_USER`]);
+    /// past it, the live session closest to its absolute expiry ends. Sessions that are gone
+    /// (logged out, rotated, expired) do not count.
     pub fn max_sessions_per_user(mut self, n: u32) -> Self {
         self.life.per_user = n;
         self
@@ -173,14 +206,38 @@ impl SessionLayerBuilder {
     ///
     /// # Errors
     ///
-    /// Cookie attributes that do not work together, or lifetimes that cannot work.
+    /// Cookie attributes that do not work together, lifetimes that cannot work (zero, over
+    /// [`MAX_LIFETIME`], idle longer than absolute), a per-user cap outside
+    /// 1..=[`MAX_SESSIONS_PER_USER`], or store settings that cannot work
+    /// ([`SessionStore::check`]).
+    ///
+    /// ```
+    /// use redis_guard::session::{MemorySessionStore, SessionLayer};
+    /// use std::time::Duration;
+    ///
+    /// let err = SessionLayer::builder(MemorySessionStore::new())
+    ///     .max_lifetime(Duration::from_secs(300_000_000 * 86_400))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(err.to_string().contains("longer than 10 years"));
+    /// ```
     pub fn build(self) -> Result<SessionLayer, SessionConfigError> {
         self.cookie.validate().map_err(SessionConfigError::Cookie)?;
-        if self.life.idle.is_zero() || self.life.max.is_zero() {
-            return Err(SessionConfigError::Lifetimes(format!(
-                "idle timeout {:?} and absolute lifetime {:?} must be positive",
-                self.life.idle, self.life.max
-            )));
+        self.store.check().map_err(SessionConfigError::Store)?;
+        for (what, d) in [
+            ("idle timeout", self.life.idle),
+            ("absolute lifetime", self.life.max),
+        ] {
+            if d.is_zero() {
+                return Err(SessionConfigError::Lifetimes(format!(
+                    "{what} {d:?} must be positive"
+                )));
+            }
+            if d > MAX_LIFETIME {
+                return Err(SessionConfigError::Lifetimes(format!(
+                    "{what} {d:?} is longer than 10 years ({MAX_LIFETIME:?})"
+                )));
+            }
         }
         if self.life.idle > self.life.max {
             return Err(SessionConfigError::Lifetimes(format!(
@@ -188,10 +245,11 @@ impl SessionLayerBuilder {
                 self.life.idle, self.life.max
             )));
         }
-        if self.life.per_user == 0 {
-            return Err(SessionConfigError::Lifetimes(
-                "max sessions per user is 0".to_owned(),
-            ));
+        if self.life.per_user == 0 || self.life.per_user > MAX_SESSIONS_PER_USER {
+            return Err(SessionConfigError::Lifetimes(format!(
+                "max sessions per user {} is not within 1..={MAX_SESSIONS_PER_USER}",
+                self.life.per_user
+            )));
         }
         Ok(SessionLayer {
             shared: Arc::new(Shared {
@@ -212,5 +270,38 @@ impl fmt::Debug for SessionLayerBuilder {
             .field("life", &self.life)
             .field("cookie", &self.cookie)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::MemorySessionStore;
+
+    fn build(
+        f: impl FnOnce(SessionLayerBuilder) -> SessionLayerBuilder,
+    ) -> Result<SessionLayer, SessionConfigError> {
+        f(SessionLayer::builder(MemorySessionStore::new())).build()
+    }
+
+    /// Issue 7, item 8: lifetimes that overflow the store's clock, or make no sense, fail at
+    /// build with the bad value in the message.
+    #[test]
+    fn lifetimes_are_validated() {
+        let centuries = Duration::from_secs(300_000_000 * 86_400);
+        let err = build(|b| b.max_lifetime(centuries).idle_timeout(centuries))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&format!("{centuries:?}")), "{err}");
+        let err = build(|b| b.idle_timeout(Duration::ZERO)).unwrap_err();
+        assert!(err.to_string().contains("0ns"), "{err}");
+        let err = build(|b| b.max_lifetime(Duration::ZERO)).unwrap_err();
+        assert!(err.to_string().contains("0ns"), "{err}");
+        let err = build(|b| b.idle_timeout(Duration::from_secs(172_800))).unwrap_err();
+        assert!(err.to_string().contains("172800s"), "{err}");
+        assert!(build(|b| b.max_sessions_per_user(0)).is_err());
+        assert!(build(|b| b.max_sessions_per_user(100_000)).is_err());
+        let ten_years = Duration::from_secs(10 * 365 * 86_400);
+        assert!(build(|b| b.max_lifetime(ten_years)).is_ok());
     }
 }

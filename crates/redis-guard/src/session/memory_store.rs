@@ -1,9 +1,11 @@
 //! Sessions in this process, with the Redis store's semantics.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+use sha2::{Digest, Sha256};
 
 use super::SessionError;
 use super::store::{BoxFuture, Changes, EXP_FIELD, Lifetimes, Record, SessionInfo, SessionStore};
@@ -16,8 +18,11 @@ pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
 /// semantics as [`RedisSessionStore`](super::RedisSessionStore) (per-field writes, idle and
 /// absolute expiry, no resurrection, per-user index), on a [`Clock`] tests can drive.
 ///
-/// Bounded: expired sessions are swept out as the store is used, and past
-/// [`max_sessions`](Self::max_sessions) the least recently used sessions are ended.
+/// Bounded: sessions sit in an expiry-ordered queue; expired ones are swept out a few at a time
+/// as the store is used, and past [`max_sessions`](Self::max_sessions) the sessions closest to
+/// expiry (the least recently used, for one idle timeout) are ended. No operation scans the
+/// table: each costs O(log n) plus O(per-user cap) when it indexes a user. The per-user index
+/// is keyed by the SHA-256 of the user id and loses its entries when their sessions end.
 #[derive(Clone, Debug)]
 pub struct MemorySessionStore {
     inner: Arc<Inner>,
@@ -30,18 +35,38 @@ struct Inner {
     state: Mutex<State>,
 }
 
+/// Expired sessions removed per operation at most, on top of what the bound requires: spreads a
+/// mass expiry over many requests instead of stalling one behind the lock.
+const SWEEP_PER_OP: usize = 32;
+
 #[derive(Debug, Default)]
 struct State {
     sessions: HashMap<String, Entry>,
-    users: HashMap<String, HashMap<String, u64>>,
-    ops_since_sweep: usize,
+    /// Every session by deadline (the sooner of idle and absolute expiry), then a sequence
+    /// number: the front is the next to expire, and the first to evict when full.
+    order: BTreeMap<(u64, u64), String>,
+    /// Per user (SHA-256 of the user id, never the raw id): storage key → absolute expiry.
+    /// Holds only sessions in `sessions`: every removal goes through [`State::remove`].
+    users: HashMap<[u8; 32], HashMap<String, u64>>,
+    seq: u64,
+    /// Entries looked at by the last operation's maintenance and indexing (a test probe for
+    /// the bounded-work promise).
+    #[cfg(test)]
+    examined: usize,
 }
 
 #[derive(Debug)]
 struct Entry {
     fields: HashMap<String, String>,
     exp: u64,
-    seen: u64,
+    /// Position in `State::order`.
+    slot: (u64, u64),
+    /// The user index holding this session, if any.
+    user: Option<[u8; 32]>,
+}
+
+fn user_digest(user: &str) -> [u8; 32] {
+    Sha256::digest(user.as_bytes()).into()
 }
 
 impl MemorySessionStore {
@@ -97,6 +122,10 @@ impl MemorySessionStore {
     fn with<T: Send + 'static>(&self, f: impl FnOnce(&mut State, u64) -> T) -> BoxFuture<T> {
         let now = self.now();
         let mut state = self.lock();
+        #[cfg(test)]
+        {
+            state.examined = 0;
+        }
         let out = f(&mut state, now);
         state.maintain(now, self.inner.max_sessions.load(Ordering::Relaxed));
         Box::pin(std::future::ready(out))
@@ -110,42 +139,94 @@ impl Default for MemorySessionStore {
 }
 
 impl State {
-    /// The live entry under `key`, after marking it used; an expired one is removed.
-    fn live(&mut self, key: &str, now: u64, life: Lifetimes) -> Option<&mut Entry> {
-        let expired = match self.sessions.get(key) {
-            None => return None,
-            Some(e) => now >= e.exp || now.saturating_sub(e.seen) >= life.idle_us(),
-        };
-        if expired {
-            self.sessions.remove(key);
-            return None;
+    fn examine(&mut self) {
+        #[cfg(test)]
+        {
+            self.examined += 1;
         }
-        let entry = self.sessions.get_mut(key)?;
-        entry.seen = now;
+    }
+
+    /// Files `key` under `deadline` in the expiry order; returns its slot.
+    fn place(&mut self, key: &str, deadline: u64) -> (u64, u64) {
+        self.seq += 1;
+        let slot = (deadline, self.seq);
+        self.order.insert(slot, key.to_owned());
+        slot
+    }
+
+    fn insert(&mut self, key: String, fields: HashMap<String, String>, exp: u64, deadline: u64) {
+        let slot = self.place(&key, deadline);
+        self.sessions.insert(
+            key,
+            Entry {
+                fields,
+                exp,
+                slot,
+                user: None,
+            },
+        );
+    }
+
+    /// Removes a session with its place in the expiry order and in its user's index.
+    fn remove(&mut self, key: &str) -> Option<Entry> {
+        let entry = self.sessions.remove(key)?;
+        self.order.remove(&entry.slot);
+        if let Some(user) = entry.user {
+            self.unindex(user, key);
+        }
         Some(entry)
     }
 
-    fn maintain(&mut self, now: u64, max: usize) {
-        self.ops_since_sweep += 1;
-        if self.sessions.len() > max || self.ops_since_sweep >= self.sessions.len().max(1024) {
-            self.sessions.retain(|_, e| now < e.exp);
-            for index in self.users.values_mut() {
-                index.retain(|_, exp| now < *exp);
+    fn unindex(&mut self, user: [u8; 32], key: &str) {
+        if let Some(index) = self.users.get_mut(&user) {
+            index.remove(key);
+            if index.is_empty() {
+                self.users.remove(&user);
             }
-            self.users.retain(|_, index| !index.is_empty());
-            self.ops_since_sweep = 0;
         }
-        if self.sessions.len() > max {
-            let mut seen: Vec<u64> = self.sessions.values().map(|e| e.seen).collect();
-            let cut = self.sessions.len() - max;
-            let (_, cutoff, _) = seen.select_nth_unstable(cut - 1);
-            let cutoff = *cutoff;
-            let mut removed = 0;
-            self.sessions.retain(|_, e| {
-                let drop_it = removed < cut && e.seen <= cutoff;
-                removed += usize::from(drop_it);
-                !drop_it
-            });
+    }
+
+    /// Whether the session under `key` is live at `now`, without marking it used.
+    fn is_live(&self, key: &str, now: u64) -> bool {
+        self.sessions.get(key).is_some_and(|e| now < e.slot.0)
+    }
+
+    /// The live entry under `key`, after marking it used; an expired one is removed.
+    fn live(&mut self, key: &str, now: u64, life: Lifetimes) -> Option<&mut Entry> {
+        let (exp, slot) = {
+            let e = self.sessions.get(key)?;
+            (e.exp, e.slot)
+        };
+        if now >= slot.0 {
+            self.remove(key);
+            return None;
+        }
+        self.order.remove(&slot);
+        let slot = self.place(key, exp.min(now.saturating_add(life.idle_us())));
+        let entry = self.sessions.get_mut(key)?;
+        entry.slot = slot;
+        Some(entry)
+    }
+
+    /// Removes up to [`SWEEP_PER_OP`] expired sessions, then evicts the sessions closest to
+    /// expiry until the bound holds. Each step is O(log n) and each session is removed once, so
+    /// the work is amortized O(log n) per operation, never a scan of the table.
+    fn maintain(&mut self, now: u64, max: usize) {
+        let mut swept = 0;
+        while let Some(entry) = self.order.first_entry() {
+            let expired = entry.key().0 <= now && swept < SWEEP_PER_OP;
+            if !expired && self.sessions.len() <= max {
+                break;
+            }
+            let key = entry.remove();
+            self.examine();
+            swept += 1;
+            if let Some(Entry {
+                user: Some(user), ..
+            }) = self.sessions.remove(&key)
+            {
+                self.unindex(user, &key);
+            }
         }
     }
 }
@@ -179,13 +260,11 @@ impl SessionStore for MemorySessionStore {
             fields.insert(EXP_FIELD.to_owned(), exp.to_string());
             fields.insert("$v".to_owned(), "1".to_owned());
             changes.apply_to(&mut fields);
-            s.sessions.insert(
+            s.insert(
                 key,
-                Entry {
-                    fields,
-                    exp,
-                    seen: now,
-                },
+                fields,
+                exp,
+                exp.min(now.saturating_add(life.idle_us())),
             );
             Ok(exp)
         })
@@ -232,7 +311,7 @@ impl SessionStore for MemorySessionStore {
 
     fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>> {
         self.with(move |s, _| {
-            s.sessions.remove(&key);
+            s.remove(&key);
             Ok(())
         })
     }
@@ -247,13 +326,26 @@ impl SessionStore for MemorySessionStore {
             if s.live(&old, now, life).is_none() {
                 return Ok(false);
             }
-            let Some(entry) = s.sessions.remove(&old) else {
-                return Ok(false);
-            };
             if s.sessions.contains_key(&new) {
                 return Err(SessionError::BadReply("session id collision".into()));
             }
-            s.sessions.insert(new, entry);
+            let Some(entry) = s.remove(&old) else {
+                return Ok(false);
+            };
+            let exp = entry.exp;
+            s.insert(
+                new.clone(),
+                entry.fields,
+                exp,
+                exp.min(now.saturating_add(life.idle_us())),
+            );
+            // The index follows the session to its new id, in the same step.
+            if let Some(user) = entry.user {
+                s.users.entry(user).or_default().insert(new.clone(), exp);
+                if let Some(e) = s.sessions.get_mut(&new) {
+                    e.user = Some(user);
+                }
+            }
             Ok(true)
         })
     }
@@ -266,14 +358,37 @@ impl SessionStore for MemorySessionStore {
         life: Lifetimes,
     ) -> BoxFuture<Result<(), SessionError>> {
         self.with(move |s, now| {
-            let index = s.users.entry(user).or_default();
-            index.retain(|_, exp| now < *exp);
-            index.insert(key, expires);
+            let digest = user_digest(&user);
+            if !s.is_live(&key, now) {
+                return Ok(());
+            }
+            let previous = s
+                .sessions
+                .get_mut(&key)
+                .and_then(|e| e.user.replace(digest));
+            if let Some(previous) = previous.filter(|p| *p != digest) {
+                s.unindex(previous, &key);
+            }
+            let mut index = s.users.remove(&digest).unwrap_or_default();
+            index.insert(key.clone(), expires);
+            // Entries of sessions that have expired but not yet been swept do not count.
+            let dead: Vec<String> = index
+                .keys()
+                .filter(|k| !s.is_live(k, now))
+                .cloned()
+                .collect();
+            for _ in 0..index.len() {
+                s.examine();
+            }
             let cap = usize::try_from(life.per_user.max(1)).unwrap_or(usize::MAX);
-            let mut popped = Vec::new();
+            let mut popped = dead;
+            for k in &popped {
+                index.remove(k);
+            }
             while index.len() > cap {
                 let Some(oldest) = index
                     .iter()
+                    .filter(|(k, _)| **k != key)
                     .min_by_key(|(k, exp)| (**exp, (*k).clone()))
                     .map(|(k, _)| k.clone())
                 else {
@@ -282,8 +397,9 @@ impl SessionStore for MemorySessionStore {
                 index.remove(&oldest);
                 popped.push(oldest);
             }
-            for key in popped {
-                s.sessions.remove(&key);
+            s.users.insert(digest, index);
+            for k in popped {
+                s.remove(&k);
             }
             Ok(())
         })
@@ -291,9 +407,9 @@ impl SessionStore for MemorySessionStore {
 
     fn revoke_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
         self.with(move |s, _| {
-            let index = s.users.remove(&user).unwrap_or_default();
+            let index = s.users.remove(&user_digest(&user)).unwrap_or_default();
             for key in index.keys() {
-                s.sessions.remove(key);
+                s.remove(key);
             }
             Ok(index.len())
         })
@@ -303,10 +419,10 @@ impl SessionStore for MemorySessionStore {
         self.with(move |s, now| {
             let mut out: Vec<SessionInfo> = s
                 .users
-                .get(&user)
+                .get(&user_digest(&user))
                 .into_iter()
                 .flatten()
-                .filter(|(_, exp)| now < **exp)
+                .filter(|(k, exp)| now < **exp && s.is_live(k, now))
                 .map(|(k, exp)| SessionInfo {
                     storage_key: k.clone(),
                     expires_in: Duration::from_micros(exp - now),
@@ -315,5 +431,76 @@ impl SessionStore for MemorySessionStore {
             out.sort_by_key(|i| (i.expires_in, i.storage_key.clone()));
             Ok(out)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::ManualClock;
+
+    fn block<T>(f: BoxFuture<T>) -> T {
+        futures_util::FutureExt::now_or_never(f).expect("the memory store never waits")
+    }
+
+    fn user_changes(user: &str) -> Changes {
+        let mut c = Changes::default();
+        c.set
+            .insert(super::super::store::USER_FIELD.to_owned(), user.to_owned());
+        c
+    }
+
+    /// Issue 7, item 11: filling the store far past its bound costs bounded work per insert, the
+    /// table never exceeds the bound, and the user index holds no evicted session.
+    #[test]
+    fn eviction_is_bounded_work_and_prunes_the_user_index() {
+        let clock = ManualClock::new();
+        let store = MemorySessionStore::with_clock(clock.clone()).max_sessions(100);
+        let life = Lifetimes::default();
+        let mut most = 0;
+        for i in 0..1000 {
+            clock.advance(Duration::from_millis(1));
+            let key = format!("{i:064x}");
+            let user = format!("user{}", i % 7);
+            let exp = block(store.create(key.clone(), user_changes(&user), life)).unwrap();
+            most = most.max(store.lock().examined);
+            block(store.index_user(user, key, exp, life)).unwrap();
+            most = most.max(store.lock().examined);
+            assert!(store.len() <= 100, "{} sessions", store.len());
+        }
+        assert!(most <= 2 + 64, "an insert examined {most} entries");
+        let mut indexed = 0;
+        for u in 0..7 {
+            for info in block(store.user_sessions(format!("user{u}"))).unwrap() {
+                indexed += 1;
+                assert!(
+                    block(store.load(info.storage_key, life)).unwrap().is_some(),
+                    "the index lists an evicted session"
+                );
+            }
+        }
+        assert_eq!(indexed, 100);
+        let state = store.lock();
+        let entries: usize = state.users.values().map(HashMap::len).sum();
+        assert_eq!(entries, 100, "no dead entries in the user index");
+    }
+
+    /// Mass expiry is swept a few sessions per operation, not all under one lock.
+    #[test]
+    fn expired_sessions_are_swept_in_small_batches() {
+        let clock = ManualClock::new();
+        let store = MemorySessionStore::with_clock(clock.clone());
+        let life = Lifetimes::default();
+        for i in 0..500 {
+            block(store.create(format!("{i:064x}"), Changes::default(), life)).unwrap();
+        }
+        clock.advance(life.max);
+        let mut ops = 0;
+        while !store.is_empty() {
+            block(store.load("absent".to_owned(), life)).unwrap();
+            assert!(store.lock().examined <= SWEEP_PER_OP);
+            ops += 1;
+        }
+        assert_eq!(ops, 500 / SWEEP_PER_OP + 1);
     }
 }

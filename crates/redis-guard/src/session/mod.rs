@@ -25,7 +25,13 @@
 //!
 //! - **The cookie holds only a random id**: 256 bits from the OS CSPRNG, base64url. The store
 //!   knows the session by the id's SHA-256, so a Redis dump or `MONITOR` never shows a usable
-//!   token. Cookies default to `HttpOnly; Secure; SameSite=Lax; Path=/`, no `Domain`.
+//!   token. Cookies default to `__Host-id` with `HttpOnly; Secure; SameSite=Lax; Path=/`, no
+//!   `Domain` (see [`CookieConfig`]): the `__Host-` prefix means no sibling subdomain can plant
+//!   or overwrite the cookie.
+//! - **Reading the cookie**: the `Cookie` header is read as bytes, so another cookie's odd
+//!   value never hides ours; every well-formed value of our cookie counts, in order, and the
+//!   first that names a live session wins (at most [`MAX_COOKIE_CANDIDATES`], one round trip
+//!   each until found), so a planted id cannot shadow the real one.
 //! - **One hash field per key.** After the handler only the changed fields are written (`HSET` /
 //!   `HDEL`, one script, one round trip), so two concurrent requests that change different keys
 //!   both keep their change; for the same key the last writer wins. `increment` is an atomic
@@ -40,11 +46,38 @@
 //!   dropped; the session is never re-created and no cookie is re-issued for it. **No fixation**:
 //!   a cookie naming an unknown id is never adopted; a fresh id is issued when something is
 //!   stored.
-//! - **Users**: `set_user` records the session under its user; `revoke_user` ends all of them
-//!   ("log out everywhere"); [`SessionStore::user_sessions`] lists them. The per-user index is
-//!   pruned as it is used and capped ([`SessionLayerBuilder::max_sessions_per_user`]).
+//! - **Users**: `set_user` records the session under its user (the id is 1 to 256 bytes; stores
+//!   key the index by its SHA-256); `revoke_user` ends all of them ("log out everywhere");
+//!   [`SessionStore::user_sessions`] lists them. The index follows `cycle_id` to the new id, and
+//!   loses entries on `destroy`; entries of sessions that are gone are pruned before the
+//!   per-user cap ([`SessionLayerBuilder::max_sessions_per_user`]) ends a live session. A
+//!   session with a user is never handed to the client unless it is indexed.
+//! - **Revocation is airtight under concurrency**: `revoke_user` takes the user's index in one
+//!   atomic step, then deletes the sessions. A login indexed at the same moment is either ended
+//!   or stays in the index for the next revocation; a rotation racing a revocation ends the
+//!   session. On a Redis Cluster the session keys and the index sit on different slots, so the
+//!   steps are ordered such that a crash between any two leaves no session or an indexed one,
+//!   never a live session that `revoke_user` cannot reach.
+//! - **Caching**: a response that sets or removes the cookie carries `Vary: Cookie` and a
+//!   `Cache-Control` that is `private` (the handler's `public` and `s-maxage` are removed) with
+//!   `no-cache="Set-Cookie"` unless it already says `no-cache` or `no-store`.
 //! - **Redis down**: `503` (default) or carry on without a session ([`StoreFailure`]); every call
-//!   has a timeout.
+//!   has a timeout. After a failed load nothing is written and no cookie is set (the user's
+//!   cookie stays); a failed idle refresh never changes a response; a failed save of changed
+//!   data is a `503` under [`StoreFailure::ServiceUnavailable`].
+//! - **Memory store**: bounded ([`MemorySessionStore::max_sessions`]); expired sessions leave a
+//!   few at a time and, when full, the sessions closest to expiry are evicted, in O(log n) per
+//!   session, never a scan of the table under its lock.
+//! - **Configuration** is checked when the layer is built
+//!   ([`SessionLayerBuilder::build`]): lifetimes over zero and at most [`MAX_LIFETIME`], a
+//!   `__Host-` cookie name with `Secure`, `Path=/` and no `Domain`, a Redis timeout over zero.
+//!
+//! What it does not defend against: a stolen cookie is a bearer credential until it expires,
+//! is rotated or revoked (no binding to the client); a live session id planted through a channel
+//! that can set `__Host-` cookies (the site itself, over HTTPS) is still tried first; with
+//! [`CookieConfig::secure`] off or a `Domain` set, the cookie is named `id` and sibling
+//! subdomains can plant one; on Redis, a session whose user changes keeps its entry in the previous
+//! user's index until it ends (revoking that user ends it too).
 
 mod cookie;
 mod error;
@@ -57,10 +90,13 @@ mod service;
 mod session;
 mod store;
 
-pub use cookie::{CookieConfig, SameSite};
+pub use cookie::{CookieConfig, MAX_COOKIE_CANDIDATES, SameSite};
 pub use error::SessionError;
 pub use id::SessionId;
-pub use layer::{SessionConfigError, SessionLayer, SessionLayerBuilder, StoreFailure};
+pub use layer::{
+    MAX_LIFETIME, MAX_SESSIONS_PER_USER, SessionConfigError, SessionLayer, SessionLayerBuilder,
+    StoreFailure,
+};
 pub use memory_store::{DEFAULT_MAX_SESSIONS, MemorySessionStore};
 pub use redis_store::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisSessionStore};
 pub use service::{ResponseFuture, SessionService};

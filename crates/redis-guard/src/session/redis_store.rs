@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::SessionError;
 use super::id::hex;
-use super::store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore};
+use super::store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore, USER_FIELD};
 use crate::backend::{ManualClock, RedisConnection, shift_micros};
 
 /// Default key prefix: keys read `rg:s:{<sha256 of id>}` and `rg:u:{<sha256 of user>}`.
@@ -28,6 +28,16 @@ static TAKE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/ta
 static RESTORE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/restore.lua")));
 static INDEX: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/index.lua")));
 static LIST: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/list.lua")));
+static TRIM: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/trim.lua")));
+static REVOKE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/revoke.lua")));
+static MOVE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/move.lua")));
+static SETTLE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/settle.lua")));
+static DROP: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/drop.lua")));
+static PROBE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/probe.lua")));
+
+/// The idle timeout `probe` uses where none is known (listing): only the absolute expiry and
+/// the key's TTL (which follows the idle timeout) decide.
+const NO_IDLE: u64 = 1 << 53;
 
 /// Sessions in Redis: one hash per session, one field per key, so two concurrent requests that
 /// change different keys both keep their change. Each operation is one Lua script (one round
@@ -56,6 +66,17 @@ struct Inner {
     prefix: String,
     timeout: Duration,
     shift: Option<ManualClock>,
+    between_revoke_steps: Option<Hook>,
+}
+
+/// A test hook: runs between two steps of a multi-step operation.
+#[derive(Clone)]
+struct Hook(Arc<dyn Fn() -> BoxFuture<()> + Send + Sync>);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hook")
+    }
 }
 
 impl RedisSessionStore {
@@ -68,6 +89,7 @@ impl RedisSessionStore {
                 prefix: DEFAULT_PREFIX.to_owned(),
                 timeout: DEFAULT_TIMEOUT,
                 shift: None,
+                between_revoke_steps: None,
             }),
         }
     }
@@ -79,7 +101,9 @@ impl RedisSessionStore {
         self
     }
 
-    /// How long to wait for Redis (default [`DEFAULT_TIMEOUT`]).
+    /// How long to wait for Redis (default [`DEFAULT_TIMEOUT`]). Must be more than zero:
+    /// [`SessionLayerBuilder::build`](super::SessionLayerBuilder::build) refuses a store with a
+    /// zero timeout, which would fail every call.
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         Arc::make_mut(&mut self.inner).timeout = timeout;
@@ -91,6 +115,19 @@ impl RedisSessionStore {
     #[must_use]
     pub fn time_shift(mut self, clock: ManualClock) -> Self {
         Arc::make_mut(&mut self.inner).shift = Some(clock);
+        self
+    }
+
+    /// A test seam: `hook` runs inside [`revoke_user`](SessionStore::revoke_user), after it
+    /// has taken the user's index and before it deletes the sessions, so a test can land a
+    /// login "between the steps". Production code never calls it.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn between_revoke_steps(
+        mut self,
+        hook: impl Fn() -> BoxFuture<()> + Send + Sync + 'static,
+    ) -> Self {
+        Arc::make_mut(&mut self.inner).between_revoke_steps = Some(Hook(Arc::new(hook)));
         self
     }
 
@@ -133,6 +170,34 @@ impl RedisSessionStore {
                 .map_err(|_| SessionError::Timeout(inner.timeout))?
                 .map_err(SessionError::Redis)
         })
+    }
+
+    /// Of `members` (storage keys), those whose session is gone: one probe each, concurrently.
+    async fn dead(&self, members: &[String], idle: u64) -> Result<Vec<String>, SessionError> {
+        let probes = members
+            .iter()
+            .map(|m| self.run(&PROBE, self.session_key(m), idle, vec![]));
+        let live = futures_util::future::try_join_all(probes).await?;
+        Ok(members
+            .iter()
+            .zip(live)
+            .filter(|(_, v)| !matches!(v, Value::Int(1)))
+            .map(|(m, _)| m.clone())
+            .collect())
+    }
+
+    /// Runs `trim.lua` on `user`'s index: removes `gone`, then pops past `cap` (0: no cap),
+    /// never `keep`. Returns the popped members.
+    async fn trim(
+        &self,
+        user: &str,
+        cap: u32,
+        keep: String,
+        gone: Vec<String>,
+    ) -> Result<Vec<String>, SessionError> {
+        let mut args = vec![cap.to_string(), keep];
+        args.extend(gone);
+        strings(self.run(&TRIM, self.user_key(user), 0, args).await?)
     }
 
     fn query(&self, cmd: redis::Cmd) -> BoxFuture<Result<Value, SessionError>> {
@@ -241,8 +306,18 @@ impl SessionStore for RedisSessionStore {
     }
 
     fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>> {
-        let call = self.query(redis::cmd("DEL").arg(self.session_key(&key)).clone());
-        Box::pin(async move { call.await.map(drop) })
+        let this = self.clone();
+        Box::pin(async move {
+            let user = this.run(&DROP, this.session_key(&key), 0, vec![]).await?;
+            if let Value::Nil = user {
+                return Ok(());
+            }
+            let user: String =
+                redis::from_redis_value(user).map_err(|e| SessionError::BadReply(e.to_string()))?;
+            this.trim(&user, 0, String::new(), vec![key])
+                .await
+                .map(drop)
+        })
     }
 
     fn rotate(
@@ -251,9 +326,15 @@ impl SessionStore for RedisSessionStore {
         new: String,
         life: Lifetimes,
     ) -> BoxFuture<Result<bool, SessionError>> {
-        // Two steps, because the two keys may live on different cluster slots: take (read and
-        // delete) the old session, then restore it under the new key. A failure in between
-        // leaves no session (the user logs in again), never two.
+        // The two session keys and the user's index may live on three cluster slots, so this is
+        // four steps, ordered so that a crash between any two leaves no session or a session
+        // that is indexed, never an unrevocable one:
+        //   1. take (read and delete) the old session;
+        //   2. index the new id next to the old one, refused if the old id has left the index
+        //      (a revocation took it): the session then simply ends;
+        //   3. restore the data under the new id;
+        //   4. drop the old id from the index; if a revocation took the index after step 2,
+        //      delete the restored session.
         let this = self.clone();
         Box::pin(async move {
             let taken = this
@@ -263,10 +344,35 @@ impl SessionStore for RedisSessionStore {
                 Value::Nil => return Ok(false),
                 v => strings(v)?,
             };
+            let user = data
+                .chunks(2)
+                .find(|pair| pair[0] == USER_FIELD)
+                .and_then(|pair| pair.get(1).cloned());
+            let ids = vec![old.clone(), new.clone()];
+            if let Some(user) = &user {
+                let moved = this.run(&MOVE, this.user_key(user), 0, ids.clone()).await?;
+                if int(&moved)? != Some(1) {
+                    return Ok(false);
+                }
+            }
             let restored = this
                 .run(&RESTORE, this.session_key(&new), life.idle_us(), data)
                 .await?;
-            Ok(expiry(&restored)?.is_some())
+            let restored = expiry(&restored)?.is_some();
+            let Some(user) = user else {
+                return Ok(restored);
+            };
+            if !restored {
+                this.trim(&user, 0, String::new(), ids).await?;
+                return Ok(false);
+            }
+            let settled = this.run(&SETTLE, this.user_key(&user), 0, ids).await?;
+            if int(&settled)? != Some(1) {
+                this.query(redis::cmd("DEL").arg(this.session_key(&new)).clone())
+                    .await?;
+                return Ok(false);
+            }
+            Ok(true)
         })
     }
 
@@ -279,18 +385,32 @@ impl SessionStore for RedisSessionStore {
     ) -> BoxFuture<Result<(), SessionError>> {
         let this = self.clone();
         Box::pin(async move {
-            let popped = this
-                .run(
+            let cap = life.per_user.max(1);
+            let others = strings(
+                this.run(
                     &INDEX,
                     this.user_key(&user),
                     0,
-                    vec![key, expires.to_string(), life.per_user.max(1).to_string()],
+                    vec![key.clone(), expires.to_string(), cap.to_string()],
                 )
-                .await?;
+                .await?,
+            )?;
+            if others.is_empty() {
+                return Ok(());
+            }
+            // Over the cap: entries of sessions that are gone (destroyed, expired) go first, so
+            // they never push out a live session. O(cap) probes, only when the cap is reached.
+            let dead = this.dead(&others, life.idle_us()).await?;
+            let popped = this.trim(&user, cap, key, dead).await?;
             // Sessions pushed out of the index by the cap end now, so that revoke_user still
             // reaches every live session of the user.
-            for storage_key in strings(popped)? {
-                this.delete(storage_key).await?;
+            for storage_key in popped {
+                this.query(
+                    redis::cmd("DEL")
+                        .arg(this.session_key(&storage_key))
+                        .clone(),
+                )
+                .await?;
             }
             Ok(())
         })
@@ -299,26 +419,43 @@ impl SessionStore for RedisSessionStore {
     fn revoke_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
         let this = self.clone();
         Box::pin(async move {
-            let index = this.user_key(&user);
-            let members = strings(
-                this.query(redis::cmd("ZRANGE").arg(&index).arg(0).arg(-1).clone())
-                    .await?,
-            )?;
-            // One DEL per session: on a cluster they live on different slots.
-            for storage_key in &members {
-                this.delete(storage_key.clone()).await?;
+            let members = strings(this.run(&REVOKE, this.user_key(&user), 0, vec![]).await?)?;
+            if let Some(Hook(hook)) = &this.inner.between_revoke_steps {
+                hook().await;
             }
-            this.query(redis::cmd("DEL").arg(&index).clone()).await?;
+            // One DEL per session: on a cluster they live on different slots. A failure here
+            // leaves some sessions live and out of the index; the error reaches the caller, who
+            // must not report the revocation as done.
+            for storage_key in &members {
+                this.query(redis::cmd("DEL").arg(this.session_key(storage_key)).clone())
+                    .await?;
+            }
             Ok(members.len())
         })
     }
 
+    fn check(&self) -> Result<(), String> {
+        if self.inner.timeout.is_zero() {
+            return Err(format!(
+                "Redis timeout {:?} must be positive",
+                self.inner.timeout
+            ));
+        }
+        Ok(())
+    }
+
     fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
-        let call = self.run(&LIST, self.user_key(&user), 0, vec![]);
+        let this = self.clone();
         Box::pin(async move {
-            let flat = strings(call.await?)?;
+            let flat = strings(this.run(&LIST, this.user_key(&user), 0, vec![]).await?)?;
+            let members: Vec<String> = flat.iter().step_by(2).cloned().collect();
+            let dead = this.dead(&members, NO_IDLE).await?;
+            if !dead.is_empty() {
+                this.trim(&user, 0, String::new(), dead.clone()).await?;
+            }
             Ok(flat
                 .chunks(2)
+                .filter(|pair| !dead.contains(&pair[0]))
                 .filter_map(|pair| {
                     let [key, us] = pair else { return None };
                     let us: u64 = us.parse().ok()?;

@@ -9,7 +9,7 @@ use tokio::sync::Mutex;
 
 use super::cookie::{CookieConfig, ReadCookie};
 use super::id::SessionId;
-use super::store::{Changes, Lifetimes, RESERVED, Record, SessionStore, USER_FIELD};
+use super::store::{Changes, EXP_FIELD, Lifetimes, RESERVED, Record, SessionStore, USER_FIELD};
 use super::{SessionError, StoreFailure};
 
 /// Settings shared by every request of a layer.
@@ -32,8 +32,9 @@ pub(crate) enum CookieAction {
 
 #[derive(Debug)]
 struct State {
-    /// A well-formed id from the request's cookie.
-    cookie_id: Option<SessionId>,
+    /// The well-formed ids from the request's cookies, in order (at most
+    /// [`MAX_COOKIE_CANDIDATES`](super::MAX_COOKIE_CANDIDATES)).
+    cookie_ids: Vec<SessionId>,
     loaded: bool,
     /// The live record and its id, once loaded (or created/rotated).
     live: Option<(SessionId, Record)>,
@@ -42,6 +43,9 @@ struct State {
     cookie: CookieAction,
     destroyed: bool,
     failed: bool,
+    /// The load failed: nothing is written and no cookie is set for the rest of the request
+    /// (the client's cookie may name a perfectly good session).
+    load_failed: bool,
 }
 
 /// The current request's session: read and change it from a handler.
@@ -75,6 +79,9 @@ impl fmt::Debug for Session {
     }
 }
 
+/// Longest user id, in bytes.
+const MAX_USER_LEN: usize = 256;
+
 fn check_key(key: &str) -> Result<(), SessionError> {
     if key.starts_with(RESERVED) {
         return Err(SessionError::ReservedKey(key.to_owned()));
@@ -87,14 +94,14 @@ fn check_key(key: &str) -> Result<(), SessionError> {
 
 impl Session {
     pub(crate) fn new(shared: Arc<Shared>, cookie: ReadCookie) -> Self {
-        let cookie_id = match cookie {
-            ReadCookie::Id(id) => Some(id),
-            ReadCookie::Absent | ReadCookie::Malformed => None,
+        let cookie_ids = match cookie {
+            ReadCookie::Ids(ids) => ids,
+            ReadCookie::Absent | ReadCookie::Malformed => Vec::new(),
         };
         Self {
             shared,
             state: Arc::new(Mutex::new(State {
-                cookie_id,
+                cookie_ids,
                 loaded: false,
                 live: None,
                 changes: Changes::default(),
@@ -102,6 +109,7 @@ impl Session {
                 cookie: CookieAction::Keep,
                 destroyed: false,
                 failed: false,
+                load_failed: false,
             })),
         }
     }
@@ -122,26 +130,42 @@ impl Session {
             return Ok(());
         }
         state.loaded = true;
-        let Some(id) = state.cookie_id.clone() else {
-            return Ok(());
-        };
-        match self
-            .shared
-            .store
-            .load(id.storage_key(), self.shared.life)
-            .await
-        {
-            Ok(Some(record)) => {
+        match self.load_first_live(&state.cookie_ids).await {
+            Ok(Some((id, record))) => {
                 state.user = record.user().map(str::to_owned);
                 state.live = Some((id, record));
                 Ok(())
             }
             Ok(None) => {
-                tracing::debug!("session: cookie names no live session; ignored");
+                if !state.cookie_ids.is_empty() {
+                    tracing::debug!("session: cookie names no live session; ignored");
+                }
                 Ok(())
             }
-            Err(e) => self.fail(state, e),
+            Err(e) => {
+                state.load_failed = true;
+                self.fail(state, e)
+            }
         }
+    }
+
+    /// Loads (and marks used) the first of `ids` that names a live session: a planted id in
+    /// front of the real one costs a round trip, not the session.
+    async fn load_first_live(
+        &self,
+        ids: &[SessionId],
+    ) -> Result<Option<(SessionId, Record)>, SessionError> {
+        for id in ids {
+            let loaded = self
+                .shared
+                .store
+                .load(id.storage_key(), self.shared.life)
+                .await?;
+            if let Some(record) = loaded {
+                return Ok(Some((id.clone(), record)));
+            }
+        }
+        Ok(None)
     }
 
     /// The value under `key`, deserialized; `None` when absent.
@@ -323,7 +347,12 @@ impl Session {
                 state.live = Some((new, record));
                 Ok(())
             }
-            Ok(false) => Ok(()),
+            Ok(false) => {
+                // Gone meanwhile (expired, destroyed or revoked): whatever follows is a new,
+                // anonymous session.
+                state.user = None;
+                Ok(())
+            }
             Err(e) => {
                 state.failed |= e.is_store_error();
                 Err(e)
@@ -339,16 +368,14 @@ impl Session {
     /// A store error.
     pub async fn destroy(&self) -> Result<(), SessionError> {
         let mut state = self.state.lock().await;
-        state.loaded = true;
+        // Find which of the cookie's ids is the live session (and its user's index entry goes
+        // with it in the store's delete).
+        self.ensure_loaded(&mut state).await?;
         state.destroyed = true;
         state.changes = Changes::default();
         state.user = None;
-        let id = state
-            .live
-            .take()
-            .map(|(id, _)| id)
-            .or_else(|| state.cookie_id.clone());
-        if id.is_some() || state.cookie_id.is_some() {
+        let id = state.live.take().map(|(id, _)| id);
+        if id.is_some() || !state.cookie_ids.is_empty() {
             state.cookie = CookieAction::Remove;
         }
         if let Some(id) = id
@@ -362,12 +389,17 @@ impl Session {
 
     /// Records that the session belongs to `user` (written after the handler), so that
     /// [`revoke_user`](Self::revoke_user) can end it and
-    /// [`SessionStore::user_sessions`] lists it.
+    /// [`SessionStore::user_sessions`] lists it. The session is indexed under the user before
+    /// the client gets its cookie: if indexing fails, no cookie is sent.
     ///
     /// # Errors
     ///
-    /// A store error while loading.
+    /// [`SessionError::InvalidUser`] for an empty id or one longer than 256 bytes; a store error
+    /// while loading.
     pub async fn set_user(&self, user: &str) -> Result<(), SessionError> {
+        if user.is_empty() || user.len() > MAX_USER_LEN {
+            return Err(SessionError::InvalidUser(user.len()));
+        }
         let mut state = self.state.lock().await;
         self.ensure_loaded(&mut state).await?;
         if state.destroyed {
@@ -419,7 +451,7 @@ impl Session {
     /// handler runs.
     pub(crate) async fn preload(&self) -> Result<Option<String>, SessionError> {
         let mut state = self.state.lock().await;
-        if state.cookie_id.is_none() {
+        if state.cookie_ids.is_empty() {
             return Ok(None);
         }
         self.ensure_loaded(&mut state).await?;
@@ -434,20 +466,19 @@ impl Session {
         if state.destroyed {
             return (state.cookie.clone(), state.failed);
         }
+        if state.load_failed {
+            if !state.changes.is_empty() {
+                tracing::warn!("session: not saved, the load failed earlier in this request");
+            }
+            return (CookieAction::Keep, state.failed);
+        }
         if state.changes.is_empty() {
-            if !state.loaded
-                && success
-                && let Some(id) = state.cookie_id.clone()
-            {
-                // Untouched, but the cookie came: the session was used, restart its idle timer.
-                if let Err(e) = self
-                    .shared
-                    .store
-                    .load(id.storage_key(), self.shared.life)
-                    .await
-                {
+            if !state.loaded && success {
+                // Untouched, but the cookie came: the session was used, restart its idle timer
+                // (on the first candidate that is live).
+                if let Err(e) = self.load_first_live(&state.cookie_ids).await {
+                    // The response is complete and nothing it relies on was lost.
                     tracing::warn!(error = %e, "session: could not refresh the idle timeout");
-                    state.failed = true;
                 }
             }
             return (state.cookie.clone(), state.failed);
@@ -458,30 +489,47 @@ impl Session {
             .clone()
             .filter(|_| changes.set.contains_key(USER_FIELD));
         let life = self.shared.life;
-        let outcome = if let Some((id, _)) = &state.live {
+        let outcome = if let Some((id, record)) = &state.live {
             let key = id.storage_key();
-            match self.shared.store.save(key.clone(), changes, life).await {
-                Ok(Some(exp)) => Ok(Some((key, exp))),
-                Ok(None) => {
-                    // Destroyed, revoked or expired meanwhile: the write is dropped and no
-                    // cookie is (re-)issued for it.
-                    tracing::debug!("session: gone before its changes were saved; dropped");
-                    if state.cookie != CookieAction::Keep {
-                        state.cookie = CookieAction::Remove;
+            // An existing session gains a user: index it first, so that it is never live under
+            // a user without being revocable. A revocation in between deletes the session and
+            // the save below then finds it gone.
+            let exp = record.get(EXP_FIELD).and_then(|v| v.parse::<u64>().ok());
+            let indexed = match (&user, exp) {
+                (Some(user), Some(exp)) => self
+                    .shared
+                    .store
+                    .index_user(user.clone(), key.clone(), exp, life)
+                    .await
+                    .map(|()| true),
+                _ => Ok(false),
+            };
+            match indexed {
+                Ok(indexed) => match self.shared.store.save(key.clone(), changes, life).await {
+                    Ok(Some(exp)) => Ok(Some((key, exp, indexed))),
+                    Ok(None) => {
+                        // Destroyed, revoked or expired meanwhile: the write is dropped and no
+                        // cookie is (re-)issued for it.
+                        tracing::debug!("session: gone before its changes were saved; dropped");
+                        if state.cookie != CookieAction::Keep {
+                            state.cookie = CookieAction::Remove;
+                        }
+                        Ok(None)
                     }
-                    Ok(None)
-                }
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             }
         } else {
-            // A new session, never under the id the client sent (no fixation).
+            // A new session, never under the id the client sent (no fixation). Its cookie is
+            // only sent once it is indexed under its user (below).
             match SessionId::generate() {
                 Ok(id) => {
                     let key = id.storage_key();
                     match self.shared.store.create(key.clone(), changes, life).await {
                         Ok(exp) => {
                             state.cookie = CookieAction::Set(id);
-                            Ok(Some((key, exp)))
+                            Ok(Some((key, exp, false)))
                         }
                         Err(e) => Err(e),
                     }
@@ -490,12 +538,22 @@ impl Session {
             }
         };
         match outcome {
-            Ok(Some((key, exp))) => {
-                if let Some(user) = user
-                    && let Err(e) = self.shared.store.index_user(user, key, exp, life).await
+            Ok(Some((key, exp, indexed))) => {
+                if let Some(user) = user.filter(|_| !indexed)
+                    && let Err(e) = self
+                        .shared
+                        .store
+                        .index_user(user, key.clone(), exp, life)
+                        .await
                 {
                     tracing::warn!(error = %e, "session: could not index the session under its user");
                     state.failed = true;
+                    // Not revocable: the session must not be handed out, nor stay usable.
+                    if let Err(e) = self.shared.store.delete(key).await {
+                        tracing::warn!(error = %e, "session: could not delete an unindexed session");
+                    }
+                    state.live = None;
+                    state.cookie = CookieAction::Keep;
                 }
             }
             Ok(None) => {}

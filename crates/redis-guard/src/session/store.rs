@@ -175,11 +175,14 @@ pub trait SessionStore: Send + Sync + fmt::Debug + 'static {
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<i64>, SessionError>>;
 
-    /// Deletes a session.
+    /// Deletes a session, and its entry in its user's index.
     fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>>;
 
     /// Moves a live session's data to `new` and deletes `old`; `false` when `old` is gone. The old
-    /// key is deleted first: a failure in between leaves no session rather than two.
+    /// key is deleted first: a failure in between leaves no session rather than two. A session
+    /// with a user keeps its place in the user's index under `new` (so `revoke_user` still
+    /// reaches it), and a rotation that races with `revoke_user` ends the session; at no point
+    /// is the new session live without being indexed.
     fn rotate(
         &self,
         old: String,
@@ -187,7 +190,9 @@ pub trait SessionStore: Send + Sync + fmt::Debug + 'static {
         life: Lifetimes,
     ) -> BoxFuture<Result<bool, SessionError>>;
 
-    /// Records session `key` (expiring at `expires`, store time in µs) under `user`.
+    /// Records session `key` (expiring at `expires`, store time in µs) under `user`. Entries of
+    /// sessions that are gone are pruned first; past [`Lifetimes::per_user`], the live sessions
+    /// closest to their absolute expiry are ended.
     fn index_user(
         &self,
         user: String,
@@ -196,11 +201,23 @@ pub trait SessionStore: Send + Sync + fmt::Debug + 'static {
         life: Lifetimes,
     ) -> BoxFuture<Result<(), SessionError>>;
 
-    /// Ends every session of `user`; returns how many were listed.
+    /// Ends every session of `user`; returns how many were listed. The index is taken in one
+    /// atomic step, so a session indexed concurrently is either ended or stays in the index for
+    /// the next revocation.
     fn revoke_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>>;
 
     /// The live sessions of `user`.
     fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>>;
+
+    /// Checks the store's own settings; [`SessionLayerBuilder::build`](super::SessionLayerBuilder::build)
+    /// calls it and fails with the message. The default accepts everything.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the setting that cannot work.
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
@@ -261,5 +278,8 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
     }
     fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
         (**self).user_sessions(user)
+    }
+    fn check(&self) -> Result<(), String> {
+        (**self).check()
     }
 }

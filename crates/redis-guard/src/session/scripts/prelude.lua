@@ -48,3 +48,12 @@ local function touch(key, now, exp, idle)
   redis.call('HSET', key, '$seen', fmt(now))
   redis.call('PEXPIRE', key, cdiv(math.min(idle, exp - now), 1000))
 end
+
+-- A user's index is a sorted set of session storage keys scored by absolute expiry; it expires
+-- with its last session.
+local function keep_index(key, now)
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if last[2] then
+    redis.call('PEXPIRE', key, math.max(1, cdiv(tonumber(last[2]) - now, 1000)))
+  end
+end
