@@ -43,7 +43,7 @@ impl LoginRules {
     pub(crate) fn from_env(get: Lookup<'_>) -> Result<Self, String> {
         let rule = |name: &str, var: &str, default: &str| -> Result<Rule, String> {
             let rule = Rule::new(name, settings::quota(get, var, default)?)
-                .algorithm(Algorithm::SlidingLog);
+                .with_algorithm(Algorithm::SlidingLog);
             rule.validate().map_err(|e| format!("{var}: {e}"))?;
             Ok(rule)
         };

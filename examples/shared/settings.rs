@@ -60,7 +60,7 @@ pub(crate) fn duration(
 /// `REDIS_TIMEOUT_MS`: whole milliseconds in [`REDIS_TIMEOUT_MS`], default the library's.
 pub(crate) fn redis_timeout(get: Lookup<'_>) -> Result<Duration, String> {
     let Some(v) = get("REDIS_TIMEOUT_MS") else {
-        return Ok(redis_guard::rate_limit::DEFAULT_TIMEOUT);
+        return Ok(redis_guard::backend::DEFAULT_TIMEOUT);
     };
     match v.trim().parse::<u64>() {
         Ok(ms) if REDIS_TIMEOUT_MS.contains(&ms) => Ok(Duration::from_millis(ms)),

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
-use redis_guard::backend::{Clock, ManualClock, RedisConnection};
+use redis_guard::backend::{Clock, ManualClock, RedisBackend, RedisConnection};
 use redis_guard::rate_limit::{Limiter, MemoryLimiter, RedisLimiter};
 use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionStore};
 use redis_guard_testkit::{RedisCluster, RedisServer, unique_prefix};
@@ -52,8 +52,8 @@ impl Harness {
         let clock = ManualClock::new();
         Self {
             kind: Kind::Memory,
-            memory: MemoryLimiter::with_clock(clock.clone()),
-            sessions: MemorySessionStore::with_clock(clock.clone()),
+            memory: MemoryLimiter::builder().clock(clock.clone()).build(),
+            sessions: MemorySessionStore::builder().clock(clock.clone()).build(),
             clock,
             server: None,
             cluster: None,
@@ -84,8 +84,8 @@ impl Harness {
         let clock = ManualClock::new();
         Self {
             kind,
-            memory: MemoryLimiter::with_clock(clock.clone()),
-            sessions: MemorySessionStore::with_clock(clock.clone()),
+            memory: MemoryLimiter::builder().clock(clock.clone()).build(),
+            sessions: MemorySessionStore::builder().clock(clock.clone()).build(),
             clock,
             server: Some(server),
             cluster: None,
@@ -106,8 +106,8 @@ impl Harness {
         let clock = ManualClock::new();
         Self {
             kind: Kind::Cluster,
-            memory: MemoryLimiter::with_clock(clock.clone()),
-            sessions: MemorySessionStore::with_clock(clock.clone()),
+            memory: MemoryLimiter::builder().clock(clock.clone()).build(),
+            sessions: MemorySessionStore::builder().clock(clock.clone()).build(),
             clock,
             server: None,
             cluster: Some(cluster),
@@ -130,12 +130,7 @@ impl Harness {
     pub async fn limiter(&self) -> Arc<dyn Limiter> {
         match self.kind {
             Kind::Memory => Arc::new(self.memory.clone()),
-            _ => Arc::new(
-                RedisLimiter::new(self.connection().await)
-                    .prefix(self.prefix.clone())
-                    .timeout(TEST_TIMEOUT)
-                    .time_shift(self.clock.clone()),
-            ),
+            _ => Arc::new(RedisLimiter::new(self.backend().await)),
         }
     }
 
@@ -144,13 +139,21 @@ impl Harness {
     pub async fn session_store(&self) -> Arc<dyn SessionStore> {
         match self.kind {
             Kind::Memory => Arc::new(self.sessions.clone()),
-            _ => Arc::new(
-                RedisSessionStore::new(self.connection().await)
-                    .prefix(self.prefix.clone())
-                    .timeout(TEST_TIMEOUT)
-                    .time_shift(self.clock.clone()),
-            ),
+            _ => Arc::new(RedisSessionStore::new(self.backend().await)),
         }
+    }
+
+    /// A Redis backend of this harness: a new connection, the harness' prefix, the test
+    /// timeout and the harness' clock as time shift.
+    ///
+    /// # Panics
+    ///
+    /// As [`connection`](Self::connection).
+    pub async fn backend(&self) -> RedisBackend {
+        RedisBackend::new(self.connection().await)
+            .prefix(self.prefix.clone())
+            .timeout(TEST_TIMEOUT)
+            .time_shift(self.clock.clone())
     }
 
     /// A new Redis connection of this harness' kind.

@@ -22,9 +22,11 @@ async fn check(l: &Arc<dyn Limiter>, rule: &Rule, key: &str) -> Decision {
 }
 
 async fn check_cost(l: &Arc<dyn Limiter>, rule: &Rule, key: &str, cost: u32) -> Decision {
-    l.check_all(vec![Check::new(rule.clone(), Key::from(key)).cost(cost)])
-        .await
-        .expect("decision")
+    l.check_all(vec![
+        Check::new(rule.clone(), Key::from(key)).with_cost(cost),
+    ])
+    .await
+    .expect("decision")
 }
 
 /// Memory gives exactly `exact`; on Redis real milliseconds pass during the test, so a wait may be
@@ -50,7 +52,7 @@ async fn admitted_in_a_row(l: &Arc<dyn Limiter>, rule: &Rule, key: &str) -> u32 
 
 async fn fixed_window_counts_per_window(h: Harness) {
     let l = h.limiter().await;
-    let rule = Rule::new("fw", Quota::per_hour(10)).algorithm(Algorithm::FixedWindow);
+    let rule = Rule::new("fw", Quota::per_hour(10)).with_algorithm(Algorithm::FixedWindow);
     for i in 0..10 {
         let d = check(&l, &rule, "k").await;
         assert!(d.allowed);
@@ -72,7 +74,7 @@ async fn fixed_window_counts_per_window(h: Harness) {
     assert!(d.allowed, "a new window");
     assert_eq!(d.remaining, 9);
 
-    let weighted = Rule::new("fw-cost", Quota::per_hour(10)).algorithm(Algorithm::FixedWindow);
+    let weighted = Rule::new("fw-cost", Quota::per_hour(10)).with_algorithm(Algorithm::FixedWindow);
     assert_eq!(check_cost(&l, &weighted, "w", 4).await.remaining, 6);
     assert_eq!(check_cost(&l, &weighted, "w", 4).await.remaining, 2);
     let d = check_cost(&l, &weighted, "w", 4).await;
@@ -91,7 +93,7 @@ async fn boundary_burst(h: &Harness, algorithm: Algorithm) -> u32 {
         format!("edge-{}", algorithm_name(&algorithm)),
         Quota::per_hour(10),
     )
-    .algorithm(algorithm);
+    .with_algorithm(algorithm);
     h.align(H, secs(0.5)).await;
     assert!(check(&l, &rule, "e").await.allowed);
     h.wait(secs(3599.2)).await; // 0.3 s before the fixed window (opened at +0.5 s) closes
@@ -131,7 +133,7 @@ async fn only_fixed_window_bursts_across_an_edge(h: Harness) {
 
 async fn sliding_log_is_exact_over_any_window(h: Harness) {
     let l = h.limiter().await;
-    let rule = Rule::new("log", Quota::per_hour(3)).algorithm(Algorithm::SlidingLog);
+    let rule = Rule::new("log", Quota::per_hour(3)).with_algorithm(Algorithm::SlidingLog);
     for (i, gap) in [0.0, 10.0, 10.0].into_iter().enumerate() {
         h.wait(secs(gap)).await;
         let d = check(&l, &rule, "s").await;
@@ -151,7 +153,7 @@ async fn sliding_log_is_exact_over_any_window(h: Harness) {
     assert!(!d.allowed);
     assert_wait(&h, d.retry_after, secs(9.0)); // the t = 10 entry leaves at 3610 s
 
-    let weighted = Rule::new("log-cost", Quota::per_hour(5)).algorithm(Algorithm::SlidingLog);
+    let weighted = Rule::new("log-cost", Quota::per_hour(5)).with_algorithm(Algorithm::SlidingLog);
     assert_eq!(check_cost(&l, &weighted, "w", 3).await.remaining, 2);
     h.wait(secs(60.0)).await;
     let d = check_cost(&l, &weighted, "w", 3).await;
@@ -163,7 +165,7 @@ async fn sliding_log_is_exact_over_any_window(h: Harness) {
 
 async fn sliding_counter_weights_the_previous_window(h: Harness) {
     let l = h.limiter().await;
-    let rule = Rule::new("ctr", Quota::per_hour(10)).algorithm(Algorithm::SlidingCounter);
+    let rule = Rule::new("ctr", Quota::per_hour(10)).with_algorithm(Algorithm::SlidingCounter);
     h.align(H, secs(1.0)).await;
     for i in 0..10 {
         assert_eq!(check(&l, &rule, "c").await.remaining, 9 - i);
@@ -187,7 +189,7 @@ async fn sliding_counter_weights_the_previous_window(h: Harness) {
 
 async fn token_bucket_refills_and_never_goes_negative(h: Harness) {
     let l = h.limiter().await;
-    let rule = Rule::new("tb", Quota::per_hour(10).burst(5)).algorithm(Algorithm::TokenBucket);
+    let rule = Rule::new("tb", Quota::per_hour(10).burst(5)).with_algorithm(Algorithm::TokenBucket);
     for i in 0..5 {
         assert_eq!(check(&l, &rule, "t").await.remaining, 4 - i);
     }
@@ -272,8 +274,9 @@ async fn several_rules_are_all_or_nothing(h: Harness) {
     ] {
         let name = algorithm_name(&algorithm);
         let ip_rule =
-            Rule::new(format!("ip-{name}"), Quota::per_hour(5)).algorithm(algorithm.clone());
-        let user_rule = Rule::new(format!("user-{name}"), Quota::per_hour(3)).algorithm(algorithm);
+            Rule::new(format!("ip-{name}"), Quota::per_hour(5)).with_algorithm(algorithm.clone());
+        let user_rule =
+            Rule::new(format!("user-{name}"), Quota::per_hour(3)).with_algorithm(algorithm);
         let svc = RateLimitLayer::builder(h.limiter().await)
             .rule_with(ip_rule.clone(), header_key("x-ip"))
             .rule_with(user_rule.clone(), header_key("x-user"))
@@ -318,8 +321,7 @@ async fn state_of(h: &Harness, rules: &[&Rule], keys: &[&str]) -> Vec<String> {
     if !h.is_redis() {
         return Vec::new();
     }
-    let limiter =
-        redis_guard::rate_limit::RedisLimiter::new(h.connection().await).prefix(h.prefix());
+    let limiter = redis_guard::rate_limit::RedisLimiter::new(h.backend().await);
     let mut conn = h.inspect().await;
     let mut out = Vec::new();
     for (rule, key) in rules.iter().zip(keys) {
@@ -350,7 +352,7 @@ async fn state_of(h: &Harness, rules: &[&Rule], keys: &[&str]) -> Vec<String> {
                 let v = v.unwrap_or_default();
                 // A token bucket stores "credit:time"; a refund recomputes it at a later time,
                 // so compare the invariant time - credit (when the bucket was empty).
-                match (rule.get_algorithm(), v.split_once(':')) {
+                match (rule.algorithm(), v.split_once(':')) {
                     (&Algorithm::TokenBucket, Some((credit, at))) => {
                         let credit: i128 = credit.parse().expect("credit");
                         let at: i128 = at.parse().expect("time");
@@ -424,13 +426,13 @@ async fn invalid_rules_fail_when_the_layer_is_built(h: Harness) {
     let cases: Vec<(Rule, &str)> = vec![
         (Rule::new("b", Quota::per_minute(10).burst(0)), "burst is 0"),
         (
-            Rule::new("c", Quota::per_minute(10).burst(2)).cost(3),
+            Rule::new("c", Quota::per_minute(10).burst(2)).with_cost(3),
             "cost 3 is larger than the burst 2",
         ),
         (
             Rule::new("w", Quota::per_minute(10))
-                .algorithm(Algorithm::SlidingLog)
-                .cost(11),
+                .with_algorithm(Algorithm::SlidingLog)
+                .with_cost(11),
             "cost 11 is larger than the burst 10",
         ),
         (Rule::new("z", Quota::per_minute(0)), "limit is 0"),
@@ -438,7 +440,10 @@ async fn invalid_rules_fail_when_the_layer_is_built(h: Harness) {
             Rule::new("bad name", Quota::per_minute(1)),
             "invalid rule name `bad name`",
         ),
-        (Rule::new("n", Quota::per_minute(1)).cost(0), "cost is 0"),
+        (
+            Rule::new("n", Quota::per_minute(1)).with_cost(0),
+            "cost is 0",
+        ),
     ];
     for (rule, message) in cases {
         let err = RateLimitLayer::builder(Arc::clone(&l))
@@ -470,7 +475,7 @@ async fn per_minute_five_admits_what_the_quota_docs_say(h: Harness) {
         (Algorithm::TokenBucket, 9),
         (Algorithm::SlidingLog, 5),
     ] {
-        let rule = Rule::new("per-minute", Quota::per_minute(5)).algorithm(algorithm.clone());
+        let rule = Rule::new("per-minute", Quota::per_minute(5)).with_algorithm(algorithm.clone());
         let key = format!("{algorithm:?}");
         let mut admitted = 0;
         for _ in 0..5 {
@@ -504,7 +509,7 @@ async fn switching_a_rules_algorithm_starts_it_afresh(h: Harness) {
         Algorithm::TokenBucket,
     ];
     for (i, algorithm) in algorithms.iter().enumerate() {
-        let rule = Rule::new("switch", quota).algorithm(algorithm.clone());
+        let rule = Rule::new("switch", quota).with_algorithm(algorithm.clone());
         for n in 0..2 {
             let d = l.check(&rule, Key::from("client")).await;
             let d = d.unwrap_or_else(|e| panic!("{algorithm:?} after {i} switches: {e}"));
@@ -514,7 +519,7 @@ async fn switching_a_rules_algorithm_starts_it_afresh(h: Harness) {
         assert!(!d.allowed, "{algorithm:?}: the third in an hour");
         // And back: the old algorithm's state is still there, and still counts.
         if i > 0 {
-            let previous = Rule::new("switch", quota).algorithm(algorithms[i - 1].clone());
+            let previous = Rule::new("switch", quota).with_algorithm(algorithms[i - 1].clone());
             let d = check(&l, &previous, "client").await;
             assert!(!d.allowed, "{:?} kept its own count", algorithms[i - 1]);
         }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis_guard::backend::BackendError;
 use redis_guard::rate_limit::{
     Algorithm, CustomAlgorithm, HeaderKey, Key, Limiter, LimiterError, Quota, RateLimitLayer, Rule,
 };
@@ -14,7 +15,7 @@ const CALLS_DAILY_CAP: &str =
     include_str!("../../crates/redis-guard/src/rate_limit/algorithm/examples/calls_daily_cap.lua");
 
 fn calls_rule() -> Rule {
-    Rule::new("calls", Quota::per_minute(5).burst(20)).algorithm(Algorithm::Custom(
+    Rule::new("calls", Quota::per_minute(5).burst(20)).with_algorithm(Algorithm::Custom(
         CustomAlgorithm::new("calls_daily_cap", CALLS_DAILY_CAP),
     ))
 }
@@ -176,9 +177,12 @@ async fn contract_violations_are_clear_errors(h: Harness) {
     ];
     for (name, source, expect) in cases {
         let rule = Rule::new("c", Quota::per_minute(5))
-            .algorithm(Algorithm::Custom(CustomAlgorithm::new(name, source)));
+            .with_algorithm(Algorithm::Custom(CustomAlgorithm::new(name, source)));
         let err = l.check(&rule, Key::from("k")).await.expect_err(name);
-        assert!(matches!(err, LimiterError::Script(_)), "{name}: {err:?}");
+        assert!(
+            matches!(err, LimiterError::Backend(BackendError::Script { .. })),
+            "{name}: {err:?}"
+        );
         let text = err.to_string();
         assert!(text.contains(expect), "{name}: {text}");
         if !matches!(name, "syntax" | "runtime") {
@@ -188,7 +192,7 @@ async fn contract_violations_are_clear_errors(h: Harness) {
     assert!(h.keys().await.is_empty(), "nothing was written");
     // Bad configuration is caught when the layer is built.
     let err = Rule::new("c", Quota::per_minute(5))
-        .algorithm(Algorithm::Custom(CustomAlgorithm::new(
+        .with_algorithm(Algorithm::Custom(CustomAlgorithm::new(
             "bad name!",
             "return 1",
         )))

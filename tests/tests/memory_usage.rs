@@ -9,7 +9,7 @@ use redis_guard_tests::Harness;
 async fn memory_usage_per_key() {
     let h = Harness::redis().await;
     let limiter = h.limiter().await;
-    let namer = RedisLimiter::new(h.connection().await).prefix(h.prefix());
+    let namer = RedisLimiter::new(h.backend().await);
     let mut conn = h.inspect().await;
     let mut rows = Vec::new();
     for (name, algorithm) in [
@@ -22,11 +22,11 @@ async fn memory_usage_per_key() {
         let mut bytes = Vec::new();
         for limit in [10u32, 100, 1000] {
             let rule = Rule::new(format!("{name}-{limit}"), Quota::per_hour(limit))
-                .algorithm(algorithm.clone());
+                .with_algorithm(algorithm.clone());
             // Fill the quota: the log's worst case.
             let d = limiter
                 .check_all(vec![
-                    Check::new(rule.clone(), Key::from("client")).cost(limit),
+                    Check::new(rule.clone(), Key::from("client")).with_cost(limit),
                 ])
                 .await
                 .expect("decision");

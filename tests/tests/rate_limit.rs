@@ -10,7 +10,7 @@ use http_body_util::Full;
 use redis::AsyncCommands;
 use redis_guard::rate_limit::{
     Check, Decision, FailurePolicy, HeaderKey, Key, Limiter, MissingKey, Quota, RateLimitLayer,
-    Rule,
+    RateLimitLayerBuilder, Rule,
 };
 use redis_guard_tests::{Harness, Kind, Reply, backend_suite, call};
 use tower::{Layer, Service, ServiceExt, service_fn};
@@ -46,8 +46,13 @@ fn by_client() -> HeaderKey {
     HeaderKey::new(http::HeaderName::from_static("x-client"))
 }
 
+/// One rule named `default`, keyed by `x-client`; settings go on the builder.
+async fn builder(h: &Harness, quota: Quota) -> RateLimitLayerBuilder {
+    RateLimitLayer::builder(h.limiter().await).rule("default", by_client(), quota)
+}
+
 async fn layer(h: &Harness, quota: Quota) -> RateLimitLayer {
-    RateLimitLayer::new(h.limiter().await, by_client(), quota).expect("valid quota")
+    builder(h, quota).await.build().expect("valid quota")
 }
 
 /// Redis time runs on while a test talks to it; memory time stands still. `exact` is what the
@@ -142,7 +147,7 @@ async fn burst_spaces_requests_out(h: Harness) {
 
 async fn weighted_cost(h: Harness) {
     let limiter = h.limiter().await;
-    let rule = Rule::new("upload", Quota::per_hour(10)).cost(3);
+    let rule = Rule::new("upload", Quota::per_hour(10)).with_cost(3);
     let mut remaining = Vec::new();
     for _ in 0..3 {
         let d = limiter
@@ -159,7 +164,7 @@ async fn weighted_cost(h: Harness) {
         .expect("decision");
     assert!(!d.allowed, "3 more do not fit in 1");
     assert_eq!(d.remaining, 1, "the denied request consumed nothing");
-    let one = Check::new(rule.clone(), Key::from("u")).cost(1);
+    let one = Check::new(rule.clone(), Key::from("u")).with_cost(1);
     let d = limiter.check_all(vec![one]).await.expect("decision");
     assert!(d.allowed, "but 1 does");
     assert_eq!(d.remaining, 0);
@@ -209,15 +214,19 @@ async fn missing_key_policies(h: Harness) {
     assert_eq!(r.status, 400);
     assert_eq!(r.header("content-type"), "application/problem+json");
 
-    let custom = layer(&h, Quota::per_hour(1))
+    let custom = builder(&h, Quota::per_hour(1))
         .await
         .missing_key(MissingKey::Reject(http::StatusCode::UNAUTHORIZED))
+        .build()
+        .expect("valid")
         .layer(app());
     assert_eq!(call(custom, no_key()).await.status, 401);
 
-    let skip = layer(&h, Quota::per_hour(1))
+    let skip = builder(&h, Quota::per_hour(1))
         .await
         .missing_key(MissingKey::Skip)
+        .build()
+        .expect("valid")
         .layer(app());
     for _ in 0..3 {
         let r = call(skip.clone(), no_key()).await;
@@ -230,6 +239,7 @@ async fn missing_key_policies(h: Harness) {
 async fn misconfigured_peer_is_a_500_not_a_panic(h: Harness) {
     let svc = RateLimitLayer::new(
         h.limiter().await,
+        "default",
         redis_guard::rate_limit::ClientIp::peer(),
         Quota::per_hour(1),
     )
@@ -240,7 +250,7 @@ async fn misconfigured_peer_is_a_500_not_a_panic(h: Harness) {
 }
 
 async fn custom_response_and_legacy_headers(h: Harness) {
-    let svc = layer(&h, Quota::per_hour(1))
+    let svc = builder(&h, Quota::per_hour(1))
         .await
         .legacy_headers(true)
         .response(|d| {
@@ -248,6 +258,8 @@ async fn custom_response_and_legacy_headers(h: Harness) {
             *res.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
             res
         })
+        .build()
+        .expect("valid")
         .layer(app());
     let ok = call(svc.clone(), from("z")).await;
     assert_eq!(ok.header("x-ratelimit-limit"), "1");
@@ -261,9 +273,11 @@ async fn custom_response_and_legacy_headers(h: Harness) {
 }
 
 async fn headers_can_be_turned_off_on_admitted_responses(h: Harness) {
-    let svc = layer(&h, Quota::per_hour(1))
+    let svc = builder(&h, Quota::per_hour(1))
         .await
         .rate_limit_headers(false)
+        .build()
+        .expect("valid")
         .layer(app());
     let ok = call(svc.clone(), from("q")).await;
     assert_eq!(ok.status, 200);
@@ -325,9 +339,11 @@ async fn script_flush_between_calls_does_not_fail_a_request(h: Harness) {
     if !h.is_redis() {
         return;
     }
-    let svc = layer(&h, Quota::per_hour(3))
+    let svc = builder(&h, Quota::per_hour(3))
         .await
         .failure_policy(FailurePolicy::Closed)
+        .build()
+        .expect("valid")
         .layer(app());
     let mut statuses = Vec::new();
     for _ in 0..4 {
@@ -340,14 +356,17 @@ async fn script_flush_between_calls_does_not_fail_a_request(h: Harness) {
 #[tokio::test]
 async fn redis_down_fails_open_or_closed_without_hanging() {
     let mut h = Harness::redis().await;
-    let limiter = redis_guard::rate_limit::RedisLimiter::new(h.connection().await)
-        .timeout(Duration::from_millis(300));
-    let open = RateLimitLayer::new(limiter.clone(), by_client(), Quota::per_hour(1))
+    let limiter = redis_guard::rate_limit::RedisLimiter::new(
+        h.backend().await.timeout(Duration::from_millis(300)),
+    );
+    let open = RateLimitLayer::new(limiter.clone(), "default", by_client(), Quota::per_hour(1))
         .expect("valid")
         .layer(app());
-    let closed = RateLimitLayer::new(limiter, by_client(), Quota::per_hour(1))
-        .expect("valid")
+    let closed = RateLimitLayer::builder(limiter)
+        .rule("default", by_client(), Quota::per_hour(1))
         .failure_policy(FailurePolicy::Closed)
+        .build()
+        .expect("valid")
         .layer(app());
     h.kill_redis();
     let started = std::time::Instant::now();
@@ -372,9 +391,7 @@ async fn garbage_state_in_redis_is_overwritten_not_a_failure() {
     let limiter: Arc<dyn Limiter> = h.limiter().await;
     let rule = Rule::new("default", Quota::per_hour(2));
     let check = Check::new(rule.clone(), Key::from("g"));
-    let key = redis_guard::rate_limit::RedisLimiter::new(h.connection().await)
-        .prefix(h.prefix())
-        .key_name(&check);
+    let key = redis_guard::rate_limit::RedisLimiter::new(h.backend().await).key_name(&check);
     let mut conn = h.inspect().await;
     let () = conn.set(&key, "not a number").await.expect("SET");
     let d = limiter
@@ -396,10 +413,10 @@ async fn garbage_state_in_redis_is_overwritten_not_a_failure() {
 #[tokio::test]
 async fn a_zero_redis_timeout_is_refused_when_the_layer_is_built() {
     let h = Harness::redis().await;
-    let limiter = redis_guard::rate_limit::RedisLimiter::new(h.connection().await)
-        .prefix(h.prefix())
-        .timeout(Duration::ZERO);
-    let Err(err) = RateLimitLayer::new(limiter.clone(), by_client(), Quota::per_minute(5)) else {
+    let limiter =
+        redis_guard::rate_limit::RedisLimiter::new(h.backend().await.timeout(Duration::ZERO));
+    let Err(err) = RateLimitLayer::new(limiter.clone(), "z", by_client(), Quota::per_minute(5))
+    else {
         panic!("a zero timeout must not build");
     };
     assert!(err.to_string().contains("timeout is 0"), "{err}");
@@ -411,7 +428,10 @@ async fn a_zero_redis_timeout_is_refused_when_the_layer_is_built() {
     // One microsecond is a (short) timeout, not a misconfiguration.
     assert!(
         RateLimitLayer::new(
-            limiter.timeout(Duration::from_micros(1)),
+            redis_guard::rate_limit::RedisLimiter::new(
+                h.backend().await.timeout(Duration::from_micros(1))
+            ),
+            "z",
             by_client(),
             Quota::per_minute(5)
         )

@@ -641,10 +641,7 @@ async fn a_login_during_revocation_stays_revocable(h: Harness) {
             fut
         }
     };
-    let store = RedisSessionStore::new(h.connection().await)
-        .prefix(h.prefix())
-        .timeout(redis_guard_tests::TEST_TIMEOUT)
-        .between_revoke_steps(hook);
+    let store = RedisSessionStore::new(h.backend().await).between_revoke_steps(hook);
     let revoker = Client::with_store(Arc::new(store), Hooks::default(), |b| b);
     revoker.send("POST", "/revoke/gina", None).await;
     let during = during.lock().expect("lock").clone().expect("the hook ran");
@@ -694,7 +691,7 @@ async fn break_session(h: &Harness, id: &str) {
 fn lenient(h: &Harness, store: Arc<dyn SessionStore>) -> Client {
     let _ = h;
     Client::with_store(store, Hooks::default(), |b| {
-        b.on_store_error(redis_guard::session::StoreFailure::ContinueWithoutSession)
+        b.failure_policy(redis_guard::session::FailurePolicy::Open)
     })
 }
 
@@ -861,12 +858,12 @@ async fn idle_ttl_goes_back_up_on_a_read_only_request() {
 
 #[tokio::test]
 async fn redis_down_is_a_503_or_no_session_never_a_hang() {
-    use redis_guard::session::{RedisSessionStore, StoreFailure};
+    use redis_guard::session::{FailurePolicy, RedisSessionStore};
     let mut h = Harness::redis().await;
-    let store = RedisSessionStore::new(h.connection().await).timeout(Duration::from_millis(300));
-    let strict = SessionLayer::new(store.clone());
+    let store = RedisSessionStore::new(h.backend().await.timeout(Duration::from_millis(300)));
+    let strict = SessionLayer::new(store.clone()).expect("valid");
     let lenient = SessionLayer::builder(store)
-        .on_store_error(StoreFailure::ContinueWithoutSession)
+        .failure_policy(FailurePolicy::Open)
         .build()
         .expect("valid");
     let id = SessionId::generate().expect("random").encode();
@@ -907,7 +904,7 @@ async fn redis_down_is_a_503_or_no_session_never_a_hang() {
 #[tokio::test]
 async fn a_zero_redis_timeout_fails_at_build() {
     let h = Harness::redis().await;
-    let store = RedisSessionStore::new(h.connection().await).timeout(Duration::ZERO);
+    let store = RedisSessionStore::new(h.backend().await.timeout(Duration::ZERO));
     let err = SessionLayer::builder(store).build().expect_err("refused");
     assert!(err.to_string().contains("timeout"), "{err}");
     assert!(err.to_string().contains("0ns"), "{err}");

@@ -27,9 +27,20 @@
     not(test),
     warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
+#[cfg(any(feature = "rate-limit", all(feature = "session", feature = "axum")))]
+mod problem;
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+mod sealed {
+    /// Seals [`Limiter`](crate::rate_limit::Limiter) and
+    /// [`SessionStore`](crate::session::SessionStore): their methods move internal types whose
+    /// shape is not a stable contract yet, so only this crate implements them.
+    pub trait Sealed {}
+
+    impl<T: Sealed + ?Sized> Sealed for std::sync::Arc<T> {}
+}
 #[cfg(feature = "rate-limit")]
 pub mod rate_limit;
 #[cfg(feature = "session")]

@@ -41,6 +41,7 @@ async fn logged_once_with_the_fix_and_answered_with_500() {
 
     let layer = RateLimitLayer::new(
         MemoryLimiter::new(),
+        "api",
         ClientIp::peer(),
         Quota::per_minute(10),
     )

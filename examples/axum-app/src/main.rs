@@ -19,7 +19,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use redis_guard::backend::RedisConnection;
+use redis_guard::backend::{RedisBackend, RedisConnection};
 use redis_guard::rate_limit::{
     Algorithm, KeyExtractorExt, Limiter, MemoryLimiter, RateLimitLayer, RedisLimiter, Rule,
 };
@@ -62,9 +62,10 @@ async fn run() -> Result<(), String> {
                 let conn = RedisConnection::open(url)
                     .await
                     .map_err(|e| format!("cannot connect to REDIS_URL={url:?}: {e}"))?;
+                let redis = RedisBackend::new(conn).timeout(config.redis_timeout);
                 (
-                    Arc::new(RedisLimiter::new(conn.clone()).timeout(config.redis_timeout)),
-                    Arc::new(RedisSessionStore::new(conn).timeout(config.redis_timeout)),
+                    Arc::new(RedisLimiter::new(redis.clone())),
+                    Arc::new(RedisSessionStore::new(redis)),
                     format!("redis at {}", redact(url)),
                 )
             }
@@ -75,9 +76,10 @@ async fn run() -> Result<(), String> {
                         nodes.join(",")
                     )
                 })?;
+                let redis = RedisBackend::new(conn).timeout(config.redis_timeout);
                 (
-                    Arc::new(RedisLimiter::new(conn.clone()).timeout(config.redis_timeout)),
-                    Arc::new(RedisSessionStore::new(conn).timeout(config.redis_timeout)),
+                    Arc::new(RedisLimiter::new(redis.clone())),
+                    Arc::new(RedisSessionStore::new(redis)),
                     format!("redis cluster via {}", nodes.join(",")),
                 )
             }
@@ -118,7 +120,7 @@ fn router(
     // The seeds' rule is "more than N in a period → reject": at most N in ANY window of the
     // period, which the sliding log enforces exactly. GCRA would let N through at once and then
     // one every period / N: nearly 2 × N in the first period.
-    let calls_rule = Rule::new("calls", config.calls_limit).algorithm(Algorithm::SlidingLog);
+    let calls_rule = Rule::new("calls", config.calls_limit).with_algorithm(Algorithm::SlidingLog);
     calls_rule
         .validate()
         .map_err(|e| format!("CALLS_LIMIT: {e}"))?;

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use redis_guard::backend::RedisConnection;
+use redis_guard::backend::{RedisBackend, RedisConnection};
 use redis_guard::rate_limit::{ClientIp, Limiter, MemoryLimiter, RateLimitLayer, RedisLimiter};
 use redis_guard::session::{
     CookieConfig, MemorySessionStore, RedisSessionStore, Session, SessionError, SessionLayer,
@@ -84,9 +84,10 @@ async fn run() -> Result<(), String> {
                 let conn = RedisConnection::open(&url)
                     .await
                     .map_err(|e| format!("cannot connect to REDIS_URL: {e}"))?;
+                let redis = RedisBackend::new(conn).timeout(redis_timeout);
                 (
-                    Arc::new(RedisLimiter::new(conn.clone()).timeout(redis_timeout)),
-                    Arc::new(RedisSessionStore::new(conn).timeout(redis_timeout)),
+                    Arc::new(RedisLimiter::new(redis.clone())),
+                    Arc::new(RedisSessionStore::new(redis)),
                     "redis".to_owned(),
                 )
             }

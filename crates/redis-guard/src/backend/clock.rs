@@ -1,7 +1,9 @@
 //! The in-process backends' clock, behind a seam tests can drive.
 
 use std::fmt;
+#[cfg(feature = "test-util")]
 use std::sync::Arc;
+#[cfg(feature = "test-util")]
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -40,8 +42,8 @@ impl Clock for MonotonicClock {
     }
 }
 
-/// A clock that moves only when told to: exact tests of time-dependent behaviour without sleeps.
-/// Clones share the same time.
+/// A clock that moves only when told to: exact tests of time-dependent behaviour without sleeps
+/// (feature `test-util`). Clones share the same time.
 ///
 /// ```
 /// use redis_guard::backend::{Clock, ManualClock};
@@ -50,11 +52,13 @@ impl Clock for MonotonicClock {
 /// clock.advance(Duration::from_secs(6));
 /// assert_eq!(clock.now(), Duration::from_secs(6));
 /// ```
+#[cfg(feature = "test-util")]
 #[derive(Clone, Debug, Default)]
 pub struct ManualClock {
     micros: Arc<AtomicU64>,
 }
 
+#[cfg(feature = "test-util")]
 impl ManualClock {
     /// A clock at zero.
     #[must_use]
@@ -69,20 +73,9 @@ impl ManualClock {
     }
 }
 
+#[cfg(feature = "test-util")]
 impl Clock for ManualClock {
     fn now(&self) -> Duration {
         Duration::from_micros(self.micros.load(Ordering::SeqCst))
     }
-}
-
-/// The test seam's offset to Redis `TIME`, in microseconds: the manual clock's reading, or 0 when
-/// there is none (production).
-#[cfg_attr(
-    not(any(feature = "rate-limit", feature = "session")),
-    allow(dead_code)
-)]
-pub(crate) fn shift_micros(shift: Option<&ManualClock>) -> u64 {
-    shift.map_or(0, |c| {
-        u64::try_from(c.now().as_micros()).unwrap_or(u64::MAX)
-    })
 }

@@ -7,6 +7,13 @@
 //! `SCRIPT FLUSH`).
 
 mod clock;
+mod error;
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+mod in_process;
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+mod redis;
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+mod table;
 // Without either middleware the connection has no user inside the crate.
 #[cfg_attr(
     not(any(feature = "rate-limit", feature = "session")),
@@ -14,7 +21,16 @@ mod clock;
 )]
 mod connection;
 
-#[cfg(any(feature = "rate-limit", feature = "session"))]
-pub(crate) use clock::shift_micros;
-pub use clock::{Clock, ManualClock, MonotonicClock};
+#[cfg(feature = "test-util")]
+pub use clock::ManualClock;
+pub use clock::{Clock, MonotonicClock};
 pub use connection::RedisConnection;
+pub use error::BackendError;
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+pub(crate) use in_process::InProcess;
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+pub use redis::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisBackend};
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+pub(crate) use table::ExpiringTable;
+#[cfg(all(test, feature = "session"))]
+pub(crate) use table::SWEEP_PER_OP;

@@ -10,7 +10,8 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::layer::{Config, FailurePolicy};
+use super::FailurePolicy;
+use super::config::Config;
 use super::limiter::{BoxFuture, LimiterError};
 use super::response::{self, ResponseBody};
 use super::{Decision, headers};

@@ -3,10 +3,10 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::time::Duration;
 
 use super::decision::RuleDecision;
 use super::{Decision, Key, Rule, RuleError, RuleState};
+use crate::backend::BackendError;
 
 /// A boxed, sendable future, as [`Limiter`] methods return.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -23,13 +23,13 @@ impl Check {
     /// `rule` for `key`, costing the rule's cost.
     #[must_use]
     pub fn new(rule: Rule, key: Key) -> Self {
-        let cost = rule.get_cost();
+        let cost = rule.cost();
         Self { rule, key, cost }
     }
 
     /// Overrides the cost for this request.
     #[must_use]
-    pub fn cost(mut self, cost: u32) -> Self {
+    pub fn with_cost(mut self, cost: u32) -> Self {
         self.cost = cost;
         self
     }
@@ -46,8 +46,14 @@ impl Check {
         &self.key
     }
 
+    /// The cost of this request.
+    #[must_use]
+    pub fn cost(&self) -> u32 {
+        self.cost
+    }
+
     pub(crate) fn validate(&self) -> Result<(), RuleError> {
-        self.rule.clone().cost(self.cost).validate()
+        self.rule.clone().with_cost(self.cost).validate()
     }
 }
 
@@ -55,38 +61,35 @@ impl Check {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LimiterError {
-    /// Redis answered with an error, or the connection failed.
-    #[error("redis error while rate limiting")]
-    Redis(#[source] redis::RedisError),
-    /// Redis did not answer within the configured timeout.
-    #[error("redis did not answer within {0:?}")]
-    Timeout(Duration),
-    /// Redis answered something the limiter does not understand.
-    #[error("unexpected reply from the rate-limit script: {0}")]
-    BadReply(String),
+    /// The store failed: unreachable, too slow, a script error (a custom algorithm that does not
+    /// compile or breaks its contract: [`BackendError::Script`]), or a reply that makes no sense.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
     /// The rule cannot work.
     #[error(transparent)]
     Rule(#[from] RuleError),
     /// Nothing to evaluate.
     #[error("no rules to evaluate")]
     Empty,
-    /// The rate-limit script reported a problem: a custom algorithm that does not compile or
-    /// breaks its reply contract, or arguments it does not accept.
-    #[error("rate-limit script error: {0}")]
-    Script(String),
     /// The limiter cannot run this rule (a custom Lua algorithm on the memory backend).
     #[error("{0}")]
     Unsupported(String),
 }
 
-/// Decides whether requests are admitted: implemented by [`RedisLimiter`] and [`MemoryLimiter`].
+/// Decides whether requests are admitted: implemented by [`RedisLimiter`] and [`MemoryLimiter`]
+/// (and `Arc` of either).
+///
+/// This trait is **sealed**: it cannot be implemented outside this crate, because the types its
+/// [`evaluate`](Limiter::evaluate) moves are not a stable contract yet. Custom decision logic
+/// plugs in as a Lua algorithm ([`CustomAlgorithm`](crate::rate_limit::CustomAlgorithm)), which
+/// runs inside the same script with the same guarantees.
 ///
 /// Implementations must evaluate all checks of one call atomically: admit the request only if
 /// every check admits it, and record nothing when any denies.
 ///
 /// [`RedisLimiter`]: crate::rate_limit::RedisLimiter
 /// [`MemoryLimiter`]: crate::rate_limit::MemoryLimiter
-pub trait Limiter: Send + Sync + fmt::Debug + 'static {
+pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     /// Evaluates `checks` (validated, non-empty) and returns one state per check, in order.
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>>;
 
@@ -147,11 +150,12 @@ pub(crate) fn decision_from(
     states: Vec<RuleState>,
 ) -> Result<Decision, LimiterError> {
     if states.len() != rules.len() {
-        return Err(LimiterError::BadReply(format!(
+        return Err(BackendError::BadReply(format!(
             "{} states for {} rules",
             states.len(),
             rules.len()
-        )));
+        ))
+        .into());
     }
     let rules = rules
         .into_iter()

@@ -2,13 +2,12 @@
 //! single-instance deployments.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::VecDeque;
+use std::sync::Arc;
 
 use super::algorithm::{self, Commit, RuleState, State, ceil_ms};
 use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
-use crate::backend::{Clock, MonotonicClock};
+use crate::backend::{Clock, ExpiringTable, InProcess};
 
 /// Default bound on the number of keys a [`MemoryLimiter`] tracks.
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
@@ -20,44 +19,64 @@ pub const DEFAULT_MAX_KEYS: usize = 100_000;
 /// limits one process: behind two replicas each one admits the full quota, which is why the
 /// Redis limiter exists.
 ///
-/// Memory is bounded: expired state is swept out as the limiter is used (amortized O(1) per
-/// request), and when more than [`max_keys`](MemoryLimiter::max_keys) keys are live at once the
-/// half closest to expiry is dropped, so a flood of distinct keys loosens the limit for the
-/// quietest clients instead of growing memory without end.
+/// Memory is bounded: the table holds a fixed-size digest per key (never the key), expired
+/// state is swept out a few entries at a time as the limiter is used, and past
+/// [`max_keys`](MemoryLimiterBuilder::max_keys) keys the state closest to expiry (the quietest
+/// clients') is dropped, so a flood of distinct keys loosens the limit for them instead of
+/// growing memory without end. Every operation is O(log n).
 ///
 /// Clones share state.
 ///
 /// ```
 /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
-/// use redis_guard::backend::ManualClock;
-/// use std::time::Duration;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// let clock = ManualClock::new();
-/// let limiter = MemoryLimiter::with_clock(clock.clone());
+/// let limiter = MemoryLimiter::new();
+/// let bounded = MemoryLimiter::builder().max_keys(10_000).build();
 /// let rule = Rule::new("api", Quota::per_minute(1));
 /// assert!(limiter.check(&rule, Key::from("k")).await.unwrap().allowed);
 /// assert!(!limiter.check(&rule, Key::from("k")).await.unwrap().allowed);
-/// clock.advance(Duration::from_secs(60));
-/// assert!(limiter.check(&rule, Key::from("k")).await.unwrap().allowed);
-/// # }
+/// # let _ = bounded; }
 /// ```
 #[derive(Clone, Debug)]
 pub struct MemoryLimiter {
-    inner: Arc<Inner>,
+    inner: Arc<InProcess<Table>>,
+}
+
+/// Builds a [`MemoryLimiter`]: its bound and, for tests, its clock.
+#[derive(Debug)]
+#[must_use]
+pub struct MemoryLimiterBuilder {
+    max_keys: usize,
+    clock: Option<Box<dyn Clock>>,
+}
+
+impl MemoryLimiterBuilder {
+    /// Bounds the number of live keys (default [`DEFAULT_MAX_KEYS`], at least 1).
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// Reads time from `clock` instead of the monotonic clock, e.g. a
+    /// `ManualClock` (feature `test-util`) in tests.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Box::new(clock));
+        self
+    }
+
+    /// The limiter.
+    pub fn build(self) -> MemoryLimiter {
+        MemoryLimiter {
+            inner: Arc::new(InProcess::new(
+                Table(ExpiringTable::new(self.max_keys)),
+                self.clock,
+            )),
+        }
+    }
 }
 
 #[derive(Debug)]
-struct Inner {
-    clock: Box<dyn Clock>,
-    max_keys: AtomicUsize,
-    table: Mutex<Table>,
-}
-
-#[derive(Debug, Default)]
-struct Table {
-    entries: HashMap<EntryId, Entry>,
-    ops_since_sweep: usize,
-}
+struct Table(ExpiringTable<EntryId, State>);
 
 /// What one entry is the state of: a rule, its algorithm (each keeps its own state, as on Redis)
 /// and the key's digest. Never the key itself: a client that sends 16 KB user names must not
@@ -69,45 +88,25 @@ struct EntryId {
     key: [u8; 16],
 }
 
-#[derive(Clone, Debug)]
-struct Entry {
-    state: State,
-    expires_at: u64,
-}
-
 impl MemoryLimiter {
-    /// A limiter on the real monotonic clock.
+    /// A limiter on the real monotonic clock, bounded by [`DEFAULT_MAX_KEYS`].
     #[must_use]
     pub fn new() -> Self {
-        Self::with_clock(MonotonicClock::new())
+        Self::builder().build()
     }
 
-    /// A limiter on `clock`, e.g. a [`ManualClock`](crate::backend::ManualClock) in tests.
-    #[must_use]
-    pub fn with_clock(clock: impl Clock) -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                clock: Box::new(clock),
-                max_keys: AtomicUsize::new(DEFAULT_MAX_KEYS),
-                table: Mutex::default(),
-            }),
+    /// A builder, to set the bound or the clock.
+    pub fn builder() -> MemoryLimiterBuilder {
+        MemoryLimiterBuilder {
+            max_keys: DEFAULT_MAX_KEYS,
+            clock: None,
         }
     }
 
-    /// Bounds the number of live keys (default [`DEFAULT_MAX_KEYS`], at least 1). Clones share
-    /// the bound.
-    #[must_use]
-    pub fn max_keys(self, max_keys: usize) -> Self {
-        self.inner
-            .max_keys
-            .store(max_keys.max(1), Ordering::Relaxed);
-        self
-    }
-
-    /// How many keys hold state right now (expired ones included until the next sweep).
+    /// How many keys hold state right now (expired ones included until swept).
     #[must_use]
     pub fn len(&self) -> usize {
-        self.inner.lock().entries.len()
+        self.inner.lock().0.len()
     }
 
     /// Whether no key holds state.
@@ -116,12 +115,8 @@ impl MemoryLimiter {
         self.len() == 0
     }
 
-    fn now_us(&self) -> u64 {
-        u64::try_from(self.inner.clock.now().as_micros()).unwrap_or(u64::MAX)
-    }
-
     fn evaluate_now(&self, checks: &[Check]) -> Result<Vec<RuleState>, LimiterError> {
-        let now = self.now_us();
+        let now = self.inner.now_us();
         let mut table = self.inner.lock();
         let mut states = Vec::with_capacity(checks.len());
         let mut commits = Vec::with_capacity(checks.len());
@@ -129,14 +124,10 @@ impl MemoryLimiter {
             let params = check.rule.params(check.cost);
             let id = EntryId {
                 rule: check.rule.name_arc().clone(),
-                algorithm: check.rule.get_algorithm().key_tag(),
+                algorithm: check.rule.algorithm().key_tag(),
                 key: check.key.digest_bytes(),
             };
-            let current = table
-                .entries
-                .get_mut(&id)
-                .filter(|e| e.expires_at > now)
-                .map(|e| &mut e.state);
+            let current = table.0.get_live_mut(&id, now);
             let Some(step) = algorithm::step(current, now, &params) else {
                 return Err(LimiterError::Unsupported(format!(
                     "rule `{}` uses a custom Lua algorithm, which needs Redis; the memory backend cannot run it",
@@ -159,7 +150,7 @@ impl MemoryLimiter {
                 table.apply(id, commit, now);
             }
         }
-        table.maintain(now, self.inner.max_keys.load(Ordering::Relaxed));
+        table.0.maintain(now, |_, _| {});
         Ok(states)
     }
 }
@@ -170,62 +161,36 @@ impl Default for MemoryLimiter {
     }
 }
 
-impl Inner {
-    fn lock(&self) -> MutexGuard<'_, Table> {
-        // A panic elsewhere while holding the lock leaves a table that is still consistent
-        // (entries are plain values), so keep going rather than propagating the poison.
-        self.table
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
 impl Table {
     fn apply(&mut self, id: EntryId, commit: Commit, now: u64) {
         // Same expiry as Redis' PX: whole milliseconds, rounded up.
         let expiry = |ttl_us: u64| now + ceil_ms(ttl_us) * 1000;
         match commit {
             Commit::Replace(state, ttl) => {
-                self.entries.insert(
-                    id,
-                    Entry {
-                        state,
-                        expires_at: expiry(ttl),
-                    },
-                );
+                self.0.insert(id, state, expiry(ttl));
             }
             Commit::Append { at, n, ttl } => {
-                let entry = self.entries.entry(id).or_insert_with(|| Entry {
-                    state: State::Log(std::collections::VecDeque::new()),
-                    expires_at: 0,
-                });
-                if entry.expires_at <= now || !matches!(entry.state, State::Log(_)) {
-                    entry.state = State::Log(std::collections::VecDeque::new());
+                let entries = std::iter::repeat_n(at, usize::try_from(n).unwrap_or(0));
+                let live_log =
+                    self.0.is_live(&id, now) && matches!(self.0.get_mut(&id), Some(State::Log(_)));
+                if live_log {
+                    if let Some(State::Log(log)) = self.0.get_mut(&id) {
+                        log.extend(entries);
+                    }
+                    self.0.set_deadline(&id, expiry(ttl));
+                } else {
+                    self.0.insert(
+                        id,
+                        State::Log(entries.collect::<VecDeque<_>>()),
+                        expiry(ttl),
+                    );
                 }
-                if let State::Log(log) = &mut entry.state {
-                    log.extend(std::iter::repeat_n(at, usize::try_from(n).unwrap_or(0)));
-                }
-                entry.expires_at = expiry(ttl);
             }
-        }
-    }
-
-    fn maintain(&mut self, now: u64, max_keys: usize) {
-        self.ops_since_sweep += 1;
-        let over = self.entries.len() > max_keys;
-        if over || self.ops_since_sweep >= self.entries.len().max(1024) {
-            self.entries.retain(|_, e| e.expires_at > now);
-            self.ops_since_sweep = 0;
-        }
-        if self.entries.len() > max_keys {
-            let mut expiries: Vec<u64> = self.entries.values().map(|e| e.expires_at).collect();
-            let mid = expiries.len() / 2;
-            let (_, cutoff, _) = expiries.select_nth_unstable(mid);
-            let cutoff = *cutoff;
-            self.entries.retain(|_, e| e.expires_at > cutoff);
         }
     }
 }
+
+impl crate::sealed::Sealed for MemoryLimiter {}
 
 impl Limiter for MemoryLimiter {
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
@@ -244,7 +209,10 @@ mod tests {
     #[tokio::test]
     async fn expired_state_is_swept_and_the_bound_holds() {
         let clock = ManualClock::new();
-        let limiter = MemoryLimiter::with_clock(clock.clone()).max_keys(100);
+        let limiter = MemoryLimiter::builder()
+            .clock(clock.clone())
+            .max_keys(100)
+            .build();
         let rule = Rule::new("r", Quota::per_second(10));
         for i in 0..1000u64 {
             limiter.check(&rule, Key::from(i)).await.unwrap();

@@ -7,7 +7,7 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let app: Router = Router::new()
 //!     .route("/api/hello", get(|| async { "hello" }))
-//!     .layer(RateLimitLayer::new(MemoryLimiter::new(), ClientIp::peer(), Quota::per_minute(60))?);
+//!     .layer(RateLimitLayer::new(MemoryLimiter::new(), "api", ClientIp::peer(), Quota::per_minute(60))?);
 //! # Ok(()) }
 //! ```
 //!
@@ -24,33 +24,39 @@
 //!   the same headers added and a [`Decision`] in the request extensions.
 
 mod algorithm;
+mod builder;
+mod config;
 mod decision;
+mod evaluation;
 mod future;
 pub mod headers;
 mod key;
 mod layer;
 mod limiter;
 mod memory;
+mod policy;
 mod quota;
-mod redis;
+mod redis_limiter;
+mod reply;
 mod response;
 mod rule;
 mod service;
 
 pub use algorithm::{Algorithm, CustomAlgorithm, RuleState};
+pub use builder::RateLimitLayerBuilder;
+pub use config::ResponseBuilder;
 pub use decision::{Decision, RuleDecision};
 pub use future::ResponseFuture;
 pub use key::{
     And, ClientIp, ExtensionKey, ForwardedHeader, Global, HeaderKey, Key, KeyError, KeyExtractor,
     KeyExtractorExt, Or, PeerAddr, ProxyConfigError,
 };
-pub use layer::{
-    FailurePolicy, MissingKey, RateLimitLayer, RateLimitLayerBuilder, ResponseBuilder,
-};
+pub use layer::RateLimitLayer;
 pub use limiter::{BoxFuture, Check, Limiter, LimiterError};
-pub use memory::{DEFAULT_MAX_KEYS, MemoryLimiter};
+pub use memory::{DEFAULT_MAX_KEYS, MemoryLimiter, MemoryLimiterBuilder};
+pub use policy::{FailurePolicy, MissingKey};
 pub use quota::{MAX_PERIOD, Quota, QuotaError};
-pub use redis::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisLimiter};
+pub use redis_limiter::RedisLimiter;
 pub use response::ResponseBody;
 pub use rule::{Rule, RuleError};
 pub use service::RateLimit;

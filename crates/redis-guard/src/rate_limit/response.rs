@@ -4,13 +4,14 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode, header};
+use http::{Response, StatusCode, header};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::Decision;
+use super::config::Config;
 use super::headers;
-use super::layer::Config;
+use crate::problem::problem;
 
 pin_project! {
     /// The response body of a rate-limited service: the inner service's body, or a body the
@@ -91,33 +92,6 @@ where
             }
         }
     }
-}
-
-/// An RFC 9457 problem document.
-fn problem(
-    status: StatusCode,
-    detail: &str,
-    extra: &[(&str, serde_json::Value)],
-) -> Response<Bytes> {
-    let mut doc = serde_json::Map::new();
-    doc.insert("type".into(), "about:blank".into());
-    doc.insert(
-        "title".into(),
-        status.canonical_reason().unwrap_or("Error").into(),
-    );
-    doc.insert("status".into(), status.as_u16().into());
-    doc.insert("detail".into(), detail.into());
-    for (k, v) in extra {
-        doc.insert((*k).to_owned(), v.clone());
-    }
-    let body = serde_json::Value::Object(doc).to_string();
-    let mut res = Response::new(Bytes::from(body));
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    res
 }
 
 /// The answer to a denied request.

@@ -12,7 +12,8 @@ use super::{Algorithm, Quota, QuotaError};
 ///
 /// ```
 /// use redis_guard::rate_limit::{Algorithm, Quota, Rule};
-/// let rule = Rule::new("search", Quota::per_minute(30)).algorithm(Algorithm::Gcra).cost(2);
+/// let rule = Rule::new("search", Quota::per_minute(30)).with_algorithm(Algorithm::Gcra).with_cost(2);
+/// assert_eq!(rule.cost(), 2);
 /// assert!(rule.validate().is_ok());
 /// assert!(Rule::new("bad name", Quota::per_minute(30)).validate().is_err());
 /// ```
@@ -39,14 +40,14 @@ impl Rule {
 
     /// Uses `algorithm` instead of the default [`Algorithm::Gcra`].
     #[must_use]
-    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+    pub fn with_algorithm(mut self, algorithm: Algorithm) -> Self {
         self.algorithm = algorithm;
         self
     }
 
     /// Each request consumes `cost` units of the quota (weighted requests). Defaults to 1.
     #[must_use]
-    pub fn cost(mut self, cost: u32) -> Self {
+    pub fn with_cost(mut self, cost: u32) -> Self {
         self.cost = cost;
         self
     }
@@ -69,13 +70,13 @@ impl Rule {
 
     /// The rule's algorithm.
     #[must_use]
-    pub fn get_algorithm(&self) -> &Algorithm {
+    pub fn algorithm(&self) -> &Algorithm {
         &self.algorithm
     }
 
     /// The cost of one request.
     #[must_use]
-    pub fn get_cost(&self) -> u32 {
+    pub fn cost(&self) -> u32 {
         self.cost
     }
 

@@ -7,8 +7,8 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
+use super::config::{Config, Plan};
 use super::future::ResponseFuture;
-use super::layer::{Config, Plan};
 use super::response::ResponseBody;
 
 /// The service [`RateLimitLayer`](super::RateLimitLayer) wraps around its inner service.

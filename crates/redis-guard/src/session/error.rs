@@ -1,21 +1,17 @@
 //! The errors of the session layer.
 
-use std::time::Duration;
+use crate::backend::BackendError;
 
 /// What can go wrong with a session. Handlers can match on it; with the `axum` feature it is also
-/// a response (`400` for bad keys and values, `503` when the store is unavailable).
+/// a response (`400` for bad keys and values, `503` when the store is unavailable), an
+/// `application/problem+json` document that names the status only: the error's text, which can
+/// describe internals, goes to the log, never to the client.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SessionError {
-    /// The store (Redis) failed.
+    /// The store failed: unreachable, too slow, or an answer that makes no sense.
     #[error("session store error")]
-    Redis(#[source] redis::RedisError),
-    /// The store did not answer in time.
-    #[error("the session store did not answer within {0:?}")]
-    Timeout(Duration),
-    /// The store answered something unexpected.
-    #[error("unexpected reply from the session store: {0}")]
-    BadReply(String),
+    Backend(#[from] BackendError),
     /// An earlier store failure in this request made the session unavailable.
     #[error("the session store is unavailable")]
     Unavailable,
@@ -62,10 +58,7 @@ impl SessionError {
     /// Whether the error comes from the store (rather than from the caller's keys or values).
     #[must_use]
     pub fn is_store_error(&self) -> bool {
-        matches!(
-            self,
-            Self::Redis(_) | Self::Timeout(_) | Self::BadReply(_) | Self::Unavailable
-        )
+        matches!(self, Self::Backend(_) | Self::Unavailable)
     }
 }
 
@@ -85,6 +78,9 @@ impl axum::response::IntoResponse for SessionError {
             tracing::debug!(error = %self, "bad session key or value");
             StatusCode::BAD_REQUEST
         };
-        (status, self.to_string()).into_response()
+        // The detail went to the log above; the client learns the status only.
+        crate::problem::problem(status, "", &[])
+            .map(axum::body::Body::from)
+            .into_response()
     }
 }

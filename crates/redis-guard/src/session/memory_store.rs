@@ -1,15 +1,14 @@
 //! Sessions in this process, with the Redis store's semantics.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
 use super::SessionError;
 use super::store::{BoxFuture, Changes, EXP_FIELD, Lifetimes, Record, SessionInfo, SessionStore};
-use crate::backend::{Clock, MonotonicClock};
+use crate::backend::{Clock, ExpiringTable, InProcess};
 
 /// Default bound on the number of sessions a [`MemorySessionStore`] holds.
 pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
@@ -18,37 +17,70 @@ pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
 /// semantics as [`RedisSessionStore`](super::RedisSessionStore) (per-field writes, idle and
 /// absolute expiry, no resurrection, per-user index), on a [`Clock`] tests can drive.
 ///
-/// Bounded: sessions sit in an expiry-ordered queue; expired ones are swept out a few at a time
-/// as the store is used, and past [`max_sessions`](Self::max_sessions) the sessions closest to
-/// expiry (the least recently used, for one idle timeout) are ended. No operation scans the
-/// table: each costs O(log n) plus O(per-user cap) when it indexes a user. The per-user index
-/// is keyed by the SHA-256 of the user id and loses its entries when their sessions end.
+/// Bounded: sessions sit in an expiry-ordered table; expired ones are swept out a few at a time
+/// as the store is used, and past [`max_sessions`](MemorySessionStoreBuilder::max_sessions) the
+/// sessions closest to expiry (the least recently used, for one idle timeout) are ended. No
+/// operation scans the table: each costs O(log n) plus O(per-user cap) when it indexes a user.
+/// The per-user index is keyed by the SHA-256 of the user id and loses its entries when their
+/// sessions end. Clones share state.
+///
+/// ```
+/// use redis_guard::session::MemorySessionStore;
+/// let store = MemorySessionStore::new();
+/// let small = MemorySessionStore::builder().max_sessions(1_000).build();
+/// # let _ = (store, small);
+/// ```
 #[derive(Clone, Debug)]
 pub struct MemorySessionStore {
-    inner: Arc<Inner>,
+    inner: Arc<InProcess<State>>,
+}
+
+/// Builds a [`MemorySessionStore`]: its bound and, for tests, its clock.
+#[derive(Debug)]
+#[must_use]
+pub struct MemorySessionStoreBuilder {
+    max_sessions: usize,
+    clock: Option<Box<dyn Clock>>,
+}
+
+impl MemorySessionStoreBuilder {
+    /// Bounds the number of sessions (default [`DEFAULT_MAX_SESSIONS`], at least 1).
+    pub fn max_sessions(mut self, max: usize) -> Self {
+        self.max_sessions = max;
+        self
+    }
+
+    /// Reads time from `clock` instead of the monotonic clock, e.g. a
+    /// `ManualClock` (feature `test-util`) in tests.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Box::new(clock));
+        self
+    }
+
+    /// The store.
+    pub fn build(self) -> MemorySessionStore {
+        MemorySessionStore {
+            inner: Arc::new(InProcess::new(
+                State {
+                    sessions: ExpiringTable::new(self.max_sessions),
+                    users: HashMap::new(),
+                    #[cfg(test)]
+                    examined: 0,
+                },
+                self.clock,
+            )),
+        }
+    }
 }
 
 #[derive(Debug)]
-struct Inner {
-    clock: Box<dyn Clock>,
-    max_sessions: AtomicUsize,
-    state: Mutex<State>,
-}
-
-/// Expired sessions removed per operation at most, on top of what the bound requires: spreads a
-/// mass expiry over many requests instead of stalling one behind the lock.
-const SWEEP_PER_OP: usize = 32;
-
-#[derive(Debug, Default)]
 struct State {
-    sessions: HashMap<String, Entry>,
-    /// Every session by deadline (the sooner of idle and absolute expiry), then a sequence
-    /// number: the front is the next to expire, and the first to evict when full.
-    order: BTreeMap<(u64, u64), String>,
+    /// Sessions by storage key, each until the sooner of its idle and absolute expiry.
+    sessions: ExpiringTable<String, Entry>,
     /// Per user (SHA-256 of the user id, never the raw id): storage key → absolute expiry.
-    /// Holds only sessions in `sessions`: every removal goes through [`State::remove`].
+    /// Holds only sessions in `sessions`: every removal goes through [`State::remove`] or
+    /// [`ExpiringTable::maintain`] with [`unindex`].
     users: HashMap<[u8; 32], HashMap<String, u64>>,
-    seq: u64,
     /// Entries looked at by the last operation's maintenance and indexing (a test probe for
     /// the bounded-work promise).
     #[cfg(test)]
@@ -59,8 +91,6 @@ struct State {
 struct Entry {
     fields: HashMap<String, String>,
     exp: u64,
-    /// Position in `State::order`.
-    slot: (u64, u64),
     /// The user index holding this session, if any.
     user: Option<[u8; 32]>,
 }
@@ -69,37 +99,34 @@ fn user_digest(user: &str) -> [u8; 32] {
     Sha256::digest(user.as_bytes()).into()
 }
 
-impl MemorySessionStore {
-    /// A store on the real monotonic clock.
-    #[must_use]
-    pub fn new() -> Self {
-        Self::with_clock(MonotonicClock::new())
-    }
-
-    /// A store on `clock`, e.g. a [`ManualClock`](crate::backend::ManualClock) in tests.
-    #[must_use]
-    pub fn with_clock(clock: impl Clock) -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                clock: Box::new(clock),
-                max_sessions: AtomicUsize::new(DEFAULT_MAX_SESSIONS),
-                state: Mutex::default(),
-            }),
+fn unindex(users: &mut HashMap<[u8; 32], HashMap<String, u64>>, user: [u8; 32], key: &str) {
+    if let Some(index) = users.get_mut(&user) {
+        index.remove(key);
+        if index.is_empty() {
+            users.remove(&user);
         }
     }
+}
 
-    /// Bounds the number of sessions (default [`DEFAULT_MAX_SESSIONS`], at least 1). Clones
-    /// share the bound.
+impl MemorySessionStore {
+    /// A store on the real monotonic clock, bounded by [`DEFAULT_MAX_SESSIONS`].
     #[must_use]
-    pub fn max_sessions(self, max: usize) -> Self {
-        self.inner.max_sessions.store(max.max(1), Ordering::Relaxed);
-        self
+    pub fn new() -> Self {
+        Self::builder().build()
+    }
+
+    /// A builder, to set the bound or the clock.
+    pub fn builder() -> MemorySessionStoreBuilder {
+        MemorySessionStoreBuilder {
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            clock: None,
+        }
     }
 
     /// How many sessions are held (expired ones included until swept).
     #[must_use]
     pub fn len(&self) -> usize {
-        self.lock().sessions.len()
+        self.inner.lock().sessions.len()
     }
 
     /// Whether no session is held.
@@ -108,26 +135,20 @@ impl MemorySessionStore {
         self.len() == 0
     }
 
-    fn now(&self) -> u64 {
-        u64::try_from(self.inner.clock.now().as_micros()).unwrap_or(u64::MAX)
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    #[cfg(test)]
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner.lock()
     }
 
     fn with<T: Send + 'static>(&self, f: impl FnOnce(&mut State, u64) -> T) -> BoxFuture<T> {
-        let now = self.now();
-        let mut state = self.lock();
+        let now = self.inner.now_us();
+        let mut state = self.inner.lock();
         #[cfg(test)]
         {
             state.examined = 0;
         }
         let out = f(&mut state, now);
-        state.maintain(now, self.inner.max_sessions.load(Ordering::Relaxed));
+        state.maintain(now);
         Box::pin(std::future::ready(out))
     }
 }
@@ -139,97 +160,66 @@ impl Default for MemorySessionStore {
 }
 
 impl State {
-    fn examine(&mut self) {
+    fn examine(&mut self, n: usize) {
         #[cfg(test)]
         {
-            self.examined += 1;
+            self.examined += n;
         }
-    }
-
-    /// Files `key` under `deadline` in the expiry order; returns its slot.
-    fn place(&mut self, key: &str, deadline: u64) -> (u64, u64) {
-        self.seq += 1;
-        let slot = (deadline, self.seq);
-        self.order.insert(slot, key.to_owned());
-        slot
+        let _ = n;
     }
 
     fn insert(&mut self, key: String, fields: HashMap<String, String>, exp: u64, deadline: u64) {
-        let slot = self.place(&key, deadline);
-        self.sessions.insert(
-            key,
-            Entry {
-                fields,
-                exp,
-                slot,
-                user: None,
-            },
-        );
+        let entry = Entry {
+            fields,
+            exp,
+            user: None,
+        };
+        self.remove(&key);
+        self.sessions.insert(key, entry, deadline);
     }
 
-    /// Removes a session with its place in the expiry order and in its user's index.
+    /// Removes a session with its place in its user's index.
     fn remove(&mut self, key: &str) -> Option<Entry> {
-        let entry = self.sessions.remove(key)?;
-        self.order.remove(&entry.slot);
+        let key = key.to_owned();
+        let entry = self.sessions.remove(&key)?;
         if let Some(user) = entry.user {
-            self.unindex(user, key);
+            unindex(&mut self.users, user, &key);
         }
         Some(entry)
-    }
-
-    fn unindex(&mut self, user: [u8; 32], key: &str) {
-        if let Some(index) = self.users.get_mut(&user) {
-            index.remove(key);
-            if index.is_empty() {
-                self.users.remove(&user);
-            }
-        }
     }
 
     /// Whether the session under `key` is live at `now`, without marking it used.
     fn is_live(&self, key: &str, now: u64) -> bool {
-        self.sessions.get(key).is_some_and(|e| now < e.slot.0)
+        self.sessions.is_live(&key.to_owned(), now)
     }
 
     /// The live entry under `key`, after marking it used; an expired one is removed.
     fn live(&mut self, key: &str, now: u64, life: Lifetimes) -> Option<&mut Entry> {
-        let (exp, slot) = {
-            let e = self.sessions.get(key)?;
-            (e.exp, e.slot)
-        };
-        if now >= slot.0 {
-            self.remove(key);
+        let key = key.to_owned();
+        let deadline = self.sessions.deadline(&key)?;
+        if now >= deadline {
+            self.remove(&key);
             return None;
         }
-        self.order.remove(&slot);
-        let slot = self.place(key, exp.min(now.saturating_add(life.idle_us())));
-        let entry = self.sessions.get_mut(key)?;
-        entry.slot = slot;
-        Some(entry)
+        let exp = self.sessions.get_mut(&key)?.exp;
+        self.sessions
+            .set_deadline(&key, exp.min(now.saturating_add(life.idle_us())));
+        self.sessions.get_mut(&key)
     }
 
-    /// Removes up to [`SWEEP_PER_OP`] expired sessions, then evicts the sessions closest to
-    /// expiry until the bound holds. Each step is O(log n) and each session is removed once, so
-    /// the work is amortized O(log n) per operation, never a scan of the table.
-    fn maintain(&mut self, now: u64, max: usize) {
-        let mut swept = 0;
-        while let Some(entry) = self.order.first_entry() {
-            let expired = entry.key().0 <= now && swept < SWEEP_PER_OP;
-            if !expired && self.sessions.len() <= max {
-                break;
+    /// Sweeps a few expired sessions and evicts past the bound, pruning the user index.
+    fn maintain(&mut self, now: u64) {
+        let users = &mut self.users;
+        let n = self.sessions.maintain(now, |key, entry| {
+            if let Some(user) = entry.user {
+                unindex(users, user, &key);
             }
-            let key = entry.remove();
-            self.examine();
-            swept += 1;
-            if let Some(Entry {
-                user: Some(user), ..
-            }) = self.sessions.remove(&key)
-            {
-                self.unindex(user, &key);
-            }
-        }
+        });
+        self.examine(n);
     }
 }
+
+impl crate::sealed::Sealed for MemorySessionStore {}
 
 impl SessionStore for MemorySessionStore {
     fn load(
@@ -252,7 +242,9 @@ impl SessionStore for MemorySessionStore {
     ) -> BoxFuture<Result<u64, SessionError>> {
         self.with(move |s, now| {
             if s.sessions.contains_key(&key) {
-                return Err(SessionError::BadReply("session id collision".into()));
+                return Err(SessionError::Backend(
+                    crate::backend::BackendError::BadReply("session id collision".into()),
+                ));
             }
             let exp = now.saturating_add(life.max_us());
             let mut fields = HashMap::new();
@@ -327,7 +319,9 @@ impl SessionStore for MemorySessionStore {
                 return Ok(false);
             }
             if s.sessions.contains_key(&new) {
-                return Err(SessionError::BadReply("session id collision".into()));
+                return Err(SessionError::Backend(
+                    crate::backend::BackendError::BadReply("session id collision".into()),
+                ));
             }
             let Some(entry) = s.remove(&old) else {
                 return Ok(false);
@@ -367,7 +361,7 @@ impl SessionStore for MemorySessionStore {
                 .get_mut(&key)
                 .and_then(|e| e.user.replace(digest));
             if let Some(previous) = previous.filter(|p| *p != digest) {
-                s.unindex(previous, &key);
+                unindex(&mut s.users, previous, &key);
             }
             let mut index = s.users.remove(&digest).unwrap_or_default();
             index.insert(key.clone(), expires);
@@ -377,9 +371,7 @@ impl SessionStore for MemorySessionStore {
                 .filter(|k| !s.is_live(k, now))
                 .cloned()
                 .collect();
-            for _ in 0..index.len() {
-                s.examine();
-            }
+            s.examine(index.len());
             let cap = usize::try_from(life.per_user.max(1)).unwrap_or(usize::MAX);
             let mut popped = dead;
             for k in &popped {
@@ -455,7 +447,10 @@ mod tests {
     #[test]
     fn eviction_is_bounded_work_and_prunes_the_user_index() {
         let clock = ManualClock::new();
-        let store = MemorySessionStore::with_clock(clock.clone()).max_sessions(100);
+        let store = MemorySessionStore::builder()
+            .clock(clock.clone())
+            .max_sessions(100)
+            .build();
         let life = Lifetimes::default();
         let mut most = 0;
         for i in 0..1000 {
@@ -489,7 +484,7 @@ mod tests {
     #[test]
     fn expired_sessions_are_swept_in_small_batches() {
         let clock = ManualClock::new();
-        let store = MemorySessionStore::with_clock(clock.clone());
+        let store = MemorySessionStore::builder().clock(clock.clone()).build();
         let life = Lifetimes::default();
         for i in 0..500 {
             block(store.create(format!("{i:064x}"), Changes::default(), life)).unwrap();
@@ -498,9 +493,9 @@ mod tests {
         let mut ops = 0;
         while !store.is_empty() {
             block(store.load("absent".to_owned(), life)).unwrap();
-            assert!(store.lock().examined <= SWEEP_PER_OP);
+            assert!(store.lock().examined <= crate::backend::SWEEP_PER_OP);
             ops += 1;
         }
-        assert_eq!(ops, 500 / SWEEP_PER_OP + 1);
+        assert_eq!(ops, 500 / crate::backend::SWEEP_PER_OP + 1);
     }
 }

@@ -18,7 +18,8 @@
 //! let app: Router = Router::new()
 //!     .route("/login", post(login))
 //!     .route("/logout", post(logout))
-//!     .layer(SessionLayer::new(MemorySessionStore::new()));
+//!     .layer(SessionLayer::new(MemorySessionStore::new())?);
+//! # Ok::<(), redis_guard::session::SessionConfigError>(())
 //! ```
 //!
 //! What it does, and why:
@@ -61,11 +62,11 @@
 //! - **Caching**: a response that sets or removes the cookie carries `Vary: Cookie` and a
 //!   `Cache-Control` that is `private` (the handler's `public` and `s-maxage` are removed) with
 //!   `no-cache="Set-Cookie"` unless it already says `no-cache` or `no-store`.
-//! - **Redis down**: `503` (default) or carry on without a session ([`StoreFailure`]); every call
+//! - **Redis down**: `503` (default) or carry on without a session ([`FailurePolicy`]); every call
 //!   has a timeout. After a failed load nothing is written and no cookie is set (the user's
 //!   cookie stays); a failed idle refresh never changes a response; a failed save of changed
-//!   data is a `503` under [`StoreFailure::ServiceUnavailable`].
-//! - **Memory store**: bounded ([`MemorySessionStore::max_sessions`]); expired sessions leave a
+//!   data is a `503` under [`FailurePolicy::Closed`].
+//! - **Memory store**: bounded ([`MemorySessionStoreBuilder::max_sessions`]); expired sessions leave a
 //!   few at a time and, when full, the sessions closest to expiry are evicted, in O(log n) per
 //!   session, never a scan of the table under its lock.
 //! - **Configuration** is checked when the layer is built
@@ -79,26 +80,27 @@
 //! subdomains can plant one; on Redis, a session whose user changes keeps its entry in the previous
 //! user's index until it ends (revoking that user ends it too).
 
+mod builder;
 mod cookie;
 mod error;
 mod id;
 mod layer;
 mod memory_store;
+mod policy;
 mod redis_store;
 mod service;
 #[allow(clippy::module_inception)]
 mod session;
 mod store;
 
+pub use builder::SessionLayerBuilder;
 pub use cookie::{CookieConfig, MAX_COOKIE_CANDIDATES, SameSite};
 pub use error::SessionError;
 pub use id::SessionId;
-pub use layer::{
-    MAX_LIFETIME, MAX_SESSIONS_PER_USER, SessionConfigError, SessionLayer, SessionLayerBuilder,
-    StoreFailure,
-};
-pub use memory_store::{DEFAULT_MAX_SESSIONS, MemorySessionStore};
-pub use redis_store::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisSessionStore};
+pub use layer::{MAX_LIFETIME, MAX_SESSIONS_PER_USER, SessionConfigError, SessionLayer};
+pub use memory_store::{DEFAULT_MAX_SESSIONS, MemorySessionStore, MemorySessionStoreBuilder};
+pub use policy::FailurePolicy;
+pub use redis_store::RedisSessionStore;
 pub use service::{ResponseFuture, SessionService};
 pub use session::Session;
 pub use store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore};

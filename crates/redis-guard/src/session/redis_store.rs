@@ -9,13 +9,7 @@ use sha2::{Digest, Sha256};
 use super::SessionError;
 use super::id::hex;
 use super::store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore, USER_FIELD};
-use crate::backend::{ManualClock, RedisConnection, shift_micros};
-
-/// Default key prefix: keys read `rg:s:{<sha256 of id>}` and `rg:u:{<sha256 of user>}`.
-pub const DEFAULT_PREFIX: &str = "rg:";
-
-/// Default time to wait for Redis.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+use crate::backend::{BackendError, RedisBackend};
 
 fn script(body: &str) -> Script {
     Script::new(&format!("{}\n{body}", include_str!("scripts/prelude.lua")))
@@ -45,14 +39,16 @@ const NO_IDLE: u64 = 1 << 53;
 ///
 /// Keys: `<prefix>s:{<SHA-256 of the id>}` per session, `<prefix>u:{<SHA-256 of the user id>}`
 /// per user (a sorted set of the user's session keys). Works on a single Redis, through a `bb8`
-/// pool, and on a Redis Cluster (no operation touches two slots at once).
+/// pool, and on a Redis Cluster (no operation touches two slots at once). The prefix, the timeout
+/// per call and the connection come from the [`RedisBackend`]; a
+/// [`RedisConnection`](crate::backend::RedisConnection) converts into one with the defaults.
 ///
 /// ```no_run
-/// use redis_guard::backend::RedisConnection;
+/// use redis_guard::backend::{RedisBackend, RedisConnection};
 /// use redis_guard::session::RedisSessionStore;
 /// # async fn f() -> redis::RedisResult<()> {
-/// let store = RedisSessionStore::new(RedisConnection::open("redis://127.0.0.1/").await?)
-///     .prefix("myapp:");
+/// let conn = RedisConnection::open("redis://127.0.0.1/").await?;
+/// let store = RedisSessionStore::new(RedisBackend::new(conn).prefix("myapp:"));
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
@@ -62,17 +58,17 @@ pub struct RedisSessionStore {
 
 #[derive(Clone, Debug)]
 struct Inner {
-    conn: RedisConnection,
-    prefix: String,
-    timeout: Duration,
-    shift: Option<ManualClock>,
+    backend: RedisBackend,
+    #[cfg(feature = "test-util")]
     between_revoke_steps: Option<Hook>,
 }
 
 /// A test hook: runs between two steps of a multi-step operation.
+#[cfg(feature = "test-util")]
 #[derive(Clone)]
 struct Hook(Arc<dyn Fn() -> BoxFuture<()> + Send + Sync>);
 
+#[cfg(feature = "test-util")]
 impl std::fmt::Debug for Hook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Hook")
@@ -80,48 +76,28 @@ impl std::fmt::Debug for Hook {
 }
 
 impl RedisSessionStore {
-    /// A store on `conn`.
+    /// A store on `backend` (or on a connection, with the default prefix and timeout).
     #[must_use]
-    pub fn new(conn: impl Into<RedisConnection>) -> Self {
+    pub fn new(backend: impl Into<RedisBackend>) -> Self {
         Self {
             inner: Arc::new(Inner {
-                conn: conn.into(),
-                prefix: DEFAULT_PREFIX.to_owned(),
-                timeout: DEFAULT_TIMEOUT,
-                shift: None,
+                backend: backend.into(),
+                #[cfg(feature = "test-util")]
                 between_revoke_steps: None,
             }),
         }
     }
 
-    /// Prepends `prefix` to every key (default [`DEFAULT_PREFIX`]).
+    /// The backend: connection, prefix and timeout.
     #[must_use]
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        Arc::make_mut(&mut self.inner).prefix = prefix.into();
-        self
+    pub fn backend(&self) -> &RedisBackend {
+        &self.inner.backend
     }
 
-    /// How long to wait for Redis (default [`DEFAULT_TIMEOUT`]). Must be more than zero:
-    /// [`SessionLayerBuilder::build`](super::SessionLayerBuilder::build) refuses a store with a
-    /// zero timeout, which would fail every call.
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        Arc::make_mut(&mut self.inner).timeout = timeout;
-        self
-    }
-
-    /// A test seam, as [`RedisLimiter::time_shift`](crate::rate_limit::RedisLimiter::time_shift):
-    /// adds `clock`'s reading to Redis `TIME` in every decision. Production code never calls it.
-    #[must_use]
-    pub fn time_shift(mut self, clock: ManualClock) -> Self {
-        Arc::make_mut(&mut self.inner).shift = Some(clock);
-        self
-    }
-
-    /// A test seam: `hook` runs inside [`revoke_user`](SessionStore::revoke_user), after it
-    /// has taken the user's index and before it deletes the sessions, so a test can land a
-    /// login "between the steps". Production code never calls it.
-    #[doc(hidden)]
+    /// A test seam (feature `test-util`): `hook` runs inside
+    /// [`revoke_user`](SessionStore::revoke_user), after it has taken the user's index and
+    /// before it deletes the sessions, so a test can land a login "between the steps".
+    #[cfg(feature = "test-util")]
     #[must_use]
     pub fn between_revoke_steps(
         mut self,
@@ -134,21 +110,15 @@ impl RedisSessionStore {
     /// The Redis key of the session with storage key `storage_key`.
     #[must_use]
     pub fn session_key(&self, storage_key: &str) -> String {
-        format!("{}s:{{{storage_key}}}", self.inner.prefix)
+        self.inner.backend.key(&["s"], storage_key)
     }
 
     /// The Redis key of `user`'s session index.
     #[must_use]
     pub fn user_key(&self, user: &str) -> String {
-        format!(
-            "{}u:{{{}}}",
-            self.inner.prefix,
-            hex(&Sha256::digest(user.as_bytes()))
-        )
-    }
-
-    fn shift(&self) -> String {
-        shift_micros(self.inner.shift.as_ref()).to_string()
+        self.inner
+            .backend
+            .key(&["u"], &hex(&Sha256::digest(user.as_bytes())))
     }
 
     /// Runs `script` on `key` with ARGV = shift, idle, `args…`, under the timeout.
@@ -160,16 +130,10 @@ impl RedisSessionStore {
         args: Vec<String>,
     ) -> BoxFuture<Result<Value, SessionError>> {
         let inner = Arc::clone(&self.inner);
-        let mut argv = vec![self.shift(), idle.to_string()];
+        let mut argv = Vec::with_capacity(args.len() + 1);
+        argv.push(idle.to_string());
         argv.extend(args);
-        Box::pin(async move {
-            let keys = [key];
-            let call = inner.conn.invoke(script, &keys, &argv);
-            tokio::time::timeout(inner.timeout, call)
-                .await
-                .map_err(|_| SessionError::Timeout(inner.timeout))?
-                .map_err(SessionError::Redis)
-        })
+        Box::pin(async move { Ok(inner.backend.eval(script, &[key], &argv).await?) })
     }
 
     /// Of `members` (storage keys), those whose session is gone: one probe each, concurrently.
@@ -202,36 +166,33 @@ impl RedisSessionStore {
 
     fn query(&self, cmd: redis::Cmd) -> BoxFuture<Result<Value, SessionError>> {
         let inner = Arc::clone(&self.inner);
-        Box::pin(async move {
-            tokio::time::timeout(inner.timeout, inner.conn.query(&cmd))
-                .await
-                .map_err(|_| SessionError::Timeout(inner.timeout))?
-                .map_err(SessionError::Redis)
-        })
+        Box::pin(async move { Ok(inner.backend.query(&cmd).await?) })
     }
 }
 
+fn bad_reply(what: String) -> SessionError {
+    BackendError::BadReply(what).into()
+}
+
 fn strings(v: Value) -> Result<Vec<String>, SessionError> {
-    redis::from_redis_value(v).map_err(|e| SessionError::BadReply(e.to_string()))
+    redis::from_redis_value(v).map_err(|e| bad_reply(e.to_string()))
 }
 
 fn int(v: &Value) -> Result<Option<i64>, SessionError> {
     match v {
         Value::Nil => Ok(None),
         Value::Int(i) => Ok(Some(*i)),
-        other => Err(SessionError::BadReply(format!(
-            "expected an integer, got {other:?}"
-        ))),
+        other => Err(bad_reply(format!("expected an integer, got {other:?}"))),
     }
 }
 
 fn expiry(v: &Value) -> Result<Option<u64>, SessionError> {
     int(v)?
-        .map(|i| {
-            u64::try_from(i).map_err(|_| SessionError::BadReply(format!("negative expiry {i}")))
-        })
+        .map(|i| u64::try_from(i).map_err(|_| bad_reply(format!("negative expiry {i}"))))
         .transpose()
 }
+
+impl crate::sealed::Sealed for RedisSessionStore {}
 
 impl SessionStore for RedisSessionStore {
     fn load(
@@ -261,8 +222,7 @@ impl SessionStore for RedisSessionStore {
             save_args("create", &changes, life),
         );
         Box::pin(async move {
-            expiry(&call.await?)?
-                .ok_or_else(|| SessionError::BadReply("create returned nil".into()))
+            expiry(&call.await?)?.ok_or_else(|| bad_reply("create returned nil".into()))
         })
     }
 
@@ -297,7 +257,7 @@ impl SessionStore for RedisSessionStore {
         Box::pin(async move {
             match call.await {
                 Ok(v) => int(&v),
-                Err(SessionError::Redis(e)) if e.to_string().contains("not an integer") => {
+                Err(SessionError::Backend(e)) if e.code() == Some("RG_NOT_INTEGER") => {
                     Err(SessionError::NotAnInteger(field))
                 }
                 Err(e) => Err(e),
@@ -313,7 +273,7 @@ impl SessionStore for RedisSessionStore {
                 return Ok(());
             }
             let user: String =
-                redis::from_redis_value(user).map_err(|e| SessionError::BadReply(e.to_string()))?;
+                redis::from_redis_value(user).map_err(|e| bad_reply(e.to_string()))?;
             this.trim(&user, 0, String::new(), vec![key])
                 .await
                 .map(drop)
@@ -420,6 +380,7 @@ impl SessionStore for RedisSessionStore {
         let this = self.clone();
         Box::pin(async move {
             let members = strings(this.run(&REVOKE, this.user_key(&user), 0, vec![]).await?)?;
+            #[cfg(feature = "test-util")]
             if let Some(Hook(hook)) = &this.inner.between_revoke_steps {
                 hook().await;
             }
@@ -435,13 +396,7 @@ impl SessionStore for RedisSessionStore {
     }
 
     fn check(&self) -> Result<(), String> {
-        if self.inner.timeout.is_zero() {
-            return Err(format!(
-                "Redis timeout {:?} must be positive",
-                self.inner.timeout
-            ));
-        }
-        Ok(())
+        self.inner.backend.config_problem().map_or(Ok(()), Err)
     }
 
     fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {

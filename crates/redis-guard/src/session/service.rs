@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use super::cookie::CookieConfig;
 use super::session::{CookieAction, Session, Shared};
-use super::{SessionUser, StoreFailure};
+use super::{FailurePolicy, SessionUser};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -166,7 +166,7 @@ where
                         }
                         Ok(None) => {}
                         Err(e) => {
-                            // Only with StoreFailure::ServiceUnavailable.
+                            // Only with FailurePolicy::Closed.
                             tracing::warn!(error = %e, "session store unavailable: 503");
                             return Poll::Ready(Ok(unavailable()));
                         }
@@ -195,7 +195,7 @@ where
 async fn finish<B: Default, E>(session: Session, mut res: Response<B>) -> Result<Response<B>, E> {
     let success = res.status().is_success() || res.status().is_redirection();
     let (cookie, failed) = session.finish(success).await;
-    if failed && session.policy() == StoreFailure::ServiceUnavailable {
+    if failed && session.policy() == FailurePolicy::Closed {
         return Ok(unavailable());
     }
     let config: &CookieConfig = session.cookie_config();

@@ -10,7 +10,7 @@ use tokio::sync::Mutex;
 use super::cookie::{CookieConfig, ReadCookie};
 use super::id::SessionId;
 use super::store::{Changes, EXP_FIELD, Lifetimes, RESERVED, Record, SessionStore, USER_FIELD};
-use super::{SessionError, StoreFailure};
+use super::{FailurePolicy, SessionError};
 
 /// Settings shared by every request of a layer.
 #[derive(Debug)]
@@ -18,7 +18,7 @@ pub(crate) struct Shared {
     pub(crate) store: Arc<dyn SessionStore>,
     pub(crate) life: Lifetimes,
     pub(crate) cookie: CookieConfig,
-    pub(crate) on_store_error: StoreFailure,
+    pub(crate) failure: FailurePolicy,
     pub(crate) expose_user: bool,
 }
 
@@ -116,9 +116,9 @@ impl Session {
 
     fn fail(&self, state: &mut State, e: SessionError) -> Result<(), SessionError> {
         state.failed = true;
-        match self.shared.on_store_error {
-            StoreFailure::ServiceUnavailable => Err(e),
-            StoreFailure::ContinueWithoutSession => {
+        match self.shared.failure {
+            FailurePolicy::Closed => Err(e),
+            FailurePolicy::Open => {
                 tracing::warn!(error = %e, "session store failed: continuing without a session");
                 Ok(())
             }
@@ -173,7 +173,7 @@ impl Session {
     /// # Errors
     ///
     /// [`SessionError::Deserialize`] when the stored value is not a `T`; a store error when the
-    /// session could not be loaded (with [`StoreFailure::ServiceUnavailable`]).
+    /// session could not be loaded (with [`FailurePolicy::Closed`]).
     pub async fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, SessionError> {
         check_key(key)?;
         let mut state = self.state.lock().await;
@@ -443,8 +443,8 @@ impl Session {
         Ok(n)
     }
 
-    pub(crate) fn policy(&self) -> StoreFailure {
-        self.shared.on_store_error
+    pub(crate) fn policy(&self) -> FailurePolicy {
+        self.shared.failure
     }
 
     /// Loads the session if the request carries a cookie; used to expose the user before the

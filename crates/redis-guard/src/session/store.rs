@@ -144,7 +144,12 @@ pub struct SessionInfo {
 /// Every operation is one atomic step of the store, and every one that reads or writes a session
 /// first checks that it is live (idle and absolute expiry): an update to a session that is gone is
 /// dropped, never re-creating it.
-pub trait SessionStore: Send + Sync + fmt::Debug + 'static {
+///
+/// This trait is **sealed**: it cannot be implemented outside this crate. Its guarantees (no lost
+/// writes, no resurrection, revocation that reaches rotated sessions) live in the details of each
+/// operation, which are not a stable contract yet. Call its methods freely (e.g.
+/// [`revoke_user`](SessionStore::revoke_user) from an admin handler).
+pub trait SessionStore: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     /// Loads a live session and marks it used (restarting the idle timeout).
     fn load(&self, key: String, life: Lifetimes)
     -> BoxFuture<Result<Option<Record>, SessionError>>;

@@ -54,7 +54,7 @@ use std::sync::Arc;
 ///     include_str!("examples/calls_daily_cap.lua"),
 /// );
 /// // 5 calls per minute, 20 per day.
-/// let rule = Rule::new("calls", Quota::per_minute(5).burst(20)).algorithm(Algorithm::Custom(calls));
+/// let rule = Rule::new("calls", Quota::per_minute(5).burst(20)).with_algorithm(Algorithm::Custom(calls));
 /// assert!(rule.validate().is_ok());
 /// ```
 ///

@@ -28,15 +28,15 @@ for i = 1, n do
   local algorithm = algorithms[p.id]
   if type(algorithm) ~= 'function' then
     if names[p.id] then
-      return redis.error_reply('redis-guard: custom algorithm ' .. names[p.id]
+      return redis.error_reply('RG_ALGORITHM custom algorithm ' .. names[p.id]
         .. ' is not a function: its source must `return function(key, now, p) ... end`')
     end
-    return redis.error_reply('redis-guard: unknown algorithm id ' .. tostring(p.id))
+    return redis.error_reply('RG_ALGORITHM unknown algorithm id ' .. tostring(p.id))
   end
   local allowed, remaining, retry_us, reset_us, commit = algorithm(KEYS[i], now, p)
   local bad = check_reply(allowed, remaining, retry_us, reset_us, commit)
   if bad then
-    return redis.error_reply('redis-guard: algorithm ' .. (names[p.id] or tostring(p.id)) .. ' ' .. bad)
+    return redis.error_reply('RG_ALGORITHM algorithm ' .. (names[p.id] or tostring(p.id)) .. ' ' .. bad)
   end
   if allowed then
     commits[#commits + 1] = commit

@@ -46,7 +46,7 @@ end
 -- Checks the argument count: 3 header values, then 6 per key. Returns an error reply or nil.
 local function check_arity()
   if #ARGV ~= 3 + #KEYS * 6 then
-    return redis.error_reply('redis-guard: expected 3 + 6 arguments per key, got '
+    return redis.error_reply('RG_ARITY expected 3 + 6 arguments per key, got '
       .. #ARGV .. ' for ' .. #KEYS .. ' keys')
   end
   return nil

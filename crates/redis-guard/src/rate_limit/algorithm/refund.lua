@@ -14,7 +14,7 @@ local bad_arity = check_arity()
 if bad_arity then return bad_arity end
 local charged_at = tonumber(ARGV[3])
 if charged_at == nil then
-  return redis.error_reply('redis-guard: a refund needs the evaluation time in ARGV[3]')
+  return redis.error_reply('RG_ARGUMENT a refund needs the evaluation time in ARGV[3]')
 end
 for i = 1, #KEYS do
   local p = params(i)

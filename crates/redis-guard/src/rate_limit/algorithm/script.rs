@@ -119,7 +119,7 @@ mod tests {
             .invoke_async(conn)
             .await
             .expect("evaluate");
-        let (states, at) = crate::rate_limit::redis::parse_reply(&reply, 1).expect("reply");
+        let (states, at) = crate::rate_limit::reply::parse_reply(&reply, 1).expect("reply");
         assert!(states[0].allowed);
         at
     }

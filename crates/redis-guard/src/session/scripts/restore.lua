@@ -6,7 +6,7 @@
 local now, idle = clock(), tonumber(ARGV[2])
 local key = KEYS[1]
 if redis.call('EXISTS', key) == 1 then
-  return redis.error_reply('redis-guard: session id collision')
+  return redis.error_reply('RG_COLLISION session id collision')
 end
 local exp
 for i = 3, #ARGV, 2 do

@@ -11,7 +11,7 @@ local key = KEYS[1]
 local exp
 if mode == 'create' then
   if redis.call('EXISTS', key) == 1 then
-    return redis.error_reply('redis-guard: session id collision')
+    return redis.error_reply('RG_COLLISION session id collision')
   end
   exp = now + max
   redis.call('HSET', key, '$created', fmt(now), '$exp', fmt(exp), '$v', '1')

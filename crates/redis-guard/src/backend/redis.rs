@@ -1,0 +1,223 @@
+//! [`RedisBackend`]: the Redis component every layer runs on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Script, Value};
+
+#[cfg(feature = "test-util")]
+use super::ManualClock;
+use super::{BackendError, RedisConnection};
+
+/// Default key prefix: every key redis-guard writes starts with `rg:`.
+pub const DEFAULT_PREFIX: &str = "rg:";
+
+/// Default time to wait for Redis, per call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Redis as the layers use it: a [`RedisConnection`], a key prefix and a timeout per call. The
+/// limiter and the session store both take one, so one Redis is configured once:
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redis_guard::backend::{RedisBackend, RedisConnection};
+/// use redis_guard::rate_limit::RedisLimiter;
+/// use redis_guard::session::RedisSessionStore;
+/// # async fn f() -> redis::RedisResult<()> {
+/// let redis = RedisBackend::new(RedisConnection::open("redis://127.0.0.1/").await?)
+///     .prefix("myapp:")
+///     .timeout(Duration::from_millis(50));
+/// let limiter = RedisLimiter::new(redis.clone());
+/// let sessions = RedisSessionStore::new(redis);
+/// # Ok(()) }
+/// ```
+///
+/// A [`RedisConnection`] converts into a backend with the defaults, so
+/// `RedisLimiter::new(conn)` works too. Cheap to clone: clones share the connection.
+///
+/// Scripts run with `EVALSHA` and are loaded again when Redis answers `NOSCRIPT` (after a
+/// restart or `SCRIPT FLUSH`, on every cluster node); a script is never re-run after any other
+/// error, so a call that may have counted is never counted twice.
+#[derive(Clone, Debug)]
+pub struct RedisBackend {
+    inner: Arc<Settings>,
+}
+
+#[derive(Clone, Debug)]
+struct Settings {
+    conn: RedisConnection,
+    prefix: String,
+    timeout: Duration,
+    #[cfg(feature = "test-util")]
+    shift: Option<ManualClock>,
+}
+
+impl RedisBackend {
+    /// A backend on `conn` with the default prefix ([`DEFAULT_PREFIX`]) and timeout
+    /// ([`DEFAULT_TIMEOUT`]).
+    #[must_use]
+    pub fn new(conn: RedisConnection) -> Self {
+        Self {
+            inner: Arc::new(Settings {
+                conn,
+                prefix: DEFAULT_PREFIX.to_owned(),
+                timeout: DEFAULT_TIMEOUT,
+                #[cfg(feature = "test-util")]
+                shift: None,
+            }),
+        }
+    }
+
+    /// Prepends `prefix` to every key (default [`DEFAULT_PREFIX`]): to share one Redis between
+    /// applications.
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        Arc::make_mut(&mut self.inner).prefix = prefix.into();
+        self
+    }
+
+    /// How long one call may wait for Redis (default [`DEFAULT_TIMEOUT`]). It must be more than
+    /// zero: a zero timeout would fail every call, so the layer builders refuse it.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        Arc::make_mut(&mut self.inner).timeout = timeout;
+        self
+    }
+
+    /// A test seam (feature `test-util`): adds `clock`'s reading to Redis `TIME` in every script,
+    /// so a test lets an hour pass with [`ManualClock::advance`] instead of sleeping. The clock is
+    /// still Redis' own; the shift only moves it forward.
+    #[cfg(feature = "test-util")]
+    #[must_use]
+    pub fn time_shift(mut self, clock: ManualClock) -> Self {
+        Arc::make_mut(&mut self.inner).shift = Some(clock);
+        self
+    }
+
+    /// The connection.
+    #[must_use]
+    pub fn connection(&self) -> &RedisConnection {
+        &self.inner.conn
+    }
+
+    /// The timeout per call.
+    #[must_use]
+    pub fn call_timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    /// Why this backend cannot work as configured, or `None`.
+    pub(crate) fn config_problem(&self) -> Option<String> {
+        self.inner.timeout.is_zero().then(|| {
+            format!(
+                "the Redis timeout is {:?}, so no call could ever succeed; use at least 1 ms (default {DEFAULT_TIMEOUT:?})",
+                self.inner.timeout
+            )
+        })
+    }
+
+    /// The key `<prefix><part>:<part>…:{<tag>}`: the braces make `tag` the Cluster hash tag.
+    pub(crate) fn key(&self, parts: &[&str], tag: &str) -> String {
+        let mut key = String::with_capacity(
+            self.inner.prefix.len()
+                + parts.iter().map(|p| p.len() + 1).sum::<usize>()
+                + tag.len()
+                + 2,
+        );
+        key.push_str(&self.inner.prefix);
+        for part in parts {
+            key.push_str(part);
+            key.push(':');
+        }
+        key.push('{');
+        key.push_str(tag);
+        key.push('}');
+        key
+    }
+
+    /// The offset added to Redis `TIME` by the test seam, in µs (0 in production).
+    fn shift_us(&self) -> u64 {
+        #[cfg(feature = "test-util")]
+        if let Some(clock) = &self.inner.shift {
+            return u64::try_from(super::Clock::now(clock).as_micros()).unwrap_or(u64::MAX);
+        }
+        0
+    }
+
+    /// Runs `script` with `keys` and ARGV = the time shift (ARGV[1], µs added to Redis `TIME`,
+    /// 0 in production), then `args`, under the timeout.
+    pub(crate) async fn eval(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Value, BackendError> {
+        let mut argv = Vec::with_capacity(args.len() + 1);
+        argv.push(self.shift_us().to_string());
+        argv.extend_from_slice(args);
+        let call = self.inner.conn.invoke(script, keys, &argv);
+        tokio::time::timeout(self.inner.timeout, call)
+            .await
+            .map_err(|_| BackendError::Timeout(self.inner.timeout))?
+            .map_err(BackendError::from_script)
+    }
+
+    /// Runs one plain command (routed by its key on a cluster), under the timeout.
+    #[cfg_attr(not(feature = "session"), allow(dead_code))]
+    pub(crate) async fn query(&self, cmd: &redis::Cmd) -> Result<Value, BackendError> {
+        tokio::time::timeout(self.inner.timeout, self.inner.conn.query(cmd))
+            .await
+            .map_err(|_| BackendError::Timeout(self.inner.timeout))?
+            .map_err(BackendError::Redis)
+    }
+
+    /// Indices of `keys` grouped so that each group can go to one script call: one group on a
+    /// single Redis; on a cluster, one group per hash tag, in order of first appearance.
+    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+    pub(crate) fn slot_groups(&self, keys: &[String]) -> Vec<Vec<usize>> {
+        if !self.inner.conn.is_cluster() {
+            return vec![(0..keys.len()).collect()];
+        }
+        let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let tag = hash_tag(key);
+            match groups.iter_mut().find(|(t, _)| *t == tag) {
+                Some((_, g)) => g.push(i),
+                None => groups.push((tag, vec![i])),
+            }
+        }
+        groups.into_iter().map(|(_, g)| g).collect()
+    }
+}
+
+impl From<RedisConnection> for RedisBackend {
+    fn from(conn: RedisConnection) -> Self {
+        Self::new(conn)
+    }
+}
+
+/// The hash tag of `key` as Redis Cluster computes it: the text between the first `{` and the
+/// next `}`, if not empty; otherwise the whole key.
+#[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+fn hash_tag(key: &str) -> &str {
+    if let Some(open) = key.find('{')
+        && let Some(len) = key[open + 1..].find('}')
+        && len > 0
+    {
+        return &key[open + 1..open + 1 + len];
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hash_tag;
+
+    #[test]
+    fn hash_tags_follow_the_cluster_rules() {
+        assert_eq!(hash_tag("rg:rl:api:{abc}"), "abc");
+        assert_eq!(hash_tag("x{}y{z}"), "x{}y{z}");
+        assert_eq!(hash_tag("no-tag"), "no-tag");
+        assert_eq!(hash_tag("{open"), "{open");
+    }
+}

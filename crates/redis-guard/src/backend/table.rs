@@ -1,0 +1,172 @@
+//! [`ExpiringTable`]: the bounded in-process table under both memory backends.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
+
+/// Expired entries removed per [`ExpiringTable::maintain`] at most, on top of what the bound
+/// requires: spreads a mass expiry over many operations instead of stalling one behind a lock.
+pub(crate) const SWEEP_PER_OP: usize = 32;
+
+/// Entries with a deadline (µs on the backend's clock), ordered by it, bounded.
+///
+/// Every operation is O(log n); [`maintain`](Self::maintain) removes at most
+/// [`SWEEP_PER_OP`] expired entries plus whatever the bound requires, soonest deadline first, so
+/// no operation ever scans the table and each entry is removed once: amortized O(log n).
+#[derive(Debug)]
+pub(crate) struct ExpiringTable<K, V> {
+    entries: HashMap<K, Slot<V>>,
+    /// Every entry by (deadline, insertion number): the first is the next to expire, and the
+    /// first to evict when the table is over its bound.
+    order: BTreeMap<(u64, u64), K>,
+    seq: u64,
+    max: usize,
+}
+
+#[derive(Debug)]
+struct Slot<V> {
+    value: V,
+    at: (u64, u64),
+}
+
+impl<K: Clone + Eq + Hash, V> ExpiringTable<K, V> {
+    /// An empty table holding at most `max` entries (at least 1).
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
+            entries: HashMap::new(),
+            order: BTreeMap::new(),
+            seq: 0,
+            max: max.max(1),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    #[cfg_attr(not(feature = "session"), allow(dead_code))]
+    pub(crate) fn contains_key(&self, key: &K) -> bool {
+        self.entries.contains_key(key)
+    }
+
+    /// The entry's deadline, live or not.
+    pub(crate) fn deadline(&self, key: &K) -> Option<u64> {
+        self.entries.get(key).map(|s| s.at.0)
+    }
+
+    /// Whether `key` has an entry whose deadline is after `now`.
+    pub(crate) fn is_live(&self, key: &K, now: u64) -> bool {
+        self.deadline(key).is_some_and(|d| now < d)
+    }
+
+    /// The value under `key` if it is live at `now`, to change in place (its deadline stays).
+    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+    pub(crate) fn get_live_mut(&mut self, key: &K, now: u64) -> Option<&mut V> {
+        self.entries
+            .get_mut(key)
+            .filter(|s| now < s.at.0)
+            .map(|s| &mut s.value)
+    }
+
+    /// The value under `key`, live or not.
+    pub(crate) fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        self.entries.get_mut(key).map(|s| &mut s.value)
+    }
+
+    fn place(&mut self, key: &K, deadline: u64) -> (u64, u64) {
+        self.seq += 1;
+        let at = (deadline, self.seq);
+        self.order.insert(at, key.clone());
+        at
+    }
+
+    /// Puts `value` under `key` until `deadline`, replacing what was there.
+    pub(crate) fn insert(&mut self, key: K, value: V, deadline: u64) -> Option<V> {
+        let old = self.remove(&key);
+        let at = self.place(&key, deadline);
+        self.entries.insert(key, Slot { value, at });
+        old
+    }
+
+    /// Moves `key`'s deadline; false when there is no entry.
+    pub(crate) fn set_deadline(&mut self, key: &K, deadline: u64) -> bool {
+        let Some(old) = self.entries.get(key).map(|s| s.at) else {
+            return false;
+        };
+        self.order.remove(&old);
+        let at = self.place(key, deadline);
+        if let Some(slot) = self.entries.get_mut(key) {
+            slot.at = at;
+        }
+        true
+    }
+
+    pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
+        let slot = self.entries.remove(key)?;
+        self.order.remove(&slot.at);
+        Some(slot.value)
+    }
+
+    /// Removes up to [`SWEEP_PER_OP`] entries expired at `now`, then the entries closest to
+    /// their deadline until the bound holds, handing each to `gone`. Returns how many entries it
+    /// looked at.
+    pub(crate) fn maintain(&mut self, now: u64, mut gone: impl FnMut(K, V)) -> usize {
+        let mut examined = 0;
+        while let Some(first) = self.order.first_entry() {
+            let expired = first.key().0 <= now && examined < SWEEP_PER_OP;
+            if !expired && self.entries.len() <= self.max {
+                break;
+            }
+            let key = first.remove();
+            examined += 1;
+            if let Some(slot) = self.entries.remove(&key) {
+                gone(key, slot.value);
+            }
+        }
+        examined
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expired_entries_go_a_batch_at_a_time_and_the_bound_holds() {
+        let mut t = ExpiringTable::new(100);
+        for i in 0..1000_u64 {
+            t.insert(i, i, 1_000 + i);
+            let mut gone = Vec::new();
+            t.maintain(0, |k, _| gone.push(k));
+            assert!(t.len() <= 100);
+            if i >= 100 {
+                // The soonest deadline is evicted first.
+                assert_eq!(gone, vec![i - 100]);
+            }
+        }
+        // Everything expires at once: a batch per operation, never a scan.
+        let mut swept = 0;
+        while t.len() > 0 {
+            let n = t.maintain(10_000, |_, _| {});
+            assert!(n <= SWEEP_PER_OP);
+            swept += n;
+        }
+        assert_eq!(swept, 100);
+    }
+
+    #[test]
+    fn deadlines_move_and_liveness_follows_them() {
+        let mut t = ExpiringTable::new(10);
+        t.insert("a", 1, 100);
+        assert!(t.is_live(&"a", 99));
+        assert!(!t.is_live(&"a", 100));
+        assert_eq!(t.get_live_mut(&"a", 100), None);
+        assert!(t.set_deadline(&"a", 200));
+        assert_eq!(t.get_live_mut(&"a", 150), Some(&mut 1));
+        assert!(!t.set_deadline(&"b", 1));
+        assert_eq!(t.insert("a", 2, 300), Some(1));
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.maintain(250, |_, _| {}), 0);
+        assert_eq!(t.remove(&"a"), Some(2));
+        assert!(!t.contains_key(&"a"));
+    }
+}

@@ -1,0 +1,203 @@
+//! [`RateLimitLayerBuilder`]: rules and settings, validated by `build`.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::Response;
+
+use super::config::{Config, HeaderMode, LayerRule, ResponseBuilder};
+use super::{
+    Algorithm, Decision, FailurePolicy, KeyExtractor, Limiter, MissingKey, Quota, RateLimitLayer,
+    Rule, RuleError,
+};
+
+/// Builds a [`RateLimitLayer`] with one or more rules; [`build`](Self::build) validates them.
+#[must_use]
+pub struct RateLimitLayerBuilder {
+    limiter: Arc<dyn Limiter>,
+    rules: Vec<LayerRule>,
+    missing_key: MissingKey,
+    failure: FailurePolicy,
+    headers: HeaderMode,
+    response: Option<ResponseBuilder>,
+}
+
+impl RateLimitLayerBuilder {
+    pub(crate) fn new(limiter: Arc<dyn Limiter>) -> Self {
+        Self {
+            limiter,
+            rules: Vec::new(),
+            missing_key: MissingKey::default(),
+            failure: FailurePolicy::default(),
+            headers: HeaderMode {
+                ietf_on_allowed: true,
+                legacy: false,
+            },
+            response: None,
+        }
+    }
+
+    /// Adds a rule named `name` with `quota` and the default algorithm, keyed by `extractor`.
+    pub fn rule(self, name: &str, extractor: impl KeyExtractor, quota: Quota) -> Self {
+        self.rule_with(Rule::new(name, quota), extractor)
+    }
+
+    /// Adds a fully specified [`Rule`], keyed by `extractor`.
+    pub fn rule_with(mut self, rule: Rule, extractor: impl KeyExtractor) -> Self {
+        self.rules.push(LayerRule {
+            rule,
+            extractor: Arc::new(extractor),
+        });
+        self
+    }
+
+    /// Adds one rule per quota over the same key: `"10/s; 1000/h"` limits bursts and the hourly
+    /// total at once. Rules are named `<name>-<period>` (`api-1s`, `api-1h`); quotas must have
+    /// different periods. Each quota uses `algorithm`.
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{Algorithm, ClientIp, MemoryLimiter, Quota, RateLimitLayer};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
+    ///     .rules("api", ClientIp::peer(), &Quota::parse_many("10/s; 1000/h")?, Algorithm::Gcra)
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn rules(
+        mut self,
+        name: &str,
+        extractor: impl KeyExtractor,
+        quotas: &[Quota],
+        algorithm: Algorithm,
+    ) -> Self {
+        let extractor: Arc<dyn KeyExtractor> = Arc::new(extractor);
+        for (quota, algorithm) in quotas
+            .iter()
+            .zip(std::iter::repeat_n(algorithm, quotas.len()))
+        {
+            let rule = Rule::new(format!("{name}-{}", period_label(quota.period())), *quota)
+                .with_algorithm(algorithm);
+            self.rules.push(LayerRule {
+                rule,
+                extractor: Arc::clone(&extractor),
+            });
+        }
+        self
+    }
+
+    /// What to do when a key is missing (default: reject with `400`).
+    pub fn missing_key(mut self, policy: MissingKey) -> Self {
+        self.missing_key = policy;
+        self
+    }
+
+    /// What to do when the limiter fails (default: [`FailurePolicy::Open`]).
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.failure = policy;
+        self
+    }
+
+    /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` (default: yes).
+    /// Denied responses always do.
+    pub fn rate_limit_headers(mut self, on: bool) -> Self {
+        self.headers.ietf_on_allowed = on;
+        self
+    }
+
+    /// Whether to also send `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset`
+    /// (seconds until the quota is full again) for older clients (default: no).
+    pub fn legacy_headers(mut self, on: bool) -> Self {
+        self.headers.legacy = on;
+        self
+    }
+
+    /// Replaces the default `application/problem+json` body of denied responses.
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{Global, MemoryLimiter, Quota, RateLimitLayer};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
+    ///     .rule("upstream", Global, Quota::per_second(100))
+    ///     .response(|d| {
+    ///         http::Response::builder()
+    ///             .status(429)
+    ///             .header("content-type", "application/json")
+    ///             .body(format!(r#"{{"status":"rejected","rule":"{}"}}"#, d.rule).into())
+    ///             .unwrap_or_default()
+    ///     })
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn response<F>(mut self, build: F) -> Self
+    where
+        F: Fn(&Decision) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        self.response = Some(Arc::new(build));
+        self
+    }
+
+    /// Validates the rules and builds the layer.
+    ///
+    /// # Errors
+    ///
+    /// No rules, a duplicate rule name, a rule that cannot work (the error names the rule and the
+    /// value), or a limiter that cannot work ([`Limiter::config_problem`]).
+    pub fn build(self) -> Result<RateLimitLayer, RuleError> {
+        if self.rules.is_empty() {
+            return Err(RuleError::NoRules);
+        }
+        if let Some(why) = self.limiter.config_problem() {
+            return Err(RuleError::Limiter(why));
+        }
+        for (i, r) in self.rules.iter().enumerate() {
+            r.rule.validate()?;
+            if self.rules[..i]
+                .iter()
+                .any(|o| o.rule.name() == r.rule.name())
+            {
+                return Err(RuleError::Duplicate(r.rule.name().to_owned()));
+            }
+        }
+        Ok(RateLimitLayer::from_config(Config {
+            limiter: self.limiter,
+            rules: self.rules,
+            missing_key: self.missing_key,
+            failure: self.failure,
+            headers: self.headers,
+            response: self.response,
+        }))
+    }
+}
+
+/// `1s`, `30s`, `1m`, `1h`, `1d`, `500ms`: the largest unit that divides the period.
+fn period_label(period: std::time::Duration) -> String {
+    let ms = period.as_millis();
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms >= size && ms.is_multiple_of(size) {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
+impl fmt::Debug for RateLimitLayerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayerBuilder")
+            .field("limiter", &self.limiter)
+            .field(
+                "rules",
+                &self.rules.iter().map(|r| &r.rule).collect::<Vec<_>>(),
+            )
+            .field("missing_key", &self.missing_key)
+            .field("failure", &self.failure)
+            .field("headers", &self.headers)
+            .field("custom_response", &self.response.is_some())
+            .finish()
+    }
+}

@@ -1,0 +1,128 @@
+//! The Redis limiter: one `EVALSHA` per request decides and records every rule at once.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::algorithm::script::{CUSTOM_BASE, Scripts};
+use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
+use super::evaluation::Evaluation;
+use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
+use crate::backend::RedisBackend;
+
+/// A limiter whose state lives in Redis, shared by every instance of the application.
+///
+/// Each request costs one round trip: a Lua script reads Redis `TIME`, evaluates every rule and,
+/// only when all admit the request, records it. Concurrent requests from any number of app
+/// instances are serialized by Redis, so a limit of 50 admits exactly 50. Every key the script
+/// writes carries a TTL.
+///
+/// Key names are `<prefix>rl:<rule>:<algorithm>:{<digest>}`: the digest is a hash of the client
+/// key (see [`Key::digest`](super::Key::digest)), and the braces make it a Cluster hash tag. The
+/// algorithm (`gcra`, `fw`, `sl`, `sc`, `tb`, or `x-<name>` for a custom one) is part of the
+/// name, so switching a rule's algorithm starts it afresh rather than failing on state of
+/// another shape; the old keys expire on their own.
+///
+/// The prefix, the timeout per call and the connection come from the [`RedisBackend`]; a
+/// [`RedisConnection`](crate::backend::RedisConnection) converts into one with the defaults.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redis_guard::backend::{RedisBackend, RedisConnection};
+/// use redis_guard::rate_limit::RedisLimiter;
+/// # async fn f() -> redis::RedisResult<()> {
+/// let conn = RedisConnection::open("redis://127.0.0.1/").await?;
+/// let limiter = RedisLimiter::new(conn.clone()); // prefix `rg:`, 100 ms per call
+/// let tuned = RedisLimiter::new(RedisBackend::new(conn).prefix("myapp:").timeout(Duration::from_millis(50)));
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisLimiter {
+    backend: RedisBackend,
+    /// Scripts with custom algorithms, by the customs they contain (in id order).
+    custom_scripts: Arc<Mutex<HashMap<Vec<CustomAlgorithm>, Arc<Scripts>>>>,
+}
+
+impl RedisLimiter {
+    /// A limiter on `backend` (or on a connection, with the default prefix and timeout).
+    #[must_use]
+    pub fn new(backend: impl Into<RedisBackend>) -> Self {
+        Self {
+            backend: backend.into(),
+            custom_scripts: Arc::default(),
+        }
+    }
+
+    /// The backend: connection, prefix and timeout.
+    #[must_use]
+    pub fn backend(&self) -> &RedisBackend {
+        &self.backend
+    }
+
+    /// The scripts containing `customs`, built once per set.
+    fn scripts_for(&self, customs: Vec<CustomAlgorithm>) -> Arc<Scripts> {
+        let mut cache = self
+            .custom_scripts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(
+            cache
+                .entry(customs)
+                .or_insert_with_key(|customs| Arc::new(Scripts::with_customs(customs))),
+        )
+    }
+
+    /// The Redis key that holds `check`'s state.
+    #[must_use]
+    pub fn key_name(&self, check: &Check) -> String {
+        self.backend.key(
+            &["rl", check.rule.name(), &check.rule.algorithm().key_tag()],
+            &check.key.digest(),
+        )
+    }
+}
+
+impl crate::sealed::Sealed for RedisLimiter {}
+
+impl Limiter for RedisLimiter {
+    fn config_problem(&self) -> Option<String> {
+        self.backend.config_problem()
+    }
+
+    fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
+        let keys: Vec<String> = checks.iter().map(|c| self.key_name(c)).collect();
+        let mut customs: Vec<CustomAlgorithm> = Vec::new();
+        let rule_args: Vec<[String; 6]> = checks
+            .iter()
+            .map(|check| {
+                let p = check.rule.params(check.cost);
+                let id = match &p.algorithm {
+                    Algorithm::Custom(custom) => {
+                        let index = customs.iter().position(|c| c == custom).unwrap_or_else(|| {
+                            customs.push(custom.clone());
+                            customs.len() - 1
+                        });
+                        CUSTOM_BASE + 1 + index
+                    }
+                    builtin => usize::from(builtin.builtin_id().unwrap_or(0)),
+                };
+                [
+                    id as u64,
+                    p.limit,
+                    p.period_us,
+                    p.burst,
+                    p.emission_us,
+                    p.cost,
+                ]
+                .map(|v| v.to_string())
+            })
+            .collect();
+        let scripts = if customs.is_empty() {
+            None
+        } else {
+            Some(self.scripts_for(customs))
+        };
+        let evaluation = Evaluation::new(scripts, keys, rule_args);
+        let backend = self.backend.clone();
+        Box::pin(async move { evaluation.run(&backend).await })
+    }
+}
