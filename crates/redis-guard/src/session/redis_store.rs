@@ -7,7 +7,6 @@ use redis::{Script, Value};
 use sha2::{Digest, Sha256};
 
 use super::SessionError;
-use super::id::hex;
 use super::store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore, USER_FIELD};
 use crate::backend::{ManualClock, RedisConnection, shift_micros};
 
@@ -141,9 +140,9 @@ impl RedisSessionStore {
     #[must_use]
     pub fn user_key(&self, user: &str) -> String {
         format!(
-            "{}u:{{{}}}",
+            "{}u:{{{:x}}}",
             self.inner.prefix,
-            hex(&Sha256::digest(user.as_bytes()))
+            Sha256::digest(user.as_bytes())
         )
     }
 
