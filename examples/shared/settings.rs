@@ -20,31 +20,26 @@ pub(crate) fn from_process_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
-/// `30m`, `24h`, `90s`, `7d`: positive, at most `max`.
+/// A duration as [`humantime`] reads it (`90s`, `30m`, `24h`, `7d`, `1h 30m`, `1.5h`): whole
+/// seconds, positive, at most `max`.
 pub(crate) fn parse_duration(name: &str, v: &str, max: Duration) -> Result<Duration, String> {
     let v = v.trim();
-    let digits = v.bytes().take_while(u8::is_ascii_digit).count();
-    let (n, unit) = v.split_at(digits);
-    let n: u64 = n
-        .parse()
-        .map_err(|_| format!("{name}={v:?} is not a duration like 30m, 24h or 90s"))?;
-    let secs = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return Err(format!("{name}={v:?}: the unit must be s, m, h or d")),
-    };
-    if n == 0 {
+    let too_long = || format!("{name}={v:?} is too long: at most {}s", max.as_secs());
+    let d = humantime::parse_duration(v).map_err(|e| match e {
+        humantime::DurationError::NumberOverflow => too_long(),
+        e => format!("{name}={v:?} is not a duration like 30m, 24h or 90s: {e}"),
+    })?;
+    if d.is_zero() {
         return Err(format!("{name}={v:?} must be positive"));
     }
-    match n.checked_mul(secs).map(Duration::from_secs) {
-        Some(d) if d <= max => Ok(d),
-        _ => Err(format!(
-            "{name}={v:?} is too long: at most {}s",
-            max.as_secs()
-        )),
+    // Cookie `Max-Age` and the examples' docs count in seconds.
+    if d.subsec_nanos() != 0 {
+        return Err(format!("{name}={v:?} must be whole seconds"));
     }
+    if d > max {
+        return Err(too_long());
+    }
+    Ok(d)
 }
 
 /// The duration in `name`, or `default`; see [`parse_duration`].
@@ -125,4 +120,33 @@ pub(crate) fn session_lifetimes(get: Lookup<'_>) -> Result<(Duration, Duration),
         ));
     }
     Ok((idle, max))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_humantime_bounded_and_name_the_variable() {
+        let max = Duration::from_secs(86_400);
+        let ok = |v: &str| parse_duration("X", v, max).unwrap().as_secs();
+        assert_eq!(ok("90s"), 90);
+        assert_eq!(ok(" 30m "), 1800);
+        assert_eq!(ok("24h"), 86_400);
+        assert_eq!(ok("1h 30m"), 5400);
+        assert_eq!(ok("1.5h"), 5400);
+        assert_eq!(ok("1day"), 86_400);
+        for (v, why) in [
+            ("0s", "must be positive"),
+            ("1500ms", "must be whole seconds"),
+            ("25h", "is too long: at most 86400s"),
+            ("18446744073709551615d", "is too long"),
+            ("30x", "is not a duration"),
+            ("30", "is not a duration"),
+            ("m", "is not a duration"),
+        ] {
+            let e = parse_duration("X", v, max).unwrap_err();
+            assert!(e.starts_with(&format!("X={v:?} {why}")), "{e}");
+        }
+    }
 }

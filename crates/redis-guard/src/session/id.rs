@@ -2,11 +2,11 @@
 
 use std::fmt;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
 
 use super::SessionError;
-
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 /// Length of an encoded id: 32 bytes in unpadded base64url.
 pub(crate) const ENCODED_LEN: usize = 43;
@@ -32,63 +32,27 @@ impl SessionId {
     /// bytes with no stray bits. Anything else is `None`.
     #[must_use]
     pub fn parse(s: &str) -> Option<Self> {
-        let s = s.as_bytes();
         if s.len() != ENCODED_LEN {
             return None;
         }
-        let mut out = [0u8; 32];
-        let mut acc: u32 = 0;
-        let mut bits = 0;
-        let mut n = 0;
-        for &c in s {
-            let v = u32::try_from(ALPHABET.iter().position(|&a| a == c)?).ok()?;
-            acc = (acc << 6) | v;
-            bits += 6;
-            if bits >= 8 {
-                bits -= 8;
-                *out.get_mut(n)? = u8::try_from((acc >> bits) & 0xff).ok()?;
-                n += 1;
-            }
-        }
-        // 43 × 6 = 258 bits: the last 2 must be zero in a canonical encoding.
-        (n == 32 && acc & ((1 << bits) - 1) == 0).then_some(Self(out))
+        // The engine rejects padding and non-zero trailing bits (43 × 6 = 258 bits: the last 2
+        // must be zero), so every id has exactly one cookie value.
+        let bytes = URL_SAFE_NO_PAD.decode(s).ok()?;
+        bytes.try_into().ok().map(Self)
     }
 
     /// The cookie value.
     #[must_use]
     pub fn encode(&self) -> String {
-        let mut out = String::with_capacity(ENCODED_LEN);
-        for chunk in self.0.chunks(3) {
-            let b = [
-                chunk[0],
-                chunk.get(1).copied().unwrap_or(0),
-                chunk.get(2).copied().unwrap_or(0),
-            ];
-            let v = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-            let chars = chunk.len() + 1;
-            for i in 0..chars {
-                let index = (v >> (18 - 6 * i)) & 0x3f;
-                out.push(char::from(ALPHABET[index as usize]));
-            }
-        }
-        out
+        URL_SAFE_NO_PAD.encode(self.0)
     }
 
     /// The name of this session in storage: SHA-256 of the id, 64 hex digits. A Redis dump or
     /// `MONITOR` shows only this, which cannot be turned back into a usable cookie.
     #[must_use]
     pub fn storage_key(&self) -> String {
-        hex(&Sha256::digest(self.0))
+        format!("{:x}", Sha256::digest(self.0))
     }
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use fmt::Write as _;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
 }
 
 impl fmt::Debug for SessionId {
@@ -109,7 +73,10 @@ mod tests {
         assert_ne!(a, b);
         let s = a.encode();
         assert_eq!(s.len(), ENCODED_LEN);
-        assert!(s.bytes().all(|c| ALPHABET.contains(&c)));
+        assert!(
+            s.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        );
         assert_eq!(SessionId::parse(&s), Some(a.clone()));
         assert_eq!(a.storage_key().len(), 64);
         assert!(!format!("{a:?}").contains(&s));
@@ -136,5 +103,25 @@ mod tests {
         // The last character carries 2 unused bits that must be zero.
         assert_eq!(SessionId::parse(&format!("{}B", "A".repeat(42))), None);
         assert!(SessionId::parse(&format!("{}E", "A".repeat(42))).is_some());
+    }
+
+    #[test]
+    fn cookie_values_and_storage_keys_are_pinned() {
+        // Cookies already issued and sessions already stored must still be found.
+        let counting = SessionId(std::array::from_fn(|i| u8::try_from(i).unwrap()));
+        assert_eq!(
+            counting.encode(),
+            "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"
+        );
+        assert_eq!(
+            counting.storage_key(),
+            "630dcd2966c4336691125448bbb25b4ff412a49c732db2c8abc1b8581bd710dd"
+        );
+        let zeros = SessionId::parse(&"A".repeat(ENCODED_LEN)).unwrap();
+        assert_eq!(zeros, SessionId([0; 32]));
+        assert_eq!(
+            zeros.storage_key(),
+            "66687aadf862bd776c8fc18b8e9f8e20089714856ee233b3902a591d0d5f2925"
+        );
     }
 }

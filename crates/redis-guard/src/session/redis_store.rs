@@ -7,7 +7,6 @@ use redis::{Script, Value};
 use sha2::{Digest, Sha256};
 
 use super::SessionError;
-use super::id::hex;
 use super::store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore, USER_FIELD};
 use crate::backend::{BackendError, RedisBackend};
 
@@ -118,7 +117,7 @@ impl RedisSessionStore {
     pub fn user_key(&self, user: &str) -> String {
         self.inner
             .backend
-            .key(&["u"], &hex(&Sha256::digest(user.as_bytes())))
+            .key(&["u"], &format!("{:x}", Sha256::digest(user.as_bytes())))
     }
 
     /// Runs `script` on `key` with ARGV = shift, idle, `args…`, under the timeout.

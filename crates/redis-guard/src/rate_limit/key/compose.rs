@@ -1,8 +1,46 @@
+//! Two extractors as one: [`KeyExtractorExt`] and the extractors it builds, [`And`] and [`Or`].
+
 use http::request::Parts;
 
-use super::{Key, KeyError, KeyExtractor};
+use super::error::KeyError;
+use super::extractor::KeyExtractor;
+use super::value::Key;
 
-/// Both keys as one ([`Key::pair`]): built by [`KeyExtractorExt::and`](super::KeyExtractorExt::and).
+/// Combinators for every [`KeyExtractor`]; import the trait to use them.
+///
+/// ```
+/// use redis_guard::rate_limit::{ClientIp, ExtensionKey, Key, KeyExtractorExt};
+///
+/// #[derive(Clone)]
+/// struct CurrentUser { id: u64 } // put into the extensions by your auth layer
+///
+/// // Per authenticated user when there is one, else per client IP. The first extractor must be
+/// // something the client cannot invent: with a raw header (`HeaderKey`) a client that sends a
+/// // fresh value per request would never meet the IP fallback.
+/// let api = ExtensionKey::new(|u: &CurrentUser| Key::from(u.id)).or(ClientIp::peer());
+/// // Both keys as one, e.g. client IP and a normalized username.
+/// let both = ClientIp::peer().and(ExtensionKey::new(|u: &CurrentUser| Key::from(u.id)));
+/// # let _ = (api, both);
+/// ```
+pub trait KeyExtractorExt: KeyExtractor + Sized {
+    /// Both keys as one ([`Key::pair`]). Missing when either is missing; misconfigured when
+    /// either is. See [`And`].
+    #[must_use]
+    fn and<B: KeyExtractor>(self, other: B) -> And<Self, B> {
+        And::new(self, other)
+    }
+
+    /// This extractor's key, or `other`'s when this one has none ([`KeyError::Missing`]);
+    /// [`KeyError::Misconfigured`] is returned as is. See [`Or`].
+    #[must_use]
+    fn or<B: KeyExtractor>(self, other: B) -> Or<Self, B> {
+        Or::new(self, other)
+    }
+}
+
+impl<T: KeyExtractor> KeyExtractorExt for T {}
+
+/// Both keys as one ([`Key::pair`]): built by [`KeyExtractorExt::and`].
 ///
 /// The key is missing when either key is missing, and the extractor is misconfigured when either
 /// is (misconfiguration wins over a missing key, so it is never hidden).
@@ -38,7 +76,7 @@ pub struct And<A, B> {
 }
 
 impl<A, B> And<A, B> {
-    pub(super) const fn new(first: A, second: B) -> Self {
+    const fn new(first: A, second: B) -> Self {
         Self { first, second }
     }
 }
@@ -56,7 +94,7 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for And<A, B> {
 }
 
 /// The first extractor's key, or the second's when the first has none: built by
-/// [`KeyExtractorExt::or`](super::KeyExtractorExt::or).
+/// [`KeyExtractorExt::or`].
 ///
 /// The first extractor must give keys a client cannot invent (an authenticated user, a verified
 /// API key): `HeaderKey::new(..).or(ClientIp::peer())` is no limit at all against a client that
@@ -96,7 +134,7 @@ pub struct Or<A, B> {
 }
 
 impl<A, B> Or<A, B> {
-    pub(super) const fn new(first: A, second: B) -> Self {
+    const fn new(first: A, second: B) -> Self {
         Self { first, second }
     }
 }
@@ -112,7 +150,7 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Global, KeyExtractorExt};
+    use super::super::global::Global;
     use super::*;
 
     /// Always misconfigured.

@@ -1,12 +1,15 @@
 //! Forwarding headers (`Forwarded`, RFC 7239, and `X-Forwarded-For`): the chain of addresses a
-//! request passed through, walked right to left over trusted proxies (see [`ClientIp`]).
+//! request passed through, walked right to left over trusted proxies (see
+//! [`ClientIp`](super::ClientIp)).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use http::HeaderMap;
 
-use super::ClientIp;
 use super::cidr::{Cidr, ProxyConfigError, is_trusted};
+
+/// The most chain entries examined per request: [`ClientIp::MAX_HOPS`](super::ClientIp::MAX_HOPS).
+pub(super) const MAX_HOPS: usize = 32;
 
 /// Longest forwarding-chain entry (one address, with brackets, zone and port) that is parsed;
 /// anything longer is not an address.
@@ -106,10 +109,11 @@ fn entries<'a>(headers: &'a HeaderMap, name: &'static str) -> impl Iterator<Item
         .flat_map(|line| line.as_bytes().rsplit(|&b| b == b','))
 }
 
-/// The walk described in [`ClientIp`]'s docs. `None` entries are garbage.
+/// The walk described in [`ClientIp`'s docs](super::ClientIp#behind-reverse-proxies). `None`
+/// entries are garbage.
 fn walk(trusted: &[Cidr], peer: IpAddr, chain: impl Iterator<Item = Option<IpAddr>>) -> IpAddr {
     let mut nearest = peer;
-    for entry in chain.take(ClientIp::MAX_HOPS) {
+    for entry in chain.take(MAX_HOPS) {
         let Some(ip) = entry else {
             return nearest;
         };
@@ -212,3 +216,6 @@ fn is_port(p: &str) -> bool {
         && p.bytes().all(|b| b.is_ascii_digit())
         && p.parse::<u16>().is_ok()
 }
+
+#[cfg(test)]
+mod tests;
