@@ -10,11 +10,39 @@
 //!   one field per key, with an idle and an absolute expiry, id rotation, logout and "log out
 //!   everywhere". A [`MemorySessionStore`](session::MemorySessionStore) has the same semantics
 //!   in process.
-//! - [`backend`]: the Redis connection every component shares, and the clock seam of the
-//!   in-process backends.
+//! - [`backend`]: the engine under both: [`RedisBackend`](backend::RedisBackend) (connection,
+//!   key prefix, timeout, scripts), one error type, and the in-process backends' clock.
 //!
 //! It replaces the hand-rolled `INCR` + `EXPIRE` in a handler: two round trips, a race between
 //! them, and a key that never expires when the process dies in between.
+//!
+//! ## Quick start
+//!
+//! Both layers on an axum router, in process (swap in [`RedisLimiter`](rate_limit::RedisLimiter)
+//! and [`RedisSessionStore`](session::RedisSessionStore) on a
+//! [`RedisBackend`](backend::RedisBackend) to share state between replicas):
+//!
+//! ```
+//! # #[cfg(feature = "axum")] {
+//! use axum::{Router, routing::get};
+//! use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer};
+//! use redis_guard::session::{MemorySessionStore, Session, SessionError, SessionLayer};
+//!
+//! async fn hello(session: Session) -> Result<String, SessionError> {
+//!     let visits = session.increment("visits", 1).await?;
+//!     Ok(format!("hello, visit {visits}"))
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let app: Router = Router::new()
+//!     .route("/hello", get(hello))
+//!     .layer(RateLimitLayer::new(MemoryLimiter::new(), "api", ClientIp::peer(), Quota::per_minute(60))?)
+//!     .layer(SessionLayer::new(MemorySessionStore::new())?);
+//! // Serve it with `app.into_make_service_with_connect_info::<std::net::SocketAddr>()`, so that
+//! // `ClientIp` sees the peer address.
+//! # Ok(()) }
+//! # }
+//! ```
 //!
 //! ## Features
 //!
@@ -22,7 +50,10 @@
 //! - `session` (default): the session middleware.
 //! - `bb8`: a `bb8` pool as a connection source.
 //! - `cluster`: Redis Cluster.
-//! - `axum`: reads axum's `ConnectInfo<SocketAddr>` for the client address.
+//! - `axum`: reads axum's `ConnectInfo<SocketAddr>` for the client address; `Session` is an
+//!   extractor.
+//! - `test-util`: test seams (a manual clock, a time shift for Redis `TIME`); for
+//!   dev-dependencies only.
 #![cfg_attr(
     not(test),
     warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -45,3 +76,9 @@ mod sealed {
 pub mod rate_limit;
 #[cfg(feature = "session")]
 pub mod session;
+
+// The README's code blocks are doctests: they compile (and the ones without `no_run` run) with
+// every `cargo test`.
+#[cfg(all(doctest, feature = "axum", feature = "rate-limit", feature = "session"))]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;

@@ -1,4 +1,12 @@
-//! Where state lives: Redis connections, key naming, and the in-process backends' clock.
+//! The engine under both layers: where state lives and how it is reached.
+//!
+//! - [`RedisBackend`]: a [`RedisConnection`], a key prefix and a timeout per call, shared by
+//!   [`RedisLimiter`](crate::rate_limit::RedisLimiter) and
+//!   [`RedisSessionStore`](crate::session::RedisSessionStore). It names keys, runs scripts
+//!   (`EVALSHA`, reloading on `NOSCRIPT`), groups keys by Cluster hash slot, and turns every
+//!   failure into a [`BackendError`].
+//! - The in-process backends' [`Clock`], and inside the crate the bounded expiring table both
+//!   memory backends keep their state in.
 //!
 //! [`RedisConnection`] is the one connection type every Redis-backed component takes. It wraps
 //! redis-rs' multiplexed [`ConnectionManager`](redis::aio::ConnectionManager), which pipelines
@@ -11,7 +19,7 @@ mod error;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 mod in_process;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
-mod redis;
+mod redis_backend;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 mod table;
 // Without either middleware the connection has no user inside the crate.
@@ -29,7 +37,7 @@ pub use error::BackendError;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use in_process::InProcess;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
-pub use redis::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisBackend};
+pub use redis_backend::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisBackend};
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use table::ExpiringTable;
 #[cfg(all(test, feature = "session"))]

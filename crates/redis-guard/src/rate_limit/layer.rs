@@ -10,7 +10,7 @@ use super::config::Config;
 use super::{KeyExtractor, Limiter, Quota, RateLimit, RuleError};
 
 /// Rate-limits requests: extracts a key per rule, asks the [`Limiter`], and either calls the
-/// inner service (adding `RateLimit` headers and a [`Decision`] extension) or answers `429`.
+/// inner service (adding `RateLimit` headers and a [`Decision`](super::Decision) extension) or answers `429`.
 ///
 /// One rule:
 ///

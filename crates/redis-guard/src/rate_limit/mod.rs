@@ -23,6 +23,27 @@
 //!   `RateLimit` headers and an `application/problem+json` body, or calls the inner service with
 //!   the same headers added and a [`Decision`] in the request extensions.
 
+//!
+//! # Differences from `tower::limit::RateLimit` and `tower_governor`
+//!
+//! - **Shared state.** [`tower::limit::RateLimit`] counts per service instance: every clone (one
+//!   per connection, in hyper and axum) has its own budget, and it delays requests
+//!   (backpressure through `poll_ready`, which axum ignores) rather than answering `429`. Here
+//!   every clone shares one [`Limiter`], and a [`RedisLimiter`] is shared by every replica.
+//! - **Keys.** `tower::limit` has none: one budget for all clients. `tower_governor` keys by
+//!   peer IP or a custom extractor, in process only; behind two replicas each admits the full
+//!   quota.
+//! - **Quotas.** `tower_governor`'s `per_second(n)` means *one request every n seconds*;
+//!   [`Quota::per_second(n)`](Quota::per_second) here means *n requests per second*.
+//! - **Answers.** A denied request gets `429` with `Retry-After` (rounded up, never 0), the IETF
+//!   `RateLimit` / `RateLimit-Policy` headers and an `application/problem+json` body; the
+//!   inner service's error type is never changed (tower-http's reasoning: an error from HTTP
+//!   middleware closes the connection).
+//! - **Algorithms and rules.** GCRA (as governor), plus the sliding log, fixed window, sliding
+//!   counter, token bucket and your own Lua, with several rules decided all or nothing.
+//!
+//! [`tower::limit::RateLimit`]: https://docs.rs/tower/latest/tower/limit/struct.RateLimit.html
+
 mod algorithm;
 mod builder;
 mod config;
