@@ -5,12 +5,10 @@
 //! in a private temporary directory; dropping it kills whatever it started.
 
 use std::fmt;
-use std::fs::File;
 use std::future::Future;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use fantoccini::error::{CmdError, ErrorStatus};
@@ -21,6 +19,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
+use crate::process::{fresh_dir, spawn_in};
 use crate::server::TestkitError;
 
 /// How long any single WebDriver command may take.
@@ -135,6 +134,7 @@ impl Browser {
     }
 
     async fn open_session(driver: Driver, chromium: &Path) -> Result<Self, TestkitError> {
+        // Chromium creates it.
         let profile = driver.dir.join("profile");
         let capabilities = json!({
             "browserName": "chrome",
@@ -359,53 +359,26 @@ struct Driver {
 
 impl Driver {
     async fn spawn(bin: &Path) -> Result<Self, TestkitError> {
-        static N: AtomicU64 = AtomicU64::new(0);
         let browser_err =
             |what: &str, e: std::io::Error| TestkitError::Browser(format!("{what}: {e}"));
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| browser_err("no free port", e))?
             .port();
-        let dir = std::env::temp_dir().join(format!(
-            "redis-guard-browser-{}-{}-{port}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
+        let dir = fresh_dir("browser", port)
+            .map_err(|e| browser_err("could not create a temporary directory", e))?;
+        let mut command = Command::new(bin);
+        command.arg(format!("--port={port}")).arg(format!(
+            "--log-path={}",
+            dir.join("chromedriver.log").to_string_lossy()
         ));
-        // Fresh: a directory left by an earlier process with the same pid is not reused.
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("profile"))
-            .map_err(|e| browser_err(&format!("could not create {}", dir.display()), e))?;
-        let output = File::create(dir.join("chromedriver.out"))
-            .and_then(|out| Ok((out.try_clone()?, out)))
-            .map_err(|e| browser_err("could not create chromedriver's output file", e));
-        let (stdout, stderr) = match output {
-            Ok(files) => files,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
+        let child = spawn_in(&mut command, &dir, "chromedriver.out").map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                TestkitError::BrowserNotInstalled(format!("chromedriver ({})", bin.display()))
+            } else {
+                browser_err(&format!("could not run {}", bin.display()), e)
             }
-        };
-        let child = match Command::new(bin)
-            .arg(format!("--port={port}"))
-            .arg(format!(
-                "--log-path={}",
-                dir.join("chromedriver.log").to_string_lossy()
-            ))
-            .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(stderr)
-            .spawn()
-        {
-            Ok(child) => child,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(if e.kind() == std::io::ErrorKind::NotFound {
-                    TestkitError::BrowserNotInstalled(format!("chromedriver ({})", bin.display()))
-                } else {
-                    browser_err(&format!("could not run {}", bin.display()), e)
-                });
-            }
-        };
+        })?;
         let mut driver = Self { child, port, dir };
         driver.wait_ready().await?;
         Ok(driver)

@@ -14,6 +14,7 @@ pub mod app;
 mod browser;
 mod cluster;
 pub mod http;
+mod process;
 mod server;
 
 pub use browser::{Browser, BrowserCookie};
