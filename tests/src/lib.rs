@@ -321,13 +321,33 @@ impl Harness {
 
 /// Runs each listed scenario against every backend: `memory::name`, `standalone::name`
 /// (`ConnectionManager`), `pool::name` (`bb8`) and `cluster::name` (3-master Redis Cluster).
+///
+/// A scenario that only means something on Redis (what the store holds, Redis misbehaving) goes
+/// in the `redis_only:` arm, which generates `redis_only::{standalone,pool,cluster}::name` and
+/// no memory test; one that needs a single server and a single connection (counting commands
+/// with `MONITOR`) goes in `standalone_only:` (`standalone_only::standalone::name`). A scenario
+/// never returns early on a backend it does not apply to: every generated test asserts.
+///
+/// ```ignore
+/// backend_suite!(counts_requests, retries_after);
+/// backend_suite!(redis_only: keys_expire, scripts_reload);
+/// backend_suite!(standalone_only: round_trips);
+/// ```
 #[macro_export]
 macro_rules! backend_suite {
-    ($($name:ident),* $(,)?) => {
-        $crate::backend_suite!(@kind memory, memory, $($name),*);
-        $crate::backend_suite!(@kind standalone, redis, $($name),*);
-        $crate::backend_suite!(@kind pool, pool, $($name),*);
-        $crate::backend_suite!(@kind cluster, cluster, $($name),*);
+    (redis_only: $($name:ident),* $(,)?) => {
+        mod redis_only {
+            use super::{$($name),*};
+            $crate::backend_suite!(@kind standalone, redis, $($name),*);
+            $crate::backend_suite!(@kind pool, pool, $($name),*);
+            $crate::backend_suite!(@kind cluster, cluster, $($name),*);
+        }
+    };
+    (standalone_only: $($name:ident),* $(,)?) => {
+        mod standalone_only {
+            use super::{$($name),*};
+            $crate::backend_suite!(@kind standalone, redis, $($name),*);
+        }
     };
     (@kind $module:ident, $ctor:ident, $($name:ident),*) => {
         mod $module {
@@ -338,6 +358,12 @@ macro_rules! backend_suite {
                 }
             )*
         }
+    };
+    ($($name:ident),* $(,)?) => {
+        $crate::backend_suite!(@kind memory, memory, $($name),*);
+        $crate::backend_suite!(@kind standalone, redis, $($name),*);
+        $crate::backend_suite!(@kind pool, pool, $($name),*);
+        $crate::backend_suite!(@kind cluster, cluster, $($name),*);
     };
 }
 

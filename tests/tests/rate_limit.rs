@@ -302,16 +302,15 @@ backend_suite!(
     misconfigured_peer_is_a_500_not_a_panic,
     custom_response_and_legacy_headers,
     headers_can_be_turned_off_on_admitted_responses,
-    every_key_has_a_ttl_and_no_raw_client_key,
+);
+backend_suite!(
+    redis_only: every_key_has_a_ttl_and_no_raw_client_key,
     script_flush_between_calls_does_not_fail_a_request,
 );
 
 // ---- Redis only: what the store holds, and Redis misbehaving. ----
 
 async fn every_key_has_a_ttl_and_no_raw_client_key(h: Harness) {
-    if !h.is_redis() {
-        return;
-    }
     let svc = layer(&h, Quota::per_hour(5)).await.layer(app());
     let raw = ["+380501234567", "alice@example.com", "sk_live_SECRET"];
     for client in raw {
@@ -336,9 +335,6 @@ async fn every_key_has_a_ttl_and_no_raw_client_key(h: Harness) {
 }
 
 async fn script_flush_between_calls_does_not_fail_a_request(h: Harness) {
-    if !h.is_redis() {
-        return;
-    }
     let svc = builder(&h, Quota::per_hour(3))
         .await
         .failure_policy(FailurePolicy::Closed)

@@ -12,7 +12,7 @@ use redis_guard::session::{
     RedisSessionStore, Session, SessionError, SessionId, SessionLayer, SessionLayerBuilder,
     SessionStore,
 };
-use redis_guard_tests::{Harness, Kind, Monitor, Reply, backend_suite, call};
+use redis_guard_tests::{Harness, Monitor, Reply, backend_suite, call};
 use tokio::sync::{Barrier, Notify};
 use tower::{Layer, Service};
 
@@ -341,9 +341,6 @@ async fn idle_timeout_slides_and_absolute_lifetime_ends(h: Harness) {
 }
 
 async fn the_raw_cookie_value_never_reaches_the_store(h: Harness) {
-    if !h.is_redis() {
-        return;
-    }
     let c = Client::new(&h).await;
     let mut ids = Vec::new();
     for user in ["alice", "bob"] {
@@ -414,9 +411,6 @@ async fn cookie_attributes_on_the_wire(h: Harness) {
 }
 
 async fn round_trips_per_request(h: Harness) {
-    if h.kind() != Kind::Redis {
-        return;
-    }
     let c = Client::new(&h).await;
     let id = new_session(&c).await;
     // Warm up: every script loaded, the connection established.
@@ -615,9 +609,6 @@ async fn the_per_user_cap_counts_only_live_sessions(h: Harness) {
 /// in the index, so a later revocation reaches it. Driven through the store's test seam, which
 /// runs a login between the revocation's steps.
 async fn a_login_during_revocation_stays_revocable(h: Harness) {
-    if !h.is_redis() {
-        return; // the memory store revokes under one lock: there is no "between"
-    }
     let plain = Client::new(&h).await;
     let old = set_id(&plain.send("POST", "/login/gina", None).await).expect("cookie");
     let during: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
@@ -698,9 +689,6 @@ fn lenient(h: &Harness, store: Arc<dyn SessionStore>) -> Client {
 /// Issue 7, item 13: after a failed load, `ContinueWithoutSession` drops writes: no new session,
 /// no `Set-Cookie` replacing the user's cookie.
 async fn a_failed_load_writes_nothing_and_keeps_the_cookie(h: Harness) {
-    if !h.is_redis() {
-        return; // needs a store failure on one key while the store works
-    }
     let c = lenient(&h, h.session_store().await);
     let id = new_session(&c).await;
     break_session(&h, &id).await;
@@ -723,9 +711,6 @@ async fn a_failed_load_writes_nothing_and_keeps_the_cookie(h: Harness) {
 /// Issue 7, item 14: a failed idle refresh never replaces the handler's response; a failed save
 /// of changed data is a 503 under `ServiceUnavailable` (the handler believes it stored them).
 async fn a_failed_refresh_keeps_the_response_a_failed_save_does_not(h: Harness) {
-    if !h.is_redis() {
-        return; // needs a store failure on one key while the store works
-    }
     let strict = Client::new(&h).await;
     let id = new_session(&strict).await;
     break_session(&h, &id).await;
@@ -814,25 +799,32 @@ async fn responses_setting_the_cookie_are_private(h: Harness) {
 backend_suite!(
     a_planted_or_foreign_cookie_does_not_shadow_ours,
     responses_setting_the_cookie_are_private,
-    a_failed_load_writes_nothing_and_keeps_the_cookie,
-    a_failed_refresh_keeps_the_response_a_failed_save_does_not,
     a_rotated_session_is_still_revoked,
     the_per_user_cap_counts_only_live_sessions,
-    a_login_during_revocation_stays_revocable,
     overlong_user_ids_are_refused,
     concurrent_writes_to_different_fields_both_survive,
     a_write_after_destroy_or_revoke_does_not_resurrect,
     an_unknown_id_is_never_adopted,
     login_rotates_the_id_and_keeps_the_data,
     idle_timeout_slides_and_absolute_lifetime_ends,
-    the_raw_cookie_value_never_reaches_the_store,
     cookie_attributes_on_the_wire,
-    round_trips_per_request,
     malformed_cookies_are_ignored_without_writes,
     bad_keys_and_values_are_errors_not_panics,
     increments_are_atomic,
     log_out_everywhere_and_list,
 );
+backend_suite!(
+    // Need a store failure on one key while the store works.
+    redis_only: a_failed_load_writes_nothing_and_keeps_the_cookie,
+    a_failed_refresh_keeps_the_response_a_failed_save_does_not,
+    // The memory store revokes under one lock: there is no "between".
+    a_login_during_revocation_stays_revocable,
+    // Reads what Redis holds.
+    the_raw_cookie_value_never_reaches_the_store,
+);
+// Counts commands with MONITOR on one server: a pool adds its own (PING on checkout), and a
+// cluster has no single server to watch.
+backend_suite!(standalone_only: round_trips_per_request);
 
 #[tokio::test]
 async fn idle_ttl_goes_back_up_on_a_read_only_request() {

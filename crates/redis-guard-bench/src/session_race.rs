@@ -22,12 +22,13 @@
 //! `tower-sessions` 0.14 and `tower-sessions-redis-store` 0.16, [`redis_guard_app`] with
 //! redis-guard's sessions; [`serve`] puts any router on a loopback port.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
@@ -216,72 +217,7 @@ pub async fn tower_sessions_app(redis_url: &str) -> Result<Router, String> {
         .map_err(|e| format!("connecting to {redis_url}: {e}"))?;
     let sessions = SessionManagerLayer::new(RedisStore::new(pool)).with_secure(false);
 
-    Ok(Router::new()
-        .route("/race/start", post(ts_start))
-        .route("/race/write/{field}", post(ts_write))
-        .route("/race/read", get(ts_read))
-        .with_state(RaceBarrier::new())
-        .layer(sessions))
-}
-
-/// A 500 carrying a session error.
-fn session_error(e: &tower_sessions::session::Error) -> (StatusCode, String) {
-    (
-        StatusCode::INTERNAL_SERVER_ERROR,
-        format!("session error: {e}"),
-    )
-}
-
-async fn ts_start(session: Session) -> Result<StatusCode, (StatusCode, String)> {
-    session
-        .insert(STARTED, true)
-        .await
-        .map_err(|e| session_error(&e))?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-async fn ts_write(
-    State(barrier): State<RaceBarrier>,
-    Path(field): Path<String>,
-    session: Session,
-) -> Result<StatusCode, (StatusCode, String)> {
-    if field != "a" && field != "b" {
-        return Err((StatusCode::NOT_FOUND, format!("no field {field:?}")));
-    }
-    // tower-sessions loads lazily: this read makes it fetch the record now, before the barrier.
-    let started: Option<bool> = session.get(STARTED).await.map_err(|e| session_error(&e))?;
-    if started != Some(true) {
-        return Err((
-            StatusCode::CONFLICT,
-            "no started session: POST /race/start first and send its cookie".to_owned(),
-        ));
-    }
-    barrier
-        .wait()
-        .await
-        .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
-    session
-        .insert(&field, true)
-        .await
-        .map_err(|e| session_error(&e))?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-async fn ts_read(session: Session) -> Result<impl IntoResponse, (StatusCode, String)> {
-    let a = session
-        .get::<bool>("a")
-        .await
-        .map_err(|e| session_error(&e))?
-        .unwrap_or(false);
-    let b = session
-        .get::<bool>("b")
-        .await
-        .map_err(|e| session_error(&e))?
-        .unwrap_or(false);
-    Ok((
-        [(CONTENT_TYPE, "application/json")],
-        format!(r#"{{"a":{a},"b":{b}}}"#),
-    ))
+    Ok(race_router::<Session>().layer(sessions))
 }
 
 /// The protocol served by redis-guard's own [`SessionLayer`](redis_guard::session::SessionLayer)
@@ -300,41 +236,71 @@ pub async fn redis_guard_app(redis_url: &str) -> Result<Router, String> {
         .cookie(CookieConfig::default().secure(false))
         .build()
         .map_err(|e| format!("session layer: {e}"))?;
-    Ok(Router::new()
-        .route("/race/start", post(rg_start))
-        .route("/race/write/{field}", post(rg_write))
-        .route("/race/read", get(rg_read))
-        .with_state(RaceBarrier::new())
-        .layer(sessions))
+    Ok(race_router::<redis_guard::session::Session>().layer(sessions))
 }
 
-fn rg_error(e: &redis_guard::session::SessionError) -> (StatusCode, String) {
+/// The session calls the race handlers make, on either library's `Session` extractor.
+trait RaceSession: FromRequestParts<RaceBarrier> + Send + Sync + 'static {
+    /// Stores `true` under `key`.
+    fn set(&self, key: &str) -> impl Future<Output = Result<(), SessionFailure>> + Send;
+    /// The flag stored under `key`, if any.
+    fn flag(&self, key: &str) -> impl Future<Output = Result<Option<bool>, SessionFailure>> + Send;
+}
+
+/// A 500 carrying a session error.
+type SessionFailure = (StatusCode, String);
+
+fn session_error(e: &impl std::fmt::Display) -> SessionFailure {
     (
         StatusCode::INTERNAL_SERVER_ERROR,
         format!("session error: {e}"),
     )
 }
 
-async fn rg_start(
-    session: redis_guard::session::Session,
-) -> Result<StatusCode, (StatusCode, String)> {
-    session
-        .insert(STARTED, &true)
-        .await
-        .map_err(|e| rg_error(&e))?;
+impl RaceSession for Session {
+    async fn set(&self, key: &str) -> Result<(), SessionFailure> {
+        self.insert(key, true).await.map_err(|e| session_error(&e))
+    }
+
+    async fn flag(&self, key: &str) -> Result<Option<bool>, SessionFailure> {
+        self.get(key).await.map_err(|e| session_error(&e))
+    }
+}
+
+impl RaceSession for redis_guard::session::Session {
+    async fn set(&self, key: &str) -> Result<(), SessionFailure> {
+        self.insert(key, &true).await.map_err(|e| session_error(&e))
+    }
+
+    async fn flag(&self, key: &str) -> Result<Option<bool>, SessionFailure> {
+        self.get(key).await.map_err(|e| session_error(&e))
+    }
+}
+
+/// The three routes of the protocol on session type `S`, with a fresh [`RaceBarrier`].
+fn race_router<S: RaceSession>() -> Router {
+    Router::new()
+        .route("/race/start", post(race_start::<S>))
+        .route("/race/write/{field}", post(race_write::<S>))
+        .route("/race/read", get(race_read::<S>))
+        .with_state(RaceBarrier::new())
+}
+
+async fn race_start<S: RaceSession>(session: S) -> Result<StatusCode, SessionFailure> {
+    session.set(STARTED).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn rg_write(
+async fn race_write<S: RaceSession>(
     State(barrier): State<RaceBarrier>,
     Path(field): Path<String>,
-    session: redis_guard::session::Session,
-) -> Result<StatusCode, (StatusCode, String)> {
+    session: S,
+) -> Result<StatusCode, SessionFailure> {
     if field != "a" && field != "b" {
         return Err((StatusCode::NOT_FOUND, format!("no field {field:?}")));
     }
-    let started: Option<bool> = session.get(STARTED).await.map_err(|e| rg_error(&e))?;
-    if started != Some(true) {
+    // tower-sessions loads lazily: this read makes it fetch the record now, before the barrier.
+    if session.flag(STARTED).await? != Some(true) {
         return Err((
             StatusCode::CONFLICT,
             "no started session: POST /race/start first and send its cookie".to_owned(),
@@ -344,26 +310,13 @@ async fn rg_write(
         .wait()
         .await
         .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
-    session
-        .insert(&field, &true)
-        .await
-        .map_err(|e| rg_error(&e))?;
+    session.set(&field).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn rg_read(
-    session: redis_guard::session::Session,
-) -> Result<impl IntoResponse, (StatusCode, String)> {
-    let a = session
-        .get::<bool>("a")
-        .await
-        .map_err(|e| rg_error(&e))?
-        .unwrap_or(false);
-    let b = session
-        .get::<bool>("b")
-        .await
-        .map_err(|e| rg_error(&e))?
-        .unwrap_or(false);
+async fn race_read<S: RaceSession>(session: S) -> Result<impl IntoResponse, SessionFailure> {
+    let a = session.flag("a").await?.unwrap_or(false);
+    let b = session.flag("b").await?.unwrap_or(false);
     Ok((
         [(CONTENT_TYPE, "application/json")],
         format!(r#"{{"a":{a},"b":{b}}}"#),

@@ -1,34 +1,37 @@
-//! A real headless Chromium for end-to-end tests, driven through chromedriver's W3C WebDriver
-//! HTTP API by a tiny HTTP/1.1 JSON client.
+//! A real headless Chromium for end-to-end tests, driven through chromedriver's W3C WebDriver API
+//! by [`fantoccini`].
 //!
 //! Every [`Browser`] has its own chromedriver on a free loopback port and its own fresh profile
-//! in a private temporary directory; dropping it ends the session and kills whatever it started.
+//! in a private temporary directory; dropping it kills whatever it started.
 
 use std::fmt;
-use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::future::Future;
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use fantoccini::error::{CmdError, ErrorStatus};
+use fantoccini::{Client, ClientBuilder, Locator};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
+use crate::process::{fresh_dir, spawn_in};
 use crate::server::TestkitError;
 
 /// How long any single WebDriver command may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long chromedriver may take to answer `/status` with `ready: true`.
 const DRIVER_READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long one `/status` request may take.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long creating the session (which launches Chromium) may take.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long ending the session may take when the browser is dropped.
-const QUIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often [`Browser::wait_for`] looks again.
 const POLL: Duration = Duration::from_millis(50);
-/// The key of a W3C web element reference.
-const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
 /// How many chromedriver starts to try (a free port can be taken before chromedriver binds it).
 const ATTEMPTS: usize = 3;
 
@@ -53,13 +56,29 @@ pub struct BrowserCookie {
     pub expiry: Option<u64>,
 }
 
-/// A headless Chromium under its own chromedriver, with a fresh profile. Ends the session and kills
-/// chromedriver and any Chromium process left on drop, and removes its temporary directory.
+impl From<&fantoccini::cookies::Cookie<'_>> for BrowserCookie {
+    fn from(c: &fantoccini::cookies::Cookie<'_>) -> Self {
+        Self {
+            name: c.name().to_owned(),
+            value: c.value().to_owned(),
+            path: c.path().unwrap_or("/").to_owned(),
+            domain: c.domain().map(str::to_owned),
+            secure: c.secure().unwrap_or(false),
+            http_only: c.http_only().unwrap_or(false),
+            same_site: c.same_site().map(|s| s.to_string()),
+            expiry: c
+                .expires_datetime()
+                .and_then(|at| u64::try_from(at.unix_timestamp()).ok()),
+        }
+    }
+}
+
+/// A headless Chromium under its own chromedriver, with a fresh profile. Kills chromedriver and
+/// every Chromium process on drop, and removes its temporary directory.
 ///
-/// The methods are `async` and need a Tokio runtime (any flavor): each WebDriver call runs on
-/// Tokio's blocking pool, so the runtime keeps serving the application under test meanwhile.
-/// Every call is bounded (30 s), and a failure says which command failed and carries the WebDriver
-/// error and message.
+/// The methods are `async` and need a Tokio runtime (any flavor); the runtime keeps serving the
+/// application under test while a command runs. Every call is bounded (30 s), and a failure says
+/// which command failed and carries the WebDriver error and message.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), redis_guard_testkit::TestkitError> {
@@ -72,9 +91,10 @@ pub struct BrowserCookie {
 /// ```
 #[derive(Debug)]
 pub struct Browser {
-    // Dropped after `Browser::drop` has ended the session.
+    // Dropped first: its background task asks chromedriver to end the session while
+    // `Driver::drop` kills whatever is left.
+    client: Client,
     driver: Driver,
-    session: String,
 }
 
 impl Browser {
@@ -92,12 +112,6 @@ impl Browser {
     /// [`TestkitError::BrowserNotInstalled`] when a binary is missing; [`TestkitError::Browser`]
     /// when chromedriver or Chromium did not come up in time (with chromedriver's output and log).
     pub async fn start() -> Result<Self, TestkitError> {
-        tokio::task::spawn_blocking(Self::start_blocking)
-            .await
-            .map_err(|e| TestkitError::Browser(format!("the start task failed: {e}")))?
-    }
-
-    fn start_blocking() -> Result<Self, TestkitError> {
         let chromium = find_binary(
             "CHROME_BIN",
             &["chromium", "chromium-browser"],
@@ -110,8 +124,8 @@ impl Browser {
         )?;
         let mut last = None;
         for _ in 0..ATTEMPTS {
-            match Driver::spawn(&chromedriver) {
-                Ok(driver) => return Self::open_session(driver, &chromium),
+            match Driver::spawn(&chromedriver).await {
+                Ok(driver) => return Self::open_session(driver, &chromium).await,
                 Err(e @ TestkitError::BrowserNotInstalled(_)) => return Err(e),
                 Err(e) => last = Some(e),
             }
@@ -119,50 +133,41 @@ impl Browser {
         Err(last.unwrap_or_else(|| TestkitError::Browser("no attempt made".into())))
     }
 
-    fn open_session(driver: Driver, chromium: &Path) -> Result<Self, TestkitError> {
+    async fn open_session(driver: Driver, chromium: &Path) -> Result<Self, TestkitError> {
+        // Chromium creates it.
         let profile = driver.dir.join("profile");
         let capabilities = json!({
-            "capabilities": {
-                "alwaysMatch": {
-                    "browserName": "chrome",
-                    "pageLoadStrategy": "normal",
-                    // Below CALL_TIMEOUT, so a slow page is a WebDriver error, not a socket timeout.
-                    "timeouts": { "implicit": 0, "pageLoad": 20_000, "script": 20_000 },
-                    "goog:chromeOptions": {
-                        "binary": chromium.to_string_lossy(),
-                        "args": [
-                            "--headless=new",
-                            "--no-sandbox",
-                            "--disable-gpu",
-                            "--disable-quic",
-                            "--no-first-run",
-                            "--disable-background-networking",
-                            "--disable-component-update",
-                            "--disable-sync",
-                            "--disable-dev-shm-usage",
-                            format!("--user-data-dir={}", profile.to_string_lossy()),
-                        ],
-                    },
-                },
+            "browserName": "chrome",
+            "pageLoadStrategy": "normal",
+            // Below CALL_TIMEOUT, so a slow page is a WebDriver error, not a client timeout.
+            "timeouts": { "implicit": 0, "pageLoad": 20_000, "script": 20_000 },
+            "goog:chromeOptions": {
+                "binary": chromium.to_string_lossy(),
+                "args": [
+                    "--headless=new",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-quic",
+                    "--no-first-run",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--disable-sync",
+                    "--disable-dev-shm-usage",
+                    format!("--user-data-dir={}", profile.to_string_lossy()),
+                ],
             },
         });
-        let value = webdriver(
-            driver.port,
-            "POST",
-            "/session",
-            Some(&capabilities),
-            SESSION_TIMEOUT,
-        )
-        .map_err(|e| driver.fail(&format!("could not open a Chromium session: {e}")))?;
-        let Some(session) = value.get("sessionId").and_then(Value::as_str) else {
-            return Err(driver.fail(&format!(
-                "no sessionId in the new session's answer: {value}"
-            )));
+        let Value::Object(capabilities) = capabilities else {
+            unreachable!("a JSON object literal")
         };
-        Ok(Self {
-            session: session.to_owned(),
-            driver,
-        })
+        let mut builder = ClientBuilder::new(HttpConnector::new());
+        builder.capabilities(capabilities);
+        let url = driver.url();
+        match tokio::time::timeout(SESSION_TIMEOUT, builder.connect(&url)).await {
+            Ok(Ok(client)) => Ok(Self { client, driver }),
+            Ok(Err(e)) => Err(driver.fail(&format!("could not open a Chromium session: {e}"))),
+            Err(_) => Err(driver.fail(&format!("no Chromium session within {SESSION_TIMEOUT:?}"))),
+        }
     }
 
     /// The private temporary directory: the Chromium profile (`profile/`) and chromedriver's log.
@@ -178,16 +183,22 @@ impl Browser {
         self.driver.log()
     }
 
+    /// The underlying [`fantoccini::Client`], for what this type does not wrap (windows, frames,
+    /// key presses, …). Its calls are not bounded by the 30 s limit of this type's methods.
+    #[must_use]
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// Navigates to `url` and waits for the page to load.
     ///
     /// # Errors
     ///
     /// The navigation failed or timed out (the error carries the WebDriver message).
     pub async fn goto(&self, url: &str) -> Result<(), TestkitError> {
-        self.call("POST", "/url", Some(json!({ "url": url })))
+        bounded(self.client.goto(url))
             .await
-            .map_err(|e| e.context(&format!("goto {url}")))?;
-        Ok(())
+            .map_err(|e| e.context(&format!("goto {url}")))
     }
 
     /// Reloads the current page and waits for it to load.
@@ -196,10 +207,9 @@ impl Browser {
     ///
     /// The reload failed or timed out.
     pub async fn refresh(&self) -> Result<(), TestkitError> {
-        self.call("POST", "/refresh", None)
+        bounded(self.client.refresh())
             .await
-            .map_err(|e| e.context("refresh"))?;
-        Ok(())
+            .map_err(|e| e.context("refresh"))
     }
 
     /// The URL of the current page.
@@ -208,11 +218,10 @@ impl Browser {
     ///
     /// The WebDriver command failed.
     pub async fn current_url(&self) -> Result<String, TestkitError> {
-        let value = self
-            .call("GET", "/url", None)
+        bounded(self.client.current_url())
             .await
-            .map_err(|e| e.context("current_url"))?;
-        expect_string(value, "current_url")
+            .map(String::from)
+            .map_err(|e| e.context("current_url"))
     }
 
     /// Clicks the first element matching the CSS selector `css`.
@@ -221,12 +230,9 @@ impl Browser {
     ///
     /// No element matches, it cannot be clicked, or the command failed.
     pub async fn click(&self, css: &str) -> Result<(), TestkitError> {
-        let what = || format!("click `{css}`");
-        let element = self.find(css).await.map_err(|e| e.context(&what()))?;
-        self.call("POST", &format!("/element/{element}/click"), None)
+        bounded(async { self.client.find(Locator::Css(css)).await?.click().await })
             .await
-            .map_err(|e| e.context(&what()))?;
-        Ok(())
+            .map_err(|e| e.context(&format!("click `{css}`")))
     }
 
     /// Clears the first element matching `css` (an input or text area), then types `text` into it.
@@ -235,19 +241,13 @@ impl Browser {
     ///
     /// No element matches, it is not editable, or the command failed.
     pub async fn type_text(&self, css: &str, text: &str) -> Result<(), TestkitError> {
-        let what = || format!("type into `{css}`");
-        let element = self.find(css).await.map_err(|e| e.context(&what()))?;
-        self.call("POST", &format!("/element/{element}/clear"), None)
-            .await
-            .map_err(|e| e.context(&what()))?;
-        self.call(
-            "POST",
-            &format!("/element/{element}/value"),
-            Some(json!({ "text": text })),
-        )
+        bounded(async {
+            let element = self.client.find(Locator::Css(css)).await?;
+            element.clear().await?;
+            element.send_keys(text).await
+        })
         .await
-        .map_err(|e| e.context(&what()))?;
-        Ok(())
+        .map_err(|e| e.context(&format!("type into `{css}`")))
     }
 
     /// The rendered text of the first element matching `css`.
@@ -281,10 +281,13 @@ impl Browser {
             match self.try_text(css).await {
                 Ok(text) if predicate(&text) => return Ok(text),
                 Ok(text) => last = format!("its text was last {text:?}"),
-                Err(CallError::WebDriver { error, message, .. })
-                    if error == "no such element" || error == "stale element reference" =>
+                Err(CallError::Command(CmdError::Standard(e)))
+                    if matches!(
+                        e.error,
+                        ErrorStatus::NoSuchElement | ErrorStatus::StaleElementReference
+                    ) =>
                 {
-                    last = format!("{error}: {message}");
+                    last = format!("{}: {}", e.error, e.message);
                 }
                 Err(e) => return Err(e.context(&format!("wait for `{css}`"))),
             }
@@ -304,13 +307,9 @@ impl Browser {
     ///
     /// The script threw (the error carries the JavaScript message), or the command failed.
     pub async fn execute(&self, script: &str) -> Result<Value, TestkitError> {
-        self.call(
-            "POST",
-            "/execute/sync",
-            Some(json!({ "script": script, "args": [] })),
-        )
-        .await
-        .map_err(|e| e.context("execute"))
+        bounded(self.client.execute(script, Vec::new()))
+            .await
+            .map_err(|e| e.context("execute"))
     }
 
     /// Every cookie visible to the current page, `HttpOnly` ones included.
@@ -319,22 +318,10 @@ impl Browser {
     ///
     /// The command failed or its answer was not a list of cookies.
     pub async fn cookies(&self) -> Result<Vec<BrowserCookie>, TestkitError> {
-        let value = self
-            .call("GET", "/cookie", None)
+        let cookies = bounded(self.client.get_all_cookies())
             .await
             .map_err(|e| e.context("cookies"))?;
-        let Value::Array(list) = value else {
-            return Err(TestkitError::Browser(format!(
-                "cookies: expected a list, got {value}"
-            )));
-        };
-        list.iter()
-            .map(|c| {
-                parse_cookie(c).ok_or_else(|| {
-                    TestkitError::Browser(format!("cookies: not a cookie object: {c}"))
-                })
-            })
-            .collect()
+        Ok(cookies.iter().map(BrowserCookie::from).collect())
     }
 
     /// A PNG screenshot of the viewport.
@@ -343,66 +330,21 @@ impl Browser {
     ///
     /// The command failed or its answer was not base64.
     pub async fn screenshot_png(&self) -> Result<Vec<u8>, TestkitError> {
-        let value = self
-            .call("GET", "/screenshot", None)
+        bounded(self.client.screenshot())
             .await
-            .map_err(|e| e.context("screenshot"))?;
-        let encoded = expect_string(value, "screenshot")?;
-        decode_base64(&encoded)
-            .ok_or_else(|| TestkitError::Browser("screenshot: the answer is not base64".into()))
-    }
-
-    /// The WebDriver element id of the first element matching `css`.
-    async fn find(&self, css: &str) -> Result<String, CallError> {
-        let value = self
-            .call(
-                "POST",
-                "/element",
-                Some(json!({ "using": "css selector", "value": css })),
-            )
-            .await?;
-        match value.get(ELEMENT_KEY).and_then(Value::as_str) {
-            Some(id) => Ok(id.to_owned()),
-            None => Err(CallError::Transport(format!(
-                "not an element reference: {value}"
-            ))),
-        }
+            .map_err(|e| e.context("screenshot"))
     }
 
     async fn try_text(&self, css: &str) -> Result<String, CallError> {
-        let element = self.find(css).await?;
-        match self
-            .call("GET", &format!("/element/{element}/text"), None)
-            .await?
-        {
-            Value::String(text) => Ok(text),
-            other => Err(CallError::Transport(format!("not a string: {other}"))),
-        }
-    }
-
-    /// Sends a command of this session (`path` is relative to `/session/{id}`).
-    async fn call(
-        &self,
-        method: &'static str,
-        path: &str,
-        body: Option<Value>,
-    ) -> Result<Value, CallError> {
-        let port = self.driver.port;
-        let path = format!("/session/{}{path}", self.session);
-        tokio::task::spawn_blocking(move || {
-            webdriver(port, method, &path, body.as_ref(), CALL_TIMEOUT)
-        })
-        .await
-        .map_err(|e| CallError::Transport(format!("the command task failed: {e}")))?
+        bounded(async { self.client.find(Locator::Css(css)).await?.text().await }).await
     }
 }
 
-impl Drop for Browser {
-    fn drop(&mut self) {
-        // Chromedriver quits Chromium; whatever survives is killed by `Driver::drop`. Blocking here
-        // is brief (loopback, bounded) and never waits on the caller's runtime.
-        let path = format!("/session/{}", self.session);
-        let _ = webdriver(self.driver.port, "DELETE", &path, None, QUIT_TIMEOUT);
+/// Runs one WebDriver command (or a few in a row), bounded by [`CALL_TIMEOUT`].
+async fn bounded<T>(command: impl Future<Output = Result<T, CmdError>>) -> Result<T, CallError> {
+    match tokio::time::timeout(CALL_TIMEOUT, command).await {
+        Ok(result) => result.map_err(CallError::Command),
+        Err(_) => Err(CallError::TimedOut),
     }
 }
 
@@ -416,68 +358,48 @@ struct Driver {
 }
 
 impl Driver {
-    fn spawn(bin: &Path) -> Result<Self, TestkitError> {
-        static N: AtomicU64 = AtomicU64::new(0);
+    async fn spawn(bin: &Path) -> Result<Self, TestkitError> {
         let browser_err =
             |what: &str, e: std::io::Error| TestkitError::Browser(format!("{what}: {e}"));
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| browser_err("no free port", e))?
             .port();
-        let dir = std::env::temp_dir().join(format!(
-            "redis-guard-browser-{}-{}-{port}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
+        let dir = fresh_dir("browser", port)
+            .map_err(|e| browser_err("could not create a temporary directory", e))?;
+        let mut command = Command::new(bin);
+        command.arg(format!("--port={port}")).arg(format!(
+            "--log-path={}",
+            dir.join("chromedriver.log").to_string_lossy()
         ));
-        // Fresh: a directory left by an earlier process with the same pid is not reused.
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("profile"))
-            .map_err(|e| browser_err(&format!("could not create {}", dir.display()), e))?;
-        let output = File::create(dir.join("chromedriver.out"))
-            .and_then(|out| Ok((out.try_clone()?, out)))
-            .map_err(|e| browser_err("could not create chromedriver's output file", e));
-        let (stdout, stderr) = match output {
-            Ok(files) => files,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
+        let child = spawn_in(&mut command, &dir, "chromedriver.out").map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                TestkitError::BrowserNotInstalled(format!("chromedriver ({})", bin.display()))
+            } else {
+                browser_err(&format!("could not run {}", bin.display()), e)
             }
-        };
-        let child = match Command::new(bin)
-            .arg(format!("--port={port}"))
-            .arg(format!(
-                "--log-path={}",
-                dir.join("chromedriver.log").to_string_lossy()
-            ))
-            .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(stderr)
-            .spawn()
-        {
-            Ok(child) => child,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(if e.kind() == std::io::ErrorKind::NotFound {
-                    TestkitError::BrowserNotInstalled(format!("chromedriver ({})", bin.display()))
-                } else {
-                    browser_err(&format!("could not run {}", bin.display()), e)
-                });
-            }
-        };
+        })?;
         let mut driver = Self { child, port, dir };
-        driver.wait_ready()?;
+        driver.wait_ready().await?;
         Ok(driver)
     }
 
-    fn wait_ready(&mut self) -> Result<(), TestkitError> {
+    /// `http://127.0.0.1:<port>/`, where chromedriver listens.
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.port)
+    }
+
+    /// Waits until chromedriver answers `GET /status` with `ready: true`: a port taken by another
+    /// server before chromedriver could bind it never does.
+    async fn wait_ready(&mut self) -> Result<(), TestkitError> {
         let started = Instant::now();
+        let http = HttpClient::builder(TokioExecutor::new()).build(HttpConnector::new());
+        let status = format!("{}status", self.url());
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(self.fail(&format!("chromedriver exited with {status}")));
             }
-            if let Ok(value) = webdriver(self.port, "GET", "/status", None, Duration::from_secs(2))
-                && value.get("ready").and_then(Value::as_bool) == Some(true)
-            {
+            if tokio::time::timeout(STATUS_TIMEOUT, is_ready(&http, &status)).await == Ok(true) {
                 return Ok(());
             }
             if started.elapsed() >= DRIVER_READY_TIMEOUT {
@@ -485,7 +407,7 @@ impl Driver {
                     "chromedriver was not ready within {DRIVER_READY_TIMEOUT:?}"
                 )));
             }
-            std::thread::sleep(POLL);
+            tokio::time::sleep(POLL).await;
         }
     }
 
@@ -525,6 +447,23 @@ impl Drop for Driver {
             }
         }
     }
+}
+
+/// Whether `GET status_url` answers a WebDriver status whose `ready` is `true`.
+async fn is_ready(http: &HttpClient<HttpConnector, Empty<bytes::Bytes>>, status_url: &str) -> bool {
+    let Ok(uri) = status_url.parse() else {
+        return false;
+    };
+    let Ok(response) = http.get(uri).await else {
+        return false;
+    };
+    let Ok(body) = response.into_body().collect().await else {
+        return false;
+    };
+    serde_json::from_slice::<Value>(&body.to_bytes())
+        .ok()
+        .and_then(|status| status.pointer("/value/ready").and_then(Value::as_bool))
+        == Some(true)
 }
 
 /// Kills (SIGKILL) every process whose command line contains `needle` and waits up to 2 s for them
@@ -592,14 +531,10 @@ fn on_path(name: &Path) -> Option<PathBuf> {
 /// Why a WebDriver call failed.
 #[derive(Debug)]
 enum CallError {
-    /// chromedriver answered with a WebDriver error.
-    WebDriver {
-        status: u16,
-        error: String,
-        message: String,
-    },
-    /// chromedriver did not answer (in time), or not with what was expected.
-    Transport(String),
+    /// fantoccini reported an error: a WebDriver error from chromedriver, or a transport failure.
+    Command(CmdError),
+    /// No answer within [`CALL_TIMEOUT`].
+    TimedOut,
 }
 
 impl CallError {
@@ -611,280 +546,18 @@ impl CallError {
 impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::WebDriver {
-                status,
-                error,
-                message,
-            } => write!(f, "WebDriver error `{error}` (HTTP {status}): {message}"),
-            Self::Transport(why) => write!(f, "{why}"),
+            Self::Command(CmdError::Standard(e)) => {
+                write!(f, "WebDriver error `{}`: {}", e.error, e.message)
+            }
+            Self::Command(e) => write!(f, "{e}"),
+            Self::TimedOut => write!(f, "no answer within {CALL_TIMEOUT:?}"),
         }
     }
-}
-
-fn expect_string(value: Value, what: &str) -> Result<String, TestkitError> {
-    match value {
-        Value::String(s) => Ok(s),
-        other => Err(TestkitError::Browser(format!(
-            "{what}: expected a string, got {other}"
-        ))),
-    }
-}
-
-fn parse_cookie(c: &Value) -> Option<BrowserCookie> {
-    let string = |key: &str| c.get(key).and_then(Value::as_str).map(str::to_owned);
-    let flag = |key: &str| c.get(key).and_then(Value::as_bool).unwrap_or(false);
-    Some(BrowserCookie {
-        name: string("name")?,
-        value: string("value")?,
-        path: string("path").unwrap_or_else(|| "/".to_owned()),
-        domain: string("domain"),
-        secure: flag("secure"),
-        http_only: flag("httpOnly"),
-        same_site: string("sameSite"),
-        expiry: c.get("expiry").and_then(Value::as_u64),
-    })
-}
-
-/// One WebDriver call: the `value` of chromedriver's answer, or its WebDriver error.
-fn webdriver(
-    port: u16,
-    method: &str,
-    path: &str,
-    body: Option<&Value>,
-    timeout: Duration,
-) -> Result<Value, CallError> {
-    let (status, answer) = http_json(port, method, path, body, timeout)
-        .map_err(|why| CallError::Transport(format!("{method} {path}: {why}")))?;
-    let value = match answer {
-        Value::Object(mut fields) => fields.remove("value").unwrap_or(Value::Null),
-        other => other,
-    };
-    let error = value.get("error").and_then(Value::as_str);
-    if (200..300).contains(&status) && error.is_none() {
-        return Ok(value);
-    }
-    Err(CallError::WebDriver {
-        status,
-        error: error.unwrap_or("unknown error").to_owned(),
-        message: value
-            .get("message")
-            .and_then(Value::as_str)
-            .map_or_else(|| value.to_string(), str::to_owned),
-    })
-}
-
-/// Sends one HTTP/1.1 request with a JSON body (`{}` for a bodiless POST) to `127.0.0.1:port` and
-/// returns the status and the JSON answer (`null` when empty), all within `timeout`.
-fn http_json(
-    port: u16,
-    method: &str,
-    path: &str,
-    body: Option<&Value>,
-    timeout: Duration,
-) -> Result<(u16, Value), String> {
-    let deadline = Instant::now() + timeout;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)
-        .map_err(|e| format!("connect to {addr}: {e}"))?;
-    let payload = match body {
-        Some(body) => body.to_string(),
-        None if method == "POST" => "{}".to_owned(),
-        None => String::new(),
-    };
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json\r\n\
-         Connection: close\r\n"
-    );
-    if !payload.is_empty() {
-        request.push_str(&format!(
-            "Content-Type: application/json; charset=utf-8\r\nContent-Length: {}\r\n",
-            payload.len()
-        ));
-    }
-    request.push_str("\r\n");
-    request.push_str(&payload);
-    stream
-        .set_write_timeout(Some(timeout))
-        .and_then(|()| stream.write_all(request.as_bytes()))
-        .map_err(|e| format!("send: {e}"))?;
-
-    let mut received = Vec::new();
-    let mut chunk = [0_u8; 16 * 1024];
-    let (status, body) = loop {
-        if let Some(done) = parse_response(&received, false)? {
-            break done;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(format!("no complete answer within {timeout:?}"));
-        }
-        stream
-            .set_read_timeout(Some(left))
-            .map_err(|e| format!("receive: {e}"))?;
-        match stream.read(&mut chunk) {
-            Ok(0) => match parse_response(&received, true)? {
-                Some(done) => break done,
-                None => return Err("the connection closed mid-answer".to_owned()),
-            },
-            Ok(n) => received.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) => {}
-            Err(e) => return Err(format!("receive: {e}")),
-        }
-    };
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok((status, Value::Null));
-    }
-    let json = serde_json::from_slice(&body).map_err(|e| {
-        format!(
-            "HTTP {status} with a body that is not JSON ({e}): {}",
-            String::from_utf8_lossy(&body)
-        )
-    })?;
-    Ok((status, json))
-}
-
-/// The status and body of the response in `buf`, or `None` while it is incomplete (`eof`: no more
-/// bytes will come).
-fn parse_response(buf: &[u8], eof: bool) -> Result<Option<(u16, Vec<u8>)>, String> {
-    let Some(head_len) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return if eof && !buf.is_empty() {
-            Err("the connection closed inside the response head".to_owned())
-        } else {
-            Ok(None)
-        };
-    };
-    let head = String::from_utf8_lossy(&buf[..head_len]);
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let status = status_line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| format!("not an HTTP status line: {status_line:?}"))?;
-    let mut length = None;
-    let mut chunked = false;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            length = Some(
-                value
-                    .parse::<usize>()
-                    .map_err(|_| format!("bad Content-Length {value:?}"))?,
-            );
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = value.to_ascii_lowercase().contains("chunked");
-        }
-    }
-    let body = &buf[head_len + 4..];
-    let complete = if chunked {
-        dechunk(body)
-    } else if let Some(length) = length {
-        (body.len() >= length).then(|| body[..length].to_vec())
-    } else {
-        eof.then(|| body.to_vec())
-    };
-    match complete {
-        None if eof => Err("the connection closed inside the response body".to_owned()),
-        complete => Ok(complete.map(|body| (status, body))),
-    }
-}
-
-/// A complete chunked body, decoded; `None` while incomplete.
-fn dechunk(mut rest: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
-        let size_field = std::str::from_utf8(&rest[..line_end]).ok()?;
-        let size_hex = size_field.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_hex, 16).ok()?;
-        rest = &rest[line_end + 2..];
-        if size == 0 {
-            // Trailers (none expected) end with an empty line.
-            return rest.windows(2).any(|w| w == b"\r\n").then_some(out);
-        }
-        if rest.len() < size + 2 {
-            return None;
-        }
-        out.extend_from_slice(&rest[..size]);
-        rest = &rest[size + 2..];
-    }
-}
-
-/// Standard base64 (with or without padding; line breaks ignored); `None` on any other byte.
-fn decode_base64(text: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(text.len() / 4 * 3);
-    let mut bits: u32 = 0;
-    let mut count = 0;
-    for byte in text.bytes() {
-        let sextet = match byte {
-            b'A'..=b'Z' => byte - b'A',
-            b'a'..=b'z' => byte - b'a' + 26,
-            b'0'..=b'9' => byte - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            b'=' => break,
-            b'\r' | b'\n' => continue,
-            _ => return None,
-        };
-        bits = (bits << 6) | u32::from(sextet);
-        count += 6;
-        if count >= 8 {
-            count -= 8;
-            out.push(u8::try_from(bits >> count).ok()?);
-            bits &= (1 << count) - 1;
-        }
-    }
-    Some(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64_decodes() {
-        assert_eq!(decode_base64("").as_deref(), Some(&b""[..]));
-        assert_eq!(decode_base64("Zg==").as_deref(), Some(&b"f"[..]));
-        assert_eq!(decode_base64("Zm8=").as_deref(), Some(&b"fo"[..]));
-        assert_eq!(decode_base64("Zm9v").as_deref(), Some(&b"foo"[..]));
-        assert_eq!(
-            decode_base64("iVBORw0KGgo=").as_deref(),
-            Some(&b"\x89PNG\r\n\x1a\n"[..])
-        );
-        assert_eq!(decode_base64("Zm9v!"), None);
-    }
-
-    #[test]
-    fn responses_parse() {
-        let plain = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
-        assert_eq!(
-            parse_response(plain, false),
-            Ok(Some((200, b"{}".to_vec())))
-        );
-        assert_eq!(parse_response(&plain[..plain.len() - 1], false), Ok(None));
-        assert!(parse_response(&plain[..plain.len() - 1], true).is_err());
-        let chunked =
-            b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4\r\n\":1}\r\n0\r\n\r\n";
-        assert_eq!(
-            parse_response(chunked, false),
-            Ok(Some((404, b"{\"a\":1}".to_vec())))
-        );
-        let until_close = b"HTTP/1.1 200 OK\r\n\r\nnull";
-        assert_eq!(parse_response(until_close, false), Ok(None));
-        assert_eq!(
-            parse_response(until_close, true),
-            Ok(Some((200, b"null".to_vec())))
-        );
-    }
 
     #[test]
     fn missing_binaries_name_the_debian_packages() {

@@ -1,10 +1,11 @@
-use crate::server::{TestkitError, redis_server_binary};
+use crate::process::fresh_dir;
+use crate::server::{LOG_FILE, OUTPUT_FILE, TestkitError, spawn_redis};
 use std::collections::hash_map::RandomState;
 use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hasher};
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -27,8 +28,6 @@ const UP_TIMEOUT: Duration = Duration::from_secs(10);
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often the state is polled.
 const POLL: Duration = Duration::from_millis(25);
-/// Where a node's stdout and stderr go, next to its `redis.log`.
-const OUTPUT_FILE: &str = "output.log";
 /// `ADDSLOTS` batch size when `ADDSLOTSRANGE` (Redis 7.0+) is not available.
 const ADDSLOTS_BATCH: usize = 1024;
 
@@ -413,75 +412,22 @@ impl Drop for RedisCluster {
 
 impl Node {
     fn spawn(port: u16) -> Result<Self, TestkitError> {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "redis-guard-testkit-cluster-{}-{}-{port}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        // A leftover nodes.conf would make the node rejoin an old cluster.
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
-        let bin = redis_server_binary();
-        let port_s = port.to_string();
-        let dir_s = dir.to_string_lossy().into_owned();
-        let conf_s = dir.join("nodes.conf").to_string_lossy().into_owned();
-        let log_s = dir.join("redis.log").to_string_lossy().into_owned(); // = `log_path()`
-        let args = [
-            "--port",
-            &port_s,
-            "--bind",
-            "127.0.0.1",
+        let dir = fresh_dir("testkit-cluster", port)?;
+        let conf = dir.join("nodes.conf").to_string_lossy().into_owned();
+        let cluster = [
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
-            &conf_s,
+            &conf,
             "--cluster-node-timeout",
             "5000",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            &dir_s,
-            "--logfile",
-            &log_s,
-            "--daemonize",
-            "no",
         ];
-        // Redis logs to its logfile, but reports bad arguments and early failures on stderr.
-        let output = match std::fs::File::create(dir.join(OUTPUT_FILE)) {
-            Ok(file) => file,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e.into());
-            }
-        };
-        let (stdout, stderr) = match output.try_clone() {
-            Ok(copy) => (Stdio::from(output), Stdio::from(copy)),
-            Err(_) => (Stdio::null(), Stdio::from(output)),
-        };
-        match Command::new(&bin)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(stderr)
-            .spawn()
-        {
-            Ok(child) => Ok(Self { child, port, dir }),
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                if e.kind() == std::io::ErrorKind::NotFound {
-                    Err(TestkitError::NotInstalled(bin))
-                } else {
-                    Err(e.into())
-                }
-            }
-        }
+        let child = spawn_redis(port, &dir, &cluster)?;
+        Ok(Self { child, port, dir })
     }
 
     fn log_path(&self) -> PathBuf {
-        self.dir.join("redis.log")
+        self.dir.join(LOG_FILE)
     }
 
     fn addr(&self) -> String {

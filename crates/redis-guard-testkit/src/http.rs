@@ -24,22 +24,21 @@ impl RawResponse {
     /// The first value of header `name` (case-insensitive).
     #[must_use]
     pub fn header(&self, name: &str) -> Option<&str> {
-        let name = name.to_ascii_lowercase();
-        self.headers
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
+        self.values(name).next()
     }
 
     /// All values of header `name`.
     #[must_use]
     pub fn headers_named(&self, name: &str) -> Vec<&str> {
+        self.values(name).collect()
+    }
+
+    fn values(&self, name: &str) -> impl Iterator<Item = &str> {
         let name = name.to_ascii_lowercase();
         self.headers
             .iter()
-            .filter(|(n, _)| *n == name)
+            .filter(move |(n, _)| *n == name)
             .map(|(_, v)| v.as_str())
-            .collect()
     }
 
     /// The body as UTF-8 (lossy).

@@ -7,12 +7,14 @@
 //! [`http`] is a tiny HTTP/1.1 client over a raw socket, able to send what well-behaved clients
 //! refuse to (non-UTF-8 header bytes, huge headers).
 //! [`Browser::start`] launches a headless Chromium under its own chromedriver, with a fresh
-//! profile, and drives it through the W3C WebDriver API for end-to-end tests of real pages.
+//! profile, and drives it through the W3C WebDriver API (with [`fantoccini`]) for end-to-end
+//! tests of real pages.
 
 pub mod app;
 mod browser;
 mod cluster;
 pub mod http;
+mod process;
 mod server;
 
 pub use browser::{Browser, BrowserCookie};

@@ -1,9 +1,16 @@
 use std::fmt;
 use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use crate::process::{fresh_dir, spawn_in};
+
+/// A `redis-server`'s log file, in its directory.
+pub(crate) const LOG_FILE: &str = "redis.log";
+/// Where a `redis-server`'s stdout and stderr go, next to its log.
+pub(crate) const OUTPUT_FILE: &str = "output.log";
 
 /// Why a Redis server (or the [`Browser`](crate::Browser)) could not be started or driven.
 #[derive(Debug)]
@@ -103,53 +110,9 @@ impl RedisServer {
     }
 
     fn try_start(extra: &[&str]) -> Result<Self, TestkitError> {
-        static N: AtomicU64 = AtomicU64::new(0);
         let port = free_port()?;
-        let dir = std::env::temp_dir().join(format!(
-            "redis-guard-testkit-{}-{}-{port}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir)?;
-        let bin = redis_server_binary();
-        let port_s = port.to_string();
-        let log = dir.join("redis.log");
-        let log_s = log.to_string_lossy().into_owned();
-        let dir_s = dir.to_string_lossy().into_owned();
-        let mut args = vec![
-            "--port",
-            &port_s,
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            &dir_s,
-            "--logfile",
-            &log_s,
-            "--daemonize",
-            "no",
-        ];
-        args.extend_from_slice(extra);
-        let child = match Command::new(&bin)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-        {
-            Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(TestkitError::NotInstalled(bin));
-            }
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e.into());
-            }
-        };
+        let dir = fresh_dir("testkit", port)?;
+        let child = spawn_redis(port, &dir, extra)?;
         let mut server = Self { child, port, dir };
         server.wait_ready()?;
         Ok(server)
@@ -183,7 +146,7 @@ impl RedisServer {
     /// The server's log so far.
     #[must_use]
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir.join(LOG_FILE)).unwrap_or_default()
     }
 
     /// The port it listens on (on 127.0.0.1).
@@ -216,6 +179,29 @@ impl Drop for RedisServer {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Starts `redis-server` on `127.0.0.1:port` with no persistence, its files in `dir`: the log in
+/// [`LOG_FILE`], what it prints before it logs (bad arguments, early failures) in
+/// [`OUTPUT_FILE`]. `extra` arguments come last.
+pub(crate) fn spawn_redis(port: u16, dir: &Path, extra: &[&str]) -> Result<Child, TestkitError> {
+    let bin = redis_server_binary();
+    let mut command = Command::new(&bin);
+    command
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(dir.join(LOG_FILE))
+        .args(extra);
+    spawn_in(&mut command, dir, OUTPUT_FILE).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            TestkitError::NotInstalled(bin)
+        } else {
+            e.into()
+        }
+    })
 }
 
 fn free_port() -> std::io::Result<u16> {
