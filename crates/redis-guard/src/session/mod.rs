@@ -92,6 +92,7 @@ mod layer;
 mod memory_store;
 mod policy;
 mod redis_store;
+mod scripts;
 mod service;
 mod shared;
 mod state;
