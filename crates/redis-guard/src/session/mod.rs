@@ -90,6 +90,8 @@ mod handle;
 mod id;
 mod layer;
 mod memory_store;
+mod memory_table;
+mod memory_users;
 mod policy;
 mod redis_store;
 mod scripts;
