@@ -60,6 +60,9 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[macro_use]
+mod macros;
+
 pub mod backend;
 #[cfg(any(feature = "rate-limit", all(feature = "session", feature = "axum")))]
 mod problem;

@@ -32,3 +32,60 @@ impl<S> InProcess<S> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
+
+/// Builds an in-process backend ([`MemoryLimiter`](crate::rate_limit::MemoryLimiter) or
+/// [`MemorySessionStore`](crate::session::MemorySessionStore)): its capacity and, for tests, its
+/// clock. The capacity is fixed when the backend is built; clones of it share the state.
+///
+/// ```
+/// # #[cfg(all(feature = "rate-limit", feature = "session"))] {
+/// use redis_guard::rate_limit::MemoryLimiter;
+/// use redis_guard::session::MemorySessionStore;
+/// let limiter = MemoryLimiter::builder().capacity(10_000).build();
+/// let sessions = MemorySessionStore::builder().capacity(1_000).build();
+/// # let _ = (limiter, sessions); }
+/// ```
+#[must_use]
+pub struct InProcessBuilder<T> {
+    capacity: usize,
+    clock: Option<Box<dyn Clock>>,
+    build: fn(usize, Option<Box<dyn Clock>>) -> T,
+}
+
+impl<T> InProcessBuilder<T> {
+    pub(crate) fn new(capacity: usize, build: fn(usize, Option<Box<dyn Clock>>) -> T) -> Self {
+        Self {
+            capacity,
+            clock: None,
+            build,
+        }
+    }
+
+    /// The most entries (rate-limit keys, sessions) held at once, at least 1; past it, the
+    /// entries closest to expiry go first.
+    pub fn capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// Reads time from `clock` instead of the monotonic clock, e.g. a `ManualClock` (feature
+    /// `test-util`) in tests.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Box::new(clock));
+        self
+    }
+
+    /// The backend.
+    pub fn build(self) -> T {
+        (self.build)(self.capacity, self.clock)
+    }
+}
+
+impl<T> std::fmt::Debug for InProcessBuilder<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcessBuilder")
+            .field("capacity", &self.capacity)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}

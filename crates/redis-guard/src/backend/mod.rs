@@ -37,6 +37,8 @@ pub use error::BackendError;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use in_process::InProcess;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
+pub use in_process::InProcessBuilder;
+#[cfg(any(feature = "rate-limit", feature = "session"))]
 pub use redis_backend::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisBackend};
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use table::ExpiringTable;

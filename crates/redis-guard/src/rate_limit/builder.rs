@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::Response;
 
-use super::config::{Config, HeaderMode, LayerRule, ResponseBuilder};
+use super::config::{Config, HeaderMode, LayerRule};
 use super::{
     Algorithm, Decision, FailurePolicy, KeyExtractor, Limiter, MissingKey, Quota, RateLimitLayer,
     Rule, RuleError,
@@ -15,26 +15,24 @@ use super::{
 /// Builds a [`RateLimitLayer`] with one or more rules; [`build`](Self::build) validates them.
 #[must_use]
 pub struct RateLimitLayerBuilder {
-    limiter: Arc<dyn Limiter>,
-    rules: Vec<LayerRule>,
-    missing_key: MissingKey,
-    failure: FailurePolicy,
-    headers: HeaderMode,
-    response: Option<ResponseBuilder>,
+    /// The layer's settings as they stand; `build` checks them.
+    config: Config,
 }
 
 impl RateLimitLayerBuilder {
     pub(crate) fn new(limiter: Arc<dyn Limiter>) -> Self {
         Self {
-            limiter,
-            rules: Vec::new(),
-            missing_key: MissingKey::default(),
-            failure: FailurePolicy::default(),
-            headers: HeaderMode {
-                ietf_on_allowed: true,
-                legacy: false,
+            config: Config {
+                limiter,
+                rules: Vec::new(),
+                missing_key: MissingKey::default(),
+                failure: FailurePolicy::default(),
+                headers: HeaderMode {
+                    ietf_on_allowed: true,
+                    legacy: false,
+                },
+                response: None,
             },
-            response: None,
         }
     }
 
@@ -45,7 +43,7 @@ impl RateLimitLayerBuilder {
 
     /// Adds a fully specified [`Rule`], keyed by `extractor`.
     pub fn rule_with(mut self, rule: Rule, extractor: impl KeyExtractor) -> Self {
-        self.rules.push(LayerRule {
+        self.config.rules.push(LayerRule {
             rule,
             extractor: Arc::new(extractor),
         });
@@ -78,7 +76,7 @@ impl RateLimitLayerBuilder {
         {
             let rule = Rule::new(format!("{name}-{}", period_label(quota.period())), *quota)
                 .with_algorithm(algorithm);
-            self.rules.push(LayerRule {
+            self.config.rules.push(LayerRule {
                 rule,
                 extractor: Arc::clone(&extractor),
             });
@@ -88,27 +86,27 @@ impl RateLimitLayerBuilder {
 
     /// What to do when a key is missing (default: reject with `400`).
     pub fn missing_key(mut self, policy: MissingKey) -> Self {
-        self.missing_key = policy;
+        self.config.missing_key = policy;
         self
     }
 
     /// What to do when the limiter fails (default: [`FailurePolicy::Open`]).
     pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
-        self.failure = policy;
+        self.config.failure = policy;
         self
     }
 
     /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` (default: yes).
     /// Denied responses always do.
     pub fn rate_limit_headers(mut self, on: bool) -> Self {
-        self.headers.ietf_on_allowed = on;
+        self.config.headers.ietf_on_allowed = on;
         self
     }
 
     /// Whether to also send `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset`
     /// (seconds until the quota is full again) for older clients (default: no).
     pub fn legacy_headers(mut self, on: bool) -> Self {
-        self.headers.legacy = on;
+        self.config.headers.legacy = on;
         self
     }
 
@@ -133,7 +131,7 @@ impl RateLimitLayerBuilder {
     where
         F: Fn(&Decision) -> Response<Bytes> + Send + Sync + 'static,
     {
-        self.response = Some(Arc::new(build));
+        self.config.response = Some(Arc::new(build));
         self
     }
 
@@ -144,29 +142,23 @@ impl RateLimitLayerBuilder {
     /// No rules, a duplicate rule name, a rule that cannot work (the error names the rule and the
     /// value), or a limiter that cannot work ([`Limiter::config_problem`]).
     pub fn build(self) -> Result<RateLimitLayer, RuleError> {
-        if self.rules.is_empty() {
+        let config = self.config;
+        if config.rules.is_empty() {
             return Err(RuleError::NoRules);
         }
-        if let Some(why) = self.limiter.config_problem() {
+        if let Some(why) = config.limiter.config_problem() {
             return Err(RuleError::Limiter(why));
         }
-        for (i, r) in self.rules.iter().enumerate() {
+        for (i, r) in config.rules.iter().enumerate() {
             r.rule.validate()?;
-            if self.rules[..i]
+            if config.rules[..i]
                 .iter()
                 .any(|o| o.rule.name() == r.rule.name())
             {
                 return Err(RuleError::Duplicate(r.rule.name().to_owned()));
             }
         }
-        Ok(RateLimitLayer::from_config(Config {
-            limiter: self.limiter,
-            rules: self.rules,
-            missing_key: self.missing_key,
-            failure: self.failure,
-            headers: self.headers,
-            response: self.response,
-        }))
+        Ok(RateLimitLayer::from_config(config))
     }
 }
 
@@ -188,16 +180,8 @@ fn period_label(period: std::time::Duration) -> String {
 
 impl fmt::Debug for RateLimitLayerBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitLayerBuilder")
-            .field("limiter", &self.limiter)
-            .field(
-                "rules",
-                &self.rules.iter().map(|r| &r.rule).collect::<Vec<_>>(),
-            )
-            .field("missing_key", &self.missing_key)
-            .field("failure", &self.failure)
-            .field("headers", &self.headers)
-            .field("custom_response", &self.response.is_some())
+        f.debug_tuple("RateLimitLayerBuilder")
+            .field(&self.config)
             .finish()
     }
 }

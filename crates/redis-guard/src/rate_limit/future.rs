@@ -1,13 +1,11 @@
 //! The [`ResponseFuture`] of the rate-limit service.
 
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use http::{HeaderMap, Request, Response, StatusCode};
-use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::FailurePolicy;
@@ -16,24 +14,10 @@ use super::limiter::{BoxFuture, LimiterError};
 use super::response::{self, ResponseBody};
 use super::{Decision, headers};
 
-pin_project! {
+define_response_future! {
     /// The response future of [`RateLimit`](super::RateLimit): waits for the limiter (the only
     /// boxed part), then calls the inner service or answers on its own.
-    pub struct ResponseFuture<S, ReqBody>
-    where
-        S: Service<Request<ReqBody>>,
-    {
-        #[pin]
-        state: State<S, ReqBody>,
-    }
-}
-
-pin_project! {
-    #[project = StateProj]
-    enum State<S, ReqBody>
-    where
-        S: Service<Request<ReqBody>>,
-    {
+    states {
         Checking {
             check: BoxFuture<Result<Decision, LimiterError>>,
             pending: Option<(S, Request<ReqBody>)>,
@@ -181,14 +165,5 @@ where
             };
             this.state.set(next);
         }
-    }
-}
-
-impl<S, ReqBody> fmt::Debug for ResponseFuture<S, ReqBody>
-where
-    S: Service<Request<ReqBody>>,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::algorithm::{self, Commit, RuleState, State, ceil_ms};
 use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
-use crate::backend::{Clock, ExpiringTable, InProcess};
+use crate::backend::{ExpiringTable, InProcess, InProcessBuilder};
 
 /// Default bound on the number of keys a [`MemoryLimiter`] tracks.
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
@@ -21,7 +21,7 @@ pub const DEFAULT_MAX_KEYS: usize = 100_000;
 ///
 /// Memory is bounded: the table holds a fixed-size digest per key (never the key), expired
 /// state is swept out a few entries at a time as the limiter is used, and past
-/// [`max_keys`](MemoryLimiterBuilder::max_keys) keys the state closest to expiry (the quietest
+/// [`capacity`](InProcessBuilder::capacity) keys the state closest to expiry (the quietest
 /// clients') is dropped, so a flood of distinct keys loosens the limit for them instead of
 /// growing memory without end. Every operation is O(log n).
 ///
@@ -31,7 +31,7 @@ pub const DEFAULT_MAX_KEYS: usize = 100_000;
 /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let limiter = MemoryLimiter::new();
-/// let bounded = MemoryLimiter::builder().max_keys(10_000).build();
+/// let bounded = MemoryLimiter::builder().capacity(10_000).build();
 /// let rule = Rule::new("api", Quota::per_minute(1));
 /// assert!(limiter.check(&rule, Key::from("k")).await.unwrap().allowed);
 /// assert!(!limiter.check(&rule, Key::from("k")).await.unwrap().allowed);
@@ -40,39 +40,6 @@ pub const DEFAULT_MAX_KEYS: usize = 100_000;
 #[derive(Clone, Debug)]
 pub struct MemoryLimiter {
     inner: Arc<InProcess<Table>>,
-}
-
-/// Builds a [`MemoryLimiter`]: its bound and, for tests, its clock.
-#[derive(Debug)]
-#[must_use]
-pub struct MemoryLimiterBuilder {
-    max_keys: usize,
-    clock: Option<Box<dyn Clock>>,
-}
-
-impl MemoryLimiterBuilder {
-    /// Bounds the number of live keys (default [`DEFAULT_MAX_KEYS`], at least 1).
-    pub fn max_keys(mut self, max_keys: usize) -> Self {
-        self.max_keys = max_keys;
-        self
-    }
-
-    /// Reads time from `clock` instead of the monotonic clock, e.g. a
-    /// `ManualClock` (feature `test-util`) in tests.
-    pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Some(Box::new(clock));
-        self
-    }
-
-    /// The limiter.
-    pub fn build(self) -> MemoryLimiter {
-        MemoryLimiter {
-            inner: Arc::new(InProcess::new(
-                Table(ExpiringTable::new(self.max_keys)),
-                self.clock,
-            )),
-        }
-    }
 }
 
 #[derive(Debug)]
@@ -95,12 +62,11 @@ impl MemoryLimiter {
         Self::builder().build()
     }
 
-    /// A builder, to set the bound or the clock.
-    pub fn builder() -> MemoryLimiterBuilder {
-        MemoryLimiterBuilder {
-            max_keys: DEFAULT_MAX_KEYS,
-            clock: None,
-        }
+    /// A builder, to set the capacity or the clock.
+    pub fn builder() -> InProcessBuilder<Self> {
+        InProcessBuilder::new(DEFAULT_MAX_KEYS, |capacity, clock| Self {
+            inner: Arc::new(InProcess::new(Table(ExpiringTable::new(capacity)), clock)),
+        })
     }
 
     /// How many keys hold state right now (expired ones included until swept).
@@ -211,7 +177,7 @@ mod tests {
         let clock = ManualClock::new();
         let limiter = MemoryLimiter::builder()
             .clock(clock.clone())
-            .max_keys(100)
+            .capacity(100)
             .build();
         let rule = Rule::new("r", Quota::per_second(10));
         for i in 0..1000u64 {

@@ -74,7 +74,7 @@ pub use key::{
 };
 pub use layer::RateLimitLayer;
 pub use limiter::{BoxFuture, Check, Limiter, LimiterError};
-pub use memory::{DEFAULT_MAX_KEYS, MemoryLimiter, MemoryLimiterBuilder};
+pub use memory::{DEFAULT_MAX_KEYS, MemoryLimiter};
 pub use policy::{FailurePolicy, MissingKey};
 pub use quota::{MAX_PERIOD, Quota, QuotaError};
 pub use redis_limiter::RedisLimiter;

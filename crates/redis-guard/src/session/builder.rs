@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::cookie::CookieConfig;
 use super::layer::{MAX_LIFETIME, MAX_SESSIONS_PER_USER, SessionConfigError};
-use super::session::Shared;
+use super::shared::Shared;
 use super::store::{Lifetimes, SessionStore};
 use super::{FailurePolicy, SessionLayer};
 

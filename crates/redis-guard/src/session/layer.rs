@@ -8,7 +8,7 @@ use tower_layer::Layer;
 
 use super::builder::SessionLayerBuilder;
 use super::service::SessionService;
-use super::session::Shared;
+use super::shared::Shared;
 use super::store::SessionStore;
 
 /// Why a session layer cannot be built.

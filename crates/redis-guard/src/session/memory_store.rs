@@ -4,21 +4,21 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
 use super::SessionError;
+use super::memory_table::State;
+use super::memory_users::user_digest;
 use super::store::{BoxFuture, Changes, EXP_FIELD, Lifetimes, Record, SessionInfo, SessionStore};
-use crate::backend::{Clock, ExpiringTable, InProcess};
+use crate::backend::{BackendError, InProcess, InProcessBuilder};
 
 /// Default bound on the number of sessions a [`MemorySessionStore`] holds.
 pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
 
 /// Sessions in this process: for development, tests and single-instance deployments. Same
 /// semantics as [`RedisSessionStore`](super::RedisSessionStore) (per-field writes, idle and
-/// absolute expiry, no resurrection, per-user index), on a [`Clock`] tests can drive.
+/// absolute expiry, no resurrection, per-user index), on a [`Clock`](crate::backend::Clock) tests can drive.
 ///
 /// Bounded: sessions sit in an expiry-ordered table; expired ones are swept out a few at a time
-/// as the store is used, and past [`max_sessions`](MemorySessionStoreBuilder::max_sessions) the
+/// as the store is used, and past [`capacity`](InProcessBuilder::capacity) the
 /// sessions closest to expiry (the least recently used, for one idle timeout) are ended. No
 /// operation scans the table: each costs O(log n) plus O(per-user cap) when it indexes a user.
 /// The per-user index is keyed by the SHA-256 of the user id and loses its entries when their
@@ -27,85 +27,12 @@ pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
 /// ```
 /// use redis_guard::session::MemorySessionStore;
 /// let store = MemorySessionStore::new();
-/// let small = MemorySessionStore::builder().max_sessions(1_000).build();
+/// let small = MemorySessionStore::builder().capacity(1_000).build();
 /// # let _ = (store, small);
 /// ```
 #[derive(Clone, Debug)]
 pub struct MemorySessionStore {
     inner: Arc<InProcess<State>>,
-}
-
-/// Builds a [`MemorySessionStore`]: its bound and, for tests, its clock.
-#[derive(Debug)]
-#[must_use]
-pub struct MemorySessionStoreBuilder {
-    max_sessions: usize,
-    clock: Option<Box<dyn Clock>>,
-}
-
-impl MemorySessionStoreBuilder {
-    /// Bounds the number of sessions (default [`DEFAULT_MAX_SESSIONS`], at least 1).
-    pub fn max_sessions(mut self, max: usize) -> Self {
-        self.max_sessions = max;
-        self
-    }
-
-    /// Reads time from `clock` instead of the monotonic clock, e.g. a
-    /// `ManualClock` (feature `test-util`) in tests.
-    pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Some(Box::new(clock));
-        self
-    }
-
-    /// The store.
-    pub fn build(self) -> MemorySessionStore {
-        MemorySessionStore {
-            inner: Arc::new(InProcess::new(
-                State {
-                    sessions: ExpiringTable::new(self.max_sessions),
-                    users: HashMap::new(),
-                    #[cfg(test)]
-                    examined: 0,
-                },
-                self.clock,
-            )),
-        }
-    }
-}
-
-#[derive(Debug)]
-struct State {
-    /// Sessions by storage key, each until the sooner of its idle and absolute expiry.
-    sessions: ExpiringTable<String, Entry>,
-    /// Per user (SHA-256 of the user id, never the raw id): storage key → absolute expiry.
-    /// Holds only sessions in `sessions`: every removal goes through [`State::remove`] or
-    /// [`ExpiringTable::maintain`] with [`unindex`].
-    users: HashMap<[u8; 32], HashMap<String, u64>>,
-    /// Entries looked at by the last operation's maintenance and indexing (a test probe for
-    /// the bounded-work promise).
-    #[cfg(test)]
-    examined: usize,
-}
-
-#[derive(Debug)]
-struct Entry {
-    fields: HashMap<String, String>,
-    exp: u64,
-    /// The user index holding this session, if any.
-    user: Option<[u8; 32]>,
-}
-
-fn user_digest(user: &str) -> [u8; 32] {
-    Sha256::digest(user.as_bytes()).into()
-}
-
-fn unindex(users: &mut HashMap<[u8; 32], HashMap<String, u64>>, user: [u8; 32], key: &str) {
-    if let Some(index) = users.get_mut(&user) {
-        index.remove(key);
-        if index.is_empty() {
-            users.remove(&user);
-        }
-    }
 }
 
 impl MemorySessionStore {
@@ -115,12 +42,11 @@ impl MemorySessionStore {
         Self::builder().build()
     }
 
-    /// A builder, to set the bound or the clock.
-    pub fn builder() -> MemorySessionStoreBuilder {
-        MemorySessionStoreBuilder {
-            max_sessions: DEFAULT_MAX_SESSIONS,
-            clock: None,
-        }
+    /// A builder, to set the capacity or the clock.
+    pub fn builder() -> InProcessBuilder<Self> {
+        InProcessBuilder::new(DEFAULT_MAX_SESSIONS, |capacity, clock| Self {
+            inner: Arc::new(InProcess::new(State::new(capacity), clock)),
+        })
     }
 
     /// How many sessions are held (expired ones included until swept).
@@ -159,64 +85,10 @@ impl Default for MemorySessionStore {
     }
 }
 
-impl State {
-    fn examine(&mut self, n: usize) {
-        #[cfg(test)]
-        {
-            self.examined += n;
-        }
-        let _ = n;
-    }
-
-    fn insert(&mut self, key: String, fields: HashMap<String, String>, exp: u64, deadline: u64) {
-        let entry = Entry {
-            fields,
-            exp,
-            user: None,
-        };
-        self.remove(&key);
-        self.sessions.insert(key, entry, deadline);
-    }
-
-    /// Removes a session with its place in its user's index.
-    fn remove(&mut self, key: &str) -> Option<Entry> {
-        let key = key.to_owned();
-        let entry = self.sessions.remove(&key)?;
-        if let Some(user) = entry.user {
-            unindex(&mut self.users, user, &key);
-        }
-        Some(entry)
-    }
-
-    /// Whether the session under `key` is live at `now`, without marking it used.
-    fn is_live(&self, key: &str, now: u64) -> bool {
-        self.sessions.is_live(&key.to_owned(), now)
-    }
-
-    /// The live entry under `key`, after marking it used; an expired one is removed.
-    fn live(&mut self, key: &str, now: u64, life: Lifetimes) -> Option<&mut Entry> {
-        let key = key.to_owned();
-        let deadline = self.sessions.deadline(&key)?;
-        if now >= deadline {
-            self.remove(&key);
-            return None;
-        }
-        let exp = self.sessions.get_mut(&key)?.exp;
-        self.sessions
-            .set_deadline(&key, exp.min(now.saturating_add(life.idle_us())));
-        self.sessions.get_mut(&key)
-    }
-
-    /// Sweeps a few expired sessions and evicts past the bound, pruning the user index.
-    fn maintain(&mut self, now: u64) {
-        let users = &mut self.users;
-        let n = self.sessions.maintain(now, |key, entry| {
-            if let Some(user) = entry.user {
-                unindex(users, user, &key);
-            }
-        });
-        self.examine(n);
-    }
+/// A new session under a key that is already taken: ids are 256 random bits, so this is a
+/// broken random source, never a client's doing.
+fn collision() -> SessionError {
+    SessionError::Backend(BackendError::BadReply("session id collision".into()))
 }
 
 impl crate::sealed::Sealed for MemorySessionStore {}
@@ -242,9 +114,7 @@ impl SessionStore for MemorySessionStore {
     ) -> BoxFuture<Result<u64, SessionError>> {
         self.with(move |s, now| {
             if s.sessions.contains_key(&key) {
-                return Err(SessionError::Backend(
-                    crate::backend::BackendError::BadReply("session id collision".into()),
-                ));
+                return Err(collision());
             }
             let exp = now.saturating_add(life.max_us());
             let mut fields = HashMap::new();
@@ -252,12 +122,7 @@ impl SessionStore for MemorySessionStore {
             fields.insert(EXP_FIELD.to_owned(), exp.to_string());
             fields.insert("$v".to_owned(), "1".to_owned());
             changes.apply_to(&mut fields);
-            s.insert(
-                key,
-                fields,
-                exp,
-                exp.min(now.saturating_add(life.idle_us())),
-            );
+            s.insert(key, fields, exp, now, life);
             Ok(exp)
         })
     }
@@ -307,7 +172,6 @@ impl SessionStore for MemorySessionStore {
             Ok(())
         })
     }
-
     fn rotate(
         &self,
         old: String,
@@ -319,23 +183,16 @@ impl SessionStore for MemorySessionStore {
                 return Ok(false);
             }
             if s.sessions.contains_key(&new) {
-                return Err(SessionError::Backend(
-                    crate::backend::BackendError::BadReply("session id collision".into()),
-                ));
+                return Err(collision());
             }
             let Some(entry) = s.remove(&old) else {
                 return Ok(false);
             };
             let exp = entry.exp;
-            s.insert(
-                new.clone(),
-                entry.fields,
-                exp,
-                exp.min(now.saturating_add(life.idle_us())),
-            );
+            s.insert(new.clone(), entry.fields, exp, now, life);
             // The index follows the session to its new id, in the same step.
             if let Some(user) = entry.user {
-                s.users.entry(user).or_default().insert(new.clone(), exp);
+                s.users.insert(user, new.clone(), exp);
                 if let Some(e) = s.sessions.get_mut(&new) {
                     e.user = Some(user);
                 }
@@ -352,54 +209,15 @@ impl SessionStore for MemorySessionStore {
         life: Lifetimes,
     ) -> BoxFuture<Result<(), SessionError>> {
         self.with(move |s, now| {
-            let digest = user_digest(&user);
-            if !s.is_live(&key, now) {
-                return Ok(());
-            }
-            let previous = s
-                .sessions
-                .get_mut(&key)
-                .and_then(|e| e.user.replace(digest));
-            if let Some(previous) = previous.filter(|p| *p != digest) {
-                unindex(&mut s.users, previous, &key);
-            }
-            let mut index = s.users.remove(&digest).unwrap_or_default();
-            index.insert(key.clone(), expires);
-            // Entries of sessions that have expired but not yet been swept do not count.
-            let dead: Vec<String> = index
-                .keys()
-                .filter(|k| !s.is_live(k, now))
-                .cloned()
-                .collect();
-            s.examine(index.len());
             let cap = usize::try_from(life.per_user.max(1)).unwrap_or(usize::MAX);
-            let mut popped = dead;
-            for k in &popped {
-                index.remove(k);
-            }
-            while index.len() > cap {
-                let Some(oldest) = index
-                    .iter()
-                    .filter(|(k, _)| **k != key)
-                    .min_by_key(|(k, exp)| (**exp, (*k).clone()))
-                    .map(|(k, _)| k.clone())
-                else {
-                    break;
-                };
-                index.remove(&oldest);
-                popped.push(oldest);
-            }
-            s.users.insert(digest, index);
-            for k in popped {
-                s.remove(&k);
-            }
+            s.index(user_digest(&user), &key, expires, cap, now);
             Ok(())
         })
     }
 
     fn revoke_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
         self.with(move |s, _| {
-            let index = s.users.remove(&user_digest(&user)).unwrap_or_default();
+            let index = s.users.take(&user_digest(&user));
             for key in index.keys() {
                 s.remove(key);
             }
@@ -449,7 +267,7 @@ mod tests {
         let clock = ManualClock::new();
         let store = MemorySessionStore::builder()
             .clock(clock.clone())
-            .max_sessions(100)
+            .capacity(100)
             .build();
         let life = Lifetimes::default();
         let mut most = 0;
@@ -475,9 +293,11 @@ mod tests {
             }
         }
         assert_eq!(indexed, 100);
-        let state = store.lock();
-        let entries: usize = state.users.values().map(HashMap::len).sum();
-        assert_eq!(entries, 100, "no dead entries in the user index");
+        assert_eq!(
+            store.lock().users.entries(),
+            100,
+            "no dead entries in the user index"
+        );
     }
 
     /// Mass expiry is swept a few sessions per operation, not all under one lock.

@@ -66,7 +66,7 @@
 //!   has a timeout. After a failed load nothing is written and no cookie is set (the user's
 //!   cookie stays); a failed idle refresh never changes a response; a failed save of changed
 //!   data is a `503` under [`FailurePolicy::Closed`].
-//! - **Memory store**: bounded ([`MemorySessionStoreBuilder::max_sessions`]); expired sessions leave a
+//! - **Memory store**: bounded ([`InProcessBuilder::capacity`](crate::backend::InProcessBuilder::capacity)); expired sessions leave a
 //!   few at a time and, when full, the sessions closest to expiry are evicted, in O(log n) per
 //!   session, never a scan of the table under its lock.
 //! - **Configuration** is checked when the layer is built
@@ -81,56 +81,37 @@
 //! user's index until it ends (revoking that user ends it too).
 
 mod builder;
+mod cache_control;
 mod cookie;
+mod cookie_header;
 mod error;
+mod future;
+mod handle;
 mod id;
 mod layer;
 mod memory_store;
+mod memory_table;
+mod memory_users;
 mod policy;
 mod redis_store;
+mod scripts;
 mod service;
-#[allow(clippy::module_inception)]
-mod session;
+mod shared;
+mod state;
 mod store;
+mod user;
 
 pub use builder::SessionLayerBuilder;
-pub use cookie::{CookieConfig, MAX_COOKIE_CANDIDATES, SameSite};
+pub use cookie::{CookieConfig, SameSite};
+pub use cookie_header::MAX_COOKIE_CANDIDATES;
 pub use error::SessionError;
+pub use future::ResponseFuture;
+pub use handle::Session;
 pub use id::SessionId;
 pub use layer::{MAX_LIFETIME, MAX_SESSIONS_PER_USER, SessionConfigError, SessionLayer};
-pub use memory_store::{DEFAULT_MAX_SESSIONS, MemorySessionStore, MemorySessionStoreBuilder};
+pub use memory_store::{DEFAULT_MAX_SESSIONS, MemorySessionStore};
 pub use policy::FailurePolicy;
 pub use redis_store::RedisSessionStore;
-pub use service::{ResponseFuture, SessionService};
-pub use session::Session;
+pub use service::SessionService;
 pub use store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore};
-
-/// The logged-in user of the current session, put into the request extensions by a
-/// [`SessionLayer`] built with [`expose_user`](SessionLayerBuilder::expose_user): key a rate limit
-/// on it.
-///
-/// ```
-/// use redis_guard::rate_limit::{ClientIp, ExtensionKey, Key, KeyExtractorExt};
-/// use redis_guard::session::SessionUser;
-///
-/// // Per user when logged in, per client IP otherwise.
-/// let key = SessionUser::key().or(ClientIp::peer());
-/// # let _ = key;
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SessionUser(pub String);
-
-#[cfg(feature = "rate-limit")]
-impl SessionUser {
-    /// A rate-limit key extractor for the session's user (missing when logged out).
-    #[must_use]
-    pub fn key() -> crate::rate_limit::ExtensionKey<Self, fn(&Self) -> crate::rate_limit::Key> {
-        fn to_key(user: &SessionUser) -> crate::rate_limit::Key {
-            crate::rate_limit::Key::pair(
-                &crate::rate_limit::Key::from("user"),
-                &crate::rate_limit::Key::from(user.0.as_str()),
-            )
-        }
-        crate::rate_limit::ExtensionKey::new(to_key as fn(&Self) -> crate::rate_limit::Key)
-    }
-}
+pub use user::SessionUser;

@@ -7,26 +7,12 @@ use redis::{Script, Value};
 use sha2::{Digest, Sha256};
 
 use super::SessionError;
+use super::scripts::{
+    DROP, INCR, INDEX, LIST, LOAD, MOVE, PROBE, RESTORE, REVOKE, SAVE, SETTLE, TAKE, TRIM,
+    bad_reply, expiry, int, save_args, string, strings,
+};
 use super::store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore, USER_FIELD};
-use crate::backend::{BackendError, RedisBackend};
-
-fn script(body: &str) -> Script {
-    Script::new(&format!("{}\n{body}", include_str!("scripts/prelude.lua")))
-}
-
-static LOAD: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/load.lua")));
-static SAVE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/save.lua")));
-static INCR: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/incr.lua")));
-static TAKE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/take.lua")));
-static RESTORE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/restore.lua")));
-static INDEX: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/index.lua")));
-static LIST: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/list.lua")));
-static TRIM: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/trim.lua")));
-static REVOKE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/revoke.lua")));
-static MOVE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/move.lua")));
-static SETTLE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/settle.lua")));
-static DROP: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/drop.lua")));
-static PROBE: LazyLock<Script> = LazyLock::new(|| script(include_str!("scripts/probe.lua")));
+use crate::backend::RedisBackend;
 
 /// The idle timeout `probe` uses where none is known (listing): only the absolute expiry and
 /// the key's TTL (which follows the idle timeout) decide.
@@ -135,6 +121,24 @@ impl RedisSessionStore {
         Box::pin(async move { Ok(inner.backend.eval(script, &[key], &argv).await?) })
     }
 
+    /// Runs `script` on the session under `storage_key`, with its idle timeout.
+    fn on_session(
+        &self,
+        script: &'static LazyLock<Script>,
+        storage_key: &str,
+        life: Lifetimes,
+        args: Vec<String>,
+    ) -> BoxFuture<Result<Value, SessionError>> {
+        self.run(script, self.session_key(storage_key), life.idle_us(), args)
+    }
+
+    /// Deletes the session under `storage_key` outright (no script: no liveness to check).
+    async fn del_session(&self, storage_key: &str) -> Result<(), SessionError> {
+        self.query(redis::cmd("DEL").arg(self.session_key(storage_key)).clone())
+            .await
+            .map(drop)
+    }
+
     /// Of `members` (storage keys), those whose session is gone: one probe each, concurrently.
     async fn dead(&self, members: &[String], idle: u64) -> Result<Vec<String>, SessionError> {
         let probes = members
@@ -163,32 +167,15 @@ impl RedisSessionStore {
         strings(self.run(&TRIM, self.user_key(user), 0, args).await?)
     }
 
+    /// Removes `gone` from `user`'s index.
+    async fn unindex(&self, user: &str, gone: Vec<String>) -> Result<(), SessionError> {
+        self.trim(user, 0, String::new(), gone).await.map(drop)
+    }
+
     fn query(&self, cmd: redis::Cmd) -> BoxFuture<Result<Value, SessionError>> {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move { Ok(inner.backend.query(&cmd).await?) })
     }
-}
-
-fn bad_reply(what: String) -> SessionError {
-    BackendError::BadReply(what).into()
-}
-
-fn strings(v: Value) -> Result<Vec<String>, SessionError> {
-    redis::from_redis_value(v).map_err(|e| bad_reply(e.to_string()))
-}
-
-fn int(v: &Value) -> Result<Option<i64>, SessionError> {
-    match v {
-        Value::Nil => Ok(None),
-        Value::Int(i) => Ok(Some(*i)),
-        other => Err(bad_reply(format!("expected an integer, got {other:?}"))),
-    }
-}
-
-fn expiry(v: &Value) -> Result<Option<u64>, SessionError> {
-    int(v)?
-        .map(|i| u64::try_from(i).map_err(|_| bad_reply(format!("negative expiry {i}"))))
-        .transpose()
 }
 
 impl crate::sealed::Sealed for RedisSessionStore {}
@@ -199,7 +186,7 @@ impl SessionStore for RedisSessionStore {
         key: String,
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<Record>, SessionError>> {
-        let call = self.run(&LOAD, self.session_key(&key), life.idle_us(), vec![]);
+        let call = self.on_session(&LOAD, &key, life, vec![]);
         Box::pin(async move {
             match call.await? {
                 Value::Nil => Ok(None),
@@ -214,12 +201,7 @@ impl SessionStore for RedisSessionStore {
         changes: Changes,
         life: Lifetimes,
     ) -> BoxFuture<Result<u64, SessionError>> {
-        let call = self.run(
-            &SAVE,
-            self.session_key(&key),
-            life.idle_us(),
-            save_args("create", &changes, life),
-        );
+        let call = self.on_session(&SAVE, &key, life, save_args("create", &changes, life));
         Box::pin(async move {
             expiry(&call.await?)?.ok_or_else(|| bad_reply("create returned nil".into()))
         })
@@ -231,12 +213,7 @@ impl SessionStore for RedisSessionStore {
         changes: Changes,
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<u64>, SessionError>> {
-        let call = self.run(
-            &SAVE,
-            self.session_key(&key),
-            life.idle_us(),
-            save_args("update", &changes, life),
-        );
+        let call = self.on_session(&SAVE, &key, life, save_args("update", &changes, life));
         Box::pin(async move { expiry(&call.await?) })
     }
 
@@ -247,12 +224,7 @@ impl SessionStore for RedisSessionStore {
         by: i64,
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<i64>, SessionError>> {
-        let call = self.run(
-            &INCR,
-            self.session_key(&key),
-            life.idle_us(),
-            vec![field.clone(), by.to_string()],
-        );
+        let call = self.on_session(&INCR, &key, life, vec![field.clone(), by.to_string()]);
         Box::pin(async move {
             match call.await {
                 Ok(v) => int(&v),
@@ -271,11 +243,7 @@ impl SessionStore for RedisSessionStore {
             if let Value::Nil = user {
                 return Ok(());
             }
-            let user: String =
-                redis::from_redis_value(user).map_err(|e| bad_reply(e.to_string()))?;
-            this.trim(&user, 0, String::new(), vec![key])
-                .await
-                .map(drop)
+            this.unindex(&string(user)?, vec![key]).await
         })
     }
 
@@ -296,9 +264,7 @@ impl SessionStore for RedisSessionStore {
         //      delete the restored session.
         let this = self.clone();
         Box::pin(async move {
-            let taken = this
-                .run(&TAKE, this.session_key(&old), life.idle_us(), vec![])
-                .await?;
+            let taken = this.on_session(&TAKE, &old, life, vec![]).await?;
             let data = match taken {
                 Value::Nil => return Ok(false),
                 v => strings(v)?,
@@ -314,21 +280,18 @@ impl SessionStore for RedisSessionStore {
                     return Ok(false);
                 }
             }
-            let restored = this
-                .run(&RESTORE, this.session_key(&new), life.idle_us(), data)
-                .await?;
+            let restored = this.on_session(&RESTORE, &new, life, data).await?;
             let restored = expiry(&restored)?.is_some();
             let Some(user) = user else {
                 return Ok(restored);
             };
             if !restored {
-                this.trim(&user, 0, String::new(), ids).await?;
+                this.unindex(&user, ids).await?;
                 return Ok(false);
             }
             let settled = this.run(&SETTLE, this.user_key(&user), 0, ids).await?;
             if int(&settled)? != Some(1) {
-                this.query(redis::cmd("DEL").arg(this.session_key(&new)).clone())
-                    .await?;
+                this.del_session(&new).await?;
                 return Ok(false);
             }
             Ok(true)
@@ -364,12 +327,7 @@ impl SessionStore for RedisSessionStore {
             // Sessions pushed out of the index by the cap end now, so that revoke_user still
             // reaches every live session of the user.
             for storage_key in popped {
-                this.query(
-                    redis::cmd("DEL")
-                        .arg(this.session_key(&storage_key))
-                        .clone(),
-                )
-                .await?;
+                this.del_session(&storage_key).await?;
             }
             Ok(())
         })
@@ -387,8 +345,7 @@ impl SessionStore for RedisSessionStore {
             // leaves some sessions live and out of the index; the error reaches the caller, who
             // must not report the revocation as done.
             for storage_key in &members {
-                this.query(redis::cmd("DEL").arg(this.session_key(storage_key)).clone())
-                    .await?;
+                this.del_session(storage_key).await?;
             }
             Ok(members.len())
         })
@@ -405,7 +362,7 @@ impl SessionStore for RedisSessionStore {
             let members: Vec<String> = flat.iter().step_by(2).cloned().collect();
             let dead = this.dead(&members, NO_IDLE).await?;
             if !dead.is_empty() {
-                this.trim(&user, 0, String::new(), dead.clone()).await?;
+                this.unindex(&user, dead.clone()).await?;
             }
             Ok(flat
                 .chunks(2)
@@ -421,20 +378,4 @@ impl SessionStore for RedisSessionStore {
                 .collect())
         })
     }
-}
-
-/// ARGV after shift and idle for `save.lua`.
-fn save_args(mode: &str, changes: &Changes, life: Lifetimes) -> Vec<String> {
-    let mut args = vec![
-        life.max_us().to_string(),
-        mode.to_owned(),
-        if changes.clear { "1" } else { "0" }.to_owned(),
-        changes.set.len().to_string(),
-    ];
-    for (k, v) in &changes.set {
-        args.push(k.clone());
-        args.push(v.clone());
-    }
-    args.extend(changes.remove.iter().cloned());
-    args
 }

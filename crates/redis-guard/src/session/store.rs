@@ -225,66 +225,29 @@ pub trait SessionStore: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'stat
     }
 }
 
+/// Forwards each listed method of [`SessionStore`] to `**self`.
+macro_rules! forward {
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $out:ty;)*) => {
+        $(fn $name(&self, $($arg: $ty),*) -> $out {
+            (**self).$name($($arg),*)
+        })*
+    };
+}
+
 impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
-    fn load(
-        &self,
-        key: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<Record>, SessionError>> {
-        (**self).load(key, life)
-    }
-    fn create(
-        &self,
-        key: String,
-        changes: Changes,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<u64, SessionError>> {
-        (**self).create(key, changes, life)
-    }
-    fn save(
-        &self,
-        key: String,
-        changes: Changes,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<u64>, SessionError>> {
-        (**self).save(key, changes, life)
-    }
-    fn increment(
-        &self,
-        key: String,
-        field: String,
-        by: i64,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<i64>, SessionError>> {
-        (**self).increment(key, field, by, life)
-    }
-    fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>> {
-        (**self).delete(key)
-    }
-    fn rotate(
-        &self,
-        old: String,
-        new: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<bool, SessionError>> {
-        (**self).rotate(old, new, life)
-    }
-    fn index_user(
-        &self,
-        user: String,
-        key: String,
-        expires: u64,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<(), SessionError>> {
-        (**self).index_user(user, key, expires, life)
-    }
-    fn revoke_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
-        (**self).revoke_user(user)
-    }
-    fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
-        (**self).user_sessions(user)
-    }
-    fn check(&self) -> Result<(), String> {
-        (**self).check()
+    forward! {
+        load(key: String, life: Lifetimes) -> BoxFuture<Result<Option<Record>, SessionError>>;
+        create(key: String, changes: Changes, life: Lifetimes) -> BoxFuture<Result<u64, SessionError>>;
+        save(key: String, changes: Changes, life: Lifetimes)
+            -> BoxFuture<Result<Option<u64>, SessionError>>;
+        increment(key: String, field: String, by: i64, life: Lifetimes)
+            -> BoxFuture<Result<Option<i64>, SessionError>>;
+        delete(key: String) -> BoxFuture<Result<(), SessionError>>;
+        rotate(old: String, new: String, life: Lifetimes) -> BoxFuture<Result<bool, SessionError>>;
+        index_user(user: String, key: String, expires: u64, life: Lifetimes)
+            -> BoxFuture<Result<(), SessionError>>;
+        revoke_user(user: String) -> BoxFuture<Result<usize, SessionError>>;
+        user_sessions(user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>>;
+        check() -> Result<(), String>;
     }
 }

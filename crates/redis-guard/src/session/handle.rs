@@ -7,46 +7,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::Mutex;
 
-use super::cookie::{CookieConfig, ReadCookie};
+use super::cookie::CookieConfig;
+use super::cookie_header::ReadCookie;
 use super::id::SessionId;
-use super::store::{Changes, EXP_FIELD, Lifetimes, RESERVED, Record, SessionStore, USER_FIELD};
+use super::shared::Shared;
+use super::state::{CookieAction, State};
+use super::store::{Changes, RESERVED, USER_FIELD};
 use super::{FailurePolicy, SessionError};
-
-/// Settings shared by every request of a layer.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) store: Arc<dyn SessionStore>,
-    pub(crate) life: Lifetimes,
-    pub(crate) cookie: CookieConfig,
-    pub(crate) failure: FailurePolicy,
-    pub(crate) expose_user: bool,
-}
-
-/// What the response must say about the cookie.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum CookieAction {
-    Keep,
-    Set(SessionId),
-    Remove,
-}
-
-#[derive(Debug)]
-struct State {
-    /// The well-formed ids from the request's cookies, in order (at most
-    /// [`MAX_COOKIE_CANDIDATES`](super::MAX_COOKIE_CANDIDATES)).
-    cookie_ids: Vec<SessionId>,
-    loaded: bool,
-    /// The live record and its id, once loaded (or created/rotated).
-    live: Option<(SessionId, Record)>,
-    changes: Changes,
-    user: Option<String>,
-    cookie: CookieAction,
-    destroyed: bool,
-    failed: bool,
-    /// The load failed: nothing is written and no cookie is set for the rest of the request
-    /// (the client's cookie may name a perfectly good session).
-    load_failed: bool,
-}
 
 /// The current request's session: read and change it from a handler.
 ///
@@ -94,78 +61,17 @@ fn check_key(key: &str) -> Result<(), SessionError> {
 
 impl Session {
     pub(crate) fn new(shared: Arc<Shared>, cookie: ReadCookie) -> Self {
-        let cookie_ids = match cookie {
-            ReadCookie::Ids(ids) => ids,
-            ReadCookie::Absent | ReadCookie::Malformed => Vec::new(),
-        };
         Self {
             shared,
-            state: Arc::new(Mutex::new(State {
-                cookie_ids,
-                loaded: false,
-                live: None,
-                changes: Changes::default(),
-                user: None,
-                cookie: CookieAction::Keep,
-                destroyed: false,
-                failed: false,
-                load_failed: false,
-            })),
+            state: Arc::new(Mutex::new(State::new(cookie))),
         }
     }
 
-    fn fail(&self, state: &mut State, e: SessionError) -> Result<(), SessionError> {
-        state.failed = true;
-        match self.shared.failure {
-            FailurePolicy::Closed => Err(e),
-            FailurePolicy::Open => {
-                tracing::warn!(error = %e, "session store failed: continuing without a session");
-                Ok(())
-            }
-        }
-    }
-
-    async fn ensure_loaded(&self, state: &mut State) -> Result<(), SessionError> {
-        if state.loaded {
-            return Ok(());
-        }
-        state.loaded = true;
-        match self.load_first_live(&state.cookie_ids).await {
-            Ok(Some((id, record))) => {
-                state.user = record.user().map(str::to_owned);
-                state.live = Some((id, record));
-                Ok(())
-            }
-            Ok(None) => {
-                if !state.cookie_ids.is_empty() {
-                    tracing::debug!("session: cookie names no live session; ignored");
-                }
-                Ok(())
-            }
-            Err(e) => {
-                state.load_failed = true;
-                self.fail(state, e)
-            }
-        }
-    }
-
-    /// Loads (and marks used) the first of `ids` that names a live session: a planted id in
-    /// front of the real one costs a round trip, not the session.
-    async fn load_first_live(
-        &self,
-        ids: &[SessionId],
-    ) -> Result<Option<(SessionId, Record)>, SessionError> {
-        for id in ids {
-            let loaded = self
-                .shared
-                .store
-                .load(id.storage_key(), self.shared.life)
-                .await?;
-            if let Some(record) = loaded {
-                return Ok(Some((id.clone(), record)));
-            }
-        }
-        Ok(None)
+    /// The state, locked, with the session loaded.
+    async fn loaded(&self) -> Result<tokio::sync::MutexGuard<'_, State>, SessionError> {
+        let mut state = self.state.lock().await;
+        state.ensure_loaded(&self.shared).await?;
+        Ok(state)
     }
 
     /// The value under `key`, deserialized; `None` when absent.
@@ -176,19 +82,7 @@ impl Session {
     /// session could not be loaded (with [`FailurePolicy::Closed`]).
     pub async fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, SessionError> {
         check_key(key)?;
-        let mut state = self.state.lock().await;
-        self.ensure_loaded(&mut state).await?;
-        let raw = if let Some(v) = state.changes.set.get(key) {
-            Some(v.clone())
-        } else if state.changes.clear || state.changes.remove.contains(key) {
-            None
-        } else {
-            state
-                .live
-                .as_ref()
-                .and_then(|(_, r)| r.get(key))
-                .map(str::to_owned)
-        };
+        let raw = self.loaded().await?.peek(key);
         raw.map(|v| {
             serde_json::from_str(&v).map_err(|source| SessionError::Deserialize {
                 key: key.to_owned(),
@@ -210,8 +104,7 @@ impl Session {
             key: key.to_owned(),
             source,
         })?;
-        let mut state = self.state.lock().await;
-        self.ensure_loaded(&mut state).await?;
+        let mut state = self.loaded().await?;
         if state.destroyed {
             return Err(SessionError::Destroyed);
         }
@@ -227,8 +120,7 @@ impl Session {
     /// A reserved or invalid key, or a store error while loading.
     pub async fn remove(&self, key: &str) -> Result<bool, SessionError> {
         check_key(key)?;
-        let mut state = self.state.lock().await;
-        self.ensure_loaded(&mut state).await?;
+        let mut state = self.loaded().await?;
         let pending = state.changes.set.remove(key).is_some();
         let stored = !state.changes.clear
             && state
@@ -247,8 +139,7 @@ impl Session {
     ///
     /// A store error while loading.
     pub async fn clear(&self) -> Result<(), SessionError> {
-        let mut state = self.state.lock().await;
-        self.ensure_loaded(&mut state).await?;
+        let mut state = self.loaded().await?;
         state.changes.set.clear();
         state.changes.remove.clear();
         state.changes.clear = true;
@@ -264,8 +155,7 @@ impl Session {
     /// error.
     pub async fn increment(&self, key: &str, by: i64) -> Result<i64, SessionError> {
         check_key(key)?;
-        let mut state = self.state.lock().await;
-        self.ensure_loaded(&mut state).await?;
+        let mut state = self.loaded().await?;
         if state.destroyed {
             return Err(SessionError::Destroyed);
         }
@@ -294,7 +184,7 @@ impl Session {
                 }
             }
         }
-        let current: i64 = match self.peek(&state, key) {
+        let current: i64 = match state.peek(key) {
             None => 0,
             Some(v) => v
                 .parse()
@@ -308,20 +198,6 @@ impl Session {
         Ok(next)
     }
 
-    fn peek(&self, state: &State, key: &str) -> Option<String> {
-        if let Some(v) = state.changes.set.get(key) {
-            return Some(v.clone());
-        }
-        if state.changes.clear || state.changes.remove.contains(key) {
-            return None;
-        }
-        state
-            .live
-            .as_ref()
-            .and_then(|(_, r)| r.get(key))
-            .map(str::to_owned)
-    }
-
     /// Gives the session a new id, keeping its data, and ends the old id: call it when the user
     /// logs in or gains privileges, so an id planted or seen before cannot ride along.
     ///
@@ -329,8 +205,7 @@ impl Session {
     ///
     /// A store error, or no randomness for the new id.
     pub async fn cycle_id(&self) -> Result<(), SessionError> {
-        let mut state = self.state.lock().await;
-        self.ensure_loaded(&mut state).await?;
+        let mut state = self.loaded().await?;
         let Some((old, record)) = state.live.take() else {
             // A session not stored yet gets a fresh id when it is.
             return Ok(());
@@ -367,10 +242,9 @@ impl Session {
     ///
     /// A store error.
     pub async fn destroy(&self) -> Result<(), SessionError> {
-        let mut state = self.state.lock().await;
         // Find which of the cookie's ids is the live session (and its user's index entry goes
         // with it in the store's delete).
-        self.ensure_loaded(&mut state).await?;
+        let mut state = self.loaded().await?;
         state.destroyed = true;
         state.changes = Changes::default();
         state.user = None;
@@ -389,7 +263,7 @@ impl Session {
 
     /// Records that the session belongs to `user` (written after the handler), so that
     /// [`revoke_user`](Self::revoke_user) can end it and
-    /// [`SessionStore::user_sessions`] lists it. The session is indexed under the user before
+    /// [`SessionStore::user_sessions`](super::SessionStore::user_sessions) lists it. The session is indexed under the user before
     /// the client gets its cookie: if indexing fails, no cookie is sent.
     ///
     /// # Errors
@@ -400,8 +274,7 @@ impl Session {
         if user.is_empty() || user.len() > MAX_USER_LEN {
             return Err(SessionError::InvalidUser(user.len()));
         }
-        let mut state = self.state.lock().await;
-        self.ensure_loaded(&mut state).await?;
+        let mut state = self.loaded().await?;
         if state.destroyed {
             return Err(SessionError::Destroyed);
         }
@@ -419,8 +292,7 @@ impl Session {
     ///
     /// A store error while loading.
     pub async fn user(&self) -> Result<Option<String>, SessionError> {
-        let mut state = self.state.lock().await;
-        self.ensure_loaded(&mut state).await?;
+        let state = self.loaded().await?;
         Ok(state.user.clone())
     }
 
@@ -434,11 +306,7 @@ impl Session {
         let n = self.shared.store.revoke_user(user.to_owned()).await?;
         let mut state = self.state.lock().await;
         if state.user.as_deref() == Some(user) {
-            state.destroyed = true;
-            state.live = None;
-            state.changes = Changes::default();
-            state.user = None;
-            state.cookie = CookieAction::Remove;
+            state.end();
         }
         Ok(n)
     }
@@ -450,122 +318,12 @@ impl Session {
     /// Loads the session if the request carries a cookie; used to expose the user before the
     /// handler runs.
     pub(crate) async fn preload(&self) -> Result<Option<String>, SessionError> {
-        let mut state = self.state.lock().await;
-        if state.cookie_ids.is_empty() {
-            return Ok(None);
-        }
-        self.ensure_loaded(&mut state).await?;
-        Ok(state.user.clone())
+        self.state.lock().await.preload(&self.shared).await
     }
 
-    /// After the handler: writes the changes (one round trip), or refreshes the idle timeout of
-    /// an untouched session on a successful response (one round trip). Returns what to do with
-    /// the cookie, and whether the store failed during the request.
+    /// After the handler: see [`State::finish`].
     pub(crate) async fn finish(&self, success: bool) -> (CookieAction, bool) {
-        let mut state = self.state.lock().await;
-        if state.destroyed {
-            return (state.cookie.clone(), state.failed);
-        }
-        if state.load_failed {
-            if !state.changes.is_empty() {
-                tracing::warn!("session: not saved, the load failed earlier in this request");
-            }
-            return (CookieAction::Keep, state.failed);
-        }
-        if state.changes.is_empty() {
-            if !state.loaded && success {
-                // Untouched, but the cookie came: the session was used, restart its idle timer
-                // (on the first candidate that is live).
-                if let Err(e) = self.load_first_live(&state.cookie_ids).await {
-                    // The response is complete and nothing it relies on was lost.
-                    tracing::warn!(error = %e, "session: could not refresh the idle timeout");
-                }
-            }
-            return (state.cookie.clone(), state.failed);
-        }
-        let changes = std::mem::take(&mut state.changes);
-        let user = state
-            .user
-            .clone()
-            .filter(|_| changes.set.contains_key(USER_FIELD));
-        let life = self.shared.life;
-        let outcome = if let Some((id, record)) = &state.live {
-            let key = id.storage_key();
-            // An existing session gains a user: index it first, so that it is never live under
-            // a user without being revocable. A revocation in between deletes the session and
-            // the save below then finds it gone.
-            let exp = record.get(EXP_FIELD).and_then(|v| v.parse::<u64>().ok());
-            let indexed = match (&user, exp) {
-                (Some(user), Some(exp)) => self
-                    .shared
-                    .store
-                    .index_user(user.clone(), key.clone(), exp, life)
-                    .await
-                    .map(|()| true),
-                _ => Ok(false),
-            };
-            match indexed {
-                Ok(indexed) => match self.shared.store.save(key.clone(), changes, life).await {
-                    Ok(Some(exp)) => Ok(Some((key, exp, indexed))),
-                    Ok(None) => {
-                        // Destroyed, revoked or expired meanwhile: the write is dropped and no
-                        // cookie is (re-)issued for it.
-                        tracing::debug!("session: gone before its changes were saved; dropped");
-                        if state.cookie != CookieAction::Keep {
-                            state.cookie = CookieAction::Remove;
-                        }
-                        Ok(None)
-                    }
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(e),
-            }
-        } else {
-            // A new session, never under the id the client sent (no fixation). Its cookie is
-            // only sent once it is indexed under its user (below).
-            match SessionId::generate() {
-                Ok(id) => {
-                    let key = id.storage_key();
-                    match self.shared.store.create(key.clone(), changes, life).await {
-                        Ok(exp) => {
-                            state.cookie = CookieAction::Set(id);
-                            Ok(Some((key, exp, false)))
-                        }
-                        Err(e) => Err(e),
-                    }
-                }
-                Err(e) => Err(e),
-            }
-        };
-        match outcome {
-            Ok(Some((key, exp, indexed))) => {
-                if let Some(user) = user.filter(|_| !indexed)
-                    && let Err(e) = self
-                        .shared
-                        .store
-                        .index_user(user, key.clone(), exp, life)
-                        .await
-                {
-                    tracing::warn!(error = %e, "session: could not index the session under its user");
-                    state.failed = true;
-                    // Not revocable: the session must not be handed out, nor stay usable.
-                    if let Err(e) = self.shared.store.delete(key).await {
-                        tracing::warn!(error = %e, "session: could not delete an unindexed session");
-                    }
-                    state.live = None;
-                    state.cookie = CookieAction::Keep;
-                }
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "session: could not save");
-                state.failed = true;
-                if matches!(state.cookie, CookieAction::Set(_)) && state.live.is_none() {
-                    state.cookie = CookieAction::Keep;
-                }
-            }
-        }
-        (state.cookie.clone(), state.failed)
+        self.state.lock().await.finish(&self.shared, success).await
     }
 
     /// The session's cookie config.

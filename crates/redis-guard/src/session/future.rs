@@ -1,0 +1,152 @@
+//! [`ResponseFuture`]: preload the user, call the inner service, then save the session and set
+//! the cookie.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use http::header::{SET_COOKIE, VARY};
+use http::{HeaderValue, Request, Response, StatusCode};
+use tower_service::Service;
+
+use super::cache_control::private_cache_control;
+use super::handle::Session;
+use super::state::CookieAction;
+use super::store::BoxFuture;
+use super::{FailurePolicy, SessionError, SessionUser};
+
+define_response_future! {
+    /// The response future of [`SessionService`]: (preload the user,) call the inner service,
+    /// then save the session and set the cookie.
+    states {
+        Preloading {
+            preload: BoxFuture<Result<Option<String>, SessionError>>,
+            pending: Option<(S, Request<ReqBody>)>,
+            session: Session,
+        },
+        Calling {
+            #[pin]
+            fut: S::Future,
+            session: Option<Session>,
+        },
+        Finishing {
+            fut: BoxFuture<Result<<S as Service<Request<ReqBody>>>::Response, S::Error>>,
+        },
+    }
+}
+
+impl<S, ReqBody> ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    /// Loads the session (to expose its user), then calls `inner`.
+    pub(crate) fn preloading(session: Session, inner: S, req: Request<ReqBody>) -> Self {
+        let s = session.clone();
+        let preload = Box::pin(async move { s.preload().await });
+        Self {
+            state: State::Preloading {
+                preload,
+                pending: Some((inner, req)),
+                session,
+            },
+        }
+    }
+
+    /// Calls `inner` right away; the session loads when the handler needs it.
+    pub(crate) fn calling(session: Session, mut inner: S, req: Request<ReqBody>) -> Self {
+        Self {
+            state: State::Calling {
+                fut: inner.call(req),
+                session: Some(session),
+            },
+        }
+    }
+}
+
+impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S::Error: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Output = Result<Response<ResBody>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            let next = match this.state.as_mut().project() {
+                StateProj::Preloading {
+                    preload,
+                    pending,
+                    session,
+                } => {
+                    let user = ready!(preload.as_mut().poll(cx));
+                    let Some((mut inner, mut req)) = pending.take() else {
+                        return Poll::Ready(Ok(status(StatusCode::INTERNAL_SERVER_ERROR)));
+                    };
+                    match user {
+                        Ok(Some(user)) => {
+                            req.extensions_mut().insert(SessionUser(user));
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            // Only with FailurePolicy::Closed.
+                            tracing::warn!(error = %e, "session store unavailable: 503");
+                            return Poll::Ready(Ok(unavailable()));
+                        }
+                    }
+                    State::Calling {
+                        fut: inner.call(req),
+                        session: Some(session.clone()),
+                    }
+                }
+                StateProj::Calling { fut, session } => {
+                    let res = ready!(fut.poll(cx))?;
+                    let Some(session) = session.take() else {
+                        return Poll::Ready(Ok(res));
+                    };
+                    State::Finishing {
+                        fut: Box::pin(finish(session, res)),
+                    }
+                }
+                StateProj::Finishing { fut } => return fut.as_mut().poll(cx),
+            };
+            this.state.set(next);
+        }
+    }
+}
+
+async fn finish<B: Default, E>(session: Session, mut res: Response<B>) -> Result<Response<B>, E> {
+    let success = res.status().is_success() || res.status().is_redirection();
+    let (cookie, failed) = session.finish(success).await;
+    if failed && session.policy() == FailurePolicy::Closed {
+        return Ok(unavailable());
+    }
+    let config = session.cookie_config();
+    let value = match cookie {
+        CookieAction::Keep => return Ok(res),
+        CookieAction::Set(id) => config.set_cookie(&id),
+        CookieAction::Remove => config.removal_cookie(),
+    };
+    let headers = res.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        headers.append(SET_COOKIE, v);
+    }
+    // Shared caches must not store a response that hands out a session.
+    headers.append(VARY, HeaderValue::from_static("Cookie"));
+    private_cache_control(headers);
+    Ok(res)
+}
+
+fn status<B: Default>(code: StatusCode) -> Response<B> {
+    let mut res = Response::new(B::default());
+    *res.status_mut() = code;
+    res
+}
+
+fn unavailable<B: Default>() -> Response<B> {
+    let mut res = status(StatusCode::SERVICE_UNAVAILABLE);
+    res.headers_mut()
+        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    res
+}

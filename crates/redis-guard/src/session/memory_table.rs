@@ -1,0 +1,138 @@
+//! The memory store's storage: sessions in an expiry-ordered table, each with its place in the
+//! per-user index.
+
+use std::collections::HashMap;
+
+use super::memory_users::{UserDigest, UserIndex};
+use super::store::Lifetimes;
+use crate::backend::ExpiringTable;
+
+/// Everything a [`MemorySessionStore`](super::MemorySessionStore) holds, behind its lock.
+#[derive(Debug)]
+pub(crate) struct State {
+    /// Sessions by storage key, each until the sooner of its idle and absolute expiry.
+    pub(crate) sessions: ExpiringTable<String, Entry>,
+    /// Holds only sessions in `sessions`: every removal goes through [`State::remove`] or
+    /// [`State::maintain`].
+    pub(crate) users: UserIndex,
+    /// Entries looked at by the last operation's maintenance and indexing (a test probe for
+    /// the bounded-work promise).
+    #[cfg(test)]
+    pub(crate) examined: usize,
+}
+
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(crate) fields: HashMap<String, String>,
+    pub(crate) exp: u64,
+    /// The user index holding this session, if any.
+    pub(crate) user: Option<UserDigest>,
+}
+
+impl State {
+    pub(crate) fn new(max_sessions: usize) -> Self {
+        Self {
+            sessions: ExpiringTable::new(max_sessions),
+            users: UserIndex::default(),
+            #[cfg(test)]
+            examined: 0,
+        }
+    }
+
+    pub(crate) fn examine(&mut self, n: usize) {
+        #[cfg(test)]
+        {
+            self.examined += n;
+        }
+        let _ = n;
+    }
+
+    /// Stores a session with no user, live until the sooner of `exp` and its idle timeout.
+    pub(crate) fn insert(
+        &mut self,
+        key: String,
+        fields: HashMap<String, String>,
+        exp: u64,
+        now: u64,
+        life: Lifetimes,
+    ) {
+        let entry = Entry {
+            fields,
+            exp,
+            user: None,
+        };
+        self.remove(&key);
+        self.sessions
+            .insert(key, entry, exp.min(now.saturating_add(life.idle_us())));
+    }
+
+    /// Removes a session with its place in its user's index.
+    pub(crate) fn remove(&mut self, key: &str) -> Option<Entry> {
+        let key = key.to_owned();
+        let entry = self.sessions.remove(&key)?;
+        if let Some(user) = entry.user {
+            self.users.unindex(user, &key);
+        }
+        Some(entry)
+    }
+
+    /// Whether the session under `key` is live at `now`, without marking it used.
+    pub(crate) fn is_live(&self, key: &str, now: u64) -> bool {
+        self.sessions.is_live(&key.to_owned(), now)
+    }
+
+    /// The live entry under `key`, after marking it used; an expired one is removed.
+    pub(crate) fn live(&mut self, key: &str, now: u64, life: Lifetimes) -> Option<&mut Entry> {
+        let key = key.to_owned();
+        let deadline = self.sessions.deadline(&key)?;
+        if now >= deadline {
+            self.remove(&key);
+            return None;
+        }
+        let exp = self.sessions.get_mut(&key)?.exp;
+        self.sessions
+            .set_deadline(&key, exp.min(now.saturating_add(life.idle_us())));
+        self.sessions.get_mut(&key)
+    }
+
+    /// Puts the live session `key` in `user`'s index (leaving any other user's), then ends the
+    /// sessions the index drops: gone ones, and past `cap` those closest to expiry.
+    pub(crate) fn index(
+        &mut self,
+        user: UserDigest,
+        key: &str,
+        expires: u64,
+        cap: usize,
+        now: u64,
+    ) {
+        if !self.is_live(key, now) {
+            return;
+        }
+        let previous = self
+            .sessions
+            .get_mut(&key.to_owned())
+            .and_then(|e| e.user.replace(user));
+        if let Some(previous) = previous.filter(|p| *p != user) {
+            self.users.unindex(previous, key);
+        }
+        let sessions = &self.sessions;
+        let (popped, examined) = self.users.admit(user, key, expires, cap, |k| {
+            sessions.is_live(&k.to_owned(), now)
+        });
+        self.examine(examined);
+        for k in popped {
+            self.remove(&k);
+        }
+    }
+
+    /// Sweeps a few expired sessions and evicts past the bound, pruning the user index.
+    pub(crate) fn maintain(&mut self, now: u64) {
+        let users = &mut self.users;
+        let n = self.sessions.maintain(now, |key, entry| {
+            if let Some(user) = entry.user {
+                users.unindex(user, &key);
+            }
+        });
+        self.examine(n);
+    }
+}

@@ -1,0 +1,84 @@
+//! The Redis store's Lua scripts (`scripts/*.lua`, each behind `prelude.lua`): one [`Script`]
+//! per file, the ARGV they take and the replies they give.
+
+use std::sync::LazyLock;
+
+use redis::{Script, Value};
+
+use super::SessionError;
+use super::store::{Changes, Lifetimes};
+use crate::backend::BackendError;
+
+fn script(body: &str) -> Script {
+    Script::new(&format!("{}\n{body}", include_str!("scripts/prelude.lua")))
+}
+
+pub(crate) static LOAD: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/load.lua")));
+pub(crate) static SAVE: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/save.lua")));
+pub(crate) static INCR: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/incr.lua")));
+pub(crate) static TAKE: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/take.lua")));
+pub(crate) static RESTORE: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/restore.lua")));
+pub(crate) static INDEX: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/index.lua")));
+pub(crate) static LIST: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/list.lua")));
+pub(crate) static TRIM: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/trim.lua")));
+pub(crate) static REVOKE: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/revoke.lua")));
+pub(crate) static MOVE: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/move.lua")));
+pub(crate) static SETTLE: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/settle.lua")));
+pub(crate) static DROP: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/drop.lua")));
+pub(crate) static PROBE: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/probe.lua")));
+
+pub(crate) fn bad_reply(what: String) -> SessionError {
+    BackendError::BadReply(what).into()
+}
+
+pub(crate) fn strings(v: Value) -> Result<Vec<String>, SessionError> {
+    redis::from_redis_value(v).map_err(|e| bad_reply(e.to_string()))
+}
+
+pub(crate) fn int(v: &Value) -> Result<Option<i64>, SessionError> {
+    match v {
+        Value::Nil => Ok(None),
+        Value::Int(i) => Ok(Some(*i)),
+        other => Err(bad_reply(format!("expected an integer, got {other:?}"))),
+    }
+}
+
+pub(crate) fn expiry(v: &Value) -> Result<Option<u64>, SessionError> {
+    int(v)?
+        .map(|i| u64::try_from(i).map_err(|_| bad_reply(format!("negative expiry {i}"))))
+        .transpose()
+}
+
+/// A bulk-string reply, such as a user id.
+pub(crate) fn string(v: Value) -> Result<String, SessionError> {
+    redis::from_redis_value(v).map_err(|e| bad_reply(e.to_string()))
+}
+
+/// ARGV after shift and idle for `save.lua`.
+pub(crate) fn save_args(mode: &str, changes: &Changes, life: Lifetimes) -> Vec<String> {
+    let mut args = vec![
+        life.max_us().to_string(),
+        mode.to_owned(),
+        if changes.clear { "1" } else { "0" }.to_owned(),
+        changes.set.len().to_string(),
+    ];
+    for (k, v) in &changes.set {
+        args.push(k.clone());
+        args.push(v.clone());
+    }
+    args.extend(changes.remove.iter().cloned());
+    args
+}

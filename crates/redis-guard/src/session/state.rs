@@ -1,0 +1,244 @@
+//! [`State`]: one request's session, and the load and save around the handler.
+
+use super::cookie_header::ReadCookie;
+use super::id::SessionId;
+use super::shared::Shared;
+use super::store::{Changes, EXP_FIELD, Record, USER_FIELD};
+use super::{FailurePolicy, SessionError};
+
+/// What the response must say about the cookie.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum CookieAction {
+    Keep,
+    Set(SessionId),
+    Remove,
+}
+
+/// One request's session: what the cookie named, what was loaded, what the handler changed.
+#[derive(Debug)]
+pub(crate) struct State {
+    /// The well-formed ids from the request's cookies, in order (at most
+    /// [`MAX_COOKIE_CANDIDATES`](super::MAX_COOKIE_CANDIDATES)).
+    pub(crate) cookie_ids: Vec<SessionId>,
+    pub(crate) loaded: bool,
+    /// The live record and its id, once loaded (or created/rotated).
+    pub(crate) live: Option<(SessionId, Record)>,
+    pub(crate) changes: Changes,
+    pub(crate) user: Option<String>,
+    pub(crate) cookie: CookieAction,
+    pub(crate) destroyed: bool,
+    pub(crate) failed: bool,
+    /// The load failed: nothing is written and no cookie is set for the rest of the request
+    /// (the client's cookie may name a perfectly good session).
+    pub(crate) load_failed: bool,
+}
+
+impl State {
+    pub(crate) fn new(cookie: ReadCookie) -> Self {
+        let cookie_ids = match cookie {
+            ReadCookie::Ids(ids) => ids,
+            ReadCookie::Absent | ReadCookie::Malformed => Vec::new(),
+        };
+        Self {
+            cookie_ids,
+            loaded: false,
+            live: None,
+            changes: Changes::default(),
+            user: None,
+            cookie: CookieAction::Keep,
+            destroyed: false,
+            failed: false,
+            load_failed: false,
+        }
+    }
+
+    /// The value under `key` as the handler sees it: its pending change, else the loaded one.
+    pub(crate) fn peek(&self, key: &str) -> Option<String> {
+        if let Some(v) = self.changes.set.get(key) {
+            return Some(v.clone());
+        }
+        if self.changes.clear || self.changes.remove.contains(key) {
+            return None;
+        }
+        self.live
+            .as_ref()
+            .and_then(|(_, r)| r.get(key))
+            .map(str::to_owned)
+    }
+
+    /// Ends the session in this request: nothing more is written, the cookie goes.
+    pub(crate) fn end(&mut self) {
+        self.destroyed = true;
+        self.live = None;
+        self.changes = Changes::default();
+        self.user = None;
+        self.cookie = CookieAction::Remove;
+    }
+
+    fn fail(&mut self, shared: &Shared, e: SessionError) -> Result<(), SessionError> {
+        self.failed = true;
+        match shared.failure {
+            FailurePolicy::Closed => Err(e),
+            FailurePolicy::Open => {
+                tracing::warn!(error = %e, "session store failed: continuing without a session");
+                Ok(())
+            }
+        }
+    }
+
+    /// Loads the session named by the cookie, once per request.
+    pub(crate) async fn ensure_loaded(&mut self, shared: &Shared) -> Result<(), SessionError> {
+        if self.loaded {
+            return Ok(());
+        }
+        self.loaded = true;
+        match load_first_live(shared, &self.cookie_ids).await {
+            Ok(Some((id, record))) => {
+                self.user = record.user().map(str::to_owned);
+                self.live = Some((id, record));
+                Ok(())
+            }
+            Ok(None) => {
+                if !self.cookie_ids.is_empty() {
+                    tracing::debug!("session: cookie names no live session; ignored");
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.load_failed = true;
+                self.fail(shared, e)
+            }
+        }
+    }
+
+    /// Loads the session if the request carries a cookie; used to expose the user before the
+    /// handler runs.
+    pub(crate) async fn preload(
+        &mut self,
+        shared: &Shared,
+    ) -> Result<Option<String>, SessionError> {
+        if self.cookie_ids.is_empty() {
+            return Ok(None);
+        }
+        self.ensure_loaded(shared).await?;
+        Ok(self.user.clone())
+    }
+
+    /// After the handler: writes the changes (one round trip), or refreshes the idle timeout of
+    /// an untouched session on a successful response (one round trip). Returns what to do with
+    /// the cookie, and whether the store failed during the request.
+    pub(crate) async fn finish(&mut self, shared: &Shared, success: bool) -> (CookieAction, bool) {
+        if self.destroyed {
+            return (self.cookie.clone(), self.failed);
+        }
+        if self.load_failed {
+            if !self.changes.is_empty() {
+                tracing::warn!("session: not saved, the load failed earlier in this request");
+            }
+            return (CookieAction::Keep, self.failed);
+        }
+        if self.changes.is_empty() {
+            if !self.loaded && success {
+                // Untouched, but the cookie came: the session was used, restart its idle timer
+                // (on the first candidate that is live).
+                if let Err(e) = load_first_live(shared, &self.cookie_ids).await {
+                    // The response is complete and nothing it relies on was lost.
+                    tracing::warn!(error = %e, "session: could not refresh the idle timeout");
+                }
+            }
+            return (self.cookie.clone(), self.failed);
+        }
+        let changes = std::mem::take(&mut self.changes);
+        let user = self
+            .user
+            .clone()
+            .filter(|_| changes.set.contains_key(USER_FIELD));
+        let life = shared.life;
+        let outcome = if let Some((id, record)) = &self.live {
+            let key = id.storage_key();
+            // An existing session gains a user: index it first, so that it is never live under
+            // a user without being revocable. A revocation in between deletes the session and
+            // the save below then finds it gone.
+            let exp = record.get(EXP_FIELD).and_then(|v| v.parse::<u64>().ok());
+            let indexed = match (&user, exp) {
+                (Some(user), Some(exp)) => shared
+                    .store
+                    .index_user(user.clone(), key.clone(), exp, life)
+                    .await
+                    .map(|()| true),
+                _ => Ok(false),
+            };
+            match indexed {
+                Ok(indexed) => match shared.store.save(key.clone(), changes, life).await {
+                    Ok(Some(exp)) => Ok(Some((key, exp, indexed))),
+                    Ok(None) => {
+                        // Destroyed, revoked or expired meanwhile: the write is dropped and no
+                        // cookie is (re-)issued for it.
+                        tracing::debug!("session: gone before its changes were saved; dropped");
+                        if self.cookie != CookieAction::Keep {
+                            self.cookie = CookieAction::Remove;
+                        }
+                        Ok(None)
+                    }
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            }
+        } else {
+            // A new session, never under the id the client sent (no fixation). Its cookie is
+            // only sent once it is indexed under its user (below).
+            match SessionId::generate() {
+                Ok(id) => {
+                    let key = id.storage_key();
+                    match shared.store.create(key.clone(), changes, life).await {
+                        Ok(exp) => {
+                            self.cookie = CookieAction::Set(id);
+                            Ok(Some((key, exp, false)))
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                Err(e) => Err(e),
+            }
+        };
+        match outcome {
+            Ok(Some((key, exp, indexed))) => {
+                if let Some(user) = user.filter(|_| !indexed)
+                    && let Err(e) = shared.store.index_user(user, key.clone(), exp, life).await
+                {
+                    tracing::warn!(error = %e, "session: could not index the session under its user");
+                    self.failed = true;
+                    // Not revocable: the session must not be handed out, nor stay usable.
+                    if let Err(e) = shared.store.delete(key).await {
+                        tracing::warn!(error = %e, "session: could not delete an unindexed session");
+                    }
+                    self.live = None;
+                    self.cookie = CookieAction::Keep;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "session: could not save");
+                self.failed = true;
+                if matches!(self.cookie, CookieAction::Set(_)) && self.live.is_none() {
+                    self.cookie = CookieAction::Keep;
+                }
+            }
+        }
+        (self.cookie.clone(), self.failed)
+    }
+}
+
+/// Loads (and marks used) the first of `ids` that names a live session: a planted id in
+/// front of the real one costs a round trip, not the session.
+async fn load_first_live(
+    shared: &Shared,
+    ids: &[SessionId],
+) -> Result<Option<(SessionId, Record)>, SessionError> {
+    for id in ids {
+        if let Some(record) = shared.store.load(id.storage_key(), shared.life).await? {
+            return Ok(Some((id.clone(), record)));
+        }
+    }
+    Ok(None)
+}
