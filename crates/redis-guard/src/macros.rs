@@ -60,3 +60,40 @@ macro_rules! define_response_future {
         }
     };
 }
+
+/// Consuming setters: `fn name(value: Type) => field.path;` becomes
+/// `fn name(mut self, value: Type) -> Self`, storing `value` in `self.field.path`, with the docs,
+/// attributes and visibility written before it.
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+macro_rules! setters {
+    ($($(#[$attr:meta])* $vis:vis fn $name:ident($value:ident: $ty:ty) => $($field:ident).+;)*) => {
+        $(
+            $(#[$attr])*
+            $vis fn $name(mut self, $value: $ty) -> Self {
+                self.$($field).+ = $value;
+                self
+            }
+        )*
+    };
+}
+
+/// The tower `Layer` impl of a middleware layer whose settings sit in `self.$field` (an `Arc`):
+/// each service gets `$service::new(inner, settings)`, and the layer's `Debug` shows the settings.
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+macro_rules! impl_layer {
+    ($layer:ident => $service:ident, $field:ident) => {
+        impl<S> tower_layer::Layer<S> for $layer {
+            type Service = $service<S>;
+
+            fn layer(&self, inner: S) -> Self::Service {
+                $service::new(inner, std::sync::Arc::clone(&self.$field))
+            }
+        }
+
+        impl std::fmt::Debug for $layer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Debug::fmt(&self.$field, f)
+            }
+        }
+    };
+}

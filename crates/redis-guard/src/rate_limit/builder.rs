@@ -1,4 +1,5 @@
-//! [`RateLimitLayerBuilder`]: rules and settings, validated by `build`.
+//! How a [`RateLimitLayer`] is made: `new` for one rule, or [`RateLimitLayerBuilder`] with
+//! rules and settings, validated by `build`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,6 +12,29 @@ use super::{
     Algorithm, Decision, FailurePolicy, KeyExtractor, Limiter, MissingKey, Quota, RateLimitLayer,
     Rule, RuleError,
 };
+
+impl RateLimitLayer {
+    /// One rule named `name`: `quota` per key from `extractor`, with the default algorithm and
+    /// settings. Use [`builder`](Self::builder) for more rules or settings.
+    ///
+    /// # Errors
+    ///
+    /// The name or quota cannot work, or the limiter is misconfigured (see
+    /// [`RateLimitLayerBuilder::build`]).
+    pub fn new(
+        limiter: impl Limiter,
+        name: &str,
+        extractor: impl KeyExtractor,
+        quota: Quota,
+    ) -> Result<Self, RuleError> {
+        Self::builder(limiter).rule(name, extractor, quota).build()
+    }
+
+    /// A builder: rules, then settings, then [`build`](RateLimitLayerBuilder::build).
+    pub fn builder(limiter: impl Limiter) -> RateLimitLayerBuilder {
+        RateLimitLayerBuilder::new(Arc::new(limiter))
+    }
+}
 
 /// Builds a [`RateLimitLayer`] with one or more rules; [`build`](Self::build) validates them.
 #[must_use]
@@ -84,30 +108,20 @@ impl RateLimitLayerBuilder {
         self
     }
 
-    /// What to do when a key is missing (default: reject with `400`).
-    pub fn missing_key(mut self, policy: MissingKey) -> Self {
-        self.config.missing_key = policy;
-        self
-    }
+    setters! {
+        /// What to do when a key is missing (default: reject with `400`).
+        pub fn missing_key(policy: MissingKey) => config.missing_key;
 
-    /// What to do when the limiter fails (default: [`FailurePolicy::Open`]).
-    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
-        self.config.failure = policy;
-        self
-    }
+        /// What to do when the limiter fails (default: [`FailurePolicy::Open`]).
+        pub fn failure_policy(policy: FailurePolicy) => config.failure;
 
-    /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` (default: yes).
-    /// Denied responses always do.
-    pub fn rate_limit_headers(mut self, on: bool) -> Self {
-        self.config.headers.ietf_on_allowed = on;
-        self
-    }
+        /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` (default: yes).
+        /// Denied responses always do.
+        pub fn rate_limit_headers(on: bool) => config.headers.ietf_on_allowed;
 
-    /// Whether to also send `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset`
-    /// (seconds until the quota is full again) for older clients (default: no).
-    pub fn legacy_headers(mut self, on: bool) -> Self {
-        self.config.headers.legacy = on;
-        self
+        /// Whether to also send `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset`
+        /// (seconds until the quota is full again) for older clients (default: no).
+        pub fn legacy_headers(on: bool) => config.headers.legacy;
     }
 
     /// Replaces the default `application/problem+json` body of denied responses.
@@ -158,7 +172,9 @@ impl RateLimitLayerBuilder {
                 return Err(RuleError::Duplicate(r.rule.name().to_owned()));
             }
         }
-        Ok(RateLimitLayer::from_config(config))
+        Ok(RateLimitLayer {
+            config: Arc::new(config),
+        })
     }
 }
 

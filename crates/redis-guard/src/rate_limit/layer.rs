@@ -1,15 +1,11 @@
 //! [`RateLimitLayer`]: the tower layer.
 
-use std::fmt;
 use std::sync::Arc;
 
-use tower_layer::Layer;
-
-use super::builder::RateLimitLayerBuilder;
+use super::RateLimit;
 use super::config::Config;
-use super::{KeyExtractor, Limiter, Quota, RateLimit, RuleError};
 
-/// Rate-limits requests: extracts a key per rule, asks the [`Limiter`], and either calls the
+/// Rate-limits requests: extracts a key per rule, asks the [`Limiter`](super::Limiter), and either calls the
 /// inner service (adding `RateLimit` headers and a [`Decision`](super::Decision) extension) or answers `429`.
 ///
 /// One rule:
@@ -49,48 +45,7 @@ use super::{KeyExtractor, Limiter, Quota, RateLimit, RuleError};
 /// each layer's rules distinct names.
 #[derive(Clone)]
 pub struct RateLimitLayer {
-    config: Arc<Config>,
+    pub(crate) config: Arc<Config>,
 }
 
-impl RateLimitLayer {
-    /// One rule named `name`: `quota` per key from `extractor`, with the default algorithm and
-    /// settings. Use [`builder`](Self::builder) for more rules or settings.
-    ///
-    /// # Errors
-    ///
-    /// The name or quota cannot work, or the limiter is misconfigured (see
-    /// [`RateLimitLayerBuilder::build`]).
-    pub fn new(
-        limiter: impl Limiter,
-        name: &str,
-        extractor: impl KeyExtractor,
-        quota: Quota,
-    ) -> Result<Self, RuleError> {
-        Self::builder(limiter).rule(name, extractor, quota).build()
-    }
-
-    /// A builder: rules, then settings, then [`build`](RateLimitLayerBuilder::build).
-    pub fn builder(limiter: impl Limiter) -> RateLimitLayerBuilder {
-        RateLimitLayerBuilder::new(Arc::new(limiter))
-    }
-
-    pub(crate) fn from_config(config: Config) -> Self {
-        Self {
-            config: Arc::new(config),
-        }
-    }
-}
-
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::new(inner, Arc::clone(&self.config))
-    }
-}
-
-impl fmt::Debug for RateLimitLayer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.config.fmt(f)
-    }
-}
+impl_layer!(RateLimitLayer => RateLimit, config);

@@ -35,7 +35,6 @@ impl Check {
     }
 
     /// The rule.
-    #[must_use]
     pub fn rule(&self) -> &Rule {
         &self.rule
     }

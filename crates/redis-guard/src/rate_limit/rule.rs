@@ -18,6 +18,7 @@ use super::{Algorithm, Quota, QuotaError};
 /// assert!(Rule::new("bad name", Quota::per_minute(30)).validate().is_err());
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
 pub struct Rule {
     name: Arc<str>,
     quota: Quota,
@@ -28,7 +29,6 @@ pub struct Rule {
 impl Rule {
     /// A rule named `name` (1–64 characters of `A–Z a–z 0–9 _ . -`) with `quota`, the default
     /// algorithm and a cost of 1.
-    #[must_use]
     pub fn new(name: impl Into<Arc<str>>, quota: Quota) -> Self {
         Self {
             name: name.into(),
@@ -38,18 +38,12 @@ impl Rule {
         }
     }
 
-    /// Uses `algorithm` instead of the default [`Algorithm::Gcra`].
-    #[must_use]
-    pub fn with_algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.algorithm = algorithm;
-        self
-    }
+    setters! {
+        /// Uses `algorithm` instead of the default [`Algorithm::Gcra`].
+        pub fn with_algorithm(algorithm: Algorithm) => algorithm;
 
-    /// Each request consumes `cost` units of the quota (weighted requests). Defaults to 1.
-    #[must_use]
-    pub fn with_cost(mut self, cost: u32) -> Self {
-        self.cost = cost;
-        self
+        /// Each request consumes `cost` units of the quota (weighted requests). Defaults to 1.
+        pub fn with_cost(cost: u32) => cost;
     }
 
     /// The rule's name.

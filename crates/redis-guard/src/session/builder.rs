@@ -1,14 +1,56 @@
-//! [`SessionLayerBuilder`]: the layer's settings, checked by `build`.
+//! How a [`SessionLayer`] is made: `new` with the defaults, or [`SessionLayerBuilder`] with
+//! every setting, checked by `build`.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::cookie::CookieConfig;
-use super::layer::{MAX_LIFETIME, MAX_SESSIONS_PER_USER, SessionConfigError};
 use super::shared::Shared;
 use super::store::{Lifetimes, SessionStore};
 use super::{FailurePolicy, SessionLayer};
+
+/// Why a session layer cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionConfigError {
+    /// The cookie settings do not work together.
+    #[error("session cookie: {0}")]
+    Cookie(String),
+    /// A lifetime is zero or longer than [`MAX_LIFETIME`], the idle timeout is longer than the
+    /// absolute lifetime, or the per-user cap is outside 1..=[`MAX_SESSIONS_PER_USER`].
+    #[error("session lifetimes: {0}")]
+    Lifetimes(String),
+    /// The store's own settings cannot work (e.g. a zero Redis timeout), as
+    /// [`SessionStore::check`] reports them.
+    #[error("session store: {0}")]
+    Store(String),
+}
+
+/// The longest idle timeout or absolute lifetime a layer accepts: 10 years. Expiries are
+/// microseconds on the store's clock; far longer lifetimes would overflow them.
+pub const MAX_LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// The largest per-user cap a layer accepts: indexing a session past the cap checks each of
+/// the user's sessions, so the cap bounds that work.
+pub const MAX_SESSIONS_PER_USER: u32 = 1024;
+
+impl SessionLayer {
+    /// A layer with the default cookie (`__Host-id`, `HttpOnly`, `Secure`, `SameSite=Lax`), 30
+    /// minutes idle, 24 hours absolute, [`FailurePolicy::Closed`](super::FailurePolicy::Closed).
+    ///
+    /// # Errors
+    ///
+    /// The store's settings cannot work (see [`SessionLayerBuilder::build`]).
+    pub fn new(store: impl SessionStore) -> Result<Self, SessionConfigError> {
+        Self::builder(store).build()
+    }
+
+    /// A builder: settings, then [`build`](SessionLayerBuilder::build).
+    pub fn builder(store: impl SessionStore) -> SessionLayerBuilder {
+        SessionLayerBuilder::new(store)
+    }
+}
 
 /// Builds a [`SessionLayer`]; [`build`](Self::build) checks the settings.
 #[must_use]
@@ -21,9 +63,9 @@ pub struct SessionLayerBuilder {
 }
 
 impl SessionLayerBuilder {
-    pub(crate) fn new(store: Arc<dyn SessionStore>) -> Self {
+    pub(crate) fn new(store: impl SessionStore) -> Self {
         Self {
-            store,
+            store: Arc::new(store),
             life: Lifetimes::default(),
             cookie: CookieConfig::default(),
             failure: FailurePolicy::default(),
@@ -31,45 +73,29 @@ impl SessionLayerBuilder {
         }
     }
 
-    /// The cookie's name and attributes.
-    pub fn cookie(mut self, cookie: CookieConfig) -> Self {
-        self.cookie = cookie;
-        self
-    }
+    setters! {
+        /// The cookie's name and attributes.
+        pub fn cookie(cookie: CookieConfig) => cookie;
 
-    /// Idle timeout (default 30 minutes; more than zero, at most the absolute lifetime).
-    pub fn idle_timeout(mut self, idle: Duration) -> Self {
-        self.life.idle = idle;
-        self
-    }
+        /// Idle timeout (default 30 minutes; more than zero, at most the absolute lifetime).
+        pub fn idle_timeout(idle: Duration) => life.idle;
 
-    /// Absolute lifetime (default 24 hours; more than zero, at most [`MAX_LIFETIME`]).
-    pub fn max_lifetime(mut self, max: Duration) -> Self {
-        self.life.max = max;
-        self
-    }
+        /// Absolute lifetime (default 24 hours; more than zero, at most [`MAX_LIFETIME`]).
+        pub fn max_lifetime(max: Duration) => life.max;
 
-    /// Sessions one user may hold at once (default 64, at most [`MAX_SESSIONS_PER_USER`]);
-    /// past it, the live session closest to its absolute expiry ends. Sessions that are gone
-    /// (logged out, rotated, expired) do not count.
-    pub fn max_sessions_per_user(mut self, n: u32) -> Self {
-        self.life.per_user = n;
-        self
-    }
+        /// Sessions one user may hold at once (default 64, at most [`MAX_SESSIONS_PER_USER`]);
+        /// past it, the live session closest to its absolute expiry ends. Sessions that are gone
+        /// (logged out, rotated, expired) do not count.
+        pub fn max_sessions_per_user(n: u32) => life.per_user;
 
-    /// What to do when the store fails (default [`FailurePolicy::Closed`]).
-    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
-        self.failure = policy;
-        self
-    }
+        /// What to do when the store fails (default [`FailurePolicy::Closed`]).
+        pub fn failure_policy(policy: FailurePolicy) => failure;
 
-    /// Load the session before the handler when the request carries a cookie, and put the
-    /// user ([`SessionUser`](super::SessionUser)) into the request extensions, where a rate
-    /// limiter placed inside this layer can key on it. Costs the load round trip that the idle
-    /// refresh would cost anyway.
-    pub fn expose_user(mut self, on: bool) -> Self {
-        self.expose_user = on;
-        self
+        /// Load the session before the handler when the request carries a cookie, and put the
+        /// user ([`SessionUser`](super::SessionUser)) into the request extensions, where a rate
+        /// limiter placed inside this layer can key on it. Costs the load round trip that the idle
+        /// refresh would cost anyway.
+        pub fn expose_user(on: bool) => expose_user;
     }
 
     /// Checks the settings and builds the layer.
@@ -121,13 +147,15 @@ impl SessionLayerBuilder {
                 self.life.per_user
             )));
         }
-        Ok(SessionLayer::from_shared(Shared {
-            store: self.store,
-            life: self.life,
-            cookie: self.cookie,
-            failure: self.failure,
-            expose_user: self.expose_user,
-        }))
+        Ok(SessionLayer {
+            shared: Arc::new(Shared {
+                store: self.store,
+                life: self.life,
+                cookie: self.cookie,
+                failure: self.failure,
+                expose_user: self.expose_user,
+            }),
+        })
     }
 }
 

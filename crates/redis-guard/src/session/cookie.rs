@@ -35,10 +35,10 @@ const PLAIN_NAME: &str = "id";
 ///     .host_prefixed() // `__Host-id`: the browser refuses it unless Secure, Path=/, no Domain
 ///     .same_site(SameSite::Strict)
 ///     .persistent(Duration::from_secs(24 * 3600));
-/// assert_eq!(cookie.get_name(), "__Host-id");
+/// assert_eq!(cookie.name(), "__Host-id");
 ///
 /// // Plain-HTTP development on a host other than localhost: no Secure, so no `__Host-` prefix.
-/// assert_eq!(CookieConfig::default().secure(false).get_name(), "id");
+/// assert_eq!(CookieConfig::default().secure(false).name(), "id");
 /// ```
 ///
 /// The `__Host-` prefix is what stops a sibling subdomain (`evil.example.com`, or any subdomain
@@ -46,8 +46,9 @@ const PLAIN_NAME: &str = "id";
 /// shadowing ours: browsers only accept a `__Host-` cookie that is `Secure`, has `Path=/` and no
 /// `Domain`, i.e. set by this very host over HTTPS. Browsers treat `http://localhost` and
 /// `http://127.0.0.1` as secure, so it works in local development too. A name set with
-/// [`name`](Self::name) that starts with `__Host-` is checked when the layer is built.
+/// [`with_name`](Self::with_name) that starts with `__Host-` is checked when the layer is built.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
 pub struct CookieConfig {
     /// `None`: the default, [`HOST_NAME`] or [`PLAIN_NAME`] depending on the attributes.
     name: Option<String>,
@@ -75,15 +76,13 @@ impl Default for CookieConfig {
 
 impl CookieConfig {
     /// The cookie's name (a token: letters, digits and ``!#$%&'*+-.^_`|~``).
-    #[must_use]
-    pub fn name(mut self, name: impl Into<String>) -> Self {
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
     }
 
     /// Names the cookie `__Host-<name>` (browsers then insist on `Secure`, `Path=/` and no
     /// `Domain`, so a sibling subdomain cannot plant or overwrite it).
-    #[must_use]
     pub fn host_prefixed(mut self) -> Self {
         let name = self.name.take().unwrap_or_else(|| PLAIN_NAME.to_owned());
         self.name = Some(if name.starts_with("__Host-") {
@@ -97,52 +96,39 @@ impl CookieConfig {
         self
     }
 
-    /// `Secure` (default `true`). Turn it off only for plain-HTTP development on a host other than
-    /// `localhost`; browsers treat `http://localhost` as secure.
-    #[must_use]
-    pub fn secure(mut self, secure: bool) -> Self {
-        self.secure = secure;
-        self
-    }
+    setters! {
+        /// `Secure` (default `true`). Turn it off only for plain-HTTP development on a host other than
+        /// `localhost`; browsers treat `http://localhost` as secure.
+        pub fn secure(secure: bool) => secure;
 
-    /// `SameSite` (default [`SameSite::Lax`]).
-    #[must_use]
-    pub fn same_site(mut self, same_site: SameSite) -> Self {
-        self.same_site = same_site;
-        self
+        /// `SameSite` (default [`SameSite::Lax`]).
+        pub fn same_site(same_site: SameSite) => same_site;
+
+        /// `HttpOnly` (default `true`: scripts cannot read the id).
+        pub fn http_only(http_only: bool) => http_only;
     }
 
     /// `Path` (default `/`).
-    #[must_use]
     pub fn path(mut self, path: impl Into<String>) -> Self {
         self.path = path.into();
         self
     }
 
     /// `Domain` (default none: the cookie goes to this host only).
-    #[must_use]
     pub fn domain(mut self, domain: impl Into<String>) -> Self {
         self.domain = Some(domain.into());
         self
     }
 
     /// A persistent cookie with this `Max-Age` (default: a browser-session cookie).
-    #[must_use]
     pub fn persistent(mut self, max_age: Duration) -> Self {
         self.max_age = Some(max_age);
         self
     }
 
-    /// `HttpOnly` (default `true`: scripts cannot read the id).
-    #[must_use]
-    pub fn http_only(mut self, http_only: bool) -> Self {
-        self.http_only = http_only;
-        self
-    }
-
     /// The cookie's name.
     #[must_use]
-    pub fn get_name(&self) -> &str {
+    pub fn name(&self) -> &str {
         match &self.name {
             Some(name) => name,
             None if self.secure && self.path == "/" && self.domain.is_none() => HOST_NAME,
@@ -161,7 +147,7 @@ impl CookieConfig {
                 && s.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
         };
-        let name = self.get_name();
+        let name = self.name();
         if !token(name) {
             return Err(format!("invalid cookie name {name:?}"));
         }
@@ -215,7 +201,7 @@ impl CookieConfig {
 
     /// `Set-Cookie` for `id`.
     pub(crate) fn set_cookie(&self, id: &SessionId) -> String {
-        let mut s = format!("{}={}", self.get_name(), id.encode());
+        let mut s = format!("{}={}", self.name(), id.encode());
         self.attributes(&mut s);
         if let Some(age) = self.max_age {
             s.push_str(&format!("; Max-Age={}", age.as_secs()));
@@ -225,7 +211,7 @@ impl CookieConfig {
 
     /// `Set-Cookie` that removes the cookie: same name, `Path` and `Domain`, expired.
     pub(crate) fn removal_cookie(&self) -> String {
-        let mut s = format!("{}=", self.get_name());
+        let mut s = format!("{}=", self.name());
         self.attributes(&mut s);
         s.push_str("; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT");
         s
@@ -258,15 +244,17 @@ mod tests {
     /// subdomain cannot plant or overwrite.
     #[test]
     fn secure_cookies_default_to_the_host_prefix() {
-        assert_eq!(CookieConfig::default().get_name(), "__Host-id");
-        assert_eq!(CookieConfig::default().secure(false).get_name(), "id");
-        assert_eq!(CookieConfig::default().name("sid").get_name(), "sid");
+        assert_eq!(CookieConfig::default().name(), "__Host-id");
+        assert_eq!(CookieConfig::default().secure(false).name(), "id");
+        assert_eq!(CookieConfig::default().with_name("sid").name(), "sid");
         for bad in [
             CookieConfig::default()
-                .name("__Host-sid")
+                .with_name("__Host-sid")
                 .domain("example.com"),
-            CookieConfig::default().name("__Host-sid").secure(false),
-            CookieConfig::default().name("__Host-sid").path("/app"),
+            CookieConfig::default()
+                .with_name("__Host-sid")
+                .secure(false),
+            CookieConfig::default().with_name("__Host-sid").path("/app"),
         ] {
             assert!(bad.validate().unwrap_err().contains("__Host-"), "{bad:?}");
         }
@@ -276,7 +264,7 @@ mod tests {
     fn validation_names_the_problem() {
         assert!(
             CookieConfig::default()
-                .name("bad name")
+                .with_name("bad name")
                 .validate()
                 .unwrap_err()
                 .contains("bad name")

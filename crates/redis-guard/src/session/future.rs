@@ -21,8 +21,8 @@ define_response_future! {
     states {
         Preloading {
             preload: BoxFuture<Result<Option<String>, SessionError>>,
-            pending: Option<(S, Request<ReqBody>)>,
-            session: Session,
+            // The inner service, the request and the session, until the user is known.
+            pending: Option<(S, Request<ReqBody>, Session)>,
         },
         Calling {
             #[pin]
@@ -46,8 +46,7 @@ where
         Self {
             state: State::Preloading {
                 preload,
-                pending: Some((inner, req)),
-                session,
+                pending: Some((inner, req, session)),
             },
         }
     }
@@ -75,13 +74,9 @@ where
         let mut this = self.project();
         loop {
             let next = match this.state.as_mut().project() {
-                StateProj::Preloading {
-                    preload,
-                    pending,
-                    session,
-                } => {
+                StateProj::Preloading { preload, pending } => {
                     let user = ready!(preload.as_mut().poll(cx));
-                    let Some((mut inner, mut req)) = pending.take() else {
+                    let Some((mut inner, mut req, session)) = pending.take() else {
                         return Poll::Ready(Ok(status(StatusCode::INTERNAL_SERVER_ERROR)));
                     };
                     match user {
@@ -97,7 +92,7 @@ where
                     }
                     State::Calling {
                         fut: inner.call(req),
-                        session: Some(session.clone()),
+                        session: Some(session),
                     }
                 }
                 StateProj::Calling { fut, session } => {

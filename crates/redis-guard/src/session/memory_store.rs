@@ -8,7 +8,7 @@ use super::SessionError;
 use super::memory_table::State;
 use super::memory_users::user_digest;
 use super::store::{BoxFuture, Changes, EXP_FIELD, Lifetimes, Record, SessionInfo, SessionStore};
-use crate::backend::{BackendError, InProcess, InProcessBuilder};
+use crate::backend::{BackendError, Clock, InProcess, InProcessBuilder};
 
 /// Default bound on the number of sessions a [`MemorySessionStore`] holds.
 pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
@@ -39,14 +39,18 @@ impl MemorySessionStore {
     /// A store on the real monotonic clock, bounded by [`DEFAULT_MAX_SESSIONS`].
     #[must_use]
     pub fn new() -> Self {
-        Self::builder().build()
+        Self::with_parts(DEFAULT_MAX_SESSIONS, None)
     }
 
     /// A builder, to set the capacity or the clock.
     pub fn builder() -> InProcessBuilder<Self> {
-        InProcessBuilder::new(DEFAULT_MAX_SESSIONS, |capacity, clock| Self {
+        InProcessBuilder::new(DEFAULT_MAX_SESSIONS, Self::with_parts)
+    }
+
+    fn with_parts(capacity: usize, clock: Option<Box<dyn Clock>>) -> Self {
+        Self {
             inner: Arc::new(InProcess::new(State::new(capacity), clock)),
-        })
+        }
     }
 
     /// How many sessions are held (expired ones included until swept).

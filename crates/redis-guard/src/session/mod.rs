@@ -101,14 +101,14 @@ mod state;
 mod store;
 mod user;
 
-pub use builder::SessionLayerBuilder;
+pub use builder::{MAX_LIFETIME, MAX_SESSIONS_PER_USER, SessionConfigError, SessionLayerBuilder};
 pub use cookie::{CookieConfig, SameSite};
 pub use cookie_header::MAX_COOKIE_CANDIDATES;
 pub use error::SessionError;
 pub use future::ResponseFuture;
 pub use handle::Session;
 pub use id::SessionId;
-pub use layer::{MAX_LIFETIME, MAX_SESSIONS_PER_USER, SessionConfigError, SessionLayer};
+pub use layer::SessionLayer;
 pub use memory_store::{DEFAULT_MAX_SESSIONS, MemorySessionStore};
 pub use policy::FailurePolicy;
 pub use redis_store::RedisSessionStore;

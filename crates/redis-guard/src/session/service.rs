@@ -54,7 +54,7 @@ where
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        let cookie = cookie_header::read(req.headers(), self.shared.cookie.get_name());
+        let cookie = cookie_header::read(req.headers(), self.shared.cookie.name());
         let has_cookie = matches!(cookie, ReadCookie::Ids(_));
         let session = Session::new(Arc::clone(&self.shared), cookie);
         req.extensions_mut().insert(session.clone());
