@@ -4,7 +4,7 @@
 use std::sync::{Arc, LazyLock};
 
 use super::algorithm::RuleState;
-use super::algorithm::script::{BUILTIN_SCRIPTS, Scripts};
+use super::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
 use super::limiter::LimiterError;
 use super::reply::parse_reply;
 use crate::backend::{BackendError, RedisBackend};
@@ -13,20 +13,30 @@ use crate::backend::{BackendError, RedisBackend};
 pub(super) struct Evaluation {
     /// `None`: the built-in scripts.
     scripts: Option<Arc<Scripts>>,
+    /// Every rule is GCRA: the lean script decides (the general one still refunds).
+    gcra_only: bool,
     request: String,
     keys: Vec<String>,
     rule_args: Vec<[String; 6]>,
 }
 
 impl Evaluation {
+    /// `gcra_only`: every rule is built-in GCRA (then `scripts` is `None`).
     pub(super) fn new(
         scripts: Option<Arc<Scripts>>,
+        gcra_only: bool,
         keys: Vec<String>,
         rule_args: Vec<[String; 6]>,
     ) -> Self {
         Self {
+            gcra_only: gcra_only && scripts.is_none(),
+            // Only the sliding log names entries with the request id; GCRA never reads it.
+            request: if gcra_only {
+                String::from("-")
+            } else {
+                request_id()
+            },
             scripts,
-            request: request_id(),
             keys,
             rule_args,
         }
@@ -34,6 +44,14 @@ impl Evaluation {
 
     fn scripts(&self) -> &Scripts {
         self.scripts.as_deref().unwrap_or(&BUILTIN_SCRIPTS)
+    }
+
+    fn evaluate_script(&self) -> &redis::Script {
+        if self.gcra_only {
+            &GCRA_ONLY
+        } else {
+            &self.scripts().evaluate
+        }
     }
 
     /// Keys and ARGV (after the time shift the backend puts first) for the rules at `indices`;
@@ -60,7 +78,7 @@ impl Evaluation {
         for group in &groups {
             let (keys, args) = self.args(group, if denied { "1" } else { "0" }.to_owned());
             let outcome = backend
-                .eval(&self.scripts().evaluate, &keys, &args)
+                .eval(self.evaluate_script(), &keys, &args)
                 .await
                 .map_err(LimiterError::from)
                 .and_then(|reply| parse_reply(&reply, group.len()));

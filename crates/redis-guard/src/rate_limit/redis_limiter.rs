@@ -121,7 +121,10 @@ impl Limiter for RedisLimiter {
         } else {
             Some(self.scripts_for(customs))
         };
-        let evaluation = Evaluation::new(scripts, keys, rule_args);
+        let gcra_only = checks
+            .iter()
+            .all(|c| *c.rule.algorithm() == Algorithm::Gcra);
+        let evaluation = Evaluation::new(scripts, gcra_only, keys, rule_args);
         let backend = self.backend.clone();
         Box::pin(async move { evaluation.run(&backend).await })
     }

@@ -13,8 +13,8 @@
 -- ARGV     then 6 integers per rule, in KEYS order:
 --            algorithm id, limit, period (µs), burst, emission interval (µs), cost
 -- Clock    Redis TIME (+ shift), in microseconds; the caller's clock never enters a decision.
--- Reply    n arrays, one per rule, in KEYS order:
---            { allowed (1/0), limit, remaining, retry_after_ms, reset_after_ms }
+-- Reply    one flat array: five integers per rule, in KEYS order,
+--            allowed (1/0), limit, remaining, retry_after_ms, reset_after_ms,
 --          then the time of the decision (Redis TIME + shift, µs), which a refund passes back.
 --          Milliseconds are rounded up. When any rule denies, nothing is recorded for any rule.
 local now = clock()
@@ -43,11 +43,13 @@ for i = 1, n do
   else
     all_allowed = false
   end
-  replies[i] = { allowed and 1 or 0, p.limit, remaining, cdiv(retry_us, 1000), cdiv(reset_us, 1000) }
+  local r = (i - 1) * 5
+  replies[r + 1], replies[r + 2], replies[r + 3] = allowed and 1 or 0, p.limit, remaining
+  replies[r + 4], replies[r + 5] = cdiv(retry_us, 1000), cdiv(reset_us, 1000)
 end
 
 if all_allowed and not dry then
   for _, commit in ipairs(commits) do commit() end
 end
-replies[n + 1] = now
+replies[n * 5 + 1] = now
 return replies

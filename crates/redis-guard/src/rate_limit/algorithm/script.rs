@@ -90,6 +90,11 @@ impl Scripts {
 /// The scripts without custom algorithms, built once.
 pub(crate) static BUILTIN_SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts::with_customs(&[]));
 
+/// The evaluation script for rule sets that are all GCRA (the default): the same decisions as
+/// the general one, inline (see `gcra_only.lua`).
+pub(crate) static GCRA_ONLY: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("gcra_only.lua")));
+
 #[cfg(test)]
 mod tests {
     //! The refund script against a real `redis-server`: a Cluster refund may run after the window
