@@ -434,3 +434,62 @@ async fn a_zero_redis_timeout_is_refused_when_the_layer_is_built() {
         .is_ok()
     );
 }
+
+/// EVALSHA calls Redis has served so far (`INFO commandstats`).
+async fn evalsha_calls(h: &Harness) -> u64 {
+    let server = h.server().expect("a standalone Redis");
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("a count"))
+}
+
+/// Issue 9: a client hammering past its limit is answered in process until its wait has passed,
+/// with zero round trips; then Redis decides again. Other clients are not affected, and
+/// `deny_cache(0)` sends every request to Redis.
+#[tokio::test]
+async fn a_denied_client_costs_redis_nothing_until_its_wait_passes() {
+    let h = Harness::redis().await;
+    let limiter = redis_guard::rate_limit::RedisLimiter::new(h.backend().await);
+    let rule = Rule::new("deny", Quota::per_hour(2));
+    for _ in 0..2 {
+        assert!(limiter.check(&rule, Key::from("a")).await.expect("decision").allowed);
+    }
+    let first = limiter.check(&rule, Key::from("a")).await.expect("decision");
+    assert!(!first.allowed);
+    let before = evalsha_calls(&h).await;
+    for _ in 0..50 {
+        let d = limiter.check(&rule, Key::from("a")).await.expect("decision");
+        assert!(!d.allowed);
+        assert_eq!(d.rule.as_ref(), "deny");
+        assert!(d.retry_after <= first.retry_after && d.retry_after > Duration::ZERO);
+    }
+    assert_eq!(evalsha_calls(&h).await, before, "denied in process, no round trip");
+    // Another client still reaches Redis.
+    assert!(limiter.check(&rule, Key::from("b")).await.expect("decision").allowed);
+    assert_eq!(evalsha_calls(&h).await, before + 1);
+    // Once the wait has passed (Redis time and the cache's clock move together), Redis decides.
+    h.wait(first.retry_after + Duration::from_millis(1)).await;
+    assert!(limiter.check(&rule, Key::from("a")).await.expect("decision").allowed);
+    assert_eq!(evalsha_calls(&h).await, before + 2);
+
+    // Without the cache, every denial is a round trip.
+    let uncached = redis_guard::rate_limit::RedisLimiter::new(h.backend().await).deny_cache(0);
+    let rule = Rule::new("nocache", Quota::per_hour(1));
+    assert!(uncached.check(&rule, Key::from("c")).await.expect("decision").allowed);
+    let before = evalsha_calls(&h).await;
+    for _ in 0..5 {
+        assert!(!uncached.check(&rule, Key::from("c")).await.expect("decision").allowed);
+    }
+    assert_eq!(evalsha_calls(&h).await, before + 5);
+}

@@ -15,6 +15,8 @@
 //! `SCRIPT FLUSH`).
 
 mod clock;
+#[cfg(feature = "rate-limit")]
+mod deny_cache;
 mod error;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 mod in_process;
@@ -33,6 +35,8 @@ mod connection;
 pub use clock::ManualClock;
 pub use clock::{Clock, MonotonicClock};
 pub use connection::RedisConnection;
+#[cfg(feature = "rate-limit")]
+pub(crate) use deny_cache::DenyCache;
 pub use error::BackendError;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use in_process::InProcess;

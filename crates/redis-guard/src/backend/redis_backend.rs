@@ -135,8 +135,9 @@ impl RedisBackend {
         key
     }
 
-    /// The offset added to Redis `TIME` by the test seam, in µs (0 in production).
-    fn shift_us(&self) -> u64 {
+    /// The offset added to Redis `TIME` by the test seam, in µs (0 in production). In-process
+    /// timers that stand for Redis time (the deny cache) add it too.
+    pub(crate) fn shift_us(&self) -> u64 {
         #[cfg(feature = "test-util")]
         if let Some(clock) = &self.inner.shift {
             return u64::try_from(super::Clock::now(clock).as_micros()).unwrap_or(u64::MAX);

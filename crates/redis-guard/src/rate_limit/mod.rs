@@ -77,7 +77,7 @@ pub use limiter::{BoxFuture, Check, Limiter, LimiterError};
 pub use memory::{DEFAULT_MAX_KEYS, MemoryLimiter};
 pub use policy::{FailurePolicy, MissingKey};
 pub use quota::{MAX_PERIOD, Quota, QuotaError};
-pub use redis_limiter::RedisLimiter;
+pub use redis_limiter::{DEFAULT_DENY_CACHE, RedisLimiter};
 pub use response::ResponseBody;
 pub use rule::{Rule, RuleError};
 pub use service::RateLimit;

@@ -1,13 +1,18 @@
 //! The Redis limiter: one `EVALSHA` per request decides and records every rule at once.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use super::algorithm::script::{CUSTOM_BASE, Scripts};
 use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use super::evaluation::Evaluation;
 use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
-use crate::backend::RedisBackend;
+use crate::backend::{DenyCache, RedisBackend};
+
+/// Default capacity of a [`RedisLimiter`]'s deny cache: how many denied clients it remembers.
+pub const DEFAULT_DENY_CACHE: usize = 10_000;
 
 /// A limiter whose state lives in Redis, shared by every instance of the application.
 ///
@@ -38,6 +43,8 @@ use crate::backend::RedisBackend;
 #[derive(Clone, Debug)]
 pub struct RedisLimiter {
     backend: RedisBackend,
+    /// Requests denied until a known time, answered in process until then.
+    deny_cache: Option<Arc<DenyCache<Vec<RuleState>>>>,
     /// Scripts with custom algorithms, by the customs they contain (in id order).
     custom_scripts: Arc<Mutex<HashMap<Vec<CustomAlgorithm>, Arc<Scripts>>>>,
 }
@@ -48,8 +55,25 @@ impl RedisLimiter {
     pub fn new(backend: impl Into<RedisBackend>) -> Self {
         Self {
             backend: backend.into(),
+            deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_DENY_CACHE))),
             custom_scripts: Arc::default(),
         }
+    }
+
+    /// How many denied clients the deny cache remembers (default [`DEFAULT_DENY_CACHE`]; `0`
+    /// turns it off).
+    ///
+    /// When Redis denies a request, the wait it names is exact: a denial consumes nothing, and
+    /// other replicas can only use more of the quota, never give it back. So until that wait has
+    /// passed, the same request (same rules, keys and costs) is denied in process, with zero
+    /// round trips: a client hammering past its limit costs Redis nothing. The trade-off: a
+    /// limit raised, a key reset by hand or a Cluster refund reaches a cached client only when
+    /// its wait ends. The headers of a cached denial show the rules' states as Redis last
+    /// reported them, with the waits counted down.
+    #[must_use]
+    pub fn deny_cache(mut self, capacity: usize) -> Self {
+        self.deny_cache = (capacity > 0).then(|| Arc::new(DenyCache::new(capacity)));
+        self
     }
 
     /// The backend: connection, prefix and timeout.
@@ -116,6 +140,7 @@ impl Limiter for RedisLimiter {
                 .map(|v| v.to_string())
             })
             .collect();
+        let has_custom = !customs.is_empty();
         let scripts = if customs.is_empty() {
             None
         } else {
@@ -126,6 +151,59 @@ impl Limiter for RedisLimiter {
             .all(|c| *c.rule.algorithm() == Algorithm::Gcra);
         let evaluation = Evaluation::new(scripts, gcra_only, keys, rule_args);
         let backend = self.backend.clone();
-        Box::pin(async move { evaluation.run(&backend).await })
+        // A custom algorithm's waits are its own business (it may count denials): never cached.
+        let cache = self.deny_cache.clone().filter(|_| !has_custom);
+        let Some(cache) = cache else {
+            return Box::pin(async move { evaluation.run(&backend).await });
+        };
+        let key = cache.key(Request(&checks));
+        let now = cache.now(backend.shift_us());
+        if let Some((states, elapsed)) = cache.get(key, now) {
+            return Box::pin(std::future::ready(Ok(counted_down(states, elapsed))));
+        }
+        Box::pin(async move {
+            let states = evaluation.run(&backend).await?;
+            let wait = states
+                .iter()
+                .filter(|s| !s.allowed)
+                .map(|s| s.retry_after)
+                .max();
+            if let Some(wait) = wait {
+                cache.insert(key, states.clone(), now, wait);
+            }
+            Ok(states)
+        })
     }
+}
+
+/// A request as the deny cache knows it: every check's rule (name, algorithm, quota), key and
+/// cost.
+struct Request<'a>(&'a [Check]);
+
+impl Hash for Request<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        for check in self.0 {
+            check.rule.name().hash(state);
+            check.rule.algorithm().hash(state);
+            check.rule.quota().hash(state);
+            check.key.as_bytes().hash(state);
+            check.cost.hash(state);
+        }
+    }
+}
+
+/// The states of a cached denial, `elapsed` later: the waits counted down (a denied rule waits
+/// at least a millisecond more: its cached wait has not passed yet).
+fn counted_down(states: Vec<RuleState>, elapsed: Duration) -> Vec<RuleState> {
+    states
+        .into_iter()
+        .map(|mut s| {
+            s.retry_after = s.retry_after.saturating_sub(elapsed);
+            s.reset_after = s.reset_after.saturating_sub(elapsed);
+            if !s.allowed {
+                s.retry_after = s.retry_after.max(Duration::from_millis(1));
+            }
+            s
+        })
+        .collect()
 }
