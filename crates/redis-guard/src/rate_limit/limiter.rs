@@ -131,16 +131,25 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
         if let Some(err) = checks.iter().find_map(|c| c.validate().err()) {
             return Box::pin(std::future::ready(Err(err.into())));
         }
-        let rules: Vec<_> = checks
-            .iter()
-            .map(|c| (c.rule.name_arc().clone(), *c.rule.quota()))
-            .collect();
-        let states = self.evaluate(checks);
-        Box::pin(async move {
-            let states = states.await?;
-            decision_from(rules, states)
-        })
+        decide(self, checks)
     }
+}
+
+/// Evaluates checks that are known to be valid (a layer's rules were validated when it was
+/// built) into a [`Decision`]: the hot path skips re-validating every rule on every request.
+pub(crate) fn decide<L: Limiter + ?Sized>(
+    limiter: &L,
+    checks: Vec<Check>,
+) -> BoxFuture<Result<Decision, LimiterError>> {
+    let rules: Vec<_> = checks
+        .iter()
+        .map(|c| (c.rule.name_arc().clone(), *c.rule.quota()))
+        .collect();
+    let states = limiter.evaluate(checks);
+    Box::pin(async move {
+        let states = states.await?;
+        decision_from(rules, states)
+    })
 }
 
 /// Pairs rules with their states into a [`Decision`].

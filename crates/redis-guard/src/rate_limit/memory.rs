@@ -1,8 +1,9 @@
 //! The in-process limiter: the same algorithms and decisions as Redis, for development, tests and
 //! single-instance deployments.
 
-use std::borrow::Cow;
 use std::collections::VecDeque;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use super::algorithm::{self, Commit, RuleState, State, ceil_ms};
@@ -40,20 +41,19 @@ pub const DEFAULT_MAX_KEYS: usize = 100_000;
 #[derive(Clone, Debug)]
 pub struct MemoryLimiter {
     inner: Arc<InProcess<Table>>,
+    /// Keys the table's entry ids: SipHash with this limiter's random keys (clones share them).
+    hasher: RandomState,
 }
 
 #[derive(Debug)]
 struct Table(ExpiringTable<EntryId, State>);
 
 /// What one entry is the state of: a rule, its algorithm (each keeps its own state, as on Redis)
-/// and the key's digest. Never the key itself: a client that sends 16 KB user names must not
-/// make the table grow by 16 KB per name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct EntryId {
-    rule: Arc<str>,
-    algorithm: Cow<'static, str>,
-    key: [u8; 16],
-}
+/// and the key, as 128 bits of keyed SipHash. Never the key itself: a client that sends 16 KB
+/// user names must not make the table grow by 16 KB per name. The hash keys are random per
+/// limiter, so clients cannot aim collisions at each other; a cryptographic digest (as in Redis
+/// key names, which outlive the process) would cost more on every request for nothing here.
+type EntryId = [u64; 2];
 
 impl MemoryLimiter {
     /// A limiter on the real monotonic clock, bounded by [`DEFAULT_MAX_KEYS`].
@@ -66,6 +66,7 @@ impl MemoryLimiter {
     pub fn builder() -> InProcessBuilder<Self> {
         InProcessBuilder::new(DEFAULT_MAX_KEYS, |capacity, clock| Self {
             inner: Arc::new(InProcess::new(Table(ExpiringTable::new(capacity)), clock)),
+            hasher: RandomState::new(),
         })
     }
 
@@ -81,6 +82,18 @@ impl MemoryLimiter {
         self.len() == 0
     }
 
+    fn entry_id(&self, check: &Check) -> EntryId {
+        let what = (
+            check.rule.name(),
+            check.rule.algorithm(),
+            check.key.as_bytes(),
+        );
+        [
+            self.hasher.hash_one((0_u8, what)),
+            self.hasher.hash_one((1_u8, what)),
+        ]
+    }
+
     fn evaluate_now(&self, checks: &[Check]) -> Result<Vec<RuleState>, LimiterError> {
         let now = self.inner.now_us();
         let mut table = self.inner.lock();
@@ -88,11 +101,7 @@ impl MemoryLimiter {
         let mut commits = Vec::with_capacity(checks.len());
         for check in checks {
             let params = check.rule.params(check.cost);
-            let id = EntryId {
-                rule: check.rule.name_arc().clone(),
-                algorithm: check.rule.algorithm().key_tag(),
-                key: check.key.digest_bytes(),
-            };
+            let id = self.entry_id(check);
             let current = table.0.get_live_mut(&id, now);
             let Some(step) = algorithm::step(current, now, &params) else {
                 return Err(LimiterError::Unsupported(format!(

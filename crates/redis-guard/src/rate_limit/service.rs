@@ -51,7 +51,8 @@ where
             Plan::Pass => ResponseFuture::call_inner(inner, req),
             Plan::Respond(status, detail) => ResponseFuture::respond(status, detail),
             Plan::Check(checks) => {
-                let check = self.config.limiter.check_all(checks);
+                // The layer's rules and its limiter were checked when it was built.
+                let check = super::limiter::decide(&*self.config.limiter, checks);
                 ResponseFuture::checking(check, inner, req, Arc::clone(&self.config))
             }
         }
