@@ -42,7 +42,8 @@
 //!   An untouched session that came with a cookie costs one round trip, after a successful
 //!   response, to restart its idle timeout.
 //! - **Two expiries**, both enforced by the store's own clock: an idle timeout (sliding) and an
-//!   absolute lifetime.
+//!   absolute lifetime. The Redis store marks a session used at most once per 1 % of its
+//!   idle timeout, so most read-only requests write nothing.
 //! - **No resurrection**: a write that arrives after `destroy`, `revoke_user` or expiry is
 //!   dropped; the session is never re-created and no cookie is re-issued for it. **No fixation**:
 //!   a cookie naming an unknown id is never adopted; a fresh id is issued when something is

@@ -27,8 +27,8 @@ local function clock()
   return tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
 end
 
--- The absolute expiry of a live session, or nil after deleting one that has expired (idle or
--- absolute) or is malformed.
+-- The absolute expiry of a live session and its last use, or nil after deleting one that has
+-- expired (idle or absolute) or is malformed.
 local function live(key, now, idle)
   local m = redis.call('HMGET', key, '$exp', '$seen')
   local exp, seen = tonumber(m[1]), tonumber(m[2])
@@ -40,7 +40,7 @@ local function live(key, now, idle)
     redis.call('DEL', key)
     return nil
   end
-  return exp
+  return exp, seen
 end
 
 -- Marks a use: the idle timeout starts again, the TTL follows the sooner expiry.
