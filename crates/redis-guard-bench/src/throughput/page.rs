@@ -68,8 +68,10 @@ pub fn section(report: &BenchReport, svg_name: &str) -> String {
         s,
         "req/s, p50 and p99 are medians over the rounds; × bare is the median over rounds of the \
          variant's req/s divided by `bare`'s in the same round. Redis columns are \
-         `INFO commandstats` totals over a run divided by the requests `wrk` completed, median \
-         over rounds; bytes/key is `MEMORY USAGE <key> SAMPLES 0` averaged over the keys the \
+         `INFO commandstats` over a run divided by the requests `wrk` completed, median over \
+         rounds, counting the commands the app sends (the commands a script runs are in its own \
+         `usec` already; a `MONITOR` census of a few requests after each run tells them apart, \
+         and the notes below list both); bytes/key is `MEMORY USAGE <key> SAMPLES 0` averaged over the keys the \
          variant's last run left.\n"
     );
     s.push_str(&markdown_table(&rows));
