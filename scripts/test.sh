@@ -2,6 +2,7 @@
 # The whole test suite: formatting, lints, docs, and every test against real Redis processes that
 # the tests start themselves (no Redis needs to be running). Installs redis-server when it is
 # missing and this user can (root with apt-get, or passwordless sudo); otherwise says what to do.
+# The same for wrk, which the benchmark harness's smoke test drives.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,6 +35,21 @@ fi
 if [ -z "${REDIS_SERVER_BIN:-}" ]; then
   # A redis-server started by the package (on 6379) is not used: each test starts its own.
   say "using $(redis-server --version)"
+fi
+
+# The benchmark harness (crates/redis-guard-bench) drives load with wrk; its smoke test runs here.
+if ! command -v wrk >/dev/null 2>&1; then
+  say "wrk is missing: installing it"
+  if ! apt_install wrk; then
+    cat >&2 <<'MSG'
+The benchmark harness's smoke test drives load with wrk, and wrk is not installed.
+Install it, then run this script again:
+  Debian/Ubuntu:  sudo apt-get install wrk
+  Fedora:         sudo dnf install wrk
+  macOS:          brew install wrk
+MSG
+    exit 1
+  fi
 fi
 
 # The end-to-end browser tests drive a headless Chromium through chromedriver.

@@ -8,9 +8,15 @@
 //!   ([`lost_writes`]) speaks plain HTTP/1.1, so any session layer can be measured by serving the
 //!   routes that module documents; [`tower_sessions_app`] is the tower-sessions +
 //!   tower-sessions-redis-store side, [`redis_guard_app`] ours.
+//! - [`throughput`]: req/s, latency, Redis commands, Redis CPU and bytes per key of every variant
+//!   (bare route, tower_governor, our memory and Redis limiters, the hand-rolled `INCR` +
+//!   `EXPIRE`, our sessions and tower-sessions) under `wrk`, alternating; the `bench` binary
+//!   runs it and writes `docs/benchmarks.md`.
 
 pub mod session_race;
+pub mod throughput;
 
 pub use session_race::{
-    RaceBarrier, RaceReport, lost_writes, redis_guard_app, serve, tower_sessions_app,
+    RaceBarrier, RaceReport, lost_writes, redis_guard_app, redis_guard_session_layer, serve,
+    tower_sessions_app, tower_sessions_layer,
 };

@@ -207,6 +207,18 @@ const STARTED: &str = "started";
 ///
 /// The URL is invalid, or Redis cannot be reached.
 pub async fn tower_sessions_app(redis_url: &str) -> Result<Router, String> {
+    Ok(race_router::<Session>().layer(tower_sessions_layer(redis_url).await?))
+}
+
+/// The `tower-sessions` layer both measurements use: `tower-sessions-redis-store` on the Redis
+/// at `redis_url`, through a fred pool of two connections, with a cookie that is not `Secure`.
+///
+/// # Errors
+///
+/// The URL is invalid, or Redis cannot be reached.
+pub async fn tower_sessions_layer(
+    redis_url: &str,
+) -> Result<SessionManagerLayer<RedisStore<Pool>>, String> {
     let config = Config::from_url(redis_url).map_err(|e| format!("redis url {redis_url}: {e}"))?;
     let pool = Pool::new(config, None, None, None, 2).map_err(|e| format!("fred pool: {e}"))?;
     // `init` connects every client and returns once they are ready; the connection tasks keep
@@ -215,9 +227,7 @@ pub async fn tower_sessions_app(redis_url: &str) -> Result<Router, String> {
         .init()
         .await
         .map_err(|e| format!("connecting to {redis_url}: {e}"))?;
-    let sessions = SessionManagerLayer::new(RedisStore::new(pool)).with_secure(false);
-
-    Ok(race_router::<Session>().layer(sessions))
+    Ok(SessionManagerLayer::new(RedisStore::new(pool)).with_secure(false))
 }
 
 /// The protocol served by redis-guard's own [`SessionLayer`](redis_guard::session::SessionLayer)
@@ -228,15 +238,29 @@ pub async fn tower_sessions_app(redis_url: &str) -> Result<Router, String> {
 ///
 /// The URL is invalid, or Redis cannot be reached.
 pub async fn redis_guard_app(redis_url: &str) -> Result<Router, String> {
+    Ok(race_router::<redis_guard::session::Session>()
+        .layer(redis_guard_session_layer(redis_url).await?))
+}
+
+/// redis-guard's [`SessionLayer`](redis_guard::session::SessionLayer) as both measurements use
+/// it: a [`RedisSessionStore`](redis_guard::session::RedisSessionStore) at `redis_url` through a
+/// `ConnectionManager`, defaults except a cookie that is not `Secure` (as
+/// [`tower_sessions_layer`]).
+///
+/// # Errors
+///
+/// The URL is invalid, or Redis cannot be reached.
+pub async fn redis_guard_session_layer(
+    redis_url: &str,
+) -> Result<redis_guard::session::SessionLayer, String> {
     use redis_guard::session::{CookieConfig, RedisSessionStore, SessionLayer};
     let conn = redis_guard::backend::RedisConnection::open(redis_url)
         .await
         .map_err(|e| format!("connecting to {redis_url}: {e}"))?;
-    let sessions = SessionLayer::builder(RedisSessionStore::new(conn))
+    SessionLayer::builder(RedisSessionStore::new(conn))
         .cookie(CookieConfig::default().secure(false))
         .build()
-        .map_err(|e| format!("session layer: {e}"))?;
-    Ok(race_router::<redis_guard::session::Session>().layer(sessions))
+        .map_err(|e| format!("session layer: {e}"))
 }
 
 /// The session calls the race handlers make, on either library's `Session` extractor.
