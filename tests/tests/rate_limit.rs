@@ -463,33 +463,73 @@ async fn a_denied_client_costs_redis_nothing_until_its_wait_passes() {
     let limiter = redis_guard::rate_limit::RedisLimiter::new(h.backend().await);
     let rule = Rule::new("deny", Quota::per_hour(2));
     for _ in 0..2 {
-        assert!(limiter.check(&rule, Key::from("a")).await.expect("decision").allowed);
+        assert!(
+            limiter
+                .check(&rule, Key::from("a"))
+                .await
+                .expect("decision")
+                .allowed
+        );
     }
-    let first = limiter.check(&rule, Key::from("a")).await.expect("decision");
+    let first = limiter
+        .check(&rule, Key::from("a"))
+        .await
+        .expect("decision");
     assert!(!first.allowed);
     let before = evalsha_calls(&h).await;
     for _ in 0..50 {
-        let d = limiter.check(&rule, Key::from("a")).await.expect("decision");
+        let d = limiter
+            .check(&rule, Key::from("a"))
+            .await
+            .expect("decision");
         assert!(!d.allowed);
         assert_eq!(d.rule.as_ref(), "deny");
         assert!(d.retry_after <= first.retry_after && d.retry_after > Duration::ZERO);
     }
-    assert_eq!(evalsha_calls(&h).await, before, "denied in process, no round trip");
+    assert_eq!(
+        evalsha_calls(&h).await,
+        before,
+        "denied in process, no round trip"
+    );
     // Another client still reaches Redis.
-    assert!(limiter.check(&rule, Key::from("b")).await.expect("decision").allowed);
+    assert!(
+        limiter
+            .check(&rule, Key::from("b"))
+            .await
+            .expect("decision")
+            .allowed
+    );
     assert_eq!(evalsha_calls(&h).await, before + 1);
     // Once the wait has passed (Redis time and the cache's clock move together), Redis decides.
     h.wait(first.retry_after + Duration::from_millis(1)).await;
-    assert!(limiter.check(&rule, Key::from("a")).await.expect("decision").allowed);
+    assert!(
+        limiter
+            .check(&rule, Key::from("a"))
+            .await
+            .expect("decision")
+            .allowed
+    );
     assert_eq!(evalsha_calls(&h).await, before + 2);
 
     // Without the cache, every denial is a round trip.
     let uncached = redis_guard::rate_limit::RedisLimiter::new(h.backend().await).deny_cache(0);
     let rule = Rule::new("nocache", Quota::per_hour(1));
-    assert!(uncached.check(&rule, Key::from("c")).await.expect("decision").allowed);
+    assert!(
+        uncached
+            .check(&rule, Key::from("c"))
+            .await
+            .expect("decision")
+            .allowed
+    );
     let before = evalsha_calls(&h).await;
     for _ in 0..5 {
-        assert!(!uncached.check(&rule, Key::from("c")).await.expect("decision").allowed);
+        assert!(
+            !uncached
+                .check(&rule, Key::from("c"))
+                .await
+                .expect("decision")
+                .allowed
+        );
     }
     assert_eq!(evalsha_calls(&h).await, before + 5);
 }
