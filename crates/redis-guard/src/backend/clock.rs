@@ -1,9 +1,9 @@
 //! The in-process backends' clock, behind a seam tests can drive.
 
 use std::fmt;
-#[cfg(feature = "test-util")]
+#[cfg(any(test, feature = "test-util"))]
 use std::sync::Arc;
-#[cfg(feature = "test-util")]
+#[cfg(any(test, feature = "test-util"))]
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -52,13 +52,13 @@ impl Clock for MonotonicClock {
 /// clock.advance(Duration::from_secs(6));
 /// assert_eq!(clock.now(), Duration::from_secs(6));
 /// ```
-#[cfg(feature = "test-util")]
+#[cfg(any(test, feature = "test-util"))]
 #[derive(Clone, Debug, Default)]
 pub struct ManualClock {
     micros: Arc<AtomicU64>,
 }
 
-#[cfg(feature = "test-util")]
+#[cfg(any(test, feature = "test-util"))]
 impl ManualClock {
     /// A clock at zero.
     #[must_use]
@@ -73,7 +73,7 @@ impl ManualClock {
     }
 }
 
-#[cfg(feature = "test-util")]
+#[cfg(any(test, feature = "test-util"))]
 impl Clock for ManualClock {
     fn now(&self) -> Duration {
         Duration::from_micros(self.micros.load(Ordering::SeqCst))

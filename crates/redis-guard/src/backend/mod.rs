@@ -31,7 +31,7 @@ mod table;
 )]
 mod connection;
 
-#[cfg(feature = "test-util")]
+#[cfg(any(test, feature = "test-util"))]
 pub use clock::ManualClock;
 pub use clock::{Clock, MonotonicClock};
 pub use connection::RedisConnection;

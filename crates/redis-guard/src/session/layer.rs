@@ -9,6 +9,7 @@ use super::shared::Shared;
 /// request and, after the handler, writes what changed and sets or removes the cookie.
 ///
 /// ```
+/// # #[cfg(feature = "axum")] {
 /// use axum::{Router, routing::get};
 /// use redis_guard::session::{MemorySessionStore, Session, SessionError, SessionLayer};
 ///
@@ -19,6 +20,7 @@ use super::shared::Shared;
 /// let app: Router = Router::new()
 ///     .route("/", get(handler))
 ///     .layer(SessionLayer::new(MemorySessionStore::new())?); // or RedisSessionStore::new(conn)
+/// # }
 /// # Ok::<(), redis_guard::session::SessionConfigError>(())
 /// ```
 ///

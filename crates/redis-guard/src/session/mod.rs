@@ -1,6 +1,7 @@
 //! Cookie sessions on Redis hashes: [`SessionLayer`], the [`Session`] handle, and the stores.
 //!
 //! ```
+//! # #[cfg(feature = "axum")] {
 //! use axum::{Router, routing::{get, post}};
 //! use redis_guard::session::{MemorySessionStore, Session, SessionError, SessionLayer};
 //!
@@ -19,6 +20,7 @@
 //!     .route("/login", post(login))
 //!     .route("/logout", post(logout))
 //!     .layer(SessionLayer::new(MemorySessionStore::new())?);
+//! # }
 //! # Ok::<(), redis_guard::session::SessionConfigError>(())
 //! ```
 //!
