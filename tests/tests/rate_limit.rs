@@ -435,6 +435,14 @@ async fn a_zero_redis_timeout_is_refused_when_the_layer_is_built() {
     );
 }
 
+async fn decide(
+    limiter: &redis_guard::rate_limit::RedisLimiter,
+    rule: &Rule,
+    key: &str,
+) -> Decision {
+    limiter.check(rule, Key::from(key)).await.expect("decision")
+}
+
 /// EVALSHA calls Redis has served so far (`INFO commandstats`).
 async fn evalsha_calls(h: &Harness) -> u64 {
     let server = h.server().expect("a standalone Redis");
@@ -463,25 +471,13 @@ async fn a_denied_client_costs_redis_nothing_until_its_wait_passes() {
     let limiter = redis_guard::rate_limit::RedisLimiter::new(h.backend().await);
     let rule = Rule::new("deny", Quota::per_hour(2));
     for _ in 0..2 {
-        assert!(
-            limiter
-                .check(&rule, Key::from("a"))
-                .await
-                .expect("decision")
-                .allowed
-        );
+        assert!(decide(&limiter, &rule, "a").await.allowed);
     }
-    let first = limiter
-        .check(&rule, Key::from("a"))
-        .await
-        .expect("decision");
+    let first = decide(&limiter, &rule, "a").await;
     assert!(!first.allowed);
     let before = evalsha_calls(&h).await;
     for _ in 0..50 {
-        let d = limiter
-            .check(&rule, Key::from("a"))
-            .await
-            .expect("decision");
+        let d = decide(&limiter, &rule, "a").await;
         assert!(!d.allowed);
         assert_eq!(d.rule.as_ref(), "deny");
         assert!(d.retry_after <= first.retry_after && d.retry_after > Duration::ZERO);
@@ -492,44 +488,20 @@ async fn a_denied_client_costs_redis_nothing_until_its_wait_passes() {
         "denied in process, no round trip"
     );
     // Another client still reaches Redis.
-    assert!(
-        limiter
-            .check(&rule, Key::from("b"))
-            .await
-            .expect("decision")
-            .allowed
-    );
+    assert!(decide(&limiter, &rule, "b").await.allowed);
     assert_eq!(evalsha_calls(&h).await, before + 1);
     // Once the wait has passed (Redis time and the cache's clock move together), Redis decides.
     h.wait(first.retry_after + Duration::from_millis(1)).await;
-    assert!(
-        limiter
-            .check(&rule, Key::from("a"))
-            .await
-            .expect("decision")
-            .allowed
-    );
+    assert!(decide(&limiter, &rule, "a").await.allowed);
     assert_eq!(evalsha_calls(&h).await, before + 2);
 
     // Without the cache, every denial is a round trip.
     let uncached = redis_guard::rate_limit::RedisLimiter::new(h.backend().await).deny_cache(0);
     let rule = Rule::new("nocache", Quota::per_hour(1));
-    assert!(
-        uncached
-            .check(&rule, Key::from("c"))
-            .await
-            .expect("decision")
-            .allowed
-    );
+    assert!(decide(&uncached, &rule, "c").await.allowed);
     let before = evalsha_calls(&h).await;
     for _ in 0..5 {
-        assert!(
-            !uncached
-                .check(&rule, Key::from("c"))
-                .await
-                .expect("decision")
-                .allowed
-        );
+        assert!(!decide(&uncached, &rule, "c").await.allowed);
     }
     assert_eq!(evalsha_calls(&h).await, before + 5);
 }

@@ -5,21 +5,8 @@
 -- docs/benchmarks.md).
 --
 -- KEYS, ARGV, clock and reply: exactly as evaluate.lua (the algorithm id of every rule is 1, and
--- the emission interval ARGV drives everything; the period is not read).
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if (q + 1) * b <= a then
-    q = q + 1
-  elseif q * b > a then
-    q = q - 1
-  end
-  return q
-end
-
-local function cdiv(a, b)
-  return -idiv(-a, b)
-end
-
+-- the emission interval ARGV drives everything; the period is not read). Built as division.lua,
+-- then this file.
 local n = #KEYS
 if #ARGV ~= 3 + n * 6 then
   return redis.error_reply('RG_ARITY expected 3 + 6 arguments per key, got '

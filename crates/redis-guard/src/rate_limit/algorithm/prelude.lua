@@ -1,20 +1,4 @@
--- Shared helpers of the rate-limit script. Lua 5.1 numbers are doubles: every value here is an
--- integer below 2^53 (the Rust side validates quotas so), and `idiv` floors a quotient exactly
--- where `math.floor(a / b)` could be off by one after rounding.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if (q + 1) * b <= a then
-    q = q + 1
-  elseif q * b > a then
-    q = q - 1
-  end
-  return q
-end
-
--- Ceiling of a / b, exactly.
-local function cdiv(a, b)
-  return -idiv(-a, b)
-end
+-- Shared helpers of the general rate-limit script (after division.lua).
 
 -- Checks what an algorithm returned against the contract; returns a description of the first
 -- problem, or nil.

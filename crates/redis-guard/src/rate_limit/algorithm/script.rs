@@ -19,7 +19,9 @@ const BUILTIN: [(&str, &str); 5] = [
 /// [`CUSTOM_BASE`] + 1 on, in order; `customs` gives each one's name and source for this table),
 /// then `driver`.
 fn compose(table: &str, suffix: &str, customs: &[(&str, Option<&str>)], driver: &str) -> String {
-    let mut src = String::from(include_str!("prelude.lua"));
+    let mut src = String::from(include_str!("division.lua"));
+    src.push('\n');
+    src.push_str(include_str!("prelude.lua"));
     for (_, body) in BUILTIN {
         src.push('\n');
         src.push_str(body);
@@ -92,8 +94,13 @@ pub(crate) static BUILTIN_SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts:
 
 /// The evaluation script for rule sets that are all GCRA (the default): the same decisions as
 /// the general one, inline (see `gcra_only.lua`).
-pub(crate) static GCRA_ONLY: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("gcra_only.lua")));
+pub(crate) static GCRA_ONLY: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(concat!(
+        include_str!("division.lua"),
+        "\n",
+        include_str!("gcra_only.lua")
+    ))
+});
 
 #[cfg(test)]
 mod tests {
