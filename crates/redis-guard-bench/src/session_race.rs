@@ -177,8 +177,9 @@ async fn call(
     }
 }
 
-/// The `Cookie` request header that echoes every cookie `response` sets (`name=value; …`).
-fn cookie_header(response: &RawResponse) -> Result<String, String> {
+/// The `Cookie` request header that echoes every cookie `response` sets (`name=value; …`), or
+/// `None` when it sets none. The throughput harness sends the same header.
+pub(crate) fn echo_cookies(response: &RawResponse) -> Option<String> {
     let pairs: Vec<&str> = response
         .headers_named("set-cookie")
         .into_iter()
@@ -186,10 +187,14 @@ fn cookie_header(response: &RawResponse) -> Result<String, String> {
         .map(str::trim)
         .filter(|pair| !pair.is_empty())
         .collect();
-    if pairs.is_empty() {
-        Err("POST /race/start set no cookie: it must create the session".to_owned())
-    } else {
-        Ok(pairs.join("; "))
+    (!pairs.is_empty()).then(|| pairs.join("; "))
+}
+
+/// The `Cookie` request header that echoes every cookie `response` sets (`name=value; …`).
+fn cookie_header(response: &RawResponse) -> Result<String, String> {
+    match echo_cookies(response) {
+        None => Err("POST /race/start set no cookie: it must create the session".to_owned()),
+        Some(header) => Ok(header),
     }
 }
 

@@ -5,13 +5,26 @@ use std::fmt::Write as _;
 use super::table::{Row, format_rate};
 use super::variant::Variant;
 
-const WIDTH: f64 = 760.0;
-const LABEL_WIDTH: f64 = 170.0;
-const VALUE_WIDTH: f64 = 130.0;
-const ROW_HEIGHT: f64 = 26.0;
-const BAR_HEIGHT: f64 = 16.0;
-const TOP: f64 = 44.0;
-const BOTTOM: f64 = 34.0;
+/// The chart's geometry, in SVG user units.
+struct Layout {
+    width: f64,
+    label_width: f64,
+    value_width: f64,
+    row_height: f64,
+    bar_height: f64,
+    top: f64,
+    bottom: f64,
+}
+
+const L: Layout = Layout {
+    width: 760.0,
+    label_width: 170.0,
+    value_width: 130.0,
+    row_height: 26.0,
+    bar_height: 16.0,
+    top: 44.0,
+    bottom: 34.0,
+};
 
 /// Who a variant belongs to, for its bar colour.
 fn colour(variant: Variant) -> &'static str {
@@ -36,23 +49,32 @@ fn escape(s: &str) -> String {
 /// the value and the ratio to `bare` at the end. `subtitle` says how the run was made.
 #[must_use]
 pub fn svg(rows: &[Row], subtitle: &str) -> String {
+    let Layout {
+        width,
+        label_width,
+        value_width,
+        row_height,
+        bar_height,
+        top: chart_top,
+        bottom,
+    } = L;
     let count = rows.len().max(1) as f64;
-    let height = TOP + ROW_HEIGHT * count + BOTTOM;
-    let plot = WIDTH - LABEL_WIDTH - VALUE_WIDTH;
+    let height = chart_top + row_height * count + bottom;
+    let plot = width - label_width - value_width;
     let max = rows
         .iter()
         .map(|r| r.requests_per_sec_range.1.max(r.requests_per_sec))
         .fold(1.0, f64::max);
-    let x = |rate: f64| LABEL_WIDTH + plot * (rate / max).clamp(0.0, 1.0);
+    let x = |rate: f64| label_width + plot * (rate / max).clamp(0.0, 1.0);
 
     let mut out = String::new();
     let _ = writeln!(
         out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(
         out,
-        r##"<rect width="{WIDTH}" height="{height}" fill="#ffffff"/>"##
+        r##"<rect width="{width}" height="{height}" fill="#ffffff"/>"##
     );
     let _ = writeln!(
         out,
@@ -64,21 +86,21 @@ pub fn svg(rows: &[Row], subtitle: &str) -> String {
         escape(subtitle)
     );
     for (i, r) in rows.iter().enumerate() {
-        let top = TOP + ROW_HEIGHT * i as f64;
-        let mid = top + ROW_HEIGHT / 2.0;
+        let top = chart_top + row_height * i as f64;
+        let mid = top + row_height / 2.0;
         let end = x(r.requests_per_sec);
         let _ = writeln!(
             out,
             r#"<text x="{:.1}" y="{:.1}" text-anchor="end" dominant-baseline="middle">{}</text>"#,
-            LABEL_WIDTH - 8.0,
+            label_width - 8.0,
             mid,
             escape(r.variant.name())
         );
         let _ = writeln!(
             out,
-            r#"<rect x="{LABEL_WIDTH}" y="{:.1}" width="{:.1}" height="{BAR_HEIGHT}" fill="{}"/>"#,
-            mid - BAR_HEIGHT / 2.0,
-            end - LABEL_WIDTH,
+            r#"<rect x="{label_width}" y="{:.1}" width="{:.1}" height="{bar_height}" fill="{}"/>"#,
+            mid - bar_height / 2.0,
+            end - label_width,
             colour(r.variant)
         );
         let (lo, hi) = r.requests_per_sec_range;

@@ -195,6 +195,20 @@ impl RedisNodes {
         })
     }
 
+    /// `INFO <section>` of every node, in node order.
+    async fn info(&self, section: &str) -> Result<Vec<String>, String> {
+        let mut out = Vec::with_capacity(self.conns.len());
+        for conn in &self.conns {
+            let info: String = redis::cmd("INFO")
+                .arg(section)
+                .query_async(&mut conn.clone())
+                .await
+                .map_err(|e| format!("INFO {section}: {e}"))?;
+            out.push(info);
+        }
+        Ok(out)
+    }
+
     /// Redis's own CPU time so far (`used_cpu_user` + `used_cpu_sys` of `INFO cpu`), summed
     /// over the nodes, in microseconds: commands, network I/O and housekeeping.
     ///
@@ -203,12 +217,7 @@ impl RedisNodes {
     /// A node failed the command.
     pub async fn process_cpu_usec(&self) -> Result<u64, String> {
         let mut total = 0.0;
-        for conn in &self.conns {
-            let info: String = redis::cmd("INFO")
-                .arg("cpu")
-                .query_async(&mut conn.clone())
-                .await
-                .map_err(|e| format!("INFO cpu: {e}"))?;
+        for info in self.info("cpu").await? {
             total += info
                 .lines()
                 .filter_map(|l| {
@@ -329,12 +338,7 @@ impl RedisNodes {
     /// A node failed the command.
     pub async fn command_stats(&self) -> Result<CommandStats, String> {
         let mut sum = CommandStats::new();
-        for conn in &self.conns {
-            let info: String = redis::cmd("INFO")
-                .arg("commandstats")
-                .query_async(&mut conn.clone())
-                .await
-                .map_err(|e| format!("INFO commandstats: {e}"))?;
+        for info in self.info("commandstats").await? {
             for (name, stat) in parse_commandstats(&info) {
                 let entry = sum.entry(name).or_default();
                 entry.calls += stat.calls;

@@ -250,15 +250,6 @@ async fn start_session(addr: SocketAddr) -> Result<String, String> {
             response.text()
         ));
     }
-    let pairs: Vec<&str> = response
-        .headers_named("set-cookie")
-        .into_iter()
-        .filter_map(|c| c.split(';').next())
-        .map(str::trim)
-        .filter(|pair| !pair.is_empty())
-        .collect();
-    if pairs.is_empty() {
-        return Err("POST /start set no cookie".to_owned());
-    }
-    Ok(pairs.join("; "))
+    crate::session_race::echo_cookies(&response)
+        .ok_or_else(|| "POST /start set no cookie".to_owned())
 }

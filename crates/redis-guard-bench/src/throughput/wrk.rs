@@ -43,13 +43,7 @@ pub async fn version() -> Result<String, String> {
         .stdin(Stdio::null())
         .output()
         .await
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                INSTALL_HINT.to_owned()
-            } else {
-                format!("running `wrk -v`: {e}")
-            }
-        })?;
+        .map_err(|e| spawn_error(&e, "`wrk -v`"))?;
     let text = String::from_utf8_lossy(&output.stdout).into_owned()
         + &String::from_utf8_lossy(&output.stderr);
     Ok(text
@@ -89,13 +83,7 @@ pub async fn run(
     let output = tokio::time::timeout(duration + GRACE, command.output())
         .await
         .map_err(|_| format!("wrk ran more than {GRACE:?} past its {duration:?}"))?
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                INSTALL_HINT.to_owned()
-            } else {
-                format!("running wrk: {e}")
-            }
-        })?;
+        .map_err(|e| spawn_error(&e, "wrk"))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     if !output.status.success() {
         return Err(format!(
@@ -181,6 +169,15 @@ fn parse_latency(s: &str) -> Result<Duration, String> {
         _ => return Err(format!("latency {s:?}: unknown unit {unit:?}")),
     };
     Duration::try_from_secs_f64(value * seconds_per_unit).map_err(|e| format!("latency {s:?}: {e}"))
+}
+
+/// Why running `what` failed: the install hint when `wrk` is not there.
+fn spawn_error(e: &std::io::Error, what: &str) -> String {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        INSTALL_HINT.to_owned()
+    } else {
+        format!("running {what}: {e}")
+    }
 }
 
 #[cfg(test)]
