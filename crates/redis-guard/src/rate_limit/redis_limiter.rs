@@ -103,16 +103,9 @@ impl RedisLimiter {
             &check.key.digest(),
         )
     }
-}
 
-impl crate::sealed::Sealed for RedisLimiter {}
-
-impl Limiter for RedisLimiter {
-    fn config_problem(&self) -> Option<String> {
-        self.backend.config_problem()
-    }
-
-    fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
+    /// The script call(s) for `checks`: keys, arguments, and which scripts run them.
+    fn evaluation(&self, checks: &[Check]) -> Evaluation {
         let keys: Vec<String> = checks.iter().map(|c| self.key_name(c)).collect();
         let mut customs: Vec<CustomAlgorithm> = Vec::new();
         let rule_args: Vec<[String; 6]> = checks
@@ -140,7 +133,6 @@ impl Limiter for RedisLimiter {
                 .map(|v| v.to_string())
             })
             .collect();
-        let has_custom = !customs.is_empty();
         let scripts = if customs.is_empty() {
             None
         } else {
@@ -149,18 +141,39 @@ impl Limiter for RedisLimiter {
         let gcra_only = checks
             .iter()
             .all(|c| *c.rule.algorithm() == Algorithm::Gcra);
-        let evaluation = Evaluation::new(scripts, gcra_only, keys, rule_args);
-        let backend = self.backend.clone();
+        Evaluation::new(scripts, gcra_only, keys, rule_args)
+    }
+}
+
+impl crate::sealed::Sealed for RedisLimiter {}
+
+impl Limiter for RedisLimiter {
+    fn config_problem(&self) -> Option<String> {
+        self.backend.config_problem()
+    }
+
+    fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
         // A custom algorithm's waits are its own business (it may count denials): never cached.
+        let has_custom = checks
+            .iter()
+            .any(|c| matches!(c.rule.algorithm(), Algorithm::Custom(_)));
         let cache = self.deny_cache.clone().filter(|_| !has_custom);
-        let Some(cache) = cache else {
-            return Box::pin(async move { evaluation.run(&backend).await });
-        };
-        let key = cache.key(Request(&checks));
-        let now = cache.now(backend.shift_us());
-        if let Some((states, elapsed)) = cache.get(key, now) {
+        // Look the request up before building anything for Redis: a cached denial costs no key
+        // name, digest or argument.
+        let cached = cache.map(|cache| {
+            let key = cache.key(Request(&checks));
+            let now = cache.now(self.backend.shift_us());
+            let hit = cache.get(key, now);
+            (cache, key, now, hit)
+        });
+        if let Some((_, _, _, Some((states, elapsed)))) = cached {
             return Box::pin(std::future::ready(Ok(counted_down(states, elapsed))));
         }
+        let evaluation = self.evaluation(&checks);
+        let backend = self.backend.clone();
+        let Some((cache, key, now, None)) = cached else {
+            return Box::pin(async move { evaluation.run(&backend).await });
+        };
         Box::pin(async move {
             let states = evaluation.run(&backend).await?;
             let wait = states
