@@ -222,26 +222,15 @@ impl Harness {
     pub async fn keys(&self) -> Vec<String> {
         match (&self.server, &self.cluster) {
             (_, Some(cluster)) => cluster.keys(),
-            (Some(_), None) => {
-                let mut conn = self.inspect().await;
-                let mut keys = Vec::new();
-                let mut cursor: u64 = 0;
-                loop {
-                    let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("COUNT")
-                        .arg(1000)
-                        .query_async(&mut conn)
-                        .await
-                        .expect("SCAN");
-                    keys.extend(batch);
-                    cursor = next;
-                    if cursor == 0 {
-                        break;
-                    }
-                }
-                keys.sort();
-                keys
+            (Some(server), None) => {
+                let mut conn = server
+                    .client()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("connect");
+                redis_guard_testkit::inspect::scan_keys(&mut conn)
+                    .await
+                    .expect("SCAN")
             }
             (None, None) => Vec::new(),
         }

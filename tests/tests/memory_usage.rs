@@ -32,14 +32,10 @@ async fn memory_usage_per_key() {
                 .expect("decision");
             assert!(d.allowed);
             let key = namer.key_name(&Check::new(rule, Key::from("client")));
-            let used: i64 = redis::cmd("MEMORY")
-                .arg("USAGE")
-                .arg(&key)
-                .arg("SAMPLES")
-                .arg(0)
-                .query_async(&mut conn)
+            let used = redis_guard_testkit::inspect::memory_usage(&mut conn, &key)
                 .await
-                .expect("MEMORY USAGE");
+                .expect("MEMORY USAGE")
+                .expect("the key exists");
             bytes.push(used);
         }
         println!(

@@ -14,6 +14,7 @@ pub mod app;
 mod browser;
 mod cluster;
 pub mod http;
+pub mod inspect;
 mod process;
 mod server;
 

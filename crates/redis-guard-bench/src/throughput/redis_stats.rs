@@ -12,8 +12,8 @@ use tokio::net::TcpStream;
 /// figures (Redis ≥ 7 names subcommands `config|resetstat`).
 const HARNESS_COMMANDS: [&str; 3] = ["info", "config|resetstat", "config"];
 
-/// `SCAN` pages read at most when listing the keys of a run (a run leaves a handful).
-const MAX_SCAN_PAGES: usize = 10_000;
+/// Keys a run may leave at most before the harness calls it a bug (a run leaves a handful).
+const MAX_KEYS: usize = 100_000;
 
 /// Calls and CPU time of one command, from `INFO commandstats`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -357,34 +357,18 @@ impl RedisNodes {
         let mut keys = Vec::new();
         for conn in &self.conns {
             let mut conn = conn.clone();
-            let mut cursor = 0_u64;
-            for page in 0.. {
-                if page == MAX_SCAN_PAGES {
-                    return Err(format!("more than {MAX_SCAN_PAGES} SCAN pages of keys"));
-                }
-                let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query_async(&mut conn)
+            let names = redis_guard_testkit::inspect::scan_keys(&mut conn)
+                .await
+                .map_err(|e| format!("SCAN: {e}"))?;
+            if names.len() > MAX_KEYS {
+                return Err(format!("{} keys: more than a run can leave", names.len()));
+            }
+            for key in names {
+                let bytes = redis_guard_testkit::inspect::memory_usage(&mut conn, &key)
                     .await
-                    .map_err(|e| format!("SCAN: {e}"))?;
-                for key in batch {
-                    let bytes: Option<u64> = redis::cmd("MEMORY")
-                        .arg("USAGE")
-                        .arg(&key)
-                        .arg("SAMPLES")
-                        .arg(0)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(|e| format!("MEMORY USAGE {key}: {e}"))?;
-                    if let Some(bytes) = bytes {
-                        keys.push((key, bytes));
-                    }
-                }
-                cursor = next;
-                if cursor == 0 {
-                    break;
+                    .map_err(|e| format!("MEMORY USAGE {key}: {e}"))?;
+                if let Some(bytes) = bytes {
+                    keys.push((key, bytes));
                 }
             }
         }
