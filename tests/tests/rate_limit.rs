@@ -505,3 +505,79 @@ async fn a_denied_client_costs_redis_nothing_until_its_wait_passes() {
     }
     assert_eq!(evalsha_calls(&h).await, before + 5);
 }
+
+/// Decisions that arrive while script calls are in flight go to Redis together: 400 decisions
+/// queued behind a paused Redis take a handful of `EVALSHA`s (the two calls let out at once, then
+/// batches of at most 64), not 400, and every one of them is still exact: a limit of 50 on one
+/// hot key admits exactly 50, and 100 other clients with a limit of 1 get exactly one each. A
+/// client whose key Redis cannot read fails alone, not the decisions it went with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_decisions_coalesce_into_few_script_calls_and_stay_exact() {
+    let h = Harness::redis().await;
+    let limiter = redis_guard::rate_limit::RedisLimiter::new(
+        h.backend().await.timeout(Duration::from_secs(10)),
+    );
+    let hot = Rule::new("hot", Quota::per_hour(50));
+    let each = Rule::new("each", Quota::per_hour(1));
+    // Load the script first, so the count below is of decisions only.
+    limiter
+        .check(&each, Key::from("w"))
+        .await
+        .expect("decision");
+    let mut conn = h.inspect().await;
+    let poisoned = limiter.key_name(&Check::new(each.clone(), Key::from("poisoned")));
+    let () = conn.hset(&poisoned, "f", "v").await.expect("HSET");
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .expect("RESETSTAT");
+    // Redis answers nothing for 200 ms (within redis-rs' own response timeout): the decisions
+    // below queue behind the first two.
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(200)
+        .arg("ALL")
+        .query_async(&mut conn)
+        .await
+        .expect("CLIENT PAUSE");
+    let mut tasks = Vec::new();
+    for i in 0..401 {
+        let limiter = limiter.clone();
+        let (rule, key) = match i {
+            0..200 => (hot.clone(), "hot".to_owned()),
+            200..400 => (each.clone(), format!("client-{}", i % 100)),
+            _ => (each.clone(), "poisoned".to_owned()),
+        };
+        tasks.push(tokio::spawn(async move {
+            let d = limiter.check(&rule, Key::from(key)).await;
+            (i, d.map(|d| d.allowed))
+        }));
+    }
+    let (mut hot_allowed, mut each_allowed) = (0, 0);
+    for task in tasks {
+        match task.await.expect("task") {
+            (0..200, Ok(true)) => hot_allowed += 1,
+            (200..400, Ok(true)) => each_allowed += 1,
+            (400, Ok(_)) => panic!("a key of the wrong type got a decision"),
+            (0..400, Err(e)) => panic!("decision failed: {e}"),
+            _ => {}
+        }
+    }
+    assert_eq!((hot_allowed, each_allowed), (50, 100));
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO");
+    let calls: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .expect("EVALSHA calls in INFO commandstats");
+    assert!(
+        (1..=2 + 399_u64.div_ceil(64)).contains(&calls),
+        "{calls} EVALSHA calls for 401 decisions"
+    );
+}

@@ -16,7 +16,7 @@ use std::time::Duration;
 /// assert_eq!(e.code(), None);
 /// assert!(e.is_unavailable());
 /// ```
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BackendError {
     /// Redis could not be reached, or refused the command for a reason of its own (connection

@@ -16,6 +16,8 @@
 
 mod clock;
 #[cfg(feature = "rate-limit")]
+mod coalesce;
+#[cfg(feature = "rate-limit")]
 mod deny_cache;
 mod error;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
@@ -34,6 +36,10 @@ mod connection;
 #[cfg(any(test, feature = "test-util"))]
 pub use clock::ManualClock;
 pub use clock::{Clock, MonotonicClock};
+#[cfg(feature = "rate-limit")]
+pub(crate) use coalesce::Coalescer;
+#[cfg(feature = "rate-limit")]
+pub use coalesce::DEFAULT_BATCH;
 pub use connection::RedisConnection;
 #[cfg(feature = "rate-limit")]
 pub(crate) use deny_cache::DenyCache;

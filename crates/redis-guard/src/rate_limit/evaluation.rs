@@ -4,10 +4,10 @@
 use std::sync::{Arc, LazyLock};
 
 use super::algorithm::RuleState;
-use super::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
+use super::algorithm::script::{BUILTIN_SCRIPTS, Scripts};
 use super::limiter::LimiterError;
 use super::reply::parse_reply;
-use crate::backend::{BackendError, RedisBackend};
+use crate::backend::{BackendError, Coalescer, RedisBackend};
 
 /// One evaluation: the keys and arguments of every rule.
 pub(super) struct Evaluation {
@@ -46,11 +46,20 @@ impl Evaluation {
         self.scripts.as_deref().unwrap_or(&BUILTIN_SCRIPTS)
     }
 
-    fn evaluate_script(&self) -> &redis::Script {
+    /// Runs the evaluation script for one group of keys: the lean GCRA script through the
+    /// coalescer, the general one directly.
+    async fn evaluate(
+        &self,
+        gcra: &Coalescer,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<redis::Value, BackendError> {
         if self.gcra_only {
-            &GCRA_ONLY
+            gcra.call(keys, args).await
         } else {
-            &self.scripts().evaluate
+            gcra.backend()
+                .eval(&self.scripts().evaluate, &keys, &args)
+                .await
         }
     }
 
@@ -69,7 +78,10 @@ impl Evaluation {
     /// One script call when every key shares a slot (always on a single Redis): atomic. On a
     /// Cluster, one call per hash tag, in order; when one denies, the tags that already admitted
     /// the request are refunded and the rest are evaluated dry (for their headers).
-    pub(super) async fn run(self, backend: &RedisBackend) -> Result<Vec<RuleState>, LimiterError> {
+    ///
+    /// `gcra` runs the lean GCRA script, coalescing concurrent calls; its backend runs the rest.
+    pub(super) async fn run(self, gcra: &Coalescer) -> Result<Vec<RuleState>, LimiterError> {
+        let backend = gcra.backend();
         let groups = backend.slot_groups(&self.keys);
         let mut states: Vec<Option<RuleState>> = vec![None; self.keys.len()];
         // The groups that admitted the request, with the Redis time they were evaluated at.
@@ -77,8 +89,8 @@ impl Evaluation {
         let mut denied = false;
         for group in &groups {
             let (keys, args) = self.args(group, if denied { "1" } else { "0" }.to_owned());
-            let outcome = backend
-                .eval(self.evaluate_script(), &keys, &args)
+            let outcome = self
+                .evaluate(gcra, keys, args)
                 .await
                 .map_err(LimiterError::from)
                 .and_then(|reply| parse_reply(&reply, group.len()));

@@ -2,14 +2,14 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use super::algorithm::script::{CUSTOM_BASE, Scripts};
+use super::algorithm::script::{CUSTOM_BASE, GCRA_ONLY, Scripts};
 use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use super::evaluation::Evaluation;
 use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
-use crate::backend::{DenyCache, RedisBackend};
+use crate::backend::{Coalescer, DEFAULT_BATCH, DenyCache, RedisBackend};
 
 /// Default capacity of a [`RedisLimiter`]'s deny cache: how many denied clients it remembers.
 pub const DEFAULT_DENY_CACHE: usize = 10_000;
@@ -43,6 +43,8 @@ pub const DEFAULT_DENY_CACHE: usize = 10_000;
 #[derive(Clone, Debug)]
 pub struct RedisLimiter {
     backend: RedisBackend,
+    /// Runs the lean GCRA script, coalescing the calls that arrive while one is in flight.
+    gcra: Arc<Coalescer>,
     /// Requests denied until a known time, answered in process until then.
     deny_cache: Option<Arc<DenyCache<Vec<RuleState>>>>,
     /// Scripts with custom algorithms, by the customs they contain (in id order).
@@ -53,8 +55,14 @@ impl RedisLimiter {
     /// A limiter on `backend` (or on a connection, with the default prefix and timeout).
     #[must_use]
     pub fn new(backend: impl Into<RedisBackend>) -> Self {
+        let backend = backend.into();
         Self {
-            backend: backend.into(),
+            gcra: Arc::new(Coalescer::new(
+                backend.clone(),
+                LazyLock::force(&GCRA_ONLY),
+                DEFAULT_BATCH,
+            )),
+            backend,
             deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_DENY_CACHE))),
             custom_scripts: Arc::default(),
         }
@@ -73,6 +81,40 @@ impl RedisLimiter {
     #[must_use]
     pub fn deny_cache(mut self, capacity: usize) -> Self {
         self.deny_cache = (capacity > 0).then(|| Arc::new(DenyCache::new(capacity)));
+        self
+    }
+
+    /// How many decisions one script call may carry (default [`DEFAULT_BATCH`]; `1` turns
+    /// coalescing off).
+    ///
+    /// A request goes to Redis at once while fewer than two calls are in flight. The requests
+    /// that arrive while two are out queue, then go together in one `EVALSHA` as soon as one
+    /// returns; the script decides them one after the other in arrival order, so each decision
+    /// is exactly as atomic and exact as it is alone. Redis pays its fixed cost per script call
+    /// once for the lot, and a key that many queued requests share (one busy client) is read
+    /// and written once per call. The price is that a request may wait for a call in flight
+    /// before its own goes out; the backend's timeout counts from the moment it is queued. A
+    /// request that is dropped or times out while queued is never sent.
+    ///
+    /// Coalescing applies to rule sets that are all GCRA (the default algorithm) on a single
+    /// Redis or a pool; other algorithms, and every call on a Redis Cluster (where the keys of
+    /// one call must share a slot), go one request per call.
+    ///
+    /// ```no_run
+    /// use redis_guard::backend::RedisConnection;
+    /// use redis_guard::rate_limit::RedisLimiter;
+    /// # async fn f() -> redis::RedisResult<()> {
+    /// let conn = RedisConnection::open("redis://127.0.0.1/").await?;
+    /// let one_call_per_request = RedisLimiter::new(conn).batch_size(1);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn batch_size(mut self, max: usize) -> Self {
+        self.gcra = Arc::new(Coalescer::new(
+            self.backend.clone(),
+            LazyLock::force(&GCRA_ONLY),
+            max,
+        ));
         self
     }
 
@@ -170,12 +212,12 @@ impl Limiter for RedisLimiter {
             return Box::pin(std::future::ready(Ok(counted_down(states, elapsed))));
         }
         let evaluation = self.evaluation(&checks);
-        let backend = self.backend.clone();
+        let gcra = Arc::clone(&self.gcra);
         let Some((cache, key, now, None)) = cached else {
-            return Box::pin(async move { evaluation.run(&backend).await });
+            return Box::pin(async move { evaluation.run(&gcra).await });
         };
         Box::pin(async move {
-            let states = evaluation.run(&backend).await?;
+            let states = evaluation.run(&gcra).await?;
             let wait = states
                 .iter()
                 .filter(|s| !s.allowed)
