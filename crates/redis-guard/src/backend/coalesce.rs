@@ -31,7 +31,7 @@ use futures_util::stream::FuturesUnordered;
 use redis::{Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{BackendError, RedisBackend};
+use super::{BackendError, RedisBackend, ScriptCall};
 
 /// Default for how many entries one coalesced call may carry.
 pub const DEFAULT_BATCH: usize = 64;
@@ -39,24 +39,34 @@ pub const DEFAULT_BATCH: usize = 64;
 /// How many coalesced calls may be out at once: while Redis runs one, the next is on its way.
 const IN_FLIGHT: usize = 2;
 
-/// One entry waiting for its call.
-struct Entry {
-    keys: Vec<String>,
-    args: Vec<String>,
+/// What one caller asks of a coalesced script: its keys and its arguments, which it writes
+/// straight into the call.
+pub(crate) trait Entry: Send + Sync + 'static {
+    /// The entry's keys.
+    fn keys(&self) -> &[String];
+    /// How many arguments [`write_args`](Self::write_args) writes.
+    fn arg_count(&self) -> usize;
+    /// Appends the entry's arguments to `call`.
+    fn write_args(&self, call: &mut ScriptCall<'_>);
+}
+
+/// An entry waiting for its call, with where its reply goes.
+struct Waiting<E> {
+    entry: E,
     reply: oneshot::Sender<Result<Value, BackendError>>,
 }
 
-/// Runs one script for many callers, coalescing what arrives while a call is in flight.
-pub(crate) struct Coalescer {
+/// Runs one script for many callers, coalescing what arrives while calls are in flight.
+pub(crate) struct Coalescer<E> {
     backend: RedisBackend,
     script: &'static Script,
     max: usize,
     /// The queue of the task that makes the calls; started on first use, and again when the
     /// runtime it ran on has gone.
-    queue: Mutex<Option<mpsc::UnboundedSender<Entry>>>,
+    queue: Mutex<Option<mpsc::UnboundedSender<Waiting<E>>>>,
 }
 
-impl Coalescer {
+impl<E: Entry> Coalescer<E> {
     /// A coalescer of `script` (which takes the batch form above) on `backend`, carrying at most
     /// `max` entries per call (`max` ≤ 1: no coalescing).
     pub(crate) fn new(backend: RedisBackend, script: &'static Script, max: usize) -> Self {
@@ -75,18 +85,14 @@ impl Coalescer {
 
     /// Runs the script for one entry (`keys`, `args`) and returns the entry's reply, within the
     /// backend's timeout counted from now.
-    pub(crate) async fn call(
-        &self,
-        keys: Vec<String>,
-        args: Vec<String>,
-    ) -> Result<Value, BackendError> {
+    pub(crate) async fn call(&self, entry: E) -> Result<Value, BackendError> {
         if self.max <= 1 || self.backend.connection().is_cluster() {
-            return self.alone(keys, args).await;
+            return self.alone(entry).await;
         }
         let (reply, receiver) = oneshot::channel();
-        if let Err(entry) = self.enqueue(Entry { keys, args, reply }) {
+        if let Err(waiting) = self.enqueue(Waiting { entry, reply }) {
             // No runtime to run the task on: the caller's own future makes the call.
-            return self.alone(entry.keys, entry.args).await;
+            return self.alone(waiting.entry).await;
         }
         let timeout = self.backend.call_timeout();
         match tokio::time::timeout(timeout, receiver).await {
@@ -100,12 +106,8 @@ impl Coalescer {
     }
 
     /// One entry in a call of its own.
-    async fn alone(&self, keys: Vec<String>, args: Vec<String>) -> Result<Value, BackendError> {
-        let entry = [(keys, args)];
-        let reply = self
-            .backend
-            .eval(self.script, &batch_keys(&entry), &batch_args(&entry))
-            .await?;
+    async fn alone(&self, entry: E) -> Result<Value, BackendError> {
+        let reply = batch(&self.backend, self.script, &[&entry]).run().await?;
         split_reply(reply, 1)
             .map(|mut replies| replies.pop().unwrap_or(Value::Nil))
             .and_then(entry_reply)
@@ -113,7 +115,7 @@ impl Coalescer {
 
     /// Queues `entry` for the task, starting the task when there is none (or its runtime has
     /// shut down). Gives `entry` back when there is no runtime to start it on.
-    fn enqueue(&self, entry: Entry) -> Result<(), Entry> {
+    fn enqueue(&self, entry: Waiting<E>) -> Result<(), Waiting<E>> {
         let mut queue = self
             .queue
             .lock()
@@ -137,7 +139,7 @@ impl Coalescer {
     }
 }
 
-impl fmt::Debug for Coalescer {
+impl<E> fmt::Debug for Coalescer<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Coalescer")
             .field("max", &self.max)
@@ -148,11 +150,11 @@ impl fmt::Debug for Coalescer {
 /// The task: takes what is queued (up to `max`) whenever fewer than [`IN_FLIGHT`] calls are
 /// out, makes it one call, hands out the replies. Ends when every sender is gone and the last
 /// call has returned.
-async fn run(
+async fn run<E: Entry>(
     backend: RedisBackend,
     script: &'static Script,
     max: usize,
-    mut queue: mpsc::UnboundedReceiver<Entry>,
+    mut queue: mpsc::UnboundedReceiver<Waiting<E>>,
 ) {
     let mut waiting = Vec::with_capacity(max);
     let mut calls = FuturesUnordered::new();
@@ -163,9 +165,10 @@ async fn run(
                 open = taken > 0;
                 // A caller that gave up (timed out, or its request was dropped) is not run:
                 // nothing is counted for a request that got no answer from us.
-                waiting.retain(|e: &Entry| !e.reply.is_closed());
+                waiting.retain(|w: &Waiting<E>| !w.reply.is_closed());
                 if !waiting.is_empty() {
-                    calls.push(call(&backend, script, std::mem::take(&mut waiting)));
+                    let entries = std::mem::replace(&mut waiting, Vec::with_capacity(max));
+                    calls.push(call(&backend, script, entries));
                 }
             }
             Some(()) = calls.next(), if !calls.is_empty() => {}
@@ -174,49 +177,43 @@ async fn run(
     }
 }
 
-/// One call for `entries`; every entry gets its reply, or the call's error.
-async fn call(backend: &RedisBackend, script: &Script, entries: Vec<Entry>) {
-    let (entries, replies): (Vec<_>, Vec<_>) = entries
-        .into_iter()
-        .map(|e| ((e.keys, e.args), e.reply))
-        .unzip();
-    let outcome = backend
-        .eval(script, &batch_keys(&entries), &batch_args(&entries))
-        .await
-        .and_then(|reply| split_reply(reply, entries.len()));
+/// One call for `waiting`; every entry gets its reply, or the call's error.
+async fn call<E: Entry>(backend: &RedisBackend, script: &Script, waiting: Vec<Waiting<E>>) {
+    let entries: Vec<&E> = waiting.iter().map(|w| &w.entry).collect();
+    let outcome = batch(backend, script, &entries).run().await;
+    let outcome = outcome.and_then(|reply| split_reply(reply, waiting.len()));
     match outcome {
         Ok(values) => {
-            for (reply, value) in replies.into_iter().zip(values) {
-                let _ = reply.send(entry_reply(value));
+            for (w, value) in waiting.into_iter().zip(values) {
+                let _ = w.reply.send(entry_reply(value));
             }
         }
         Err(e) => {
-            for reply in replies {
-                let _ = reply.send(Err(e.clone()));
+            for w in waiting {
+                let _ = w.reply.send(Err(e.clone()));
             }
         }
     }
 }
 
-/// KEYS of a call: every entry's keys, in order.
-fn batch_keys(entries: &[(Vec<String>, Vec<String>)]) -> Vec<String> {
-    entries
+/// The call for `entries`: KEYS are every entry's keys, in order; ARGV after the time shift is
+/// the entry count, then per entry its key count, its argument count and its arguments.
+fn batch<'a, E: Entry>(
+    backend: &'a RedisBackend,
+    script: &'a Script,
+    entries: &[&E],
+) -> ScriptCall<'a> {
+    let keys: Vec<&str> = entries
         .iter()
-        .flat_map(|(k, _)| k.iter().cloned())
-        .collect()
-}
-
-/// ARGV of a call after the time shift: the entry count, then per entry its key count, its
-/// argument count and its arguments.
-fn batch_args(entries: &[(Vec<String>, Vec<String>)]) -> Vec<String> {
-    let mut args = Vec::with_capacity(1 + entries.iter().map(|(_, a)| a.len() + 2).sum::<usize>());
-    args.push(entries.len().to_string());
-    for (keys, entry_args) in entries {
-        args.push(keys.len().to_string());
-        args.push(entry_args.len().to_string());
-        args.extend(entry_args.iter().cloned());
+        .flat_map(|e| e.keys().iter().map(String::as_str))
+        .collect();
+    let mut call = backend.script(script, &keys);
+    call.arg(entries.len());
+    for entry in entries {
+        call.arg(entry.keys().len()).arg(entry.arg_count());
+        entry.write_args(&mut call);
     }
-    args
+    call
 }
 
 /// The per-entry replies of a call that carried `count` entries.
@@ -251,16 +248,6 @@ fn entry_reply(value: Value) -> Result<Value, BackendError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn batches_lay_entries_out_in_order() {
-        let entries = vec![
-            (vec!["a".to_owned()], vec!["x".to_owned(), "y".to_owned()]),
-            (vec!["b".to_owned(), "c".to_owned()], vec![]),
-        ];
-        assert_eq!(batch_keys(&entries), ["a", "b", "c"]);
-        assert_eq!(batch_args(&entries), ["2", "1", "2", "x", "y", "2", "0"]);
-    }
 
     #[test]
     fn a_string_in_an_entrys_place_is_its_error() {

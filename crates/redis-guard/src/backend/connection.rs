@@ -95,36 +95,41 @@ impl RedisConnection {
         }
     }
 
-    /// Runs `script` with `keys` and `args` through `EVALSHA`, loading it on `NOSCRIPT`.
-    pub(crate) async fn invoke(
+    /// Runs `evalsha`, an `EVALSHA` of `script` (see
+    /// [`ScriptCall`](super::redis_backend::ScriptCall)); on `NOSCRIPT` loads the script (on a
+    /// cluster, on every primary) and runs it again.
+    pub(crate) async fn evalsha(
         &self,
         script: &Script,
-        keys: &[String],
-        args: &[String],
+        evalsha: &redis::Cmd,
     ) -> RedisResult<Value> {
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(key);
+        match self.query(evalsha).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.load(script).await?;
+                self.query(evalsha).await
+            }
+            outcome => outcome,
         }
-        for arg in args {
-            invocation.arg(arg);
-        }
+    }
+
+    /// Loads `script` (`SCRIPT LOAD`; on a cluster, on every primary).
+    async fn load(&self, script: &Script) -> RedisResult<String> {
+        let invocation = script.prepare_invoke();
         match &self.kind {
-            Kind::Manager(manager) => invocation.invoke_async(&mut manager.clone()).await,
+            Kind::Manager(manager) => invocation.load_async(&mut manager.clone()).await,
             #[cfg(feature = "bb8")]
             Kind::Pool(pool) => {
                 let mut conn = pool.get().await.map_err(pool_error)?;
-                invocation.invoke_async(&mut *conn).await
+                invocation.load_async(&mut *conn).await
             }
             #[cfg(feature = "cluster")]
-            Kind::Cluster(cluster) => invocation.invoke_async(&mut cluster.clone()).await,
+            Kind::Cluster(cluster) => invocation.load_async(&mut cluster.clone()).await,
         }
     }
 }
 
 impl RedisConnection {
     /// Runs one plain command (routed by its key on a cluster).
-    #[cfg_attr(not(feature = "session"), allow(dead_code))]
     pub(crate) async fn query(&self, cmd: &redis::Cmd) -> RedisResult<Value> {
         match &self.kind {
             Kind::Manager(manager) => cmd.query_async(&mut manager.clone()).await,

@@ -37,9 +37,9 @@ mod connection;
 pub use clock::ManualClock;
 pub use clock::{Clock, MonotonicClock};
 #[cfg(feature = "rate-limit")]
-pub(crate) use coalesce::Coalescer;
-#[cfg(feature = "rate-limit")]
 pub use coalesce::DEFAULT_BATCH;
+#[cfg(feature = "rate-limit")]
+pub(crate) use coalesce::{Coalescer, Entry};
 pub use connection::RedisConnection;
 #[cfg(feature = "rate-limit")]
 pub(crate) use deny_cache::DenyCache;
@@ -48,6 +48,8 @@ pub use error::BackendError;
 pub(crate) use in_process::InProcess;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub use in_process::InProcessBuilder;
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+pub(crate) use redis_backend::ScriptCall;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub use redis_backend::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisBackend};
 #[cfg(any(feature = "rate-limit", feature = "session"))]

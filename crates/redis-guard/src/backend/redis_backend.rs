@@ -145,22 +145,38 @@ impl RedisBackend {
         0
     }
 
-    /// Runs `script` with `keys` and ARGV = the time shift (ARGV[1], µs added to Redis `TIME`,
-    /// 0 in production), then `args`, under the timeout.
+    /// A call of `script` on `keys`, with ARGV[1] = the time shift (µs added to Redis `TIME`,
+    /// 0 in production); the caller adds the rest of ARGV.
+    pub(crate) fn script<'a>(
+        &'a self,
+        script: &'a Script,
+        keys: &[impl AsRef<str>],
+    ) -> ScriptCall<'a> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(keys.len());
+        for key in keys {
+            cmd.arg(key.as_ref());
+        }
+        cmd.arg(self.shift_us());
+        ScriptCall {
+            backend: self,
+            script,
+            cmd,
+        }
+    }
+
+    /// Runs `script` with `keys` and ARGV = the time shift, then `args`, under the timeout.
     pub(crate) async fn eval(
         &self,
         script: &Script,
         keys: &[String],
         args: &[String],
     ) -> Result<Value, BackendError> {
-        let mut argv = Vec::with_capacity(args.len() + 1);
-        argv.push(self.shift_us().to_string());
-        argv.extend_from_slice(args);
-        let call = self.inner.conn.invoke(script, keys, &argv);
-        tokio::time::timeout(self.inner.timeout, call)
-            .await
-            .map_err(|_| BackendError::Timeout(self.inner.timeout))?
-            .map_err(BackendError::from_script)
+        let mut call = self.script(script, keys);
+        for arg in args {
+            call.arg(arg.as_str());
+        }
+        call.run().await
     }
 
     /// Runs one plain command (routed by its key on a cluster), under the timeout.
@@ -188,6 +204,33 @@ impl RedisBackend {
             }
         }
         groups.into_iter().map(|(_, g)| g).collect()
+    }
+}
+
+/// One `EVALSHA` being built: the script, its keys and ARGV[1] are in; [`arg`](Self::arg) adds
+/// the rest of ARGV, written straight into the command (numbers without an intermediate string).
+pub(crate) struct ScriptCall<'a> {
+    backend: &'a RedisBackend,
+    script: &'a Script,
+    cmd: redis::Cmd,
+}
+
+impl ScriptCall<'_> {
+    /// Appends `arg` to ARGV.
+    pub(crate) fn arg(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// Runs the call under the backend's timeout; on `NOSCRIPT` loads the script and runs it
+    /// again. Errors of our scripts and Lua errors are [`BackendError::Script`].
+    pub(crate) async fn run(self) -> Result<Value, BackendError> {
+        let timeout = self.backend.inner.timeout;
+        let call = self.backend.inner.conn.evalsha(self.script, &self.cmd);
+        tokio::time::timeout(timeout, call)
+            .await
+            .map_err(|_| BackendError::Timeout(timeout))?
+            .map_err(BackendError::from_script)
     }
 }
 

@@ -7,7 +7,7 @@ use super::algorithm::RuleState;
 use super::algorithm::script::{BUILTIN_SCRIPTS, Scripts};
 use super::limiter::LimiterError;
 use super::reply::parse_reply;
-use crate::backend::{BackendError, Coalescer, RedisBackend};
+use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall};
 
 /// One evaluation: the keys and arguments of every rule.
 pub(super) struct Evaluation {
@@ -15,9 +15,34 @@ pub(super) struct Evaluation {
     scripts: Option<Arc<Scripts>>,
     /// Every rule is GCRA: the lean script decides (the general one still refunds).
     gcra_only: bool,
-    request: String,
     keys: Vec<String>,
-    rule_args: Vec<[String; 6]>,
+    /// Per rule: algorithm id, limit, period (µs), burst, emission interval (µs), cost.
+    rule_args: Vec<[u64; 6]>,
+}
+
+/// A request's rules (all GCRA) as one entry of a coalesced call of the lean script.
+pub(super) struct GcraEntry {
+    keys: Vec<String>,
+    rule_args: Vec<[u64; 6]>,
+    dry: bool,
+}
+
+impl Entry for GcraEntry {
+    fn keys(&self) -> &[String] {
+        &self.keys
+    }
+
+    fn arg_count(&self) -> usize {
+        2 + 6 * self.rule_args.len()
+    }
+
+    fn write_args(&self, call: &mut ScriptCall<'_>) {
+        // GCRA never reads the request id (only the sliding log names entries with it).
+        call.arg("-").arg(u8::from(self.dry));
+        for args in &self.rule_args {
+            call.arg(&args[..]);
+        }
+    }
 }
 
 impl Evaluation {
@@ -26,16 +51,10 @@ impl Evaluation {
         scripts: Option<Arc<Scripts>>,
         gcra_only: bool,
         keys: Vec<String>,
-        rule_args: Vec<[String; 6]>,
+        rule_args: Vec<[u64; 6]>,
     ) -> Self {
         Self {
             gcra_only: gcra_only && scripts.is_none(),
-            // Only the sliding log names entries with the request id; GCRA never reads it.
-            request: if gcra_only {
-                String::from("-")
-            } else {
-                request_id()
-            },
             scripts,
             keys,
             rule_args,
@@ -46,33 +65,45 @@ impl Evaluation {
         self.scripts.as_deref().unwrap_or(&BUILTIN_SCRIPTS)
     }
 
-    /// Runs the evaluation script for one group of keys: the lean GCRA script through the
-    /// coalescer, the general one directly.
-    async fn evaluate(
-        &self,
-        gcra: &Coalescer,
-        keys: Vec<String>,
-        args: Vec<String>,
-    ) -> Result<redis::Value, BackendError> {
-        if self.gcra_only {
-            gcra.call(keys, args).await
-        } else {
-            gcra.backend()
-                .eval(&self.scripts().evaluate, &keys, &args)
-                .await
+    /// The general script's call for the rules at `indices`; `third` is ARGV[3]: the dry-run
+    /// flag for an evaluation, the evaluation's Redis time for a refund.
+    fn call<'a>(
+        &'a self,
+        backend: &'a RedisBackend,
+        script: &'a redis::Script,
+        request: &str,
+        indices: &[usize],
+        third: u64,
+    ) -> ScriptCall<'a> {
+        let keys: Vec<&str> = indices.iter().map(|&i| self.keys[i].as_str()).collect();
+        let mut call = backend.script(script, &keys);
+        call.arg(request).arg(third);
+        for &i in indices {
+            call.arg(&self.rule_args[i][..]);
         }
+        call
     }
 
-    /// Keys and ARGV (after the time shift the backend puts first) for the rules at `indices`;
-    /// `third` is ARGV[3]: the dry-run flag for an evaluation, the evaluation's Redis time for a
-    /// refund.
-    fn args(&self, indices: &[usize], third: String) -> (Vec<String>, Vec<String>) {
-        let keys = indices.iter().map(|&i| self.keys[i].clone()).collect();
-        let mut args = vec![self.request.clone(), third];
-        for &i in indices {
-            args.extend(self.rule_args[i].iter().cloned());
+    /// Decides the rules at `indices` (`dry`: records nothing).
+    async fn evaluate(
+        &self,
+        gcra: &Coalescer<GcraEntry>,
+        request: &str,
+        indices: &[usize],
+        dry: bool,
+    ) -> Result<redis::Value, BackendError> {
+        if self.gcra_only {
+            let entry = GcraEntry {
+                keys: indices.iter().map(|&i| self.keys[i].clone()).collect(),
+                rule_args: indices.iter().map(|&i| self.rule_args[i]).collect(),
+                dry,
+            };
+            return gcra.call(entry).await;
         }
-        (keys, args)
+        let script = &self.scripts().evaluate;
+        self.call(gcra.backend(), script, request, indices, u64::from(dry))
+            .run()
+            .await
     }
 
     /// One script call when every key shares a slot (always on a single Redis): atomic. On a
@@ -80,24 +111,43 @@ impl Evaluation {
     /// the request are refunded and the rest are evaluated dry (for their headers).
     ///
     /// `gcra` runs the lean GCRA script, coalescing concurrent calls; its backend runs the rest.
-    pub(super) async fn run(self, gcra: &Coalescer) -> Result<Vec<RuleState>, LimiterError> {
+    pub(super) async fn run(
+        self,
+        gcra: &Coalescer<GcraEntry>,
+    ) -> Result<Vec<RuleState>, LimiterError> {
         let backend = gcra.backend();
+        let n = self.keys.len();
+        if self.gcra_only && !backend.connection().is_cluster() {
+            // The common case: one entry, moved rather than copied.
+            let entry = GcraEntry {
+                keys: self.keys,
+                rule_args: self.rule_args,
+                dry: false,
+            };
+            let reply = gcra.call(entry).await?;
+            return Ok(parse_reply(&reply, n)?.0);
+        }
+        // Only the sliding log names entries with the request id; GCRA never reads it.
+        let request = if self.gcra_only {
+            String::from("-")
+        } else {
+            request_id()
+        };
         let groups = backend.slot_groups(&self.keys);
-        let mut states: Vec<Option<RuleState>> = vec![None; self.keys.len()];
+        let mut states: Vec<Option<RuleState>> = vec![None; n];
         // The groups that admitted the request, with the Redis time they were evaluated at.
         let mut committed: Vec<(&[usize], u64)> = Vec::new();
         let mut denied = false;
         for group in &groups {
-            let (keys, args) = self.args(group, if denied { "1" } else { "0" }.to_owned());
             let outcome = self
-                .evaluate(gcra, keys, args)
+                .evaluate(gcra, &request, group, denied)
                 .await
                 .map_err(LimiterError::from)
                 .and_then(|reply| parse_reply(&reply, group.len()));
             let (group_states, evaluated_at) = match outcome {
                 Ok(s) => s,
                 Err(e) => {
-                    self.refund(backend, &committed).await;
+                    self.refund(backend, &request, &committed).await;
                     return Err(e);
                 }
             };
@@ -112,7 +162,7 @@ impl Evaluation {
                 committed.push((group, evaluated_at));
             } else {
                 denied = true;
-                self.refund(backend, &committed).await;
+                self.refund(backend, &request, &committed).await;
                 committed.clear();
             }
         }
@@ -124,10 +174,11 @@ impl Evaluation {
 
     /// Gives back what the request took under `groups`. Best effort: a refund that fails leaves
     /// the quota consumed, which errs on the side of limiting.
-    async fn refund(&self, backend: &RedisBackend, groups: &[(&[usize], u64)]) {
+    async fn refund(&self, backend: &RedisBackend, request: &str, groups: &[(&[usize], u64)]) {
         for (group, evaluated_at) in groups {
-            let (keys, args) = self.args(group, evaluated_at.to_string());
-            if let Err(e) = backend.eval(&self.scripts().refund, &keys, &args).await {
+            let script = &self.scripts().refund;
+            let call = self.call(backend, script, request, group, *evaluated_at);
+            if let Err(e) = call.run().await {
                 tracing::warn!(error = %e, "rate-limit refund failed; the quota stays consumed");
             }
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::algorithm::script::{CUSTOM_BASE, GCRA_ONLY, Scripts};
 use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
-use super::evaluation::Evaluation;
+use super::evaluation::{Evaluation, GcraEntry};
 use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
 use crate::backend::{Coalescer, DEFAULT_BATCH, DenyCache, RedisBackend};
 
@@ -44,7 +44,7 @@ pub const DEFAULT_DENY_CACHE: usize = 10_000;
 pub struct RedisLimiter {
     backend: RedisBackend,
     /// Runs the lean GCRA script, coalescing the calls that arrive while one is in flight.
-    gcra: Arc<Coalescer>,
+    gcra: Arc<Coalescer<GcraEntry>>,
     /// Requests denied until a known time, answered in process until then.
     deny_cache: Option<Arc<DenyCache<Vec<RuleState>>>>,
     /// Scripts with custom algorithms, by the customs they contain (in id order).
@@ -150,7 +150,7 @@ impl RedisLimiter {
     fn evaluation(&self, checks: &[Check]) -> Evaluation {
         let keys: Vec<String> = checks.iter().map(|c| self.key_name(c)).collect();
         let mut customs: Vec<CustomAlgorithm> = Vec::new();
-        let rule_args: Vec<[String; 6]> = checks
+        let rule_args: Vec<[u64; 6]> = checks
             .iter()
             .map(|check| {
                 let p = check.rule.params(check.cost);
@@ -172,7 +172,6 @@ impl RedisLimiter {
                     p.emission_us,
                     p.cost,
                 ]
-                .map(|v| v.to_string())
             })
             .collect();
         let scripts = if customs.is_empty() {

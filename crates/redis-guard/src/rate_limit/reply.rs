@@ -20,34 +20,31 @@ pub(crate) fn parse_reply(
     if cells.len() != expected * 5 + 1 {
         return Err(bad(&format!("expected {} integers", expected * 5 + 1)));
     }
-    let ints: Vec<u64> = cells
-        .iter()
-        .map(|c| match c {
-            Value::Int(i) => u64::try_from(*i).ok(),
-            _ => None,
-        })
-        .collect::<Option<_>>()
-        .ok_or_else(|| bad("expected non-negative integers"))?;
-    let (rows, now) = ints.split_at(expected * 5);
+    let int = |c: &Value| match c {
+        Value::Int(i) => u64::try_from(*i).map_err(|_| bad("expected non-negative integers")),
+        _ => Err(bad("expected non-negative integers")),
+    };
+    let (rows, now) = cells.split_at(expected * 5);
+    let now = int(&now[0])?;
     let states = rows
         .chunks_exact(5)
         .map(|row| {
-            let &[allowed, limit, remaining, retry_ms, reset_ms] = row else {
-                return Err(bad("expected 5 integers per rule"));
-            };
+            let [allowed, limit, remaining, retry_ms, reset_ms] =
+                [&row[0], &row[1], &row[2], &row[3], &row[4]].map(int);
+            let allowed = allowed?;
             if allowed > 1 {
                 return Err(bad("`allowed` must be 0 or 1"));
             }
             Ok(RuleState::from_parts(
                 allowed == 1,
-                limit,
-                remaining,
-                retry_ms,
-                reset_ms,
+                limit?,
+                remaining?,
+                retry_ms?,
+                reset_ms?,
             ))
         })
         .collect::<Result<_, _>>()?;
-    Ok((states, now[0]))
+    Ok((states, now))
 }
 
 #[cfg(test)]
