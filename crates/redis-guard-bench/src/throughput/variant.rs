@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use redis::aio::ConnectionManager;
 use redis_guard::backend::RedisConnection;
-use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer, RedisLimiter};
+use redis_guard::rate_limit::{ClientIp, Key, MemoryLimiter, Quota, RateLimitLayer, RedisLimiter};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tower_governor::GovernorLayer;
@@ -47,6 +47,12 @@ pub enum Variant {
     IncrExpire,
     /// redis-guard's `RedisLimiter` on a multiplexed `ConnectionManager`, GCRA, high quota.
     Redis,
+    /// The same, keyed by the peer's address and port: each `wrk` connection is a client of its
+    /// own, so the decisions a call carries rarely share a key.
+    RedisManyKeys,
+    /// The same as [`Redis`](Self::Redis) with coalescing off (`batch_size(1)`): one `EVALSHA`
+    /// per request.
+    RedisUncoalesced,
     /// The same on a bb8 pool of [`BB8_POOL_SIZE`] connections (bb8's defaults otherwise).
     RedisBb8,
     /// The same on a 3-master Redis Cluster.
@@ -77,12 +83,14 @@ pub enum RedisUse {
 
 impl Variant {
     /// Every variant, in the order the table lists them and a round runs them.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 14] = [
         Self::Bare,
         Self::Governor,
         Self::Memory,
         Self::IncrExpire,
         Self::Redis,
+        Self::RedisManyKeys,
+        Self::RedisUncoalesced,
         Self::RedisBb8,
         Self::RedisCluster,
         Self::RedisAbusive,
@@ -101,6 +109,8 @@ impl Variant {
             Self::Memory => "memory",
             Self::IncrExpire => "incr-expire",
             Self::Redis => "redis",
+            Self::RedisManyKeys => "redis-many-keys",
+            Self::RedisUncoalesced => "redis-uncoalesced",
             Self::RedisBb8 => "redis-bb8",
             Self::RedisCluster => "redis-cluster",
             Self::RedisAbusive => "redis-abusive",
@@ -129,6 +139,13 @@ impl Variant {
             Self::Redis => {
                 "redis-guard `RedisLimiter` on `RedisConnection::open` (multiplexed `ConnectionManager`), \
                  `ClientIp::peer()`, GCRA, quota 1,000,000/s"
+            }
+            Self::RedisManyKeys => {
+                "the same limiter keyed by the peer's address and port: each of `wrk`'s connections is a client \
+                 of its own (64 keys), so the decisions a coalesced call carries rarely share a key"
+            }
+            Self::RedisUncoalesced => {
+                "the `redis` limiter with coalescing off (`RedisLimiter::batch_size(1)`): one `EVALSHA` per request"
             }
             Self::RedisBb8 => {
                 "the same limiter on a bb8 pool of 32 (`bb8-redis`, bb8's defaults: a connection is tested on checkout)"
@@ -212,6 +229,21 @@ impl Variant {
             Self::Redis => {
                 ok_route().layer(limit(RedisLimiter::new(open(redis_url).await?), high)?)
             }
+            Self::RedisManyKeys => {
+                let limiter = RedisLimiter::new(open(redis_url).await?);
+                let by_connection = |parts: &axum::http::request::Parts| {
+                    let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>()?;
+                    Some(Key::from(peer.0.to_string()))
+                };
+                ok_route().layer(
+                    RateLimitLayer::new(limiter, "api", by_connection, high)
+                        .map_err(|e| format!("rate-limit layer: {e}"))?,
+                )
+            }
+            Self::RedisUncoalesced => ok_route().layer(limit(
+                RedisLimiter::new(open(redis_url).await?).batch_size(1),
+                high,
+            )?),
             Self::RedisAbusive => ok_route().layer(limit(
                 RedisLimiter::new(open(redis_url).await?),
                 Quota::per_hour(1),
