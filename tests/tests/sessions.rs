@@ -904,3 +904,64 @@ async fn a_zero_redis_timeout_fails_at_build() {
     assert!(err.to_string().contains("timeout"), "{err}");
     assert!(err.to_string().contains("0ns"), "{err}");
 }
+
+/// Loads that arrive while load calls are in flight go to Redis together: 200 loads of two
+/// sessions queued behind a paused Redis take a handful of `EVALSHA`s, not 200, and each load
+/// still gets its session. A session key Redis cannot read as a hash fails its own load only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_loads_coalesce_into_few_script_calls() {
+    let h = Harness::redis().await;
+    let c = Client::new(&h).await;
+    let ids = [new_session(&c).await, new_session(&c).await];
+    let store = RedisSessionStore::new(h.backend().await.timeout(Duration::from_secs(10)));
+    let life = redis_guard::session::Lifetimes::default();
+    // Load the script first, so the count below is of these loads only.
+    store.load(storage_key(&ids[0]), life).await.expect("load");
+    let mut conn = h.inspect().await;
+    let poisoned = String::from("poisoned");
+    let () = redis::AsyncCommands::set(&mut conn, store.session_key(&poisoned), "x")
+        .await
+        .expect("SET");
+    for cmd in [
+        vec!["CONFIG", "RESETSTAT"],
+        vec!["CLIENT", "PAUSE", "200", "ALL"],
+    ] {
+        let () = redis::cmd(cmd[0])
+            .arg(&cmd[1..])
+            .query_async(&mut conn)
+            .await
+            .expect("admin command");
+    }
+    let mut tasks = Vec::new();
+    for i in 0..201 {
+        let store = store.clone();
+        let key = match i {
+            200 => poisoned.clone(),
+            _ => storage_key(&ids[i % 2]),
+        };
+        tasks.push(tokio::spawn(async move { store.load(key, life).await }));
+    }
+    for (i, task) in tasks.into_iter().enumerate() {
+        match (i, task.await.expect("task")) {
+            (200, Ok(_)) => panic!("a key of the wrong type loaded"),
+            (200, Err(_)) => {}
+            (_, Ok(Some(record))) => assert_eq!(record.get("name"), Some("\"alice\"")),
+            (_, other) => panic!("load {i}: {other:?}"),
+        }
+    }
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO");
+    let calls: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .expect("EVALSHA calls in INFO commandstats");
+    assert!(
+        (1..=2 + 199_u64.div_ceil(64)).contains(&calls),
+        "{calls} EVALSHA calls for 201 loads"
+    );
+}

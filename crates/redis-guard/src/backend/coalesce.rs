@@ -79,6 +79,7 @@ impl<E: Entry> Coalescer<E> {
     }
 
     /// The backend the calls go to.
+    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
     pub(crate) fn backend(&self) -> &RedisBackend {
         &self.backend
     }

@@ -15,7 +15,7 @@
 //! `SCRIPT FLUSH`).
 
 mod clock;
-#[cfg(feature = "rate-limit")]
+#[cfg(any(feature = "rate-limit", feature = "session"))]
 mod coalesce;
 #[cfg(feature = "rate-limit")]
 mod deny_cache;
@@ -36,9 +36,9 @@ mod connection;
 #[cfg(any(test, feature = "test-util"))]
 pub use clock::ManualClock;
 pub use clock::{Clock, MonotonicClock};
-#[cfg(feature = "rate-limit")]
+#[cfg(any(feature = "rate-limit", feature = "session"))]
 pub use coalesce::DEFAULT_BATCH;
-#[cfg(feature = "rate-limit")]
+#[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use coalesce::{Coalescer, Entry};
 pub use connection::RedisConnection;
 #[cfg(feature = "rate-limit")]

@@ -166,6 +166,7 @@ impl RedisBackend {
     }
 
     /// Runs `script` with `keys` and ARGV = the time shift, then `args`, under the timeout.
+    #[cfg_attr(not(feature = "session"), allow(dead_code))]
     pub(crate) async fn eval(
         &self,
         script: &Script,

@@ -12,7 +12,7 @@ use super::scripts::{
     bad_reply, expiry, int, save_args, string, strings,
 };
 use super::store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore, USER_FIELD};
-use crate::backend::RedisBackend;
+use crate::backend::{Coalescer, DEFAULT_BATCH, Entry, RedisBackend, ScriptCall};
 
 /// The idle timeout `probe` uses where none is known (listing): only the absolute expiry and
 /// the key's TTL (which follows the idle timeout) decide.
@@ -44,6 +44,8 @@ pub struct RedisSessionStore {
 #[derive(Clone, Debug)]
 struct Inner {
     backend: RedisBackend,
+    /// Runs the load script, coalescing the loads that arrive while calls are in flight.
+    loads: Arc<Coalescer<LoadEntry>>,
     #[cfg(feature = "test-util")]
     between_revoke_steps: Option<Hook>,
 }
@@ -64,13 +66,49 @@ impl RedisSessionStore {
     /// A store on `backend` (or on a connection, with the default prefix and timeout).
     #[must_use]
     pub fn new(backend: impl Into<RedisBackend>) -> Self {
+        let backend = backend.into();
         Self {
             inner: Arc::new(Inner {
-                backend: backend.into(),
+                loads: Arc::new(Coalescer::new(
+                    backend.clone(),
+                    LazyLock::force(&LOAD),
+                    DEFAULT_BATCH,
+                )),
+                backend,
                 #[cfg(feature = "test-util")]
                 between_revoke_steps: None,
             }),
         }
+    }
+
+    /// How many session loads one script call may carry (default [`DEFAULT_BATCH`]; `1` turns
+    /// coalescing off).
+    ///
+    /// A load goes to Redis at once while fewer than two load calls are in flight; the loads
+    /// that arrive while two are out queue, then go together in one `EVALSHA` as soon as one
+    /// returns. The script runs them one after the other, in arrival order, each exactly as it
+    /// would run alone (expiry checks, the sliding idle timeout), and Redis pays its fixed cost
+    /// per script call once for the lot. The backend's timeout counts from the moment a load
+    /// is queued; a load dropped or timed out while queued is never sent. On a Redis Cluster
+    /// every load goes alone. Writes (saves, logins, logouts) are never coalesced.
+    ///
+    /// ```no_run
+    /// use redis_guard::backend::RedisConnection;
+    /// use redis_guard::session::RedisSessionStore;
+    /// # async fn f() -> redis::RedisResult<()> {
+    /// let conn = RedisConnection::open("redis://127.0.0.1/").await?;
+    /// let one_call_per_load = RedisSessionStore::new(conn).batch_size(1);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn batch_size(mut self, max: usize) -> Self {
+        let inner = Arc::make_mut(&mut self.inner);
+        inner.loads = Arc::new(Coalescer::new(
+            inner.backend.clone(),
+            LazyLock::force(&LOAD),
+            max,
+        ));
+        self
     }
 
     /// The backend: connection, prefix and timeout.
@@ -178,6 +216,26 @@ impl RedisSessionStore {
     }
 }
 
+/// One session load, as an entry of a coalesced call of the load script.
+struct LoadEntry {
+    key: [String; 1],
+    idle: u64,
+}
+
+impl Entry for LoadEntry {
+    fn keys(&self) -> &[String] {
+        &self.key
+    }
+
+    fn arg_count(&self) -> usize {
+        1
+    }
+
+    fn write_args(&self, call: &mut ScriptCall<'_>) {
+        call.arg(self.idle);
+    }
+}
+
 impl crate::sealed::Sealed for RedisSessionStore {}
 
 impl SessionStore for RedisSessionStore {
@@ -186,9 +244,13 @@ impl SessionStore for RedisSessionStore {
         key: String,
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<Record>, SessionError>> {
-        let call = self.on_session(&LOAD, &key, life, vec![]);
+        let loads = Arc::clone(&self.inner.loads);
+        let entry = LoadEntry {
+            key: [self.session_key(&key)],
+            idle: life.idle_us(),
+        };
         Box::pin(async move {
-            match call.await? {
+            match loads.call(entry).await? {
                 Value::Nil => Ok(None),
                 v => Ok(Some(Record::from_flat(strings(v)?))),
             }
