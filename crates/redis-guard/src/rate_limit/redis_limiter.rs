@@ -1,4 +1,5 @@
-//! The Redis limiter: one `EVALSHA` per request decides and records every rule at once.
+//! The Redis limiter: one `EVALSHA` decides and records every rule of a request at once (and,
+//! under load, of the requests queued with it).
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -19,7 +20,8 @@ pub const DEFAULT_DENY_CACHE: usize = 10_000;
 /// Each request costs one round trip: a Lua script reads Redis `TIME`, evaluates every rule and,
 /// only when all admit the request, records it. Concurrent requests from any number of app
 /// instances are serialized by Redis, so a limit of 50 admits exactly 50. Every key the script
-/// writes carries a TTL.
+/// writes carries a TTL. Under load, the requests that queue while calls are in flight share one
+/// script call, each still decided on its own (see [`batch_size`](Self::batch_size)).
 ///
 /// Key names are `<prefix>rl:<rule>:<algorithm>:{<digest>}`: the digest is a hash of the client
 /// key (see [`Key::digest`](super::Key::digest)), and the braces make it a Cluster hash tag. The
