@@ -9,8 +9,8 @@ use http::{Request, Response};
 use http_body_util::Full;
 use redis::AsyncCommands;
 use redis_guard::rate_limit::{
-    Check, Decision, FailurePolicy, HeaderKey, Key, Limiter, MissingKey, Quota, RateLimitLayer,
-    RateLimitLayerBuilder, Rule,
+    Algorithm, Check, Decision, FailurePolicy, HeaderKey, Key, Limiter, MissingKey, Quota,
+    RateLimitLayer, RateLimitLayerBuilder, Rule,
 };
 use redis_guard_tests::{Harness, Kind, Reply, backend_suite, call};
 use tower::{Layer, Service, ServiceExt, service_fn};
@@ -506,10 +506,11 @@ async fn a_denied_client_costs_redis_nothing_until_its_wait_passes() {
     assert_eq!(evalsha_calls(&h).await, before + 5);
 }
 
-/// Decisions that arrive while script calls are in flight go to Redis together: 400 decisions
-/// queued behind a paused Redis take a handful of `EVALSHA`s (the two calls let out at once, then
-/// batches of at most 64), not 400, and every one of them is still exact: a limit of 50 on one
-/// hot key admits exactly 50, and 100 other clients with a limit of 1 get exactly one each. A
+/// Decisions that arrive while script calls are in flight go to Redis together: 500 decisions
+/// queued behind a paused Redis take a handful of `EVALSHA`s (per script, the two calls let out
+/// at once, then batches of at most 64), not 500, and every one of them is still exact: a GCRA
+/// limit of 50 on one hot key admits exactly 50, 100 other clients with a limit of 1 get exactly
+/// one each, and a sliding-log limit of 30 (the general script) admits exactly 30 of 100. A
 /// client whose key Redis cannot read fails alone, not the decisions it went with.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_decisions_coalesce_into_few_script_calls_and_stay_exact() {
@@ -519,11 +520,11 @@ async fn concurrent_decisions_coalesce_into_few_script_calls_and_stay_exact() {
     );
     let hot = Rule::new("hot", Quota::per_hour(50));
     let each = Rule::new("each", Quota::per_hour(1));
-    // Load the script first, so the count below is of decisions only.
-    limiter
-        .check(&each, Key::from("w"))
-        .await
-        .expect("decision");
+    let log = Rule::new("log", Quota::per_hour(30)).with_algorithm(Algorithm::SlidingLog);
+    // Load the scripts first, so the count below is of decisions only.
+    for rule in [&each, &log] {
+        limiter.check(rule, Key::from("w")).await.expect("decision");
+    }
     let mut conn = h.inspect().await;
     let poisoned = limiter.key_name(&Check::new(each.clone(), Key::from("poisoned")));
     let () = conn.hset(&poisoned, "f", "v").await.expect("HSET");
@@ -542,11 +543,12 @@ async fn concurrent_decisions_coalesce_into_few_script_calls_and_stay_exact() {
         .await
         .expect("CLIENT PAUSE");
     let mut tasks = Vec::new();
-    for i in 0..401 {
+    for i in 0..501 {
         let limiter = limiter.clone();
         let (rule, key) = match i {
             0..200 => (hot.clone(), "hot".to_owned()),
             200..400 => (each.clone(), format!("client-{}", i % 100)),
+            400..500 => (log.clone(), "logged".to_owned()),
             _ => (each.clone(), "poisoned".to_owned()),
         };
         tasks.push(tokio::spawn(async move {
@@ -554,17 +556,18 @@ async fn concurrent_decisions_coalesce_into_few_script_calls_and_stay_exact() {
             (i, d.map(|d| d.allowed))
         }));
     }
-    let (mut hot_allowed, mut each_allowed) = (0, 0);
+    let (mut hot_allowed, mut each_allowed, mut log_allowed) = (0, 0, 0);
     for task in tasks {
         match task.await.expect("task") {
             (0..200, Ok(true)) => hot_allowed += 1,
             (200..400, Ok(true)) => each_allowed += 1,
-            (400, Ok(_)) => panic!("a key of the wrong type got a decision"),
-            (0..400, Err(e)) => panic!("decision failed: {e}"),
+            (400..500, Ok(true)) => log_allowed += 1,
+            (500, Ok(_)) => panic!("a key of the wrong type got a decision"),
+            (0..500, Err(e)) => panic!("decision failed: {e}"),
             _ => {}
         }
     }
-    assert_eq!((hot_allowed, each_allowed), (50, 100));
+    assert_eq!((hot_allowed, each_allowed, log_allowed), (50, 100, 30));
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(&mut conn)
@@ -576,8 +579,9 @@ async fn concurrent_decisions_coalesce_into_few_script_calls_and_stay_exact() {
         .and_then(|rest| rest.split(',').next())
         .and_then(|n| n.parse().ok())
         .expect("EVALSHA calls in INFO commandstats");
+    let bound = (2 + 399_u64.div_ceil(64)) + (2 + 98_u64.div_ceil(64));
     assert!(
-        (1..=2 + 399_u64.div_ceil(64)).contains(&calls),
-        "{calls} EVALSHA calls for 401 decisions"
+        (1..=bound).contains(&calls),
+        "{calls} EVALSHA calls for 501 decisions"
     );
 }

@@ -108,10 +108,7 @@ impl<E: Entry> Coalescer<E> {
 
     /// One entry in a call of its own.
     async fn alone(&self, entry: E) -> Result<Value, BackendError> {
-        let reply = batch(&self.backend, self.script, &[&entry]).run().await?;
-        split_reply(reply, 1)
-            .map(|mut replies| replies.pop().unwrap_or(Value::Nil))
-            .and_then(entry_reply)
+        call_alone(&self.backend, self.script, &entry).await
     }
 
     /// Queues `entry` for the task, starting the task when there is none (or its runtime has
@@ -146,6 +143,20 @@ impl<E> fmt::Debug for Coalescer<E> {
             .field("max", &self.max)
             .finish_non_exhaustive()
     }
+}
+
+/// Runs `script` (which takes the batch form) for `entry` alone, without a coalescer: for
+/// scripts made at run time.
+#[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+pub(crate) async fn call_alone<E: Entry>(
+    backend: &RedisBackend,
+    script: &Script,
+    entry: &E,
+) -> Result<Value, BackendError> {
+    let reply = batch(backend, script, &[entry]).run().await?;
+    split_reply(reply, 1)
+        .map(|mut replies| replies.pop().unwrap_or(Value::Nil))
+        .and_then(entry_reply)
 }
 
 /// The task: takes what is queued (up to `max`) whenever fewer than [`IN_FLIGHT`] calls are

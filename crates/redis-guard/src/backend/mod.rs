@@ -38,6 +38,8 @@ pub use clock::ManualClock;
 pub use clock::{Clock, MonotonicClock};
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub use coalesce::DEFAULT_BATCH;
+#[cfg(feature = "rate-limit")]
+pub(crate) use coalesce::call_alone;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use coalesce::{Coalescer, Entry};
 pub use connection::RedisConnection;

@@ -1,13 +1,14 @@
 //! One evaluation of a request's rules on Redis: one script call per hash slot, refunds when a
 //! later slot denies.
 
+use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
 
 use super::algorithm::RuleState;
-use super::algorithm::script::{BUILTIN_SCRIPTS, Scripts};
+use super::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
 use super::limiter::LimiterError;
 use super::reply::parse_reply;
-use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall};
+use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall, call_alone};
 
 /// One evaluation: the keys and arguments of every rule.
 pub(super) struct Evaluation {
@@ -20,14 +21,15 @@ pub(super) struct Evaluation {
     rule_args: Vec<[u64; 6]>,
 }
 
-/// A request's rules (all GCRA) as one entry of a coalesced call of the lean script.
-pub(super) struct GcraEntry {
+/// A request's rules as one entry of a coalesced call of an evaluation script.
+pub(super) struct RuleEntry {
     keys: Vec<String>,
     rule_args: Vec<[u64; 6]>,
+    request: Cow<'static, str>,
     dry: bool,
 }
 
-impl Entry for GcraEntry {
+impl Entry for RuleEntry {
     fn keys(&self) -> &[String] {
         &self.keys
     }
@@ -37,11 +39,35 @@ impl Entry for GcraEntry {
     }
 
     fn write_args(&self, call: &mut ScriptCall<'_>) {
-        // GCRA never reads the request id (only the sliding log names entries with it).
-        call.arg("-").arg(u8::from(self.dry));
+        call.arg(&*self.request).arg(u8::from(self.dry));
         for args in &self.rule_args {
             call.arg(&args[..]);
         }
+    }
+}
+
+/// The coalescers of a limiter's built-in scripts: the lean GCRA one and the general one.
+#[derive(Debug)]
+pub(super) struct Coalescers {
+    pub(super) gcra: Coalescer<RuleEntry>,
+    pub(super) general: Coalescer<RuleEntry>,
+}
+
+impl Coalescers {
+    /// Both built-in scripts on `backend`, at most `max` entries per call.
+    pub(super) fn new(backend: &RedisBackend, max: usize) -> Self {
+        Self {
+            gcra: Coalescer::new(backend.clone(), LazyLock::force(&GCRA_ONLY), max),
+            general: Coalescer::new(
+                backend.clone(),
+                &LazyLock::force(&BUILTIN_SCRIPTS).evaluate,
+                max,
+            ),
+        }
+    }
+
+    fn backend(&self) -> &RedisBackend {
+        self.gcra.backend()
     }
 }
 
@@ -65,82 +91,60 @@ impl Evaluation {
         self.scripts.as_deref().unwrap_or(&BUILTIN_SCRIPTS)
     }
 
-    /// The general script's call for the rules at `indices`; `third` is ARGV[3]: the dry-run
-    /// flag for an evaluation, the evaluation's Redis time for a refund.
-    fn call<'a>(
-        &'a self,
-        backend: &'a RedisBackend,
-        script: &'a redis::Script,
-        request: &str,
-        indices: &[usize],
-        third: u64,
-    ) -> ScriptCall<'a> {
-        let keys: Vec<&str> = indices.iter().map(|&i| self.keys[i].as_str()).collect();
-        let mut call = backend.script(script, &keys);
-        call.arg(request).arg(third);
-        for &i in indices {
-            call.arg(&self.rule_args[i][..]);
-        }
-        call
-    }
-
-    /// Decides the rules at `indices` (`dry`: records nothing).
+    /// Runs `entry` through the script its rules need: the built-in ones coalesced, one with
+    /// custom algorithms alone.
     async fn evaluate(
         &self,
-        gcra: &Coalescer<GcraEntry>,
-        request: &str,
-        indices: &[usize],
-        dry: bool,
+        coalescers: &Coalescers,
+        entry: RuleEntry,
     ) -> Result<redis::Value, BackendError> {
-        if self.gcra_only {
-            let entry = GcraEntry {
-                keys: indices.iter().map(|&i| self.keys[i].clone()).collect(),
-                rule_args: indices.iter().map(|&i| self.rule_args[i]).collect(),
-                dry,
-            };
-            return gcra.call(entry).await;
+        match &self.scripts {
+            None if self.gcra_only => coalescers.gcra.call(entry).await,
+            None => coalescers.general.call(entry).await,
+            Some(scripts) => call_alone(coalescers.backend(), &scripts.evaluate, &entry).await,
         }
-        let script = &self.scripts().evaluate;
-        self.call(gcra.backend(), script, request, indices, u64::from(dry))
-            .run()
-            .await
     }
 
     /// One script call when every key shares a slot (always on a single Redis): atomic. On a
     /// Cluster, one call per hash tag, in order; when one denies, the tags that already admitted
     /// the request are refunded and the rest are evaluated dry (for their headers).
-    ///
-    /// `gcra` runs the lean GCRA script, coalescing concurrent calls; its backend runs the rest.
     pub(super) async fn run(
-        self,
-        gcra: &Coalescer<GcraEntry>,
+        mut self,
+        coalescers: &Coalescers,
     ) -> Result<Vec<RuleState>, LimiterError> {
-        let backend = gcra.backend();
+        let backend = coalescers.backend();
         let n = self.keys.len();
-        if self.gcra_only && !backend.connection().is_cluster() {
-            // The common case: one entry, moved rather than copied.
-            let entry = GcraEntry {
-                keys: self.keys,
-                rule_args: self.rule_args,
+        // Only the sliding log names entries with the request id; GCRA never reads it.
+        let request: Cow<'static, str> = if self.gcra_only {
+            Cow::Borrowed("-")
+        } else {
+            Cow::Owned(request_id())
+        };
+        if !backend.connection().is_cluster() {
+            // The common case: one entry, its keys and arguments moved rather than copied.
+            let entry = RuleEntry {
+                keys: std::mem::take(&mut self.keys),
+                rule_args: std::mem::take(&mut self.rule_args),
+                request,
                 dry: false,
             };
-            let reply = gcra.call(entry).await?;
+            let reply = self.evaluate(coalescers, entry).await?;
             return Ok(parse_reply(&reply, n)?.0);
         }
-        // Only the sliding log names entries with the request id; GCRA never reads it.
-        let request = if self.gcra_only {
-            String::from("-")
-        } else {
-            request_id()
-        };
         let groups = backend.slot_groups(&self.keys);
         let mut states: Vec<Option<RuleState>> = vec![None; n];
         // The groups that admitted the request, with the Redis time they were evaluated at.
         let mut committed: Vec<(&[usize], u64)> = Vec::new();
         let mut denied = false;
         for group in &groups {
+            let entry = RuleEntry {
+                keys: group.iter().map(|&i| self.keys[i].clone()).collect(),
+                rule_args: group.iter().map(|&i| self.rule_args[i]).collect(),
+                request: request.clone(),
+                dry: denied,
+            };
             let outcome = self
-                .evaluate(gcra, &request, group, denied)
+                .evaluate(coalescers, entry)
                 .await
                 .map_err(LimiterError::from)
                 .and_then(|reply| parse_reply(&reply, group.len()));
@@ -176,8 +180,12 @@ impl Evaluation {
     /// the quota consumed, which errs on the side of limiting.
     async fn refund(&self, backend: &RedisBackend, request: &str, groups: &[(&[usize], u64)]) {
         for (group, evaluated_at) in groups {
-            let script = &self.scripts().refund;
-            let call = self.call(backend, script, request, group, *evaluated_at);
+            let keys: Vec<&str> = group.iter().map(|&i| self.keys[i].as_str()).collect();
+            let mut call = backend.script(&self.scripts().refund, &keys);
+            call.arg(request).arg(*evaluated_at);
+            for &i in *group {
+                call.arg(&self.rule_args[i][..]);
+            }
             if let Err(e) = call.run().await {
                 tracing::warn!(error = %e, "rate-limit refund failed; the quota stays consumed");
             }

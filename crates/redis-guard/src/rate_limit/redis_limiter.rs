@@ -3,14 +3,14 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::algorithm::script::{CUSTOM_BASE, GCRA_ONLY, Scripts};
+use super::algorithm::script::{CUSTOM_BASE, Scripts};
 use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
-use super::evaluation::{Evaluation, GcraEntry};
+use super::evaluation::{Coalescers, Evaluation};
 use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
-use crate::backend::{Coalescer, DEFAULT_BATCH, DenyCache, RedisBackend};
+use crate::backend::{DEFAULT_BATCH, DenyCache, RedisBackend};
 
 /// Default capacity of a [`RedisLimiter`]'s deny cache: how many denied clients it remembers.
 pub const DEFAULT_DENY_CACHE: usize = 10_000;
@@ -45,8 +45,8 @@ pub const DEFAULT_DENY_CACHE: usize = 10_000;
 #[derive(Clone, Debug)]
 pub struct RedisLimiter {
     backend: RedisBackend,
-    /// Runs the lean GCRA script, coalescing the calls that arrive while one is in flight.
-    gcra: Arc<Coalescer<GcraEntry>>,
+    /// Run the built-in scripts, coalescing the calls that arrive while others are in flight.
+    coalescers: Arc<Coalescers>,
     /// Requests denied until a known time, answered in process until then.
     deny_cache: Option<Arc<DenyCache<Vec<RuleState>>>>,
     /// Scripts with custom algorithms, by the customs they contain (in id order).
@@ -59,11 +59,7 @@ impl RedisLimiter {
     pub fn new(backend: impl Into<RedisBackend>) -> Self {
         let backend = backend.into();
         Self {
-            gcra: Arc::new(Coalescer::new(
-                backend.clone(),
-                LazyLock::force(&GCRA_ONLY),
-                DEFAULT_BATCH,
-            )),
+            coalescers: Arc::new(Coalescers::new(&backend, DEFAULT_BATCH)),
             backend,
             deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_DENY_CACHE))),
             custom_scripts: Arc::default(),
@@ -98,9 +94,9 @@ impl RedisLimiter {
     /// before its own goes out; the backend's timeout counts from the moment it is queued. A
     /// request that is dropped or times out while queued is never sent.
     ///
-    /// Coalescing applies to rule sets that are all GCRA (the default algorithm) on a single
-    /// Redis or a pool; other algorithms, and every call on a Redis Cluster (where the keys of
-    /// one call must share a slot), go one request per call.
+    /// Coalescing applies to the built-in algorithms on a single Redis or a pool; rule sets with
+    /// a custom algorithm, and every call on a Redis Cluster (where the keys of one call must
+    /// share a slot), go one request per call.
     ///
     /// ```no_run
     /// use redis_guard::backend::RedisConnection;
@@ -112,11 +108,7 @@ impl RedisLimiter {
     /// ```
     #[must_use]
     pub fn batch_size(mut self, max: usize) -> Self {
-        self.gcra = Arc::new(Coalescer::new(
-            self.backend.clone(),
-            LazyLock::force(&GCRA_ONLY),
-            max,
-        ));
+        self.coalescers = Arc::new(Coalescers::new(&self.backend, max));
         self
     }
 
@@ -213,12 +205,12 @@ impl Limiter for RedisLimiter {
             return Box::pin(std::future::ready(Ok(counted_down(states, elapsed))));
         }
         let evaluation = self.evaluation(&checks);
-        let gcra = Arc::clone(&self.gcra);
+        let coalescers = Arc::clone(&self.coalescers);
         let Some((cache, key, now, None)) = cached else {
-            return Box::pin(async move { evaluation.run(&gcra).await });
+            return Box::pin(async move { evaluation.run(&coalescers).await });
         };
         Box::pin(async move {
-            let states = evaluation.run(&gcra).await?;
+            let states = evaluation.run(&coalescers).await?;
             let wait = states
                 .iter()
                 .filter(|s| !s.allowed)

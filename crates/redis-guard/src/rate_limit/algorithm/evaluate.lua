@@ -1,55 +1,80 @@
--- Decide and record one request against every rule of a layer, all or nothing.
+-- Decide and record requests against the rules of a layer, each request all or nothing.
 --
--- Built by concatenation: prelude.lua, the algorithm files, a table `algorithms` mapping ids to
--- their functions, then this file.
+-- Built by concatenation: division.lua, entries.lua, prelude.lua, the algorithm files, a table
+-- `algorithms` mapping ids to their functions, then this file.
 --
--- KEYS[i]  the state key of rule i (i = 1..n); on a Redis Cluster all keys of one call share a
---          hash tag.
+-- Coalesced form (backend/coalesce.rs): one call carries one or more requests ("entries"),
+-- decided one after the other, in order, at one Redis time.
+--
+-- KEYS     every entry's keys, entry after entry: the state key of each of its rules; on a
+--          Redis Cluster all keys of one call share a hash tag.
 -- ARGV[1]  a time shift in µs added to Redis TIME: 0 in production; tests move time forward
 --          with it instead of sleeping.
--- ARGV[2]  a request id, unique per evaluation (the sliding log names its members with it).
--- ARGV[3]  1 for a dry run: decide, record nothing (used on a Cluster for the rules after one
---          that denied), else 0.
--- ARGV     then 6 integers per rule, in KEYS order:
---            algorithm id, limit, period (µs), burst, emission interval (µs), cost
+-- ARGV[2]  the number of entries
+-- ARGV     then per entry: its key count n, its argument count (2 + 6n), then its arguments:
+--            a request id, unique per evaluation (the sliding log names its members with it);
+--            1 for a dry run: decide, record nothing (used on a Cluster for the rules after one
+--              that denied), else 0;
+--            6 integers per rule, in KEYS order:
+--              algorithm id, limit, period (µs), burst, emission interval (µs), cost
 -- Clock    Redis TIME (+ shift), in microseconds; the caller's clock never enters a decision.
--- Reply    one flat array: five integers per rule, in KEYS order,
+-- Reply    one array per entry: five integers per rule, in KEYS order,
 --            allowed (1/0), limit, remaining, retry_after_ms, reset_after_ms,
 --          then the time of the decision (Redis TIME + shift, µs), which a refund passes back.
---          Milliseconds are rounded up. When any rule denies, nothing is recorded for any rule.
+--          Milliseconds are rounded up. When any rule denies, nothing is recorded for any rule
+--          of the entry. An entry that fails (an algorithm breaking its contract, a key of
+--          another type) gets the error's text instead, and the others stand.
 local now = clock()
-local bad_arity = check_arity()
-if bad_arity then return bad_arity end
-local n, dry = #KEYS, ARGV[3] == '1'
 
-local replies, commits, all_allowed = {}, {}, true
-for i = 1, n do
-  local p = params(i)
-  local algorithm = algorithms[p.id]
-  if type(algorithm) ~= 'function' then
-    if names[p.id] then
-      return redis.error_reply('RG_ALGORITHM custom algorithm ' .. names[p.id]
-        .. ' is not a function: its source must `return function(key, now, p) ... end`')
+-- Decides the entry with keys KEYS[k + 1 .. k + n] and arguments from ARGV[a + 1].
+local function decide(k, n, a)
+  local req, dry = ARGV[a + 1], ARGV[a + 2] == '1'
+  local replies, commits, all_allowed = {}, {}, true
+  for i = 1, n do
+    local p = params(a + 2 + (i - 1) * 6, req)
+    local algorithm = algorithms[p.id]
+    if type(algorithm) ~= 'function' then
+      if names[p.id] then
+        return 'RG_ALGORITHM custom algorithm ' .. names[p.id]
+          .. ' is not a function: its source must `return function(key, now, p) ... end`'
+      end
+      return 'RG_ALGORITHM unknown algorithm id ' .. tostring(p.id)
     end
-    return redis.error_reply('RG_ALGORITHM unknown algorithm id ' .. tostring(p.id))
+    local allowed, remaining, retry_us, reset_us, commit = algorithm(KEYS[k + i], now, p)
+    local bad = check_reply(allowed, remaining, retry_us, reset_us, commit)
+    if bad then
+      return 'RG_ALGORITHM algorithm ' .. (names[p.id] or tostring(p.id)) .. ' ' .. bad
+    end
+    if allowed then
+      commits[#commits + 1] = commit
+    else
+      all_allowed = false
+    end
+    local r = (i - 1) * 5
+    replies[r + 1], replies[r + 2], replies[r + 3] = allowed and 1 or 0, p.limit, remaining
+    replies[r + 4], replies[r + 5] = cdiv(retry_us, 1000), cdiv(reset_us, 1000)
   end
-  local allowed, remaining, retry_us, reset_us, commit = algorithm(KEYS[i], now, p)
-  local bad = check_reply(allowed, remaining, retry_us, reset_us, commit)
-  if bad then
-    return redis.error_reply('RG_ALGORITHM algorithm ' .. (names[p.id] or tostring(p.id)) .. ' ' .. bad)
+  if all_allowed and not dry then
+    for _, commit in ipairs(commits) do commit() end
   end
-  if allowed then
-    commits[#commits + 1] = commit
-  else
-    all_allowed = false
-  end
-  local r = (i - 1) * 5
-  replies[r + 1], replies[r + 2], replies[r + 3] = allowed and 1 or 0, p.limit, remaining
-  replies[r + 4], replies[r + 5] = cdiv(retry_us, 1000), cdiv(reset_us, 1000)
+  replies[n * 5 + 1] = now
+  return replies
 end
 
-if all_allowed and not dry then
-  for _, commit in ipairs(commits) do commit() end
+local count = tonumber(ARGV[2]) or -1
+local out, k, a = {}, 0, 2
+for e = 1, count do
+  local n, m = entry_counts(e, k, a)
+  if n == nil then return m end
+  a = a + 2
+  local ok, reply = pcall(decide, k, n, a)
+  if ok then
+    out[e] = reply
+  else
+    out[e] = type(reply) == 'table' and reply.err or ('ERR ' .. tostring(reply))
+  end
+  k, a = k + n, a + m
 end
-replies[n * 5 + 1] = now
-return replies
+local misfit = entries_misfit(count, k, a)
+if misfit then return misfit end
+return out

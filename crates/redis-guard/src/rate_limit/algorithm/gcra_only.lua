@@ -16,7 +16,7 @@
 -- Reply    one array per entry, exactly evaluate.lua's reply for that request: five integers per
 --          rule, then the time of the decision; or, for an entry with a key Redis cannot GET (a
 --          key of another type), the error's text as a string, and nothing recorded for it.
--- Built as division.lua, then this file.
+-- Built as division.lua, entries.lua, then this file.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
 -- The TAT of every key this call has read, as the entries before left it (false: none), and
@@ -26,12 +26,9 @@ local tats, dirty = {}, {}
 local out, k, a = {}, 0, 2
 local entries = tonumber(ARGV[2]) or -1
 for e = 1, entries do
-  local n, m = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local n, m = entry_counts(e, k, a)
+  if n == nil then return m end
   a = a + 2
-  if n == nil or m ~= 2 + n * 6 or k + n > #KEYS or a + m > #ARGV then
-    return redis.error_reply('RG_ARITY entry ' .. e .. ' does not fit: ' .. tostring(n)
-      .. ' keys, ' .. tostring(m) .. ' arguments')
-  end
   -- reply[5i-4 .. 5i] is rule i's row; while deciding, reply[5i-1] holds an admitted rule's new
   -- TAT until the commit below replaces it with 0.
   local reply, admitted, failed = n == 1 and { 0, 0, 0, 0, 0, 0 } or {}, true, nil
@@ -79,10 +76,8 @@ for e = 1, entries do
   out[e] = failed or reply
   k, a = k + n, a + m
 end
-if entries < 0 or k ~= #KEYS or a ~= #ARGV then
-  return redis.error_reply('RG_ARITY expected ' .. tostring(ARGV[2]) .. ' entries to use '
-    .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments; they use ' .. k .. ' and ' .. a)
-end
+local misfit = entries_misfit(entries, k, a)
+if misfit then return misfit end
 -- The key expires when its TAT passes: by then the client is as fresh as a new one.
 for key, tat in pairs(dirty) do
   redis.call('SET', key, string.format('%.0f', tat), 'PX', cdiv(tat - now, 1000))

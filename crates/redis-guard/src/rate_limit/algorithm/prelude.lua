@@ -27,7 +27,8 @@ local function clock()
   return tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
 end
 
--- Checks the argument count: 3 header values, then 6 per key. Returns an error reply or nil.
+-- Checks the argument count of a refund: 3 header values, then 6 per key. Returns an error reply
+-- or nil.
 local function check_arity()
   if #ARGV ~= 3 + #KEYS * 6 then
     return redis.error_reply('RG_ARITY expected 3 + 6 arguments per key, got '
@@ -36,9 +37,9 @@ local function check_arity()
   return nil
 end
 
--- The parameters of rule i (1-based), as the algorithms take them.
-local function params(i)
-  local o = 3 + (i - 1) * 6
+-- The parameters of the rule whose 6 arguments follow ARGV[o], as the algorithms take them;
+-- `req` is the request id.
+local function params(o, req)
   return {
     id = tonumber(ARGV[o + 1]),
     limit = tonumber(ARGV[o + 2]),
@@ -46,6 +47,6 @@ local function params(i)
     burst = tonumber(ARGV[o + 4]),
     emission = tonumber(ARGV[o + 5]),
     cost = tonumber(ARGV[o + 6]),
-    req = ARGV[2],
+    req = req,
   }
 end

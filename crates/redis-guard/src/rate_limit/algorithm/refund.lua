@@ -17,7 +17,7 @@ if charged_at == nil then
   return redis.error_reply('RG_ARGUMENT a refund needs the evaluation time in ARGV[3]')
 end
 for i = 1, #KEYS do
-  local p = params(i)
+  local p = params(3 + (i - 1) * 6, ARGV[2])
   p.charged_at = charged_at
   local refund = refunds[p.id]
   if type(refund) == 'function' then refund(KEYS[i], now, p) end

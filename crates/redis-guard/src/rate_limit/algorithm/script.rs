@@ -21,6 +21,8 @@ const BUILTIN: [(&str, &str); 5] = [
 fn compose(table: &str, suffix: &str, customs: &[(&str, Option<&str>)], driver: &str) -> String {
     let mut src = String::from(include_str!("division.lua"));
     src.push('\n');
+    src.push_str(include_str!("entries.lua"));
+    src.push('\n');
     src.push_str(include_str!("prelude.lua"));
     for (_, body) in BUILTIN {
         src.push('\n');
@@ -98,6 +100,8 @@ pub(crate) static GCRA_ONLY: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(concat!(
         include_str!("division.lua"),
         "\n",
+        include_str!("entries.lua"),
+        "\n",
         include_str!("gcra_only.lua")
     ))
 });
@@ -122,15 +126,22 @@ mod tests {
         v
     }
 
-    /// Admits one request at `shift`; the Redis time it was decided at.
+    /// Admits one request at `shift`; the Redis time it was decided at. The evaluation script
+    /// takes the coalesced form: here one entry (1 key, 8 arguments).
     async fn admit(conn: &mut MultiplexedConnection, key: &str, shift: u64, id: u8) -> u64 {
+        let mut args = argv(shift, "r", "0", id);
+        args.splice(1..1, ["1", "1", "8"].map(String::from));
         let reply: Value = BUILTIN_SCRIPTS
             .evaluate
             .key(key)
-            .arg(argv(shift, "r", "0", id))
+            .arg(args)
             .invoke_async(conn)
             .await
             .expect("evaluate");
+        let Value::Array(mut entries) = reply else {
+            panic!("one reply per entry: {reply:?}");
+        };
+        let reply = entries.pop().expect("one entry");
         let (states, at) = crate::rate_limit::reply::parse_reply(&reply, 1).expect("reply");
         assert!(states[0].allowed);
         at

@@ -32,7 +32,7 @@ for e = 1, count do
   if ok then
     out[e] = reply
   else
-    out[e] = type(reply) == 'table' and reply.err or tostring(reply)
+    out[e] = type(reply) == 'table' and reply.err or ('ERR ' .. tostring(reply))
   end
 end
 return out
