@@ -11,7 +11,7 @@ use pin_project_lite::pin_project;
 use super::Decision;
 use super::config::Config;
 use super::headers;
-use crate::problem::problem;
+use crate::problem::{Member, problem};
 
 pin_project! {
     /// The response body of a rate-limited service: the inner service's body, or a body the
@@ -106,8 +106,8 @@ pub(crate) fn limited<B>(config: &Config, decision: &Decision) -> Response<Respo
                 decision.rule
             ),
             &[
-                ("rule", decision.rule.as_ref().into()),
-                ("retry_after", secs.into()),
+                ("retry_after", Member::Uint(secs)),
+                ("rule", Member::Str(&decision.rule)),
             ],
         ),
     };
