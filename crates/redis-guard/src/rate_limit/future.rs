@@ -5,14 +5,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use tower_service::Service;
 
+use super::Decision;
 use super::FailurePolicy;
 use super::config::Config;
+use super::headers::RateLimitHeaders;
 use super::limiter::{BoxFuture, LimiterError};
 use super::response::{self, ResponseBody};
-use super::{Decision, headers};
 
 define_response_future! {
     /// The response future of [`RateLimit`](super::RateLimit): waits for the limiter (the only
@@ -26,7 +27,7 @@ define_response_future! {
         Calling {
             #[pin]
             fut: S::Future,
-            headers: Option<HeaderMap>,
+            headers: Option<RateLimitHeaders>,
         },
         Respond {
             status: StatusCode,
@@ -98,13 +99,9 @@ where
                     };
                     match outcome {
                         Ok(decision) if decision.allowed => {
-                            let mut extra = HeaderMap::new();
-                            if config.ietf_on_allowed() {
-                                headers::insert_ietf(&mut extra, &decision);
-                            }
-                            if config.legacy_headers() {
-                                headers::insert_legacy(&mut extra, &decision);
-                            }
+                            let policy = config.ietf_on_allowed().then(|| config.policy(&decision));
+                            let extra =
+                                RateLimitHeaders::new(&decision, policy, config.legacy_headers());
                             req.extensions_mut().insert(decision);
                             State::Calling {
                                 fut: inner.call(req),
@@ -143,9 +140,7 @@ where
                     let res = ready!(fut.poll(cx))?;
                     let mut res = res.map(ResponseBody::inner);
                     if let Some(extra) = headers.take() {
-                        for (name, value) in &extra {
-                            res.headers_mut().insert(name, value.clone());
-                        }
+                        extra.insert(res.headers_mut());
                     }
                     return Poll::Ready(Ok(res));
                 }

@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 
 use super::Decision;
 use super::config::Config;
-use super::headers;
+use super::headers::{self, RateLimitHeaders};
 use crate::problem::{Member, problem};
 
 pin_project! {
@@ -115,12 +115,8 @@ pub(crate) fn limited<B>(config: &Config, decision: &Decision) -> Response<Respo
     if !h.contains_key(header::RETRY_AFTER) {
         headers::insert_retry_after(h, secs);
     }
-    if !h.contains_key(headers::RATELIMIT) {
-        headers::insert_ietf(h, decision);
-    }
-    if config.legacy_headers() {
-        headers::insert_legacy(h, decision);
-    }
+    let policy = (!h.contains_key(headers::RATELIMIT)).then(|| config.policy(decision));
+    RateLimitHeaders::new(decision, policy, config.legacy_headers()).insert(h);
     res.map(ResponseBody::full)
 }
 
