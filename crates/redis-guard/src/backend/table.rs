@@ -168,7 +168,13 @@ mod tests {
         assert_eq!(t.insert("a", 2, 300), Some(1));
         assert_eq!(t.len(), 1);
         assert_eq!(t.maintain(250, |_, _| {}), 0);
-        assert_eq!(t.remove(&"a"), Some(2));
+        // A key updated in place moves in the deadline order: the other one expires first.
+        t.insert("b", 3, 260);
+        assert_eq!(t.insert("a", 4, 280), Some(2));
+        let mut gone = Vec::new();
+        t.maintain(270, |k, v| gone.push((k, v)));
+        assert_eq!(gone, vec![("b", 3)]);
+        assert_eq!(t.remove(&"a"), Some(4));
         assert!(!t.contains_key(&"a"));
     }
 }
