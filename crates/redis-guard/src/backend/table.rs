@@ -72,32 +72,34 @@ impl<K: Clone + Eq + Hash, V> ExpiringTable<K, V> {
         self.entries.get_mut(key).map(|s| &mut s.value)
     }
 
-    fn place(&mut self, key: &K, deadline: u64) -> (u64, u64) {
+    /// Puts `value` under `key` until `deadline`, replacing what was there.
+    pub(crate) fn insert(&mut self, key: K, value: V, deadline: u64) -> Option<V> {
+        if let Some(slot) = self.slot_until(&key, deadline) {
+            return Some(std::mem::replace(&mut slot.value, value));
+        }
         self.seq += 1;
         let at = (deadline, self.seq);
         self.order.insert(at, key.clone());
-        at
-    }
-
-    /// Puts `value` under `key` until `deadline`, replacing what was there.
-    pub(crate) fn insert(&mut self, key: K, value: V, deadline: u64) -> Option<V> {
-        let old = self.remove(&key);
-        let at = self.place(&key, deadline);
         self.entries.insert(key, Slot { value, at });
-        old
+        None
     }
 
     /// Moves `key`'s deadline; false when there is no entry.
     pub(crate) fn set_deadline(&mut self, key: &K, deadline: u64) -> bool {
-        let Some(old) = self.entries.get(key).map(|s| s.at) else {
-            return false;
-        };
-        self.order.remove(&old);
-        let at = self.place(key, deadline);
-        if let Some(slot) = self.entries.get_mut(key) {
-            slot.at = at;
+        self.slot_until(key, deadline).is_some()
+    }
+
+    /// `key`'s slot with its deadline moved to `deadline`, in one lookup: a client's next request
+    /// updates its entry in place.
+    fn slot_until(&mut self, key: &K, deadline: u64) -> Option<&mut Slot<V>> {
+        let slot = self.entries.get_mut(key)?;
+        self.seq += 1;
+        let at = (deadline, self.seq);
+        if let Some(k) = self.order.remove(&slot.at) {
+            self.order.insert(at, k);
         }
-        true
+        slot.at = at;
+        Some(slot)
     }
 
     pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
@@ -166,7 +168,13 @@ mod tests {
         assert_eq!(t.insert("a", 2, 300), Some(1));
         assert_eq!(t.len(), 1);
         assert_eq!(t.maintain(250, |_, _| {}), 0);
-        assert_eq!(t.remove(&"a"), Some(2));
+        // A key updated in place moves in the deadline order: the other one expires first.
+        t.insert("b", 3, 260);
+        assert_eq!(t.insert("a", 4, 280), Some(2));
+        let mut gone = Vec::new();
+        t.maintain(270, |k, v| gone.push((k, v)));
+        assert_eq!(gone, vec![("b", 3)]);
+        assert_eq!(t.remove(&"a"), Some(4));
         assert!(!t.contains_key(&"a"));
     }
 }

@@ -5,12 +5,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::Response;
+use http::{HeaderValue, Response};
 
 use super::config::{Config, HeaderMode, LayerRule};
 use super::{
     Algorithm, Decision, FailurePolicy, KeyExtractor, Limiter, MissingKey, Quota, RateLimitLayer,
-    Rule, RuleError,
+    Rule, RuleError, headers,
 };
 
 impl RateLimitLayer {
@@ -56,6 +56,7 @@ impl RateLimitLayerBuilder {
                     legacy: false,
                 },
                 response: None,
+                policy: HeaderValue::from_static(""),
             },
         }
     }
@@ -156,7 +157,7 @@ impl RateLimitLayerBuilder {
     /// No rules, a duplicate rule name, a rule that cannot work (the error names the rule and the
     /// value), or a limiter that cannot work ([`Limiter::config_problem`]).
     pub fn build(self) -> Result<RateLimitLayer, RuleError> {
-        let config = self.config;
+        let mut config = self.config;
         if config.rules.is_empty() {
             return Err(RuleError::NoRules);
         }
@@ -172,6 +173,8 @@ impl RateLimitLayerBuilder {
                 return Err(RuleError::Duplicate(r.rule.name().to_owned()));
             }
         }
+        config.policy =
+            headers::policy(config.rules.iter().map(|r| (r.rule.name(), r.rule.quota())));
         Ok(RateLimitLayer {
             config: Arc::new(config),
         })

@@ -4,10 +4,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{Response, StatusCode};
+use http::{HeaderValue, Response, StatusCode};
 
 use super::limiter::Check;
-use super::{Decision, FailurePolicy, KeyError, KeyExtractor, Limiter, MissingKey, Rule};
+use super::{Decision, FailurePolicy, KeyError, KeyExtractor, Limiter, MissingKey, Rule, headers};
 
 /// Which rate-limit headers to send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +36,8 @@ pub(crate) struct Config {
     pub(crate) failure: FailurePolicy,
     pub(crate) headers: HeaderMode,
     pub(crate) response: Option<ResponseBuilder>,
+    /// `RateLimit-Policy` for all the rules, made when the layer is built.
+    pub(crate) policy: HeaderValue,
 }
 
 /// What the layer decided to do with a request before asking the limiter.
@@ -75,6 +77,16 @@ impl Config {
             Plan::Pass
         } else {
             Plan::Check(checks)
+        }
+    }
+
+    /// The `RateLimit-Policy` value for `decision`'s rules: the layer's own when every rule was
+    /// evaluated (the usual case), made anew when some were skipped for a missing key.
+    pub(crate) fn policy(&self, decision: &Decision) -> HeaderValue {
+        if decision.rules.len() == self.rules.len() {
+            self.policy.clone()
+        } else {
+            headers::policy(decision.rules.iter().map(|r| (&*r.rule, &r.quota)))
         }
     }
 

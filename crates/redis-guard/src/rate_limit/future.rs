@@ -5,28 +5,29 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use tower_service::Service;
 
-use super::FailurePolicy;
 use super::config::Config;
-use super::limiter::{BoxFuture, LimiterError};
+use super::decision::RuleDecision;
+use super::headers::RateLimitHeaders;
+use super::limiter::{BoxFuture, LimiterError, Pending, decision_from};
 use super::response::{self, ResponseBody};
-use super::{Decision, headers};
+use super::{Decision, FailurePolicy, RuleState};
 
 define_response_future! {
     /// The response future of [`RateLimit`](super::RateLimit): waits for the limiter (the only
     /// boxed part), then calls the inner service or answers on its own.
     states {
         Checking {
-            check: BoxFuture<Result<Decision, LimiterError>>,
-            pending: Option<(S, Request<ReqBody>)>,
+            states: BoxFuture<Result<Vec<RuleState>, LimiterError>>,
+            pending: Option<(S, Request<ReqBody>, Vec<RuleDecision>)>,
             config: Arc<Config>,
         },
         Calling {
             #[pin]
             fut: S::Future,
-            headers: Option<HeaderMap>,
+            headers: Option<RateLimitHeaders>,
         },
         Respond {
             status: StatusCode,
@@ -43,15 +44,15 @@ where
     S: Service<Request<ReqBody>>,
 {
     pub(crate) fn checking(
-        check: BoxFuture<Result<Decision, LimiterError>>,
+        pending: Pending,
         inner: S,
         req: Request<ReqBody>,
         config: Arc<Config>,
     ) -> Self {
         Self {
             state: State::Checking {
-                check,
-                pending: Some((inner, req)),
+                states: pending.states,
+                pending: Some((inner, req, pending.rules)),
                 config,
             },
         }
@@ -84,27 +85,23 @@ where
         loop {
             let next = match this.state.as_mut().project() {
                 StateProj::Checking {
-                    check,
+                    states,
                     pending,
                     config,
                 } => {
-                    let outcome = ready!(check.as_mut().poll(cx));
-                    let Some((mut inner, mut req)) = pending.take() else {
+                    let states = ready!(states.as_mut().poll(cx));
+                    let Some((mut inner, mut req, rules)) = pending.take() else {
                         // Only reachable if polled after completion.
                         return Poll::Ready(Ok(response::error(
                             StatusCode::INTERNAL_SERVER_ERROR,
                             "rate-limit future polled after completion",
                         )));
                     };
-                    match outcome {
+                    match states.and_then(|states| decision_from(rules, states)) {
                         Ok(decision) if decision.allowed => {
-                            let mut extra = HeaderMap::new();
-                            if config.ietf_on_allowed() {
-                                headers::insert_ietf(&mut extra, &decision);
-                            }
-                            if config.legacy_headers() {
-                                headers::insert_legacy(&mut extra, &decision);
-                            }
+                            let policy = config.ietf_on_allowed().then(|| config.policy(&decision));
+                            let extra =
+                                RateLimitHeaders::new(&decision, policy, config.legacy_headers());
                             req.extensions_mut().insert(decision);
                             State::Calling {
                                 fut: inner.call(req),
@@ -143,9 +140,7 @@ where
                     let res = ready!(fut.poll(cx))?;
                     let mut res = res.map(ResponseBody::inner);
                     if let Some(extra) = headers.take() {
-                        for (name, value) in &extra {
-                            res.headers_mut().insert(name, value.clone());
-                        }
+                        extra.insert(res.headers_mut());
                     }
                     return Poll::Ready(Ok(res));
                 }

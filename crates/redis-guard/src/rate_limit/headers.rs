@@ -14,8 +14,8 @@
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::Decision;
 use super::decision::ceil_secs;
+use super::{Decision, Quota};
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -28,50 +28,97 @@ pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelim
 /// `X-RateLimit-Reset` (legacy): seconds until the quota is full again.
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
-/// Writes the IETF headers for `decision` (rule names are validated to be token characters,
-/// so they need no escaping inside the quoted strings).
-pub(crate) fn insert_ietf(headers: &mut HeaderMap, decision: &Decision) {
-    let policy = decision
-        .rules
-        .iter()
-        .map(|r| {
-            format!(
-                "\"{}\";q={};w={}",
-                r.rule,
-                r.quota.limit(),
-                ceil_secs(r.quota.period()).max(1)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    let state = decision
-        .rules
-        .iter()
-        .map(|r| {
-            format!(
-                "\"{}\";r={};t={}",
-                r.rule,
-                r.state.remaining,
-                ceil_secs(r.state.reset_after)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    for (name, value) in [(RATELIMIT_POLICY, policy), (RATELIMIT, state)] {
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            headers.insert(name, v);
+/// The headers a decision adds to a response, computed before the response exists (an admitted
+/// request's headers wait for the inner service): values only, no map of their own.
+#[derive(Debug)]
+pub(crate) struct RateLimitHeaders {
+    /// `RateLimit-Policy` and `RateLimit`.
+    ietf: Option<(HeaderValue, HeaderValue)>,
+    /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` of the binding rule.
+    legacy: Option<(u32, u32, u64)>,
+}
+
+impl RateLimitHeaders {
+    /// The headers for `decision`: the IETF pair when `policy` is given (the layer's value for
+    /// the rules of `decision`), the legacy ones when `legacy`.
+    pub(crate) fn new(decision: &Decision, policy: Option<HeaderValue>, legacy: bool) -> Self {
+        Self {
+            ietf: policy.map(|policy| (policy, state(decision))),
+            legacy: legacy.then(|| {
+                (
+                    decision.limit,
+                    decision.remaining,
+                    ceil_secs(decision.reset_after),
+                )
+            }),
+        }
+    }
+
+    /// Writes the headers into `headers`, replacing those of the same names.
+    pub(crate) fn insert(self, headers: &mut HeaderMap) {
+        if let Some((policy, state)) = self.ietf {
+            headers.insert(RATELIMIT_POLICY, policy);
+            headers.insert(RATELIMIT, state);
+        }
+        if let Some((limit, remaining, reset)) = self.legacy {
+            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(limit));
+            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
+            headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
         }
     }
 }
 
-/// Writes the legacy `X-RateLimit-*` headers for the binding rule.
-pub(crate) fn insert_legacy(headers: &mut HeaderMap, decision: &Decision) {
-    headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(decision.limit));
-    headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(decision.remaining));
-    headers.insert(
-        X_RATELIMIT_RESET,
-        HeaderValue::from(ceil_secs(decision.reset_after)),
-    );
+/// The `RateLimit-Policy` value of `rules` (name and quota, in order). A layer makes the value
+/// of all its rules once, when it is built.
+pub(crate) fn policy<'a>(rules: impl IntoIterator<Item = (&'a str, &'a Quota)>) -> HeaderValue {
+    list(rules, |out, (name, quota)| {
+        let w = ceil_secs(quota.period()).max(1);
+        item(out, name, [("q", u64::from(quota.limit())), ("w", w)]);
+    })
+}
+
+/// The `RateLimit` value of `decision`.
+fn state(decision: &Decision) -> HeaderValue {
+    list(&decision.rules, |out, r| {
+        let t = ceil_secs(r.state.reset_after);
+        item(
+            out,
+            &r.rule,
+            [("r", u64::from(r.state.remaining)), ("t", t)],
+        );
+    })
+}
+
+/// A structured-field list: `write` each item into one buffer, `, ` between items. Rule names
+/// are validated to be token characters, so they need no escaping inside the quoted strings and
+/// the value is always a valid header value (the empty fallback is never used).
+fn list<T>(
+    items: impl IntoIterator<Item = T>,
+    mut write: impl FnMut(&mut String, T),
+) -> HeaderValue {
+    let mut out = String::with_capacity(64);
+    for (i, it) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write(&mut out, it);
+    }
+    HeaderValue::try_from(out).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// `"name";a=1;b=2`.
+fn item(out: &mut String, name: &str, params: [(&str, u64); 2]) {
+    use std::fmt::Write;
+    out.push('"');
+    out.push_str(name);
+    out.push('"');
+    for (key, value) in params {
+        out.push(';');
+        out.push_str(key);
+        out.push('=');
+        // Writing into a `String` cannot fail.
+        let _ = write!(out, "{value}");
+    }
 }
 
 /// `Retry-After` in whole seconds, rounded up, at least 1.

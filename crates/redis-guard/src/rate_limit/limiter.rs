@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use super::decision::RuleDecision;
 use super::{Decision, Key, Rule, RuleError, RuleState};
@@ -141,20 +142,46 @@ pub(crate) fn decide<L: Limiter + ?Sized>(
     limiter: &L,
     checks: Vec<Check>,
 ) -> BoxFuture<Result<Decision, LimiterError>> {
-    let rules: Vec<_> = checks
-        .iter()
-        .map(|c| (c.rule.name_arc().clone(), *c.rule.quota()))
-        .collect();
-    let states = limiter.evaluate(checks);
-    Box::pin(async move {
-        let states = states.await?;
-        decision_from(rules, states)
-    })
+    let Pending { states, rules } = Pending::start(limiter, checks);
+    Box::pin(async move { decision_from(rules, states.await?) })
 }
 
-/// Pairs rules with their states into a [`Decision`].
+/// An evaluation under way: the limiter's future of the rules' states, and the rules they will
+/// fill in. The layer awaits `states` itself rather than through another boxed future.
+pub(crate) struct Pending {
+    pub(crate) states: BoxFuture<Result<Vec<RuleState>, LimiterError>>,
+    pub(crate) rules: Vec<RuleDecision>,
+}
+
+impl Pending {
+    /// Starts evaluating `checks` (known to be valid).
+    pub(crate) fn start<L: Limiter + ?Sized>(limiter: &L, checks: Vec<Check>) -> Self {
+        // Each rule's state is filled in by `decision_from`; until then it is a denial of nothing.
+        let unknown = RuleState {
+            allowed: false,
+            limit: 0,
+            remaining: 0,
+            retry_after: Duration::ZERO,
+            reset_after: Duration::ZERO,
+        };
+        let rules = checks
+            .iter()
+            .map(|c| RuleDecision {
+                rule: c.rule.name_arc().clone(),
+                quota: *c.rule.quota(),
+                state: unknown,
+            })
+            .collect();
+        Self {
+            states: limiter.evaluate(checks),
+            rules,
+        }
+    }
+}
+
+/// Fills `rules` with their states, in order, into a [`Decision`].
 pub(crate) fn decision_from(
-    rules: Vec<(std::sync::Arc<str>, super::Quota)>,
+    mut rules: Vec<RuleDecision>,
     states: Vec<RuleState>,
 ) -> Result<Decision, LimiterError> {
     if states.len() != rules.len() {
@@ -165,11 +192,9 @@ pub(crate) fn decision_from(
         ))
         .into());
     }
-    let rules = rules
-        .into_iter()
-        .zip(states)
-        .map(|((rule, quota), state)| RuleDecision { rule, quota, state })
-        .collect();
+    for (rule, state) in rules.iter_mut().zip(states) {
+        rule.state = state;
+    }
     Decision::combine(rules).ok_or(LimiterError::Empty)
 }
 

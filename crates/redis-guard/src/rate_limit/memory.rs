@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use super::algorithm::{self, Commit, RuleState, State, ceil_ms};
@@ -83,15 +83,18 @@ impl MemoryLimiter {
     }
 
     fn entry_id(&self, check: &Check) -> EntryId {
-        let what = (
+        // One pass over the (possibly long) key, then two outputs from two different endings.
+        let mut h = self.hasher.build_hasher();
+        (
             check.rule.name(),
             check.rule.algorithm(),
             check.key.as_bytes(),
-        );
-        [
-            self.hasher.hash_one((0_u8, what)),
-            self.hasher.hash_one((1_u8, what)),
-        ]
+        )
+            .hash(&mut h);
+        let mut h1 = h.clone();
+        h.write_u8(0);
+        h1.write_u8(1);
+        [h.finish(), h1.finish()]
     }
 
     fn evaluate_now(&self, checks: &[Check]) -> Result<Vec<RuleState>, LimiterError> {

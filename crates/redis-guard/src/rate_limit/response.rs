@@ -10,8 +10,8 @@ use pin_project_lite::pin_project;
 
 use super::Decision;
 use super::config::Config;
-use super::headers;
-use crate::problem::problem;
+use super::headers::{self, RateLimitHeaders};
+use crate::problem::{Member, problem};
 
 pin_project! {
     /// The response body of a rate-limited service: the inner service's body, or a body the
@@ -106,8 +106,8 @@ pub(crate) fn limited<B>(config: &Config, decision: &Decision) -> Response<Respo
                 decision.rule
             ),
             &[
-                ("rule", decision.rule.as_ref().into()),
-                ("retry_after", secs.into()),
+                ("retry_after", Member::Uint(secs)),
+                ("rule", Member::Str(&decision.rule)),
             ],
         ),
     };
@@ -115,12 +115,8 @@ pub(crate) fn limited<B>(config: &Config, decision: &Decision) -> Response<Respo
     if !h.contains_key(header::RETRY_AFTER) {
         headers::insert_retry_after(h, secs);
     }
-    if !h.contains_key(headers::RATELIMIT) {
-        headers::insert_ietf(h, decision);
-    }
-    if config.legacy_headers() {
-        headers::insert_legacy(h, decision);
-    }
+    let policy = (!h.contains_key(headers::RATELIMIT)).then(|| config.policy(decision));
+    RateLimitHeaders::new(decision, policy, config.legacy_headers()).insert(h);
     res.map(ResponseBody::full)
 }
 
@@ -132,4 +128,125 @@ pub(crate) fn error<B>(status: StatusCode, detail: &str) -> Response<ResponseBod
         headers::insert_retry_after(res.headers_mut(), 1);
     }
     res.map(ResponseBody::full)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use http::{HeaderName, Request};
+    use http_body_util::BodyExt;
+    use tower::{Layer, ServiceExt, service_fn};
+
+    use super::*;
+    use crate::backend::ManualClock;
+    use crate::rate_limit::{Global, HeaderKey, MemoryLimiter, MissingKey, Quota, RateLimitLayer};
+
+    /// Status, the headers the layer writes (in a fixed order, absent ones as `-`) and the body.
+    async fn answer(layer: &RateLimitLayer, key: Option<&str>) -> (u16, Vec<String>, String) {
+        let svc = layer.layer(service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::from("ok")))
+        }));
+        let mut req = Request::new(String::new());
+        if let Some(key) = key {
+            req.headers_mut().insert("x-key", key.parse().unwrap());
+        }
+        let res = svc.oneshot(req).await.unwrap();
+        let headers = [
+            "ratelimit-policy",
+            "ratelimit",
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+            "retry-after",
+            "content-type",
+        ]
+        .iter()
+        .map(|name| {
+            res.headers()
+                .get(*name)
+                .map_or("-".to_owned(), |v| v.to_str().unwrap().to_owned())
+        })
+        .collect();
+        let status = res.status().as_u16();
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        (status, headers, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn headers_and_bodies_byte_for_byte() {
+        let clock = ManualClock::new();
+        let layer = |missing| {
+            RateLimitLayer::builder(MemoryLimiter::builder().clock(clock.clone()).build())
+                .rule("burst", Global, Quota::per_second(2))
+                .rule(
+                    "key",
+                    HeaderKey::new(HeaderName::from_static("x-key")),
+                    Quota::per_minute(3),
+                )
+                .missing_key(missing)
+                .legacy_headers(true)
+                .build()
+                .unwrap()
+        };
+        let skip = layer(MissingKey::Skip);
+        let s = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            answer(&skip, Some("k")).await,
+            (
+                200,
+                s(&[
+                    "\"burst\";q=2;w=1, \"key\";q=3;w=60",
+                    "\"burst\";r=1;t=1, \"key\";r=2;t=20",
+                    "2",
+                    "1",
+                    "1",
+                    "-",
+                    "-"
+                ]),
+                "ok".to_owned()
+            )
+        );
+        // The key's rule is skipped: the headers name the burst rule alone.
+        assert_eq!(
+            answer(&skip, None).await,
+            (
+                200,
+                s(&[
+                    "\"burst\";q=2;w=1",
+                    "\"burst\";r=0;t=1",
+                    "2",
+                    "0",
+                    "1",
+                    "-",
+                    "-"
+                ]),
+                "ok".to_owned()
+            )
+        );
+        assert_eq!(
+            answer(&skip, Some("k")).await,
+            (
+                429,
+                s(&[
+                    "\"burst\";q=2;w=1, \"key\";q=3;w=60",
+                    "\"burst\";r=0;t=1, \"key\";r=1;t=40",
+                    "2",
+                    "0",
+                    "1",
+                    "1",
+                    "application/problem+json"
+                ]),
+                "{\"detail\":\"Rate limit `burst` exceeded: retry in 1 s.\",\"retry_after\":1,\"rule\":\"burst\",\"status\":429,\"title\":\"Too Many Requests\",\"type\":\"about:blank\"}".to_owned()
+            )
+        );
+        assert_eq!(
+            answer(&layer(MissingKey::default()), None).await,
+            (
+                400,
+                s(&["-", "-", "-", "-", "-", "-", "application/problem+json"]),
+                "{\"detail\":\"The request lacks the rate-limit key.\",\"status\":400,\"title\":\"Bad Request\",\"type\":\"about:blank\"}".to_owned()
+            )
+        );
+    }
 }

@@ -9,6 +9,7 @@ use tower_service::Service;
 
 use super::config::{Config, Plan};
 use super::future::ResponseFuture;
+use super::limiter::Pending;
 use super::response::ResponseBody;
 
 /// The service [`RateLimitLayer`](super::RateLimitLayer) wraps around its inner service.
@@ -52,8 +53,8 @@ where
             Plan::Respond(status, detail) => ResponseFuture::respond(status, detail),
             Plan::Check(checks) => {
                 // The layer's rules and its limiter were checked when it was built.
-                let check = super::limiter::decide(&*self.config.limiter, checks);
-                ResponseFuture::checking(check, inner, req, Arc::clone(&self.config))
+                let pending = Pending::start(&*self.config.limiter, checks);
+                ResponseFuture::checking(pending, inner, req, Arc::clone(&self.config))
             }
         }
     }

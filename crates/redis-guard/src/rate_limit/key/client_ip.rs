@@ -192,7 +192,24 @@ impl ClientIp {
     #[must_use]
     pub fn key_for(&self, ip: IpAddr) -> Key {
         match ip.to_canonical() {
-            IpAddr::V4(v4) => Key::from(v4.to_string()),
+            IpAddr::V4(v4) => {
+                // Dotted decimal, as `Display` writes it, into a buffer of the longest size:
+                // this runs per request, and `to_string` grows its buffer twice.
+                let mut key = Vec::with_capacity(15);
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        key.push(b'.');
+                    }
+                    if octet >= 100 {
+                        key.push(b'0' + octet / 100);
+                    }
+                    if octet >= 10 {
+                        key.push(b'0' + octet / 10 % 10);
+                    }
+                    key.push(b'0' + octet % 10);
+                }
+                Key::from(key)
+            }
             IpAddr::V6(v6) => {
                 let bits = u32::from(self.ipv6_prefix);
                 let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
@@ -408,5 +425,17 @@ mod tests {
     fn peer_stays_const() {
         const PEER: ClientIp = ClientIp::peer().ipv6_prefix(56);
         assert_eq!(PEER.ipv6_prefix, 56);
+    }
+
+    #[test]
+    fn ipv4_keys_are_dotted_decimal() {
+        // The key is part of Redis key names (through its digest): it must stay `Display`'s.
+        let id = ClientIp::peer();
+        for n in 0..=255_u8 {
+            for v4 in [[n, 0, 9, 10], [99, n, 100, 255], [1, 2, n, 3], [n, n, n, n]] {
+                let v4 = std::net::Ipv4Addr::from(v4);
+                assert_eq!(id.key_for(v4.into()).as_bytes(), v4.to_string().as_bytes());
+            }
+        }
     }
 }
