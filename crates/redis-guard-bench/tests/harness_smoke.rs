@@ -40,9 +40,10 @@ async fn harness_measures_bare_memory_and_redis() {
     assert_eq!(bare.commands_per_request, None, "bare never calls Redis");
     let redis = &rows[2];
     assert_eq!(redis.variant, Variant::Redis);
-    // One script call per decision; the script's own commands are not counted twice.
+    // At most one script call per decision (concurrent decisions share calls); the script's own
+    // commands are not counted twice.
     let commands = redis.commands_per_request.unwrap_or_default();
-    assert!((1.0..1.5).contains(&commands), "{table}");
+    assert!(commands > 0.0 && commands < 1.5, "{table}");
     assert!(
         redis.redis_usec_per_request.is_some_and(|us| us > 0.0),
         "{table}"
