@@ -253,7 +253,7 @@ impl Circuit {
     }
 
     /// Opens the circuit for the base cool-down, unless it is open already.
-    fn open(&self) {
+    fn trip(&self) {
         let mut trip = self.lock();
         if self.open.load(Ordering::Acquire) {
             return;
@@ -301,7 +301,7 @@ impl Permit<'_> {
             // Off, or open already: a late outcome of a call made while closed changes nothing.
         } else if failed {
             if c.failures.fetch_add(1, Ordering::AcqRel) + 1 >= c.threshold {
-                c.open();
+                c.trip();
             }
         } else if c.failures.load(Ordering::Relaxed) != 0 {
             c.failures.store(0, Ordering::Relaxed);
