@@ -274,6 +274,12 @@ impl Harness {
         self.server.as_ref()
     }
 
+    /// The private Redis server, to [freeze](RedisServer::freeze) or
+    /// [restart](RedisServer::restart) it.
+    pub fn server_mut(&mut self) -> Option<&mut RedisServer> {
+        self.server.as_mut()
+    }
+
     /// Stops Redis (to test failures).
     pub fn kill_redis(&mut self) {
         self.server = None;

@@ -381,6 +381,75 @@ async fn redis_down_fails_open_or_closed_without_hanging() {
     );
 }
 
+/// Redis frozen: once the backend's breaker is open, both policies answer without waiting for
+/// the timeout (figures printed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_breaker_open_the_failure_policies_answer_at_once() {
+    let h = Harness::redis().await;
+    let timeout = Duration::from_millis(200);
+    let backend = h.backend().await.timeout(timeout).breaker(
+        // A cool-down on a clock that never moves: the circuit stays open for the whole test.
+        redis_guard::backend::Breaker::new()
+            .failures(3)
+            .clock(redis_guard::backend::ManualClock::new()),
+    );
+    let limiter = redis_guard::rate_limit::RedisLimiter::new(backend.clone());
+    let closed = RateLimitLayer::builder(limiter.clone())
+        .rule("default", by_client(), Quota::per_hour(1))
+        .failure_policy(FailurePolicy::Closed)
+        .build()
+        .expect("valid")
+        .layer(app());
+    let open = RateLimitLayer::new(limiter, "default", by_client(), Quota::per_hour(1))
+        .expect("valid")
+        .layer(app());
+    h.server()
+        .expect("a standalone Redis")
+        .freeze()
+        .expect("SIGSTOP");
+    let mut waited = Vec::new();
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        assert_eq!(call(closed.clone(), from("c")).await.status, 503);
+        waited.push(started.elapsed());
+    }
+    println!("frozen, breaker closed: Closed answered 503 after {waited:.1?}");
+    assert!(
+        waited
+            .iter()
+            .all(|&d| d >= timeout - Duration::from_millis(10))
+    );
+    // The coalescer's task records a call's outcome just after its caller stopped waiting.
+    let started = std::time::Instant::now();
+    while backend.breaker_state() == redis_guard::backend::BreakerState::Closed {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the breaker never opened"
+        );
+        tokio::task::yield_now().await;
+    }
+    for (name, svc, status) in [("Closed", closed, 503), ("Open", open, 200)] {
+        let mut took = Vec::new();
+        for _ in 0..20 {
+            let started = std::time::Instant::now();
+            let r = call(svc.clone(), from("c")).await;
+            took.push(started.elapsed());
+            assert_eq!(r.status, status, "{name}");
+        }
+        took.sort();
+        println!(
+            "frozen, breaker open: {name} answered {status} in median {:.2?}, max {:.2?}",
+            took[took.len() / 2],
+            took[took.len() - 1]
+        );
+        assert!(took[took.len() - 1] < Duration::from_millis(50), "{took:?}");
+    }
+    h.server()
+        .expect("a standalone Redis")
+        .thaw()
+        .expect("SIGCONT");
+}
+
 #[tokio::test]
 async fn garbage_state_in_redis_is_overwritten_not_a_failure() {
     let h = Harness::redis().await;

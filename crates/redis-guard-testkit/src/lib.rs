@@ -2,6 +2,9 @@
 //!
 //! [`RedisServer::start`] launches a private `redis-server` on a free loopback port, with no
 //! persistence, and kills it when dropped: tests never touch a Redis someone else runs on 6379.
+//! For fault injection it can be [frozen](RedisServer::freeze) and
+//! [thawed](RedisServer::thaw) (`SIGSTOP` / `SIGCONT`), or killed and
+//! [restarted](RedisServer::restart) on the same port.
 //! [`RedisCluster::start`] does the same for a 3-master Redis Cluster, and returns once every
 //! node agrees that all 16384 slots are served.
 //! [`http`] is a tiny HTTP/1.1 client over a raw socket, able to send what well-behaved clients

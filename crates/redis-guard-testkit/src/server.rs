@@ -77,6 +77,8 @@ pub struct RedisServer {
     child: Child,
     port: u16,
     dir: PathBuf,
+    /// The extra arguments it was started with, for [`restart`](Self::restart).
+    extra: Vec<String>,
 }
 
 impl RedisServer {
@@ -112,8 +114,14 @@ impl RedisServer {
     fn try_start(extra: &[&str]) -> Result<Self, TestkitError> {
         let port = free_port()?;
         let dir = fresh_dir("testkit", port)?;
-        let child = spawn_redis(port, &dir, extra)?;
-        let mut server = Self { child, port, dir };
+        let extra: Vec<String> = extra.iter().map(|&a| a.to_owned()).collect();
+        let child = spawn_redis(port, &dir, &extra)?;
+        let mut server = Self {
+            child,
+            port,
+            dir,
+            extra,
+        };
         server.wait_ready()?;
         Ok(server)
     }
@@ -141,6 +149,63 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Freezes the server with `SIGSTOP` (through `kill`): connections stay open and the kernel
+    /// still accepts new ones, but nothing is answered until [`thaw`](Self::thaw). This is a
+    /// Redis that hangs, as opposed to one that is gone. Dropping a frozen server kills it.
+    ///
+    /// # Errors
+    ///
+    /// `kill` could not be run or failed.
+    pub fn freeze(&self) -> Result<(), TestkitError> {
+        self.signal("STOP")
+    }
+
+    /// Lets a [frozen](Self::freeze) server run again (`SIGCONT`): it then answers everything
+    /// it received meanwhile, in order.
+    ///
+    /// # Errors
+    ///
+    /// As [`freeze`](Self::freeze).
+    pub fn thaw(&self) -> Result<(), TestkitError> {
+        self.signal("CONT")
+    }
+
+    fn signal(&self, name: &str) -> Result<(), TestkitError> {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(TestkitError::Io(std::io::Error::other(format!(
+                "kill -{name} {} failed: {status}",
+                self.child.id()
+            ))))
+        }
+    }
+
+    /// Kills the server (`SIGKILL`, as a crash would) and starts a new, empty one on the same
+    /// port, with the same arguments, waiting until it answers `PING`: clients that reconnect
+    /// find it at the address they had. Between the two, connections are refused.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start); also when the port was taken by another process in between
+    /// (no retry on another port: the point is the same port).
+    pub fn restart(&mut self) -> Result<(), TestkitError> {
+        self.stop();
+        self.child = spawn_redis(self.port, &self.dir, &self.extra)?;
+        self.wait_ready()
+    }
+
+    /// Kills the server (`SIGKILL`) and waits for it to exit; the port and directory are kept
+    /// for [`restart`](Self::restart). Stopping a stopped server does nothing.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// The server's log so far.
@@ -184,7 +249,11 @@ impl Drop for RedisServer {
 /// Starts `redis-server` on `127.0.0.1:port` with no persistence, its files in `dir`: the log in
 /// [`LOG_FILE`], what it prints before it logs (bad arguments, early failures) in
 /// [`OUTPUT_FILE`]. `extra` arguments come last.
-pub(crate) fn spawn_redis(port: u16, dir: &Path, extra: &[&str]) -> Result<Child, TestkitError> {
+pub(crate) fn spawn_redis(
+    port: u16,
+    dir: &Path,
+    extra: &[impl AsRef<std::ffi::OsStr>],
+) -> Result<Child, TestkitError> {
     let bin = redis_server_binary();
     let mut command = Command::new(&bin);
     command

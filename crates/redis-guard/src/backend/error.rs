@@ -41,6 +41,13 @@ pub enum BackendError {
     /// Redis answered something the caller does not understand.
     #[error("unexpected reply from redis: {0}")]
     BadReply(String),
+    /// The call was not made: Redis failed several calls in a row, and the backend's circuit
+    /// [`Breaker`](super::Breaker) lets no call through until its cool-down ends. Answered at
+    /// once, without touching the network; [`is_unavailable`](Self::is_unavailable) is `true`.
+    #[error(
+        "redis circuit breaker is open: redis failed repeatedly, so it is not called until a probe finds it back"
+    )]
+    CircuitOpen,
 }
 
 impl BackendError {
@@ -67,12 +74,12 @@ impl BackendError {
         }
     }
 
-    /// Whether the store could not be used at all (unreachable or too slow), as opposed to a
-    /// store that answered with an error.
+    /// Whether the store could not be used at all (unreachable, too slow, or given up on by the
+    /// circuit breaker), as opposed to a store that answered with an error.
     #[must_use]
     pub fn is_unavailable(&self) -> bool {
         match self {
-            Self::Timeout(_) => true,
+            Self::Timeout(_) | Self::CircuitOpen => true,
             Self::Redis(e) => {
                 e.is_io_error()
                     || e.is_timeout()

@@ -5,6 +5,10 @@
 //!   [`RedisSessionStore`](crate::session::RedisSessionStore). It names keys, runs scripts
 //!   (`EVALSHA`, reloading on `NOSCRIPT`), groups keys by Cluster hash slot, and turns every
 //!   failure into a [`BackendError`].
+//! - [`Breaker`]: the backend's circuit breaker. After a few calls in a row found Redis
+//!   unreachable or too slow, calls fail at once with [`BackendError::CircuitOpen`] instead of
+//!   each waiting out the timeout; after a cool-down one call probes Redis, and the circuit
+//!   closes when it answers.
 //! - The in-process backends' [`Clock`], and inside the crate the bounded expiring table both
 //!   memory backends keep their state in.
 //!
@@ -14,6 +18,8 @@
 //! are loaded again automatically when Redis answers `NOSCRIPT` (after a restart or a
 //! `SCRIPT FLUSH`).
 
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+mod breaker;
 mod clock;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 mod coalesce;
@@ -33,6 +39,8 @@ mod table;
 )]
 mod connection;
 
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+pub use breaker::{Breaker, BreakerState, DEFAULT_COOL_DOWN, DEFAULT_FAILURES};
 #[cfg(any(test, feature = "test-util"))]
 pub use clock::ManualClock;
 pub use clock::{Clock, MonotonicClock};
@@ -42,7 +50,7 @@ pub use coalesce::DEFAULT_BATCH;
 pub(crate) use coalesce::call_alone;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use coalesce::{Coalescer, Entry};
-pub use connection::RedisConnection;
+pub use connection::{RECONNECT_MAX_DELAY, RedisConnection};
 #[cfg(feature = "rate-limit")]
 pub(crate) use deny_cache::DenyCache;
 pub use error::BackendError;

@@ -7,7 +7,8 @@ use redis::{Script, Value};
 
 #[cfg(feature = "test-util")]
 use super::ManualClock;
-use super::{BackendError, RedisConnection};
+use super::breaker::Circuit;
+use super::{BackendError, Breaker, BreakerState, RedisConnection};
 
 /// Default key prefix: every key redis-guard writes starts with `rg:`.
 pub const DEFAULT_PREFIX: &str = "rg:";
@@ -15,18 +16,20 @@ pub const DEFAULT_PREFIX: &str = "rg:";
 /// Default time to wait for Redis, per call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
 
-/// Redis as the layers use it: a [`RedisConnection`], a key prefix and a timeout per call. The
-/// limiter and the session store both take one, so one Redis is configured once:
+/// Redis as the layers use it: a [`RedisConnection`], a key prefix, a timeout per call and a
+/// circuit [`Breaker`]. The limiter and the session store both take one, so one Redis is
+/// configured once:
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use redis_guard::backend::{RedisBackend, RedisConnection};
+/// use redis_guard::backend::{Breaker, RedisBackend, RedisConnection};
 /// use redis_guard::rate_limit::RedisLimiter;
 /// use redis_guard::session::RedisSessionStore;
 /// # async fn f() -> redis::RedisResult<()> {
 /// let redis = RedisBackend::new(RedisConnection::open("redis://127.0.0.1/").await?)
 ///     .prefix("myapp:")
-///     .timeout(Duration::from_millis(50));
+///     .timeout(Duration::from_millis(50))
+///     .breaker(Breaker::new().failures(5).cool_down(Duration::from_secs(1)));
 /// let limiter = RedisLimiter::new(redis.clone());
 /// let sessions = RedisSessionStore::new(redis);
 /// # Ok(()) }
@@ -38,6 +41,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
 /// Scripts run with `EVALSHA` and are loaded again when Redis answers `NOSCRIPT` (after a
 /// restart or `SCRIPT FLUSH`, on every cluster node); a script is never re-run after any other
 /// error, so a call that may have counted is never counted twice.
+///
+/// Every call goes through the backend's circuit [`Breaker`] (on by default): after five calls
+/// in a row found Redis unreachable or too slow, calls fail at once with
+/// [`BackendError::CircuitOpen`] until a probe finds Redis back.
 #[derive(Clone, Debug)]
 pub struct RedisBackend {
     inner: Arc<Settings>,
@@ -48,13 +55,15 @@ struct Settings {
     conn: RedisConnection,
     prefix: String,
     timeout: Duration,
+    /// Shared by every clone, and by backends derived from it with the other setters.
+    breaker: Arc<Circuit>,
     #[cfg(feature = "test-util")]
     shift: Option<ManualClock>,
 }
 
 impl RedisBackend {
-    /// A backend on `conn` with the default prefix ([`DEFAULT_PREFIX`]) and timeout
-    /// ([`DEFAULT_TIMEOUT`]).
+    /// A backend on `conn` with the default prefix ([`DEFAULT_PREFIX`]), timeout
+    /// ([`DEFAULT_TIMEOUT`]) and circuit breaker ([`Breaker::new`]).
     #[must_use]
     pub fn new(conn: RedisConnection) -> Self {
         Self {
@@ -62,6 +71,7 @@ impl RedisBackend {
                 conn,
                 prefix: DEFAULT_PREFIX.to_owned(),
                 timeout: DEFAULT_TIMEOUT,
+                breaker: Arc::new(Circuit::new(Breaker::new())),
                 #[cfg(feature = "test-util")]
                 shift: None,
             }),
@@ -82,6 +92,29 @@ impl RedisBackend {
     pub fn timeout(mut self, timeout: Duration) -> Self {
         Arc::make_mut(&mut self.inner).timeout = timeout;
         self
+    }
+
+    /// Replaces the circuit breaker (default [`Breaker::new`]; [`Breaker::off`] turns it off).
+    /// The new breaker starts closed, and is shared by the clones made from here on.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_guard::backend::{Breaker, RedisBackend, RedisConnection};
+    /// # async fn f() -> redis::RedisResult<()> {
+    /// let conn = RedisConnection::open("redis://127.0.0.1/").await?;
+    /// let redis = RedisBackend::new(conn).breaker(Breaker::new().failures(10));
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn breaker(mut self, breaker: Breaker) -> Self {
+        Arc::make_mut(&mut self.inner).breaker = Arc::new(Circuit::new(breaker));
+        self
+    }
+
+    /// Where the circuit breaker stands now: [`BreakerState::Closed`] while calls go to Redis.
+    #[must_use]
+    pub fn breaker_state(&self) -> BreakerState {
+        self.inner.breaker.state()
     }
 
     /// A test seam (feature `test-util`): adds `clock`'s reading to Redis `TIME` in every script,
@@ -183,10 +216,26 @@ impl RedisBackend {
     /// Runs one plain command (routed by its key on a cluster), under the timeout.
     #[cfg_attr(not(feature = "session"), allow(dead_code))]
     pub(crate) async fn query(&self, cmd: &redis::Cmd) -> Result<Value, BackendError> {
-        tokio::time::timeout(self.inner.timeout, self.inner.conn.query(cmd))
+        self.guarded(self.inner.conn.query(cmd), BackendError::Redis)
             .await
-            .map_err(|_| BackendError::Timeout(self.inner.timeout))?
-            .map_err(BackendError::Redis)
+    }
+
+    /// Makes `call` (a future not polled yet: nothing is sent before the breaker allows it)
+    /// under the circuit breaker and the timeout; `error` classifies the errors Redis returns.
+    /// The outcome is recorded, never retried.
+    async fn guarded(
+        &self,
+        call: impl Future<Output = redis::RedisResult<Value>>,
+        error: fn(redis::RedisError) -> BackendError,
+    ) -> Result<Value, BackendError> {
+        let permit = self.inner.breaker.admit()?;
+        let timeout = self.inner.timeout;
+        let outcome = match tokio::time::timeout(timeout, call).await {
+            Ok(reply) => reply.map_err(error),
+            Err(_) => Err(BackendError::Timeout(timeout)),
+        };
+        permit.record(&outcome);
+        outcome
     }
 
     /// Indices of `keys` grouped so that each group can go to one script call: one group on a
@@ -223,15 +272,12 @@ impl ScriptCall<'_> {
         self
     }
 
-    /// Runs the call under the backend's timeout; on `NOSCRIPT` loads the script and runs it
-    /// again. Errors of our scripts and Lua errors are [`BackendError::Script`].
+    /// Runs the call under the backend's circuit breaker and timeout; on `NOSCRIPT` loads the
+    /// script and runs it again (one call for the breaker). Errors of our scripts and Lua errors
+    /// are [`BackendError::Script`].
     pub(crate) async fn run(self) -> Result<Value, BackendError> {
-        let timeout = self.backend.inner.timeout;
         let call = self.backend.inner.conn.evalsha(self.script, &self.cmd);
-        tokio::time::timeout(timeout, call)
-            .await
-            .map_err(|_| BackendError::Timeout(timeout))?
-            .map_err(BackendError::from_script)
+        self.backend.guarded(call, BackendError::from_script).await
     }
 }
 
