@@ -71,8 +71,8 @@ impl RedisLimiter {
     ///
     /// When Redis denies a request, the wait it names is exact: a denial consumes nothing, and
     /// other replicas can only use more of the quota, never give it back. So until that wait has
-    /// passed, the same request (same rules, keys and costs) is denied in process, with zero
-    /// round trips: a client hammering past its limit costs Redis nothing. The trade-off: a
+    /// passed (less a millisecond: Redis rounds waits up to whole milliseconds), the same request
+    /// (same rules, keys and costs) is denied in process, with zero round trips: a client hammering past its limit costs Redis nothing. The trade-off: a
     /// limit raised, a key reset by hand or a Cluster refund reaches a cached client only when
     /// its wait ends. The headers of a cached denial show the rules' states as Redis last
     /// reported them, with the waits counted down.
@@ -211,11 +211,15 @@ impl Limiter for RedisLimiter {
         };
         Box::pin(async move {
             let states = evaluation.run(&coalescers).await?;
+            // Redis reports waits in whole milliseconds, rounded up: the true wait may be up to
+            // 1 ms shorter, so the cache keeps the denial 1 ms less and never denies a request
+            // Redis would admit.
             let wait = states
                 .iter()
                 .filter(|s| !s.allowed)
-                .map(|s| s.retry_after)
-                .max();
+                .map(|s| s.retry_after.saturating_sub(Duration::from_millis(1)))
+                .max()
+                .filter(|wait| !wait.is_zero());
             if let Some(wait) = wait {
                 cache.insert(key, states.clone(), now, wait);
             }
