@@ -355,7 +355,10 @@ async fn redis_down_fails_open_or_closed_without_hanging() {
     let limiter = redis_guard::rate_limit::RedisLimiter::new(
         h.backend().await.timeout(Duration::from_millis(300)),
     );
-    let open = RateLimitLayer::new(limiter.clone(), "default", by_client(), Quota::per_hour(1))
+    let open = RateLimitLayer::builder(limiter.clone())
+        .rule("default", by_client(), Quota::per_hour(1))
+        .failure_policy(FailurePolicy::Open)
+        .build()
         .expect("valid")
         .layer(app());
     let closed = RateLimitLayer::builder(limiter)
@@ -381,6 +384,55 @@ async fn redis_down_fails_open_or_closed_without_hanging() {
     );
 }
 
+/// Redis killed: a `Fallback` layer over 10/min with 2 replicas admits each key its share, 5,
+/// then answers `429` with headers that describe the share; keys stay apart.
+#[tokio::test]
+async fn redis_down_falls_back_to_the_replicas_share_of_each_quota() {
+    let mut h = Harness::redis().await;
+    let limiter = redis_guard::rate_limit::RedisLimiter::new(
+        h.backend().await.timeout(Duration::from_millis(300)),
+    );
+    let svc = RateLimitLayer::builder(limiter)
+        .rule("default", by_client(), Quota::per_minute(10))
+        .failure_policy(FailurePolicy::fallback(2).expect("2 replicas"))
+        .build()
+        .expect("valid")
+        .layer(app());
+    // Two requests while Redis answers: state does not carry over to the fallback.
+    for _ in 0..2 {
+        assert_eq!(call(svc.clone(), from("a")).await.status, 200);
+    }
+    h.kill_redis();
+    let started = std::time::Instant::now();
+    for client in ["a", "b"] {
+        for i in 0..5u32 {
+            let r = call(svc.clone(), from(client)).await;
+            assert_eq!(r.status, 200, "{client} request {i}: {}", r.body);
+            assert_eq!(r.body, format!("remaining={}", 4 - i));
+            assert_eq!(r.header("ratelimit-policy"), "\"default\";q=5;w=60");
+        }
+        let r = call(svc.clone(), from(client)).await;
+        assert_eq!(r.status, 429, "{client}: the share is 10 / 2");
+        assert_eq!(r.header("ratelimit-policy"), "\"default\";q=5;w=60");
+        // One request per 12 s, the share full again 60 s after the first: both counted from
+        // the first fallback decision, which the failed calls before the breaker opened delayed.
+        let t: u64 = r
+            .header("ratelimit")
+            .strip_prefix("\"default\";r=0;t=")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{}", r.header("ratelimit")));
+        let retry: u64 = r.header("retry-after").parse().expect("seconds");
+        assert!(
+            t <= 60 && retry <= 12 && t - retry == 48,
+            "t={t}, retry-after={retry}"
+        );
+    }
+    println!(
+        "Redis killed: Fallback (10/min, 2 replicas) admitted 5 per key, then 429; 12 requests in {:.1?}",
+        started.elapsed()
+    );
+}
+
 /// Redis frozen: once the backend's breaker is open, both policies answer without waiting for
 /// the timeout (figures printed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -400,8 +452,14 @@ async fn with_the_breaker_open_the_failure_policies_answer_at_once() {
         .build()
         .expect("valid")
         .layer(app());
-    let open = RateLimitLayer::new(limiter, "default", by_client(), Quota::per_hour(1))
+    let open = RateLimitLayer::builder(limiter.clone())
+        .rule("default", by_client(), Quota::per_hour(1))
+        .failure_policy(FailurePolicy::Open)
+        .build()
         .expect("valid")
+        .layer(app());
+    let fallback = RateLimitLayer::new(limiter, "default", by_client(), Quota::per_hour(1))
+        .expect("valid: Fallback is the default")
         .layer(app());
     h.server()
         .expect("a standalone Redis")
@@ -428,9 +486,17 @@ async fn with_the_breaker_open_the_failure_policies_answer_at_once() {
         );
         tokio::task::yield_now().await;
     }
-    for (name, svc, status) in [("Closed", closed, 503), ("Open", open, 200)] {
+    for (name, svc, statuses) in [
+        ("Closed", closed.boxed_clone(), [503; 20]),
+        ("Open", open.boxed_clone(), [200; 20]),
+        ("Fallback", fallback.boxed_clone(), {
+            let mut s = [429; 20];
+            s[0] = 200;
+            s
+        }),
+    ] {
         let mut took = Vec::new();
-        for _ in 0..20 {
+        for status in statuses {
             let started = std::time::Instant::now();
             let r = call(svc.clone(), from("c")).await;
             took.push(started.elapsed());
@@ -438,7 +504,8 @@ async fn with_the_breaker_open_the_failure_policies_answer_at_once() {
         }
         took.sort();
         println!(
-            "frozen, breaker open: {name} answered {status} in median {:.2?}, max {:.2?}",
+            "frozen, breaker open: {name} answered {} in median {:.2?}, max {:.2?}",
+            statuses[statuses.len() - 1],
             took[took.len() / 2],
             took[took.len() - 1]
         );

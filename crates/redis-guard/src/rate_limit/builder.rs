@@ -5,9 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderValue, Response};
+use http::Response;
 
-use super::config::{Config, HeaderMode, LayerRule};
+use super::config::{Config, Fallback, LayerRule};
 use super::{
     Algorithm, Decision, FailurePolicy, KeyExtractor, Limiter, MissingKey, Quota, RateLimitLayer,
     Rule, RuleError, headers,
@@ -46,18 +46,7 @@ pub struct RateLimitLayerBuilder {
 impl RateLimitLayerBuilder {
     pub(crate) fn new(limiter: Arc<dyn Limiter>) -> Self {
         Self {
-            config: Config {
-                limiter,
-                rules: Vec::new(),
-                missing_key: MissingKey::default(),
-                failure: FailurePolicy::default(),
-                headers: HeaderMode {
-                    ietf_on_allowed: true,
-                    legacy: false,
-                },
-                response: None,
-                policy: HeaderValue::from_static(""),
-            },
+            config: Config::new(limiter),
         }
     }
 
@@ -113,7 +102,8 @@ impl RateLimitLayerBuilder {
         /// What to do when a key is missing (default: reject with `400`).
         pub fn missing_key(policy: MissingKey) => config.missing_key;
 
-        /// What to do when the limiter fails (default: [`FailurePolicy::Open`]).
+        /// What to do when the limiter fails (default: [`FailurePolicy::Fallback`] with one
+        /// replica; the policy's docs argue the choice).
         pub fn failure_policy(policy: FailurePolicy) => config.failure;
 
         /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` (default: yes).
@@ -155,7 +145,8 @@ impl RateLimitLayerBuilder {
     /// # Errors
     ///
     /// No rules, a duplicate rule name, a rule that cannot work (the error names the rule and the
-    /// value), or a limiter that cannot work ([`Limiter::config_problem`]).
+    /// value), a rule whose share under [`FailurePolicy::Fallback`] cannot work (a cost above
+    /// the divided burst), or a limiter that cannot work ([`Limiter::config_problem`]).
     pub fn build(self) -> Result<RateLimitLayer, RuleError> {
         let mut config = self.config;
         if config.rules.is_empty() {
@@ -172,6 +163,9 @@ impl RateLimitLayerBuilder {
             {
                 return Err(RuleError::Duplicate(r.rule.name().to_owned()));
             }
+        }
+        if let FailurePolicy::Fallback { replicas } = config.failure {
+            config.fallback = Some(Arc::new(Fallback::new(&config.rules, replicas)?));
         }
         config.policy =
             headers::policy(config.rules.iter().map(|r| (r.rule.name(), r.rule.quota())));

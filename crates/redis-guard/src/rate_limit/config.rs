@@ -7,7 +7,11 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 
 use super::limiter::Check;
-use super::{Decision, FailurePolicy, KeyError, KeyExtractor, Limiter, MissingKey, Rule, headers};
+use super::warn::{WARN_INTERVAL, WarnEvery};
+use super::{
+    Algorithm, Decision, FailurePolicy, KeyError, KeyExtractor, Limiter, LimiterError,
+    MemoryLimiter, MissingKey, Rule, RuleError, headers,
+};
 
 /// Which rate-limit headers to send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +42,75 @@ pub(crate) struct Config {
     pub(crate) response: Option<ResponseBuilder>,
     /// `RateLimit-Policy` for all the rules, made when the layer is built.
     pub(crate) policy: HeaderValue,
+    /// The in-process limiter of [`FailurePolicy::Fallback`], made when the layer is built.
+    pub(crate) fallback: Option<Arc<Fallback>>,
+    /// Keeps "rate limiter failed" to a line per interval.
+    pub(crate) warn: Arc<WarnEvery>,
+}
+
+impl Config {
+    pub(crate) fn new(limiter: Arc<dyn Limiter>) -> Self {
+        Self {
+            limiter,
+            rules: Vec::new(),
+            missing_key: MissingKey::default(),
+            failure: FailurePolicy::default(),
+            headers: HeaderMode {
+                ietf_on_allowed: true,
+                legacy: false,
+            },
+            response: None,
+            policy: HeaderValue::from_static(""),
+            fallback: None,
+            warn: Arc::new(WarnEvery::new(WARN_INTERVAL)),
+        }
+    }
+}
+
+/// [`FailurePolicy::Fallback`]'s limiter: the layer's rules with each quota shared among the
+/// replicas, decided in this process.
+#[derive(Debug)]
+pub(crate) struct Fallback {
+    limiter: MemoryLimiter,
+    rules: Vec<LayerRule>,
+}
+
+impl Fallback {
+    /// The fallback for `rules` shared among `replicas`.
+    ///
+    /// # Errors
+    ///
+    /// A shared rule cannot work (its cost exceeds the divided burst).
+    pub(crate) fn new(
+        rules: &[LayerRule],
+        replicas: std::num::NonZeroU32,
+    ) -> Result<Self, RuleError> {
+        let rules = rules
+            .iter()
+            .map(|r| {
+                // Only Redis runs Lua; the quota still says how much to admit.
+                let algorithm = match r.rule.algorithm() {
+                    Algorithm::Custom(_) => Algorithm::default(),
+                    other => other.clone(),
+                };
+                let rule = Rule::new(r.rule.name_arc().clone(), r.rule.quota().share(replicas))
+                    .with_algorithm(algorithm)
+                    .with_cost(r.rule.cost());
+                rule.validate().map_err(|source| RuleError::FallbackShare {
+                    replicas: replicas.get(),
+                    source: Box::new(source),
+                })?;
+                Ok(LayerRule {
+                    rule,
+                    extractor: Arc::clone(&r.extractor),
+                })
+            })
+            .collect::<Result<_, RuleError>>()?;
+        Ok(Self {
+            limiter: MemoryLimiter::new(),
+            rules,
+        })
+    }
 }
 
 /// What the layer decided to do with a request before asking the limiter.
@@ -52,8 +125,51 @@ pub(crate) enum Plan {
 
 impl Config {
     pub(crate) fn plan(&self, parts: &http::request::Parts) -> Plan {
-        let mut checks = Vec::with_capacity(self.rules.len());
-        for r in &self.rules {
+        self.plan_rules(&self.rules, parts)
+    }
+
+    /// The fallback's answer for a request the limiter failed to decide: a decision, or what to
+    /// do without one. `None` when the policy is not [`FailurePolicy::Fallback`].
+    pub(crate) fn fallback(&self, parts: &http::request::Parts) -> Option<Result<Decision, Plan>> {
+        let fallback = self.fallback.as_deref()?;
+        // The keys are extracted again rather than kept from the first plan: that costs only
+        // while Redis is down, instead of a copy of every check on every request.
+        Some(match self.plan_rules(&fallback.rules, parts) {
+            Plan::Check(checks) => fallback.limiter.decide_now(&checks).map_err(|err| {
+                tracing::warn!(error = %err, "the in-process fallback could not decide: 503");
+                Plan::Respond(
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                    "The rate limiter is unavailable; retry shortly.",
+                )
+            }),
+            other => Err(other),
+        })
+    }
+
+    /// Logs that the limiter failed, at most once per [`WARN_INTERVAL`], with how many failures
+    /// went unlogged since the previous line.
+    pub(crate) fn warn_failed(&self, err: &LimiterError) {
+        let Some(unlogged) = self.warn.hit() else {
+            return;
+        };
+        let action = match self.failure {
+            FailurePolicy::Open => "requests admitted (FailurePolicy::Open)",
+            FailurePolicy::Closed => "requests answered 503 (FailurePolicy::Closed)",
+            FailurePolicy::Fallback { .. } => {
+                "requests decided in process (FailurePolicy::Fallback)"
+            }
+        };
+        tracing::warn!(
+            error = %err,
+            source = ?std::error::Error::source(err),
+            unlogged,
+            "rate limiter failed: {action}; {unlogged} failures unlogged since the previous line"
+        );
+    }
+
+    fn plan_rules(&self, rules: &[LayerRule], parts: &http::request::Parts) -> Plan {
+        let mut checks = Vec::with_capacity(rules.len());
+        for r in rules {
             match r.extractor.extract(parts) {
                 Ok(key) => checks.push(Check::new(r.rule.clone(), key)),
                 Err(KeyError::Missing) => match self.missing_key {
@@ -81,9 +197,16 @@ impl Config {
     }
 
     /// The `RateLimit-Policy` value for `decision`'s rules: the layer's own when every rule was
-    /// evaluated (the usual case), made anew when some were skipped for a missing key.
+    /// evaluated with its own quota (the usual case), made anew when some were skipped for a
+    /// missing key or the fallback decided with its share of the quotas.
     pub(crate) fn policy(&self, decision: &Decision) -> HeaderValue {
-        if decision.rules.len() == self.rules.len() {
+        if decision.rules.len() == self.rules.len()
+            && decision
+                .rules
+                .iter()
+                .zip(&self.rules)
+                .all(|(d, r)| d.quota == *r.rule.quota())
+        {
             self.policy.clone()
         } else {
             headers::policy(decision.rules.iter().map(|r| (&*r.rule, &r.quota)))
@@ -99,18 +222,121 @@ impl Config {
     }
 }
 
+/// A rule shows as itself: extractors are closures more often than not.
+impl fmt::Debug for LayerRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.rule.fmt(f)
+    }
+}
+
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("limiter", &self.limiter)
-            .field(
-                "rules",
-                &self.rules.iter().map(|r| &r.rule).collect::<Vec<_>>(),
-            )
+            .field("rules", &self.rules)
             .field("missing_key", &self.missing_key)
             .field("failure", &self.failure)
+            .field("fallback", &self.fallback.is_some())
             .field("headers", &self.headers)
             .field("custom_response", &self.response.is_some())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use http::{HeaderName, Request, Response};
+    use tower::{Layer, ServiceExt, service_fn};
+
+    use crate::rate_limit::{
+        Algorithm, CustomAlgorithm, FailurePolicy, HeaderKey, MemoryLimiter, Quota, RateLimitLayer,
+        Rule,
+    };
+
+    /// The statuses of `n` requests from `key`, and the last one's `RateLimit-Policy`.
+    async fn statuses(layer: &RateLimitLayer, key: &str, n: usize) -> (Vec<u16>, String) {
+        let svc = layer.layer(service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+        let mut out = Vec::new();
+        let mut policy = String::new();
+        for _ in 0..n {
+            let mut req = Request::new(String::new());
+            req.headers_mut().insert("x-key", key.parse().unwrap());
+            let res = svc.clone().oneshot(req).await.unwrap();
+            out.push(res.status().as_u16());
+            policy = res
+                .headers()
+                .get("ratelimit-policy")
+                .map_or("-".to_owned(), |v| v.to_str().unwrap().to_owned());
+        }
+        (out, policy)
+    }
+
+    /// The memory limiter cannot run Lua, so every decision of a custom-algorithm rule fails, as
+    /// with Redis down: the policies answer without Redis.
+    #[tokio::test]
+    async fn a_failing_limiter_is_answered_by_the_policy() {
+        let rule = Rule::new("api", Quota::per_minute(10).burst(6)).with_algorithm(
+            Algorithm::Custom(CustomAlgorithm::new("lua", "return function() end")),
+        );
+        let layer = |policy| {
+            RateLimitLayer::builder(MemoryLimiter::new())
+                .rule_with(
+                    rule.clone(),
+                    HeaderKey::new(HeaderName::from_static("x-key")),
+                )
+                .failure_policy(policy)
+                .build()
+                .unwrap()
+        };
+        // Limit and burst ÷ 4, rounded down: 2 per minute, a burst of 1.
+        let fallback = layer(FailurePolicy::fallback(4).unwrap());
+        assert_eq!(
+            statuses(&fallback, "a", 3).await,
+            (vec![200, 429, 429], "\"api\";q=2;w=60".to_owned())
+        );
+        assert_eq!(statuses(&fallback, "b", 2).await.0, [200, 429], "per key");
+        // Never below 1, whatever the replica count.
+        let many = layer(FailurePolicy::fallback(1000).unwrap());
+        assert_eq!(statuses(&many, "a", 2).await.0, [200, 429]);
+        // The default is the fallback with one replica: the whole burst of 6.
+        let default = RateLimitLayer::builder(MemoryLimiter::new())
+            .rule_with(
+                rule.clone(),
+                HeaderKey::new(HeaderName::from_static("x-key")),
+            )
+            .build()
+            .unwrap();
+        assert_eq!(
+            statuses(&default, "a", 7).await.0,
+            [200, 200, 200, 200, 200, 200, 429]
+        );
+        assert_eq!(
+            statuses(&layer(FailurePolicy::Open), "a", 3).await,
+            (vec![200; 3], "-".to_owned())
+        );
+        assert_eq!(
+            statuses(&layer(FailurePolicy::Closed), "a", 2).await.0,
+            [503, 503]
+        );
+    }
+
+    #[test]
+    fn a_share_below_the_cost_is_refused_when_the_layer_is_built() {
+        let err = RateLimitLayer::builder(MemoryLimiter::new())
+            .rule_with(
+                Rule::new("api", Quota::per_minute(10)).with_cost(3),
+                HeaderKey::new(HeaderName::from_static("x-key")),
+            )
+            .failure_policy(FailurePolicy::fallback(5).unwrap())
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "FailurePolicy::Fallback with 5 replicas: the share of rule `api`: cost 3 is larger than the burst 2, so no request could ever pass"
+        );
     }
 }

@@ -8,7 +8,7 @@ use std::task::{Context, Poll, ready};
 use http::{Request, Response, StatusCode};
 use tower_service::Service;
 
-use super::config::Config;
+use super::config::{Config, Plan};
 use super::decision::RuleDecision;
 use super::headers::RateLimitHeaders;
 use super::limiter::{BoxFuture, LimiterError, Pending, decision_from};
@@ -97,7 +97,26 @@ where
                             "rate-limit future polled after completion",
                         )));
                     };
-                    match states.and_then(|states| decision_from(rules, states)) {
+                    let decided = match states.and_then(|states| decision_from(rules, states)) {
+                        Ok(decision) => Ok(decision),
+                        Err(err) => {
+                            config.warn_failed(&err);
+                            let (parts, body) = req.into_parts();
+                            let fallback = config.fallback(&parts);
+                            req = Request::from_parts(parts, body);
+                            match (fallback, config.failure) {
+                                (Some(Ok(decision)), _) => Ok(decision),
+                                (Some(Err(plan)), _) => Err(plan),
+                                (None, FailurePolicy::Closed) => Err(Plan::Respond(
+                                    StatusCode::SERVICE_UNAVAILABLE,
+                                    "The rate limiter is unavailable; retry shortly.",
+                                )),
+                                // Open (and Fallback's key re-extraction finding no rule).
+                                (None, _) => Err(Plan::Pass),
+                            }
+                        }
+                    };
+                    match decided {
                         Ok(decision) if decision.allowed => {
                             let policy = config.ietf_on_allowed().then(|| config.policy(&decision));
                             let extra =
@@ -118,21 +137,10 @@ where
                                 response: Some((decision, Arc::clone(config))),
                             }
                         }
-                        Err(err) => match config.failure {
-                            FailurePolicy::Open => {
-                                tracing::warn!(error = %err, source = ?std::error::Error::source(&err), "rate limiter failed: request admitted (FailurePolicy::Open)");
-                                State::Calling {
-                                    fut: inner.call(req),
-                                    headers: None,
-                                }
-                            }
-                            FailurePolicy::Closed => {
-                                tracing::warn!(error = %err, source = ?std::error::Error::source(&err), "rate limiter failed: 503 (FailurePolicy::Closed)");
-                                State::Respond {
-                                    status: StatusCode::SERVICE_UNAVAILABLE,
-                                    detail: "The rate limiter is unavailable; retry shortly.",
-                                }
-                            }
+                        Err(Plan::Respond(status, detail)) => State::Respond { status, detail },
+                        Err(Plan::Pass | Plan::Check(_)) => State::Calling {
+                            fut: inner.call(req),
+                            headers: None,
                         },
                     }
                 }

@@ -156,27 +156,32 @@ pub(crate) struct Pending {
 impl Pending {
     /// Starts evaluating `checks` (known to be valid).
     pub(crate) fn start<L: Limiter + ?Sized>(limiter: &L, checks: Vec<Check>) -> Self {
-        // Each rule's state is filled in by `decision_from`; until then it is a denial of nothing.
-        let unknown = RuleState {
-            allowed: false,
-            limit: 0,
-            remaining: 0,
-            retry_after: Duration::ZERO,
-            reset_after: Duration::ZERO,
-        };
-        let rules = checks
-            .iter()
-            .map(|c| RuleDecision {
-                rule: c.rule.name_arc().clone(),
-                quota: *c.rule.quota(),
-                state: unknown,
-            })
-            .collect();
+        let rules = rule_decisions(&checks);
         Self {
             states: limiter.evaluate(checks),
             rules,
         }
     }
+}
+
+/// One not-yet-decided entry per check, for [`decision_from`] to fill in.
+pub(crate) fn rule_decisions(checks: &[Check]) -> Vec<RuleDecision> {
+    // Each rule's state is filled in by `decision_from`; until then it is a denial of nothing.
+    let unknown = RuleState {
+        allowed: false,
+        limit: 0,
+        remaining: 0,
+        retry_after: Duration::ZERO,
+        reset_after: Duration::ZERO,
+    };
+    checks
+        .iter()
+        .map(|c| RuleDecision {
+            rule: c.rule.name_arc().clone(),
+            quota: *c.rule.quota(),
+            state: unknown,
+        })
+        .collect()
 }
 
 /// Fills `rules` with their states, in order, into a [`Decision`].

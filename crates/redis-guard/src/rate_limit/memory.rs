@@ -6,8 +6,9 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
+use super::Decision;
 use super::algorithm::{self, Commit, RuleState, State, ceil_ms};
-use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
+use super::limiter::{BoxFuture, Check, Limiter, LimiterError, decision_from, rule_decisions};
 use crate::backend::{ExpiringTable, InProcess, InProcessBuilder};
 
 /// Default bound on the number of keys a [`MemoryLimiter`] tracks.
@@ -95,6 +96,12 @@ impl MemoryLimiter {
         h.write_u8(0);
         h1.write_u8(1);
         [h.finish(), h1.finish()]
+    }
+
+    /// Decides `checks` (known to be valid) at once: the layer's fallback, which must not
+    /// allocate a future per request while Redis is down.
+    pub(crate) fn decide_now(&self, checks: &[Check]) -> Result<Decision, LimiterError> {
+        decision_from(rule_decisions(checks), self.evaluate_now(checks)?)
     }
 
     fn evaluate_now(&self, checks: &[Check]) -> Result<Vec<RuleState>, LimiterError> {

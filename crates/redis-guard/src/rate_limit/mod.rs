@@ -24,6 +24,26 @@
 //!   the same headers added and a [`Decision`] in the request extensions.
 
 //!
+//! # When Redis fails
+//!
+//! The layer's [`FailurePolicy`] answers every request Redis cannot decide (down, too slow, or
+//! the backend's circuit breaker open). The default, [`FailurePolicy::Fallback`], keeps limiting
+//! in this process with each instance's share of every quota (`limit ÷ replicas`): unlike
+//! [`Open`](FailurePolicy::Open) it does not switch limiting off when an attacker floods Redis,
+//! and unlike [`Closed`](FailurePolicy::Closed) it does not take the API down with Redis. The
+//! failure is logged at most once per [`WARN_INTERVAL`], with a count.
+//!
+//! ```
+//! use redis_guard::rate_limit::{ClientIp, FailurePolicy, MemoryLimiter, Quota, RateLimitLayer};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Three replicas behind the load balancer: 20 per minute each while Redis is down.
+//! let layer = RateLimitLayer::builder(MemoryLimiter::new()) // RedisLimiter in production
+//!     .rule("api", ClientIp::peer(), Quota::per_minute(60))
+//!     .failure_policy(FailurePolicy::fallback(3)?)
+//!     .build()?;
+//! # let _ = layer; Ok(()) }
+//! ```
+//!
 //! # Differences from `tower::limit::RateLimit` and `tower_governor`
 //!
 //! - **Shared state.** [`tower::limit::RateLimit`] counts per service instance: every clone (one
@@ -62,6 +82,7 @@ mod reply;
 mod response;
 mod rule;
 mod service;
+mod warn;
 
 pub use algorithm::{Algorithm, CustomAlgorithm, RuleState};
 pub use builder::RateLimitLayerBuilder;
@@ -75,9 +96,10 @@ pub use key::{
 pub use layer::RateLimitLayer;
 pub use limiter::{BoxFuture, Check, Limiter, LimiterError};
 pub use memory::{DEFAULT_MAX_KEYS, MemoryLimiter};
-pub use policy::{FailurePolicy, MissingKey};
+pub use policy::{FailurePolicy, MissingKey, ZeroReplicas};
 pub use quota::{MAX_PERIOD, Quota, QuotaError};
 pub use redis_limiter::{DEFAULT_DENY_CACHE, RedisLimiter};
 pub use response::ResponseBody;
 pub use rule::{Rule, RuleError};
 pub use service::RateLimit;
+pub use warn::WARN_INTERVAL;

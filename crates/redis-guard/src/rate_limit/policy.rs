@@ -1,5 +1,7 @@
 //! What the layer does when a key is missing or the limiter fails.
 
+use std::num::NonZeroU32;
+
 use http::StatusCode;
 
 /// What to do with a request from which a rule's key cannot be extracted (no API-key header, no
@@ -22,14 +24,86 @@ impl Default for MissingKey {
 }
 
 /// What to do when the limiter cannot decide (Redis down, slow, or answering nonsense).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+///
+/// The default is [`Fallback`](Self::Fallback) with one replica. The three choices fail in
+/// different ways, and only one of them keeps limiting:
+///
+/// - [`Open`](Self::Open) switches limiting off exactly when it is needed most: an attacker who
+///   floods the API until Redis slows down or falls over gets an unlimited API in return.
+/// - [`Closed`](Self::Closed) takes the whole API down with Redis: every limited route answers
+///   `503` for as long as the outage lasts.
+/// - [`Fallback`](Self::Fallback) keeps serving and keeps an approximate limit: each instance
+///   enforces its share of every quota in memory until Redis answers again.
+///
+/// Whatever the policy, the warning "rate limiter failed" is logged at most once per
+/// [`WARN_INTERVAL`](super::WARN_INTERVAL) per layer, with the number of failures since the
+/// previous line, so an outage cannot flood the logs with a line per request.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use redis_guard::rate_limit::FailurePolicy;
+///
+/// assert_eq!(FailurePolicy::default(), FailurePolicy::Fallback { replicas: NonZeroU32::MIN });
+/// let three = FailurePolicy::fallback(3).unwrap();
+/// assert_eq!(three, FailurePolicy::Fallback { replicas: NonZeroU32::new(3).unwrap() });
+/// assert!(FailurePolicy::fallback(0).is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FailurePolicy {
-    /// Admit the request without a decision and log a warning (the default): a Redis outage
-    /// does not take the application down with it.
-    #[default]
+    /// Admit the request without a decision (no rate-limit headers) and log a warning: a Redis
+    /// outage does not take the application down, and does not limit anything either.
     Open,
     /// Answer `503 Service Unavailable` with `Retry-After: 1`: for endpoints where an unlimited
     /// request is worse than none (login, SMS sending).
     Closed,
+    /// Decide in process (the default, with one replica): a [`MemoryLimiter`] owned by the
+    /// layer evaluates the same rules, keyed the same way, with each quota's limit and burst
+    /// divided by `replicas` (rounded down, at least 1), until Redis answers again. The
+    /// rate-limit headers and `429`s then describe the fallback's decision.
+    ///
+    /// Set `replicas` to the number of instances behind the load balancer. What the division
+    /// guarantees: with the load spread evenly, the instances together admit at most about the
+    /// configured limit per key, never `replicas` times it. What it does not: a load balancer
+    /// that sends one client to a single instance (sticky sessions, hashing by IP) gives that
+    /// client only `limit ÷ replicas`, and one that sprays a client over every instance lets it
+    /// reach the full limit only in total. The fallback is per instance and approximate.
+    ///
+    /// State does not carry over in either direction: the fallback starts with a full quota for
+    /// every key when Redis fails, and when Redis answers again its own counts (which did not
+    /// see the requests admitted meanwhile) decide once more. Rules with a
+    /// [custom Lua algorithm](super::CustomAlgorithm), which only Redis can run, fall back to
+    /// [`Algorithm::Gcra`](super::Algorithm::Gcra) over the same quota.
+    ///
+    /// [`MemoryLimiter`]: super::MemoryLimiter
+    Fallback {
+        /// How many instances share the limits.
+        replicas: NonZeroU32,
+    },
 }
+
+impl FailurePolicy {
+    /// [`Fallback`](Self::Fallback) sharing each quota among `replicas` instances.
+    ///
+    /// # Errors
+    ///
+    /// `replicas` is zero.
+    pub fn fallback(replicas: u32) -> Result<Self, ZeroReplicas> {
+        NonZeroU32::new(replicas)
+            .map(|replicas| Self::Fallback { replicas })
+            .ok_or(ZeroReplicas)
+    }
+}
+
+impl Default for FailurePolicy {
+    fn default() -> Self {
+        Self::Fallback {
+            replicas: NonZeroU32::MIN,
+        }
+    }
+}
+
+/// [`FailurePolicy::fallback`] was asked to share a quota among zero replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("replicas must be at least 1, got 0")]
+pub struct ZeroReplicas;

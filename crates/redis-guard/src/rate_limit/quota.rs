@@ -121,6 +121,17 @@ impl Quota {
         }
     }
 
+    /// One instance's share of this quota among `replicas`: limit and burst divided, rounded
+    /// down, at least 1; the same period.
+    pub(crate) fn share(self, replicas: std::num::NonZeroU32) -> Self {
+        let part = |n: u32| (n / replicas.get()).max(1);
+        Self {
+            limit: part(self.limit),
+            period: self.period,
+            burst: self.burst.map(part),
+        }
+    }
+
     /// The time one request "costs": `period / limit`, in whole microseconds (rounded to the
     /// nearest, at least 1).
     #[must_use]

@@ -139,6 +139,16 @@ impl Rule {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RuleError {
+    /// The rule works, but its share under
+    /// [`FailurePolicy::Fallback`](crate::rate_limit::FailurePolicy::Fallback) does not (a cost
+    /// above the divided burst): lower the replica count or the cost.
+    #[error("FailurePolicy::Fallback with {replicas} replicas: the share of {source}")]
+    FallbackShare {
+        /// The replica count.
+        replicas: u32,
+        /// What is wrong with the divided rule (it names the rule).
+        source: Box<RuleError>,
+    },
     /// The name is empty, too long, or has characters outside `A–Z a–z 0–9 _ . -`.
     #[error("invalid rule name `{0}`: use 1-64 characters of A-Z, a-z, 0-9, `_`, `.`, `-`")]
     Name(String),
