@@ -109,6 +109,40 @@ pub(crate) fn client_ip(get: Lookup<'_>) -> Result<redis_guard::rate_limit::Clie
     }
 }
 
+/// `LIMIT_ON_ERROR` (`open`, `closed` or `fallback`, the default) and `REPLICAS` (default 1, how
+/// many instances share the limits): what the rate-limit layers do while Redis is unavailable.
+pub(crate) fn failure_policy(
+    get: Lookup<'_>,
+) -> Result<redis_guard::rate_limit::FailurePolicy, String> {
+    use redis_guard::rate_limit::FailurePolicy;
+    // Checked whatever the policy, so a typo is found before the day Redis fails.
+    let replicas = match get("REPLICAS") {
+        None => 1,
+        Some(v) => match v.trim().parse::<u32>() {
+            Ok(n) if n >= 1 => n,
+            _ => {
+                return Err(format!(
+                    "REPLICAS={v:?} must be a whole number of instances, at least 1"
+                ));
+            }
+        },
+    };
+    match get("LIMIT_ON_ERROR")
+        .map(|v| v.trim().to_ascii_lowercase())
+        .as_deref()
+    {
+        Some("open") => Ok(FailurePolicy::Open),
+        Some("closed") => Ok(FailurePolicy::Closed),
+        None | Some("fallback") => {
+            FailurePolicy::fallback(replicas).map_err(|e| format!("REPLICAS: {e}"))
+        }
+        Some(_) => Err(format!(
+            "LIMIT_ON_ERROR={:?} must be open, closed or fallback",
+            get("LIMIT_ON_ERROR").unwrap_or_default()
+        )),
+    }
+}
+
 /// `SESSION_IDLE` (default `30m`) and `SESSION_MAX` (default `24h`): positive, at most
 /// [`MAX_DURATION`], idle no longer than max.
 pub(crate) fn session_lifetimes(get: Lookup<'_>) -> Result<(Duration, Duration), String> {
@@ -125,6 +159,49 @@ pub(crate) fn session_lifetimes(get: Lookup<'_>) -> Result<(Duration, Duration),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_failure_policy_defaults_to_fallback_and_refuses_bad_values() {
+        use redis_guard::rate_limit::FailurePolicy;
+        let policy = |vars: &[(&str, &str)]| {
+            failure_policy(&|name| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| (*v).to_owned())
+            })
+        };
+        assert_eq!(
+            policy(&[]),
+            FailurePolicy::fallback(1).map_err(|e| e.to_string())
+        );
+        assert_eq!(
+            policy(&[("LIMIT_ON_ERROR", "Fallback"), ("REPLICAS", " 3 ")]),
+            FailurePolicy::fallback(3).map_err(|e| e.to_string())
+        );
+        assert_eq!(
+            policy(&[("LIMIT_ON_ERROR", "open")]),
+            Ok(FailurePolicy::Open)
+        );
+        assert_eq!(
+            policy(&[("LIMIT_ON_ERROR", "closed")]),
+            Ok(FailurePolicy::Closed)
+        );
+        for (vars, starts) in [
+            (
+                &[("LIMIT_ON_ERROR", "fail-open")][..],
+                "LIMIT_ON_ERROR=\"fail-open\" must be",
+            ),
+            (&[("REPLICAS", "0")][..], "REPLICAS=\"0\" must be"),
+            (&[("REPLICAS", "-2")][..], "REPLICAS=\"-2\" must be"),
+            (
+                &[("LIMIT_ON_ERROR", "open"), ("REPLICAS", "two")][..],
+                "REPLICAS=\"two\" must be",
+            ),
+        ] {
+            let e = policy(vars).unwrap_err();
+            assert!(e.starts_with(starts), "{e}");
+        }
+    }
 
     #[test]
     fn durations_are_humantime_bounded_and_name_the_variable() {

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use redis_guard::rate_limit::{ClientIp, Quota};
+use redis_guard::rate_limit::{ClientIp, FailurePolicy, Quota};
 
 use crate::login::LoginRules;
 use crate::settings::{self, Lookup};
@@ -25,6 +25,8 @@ pub(crate) struct Config {
     pub(crate) store: Store,
     pub(crate) api_limit: Quota,
     pub(crate) calls_limit: Quota,
+    /// `LIMIT_ON_ERROR` and `REPLICAS`: the rate-limit layers' answer while Redis is down.
+    pub(crate) limit_on_error: FailurePolicy,
     pub(crate) redis_timeout: Duration,
     pub(crate) client_ip: ClientIp,
     pub(crate) login: LoginRules,
@@ -81,6 +83,7 @@ impl Config {
             store,
             api_limit: settings::quota(get, "API_LIMIT", "60/minute")?,
             calls_limit: settings::quota(get, "CALLS_LIMIT", "5/minute")?,
+            limit_on_error: settings::failure_policy(get)?,
             redis_timeout,
             header_read_timeout,
         })
@@ -106,6 +109,7 @@ mod tests {
         assert!(matches!(c.store, Store::Memory));
         assert_eq!(c.api_limit, Quota::per_minute(60));
         assert_eq!(c.calls_limit, Quota::per_minute(5));
+        assert_eq!(c.limit_on_error, FailurePolicy::default());
         assert_eq!(c.login.pair_quota(), Quota::per_minute(5));
         assert!(c.cookie_secure);
         assert_eq!(c.session_idle, Duration::from_secs(1800));

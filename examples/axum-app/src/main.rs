@@ -115,6 +115,7 @@ fn router(
             SessionUser::key().or(config.client_ip.clone()),
             config.api_limit,
         )
+        .failure_policy(config.limit_on_error)
         .build()
         .map_err(|e| format!("API_LIMIT: {e}"))?;
     // The seeds' rule is "more than N in a period → reject": at most N in ANY window of the

@@ -67,6 +67,7 @@ async fn run() -> Result<(), String> {
         .parse()
         .map_err(|e| format!("BIND is not a socket address: {e}"))?;
     let api_limit = settings::quota(get, "API_LIMIT", "60/minute")?;
+    let limit_on_error = settings::failure_policy(get)?;
     let login = LoginRules::from_env(get)?;
     let client_ip = settings::client_ip(get)?;
     let redis_timeout = settings::redis_timeout(get)?;
@@ -95,6 +96,7 @@ async fn run() -> Result<(), String> {
 
     let rate_limit = RateLimitLayer::builder(Arc::clone(&limiter))
         .rule("api", client_ip.clone(), api_limit)
+        .failure_policy(limit_on_error)
         .build()
         .map_err(|e| format!("API_LIMIT: {e}"))?;
     let session = SessionLayer::builder(sessions)
