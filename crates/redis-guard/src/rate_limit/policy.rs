@@ -69,9 +69,10 @@ pub enum FailurePolicy {
     /// client only `limit ÷ replicas`, and one that sprays a client over every instance lets it
     /// reach the full limit only in total. The fallback is per instance and approximate.
     ///
-    /// State does not carry over in either direction: the fallback starts with a full quota for
-    /// every key when Redis fails, and when Redis answers again its own counts (which did not
-    /// see the requests admitted meanwhile) decide once more. Rules with a
+    /// State does not carry over in either direction: the fallback knows only the requests it
+    /// decided itself (so a key starts an outage with a full share, unless an earlier outage
+    /// within the period left counts behind), and when Redis answers again its own counts, which
+    /// did not see the requests admitted meanwhile, decide once more. Rules with a
     /// [custom Lua algorithm](super::CustomAlgorithm), which only Redis can run, fall back to
     /// [`Algorithm::Gcra`](super::Algorithm::Gcra) over the same quota.
     ///
