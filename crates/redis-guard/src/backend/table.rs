@@ -102,6 +102,8 @@ impl<K: Clone + Eq + Hash, V> ExpiringTable<K, V> {
         Some(slot)
     }
 
+    /// Removes the entry under `key`, live or not.
+    #[cfg_attr(not(feature = "session"), allow(dead_code))]
     pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
         let slot = self.entries.remove(key)?;
         self.order.remove(&slot.at);
