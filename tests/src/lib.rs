@@ -274,6 +274,30 @@ impl Harness {
         self.server.as_ref()
     }
 
+    /// `EVALSHA` calls the standalone Redis has served since it started or since the last
+    /// `CONFIG RESETSTAT` (`INFO commandstats`).
+    ///
+    /// # Panics
+    ///
+    /// Without a standalone Redis, or when it cannot be reached.
+    pub async fn evalsha_calls(&self) -> u64 {
+        let server = self.server().expect("a standalone Redis");
+        let mut conn = server
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .expect("INFO");
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().expect("a count"))
+    }
+
     /// The private Redis server, to [freeze](RedisServer::freeze) or
     /// [restart](RedisServer::restart) it.
     pub fn server_mut(&mut self) -> Option<&mut RedisServer> {

@@ -55,6 +55,19 @@ async fn layer(h: &Harness, quota: Quota) -> RateLimitLayer {
     builder(h, quota).await.build().expect("valid quota")
 }
 
+/// A layer with one rule `default` keyed by `x-client`, `quota`, and `policy` when Redis fails.
+fn with_policy(
+    limiter: redis_guard::rate_limit::RedisLimiter,
+    quota: Quota,
+    policy: FailurePolicy,
+) -> RateLimitLayer {
+    RateLimitLayer::builder(limiter)
+        .rule("default", by_client(), quota)
+        .failure_policy(policy)
+        .build()
+        .expect("valid")
+}
+
 /// Redis time runs on while a test talks to it; memory time stands still. `exact` is what the
 /// memory backend must give; Redis may be up to one second less, never more.
 fn assert_secs(h: &Harness, got: &str, exact: u64) {
@@ -355,18 +368,8 @@ async fn redis_down_fails_open_or_closed_without_hanging() {
     let limiter = redis_guard::rate_limit::RedisLimiter::new(
         h.backend().await.timeout(Duration::from_millis(300)),
     );
-    let open = RateLimitLayer::builder(limiter.clone())
-        .rule("default", by_client(), Quota::per_hour(1))
-        .failure_policy(FailurePolicy::Open)
-        .build()
-        .expect("valid")
-        .layer(app());
-    let closed = RateLimitLayer::builder(limiter)
-        .rule("default", by_client(), Quota::per_hour(1))
-        .failure_policy(FailurePolicy::Closed)
-        .build()
-        .expect("valid")
-        .layer(app());
+    let open = with_policy(limiter.clone(), Quota::per_hour(1), FailurePolicy::Open).layer(app());
+    let closed = with_policy(limiter, Quota::per_hour(1), FailurePolicy::Closed).layer(app());
     h.kill_redis();
     let started = std::time::Instant::now();
     let r: Reply = call(open.clone(), from("d")).await;
@@ -392,12 +395,12 @@ async fn redis_down_falls_back_to_the_replicas_share_of_each_quota() {
     let limiter = redis_guard::rate_limit::RedisLimiter::new(
         h.backend().await.timeout(Duration::from_millis(300)),
     );
-    let svc = RateLimitLayer::builder(limiter)
-        .rule("default", by_client(), Quota::per_minute(10))
-        .failure_policy(FailurePolicy::fallback(2).expect("2 replicas"))
-        .build()
-        .expect("valid")
-        .layer(app());
+    let svc = with_policy(
+        limiter,
+        Quota::per_minute(10),
+        FailurePolicy::fallback(2).expect("2 replicas"),
+    )
+    .layer(app());
     // Two requests while Redis answers: state does not carry over to the fallback.
     for _ in 0..2 {
         assert_eq!(call(svc.clone(), from("a")).await.status, 200);
@@ -446,18 +449,9 @@ async fn with_the_breaker_open_the_failure_policies_answer_at_once() {
             .clock(redis_guard::backend::ManualClock::new()),
     );
     let limiter = redis_guard::rate_limit::RedisLimiter::new(backend.clone());
-    let closed = RateLimitLayer::builder(limiter.clone())
-        .rule("default", by_client(), Quota::per_hour(1))
-        .failure_policy(FailurePolicy::Closed)
-        .build()
-        .expect("valid")
-        .layer(app());
-    let open = RateLimitLayer::builder(limiter.clone())
-        .rule("default", by_client(), Quota::per_hour(1))
-        .failure_policy(FailurePolicy::Open)
-        .build()
-        .expect("valid")
-        .layer(app());
+    let closed =
+        with_policy(limiter.clone(), Quota::per_hour(1), FailurePolicy::Closed).layer(app());
+    let open = with_policy(limiter.clone(), Quota::per_hour(1), FailurePolicy::Open).layer(app());
     let fallback = RateLimitLayer::new(limiter, "default", by_client(), Quota::per_hour(1))
         .expect("valid: Fallback is the default")
         .layer(app());
@@ -579,25 +573,6 @@ async fn decide(
     limiter.check(rule, Key::from(key)).await.expect("decision")
 }
 
-/// EVALSHA calls Redis has served so far (`INFO commandstats`).
-async fn evalsha_calls(h: &Harness) -> u64 {
-    let server = h.server().expect("a standalone Redis");
-    let mut conn = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await
-        .expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().expect("a count"))
-}
-
 /// Issue 9: a client hammering past its limit is answered in process until its wait has passed,
 /// with zero round trips; then Redis decides again. Other clients are not affected, and
 /// `deny_cache(0)` sends every request to Redis.
@@ -611,7 +586,7 @@ async fn a_denied_client_costs_redis_nothing_until_its_wait_passes() {
     }
     let first = decide(&limiter, &rule, "a").await;
     assert!(!first.allowed);
-    let before = evalsha_calls(&h).await;
+    let before = h.evalsha_calls().await;
     for _ in 0..50 {
         let d = decide(&limiter, &rule, "a").await;
         assert!(!d.allowed);
@@ -619,27 +594,27 @@ async fn a_denied_client_costs_redis_nothing_until_its_wait_passes() {
         assert!(d.retry_after <= first.retry_after && d.retry_after > Duration::ZERO);
     }
     assert_eq!(
-        evalsha_calls(&h).await,
+        h.evalsha_calls().await,
         before,
         "denied in process, no round trip"
     );
     // Another client still reaches Redis.
     assert!(decide(&limiter, &rule, "b").await.allowed);
-    assert_eq!(evalsha_calls(&h).await, before + 1);
+    assert_eq!(h.evalsha_calls().await, before + 1);
     // Once the wait has passed (Redis time and the cache's clock move together), Redis decides.
     h.wait(first.retry_after + Duration::from_millis(1)).await;
     assert!(decide(&limiter, &rule, "a").await.allowed);
-    assert_eq!(evalsha_calls(&h).await, before + 2);
+    assert_eq!(h.evalsha_calls().await, before + 2);
 
     // Without the cache, every denial is a round trip.
     let uncached = redis_guard::rate_limit::RedisLimiter::new(h.backend().await).deny_cache(0);
     let rule = Rule::new("nocache", Quota::per_hour(1));
     assert!(decide(&uncached, &rule, "c").await.allowed);
-    let before = evalsha_calls(&h).await;
+    let before = h.evalsha_calls().await;
     for _ in 0..5 {
         assert!(!decide(&uncached, &rule, "c").await.allowed);
     }
-    assert_eq!(evalsha_calls(&h).await, before + 5);
+    assert_eq!(h.evalsha_calls().await, before + 5);
 }
 
 /// Decisions that arrive while script calls are in flight go to Redis together: 500 decisions
@@ -704,17 +679,7 @@ async fn concurrent_decisions_coalesce_into_few_script_calls_and_stay_exact() {
         }
     }
     assert_eq!((hot_allowed, each_allowed, log_allowed), (50, 100, 30));
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await
-        .expect("INFO");
-    let calls: u64 = stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .expect("EVALSHA calls in INFO commandstats");
+    let calls = h.evalsha_calls().await;
     let bound = (2 + 399_u64.div_ceil(64)) + (2 + 98_u64.div_ceil(64));
     assert!(
         (1..=bound).contains(&calls),

@@ -949,17 +949,7 @@ async fn concurrent_loads_coalesce_into_few_script_calls() {
             (_, other) => panic!("load {i}: {other:?}"),
         }
     }
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await
-        .expect("INFO");
-    let calls: u64 = stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .expect("EVALSHA calls in INFO commandstats");
+    let calls = h.evalsha_calls().await;
     assert!(
         (1..=2 + 199_u64.div_ceil(64)).contains(&calls),
         "{calls} EVALSHA calls for 201 loads"
