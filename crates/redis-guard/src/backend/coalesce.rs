@@ -84,8 +84,8 @@ impl<E: Entry> Coalescer<E> {
         &self.backend
     }
 
-    /// Runs the script for one entry (`keys`, `args`) and returns the entry's reply, within the
-    /// backend's timeout counted from now.
+    /// Runs the script for `entry` and returns the entry's reply, within the backend's timeout
+    /// counted from now (so from the moment the entry is queued).
     pub(crate) async fn call(&self, entry: E) -> Result<Value, BackendError> {
         if self.max <= 1 || self.backend.connection().is_cluster() {
             return self.alone(entry).await;
