@@ -274,13 +274,14 @@ impl Harness {
         self.server.as_ref()
     }
 
-    /// `EVALSHA` calls the standalone Redis has served since it started or since the last
-    /// `CONFIG RESETSTAT` (`INFO commandstats`).
+    /// Calls of `command` (lower case, as `INFO commandstats` names it: `evalsha`,
+    /// `script|load`) the standalone Redis has served since it started or since the last
+    /// `CONFIG RESETSTAT`.
     ///
     /// # Panics
     ///
     /// Without a standalone Redis, or when it cannot be reached.
-    pub async fn evalsha_calls(&self) -> u64 {
+    pub async fn calls(&self, command: &str) -> u64 {
         let server = self.server().expect("a standalone Redis");
         let mut conn = server
             .client()
@@ -292,8 +293,9 @@ impl Harness {
             .query_async(&mut conn)
             .await
             .expect("INFO");
+        let prefix = format!("cmdstat_{command}:calls=");
         info.lines()
-            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
             .and_then(|rest| rest.split(',').next())
             .map_or(0, |n| n.parse().expect("a count"))
     }

@@ -586,7 +586,7 @@ async fn a_denied_client_costs_redis_nothing_until_its_wait_passes() {
     }
     let first = decide(&limiter, &rule, "a").await;
     assert!(!first.allowed);
-    let before = h.evalsha_calls().await;
+    let before = h.calls("evalsha").await;
     for _ in 0..50 {
         let d = decide(&limiter, &rule, "a").await;
         assert!(!d.allowed);
@@ -594,27 +594,27 @@ async fn a_denied_client_costs_redis_nothing_until_its_wait_passes() {
         assert!(d.retry_after <= first.retry_after && d.retry_after > Duration::ZERO);
     }
     assert_eq!(
-        h.evalsha_calls().await,
+        h.calls("evalsha").await,
         before,
         "denied in process, no round trip"
     );
     // Another client still reaches Redis.
     assert!(decide(&limiter, &rule, "b").await.allowed);
-    assert_eq!(h.evalsha_calls().await, before + 1);
+    assert_eq!(h.calls("evalsha").await, before + 1);
     // Once the wait has passed (Redis time and the cache's clock move together), Redis decides.
     h.wait(first.retry_after + Duration::from_millis(1)).await;
     assert!(decide(&limiter, &rule, "a").await.allowed);
-    assert_eq!(h.evalsha_calls().await, before + 2);
+    assert_eq!(h.calls("evalsha").await, before + 2);
 
     // Without the cache, every denial is a round trip.
     let uncached = redis_guard::rate_limit::RedisLimiter::new(h.backend().await).deny_cache(0);
     let rule = Rule::new("nocache", Quota::per_hour(1));
     assert!(decide(&uncached, &rule, "c").await.allowed);
-    let before = h.evalsha_calls().await;
+    let before = h.calls("evalsha").await;
     for _ in 0..5 {
         assert!(!decide(&uncached, &rule, "c").await.allowed);
     }
-    assert_eq!(h.evalsha_calls().await, before + 5);
+    assert_eq!(h.calls("evalsha").await, before + 5);
 }
 
 /// Decisions that arrive while script calls are in flight go to Redis together: 500 decisions
@@ -679,10 +679,46 @@ async fn concurrent_decisions_coalesce_into_few_script_calls_and_stay_exact() {
         }
     }
     assert_eq!((hot_allowed, each_allowed, log_allowed), (50, 100, 30));
-    let calls = h.evalsha_calls().await;
+    let calls = h.calls("evalsha").await;
     let bound = (2 + 399_u64.div_ceil(64)) + (2 + 98_u64.div_ceil(64));
     assert!(
         (1..=bound).contains(&calls),
         "{calls} EVALSHA calls for 501 decisions"
     );
+}
+
+/// After `NOSCRIPT` (a restarted Redis, a failover, `SCRIPT FLUSH`) the same call runs again as
+/// `EVAL` with the script's source: one command, which proxies route like any keyed command and
+/// which caches the script again, never `SCRIPT LOAD` (that twemproxy does not forward).
+#[tokio::test]
+async fn a_flushed_script_comes_back_through_eval_never_script_load() {
+    let h = Harness::redis().await;
+    let limiter = redis_guard::rate_limit::RedisLimiter::new(h.backend().await);
+    let rule = Rule::new("flushed", Quota::per_hour(5));
+    assert!(decide(&limiter, &rule, "f").await.allowed);
+    h.script_flush().await;
+    let mut conn = h.inspect().await;
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .expect("RESETSTAT");
+    let remaining: Vec<u64> = three_decisions(&limiter, &rule).await;
+    assert_eq!(remaining, [3, 2, 1], "counted across the flush");
+    assert_eq!(h.calls("eval").await, 1, "the call after NOSCRIPT");
+    assert_eq!(h.calls("script|load").await, 0);
+    assert_eq!(
+        h.calls("evalsha").await,
+        3,
+        "the NOSCRIPT one, then two from the cache"
+    );
+}
+
+/// Three decisions in a row for client `f`: their remaining counts.
+async fn three_decisions(limiter: &redis_guard::rate_limit::RedisLimiter, rule: &Rule) -> Vec<u64> {
+    let mut remaining = Vec::new();
+    for _ in 0..3 {
+        remaining.push(u64::from(decide(limiter, rule, "f").await.remaining));
+    }
+    remaining
 }

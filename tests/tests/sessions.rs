@@ -949,7 +949,7 @@ async fn concurrent_loads_coalesce_into_few_script_calls() {
             (_, other) => panic!("load {i}: {other:?}"),
         }
     }
-    let calls = h.evalsha_calls().await;
+    let calls = h.calls("evalsha").await;
     assert!(
         (1..=2 + 199_u64.div_ceil(64)).contains(&calls),
         "{calls} EVALSHA calls for 201 loads"

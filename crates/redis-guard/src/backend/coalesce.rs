@@ -28,10 +28,10 @@ use std::sync::Mutex;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use redis::{Script, Value};
+use redis::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{BackendError, RedisBackend, ScriptCall};
+use super::{BackendError, LuaScript, RedisBackend, ScriptCall};
 
 /// Default for how many entries one coalesced call may carry.
 pub const DEFAULT_BATCH: usize = 64;
@@ -59,7 +59,7 @@ struct Waiting<E> {
 /// Runs one script for many callers, coalescing what arrives while calls are in flight.
 pub(crate) struct Coalescer<E> {
     backend: RedisBackend,
-    script: &'static Script,
+    script: &'static LuaScript,
     max: usize,
     /// The queue of the task that makes the calls; started on first use, and again when the
     /// runtime it ran on has gone.
@@ -69,7 +69,7 @@ pub(crate) struct Coalescer<E> {
 impl<E: Entry> Coalescer<E> {
     /// A coalescer of `script` (which takes the batch form above) on `backend`, carrying at most
     /// `max` entries per call (`max` ≤ 1: no coalescing).
-    pub(crate) fn new(backend: RedisBackend, script: &'static Script, max: usize) -> Self {
+    pub(crate) fn new(backend: RedisBackend, script: &'static LuaScript, max: usize) -> Self {
         Self {
             backend,
             script,
@@ -150,7 +150,7 @@ impl<E> fmt::Debug for Coalescer<E> {
 #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
 pub(crate) async fn call_alone<E: Entry>(
     backend: &RedisBackend,
-    script: &Script,
+    script: &LuaScript,
     entry: &E,
 ) -> Result<Value, BackendError> {
     let reply = batch(backend, script, &[entry]).run().await?;
@@ -164,7 +164,7 @@ pub(crate) async fn call_alone<E: Entry>(
 /// call has returned.
 async fn run<E: Entry>(
     backend: RedisBackend,
-    script: &'static Script,
+    script: &'static LuaScript,
     max: usize,
     mut queue: mpsc::UnboundedReceiver<Waiting<E>>,
 ) {
@@ -190,7 +190,7 @@ async fn run<E: Entry>(
 }
 
 /// One call for `waiting`; every entry gets its reply, or the call's error.
-async fn call<E: Entry>(backend: &RedisBackend, script: &Script, waiting: Vec<Waiting<E>>) {
+async fn call<E: Entry>(backend: &RedisBackend, script: &LuaScript, waiting: Vec<Waiting<E>>) {
     let entries: Vec<&E> = waiting.iter().map(|w| &w.entry).collect();
     let outcome = batch(backend, script, &entries).run().await;
     let outcome = outcome.and_then(|reply| split_reply(reply, waiting.len()));
@@ -212,7 +212,7 @@ async fn call<E: Entry>(backend: &RedisBackend, script: &Script, waiting: Vec<Wa
 /// the entry count, then per entry its key count, its argument count and its arguments.
 fn batch<'a, E: Entry>(
     backend: &'a RedisBackend,
-    script: &'a Script,
+    script: &'a LuaScript,
     entries: &[&E],
 ) -> ScriptCall<'a> {
     let keys: Vec<&str> = entries

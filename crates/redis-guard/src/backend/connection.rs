@@ -2,7 +2,10 @@ use std::fmt;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use redis::{RedisResult, Script, Value};
+use redis::{RedisResult, Value};
+
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+use super::LuaScript;
 
 /// The longest pause between two reconnection attempts of a connection made by
 /// [`RedisConnection::open`], before jitter.
@@ -18,8 +21,8 @@ pub const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(250);
 ///   on pools;
 /// - a Redis Cluster connection (feature `cluster`).
 ///
-/// Scripts run with `EVALSHA`; on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`) the script is
-/// loaded again — on a cluster, on every primary — and the call retried.
+/// Scripts run with `EVALSHA`; on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`) the same call
+/// runs once more as `EVAL` with the script's source, on the node that owns its keys.
 ///
 /// ```no_run
 /// use redis_guard::backend::RedisConnection;
@@ -112,34 +115,27 @@ impl RedisConnection {
     }
 
     /// Runs `evalsha`, an `EVALSHA` of `script` (see
-    /// [`ScriptCall`](super::redis_backend::ScriptCall)); on `NOSCRIPT` loads the script (on a
-    /// cluster, on every primary) and runs it again.
+    /// [`ScriptCall`](super::redis_backend::ScriptCall)); on `NOSCRIPT` runs the same call as
+    /// `EVAL` with the script's source, which also caches it on that node.
+    #[cfg(any(feature = "rate-limit", feature = "session"))]
     pub(crate) async fn evalsha(
         &self,
-        script: &Script,
+        script: &LuaScript,
         evalsha: &redis::Cmd,
     ) -> RedisResult<Value> {
         match self.query(evalsha).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.load(script).await?;
-                self.query(evalsha).await
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(script.code());
+                // After `EVALSHA <sha>`: the key count, the keys and ARGV, as they were.
+                for arg in evalsha.args_iter().skip(2) {
+                    if let redis::Arg::Simple(bytes) = arg {
+                        eval.arg(bytes);
+                    }
+                }
+                self.query(&eval).await
             }
             outcome => outcome,
-        }
-    }
-
-    /// Loads `script` (`SCRIPT LOAD`; on a cluster, on every primary).
-    async fn load(&self, script: &Script) -> RedisResult<String> {
-        let invocation = script.prepare_invoke();
-        match &self.kind {
-            Kind::Manager(manager) => invocation.load_async(&mut manager.clone()).await,
-            #[cfg(feature = "bb8")]
-            Kind::Pool(pool) => {
-                let mut conn = pool.get().await.map_err(pool_error)?;
-                invocation.load_async(&mut *conn).await
-            }
-            #[cfg(feature = "cluster")]
-            Kind::Cluster(cluster) => invocation.load_async(&mut cluster.clone()).await,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! - [`RedisBackend`]: a [`RedisConnection`], a key prefix and a timeout per call, shared by
 //!   [`RedisLimiter`](crate::rate_limit::RedisLimiter) and
 //!   [`RedisSessionStore`](crate::session::RedisSessionStore). It names keys, runs scripts
-//!   (`EVALSHA`, reloading on `NOSCRIPT`), groups keys by Cluster hash slot, and turns every
+//!   (`EVALSHA`, `EVAL` after `NOSCRIPT`), groups keys by Cluster hash slot, and turns every
 //!   failure into a [`BackendError`].
 //! - [`Breaker`]: the backend's circuit breaker. After a few calls in a row found Redis
 //!   unreachable or too slow, calls fail at once with [`BackendError::CircuitOpen`] instead of
@@ -14,9 +14,9 @@
 //!
 //! [`RedisConnection`] is the one connection type every Redis-backed component takes. It wraps
 //! redis-rs' multiplexed [`ConnectionManager`](redis::aio::ConnectionManager), which pipelines
-//! concurrent requests over one socket and reconnects on its own. Scripts run with `EVALSHA` and
-//! are loaded again automatically when Redis answers `NOSCRIPT` (after a restart or a
-//! `SCRIPT FLUSH`).
+//! concurrent requests over one socket and reconnects on its own. Scripts run with `EVALSHA`;
+//! when Redis answers `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`) the call runs as `EVAL`
+//! with the script's source, which caches it again.
 
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 mod breaker;
@@ -28,6 +28,8 @@ mod deny_cache;
 mod error;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 mod in_process;
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+mod lua_script;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 mod redis_backend;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
@@ -58,6 +60,8 @@ pub use error::BackendError;
 pub(crate) use in_process::InProcess;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub use in_process::InProcessBuilder;
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+pub(crate) use lua_script::LuaScript;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use redis_backend::ScriptCall;
 #[cfg(any(feature = "rate-limit", feature = "session"))]

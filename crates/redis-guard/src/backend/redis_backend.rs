@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Script, Value};
+use redis::Value;
 
 #[cfg(feature = "test-util")]
 use super::ManualClock;
 use super::breaker::Circuit;
-use super::{BackendError, Breaker, BreakerState, RedisConnection};
+use super::{BackendError, Breaker, BreakerState, LuaScript, RedisConnection};
 
 /// Default key prefix: every key redis-guard writes starts with `rg:`.
 pub const DEFAULT_PREFIX: &str = "rg:";
@@ -38,9 +38,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
 /// A [`RedisConnection`] converts into a backend with the defaults, so
 /// `RedisLimiter::new(conn)` works too. Cheap to clone: clones share the connection.
 ///
-/// Scripts run with `EVALSHA` and are loaded again when Redis answers `NOSCRIPT` (after a
-/// restart or `SCRIPT FLUSH`, on every cluster node); a script is never re-run after any other
-/// error, so a call that may have counted is never counted twice.
+/// Scripts run with `EVALSHA`; when Redis answers `NOSCRIPT` (after a restart, a failover or
+/// `SCRIPT FLUSH`) the same call runs as `EVAL` with the script's source, which caches it
+/// again. A script is never re-run after any other error, so a call that may have counted is
+/// never counted twice.
 ///
 /// Every call goes through the backend's circuit [`Breaker`] (on by default): after five calls
 /// in a row found Redis unreachable or too slow, calls fail at once with
@@ -182,7 +183,7 @@ impl RedisBackend {
     /// 0 in production); the caller adds the rest of ARGV.
     pub(crate) fn script<'a>(
         &'a self,
-        script: &'a Script,
+        script: &'a LuaScript,
         keys: &[impl AsRef<str>],
     ) -> ScriptCall<'a> {
         let mut cmd = redis::cmd("EVALSHA");
@@ -202,7 +203,7 @@ impl RedisBackend {
     #[cfg_attr(not(feature = "session"), allow(dead_code))]
     pub(crate) async fn eval(
         &self,
-        script: &Script,
+        script: &LuaScript,
         keys: &[String],
         args: &[String],
     ) -> Result<Value, BackendError> {
@@ -261,7 +262,7 @@ impl RedisBackend {
 /// the rest of ARGV, written straight into the command (numbers without an intermediate string).
 pub(crate) struct ScriptCall<'a> {
     backend: &'a RedisBackend,
-    script: &'a Script,
+    script: &'a LuaScript,
     cmd: redis::Cmd,
 }
 

@@ -3,7 +3,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::{Script, Value};
+use redis::Value;
 use sha2::{Digest, Sha256};
 
 use super::SessionError;
@@ -12,7 +12,9 @@ use super::scripts::{
     bad_reply, expiry, int, save_args, string, strings,
 };
 use super::store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore, USER_FIELD};
-use crate::backend::{Coalescer, DEFAULT_BATCH, Entry, RedisBackend, ScriptCall};
+use crate::backend::{
+    Coalescer, DEFAULT_BATCH, Entry, LuaScript as Script, RedisBackend, ScriptCall,
+};
 
 /// The idle timeout `probe` uses where none is known (listing): only the absolute expiry and
 /// the key's TTL (which follows the idle timeout) decide.

@@ -3,11 +3,11 @@
 
 use std::sync::LazyLock;
 
-use redis::{Script, Value};
+use redis::Value;
 
 use super::SessionError;
 use super::store::{Changes, Lifetimes};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, LuaScript as Script};
 
 fn script(body: &str) -> Script {
     Script::new(&format!("{}\n{body}", include_str!("scripts/prelude.lua")))

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::sync::LazyLock;
 
 use super::CustomAlgorithm;
+use crate::backend::LuaScript;
 
 /// The built-in algorithms, in id order (id = position + 1), with their Lua function names.
 const BUILTIN: [(&str, &str); 5] = [
@@ -59,8 +60,8 @@ pub(crate) const CUSTOM_BASE: usize = 100;
 /// The evaluation and refund scripts.
 #[derive(Debug)]
 pub(crate) struct Scripts {
-    pub(crate) evaluate: redis::Script,
-    pub(crate) refund: redis::Script,
+    pub(crate) evaluate: LuaScript,
+    pub(crate) refund: LuaScript,
 }
 
 impl Scripts {
@@ -75,13 +76,13 @@ impl Scripts {
             .map(|c| (c.name(), c.refund_source()))
             .collect();
         Self {
-            evaluate: redis::Script::new(&compose(
+            evaluate: LuaScript::new(&compose(
                 "algorithms",
                 "",
                 &evaluate,
                 include_str!("evaluate.lua"),
             )),
-            refund: redis::Script::new(&compose(
+            refund: LuaScript::new(&compose(
                 "refunds",
                 "_refund",
                 &refund,
@@ -96,8 +97,8 @@ pub(crate) static BUILTIN_SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts:
 
 /// The evaluation script for rule sets that are all GCRA (the default): the same decisions as
 /// the general one, inline (see `gcra_only.lua`).
-pub(crate) static GCRA_ONLY: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(concat!(
+pub(crate) static GCRA_ONLY: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(concat!(
         include_str!("division.lua"),
         "\n",
         include_str!("entries.lua"),
