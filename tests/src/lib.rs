@@ -274,6 +274,31 @@ impl Harness {
         self.server.as_ref()
     }
 
+    /// Runs `args` as one command on the standalone Redis (`CONFIG RESETSTAT`,
+    /// `CLIENT PAUSE 200 ALL`, …), for tests that steer the server.
+    ///
+    /// # Panics
+    ///
+    /// Without a standalone Redis, or when the command fails.
+    pub async fn admin(&self, args: &[&str]) {
+        let () = self.on_server(args).await;
+    }
+
+    /// Runs `args` on the standalone Redis over a new connection; its reply.
+    async fn on_server<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let server = self.server().expect("a standalone Redis");
+        let mut conn = server
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        redis::cmd(args[0])
+            .arg(&args[1..])
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
     /// Calls of `command` (lower case, as `INFO commandstats` names it: `evalsha`,
     /// `script|load`) the standalone Redis has served since it started or since the last
     /// `CONFIG RESETSTAT`.
@@ -282,17 +307,7 @@ impl Harness {
     ///
     /// Without a standalone Redis, or when it cannot be reached.
     pub async fn calls(&self, command: &str) -> u64 {
-        let server = self.server().expect("a standalone Redis");
-        let mut conn = server
-            .client()
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut conn)
-            .await
-            .expect("INFO");
+        let info: String = self.on_server(&["INFO", "commandstats"]).await;
         let prefix = format!("cmdstat_{command}:calls=");
         info.lines()
             .find_map(|l| l.strip_prefix(prefix.as_str()))

@@ -639,20 +639,10 @@ async fn concurrent_decisions_coalesce_into_few_script_calls_and_stay_exact() {
     let mut conn = h.inspect().await;
     let poisoned = limiter.key_name(&Check::new(each.clone(), Key::from("poisoned")));
     let () = conn.hset(&poisoned, "f", "v").await.expect("HSET");
-    let () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut conn)
-        .await
-        .expect("RESETSTAT");
+    h.admin(&["CONFIG", "RESETSTAT"]).await;
     // Redis answers nothing for 200 ms (within redis-rs' own response timeout): the decisions
     // below queue behind the first two.
-    let () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(200)
-        .arg("ALL")
-        .query_async(&mut conn)
-        .await
-        .expect("CLIENT PAUSE");
+    h.admin(&["CLIENT", "PAUSE", "200", "ALL"]).await;
     let mut tasks = Vec::new();
     for i in 0..501 {
         let limiter = limiter.clone();
@@ -697,12 +687,7 @@ async fn a_flushed_script_comes_back_through_eval_never_script_load() {
     let rule = Rule::new("flushed", Quota::per_hour(5));
     assert!(decide(&limiter, &rule, "f").await.allowed);
     h.script_flush().await;
-    let mut conn = h.inspect().await;
-    let () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut conn)
-        .await
-        .expect("RESETSTAT");
+    h.admin(&["CONFIG", "RESETSTAT"]).await;
     let remaining: Vec<u64> = three_decisions(&limiter, &rule).await;
     assert_eq!(remaining, [3, 2, 1], "counted across the flush");
     assert_eq!(h.calls("eval").await, 1, "the call after NOSCRIPT");

@@ -922,16 +922,8 @@ async fn concurrent_loads_coalesce_into_few_script_calls() {
     let () = redis::AsyncCommands::set(&mut conn, store.session_key(&poisoned), "x")
         .await
         .expect("SET");
-    for cmd in [
-        vec!["CONFIG", "RESETSTAT"],
-        vec!["CLIENT", "PAUSE", "200", "ALL"],
-    ] {
-        let () = redis::cmd(cmd[0])
-            .arg(&cmd[1..])
-            .query_async(&mut conn)
-            .await
-            .expect("admin command");
-    }
+    h.admin(&["CONFIG", "RESETSTAT"]).await;
+    h.admin(&["CLIENT", "PAUSE", "200", "ALL"]).await;
     let mut tasks = Vec::new();
     for i in 0..201 {
         let store = store.clone();
