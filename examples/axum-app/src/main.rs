@@ -8,6 +8,7 @@ mod config;
 mod csrf;
 #[path = "../../shared/login.rs"]
 mod login;
+mod metrics;
 #[path = "../../shared/serve.rs"]
 mod serve;
 #[path = "../../shared/settings.rs"]
@@ -50,6 +51,8 @@ async fn main() -> ExitCode {
 
 async fn run() -> Result<(), String> {
     let config = Config::from_env()?;
+    // First: a metric registered before the recorder exists is lost for good.
+    let metrics = metrics::install(&config.store)?;
     let (limiter, sessions, backend): (Arc<dyn Limiter>, Arc<dyn SessionStore>, String) =
         match &config.store {
             Store::Memory => (
@@ -84,7 +87,8 @@ async fn run() -> Result<(), String> {
                 )
             }
         };
-    let app = router(&config, limiter, sessions)?;
+    // Outside every layer: a scrape carries no cookie and costs no quota.
+    let app = router(&config, limiter, sessions)?.merge(metrics);
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .map_err(|e| format!("cannot listen on BIND={}: {e}", config.bind))?;

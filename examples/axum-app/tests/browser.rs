@@ -98,3 +98,113 @@ async fn log_in_reload_and_log_out_in_chromium() {
         .await
         .expect("still logged out after a reload");
 }
+
+/// The live panel after "send 20 requests" with `API_LIMIT=5/minute`, at 1280×800. Always
+/// leaves a screenshot in the target directory (`tmp/panel-<backend>.png`) for a person to look at.
+async fn panel_after_a_burst(backend: &str, env: &[(&str, &str)], breaker: &str) {
+    let mut env = env.to_vec();
+    env.extend([("API_LIMIT", "5/minute"), ("REDIS_TIMEOUT_MS", "5000")]);
+    let app = spawn(env!("CARGO_BIN_EXE_axum-app"), &env).await;
+    let browser = Browser::start().await.unwrap_or_else(|e| panic!("{e}"));
+    browser
+        .client()
+        .set_window_size(1280, 800)
+        .await
+        .expect("window size");
+    let outcome = burst(&browser, &format!("http://{}/", app.addr), breaker).await;
+    let png = browser.screenshot_png().await.expect("screenshot");
+    let path =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("panel-{backend}.png"));
+    std::fs::write(&path, png).expect("write the screenshot");
+    eprintln!("screenshot: {}", path.display());
+    if let Err(e) = outcome {
+        panic!("{backend}: {e}\nscreenshot: {}", path.display());
+    }
+}
+
+async fn burst(browser: &Browser, url: &str, breaker: &str) -> Result<(), String> {
+    let fail = |e: redis_guard_testkit::TestkitError| e.to_string();
+    browser.goto(url).await.map_err(fail)?;
+    // The first poll is the chart's baseline: the burst must come after it to be counted.
+    browser
+        .wait_for("#live", |t| t.starts_with("live"), WAIT)
+        .await
+        .map_err(fail)?;
+    browser
+        .wait_for("#breaker-state", |t| t == breaker, WAIT)
+        .await
+        .map_err(fail)?;
+
+    browser.click("#burst-button").await.map_err(fail)?;
+    browser
+        .wait_for(
+            "#burst-summary",
+            |t| t == "20 answers: 5 × 200, 15 × 429",
+            WAIT,
+        )
+        .await
+        .map_err(fail)?;
+    let rows = browser
+        .execute(
+            "return [...document.querySelectorAll('#burst-results li')].map((li) => [
+               li.dataset.status, li.querySelector('.rl').textContent,
+               li.querySelector('.countdown').textContent])",
+        )
+        .await
+        .map_err(fail)?;
+    let rows: Vec<(String, String, String)> =
+        serde_json::from_value(rows).map_err(|e| e.to_string())?;
+    if rows.len() != 20 {
+        return Err(format!("{} rows: {rows:?}", rows.len()));
+    }
+    for (i, (status, ratelimit, countdown)) in rows.iter().enumerate() {
+        let expected = if i < 5 { "200" } else { "429" };
+        // `t=12` for a denied request: 5/minute gives one request back every 12 s.
+        let seconds = countdown
+            .strip_prefix("retry in ")
+            .and_then(|s| s.strip_suffix(" s"))
+            .and_then(|s| s.parse::<u32>().ok());
+        let ok = status == expected
+            && ratelimit.starts_with("\"api\";r=")
+            && if i < 5 {
+                countdown.is_empty()
+            } else {
+                seconds.is_some_and(|s| (1..=12).contains(&s))
+            };
+        if !ok {
+            return Err(format!("row {}: {:?}", i + 1, rows[i]));
+        }
+    }
+
+    // The next poll of /metrics puts the burst in the chart.
+    let api = "#rules [data-rule=\"api\"]";
+    browser
+        .wait_for(&format!("{api} .n-allowed"), |t| t == "5", WAIT)
+        .await
+        .map_err(fail)?;
+    browser
+        .wait_for(&format!("{api} .n-limited"), |t| t == "15", WAIT)
+        .await
+        .map_err(fail)?;
+    browser
+        .wait_for("#quota-remaining", |t| t == "0", WAIT)
+        .await
+        .map_err(fail)?;
+    browser
+        .wait_for("#breaker-state", |t| t == breaker, WAIT)
+        .await
+        .map_err(fail)?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_panel_on_the_memory_backend() {
+    panel_after_a_burst("memory", &[], "no Redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_panel_on_redis() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    panel_after_a_burst("redis", &[("REDIS_URL", &url)], "closed").await;
+}
