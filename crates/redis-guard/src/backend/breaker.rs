@@ -400,6 +400,36 @@ mod tests {
         assert!(matches!(c.admit(), Err(BackendError::CircuitOpen)));
     }
 
+    /// The gauge follows the circuit (2 open, 1 while the probe is out, 0 closed) under the
+    /// backend's prefix, and each opening is counted once.
+    #[cfg(feature = "metrics")]
+    #[test]
+    fn the_state_gauge_and_the_openings_are_reported_under_the_prefix() {
+        let metrics = crate::telemetry::testing::Captured::default();
+        let _guard = metrics::set_default_local_recorder(&metrics);
+        let gauge = || metrics.get(r#"redis_guard_breaker_state{prefix="app:"}"#);
+        let clock = ManualClock::new();
+        let c = circuit(&clock);
+        c.relabel("app:");
+        (0..3).for_each(|_| fail(&c));
+        assert_eq!(gauge(), 2);
+        clock.advance(Duration::from_secs(1));
+        let probe = c.admit().expect("the probe");
+        assert_eq!(gauge(), 1);
+        probe.record(&unavailable());
+        assert_eq!(gauge(), 2, "open again");
+        clock.advance(Duration::from_secs(2));
+        c.admit()
+            .expect("the probe")
+            .record(&Ok::<(), BackendError>(()));
+        assert_eq!(gauge(), 0);
+        (0..3).for_each(|_| fail(&c));
+        assert_eq!(
+            metrics.get(r#"redis_guard_breaker_opened_total{prefix="app:"}"#),
+            2
+        );
+    }
+
     #[test]
     fn one_probe_after_the_cool_down_closes_on_success() {
         let (clock, c) = opened();

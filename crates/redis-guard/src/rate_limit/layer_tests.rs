@@ -256,3 +256,28 @@ fn a_rule_whose_share_cannot_work_is_refused_by_its_own_policy_too() {
         "{err}"
     );
 }
+
+/// On Redis: the second denial of a client comes from the deny cache, counted both as a hit
+/// and as a limited request.
+#[tokio::test]
+async fn deny_cache_hits_are_counted_on_redis() {
+    let server = redis_guard_testkit::RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let conn = crate::backend::RedisConnection::open(&server.url())
+        .await
+        .expect("connect");
+    let metrics = Captured::default();
+    let _guard = metrics::set_default_local_recorder(&metrics);
+    let layer = RateLimitLayer::builder(crate::rate_limit::RedisLimiter::new(conn))
+        .rule_with(Rule::new("api", Quota::per_hour(1)), key())
+        .build()
+        .unwrap();
+    assert_eq!(statuses(&send(&layer, 3).await), [200, 429, 429]);
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_deny_cache_hits_total{rule="api"}"#),
+        1
+    );
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_limited_total{rule="api"}"#),
+        2
+    );
+}

@@ -137,3 +137,69 @@ impl fmt::Debug for Metered {
         self.0.fmt(f)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::MemorySessionStore;
+    use crate::telemetry::testing::Captured;
+
+    fn block<T>(f: BoxFuture<T>) -> T {
+        futures_util::FutureExt::now_or_never(f).expect("the memory store never waits")
+    }
+
+    fn set(field: &str) -> Changes {
+        let mut c = Changes::default();
+        c.set.insert(field.to_owned(), "1".to_owned());
+        c
+    }
+
+    #[test]
+    fn every_outcome_is_counted_once_under_its_label() {
+        let metrics = Captured::default();
+        let _guard = metrics::set_default_local_recorder(&metrics);
+        let store = Metered(Arc::new(MemorySessionStore::new()));
+        let life = Lifetimes::default();
+        let key = |k: &str| k.to_owned();
+        let exp = block(store.create(key("a"), set("x"), life)).unwrap();
+        block(store.index_user("u".into(), key("a"), exp, life)).unwrap();
+        assert!(block(store.load(key("a"), life)).unwrap().is_some());
+        assert!(block(store.load(key("nobody"), life)).unwrap().is_none());
+        assert!(
+            block(store.save(key("a"), set("y"), life))
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            block(store.increment(key("a"), "n".into(), 1, life))
+                .unwrap()
+                .is_some()
+        );
+        assert!(block(store.rotate(key("a"), key("b"), life)).unwrap());
+        // The old id is gone: the write is dropped, never resurrecting it.
+        assert!(
+            block(store.save(key("a"), set("z"), life))
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(block(store.revoke_user("u".into())).unwrap(), 1);
+        block(store.create(key("c"), set("x"), life)).unwrap();
+        block(store.delete(key("c"))).unwrap();
+        for (metric, n) in [
+            (r#"redis_guard_session_loads_total{result="live"}"#, 1),
+            (r#"redis_guard_session_loads_total{result="absent"}"#, 1),
+            (r#"redis_guard_session_saves_total{result="created"}"#, 2),
+            (r#"redis_guard_session_saves_total{result="merged"}"#, 2),
+            (r#"redis_guard_session_saves_total{result="gone"}"#, 1),
+            (r#"redis_guard_session_revocations_total{kind="rotate"}"#, 1),
+            (r#"redis_guard_session_revocations_total{kind="user"}"#, 1),
+            (
+                r#"redis_guard_session_revocations_total{kind="destroy"}"#,
+                1,
+            ),
+            (r#"redis_guard_session_store_errors_total{op="save"}"#, 0),
+        ] {
+            assert_eq!(metrics.get(metric), n, "{metric}");
+        }
+    }
+}
