@@ -61,7 +61,7 @@ async fn a_candidate_counts_on_its_own_and_the_enforced_rule_stays_exact(h: Harn
     });
     let a = layer_with_candidate(&h, Quota::per_hour(50), Quota::per_hour(20))
         .await
-        .layer(inner.clone());
+        .layer(inner);
     let b = layer_with_candidate(&h, Quota::per_hour(50), Quota::per_hour(20))
         .await
         .layer(inner);
