@@ -66,6 +66,7 @@ mod macros;
 pub mod backend;
 #[cfg(any(feature = "rate-limit", all(feature = "session", feature = "axum")))]
 mod problem;
+pub mod telemetry;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 mod sealed {
     /// Seals [`Limiter`](crate::rate_limit::Limiter) and

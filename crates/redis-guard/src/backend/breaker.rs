@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::{BackendError, Clock, MonotonicClock};
+use crate::telemetry;
 
 /// Default for how many calls in a row must find Redis unavailable to open the circuit.
 pub const DEFAULT_FAILURES: u32 = 5;
@@ -183,6 +184,8 @@ pub(crate) struct Circuit {
     failures: AtomicU32,
     /// The open circuit's timing; taken only while [`open`](Self::open) is set.
     trip: Mutex<Trip>,
+    /// The backend's key prefix: the `prefix` label of the breaker's metrics.
+    label: Mutex<Arc<str>>,
 }
 
 #[derive(Debug, Default)]
@@ -204,7 +207,7 @@ pub(crate) struct Permit<'a> {
 }
 
 impl Circuit {
-    pub(crate) fn new(config: Breaker) -> Self {
+    pub(crate) fn new(config: Breaker, prefix: &str) -> Self {
         Self {
             threshold: config.failures,
             cool_down: config.cool_down,
@@ -217,7 +220,32 @@ impl Circuit {
             open: AtomicBool::new(false),
             failures: AtomicU32::new(0),
             trip: Mutex::new(Trip::default()),
+            label: Mutex::new(Arc::from(prefix)),
         }
+    }
+
+    /// Labels the breaker's metrics with `prefix` from now on.
+    pub(crate) fn relabel(&self, prefix: &str) {
+        *self.label.lock().unwrap_or_else(PoisonError::into_inner) = Arc::from(prefix);
+    }
+
+    /// Sets the `redis_guard_breaker_state` gauge (0 closed, 1 half-open, 2 open), and counts
+    /// `redis_guard_breaker_opened_total` when the circuit opens from closed (`opened`).
+    fn report(&self, state: BreakerState, opened: bool) {
+        let label = self
+            .label
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if opened {
+            telemetry::count(telemetry::BREAKER_OPENED, "prefix", (&label).into(), 1);
+        }
+        let value = match state {
+            BreakerState::Closed => 0.0,
+            BreakerState::HalfOpen => 1.0,
+            BreakerState::Open => 2.0,
+        };
+        telemetry::set(telemetry::BREAKER_STATE, "prefix", (&label).into(), value);
     }
 
     /// A permit for one call, or [`BackendError::CircuitOpen`] when the call must not be made.
@@ -237,6 +265,7 @@ impl Circuit {
             return Err(BackendError::CircuitOpen);
         }
         trip.probing = true;
+        self.report(BreakerState::HalfOpen, false);
         Ok(permit(true))
     }
 
@@ -264,6 +293,7 @@ impl Circuit {
             probing: false,
         };
         self.open.store(true, Ordering::Release);
+        self.report(BreakerState::Open, true);
         tracing::warn!(
             failures = self.threshold,
             cool_down = ?self.cool_down,
@@ -291,10 +321,12 @@ impl Permit<'_> {
             if failed {
                 trip.cool_down = trip.cool_down.saturating_mul(2).min(c.max_cool_down);
                 trip.until = c.clock.now().saturating_add(trip.cool_down);
+                c.report(BreakerState::Open, false);
                 tracing::debug!(cool_down = ?trip.cool_down, "redis-guard: probe failed; circuit open again");
             } else {
                 c.failures.store(0, Ordering::Relaxed);
                 c.open.store(false, Ordering::Release);
+                c.report(BreakerState::Closed, false);
                 tracing::info!("redis-guard: Redis answered the probe; circuit closed");
             }
         } else if c.threshold == 0 || c.open.load(Ordering::Acquire) {
@@ -335,6 +367,7 @@ mod tests {
                 .cool_down(Duration::from_secs(1))
                 .max_cool_down(Duration::from_secs(4))
                 .clock(clock.clone()),
+            "rg:",
         )
     }
 
@@ -365,6 +398,36 @@ mod tests {
         fail(&c);
         assert_eq!(c.state(), BreakerState::Open);
         assert!(matches!(c.admit(), Err(BackendError::CircuitOpen)));
+    }
+
+    /// The gauge follows the circuit (2 open, 1 while the probe is out, 0 closed) under the
+    /// backend's prefix, and each opening is counted once.
+    #[cfg(feature = "metrics")]
+    #[test]
+    fn the_state_gauge_and_the_openings_are_reported_under_the_prefix() {
+        let metrics = crate::telemetry::testing::Captured::default();
+        let _guard = metrics::set_default_local_recorder(&metrics);
+        let gauge = || metrics.get(r#"redis_guard_breaker_state{prefix="app:"}"#);
+        let clock = ManualClock::new();
+        let c = circuit(&clock);
+        c.relabel("app:");
+        (0..3).for_each(|_| fail(&c));
+        assert_eq!(gauge(), 2);
+        clock.advance(Duration::from_secs(1));
+        let probe = c.admit().expect("the probe");
+        assert_eq!(gauge(), 1);
+        probe.record(&unavailable());
+        assert_eq!(gauge(), 2, "open again");
+        clock.advance(Duration::from_secs(2));
+        c.admit()
+            .expect("the probe")
+            .record(&Ok::<(), BackendError>(()));
+        assert_eq!(gauge(), 0);
+        (0..3).for_each(|_| fail(&c));
+        assert_eq!(
+            metrics.get(r#"redis_guard_breaker_opened_total{prefix="app:"}"#),
+            2
+        );
     }
 
     #[test]
@@ -404,7 +467,7 @@ mod tests {
     #[test]
     fn by_default_a_failed_probe_waits_the_same_cool_down() {
         let clock = ManualClock::new();
-        let c = Circuit::new(Breaker::new().clock(clock.clone()));
+        let c = Circuit::new(Breaker::new().clock(clock.clone()), "rg:");
         (0..DEFAULT_FAILURES).for_each(|_| fail(&c));
         for _ in 0..3 {
             clock.advance(DEFAULT_COOL_DOWN - Duration::from_millis(1));
@@ -436,7 +499,7 @@ mod tests {
 
     #[test]
     fn off_never_opens() {
-        let c = Circuit::new(Breaker::off());
+        let c = Circuit::new(Breaker::off(), "rg:");
         (0..100).for_each(|_| fail(&c));
         assert_eq!(c.state(), BreakerState::Closed);
     }

@@ -72,7 +72,7 @@ impl RedisBackend {
                 conn,
                 prefix: DEFAULT_PREFIX.to_owned(),
                 timeout: DEFAULT_TIMEOUT,
-                breaker: Arc::new(Circuit::new(Breaker::new())),
+                breaker: Arc::new(Circuit::new(Breaker::new(), DEFAULT_PREFIX)),
                 #[cfg(feature = "test-util")]
                 shift: None,
             }),
@@ -83,7 +83,9 @@ impl RedisBackend {
     /// applications.
     #[must_use]
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        Arc::make_mut(&mut self.inner).prefix = prefix.into();
+        let settings = Arc::make_mut(&mut self.inner);
+        settings.prefix = prefix.into();
+        settings.breaker.relabel(&settings.prefix);
         self
     }
 
@@ -108,7 +110,8 @@ impl RedisBackend {
     /// ```
     #[must_use]
     pub fn breaker(mut self, breaker: Breaker) -> Self {
-        Arc::make_mut(&mut self.inner).breaker = Arc::new(Circuit::new(breaker));
+        let settings = Arc::make_mut(&mut self.inner);
+        settings.breaker = Arc::new(Circuit::new(breaker, &settings.prefix));
         self
     }
 

@@ -9,8 +9,8 @@ use http::Response;
 
 use super::config::{Config, Fallback, LayerRule};
 use super::{
-    Algorithm, Decision, FailurePolicy, KeyExtractor, Limiter, MissingKey, Quota, RateLimitLayer,
-    Rule, RuleError, headers,
+    Algorithm, Decision, FailurePolicy, KeyExtractor, Limiter, MissingKey, Mode, Quota,
+    RateLimitLayer, Rule, RuleError, headers,
 };
 
 impl RateLimitLayer {
@@ -41,12 +41,15 @@ impl RateLimitLayer {
 pub struct RateLimitLayerBuilder {
     /// The layer's settings as they stand; `build` checks them.
     config: Config,
+    /// A [`candidate`](Self::candidate) named a rule that was not there: `build` says so.
+    unknown_candidate: Option<String>,
 }
 
 impl RateLimitLayerBuilder {
     pub(crate) fn new(limiter: Arc<dyn Limiter>) -> Self {
         Self {
             config: Config::new(limiter),
+            unknown_candidate: None,
         }
     }
 
@@ -98,6 +101,40 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// Tries `quota` on live traffic beside the rule named `rule` (added before): a
+    /// [`Mode::Shadow`] copy named `<rule>.candidate`, with the same key, algorithm and cost,
+    /// that counts and reports under its own name (metrics, [`Decision::shadow`]) and never
+    /// blocks nor shows in a header. Promote it by changing the rule's quota once its
+    /// `redis_guard_rate_limit_shadow_limited_total` says who it would have stopped.
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
+    ///     .rule("api", ClientIp::peer(), Quota::per_minute(100))
+    ///     .candidate("api", Quota::per_minute(60)) // would 60 a minute be enough?
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    ///
+    /// [`Decision::shadow`]: super::Decision::shadow
+    pub fn candidate(mut self, rule: &str, quota: Quota) -> Self {
+        let Some(of) = self.config.rules.iter().find(|r| r.rule.name() == rule) else {
+            self.unknown_candidate
+                .get_or_insert_with(|| rule.to_owned());
+            return self;
+        };
+        let candidate = LayerRule {
+            rule: Rule::new(format!("{rule}.candidate"), quota)
+                .with_algorithm(of.rule.algorithm().clone())
+                .with_cost(of.rule.cost())
+                .with_mode(Mode::Shadow),
+            extractor: Arc::clone(&of.extractor),
+        };
+        self.config.rules.push(candidate);
+        self
+    }
+
     setters! {
         /// What to do when a key is missing (default: reject with `400`).
         pub fn missing_key(policy: MissingKey) => config.missing_key;
@@ -144,11 +181,15 @@ impl RateLimitLayerBuilder {
     ///
     /// # Errors
     ///
-    /// No rules, a duplicate rule name, a rule that cannot work (the error names the rule and the
+    /// No rules, a duplicate rule name, a [`candidate`](Self::candidate) for a rule not added
+    /// before it, a rule that cannot work (the error names the rule and the
     /// value), a rule whose share under [`FailurePolicy::Fallback`] cannot work (a cost above
     /// the divided burst), or a limiter that cannot work ([`Limiter::config_problem`]).
     pub fn build(self) -> Result<RateLimitLayer, RuleError> {
         let mut config = self.config;
+        if let Some(rule) = self.unknown_candidate {
+            return Err(RuleError::UnknownRule(rule));
+        }
         if config.rules.is_empty() {
             return Err(RuleError::NoRules);
         }
@@ -164,11 +205,14 @@ impl RateLimitLayerBuilder {
                 return Err(RuleError::Duplicate(r.rule.name().to_owned()));
             }
         }
-        if let FailurePolicy::Fallback { replicas } = config.failure {
-            config.fallback = Some(Arc::new(Fallback::new(&config.rules, replicas)?));
-        }
-        config.policy =
-            headers::policy(config.rules.iter().map(|r| (r.rule.name(), r.rule.quota())));
+        config.fallback = Fallback::new(&config.rules, config.failure)?.map(Arc::new);
+        config.policy = headers::policy(
+            config
+                .rules
+                .iter()
+                .filter(|r| r.rule.mode() != Mode::Shadow)
+                .map(|r| (r.rule.name(), r.rule.quota())),
+        );
         Ok(RateLimitLayer {
             config: Arc::new(config),
         })

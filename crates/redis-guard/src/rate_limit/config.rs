@@ -10,8 +10,9 @@ use super::limiter::Check;
 use super::warn::{WARN_INTERVAL, WarnEvery};
 use super::{
     Algorithm, Decision, FailurePolicy, KeyError, KeyExtractor, Limiter, LimiterError,
-    MemoryLimiter, MissingKey, Rule, RuleError, headers,
+    MemoryLimiter, MissingKey, Mode, Rule, RuleError, headers,
 };
+use crate::telemetry;
 
 /// Which rate-limit headers to send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,27 +68,33 @@ impl Config {
     }
 }
 
-/// [`FailurePolicy::Fallback`]'s limiter: the layer's rules with each quota shared among the
-/// replicas, decided in this process.
+/// The in-process limiter of the rules whose failure policy is [`FailurePolicy::Fallback`]: each
+/// rule with its quota shared among its replicas, decided in this process.
 #[derive(Debug)]
 pub(crate) struct Fallback {
     limiter: MemoryLimiter,
-    rules: Vec<LayerRule>,
+    /// One per rule of the layer, in order: `None` for a rule that does not fall back.
+    rules: Vec<Option<Rule>>,
 }
 
 impl Fallback {
-    /// The fallback for `rules` shared among `replicas`.
+    /// The fallback for `rules` under `layer` (the layer's policy, for rules without their own),
+    /// or `None` when no rule falls back.
     ///
     /// # Errors
     ///
     /// A shared rule cannot work (its cost exceeds the divided burst).
     pub(crate) fn new(
         rules: &[LayerRule],
-        replicas: std::num::NonZeroU32,
-    ) -> Result<Self, RuleError> {
+        layer: FailurePolicy,
+    ) -> Result<Option<Self>, RuleError> {
         let rules = rules
             .iter()
             .map(|r| {
+                let FailurePolicy::Fallback { replicas } = r.rule.failure_policy().unwrap_or(layer)
+                else {
+                    return Ok(None);
+                };
                 // Only Redis runs Lua; the quota still says how much to admit.
                 let algorithm = match r.rule.algorithm() {
                     Algorithm::Custom(_) => Algorithm::default(),
@@ -95,21 +102,19 @@ impl Fallback {
                 };
                 let rule = Rule::new(r.rule.name_arc().clone(), r.rule.quota().share(replicas))
                     .with_algorithm(algorithm)
-                    .with_cost(r.rule.cost());
+                    .with_cost(r.rule.cost())
+                    .with_mode(r.rule.mode());
                 rule.validate().map_err(|source| RuleError::FallbackShare {
                     replicas: replicas.get(),
                     source: Box::new(source),
                 })?;
-                Ok(LayerRule {
-                    rule,
-                    extractor: Arc::clone(&r.extractor),
-                })
+                Ok(Some(rule))
             })
-            .collect::<Result<_, RuleError>>()?;
-        Ok(Self {
+            .collect::<Result<Vec<_>, RuleError>>()?;
+        Ok(rules.iter().any(Option::is_some).then(|| Self {
             limiter: MemoryLimiter::new(),
             rules,
-        })
+        }))
     }
 }
 
@@ -125,53 +130,8 @@ pub(crate) enum Plan {
 
 impl Config {
     pub(crate) fn plan(&self, parts: &http::request::Parts) -> Plan {
-        self.plan_rules(&self.rules, parts)
-    }
-
-    /// The fallback's answer for a request the limiter failed to decide: a decision, or what to
-    /// do without one. `None` when the policy is not [`FailurePolicy::Fallback`].
-    pub(crate) fn fallback(&self, parts: &http::request::Parts) -> Option<Result<Decision, Plan>> {
-        let fallback = self.fallback.as_deref()?;
-        // The keys are extracted again rather than kept from the first plan: that costs only
-        // while Redis is down, instead of a copy of every check on every request.
-        Some(match self.plan_rules(&fallback.rules, parts) {
-            Plan::Check(checks) => fallback.limiter.decide_now(&checks).map_err(|err| {
-                // Not expected (the fallback's rules were checked when the layer was built); the
-                // failure itself was logged once per interval already.
-                tracing::debug!(error = %err, "the in-process fallback could not decide: 503");
-                Plan::Respond(
-                    http::StatusCode::SERVICE_UNAVAILABLE,
-                    "The rate limiter is unavailable; retry shortly.",
-                )
-            }),
-            other => Err(other),
-        })
-    }
-
-    /// Logs that the limiter failed, at most once per [`WARN_INTERVAL`], with how many failures
-    /// went unlogged since the previous line.
-    pub(crate) fn warn_failed(&self, err: &LimiterError) {
-        let Some(unlogged) = self.warn.hit() else {
-            return;
-        };
-        let action = match self.failure {
-            FailurePolicy::Open => "requests admitted (FailurePolicy::Open)",
-            FailurePolicy::Closed => "requests answered 503 (FailurePolicy::Closed)",
-            FailurePolicy::Fallback { .. } => {
-                "requests decided in process (FailurePolicy::Fallback)"
-            }
-        };
-        tracing::warn!(
-            error = %err,
-            source = ?std::error::Error::source(err),
-            unlogged,
-            "rate limiter failed: {action}; {unlogged} failures unlogged since the previous line"
-        );
-    }
-
-    fn plan_rules(&self, rules: &[LayerRule], parts: &http::request::Parts) -> Plan {
-        let mut checks = Vec::with_capacity(rules.len());
-        for r in rules {
+        let mut checks = Vec::with_capacity(self.rules.len());
+        for r in &self.rules {
             match r.extractor.extract(parts) {
                 Ok(key) => checks.push(Check::new(r.rule.clone(), key)),
                 Err(KeyError::Missing) => match self.missing_key {
@@ -198,17 +158,94 @@ impl Config {
         }
     }
 
+    /// The answer for a request the limiter failed to decide, by each rule's failure policy: a
+    /// `503` when a `Closed` rule applies, else the fallback's decision of the `Fallback` rules
+    /// (the `Open` ones skipped), else the inner service without a decision.
+    pub(crate) fn on_failure(&self, parts: &http::request::Parts) -> Result<Decision, Plan> {
+        let unavailable = || {
+            Plan::Respond(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The rate limiter is unavailable; retry shortly.",
+            )
+        };
+        let mut checks = Vec::new();
+        for (i, r) in self.rules.iter().enumerate() {
+            let policy = r.rule.failure_policy().unwrap_or(self.failure);
+            if policy == FailurePolicy::Open {
+                continue;
+            }
+            // The keys are extracted again rather than kept from the first plan: that costs
+            // only while Redis is down, instead of a copy of every check on every request. A
+            // key the first plan found missing (and skipped) is missing again.
+            let Ok(key) = r.extractor.extract(parts) else {
+                continue;
+            };
+            let shared = self
+                .fallback
+                .as_deref()
+                .and_then(|f| Some((&f.limiter, f.rules.get(i)?.as_ref()?)));
+            match (policy, shared) {
+                (FailurePolicy::Fallback { .. }, Some((_, rule))) => {
+                    checks.push(Check::new(rule.clone(), key));
+                }
+                _ => return Err(unavailable()),
+            }
+        }
+        let Some(fallback) = self.fallback.as_deref().filter(|_| !checks.is_empty()) else {
+            return Err(Plan::Pass);
+        };
+        let decision = fallback.limiter.decide_now(&checks).map_err(|err| {
+            // Not expected (the fallback's rules were checked when the layer was built); the
+            // failure itself was logged once per interval already.
+            tracing::debug!(error = %err, "the in-process fallback could not decide: 503");
+            unavailable()
+        })?;
+        for check in &checks {
+            telemetry::count(
+                telemetry::RATE_LIMIT_FALLBACK_DECISIONS,
+                "rule",
+                check.rule.name_arc().into(),
+                1,
+            );
+        }
+        Ok(decision)
+    }
+
+    /// Logs that the limiter failed, at most once per [`WARN_INTERVAL`], with how many failures
+    /// went unlogged since the previous line.
+    pub(crate) fn warn_failed(&self, err: &LimiterError) {
+        let Some(unlogged) = self.warn.hit() else {
+            return;
+        };
+        let action = if self.rules.iter().any(|r| r.rule.failure_policy().is_some()) {
+            "requests answered by each rule's failure policy"
+        } else {
+            match self.failure {
+                FailurePolicy::Open => "requests admitted (FailurePolicy::Open)",
+                FailurePolicy::Closed => "requests answered 503 (FailurePolicy::Closed)",
+                FailurePolicy::Fallback { .. } => {
+                    "requests decided in process (FailurePolicy::Fallback)"
+                }
+            }
+        };
+        tracing::warn!(
+            error = %err,
+            source = ?std::error::Error::source(err),
+            unlogged,
+            "rate limiter failed: {action}; {unlogged} failures unlogged since the previous line"
+        );
+    }
+
     /// The `RateLimit-Policy` value for `decision`'s rules: the layer's own when every rule was
     /// evaluated with its own quota (the usual case), made anew when some were skipped for a
     /// missing key or the fallback decided with its share of the quotas.
     pub(crate) fn policy(&self, decision: &Decision) -> HeaderValue {
-        if decision.rules.len() == self.rules.len()
-            && decision
-                .rules
-                .iter()
-                .zip(&self.rules)
-                .all(|(d, r)| d.quota == *r.rule.quota())
-        {
+        let mut visible = self.rules.iter().filter(|r| r.rule.mode() != Mode::Shadow);
+        let same = decision
+            .rules
+            .iter()
+            .all(|d| visible.next().is_some_and(|r| d.quota == *r.rule.quota()));
+        if same && visible.next().is_none() {
             self.policy.clone()
         } else {
             headers::policy(decision.rules.iter().map(|r| (&*r.rule, &r.quota)))

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Quota, RuleState};
+use super::{Mode, Quota, RuleState};
 
 /// One rule's verdict within a [`Decision`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,6 +15,8 @@ pub struct RuleDecision {
     pub quota: Quota,
     /// What the rule said.
     pub state: RuleState,
+    /// The rule's rollout mode: whether its verdict binds.
+    pub mode: Mode,
 }
 
 /// The outcome of rate limiting one request, inserted into the request extensions when the
@@ -48,14 +50,34 @@ pub struct Decision {
     pub retry_after: Duration,
     /// How long until the binding rule's quota is fully available again.
     pub reset_after: Duration,
-    /// Every evaluated rule, in the layer's order.
+    /// Every evaluated rule the client sees ([`Mode::Enforce`] and [`Mode::Soft`]), in the
+    /// layer's order.
     pub rules: Vec<RuleDecision>,
+    /// The [`Mode::Soft`] rules this request went over: admitted anyway, and named in the
+    /// `RateLimit-Exceeded` header.
+    pub exceeded: Vec<Arc<str>>,
+    /// The [`Mode::Shadow`] rules' verdicts, in the layer's order: never binding, never in a
+    /// header.
+    pub shadow: Vec<RuleDecision>,
 }
 
 impl Decision {
-    /// Combines per-rule verdicts. `rules` must not be empty.
-    pub(crate) fn combine(rules: Vec<RuleDecision>) -> Option<Self> {
-        let allowed = rules.iter().all(|r| r.state.allowed);
+    /// Combines per-rule verdicts: the enforced rules decide. `rules` must not be empty.
+    pub(crate) fn combine(mut rules: Vec<RuleDecision>) -> Option<Self> {
+        let shadow = if rules.iter().any(|r| r.mode == Mode::Shadow) {
+            let (shadow, visible) = rules.into_iter().partition(|r| r.mode == Mode::Shadow);
+            rules = visible;
+            shadow
+        } else {
+            Vec::new()
+        };
+        let binds = |r: &&RuleDecision| r.mode == Mode::Enforce;
+        let allowed = rules.iter().filter(binds).all(|r| r.state.allowed);
+        let exceeded = rules
+            .iter()
+            .filter(|r| r.mode == Mode::Soft && !r.state.allowed)
+            .map(|r| r.rule.clone())
+            .collect();
         let binding = if allowed {
             rules.iter().min_by(|a, b| {
                 a.state
@@ -66,18 +88,29 @@ impl Decision {
         } else {
             rules
                 .iter()
+                .filter(binds)
                 .filter(|r| !r.state.allowed)
                 .max_by_key(|r| r.state.retry_after)
-        }?;
-        let (rule, state) = (binding.rule.clone(), binding.state);
+        };
+        // Only shadow rules: admitted, and nothing for the client to see.
+        let (rule, state) = match binding.or_else(|| shadow.first()) {
+            Some(b) => (b.rule.clone(), b.state),
+            None => return None,
+        };
         Some(Self {
             allowed,
             rule,
             limit: state.limit,
             remaining: state.remaining,
-            retry_after: state.retry_after,
+            retry_after: if allowed {
+                Duration::ZERO
+            } else {
+                state.retry_after
+            },
             reset_after: state.reset_after,
             rules,
+            exceeded,
+            shadow,
         })
     }
 

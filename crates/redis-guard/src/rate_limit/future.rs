@@ -4,6 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
 
 use http::{Request, Response, StatusCode};
 use tower_service::Service;
@@ -13,7 +14,8 @@ use super::decision::RuleDecision;
 use super::headers::RateLimitHeaders;
 use super::limiter::{BoxFuture, LimiterError, Pending, decision_from};
 use super::response::{self, ResponseBody};
-use super::{Decision, FailurePolicy, RuleState};
+use super::{Decision, Mode, RuleState};
+use crate::telemetry;
 
 define_response_future! {
     /// The response future of [`RateLimit`](super::RateLimit): waits for the limiter (the only
@@ -23,6 +25,7 @@ define_response_future! {
             states: BoxFuture<Result<Vec<RuleState>, LimiterError>>,
             pending: Option<(S, Request<ReqBody>, Vec<RuleDecision>)>,
             config: Arc<Config>,
+            started: Instant,
         },
         Calling {
             #[pin]
@@ -54,6 +57,7 @@ where
                 states: pending.states,
                 pending: Some((inner, req, pending.rules)),
                 config,
+                started: Instant::now(),
             },
         }
     }
@@ -88,6 +92,7 @@ where
                     states,
                     pending,
                     config,
+                    started,
                 } => {
                     let states = ready!(states.as_mut().poll(cx));
                     let Some((mut inner, mut req, rules)) = pending.take() else {
@@ -97,25 +102,33 @@ where
                             "rate-limit future polled after completion",
                         )));
                     };
-                    let decided = match states.and_then(|states| decision_from(rules, states)) {
+                    let decided = match states {
+                        Ok(states) => decision_from(rules, states),
+                        Err(err) => {
+                            for rule in &rules {
+                                telemetry::count(
+                                    telemetry::RATE_LIMIT_BACKEND_ERRORS,
+                                    "rule",
+                                    (&rule.rule).into(),
+                                    1,
+                                );
+                            }
+                            Err(err)
+                        }
+                    };
+                    let decided = match decided {
                         Ok(decision) => Ok(decision),
                         Err(err) => {
                             config.warn_failed(&err);
                             let (parts, body) = req.into_parts();
-                            let fallback = config.fallback(&parts);
+                            let answer = config.on_failure(&parts);
                             req = Request::from_parts(parts, body);
-                            match (fallback, config.failure) {
-                                (Some(Ok(decision)), _) => Ok(decision),
-                                (Some(Err(plan)), _) => Err(plan),
-                                (None, FailurePolicy::Closed) => Err(Plan::Respond(
-                                    StatusCode::SERVICE_UNAVAILABLE,
-                                    "The rate limiter is unavailable; retry shortly.",
-                                )),
-                                // Open (and Fallback's key re-extraction finding no rule).
-                                (None, _) => Err(Plan::Pass),
-                            }
+                            answer
                         }
                     };
+                    if let Ok(decision) = &decided {
+                        record(decision, started.elapsed());
+                    }
                     match decided {
                         Ok(decision) if decision.allowed => {
                             let policy = config.ietf_on_allowed().then(|| config.policy(&decision));
@@ -167,6 +180,34 @@ where
                 }
             };
             this.state.set(next);
+        }
+    }
+}
+
+/// Counts each rule's verdict and the time `decision` took, under each rule's name.
+fn record(decision: &Decision, took: Duration) {
+    let seconds = took.as_secs_f64();
+    for r in decision.rules.iter().chain(&decision.shadow) {
+        let name = if r.state.allowed {
+            telemetry::RATE_LIMIT_ALLOWED
+        } else {
+            match r.mode {
+                Mode::Shadow => telemetry::RATE_LIMIT_SHADOW_LIMITED,
+                Mode::Soft => telemetry::RATE_LIMIT_SOFT_LIMITED,
+                _ => telemetry::RATE_LIMIT_LIMITED,
+            }
+        };
+        telemetry::count(name, "rule", (&r.rule).into(), 1);
+        telemetry::observe(
+            telemetry::RATE_LIMIT_DECISION_SECONDS,
+            "rule",
+            (&r.rule).into(),
+            seconds,
+        );
+    }
+    if !decision.shadow.is_empty() {
+        for r in decision.shadow.iter().filter(|r| !r.state.allowed) {
+            tracing::debug!(rule = %r.rule, "shadow rule would have limited this request");
         }
     }
 }

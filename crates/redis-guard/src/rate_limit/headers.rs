@@ -27,6 +27,10 @@ pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-l
 pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 /// `X-RateLimit-Reset` (legacy): seconds until the quota is full again.
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// `RateLimit-Exceeded` (redis-guard's own, not in the IETF draft): the
+/// [`Mode::Soft`](super::Mode::Soft) rules an admitted request went over, as a structured-field
+/// list of rule names: `RateLimit-Exceeded: "api"`.
+pub const RATELIMIT_EXCEEDED: HeaderName = HeaderName::from_static("ratelimit-exceeded");
 
 /// The headers a decision adds to a response, computed before the response exists (an admitted
 /// request's headers wait for the inner service): values only, no map of their own.
@@ -36,15 +40,28 @@ pub(crate) struct RateLimitHeaders {
     ietf: Option<(HeaderValue, HeaderValue)>,
     /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` of the binding rule.
     legacy: Option<(u32, u32, u64)>,
+    /// `RateLimit-Exceeded`, when a soft rule was exceeded.
+    exceeded: Option<HeaderValue>,
 }
 
 impl RateLimitHeaders {
     /// The headers for `decision`: the IETF pair when `policy` is given (the layer's value for
     /// the rules of `decision`), the legacy ones when `legacy`.
+    /// No header at all for a decision of shadow rules only (the client sees none of them).
     pub(crate) fn new(decision: &Decision, policy: Option<HeaderValue>, legacy: bool) -> Self {
+        let visible = !decision.rules.is_empty();
         Self {
-            ietf: policy.map(|policy| (policy, state(decision))),
-            legacy: legacy.then(|| {
+            ietf: policy
+                .filter(|_| visible)
+                .map(|policy| (policy, state(decision))),
+            exceeded: (!decision.exceeded.is_empty()).then(|| {
+                list(&decision.exceeded, |out, name| {
+                    out.push('"');
+                    out.push_str(name);
+                    out.push('"');
+                })
+            }),
+            legacy: (legacy && visible).then(|| {
                 (
                     decision.limit,
                     decision.remaining,
@@ -59,6 +76,9 @@ impl RateLimitHeaders {
         if let Some((policy, state)) = self.ietf {
             headers.insert(RATELIMIT_POLICY, policy);
             headers.insert(RATELIMIT, state);
+        }
+        if let Some(exceeded) = self.exceeded {
+            headers.insert(RATELIMIT_EXCEEDED, exceeded);
         }
         if let Some((limit, remaining, reset)) = self.legacy {
             headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(limit));

@@ -6,7 +6,9 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use super::decision::RuleDecision;
-use super::{Decision, Key, Rule, RuleError, RuleState};
+use futures_util::future::join_all;
+
+use super::{Decision, Key, Mode, Rule, RuleError, RuleState};
 use crate::backend::BackendError;
 
 /// A boxed, sendable future, as [`Limiter`] methods return.
@@ -142,7 +144,13 @@ pub(crate) fn decide<L: Limiter + ?Sized>(
     limiter: &L,
     checks: Vec<Check>,
 ) -> BoxFuture<Result<Decision, LimiterError>> {
-    let Pending { states, rules } = Pending::start(limiter, checks);
+    // Modes are the layer's business: a direct call evaluates every rule all or nothing and
+    // gets every verdict as it is.
+    let mut rules = rule_decisions(&checks);
+    for rule in &mut rules {
+        rule.mode = Mode::Enforce;
+    }
+    let states = limiter.evaluate(checks);
     Box::pin(async move { decision_from(rules, states.await?) })
 }
 
@@ -154,13 +162,45 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// Starts evaluating `checks` (known to be valid).
+    /// Starts evaluating `checks` (known to be valid): the enforced ones together, all or
+    /// nothing, and each [`Mode::Shadow`] or [`Mode::Soft`] one on its own beside them.
     pub(crate) fn start<L: Limiter + ?Sized>(limiter: &L, checks: Vec<Check>) -> Self {
         let rules = rule_decisions(&checks);
-        Self {
-            states: limiter.evaluate(checks),
-            rules,
+        if checks.iter().all(|c| c.rule.mode() == Mode::Enforce) {
+            return Self {
+                states: limiter.evaluate(checks),
+                rules,
+            };
         }
+        let n = checks.len();
+        let (enforced, observed): (Vec<_>, Vec<_>) = checks
+            .into_iter()
+            .enumerate()
+            .partition(|(_, c)| c.rule.mode() == Mode::Enforce);
+        let (enforced_at, enforced): (Vec<usize>, Vec<Check>) = enforced.into_iter().unzip();
+        let mut parts = Vec::with_capacity(observed.len() + 1);
+        if !enforced.is_empty() {
+            parts.push((enforced_at, limiter.evaluate(enforced)));
+        }
+        for (i, check) in observed {
+            parts.push((vec![i], limiter.evaluate(vec![check])));
+        }
+        let (places, futures): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
+        let states = Box::pin(async move {
+            let mut states = vec![None; n];
+            for (at, result) in places.into_iter().zip(join_all(futures).await) {
+                for (i, state) in at.into_iter().zip(result?) {
+                    states[i] = Some(state);
+                }
+            }
+            states
+                .into_iter()
+                .map(|s| {
+                    s.ok_or_else(|| BackendError::BadReply("a rule got no state".into()).into())
+                })
+                .collect()
+        });
+        Self { states, rules }
     }
 }
 
@@ -180,6 +220,7 @@ pub(crate) fn rule_decisions(checks: &[Check]) -> Vec<RuleDecision> {
             rule: c.rule.name_arc().clone(),
             quota: *c.rule.quota(),
             state: unknown,
+            mode: c.rule.mode(),
         })
         .collect()
 }

@@ -6,9 +6,9 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use super::Decision;
 use super::algorithm::{self, Commit, RuleState, State, ceil_ms};
 use super::limiter::{BoxFuture, Check, Limiter, LimiterError, decision_from, rule_decisions};
+use super::{Decision, Mode};
 use crate::backend::{ExpiringTable, InProcess, InProcessBuilder};
 
 /// Default bound on the number of keys a [`MemoryLimiter`] tracks.
@@ -101,10 +101,16 @@ impl MemoryLimiter {
     /// Decides `checks` (known to be valid) at once: the layer's fallback, which must not
     /// allocate a future per request while Redis is down.
     pub(crate) fn decide_now(&self, checks: &[Check]) -> Result<Decision, LimiterError> {
-        decision_from(rule_decisions(checks), self.evaluate_now(checks)?)
+        decision_from(rule_decisions(checks), self.evaluate_now(checks, true)?)
     }
 
-    fn evaluate_now(&self, checks: &[Check]) -> Result<Vec<RuleState>, LimiterError> {
+    /// `by_mode`: as the layer evaluates rules ([`Mode`]): the enforced checks all or nothing,
+    /// each other one on its own. Otherwise every check all or nothing.
+    fn evaluate_now(
+        &self,
+        checks: &[Check],
+        by_mode: bool,
+    ) -> Result<Vec<RuleState>, LimiterError> {
         let now = self.inner.now_us();
         let mut table = self.inner.lock();
         let mut states = Vec::with_capacity(checks.len());
@@ -120,7 +126,8 @@ impl MemoryLimiter {
                 )));
             };
             if let Some(commit) = step.commit {
-                commits.push((id, commit));
+                let alone = by_mode && check.rule.mode() != Mode::Enforce;
+                commits.push((id, commit, alone.then_some(step.allowed)));
             }
             states.push(RuleState::from_parts(
                 step.allowed,
@@ -130,8 +137,13 @@ impl MemoryLimiter {
                 ceil_ms(step.reset_after_us),
             ));
         }
-        if states.iter().all(|s| s.allowed) {
-            for (id, commit) in commits {
+        let together = checks
+            .iter()
+            .zip(&states)
+            .filter(|(c, _)| !by_mode || c.rule.mode() == Mode::Enforce)
+            .all(|(_, s)| s.allowed);
+        for (id, commit, alone) in commits {
+            if alone.unwrap_or(together) {
                 table.apply(id, commit, now);
             }
         }
@@ -179,7 +191,7 @@ impl crate::sealed::Sealed for MemoryLimiter {}
 
 impl Limiter for MemoryLimiter {
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
-        Box::pin(std::future::ready(self.evaluate_now(&checks)))
+        Box::pin(std::future::ready(self.evaluate_now(&checks, false)))
     }
 }
 

@@ -73,6 +73,8 @@ mod future;
 pub mod headers;
 mod key;
 mod layer;
+#[cfg(all(test, feature = "metrics"))]
+mod layer_tests;
 mod limiter;
 mod memory;
 mod policy;
@@ -96,7 +98,7 @@ pub use key::{
 pub use layer::RateLimitLayer;
 pub use limiter::{BoxFuture, Check, Limiter, LimiterError};
 pub use memory::{DEFAULT_MAX_KEYS, MemoryLimiter};
-pub use policy::{FailurePolicy, MissingKey, ZeroReplicas};
+pub use policy::{FailurePolicy, MissingKey, Mode, ZeroReplicas};
 pub use quota::{MAX_PERIOD, Quota, QuotaError};
 pub use redis_limiter::{DEFAULT_DENY_CACHE, RedisLimiter};
 pub use response::ResponseBody;

@@ -108,3 +108,50 @@ impl Default for FailurePolicy {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("replicas must be at least 1, got 0")]
 pub struct ZeroReplicas;
+
+/// How the layer acts on a rule's verdict: its rollout mode ([`Rule::with_mode`]).
+///
+/// A new or tightened limit can go live in steps: [`Shadow`](Self::Shadow) first, to count who
+/// it would stop; [`Soft`](Self::Soft) next, to warn those clients; [`Enforce`](Self::Enforce)
+/// last. [`RateLimitLayerBuilder::candidate`] runs a shadow copy of an enforced rule with a new
+/// quota beside it, so the two can be compared on live traffic.
+///
+/// Enforced rules are decided together, all or nothing. A shadow or soft rule is evaluated on
+/// its own, beside them (in the same script call when the calls coalesce): it counts every
+/// request that reaches the layer as if it were the only rule, never keeps an enforced rule from
+/// counting, and is never kept from counting by one. When any rule of a request cannot be
+/// decided, the failure policies answer for the whole request.
+///
+/// What each mode does with a request over the limit:
+///
+/// | mode | answer | headers | metric |
+/// |---|---|---|---|
+/// | `Enforce` | `429` | in `RateLimit` | `redis_guard_rate_limit_limited_total` |
+/// | `Shadow` | admitted | none (clients never see the rule) | `redis_guard_rate_limit_shadow_limited_total` |
+/// | `Soft` | admitted | in `RateLimit` (`r=0`), and named in `RateLimit-Exceeded` | `redis_guard_rate_limit_soft_limited_total` |
+///
+/// Handlers see the exceeded soft rules in [`Decision::exceeded`] and the shadow rules'
+/// verdicts in [`Decision::shadow`].
+///
+/// ```
+/// use redis_guard::rate_limit::{Mode, Quota, Rule};
+/// let rule = Rule::new("api", Quota::per_minute(60)).with_mode(Mode::Shadow);
+/// assert_eq!(rule.mode(), Mode::Shadow);
+/// assert_eq!(Mode::default(), Mode::Enforce);
+/// ```
+///
+/// [`Rule::with_mode`]: super::Rule::with_mode
+/// [`RateLimitLayerBuilder::candidate`]: super::RateLimitLayerBuilder::candidate
+/// [`Decision::exceeded`]: super::Decision::exceeded
+/// [`Decision::shadow`]: super::Decision::shadow
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Mode {
+    /// Deny requests over the limit (the default).
+    #[default]
+    Enforce,
+    /// Decide and record, never deny, never show: for a limit under trial.
+    Shadow,
+    /// Admit requests over the limit, saying so in the `RateLimit-Exceeded` header.
+    Soft,
+}

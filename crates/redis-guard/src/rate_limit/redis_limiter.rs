@@ -11,6 +11,7 @@ use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use super::evaluation::{Coalescers, Evaluation};
 use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
 use crate::backend::{DEFAULT_BATCH, DenyCache, RedisBackend};
+use crate::telemetry;
 
 /// Default capacity of a [`RedisLimiter`]'s deny cache: how many denied clients it remembers.
 pub const DEFAULT_DENY_CACHE: usize = 10_000;
@@ -202,6 +203,14 @@ impl Limiter for RedisLimiter {
             (cache, key, now, hit)
         });
         if let Some((_, _, _, Some((states, elapsed)))) = cached {
+            for (check, _) in checks.iter().zip(&states).filter(|(_, s)| !s.allowed) {
+                telemetry::count(
+                    telemetry::RATE_LIMIT_DENY_CACHE_HITS,
+                    "rule",
+                    check.rule.name_arc().into(),
+                    1,
+                );
+            }
             return Box::pin(std::future::ready(Ok(counted_down(states, elapsed))));
         }
         let evaluation = self.evaluation(&checks);

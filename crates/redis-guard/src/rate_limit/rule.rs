@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::algorithm::Params;
-use super::{Algorithm, Quota, QuotaError};
+use super::{Algorithm, FailurePolicy, Mode, Quota, QuotaError};
 
 /// A rule: a name (used in Redis key names and in the `RateLimit` headers), a [`Quota`], an
 /// [`Algorithm`] and the cost of one request.
@@ -24,6 +24,8 @@ pub struct Rule {
     quota: Quota,
     algorithm: Algorithm,
     cost: u32,
+    mode: Mode,
+    on_failure: Option<FailurePolicy>,
 }
 
 impl Rule {
@@ -35,6 +37,8 @@ impl Rule {
             quota,
             algorithm: Algorithm::default(),
             cost: 1,
+            mode: Mode::Enforce,
+            on_failure: None,
         }
     }
 
@@ -44,6 +48,40 @@ impl Rule {
 
         /// Each request consumes `cost` units of the quota (weighted requests). Defaults to 1.
         pub fn with_cost(cost: u32) => cost;
+
+        /// How a [`RateLimitLayer`](super::RateLimitLayer) acts on this rule's verdict (default
+        /// [`Mode::Enforce`]). [`Limiter::check`](super::Limiter::check) ignores it: a direct
+        /// call returns the verdict, and acting on it is up to the caller.
+        pub fn with_mode(mode: Mode) => mode;
+    }
+
+    /// What a [`RateLimitLayer`](super::RateLimitLayer) does with this rule when the limiter
+    /// cannot decide, instead of the layer's
+    /// [`failure_policy`](super::RateLimitLayerBuilder::failure_policy): e.g. a login rule that
+    /// fails closed in a layer that falls back. When a request's rules have different policies,
+    /// a `Closed` rule answers `503`; otherwise the `Fallback` rules decide in process and the
+    /// `Open` ones are skipped.
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{FailurePolicy, Quota, Rule};
+    /// let login = Rule::new("login", Quota::per_minute(5)).on_failure(FailurePolicy::Closed);
+    /// assert_eq!(login.failure_policy(), Some(FailurePolicy::Closed));
+    /// ```
+    pub fn on_failure(mut self, policy: FailurePolicy) -> Self {
+        self.on_failure = Some(policy);
+        self
+    }
+
+    /// The rollout mode.
+    #[must_use]
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The rule's own failure policy, if it has one.
+    #[must_use]
+    pub fn failure_policy(&self) -> Option<FailurePolicy> {
+        self.on_failure
     }
 
     /// The rule's name.
@@ -198,6 +236,12 @@ pub enum RuleError {
     /// Two rules of one layer share a name (their counters would collide).
     #[error("two rules are named `{0}`; rule names must be unique within a layer")]
     Duplicate(String),
+    /// [`RateLimitLayerBuilder::candidate`](super::RateLimitLayerBuilder::candidate) named a
+    /// rule the layer does not have (yet: add the rule first).
+    #[error(
+        "a candidate names rule `{0}`, which the layer does not have (add the rule before its candidate)"
+    )]
+    UnknownRule(String),
     /// A layer needs at least one rule.
     #[error("the rate-limit layer has no rules")]
     NoRules,

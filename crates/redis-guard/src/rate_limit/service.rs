@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use tower_service::Service;
+use tracing::Instrument;
 
 use super::config::{Config, Plan};
 use super::future::ResponseFuture;
@@ -53,7 +54,12 @@ where
             Plan::Respond(status, detail) => ResponseFuture::respond(status, detail),
             Plan::Check(checks) => {
                 // The layer's rules and its limiter were checked when it was built.
-                let pending = Pending::start(&*self.config.limiter, checks);
+                let span = tracing::debug_span!("rate_limit", rules = checks.len());
+                let mut pending = Pending::start(&*self.config.limiter, checks);
+                if !span.is_disabled() {
+                    // Boxed once more only while a subscriber listens at `debug`.
+                    pending.states = Box::pin(pending.states.instrument(span));
+                }
                 ResponseFuture::checking(pending, inner, req, Arc::clone(&self.config))
             }
         }

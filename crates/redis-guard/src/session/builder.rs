@@ -149,6 +149,9 @@ impl SessionLayerBuilder {
         }
         Ok(SessionLayer {
             shared: Arc::new(Shared {
+                #[cfg(feature = "metrics")]
+                store: Arc::new(super::metered::Metered(self.store)),
+                #[cfg(not(feature = "metrics"))]
                 store: self.store,
                 life: self.life,
                 cookie: self.cookie,

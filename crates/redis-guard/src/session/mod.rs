@@ -95,6 +95,8 @@ mod layer;
 mod memory_store;
 mod memory_table;
 mod memory_users;
+#[cfg(feature = "metrics")]
+mod metered;
 mod policy;
 mod redis_store;
 mod scripts;

@@ -1,0 +1,283 @@
+//! The layer's rollout modes, per-rule failure policies and metrics, on the memory limiter (the
+//! shared suites in `tests/` run the modes on every backend).
+
+use std::convert::Infallible;
+
+use http::{HeaderName, Request, Response};
+use tower::{Layer, ServiceExt, service_fn};
+
+use crate::rate_limit::{
+    Algorithm, CustomAlgorithm, FailurePolicy, HeaderKey, MemoryLimiter, Mode, Quota,
+    RateLimitLayer, RateLimitLayerBuilder, Rule, RuleError,
+};
+use crate::telemetry::testing::Captured;
+
+/// One answer, as a client sees it.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    policy: Option<String>,
+    state: Option<String>,
+    exceeded: Option<String>,
+}
+
+fn key() -> HeaderKey {
+    HeaderKey::new(HeaderName::from_static("x-key"))
+}
+
+fn builder() -> RateLimitLayerBuilder {
+    RateLimitLayer::builder(MemoryLimiter::new())
+}
+
+/// A rule the memory limiter cannot decide (custom Lua): every evaluation fails, as with Redis
+/// down.
+fn failing(name: &str) -> Rule {
+    Rule::new(name, Quota::per_minute(10)).with_algorithm(Algorithm::Custom(CustomAlgorithm::new(
+        "lua",
+        "return function() end",
+    )))
+}
+
+/// `n` requests from key `a`.
+async fn send(layer: &RateLimitLayer, n: usize) -> Vec<Answer> {
+    let svc = layer.layer(service_fn(|_: Request<String>| async {
+        Ok::<_, Infallible>(Response::new(String::new()))
+    }));
+    let header = |res: &Response<_>, name: &str| {
+        res.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let mut req = Request::new(String::new());
+        req.headers_mut().insert("x-key", "a".parse().unwrap());
+        let res = svc.clone().oneshot(req).await.unwrap();
+        out.push(Answer {
+            status: res.status().as_u16(),
+            policy: header(&res, "ratelimit-policy"),
+            state: header(&res, "ratelimit"),
+            exceeded: header(&res, "ratelimit-exceeded"),
+        });
+    }
+    out
+}
+
+fn statuses(answers: &[Answer]) -> Vec<u16> {
+    answers.iter().map(|a| a.status).collect()
+}
+
+#[tokio::test]
+async fn a_shadow_rule_never_blocks_never_shows_and_counts_what_it_would_have_limited() {
+    let metrics = Captured::default();
+    let _guard = metrics::set_default_local_recorder(&metrics);
+    let layer = builder()
+        .rule_with(
+            Rule::new("api", Quota::per_minute(2)).with_mode(Mode::Shadow),
+            key(),
+        )
+        .build()
+        .unwrap();
+    let answers = send(&layer, 5).await;
+    assert_eq!(statuses(&answers), [200; 5]);
+    assert!(
+        answers
+            .iter()
+            .all(|a| a.policy.is_none() && a.state.is_none()),
+        "{answers:?}"
+    );
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_allowed_total{rule="api"}"#),
+        2
+    );
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_shadow_limited_total{rule="api"}"#),
+        3
+    );
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_limited_total{rule="api"}"#),
+        0
+    );
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_decision_seconds{rule="api"}"#),
+        5,
+        "one latency sample per request"
+    );
+}
+
+#[tokio::test]
+async fn a_soft_rule_admits_over_the_limit_and_says_so() {
+    let metrics = Captured::default();
+    let _guard = metrics::set_default_local_recorder(&metrics);
+    let layer = builder()
+        .rule_with(
+            Rule::new("api", Quota::per_minute(2)).with_mode(Mode::Soft),
+            key(),
+        )
+        .build()
+        .unwrap();
+    let answers = send(&layer, 4).await;
+    assert_eq!(statuses(&answers), [200; 4]);
+    let exceeded: Vec<_> = answers.iter().map(|a| a.exceeded.as_deref()).collect();
+    assert_eq!(exceeded, [None, None, Some("\"api\""), Some("\"api\"")]);
+    assert_eq!(answers[3].policy.as_deref(), Some("\"api\";q=2;w=60"));
+    assert!(
+        answers[3]
+            .state
+            .as_deref()
+            .unwrap()
+            .starts_with("\"api\";r=0;")
+    );
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_soft_limited_total{rule="api"}"#),
+        2
+    );
+}
+
+/// A candidate beside an enforced rule: the enforced rule alone decides and alone shows; the
+/// candidate counts every request on its own, and its denials never keep the enforced rule
+/// from counting.
+#[tokio::test]
+async fn a_candidate_is_tried_beside_the_enforced_rule() {
+    let metrics = Captured::default();
+    let _guard = metrics::set_default_local_recorder(&metrics);
+    let layer = builder()
+        .rule_with(Rule::new("api", Quota::per_minute(4)), key())
+        .candidate("api", Quota::per_minute(1))
+        .build()
+        .unwrap();
+    let answers = send(&layer, 6).await;
+    assert_eq!(statuses(&answers), [200, 200, 200, 200, 429, 429]);
+    assert!(
+        answers
+            .iter()
+            .all(|a| a.policy.as_deref() == Some("\"api\";q=4;w=60")),
+        "{answers:?}"
+    );
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_allowed_total{rule="api"}"#),
+        4
+    );
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_limited_total{rule="api"}"#),
+        2
+    );
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_allowed_total{rule="api.candidate"}"#),
+        1
+    );
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_shadow_limited_total{rule="api.candidate"}"#),
+        5
+    );
+}
+
+#[test]
+fn a_candidate_needs_its_rule_first() {
+    let err = builder()
+        .candidate("api", Quota::per_minute(1))
+        .rule_with(Rule::new("api", Quota::per_minute(4)), key())
+        .build()
+        .unwrap_err();
+    assert_eq!(err, RuleError::UnknownRule("api".into()));
+}
+
+/// Each rule's own failure policy: a `Closed` rule answers `503` for the request; otherwise the
+/// `Fallback` rules decide in process and the `Open` ones are skipped.
+#[tokio::test]
+async fn each_rule_fails_by_its_own_policy() {
+    let metrics = Captured::default();
+    let _guard = metrics::set_default_local_recorder(&metrics);
+    // The layer falls back (the default); "login" fails closed.
+    let closed = builder()
+        .rule_with(failing("api"), key())
+        .rule_with(failing("login").on_failure(FailurePolicy::Closed), key())
+        .build()
+        .unwrap();
+    assert_eq!(statuses(&send(&closed, 2).await), [503, 503]);
+    // "api" falls back with its burst of 10; "open" is skipped: no header names it.
+    let mixed = builder()
+        .rule_with(failing("api").with_cost(5), key())
+        .rule_with(failing("open").on_failure(FailurePolicy::Open), key())
+        .build()
+        .unwrap();
+    let answers = send(&mixed, 3).await;
+    assert_eq!(statuses(&answers), [200, 200, 429]);
+    assert_eq!(answers[0].policy.as_deref(), Some("\"api\";q=10;w=60"));
+    // A layer that fails open, with one rule that falls back with a share for 2 replicas.
+    let shared = builder()
+        .rule_with(
+            failing("api")
+                .with_cost(5)
+                .on_failure(FailurePolicy::fallback(2).unwrap()),
+            key(),
+        )
+        .failure_policy(FailurePolicy::Open)
+        .build()
+        .unwrap();
+    assert_eq!(statuses(&send(&shared, 2).await), [200, 429]);
+    // Every rule open: admitted without a decision.
+    let open = builder()
+        .rule_with(failing("api"), key())
+        .failure_policy(FailurePolicy::Open)
+        .build()
+        .unwrap();
+    let answers = send(&open, 2).await;
+    assert_eq!(statuses(&answers), [200, 200]);
+    assert!(answers[0].policy.is_none());
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_backend_errors_total{rule="login"}"#),
+        2
+    );
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_fallback_decisions_total{rule="api"}"#),
+        3 + 2
+    );
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_fallback_decisions_total{rule="open"}"#),
+        0
+    );
+}
+
+#[test]
+fn a_rule_whose_share_cannot_work_is_refused_by_its_own_policy_too() {
+    let err = builder()
+        .rule_with(
+            Rule::new("api", Quota::per_minute(10))
+                .with_cost(3)
+                .on_failure(FailurePolicy::fallback(5).unwrap()),
+            key(),
+        )
+        .failure_policy(FailurePolicy::Closed)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(err, RuleError::FallbackShare { replicas: 5, .. }),
+        "{err}"
+    );
+}
+
+/// On Redis: the second denial of a client comes from the deny cache, counted both as a hit
+/// and as a limited request.
+#[tokio::test]
+async fn deny_cache_hits_are_counted_on_redis() {
+    let server = redis_guard_testkit::RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let conn = crate::backend::RedisConnection::open(&server.url())
+        .await
+        .expect("connect");
+    let metrics = Captured::default();
+    let _guard = metrics::set_default_local_recorder(&metrics);
+    let layer = RateLimitLayer::builder(crate::rate_limit::RedisLimiter::new(conn))
+        .rule_with(Rule::new("api", Quota::per_hour(1)), key())
+        .build()
+        .unwrap();
+    assert_eq!(statuses(&send(&layer, 3).await), [200, 429, 429]);
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_deny_cache_hits_total{rule="api"}"#),
+        1
+    );
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_limited_total{rule="api"}"#),
+        2
+    );
+}
