@@ -23,11 +23,12 @@ const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// keeps every raw sample recorded between two scrapes (no scrape: memory grows for ever).
 const UPKEEP: Duration = Duration::from_secs(5);
 
-/// Buckets of the `…_seconds` histograms, in seconds: from an in-process decision (tens of µs)
+/// Buckets of the `…_seconds` histograms, in seconds: from an in-process decision (a few µs)
 /// through a Redis round trip (sub-millisecond on loopback) to a call that waits for the
 /// timeout. Buckets rather than the exporter's default summary: they add up across replicas.
 const SECONDS_BUCKETS: &[f64] = &[
-    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25, 1.0,
 ];
 
 /// Installs the global Prometheus recorder and returns the `/metrics` route. Also starts the
