@@ -10,6 +10,7 @@
 //!   one field per key, with an idle and an absolute expiry, id rotation, logout and "log out
 //!   everywhere". A [`MemorySessionStore`](session::MemorySessionStore) has the same semantics
 //!   in process.
+//! - [`telemetry`]: what both report, through `tracing` and the `metrics` facade.
 //! - [`backend`]: the engine under both: [`RedisBackend`](backend::RedisBackend) (connection,
 //!   key prefix, timeout, scripts), one error type, and the in-process backends' clock.
 //!
@@ -48,6 +49,8 @@
 //!
 //! - `rate-limit` (default): the rate-limit middleware.
 //! - `session` (default): the session middleware.
+//! - `metrics` (default): counters, gauges and histograms through the `metrics` facade; names in
+//!   [`telemetry`].
 //! - `bb8`: a `bb8` pool as a connection source.
 //! - `cluster`: Redis Cluster.
 //! - `axum`: reads axum's `ConnectInfo<SocketAddr>` for the client address; `Session` is an

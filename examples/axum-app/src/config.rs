@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use redis_guard::rate_limit::{ClientIp, FailurePolicy, Quota};
+use redis_guard::rate_limit::{ClientIp, FailurePolicy, Mode, Quota};
 
 use crate::login::LoginRules;
 use crate::settings::{self, Lookup};
@@ -24,6 +24,10 @@ pub(crate) struct Config {
     pub(crate) bind: SocketAddr,
     pub(crate) store: Store,
     pub(crate) api_limit: Quota,
+    /// `API_LIMIT_MODE`: how the `/api/*` rule acts on its verdict.
+    pub(crate) api_mode: Mode,
+    /// `API_CANDIDATE_LIMIT`: a quota tried in shadow beside `API_LIMIT`.
+    pub(crate) api_candidate: Option<Quota>,
     pub(crate) calls_limit: Quota,
     /// `LIMIT_ON_ERROR` and `REPLICAS`: the rate-limit layers' answer while Redis is down.
     pub(crate) limit_on_error: FailurePolicy,
@@ -82,6 +86,22 @@ impl Config {
             session_max,
             store,
             api_limit: settings::quota(get, "API_LIMIT", "60/minute")?,
+            api_mode: match get("API_LIMIT_MODE")
+                .map(|v| v.trim().to_ascii_lowercase())
+                .as_deref()
+            {
+                None | Some("enforce") => Mode::Enforce,
+                Some("shadow") => Mode::Shadow,
+                Some("soft") => Mode::Soft,
+                Some(other) => {
+                    return Err(format!(
+                        "API_LIMIT_MODE={other:?} must be enforce, shadow or soft"
+                    ));
+                }
+            },
+            api_candidate: get("API_CANDIDATE_LIMIT")
+                .map(|_| settings::quota(get, "API_CANDIDATE_LIMIT", ""))
+                .transpose()?,
             calls_limit: settings::quota(get, "CALLS_LIMIT", "5/minute")?,
             limit_on_error: settings::failure_policy(get)?,
             redis_timeout,
@@ -110,6 +130,8 @@ mod tests {
         assert_eq!(c.api_limit, Quota::per_minute(60));
         assert_eq!(c.calls_limit, Quota::per_minute(5));
         assert_eq!(c.limit_on_error, FailurePolicy::default());
+        assert_eq!(c.api_mode, Mode::Enforce);
+        assert_eq!(c.api_candidate, None);
         assert_eq!(c.login.pair_quota(), Quota::per_minute(5));
         assert!(c.cookie_secure);
         assert_eq!(c.session_idle, Duration::from_secs(1800));
@@ -145,6 +167,16 @@ mod tests {
         );
         assert!(with(&[("SESSION_IDLE", "2h"), ("SESSION_MAX", "1h")]).is_err());
         assert!(with(&[("COOKIE_SECURE", "maybe")]).is_err());
+        assert_eq!(
+            with(&[("API_LIMIT_MODE", " Shadow")]).unwrap().api_mode,
+            Mode::Shadow
+        );
+        let e = with(&[("API_LIMIT_MODE", "off")]).unwrap_err();
+        assert!(e.starts_with("API_LIMIT_MODE=\"off\""), "{e}");
+        let c = with(&[("API_CANDIDATE_LIMIT", "30/minute")]).unwrap();
+        assert_eq!(c.api_candidate, Some(Quota::per_minute(30)));
+        let e = with(&[("API_CANDIDATE_LIMIT", "lots")]).unwrap_err();
+        assert!(e.starts_with("API_CANDIDATE_LIMIT="), "{e}");
         assert!(!with(&[("COOKIE_SECURE", "false")]).unwrap().cookie_secure);
     }
 

@@ -113,15 +113,16 @@ fn router(
     sessions: Arc<dyn SessionStore>,
 ) -> Result<Router, String> {
     // Per user when logged in, per client IP otherwise.
-    let api_limit = RateLimitLayer::builder(Arc::clone(&limiter))
-        .rule(
-            "api",
+    let mut api_limit = RateLimitLayer::builder(Arc::clone(&limiter))
+        .rule_with(
+            Rule::new("api", config.api_limit).with_mode(config.api_mode),
             SessionUser::key().or(config.client_ip.clone()),
-            config.api_limit,
         )
-        .failure_policy(config.limit_on_error)
-        .build()
-        .map_err(|e| format!("API_LIMIT: {e}"))?;
+        .failure_policy(config.limit_on_error);
+    if let Some(candidate) = config.api_candidate {
+        api_limit = api_limit.candidate("api", candidate);
+    }
+    let api_limit = api_limit.build().map_err(|e| format!("API_LIMIT: {e}"))?;
     // The seeds' rule is "more than N in a period → reject": at most N in ANY window of the
     // period, which the sliding log enforces exactly. GCRA would let N through at once and then
     // one every period / N: nearly 2 × N in the first period.

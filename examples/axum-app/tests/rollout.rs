@@ -1,0 +1,71 @@
+//! End to end: the `/api/*` rule's rollout modes (`API_LIMIT_MODE`, `API_CANDIDATE_LIMIT`), on
+//! the `axum-app` binary over real HTTP, against a real `redis-server`.
+
+use redis_guard_testkit::RedisServer;
+use redis_guard_testkit::app::{RunningApp, spawn};
+use redis_guard_testkit::http::{RawResponse, request};
+
+async fn start(server: &RedisServer, env: &[(&str, &str)]) -> RunningApp {
+    let url = server.url();
+    let mut env = env.to_vec();
+    env.extend([("REDIS_URL", url.as_str()), ("REDIS_TIMEOUT_MS", "5000")]);
+    spawn(env!("CARGO_BIN_EXE_axum-app"), &env).await
+}
+
+async fn hello(app: &RunningApp) -> RawResponse {
+    request(app.addr, "GET", "/api/hello", &[], b"")
+        .await
+        .expect("request")
+}
+
+/// Shadow: never a 429 and no rate-limit header, however far over the limit.
+#[tokio::test]
+async fn in_shadow_mode_the_api_limit_blocks_nothing() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let app = start(
+        &server,
+        &[("API_LIMIT", "3/minute"), ("API_LIMIT_MODE", "shadow")],
+    )
+    .await;
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        let r = hello(&app).await;
+        assert_eq!(r.header("ratelimit"), None);
+        assert_eq!(r.header("ratelimit-policy"), None);
+        statuses.push(r.status);
+    }
+    println!("API_LIMIT=3/minute API_LIMIT_MODE=shadow, 10 requests: {statuses:?}");
+    assert_eq!(statuses, [200; 10]);
+}
+
+/// Soft: admitted, with `RateLimit-Exceeded` once over; a candidate never shows.
+#[tokio::test]
+async fn in_soft_mode_the_api_limit_admits_and_says_so() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let app = start(
+        &server,
+        &[
+            ("API_LIMIT", "3/minute"),
+            ("API_LIMIT_MODE", "soft"),
+            ("API_CANDIDATE_LIMIT", "1/minute"),
+        ],
+    )
+    .await;
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let r = hello(&app).await;
+        assert_eq!(r.header("ratelimit-policy"), Some("\"api\";q=3;w=60"));
+        seen.push((r.status, r.header("ratelimit-exceeded").map(str::to_owned)));
+    }
+    let over = Some("\"api\"".to_owned());
+    assert_eq!(
+        seen,
+        [
+            (200, None),
+            (200, None),
+            (200, None),
+            (200, over.clone()),
+            (200, over)
+        ]
+    );
+}
