@@ -101,7 +101,8 @@ async fn log_in_reload_and_log_out_in_chromium() {
 
 /// The live panel after "send 20 requests" with `API_LIMIT=5/minute`, at 1280×800. Always
 /// leaves a screenshot in the target directory (`tmp/panel-<backend>.png`) for a person to look at.
-async fn panel_after_a_burst(backend: &str, env: &[(&str, &str)], breaker: &str) {
+/// `shown` lists what else the panel must show at the end: `(CSS selector, text)`.
+async fn panel_after_a_burst(backend: &str, env: &[(&str, &str)], shown: &[(&str, &str)]) {
     let mut env = env.to_vec();
     env.extend([("API_LIMIT", "5/minute"), ("REDIS_TIMEOUT_MS", "5000")]);
     let app = spawn(env!("CARGO_BIN_EXE_axum-app"), &env).await;
@@ -111,7 +112,7 @@ async fn panel_after_a_burst(backend: &str, env: &[(&str, &str)], breaker: &str)
         .set_window_size(1280, 800)
         .await
         .expect("window size");
-    let outcome = burst(&browser, &format!("http://{}/", app.addr), breaker).await;
+    let outcome = burst(&browser, &format!("http://{}/", app.addr), shown).await;
     let png = browser.screenshot_png().await.expect("screenshot");
     let path =
         std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("panel-{backend}.png"));
@@ -122,7 +123,7 @@ async fn panel_after_a_burst(backend: &str, env: &[(&str, &str)], breaker: &str)
     }
 }
 
-async fn burst(browser: &Browser, url: &str, breaker: &str) -> Result<(), String> {
+async fn burst(browser: &Browser, url: &str, shown: &[(&str, &str)]) -> Result<(), String> {
     let fail = |e: redis_guard_testkit::TestkitError| e.to_string();
     browser.goto(url).await.map_err(fail)?;
     // The first poll is the chart's baseline: the burst must come after it to be counted.
@@ -179,10 +180,12 @@ async fn burst(browser: &Browser, url: &str, breaker: &str) -> Result<(), String
         // The next poll of /metrics puts the burst in the chart.
         ("#rules [data-rule=\"api\"] .n-allowed", "5"),
         ("#rules [data-rule=\"api\"] .n-limited", "15"),
-        ("#breaker-state", breaker),
-    ] {
+    ]
+    .iter()
+    .chain(shown)
+    {
         browser
-            .wait_for(css, |t| t == expected, WAIT)
+            .wait_for(css, |t| t == *expected, WAIT)
             .await
             .map_err(fail)?;
     }
@@ -191,12 +194,28 @@ async fn burst(browser: &Browser, url: &str, breaker: &str) -> Result<(), String
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_panel_on_the_memory_backend() {
-    panel_after_a_burst("memory", &[], "no Redis").await;
+    let candidate = "#rules [data-rule=\"api.candidate\"]";
+    panel_after_a_burst(
+        "memory",
+        &[("API_CANDIDATE_LIMIT", "3/minute")],
+        &[
+            ("#breaker-state", "no Redis"),
+            // A candidate rule beside `api`: decided on every request, never blocking.
+            (&format!("{candidate} .n-allowed"), "3"),
+            (&format!("{candidate} .n-shadow"), "17"),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_panel_on_redis() {
     let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     let url = server.url();
-    panel_after_a_burst("redis", &[("REDIS_URL", &url)], "closed").await;
+    panel_after_a_burst(
+        "redis",
+        &[("REDIS_URL", &url)],
+        &[("#breaker-state", "closed")],
+    )
+    .await;
 }
