@@ -124,11 +124,15 @@ impl RateLimitLayerBuilder {
                 .get_or_insert_with(|| rule.to_owned());
             return self;
         };
+        let mut shadow = Rule::new(format!("{rule}.candidate"), quota)
+            .with_algorithm(of.rule.algorithm().clone())
+            .with_cost(of.rule.cost())
+            .with_mode(Mode::Shadow);
+        if let Some(route) = of.rule.route() {
+            shadow = shadow.for_route(route.clone());
+        }
         let candidate = LayerRule {
-            rule: Rule::new(format!("{rule}.candidate"), quota)
-                .with_algorithm(of.rule.algorithm().clone())
-                .with_cost(of.rule.cost())
-                .with_mode(Mode::Shadow),
+            rule: shadow,
             extractor: Arc::clone(&of.extractor),
         };
         self.config.rules.push(candidate);

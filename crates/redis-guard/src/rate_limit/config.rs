@@ -132,6 +132,9 @@ impl Config {
     pub(crate) fn plan(&self, parts: &http::request::Parts) -> Plan {
         let mut checks = Vec::with_capacity(self.rules.len());
         for r in &self.rules {
+            if r.rule.route().is_some_and(|route| !route.matches(parts)) {
+                continue;
+            }
             match r.extractor.extract(parts) {
                 Ok(key) => checks.push(Check::new(r.rule.clone(), key)),
                 Err(KeyError::Missing) => match self.missing_key {
@@ -171,7 +174,8 @@ impl Config {
         let mut checks = Vec::new();
         for (i, r) in self.rules.iter().enumerate() {
             let policy = r.rule.failure_policy().unwrap_or(self.failure);
-            if policy == FailurePolicy::Open {
+            if policy == FailurePolicy::Open || r.rule.route().is_some_and(|rt| !rt.matches(parts))
+            {
                 continue;
             }
             // The keys are extracted again rather than kept from the first plan: that costs

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::algorithm::Params;
-use super::{Algorithm, FailurePolicy, Mode, Quota, QuotaError};
+use super::{Algorithm, FailurePolicy, Mode, Quota, QuotaError, Route};
 
 /// A rule: a name (used in Redis key names and in the `RateLimit` headers), a [`Quota`], an
 /// [`Algorithm`] and the cost of one request.
@@ -26,6 +26,7 @@ pub struct Rule {
     cost: u32,
     mode: Mode,
     on_failure: Option<FailurePolicy>,
+    route: Option<Route>,
 }
 
 impl Rule {
@@ -39,6 +40,7 @@ impl Rule {
             cost: 1,
             mode: Mode::Enforce,
             on_failure: None,
+            route: None,
         }
     }
 
@@ -70,6 +72,39 @@ impl Rule {
     pub fn on_failure(mut self, policy: FailurePolicy) -> Self {
         self.on_failure = Some(policy);
         self
+    }
+
+    /// Applies the rule in a [`RateLimitLayer`](super::RateLimitLayer) only to requests on
+    /// `route` (by path and method), so that one layer holds a limit per endpoint; other
+    /// requests skip it. [`Limiter::check`](super::Limiter::check) ignores it.
+    ///
+    /// ```
+    /// use http::Method;
+    /// use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer, Route, Rule};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
+    ///     .rule("api", ClientIp::peer(), Quota::per_minute(600))
+    ///     .rule_with(
+    ///         Rule::new("search", Quota::per_minute(30)).for_route(Route::prefix("/search")),
+    ///         ClientIp::peer(),
+    ///     )
+    ///     .rule_with(
+    ///         Rule::new("upload", Quota::per_hour(20))
+    ///             .for_route(Route::prefix("/files").method(Method::POST).method(Method::PUT)),
+    ///         ClientIp::peer(),
+    ///     )
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn for_route(mut self, route: Route) -> Self {
+        self.route = Some(route);
+        self
+    }
+
+    /// The route the rule is limited to, if any.
+    #[must_use]
+    pub fn route(&self) -> Option<&Route> {
+        self.route.as_ref()
     }
 
     /// The rollout mode.

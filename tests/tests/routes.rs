@@ -1,0 +1,89 @@
+//! Per-route rules on every backend: one layer, a limit per endpoint.
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http::{Method, Request, Response};
+use http_body_util::Full;
+use redis_guard::rate_limit::{HeaderKey, Quota, RateLimitLayer, Route, Rule};
+use redis_guard_tests::{Harness, backend_suite, call};
+use tower::{Layer, service_fn};
+
+type Body = Full<Bytes>;
+
+fn req(method: Method, path: &str) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header("x-client", "k")
+        .body(Body::default())
+        .expect("request")
+}
+
+fn by_client() -> HeaderKey {
+    HeaderKey::new(http::HeaderName::from_static("x-client"))
+}
+
+/// Each endpoint spends only its own rule (and the layer-wide one); a request no route matches
+/// passes without a decision, even with its key missing.
+async fn each_route_has_its_own_limit_in_one_layer(h: Harness) {
+    let layer = RateLimitLayer::builder(h.limiter().await)
+        .rule_with(
+            Rule::new("all", Quota::per_hour(5)).for_route(Route::prefix("/api")),
+            by_client(),
+        )
+        .rule_with(
+            Rule::new("export", Quota::per_hour(1))
+                .for_route(Route::prefix("/api/export").method(Method::GET)),
+            by_client(),
+        )
+        .rule_with(
+            Rule::new("upload", Quota::per_hour(2))
+                .for_route(Route::path("/api/files").method(Method::POST)),
+            by_client(),
+        )
+        .build()
+        .expect("valid");
+    let svc = layer.layer(service_fn(|_: Request<Body>| async {
+        Ok::<_, Infallible>(Response::new(Body::default()))
+    }));
+    let mut seen = Vec::new();
+    for (method, path) in [
+        (Method::GET, "/api/export/1"),
+        (Method::GET, "/api/export/2"),
+        (Method::POST, "/api/export/3"),
+        (Method::POST, "/api/files"),
+        (Method::POST, "/api/files"),
+        (Method::POST, "/api/files"),
+        (Method::GET, "/api/files"),
+        (Method::GET, "/api/other"),
+    ] {
+        let reply = call(svc.clone(), req(method.clone(), path)).await;
+        seen.push((reply.status, reply.header("ratelimit-policy").to_owned()));
+    }
+    let all = "\"all\";q=5;w=3600";
+    let with = |other: &str| format!("{all}, {other}");
+    let export = with("\"export\";q=1;w=3600");
+    let upload = with("\"upload\";q=2;w=3600");
+    assert_eq!(
+        seen,
+        [
+            (200, export.clone()),
+            (429, export),
+            (200, all.to_owned()),
+            (200, upload.clone()),
+            (200, upload.clone()),
+            (429, upload),
+            // "all" admitted 4 so far (denials consume nothing): one left, then none.
+            (200, all.to_owned()),
+            (429, all.to_owned()),
+        ]
+    );
+    let outside = Request::get("/health")
+        .body(Body::default())
+        .expect("request");
+    let reply = call(svc, outside).await;
+    assert_eq!((reply.status, reply.header("ratelimit")), (200, ""));
+}
+
+backend_suite!(each_route_has_its_own_limit_in_one_layer);
