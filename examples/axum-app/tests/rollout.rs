@@ -18,7 +18,14 @@ async fn hello(app: &RunningApp) -> RawResponse {
         .expect("request")
 }
 
-/// Shadow: never a 429 and no rate-limit header, however far over the limit.
+/// The value of the sample written exactly as `series` (name and labels), if there is one.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Shadow: never a 429 and no rate-limit header, however far over the limit; the would-be
+/// 429s are counted in `/metrics`.
 #[tokio::test]
 async fn in_shadow_mode_the_api_limit_blocks_nothing() {
     let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
@@ -34,8 +41,25 @@ async fn in_shadow_mode_the_api_limit_blocks_nothing() {
         assert_eq!(r.header("ratelimit-policy"), None);
         statuses.push(r.status);
     }
-    println!("API_LIMIT=3/minute API_LIMIT_MODE=shadow, 10 requests: {statuses:?}");
+    let metrics = request(app.addr, "GET", "/metrics", &[], b"")
+        .await
+        .expect("request")
+        .text();
+    let count = |name: &str| sample(&metrics, &format!("{name}{{rule=\"api\"}}"));
+    let (allowed, shadow, limited) = (
+        count("redis_guard_rate_limit_allowed_total"),
+        count("redis_guard_rate_limit_shadow_limited_total"),
+        count("redis_guard_rate_limit_limited_total"),
+    );
+    println!(
+        "API_LIMIT=3/minute API_LIMIT_MODE=shadow, 10 requests: {statuses:?}; /metrics: allowed {allowed:?}, shadow-limited {shadow:?}, limited {limited:?}"
+    );
     assert_eq!(statuses, [200; 10]);
+    assert_eq!(
+        (allowed, shadow, limited),
+        (Some(3.0), Some(7.0), None),
+        "{metrics}"
+    );
 }
 
 /// Soft: admitted, with `RateLimit-Exceeded` once over; a candidate never shows.
