@@ -23,7 +23,8 @@
 //! | [`redis_guard_rate_limit_deny_cache_hits_total`](RATE_LIMIT_DENY_CACHE_HITS) | counter | denials answered from the deny cache, without Redis |
 //! | [`redis_guard_rate_limit_decision_seconds`](RATE_LIMIT_DECISION_SECONDS) | histogram | time to decide a request |
 //!
-//! Each rule counts its own verdict: a request that rule `a` admits and rule `b` denies adds one
+//! Decisions of a [`RateLimitLayer`] and of direct [`Limiter::check`] calls (a login handler's
+//! rules) are counted alike. Each rule counts its own verdict: a request that rule `a` admits and rule `b` denies adds one
 //! to `allowed{rule="a"}` and one to `limited{rule="b"}`; the request is answered `429`. A
 //! decision of the fallback counts as allowed or limited too, and once more under
 //! `fallback_decisions`. The latency histogram gets one sample per request under each rule the
@@ -54,6 +55,8 @@
 //! `rate_limit` with the rule count, so a subscriber at `debug` ties the Redis call's events to
 //! the request.
 //!
+//! [`RateLimitLayer`]: crate::rate_limit::RateLimitLayer
+//! [`Limiter::check`]: crate::rate_limit::Limiter::check
 //! [`Mode::Shadow`]: crate::rate_limit::Mode::Shadow
 //! [`Mode::Soft`]: crate::rate_limit::Mode::Soft
 //! [`FailurePolicy::Fallback`]: crate::rate_limit::FailurePolicy::Fallback

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Mode, Quota, RuleState};
+use crate::telemetry;
 
 /// One rule's verdict within a [`Decision`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,6 +113,33 @@ impl Decision {
             exceeded,
             shadow,
         })
+    }
+
+    /// Counts each rule's verdict, and the time the decision took under each rule's name
+    /// ([`telemetry`](crate::telemetry)).
+    pub(crate) fn record(&self, took: Duration) {
+        let seconds = took.as_secs_f64();
+        for r in self.rules.iter().chain(&self.shadow) {
+            let name = if r.state.allowed {
+                telemetry::RATE_LIMIT_ALLOWED
+            } else {
+                match r.mode {
+                    Mode::Shadow => telemetry::RATE_LIMIT_SHADOW_LIMITED,
+                    Mode::Soft => telemetry::RATE_LIMIT_SOFT_LIMITED,
+                    _ => telemetry::RATE_LIMIT_LIMITED,
+                }
+            };
+            telemetry::count(name, "rule", (&r.rule).into(), 1);
+            telemetry::observe(
+                telemetry::RATE_LIMIT_DECISION_SECONDS,
+                "rule",
+                (&r.rule).into(),
+                seconds,
+            );
+        }
+        for r in self.shadow.iter().filter(|r| !r.state.allowed) {
+            tracing::debug!(rule = %r.rule, "shadow rule would have limited this request");
+        }
     }
 
     /// `Retry-After` in whole seconds: rounded up, at least 1.

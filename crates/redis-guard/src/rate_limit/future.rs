@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use http::{Request, Response, StatusCode};
 use tower_service::Service;
@@ -14,7 +14,7 @@ use super::decision::RuleDecision;
 use super::headers::RateLimitHeaders;
 use super::limiter::{BoxFuture, LimiterError, Pending, decision_from};
 use super::response::{self, ResponseBody};
-use super::{Decision, Mode, RuleState};
+use super::{Decision, RuleState};
 use crate::telemetry;
 
 define_response_future! {
@@ -127,7 +127,7 @@ where
                         }
                     };
                     if let Ok(decision) = &decided {
-                        record(decision, started.elapsed());
+                        decision.record(started.elapsed());
                     }
                     match decided {
                         Ok(decision) if decision.allowed => {
@@ -180,34 +180,6 @@ where
                 }
             };
             this.state.set(next);
-        }
-    }
-}
-
-/// Counts each rule's verdict and the time `decision` took, under each rule's name.
-fn record(decision: &Decision, took: Duration) {
-    let seconds = took.as_secs_f64();
-    for r in decision.rules.iter().chain(&decision.shadow) {
-        let name = if r.state.allowed {
-            telemetry::RATE_LIMIT_ALLOWED
-        } else {
-            match r.mode {
-                Mode::Shadow => telemetry::RATE_LIMIT_SHADOW_LIMITED,
-                Mode::Soft => telemetry::RATE_LIMIT_SOFT_LIMITED,
-                _ => telemetry::RATE_LIMIT_LIMITED,
-            }
-        };
-        telemetry::count(name, "rule", (&r.rule).into(), 1);
-        telemetry::observe(
-            telemetry::RATE_LIMIT_DECISION_SECONDS,
-            "rule",
-            (&r.rule).into(),
-            seconds,
-        );
-    }
-    if !decision.shadow.is_empty() {
-        for r in decision.shadow.iter().filter(|r| !r.state.allowed) {
-            tracing::debug!(rule = %r.rule, "shadow rule would have limited this request");
         }
     }
 }

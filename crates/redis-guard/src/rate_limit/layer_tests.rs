@@ -281,3 +281,31 @@ async fn deny_cache_hits_are_counted_on_redis() {
         2
     );
 }
+
+/// `Limiter::check` outside a layer (login, calls per phone number) is counted the same way.
+#[tokio::test]
+async fn direct_checks_are_counted_too() {
+    use crate::rate_limit::{Key, Limiter};
+    let metrics = Captured::default();
+    let _guard = metrics::set_default_local_recorder(&metrics);
+    let limiter = MemoryLimiter::new();
+    let login = Rule::new("login", Quota::per_minute(1)).with_mode(Mode::Shadow);
+    for _ in 0..3 {
+        limiter.check(&login, Key::from("alice")).await.unwrap();
+    }
+    // Modes are the layer's: a direct call's shadow rule still limits, and is counted so.
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_allowed_total{rule="login"}"#),
+        1
+    );
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_limited_total{rule="login"}"#),
+        2
+    );
+    let failing = limiter.check(&failing("lua"), Key::from("alice")).await;
+    assert!(failing.is_err());
+    assert_eq!(
+        metrics.get(r#"redis_guard_rate_limit_backend_errors_total{rule="lua"}"#),
+        1
+    );
+}

@@ -10,6 +10,7 @@ use futures_util::future::join_all;
 
 use super::{Decision, Key, Mode, Rule, RuleError, RuleState};
 use crate::backend::BackendError;
+use crate::telemetry;
 
 /// A boxed, sendable future, as [`Limiter`] methods return.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -140,6 +141,7 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
 
 /// Evaluates checks that are known to be valid (a layer's rules were validated when it was
 /// built) into a [`Decision`]: the hot path skips re-validating every rule on every request.
+/// Direct calls are counted in the metrics as the layer's decisions are.
 pub(crate) fn decide<L: Limiter + ?Sized>(
     limiter: &L,
     checks: Vec<Check>,
@@ -151,7 +153,18 @@ pub(crate) fn decide<L: Limiter + ?Sized>(
         rule.mode = Mode::Enforce;
     }
     let states = limiter.evaluate(checks);
-    Box::pin(async move { decision_from(rules, states.await?) })
+    let started = std::time::Instant::now();
+    Box::pin(async move {
+        let states = states.await.inspect_err(|_| {
+            for rule in &rules {
+                let rule = (&rule.rule).into();
+                telemetry::count(telemetry::RATE_LIMIT_BACKEND_ERRORS, "rule", rule, 1);
+            }
+        })?;
+        let decision = decision_from(rules, states)?;
+        decision.record(started.elapsed());
+        Ok(decision)
+    })
 }
 
 /// An evaluation under way: the limiter's future of the rules' states, and the rules they will
