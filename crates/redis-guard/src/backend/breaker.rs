@@ -45,7 +45,10 @@ pub const DEFAULT_COOL_DOWN: Duration = Duration::from_millis(500);
 /// probes a second, each at most one request waiting one timeout.
 ///
 /// One breaker per backend: clones of a [`RedisBackend`](super::RedisBackend), and the limiter
-/// and session store built on it, share it.
+/// and session store built on it, share it. On a Redis Cluster connected with
+/// [`RedisConnection::cluster`](super::RedisConnection::cluster) the breaker keeps one circuit
+/// per master (found from `CLUSTER SLOTS` when the connection was made): a dead master opens the
+/// circuit of its own slots, and the keys on the other masters keep being decided by Redis.
 ///
 /// ```
 /// use std::time::Duration;
