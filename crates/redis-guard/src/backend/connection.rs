@@ -11,6 +11,10 @@ use super::LuaScript;
 /// [`RedisConnection::open`], before jitter.
 pub const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(250);
 
+/// How long [`RedisConnection::open`] waits for the server to accept a connection and answer its
+/// first `PING`, before it gives up on an address that is not a working Redis.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A handle to Redis shared by the middlewares. Cheap to clone: clones share the connection.
 ///
 /// Three sources, one behaviour:
@@ -75,12 +79,30 @@ impl RedisConnection {
     /// 3.2 s, which could leave a Redis that is back unused for seconds. Build a
     /// [`ConnectionManager`] yourself and convert it to choose otherwise.
     ///
+    /// Before that, one connection must answer `PING` within [`HANDSHAKE_TIMEOUT`]: a port
+    /// where something else listens (a web server, a process that accepts and never answers)
+    /// or a Redis that wants a password the URL does not carry fails here, at once and with an
+    /// error that says which, instead of starting an application whose every call then fails.
+    ///
     /// # Errors
     ///
-    /// The URL is invalid or the first connection fails (after the same attempts: about two
-    /// seconds).
+    /// - the URL is invalid;
+    /// - nothing listens at the address (connection refused), still after the reconnection
+    ///   attempts above: about two seconds, so a Redis starting beside the application is found;
+    /// - the server does not answer `PING` as Redis does within [`HANDSHAKE_TIMEOUT`] (kind
+    ///   [`Io`](redis::ErrorKind::Io) for silence, [`Parse`](redis::ErrorKind::Parse) for
+    ///   anything else), or refuses the connection's password or its absence (kind
+    ///   [`AuthenticationFailed`](redis::ErrorKind::AuthenticationFailed)): no retry, the
+    ///   error names the address (never the password).
     pub async fn open(url: &str) -> RedisResult<Self> {
         let client = redis::Client::open(url)?;
+        match handshake(&client).await {
+            Ok(()) => {}
+            // Nothing listens yet: the manager's attempts give a Redis starting at the same time
+            // (docker compose, a test) its couple of seconds.
+            Err(e) if e.is_connection_refusal() => {}
+            Err(e) => return Err(e),
+        }
         let config = redis::aio::ConnectionManagerConfig::new().set_max_delay(RECONNECT_MAX_DELAY);
         Ok(ConnectionManager::new_with_config(client, config)
             .await?
@@ -203,6 +225,70 @@ impl RedisConnection {
             Kind::Cluster(cluster, _) => cmd.query_async(&mut cluster.clone()).await,
         }
     }
+}
+
+/// Connects once to the server of `client` and checks that it answers `PING` as Redis does,
+/// within [`HANDSHAKE_TIMEOUT`]. redis-rs retries every failed attempt (a wrong password, an HTTP
+/// reply) and gives a silent server a timeout per attempt; this one attempt says what is wrong,
+/// once, in words an operator can act on.
+async fn handshake(client: &redis::Client) -> RedisResult<()> {
+    use redis::ErrorKind;
+    let addr = client.get_connection_info().addr().to_string();
+    // The outer timeout bounds the whole attempt, whatever redis-rs sends while it connects.
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(None)
+        .set_response_timeout(None);
+    let attempt = async {
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        redis::cmd("PING").query_async::<Value>(&mut conn).await
+    };
+    let Ok(reply) = tokio::time::timeout(HANDSHAKE_TIMEOUT, attempt).await else {
+        return Err(redis::RedisError::from((
+            ErrorKind::Io,
+            "not a Redis server",
+            format!(
+                "{addr} accepted the connection but did not answer PING within \
+                 {HANDSHAKE_TIMEOUT:?}: is a Redis server listening there?"
+            ),
+        )));
+    };
+    let e = match reply {
+        Ok(Value::SimpleString(pong)) if pong == "PONG" => return Ok(()),
+        Ok(other) => {
+            return Err(redis::RedisError::from((
+                ErrorKind::Parse,
+                "not a Redis server",
+                format!("{addr} answered PING with {other:?}, not PONG"),
+            )));
+        }
+        Err(e) => e,
+    };
+    if e.kind() == ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+    {
+        return Err(redis::RedisError::from((
+            ErrorKind::AuthenticationFailed,
+            "Redis refused the credentials",
+            format!(
+                "{addr} wants a password (and user) that the URL does not carry, or refused the \
+                 one it does (redis://[user]:password@host:port/): {e}"
+            ),
+        )));
+    }
+    if matches!(e.kind(), ErrorKind::Parse | ErrorKind::UnexpectedReturnType) {
+        return Err(redis::RedisError::from((
+            ErrorKind::Parse,
+            "not a Redis server",
+            // The parser's first line says enough; the rest lists every byte it rejected.
+            format!(
+                "{addr} does not speak the Redis protocol: {}",
+                e.to_string().lines().next().unwrap_or_default()
+            ),
+        )));
+    }
+    Err(e)
 }
 
 #[cfg(feature = "bb8")]
