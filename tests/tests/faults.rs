@@ -303,17 +303,14 @@ where
     }))
 }
 
+/// An inner service the layers wrap.
+type App = BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>;
+
 /// The inner service: 200.
-fn ok() -> impl tower::Service<
-    Request<Body>,
-    Response = Response<Body>,
-    Error = Infallible,
-    Future = impl Future<Output = Result<Response<Body>, Infallible>> + std::marker::Send,
-> + Clone
-+ std::marker::Send
-+ Sync
-+ 'static {
-    service_fn(|_req: Request<Body>| async { Ok::<_, Infallible>(Response::new(Body::default())) })
+fn ok() -> App {
+    BoxCloneSyncService::new(service_fn(|_req: Request<Body>| async {
+        Ok::<_, Infallible>(Response::new(Body::default()))
+    }))
 }
 
 /// `ok()` behind a layer with one rule keyed by `x-client`, [`LIMIT`] per hour, and `policy`.
@@ -370,7 +367,17 @@ async fn open(server: &RedisServer) -> RedisConnection {
     RedisConnection::open(&server.url()).await.expect("connect")
 }
 
-/// Asserts that every sample of `samples` is Redis or `policy_answer`, prints the figures.
+/// Asserts that every answer of `samples` that finished before `until` came from Redis, and
+/// prints their figures.
+fn all_from_redis(label: &str, samples: &[Sample], until: Duration) {
+    only(
+        label,
+        &between(samples, Duration::ZERO, until),
+        &[Answer::Redis],
+    );
+}
+
+/// Asserts that every sample of `samples` is one of `allowed`, prints the figures.
 fn only(label: &str, samples: &[Sample], allowed: &[Answer]) -> (f64, f64, f64) {
     let f = figures(label, samples);
     let wrong: Vec<&Sample> = samples
@@ -397,18 +404,8 @@ struct Parking {
     release: tokio::sync::watch::Receiver<bool>,
 }
 
-fn session_app(
-    parking: Parking,
-) -> impl tower::Service<
-    Request<Body>,
-    Response = Response<Body>,
-    Error = Infallible,
-    Future = impl Future<Output = Result<Response<Body>, Infallible>> + std::marker::Send,
-> + Clone
-+ std::marker::Send
-+ Sync
-+ 'static {
-    service_fn(move |req: Request<Body>| {
+fn session_app(parking: Parking) -> App {
+    BoxCloneSyncService::new(service_fn(move |req: Request<Body>| {
         let parking = parking.clone();
         async move {
             let session = req.extensions().get::<Session>().cloned().expect("layer");
@@ -447,7 +444,7 @@ fn session_app(
             *r.status_mut() = StatusCode::from_u16(status).expect("valid status");
             Ok::<_, Infallible>(r)
         }
-    })
+    }))
 }
 
 /// The session id a response sets (`Some("")` when it removes the cookie).
@@ -675,11 +672,7 @@ async fn stalled_under_load(stall: Stall) {
     out.assert_sound("  all phases");
     let limited = out.group("limited");
     let baseline = out.group("baseline");
-    only(
-        "limited, Redis up",
-        &between(limited, Duration::ZERO, stalled),
-        &[Answer::Redis],
-    );
+    all_from_redis("limited, Redis up", limited, stalled);
     let (_, _, before_max) = only(
         "limited, stalled, breaker closed",
         &between(limited, stalled, opened),
@@ -867,11 +860,7 @@ async fn a_cluster_master_killed_under_load() {
     );
     out.assert_sound("  all phases");
     let samples = out.group("limited");
-    only(
-        "up",
-        &between(samples, Duration::ZERO, killed),
-        &[Answer::Redis],
-    );
+    all_from_redis("up", samples, killed);
     let after = between(samples, killed, Duration::MAX);
     let (_, _, max) = only("master killed", &after, &[Answer::Redis, Answer::Fallback]);
     assert!(max <= (TIMEOUT + MARGIN).as_secs_f64() * 1e3);
@@ -1105,11 +1094,7 @@ async fn sessions_survive_a_kill_between_load_and_save() {
     );
     out.assert_sound("  writers");
     let samples = out.group("sessions");
-    only(
-        "writers, Redis up",
-        &between(samples, Duration::ZERO, killed),
-        &[Answer::Redis],
-    );
+    all_from_redis("writers, Redis up", samples, killed);
     only(
         "writers, Redis down",
         &between(samples, killed, Duration::MAX),
