@@ -44,6 +44,11 @@ const TIMEOUT: Duration = Duration::from_millis(250);
 /// 2-core machine, not a second wait.
 const MARGIN: Duration = Duration::from_millis(400);
 
+/// How long a load task waits for an answer before it gives up on the request as hung (and
+/// the test fails). Answers slower than [`TIMEOUT`] + [`MARGIN`] fail it too, but are waited for,
+/// so that the figures say how slow they were.
+const HUNG: Duration = Duration::from_secs(10);
+
 /// The limited rule's quota per hour: never reached by the load, so every answer is admitted and
 /// says in its `RateLimit-Policy` who decided.
 const LIMIT: u32 = 1_000_000;
@@ -110,7 +115,7 @@ struct Sample {
 #[derive(Debug, Default)]
 struct Outcome {
     samples: HashMap<&'static str, Vec<Sample>>,
-    /// Requests that did not answer within `TIMEOUT + MARGIN`.
+    /// Requests that did not answer within [`HUNG`].
     hung: usize,
     /// Tasks that panicked.
     panics: usize,
@@ -147,12 +152,7 @@ impl Load {
                         let state = Arc::new(Mutex::new(None));
                         while !stop.load(Ordering::Relaxed) {
                             let t0 = Instant::now();
-                            match tokio::time::timeout(
-                                TIMEOUT + MARGIN,
-                                send(i, Arc::clone(&state)),
-                            )
-                            .await
-                            {
+                            match tokio::time::timeout(HUNG, send(i, Arc::clone(&state))).await {
                                 Ok(answer) => samples.push(Sample {
                                     task: i,
                                     done: started.elapsed(),
@@ -206,17 +206,36 @@ impl Outcome {
         self.samples.get(group).map_or(&[], Vec::as_slice)
     }
 
-    /// Asserts no hang and no panic, and prints the totals.
+    /// Asserts no panic, no hang, and no answer slower than `TIMEOUT + MARGIN`; prints the
+    /// totals and the slowest answer.
     fn assert_sound(&self, label: &str) {
-        let total: usize = self.samples.values().map(Vec::len).sum();
+        let all = || {
+            self.samples
+                .iter()
+                .flat_map(|(g, s)| s.iter().map(move |s| (g, s)))
+        };
+        let total = all().count();
+        let slow = all().filter(|(_, s)| s.took > TIMEOUT + MARGIN).count();
+        let slowest = all().max_by_key(|(_, s)| s.took);
         println!(
-            "{label}: {total} requests answered, {} hung (over {:?}), {} panics",
-            self.hung,
+            "{label}: {total} requests answered, {slow} slower than {:?}, {} hung (over \
+             {HUNG:?}), {} panics; slowest: {:?}",
             TIMEOUT + MARGIN,
-            self.panics
+            self.hung,
+            self.panics,
+            slowest.map(|(g, s)| format!(
+                "{g} {:?} in {:.1} ms, {:.0} ms into the run",
+                s.answer,
+                s.took.as_secs_f64() * 1e3,
+                s.done.as_secs_f64() * 1e3
+            )),
         );
         assert_eq!(self.panics, 0, "{label}: a load task panicked");
         assert_eq!(self.hung, 0, "{label}: requests hung");
+        assert_eq!(
+            slow, 0,
+            "{label}: answers slower than the timeout and a margin"
+        );
     }
 }
 
@@ -559,7 +578,8 @@ async fn killed_under_load_then_restarted_on_the_same_port() {
     let load = Load::start(load);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let killed = load.now();
-    h.server_mut().expect("a standalone Redis").stop();
+    // Blocking calls (`kill`, `waitpid`) leave the runtime's worker threads to the load.
+    tokio::task::block_in_place(|| h.server_mut().expect("a standalone Redis").stop());
     tokio::time::sleep(Duration::from_secs(1)).await;
     let server = h.server_mut().expect("a standalone Redis");
     tokio::task::block_in_place(|| server.restart()).expect("restart on the same port");
@@ -644,7 +664,7 @@ async fn stalled_under_load(stall: Stall) {
     tokio::time::sleep(Duration::from_millis(400)).await;
     let stalled = load.now();
     match stall {
-        Stall::Sigstop => server.freeze().expect("SIGSTOP"),
+        Stall::Sigstop => tokio::task::block_in_place(|| server.freeze()).expect("SIGSTOP"),
         Stall::ClientPause => h.admin(&["CLIENT", "PAUSE", "1500", "ALL"]).await,
     }
     // The breaker's state is read only to split the figures; the assertions read the answers.
@@ -656,7 +676,7 @@ async fn stalled_under_load(stall: Stall) {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     if let Stall::Sigstop = stall {
-        server.thaw().expect("SIGCONT");
+        tokio::task::block_in_place(|| server.thaw()).expect("SIGCONT");
     }
     let resumed = load.now();
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -699,12 +719,13 @@ async fn stalled_under_load(stall: Stall) {
          (+{:.2} ms)",
         limited_p99 - baseline_p99
     );
-    // A few milliseconds, on a 2-core machine shared with other builds: the limited route
-    // hands each request to the coalescer's task, which checks the breaker; the bare one never
-    // does. The timeout, 250 ms, is what it must not approach.
+    // A few milliseconds on an idle machine (the figures printed): the limited route hands each
+    // request to the coalescer's task, which checks the breaker, where the bare one answers in
+    // its first poll, and on a 2-core machine shared with other builds that hop costs more.
+    // What must never happen is the timeout (250 ms) showing up in the p99: the bound is 20 ms.
     assert!(
-        limited_p99 <= baseline_p99 + 10.0,
-        "the limited route's p99 ({limited_p99} ms) is more than 10 ms above the baseline's \
+        limited_p99 <= baseline_p99 + 20.0,
+        "the limited route's p99 ({limited_p99} ms) is more than 20 ms above the baseline's \
          ({baseline_p99} ms)"
     );
     only(
@@ -1074,7 +1095,7 @@ async fn sessions_survive_a_kill_between_load_and_save() {
     all_parked.forget();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let killed = load.now();
-    server.stop();
+    tokio::task::block_in_place(|| server.stop());
     release.send_replace(true);
     let mut late = Vec::new();
     for call in parked_calls {
