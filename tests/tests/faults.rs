@@ -675,10 +675,11 @@ async fn stalled_under_load(stall: Stall) {
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    // Before SIGCONT: an answer Redis gives once thawed comes after this.
+    let resumed = load.now();
     if let Stall::Sigstop = stall {
         tokio::task::block_in_place(|| server.thaw()).expect("SIGCONT");
     }
-    let resumed = load.now();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let end = load.now();
     let out = load.stop().await;
