@@ -157,16 +157,16 @@ valkey_server() {
 
 # The already-built test binaries of the suites that start Redis, one "directory<TAB>binary" a
 # line: the library's own tests, the shared suites (tests/), the test kit's cluster test and the
-# examples' end-to-end tests (a few seconds each). Not the Chromium test (slow, and the e2e tests
-# drive the same app over Redis) nor the benchmark harness. The binaries are run directly: `cargo
-# test -p …` would resolve features per package and build them all a second time.
+# examples' end-to-end and fault tests (a few seconds each). Not the Chromium test (slow, and the
+# e2e tests drive the same app over Redis) nor the benchmark harness. The binaries are run
+# directly: `cargo test -p …` would resolve features per package and build them all a second time.
 redis_test_binaries() {
   cargo test --workspace --all-features --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, os, sys
 root = os.getcwd()
 # package directory: its test targets to run (None: all of them)
 wanted = {"crates/redis-guard": None, "tests": None, "crates/redis-guard-testkit": {"cluster"},
-          "examples/axum-app": {"e2e", "rollout"}, "examples/hyper-app": {"e2e"}}
+          "examples/axum-app": {"e2e", "faults", "rollout"}, "examples/hyper-app": {"e2e"}}
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") != "compiler-artifact" or not m.get("executable") \

@@ -63,9 +63,20 @@ impl RedisCluster {
     /// `redis-server` is missing, or the cluster did not come up in a few attempts (the error
     /// carries what was missing and every node's log). Nothing is left running on failure.
     pub fn start() -> Result<Self, TestkitError> {
+        Self::start_with(&[])
+    }
+
+    /// Like [`start`](Self::start), with extra `redis-server` arguments for every node (e.g.
+    /// `["--cluster-require-full-coverage", "no"]`, so the surviving masters keep serving
+    /// their slots once a [killed](Self::kill_node) master is marked failed).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_with(extra: &[&str]) -> Result<Self, TestkitError> {
         let mut last = None;
         for attempt in 1..=ATTEMPTS {
-            match Self::try_start() {
+            match Self::try_start(extra) {
                 Ok(cluster) => return Ok(cluster),
                 Err(TestkitError::NotInstalled(bin)) => {
                     return Err(TestkitError::NotInstalled(bin));
@@ -81,14 +92,14 @@ impl RedisCluster {
         Err(last.unwrap_or_else(|| TestkitError::NotReady("no attempt made".into())))
     }
 
-    fn try_start() -> Result<Self, TestkitError> {
+    fn try_start(extra: &[&str]) -> Result<Self, TestkitError> {
         let ports = pick_ports()?;
         let mut cluster = Self {
             nodes: Vec::with_capacity(MASTERS),
         };
         // From here on an early return drops `cluster`, which kills the nodes started so far.
         for port in ports {
-            cluster.nodes.push(Node::spawn(port)?);
+            cluster.nodes.push(Node::spawn(port, extra)?);
         }
         cluster.wait_up()?;
         cluster.assign_slots()?;
@@ -297,6 +308,22 @@ impl RedisCluster {
         redis::Client::open(url(node.port)).expect("a loopback URL is valid")
     }
 
+    /// Kills master `i` (`SIGKILL`, as a crash would) and waits for it to exit: its slots are
+    /// served by nobody until the end of the test (there are no replicas to promote). Killing a
+    /// killed node does nothing.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is not below 3.
+    pub fn kill_node(&mut self, i: usize) {
+        let n = self.nodes.len();
+        let Some(node) = self.nodes.get_mut(i) else {
+            panic!("RedisCluster::kill_node({i}): the cluster has {n} nodes");
+        };
+        let _ = node.child.kill();
+        let _ = node.child.wait();
+    }
+
     /// Every node's log so far, each under a header naming the node.
     #[must_use]
     pub fn log(&self) -> String {
@@ -411,7 +438,7 @@ impl Drop for RedisCluster {
 }
 
 impl Node {
-    fn spawn(port: u16) -> Result<Self, TestkitError> {
+    fn spawn(port: u16, extra: &[&str]) -> Result<Self, TestkitError> {
         let dir = fresh_dir("testkit-cluster", port)?;
         let conf = dir.join("nodes.conf").to_string_lossy().into_owned();
         let cluster = [
@@ -422,7 +449,8 @@ impl Node {
             "--cluster-node-timeout",
             "5000",
         ];
-        let child = spawn_redis(port, &dir, &cluster)?;
+        let args: Vec<&str> = cluster.iter().chain(extra).copied().collect();
+        let child = spawn_redis(port, &dir, &args)?;
         Ok(Self { child, port, dir })
     }
 

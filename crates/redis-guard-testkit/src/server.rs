@@ -137,7 +137,7 @@ impl RedisServer {
                 )));
             }
             if let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200))
-                && redis::cmd("PING").query::<String>(&mut conn).is_ok()
+                && answers(&mut conn)
             {
                 return Ok(());
             }
@@ -271,6 +271,15 @@ pub(crate) fn spawn_redis(
             e.into()
         }
     })
+}
+
+/// Whether the server behind `conn` answers `PING`: a `PONG`, or (started with
+/// `--requirepass`) the `NOAUTH` error that says it is up and wants a password.
+fn answers(conn: &mut redis::Connection) -> bool {
+    match redis::cmd("PING").query::<String>(conn) {
+        Ok(_) => true,
+        Err(e) => e.kind() == redis::ErrorKind::AuthenticationFailed || e.code() == Some("NOAUTH"),
+    }
 }
 
 fn free_port() -> std::io::Result<u16> {

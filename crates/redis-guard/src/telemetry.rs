@@ -31,7 +31,11 @@
 //! request was evaluated against: the time from the start of the evaluation to the decision,
 //! including a fallback's decision after a failure.
 //!
-//! # Backend (label `prefix`, the backend's key prefix)
+//! # Backend (labels `prefix`, the backend's key prefix, and `master`)
+//!
+//! One circuit guards a single Redis (`master="0"`); on a Redis Cluster each master has its own,
+//! numbered in the order `CLUSTER SLOTS` listed them when the connection was made, so a dead
+//! master opens only its own circuit.
 //!
 //! | name | kind | what |
 //! |---|---|---|
@@ -114,14 +118,45 @@ pub(crate) fn observe(name: &'static str, label: &'static str, value: Label, sec
 #[cfg(not(feature = "metrics"))]
 pub(crate) fn observe(_: &'static str, _: &'static str, _: Label, _: f64) {}
 
-/// Sets gauge `name` with one label.
+/// The labels of a circuit breaker's metrics: the backend's prefix and the master's index.
+#[derive(Clone, Debug)]
+pub(crate) struct Labels(#[cfg(feature = "metrics")] [(&'static str, metrics::SharedString); 2]);
+
+impl Labels {
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn breaker(prefix: &std::sync::Arc<str>, master: usize) -> Self {
+        Self(
+            #[cfg(feature = "metrics")]
+            [
+                (
+                    "prefix",
+                    metrics::SharedString::from(std::sync::Arc::clone(prefix)),
+                ),
+                ("master", metrics::SharedString::from(master.to_string())),
+            ],
+        )
+    }
+}
+
+/// Adds `n` to counter `name` with `labels`.
 #[cfg(feature = "metrics")]
-pub(crate) fn set(name: &'static str, label: &'static str, value: Label, to: f64) {
-    metrics::gauge!(name, label => value.0).set(to);
+pub(crate) fn count_with(name: &'static str, labels: Labels, n: u64) {
+    let [(k1, v1), (k2, v2)] = labels.0;
+    metrics::counter!(name, k1 => v1, k2 => v2).increment(n);
 }
 
 #[cfg(not(feature = "metrics"))]
-pub(crate) fn set(_: &'static str, _: &'static str, _: Label, _: f64) {}
+pub(crate) fn count_with(_: &'static str, _: Labels, _: u64) {}
+
+/// Sets gauge `name` with `labels`.
+#[cfg(feature = "metrics")]
+pub(crate) fn set_with(name: &'static str, labels: Labels, to: f64) {
+    let [(k1, v1), (k2, v2)] = labels.0;
+    metrics::gauge!(name, k1 => v1, k2 => v2).set(to);
+}
+
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn set_with(_: &'static str, _: Labels, _: f64) {}
 
 /// A label value: a shared rule name or a fixed word, never copied.
 #[derive(Clone, Debug)]

@@ -64,7 +64,8 @@ async fn run() -> Result<(), String> {
             Store::Redis(url) => {
                 let conn = RedisConnection::open(url)
                     .await
-                    .map_err(|e| format!("cannot connect to REDIS_URL={url:?}: {e}"))?;
+                    // Redacted: the URL may carry the password, and this goes to the logs.
+                    .map_err(|e| format!("cannot connect to REDIS_URL={:?}: {e}", redact(url)))?;
                 let redis = RedisBackend::new(conn).timeout(config.redis_timeout);
                 (
                     Arc::new(RedisLimiter::new(redis.clone())),

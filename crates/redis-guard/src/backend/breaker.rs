@@ -46,7 +46,10 @@ pub const DEFAULT_COOL_DOWN: Duration = Duration::from_millis(500);
 /// probes a second, each at most one request waiting one timeout.
 ///
 /// One breaker per backend: clones of a [`RedisBackend`](super::RedisBackend), and the limiter
-/// and session store built on it, share it.
+/// and session store built on it, share it. On a Redis Cluster connected with
+/// [`RedisConnection::cluster`](super::RedisConnection::cluster) the breaker keeps one circuit
+/// per master (found from `CLUSTER SLOTS` when the connection was made): a dead master opens the
+/// circuit of its own slots, and the keys on the other masters keep being decided by Redis.
 ///
 /// ```
 /// use std::time::Duration;
@@ -186,6 +189,8 @@ pub(crate) struct Circuit {
     trip: Mutex<Trip>,
     /// The backend's key prefix: the `prefix` label of the breaker's metrics.
     label: Mutex<Arc<str>>,
+    /// Which master of a cluster this circuit guards (0 on one server): the `master` label.
+    master: usize,
 }
 
 #[derive(Debug, Default)]
@@ -207,7 +212,7 @@ pub(crate) struct Permit<'a> {
 }
 
 impl Circuit {
-    pub(crate) fn new(config: Breaker, prefix: &str) -> Self {
+    pub(crate) fn new(config: Breaker, prefix: &str, master: usize) -> Self {
         Self {
             threshold: config.failures,
             cool_down: config.cool_down,
@@ -221,6 +226,7 @@ impl Circuit {
             failures: AtomicU32::new(0),
             trip: Mutex::new(Trip::default()),
             label: Mutex::new(Arc::from(prefix)),
+            master,
         }
     }
 
@@ -232,20 +238,21 @@ impl Circuit {
     /// Sets the `redis_guard_breaker_state` gauge (0 closed, 1 half-open, 2 open), and counts
     /// `redis_guard_breaker_opened_total` when the circuit opens from closed (`opened`).
     fn report(&self, state: BreakerState, opened: bool) {
-        let label = self
+        let prefix = self
             .label
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        let labels = telemetry::Labels::breaker(&prefix, self.master);
         if opened {
-            telemetry::count(telemetry::BREAKER_OPENED, "prefix", (&label).into(), 1);
+            telemetry::count_with(telemetry::BREAKER_OPENED, labels.clone(), 1);
         }
         let value = match state {
             BreakerState::Closed => 0.0,
             BreakerState::HalfOpen => 1.0,
             BreakerState::Open => 2.0,
         };
-        telemetry::set(telemetry::BREAKER_STATE, "prefix", (&label).into(), value);
+        telemetry::set_with(telemetry::BREAKER_STATE, labels, value);
     }
 
     /// A permit for one call, or [`BackendError::CircuitOpen`] when the call must not be made.
@@ -368,6 +375,7 @@ mod tests {
                 .max_cool_down(Duration::from_secs(4))
                 .clock(clock.clone()),
             "rg:",
+            0,
         )
     }
 
@@ -407,7 +415,7 @@ mod tests {
     fn the_state_gauge_and_the_openings_are_reported_under_the_prefix() {
         let metrics = crate::telemetry::testing::Captured::default();
         let _guard = metrics::set_default_local_recorder(&metrics);
-        let gauge = || metrics.get(r#"redis_guard_breaker_state{prefix="app:"}"#);
+        let gauge = || metrics.get(r#"redis_guard_breaker_state{prefix="app:",master="0"}"#);
         let clock = ManualClock::new();
         let c = circuit(&clock);
         c.relabel("app:");
@@ -425,7 +433,7 @@ mod tests {
         assert_eq!(gauge(), 0);
         (0..3).for_each(|_| fail(&c));
         assert_eq!(
-            metrics.get(r#"redis_guard_breaker_opened_total{prefix="app:"}"#),
+            metrics.get(r#"redis_guard_breaker_opened_total{prefix="app:",master="0"}"#),
             2
         );
     }
@@ -467,7 +475,7 @@ mod tests {
     #[test]
     fn by_default_a_failed_probe_waits_the_same_cool_down() {
         let clock = ManualClock::new();
-        let c = Circuit::new(Breaker::new().clock(clock.clone()), "rg:");
+        let c = Circuit::new(Breaker::new().clock(clock.clone()), "rg:", 0);
         (0..DEFAULT_FAILURES).for_each(|_| fail(&c));
         for _ in 0..3 {
             clock.advance(DEFAULT_COOL_DOWN - Duration::from_millis(1));
@@ -499,7 +507,7 @@ mod tests {
 
     #[test]
     fn off_never_opens() {
-        let c = Circuit::new(Breaker::off(), "rg:");
+        let c = Circuit::new(Breaker::off(), "rg:", 0);
         (0..100).for_each(|_| fail(&c));
         assert_eq!(c.state(), BreakerState::Closed);
     }

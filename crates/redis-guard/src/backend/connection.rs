@@ -11,6 +11,10 @@ use super::LuaScript;
 /// [`RedisConnection::open`], before jitter.
 pub const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(250);
 
+/// How long [`RedisConnection::open`] waits for the server to accept a connection and answer its
+/// first `PING`, before it gives up on an address that is not a working Redis.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A handle to Redis shared by the middlewares. Cheap to clone: clones share the connection.
 ///
 /// Three sources, one behaviour:
@@ -45,7 +49,23 @@ enum Kind {
     #[cfg(feature = "bb8")]
     Pool(bb8::Pool<bb8_redis::RedisConnectionManager>),
     #[cfg(feature = "cluster")]
-    Cluster(redis::cluster_async::ClusterConnection),
+    Cluster(redis::cluster_async::ClusterConnection, Masters),
+}
+
+/// Which master serves each hash slot, as `CLUSTER SLOTS` said when the connection was made:
+/// `(first slot, last slot, master index)`, the masters numbered in order of appearance. Empty
+/// when unknown (a [`ClusterConnection`](redis::cluster_async::ClusterConnection) converted
+/// with `From`, or `CLUSTER SLOTS` failed).
+///
+/// Used only to give each master a circuit breaker of its own, so that one dead master does not
+/// stop the calls to the others. A map gone stale (slots moved by resharding, a replica promoted)
+/// only groups some slots under the wrong circuit: redis-rs routes every call by its own, fresh
+/// map.
+#[cfg(feature = "cluster")]
+#[derive(Clone, Debug, Default)]
+struct Masters {
+    ranges: std::sync::Arc<[(u16, u16, usize)]>,
+    count: usize,
 }
 
 impl RedisConnection {
@@ -59,12 +79,30 @@ impl RedisConnection {
     /// 3.2 s, which could leave a Redis that is back unused for seconds. Build a
     /// [`ConnectionManager`] yourself and convert it to choose otherwise.
     ///
+    /// Before that, one connection must answer `PING` within [`HANDSHAKE_TIMEOUT`]: a port
+    /// where something else listens (a web server, a process that accepts and never answers)
+    /// or a Redis that wants a password the URL does not carry fails here, at once and with an
+    /// error that says which, instead of starting an application whose every call then fails.
+    ///
     /// # Errors
     ///
-    /// The URL is invalid or the first connection fails (after the same attempts: about two
-    /// seconds).
+    /// - the URL is invalid;
+    /// - nothing listens at the address (connection refused), still after the reconnection
+    ///   attempts above: about two seconds, so a Redis starting beside the application is found;
+    /// - the server does not answer `PING` as Redis does within [`HANDSHAKE_TIMEOUT`] (kind
+    ///   [`Io`](redis::ErrorKind::Io) for silence, [`Parse`](redis::ErrorKind::Parse) for
+    ///   anything else), or refuses the connection's password or its absence (kind
+    ///   [`AuthenticationFailed`](redis::ErrorKind::AuthenticationFailed)): no retry, the
+    ///   error names the address (never the password).
     pub async fn open(url: &str) -> RedisResult<Self> {
         let client = redis::Client::open(url)?;
+        match handshake(&client).await {
+            Ok(()) => {}
+            // Nothing listens yet: the manager's attempts give a Redis starting at the same time
+            // (docker compose, a test) its couple of seconds.
+            Err(e) if e.is_connection_refusal() => {}
+            Err(e) => return Err(e),
+        }
         let config = redis::aio::ConnectionManagerConfig::new().set_max_delay(RECONNECT_MAX_DELAY);
         Ok(ConnectionManager::new_with_config(client, config)
             .await?
@@ -101,7 +139,40 @@ impl RedisConnection {
             })
             .collect();
         let client = redis::cluster::ClusterClient::new(urls)?;
-        Ok(client.get_async_connection().await?.into())
+        let mut conn = client.get_async_connection().await?;
+        let masters = match redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async::<Value>(&mut conn)
+            .await
+        {
+            Ok(slots) => Masters::parse(&slots),
+            // Not fatal: every master then shares one circuit breaker.
+            Err(_) => Masters::default(),
+        };
+        Ok(Self {
+            kind: Kind::Cluster(conn, masters),
+        })
+    }
+
+    /// How many circuit breakers calls on this connection are spread over: one per master of a
+    /// cluster whose slot map is known, else one.
+    pub(crate) fn circuits(&self) -> usize {
+        match &self.kind {
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(_, masters) => masters.count.max(1),
+            _ => 1,
+        }
+    }
+
+    /// The circuit (below [`circuits`](Self::circuits)) of the calls on `key`: the index of the
+    /// master that served its hash slot when the connection was made; 0 outside a cluster.
+    #[cfg_attr(not(feature = "cluster"), allow(unused_variables))]
+    pub(crate) fn circuit_of(&self, key: &[u8]) -> usize {
+        match &self.kind {
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(_, masters) => masters.of(key),
+            _ => 0,
+        }
     }
 
     /// Whether keys of one call must share a hash slot.
@@ -109,7 +180,7 @@ impl RedisConnection {
     pub(crate) fn is_cluster(&self) -> bool {
         match self.kind {
             #[cfg(feature = "cluster")]
-            Kind::Cluster(_) => true,
+            Kind::Cluster(..) => true,
             _ => false,
         }
     }
@@ -151,9 +222,73 @@ impl RedisConnection {
                 cmd.query_async(&mut *conn).await
             }
             #[cfg(feature = "cluster")]
-            Kind::Cluster(cluster) => cmd.query_async(&mut cluster.clone()).await,
+            Kind::Cluster(cluster, _) => cmd.query_async(&mut cluster.clone()).await,
         }
     }
+}
+
+/// Connects once to the server of `client` and checks that it answers `PING` as Redis does,
+/// within [`HANDSHAKE_TIMEOUT`]. redis-rs retries every failed attempt (a wrong password, an HTTP
+/// reply) and gives a silent server a timeout per attempt; this one attempt says what is wrong,
+/// once, in words an operator can act on.
+async fn handshake(client: &redis::Client) -> RedisResult<()> {
+    use redis::ErrorKind;
+    let addr = client.get_connection_info().addr().to_string();
+    // The outer timeout bounds the whole attempt, whatever redis-rs sends while it connects.
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(None)
+        .set_response_timeout(None);
+    let attempt = async {
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        redis::cmd("PING").query_async::<Value>(&mut conn).await
+    };
+    let Ok(reply) = tokio::time::timeout(HANDSHAKE_TIMEOUT, attempt).await else {
+        return Err(redis::RedisError::from((
+            ErrorKind::Io,
+            "not a Redis server",
+            format!(
+                "{addr} accepted the connection but did not answer PING within \
+                 {HANDSHAKE_TIMEOUT:?}: is a Redis server listening there?"
+            ),
+        )));
+    };
+    let e = match reply {
+        Ok(Value::SimpleString(pong)) if pong == "PONG" => return Ok(()),
+        Ok(other) => {
+            return Err(redis::RedisError::from((
+                ErrorKind::Parse,
+                "not a Redis server",
+                format!("{addr} answered PING with {other:?}, not PONG"),
+            )));
+        }
+        Err(e) => e,
+    };
+    if e.kind() == ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+    {
+        return Err(redis::RedisError::from((
+            ErrorKind::AuthenticationFailed,
+            "Redis refused the credentials",
+            format!(
+                "{addr} wants a password (and user) that the URL does not carry, or refused the \
+                 one it does (redis://[user]:password@host:port/): {e}"
+            ),
+        )));
+    }
+    if matches!(e.kind(), ErrorKind::Parse | ErrorKind::UnexpectedReturnType) {
+        return Err(redis::RedisError::from((
+            ErrorKind::Parse,
+            "not a Redis server",
+            // The parser's first line says enough; the rest lists every byte it rejected.
+            format!(
+                "{addr} does not speak the Redis protocol: {}",
+                e.to_string().lines().next().unwrap_or_default()
+            ),
+        )));
+    }
+    Err(e)
 }
 
 #[cfg(feature = "bb8")]
@@ -197,7 +332,7 @@ impl From<bb8::Pool<bb8_redis::RedisConnectionManager>> for RedisConnection {
 impl From<redis::cluster_async::ClusterConnection> for RedisConnection {
     fn from(conn: redis::cluster_async::ClusterConnection) -> Self {
         Self {
-            kind: Kind::Cluster(conn),
+            kind: Kind::Cluster(conn, Masters::default()),
         }
     }
 }
@@ -209,10 +344,131 @@ impl fmt::Debug for RedisConnection {
             #[cfg(feature = "bb8")]
             Kind::Pool(_) => "bb8::Pool",
             #[cfg(feature = "cluster")]
-            Kind::Cluster(_) => "ClusterConnection",
+            Kind::Cluster(..) => "ClusterConnection",
         };
         f.debug_struct("RedisConnection")
             .field("kind", &kind)
             .finish()
+    }
+}
+
+#[cfg(feature = "cluster")]
+impl Masters {
+    /// Reads a `CLUSTER SLOTS` reply: `[[first, last, [host, port, …], replicas…], …]`. Anything
+    /// unexpected leaves the map empty.
+    fn parse(reply: &Value) -> Self {
+        let mut addrs: Vec<(Vec<u8>, i64)> = Vec::new();
+        let mut ranges = Vec::new();
+        let Value::Array(entries) = reply else {
+            return Self::default();
+        };
+        for entry in entries {
+            let Value::Array(fields) = entry else {
+                return Self::default();
+            };
+            let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(master))) =
+                (fields.first(), fields.get(1), fields.get(2))
+            else {
+                return Self::default();
+            };
+            let host = match master.first() {
+                Some(Value::BulkString(b)) => b.clone(),
+                Some(Value::SimpleString(s)) => s.as_bytes().to_vec(),
+                _ => return Self::default(),
+            };
+            let Some(Value::Int(port)) = master.get(1) else {
+                return Self::default();
+            };
+            let addr = (host, *port);
+            let index = addrs.iter().position(|a| *a == addr).unwrap_or_else(|| {
+                addrs.push(addr);
+                addrs.len() - 1
+            });
+            let (Ok(first), Ok(last)) = (u16::try_from(*first), u16::try_from(*last)) else {
+                return Self::default();
+            };
+            ranges.push((first, last, index));
+        }
+        Self {
+            ranges: ranges.into(),
+            count: addrs.len(),
+        }
+    }
+
+    /// The index of the master serving `key`'s slot, or 0 when the map does not say.
+    fn of(&self, key: &[u8]) -> usize {
+        let slot = slot(key);
+        self.ranges
+            .iter()
+            .find(|&&(first, last, _)| first <= slot && slot <= last)
+            .map_or(0, |&(_, _, index)| index)
+    }
+}
+
+/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag (the text between the
+/// first `{` and the next `}`, if not empty; else the whole key), modulo 16384. See
+/// <https://redis.io/docs/latest/operate/oss_and_stack/reference/cluster-spec/#hash-tags>.
+#[cfg(feature = "cluster")]
+fn slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let len = rest.iter().position(|&b| b == b'}')?;
+            (len > 0).then(|| &rest[..len])
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &byte in tagged {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 == 0 {
+                crc << 1
+            } else {
+                (crc << 1) ^ 0x1021
+            };
+        }
+    }
+    crc % 16384
+}
+
+#[cfg(all(test, feature = "cluster"))]
+mod tests {
+    use super::{Masters, Value, slot};
+
+    #[test]
+    fn slots_are_redis_cluster_slots() {
+        // From the cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(slot(b"123456789"), 0x31C3);
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_eq!(slot(b"bar"), 5061);
+        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
+    }
+
+    #[test]
+    fn masters_are_numbered_by_address() {
+        let range = |first, last, port| {
+            Value::Array(vec![
+                Value::Int(first),
+                Value::Int(last),
+                Value::Array(vec![
+                    Value::BulkString(b"10.0.0.1".to_vec()),
+                    Value::Int(port),
+                ]),
+            ])
+        };
+        let masters = Masters::parse(&Value::Array(vec![
+            range(0, 5000, 7000),
+            range(5001, 12000, 7001),
+            // A master may serve several ranges.
+            range(12001, 16383, 7000),
+        ]));
+        assert_eq!(masters.count, 2);
+        assert_eq!(masters.of(b"bar"), 1, "slot 5061 is on 7001");
+        assert_eq!(masters.of(b"foo"), 0, "slot 12182 is on 7000");
+        assert_eq!(Masters::parse(&Value::Nil).count, 0);
+        assert_eq!(Masters::default().of(b"foo"), 0);
     }
 }

@@ -52,7 +52,7 @@ pub use coalesce::DEFAULT_BATCH;
 pub(crate) use coalesce::call_alone;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use coalesce::{Coalescer, Entry};
-pub use connection::{RECONNECT_MAX_DELAY, RedisConnection};
+pub use connection::{HANDSHAKE_TIMEOUT, RECONNECT_MAX_DELAY, RedisConnection};
 #[cfg(feature = "rate-limit")]
 pub(crate) use deny_cache::DenyCache;
 pub use error::BackendError;

@@ -56,8 +56,10 @@ struct Settings {
     conn: RedisConnection,
     prefix: String,
     timeout: Duration,
-    /// Shared by every clone, and by backends derived from it with the other setters.
-    breaker: Arc<Circuit>,
+    /// The circuit breaker: one circuit for a server, one per master of a cluster (so a dead
+    /// master stops only the calls to its own slots). Shared by every clone, and by backends
+    /// derived from it with the other setters.
+    breaker: Arc<[Circuit]>,
     #[cfg(feature = "test-util")]
     shift: Option<ManualClock>,
 }
@@ -67,12 +69,13 @@ impl RedisBackend {
     /// ([`DEFAULT_TIMEOUT`]) and circuit breaker ([`Breaker::new`]).
     #[must_use]
     pub fn new(conn: RedisConnection) -> Self {
+        let breaker = circuits(&conn, Breaker::new(), DEFAULT_PREFIX);
         Self {
             inner: Arc::new(Settings {
                 conn,
                 prefix: DEFAULT_PREFIX.to_owned(),
                 timeout: DEFAULT_TIMEOUT,
-                breaker: Arc::new(Circuit::new(Breaker::new(), DEFAULT_PREFIX)),
+                breaker,
                 #[cfg(feature = "test-util")]
                 shift: None,
             }),
@@ -85,7 +88,9 @@ impl RedisBackend {
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         let settings = Arc::make_mut(&mut self.inner);
         settings.prefix = prefix.into();
-        settings.breaker.relabel(&settings.prefix);
+        for circuit in settings.breaker.iter() {
+            circuit.relabel(&settings.prefix);
+        }
         self
     }
 
@@ -110,15 +115,27 @@ impl RedisBackend {
     /// ```
     #[must_use]
     pub fn breaker(mut self, breaker: Breaker) -> Self {
-        let settings = Arc::make_mut(&mut self.inner);
-        settings.breaker = Arc::new(Circuit::new(breaker, &settings.prefix));
+        let circuits = circuits(&self.inner.conn, breaker, &self.inner.prefix);
+        Arc::make_mut(&mut self.inner).breaker = circuits;
         self
     }
 
     /// Where the circuit breaker stands now: [`BreakerState::Closed`] while calls go to Redis.
+    /// On a Redis Cluster, where each master has a circuit of its own, the worst of them: `Open`
+    /// if any is open, else `HalfOpen` if any is, else `Closed`.
     #[must_use]
     pub fn breaker_state(&self) -> BreakerState {
-        self.inner.breaker.state()
+        let states = self.inner.breaker.iter().map(Circuit::state);
+        let (mut open, mut half) = (false, false);
+        for state in states {
+            open |= state == BreakerState::Open;
+            half |= state == BreakerState::HalfOpen;
+        }
+        match (open, half) {
+            (true, _) => BreakerState::Open,
+            (false, true) => BreakerState::HalfOpen,
+            (false, false) => BreakerState::Closed,
+        }
     }
 
     /// A test seam (feature `test-util`): adds `clock`'s reading to Redis `TIME` in every script,
@@ -195,10 +212,15 @@ impl RedisBackend {
             cmd.arg(key.as_ref());
         }
         cmd.arg(self.shift_us());
+        // The keys of one call share a slot on a cluster: the first one names the master.
+        let circuit = keys
+            .first()
+            .map_or(0, |key| self.inner.conn.circuit_of(key.as_ref().as_bytes()));
         ScriptCall {
             backend: self,
             script,
             cmd,
+            circuit,
         }
     }
 
@@ -220,19 +242,28 @@ impl RedisBackend {
     /// Runs one plain command (routed by its key on a cluster), under the timeout.
     #[cfg_attr(not(feature = "session"), allow(dead_code))]
     pub(crate) async fn query(&self, cmd: &redis::Cmd) -> Result<Value, BackendError> {
-        self.guarded(self.inner.conn.query(cmd), BackendError::Redis)
+        // The key of a plain command comes right after its name.
+        let circuit = match cmd.args_iter().nth(1) {
+            Some(redis::Arg::Simple(key)) => self.inner.conn.circuit_of(key),
+            _ => 0,
+        };
+        self.guarded(self.inner.conn.query(cmd), BackendError::Redis, circuit)
             .await
     }
 
     /// Makes `call` (a future not polled yet: nothing is sent before the breaker allows it)
     /// under the circuit breaker and the timeout; `error` classifies the errors Redis returns.
     /// The outcome is recorded, never retried.
+    /// `circuit` is the one of the master the call goes to ([`RedisConnection::circuit_of`] its
+    /// key; 0 outside a cluster).
     async fn guarded(
         &self,
         call: impl Future<Output = redis::RedisResult<Value>>,
         error: fn(redis::RedisError) -> BackendError,
+        circuit: usize,
     ) -> Result<Value, BackendError> {
-        let permit = self.inner.breaker.admit()?;
+        let circuits = &self.inner.breaker;
+        let permit = circuits[circuit.min(circuits.len() - 1)].admit()?;
         let timeout = self.inner.timeout;
         let outcome = match tokio::time::timeout(timeout, call).await {
             Ok(reply) => reply.map_err(error),
@@ -267,6 +298,8 @@ pub(crate) struct ScriptCall<'a> {
     backend: &'a RedisBackend,
     script: &'a LuaScript,
     cmd: redis::Cmd,
+    /// The circuit of the master the call goes to.
+    circuit: usize,
 }
 
 impl ScriptCall<'_> {
@@ -281,8 +314,21 @@ impl ScriptCall<'_> {
     /// are [`BackendError::Script`].
     pub(crate) async fn run(self) -> Result<Value, BackendError> {
         let call = self.backend.inner.conn.evalsha(self.script, &self.cmd);
-        self.backend.guarded(call, BackendError::from_script).await
+        self.backend
+            .guarded(call, BackendError::from_script, self.circuit)
+            .await
     }
+}
+
+/// The circuits of a backend on `conn`: one per master of a cluster whose slot map is known,
+/// else one.
+fn circuits(conn: &RedisConnection, config: Breaker, prefix: &str) -> Arc<[Circuit]> {
+    let last = conn.circuits().max(1) - 1;
+    let mut circuits: Vec<Circuit> = (0..last)
+        .map(|master| Circuit::new(config.clone(), prefix, master))
+        .collect();
+    circuits.push(Circuit::new(config, prefix, last));
+    circuits.into()
 }
 
 impl From<RedisConnection> for RedisBackend {
