@@ -1,6 +1,7 @@
 //! The redis-guard example on axum: rate limits on Redis, on a Redis Cluster, or in memory. See
 //! README.md beside this file for what to try.
 
+mod admin;
 mod auth;
 mod calls;
 mod config;
@@ -135,6 +136,12 @@ fn router(
     let api = Router::new()
         .route("/api/hello", get(auth::hello))
         .layer(api_limit);
+    let admin = admin::routes(
+        Arc::clone(&limiter),
+        config.api_limit,
+        config.client_ip.clone(),
+        calls_rule.clone(),
+    )?;
     let calls = Router::new()
         .route("/calls", post(calls::handler))
         .with_state(Calls {
@@ -160,7 +167,9 @@ fn router(
         .route("/healthz", get(|| async { "ok" }))
         .merge(calls)
         // Outermost: a cross-site or non-JSON write is refused before sessions or limiters.
-        .layer(axum::middleware::from_fn(refuse_cross_site)))
+        .layer(axum::middleware::from_fn(refuse_cross_site))
+        // Bearer-token routes: no browser sends the token on its own (see admin.rs).
+        .merge(admin))
 }
 
 /// See `shared/csrf.rs`.

@@ -16,15 +16,26 @@ pub(super) struct Evaluation {
     scripts: Option<Arc<Scripts>>,
     /// Every rule is GCRA: the lean script decides (the general one still refunds).
     gcra_only: bool,
+    /// Two per rule: its state key, then its override key (same hash tag).
     keys: Vec<String>,
-    /// Per rule: algorithm id, limit, period (µs), burst, emission interval (µs), cost.
-    rule_args: Vec<[u64; 6]>,
+    rule_args: Vec<RuleArgs>,
+    /// Decide, record nothing (inspect).
+    dry: bool,
+}
+
+/// One rule's arguments to the evaluation scripts.
+#[derive(Clone, Debug)]
+pub(super) struct RuleArgs {
+    /// Algorithm id, limit, period (µs), burst, emission interval (µs), cost.
+    pub(super) ints: [u64; 6],
+    /// The rule's bans as the scripts take them, or `None`.
+    pub(super) bans: Option<Arc<str>>,
 }
 
 /// A request's rules as one entry of a coalesced call of an evaluation script.
 pub(super) struct RuleEntry {
     keys: Vec<String>,
-    rule_args: Vec<[u64; 6]>,
+    rule_args: Vec<RuleArgs>,
     request: Cow<'static, str>,
     dry: bool,
 }
@@ -35,13 +46,14 @@ impl Entry for RuleEntry {
     }
 
     fn arg_count(&self) -> usize {
-        2 + 6 * self.rule_args.len()
+        2 + 7 * self.rule_args.len()
     }
 
     fn write_args(&self, call: &mut ScriptCall<'_>) {
         call.arg(&*self.request).arg(u8::from(self.dry));
         for args in &self.rule_args {
-            call.arg(&args[..]);
+            call.arg(&args.ints[..])
+                .arg(args.bans.as_deref().unwrap_or("0"));
         }
     }
 }
@@ -72,19 +84,27 @@ impl Coalescers {
 }
 
 impl Evaluation {
-    /// `gcra_only`: every rule is built-in GCRA (then `scripts` is `None`).
+    /// `gcra_only`: every rule is built-in GCRA (then `scripts` is `None`). `keys`: two per
+    /// rule, its state key then its override key.
     pub(super) fn new(
         scripts: Option<Arc<Scripts>>,
         gcra_only: bool,
         keys: Vec<String>,
-        rule_args: Vec<[u64; 6]>,
+        rule_args: Vec<RuleArgs>,
     ) -> Self {
         Self {
             gcra_only: gcra_only && scripts.is_none(),
             scripts,
             keys,
             rule_args,
+            dry: false,
         }
+    }
+
+    /// Decides without recording anything: not a request, not a rejection.
+    pub(super) fn dry(mut self) -> Self {
+        self.dry = true;
+        self
     }
 
     fn scripts(&self) -> &Scripts {
@@ -113,7 +133,7 @@ impl Evaluation {
         coalescers: &Coalescers,
     ) -> Result<Vec<RuleState>, LimiterError> {
         let backend = coalescers.backend();
-        let n = self.keys.len();
+        let n = self.rule_args.len();
         // Only the sliding log names entries with the request id; GCRA never reads it.
         let request: Cow<'static, str> = if self.gcra_only {
             Cow::Borrowed("-")
@@ -126,22 +146,27 @@ impl Evaluation {
                 keys: std::mem::take(&mut self.keys),
                 rule_args: std::mem::take(&mut self.rule_args),
                 request,
-                dry: false,
+                dry: self.dry,
             };
             let reply = self.evaluate(coalescers, entry).await?;
             return Ok(parse_reply(&reply, n)?.0);
         }
-        let groups = backend.slot_groups(&self.keys);
+        // A rule's two keys share its hash tag: group the rules by their state keys.
+        let state_keys: Vec<String> = self.keys.iter().step_by(2).cloned().collect();
+        let groups = backend.slot_groups(&state_keys);
         let mut states: Vec<Option<RuleState>> = vec![None; n];
         // The groups that admitted the request, with the Redis time they were evaluated at.
         let mut committed: Vec<(&[usize], u64)> = Vec::new();
         let mut denied = false;
         for group in &groups {
             let entry = RuleEntry {
-                keys: group.iter().map(|&i| self.keys[i].clone()).collect(),
-                rule_args: group.iter().map(|&i| self.rule_args[i]).collect(),
+                keys: group
+                    .iter()
+                    .flat_map(|&i| self.keys[2 * i..2 * i + 2].iter().cloned())
+                    .collect(),
+                rule_args: group.iter().map(|&i| self.rule_args[i].clone()).collect(),
                 request: request.clone(),
-                dry: denied,
+                dry: denied || self.dry,
             };
             let outcome = self
                 .evaluate(coalescers, entry)
@@ -159,7 +184,7 @@ impl Evaluation {
             for (&i, state) in group.iter().zip(group_states) {
                 states[i] = Some(state);
             }
-            if denied {
+            if denied || self.dry {
                 continue;
             }
             if all_allowed {
@@ -180,11 +205,11 @@ impl Evaluation {
     /// the quota consumed, which errs on the side of limiting.
     async fn refund(&self, backend: &RedisBackend, request: &str, groups: &[(&[usize], u64)]) {
         for (group, evaluated_at) in groups {
-            let keys: Vec<&str> = group.iter().map(|&i| self.keys[i].as_str()).collect();
+            let keys: Vec<&str> = group.iter().map(|&i| self.keys[2 * i].as_str()).collect();
             let mut call = backend.script(&self.scripts().refund, &keys);
             call.arg(request).arg(*evaluated_at);
             for &i in *group {
-                call.arg(&self.rule_args[i][..]);
+                call.arg(&self.rule_args[i].ints[..]);
             }
             if let Err(e) = call.run().await {
                 tracing::warn!(error = %e, "rate-limit refund failed; the quota stays consumed");

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use super::algorithm::Params;
-use super::{Algorithm, Quota, QuotaError};
+use super::{Algorithm, Bans, Key, Quota, QuotaError};
+use std::collections::HashSet;
 
 /// A rule: a name (used in Redis key names and in the `RateLimit` headers), a [`Quota`], an
 /// [`Algorithm`] and the cost of one request.
@@ -24,6 +25,8 @@ pub struct Rule {
     quota: Quota,
     algorithm: Algorithm,
     cost: u32,
+    bans: Option<Bans>,
+    allowed_keys: Option<Arc<HashSet<Key>>>,
 }
 
 impl Rule {
@@ -35,6 +38,8 @@ impl Rule {
             quota,
             algorithm: Algorithm::default(),
             cost: 1,
+            bans: None,
+            allowed_keys: None,
         }
     }
 
@@ -120,7 +125,7 @@ impl Rule {
                 why: "the sliding counter needs limit × period (in µs) below 2^53; use a shorter period or GCRA",
             });
         }
-        Ok(())
+        self.operations_problem()
     }
 
     pub(crate) fn params(&self, cost: u32) -> Params {
@@ -131,6 +136,73 @@ impl Rule {
             burst: u64::from(self.quota.burst_size()),
             emission_us: self.quota.emission_interval_us(),
             cost: u64::from(cost),
+        }
+    }
+
+    /// Bans keys that keep hitting the limit: see [`Bans`]. The count and the ban are decided in
+    /// the same atomic evaluation as the rule, on every backend.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::rate_limit::{Bans, Quota, Rule};
+    /// let rule = Rule::new("login", Quota::per_minute(5))
+    ///     .with_bans(Bans::after(10).block(Duration::from_secs(300)));
+    /// assert_eq!(rule.bans().unwrap().rejections(), 10);
+    /// ```
+    pub fn with_bans(mut self, bans: Bans) -> Self {
+        self.bans = Some(bans);
+        self
+    }
+
+    /// The rule's bans, if any.
+    #[must_use]
+    pub fn bans(&self) -> Option<&Bans> {
+        self.bans.as_ref()
+    }
+
+    /// A static allow list: requests whose key is in `keys` are admitted by this rule without
+    /// counting, decided in process (no Redis call; when every rule of a request allow-lists it,
+    /// the request never reaches Redis). For health checkers, internal services, your own
+    /// office. Keys that change at run time belong on the shared runtime list instead
+    /// ([`Limiter::allow`](super::Limiter::allow)).
+    ///
+    /// The keys are the values the rule's extractor produces (e.g. `Key::from(ip)` for
+    /// [`ClientIp`](super::ClientIp)).
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let office: IpAddr = "203.0.113.7".parse().unwrap();
+    /// let rule = Rule::new("api", Quota::per_minute(1)).with_allowed_keys([Key::from(office)]);
+    /// let limiter = MemoryLimiter::new();
+    /// for _ in 0..3 {
+    ///     assert!(limiter.check(&rule, Key::from(office)).await.unwrap().allowed);
+    /// }
+    /// # }
+    /// ```
+    pub fn with_allowed_keys(mut self, keys: impl IntoIterator<Item = Key>) -> Self {
+        let keys: HashSet<Key> = keys.into_iter().collect();
+        self.allowed_keys = (!keys.is_empty()).then(|| Arc::new(keys));
+        self
+    }
+
+    /// Whether `key` is on the rule's static allow list.
+    #[must_use]
+    pub fn allows(&self, key: &Key) -> bool {
+        self.allowed_keys
+            .as_ref()
+            .is_some_and(|keys| keys.contains(key))
+    }
+
+    /// Why the rule's operations options cannot work.
+    fn operations_problem(&self) -> Result<(), RuleError> {
+        match self.bans.as_ref().and_then(Bans::problem) {
+            Some(why) => Err(RuleError::Bans {
+                rule: self.name.to_string(),
+                why,
+            }),
+            None => Ok(()),
         }
     }
 }
@@ -201,4 +273,12 @@ pub enum RuleError {
     /// A layer needs at least one rule.
     #[error("the rate-limit layer has no rules")]
     NoRules,
+    /// The rule's [`Bans`] cannot work.
+    #[error("rule `{rule}`: {why}")]
+    Bans {
+        /// The rule.
+        rule: String,
+        /// Why.
+        why: String,
+    },
 }
