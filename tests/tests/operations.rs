@@ -6,22 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_guard::rate_limit::{Bans, Decision, Key, Limiter, LimiterError, Quota, Rule};
-use redis_guard_tests::{Harness, Kind, backend_suite};
+use redis_guard_tests::{Harness, backend_suite};
 
 async fn check(l: &Arc<dyn Limiter>, rule: &Rule, key: &str) -> Decision {
     l.check(rule, Key::from(key)).await.expect("decision")
-}
-
-/// Memory gives exactly `exact`; on Redis real milliseconds pass during the test, so a wait may
-/// be up to 2 s shorter, never longer.
-fn assert_wait(h: &Harness, got: Duration, exact: Duration) {
-    match h.kind() {
-        Kind::Memory => assert_eq!(got, exact),
-        _ => assert!(
-            got <= exact && got + Duration::from_secs(2) >= exact && got > Duration::ZERO,
-            "{got:?} not within 2 s below {exact:?}"
-        ),
-    }
 }
 
 /// Inspecting shows the quota left and consumes nothing, however often it is called.
@@ -55,7 +43,7 @@ async fn inspect_consumes_nothing(h: Harness) {
     let spent = l.inspect(&rule, Key::from("alice")).await.expect("inspect");
     assert!(!spent.state.allowed);
     assert_eq!(spent.state.remaining, 0);
-    assert_wait(&h, spent.state.retry_after, Duration::from_secs(360));
+    h.assert_wait(spent.state.retry_after, Duration::from_secs(360));
 }
 
 /// Reset forgets the quota state, a penalty and the ban history: the next request sees the full
@@ -102,21 +90,17 @@ async fn penalize_blocks_exactly_for_the_duration(h: Harness) {
         let d = check(l, &rule, "eve").await;
         assert!(!d.allowed);
         assert_eq!(d.remaining, 0);
-        assert_wait(&h, d.retry_after, Duration::from_secs(90));
+        h.assert_wait(d.retry_after, Duration::from_secs(90));
     }
     let seen = b.inspect(&rule, Key::from("eve")).await.expect("inspect");
     assert!(!seen.state.allowed);
-    assert_wait(
-        &h,
-        seen.blocked_for.expect("blocked"),
-        Duration::from_secs(90),
-    );
+    h.assert_wait(seen.blocked_for.expect("blocked"), Duration::from_secs(90));
     // Another key is not affected.
     assert!(check(&b, &rule, "frank").await.allowed);
     h.wait(Duration::from_secs(88)).await;
     let d = check(&b, &rule, "eve").await;
     assert!(!d.allowed, "still blocked 2 s before the end");
-    assert_wait(&h, d.retry_after, Duration::from_secs(2));
+    h.assert_wait(d.retry_after, Duration::from_secs(2));
     h.wait(Duration::from_secs(2)).await;
     // The block is over; the four units the first request left (a bit more on the hourly
     // refill) are all there: the denials consumed nothing.
@@ -153,11 +137,7 @@ async fn allow_bypasses_and_expires(h: Harness) {
     }
     let seen = b.inspect(&rule, Key::from("carol")).await.expect("inspect");
     assert_eq!(seen.blocked_for, None, "allow lifted the penalty");
-    assert_wait(
-        &h,
-        seen.allowed_for.expect("allowed"),
-        Duration::from_secs(60),
-    );
+    h.assert_wait(seen.allowed_for.expect("allowed"), Duration::from_secs(60));
     h.wait(Duration::from_secs(61)).await;
     // Expired: the one unit left, then denied.
     assert!(check(&b, &rule, "carol").await.allowed);
@@ -206,18 +186,14 @@ async fn bans_escalate_double_and_cap(h: Harness) {
         );
         let banned = check(&l, &rule, "troll").await;
         assert!(!banned.allowed);
-        assert_wait(&h, banned.retry_after, Duration::from_secs(ban));
+        h.assert_wait(banned.retry_after, Duration::from_secs(ban));
         let seen = l.inspect(&rule, Key::from("troll")).await.expect("inspect");
         assert_eq!((seen.ban_level, seen.strikes), (level, 0));
-        assert_wait(
-            &h,
-            seen.blocked_for.expect("banned"),
-            Duration::from_secs(ban),
-        );
+        h.assert_wait(seen.blocked_for.expect("banned"), Duration::from_secs(ban));
         // Rejections during the ban do not count toward the next one.
         for _ in 0..5 {
             let d = check(&l, &rule, "troll").await;
-            assert_wait(&h, d.retry_after, Duration::from_secs(ban));
+            h.assert_wait(d.retry_after, Duration::from_secs(ban));
         }
         let seen = l.inspect(&rule, Key::from("troll")).await.expect("inspect");
         assert_eq!(seen.strikes, 0);

@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -172,16 +173,18 @@ impl IntoResponse for Refusal {
 }
 
 impl Admin {
-    /// The rule and key of an authorized request, or why it is refused.
-    fn target(&self, headers: &HeaderMap, rule: &str, key: &str) -> Result<(Rule, Key), Refusal> {
-        let presented = headers
+    /// Whether the request carries the bearer token.
+    fn authorized(&self, headers: &HeaderMap) -> bool {
+        headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        if !presented.is_some_and(|t| constant_time_eq(t.as_bytes(), self.token.as_bytes())) {
-            return Err(Refusal::Unauthorized);
-        }
+            .map(str::trim)
+            .is_some_and(|t| constant_time_eq(t.as_bytes(), self.token.as_bytes()))
+    }
+
+    /// The rule named `rule` and its key spelled `key`, or why not.
+    fn target(&self, rule: &str, key: &str) -> Result<(Rule, Key), Refusal> {
         let Some((rule, syntax)) = self.rules.iter().find(|(r, _)| r.name() == rule) else {
             let names: Vec<&str> = self.rules.iter().map(|(r, _)| r.name()).collect();
             return Err(Refusal::UnknownRule(format!(
@@ -216,15 +219,36 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-async fn inspect(
-    State(admin): State<Admin>,
-    Path((rule, key)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    let (rule, key) = match admin.target(&headers, &rule, &key) {
-        Ok(target) => target,
-        Err(refused) => return refused.into_response(),
-    };
+/// The rule and key of an authorized admin request: the token is checked before anything else
+/// is read, so a caller without it learns nothing (not even which rules exist).
+struct Target {
+    admin: Admin,
+    rule: Rule,
+    key: Key,
+}
+
+impl FromRequestParts<Admin> for Target {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, admin: &Admin) -> Result<Self, Response> {
+        if !admin.authorized(&parts.headers) {
+            return Err(Refusal::Unauthorized.into_response());
+        }
+        let Path((rule, key)) = Path::<(String, String)>::from_request_parts(parts, admin)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let (rule, key) = admin
+            .target(&rule, &key)
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self {
+            admin: admin.clone(),
+            rule,
+            key,
+        })
+    }
+}
+
+async fn inspect(Target { admin, rule, key }: Target) -> Response {
     match admin.limiter.inspect(&rule, key).await {
         Ok(seen) => axum::Json(json!({
             "rule": rule.name(),
@@ -244,19 +268,8 @@ async fn inspect(
     }
 }
 
-async fn reset(
-    State(admin): State<Admin>,
-    Path((rule, key)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    let (rule, key) = match admin.target(&headers, &rule, &key) {
-        Ok(target) => target,
-        Err(refused) => return refused.into_response(),
-    };
-    match admin.limiter.reset(&rule, key).await {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => unavailable(&e),
-    }
+async fn reset(Target { admin, rule, key }: Target) -> Response {
+    done(admin.limiter.reset(&rule, key).await)
 }
 
 #[derive(Deserialize)]
@@ -264,57 +277,47 @@ struct For {
     seconds: u64,
 }
 
-/// `penalize` or `allow`, for the `{"seconds": n}` of the body.
-async fn steer(
-    admin: Admin,
-    rule: &str,
-    key: &str,
-    headers: &HeaderMap,
-    body: &Bytes,
-    allow: bool,
-) -> Response {
-    let (rule, key) = match admin.target(headers, rule, key) {
-        Ok(target) => target,
-        Err(refused) => return refused.into_response(),
-    };
-    let max = MAX_OVERRIDE.as_secs();
-    let seconds = match serde_json::from_slice::<For>(body) {
-        Ok(For { seconds }) if (1..=max).contains(&seconds) => seconds,
-        _ => {
-            return problem(
-                StatusCode::BAD_REQUEST,
-                &format!(r#"expected a JSON body {{"seconds": n}} with n from 1 to {max}"#),
-            );
+/// The duration of a `{"seconds": n}` body, or `None` when it is not one.
+fn duration(body: &Bytes) -> Option<Duration> {
+    match serde_json::from_slice::<For>(body) {
+        Ok(For { seconds }) if (1..=MAX_OVERRIDE.as_secs()).contains(&seconds) => {
+            Some(Duration::from_secs(seconds))
         }
-    };
-    let duration = Duration::from_secs(seconds);
-    let done = if allow {
-        admin.limiter.allow(&rule, key, duration).await
-    } else {
-        admin.limiter.penalize(&rule, key, duration).await
-    };
-    match done {
+        _ => None,
+    }
+}
+
+/// The `400` for a body that is not `{"seconds": n}`.
+fn bad_body() -> Response {
+    problem(
+        StatusCode::BAD_REQUEST,
+        &format!(
+            r#"expected a JSON body {{"seconds": n}} with n from 1 to {}"#,
+            MAX_OVERRIDE.as_secs()
+        ),
+    )
+}
+
+/// `204`, or `503` when the limiter failed.
+fn done(outcome: Result<(), LimiterError>) -> Response {
+    match outcome {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => unavailable(&e),
     }
 }
 
-async fn penalize(
-    State(admin): State<Admin>,
-    Path((rule, key)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    steer(admin, &rule, &key, &headers, &body, false).await
+async fn penalize(Target { admin, rule, key }: Target, body: Bytes) -> Response {
+    match duration(&body) {
+        Some(d) => done(admin.limiter.penalize(&rule, key, d).await),
+        None => bad_body(),
+    }
 }
 
-async fn allow(
-    State(admin): State<Admin>,
-    Path((rule, key)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    steer(admin, &rule, &key, &headers, &body, true).await
+async fn allow(Target { admin, rule, key }: Target, body: Bytes) -> Response {
+    match duration(&body) {
+        Some(d) => done(admin.limiter.allow(&rule, key, d).await),
+        None => bad_body(),
+    }
 }
 
 #[cfg(test)]

@@ -146,11 +146,14 @@ impl MemoryLimiter {
                 )));
             };
             // As the scripts: the override record applies after the algorithm.
-            let oid = self.override_id(&check.rule, &check.key);
-            let mut record = table.record(oid, now);
+            // Skipped while no key has a record and the rule has no bans: the common case costs
+            // no second hash of the key.
+            let oid = (table.overrides.len() > 0 || check.rule.bans().is_some())
+                .then(|| self.override_id(&check.rule, &check.key));
+            let mut record = oid.map_or_else(Override::default, |oid| table.record(oid, now));
             let mut effect = record.effect(now);
-            if let (false, Effect::None, false, Some(bans)) =
-                (step.allowed, effect, dry, check.rule.bans())
+            if let (false, Effect::None, false, Some(bans), Some(oid)) =
+                (step.allowed, effect, dry, check.rule.bans(), oid)
             {
                 record.strike(now, bans.micros());
                 records.push((oid, record));

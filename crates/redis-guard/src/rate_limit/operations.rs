@@ -11,7 +11,10 @@
 //! a pool or a Cluster, and a penalty or an allow-list entry written by one replica is seen by
 //! every replica on its next decision. The record is only written by an operation or a ban; it
 //! carries a `PX` expiry at the latest of its deadlines, so a key nobody steers has no record
-//! and costs one `GET` of a missing key per script call (see `docs/benchmarks.md`).
+//! and costs one `GET` of a missing key per script call. Reading it in the same call is what
+//! makes a ban atomic with the rule and an operation visible to every replica at once; a
+//! separate read per request would cost a round trip, and a record inside the algorithm's own
+//! state would need a different shape for each algorithm (and for custom ones).
 //!
 //! [`Limiter::inspect`]: super::Limiter::inspect
 //! [`Limiter::reset`]: super::Limiter::reset
@@ -24,8 +27,15 @@ use super::algorithm::ceil_ms;
 use super::limiter::{Check, Limiter, LimiterError};
 use super::{Rule, RuleError, RuleState};
 
-/// The longest duration an operation or a ban accepts: a year (longer ones are refused, so that
-/// every time fits the scripts' exact integer range).
+/// The longest duration an operation or a ban accepts: 366 days (longer ones are refused, so
+/// that every time fits the scripts' exact integer range).
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_guard::rate_limit::{Bans, MAX_OVERRIDE, Quota, Rule};
+/// let too_long = Bans::after(3).block(MAX_OVERRIDE + Duration::from_secs(1));
+/// assert!(Rule::new("r", Quota::per_minute(1)).with_bans(too_long).validate().is_err());
+/// ```
 pub const MAX_OVERRIDE: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 
 /// Escalating bans, a rule option ([`Rule::with_bans`](super::Rule::with_bans)): after

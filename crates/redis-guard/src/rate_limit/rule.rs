@@ -188,6 +188,12 @@ impl Rule {
     }
 
     /// Whether `key` is on the rule's static allow list.
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{Key, Quota, Rule};
+    /// let rule = Rule::new("api", Quota::per_minute(1)).with_allowed_keys([Key::from("probe")]);
+    /// assert!(rule.allows(&Key::from("probe")) && !rule.allows(&Key::from("other")));
+    /// ```
     #[must_use]
     pub fn allows(&self, key: &Key) -> bool {
         self.allowed_keys
