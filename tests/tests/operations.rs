@@ -81,7 +81,7 @@ async fn reset_restores_the_full_quota(h: Harness) {
 /// block as the wait, and consumes none of the quota.
 async fn penalize_blocks_exactly_for_the_duration(h: Harness) {
     let (a, b) = (h.limiter().await, h.limiter().await);
-    let rule = Rule::new("ops-penalize", Quota::per_hour(5));
+    let rule = Rule::new("ops-penalize", Quota::per_hour(5)).with_overrides();
     assert!(check(&a, &rule, "eve").await.allowed);
     a.penalize(&rule, Key::from("eve"), Duration::from_secs(90))
         .await
@@ -119,7 +119,7 @@ async fn penalize_blocks_exactly_for_the_duration(h: Harness) {
 /// expires; it also lifts a penalty.
 async fn allow_bypasses_and_expires(h: Harness) {
     let (a, b) = (h.limiter().await, h.limiter().await);
-    let rule = Rule::new("ops-allow", Quota::per_hour(2));
+    let rule = Rule::new("ops-allow", Quota::per_hour(2)).with_overrides();
     assert!(check(&a, &rule, "carol").await.allowed);
     a.penalize(&rule, Key::from("carol"), Duration::from_secs(600))
         .await
@@ -226,6 +226,42 @@ async fn operations_validate_the_rule(h: Harness) {
     ));
 }
 
+/// A rule that does not read overrides refuses penalties and allow-list entries (rather than
+/// ignoring them), and still inspects and resets.
+async fn steering_needs_a_rule_that_reads_overrides(h: Harness) {
+    let l = h.limiter().await;
+    let plain = Rule::new("ops-plain", Quota::per_hour(2));
+    let minute = Duration::from_secs(60);
+    for refused in [
+        l.penalize(&plain, Key::from("k"), minute).await,
+        l.allow(&plain, Key::from("k"), minute).await,
+    ] {
+        let Err(LimiterError::Unsupported(why)) = refused else {
+            panic!("{refused:?}");
+        };
+        assert!(why.contains("with_overrides"), "{why}");
+    }
+    assert!(check(&l, &plain, "k").await.allowed);
+    let seen = l.inspect(&plain, Key::from("k")).await.expect("inspect");
+    assert_eq!((seen.state.remaining, seen.blocked_for), (1, None));
+    // A record left by the same rule with overrides does not apply to it without them.
+    let steerable = plain.clone().with_overrides();
+    l.penalize(&steerable, Key::from("k"), minute)
+        .await
+        .expect("penalize");
+    assert!(!check(&l, &steerable, "k").await.allowed);
+    assert!(check(&l, &plain, "k").await.allowed);
+    l.reset(&plain, Key::from("k")).await.expect("reset");
+    assert_eq!(
+        l.inspect(&plain, Key::from("k"))
+            .await
+            .expect("inspect")
+            .state
+            .remaining,
+        2
+    );
+}
+
 backend_suite!(
     inspect_consumes_nothing,
     reset_restores_the_full_quota,
@@ -234,6 +270,7 @@ backend_suite!(
     static_allow_list_admits_its_keys,
     bans_escalate_double_and_cap,
     operations_validate_the_rule,
+    steering_needs_a_rule_that_reads_overrides,
 );
 backend_suite!(redis_only: every_override_key_has_a_ttl);
 backend_suite!(standalone_only: static_allow_list_never_calls_redis);

@@ -97,7 +97,10 @@ pub(crate) fn routes(
         token: token.into(),
         limiter,
         rules: Arc::new([
-            (Rule::new("api", api_limit), KeySyntax::UserOrIp(client_ip)),
+            (
+                Rule::new("api", api_limit).with_overrides(),
+                KeySyntax::UserOrIp(client_ip),
+            ),
             (calls, KeySyntax::Phone),
         ]),
     };

@@ -111,10 +111,9 @@ fn router(
 ) -> Result<Router, String> {
     // Per user when logged in, per client IP otherwise.
     let api_limit = RateLimitLayer::builder(Arc::clone(&limiter))
-        .rule(
-            "api",
+        .rule_with(
+            Rule::new("api", config.api_limit).with_overrides(),
             SessionUser::key().or(config.client_ip.clone()),
-            config.api_limit,
         )
         .failure_policy(config.limit_on_error)
         .build()
@@ -122,7 +121,9 @@ fn router(
     // The seeds' rule is "more than N in a period → reject": at most N in ANY window of the
     // period, which the sliding log enforces exactly. GCRA would let N through at once and then
     // one every period / N: nearly 2 × N in the first period.
-    let calls_rule = Rule::new("calls", config.calls_limit).with_algorithm(Algorithm::SlidingLog);
+    let calls_rule = Rule::new("calls", config.calls_limit)
+        .with_algorithm(Algorithm::SlidingLog)
+        .with_overrides();
     calls_rule
         .validate()
         .map_err(|e| format!("CALLS_LIMIT: {e}"))?;

@@ -16,8 +16,10 @@ pub(super) struct Evaluation {
     scripts: Option<Arc<Scripts>>,
     /// Every rule is GCRA: the lean script decides (the general one still refunds).
     gcra_only: bool,
-    /// Two per rule: its state key, then its override key (same hash tag).
+    /// Per rule: its state key.
     keys: Vec<String>,
+    /// Per rule: its override key (same hash tag), when it reads one.
+    records: Vec<Option<String>>,
     rule_args: Vec<RuleArgs>,
     /// Decide, record nothing (inspect).
     dry: bool,
@@ -28,8 +30,8 @@ pub(super) struct Evaluation {
 pub(super) struct RuleArgs {
     /// Algorithm id, limit, period (µs), burst, emission interval (µs), cost.
     pub(super) ints: [u64; 6],
-    /// The rule's bans as the scripts take them, or `None`.
-    pub(super) bans: Option<Arc<str>>,
+    /// `0`: the rule reads no override record; `1`: it does; else its bans (it does too).
+    pub(super) overrides: Cow<'static, str>,
 }
 
 /// A request's rules as one entry of a coalesced call of an evaluation script.
@@ -52,8 +54,7 @@ impl Entry for RuleEntry {
     fn write_args(&self, call: &mut ScriptCall<'_>) {
         call.arg(&*self.request).arg(u8::from(self.dry));
         for args in &self.rule_args {
-            call.arg(&args.ints[..])
-                .arg(args.bans.as_deref().unwrap_or("0"));
+            call.arg(&args.ints[..]).arg(&*args.overrides);
         }
     }
 }
@@ -84,18 +85,20 @@ impl Coalescers {
 }
 
 impl Evaluation {
-    /// `gcra_only`: every rule is built-in GCRA (then `scripts` is `None`). `keys`: two per
-    /// rule, its state key then its override key.
+    /// `gcra_only`: every rule is built-in GCRA (then `scripts` is `None`). Per rule: its state
+    /// key, its override key if it reads one, its arguments.
     pub(super) fn new(
         scripts: Option<Arc<Scripts>>,
         gcra_only: bool,
         keys: Vec<String>,
+        records: Vec<Option<String>>,
         rule_args: Vec<RuleArgs>,
     ) -> Self {
         Self {
             gcra_only: gcra_only && scripts.is_none(),
             scripts,
             keys,
+            records,
             rule_args,
             dry: false,
         }
@@ -142,8 +145,18 @@ impl Evaluation {
         };
         if !backend.connection().is_cluster() {
             // The common case: one entry, its keys and arguments moved rather than copied.
+            let keys = std::mem::take(&mut self.keys);
+            let keys = if self.records.iter().all(Option::is_none) {
+                keys
+            } else {
+                let records = std::mem::take(&mut self.records);
+                keys.into_iter()
+                    .zip(records)
+                    .flat_map(|(key, record)| std::iter::once(key).chain(record))
+                    .collect()
+            };
             let entry = RuleEntry {
-                keys: std::mem::take(&mut self.keys),
+                keys,
                 rule_args: std::mem::take(&mut self.rule_args),
                 request,
                 dry: self.dry,
@@ -151,9 +164,8 @@ impl Evaluation {
             let reply = self.evaluate(coalescers, entry).await?;
             return Ok(parse_reply(&reply, n)?.0);
         }
-        // A rule's two keys share its hash tag: group the rules by their state keys.
-        let state_keys: Vec<String> = self.keys.iter().step_by(2).cloned().collect();
-        let groups = backend.slot_groups(&state_keys);
+        // A rule's override key shares its state key's hash tag.
+        let groups = backend.slot_groups(&self.keys);
         let mut states: Vec<Option<RuleState>> = vec![None; n];
         // The groups that admitted the request, with the Redis time they were evaluated at.
         let mut committed: Vec<(&[usize], u64)> = Vec::new();
@@ -162,7 +174,8 @@ impl Evaluation {
             let entry = RuleEntry {
                 keys: group
                     .iter()
-                    .flat_map(|&i| self.keys[2 * i..2 * i + 2].iter().cloned())
+                    .flat_map(|&i| std::iter::once(&self.keys[i]).chain(&self.records[i]))
+                    .cloned()
                     .collect(),
                 rule_args: group.iter().map(|&i| self.rule_args[i].clone()).collect(),
                 request: request.clone(),
@@ -205,7 +218,7 @@ impl Evaluation {
     /// the quota consumed, which errs on the side of limiting.
     async fn refund(&self, backend: &RedisBackend, request: &str, groups: &[(&[usize], u64)]) {
         for (group, evaluated_at) in groups {
-            let keys: Vec<&str> = group.iter().map(|&i| self.keys[2 * i].as_str()).collect();
+            let keys: Vec<&str> = group.iter().map(|&i| self.keys[i].as_str()).collect();
             let mut call = backend.script(&self.scripts().refund, &keys);
             call.arg(request).arg(*evaluated_at);
             for &i in *group {

@@ -173,7 +173,9 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
 
     /// Blocks `key` under `rule` for `duration` (1 ms to [`MAX_OVERRIDE`](super::MAX_OVERRIDE)):
     /// every request is denied by the rule, with `Retry-After` the rest of the block, on every
-    /// replica. Replaces an earlier penalty and ends a runtime allow-list entry; a
+    /// replica. The rule must read overrides ([`Rule::with_overrides`](super::Rule::with_overrides)
+    /// or bans; otherwise [`LimiterError::Unsupported`]). Replaces an earlier penalty and ends
+    /// a runtime allow-list entry; a
     /// [`reset`](Self::reset) or [`allow`](Self::allow) lifts it. Denials during the block
     /// record nothing.
     ///
@@ -182,7 +184,7 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let limiter = MemoryLimiter::new();
-    /// let api = Rule::new("api", Quota::per_minute(60));
+    /// let api = Rule::new("api", Quota::per_minute(60)).with_overrides();
     /// limiter.penalize(&api, Key::from("mallory"), Duration::from_secs(600)).await.unwrap();
     /// let d = limiter.check(&api, Key::from("mallory")).await.unwrap();
     /// assert!(!d.allowed);
@@ -202,8 +204,8 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
 
     /// Puts `key` on `rule`'s runtime allow list for `duration` (1 ms to
     /// [`MAX_OVERRIDE`](super::MAX_OVERRIDE)): the rule admits it without counting, on every
-    /// replica, until the entry expires. Ends a penalty or ban in progress (not the ban
-    /// history). For a list fixed at start, use
+    /// replica, until the entry expires. The rule must read overrides, as for
+    /// [`penalize`](Self::penalize). Ends a penalty or ban in progress (not the ban history). For a list fixed at start, use
     /// [`Rule::with_allowed_keys`](super::Rule::with_allowed_keys), which costs no Redis call.
     ///
     /// ```
@@ -211,7 +213,7 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let limiter = MemoryLimiter::new();
-    /// let api = Rule::new("api", Quota::per_hour(1));
+    /// let api = Rule::new("api", Quota::per_hour(1)).with_overrides();
     /// limiter.allow(&api, Key::from("load-test"), Duration::from_secs(3600)).await.unwrap();
     /// for _ in 0..10 {
     ///     assert!(limiter.check(&api, Key::from("load-test")).await.unwrap().allowed);

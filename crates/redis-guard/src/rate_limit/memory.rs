@@ -146,9 +146,10 @@ impl MemoryLimiter {
                 )));
             };
             // As the scripts: the override record applies after the algorithm.
-            // Skipped while no key has a record and the rule has no bans: the common case costs
-            // no second hash of the key.
-            let oid = (table.overrides.len() > 0 || check.rule.bans().is_some())
+            // As on Redis, only a rule that reads overrides pays for the lookup.
+            let oid = check
+                .rule
+                .reads_overrides()
                 .then(|| self.override_id(&check.rule, &check.key));
             let mut record = oid.map_or_else(Override::default, |oid| table.record(oid, now));
             let mut effect = record.effect(now);
@@ -289,7 +290,12 @@ impl Limiter for MemoryLimiter {
             let check = Check::new(rule.clone(), key);
             let state = self.evaluate_now(std::slice::from_ref(&check), true)?[0];
             let now = self.inner.now_us();
-            let record = self.inner.lock().record(oid, now);
+            // A rule that reads no record has none that applies.
+            let record = if rule.reads_overrides() {
+                self.inner.lock().record(oid, now)
+            } else {
+                Override::default()
+            };
             Ok(Inspection::new(state, record, now, rule.cost()))
         });
         Box::pin(std::future::ready(seen))

@@ -34,7 +34,8 @@ pub const DENY_CACHE_MAX_WAIT: Duration = Duration::from_secs(2);
 /// Key names are `<prefix>rl:<rule>:<algorithm>:{<digest>}`: the digest is a hash of the client
 /// key (see [`Key::digest`](super::Key::digest)), and the braces make it a Cluster hash tag.
 /// Beside it, `<prefix>rl:<rule>:ov:{<digest>}` holds the key's override record (penalty, allow
-/// list entry, bans; see [`Limiter::inspect`]), written only by operations and bans. The
+/// list entry, bans; see [`Limiter::inspect`]), written only by operations and bans and read
+/// by rules built [`with_overrides`](super::Rule::with_overrides) or with bans. The
 /// algorithm (`gcra`, `fw`, `sl`, `sc`, `tb`, or `x-<name>` for a custom one) is part of the
 /// name, so switching a rule's algorithm starts it afresh rather than failing on state of
 /// another shape; the old keys expire on their own.
@@ -145,26 +146,26 @@ impl RedisLimiter {
     /// The Redis key that holds `check`'s state.
     #[must_use]
     pub fn key_name(&self, check: &Check) -> String {
-        self.key_names(&check.rule, &check.key).0
+        self.key_names(&check.rule, &check.key, false).0
     }
 
-    /// The Redis keys of `rule`'s state and override record for `key`, from one digest.
-    fn key_names(&self, rule: &Rule, key: &Key) -> (String, String) {
+    /// The Redis keys of `rule`'s state and (when `record`) override record for `key`, from
+    /// one digest.
+    fn key_names(&self, rule: &Rule, key: &Key, record: bool) -> (String, Option<String>) {
         let digest = key.digest();
         (
             self.backend
                 .key(&["rl", rule.name(), &rule.algorithm().key_tag()], &digest),
-            self.backend.key(&["rl", rule.name(), "ov"], &digest),
+            record.then(|| self.backend.key(&["rl", rule.name(), "ov"], &digest)),
         )
     }
 
     /// The script call(s) for `checks`: keys, arguments, and which scripts run them.
     fn evaluation(&self, checks: &[Check]) -> Evaluation {
-        let mut keys: Vec<String> = Vec::with_capacity(2 * checks.len());
-        for check in checks {
-            let (state, record) = self.key_names(&check.rule, &check.key);
-            keys.extend([state, record]);
-        }
+        let (keys, records): (Vec<String>, Vec<Option<String>>) = checks
+            .iter()
+            .map(|c| self.key_names(&c.rule, &c.key, c.rule.reads_overrides()))
+            .unzip();
         let mut customs: Vec<CustomAlgorithm> = Vec::new();
         let rule_args: Vec<RuleArgs> = checks
             .iter()
@@ -189,7 +190,7 @@ impl RedisLimiter {
                         p.emission_us,
                         p.cost,
                     ],
-                    bans: check.rule.bans().map(|b| b.script_arg().into()),
+                    overrides: operations::script_arg(&check.rule),
                 }
             })
             .collect();
@@ -201,7 +202,7 @@ impl RedisLimiter {
         let gcra_only = checks
             .iter()
             .all(|c| *c.rule.algorithm() == Algorithm::Gcra);
-        Evaluation::new(scripts, gcra_only, keys, rule_args)
+        Evaluation::new(scripts, gcra_only, keys, records, rule_args)
     }
 }
 
@@ -279,14 +280,20 @@ impl Limiter for RedisLimiter {
         let check = Check::new(rule.clone(), key);
         let evaluation = self.evaluation(std::slice::from_ref(&check)).dry();
         let coalescers = Arc::clone(&self.coalescers);
-        let record = self.operation(&check.rule, &check.key, "get", 0);
+        // A rule that reads no record has none that applies.
+        let record = rule
+            .reads_overrides()
+            .then(|| self.operation(&check.rule, &check.key, "get", 0));
         Box::pin(async move {
             let states = evaluation.run(&coalescers).await?;
             let state = states
                 .into_iter()
                 .next()
                 .ok_or_else(|| BackendError::BadReply("no state".into()))?;
-            let (record, now) = record.await?;
+            let (record, now) = match record {
+                Some(record) => record.await?,
+                None => (Override::default(), 0),
+            };
             Ok(Inspection::new(state, record, now, check.cost))
         })
     }
@@ -345,7 +352,8 @@ impl RedisLimiter {
         op: &'static str,
         us: u64,
     ) -> impl Future<Output = Result<(Override, u64), LimiterError>> + Send + 'static {
-        let (state, record) = self.key_names(rule, key);
+        let (state, record) = self.key_names(rule, key, true);
+        let record = record.unwrap_or_default();
         let backend = self.backend.clone();
         let deny_cache = self.deny_cache.clone().filter(|_| op != "get");
         async move {
@@ -399,8 +407,8 @@ fn parse_record(reply: &redis::Value) -> Result<(Override, u64), LimiterError> {
     Ok((record, now))
 }
 
-/// A request as the deny cache knows it: every check's rule (name, algorithm, quota), key and
-/// cost.
+/// A request as the deny cache knows it: every check's rule (name, algorithm, quota, whether it
+/// reads overrides), key and cost.
 struct Request<'a>(&'a [Check]);
 
 impl Hash for Request<'_> {
@@ -409,6 +417,7 @@ impl Hash for Request<'_> {
             check.rule.name().hash(state);
             check.rule.algorithm().hash(state);
             check.rule.quota().hash(state);
+            check.rule.reads_overrides().hash(state);
             check.key.as_bytes().hash(state);
             check.cost.hash(state);
         }

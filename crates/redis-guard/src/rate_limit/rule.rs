@@ -27,6 +27,7 @@ pub struct Rule {
     cost: u32,
     bans: Option<Bans>,
     allowed_keys: Option<Arc<HashSet<Key>>>,
+    overrides: bool,
 }
 
 impl Rule {
@@ -40,6 +41,7 @@ impl Rule {
             cost: 1,
             bans: None,
             allowed_keys: None,
+            overrides: false,
         }
     }
 
@@ -185,6 +187,40 @@ impl Rule {
         let keys: HashSet<Key> = keys.into_iter().collect();
         self.allowed_keys = (!keys.is_empty()).then(|| Arc::new(keys));
         self
+    }
+
+    /// Reads the runtime overrides of each key on every decision: penalties
+    /// ([`Limiter::penalize`](super::Limiter::penalize)) and runtime allow-list entries
+    /// ([`Limiter::allow`](super::Limiter::allow)), which every replica then honours. Off by
+    /// default, because reading the record costs every request a little (one more key per
+    /// script call on Redis, one more lookup in memory); [`with_bans`](Self::with_bans) turns
+    /// it on. [`inspect`](super::Limiter::inspect) and [`reset`](super::Limiter::reset) work on
+    /// every rule; `penalize` and `allow` on a rule without overrides are refused with
+    /// [`LimiterError::Unsupported`](super::LimiterError::Unsupported), never silently ignored.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = MemoryLimiter::new();
+    /// let plain = Rule::new("api", Quota::per_minute(60));
+    /// let steerable = plain.clone().with_overrides();
+    /// let hour = Duration::from_secs(3600);
+    /// assert!(limiter.penalize(&plain, Key::from("k"), hour).await.is_err());
+    /// assert!(limiter.penalize(&steerable, Key::from("k"), hour).await.is_ok());
+    /// assert!(!limiter.check(&steerable, Key::from("k")).await.unwrap().allowed);
+    /// # }
+    /// ```
+    pub fn with_overrides(mut self) -> Self {
+        self.overrides = true;
+        self
+    }
+
+    /// Whether the rule reads runtime overrides (set by [`with_overrides`](Self::with_overrides)
+    /// or implied by [`with_bans`](Self::with_bans)).
+    #[must_use]
+    pub fn reads_overrides(&self) -> bool {
+        self.overrides || self.bans.is_some()
     }
 
     /// Whether `key` is on the rule's static allow list.

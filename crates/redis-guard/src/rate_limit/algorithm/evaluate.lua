@@ -7,17 +7,18 @@
 -- decided one after the other, in order, at one Redis time.
 --
 -- KEYS     every entry's keys, entry after entry: per rule its state key, then its override
---          key (operations.rs); on a Redis Cluster all keys of one call share a hash tag.
+--          key when the rule reads one (operations.rs); on a Redis Cluster all keys of one call
+--          share a hash tag.
 -- ARGV[1]  a time shift in µs added to Redis TIME: 0 in production; tests move time forward
 --          with it instead of sleeping.
 -- ARGV[2]  the number of entries
--- ARGV     then per entry: its key count 2n, its argument count (2 + 7n), then its arguments:
+-- ARGV     then per entry: its key count, its argument count (2 + 7n), then its arguments:
 --            a request id, unique per evaluation (the sliding log names its members with it);
 --            1 for a dry run: decide, record nothing (used on a Cluster for the rules after one
 --              that denied, and by inspect), else 0;
 --            7 per rule, in order: algorithm id, limit, period (µs), burst, emission interval
---              (µs), cost (integers), then the rule's bans `after:within:block:max:forget` (µs)
---              or `0` for none
+--              (µs), cost (integers), then `0` (the rule reads no override record), `1` (it
+--              does) or its bans `after:within:block:max:forget` (µs; it does)
 -- Overrides A rule's override record applies after its algorithm: on the runtime allow list the
 --          rule admits and records nothing (remaining: what was left before the request); blocked, it denies (remaining 0, retry_after the
 --          block's rest); else, when the algorithm denies a rule with bans (not in a dry run),
@@ -33,14 +34,19 @@ local now = clock()
 -- Override records read by this call (false: none), and those to write at the end.
 local ovs, ov_dirty = {}, {}
 
--- Decides the entry with n rules, keys KEYS[k + 1 .. k + 2n] and arguments from ARGV[a + 1].
+-- Decides the entry with n rules, keys from KEYS[k + 1] and arguments from ARGV[a + 1].
 local function decide(k, n, a)
   local req, dry = ARGV[a + 1], ARGV[a + 2] == '1'
   local replies, commits, all_allowed = {}, {}, true
   for i = 1, n do
     local o = a + 2 + (i - 1) * 7
     local p = params(o, req)
-    local key, okey = KEYS[k + 2 * i - 1], KEYS[k + 2 * i]
+    local spec, key, okey = ARGV[o + 7], KEYS[k + 1], nil
+    if spec == '0' then
+      k = k + 1
+    else
+      okey, k = KEYS[k + 2], k + 2
+    end
     local algorithm = algorithms[p.id]
     if type(algorithm) ~= 'function' then
       if names[p.id] then
@@ -54,14 +60,17 @@ local function decide(k, n, a)
     if bad then
       return 'RG_ALGORITHM algorithm ' .. (names[p.id] or tostring(p.id)) .. ' ' .. bad
     end
-    local ov = ovs[okey]
-    if ov == nil then
-      ov = ov_parse(redis.call('GET', okey), now)
-      ovs[okey] = ov
+    local ov, wait = false, 0
+    if okey then
+      ov = ovs[okey]
+      if ov == nil then
+        ov = ov_parse(redis.call('GET', okey), now)
+        ovs[okey] = ov
+      end
+      wait = ov_wait(ov, now)
     end
-    local wait = ov_wait(ov, now)
-    if not allowed and wait == 0 and not dry and ARGV[o + 7] ~= '0' then
-      ov = ov_strike(ov, now, ARGV[o + 7])
+    if not allowed and wait == 0 and not dry and okey and spec ~= '1' then
+      ov = ov_strike(ov, now, spec)
       ovs[okey], ov_dirty[okey] = ov, true
       wait = ov_wait(ov, now)
     end
@@ -92,7 +101,7 @@ end
 local count = tonumber(ARGV[2]) or -1
 local out, k, a = {}, 0, 2
 for e = 1, count do
-  local n, m = entry_counts(e, k, a)
+  local n, m, nk = entry_counts(e, k, a)
   if n == nil then return m end
   a = a + 2
   local ok, reply = pcall(decide, k, n, a)
@@ -101,7 +110,7 @@ for e = 1, count do
   else
     out[e] = type(reply) == 'table' and reply.err or ('ERR ' .. tostring(reply))
   end
-  k, a = k + 2 * n, a + m
+  k, a = k + nk, a + m
 end
 local misfit = entries_misfit(count, k, a)
 if misfit then return misfit end

@@ -8,9 +8,10 @@
 -- decided one after the other, in order, at one Redis time.
 --
 -- KEYS     every entry's keys, entry after entry: per rule its state key, then its override key
+--          when the rule reads one
 -- ARGV[1]  a time shift in µs added to Redis TIME (0 in production)
 -- ARGV[2]  the number of entries
--- ARGV     then per entry: its key count 2n, its argument count (2 + 7n), then its arguments:
+-- ARGV     then per entry: its key count, its argument count (2 + 7n), then its arguments:
 --            a request id (unused here), the dry-run flag (1: decide, record nothing), and per
 --            rule the seven arguments of evaluate.lua (only burst, emission interval, cost and
 --            bans are read; the limit is echoed)
@@ -30,16 +31,24 @@ local ovs, ov_dirty = {}, {}
 local out, k, a = {}, 0, 2
 local entries = tonumber(ARGV[2]) or -1
 for e = 1, entries do
-  local n, m = entry_counts(e, k, a)
+  local n, m, nk = entry_counts(e, k, a)
   if n == nil then return m end
   a = a + 2
   local dry = ARGV[a + 2] == '1'
+  local kk = k
   -- reply[5i-4 .. 5i] is rule i's row; while deciding, reply[5i-1] holds a counted rule's new
   -- TAT (0: admitted without counting) until the commit below replaces it with 0.
   local reply, admitted, failed = n == 1 and { 0, 0, 0, 0, 0, 0 } or {}, true, nil
   for i = 1, n do
-    local o, r, key, okey = a + 2 + (i - 1) * 7, (i - 1) * 5, KEYS[k + 2 * i - 1], KEYS[k + 2 * i]
+    local o, r, key = a + 2 + (i - 1) * 7, (i - 1) * 5, KEYS[kk + 1]
     local b, em, c = tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), tonumber(ARGV[o + 6])
+    -- `0`: the rule reads no override record; `1`: it does; else its bans (it does too).
+    local spec, okey = ARGV[o + 7], nil
+    if spec == '0' then
+      kk = kk + 1
+    else
+      okey, kk = KEYS[kk + 2], kk + 2
+    end
     local tat = tats[key]
     if tat == nil then
       -- A key of another type fails its own entry, not the others of this call.
@@ -51,17 +60,20 @@ for e = 1, entries do
       tat = tonumber(v) or false
       tats[key] = tat
     end
-    local ov = ovs[okey]
-    if ov == nil then
-      local v = redis.pcall('GET', okey)
-      if type(v) == 'table' and v.err then
-        failed = v.err
-        break
+    local ov, wait = false, 0
+    if okey then
+      ov = ovs[okey]
+      if ov == nil then
+        local v = redis.pcall('GET', okey)
+        if type(v) == 'table' and v.err then
+          failed = v.err
+          break
+        end
+        ov = ov_parse(v, now)
+        ovs[okey] = ov
       end
-      ov = ov_parse(v, now)
-      ovs[okey] = ov
+      wait = ov_wait(ov, now)
     end
-    local wait = ov_wait(ov, now)
     if not tat or tat < now then tat = now end
     local new_tat = tat + c * em
     local allow_at = new_tat - b * em
@@ -71,8 +83,8 @@ for e = 1, entries do
       if remaining < 0 then remaining = 0 end
       reply[r + 1], reply[r + 3] = 0, remaining
       reply[r + 4], reply[r + 5] = cdiv(allow_at - now, 1000), cdiv(tat - now, 1000)
-      if wait == 0 and not dry and ARGV[o + 7] ~= '0' then
-        ov = ov_strike(ov, now, ARGV[o + 7])
+      if wait == 0 and not dry and okey and spec ~= '1' then
+        ov = ov_strike(ov, now, spec)
         ovs[okey], ov_dirty[okey] = ov, true
         wait = ov_wait(ov, now)
       end
@@ -91,11 +103,12 @@ for e = 1, entries do
     if reply[r + 1] == 0 then admitted = false end
   end
   local commit = admitted and not failed and not dry
+  kk = k
   for i = 1, failed and 0 or n do
-    local r = (i - 1) * 5
+    local r, key = (i - 1) * 5, KEYS[kk + 1]
+    kk = kk + (ARGV[a + 2 + i * 7] == '0' and 1 or 2)
     if reply[r + 1] == 1 then
       if commit and reply[r + 4] ~= 0 then
-        local key = KEYS[k + 2 * i - 1]
         tats[key], dirty[key] = reply[r + 4], reply[r + 4]
       end
       reply[r + 4] = 0
@@ -103,7 +116,7 @@ for e = 1, entries do
   end
   reply[n * 5 + 1] = now
   out[e] = failed or reply
-  k, a = k + 2 * n, a + m
+  k, a = k + nk, a + m
 end
 local misfit = entries_misfit(entries, k, a)
 if misfit then return misfit end

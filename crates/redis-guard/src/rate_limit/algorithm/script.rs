@@ -143,15 +143,14 @@ mod tests {
     }
 
     /// Admits one request at `shift`; the Redis time it was decided at. The evaluation script
-    /// takes the coalesced form: here one entry (2 keys: state and override, 9 arguments).
+    /// takes the coalesced form: here one entry (1 key, 9 arguments: no override record).
     async fn admit(conn: &mut MultiplexedConnection, key: &str, shift: u64, id: u8) -> u64 {
         let mut args = argv(shift, "r", "0", id);
-        args.splice(1..1, ["1", "2", "9"].map(String::from));
+        args.splice(1..1, ["1", "1", "9"].map(String::from));
         args.push("0".into());
         let reply: Value = BUILTIN_SCRIPTS
             .evaluate
             .key(key)
-            .key(format!("{key}:ov"))
             .arg(args)
             .invoke_async(conn)
             .await
