@@ -333,6 +333,23 @@ impl Harness {
         self.clock.advance(d);
     }
 
+    /// Asserts a wait a limiter reported: exactly `exact` on memory (its clock stands still); on
+    /// Redis real milliseconds pass during the test, so it may be up to 2 s shorter, never
+    /// longer, and never zero.
+    ///
+    /// # Panics
+    ///
+    /// When `got` is not such a wait.
+    pub fn assert_wait(&self, got: Duration, exact: Duration) {
+        match self.kind {
+            Kind::Memory => assert_eq!(got, exact),
+            _ => assert!(
+                got <= exact && got + Duration::from_secs(2) >= exact && got > Duration::ZERO,
+                "{got:?} not within 2 s below {exact:?}"
+            ),
+        }
+    }
+
     /// Moves time to `into` past the start of the next window of `period` (windows aligned to
     /// the backend's clock, as the sliding counter's are). On Redis the position is computed from
     /// `TIME`, so it is exact to within the few milliseconds the test itself takes.

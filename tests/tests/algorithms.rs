@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis_guard::rate_limit::{
     Algorithm, Check, Decision, HeaderKey, Key, Limiter, Quota, RateLimitLayer, Rule,
 };
-use redis_guard_tests::{Harness, Kind, backend_suite, call};
+use redis_guard_tests::{Harness, backend_suite, call};
 use tower::Layer;
 
 const H: Duration = Duration::from_secs(3600);
@@ -27,18 +27,6 @@ async fn check_cost(l: &Arc<dyn Limiter>, rule: &Rule, key: &str, cost: u32) -> 
     ])
     .await
     .expect("decision")
-}
-
-/// Memory gives exactly `exact`; on Redis real milliseconds pass during the test, so a wait may be
-/// up to 2 s shorter, never longer.
-fn assert_wait(h: &Harness, got: Duration, exact: Duration) {
-    match h.kind() {
-        Kind::Memory => assert_eq!(got, exact),
-        _ => assert!(
-            got <= exact && got + Duration::from_secs(2) >= exact && got > Duration::ZERO,
-            "{got:?} not within 2 s below {exact:?}"
-        ),
-    }
 }
 
 /// Admitted requests in a row until the first denial (at most 50).
@@ -61,14 +49,14 @@ async fn fixed_window_counts_per_window(h: Harness) {
     let d = check(&l, &rule, "k").await;
     assert!(!d.allowed);
     assert_eq!(d.remaining, 0);
-    assert_wait(&h, d.retry_after, H);
+    h.assert_wait(d.retry_after, H);
     h.wait(secs(3599.0)).await;
     let d = check(&l, &rule, "k").await;
     assert!(
         !d.allowed,
         "rejected requests were not counted, the window did not move"
     );
-    assert_wait(&h, d.retry_after, secs(1.0));
+    h.assert_wait(d.retry_after, secs(1.0));
     h.wait(secs(2.0)).await;
     let d = check(&l, &rule, "k").await;
     assert!(d.allowed, "a new window");
@@ -143,15 +131,15 @@ async fn sliding_log_is_exact_over_any_window(h: Harness) {
     h.wait(secs(10.0)).await; // t = 30 s
     let d = check(&l, &rule, "s").await;
     assert!(!d.allowed);
-    assert_wait(&h, d.retry_after, secs(3570.0)); // until the t = 0 entry leaves
-    assert_wait(&h, d.reset_after, secs(3590.0)); // until the t = 20 entry leaves
+    h.assert_wait(d.retry_after, secs(3570.0)); // until the t = 0 entry leaves
+    h.assert_wait(d.reset_after, secs(3590.0)); // until the t = 20 entry leaves
     h.wait(secs(3569.0)).await; // t = 3599 s
     assert!(!check(&l, &rule, "s").await.allowed);
     h.wait(secs(2.0)).await; // t = 3601 s: only the t = 0 entry has left
     assert!(check(&l, &rule, "s").await.allowed);
     let d = check(&l, &rule, "s").await;
     assert!(!d.allowed);
-    assert_wait(&h, d.retry_after, secs(9.0)); // the t = 10 entry leaves at 3610 s
+    h.assert_wait(d.retry_after, secs(9.0)); // the t = 10 entry leaves at 3610 s
 
     let weighted = Rule::new("log-cost", Quota::per_hour(5)).with_algorithm(Algorithm::SlidingLog);
     assert_eq!(check_cost(&l, &weighted, "w", 3).await.remaining, 2);
@@ -159,7 +147,7 @@ async fn sliding_log_is_exact_over_any_window(h: Harness) {
     let d = check_cost(&l, &weighted, "w", 3).await;
     assert!(!d.allowed);
     assert_eq!(d.remaining, 2);
-    assert_wait(&h, d.retry_after, secs(3540.0));
+    h.assert_wait(d.retry_after, secs(3540.0));
     assert_eq!(check_cost(&l, &weighted, "w", 2).await.remaining, 0);
 }
 
@@ -173,7 +161,7 @@ async fn sliding_counter_weights_the_previous_window(h: Harness) {
     let d = check(&l, &rule, "c").await;
     assert!(!d.allowed);
     // The rest of this window, then until 10 × (remaining share) ≤ 9: 360 s into the next.
-    assert_wait(&h, d.retry_after, secs(3599.0 + 360.0));
+    h.assert_wait(d.retry_after, secs(3599.0 + 360.0));
     h.wait(secs(3599.0 + 1700.0)).await; // 1700 s into the next window
     // The previous window still covers 1900/3600 of the sliding window: ⌊10 × 0.53⌋ = 5 used.
     for i in 0..5 {
@@ -184,7 +172,7 @@ async fn sliding_counter_weights_the_previous_window(h: Harness) {
     let d = check(&l, &rule, "c").await;
     assert!(!d.allowed);
     // 5 now + 10 × (3600 − e)/3600 must fall to 9: at e = 2160 s, 460 s from now.
-    assert_wait(&h, d.retry_after, secs(460.0));
+    h.assert_wait(d.retry_after, secs(460.0));
 }
 
 async fn token_bucket_refills_and_never_goes_negative(h: Harness) {
@@ -195,7 +183,7 @@ async fn token_bucket_refills_and_never_goes_negative(h: Harness) {
     }
     let d = check(&l, &rule, "t").await;
     assert!(!d.allowed);
-    assert_wait(&h, d.retry_after, secs(360.0)); // one token per 360 s
+    h.assert_wait(d.retry_after, secs(360.0)); // one token per 360 s
     h.wait(secs(360.0)).await;
     assert!(check(&l, &rule, "t").await.allowed);
     assert!(!check(&l, &rule, "t").await.allowed);
@@ -203,14 +191,14 @@ async fn token_bucket_refills_and_never_goes_negative(h: Harness) {
     let d = check_cost(&l, &rule, "t", 3).await;
     assert!(!d.allowed, "3 tokens asked, 2 there");
     assert_eq!(d.remaining, 2, "and none taken");
-    assert_wait(&h, d.retry_after, secs(360.0));
+    h.assert_wait(d.retry_after, secs(360.0));
     let d = check_cost(&l, &rule, "t", 2).await;
     assert!(d.allowed);
     assert_eq!(d.remaining, 0);
     let d = check_cost(&l, &rule, "t", 5).await;
     assert!(!d.allowed);
     assert_eq!(d.remaining, 0, "never negative");
-    assert_wait(&h, d.reset_after, secs(1800.0));
+    h.assert_wait(d.reset_after, secs(1800.0));
 }
 
 async fn gcra_refills_one_interval_at_a_time(h: Harness) {
@@ -221,7 +209,7 @@ async fn gcra_refills_one_interval_at_a_time(h: Harness) {
     }
     let d = check(&l, &rule, "g").await;
     assert!(!d.allowed);
-    assert_wait(&h, d.retry_after, secs(360.0));
+    h.assert_wait(d.retry_after, secs(360.0));
     h.wait(secs(359.0)).await;
     assert!(!check(&l, &rule, "g").await.allowed);
     h.wait(secs(1.0)).await;

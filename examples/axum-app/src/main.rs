@@ -1,6 +1,7 @@
 //! The redis-guard example on axum: rate limits on Redis, on a Redis Cluster, or in memory. See
 //! README.md beside this file for what to try.
 
+mod admin;
 mod auth;
 mod calls;
 mod config;
@@ -116,7 +117,9 @@ fn router(
     // Per user when logged in, per client IP otherwise.
     let mut api_limit = RateLimitLayer::builder(Arc::clone(&limiter))
         .rule_with(
-            Rule::new("api", config.api_limit).with_mode(config.api_mode),
+            Rule::new("api", config.api_limit)
+                .with_mode(config.api_mode)
+                .with_overrides(),
             SessionUser::key().or(config.client_ip.clone()),
         )
         .failure_policy(config.limit_on_error);
@@ -127,7 +130,9 @@ fn router(
     // The seeds' rule is "more than N in a period → reject": at most N in ANY window of the
     // period, which the sliding log enforces exactly. GCRA would let N through at once and then
     // one every period / N: nearly 2 × N in the first period.
-    let calls_rule = Rule::new("calls", config.calls_limit).with_algorithm(Algorithm::SlidingLog);
+    let calls_rule = Rule::new("calls", config.calls_limit)
+        .with_algorithm(Algorithm::SlidingLog)
+        .with_overrides();
     calls_rule
         .validate()
         .map_err(|e| format!("CALLS_LIMIT: {e}"))?;
@@ -141,6 +146,12 @@ fn router(
     let api = Router::new()
         .route("/api/hello", get(auth::hello))
         .layer(api_limit);
+    let admin = admin::routes(
+        Arc::clone(&limiter),
+        config.api_limit,
+        config.client_ip.clone(),
+        calls_rule.clone(),
+    )?;
     let calls = Router::new()
         .route("/calls", post(calls::handler))
         .with_state(Calls {
@@ -166,7 +177,9 @@ fn router(
         .route("/healthz", get(|| async { "ok" }))
         .merge(calls)
         // Outermost: a cross-site or non-JSON write is refused before sessions or limiters.
-        .layer(axum::middleware::from_fn(refuse_cross_site)))
+        .layer(axum::middleware::from_fn(refuse_cross_site))
+        // Bearer-token routes: no browser sends the token on its own (see admin.rs).
+        .merge(admin))
 }
 
 /// See `shared/csrf.rs`.

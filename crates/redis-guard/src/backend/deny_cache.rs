@@ -60,4 +60,9 @@ impl<V> DenyCache<V> {
         table.insert(key, (value, now), until);
         table.maintain(now, |_, _| {});
     }
+
+    /// Forgets every cached denial (an operation changed what Redis would answer).
+    pub(crate) fn clear(&self) {
+        self.table.lock().clear();
+    }
 }

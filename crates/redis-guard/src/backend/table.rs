@@ -110,6 +110,13 @@ impl<K: Clone + Eq + Hash, V> ExpiringTable<K, V> {
         Some(slot.value)
     }
 
+    /// Removes every entry.
+    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+    pub(crate) fn clear(&mut self) {
+        self.entries.clear();
+        self.order.clear();
+    }
+
     /// Removes up to [`SWEEP_PER_OP`] entries expired at `now`, then the entries closest to
     /// their deadline until the bound holds, handing each to `gone`. Returns how many entries it
     /// looked at.

@@ -100,10 +100,7 @@ impl Fallback {
                     Algorithm::Custom(_) => Algorithm::default(),
                     other => other.clone(),
                 };
-                let rule = Rule::new(r.rule.name_arc().clone(), r.rule.quota().share(replicas))
-                    .with_algorithm(algorithm)
-                    .with_cost(r.rule.cost())
-                    .with_mode(r.rule.mode());
+                let rule = r.rule.reshaped(r.rule.quota().share(replicas), algorithm);
                 rule.validate().map_err(|source| RuleError::FallbackShare {
                     replicas: replicas.get(),
                     source: Box::new(source),

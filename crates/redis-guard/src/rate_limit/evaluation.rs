@@ -16,15 +16,28 @@ pub(super) struct Evaluation {
     scripts: Option<Arc<Scripts>>,
     /// Every rule is GCRA: the lean script decides (the general one still refunds).
     gcra_only: bool,
+    /// Per rule: its state key.
     keys: Vec<String>,
-    /// Per rule: algorithm id, limit, period (µs), burst, emission interval (µs), cost.
-    rule_args: Vec<[u64; 6]>,
+    /// Per rule: its override key (same hash tag), when it reads one.
+    records: Vec<Option<String>>,
+    rule_args: Vec<RuleArgs>,
+    /// Decide, record nothing (inspect).
+    dry: bool,
+}
+
+/// One rule's arguments to the evaluation scripts.
+#[derive(Clone, Debug)]
+pub(super) struct RuleArgs {
+    /// Algorithm id, limit, period (µs), burst, emission interval (µs), cost.
+    pub(super) ints: [u64; 6],
+    /// `0`: the rule reads no override record; `1`: it does; else its bans (it does too).
+    pub(super) overrides: Cow<'static, str>,
 }
 
 /// A request's rules as one entry of a coalesced call of an evaluation script.
 pub(super) struct RuleEntry {
     keys: Vec<String>,
-    rule_args: Vec<[u64; 6]>,
+    rule_args: Vec<RuleArgs>,
     request: Cow<'static, str>,
     dry: bool,
 }
@@ -35,13 +48,13 @@ impl Entry for RuleEntry {
     }
 
     fn arg_count(&self) -> usize {
-        2 + 6 * self.rule_args.len()
+        2 + 7 * self.rule_args.len()
     }
 
     fn write_args(&self, call: &mut ScriptCall<'_>) {
         call.arg(&*self.request).arg(u8::from(self.dry));
         for args in &self.rule_args {
-            call.arg(&args[..]);
+            call.arg(&args.ints[..]).arg(&*args.overrides);
         }
     }
 }
@@ -72,19 +85,29 @@ impl Coalescers {
 }
 
 impl Evaluation {
-    /// `gcra_only`: every rule is built-in GCRA (then `scripts` is `None`).
+    /// `gcra_only`: every rule is built-in GCRA (then `scripts` is `None`). Per rule: its state
+    /// key, its override key if it reads one, its arguments.
     pub(super) fn new(
         scripts: Option<Arc<Scripts>>,
         gcra_only: bool,
         keys: Vec<String>,
-        rule_args: Vec<[u64; 6]>,
+        records: Vec<Option<String>>,
+        rule_args: Vec<RuleArgs>,
     ) -> Self {
         Self {
             gcra_only: gcra_only && scripts.is_none(),
             scripts,
             keys,
+            records,
             rule_args,
+            dry: false,
         }
+    }
+
+    /// Decides without recording anything: not a request, not a rejection.
+    pub(super) fn dry(mut self) -> Self {
+        self.dry = true;
+        self
     }
 
     fn scripts(&self) -> &Scripts {
@@ -113,7 +136,7 @@ impl Evaluation {
         coalescers: &Coalescers,
     ) -> Result<Vec<RuleState>, LimiterError> {
         let backend = coalescers.backend();
-        let n = self.keys.len();
+        let n = self.rule_args.len();
         // Only the sliding log names entries with the request id; GCRA never reads it.
         let request: Cow<'static, str> = if self.gcra_only {
             Cow::Borrowed("-")
@@ -122,15 +145,26 @@ impl Evaluation {
         };
         if !backend.connection().is_cluster() {
             // The common case: one entry, its keys and arguments moved rather than copied.
+            let keys = std::mem::take(&mut self.keys);
+            let keys = if self.records.iter().all(Option::is_none) {
+                keys
+            } else {
+                let records = std::mem::take(&mut self.records);
+                keys.into_iter()
+                    .zip(records)
+                    .flat_map(|(key, record)| std::iter::once(key).chain(record))
+                    .collect()
+            };
             let entry = RuleEntry {
-                keys: std::mem::take(&mut self.keys),
+                keys,
                 rule_args: std::mem::take(&mut self.rule_args),
                 request,
-                dry: false,
+                dry: self.dry,
             };
             let reply = self.evaluate(coalescers, entry).await?;
             return Ok(parse_reply(&reply, n)?.0);
         }
+        // A rule's override key shares its state key's hash tag.
         let groups = backend.slot_groups(&self.keys);
         let mut states: Vec<Option<RuleState>> = vec![None; n];
         // The groups that admitted the request, with the Redis time they were evaluated at.
@@ -138,10 +172,14 @@ impl Evaluation {
         let mut denied = false;
         for group in &groups {
             let entry = RuleEntry {
-                keys: group.iter().map(|&i| self.keys[i].clone()).collect(),
-                rule_args: group.iter().map(|&i| self.rule_args[i]).collect(),
+                keys: group
+                    .iter()
+                    .flat_map(|&i| std::iter::once(&self.keys[i]).chain(&self.records[i]))
+                    .cloned()
+                    .collect(),
+                rule_args: group.iter().map(|&i| self.rule_args[i].clone()).collect(),
                 request: request.clone(),
-                dry: denied,
+                dry: denied || self.dry,
             };
             let outcome = self
                 .evaluate(coalescers, entry)
@@ -159,7 +197,7 @@ impl Evaluation {
             for (&i, state) in group.iter().zip(group_states) {
                 states[i] = Some(state);
             }
-            if denied {
+            if denied || self.dry {
                 continue;
             }
             if all_allowed {
@@ -184,7 +222,7 @@ impl Evaluation {
             let mut call = backend.script(&self.scripts().refund, &keys);
             call.arg(request).arg(*evaluated_at);
             for &i in *group {
-                call.arg(&self.rule_args[i][..]);
+                call.arg(&self.rule_args[i].ints[..]);
             }
             if let Err(e) = call.run().await {
                 tracing::warn!(error = %e, "rate-limit refund failed; the quota stays consumed");

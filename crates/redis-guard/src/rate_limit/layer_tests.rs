@@ -309,3 +309,20 @@ async fn direct_checks_are_counted_too() {
         1
     );
 }
+
+/// The fallback's share of a rule keeps the rule's static allow list.
+#[tokio::test]
+async fn the_fallback_keeps_a_rules_allow_list() {
+    use crate::rate_limit::Key;
+    let layer = builder()
+        .rule_with(failing("lua"), key())
+        .rule_with(
+            Rule::new("api", Quota::per_minute(1)).with_allowed_keys([Key::from("a")]),
+            key(),
+        )
+        .build()
+        .unwrap();
+    // The Lua rule fails every evaluation: the fallback decides both rules, and "a" is on
+    // "api"'s allow list there too.
+    assert_eq!(statuses(&send(&layer, 3).await), [200, 200, 200]);
+}

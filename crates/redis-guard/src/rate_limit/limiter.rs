@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::decision::RuleDecision;
 use futures_util::future::join_all;
 
-use super::{Decision, Key, Mode, Rule, RuleError, RuleState};
+use super::{Decision, Inspection, Key, Mode, Rule, RuleError, RuleState};
 use crate::backend::BackendError;
 use crate::telemetry;
 
@@ -77,6 +77,10 @@ pub enum LimiterError {
     /// The limiter cannot run this rule (a custom Lua algorithm on the memory backend).
     #[error("{0}")]
     Unsupported(String),
+    /// A penalty or allow-list entry must last from 1 ms to
+    /// [`MAX_OVERRIDE`](super::MAX_OVERRIDE).
+    #[error("a penalty or allow-list entry of {0:?}: use 1 ms to one year")]
+    Duration(Duration),
 }
 
 /// Decides whether requests are admitted: implemented by [`RedisLimiter`] and [`MemoryLimiter`]
@@ -123,6 +127,112 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     fn check(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Decision, LimiterError>> {
         self.check_all(vec![Check::new(rule.clone(), key)])
     }
+
+    /// What `rule` knows about `key`: the answer one more request would get (decided without
+    /// recording anything, so inspecting never consumes quota, counts a rejection or starts a
+    /// ban), and the key's penalty, runtime allow-list entry and ban level. See
+    /// [`Inspection`].
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = MemoryLimiter::new();
+    /// let api = Rule::new("api", Quota::per_minute(60));
+    /// for _ in 0..3 {
+    ///     limiter.check(&api, Key::from("alice")).await.unwrap();
+    /// }
+    /// let seen = limiter.inspect(&api, Key::from("alice")).await.unwrap();
+    /// assert_eq!(seen.state.remaining, 57);
+    /// assert_eq!(limiter.inspect(&api, Key::from("alice")).await.unwrap(), seen);
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LimiterError`]: the store failed, or the rule is invalid.
+    fn inspect(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>>;
+
+    /// Forgets everything `rule` knows about `key`: its quota state, penalty, runtime allow-list
+    /// entry and ban history. The next request sees the full quota. On Redis every replica sees
+    /// it at once; a replica that cached a denial of the key answers from that cache for at
+    /// most [`DENY_CACHE_MAX_WAIT`](super::DENY_CACHE_MAX_WAIT).
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = MemoryLimiter::new();
+    /// let api = Rule::new("api", Quota::per_hour(1));
+    /// assert!(limiter.check(&api, Key::from("bob")).await.unwrap().allowed);
+    /// assert!(!limiter.check(&api, Key::from("bob")).await.unwrap().allowed);
+    /// limiter.reset(&api, Key::from("bob")).await.unwrap();
+    /// assert!(limiter.check(&api, Key::from("bob")).await.unwrap().allowed);
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LimiterError`]: the store failed, or the rule is invalid.
+    fn reset(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>>;
+
+    /// Blocks `key` under `rule` for `duration` (1 ms to [`MAX_OVERRIDE`](super::MAX_OVERRIDE)):
+    /// every request is denied by the rule, with `Retry-After` the rest of the block, on every
+    /// replica. The rule must read overrides ([`Rule::with_overrides`](super::Rule::with_overrides)
+    /// or bans; otherwise [`LimiterError::Unsupported`]). Replaces an earlier penalty and ends
+    /// a runtime allow-list entry; a
+    /// [`reset`](Self::reset) or [`allow`](Self::allow) lifts it. Denials during the block
+    /// record nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = MemoryLimiter::new();
+    /// let api = Rule::new("api", Quota::per_minute(60)).with_overrides();
+    /// limiter.penalize(&api, Key::from("mallory"), Duration::from_secs(600)).await.unwrap();
+    /// let d = limiter.check(&api, Key::from("mallory")).await.unwrap();
+    /// assert!(!d.allowed);
+    /// assert_eq!(d.retry_after, Duration::from_secs(600));
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LimiterError`]: the store failed, the rule is invalid, or the duration is out of range.
+    fn penalize(
+        &self,
+        rule: &Rule,
+        key: Key,
+        duration: Duration,
+    ) -> BoxFuture<Result<(), LimiterError>>;
+
+    /// Puts `key` on `rule`'s runtime allow list for `duration` (1 ms to
+    /// [`MAX_OVERRIDE`](super::MAX_OVERRIDE)): the rule admits it without counting, on every
+    /// replica, until the entry expires. The rule must read overrides, as for
+    /// [`penalize`](Self::penalize). Ends a penalty or ban in progress (not the ban history). For a list fixed at start, use
+    /// [`Rule::with_allowed_keys`](super::Rule::with_allowed_keys), which costs no Redis call.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = MemoryLimiter::new();
+    /// let api = Rule::new("api", Quota::per_hour(1)).with_overrides();
+    /// limiter.allow(&api, Key::from("load-test"), Duration::from_secs(3600)).await.unwrap();
+    /// for _ in 0..10 {
+    ///     assert!(limiter.check(&api, Key::from("load-test")).await.unwrap().allowed);
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LimiterError`]: the store failed, the rule is invalid, or the duration is out of range.
+    fn allow(
+        &self,
+        rule: &Rule,
+        key: Key,
+        duration: Duration,
+    ) -> BoxFuture<Result<(), LimiterError>>;
 
     /// Checks one request against several rules, all or nothing.
     fn check_all(&self, checks: Vec<Check>) -> BoxFuture<Result<Decision, LimiterError>> {
@@ -264,5 +374,31 @@ impl<L: Limiter + ?Sized> Limiter for std::sync::Arc<L> {
 
     fn config_problem(&self) -> Option<String> {
         (**self).config_problem()
+    }
+
+    fn inspect(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
+        (**self).inspect(rule, key)
+    }
+
+    fn reset(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {
+        (**self).reset(rule, key)
+    }
+
+    fn penalize(
+        &self,
+        rule: &Rule,
+        key: Key,
+        duration: Duration,
+    ) -> BoxFuture<Result<(), LimiterError>> {
+        (**self).penalize(rule, key, duration)
+    }
+
+    fn allow(
+        &self,
+        rule: &Rule,
+        key: Key,
+        duration: Duration,
+    ) -> BoxFuture<Result<(), LimiterError>> {
+        (**self).allow(rule, key, duration)
     }
 }

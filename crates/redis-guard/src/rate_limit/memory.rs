@@ -6,9 +6,12 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use super::algorithm::{self, Commit, RuleState, State, ceil_ms};
 use super::limiter::{BoxFuture, Check, Limiter, LimiterError, decision_from, rule_decisions};
-use super::{Decision, Mode};
+use super::operations::{self, Effect, Inspection, Override, allow_listed_state};
+use super::{Decision, Key, Mode, Rule};
 use crate::backend::{ExpiringTable, InProcess, InProcessBuilder};
 
 /// Default bound on the number of keys a [`MemoryLimiter`] tracks.
@@ -46,8 +49,12 @@ pub struct MemoryLimiter {
     hasher: RandomState,
 }
 
+/// The algorithms' states, and the override records (penalties, allow-list entries, bans).
 #[derive(Debug)]
-struct Table(ExpiringTable<EntryId, State>);
+struct Table {
+    states: ExpiringTable<EntryId, State>,
+    overrides: ExpiringTable<EntryId, Override>,
+}
 
 /// What one entry is the state of: a rule, its algorithm (each keeps its own state, as on Redis)
 /// and the key, as 128 bits of keyed SipHash. Never the key itself: a client that sends 16 KB
@@ -66,7 +73,13 @@ impl MemoryLimiter {
     /// A builder, to set the capacity or the clock.
     pub fn builder() -> InProcessBuilder<Self> {
         InProcessBuilder::new(DEFAULT_MAX_KEYS, |capacity, clock| Self {
-            inner: Arc::new(InProcess::new(Table(ExpiringTable::new(capacity)), clock)),
+            inner: Arc::new(InProcess::new(
+                Table {
+                    states: ExpiringTable::new(capacity),
+                    overrides: ExpiringTable::new(capacity),
+                },
+                clock,
+            )),
             hasher: RandomState::new(),
         })
     }
@@ -74,7 +87,8 @@ impl MemoryLimiter {
     /// How many keys hold state right now (expired ones included until swept).
     #[must_use]
     pub fn len(&self) -> usize {
-        self.inner.lock().0.len()
+        let table = self.inner.lock();
+        table.states.len() + table.overrides.len()
     }
 
     /// Whether no key holds state.
@@ -83,15 +97,20 @@ impl MemoryLimiter {
         self.len() == 0
     }
 
-    fn entry_id(&self, check: &Check) -> EntryId {
+    /// The entry of `rule`'s state for `key`.
+    fn state_id(&self, rule: &Rule, key: &Key) -> EntryId {
+        self.entry_id((rule.name(), Some(rule.algorithm()), key.as_bytes()))
+    }
+
+    /// The entry of `rule`'s override record for `key`.
+    fn override_id(&self, rule: &Rule, key: &Key) -> EntryId {
+        self.entry_id((rule.name(), None::<&algorithm::Algorithm>, key.as_bytes()))
+    }
+
+    fn entry_id(&self, parts: impl Hash) -> EntryId {
         // One pass over the (possibly long) key, then two outputs from two different endings.
         let mut h = self.hasher.build_hasher();
-        (
-            check.rule.name(),
-            check.rule.algorithm(),
-            check.key.as_bytes(),
-        )
-            .hash(&mut h);
+        parts.hash(&mut h);
         let mut h1 = h.clone();
         h.write_u8(0);
         h1.write_u8(1);
@@ -101,40 +120,81 @@ impl MemoryLimiter {
     /// Decides `checks` (known to be valid) at once: the layer's fallback, which must not
     /// allocate a future per request while Redis is down.
     pub(crate) fn decide_now(&self, checks: &[Check]) -> Result<Decision, LimiterError> {
-        decision_from(rule_decisions(checks), self.evaluate_now(checks, true)?)
+        decision_from(
+            rule_decisions(checks),
+            self.evaluate_now(checks, true, false)?,
+        )
     }
 
-    /// `by_mode`: as the layer evaluates rules ([`Mode`]): the enforced checks all or nothing,
-    /// each other one on its own. Otherwise every check all or nothing.
+    /// Evaluates `checks`. `by_mode`: as the layer evaluates rules ([`Mode`]): the enforced
+    /// checks all or nothing, each other one on its own; otherwise every check all or nothing.
+    /// `dry`: records nothing (inspect).
     fn evaluate_now(
         &self,
         checks: &[Check],
         by_mode: bool,
+        dry: bool,
     ) -> Result<Vec<RuleState>, LimiterError> {
         let now = self.inner.now_us();
         let mut table = self.inner.lock();
         let mut states = Vec::with_capacity(checks.len());
         let mut commits = Vec::with_capacity(checks.len());
+        // Override records changed by bans in this evaluation, stored whatever the decision.
+        let mut records: Vec<(EntryId, Override)> = Vec::new();
         for check in checks {
+            if check.rule.allows(&check.key) {
+                states.push(allow_listed_state(check.rule.quota().limit()));
+                continue;
+            }
             let params = check.rule.params(check.cost);
-            let id = self.entry_id(check);
-            let current = table.0.get_live_mut(&id, now);
+            let id = self.state_id(&check.rule, &check.key);
+            let current = table.states.get_live_mut(&id, now);
             let Some(step) = algorithm::step(current, now, &params) else {
                 return Err(LimiterError::Unsupported(format!(
                     "rule `{}` uses a custom Lua algorithm, which needs Redis; the memory backend cannot run it",
                     check.rule.name()
                 )));
             };
-            if let Some(commit) = step.commit {
+            // As the scripts: the override record applies after the algorithm.
+            // As on Redis, only a rule that reads overrides pays for the lookup.
+            let oid = check
+                .rule
+                .reads_overrides()
+                .then(|| self.override_id(&check.rule, &check.key));
+            let mut record = oid.map_or_else(Override::default, |oid| table.record(oid, now));
+            let mut effect = record.effect(now);
+            if let (false, Effect::None, false, Some(bans), Some(oid)) =
+                (step.allowed, effect, dry, check.rule.bans(), oid)
+            {
+                record.strike(now, bans.micros());
+                records.push((oid, record));
+                effect = record.effect(now);
+            }
+            let (allowed, remaining, retry_us, reset_us, commit) = match effect {
+                Effect::None => (
+                    step.allowed,
+                    step.remaining,
+                    step.retry_after_us,
+                    step.reset_after_us,
+                    step.commit,
+                ),
+                // Not counted: what is left is what was left before the request.
+                Effect::Allowed => {
+                    let left = step.remaining + if step.allowed { params.cost } else { 0 };
+                    (true, left, 0, step.reset_after_us, None)
+                }
+                Effect::Blocked(wait) => (false, 0, wait, step.reset_after_us.max(wait), None),
+            };
+            if let Some(commit) = commit {
                 let alone = by_mode && check.rule.mode() != Mode::Enforce;
-                commits.push((id, commit, alone.then_some(step.allowed)));
+                commits.push((id, commit, alone.then_some(allowed)));
             }
             states.push(RuleState::from_parts(
-                step.allowed,
+                allowed,
                 params.limit,
-                step.remaining,
-                ceil_ms(step.retry_after_us),
-                ceil_ms(step.reset_after_us),
+                remaining,
+                ceil_ms(retry_us),
+                ceil_ms(reset_us),
             ));
         }
         let together = checks
@@ -143,12 +203,35 @@ impl MemoryLimiter {
             .filter(|(c, _)| !by_mode || c.rule.mode() == Mode::Enforce)
             .all(|(_, s)| s.allowed);
         for (id, commit, alone) in commits {
-            if alone.unwrap_or(together) {
+            if !dry && alone.unwrap_or(together) {
                 table.apply(id, commit, now);
             }
         }
-        table.0.maintain(now, |_, _| {});
+        for (oid, record) in records {
+            table.store(oid, record, now);
+        }
+        table.states.maintain(now, |_, _| {});
+        table.overrides.maintain(now, |_, _| {});
         Ok(states)
+    }
+
+    /// `penalize` or `allow` (`change`) for `duration`, validated.
+    fn steer(
+        &self,
+        rule: &Rule,
+        key: &Key,
+        duration: Duration,
+        change: fn(&mut Override, u64, u64),
+    ) -> BoxFuture<Result<(), LimiterError>> {
+        let done = operations::valid_for(self, rule, duration).map(|us| {
+            let now = self.inner.now_us();
+            let oid = self.override_id(rule, key);
+            let mut table = self.inner.lock();
+            let mut record = table.record(oid, now);
+            change(&mut record, now, us);
+            table.store(oid, record, now);
+        });
+        Box::pin(std::future::ready(done))
     }
 }
 
@@ -159,24 +242,44 @@ impl Default for MemoryLimiter {
 }
 
 impl Table {
+    /// The override record under `oid` as of `now` (none: an empty one).
+    fn record(&mut self, oid: EntryId, now: u64) -> Override {
+        self.overrides
+            .get_live_mut(&oid, now)
+            .map(|r| r.live(now))
+            .unwrap_or_default()
+    }
+
+    /// Stores `record` until its latest deadline (whole milliseconds, as Redis' PX), or drops
+    /// it when none is left.
+    fn store(&mut self, oid: EntryId, record: Override, now: u64) {
+        let until = record.until();
+        if until <= now {
+            self.overrides.remove(&oid);
+        } else {
+            self.overrides
+                .insert(oid, record, now + ceil_ms(until - now) * 1000);
+        }
+    }
+
     fn apply(&mut self, id: EntryId, commit: Commit, now: u64) {
         // Same expiry as Redis' PX: whole milliseconds, rounded up.
         let expiry = |ttl_us: u64| now + ceil_ms(ttl_us) * 1000;
         match commit {
             Commit::Replace(state, ttl) => {
-                self.0.insert(id, state, expiry(ttl));
+                self.states.insert(id, state, expiry(ttl));
             }
             Commit::Append { at, n, ttl } => {
                 let entries = std::iter::repeat_n(at, usize::try_from(n).unwrap_or(0));
-                let live_log =
-                    self.0.is_live(&id, now) && matches!(self.0.get_mut(&id), Some(State::Log(_)));
+                let live_log = self.states.is_live(&id, now)
+                    && matches!(self.states.get_mut(&id), Some(State::Log(_)));
                 if live_log {
-                    if let Some(State::Log(log)) = self.0.get_mut(&id) {
+                    if let Some(State::Log(log)) = self.states.get_mut(&id) {
                         log.extend(entries);
                     }
-                    self.0.set_deadline(&id, expiry(ttl));
+                    self.states.set_deadline(&id, expiry(ttl));
                 } else {
-                    self.0.insert(
+                    self.states.insert(
                         id,
                         State::Log(entries.collect::<VecDeque<_>>()),
                         expiry(ttl),
@@ -191,7 +294,55 @@ impl crate::sealed::Sealed for MemoryLimiter {}
 
 impl Limiter for MemoryLimiter {
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
-        Box::pin(std::future::ready(self.evaluate_now(&checks, false)))
+        Box::pin(std::future::ready(self.evaluate_now(&checks, false, false)))
+    }
+
+    fn inspect(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
+        let seen = operations::valid(self, rule).and_then(|()| {
+            if rule.allows(&key) {
+                return Ok(Inspection::allow_listed(rule.quota().limit()));
+            }
+            let oid = self.override_id(rule, &key);
+            let check = Check::new(rule.clone(), key);
+            let state = self.evaluate_now(std::slice::from_ref(&check), false, true)?[0];
+            let now = self.inner.now_us();
+            // A rule that reads no record has none that applies.
+            let record = if rule.reads_overrides() {
+                self.inner.lock().record(oid, now)
+            } else {
+                Override::default()
+            };
+            Ok(Inspection::new(state, record, now, rule.cost()))
+        });
+        Box::pin(std::future::ready(seen))
+    }
+
+    fn reset(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {
+        let done = operations::valid(self, rule).map(|()| {
+            let (id, oid) = (self.state_id(rule, &key), self.override_id(rule, &key));
+            let mut table = self.inner.lock();
+            table.states.remove(&id);
+            table.overrides.remove(&oid);
+        });
+        Box::pin(std::future::ready(done))
+    }
+
+    fn penalize(
+        &self,
+        rule: &Rule,
+        key: Key,
+        duration: Duration,
+    ) -> BoxFuture<Result<(), LimiterError>> {
+        self.steer(rule, &key, duration, Override::penalize)
+    }
+
+    fn allow(
+        &self,
+        rule: &Rule,
+        key: Key,
+        duration: Duration,
+    ) -> BoxFuture<Result<(), LimiterError>> {
+        self.steer(rule, &key, duration, Override::allow)
     }
 }
 

@@ -6,15 +6,23 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::algorithm::script::{CUSTOM_BASE, Scripts};
+use super::algorithm::script::{CUSTOM_BASE, OPERATIONS, Scripts};
 use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
-use super::evaluation::{Coalescers, Evaluation};
+use super::evaluation::{Coalescers, Evaluation, RuleArgs};
 use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
-use crate::backend::{DEFAULT_BATCH, DenyCache, RedisBackend};
+use super::operations::{self, Inspection, Override};
+use super::{Key, Rule};
+use crate::backend::{BackendError, DEFAULT_BATCH, DenyCache, RedisBackend};
 use crate::telemetry;
 
 /// Default capacity of a [`RedisLimiter`]'s deny cache: how many denied clients it remembers.
 pub const DEFAULT_DENY_CACHE: usize = 10_000;
+
+/// The longest a denial is answered from a [`RedisLimiter`]'s deny cache before Redis is asked
+/// again: how long a [`reset`](Limiter::reset) or [`allow`](Limiter::allow) made on another
+/// replica may take to reach a client this replica has cached as denied (on the replica that
+/// makes the call, its cache is cleared at once).
+pub const DENY_CACHE_MAX_WAIT: Duration = Duration::from_secs(2);
 
 /// A limiter whose state lives in Redis, shared by every instance of the application.
 ///
@@ -25,7 +33,10 @@ pub const DEFAULT_DENY_CACHE: usize = 10_000;
 /// script call, each still decided on its own (see [`batch_size`](Self::batch_size)).
 ///
 /// Key names are `<prefix>rl:<rule>:<algorithm>:{<digest>}`: the digest is a hash of the client
-/// key (see [`Key::digest`](super::Key::digest)), and the braces make it a Cluster hash tag. The
+/// key (see [`Key::digest`](super::Key::digest)), and the braces make it a Cluster hash tag.
+/// Beside it, `<prefix>rl:<rule>:ov:{<digest>}` holds the key's override record (penalty, allow
+/// list entry, bans; see [`Limiter::inspect`]), written only by operations and bans and read
+/// by rules built [`with_overrides`](super::Rule::with_overrides) or with bans. The
 /// algorithm (`gcra`, `fw`, `sl`, `sc`, `tb`, or `x-<name>` for a custom one) is part of the
 /// name, so switching a rule's algorithm starts it afresh rather than failing on state of
 /// another shape; the old keys expire on their own.
@@ -72,7 +83,8 @@ impl RedisLimiter {
     ///
     /// When Redis denies a request, the wait it names is exact: a denial consumes nothing, and
     /// other replicas can only use more of the quota, never give it back. So until that wait has
-    /// passed (less a millisecond: Redis rounds waits up to whole milliseconds), the same request
+    /// passed (less a millisecond: Redis rounds waits up to whole milliseconds; at most
+    /// [`DENY_CACHE_MAX_WAIT`], so that operations made elsewhere reach it), the same request
     /// (same rules, keys and costs) is denied in process, with zero round trips: a client hammering past its limit costs Redis nothing. The trade-off: a
     /// limit raised, a key reset by hand or a Cluster refund reaches a cached client only when
     /// its wait ends. The headers of a cached denial show the rules' states as Redis last
@@ -135,17 +147,28 @@ impl RedisLimiter {
     /// The Redis key that holds `check`'s state.
     #[must_use]
     pub fn key_name(&self, check: &Check) -> String {
-        self.backend.key(
-            &["rl", check.rule.name(), &check.rule.algorithm().key_tag()],
-            &check.key.digest(),
+        self.key_names(&check.rule, &check.key, false).0
+    }
+
+    /// The Redis keys of `rule`'s state and (when `record`) override record for `key`, from
+    /// one digest.
+    fn key_names(&self, rule: &Rule, key: &Key, record: bool) -> (String, Option<String>) {
+        let digest = key.digest();
+        (
+            self.backend
+                .key(&["rl", rule.name(), &rule.algorithm().key_tag()], &digest),
+            record.then(|| self.backend.key(&["rl", rule.name(), "ov"], &digest)),
         )
     }
 
     /// The script call(s) for `checks`: keys, arguments, and which scripts run them.
     fn evaluation(&self, checks: &[Check]) -> Evaluation {
-        let keys: Vec<String> = checks.iter().map(|c| self.key_name(c)).collect();
+        let (keys, records): (Vec<String>, Vec<Option<String>>) = checks
+            .iter()
+            .map(|c| self.key_names(&c.rule, &c.key, c.rule.reads_overrides()))
+            .unzip();
         let mut customs: Vec<CustomAlgorithm> = Vec::new();
-        let rule_args: Vec<[u64; 6]> = checks
+        let rule_args: Vec<RuleArgs> = checks
             .iter()
             .map(|check| {
                 let p = check.rule.params(check.cost);
@@ -159,14 +182,17 @@ impl RedisLimiter {
                     }
                     builtin => usize::from(builtin.builtin_id().unwrap_or(0)),
                 };
-                [
-                    id as u64,
-                    p.limit,
-                    p.period_us,
-                    p.burst,
-                    p.emission_us,
-                    p.cost,
-                ]
+                RuleArgs {
+                    ints: [
+                        id as u64,
+                        p.limit,
+                        p.period_us,
+                        p.burst,
+                        p.emission_us,
+                        p.cost,
+                    ],
+                    overrides: operations::script_arg(&check.rule),
+                }
             })
             .collect();
         let scripts = if customs.is_empty() {
@@ -177,7 +203,7 @@ impl RedisLimiter {
         let gcra_only = checks
             .iter()
             .all(|c| *c.rule.algorithm() == Algorithm::Gcra);
-        Evaluation::new(scripts, gcra_only, keys, rule_args)
+        Evaluation::new(scripts, gcra_only, keys, records, rule_args)
     }
 }
 
@@ -189,10 +215,25 @@ impl Limiter for RedisLimiter {
     }
 
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
-        // A custom algorithm's waits are its own business (it may count denials): never cached.
+        if checks.iter().any(|c| c.rule.allows(&c.key)) {
+            // Allow-listed rules are answered here; the others (if any) go to Redis.
+            let (rest, listed) = operations::split_allow_listed(checks);
+            if rest.is_empty() {
+                return Box::pin(std::future::ready(Ok(operations::merge_allow_listed(
+                    listed,
+                    Vec::new(),
+                ))));
+            }
+            let states = self.evaluate(rest);
+            return Box::pin(
+                async move { Ok(operations::merge_allow_listed(listed, states.await?)) },
+            );
+        }
+        // A custom algorithm's waits are its own business (it may count denials), and a rule
+        // with bans counts every rejection toward the next ban: never cached.
         let has_custom = checks
             .iter()
-            .any(|c| matches!(c.rule.algorithm(), Algorithm::Custom(_)));
+            .any(|c| matches!(c.rule.algorithm(), Algorithm::Custom(_)) || c.rule.bans().is_some());
         let cache = self.deny_cache.clone().filter(|_| !has_custom);
         // Look the request up before building anything for Redis: a cached denial costs no key
         // name, digest or argument.
@@ -228,6 +269,7 @@ impl Limiter for RedisLimiter {
                 .filter(|s| !s.allowed)
                 .map(|s| s.retry_after.saturating_sub(Duration::from_millis(1)))
                 .max()
+                .map(|wait| wait.min(DENY_CACHE_MAX_WAIT))
                 .filter(|wait| !wait.is_zero());
             if let Some(wait) = wait {
                 cache.insert(key, states.clone(), now, wait);
@@ -235,10 +277,147 @@ impl Limiter for RedisLimiter {
             Ok(states)
         })
     }
+
+    fn inspect(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
+        if let Err(e) = operations::valid(self, rule) {
+            return Box::pin(std::future::ready(Err(e)));
+        }
+        if rule.allows(&key) {
+            let listed = Inspection::allow_listed(rule.quota().limit());
+            return Box::pin(std::future::ready(Ok(listed)));
+        }
+        let check = Check::new(rule.clone(), key);
+        let evaluation = self.evaluation(std::slice::from_ref(&check)).dry();
+        let coalescers = Arc::clone(&self.coalescers);
+        // A rule that reads no record has none that applies.
+        let record = rule
+            .reads_overrides()
+            .then(|| self.operation(&check.rule, &check.key, "get", 0));
+        Box::pin(async move {
+            let states = evaluation.run(&coalescers).await?;
+            let state = states
+                .into_iter()
+                .next()
+                .ok_or_else(|| BackendError::BadReply("no state".into()))?;
+            let (record, now) = match record {
+                Some(record) => record.await?,
+                None => (Override::default(), 0),
+            };
+            Ok(Inspection::new(state, record, now, check.cost))
+        })
+    }
+
+    fn reset(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {
+        if let Err(e) = operations::valid(self, rule) {
+            return Box::pin(std::future::ready(Err(e)));
+        }
+        let done = self.operation(rule, &key, "reset", 0);
+        Box::pin(async move { done.await.map(drop) })
+    }
+
+    fn penalize(
+        &self,
+        rule: &Rule,
+        key: Key,
+        duration: Duration,
+    ) -> BoxFuture<Result<(), LimiterError>> {
+        self.steer(rule, &key, duration, "penalize")
+    }
+
+    fn allow(
+        &self,
+        rule: &Rule,
+        key: Key,
+        duration: Duration,
+    ) -> BoxFuture<Result<(), LimiterError>> {
+        self.steer(rule, &key, duration, "allow")
+    }
 }
 
-/// A request as the deny cache knows it: every check's rule (name, algorithm, quota), key and
-/// cost.
+impl RedisLimiter {
+    /// `penalize` or `allow` for `duration`, validated.
+    fn steer(
+        &self,
+        rule: &Rule,
+        key: &Key,
+        duration: Duration,
+        op: &'static str,
+    ) -> BoxFuture<Result<(), LimiterError>> {
+        match operations::valid_for(self, rule, duration) {
+            Ok(us) => {
+                let done = self.operation(rule, key, op, us);
+                Box::pin(async move { done.await.map(drop) })
+            }
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+
+    /// Runs the operations script (`get`, `reset`, `penalize`, `allow`) on `rule`'s keys for
+    /// `key`: the record afterwards and the Redis time, in µs.
+    fn operation(
+        &self,
+        rule: &Rule,
+        key: &Key,
+        op: &'static str,
+        us: u64,
+    ) -> impl Future<Output = Result<(Override, u64), LimiterError>> + Send + 'static {
+        let (state, record) = self.key_names(rule, key, true);
+        let record = record.unwrap_or_default();
+        let backend = self.backend.clone();
+        let deny_cache = self.deny_cache.clone().filter(|_| op != "get");
+        async move {
+            let mut call = backend.script(&OPERATIONS, &[state, record]);
+            call.arg(op).arg(us);
+            let reply = call.run().await?;
+            if let Some(cache) = deny_cache {
+                // This replica's cached denials may predate the operation.
+                cache.clear();
+            }
+            parse_record(&reply)
+        }
+    }
+}
+
+/// Parses the operations script's reply: `{ now, block_until, allow_until, level, level_until,
+/// strikes, strikes_until }`.
+fn parse_record(reply: &redis::Value) -> Result<(Override, u64), LimiterError> {
+    let ints: Option<Vec<u64>> = match reply {
+        redis::Value::Array(cells) if cells.len() == 7 => cells
+            .iter()
+            .map(|c| match c {
+                redis::Value::Int(i) => u64::try_from(*i).ok(),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    };
+    let Some(
+        [
+            now,
+            block_until,
+            allow_until,
+            level,
+            level_until,
+            strikes,
+            strikes_until,
+        ],
+    ) = ints.and_then(|v| <[u64; 7]>::try_from(v).ok())
+    else {
+        return Err(BackendError::BadReply(format!("operations script: {reply:?}")).into());
+    };
+    let record = Override {
+        block_until,
+        allow_until,
+        level,
+        level_until,
+        strikes,
+        strikes_until,
+    };
+    Ok((record, now))
+}
+
+/// A request as the deny cache knows it: every check's rule (name, algorithm, quota, whether it
+/// reads overrides), key and cost.
 struct Request<'a>(&'a [Check]);
 
 impl Hash for Request<'_> {
@@ -247,6 +426,7 @@ impl Hash for Request<'_> {
             check.rule.name().hash(state);
             check.rule.algorithm().hash(state);
             check.rule.quota().hash(state);
+            check.rule.reads_overrides().hash(state);
             check.key.as_bytes().hash(state);
             check.cost.hash(state);
         }

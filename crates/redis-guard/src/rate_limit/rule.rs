@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use super::algorithm::Params;
-use super::{Algorithm, FailurePolicy, Mode, Quota, QuotaError, Route};
+use std::collections::HashSet;
+
+use super::{Algorithm, Bans, FailurePolicy, Key, Mode, Quota, QuotaError, Route};
 
 /// A rule: a name (used in Redis key names and in the `RateLimit` headers), a [`Quota`], an
 /// [`Algorithm`] and the cost of one request.
@@ -27,6 +29,9 @@ pub struct Rule {
     mode: Mode,
     on_failure: Option<FailurePolicy>,
     route: Option<Route>,
+    bans: Option<Bans>,
+    allowed_keys: Option<Arc<HashSet<Key>>>,
+    overrides: bool,
 }
 
 impl Rule {
@@ -41,6 +46,9 @@ impl Rule {
             mode: Mode::Enforce,
             on_failure: None,
             route: None,
+            bans: None,
+            allowed_keys: None,
+            overrides: false,
         }
     }
 
@@ -105,6 +113,15 @@ impl Rule {
     #[must_use]
     pub fn route(&self) -> Option<&Route> {
         self.route.as_ref()
+    }
+
+    /// This rule with another quota and algorithm, everything else kept (allow list, bans,
+    /// mode, route): the in-process fallback's share of it.
+    pub(crate) fn reshaped(&self, quota: Quota, algorithm: Algorithm) -> Self {
+        let mut rule = self.clone();
+        rule.quota = quota;
+        rule.algorithm = algorithm;
+        rule
     }
 
     /// The rollout mode.
@@ -193,7 +210,7 @@ impl Rule {
                 why: "the sliding counter needs limit × period (in µs) below 2^53; use a shorter period or GCRA",
             });
         }
-        Ok(())
+        self.operations_problem()
     }
 
     pub(crate) fn params(&self, cost: u32) -> Params {
@@ -204,6 +221,113 @@ impl Rule {
             burst: u64::from(self.quota.burst_size()),
             emission_us: self.quota.emission_interval_us(),
             cost: u64::from(cost),
+        }
+    }
+
+    /// Bans keys that keep hitting the limit: see [`Bans`]. The count and the ban are decided in
+    /// the same atomic evaluation as the rule, on every backend.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::rate_limit::{Bans, Quota, Rule};
+    /// let rule = Rule::new("login", Quota::per_minute(5))
+    ///     .with_bans(Bans::after(10).block(Duration::from_secs(300)));
+    /// assert_eq!(rule.bans().unwrap().rejections(), 10);
+    /// ```
+    pub fn with_bans(mut self, bans: Bans) -> Self {
+        self.bans = Some(bans);
+        self
+    }
+
+    /// The rule's bans, if any.
+    #[must_use]
+    pub fn bans(&self) -> Option<&Bans> {
+        self.bans.as_ref()
+    }
+
+    /// A static allow list: requests whose key is in `keys` are admitted by this rule without
+    /// counting, decided in process (no Redis call; when every rule of a request allow-lists it,
+    /// the request never reaches Redis). For health checkers, internal services, your own
+    /// office. Keys that change at run time belong on the shared runtime list instead
+    /// ([`Limiter::allow`](super::Limiter::allow)).
+    ///
+    /// The keys are the values the rule's extractor produces (e.g. `Key::from(ip)` for
+    /// [`ClientIp`](super::ClientIp)).
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let office: IpAddr = "203.0.113.7".parse().unwrap();
+    /// let rule = Rule::new("api", Quota::per_minute(1)).with_allowed_keys([Key::from(office)]);
+    /// let limiter = MemoryLimiter::new();
+    /// for _ in 0..3 {
+    ///     assert!(limiter.check(&rule, Key::from(office)).await.unwrap().allowed);
+    /// }
+    /// # }
+    /// ```
+    pub fn with_allowed_keys(mut self, keys: impl IntoIterator<Item = Key>) -> Self {
+        let keys: HashSet<Key> = keys.into_iter().collect();
+        self.allowed_keys = (!keys.is_empty()).then(|| Arc::new(keys));
+        self
+    }
+
+    /// Reads the runtime overrides of each key on every decision: penalties
+    /// ([`Limiter::penalize`](super::Limiter::penalize)) and runtime allow-list entries
+    /// ([`Limiter::allow`](super::Limiter::allow)), which every replica then honours. Off by
+    /// default, because reading the record costs every request a little (one more key per
+    /// script call on Redis, one more lookup in memory); [`with_bans`](Self::with_bans) turns
+    /// it on. [`inspect`](super::Limiter::inspect) and [`reset`](super::Limiter::reset) work on
+    /// every rule; `penalize` and `allow` on a rule without overrides are refused with
+    /// [`LimiterError::Unsupported`](super::LimiterError::Unsupported), never silently ignored.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = MemoryLimiter::new();
+    /// let plain = Rule::new("api", Quota::per_minute(60));
+    /// let steerable = plain.clone().with_overrides();
+    /// let hour = Duration::from_secs(3600);
+    /// assert!(limiter.penalize(&plain, Key::from("k"), hour).await.is_err());
+    /// assert!(limiter.penalize(&steerable, Key::from("k"), hour).await.is_ok());
+    /// assert!(!limiter.check(&steerable, Key::from("k")).await.unwrap().allowed);
+    /// # }
+    /// ```
+    pub fn with_overrides(mut self) -> Self {
+        self.overrides = true;
+        self
+    }
+
+    /// Whether the rule reads runtime overrides (set by [`with_overrides`](Self::with_overrides)
+    /// or implied by [`with_bans`](Self::with_bans)).
+    #[must_use]
+    pub fn reads_overrides(&self) -> bool {
+        self.overrides || self.bans.is_some()
+    }
+
+    /// Whether `key` is on the rule's static allow list.
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{Key, Quota, Rule};
+    /// let rule = Rule::new("api", Quota::per_minute(1)).with_allowed_keys([Key::from("probe")]);
+    /// assert!(rule.allows(&Key::from("probe")) && !rule.allows(&Key::from("other")));
+    /// ```
+    #[must_use]
+    pub fn allows(&self, key: &Key) -> bool {
+        self.allowed_keys
+            .as_ref()
+            .is_some_and(|keys| keys.contains(key))
+    }
+
+    /// Why the rule's operations options cannot work.
+    fn operations_problem(&self) -> Result<(), RuleError> {
+        match self.bans.as_ref().and_then(Bans::problem) {
+            Some(why) => Err(RuleError::Bans {
+                rule: self.name.to_string(),
+                why,
+            }),
+            None => Ok(()),
         }
     }
 }
@@ -280,4 +404,12 @@ pub enum RuleError {
     /// A layer needs at least one rule.
     #[error("the rate-limit layer has no rules")]
     NoRules,
+    /// The rule's [`Bans`] cannot work.
+    #[error("rule `{rule}`: {why}")]
+    Bans {
+        /// The rule.
+        rule: String,
+        /// Why.
+        why: String,
+    },
 }

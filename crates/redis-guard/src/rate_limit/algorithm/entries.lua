@@ -1,16 +1,20 @@
 -- The coalesced form of the evaluation scripts (backend/coalesce.rs): after the time shift,
--- ARGV[2] is the entry count, then each entry is its key count n, its argument count (2 + 6n for
--- a rate-limit request) and its arguments; KEYS are the entries' keys, in order.
+-- ARGV[2] is the entry count, then each entry is its key count, its argument count (2 + 7 per
+-- rule for a rate-limit request) and its arguments; KEYS are the entries' keys, in order: per
+-- rule its state key, then its override key when the rule reads one (its 7th argument is not
+-- `0`), so an entry of r rules has r to 2r keys.
 
--- The key and argument counts of entry e, whose header follows ARGV[a] with k keys used before
--- it; or nil and an error reply when it does not fit.
+-- The rule, argument and key counts of entry e, whose header follows ARGV[a] with k keys used
+-- before it; or nil and an error reply when it does not fit.
 local function entry_counts(e, k, a)
   local n, m = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  if n == nil or m ~= 2 + n * 6 or k + n > #KEYS or a + 2 + m > #ARGV then
+  local r = m and (m - 2) / 7
+  if n == nil or r == nil or r ~= math.floor(r) or n < r or n > 2 * r or k + n > #KEYS
+    or a + 2 + m > #ARGV then
     return nil, redis.error_reply('RG_ARITY entry ' .. e .. ' does not fit: ' .. tostring(n)
       .. ' keys, ' .. tostring(m) .. ' arguments')
   end
-  return n, m
+  return r, m, n
 end
 
 -- An error reply when `count` entries did not use exactly k keys and ARGV up to a; else nil.

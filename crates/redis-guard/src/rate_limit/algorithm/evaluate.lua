@@ -1,22 +1,28 @@
 -- Decide and record requests against the rules of a layer, each request all or nothing.
 --
--- Built by concatenation: division.lua, entries.lua, prelude.lua, the algorithm files, a table
+-- Built by concatenation: division.lua, entries.lua, overrides.lua, prelude.lua, the algorithm files, a table
 -- `algorithms` mapping ids to their functions, then this file.
 --
 -- Coalesced form (backend/coalesce.rs): one call carries one or more requests ("entries"),
 -- decided one after the other, in order, at one Redis time.
 --
--- KEYS     every entry's keys, entry after entry: the state key of each of its rules; on a
---          Redis Cluster all keys of one call share a hash tag.
+-- KEYS     every entry's keys, entry after entry: per rule its state key, then its override
+--          key when the rule reads one (operations.rs); on a Redis Cluster all keys of one call
+--          share a hash tag.
 -- ARGV[1]  a time shift in µs added to Redis TIME: 0 in production; tests move time forward
 --          with it instead of sleeping.
 -- ARGV[2]  the number of entries
--- ARGV     then per entry: its key count n, its argument count (2 + 6n), then its arguments:
+-- ARGV     then per entry: its key count, its argument count (2 + 7n), then its arguments:
 --            a request id, unique per evaluation (the sliding log names its members with it);
 --            1 for a dry run: decide, record nothing (used on a Cluster for the rules after one
---              that denied), else 0;
---            6 integers per rule, in KEYS order:
---              algorithm id, limit, period (µs), burst, emission interval (µs), cost
+--              that denied, and by inspect), else 0;
+--            7 per rule, in order: algorithm id, limit, period (µs), burst, emission interval
+--              (µs), cost (integers), then `0` (the rule reads no override record), `1` (it
+--              does) or its bans `after:within:block:max:forget` (µs; it does)
+-- Overrides A rule's override record applies after its algorithm: on the runtime allow list the
+--          rule admits and records nothing (remaining: what was left before the request); blocked, it denies (remaining 0, retry_after the
+--          block's rest); else, when the algorithm denies a rule with bans (not in a dry run),
+--          the rejection is counted and may start a ban, which applies to this request.
 -- Clock    Redis TIME (+ shift), in microseconds; the caller's clock never enters a decision.
 -- Reply    one array per entry: five integers per rule, in KEYS order,
 --            allowed (1/0), limit, remaining, retry_after_ms, reset_after_ms,
@@ -25,13 +31,22 @@
 --          of the entry. An entry that fails (an algorithm breaking its contract, a key of
 --          another type) gets the error's text instead, and the others stand.
 local now = clock()
+-- Override records read by this call (false: none), and those to write at the end.
+local ovs, ov_dirty = {}, {}
 
--- Decides the entry with keys KEYS[k + 1 .. k + n] and arguments from ARGV[a + 1].
+-- Decides the entry with n rules, keys from KEYS[k + 1] and arguments from ARGV[a + 1].
 local function decide(k, n, a)
   local req, dry = ARGV[a + 1], ARGV[a + 2] == '1'
   local replies, commits, all_allowed = {}, {}, true
   for i = 1, n do
-    local p = params(a + 2 + (i - 1) * 6, req)
+    local o = a + 2 + (i - 1) * 7
+    local p = params(o, req)
+    local spec, key, okey = ARGV[o + 7], KEYS[k + 1], nil
+    if spec == '0' then
+      k = k + 1
+    else
+      okey, k = KEYS[k + 2], k + 2
+    end
     local algorithm = algorithms[p.id]
     if type(algorithm) ~= 'function' then
       if names[p.id] then
@@ -40,10 +55,32 @@ local function decide(k, n, a)
       end
       return 'RG_ALGORITHM unknown algorithm id ' .. tostring(p.id)
     end
-    local allowed, remaining, retry_us, reset_us, commit = algorithm(KEYS[k + i], now, p)
+    local allowed, remaining, retry_us, reset_us, commit = algorithm(key, now, p)
     local bad = check_reply(allowed, remaining, retry_us, reset_us, commit)
     if bad then
       return 'RG_ALGORITHM algorithm ' .. (names[p.id] or tostring(p.id)) .. ' ' .. bad
+    end
+    local ov, wait = false, 0
+    if okey then
+      ov = ovs[okey]
+      if ov == nil then
+        ov = ov_parse(redis.call('GET', okey), now)
+        ovs[okey] = ov
+      end
+      wait = ov_wait(ov, now)
+    end
+    if not allowed and wait == 0 and not dry and okey and spec ~= '1' then
+      ov = ov_strike(ov, now, spec)
+      ovs[okey], ov_dirty[okey] = ov, true
+      wait = ov_wait(ov, now)
+    end
+    if wait < 0 then
+      -- Not counted: what is left is what was left before the request.
+      if allowed then remaining = remaining + p.cost end
+      allowed, retry_us, commit = true, 0, nil
+    elseif wait > 0 then
+      allowed, remaining, retry_us, commit = false, 0, wait, nil
+      if reset_us < wait then reset_us = wait end
     end
     if allowed then
       commits[#commits + 1] = commit
@@ -64,7 +101,7 @@ end
 local count = tonumber(ARGV[2]) or -1
 local out, k, a = {}, 0, 2
 for e = 1, count do
-  local n, m = entry_counts(e, k, a)
+  local n, m, nk = entry_counts(e, k, a)
   if n == nil then return m end
   a = a + 2
   local ok, reply = pcall(decide, k, n, a)
@@ -73,8 +110,9 @@ for e = 1, count do
   else
     out[e] = type(reply) == 'table' and reply.err or ('ERR ' .. tostring(reply))
   end
-  k, a = k + n, a + m
+  k, a = k + nk, a + m
 end
 local misfit = entries_misfit(count, k, a)
 if misfit then return misfit end
+for okey in pairs(ov_dirty) do ov_write(okey, ovs[okey], now) end
 return out

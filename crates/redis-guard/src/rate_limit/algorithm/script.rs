@@ -24,6 +24,8 @@ fn compose(table: &str, suffix: &str, customs: &[(&str, Option<&str>)], driver: 
     src.push('\n');
     src.push_str(include_str!("entries.lua"));
     src.push('\n');
+    src.push_str(include_str!("overrides.lua"));
+    src.push('\n');
     src.push_str(include_str!("prelude.lua"));
     for (_, body) in BUILTIN {
         src.push('\n');
@@ -103,7 +105,20 @@ pub(crate) static GCRA_ONLY: LazyLock<LuaScript> = LazyLock::new(|| {
         "\n",
         include_str!("entries.lua"),
         "\n",
+        include_str!("overrides.lua"),
+        "\n",
         include_str!("gcra_only.lua")
+    ))
+});
+
+/// The operations script: read, reset, penalize or allow one rule's key (see `operations.lua`).
+pub(crate) static OPERATIONS: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(concat!(
+        include_str!("division.lua"),
+        "\n",
+        include_str!("overrides.lua"),
+        "\n",
+        include_str!("operations.lua")
     ))
 });
 
@@ -128,10 +143,11 @@ mod tests {
     }
 
     /// Admits one request at `shift`; the Redis time it was decided at. The evaluation script
-    /// takes the coalesced form: here one entry (1 key, 8 arguments).
+    /// takes the coalesced form: here one entry (1 key, 9 arguments: no override record).
     async fn admit(conn: &mut MultiplexedConnection, key: &str, shift: u64, id: u8) -> u64 {
         let mut args = argv(shift, "r", "0", id);
-        args.splice(1..1, ["1", "1", "8"].map(String::from));
+        args.splice(1..1, ["1", "1", "9"].map(String::from));
+        args.push("0".into());
         let reply: Value = BUILTIN_SCRIPTS
             .evaluate
             .key(key)

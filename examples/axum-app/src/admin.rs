@@ -1,0 +1,361 @@
+//! `/admin/limits/{rule}/{key}`: inspect, reset, penalize and allow-list one client of one rule,
+//! behind a bearer token (`ADMIN_TOKEN`; unset: no admin routes at all, every path is a 404).
+//!
+//! | route | does |
+//! | --- | --- |
+//! | `GET /admin/limits/{rule}/{key}` | `200` JSON: the rule's state for the key, consuming nothing |
+//! | `DELETE /admin/limits/{rule}/{key}` | `204`: forget the key (quota, penalty, bans) |
+//! | `POST /admin/limits/{rule}/{key}/penalize` `{"seconds": n}` | `204`: deny for n s |
+//! | `POST /admin/limits/{rule}/{key}/allow` `{"seconds": n}` | `204`: admit uncounted for n s |
+//!
+//! Rules: `api` (key: `user:<username>` when the client is logged in, else its IP address;
+//! IPv6 addresses count per /64) and `calls` (key: the caller's phone number, normalized as
+//! `POST /calls` does). A missing or wrong token is a `401` with `WWW-Authenticate: Bearer`; an
+//! unknown rule a `404`; a key or body that does not parse a `400`; all `application/problem+json`.
+//! The routes sit outside the cross-site check: a bearer token is never sent by a browser on its
+//! own, so it cannot be forged cross-site.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{FromRequestParts, Path};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use redis_guard::rate_limit::{ClientIp, Key, Limiter, LimiterError, MAX_OVERRIDE, Quota, Rule};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::calls::normalize_phone;
+use crate::login::normalize_username;
+
+/// How a rule's `{key}` is spelled in the admin routes.
+#[derive(Clone, Debug)]
+enum KeySyntax {
+    /// `user:<username>` (`SessionUser::key()`), or an IP address (`ClientIp::key_for`).
+    UserOrIp(ClientIp),
+    /// A phone number, normalized.
+    Phone,
+}
+
+impl KeySyntax {
+    /// The key the rule's extractor would produce, or `None` when `raw` is malformed.
+    fn parse(&self, raw: &str) -> Option<Key> {
+        match self {
+            Self::UserOrIp(client_ip) => {
+                if let Some(user) = raw.strip_prefix("user:") {
+                    // `SessionUser::key()`: the pair ("user", name), the name as logged in.
+                    let user = normalize_username(user)?;
+                    return Some(Key::pair(&Key::from("user"), &Key::from(user.as_str())));
+                }
+                // An IPv6 group may be written as the limiter names it (`2001:db8::/64`).
+                let ip = raw.split_once('/').map_or(raw, |(ip, _)| ip);
+                Some(client_ip.key_for(ip.parse::<IpAddr>().ok()?))
+            }
+            Self::Phone => normalize_phone(raw).map(Key::from),
+        }
+    }
+}
+
+/// What the admin routes need.
+#[derive(Clone, Debug)]
+struct Admin {
+    token: Arc<str>,
+    limiter: Arc<dyn Limiter>,
+    rules: Arc<[(Rule, KeySyntax)]>,
+}
+
+/// The admin routes when `ADMIN_TOKEN` is set (an empty router when it is not): `api` is the
+/// `API_LIMIT` rule keyed by `client_ip` for logged-out clients, `calls` the `POST /calls` rule.
+///
+/// # Errors
+///
+/// `ADMIN_TOKEN` set but empty or blank: refused at start rather than guarding the routes with
+/// a token anyone can guess.
+pub(crate) fn routes(
+    limiter: Arc<dyn Limiter>,
+    api_limit: Quota,
+    client_ip: ClientIp,
+    calls: Rule,
+) -> Result<Router, String> {
+    // Not `settings::from_process_env`, which reads a blank value as unset: a blank token is a
+    // mistake to report, not a way to turn the routes off.
+    let Some(token) = std::env::var_os("ADMIN_TOKEN") else {
+        return Ok(Router::new());
+    };
+    let Some(token) = token.to_str().map(str::to_owned) else {
+        return Err("ADMIN_TOKEN is not valid UTF-8".into());
+    };
+    if token.trim().is_empty() {
+        return Err("ADMIN_TOKEN is set but empty: set a long random token, or unset it to turn the admin routes off".into());
+    }
+    let admin = Admin {
+        token: token.into(),
+        limiter,
+        rules: Arc::new([
+            (
+                Rule::new("api", api_limit).with_overrides(),
+                KeySyntax::UserOrIp(client_ip),
+            ),
+            (calls, KeySyntax::Phone),
+        ]),
+    };
+    Ok(Router::new()
+        .route("/admin/limits/{rule}/{key}", get(inspect).delete(reset))
+        .route("/admin/limits/{rule}/{key}/penalize", post(penalize))
+        .route("/admin/limits/{rule}/{key}/allow", post(allow))
+        .with_state(admin))
+}
+
+/// An RFC 9457 problem response.
+fn problem(status: StatusCode, detail: &str) -> Response {
+    let mut res = (
+        status,
+        json!({
+            "type": "about:blank",
+            "title": status.canonical_reason().unwrap_or("error"),
+            "status": status.as_u16(),
+            "detail": detail,
+        })
+        .to_string(),
+    )
+        .into_response();
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    res
+}
+
+/// Equal in time that does not depend on where the first difference is.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        let (x, y) = (
+            a.get(i).copied().unwrap_or(0),
+            b.get(i).copied().unwrap_or(0),
+        );
+        diff |= usize::from(x ^ y);
+    }
+    std::hint::black_box(diff) == 0
+}
+
+/// Why an admin request is refused.
+#[derive(Debug)]
+enum Refusal {
+    /// No bearer token, or the wrong one: `401`.
+    Unauthorized,
+    /// `404`, with the message.
+    UnknownRule(String),
+    /// `400`, with the message.
+    BadKey(String),
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Unauthorized => {
+                let mut res = problem(
+                    StatusCode::UNAUTHORIZED,
+                    "send Authorization: Bearer <ADMIN_TOKEN>",
+                );
+                res.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static(r#"Bearer realm="admin""#),
+                );
+                res
+            }
+            Self::UnknownRule(detail) => problem(StatusCode::NOT_FOUND, &detail),
+            Self::BadKey(detail) => problem(StatusCode::BAD_REQUEST, &detail),
+        }
+    }
+}
+
+impl Admin {
+    /// Whether the request carries the bearer token.
+    fn authorized(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .is_some_and(|t| constant_time_eq(t.as_bytes(), self.token.as_bytes()))
+    }
+
+    /// The rule named `rule` and its key spelled `key`, or why not.
+    fn target(&self, rule: &str, key: &str) -> Result<(Rule, Key), Refusal> {
+        let Some((rule, syntax)) = self.rules.iter().find(|(r, _)| r.name() == rule) else {
+            let names: Vec<&str> = self.rules.iter().map(|(r, _)| r.name()).collect();
+            return Err(Refusal::UnknownRule(format!(
+                "no rule named {rule:?}; the rules are {}",
+                names.join(", ")
+            )));
+        };
+        let Some(key) = syntax.parse(key) else {
+            let expected = match syntax {
+                KeySyntax::UserOrIp(_) => "`user:<username>` or an IP address",
+                KeySyntax::Phone => "a phone number",
+            };
+            return Err(Refusal::BadKey(format!(
+                "malformed key for rule `{}`: expected {expected}",
+                rule.name()
+            )));
+        };
+        Ok((rule.clone(), key))
+    }
+}
+
+/// A limiter failure: the store is unavailable (not the client's fault).
+fn unavailable(e: &LimiterError) -> Response {
+    tracing::warn!(error = %e, "admin operation failed");
+    problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the rate-limit store is unavailable; try again",
+    )
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The rule and key of an authorized admin request: the token is checked before anything else
+/// is read, so a caller without it learns nothing (not even which rules exist).
+struct Target {
+    admin: Admin,
+    rule: Rule,
+    key: Key,
+}
+
+impl FromRequestParts<Admin> for Target {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, admin: &Admin) -> Result<Self, Response> {
+        if !admin.authorized(&parts.headers) {
+            return Err(Refusal::Unauthorized.into_response());
+        }
+        let Path((rule, key)) = Path::<(String, String)>::from_request_parts(parts, admin)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let (rule, key) = admin
+            .target(&rule, &key)
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self {
+            admin: admin.clone(),
+            rule,
+            key,
+        })
+    }
+}
+
+async fn inspect(Target { admin, rule, key }: Target) -> Response {
+    match admin.limiter.inspect(&rule, key).await {
+        Ok(seen) => axum::Json(json!({
+            "rule": rule.name(),
+            "allowed": seen.state.allowed,
+            "limit": seen.state.limit,
+            "remaining": seen.state.remaining,
+            "retry_after_ms": millis(seen.state.retry_after),
+            "reset_after_ms": millis(seen.state.reset_after),
+            "blocked_for_ms": seen.blocked_for.map(millis),
+            "allowed_for_ms": seen.allowed_for.map(millis),
+            "ban_level": seen.ban_level,
+            "strikes": seen.strikes,
+            "allow_listed": seen.allow_listed,
+        }))
+        .into_response(),
+        Err(e) => unavailable(&e),
+    }
+}
+
+async fn reset(Target { admin, rule, key }: Target) -> Response {
+    done(admin.limiter.reset(&rule, key).await)
+}
+
+#[derive(Deserialize)]
+struct For {
+    seconds: u64,
+}
+
+/// The duration of a `{"seconds": n}` body, or `None` when it is not one.
+fn duration(body: &Bytes) -> Option<Duration> {
+    match serde_json::from_slice::<For>(body) {
+        Ok(For { seconds }) if (1..=MAX_OVERRIDE.as_secs()).contains(&seconds) => {
+            Some(Duration::from_secs(seconds))
+        }
+        _ => None,
+    }
+}
+
+/// The `400` for a body that is not `{"seconds": n}`.
+fn bad_body() -> Response {
+    problem(
+        StatusCode::BAD_REQUEST,
+        &format!(
+            r#"expected a JSON body {{"seconds": n}} with n from 1 to {}"#,
+            MAX_OVERRIDE.as_secs()
+        ),
+    )
+}
+
+/// `204`, or `503` when the limiter failed.
+fn done(outcome: Result<(), LimiterError>) -> Response {
+    match outcome {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => unavailable(&e),
+    }
+}
+
+async fn penalize(Target { admin, rule, key }: Target, body: Bytes) -> Response {
+    match duration(&body) {
+        Some(d) => done(admin.limiter.penalize(&rule, key, d).await),
+        None => bad_body(),
+    }
+}
+
+async fn allow(Target { admin, rule, key }: Target, body: Bytes) -> Response {
+    match duration(&body) {
+        Some(d) => done(admin.limiter.allow(&rule, key, d).await),
+        None => bad_body(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        for other in [&b"secreT"[..], b"secre", b"secrets", b""] {
+            assert!(!constant_time_eq(b"secret", other));
+        }
+    }
+
+    #[test]
+    fn keys_are_spelled_as_the_extractors_make_them() {
+        let api = KeySyntax::UserOrIp(ClientIp::peer());
+        assert_eq!(api.parse("203.0.113.7"), Some(Key::from("203.0.113.7")));
+        assert_eq!(
+            api.parse("::ffff:203.0.113.7"),
+            Some(Key::from("203.0.113.7"))
+        );
+        assert_eq!(api.parse("2001:db8::1"), Some(Key::from("2001:db8::/64")));
+        assert_eq!(api.parse("2001:db8::/64"), api.parse("2001:db8::ffff"));
+        assert_eq!(
+            api.parse("user:Alice"),
+            Some(Key::pair(&Key::from("user"), &Key::from("alice")))
+        );
+        for bad in ["", "user:", "user:a b", "300.1.1.1", "alice"] {
+            assert_eq!(api.parse(bad), None, "{bad}");
+        }
+        assert_eq!(
+            KeySyntax::Phone.parse("+1 (555) 010-0000"),
+            Some(Key::from("+15550100000"))
+        );
+        assert_eq!(KeySyntax::Phone.parse("call me"), None);
+    }
+}
