@@ -592,3 +592,16 @@ impl Monitor {
             .collect()
     }
 }
+
+/// `GET /` from `client` (its `x-client` header), as the rate-limit suites send it.
+pub fn from(client: &str) -> Request<Full<Bytes>> {
+    Request::get("/")
+        .header("x-client", client)
+        .body(Full::default())
+        .expect("request")
+}
+
+/// The suites' key: the `x-client` header.
+pub fn by_client() -> redis_guard::rate_limit::HeaderKey {
+    redis_guard::rate_limit::HeaderKey::new(http::HeaderName::from_static("x-client"))
+}

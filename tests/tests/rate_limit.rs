@@ -9,10 +9,10 @@ use http::{Request, Response};
 use http_body_util::Full;
 use redis::AsyncCommands;
 use redis_guard::rate_limit::{
-    Algorithm, Check, Decision, FailurePolicy, HeaderKey, Key, Limiter, MissingKey, Quota,
-    RateLimitLayer, RateLimitLayerBuilder, Rule,
+    Algorithm, Check, Decision, FailurePolicy, Key, Limiter, MissingKey, Quota, RateLimitLayer,
+    RateLimitLayerBuilder, Rule,
 };
-use redis_guard_tests::{Harness, Kind, Reply, backend_suite, call};
+use redis_guard_tests::{Harness, Kind, Reply, backend_suite, by_client, call, from};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 type Body = Full<Bytes>;
@@ -33,17 +33,6 @@ fn app() -> impl Service<
             .unwrap_or_default();
         Ok::<_, Infallible>(Response::new(Full::from(seen)))
     })
-}
-
-fn from(client: &str) -> Request<Body> {
-    Request::get("/")
-        .header("x-client", client)
-        .body(Body::default())
-        .expect("request")
-}
-
-fn by_client() -> HeaderKey {
-    HeaderKey::new(http::HeaderName::from_static("x-client"))
 }
 
 /// One rule named `default`, keyed by `x-client`; settings go on the builder.

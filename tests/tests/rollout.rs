@@ -5,22 +5,11 @@ use std::convert::Infallible;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
-use redis_guard::rate_limit::{Decision, HeaderKey, Mode, Quota, RateLimitLayer, Rule};
-use redis_guard_tests::{Harness, backend_suite, call};
+use redis_guard::rate_limit::{Decision, Mode, Quota, RateLimitLayer, Rule};
+use redis_guard_tests::{Harness, backend_suite, by_client, call, from};
 use tower::{Layer, service_fn};
 
 type Body = Full<Bytes>;
-
-fn from(client: &str) -> Request<Body> {
-    Request::get("/")
-        .header("x-client", client)
-        .body(Body::default())
-        .expect("request")
-}
-
-fn by_client() -> HeaderKey {
-    HeaderKey::new(http::HeaderName::from_static("x-client"))
-}
 
 /// "shadow=<verdicts>": what the shadow rules said, `+` admitted and `-` limited, in order.
 fn shadow_verdicts(d: &Decision) -> String {

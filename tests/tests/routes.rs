@@ -5,8 +5,8 @@ use std::convert::Infallible;
 use bytes::Bytes;
 use http::{Method, Request, Response};
 use http_body_util::Full;
-use redis_guard::rate_limit::{HeaderKey, Quota, RateLimitLayer, Route, Rule};
-use redis_guard_tests::{Harness, backend_suite, call};
+use redis_guard::rate_limit::{Quota, RateLimitLayer, Route, Rule};
+use redis_guard_tests::{Harness, backend_suite, by_client, call};
 use tower::{Layer, service_fn};
 
 type Body = Full<Bytes>;
@@ -18,10 +18,6 @@ fn req(method: Method, path: &str) -> Request<Body> {
         .header("x-client", "k")
         .body(Body::default())
         .expect("request")
-}
-
-fn by_client() -> HeaderKey {
-    HeaderKey::new(http::HeaderName::from_static("x-client"))
 }
 
 /// Each endpoint spends only its own rule (and the layer-wide one); a request no route matches
