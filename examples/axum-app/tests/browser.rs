@@ -219,3 +219,77 @@ async fn live_panel_on_redis() {
     )
     .await;
 }
+
+/// The breaker card follows the circuit: Redis frozen (`SIGSTOP`) under "send 20 requests"
+/// opens it (the answers come from the fallback), and once Redis runs again the next burst's
+/// probe closes it. Leaves `tmp/panel-breaker.png` in the target directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breaker_state_in_the_panel_follows_a_frozen_redis() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let env = [("REDIS_URL", url.as_str()), ("REDIS_TIMEOUT_MS", "100")];
+    let app = spawn(env!("CARGO_BIN_EXE_axum-app"), &env).await;
+    let browser = Browser::start().await.unwrap_or_else(|e| panic!("{e}"));
+    browser
+        .client()
+        .set_window_size(1280, 800)
+        .await
+        .expect("window size");
+    let outcome = freeze_and_thaw(&browser, &format!("http://{}/", app.addr), &server).await;
+    // Never leave the server stopped, whatever happened.
+    let _ = server.thaw();
+    let png = browser.screenshot_png().await.expect("screenshot");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("panel-breaker.png");
+    std::fs::write(&path, png).expect("write the screenshot");
+    if let Err(e) = outcome {
+        panic!("{e}\nscreenshot: {}", path.display());
+    }
+}
+
+async fn freeze_and_thaw(browser: &Browser, url: &str, server: &RedisServer) -> Result<(), String> {
+    let fail = |e: redis_guard_testkit::TestkitError| e.to_string();
+    let burst_done = |t: &str| t.starts_with("20 answers:");
+    browser.goto(url).await.map_err(fail)?;
+    browser
+        .wait_for("#breaker-state", |t| t == "closed", WAIT)
+        .await
+        .map_err(fail)?;
+    server.freeze().map_err(fail)?;
+    browser.click("#burst-button").await.map_err(fail)?;
+    browser
+        .wait_for("#burst-summary", burst_done, WAIT)
+        .await
+        .map_err(fail)?;
+    browser
+        .wait_for("#breaker-state", |t| t == "open", WAIT)
+        .await
+        .map_err(fail)?;
+    browser
+        .wait_for(
+            "#breaker-note",
+            |t| t.contains("Opened 1 time since start"),
+            WAIT,
+        )
+        .await
+        .map_err(fail)?;
+    server.thaw().map_err(fail)?;
+    // After the cool-down (500 ms) one request probes Redis; bursts until one has.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        browser.click("#burst-button").await.map_err(fail)?;
+        browser
+            .wait_for("#burst-summary", burst_done, WAIT)
+            .await
+            .map_err(fail)?;
+        let closed = browser
+            .wait_for("#breaker-state", |t| t == "closed", Duration::from_secs(3))
+            .await
+            .is_ok();
+        if closed {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err("the breaker never closed after Redis was thawed".into());
+        }
+    }
+}
