@@ -133,7 +133,21 @@ impl Config {
                 continue;
             }
             match r.extractor.extract(parts) {
-                Ok(key) => checks.push(Check::new(r.rule.clone(), key)),
+                Ok(key) => {
+                    let cost = r.rule.cost_of(parts);
+                    if cost > r.rule.algorithm().capacity(r.rule.quota()) {
+                        tracing::warn!(
+                            rule = r.rule.name(),
+                            cost,
+                            "the rule's cost function asked for more than the burst: 500"
+                        );
+                        return Plan::Respond(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "The rate limiter is misconfigured.",
+                        );
+                    }
+                    checks.push(Check::new(r.rule.clone(), key).with_cost(cost));
+                }
                 Err(KeyError::Missing) => match self.missing_key {
                     MissingKey::Skip => {}
                     MissingKey::Reject(status) => {
@@ -187,7 +201,13 @@ impl Config {
                 .and_then(|f| Some((&f.limiter, f.rules.get(i)?.as_ref()?)));
             match (policy, shared) {
                 (FailurePolicy::Fallback { .. }, Some((_, rule))) => {
-                    checks.push(Check::new(rule.clone(), key));
+                    // The first plan refused a cost above the burst; the share's burst may be
+                    // lower: such a request is charged the whole share.
+                    let cost = r
+                        .rule
+                        .cost_of(parts)
+                        .min(rule.algorithm().capacity(rule.quota()));
+                    checks.push(Check::new(rule.clone(), key).with_cost(cost));
                 }
                 _ => return Err(unavailable()),
             }

@@ -146,7 +146,9 @@ impl MemoryLimiter {
                 states.push(allow_listed_state(check.rule.quota().limit()));
                 continue;
             }
-            let params = check.rule.params(check.cost);
+            // Cost 0 is a probe: decided as one unit, never recorded.
+            let probe = check.cost == 0;
+            let params = check.rule.params(check.cost.max(1));
             let id = self.state_id(&check.rule, &check.key);
             let current = table.states.get_live_mut(&id, now);
             let Some(step) = algorithm::step(current, now, &params) else {
@@ -171,6 +173,9 @@ impl MemoryLimiter {
                 effect = record.effect(now);
             }
             let (allowed, remaining, retry_us, reset_us, commit) = match effect {
+                Effect::None if probe && step.allowed => {
+                    (true, step.remaining + 1, 0, step.reset_after_us, None)
+                }
                 Effect::None => (
                     step.allowed,
                     step.remaining,

@@ -29,6 +29,7 @@ pub struct Rule {
     mode: Mode,
     on_failure: Option<FailurePolicy>,
     route: Option<Route>,
+    cost_from: Option<CostFrom>,
     bans: Option<Bans>,
     allowed_keys: Option<Arc<HashSet<Key>>>,
     overrides: bool,
@@ -46,6 +47,7 @@ impl Rule {
             mode: Mode::Enforce,
             on_failure: None,
             route: None,
+            cost_from: None,
             bans: None,
             allowed_keys: None,
             overrides: false,
@@ -57,6 +59,9 @@ impl Rule {
         pub fn with_algorithm(algorithm: Algorithm) => algorithm;
 
         /// Each request consumes `cost` units of the quota (weighted requests). Defaults to 1.
+        /// A cost of 0 checks without consuming: the request is admitted if one more unit would
+        /// be, and nothing is recorded (all or nothing with the request's other rules, as any
+        /// rule).
         pub fn with_cost(cost: u32) => cost;
 
         /// How a [`RateLimitLayer`](super::RateLimitLayer) acts on this rule's verdict (default
@@ -124,6 +129,45 @@ impl Rule {
         rule
     }
 
+    /// Takes each request's cost from the request head (route, method, a header) in a
+    /// [`RateLimitLayer`](super::RateLimitLayer), instead of [`with_cost`](Self::with_cost)'s
+    /// constant: an export costs 20, a search 1, a status check 0 (checked, not consumed).
+    /// [`Limiter::check`](super::Limiter::check) ignores it; a direct call passes its cost with
+    /// [`Check::with_cost`](super::Check::with_cost).
+    ///
+    /// A cost the rule can never admit (above its burst) is a bug of the function, not of the
+    /// client: the layer answers `500` ("The rate limiter is misconfigured.") and logs the rule
+    /// and the cost at `warn`, as for a misconfigured key.
+    ///
+    /// ```
+    /// use http::Method;
+    /// use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer, Rule};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = Rule::new("api", Quota::per_minute(100)).with_cost_from(|head| {
+    ///     match (&head.method, head.uri.path()) {
+    ///         (&Method::GET, "/export") => 20,
+    ///         (_, "/status") => 0,
+    ///         _ => 1,
+    ///     }
+    /// });
+    /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
+    ///     .rule_with(api, ClientIp::peer())
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn with_cost_from<F>(mut self, cost: F) -> Self
+    where
+        F: Fn(&http::request::Parts) -> u32 + Send + Sync + 'static,
+    {
+        self.cost_from = Some(CostFrom(Arc::new(cost)));
+        self
+    }
+
+    /// This request's cost: the rule's function's answer, else its constant cost.
+    pub(crate) fn cost_of(&self, parts: &http::request::Parts) -> u32 {
+        self.cost_from.as_ref().map_or(self.cost, |f| (f.0)(parts))
+    }
+
     /// The rollout mode.
     #[must_use]
     pub fn mode(&self) -> Mode {
@@ -183,9 +227,6 @@ impl Rule {
             rule: self.name.to_string(),
             source,
         })?;
-        if self.cost == 0 {
-            return Err(RuleError::ZeroCost(self.name.to_string()));
-        }
         if let Algorithm::Custom(custom) = &self.algorithm
             && let Some(why) = custom.problem()
         {
@@ -332,6 +373,24 @@ impl Rule {
     }
 }
 
+/// A rule's cost function ([`Rule::with_cost_from`]); rules compare equal when they share it.
+#[derive(Clone)]
+struct CostFrom(Arc<dyn Fn(&http::request::Parts) -> u32 + Send + Sync>);
+
+impl PartialEq for CostFrom {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for CostFrom {}
+
+impl std::fmt::Debug for CostFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<fn(&Parts) -> u32>")
+    }
+}
+
 /// Why a rule cannot work. Reported when the layer is built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -358,9 +417,6 @@ pub enum RuleError {
         #[source]
         source: QuotaError,
     },
-    /// A cost of zero would count nothing.
-    #[error("rule `{0}`: cost is 0; a request must cost at least 1")]
-    ZeroCost(String),
     /// A request costing more than the burst could never be admitted.
     #[error(
         "rule `{rule}`: cost {cost} is larger than the burst {burst}, so no request could ever pass"

@@ -14,7 +14,7 @@
 -- ARGV     then per entry: its key count, its argument count (2 + 7n), then its arguments:
 --            a request id (unused here), the dry-run flag (1: decide, record nothing), and per
 --            rule the seven arguments of evaluate.lua (only burst, emission interval, cost and
---            bans are read; the limit is echoed)
+--            bans are read; the limit is echoed; cost 0 is a probe, as there)
 -- Reply    one array per entry, exactly evaluate.lua's reply for that request: five integers per
 --          rule, then the time of the decision; or, for an entry with a key Redis cannot GET (a
 --          key of another type), the error's text as a string, and nothing recorded for it.
@@ -42,6 +42,9 @@ for e = 1, entries do
   for i = 1, n do
     local o, r, key = a + 2 + (i - 1) * 7, (i - 1) * 5, KEYS[kk + 1]
     local b, em, c = tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), tonumber(ARGV[o + 6])
+    -- Cost 0 is a probe: would one unit be admitted? Decided as cost 1, recorded never.
+    local probe = c == 0
+    if probe then c = 1 end
     -- `0`: the rule reads no override record; `1`: it does; else its bans (it does too).
     local spec, okey = ARGV[o + 7], nil
     if spec == '0' then
@@ -88,13 +91,17 @@ for e = 1, entries do
         ovs[okey], ov_dirty[okey] = ov, true
         wait = ov_wait(ov, now)
       end
+    elseif probe then
+      -- Admitted without counting: what is left now (the reset as evaluate.lua reports it).
+      reply[r + 1], reply[r + 3] = 1, idiv(now - allow_at, em) + 1
+      reply[r + 4], reply[r + 5] = 0, cdiv(new_tat - now, 1000)
     else
       reply[r + 1], reply[r + 3] = 1, idiv(now - allow_at, em)
       reply[r + 4], reply[r + 5] = new_tat, cdiv(new_tat - now, 1000)
     end
     if wait < 0 then
       -- Not counted: what is left is what was left before the request.
-      if reply[r + 1] == 1 then reply[r + 3] = reply[r + 3] + c end
+      if reply[r + 1] == 1 and not probe then reply[r + 3] = reply[r + 3] + c end
       reply[r + 1], reply[r + 4] = 1, 0
     elseif wait > 0 then
       reply[r + 1], reply[r + 3], reply[r + 4] = 0, 0, cdiv(wait, 1000)
