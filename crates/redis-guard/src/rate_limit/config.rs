@@ -134,7 +134,11 @@ impl Config {
             }
             match r.extractor.extract(parts) {
                 Ok(key) => {
-                    let cost = r.rule.cost_of(parts);
+                    let Some(cost) = r.rule.request_cost(parts) else {
+                        // A constant cost, checked when the layer was built.
+                        checks.push(Check::new(r.rule.clone(), key));
+                        continue;
+                    };
                     if cost > r.rule.algorithm().capacity(r.rule.quota()) {
                         tracing::warn!(
                             rule = r.rule.name(),
@@ -203,10 +207,8 @@ impl Config {
                 (FailurePolicy::Fallback { .. }, Some((_, rule))) => {
                     // The first plan refused a cost above the burst; the share's burst may be
                     // lower: such a request is charged the whole share.
-                    let cost = r
-                        .rule
-                        .cost_of(parts)
-                        .min(rule.algorithm().capacity(rule.quota()));
+                    let cost = r.rule.request_cost(parts).unwrap_or(rule.cost());
+                    let cost = cost.min(rule.algorithm().capacity(rule.quota()));
                     checks.push(Check::new(rule.clone(), key).with_cost(cost));
                 }
                 _ => return Err(unavailable()),

@@ -163,9 +163,9 @@ impl Rule {
         self
     }
 
-    /// This request's cost: the rule's function's answer, else its constant cost.
-    pub(crate) fn cost_of(&self, parts: &http::request::Parts) -> u32 {
-        self.cost_from.as_ref().map_or(self.cost, |f| (f.0)(parts))
+    /// This request's cost by the rule's cost function; `None` when its cost is constant.
+    pub(crate) fn request_cost(&self, parts: &http::request::Parts) -> Option<u32> {
+        self.cost_from.as_ref().map(|f| (f.0)(parts))
     }
 
     /// The rollout mode.
