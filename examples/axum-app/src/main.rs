@@ -109,17 +109,29 @@ async fn run() -> Result<(), String> {
     Ok(())
 }
 
+/// What `GET /export` costs of the `/api/*` rule: ten plain requests.
+const EXPORT_COST: u32 = 10;
+
 fn router(
     config: &Config,
     limiter: Arc<dyn Limiter>,
     sessions: Arc<dyn SessionStore>,
 ) -> Result<Router, String> {
+    // An export costs 10 units of the API quota (all of it when API_LIMIT allows fewer).
+    let export_cost = EXPORT_COST.min(config.api_limit.burst_size());
     // Per user when logged in, per client IP otherwise.
     let mut api_limit = RateLimitLayer::builder(Arc::clone(&limiter))
         .rule_with(
             Rule::new("api", config.api_limit)
                 .with_mode(config.api_mode)
-                .with_overrides(),
+                .with_overrides()
+                .with_cost_from(move |head| {
+                    if head.uri.path() == "/export" {
+                        export_cost
+                    } else {
+                        1
+                    }
+                }),
             SessionUser::key().or(config.client_ip.clone()),
         )
         .failure_policy(config.limit_on_error);
@@ -145,6 +157,7 @@ fn router(
         .map_err(|e| format!("session settings: {e}"))?;
     let api = Router::new()
         .route("/api/hello", get(auth::hello))
+        .route("/export", get(auth::export))
         .layer(api_limit);
     let admin = admin::routes(
         Arc::clone(&limiter),

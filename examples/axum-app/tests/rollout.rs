@@ -93,3 +93,33 @@ async fn in_soft_mode_the_api_limit_admits_and_says_so() {
         ]
     );
 }
+
+/// `GET /export` costs 10 units of the `/api/*` rule: its `RateLimit` remaining drops by 10.
+#[tokio::test]
+async fn an_export_costs_ten_api_requests() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let app = start(&server, &[("API_LIMIT", "25/minute")]).await;
+    let remaining = |r: &RawResponse| {
+        r.header("ratelimit")
+            .and_then(|v| v.split(';').find_map(|p| p.strip_prefix("r=")))
+            .map(str::to_owned)
+    };
+    let mut seen = Vec::new();
+    for path in ["/api/hello", "/export", "/export", "/api/hello", "/export"] {
+        let r = request(app.addr, "GET", path, &[], b"")
+            .await
+            .expect("request");
+        seen.push((path, r.status, remaining(&r)));
+    }
+    let r = |n: &str| Some(n.to_owned());
+    assert_eq!(
+        seen,
+        [
+            ("/api/hello", 200, r("24")),
+            ("/export", 200, r("14")),
+            ("/export", 200, r("4")),
+            ("/api/hello", 200, r("3")),
+            ("/export", 429, r("3")),
+        ]
+    );
+}
