@@ -99,6 +99,17 @@ async fn log_in_reload_and_log_out_in_chromium() {
         .expect("still logged out after a reload");
 }
 
+/// Chromium with the window the panel is laid out for: 1280×800.
+async fn panel_browser() -> Browser {
+    let browser = Browser::start().await.unwrap_or_else(|e| panic!("{e}"));
+    browser
+        .client()
+        .set_window_size(1280, 800)
+        .await
+        .expect("window size");
+    browser
+}
+
 /// The live panel after "send 20 requests" with `API_LIMIT=5/minute`, at 1280×800. Always
 /// leaves a screenshot in the target directory (`tmp/panel-<backend>.png`) for a person to look at.
 /// `shown` lists what else the panel must show at the end: `(CSS selector, text)`.
@@ -106,20 +117,20 @@ async fn panel_after_a_burst(backend: &str, env: &[(&str, &str)], shown: &[(&str
     let mut env = env.to_vec();
     env.extend([("API_LIMIT", "5/minute"), ("REDIS_TIMEOUT_MS", "5000")]);
     let app = spawn(env!("CARGO_BIN_EXE_axum-app"), &env).await;
-    let browser = Browser::start().await.unwrap_or_else(|e| panic!("{e}"));
-    browser
-        .client()
-        .set_window_size(1280, 800)
-        .await
-        .expect("window size");
+    let browser = panel_browser().await;
     let outcome = burst(&browser, &format!("http://{}/", app.addr), shown).await;
+    verdict(&browser, &format!("panel-{backend}"), outcome).await;
+}
+
+/// Saves the page as `tmp/<name>.png` in the target directory, then fails with `outcome`'s
+/// error (and the screenshot's path), if any.
+async fn verdict(browser: &Browser, name: &str, outcome: Result<(), String>) {
     let png = browser.screenshot_png().await.expect("screenshot");
-    let path =
-        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("panel-{backend}.png"));
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.png"));
     std::fs::write(&path, png).expect("write the screenshot");
     eprintln!("screenshot: {}", path.display());
     if let Err(e) = outcome {
-        panic!("{backend}: {e}\nscreenshot: {}", path.display());
+        panic!("{name}: {e}\nscreenshot: {}", path.display());
     }
 }
 
@@ -229,21 +240,11 @@ async fn breaker_state_in_the_panel_follows_a_frozen_redis() {
     let url = server.url();
     let env = [("REDIS_URL", url.as_str()), ("REDIS_TIMEOUT_MS", "100")];
     let app = spawn(env!("CARGO_BIN_EXE_axum-app"), &env).await;
-    let browser = Browser::start().await.unwrap_or_else(|e| panic!("{e}"));
-    browser
-        .client()
-        .set_window_size(1280, 800)
-        .await
-        .expect("window size");
+    let browser = panel_browser().await;
     let outcome = freeze_and_thaw(&browser, &format!("http://{}/", app.addr), &server).await;
     // Never leave the server stopped, whatever happened.
     let _ = server.thaw();
-    let png = browser.screenshot_png().await.expect("screenshot");
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("panel-breaker.png");
-    std::fs::write(&path, png).expect("write the screenshot");
-    if let Err(e) = outcome {
-        panic!("{e}\nscreenshot: {}", path.display());
-    }
+    verdict(&browser, "panel-breaker", outcome).await;
 }
 
 async fn freeze_and_thaw(browser: &Browser, url: &str, server: &RedisServer) -> Result<(), String> {
