@@ -61,7 +61,7 @@ impl RateLimitLayerBuilder {
     /// Adds a fully specified [`Rule`], keyed by `extractor`.
     pub fn rule_with(mut self, rule: Rule, extractor: impl KeyExtractor) -> Self {
         self.config.rules.push(LayerRule {
-            rule,
+            rule: Arc::new(rule),
             extractor: Arc::new(extractor),
         });
         self
@@ -94,7 +94,7 @@ impl RateLimitLayerBuilder {
             let rule = Rule::new(format!("{name}-{}", period_label(quota.period())), *quota)
                 .with_algorithm(algorithm);
             self.config.rules.push(LayerRule {
-                rule,
+                rule: Arc::new(rule),
                 extractor: Arc::clone(&extractor),
             });
         }
@@ -132,7 +132,7 @@ impl RateLimitLayerBuilder {
             shadow = shadow.for_route(route.clone());
         }
         let candidate = LayerRule {
-            rule: shadow,
+            rule: Arc::new(shadow),
             extractor: Arc::clone(&of.extractor),
         };
         self.config.rules.push(candidate);

@@ -28,7 +28,7 @@ pub type ResponseBuilder = Arc<dyn Fn(&Decision) -> Response<Bytes> + Send + Syn
 /// One rule of a layer: what to count and what to count it by.
 #[derive(Clone)]
 pub(crate) struct LayerRule {
-    pub(crate) rule: Rule,
+    pub(crate) rule: Arc<Rule>,
     pub(crate) extractor: Arc<dyn KeyExtractor>,
 }
 
@@ -74,7 +74,7 @@ impl Config {
 pub(crate) struct Fallback {
     limiter: MemoryLimiter,
     /// One per rule of the layer, in order: `None` for a rule that does not fall back.
-    rules: Vec<Option<Rule>>,
+    rules: Vec<Option<Arc<Rule>>>,
 }
 
 impl Fallback {
@@ -105,7 +105,7 @@ impl Fallback {
                     replicas: replicas.get(),
                     source: Box::new(source),
                 })?;
-                Ok(Some(rule))
+                Ok(Some(Arc::new(rule)))
             })
             .collect::<Result<Vec<_>, RuleError>>()?;
         Ok(rules.iter().any(Option::is_some).then(|| Self {
@@ -136,7 +136,7 @@ impl Config {
                 Ok(key) => {
                     let Some(cost) = r.rule.request_cost(parts) else {
                         // A constant cost, checked when the layer was built.
-                        checks.push(Check::new(r.rule.clone(), key));
+                        checks.push(Check::shared(&r.rule, key));
                         continue;
                     };
                     if cost > r.rule.algorithm().capacity(r.rule.quota()) {
@@ -150,7 +150,7 @@ impl Config {
                             "The rate limiter is misconfigured.",
                         );
                     }
-                    checks.push(Check::new(r.rule.clone(), key).with_cost(cost));
+                    checks.push(Check::shared(&r.rule, key).with_cost(cost));
                 }
                 Err(KeyError::Missing) => match self.missing_key {
                     MissingKey::Skip => {}
@@ -209,7 +209,7 @@ impl Config {
                     // lower: such a request is charged the whole share.
                     let cost = r.rule.request_cost(parts).unwrap_or(rule.cost());
                     let cost = cost.min(rule.algorithm().capacity(rule.quota()));
-                    checks.push(Check::new(rule.clone(), key).with_cost(cost));
+                    checks.push(Check::shared(rule, key).with_cost(cost));
                 }
                 _ => return Err(unavailable()),
             }

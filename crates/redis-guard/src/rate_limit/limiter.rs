@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::decision::RuleDecision;
@@ -18,7 +19,8 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 /// One rule applied to one key with a cost: a line of an evaluation.
 #[derive(Clone, Debug)]
 pub struct Check {
-    pub(crate) rule: Rule,
+    /// Shared with the layer's rule: a check costs a reference count, not a copy of the rule.
+    pub(crate) rule: Arc<Rule>,
     pub(crate) key: Key,
     pub(crate) cost: u32,
 }
@@ -27,8 +29,17 @@ impl Check {
     /// `rule` for `key`, costing the rule's cost.
     #[must_use]
     pub fn new(rule: Rule, key: Key) -> Self {
+        Self::shared(&Arc::new(rule), key)
+    }
+
+    /// `rule` (a layer's, shared) for `key`, costing the rule's cost.
+    pub(crate) fn shared(rule: &Arc<Rule>, key: Key) -> Self {
         let cost = rule.cost();
-        Self { rule, key, cost }
+        Self {
+            rule: Arc::clone(rule),
+            key,
+            cost,
+        }
     }
 
     /// Overrides the cost for this request.
@@ -56,7 +67,7 @@ impl Check {
     }
 
     pub(crate) fn validate(&self) -> Result<(), RuleError> {
-        self.rule.clone().with_cost(self.cost).validate()
+        Rule::clone(&self.rule).with_cost(self.cost).validate()
     }
 }
 
