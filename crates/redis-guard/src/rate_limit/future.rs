@@ -12,10 +12,9 @@ use tower_service::Service;
 use super::config::{Config, Plan};
 use super::decision::RuleDecision;
 use super::headers::RateLimitHeaders;
-use super::limiter::{BoxFuture, LimiterError, Pending, decision_from};
+use super::limiter::{BoxFuture, LimiterError, Pending, count_failure, decision_from};
 use super::response::{self, ResponseBody};
 use super::{Decision, RuleState};
-use crate::telemetry;
 
 define_response_future! {
     /// The response future of [`RateLimit`](super::RateLimit): waits for the limiter (the only
@@ -104,17 +103,7 @@ where
                     };
                     let decided = match states {
                         Ok(states) => decision_from(rules, states),
-                        Err(err) => {
-                            for rule in &rules {
-                                telemetry::count(
-                                    telemetry::RATE_LIMIT_BACKEND_ERRORS,
-                                    "rule",
-                                    (&rule.rule).into(),
-                                    1,
-                                );
-                            }
-                            Err(err)
-                        }
+                        Err(err) => Err(count_failure(&rules, err)),
                     };
                     let decided = match decided {
                         Ok(decision) => Ok(decision),

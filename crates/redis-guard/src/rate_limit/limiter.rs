@@ -276,12 +276,7 @@ pub(crate) fn decide<L: Limiter + ?Sized>(
     let states = limiter.evaluate(checks);
     let started = std::time::Instant::now();
     Box::pin(async move {
-        let states = states.await.inspect_err(|_| {
-            for rule in &rules {
-                let rule = (&rule.rule).into();
-                telemetry::count(telemetry::RATE_LIMIT_BACKEND_ERRORS, "rule", rule, 1);
-            }
-        })?;
+        let states = states.await.map_err(|err| count_failure(&rules, err))?;
         let decision = decision_from(rules, states)?;
         decision.record(started.elapsed());
         Ok(decision)
@@ -357,6 +352,19 @@ pub(crate) fn rule_decisions(checks: &[Check]) -> Vec<RuleDecision> {
             mode: c.rule.mode(),
         })
         .collect()
+}
+
+/// Counts `err`, the limiter's failure to decide `rules`, under each rule's name; returns it.
+pub(crate) fn count_failure(rules: &[RuleDecision], err: LimiterError) -> LimiterError {
+    for rule in rules {
+        telemetry::count(
+            telemetry::RATE_LIMIT_BACKEND_ERRORS,
+            "rule",
+            (&rule.rule).into(),
+            1,
+        );
+    }
+    err
 }
 
 /// Fills `rules` with their states, in order, into a [`Decision`].
