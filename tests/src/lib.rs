@@ -605,3 +605,16 @@ pub fn from(client: &str) -> Request<Full<Bytes>> {
 pub fn by_client() -> redis_guard::rate_limit::HeaderKey {
     redis_guard::rate_limit::HeaderKey::new(http::HeaderName::from_static("x-client"))
 }
+
+/// An inner service that answers every request `200` with an empty body.
+pub fn empty_ok() -> impl tower::Service<
+    Request<Full<Bytes>>,
+    Response = Response<Full<Bytes>>,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<Response<Full<Bytes>>, std::convert::Infallible>> + Send,
+> + Clone
++ Send {
+    tower::service_fn(|_: Request<Full<Bytes>>| async {
+        Ok::<_, std::convert::Infallible>(Response::new(Full::default()))
+    })
+}

@@ -1,14 +1,12 @@
 //! Costs taken from the request, on every backend: weighted requests, and cost 0 as a probe that
 //! checks without consuming.
 
-use std::convert::Infallible;
-
 use bytes::Bytes;
-use http::{Request, Response};
+use http::Request;
 use http_body_util::Full;
 use redis_guard::rate_limit::{Algorithm, Quota, RateLimitLayer, Rule};
-use redis_guard_tests::{Harness, backend_suite, by_client, call};
-use tower::{Layer, service_fn};
+use redis_guard_tests::{Harness, backend_suite, by_client, call, empty_ok};
+use tower::Layer;
 
 type Body = Full<Bytes>;
 
@@ -38,9 +36,7 @@ async fn spend(h: &Harness, algorithm: Algorithm, costs: &[u32]) -> Vec<(u16, St
         .rule_with(rule, by_client())
         .build()
         .expect("valid")
-        .layer(service_fn(|_: Request<Body>| async {
-            Ok::<_, Infallible>(Response::new(Body::default()))
-        }));
+        .layer(empty_ok());
     let mut seen = Vec::new();
     for &cost in costs {
         let reply = call(svc.clone(), costing(cost)).await;

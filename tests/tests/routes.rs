@@ -1,13 +1,11 @@
 //! Per-route rules on every backend: one layer, a limit per endpoint.
 
-use std::convert::Infallible;
-
 use bytes::Bytes;
-use http::{Method, Request, Response};
+use http::{Method, Request};
 use http_body_util::Full;
 use redis_guard::rate_limit::{Quota, RateLimitLayer, Route, Rule};
-use redis_guard_tests::{Harness, backend_suite, by_client, call};
-use tower::{Layer, service_fn};
+use redis_guard_tests::{Harness, backend_suite, by_client, call, empty_ok};
+use tower::Layer;
 
 type Body = Full<Bytes>;
 
@@ -40,9 +38,7 @@ async fn each_route_has_its_own_limit_in_one_layer(h: Harness) {
         )
         .build()
         .expect("valid");
-    let svc = layer.layer(service_fn(|_: Request<Body>| async {
-        Ok::<_, Infallible>(Response::new(Body::default()))
-    }));
+    let svc = layer.layer(empty_ok());
     let mut seen = Vec::new();
     for (method, path) in [
         (Method::GET, "/api/export/1"),
