@@ -338,9 +338,11 @@ async fn state_of(h: &Harness, rules: &[&Rule], keys: &[&str]) -> Vec<String> {
                     .await
                     .expect("GET");
                 let v = v.unwrap_or_default();
-                // A token bucket stores "credit:time"; a refund recomputes it at a later time,
-                // so compare the invariant time - credit (when the bucket was empty).
-                match (rule.algorithm(), v.split_once(':')) {
+                // A token bucket stores "credit:time:emission:burst"; a refund recomputes it at
+                // a later time, so compare the invariant time - credit (when the bucket was
+                // empty).
+                let mut fields = v.split(':');
+                match (rule.algorithm(), fields.next().zip(fields.next())) {
                     (&Algorithm::TokenBucket, Some((credit, at))) => {
                         let credit: i128 = credit.parse().expect("credit");
                         let at: i128 = at.parse().expect("time");

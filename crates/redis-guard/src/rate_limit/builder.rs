@@ -210,6 +210,7 @@ impl RateLimitLayerBuilder {
             }
         }
         config.fallback = Fallback::new(&config.rules, config.failure)?.map(Arc::new);
+        config.dynamic = config.rules.iter().any(|r| r.rule.is_dynamic());
         config.policy = headers::policy(
             config
                 .rules

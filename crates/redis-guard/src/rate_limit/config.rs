@@ -7,10 +7,11 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 
 use super::limiter::Check;
+use super::resolve::{self, Lookup, Resolved};
 use super::warn::{WARN_INTERVAL, WarnEvery};
 use super::{
     Algorithm, Decision, FailurePolicy, KeyError, KeyExtractor, Limiter, LimiterError,
-    MemoryLimiter, MissingKey, Mode, Rule, RuleError, headers,
+    MemoryLimiter, MissingKey, Mode, Quota, Rule, RuleError, headers,
 };
 use crate::telemetry;
 
@@ -47,6 +48,8 @@ pub(crate) struct Config {
     pub(crate) fallback: Option<Arc<Fallback>>,
     /// Keeps "rate limiter failed" to a line per interval.
     pub(crate) warn: Arc<WarnEvery>,
+    /// Some rule resolves its quota per request.
+    pub(crate) dynamic: bool,
 }
 
 impl Config {
@@ -64,6 +67,7 @@ impl Config {
             policy: HeaderValue::from_static(""),
             fallback: None,
             warn: Arc::new(WarnEvery::new(WARN_INTERVAL)),
+            dynamic: false,
         }
     }
 }
@@ -119,6 +123,8 @@ impl Fallback {
 pub(crate) enum Plan {
     /// Evaluate these checks.
     Check(Vec<Check>),
+    /// Evaluate these checks once their quotas being looked up are known.
+    Resolve(Vec<Check>, Vec<Lookup>),
     /// No rule applies (every key missing and skipped).
     Pass,
     /// Answer at once with this status (missing key rejected, misconfiguration).
@@ -127,30 +133,54 @@ pub(crate) enum Plan {
 
 impl Config {
     pub(crate) fn plan(&self, parts: &http::request::Parts) -> Plan {
+        let misconfigured = || {
+            Plan::Respond(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "The rate limiter is misconfigured.",
+            )
+        };
         let mut checks = Vec::with_capacity(self.rules.len());
+        let mut lookups: Vec<Lookup> = Vec::new();
         for r in &self.rules {
             if r.rule.route().is_some_and(|route| !route.matches(parts)) {
                 continue;
             }
             match r.extractor.extract(parts) {
                 Ok(key) => {
-                    let Some(cost) = r.rule.request_cost(parts) else {
-                        // A constant cost, checked when the layer was built.
-                        checks.push(Check::shared(&r.rule, key));
+                    let cost = r.rule.request_cost(parts);
+                    if !r.rule.is_dynamic() {
+                        let Some(cost) = cost else {
+                            // A constant cost, checked when the layer was built.
+                            checks.push(Check::shared(&r.rule, key));
+                            continue;
+                        };
+                        if cost > r.rule.algorithm().capacity(r.rule.quota()) {
+                            tracing::warn!(
+                                rule = r.rule.name(),
+                                cost,
+                                "the rule's cost function asked for more than the burst: 500"
+                            );
+                            return misconfigured();
+                        }
+                        checks.push(Check::shared(&r.rule, key).with_cost(cost));
                         continue;
-                    };
-                    if cost > r.rule.algorithm().capacity(r.rule.quota()) {
-                        tracing::warn!(
-                            rule = r.rule.name(),
-                            cost,
-                            "the rule's cost function asked for more than the burst: 500"
-                        );
-                        return Plan::Respond(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "The rate limiter is misconfigured.",
-                        );
                     }
-                    checks.push(Check::shared(&r.rule, key).with_cost(cost));
+                    let check =
+                        Check::shared(&r.rule, key).with_cost(cost.unwrap_or(r.rule.cost()));
+                    match resolve::resolve(&r.rule, parts) {
+                        Resolved::Now(quota) => {
+                            let check = check.with_quota(quota.unwrap_or(*r.rule.quota()));
+                            if resolve::usable(&check).is_err() {
+                                return misconfigured();
+                            }
+                            checks.push(check);
+                        }
+                        Resolved::Later(lookup) => {
+                            // Checked against the quota the lookup gives, once it has.
+                            lookups.push((checks.len(), lookup));
+                            checks.push(check.with_quota(*r.rule.quota()));
+                        }
+                    }
                 }
                 Err(KeyError::Missing) => match self.missing_key {
                     MissingKey::Skip => {}
@@ -161,25 +191,29 @@ impl Config {
                 },
                 // The extractor logged the fix once; every request fails the same way until the
                 // server is set up right, so it can't go unnoticed.
-                Err(KeyError::Misconfigured(_)) => {
-                    return Plan::Respond(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "The rate limiter is misconfigured.",
-                    );
-                }
+                Err(KeyError::Misconfigured(_)) => return misconfigured(),
             }
         }
         if checks.is_empty() {
             Plan::Pass
-        } else {
+        } else if lookups.is_empty() {
             Plan::Check(checks)
+        } else {
+            Plan::Resolve(checks, lookups)
         }
     }
 
     /// The answer for a request the limiter failed to decide, by each rule's failure policy: a
     /// `503` when a `Closed` rule applies, else the fallback's decision of the `Fallback` rules
     /// (the `Open` ones skipped), else the inner service without a decision.
-    pub(crate) fn on_failure(&self, parts: &http::request::Parts) -> Result<Decision, Plan> {
+    ///
+    /// `resolved`: the quotas the request's rules were resolved to (rule name, quota), when some
+    /// rule resolves its quota per request; the fallback shares those as it does the rules' own.
+    pub(crate) fn on_failure(
+        &self,
+        parts: &http::request::Parts,
+        resolved: &[(Arc<str>, Quota)],
+    ) -> Result<Decision, Plan> {
         let unavailable = || {
             Plan::Respond(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -204,12 +238,18 @@ impl Config {
                 .as_deref()
                 .and_then(|f| Some((&f.limiter, f.rules.get(i)?.as_ref()?)));
             match (policy, shared) {
-                (FailurePolicy::Fallback { .. }, Some((_, rule))) => {
+                (FailurePolicy::Fallback { replicas }, Some((_, rule))) => {
+                    let mut check = Check::shared(rule, key);
+                    if let Some((_, quota)) =
+                        resolved.iter().find(|(name, _)| **name == *r.rule.name())
+                    {
+                        check = check.with_quota(quota.share(replicas));
+                    }
                     // The first plan refused a cost above the burst; the share's burst may be
                     // lower: such a request is charged the whole share.
                     let cost = r.rule.request_cost(parts).unwrap_or(rule.cost());
-                    let cost = cost.min(rule.algorithm().capacity(rule.quota()));
-                    checks.push(Check::shared(rule, key).with_cost(cost));
+                    let cost = cost.min(rule.algorithm().capacity(check.quota()));
+                    checks.push(check.with_cost(cost));
                 }
                 _ => return Err(unavailable()),
             }

@@ -12,14 +12,28 @@ use tower_service::Service;
 use super::config::{Config, Plan};
 use super::decision::RuleDecision;
 use super::headers::RateLimitHeaders;
-use super::limiter::{BoxFuture, LimiterError, Pending, count_failure, decision_from};
+use super::limiter::{BoxFuture, Check, LimiterError, Pending, count_failure, decision_from};
 use super::response::{self, ResponseBody};
-use super::{Decision, RuleState};
+use super::service::start;
+use super::{Decision, Quota, RuleError, RuleState};
+
+/// The answer of a future polled again after it completed (only reachable by a caller's bug).
+fn after_completion<B>() -> Response<ResponseBody<B>> {
+    response::error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "rate-limit future polled after completion",
+    )
+}
 
 define_response_future! {
     /// The response future of [`RateLimit`](super::RateLimit): waits for the limiter (the only
     /// boxed part), then calls the inner service or answers on its own.
     states {
+        Resolving {
+            checks: BoxFuture<Result<Vec<Check>, RuleError>>,
+            pending: Option<(S, Request<ReqBody>)>,
+            config: Arc<Config>,
+        },
         Checking {
             states: BoxFuture<Result<Vec<RuleState>, LimiterError>>,
             pending: Option<(S, Request<ReqBody>, Vec<RuleDecision>)>,
@@ -61,6 +75,22 @@ where
         }
     }
 
+    /// Waits for the quotas of `checks` to be looked up, then as [`checking`](Self::checking).
+    pub(crate) fn resolving(
+        checks: BoxFuture<Result<Vec<Check>, RuleError>>,
+        inner: S,
+        req: Request<ReqBody>,
+        config: Arc<Config>,
+    ) -> Self {
+        Self {
+            state: State::Resolving {
+                checks,
+                pending: Some((inner, req)),
+                config,
+            },
+        }
+    }
+
     pub(crate) fn call_inner(mut inner: S, req: Request<ReqBody>) -> Self {
         Self {
             state: State::Calling {
@@ -87,6 +117,31 @@ where
         let mut this = self.project();
         loop {
             let next = match this.state.as_mut().project() {
+                StateProj::Resolving {
+                    checks,
+                    pending,
+                    config,
+                } => {
+                    let checks = ready!(checks.as_mut().poll(cx));
+                    let Some((inner, req)) = pending.take() else {
+                        return Poll::Ready(Ok(after_completion()));
+                    };
+                    match checks {
+                        Ok(checks) => {
+                            let pending = start(config, checks);
+                            State::Checking {
+                                states: pending.states,
+                                pending: Some((inner, req, pending.rules)),
+                                config: Arc::clone(config),
+                                started: Instant::now(),
+                            }
+                        }
+                        Err(_) => State::Respond {
+                            status: StatusCode::INTERNAL_SERVER_ERROR,
+                            detail: "The rate limiter is misconfigured.",
+                        },
+                    }
+                }
                 StateProj::Checking {
                     states,
                     pending,
@@ -95,11 +150,17 @@ where
                 } => {
                     let states = ready!(states.as_mut().poll(cx));
                     let Some((mut inner, mut req, rules)) = pending.take() else {
-                        // Only reachable if polled after completion.
-                        return Poll::Ready(Ok(response::error(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "rate-limit future polled after completion",
-                        )));
+                        return Poll::Ready(Ok(after_completion()));
+                    };
+                    // What the fallback needs of the resolved quotas, kept only when some rule
+                    // resolves one.
+                    let resolved: Vec<(Arc<str>, Quota)> = if config.dynamic {
+                        rules
+                            .iter()
+                            .map(|r| (Arc::clone(&r.rule), r.quota))
+                            .collect()
+                    } else {
+                        Vec::new()
                     };
                     let decided = match states {
                         Ok(states) => decision_from(rules, states),
@@ -110,7 +171,7 @@ where
                         Err(err) => {
                             config.warn_failed(&err);
                             let (parts, body) = req.into_parts();
-                            let answer = config.on_failure(&parts);
+                            let answer = config.on_failure(&parts, &resolved);
                             req = Request::from_parts(parts, body);
                             answer
                         }
@@ -140,7 +201,7 @@ where
                             }
                         }
                         Err(Plan::Respond(status, detail)) => State::Respond { status, detail },
-                        Err(Plan::Pass | Plan::Check(_)) => State::Calling {
+                        Err(Plan::Pass | Plan::Check(_) | Plan::Resolve(..)) => State::Calling {
                             fut: inner.call(req),
                             headers: None,
                         },
@@ -160,10 +221,7 @@ where
                 StateProj::Limited { response } => {
                     let res = match response.take() {
                         Some((decision, config)) => response::limited(&config, &decision),
-                        None => response::error(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "rate-limit future polled after completion",
-                        ),
+                        None => after_completion(),
                     };
                     return Poll::Ready(Ok(res));
                 }

@@ -326,3 +326,20 @@ async fn the_fallback_keeps_a_rules_allow_list() {
     // "api"'s allow list there too.
     assert_eq!(statuses(&send(&layer, 3).await), [200, 200, 200]);
 }
+
+/// The fallback shares the quota a rule resolved for the request, not the rule's own.
+#[tokio::test]
+async fn the_fallback_shares_the_resolved_quota() {
+    let layer = builder()
+        .rule_with(
+            failing("plans").with_quota_from(|_| Some(Quota::per_minute(8))),
+            key(),
+        )
+        .failure_policy(FailurePolicy::fallback(2).unwrap())
+        .build()
+        .unwrap();
+    // 8 a minute over 2 replicas: 4 here (the rule's own 10 would give 5).
+    let answers = send(&layer, 6).await;
+    assert_eq!(statuses(&answers), [200, 200, 200, 200, 429, 429]);
+    assert_eq!(answers[0].policy.as_deref(), Some("\"plans\";q=4;w=60"));
+}

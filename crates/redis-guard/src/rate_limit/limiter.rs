@@ -9,7 +9,8 @@ use std::time::Duration;
 use super::decision::RuleDecision;
 use futures_util::future::join_all;
 
-use super::{Decision, Inspection, Key, Mode, Rule, RuleError, RuleState};
+use super::algorithm::Params;
+use super::{Decision, Inspection, Key, Mode, Quota, Rule, RuleError, RuleState};
 use crate::backend::BackendError;
 use crate::telemetry;
 
@@ -23,6 +24,11 @@ pub struct Check {
     pub(crate) rule: Arc<Rule>,
     pub(crate) key: Key,
     pub(crate) cost: u32,
+    /// The rule's quota, or the one resolved for this request.
+    pub(crate) quota: Quota,
+    /// Given a quota ([`with_quota`](Self::with_quota)): the rule's quota varies, so its state
+    /// on Redis keeps the quota's shape (never the lean GCRA script's bare TAT).
+    pub(crate) varying: bool,
 }
 
 impl Check {
@@ -34,11 +40,12 @@ impl Check {
 
     /// `rule` (a layer's, shared) for `key`, costing the rule's cost.
     pub(crate) fn shared(rule: &Arc<Rule>, key: Key) -> Self {
-        let cost = rule.cost();
         Self {
             rule: Arc::clone(rule),
             key,
-            cost,
+            cost: rule.cost(),
+            quota: *rule.quota(),
+            varying: false,
         }
     }
 
@@ -47,6 +54,47 @@ impl Check {
     pub fn with_cost(mut self, cost: u32) -> Self {
         self.cost = cost;
         self
+    }
+
+    /// Decides this request with `quota` instead of the rule's own: the quota of the caller's
+    /// plan, as a layer's [`Rule::with_quota_from`] resolves it. A key's state carries over
+    /// when its quota changes (see there), provided every check of a rule whose quota varies
+    /// says its quota, the rule's own included: on Redis, that keeps the quota's shape with the
+    /// key's state.
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{Check, Key, Limiter, MemoryLimiter, Quota, Rule};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = MemoryLimiter::new();
+    /// let api = Rule::new("api", Quota::per_hour(10));
+    /// let pro = Quota::per_hour(100);
+    /// for _ in 0..10 {
+    ///     limiter.check(&api, Key::from("acme")).await.unwrap();
+    /// }
+    /// assert!(!limiter.check(&api, Key::from("acme")).await.unwrap().allowed);
+    /// // Upgraded mid-hour: 90 more, not 100.
+    /// let upgraded = Check::new(api.clone(), Key::from("acme")).with_quota(pro);
+    /// let d = limiter.check_all(vec![upgraded]).await.unwrap();
+    /// assert!(d.allowed);
+    /// assert_eq!(d.remaining, 89);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_quota(mut self, quota: Quota) -> Self {
+        self.quota = quota;
+        self.varying = true;
+        self
+    }
+
+    /// The quota this request is decided with.
+    #[must_use]
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The algorithm's parameters for this request, `cost` units.
+    pub(crate) fn params(&self, cost: u32) -> Params {
+        self.rule.params(&self.quota, cost)
     }
 
     /// The rule.
@@ -67,7 +115,11 @@ impl Check {
     }
 
     pub(crate) fn validate(&self) -> Result<(), RuleError> {
-        Rule::clone(&self.rule).with_cost(self.cost).validate()
+        self.rule.validate()?;
+        if self.cost != self.rule.cost() || self.quota != *self.rule.quota() {
+            self.rule.resolved_problem(&self.quota, self.cost)?;
+        }
+        Ok(())
     }
 }
 
@@ -347,7 +399,7 @@ pub(crate) fn rule_decisions(checks: &[Check]) -> Vec<RuleDecision> {
         .iter()
         .map(|c| RuleDecision {
             rule: c.rule.name_arc().clone(),
-            quota: *c.rule.quota(),
+            quota: c.quota,
             state: unknown,
             mode: c.rule.mode(),
         })

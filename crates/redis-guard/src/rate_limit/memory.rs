@@ -148,7 +148,7 @@ impl MemoryLimiter {
             }
             // Cost 0 is a probe: decided as one unit, never recorded.
             let probe = check.cost == 0;
-            let params = check.rule.params(check.cost.max(1));
+            let params = check.params(check.cost.max(1));
             let id = self.state_id(&check.rule, &check.key);
             let current = table.states.get_live_mut(&id, now);
             let Some(step) = algorithm::step(current, now, &params) else {

@@ -171,7 +171,7 @@ impl RedisLimiter {
         let rule_args: Vec<RuleArgs> = checks
             .iter()
             .map(|check| {
-                let p = check.rule.params(check.cost);
+                let p = check.params(check.cost);
                 let id = match &p.algorithm {
                     Algorithm::Custom(custom) => {
                         let index = customs.iter().position(|c| c == custom).unwrap_or_else(|| {
@@ -200,9 +200,10 @@ impl RedisLimiter {
         } else {
             Some(self.scripts_for(customs))
         };
+        // A rule whose quota varies keeps the quota's shape with its state: the general script.
         let gcra_only = checks
             .iter()
-            .all(|c| *c.rule.algorithm() == Algorithm::Gcra);
+            .all(|c| *c.rule.algorithm() == Algorithm::Gcra && !c.varying && !c.rule.is_dynamic());
         Evaluation::new(scripts, gcra_only, keys, records, rule_args)
     }
 }
@@ -425,7 +426,7 @@ impl Hash for Request<'_> {
         for check in self.0 {
             check.rule.name().hash(state);
             check.rule.algorithm().hash(state);
-            check.rule.quota().hash(state);
+            check.quota.hash(state);
             check.rule.reads_overrides().hash(state);
             check.key.as_bytes().hash(state);
             check.cost.hash(state);

@@ -33,6 +33,7 @@ pub struct Rule {
     bans: Option<Bans>,
     allowed_keys: Option<Arc<HashSet<Key>>>,
     overrides: bool,
+    quota_from: Option<QuotaFrom>,
 }
 
 impl Rule {
@@ -51,6 +52,7 @@ impl Rule {
             bans: None,
             allowed_keys: None,
             overrides: false,
+            quota_from: None,
         }
     }
 
@@ -223,7 +225,14 @@ impl Rule {
         if !valid_name {
             return Err(RuleError::Name(self.name.to_string()));
         }
-        self.quota.validate().map_err(|source| RuleError::Quota {
+        self.shape_problem(&self.quota, self.cost)?;
+        self.operations_problem()
+    }
+
+    /// Why `quota` and `cost` cannot work with this rule's algorithm, the rule's own or a
+    /// quota resolved for one request.
+    pub(crate) fn shape_problem(&self, quota: &Quota, cost: u32) -> Result<(), RuleError> {
+        quota.validate().map_err(|source| RuleError::Quota {
             rule: self.name.to_string(),
             source,
         })?;
@@ -235,34 +244,155 @@ impl Rule {
                 why,
             });
         }
-        let capacity = self.algorithm.capacity(&self.quota);
-        if self.cost > capacity {
+        let capacity = self.algorithm.capacity(quota);
+        if cost > capacity {
             return Err(RuleError::CostOverBurst {
                 rule: self.name.to_string(),
-                cost: self.cost,
+                cost,
                 burst: capacity,
             });
         }
         if self.algorithm == Algorithm::SlidingCounter
-            && u128::from(self.quota.limit()) * self.quota.period().as_micros() >= 1 << 53
+            && u128::from(quota.limit()) * quota.period().as_micros() >= 1 << 53
         {
             return Err(RuleError::TooLargeForAlgorithm {
                 rule: self.name.to_string(),
                 why: "the sliding counter needs limit × period (in µs) below 2^53; use a shorter period or GCRA",
             });
         }
-        self.operations_problem()
+        Ok(())
     }
 
-    pub(crate) fn params(&self, cost: u32) -> Params {
+    /// Why `quota`, resolved for one request, cannot replace the rule's own: the checks of
+    /// [`validate`](Self::validate), and for the window algorithms the rule's period (their
+    /// windows are cut by it, so another period would start the key's count afresh).
+    pub(crate) fn resolved_problem(&self, quota: &Quota, cost: u32) -> Result<(), RuleError> {
+        if quota.period() != self.quota.period()
+            && matches!(
+                self.algorithm,
+                Algorithm::FixedWindow | Algorithm::SlidingCounter | Algorithm::SlidingLog
+            )
+        {
+            return Err(RuleError::TooLargeForAlgorithm {
+                rule: self.name.to_string(),
+                why: "a resolved quota of a window algorithm must keep the rule's period; use GCRA or the token bucket for plans with different periods",
+            });
+        }
+        self.shape_problem(quota, cost)
+    }
+
+    pub(crate) fn params(&self, quota: &Quota, cost: u32) -> Params {
         Params {
             algorithm: self.algorithm.clone(),
-            limit: u64::from(self.quota.limit()),
-            period_us: self.quota.period_us(),
-            burst: u64::from(self.quota.burst_size()),
-            emission_us: self.quota.emission_interval_us(),
+            limit: u64::from(quota.limit()),
+            period_us: quota.period_us(),
+            burst: u64::from(quota.burst_size()),
+            emission_us: quota.emission_interval_us(),
             cost: u64::from(cost),
         }
+    }
+
+    /// Takes each request's quota from the request head in a
+    /// [`RateLimitLayer`](super::RateLimitLayer): per plan, per tenant, per API key, changed at
+    /// run time without a deploy. `resolve` returns `None` to keep the rule's own quota (the one
+    /// given to [`Rule::new`], e.g. the free plan, for anonymous callers). It runs on every
+    /// request, so it should read what an earlier layer found (a request extension set by the
+    /// auth layer) or a cache, not a database; for an `async` lookup use
+    /// [`with_quota_from_async`](Self::with_quota_from_async).
+    ///
+    /// The quotas of one rule may differ per key, and a key's quota may change between two of
+    /// its requests: the state carries over in units, so a key that used 10 of the free plan's
+    /// 10 and is upgraded to 100 has exactly 90 left in the same window (no reset to zero, no
+    /// over-admission), and a key downgraded below what it used has none left until the new
+    /// rate frees some. GCRA and the token bucket keep the quota's shape with the key's state on
+    /// Redis to do so (a few bytes more per key); the window algorithms count units already, and
+    /// require every resolved quota to keep the rule's period.
+    ///
+    /// A resolved quota that cannot work (a zero limit, a cost above its burst, another period
+    /// for a window algorithm) is a bug of the resolver: the layer answers `500` ("The rate
+    /// limiter is misconfigured.") and logs the rule and the reason at `warn`. The
+    /// `RateLimit-Policy` header shows the quota each request was decided with. With
+    /// [`FailurePolicy::Fallback`](super::FailurePolicy::Fallback), the in-process fallback
+    /// shares the resolved quota among the replicas, as it does the rule's own.
+    /// [`Limiter::check`](super::Limiter::check) ignores the resolver; a direct call passes its
+    /// quota with [`Check::with_quota`](super::Check::with_quota).
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer, Rule};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// /// What the auth layer puts in the request's extensions.
+    /// #[derive(Clone, Copy)]
+    /// enum Plan { Free, Pro }
+    ///
+    /// let api = Rule::new("api", Quota::per_minute(60)).with_quota_from(|head| {
+    ///     match head.extensions.get::<Plan>()? {
+    ///         Plan::Free => None,
+    ///         Plan::Pro => Some(Quota::per_minute(600)),
+    ///     }
+    /// });
+    /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
+    ///     .rule_with(api, ClientIp::peer())
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn with_quota_from<F>(mut self, resolve: F) -> Self
+    where
+        F: Fn(&http::request::Parts) -> Option<Quota> + Send + Sync + 'static,
+    {
+        self.quota_from = Some(QuotaFrom::Now(Arc::new(resolve)));
+        self
+    }
+
+    /// As [`with_quota_from`](Self::with_quota_from), with an `async` lookup (a tenant table
+    /// behind a cache, a call to a plan service). The future must own what it needs from the
+    /// request head (clone the header or extension out of it before the `async` block).
+    ///
+    /// The request waits for the lookup at most [`QUOTA_LOOKUP_TIMEOUT`](super::QUOTA_LOOKUP_TIMEOUT);
+    /// a lookup that takes longer, or answers `None`, leaves the request under the rule's own
+    /// quota (logged at `warn` for the timeout, at most once a minute).
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use std::sync::{Arc, RwLock};
+    /// use http::HeaderName;
+    /// use redis_guard::rate_limit::{HeaderKey, MemoryLimiter, Quota, RateLimitLayer, Rule};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Tenant overrides, refreshed in the background from a table.
+    /// let overrides: Arc<RwLock<HashMap<String, Quota>>> = Arc::default();
+    /// let table = Arc::clone(&overrides);
+    /// let api = Rule::new("api", Quota::per_minute(60)).with_quota_from_async(move |head| {
+    ///     let tenant = head.headers.get("x-tenant").and_then(|v| v.to_str().ok());
+    ///     let tenant = tenant.map(str::to_owned);
+    ///     let table = Arc::clone(&table);
+    ///     async move { table.read().ok()?.get(&tenant?).copied() }
+    /// });
+    /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
+    ///     .rule_with(api, HeaderKey::new(HeaderName::from_static("x-tenant")))
+    ///     .build()?;
+    /// overrides.write().unwrap().insert("acme".into(), Quota::per_minute(6000));
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn with_quota_from_async<F, Fut>(mut self, resolve: F) -> Self
+    where
+        F: Fn(&http::request::Parts) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Option<Quota>> + Send + 'static,
+    {
+        self.quota_from = Some(QuotaFrom::Later(Arc::new(move |head| {
+            Box::pin(resolve(head))
+        })));
+        self
+    }
+
+    /// Whether the rule's quota is resolved per request
+    /// ([`with_quota_from`](Self::with_quota_from) or its `async` twin).
+    #[must_use]
+    pub fn is_dynamic(&self) -> bool {
+        self.quota_from.is_some()
+    }
+
+    /// The rule's quota resolver, if it has one.
+    pub(crate) fn quota_from(&self) -> Option<&QuotaFrom> {
+        self.quota_from.as_ref()
     }
 
     /// Bans keys that keep hitting the limit: see [`Bans`]. The count and the ban are decided in
@@ -388,6 +518,44 @@ impl Eq for CostFrom {}
 impl std::fmt::Debug for CostFrom {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("<fn(&Parts) -> u32>")
+    }
+}
+
+/// Where a rule's quota comes from on each request ([`Rule::with_quota_from`] and its `async`
+/// twin); rules compare equal when they share it.
+#[derive(Clone)]
+pub(crate) enum QuotaFrom {
+    /// Known from the request head at once.
+    Now(Arc<QuotaNow>),
+    /// Looked up.
+    Later(Arc<QuotaLater>),
+}
+
+/// A resolver that answers at once.
+pub(crate) type QuotaNow = dyn Fn(&http::request::Parts) -> Option<Quota> + Send + Sync;
+
+/// A resolver that looks the quota up.
+pub(crate) type QuotaLater =
+    dyn Fn(&http::request::Parts) -> super::BoxFuture<Option<Quota>> + Send + Sync;
+
+impl PartialEq for QuotaFrom {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Now(a), Self::Now(b)) => Arc::ptr_eq(a, b),
+            (Self::Later(a), Self::Later(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for QuotaFrom {}
+
+impl std::fmt::Debug for QuotaFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Now(_) => "<fn(&Parts) -> Option<Quota>>",
+            Self::Later(_) => "<async fn(&Parts) -> Option<Quota>>",
+        })
     }
 }
 

@@ -10,7 +10,8 @@ use tracing::Instrument;
 
 use super::config::{Config, Plan};
 use super::future::ResponseFuture;
-use super::limiter::Pending;
+use super::limiter::{Check, Pending};
+use super::resolve;
 use super::response::ResponseBody;
 
 /// The service [`RateLimitLayer`](super::RateLimitLayer) wraps around its inner service.
@@ -54,16 +55,28 @@ where
             Plan::Respond(status, detail) => ResponseFuture::respond(status, detail),
             Plan::Check(checks) => {
                 // The layer's rules and its limiter were checked when it was built.
-                let span = tracing::debug_span!("rate_limit", rules = checks.len());
-                let mut pending = Pending::start(&*self.config.limiter, checks);
-                if !span.is_disabled() {
-                    // Boxed once more only while a subscriber listens at `debug`.
-                    pending.states = Box::pin(pending.states.instrument(span));
-                }
+                let pending = start(&self.config, checks);
                 ResponseFuture::checking(pending, inner, req, Arc::clone(&self.config))
             }
+            Plan::Resolve(checks, lookups) => ResponseFuture::resolving(
+                resolve::looked_up(checks, lookups),
+                inner,
+                req,
+                Arc::clone(&self.config),
+            ),
         }
     }
+}
+
+/// Starts evaluating `checks` on the layer's limiter, in a `debug` span when one is listened to.
+pub(crate) fn start(config: &Config, checks: Vec<Check>) -> Pending {
+    let span = tracing::debug_span!("rate_limit", rules = checks.len());
+    let mut pending = Pending::start(&*config.limiter, checks);
+    if !span.is_disabled() {
+        // Boxed once more only while a subscriber listens at `debug`.
+        pending.states = Box::pin(pending.states.instrument(span));
+    }
+    pending
 }
 
 impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {

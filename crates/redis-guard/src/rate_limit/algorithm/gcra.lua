@@ -1,15 +1,42 @@
 -- GCRA (generic cell rate algorithm) for one rule.
 --
--- State: one string key holding the theoretical arrival time (TAT), in microseconds of Redis TIME,
--- as a decimal integer. It expires when the TAT passes (PX), so an idle client costs nothing.
+-- State: one string key "<TAT>:<emission interval>": the theoretical arrival time, in
+-- microseconds of Redis TIME, and the emission interval (µs) of the quota it was computed with,
+-- as decimal integers. It expires when the TAT passes (PX), so an idle client costs nothing. The
+-- lean script (gcra_only.lua) keeps a bare "<TAT>" for rules whose quota never varies; both read
+-- both.
 --
 -- gcra(key, now, p) with p = { limit, period, burst, emission, cost } (integers, microseconds)
 -- returns allowed (boolean), remaining, retry_after_us, reset_after_us, commit (function or nil).
 -- `commit` records the request; the dispatcher calls it only when every rule admitted it.
--- A stored value that is not a number (someone wrote the key) is treated as no state.
+-- A stored value that is not ours (someone wrote the key) is treated as no state.
+
+-- The TAT stored in `v` (a GET reply) in the terms of p's quota, or nil. A TAT kept under another
+-- emission interval (the key's quota changed: a plan upgrade) is rescaled so that the units it
+-- holds carry over, at most the burst: the key has used as many requests of its new quota as of
+-- its old one.
+local function gcra_tat(v, now, p)
+  local tat = tonumber(v)
+  if tat ~= nil or not v then return tat end
+  local t, e = string.match(v, '^(%d+):(%d+)$')
+  tat, e = tonumber(t), tonumber(e)
+  if tat == nil or e == nil or e < 1 then return nil end
+  if e ~= p.emission and tat > now then
+    tat = now + math.min(math.ceil((tat - now) / e * p.emission), p.burst * p.emission)
+  end
+  return tat
+end
+
+-- Stores `tat` under p's emission interval (`bare`: alone, as the lean script keeps it), living
+-- until it passes.
+local function gcra_store(key, tat, now, p, bare)
+  local v = bare and string.format('%.0f', tat) or string.format('%.0f:%.0f', tat, p.emission)
+  redis.call('SET', key, v, 'PX', cdiv(tat - now, 1000))
+end
+
 local function gcra(key, now, p)
   local e, b, c = p.emission, p.burst, p.cost
-  local tat = tonumber(redis.call('GET', key))
+  local tat = gcra_tat(redis.call('GET', key), now, p)
   if tat == nil or tat < now then tat = now end
   local new_tat = tat + c * e
   local allow_at = new_tat - b * e
@@ -19,21 +46,21 @@ local function gcra(key, now, p)
     return false, remaining, allow_at - now, tat - now, nil
   end
   local reset = new_tat - now
-  local commit = function()
-    redis.call('SET', key, string.format('%.0f', new_tat), 'PX', cdiv(reset, 1000))
-  end
+  local commit = function() gcra_store(key, new_tat, now, p) end
   return true, idiv(now - allow_at, e), 0, reset, commit
 end
 
 -- Gives back `cost` emission intervals (Cluster: another slot denied the request). Other requests
 -- may have moved the TAT since; subtracting our share is right whatever they did.
+-- The value keeps its form: the lean script's bare TAT stays bare.
 local function gcra_refund(key, now, p)
-  local tat = tonumber(redis.call('GET', key))
+  local v = redis.call('GET', key)
+  local tat = gcra_tat(v, now, p)
   if tat == nil then return end
   local new_tat = tat - p.cost * p.emission
   if new_tat <= now then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, string.format('%.0f', new_tat), 'PX', cdiv(new_tat - now, 1000))
+    gcra_store(key, new_tat, now, p, tonumber(v) ~= nil)
   end
 end

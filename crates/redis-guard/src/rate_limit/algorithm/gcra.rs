@@ -3,10 +3,6 @@
 use super::{Params, State, Step, idiv};
 
 pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
-    let tat = match state {
-        Some(State::Gcra(t)) => Some(*t),
-        _ => None,
-    };
     // Signed arithmetic, as in Lua: `allow_at` may lie before the clock's origin.
     let now = i128::from(now);
     let (e, b, c) = (
@@ -14,7 +10,20 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
         i128::from(p.burst),
         i128::from(p.cost),
     );
-    let tat = tat.map_or(now, |t| i128::from(t).max(now));
+    let tat = match state {
+        // Kept under another quota: the units it holds carry over, at most the burst.
+        Some(&State::Gcra { tat, emission }) if emission != p.emission_us && emission > 0 => {
+            let tat = i128::from(tat);
+            if tat > now {
+                now + super::step::rescaled(tat - now, i128::from(emission), e).min(b * e)
+            } else {
+                tat
+            }
+        }
+        Some(&State::Gcra { tat, .. }) => i128::from(tat),
+        _ => now,
+    };
+    let tat = tat.max(now);
     let new_tat = tat + c * e;
     let allow_at = new_tat - b * e;
     if now < allow_at {
@@ -24,7 +33,10 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
     Step::admitted(
         idiv(now - allow_at, e),
         reset,
-        State::Gcra(super::narrow(new_tat)),
+        State::Gcra {
+            tat: super::narrow(new_tat),
+            emission: p.emission_us,
+        },
         reset,
     )
 }

@@ -60,7 +60,8 @@ for e = 1, entries do
         failed = v.err
         break
       end
-      tat = tonumber(v) or false
+      -- "<TAT>:<emission>" when the general script last wrote it (same rule, same quota).
+      tat = tonumber(v) or (v and tonumber(string.match(v, '^(%d+):%d+$'))) or false
       tats[key] = tat
     end
     local ov, wait = false, 0

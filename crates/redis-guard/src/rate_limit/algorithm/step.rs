@@ -8,16 +8,23 @@ use super::{Algorithm, fixed_window, gcra, sliding_counter, sliding_log, token_b
 /// One key's state in the memory backend; the Redis scripts keep the same values.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum State {
-    /// GCRA: the theoretical arrival time.
-    Gcra(u64),
+    /// GCRA: the theoretical arrival time, and the emission interval of the quota it was
+    /// computed with.
+    Gcra { tat: u64, emission: u64 },
     /// Fixed window: its start and count.
     Window { start: u64, count: u64 },
     /// Sliding log: the time of each admitted unit, oldest first.
     Log(VecDeque<u64>),
     /// Sliding counter: the window index and the previous and current counts.
     Counter { window: u64, prev: u64, cur: u64 },
-    /// Token bucket: credit (tokens × emission interval) and the time it was computed.
-    Bucket { credit: u64, at: u64 },
+    /// Token bucket: credit (tokens × emission interval), the time it was computed, and the
+    /// emission interval and burst of the quota it was counted under.
+    Bucket {
+        credit: u64,
+        at: u64,
+        emission: u64,
+        burst: u64,
+    },
 }
 
 /// The outcome of one algorithm step, all times in microseconds.
@@ -65,6 +72,14 @@ impl Step {
             commit: Some(Commit::Replace(state, narrow(ttl_us))),
         }
     }
+}
+
+/// `amount` µs of a quota whose emission interval is `from`, in the terms of one whose interval
+/// is `to`: as many units, rounded up. The same double arithmetic as the scripts'
+/// `math.ceil(amount / from * to)`, so both backends carry a key over to a new quota alike.
+#[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+pub(crate) fn rescaled(amount: i128, from: i128, to: i128) -> i128 {
+    ((amount as f64) / (from as f64) * (to as f64)).ceil() as i128
 }
 
 /// Clamps a signed intermediate into the unsigned range.

@@ -2,40 +2,56 @@
 -- token per emission interval). A request takes `cost` tokens, and is rejected, taking none,
 -- when fewer than `cost` are left.
 --
--- State: one string key "<credit µs>:<last update µs>". Tokens are kept as refill time
--- (tokens × emission interval), an integer, so fractional tokens need no floating point and the
--- count can never go negative. The key expires when the bucket would be full again.
+-- State: one string key "<credit µs>:<last update µs>:<emission µs>:<burst>". Tokens are kept as
+-- refill time (tokens × emission interval), an integer, so fractional tokens need no floating
+-- point and the count can never go negative; the emission interval and burst they were counted
+-- under let a key whose quota changes keep what it used. The key expires when the bucket would
+-- be full again. A bare "<credit>:<last update>" (an earlier version) is read under p's quota.
 -- token_bucket(key, now, p) returns allowed, remaining, retry_after_us, reset_after_us, commit.
+
+-- The credit stored at `key`, refilled up to `now`, in the terms of p's quota; nil when there is
+-- none. Under another quota (a plan upgrade), the tokens it lacks carry over: the key has used as
+-- many tokens of its new bucket as of its old one (and has none left if that is all of them).
+local function bucket_credit(key, now, p)
+  local v = redis.call('GET', key) or ''
+  local credit, ts, e, b = string.match(v, '^(%d+):(%d+):(%d+):(%d+)$')
+  if credit == nil then credit, ts = string.match(v, '^(%d+):(%d+)$') end
+  credit, ts = tonumber(credit), tonumber(ts)
+  e, b = tonumber(e) or p.emission, tonumber(b) or p.burst
+  if credit == nil or ts > now or e < 1 then return nil end
+  local cap = b * e
+  credit = math.min(cap, credit + (now - ts))
+  if e ~= p.emission or b ~= p.burst then
+    credit = math.max(0, p.burst * p.emission - math.ceil((cap - credit) / e * p.emission))
+  end
+  return credit
+end
+
+-- Stores `credit` at `now`, living until the bucket is full again.
+local function bucket_store(key, credit, now, p)
+  redis.call('SET', key, string.format('%.0f:%.0f:%.0f:%d', credit, now, p.emission, p.burst),
+    'PX', cdiv(p.burst * p.emission - credit, 1000))
+end
+
 local function token_bucket(key, now, p)
   local E, cap, need = p.emission, p.burst * p.emission, p.cost * p.emission
-  local credit, ts = string.match(redis.call('GET', key) or '', '^(%d+):(%d+)$')
-  credit, ts = tonumber(credit), tonumber(ts)
-  if credit == nil or ts > now then
-    credit = cap
-  else
-    credit = math.min(cap, credit + (now - ts))
-  end
+  local credit = bucket_credit(key, now, p) or cap
   if credit < need then
     return false, idiv(credit, E), need - credit, cap - credit, nil
   end
   local left = credit - need
-  local commit = function()
-    redis.call('SET', key, string.format('%.0f:%.0f', left, now),
-      'PX', cdiv(cap - left, 1000))
-  end
+  local commit = function() bucket_store(key, left, now, p) end
   return true, idiv(left, E), 0, cap - left, commit
 end
 
 -- Puts `cost` tokens back, up to the capacity (Cluster: another slot denied the request).
 local function token_bucket_refund(key, now, p)
-  local E, cap = p.emission, p.burst * p.emission
-  local credit, ts = string.match(redis.call('GET', key) or '', '^(%d+):(%d+)$')
-  credit, ts = tonumber(credit), tonumber(ts)
-  if credit == nil or ts > now then return end
-  credit = math.min(cap, credit + (now - ts) + p.cost * E)
-  if credit >= cap then
+  local credit = bucket_credit(key, now, p)
+  if credit == nil then return end
+  credit = math.min(p.burst * p.emission, credit + p.cost * p.emission)
+  if credit >= p.burst * p.emission then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, string.format('%.0f:%.0f', credit, now), 'PX', cdiv(cap - credit, 1000))
+    bucket_store(key, credit, now, p)
   end
 end

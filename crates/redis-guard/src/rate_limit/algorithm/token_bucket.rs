@@ -8,8 +8,23 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
     let need = i128::from(p.cost) * e;
     let now_w = i128::from(now);
     let credit = match state {
-        Some(State::Bucket { credit, at }) if *at <= now => {
-            cap.min(i128::from(*credit) + (now_w - i128::from(*at)))
+        Some(&State::Bucket {
+            credit,
+            at,
+            emission,
+            burst,
+        }) if at <= now && emission > 0 => {
+            let (was_e, was_cap) = (
+                i128::from(emission),
+                i128::from(burst) * i128::from(emission),
+            );
+            let credit = was_cap.min(i128::from(credit) + (now_w - i128::from(at)));
+            if emission == p.emission_us && burst == p.burst {
+                credit
+            } else {
+                // Another quota: the tokens the key lacks carry over.
+                (cap - super::step::rescaled(was_cap - credit, was_e, e)).max(0)
+            }
         }
         _ => cap,
     };
@@ -20,6 +35,8 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
     let state = State::Bucket {
         credit: super::narrow(left),
         at: now,
+        emission: p.emission_us,
+        burst: p.burst,
     };
     Step::admitted(idiv(left, e), cap - left, state, cap - left)
 }
