@@ -12,24 +12,29 @@ async fn memory_usage_per_key() {
     let namer = RedisLimiter::new(h.backend().await);
     let mut conn = h.inspect().await;
     let mut rows = Vec::new();
-    for (name, algorithm) in [
-        ("gcra", Algorithm::Gcra),
-        ("token_bucket", Algorithm::TokenBucket),
-        ("fixed_window", Algorithm::FixedWindow),
-        ("sliding_counter", Algorithm::SlidingCounter),
-        ("sliding_log", Algorithm::SlidingLog),
+    // `varying`: the rule's quota is resolved per request, so the state keeps its shape.
+    for (name, algorithm, varying) in [
+        ("gcra", Algorithm::Gcra, false),
+        ("gcra (plans)", Algorithm::Gcra, true),
+        ("token_bucket", Algorithm::TokenBucket, false),
+        ("fixed_window", Algorithm::FixedWindow, false),
+        ("sliding_counter", Algorithm::SlidingCounter, false),
+        ("sliding_log", Algorithm::SlidingLog, false),
     ] {
         let mut bytes = Vec::new();
         for limit in [10u32, 100, 1000] {
-            let rule = Rule::new(format!("{name}-{limit}"), Quota::per_hour(limit))
-                .with_algorithm(algorithm.clone());
+            let quota = Quota::per_hour(limit);
+            let rule = Rule::new(
+                format!("{}-{limit}", name.replace([' ', '(', ')'], "")),
+                quota,
+            )
+            .with_algorithm(algorithm.clone());
             // Fill the quota: the log's worst case.
-            let d = limiter
-                .check_all(vec![
-                    Check::new(rule.clone(), Key::from("client")).with_cost(limit),
-                ])
-                .await
-                .expect("decision");
+            let mut check = Check::new(rule.clone(), Key::from("client")).with_cost(limit);
+            if varying {
+                check = check.with_quota(quota);
+            }
+            let d = limiter.check_all(vec![check]).await.expect("decision");
             assert!(d.allowed);
             let key = namer.key_name(&Check::new(rule, Key::from("client")));
             let used = redis_guard_testkit::inspect::memory_usage(&mut conn, &key)

@@ -24,6 +24,8 @@ pub(crate) struct Config {
     pub(crate) bind: SocketAddr,
     pub(crate) store: Store,
     pub(crate) api_limit: Quota,
+    /// `API_PRO_LIMIT`: the `/api/*` quota of callers on the pro plan (`X-Plan: pro`).
+    pub(crate) api_pro_limit: Quota,
     /// `API_LIMIT_MODE`: how the `/api/*` rule acts on its verdict.
     pub(crate) api_mode: Mode,
     /// `API_CANDIDATE_LIMIT`: a quota tried in shadow beside `API_LIMIT`.
@@ -86,6 +88,7 @@ impl Config {
             session_max,
             store,
             api_limit: settings::quota(get, "API_LIMIT", "60/minute")?,
+            api_pro_limit: settings::quota(get, "API_PRO_LIMIT", "600/minute")?,
             api_mode: match get("API_LIMIT_MODE")
                 .map(|v| v.trim().to_ascii_lowercase())
                 .as_deref()
@@ -128,6 +131,7 @@ mod tests {
         assert_eq!(c.bind, "127.0.0.1:3000".parse().unwrap());
         assert!(matches!(c.store, Store::Memory));
         assert_eq!(c.api_limit, Quota::per_minute(60));
+        assert_eq!(c.api_pro_limit, Quota::per_minute(600));
         assert_eq!(c.calls_limit, Quota::per_minute(5));
         assert_eq!(c.limit_on_error, FailurePolicy::default());
         assert_eq!(c.api_mode, Mode::Enforce);

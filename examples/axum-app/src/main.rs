@@ -23,7 +23,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use redis_guard::backend::{RedisBackend, RedisConnection};
 use redis_guard::rate_limit::{
-    Algorithm, KeyExtractorExt, Limiter, MemoryLimiter, RateLimitLayer, RedisLimiter, Rule,
+    Algorithm, KeyExtractorExt, Limiter, MemoryLimiter, Quota, RateLimitLayer, RedisLimiter, Rule,
 };
 use redis_guard::session::{
     CookieConfig, MemorySessionStore, RedisSessionStore, SessionLayer, SessionStore, SessionUser,
@@ -112,19 +112,32 @@ async fn run() -> Result<(), String> {
 /// What `GET /export` costs of the `/api/*` rule: ten plain requests.
 const EXPORT_COST: u32 = 10;
 
+/// The `/api/*` quota of the caller's plan: `X-Plan: pro` gets `pro` (`API_PRO_LIMIT`); any other
+/// value, or none, keeps the rule's own (`API_LIMIT`, the free plan). The header stands in for the
+/// plan attribute an authentication layer would put in the request's extensions: a real app
+/// must not let the client choose its plan.
+fn plan_quota(head: &http::request::Parts, pro: Quota) -> Option<Quota> {
+    let plan = head.headers.get("x-plan")?.as_bytes();
+    plan.eq_ignore_ascii_case(b"pro").then_some(pro)
+}
+
 fn router(
     config: &Config,
     limiter: Arc<dyn Limiter>,
     sessions: Arc<dyn SessionStore>,
 ) -> Result<Router, String> {
-    // An export costs 10 units of the API quota (all of it when API_LIMIT allows fewer).
-    let export_cost = EXPORT_COST.min(config.api_limit.burst_size());
-    // Per user when logged in, per client IP otherwise.
+    // An export costs 10 units of the API quota (all of it when a plan's quota allows fewer).
+    let export_cost = EXPORT_COST
+        .min(config.api_limit.burst_size())
+        .min(config.api_pro_limit.burst_size());
+    let pro = config.api_pro_limit;
+    // Per user when logged in, per client IP otherwise; the quota by the caller's plan.
     let mut api_limit = RateLimitLayer::builder(Arc::clone(&limiter))
         .rule_with(
             Rule::new("api", config.api_limit)
                 .with_mode(config.api_mode)
                 .with_overrides()
+                .with_quota_from(move |head| plan_quota(head, pro))
                 .with_cost_from(move |head| {
                     if head.uri.path() == "/export" {
                         export_cost

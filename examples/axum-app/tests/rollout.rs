@@ -123,3 +123,44 @@ async fn an_export_costs_ten_api_requests() {
         ]
     );
 }
+
+/// `X-Plan: pro` gets `API_PRO_LIMIT` instead of `API_LIMIT`; upgrading mid-window keeps what
+/// the caller used, and `RateLimit-Policy` shows the plan's quota.
+#[tokio::test]
+async fn the_plan_header_selects_the_api_quota() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let app = start(
+        &server,
+        &[("API_LIMIT", "3/minute"), ("API_PRO_LIMIT", "8/minute")],
+    )
+    .await;
+    let mut seen = Vec::new();
+    for plan in [
+        "free", "free", "free", "free", "pro", "pro", "pro", "pro", "pro", "pro", "free",
+    ] {
+        let r = request(
+            app.addr,
+            "GET",
+            "/api/hello",
+            &[("x-plan", plan.as_bytes())],
+            b"",
+        )
+        .await
+        .expect("request");
+        seen.push((
+            plan,
+            r.status,
+            r.header("ratelimit-policy").map(str::to_owned),
+        ));
+    }
+    println!("API_LIMIT=3/minute API_PRO_LIMIT=8/minute: {seen:?}");
+    let free = Some("\"api\";q=3;w=60".to_owned());
+    let pro = Some("\"api\";q=8;w=60".to_owned());
+    let mut expected = vec![("free", 200, free.clone()); 3];
+    expected.push(("free", 429, free.clone()));
+    // 3 of pro's 8 used already: 5 more.
+    expected.extend(vec![("pro", 200, pro.clone()); 5]);
+    expected.push(("pro", 429, pro));
+    expected.push(("free", 429, free));
+    assert_eq!(seen, expected);
+}

@@ -10,8 +10,8 @@ use super::CustomAlgorithm;
 ///
 /// | algorithm | Redis state per key | bursts | choose it when |
 /// | --- | --- | --- | --- |
-/// | [`Gcra`](Algorithm::Gcra) (default) | one integer: 104–120 B | up to `burst` at once, then evenly spaced | almost always: exact at every instant, O(1) |
-/// | [`TokenBucket`](Algorithm::TokenBucket) | two integers: 152 B | up to `burst` at once, then refill | you think in tokens; decisions equal GCRA's |
+/// | [`Gcra`](Algorithm::Gcra) (default) | one integer: 104–120 B (152 B with the quota's shape, for plans) | up to `burst` at once, then evenly spaced | almost always: exact at every instant, O(1) |
+/// | [`TokenBucket`](Algorithm::TokenBucket) | four integers: 168 B | up to `burst` at once, then refill | you think in tokens; decisions equal GCRA's |
 /// | [`SlidingLog`](Algorithm::SlidingLog) | a sorted set, a member per admitted unit: 440 B at limit 10, 3.7 KB at 100, 118 KB at 1000 | never more than `limit` in any `period` | small limits that must be exact over a rolling window (login, SMS, payments) |
 /// | [`SlidingCounter`](Algorithm::SlidingCounter) | two counters: 136–152 B | approximates the sliding log | large limits where the log's memory is too much |
 /// | [`FixedWindow`](Algorithm::FixedWindow) | one counter: 152 B | up to `2 × limit` across a window edge | you need the classic `INCR` + `EXPIRE` behaviour, or quotas that reset at once ("1000 per day") |
