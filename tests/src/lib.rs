@@ -36,6 +36,7 @@ pub struct Harness {
     clock: ManualClock,
     memory: MemoryLimiter,
     sessions: MemorySessionStore,
+    locks: redis_guard::backend::Lock,
     server: Option<RedisServer>,
     cluster: Option<RedisCluster>,
     prefix: String,
@@ -54,6 +55,9 @@ impl Harness {
             kind: Kind::Memory,
             memory: MemoryLimiter::builder().clock(clock.clone()).build(),
             sessions: MemorySessionStore::builder().clock(clock.clone()).build(),
+            locks: redis_guard::backend::Lock::memory_builder()
+                .clock(clock.clone())
+                .build(),
             clock,
             server: None,
             cluster: None,
@@ -86,6 +90,9 @@ impl Harness {
             kind,
             memory: MemoryLimiter::builder().clock(clock.clone()).build(),
             sessions: MemorySessionStore::builder().clock(clock.clone()).build(),
+            locks: redis_guard::backend::Lock::memory_builder()
+                .clock(clock.clone())
+                .build(),
             clock,
             server: Some(server),
             cluster: None,
@@ -108,6 +115,9 @@ impl Harness {
             kind: Kind::Cluster,
             memory: MemoryLimiter::builder().clock(clock.clone()).build(),
             sessions: MemorySessionStore::builder().clock(clock.clone()).build(),
+            locks: redis_guard::backend::Lock::memory_builder()
+                .clock(clock.clone())
+                .build(),
             clock,
             server: None,
             cluster: Some(cluster),
@@ -131,6 +141,15 @@ impl Harness {
         match self.kind {
             Kind::Memory => Arc::new(self.memory.clone()),
             _ => Arc::new(RedisLimiter::new(self.backend().await)),
+        }
+    }
+
+    /// A [`Lock`](redis_guard::backend::Lock) instance sharing its locks with every other one of
+    /// this harness (for Redis: a new connection; in memory: one table on the harness' clock).
+    pub async fn lock(&self) -> redis_guard::backend::Lock {
+        match self.kind {
+            Kind::Memory => self.locks.clone(),
+            _ => redis_guard::backend::Lock::redis(self.backend().await),
         }
     }
 

@@ -9,6 +9,8 @@
 //!   unreachable or too slow, calls fail at once with [`BackendError::CircuitOpen`] instead of
 //!   each waiting out the timeout; after a cool-down one call probes Redis, and the circuit
 //!   closes when it answers.
+//! - [`Lock`]: a lease on a name (random token, compare-and-delete release, renewal), on Redis
+//!   for every replica or in memory for one process.
 //! - The in-process backends' [`Clock`], and inside the crate the bounded expiring table both
 //!   memory backends keep their state in.
 //!
@@ -28,6 +30,8 @@ mod deny_cache;
 mod error;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 mod in_process;
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+mod lock;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 mod lua_script;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
@@ -60,6 +64,8 @@ pub use error::BackendError;
 pub(crate) use in_process::InProcess;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub use in_process::InProcessBuilder;
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+pub use lock::{Lock, LockError, LockGuard, MAX_LEASE};
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use lua_script::LuaScript;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
