@@ -34,6 +34,7 @@ define_response_future! {
         Respond {
             status: StatusCode,
             detail: &'static str,
+            grpc: bool,
         },
         Limited {
             response: Option<(Decision, Arc<Config>)>,
@@ -70,9 +71,13 @@ where
         }
     }
 
-    pub(crate) fn respond(status: StatusCode, detail: &'static str) -> Self {
+    pub(crate) fn respond(status: StatusCode, detail: &'static str, grpc: bool) -> Self {
         Self {
-            state: State::Respond { status, detail },
+            state: State::Respond {
+                status,
+                detail,
+                grpc,
+            },
         }
     }
 }
@@ -99,6 +104,7 @@ where
                         return Poll::Ready(Ok(response::error(
                             StatusCode::INTERNAL_SERVER_ERROR,
                             "rate-limit future polled after completion",
+                            config.grpc,
                         )));
                     };
                     let decided = match states {
@@ -139,7 +145,11 @@ where
                                 response: Some((decision, Arc::clone(config))),
                             }
                         }
-                        Err(Plan::Respond(status, detail)) => State::Respond { status, detail },
+                        Err(Plan::Respond(status, detail)) => State::Respond {
+                            status,
+                            detail,
+                            grpc: config.grpc,
+                        },
                         Err(Plan::Pass | Plan::Check(_)) => State::Calling {
                             fut: inner.call(req),
                             headers: None,
@@ -154,15 +164,21 @@ where
                     }
                     return Poll::Ready(Ok(res));
                 }
-                StateProj::Respond { status, detail } => {
-                    return Poll::Ready(Ok(response::error(*status, detail)));
+                StateProj::Respond {
+                    status,
+                    detail,
+                    grpc,
+                } => {
+                    return Poll::Ready(Ok(response::error(*status, detail, *grpc)));
                 }
                 StateProj::Limited { response } => {
                     let res = match response.take() {
                         Some((decision, config)) => response::limited(&config, &decision),
+                        // Only reachable if polled after completion.
                         None => response::error(
                             StatusCode::INTERNAL_SERVER_ERROR,
                             "rate-limit future polled after completion",
+                            false,
                         ),
                     };
                     return Poll::Ready(Ok(res));

@@ -101,10 +101,7 @@ pub(crate) fn limited<B>(config: &Config, decision: &Decision) -> Response<Respo
         Some(build) => build(decision),
         None => problem(
             StatusCode::TOO_MANY_REQUESTS,
-            &format!(
-                "Rate limit `{}` exceeded: retry in {secs} s.",
-                decision.rule
-            ),
+            &limited_detail(decision),
             &[
                 ("retry_after", Member::Uint(secs)),
                 ("rule", Member::Str(&decision.rule)),
@@ -120,9 +117,22 @@ pub(crate) fn limited<B>(config: &Config, decision: &Decision) -> Response<Respo
     res.map(ResponseBody::full)
 }
 
+/// What a denied request is told, in a problem document's `detail` or a `grpc-message`.
+pub(crate) fn limited_detail(decision: &Decision) -> String {
+    format!(
+        "Rate limit `{}` exceeded: retry in {} s.",
+        decision.rule,
+        decision.retry_after_secs()
+    )
+}
+
 /// An answer the layer gives without a decision (missing key, misconfiguration, Redis down with
-/// [`FailurePolicy::Closed`](super::FailurePolicy::Closed)).
-pub(crate) fn error<B>(status: StatusCode, detail: &str) -> Response<ResponseBody<B>> {
+/// [`FailurePolicy::Closed`](super::FailurePolicy::Closed)): a problem document, or the gRPC
+/// status of the same meaning when `grpc`.
+pub(crate) fn error<B>(status: StatusCode, detail: &str, grpc: bool) -> Response<ResponseBody<B>> {
+    if grpc {
+        return super::grpc::error(status, detail).map(ResponseBody::full);
+    }
     let mut res = problem(status, detail, &[]);
     if status == StatusCode::SERVICE_UNAVAILABLE {
         headers::insert_retry_after(res.headers_mut(), 1);
