@@ -261,3 +261,55 @@ async fn bad_configuration_exits_with_a_message_naming_the_variable() {
         );
     }
 }
+
+/// On the wire, a limited call is *trailers-only*: one HEADERS frame that ends the stream and
+/// carries `grpc-status`, as gRPC's protocol spec has servers answer an immediate error;
+/// an admitted call has headers, a message and trailers.
+#[tokio::test]
+async fn a_limited_call_is_one_headers_frame_on_the_wire() {
+    let app = start(None, &[("API_LIMIT", "1/minute")]).await;
+    let tcp = tokio::net::TcpStream::connect(app.addr)
+        .await
+        .expect("connect");
+    let (mut h2, connection) = h2::client::handshake(tcp).await.expect("HTTP/2");
+    tokio::spawn(connection);
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        h2 = h2.ready().await.expect("ready");
+        let req = http::Request::post(format!("http://{}/quotes.v1.Quotes/Get", app.addr))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("x-api-key", "wire")
+            .body(())
+            .expect("request");
+        let (res, mut body) = h2.send_request(req, false).expect("send");
+        // One length-prefixed message: uncompressed, 0 bytes (an empty GetRequest).
+        body.send_data(bytes::Bytes::from_static(&[0; 5]), true)
+            .expect("send the message");
+        let res = res.await.expect("response");
+        let grpc_status = |h: &http::HeaderMap| {
+            h.get("grpc-status")
+                .map(|v| v.to_str().unwrap_or("?").to_owned())
+        };
+        let headers = grpc_status(res.headers());
+        answers.push((res.status(), headers, res.body().is_end_stream()));
+        if !res.body().is_end_stream() {
+            let mut body = res.into_body();
+            while let Some(data) = body.data().await {
+                data.expect("data");
+            }
+            let trailers = body.trailers().await.expect("trailers");
+            assert_eq!(
+                trailers.as_ref().and_then(grpc_status).as_deref(),
+                Some("0")
+            );
+        }
+    }
+    assert_eq!(
+        answers,
+        [
+            (http::StatusCode::OK, None, false),
+            (http::StatusCode::OK, Some("8".to_owned()), true),
+        ]
+    );
+}

@@ -245,13 +245,11 @@ fn varint(out: &mut Vec<u8>, mut value: u64) {
 
 #[cfg(test)]
 mod tests {
-    use std::convert::Infallible;
-
-    use http::{HeaderName, Request};
-    use tower::{Layer, ServiceExt, service_fn};
+    use http::HeaderName;
 
     use super::*;
     use crate::backend::ManualClock;
+    use crate::rate_limit::response::tests::collected as call;
     use crate::rate_limit::{
         FailurePolicy, HeaderKey, MemoryLimiter, MissingKey, Quota, RateLimitLayer,
     };
@@ -297,21 +295,6 @@ mod tests {
         assert_eq!(ceil_millis(Duration::from_millis(1500)), 1500);
         assert_eq!(ceil_millis(Duration::from_nanos(1_500_000_001)), 1501);
         assert_eq!(ceil_millis(Duration::MAX), u64::MAX);
-    }
-
-    /// The answers of a gRPC layer over an inner service that says `ok`.
-    async fn call(layer: &RateLimitLayer, key: Option<&str>) -> Response<Bytes> {
-        let svc = layer.layer(service_fn(|_: Request<String>| async {
-            Ok::<_, Infallible>(Response::new(String::from("ok")))
-        }));
-        let mut req = Request::new(String::new());
-        if let Some(key) = key {
-            req.headers_mut().insert("x-key", key.parse().unwrap());
-        }
-        let res = svc.oneshot(req).await.unwrap();
-        let (parts, body) = res.into_parts();
-        let body = http_body_util::BodyExt::collect(body).await.unwrap();
-        Response::from_parts(parts, body.to_bytes())
     }
 
     #[tokio::test]
