@@ -181,6 +181,32 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// Answers in gRPC: a denied call gets
+    /// [`grpc::resource_exhausted`](super::grpc::resource_exhausted) (`RESOURCE_EXHAUSTED` with
+    /// the retry delay in metadata and status details) instead of `429`, and the layer's other
+    /// answers (limiter unavailable, misconfigured, key missing) become the matching gRPC status
+    /// (the [`grpc`](super::grpc) module docs list them). Put it on a layer in front of a gRPC
+    /// service only: HTTP clients would see `200`.
+    ///
+    /// A [`response`](Self::response) builder set after this one replaces the answer to denied
+    /// calls; the other answers stay gRPC.
+    ///
+    /// ```
+    /// use http::HeaderName;
+    /// use redis_guard::rate_limit::{HeaderKey, MemoryLimiter, Quota, RateLimitLayer};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder(MemoryLimiter::new()) // RedisLimiter in production
+    ///     .rule("api", HeaderKey::new(HeaderName::from_static("x-api-key")), Quota::per_minute(60))
+    ///     .grpc()
+    ///     .build()?;
+    /// // tonic::transport::Server::builder().layer(layer).add_service(…)
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn grpc(mut self) -> Self {
+        self.config.grpc = true;
+        self.response(super::grpc::resource_exhausted)
+    }
+
     /// Validates the rules and builds the layer.
     ///
     /// # Errors

@@ -42,6 +42,9 @@ pub(crate) struct Config {
     pub(crate) failure: FailurePolicy,
     pub(crate) headers: HeaderMode,
     pub(crate) response: Option<ResponseBuilder>,
+    /// The layer's own answers (`503`, `500`, a rejected missing key) in gRPC
+    /// ([`RateLimitLayerBuilder::grpc`](super::RateLimitLayerBuilder::grpc)).
+    pub(crate) grpc: bool,
     /// `RateLimit-Policy` for all the rules, made when the layer is built.
     pub(crate) policy: HeaderValue,
     /// The in-process limiter of [`FailurePolicy::Fallback`], made when the layer is built.
@@ -64,6 +67,7 @@ impl Config {
                 legacy: false,
             },
             response: None,
+            grpc: false,
             policy: HeaderValue::from_static(""),
             fallback: None,
             warn: Arc::new(WarnEvery::new(WARN_INTERVAL)),
@@ -341,6 +345,7 @@ impl fmt::Debug for Config {
             .field("fallback", &self.fallback.is_some())
             .field("headers", &self.headers)
             .field("custom_response", &self.response.is_some())
+            .field("grpc", &self.grpc)
             .finish()
     }
 }

@@ -18,10 +18,11 @@ use super::service::start;
 use super::{Decision, Quota, RuleError, RuleState};
 
 /// The answer of a future polled again after it completed (only reachable by a caller's bug).
-fn after_completion<B>() -> Response<ResponseBody<B>> {
+fn after_completion<B>(grpc: bool) -> Response<ResponseBody<B>> {
     response::error(
         StatusCode::INTERNAL_SERVER_ERROR,
         "rate-limit future polled after completion",
+        grpc,
     )
 }
 
@@ -48,6 +49,7 @@ define_response_future! {
         Respond {
             status: StatusCode,
             detail: &'static str,
+            grpc: bool,
         },
         Limited {
             response: Option<(Decision, Arc<Config>)>,
@@ -100,9 +102,13 @@ where
         }
     }
 
-    pub(crate) fn respond(status: StatusCode, detail: &'static str) -> Self {
+    pub(crate) fn respond(status: StatusCode, detail: &'static str, grpc: bool) -> Self {
         Self {
-            state: State::Respond { status, detail },
+            state: State::Respond {
+                status,
+                detail,
+                grpc,
+            },
         }
     }
 }
@@ -124,7 +130,7 @@ where
                 } => {
                     let checks = ready!(checks.as_mut().poll(cx));
                     let Some((inner, req)) = pending.take() else {
-                        return Poll::Ready(Ok(after_completion()));
+                        return Poll::Ready(Ok(after_completion(config.grpc)));
                     };
                     match checks {
                         Ok(checks) => {
@@ -139,6 +145,7 @@ where
                         Err(_) => State::Respond {
                             status: StatusCode::INTERNAL_SERVER_ERROR,
                             detail: "The rate limiter is misconfigured.",
+                            grpc: config.grpc,
                         },
                     }
                 }
@@ -150,7 +157,7 @@ where
                 } => {
                     let states = ready!(states.as_mut().poll(cx));
                     let Some((mut inner, mut req, rules)) = pending.take() else {
-                        return Poll::Ready(Ok(after_completion()));
+                        return Poll::Ready(Ok(after_completion(config.grpc)));
                     };
                     // What the fallback needs of the resolved quotas, kept only when some rule
                     // resolves one.
@@ -200,7 +207,11 @@ where
                                 response: Some((decision, Arc::clone(config))),
                             }
                         }
-                        Err(Plan::Respond(status, detail)) => State::Respond { status, detail },
+                        Err(Plan::Respond(status, detail)) => State::Respond {
+                            status,
+                            detail,
+                            grpc: config.grpc,
+                        },
                         Err(Plan::Pass | Plan::Check(_) | Plan::Resolve(..)) => State::Calling {
                             fut: inner.call(req),
                             headers: None,
@@ -215,13 +226,17 @@ where
                     }
                     return Poll::Ready(Ok(res));
                 }
-                StateProj::Respond { status, detail } => {
-                    return Poll::Ready(Ok(response::error(*status, detail)));
+                StateProj::Respond {
+                    status,
+                    detail,
+                    grpc,
+                } => {
+                    return Poll::Ready(Ok(response::error(*status, detail, *grpc)));
                 }
                 StateProj::Limited { response } => {
                     let res = match response.take() {
                         Some((decision, config)) => response::limited(&config, &decision),
-                        None => after_completion(),
+                        None => after_completion(false),
                     };
                     return Poll::Ready(Ok(res));
                 }

@@ -21,7 +21,10 @@
 //!   replica) or [`MemoryLimiter`] (one process);
 //! - the layer answers `429 Too Many Requests` with `Retry-After`, `RateLimit-Policy` and
 //!   `RateLimit` headers and an `application/problem+json` body, or calls the inner service with
-//!   the same headers added and a [`Decision`] in the request extensions.
+//!   the same headers added and a [`Decision`] in the request extensions;
+//! - in front of a gRPC service, [`RateLimitLayerBuilder::grpc`] makes the layer answer in gRPC
+//!   instead: `RESOURCE_EXHAUSTED` with the retry delay in metadata and status details
+//!   ([`grpc`]).
 
 //!
 //! # When Redis fails
@@ -70,6 +73,7 @@ mod config;
 mod decision;
 mod evaluation;
 mod future;
+pub mod grpc;
 pub mod headers;
 mod key;
 mod layer;

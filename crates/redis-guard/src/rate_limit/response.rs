@@ -101,10 +101,7 @@ pub(crate) fn limited<B>(config: &Config, decision: &Decision) -> Response<Respo
         Some(build) => build(decision),
         None => problem(
             StatusCode::TOO_MANY_REQUESTS,
-            &format!(
-                "Rate limit `{}` exceeded: retry in {secs} s.",
-                decision.rule
-            ),
+            &limited_detail(decision),
             &[
                 ("retry_after", Member::Uint(secs)),
                 ("rule", Member::Str(&decision.rule)),
@@ -120,9 +117,22 @@ pub(crate) fn limited<B>(config: &Config, decision: &Decision) -> Response<Respo
     res.map(ResponseBody::full)
 }
 
+/// What a denied request is told, in a problem document's `detail` or a `grpc-message`.
+pub(crate) fn limited_detail(decision: &Decision) -> String {
+    format!(
+        "Rate limit `{}` exceeded: retry in {} s.",
+        decision.rule,
+        decision.retry_after_secs()
+    )
+}
+
 /// An answer the layer gives without a decision (missing key, misconfiguration, Redis down with
-/// [`FailurePolicy::Closed`](super::FailurePolicy::Closed)).
-pub(crate) fn error<B>(status: StatusCode, detail: &str) -> Response<ResponseBody<B>> {
+/// [`FailurePolicy::Closed`](super::FailurePolicy::Closed)): a problem document, or the gRPC
+/// status of the same meaning when `grpc`.
+pub(crate) fn error<B>(status: StatusCode, detail: &str, grpc: bool) -> Response<ResponseBody<B>> {
+    if grpc {
+        return super::grpc::error(status, detail).map(ResponseBody::full);
+    }
     let mut res = problem(status, detail, &[]);
     if status == StatusCode::SERVICE_UNAVAILABLE {
         headers::insert_retry_after(res.headers_mut(), 1);
@@ -131,7 +141,7 @@ pub(crate) fn error<B>(status: StatusCode, detail: &str) -> Response<ResponseBod
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::convert::Infallible;
 
     use http::{HeaderName, Request};
@@ -142,8 +152,12 @@ mod tests {
     use crate::backend::ManualClock;
     use crate::rate_limit::{Global, HeaderKey, MemoryLimiter, MissingKey, Quota, RateLimitLayer};
 
-    /// Status, the headers the layer writes (in a fixed order, absent ones as `-`) and the body.
-    async fn answer(layer: &RateLimitLayer, key: Option<&str>) -> (u16, Vec<String>, String) {
+    /// The answer of `layer` over an inner service that says `ok`, to a request with `x-key:
+    /// key` (none: without the header), its body collected.
+    pub(in crate::rate_limit) async fn collected(
+        layer: &RateLimitLayer,
+        key: Option<&str>,
+    ) -> Response<Bytes> {
         let svc = layer.layer(service_fn(|_: Request<String>| async {
             Ok::<_, Infallible>(Response::new(String::from("ok")))
         }));
@@ -151,7 +165,14 @@ mod tests {
         if let Some(key) = key {
             req.headers_mut().insert("x-key", key.parse().unwrap());
         }
-        let res = svc.oneshot(req).await.unwrap();
+        let (parts, body) = svc.oneshot(req).await.unwrap().into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        Response::from_parts(parts, body)
+    }
+
+    /// Status, the headers the layer writes (in a fixed order, absent ones as `-`) and the body.
+    async fn answer(layer: &RateLimitLayer, key: Option<&str>) -> (u16, Vec<String>, String) {
+        let res = collected(layer, key).await;
         let headers = [
             "ratelimit-policy",
             "ratelimit",
@@ -169,8 +190,11 @@ mod tests {
         })
         .collect();
         let status = res.status().as_u16();
-        let body = res.into_body().collect().await.unwrap().to_bytes();
-        (status, headers, String::from_utf8(body.to_vec()).unwrap())
+        (
+            status,
+            headers,
+            String::from_utf8(res.body().to_vec()).unwrap(),
+        )
     }
 
     #[tokio::test]

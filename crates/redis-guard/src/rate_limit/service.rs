@@ -52,7 +52,9 @@ where
         let req = Request::from_parts(parts, body);
         match plan {
             Plan::Pass => ResponseFuture::call_inner(inner, req),
-            Plan::Respond(status, detail) => ResponseFuture::respond(status, detail),
+            Plan::Respond(status, detail) => {
+                ResponseFuture::respond(status, detail, self.config.grpc)
+            }
             Plan::Check(checks) => {
                 // The layer's rules and its limiter were checked when it was built.
                 let pending = start(&self.config, checks);

@@ -1,0 +1,138 @@
+//! redis-guard on a tonic gRPC service: every call counts against a quota per API key (the
+//! `x-api-key` metadata) or, without one, per client IP; a limited call gets gRPC's
+//! `RESOURCE_EXHAUSTED` with the retry delay in its metadata and status details.
+//!
+//! Env: see README.md beside this file (`BIND` defaults to `127.0.0.1:50051`).
+
+#[path = "../../shared/settings.rs"]
+#[allow(dead_code, reason = "shared by the examples; this one has no sessions")]
+mod settings;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderName;
+use redis_guard::backend::{RedisBackend, RedisConnection};
+use redis_guard::rate_limit::{
+    HeaderKey, KeyExtractorExt, Limiter, MemoryLimiter, PeerAddr, RateLimitLayer, RedisLimiter,
+};
+use tonic::transport::Server;
+use tonic::transport::server::{TcpConnectInfo, TcpIncoming};
+use tonic_app::QuotesService;
+use tonic_app::pb::quotes_server::QuotesServer;
+use tower::ServiceBuilder;
+
+/// `STREAM_INTERVAL_MS` bounds: a stream of 1000 quotes lasts at most 10 s × 1000.
+const STREAM_INTERVAL_MS: std::ops::RangeInclusive<u64> = 0..=10_000;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tonic-app: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run() -> Result<(), String> {
+    let get: settings::Lookup<'_> = &settings::from_process_env;
+    let bind: SocketAddr = get("BIND")
+        .unwrap_or_else(|| "127.0.0.1:50051".to_owned())
+        .trim()
+        .parse()
+        .map_err(|e| format!("BIND is not a socket address: {e}"))?;
+    let api_limit = settings::quota(get, "API_LIMIT", "60/minute")?;
+    let limit_on_error = settings::failure_policy(get)?;
+    let client_ip = settings::client_ip(get)?;
+    let redis_timeout = settings::redis_timeout(get)?;
+    let interval = stream_interval(get)?;
+    let (limiter, backend): (Arc<dyn Limiter>, &str) = match get("REDIS_URL") {
+        None => (Arc::new(MemoryLimiter::new()), "in-process memory"),
+        Some(url) => {
+            let conn = RedisConnection::open(&url)
+                .await
+                .map_err(|e| format!("cannot connect to REDIS_URL: {e}"))?;
+            let redis = RedisBackend::new(conn).timeout(redis_timeout);
+            (Arc::new(RedisLimiter::new(redis)), "redis")
+        }
+    };
+
+    // The API key a caller sends, else its address. The example takes the key on trust; a real
+    // service keys by the identity its authentication layer established.
+    let caller = HeaderKey::new(HeaderName::from_static("x-api-key")).or(client_ip);
+    let rate_limit = RateLimitLayer::builder(limiter)
+        .rule("api", caller, api_limit)
+        .failure_policy(limit_on_error)
+        .grpc()
+        .build()
+        .map_err(|e| format!("API_LIMIT: {e}"))?;
+    let layers = ServiceBuilder::new()
+        .map_request(peer_addr::<tonic::body::Body>)
+        .layer(rate_limit);
+
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("tonic-app listening on http://{addr} (rate limits: {backend})");
+    Server::builder()
+        .layer(layers)
+        .add_service(QuotesServer::new(QuotesService::new(interval)))
+        .serve_with_incoming_shutdown(TcpIncoming::from(listener), shutdown())
+        .await
+        .map_err(|e| format!("server: {e}"))
+}
+
+/// Hands tonic's peer address to the limiter's [`ClientIp`](redis_guard::rate_limit::ClientIp),
+/// which reads a [`PeerAddr`] (redis-guard does not depend on tonic).
+fn peer_addr<B>(mut req: http::Request<B>) -> http::Request<B> {
+    let peer = req
+        .extensions()
+        .get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr);
+    if let Some(peer) = peer {
+        req.extensions_mut().insert(PeerAddr(peer));
+    }
+    req
+}
+
+/// `STREAM_INTERVAL_MS` (default 200): the pause between two quotes of a stream.
+fn stream_interval(get: settings::Lookup<'_>) -> Result<Duration, String> {
+    let Some(v) = get("STREAM_INTERVAL_MS") else {
+        return Ok(Duration::from_millis(200));
+    };
+    match v.trim().parse::<u64>() {
+        Ok(ms) if STREAM_INTERVAL_MS.contains(&ms) => Ok(Duration::from_millis(ms)),
+        _ => Err(format!(
+            "STREAM_INTERVAL_MS={v:?} must be a whole number of milliseconds from {} to {}",
+            STREAM_INTERVAL_MS.start(),
+            STREAM_INTERVAL_MS.end()
+        )),
+    }
+}
+
+/// Ctrl-C or SIGTERM: tonic stops accepting and lets calls in flight finish.
+async fn shutdown() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
