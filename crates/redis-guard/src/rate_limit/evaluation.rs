@@ -214,6 +214,24 @@ impl Evaluation {
             .collect()
     }
 
+    /// Charges each rule its cost whatever is left ([`Limiter::charge_all`]): one call of the
+    /// charge script per hash slot.
+    ///
+    /// [`Limiter::charge_all`]: super::Limiter::charge_all
+    pub(super) async fn charge(&self, backend: &RedisBackend) -> Result<(), LimiterError> {
+        let request = request_id();
+        for group in backend.slot_groups(&self.keys) {
+            let keys: Vec<&str> = group.iter().map(|&i| self.keys[i].as_str()).collect();
+            let mut call = backend.script(&self.scripts().charge, &keys);
+            call.arg(request.as_str()).arg(0);
+            for &i in &group {
+                call.arg(&self.rule_args[i].ints[..]);
+            }
+            call.run().await?;
+        }
+        Ok(())
+    }
+
     /// Gives back what the request took under `groups`. Best effort: a refund that fails leaves
     /// the quota consumed, which errs on the side of limiting.
     async fn refund(&self, backend: &RedisBackend, request: &str, groups: &[(&[usize], u64)]) {

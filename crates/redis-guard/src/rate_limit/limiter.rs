@@ -297,7 +297,43 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
         duration: Duration,
     ) -> BoxFuture<Result<(), LimiterError>>;
 
-    /// Checks one request against several rules, all or nothing.
+    /// Charges `key` `cost` more units of `rule` whatever is left: a cost learnt after the
+    /// request was admitted (the tokens an answer used, once its stream ended). The key may go
+    /// over its limit and then waits until the debt is paid (GCRA and the window algorithms keep
+    /// all of it; the token bucket empties and keeps none below). A cost of 0 does nothing. A
+    /// [`RateLimitLayer`](super::RateLimitLayer) does this itself for rules that are
+    /// [`charged_after_response`](super::Rule::charged_after_response).
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter = MemoryLimiter::new();
+    /// let tokens = Rule::new("tokens", Quota::per_hour(10_000));
+    /// limiter.charge(&tokens, Key::from("acme"), 9_000).await.unwrap();
+    /// let seen = limiter.inspect(&tokens, Key::from("acme")).await.unwrap();
+    /// assert_eq!(seen.state.remaining, 1_000);
+    /// limiter.charge(&tokens, Key::from("acme"), 5_000).await.unwrap();
+    /// assert!(!limiter.check(&tokens, Key::from("acme")).await.unwrap().allowed);
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LimiterError`]: the store failed, the rule is invalid, or its algorithm has no charge
+    /// (a custom one: [`LimiterError::Unsupported`]).
+    fn charge(&self, rule: &Rule, key: Key, cost: u32) -> BoxFuture<Result<(), LimiterError>> {
+        self.charge_all(vec![Check::new(rule.clone(), key).with_cost(cost)])
+    }
+
+    /// [`charge`](Self::charge) for several rules and keys at once, each check's cost: one
+    /// script call per hash slot on Redis.
+    ///
+    /// # Errors
+    ///
+    /// As [`charge`](Self::charge).
+    fn charge_all(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>>;
+
+    /// Checks one request against several rules, all or nothing.    /// Checks one request against several rules, all or nothing.
     fn check_all(&self, checks: Vec<Check>) -> BoxFuture<Result<Decision, LimiterError>> {
         if checks.is_empty() {
             return Box::pin(std::future::ready(Err(LimiterError::Empty)));
@@ -310,6 +346,22 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
         }
         decide(self, checks)
     }
+}
+
+/// The checks of a [`Limiter::charge_all`] that charge something, once every rule is known to
+/// work and to have a charge.
+pub(crate) fn chargeable(checks: Vec<Check>) -> Result<Vec<Check>, LimiterError> {
+    for check in &checks {
+        check.rule.validate()?;
+        if let super::Algorithm::Custom(custom) = check.rule.algorithm() {
+            return Err(LimiterError::Unsupported(format!(
+                "rule `{}` uses the custom algorithm {}, which has no charge",
+                check.rule.name(),
+                custom.name()
+            )));
+        }
+    }
+    Ok(checks.into_iter().filter(|c| c.cost > 0).collect())
 }
 
 /// Evaluates checks that are known to be valid (a layer's rules were validated when it was
@@ -449,6 +501,10 @@ impl<L: Limiter + ?Sized> Limiter for std::sync::Arc<L> {
 
     fn inspect(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
         (**self).inspect(rule, key)
+    }
+
+    fn charge_all(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>> {
+        (**self).charge_all(checks)
     }
 
     fn reset(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {

@@ -8,8 +8,10 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use super::algorithm::{self, Commit, RuleState, State, ceil_ms};
-use super::limiter::{BoxFuture, Check, Limiter, LimiterError, decision_from, rule_decisions};
+use super::algorithm::{self, Commit, Refunded, RuleState, State, ceil_ms};
+use super::limiter::{
+    BoxFuture, Check, Limiter, LimiterError, chargeable, decision_from, rule_decisions,
+};
 use super::operations::{self, Effect, Inspection, Override, allow_listed_state};
 use super::{Decision, Key, Mode, Rule};
 use crate::backend::{ExpiringTable, InProcess, InProcessBuilder};
@@ -220,6 +222,36 @@ impl MemoryLimiter {
         Ok(states)
     }
 
+    /// Settles `checks` of a request admitted at `charged_at` (this limiter's clock): each
+    /// check's `delta` more units charged whatever is left (positive) or given back (negative),
+    /// as the Redis charge and refund scripts do.
+    pub(crate) fn settle_now(&self, checks: &[(&Check, i64)], charged_at: u64) {
+        let now = self.inner.now_us();
+        let mut table = self.inner.lock();
+        for &(check, delta) in checks {
+            let mut p = check.params(1);
+            p.cost = delta.unsigned_abs();
+            let id = self.state_id(&check.rule, &check.key);
+            if delta > 0 {
+                let current = table.states.get_live_mut(&id, now).map(|s| &*s);
+                if let Some(commit) = algorithm::charge(current, now, &p) {
+                    table.apply(id, commit, now);
+                }
+            } else if delta < 0 {
+                let Some(state) = table.states.get_live_mut(&id, now) else {
+                    continue;
+                };
+                match algorithm::refund(state, now, &p, charged_at) {
+                    Refunded::Store(commit) => table.apply(id, commit, now),
+                    Refunded::Delete => {
+                        table.states.remove(&id);
+                    }
+                    Refunded::Kept | Refunded::Nothing => {}
+                }
+            }
+        }
+    }
+
     /// `penalize` or `allow` (`change`) for `duration`, validated.
     fn steer(
         &self,
@@ -298,6 +330,14 @@ impl Table {
 impl crate::sealed::Sealed for MemoryLimiter {}
 
 impl Limiter for MemoryLimiter {
+    fn charge_all(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>> {
+        let charged = chargeable(checks).map(|checks| {
+            let lines: Vec<(&Check, i64)> = checks.iter().map(|c| (c, i64::from(c.cost))).collect();
+            self.settle_now(&lines, 0);
+        });
+        Box::pin(std::future::ready(charged))
+    }
+
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
         Box::pin(std::future::ready(self.evaluate_now(&checks, false, false)))
     }

@@ -67,6 +67,7 @@
 //!
 //! [`tower::limit::RateLimit`]: https://docs.rs/tower/latest/tower/limit/struct.RateLimit.html
 
+mod actual_cost;
 mod algorithm;
 mod builder;
 mod config;
@@ -93,6 +94,7 @@ mod rule;
 mod service;
 mod warn;
 
+pub use actual_cost::ActualCost;
 pub use algorithm::{Algorithm, CustomAlgorithm, RuleState};
 pub use builder::RateLimitLayerBuilder;
 pub use config::ResponseBuilder;

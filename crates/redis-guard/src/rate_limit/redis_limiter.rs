@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::algorithm::script::{CUSTOM_BASE, OPERATIONS, Scripts};
 use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use super::evaluation::{Coalescers, Evaluation, RuleArgs};
-use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
+use super::limiter::{BoxFuture, Check, Limiter, LimiterError, chargeable};
 use super::operations::{self, Inspection, Override};
 use super::{Key, Rule};
 use crate::backend::{BackendError, DEFAULT_BATCH, DenyCache, RedisBackend};
@@ -213,6 +213,20 @@ impl crate::sealed::Sealed for RedisLimiter {}
 impl Limiter for RedisLimiter {
     fn config_problem(&self) -> Option<String> {
         self.backend.config_problem()
+    }
+
+    fn charge_all(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>> {
+        let checks = match chargeable(checks) {
+            Ok(checks) => checks,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let this = self.clone();
+        Box::pin(async move {
+            if checks.is_empty() {
+                return Ok(());
+            }
+            this.evaluation(&checks).charge(&this.backend).await
+        })
     }
 
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {

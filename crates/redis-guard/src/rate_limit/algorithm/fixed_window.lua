@@ -36,3 +36,15 @@ local function fixed_window_refund(key, now, p)
   if p.charged_at < start or p.charged_at >= start + p.period then return end
   redis.call('SET', key, string.format('%.0f:%d', start, math.max(0, count - p.cost)), 'KEEPTTL')
 end
+
+-- Counts `cost` more in the open window (a new one if none is open) whatever is left (a cost
+-- reported after the response): the count may pass the limit until the window closes.
+local function fixed_window_charge(key, now, p)
+  local start, count = string.match(redis.call('GET', key) or '', '^(%d+):(%d+)$')
+  start, count = tonumber(start), tonumber(count)
+  if start == nil or now >= start + p.period or start > now then
+    start, count = now, 0
+  end
+  redis.call('SET', key, string.format('%.0f:%.0f', start, count + p.cost),
+    'PX', cdiv(start + p.period - now, 1000))
+end

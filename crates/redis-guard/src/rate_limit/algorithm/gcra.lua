@@ -64,3 +64,12 @@ local function gcra_refund(key, now, p)
     gcra_store(key, new_tat, now, p, tonumber(v) ~= nil)
   end
 end
+
+-- Charges `cost` more emission intervals whatever is left (a cost reported after the response):
+-- the TAT may move past the burst, and the key then waits until the debt is paid.
+local function gcra_charge(key, now, p)
+  local v = redis.call('GET', key)
+  local tat = gcra_tat(v, now, p)
+  if tat == nil or tat < now then tat = now end
+  gcra_store(key, tat + p.cost * p.emission, now, p, tonumber(v) ~= nil)
+end

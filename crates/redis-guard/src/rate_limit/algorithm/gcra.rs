@@ -1,17 +1,12 @@
 //! GCRA in Rust, the twin of `gcra.lua`: same integers, same decisions.
 
-use super::{Params, State, Step, idiv};
+use super::{Commit, Params, State, Step, idiv};
 
-pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
-    // Signed arithmetic, as in Lua: `allow_at` may lie before the clock's origin.
-    let now = i128::from(now);
-    let (e, b, c) = (
-        i128::from(p.emission_us),
-        i128::from(p.burst),
-        i128::from(p.cost),
-    );
+/// The key's TAT in the terms of p's quota: a TAT kept under another quota is rescaled so the
+/// units it holds carry over, at most the burst; never before `now`.
+fn current_tat(state: Option<&State>, now: i128, p: &Params) -> i128 {
+    let (e, b) = (i128::from(p.emission_us), i128::from(p.burst));
     let tat = match state {
-        // Kept under another quota: the units it holds carry over, at most the burst.
         Some(&State::Gcra { tat, emission }) if emission != p.emission_us && emission > 0 => {
             let tat = i128::from(tat);
             if tat > now {
@@ -23,22 +18,54 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
         Some(&State::Gcra { tat, .. }) => i128::from(tat),
         _ => now,
     };
-    let tat = tat.max(now);
+    tat.max(now)
+}
+
+/// The state holding `tat`, and how long it lives.
+fn stored(tat: i128, now: i128, p: &Params) -> Commit {
+    let state = State::Gcra {
+        tat: super::narrow(tat),
+        emission: p.emission_us,
+    };
+    Commit::Replace(state, super::narrow(tat - now))
+}
+
+pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
+    // Signed arithmetic, as in Lua: `allow_at` may lie before the clock's origin.
+    let now = i128::from(now);
+    let (e, b, c) = (
+        i128::from(p.emission_us),
+        i128::from(p.burst),
+        i128::from(p.cost),
+    );
+    let tat = current_tat(state, now, p);
     let new_tat = tat + c * e;
     let allow_at = new_tat - b * e;
     if now < allow_at {
         return Step::denied(idiv(now + b * e - tat, e), allow_at - now, tat - now);
     }
     let reset = new_tat - now;
-    Step::admitted(
-        idiv(now - allow_at, e),
-        reset,
-        State::Gcra {
-            tat: super::narrow(new_tat),
-            emission: p.emission_us,
-        },
-        reset,
-    )
+    Step {
+        allowed: true,
+        remaining: super::narrow(idiv(now - allow_at, e)),
+        retry_after_us: 0,
+        reset_after_us: super::narrow(reset),
+        commit: Some(stored(new_tat, now, p)),
+    }
+}
+
+/// `p.cost` more emission intervals whatever is left, as `gcra_charge` in `gcra.lua`.
+pub(super) fn charge(state: Option<&State>, now: u64, p: &Params) -> Commit {
+    let now = i128::from(now);
+    let tat = current_tat(state, now, p);
+    stored(tat + i128::from(p.cost) * i128::from(p.emission_us), now, p)
+}
+
+/// `p.cost` emission intervals back, as `gcra_refund`: `None` when nothing is left to keep.
+pub(super) fn refund(state: &State, now: u64, p: &Params) -> Option<Commit> {
+    let now = i128::from(now);
+    let tat = current_tat(Some(state), now, p) - i128::from(p.cost) * i128::from(p.emission_us);
+    (tat > now).then(|| stored(tat, now, p))
 }
 
 #[cfg(test)]

@@ -20,4 +20,6 @@ mod step;
 pub use custom::CustomAlgorithm;
 pub use kind::Algorithm;
 pub use rule_state::RuleState;
-pub(crate) use step::{Commit, Params, State, Step, ceil_ms, idiv, narrow, step};
+pub(crate) use step::{
+    Commit, Params, Refunded, State, Step, ceil_ms, charge, idiv, narrow, refund, step,
+};

@@ -59,11 +59,13 @@ fn compose(table: &str, suffix: &str, customs: &[(&str, Option<&str>)], driver: 
 /// Custom algorithms get ids above this.
 pub(crate) const CUSTOM_BASE: usize = 100;
 
-/// The evaluation and refund scripts.
+/// The evaluation, refund and charge scripts.
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) evaluate: LuaScript,
     pub(crate) refund: LuaScript,
+    /// Charges a cost reported after the response (built-in algorithms only).
+    pub(crate) charge: LuaScript,
 }
 
 impl Scripts {
@@ -89,6 +91,12 @@ impl Scripts {
                 "_refund",
                 &refund,
                 include_str!("refund.lua"),
+            )),
+            charge: LuaScript::new(&compose(
+                "charges",
+                "_charge",
+                &customs.iter().map(|c| (c.name(), None)).collect::<Vec<_>>(),
+                include_str!("charge.lua"),
             )),
         }
     }

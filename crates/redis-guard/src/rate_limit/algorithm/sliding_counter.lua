@@ -60,3 +60,20 @@ local function sliding_counter_refund(key, now, p)
   end
   redis.call('SET', key, string.format('%.0f:%d:%d', sw, sprev, scur), 'KEEPTTL')
 end
+
+-- Counts `cost` more in the current window whatever is left (a cost reported after the
+-- response).
+local function sliding_counter_charge(key, now, p)
+  local P = p.period
+  local w = idiv(now, P)
+  local sw, sprev, scur = string.match(redis.call('GET', key) or '', '^(%d+):(%d+):(%d+)$')
+  sw, sprev, scur = tonumber(sw), tonumber(sprev), tonumber(scur)
+  local prev, cur = 0, 0
+  if sw == w then
+    prev, cur = sprev, scur
+  elseif sw == w - 1 then
+    prev = scur
+  end
+  redis.call('SET', key, string.format('%.0f:%.0f:%.0f', w, prev, cur + p.cost),
+    'PX', cdiv(2 * P - (now - w * P), 1000))
+end

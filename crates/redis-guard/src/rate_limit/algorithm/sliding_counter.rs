@@ -1,16 +1,10 @@
 //! Sliding-window counter in Rust, the twin of `sliding_counter.lua`.
 
-use super::{Params, State, Step, idiv};
+use super::{Commit, Params, State, Step, idiv};
 
-pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
-    let now = i128::from(now);
-    let (period, limit, cost) = (
-        i128::from(p.period_us),
-        i128::from(p.limit),
-        i128::from(p.cost),
-    );
+/// The current window's index, how far into it `now` is, and the previous and current counts.
+fn counts(state: Option<&State>, now: i128, period: i128) -> (i128, i128, i128, i128) {
     let w = idiv(now, period);
-    let elapsed = now - w * period;
     let (prev, cur) = match state {
         Some(State::Counter { window, prev, cur }) if i128::from(*window) == w => {
             (i128::from(*prev), i128::from(*cur))
@@ -20,6 +14,27 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
         }
         _ => (0, 0),
     };
+    (w, now - w * period, prev, cur)
+}
+
+/// The counts of window `w`, living two periods after it opened.
+fn stored(w: i128, prev: i128, cur: i128, elapsed: i128, period: i128) -> Commit {
+    let state = State::Counter {
+        window: super::narrow(w),
+        prev: super::narrow(prev),
+        cur: super::narrow(cur),
+    };
+    Commit::Replace(state, super::narrow(2 * period - elapsed))
+}
+
+pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
+    let now = i128::from(now);
+    let (period, limit, cost) = (
+        i128::from(p.period_us),
+        i128::from(p.limit),
+        i128::from(p.cost),
+    );
+    let (w, elapsed, prev, cur) = counts(state, now, period);
     let estimate = idiv(prev * (period - elapsed), period) + cur;
     if estimate + cost > limit {
         let retry = if cur + cost <= limit {
@@ -30,15 +45,43 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
         let reset = (period - elapsed) + if cur > 0 { period } else { 0 };
         return Step::denied(limit - estimate, retry.max(1), reset);
     }
-    let state = State::Counter {
-        window: super::narrow(w),
-        prev: super::narrow(prev),
-        cur: super::narrow(cur + cost),
+    Step {
+        allowed: true,
+        remaining: super::narrow(limit - estimate - cost),
+        retry_after_us: super::narrow(0),
+        reset_after_us: super::narrow((period - elapsed) + period),
+        commit: Some(stored(w, prev, cur + cost, elapsed, period)),
+    }
+}
+
+/// `p.cost` more in the current window whatever is left, as `sliding_counter_charge`.
+pub(super) fn charge(state: Option<&State>, now: u64, p: &Params) -> Commit {
+    let period = i128::from(p.period_us);
+    let (w, elapsed, prev, cur) = counts(state, i128::from(now), period);
+    stored(w, prev, cur + i128::from(p.cost), elapsed, period)
+}
+
+/// `p.cost` back from the window the request was counted in (at `charged_at`), as
+/// `sliding_counter_refund`: `None` when the stored state has moved on further.
+pub(super) fn refund(state: &State, p: &Params, charged_at: u64) -> Option<State> {
+    let State::Counter { window, prev, cur } = *state else {
+        return None;
     };
-    Step::admitted(
-        limit - estimate - cost,
-        (period - elapsed) + period,
-        state,
-        2 * period - elapsed,
-    )
+    let charged = charged_at / p.period_us;
+    let cost = p.cost;
+    if window == charged {
+        Some(State::Counter {
+            window,
+            prev,
+            cur: cur.saturating_sub(cost),
+        })
+    } else if window == charged + 1 {
+        Some(State::Counter {
+            window,
+            prev: prev.saturating_sub(cost),
+            cur,
+        })
+    } else {
+        None
+    }
 }

@@ -48,3 +48,21 @@ local function sliding_log_refund(key, now, p)
     i = i + 500
   end
 end
+
+-- Logs `cost` more units now whatever is left (a cost reported after the response), at most
+-- `limit` of them: a full log already keeps the key waiting a whole period, and more entries
+-- would only cost memory. They are named "<request id>:+<n>".
+local function sliding_log_charge(key, now, p)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - p.period))
+  local n, i = math.min(p.cost, p.limit), 1
+  while i <= n do
+    local args = {}
+    for j = i, math.min(i + 499, n) do
+      args[#args + 1] = string.format('%.0f', now)
+      args[#args + 1] = p.req .. ':+' .. j
+    end
+    redis.call('ZADD', key, unpack(args))
+    i = i + 500
+  end
+  redis.call('PEXPIRE', key, cdiv(p.period, 1000))
+end

@@ -57,21 +57,6 @@ impl Step {
             commit: None,
         }
     }
-
-    pub(crate) fn admitted(
-        remaining: i128,
-        reset_after_us: i128,
-        state: State,
-        ttl_us: i128,
-    ) -> Self {
-        Self {
-            allowed: true,
-            remaining: narrow(remaining),
-            retry_after_us: 0,
-            reset_after_us: narrow(reset_after_us),
-            commit: Some(Commit::Replace(state, narrow(ttl_us))),
-        }
-    }
 }
 
 /// `amount` µs of a quota whose emission interval is `from`, in the terms of one whose interval
@@ -113,6 +98,74 @@ pub(crate) fn step(state: Option<&mut State>, now: u64, p: &Params) -> Option<St
         Algorithm::SlidingCounter => sliding_counter::step(state.as_deref(), now, p),
         Algorithm::TokenBucket => token_bucket::step(state.as_deref(), now, p),
     })
+}
+
+/// What a refund leaves of a key's state in the memory backend.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refunded {
+    /// Store this, as a commit does.
+    Store(Commit),
+    /// The state was changed in place (or replaced); its deadline stands (Redis' `KEEPTTL`).
+    Kept,
+    /// Nothing is left: remove the key.
+    Delete,
+    /// Nothing to give back.
+    Nothing,
+}
+
+/// Charges `p.cost` more units to a key whatever is left (a cost reported after the response),
+/// the twin of the `<algorithm>_charge` Lua functions: how to record it. `None` for custom
+/// algorithms, which have no charge.
+pub(crate) fn charge(state: Option<&State>, now: u64, p: &Params) -> Option<Commit> {
+    Some(match p.algorithm {
+        Algorithm::Custom(_) => return None,
+        Algorithm::Gcra => gcra::charge(state, now, p),
+        Algorithm::FixedWindow => fixed_window::charge(state, now, p),
+        Algorithm::SlidingLog => Commit::Append {
+            at: now,
+            n: p.cost.min(p.limit),
+            ttl: p.period_us,
+        },
+        Algorithm::SlidingCounter => sliding_counter::charge(state, now, p),
+        Algorithm::TokenBucket => token_bucket::charge(state, now, p),
+    })
+}
+
+/// Gives back `p.cost` units of what a request admitted at `charged_at` took, the twin of the
+/// `<algorithm>_refund` Lua functions. A state of another algorithm is left alone.
+pub(crate) fn refund(state: &mut State, now: u64, p: &Params, charged_at: u64) -> Refunded {
+    if let (Algorithm::SlidingLog, State::Log(log)) = (&p.algorithm, &mut *state) {
+        // The request's units are the entries logged at its time; any of them will do.
+        let mut left = p.cost;
+        log.retain(|&t| {
+            let drop = t == charged_at && left > 0;
+            left -= u64::from(drop);
+            !drop
+        });
+        return Refunded::Kept;
+    }
+    let replaced = match (&p.algorithm, &*state) {
+        (Algorithm::Gcra, State::Gcra { .. }) => {
+            return gcra::refund(state, now, p).map_or(Refunded::Delete, Refunded::Store);
+        }
+        (Algorithm::TokenBucket, State::Bucket { .. }) => {
+            return token_bucket::refund(state, now, p).map_or(Refunded::Delete, Refunded::Store);
+        }
+        (Algorithm::FixedWindow, State::Window { .. }) => {
+            fixed_window::refund(state, now, p, charged_at)
+        }
+        (Algorithm::SlidingCounter, State::Counter { .. }) => {
+            sliding_counter::refund(state, p, charged_at)
+        }
+        _ => None,
+    };
+    match replaced {
+        Some(new) => {
+            *state = new;
+            Refunded::Kept
+        }
+        None => Refunded::Nothing,
+    }
 }
 
 /// Parameters of one rule, as both backends use them. All times in microseconds.

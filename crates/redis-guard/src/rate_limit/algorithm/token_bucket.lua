@@ -55,3 +55,10 @@ local function token_bucket_refund(key, now, p)
     bucket_store(key, credit, now, p)
   end
 end
+
+-- Takes `cost` more tokens whatever is left (a cost reported after the response); the bucket
+-- empties and keeps no debt beyond empty.
+local function token_bucket_charge(key, now, p)
+  local credit = bucket_credit(key, now, p) or p.burst * p.emission
+  bucket_store(key, math.max(0, credit - p.cost * p.emission), now, p)
+end

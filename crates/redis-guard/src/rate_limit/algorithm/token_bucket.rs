@@ -1,13 +1,13 @@
 //! Token bucket in Rust, the twin of `token_bucket.lua`.
 
-use super::{Params, State, Step, idiv};
+use super::{Commit, Params, State, Step, idiv};
 
-pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
+/// The key's credit refilled up to `now`, in the terms of p's quota: under another quota, the
+/// tokens it lacks carry over.
+fn current_credit(state: Option<&State>, now: u64, p: &Params) -> i128 {
     let e = i128::from(p.emission_us);
     let cap = i128::from(p.burst) * e;
-    let need = i128::from(p.cost) * e;
-    let now_w = i128::from(now);
-    let credit = match state {
+    match state {
         Some(&State::Bucket {
             credit,
             at,
@@ -18,25 +18,57 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
                 i128::from(emission),
                 i128::from(burst) * i128::from(emission),
             );
-            let credit = was_cap.min(i128::from(credit) + (now_w - i128::from(at)));
+            let credit = was_cap.min(i128::from(credit) + (i128::from(now) - i128::from(at)));
             if emission == p.emission_us && burst == p.burst {
                 credit
             } else {
-                // Another quota: the tokens the key lacks carry over.
                 (cap - super::step::rescaled(was_cap - credit, was_e, e)).max(0)
             }
         }
         _ => cap,
-    };
-    if credit < need {
-        return Step::denied(idiv(credit, e), need - credit, cap - credit);
     }
-    let left = credit - need;
+}
+
+/// The state holding `credit` at `now`, living until the bucket is full again.
+fn stored(credit: i128, now: u64, p: &Params) -> Commit {
+    let cap = i128::from(p.burst) * i128::from(p.emission_us);
     let state = State::Bucket {
-        credit: super::narrow(left),
+        credit: super::narrow(credit),
         at: now,
         emission: p.emission_us,
         burst: p.burst,
     };
-    Step::admitted(idiv(left, e), cap - left, state, cap - left)
+    Commit::Replace(state, super::narrow(cap - credit))
+}
+
+pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
+    let e = i128::from(p.emission_us);
+    let cap = i128::from(p.burst) * e;
+    let need = i128::from(p.cost) * e;
+    let credit = current_credit(state, now, p);
+    if credit < need {
+        return Step::denied(idiv(credit, e), need - credit, cap - credit);
+    }
+    let left = credit - need;
+    Step {
+        allowed: true,
+        remaining: super::narrow(idiv(left, e)),
+        retry_after_us: 0,
+        reset_after_us: super::narrow(cap - left),
+        commit: Some(stored(left, now, p)),
+    }
+}
+
+/// `p.cost` more tokens whatever is left, as `token_bucket_charge`: empty at worst.
+pub(super) fn charge(state: Option<&State>, now: u64, p: &Params) -> Commit {
+    let credit = current_credit(state, now, p) - i128::from(p.cost) * i128::from(p.emission_us);
+    stored(credit.max(0), now, p)
+}
+
+/// `p.cost` tokens back, as `token_bucket_refund`: `None` when the bucket is full again.
+pub(super) fn refund(state: &State, now: u64, p: &Params) -> Option<Commit> {
+    let cap = i128::from(p.burst) * i128::from(p.emission_us);
+    let credit =
+        current_credit(Some(state), now, p) + i128::from(p.cost) * i128::from(p.emission_us);
+    (credit < cap).then(|| stored(credit, now, p))
 }
