@@ -260,9 +260,9 @@ impl fmt::Debug for Lease {
     }
 }
 
-/// A response body's hold on its request's leases: renews them while the body is polled,
-/// releases them when it ends (awaited, so that the end reaches the client after the slot is
-/// free) or is dropped.
+/// A request's hold on its leases, from the response future (while the inner service runs) to
+/// the response body: renews them while polled, releases them when the body ends (awaited, so
+/// that the end reaches the client after the slot is free) or when dropped.
 pub(super) struct Holding {
     lease: Arc<Lease>,
     /// Renewals are due every third of the expiry; made at the first poll (inside a runtime).
