@@ -4,16 +4,15 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Body, Frame};
+use http_body::Body;
 use http_body_util::Full;
+use http_body_util::channel::Channel;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use redis_guard::rate_limit::{
@@ -255,33 +254,18 @@ async fn in_flight_requests_never_exceed_the_limit_across_two_instances(h: Harne
     );
 }
 
-/// A response body fed by the test, a chunk at a time.
-struct Fed(mpsc::Receiver<Bytes>);
-
-impl Body for Fed {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|c| Ok(Frame::data(c))))
-    }
-}
-
 async fn a_stream_holds_its_lease_until_it_ends_or_is_dropped(h: Harness) {
     let rule = reports(1);
     let (feeds, mut fed) = mpsc::unbounded_channel();
     let handler = service_fn(move |_: Request<hyper::body::Incoming>| {
         let feeds = feeds.clone();
         async move {
-            let (tx, rx) = mpsc::channel(1);
-            tx.send(Bytes::from_static(b"first\n")).await.expect("open");
+            let (mut tx, body) = Channel::<Bytes>::new(1);
+            tx.send_data(Bytes::from_static(b"first\n"))
+                .await
+                .expect("open");
             feeds.send(tx).expect("test alive");
-            Ok::<_, Infallible>(Response::new(Fed(rx)))
+            Ok::<_, Infallible>(Response::new(body))
         }
     });
     let app = serve(layer(&h, [rule.clone()]).await.layer(handler)).await;
@@ -289,9 +273,9 @@ async fn a_stream_holds_its_lease_until_it_ends_or_is_dropped(h: Harness) {
     // A stream ends: its lease is held while it streams, released when it ends.
     let mut client = open(app, "k").await;
     read_until(&mut client, "first").await;
-    let feed = fed.recv().await.expect("a stream");
+    let mut feed = fed.recv().await.expect("a stream");
     assert_eq!(get(app, "k").await, 429, "the stream holds the lease");
-    feed.send(Bytes::from_static(b"second\n"))
+    feed.send_data(Bytes::from_static(b"second\n"))
         .await
         .expect("streaming");
     read_until(&mut client, "second").await;
@@ -307,12 +291,12 @@ async fn a_stream_holds_its_lease_until_it_ends_or_is_dropped(h: Harness) {
     // A client that goes away mid-stream: the server drops the body, which frees the lease.
     let mut client = open(app, "k").await;
     read_until(&mut client, "first").await;
-    let feed = fed.recv().await.expect("a stream");
+    let mut feed = fed.recv().await.expect("a stream");
     assert_eq!(get(app, "k").await, 429);
     drop(client);
     // The server notices when it writes to the closed connection.
     let gone = async {
-        while feed.send(Bytes::from_static(b"more\n")).await.is_ok() {
+        while feed.send_data(Bytes::from_static(b"more\n")).await.is_ok() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     };

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use redis_guard_testkit::RedisServer;
 use redis_guard_testkit::app::{RunningApp, spawn};
-use redis_guard_testkit::http::request;
+use redis_guard_testkit::http::{RawResponse, request};
 
 async fn start(server: &RedisServer, env: &[(&str, &str)]) -> RunningApp {
     let url = server.url();
@@ -38,6 +38,31 @@ async fn two_reports_run_at_once_and_a_third_waits() {
         denied.status, 200,
         "the leases were released when the reports ended"
     );
+}
+
+/// Starts two reports of `ms` on `app` and waits until both hold their lease (read from Redis:
+/// a probe request could itself take a lease from them).
+async fn take_both(
+    app: &RunningApp,
+    server: &RedisServer,
+    ms: u64,
+) -> Vec<tokio::task::JoinHandle<std::io::Result<RawResponse>>> {
+    let path = format!("/report?ms={ms}");
+    let running = (0..2)
+        .map(|_| {
+            let (addr, path) = (app.addr, path.clone());
+            tokio::spawn(async move { request(addr, "GET", &path, &[], b"").await })
+        })
+        .collect();
+    let held = async {
+        while leases_held(server).await < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), held)
+        .await
+        .expect("both reports running");
+    running
 }
 
 /// The leases held in Redis, over every report key (one client here).
@@ -72,21 +97,7 @@ async fn the_leases_of_a_killed_instance_expire() {
     let first = start(&server, &env).await;
     let sent = Instant::now();
     // Two long reports take both leases…
-    let long: Vec<_> = (0..2)
-        .map(|_| {
-            let addr = first.addr;
-            tokio::spawn(async move { request(addr, "GET", "/report?ms=60000", &[], b"").await })
-        })
-        .collect();
-    // (Read from Redis: a probe request could itself take a lease from them.)
-    let held = async {
-        while leases_held(&server).await < 2 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), held)
-        .await
-        .expect("both reports running");
+    let long = take_both(&first, &server, 60_000).await;
     // …and their instance is killed (SIGKILL: no release, no clean shutdown).
     drop(first);
     for t in long {
@@ -124,20 +135,7 @@ async fn a_report_slower_than_the_expiry_keeps_its_lease() {
     let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     // Leases of 1 s, renewed every third of it while a report runs; the reports take 3 s.
     let app = start(&server, &[("REPORT_LEASE_EXPIRY_MS", "1000")]).await;
-    let slow: Vec<_> = (0..2)
-        .map(|_| {
-            let addr = app.addr;
-            tokio::spawn(async move { request(addr, "GET", "/report?ms=3000", &[], b"").await })
-        })
-        .collect();
-    let held = async {
-        while leases_held(&server).await < 2 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), held)
-        .await
-        .expect("both reports running");
+    let slow = take_both(&app, &server, 3000).await;
     // Real time has to pass here: the app runs on Redis' clock, with no seam to move it.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
