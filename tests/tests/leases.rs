@@ -16,7 +16,7 @@ use http_body_util::channel::Channel;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use redis_guard::rate_limit::{
-    Key, Limiter, MemoryLimiter, Quota, RateLimitLayer, Rule, RuleError,
+    Global, Key, Limiter, MemoryLimiter, Quota, RateLimitLayer, Rule, RuleError,
 };
 use redis_guard_tests::{Harness, backend_suite, by_client, call, empty_ok, from};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -114,10 +114,12 @@ async fn read_until(tcp: &mut TcpStream, needle: &str) -> String {
 
 /// How many leases of `rule` are free for `client`, read without taking one.
 async fn free(limiter: &dyn Limiter, rule: &Rule, client: &str) -> u32 {
-    let seen = limiter
-        .inspect(rule, Key::from(client))
-        .await
-        .expect("inspect");
+    free_key(limiter, rule, Key::from(client)).await
+}
+
+/// How many leases of `rule` are free for `key`.
+async fn free_key(limiter: &dyn Limiter, rule: &Rule, key: Key) -> u32 {
+    let seen = limiter.inspect(rule, key).await.expect("inspect");
     if seen.state.allowed {
         seen.state.remaining
     } else {
@@ -128,15 +130,19 @@ async fn free(limiter: &dyn Limiter, rule: &Rule, client: &str) -> u32 {
 /// Waits until `client` has `n` free leases: a release after a dropped body runs in a task of
 /// its own. Fails after 10 s.
 async fn until_free(limiter: &dyn Limiter, rule: &Rule, client: &str, n: u32) {
+    until_free_key(limiter, rule, Key::from(client), n).await;
+}
+
+/// As [`until_free`], for `key`.
+async fn until_free_key(limiter: &dyn Limiter, rule: &Rule, key: Key, n: u32) {
     let wait = async {
-        while free(limiter, rule, client).await != n {
-            tokio::task::yield_now().await;
+        while free_key(limiter, rule, key.clone()).await != n {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     };
     tokio::time::timeout(Duration::from_secs(10), wait)
         .await
-        .unwrap_or_else(|_| panic!("{client} never got {n} free leases"));
+        .unwrap_or_else(|_| panic!("{key:?} never got {n} free leases"));
 }
 
 /// The handler's view: requests in flight now and at most.
@@ -309,13 +315,21 @@ async fn a_stream_holds_its_lease_until_it_ends_or_is_dropped(h: Harness) {
     drop(fed.recv().await.expect("admitted again"));
 }
 
-/// A request through `svc` (in process), its body kept unread.
+/// A request from `client` through `svc` (in process), its body kept unread.
+async fn hold_for<S, B>(svc: S, client: &str) -> (u16, B)
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>, Error = Infallible>,
+{
+    let res = svc.oneshot(from(client)).await.expect("infallible");
+    (res.status().as_u16(), res.into_body())
+}
+
+/// A request from client `k` through `svc` (in process), its body kept unread.
 async fn hold<S, B>(svc: S) -> (u16, B)
 where
     S: Service<Request<Full<Bytes>>, Response = Response<B>, Error = Infallible>,
 {
-    let res = svc.oneshot(from("k")).await.expect("infallible");
-    (res.status().as_u16(), res.into_body())
+    hold_for(svc, "k").await
 }
 
 async fn leases_of_a_lost_instance_expire(h: Harness) {
@@ -400,6 +414,50 @@ async fn leases_and_rate_rules_are_all_or_nothing(h: Harness) {
     assert_eq!(free(&*limiter, &lease, "k").await, 1);
 }
 
+/// A lease rule keyed apart from the rate rule: on a Cluster the two are decided in two script
+/// calls (one per hash tag), and the one that admitted is refunded when the other denies.
+async fn rules_in_two_slots_are_all_or_nothing_too(h: Harness) {
+    let lease = reports(1);
+    let rate = Rule::new("api", Quota::per_hour(3));
+    let build = |rules: [(Rule, bool); 2]| async {
+        let mut builder = RateLimitLayer::builder(h.limiter().await);
+        for (rule, global) in rules {
+            builder = if global {
+                builder.rule_with(rule, Global)
+            } else {
+                builder.rule_with(rule, by_client())
+            };
+        }
+        builder.build().expect("valid").layer(empty_ok())
+    };
+    let rate_first = build([(rate.clone(), false), (lease.clone(), true)]).await;
+    let lease_first = build([(lease.clone(), true), (rate.clone(), false)]).await;
+    let limiter = h.limiter().await;
+    // The key `Global` extracts.
+    let global = Key::from("global");
+    let remaining = |client: &'static str| {
+        let (limiter, rate) = (Arc::clone(&limiter), rate.clone());
+        async move {
+            let seen = limiter.inspect(&rate, Key::from(client)).await;
+            seen.expect("inspect").state.remaining
+        }
+    };
+    let (status, held) = hold_for(lease_first.clone(), "a").await;
+    assert_eq!(status, 200);
+    // The rate rule admits `b`, the lease rule denies: `b`'s rate unit is given back.
+    assert_eq!(call(rate_first.clone(), from("b")).await.status, 429);
+    assert_eq!(remaining("b").await, 3);
+    drop(held);
+    until_free_key(&*limiter, &lease, global.clone(), 1).await;
+    for _ in 0..3 {
+        assert_eq!(call(rate_first.clone(), from("c")).await.status, 200);
+    }
+    // The lease rule admits `c`, the rate rule denies: the lease is given back.
+    assert_eq!(call(lease_first.clone(), from("c")).await.status, 429);
+    let seen = limiter.inspect(&lease, global).await.expect("inspect");
+    assert_eq!(seen.state.remaining, 1);
+}
+
 async fn direct_calls_hold_the_lease_in_the_decision(h: Harness) {
     let limiter = h.limiter().await;
     let rule = reports(2);
@@ -437,6 +495,7 @@ backend_suite!(
     leases_of_a_lost_instance_expire,
     a_body_never_polled_loses_its_lease_at_the_expiry,
     leases_and_rate_rules_are_all_or_nothing,
+    rules_in_two_slots_are_all_or_nothing_too,
     direct_calls_hold_the_lease_in_the_decision,
 );
 
