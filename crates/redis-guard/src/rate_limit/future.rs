@@ -12,10 +12,11 @@ use tower_service::Service;
 use super::config::{Config, Plan};
 use super::decision::RuleDecision;
 use super::headers::RateLimitHeaders;
-use super::limiter::{BoxFuture, Check, LimiterError, Pending, count_failure, decision_from};
+use super::lease::Holding;
+use super::limiter::{BoxFuture, Check, Held, LimiterError, Pending, count_failure, decision_from};
 use super::response::{self, ResponseBody};
 use super::service::start;
-use super::{Decision, Quota, RuleError, RuleState};
+use super::{Decision, Quota, RuleError};
 
 /// The answer of a future polled again after it completed (only reachable by a caller's bug).
 fn after_completion<B>(grpc: bool) -> Response<ResponseBody<B>> {
@@ -36,7 +37,7 @@ define_response_future! {
             config: Arc<Config>,
         },
         Checking {
-            states: BoxFuture<Result<Vec<RuleState>, LimiterError>>,
+            states: BoxFuture<Result<Held, LimiterError>>,
             pending: Option<(S, Request<ReqBody>, Vec<RuleDecision>)>,
             config: Arc<Config>,
             started: Instant,
@@ -45,6 +46,9 @@ define_response_future! {
             #[pin]
             fut: S::Future,
             headers: Option<RateLimitHeaders>,
+            // Renewed while the inner service runs; released when dropped (the inner service
+            // failed, or the client went away), else handed to the response body.
+            lease: Option<Holding>,
         },
         Respond {
             status: StatusCode,
@@ -98,6 +102,7 @@ where
             state: State::Calling {
                 fut: inner.call(req),
                 headers: None,
+                lease: None,
             },
         }
     }
@@ -170,7 +175,10 @@ where
                         Vec::new()
                     };
                     let decided = match states {
-                        Ok(states) => decision_from(rules, states),
+                        Ok((states, lease)) => decision_from(rules, states).map(|mut d| {
+                            d.lease.0 = lease.map(Arc::new);
+                            d
+                        }),
                         Err(err) => Err(count_failure(&rules, err)),
                     };
                     let decided = match decided {
@@ -187,14 +195,17 @@ where
                         decision.record(started.elapsed());
                     }
                     match decided {
-                        Ok(decision) if decision.allowed => {
+                        Ok(mut decision) if decision.allowed => {
                             let policy = config.ietf_on_allowed().then(|| config.policy(&decision));
                             let extra =
                                 RateLimitHeaders::new(&decision, policy, config.legacy_headers());
+                            // The response body holds the leases, not the handler's copy.
+                            let lease = decision.take_lease().map(Holding::new);
                             req.extensions_mut().insert(decision);
                             State::Calling {
                                 fut: inner.call(req),
                                 headers: Some(extra),
+                                lease,
                             }
                         }
                         Ok(decision) => {
@@ -215,12 +226,21 @@ where
                         Err(Plan::Pass | Plan::Check(_) | Plan::Resolve(..)) => State::Calling {
                             fut: inner.call(req),
                             headers: None,
+                            lease: None,
                         },
                     }
                 }
-                StateProj::Calling { fut, headers } => {
+                StateProj::Calling {
+                    fut,
+                    headers,
+                    lease,
+                } => {
+                    if let Some(held) = lease.as_mut() {
+                        held.poll_renew(cx);
+                    }
                     let res = ready!(fut.poll(cx))?;
-                    let mut res = res.map(ResponseBody::inner);
+                    let lease = lease.take();
+                    let mut res = res.map(|body| ResponseBody::holding(body, lease));
                     if let Some(extra) = headers.take() {
                         extra.insert(res.headers_mut());
                     }

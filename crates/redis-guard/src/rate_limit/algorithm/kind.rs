@@ -15,6 +15,7 @@ use super::CustomAlgorithm;
 /// | [`SlidingLog`](Algorithm::SlidingLog) | a sorted set, a member per admitted unit: 440 B at limit 10, 3.7 KB at 100, 118 KB at 1000 | never more than `limit` in any `period` | small limits that must be exact over a rolling window (login, SMS, payments) |
 /// | [`SlidingCounter`](Algorithm::SlidingCounter) | two counters: 136–152 B | approximates the sliding log | large limits where the log's memory is too much |
 /// | [`FixedWindow`](Algorithm::FixedWindow) | one counter: 152 B | up to `2 × limit` across a window edge | you need the classic `INCR` + `EXPIRE` behaviour, or quotas that reset at once ("1000 per day") |
+/// | [`Concurrency`](Algorithm::Concurrency) | a sorted set, a member per lease held | not a rate: at most `limit` in flight | slow or streaming requests whose cost is the time they run (reports, exports, streams): [`Rule::concurrency`](crate::rate_limit::Rule::concurrency) |
 ///
 /// The window algorithms (`FixedWindow`, `SlidingLog`, `SlidingCounter`) admit `limit` per
 /// `period` and ignore [`Quota::burst`](crate::rate_limit::Quota::burst); GCRA and the token bucket use it.
@@ -47,6 +48,12 @@ pub enum Algorithm {
     /// Token bucket: `burst` tokens, refilled at `limit` per `period`; a request takes `cost`
     /// tokens or, when fewer are left, is rejected and takes none. The count never goes negative.
     TokenBucket,
+    /// Concurrency leases: at most `limit` requests of a key in flight at once, across every
+    /// replica. An admitted request holds a lease until its response body ends (or is dropped);
+    /// a lease that is never released (a crashed replica) expires after the quota's `period`.
+    /// Made by [`Rule::concurrency`](crate::rate_limit::Rule::concurrency), which explains it.
+    /// State: a sorted set of the leases held, a member per request scored by its expiry.
+    Concurrency,
     /// An algorithm of your own in Lua (Redis only); see [`CustomAlgorithm`].
     Custom(CustomAlgorithm),
 }
@@ -61,6 +68,7 @@ impl Algorithm {
             Self::SlidingLog => Some(3),
             Self::SlidingCounter => Some(4),
             Self::TokenBucket => Some(5),
+            Self::Concurrency => Some(6),
             Self::Custom(_) => None,
         }
     }
@@ -76,8 +84,14 @@ impl Algorithm {
             Self::SlidingLog => Cow::Borrowed("sl"),
             Self::SlidingCounter => Cow::Borrowed("sc"),
             Self::TokenBucket => Cow::Borrowed("tb"),
+            Self::Concurrency => Cow::Borrowed("cc"),
             Self::Custom(custom) => Cow::Owned(format!("x-{}", custom.name())),
         }
+    }
+
+    /// Whether the rule holds leases that the layer releases when the response ends.
+    pub(crate) const fn is_lease(&self) -> bool {
+        matches!(self, Self::Concurrency)
     }
 
     /// Whether the algorithm counts in windows of `limit` and ignores the burst.
@@ -90,7 +104,7 @@ impl Algorithm {
 
     /// The most a single request may cost under `quota`.
     pub(crate) const fn capacity(&self, quota: &crate::rate_limit::Quota) -> u32 {
-        if self.is_window() {
+        if self.is_window() || self.is_lease() {
             quota.limit()
         } else if let Self::Custom(_) = self {
             if quota.limit() > quota.burst_size() {
