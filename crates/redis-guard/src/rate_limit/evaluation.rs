@@ -25,6 +25,9 @@ pub(super) struct Evaluation {
     rule_args: Vec<RuleArgs>,
     /// Decide, record nothing (inspect).
     dry: bool,
+    /// Per rule, its name, when some rule may be settled after the response (the receipt is
+    /// kept, naming its rules); empty otherwise.
+    settled: Vec<Arc<str>>,
 }
 
 /// One rule's arguments to the evaluation scripts.
@@ -110,7 +113,19 @@ impl Evaluation {
             records,
             rule_args,
             dry: false,
+            settled: Vec::new(),
         }
+    }
+
+    /// Keeps a receipt of an admitted request naming its rules (`names`, one per rule), so that
+    /// its response may settle their costs ([`Rule::settles_after_response`]).
+    ///
+    /// [`Rule::settles_after_response`]: super::Rule::settles_after_response
+    pub(super) fn settled(mut self, names: Vec<Arc<str>>) -> Self {
+        // The lean script names nothing; a settled request takes the general one.
+        self.gcra_only = false;
+        self.settled = names;
+        self
     }
 
     /// Decides without recording anything: not a request, not a rejection.
@@ -151,8 +166,9 @@ impl Evaluation {
             None => Cow::Borrowed("-"),
             Some(id) => Cow::Owned(id.to_string()),
         };
-        // The receipt's copy of the rules, when the request may take leases.
-        let leases = (!self.dry && self.rule_args.iter().any(RuleArgs::is_lease))
+        // The receipt's copy of the rules, when the request may take leases or be settled.
+        let keep = !self.settled.is_empty();
+        let leases = (!self.dry && (keep || self.rule_args.iter().any(RuleArgs::is_lease)))
             .then(|| (self.keys.clone(), self.rule_args.clone()));
         if !backend.connection().is_cluster() {
             // The common case: one entry, its keys and arguments moved rather than copied.
@@ -179,9 +195,10 @@ impl Evaluation {
                     let group = Group {
                         keys,
                         args,
+                        names: self.settled.clone(),
                         evaluated_at,
                     };
-                    Receipt::redis(id, backend, self.scripts.as_ref(), vec![group])
+                    Receipt::redis(id, backend, self.scripts.as_ref(), vec![group], keep)
                 }
                 _ => None,
             };
@@ -242,10 +259,14 @@ impl Evaluation {
                     .map(|(group, evaluated_at)| Group {
                         keys: group.iter().map(|&i| self.keys[i].clone()).collect(),
                         args: group.iter().map(|&i| self.rule_args[i].clone()).collect(),
+                        names: group
+                            .iter()
+                            .filter_map(|&i| self.settled.get(i).cloned())
+                            .collect(),
                         evaluated_at: *evaluated_at,
                     })
                     .collect();
-                Receipt::redis(id, backend, self.scripts.as_ref(), groups)
+                Receipt::redis(id, backend, self.scripts.as_ref(), groups, keep)
             }
             _ => None,
         };

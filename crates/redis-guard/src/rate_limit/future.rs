@@ -12,11 +12,40 @@ use tower_service::Service;
 use super::config::{Config, Plan};
 use super::decision::RuleDecision;
 use super::headers::RateLimitHeaders;
-use super::lease::Holding;
-use super::limiter::{BoxFuture, Check, Held, LimiterError, Pending, count_failure, decision_from};
+use super::lease::{Holding, Lease};
+use super::limiter::{
+    BoxFuture, Check, Held, LimiterError, Pending, Settling, count_failure, decision_from,
+};
 use super::response::{self, ResponseBody};
 use super::service::start;
-use super::{Decision, Quota, RuleError};
+use super::{ActualCost, Decision, Quota, RuleError};
+
+/// The inner service's response, its body holding the request's leases, with the rate-limit
+/// headers.
+fn finish<B>(
+    res: Response<B>,
+    headers: Option<RateLimitHeaders>,
+    lease: Option<Holding>,
+) -> Response<ResponseBody<B>> {
+    let mut res = res.map(|body| ResponseBody::holding(body, lease));
+    if let Some(extra) = headers {
+        extra.insert(res.headers_mut());
+    }
+    res
+}
+
+/// What `res` settles of the rules that took `settling`: per rule, the units to charge more
+/// (positive) or give back (negative); only the rules with something to settle.
+fn settlement<B>(res: &Response<B>, settling: &Settling) -> Vec<(Arc<str>, i64)> {
+    let actual = res.extensions().get::<ActualCost>();
+    settling
+        .iter()
+        .filter_map(|(rule, charged)| {
+            let delta = rule.settlement(res.status(), actual, *charged);
+            (delta != 0).then(|| (Arc::clone(rule.name_arc()), delta))
+        })
+        .collect()
+}
 
 /// The answer of a future polled again after it completed (only reachable by a caller's bug).
 fn after_completion<B>(grpc: bool) -> Response<ResponseBody<B>> {
@@ -38,7 +67,7 @@ define_response_future! {
         },
         Checking {
             states: BoxFuture<Result<Held, LimiterError>>,
-            pending: Option<(S, Request<ReqBody>, Vec<RuleDecision>)>,
+            pending: Option<(S, Request<ReqBody>, Vec<RuleDecision>, Settling)>,
             config: Arc<Config>,
             started: Instant,
         },
@@ -49,6 +78,12 @@ define_response_future! {
             // Renewed while the inner service runs; released when dropped (the inner service
             // failed, or the client went away), else handed to the response body.
             lease: Option<Holding>,
+            // What the response may settle, and the receipts to settle it with.
+            settle: Option<(Arc<Lease>, Settling)>,
+        },
+        Settling {
+            settled: BoxFuture<Result<(), LimiterError>>,
+            response: Option<(S::Response, Option<RateLimitHeaders>, Option<Holding>)>,
         },
         Respond {
             status: StatusCode,
@@ -74,7 +109,7 @@ where
         Self {
             state: State::Checking {
                 states: pending.states,
-                pending: Some((inner, req, pending.rules)),
+                pending: Some((inner, req, pending.rules, pending.settling)),
                 config,
                 started: Instant::now(),
             },
@@ -103,6 +138,7 @@ where
                 fut: inner.call(req),
                 headers: None,
                 lease: None,
+                settle: None,
             },
         }
     }
@@ -142,7 +178,7 @@ where
                             let pending = start(config, checks);
                             State::Checking {
                                 states: pending.states,
-                                pending: Some((inner, req, pending.rules)),
+                                pending: Some((inner, req, pending.rules, pending.settling)),
                                 config: Arc::clone(config),
                                 started: Instant::now(),
                             }
@@ -161,7 +197,7 @@ where
                     started,
                 } => {
                     let states = ready!(states.as_mut().poll(cx));
-                    let Some((mut inner, mut req, rules)) = pending.take() else {
+                    let Some((mut inner, mut req, rules, settling)) = pending.take() else {
                         return Poll::Ready(Ok(after_completion(config.grpc)));
                     };
                     // What the fallback needs of the resolved quotas, kept only when some rule
@@ -200,12 +236,18 @@ where
                             let extra =
                                 RateLimitHeaders::new(&decision, policy, config.legacy_headers());
                             // The response body holds the leases, not the handler's copy.
-                            let lease = decision.take_lease().map(Holding::new);
+                            let held = decision.take_lease();
+                            let settle = held
+                                .clone()
+                                .filter(|_| !settling.is_empty())
+                                .map(|held| (held, settling));
+                            let lease = held.filter(|l| l.holds_leases()).map(Holding::new);
                             req.extensions_mut().insert(decision);
                             State::Calling {
                                 fut: inner.call(req),
                                 headers: Some(extra),
                                 lease,
+                                settle,
                             }
                         }
                         Ok(decision) => {
@@ -227,6 +269,7 @@ where
                             fut: inner.call(req),
                             headers: None,
                             lease: None,
+                            settle: None,
                         },
                     }
                 }
@@ -234,17 +277,38 @@ where
                     fut,
                     headers,
                     lease,
+                    settle,
                 } => {
                     if let Some(held) = lease.as_mut() {
                         held.poll_renew(cx);
                     }
                     let res = ready!(fut.poll(cx))?;
-                    let lease = lease.take();
-                    let mut res = res.map(|body| ResponseBody::holding(body, lease));
-                    if let Some(extra) = headers.take() {
-                        extra.insert(res.headers_mut());
+                    let deltas = settle.take().and_then(|(held, settling)| {
+                        let deltas = settlement(&res, &settling);
+                        (!deltas.is_empty()).then(|| held.settle(&deltas))
+                    });
+                    let Some(settled) = deltas else {
+                        return Poll::Ready(Ok(finish(res, headers.take(), lease.take())));
+                    };
+                    State::Settling {
+                        settled,
+                        response: Some((res, headers.take(), lease.take())),
                     }
-                    return Poll::Ready(Ok(res));
+                }
+                StateProj::Settling { settled, response } => {
+                    if let Some((_, _, Some(held))) = response.as_mut() {
+                        held.poll_renew(cx);
+                    }
+                    if let Err(e) = ready!(settled.as_mut().poll(cx)) {
+                        tracing::warn!(
+                            error = %e,
+                            "settling the rate-limit cost after the response failed; the cost taken on admission stands"
+                        );
+                    }
+                    let Some((res, headers, lease)) = response.take() else {
+                        return Poll::Ready(Ok(after_completion(false)));
+                    };
+                    return Poll::Ready(Ok(finish(res, headers, lease)));
                 }
                 StateProj::Respond {
                     status,

@@ -190,6 +190,37 @@ impl Lease {
         }
     }
 
+    /// Whether a concurrency rule's lease is among them (not only receipts kept for settling
+    /// the request after its response).
+    pub(super) fn holds_leases(&self) -> bool {
+        self.receipts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|r| r.lease_count() > 0)
+    }
+
+    /// Settles the request's rules after its response ([`Receipt::settle`]): every receipt's
+    /// calls are made, the first error is returned.
+    pub(super) fn settle(&self, deltas: &[(Arc<str>, i64)]) -> BoxFuture<Result<(), LimiterError>> {
+        let calls: Vec<_> = self
+            .receipts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|r| r.settle(deltas))
+            .collect();
+        Box::pin(async move {
+            let mut outcome = Ok(());
+            for call in calls {
+                if let Err(e) = call.await {
+                    outcome = outcome.and(Err(e));
+                }
+            }
+            outcome
+        })
+    }
+
     /// How long the (shortest-lived) lease lives without a renewal.
     #[must_use]
     pub fn expiry(&self) -> Duration {
@@ -212,7 +243,8 @@ impl Lease {
             return;
         }
         let mut remote = Vec::new();
-        for receipt in receipts {
+        // A receipt kept only for settling has nothing to release.
+        for receipt in receipts.into_iter().filter(|r| r.lease_count() > 0) {
             if let Place::Memory { .. } = receipt.place {
                 // Synchronous: the future is ready.
                 drop(receipt.release());

@@ -400,7 +400,8 @@ pub(crate) fn decide<L: Limiter + ?Sized>(
     Box::pin(async move {
         let (states, lease) = held.await.map_err(|err| count_failure(&rules, err))?;
         let mut decision = decision_from(rules, states)?;
-        decision.lease = HeldLease(lease.map(Arc::new));
+        // A direct call settles nothing after a response: only leases are handed out.
+        decision.lease = HeldLease(lease.filter(Lease::holds_leases).map(Arc::new));
         decision.record(started.elapsed());
         Ok(decision)
     })
@@ -411,6 +412,25 @@ pub(crate) fn decide<L: Limiter + ?Sized>(
 pub(crate) struct Pending {
     pub(crate) states: BoxFuture<Result<Held, LimiterError>>,
     pub(crate) rules: Vec<RuleDecision>,
+    /// The enforced rules the response may settle, with the cost each took.
+    pub(crate) settling: Settling,
+}
+
+/// The rules a response may settle ([`Rule::settles_after_response`]) and the cost each took.
+pub(crate) type Settling = Vec<(Arc<Rule>, u32)>;
+
+/// The enforced checks of `checks` a response may settle (not those of a key on the rule's
+/// static allow list: those were not counted).
+fn settling(checks: &[Check]) -> Settling {
+    checks
+        .iter()
+        .filter(|c| {
+            c.rule.settles_after_response()
+                && c.rule.mode() == Mode::Enforce
+                && !c.rule.allows(&c.key)
+        })
+        .map(|c| (Arc::clone(&c.rule), c.cost))
+        .collect()
 }
 
 impl Pending {
@@ -418,10 +438,12 @@ impl Pending {
     /// nothing, and each [`Mode::Shadow`] or [`Mode::Soft`] one on its own beside them.
     pub(crate) fn start<L: Limiter + ?Sized>(limiter: &L, checks: Vec<Check>) -> Self {
         let rules = rule_decisions(&checks);
+        let settling = settling(&checks);
         if checks.iter().all(|c| c.rule.mode() == Mode::Enforce) {
             return Self {
                 states: limiter.evaluate_leased(checks),
                 rules,
+                settling,
             };
         }
         let n = checks.len();
@@ -466,7 +488,11 @@ impl Pending {
                 .collect::<Result<Vec<_>, LimiterError>>()?;
             Ok((states, leases))
         });
-        Self { states, rules }
+        Self {
+            states,
+            rules,
+            settling,
+        }
     }
 }
 

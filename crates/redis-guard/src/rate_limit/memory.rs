@@ -127,7 +127,11 @@ impl MemoryLimiter {
     pub(crate) fn decide_now(&self, checks: &[Check]) -> Result<Decision, LimiterError> {
         let (states, receipt) = self.evaluate_now(checks, true, false)?;
         let mut decision = decision_from(rule_decisions(checks), states)?;
-        decision.lease = HeldLease(Lease::new(receipt.into_iter().collect()).map(Arc::new));
+        decision.lease = HeldLease(
+            Lease::new(receipt.into_iter().collect())
+                .filter(Lease::holds_leases)
+                .map(Arc::new),
+        );
         Ok(decision)
     }
 
@@ -176,8 +180,19 @@ impl MemoryLimiter {
         by_mode: bool,
         dry: bool,
     ) -> Result<Receipted, LimiterError> {
-        let request =
-            (!dry && checks.iter().any(|c| c.rule.algorithm().is_lease())).then(request_id);
+        // The checks a response may settle (the request is admitted then: kept only if so).
+        let settled: Vec<Check> = if dry {
+            Vec::new()
+        } else {
+            checks
+                .iter()
+                .filter(|c| c.rule.settles_after_response())
+                .cloned()
+                .collect()
+        };
+        let request = (!dry
+            && (!settled.is_empty() || checks.iter().any(|c| c.rule.algorithm().is_lease())))
+        .then(request_id);
         let mut leases = Vec::new();
         let now = self.inner.now_us();
         let mut table = self.inner.lock();
@@ -266,13 +281,16 @@ impl MemoryLimiter {
         }
         table.states.maintain(now, |_, _| {});
         table.overrides.maintain(now, |_, _| {});
+        let admitted = states.iter().all(|s| s.allowed);
         let receipt = request
-            .filter(|_| !leases.is_empty())
+            .filter(|_| !leases.is_empty() || (admitted && !settled.is_empty()))
             .map(|request| Receipt {
                 request,
                 place: Place::Memory {
                     limiter: self.clone(),
                     leases,
+                    settled,
+                    evaluated_at: now,
                 },
             });
         Ok((states, receipt))

@@ -11,7 +11,7 @@ use std::sync::{Arc, LazyLock};
 
 use super::algorithm::script::{BUILTIN_SCRIPTS, RENEW, Scripts};
 use super::evaluation::RuleArgs;
-use super::limiter::{BoxFuture, LimiterError};
+use super::limiter::{BoxFuture, Check, LimiterError};
 use super::memory::MemoryLimiter;
 use crate::backend::{LuaScript, RedisBackend};
 
@@ -34,10 +34,13 @@ pub(super) enum Place {
         scripts: Option<Arc<Scripts>>,
         groups: Vec<Group>,
     },
-    /// In process: the state entries of the leases, with each one's expiry period (µs).
+    /// In process: the state entries of the leases, with each one's expiry period (µs); the
+    /// checks that may be settled after the response, and the time they were decided at.
     Memory {
         limiter: MemoryLimiter,
         leases: Vec<([u64; 2], u64)>,
+        settled: Vec<Check>,
+        evaluated_at: u64,
     },
 }
 
@@ -46,19 +49,23 @@ pub(super) struct Group {
     /// Per rule, its state key (not its override key).
     pub(super) keys: Vec<String>,
     pub(super) args: Vec<RuleArgs>,
+    /// Per rule, its name, when the request may be settled; empty otherwise.
+    pub(super) names: Vec<Arc<str>>,
     pub(super) evaluated_at: u64,
 }
 
 impl Receipt {
-    /// The receipt of an evaluation on Redis; `None` when no rule holds a lease.
+    /// The receipt of an evaluation on Redis; `None` when no rule holds a lease and it is not
+    /// to be settled (`settled`).
     pub(super) fn redis(
         request: &Arc<str>,
         backend: &RedisBackend,
         scripts: Option<&Arc<Scripts>>,
         groups: Vec<Group>,
+        settled: bool,
     ) -> Option<Self> {
         let leases = groups.iter().any(|g| g.args.iter().any(RuleArgs::is_lease));
-        leases.then(|| Self {
+        (leases || settled).then(|| Self {
             request: Arc::clone(request),
             place: Place::Redis {
                 backend: backend.clone(),
@@ -72,7 +79,9 @@ impl Receipt {
     /// process.
     pub(super) fn release(&self) -> BoxFuture<Result<(), LimiterError>> {
         match &self.place {
-            Place::Memory { limiter, leases } => {
+            Place::Memory {
+                limiter, leases, ..
+            } => {
                 limiter.release_leases(&self.request, leases);
                 Box::pin(std::future::ready(Ok(())))
             }
@@ -91,10 +100,81 @@ impl Receipt {
         }
     }
 
+    /// Settles the request's rules after its response: per rule named in `deltas`, that many
+    /// more units charged whatever is left (positive) or given back (negative), in the window
+    /// it was counted in. One charge and one refund call per slot group at most on Redis; at
+    /// once in process.
+    pub(super) fn settle(&self, deltas: &[(Arc<str>, i64)]) -> BoxFuture<Result<(), LimiterError>> {
+        let delta = |name: &str| {
+            deltas
+                .iter()
+                .find_map(|(n, d)| (**n == *name).then_some(*d))
+                .unwrap_or(0)
+        };
+        match &self.place {
+            Place::Memory {
+                limiter,
+                settled,
+                evaluated_at,
+                ..
+            } => {
+                let lines: Vec<(&Check, i64)> = settled
+                    .iter()
+                    .map(|c| (c, delta(c.rule.name())))
+                    .filter(|&(_, d)| d != 0)
+                    .collect();
+                limiter.settle_now(&lines, *evaluated_at);
+                Box::pin(std::future::ready(Ok(())))
+            }
+            Place::Redis {
+                backend,
+                scripts,
+                groups,
+            } => {
+                let (mut charges, mut refunds) = (Vec::new(), Vec::new());
+                for g in groups {
+                    let (mut up, mut down) = (self.call(backend, g), self.call(backend, g));
+                    for ((key, args), name) in g.keys.iter().zip(&g.args).zip(&g.names) {
+                        let d = delta(name);
+                        let mut ints = args.ints;
+                        ints[5] = d.unsigned_abs();
+                        let call = if d > 0 { &mut up } else { &mut down };
+                        if d != 0 {
+                            call.keys.push(key.clone());
+                            call.ints.push(ints);
+                        }
+                    }
+                    charges.extend((!up.keys.is_empty()).then_some(up));
+                    refunds.extend((!down.keys.is_empty()).then_some(down));
+                }
+                let scripts = scripts.clone();
+                Box::pin(async move {
+                    let scripts: &Scripts = scripts.as_deref().unwrap_or(&BUILTIN_SCRIPTS);
+                    let charged = run_all(&charges, &scripts.charge).await;
+                    run_all(&refunds, &scripts.refund).await?;
+                    charged.map(drop)
+                })
+            }
+        }
+    }
+
+    /// An empty call of group `g`'s scripts: no keys yet.
+    fn call(&self, backend: &RedisBackend, g: &Group) -> LeaseCall {
+        LeaseCall {
+            backend: backend.clone(),
+            request: Arc::clone(&self.request),
+            evaluated_at: g.evaluated_at,
+            keys: Vec::new(),
+            ints: Vec::new(),
+        }
+    }
+
     /// Pushes the leases' expiry to a full expiry from now; how many were still held.
     pub(super) fn renew(&self) -> BoxFuture<Result<usize, LimiterError>> {
         match &self.place {
-            Place::Memory { limiter, leases } => {
+            Place::Memory {
+                limiter, leases, ..
+            } => {
                 let held = limiter.renew_leases(&self.request, leases);
                 Box::pin(std::future::ready(Ok(held)))
             }

@@ -206,7 +206,17 @@ impl RedisLimiter {
         let gcra_only = checks
             .iter()
             .all(|c| *c.rule.algorithm() == Algorithm::Gcra && !c.varying && !c.rule.is_dynamic());
-        Evaluation::new(scripts, gcra_only, keys, records, rule_args)
+        let evaluation = Evaluation::new(scripts, gcra_only, keys, records, rule_args);
+        if checks.iter().any(|c| c.rule.settles_after_response()) {
+            evaluation.settled(
+                checks
+                    .iter()
+                    .map(|c| Arc::clone(c.rule.name_arc()))
+                    .collect(),
+            )
+        } else {
+            evaluation
+        }
     }
 }
 

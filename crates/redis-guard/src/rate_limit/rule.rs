@@ -166,7 +166,7 @@ impl Rule {
     where
         F: Fn(&http::request::Parts) -> u32 + Send + Sync + 'static,
     {
-        self.cost_from = Some(CostFrom(Arc::new(cost)));
+        self.cost_from = Some(Shared(Arc::new(cost)));
         self
     }
 
@@ -441,9 +441,9 @@ impl Rule {
     /// ```
     pub fn refund_when<F>(mut self, refund: F) -> Self
     where
-        F: Fn(http::StatusCode) -> bool + Send + Sync + 'static,
+        F: Fn(&http::StatusCode) -> bool + Send + Sync + 'static,
     {
-        self.refund_when = Some(RefundWhen(Arc::new(refund)));
+        self.refund_when = Some(Shared(Arc::new(refund)));
         self
     }
 
@@ -463,7 +463,7 @@ impl Rule {
         actual: Option<&super::ActualCost>,
         charged: u32,
     ) -> i64 {
-        if self.refund_when.as_ref().is_some_and(|f| (f.0)(status)) {
+        if self.refund_when.as_ref().is_some_and(|f| (f.0)(&status)) {
             return -i64::from(charged);
         }
         match actual.and_then(|a| a.get(&self.name)) {
@@ -592,23 +592,32 @@ impl Rule {
     }
 }
 
-/// A rule's cost function ([`Rule::with_cost_from`]); rules compare equal when they share it.
-#[derive(Clone)]
-struct CostFrom(Arc<dyn Fn(&http::request::Parts) -> u32 + Send + Sync>);
+/// A function a rule holds (its cost function, its refund condition); rules compare equal when
+/// they share it.
+struct Shared<F: ?Sized>(Arc<F>);
 
-impl PartialEq for CostFrom {
+impl<F: ?Sized> Clone for Shared<F> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl<F: ?Sized> PartialEq for Shared<F> {
     fn eq(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
-impl Eq for CostFrom {}
+impl<F: ?Sized> Eq for Shared<F> {}
 
-impl std::fmt::Debug for CostFrom {
+impl<F: ?Sized> std::fmt::Debug for Shared<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<fn(&Parts) -> u32>")
+        f.write_str("<fn>")
     }
 }
+
+/// A rule's cost function ([`Rule::with_cost_from`]).
+type CostFrom = Shared<dyn Fn(&http::request::Parts) -> u32 + Send + Sync>;
 
 /// Where a rule's quota comes from on each request ([`Rule::with_quota_from`] and its `async`
 /// twin); rules compare equal when they share it.
@@ -648,23 +657,8 @@ impl std::fmt::Debug for QuotaFrom {
     }
 }
 
-/// A rule's refund condition ([`Rule::refund_when`]); rules compare equal when they share it.
-#[derive(Clone)]
-struct RefundWhen(Arc<dyn Fn(http::StatusCode) -> bool + Send + Sync>);
-
-impl PartialEq for RefundWhen {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl Eq for RefundWhen {}
-
-impl std::fmt::Debug for RefundWhen {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<fn(StatusCode) -> bool>")
-    }
-}
+/// A rule's refund condition ([`Rule::refund_when`]).
+type RefundWhen = Shared<dyn Fn(&http::StatusCode) -> bool + Send + Sync>;
 
 /// Why a rule cannot work. Reported when the layer is built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -6,12 +6,18 @@
 -- State: one string key "<window start µs>:<count>", expiring when the window closes.
 -- fixed_window(key, now, p) returns allowed, remaining, retry_after_us, reset_after_us, commit.
 -- A rejected request is not counted (unlike the seeds' recipe) so that rules stay all-or-nothing.
-local function fixed_window(key, now, p)
+-- The open window's start and count at `key`: a new window at `now` when none is open.
+local function fixed_window_open(key, now, p)
   local start, count = string.match(redis.call('GET', key) or '', '^(%d+):(%d+)$')
   start, count = tonumber(start), tonumber(count)
   if start == nil or now >= start + p.period or start > now then
-    start, count = now, 0
+    return now, 0
   end
+  return start, count
+end
+
+local function fixed_window(key, now, p)
+  local start, count = fixed_window_open(key, now, p)
   local window_end = start + p.period
   if count + p.cost > p.limit then
     local remaining = p.limit - count
@@ -40,11 +46,7 @@ end
 -- Counts `cost` more in the open window (a new one if none is open) whatever is left (a cost
 -- reported after the response): the count may pass the limit until the window closes.
 local function fixed_window_charge(key, now, p)
-  local start, count = string.match(redis.call('GET', key) or '', '^(%d+):(%d+)$')
-  start, count = tonumber(start), tonumber(count)
-  if start == nil or now >= start + p.period or start > now then
-    start, count = now, 0
-  end
+  local start, count = fixed_window_open(key, now, p)
   redis.call('SET', key, string.format('%.0f:%.0f', start, count + p.cost),
     'PX', cdiv(start + p.period - now, 1000))
 end

@@ -6,10 +6,10 @@
 -- State: one string key "<window index>:<previous>:<current>", expiring two periods after the
 -- window opened.
 -- sliding_counter(key, now, p) returns allowed, remaining, retry_after_us, reset_after_us, commit.
-local function sliding_counter(key, now, p)
-  local P, L, C = p.period, p.limit, p.cost
+-- The current window's index, how far into it `now` is, and the previous and current counts
+-- stored at `key`.
+local function sliding_counter_counts(key, now, P)
   local w = idiv(now, P)
-  local elapsed = now - w * P
   local sw, sprev, scur = string.match(redis.call('GET', key) or '', '^(%d+):(%d+):(%d+)$')
   sw, sprev, scur = tonumber(sw), tonumber(sprev), tonumber(scur)
   local prev, cur = 0, 0
@@ -18,6 +18,12 @@ local function sliding_counter(key, now, p)
   elseif sw == w - 1 then
     prev = scur
   end
+  return w, now - w * P, prev, cur
+end
+
+local function sliding_counter(key, now, p)
+  local P, L, C = p.period, p.limit, p.cost
+  local w, elapsed, prev, cur = sliding_counter_counts(key, now, P)
   local estimate = idiv(prev * (P - elapsed), P) + cur
   if estimate + C > L then
     local retry
@@ -64,16 +70,7 @@ end
 -- Counts `cost` more in the current window whatever is left (a cost reported after the
 -- response).
 local function sliding_counter_charge(key, now, p)
-  local P = p.period
-  local w = idiv(now, P)
-  local sw, sprev, scur = string.match(redis.call('GET', key) or '', '^(%d+):(%d+):(%d+)$')
-  sw, sprev, scur = tonumber(sw), tonumber(sprev), tonumber(scur)
-  local prev, cur = 0, 0
-  if sw == w then
-    prev, cur = sprev, scur
-  elseif sw == w - 1 then
-    prev = scur
-  end
+  local w, elapsed, prev, cur = sliding_counter_counts(key, now, p.period)
   redis.call('SET', key, string.format('%.0f:%.0f:%.0f', w, prev, cur + p.cost),
-    'PX', cdiv(2 * P - (now - w * P), 1000))
+    'PX', cdiv(2 * p.period - elapsed, 1000))
 end

@@ -5,6 +5,22 @@
 -- Memory per key is O(limit). Each call trims entries older than the window (bounded: the set
 -- never holds more than `limit` members) and reads one member by rank.
 -- sliding_log(key, now, p) returns allowed, remaining, retry_after_us, reset_after_us, commit.
+-- Logs `n` units at `now`, named "<request id><tag><n>", and renews the key's TTL.
+local function sliding_log_add(key, now, p, n, tag)
+  -- ZADD in batches: Lua's unpack has a small stack, and cost may be large.
+  local i = 1
+  while i <= n do
+    local args = {}
+    for j = i, math.min(i + 499, n) do
+      args[#args + 1] = string.format('%.0f', now)
+      args[#args + 1] = p.req .. tag .. j
+    end
+    redis.call('ZADD', key, unpack(args))
+    i = i + 500
+  end
+  redis.call('PEXPIRE', key, cdiv(p.period, 1000))
+end
+
 local function sliding_log(key, now, p)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - p.period))
   local count = redis.call('ZCARD', key)
@@ -21,20 +37,7 @@ local function sliding_log(key, now, p)
     if remaining < 0 then remaining = 0 end
     return false, remaining, retry, reset, nil
   end
-  local commit = function()
-    -- ZADD in batches: Lua's unpack has a small stack, and cost may be large.
-    local i = 1
-    while i <= p.cost do
-      local args = {}
-      for j = i, math.min(i + 499, p.cost) do
-        args[#args + 1] = string.format('%.0f', now)
-        args[#args + 1] = p.req .. ':' .. j
-      end
-      redis.call('ZADD', key, unpack(args))
-      i = i + 500
-    end
-    redis.call('PEXPIRE', key, cdiv(p.period, 1000))
-  end
+  local commit = function() sliding_log_add(key, now, p, p.cost, ':') end
   return true, p.limit - count - p.cost, 0, p.period, commit
 end
 
@@ -54,15 +57,5 @@ end
 -- would only cost memory. They are named "<request id>:+<n>".
 local function sliding_log_charge(key, now, p)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - p.period))
-  local n, i = math.min(p.cost, p.limit), 1
-  while i <= n do
-    local args = {}
-    for j = i, math.min(i + 499, n) do
-      args[#args + 1] = string.format('%.0f', now)
-      args[#args + 1] = p.req .. ':+' .. j
-    end
-    redis.call('ZADD', key, unpack(args))
-    i = i + 500
-  end
-  redis.call('PEXPIRE', key, cdiv(p.period, 1000))
+  sliding_log_add(key, now, p, math.min(p.cost, p.limit), ':+')
 end
