@@ -488,6 +488,12 @@ async fn direct_calls_hold_the_lease_in_the_decision(h: Harness) {
     h.wait(EXPIRY).await;
     assert!(!lease.renew().await.expect("renew"), "expired: lost");
     assert_eq!(free(&*limiter, &rule, "d").await, 2);
+    // A reset drops every lease of the key.
+    let held = limiter.check(&rule, Key::from("d")).await.expect("check");
+    assert_eq!(free(&*limiter, &rule, "d").await, 1);
+    limiter.reset(&rule, Key::from("d")).await.expect("reset");
+    assert_eq!(free(&*limiter, &rule, "d").await, 2);
+    drop(held);
 }
 
 backend_suite!(

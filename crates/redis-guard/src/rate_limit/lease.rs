@@ -36,6 +36,11 @@ impl Rule {
     /// chance. A concurrency rule is left out of the `RateLimit` and `RateLimit-Policy`
     /// headers, whose IETF draft knows only quotas per time window.
     ///
+    /// [`Limiter::inspect`](super::Limiter::inspect) reports the leases free for a key as
+    /// `remaining` (0 when denied), without taking one; [`Limiter::reset`](super::Limiter::reset)
+    /// drops every lease of the key. On Redis, a request with leases costs two script calls: the
+    /// decision and the release.
+    ///
     /// Each request takes one lease: the cost is 1. A cost of 0 (a probe:
     /// [`Check::with_cost`](super::Check::with_cost)) asks whether a lease is free without
     /// taking one; any other cost, and [`with_cost_from`](Self::with_cost_from), are refused by
