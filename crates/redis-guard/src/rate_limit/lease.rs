@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::limiter::{BoxFuture, LimiterError};
 use super::receipt::{Place, Receipt};
 use super::{Algorithm, Quota, Rule};
+use crate::telemetry;
 
 /// How long a lease lives without being released or renewed, unless
 /// [`Rule::lease_expiry`] says otherwise.
@@ -163,11 +164,19 @@ impl Lease {
     pub fn release(&self) -> impl Future<Output = Result<(), LimiterError>> + Send + 'static {
         let calls: Vec<_> = self.take().iter().map(Receipt::release).collect();
         async move {
+            let counted = !calls.is_empty();
             let mut outcome = Ok(());
             for call in calls {
                 if let Err(e) = call.await {
                     outcome = outcome.and(Err(e));
                 }
+            }
+            if counted {
+                count_release(if outcome.is_ok() {
+                    "released"
+                } else {
+                    "failed"
+                });
             }
             outcome
         }
@@ -226,23 +235,40 @@ impl Lease {
             }
         }
         if remote.is_empty() {
+            count_release("released");
             return;
         }
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
+                    let mut result = "released";
                     for call in remote {
                         if let Err(e) = call.await {
                             warn_release(&e);
+                            result = "failed";
                         }
                     }
+                    count_release(result);
                 });
             }
-            Err(_) => tracing::warn!(
-                "a concurrency lease was dropped outside a Tokio runtime: it cannot be released and expires on its own"
-            ),
+            Err(_) => {
+                count_release("abandoned");
+                tracing::warn!(
+                    "a concurrency lease was dropped outside a Tokio runtime: it cannot be released and expires on its own"
+                );
+            }
         }
     }
+}
+
+/// Counts one request's release under `result`.
+fn count_release(result: &'static str) {
+    telemetry::count(
+        telemetry::RATE_LIMIT_LEASE_RELEASES,
+        "result",
+        result.into(),
+        1,
+    );
 }
 
 /// Logs a release that failed: the lease expires on its own.
@@ -399,6 +425,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_polled_stream_renews_its_lease_and_an_idle_one_does_not() {
+        #[cfg(feature = "metrics")]
+        let metrics = crate::telemetry::testing::Captured::default();
+        #[cfg(feature = "metrics")]
+        let _guard = metrics::set_default_local_recorder(&metrics);
         let clock = ManualClock::new();
         let limiter = MemoryLimiter::builder().clock(clock.clone()).build();
         let layer = RateLimitLayer::builder(limiter)
@@ -441,6 +471,12 @@ mod tests {
         drop(feed);
         reader.await.unwrap().unwrap();
         assert_eq!(status(&svc).await, 200, "released at its end");
+        // The stream's release, and that of the request just admitted (its body dropped).
+        #[cfg(feature = "metrics")]
+        assert_eq!(
+            metrics.get(r#"redis_guard_rate_limit_lease_releases_total{result="released"}"#),
+            2
+        );
         drop(fed.recv().await);
         // A body never polled is never renewed: its lease expires.
         let res = svc
