@@ -76,7 +76,8 @@ impl Rule {
     /// How long a lease of this concurrency rule lives unless released or renewed (default
     /// [`DEFAULT_LEASE_EXPIRY`]): the longest a crashed replica's leases keep their slots, and
     /// the longest a body that is never polled holds one. At least 1 ms (refused by
-    /// [`validate`](Self::validate) otherwise). Keeps the rule's maximum in flight.
+    /// [`validate`](Self::validate) otherwise). Keeps the rule's maximum in flight. A rule of
+    /// another algorithm is returned unchanged: its period is its quota's.
     ///
     /// ```
     /// use std::time::Duration;
@@ -87,8 +88,14 @@ impl Rule {
     /// assert!(rule.validate().is_ok());
     /// assert!(Rule::concurrency("report", 0).validate().is_err());
     /// assert!(Rule::concurrency("report", 2).lease_expiry(Duration::ZERO).validate().is_err());
+    /// # use redis_guard::rate_limit::Quota;
+    /// let rate = Rule::new("api", Quota::per_minute(60));
+    /// assert_eq!(rate.clone().lease_expiry(Duration::from_secs(5)), rate);
     /// ```
     pub fn lease_expiry(self, expiry: Duration) -> Self {
+        if !self.algorithm().is_lease() {
+            return self;
+        }
         let quota = Quota::new(self.quota().limit(), expiry);
         let algorithm = self.algorithm().clone();
         self.reshaped(quota, algorithm)
