@@ -16,7 +16,8 @@ use http_body_util::channel::Channel;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use redis_guard::rate_limit::{
-    Global, Key, Limiter, MemoryLimiter, Quota, RateLimitLayer, Rule, RuleError,
+    FailurePolicy, Global, Key, Limiter, MemoryLimiter, Quota, RateLimitLayer, RedisLimiter, Rule,
+    RuleError,
 };
 use redis_guard_tests::{Harness, backend_suite, by_client, call, empty_ok, from};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -487,6 +488,12 @@ async fn direct_calls_hold_the_lease_in_the_decision(h: Harness) {
     h.wait(EXPIRY).await;
     assert!(!lease.renew().await.expect("renew"), "expired: lost");
     assert_eq!(free(&*limiter, &rule, "d").await, 2);
+    // A reset drops every lease of the key.
+    let held = limiter.check(&rule, Key::from("d")).await.expect("check");
+    assert_eq!(free(&*limiter, &rule, "d").await, 1);
+    limiter.reset(&rule, Key::from("d")).await.expect("reset");
+    assert_eq!(free(&*limiter, &rule, "d").await, 2);
+    drop(held);
 }
 
 backend_suite!(
@@ -526,4 +533,29 @@ fn bad_concurrency_rules_are_refused_when_the_layer_is_built() {
         build(Rule::concurrency("report", 2).with_cost_from(|_| 1)).to_string(),
         cost
     );
+}
+
+/// With Redis down, [`FailurePolicy::Fallback`] keeps leasing in process: each replica's share
+/// of the maximum in flight, released as on Redis when the body ends.
+#[tokio::test]
+async fn redis_down_falls_back_to_in_process_leases() {
+    let mut h = Harness::redis().await;
+    let limiter = RedisLimiter::new(h.backend().await.timeout(Duration::from_millis(300)));
+    let svc = RateLimitLayer::builder(limiter)
+        .rule_with(reports(4), by_client())
+        .failure_policy(FailurePolicy::fallback(2).expect("2 replicas"))
+        .build()
+        .expect("valid")
+        .layer(empty_ok());
+    h.kill_redis();
+    // The share: 4 ÷ 2 in flight.
+    let (first, a) = hold(svc.clone()).await;
+    let (second, b) = hold(svc.clone()).await;
+    assert_eq!((first, second), (200, 200));
+    assert_eq!(call(svc.clone(), from("k")).await.status, 429);
+    drop(a);
+    let (third, _c) = hold(svc.clone()).await;
+    assert_eq!(third, 200, "released in process");
+    assert_eq!(call(svc.clone(), from("k")).await.status, 429);
+    drop(b);
 }

@@ -22,6 +22,7 @@
 //! | [`redis_guard_rate_limit_fallback_decisions_total`](RATE_LIMIT_FALLBACK_DECISIONS) | counter | decisions made in process by [`FailurePolicy::Fallback`] |
 //! | [`redis_guard_rate_limit_deny_cache_hits_total`](RATE_LIMIT_DENY_CACHE_HITS) | counter | denials answered from the deny cache, without Redis |
 //! | [`redis_guard_rate_limit_decision_seconds`](RATE_LIMIT_DECISION_SECONDS) | histogram | time to decide a request |
+//! | [`redis_guard_rate_limit_lease_releases_total`](RATE_LIMIT_LEASE_RELEASES) | counter | label `result` (not `rule`) = `released`, `failed` (the store failed: the lease expires), `abandoned` (dropped outside a Tokio runtime: it expires): releases of a request's [concurrency leases](crate::rate_limit::Rule::concurrency) |
 //!
 //! Decisions of a [`RateLimitLayer`] and of direct [`Limiter::check`] calls (a login handler's
 //! rules) are counted alike. Each rule counts its own verdict: a request that rule `a` admits and rule `b` denies adds one
@@ -85,6 +86,8 @@ pub const RATE_LIMIT_BACKEND_ERRORS: &str = "redis_guard_rate_limit_backend_erro
 pub const RATE_LIMIT_FALLBACK_DECISIONS: &str = "redis_guard_rate_limit_fallback_decisions_total";
 /// Counter: denials answered from the deny cache.
 pub const RATE_LIMIT_DENY_CACHE_HITS: &str = "redis_guard_rate_limit_deny_cache_hits_total";
+/// Counter: releases of a request's concurrency leases, by `result`.
+pub const RATE_LIMIT_LEASE_RELEASES: &str = "redis_guard_rate_limit_lease_releases_total";
 /// Histogram (seconds): time to decide a request.
 pub const RATE_LIMIT_DECISION_SECONDS: &str = "redis_guard_rate_limit_decision_seconds";
 /// Gauge: the circuit breaker's state (0 closed, 1 half-open, 2 open).

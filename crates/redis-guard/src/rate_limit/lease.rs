@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::limiter::{BoxFuture, LimiterError};
 use super::receipt::{Place, Receipt};
 use super::{Algorithm, Quota, Rule};
+use crate::telemetry;
 
 /// How long a lease lives without being released or renewed, unless
 /// [`Rule::lease_expiry`] says otherwise.
@@ -35,6 +36,11 @@ impl Rule {
     /// the expiry is only an upper bound, and a client that retries after a second has a fair
     /// chance. A concurrency rule is left out of the `RateLimit` and `RateLimit-Policy`
     /// headers, whose IETF draft knows only quotas per time window.
+    ///
+    /// [`Limiter::inspect`](super::Limiter::inspect) reports the leases free for a key as
+    /// `remaining` (0 when denied), without taking one; [`Limiter::reset`](super::Limiter::reset)
+    /// drops every lease of the key. On Redis, a request with leases costs two script calls: the
+    /// decision and the release.
     ///
     /// Each request takes one lease: the cost is 1. A cost of 0 (a probe:
     /// [`Check::with_cost`](super::Check::with_cost)) asks whether a lease is free without
@@ -70,7 +76,8 @@ impl Rule {
     /// How long a lease of this concurrency rule lives unless released or renewed (default
     /// [`DEFAULT_LEASE_EXPIRY`]): the longest a crashed replica's leases keep their slots, and
     /// the longest a body that is never polled holds one. At least 1 ms (refused by
-    /// [`validate`](Self::validate) otherwise). Keeps the rule's maximum in flight.
+    /// [`validate`](Self::validate) otherwise). Keeps the rule's maximum in flight. A rule of
+    /// another algorithm is returned unchanged: its period is its quota's.
     ///
     /// ```
     /// use std::time::Duration;
@@ -81,8 +88,14 @@ impl Rule {
     /// assert!(rule.validate().is_ok());
     /// assert!(Rule::concurrency("report", 0).validate().is_err());
     /// assert!(Rule::concurrency("report", 2).lease_expiry(Duration::ZERO).validate().is_err());
+    /// # use redis_guard::rate_limit::Quota;
+    /// let rate = Rule::new("api", Quota::per_minute(60));
+    /// assert_eq!(rate.clone().lease_expiry(Duration::from_secs(5)), rate);
     /// ```
     pub fn lease_expiry(self, expiry: Duration) -> Self {
+        if !self.algorithm().is_lease() {
+            return self;
+        }
         let quota = Quota::new(self.quota().limit(), expiry);
         let algorithm = self.algorithm().clone();
         self.reshaped(quota, algorithm)
@@ -158,11 +171,19 @@ impl Lease {
     pub fn release(&self) -> impl Future<Output = Result<(), LimiterError>> + Send + 'static {
         let calls: Vec<_> = self.take().iter().map(Receipt::release).collect();
         async move {
+            let counted = !calls.is_empty();
             let mut outcome = Ok(());
             for call in calls {
                 if let Err(e) = call.await {
                     outcome = outcome.and(Err(e));
                 }
+            }
+            if counted {
+                count_release(if outcome.is_ok() {
+                    "released"
+                } else {
+                    "failed"
+                });
             }
             outcome
         }
@@ -253,23 +274,40 @@ impl Lease {
             }
         }
         if remote.is_empty() {
+            count_release("released");
             return;
         }
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
+                    let mut result = "released";
                     for call in remote {
                         if let Err(e) = call.await {
                             warn_release(&e);
+                            result = "failed";
                         }
                     }
+                    count_release(result);
                 });
             }
-            Err(_) => tracing::warn!(
-                "a concurrency lease was dropped outside a Tokio runtime: it cannot be released and expires on its own"
-            ),
+            Err(_) => {
+                count_release("abandoned");
+                tracing::warn!(
+                    "a concurrency lease was dropped outside a Tokio runtime: it cannot be released and expires on its own"
+                );
+            }
         }
     }
+}
+
+/// Counts one request's release under `result`.
+fn count_release(result: &'static str) {
+    telemetry::count(
+        telemetry::RATE_LIMIT_LEASE_RELEASES,
+        "result",
+        result.into(),
+        1,
+    );
 }
 
 /// Logs a release that failed: the lease expires on its own.
@@ -426,6 +464,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_polled_stream_renews_its_lease_and_an_idle_one_does_not() {
+        #[cfg(feature = "metrics")]
+        let metrics = crate::telemetry::testing::Captured::default();
+        #[cfg(feature = "metrics")]
+        let _guard = metrics::set_default_local_recorder(&metrics);
         let clock = ManualClock::new();
         let limiter = MemoryLimiter::builder().clock(clock.clone()).build();
         let layer = RateLimitLayer::builder(limiter)
@@ -468,6 +510,12 @@ mod tests {
         drop(feed);
         reader.await.unwrap().unwrap();
         assert_eq!(status(&svc).await, 200, "released at its end");
+        // The stream's release, and that of the request just admitted (its body dropped).
+        #[cfg(feature = "metrics")]
+        assert_eq!(
+            metrics.get(r#"redis_guard_rate_limit_lease_releases_total{result="released"}"#),
+            2
+        );
         drop(fed.recv().await);
         // A body never polled is never renewed: its lease expires.
         let res = svc
