@@ -55,7 +55,12 @@ async fn run() -> Result<(), String> {
     let limit_on_error = settings::failure_policy(get)?;
     let client_ip = settings::client_ip(get)?;
     let redis_timeout = settings::redis_timeout(get)?;
-    let interval = stream_interval(get)?;
+    let interval = Duration::from_millis(whole_number(
+        get,
+        "STREAM_INTERVAL_MS",
+        200,
+        STREAM_INTERVAL_MS,
+    )?);
     let (limiter, backend): (Arc<dyn Limiter>, &str) = match get("REDIS_URL") {
         None => (Arc::new(MemoryLimiter::new()), "in-process memory"),
         Some(url) => {
@@ -106,17 +111,22 @@ fn peer_addr<B>(mut req: http::Request<B>) -> http::Request<B> {
     req
 }
 
-/// `STREAM_INTERVAL_MS` (default 200): the pause between two quotes of a stream.
-fn stream_interval(get: settings::Lookup<'_>) -> Result<Duration, String> {
-    let Some(v) = get("STREAM_INTERVAL_MS") else {
-        return Ok(Duration::from_millis(200));
+/// The whole number in `name`, or `default`, within `range`.
+fn whole_number(
+    get: settings::Lookup<'_>,
+    name: &str,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<u64, String> {
+    let Some(v) = get(name) else {
+        return Ok(default);
     };
     match v.trim().parse::<u64>() {
-        Ok(ms) if STREAM_INTERVAL_MS.contains(&ms) => Ok(Duration::from_millis(ms)),
+        Ok(n) if range.contains(&n) => Ok(n),
         _ => Err(format!(
-            "STREAM_INTERVAL_MS={v:?} must be a whole number of milliseconds from {} to {}",
-            STREAM_INTERVAL_MS.start(),
-            STREAM_INTERVAL_MS.end()
+            "{name}={v:?} must be a whole number from {} to {}",
+            range.start(),
+            range.end()
         )),
     }
 }
