@@ -240,7 +240,7 @@ impl RateLimitLayerBuilder {
             config
                 .rules
                 .iter()
-                .filter(|r| r.rule.mode() != Mode::Shadow)
+                .filter(|r| r.rule.mode() != Mode::Shadow && !r.rule.algorithm().is_lease())
                 .map(|r| (r.rule.name(), r.rule.quota())),
         );
         Ok(RateLimitLayer {

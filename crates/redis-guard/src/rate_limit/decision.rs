@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Mode, Quota, RuleState};
+use super::{Lease, Mode, Quota, RuleState};
 use crate::telemetry;
 
 /// One rule's verdict within a [`Decision`].
@@ -18,6 +18,8 @@ pub struct RuleDecision {
     pub state: RuleState,
     /// The rule's rollout mode: whether its verdict binds.
     pub mode: Mode,
+    /// A concurrency rule: left out of the `RateLimit` headers.
+    pub(crate) lease: bool,
 }
 
 /// The outcome of rate limiting one request, inserted into the request extensions when the
@@ -60,7 +62,21 @@ pub struct Decision {
     /// The [`Mode::Shadow`] rules' verdicts, in the layer's order: never binding, never in a
     /// header.
     pub shadow: Vec<RuleDecision>,
+    /// The concurrency leases of a direct call's admitted request.
+    pub(crate) lease: HeldLease,
 }
+
+/// A decision's leases, shared by its clones; decisions compare equal whatever they hold.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HeldLease(pub(crate) Option<Arc<Lease>>);
+
+impl PartialEq for HeldLease {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for HeldLease {}
 
 impl Decision {
     /// Combines per-rule verdicts: the enforced rules decide. `rules` must not be empty.
@@ -112,7 +128,35 @@ impl Decision {
             rules,
             exceeded,
             shadow,
+            lease: HeldLease::default(),
         })
+    }
+
+    /// The concurrency leases ([`Rule::concurrency`](super::Rule::concurrency)) this decision
+    /// holds: those of an admitted direct call ([`Limiter::check_all`](super::Limiter::check_all)),
+    /// released by [`Lease::release`] or when the decision and all its clones are dropped.
+    /// `None` when no concurrency rule admitted it, and in a layer, which holds its requests'
+    /// leases itself until their response bodies end.
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Rule};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = MemoryLimiter::new();
+    /// let jobs = Rule::concurrency("jobs", 1);
+    /// let held = limiter.check(&jobs, Key::from("tenant-7")).await?;
+    /// assert!(held.lease().is_some());
+    /// drop(held); // released
+    /// assert!(limiter.check(&jobs, Key::from("tenant-7")).await?.allowed);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn lease(&self) -> Option<&Lease> {
+        self.lease.0.as_deref()
+    }
+
+    /// Takes the leases out (the layer keeps them with the response body).
+    pub(crate) fn take_lease(&mut self) -> Option<Arc<Lease>> {
+        self.lease.0.take()
     }
 
     /// Counts each rule's verdict, and the time the decision took under each rule's name

@@ -4,9 +4,11 @@
 use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
 
+use super::Algorithm;
 use super::algorithm::RuleState;
 use super::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
 use super::limiter::LimiterError;
+use super::receipt::{Group, Receipt, Receipted, request_id};
 use super::reply::parse_reply;
 use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall, call_alone};
 
@@ -32,6 +34,13 @@ pub(super) struct RuleArgs {
     pub(super) ints: [u64; 6],
     /// `0`: the rule reads no override record; `1`: it does; else its bans (it does too).
     pub(super) overrides: Cow<'static, str>,
+}
+
+impl RuleArgs {
+    /// Whether the rule takes a lease (a concurrency rule, cost 1; a probe takes none).
+    pub(super) fn is_lease(&self) -> bool {
+        Some(self.ints[0]) == Algorithm::Concurrency.builtin_id().map(u64::from) && self.ints[5] > 0
+    }
 }
 
 /// A request's rules as one entry of a coalesced call of an evaluation script.
@@ -130,19 +139,21 @@ impl Evaluation {
 
     /// One script call when every key shares a slot (always on a single Redis): atomic. On a
     /// Cluster, one call per hash tag, in order; when one denies, the tags that already admitted
-    /// the request are refunded and the rest are evaluated dry (for their headers).
-    pub(super) async fn run(
-        mut self,
-        coalescers: &Coalescers,
-    ) -> Result<Vec<RuleState>, LimiterError> {
+    /// the request are refunded and the rest are evaluated dry (for their headers). With the
+    /// receipt of an admitted request that took leases.
+    pub(super) async fn run(mut self, coalescers: &Coalescers) -> Result<Receipted, LimiterError> {
         let backend = coalescers.backend();
         let n = self.rule_args.len();
-        // Only the sliding log names entries with the request id; GCRA never reads it.
-        let request: Cow<'static, str> = if self.gcra_only {
-            Cow::Borrowed("-")
-        } else {
-            Cow::Owned(request_id())
+        // Only the sliding log and the leases name entries with the request id; GCRA never
+        // reads it.
+        let id = (!self.gcra_only).then(request_id);
+        let request: Cow<'static, str> = match &id {
+            None => Cow::Borrowed("-"),
+            Some(id) => Cow::Owned(id.to_string()),
         };
+        // The receipt's copy of the rules, when the request may take leases.
+        let leases = (!self.dry && self.rule_args.iter().any(RuleArgs::is_lease))
+            .then(|| (self.keys.clone(), self.rule_args.clone()));
         if !backend.connection().is_cluster() {
             // The common case: one entry, its keys and arguments moved rather than copied.
             let keys = std::mem::take(&mut self.keys);
@@ -162,7 +173,19 @@ impl Evaluation {
                 dry: self.dry,
             };
             let reply = self.evaluate(coalescers, entry).await?;
-            return Ok(parse_reply(&reply, n)?.0);
+            let (states, evaluated_at) = parse_reply(&reply, n)?;
+            let receipt = match (leases, &id) {
+                (Some((keys, args)), Some(id)) if states.iter().all(|s| s.allowed) => {
+                    let group = Group {
+                        keys,
+                        args,
+                        evaluated_at,
+                    };
+                    Receipt::redis(id, backend, self.scripts.as_ref(), vec![group])
+                }
+                _ => None,
+            };
+            return Ok((states, receipt));
         }
         // A rule's override key shares its state key's hash tag.
         let groups = backend.slot_groups(&self.keys);
@@ -208,10 +231,25 @@ impl Evaluation {
                 committed.clear();
             }
         }
-        states
+        let states = states
             .into_iter()
             .map(|s| s.ok_or_else(|| BackendError::BadReply("a rule got no state".into()).into()))
-            .collect()
+            .collect::<Result<Vec<_>, LimiterError>>()?;
+        let receipt = match (&leases, &id) {
+            (Some(_), Some(id)) if !denied => {
+                let groups = committed
+                    .iter()
+                    .map(|(group, evaluated_at)| Group {
+                        keys: group.iter().map(|&i| self.keys[i].clone()).collect(),
+                        args: group.iter().map(|&i| self.rule_args[i].clone()).collect(),
+                        evaluated_at: *evaluated_at,
+                    })
+                    .collect();
+                Receipt::redis(id, backend, self.scripts.as_ref(), groups)
+            }
+            _ => None,
+        };
+        Ok((states, receipt))
     }
 
     /// Gives back what the request took under `groups`. Best effort: a refund that fails leaves
@@ -228,27 +266,5 @@ impl Evaluation {
                 tracing::warn!(error = %e, "rate-limit refund failed; the quota stays consumed");
             }
         }
-    }
-}
-
-/// A process-unique, unpredictable-enough id for one evaluation: names sliding-log members.
-fn request_id() -> String {
-    use std::hash::BuildHasher;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static SEED: LazyLock<std::collections::hash_map::RandomState> =
-        LazyLock::new(std::collections::hash_map::RandomState::new);
-    static N: AtomicU64 = AtomicU64::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    format!("{:016x}{n:x}", SEED.hash_one(n))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn request_ids_are_unique() {
-        let ids: std::collections::HashSet<String> = (0..1000).map(|_| request_id()).collect();
-        assert_eq!(ids.len(), 1000);
     }
 }

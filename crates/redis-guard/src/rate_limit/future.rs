@@ -9,19 +9,20 @@ use std::time::Instant;
 use http::{Request, Response, StatusCode};
 use tower_service::Service;
 
+use super::Decision;
 use super::config::{Config, Plan};
 use super::decision::RuleDecision;
 use super::headers::RateLimitHeaders;
-use super::limiter::{BoxFuture, LimiterError, Pending, count_failure, decision_from};
+use super::lease::Lease;
+use super::limiter::{BoxFuture, Held, LimiterError, Pending, count_failure, decision_from};
 use super::response::{self, ResponseBody};
-use super::{Decision, RuleState};
 
 define_response_future! {
     /// The response future of [`RateLimit`](super::RateLimit): waits for the limiter (the only
     /// boxed part), then calls the inner service or answers on its own.
     states {
         Checking {
-            states: BoxFuture<Result<Vec<RuleState>, LimiterError>>,
+            states: BoxFuture<Result<Held, LimiterError>>,
             pending: Option<(S, Request<ReqBody>, Vec<RuleDecision>)>,
             config: Arc<Config>,
             started: Instant,
@@ -30,6 +31,8 @@ define_response_future! {
             #[pin]
             fut: S::Future,
             headers: Option<RateLimitHeaders>,
+            // Released when dropped: the inner service failed, or the client went away.
+            lease: Option<Arc<Lease>>,
         },
         Respond {
             status: StatusCode,
@@ -67,6 +70,7 @@ where
             state: State::Calling {
                 fut: inner.call(req),
                 headers: None,
+                lease: None,
             },
         }
     }
@@ -108,7 +112,10 @@ where
                         )));
                     };
                     let decided = match states {
-                        Ok(states) => decision_from(rules, states),
+                        Ok((states, lease)) => decision_from(rules, states).map(|mut d| {
+                            d.lease.0 = lease.map(Arc::new);
+                            d
+                        }),
                         Err(err) => Err(count_failure(&rules, err)),
                     };
                     let decided = match decided {
@@ -125,14 +132,17 @@ where
                         decision.record(started.elapsed());
                     }
                     match decided {
-                        Ok(decision) if decision.allowed => {
+                        Ok(mut decision) if decision.allowed => {
                             let policy = config.ietf_on_allowed().then(|| config.policy(&decision));
                             let extra =
                                 RateLimitHeaders::new(&decision, policy, config.legacy_headers());
+                            // The response body holds the leases, not the handler's copy.
+                            let lease = decision.take_lease();
                             req.extensions_mut().insert(decision);
                             State::Calling {
                                 fut: inner.call(req),
                                 headers: Some(extra),
+                                lease,
                             }
                         }
                         Ok(decision) => {
@@ -153,12 +163,18 @@ where
                         Err(Plan::Pass | Plan::Check(_)) => State::Calling {
                             fut: inner.call(req),
                             headers: None,
+                            lease: None,
                         },
                     }
                 }
-                StateProj::Calling { fut, headers } => {
+                StateProj::Calling {
+                    fut,
+                    headers,
+                    lease,
+                } => {
                     let res = ready!(fut.poll(cx))?;
-                    let mut res = res.map(ResponseBody::inner);
+                    let lease = lease.take();
+                    let mut res = res.map(|body| ResponseBody::holding(body, lease));
                     if let Some(extra) = headers.take() {
                         extra.insert(res.headers_mut());
                     }

@@ -11,6 +11,12 @@
 //!
 //! `q` is the limit, `w` the period in seconds, `r` the requests remaining now and `t` the seconds
 //! until the quota is fully available again (both rounded up).
+//!
+//! Concurrency rules ([`Rule::concurrency`](super::Rule::concurrency)) are left out of both: the
+//! draft knows only quotas per time window, and `q=2;w=30` would tell a client it may send two
+//! requests per 30 s. A denial by one still carries `Retry-After`, and the legacy
+//! `X-RateLimit-*` headers describe the binding rule, which may be a concurrency rule (its
+//! limit, and the leases still free).
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
@@ -50,9 +56,10 @@ impl RateLimitHeaders {
     /// No header at all for a decision of shadow rules only (the client sees none of them).
     pub(crate) fn new(decision: &Decision, policy: Option<HeaderValue>, legacy: bool) -> Self {
         let visible = !decision.rules.is_empty();
+        let windowed = decision.rules.iter().any(|r| !r.lease);
         Self {
             ietf: policy
-                .filter(|_| visible)
+                .filter(|_| windowed)
                 .map(|policy| (policy, state(decision))),
             exceeded: (!decision.exceeded.is_empty()).then(|| {
                 list(&decision.exceeded, |out, name| {
@@ -99,7 +106,7 @@ pub(crate) fn policy<'a>(rules: impl IntoIterator<Item = (&'a str, &'a Quota)>) 
 
 /// The `RateLimit` value of `decision`.
 fn state(decision: &Decision) -> HeaderValue {
-    list(&decision.rules, |out, r| {
+    list(decision.rules.iter().filter(|r| !r.lease), |out, r| {
         let t = ceil_secs(r.state.reset_after);
         item(
             out,

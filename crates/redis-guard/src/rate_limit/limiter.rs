@@ -9,12 +9,16 @@ use std::time::Duration;
 use super::decision::RuleDecision;
 use futures_util::future::join_all;
 
-use super::{Decision, Inspection, Key, Mode, Rule, RuleError, RuleState};
+use super::decision::HeldLease;
+use super::{Decision, Inspection, Key, Lease, Mode, Rule, RuleError, RuleState};
 use crate::backend::BackendError;
 use crate::telemetry;
 
 /// A boxed, sendable future, as [`Limiter`] methods return.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// The states of an evaluation, and the concurrency leases it took.
+pub(crate) type Held = (Vec<RuleState>, Option<Lease>);
 
 /// One rule applied to one key with a cost: a line of an evaluation.
 #[derive(Clone, Debug)]
@@ -109,7 +113,18 @@ pub enum LimiterError {
 /// [`MemoryLimiter`]: crate::rate_limit::MemoryLimiter
 pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     /// Evaluates `checks` (validated, non-empty) and returns one state per check, in order.
+    ///
+    /// A concurrency rule's lease ([`Rule::concurrency`]) is released as soon as it is taken:
+    /// [`check_all`](Self::check_all) returns a [`Decision`] that holds it.
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>>;
+
+    /// Evaluates `checks` as [`evaluate`](Self::evaluate), and hands back the concurrency
+    /// leases an admitted request took. Not part of the stable interface.
+    #[doc(hidden)]
+    fn evaluate_leased(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
+        let states = self.evaluate(checks);
+        Box::pin(async move { Ok((states.await?, None)) })
+    }
 
     /// Why this limiter cannot work as configured (e.g. a zero timeout, which would fail every
     /// decision), or `None`. [`RateLimitLayerBuilder::build`] refuses such a limiter, and
@@ -245,7 +260,8 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
         duration: Duration,
     ) -> BoxFuture<Result<(), LimiterError>>;
 
-    /// Checks one request against several rules, all or nothing.
+    /// Checks one request against several rules, all or nothing. The [`Decision`] of an
+    /// admitted request holds the leases of its concurrency rules ([`Decision::lease`]).
     fn check_all(&self, checks: Vec<Check>) -> BoxFuture<Result<Decision, LimiterError>> {
         if checks.is_empty() {
             return Box::pin(std::future::ready(Err(LimiterError::Empty)));
@@ -273,11 +289,12 @@ pub(crate) fn decide<L: Limiter + ?Sized>(
     for rule in &mut rules {
         rule.mode = Mode::Enforce;
     }
-    let states = limiter.evaluate(checks);
+    let held = limiter.evaluate_leased(checks);
     let started = std::time::Instant::now();
     Box::pin(async move {
-        let states = states.await.map_err(|err| count_failure(&rules, err))?;
-        let decision = decision_from(rules, states)?;
+        let (states, lease) = held.await.map_err(|err| count_failure(&rules, err))?;
+        let mut decision = decision_from(rules, states)?;
+        decision.lease = HeldLease(lease.map(Arc::new));
         decision.record(started.elapsed());
         Ok(decision)
     })
@@ -286,7 +303,7 @@ pub(crate) fn decide<L: Limiter + ?Sized>(
 /// An evaluation under way: the limiter's future of the rules' states, and the rules they will
 /// fill in. The layer awaits `states` itself rather than through another boxed future.
 pub(crate) struct Pending {
-    pub(crate) states: BoxFuture<Result<Vec<RuleState>, LimiterError>>,
+    pub(crate) states: BoxFuture<Result<Held, LimiterError>>,
     pub(crate) rules: Vec<RuleDecision>,
 }
 
@@ -297,7 +314,7 @@ impl Pending {
         let rules = rule_decisions(&checks);
         if checks.iter().all(|c| c.rule.mode() == Mode::Enforce) {
             return Self {
-                states: limiter.evaluate(checks),
+                states: limiter.evaluate_leased(checks),
                 rules,
             };
         }
@@ -309,25 +326,39 @@ impl Pending {
         let (enforced_at, enforced): (Vec<usize>, Vec<Check>) = enforced.into_iter().unzip();
         let mut parts = Vec::with_capacity(observed.len() + 1);
         if !enforced.is_empty() {
-            parts.push((enforced_at, limiter.evaluate(enforced)));
+            parts.push((enforced_at, limiter.evaluate_leased(enforced)));
         }
         for (i, check) in observed {
-            parts.push((vec![i], limiter.evaluate(vec![check])));
+            parts.push((vec![i], limiter.evaluate_leased(vec![check])));
         }
         let (places, futures): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
         let states = Box::pin(async move {
             let mut states = vec![None; n];
-            for (at, result) in places.into_iter().zip(join_all(futures).await) {
-                for (i, state) in at.into_iter().zip(result?) {
-                    states[i] = Some(state);
+            let mut leases = None;
+            // Every part's leases are kept (and released with the others on an error).
+            let results = join_all(futures).await;
+            let mut failed = None;
+            for (at, result) in places.into_iter().zip(results) {
+                match result {
+                    Ok((got, lease)) => {
+                        leases = Lease::merge(leases, lease);
+                        for (i, state) in at.into_iter().zip(got) {
+                            states[i] = Some(state);
+                        }
+                    }
+                    Err(e) => failed = failed.or(Some(e)),
                 }
             }
-            states
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            let states = states
                 .into_iter()
                 .map(|s| {
                     s.ok_or_else(|| BackendError::BadReply("a rule got no state".into()).into())
                 })
-                .collect()
+                .collect::<Result<Vec<_>, LimiterError>>()?;
+            Ok((states, leases))
         });
         Self { states, rules }
     }
@@ -350,6 +381,7 @@ pub(crate) fn rule_decisions(checks: &[Check]) -> Vec<RuleDecision> {
             quota: *c.rule.quota(),
             state: unknown,
             mode: c.rule.mode(),
+            lease: c.rule.algorithm().is_lease(),
         })
         .collect()
 }
@@ -389,6 +421,10 @@ pub(crate) fn decision_from(
 impl<L: Limiter + ?Sized> Limiter for std::sync::Arc<L> {
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
         (**self).evaluate(checks)
+    }
+
+    fn evaluate_leased(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
+        (**self).evaluate_leased(checks)
     }
 
     fn config_problem(&self) -> Option<String> {

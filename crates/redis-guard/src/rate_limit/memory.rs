@@ -9,9 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::algorithm::{self, Commit, RuleState, State, ceil_ms};
-use super::limiter::{BoxFuture, Check, Limiter, LimiterError, decision_from, rule_decisions};
+use super::decision::HeldLease;
+use super::limiter::{
+    BoxFuture, Check, Held, Limiter, LimiterError, decision_from, rule_decisions,
+};
 use super::operations::{self, Effect, Inspection, Override, allow_listed_state};
-use super::{Decision, Key, Mode, Rule};
+use super::receipt::{Place, Receipt, Receipted, request_id};
+use super::{Decision, Key, Lease, Mode, Rule};
 use crate::backend::{ExpiringTable, InProcess, InProcessBuilder};
 
 /// Default bound on the number of keys a [`MemoryLimiter`] tracks.
@@ -119,22 +123,62 @@ impl MemoryLimiter {
 
     /// Decides `checks` (known to be valid) at once: the layer's fallback, which must not
     /// allocate a future per request while Redis is down.
+    /// The decision holds the leases its concurrency rules took.
     pub(crate) fn decide_now(&self, checks: &[Check]) -> Result<Decision, LimiterError> {
-        decision_from(
-            rule_decisions(checks),
-            self.evaluate_now(checks, true, false)?,
-        )
+        let (states, receipt) = self.evaluate_now(checks, true, false)?;
+        let mut decision = decision_from(rule_decisions(checks), states)?;
+        decision.lease = HeldLease(Lease::new(receipt.into_iter().collect()).map(Arc::new));
+        Ok(decision)
+    }
+
+    /// Releases `request`'s leases in the entries `leases`.
+    pub(crate) fn release_leases(&self, request: &str, leases: &[([u64; 2], u64)]) {
+        let now = self.inner.now_us();
+        let mut table = self.inner.lock();
+        for (id, _) in leases {
+            if let Some(State::Leases(held)) = table.states.get_live_mut(id, now)
+                && algorithm::release_lease(held, request)
+            {
+                table.states.remove(id);
+            }
+        }
+    }
+
+    /// Renews `request`'s leases in the entries `leases` (each for its expiry period from now);
+    /// how many it still held.
+    pub(crate) fn renew_leases(&self, request: &str, leases: &[([u64; 2], u64)]) -> usize {
+        let now = self.inner.now_us();
+        let mut table = self.inner.lock();
+        let mut renewed = 0;
+        for &(id, period) in leases {
+            let expiry = now + period;
+            if let Some(State::Leases(held)) = table.states.get_live_mut(&id, now)
+                && algorithm::renew_lease(held, request, now, expiry)
+            {
+                renewed += 1;
+                let deadline = table
+                    .states
+                    .deadline(&id)
+                    .unwrap_or(0)
+                    .max(now + ceil_ms(period) * 1000);
+                table.states.set_deadline(&id, deadline);
+            }
+        }
+        renewed
     }
 
     /// Evaluates `checks`. `by_mode`: as the layer evaluates rules ([`Mode`]): the enforced
     /// checks all or nothing, each other one on its own; otherwise every check all or nothing.
-    /// `dry`: records nothing (inspect).
+    /// `dry`: records nothing (inspect). The receipt of the leases taken, if any.
     fn evaluate_now(
         &self,
         checks: &[Check],
         by_mode: bool,
         dry: bool,
-    ) -> Result<Vec<RuleState>, LimiterError> {
+    ) -> Result<Receipted, LimiterError> {
+        let request =
+            (!dry && checks.iter().any(|c| c.rule.algorithm().is_lease())).then(request_id);
+        let mut leases = Vec::new();
         let now = self.inner.now_us();
         let mut table = self.inner.lock();
         let mut states = Vec::with_capacity(checks.len());
@@ -209,7 +253,12 @@ impl MemoryLimiter {
             .all(|(_, s)| s.allowed);
         for (id, commit, alone) in commits {
             if !dry && alone.unwrap_or(together) {
-                table.apply(id, commit, now);
+                if let (Commit::Lease { ttl, .. }, Some(request)) = (&commit, &request) {
+                    leases.push((id, *ttl));
+                    table.apply(id, commit, now, request);
+                } else {
+                    table.apply(id, commit, now, "");
+                }
             }
         }
         for (oid, record) in records {
@@ -217,7 +266,16 @@ impl MemoryLimiter {
         }
         table.states.maintain(now, |_, _| {});
         table.overrides.maintain(now, |_, _| {});
-        Ok(states)
+        let receipt = request
+            .filter(|_| !leases.is_empty())
+            .map(|request| Receipt {
+                request,
+                place: Place::Memory {
+                    limiter: self.clone(),
+                    leases,
+                },
+            });
+        Ok((states, receipt))
     }
 
     /// `penalize` or `allow` (`change`) for `duration`, validated.
@@ -267,7 +325,8 @@ impl Table {
         }
     }
 
-    fn apply(&mut self, id: EntryId, commit: Commit, now: u64) {
+    /// Records `commit`; a lease is named `request`.
+    fn apply(&mut self, id: EntryId, commit: Commit, now: u64, request: &str) {
         // Same expiry as Redis' PX: whole milliseconds, rounded up.
         let expiry = |ttl_us: u64| now + ceil_ms(ttl_us) * 1000;
         match commit {
@@ -291,6 +350,19 @@ impl Table {
                     );
                 }
             }
+            Commit::Lease { expiry: until, ttl } => {
+                let lease = (Arc::from(request), until);
+                match self.states.get_live_mut(&id, now) {
+                    Some(State::Leases(held)) => {
+                        held.push(lease);
+                        self.states.set_deadline(&id, expiry(ttl));
+                    }
+                    _ => {
+                        self.states
+                            .insert(id, State::Leases(vec![lease]), expiry(ttl));
+                    }
+                }
+            }
         }
     }
 }
@@ -299,7 +371,23 @@ impl crate::sealed::Sealed for MemoryLimiter {}
 
 impl Limiter for MemoryLimiter {
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
-        Box::pin(std::future::ready(self.evaluate_now(&checks, false, false)))
+        // A lease taken here is released at once (the receipt is dropped after its release).
+        let states = self
+            .evaluate_now(&checks, false, false)
+            .map(|(states, receipt)| {
+                if let Some(receipt) = receipt {
+                    drop(receipt.release());
+                }
+                states
+            });
+        Box::pin(std::future::ready(states))
+    }
+
+    fn evaluate_leased(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
+        let held = self
+            .evaluate_now(&checks, false, false)
+            .map(|(states, receipt)| (states, Lease::new(receipt.into_iter().collect())));
+        Box::pin(std::future::ready(held))
     }
 
     fn inspect(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
@@ -309,7 +397,9 @@ impl Limiter for MemoryLimiter {
             }
             let oid = self.override_id(rule, &key);
             let check = Check::new(rule.clone(), key);
-            let state = self.evaluate_now(std::slice::from_ref(&check), false, true)?[0];
+            let state = self
+                .evaluate_now(std::slice::from_ref(&check), false, true)?
+                .0[0];
             let now = self.inner.now_us();
             // A rule that reads no record has none that applies.
             let record = if rule.reads_overrides() {

@@ -17,6 +17,8 @@
 //!   names it and picks the [`Algorithm`];
 //! - a [`KeyExtractor`] says per what ([`ClientIp`], [`HeaderKey`], [`ExtensionKey`],
 //!   [`Global`], or a closure);
+//! - [`Rule::concurrency`] limits requests *in flight* per key instead (a [`Lease`] per
+//!   request, released when its response body ends);
 //! - a [`Limiter`] decides: [`RedisLimiter`] (one Lua script per request, shared by every
 //!   replica) or [`MemoryLimiter`] (one process);
 //! - the layer answers `429 Too Many Requests` with `Retry-After`, `RateLimit-Policy` and
@@ -79,11 +81,13 @@ mod key;
 mod layer;
 #[cfg(all(test, feature = "metrics"))]
 mod layer_tests;
+mod lease;
 mod limiter;
 mod memory;
 mod operations;
 mod policy;
 mod quota;
+mod receipt;
 mod redis_limiter;
 mod reply;
 mod response;
@@ -102,6 +106,7 @@ pub use key::{
     KeyExtractorExt, Or, PeerAddr, ProxyConfigError,
 };
 pub use layer::RateLimitLayer;
+pub use lease::{DEFAULT_LEASE_EXPIRY, Lease};
 pub use limiter::{BoxFuture, Check, Limiter, LimiterError};
 pub use memory::{DEFAULT_MAX_KEYS, MemoryLimiter};
 pub use operations::{Bans, Inspection, MAX_OVERRIDE};

@@ -9,9 +9,11 @@ use std::time::Duration;
 use super::algorithm::script::{CUSTOM_BASE, OPERATIONS, Scripts};
 use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use super::evaluation::{Coalescers, Evaluation, RuleArgs};
-use super::limiter::{BoxFuture, Check, Limiter, LimiterError};
+use super::lease::warn_release;
+use super::limiter::{BoxFuture, Check, Held, Limiter, LimiterError};
 use super::operations::{self, Inspection, Override};
-use super::{Key, Rule};
+use super::receipt::Receipted;
+use super::{Key, Lease, Rule};
 use crate::backend::{BackendError, DEFAULT_BATCH, DenyCache, RedisBackend};
 use crate::telemetry;
 
@@ -207,33 +209,31 @@ impl RedisLimiter {
     }
 }
 
-impl crate::sealed::Sealed for RedisLimiter {}
-
-impl Limiter for RedisLimiter {
-    fn config_problem(&self) -> Option<String> {
-        self.backend.config_problem()
-    }
-
-    fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
+impl RedisLimiter {
+    /// Evaluates `checks`, with the receipt of the leases an admitted request took.
+    fn evaluate_receipt(&self, checks: Vec<Check>) -> BoxFuture<Result<Receipted, LimiterError>> {
         if checks.iter().any(|c| c.rule.allows(&c.key)) {
             // Allow-listed rules are answered here; the others (if any) go to Redis.
             let (rest, listed) = operations::split_allow_listed(checks);
             if rest.is_empty() {
-                return Box::pin(std::future::ready(Ok(operations::merge_allow_listed(
-                    listed,
-                    Vec::new(),
-                ))));
+                let states = operations::merge_allow_listed(listed, Vec::new());
+                return Box::pin(std::future::ready(Ok((states, None))));
             }
-            let states = self.evaluate(rest);
-            return Box::pin(
-                async move { Ok(operations::merge_allow_listed(listed, states.await?)) },
-            );
+            let held = self.evaluate_receipt(rest);
+            return Box::pin(async move {
+                let (states, receipt) = held.await?;
+                Ok((operations::merge_allow_listed(listed, states), receipt))
+            });
         }
-        // A custom algorithm's waits are its own business (it may count denials), and a rule
-        // with bans counts every rejection toward the next ban: never cached.
-        let has_custom = checks
-            .iter()
-            .any(|c| matches!(c.rule.algorithm(), Algorithm::Custom(_)) || c.rule.bans().is_some());
+        // A custom algorithm's waits are its own business (it may count denials), a rule with
+        // bans counts every rejection toward the next ban, and a lease may be released at any
+        // moment: never cached.
+        let has_custom = checks.iter().any(|c| {
+            matches!(
+                c.rule.algorithm(),
+                Algorithm::Custom(_) | Algorithm::Concurrency
+            ) || c.rule.bans().is_some()
+        });
         let cache = self.deny_cache.clone().filter(|_| !has_custom);
         // Look the request up before building anything for Redis: a cached denial costs no key
         // name, digest or argument.
@@ -252,7 +252,10 @@ impl Limiter for RedisLimiter {
                     1,
                 );
             }
-            return Box::pin(std::future::ready(Ok(counted_down(states, elapsed))));
+            return Box::pin(std::future::ready(Ok((
+                counted_down(states, elapsed),
+                None,
+            ))));
         }
         let evaluation = self.evaluation(&checks);
         let coalescers = Arc::clone(&self.coalescers);
@@ -260,7 +263,7 @@ impl Limiter for RedisLimiter {
             return Box::pin(async move { evaluation.run(&coalescers).await });
         };
         Box::pin(async move {
-            let states = evaluation.run(&coalescers).await?;
+            let (states, receipt) = evaluation.run(&coalescers).await?;
             // Redis reports waits in whole milliseconds, rounded up: the true wait may be up to
             // 1 ms shorter, so the cache keeps the denial 1 ms less and never denies a request
             // Redis would admit.
@@ -274,7 +277,36 @@ impl Limiter for RedisLimiter {
             if let Some(wait) = wait {
                 cache.insert(key, states.clone(), now, wait);
             }
+            Ok((states, receipt))
+        })
+    }
+}
+
+impl crate::sealed::Sealed for RedisLimiter {}
+
+impl Limiter for RedisLimiter {
+    fn config_problem(&self) -> Option<String> {
+        self.backend.config_problem()
+    }
+
+    fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
+        let held = self.evaluate_receipt(checks);
+        Box::pin(async move {
+            let (states, receipt) = held.await?;
+            if let Some(receipt) = receipt
+                && let Err(e) = receipt.release().await
+            {
+                warn_release(&e);
+            }
             Ok(states)
+        })
+    }
+
+    fn evaluate_leased(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
+        let held = self.evaluate_receipt(checks);
+        Box::pin(async move {
+            let (states, receipt) = held.await?;
+            Ok((states, Lease::new(receipt.into_iter().collect())))
         })
     }
 
@@ -294,7 +326,7 @@ impl Limiter for RedisLimiter {
             .reads_overrides()
             .then(|| self.operation(&check.rule, &check.key, "get", 0));
         Box::pin(async move {
-            let states = evaluation.run(&coalescers).await?;
+            let (states, _) = evaluation.run(&coalescers).await?;
             let state = states
                 .into_iter()
                 .next()

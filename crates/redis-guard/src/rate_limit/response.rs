@@ -1,7 +1,8 @@
 //! Responses the layer makes itself, and the body type that carries them.
 
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
@@ -11,15 +12,21 @@ use pin_project_lite::pin_project;
 use super::Decision;
 use super::config::Config;
 use super::headers::{self, RateLimitHeaders};
+use super::lease::{Holding, Lease};
 use crate::problem::{Member, problem};
 
 pin_project! {
     /// The response body of a rate-limited service: the inner service's body, or a body the
     /// layer wrote (a `429`, a `503`).
+    ///
+    /// When the request holds concurrency leases ([`Rule::concurrency`](super::Rule::concurrency)),
+    /// the body holds them too: it renews them while it is polled, and releases them when it
+    /// ends (before it reports its end) or is dropped.
     #[derive(Debug)]
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
+        held: Option<Holding>,
     }
 }
 
@@ -38,9 +45,11 @@ pin_project! {
 }
 
 impl<B> ResponseBody<B> {
-    pub(crate) fn inner(body: B) -> Self {
+    /// The inner service's body, holding `lease` until it ends or is dropped.
+    pub(crate) fn holding(body: B, lease: Option<Arc<Lease>>) -> Self {
         Self {
             kind: Kind::Inner { body },
+            held: lease.map(Holding::new),
         }
     }
 
@@ -49,6 +58,7 @@ impl<B> ResponseBody<B> {
             kind: Kind::Full {
                 data: (!data.is_empty()).then_some(data),
             },
+            held: None,
         }
     }
 }
@@ -71,13 +81,44 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
-            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+        let this = self.project();
+        let Some(held) = this.held.as_mut().filter(|h| !h.is_released()) else {
+            return match this.kind.project() {
+                KindProj::Inner { body } => body.poll_frame(cx),
+                KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            };
+        };
+        let KindProj::Inner { body } = this.kind.project() else {
+            // Only the inner service's bodies hold leases.
+            return Poll::Ready(None);
+        };
+        // The body ended: the slot is freed before the end reaches the client.
+        if held.ended() || body.is_end_stream() {
+            held.end();
+            ready!(held.poll_release(cx));
+            return Poll::Ready(None);
+        }
+        held.poll_renew(cx);
+        match ready!(body.poll_frame(cx)) {
+            Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
+            None => {
+                held.end();
+                ready!(held.poll_release(cx));
+                Poll::Ready(None)
+            }
+            Some(Err(e)) => {
+                // A failed body is over too: released in the background, the error at once.
+                held.release_detached();
+                Poll::Ready(Some(Err(e)))
+            }
         }
     }
 
     fn is_end_stream(&self) -> bool {
+        if self.held.as_ref().is_some_and(|h| !h.is_released()) {
+            // Not before the leases are released: the last poll releases them.
+            return false;
+        }
         match &self.kind {
             Kind::Inner { body } => body.is_end_stream(),
             Kind::Full { data } => data.is_none(),

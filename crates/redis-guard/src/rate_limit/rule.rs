@@ -223,6 +223,12 @@ impl Rule {
         if !valid_name {
             return Err(RuleError::Name(self.name.to_string()));
         }
+        if let Some(why) = self.lease_problem(self.cost_from.is_some()) {
+            return Err(RuleError::Concurrency {
+                rule: self.name.to_string(),
+                why,
+            });
+        }
         self.quota.validate().map_err(|source| RuleError::Quota {
             rule: self.name.to_string(),
             source,
@@ -460,6 +466,15 @@ pub enum RuleError {
     /// A layer needs at least one rule.
     #[error("the rate-limit layer has no rules")]
     NoRules,
+    /// A concurrency rule ([`Rule::concurrency`]) cannot work: a maximum in flight of 0, a
+    /// lease expiry under 1 ms, or a cost other than 1 (or 0).
+    #[error("rule `{rule}`: {why}")]
+    Concurrency {
+        /// The rule.
+        rule: String,
+        /// Why.
+        why: &'static str,
+    },
     /// The rule's [`Bans`] cannot work.
     #[error("rule `{rule}`: {why}")]
     Bans {

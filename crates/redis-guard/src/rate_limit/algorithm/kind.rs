@@ -47,6 +47,12 @@ pub enum Algorithm {
     /// Token bucket: `burst` tokens, refilled at `limit` per `period`; a request takes `cost`
     /// tokens or, when fewer are left, is rejected and takes none. The count never goes negative.
     TokenBucket,
+    /// Concurrency leases: at most `limit` requests of a key in flight at once, across every
+    /// replica. An admitted request holds a lease until its response body ends (or is dropped);
+    /// a lease that is never released (a crashed replica) expires after the quota's `period`.
+    /// Made by [`Rule::concurrency`](crate::rate_limit::Rule::concurrency), which explains it.
+    /// State: a sorted set of the leases held, a member per request scored by its expiry.
+    Concurrency,
     /// An algorithm of your own in Lua (Redis only); see [`CustomAlgorithm`].
     Custom(CustomAlgorithm),
 }
@@ -61,6 +67,7 @@ impl Algorithm {
             Self::SlidingLog => Some(3),
             Self::SlidingCounter => Some(4),
             Self::TokenBucket => Some(5),
+            Self::Concurrency => Some(6),
             Self::Custom(_) => None,
         }
     }
@@ -76,8 +83,14 @@ impl Algorithm {
             Self::SlidingLog => Cow::Borrowed("sl"),
             Self::SlidingCounter => Cow::Borrowed("sc"),
             Self::TokenBucket => Cow::Borrowed("tb"),
+            Self::Concurrency => Cow::Borrowed("cc"),
             Self::Custom(custom) => Cow::Owned(format!("x-{}", custom.name())),
         }
+    }
+
+    /// Whether the rule holds leases that the layer releases when the response ends.
+    pub(crate) const fn is_lease(&self) -> bool {
+        matches!(self, Self::Concurrency)
     }
 
     /// Whether the algorithm counts in windows of `limit` and ignores the burst.
@@ -90,7 +103,7 @@ impl Algorithm {
 
     /// The most a single request may cost under `quota`.
     pub(crate) const fn capacity(&self, quota: &crate::rate_limit::Quota) -> u32 {
-        if self.is_window() {
+        if self.is_window() || self.is_lease() {
             quota.limit()
         } else if let Self::Custom(_) = self {
             if quota.limit() > quota.burst_size() {

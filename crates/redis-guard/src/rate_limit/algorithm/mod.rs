@@ -5,6 +5,7 @@
 //! Rust for the [`MemoryLimiter`](crate::rate_limit::MemoryLimiter). Time is counted in whole
 //! microseconds on both sides.
 
+mod concurrency;
 mod custom;
 mod fixed_window;
 mod gcra;
@@ -17,6 +18,7 @@ mod kind;
 mod rule_state;
 mod step;
 
+pub(crate) use concurrency::{release as release_lease, renew as renew_lease};
 pub use custom::CustomAlgorithm;
 pub use kind::Algorithm;
 pub use rule_state::RuleState;

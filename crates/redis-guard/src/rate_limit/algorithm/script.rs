@@ -7,12 +7,13 @@ use super::CustomAlgorithm;
 use crate::backend::LuaScript;
 
 /// The built-in algorithms, in id order (id = position + 1), with their Lua function names.
-const BUILTIN: [(&str, &str); 5] = [
+const BUILTIN: [(&str, &str); 6] = [
     ("gcra", include_str!("gcra.lua")),
     ("fixed_window", include_str!("fixed_window.lua")),
     ("sliding_log", include_str!("sliding_log.lua")),
     ("sliding_counter", include_str!("sliding_counter.lua")),
     ("token_bucket", include_str!("token_bucket.lua")),
+    ("concurrency", include_str!("concurrency.lua")),
 ];
 
 /// Prelude and algorithm functions, then `local <table> = { f1, f2, … }` with each algorithm's
@@ -108,6 +109,19 @@ pub(crate) static GCRA_ONLY: LazyLock<LuaScript> = LazyLock::new(|| {
         include_str!("overrides.lua"),
         "\n",
         include_str!("gcra_only.lua")
+    ))
+});
+
+/// The renewal script: pushes the expiry of one request's leases (see `renew.lua`).
+pub(crate) static RENEW: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(concat!(
+        include_str!("division.lua"),
+        "\n",
+        include_str!("prelude.lua"),
+        "\n",
+        include_str!("concurrency.lua"),
+        "\n",
+        include_str!("renew.lua")
     ))
 });
 

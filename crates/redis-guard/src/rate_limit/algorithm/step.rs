@@ -2,8 +2,11 @@
 //! shares: the state per key, the outcome, how it is recorded, and the dispatcher.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
-use super::{Algorithm, fixed_window, gcra, sliding_counter, sliding_log, token_bucket};
+use super::{
+    Algorithm, concurrency, fixed_window, gcra, sliding_counter, sliding_log, token_bucket,
+};
 
 /// One key's state in the memory backend; the Redis scripts keep the same values.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +21,8 @@ pub(crate) enum State {
     Counter { window: u64, prev: u64, cur: u64 },
     /// Token bucket: credit (tokens × emission interval) and the time it was computed.
     Bucket { credit: u64, at: u64 },
+    /// Concurrency: the leases held, by request id, with their expiry.
+    Leases(Vec<(Arc<str>, u64)>),
 }
 
 /// The outcome of one algorithm step, all times in microseconds.
@@ -38,6 +43,9 @@ pub(crate) enum Commit {
     Replace(State, u64),
     /// Sliding log: append `n` entries at time `at` (to the trimmed log), living `ttl` µs.
     Append { at: u64, n: u64, ttl: u64 },
+    /// Concurrency: a lease for the evaluation's request, expiring at `expiry`; the key lives
+    /// `ttl` µs (its latest lease).
+    Lease { expiry: u64, ttl: u64 },
 }
 
 impl Step {
@@ -80,7 +88,7 @@ pub(crate) fn idiv(a: i128, b: i128) -> i128 {
 /// Runs one algorithm step in Rust, the twin of the Lua function of the same name. A state of
 /// another algorithm (the rule changed its algorithm) counts as no state, as in Redis where a
 /// value that does not parse is ignored. `None` for custom algorithms, which exist only in Lua.
-/// Sliding-log trimming happens in place (Redis trims even when it denies, too); everything else
+/// Sliding-log and lease trimming happen in place (Redis trims even when it denies, too); everything else
 /// only reads `state`.
 #[allow(
     clippy::needless_pass_by_value,
@@ -97,6 +105,10 @@ pub(crate) fn step(state: Option<&mut State>, now: u64, p: &Params) -> Option<St
         },
         Algorithm::SlidingCounter => sliding_counter::step(state.as_deref(), now, p),
         Algorithm::TokenBucket => token_bucket::step(state.as_deref(), now, p),
+        Algorithm::Concurrency => match state {
+            Some(State::Leases(leases)) => concurrency::step(leases, now, p),
+            _ => concurrency::step(&mut Vec::new(), now, p),
+        },
     })
 }
 

@@ -1,0 +1,374 @@
+//! Concurrency leases: [`Rule::concurrency`] and the [`Lease`] an admitted request holds.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use super::limiter::{BoxFuture, LimiterError};
+use super::receipt::{Place, Receipt};
+use super::{Algorithm, Quota, Rule};
+
+/// How long a lease lives without being released or renewed, unless
+/// [`Rule::lease_expiry`] says otherwise.
+pub const DEFAULT_LEASE_EXPIRY: Duration = Duration::from_secs(30);
+
+impl Rule {
+    /// A rule that limits **in-flight** requests per key, across every replica that shares the
+    /// limiter: at most `max_in_flight` requests of one key are being served at once.
+    ///
+    /// An admitted request takes a lease before the inner service runs, decided in the same
+    /// script call as the layer's other rules (all or nothing: a request another rule denies
+    /// takes no lease, and one denied for want of a lease consumes no other quota). A
+    /// [`RateLimitLayer`](super::RateLimitLayer) releases the lease when the response body
+    /// ends or is dropped (the client went away), when the inner service fails, or when the
+    /// response future is dropped before the response exists. While a long body streams and is
+    /// polled, the layer renews the lease every third of its expiry. A lease that is never
+    /// released (its replica crashed, or a body is never polled) expires after
+    /// [`lease_expiry`](Self::lease_expiry) ([`DEFAULT_LEASE_EXPIRY`], 30 s), so a dead
+    /// replica cannot hold a key's slots for ever.
+    ///
+    /// A denied request gets `429` with `Retry-After: 1` (the time to the earliest lease's
+    /// expiry when that is shorter): leases are usually released long before they expire, so
+    /// the expiry is only an upper bound, and a client that retries after a second has a fair
+    /// chance. A concurrency rule is left out of the `RateLimit` and `RateLimit-Policy`
+    /// headers, whose IETF draft knows only quotas per time window.
+    ///
+    /// Each request takes one lease: the cost is 1. A cost of 0 (a probe:
+    /// [`Check::with_cost`](super::Check::with_cost)) asks whether a lease is free without
+    /// taking one; any other cost, and [`with_cost_from`](Self::with_cost_from), are refused by
+    /// [`validate`](Self::validate).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::rate_limit::{ClientIp, Key, Limiter, MemoryLimiter, Quota, RateLimitLayer, Rule};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // At most 2 reports per client at once, beside a rate limit, in one layer:
+    /// let layer = RateLimitLayer::builder(MemoryLimiter::new()) // RedisLimiter across replicas
+    ///     .rule("api", ClientIp::peer(), Quota::per_minute(60))
+    ///     .rule_with(Rule::concurrency("report", 2).lease_expiry(Duration::from_secs(10)), ClientIp::peer())
+    ///     .build()?;
+    /// # let _ = layer;
+    ///
+    /// // Direct calls: the decision holds the lease until it is dropped or released.
+    /// let limiter = MemoryLimiter::new();
+    /// let exports = Rule::concurrency("export", 1);
+    /// let first = limiter.check(&exports, Key::from("alice")).await?;
+    /// assert!(first.allowed && first.lease().is_some());
+    /// assert!(!limiter.check(&exports, Key::from("alice")).await?.allowed);
+    /// first.lease().expect("admitted").release().await?;
+    /// assert!(limiter.check(&exports, Key::from("alice")).await?.allowed);
+    /// # Ok(()) }
+    /// ```
+    pub fn concurrency(name: impl Into<Arc<str>>, max_in_flight: u32) -> Self {
+        Self::new(name, Quota::new(max_in_flight, DEFAULT_LEASE_EXPIRY))
+            .with_algorithm(Algorithm::Concurrency)
+    }
+
+    /// How long a lease of this concurrency rule lives unless released or renewed (default
+    /// [`DEFAULT_LEASE_EXPIRY`]): the longest a crashed replica's leases keep their slots, and
+    /// the longest a body that is never polled holds one. At least 1 ms (refused by
+    /// [`validate`](Self::validate) otherwise). Keeps the rule's maximum in flight.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::rate_limit::Rule;
+    /// let rule = Rule::concurrency("report", 2).lease_expiry(Duration::from_secs(5));
+    /// assert_eq!(rule.quota().period(), Duration::from_secs(5));
+    /// assert_eq!(rule.quota().limit(), 2);
+    /// assert!(rule.validate().is_ok());
+    /// assert!(Rule::concurrency("report", 0).validate().is_err());
+    /// assert!(Rule::concurrency("report", 2).lease_expiry(Duration::ZERO).validate().is_err());
+    /// ```
+    pub fn lease_expiry(self, expiry: Duration) -> Self {
+        let quota = Quota::new(self.quota().limit(), expiry);
+        let algorithm = self.algorithm().clone();
+        self.reshaped(quota, algorithm)
+    }
+
+    /// Why this concurrency rule cannot work, if it is one and cannot.
+    pub(super) fn lease_problem(&self, cost_from: bool) -> Option<&'static str> {
+        if !self.algorithm().is_lease() {
+            return None;
+        }
+        if self.quota().limit() == 0 {
+            return Some("a concurrency rule needs a maximum in flight of at least 1");
+        }
+        if self.quota().period() < Duration::from_millis(1) {
+            return Some("a concurrency rule needs a lease expiry of at least 1 ms");
+        }
+        if self.cost() > 1 || cost_from {
+            return Some(
+                "a concurrency rule takes one lease per request: its cost is 1 (or 0, a probe), never a cost function",
+            );
+        }
+        None
+    }
+}
+
+/// The concurrency leases one admitted request holds (see [`Rule::concurrency`]).
+///
+/// A [`RateLimitLayer`](super::RateLimitLayer) keeps its requests' leases itself. A direct
+/// call ([`Limiter::check_all`](super::Limiter::check_all)) hands them to the caller inside
+/// the [`Decision`](super::Decision) ([`Decision::lease`](super::Decision::lease)): they are
+/// released when [`release`](Self::release) is called, or when the decision and all its clones
+/// are dropped (then in a task spawned on the current Tokio runtime; without one, Redis leases
+/// are left to expire and a line is logged at `warn`). A lease that outlives its expiry
+/// without a [`renew`](Self::renew) is lost: another request may take its slot.
+pub struct Lease {
+    /// Taken out (emptied) by the first release.
+    receipts: Mutex<Vec<Receipt>>,
+    /// The shortest expiry of the leases.
+    expiry: Duration,
+}
+
+impl Lease {
+    /// The leases of `receipts`, or `None` when there are none.
+    pub(super) fn new(receipts: Vec<Receipt>) -> Option<Self> {
+        let shortest = receipts.iter().map(Receipt::shortest_expiry_us).min()?;
+        Some(Self {
+            receipts: Mutex::new(receipts),
+            expiry: Duration::from_micros(shortest),
+        })
+    }
+
+    /// The leases of both.
+    pub(super) fn merge(a: Option<Self>, b: Option<Self>) -> Option<Self> {
+        match (a, b) {
+            (None, x) | (x, None) => x,
+            (Some(a), Some(b)) => {
+                let mut receipts = a.take();
+                receipts.extend(b.take());
+                Self::new(receipts)
+            }
+        }
+    }
+
+    fn take(&self) -> Vec<Receipt> {
+        std::mem::take(&mut *self.receipts.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Releases the leases now (at most once: later calls, and the drop, do nothing).
+    ///
+    /// # Errors
+    ///
+    /// The store failed; the leases then expire on their own.
+    pub fn release(&self) -> impl Future<Output = Result<(), LimiterError>> + Send + 'static {
+        let calls: Vec<_> = self.take().iter().map(Receipt::release).collect();
+        async move {
+            let mut outcome = Ok(());
+            for call in calls {
+                if let Err(e) = call.await {
+                    outcome = outcome.and(Err(e));
+                }
+            }
+            outcome
+        }
+    }
+
+    /// Renews the leases: each expires a full [`expiry`](Self::expiry) from now. `true` when
+    /// every lease was still held (none had expired), `false` when one was lost or the leases
+    /// were released.
+    ///
+    /// # Errors
+    ///
+    /// The store failed.
+    pub fn renew(&self) -> impl Future<Output = Result<bool, LimiterError>> + Send + 'static {
+        let (calls, count): (Vec<BoxFuture<Result<usize, LimiterError>>>, usize) = {
+            let receipts = self.receipts.lock().unwrap_or_else(PoisonError::into_inner);
+            let count = receipts.iter().map(Receipt::lease_count).sum();
+            (receipts.iter().map(Receipt::renew).collect(), count)
+        };
+        async move {
+            let mut renewed = 0;
+            for call in calls {
+                renewed += call.await?;
+            }
+            Ok(count > 0 && renewed == count)
+        }
+    }
+
+    /// How long the (shortest-lived) lease lives without a renewal.
+    #[must_use]
+    pub fn expiry(&self) -> Duration {
+        self.expiry
+    }
+
+    /// Whether the leases were released.
+    #[must_use]
+    pub fn is_released(&self) -> bool {
+        self.receipts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+
+    /// Releases in the background: in process at once, on Redis in a spawned task.
+    fn release_detached(&self) {
+        let receipts = self.take();
+        if receipts.is_empty() {
+            return;
+        }
+        let mut remote = Vec::new();
+        for receipt in receipts {
+            if let Place::Memory { .. } = receipt.place {
+                // Synchronous: the future is ready.
+                drop(receipt.release());
+            } else {
+                remote.push(receipt.release());
+            }
+        }
+        if remote.is_empty() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    for call in remote {
+                        if let Err(e) = call.await {
+                            warn_release(&e);
+                        }
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                "a concurrency lease was dropped outside a Tokio runtime: it cannot be released and expires on its own"
+            ),
+        }
+    }
+}
+
+/// Logs a release that failed: the lease expires on its own.
+pub(super) fn warn_release(e: &LimiterError) {
+    tracing::warn!(error = %e, "releasing a concurrency lease failed; it expires on its own");
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.release_detached();
+    }
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("released", &self.is_released())
+            .field("expiry", &self.expiry)
+            .finish()
+    }
+}
+
+/// A response body's hold on its request's leases: renews them while the body is polled,
+/// releases them when it ends (awaited, so that the end reaches the client after the slot is
+/// free) or is dropped.
+pub(super) struct Holding {
+    lease: Arc<Lease>,
+    /// Renewals are due every third of the expiry; made at the first poll (inside a runtime).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// In a `Mutex` only to make the body `Sync` (as `BodyExt::boxed` wants); reached through
+    /// `get_mut`, never locked.
+    releasing: Option<Mutex<BoxFuture<Result<(), LimiterError>>>>,
+    /// The inner body reported its end.
+    ended: bool,
+    released: bool,
+}
+
+impl Holding {
+    pub(super) fn new(lease: Arc<Lease>) -> Self {
+        Self {
+            lease,
+            timer: None,
+            releasing: None,
+            ended: false,
+            released: false,
+        }
+    }
+
+    /// Notes that the inner body ended: it is not polled again.
+    pub(super) fn end(&mut self) {
+        self.ended = true;
+    }
+
+    pub(super) fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Releases in the background (the body failed) and stops holding.
+    pub(super) fn release_detached(&mut self) {
+        self.lease.release_detached();
+        self.timer = None;
+        self.released = true;
+    }
+
+    fn every(&self) -> Duration {
+        (self.lease.expiry / 3).max(Duration::from_millis(1))
+    }
+
+    /// Renews (in a spawned task) when a third of the expiry has passed since the last renewal,
+    /// and arms the timer that wakes the body for the next one.
+    pub(super) fn poll_renew(&mut self, cx: &mut Context<'_>) {
+        if self.releasing.is_some() {
+            return;
+        }
+        let every = self.every();
+        let Some(timer) = self.timer.as_mut() else {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                let mut timer = Box::pin(tokio::time::sleep(every));
+                // Registers the waker.
+                let _ = timer.as_mut().poll(cx);
+                self.timer = Some(timer);
+            }
+            return;
+        };
+        while timer.as_mut().poll(cx).is_ready() {
+            let renew = self.lease.renew();
+            tokio::spawn(async move {
+                match renew.await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::debug!("a concurrency lease had expired before its renewal");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "renewing a concurrency lease failed"),
+                }
+            });
+            let next = tokio::time::Instant::now() + every;
+            timer.as_mut().reset(next);
+        }
+    }
+
+    /// Releases the leases, once; ready when done (a failure is logged: the lease expires).
+    pub(super) fn poll_release(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let lease = &self.lease;
+        let releasing = self
+            .releasing
+            .get_or_insert_with(|| Mutex::new(Box::pin(lease.release())))
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        match releasing.as_mut().poll(cx) {
+            Poll::Ready(outcome) => {
+                if let Err(e) = outcome {
+                    warn_release(&e);
+                }
+                self.timer = None;
+                self.released = true;
+                Poll::Ready(())
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Whether the leases were released.
+    pub(super) fn is_released(&self) -> bool {
+        self.released
+    }
+}
+
+impl fmt::Debug for Holding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Holding")
+            .field("lease", &self.lease)
+            .finish()
+    }
+}
