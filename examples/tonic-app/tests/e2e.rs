@@ -7,10 +7,10 @@ use redis_guard_testkit::RedisServer;
 use redis_guard_testkit::app::{RunningApp, spawn};
 use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
-use tonic::{Code, Request, Status};
+use tonic::{Code, Request, Status, Streaming};
 use tonic_app::MAX_STREAM_LEN;
 use tonic_app::pb::quotes_client::QuotesClient;
-use tonic_app::pb::{GetRequest, StreamRequest};
+use tonic_app::pb::{GetRequest, Quote, StreamRequest};
 use tonic_types::StatusExt;
 
 type Client = QuotesClient<Channel>;
@@ -217,6 +217,87 @@ on_both_backends!(
             Duration::from_secs(30),
         );
         c.get(get(Some("erin"))).await.expect("erin untouched");
+    }
+);
+
+/// Opens `Quotes.Stream` for `n` quotes as the caller with API key `key`, and reads the first
+/// quote: once it arrives, the server is serving the stream (and holds its lease).
+async fn open_stream(c: &mut Client, key: &str, n: u32) -> Result<Streaming<Quote>, Status> {
+    let mut req = Request::new(StreamRequest { n });
+    req.metadata_mut()
+        .insert("x-api-key", key.parse().expect("ascii key"));
+    let mut quotes = c.stream(req).await?.into_inner();
+    let first = quotes.message().await?.expect("a first quote");
+    assert_eq!(first.index, 0);
+    Ok(quotes)
+}
+
+/// Opens a stream as soon as the server has released a lease of `key`: the release follows the
+/// end (or the cancellation) of a stream asynchronously, by one more limiter call.
+async fn open_stream_once_released(c: &mut Client, key: &str, n: u32) -> Streaming<Quote> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match open_stream(c, key, n).await {
+            Ok(quotes) => return quotes,
+            Err(status) if status.code() == Code::ResourceExhausted => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no lease released within 10 s: {status:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    }
+}
+
+on_both_backends!(
+    a_stream_holds_a_lease_until_it_ends_or_is_dropped,
+    &[
+        ("API_LIMIT", "1000/minute"),
+        ("STREAM_CONCURRENCY", "2"),
+        ("STREAM_INTERVAL_MS", "50")
+    ],
+    |app: RunningApp| async move {
+        let mut c = client(&app).await;
+        let long = open_stream(&mut c, "alice", MAX_STREAM_LEN)
+            .await
+            .expect("first stream");
+        let mut short = open_stream(&mut c, "alice", 2)
+            .await
+            .expect("second stream");
+        // Two streams in flight: a third is refused, for a second.
+        let status = open_stream(&mut c, "alice", 1)
+            .await
+            .expect_err("third stream");
+        assert_exhausted(&status, "streams", Duration::from_secs(1));
+        // Per key, and streams only: other callers stream, alice's unary calls pass.
+        open_stream(&mut c, "bob", 1).await.expect("bob's stream");
+        c.get(get(Some("alice"))).await.expect("a unary call");
+
+        // The short stream ends: its lease goes back.
+        assert_eq!(
+            short.message().await.expect("quote").map(|q| q.index),
+            Some(1)
+        );
+        assert_eq!(short.message().await.expect("end"), None);
+        let mut again = open_stream_once_released(&mut c, "alice", MAX_STREAM_LEN).await;
+        let status = open_stream(&mut c, "alice", 1)
+            .await
+            .expect_err("two in flight again");
+        assert_eq!(status.code(), Code::ResourceExhausted);
+
+        // The client drops the long stream mid-way: the server cancels it and frees the lease.
+        drop(long);
+        let _third = open_stream_once_released(&mut c, "alice", MAX_STREAM_LEN).await;
+        assert_eq!(
+            open_stream(&mut c, "alice", 1)
+                .await
+                .expect_err("two in flight again")
+                .code(),
+            Code::ResourceExhausted
+        );
+        again.message().await.expect("still streaming");
     }
 );
 

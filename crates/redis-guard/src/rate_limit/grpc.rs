@@ -12,7 +12,9 @@
 //!   server to delay a client's retries), and `grpc-status-details-bin`: a `google.rpc.Status`
 //!   carrying a `google.rpc.RetryInfo` (the exact delay) and a `google.rpc.QuotaFailure` (the
 //!   rule, as `rule:<name>`), as Google's [error model] prescribes. The `RateLimit` and
-//!   `RateLimit-Policy` headers come along as metadata;
+//!   `RateLimit-Policy` headers come along as metadata. A call refused a lease by a
+//!   [`Rule::concurrency`](super::Rule::concurrency) (a stream over its key's maximum in flight)
+//!   gets the same answer, naming that rule, with its retry delay (one second);
 //! - the answers the layer gives without a decision become the gRPC status of the same meaning
 //!   ([`google.rpc.Code`]'s HTTP mapping): the limiter down under
 //!   [`FailurePolicy::Closed`](super::FailurePolicy::Closed) (`503`) is `UNAVAILABLE` (14) with
