@@ -4,20 +4,20 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Body, Frame};
+use http_body::Body;
 use http_body_util::Full;
+use http_body_util::channel::Channel;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use redis_guard::rate_limit::{
-    Key, Limiter, MemoryLimiter, Quota, RateLimitLayer, Rule, RuleError,
+    FailurePolicy, Global, Key, Limiter, MemoryLimiter, Quota, RateLimitLayer, RedisLimiter, Rule,
+    RuleError,
 };
 use redis_guard_tests::{Harness, backend_suite, by_client, call, empty_ok, from};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -115,10 +115,12 @@ async fn read_until(tcp: &mut TcpStream, needle: &str) -> String {
 
 /// How many leases of `rule` are free for `client`, read without taking one.
 async fn free(limiter: &dyn Limiter, rule: &Rule, client: &str) -> u32 {
-    let seen = limiter
-        .inspect(rule, Key::from(client))
-        .await
-        .expect("inspect");
+    free_key(limiter, rule, Key::from(client)).await
+}
+
+/// How many leases of `rule` are free for `key`.
+async fn free_key(limiter: &dyn Limiter, rule: &Rule, key: Key) -> u32 {
+    let seen = limiter.inspect(rule, key).await.expect("inspect");
     if seen.state.allowed {
         seen.state.remaining
     } else {
@@ -129,15 +131,19 @@ async fn free(limiter: &dyn Limiter, rule: &Rule, client: &str) -> u32 {
 /// Waits until `client` has `n` free leases: a release after a dropped body runs in a task of
 /// its own. Fails after 10 s.
 async fn until_free(limiter: &dyn Limiter, rule: &Rule, client: &str, n: u32) {
+    until_free_key(limiter, rule, Key::from(client), n).await;
+}
+
+/// As [`until_free`], for `key`.
+async fn until_free_key(limiter: &dyn Limiter, rule: &Rule, key: Key, n: u32) {
     let wait = async {
-        while free(limiter, rule, client).await != n {
-            tokio::task::yield_now().await;
+        while free_key(limiter, rule, key.clone()).await != n {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     };
     tokio::time::timeout(Duration::from_secs(10), wait)
         .await
-        .unwrap_or_else(|_| panic!("{client} never got {n} free leases"));
+        .unwrap_or_else(|_| panic!("{key:?} never got {n} free leases"));
 }
 
 /// The handler's view: requests in flight now and at most.
@@ -255,33 +261,18 @@ async fn in_flight_requests_never_exceed_the_limit_across_two_instances(h: Harne
     );
 }
 
-/// A response body fed by the test, a chunk at a time.
-struct Fed(mpsc::Receiver<Bytes>);
-
-impl Body for Fed {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|c| Ok(Frame::data(c))))
-    }
-}
-
 async fn a_stream_holds_its_lease_until_it_ends_or_is_dropped(h: Harness) {
     let rule = reports(1);
     let (feeds, mut fed) = mpsc::unbounded_channel();
     let handler = service_fn(move |_: Request<hyper::body::Incoming>| {
         let feeds = feeds.clone();
         async move {
-            let (tx, rx) = mpsc::channel(1);
-            tx.send(Bytes::from_static(b"first\n")).await.expect("open");
+            let (mut tx, body) = Channel::<Bytes>::new(1);
+            tx.send_data(Bytes::from_static(b"first\n"))
+                .await
+                .expect("open");
             feeds.send(tx).expect("test alive");
-            Ok::<_, Infallible>(Response::new(Fed(rx)))
+            Ok::<_, Infallible>(Response::new(body))
         }
     });
     let app = serve(layer(&h, [rule.clone()]).await.layer(handler)).await;
@@ -289,9 +280,9 @@ async fn a_stream_holds_its_lease_until_it_ends_or_is_dropped(h: Harness) {
     // A stream ends: its lease is held while it streams, released when it ends.
     let mut client = open(app, "k").await;
     read_until(&mut client, "first").await;
-    let feed = fed.recv().await.expect("a stream");
+    let mut feed = fed.recv().await.expect("a stream");
     assert_eq!(get(app, "k").await, 429, "the stream holds the lease");
-    feed.send(Bytes::from_static(b"second\n"))
+    feed.send_data(Bytes::from_static(b"second\n"))
         .await
         .expect("streaming");
     read_until(&mut client, "second").await;
@@ -307,12 +298,12 @@ async fn a_stream_holds_its_lease_until_it_ends_or_is_dropped(h: Harness) {
     // A client that goes away mid-stream: the server drops the body, which frees the lease.
     let mut client = open(app, "k").await;
     read_until(&mut client, "first").await;
-    let feed = fed.recv().await.expect("a stream");
+    let mut feed = fed.recv().await.expect("a stream");
     assert_eq!(get(app, "k").await, 429);
     drop(client);
     // The server notices when it writes to the closed connection.
     let gone = async {
-        while feed.send(Bytes::from_static(b"more\n")).await.is_ok() {
+        while feed.send_data(Bytes::from_static(b"more\n")).await.is_ok() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     };
@@ -325,13 +316,21 @@ async fn a_stream_holds_its_lease_until_it_ends_or_is_dropped(h: Harness) {
     drop(fed.recv().await.expect("admitted again"));
 }
 
-/// A request through `svc` (in process), its body kept unread.
+/// A request from `client` through `svc` (in process), its body kept unread.
+async fn hold_for<S, B>(svc: S, client: &str) -> (u16, B)
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>, Error = Infallible>,
+{
+    let res = svc.oneshot(from(client)).await.expect("infallible");
+    (res.status().as_u16(), res.into_body())
+}
+
+/// A request from client `k` through `svc` (in process), its body kept unread.
 async fn hold<S, B>(svc: S) -> (u16, B)
 where
     S: Service<Request<Full<Bytes>>, Response = Response<B>, Error = Infallible>,
 {
-    let res = svc.oneshot(from("k")).await.expect("infallible");
-    (res.status().as_u16(), res.into_body())
+    hold_for(svc, "k").await
 }
 
 async fn leases_of_a_lost_instance_expire(h: Harness) {
@@ -416,6 +415,50 @@ async fn leases_and_rate_rules_are_all_or_nothing(h: Harness) {
     assert_eq!(free(&*limiter, &lease, "k").await, 1);
 }
 
+/// A lease rule keyed apart from the rate rule: on a Cluster the two are decided in two script
+/// calls (one per hash tag), and the one that admitted is refunded when the other denies.
+async fn rules_in_two_slots_are_all_or_nothing_too(h: Harness) {
+    let lease = reports(1);
+    let rate = Rule::new("api", Quota::per_hour(3));
+    let build = |rules: [(Rule, bool); 2]| async {
+        let mut builder = RateLimitLayer::builder(h.limiter().await);
+        for (rule, global) in rules {
+            builder = if global {
+                builder.rule_with(rule, Global)
+            } else {
+                builder.rule_with(rule, by_client())
+            };
+        }
+        builder.build().expect("valid").layer(empty_ok())
+    };
+    let rate_first = build([(rate.clone(), false), (lease.clone(), true)]).await;
+    let lease_first = build([(lease.clone(), true), (rate.clone(), false)]).await;
+    let limiter = h.limiter().await;
+    // The key `Global` extracts.
+    let global = Key::from("global");
+    let remaining = |client: &'static str| {
+        let (limiter, rate) = (Arc::clone(&limiter), rate.clone());
+        async move {
+            let seen = limiter.inspect(&rate, Key::from(client)).await;
+            seen.expect("inspect").state.remaining
+        }
+    };
+    let (status, held) = hold_for(lease_first.clone(), "a").await;
+    assert_eq!(status, 200);
+    // The rate rule admits `b`, the lease rule denies: `b`'s rate unit is given back.
+    assert_eq!(call(rate_first.clone(), from("b")).await.status, 429);
+    assert_eq!(remaining("b").await, 3);
+    drop(held);
+    until_free_key(&*limiter, &lease, global.clone(), 1).await;
+    for _ in 0..3 {
+        assert_eq!(call(rate_first.clone(), from("c")).await.status, 200);
+    }
+    // The lease rule admits `c`, the rate rule denies: the lease is given back.
+    assert_eq!(call(lease_first.clone(), from("c")).await.status, 429);
+    let seen = limiter.inspect(&lease, global).await.expect("inspect");
+    assert_eq!(seen.state.remaining, 1);
+}
+
 async fn direct_calls_hold_the_lease_in_the_decision(h: Harness) {
     let limiter = h.limiter().await;
     let rule = reports(2);
@@ -445,6 +488,12 @@ async fn direct_calls_hold_the_lease_in_the_decision(h: Harness) {
     h.wait(EXPIRY).await;
     assert!(!lease.renew().await.expect("renew"), "expired: lost");
     assert_eq!(free(&*limiter, &rule, "d").await, 2);
+    // A reset drops every lease of the key.
+    let held = limiter.check(&rule, Key::from("d")).await.expect("check");
+    assert_eq!(free(&*limiter, &rule, "d").await, 1);
+    limiter.reset(&rule, Key::from("d")).await.expect("reset");
+    assert_eq!(free(&*limiter, &rule, "d").await, 2);
+    drop(held);
 }
 
 backend_suite!(
@@ -453,6 +502,7 @@ backend_suite!(
     leases_of_a_lost_instance_expire,
     a_body_never_polled_loses_its_lease_at_the_expiry,
     leases_and_rate_rules_are_all_or_nothing,
+    rules_in_two_slots_are_all_or_nothing_too,
     direct_calls_hold_the_lease_in_the_decision,
 );
 
@@ -483,4 +533,29 @@ fn bad_concurrency_rules_are_refused_when_the_layer_is_built() {
         build(Rule::concurrency("report", 2).with_cost_from(|_| 1)).to_string(),
         cost
     );
+}
+
+/// With Redis down, [`FailurePolicy::Fallback`] keeps leasing in process: each replica's share
+/// of the maximum in flight, released as on Redis when the body ends.
+#[tokio::test]
+async fn redis_down_falls_back_to_in_process_leases() {
+    let mut h = Harness::redis().await;
+    let limiter = RedisLimiter::new(h.backend().await.timeout(Duration::from_millis(300)));
+    let svc = RateLimitLayer::builder(limiter)
+        .rule_with(reports(4), by_client())
+        .failure_policy(FailurePolicy::fallback(2).expect("2 replicas"))
+        .build()
+        .expect("valid")
+        .layer(empty_ok());
+    h.kill_redis();
+    // The share: 4 ÷ 2 in flight.
+    let (first, a) = hold(svc.clone()).await;
+    let (second, b) = hold(svc.clone()).await;
+    assert_eq!((first, second), (200, 200));
+    assert_eq!(call(svc.clone(), from("k")).await.status, 429);
+    drop(a);
+    let (third, _c) = hold(svc.clone()).await;
+    assert_eq!(third, 200, "released in process");
+    assert_eq!(call(svc.clone(), from("k")).await.status, 429);
+    drop(b);
 }

@@ -29,6 +29,10 @@ pub(crate) struct Config {
     /// `API_CANDIDATE_LIMIT`: a quota tried in shadow beside `API_LIMIT`.
     pub(crate) api_candidate: Option<Quota>,
     pub(crate) calls_limit: Quota,
+    /// `REPORT_CONCURRENCY`: `/report` requests in flight per user or IP.
+    pub(crate) report_concurrency: u32,
+    /// `REPORT_LEASE_EXPIRY_MS`: how long a `/report` lease outlives a crashed instance.
+    pub(crate) report_lease_expiry: Duration,
     /// `LIMIT_ON_ERROR` and `REPLICAS`: the rate-limit layers' answer while Redis is down.
     pub(crate) limit_on_error: FailurePolicy,
     pub(crate) redis_timeout: Duration,
@@ -77,7 +81,30 @@ impl Config {
             Some(v) => return Err(format!("COOKIE_SECURE={v:?} must be true or false")),
         };
         let (session_idle, session_max) = settings::session_lifetimes(get)?;
+        let report_concurrency = match get("REPORT_CONCURRENCY") {
+            None => 2,
+            Some(v) => v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n: &u32| *n > 0)
+                .ok_or_else(|| format!("REPORT_CONCURRENCY={v:?} must be a whole number ≥ 1"))?,
+        };
+        let report_lease_expiry = match get("REPORT_LEASE_EXPIRY_MS") {
+            None => redis_guard::rate_limit::DEFAULT_LEASE_EXPIRY,
+            Some(v) => v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|ms: &u64| (1..=86_400_000).contains(ms))
+                .map(Duration::from_millis)
+                .ok_or_else(|| {
+                    format!("REPORT_LEASE_EXPIRY_MS={v:?} must be 1 to 86400000 milliseconds")
+                })?,
+        };
         Ok(Self {
+            report_concurrency,
+            report_lease_expiry,
             bind,
             client_ip,
             login: LoginRules::from_env(get)?,
@@ -137,6 +164,27 @@ mod tests {
         assert_eq!(c.session_idle, Duration::from_secs(1800));
         assert_eq!(c.session_max, Duration::from_secs(86_400));
         assert_eq!(c.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(c.report_concurrency, 2);
+        assert_eq!(c.report_lease_expiry, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn report_settings_are_checked() {
+        let c = with(&[
+            ("REPORT_CONCURRENCY", "5"),
+            ("REPORT_LEASE_EXPIRY_MS", "1500"),
+        ])
+        .unwrap();
+        assert_eq!(c.report_concurrency, 5);
+        assert_eq!(c.report_lease_expiry, Duration::from_millis(1500));
+        for bad in ["0", "-1", "two", ""] {
+            let e = with(&[("REPORT_CONCURRENCY", bad)]).unwrap_err();
+            assert!(e.starts_with("REPORT_CONCURRENCY="), "{e}");
+        }
+        for bad in ["0", "86400001", "1.5", "soon"] {
+            let e = with(&[("REPORT_LEASE_EXPIRY_MS", bad)]).unwrap_err();
+            assert!(e.starts_with("REPORT_LEASE_EXPIRY_MS="), "{e}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod csrf;
 #[path = "../../shared/login.rs"]
 mod login;
 mod metrics;
+mod report;
 #[path = "../../shared/serve.rs"]
 mod serve;
 #[path = "../../shared/settings.rs"]
@@ -159,6 +160,20 @@ fn router(
         .route("/api/hello", get(auth::hello))
         .route("/export", get(auth::export))
         .layer(api_limit);
+    // At most REPORT_CONCURRENCY reports in flight per user (or client IP), across every
+    // instance: a lease taken before the handler runs, released when the response ends.
+    let report_limit = RateLimitLayer::builder(Arc::clone(&limiter))
+        .rule_with(
+            Rule::concurrency("report", config.report_concurrency)
+                .lease_expiry(config.report_lease_expiry),
+            SessionUser::key().or(config.client_ip.clone()),
+        )
+        .failure_policy(config.limit_on_error)
+        .build()
+        .map_err(|e| format!("REPORT_CONCURRENCY: {e}"))?;
+    let report = Router::new()
+        .route("/report", get(report::report))
+        .layer(report_limit);
     let admin = admin::routes(
         Arc::clone(&limiter),
         config.api_limit,
@@ -184,6 +199,7 @@ fn router(
         .route("/logout", post(auth::logout))
         .route("/logout-all", post(auth::logout_all))
         .merge(api)
+        .merge(report)
         .merge(login)
         .layer(session_layer)
         // Health checks stay outside the session layer: never a cookie, never a store call.

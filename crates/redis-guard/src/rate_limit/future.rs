@@ -13,7 +13,7 @@ use super::Decision;
 use super::config::{Config, Plan};
 use super::decision::RuleDecision;
 use super::headers::RateLimitHeaders;
-use super::lease::Lease;
+use super::lease::Holding;
 use super::limiter::{BoxFuture, Held, LimiterError, Pending, count_failure, decision_from};
 use super::response::{self, ResponseBody};
 
@@ -31,8 +31,9 @@ define_response_future! {
             #[pin]
             fut: S::Future,
             headers: Option<RateLimitHeaders>,
-            // Released when dropped: the inner service failed, or the client went away.
-            lease: Option<Arc<Lease>>,
+            // Renewed while the inner service runs; released when dropped (the inner service
+            // failed, or the client went away), else handed to the response body.
+            lease: Option<Holding>,
         },
         Respond {
             status: StatusCode,
@@ -137,7 +138,7 @@ where
                             let extra =
                                 RateLimitHeaders::new(&decision, policy, config.legacy_headers());
                             // The response body holds the leases, not the handler's copy.
-                            let lease = decision.take_lease();
+                            let lease = decision.take_lease().map(Holding::new);
                             req.extensions_mut().insert(decision);
                             State::Calling {
                                 fut: inner.call(req),
@@ -172,6 +173,9 @@ where
                     headers,
                     lease,
                 } => {
+                    if let Some(held) = lease.as_mut() {
+                        held.poll_renew(cx);
+                    }
                     let res = ready!(fut.poll(cx))?;
                     let lease = lease.take();
                     let mut res = res.map(|body| ResponseBody::holding(body, lease));

@@ -36,6 +36,11 @@ impl Rule {
     /// chance. A concurrency rule is left out of the `RateLimit` and `RateLimit-Policy`
     /// headers, whose IETF draft knows only quotas per time window.
     ///
+    /// [`Limiter::inspect`](super::Limiter::inspect) reports the leases free for a key as
+    /// `remaining` (0 when denied), without taking one; [`Limiter::reset`](super::Limiter::reset)
+    /// drops every lease of the key. On Redis, a request with leases costs two script calls: the
+    /// decision and the release.
+    ///
     /// Each request takes one lease: the cost is 1. A cost of 0 (a probe:
     /// [`Check::with_cost`](super::Check::with_cost)) asks whether a lease is free without
     /// taking one; any other cost, and [`with_cost_from`](Self::with_cost_from), are refused by
@@ -260,9 +265,9 @@ impl fmt::Debug for Lease {
     }
 }
 
-/// A response body's hold on its request's leases: renews them while the body is polled,
-/// releases them when it ends (awaited, so that the end reaches the client after the slot is
-/// free) or is dropped.
+/// A request's hold on its leases, from the response future (while the inner service runs) to
+/// the response body: renews them while polled, releases them when the body ends (awaited, so
+/// that the end reaches the client after the slot is free) or when dropped.
 pub(super) struct Holding {
     lease: Arc<Lease>,
     /// Renewals are due every third of the expiry; made at the first poll (inside a runtime).
@@ -370,5 +375,84 @@ impl fmt::Debug for Holding {
         f.debug_struct("Holding")
             .field("lease", &self.lease)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Renewal on the Tokio clock (paused: it moves only when the test says), expiry on the
+    //! limiter's manual clock.
+
+    use std::convert::Infallible;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http::{Request, Response};
+    use http_body_util::BodyExt;
+    use http_body_util::channel::Channel;
+    use tokio::sync::mpsc;
+    use tower::{Layer, ServiceExt, service_fn};
+
+    use super::*;
+    use crate::backend::ManualClock;
+    use crate::rate_limit::{Global, MemoryLimiter, RateLimitLayer};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_polled_stream_renews_its_lease_and_an_idle_one_does_not() {
+        let clock = ManualClock::new();
+        let limiter = MemoryLimiter::builder().clock(clock.clone()).build();
+        let layer = RateLimitLayer::builder(limiter)
+            .rule_with(Rule::concurrency("stream", 1), Global)
+            .build()
+            .unwrap();
+        let (feeds, mut fed) = mpsc::unbounded_channel();
+        let svc = layer.layer(service_fn(move |_: Request<String>| {
+            let (tx, body) = Channel::<Bytes>::new(1);
+            feeds.send(tx).unwrap();
+            async move { Ok::<_, Infallible>(Response::new(body)) }
+        }));
+        let status = |svc: &_| {
+            let svc = Clone::clone(svc);
+            async move {
+                let res: Response<_> = ServiceExt::oneshot(svc, Request::new(String::new()))
+                    .await
+                    .unwrap();
+                res.status().as_u16()
+            }
+        };
+        // A stream that is polled (here: read to its end by a task) but idle for 50 s.
+        let res = svc
+            .clone()
+            .oneshot(Request::new(String::new()))
+            .await
+            .unwrap();
+        let feed = fed.recv().await.unwrap();
+        let reader = tokio::spawn(res.into_body().collect());
+        // The lease clock and the Tokio clock move together.
+        let pass = |secs| {
+            clock.advance(Duration::from_secs(secs));
+            tokio::time::sleep(Duration::from_secs(secs))
+        };
+        for _ in 0..5 {
+            // Renewed every 10 s (a third of 30), the lease never reaches its expiry.
+            pass(10).await;
+            assert_eq!(status(&svc).await, 429, "the stream keeps its lease");
+        }
+        drop(feed);
+        reader.await.unwrap().unwrap();
+        assert_eq!(status(&svc).await, 200, "released at its end");
+        drop(fed.recv().await);
+        // A body never polled is never renewed: its lease expires.
+        let res = svc
+            .clone()
+            .oneshot(Request::new(String::new()))
+            .await
+            .unwrap();
+        let _feed = fed.recv().await.unwrap();
+        pass(20).await;
+        assert_eq!(status(&svc).await, 429);
+        pass(10).await;
+        assert_eq!(status(&svc).await, 200, "expired");
+        drop(res);
     }
 }

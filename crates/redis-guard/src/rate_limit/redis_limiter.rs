@@ -91,6 +91,9 @@ impl RedisLimiter {
     /// limit raised, a key reset by hand or a Cluster refund reaches a cached client only when
     /// its wait ends. The headers of a cached denial show the rules' states as Redis last
     /// reported them, with the waits counted down.
+    ///
+    /// A request with a concurrency rule ([`Rule::concurrency`](super::Rule::concurrency)) is
+    /// never cached: a lease may be released at any moment.
     #[must_use]
     pub fn deny_cache(mut self, capacity: usize) -> Self {
         self.deny_cache = (capacity > 0).then(|| Arc::new(DenyCache::new(capacity)));

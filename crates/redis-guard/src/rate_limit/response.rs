@@ -1,7 +1,6 @@
 //! Responses the layer makes itself, and the body type that carries them.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
@@ -12,7 +11,7 @@ use pin_project_lite::pin_project;
 use super::Decision;
 use super::config::Config;
 use super::headers::{self, RateLimitHeaders};
-use super::lease::{Holding, Lease};
+use super::lease::Holding;
 use crate::problem::{Member, problem};
 
 pin_project! {
@@ -27,6 +26,8 @@ pin_project! {
         #[pin]
         kind: Kind<B>,
         held: Option<Holding>,
+        // The inner body's last frame, kept back until the leases are released.
+        last: Option<Frame<Bytes>>,
     }
 }
 
@@ -46,10 +47,11 @@ pin_project! {
 
 impl<B> ResponseBody<B> {
     /// The inner service's body, holding `lease` until it ends or is dropped.
-    pub(crate) fn holding(body: B, lease: Option<Arc<Lease>>) -> Self {
+    pub(super) fn holding(body: B, held: Option<Holding>) -> Self {
         Self {
             kind: Kind::Inner { body },
-            held: lease.map(Holding::new),
+            held,
+            last: None,
         }
     }
 
@@ -59,6 +61,7 @@ impl<B> ResponseBody<B> {
                 data: (!data.is_empty()).then_some(data),
             },
             held: None,
+            last: None,
         }
     }
 }
@@ -88,19 +91,30 @@ where
                 KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             };
         };
-        let KindProj::Inner { body } = this.kind.project() else {
+        let KindProj::Inner { mut body } = this.kind.project() else {
             // Only the inner service's bodies hold leases.
             return Poll::Ready(None);
         };
-        // The body ended: the slot is freed before the end reaches the client.
+        // The slot is freed before the end reaches the client: before the last frame when the
+        // body knows which one that is (hyper stops polling a body once its length is sent),
+        // else before reporting the end.
         if held.ended() || body.is_end_stream() {
             held.end();
             ready!(held.poll_release(cx));
-            return Poll::Ready(None);
+            return Poll::Ready(this.last.take().map(Ok));
         }
         held.poll_renew(cx);
-        match ready!(body.poll_frame(cx)) {
-            Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
+        match ready!(body.as_mut().poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                if body.is_end_stream() {
+                    held.end();
+                    if held.poll_release(cx).is_pending() {
+                        *this.last = Some(frame);
+                        return Poll::Pending;
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
             None => {
                 held.end();
                 ready!(held.poll_release(cx));

@@ -15,6 +15,7 @@ use super::CustomAlgorithm;
 /// | [`SlidingLog`](Algorithm::SlidingLog) | a sorted set, a member per admitted unit: 440 B at limit 10, 3.7 KB at 100, 118 KB at 1000 | never more than `limit` in any `period` | small limits that must be exact over a rolling window (login, SMS, payments) |
 /// | [`SlidingCounter`](Algorithm::SlidingCounter) | two counters: 136–152 B | approximates the sliding log | large limits where the log's memory is too much |
 /// | [`FixedWindow`](Algorithm::FixedWindow) | one counter: 152 B | up to `2 × limit` across a window edge | you need the classic `INCR` + `EXPIRE` behaviour, or quotas that reset at once ("1000 per day") |
+/// | [`Concurrency`](Algorithm::Concurrency) | a sorted set, a member per lease held | not a rate: at most `limit` in flight | slow or streaming requests whose cost is the time they run (reports, exports, streams): [`Rule::concurrency`](crate::rate_limit::Rule::concurrency) |
 ///
 /// The window algorithms (`FixedWindow`, `SlidingLog`, `SlidingCounter`) admit `limit` per
 /// `period` and ignore [`Quota::burst`](crate::rate_limit::Quota::burst); GCRA and the token bucket use it.
