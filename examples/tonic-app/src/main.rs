@@ -17,6 +17,7 @@ use http::HeaderName;
 use redis_guard::backend::{RedisBackend, RedisConnection};
 use redis_guard::rate_limit::{
     HeaderKey, KeyExtractorExt, Limiter, MemoryLimiter, PeerAddr, RateLimitLayer, RedisLimiter,
+    Route, Rule,
 };
 use tonic::transport::Server;
 use tonic::transport::server::{TcpConnectInfo, TcpIncoming};
@@ -26,6 +27,9 @@ use tower::ServiceBuilder;
 
 /// `STREAM_INTERVAL_MS` bounds: a stream of 1000 quotes lasts at most 10 s × 1000.
 const STREAM_INTERVAL_MS: std::ops::RangeInclusive<u64> = 0..=10_000;
+
+/// `STREAM_CONCURRENCY` bounds.
+const STREAM_CONCURRENCY: std::ops::RangeInclusive<u64> = 1..=10_000;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -55,7 +59,14 @@ async fn run() -> Result<(), String> {
     let limit_on_error = settings::failure_policy(get)?;
     let client_ip = settings::client_ip(get)?;
     let redis_timeout = settings::redis_timeout(get)?;
-    let interval = stream_interval(get)?;
+    let interval = Duration::from_millis(whole_number(
+        get,
+        "STREAM_INTERVAL_MS",
+        200,
+        STREAM_INTERVAL_MS,
+    )?);
+    let streams = whole_number(get, "STREAM_CONCURRENCY", 2, STREAM_CONCURRENCY)?;
+    let streams = u32::try_from(streams).map_err(|e| format!("STREAM_CONCURRENCY: {e}"))?;
     let (limiter, backend): (Arc<dyn Limiter>, &str) = match get("REDIS_URL") {
         None => (Arc::new(MemoryLimiter::new()), "in-process memory"),
         Some(url) => {
@@ -70,12 +81,19 @@ async fn run() -> Result<(), String> {
     // The API key a caller sends, else its address. The example takes the key on trust; a real
     // service keys by the identity its authentication layer established.
     let caller = HeaderKey::new(HeaderName::from_static("x-api-key")).or(client_ip);
+    // Every call counts against the quota; a stream also holds one of the caller's leases
+    // from the call until its last message is sent or the client cancels it. Decided in one
+    // limiter call: a stream refused a lease consumes no quota.
     let rate_limit = RateLimitLayer::builder(limiter)
-        .rule("api", caller, api_limit)
+        .rule("api", caller.clone(), api_limit)
+        .rule_with(
+            Rule::concurrency("streams", streams).for_route(Route::path(tonic_app::STREAM_PATH)),
+            caller,
+        )
         .failure_policy(limit_on_error)
         .grpc()
         .build()
-        .map_err(|e| format!("API_LIMIT: {e}"))?;
+        .map_err(|e| format!("API_LIMIT / STREAM_CONCURRENCY: {e}"))?;
     let layers = ServiceBuilder::new()
         .map_request(peer_addr::<tonic::body::Body>)
         .layer(rate_limit);
@@ -106,17 +124,22 @@ fn peer_addr<B>(mut req: http::Request<B>) -> http::Request<B> {
     req
 }
 
-/// `STREAM_INTERVAL_MS` (default 200): the pause between two quotes of a stream.
-fn stream_interval(get: settings::Lookup<'_>) -> Result<Duration, String> {
-    let Some(v) = get("STREAM_INTERVAL_MS") else {
-        return Ok(Duration::from_millis(200));
+/// The whole number in `name`, or `default`, within `range`.
+fn whole_number(
+    get: settings::Lookup<'_>,
+    name: &str,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<u64, String> {
+    let Some(v) = get(name) else {
+        return Ok(default);
     };
     match v.trim().parse::<u64>() {
-        Ok(ms) if STREAM_INTERVAL_MS.contains(&ms) => Ok(Duration::from_millis(ms)),
+        Ok(n) if range.contains(&n) => Ok(n),
         _ => Err(format!(
-            "STREAM_INTERVAL_MS={v:?} must be a whole number of milliseconds from {} to {}",
-            STREAM_INTERVAL_MS.start(),
-            STREAM_INTERVAL_MS.end()
+            "{name}={v:?} must be a whole number from {} to {}",
+            range.start(),
+            range.end()
         )),
     }
 }

@@ -7,10 +7,10 @@ use redis_guard_testkit::RedisServer;
 use redis_guard_testkit::app::{RunningApp, spawn};
 use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
-use tonic::{Code, Request, Status};
+use tonic::{Code, Request, Status, Streaming};
 use tonic_app::MAX_STREAM_LEN;
 use tonic_app::pb::quotes_client::QuotesClient;
-use tonic_app::pb::{GetRequest, StreamRequest};
+use tonic_app::pb::{GetRequest, Quote, StreamRequest};
 use tonic_types::StatusExt;
 
 type Client = QuotesClient<Channel>;
@@ -73,39 +73,47 @@ fn metadata<'a>(status: &'a Status, name: &str) -> &'a str {
         .unwrap_or("-")
 }
 
-/// Asserts `status` is the layer's `RESOURCE_EXHAUSTED` for rule `api` with a retry delay of at
-/// most `max` (and more than `max` - 1 s: the quota's exact delay, less the time since the
-/// call that filled it), readable from every place the layer puts it.
-fn assert_exhausted(status: &Status, max: Duration) {
+/// Asserts `status` is the layer's `RESOURCE_EXHAUSTED` for `rule`, with the same retry delay in
+/// every place the layer puts it: the quota's delay `max`, less the time since the call that
+/// filled it (under a second, or a few on a very loaded machine).
+fn assert_exhausted(status: &Status, rule: &str, max: Duration) {
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
-    let secs = max.as_secs();
+    let secs: u64 = metadata(status, "retry-after")
+        .parse()
+        .expect("retry-after");
+    assert!(
+        secs <= max.as_secs() && secs + 5 > max.as_secs() && secs > 0,
+        "retry-after: {secs}"
+    );
     assert_eq!(
         status.message(),
-        format!("Rate limit `api` exceeded: retry in {secs} s.")
+        format!("Rate limit `{rule}` exceeded: retry in {secs} s.")
     );
-    assert_eq!(metadata(status, "retry-after"), secs.to_string());
+    // The exact delay, rounded up to the second by `retry-after`, to the millisecond here.
     let pushback: u64 = metadata(status, "grpc-retry-pushback-ms")
         .parse()
         .expect("grpc-retry-pushback-ms");
     assert!(
-        (secs * 1000 - 1000 < pushback) && (pushback <= secs * 1000),
+        (secs - 1) * 1000 < pushback && pushback <= secs * 1000,
         "{pushback} ms"
     );
-    assert!(metadata(status, "ratelimit").starts_with("\"api\";r=0;"));
+    if rule == "api" {
+        assert!(metadata(status, "ratelimit").starts_with("\"api\";r=0;"));
+    }
     let details = status.check_error_details().expect("google.rpc.Status");
     let delay = details
         .retry_info()
         .and_then(|r| r.retry_delay)
         .expect("RetryInfo");
     assert!(
-        delay <= max && delay > max - Duration::from_secs(1),
-        "{delay:?}"
+        delay <= Duration::from_millis(pushback) && delay > Duration::from_millis(pushback - 1),
+        "{delay:?} vs {pushback} ms"
     );
     let violation = details
         .quota_failure()
         .and_then(|q| q.violations.first().cloned())
         .expect("QuotaFailure");
-    assert_eq!(violation.subject, "rule:api");
+    assert_eq!(violation.subject, format!("rule:{rule}"));
     assert_eq!(violation.description, status.message());
 }
 
@@ -120,18 +128,23 @@ on_both_backends!(
                 res.get_ref().text,
                 "Make it work, make it right, make it fast."
             );
+            // `r` calls left; the quota is full again in `t` s: 20 s per call made, less the
+            // time since the first (under a second, or a few on a very loaded machine).
             let left = 2 - i;
-            assert_eq!(
-                res.metadata()
-                    .get("ratelimit")
-                    .and_then(|v| v.to_str().ok()),
-                Some(format!("\"api\";r={left};t={}", 20 * (3 - left)).as_str()),
-                "call {i}"
-            );
+            let header = res.metadata().get("ratelimit").map(|v| v.to_str());
+            let Some(Ok(header)) = header else {
+                panic!("call {i}: no RateLimit header")
+            };
+            let t: u32 = header
+                .strip_prefix(&format!("\"api\";r={left};t="))
+                .and_then(|t| t.parse().ok())
+                .unwrap_or_else(|| panic!("call {i}: {header}"));
+            let full = 20 * (i + 1);
+            assert!(t <= full && t + 5 > full, "call {i}: {header}");
         }
         // 3 a minute: one every 20 s.
         let status = c.get(get(Some("alice"))).await.expect_err("limited");
-        assert_exhausted(&status, Duration::from_secs(20));
+        assert_exhausted(&status, "api", Duration::from_secs(20));
         // Per key: another caller is not limited, nor a caller without a key (by IP).
         c.get(get(Some("bob"))).await.expect("another key");
         c.get(get(None)).await.expect("by IP");
@@ -153,6 +166,7 @@ on_both_backends!(
             .insert("x-api-key", "carol".parse().unwrap());
         assert_exhausted(
             &c.stream(req).await.expect_err("limited"),
+            "api",
             Duration::from_secs(20),
         );
     }
@@ -189,6 +203,7 @@ on_both_backends!(
             req.metadata_mut().insert("x-api-key", value.clone());
             assert_exhausted(
                 &c.get(req).await.expect_err("limited"),
+                "api",
                 Duration::from_secs(30),
             );
         }
@@ -198,6 +213,7 @@ on_both_backends!(
         }
         assert_exhausted(
             &c.get(get(None)).await.expect_err("the same IP"),
+            "api",
             Duration::from_secs(30),
         );
         // A repeated key: the first value counts.
@@ -208,9 +224,94 @@ on_both_backends!(
         c.get(get(Some("dave"))).await.expect("dave's second call");
         assert_exhausted(
             &c.get(get(Some("dave"))).await.expect_err("dave limited"),
+            "api",
             Duration::from_secs(30),
         );
         c.get(get(Some("erin"))).await.expect("erin untouched");
+    }
+);
+
+/// Opens `Quotes.Stream` for `n` quotes as the caller with API key `key`, and reads the first
+/// quote: once it arrives, the server is serving the stream (and holds its lease).
+async fn open_stream(c: &mut Client, key: &str, n: u32) -> Result<Streaming<Quote>, Status> {
+    let mut req = Request::new(StreamRequest { n });
+    req.metadata_mut()
+        .insert("x-api-key", key.parse().expect("ascii key"));
+    let mut quotes = c.stream(req).await?.into_inner();
+    let first = quotes.message().await?.expect("a first quote");
+    assert_eq!(first.index, 0);
+    Ok(quotes)
+}
+
+/// Opens a stream as soon as the server has released a lease of `key`: the release follows the
+/// end (or the cancellation) of a stream asynchronously, by one more limiter call.
+async fn open_stream_once_released(c: &mut Client, key: &str, n: u32) -> Streaming<Quote> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match open_stream(c, key, n).await {
+            Ok(quotes) => return quotes,
+            Err(status) if status.code() == Code::ResourceExhausted => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no lease released within 10 s: {status:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    }
+}
+
+on_both_backends!(
+    a_stream_holds_a_lease_until_it_ends_or_is_dropped,
+    &[
+        ("API_LIMIT", "1000/minute"),
+        ("STREAM_CONCURRENCY", "2"),
+        // The second stream (2 quotes) stays open for this second, ample time to be seen
+        // holding its lease.
+        ("STREAM_INTERVAL_MS", "1000")
+    ],
+    |app: RunningApp| async move {
+        let mut c = client(&app).await;
+        let long = open_stream(&mut c, "alice", MAX_STREAM_LEN)
+            .await
+            .expect("first stream");
+        let mut short = open_stream(&mut c, "alice", 2)
+            .await
+            .expect("second stream");
+        // Two streams in flight: a third is refused, for a second (the earliest a lease may be
+        // free again; the rule's lease expiry is much longer).
+        let status = open_stream(&mut c, "alice", 1)
+            .await
+            .expect_err("third stream");
+        assert_exhausted(&status, "streams", Duration::from_secs(1));
+        // Per key, and streams only: other callers stream, alice's unary calls pass.
+        open_stream(&mut c, "bob", 1).await.expect("bob's stream");
+        c.get(get(Some("alice"))).await.expect("a unary call");
+
+        // The short stream ends: its lease goes back.
+        assert_eq!(
+            short.message().await.expect("quote").map(|q| q.index),
+            Some(1)
+        );
+        assert_eq!(short.message().await.expect("end"), None);
+        let mut again = open_stream_once_released(&mut c, "alice", MAX_STREAM_LEN).await;
+        let status = open_stream(&mut c, "alice", 1)
+            .await
+            .expect_err("two in flight again");
+        assert_eq!(status.code(), Code::ResourceExhausted);
+
+        // The client drops the long stream mid-way: the server cancels it and frees the lease.
+        drop(long);
+        let _third = open_stream_once_released(&mut c, "alice", MAX_STREAM_LEN).await;
+        assert_eq!(
+            open_stream(&mut c, "alice", 1)
+                .await
+                .expect_err("two in flight again")
+                .code(),
+            Code::ResourceExhausted
+        );
+        again.message().await.expect("still streaming");
     }
 );
 

@@ -3,7 +3,8 @@
 //! A gRPC client reads the outcome of a call from `grpc-status`, not from the HTTP status: a
 //! `429` from an HTTP middleware reaches a tonic client as `UNAVAILABLE` ("429 Too Many
 //! Requests", by gRPC's [HTTP to gRPC status mapping]), with the retry delay lost among the
-//! headers. [`RateLimitLayerBuilder::grpc`](super::RateLimitLayerBuilder::grpc) makes the layer answer in gRPC instead:
+//! headers. [`RateLimitLayerBuilder::grpc`](super::RateLimitLayerBuilder::grpc) makes the layer
+//! answer in gRPC instead:
 //!
 //! - a denied call gets [`resource_exhausted`]: HTTP `200`, `content-type: application/grpc`,
 //!   and, in the one header block of a *trailers-only* response, `grpc-status: 8`
@@ -12,7 +13,9 @@
 //!   server to delay a client's retries), and `grpc-status-details-bin`: a `google.rpc.Status`
 //!   carrying a `google.rpc.RetryInfo` (the exact delay) and a `google.rpc.QuotaFailure` (the
 //!   rule, as `rule:<name>`), as Google's [error model] prescribes. The `RateLimit` and
-//!   `RateLimit-Policy` headers come along as metadata;
+//!   `RateLimit-Policy` headers come along as metadata. A call refused a lease by a
+//!   [`Rule::concurrency`](super::Rule::concurrency) (a stream over its key's maximum in flight)
+//!   gets the same answer, naming that rule, with its retry delay (one second);
 //! - the answers the layer gives without a decision become the gRPC status of the same meaning
 //!   ([`google.rpc.Code`]'s HTTP mapping): the limiter down under
 //!   [`FailurePolicy::Closed`](super::FailurePolicy::Closed) (`503`) is `UNAVAILABLE` (14) with
@@ -65,7 +68,8 @@ const QUOTA_FAILURE_TYPE: &str = "type.googleapis.com/google.rpc.QuotaFailure";
 /// The gRPC answer to a call `decision` denied: a trailers-only `RESOURCE_EXHAUSTED` with the
 /// retry delay as `retry-after`, `grpc-retry-pushback-ms` and a `google.rpc.RetryInfo` in
 /// `grpc-status-details-bin` (see the [module docs](self)).
-/// [`RateLimitLayerBuilder::grpc`](super::RateLimitLayerBuilder::grpc) installs it; it is also a [`ResponseBuilder`](super::ResponseBuilder) of its own, for a
+/// [`RateLimitLayerBuilder::grpc`](super::RateLimitLayerBuilder::grpc) installs it; it is also a
+/// [`ResponseBuilder`](super::ResponseBuilder) of its own, for a
 /// [`response`](super::RateLimitLayerBuilder::response) hook that wraps it.
 ///
 /// ```
