@@ -224,8 +224,9 @@ impl RedisLimiter {
 }
 
 impl RedisLimiter {
-    /// Evaluates `checks`, with the receipt of the leases an admitted request took.
-    fn evaluate_receipt(&self, checks: Vec<Check>) -> BoxFuture<Result<Receipted, LimiterError>> {
+    /// Evaluates `checks`, with the leases (and receipts to settle) an admitted request took:
+    /// one boxed future, the only one of a request on the hot path.
+    fn evaluate_held(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
         if checks.iter().any(|c| c.rule.allows(&c.key)) {
             // Allow-listed rules are answered here; the others (if any) go to Redis.
             let (rest, listed) = operations::split_allow_listed(checks);
@@ -233,10 +234,10 @@ impl RedisLimiter {
                 let states = operations::merge_allow_listed(listed, Vec::new());
                 return Box::pin(std::future::ready(Ok((states, None))));
             }
-            let held = self.evaluate_receipt(rest);
+            let held = self.evaluate_held(rest);
             return Box::pin(async move {
-                let (states, receipt) = held.await?;
-                Ok((operations::merge_allow_listed(listed, states), receipt))
+                let (states, lease) = held.await?;
+                Ok((operations::merge_allow_listed(listed, states), lease))
             });
         }
         // A custom algorithm's waits are its own business (it may count denials), a rule with
@@ -274,10 +275,10 @@ impl RedisLimiter {
         let evaluation = self.evaluation(&checks);
         let coalescers = Arc::clone(&self.coalescers);
         let Some((cache, key, now, None)) = cached else {
-            return Box::pin(async move { evaluation.run(&coalescers).await });
+            return Box::pin(async move { evaluation.run(&coalescers).await.map(held) });
         };
         Box::pin(async move {
-            let (states, receipt) = evaluation.run(&coalescers).await?;
+            let (states, lease) = held(evaluation.run(&coalescers).await?);
             // Redis reports waits in whole milliseconds, rounded up: the true wait may be up to
             // 1 ms shorter, so the cache keeps the denial 1 ms less and never denies a request
             // Redis would admit.
@@ -291,9 +292,14 @@ impl RedisLimiter {
             if let Some(wait) = wait {
                 cache.insert(key, states.clone(), now, wait);
             }
-            Ok((states, receipt))
+            Ok((states, lease))
         })
     }
+}
+
+/// An evaluation's states, with its receipt held as a [`Lease`].
+fn held((states, receipt): Receipted) -> Held {
+    (states, receipt.and_then(|r| Lease::new(vec![r])))
 }
 
 impl crate::sealed::Sealed for RedisLimiter {}
@@ -318,11 +324,11 @@ impl Limiter for RedisLimiter {
     }
 
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
-        let held = self.evaluate_receipt(checks);
+        let held = self.evaluate_held(checks);
         Box::pin(async move {
-            let (states, receipt) = held.await?;
-            if let Some(receipt) = receipt
-                && let Err(e) = receipt.release().await
+            let (states, lease) = held.await?;
+            if let Some(lease) = lease
+                && let Err(e) = lease.release().await
             {
                 warn_release(&e);
             }
@@ -331,11 +337,7 @@ impl Limiter for RedisLimiter {
     }
 
     fn evaluate_leased(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
-        let held = self.evaluate_receipt(checks);
-        Box::pin(async move {
-            let (states, receipt) = held.await?;
-            Ok((states, Lease::new(receipt.into_iter().collect())))
-        })
+        self.evaluate_held(checks)
     }
 
     fn inspect(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
