@@ -156,6 +156,27 @@ pub(crate) fn session_lifetimes(get: Lookup<'_>) -> Result<(Duration, Duration),
     Ok((idle, max))
 }
 
+/// An example's `main`: logs to stderr (`RUST_LOG`, default `info`), runs `app`, and turns its
+/// error into one line naming `name` and exit code 2.
+pub(crate) async fn main_of(
+    name: &str,
+    app: impl std::future::Future<Output = Result<(), String>>,
+) -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match app.await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,20 +35,7 @@ use crate::config::{Config, Store};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,redis_guard=info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("axum-app: {e}");
-            ExitCode::from(2)
-        }
-    }
+    settings::main_of("axum-app", run()).await
 }
 
 async fn run() -> Result<(), String> {

@@ -36,19 +36,7 @@ use crate::login::{LoginRules, Throttle, normalize_username};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("hyper-app: {e}");
-            ExitCode::from(2)
-        }
-    }
+    settings::main_of("hyper-app", run()).await
 }
 
 /// What the routes need besides the request.

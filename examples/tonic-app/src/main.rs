@@ -33,19 +33,7 @@ const STREAM_CONCURRENCY: std::ops::RangeInclusive<u64> = 1..=10_000;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tonic-app: {e}");
-            ExitCode::from(2)
-        }
-    }
+    settings::main_of("tonic-app", run()).await
 }
 
 async fn run() -> Result<(), String> {
