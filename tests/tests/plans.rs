@@ -8,7 +8,8 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use redis_guard::rate_limit::{
-    Algorithm, HeaderKey, QUOTA_LOOKUP_TIMEOUT, Quota, RateLimitLayer, Rule,
+    Algorithm, Check, DEFAULT_LEASE_EXPIRY, HeaderKey, Key, Limiter, QUOTA_LOOKUP_TIMEOUT, Quota,
+    RateLimitLayer, Rule,
 };
 use redis_guard_tests::{Harness, Reply, backend_suite, by_client, call, empty_ok};
 use tower::Layer;
@@ -209,7 +210,47 @@ async fn an_async_lookup_decides_the_quota(h: Harness) {
     );
 }
 
+/// A plan sets how many requests of a key may be in flight: a concurrency rule's quota
+/// resolved per request (here given directly, as the layer's resolver would).
+async fn a_plan_sets_how_many_may_be_in_flight(h: Harness) {
+    let limiter = h.limiter().await;
+    let jobs = Rule::concurrency("jobs", 1);
+    let pro = Quota::new(3, DEFAULT_LEASE_EXPIRY);
+    let on_pro = || vec![Check::new(jobs.clone(), Key::from("acme")).with_quota(pro)];
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let d = limiter.check_all(on_pro()).await.expect("decision");
+        assert!(d.allowed, "pro: 3 in flight");
+        held.push(d);
+    }
+    assert!(
+        !limiter.check_all(on_pro()).await.expect("decision").allowed,
+        "a fourth"
+    );
+    // Back on the rule's own quota of 1: three in flight already, no more.
+    assert!(
+        !limiter
+            .check(&jobs, Key::from("acme"))
+            .await
+            .expect("decision")
+            .allowed
+    );
+    for d in held {
+        d.lease()
+            .expect("a lease")
+            .release()
+            .await
+            .expect("release");
+    }
+    let d = limiter
+        .check(&jobs, Key::from("acme"))
+        .await
+        .expect("decision");
+    assert!(d.allowed, "all released");
+}
+
 backend_suite!(
+    a_plan_sets_how_many_may_be_in_flight,
     a_plan_change_mid_window_admits_what_the_new_quota_allows,
     a_planned_rule_stays_all_or_nothing_with_the_others,
     a_resolver_whose_quota_cannot_work_gets_a_500,
