@@ -156,6 +156,18 @@ pub(crate) fn session_lifetimes(get: Lookup<'_>) -> Result<(Duration, Duration),
     Ok((idle, max))
 }
 
+/// `BIND`: the socket address to listen on, `default` when unset.
+pub(crate) fn bind(get: Lookup<'_>, default: &str) -> Result<std::net::SocketAddr, String> {
+    let Some(v) = get("BIND") else {
+        return default
+            .parse()
+            .map_err(|e| format!("the default BIND {default:?}: {e}"));
+    };
+    v.trim()
+        .parse()
+        .map_err(|e| format!("BIND={v:?} is not a socket address like {default}: {e}"))
+}
+
 /// An example's `main`: logs to stderr (`RUST_LOG`, default `info`), runs `app`, and turns its
 /// error into one line naming `name` and exit code 2.
 pub(crate) async fn main_of(

@@ -53,12 +53,7 @@ impl Config {
     }
 
     pub(crate) fn from_lookup(get: Lookup<'_>) -> Result<Self, String> {
-        let bind = match get("BIND") {
-            Some(v) => v.trim().parse().map_err(|e| {
-                format!("BIND={v:?} is not a socket address like 127.0.0.1:3000: {e}")
-            })?,
-            None => SocketAddr::from(([127, 0, 0, 1], 3000)),
-        };
+        let bind = settings::bind(get, "127.0.0.1:3000")?;
         let store = if let Some(nodes) = get("REDIS_CLUSTER_NODES") {
             let nodes: Vec<String> = nodes
                 .split(',')

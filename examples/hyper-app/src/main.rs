@@ -14,7 +14,6 @@ mod serve;
 mod settings;
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -49,11 +48,7 @@ struct State {
 
 async fn run() -> Result<(), String> {
     let get: settings::Lookup<'_> = &settings::from_process_env;
-    let bind: SocketAddr = get("BIND")
-        .unwrap_or_else(|| "127.0.0.1:3001".to_owned())
-        .trim()
-        .parse()
-        .map_err(|e| format!("BIND is not a socket address: {e}"))?;
+    let bind = settings::bind(get, "127.0.0.1:3001")?;
     let api_limit = settings::quota(get, "API_LIMIT", "60/minute")?;
     let limit_on_error = settings::failure_policy(get)?;
     let login = LoginRules::from_env(get)?;

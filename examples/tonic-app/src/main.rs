@@ -8,7 +8,6 @@
 #[allow(dead_code, reason = "shared by the examples; this one has no sessions")]
 mod settings;
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,11 +37,7 @@ async fn main() -> ExitCode {
 
 async fn run() -> Result<(), String> {
     let get: settings::Lookup<'_> = &settings::from_process_env;
-    let bind: SocketAddr = get("BIND")
-        .unwrap_or_else(|| "127.0.0.1:50051".to_owned())
-        .trim()
-        .parse()
-        .map_err(|e| format!("BIND is not a socket address: {e}"))?;
+    let bind = settings::bind(get, "127.0.0.1:50051")?;
     let api_limit = settings::quota(get, "API_LIMIT", "60/minute")?;
     let limit_on_error = settings::failure_policy(get)?;
     let client_ip = settings::client_ip(get)?;
