@@ -68,6 +68,12 @@ impl<K: Clone + Eq + Hash, V> ExpiringTable<K, V> {
     }
 
     /// The value under `key`, live or not.
+    #[cfg_attr(not(feature = "session"), allow(dead_code))]
+    pub(crate) fn get(&self, key: &K) -> Option<&V> {
+        self.entries.get(key).map(|s| &s.value)
+    }
+
+    /// The value under `key`, live or not.
     pub(crate) fn get_mut(&mut self, key: &K) -> Option<&mut V> {
         self.entries.get_mut(key).map(|s| &mut s.value)
     }

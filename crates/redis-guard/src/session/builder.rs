@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cookie::CookieConfig;
-use super::shared::Shared;
+use super::shared::{Metadata, Shared};
 use super::store::{Lifetimes, SessionStore};
 use super::{FailurePolicy, SessionLayer};
 
@@ -60,6 +60,7 @@ pub struct SessionLayerBuilder {
     cookie: CookieConfig,
     failure: FailurePolicy,
     expose_user: bool,
+    metadata: Metadata,
 }
 
 impl SessionLayerBuilder {
@@ -70,6 +71,7 @@ impl SessionLayerBuilder {
             cookie: CookieConfig::default(),
             failure: FailurePolicy::default(),
             expose_user: false,
+            metadata: Metadata::default(),
         }
     }
 
@@ -96,6 +98,64 @@ impl SessionLayerBuilder {
         /// limiter placed inside this layer can key on it. Costs the load round trip that the idle
         /// refresh would cost anyway.
         pub fn expose_user(on: bool) => expose_user;
+
+        /// Whether each session keeps its client's user agent (default on), as listings show it
+        /// ([`SessionInfo::user_agent`](super::SessionInfo::user_agent)): written with the
+        /// session's writes, visible ASCII only, at most
+        /// [`MAX_USER_AGENT_LEN`](super::MAX_USER_AGENT_LEN) bytes. Turn it off when the user
+        /// agent counts as personal data you do not want to keep.
+        pub fn record_user_agent(on: bool) => metadata.user_agent;
+
+        /// The longest idle timeout or absolute lifetime one session may be given
+        /// ([`Session::set_max_lifetime`](super::Session::set_max_lifetime)); longer ones are cut
+        /// to it (default 30 days; more than zero, at most [`MAX_LIFETIME`]).
+        pub fn lifetime_ceiling(ceiling: Duration) => life.ceiling;
+    }
+
+    /// How often a session's use is recorded (default: 1 % of the idle timeout; less than the
+    /// idle timeout). A request within it of the last use recorded writes nothing, which is
+    /// what most requests cost: one read. The last-seen time listings show, the client
+    /// address, and the start of the idle timeout are as of the last use recorded, so a
+    /// session may end up to this long before a full idle timeout after its very last request.
+    ///
+    /// ```
+    /// use redis_guard::session::{MemorySessionStore, SessionLayer};
+    /// use std::time::Duration;
+    ///
+    /// let layer = SessionLayer::builder(MemorySessionStore::new())
+    ///     .last_seen_interval(Duration::from_secs(60))
+    ///     .build()?;
+    /// # Ok::<(), redis_guard::session::SessionConfigError>(())
+    /// ```
+    pub fn last_seen_interval(mut self, every: Duration) -> Self {
+        self.life.seen_every = Some(every);
+        self
+    }
+
+    /// How each session's client address is read (default: the TCP peer,
+    /// [`ClientIp::peer`](crate::rate_limit::ClientIp::peer)); behind reverse proxies, give the
+    /// same [`ClientIp`](crate::rate_limit::ClientIp) the rate limiter uses, so a client cannot
+    /// write its own address into the listing. `None` keeps no address. The address is recorded
+    /// when a session is written and with each use recorded
+    /// ([`last_seen_interval`](Self::last_seen_interval)), never costing a round trip of its own.
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::ClientIp;
+    /// use redis_guard::session::{MemorySessionStore, SessionLayer};
+    ///
+    /// let behind_proxy = SessionLayer::builder(MemorySessionStore::new())
+    ///     .client_ip(Some(ClientIp::trusted_proxies(["10.0.0.0/8"])?))
+    ///     .build();
+    /// let no_addresses = SessionLayer::builder(MemorySessionStore::new())
+    ///     .client_ip(None)
+    ///     .build();
+    /// # let _ = (behind_proxy, no_addresses);
+    /// # Ok::<(), redis_guard::rate_limit::ProxyConfigError>(())
+    /// ```
+    #[cfg(feature = "rate-limit")]
+    pub fn client_ip(mut self, ip: Option<crate::rate_limit::ClientIp>) -> Self {
+        self.metadata.ip = ip;
+        self
     }
 
     /// Checks the settings and builds the layer.
@@ -123,6 +183,7 @@ impl SessionLayerBuilder {
         for (what, d) in [
             ("idle timeout", self.life.idle),
             ("absolute lifetime", self.life.max),
+            ("lifetime ceiling", self.life.ceiling),
         ] {
             if d.is_zero() {
                 return Err(SessionConfigError::Lifetimes(format!(
@@ -141,6 +202,14 @@ impl SessionLayerBuilder {
                 self.life.idle, self.life.max
             )));
         }
+        if let Some(every) = self.life.seen_every
+            && every >= self.life.idle
+        {
+            return Err(SessionConfigError::Lifetimes(format!(
+                "last-seen interval {every:?} is not shorter than the idle timeout {:?}",
+                self.life.idle
+            )));
+        }
         if self.life.per_user == 0 || self.life.per_user > MAX_SESSIONS_PER_USER {
             return Err(SessionConfigError::Lifetimes(format!(
                 "max sessions per user {} is not within 1..={MAX_SESSIONS_PER_USER}",
@@ -157,6 +226,7 @@ impl SessionLayerBuilder {
                 cookie: self.cookie,
                 failure: self.failure,
                 expose_user: self.expose_user,
+                metadata: self.metadata,
             }),
         })
     }
@@ -170,6 +240,7 @@ impl fmt::Debug for SessionLayerBuilder {
             .field("cookie", &self.cookie)
             .field("failure", &self.failure)
             .field("expose_user", &self.expose_user)
+            .field("metadata", &self.metadata)
             .finish()
     }
 }

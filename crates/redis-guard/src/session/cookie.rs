@@ -199,12 +199,14 @@ impl CookieConfig {
         });
     }
 
-    /// `Set-Cookie` for `id`.
-    pub(crate) fn set_cookie(&self, id: &SessionId) -> String {
+    /// `Set-Cookie` for `id`; `own_age` (the session's own lifetime left) takes the place of
+    /// the configured `Max-Age`.
+    pub(crate) fn set_cookie(&self, id: &SessionId, own_age: Option<Duration>) -> String {
         let mut s = format!("{}={}", self.name(), id.encode());
         self.attributes(&mut s);
-        if let Some(age) = self.max_age {
-            s.push_str(&format!("; Max-Age={}", age.as_secs()));
+        if let Some(age) = own_age.or(self.max_age) {
+            // At least a second: `Max-Age=0` would delete the cookie at once.
+            s.push_str(&format!("; Max-Age={}", age.as_secs().max(1)));
         }
         s
     }
@@ -227,7 +229,7 @@ mod tests {
         let id = SessionId::generate().unwrap();
         let c = CookieConfig::default();
         assert_eq!(
-            c.set_cookie(&id),
+            c.set_cookie(&id, None),
             format!(
                 "__Host-id={}; Path=/; HttpOnly; Secure; SameSite=Lax",
                 id.encode()

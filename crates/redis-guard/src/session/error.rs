@@ -52,6 +52,9 @@ pub enum SessionError {
     /// The operating system could not provide randomness for a new id.
     #[error("no randomness for a session id: {0}")]
     Random(String),
+    /// A session's own idle timeout or absolute lifetime must be more than zero.
+    #[error("a session's own {0} must be more than zero")]
+    InvalidLifetime(&'static str),
 }
 
 impl SessionError {

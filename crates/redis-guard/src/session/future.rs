@@ -120,7 +120,7 @@ async fn finish<B: Default, E>(session: Session, mut res: Response<B>) -> Result
     let config = session.cookie_config();
     let value = match cookie {
         CookieAction::Keep => return Ok(res),
-        CookieAction::Set(id) => config.set_cookie(&id),
+        CookieAction::Set(id) => config.set_cookie(&id, session.cookie_age().await),
         CookieAction::Remove => config.removal_cookie(),
     };
     let headers = res.headers_mut();

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -10,9 +11,9 @@ use tokio::sync::Mutex;
 use super::cookie::CookieConfig;
 use super::cookie_header::ReadCookie;
 use super::id::SessionId;
-use super::shared::Shared;
+use super::shared::{Shared, Visit};
 use super::state::{CookieAction, State};
-use super::store::{Changes, RESERVED, USER_FIELD};
+use super::store::{Changes, IDLE_FIELD, MAX_FIELD, RESERVED, SessionInfo, USER_FIELD};
 use super::{FailurePolicy, SessionError};
 
 /// The current request's session: read and change it from a handler.
@@ -60,10 +61,10 @@ fn check_key(key: &str) -> Result<(), SessionError> {
 }
 
 impl Session {
-    pub(crate) fn new(shared: Arc<Shared>, cookie: ReadCookie) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, cookie: ReadCookie, visit: Visit) -> Self {
         Self {
             shared,
-            state: Arc::new(Mutex::new(State::new(cookie))),
+            state: Arc::new(Mutex::new(State::new(cookie, visit))),
         }
     }
 
@@ -309,6 +310,152 @@ impl Session {
             state.end();
         }
         Ok(n)
+    }
+
+    /// Gives this session its own idle timeout (written after the handler), in place of the
+    /// layer's, at most the layer's [`ceiling`](super::SessionLayerBuilder::lifetime_ceiling)
+    /// (longer ones are cut to it). It counts from the session's last use, on every later
+    /// request too.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::session::{Session, SessionError};
+    ///
+    /// // "Remember me": a week idle and 30 days in all for this session only.
+    /// async fn remember(session: Session) -> Result<(), SessionError> {
+    ///     session.set_idle_timeout(Duration::from_secs(7 * 86_400)).await?;
+    ///     session.set_max_lifetime(Duration::from_secs(30 * 86_400)).await
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`SessionError::InvalidLifetime`] for zero; [`SessionError::Destroyed`]; a store error
+    /// while loading.
+    pub async fn set_idle_timeout(&self, idle: Duration) -> Result<(), SessionError> {
+        self.set_own(IDLE_FIELD, "idle timeout", idle).await
+    }
+
+    /// Gives this session its own absolute lifetime (written after the handler), counted from
+    /// its creation, in place of the layer's, at most the layer's
+    /// [`ceiling`](super::SessionLayerBuilder::lifetime_ceiling) (longer ones are cut to it).
+    /// The cookie then carries `Max-Age` (the time left), so the browser keeps it across
+    /// restarts; a lifetime that has already passed ends the session. See
+    /// [`set_idle_timeout`](Self::set_idle_timeout) for an example.
+    ///
+    /// # Errors
+    ///
+    /// [`SessionError::InvalidLifetime`] for zero; [`SessionError::Destroyed`]; a store error
+    /// while loading.
+    pub async fn set_max_lifetime(&self, max: Duration) -> Result<(), SessionError> {
+        self.set_own(MAX_FIELD, "absolute lifetime", max).await
+    }
+
+    async fn set_own(
+        &self,
+        field: &str,
+        what: &'static str,
+        d: Duration,
+    ) -> Result<(), SessionError> {
+        if d.is_zero() {
+            return Err(SessionError::InvalidLifetime(what));
+        }
+        let us = d.min(self.shared.life.ceiling).as_micros();
+        let mut state = self.loaded().await?;
+        if state.destroyed {
+            return Err(SessionError::Destroyed);
+        }
+        state.changes.set.insert(field.to_owned(), us.to_string());
+        Ok(())
+    }
+
+    /// The sessions of this session's user (none when logged out), with their metadata, the
+    /// current one marked ([`SessionInfo::current`]): a "your devices" page.
+    ///
+    /// ```
+    /// use redis_guard::session::{Session, SessionError};
+    ///
+    /// async fn devices(session: Session) -> Result<String, SessionError> {
+    ///     let mut page = String::new();
+    ///     for s in session.sessions().await? {
+    ///         let here = if s.current { " (this device)" } else { "" };
+    ///         let agent = s.user_agent.as_deref().unwrap_or("unknown browser");
+    ///         page.push_str(&format!("{agent}, seen {:?} ago{here}\n", s.idle_for));
+    ///     }
+    ///     Ok(page)
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A store error.
+    pub async fn sessions(&self) -> Result<Vec<SessionInfo>, SessionError> {
+        let (user, current) = self.owner().await?;
+        let Some(user) = user else {
+            return Ok(Vec::new());
+        };
+        let mut list = self.shared.store.user_sessions(user).await?;
+        for info in &mut list {
+            info.current = current.as_deref() == Some(info.storage_key.as_str());
+        }
+        Ok(list)
+    }
+
+    /// Ends the session of this session's user whose [`handle`](SessionInfo::handle) is
+    /// `handle` ("log out that device"); `false` when the user has no such session (a forged
+    /// handle, another user's, or logged out: nothing happens). Ending the current session
+    /// removes its cookie, as [`destroy`](Self::destroy) does.
+    ///
+    /// # Errors
+    ///
+    /// A store error.
+    pub async fn revoke_session(&self, handle: &str) -> Result<bool, SessionError> {
+        let (user, current) = self.owner().await?;
+        let Some(user) = user else {
+            return Ok(false);
+        };
+        let listed = self.shared.store.user_sessions(user.clone()).await?;
+        let Some(info) = listed.into_iter().find(|i| i.handle == handle) else {
+            return Ok(false);
+        };
+        if current.as_deref() == Some(info.storage_key.as_str()) {
+            self.destroy().await?;
+            return Ok(true);
+        }
+        self.shared
+            .store
+            .revoke_session(user, handle.to_owned())
+            .await
+    }
+
+    /// Ends every other session of this session's user ("log out everywhere else"), keeping
+    /// this one; returns how many ended. Logged out: nothing happens.
+    ///
+    /// # Errors
+    ///
+    /// A store error.
+    pub async fn revoke_other_sessions(&self) -> Result<usize, SessionError> {
+        let (user, current) = self.owner().await?;
+        let Some(user) = user else {
+            return Ok(0);
+        };
+        let keep = current.unwrap_or_default();
+        self.shared.store.revoke_user_except(user, keep).await
+    }
+
+    /// The stored user of this session and its storage key, once loaded (a user set in this
+    /// request but not yet saved does not count: its session is not indexed yet).
+    async fn owner(&self) -> Result<(Option<String>, Option<String>), SessionError> {
+        let state = self.loaded().await?;
+        let Some((id, record)) = &state.live else {
+            return Ok((None, None));
+        };
+        Ok((record.user().map(str::to_owned), Some(id.storage_key())))
+    }
+
+    /// `Max-Age` for the cookie this request sets, when the session has its own lifetime.
+    pub(crate) async fn cookie_age(&self) -> Option<Duration> {
+        self.state.lock().await.cookie_age
     }
 
     pub(crate) fn policy(&self) -> FailurePolicy {

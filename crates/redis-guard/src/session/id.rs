@@ -55,6 +55,14 @@ impl SessionId {
     }
 }
 
+/// A fresh public handle for a session (see [`SessionInfo::handle`](super::SessionInfo::handle)):
+/// 128 random bits, unrelated to the id, 22 characters of base64url.
+pub(crate) fn new_handle() -> Result<String, SessionError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| SessionError::Random(e.to_string()))?;
+    Ok(URL_SAFE_NO_PAD.encode(bytes))
+}
+
 impl fmt::Debug for SessionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The id is a bearer credential: print only a prefix of its storage key.

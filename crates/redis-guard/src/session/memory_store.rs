@@ -1,13 +1,16 @@
 //! Sessions in this process, with the Redis store's semantics.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::SessionError;
 use super::memory_table::State;
-use super::memory_users::user_digest;
-use super::store::{BoxFuture, Changes, EXP_FIELD, Lifetimes, Record, SessionInfo, SessionStore};
+use super::memory_users::{UserDigest, user_digest};
+use super::store::{
+    BoxFuture, CREATED_FIELD, Changes, EXP_FIELD, Lifetimes, Record, SEEN_FIELD, SessionInfo,
+    SessionStore,
+};
 use crate::backend::{BackendError, Clock, InProcess, InProcessBuilder};
 
 /// Default bound on the number of sessions a [`MemorySessionStore`] holds.
@@ -102,9 +105,10 @@ impl SessionStore for MemorySessionStore {
         &self,
         key: String,
         life: Lifetimes,
+        ip: Option<IpAddr>,
     ) -> BoxFuture<Result<Option<Record>, SessionError>> {
         self.with(move |s, now| {
-            Ok(s.live(&key, now, life).map(|e| Record {
+            Ok(s.live(&key, now, life, ip).map(|e| Record {
                 fields: e.fields.clone(),
             }))
         })
@@ -122,12 +126,17 @@ impl SessionStore for MemorySessionStore {
             }
             let exp = now.saturating_add(life.max_us());
             let mut fields = HashMap::new();
-            fields.insert("$created".to_owned(), now.to_string());
+            fields.insert(CREATED_FIELD.to_owned(), now.to_string());
+            fields.insert(SEEN_FIELD.to_owned(), now.to_string());
             fields.insert(EXP_FIELD.to_owned(), exp.to_string());
             fields.insert("$v".to_owned(), "1".to_owned());
             changes.apply_to(&mut fields);
-            s.insert(key, fields, exp, now, life);
-            Ok(exp)
+            s.insert(key.clone(), fields, exp, now, life);
+            s.relife(&key, now, life).ok_or_else(|| {
+                SessionError::Backend(BackendError::BadReply(
+                    "created a session that had already ended".into(),
+                ))
+            })
         })
     }
 
@@ -138,10 +147,11 @@ impl SessionStore for MemorySessionStore {
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<u64>, SessionError>> {
         self.with(move |s, now| {
-            Ok(s.live(&key, now, life).map(|e| {
-                changes.apply_to(&mut e.fields);
-                e.exp
-            }))
+            let Some(e) = s.live(&key, now, life, None) else {
+                return Ok(None);
+            };
+            changes.apply_to(&mut e.fields);
+            Ok(s.relife(&key, now, life))
         })
     }
 
@@ -153,7 +163,7 @@ impl SessionStore for MemorySessionStore {
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<i64>, SessionError>> {
         self.with(move |s, now| {
-            let Some(e) = s.live(&key, now, life) else {
+            let Some(e) = s.live(&key, now, life, None) else {
                 return Ok(None);
             };
             let current = match e.fields.get(&field) {
@@ -183,7 +193,7 @@ impl SessionStore for MemorySessionStore {
         life: Lifetimes,
     ) -> BoxFuture<Result<bool, SessionError>> {
         self.with(move |s, now| {
-            if s.live(&old, now, life).is_none() {
+            if s.live(&old, now, life, None).is_none() {
                 return Ok(false);
             }
             if s.sessions.contains_key(&new) {
@@ -230,21 +240,56 @@ impl SessionStore for MemorySessionStore {
     }
 
     fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
+        self.with(move |s, now| Ok(s.listing(&user_digest(&user), now)))
+    }
+
+    fn revoke_session(
+        &self,
+        user: String,
+        handle: String,
+    ) -> BoxFuture<Result<bool, SessionError>> {
         self.with(move |s, now| {
-            let mut out: Vec<SessionInfo> = s
-                .users
-                .get(&user_digest(&user))
+            let found = s
+                .listing(&user_digest(&user), now)
                 .into_iter()
-                .flatten()
-                .filter(|(k, exp)| now < **exp && s.is_live(k, now))
-                .map(|(k, exp)| SessionInfo {
-                    storage_key: k.clone(),
-                    expires_in: Duration::from_micros(exp - now),
-                })
-                .collect();
-            out.sort_by_key(|i| (i.expires_in, i.storage_key.clone()));
-            Ok(out)
+                .find(|info| info.handle == handle);
+            Ok(found.is_some_and(|info| s.remove(&info.storage_key).is_some()))
         })
+    }
+
+    fn revoke_user_except(
+        &self,
+        user: String,
+        keep: String,
+    ) -> BoxFuture<Result<usize, SessionError>> {
+        self.with(move |s, now| {
+            let mut ended = 0;
+            for info in s.listing(&user_digest(&user), now) {
+                if info.storage_key != keep && s.remove(&info.storage_key).is_some() {
+                    ended += 1;
+                }
+            }
+            Ok(ended)
+        })
+    }
+}
+
+impl State {
+    /// The live sessions in `user`'s index with their metadata, soonest expiry first.
+    fn listing(&self, user: &UserDigest, now: u64) -> Vec<SessionInfo> {
+        let mut out: Vec<SessionInfo> = self
+            .users
+            .get(user)
+            .into_iter()
+            .flatten()
+            .filter(|(k, exp)| now < **exp && self.is_live(k, now))
+            .filter_map(|(k, _)| {
+                let entry = self.sessions.get(&k.clone())?;
+                SessionInfo::from_fields(k.clone(), |f| entry.fields.get(f).cloned(), now)
+            })
+            .collect();
+        out.sort_by(|a, b| (a.expires_in, &a.storage_key).cmp(&(b.expires_in, &b.storage_key)));
+        out
     }
 }
 
@@ -252,6 +297,7 @@ impl SessionStore for MemorySessionStore {
 mod tests {
     use super::*;
     use crate::backend::ManualClock;
+    use std::time::Duration;
 
     fn block<T>(f: BoxFuture<T>) -> T {
         futures_util::FutureExt::now_or_never(f).expect("the memory store never waits")
@@ -291,7 +337,9 @@ mod tests {
             for info in block(store.user_sessions(format!("user{u}"))).unwrap() {
                 indexed += 1;
                 assert!(
-                    block(store.load(info.storage_key, life)).unwrap().is_some(),
+                    block(store.load(info.storage_key, life, None))
+                        .unwrap()
+                        .is_some(),
                     "the index lists an evicted session"
                 );
             }
@@ -316,7 +364,7 @@ mod tests {
         clock.advance(life.max);
         let mut ops = 0;
         while !store.is_empty() {
-            block(store.load("absent".to_owned(), life)).unwrap();
+            block(store.load("absent".to_owned(), life, None)).unwrap();
             assert!(store.lock().examined <= crate::backend::SWEEP_PER_OP);
             ops += 1;
         }

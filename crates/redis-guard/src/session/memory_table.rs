@@ -3,8 +3,12 @@
 
 use std::collections::HashMap;
 
+use std::net::IpAddr;
+
 use super::memory_users::{UserDigest, UserIndex};
-use super::store::Lifetimes;
+use super::store::{
+    CREATED_FIELD, EXP_FIELD, IDLE_FIELD, IP_FIELD, Lifetimes, MAX_FIELD, SEEN_FIELD,
+};
 use crate::backend::ExpiringTable;
 
 /// Everything a [`MemorySessionStore`](super::MemorySessionStore) holds, behind its lock.
@@ -27,6 +31,20 @@ pub(crate) struct Entry {
     pub(crate) exp: u64,
     /// The user index holding this session, if any.
     pub(crate) user: Option<UserDigest>,
+}
+
+impl Entry {
+    /// A metadata field as a number.
+    fn number(&self, field: &str) -> Option<u64> {
+        self.fields.get(field).and_then(|v| v.parse().ok())
+    }
+
+    /// When the session ends if unused from `now`: the sooner of its absolute expiry and its
+    /// idle timeout (its own, else the layer's).
+    fn deadline(&self, now: u64, life: Lifetimes) -> u64 {
+        let idle = self.number(IDLE_FIELD).unwrap_or_else(|| life.idle_us());
+        self.exp.min(now.saturating_add(idle))
+    }
 }
 
 impl State {
@@ -61,9 +79,9 @@ impl State {
             exp,
             user: None,
         };
+        let deadline = entry.deadline(now, life);
         self.remove(&key);
-        self.sessions
-            .insert(key, entry, exp.min(now.saturating_add(life.idle_us())));
+        self.sessions.insert(key, entry, deadline);
     }
 
     /// Removes a session with its place in its user's index.
@@ -81,18 +99,54 @@ impl State {
         self.sessions.is_live(&key.to_owned(), now)
     }
 
-    /// The live entry under `key`, after marking it used; an expired one is removed.
-    pub(crate) fn live(&mut self, key: &str, now: u64, life: Lifetimes) -> Option<&mut Entry> {
+    /// The live entry under `key`, after marking it used (its idle timeout restarts); an
+    /// expired one is removed. The use is recorded in its fields (last seen, and `ip` when
+    /// given) only when the last one recorded is no longer fresh, as in Redis.
+    pub(crate) fn live(
+        &mut self,
+        key: &str,
+        now: u64,
+        life: Lifetimes,
+        ip: Option<IpAddr>,
+    ) -> Option<&mut Entry> {
         let key = key.to_owned();
         let deadline = self.sessions.deadline(&key)?;
         if now >= deadline {
             self.remove(&key);
             return None;
         }
-        let exp = self.sessions.get_mut(&key)?.exp;
-        self.sessions
-            .set_deadline(&key, exp.min(now.saturating_add(life.idle_us())));
+        let entry = self.sessions.get_mut(&key)?;
+        let deadline = entry.deadline(now, life);
+        let seen = entry.number(SEEN_FIELD).unwrap_or(0);
+        if now.saturating_sub(seen) >= life.fresh_us() {
+            entry.fields.insert(SEEN_FIELD.to_owned(), now.to_string());
+            if let Some(ip) = ip {
+                entry.fields.insert(IP_FIELD.to_owned(), ip.to_string());
+            }
+        }
+        self.sessions.set_deadline(&key, deadline);
         self.sessions.get_mut(&key)
+    }
+
+    /// After a write to the live session `key` that may have set its own lifetimes: its absolute
+    /// expiry and deadline follow them. Returns the absolute expiry, or `None` when the new
+    /// lifetime has already passed (the session is removed).
+    pub(crate) fn relife(&mut self, key: &str, now: u64, life: Lifetimes) -> Option<u64> {
+        let key = key.to_owned();
+        let entry = self.sessions.get_mut(&key)?;
+        if let (Some(created), Some(max)) = (entry.number(CREATED_FIELD), entry.number(MAX_FIELD)) {
+            entry.exp = created.saturating_add(max);
+            entry
+                .fields
+                .insert(EXP_FIELD.to_owned(), entry.exp.to_string());
+        }
+        let (exp, deadline) = (entry.exp, entry.deadline(now, life));
+        if now >= exp {
+            self.remove(&key);
+            return None;
+        }
+        self.sessions.set_deadline(&key, deadline);
+        Some(exp)
     }
 
     /// Puts the live session `key` in `user`'s index (leaving any other user's), then ends the

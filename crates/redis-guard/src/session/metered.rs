@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::SessionError;
@@ -51,8 +52,9 @@ impl SessionStore for Metered {
         &self,
         key: String,
         life: Lifetimes,
+        ip: Option<IpAddr>,
     ) -> BoxFuture<Result<Option<Record>, SessionError>> {
-        metered("load", self.0.load(key, life), |r| {
+        metered("load", self.0.load(key, life, ip), |r| {
             let result = if r.is_some() { "live" } else { "absent" };
             Some((SESSION_LOADS, "result", result, 1))
         })
@@ -127,6 +129,26 @@ impl SessionStore for Metered {
         metered("list", self.0.user_sessions(user), |_| None)
     }
 
+    fn revoke_session(
+        &self,
+        user: String,
+        handle: String,
+    ) -> BoxFuture<Result<bool, SessionError>> {
+        metered("revoke", self.0.revoke_session(user, handle), |&ended| {
+            ended.then_some((SESSION_REVOCATIONS, "kind", "session", 1))
+        })
+    }
+
+    fn revoke_user_except(
+        &self,
+        user: String,
+        keep: String,
+    ) -> BoxFuture<Result<usize, SessionError>> {
+        metered("revoke", self.0.revoke_user_except(user, keep), |&n| {
+            Some((SESSION_REVOCATIONS, "kind", "others", n as u64))
+        })
+    }
+
     fn check(&self) -> Result<(), String> {
         self.0.check()
     }
@@ -163,8 +185,12 @@ mod tests {
         let key = |k: &str| k.to_owned();
         let exp = block(store.create(key("a"), set("x"), life)).unwrap();
         block(store.index_user("u".into(), key("a"), exp, life)).unwrap();
-        assert!(block(store.load(key("a"), life)).unwrap().is_some());
-        assert!(block(store.load(key("nobody"), life)).unwrap().is_none());
+        assert!(block(store.load(key("a"), life, None)).unwrap().is_some());
+        assert!(
+            block(store.load(key("nobody"), life, None))
+                .unwrap()
+                .is_none()
+        );
         assert!(
             block(store.save(key("a"), set("y"), life))
                 .unwrap()

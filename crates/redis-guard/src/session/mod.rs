@@ -118,5 +118,6 @@ pub use memory_store::{DEFAULT_MAX_SESSIONS, MemorySessionStore};
 pub use policy::FailurePolicy;
 pub use redis_store::RedisSessionStore;
 pub use service::SessionService;
+pub use shared::MAX_USER_AGENT_LEN;
 pub use store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore};
 pub use user::SessionUser;

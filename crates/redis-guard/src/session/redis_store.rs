@@ -1,17 +1,20 @@
 //! Sessions as Redis hashes.
 
+use std::net::IpAddr;
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
 
 use redis::Value;
 use sha2::{Digest, Sha256};
 
 use super::SessionError;
 use super::scripts::{
-    DROP, INCR, INDEX, LIST, LOAD, MOVE, PROBE, RESTORE, REVOKE, SAVE, SETTLE, TAKE, TRIM,
+    DROP, INCR, INDEX, LIST, LOAD, MOVE, PEEK, PROBE, RESTORE, REVOKE, SAVE, SETTLE, TAKE, TRIM,
     bad_reply, expiry, int, save_args, string, strings,
 };
-use super::store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore, USER_FIELD};
+use super::store::{
+    BoxFuture, CREATED_FIELD, Changes, EXP_FIELD, HANDLE_FIELD, IP_FIELD, Lifetimes, Record,
+    SEEN_FIELD, SessionInfo, SessionStore, UA_FIELD, USER_FIELD,
+};
 use crate::backend::{
     Coalescer, DEFAULT_BATCH, Entry, LuaScript as Script, RedisBackend, ScriptCall,
 };
@@ -222,6 +225,9 @@ impl RedisSessionStore {
 struct LoadEntry {
     key: [String; 1],
     idle: u64,
+    fresh: u64,
+    /// The client's address, or empty.
+    ip: String,
 }
 
 impl Entry for LoadEntry {
@@ -230,11 +236,11 @@ impl Entry for LoadEntry {
     }
 
     fn arg_count(&self) -> usize {
-        1
+        3
     }
 
     fn write_args(&self, call: &mut ScriptCall<'_>) {
-        call.arg(self.idle);
+        call.arg(self.idle).arg(self.fresh).arg(&self.ip);
     }
 }
 
@@ -245,11 +251,14 @@ impl SessionStore for RedisSessionStore {
         &self,
         key: String,
         life: Lifetimes,
+        ip: Option<IpAddr>,
     ) -> BoxFuture<Result<Option<Record>, SessionError>> {
         let loads = Arc::clone(&self.inner.loads);
         let entry = LoadEntry {
             key: [self.session_key(&key)],
             idle: life.idle_us(),
+            fresh: life.fresh_us(),
+            ip: ip.map(|ip| ip.to_string()).unwrap_or_default(),
         };
         Box::pin(async move {
             match loads.call(entry).await? {
@@ -421,25 +430,104 @@ impl SessionStore for RedisSessionStore {
 
     fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
         let this = self.clone();
+        Box::pin(async move { this.listing(&user).await })
+    }
+
+    fn revoke_session(
+        &self,
+        user: String,
+        handle: String,
+    ) -> BoxFuture<Result<bool, SessionError>> {
+        let this = self.clone();
         Box::pin(async move {
-            let flat = strings(this.run(&LIST, this.user_key(&user), 0, vec![]).await?)?;
-            let members: Vec<String> = flat.iter().step_by(2).cloned().collect();
-            let dead = this.dead(&members, NO_IDLE).await?;
-            if !dead.is_empty() {
-                this.unindex(&user, dead.clone()).await?;
+            if handle.is_empty() || handle.len() > MAX_HANDLE_LEN {
+                return Ok(false);
             }
-            Ok(flat
-                .chunks(2)
-                .filter(|pair| !dead.contains(&pair[0]))
-                .filter_map(|pair| {
-                    let [key, us] = pair else { return None };
-                    let us: u64 = us.parse().ok()?;
-                    Some(SessionInfo {
-                        storage_key: key.clone(),
-                        expires_in: Duration::from_micros(us),
-                    })
-                })
-                .collect())
+            // A rotation between the listing and the delete moves the session to a new key
+            // under the same handle: look again, a few times.
+            let mut ended = false;
+            for _ in 0..REVOKE_ATTEMPTS {
+                let listing = this.listing(&user).await?;
+                let Some(info) = listing.into_iter().find(|i| i.handle == handle) else {
+                    return Ok(ended);
+                };
+                this.delete(info.storage_key).await?;
+                ended = true;
+            }
+            Ok(ended)
         })
+    }
+
+    fn revoke_user_except(
+        &self,
+        user: String,
+        keep: String,
+    ) -> BoxFuture<Result<usize, SessionError>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let mut ended = 0;
+            for info in this.listing(&user).await? {
+                if info.storage_key != keep {
+                    this.delete(info.storage_key).await?;
+                    ended += 1;
+                }
+            }
+            Ok(ended)
+        })
+    }
+}
+
+/// The longest handle worth looking up: longer ones name no session.
+const MAX_HANDLE_LEN: usize = 64;
+
+/// How many times `revoke_session` follows a session that rotated under it.
+const REVOKE_ATTEMPTS: usize = 3;
+
+impl RedisSessionStore {
+    /// `user`'s live sessions with their metadata, soonest expiry first: the index, then one
+    /// peek per session (concurrently; on a cluster they live on different slots). Entries of
+    /// sessions that are gone leave the index.
+    async fn listing(&self, user: &str) -> Result<Vec<SessionInfo>, SessionError> {
+        let flat = strings(self.run(&LIST, self.user_key(user), 0, vec![]).await?)?;
+        let members: Vec<String> = flat.iter().step_by(2).cloned().collect();
+        let peeks = members
+            .iter()
+            .map(|m| self.run(&PEEK, self.session_key(m), NO_IDLE, vec![]));
+        let peeked = futures_util::future::try_join_all(peeks).await?;
+        let mut dead = Vec::new();
+        let mut out = Vec::with_capacity(members.len());
+        for (member, reply) in members.into_iter().zip(peeked) {
+            if let Value::Nil = reply {
+                dead.push(member);
+                continue;
+            }
+            let values = strings(reply)?;
+            let Some((now, fields)) = values.split_first() else {
+                return Err(bad_reply("an empty session listing".into()));
+            };
+            let now: u64 = now
+                .parse()
+                .map_err(|_| bad_reply(format!("store time {now:?}")))?;
+            const NAMES: [&str; 6] = [
+                EXP_FIELD,
+                CREATED_FIELD,
+                SEEN_FIELD,
+                HANDLE_FIELD,
+                IP_FIELD,
+                UA_FIELD,
+            ];
+            let field = |name: &str| {
+                let i = NAMES.iter().position(|n| *n == name)?;
+                fields.get(i).filter(|v| !v.is_empty()).cloned()
+            };
+            match SessionInfo::from_fields(member.clone(), field, now) {
+                Some(info) => out.push(info),
+                None => dead.push(member),
+            }
+        }
+        if !dead.is_empty() {
+            self.unindex(user, dead).await?;
+        }
+        Ok(out)
     }
 }

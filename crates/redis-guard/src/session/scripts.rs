@@ -37,6 +37,8 @@ pub(crate) static SETTLE: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/settle.lua")));
 pub(crate) static DROP: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/drop.lua")));
+pub(crate) static PEEK: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/peek.lua")));
 pub(crate) static PROBE: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/probe.lua")));
 

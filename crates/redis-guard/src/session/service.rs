@@ -10,7 +10,7 @@ use tower_service::Service;
 use super::cookie_header::{self, ReadCookie};
 use super::future::ResponseFuture;
 use super::handle::Session;
-use super::shared::Shared;
+use super::shared::{Shared, Visit};
 
 /// The service [`SessionLayer`](super::SessionLayer) wraps around its inner service.
 #[derive(Clone)]
@@ -51,12 +51,15 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let cookie = cookie_header::read(req.headers(), self.shared.cookie.name());
         let has_cookie = matches!(cookie, ReadCookie::Ids(_));
-        let session = Session::new(Arc::clone(&self.shared), cookie);
+        let (parts, body) = req.into_parts();
+        let visit = Visit::of(&parts, &self.shared.metadata);
+        let mut req = Request::from_parts(parts, body);
+        let session = Session::new(Arc::clone(&self.shared), cookie, visit);
         req.extensions_mut().insert(session.clone());
         if self.shared.expose_user && has_cookie {
             return ResponseFuture::preloading(session, inner, req);

@@ -1,9 +1,14 @@
 //! [`State`]: one request's session, and the load and save around the handler.
 
+use std::time::Duration;
+
 use super::cookie_header::ReadCookie;
-use super::id::SessionId;
-use super::shared::Shared;
-use super::store::{Changes, EXP_FIELD, Record, USER_FIELD};
+use super::id::{SessionId, new_handle};
+use super::shared::{Shared, Visit};
+use super::store::{
+    CREATED_FIELD, Changes, EXP_FIELD, HANDLE_FIELD, IP_FIELD, MAX_FIELD, Record, SEEN_FIELD,
+    UA_FIELD, USER_FIELD,
+};
 use super::{FailurePolicy, SessionError};
 
 /// What the response must say about the cookie.
@@ -31,10 +36,15 @@ pub(crate) struct State {
     /// The load failed: nothing is written and no cookie is set for the rest of the request
     /// (the client's cookie may name a perfectly good session).
     pub(crate) load_failed: bool,
+    /// The client, as recorded with the session.
+    pub(crate) visit: Visit,
+    /// `Max-Age` for a cookie this request sets: the session's own absolute lifetime left, when
+    /// it has one (`set_max_lifetime`).
+    pub(crate) cookie_age: Option<Duration>,
 }
 
 impl State {
-    pub(crate) fn new(cookie: ReadCookie) -> Self {
+    pub(crate) fn new(cookie: ReadCookie, visit: Visit) -> Self {
         let cookie_ids = match cookie {
             ReadCookie::Ids(ids) => ids,
             ReadCookie::Absent | ReadCookie::Malformed => Vec::new(),
@@ -49,6 +59,8 @@ impl State {
             destroyed: false,
             failed: false,
             load_failed: false,
+            visit,
+            cookie_age: None,
         }
     }
 
@@ -92,7 +104,7 @@ impl State {
             return Ok(());
         }
         self.loaded = true;
-        match load_first_live(shared, &self.cookie_ids).await {
+        match load_first_live(shared, &self.cookie_ids, &self.visit).await {
             Ok(Some((id, record))) => {
                 self.user = record.user().map(str::to_owned);
                 self.live = Some((id, record));
@@ -128,6 +140,20 @@ impl State {
     /// an untouched session on a successful response (one round trip). Returns what to do with
     /// the cookie, and whether the store failed during the request.
     pub(crate) async fn finish(&mut self, shared: &Shared, success: bool) -> (CookieAction, bool) {
+        let (cookie, failed) = self.write(shared, success).await;
+        if matches!(cookie, CookieAction::Set(_))
+            && self.cookie_age.is_none()
+            && let Some((_, record)) = &self.live
+            && own_max(Some(record), &Changes::default()).is_some()
+        {
+            // A rotation: the new cookie keeps the session's own lifetime.
+            self.cookie_age = time_left(record, number(record.get(EXP_FIELD)));
+        }
+        (cookie, failed)
+    }
+
+    /// Writes what the request changed, with the client's details; see [`finish`](Self::finish).
+    async fn write(&mut self, shared: &Shared, success: bool) -> (CookieAction, bool) {
         if self.destroyed {
             return (self.cookie.clone(), self.failed);
         }
@@ -141,25 +167,37 @@ impl State {
             if !self.loaded && success {
                 // Untouched, but the cookie came: the session was used, restart its idle timer
                 // (on the first candidate that is live).
-                if let Err(e) = load_first_live(shared, &self.cookie_ids).await {
+                if let Err(e) = load_first_live(shared, &self.cookie_ids, &self.visit).await {
                     // The response is complete and nothing it relies on was lost.
                     tracing::warn!(error = %e, "session: could not refresh the idle timeout");
                 }
             }
             return (self.cookie.clone(), self.failed);
         }
-        let changes = std::mem::take(&mut self.changes);
-        let user = self
-            .user
-            .clone()
-            .filter(|_| changes.set.contains_key(USER_FIELD));
+        let mut changes = std::mem::take(&mut self.changes);
+        self.describe_client(&mut changes);
+        // The user's index scores sessions by absolute expiry: a session that gains a user, or
+        // a new absolute lifetime, is (re-)indexed.
+        let user = self.user.clone().filter(|_| {
+            changes.set.contains_key(USER_FIELD) || changes.set.contains_key(MAX_FIELD)
+        });
         let life = shared.life;
         let outcome = if let Some((id, record)) = &self.live {
             let key = id.storage_key();
             // An existing session gains a user: index it first, so that it is never live under
             // a user without being revocable. A revocation in between deletes the session and
             // the save below then finds it gone.
-            let exp = record.get(EXP_FIELD).and_then(|v| v.parse::<u64>().ok());
+            let exp = match changes.set.get(MAX_FIELD) {
+                Some(max) => number(record.get(CREATED_FIELD))
+                    .zip(number(Some(max)))
+                    .map(|(created, max)| created.saturating_add(max)),
+                None => number(record.get(EXP_FIELD)),
+            };
+            let own = own_max(Some(record), &changes);
+            if changes.set.contains_key(MAX_FIELD) && self.cookie == CookieAction::Keep {
+                // A new lifetime for the cookie too.
+                self.cookie = CookieAction::Set(id.clone());
+            }
             let indexed = match (&user, exp) {
                 (Some(user), Some(exp)) => shared
                     .store
@@ -170,7 +208,10 @@ impl State {
             };
             match indexed {
                 Ok(indexed) => match shared.store.save(key.clone(), changes, life).await {
-                    Ok(Some(exp)) => Ok(Some((key, exp, indexed))),
+                    Ok(Some(exp)) => {
+                        self.cookie_age = own.and_then(|_| time_left(record, Some(exp)));
+                        Ok(Some((key, exp, indexed)))
+                    }
                     Ok(None) => {
                         // Destroyed, revoked or expired meanwhile: the write is dropped and no
                         // cookie is (re-)issued for it.
@@ -187,12 +228,15 @@ impl State {
         } else {
             // A new session, never under the id the client sent (no fixation). Its cookie is
             // only sent once it is indexed under its user (below).
-            match SessionId::generate() {
-                Ok(id) => {
+            match SessionId::generate().and_then(|id| Ok((id, new_handle()?))) {
+                Ok((id, handle)) => {
                     let key = id.storage_key();
+                    changes.set.insert(HANDLE_FIELD.to_owned(), handle);
+                    let age = own_max(None, &changes).map(Duration::from_micros);
                     match shared.store.create(key.clone(), changes, life).await {
                         Ok(exp) => {
                             self.cookie = CookieAction::Set(id);
+                            self.cookie_age = age;
                             Ok(Some((key, exp, false)))
                         }
                         Err(e) => Err(e),
@@ -229,14 +273,50 @@ impl State {
     }
 }
 
+impl State {
+    /// Adds the client's details to a write, where they differ from what is stored: the write
+    /// happens anyway, so they cost no round trip of their own.
+    fn describe_client(&self, changes: &mut Changes) {
+        let record = self.live.as_ref().map(|(_, r)| r);
+        let stored = |field: &str| record.and_then(|r| r.get(field));
+        let ip = self.visit.ip.map(|ip| ip.to_string());
+        for (field, value) in [(IP_FIELD, ip), (UA_FIELD, self.visit.user_agent())] {
+            if let Some(value) = value
+                && stored(field) != Some(value.as_str())
+            {
+                changes.set.insert(field.to_owned(), value);
+            }
+        }
+    }
+}
+
+fn number(v: Option<&str>) -> Option<u64> {
+    v.and_then(|v| v.parse().ok())
+}
+
+/// The session's own absolute lifetime (µs): set by this write, else stored.
+fn own_max(record: Option<&Record>, changes: &Changes) -> Option<u64> {
+    let set = changes.set.get(MAX_FIELD).map(String::as_str);
+    number(set.or_else(|| record.and_then(|r| r.get(MAX_FIELD))))
+}
+
+/// How long a stored session has left until `exp`, counted from its last use recorded (at most
+/// one [`Lifetimes::seen_every`](super::Lifetimes::seen_every) ago): a cookie's `Max-Age`.
+fn time_left(record: &Record, exp: Option<u64>) -> Option<Duration> {
+    let now = number(record.get(SEEN_FIELD))?;
+    Some(Duration::from_micros(exp?.saturating_sub(now)))
+}
+
 /// Loads (and marks used) the first of `ids` that names a live session: a planted id in
 /// front of the real one costs a round trip, not the session.
 async fn load_first_live(
     shared: &Shared,
     ids: &[SessionId],
+    visit: &Visit,
 ) -> Result<Option<(SessionId, Record)>, SessionError> {
     for id in ids {
-        if let Some(record) = shared.store.load(id.storage_key(), shared.life).await? {
+        let key = id.storage_key();
+        if let Some(record) = shared.store.load(key, shared.life, visit.ip).await? {
             return Ok(Some((id.clone(), record)));
         }
     }

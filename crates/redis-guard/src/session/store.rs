@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// How long sessions live, and how many one user may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Lifetimes {
     /// Idle timeout: a session unused this long ends. Every successful request carrying the
     /// cookie restarts it.
@@ -22,15 +24,26 @@ pub struct Lifetimes {
     /// Sessions one user may hold at once; when a new one would exceed it, the one closest to
     /// its absolute expiry is ended.
     pub per_user: u32,
+    /// How long a use stays fresh: a session used again within it is not marked used again
+    /// (its last-seen time, idle timeout and client address are not rewritten), so most
+    /// requests write nothing. `None`: 1 % of the idle timeout.
+    pub seen_every: Option<Duration>,
+    /// The longest idle timeout or absolute lifetime one session may be given
+    /// ([`Session::set_max_lifetime`](super::Session::set_max_lifetime)); longer ones are cut
+    /// to it.
+    pub ceiling: Duration,
 }
 
 impl Default for Lifetimes {
-    /// 30 minutes idle, 24 hours absolute, 64 per user.
+    /// 30 minutes idle, 24 hours absolute, 64 per user, a use fresh for 1 % of the idle
+    /// timeout, at most 30 days for one session.
     fn default() -> Self {
         Self {
             idle: Duration::from_secs(30 * 60),
             max: Duration::from_secs(24 * 3600),
             per_user: 64,
+            seen_every: None,
+            ceiling: Duration::from_secs(30 * 24 * 3600),
         }
     }
 }
@@ -43,6 +56,14 @@ impl Lifetimes {
     pub(crate) fn max_us(&self) -> u64 {
         u64::try_from(self.max.as_micros()).unwrap_or(u64::MAX)
     }
+
+    /// How long a use stays fresh, in µs.
+    pub(crate) fn fresh_us(&self) -> u64 {
+        match self.seen_every {
+            Some(d) => u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
+            None => self.idle_us() / 100,
+        }
+    }
 }
 
 /// Prefix of the metadata fields; user keys may not start with it.
@@ -51,6 +72,20 @@ pub(crate) const RESERVED: char = '$';
 pub(crate) const USER_FIELD: &str = "$user";
 /// The absolute expiry field.
 pub(crate) const EXP_FIELD: &str = "$exp";
+/// Creation time (store clock, µs).
+pub(crate) const CREATED_FIELD: &str = "$created";
+/// Last use (store clock, µs).
+pub(crate) const SEEN_FIELD: &str = "$seen";
+/// This session's own idle timeout (µs).
+pub(crate) const IDLE_FIELD: &str = "$idle";
+/// This session's own absolute lifetime (µs).
+pub(crate) const MAX_FIELD: &str = "$max";
+/// The public handle listings show.
+pub(crate) const HANDLE_FIELD: &str = "$handle";
+/// The client's address, as of the last use marked.
+pub(crate) const IP_FIELD: &str = "$ip";
+/// The client's user agent, as of the last write.
+pub(crate) const UA_FIELD: &str = "$ua";
 
 /// A session's stored fields: the values (JSON text) under their keys, plus metadata fields whose
 /// names start with `$`.
@@ -127,14 +162,69 @@ impl Changes {
     }
 }
 
-/// One of a user's sessions, as [`SessionStore::user_sessions`] lists them.
+/// One of a user's sessions, as [`SessionStore::user_sessions`] and
+/// [`Session::sessions`](super::Session::sessions) list them: what a "your devices" page shows.
+///
+/// Times are relative (the stores' clocks differ: Redis `TIME`, or a monotonic clock in
+/// process); subtract them from the current time to show dates.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SessionInfo {
-    /// The session's storage key (SHA-256 of its id): names it without being a credential.
+    /// The session's storage key (SHA-256 of its id). Not a credential, but for the server's
+    /// own use: show and accept [`handle`](Self::handle) instead.
     pub storage_key: String,
+    /// A stable public name for the session: random, drawn when the session is created and kept
+    /// across id rotations; never the id nor its hash. What
+    /// [`SessionStore::revoke_session`] takes.
+    pub handle: String,
     /// Time left until its absolute expiry.
     pub expires_in: Duration,
+    /// Time since it was created.
+    pub age: Duration,
+    /// Time since it was last marked used (at most [`Lifetimes::seen_every`] stale).
+    pub idle_for: Duration,
+    /// The client's address at the last use marked, unless the layer records none.
+    pub ip: Option<IpAddr>,
+    /// The client's user agent at the last write, truncated, unless the layer records none.
+    pub user_agent: Option<String>,
+    /// Whether this is the session of the request that listed it (only
+    /// [`Session::sessions`](super::Session::sessions) sets it).
+    pub current: bool,
+}
+
+impl SessionInfo {
+    /// The listing of the session under `storage_key` from its stored `fields`, at store time
+    /// `now` (µs); `None` when the metadata needed is missing or malformed.
+    pub(crate) fn from_fields(
+        storage_key: String,
+        field: impl Fn(&str) -> Option<String>,
+        now: u64,
+    ) -> Option<Self> {
+        let us = |name: &str| field(name).and_then(|v| v.parse::<u64>().ok());
+        let exp = us(EXP_FIELD)?;
+        let created = us(CREATED_FIELD).unwrap_or(now);
+        let seen = us(SEEN_FIELD).unwrap_or(created);
+        let since = |t: u64| Duration::from_micros(now.saturating_sub(t));
+        Some(Self {
+            handle: field(HANDLE_FIELD).unwrap_or_else(|| legacy_handle(&storage_key)),
+            storage_key,
+            expires_in: Duration::from_micros(exp.saturating_sub(now)),
+            age: since(created),
+            idle_for: since(seen),
+            ip: field(IP_FIELD).and_then(|v| v.parse().ok()),
+            user_agent: field(UA_FIELD),
+            current: false,
+        })
+    }
+}
+
+/// The handle of a session created before sessions had one: derived from its storage key, so it
+/// is stable until the next rotation, and one-way (it does not give the storage key away).
+fn legacy_handle(storage_key: &str) -> String {
+    use base64::Engine as _;
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("redis-guard session handle\0{storage_key}"));
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&digest[..16])
 }
 
 /// Where sessions live: [`RedisSessionStore`](super::RedisSessionStore) or
@@ -150,9 +240,14 @@ pub struct SessionInfo {
 /// operation, which are not a stable contract yet. Call its methods freely (e.g.
 /// [`revoke_user`](SessionStore::revoke_user) from an admin handler).
 pub trait SessionStore: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
-    /// Loads a live session and marks it used (restarting the idle timeout).
-    fn load(&self, key: String, life: Lifetimes)
-    -> BoxFuture<Result<Option<Record>, SessionError>>;
+    /// Loads a live session and marks it used (restarting the idle timeout) unless its last use
+    /// is still fresh ([`Lifetimes::seen_every`]); marking it records `ip` too, when given.
+    fn load(
+        &self,
+        key: String,
+        life: Lifetimes,
+        ip: Option<IpAddr>,
+    ) -> BoxFuture<Result<Option<Record>, SessionError>>;
 
     /// Creates a session with `changes` and returns its absolute expiry (store time, µs).
     fn create(
@@ -211,8 +306,25 @@ pub trait SessionStore: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'stat
     /// the next revocation.
     fn revoke_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>>;
 
-    /// The live sessions of `user`.
+    /// The live sessions of `user`, with their metadata, soonest absolute expiry first. Index
+    /// entries of sessions that are gone are pruned on the way.
     fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>>;
+
+    /// Ends the session of `user` whose [`handle`](SessionInfo::handle) is `handle`; `false`
+    /// when `user` has no such session (a forged handle, or another user's: nothing happens).
+    /// A rotation racing with it is followed: the session ends under its new id.
+    fn revoke_session(&self, user: String, handle: String)
+    -> BoxFuture<Result<bool, SessionError>>;
+
+    /// Ends every session of `user` except the one under storage key `keep` ("log out
+    /// everywhere else"); returns how many were ended. Sessions `user` logs in with while it
+    /// runs may stay (unlike [`revoke_user`](Self::revoke_user), which takes the index at once:
+    /// keeping one session means going through the list).
+    fn revoke_user_except(
+        &self,
+        user: String,
+        keep: String,
+    ) -> BoxFuture<Result<usize, SessionError>>;
 
     /// Checks the store's own settings; [`SessionLayerBuilder::build`](super::SessionLayerBuilder::build)
     /// calls it and fails with the message. The default accepts everything.
@@ -236,7 +348,8 @@ macro_rules! forward {
 
 impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
     forward! {
-        load(key: String, life: Lifetimes) -> BoxFuture<Result<Option<Record>, SessionError>>;
+        load(key: String, life: Lifetimes, ip: Option<IpAddr>)
+            -> BoxFuture<Result<Option<Record>, SessionError>>;
         create(key: String, changes: Changes, life: Lifetimes) -> BoxFuture<Result<u64, SessionError>>;
         save(key: String, changes: Changes, life: Lifetimes)
             -> BoxFuture<Result<Option<u64>, SessionError>>;
@@ -248,6 +361,8 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
             -> BoxFuture<Result<(), SessionError>>;
         revoke_user(user: String) -> BoxFuture<Result<usize, SessionError>>;
         user_sessions(user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>>;
+        revoke_session(user: String, handle: String) -> BoxFuture<Result<bool, SessionError>>;
+        revoke_user_except(user: String, keep: String) -> BoxFuture<Result<usize, SessionError>>;
         check() -> Result<(), String>;
     }
 }

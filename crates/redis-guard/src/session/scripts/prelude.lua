@@ -6,6 +6,10 @@
 --   $seen     last use, µs (the idle timeout counts from here)
 --   $user     the user id, once set_user was called
 --   $v        the record format version
+--   $idle     this session's own idle timeout, µs (set_idle_timeout), instead of ARGV's
+--   $max      this session's own absolute lifetime, µs (set_max_lifetime): $exp = $created + $max
+--   $handle   the public handle listings show (random; never the id nor its hash)
+--   $ip, $ua  the client's address (updated with $seen) and user agent, unless turned off
 -- The key's TTL follows the sooner of idle and absolute expiry; the scripts also check both
 -- times themselves, so a session never outlives either, whatever the TTL says.
 --
@@ -27,24 +31,34 @@ local function clock()
   return tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
 end
 
--- The absolute expiry of a live session and its last use, or nil after deleting one that has
--- expired (idle or absolute) or is malformed.
+-- Per session read by `live` in this script run: its own idle timeout, which `touch` then uses
+-- in place of the layer's.
+local own_idle = {}
+
+-- The absolute expiry of a live session, its last use and its idle timeout (its own, else
+-- `idle`), or nil after deleting one that has expired (idle or absolute) or is malformed.
 local function live(key, now, idle)
-  local m = redis.call('HMGET', key, '$exp', '$seen')
+  local m = redis.call('HMGET', key, '$exp', '$seen', '$idle')
   local exp, seen = tonumber(m[1]), tonumber(m[2])
   if exp == nil or seen == nil then
     if m[1] or m[2] or redis.call('EXISTS', key) == 1 then redis.call('DEL', key) end
     return nil
   end
+  local mine = tonumber(m[3])
+  if mine then
+    own_idle[key] = mine
+    idle = mine
+  end
   if now >= exp or now - seen >= idle then
     redis.call('DEL', key)
     return nil
   end
-  return exp, seen
+  return exp, seen, idle
 end
 
 -- Marks a use: the idle timeout starts again, the TTL follows the sooner expiry.
 local function touch(key, now, exp, idle)
+  idle = own_idle[key] or idle
   redis.call('HSET', key, '$seen', fmt(now))
   redis.call('PEXPIRE', key, cdiv(math.min(idle, exp - now), 1000))
 end
