@@ -568,6 +568,37 @@ impl Monitor {
     ///
     /// When the marker does not come back within 10 seconds.
     pub async fn commands(&mut self, h: &Harness) -> Vec<String> {
+        self.split(h).await.0
+    }
+
+    /// The client commands and, apart, the commands scripts ran inside Redis (e.g.
+    /// `"HSET" "rg:s:{…}" "$seen" "…"`: what a script wrote), since the last call (or the start).
+    ///
+    /// # Panics
+    ///
+    /// When the marker does not come back within 10 seconds.
+    pub async fn split(&mut self, h: &Harness) -> (Vec<String>, Vec<String>) {
+        let (inside, sent): (Vec<String>, Vec<String>) = self
+            .lines(h)
+            .await
+            .into_iter()
+            .partition(|l| l.contains("[0 lua]"));
+        let command = |l: String| l.split_once("] ").map(|(_, cmd)| cmd.to_owned());
+        let sent = sent
+            .into_iter()
+            .filter_map(command)
+            // The inspecting connection's own handshake.
+            .filter(|c| {
+                !c.starts_with("\"HELLO\"")
+                    && !c.starts_with("\"hello\"")
+                    && !c.to_ascii_lowercase().starts_with("\"client\"")
+            })
+            .collect();
+        (sent, inside.into_iter().filter_map(command).collect())
+    }
+
+    /// Every MONITOR line since the last call, up to a marker it sends itself.
+    async fn lines(&mut self, h: &Harness) -> Vec<String> {
         use tokio::io::AsyncBufReadExt;
         self.marker += 1;
         let marker = format!("monitor-marker-{}", self.marker);
@@ -599,16 +630,7 @@ impl Monitor {
         tokio::time::timeout(Duration::from_secs(10), read)
             .await
             .expect("marker");
-        seen.into_iter()
-            .filter(|l| !l.contains("[0 lua]"))
-            .filter_map(|l| l.split_once("] ").map(|(_, cmd)| cmd.to_owned()))
-            // The inspecting connection's own handshake.
-            .filter(|c| {
-                !c.starts_with("\"HELLO\"")
-                    && !c.starts_with("\"hello\"")
-                    && !c.to_ascii_lowercase().starts_with("\"client\"")
-            })
-            .collect()
+        seen
     }
 }
 
