@@ -72,6 +72,16 @@ fn app() -> impl Service<
                 }
                 .await
             }
+            ["flush", note] => {
+                async {
+                    session.flush().await?;
+                    if *note != "-" {
+                        session.insert("k", &(*note).to_owned()).await?;
+                    }
+                    Ok(text(StatusCode::OK, "flushed"))
+                }
+                .await
+            }
             ["cycle"] => session
                 .cycle_id()
                 .await
@@ -561,7 +571,54 @@ async fn metadata_can_be_turned_off_and_is_bounded(h: Harness) {
     );
 }
 
+async fn flush_logs_out_and_carries_on_anonymously(h: Harness) {
+    let c = Client::new(&h).await;
+    let mut d = Device::new("192.0.2.1", "browser");
+    c.login(&mut d, "alice").await;
+    let old = d.id.clone().expect("id");
+    let r = c.send(&mut d, "POST", "/flush/bye").await;
+    assert_eq!(r.status, 200);
+    let new = d.id.clone().expect("a new session for the message");
+    assert_ne!(new, old);
+    assert_eq!(
+        c.send(&mut d, "GET", "/whoami").await.status,
+        401,
+        "anonymous"
+    );
+    assert_eq!(c.send(&mut d, "GET", "/get").await.body, "Some(\"bye\")");
+    let mut stale = Device {
+        id: Some(old),
+        ..d.clone()
+    };
+    assert_eq!(
+        c.send(&mut stale, "GET", "/get").await.body,
+        "None",
+        "the old id is dead"
+    );
+    // Nothing written after the flush: the cookie goes, no session is left behind.
+    c.login(&mut d, "alice").await;
+    let r = c.send(&mut d, "POST", "/flush/-").await;
+    assert!(
+        r.headers["set-cookie"]
+            .to_str()
+            .expect("ascii")
+            .contains("Max-Age=0")
+    );
+    assert_eq!(d.id, None);
+    if h.is_redis() {
+        let sessions = h
+            .keys()
+            .await
+            .into_iter()
+            .filter(|k| k.contains("s:{"))
+            .count();
+        // The login took over the anonymous session (rotated), and the flush ended it.
+        assert_eq!(sessions, 0, "no session left behind");
+    }
+}
+
 backend_suite!(
+    flush_logs_out_and_carries_on_anonymously,
     devices_are_listed_with_their_metadata,
     revoking_one_handle_ends_exactly_that_session,
     log_out_everywhere_else_keeps_the_current_one,

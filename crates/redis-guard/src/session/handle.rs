@@ -262,6 +262,29 @@ impl Session {
         Ok(())
     }
 
+    /// Ends the session as [`destroy`](Self::destroy) does, then carries on with a new, empty,
+    /// anonymous session for the rest of the request: log out and still leave a message for
+    /// the next page. The new session is stored, under a fresh id, only if something is written
+    /// to it; otherwise the cookie is removed.
+    ///
+    /// ```
+    /// use redis_guard::session::{Session, SessionError};
+    ///
+    /// async fn logout(session: Session) -> Result<(), SessionError> {
+    ///     session.flush().await?;
+    ///     session.insert("flash", &"You have been logged out.").await
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A store error.
+    pub async fn flush(&self) -> Result<(), SessionError> {
+        self.destroy().await?;
+        self.state.lock().await.restart();
+        Ok(())
+    }
+
     /// Records that the session belongs to `user` (written after the handler), so that
     /// [`revoke_user`](Self::revoke_user) can end it and
     /// [`SessionStore::user_sessions`](super::SessionStore::user_sessions) lists it. The session is indexed under the user before

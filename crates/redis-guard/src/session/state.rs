@@ -87,6 +87,18 @@ impl State {
         self.cookie = CookieAction::Remove;
     }
 
+    /// After the session ended in this request: a new, empty, anonymous one, created under a
+    /// fresh id if anything is written (the cookie's ids are never read again).
+    pub(crate) fn restart(&mut self) {
+        self.destroyed = false;
+        self.live = None;
+        self.user = None;
+        self.changes = Changes::default();
+        self.cookie_ids.clear();
+        self.loaded = true;
+        self.cookie_age = None;
+    }
+
     fn fail(&mut self, shared: &Shared, e: SessionError) -> Result<(), SessionError> {
         self.failed = true;
         match shared.failure {
