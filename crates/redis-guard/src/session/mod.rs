@@ -56,6 +56,25 @@
 //!   loses entries on `destroy`; entries of sessions that are gone are pruned before the
 //!   per-user cap ([`SessionLayerBuilder::max_sessions_per_user`]) ends a live session. A
 //!   session with a user is never handed to the client unless it is indexed.
+//! - **Devices**: each session keeps, in reserved fields, when it was created and last used, the
+//!   client's address (read with the same [`ClientIp`](crate::rate_limit::ClientIp) as the rate
+//!   limiter, so proxies are handled: [`SessionLayerBuilder::client_ip`]) and its user agent
+//!   (visible ASCII, at most [`MAX_USER_AGENT_LEN`] bytes), plus a random public handle that
+//!   survives id rotation. None of it costs a round trip of its own: the last use and the
+//!   address are recorded by the load at most once per
+//!   [`last_seen_interval`](SessionLayerBuilder::last_seen_interval), the user agent with the
+//!   session's writes. Address and user agent can be turned off for privacy
+//!   ([`client_ip(None)`](SessionLayerBuilder::client_ip),
+//!   [`record_user_agent(false)`](SessionLayerBuilder::record_user_agent)); the times are what
+//!   the expiries run on. [`Session::sessions`] lists the user's sessions for a "your devices"
+//!   page, the current one marked; [`Session::revoke_session`] ends one by its handle (never
+//!   another user's), [`Session::revoke_other_sessions`] all but the current one.
+//! - **Remember me**: [`Session::set_max_lifetime`] and [`Session::set_idle_timeout`] give one
+//!   session its own lifetimes, up to the layer's
+//!   [`lifetime_ceiling`](SessionLayerBuilder::lifetime_ceiling) (30 days by default); its
+//!   cookie then carries `Max-Age` for the time left, so it survives a browser restart.
+//!   [`Session::flush`] logs out and carries on with an empty anonymous session, for a message
+//!   on the next page.
 //! - **Revocation is airtight under concurrency**: `revoke_user` takes the user's index in one
 //!   atomic step, then deletes the sessions. A login indexed at the same moment is either ended
 //!   or stays in the index for the next revocation; a rotation racing a revocation ends the
