@@ -1,10 +1,12 @@
-//! `/login`, `/me`, `/logout`, `/logout-all`: the session routes.
+//! `/login`, `/me`, `/logout`, `/logout-all`, `/logout-others`, `/flash` and `/sessions`: the
+//! session routes.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use redis_guard::rate_limit::{ClientIp, Limiter};
@@ -19,12 +21,24 @@ pub(crate) struct Login {
     pub(crate) limiter: Arc<dyn Limiter>,
     pub(crate) rules: LoginRules,
     pub(crate) client_ip: ClientIp,
+    /// "Remember me": a remembered session's absolute lifetime and idle timeout.
+    pub(crate) remember: (Duration, Duration),
 }
 
 #[derive(Deserialize)]
 struct Credentials {
     username: String,
     password: String,
+    /// "Remember me": this session lives 30 days (a week idle) instead of the layer's lifetimes,
+    /// and its cookie survives a browser restart.
+    #[serde(default)]
+    remember: bool,
+}
+
+/// A remembered session's lifetimes: 30 days, a week idle (never shorter than the layer's own).
+pub(crate) fn remember(idle: Duration, max: Duration) -> (Duration, Duration) {
+    let day = Duration::from_secs(86_400);
+    ((30 * day).max(max), (7 * day).max(idle))
 }
 
 fn json_error(status: StatusCode, detail: &str) -> Response {
@@ -75,6 +89,14 @@ pub(crate) async fn login(
     let result: Result<(), SessionError> = async {
         session.cycle_id().await?;
         session.set_user(&user).await?;
+        if creds.remember {
+            let (max, idle) = login.remember;
+            session.set_max_lifetime(max).await?;
+            session.set_idle_timeout(idle).await?;
+        }
+        session
+            .insert("flash", &format!("Welcome, {user}."))
+            .await?;
         session.insert("visits", &0).await
     }
     .await;
@@ -93,10 +115,80 @@ pub(crate) async fn me(session: Session) -> Result<Response, SessionError> {
     Ok(Json(json!({ "user": user, "visits": visits })).into_response())
 }
 
-/// `POST /logout`: ends this session.
+/// `POST /logout`: ends this session; a new anonymous one carries the message for the next page.
 pub(crate) async fn logout(session: Session) -> Result<StatusCode, SessionError> {
-    session.destroy().await?;
+    session.flush().await?;
+    session
+        .insert("flash", &"You have been logged out.")
+        .await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /flash`: the message left for this page, shown once (`{"flash": null}` when none).
+pub(crate) async fn flash(session: Session) -> Result<Response, SessionError> {
+    let flash: Option<String> = session.get("flash").await?;
+    if flash.is_some() {
+        session.remove("flash").await?;
+    }
+    Ok(Json(json!({ "flash": flash })).into_response())
+}
+
+/// Seconds since the Unix epoch, `ago` before now.
+fn unix_secs(ago: Duration) -> u64 {
+    SystemTime::now()
+        .checked_sub(ago)
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `GET /sessions`: the logged-in user's sessions ("your devices"), the caller's own marked
+/// `"current": true`; times in seconds since the Unix epoch.
+pub(crate) async fn sessions(session: Session) -> Result<Response, SessionError> {
+    if session.user().await?.is_none() {
+        return Ok(json_error(StatusCode::UNAUTHORIZED, "not logged in"));
+    }
+    let list: Vec<serde_json::Value> = session
+        .sessions()
+        .await?
+        .into_iter()
+        .map(|s| {
+            json!({
+                "handle": s.handle,
+                "user_agent": s.user_agent,
+                "ip": s.ip.map(|ip| ip.to_string()),
+                "created": unix_secs(s.age),
+                "last_seen": unix_secs(s.idle_for),
+                "expires": unix_secs(Duration::ZERO) + s.expires_in.as_secs(),
+                "current": s.current,
+            })
+        })
+        .collect();
+    Ok(Json(list).into_response())
+}
+
+/// `POST /sessions/{handle}/revoke`: logs out one of the user's sessions (`404` for a handle
+/// that is not one of theirs); revoking the current one logs this browser out.
+pub(crate) async fn revoke(
+    session: Session,
+    Path(handle): Path<String>,
+) -> Result<Response, SessionError> {
+    if session.user().await?.is_none() {
+        return Ok(json_error(StatusCode::UNAUTHORIZED, "not logged in"));
+    }
+    if session.revoke_session(&handle).await? {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Ok(json_error(StatusCode::NOT_FOUND, "no such session"))
+    }
+}
+
+/// `POST /logout-others`: ends every other session of the logged-in user, keeping this one.
+pub(crate) async fn logout_others(session: Session) -> Result<Response, SessionError> {
+    if session.user().await?.is_none() {
+        return Ok(json_error(StatusCode::UNAUTHORIZED, "not logged in"));
+    }
+    let ended = session.revoke_other_sessions().await?;
+    Ok(Json(json!({ "ended": ended })).into_response())
 }
 
 /// `POST /logout-all`: ends every session of the logged-in user.

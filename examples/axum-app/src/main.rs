@@ -149,10 +149,14 @@ fn router(
     calls_rule
         .validate()
         .map_err(|e| format!("CALLS_LIMIT: {e}"))?;
+    let remember = auth::remember(config.session_idle, config.session_max);
     let session_layer = SessionLayer::builder(sessions)
         .cookie(CookieConfig::default().secure(config.cookie_secure))
         .idle_timeout(config.session_idle)
         .max_lifetime(config.session_max)
+        // The devices list shows the client address the limiter sees (TRUSTED_PROXIES).
+        .client_ip(Some(config.client_ip.clone()))
+        .lifetime_ceiling(remember.0)
         .expose_user(true)
         .build()
         .map_err(|e| format!("session settings: {e}"))?;
@@ -192,12 +196,17 @@ fn router(
             limiter,
             rules: config.login.clone(),
             client_ip: config.client_ip.clone(),
+            remember,
         });
     Ok(Router::new()
         .route("/", get(|| async { Html(include_str!("index.html")) }))
         .route("/me", get(auth::me))
         .route("/logout", post(auth::logout))
         .route("/logout-all", post(auth::logout_all))
+        .route("/logout-others", post(auth::logout_others))
+        .route("/flash", get(auth::flash))
+        .route("/sessions", get(auth::sessions))
+        .route("/sessions/{handle}/revoke", post(auth::revoke))
         .merge(api)
         .merge(report)
         .merge(login)

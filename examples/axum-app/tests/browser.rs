@@ -83,14 +83,17 @@ async fn log_in_reload_and_log_out_in_chromium() {
         .wait_for("#who", |t| t == "Not logged in", WAIT)
         .await
         .expect("logged out");
+    // The logged-in id is gone; what is left names the anonymous session holding the logout
+    // message.
+    let logged_in = id.value.clone();
     assert!(
         browser
             .cookies()
             .await
             .expect("cookies")
             .iter()
-            .all(|c| !is_session(&c.name)),
-        "the removal cookie deleted it"
+            .all(|c| !is_session(&c.name) || c.value != logged_in),
+        "the logged-in id was replaced"
     );
     browser.refresh().await.expect("reload");
     browser
@@ -293,4 +296,129 @@ async fn freeze_and_thaw(browser: &Browser, url: &str, server: &RedisServer) -> 
             return Err("the breaker never closed after Redis was thawed".into());
         }
     }
+}
+
+/// Logs `browser` in as `user` on the page at `url`; the welcome flash shows.
+async fn log_in(browser: &Browser, url: &str, user: &str) {
+    browser.goto(url).await.expect("open the page");
+    browser
+        .wait_for("#who", |t| t == "Not logged in", WAIT)
+        .await
+        .expect("logged out at first");
+    browser.type_text("#username", user).await.expect("type");
+    browser
+        .type_text("#password", "password")
+        .await
+        .expect("type");
+    browser.click("#login-button").await.expect("log in");
+    browser
+        .wait_for(
+            "#who",
+            |t| t.starts_with(&format!("Logged in as {user}")),
+            WAIT,
+        )
+        .await
+        .expect("logged in");
+}
+
+/// How many devices the page lists.
+async fn devices(browser: &Browser) -> usize {
+    let n = browser
+        .execute("return document.querySelectorAll('#devices li').length")
+        .await
+        .expect("script");
+    usize::try_from(n.as_u64().expect("a count")).expect("small")
+}
+
+/// Issue 12: two browsers (two cookie jars) logged in as one user. The first sees both devices,
+/// logs the second out from its list, and the second is logged out on reload; the flash
+/// messages after login and logout show once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn your_devices_in_two_chromium_profiles() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let redis = server.url();
+    let app = spawn(
+        env!("CARGO_BIN_EXE_axum-app"),
+        &[("REDIS_URL", &redis), ("REDIS_TIMEOUT_MS", "5000")],
+    )
+    .await;
+    let url = format!("http://{}/", app.addr);
+    let (first, second) = tokio::join!(Browser::start(), Browser::start());
+    let first = first.unwrap_or_else(|e| panic!("{e}"));
+    let second = second.unwrap_or_else(|e| panic!("{e}"));
+
+    log_in(&first, &url, "alice").await;
+    first
+        .wait_for("#flash", |t| t == "Welcome, alice.", WAIT)
+        .await
+        .expect("the welcome flash");
+    // Shown once: a reload does not bring it back.
+    first.refresh().await.expect("reload");
+    first
+        .wait_for("#who", |t| t.starts_with("Logged in as alice"), WAIT)
+        .await
+        .expect("still logged in");
+    let hidden = first
+        .execute("return document.getElementById('flash').hidden")
+        .await
+        .expect("script");
+    assert_eq!(hidden, serde_json::json!(true), "the flash showed twice");
+
+    log_in(&second, &url, "alice").await;
+    first.refresh().await.expect("reload");
+    first
+        .wait_for(
+            "#devices li.current .here",
+            |t| t.contains("this device"),
+            WAIT,
+        )
+        .await
+        .expect("its own device marked");
+    assert_eq!(devices(&first).await, 2, "both browsers listed");
+    let listed = first.text("#devices").await.expect("devices");
+    assert!(listed.contains("127.0.0.1"), "{listed}");
+    assert!(listed.contains("Chrome"), "the user agent: {listed}");
+
+    // Log the other browser out from this one.
+    first
+        .click("#devices li:not(.current) button.revoke")
+        .await
+        .expect("revoke the second device");
+    first
+        .wait_for("#message", |t| t == "That device is logged out.", WAIT)
+        .await
+        .expect("revoked");
+    // The page re-reads the list before it says so.
+    assert_eq!(devices(&first).await, 1, "one device left");
+    second.refresh().await.expect("reload");
+    second
+        .wait_for("#who", |t| t == "Not logged in", WAIT)
+        .await
+        .expect("the second browser is logged out");
+    first.refresh().await.expect("reload");
+    first
+        .wait_for("#who", |t| t.starts_with("Logged in as alice"), WAIT)
+        .await
+        .expect("the first is not");
+
+    // Logging out leaves a message for the next page, once.
+    first.click("#logout-button").await.expect("log out");
+    first
+        .wait_for("#flash", |t| t == "You have been logged out.", WAIT)
+        .await
+        .expect("the logout flash");
+    first.refresh().await.expect("reload");
+    first
+        .wait_for("#who", |t| t == "Not logged in", WAIT)
+        .await
+        .expect("logged out");
+    let hidden = first
+        .execute("return document.getElementById('flash').hidden")
+        .await
+        .expect("script");
+    assert_eq!(
+        hidden,
+        serde_json::json!(true),
+        "the logout flash showed twice"
+    );
 }

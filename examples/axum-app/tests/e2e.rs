@@ -537,11 +537,152 @@ async fn login_me_logout_on_redis() {
     assert_eq!(json(&hello)["hello"], "alice");
     let out = with_cookie(&app, "POST", "/logout", &id, b"").await;
     assert_eq!(out.status, 204);
-    assert!(is_removal(cookie_of(&out).as_deref()), "removal cookie");
+    // A new anonymous session carries the logout message, under a new id.
+    let anonymous = cookie_of(&out).expect("a cookie for the message");
+    assert!(
+        !is_removal(Some(&anonymous)) && anonymous != id,
+        "{anonymous}"
+    );
     assert_eq!(with_cookie(&app, "GET", "/me", &id, b"").await.status, 401);
-    // The session hash is gone; only rate-limit keys and the user index may remain.
+    assert_eq!(
+        with_cookie(&app, "GET", "/me", &anonymous, b"")
+            .await
+            .status,
+        401
+    );
+    let flash = with_cookie(&app, "GET", "/flash", &anonymous, b"").await;
+    assert_eq!(json(&flash)["flash"], "You have been logged out.");
+    let again = with_cookie(&app, "GET", "/flash", &anonymous, b"").await;
+    assert_eq!(json(&again)["flash"], serde_json::Value::Null, "shown once");
+    // The logged-in session's hash is gone: one session is left, the anonymous one.
     let keys: Vec<String> = redis_query(&server, "KEYS", "rg:s:*").await;
-    assert!(keys.is_empty(), "{keys:?}");
+    assert_eq!(keys.len(), 1, "{keys:?}");
+}
+
+/// `GET /sessions` and `POST /sessions/{handle}/revoke` over real HTTP (issue 12).
+#[tokio::test]
+async fn devices_are_listed_and_revoked_over_http() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let app = start_with_redis(&server, &[]).await;
+    let mut ids = Vec::new();
+    for agent in ["laptop", "phone"] {
+        let body = serde_json::json!({ "username": "alice", "password": "password" }).to_string();
+        let r = request(
+            app.addr,
+            "POST",
+            "/login",
+            &[
+                ("Content-Type", b"application/json"),
+                ("User-Agent", agent.as_bytes()),
+            ],
+            body.as_bytes(),
+        )
+        .await
+        .expect("request");
+        assert_eq!(r.status, 200, "{}", r.text());
+        ids.push(cookie_of(&r).expect("id"));
+    }
+    let bob = cookie_of(&login(&app, "bob", "password").await).expect("bob");
+    let listed = json(&with_cookie(&app, "GET", "/sessions", &ids[0], b"").await);
+    let list = listed.as_array().expect("a list");
+    assert_eq!(list.len(), 2, "{listed}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    for s in list {
+        assert_eq!(s["ip"], "127.0.0.1", "{s}");
+        assert_eq!(s["handle"].as_str().expect("handle").len(), 22, "{s}");
+        let created = s["created"].as_u64().expect("created");
+        let seen = s["last_seen"].as_u64().expect("last seen");
+        assert!(created <= now + 1 && created + 60 >= now, "{s}");
+        assert!(seen >= created && seen <= now + 1, "{s}");
+        assert!(
+            s["expires"].as_u64().expect("expires") > now + 23 * 3600,
+            "{s}"
+        );
+    }
+    let laptop = list.iter().find(|s| s["current"] == true).expect("current");
+    assert_eq!(laptop["user_agent"], "laptop");
+    let phone = list
+        .iter()
+        .find(|s| s["current"] == false)
+        .expect("the other");
+    assert_eq!(phone["user_agent"], "phone");
+    let body = listed.to_string();
+    for id in &ids {
+        let value = id.split('=').nth(1).expect("value");
+        assert!(!body.contains(value), "an id leaked into the listing");
+    }
+
+    // Forged and foreign handles: 404, nothing ended.
+    let bobs = json(&with_cookie(&app, "GET", "/sessions", &bob, b"").await);
+    let bob_handle = bobs[0]["handle"].as_str().expect("handle").to_owned();
+    for forged in [
+        bob_handle.as_str(),
+        "AAAAAAAAAAAAAAAAAAAAAA",
+        "..%2F..%2Fadmin",
+    ] {
+        let path = format!("/sessions/{forged}/revoke");
+        let r = with_cookie(&app, "POST", &path, &ids[0], b"{}").await;
+        assert_eq!(r.status, 404, "{forged}: {}", r.text());
+    }
+    assert_eq!(with_cookie(&app, "GET", "/me", &bob, b"").await.status, 200);
+    // Logged out: 401.
+    let r = request(app.addr, "GET", "/sessions", &[], b"")
+        .await
+        .expect("request");
+    assert_eq!(r.status, 401);
+
+    let path = format!(
+        "/sessions/{}/revoke",
+        phone["handle"].as_str().expect("handle")
+    );
+    assert_eq!(
+        with_cookie(&app, "POST", &path, &ids[0], b"{}")
+            .await
+            .status,
+        204
+    );
+    assert_eq!(
+        with_cookie(&app, "GET", "/me", &ids[1], b"").await.status,
+        401
+    );
+    assert_eq!(
+        with_cookie(&app, "GET", "/me", &ids[0], b"").await.status,
+        200
+    );
+
+    // "Log out everywhere else".
+    let third = cookie_of(&login(&app, "alice", "password").await).expect("id");
+    let r = with_cookie(&app, "POST", "/logout-others", &third, b"{}").await;
+    assert_eq!(json(&r)["ended"], 1);
+    assert_eq!(
+        with_cookie(&app, "GET", "/me", &ids[0], b"").await.status,
+        401
+    );
+    assert_eq!(
+        with_cookie(&app, "GET", "/me", &third, b"").await.status,
+        200
+    );
+}
+
+/// "Remember me": the cookie carries `Max-Age` for 30 days; without it, a browser-session cookie.
+#[tokio::test]
+async fn remember_me_sets_a_persistent_cookie() {
+    let app = start(&[]).await;
+    let plain = login(&app, "alice", "password").await;
+    assert!(
+        !plain
+            .header("set-cookie")
+            .expect("cookie")
+            .contains("Max-Age")
+    );
+    let body = serde_json::json!({ "username": "alice", "password": "password", "remember": true });
+    let r = post(&app, "/login", body.to_string().as_bytes()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let set = r.header("set-cookie").expect("cookie");
+    assert!(set.contains("; Max-Age=2592000"), "{set}");
 }
 
 #[tokio::test]
