@@ -108,6 +108,7 @@ pub use key::{
     And, ClientIp, ExtensionKey, ForwardedHeader, Global, HeaderKey, Key, KeyError, KeyExtractor,
     KeyExtractorExt, Or, PeerAddr, ProxyConfigError,
 };
+pub(crate) use key::has_peer;
 pub use layer::RateLimitLayer;
 pub use lease::{DEFAULT_LEASE_EXPIRY, Lease};
 pub use limiter::{BoxFuture, Check, Limiter, LimiterError};

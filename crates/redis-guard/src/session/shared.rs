@@ -53,13 +53,15 @@ pub(crate) struct Visit {
 }
 
 impl Visit {
-    /// The client details of the request with head `parts`, as `metadata` asks. An address that
-    /// cannot be read (no peer address) is simply not recorded.
+    /// The client details of the request with head `parts`, as `metadata` asks. Without a peer
+    /// address in the extensions (axum's `ConnectInfo` or [`PeerAddr`](crate::rate_limit::PeerAddr))
+    /// no address is recorded, and nothing is logged: sessions work without one.
     pub(crate) fn of(parts: &Parts, metadata: &Metadata) -> Self {
         #[cfg(feature = "rate-limit")]
         let ip = metadata
             .ip
             .as_ref()
+            .filter(|_| crate::rate_limit::has_peer(parts))
             .and_then(|client| client.client_ip(parts).ok());
         #[cfg(not(feature = "rate-limit"))]
         let ip = None;

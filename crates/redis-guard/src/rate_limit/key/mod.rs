@@ -32,4 +32,5 @@ pub use forwarded::ForwardedHeader;
 pub use global::Global;
 pub use header::HeaderKey;
 pub use peer::PeerAddr;
+pub(crate) use peer::has_peer;
 pub use value::Key;

@@ -21,6 +21,22 @@ const NO_PEER: &str = "no peer address in the request extensions. With axum, ser
 
 static LOGGED_NO_PEER: AtomicBool = AtomicBool::new(false);
 
+/// Whether the request extensions carry the peer address (as [`PeerAddr`] or axum's
+/// `ConnectInfo`): what sessions check before recording a client address, so an app without
+/// one records none rather than logging a rate-limit misconfiguration.
+#[cfg_attr(not(feature = "session"), allow(dead_code))]
+pub(crate) fn has_peer(parts: &Parts) -> bool {
+    #[cfg(feature = "axum")]
+    if parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .is_some()
+    {
+        return true;
+    }
+    parts.extensions.get::<PeerAddr>().is_some()
+}
+
 /// The peer address from the request extensions. Its absence is a server misconfiguration,
 /// logged once with how to fix it.
 pub(super) fn peer_addr(parts: &Parts) -> Result<SocketAddr, KeyError> {
