@@ -13,6 +13,7 @@ use super::id::SessionId;
 use super::shared::Shared;
 use super::state::{CookieAction, State};
 use super::store::{Changes, RESERVED, USER_FIELD};
+use super::token::Wire;
 use super::{FailurePolicy, SessionError};
 
 /// The current request's session: read and change it from a handler.
@@ -329,6 +330,11 @@ impl Session {
     /// The session's cookie config.
     pub(crate) fn cookie_config(&self) -> &CookieConfig {
         &self.shared.cookie
+    }
+
+    /// How the session's id travels.
+    pub(crate) fn transport(&self) -> &Wire {
+        &self.shared.transport
     }
 }
 

@@ -104,6 +104,7 @@ mod service;
 mod shared;
 mod state;
 mod store;
+mod token;
 mod user;
 
 pub use builder::{MAX_LIFETIME, MAX_SESSIONS_PER_USER, SessionConfigError, SessionLayerBuilder};
@@ -119,4 +120,5 @@ pub use policy::FailurePolicy;
 pub use redis_store::RedisSessionStore;
 pub use service::SessionService;
 pub use store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore};
+pub use token::{DEFAULT_TOKEN_HEADER, Transport};
 pub use user::SessionUser;

@@ -190,6 +190,7 @@ impl State {
             match SessionId::generate() {
                 Ok(id) => {
                     let key = id.storage_key();
+                    let changes = shared.transport.stamp(changes);
                     match shared.store.create(key.clone(), changes, life).await {
                         Ok(exp) => {
                             self.cookie = CookieAction::Set(id);
@@ -229,15 +230,20 @@ impl State {
     }
 }
 
-/// Loads (and marks used) the first of `ids` that names a live session: a planted id in
-/// front of the real one costs a round trip, not the session.
+/// Loads (and marks used) the first of `ids` that names a live session of this layer's
+/// transport: a planted id in front of the real one costs a round trip, not the session.
 async fn load_first_live(
     shared: &Shared,
     ids: &[SessionId],
 ) -> Result<Option<(SessionId, Record)>, SessionError> {
     for id in ids {
         if let Some(record) = shared.store.load(id.storage_key(), shared.life).await? {
-            return Ok(Some((id.clone(), record)));
+            if shared.transport.accepts(&record) {
+                return Ok(Some((id.clone(), record)));
+            }
+            // The other transport's session (a cookie id sent as a token, or the reverse):
+            // unknown here, left as it is.
+            tracing::debug!("session: created by another transport; ignored");
         }
     }
     Ok(None)
