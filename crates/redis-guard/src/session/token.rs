@@ -41,7 +41,8 @@ pub const DEFAULT_TOKEN_HEADER: &str = "session-token";
 /// **Tokens and cookies do not mix**: a session remembers the transport that created it, and a
 /// layer treats a session of the other transport as unknown (no change, no delete, no new
 /// token for it): a cookie id sent as a bearer token, or a token planted as a cookie, starts no
-/// session. Two layers, one per transport, can share a store: the cookie for the web pages, the
+/// session. (Finding that out is the ordinary load, which may restart the session's idle timer,
+/// as any holder of the id can do over the right transport.) Two layers, one per transport, can share a store: the cookie for the web pages, the
 /// header for the API.
 ///
 /// ```
