@@ -16,6 +16,8 @@ use redis_guard::rate_limit::{Limiter, MemoryLimiter, RedisLimiter};
 use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionStore};
 use redis_guard_testkit::{RedisCluster, RedisServer, unique_prefix};
 
+pub mod session_routes;
+
 /// Which backend a harness runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
