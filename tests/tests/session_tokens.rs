@@ -14,7 +14,7 @@ use http_body_util::Full;
 use redis_guard::session::{Session, SessionId, SessionLayer, SessionStore, Transport};
 use redis_guard_testkit::http::{RawResponse, request};
 use redis_guard_tests::session_routes::{error, route, text};
-use redis_guard_tests::{Harness, backend_suite, serve};
+use redis_guard_tests::{Harness, Monitor, backend_suite, serve};
 use tower::{Layer, ServiceExt};
 
 /// The cookie layer's cookie (the default name).
@@ -321,6 +321,68 @@ async fn revoke_user_reaches_token_sessions(h: Harness) {
     assert_silent(&r, 200, "");
     assert_eq!(api(addr, "GET", "whoami", &phone).await.status, 401);
 }
+
+/// The fields stored for the session `id` names, sorted.
+async fn record(h: &Harness, id: &str) -> Vec<(String, String)> {
+    let digest = SessionId::parse(id).expect("well-formed").storage_key();
+    let key = h
+        .keys()
+        .await
+        .into_iter()
+        .find(|k| k.contains(&digest))
+        .expect("stored");
+    let mut fields: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(&key)
+        .query_async(&mut h.inspect().await)
+        .await
+        .expect("HGETALL");
+    fields.sort();
+    fields
+}
+
+/// Tokens cost what cookies cost: no round trip without one (or with a malformed one), one to
+/// load, two to load and save; a cookie id sent as a token costs its load and changes nothing.
+/// Token sessions are stored with `$via = header`, cookie sessions as before (no `$via`).
+async fn tokens_cost_what_cookies_cost(h: Harness) {
+    let addr = app(h.session_store().await).await;
+    let token = api_login(addr, "ivan").await;
+    let cookie = web_login(addr, "judy").await;
+    let via = |fields: &[(String, String)]| {
+        fields
+            .iter()
+            .find(|(k, _)| k == "$via")
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(via(&record(&h, &token).await).as_deref(), Some("header"));
+    let before = record(&h, &cookie).await;
+    assert_eq!(via(&before), None);
+    // Warm up: every script loaded.
+    api(addr, "POST", "set/x/1", &token).await;
+    let mut monitor = Monitor::start(&h).await;
+    let malformed = bearer(&token[..42]);
+    for (method, path, auth, expected) in [
+        ("GET", "whoami", None, 0),
+        ("GET", "whoami", Some(malformed), 0),
+        ("GET", "whoami", Some(bearer(&token)), 1),
+        ("POST", "set/x/2", Some(bearer(&token)), 2),
+        ("GET", "whoami", Some(bearer(&cookie)), 1),
+        ("GET", "get/x", Some(bearer(&cookie)), 1),
+    ] {
+        monitor.commands(&h).await;
+        let headers: Vec<(&str, &[u8])> = auth.iter().map(|v| ("authorization", &v[..])).collect();
+        let r = send(addr, method, &format!("/api/{path}"), &headers).await;
+        assert!(r.status < 500, "{path}: {r:?}");
+        let sent = monitor.commands(&h).await;
+        assert_eq!(sent.len(), expected, "{method} {path}: {sent:?}");
+    }
+    assert_eq!(
+        record(&h, &cookie).await,
+        before,
+        "the cookie session is unchanged"
+    );
+}
+
+backend_suite!(standalone_only: tokens_cost_what_cookies_cost);
 
 backend_suite!(
     a_token_session_lives_rotates_and_dies,
