@@ -11,7 +11,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
-use redis_guard::session::{Session, SessionId, SessionLayer, SessionStore, Transport};
+use redis_guard::session::{
+    Session, SessionId, SessionLayer, SessionStore, SessionUser, Transport,
+};
 use redis_guard_testkit::http::{RawResponse, request};
 use redis_guard_tests::session_routes::{error, route, text};
 use redis_guard_tests::{Harness, Monitor, backend_suite, serve};
@@ -22,14 +24,21 @@ const COOKIE: &str = "__Host-id";
 /// The response header new tokens come in (the default).
 const TOKEN: &str = "session-token";
 
-/// The handlers behind both layers: the path after the tree's name picks one.
+/// The handlers behind both layers: the path after the tree's name picks one. The user the
+/// layer exposed before the handler (`expose_user`), if any, comes back in `x-exposed-user`.
 async fn handle<B>(req: Request<B>) -> Result<Response<Full<Bytes>>, Infallible> {
     let session = req.extensions().get::<Session>().cloned().expect("layer");
+    let exposed = req.extensions().get::<SessionUser>().cloned();
     let path: Vec<&str> = req.uri().path().split('/').skip(2).collect();
     let res = route(&session, &path)
         .await
         .unwrap_or_else(|| Ok(text(StatusCode::NOT_FOUND, "no route")));
-    Ok(res.unwrap_or_else(|e| error(&e)))
+    let mut res = res.unwrap_or_else(|e| error(&e));
+    if let Some(SessionUser(user)) = exposed {
+        res.headers_mut()
+            .insert("x-exposed-user", user.parse().expect("a header value"));
+    }
+    Ok(res)
 }
 
 /// The app: `/api/…` with bearer tokens, `/web/…` with the cookie, one store, served on a
@@ -392,12 +401,14 @@ backend_suite!(
 );
 
 /// A custom header both ways, on real sockets: the bare token in `x-session-token`, new tokens
-/// back in the same header; `Authorization` is not read.
+/// back in the same header; `Authorization` is not read. `expose_user` preloads the token's user
+/// for the layers inside (a per-user rate limit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_named_header_carries_the_token_both_ways() {
     let h = Harness::memory().await;
     let layer = SessionLayer::builder(h.session_store().await)
         .transport(Transport::header("X-Session-Token").response_header("X-Session-Token"))
+        .expose_user(true)
         .build()
         .expect("valid");
     let addr = serve(layer.layer(tower::service_fn(handle))).await;
@@ -409,6 +420,8 @@ async fn a_named_header_carries_the_token_both_ways() {
     assert!(r.header(TOKEN).is_none() && r.header("set-cookie").is_none());
     let r = get(addr, "/x/whoami", ("x-session-token", token.as_bytes())).await;
     assert_eq!((r.status, r.text().as_str()), (200, "heidi"), "{r:?}");
+    assert_eq!(r.header("x-exposed-user"), Some("heidi"));
     let r = get(addr, "/x/whoami", ("authorization", &bearer(&token))).await;
     assert_eq!(r.status, 401, "{r:?}");
+    assert_eq!(r.header("x-exposed-user"), None);
 }
