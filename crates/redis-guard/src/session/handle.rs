@@ -200,7 +200,8 @@ impl Session {
     }
 
     /// Gives the session a new id, keeping its data, and ends the old id: call it when the user
-    /// logs in or gains privileges, so an id planted or seen before cannot ride along.
+    /// logs in or gains privileges, so an id planted or seen before cannot ride along. With a
+    /// header [`Transport`](super::Transport) the new token goes back in the response header.
     ///
     /// # Errors
     ///
@@ -237,7 +238,8 @@ impl Session {
     }
 
     /// Ends the session now: deletes it from the store and sends a cookie that removes it from
-    /// the browser. Later changes in this request are refused.
+    /// the browser (with a header [`Transport`](super::Transport), nothing is sent: the token
+    /// just stops working). Later changes in this request are refused.
     ///
     /// # Errors
     ///

@@ -54,7 +54,10 @@ where
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        let cookie = (self.shared.transport).read(req.headers(), &self.shared.cookie);
+        let cookie = self
+            .shared
+            .transport
+            .read(req.headers(), &self.shared.cookie);
         let has_cookie = matches!(cookie, ReadCookie::Ids(_));
         let session = Session::new(Arc::clone(&self.shared), cookie);
         req.extensions_mut().insert(session.clone());
