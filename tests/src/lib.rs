@@ -16,6 +16,8 @@ use redis_guard::rate_limit::{Limiter, MemoryLimiter, RedisLimiter};
 use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionStore};
 use redis_guard_testkit::{RedisCluster, RedisServer, unique_prefix};
 
+pub mod session_routes;
+
 /// Which backend a harness runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -658,4 +660,35 @@ pub fn empty_ok() -> impl tower::Service<
     tower::service_fn(|_: Request<Full<Bytes>>| async {
         Ok::<_, std::convert::Infallible>(Response::new(Full::default()))
     })
+}
+
+/// Serves `svc` over HTTP/1.1 on a fresh local port, a task per connection: one app.
+pub async fn serve<S, B>(svc: S) -> std::net::SocketAddr
+where
+    S: tower::Service<
+            Request<hyper::body::Incoming>,
+            Response = Response<B>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let svc = hyper_util::service::TowerToHyperService::new(svc.clone());
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
+                    .await;
+            });
+        }
+    });
+    addr
 }

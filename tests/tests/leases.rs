@@ -10,18 +10,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body::Body;
 use http_body_util::Full;
 use http_body_util::channel::Channel;
-use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
 use redis_guard::rate_limit::{
     FailurePolicy, Global, Key, Limiter, MemoryLimiter, Quota, RateLimitLayer, RedisLimiter, Rule,
     RuleError,
 };
-use redis_guard_tests::{Harness, backend_suite, by_client, call, empty_ok, from};
+use redis_guard_tests::{Harness, backend_suite, by_client, call, empty_ok, from, serve};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
@@ -40,32 +37,6 @@ async fn layer(h: &Harness, rules: impl IntoIterator<Item = Rule>) -> RateLimitL
         builder = builder.rule_with(rule, by_client());
     }
     builder.build().expect("valid")
-}
-
-/// Serves `svc` over HTTP/1.1 on a fresh local port, a task per connection: one app.
-async fn serve<S, B>(svc: S) -> SocketAddr
-where
-    S: Service<Request<hyper::body::Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let svc = TowerToHyperService::new(svc.clone());
-            tokio::spawn(async move {
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tcp), svc)
-                    .await;
-            });
-        }
-    });
-    addr
 }
 
 /// Sends `GET /` from `client` on a new connection (`Connection: close`, so the server ends

@@ -9,9 +9,9 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use redis_guard::session::{
-    RedisSessionStore, Session, SessionError, SessionId, SessionLayer, SessionLayerBuilder,
-    SessionStore,
+    RedisSessionStore, Session, SessionId, SessionLayer, SessionLayerBuilder, SessionStore,
 };
+use redis_guard_tests::session_routes::{error, route, text};
 use redis_guard_tests::{Harness, Monitor, Reply, backend_suite, call};
 use tokio::sync::{Barrier, Notify};
 use tower::{Layer, Service};
@@ -29,21 +29,6 @@ struct Hooks {
     /// `/slow/{field}` announces it has loaded, then waits to be released before writing.
     loaded: Notify,
     release: Notify,
-}
-
-fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
-    let mut res = Response::new(Full::from(body.into()));
-    *res.status_mut() = status;
-    res
-}
-
-fn error(e: &SessionError) -> Response<Body> {
-    let status = if e.is_store_error() {
-        StatusCode::SERVICE_UNAVAILABLE
-    } else {
-        StatusCode::BAD_REQUEST
-    };
-    text(status, e.to_string())
 }
 
 /// The app under the session layer: a small router over the handle's API.
@@ -71,34 +56,6 @@ fn app(
             let parts: Vec<&str> = path.iter().map(String::as_str).collect();
             let res = match parts.as_slice() {
                 ["noop"] => Ok(text(StatusCode::OK, "noop")),
-                ["get", key] => session.get::<String>(key).await.map(|v| match v {
-                    Some(v) => text(StatusCode::OK, v),
-                    None => text(StatusCode::NOT_FOUND, ""),
-                }),
-                ["set", key, value] => session
-                    .insert(key, &value.to_string())
-                    .await
-                    .map(|()| text(StatusCode::OK, "set")),
-                ["incr", key] => session
-                    .increment(key, 1)
-                    .await
-                    .map(|n| text(StatusCode::OK, n.to_string())),
-                ["login", user] => {
-                    async {
-                        session.cycle_id().await?;
-                        session.set_user(user).await?;
-                        Ok(text(StatusCode::OK, "in"))
-                    }
-                    .await
-                }
-                ["whoami"] => session.user().await.map(|u| match u {
-                    Some(u) => text(StatusCode::OK, u),
-                    None => text(StatusCode::UNAUTHORIZED, ""),
-                }),
-                ["logout"] => session
-                    .destroy()
-                    .await
-                    .map(|()| text(StatusCode::NO_CONTENT, "")),
                 ["public", key, value] => session.insert(key, &value.to_string()).await.map(|()| {
                     let mut res = text(StatusCode::OK, "cacheable?");
                     res.headers_mut().insert(
@@ -107,14 +64,6 @@ fn app(
                     );
                     res
                 }),
-                ["cycle"] => session
-                    .cycle_id()
-                    .await
-                    .map(|()| text(StatusCode::OK, "cycled")),
-                ["revoke", user] => session
-                    .revoke_user(user)
-                    .await
-                    .map(|n| text(StatusCode::OK, n.to_string())),
                 ["race", field] => {
                     async {
                         let _: Option<String> = session.get("x").await?;
@@ -138,7 +87,9 @@ fn app(
                     }
                     .await
                 }
-                _ => Ok(text(StatusCode::NOT_FOUND, "no route")),
+                _ => route(&session, &parts)
+                    .await
+                    .unwrap_or_else(|| Ok(text(StatusCode::NOT_FOUND, "no route"))),
             };
             Ok::<_, Infallible>(res.unwrap_or_else(|e| error(&e)))
         }

@@ -104,11 +104,11 @@ pub use builder::RateLimitLayerBuilder;
 pub use config::ResponseBuilder;
 pub use decision::{Decision, RuleDecision};
 pub use future::ResponseFuture;
+pub(crate) use key::has_peer;
 pub use key::{
     And, ClientIp, ExtensionKey, ForwardedHeader, Global, HeaderKey, Key, KeyError, KeyExtractor,
     KeyExtractorExt, Or, PeerAddr, ProxyConfigError,
 };
-pub(crate) use key::has_peer;
 pub use layer::RateLimitLayer;
 pub use lease::{DEFAULT_LEASE_EXPIRY, Lease};
 pub use limiter::{BoxFuture, Check, Limiter, LimiterError};

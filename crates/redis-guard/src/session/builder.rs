@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::cookie::CookieConfig;
 use super::shared::{Metadata, Shared};
 use super::store::{Lifetimes, SessionStore};
+use super::token::Transport;
 use super::{FailurePolicy, SessionLayer};
 
 /// Why a session layer cannot be built.
@@ -25,6 +26,9 @@ pub enum SessionConfigError {
     /// [`SessionStore::check`] reports them.
     #[error("session store: {0}")]
     Store(String),
+    /// A header name of the [`Transport`] is not a valid header name, or cannot carry a token.
+    #[error("session transport: {0}")]
+    Transport(String),
 }
 
 /// The longest idle timeout or absolute lifetime a layer accepts: 10 years. Expiries are
@@ -58,6 +62,7 @@ pub struct SessionLayerBuilder {
     store: Arc<dyn SessionStore>,
     life: Lifetimes,
     cookie: CookieConfig,
+    transport: Transport,
     failure: FailurePolicy,
     expose_user: bool,
     metadata: Metadata,
@@ -69,6 +74,7 @@ impl SessionLayerBuilder {
             store: Arc::new(store),
             life: Lifetimes::default(),
             cookie: CookieConfig::default(),
+            transport: Transport::default(),
             failure: FailurePolicy::default(),
             expose_user: false,
             metadata: Metadata::default(),
@@ -78,6 +84,21 @@ impl SessionLayerBuilder {
     setters! {
         /// The cookie's name and attributes.
         pub fn cookie(cookie: CookieConfig) => cookie;
+
+        /// How the session id travels (default [`Transport::cookie`]): the cookie, or a token
+        /// in `Authorization: Bearer` or a header you name, for API and mobile clients. A
+        /// layer only knows the sessions its own transport created.
+        ///
+        /// ```
+        /// use redis_guard::session::{MemorySessionStore, SessionLayer, Transport};
+        ///
+        /// let api = SessionLayer::builder(MemorySessionStore::new())
+        ///     .transport(Transport::bearer())
+        ///     .build()?;
+        /// # let _ = api;
+        /// # Ok::<(), redis_guard::session::SessionConfigError>(())
+        /// ```
+        pub fn transport(transport: Transport) => transport;
 
         /// Idle timeout (default 30 minutes; more than zero, at most the absolute lifetime).
         pub fn idle_timeout(idle: Duration) => life.idle;
@@ -162,7 +183,8 @@ impl SessionLayerBuilder {
     ///
     /// # Errors
     ///
-    /// Cookie attributes that do not work together, lifetimes that cannot work (zero, over
+    /// Cookie attributes that do not work together, a transport header name that is not
+    /// valid, lifetimes that cannot work (zero, over
     /// [`MAX_LIFETIME`], idle longer than absolute), a per-user cap outside
     /// 1..=[`MAX_SESSIONS_PER_USER`], or store settings that cannot work
     /// ([`SessionStore::check`]).
@@ -179,6 +201,10 @@ impl SessionLayerBuilder {
     /// ```
     pub fn build(self) -> Result<SessionLayer, SessionConfigError> {
         self.cookie.validate().map_err(SessionConfigError::Cookie)?;
+        let transport = self
+            .transport
+            .resolve()
+            .map_err(SessionConfigError::Transport)?;
         self.store.check().map_err(SessionConfigError::Store)?;
         for (what, d) in [
             ("idle timeout", self.life.idle),
@@ -224,6 +250,7 @@ impl SessionLayerBuilder {
                 store: self.store,
                 life: self.life,
                 cookie: self.cookie,
+                transport,
                 failure: self.failure,
                 expose_user: self.expose_user,
                 metadata: self.metadata,
@@ -238,6 +265,7 @@ impl fmt::Debug for SessionLayerBuilder {
             .field("store", &self.store)
             .field("life", &self.life)
             .field("cookie", &self.cookie)
+            .field("transport", &self.transport)
             .field("failure", &self.failure)
             .field("expose_user", &self.expose_user)
             .field("metadata", &self.metadata)

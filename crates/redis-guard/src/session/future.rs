@@ -1,5 +1,5 @@
 //! [`ResponseFuture`]: preload the user, call the inner service, then save the session and set
-//! the cookie.
+//! the cookie (or the token header).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,6 +13,7 @@ use super::cache_control::private_cache_control;
 use super::handle::Session;
 use super::state::CookieAction;
 use super::store::BoxFuture;
+use super::token::Wire;
 use super::{FailurePolicy, SessionError, SessionUser};
 
 define_response_future! {
@@ -117,7 +118,13 @@ async fn finish<B: Default, E>(session: Session, mut res: Response<B>) -> Result
     if failed && session.policy() == FailurePolicy::Closed {
         return Ok(unavailable());
     }
-    let config = session.cookie_config();
+    let config = match session.transport() {
+        Wire::Cookie => session.cookie_config(),
+        Wire::Header(token) => {
+            token.respond(res.headers_mut(), &cookie);
+            return Ok(res);
+        }
+    };
     let value = match cookie {
         CookieAction::Keep => return Ok(res),
         CookieAction::Set(id) => config.set_cookie(&id, session.cookie_age().await),

@@ -14,6 +14,7 @@ use super::id::SessionId;
 use super::shared::{Shared, Visit};
 use super::state::{CookieAction, State};
 use super::store::{Changes, IDLE_FIELD, MAX_FIELD, RESERVED, SessionInfo, USER_FIELD};
+use super::token::Wire;
 use super::{FailurePolicy, SessionError};
 
 /// The current request's session: read and change it from a handler.
@@ -200,7 +201,8 @@ impl Session {
     }
 
     /// Gives the session a new id, keeping its data, and ends the old id: call it when the user
-    /// logs in or gains privileges, so an id planted or seen before cannot ride along.
+    /// logs in or gains privileges, so an id planted or seen before cannot ride along. With a
+    /// header [`Transport`](super::Transport) the new token goes back in the response header.
     ///
     /// # Errors
     ///
@@ -237,7 +239,8 @@ impl Session {
     }
 
     /// Ends the session now: deletes it from the store and sends a cookie that removes it from
-    /// the browser. Later changes in this request are refused.
+    /// the browser (with a header [`Transport`](super::Transport), nothing is sent: the token
+    /// just stops working). Later changes in this request are refused.
     ///
     /// # Errors
     ///
@@ -499,6 +502,11 @@ impl Session {
     /// The session's cookie config.
     pub(crate) fn cookie_config(&self) -> &CookieConfig {
         &self.shared.cookie
+    }
+
+    /// How the session's id travels.
+    pub(crate) fn transport(&self) -> &Wire {
+        &self.shared.transport
     }
 }
 

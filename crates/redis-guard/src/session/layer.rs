@@ -6,7 +6,8 @@ use super::service::SessionService;
 use super::shared::Shared;
 
 /// Cookie sessions backed by a [`SessionStore`](super::SessionStore): puts a [`Session`](super::Session) into every
-/// request and, after the handler, writes what changed and sets or removes the cookie.
+/// request and, after the handler, writes what changed and sets or removes the cookie (or,
+/// with a header [`Transport`](super::Transport), sends a new token in a response header).
 ///
 /// ```
 /// # #[cfg(feature = "axum")] {

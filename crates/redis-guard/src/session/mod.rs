@@ -1,4 +1,5 @@
-//! Cookie sessions on Redis hashes: [`SessionLayer`], the [`Session`] handle, and the stores.
+//! Cookie (or header-token) sessions on Redis hashes: [`SessionLayer`], the [`Session`] handle,
+//! and the stores.
 //!
 //! ```
 //! # #[cfg(feature = "axum")] {
@@ -88,6 +89,17 @@
 //!   has a timeout. After a failed load nothing is written and no cookie is set (the user's
 //!   cookie stays); a failed idle refresh never changes a response; a failed save of changed
 //!   data is a `503` under [`FailurePolicy::Closed`].
+//! - **Header tokens for API clients** ([`Transport`]): with
+//!   [`SessionLayerBuilder::transport`]`(`[`Transport::bearer`]`())` the id travels as
+//!   `Authorization: Bearer <token>` (or in a header you name); a new token comes back in the
+//!   [`DEFAULT_TOKEN_HEADER`] response header, with `Cache-Control: no-store`, on creation and
+//!   on `cycle_id`, and is dead after `destroy` or `revoke_user`. The store, the round trips and
+//!   the guarantees above are the same. A session records the transport that created it (a
+//!   reserved `$via` field, absent on cookie sessions) and a layer treats the other
+//!   transport's sessions as unknown: a cookie id does not work as a token nor the reverse, so
+//!   a cookie layer for the pages and a token layer for the API can share one store. A
+//!   malformed or duplicated `Authorization` header is no session (the handler decides, e.g.
+//!   `401`), never a 5xx or a write.
 //! - **Memory store**: bounded ([`InProcessBuilder::capacity`](crate::backend::InProcessBuilder::capacity)); expired sessions leave a
 //!   few at a time and, when full, the sessions closest to expiry are evicted, in O(log n) per
 //!   session, never a scan of the table under its lock.
@@ -123,6 +135,7 @@ mod service;
 mod shared;
 mod state;
 mod store;
+mod token;
 mod user;
 
 pub use builder::{MAX_LIFETIME, MAX_SESSIONS_PER_USER, SessionConfigError, SessionLayerBuilder};
@@ -139,4 +152,5 @@ pub use redis_store::RedisSessionStore;
 pub use service::SessionService;
 pub use shared::MAX_USER_AGENT_LEN;
 pub use store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore};
+pub use token::{DEFAULT_TOKEN_HEADER, Transport};
 pub use user::SessionUser;

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::cookie_header::{self, ReadCookie};
+use super::cookie_header::ReadCookie;
 use super::future::ResponseFuture;
 use super::handle::Session;
 use super::shared::{Shared, Visit};
@@ -54,7 +54,10 @@ where
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        let cookie = cookie_header::read(req.headers(), self.shared.cookie.name());
+        let cookie = self
+            .shared
+            .transport
+            .read(req.headers(), &self.shared.cookie);
         let has_cookie = matches!(cookie, ReadCookie::Ids(_));
         let (parts, body) = req.into_parts();
         let visit = Visit::of(&parts, &self.shared.metadata);

@@ -245,6 +245,7 @@ impl State {
                     let key = id.storage_key();
                     changes.set.insert(HANDLE_FIELD.to_owned(), handle);
                     let age = own_max(None, &changes).map(Duration::from_micros);
+                    let changes = shared.transport.stamp(changes);
                     match shared.store.create(key.clone(), changes, life).await {
                         Ok(exp) => {
                             self.cookie = CookieAction::Set(id);
@@ -319,8 +320,8 @@ fn time_left(record: &Record, exp: Option<u64>) -> Option<Duration> {
     Some(Duration::from_micros(exp?.saturating_sub(now)))
 }
 
-/// Loads (and marks used) the first of `ids` that names a live session: a planted id in
-/// front of the real one costs a round trip, not the session.
+/// Loads (and marks used) the first of `ids` that names a live session of this layer's
+/// transport: a planted id in front of the real one costs a round trip, not the session.
 async fn load_first_live(
     shared: &Shared,
     ids: &[SessionId],
@@ -329,7 +330,12 @@ async fn load_first_live(
     for id in ids {
         let key = id.storage_key();
         if let Some(record) = shared.store.load(key, shared.life, visit.ip).await? {
-            return Ok(Some((id.clone(), record)));
+            if shared.transport.accepts(&record) {
+                return Ok(Some((id.clone(), record)));
+            }
+            // The other transport's session (a cookie id sent as a token, or the reverse):
+            // unknown here, left as it is.
+            tracing::debug!("session: created by another transport; ignored");
         }
     }
     Ok(None)
