@@ -3,9 +3,9 @@
 use crate::backend::BackendError;
 
 /// What can go wrong with a session. Handlers can match on it; with the `axum` feature it is also
-/// a response (`400` for bad keys and values, `503` when the store is unavailable), an
-/// `application/problem+json` document that names the status only: the error's text, which can
-/// describe internals, goes to the log, never to the client.
+/// a response (`400` for bad keys and values, `403` for a failed CSRF check, `503` when the
+/// store is unavailable), an `application/problem+json` document that names the status only:
+/// the error's text, which can describe internals, goes to the log, never to the client.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SessionError {
@@ -52,6 +52,14 @@ pub enum SessionError {
     /// The operating system could not provide randomness for a new id.
     #[error("no randomness for a session id: {0}")]
     Random(String),
+    /// The request carries no CSRF token ([`Session::verify_csrf`](super::Session::verify_csrf)
+    /// was given an empty one). A client error: `403`.
+    #[error("missing CSRF token")]
+    CsrfMissing,
+    /// The request's CSRF token is not this session's (wrong, from another session, or the
+    /// session has none). A client error: `403`.
+    #[error("CSRF token mismatch")]
+    CsrfMismatch,
 }
 
 impl SessionError {
@@ -69,6 +77,9 @@ impl axum::response::IntoResponse for SessionError {
         let status = if self.is_store_error() || matches!(self, Self::Random(_)) {
             tracing::warn!(error = %self, "session store unavailable");
             StatusCode::SERVICE_UNAVAILABLE
+        } else if matches!(self, Self::CsrfMissing | Self::CsrfMismatch) {
+            tracing::debug!(error = %self, "request refused: CSRF check failed");
+            StatusCode::FORBIDDEN
         } else if matches!(self, Self::Destroyed) {
             StatusCode::UNAUTHORIZED
         } else if matches!(self, Self::Deserialize { .. } | Self::NotAnInteger(_)) {

@@ -15,6 +15,8 @@ use super::state::{CookieAction, State};
 use super::store::{Changes, RESERVED, USER_FIELD};
 use super::{FailurePolicy, SessionError};
 
+mod atomic;
+
 /// The current request's session: read and change it from a handler.
 ///
 /// Nothing is read from the store until a method needs it (a request that never touches its

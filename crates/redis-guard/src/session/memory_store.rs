@@ -7,7 +7,9 @@ use std::time::Duration;
 use super::SessionError;
 use super::memory_table::State;
 use super::memory_users::user_digest;
-use super::store::{BoxFuture, Changes, EXP_FIELD, Lifetimes, Record, SessionInfo, SessionStore};
+use super::store::{
+    BoxFuture, Changes, EXP_FIELD, FieldSwap, Lifetimes, Record, SessionInfo, SessionStore,
+};
 use crate::backend::{BackendError, Clock, InProcess, InProcessBuilder};
 
 /// Default bound on the number of sessions a [`MemorySessionStore`] holds.
@@ -244,6 +246,54 @@ impl SessionStore for MemorySessionStore {
                 .collect();
             out.sort_by_key(|i| (i.expires_in, i.storage_key.clone()));
             Ok(out)
+        })
+    }
+
+    fn take_field(
+        &self,
+        key: String,
+        field: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<Option<String>>, SessionError>> {
+        self.with(move |s, now| Ok(s.live(&key, now, life).map(|e| e.fields.remove(&field))))
+    }
+
+    fn ensure_field(
+        &self,
+        key: String,
+        field: String,
+        value: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<String>, SessionError>> {
+        self.with(move |s, now| {
+            Ok(s.live(&key, now, life)
+                .map(|e| e.fields.entry(field).or_insert(value).clone()))
+        })
+    }
+
+    fn compare_and_set_field(
+        &self,
+        key: String,
+        field: String,
+        expected: Option<String>,
+        new: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<FieldSwap>, SessionError>> {
+        self.with(move |s, now| {
+            Ok(s.live(&key, now, life).map(|e| {
+                let current = e.fields.get(&field);
+                if current != expected.as_ref() {
+                    return FieldSwap {
+                        set: false,
+                        value: current.cloned(),
+                    };
+                }
+                e.fields.insert(field, new.clone());
+                FieldSwap {
+                    set: true,
+                    value: Some(new),
+                }
+            }))
         })
     }
 }

@@ -137,6 +137,17 @@ pub struct SessionInfo {
     pub expires_in: Duration,
 }
 
+/// What [`SessionStore::compare_and_set_field`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FieldSwap {
+    /// Whether the field held the expected text and was set.
+    pub set: bool,
+    /// The text the field holds afterwards: the new value, or the one that did not match
+    /// (`None`: absent).
+    pub value: Option<String>,
+}
+
 /// Where sessions live: [`RedisSessionStore`](super::RedisSessionStore) or
 /// [`MemorySessionStore`](super::MemorySessionStore). Keys are storage keys
 /// ([`SessionId::storage_key`](super::SessionId::storage_key)), never raw ids.
@@ -223,6 +234,38 @@ pub trait SessionStore: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'stat
     fn check(&self) -> Result<(), String> {
         Ok(())
     }
+
+    /// Reads and deletes `field` of a live session in one atomic step (marking the session used
+    /// when it deletes). `Some(None)` when the field is absent; `None` when the session is gone.
+    fn take_field(
+        &self,
+        key: String,
+        field: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<Option<String>>, SessionError>>;
+
+    /// Sets `field` of a live session to `value` unless it holds one already, in one atomic
+    /// step, and returns the value it holds afterwards: the one that won. `None` when the session
+    /// is gone (nothing is written).
+    fn ensure_field(
+        &self,
+        key: String,
+        field: String,
+        value: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<String>, SessionError>>;
+
+    /// Sets `field` of a live session to `new` if it holds exactly the text `expected` (`None`:
+    /// if it is absent), in one atomic step. `None` when the session is gone (nothing is
+    /// written).
+    fn compare_and_set_field(
+        &self,
+        key: String,
+        field: String,
+        expected: Option<String>,
+        new: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<FieldSwap>, SessionError>>;
 }
 
 /// Forwards each listed method of [`SessionStore`] to `**self`.
@@ -249,5 +292,11 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
         revoke_user(user: String) -> BoxFuture<Result<usize, SessionError>>;
         user_sessions(user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>>;
         check() -> Result<(), String>;
+        take_field(key: String, field: String, life: Lifetimes)
+            -> BoxFuture<Result<Option<Option<String>>, SessionError>>;
+        ensure_field(key: String, field: String, value: String, life: Lifetimes)
+            -> BoxFuture<Result<Option<String>, SessionError>>;
+        compare_and_set_field(key: String, field: String, expected: Option<String>, new: String,
+            life: Lifetimes) -> BoxFuture<Result<Option<FieldSwap>, SessionError>>;
     }
 }
