@@ -32,7 +32,8 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 impl Session {
     /// This session's CSRF token, created on first use: put it in a hidden form field or hand it
     /// to scripts that send it in a header, then check it with
-    /// [`verify_csrf`](Self::verify_csrf) (or the [`CsrfHeader`] / [`CsrfForm`] extractors).
+    /// [`verify_csrf`](Self::verify_csrf) (or, with the `axum` feature, the `CsrfHeader` / `CsrfForm`
+    /// extractors).
     ///
     /// The token is 256 bits from the OS CSPRNG, base64url, kept in a reserved field of the
     /// session, and stays the same for the life of the session (across
