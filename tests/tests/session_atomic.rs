@@ -252,6 +252,16 @@ async fn send(
     }
 }
 
+/// `POST /guarded` with `token` in header `name`.
+async fn post_guarded(addr: SocketAddr, cookie: Option<&str>, name: &str, token: &str) -> Reply {
+    send(addr, "POST", "/guarded", cookie, &[(name, token)], "").await
+}
+
+/// The CSRF token of session `id`.
+async fn csrf_of(addr: SocketAddr, id: &str) -> String {
+    send(addr, "GET", "/csrf", Some(id), &[], "").await.body
+}
+
 /// A new stored session (holding `seed` = "x"); its cookie value.
 async fn new_session(addr: SocketAddr) -> String {
     let r = send(addr, "POST", "/set/seed/x", None, &[], "").await;
@@ -363,15 +373,12 @@ async fn csrf_refusals_are_403_and_write_nothing(h: Harness) {
     let addr = serve(&h, 1).await;
     let store = h.session_store().await;
     let (a, b) = (new_session(addr).await, new_session(addr).await);
-    let token_a = send(addr, "GET", "/csrf", Some(&a), &[], "").await.body;
-    let token_b = send(addr, "GET", "/csrf", Some(&b), &[], "").await.body;
+    let token_a = csrf_of(addr, &a).await;
+    let token_b = csrf_of(addr, &b).await;
     assert_eq!(token_a.len(), 43, "{token_a:?}");
     assert_ne!(token_a, token_b);
     // A token is stable for the session.
-    assert_eq!(
-        send(addr, "GET", "/csrf", Some(&a), &[], "").await.body,
-        token_a
-    );
+    assert_eq!(csrf_of(addr, &a).await, token_a);
     let before = record(&store, &a).await;
     let form = "application/x-www-form-urlencoded";
     let forged = "A".repeat(43);
@@ -480,15 +487,7 @@ async fn csrf_refusals_are_403_and_write_nothing(h: Harness) {
     );
 
     // The right token passes, in the header or the form; safe methods need none.
-    let ok = send(
-        addr,
-        "POST",
-        "/guarded",
-        Some(&a),
-        &[("x-csrf-token", &token_a)],
-        "",
-    )
-    .await;
+    let ok = post_guarded(addr, Some(&a), "x-csrf-token", &token_a).await;
     assert_eq!((ok.status, ok.body.as_str()), (200, "done"), "{ok:?}");
     let ok = send(addr, "GET", "/guarded", Some(&b), &[], "").await;
     assert_eq!(ok.status, 200, "{ok:?}");
@@ -517,15 +516,7 @@ async fn a_token_handed_to_a_new_session_is_stored_with_it(h: Harness) {
     let first = send(addr, "GET", "/csrf", None, &[], "").await;
     assert_eq!(first.status, 200);
     let id = first.set_id().expect("the token's session is created");
-    let ok = send(
-        addr,
-        "POST",
-        "/guarded",
-        Some(&id),
-        &[("x-csrf-token", &first.body)],
-        "",
-    )
-    .await;
+    let ok = post_guarded(addr, Some(&id), "x-csrf-token", &first.body).await;
     assert_eq!(ok.status, 200, "{ok:?}");
 }
 
@@ -535,26 +526,10 @@ async fn a_configured_header_and_field_are_read(h: Harness) {
         .field("_csrf");
     let addr = serve_app(app(h.session_store().await, 1, Some(config))).await;
     let id = new_session(addr).await;
-    let token = send(addr, "GET", "/csrf", Some(&id), &[], "").await.body;
-    let default = send(
-        addr,
-        "POST",
-        "/guarded",
-        Some(&id),
-        &[("x-csrf-token", &token)],
-        "",
-    )
-    .await;
+    let token = csrf_of(addr, &id).await;
+    let default = post_guarded(addr, Some(&id), "x-csrf-token", &token).await;
     assert_eq!(default.status, 403);
-    let ok = send(
-        addr,
-        "POST",
-        "/guarded",
-        Some(&id),
-        &[("x-xsrf-token", &token)],
-        "",
-    )
-    .await;
+    let ok = post_guarded(addr, Some(&id), "x-xsrf-token", &token).await;
     assert_eq!(ok.status, 200, "{ok:?}");
     let form = [("content-type", "application/x-www-form-urlencoded")];
     let body = format!("_csrf={token}&text=hi");
@@ -595,7 +570,7 @@ async fn reserved_keys_are_refused(h: Harness) {
     let addr = serve(&h, 1).await;
     let store = h.session_store().await;
     let id = new_session(addr).await;
-    let token = send(addr, "GET", "/csrf", Some(&id), &[], "").await.body;
+    let token = csrf_of(addr, &id).await;
     let before = record(&store, &id).await;
     let r = send(addr, "POST", "/reserved", Some(&id), &[], "").await;
     assert_eq!((r.status, r.body.as_str()), (200, "true true true"));
@@ -607,7 +582,7 @@ async fn reserved_keys_are_refused(h: Harness) {
 async fn a_refusal_sends_only_the_load(h: Harness) {
     let addr = serve(&h, 1).await;
     let id = new_session(addr).await;
-    let token = send(addr, "GET", "/csrf", Some(&id), &[], "").await.body;
+    let token = csrf_of(addr, &id).await;
     let mut monitor = Monitor::start(&h).await;
     monitor.commands(&h).await;
     // No token: refused before the session is even loaded. A wrong one: the load only.
@@ -617,15 +592,7 @@ async fn a_refusal_sends_only_the_load(h: Harness) {
         let sent = monitor.commands(&h).await;
         assert_eq!(sent.len(), round_trips, "{sent:?}");
     }
-    let r = send(
-        addr,
-        "POST",
-        "/guarded",
-        Some(&id),
-        &[("x-csrf-token", &token)],
-        "",
-    )
-    .await;
+    let r = post_guarded(addr, Some(&id), "x-csrf-token", &token).await;
     assert_eq!(r.status, 200);
     assert_eq!(monitor.commands(&h).await.len(), 2, "load and save");
 }

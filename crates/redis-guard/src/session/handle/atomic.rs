@@ -128,15 +128,7 @@ impl Session {
             }
         }
         let value = state.peek(key);
-        state.changes.set.remove(key);
-        let stored = !state.changes.clear
-            && state
-                .live
-                .as_ref()
-                .is_some_and(|(_, r)| r.get(key).is_some());
-        if stored {
-            state.changes.remove.insert(key.to_owned());
-        }
+        state.remove_pending(key);
         Ok(value)
     }
 
