@@ -28,6 +28,8 @@ const COOKIE: &str = "__Host-id";
 struct Race {
     barrier: Barrier,
     made: AtomicUsize,
+    /// The app's store, for routes that end a session behind the handler's back.
+    store: Arc<dyn SessionStore>,
 }
 
 type Shared = State<Arc<Race>>;
@@ -122,6 +124,43 @@ async fn local(session: Session) -> Result<String, SessionError> {
     ))
 }
 
+/// Loads the session, deletes it in the store (the storage key comes in `x-storage-key`), then
+/// runs one helper: it finds the session gone and carries on as for a new session.
+async fn gone(
+    session: Session,
+    State(race): Shared,
+    Path(op): Path<String>,
+    headers: http::HeaderMap,
+) -> Result<String, SessionError> {
+    let _: Option<String> = session.get("loaded").await?;
+    let key = headers["x-storage-key"].to_str().expect("ascii").to_owned();
+    race.store.delete(key).await?;
+    Ok(match op.as_str() {
+        "take" => format!("{:?}", session.take::<String>("seed").await?),
+        "ensure" => session.ensure("k", || "new".to_owned()).await?,
+        "cas" => {
+            let set = session
+                .compare_and_set("seed", None, &"new".to_owned())
+                .await?;
+            set.to_string()
+        }
+        _ => session.csrf_token().await.map(|t| t.len().to_string())?,
+    })
+}
+
+/// Each helper after `destroy`: the writing ones are refused.
+async fn destroyed(session: Session) -> Result<String, SessionError> {
+    session.destroy().await?;
+    let refused = |r: Result<(), SessionError>| matches!(r, Err(SessionError::Destroyed));
+    Ok(format!(
+        "{} {} {} {}",
+        refused(session.take::<String>("seed").await.map(drop)),
+        refused(session.ensure("k", || 1).await.map(drop)),
+        refused(session.compare_and_set("k", None, &1).await.map(drop)),
+        refused(session.csrf_token().await.map(drop)),
+    ))
+}
+
 /// Each helper on a reserved key: all refused.
 async fn reserved(session: Session) -> String {
     let take = session.take::<String>("$csrf").await;
@@ -144,6 +183,7 @@ fn app(store: Arc<dyn SessionStore>, racers: usize, config: Option<CsrfConfig>) 
     let race = Arc::new(Race {
         barrier: Barrier::new(racers),
         made: AtomicUsize::new(0),
+        store: Arc::clone(&store),
     });
     let layer = SessionLayer::builder(store)
         .idle_timeout(Duration::from_secs(30 * 60))
@@ -168,6 +208,8 @@ fn app(store: Arc<dyn SessionStore>, racers: usize, config: Option<CsrfConfig>) 
         .route("/form", post(form))
         .route("/local", post(local))
         .route("/reserved", post(reserved))
+        .route("/gone/{op}", post(gone))
+        .route("/destroyed", post(destroyed))
         .with_state(race);
     let router = match config {
         Some(config) => router.layer(Extension(config)),
@@ -578,6 +620,52 @@ async fn reserved_keys_are_refused(h: Harness) {
     assert_eq!(before.get("$csrf"), Some(token.as_str()));
 }
 
+async fn a_session_gone_meanwhile_is_a_new_one_and_destroyed_refuses(h: Harness) {
+    let addr = serve(&h, 1).await;
+    let store = h.session_store().await;
+    for (op, body, creates) in [
+        ("take", "None", false),
+        ("ensure", "new", true),
+        ("cas", "true", true),
+        ("csrf", "43", true),
+    ] {
+        let id = new_session(addr).await;
+        let key = SessionId::parse(&id).expect("id").storage_key();
+        let headers = [("x-storage-key", key.as_str())];
+        let r = send(
+            addr,
+            "POST",
+            &format!("/gone/{op}"),
+            Some(&id),
+            &headers,
+            "",
+        )
+        .await;
+        assert_eq!((r.status, r.body.as_str()), (200, body), "{op}: {r:?}");
+        // Never resurrected under the old id; a new session only when something was stored.
+        assert!(
+            store
+                .load(key, Lifetimes::default())
+                .await
+                .expect("load")
+                .is_none()
+        );
+        let new = r.set_id();
+        assert_eq!(new.is_some(), creates, "{op}: {r:?}");
+        if let Some(new) = new {
+            assert_ne!(new, id);
+            record(&store, &new).await;
+        }
+    }
+    let id = new_session(addr).await;
+    let r = send(addr, "POST", "/destroyed", Some(&id), &[], "").await;
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (200, "true true true true"),
+        "{r:?}"
+    );
+}
+
 /// A refused request costs at most the session's load: no write goes to Redis.
 async fn a_refusal_sends_only_the_load(h: Harness) {
     let addr = serve(&h, 1).await;
@@ -606,6 +694,7 @@ backend_suite!(
     a_configured_header_and_field_are_read,
     helpers_resolve_pending_changes_in_the_request,
     reserved_keys_are_refused,
+    a_session_gone_meanwhile_is_a_new_one_and_destroyed_refuses,
 );
 // Counts commands with MONITOR on one server.
 backend_suite!(standalone_only: a_refusal_sends_only_the_load);
