@@ -50,7 +50,7 @@
 //! | [`redis_guard_session_loads_total`](SESSION_LOADS) | counter | `result` = `live`, `absent` | session loads |
 //! | [`redis_guard_session_saves_total`](SESSION_SAVES) | counter | `result` = `merged`, `created`, `gone` | writes: changed fields merged into the stored session (concurrent writes to other fields kept), a new session, or dropped because the session had ended (never resurrected) |
 //! | [`redis_guard_session_revocations_total`](SESSION_REVOCATIONS) | counter | `kind` = `destroy`, `rotate`, `user`, `session`, `others` | sessions ended: logout, id rotation, "log out everywhere", one device revoked, "log out everywhere else" (one per session ended) |
-//! | [`redis_guard_session_store_errors_total`](SESSION_STORE_ERRORS) | counter | `op` = `load`, `create`, `save`, `increment`, `delete`, `rotate`, `index`, `revoke`, `list` | store calls that failed |
+//! | [`redis_guard_session_store_errors_total`](SESSION_STORE_ERRORS) | counter | `op` = `load`, `create`, `save`, `increment`, `delete`, `rotate`, `index`, `revoke`, `list`, `take`, `ensure`, `compare_and_set` | store calls that failed |
 //!
 //! # Tracing
 //!

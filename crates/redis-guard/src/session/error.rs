@@ -3,9 +3,9 @@
 use crate::backend::BackendError;
 
 /// What can go wrong with a session. Handlers can match on it; with the `axum` feature it is also
-/// a response (`400` for bad keys and values, `503` when the store is unavailable), an
-/// `application/problem+json` document that names the status only: the error's text, which can
-/// describe internals, goes to the log, never to the client.
+/// a response (`400` for bad keys and values, `403` for a failed CSRF check, `503` when the
+/// store is unavailable), an `application/problem+json` document that names the status only:
+/// the error's text, which can describe internals, goes to the log, never to the client.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SessionError {
@@ -55,6 +55,14 @@ pub enum SessionError {
     /// A session's own idle timeout or absolute lifetime must be more than zero.
     #[error("a session's own {0} must be more than zero")]
     InvalidLifetime(&'static str),
+    /// The request carries no CSRF token ([`Session::verify_csrf`](super::Session::verify_csrf)
+    /// was given an empty one). A client error: `403`.
+    #[error("missing CSRF token")]
+    CsrfMissing,
+    /// The request's CSRF token is not this session's (wrong, from another session, or the
+    /// session has none). A client error: `403`.
+    #[error("CSRF token mismatch")]
+    CsrfMismatch,
 }
 
 impl SessionError {
@@ -72,6 +80,9 @@ impl axum::response::IntoResponse for SessionError {
         let status = if self.is_store_error() || matches!(self, Self::Random(_)) {
             tracing::warn!(error = %self, "session store unavailable");
             StatusCode::SERVICE_UNAVAILABLE
+        } else if matches!(self, Self::CsrfMissing | Self::CsrfMismatch) {
+            tracing::debug!(error = %self, "request refused: CSRF check failed");
+            StatusCode::FORBIDDEN
         } else if matches!(self, Self::Destroyed) {
             StatusCode::UNAUTHORIZED
         } else if matches!(self, Self::Deserialize { .. } | Self::NotAnInteger(_)) {

@@ -17,6 +17,8 @@ use super::store::{Changes, IDLE_FIELD, MAX_FIELD, RESERVED, SessionInfo, USER_F
 use super::token::Wire;
 use super::{FailurePolicy, SessionError};
 
+mod atomic;
+
 /// The current request's session: read and change it from a handler.
 ///
 /// Nothing is read from the store until a method needs it (a request that never touches its
@@ -122,17 +124,7 @@ impl Session {
     /// A reserved or invalid key, or a store error while loading.
     pub async fn remove(&self, key: &str) -> Result<bool, SessionError> {
         check_key(key)?;
-        let mut state = self.loaded().await?;
-        let pending = state.changes.set.remove(key).is_some();
-        let stored = !state.changes.clear
-            && state
-                .live
-                .as_ref()
-                .is_some_and(|(_, r)| r.get(key).is_some());
-        if stored {
-            state.changes.remove.insert(key.to_owned());
-        }
-        Ok(pending || stored)
+        Ok(self.loaded().await?.remove_pending(key))
     }
 
     /// Removes every key (the session, its id and its user stay).

@@ -8,8 +8,8 @@ use super::SessionError;
 use super::memory_table::State;
 use super::memory_users::{UserDigest, user_digest};
 use super::store::{
-    BoxFuture, CREATED_FIELD, Changes, EXP_FIELD, Lifetimes, Record, SEEN_FIELD, SessionInfo,
-    SessionStore,
+    BoxFuture, CREATED_FIELD, Changes, EXP_FIELD, FieldSwap, Lifetimes, Record, SEEN_FIELD,
+    SessionInfo, SessionStore,
 };
 use crate::backend::{BackendError, Clock, InProcess, InProcessBuilder};
 
@@ -270,6 +270,57 @@ impl SessionStore for MemorySessionStore {
                 }
             }
             Ok(ended)
+        })
+    }
+
+    fn take_field(
+        &self,
+        key: String,
+        field: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<Option<String>>, SessionError>> {
+        self.with(move |s, now| {
+            Ok(s.live(&key, now, life, None)
+                .map(|e| e.fields.remove(&field)))
+        })
+    }
+
+    fn ensure_field(
+        &self,
+        key: String,
+        field: String,
+        value: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<String>, SessionError>> {
+        self.with(move |s, now| {
+            Ok(s.live(&key, now, life, None)
+                .map(|e| e.fields.entry(field).or_insert(value).clone()))
+        })
+    }
+
+    fn compare_and_set_field(
+        &self,
+        key: String,
+        field: String,
+        expected: Option<String>,
+        new: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<FieldSwap>, SessionError>> {
+        self.with(move |s, now| {
+            Ok(s.live(&key, now, life, None).map(|e| {
+                let current = e.fields.get(&field);
+                if current != expected.as_ref() {
+                    return FieldSwap {
+                        set: false,
+                        value: current.cloned(),
+                    };
+                }
+                e.fields.insert(field, new.clone());
+                FieldSwap {
+                    set: true,
+                    value: Some(new),
+                }
+            }))
         })
     }
 }

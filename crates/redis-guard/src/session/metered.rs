@@ -152,6 +152,43 @@ impl SessionStore for Metered {
     fn check(&self) -> Result<(), String> {
         self.0.check()
     }
+
+    fn take_field(
+        &self,
+        key: String,
+        field: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<Option<String>>, SessionError>> {
+        metered("take", self.0.take_field(key, field, life), written)
+    }
+
+    fn ensure_field(
+        &self,
+        key: String,
+        field: String,
+        value: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<String>, SessionError>> {
+        metered(
+            "ensure",
+            self.0.ensure_field(key, field, value, life),
+            written,
+        )
+    }
+
+    fn compare_and_set_field(
+        &self,
+        key: String,
+        field: String,
+        expected: Option<String>,
+        new: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<super::store::FieldSwap>, SessionError>> {
+        let call = self
+            .0
+            .compare_and_set_field(key, field, expected, new, life);
+        metered("compare_and_set", call, written)
+    }
 }
 
 impl fmt::Debug for Metered {

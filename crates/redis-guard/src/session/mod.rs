@@ -82,6 +82,17 @@
 //!   session. On a Redis Cluster the session keys and the index sit on different slots, so the
 //!   steps are ordered such that a crash between any two leaves no session or an indexed one,
 //!   never a live session that `revoke_user` cannot reach.
+//! - **Atomic helpers**, each one step of the store on a stored session (one round trip):
+//!   [`Session::take`] reads and deletes (flash messages, shown once even when two tabs load at
+//!   once), [`Session::ensure`] sets if absent and returns the value that won,
+//!   [`Session::compare_and_set`] sets if the key holds what was expected (as serialized JSON).
+//!   A key changed earlier in the request, or a session not stored yet, is resolved in the
+//!   request and written after the handler as usual.
+//! - **CSRF** (synchronizer token): [`Session::csrf_token`] (256 random bits in a reserved
+//!   field, one per session even under concurrent first requests) and
+//!   [`Session::verify_csrf`] (constant time). With the `axum` feature, the `CsrfHeader` and
+//!   `CsrfForm` extractors check a header or a form field on unsafe methods and answer a
+//!   missing, wrong or foreign token with `403` before the handler runs, writing nothing.
 //! - **Caching**: a response that sets or removes the cookie carries `Vary: Cookie` and a
 //!   `Cache-Control` that is `private` (the handler's `public` and `s-maxage` are removed) with
 //!   `no-cache="Set-Cookie"` unless it already says `no-cache` or `no-store`.
@@ -118,6 +129,7 @@ mod builder;
 mod cache_control;
 mod cookie;
 mod cookie_header;
+mod csrf;
 mod error;
 mod future;
 mod handle;
@@ -141,6 +153,8 @@ mod user;
 pub use builder::{MAX_LIFETIME, MAX_SESSIONS_PER_USER, SessionConfigError, SessionLayerBuilder};
 pub use cookie::{CookieConfig, SameSite};
 pub use cookie_header::MAX_COOKIE_CANDIDATES;
+#[cfg(feature = "axum")]
+pub use csrf::{CsrfConfig, CsrfForm, CsrfHeader, CsrfRejection};
 pub use error::SessionError;
 pub use future::ResponseFuture;
 pub use handle::Session;
@@ -151,6 +165,7 @@ pub use policy::FailurePolicy;
 pub use redis_store::RedisSessionStore;
 pub use service::SessionService;
 pub use shared::MAX_USER_AGENT_LEN;
+pub use store::FieldSwap;
 pub use store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore};
 pub use token::{DEFAULT_TOKEN_HEADER, Transport};
 pub use user::SessionUser;

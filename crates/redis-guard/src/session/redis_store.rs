@@ -475,6 +475,74 @@ impl SessionStore for RedisSessionStore {
             Ok(ended)
         })
     }
+
+    fn take_field(
+        &self,
+        key: String,
+        field: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<Option<String>>, SessionError>> {
+        let call = self.on_session(&super::scripts::TAKE_FIELD, &key, life, vec![field]);
+        Box::pin(async move {
+            match call.await? {
+                Value::Nil => Ok(None),
+                v => Ok(Some(strings(v)?.into_iter().next())),
+            }
+        })
+    }
+
+    fn ensure_field(
+        &self,
+        key: String,
+        field: String,
+        value: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<String>, SessionError>> {
+        let call = self.on_session(
+            &super::scripts::ENSURE_FIELD,
+            &key,
+            life,
+            vec![field, value],
+        );
+        Box::pin(async move {
+            match call.await? {
+                Value::Nil => Ok(None),
+                v => string(v).map(Some),
+            }
+        })
+    }
+
+    fn compare_and_set_field(
+        &self,
+        key: String,
+        field: String,
+        expected: Option<String>,
+        new: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<super::store::FieldSwap>, SessionError>> {
+        let present = if expected.is_some() { "1" } else { "0" };
+        let args = vec![field, present.to_owned(), expected.unwrap_or_default(), new];
+        let call = self.on_session(&super::scripts::SWAP_FIELD, &key, life, args);
+        Box::pin(async move {
+            match call.await? {
+                Value::Nil => Ok(None),
+                v => {
+                    let mut reply = strings(v)?.into_iter();
+                    let set = match reply.next().as_deref() {
+                        Some("1") => true,
+                        Some("0") => false,
+                        other => {
+                            return Err(bad_reply(format!("compare-and-set replied {other:?}")));
+                        }
+                    };
+                    Ok(Some(super::store::FieldSwap {
+                        set,
+                        value: reply.next(),
+                    }))
+                }
+            }
+        })
+    }
 }
 
 /// The longest handle worth looking up: longer ones name no session.

@@ -41,6 +41,12 @@ pub(crate) static PEEK: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/peek.lua")));
 pub(crate) static PROBE: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("scripts/probe.lua")));
+pub(crate) static TAKE_FIELD: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/take_field.lua")));
+pub(crate) static ENSURE_FIELD: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/ensure_field.lua")));
+pub(crate) static SWAP_FIELD: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("scripts/swap_field.lua")));
 
 pub(crate) fn bad_reply(what: String) -> SessionError {
     BackendError::BadReply(what).into()

@@ -78,6 +78,21 @@ impl State {
             .map(str::to_owned)
     }
 
+    /// Removes `key` in this request (its removal is written after the handler); returns
+    /// whether the handler saw it.
+    pub(crate) fn remove_pending(&mut self, key: &str) -> bool {
+        let pending = self.changes.set.remove(key).is_some();
+        let stored = !self.changes.clear
+            && self
+                .live
+                .as_ref()
+                .is_some_and(|(_, r)| r.get(key).is_some());
+        if stored {
+            self.changes.remove.insert(key.to_owned());
+        }
+        pending || stored
+    }
+
     /// Ends the session in this request: nothing more is written, the cookie goes.
     pub(crate) fn end(&mut self) {
         self.destroyed = true;

@@ -227,6 +227,17 @@ fn legacy_handle(storage_key: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&digest[..16])
 }
 
+/// What [`SessionStore::compare_and_set_field`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FieldSwap {
+    /// Whether the field held the expected text and was set.
+    pub set: bool,
+    /// The text the field holds afterwards: the new value, or the one that did not match
+    /// (`None`: absent).
+    pub value: Option<String>,
+}
+
 /// Where sessions live: [`RedisSessionStore`](super::RedisSessionStore) or
 /// [`MemorySessionStore`](super::MemorySessionStore). Keys are storage keys
 /// ([`SessionId::storage_key`](super::SessionId::storage_key)), never raw ids.
@@ -335,6 +346,38 @@ pub trait SessionStore: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'stat
     fn check(&self) -> Result<(), String> {
         Ok(())
     }
+
+    /// Reads and deletes `field` of a live session in one atomic step (marking the session used
+    /// when it deletes). `Some(None)` when the field is absent; `None` when the session is gone.
+    fn take_field(
+        &self,
+        key: String,
+        field: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<Option<String>>, SessionError>>;
+
+    /// Sets `field` of a live session to `value` unless it holds one already, in one atomic
+    /// step, and returns the value it holds afterwards: the one that won. `None` when the session
+    /// is gone (nothing is written).
+    fn ensure_field(
+        &self,
+        key: String,
+        field: String,
+        value: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<String>, SessionError>>;
+
+    /// Sets `field` of a live session to `new` if it holds exactly the text `expected` (`None`:
+    /// if it is absent), in one atomic step. `None` when the session is gone (nothing is
+    /// written).
+    fn compare_and_set_field(
+        &self,
+        key: String,
+        field: String,
+        expected: Option<String>,
+        new: String,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Option<FieldSwap>, SessionError>>;
 }
 
 /// Forwards each listed method of [`SessionStore`] to `**self`.
@@ -364,5 +407,11 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
         revoke_session(user: String, handle: String) -> BoxFuture<Result<bool, SessionError>>;
         revoke_user_except(user: String, keep: String) -> BoxFuture<Result<usize, SessionError>>;
         check() -> Result<(), String>;
+        take_field(key: String, field: String, life: Lifetimes)
+            -> BoxFuture<Result<Option<Option<String>>, SessionError>>;
+        ensure_field(key: String, field: String, value: String, life: Lifetimes)
+            -> BoxFuture<Result<Option<String>, SessionError>>;
+        compare_and_set_field(key: String, field: String, expected: Option<String>, new: String,
+            life: Lifetimes) -> BoxFuture<Result<Option<FieldSwap>, SessionError>>;
     }
 }
