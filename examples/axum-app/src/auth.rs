@@ -1,5 +1,5 @@
-//! `/login`, `/me`, `/logout`, `/logout-all`, `/logout-others`, `/flash` and `/sessions`: the
-//! session routes.
+//! `/login`, `/me`, `/logout`, `/logout-all`, `/logout-others`, `/flash`, `/csrf`, `/profile`
+//! and `/sessions`: the session routes.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -8,9 +8,10 @@ use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Redirect;
 use axum::response::{IntoResponse, Response};
 use redis_guard::rate_limit::{ClientIp, Limiter};
-use redis_guard::session::{Session, SessionError};
+use redis_guard::session::{CsrfForm, Session, SessionError};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -112,7 +113,8 @@ pub(crate) async fn me(session: Session) -> Result<Response, SessionError> {
         return Ok(json_error(StatusCode::UNAUTHORIZED, "not logged in"));
     };
     let visits = session.increment("visits", 1).await?;
-    Ok(Json(json!({ "user": user, "visits": visits })).into_response())
+    let name: Option<String> = session.get("name").await?;
+    Ok(Json(json!({ "user": user, "visits": visits, "name": name })).into_response())
 }
 
 /// `POST /logout`: ends this session; a new anonymous one carries the message for the next page.
@@ -124,13 +126,44 @@ pub(crate) async fn logout(session: Session) -> Result<StatusCode, SessionError>
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `GET /flash`: the message left for this page, shown once (`{"flash": null}` when none).
+/// `GET /flash`: the message left for this page, shown once (`{"flash": null}` when none): read
+/// and deleted in one store step, so two tabs loading at once do not both show it.
 pub(crate) async fn flash(session: Session) -> Result<Response, SessionError> {
-    let flash: Option<String> = session.get("flash").await?;
-    if flash.is_some() {
-        session.remove("flash").await?;
-    }
+    let flash: Option<String> = session.take("flash").await?;
     Ok(Json(json!({ "flash": flash })).into_response())
+}
+
+/// `GET /csrf`: this session's CSRF token, for the page's form (`{"token": "…"}`).
+pub(crate) async fn csrf(session: Session) -> Result<Response, SessionError> {
+    Ok(Json(json!({ "token": session.csrf_token().await? })).into_response())
+}
+
+#[derive(Deserialize)]
+pub(crate) struct Profile {
+    name: String,
+}
+
+/// The longest display name kept, in characters.
+const MAX_NAME: usize = 40;
+
+/// `POST /profile` (an HTML form: `name`, `csrf_token`): the display name, saved after the CSRF
+/// token is checked against the session (`403` otherwise, before this runs); back to the page
+/// with a message.
+pub(crate) async fn profile(
+    session: Session,
+    CsrfForm(profile): CsrfForm<Profile>,
+) -> Result<Response, SessionError> {
+    if session.user().await?.is_none() {
+        return Ok(json_error(StatusCode::UNAUTHORIZED, "not logged in"));
+    }
+    let name: String = profile.name.trim().chars().take(MAX_NAME).collect();
+    if name.is_empty() {
+        session.remove("name").await?;
+    } else {
+        session.insert("name", &name).await?;
+    }
+    session.insert("flash", &"Saved your display name.").await?;
+    Ok(Redirect::to("/").into_response())
 }
 
 /// Seconds since the Unix epoch, `ago` before now.

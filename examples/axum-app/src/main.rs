@@ -205,19 +205,27 @@ fn router(
         .route("/logout-all", post(auth::logout_all))
         .route("/logout-others", post(auth::logout_others))
         .route("/flash", get(auth::flash))
+        .route("/csrf", get(auth::csrf))
         .route("/sessions", get(auth::sessions))
         .route("/sessions/{handle}/revoke", post(auth::revoke))
         .merge(api)
         .merge(report)
         .merge(login)
-        .layer(session_layer)
+        .layer(session_layer.clone())
         // Health checks stay outside the session layer: never a cookie, never a store call.
         .route("/healthz", get(|| async { "ok" }))
         .merge(calls)
         // Outermost: a cross-site or non-JSON write is refused before sessions or limiters.
         .layer(axum::middleware::from_fn(refuse_cross_site))
         // Bearer-token routes: no browser sends the token on its own (see admin.rs).
-        .merge(admin))
+        .merge(admin)
+        // An HTML form, so not JSON: protected by the session's CSRF token (synchronizer token,
+        // checked by `CsrfForm`) instead of the JSON rule above.
+        .merge(
+            Router::new()
+                .route("/profile", post(auth::profile))
+                .layer(session_layer),
+        ))
 }
 
 /// See `shared/csrf.rs`.

@@ -401,6 +401,39 @@ async fn your_devices_in_two_chromium_profiles() {
         .await
         .expect("the first is not");
 
+    // A CSRF-protected HTML form: the page's hidden field carries the session's token.
+    first
+        .type_text("#display-name", "Alice A.")
+        .await
+        .expect("type a name");
+    first
+        .click("#profile-button")
+        .await
+        .expect("submit the form");
+    first
+        .wait_for("#flash", |t| t == "Saved your display name.", WAIT)
+        .await
+        .expect("saved, back on the page");
+    first
+        .wait_for("#who", |t| t.ends_with("name: Alice A."), WAIT)
+        .await
+        .expect("the name shown");
+    // The same form with another token is refused.
+    let forged = first
+        .execute(
+            "const xhr = new XMLHttpRequest(); xhr.open('POST', '/profile', false); \
+             xhr.setRequestHeader('content-type', 'application/x-www-form-urlencoded'); \
+             xhr.send('name=Mallory&csrf_token=' + 'A'.repeat(43)); return xhr.status;",
+        )
+        .await
+        .expect("script");
+    assert_eq!(forged, serde_json::json!(403));
+    first.refresh().await.expect("reload");
+    first
+        .wait_for("#who", |t| t.ends_with("name: Alice A."), WAIT)
+        .await
+        .expect("the forged form changed nothing");
+
     // Logging out leaves a message for the next page, once.
     first.click("#logout-button").await.expect("log out");
     first

@@ -530,7 +530,7 @@ async fn login_me_logout_on_redis() {
         let me = with_cookie(&app, "GET", "/me", &id, b"").await;
         assert_eq!(
             json(&me),
-            serde_json::json!({ "user": "alice", "visits": visits })
+            serde_json::json!({ "user": "alice", "visits": visits, "name": null })
         );
     }
     let hello = with_cookie(&app, "GET", "/api/hello", &id, b"").await;
@@ -665,6 +665,59 @@ async fn devices_are_listed_and_revoked_over_http() {
         with_cookie(&app, "GET", "/me", &third, b"").await.status,
         200
     );
+}
+
+/// `POST /profile` is an HTML form guarded by the session's CSRF token: missing, wrong or another
+/// session's token is a `403` that changes nothing; the right one saves and redirects.
+#[tokio::test]
+async fn the_profile_form_needs_this_sessions_csrf_token() {
+    let app = start(&[]).await;
+    let alice = cookie_of(&login(&app, "alice", "password").await).expect("alice");
+    let bob = cookie_of(&login(&app, "bob", "password").await).expect("bob");
+    let token_of = |r: RawResponse| json(&r)["token"].as_str().expect("token").to_owned();
+    let mine = token_of(with_cookie(&app, "GET", "/csrf", &alice, b"").await);
+    let again = token_of(with_cookie(&app, "GET", "/csrf", &alice, b"").await);
+    assert_eq!(mine, again, "one token per session");
+    let bobs = token_of(with_cookie(&app, "GET", "/csrf", &bob, b"").await);
+    assert_ne!(mine, bobs);
+    let form = |cookie: &str, body: String| {
+        let cookie = cookie.to_owned();
+        let addr = app.addr;
+        async move {
+            request(
+                addr,
+                "POST",
+                "/profile",
+                &[
+                    ("Cookie", cookie.as_bytes()),
+                    ("Content-Type", b"application/x-www-form-urlencoded"),
+                ],
+                body.as_bytes(),
+            )
+            .await
+            .expect("request")
+        }
+    };
+    for body in [
+        "name=Mallory".to_owned(),
+        "name=Mallory&csrf_token=".to_owned(),
+        format!("name=Mallory&csrf_token={bobs}"),
+        format!("name=Mallory&csrf_token={}", "A".repeat(43)),
+        format!("name=Mallory&csrf_token={}", "A".repeat(10_000)),
+    ] {
+        let r = form(&alice, body.clone()).await;
+        assert_eq!(r.status, 403, "{body:.60}: {}", r.text());
+        assert!(cookie_of(&r).is_none(), "no session write");
+    }
+    let me = json(&with_cookie(&app, "GET", "/me", &alice, b"").await);
+    assert_eq!(me["name"], serde_json::Value::Null, "nothing saved");
+    let r = form(&alice, format!("name=Alice+A.&csrf_token={mine}")).await;
+    assert_eq!(r.status, 303, "{}", r.text());
+    assert_eq!(r.header("location"), Some("/"));
+    let me = json(&with_cookie(&app, "GET", "/me", &alice, b"").await);
+    assert_eq!(me["name"], "Alice A.");
+    let flash = json(&with_cookie(&app, "GET", "/flash", &alice, b"").await);
+    assert_eq!(flash["flash"], "Saved your display name.");
 }
 
 /// "Remember me": the cookie carries `Max-Age` for 30 days; without it, a browser-session cookie.
