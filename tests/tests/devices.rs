@@ -17,6 +17,7 @@ use redis_guard::session::{
     MAX_USER_AGENT_LEN, Session, SessionError, SessionId, SessionLayer, SessionLayerBuilder,
     SessionStore,
 };
+use redis_guard_tests::session_routes::{error, route, text};
 use redis_guard_tests::{Harness, Monitor, Reply, backend_suite, call};
 use tower::{Layer, Service};
 
@@ -24,12 +25,6 @@ type Body = Full<Bytes>;
 
 const COOKIE: &str = "__Host-id";
 const DAY: Duration = Duration::from_secs(86_400);
-
-fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
-    let mut res = Response::new(Full::from(body.into()));
-    *res.status_mut() = status;
-    res
-}
 
 /// The app: login (optionally remembered), whoami, the device list and the revocations.
 fn app() -> impl Service<
@@ -51,14 +46,6 @@ fn app() -> impl Service<
             .collect();
         let parts: Vec<&str> = path.iter().map(String::as_str).collect();
         let res: Result<Response<Body>, SessionError> = match parts.as_slice() {
-            ["login", user] => {
-                async {
-                    session.cycle_id().await?;
-                    session.set_user(user).await?;
-                    Ok(text(StatusCode::OK, "in"))
-                }
-                .await
-            }
             ["remember", user, days] => {
                 async {
                     session.cycle_id().await?;
@@ -82,14 +69,6 @@ fn app() -> impl Service<
                 }
                 .await
             }
-            ["cycle"] => session
-                .cycle_id()
-                .await
-                .map(|()| text(StatusCode::OK, "cycled")),
-            ["whoami"] => session.user().await.map(|u| match u {
-                Some(u) => text(StatusCode::OK, u),
-                None => text(StatusCode::UNAUTHORIZED, ""),
-            }),
             ["get"] => session
                 .get::<String>("k")
                 .await
@@ -124,16 +103,12 @@ fn app() -> impl Service<
                 .revoke_other_sessions()
                 .await
                 .map(|n| text(StatusCode::OK, n.to_string())),
-            _ => Ok(text(StatusCode::NOT_FOUND, "no route")),
+            // login/{user}, whoami, cycle: the suites' shared routes.
+            shared => route(&session, shared)
+                .await
+                .unwrap_or_else(|| Ok(text(StatusCode::NOT_FOUND, "no route"))),
         };
-        Ok::<_, Infallible>(res.unwrap_or_else(|e| {
-            let status = if e.is_store_error() {
-                StatusCode::SERVICE_UNAVAILABLE
-            } else {
-                StatusCode::BAD_REQUEST
-            };
-            text(status, e.to_string())
-        }))
+        Ok::<_, Infallible>(res.unwrap_or_else(|e| error(&e)))
     })
 }
 
@@ -294,9 +269,9 @@ async fn devices_are_listed_with_their_metadata(h: Harness) {
     assert_eq!(c.send(&mut stranger, "GET", "/sessions").await.body, "");
 }
 
-async fn revoking_one_handle_ends_exactly_that_session(h: Harness) {
-    let c = Client::new(&h).await;
-    let mut devices: Vec<Device> = (0..3)
+/// `n` devices logged in as alice (`device {i}` from 192.0.2.{i}), and one as bob.
+async fn alice_and_bob(c: &Client, n: u8) -> (Vec<Device>, Device) {
+    let mut devices: Vec<Device> = (0..n)
         .map(|i| Device::new(&format!("192.0.2.{i}"), &format!("device {i}")))
         .collect();
     for d in &mut devices {
@@ -304,6 +279,12 @@ async fn revoking_one_handle_ends_exactly_that_session(h: Harness) {
     }
     let mut bob = Device::new("192.0.2.99", "bob's");
     c.login(&mut bob, "bob").await;
+    (devices, bob)
+}
+
+async fn revoking_one_handle_ends_exactly_that_session(h: Harness) {
+    let c = Client::new(&h).await;
+    let (mut devices, mut bob) = alice_and_bob(&c, 3).await;
     let bobs = list(&c, &mut bob).await;
     let listed = list(&c, &mut devices[0]).await;
     let target = listed
@@ -394,14 +375,7 @@ async fn revoking_one_handle_ends_exactly_that_session(h: Harness) {
 
 async fn log_out_everywhere_else_keeps_the_current_one(h: Harness) {
     let c = Client::new(&h).await;
-    let mut devices: Vec<Device> = (0..4)
-        .map(|i| Device::new(&format!("192.0.2.{i}"), &format!("device {i}")))
-        .collect();
-    for d in &mut devices {
-        c.login(d, "alice").await;
-    }
-    let mut bob = Device::new("192.0.2.99", "bob's");
-    c.login(&mut bob, "bob").await;
+    let (mut devices, mut bob) = alice_and_bob(&c, 4).await;
     let r = c.send(&mut devices[2], "POST", "/others").await;
     assert_eq!((r.status, r.body.as_str()), (200, "3"));
     for (i, d) in devices.iter_mut().enumerate() {

@@ -321,6 +321,24 @@ async fn log_in(browser: &Browser, url: &str, user: &str) {
         .expect("logged in");
 }
 
+/// Reloads the page until who is logged in (`#who`) says what `expected` accepts.
+async fn reload(browser: &Browser, expected: impl FnMut(&str) -> bool) {
+    browser.refresh().await.expect("reload");
+    browser
+        .wait_for("#who", expected, WAIT)
+        .await
+        .expect("who is logged in, after a reload");
+}
+
+/// Whether the page shows no flash message.
+async fn flash_hidden(browser: &Browser) -> bool {
+    let hidden = browser
+        .execute("return document.getElementById('flash').hidden")
+        .await
+        .expect("script");
+    hidden == serde_json::json!(true)
+}
+
 /// How many devices the page lists.
 async fn devices(browser: &Browser) -> usize {
     let n = browser
@@ -353,16 +371,8 @@ async fn your_devices_in_two_chromium_profiles() {
         .await
         .expect("the welcome flash");
     // Shown once: a reload does not bring it back.
-    first.refresh().await.expect("reload");
-    first
-        .wait_for("#who", |t| t.starts_with("Logged in as alice"), WAIT)
-        .await
-        .expect("still logged in");
-    let hidden = first
-        .execute("return document.getElementById('flash').hidden")
-        .await
-        .expect("script");
-    assert_eq!(hidden, serde_json::json!(true), "the flash showed twice");
+    reload(&first, |t| t.starts_with("Logged in as alice")).await;
+    assert!(flash_hidden(&first).await, "the flash showed twice");
 
     log_in(&second, &url, "alice").await;
     first.refresh().await.expect("reload");
@@ -390,16 +400,8 @@ async fn your_devices_in_two_chromium_profiles() {
         .expect("revoked");
     // The page re-reads the list before it says so.
     assert_eq!(devices(&first).await, 1, "one device left");
-    second.refresh().await.expect("reload");
-    second
-        .wait_for("#who", |t| t == "Not logged in", WAIT)
-        .await
-        .expect("the second browser is logged out");
-    first.refresh().await.expect("reload");
-    first
-        .wait_for("#who", |t| t.starts_with("Logged in as alice"), WAIT)
-        .await
-        .expect("the first is not");
+    reload(&second, |t| t == "Not logged in").await;
+    reload(&first, |t| t.starts_with("Logged in as alice")).await;
 
     // A CSRF-protected HTML form: the page's hidden field carries the session's token.
     first
@@ -428,11 +430,8 @@ async fn your_devices_in_two_chromium_profiles() {
         .await
         .expect("script");
     assert_eq!(forged, serde_json::json!(403));
-    first.refresh().await.expect("reload");
-    first
-        .wait_for("#who", |t| t.ends_with("name: Alice A."), WAIT)
-        .await
-        .expect("the forged form changed nothing");
+    // The forged form changed nothing.
+    reload(&first, |t| t.ends_with("name: Alice A.")).await;
 
     // Logging out leaves a message for the next page, once.
     first.click("#logout-button").await.expect("log out");
@@ -440,18 +439,6 @@ async fn your_devices_in_two_chromium_profiles() {
         .wait_for("#flash", |t| t == "You have been logged out.", WAIT)
         .await
         .expect("the logout flash");
-    first.refresh().await.expect("reload");
-    first
-        .wait_for("#who", |t| t == "Not logged in", WAIT)
-        .await
-        .expect("logged out");
-    let hidden = first
-        .execute("return document.getElementById('flash').hidden")
-        .await
-        .expect("script");
-    assert_eq!(
-        hidden,
-        serde_json::json!(true),
-        "the logout flash showed twice"
-    );
+    reload(&first, |t| t == "Not logged in").await;
+    assert!(flash_hidden(&first).await, "the logout flash showed twice");
 }
