@@ -76,7 +76,7 @@ impl Call {
                 Ok(self.respond(entry, now, Outcome::Hit))
             }
             Look::Stale(entry, now) => {
-                self.refresh(inner, req, now).await;
+                self.refresh(inner, req).await;
                 Ok(self.respond(entry, now, Outcome::Stale))
             }
             Look::Pass(now) => self.compute(inner, req, Some(now), false).await,
@@ -233,7 +233,7 @@ impl Call {
 
     /// Serves a stale entry's refresh: the request that takes the lease recomputes in a
     /// spawned task; the others do nothing.
-    async fn refresh<S, ReqBody, ResBody>(&self, inner: S, req: Request<ReqBody>, now: u64)
+    async fn refresh<S, ReqBody, ResBody>(&self, inner: S, req: Request<ReqBody>)
     where
         S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
         S::Future: Send,
@@ -263,8 +263,15 @@ impl Call {
         };
         let call = self.clone();
         runtime.spawn(async move {
-            // The body is read (and filled) inside compute; what is left is dropped.
-            let _ = call.compute(inner, req, Some(now), true).await;
+            // Another refresh may have landed between our read and the lease.
+            let now = match call.look().await {
+                Look::Fresh(..) | Look::Failed => None,
+                Look::Stale(_, at) | Look::Absent(at) | Look::Pass(at) => Some(at),
+            };
+            if let Some(now) = now {
+                // The body is read (and filled) inside compute; what is left is dropped.
+                let _ = call.compute(inner, req, Some(now), true).await;
+            }
             if let Err(e) = guard.release().await {
                 tracing::warn!(error = %e, "releasing a cache refresh lock failed; its lease will run out");
             }
