@@ -15,7 +15,9 @@ const DEFAULT_CAPACITY: usize = 10_000;
 
 /// Cache entries in this process: for one instance, development and tests. Bounded (10,000
 /// entries by default, see [`builder`](Self::builder)); past the bound the entries closest to
-/// expiry go first, and expired ones are swept a few per operation. The lock-on-miss strategy
+/// expiry go first, and expired ones are swept a few per operation. It remembers as many tag
+/// invalidations; when one must be forgotten early to make room, every entry is dropped with
+/// it, so that no invalidated entry comes back. The lock-on-miss strategy
 /// uses an in-process [`Lock`] on the same clock. Clones share the entries.
 ///
 /// ```
@@ -169,11 +171,18 @@ impl Ops for MemoryCacheStore {
 
     fn invalidate(&self, tag: &str, keep: Duration) -> BoxFuture<Result<(), BackendError>> {
         let now = self.inner.now();
+        let keep = micros(keep);
         let mut state = self.inner.state.lock();
-        state.tags.maintain(now, |_, _| {});
-        state
-            .tags
-            .insert(tag.to_owned(), now, now.saturating_add(micros(keep)));
+        // A record dropped for room, before its time, would bring back the entries it voids:
+        // then every entry goes instead.
+        let mut forgotten = false;
+        state.tags.maintain(now, |_, at| {
+            forgotten |= at.saturating_add(keep) > now;
+        });
+        if forgotten {
+            state.entries.clear();
+        }
+        state.tags.insert(tag.to_owned(), now, now.saturating_add(keep));
         ready(Ok(()))
     }
 
@@ -183,5 +192,39 @@ impl Ops for MemoryCacheStore {
 
     fn check(&self) -> Option<String> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::entry::Kind;
+    use futures_util::FutureExt;
+
+    fn sync<T>(f: BoxFuture<T>) -> T {
+        f.now_or_never().expect("the memory store never waits")
+    }
+
+    #[test]
+    fn a_tag_forgotten_for_room_takes_every_entry_with_it() {
+        let store = MemoryCacheStore::builder().capacity(2).build();
+        let day = Duration::from_secs(86_400);
+        let write = Write {
+            kind: Kind::Entry,
+            started: 0,
+            fresh: day,
+            stale: Duration::ZERO,
+            blob: Bytes::from_static(b"blob"),
+        };
+        sync(store.write("k", write)).expect("write");
+        for tag in ["a", "b"] {
+            sync(store.invalidate(tag, day)).expect("invalidate");
+        }
+        assert!(sync(store.read("k")).expect("read").value.is_some());
+        // A third tag: "a" is forgotten long before its time, and the entries go with it.
+        sync(store.invalidate("c", day)).expect("invalidate");
+        assert!(sync(store.read("k")).expect("read").value.is_none());
+        let times = sync(store.tag_times(&["b".into(), "c".into()])).expect("tags");
+        assert!(times.iter().all(Option::is_some));
     }
 }

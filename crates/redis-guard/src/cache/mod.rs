@@ -30,7 +30,7 @@
 //! # }
 //! ```
 //!
-//! Every response that went through the layer says where it came from in `x-cache`
+//! Every response to a request the layer looks up says where it came from in `x-cache`
 //! ([`header`](CacheLayerBuilder::header)): `HIT` (stored and fresh), `STALE` (stored, past
 //! its freshness, inside its stale window: served while one request refreshes it), or `MISS`
 //! (computed by the handler for this request). Stored responses also carry `Age`.
