@@ -175,6 +175,9 @@ impl Ops for MemoryCacheStore {
         let mut state = self.inner.state.lock();
         // A record dropped for room, before its time, would bring back the entries it voids:
         // then every entry goes instead.
+        state
+            .tags
+            .insert(tag.to_owned(), now, now.saturating_add(keep));
         let mut forgotten = false;
         state.tags.maintain(now, |_, at| {
             forgotten |= at.saturating_add(keep) > now;
@@ -182,7 +185,6 @@ impl Ops for MemoryCacheStore {
         if forgotten {
             state.entries.clear();
         }
-        state.tags.insert(tag.to_owned(), now, now.saturating_add(keep));
         ready(Ok(()))
     }
 
