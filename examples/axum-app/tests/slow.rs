@@ -54,11 +54,12 @@ async fn miss_hit_invalidate_miss() {
         .get_multiplexed_async_connection()
         .await
         .expect("connect");
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("rg:c:*")
-        .query_async(&mut conn)
+    let keys: Vec<String> = redis_guard_testkit::inspect::scan_keys(&mut conn)
         .await
-        .expect("KEYS");
+        .expect("SCAN")
+        .into_iter()
+        .filter(|k| k.starts_with("rg:c:"))
+        .collect();
     assert_eq!(keys.len(), 2, "{keys:?}");
     for key in keys {
         let ttl: i64 = redis::cmd("PTTL")
