@@ -26,7 +26,7 @@ macro_rules! define_inner_service_accessors {
 /// state machine `State<S, ReqBody>` (pin-project-lite, projected as `StateProj`), so the states
 /// never become public API, and a `Debug` that shows no internals. Takes the future's docs, then
 /// the state enum's variants.
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(feature = "rate-limit", feature = "session"))]
 macro_rules! define_response_future {
     ($(#[$doc:meta])* states { $($variants:tt)* }) => {
         pin_project_lite::pin_project! {

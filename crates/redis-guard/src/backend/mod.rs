@@ -23,7 +23,7 @@
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 mod breaker;
 mod clock;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(feature = "rate-limit", feature = "session"))]
 mod coalesce;
 #[cfg(feature = "rate-limit")]
 mod deny_cache;
@@ -50,11 +50,11 @@ pub use breaker::{Breaker, BreakerState, DEFAULT_COOL_DOWN, DEFAULT_FAILURES};
 #[cfg(any(test, feature = "test-util"))]
 pub use clock::ManualClock;
 pub use clock::{Clock, MonotonicClock};
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(feature = "rate-limit", feature = "session"))]
 pub use coalesce::DEFAULT_BATCH;
 #[cfg(feature = "rate-limit")]
 pub(crate) use coalesce::call_alone;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use coalesce::{Coalescer, Entry};
 pub use connection::{HANDSHAKE_TIMEOUT, RECONNECT_MAX_DELAY, RedisConnection};
 #[cfg(feature = "rate-limit")]
@@ -68,7 +68,7 @@ pub use in_process::InProcessBuilder;
 pub use lock::{Lock, LockError, LockGuard, MAX_LEASE};
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub(crate) use lua_script::LuaScript;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use redis_backend::ScriptCall;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub use redis_backend::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisBackend};
