@@ -581,4 +581,30 @@ async fn every_key_the_cache_writes_has_a_ttl(h: Harness) {
     }
 }
 
-backend_suite!(redis_only: values_that_are_not_ours_are_misses, every_key_the_cache_writes_has_a_ttl);
+/// Redis gone: every request is served by the handler, uncached, never an error.
+async fn the_store_failing_never_fails_a_request(mut h: Harness) {
+    let handler = app(|_| async { ok(&[], "fresh") });
+    let layer = builder(&h).await.build().expect("layer");
+    let svc = cached(&layer, &handler);
+    assert_eq!(fetch(&svc, "/r").await, pair("MISS", "fresh"));
+    assert_eq!(fetch(&svc, "/r").await, pair("HIT", "fresh"));
+    h.kill_redis();
+    for _ in 0..3 {
+        let r = send(&svc, get("/r")).await;
+        assert_eq!(
+            (r.status, r.header("x-cache"), r.body.as_str()),
+            (200, "MISS", "fresh")
+        );
+    }
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 4);
+    assert!(
+        layer.invalidate_tag("t").await.is_err(),
+        "an invalidation says it failed"
+    );
+}
+
+backend_suite!(
+    redis_only: values_that_are_not_ours_are_misses,
+    every_key_the_cache_writes_has_a_ttl,
+    the_store_failing_never_fails_a_request,
+);
