@@ -76,8 +76,9 @@ mod problem;
 pub mod telemetry;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 mod sealed {
-    /// Seals [`Limiter`](crate::rate_limit::Limiter) and
-    /// [`SessionStore`](crate::session::SessionStore): their methods move internal types whose
+    /// Seals [`Limiter`](crate::rate_limit::Limiter),
+    /// [`SessionStore`](crate::session::SessionStore) and
+    /// [`CacheStore`](crate::cache::CacheStore): their methods move internal types whose
     /// shape is not a stable contract yet, so only this crate implements them.
     pub trait Sealed {}
 
