@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use redis_guard::backend::{Clock, ManualClock, RedisBackend, RedisConnection};
+use redis_guard::cache::{CacheLayer, CacheLayerBuilder, MemoryCacheStore, RedisCacheStore};
 use redis_guard::rate_limit::{Limiter, MemoryLimiter, RedisLimiter};
 use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionStore};
 use redis_guard_testkit::{RedisCluster, RedisServer, unique_prefix};
@@ -39,6 +40,7 @@ pub struct Harness {
     memory: MemoryLimiter,
     sessions: MemorySessionStore,
     locks: redis_guard::backend::Lock,
+    caches: MemoryCacheStore,
     server: Option<RedisServer>,
     cluster: Option<RedisCluster>,
     prefix: String,
@@ -60,6 +62,7 @@ impl Harness {
             locks: redis_guard::backend::Lock::memory_builder()
                 .clock(clock.clone())
                 .build(),
+            caches: MemoryCacheStore::builder().clock(clock.clone()).build(),
             clock,
             server: None,
             cluster: None,
@@ -95,6 +98,7 @@ impl Harness {
             locks: redis_guard::backend::Lock::memory_builder()
                 .clock(clock.clone())
                 .build(),
+            caches: MemoryCacheStore::builder().clock(clock.clone()).build(),
             clock,
             server: Some(server),
             cluster: None,
@@ -120,6 +124,7 @@ impl Harness {
             locks: redis_guard::backend::Lock::memory_builder()
                 .clock(clock.clone())
                 .build(),
+            caches: MemoryCacheStore::builder().clock(clock.clone()).build(),
             clock,
             server: None,
             cluster: Some(cluster),
@@ -153,6 +158,21 @@ impl Harness {
             Kind::Memory => self.locks.clone(),
             _ => redis_guard::backend::Lock::redis(self.backend().await),
         }
+    }
+
+    /// A cache layer builder on a store sharing its entries with every other one of this
+    /// harness (for Redis: a new connection; in memory: one store on the harness' clock).
+    pub async fn cache(&self) -> CacheLayerBuilder {
+        match self.kind {
+            Kind::Memory => CacheLayer::builder(self.caches.clone()),
+            _ => CacheLayer::builder(RedisCacheStore::new(self.backend().await)),
+        }
+    }
+
+    /// The harness' manual clock: what [`wait`](Self::wait) moves (for a handler that lets
+    /// time pass while it computes).
+    pub fn clock(&self) -> ManualClock {
+        self.clock.clone()
     }
 
     /// A session store instance sharing state with every other one of this harness (for Redis:

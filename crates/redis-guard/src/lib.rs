@@ -10,6 +10,9 @@
 //!   one field per key, with an idle and an absolute expiry, id rotation, logout and "log out
 //!   everywhere". A [`MemorySessionStore`](session::MemorySessionStore) has the same semantics
 //!   in process.
+//! - [`cache`]: [`CacheLayer`](cache::CacheLayer) caches `GET` responses in Redis (or in
+//!   process) with a TTL on every key, stampede protection (lock on miss or XFetch, stale
+//!   while revalidate) and invalidation by tag.
 //! - [`telemetry`]: what both report, through `tracing` and the `metrics` facade.
 //! - [`backend`]: the engine under both: [`RedisBackend`](backend::RedisBackend) (connection,
 //!   key prefix, timeout, scripts), one error type, and the in-process backends' clock.
@@ -49,6 +52,7 @@
 //!
 //! - `rate-limit` (default): the rate-limit middleware.
 //! - `session` (default): the session middleware.
+//! - `cache` (default): the response-cache middleware.
 //! - `metrics` (default): counters, gauges and histograms through the `metrics` facade; names in
 //!   [`telemetry`].
 //! - `bb8`: a `bb8` pool as a connection source.
@@ -70,15 +74,18 @@ pub mod backend;
 #[cfg(any(feature = "rate-limit", all(feature = "session", feature = "axum")))]
 mod problem;
 pub mod telemetry;
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 mod sealed {
-    /// Seals [`Limiter`](crate::rate_limit::Limiter) and
-    /// [`SessionStore`](crate::session::SessionStore): their methods move internal types whose
+    /// Seals [`Limiter`](crate::rate_limit::Limiter),
+    /// [`SessionStore`](crate::session::SessionStore) and
+    /// [`CacheStore`](crate::cache::CacheStore): their methods move internal types whose
     /// shape is not a stable contract yet, so only this crate implements them.
     pub trait Sealed {}
 
     impl<T: Sealed + ?Sized> Sealed for std::sync::Arc<T> {}
 }
+#[cfg(feature = "cache")]
+pub mod cache;
 #[cfg(feature = "rate-limit")]
 pub mod rate_limit;
 #[cfg(feature = "session")]

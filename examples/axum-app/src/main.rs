@@ -15,6 +15,7 @@ mod report;
 mod serve;
 #[path = "../../shared/settings.rs"]
 mod settings;
+mod slow;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use axum::Router;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use redis_guard::backend::{RedisBackend, RedisConnection};
+use redis_guard::cache::{CacheLayer, CacheStore, MemoryCacheStore, RedisCacheStore};
 use redis_guard::rate_limit::{
     Algorithm, KeyExtractorExt, Limiter, MemoryLimiter, Quota, RateLimitLayer, RedisLimiter, Rule,
 };
@@ -42,43 +44,50 @@ async fn run() -> Result<(), String> {
     let config = Config::from_env()?;
     // First: a metric registered before the recorder exists is lost for good.
     let metrics = metrics::install(&config.store)?;
-    let (limiter, sessions, backend): (Arc<dyn Limiter>, Arc<dyn SessionStore>, String) =
-        match &config.store {
-            Store::Memory => (
-                Arc::new(MemoryLimiter::new()),
-                Arc::new(MemorySessionStore::new()),
-                "in-process memory (set REDIS_URL to share limits and sessions between instances)"
-                    .to_owned(),
-            ),
-            Store::Redis(url) => {
-                let conn = RedisConnection::open(url)
-                    .await
-                    // Redacted: the URL may carry the password, and this goes to the logs.
-                    .map_err(|e| format!("cannot connect to REDIS_URL={:?}: {e}", redact(url)))?;
-                let redis = RedisBackend::new(conn).timeout(config.redis_timeout);
-                (
-                    Arc::new(RedisLimiter::new(redis.clone())),
-                    Arc::new(RedisSessionStore::new(redis)),
-                    format!("redis at {}", redact(url)),
+    let (limiter, sessions, cache, backend): (
+        Arc<dyn Limiter>,
+        Arc<dyn SessionStore>,
+        CacheLayer,
+        String,
+    ) = match &config.store {
+        Store::Memory => (
+            Arc::new(MemoryLimiter::new()),
+            Arc::new(MemorySessionStore::new()),
+            cache_layer(MemoryCacheStore::new())?,
+            "in-process memory (set REDIS_URL to share limits and sessions between instances)"
+                .to_owned(),
+        ),
+        Store::Redis(url) => {
+            let conn = RedisConnection::open(url)
+                .await
+                // Redacted: the URL may carry the password, and this goes to the logs.
+                .map_err(|e| format!("cannot connect to REDIS_URL={:?}: {e}", redact(url)))?;
+            let redis = RedisBackend::new(conn).timeout(config.redis_timeout);
+            (
+                Arc::new(RedisLimiter::new(redis.clone())),
+                Arc::new(RedisSessionStore::new(redis.clone())),
+                cache_layer(RedisCacheStore::new(redis))?,
+                format!("redis at {}", redact(url)),
+            )
+        }
+        Store::Cluster(nodes) => {
+            let conn = RedisConnection::cluster(nodes).await.map_err(|e| {
+                format!(
+                    "cannot connect to REDIS_CLUSTER_NODES={}: {e}",
+                    nodes.join(",")
                 )
-            }
-            Store::Cluster(nodes) => {
-                let conn = RedisConnection::cluster(nodes).await.map_err(|e| {
-                    format!(
-                        "cannot connect to REDIS_CLUSTER_NODES={}: {e}",
-                        nodes.join(",")
-                    )
-                })?;
-                let redis = RedisBackend::new(conn).timeout(config.redis_timeout);
-                (
-                    Arc::new(RedisLimiter::new(redis.clone())),
-                    Arc::new(RedisSessionStore::new(redis)),
-                    format!("redis cluster via {}", nodes.join(",")),
-                )
-            }
-        };
+            })?;
+            let redis = RedisBackend::new(conn).timeout(config.redis_timeout);
+            (
+                Arc::new(RedisLimiter::new(redis.clone())),
+                Arc::new(RedisSessionStore::new(redis.clone())),
+                cache_layer(RedisCacheStore::new(redis))?,
+                format!("redis cluster via {}", nodes.join(",")),
+            )
+        }
+    };
     // Outside every layer: a scrape carries no cookie and costs no quota.
-    let app = router(&config, limiter, sessions)?.merge(metrics);
+    let app = router(&config, limiter, sessions, cache)?.merge(metrics);
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .map_err(|e| format!("cannot listen on BIND={}: {e}", config.bind))?;
@@ -109,10 +118,20 @@ fn plan_quota(head: &http::request::Parts, pro: Quota) -> Option<Quota> {
     plan.eq_ignore_ascii_case(b"pro").then_some(pro)
 }
 
+/// The response cache of `GET /slow/{n}`. The route never reads cookies, so a browser's
+/// session cookie does not keep it from being cached.
+fn cache_layer(store: impl CacheStore) -> Result<CacheLayer, String> {
+    CacheLayer::builder(store)
+        .ignore_cookies(true)
+        .build()
+        .map_err(|e| format!("cache settings: {e}"))
+}
+
 fn router(
     config: &Config,
     limiter: Arc<dyn Limiter>,
     sessions: Arc<dyn SessionStore>,
+    cache: CacheLayer,
 ) -> Result<Router, String> {
     // An export costs 10 units of the API quota (all of it when a plan's quota allows fewer).
     let export_cost = EXPORT_COST
@@ -214,6 +233,8 @@ fn router(
         .layer(session_layer.clone())
         // Health checks stay outside the session layer: never a cookie, never a store call.
         .route("/healthz", get(|| async { "ok" }))
+        // Cached responses never carry a session cookie: outside the session layer.
+        .merge(slow::routes(cache))
         .merge(calls)
         // Outermost: a cross-site or non-JSON write is refused before sessions or limiters.
         .layer(axum::middleware::from_fn(refuse_cross_site))

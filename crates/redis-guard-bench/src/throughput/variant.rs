@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use redis::aio::ConnectionManager;
 use redis_guard::backend::RedisConnection;
+use redis_guard::cache::{CacheLayer, RedisCacheStore};
 use redis_guard::rate_limit::{ClientIp, Key, MemoryLimiter, Quota, RateLimitLayer, RedisLimiter};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -66,6 +67,9 @@ pub enum Variant {
     SessionsModify,
     /// tower-sessions 0.14 + tower-sessions-redis-store 0.16; the handler reads a value.
     TowerSessionsRead,
+    /// redis-guard's `CacheLayer` on `RedisCacheStore` (`ConnectionManager`): every request
+    /// after the first of a run is a hit, served from Redis without the handler.
+    CacheHit,
     /// The same; the handler reads a counter and writes it back incremented.
     TowerSessionsModify,
 }
@@ -83,7 +87,7 @@ pub enum RedisUse {
 
 impl Variant {
     /// Every variant, in the order the table lists them and a round runs them.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::Bare,
         Self::Governor,
         Self::Memory,
@@ -98,6 +102,7 @@ impl Variant {
         Self::TowerSessionsRead,
         Self::SessionsModify,
         Self::TowerSessionsModify,
+        Self::CacheHit,
     ];
 
     /// The name used by `--only` and in the table.
@@ -118,6 +123,7 @@ impl Variant {
             Self::SessionsModify => "sessions-modify",
             Self::TowerSessionsRead => "tower-sessions-read",
             Self::TowerSessionsModify => "tower-sessions-modify",
+            Self::CacheHit => "cache-hit",
         }
     }
 
@@ -167,6 +173,10 @@ impl Variant {
             }
             Self::TowerSessionsModify => {
                 "the same tower-sessions setup; the handler reads a counter and inserts it back incremented"
+            }
+            Self::CacheHit => {
+                "redis-guard `CacheLayer` on `RedisCacheStore` (`ConnectionManager`), defaults (lock on miss): \
+                 the first request fills, every other one is a hit read from Redis (one `EVALSHA`)"
             }
         }
     }
@@ -274,6 +284,10 @@ impl Variant {
                 let modify = self == Self::TowerSessionsModify;
                 session_routes::<tower_sessions::Session>(modify)
                     .layer(tower_sessions_layer(redis_url).await?)
+            }
+            Self::CacheHit => {
+                let store = RedisCacheStore::new(open(redis_url).await?);
+                ok_route().layer(CacheLayer::new(store).map_err(|e| format!("cache layer: {e}"))?)
             }
         };
         Ok(router)

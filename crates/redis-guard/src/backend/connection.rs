@@ -4,7 +4,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Value};
 
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 use super::LuaScript;
 
 /// The longest pause between two reconnection attempts of a connection made by
@@ -188,7 +188,7 @@ impl RedisConnection {
     /// Runs `evalsha`, an `EVALSHA` of `script` (see
     /// [`ScriptCall`](super::redis_backend::ScriptCall)); on `NOSCRIPT` runs the same call as
     /// `EVAL` with the script's source, which also caches it on that node.
-    #[cfg(any(feature = "rate-limit", feature = "session"))]
+    #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
     pub(crate) async fn evalsha(
         &self,
         script: &LuaScript,

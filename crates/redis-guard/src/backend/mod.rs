@@ -20,7 +20,7 @@
 //! when Redis answers `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`) the call runs as `EVAL`
 //! with the script's source, which caches it again.
 
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 mod breaker;
 mod clock;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
@@ -28,24 +28,24 @@ mod coalesce;
 #[cfg(feature = "rate-limit")]
 mod deny_cache;
 mod error;
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 mod in_process;
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 mod lock;
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 mod lua_script;
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 mod redis_backend;
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 mod table;
 // Without either middleware the connection has no user inside the crate.
 #[cfg_attr(
-    not(any(feature = "rate-limit", feature = "session")),
+    not(any(feature = "rate-limit", feature = "session", feature = "cache")),
     allow(dead_code)
 )]
 mod connection;
 
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub use breaker::{Breaker, BreakerState, DEFAULT_COOL_DOWN, DEFAULT_FAILURES};
 #[cfg(any(test, feature = "test-util"))]
 pub use clock::ManualClock;
@@ -60,19 +60,19 @@ pub use connection::{HANDSHAKE_TIMEOUT, RECONNECT_MAX_DELAY, RedisConnection};
 #[cfg(feature = "rate-limit")]
 pub(crate) use deny_cache::DenyCache;
 pub use error::BackendError;
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub(crate) use in_process::InProcess;
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub use in_process::InProcessBuilder;
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub use lock::{Lock, LockError, LockGuard, MAX_LEASE};
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub(crate) use lua_script::LuaScript;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use redis_backend::ScriptCall;
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub use redis_backend::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisBackend};
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub(crate) use table::ExpiringTable;
 #[cfg(all(test, feature = "session"))]
 pub(crate) use table::SWEEP_PER_OP;

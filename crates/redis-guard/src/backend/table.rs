@@ -28,6 +28,11 @@ struct Slot<V> {
     at: (u64, u64),
 }
 
+// The response cache alone uses only part of the table.
+#[cfg_attr(
+    not(any(feature = "rate-limit", feature = "session")),
+    allow(dead_code)
+)]
 impl<K: Clone + Eq + Hash, V> ExpiringTable<K, V> {
     /// An empty table holding at most `max` entries (at least 1).
     pub(crate) fn new(max: usize) -> Self {

@@ -1,0 +1,236 @@
+//! What one cache key holds: a header line the store writes (times on the store's clock), then
+//! the response as the layer encoded it.
+//!
+//! ```text
+//! RGC1 <kind> <fresh until µs> <stale until µs> <started µs> <recompute µs>\n<blob>
+//! ```
+//!
+//! `kind` is `E` (an entry: the blob is a response) or `P` (hit-for-pass: the last response of
+//! this key was not cacheable; requests go straight to the handler until it expires). The blob:
+//! the variant digest (64 hex digits), the status (u16), the headers and the tags (each a u32
+//! count, then u32-length-prefixed bytes), the body. Anything else under the key is not ours:
+//! [`decode`] answers `None`.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+
+/// The first bytes of every value the cache writes.
+const MAGIC: &str = "RGC1";
+
+/// Entry or hit-for-pass marker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Entry,
+    Pass,
+}
+
+impl Kind {
+    pub(crate) fn letter(self) -> &'static str {
+        match self {
+            Self::Entry => "E",
+            Self::Pass => "P",
+        }
+    }
+}
+
+/// The times a store writes in front of the blob, on its clock (µs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Times {
+    /// Fresh before this.
+    pub(crate) fresh_until: u64,
+    /// Servable as stale before this.
+    pub(crate) stale_until: u64,
+    /// When the request that computed it looked the key up (tag invalidations at or after it
+    /// make the entry void).
+    pub(crate) started: u64,
+    /// How long the recomputation took (XFetch's delta).
+    pub(crate) delta: u64,
+}
+
+/// The header line of a value (the memory store writes it; the Redis script writes the same).
+pub(crate) fn header(kind: Kind, t: Times) -> String {
+    format!(
+        "{MAGIC} {} {} {} {} {}\n",
+        kind.letter(),
+        t.fresh_until,
+        t.stale_until,
+        t.started,
+        t.delta
+    )
+}
+
+/// A cached response.
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    pub(crate) times: Times,
+    pub(crate) digest: String,
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) tags: Vec<String>,
+    pub(crate) body: Bytes,
+}
+
+/// A decoded value.
+#[derive(Debug)]
+pub(crate) enum Stored {
+    Entry(Entry),
+    Pass(Times),
+}
+
+/// The blob of a response: what the store appends to the header line.
+pub(crate) fn encode(
+    digest: &str,
+    status: StatusCode,
+    headers: &HeaderMap,
+    tags: &[String],
+    body: &[u8],
+) -> Bytes {
+    let mut out = BytesMut::with_capacity(digest.len() + 64 + body.len());
+    out.put_slice(digest.as_bytes());
+    out.put_u16(status.as_u16());
+    put_count(&mut out, headers.len());
+    for (name, value) in headers {
+        put_bytes(&mut out, name.as_str().as_bytes());
+        put_bytes(&mut out, value.as_bytes());
+    }
+    put_count(&mut out, tags.len());
+    for tag in tags {
+        put_bytes(&mut out, tag.as_bytes());
+    }
+    out.put_slice(body);
+    out.freeze()
+}
+
+fn put_count(out: &mut BytesMut, n: usize) {
+    out.put_u32(u32::try_from(n).unwrap_or(u32::MAX));
+}
+
+fn put_bytes(out: &mut BytesMut, b: &[u8]) {
+    put_count(out, b.len());
+    out.put_slice(b);
+}
+
+/// The value `raw` if it is one of ours; `None` for anything else (never a panic).
+pub(crate) fn decode(raw: &Bytes) -> Option<Stored> {
+    let end = raw.iter().position(|&b| b == b'\n')?;
+    let line = std::str::from_utf8(&raw[..end]).ok()?;
+    let mut words = line.split(' ');
+    if words.next()? != MAGIC {
+        return None;
+    }
+    let kind = words.next()?;
+    let mut num = || words.next()?.parse::<u64>().ok();
+    let times = Times {
+        fresh_until: num()?,
+        stale_until: num()?,
+        started: num()?,
+        delta: num()?,
+    };
+    match kind {
+        "P" => Some(Stored::Pass(times)),
+        "E" => decode_blob(raw.slice(end + 1..), times).map(Stored::Entry),
+        _ => None,
+    }
+}
+
+fn decode_blob(mut b: Bytes, times: Times) -> Option<Entry> {
+    let digest = std::str::from_utf8(b.get(..64)?).ok()?.to_owned();
+    b.advance(64);
+    let status = StatusCode::from_u16(take_u16(&mut b)?).ok()?;
+    let mut headers = HeaderMap::new();
+    for _ in 0..take_u32(&mut b)? {
+        let name = HeaderName::from_bytes(&take_bytes(&mut b)?).ok()?;
+        let value = HeaderValue::from_maybe_shared(take_bytes(&mut b)?).ok()?;
+        headers.append(name, value);
+    }
+    let mut tags = Vec::new();
+    for _ in 0..take_u32(&mut b)? {
+        tags.push(String::from_utf8(take_bytes(&mut b)?.to_vec()).ok()?);
+    }
+    Some(Entry {
+        times,
+        digest,
+        status,
+        headers,
+        tags,
+        body: b,
+    })
+}
+
+fn take_u16(b: &mut Bytes) -> Option<u16> {
+    (b.remaining() >= 2).then(|| b.get_u16())
+}
+
+fn take_u32(b: &mut Bytes) -> Option<u32> {
+    (b.remaining() >= 4).then(|| b.get_u32())
+}
+
+fn take_bytes(b: &mut Bytes) -> Option<Bytes> {
+    let len = usize::try_from(take_u32(b)?).ok()?;
+    (b.remaining() >= len).then(|| b.split_to(len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(kind: Kind, blob: &[u8]) -> Bytes {
+        let t = Times {
+            fresh_until: 10,
+            stale_until: 20,
+            started: 1,
+            delta: 2,
+        };
+        let mut v = header(kind, t).into_bytes();
+        v.extend_from_slice(blob);
+        Bytes::from(v)
+    }
+
+    #[test]
+    fn a_response_round_trips_with_bytes_headers() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-raw", HeaderValue::from_bytes(b"caf\xe9").unwrap());
+        headers.append("x-two", HeaderValue::from_static("a"));
+        headers.append("x-two", HeaderValue::from_static("b"));
+        let digest = "d".repeat(64);
+        let blob = encode(
+            &digest,
+            StatusCode::CREATED,
+            &headers,
+            &["t".into()],
+            b"\0body",
+        );
+        let Some(Stored::Entry(e)) = decode(&value(Kind::Entry, &blob)) else {
+            panic!("an entry");
+        };
+        assert_eq!(e.digest, digest);
+        assert_eq!(e.status, StatusCode::CREATED);
+        assert_eq!(e.headers, headers);
+        assert_eq!(e.tags, ["t"]);
+        assert_eq!(&e.body[..], b"\0body");
+        assert_eq!(e.times.delta, 2);
+        assert!(matches!(
+            decode(&value(Kind::Pass, b"")),
+            Some(Stored::Pass(_))
+        ));
+    }
+
+    #[test]
+    fn anything_else_is_not_ours() {
+        let digest = "d".repeat(64);
+        let blob = encode(&digest, StatusCode::OK, &HeaderMap::new(), &[], b"x");
+        for cut in 0..blob.len() - 1 {
+            // Truncated blobs decode to nothing (or to a shorter body), never panic.
+            let _ = decode(&value(Kind::Entry, &blob[..cut]));
+        }
+        for junk in [
+            &b""[..],
+            b"hello",
+            b"RGC1 E 1 2\n",
+            b"RGC1 X 1 2 3 4\n",
+            b"\xff\xfe\n",
+        ] {
+            assert!(decode(&Bytes::copy_from_slice(junk)).is_none(), "{junk:?}");
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! One cached request: look the key up, then serve, wait, or compute and fill.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::AGE;
+use http::{HeaderValue, Request, Response, response};
+use tower_service::Service;
+
+use super::CacheTags;
+use super::body::{CacheBody, Collected, collect};
+use super::entry::{Entry, Kind, Stored, decode, encode};
+use super::policy::life;
+use super::shared::Shared;
+use super::store::Write;
+
+/// What the response header says.
+#[derive(Clone, Copy, Debug)]
+enum Outcome {
+    Hit,
+    Miss,
+    Stale,
+}
+
+impl Outcome {
+    fn value(self) -> HeaderValue {
+        HeaderValue::from_static(match self {
+            Self::Hit => "HIT",
+            Self::Miss => "MISS",
+            Self::Stale => "STALE",
+        })
+    }
+}
+
+/// What the store holds for a key, as this request may use it.
+enum Look {
+    Fresh(Entry, u64),
+    Stale(Entry, u64),
+    /// A hit-for-pass marker: the last response was not cacheable.
+    Pass(u64),
+    /// Nothing usable (absent, expired, invalidated, not ours): a miss at this time.
+    Absent(u64),
+    /// The store failed: serve without it.
+    Failed,
+}
+
+/// One request's work, with the layer's settings and the key's digest.
+#[derive(Clone)]
+pub(crate) struct Call {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) digest: String,
+}
+
+type Reply<B, E> = Result<Response<CacheBody<B>>, E>;
+
+impl Call {
+    pub(crate) async fn serve<S, ReqBody, ResBody>(
+        self,
+        inner: S,
+        req: Request<ReqBody>,
+    ) -> Reply<ResBody, S::Error>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send,
+        S::Error: Send + 'static,
+        ReqBody: Send + 'static,
+        ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+        ResBody::Error: Send,
+    {
+        match self.look().await {
+            Look::Fresh(entry, now) => {
+                if self.early(&entry, now) {
+                    return self.compute(inner, req, Some(now), false).await;
+                }
+                Ok(self.respond(entry, now, Outcome::Hit))
+            }
+            Look::Stale(entry, now) => {
+                self.refresh(inner, req).await;
+                Ok(self.respond(entry, now, Outcome::Stale))
+            }
+            Look::Pass(now) => self.compute(inner, req, Some(now), false).await,
+            Look::Failed => self.compute(inner, req, None, false).await,
+            Look::Absent(now) if self.shared.stampede.xfetch.is_some() => {
+                self.compute(inner, req, Some(now), false).await
+            }
+            Look::Absent(now) => self.wait_or_compute(inner, req, now).await,
+        }
+    }
+
+    fn lock_name(&self) -> String {
+        format!("c:{}", self.digest)
+    }
+
+    /// Reads the key and judges what it holds.
+    async fn look(&self) -> Look {
+        let store = &self.shared.store.0;
+        let read = match store.read(&self.digest).await {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::warn!(error = %e, "cache store unavailable: serving without it");
+                return Look::Failed;
+            }
+        };
+        let now = read.now;
+        if read.foreign {
+            tracing::warn!(key = %self.digest, "a cache key holds a value of another type: a miss, overwritten on fill");
+            return Look::Absent(now);
+        }
+        let Some(raw) = read.value else {
+            return Look::Absent(now);
+        };
+        let entry = match decode(&raw) {
+            Some(Stored::Entry(entry)) if entry.digest == self.digest => entry,
+            Some(Stored::Pass(t)) if now < t.fresh_until => return Look::Pass(now),
+            Some(Stored::Pass(_)) => return Look::Absent(now),
+            _ => {
+                tracing::warn!(key = %self.digest, "a cache key holds a value that is not this entry: a miss, overwritten on fill");
+                return Look::Absent(now);
+            }
+        };
+        if now >= entry.times.stale_until {
+            return Look::Absent(now);
+        }
+        if !entry.tags.is_empty() {
+            let tags: Vec<String> = entry
+                .tags
+                .iter()
+                .map(|t| super::store::digest([t.as_bytes()]))
+                .collect();
+            match store.tag_times(&tags).await {
+                Ok(times) if times.iter().flatten().any(|&t| t >= entry.times.started) => {
+                    return Look::Absent(now);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cache store unavailable: serving without it");
+                    return Look::Failed;
+                }
+            }
+        }
+        if now < entry.times.fresh_until {
+            Look::Fresh(entry, now)
+        } else {
+            Look::Stale(entry, now)
+        }
+    }
+
+    /// XFetch: whether this hit recomputes early.
+    fn early(&self, entry: &Entry, now: u64) -> bool {
+        let Some(beta) = self.shared.stampede.xfetch else {
+            return false;
+        };
+        #[allow(clippy::cast_precision_loss)]
+        let gap = entry.times.delta as f64 * beta * -self.shared.random.draw().ln();
+        #[allow(clippy::cast_precision_loss)]
+        let early = now as f64 + gap >= entry.times.fresh_until as f64;
+        early
+    }
+
+    /// A response from a stored entry.
+    fn respond<B: http_body::Body>(
+        &self,
+        entry: Entry,
+        now: u64,
+        outcome: Outcome,
+    ) -> Response<CacheBody<B>> {
+        let mut res = Response::new(CacheBody::full(entry.body));
+        *res.status_mut() = entry.status;
+        *res.headers_mut() = entry.headers;
+        let filled = entry.times.started.saturating_add(entry.times.delta);
+        let age = now.saturating_sub(filled) / 1_000_000;
+        res.headers_mut().insert(AGE, HeaderValue::from(age));
+        res.headers_mut()
+            .insert(self.shared.header.clone(), outcome.value());
+        res
+    }
+
+    /// Lock on miss: compute under the lease, or wait for whoever holds it.
+    async fn wait_or_compute<S, ReqBody, ResBody>(
+        &self,
+        inner: S,
+        req: Request<ReqBody>,
+        mut now: u64,
+    ) -> Reply<ResBody, S::Error>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+        ResBody: http_body::Body<Data = Bytes>,
+    {
+        let stampede = self.shared.stampede;
+        let lock = self.shared.store.0.lock();
+        let name = self.lock_name();
+        let until = tokio::time::Instant::now() + stampede.wait;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match lock.try_acquire(&name, stampede.lease).await {
+                Ok(Some(guard)) => {
+                    // Whoever held the lease before may have filled it since our read.
+                    let reply = match self.look().await {
+                        Look::Fresh(entry, at) => Ok(self.respond(entry, at, Outcome::Hit)),
+                        Look::Absent(at) | Look::Stale(_, at) | Look::Pass(at) => {
+                            self.compute(inner, req, Some(at), true).await
+                        }
+                        Look::Failed => self.compute(inner, req, None, false).await,
+                    };
+                    if let Err(e) = guard.release().await {
+                        tracing::warn!(error = %e, "releasing a cache fill lock failed; its lease will run out");
+                    }
+                    return reply;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cache fill lock unavailable: computing without it");
+                    return self.compute(inner, req, Some(now), false).await;
+                }
+            }
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                tracing::debug!(key = %self.digest, "waited the whole bound for a fill: computing");
+                return self.compute(inner, req, Some(now), false).await;
+            }
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+            match self.look().await {
+                Look::Fresh(entry, at) => return Ok(self.respond(entry, at, Outcome::Hit)),
+                Look::Stale(entry, at) => return Ok(self.respond(entry, at, Outcome::Stale)),
+                Look::Pass(at) => return self.compute(inner, req, Some(at), false).await,
+                Look::Failed => return self.compute(inner, req, None, false).await,
+                Look::Absent(at) => now = at,
+            }
+        }
+    }
+
+    /// Serves a stale entry's refresh: the request that takes the lease recomputes in a
+    /// spawned task; the others do nothing.
+    async fn refresh<S, ReqBody, ResBody>(&self, inner: S, req: Request<ReqBody>)
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
+        S::Future: Send,
+        S::Error: Send + 'static,
+        ReqBody: Send + 'static,
+        ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+        ResBody::Error: Send,
+    {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let lease = self.shared.stampede.lease;
+        let guard = match self
+            .shared
+            .store
+            .0
+            .lock()
+            .try_acquire(&self.lock_name(), lease)
+            .await
+        {
+            Ok(Some(guard)) => guard,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "cache refresh lock unavailable: not refreshing");
+                return;
+            }
+        };
+        let call = self.clone();
+        runtime.spawn(async move {
+            // Another refresh may have landed between our read and the lease.
+            let now = match call.look().await {
+                Look::Fresh(..) | Look::Failed => None,
+                Look::Stale(_, at) | Look::Absent(at) | Look::Pass(at) => Some(at),
+            };
+            if let Some(now) = now {
+                // The body is read (and filled) inside compute; what is left is dropped.
+                let _ = call.compute(inner, req, Some(now), true).await;
+            }
+            if let Err(e) = guard.release().await {
+                tracing::warn!(error = %e, "releasing a cache refresh lock failed; its lease will run out");
+            }
+        });
+    }
+
+    /// Calls the inner service; fills the entry when the response is cacheable and `started`
+    /// (the store's time when the key was read) is known; leaves a hit-for-pass marker when
+    /// not cacheable and this request `holds` the lease (so that waiters stop waiting).
+    async fn compute<S, ReqBody, ResBody>(
+        &self,
+        mut inner: S,
+        req: Request<ReqBody>,
+        started: Option<u64>,
+        holds: bool,
+    ) -> Reply<ResBody, S::Error>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+        ResBody: http_body::Body<Data = Bytes>,
+    {
+        std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+        let res = inner.call(req).await?;
+        let (mut parts, body) = res.into_parts();
+        let tags = self.take_tags(&mut parts);
+        parts.headers.remove(&self.shared.header);
+        let shared = &self.shared;
+        let (life, started) = match (life(&parts, &shared.key, shared.life), started) {
+            (Ok(life), Some(started)) => (life, started),
+            (Err(why), started) => {
+                tracing::debug!(key = %self.digest, why, "response not cacheable");
+                if let (true, Some(started)) = (holds, started) {
+                    self.pass(started).await;
+                }
+                return Ok(self.finish(parts, CacheBody::inner(body)));
+            }
+            (Ok(_), None) => return Ok(self.finish(parts, CacheBody::inner(body))),
+        };
+        let bytes = match collect(body, shared.body_limit).await {
+            Ok(Collected::Whole(bytes)) => bytes,
+            Ok(Collected::Partial(rest)) => {
+                tracing::debug!(key = %self.digest, "response body over the entry limit: not cached");
+                if holds {
+                    self.pass(started).await;
+                }
+                return Ok(self.finish(parts, rest));
+            }
+            Err(e) => return Ok(self.finish(parts, CacheBody::failed(e))),
+        };
+        let jitter = life.fresh.mul_f64(shared.jitter * shared.random.draw());
+        let write = Write {
+            kind: Kind::Entry,
+            started,
+            fresh: life.fresh + jitter,
+            stale: life.stale,
+            blob: encode(&self.digest, parts.status, &parts.headers, &tags, &bytes),
+        };
+        if let Err(e) = shared.store.0.write(&self.digest, write).await {
+            tracing::warn!(error = %e, "cache fill failed");
+        }
+        Ok(self.finish(parts, CacheBody::full(bytes)))
+    }
+
+    /// Leaves a hit-for-pass marker for as long as the lease.
+    async fn pass(&self, started: u64) {
+        let write = Write {
+            kind: Kind::Pass,
+            started,
+            fresh: self.shared.stampede.lease,
+            stale: Duration::ZERO,
+            blob: Bytes::new(),
+        };
+        if let Err(e) = self.shared.store.0.write(&self.digest, write).await {
+            tracing::warn!(error = %e, "cache hit-for-pass marker failed");
+        }
+    }
+
+    /// The response's tags (extension and header), the header removed.
+    fn take_tags(&self, parts: &mut response::Parts) -> Vec<String> {
+        let mut tags = parts
+            .extensions
+            .remove::<CacheTags>()
+            .map(|t| t.0)
+            .unwrap_or_default();
+        for value in parts.headers.get_all(&self.shared.tags_header) {
+            let text = String::from_utf8_lossy(value.as_bytes());
+            tags.extend(
+                text.split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_owned),
+            );
+        }
+        parts.headers.remove(&self.shared.tags_header);
+        tags.sort();
+        tags.dedup();
+        tags
+    }
+
+    fn finish<B: http_body::Body>(
+        &self,
+        mut parts: response::Parts,
+        body: CacheBody<B>,
+    ) -> Response<CacheBody<B>> {
+        parts
+            .headers
+            .insert(self.shared.header.clone(), Outcome::Miss.value());
+        Response::from_parts(parts, body)
+    }
+}

@@ -1,0 +1,247 @@
+//! [`CacheLayer`]: the tower layer, and how it is built.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderName;
+
+use super::policy::{KeyPolicy, Lifetimes};
+use super::service::CacheService;
+use super::shared::Shared;
+use super::stampede::{Random, Stampede};
+use super::store::CacheStore;
+use crate::backend::BackendError;
+
+/// The default entry size limit: 1 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// Caches the responses of `GET` and `HEAD` requests in a [`CacheStore`]; see the
+/// [module docs](super) for what is cached and what never is.
+///
+/// ```
+/// # #[cfg(feature = "axum")] {
+/// use axum::{Router, routing::get};
+/// use redis_guard::cache::{CacheLayer, MemoryCacheStore};
+///
+/// let app: Router = Router::new()
+///     .route("/report", get(|| async { "expensive" }))
+///     .layer(CacheLayer::new(MemoryCacheStore::new())?); // or RedisCacheStore::new(backend)
+/// # }
+/// # Ok::<(), redis_guard::cache::CacheConfigError>(())
+/// ```
+///
+/// Customized:
+///
+/// ```
+/// use std::time::Duration;
+/// use http::header::ACCEPT_LANGUAGE;
+/// use redis_guard::cache::{CacheLayer, MemoryCacheStore, Stampede};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let layer = CacheLayer::builder(MemoryCacheStore::new())
+///     .ttl(Duration::from_secs(30))           // when the handler sends no max-age
+///     .stale(Duration::from_secs(10))         // when it sends no stale-while-revalidate
+///     .jitter(0.2)                            // up to 20% longer, at random
+///     .vary([ACCEPT_LANGUAGE])                // one entry per language
+///     .body_limit(256 * 1024)
+///     .stampede(Stampede::xfetch(1.0))
+///     .build()?;
+/// # let _ = layer; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct CacheLayer {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl_layer!(CacheLayer => CacheService, shared);
+
+/// Why a cache layer cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CacheConfigError {
+    /// A duration, ratio or limit that cannot work; the message names it.
+    #[error("cache layer: {0}")]
+    Invalid(String),
+    /// The store's own settings cannot work (e.g. a zero Redis timeout).
+    #[error("cache store: {0}")]
+    Store(String),
+}
+
+impl CacheLayer {
+    /// A layer with the defaults: entries live 60 s unless the handler says otherwise,
+    /// 10% jitter, no stale window, 1 MiB per entry, no `Vary` headers in the key, lock on
+    /// miss.
+    ///
+    /// # Errors
+    ///
+    /// The store's settings cannot work (see [`CacheLayerBuilder::build`]).
+    pub fn new(store: impl CacheStore) -> Result<Self, CacheConfigError> {
+        Self::builder(store).build()
+    }
+
+    /// A builder: settings, then [`build`](CacheLayerBuilder::build).
+    pub fn builder(store: impl CacheStore) -> CacheLayerBuilder {
+        CacheLayerBuilder {
+            shared: Shared {
+                store: store.into_backing(),
+                key: KeyPolicy::new(Vec::new(), false),
+                life: Lifetimes {
+                    ttl: Duration::from_secs(60),
+                    max_ttl: Duration::from_secs(24 * 3600),
+                    stale: Duration::ZERO,
+                },
+                jitter: 0.1,
+                body_limit: DEFAULT_BODY_LIMIT,
+                header: HeaderName::from_static("x-cache"),
+                tags_header: HeaderName::from_static("x-cache-tags"),
+                stampede: Stampede::lock(),
+                random: Random::default(),
+            },
+        }
+    }
+
+    /// Voids every entry that carries `tag` (on every replica sharing the store). No `KEYS`,
+    /// no `SCAN`: the store records when the tag was invalidated (one key, one command), and
+    /// an entry computed before that is a miss from then on.
+    ///
+    /// ```
+    /// # use redis_guard::cache::{CacheLayer, MemoryCacheStore};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cache = CacheLayer::new(MemoryCacheStore::new())?;
+    /// // In the handler that changed user 42:
+    /// cache.invalidate_tag("user:42").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The store failed (Redis unreachable, too slow).
+    pub async fn invalidate_tag(&self, tag: &str) -> Result<(), BackendError> {
+        let keep = self.shared.longest_life();
+        let tag = super::store::digest([tag.as_bytes()]);
+        self.shared.store.0.invalidate(&tag, keep).await
+    }
+}
+
+/// Builds a [`CacheLayer`]; [`build`](Self::build) checks the settings.
+#[must_use]
+pub struct CacheLayerBuilder {
+    shared: Shared,
+}
+
+impl CacheLayerBuilder {
+    setters! {
+        /// How long a response stays fresh when it carries no `max-age` / `s-maxage`
+        /// (default 60 s; more than zero, at most [`max_ttl`](Self::max_ttl)).
+        pub fn ttl(ttl: Duration) => shared.life.ttl;
+
+        /// The most any response stays fresh, and the most it is served stale after that,
+        /// whatever its `Cache-Control` says (default 1 day).
+        pub fn max_ttl(max: Duration) => shared.life.max_ttl;
+
+        /// How long a response is served stale (while one request refreshes it) when it
+        /// carries no `stale-while-revalidate` (default zero: not at all).
+        pub fn stale(stale: Duration) => shared.life.stale;
+
+        /// Each entry stays fresh up to this fraction of its lifetime longer, at random, so that
+        /// entries filled together do not expire together (default 0.1; 0 to 1).
+        pub fn jitter(ratio: f64) => shared.jitter;
+
+        /// The largest body cached (default [`DEFAULT_BODY_LIMIT`], 1 MiB). A larger one, or
+        /// one announced larger, streams through uncached; at most this much is held while
+        /// deciding.
+        pub fn body_limit(bytes: usize) => shared.body_limit;
+
+        /// The response header that says `HIT`, `MISS` or `STALE` (default `x-cache`).
+        pub fn header(name: HeaderName) => shared.header;
+
+        /// The response header a handler may list its tags in, comma-separated; the layer
+        /// strips it (default `x-cache-tags`).
+        pub fn tags_header(name: HeaderName) => shared.tags_header;
+
+        /// The stampede protection (default [`Stampede::lock`]).
+        pub fn stampede(stampede: Stampede) => shared.stampede;
+    }
+
+    /// Request headers whose values go into the key: one entry per combination (e.g.
+    /// `Accept-Encoding`, `Accept-Language`). A response whose own `Vary` names a header not
+    /// listed here is not cached. Listing `Cookie` or `Authorization` caches per credential.
+    pub fn vary(mut self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
+        let mut vary = self.shared.key.vary.clone();
+        vary.extend(headers);
+        self.shared.key = KeyPolicy::new(vary, self.shared.key.ignore_cookies);
+        self
+    }
+
+    /// Caches requests that carry a `Cookie` (default: they pass uncached), with cookies
+    /// left out of the key: only for routes whose responses never depend on cookies.
+    pub fn ignore_cookies(mut self, on: bool) -> Self {
+        self.shared.key = KeyPolicy::new(std::mem::take(&mut self.shared.key.vary), on);
+        self
+    }
+
+    /// Draws the random numbers of the jitter and of XFetch from `random` (uniform in
+    /// (0, 1]; values outside are clamped), e.g. a seeded generator or a constant in tests.
+    ///
+    /// ```
+    /// use redis_guard::cache::{CacheLayer, MemoryCacheStore};
+    /// let layer = CacheLayer::builder(MemoryCacheStore::new()).random(|| 0.5).build();
+    /// # let _ = layer;
+    /// ```
+    pub fn random(mut self, random: impl Fn() -> f64 + Send + Sync + 'static) -> Self {
+        self.shared.random = Random(Arc::new(random));
+        self
+    }
+
+    /// Checks the settings and builds the layer.
+    ///
+    /// # Errors
+    ///
+    /// A zero `ttl` or `max_ttl`, a `ttl` above `max_ttl`, a jitter outside 0..=1, a zero body
+    /// limit, a stampede setting that cannot work, or store settings that cannot work.
+    ///
+    /// ```
+    /// use redis_guard::cache::{CacheLayer, MemoryCacheStore};
+    /// let err = CacheLayer::builder(MemoryCacheStore::new()).jitter(3.0).build().unwrap_err();
+    /// assert!(err.to_string().contains("jitter 3"));
+    /// ```
+    pub fn build(self) -> Result<CacheLayer, CacheConfigError> {
+        let s = &self.shared;
+        let invalid = |m: String| Err(CacheConfigError::Invalid(m));
+        if let Some(problem) = s.store.0.check() {
+            return Err(CacheConfigError::Store(problem));
+        }
+        if s.life.ttl.is_zero() || s.life.max_ttl.is_zero() {
+            return invalid(format!(
+                "ttl {:?} and max_ttl {:?} must be positive",
+                s.life.ttl, s.life.max_ttl
+            ));
+        }
+        if s.life.ttl > s.life.max_ttl || s.life.max_ttl > Duration::from_secs(10 * 365 * 86_400) {
+            return invalid(format!(
+                "ttl {:?} must be at most max_ttl {:?}, at most 10 years",
+                s.life.ttl, s.life.max_ttl
+            ));
+        }
+        if !(0.0..=1.0).contains(&s.jitter) {
+            return invalid(format!("jitter {} must be within 0..=1", s.jitter));
+        }
+        if s.body_limit == 0 {
+            return invalid("body_limit 0 would cache nothing".to_owned());
+        }
+        if let Some(problem) = s.stampede.problem() {
+            return invalid(problem);
+        }
+        Ok(CacheLayer {
+            shared: Arc::new(self.shared),
+        })
+    }
+}
+
+impl std::fmt::Debug for CacheLayerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheLayerBuilder")
+            .field("shared", &self.shared)
+            .finish()
+    }
+}

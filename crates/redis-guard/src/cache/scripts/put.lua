@@ -1,0 +1,19 @@
+-- Writes a cache key: an entry or a hit-for-pass marker, with its times in front of the blob
+-- (see cache/entry.rs) and a TTL. Overwrites whatever the key held, of any type.
+--
+-- KEYS[1]  the entry's key
+-- ARGV[1]  a time shift in µs added to Redis TIME (0 in production; tests move time with it)
+-- ARGV[2]  `E` (entry) or `P` (hit-for-pass)
+-- ARGV[3]  when the request that computed it read the key, µs on the shifted clock
+-- ARGV[4]  how long it stays fresh from now, µs (jitter included)
+-- ARGV[5]  how long it may be served stale after that, µs
+-- ARGV[6]  the blob
+-- Reply    now, µs
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
+local started, fresh, stale = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local delta = math.max(0, now - started)
+local line = string.format('RGC1 %s %.0f %.0f %.0f %.0f\n', ARGV[2], now + fresh, now + fresh + stale, started, delta)
+local px = math.max(1, math.ceil((fresh + stale) / 1000))
+redis.call('SET', KEYS[1], line .. ARGV[6], 'PX', px)
+return string.format('%.0f', now)

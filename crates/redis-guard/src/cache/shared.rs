@@ -1,0 +1,30 @@
+//! [`Shared`]: the settings every request of one layer reads.
+
+use http::HeaderName;
+
+use super::policy::{KeyPolicy, Lifetimes};
+use super::stampede::{Random, Stampede};
+use super::store::Backing;
+
+/// Settings shared by every request of a layer.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) store: Backing,
+    pub(crate) key: KeyPolicy,
+    pub(crate) life: Lifetimes,
+    /// Each entry stays fresh up to this fraction longer, at random.
+    pub(crate) jitter: f64,
+    pub(crate) body_limit: usize,
+    pub(crate) header: HeaderName,
+    pub(crate) tags_header: HeaderName,
+    pub(crate) stampede: Stampede,
+    pub(crate) random: Random,
+}
+
+impl Shared {
+    /// The longest an entry may live, fresh then stale, jitter included: how long a tag's
+    /// invalidation must be remembered.
+    pub(crate) fn longest_life(&self) -> std::time::Duration {
+        self.life.max_ttl.mul_f64(2.0 + self.jitter)
+    }
+}

@@ -1,0 +1,87 @@
+//! The storage interface behind the cache layer: [`CacheStore`], sealed, with a Redis and a
+//! memory implementation.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::entry::Kind;
+use crate::backend::{BackendError, Lock};
+
+/// A boxed, sendable future.
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// Where a [`CacheLayer`](super::CacheLayer) keeps its entries:
+/// [`RedisCacheStore`](super::RedisCacheStore) (shared by every replica: one Redis, a `bb8`
+/// pool or a Cluster) or [`MemoryCacheStore`](super::MemoryCacheStore) (this process, bounded).
+///
+/// Sealed: its operations move internal types whose shape is not a stable contract yet, so
+/// only this crate implements it.
+pub trait CacheStore: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
+    /// The store as the layer drives it.
+    #[doc(hidden)]
+    fn into_backing(self) -> Backing;
+}
+
+/// A store as the layer drives it (opaque).
+#[derive(Clone, Debug)]
+pub struct Backing(pub(crate) Arc<dyn Ops>);
+
+/// One read of a key.
+#[derive(Debug)]
+pub(crate) struct Read {
+    /// The store's clock at the read, µs.
+    pub(crate) now: u64,
+    /// What the key holds, if a string.
+    pub(crate) value: Option<Bytes>,
+    /// The key holds another type.
+    pub(crate) foreign: bool,
+}
+
+/// One write of a key.
+#[derive(Debug)]
+pub(crate) struct Write {
+    pub(crate) kind: Kind,
+    /// The store's clock when the computing request read the key, µs.
+    pub(crate) started: u64,
+    /// Fresh for this long from the write (jitter included).
+    pub(crate) fresh: Duration,
+    /// Then servable stale for this long.
+    pub(crate) stale: Duration,
+    pub(crate) blob: Bytes,
+}
+
+/// What a store does: keys are names without the store's prefix (the digest of a variant, a
+/// tag's digest).
+pub(crate) trait Ops: Send + Sync + fmt::Debug + 'static {
+    fn read(&self, key: &str) -> BoxFuture<Result<Read, BackendError>>;
+    fn write(&self, key: &str, write: Write) -> BoxFuture<Result<(), BackendError>>;
+    /// When each tag was last invalidated (µs on the store's clock), `None` for never.
+    fn tag_times(&self, tags: &[String]) -> BoxFuture<Result<Vec<Option<u64>>, BackendError>>;
+    /// Voids every entry computed before now that carries `tag`; the record lives `keep`.
+    fn invalidate(&self, tag: &str, keep: Duration) -> BoxFuture<Result<(), BackendError>>;
+    /// The locks of the lock-on-miss strategy, on the same store.
+    fn lock(&self) -> &Lock;
+    /// Why the store cannot work as configured, or `None`.
+    fn check(&self) -> Option<String>;
+}
+
+/// The digest (hex SHA-256) of `parts`, each length-prefixed so that no two lists collide.
+pub(crate) fn digest<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write as _;
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_be_bytes());
+        h.update(p);
+    }
+    let mut out = String::with_capacity(64);
+    for b in h.finalize() {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}

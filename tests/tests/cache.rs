@@ -1,0 +1,610 @@
+//! `CacheLayer` on every backend: one recomputation for a crowd, stale copies served without
+//! waiting, what is cached and what never is, variants never mixed, tags, the body limit,
+//! values that are not ours, XFetch with a fixed random number, and a TTL on every key.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use redis_guard::cache::{CacheLayer, CacheLayerBuilder, CacheService, CacheTags, Stampede};
+use redis_guard_tests::{Harness, Reply, backend_suite, call};
+use tokio::sync::Semaphore;
+use tower::Layer;
+
+type Body = BoxBody<Bytes, Infallible>;
+type Handler = Arc<
+    dyn Fn(Request<Full<Bytes>>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// An inner service that runs `handler` and counts its calls.
+#[derive(Clone)]
+struct App {
+    handler: Handler,
+    calls: Arc<AtomicUsize>,
+}
+
+impl tower::Service<Request<Full<Bytes>>> for App {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Full<Bytes>>) -> Self::Future {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let fut = (self.handler)(req);
+        Box::pin(async move { Ok(fut.await) })
+    }
+}
+
+fn app<F, Fut>(f: F) -> App
+where
+    F: Fn(Request<Full<Bytes>>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    App {
+        handler: Arc::new(move |req| Box::pin(f(req))),
+        calls: Arc::new(AtomicUsize::new(0)),
+    }
+}
+
+fn text(body: impl Into<Bytes>) -> Body {
+    Full::new(body.into()).boxed()
+}
+
+/// `200` with `body` and these headers.
+fn ok(headers: &[(&str, &str)], body: impl Into<Bytes>) -> Response<Body> {
+    let mut res = Response::builder();
+    for (n, v) in headers {
+        res = res.header(*n, *v);
+    }
+    res.body(text(body)).expect("response")
+}
+
+fn get(uri: &str) -> Request<Full<Bytes>> {
+    Request::get(uri).body(Full::default()).expect("request")
+}
+
+/// Exact times: no jitter, a fixed random number.
+async fn builder(h: &Harness) -> CacheLayerBuilder {
+    h.cache().await.jitter(0.0).random(|| 1.0)
+}
+
+fn cached(layer: &CacheLayer, app: &App) -> CacheService<App> {
+    layer.layer(app.clone())
+}
+
+async fn send(svc: &CacheService<App>, req: Request<Full<Bytes>>) -> Reply {
+    call(svc.clone(), req).await
+}
+
+/// `(x-cache, body)` of a GET of `uri`.
+async fn fetch(svc: &CacheService<App>, uri: &str) -> (String, String) {
+    let r = send(svc, get(uri)).await;
+    (r.header("x-cache").to_owned(), r.body)
+}
+
+fn pair(outcome: &str, body: &str) -> (String, String) {
+    (outcome.to_owned(), body.to_owned())
+}
+
+async fn two_hundred_cold_requests_compute_once(h: Harness) {
+    let gate = Arc::new(Semaphore::new(0));
+    let g = Arc::clone(&gate);
+    let handler = app(move |_| {
+        let g = Arc::clone(&g);
+        async move {
+            drop(g.acquire().await.expect("gate"));
+            ok(&[], "computed")
+        }
+    });
+    let layer = builder(&h)
+        .await
+        .stampede(Stampede::lock().wait(Duration::from_secs(60)))
+        .build()
+        .expect("layer");
+    let svc = cached(&layer, &handler);
+    let tasks: Vec<_> = (0..200)
+        .map(|_| {
+            let svc = svc.clone();
+            tokio::spawn(async move { fetch(&svc, "/cold").await })
+        })
+        .collect();
+    // The handler is entered once, and stays blocked until the gate opens.
+    while handler.calls.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    gate.add_permits(1_000);
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        let (outcome, body) = task.await.expect("task");
+        assert_eq!(body, "computed");
+        outcomes.push(outcome);
+    }
+    assert_eq!(
+        handler.calls.load(Ordering::SeqCst),
+        1,
+        "exactly one recomputation"
+    );
+    assert_eq!(outcomes.iter().filter(|o| *o == "MISS").count(), 1);
+    assert_eq!(outcomes.iter().filter(|o| *o == "HIT").count(), 199);
+}
+
+async fn a_stale_copy_is_served_without_waiting(h: Harness) {
+    let version = Arc::new(AtomicUsize::new(1));
+    let gate = Arc::new(Semaphore::new(1_000));
+    let (v, g) = (Arc::clone(&version), Arc::clone(&gate));
+    let handler = app(move |_| {
+        let (v, g) = (Arc::clone(&v), Arc::clone(&g));
+        async move {
+            drop(g.acquire().await.expect("gate"));
+            let body = format!("v{}", v.load(Ordering::SeqCst));
+            ok(
+                &[("cache-control", "max-age=10, stale-while-revalidate=100")],
+                body,
+            )
+        }
+    });
+    let layer = builder(&h).await.build().expect("layer");
+    let svc = cached(&layer, &handler);
+    assert_eq!(fetch(&svc, "/s").await, pair("MISS", "v1"));
+    assert_eq!(fetch(&svc, "/s").await, pair("HIT", "v1"));
+    // Past its freshness, inside its stale window; the handler now blocks until released.
+    h.wait(Duration::from_secs(20)).await;
+    gate.forget_permits(1_000);
+    version.store(2, Ordering::SeqCst);
+    let tasks: Vec<_> = (0..200)
+        .map(|_| {
+            let svc = svc.clone();
+            tokio::spawn(async move { fetch(&svc, "/s").await })
+        })
+        .collect();
+    for task in tasks {
+        // Every request completes while the refresh is still blocked.
+        let reply = tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("served without waiting for the recompute")
+            .expect("task");
+        assert_eq!(reply, pair("STALE", "v1"));
+    }
+    assert_eq!(
+        handler.calls.load(Ordering::SeqCst),
+        2,
+        "one background refresh"
+    );
+    gate.add_permits(1_000);
+    // The refresh fills the entry in the background.
+    let mut tries = 0;
+    loop {
+        let reply = fetch(&svc, "/s").await;
+        if reply == pair("HIT", "v2") {
+            break;
+        }
+        assert_eq!(reply, pair("STALE", "v1"));
+        tries += 1;
+        assert!(tries < 1_000, "the refresh never landed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 2);
+}
+
+async fn headers_and_cache_control_decide(h: Harness) {
+    let handler = app(|req: Request<Full<Bytes>>| async move {
+        let cc = match req.uri().path() {
+            "/no-store" => "no-store",
+            "/private" => "private, max-age=60",
+            "/no-cache" => "no-cache",
+            "/zero" => "max-age=0",
+            "/five" => "max-age=5",
+            "/shared" => "max-age=5, s-maxage=50",
+            _ => "public",
+        };
+        let body = format!("{} {}", req.method(), req.uri());
+        ok(&[("cache-control", cc)], body)
+    });
+    let layer = builder(&h).await.build().expect("layer");
+    let svc = cached(&layer, &handler);
+    let calls = || handler.calls.load(Ordering::SeqCst);
+
+    // Default TTL (60 s): MISS, HIT, then MISS once it expires.
+    assert_eq!(fetch(&svc, "/d?q=1").await, pair("MISS", "GET /d?q=1"));
+    let hit = send(&svc, get("/d?q=1")).await;
+    assert_eq!(
+        (hit.header("x-cache"), hit.body.as_str()),
+        ("HIT", "GET /d?q=1")
+    );
+    assert_eq!(
+        hit.header("cache-control"),
+        "public",
+        "the handler's header is forwarded"
+    );
+    assert_eq!(calls(), 1);
+    assert_eq!(
+        fetch(&svc, "/d?q=2").await.0,
+        "MISS",
+        "the query is in the key"
+    );
+    h.wait(Duration::from_secs(61)).await;
+    assert_eq!(fetch(&svc, "/d?q=1").await.0, "MISS");
+    assert_eq!(calls(), 3);
+
+    for path in ["/no-store", "/private", "/no-cache", "/zero"] {
+        for _ in 0..2 {
+            assert_eq!(fetch(&svc, path).await.0, "MISS", "{path}");
+        }
+    }
+    assert_eq!(calls(), 11);
+
+    // max-age sets the lifetime; s-maxage wins over it.
+    assert_eq!(fetch(&svc, "/five").await.0, "MISS");
+    assert_eq!(fetch(&svc, "/shared").await.0, "MISS");
+    h.wait(Duration::from_secs(4)).await;
+    assert_eq!(fetch(&svc, "/five").await.0, "HIT");
+    h.wait(Duration::from_secs(2)).await;
+    assert_eq!(fetch(&svc, "/five").await.0, "MISS");
+    assert_eq!(fetch(&svc, "/shared").await.0, "HIT");
+
+    // HEAD is cached apart from GET; POST never.
+    let head = || {
+        Request::head("/d?q=1")
+            .body(Full::default())
+            .expect("request")
+    };
+    assert_eq!(send(&svc, head()).await.header("x-cache"), "MISS");
+    assert_eq!(send(&svc, head()).await.header("x-cache"), "HIT");
+    let before = calls();
+    for _ in 0..2 {
+        let post = Request::post("/d?q=1")
+            .body(Full::default())
+            .expect("request");
+        let r = send(&svc, post).await;
+        assert_eq!((r.header("x-cache"), r.body.as_str()), ("", "POST /d?q=1"));
+    }
+    assert_eq!(calls(), before + 2);
+}
+
+async fn cookies_are_never_cached(h: Harness) {
+    let handler = app(|req: Request<Full<Bytes>>| async move {
+        if req.uri().path() == "/login" {
+            ok(&[("set-cookie", "id=secret")], "welcome")
+        } else {
+            ok(&[], "page")
+        }
+    });
+    let layer = builder(&h).await.build().expect("layer");
+    let svc = cached(&layer, &handler);
+    for _ in 0..2 {
+        let r = send(&svc, get("/login")).await;
+        assert_eq!(
+            (r.header("x-cache"), r.header("set-cookie")),
+            ("MISS", "id=secret")
+        );
+    }
+    // A request carrying credentials passes uncached, and does not see a shared entry.
+    assert_eq!(fetch(&svc, "/page").await.0, "MISS");
+    for (name, value) in [("cookie", "id=1"), ("authorization", "Bearer t")] {
+        let req = Request::get("/page")
+            .header(name, value)
+            .body(Full::default())
+            .expect("request");
+        assert_eq!(send(&svc, req).await.header("x-cache"), "", "{name}");
+    }
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 5);
+    // Opted in: cookies stay out of the key.
+    let layer = builder(&h)
+        .await
+        .ignore_cookies(true)
+        .build()
+        .expect("layer");
+    let svc = cached(&layer, &handler);
+    let req = Request::get("/page")
+        .header("cookie", "id=1")
+        .body(Full::default())
+        .expect("request");
+    assert_eq!(send(&svc, req).await.header("x-cache"), "HIT");
+}
+
+async fn vary_variants_never_mix(h: Harness) {
+    let handler = app(|req: Request<Full<Bytes>>| async move {
+        let lang = req
+            .headers()
+            .get("accept-language")
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .unwrap_or_default();
+        if req.uri().path() == "/other" {
+            ok(&[("vary", "Accept-Encoding")], lang)
+        } else if req.uri().path() == "/star" {
+            ok(&[("vary", "*")], lang)
+        } else {
+            ok(&[("vary", "Accept-Language")], lang)
+        }
+    });
+    let layer = builder(&h)
+        .await
+        .vary([http::header::ACCEPT_LANGUAGE])
+        .build()
+        .expect("layer");
+    let svc = cached(&layer, &handler);
+    let with = |path: &str, lang: &'static [u8]| {
+        Request::get(path)
+            .header(
+                "accept-language",
+                http::HeaderValue::from_bytes(lang).expect("value"),
+            )
+            .body(Full::default())
+            .expect("request")
+    };
+    let fetch_lang = |path: &'static str, lang: &'static [u8]| {
+        let svc = svc.clone();
+        async move {
+            let r = send(&svc, with(path, lang)).await;
+            (r.header("x-cache").to_owned(), r.body)
+        }
+    };
+    assert_eq!(fetch_lang("/p", b"fr").await, pair("MISS", "fr"));
+    assert_eq!(fetch_lang("/p", b"en").await, pair("MISS", "en"));
+    assert_eq!(fetch_lang("/p", b"fr").await, pair("HIT", "fr"));
+    assert_eq!(fetch_lang("/p", b"en").await, pair("HIT", "en"));
+    // A non-UTF-8 value is a variant of its own.
+    assert_eq!(fetch_lang("/p", b"d\xe9").await.0, "MISS");
+    assert_eq!(fetch_lang("/p", b"d\xe9").await.0, "HIT");
+    assert_eq!(fetch(&svc, "/p").await, pair("MISS", ""));
+    assert_eq!(fetch(&svc, "/p").await, pair("HIT", ""));
+    // Vary on a header outside the key, or `*`: never cached.
+    for path in ["/other", "/star"] {
+        assert_eq!(fetch_lang(path, b"fr").await.0, "MISS");
+        assert_eq!(fetch_lang(path, b"fr").await.0, "MISS");
+    }
+}
+
+async fn tags_invalidate_their_entries(h: Harness) {
+    let version = Arc::new(AtomicUsize::new(1));
+    let v = Arc::clone(&version);
+    let handler = app(move |req: Request<Full<Bytes>>| {
+        let v = v.load(Ordering::SeqCst);
+        async move {
+            let body = format!("{} v{v}", req.uri().path());
+            match req.uri().path() {
+                "/u1" => {
+                    let mut res = ok(&[], body);
+                    res.extensions_mut()
+                        .insert(CacheTags::new(["user:1", "users"]));
+                    res
+                }
+                "/u2" => ok(&[("x-cache-tags", "user:2, users")], body),
+                _ => ok(&[], body),
+            }
+        }
+    });
+    let layer = builder(&h).await.build().expect("layer");
+    let svc = cached(&layer, &handler);
+    for path in ["/u1", "/u2", "/plain"] {
+        assert_eq!(fetch(&svc, path).await.0, "MISS");
+        let r = send(&svc, get(path)).await;
+        assert_eq!(r.header("x-cache"), "HIT");
+        assert!(
+            r.headers.get("x-cache-tags").is_none(),
+            "the tags header is stripped"
+        );
+    }
+    version.store(2, Ordering::SeqCst);
+    layer.invalidate_tag("user:1").await.expect("invalidate");
+    assert_eq!(fetch(&svc, "/u1").await, pair("MISS", "/u1 v2"));
+    assert_eq!(fetch(&svc, "/u1").await, pair("HIT", "/u1 v2"));
+    assert_eq!(fetch(&svc, "/u2").await, pair("HIT", "/u2 v1"));
+    // Another replica's layer invalidates for everyone.
+    let other = builder(&h).await.build().expect("layer");
+    other.invalidate_tag("users").await.expect("invalidate");
+    assert_eq!(fetch(&svc, "/u1").await, pair("MISS", "/u1 v2"));
+    assert_eq!(fetch(&svc, "/u2").await, pair("MISS", "/u2 v2"));
+    assert_eq!(fetch(&svc, "/plain").await, pair("HIT", "/plain v1"));
+    // An invalidation remembered past the longest entry life is forgotten only once no entry
+    // from before it can be alive.
+    h.wait(Duration::from_secs(3 * 24 * 3600)).await;
+    assert_eq!(fetch(&svc, "/u1").await.0, "MISS");
+    assert_eq!(fetch(&svc, "/u1").await.0, "HIT");
+}
+
+async fn bodies_over_the_limit_stream_through(h: Harness) {
+    let handler = app(|req: Request<Full<Bytes>>| async move {
+        let chunks: Vec<&'static [u8]> = match req.uri().path() {
+            "/big" => return ok(&[], vec![b'x'; 20]),
+            "/stream-big" => vec![b"aaaaaaaa", b"bbbbbbbb", b"cccccccc"],
+            _ => vec![b"aaaa", b"bbbb"],
+        };
+        let frames = chunks
+            .into_iter()
+            .map(|c| Ok::<_, Infallible>(http_body::Frame::data(Bytes::from_static(c))));
+        Response::new(StreamBody::new(futures_util::stream::iter(frames)).boxed())
+    });
+    let layer = builder(&h).await.body_limit(10).build().expect("layer");
+    let svc = cached(&layer, &handler);
+    for _ in 0..2 {
+        assert_eq!(fetch(&svc, "/big").await, pair("MISS", &"x".repeat(20)));
+        let r = fetch(&svc, "/stream-big").await;
+        assert_eq!(r, pair("MISS", "aaaaaaaabbbbbbbbcccccccc"));
+    }
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 4);
+    // A body of unknown length within the limit is cached.
+    assert_eq!(fetch(&svc, "/stream-small").await, pair("MISS", "aaaabbbb"));
+    assert_eq!(fetch(&svc, "/stream-small").await, pair("HIT", "aaaabbbb"));
+}
+
+async fn xfetch_recomputes_early_with_a_fixed_random_number(h: Harness) {
+    // The handler takes 1 s on the harness' clock: the recompute time stored with the entry.
+    let clock = h.clock();
+    let handler = app(move |_| {
+        clock.advance(Duration::from_secs(1));
+        async { ok(&[("cache-control", "max-age=60")], "x") }
+    });
+    // -ln(draw) = how many recompute times before expiry a hit recomputes.
+    let draw = Arc::new(AtomicU64::new(1.0_f64.to_bits()));
+    let d = Arc::clone(&draw);
+    let layer = h
+        .cache()
+        .await
+        .jitter(0.0)
+        .stampede(Stampede::xfetch(1.0))
+        .random(move || f64::from_bits(d.load(Ordering::SeqCst)))
+        .build()
+        .expect("layer");
+    let svc = cached(&layer, &handler);
+    let set = |x: f64| draw.store((-x).exp().to_bits(), Ordering::SeqCst);
+    assert_eq!(fetch(&svc, "/x").await.0, "MISS");
+    // 3 s before expiry: two recompute times is not yet early enough.
+    h.wait(Duration::from_secs(57)).await;
+    set(2.0);
+    assert_eq!(fetch(&svc, "/x").await.0, "HIT");
+    // 1.5 s before expiry: a draw of 1 never recomputes early; e^-2 does.
+    h.wait(Duration::from_millis(1_500)).await;
+    set(0.0);
+    assert_eq!(fetch(&svc, "/x").await.0, "HIT");
+    set(2.0);
+    assert_eq!(fetch(&svc, "/x").await.0, "MISS");
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 2);
+    // The entry was refilled: fresh for another minute.
+    set(0.0);
+    assert_eq!(fetch(&svc, "/x").await.0, "HIT");
+}
+
+backend_suite!(
+    two_hundred_cold_requests_compute_once,
+    a_stale_copy_is_served_without_waiting,
+    headers_and_cache_control_decide,
+    cookies_are_never_cached,
+    vary_variants_never_mix,
+    tags_invalidate_their_entries,
+    bodies_over_the_limit_stream_through,
+    xfetch_recomputes_early_with_a_fixed_random_number,
+);
+
+/// The cache's entry keys, by scanning.
+async fn entry_keys(h: &Harness) -> Vec<String> {
+    let prefix = format!("{}c:{{", h.prefix());
+    h.keys()
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with(&prefix))
+        .collect()
+}
+
+async fn set(h: &Harness, args: &[&[u8]]) {
+    let mut conn = h.inspect().await;
+    let mut cmd = redis::cmd(std::str::from_utf8(args[0]).expect("name"));
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    let _: redis::Value = cmd.query_async(&mut conn).await.expect("command");
+}
+
+async fn values_that_are_not_ours_are_misses(h: Harness) {
+    let handler = app(|req: Request<Full<Bytes>>| async move {
+        let body = req.uri().path().to_owned();
+        ok(&[], body)
+    });
+    let layer = builder(&h).await.build().expect("layer");
+    let svc = cached(&layer, &handler);
+    assert_eq!(fetch(&svc, "/a").await.0, "MISS");
+    let [key_a] = entry_keys(&h).await.try_into().expect("one entry");
+    assert_eq!(fetch(&svc, "/b").await.0, "MISS");
+    let key_b = entry_keys(&h)
+        .await
+        .into_iter()
+        .find(|k| *k != key_a)
+        .expect("b");
+    let mut conn = h.inspect().await;
+    let value_b: Vec<u8> = redis::cmd("GET")
+        .arg(&key_b)
+        .query_async(&mut conn)
+        .await
+        .expect("GET");
+    // Another variant's entry, garbage, another type, a truncated entry: each a miss, then
+    // overwritten by the fill.
+    let garbage: [Vec<&[u8]>; 4] = [
+        vec![b"SET", key_a.as_bytes(), &value_b],
+        vec![b"SET", key_a.as_bytes(), b"\xff\x00 not a cache entry"],
+        vec![b"HSET", key_a.as_bytes(), b"field", b"value"],
+        vec![b"SET", key_a.as_bytes(), &value_b[..value_b.len() / 2]],
+    ];
+    for command in garbage {
+        if command[0] == b"HSET" {
+            set(&h, &[b"DEL", key_a.as_bytes()]).await;
+        }
+        set(&h, &command).await;
+        assert_eq!(fetch(&svc, "/a").await, pair("MISS", "/a"), "{command:?}");
+        assert_eq!(fetch(&svc, "/a").await, pair("HIT", "/a"));
+    }
+}
+
+async fn every_key_the_cache_writes_has_a_ttl(h: Harness) {
+    let handler = app(|req: Request<Full<Bytes>>| async move {
+        match req.uri().path() {
+            "/no-store" => ok(&[("cache-control", "no-store")], "n"),
+            "/stale" => ok(
+                &[("cache-control", "max-age=1, stale-while-revalidate=60")],
+                "s",
+            ),
+            _ => ok(&[("x-cache-tags", "t1, t2")], "t"),
+        }
+    });
+    let layer = builder(&h).await.build().expect("layer");
+    let svc = cached(&layer, &handler);
+    for path in ["/tagged", "/no-store", "/stale", "/tagged", "/no-store"] {
+        fetch(&svc, path).await;
+    }
+    layer.invalidate_tag("t1").await.expect("invalidate");
+    h.wait(Duration::from_secs(2)).await;
+    assert_eq!(fetch(&svc, "/stale").await.0, "STALE");
+    // Wait for the background refresh to land and release its lock.
+    while fetch(&svc, "/stale").await.0 != "HIT" {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let keys = h.keys().await;
+    assert!(keys.len() >= 4, "{keys:?}");
+    for key in keys {
+        // -1: no TTL; -2: gone since the scan (the refresh's lock, released after its fill).
+        let ttl = h.pttl(&key).await;
+        assert!(ttl > 0 || ttl == -2, "{key} has no TTL ({ttl})");
+    }
+}
+
+/// Redis gone: every request is served by the handler, uncached, never an error.
+async fn the_store_failing_never_fails_a_request(mut h: Harness) {
+    let handler = app(|_| async { ok(&[], "fresh") });
+    let layer = builder(&h).await.build().expect("layer");
+    let svc = cached(&layer, &handler);
+    assert_eq!(fetch(&svc, "/r").await, pair("MISS", "fresh"));
+    assert_eq!(fetch(&svc, "/r").await, pair("HIT", "fresh"));
+    h.kill_redis();
+    for _ in 0..3 {
+        let r = send(&svc, get("/r")).await;
+        assert_eq!(
+            (r.status, r.header("x-cache"), r.body.as_str()),
+            (200, "MISS", "fresh")
+        );
+    }
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 4);
+    assert!(
+        layer.invalidate_tag("t").await.is_err(),
+        "an invalidation says it failed"
+    );
+}
+
+backend_suite!(
+    redis_only: values_that_are_not_ours_are_misses,
+    every_key_the_cache_writes_has_a_ttl,
+    the_store_failing_never_fails_a_request,
+);
