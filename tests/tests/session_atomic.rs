@@ -315,7 +315,7 @@ async fn new_session(addr: SocketAddr) -> String {
 async fn record(store: &Arc<dyn SessionStore>, id: &str) -> Record {
     let key = SessionId::parse(id).expect("well-formed").storage_key();
     store
-        .load(key, Lifetimes::default(), None)
+        .load(key, Lifetimes::default())
         .await
         .expect("load")
         .expect("a live session")
@@ -645,7 +645,7 @@ async fn a_session_gone_meanwhile_is_a_new_one_and_destroyed_refuses(h: Harness)
         // Never resurrected under the old id; a new session only when something was stored.
         assert!(
             store
-                .load(key, Lifetimes::default(), None)
+                .load(key, Lifetimes::default())
                 .await
                 .expect("load")
                 .is_none()

@@ -177,11 +177,7 @@ async fn concurrent_writes_to_different_fields_both_survive(h: Harness) {
         assert_eq!((a.status, b.status), (200, 200), "{} {}", a.body, b.body);
         // Read back from the store itself.
         let record = store
-            .load(
-                storage_key(&id),
-                redis_guard::session::Lifetimes::default(),
-                None,
-            )
+            .load(storage_key(&id), redis_guard::session::Lifetimes::default())
             .await
             .expect("load")
             .expect("session");
@@ -871,10 +867,7 @@ async fn concurrent_loads_coalesce_into_few_script_calls() {
     let store = RedisSessionStore::new(h.backend().await.timeout(Duration::from_secs(10)));
     let life = redis_guard::session::Lifetimes::default();
     // Load the script first, so the count below is of these loads only.
-    store
-        .load(storage_key(&ids[0]), life, None)
-        .await
-        .expect("load");
+    store.load(storage_key(&ids[0]), life).await.expect("load");
     let mut conn = h.inspect().await;
     let poisoned = String::from("poisoned");
     let () = redis::AsyncCommands::set(&mut conn, store.session_key(&poisoned), "x")
@@ -889,9 +882,7 @@ async fn concurrent_loads_coalesce_into_few_script_calls() {
             200 => poisoned.clone(),
             _ => storage_key(&ids[i % 2]),
         };
-        tasks.push(tokio::spawn(
-            async move { store.load(key, life, None).await },
-        ));
+        tasks.push(tokio::spawn(async move { store.load(key, life).await }));
     }
     for (i, task) in tasks.into_iter().enumerate() {
         match (i, task.await.expect("task")) {

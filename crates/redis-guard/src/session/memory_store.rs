@@ -1,7 +1,6 @@
 //! Sessions in this process, with the Redis store's semantics.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::SessionError;
@@ -105,10 +104,9 @@ impl SessionStore for MemorySessionStore {
         &self,
         key: String,
         life: Lifetimes,
-        ip: Option<IpAddr>,
     ) -> BoxFuture<Result<Option<Record>, SessionError>> {
         self.with(move |s, now| {
-            Ok(s.live(&key, now, life, ip).map(|e| Record {
+            Ok(s.live(&key, now, life).map(|e| Record {
                 fields: e.fields.clone(),
             }))
         })
@@ -129,7 +127,6 @@ impl SessionStore for MemorySessionStore {
             fields.insert(CREATED_FIELD.to_owned(), now.to_string());
             fields.insert(SEEN_FIELD.to_owned(), now.to_string());
             fields.insert(EXP_FIELD.to_owned(), exp.to_string());
-            fields.insert("$v".to_owned(), "1".to_owned());
             changes.apply_to(&mut fields);
             s.insert(key.clone(), fields, exp, now, life);
             s.relife(&key, now, life).ok_or_else(|| {
@@ -147,7 +144,7 @@ impl SessionStore for MemorySessionStore {
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<u64>, SessionError>> {
         self.with(move |s, now| {
-            let Some(e) = s.live(&key, now, life, None) else {
+            let Some(e) = s.live(&key, now, life) else {
                 return Ok(None);
             };
             changes.apply_to(&mut e.fields);
@@ -163,7 +160,7 @@ impl SessionStore for MemorySessionStore {
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<i64>, SessionError>> {
         self.with(move |s, now| {
-            let Some(e) = s.live(&key, now, life, None) else {
+            let Some(e) = s.live(&key, now, life) else {
                 return Ok(None);
             };
             let current = match e.fields.get(&field) {
@@ -193,7 +190,7 @@ impl SessionStore for MemorySessionStore {
         life: Lifetimes,
     ) -> BoxFuture<Result<bool, SessionError>> {
         self.with(move |s, now| {
-            if s.live(&old, now, life, None).is_none() {
+            if s.live(&old, now, life).is_none() {
                 return Ok(false);
             }
             if s.sessions.contains_key(&new) {
@@ -279,10 +276,7 @@ impl SessionStore for MemorySessionStore {
         field: String,
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<Option<String>>, SessionError>> {
-        self.with(move |s, now| {
-            Ok(s.live(&key, now, life, None)
-                .map(|e| e.fields.remove(&field)))
-        })
+        self.with(move |s, now| Ok(s.live(&key, now, life).map(|e| e.fields.remove(&field))))
     }
 
     fn ensure_field(
@@ -293,7 +287,7 @@ impl SessionStore for MemorySessionStore {
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<String>, SessionError>> {
         self.with(move |s, now| {
-            Ok(s.live(&key, now, life, None)
+            Ok(s.live(&key, now, life)
                 .map(|e| e.fields.entry(field).or_insert(value).clone()))
         })
     }
@@ -307,7 +301,7 @@ impl SessionStore for MemorySessionStore {
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<FieldSwap>, SessionError>> {
         self.with(move |s, now| {
-            Ok(s.live(&key, now, life, None).map(|e| {
+            Ok(s.live(&key, now, life).map(|e| {
                 let current = e.fields.get(&field);
                 if current != expected.as_ref() {
                     return FieldSwap {
@@ -388,9 +382,7 @@ mod tests {
             for info in block(store.user_sessions(format!("user{u}"))).unwrap() {
                 indexed += 1;
                 assert!(
-                    block(store.load(info.storage_key, life, None))
-                        .unwrap()
-                        .is_some(),
+                    block(store.load(info.storage_key, life)).unwrap().is_some(),
                     "the index lists an evicted session"
                 );
             }
@@ -415,7 +407,7 @@ mod tests {
         clock.advance(life.max);
         let mut ops = 0;
         while !store.is_empty() {
-            block(store.load("absent".to_owned(), life, None)).unwrap();
+            block(store.load("absent".to_owned(), life)).unwrap();
             assert!(store.lock().examined <= crate::backend::SWEEP_PER_OP);
             ops += 1;
         }

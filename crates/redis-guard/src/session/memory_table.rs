@@ -3,12 +3,8 @@
 
 use std::collections::HashMap;
 
-use std::net::IpAddr;
-
 use super::memory_users::{UserDigest, UserIndex};
-use super::store::{
-    CREATED_FIELD, EXP_FIELD, IDLE_FIELD, IP_FIELD, Lifetimes, MAX_FIELD, SEEN_FIELD,
-};
+use super::store::{CREATED_FIELD, EXP_FIELD, IDLE_FIELD, Lifetimes, MAX_FIELD, SEEN_FIELD};
 use crate::backend::ExpiringTable;
 
 /// Everything a [`MemorySessionStore`](super::MemorySessionStore) holds, behind its lock.
@@ -100,15 +96,9 @@ impl State {
     }
 
     /// The live entry under `key`, after marking it used (its idle timeout restarts); an
-    /// expired one is removed. The use is recorded in its fields (last seen, and `ip` when
-    /// given) only when the last one recorded is no longer fresh, as in Redis.
-    pub(crate) fn live(
-        &mut self,
-        key: &str,
-        now: u64,
-        life: Lifetimes,
-        ip: Option<IpAddr>,
-    ) -> Option<&mut Entry> {
+    /// expired one is removed. The use is recorded in its fields (last seen) only when the last
+    /// one recorded is no longer fresh, as in Redis.
+    pub(crate) fn live(&mut self, key: &str, now: u64, life: Lifetimes) -> Option<&mut Entry> {
         let key = key.to_owned();
         let deadline = self.sessions.deadline(&key)?;
         if now >= deadline {
@@ -120,9 +110,6 @@ impl State {
         let seen = entry.number(SEEN_FIELD).unwrap_or(0);
         if now.saturating_sub(seen) >= life.fresh_us() {
             entry.fields.insert(SEEN_FIELD.to_owned(), now.to_string());
-            if let Some(ip) = ip {
-                entry.fields.insert(IP_FIELD.to_owned(), ip.to_string());
-            }
         }
         self.sessions.set_deadline(&key, deadline);
         self.sessions.get_mut(&key)

@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::SessionError;
@@ -52,9 +51,8 @@ impl SessionStore for Metered {
         &self,
         key: String,
         life: Lifetimes,
-        ip: Option<IpAddr>,
     ) -> BoxFuture<Result<Option<Record>, SessionError>> {
-        metered("load", self.0.load(key, life, ip), |r| {
+        metered("load", self.0.load(key, life), |r| {
             let result = if r.is_some() { "live" } else { "absent" };
             Some((SESSION_LOADS, "result", result, 1))
         })
@@ -222,12 +220,8 @@ mod tests {
         let key = |k: &str| k.to_owned();
         let exp = block(store.create(key("a"), set("x"), life)).unwrap();
         block(store.index_user("u".into(), key("a"), exp, life)).unwrap();
-        assert!(block(store.load(key("a"), life, None)).unwrap().is_some());
-        assert!(
-            block(store.load(key("nobody"), life, None))
-                .unwrap()
-                .is_none()
-        );
+        assert!(block(store.load(key("a"), life)).unwrap().is_some());
+        assert!(block(store.load(key("nobody"), life)).unwrap().is_none());
         assert!(
             block(store.save(key("a"), set("y"), life))
                 .unwrap()

@@ -1,6 +1,5 @@
 //! Sessions as Redis hashes.
 
-use std::net::IpAddr;
 use std::sync::{Arc, LazyLock};
 
 use redis::Value;
@@ -12,8 +11,8 @@ use super::scripts::{
     bad_reply, expiry, int, save_args, string, strings,
 };
 use super::store::{
-    BoxFuture, CREATED_FIELD, Changes, EXP_FIELD, HANDLE_FIELD, IP_FIELD, Lifetimes, Record,
-    SEEN_FIELD, SessionInfo, SessionStore, UA_FIELD, USER_FIELD,
+    BoxFuture, CREATED_FIELD, Changes, DEVICE_FIELD, EXP_FIELD, Lifetimes, Record, SEEN_FIELD,
+    SessionInfo, SessionStore, USER_FIELD,
 };
 use crate::backend::{
     Coalescer, DEFAULT_BATCH, Entry, LuaScript as Script, RedisBackend, ScriptCall,
@@ -225,9 +224,9 @@ impl RedisSessionStore {
 struct LoadEntry {
     key: [String; 1],
     idle: u64,
-    fresh: u64,
-    /// The client's address, or empty.
-    ip: String,
+    /// How long a use stays fresh, when not 1 % of `idle` (the script's default: one argument
+    /// less per load).
+    fresh: Option<u64>,
 }
 
 impl Entry for LoadEntry {
@@ -236,11 +235,14 @@ impl Entry for LoadEntry {
     }
 
     fn arg_count(&self) -> usize {
-        3
+        1 + usize::from(self.fresh.is_some())
     }
 
     fn write_args(&self, call: &mut ScriptCall<'_>) {
-        call.arg(self.idle).arg(self.fresh).arg(&self.ip);
+        call.arg(self.idle);
+        if let Some(fresh) = self.fresh {
+            call.arg(fresh);
+        }
     }
 }
 
@@ -251,14 +253,12 @@ impl SessionStore for RedisSessionStore {
         &self,
         key: String,
         life: Lifetimes,
-        ip: Option<IpAddr>,
     ) -> BoxFuture<Result<Option<Record>, SessionError>> {
         let loads = Arc::clone(&self.inner.loads);
         let entry = LoadEntry {
             key: [self.session_key(&key)],
             idle: life.idle_us(),
-            fresh: life.fresh_us(),
-            ip: ip.map(|ip| ip.to_string()).unwrap_or_default(),
+            fresh: life.seen_every.map(|_| life.fresh_us()),
         };
         Box::pin(async move {
             match loads.call(entry).await? {
@@ -576,14 +576,7 @@ impl RedisSessionStore {
             let now: u64 = now
                 .parse()
                 .map_err(|_| bad_reply(format!("store time {now:?}")))?;
-            const NAMES: [&str; 6] = [
-                EXP_FIELD,
-                CREATED_FIELD,
-                SEEN_FIELD,
-                HANDLE_FIELD,
-                IP_FIELD,
-                UA_FIELD,
-            ];
+            const NAMES: [&str; 4] = [EXP_FIELD, CREATED_FIELD, SEEN_FIELD, DEVICE_FIELD];
             let field = |name: &str| {
                 let i = NAMES.iter().position(|n| *n == name)?;
                 fields.get(i).filter(|v| !v.is_empty()).cloned()

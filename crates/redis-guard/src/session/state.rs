@@ -6,8 +6,8 @@ use super::cookie_header::ReadCookie;
 use super::id::{SessionId, new_handle};
 use super::shared::{Shared, Visit};
 use super::store::{
-    CREATED_FIELD, Changes, EXP_FIELD, HANDLE_FIELD, IP_FIELD, MAX_FIELD, Record, SEEN_FIELD,
-    UA_FIELD, USER_FIELD,
+    CREATED_FIELD, Changes, DEVICE_FIELD, Device, EXP_FIELD, MAX_FIELD, Record, SEEN_FIELD,
+    USER_FIELD,
 };
 use super::{FailurePolicy, SessionError};
 
@@ -131,7 +131,7 @@ impl State {
             return Ok(());
         }
         self.loaded = true;
-        match load_first_live(shared, &self.cookie_ids, &self.visit).await {
+        match load_first_live(shared, &self.cookie_ids).await {
             Ok(Some((id, record))) => {
                 self.user = record.user().map(str::to_owned);
                 self.live = Some((id, record));
@@ -194,7 +194,7 @@ impl State {
             if !self.loaded && success {
                 // Untouched, but the cookie came: the session was used, restart its idle timer
                 // (on the first candidate that is live).
-                if let Err(e) = load_first_live(shared, &self.cookie_ids, &self.visit).await {
+                if let Err(e) = load_first_live(shared, &self.cookie_ids).await {
                     // The response is complete and nothing it relies on was lost.
                     tracing::warn!(error = %e, "session: could not refresh the idle timeout");
                 }
@@ -258,7 +258,11 @@ impl State {
             match SessionId::generate().and_then(|id| Ok((id, new_handle()?))) {
                 Ok((id, handle)) => {
                     let key = id.storage_key();
-                    changes.set.insert(HANDLE_FIELD.to_owned(), handle);
+                    let device = Device {
+                        handle,
+                        ..self.device()
+                    };
+                    changes.set.insert(DEVICE_FIELD.to_owned(), device.encode());
                     let age = own_max(None, &changes).map(Duration::from_micros);
                     let changes = shared.transport.stamp(changes);
                     match shared.store.create(key.clone(), changes, life).await {
@@ -305,15 +309,37 @@ impl State {
     /// Adds the client's details to a write, where they differ from what is stored: the write
     /// happens anyway, so they cost no round trip of their own.
     fn describe_client(&self, changes: &mut Changes) {
-        let record = self.live.as_ref().map(|(_, r)| r);
-        let stored = |field: &str| record.and_then(|r| r.get(field));
-        let ip = self.visit.ip.map(|ip| ip.to_string());
-        for (field, value) in [(IP_FIELD, ip), (UA_FIELD, self.visit.user_agent())] {
-            if let Some(value) = value
-                && stored(field) != Some(value.as_str())
-            {
-                changes.set.insert(field.to_owned(), value);
+        let Some((_, record)) = &self.live else {
+            return; // a new session: `write` records the device with the handle
+        };
+        let stored = record
+            .get(DEVICE_FIELD)
+            .map(Device::parse)
+            .unwrap_or_default();
+        let seen = self.device();
+        let kept = |now: String, before: &str| {
+            if now.is_empty() {
+                before.to_owned()
+            } else {
+                now
             }
+        };
+        let device = Device {
+            ip: kept(seen.ip, &stored.ip),
+            user_agent: kept(seen.user_agent, &stored.user_agent),
+            handle: stored.handle.clone(),
+        };
+        if device != stored {
+            changes.set.insert(DEVICE_FIELD.to_owned(), device.encode());
+        }
+    }
+
+    /// This request's client, as recorded (no handle).
+    fn device(&self) -> Device {
+        Device {
+            handle: String::new(),
+            ip: self.visit.ip.map(|ip| ip.to_string()).unwrap_or_default(),
+            user_agent: self.visit.user_agent().unwrap_or_default(),
         }
     }
 }
@@ -340,11 +366,10 @@ fn time_left(record: &Record, exp: Option<u64>) -> Option<Duration> {
 async fn load_first_live(
     shared: &Shared,
     ids: &[SessionId],
-    visit: &Visit,
 ) -> Result<Option<(SessionId, Record)>, SessionError> {
     for id in ids {
         let key = id.storage_key();
-        if let Some(record) = shared.store.load(key, shared.life, visit.ip).await? {
+        if let Some(record) = shared.store.load(key, shared.life).await? {
             if shared.transport.accepts(&record) {
                 return Ok(Some((id.clone(), record)));
             }

@@ -25,7 +25,7 @@ pub struct Lifetimes {
     /// its absolute expiry is ended.
     pub per_user: u32,
     /// How long a use stays fresh: a session used again within it is not marked used again
-    /// (its last-seen time, idle timeout and client address are not rewritten), so most
+    /// (its last-seen time and idle timeout are not rewritten), so most
     /// requests write nothing. `None`: 1 % of the idle timeout.
     pub seen_every: Option<Duration>,
     /// The longest idle timeout or absolute lifetime one session may be given
@@ -80,12 +80,38 @@ pub(crate) const SEEN_FIELD: &str = "$seen";
 pub(crate) const IDLE_FIELD: &str = "$idle";
 /// This session's own absolute lifetime (µs).
 pub(crate) const MAX_FIELD: &str = "$max";
-/// The public handle listings show.
-pub(crate) const HANDLE_FIELD: &str = "$handle";
-/// The client's address, as of the last use marked.
-pub(crate) const IP_FIELD: &str = "$ip";
-/// The client's user agent, as of the last write.
-pub(crate) const UA_FIELD: &str = "$ua";
+/// The device: public handle, client address and user agent (as of the last write), in one
+/// field (see [`Device`]).
+pub(crate) const DEVICE_FIELD: &str = "$dev";
+
+/// What a listing shows of the device a session is used from, stored as one field
+/// (`handle TAB address TAB user agent`) so that every load carries one metadata pair more,
+/// not three. None of the parts can hold a tab: the handle is base64url, the address an IP
+/// address, the user agent visible ASCII and spaces.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Device {
+    pub(crate) handle: String,
+    /// Empty: none recorded.
+    pub(crate) ip: String,
+    /// Empty: none recorded.
+    pub(crate) user_agent: String,
+}
+
+impl Device {
+    pub(crate) fn parse(field: &str) -> Self {
+        let mut parts = field.splitn(3, '\t');
+        let mut next = || parts.next().unwrap_or_default().to_owned();
+        Self {
+            handle: next(),
+            ip: next(),
+            user_agent: next(),
+        }
+    }
+
+    pub(crate) fn encode(&self) -> String {
+        format!("{}\t{}\t{}", self.handle, self.ip, self.user_agent)
+    }
+}
 
 /// A session's stored fields: the values (JSON text) under their keys, plus metadata fields whose
 /// names start with `$`.
@@ -183,7 +209,7 @@ pub struct SessionInfo {
     pub age: Duration,
     /// Time since it was last marked used (at most [`Lifetimes::seen_every`] stale).
     pub idle_for: Duration,
-    /// The client's address at the last use marked, unless the layer records none.
+    /// The client's address at the last write, unless the layer records none.
     pub ip: Option<IpAddr>,
     /// The client's user agent at the last write, truncated, unless the layer records none.
     pub user_agent: Option<String>,
@@ -205,14 +231,21 @@ impl SessionInfo {
         let created = us(CREATED_FIELD).unwrap_or(now);
         let seen = us(SEEN_FIELD).unwrap_or(created);
         let since = |t: u64| Duration::from_micros(now.saturating_sub(t));
+        let device = field(DEVICE_FIELD)
+            .map(|d| Device::parse(&d))
+            .unwrap_or_default();
+        let handle = match device.handle.as_str() {
+            "" => legacy_handle(&storage_key),
+            handle => handle.to_owned(),
+        };
         Some(Self {
-            handle: field(HANDLE_FIELD).unwrap_or_else(|| legacy_handle(&storage_key)),
+            handle,
             storage_key,
             expires_in: Duration::from_micros(exp.saturating_sub(now)),
             age: since(created),
             idle_for: since(seen),
-            ip: field(IP_FIELD).and_then(|v| v.parse().ok()),
-            user_agent: field(UA_FIELD),
+            ip: device.ip.parse().ok(),
+            user_agent: Some(device.user_agent).filter(|ua| !ua.is_empty()),
             current: false,
         })
     }
@@ -252,13 +285,9 @@ pub struct FieldSwap {
 /// [`revoke_user`](SessionStore::revoke_user) from an admin handler).
 pub trait SessionStore: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     /// Loads a live session and marks it used (restarting the idle timeout) unless its last use
-    /// is still fresh ([`Lifetimes::seen_every`]); marking it records `ip` too, when given.
-    fn load(
-        &self,
-        key: String,
-        life: Lifetimes,
-        ip: Option<IpAddr>,
-    ) -> BoxFuture<Result<Option<Record>, SessionError>>;
+    /// is still fresh ([`Lifetimes::seen_every`]).
+    fn load(&self, key: String, life: Lifetimes)
+    -> BoxFuture<Result<Option<Record>, SessionError>>;
 
     /// Creates a session with `changes` and returns its absolute expiry (store time, µs).
     fn create(
@@ -391,8 +420,7 @@ macro_rules! forward {
 
 impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
     forward! {
-        load(key: String, life: Lifetimes, ip: Option<IpAddr>)
-            -> BoxFuture<Result<Option<Record>, SessionError>>;
+        load(key: String, life: Lifetimes) -> BoxFuture<Result<Option<Record>, SessionError>>;
         create(key: String, changes: Changes, life: Lifetimes) -> BoxFuture<Result<u64, SessionError>>;
         save(key: String, changes: Changes, life: Lifetimes)
             -> BoxFuture<Result<Option<u64>, SessionError>>;

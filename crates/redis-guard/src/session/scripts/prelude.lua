@@ -5,11 +5,14 @@
 --   $exp      absolute expiry, µs (creation + the maximum lifetime)
 --   $seen     last use, µs (the idle timeout counts from here)
 --   $user     the user id, once set_user was called
---   $v        the record format version
+--   $v        the record format version, "1" (sessions stored before the device field; not
+--             written since: every field a session reads is optional or checked)
 --   $idle     this session's own idle timeout, µs (set_idle_timeout), instead of ARGV's
 --   $max      this session's own absolute lifetime, µs (set_max_lifetime): $exp = $created + $max
---   $handle   the public handle listings show (random; never the id nor its hash)
---   $ip, $ua  the client's address (updated with $seen) and user agent, unless turned off
+--   $dev      the device, `handle TAB address TAB user agent`: the public handle listings show
+--             (random; never the id nor its hash), the client's address and user agent as of
+--             the last write (either empty when not recorded); one field, so a load carries
+--             one pair more, not three
 -- The key's TTL follows the sooner of idle and absolute expiry; the scripts also check both
 -- times themselves, so a session never outlives either, whatever the TTL says.
 --

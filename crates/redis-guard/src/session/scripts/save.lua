@@ -15,7 +15,7 @@ if mode == 'create' then
     return redis.error_reply('RG_COLLISION session id collision')
   end
   exp = now + max
-  redis.call('HSET', key, '$created', fmt(now), '$exp', fmt(exp), '$v', '1')
+  redis.call('HSET', key, '$created', fmt(now), '$exp', fmt(exp))
 else
   exp = live(key, now, idle)
   if exp == nil then return false end
