@@ -52,6 +52,12 @@
 //! | [`redis_guard_session_revocations_total`](SESSION_REVOCATIONS) | counter | `kind` = `destroy`, `rotate`, `user`, `session`, `others` | sessions ended: logout, id rotation, "log out everywhere", one device revoked, "log out everywhere else" (one per session ended) |
 //! | [`redis_guard_session_store_errors_total`](SESSION_STORE_ERRORS) | counter | `op` = `load`, `create`, `save`, `increment`, `delete`, `rotate`, `index`, `revoke`, `list`, `take`, `ensure`, `compare_and_set` | store calls that failed |
 //!
+//! # Response cache
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | [`redis_guard_cache_responses_total`](CACHE_RESPONSES) | counter | `result` = `hit`, `stale`, `miss` | responses of the requests the cache looked up, as their `x-cache` header says: stored and fresh, stored and served while one request refreshes it, or computed by the handler (the hit ratio is `hit / (hit + stale + miss)`); requests the cache does not look up (unsafe methods, credentials) are not counted |
+//!
 //! # Tracing
 //!
 //! Events use the targets `redis_guard::…`: `debug` for every denial (rule, retry-after), `warn`
@@ -102,6 +108,8 @@ pub const SESSION_SAVES: &str = "redis_guard_session_saves_total";
 pub const SESSION_REVOCATIONS: &str = "redis_guard_session_revocations_total";
 /// Counter: session store calls that failed.
 pub const SESSION_STORE_ERRORS: &str = "redis_guard_session_store_errors_total";
+/// Counter: responses of requests the response cache looked up, by where they came from.
+pub const CACHE_RESPONSES: &str = "redis_guard_cache_responses_total";
 
 /// Adds `n` to counter `name` with one label; nothing without the `metrics` feature.
 #[cfg(feature = "metrics")]

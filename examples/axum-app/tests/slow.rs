@@ -48,6 +48,17 @@ async fn miss_hit_invalidate_miss() {
 
     assert_eq!(slow(&app, 7).await.0, "MISS");
     assert_eq!(slow(&app, 7).await.0, "HIT");
+    // Counted as the header says: 3 MISS, 2 HIT.
+    let metrics = request(app.addr, "GET", "/metrics", &[], b"")
+        .await
+        .expect("request");
+    let text = String::from_utf8(metrics.body).expect("utf-8");
+    for line in [
+        r#"redis_guard_cache_responses_total{result="miss"} 3"#,
+        r#"redis_guard_cache_responses_total{result="hit"} 2"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+    }
     // The entry is in Redis, with a TTL of at most 30 s plus jitter.
     let mut conn = server
         .client()

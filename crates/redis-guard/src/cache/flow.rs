@@ -24,12 +24,16 @@ enum Outcome {
 }
 
 impl Outcome {
+    /// The header value, after counting the response
+    /// ([`CACHE_RESPONSES`](crate::telemetry::CACHE_RESPONSES)).
     fn value(self) -> HeaderValue {
-        HeaderValue::from_static(match self {
-            Self::Hit => "HIT",
-            Self::Miss => "MISS",
-            Self::Stale => "STALE",
-        })
+        let (header, label) = match self {
+            Self::Hit => ("HIT", "hit"),
+            Self::Miss => ("MISS", "miss"),
+            Self::Stale => ("STALE", "stale"),
+        };
+        crate::telemetry::count(crate::telemetry::CACHE_RESPONSES, "result", label.into(), 1);
+        HeaderValue::from_static(header)
     }
 }
 
