@@ -33,7 +33,10 @@
 //! Every response to a request the layer looks up says where it came from in `x-cache`
 //! ([`header`](CacheLayerBuilder::header)): `HIT` (stored and fresh), `STALE` (stored, past
 //! its freshness, inside its stale window: served while one request refreshes it), or `MISS`
-//! (computed by the handler for this request). Stored responses also carry `Age`.
+//! (computed by the handler for this request). Stored responses also carry `Age`. With the
+//! `metrics` feature each of them is counted in
+//! [`redis_guard_cache_responses_total`](crate::telemetry::CACHE_RESPONSES) by `result` (`hit`,
+//! `stale`, `miss`): the hit ratio.
 //!
 //! # What is cached
 //!
