@@ -2,40 +2,16 @@
 
 use std::time::Duration;
 
-use redis_guard_testkit::app::spawn;
+use redis_guard_testkit::app::{RunningApp, spawn};
 use redis_guard_testkit::{Browser, RedisServer};
 
 const WAIT: Duration = Duration::from_secs(15);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_in_reload_and_log_out_in_chromium() {
-    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
-    let url = server.url();
-    let app = spawn(
-        env!("CARGO_BIN_EXE_axum-app"),
-        &[("REDIS_URL", &url), ("REDIS_TIMEOUT_MS", "5000")],
-    )
-    .await;
-    let addr = app.addr;
-
+    let (_server, app) = app_on_redis().await;
     let browser = Browser::start().await.unwrap_or_else(|e| panic!("{e}"));
-    let url = format!("http://{addr}/");
-    browser.goto(&url).await.expect("open the page");
-    browser
-        .wait_for("#who", |t| t == "Not logged in", WAIT)
-        .await
-        .expect("logged out at first");
-
-    browser.type_text("#username", "alice").await.expect("type");
-    browser
-        .type_text("#password", "password")
-        .await
-        .expect("type");
-    browser.click("#login-button").await.expect("log in");
-    browser
-        .wait_for("#who", |t| t.starts_with("Logged in as alice"), WAIT)
-        .await
-        .expect("logged in");
+    log_in(&browser, &format!("http://{}/", app.addr), "alice").await;
 
     // The cookie, as the browser keeps it (`__Host-id` when the library uses the prefix).
     let is_session = |name: &str| name == "id" || name == "__Host-id";
@@ -298,7 +274,19 @@ async fn freeze_and_thaw(browser: &Browser, url: &str, server: &RedisServer) -> 
     }
 }
 
-/// Logs `browser` in as `user` on the page at `url`; the welcome flash shows.
+/// A real Redis and the example app on it (the server lives as long as the first value).
+async fn app_on_redis() -> (RedisServer, RunningApp) {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let app = spawn(
+        env!("CARGO_BIN_EXE_axum-app"),
+        &[("REDIS_URL", &url), ("REDIS_TIMEOUT_MS", "5000")],
+    )
+    .await;
+    (server, app)
+}
+
+/// Logs `browser` in as `user` on the page at `url`.
 async fn log_in(browser: &Browser, url: &str, user: &str) {
     browser.goto(url).await.expect("open the page");
     browser
@@ -353,13 +341,7 @@ async fn devices(browser: &Browser) -> usize {
 /// messages after login and logout show once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn your_devices_in_two_chromium_profiles() {
-    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
-    let redis = server.url();
-    let app = spawn(
-        env!("CARGO_BIN_EXE_axum-app"),
-        &[("REDIS_URL", &redis), ("REDIS_TIMEOUT_MS", "5000")],
-    )
-    .await;
+    let (_server, app) = app_on_redis().await;
     let url = format!("http://{}/", app.addr);
     let (first, second) = tokio::join!(Browser::start(), Browser::start());
     let first = first.unwrap_or_else(|e| panic!("{e}"));
