@@ -6,6 +6,24 @@ use http::{Response, StatusCode};
 use http_body_util::Full;
 use redis_guard::session::{Session, SessionError};
 
+/// The session a [`SessionLayer`](redis_guard::session::SessionLayer) gave `req`, and its path's
+/// segments (`/login/alice` → `["login", "alice"]`), as the suites' routers match them.
+///
+/// # Panics
+///
+/// Without the session layer.
+pub fn session_and_path<B>(req: &http::Request<B>) -> (Session, Vec<String>) {
+    let session = req.extensions().get::<Session>().cloned().expect("layer");
+    let path = req
+        .uri()
+        .path()
+        .split('/')
+        .skip(1)
+        .map(str::to_owned)
+        .collect();
+    (session, path)
+}
+
 /// A response with `status` and a text body.
 pub fn text(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
     let mut res = Response::new(Full::from(body.into()));

@@ -14,10 +14,9 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use redis_guard::rate_limit::PeerAddr;
 use redis_guard::session::{
-    MAX_USER_AGENT_LEN, Session, SessionError, SessionId, SessionLayer, SessionLayerBuilder,
-    SessionStore,
+    MAX_USER_AGENT_LEN, SessionError, SessionId, SessionLayer, SessionLayerBuilder, SessionStore,
 };
-use redis_guard_tests::session_routes::{error, route, text};
+use redis_guard_tests::session_routes::{error, route, session_and_path, text};
 use redis_guard_tests::{Harness, Monitor, Reply, backend_suite, call};
 use tower::{Layer, Service};
 
@@ -36,14 +35,7 @@ fn app() -> impl Service<
 + Send
 + 'static {
     tower::service_fn(move |req: Request<Body>| async move {
-        let session = req.extensions().get::<Session>().cloned().expect("layer");
-        let path: Vec<String> = req
-            .uri()
-            .path()
-            .split('/')
-            .skip(1)
-            .map(str::to_owned)
-            .collect();
+        let (session, path) = session_and_path(&req);
         let parts: Vec<&str> = path.iter().map(String::as_str).collect();
         let res: Result<Response<Body>, SessionError> = match parts.as_slice() {
             ["remember", user, days] => {

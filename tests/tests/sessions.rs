@@ -9,9 +9,9 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use redis_guard::session::{
-    RedisSessionStore, Session, SessionId, SessionLayer, SessionLayerBuilder, SessionStore,
+    RedisSessionStore, SessionId, SessionLayer, SessionLayerBuilder, SessionStore,
 };
-use redis_guard_tests::session_routes::{error, route, text};
+use redis_guard_tests::session_routes::{error, route, session_and_path, text};
 use redis_guard_tests::{Harness, Monitor, Reply, backend_suite, call};
 use tokio::sync::{Barrier, Notify};
 use tower::{Layer, Service};
@@ -45,14 +45,7 @@ fn app(
     tower::service_fn(move |req: Request<Body>| {
         let hooks = Arc::clone(&hooks);
         async move {
-            let session = req.extensions().get::<Session>().cloned().expect("layer");
-            let path: Vec<String> = req
-                .uri()
-                .path()
-                .split('/')
-                .skip(1)
-                .map(str::to_owned)
-                .collect();
+            let (session, path) = session_and_path(&req);
             let parts: Vec<&str> = path.iter().map(String::as_str).collect();
             let res = match parts.as_slice() {
                 ["noop"] => Ok(text(StatusCode::OK, "noop")),
