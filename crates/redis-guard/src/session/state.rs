@@ -171,7 +171,7 @@ impl State {
         if matches!(cookie, CookieAction::Set(_))
             && self.cookie_age.is_none()
             && let Some((_, record)) = &self.live
-            && own_max(Some(record), &Changes::default()).is_some()
+            && record.get(MAX_FIELD).is_some()
         {
             // A rotation: the new cookie keeps the session's own lifetime.
             self.cookie_age = time_left(record, number(record.get(EXP_FIELD)));
