@@ -88,6 +88,13 @@ cargo fmt --all -- --check
 say "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
+# Every feature of the library on its own (and none): an import or item used only by another
+# feature warns here, and nowhere else.
+for feature in "" rate-limit session cache metrics axum bb8 cluster test-util; do
+  say "cargo clippy -p redis-guard, features: [${feature:-none}] -D warnings"
+  cargo clippy -p redis-guard --no-default-features ${feature:+--features "$feature"} -- -D warnings
+done
+
 say "cargo doc -D warnings"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 

@@ -104,6 +104,8 @@ pub use builder::RateLimitLayerBuilder;
 pub use config::ResponseBuilder;
 pub use decision::{Decision, RuleDecision};
 pub use future::ResponseFuture;
+// Sessions record the client's address only when the request carries a peer address.
+#[cfg(feature = "session")]
 pub(crate) use key::has_peer;
 pub use key::{
     And, ClientIp, ExtensionKey, ForwardedHeader, Global, HeaderKey, Key, KeyError, KeyExtractor,

@@ -32,5 +32,6 @@ pub use forwarded::ForwardedHeader;
 pub use global::Global;
 pub use header::HeaderKey;
 pub use peer::PeerAddr;
+#[cfg(feature = "session")]
 pub(crate) use peer::has_peer;
 pub use value::Key;
