@@ -92,8 +92,10 @@
 //! - **CSRF** (synchronizer token): [`Session::csrf_token`] (256 random bits in a reserved
 //!   field, one per session even under concurrent first requests) and
 //!   [`Session::verify_csrf`] (constant time). With the `axum` feature, the `CsrfHeader` and
-//!   `CsrfForm` extractors check a header or a form field on unsafe methods and answer a
-//!   missing, wrong or foreign token with `403` before the handler runs, writing nothing.
+//!   `CsrfForm` extractors check a header or a field of the urlencoded body (never the query
+//!   string) and answer a missing, wrong or foreign token with `403` before the handler runs,
+//!   writing nothing. They refuse safe methods (`GET`, `HEAD`, `OPTIONS`, `TRACE`) with `403`
+//!   too: a handler that serves them takes no CSRF extractor.
 //! - **Caching**: a response that sets or removes the cookie carries `Vary: Cookie` and a
 //!   `Cache-Control` that is `private` (the handler's `public` and `s-maxage` are removed) with
 //!   `no-cache="Set-Cookie"` unless it already says `no-cache` or `no-store`.
