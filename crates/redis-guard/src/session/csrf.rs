@@ -5,10 +5,8 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
+use super::store::CSRF_FIELD;
 use super::{Session, SessionError};
-
-/// The reserved session field that holds the token.
-const CSRF_FIELD: &str = "$csrf";
 /// Random bytes in a token (256 bits).
 const TOKEN_BYTES: usize = 32;
 
@@ -36,11 +34,13 @@ impl Session {
     /// extractors).
     ///
     /// The token is 256 bits from the OS CSPRNG, base64url, kept in a reserved field of the
-    /// session, and stays the same for the life of the session (across
-    /// [`cycle_id`](Self::cycle_id) too). It is created with [`ensure`](Self::ensure)'s atomic
-    /// step: concurrent first requests of one session all get the one token that is stored. On
-    /// a session not stored yet the token is stored with it after the handler (the response
-    /// sets the cookie).
+    /// session. It stays the same until the session's privileges change:
+    /// [`cycle_id`](Self::cycle_id) and [`set_user`](Self::set_user) drop it, so a token seen
+    /// before a login is refused after it, and the next call draws a new one (in the request
+    /// that logged in, it is written with the login's own save: no round trip of its own). It
+    /// is created with [`ensure`](Self::ensure)'s atomic step: concurrent first requests of one
+    /// session all get the one token that is stored. On a session not stored yet the token is
+    /// stored with it after the handler (the response sets the cookie).
     ///
     /// ```
     /// use redis_guard::session::{Session, SessionError};

@@ -13,7 +13,7 @@ use super::cookie_header::ReadCookie;
 use super::id::SessionId;
 use super::shared::{Shared, Visit};
 use super::state::{CookieAction, State};
-use super::store::{Changes, IDLE_FIELD, MAX_FIELD, RESERVED, SessionInfo, USER_FIELD};
+use super::store::{CSRF_FIELD, Changes, IDLE_FIELD, MAX_FIELD, RESERVED, SessionInfo, USER_FIELD};
 use super::token::Wire;
 use super::{FailurePolicy, SessionError};
 
@@ -196,11 +196,16 @@ impl Session {
     /// logs in or gains privileges, so an id planted or seen before cannot ride along. With a
     /// header [`Transport`](super::Transport) the new token goes back in the response header.
     ///
+    /// The CSRF token stays with the old id (the store's rotation does not carry it, so this
+    /// costs no write of its own): the next [`csrf_token`](Self::csrf_token) draws a new one.
+    ///
     /// # Errors
     ///
     /// A store error, or no randomness for the new id.
     pub async fn cycle_id(&self) -> Result<(), SessionError> {
         let mut state = self.loaded().await?;
+        // A token drawn earlier in this request belongs to the privileges before the change.
+        state.changes.set.remove(CSRF_FIELD);
         let Some((old, record)) = state.live.take() else {
             // A session not stored yet gets a fresh id when it is.
             return Ok(());
@@ -213,6 +218,8 @@ impl Session {
             .await
         {
             Ok(true) => {
+                let mut record = record;
+                record.fields.remove(CSRF_FIELD);
                 state.cookie = CookieAction::Set(new.clone());
                 state.live = Some((new, record));
                 Ok(())
@@ -285,6 +292,10 @@ impl Session {
     /// [`SessionStore::user_sessions`](super::SessionStore::user_sessions) lists it. The session is indexed under the user before
     /// the client gets its cookie: if indexing fails, no cookie is sent.
     ///
+    /// A privilege change: the session's CSRF token is dropped (in the same write), so a token
+    /// handed out before is refused after it and the next
+    /// [`csrf_token`](Self::csrf_token) draws a new one.
+    ///
     /// # Errors
     ///
     /// [`SessionError::InvalidUser`] for an empty id or one longer than 256 bytes; a store error
@@ -298,6 +309,7 @@ impl Session {
             return Err(SessionError::Destroyed);
         }
         state.user = Some(user.to_owned());
+        state.remove_pending(CSRF_FIELD);
         state
             .changes
             .set

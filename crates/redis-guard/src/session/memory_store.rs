@@ -7,8 +7,8 @@ use super::SessionError;
 use super::memory_table::State;
 use super::memory_users::{UserDigest, user_digest};
 use super::store::{
-    BoxFuture, CREATED_FIELD, Changes, EXP_FIELD, FieldSwap, Lifetimes, Record, SEEN_FIELD,
-    SessionInfo, SessionStore,
+    BoxFuture, CREATED_FIELD, CSRF_FIELD, Changes, EXP_FIELD, FieldSwap, Lifetimes, Record,
+    SEEN_FIELD, SessionInfo, SessionStore,
 };
 use crate::backend::{BackendError, Clock, InProcess, InProcessBuilder};
 
@@ -196,9 +196,10 @@ impl SessionStore for MemorySessionStore {
             if s.sessions.contains_key(&new) {
                 return Err(collision());
             }
-            let Some(entry) = s.remove(&old) else {
+            let Some(mut entry) = s.remove(&old) else {
                 return Ok(false);
             };
+            entry.fields.remove(CSRF_FIELD);
             let exp = entry.exp;
             s.insert(new.clone(), entry.fields, exp, now, life);
             // The index follows the session to its new id, in the same step.

@@ -83,6 +83,9 @@ pub(crate) const MAX_FIELD: &str = "$max";
 /// The device: public handle, client address and user agent (as of the last write), in one
 /// field (see [`Device`]).
 pub(crate) const DEVICE_FIELD: &str = "$dev";
+/// The CSRF token ([`Session::csrf_token`](super::Session::csrf_token)). Privilege-bound: a
+/// rotation does not carry it over, and `set_user` drops it.
+pub(crate) const CSRF_FIELD: &str = "$csrf";
 
 /// What a listing shows of the device a session is used from, stored as one field
 /// (`handle TAB address TAB user agent`) so that every load carries one metadata pair more,
@@ -318,7 +321,9 @@ pub trait SessionStore: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'stat
     /// Deletes a session, and its entry in its user's index.
     fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>>;
 
-    /// Moves a live session's data to `new` and deletes `old`; `false` when `old` is gone. The old
+    /// Moves a live session's data to `new` and deletes `old`; `false` when `old` is gone. The
+    /// CSRF token stays behind: a rotation is a privilege change, and
+    /// [`Session::csrf_token`](super::Session::csrf_token) draws a new one. The old
     /// key is deleted first: a failure in between leaves no session rather than two. A session
     /// with a user keeps its place in the user's index under `new` (so `revoke_user` still
     /// reaches it), and a rotation that races with `revoke_user` ends the session; at no point
