@@ -165,6 +165,7 @@ impl Session {
                 .await
             {
                 Ok(Some(value)) => {
+                    state.device_due = true;
                     if let Some((_, record)) = &mut state.live {
                         record.fields.insert(key.to_owned(), value.to_string());
                     }

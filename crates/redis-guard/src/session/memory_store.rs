@@ -110,8 +110,9 @@ impl SessionStore for MemorySessionStore {
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<Record>, SessionError>> {
         self.with(move |s, now| {
-            Ok(s.live(&key, now, life).map(|e| Record {
+            Ok(s.live_marked(&key, now, life).map(|(e, marked)| Record {
                 fields: e.fields.clone(),
+                marked,
             }))
         })
     }

@@ -111,6 +111,16 @@ impl State {
     /// expired one is removed. The use is recorded in its fields (last seen) only when the last
     /// one recorded is no longer fresh, as in Redis.
     pub(crate) fn live(&mut self, key: &str, now: u64, life: Lifetimes) -> Option<&mut Entry> {
+        self.live_marked(key, now, life).map(|(entry, _)| entry)
+    }
+
+    /// [`live`](Self::live), and whether it marked the use in the fields.
+    pub(crate) fn live_marked(
+        &mut self,
+        key: &str,
+        now: u64,
+        life: Lifetimes,
+    ) -> Option<(&mut Entry, bool)> {
         let key = key.to_owned();
         let deadline = self.sessions.deadline(&key)?;
         if now >= deadline {
@@ -120,11 +130,12 @@ impl State {
         let entry = self.sessions.get_mut(&key)?;
         let deadline = entry.deadline(now, life);
         let seen = entry.number(SEEN_FIELD).unwrap_or(0);
-        if now.saturating_sub(seen) >= life.fresh_us() {
+        let marked = now.saturating_sub(seen) >= life.fresh_us();
+        if marked {
             entry.fields.insert(SEEN_FIELD.to_owned(), now.to_string());
         }
         self.sessions.set_deadline(&key, deadline);
-        self.sessions.get_mut(&key)
+        self.sessions.get_mut(&key).map(|entry| (entry, marked))
     }
 
     /// After a write to the live session `key` that may have set its own lifetimes: its absolute
