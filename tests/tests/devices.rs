@@ -91,6 +91,19 @@ fn app() -> impl Service<
                     text(StatusCode::NOT_FOUND, "no such session")
                 }
             }),
+            // The atomic helpers, each one store step that writes.
+            ["take", key] => session
+                .take::<String>(key)
+                .await
+                .map(|v| text(StatusCode::OK, format!("{v:?}"))),
+            ["ensure", key] => session
+                .ensure(key, || "e".to_owned())
+                .await
+                .map(|v| text(StatusCode::OK, v)),
+            ["cas", key] => session
+                .compare_and_set(key, None, &1)
+                .await
+                .map(|set| text(StatusCode::OK, set.to_string())),
             ["others"] => session
                 .revoke_other_sessions()
                 .await
@@ -598,12 +611,14 @@ backend_suite!(
     a_session_without_its_own_lifetime_keeps_a_browser_session_cookie,
     metadata_can_be_turned_off_and_is_bounded,
     last_seen_is_recorded_once_per_interval,
+    the_device_follows_the_client_on_loads_and_atomic_helpers,
 );
 backend_suite!(standalone_only: requests_within_the_interval_write_nothing);
 
 /// Within the last-seen interval a request is one read: no write of the last-seen time or
-/// anything else, counted with MONITOR (script commands included); past it, the same single
-/// round trip writes it.
+/// anything else, counted with MONITOR (script commands included), even from a new address;
+/// past it, the same single round trip writes it, plus one save when the client's address
+/// changed.
 async fn requests_within_the_interval_write_nothing(h: Harness) {
     let c = Client::with(h.session_store().await, |b| {
         b.last_seen_interval(Duration::from_secs(60))
@@ -628,7 +643,6 @@ async fn requests_within_the_interval_write_nothing(h: Harness) {
     }
     // 70 s after the last use recorded: this request records it, in its one round trip.
     h.wait(Duration::from_secs(20)).await;
-    d.peer = "192.0.2.77:1".parse().expect("addr");
     monitor.commands(&h).await;
     assert_eq!(c.send(&mut d, "GET", "/get").await.status, 200);
     let (sent, inside) = monitor.split(&h).await;
@@ -639,14 +653,72 @@ async fn requests_within_the_interval_write_nothing(h: Harness) {
         .collect();
     assert_eq!(writes.len(), 1, "{inside:?}");
     assert!(writes[0].contains("\"$seen\""), "{writes:?}");
-    // The address is recorded with writes: a read from a new address leaves it, a write
-    // records it, in the write's own round trip.
-    assert!(list(&c, &mut d).await[0].ip == "192.0.2.1");
+    // A read from a new address within the interval is still one read and records nothing.
+    d.peer = "192.0.2.77:1".parse().expect("addr");
+    h.wait(Duration::from_secs(10)).await;
+    monitor.commands(&h).await;
+    assert_eq!(c.send(&mut d, "GET", "/get").await.status, 200);
+    let (sent, inside) = monitor.split(&h).await;
+    assert_eq!(sent.len(), 1, "one round trip: {sent:?}");
+    assert!(
+        inside
+            .iter()
+            .all(|l| !l.to_ascii_lowercase().starts_with("\"hset\"")),
+        "{inside:?}"
+    );
+    assert_eq!(list(&c, &mut d).await[0].ip, "192.0.2.1");
+    // Past the interval, the load that records the use is followed by one save of the device:
+    // the address the client reads from now.
+    h.wait(Duration::from_secs(60)).await;
+    monitor.commands(&h).await;
+    assert_eq!(c.send(&mut d, "GET", "/get").await.status, 200);
+    let (sent, _) = monitor.split(&h).await;
+    assert_eq!(sent.len(), 2, "load and the device's save: {sent:?}");
+    assert!(
+        sent[1].contains("\"$dev\"") && sent[1].contains("192.0.2.77"),
+        "{sent:?}"
+    );
+    assert_eq!(list(&c, &mut d).await[0].ip, "192.0.2.77");
+    // A write records a new address in the write's own round trip.
+    d.peer = "192.0.2.78:1".parse().expect("addr");
     monitor.commands(&h).await;
     assert_eq!(c.send(&mut d, "POST", "/set/x/1").await.status, 200);
     let (sent, _) = monitor.split(&h).await;
     assert_eq!(sent.len(), 2, "load and save: {sent:?}");
-    assert_eq!(list(&c, &mut d).await[0].ip, "192.0.2.77");
+    assert_eq!(list(&c, &mut d).await[0].ip, "192.0.2.78");
+}
+
+/// Issue 20, item 11: a client whose address and user agent change while it only reads shows
+/// them once the last-seen interval has passed (not within it); the atomic helpers record them
+/// as every write does.
+async fn the_device_follows_the_client_on_loads_and_atomic_helpers(h: Harness) {
+    let c = Client::with(h.session_store().await, |b| {
+        b.last_seen_interval(Duration::from_secs(60))
+    });
+    let mut d = Device::new("192.0.2.1", "browser/1");
+    c.login(&mut d, "alice").await;
+    let shown = |l: &[Listed]| (l[0].ip.clone(), l[0].agent.clone());
+    let was = ("192.0.2.1".to_owned(), "browser/1".to_owned());
+    // Within the interval a read from elsewhere records nothing.
+    h.wait(Duration::from_secs(10)).await;
+    d.peer = "192.0.2.2:1".parse().expect("addr");
+    d.agent = b"browser/2".to_vec();
+    assert_eq!(c.send(&mut d, "GET", "/get").await.status, 200);
+    assert_eq!(shown(&list(&c, &mut d).await), was);
+    // Past it, a read (no field written) records where the client is now.
+    h.wait(Duration::from_secs(70)).await;
+    assert_eq!(c.send(&mut d, "GET", "/get").await.status, 200);
+    let now = ("192.0.2.2".to_owned(), "browser/2".to_owned());
+    assert_eq!(shown(&list(&c, &mut d).await), now);
+    // Each atomic helper that writes records it, within the interval.
+    assert_eq!(c.send(&mut d, "POST", "/set/k/v").await.status, 200);
+    for (i, path) in ["/take/k", "/ensure/e", "/cas/n"].into_iter().enumerate() {
+        let ip = format!("198.51.100.{i}");
+        d.peer = SocketAddr::new(ip.parse().expect("ip"), 1);
+        let r = c.send(&mut d, "POST", path).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        assert_eq!(list(&c, &mut d).await[0].ip, ip, "{path}");
+    }
 }
 
 /// What listings show as last seen moves only once per interval, on every backend.

@@ -88,6 +88,25 @@ async fn csrf(session: Session) -> Result<String, SessionError> {
     session.csrf_token().await
 }
 
+/// Logs in (`cycle_id`, then `set_user`) and hands out the CSRF token for the next page.
+async fn login(session: Session, Path(user): Path<String>) -> Result<String, SessionError> {
+    session.cycle_id().await?;
+    session.set_user(&user).await?;
+    session.csrf_token().await
+}
+
+/// A privilege change without a new id.
+async fn promote(session: Session, Path(user): Path<String>) -> Result<&'static str, SessionError> {
+    session.set_user(&user).await?;
+    Ok("promoted")
+}
+
+/// A new id alone.
+async fn cycle(session: Session) -> Result<&'static str, SessionError> {
+    session.cycle_id().await?;
+    Ok("cycled")
+}
+
 /// A state-changing route behind the header check: it writes when it runs.
 async fn guarded(_: CsrfHeader, session: Session) -> Result<&'static str, SessionError> {
     session.insert("done", &true).await?;
@@ -197,15 +216,20 @@ fn app(store: Arc<dyn SessionStore>, racers: usize, config: Option<CsrfConfig>) 
         .route("/race/csrf", get(csrf_racing))
         .route("/race/cas/{key}/{expected}/{new}", post(cas_racing))
         .route("/csrf", get(csrf))
+        .route("/login/{user}", post(login))
+        .route("/promote/{user}", post(promote))
+        .route("/cycle", post(cycle))
         .route(
             "/guarded",
             get(guarded)
                 .post(guarded)
                 .put(guarded)
                 .patch(guarded)
-                .delete(guarded),
+                .delete(guarded)
+                .options(guarded)
+                .trace(guarded),
         )
-        .route("/form", post(form))
+        .route("/form", get(form).post(form).options(form))
         .route("/local", post(local))
         .route("/reserved", post(reserved))
         .route("/gone/{op}", post(gone))
@@ -528,11 +552,9 @@ async fn csrf_refusals_are_403_and_write_nothing(h: Harness) {
         "a refused request wrote to the session"
     );
 
-    // The right token passes, in the header or the form; safe methods need none.
+    // The right token passes, in the header or the form.
     let ok = post_guarded(addr, Some(&a), "x-csrf-token", &token_a).await;
     assert_eq!((ok.status, ok.body.as_str()), (200, "done"), "{ok:?}");
-    let ok = send(addr, "GET", "/guarded", Some(&b), &[], "").await;
-    assert_eq!(ok.status, 200, "{ok:?}");
     let body = format!("text=hello+world&csrf_token={token_a}");
     let ok = send(
         addr,
@@ -551,6 +573,113 @@ async fn csrf_refusals_are_403_and_write_nothing(h: Harness) {
     let after = record(&store, &a).await;
     assert_eq!(after.get("done"), Some("true"));
     assert_eq!(after.get("note"), Some(json("hello world").as_str()));
+}
+
+/// Issue 20, item 9: a CSRF extractor on a safe method is a refusal, never a pass (even with the
+/// right token), and `CsrfForm` reads the body only, never the query string.
+async fn csrf_extractors_refuse_safe_methods_and_never_read_the_query(h: Harness) {
+    let addr = serve(&h, 1).await;
+    let store = h.session_store().await;
+    let id = new_session(addr).await;
+    let token = csrf_of(addr, &id).await;
+    let before = record(&store, &id).await;
+    let form = "application/x-www-form-urlencoded";
+    let query = format!("/form?text=hi&csrf_token={token}");
+    let with_token = [("x-csrf-token", token.as_str())];
+    for method in ["GET", "HEAD", "OPTIONS", "TRACE"] {
+        let r = send(addr, method, "/guarded", Some(&id), &with_token, "").await;
+        assert_eq!(r.status, 403, "{method} /guarded: {r:?}");
+        if method != "HEAD" {
+            assert!(r.body.contains("safe method"), "{method}: {r:?}");
+        }
+    }
+    for method in ["GET", "HEAD", "OPTIONS"] {
+        let r = send(addr, method, &query, Some(&id), &with_token, "").await;
+        assert_eq!(r.status, 403, "{method} {query}: {r:?}");
+    }
+    // On POST the query is not the form: a token there only is missing, and the fields come
+    // from the body.
+    let r = send(
+        addr,
+        "POST",
+        &query,
+        Some(&id),
+        &[("content-type", form)],
+        "text=body",
+    )
+    .await;
+    assert_eq!(r.status, 403, "{r:?}");
+    assert!(r.body.contains("missing"), "{r:?}");
+    let body = format!("csrf_token={token}");
+    let r = send(
+        addr,
+        "POST",
+        "/form?text=query",
+        Some(&id),
+        &[("content-type", form)],
+        &body,
+    )
+    .await;
+    assert_eq!(r.status, 422, "the query fills no field: {r:?}");
+    assert_eq!(
+        record(&store, &id).await,
+        before,
+        "a refusal wrote to the session"
+    );
+    let body = format!("text=body&csrf_token={token}");
+    let r = send(
+        addr,
+        "POST",
+        "/form?text=query",
+        Some(&id),
+        &[("content-type", form)],
+        &body,
+    )
+    .await;
+    assert_eq!((r.status, r.body.as_str()), (200, "body"), "{r:?}");
+}
+
+/// Issue 20, item 10: a privilege change (`cycle_id`, `set_user`) draws a new CSRF token; the
+/// one handed out before is refused after it.
+async fn a_privilege_change_draws_a_new_csrf_token(h: Harness) {
+    let addr = serve(&h, 1).await;
+    let refused = |r: &Reply| r.status == 403 && r.body.contains("mismatch");
+    // Login (new id and user), the new token handed out by the login response itself.
+    let id = new_session(addr).await;
+    let before = csrf_of(addr, &id).await;
+    let r = send(addr, "POST", "/login/alice", Some(&id), &[], "").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let id = r.set_id().expect("the login rotates the id");
+    let handed = r.body;
+    assert_eq!(handed.len(), 43, "{handed:?}");
+    assert_ne!(handed, before, "the token survived the login");
+    assert_eq!(
+        csrf_of(addr, &id).await,
+        handed,
+        "the login's token is the stored one"
+    );
+    assert!(refused(
+        &post_guarded(addr, Some(&id), "x-csrf-token", &before).await
+    ));
+    // `set_user` alone (same id).
+    let r = send(addr, "POST", "/promote/admin", Some(&id), &[], "").await;
+    assert_eq!((r.status, r.set_id()), (200, None), "{r:?}");
+    let promoted = csrf_of(addr, &id).await;
+    assert_ne!(promoted, handed, "the token survived set_user");
+    assert!(refused(
+        &post_guarded(addr, Some(&id), "x-csrf-token", &handed).await
+    ));
+    // `cycle_id` alone.
+    let r = send(addr, "POST", "/cycle", Some(&id), &[], "").await;
+    let id = r.set_id().expect("a new id");
+    let cycled = csrf_of(addr, &id).await;
+    assert_eq!(cycled.len(), 43, "{cycled:?}");
+    assert_ne!(cycled, promoted, "the token survived cycle_id");
+    assert!(refused(
+        &post_guarded(addr, Some(&id), "x-csrf-token", &promoted).await
+    ));
+    let ok = post_guarded(addr, Some(&id), "x-csrf-token", &cycled).await;
+    assert_eq!((ok.status, ok.body.as_str()), (200, "done"), "{ok:?}");
 }
 
 async fn a_token_handed_to_a_new_session_is_stored_with_it(h: Harness) {
@@ -690,6 +819,8 @@ backend_suite!(
     ensure_under_20_concurrent_requests_stores_one_value,
     of_concurrent_compare_and_sets_exactly_one_wins,
     csrf_refusals_are_403_and_write_nothing,
+    csrf_extractors_refuse_safe_methods_and_never_read_the_query,
+    a_privilege_change_draws_a_new_csrf_token,
     a_token_handed_to_a_new_session_is_stored_with_it,
     a_configured_header_and_field_are_read,
     helpers_resolve_pending_changes_in_the_request,

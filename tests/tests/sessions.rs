@@ -891,3 +891,38 @@ async fn concurrent_loads_coalesce_into_few_script_calls() {
         "{calls} EVALSHA calls for 201 loads"
     );
 }
+
+/// Issue 20, item 8: a flood of cookie-less requests that each create an anonymous session
+/// fills a small memory store far past its capacity; it evicts sessions that never had a user
+/// before any logged-in one, so every user stays logged in.
+#[tokio::test]
+async fn anonymous_sessions_are_evicted_before_logged_in_ones() {
+    use redis_guard::session::MemorySessionStore;
+    let store = MemorySessionStore::builder().capacity(20).build();
+    let c = Client::with_store(Arc::new(store.clone()), Hooks::default(), |b| b);
+    let mut users = Vec::new();
+    for i in 0..5 {
+        let anonymous = new_session(&c).await;
+        let r = c
+            .send("POST", &format!("/login/user{i}"), Some(&anonymous))
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        users.push((format!("user{i}"), set_id(&r).expect("rotated")));
+    }
+    for _ in 0..1_000 {
+        let r = c.send("POST", "/set/flood/1", None).await;
+        assert!(set_id(&r).is_some(), "an anonymous session is created");
+        assert!(store.len() <= 20, "{} sessions", store.len());
+    }
+    for (user, id) in &users {
+        let r = c.send("GET", "/whoami", Some(id)).await;
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (200, user.as_str()),
+            "{user} was evicted"
+        );
+    }
+    // Anonymous sessions still work: the newest of the flood is there.
+    let newest = new_session(&c).await;
+    assert_eq!(c.send("GET", "/get/name", Some(&newest)).await.status, 200);
+}

@@ -10,14 +10,16 @@ pub(crate) const SWEEP_PER_OP: usize = 32;
 /// Entries with a deadline (µs on the backend's clock), ordered by it, bounded.
 ///
 /// Every operation is O(log n); [`maintain`](Self::maintain) removes at most
-/// [`SWEEP_PER_OP`] expired entries plus whatever the bound requires, soonest deadline first, so
-/// no operation ever scans the table and each entry is removed once: amortized O(log n).
+/// [`SWEEP_PER_OP`] expired entries plus whatever the bound requires, so no operation ever
+/// scans the table and each entry is removed once: amortized O(log n). Past the bound, expired
+/// entries go first, then ordinary ones, then [kept](Self::keep) ones, each soonest deadline
+/// first.
 #[derive(Debug)]
 pub(crate) struct ExpiringTable<K, V> {
     entries: HashMap<K, Slot<V>>,
-    /// Every entry by (deadline, insertion number): the first is the next to expire, and the
-    /// first to evict when the table is over its bound.
-    order: BTreeMap<(u64, u64), K>,
+    /// Every entry by (deadline, insertion number), ordinary entries in `[0]`, kept ones in
+    /// `[1]`: the first of each is its next to expire and its first to evict.
+    order: [BTreeMap<(u64, u64), K>; 2],
     seq: u64,
     max: usize,
 }
@@ -26,6 +28,8 @@ pub(crate) struct ExpiringTable<K, V> {
 struct Slot<V> {
     value: V,
     at: (u64, u64),
+    /// Which order holds the entry: 1 when it is evicted only after every ordinary entry.
+    tier: usize,
 }
 
 // The response cache alone uses only part of the table.
@@ -38,7 +42,7 @@ impl<K: Clone + Eq + Hash, V> ExpiringTable<K, V> {
     pub(crate) fn new(max: usize) -> Self {
         Self {
             entries: HashMap::new(),
-            order: BTreeMap::new(),
+            order: [BTreeMap::new(), BTreeMap::new()],
             seq: 0,
             max: max.max(1),
         }
@@ -90,9 +94,24 @@ impl<K: Clone + Eq + Hash, V> ExpiringTable<K, V> {
         }
         self.seq += 1;
         let at = (deadline, self.seq);
-        self.order.insert(at, key.clone());
-        self.entries.insert(key, Slot { value, at });
+        self.order[0].insert(at, key.clone());
+        self.entries.insert(key, Slot { value, at, tier: 0 });
         None
+    }
+
+    /// Marks `key`'s entry as kept: past the bound it is evicted only once no ordinary entry is
+    /// left. It stays kept until removed.
+    #[cfg_attr(not(feature = "session"), allow(dead_code))]
+    pub(crate) fn keep(&mut self, key: &K) {
+        let Some(slot) = self.entries.get_mut(key) else {
+            return;
+        };
+        if slot.tier == 0
+            && let Some(k) = self.order[0].remove(&slot.at)
+        {
+            self.order[1].insert(slot.at, k);
+            slot.tier = 1;
+        }
     }
 
     /// Moves `key`'s deadline; false when there is no entry.
@@ -106,8 +125,9 @@ impl<K: Clone + Eq + Hash, V> ExpiringTable<K, V> {
         let slot = self.entries.get_mut(key)?;
         self.seq += 1;
         let at = (deadline, self.seq);
-        if let Some(k) = self.order.remove(&slot.at) {
-            self.order.insert(at, k);
+        let order = &mut self.order[slot.tier];
+        if let Some(k) = order.remove(&slot.at) {
+            order.insert(at, k);
         }
         slot.at = at;
         Some(slot)
@@ -117,7 +137,7 @@ impl<K: Clone + Eq + Hash, V> ExpiringTable<K, V> {
     #[cfg_attr(not(feature = "session"), allow(dead_code))]
     pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
         let slot = self.entries.remove(key)?;
-        self.order.remove(&slot.at);
+        self.order[slot.tier].remove(&slot.at);
         Some(slot.value)
     }
 
@@ -125,20 +145,37 @@ impl<K: Clone + Eq + Hash, V> ExpiringTable<K, V> {
     #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
     pub(crate) fn clear(&mut self) {
         self.entries.clear();
-        self.order.clear();
+        self.order.iter_mut().for_each(BTreeMap::clear);
     }
 
-    /// Removes up to [`SWEEP_PER_OP`] entries expired at `now`, then the entries closest to
-    /// their deadline until the bound holds, handing each to `gone`. Returns how many entries it
-    /// looked at.
+    /// Removes up to [`SWEEP_PER_OP`] entries expired at `now`, then, until the bound holds,
+    /// expired entries, then ordinary entries, then kept ones, each soonest deadline first,
+    /// handing each to `gone`. Returns how many entries it looked at.
     pub(crate) fn maintain(&mut self, now: u64, mut gone: impl FnMut(K, V)) -> usize {
         let mut examined = 0;
-        while let Some(first) = self.order.first_entry() {
-            let expired = first.key().0 <= now && examined < SWEEP_PER_OP;
-            if !expired && self.entries.len() <= self.max {
-                break;
+        loop {
+            let firsts = self
+                .order
+                .each_ref()
+                .map(|o| o.first_key_value().map(|(at, _)| *at));
+            // The tier whose first entry expires soonest, if that one has expired.
+            let expired = match firsts {
+                [Some(a), Some(b)] => Some(if a <= b { (0, a) } else { (1, b) }),
+                [Some(a), None] => Some((0, a)),
+                [None, Some(b)] => Some((1, b)),
+                [None, None] => None,
             }
-            let key = first.remove();
+            .filter(|(_, at)| at.0 <= now)
+            .map(|(tier, _)| tier);
+            let over = self.entries.len() > self.max;
+            let tier = match expired {
+                Some(tier) if over || examined < SWEEP_PER_OP => tier,
+                _ if over => usize::from(firsts[0].is_none()),
+                _ => break,
+            };
+            let Some((_, key)) = self.order[tier].pop_first() else {
+                break;
+            };
             examined += 1;
             if let Some(slot) = self.entries.remove(&key) {
                 gone(key, slot.value);
@@ -173,6 +210,45 @@ mod tests {
             swept += n;
         }
         assert_eq!(swept, 100);
+    }
+
+    #[test]
+    fn past_the_bound_expired_then_ordinary_then_kept_entries_go() {
+        let mut t = ExpiringTable::new(3);
+        // Kept entries expire soonest, yet ordinary ones are evicted before them.
+        for k in [1, 2] {
+            t.insert(k, (), 100 + k);
+            t.keep(&k);
+        }
+        for k in [3, 4, 5] {
+            t.insert(k, (), 1_000 + k);
+        }
+        let mut gone = Vec::new();
+        t.maintain(0, |k, ()| gone.push(k));
+        assert_eq!(gone, vec![3, 4]);
+        // A kept entry whose deadline has passed goes before a live ordinary one.
+        t.insert(6, (), 2_000);
+        gone.clear();
+        t.maintain(101, |k, ()| gone.push(k));
+        assert_eq!(gone, vec![1]);
+        // Only kept entries left beyond the bound: the soonest of them.
+        t.remove(&5);
+        t.remove(&6);
+        for k in [7, 8, 10] {
+            t.insert(k, (), 3_000 + k);
+            t.keep(&k);
+        }
+        gone.clear();
+        t.maintain(101, |k, ()| gone.push(k));
+        assert_eq!(gone, vec![2]);
+        assert_eq!(t.len(), 3);
+        // A kept entry moves in its own order when its deadline moves.
+        assert!(t.set_deadline(&7, 9_999));
+        t.insert(9, (), 5_000);
+        t.keep(&9);
+        gone.clear();
+        t.maintain(101, |k, ()| gone.push(k));
+        assert_eq!(gone, vec![8]);
     }
 
     #[test]

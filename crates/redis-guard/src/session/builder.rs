@@ -157,8 +157,10 @@ impl SessionLayerBuilder {
     /// [`ClientIp::peer`](crate::rate_limit::ClientIp::peer)); behind reverse proxies, give the
     /// same [`ClientIp`](crate::rate_limit::ClientIp) the rate limiter uses, so a client cannot
     /// write its own address into the listing. `None` keeps no address. The address is recorded
-    /// with the session's writes (its creation, a login, any change), never costing a round trip
-    /// of its own.
+    /// with the session's writes (its creation, a login, any change, the atomic helpers), and
+    /// after a load that records the use
+    /// ([`last_seen_interval`](Self::last_seen_interval)): a client that moved and only reads
+    /// costs one save then, at most once per interval.
     ///
     /// ```
     /// use redis_guard::rate_limit::ClientIp;

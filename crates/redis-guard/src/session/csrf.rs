@@ -5,10 +5,8 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
+use super::store::CSRF_FIELD;
 use super::{Session, SessionError};
-
-/// The reserved session field that holds the token.
-const CSRF_FIELD: &str = "$csrf";
 /// Random bytes in a token (256 bits).
 const TOKEN_BYTES: usize = 32;
 
@@ -36,11 +34,13 @@ impl Session {
     /// extractors).
     ///
     /// The token is 256 bits from the OS CSPRNG, base64url, kept in a reserved field of the
-    /// session, and stays the same for the life of the session (across
-    /// [`cycle_id`](Self::cycle_id) too). It is created with [`ensure`](Self::ensure)'s atomic
-    /// step: concurrent first requests of one session all get the one token that is stored. On
-    /// a session not stored yet the token is stored with it after the handler (the response
-    /// sets the cookie).
+    /// session. It stays the same until the session's privileges change:
+    /// [`cycle_id`](Self::cycle_id) and [`set_user`](Self::set_user) drop it, so a token seen
+    /// before a login is refused after it, and the next call draws a new one (in the request
+    /// that logged in, it is written with the login's own save: no round trip of its own). It
+    /// is created with [`ensure`](Self::ensure)'s atomic step: concurrent first requests of one
+    /// session all get the one token that is stored. On a session not stored yet the token is
+    /// stored with it after the handler (the response sets the cookie).
     ///
     /// ```
     /// use redis_guard::session::{Session, SessionError};
@@ -197,6 +197,10 @@ mod extract {
         /// No [`SessionLayer`](crate::session::SessionLayer) on the route: a configuration
         /// error, `500`.
         NoSessionLayer,
+        /// A safe method (`GET`, `HEAD`, `OPTIONS`, `TRACE`) on a route with a CSRF
+        /// extractor: `403`, whatever token it carries. Safe requests must change nothing, so
+        /// a handler that serves them takes no CSRF extractor.
+        SafeMethod(Method),
     }
 
     impl From<SessionError> for CsrfRejection {
@@ -215,6 +219,13 @@ mod extract {
                 Self::Missing => (StatusCode::FORBIDDEN, "missing CSRF token").into_response(),
                 Self::Mismatch => (StatusCode::FORBIDDEN, "CSRF token mismatch").into_response(),
                 Self::BadForm(status) => (status, "unreadable form").into_response(),
+                Self::SafeMethod(method) => {
+                    tracing::debug!(%method, "CSRF extractor refused a safe method");
+                    let body = format!(
+                        "a CSRF-protected route refuses the safe method {method}: send POST, PUT, PATCH or DELETE"
+                    );
+                    (StatusCode::FORBIDDEN, body).into_response()
+                }
                 Self::Session(e) => e.into_response(),
                 Self::NoSessionLayer => {
                     tracing::error!("CSRF extractor used on a route without SessionLayer");
@@ -228,7 +239,9 @@ mod extract {
         }
     }
 
-    /// Safe methods (RFC 9110 §9.2.1) change nothing, so they need no token.
+    /// Safe methods (RFC 9110 §9.2.1): a handler that runs on them must change nothing, so
+    /// it has no use for a CSRF extractor. One used there is refused, never passed: a route
+    /// that answers `GET` through a state-changing handler would otherwise be a CSRF hole.
     fn is_safe(method: &Method) -> bool {
         matches!(
             *method,
@@ -243,11 +256,14 @@ mod extract {
             .ok_or(CsrfRejection::NoSessionLayer)
     }
 
-    /// An extractor that lets a request through only if it is safe (`GET`, `HEAD`, `OPTIONS`,
-    /// `TRACE`) or carries this session's CSRF token in the `x-csrf-token` header (see
-    /// [`CsrfConfig`] to change it). Anything else is refused with `403` before the handler runs;
-    /// nothing is written. For pages that send the token from JavaScript (`fetch` with the
-    /// header).
+    /// An extractor that lets a request through only if it carries this session's CSRF token in
+    /// the `x-csrf-token` header (see [`CsrfConfig`] to change it). Anything else is refused with
+    /// `403` before the handler runs; nothing is written. For pages that send the token from
+    /// JavaScript (`fetch` with the header).
+    ///
+    /// Safe methods (`GET`, `HEAD`, `OPTIONS`, `TRACE`) are refused too
+    /// ([`CsrfRejection::SafeMethod`], `403`), token or not: a handler that serves them must
+    /// change nothing, so it takes no CSRF extractor. Route `GET` to another handler.
     ///
     /// ```
     /// use axum::{Router, routing::{get, post}};
@@ -276,10 +292,10 @@ mod extract {
         type Rejection = CsrfRejection;
 
         async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-            let session = session_of(&parts.extensions)?;
             if is_safe(&parts.method) {
-                return Ok(Self);
+                return Err(CsrfRejection::SafeMethod(parts.method.clone()));
             }
+            let session = session_of(&parts.extensions)?;
             let config = CsrfConfig::of(&parts.extensions);
             let token = match parts.headers.get(&config.header) {
                 None => "",
@@ -295,8 +311,10 @@ mod extract {
     /// [`CsrfConfig`] to change it) must be this session's CSRF token. The token field is removed
     /// before the rest deserializes into `T`, so `T` need not declare it. For HTML forms.
     ///
-    /// On safe methods (`GET`, `HEAD`, …) the form is read from the query string, as
-    /// `axum::Form` does, and no token is needed. Otherwise: another content type is `415`, a
+    /// The form is the request body only: unlike `axum::Form`, the query string is never read
+    /// (a token or field in the URL counts for nothing), and safe methods (`GET`, `HEAD`,
+    /// `OPTIONS`, `TRACE`) are refused with `403` ([`CsrfRejection::SafeMethod`]): serve the page
+    /// that shows the form from another handler. Otherwise: another content type is `415`, a
     /// body over axum's `DefaultBodyLimit` `413`, a malformed body `400`, a missing or wrong
     /// token `403` (checked before the fields are deserialized), fields that do not make a `T`
     /// `422`. A refused request writes nothing.
@@ -346,13 +364,10 @@ mod extract {
         type Rejection = CsrfRejection;
 
         async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-            let session = session_of(req.extensions())?;
             if is_safe(req.method()) {
-                let query = req.uri().query().unwrap_or_default();
-                return serde_urlencoded::from_str(query)
-                    .map(Self)
-                    .map_err(|_| CsrfRejection::BadForm(StatusCode::BAD_REQUEST));
+                return Err(CsrfRejection::SafeMethod(req.method().clone()));
             }
+            let session = session_of(req.extensions())?;
             if !is_form(req.headers()) {
                 return Err(CsrfRejection::BadForm(StatusCode::UNSUPPORTED_MEDIA_TYPE));
             }

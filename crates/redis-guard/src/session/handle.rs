@@ -13,11 +13,12 @@ use super::cookie_header::ReadCookie;
 use super::id::SessionId;
 use super::shared::{Shared, Visit};
 use super::state::{CookieAction, State};
-use super::store::{Changes, IDLE_FIELD, MAX_FIELD, RESERVED, SessionInfo, USER_FIELD};
+use super::store::{CSRF_FIELD, Changes, IDLE_FIELD, MAX_FIELD, RESERVED, USER_FIELD};
 use super::token::Wire;
 use super::{FailurePolicy, SessionError};
 
 mod atomic;
+mod devices;
 
 /// The current request's session: read and change it from a handler.
 ///
@@ -165,6 +166,7 @@ impl Session {
                 .await
             {
                 Ok(Some(value)) => {
+                    state.device_due = true;
                     if let Some((_, record)) = &mut state.live {
                         record.fields.insert(key.to_owned(), value.to_string());
                     }
@@ -196,11 +198,16 @@ impl Session {
     /// logs in or gains privileges, so an id planted or seen before cannot ride along. With a
     /// header [`Transport`](super::Transport) the new token goes back in the response header.
     ///
+    /// The CSRF token stays with the old id (the store's rotation does not carry it, so this
+    /// costs no write of its own): the next [`csrf_token`](Self::csrf_token) draws a new one.
+    ///
     /// # Errors
     ///
     /// A store error, or no randomness for the new id.
     pub async fn cycle_id(&self) -> Result<(), SessionError> {
         let mut state = self.loaded().await?;
+        // A token drawn earlier in this request belongs to the privileges before the change.
+        state.changes.set.remove(CSRF_FIELD);
         let Some((old, record)) = state.live.take() else {
             // A session not stored yet gets a fresh id when it is.
             return Ok(());
@@ -213,6 +220,8 @@ impl Session {
             .await
         {
             Ok(true) => {
+                let mut record = record;
+                record.fields.remove(CSRF_FIELD);
                 state.cookie = CookieAction::Set(new.clone());
                 state.live = Some((new, record));
                 Ok(())
@@ -285,6 +294,10 @@ impl Session {
     /// [`SessionStore::user_sessions`](super::SessionStore::user_sessions) lists it. The session is indexed under the user before
     /// the client gets its cookie: if indexing fails, no cookie is sent.
     ///
+    /// A privilege change: the session's CSRF token is dropped (in the same write), so a token
+    /// handed out before is refused after it and the next
+    /// [`csrf_token`](Self::csrf_token) draws a new one.
+    ///
     /// # Errors
     ///
     /// [`SessionError::InvalidUser`] for an empty id or one longer than 256 bytes; a store error
@@ -298,6 +311,7 @@ impl Session {
             return Err(SessionError::Destroyed);
         }
         state.user = Some(user.to_owned());
+        state.remove_pending(CSRF_FIELD);
         state
             .changes
             .set
@@ -385,90 +399,6 @@ impl Session {
         }
         state.changes.set.insert(field.to_owned(), us.to_string());
         Ok(())
-    }
-
-    /// The sessions of this session's user (none when logged out), with their metadata, the
-    /// current one marked ([`SessionInfo::current`]): a "your devices" page.
-    ///
-    /// ```
-    /// use redis_guard::session::{Session, SessionError};
-    ///
-    /// async fn devices(session: Session) -> Result<String, SessionError> {
-    ///     let mut page = String::new();
-    ///     for s in session.sessions().await? {
-    ///         let here = if s.current { " (this device)" } else { "" };
-    ///         let agent = s.user_agent.as_deref().unwrap_or("unknown browser");
-    ///         page.push_str(&format!("{agent}, seen {:?} ago{here}\n", s.idle_for));
-    ///     }
-    ///     Ok(page)
-    /// }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// A store error.
-    pub async fn sessions(&self) -> Result<Vec<SessionInfo>, SessionError> {
-        let (user, current) = self.owner().await?;
-        let Some(user) = user else {
-            return Ok(Vec::new());
-        };
-        let mut list = self.shared.store.user_sessions(user).await?;
-        for info in &mut list {
-            info.current = current.as_deref() == Some(info.storage_key.as_str());
-        }
-        Ok(list)
-    }
-
-    /// Ends the session of this session's user whose [`handle`](SessionInfo::handle) is
-    /// `handle` ("log out that device"); `false` when the user has no such session (a forged
-    /// handle, another user's, or logged out: nothing happens). Ending the current session
-    /// removes its cookie, as [`destroy`](Self::destroy) does.
-    ///
-    /// # Errors
-    ///
-    /// A store error.
-    pub async fn revoke_session(&self, handle: &str) -> Result<bool, SessionError> {
-        let (user, current) = self.owner().await?;
-        let Some(user) = user else {
-            return Ok(false);
-        };
-        let listed = self.shared.store.user_sessions(user.clone()).await?;
-        let Some(info) = listed.into_iter().find(|i| i.handle == handle) else {
-            return Ok(false);
-        };
-        if current.as_deref() == Some(info.storage_key.as_str()) {
-            self.destroy().await?;
-            return Ok(true);
-        }
-        self.shared
-            .store
-            .revoke_session(user, handle.to_owned())
-            .await
-    }
-
-    /// Ends every other session of this session's user ("log out everywhere else"), keeping
-    /// this one; returns how many ended. Logged out: nothing happens.
-    ///
-    /// # Errors
-    ///
-    /// A store error.
-    pub async fn revoke_other_sessions(&self) -> Result<usize, SessionError> {
-        let (user, current) = self.owner().await?;
-        let Some(user) = user else {
-            return Ok(0);
-        };
-        let keep = current.unwrap_or_default();
-        self.shared.store.revoke_user_except(user, keep).await
-    }
-
-    /// The stored user of this session and its storage key, once loaded (a user set in this
-    /// request but not yet saved does not count: its session is not indexed yet).
-    async fn owner(&self) -> Result<(Option<String>, Option<String>), SessionError> {
-        let state = self.loaded().await?;
-        let Some((id, record)) = &state.live else {
-            return Ok((None, None));
-        };
-        Ok((record.user().map(str::to_owned), Some(id.storage_key())))
     }
 
     /// `Max-Age` for the cookie this request sets, when the session has its own lifetime.

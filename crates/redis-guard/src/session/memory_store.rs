@@ -7,8 +7,8 @@ use super::SessionError;
 use super::memory_table::State;
 use super::memory_users::{UserDigest, user_digest};
 use super::store::{
-    BoxFuture, CREATED_FIELD, Changes, EXP_FIELD, FieldSwap, Lifetimes, Record, SEEN_FIELD,
-    SessionInfo, SessionStore,
+    BoxFuture, CREATED_FIELD, CSRF_FIELD, Changes, EXP_FIELD, FieldSwap, Lifetimes, Record,
+    SEEN_FIELD, SessionInfo, SessionStore,
 };
 use crate::backend::{BackendError, Clock, InProcess, InProcessBuilder};
 
@@ -20,8 +20,12 @@ pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
 /// absolute expiry, no resurrection, per-user index), on a [`Clock`](crate::backend::Clock) tests can drive.
 ///
 /// Bounded: sessions sit in an expiry-ordered table; expired ones are swept out a few at a time
-/// as the store is used, and past [`capacity`](InProcessBuilder::capacity) the
-/// sessions closest to expiry (the least recently used, for one idle timeout) are ended. No
+/// as the store is used, and past [`capacity`](InProcessBuilder::capacity) sessions are ended:
+/// expired ones first, then sessions that never had a user ([`Session::set_user`](super::Session::set_user)),
+/// then, only when none of those is left, sessions with a user; each group closest to expiry
+/// first (the least recently used, for one idle timeout). A flood of cookie-less requests that
+/// each store an anonymous session cannot push a logged-in user out; once the store is full
+/// of logged-in sessions, a new anonymous one is the first to go. No
 /// operation scans the table: each costs O(log n) plus O(per-user cap) when it indexes a user.
 /// The per-user index is keyed by the SHA-256 of the user id and loses its entries when their
 /// sessions end. Clones share state.
@@ -106,8 +110,9 @@ impl SessionStore for MemorySessionStore {
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<Record>, SessionError>> {
         self.with(move |s, now| {
-            Ok(s.live(&key, now, life).map(|e| Record {
+            Ok(s.live_marked(&key, now, life).map(|(e, marked)| Record {
                 fields: e.fields.clone(),
+                marked,
             }))
         })
     }
@@ -196,9 +201,10 @@ impl SessionStore for MemorySessionStore {
             if s.sessions.contains_key(&new) {
                 return Err(collision());
             }
-            let Some(entry) = s.remove(&old) else {
+            let Some(mut entry) = s.remove(&old) else {
                 return Ok(false);
             };
+            entry.fields.remove(CSRF_FIELD);
             let exp = entry.exp;
             s.insert(new.clone(), entry.fields, exp, now, life);
             // The index follows the session to its new id, in the same step.

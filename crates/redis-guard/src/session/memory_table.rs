@@ -4,13 +4,18 @@
 use std::collections::HashMap;
 
 use super::memory_users::{UserDigest, UserIndex};
-use super::store::{CREATED_FIELD, EXP_FIELD, IDLE_FIELD, Lifetimes, MAX_FIELD, SEEN_FIELD};
+use super::store::{
+    CREATED_FIELD, EXP_FIELD, IDLE_FIELD, Lifetimes, MAX_FIELD, SEEN_FIELD, USER_FIELD,
+};
 use crate::backend::ExpiringTable;
 
 /// Everything a [`MemorySessionStore`](super::MemorySessionStore) holds, behind its lock.
 #[derive(Debug)]
 pub(crate) struct State {
-    /// Sessions by storage key, each until the sooner of its idle and absolute expiry.
+    /// Sessions by storage key, each until the sooner of its idle and absolute expiry. Those
+    /// that have had a user are kept: past the bound, sessions that never had one go first,
+    /// so a flood of anonymous sessions (cookie-less requests that store something) cannot
+    /// push logged-in users out.
     pub(crate) sessions: ExpiringTable<String, Entry>,
     /// Holds only sessions in `sessions`: every removal goes through [`State::remove`] or
     /// [`State::maintain`].
@@ -61,7 +66,8 @@ impl State {
         let _ = n;
     }
 
-    /// Stores a session with no user, live until the sooner of `exp` and its idle timeout.
+    /// Stores a session (not in any user's index), live until the sooner of `exp` and its idle
+    /// timeout; kept past the bound if it has a user.
     pub(crate) fn insert(
         &mut self,
         key: String,
@@ -70,6 +76,7 @@ impl State {
         now: u64,
         life: Lifetimes,
     ) {
+        let kept = fields.contains_key(USER_FIELD);
         let entry = Entry {
             fields,
             exp,
@@ -77,7 +84,12 @@ impl State {
         };
         let deadline = entry.deadline(now, life);
         self.remove(&key);
-        self.sessions.insert(key, entry, deadline);
+        if kept {
+            self.sessions.insert(key.clone(), entry, deadline);
+            self.sessions.keep(&key);
+        } else {
+            self.sessions.insert(key, entry, deadline);
+        }
     }
 
     /// Removes a session with its place in its user's index.
@@ -99,6 +111,16 @@ impl State {
     /// expired one is removed. The use is recorded in its fields (last seen) only when the last
     /// one recorded is no longer fresh, as in Redis.
     pub(crate) fn live(&mut self, key: &str, now: u64, life: Lifetimes) -> Option<&mut Entry> {
+        self.live_marked(key, now, life).map(|(entry, _)| entry)
+    }
+
+    /// [`live`](Self::live), and whether it marked the use in the fields.
+    pub(crate) fn live_marked(
+        &mut self,
+        key: &str,
+        now: u64,
+        life: Lifetimes,
+    ) -> Option<(&mut Entry, bool)> {
         let key = key.to_owned();
         let deadline = self.sessions.deadline(&key)?;
         if now >= deadline {
@@ -108,11 +130,12 @@ impl State {
         let entry = self.sessions.get_mut(&key)?;
         let deadline = entry.deadline(now, life);
         let seen = entry.number(SEEN_FIELD).unwrap_or(0);
-        if now.saturating_sub(seen) >= life.fresh_us() {
+        let marked = now.saturating_sub(seen) >= life.fresh_us();
+        if marked {
             entry.fields.insert(SEEN_FIELD.to_owned(), now.to_string());
         }
         self.sessions.set_deadline(&key, deadline);
-        self.sessions.get_mut(&key)
+        self.sessions.get_mut(&key).map(|entry| (entry, marked))
     }
 
     /// After a write to the live session `key` that may have set its own lifetimes: its absolute
@@ -156,6 +179,7 @@ impl State {
         if let Some(previous) = previous.filter(|p| *p != user) {
             self.users.unindex(previous, key);
         }
+        self.sessions.keep(&key.to_owned());
         let sessions = &self.sessions;
         let (popped, examined) = self.users.admit(user, key, expires, cap, |k| {
             sessions.is_live(&k.to_owned(), now)

@@ -61,11 +61,12 @@
 //!   client's address (read with the same [`ClientIp`](crate::rate_limit::ClientIp) as the rate
 //!   limiter, so proxies are handled: [`SessionLayerBuilder::client_ip`]) and its user agent
 //!   (visible ASCII, at most [`MAX_USER_AGENT_LEN`] bytes), plus a random public handle that
-//!   survives id rotation. None of it costs a round trip of its own: the last use is recorded
-//!   by the load at most once per
-//!   [`last_seen_interval`](SessionLayerBuilder::last_seen_interval), the address and user agent
-//!   with the session's writes (its creation, a login, any change), in one field, so a load
-//!   carries one field more than before. Address and user agent can be turned off for privacy
+//!   survives id rotation. The last use is recorded by the load at most once per
+//!   [`last_seen_interval`](SessionLayerBuilder::last_seen_interval) (a load within it is one
+//!   read that writes nothing); the address and user agent, in one field, with the session's
+//!   writes (its creation, a login, any change, the atomic helpers) and after a load that
+//!   records the use: then, if the client has moved and nothing else is written, with one
+//!   save of their own (at most once per interval). Address and user agent can be turned off for privacy
 //!   ([`client_ip(None)`](SessionLayerBuilder::client_ip),
 //!   [`record_user_agent(false)`](SessionLayerBuilder::record_user_agent)); the times are what
 //!   the expiries run on. [`Session::sessions`] lists the user's sessions for a "your devices"
@@ -92,8 +93,10 @@
 //! - **CSRF** (synchronizer token): [`Session::csrf_token`] (256 random bits in a reserved
 //!   field, one per session even under concurrent first requests) and
 //!   [`Session::verify_csrf`] (constant time). With the `axum` feature, the `CsrfHeader` and
-//!   `CsrfForm` extractors check a header or a form field on unsafe methods and answer a
-//!   missing, wrong or foreign token with `403` before the handler runs, writing nothing.
+//!   `CsrfForm` extractors check a header or a field of the urlencoded body (never the query
+//!   string) and answer a missing, wrong or foreign token with `403` before the handler runs,
+//!   writing nothing. They refuse safe methods (`GET`, `HEAD`, `OPTIONS`, `TRACE`) with `403`
+//!   too: a handler that serves them takes no CSRF extractor.
 //! - **Caching**: a response that sets or removes the cookie carries `Vary: Cookie` and a
 //!   `Cache-Control` that is `private` (the handler's `public` and `s-maxage` are removed) with
 //!   `no-cache="Set-Cookie"` unless it already says `no-cache` or `no-store`.

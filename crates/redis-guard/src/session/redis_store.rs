@@ -11,8 +11,8 @@ use super::scripts::{
     bad_reply, expiry, int, save_args, string, strings,
 };
 use super::store::{
-    BoxFuture, CREATED_FIELD, Changes, DEVICE_FIELD, EXP_FIELD, Lifetimes, Record, SEEN_FIELD,
-    SessionInfo, SessionStore, USER_FIELD,
+    BoxFuture, CREATED_FIELD, CSRF_FIELD, Changes, DEVICE_FIELD, EXP_FIELD, Lifetimes, Record,
+    SEEN_FIELD, SessionInfo, SessionStore, USER_FIELD,
 };
 use crate::backend::{
     Coalescer, DEFAULT_BATCH, Entry, LuaScript as Script, RedisBackend, ScriptCall,
@@ -338,9 +338,15 @@ impl SessionStore for RedisSessionStore {
         let this = self.clone();
         Box::pin(async move {
             let taken = this.on_session(&TAKE, &old, life, vec![]).await?;
-            let data = match taken {
+            let data: Vec<String> = match taken {
                 Value::Nil => return Ok(false),
-                v => strings(v)?,
+                // The CSRF token is privilege-bound: it stays behind.
+                v => strings(v)?
+                    .chunks(2)
+                    .filter(|pair| pair[0] != CSRF_FIELD)
+                    .flatten()
+                    .cloned()
+                    .collect(),
             };
             let user = data
                 .chunks(2)

@@ -41,6 +41,10 @@ pub(crate) struct State {
     /// `Max-Age` for a cookie this request sets: the session's own absolute lifetime left, when
     /// it has one (`set_max_lifetime`).
     pub(crate) cookie_age: Option<Duration>,
+    /// The store marked the session used (a load past the last-seen interval) or wrote to it
+    /// (an atomic helper) in this request: the client's device is recorded after the handler
+    /// if it changed, even when nothing else is written.
+    pub(crate) device_due: bool,
 }
 
 impl State {
@@ -61,6 +65,7 @@ impl State {
             load_failed: false,
             visit,
             cookie_age: None,
+            device_due: false,
         }
     }
 
@@ -134,6 +139,7 @@ impl State {
         match load_first_live(shared, &self.cookie_ids).await {
             Ok(Some((id, record))) => {
                 self.user = record.user().map(str::to_owned);
+                self.device_due |= record.marked;
                 self.live = Some((id, record));
                 Ok(())
             }
@@ -194,12 +200,28 @@ impl State {
             if !self.loaded && success {
                 // Untouched, but the cookie came: the session was used, restart its idle timer
                 // (on the first candidate that is live).
-                if let Err(e) = load_first_live(shared, &self.cookie_ids).await {
+                match load_first_live(shared, &self.cookie_ids).await {
+                    Ok(Some((id, record))) if record.marked => {
+                        self.device_due = true;
+                        self.live = Some((id, record));
+                    }
+                    Ok(_) => {}
                     // The response is complete and nothing it relies on was lost.
-                    tracing::warn!(error = %e, "session: could not refresh the idle timeout");
+                    Err(e) => {
+                        tracing::warn!(error = %e, "session: could not refresh the idle timeout");
+                    }
                 }
             }
-            return (self.cookie.clone(), self.failed);
+            // Nothing else to write: the device alone, if the store marked the session used
+            // and the client has moved (at most once per last-seen interval).
+            let mut device = Changes::default();
+            if self.device_due {
+                self.describe_client(&mut device);
+            }
+            if device.is_empty() {
+                return (self.cookie.clone(), self.failed);
+            }
+            self.changes = device;
         }
         let mut changes = std::mem::take(&mut self.changes);
         self.describe_client(&mut changes);

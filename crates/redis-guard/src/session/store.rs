@@ -80,9 +80,13 @@ pub(crate) const SEEN_FIELD: &str = "$seen";
 pub(crate) const IDLE_FIELD: &str = "$idle";
 /// This session's own absolute lifetime (µs).
 pub(crate) const MAX_FIELD: &str = "$max";
-/// The device: public handle, client address and user agent (as of the last write), in one
+/// The device: public handle, client address and user agent (as of the last write or the last
+/// use recorded), in one
 /// field (see [`Device`]).
 pub(crate) const DEVICE_FIELD: &str = "$dev";
+/// The CSRF token ([`Session::csrf_token`](super::Session::csrf_token)). Privilege-bound: a
+/// rotation does not carry it over, and `set_user` drops it.
+pub(crate) const CSRF_FIELD: &str = "$csrf";
 
 /// What a listing shows of the device a session is used from, stored as one field
 /// (`handle TAB address TAB user agent`) so that every load carries one metadata pair more,
@@ -115,10 +119,21 @@ impl Device {
 
 /// A session's stored fields: the values (JSON text) under their keys, plus metadata fields whose
 /// names start with `$`.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct Record {
     pub(crate) fields: HashMap<String, String>,
+    /// Whether the load that read it marked the session used (its last use was no longer
+    /// fresh): the layer then records the client's device too. Not part of the record's value.
+    pub(crate) marked: bool,
 }
+
+impl PartialEq for Record {
+    fn eq(&self, other: &Self) -> bool {
+        self.fields == other.fields
+    }
+}
+
+impl Eq for Record {}
 
 impl Record {
     /// The JSON text stored under `key`.
@@ -141,13 +156,16 @@ impl Record {
             .filter(|k| !k.starts_with(RESERVED))
     }
 
+    /// A record from a flat field/value array; one element more at the end (an odd length)
+    /// says the load marked the session used (`load.lua`).
     pub(crate) fn from_flat(flat: Vec<String>) -> Self {
+        let marked = flat.len() % 2 == 1;
         let mut fields = HashMap::with_capacity(flat.len() / 2);
         let mut it = flat.into_iter();
         while let (Some(k), Some(v)) = (it.next(), it.next()) {
             fields.insert(k, v);
         }
-        Self { fields }
+        Self { fields, marked }
     }
 }
 
@@ -209,9 +227,11 @@ pub struct SessionInfo {
     pub age: Duration,
     /// Time since it was last marked used (at most [`Lifetimes::seen_every`] stale).
     pub idle_for: Duration,
-    /// The client's address at the last write, unless the layer records none.
+    /// The client's address at the last write or the last use recorded (at most
+    /// [`Lifetimes::seen_every`] stale), unless the layer records none.
     pub ip: Option<IpAddr>,
-    /// The client's user agent at the last write, truncated, unless the layer records none.
+    /// The client's user agent at the last write or the last use recorded, truncated, unless
+    /// the layer records none.
     pub user_agent: Option<String>,
     /// Whether this is the session of the request that listed it (only
     /// [`Session::sessions`](super::Session::sessions) sets it).
@@ -285,7 +305,9 @@ pub struct FieldSwap {
 /// [`revoke_user`](SessionStore::revoke_user) from an admin handler).
 pub trait SessionStore: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     /// Loads a live session and marks it used (restarting the idle timeout) unless its last use
-    /// is still fresh ([`Lifetimes::seen_every`]).
+    /// is still fresh ([`Lifetimes::seen_every`]). When it marks it, the layer records the
+    /// client's device with a write of its own if it changed (at most once per
+    /// [`Lifetimes::seen_every`]).
     fn load(&self, key: String, life: Lifetimes)
     -> BoxFuture<Result<Option<Record>, SessionError>>;
 
@@ -318,7 +340,9 @@ pub trait SessionStore: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'stat
     /// Deletes a session, and its entry in its user's index.
     fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>>;
 
-    /// Moves a live session's data to `new` and deletes `old`; `false` when `old` is gone. The old
+    /// Moves a live session's data to `new` and deletes `old`; `false` when `old` is gone. The
+    /// CSRF token stays behind: a rotation is a privilege change, and
+    /// [`Session::csrf_token`](super::Session::csrf_token) draws a new one. The old
     /// key is deleted first: a failure in between leaves no session rather than two. A session
     /// with a user keeps its place in the user's index under `new` (so `revoke_user` still
     /// reaches it), and a rotation that races with `revoke_user` ends the session; at no point

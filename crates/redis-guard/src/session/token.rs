@@ -421,6 +421,7 @@ mod tests {
         let header = Transport::bearer().resolve().unwrap();
         let created = |w: &Wire| Record {
             fields: w.stamp(Changes::default()).set.into_iter().collect(),
+            ..Record::default()
         };
         let (by_cookie, by_header) = (created(&cookie), created(&header));
         assert_eq!(
@@ -432,6 +433,7 @@ mod tests {
         assert!(header.accepts(&by_header) && !header.accepts(&by_cookie));
         let explicit = Record {
             fields: [(VIA_FIELD.to_owned(), VIA_COOKIE.to_owned())].into(),
+            ..Record::default()
         };
         assert!(cookie.accepts(&explicit) && !header.accepts(&explicit));
     }

@@ -52,7 +52,11 @@ impl Session {
             return Ok(Stored::Local);
         };
         match op(id.storage_key()).await {
-            Ok(Some(out)) => Ok(Stored::Done(out)),
+            Ok(Some(out)) => {
+                // A write like any other: the device is recorded with it.
+                state.device_due = true;
+                Ok(Stored::Done(out))
+            }
             Ok(None) => {
                 state.live = None;
                 Ok(Stored::Local)

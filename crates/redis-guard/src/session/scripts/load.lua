@@ -4,9 +4,10 @@
 -- ARGV     shift, the entry count, then per entry: 1 (its key count), its argument count (1 or
 --          2), its idle timeout (µs), and, when it is not 1 % of the idle timeout, how long a
 --          use stays fresh (µs)
--- Reply    per entry: the hash as a flat field/value array, or nil when there is no live session
---          (an expired one is deleted); a key Redis cannot read as a hash fails its own entry,
---          as the error's text, not the others
+-- Reply    per entry: the hash as a flat field/value array, with one element more at the end
+--          ('1', an odd length) when this load marked the session used, or nil when there is no
+--          live session (an expired one is deleted); a key Redis cannot read as a hash fails
+--          its own entry, as the error's text, not the others
 --
 -- A session used again while its last use is fresh (by default within 1 % of its idle
 -- timeout) is not marked again: most read-only requests then write nothing (no HSET, no
@@ -18,10 +19,13 @@ local count = tonumber(ARGV[2]) or -1
 local function load(key, idle, fresh)
   local exp, seen = live(key, now, idle)
   if exp == nil then return false end
-  if now - seen >= fresh then
-    touch(key, now, exp, idle)
-  end
-  return redis.call('HGETALL', key)
+  if now - seen < fresh then return redis.call('HGETALL', key) end
+  touch(key, now, exp, idle)
+  -- Marked: the layer then records the client's device if it changed (a write of its own,
+  -- at most once per interval), so a load within the interval stays one read.
+  local all = redis.call('HGETALL', key)
+  all[#all + 1] = '1'
+  return all
 end
 
 local function arity(got)

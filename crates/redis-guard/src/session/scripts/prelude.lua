@@ -11,7 +11,8 @@
 --   $max      this session's own absolute lifetime, µs (set_max_lifetime): $exp = $created + $max
 --   $dev      the device, `handle TAB address TAB user agent`: the public handle listings show
 --             (random; never the id nor its hash), the client's address and user agent as of
---             the last write (either empty when not recorded); one field, so a load carries
+--             the last write or use recorded (either empty when not recorded); written by the
+--             layer with a save, never by the load itself; one field, so a load carries
 --             one pair more, not three
 -- The key's TTL follows the sooner of idle and absolute expiry; the scripts also check both
 -- times themselves, so a session never outlives either, whatever the TTL says.
