@@ -68,7 +68,8 @@ impl Rule {
         /// Each request consumes `cost` units of the quota (weighted requests). Defaults to 1.
         /// A cost of 0 checks without consuming: the request is admitted if one more unit would
         /// be, and nothing is recorded (all or nothing with the request's other rules, as any
-        /// rule).
+        /// rule). With [`charged_after_response`](Self::charged_after_response) the cost is a
+        /// reservation, settled on what the response reports, and at least 1.
         pub fn with_cost(cost: u32) => cost;
 
         /// How a [`RateLimitLayer`](super::RateLimitLayer) acts on this rule's verdict (default
@@ -236,6 +237,9 @@ impl Rule {
                 why,
             });
         }
+        if self.after_response && self.cost == 0 && self.cost_from.is_none() {
+            return Err(RuleError::NoReservation(self.name.to_string()));
+        }
         self.shape_problem(&self.quota, self.cost)?;
         self.operations_problem()
     }
@@ -394,33 +398,52 @@ impl Rule {
         self
     }
 
-    /// Lets the response settle the rule's cost in a [`RateLimitLayer`](super::RateLimitLayer):
-    /// when the response's extensions hold an [`ActualCost`](super::ActualCost) naming the rule,
-    /// the layer charges the difference from what the rule took when it admitted the request
-    /// (whatever is left: the key may go over its limit and then waits until the debt is paid)
-    /// or gives it back, in one more script call before the response leaves. For costs known
-    /// only after the work: the tokens an LLM answer used, the rows an export wrote. Admit on a
-    /// guess ([`with_cost`](Self::with_cost) or [`with_cost_from`](Self::with_cost_from); a cost
-    /// of 0 checks that the key has something left without taking it), settle on the truth.
+    /// Lets the response settle the rule's cost in a [`RateLimitLayer`](super::RateLimitLayer),
+    /// for costs known only after the work: the tokens an LLM answer used, the rows an export
+    /// wrote. The rule's cost ([`with_cost`](Self::with_cost) or
+    /// [`with_cost_from`](Self::with_cost_from)) is then a **reservation**: a request is
+    /// admitted only if it fits in what the key has left, and takes it up front, all or nothing
+    /// with its other rules, so at most as many requests run at once as reservations fit. What
+    /// the handler reports ([`ActualCost`](super::ActualCost) in the response's extensions, or
+    /// the request's [`CostReport`](super::CostReport) while the body streams) settles the
+    /// difference in one more script call: charged whatever is left (the key may go over its
+    /// limit and then waits until the debt is paid) or given back.
+    ///
+    /// The layer settles when the response body ends, before its end reaches the client (so
+    /// the client's next request sees the settled state), or, in a task of its own, when the
+    /// body is dropped before its end or the response future is dropped before there is a
+    /// response (the client went away). Then what was reported by then is settled; a rule with
+    /// nothing reported keeps its reservation.
+    ///
+    /// Reserve what a typical request costs: too small lets that many more run at once on what
+    /// is left, too large denies requests that would fit. A constant cost of 0 reserves nothing
+    /// (every concurrent request would pass on one unit left), so [`validate`](Self::validate)
+    /// refuses it ([`RuleError::NoReservation`]); a cost function may still answer 0 for
+    /// requests that are free.
     ///
     /// Only enforced rules are settled ([`Mode::Enforce`]: a shadow or soft rule keeps its
-    /// guess), and only rules of the built-in algorithms (a custom one keeps its guess too). A
-    /// settlement that fails (Redis down) is logged at `warn` and leaves the guess standing;
-    /// the response is sent all the same. The token bucket keeps no debt below empty: a charge
-    /// beyond what is left empties it; GCRA and the window algorithms keep all of it.
+    /// reservation), and only rules of the built-in algorithms (a custom one keeps it too). A
+    /// settlement that fails (Redis down) is logged at `warn` and leaves the reservation
+    /// standing; the response is sent all the same. The `RateLimit` header of the response
+    /// shows the state after the reservation. The token bucket keeps no debt below empty: a
+    /// charge beyond what is left empties it; GCRA and the window algorithms keep all of it.
     ///
     /// ```
     /// use redis_guard::rate_limit::{ActualCost, ClientIp, MemoryLimiter, Quota, RateLimitLayer, Rule};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// // 100k tokens a minute per client; admitted while any are left, charged what was used.
+    /// // 100k tokens a minute per client; each answer reserves 2k and is charged what it used.
     /// let tokens = Rule::new("tokens", Quota::per_minute(100_000))
-    ///     .with_cost(0)
+    ///     .with_cost(2_000)
     ///     .charged_after_response();
     /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
     ///     .rule_with(tokens, ClientIp::peer())
     ///     .build()?;
-    /// // The handler answers with `Extension(ActualCost::of("tokens", used))`.
-    /// # let _ = (layer, ActualCost::of("tokens", 1)); Ok(()) }
+    /// // The handler answers with `Extension(ActualCost::of("tokens", used))`, or reports through
+    /// // the request's `CostReport` while its body streams.
+    /// # let _ = (layer, ActualCost::of("tokens", 1));
+    /// let nothing = Rule::new("tokens", Quota::per_minute(100_000)).with_cost(0);
+    /// assert!(nothing.charged_after_response().validate().is_err());
+    /// # Ok(()) }
     /// ```
     pub fn charged_after_response(mut self) -> Self {
         self.after_response = true;
@@ -430,8 +453,9 @@ impl Rule {
     /// Gives the request's whole cost back when the response's status matches `refund`, e.g.
     /// `StatusCode::is_server_error`: a failure of the service should not cost the client its
     /// quota. Settled as [`charged_after_response`](Self::charged_after_response) is (one more
-    /// script call, enforced rules of the built-in algorithms); a refund wins over a reported
-    /// [`ActualCost`](super::ActualCost).
+    /// script call when the body ends, enforced rules of the built-in algorithms); a refund
+    /// wins over a reported [`ActualCost`](super::ActualCost). A request without a response
+    /// (its future dropped, the inner service failed) is not refunded.
     ///
     /// ```
     /// use http::StatusCode;
@@ -455,18 +479,21 @@ impl Rule {
         self.after_response || self.refund_when.is_some()
     }
 
-    /// What the response `status` and its reported `actual` cost change of `charged`, the cost
-    /// this rule took: units to charge more (positive) or to give back (negative).
+    /// What the response `status` (`None`: there was no response) and the `actual` cost
+    /// reported for this rule change of `charged`, the cost it took: units to charge more
+    /// (positive) or to give back (negative).
     pub(crate) fn settlement(
         &self,
-        status: http::StatusCode,
-        actual: Option<&super::ActualCost>,
+        status: Option<http::StatusCode>,
+        actual: Option<u32>,
         charged: u32,
     ) -> i64 {
-        if self.refund_when.as_ref().is_some_and(|f| (f.0)(&status)) {
+        if let (Some(refund), Some(status)) = (&self.refund_when, status)
+            && (refund.0)(&status)
+        {
             return -i64::from(charged);
         }
-        match actual.and_then(|a| a.get(&self.name)) {
+        match actual {
             Some(cost) if self.after_response => i64::from(cost) - i64::from(charged),
             _ => 0,
         }
@@ -698,6 +725,13 @@ pub enum RuleError {
         /// The burst.
         burst: u32,
     },
+    /// A rule [`charged_after_response`](Rule::charged_after_response) with a constant cost of
+    /// 0 reserves nothing, so it would admit every concurrent request on one unit left: reserve
+    /// what a request typically costs with [`with_cost`](Rule::with_cost).
+    #[error(
+        "rule `{0}`: charged_after_response needs a reservation, and with_cost(0) reserves nothing (every concurrent request would pass on one unit left): reserve what a request typically costs with with_cost(n), n >= 1"
+    )]
+    NoReservation(String),
     /// The quota is outside what the algorithm computes exactly.
     #[error("rule `{rule}`: {why}")]
     TooLargeForAlgorithm {
