@@ -13,7 +13,9 @@ use redis_guard::rate_limit::{
     ActualCost, Algorithm, CostReport, CustomAlgorithm, HeaderKey, Key, Limiter, LimiterError,
     MissingKey, Quota, RateLimitLayer, RedisLimiter, Rule,
 };
-use redis_guard_tests::{Harness, backend_suite, by_client, call, from};
+use redis_guard_tests::{Harness, backend_suite, by_client, call, from, serve};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
 use tower::{Layer, ServiceExt};
 
@@ -355,17 +357,17 @@ async fn a_reservation_bounds_concurrent_requests(h: Harness) {
 
 /// An inner service that streams its body: it hands the test the body's sender and the
 /// request's [`CostReport`], and reports 30 units of rule `rule` in the response head.
-fn streaming(
+fn streaming<B: Send + 'static>(
     rule: Arc<str>,
     feeds: mpsc::UnboundedSender<(Sender<Bytes>, CostReport)>,
 ) -> impl tower::Service<
-    http::Request<Body>,
+    http::Request<B>,
     Response = http::Response<Channel<Bytes>>,
     Error = Infallible,
     Future = impl Future<Output = Result<http::Response<Channel<Bytes>>, Infallible>> + Send,
 > + Clone
 + Send {
-    tower::service_fn(move |req: http::Request<Body>| {
+    tower::service_fn(move |req: http::Request<B>| {
         let (rule, feeds) = (Arc::clone(&rule), feeds.clone());
         async move {
             let report = req.extensions().get::<CostReport>().cloned();
@@ -429,6 +431,43 @@ async fn a_streamed_body_settles_after_its_last_frame(h: Harness) {
     }
 }
 
+async fn a_stream_is_settled_before_its_end_reaches_the_client(h: Harness) {
+    let limiter = h.limiter().await;
+    let rule = tokens(&Algorithm::Gcra, 10);
+    let (feeds, mut fed) = mpsc::unbounded_channel();
+    let layer = RateLimitLayer::builder(Arc::clone(&limiter))
+        .rule_with(rule.clone(), by_client())
+        .build()
+        .expect("valid");
+    let app = serve(layer.layer(streaming(rule.name().into(), feeds))).await;
+    let mut client = TcpStream::connect(app).await.expect("connect");
+    client
+        .write_all(b"GET / HTTP/1.1\r\nhost: test\r\nx-client: k\r\nconnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let (mut tx, report) = fed.recv().await.expect("a stream");
+    tx.send_data(Bytes::from_static(b"first"))
+        .await
+        .expect("open");
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("first") {
+        let mut buf = [0; 1024];
+        let n = client.read(&mut buf).await.expect("read");
+        assert!(n > 0, "closed before the first frame");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(remaining(&*limiter, &rule, "k").await, 90, "streaming");
+    report.report(rule.name(), 25);
+    tx.send_data(Bytes::from_static(b"last"))
+        .await
+        .expect("open");
+    drop(tx);
+    // The server closes the connection once the end is written: the cost is settled by then.
+    client.read_to_end(&mut seen).await.expect("the end");
+    assert!(String::from_utf8_lossy(&seen).contains("last"));
+    assert_eq!(remaining(&*limiter, &rule, "k").await, 75);
+}
+
 async fn a_dropped_response_future_still_settles(h: Harness) {
     let limiter = h.limiter().await;
     for algorithm in ALGORITHMS {
@@ -477,6 +516,7 @@ async fn a_dropped_response_future_still_settles(h: Harness) {
 backend_suite!(
     a_reservation_bounds_concurrent_requests,
     a_streamed_body_settles_after_its_last_frame,
+    a_stream_is_settled_before_its_end_reaches_the_client,
     a_dropped_response_future_still_settles,
     a_charge_takes_what_it_says_whatever_is_left,
     gcra_keeps_the_debt_the_bucket_does_not,
