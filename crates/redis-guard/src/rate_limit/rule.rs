@@ -35,8 +35,8 @@ pub struct Rule {
     overrides: bool,
     quota_from: Option<QuotaFrom>,
     /// Settled after the response: by a reported [`ActualCost`](super::ActualCost).
-    after_response: bool,
-    refund_when: Option<RefundWhen>,
+    pub(super) after_response: bool,
+    pub(super) refund_when: Option<RefundWhen>,
 }
 
 impl Rule {
@@ -398,107 +398,6 @@ impl Rule {
         self
     }
 
-    /// Lets the response settle the rule's cost in a [`RateLimitLayer`](super::RateLimitLayer),
-    /// for costs known only after the work: the tokens an LLM answer used, the rows an export
-    /// wrote. The rule's cost ([`with_cost`](Self::with_cost) or
-    /// [`with_cost_from`](Self::with_cost_from)) is then a **reservation**: a request is
-    /// admitted only if it fits in what the key has left, and takes it up front, all or nothing
-    /// with its other rules, so at most as many requests run at once as reservations fit. What
-    /// the handler reports ([`ActualCost`](super::ActualCost) in the response's extensions, or
-    /// the request's [`CostReport`](super::CostReport) while the body streams) settles the
-    /// difference in one more script call: charged whatever is left (the key may go over its
-    /// limit and then waits until the debt is paid) or given back.
-    ///
-    /// The layer settles when the response body ends, before its end reaches the client (so
-    /// the client's next request sees the settled state), or, in a task of its own, when the
-    /// body is dropped before its end or the response future is dropped before there is a
-    /// response (the client went away). Then what was reported by then is settled; a rule with
-    /// nothing reported keeps its reservation.
-    ///
-    /// Reserve what a typical request costs: too small lets that many more run at once on what
-    /// is left, too large denies requests that would fit. A constant cost of 0 reserves nothing
-    /// (every concurrent request would pass on one unit left), so [`validate`](Self::validate)
-    /// refuses it ([`RuleError::NoReservation`]); a cost function may still answer 0 for
-    /// requests that are free.
-    ///
-    /// Only enforced rules are settled ([`Mode::Enforce`]: a shadow or soft rule keeps its
-    /// reservation), and only rules of the built-in algorithms (a custom one keeps it too). A
-    /// settlement that fails (Redis down) is logged at `warn` and leaves the reservation
-    /// standing; the response is sent all the same. The `RateLimit` header of the response
-    /// shows the state after the reservation. The token bucket keeps no debt below empty: a
-    /// charge beyond what is left empties it; GCRA and the window algorithms keep all of it.
-    ///
-    /// ```
-    /// use redis_guard::rate_limit::{ActualCost, ClientIp, MemoryLimiter, Quota, RateLimitLayer, Rule};
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// // 100k tokens a minute per client; each answer reserves 2k and is charged what it used.
-    /// let tokens = Rule::new("tokens", Quota::per_minute(100_000))
-    ///     .with_cost(2_000)
-    ///     .charged_after_response();
-    /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
-    ///     .rule_with(tokens, ClientIp::peer())
-    ///     .build()?;
-    /// // The handler answers with `Extension(ActualCost::of("tokens", used))`, or reports through
-    /// // the request's `CostReport` while its body streams.
-    /// # let _ = (layer, ActualCost::of("tokens", 1));
-    /// let nothing = Rule::new("tokens", Quota::per_minute(100_000)).with_cost(0);
-    /// assert!(nothing.charged_after_response().validate().is_err());
-    /// # Ok(()) }
-    /// ```
-    pub fn charged_after_response(mut self) -> Self {
-        self.after_response = true;
-        self
-    }
-
-    /// Gives the request's whole cost back when the response's status matches `refund`, e.g.
-    /// `StatusCode::is_server_error`: a failure of the service should not cost the client its
-    /// quota. Settled as [`charged_after_response`](Self::charged_after_response) is (one more
-    /// script call when the body ends, enforced rules of the built-in algorithms); a refund
-    /// wins over a reported [`ActualCost`](super::ActualCost). A request without a response
-    /// (its future dropped, the inner service failed) is not refunded.
-    ///
-    /// ```
-    /// use http::StatusCode;
-    /// use redis_guard::rate_limit::{Quota, Rule};
-    /// let api = Rule::new("api", Quota::per_minute(60)).refund_when(StatusCode::is_server_error);
-    /// assert!(api.settles_after_response());
-    /// ```
-    pub fn refund_when<F>(mut self, refund: F) -> Self
-    where
-        F: Fn(&http::StatusCode) -> bool + Send + Sync + 'static,
-    {
-        self.refund_when = Some(Shared(Arc::new(refund)));
-        self
-    }
-
-    /// Whether the response may settle the rule's cost
-    /// ([`charged_after_response`](Self::charged_after_response) or
-    /// [`refund_when`](Self::refund_when)).
-    #[must_use]
-    pub fn settles_after_response(&self) -> bool {
-        self.after_response || self.refund_when.is_some()
-    }
-
-    /// What the response `status` (`None`: there was no response) and the `actual` cost
-    /// reported for this rule change of `charged`, the cost it took: units to charge more
-    /// (positive) or to give back (negative).
-    pub(crate) fn settlement(
-        &self,
-        status: Option<http::StatusCode>,
-        actual: Option<u32>,
-        charged: u32,
-    ) -> i64 {
-        if let (Some(refund), Some(status)) = (&self.refund_when, status)
-            && (refund.0)(&status)
-        {
-            return -i64::from(charged);
-        }
-        match actual {
-            Some(cost) if self.after_response => i64::from(cost) - i64::from(charged),
-            _ => 0,
-        }
-    }
-
     /// Whether the rule's quota is resolved per request
     /// ([`with_quota_from`](Self::with_quota_from) or its `async` twin).
     #[must_use]
@@ -621,7 +520,7 @@ impl Rule {
 
 /// A function a rule holds (its cost function, its refund condition); rules compare equal when
 /// they share it.
-struct Shared<F: ?Sized>(Arc<F>);
+pub(super) struct Shared<F: ?Sized>(pub(super) Arc<F>);
 
 impl<F: ?Sized> Clone for Shared<F> {
     fn clone(&self) -> Self {
@@ -685,7 +584,7 @@ impl std::fmt::Debug for QuotaFrom {
 }
 
 /// A rule's refund condition ([`Rule::refund_when`]).
-type RefundWhen = Shared<dyn Fn(&http::StatusCode) -> bool + Send + Sync>;
+pub(super) type RefundWhen = Shared<dyn Fn(&http::StatusCode) -> bool + Send + Sync>;
 
 /// Why a rule cannot work. Reported when the layer is built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
