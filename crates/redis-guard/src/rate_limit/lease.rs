@@ -3,7 +3,6 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
-
 use std::time::Duration;
 
 use super::limiter::{BoxFuture, LimiterError};
