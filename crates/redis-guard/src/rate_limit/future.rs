@@ -12,39 +12,29 @@ use tower_service::Service;
 use super::config::{Config, Plan};
 use super::decision::RuleDecision;
 use super::headers::RateLimitHeaders;
-use super::lease::{Holding, Lease};
+use super::holding::Holding;
 use super::limiter::{
     BoxFuture, Check, Held, LimiterError, Pending, Settling, count_failure, decision_from,
 };
 use super::response::{self, ResponseBody};
 use super::service::start;
-use super::{ActualCost, Decision, Quota, RuleError};
+use super::{CostReport, Decision, Quota, RuleError};
 
-/// The inner service's response, its body holding the request's leases, with the rate-limit
-/// headers.
+/// The inner service's response, its body holding the request's leases and settlement, with
+/// the rate-limit headers.
 fn finish<B>(
     res: Response<B>,
     headers: Option<RateLimitHeaders>,
-    lease: Option<Holding>,
+    mut hold: Option<Holding>,
 ) -> Response<ResponseBody<B>> {
-    let mut res = res.map(|body| ResponseBody::holding(body, lease));
+    if let Some(hold) = hold.as_mut() {
+        hold.responded(&res);
+    }
+    let mut res = res.map(|body| ResponseBody::holding(body, hold));
     if let Some(extra) = headers {
         extra.insert(res.headers_mut());
     }
     res
-}
-
-/// What `res` settles of the rules that took `settling`: per rule, the units to charge more
-/// (positive) or give back (negative); only the rules with something to settle.
-fn settlement<B>(res: &Response<B>, settling: &Settling) -> Vec<(Arc<str>, i64)> {
-    let actual = res.extensions().get::<ActualCost>();
-    settling
-        .iter()
-        .filter_map(|(rule, charged)| {
-            let delta = rule.settlement(res.status(), actual, *charged);
-            (delta != 0).then(|| (Arc::clone(rule.name_arc()), delta))
-        })
-        .collect()
 }
 
 /// The answer of a future polled again after it completed (only reachable by a caller's bug).
@@ -75,15 +65,10 @@ define_response_future! {
             #[pin]
             fut: S::Future,
             headers: Option<RateLimitHeaders>,
-            // Renewed while the inner service runs; released when dropped (the inner service
-            // failed, or the client went away), else handed to the response body.
-            lease: Option<Holding>,
-            // What the response may settle, and the receipts to settle it with.
-            settle: Option<(Arc<Lease>, Settling)>,
-        },
-        Settling {
-            settled: BoxFuture<Result<(), LimiterError>>,
-            response: Option<(S::Response, Option<RateLimitHeaders>, Option<Holding>)>,
+            // The leases, renewed while the inner service runs, and what the response settles;
+            // settled on what was reported and released in the background when dropped (the
+            // inner service failed, or the client went away), else handed to the response body.
+            hold: Option<Holding>,
         },
         Respond {
             status: StatusCode,
@@ -137,8 +122,7 @@ where
             state: State::Calling {
                 fut: inner.call(req),
                 headers: None,
-                lease: None,
-                settle: None,
+                hold: None,
             },
         }
     }
@@ -236,18 +220,20 @@ where
                             let extra =
                                 RateLimitHeaders::new(&decision, policy, config.legacy_headers());
                             // The response body holds the leases, not the handler's copy.
-                            let held = decision.take_lease();
-                            let settle = held
-                                .clone()
-                                .filter(|_| !settling.is_empty())
-                                .map(|held| (held, settling));
-                            let lease = held.filter(|l| l.holds_leases()).map(Holding::new);
+                            let report = (!settling.is_empty()).then(CostReport::new);
+                            let hold = decision.take_lease().and_then(|held| {
+                                Holding::new(held, report.clone().map(|r| (settling, r)))
+                            });
+                            if let Some(report) =
+                                report.filter(|_| hold.as_ref().is_some_and(Holding::settles))
+                            {
+                                req.extensions_mut().insert(report);
+                            }
                             req.extensions_mut().insert(decision);
                             State::Calling {
                                 fut: inner.call(req),
                                 headers: Some(extra),
-                                lease,
-                                settle,
+                                hold,
                             }
                         }
                         Ok(decision) => {
@@ -268,47 +254,16 @@ where
                         Err(Plan::Pass | Plan::Check(_) | Plan::Resolve(..)) => State::Calling {
                             fut: inner.call(req),
                             headers: None,
-                            lease: None,
-                            settle: None,
+                            hold: None,
                         },
                     }
                 }
-                StateProj::Calling {
-                    fut,
-                    headers,
-                    lease,
-                    settle,
-                } => {
-                    if let Some(held) = lease.as_mut() {
+                StateProj::Calling { fut, headers, hold } => {
+                    if let Some(held) = hold.as_mut() {
                         held.poll_renew(cx);
                     }
                     let res = ready!(fut.poll(cx))?;
-                    let deltas = settle.take().and_then(|(held, settling)| {
-                        let deltas = settlement(&res, &settling);
-                        (!deltas.is_empty()).then(|| held.settle(&deltas))
-                    });
-                    let Some(settled) = deltas else {
-                        return Poll::Ready(Ok(finish(res, headers.take(), lease.take())));
-                    };
-                    State::Settling {
-                        settled,
-                        response: Some((res, headers.take(), lease.take())),
-                    }
-                }
-                StateProj::Settling { settled, response } => {
-                    if let Some((_, _, Some(held))) = response.as_mut() {
-                        held.poll_renew(cx);
-                    }
-                    if let Err(e) = ready!(settled.as_mut().poll(cx)) {
-                        tracing::warn!(
-                            error = %e,
-                            "settling the rate-limit cost after the response failed; the cost taken on admission stands"
-                        );
-                    }
-                    let Some((res, headers, lease)) = response.take() else {
-                        return Poll::Ready(Ok(after_completion(false)));
-                    };
-                    return Poll::Ready(Ok(finish(res, headers, lease)));
+                    return Poll::Ready(Ok(finish(res, headers.take(), hold.take())));
                 }
                 StateProj::Respond {
                     status,

@@ -2,9 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::limiter::{BoxFuture, LimiterError};
@@ -242,6 +240,37 @@ impl Lease {
         })
     }
 
+    /// Settles in the background ([`settle`](Self::settle)): in process at once, on Redis in a
+    /// spawned task (without a runtime the reservation stands, and a line is logged at `warn`).
+    pub(super) fn settle_detached(&self, deltas: &[(Arc<str>, i64)]) {
+        let remote: Vec<_> = self
+            .receipts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter_map(|r| {
+                // In process the settlement is made here; its future is ready.
+                let call = r.settle(deltas);
+                matches!(r.place, Place::Redis { .. }).then_some(call)
+            })
+            .collect();
+        if remote.is_empty() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(async move {
+                for call in remote {
+                    if let Err(e) = call.await {
+                        warn_settle(&e);
+                    }
+                }
+            })),
+            Err(_) => tracing::warn!(
+                "a rate-limit settlement was dropped outside a Tokio runtime: the reservation stands"
+            ),
+        }
+    }
+
     /// How long the (shortest-lived) lease lives without a renewal.
     #[must_use]
     pub fn expiry(&self) -> Duration {
@@ -258,14 +287,18 @@ impl Lease {
     }
 
     /// Releases in the background: in process at once, on Redis in a spawned task.
-    fn release_detached(&self) {
-        let receipts = self.take();
+    pub(super) fn release_detached(&self) {
+        // A receipt kept only for settling has nothing to release.
+        let receipts: Vec<_> = self
+            .take()
+            .into_iter()
+            .filter(|r| r.lease_count() > 0)
+            .collect();
         if receipts.is_empty() {
             return;
         }
         let mut remote = Vec::new();
-        // A receipt kept only for settling has nothing to release.
-        for receipt in receipts.into_iter().filter(|r| r.lease_count() > 0) {
+        for receipt in receipts {
             if let Place::Memory { .. } = receipt.place {
                 // Synchronous: the future is ready.
                 drop(receipt.release());
@@ -310,6 +343,14 @@ fn count_release(result: &'static str) {
     );
 }
 
+/// Logs a settlement that failed: the reservation stands.
+pub(super) fn warn_settle(e: &LimiterError) {
+    tracing::warn!(
+        error = %e,
+        "settling the rate-limit cost after the response failed; the reservation stands"
+    );
+}
+
 /// Logs a release that failed: the lease expires on its own.
 pub(super) fn warn_release(e: &LimiterError) {
     tracing::warn!(error = %e, "releasing a concurrency lease failed; it expires on its own");
@@ -326,119 +367,6 @@ impl fmt::Debug for Lease {
         f.debug_struct("Lease")
             .field("released", &self.is_released())
             .field("expiry", &self.expiry)
-            .finish()
-    }
-}
-
-/// A request's hold on its leases, from the response future (while the inner service runs) to
-/// the response body: renews them while polled, releases them when the body ends (awaited, so
-/// that the end reaches the client after the slot is free) or when dropped.
-pub(super) struct Holding {
-    lease: Arc<Lease>,
-    /// Renewals are due every third of the expiry; made at the first poll (inside a runtime).
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// In a `Mutex` only to make the body `Sync` (as `BodyExt::boxed` wants); reached through
-    /// `get_mut`, never locked.
-    releasing: Option<Mutex<BoxFuture<Result<(), LimiterError>>>>,
-    /// The inner body reported its end.
-    ended: bool,
-    released: bool,
-}
-
-impl Holding {
-    pub(super) fn new(lease: Arc<Lease>) -> Self {
-        Self {
-            lease,
-            timer: None,
-            releasing: None,
-            ended: false,
-            released: false,
-        }
-    }
-
-    /// Notes that the inner body ended: it is not polled again.
-    pub(super) fn end(&mut self) {
-        self.ended = true;
-    }
-
-    pub(super) fn ended(&self) -> bool {
-        self.ended
-    }
-
-    /// Releases in the background (the body failed) and stops holding.
-    pub(super) fn release_detached(&mut self) {
-        self.lease.release_detached();
-        self.timer = None;
-        self.released = true;
-    }
-
-    fn every(&self) -> Duration {
-        (self.lease.expiry / 3).max(Duration::from_millis(1))
-    }
-
-    /// Renews (in a spawned task) when a third of the expiry has passed since the last renewal,
-    /// and arms the timer that wakes the body for the next one.
-    pub(super) fn poll_renew(&mut self, cx: &mut Context<'_>) {
-        if self.releasing.is_some() {
-            return;
-        }
-        let every = self.every();
-        let Some(timer) = self.timer.as_mut() else {
-            if tokio::runtime::Handle::try_current().is_ok() {
-                let mut timer = Box::pin(tokio::time::sleep(every));
-                // Registers the waker.
-                let _ = timer.as_mut().poll(cx);
-                self.timer = Some(timer);
-            }
-            return;
-        };
-        while timer.as_mut().poll(cx).is_ready() {
-            let renew = self.lease.renew();
-            tokio::spawn(async move {
-                match renew.await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        tracing::debug!("a concurrency lease had expired before its renewal");
-                    }
-                    Err(e) => tracing::warn!(error = %e, "renewing a concurrency lease failed"),
-                }
-            });
-            let next = tokio::time::Instant::now() + every;
-            timer.as_mut().reset(next);
-        }
-    }
-
-    /// Releases the leases, once; ready when done (a failure is logged: the lease expires).
-    pub(super) fn poll_release(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let lease = &self.lease;
-        let releasing = self
-            .releasing
-            .get_or_insert_with(|| Mutex::new(Box::pin(lease.release())))
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        match releasing.as_mut().poll(cx) {
-            Poll::Ready(outcome) => {
-                if let Err(e) = outcome {
-                    warn_release(&e);
-                }
-                self.timer = None;
-                self.released = true;
-                Poll::Ready(())
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    /// Whether the leases were released.
-    pub(super) fn is_released(&self) -> bool {
-        self.released
-    }
-}
-
-impl fmt::Debug for Holding {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Holding")
-            .field("lease", &self.lease)
             .finish()
     }
 }

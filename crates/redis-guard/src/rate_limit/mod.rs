@@ -78,6 +78,7 @@ mod evaluation;
 mod future;
 pub mod grpc;
 pub mod headers;
+mod holding;
 mod key;
 mod layer;
 #[cfg(all(test, feature = "metrics"))]
@@ -98,7 +99,7 @@ mod rule;
 mod service;
 mod warn;
 
-pub use actual_cost::ActualCost;
+pub use actual_cost::{ActualCost, CostReport};
 pub use algorithm::{Algorithm, CustomAlgorithm, RuleState};
 pub use builder::RateLimitLayerBuilder;
 pub use config::ResponseBuilder;

@@ -11,22 +11,25 @@ use pin_project_lite::pin_project;
 use super::Decision;
 use super::config::Config;
 use super::headers::{self, RateLimitHeaders};
-use super::lease::Holding;
+use super::holding::Holding;
 use crate::problem::{Member, problem};
 
 pin_project! {
     /// The response body of a rate-limited service: the inner service's body, or a body the
     /// layer wrote (a `429`, a `503`).
     ///
-    /// When the request holds concurrency leases ([`Rule::concurrency`](super::Rule::concurrency)),
-    /// the body holds them too: it renews them while it is polled, and releases them when it
-    /// ends (before it reports its end) or is dropped.
+    /// When the request holds concurrency leases ([`Rule::concurrency`](super::Rule::concurrency))
+    /// or its cost is settled after the response
+    /// ([`Rule::charged_after_response`](super::Rule::charged_after_response)), the body holds
+    /// them too: it renews the leases while it is polled, and settles the cost and releases the
+    /// leases when it ends (before it reports its end) or, in the background, when it is dropped.
     #[derive(Debug)]
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
         held: Option<Holding>,
-        // The inner body's last frame, kept back until the leases are released.
+        // The inner body's last frame, kept back until the cost is settled and the leases
+        // released.
         last: Option<Frame<Bytes>>,
     }
 }
@@ -46,7 +49,7 @@ pin_project! {
 }
 
 impl<B> ResponseBody<B> {
-    /// The inner service's body, holding `lease` until it ends or is dropped.
+    /// The inner service's body, holding `held` until it ends or is dropped.
     pub(super) fn holding(body: B, held: Option<Holding>) -> Self {
         Self {
             kind: Kind::Inner { body },
@@ -85,22 +88,22 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.project();
-        let Some(held) = this.held.as_mut().filter(|h| !h.is_released()) else {
+        let Some(held) = this.held.as_mut().filter(|h| !h.is_finished()) else {
             return match this.kind.project() {
                 KindProj::Inner { body } => body.poll_frame(cx),
                 KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             };
         };
         let KindProj::Inner { mut body } = this.kind.project() else {
-            // Only the inner service's bodies hold leases.
+            // Only the inner service's bodies hold anything.
             return Poll::Ready(None);
         };
-        // The slot is freed before the end reaches the client: before the last frame when the
-        // body knows which one that is (hyper stops polling a body once its length is sent),
-        // else before reporting the end.
+        // The cost is settled and the slot freed before the end reaches the client: before the
+        // last frame when the body knows which one that is (hyper stops polling a body once its
+        // length is sent), else before reporting the end.
         if held.ended() || body.is_end_stream() {
             held.end();
-            ready!(held.poll_release(cx));
+            ready!(held.poll_finish(cx));
             return Poll::Ready(this.last.take().map(Ok));
         }
         held.poll_renew(cx);
@@ -108,7 +111,7 @@ where
             Some(Ok(frame)) => {
                 if body.is_end_stream() {
                     held.end();
-                    if held.poll_release(cx).is_pending() {
+                    if held.poll_finish(cx).is_pending() {
                         *this.last = Some(frame);
                         return Poll::Pending;
                     }
@@ -117,20 +120,21 @@ where
             }
             None => {
                 held.end();
-                ready!(held.poll_release(cx));
+                ready!(held.poll_finish(cx));
                 Poll::Ready(None)
             }
             Some(Err(e)) => {
-                // A failed body is over too: released in the background, the error at once.
-                held.release_detached();
+                // A failed body is over too: settled and released in the background, the error
+                // at once.
+                held.finish_detached();
                 Poll::Ready(Some(Err(e)))
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        if self.held.as_ref().is_some_and(|h| !h.is_released()) {
-            // Not before the leases are released: the last poll releases them.
+        if self.held.as_ref().is_some_and(|h| !h.is_finished()) {
+            // Not before the cost is settled and the leases released: the last poll does it.
             return false;
         }
         match &self.kind {

@@ -35,8 +35,8 @@ pub struct Rule {
     overrides: bool,
     quota_from: Option<QuotaFrom>,
     /// Settled after the response: by a reported [`ActualCost`](super::ActualCost).
-    after_response: bool,
-    refund_when: Option<RefundWhen>,
+    pub(super) after_response: bool,
+    pub(super) refund_when: Option<RefundWhen>,
 }
 
 impl Rule {
@@ -68,7 +68,8 @@ impl Rule {
         /// Each request consumes `cost` units of the quota (weighted requests). Defaults to 1.
         /// A cost of 0 checks without consuming: the request is admitted if one more unit would
         /// be, and nothing is recorded (all or nothing with the request's other rules, as any
-        /// rule).
+        /// rule). With [`charged_after_response`](Self::charged_after_response) the cost is a
+        /// reservation, settled on what the response reports, and at least 1.
         pub fn with_cost(cost: u32) => cost;
 
         /// How a [`RateLimitLayer`](super::RateLimitLayer) acts on this rule's verdict (default
@@ -236,6 +237,9 @@ impl Rule {
                 why,
             });
         }
+        if self.after_response && self.cost == 0 && self.cost_from.is_none() {
+            return Err(RuleError::NoReservation(self.name.to_string()));
+        }
         self.shape_problem(&self.quota, self.cost)?;
         self.operations_problem()
     }
@@ -394,84 +398,6 @@ impl Rule {
         self
     }
 
-    /// Lets the response settle the rule's cost in a [`RateLimitLayer`](super::RateLimitLayer):
-    /// when the response's extensions hold an [`ActualCost`](super::ActualCost) naming the rule,
-    /// the layer charges the difference from what the rule took when it admitted the request
-    /// (whatever is left: the key may go over its limit and then waits until the debt is paid)
-    /// or gives it back, in one more script call before the response leaves. For costs known
-    /// only after the work: the tokens an LLM answer used, the rows an export wrote. Admit on a
-    /// guess ([`with_cost`](Self::with_cost) or [`with_cost_from`](Self::with_cost_from); a cost
-    /// of 0 checks that the key has something left without taking it), settle on the truth.
-    ///
-    /// Only enforced rules are settled ([`Mode::Enforce`]: a shadow or soft rule keeps its
-    /// guess), and only rules of the built-in algorithms (a custom one keeps its guess too). A
-    /// settlement that fails (Redis down) is logged at `warn` and leaves the guess standing;
-    /// the response is sent all the same. The token bucket keeps no debt below empty: a charge
-    /// beyond what is left empties it; GCRA and the window algorithms keep all of it.
-    ///
-    /// ```
-    /// use redis_guard::rate_limit::{ActualCost, ClientIp, MemoryLimiter, Quota, RateLimitLayer, Rule};
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// // 100k tokens a minute per client; admitted while any are left, charged what was used.
-    /// let tokens = Rule::new("tokens", Quota::per_minute(100_000))
-    ///     .with_cost(0)
-    ///     .charged_after_response();
-    /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
-    ///     .rule_with(tokens, ClientIp::peer())
-    ///     .build()?;
-    /// // The handler answers with `Extension(ActualCost::of("tokens", used))`.
-    /// # let _ = (layer, ActualCost::of("tokens", 1)); Ok(()) }
-    /// ```
-    pub fn charged_after_response(mut self) -> Self {
-        self.after_response = true;
-        self
-    }
-
-    /// Gives the request's whole cost back when the response's status matches `refund`, e.g.
-    /// `StatusCode::is_server_error`: a failure of the service should not cost the client its
-    /// quota. Settled as [`charged_after_response`](Self::charged_after_response) is (one more
-    /// script call, enforced rules of the built-in algorithms); a refund wins over a reported
-    /// [`ActualCost`](super::ActualCost).
-    ///
-    /// ```
-    /// use http::StatusCode;
-    /// use redis_guard::rate_limit::{Quota, Rule};
-    /// let api = Rule::new("api", Quota::per_minute(60)).refund_when(StatusCode::is_server_error);
-    /// assert!(api.settles_after_response());
-    /// ```
-    pub fn refund_when<F>(mut self, refund: F) -> Self
-    where
-        F: Fn(&http::StatusCode) -> bool + Send + Sync + 'static,
-    {
-        self.refund_when = Some(Shared(Arc::new(refund)));
-        self
-    }
-
-    /// Whether the response may settle the rule's cost
-    /// ([`charged_after_response`](Self::charged_after_response) or
-    /// [`refund_when`](Self::refund_when)).
-    #[must_use]
-    pub fn settles_after_response(&self) -> bool {
-        self.after_response || self.refund_when.is_some()
-    }
-
-    /// What the response `status` and its reported `actual` cost change of `charged`, the cost
-    /// this rule took: units to charge more (positive) or to give back (negative).
-    pub(crate) fn settlement(
-        &self,
-        status: http::StatusCode,
-        actual: Option<&super::ActualCost>,
-        charged: u32,
-    ) -> i64 {
-        if self.refund_when.as_ref().is_some_and(|f| (f.0)(&status)) {
-            return -i64::from(charged);
-        }
-        match actual.and_then(|a| a.get(&self.name)) {
-            Some(cost) if self.after_response => i64::from(cost) - i64::from(charged),
-            _ => 0,
-        }
-    }
-
     /// Whether the rule's quota is resolved per request
     /// ([`with_quota_from`](Self::with_quota_from) or its `async` twin).
     #[must_use]
@@ -594,7 +520,7 @@ impl Rule {
 
 /// A function a rule holds (its cost function, its refund condition); rules compare equal when
 /// they share it.
-struct Shared<F: ?Sized>(Arc<F>);
+pub(super) struct Shared<F: ?Sized>(pub(super) Arc<F>);
 
 impl<F: ?Sized> Clone for Shared<F> {
     fn clone(&self) -> Self {
@@ -658,7 +584,7 @@ impl std::fmt::Debug for QuotaFrom {
 }
 
 /// A rule's refund condition ([`Rule::refund_when`]).
-type RefundWhen = Shared<dyn Fn(&http::StatusCode) -> bool + Send + Sync>;
+pub(super) type RefundWhen = Shared<dyn Fn(&http::StatusCode) -> bool + Send + Sync>;
 
 /// Why a rule cannot work. Reported when the layer is built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -698,6 +624,13 @@ pub enum RuleError {
         /// The burst.
         burst: u32,
     },
+    /// A rule [`charged_after_response`](Rule::charged_after_response) with a constant cost of
+    /// 0 reserves nothing, so it would admit every concurrent request on one unit left: reserve
+    /// what a request typically costs with [`with_cost`](Rule::with_cost).
+    #[error(
+        "rule `{0}`: charged_after_response needs a reservation, and with_cost(0) reserves nothing (every concurrent request would pass on one unit left): reserve what a request typically costs with with_cost(n), n >= 1"
+    )]
+    NoReservation(String),
     /// The quota is outside what the algorithm computes exactly.
     #[error("rule `{rule}`: {why}")]
     TooLargeForAlgorithm {
