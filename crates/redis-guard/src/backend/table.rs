@@ -128,6 +128,14 @@ impl<K: Clone + Eq + Hash, V> ExpiringTable<K, V> {
         self.order.clear();
     }
 
+    /// Removes the entry closest to its deadline (the first to evict), live or not.
+    #[cfg_attr(not(feature = "cache"), allow(dead_code))]
+    pub(crate) fn pop_first(&mut self) -> Option<(K, V)> {
+        let key = self.order.pop_first()?.1;
+        let slot = self.entries.remove(&key)?;
+        Some((key, slot.value))
+    }
+
     /// Removes up to [`SWEEP_PER_OP`] entries expired at `now`, then the entries closest to
     /// their deadline until the bound holds, handing each to `gone`. Returns how many entries it
     /// looked at.
