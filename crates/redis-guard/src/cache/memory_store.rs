@@ -105,8 +105,9 @@ impl State {
             return;
         }
         self.bytes += size;
-        if let Some(old) = self.entries.insert(key.clone(), value, deadline) {
-            self.bytes -= cost(&key, &old);
+        let key_len = key.len();
+        if let Some(old) = self.entries.insert(key, value, deadline) {
+            self.bytes -= key_len + old.len();
         }
         self.maintain(now);
     }

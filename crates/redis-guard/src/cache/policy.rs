@@ -324,6 +324,16 @@ mod tests {
         b.body(()).unwrap().into_parts().0
     }
 
+    /// The default policy, with `header` in the key.
+    fn varying(header: HeaderName) -> KeyPolicy {
+        let mut policy = KeyPolicy {
+            vary: vec![header],
+            ..KeyPolicy::default()
+        };
+        policy.seal();
+        policy
+    }
+
     const LIMITS: Lifetimes = Lifetimes {
         ttl: Duration::from_secs(60),
         max_ttl: Duration::from_secs(3600),
@@ -331,10 +341,11 @@ mod tests {
     };
 
     fn life_of(headers: &[(&str, &str)]) -> Result<Life, &'static str> {
-        let mut keyed = KeyPolicy::default();
-        keyed.vary = vec![http::header::ACCEPT_ENCODING];
-        keyed.seal();
-        life(&res(headers), &keyed, LIMITS)
+        life(
+            &res(headers),
+            &varying(http::header::ACCEPT_ENCODING),
+            LIMITS,
+        )
     }
 
     #[test]
@@ -381,9 +392,7 @@ mod tests {
 
     #[test]
     fn keys_separate_variants_and_skip_credentials() {
-        let mut policy = KeyPolicy::default();
-        policy.vary = vec![http::header::ACCEPT_LANGUAGE];
-        policy.seal();
+        let policy = varying(http::header::ACCEPT_LANGUAGE);
         let key = |b: http::request::Builder| policy.key(&b.body(()).unwrap().into_parts().0);
         let get = || http::Request::get("/a?x=1");
         let base = key(get()).unwrap();
