@@ -206,31 +206,22 @@ async fn keys_hold_the_host_and_the_path_before_nest(h: Harness) {
             let r = get_host(addr, &format!("{path}?{order:?}"), host).await;
             (r.header("x-cache").unwrap_or("").to_owned(), r.text())
         };
-        let pair = |c: &str, b: &str| (c.to_owned(), b.to_owned());
-        assert_eq!(
-            fetch("/a/x", "one.example").await,
-            pair("MISS", "a for one.example")
-        );
-        assert_eq!(
-            fetch("/b/x", "one.example").await,
-            pair("MISS", "b for one.example")
-        );
-        assert_eq!(
-            fetch("/a/x", "two.example").await,
-            pair("MISS", "a for two.example")
-        );
-        assert_eq!(
-            fetch("/a/x", "one.example").await,
-            pair("HIT", "a for one.example")
-        );
-        assert_eq!(
-            fetch("/b/x", "one.example").await,
-            pair("HIT", "b for one.example")
-        );
-        assert_eq!(
-            fetch("/a/x", "two.example").await,
-            pair("HIT", "a for two.example")
-        );
+        let expected = [
+            ("/a/x", "one.example", "MISS", "a for one.example"),
+            ("/b/x", "one.example", "MISS", "b for one.example"),
+            ("/a/x", "two.example", "MISS", "a for two.example"),
+            ("/a/x", "one.example", "HIT", "a for one.example"),
+            ("/b/x", "one.example", "HIT", "b for one.example"),
+            ("/a/x", "two.example", "HIT", "a for two.example"),
+        ];
+        for (path, host, outcome, body) in expected {
+            let got = fetch(path, host).await;
+            assert_eq!(
+                (got.0.as_str(), got.1.as_str()),
+                (outcome, body),
+                "{order:?} {host}{path}"
+            );
+        }
     }
 }
 

@@ -172,10 +172,8 @@ impl CacheLayerBuilder {
     /// Every request input the handler reads must be in the key: the method, host, path and
     /// query are; a header the handler reads is only if it is listed here (or the handler
     /// must not read it).
-    pub fn vary(mut self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
-        self.shared.key.vary.extend(headers);
-        self.shared.key.seal();
-        self
+    pub fn vary(self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
+        self.keyed(|k| k.vary.extend(headers))
     }
 
     /// The request headers that carry credentials: a request with one of them passes
@@ -201,44 +199,41 @@ impl CacheLayerBuilder {
     /// # let _ = layer;
     /// # Ok::<(), redis_guard::cache::CacheConfigError>(())
     /// ```
-    pub fn credential_headers(mut self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
-        self.shared.key.credentials = headers.into_iter().collect();
-        self.shared.key.seal();
-        self
+    pub fn credential_headers(self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
+        self.keyed(|k| k.credentials = headers.into_iter().collect())
     }
 
     /// Caches requests that carry a `Cookie` (default: they pass uncached), with cookies
     /// left out of the key: only for routes whose responses never depend on cookies. A
-    /// request whose session a [`SessionLayer`](crate::session::SessionLayer) outside this
-    /// one has read passes uncached all the same.
-    pub fn ignore_cookies(mut self, on: bool) -> Self {
-        self.shared.key.ignore_cookies = on;
-        self.shared.key.seal();
-        self
+    /// request that carried a [`SessionLayer`](crate::session::SessionLayer)'s session never
+    /// fills an entry all the same (see the [module docs](super#cache-and-sessions)).
+    pub fn ignore_cookies(self, on: bool) -> Self {
+        self.keyed(|k| k.ignore_cookies = on)
     }
 
     /// Whether the host (the URI's authority, else the `Host` header, lower case) is in the
     /// key (default `true`): two sites served by one app never share a page. Turn it off
     /// only when every host serves the same content.
-    pub fn key_host(mut self, on: bool) -> Self {
-        self.shared.key.host = on;
-        self.shared.key.seal();
-        self
+    pub fn key_host(self, on: bool) -> Self {
+        self.keyed(|k| k.host = on)
     }
 
     /// How the query string enters the key (default [`QueryKey::exact`]): sorted, or only
     /// some parameters, to stop spellings of one query from making new entries.
-    pub fn query(mut self, query: QueryKey) -> Self {
-        self.shared.key.query = query;
-        self.shared.key.seal();
-        self
+    pub fn query(self, query: QueryKey) -> Self {
+        self.keyed(|k| k.query = query)
     }
 
     /// A name for this layer's entries (default none). Layers that key differently never
     /// share entries; two layers with the same settings on one store do, for one request,
     /// unless they are named apart. Replicas share entries by using the same name.
-    pub fn namespace(mut self, name: impl Into<String>) -> Self {
-        self.shared.key.name = name.into();
+    pub fn namespace(self, name: impl Into<String>) -> Self {
+        self.keyed(|k| k.name = name.into())
+    }
+
+    /// Changes the key settings, then seals them (sorted lists, the namespace).
+    fn keyed(mut self, change: impl FnOnce(&mut KeyPolicy)) -> Self {
+        change(&mut self.shared.key);
         self.shared.key.seal();
         self
     }
