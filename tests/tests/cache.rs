@@ -12,7 +12,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
-use redis_guard::cache::{CacheLayer, CacheLayerBuilder, CacheService, CacheTags, Stampede};
+use redis_guard::cache::{
+    CacheLayer, CacheLayerBuilder, CacheService, CacheTags, QueryKey, Stampede,
+};
 use redis_guard_tests::{Harness, Reply, backend_suite, call};
 use tokio::sync::Semaphore;
 use tower::Layer;
@@ -480,6 +482,135 @@ async fn xfetch_recomputes_early_with_a_fixed_random_number(h: Harness) {
     assert_eq!(fetch(&svc, "/x").await.0, "HIT");
 }
 
+/// Any path spelling is a 404 of its own (issue 20, item 7): an error is cached only when the
+/// handler gives it a lifetime.
+async fn errors_are_cached_only_when_the_handler_says_so(h: Harness) {
+    let handler = app(|req: Request<Full<Bytes>>| async move {
+        let mut res = if req.uri().path() == "/gone" {
+            ok(&[("cache-control", "max-age=30")], "gone")
+        } else {
+            ok(&[], "no such page")
+        };
+        *res.status_mut() = if req.uri().path() == "/gone" {
+            http::StatusCode::GONE
+        } else {
+            http::StatusCode::NOT_FOUND
+        };
+        res
+    });
+    let layer = builder(&h).await.build().expect("layer");
+    let svc = cached(&layer, &handler);
+    for path in ["/missing/1", "/missing/1", "/missing/%31"] {
+        assert_eq!(fetch(&svc, path).await, pair("MISS", "no such page"));
+    }
+    assert_eq!(fetch(&svc, "/gone").await, pair("MISS", "gone"));
+    assert_eq!(fetch(&svc, "/gone").await, pair("HIT", "gone"));
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 4);
+}
+
+/// Queries normalized (issue 20, item 7): spellings of one query share an entry, and the
+/// handler sees the query the key holds.
+async fn normalized_queries_share_an_entry(h: Harness) {
+    let handler = app(|req: Request<Full<Bytes>>| async move {
+        let body = req.uri().to_string();
+        ok(&[], body)
+    });
+    let only = builder(&h)
+        .await
+        .query(QueryKey::only(["q", "page"]))
+        .build()
+        .expect("layer");
+    let svc = cached(&only, &handler);
+    let searched = "/s?page=2&q=rust";
+    assert_eq!(
+        fetch(&svc, "/s?q=rust&utm=x&page=2").await,
+        pair("MISS", searched)
+    );
+    for spelling in [
+        "/s?page=2&q=rust",
+        "/s?utm=y&&q=rust&page=2&",
+        "/s?q=rust&page=2",
+    ] {
+        assert_eq!(
+            fetch(&svc, spelling).await,
+            pair("HIT", searched),
+            "{spelling}"
+        );
+    }
+    assert_eq!(fetch(&svc, "/s?utm=x").await, pair("MISS", "/s"));
+    assert_eq!(fetch(&svc, "/s").await, pair("HIT", "/s"));
+    let sorted = builder(&h)
+        .await
+        .query(QueryKey::sorted())
+        .build()
+        .expect("layer");
+    let svc = cached(&sorted, &handler);
+    assert_eq!(
+        fetch(&svc, "/t?b=1&a=2&a=1").await,
+        pair("MISS", "/t?a=2&a=1&b=1")
+    );
+    assert_eq!(
+        fetch(&svc, "/t?a=2&b=1&a=1").await,
+        pair("HIT", "/t?a=2&a=1&b=1")
+    );
+    // Repeated names keep their order: another order is another query.
+    assert_eq!(fetch(&svc, "/t?a=1&a=2&b=1").await.0, "MISS");
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 4);
+}
+
+/// Two layers on one store (issue 20, item 3): named apart, they never share entries; the
+/// same name shares them (replicas). Credential headers are configurable.
+async fn namespaces_and_credential_headers(h: Harness) {
+    let one = app(|_| async { ok(&[], "one") });
+    let two = app(|_| async { ok(&[], "two") });
+    let named = |name: &'static str| {
+        let h = &h;
+        async move { builder(h).await.namespace(name).build().expect("layer") }
+    };
+    let (a, b) = (named("a").await, named("b").await);
+    let (svc_a, svc_b) = (cached(&a, &one), cached(&b, &two));
+    assert_eq!(fetch(&svc_a, "/n").await, pair("MISS", "one"));
+    assert_eq!(fetch(&svc_b, "/n").await, pair("MISS", "two"));
+    assert_eq!(fetch(&svc_a, "/n").await, pair("HIT", "one"));
+    assert_eq!(fetch(&svc_b, "/n").await, pair("HIT", "two"));
+    // Another replica's layer of the same name shares the entries.
+    let replica = cached(&named("a").await, &two);
+    assert_eq!(fetch(&replica, "/n").await, pair("HIT", "one"));
+
+    let api_key = http::HeaderName::from_static("x-api-key");
+    let with_key = || {
+        Request::get("/k")
+            .header("x-api-key", "secret")
+            .body(Full::default())
+            .expect("request")
+    };
+    let strict = builder(&h)
+        .await
+        .namespace("strict")
+        .credential_headers([api_key, http::header::AUTHORIZATION])
+        .build()
+        .expect("layer");
+    let svc = cached(&strict, &one);
+    for _ in 0..2 {
+        let r = send(&svc, with_key()).await;
+        assert_eq!((r.header("x-cache"), r.body.as_str()), ("", "one"));
+    }
+    // The list replaces the default: `Cookie` is no longer one.
+    let cookie = Request::get("/k")
+        .header("cookie", "a=b")
+        .body(Full::default())
+        .expect("request");
+    assert_eq!(send(&svc, cookie).await.header("x-cache"), "MISS");
+    // By default `x-api-key` is not a credential, and `Proxy-Authorization` is.
+    let svc = cached(&a, &one);
+    assert_eq!(send(&svc, with_key()).await.header("x-cache"), "MISS");
+    let proxy = Request::get("/k")
+        .header("proxy-authorization", "Basic eA==")
+        .body(Full::default())
+        .expect("request");
+    assert_eq!(send(&svc, proxy).await.header("x-cache"), "");
+}
+
 backend_suite!(
     two_hundred_cold_requests_compute_once,
     a_stale_copy_is_served_without_waiting,
@@ -489,6 +620,9 @@ backend_suite!(
     tags_invalidate_their_entries,
     bodies_over_the_limit_stream_through,
     xfetch_recomputes_early_with_a_fixed_random_number,
+    errors_are_cached_only_when_the_handler_says_so,
+    normalized_queries_share_an_entry,
+    namespaces_and_credential_headers,
 );
 
 /// The cache's entry keys, by scanning.

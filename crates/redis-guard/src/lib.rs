@@ -88,6 +88,8 @@ mod sealed {
 pub mod cache;
 #[cfg(feature = "rate-limit")]
 pub mod rate_limit;
+#[cfg(any(feature = "cache", feature = "session"))]
+mod served;
 #[cfg(feature = "session")]
 pub mod session;
 

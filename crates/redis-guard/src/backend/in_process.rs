@@ -48,16 +48,41 @@ impl<S> InProcess<S> {
 #[must_use]
 pub struct InProcessBuilder<T> {
     capacity: usize,
+    /// A byte bound, for the backends that have one (the response cache's store).
+    pub(crate) bytes: usize,
     clock: Option<Box<dyn Clock>>,
-    build: fn(usize, Option<Box<dyn Clock>>) -> T,
+    build: Build<T>,
+}
+
+/// How the backend is made from the settings.
+enum Build<T> {
+    Counted(fn(usize, Option<Box<dyn Clock>>) -> T),
+    #[cfg_attr(not(feature = "cache"), allow(dead_code))]
+    Sized(fn(usize, usize, Option<Box<dyn Clock>>) -> T),
 }
 
 impl<T> InProcessBuilder<T> {
     pub(crate) fn new(capacity: usize, build: fn(usize, Option<Box<dyn Clock>>) -> T) -> Self {
         Self {
             capacity,
+            bytes: 0,
             clock: None,
-            build,
+            build: Build::Counted(build),
+        }
+    }
+
+    /// A backend bounded by entries and by `bytes`.
+    #[cfg_attr(not(feature = "cache"), allow(dead_code))]
+    pub(crate) fn sized(
+        capacity: usize,
+        bytes: usize,
+        build: fn(usize, usize, Option<Box<dyn Clock>>) -> T,
+    ) -> Self {
+        Self {
+            capacity,
+            bytes,
+            clock: None,
+            build: Build::Sized(build),
         }
     }
 
@@ -77,7 +102,10 @@ impl<T> InProcessBuilder<T> {
 
     /// The backend.
     pub fn build(self) -> T {
-        (self.build)(self.capacity, self.clock)
+        match self.build {
+            Build::Counted(build) => build(self.capacity, self.clock),
+            Build::Sized(build) => build(self.capacity, self.bytes, self.clock),
+        }
     }
 }
 
@@ -85,6 +113,7 @@ impl<T> std::fmt::Debug for InProcessBuilder<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("InProcessBuilder")
             .field("capacity", &self.capacity)
+            .field("bytes", &self.bytes)
             .field("clock", &self.clock)
             .finish_non_exhaustive()
     }

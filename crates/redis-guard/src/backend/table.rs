@@ -148,6 +148,16 @@ impl<K: Clone + Eq + Hash, V> ExpiringTable<K, V> {
         self.order.iter_mut().for_each(BTreeMap::clear);
     }
 
+    /// Removes the first entry to evict, live or not: the ordinary entry closest to its
+    /// deadline, or the kept one when no ordinary entry is left.
+    #[cfg_attr(not(feature = "cache"), allow(dead_code))]
+    pub(crate) fn pop_first(&mut self) -> Option<(K, V)> {
+        let tier = usize::from(self.order[0].is_empty());
+        let key = self.order[tier].pop_first()?.1;
+        let slot = self.entries.remove(&key)?;
+        Some((key, slot.value))
+    }
+
     /// Removes up to [`SWEEP_PER_OP`] entries expired at `now`, then, until the bound holds,
     /// expired entries, then ordinary entries, then kept ones, each soonest deadline first,
     /// handing each to `gone`. Returns how many entries it looked at.

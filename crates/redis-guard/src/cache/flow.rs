@@ -14,6 +14,7 @@ use super::entry::{Entry, Kind, Stored, decode, encode};
 use super::policy::life;
 use super::shared::Shared;
 use super::store::Write;
+use crate::served::SessionMark;
 
 /// What the response header says.
 #[derive(Clone, Copy, Debug)]
@@ -297,16 +298,31 @@ impl Call {
         ResBody: http_body::Body<Data = Bytes>,
     {
         std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+        // A session layer outside marks the request; one inside marks the response. Either
+        // way the mark says, once the handler is done, whether the page depends on a session.
+        let asked = req.extensions().get::<SessionMark>().cloned();
         let res = inner.call(req).await?;
         let (mut parts, body) = res.into_parts();
         let tags = self.take_tags(&mut parts);
         parts.headers.remove(&self.shared.header);
         let shared = &self.shared;
-        let (life, started) = match (life(&parts, &shared.key, shared.life), started) {
+        let marks = || asked.iter().chain(parts.extensions.get::<SessionMark>());
+        // The route itself depends on a session: later requests pass too (hit-for-pass). A
+        // request that only carried one fills nothing and leaves no marker.
+        let touched = marks().any(SessionMark::touched);
+        let verdict = if touched {
+            Err("the handler used the session")
+        } else if marks().any(SessionMark::carried) {
+            Err("the request carried a session")
+        } else {
+            life(&parts, &shared.key, shared.life)
+        };
+        let leaves_marker = touched || !marks().any(SessionMark::carried);
+        let (life, started) = match (verdict, started) {
             (Ok(life), Some(started)) => (life, started),
             (Err(why), started) => {
                 tracing::debug!(key = %self.digest, why, "response not cacheable");
-                if let (true, Some(started)) = (holds, started) {
+                if let (true, true, Some(started)) = (holds, leaves_marker, started) {
                     self.pass(started).await;
                 }
                 return Ok(self.finish(parts, CacheBody::inner(body)));

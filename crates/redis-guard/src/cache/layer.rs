@@ -6,6 +6,7 @@ use std::time::Duration;
 use http::HeaderName;
 
 use super::policy::{KeyPolicy, Lifetimes};
+use super::query::QueryKey;
 use super::service::CacheService;
 use super::shared::Shared;
 use super::stampede::{Random, Stampede};
@@ -84,7 +85,7 @@ impl CacheLayer {
         CacheLayerBuilder {
             shared: Shared {
                 store: store.into_backing(),
-                key: KeyPolicy::new(Vec::new(), false),
+                key: KeyPolicy::default(),
                 life: Lifetimes {
                     ttl: Duration::from_secs(60),
                     max_ttl: Duration::from_secs(24 * 3600),
@@ -165,18 +166,75 @@ impl CacheLayerBuilder {
 
     /// Request headers whose values go into the key: one entry per combination (e.g.
     /// `Accept-Encoding`, `Accept-Language`). A response whose own `Vary` names a header not
-    /// listed here is not cached. Listing `Cookie` or `Authorization` caches per credential.
-    pub fn vary(mut self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
-        let mut vary = self.shared.key.vary.clone();
-        vary.extend(headers);
-        self.shared.key = KeyPolicy::new(vary, self.shared.key.ignore_cookies);
-        self
+    /// listed here is not cached. Listing a credential header (`Cookie`, `Authorization`)
+    /// caches per credential.
+    ///
+    /// Every request input the handler reads must be in the key: the method, host, path and
+    /// query are; a header the handler reads is only if it is listed here (or the handler
+    /// must not read it).
+    pub fn vary(self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
+        self.keyed(|k| k.vary.extend(headers))
+    }
+
+    /// The request headers that carry credentials: a request with one of them passes
+    /// uncached, unless the header is in [`vary`](Self::vary) (default `Authorization`,
+    /// `Cookie`, `Proxy-Authorization`). The list replaces the default: keep those you still
+    /// want. Add the header a [`Transport::header`](crate::session::Transport::header)
+    /// session travels in when the cache does not sit inside the session layer of a layer
+    /// that marks it (see the [module docs](super#cache-and-sessions)).
+    ///
+    /// ```
+    /// use http::header::{AUTHORIZATION, COOKIE, PROXY_AUTHORIZATION};
+    /// use http::HeaderName;
+    /// use redis_guard::cache::{CacheLayer, MemoryCacheStore};
+    ///
+    /// let layer = CacheLayer::builder(MemoryCacheStore::new())
+    ///     .credential_headers([
+    ///         AUTHORIZATION,
+    ///         COOKIE,
+    ///         PROXY_AUTHORIZATION,
+    ///         HeaderName::from_static("x-api-key"),
+    ///     ])
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok::<(), redis_guard::cache::CacheConfigError>(())
+    /// ```
+    pub fn credential_headers(self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
+        self.keyed(|k| k.credentials = headers.into_iter().collect())
     }
 
     /// Caches requests that carry a `Cookie` (default: they pass uncached), with cookies
-    /// left out of the key: only for routes whose responses never depend on cookies.
-    pub fn ignore_cookies(mut self, on: bool) -> Self {
-        self.shared.key = KeyPolicy::new(std::mem::take(&mut self.shared.key.vary), on);
+    /// left out of the key: only for routes whose responses never depend on cookies. A
+    /// request that carried a [`SessionLayer`](crate::session::SessionLayer)'s session never
+    /// fills an entry all the same (see the [module docs](super#cache-and-sessions)).
+    pub fn ignore_cookies(self, on: bool) -> Self {
+        self.keyed(|k| k.ignore_cookies = on)
+    }
+
+    /// Whether the host (the URI's authority, else the `Host` header, lower case) is in the
+    /// key (default `true`): two sites served by one app never share a page. Turn it off
+    /// only when every host serves the same content.
+    pub fn key_host(self, on: bool) -> Self {
+        self.keyed(|k| k.host = on)
+    }
+
+    /// How the query string enters the key (default [`QueryKey::exact`]): sorted, or only
+    /// some parameters, to stop spellings of one query from making new entries.
+    pub fn query(self, query: QueryKey) -> Self {
+        self.keyed(|k| k.query = query)
+    }
+
+    /// A name for this layer's entries (default none). Layers that key differently never
+    /// share entries; two layers with the same settings on one store do, for one request,
+    /// unless they are named apart. Replicas share entries by using the same name.
+    pub fn namespace(self, name: impl Into<String>) -> Self {
+        self.keyed(|k| k.name = name.into())
+    }
+
+    /// Changes the key settings, then seals them (sorted lists, the namespace).
+    fn keyed(mut self, change: impl FnOnce(&mut KeyPolicy)) -> Self {
+        change(&mut self.shared.key);
+        self.shared.key.seal();
         self
     }
 

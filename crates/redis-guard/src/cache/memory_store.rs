@@ -13,16 +13,26 @@ use crate::backend::{BackendError, Clock, ExpiringTable, InProcess, InProcessBui
 /// How many entries a memory store holds at most by default.
 const DEFAULT_CAPACITY: usize = 10_000;
 
-/// Cache entries in this process: for one instance, development and tests. Bounded (10,000
-/// entries by default, see [`builder`](Self::builder)); past the bound the entries closest to
-/// expiry go first, and expired ones are swept a few per operation. It remembers as many tag
+/// How many bytes of keys and values a memory store holds at most by default: 64 MiB.
+pub(crate) const DEFAULT_MAX_BYTES: usize = 64 * 1024 * 1024;
+
+/// Cache entries in this process: for one instance, development and tests. Bounded twice: by
+/// bytes (64 MiB of keys and values by default, hit-for-pass markers included:
+/// [`max_bytes`](InProcessBuilder::max_bytes)) and by entries (10,000 by default:
+/// [`capacity`](InProcessBuilder::capacity)); past either bound the entries closest to
+/// expiry go first, and expired ones are swept a few per operation. An entry larger than the
+/// whole byte bound is not stored. It remembers as many tag
 /// invalidations; when one must be forgotten early to make room, every entry is dropped with
 /// it, so that no invalidated entry comes back. The lock-on-miss strategy
 /// uses an in-process [`Lock`] on the same clock. Clones share the entries.
 ///
 /// ```
 /// use redis_guard::cache::{CacheLayer, MemoryCacheStore};
-/// let layer = CacheLayer::new(MemoryCacheStore::builder().capacity(1_000).build())?;
+/// let store = MemoryCacheStore::builder()
+///     .max_bytes(16 * 1024 * 1024)
+///     .capacity(1_000)
+///     .build();
+/// let layer = CacheLayer::new(store)?;
 /// # let _ = layer;
 /// # Ok::<(), redis_guard::cache::CacheConfigError>(())
 /// ```
@@ -57,6 +67,50 @@ impl Inner {
 struct State {
     entries: ExpiringTable<String, Bytes>,
     tags: ExpiringTable<String, u64>,
+    /// Bytes of the entries' keys and values held now, and at most.
+    bytes: usize,
+    max_bytes: usize,
+}
+
+/// What an entry counts against the byte bound.
+fn cost(key: &str, value: &Bytes) -> usize {
+    key.len() + value.len()
+}
+
+impl State {
+    /// Sweeps expired entries, then evicts until both bounds hold.
+    fn maintain(&mut self, now: u64) {
+        let mut freed = 0;
+        self.entries.maintain(now, |k, v| freed += cost(&k, &v));
+        self.bytes -= freed;
+        while self.bytes > self.max_bytes {
+            let Some((k, v)) = self.entries.pop_first() else {
+                break;
+            };
+            self.bytes -= cost(&k, &v);
+        }
+    }
+
+    fn put(&mut self, key: String, value: Bytes, deadline: u64, now: u64) {
+        let size = cost(&key, &value);
+        if size > self.max_bytes {
+            tracing::debug!(
+                size,
+                max = self.max_bytes,
+                "cache entry larger than the memory store: not stored"
+            );
+            if let Some(old) = self.entries.remove(&key) {
+                self.bytes -= cost(&key, &old);
+            }
+            return;
+        }
+        self.bytes += size;
+        let key_len = key.len();
+        if let Some(old) = self.entries.insert(key, value, deadline) {
+            self.bytes -= key_len + old.len();
+        }
+        self.maintain(now);
+    }
 }
 
 /// One clock read by the entries' table and by the locks.
@@ -78,29 +132,50 @@ impl MemoryCacheStore {
 
     /// Builds a store with another capacity, or a clock for tests.
     pub fn builder() -> InProcessBuilder<Self> {
-        InProcessBuilder::new(DEFAULT_CAPACITY, |capacity, clock| {
-            let clock = SharedClock(match clock {
-                Some(clock) => Arc::from(clock),
-                None => Arc::new(crate::backend::MonotonicClock::new()),
-            });
-            let capacity = capacity.max(1);
-            Self {
-                inner: Arc::new(Inner {
-                    lock: Lock::memory_builder()
-                        .capacity(capacity)
-                        .clock(clock.clone())
-                        .build(),
-                    state: InProcess::new(
-                        State {
-                            entries: ExpiringTable::new(capacity),
-                            tags: ExpiringTable::new(capacity),
-                        },
-                        Some(Box::new(clock)),
-                    ),
-                    last: AtomicU64::new(0),
-                }),
-            }
-        })
+        InProcessBuilder::sized(
+            DEFAULT_CAPACITY,
+            DEFAULT_MAX_BYTES,
+            |capacity, max_bytes, clock| {
+                let clock = SharedClock(match clock {
+                    Some(clock) => Arc::from(clock),
+                    None => Arc::new(crate::backend::MonotonicClock::new()),
+                });
+                let capacity = capacity.max(1);
+                Self {
+                    inner: Arc::new(Inner {
+                        lock: Lock::memory_builder()
+                            .capacity(capacity)
+                            .clock(clock.clone())
+                            .build(),
+                        state: InProcess::new(
+                            State {
+                                entries: ExpiringTable::new(capacity),
+                                tags: ExpiringTable::new(capacity),
+                                bytes: 0,
+                                max_bytes,
+                            },
+                            Some(Box::new(clock)),
+                        ),
+                        last: AtomicU64::new(0),
+                    }),
+                }
+            },
+        )
+    }
+}
+
+impl InProcessBuilder<MemoryCacheStore> {
+    /// The most bytes of keys and values the store holds (default 64 MiB); past it, the
+    /// entries closest to expiry go first.
+    ///
+    /// ```
+    /// use redis_guard::cache::MemoryCacheStore;
+    /// let store = MemoryCacheStore::builder().max_bytes(8 * 1024 * 1024).build();
+    /// # let _ = store;
+    /// ```
+    pub fn max_bytes(mut self, bytes: usize) -> Self {
+        self.bytes = bytes;
+        self
     }
 }
 
@@ -130,7 +205,7 @@ impl Ops for MemoryCacheStore {
     fn read(&self, key: &str) -> BoxFuture<Result<Read, BackendError>> {
         let now = self.inner.now();
         let mut state = self.inner.state.lock();
-        state.entries.maintain(now, |_, _| {});
+        state.maintain(now);
         let value = state.entries.get_live_mut(&key.to_owned(), now).cloned();
         ready(Ok(Read {
             now,
@@ -152,10 +227,12 @@ impl Ops for MemoryCacheStore {
         let mut value = header(w.kind, times).into_bytes();
         value.extend_from_slice(&w.blob);
         let mut state = self.inner.state.lock();
-        state.entries.maintain(now, |_, _| {});
-        state
-            .entries
-            .insert(key.to_owned(), Bytes::from(value), stale_until.max(now + 1));
+        state.put(
+            key.to_owned(),
+            Bytes::from(value),
+            stale_until.max(now + 1),
+            now,
+        );
         ready(Ok(()))
     }
 
@@ -184,6 +261,7 @@ impl Ops for MemoryCacheStore {
         });
         if forgotten {
             state.entries.clear();
+            state.bytes = 0;
         }
         ready(Ok(()))
     }
@@ -228,5 +306,59 @@ mod tests {
         assert!(sync(store.read("k")).expect("read").value.is_none());
         let times = sync(store.tag_times(&["b".into(), "c".into()])).expect("tags");
         assert!(times.iter().all(Option::is_some));
+    }
+
+    #[test]
+    fn the_byte_bound_holds_and_the_oldest_entries_go() {
+        let store = MemoryCacheStore::new();
+        let day = Duration::from_secs(86_400);
+        let body = Bytes::from(vec![b'x'; 1024 * 1024]);
+        let keys: Vec<String> = (0..80).map(|i| format!("key-{i:02}")).collect();
+        for (i, key) in keys.iter().enumerate() {
+            let write = Write {
+                kind: Kind::Entry,
+                started: 0,
+                // Later entries live longer: the first written are the first to go.
+                fresh: day + Duration::from_secs(u64::try_from(i).expect("small")),
+                stale: Duration::ZERO,
+                blob: body.clone(),
+            };
+            sync(store.write(key, write)).expect("write");
+        }
+        let held: Vec<(String, usize)> = keys
+            .iter()
+            .filter_map(|k| {
+                let value = sync(store.read(k)).expect("read").value?;
+                Some((k.clone(), k.len() + value.len()))
+            })
+            .collect();
+        let bytes: usize = held.iter().map(|(_, n)| n).sum();
+        assert!(bytes <= DEFAULT_MAX_BYTES, "{bytes} bytes held");
+        assert!(held.len() >= 60, "only {} entries held", held.len());
+        let first_held = keys.iter().position(|k| *k == held[0].0).expect("held");
+        assert!(
+            held.iter().map(|(k, _)| k).eq(keys[first_held..].iter()),
+            "the oldest went first"
+        );
+        // Hit-for-pass markers count too: a flood of them stays within a small bound.
+        let small = MemoryCacheStore::builder().max_bytes(10_000).build();
+        for i in 0..1_000 {
+            let write = Write {
+                kind: Kind::Pass,
+                started: 0,
+                fresh: day,
+                stale: Duration::ZERO,
+                blob: Bytes::new(),
+            };
+            sync(small.write(&format!("pass-{i:04}"), write)).expect("write");
+        }
+        let state = small.inner.state.lock();
+        assert!(state.bytes <= 10_000, "{}", state.bytes);
+        assert!(state.entries.len() < 1_000);
+        let counted: usize = (0..1_000)
+            .map(|i| format!("pass-{i:04}"))
+            .filter_map(|k| state.entries.get(&k).map(|v| cost(&k, v)))
+            .sum();
+        assert_eq!(counted, state.bytes);
     }
 }

@@ -40,14 +40,26 @@
 //!
 //! # What is cached
 //!
-//! - **Requests**: `GET` and `HEAD` only. The key is the method, path, query and the values of
-//!   the request headers listed with [`vary`](CacheLayerBuilder::vary), hashed (SHA-256): no
-//!   request text appears in key names. A request carrying `Authorization` passes uncached
-//!   unless `Authorization` is in the key; one carrying a `Cookie` passes uncached unless
-//!   `Cookie` is in the key or [`ignore_cookies`](CacheLayerBuilder::ignore_cookies) says the
-//!   route does not depend on cookies. The request's own `Cache-Control` is ignored: a client
-//!   cannot make the server recompute.
-//! - **Responses**: statuses 200, 203, 204, 300, 301, 308, 404, 405, 410, 414 and 501. The
+//! - **Requests**: `GET` and `HEAD` only. The key is a per-layer namespace, the method, the
+//!   host ([`key_host`](CacheLayerBuilder::key_host): the URI's authority, else `Host`), the
+//!   path the client asked for (with `axum`, `OriginalUri`: a `nest` that strips `/a` and `/b`
+//!   does not make `/a/x` and `/b/x` one entry), the query
+//!   ([`query`](CacheLayerBuilder::query): as sent, sorted, or only some parameters) and the
+//!   values of the request headers listed with [`vary`](CacheLayerBuilder::vary), hashed
+//!   (SHA-256): no request text appears in key names. **Every request input the handler reads
+//!   must be in the key**: a header it reads and `vary` does not list makes one user's variant
+//!   everyone's. The namespace is the digest of what the key holds and of the layer's
+//!   [`namespace`](CacheLayerBuilder::namespace) name: two layers on one store never share
+//!   entries unless they key alike and share a name (replicas do).
+//! - **Credentials**: a request carrying a header of
+//!   [`credential_headers`](CacheLayerBuilder::credential_headers) (`Authorization`, `Cookie`,
+//!   `Proxy-Authorization` by default) passes uncached unless that header is in the key;
+//!   [`ignore_cookies`](CacheLayerBuilder::ignore_cookies) says a route does not depend on
+//!   cookies. The request's own `Cache-Control` is ignored: a client cannot make the server
+//!   recompute.
+//! - **Responses**: statuses 200, 203, 204, 300, 301 and 308; the errors 404, 405, 410, 414 and
+//!   501 only with an explicit `max-age` or `s-maxage` (any path spelling is a 404 of its own:
+//!   the default TTL would let a client fill the store). The
 //!   handler's `Cache-Control` rules: `no-store`, `no-cache` and `private` are never cached;
 //!   `s-maxage`, else `max-age`, sets how long it stays fresh (`max-age=0` is not cached; none:
 //!   [`ttl`](CacheLayerBuilder::ttl), 60 s), capped by [`max_ttl`](CacheLayerBuilder::max_ttl);
@@ -68,6 +80,56 @@
 //!   variant's entry) is a miss, logged at `warn`, and overwritten by the next fill. The store
 //!   failing (Redis down, too slow) never fails a request: it is served by the handler,
 //!   uncached, with a `warn`.
+//!
+//! # Cache and sessions
+//!
+//! A [`SessionLayer`](crate::session::SessionLayer) tells the cache, in the request's and the
+//! response's extensions, whether the request carried a session (a cookie or a token, well
+//! formed or not) and whether the handler loaded, read or changed one. The cache **never
+//! stores** such a response: a page rendered for a user, or from a fresh anonymous session (its
+//! CSRF token, its flash), is never served to anyone else. A request that carried a session
+//! may still be served an entry: entries are only made of pages that depend on no session. A
+//! route whose handler uses the session leaves a hit-for-pass marker, so the next requests go
+//! straight to the handler.
+//!
+//! Both layer orders work, on every transport:
+//!
+//! - **Cache inside the session layer**, the usual axum layout
+//!   (`route("/p", get(h).layer(cache)).layer(sessions)`): the cache reads the mark the
+//!   session layer put on the request, which the handler's use of the session updates.
+//! - **Cache outside it** (`.layer(sessions).layer(cache)`): the cache reads the mark on the
+//!   response. The session layer also sends `Vary` with its credential header (`Cookie`, or
+//!   the token's header) on every response to a request that carried one or whose handler used
+//!   the session, and `Cache-Control: private` on a response to a token holder, or to a
+//!   cookie whose session the handler used: caches in front (a CDN) get the same message.
+//!
+//! Without the session layer's mark (a cache in another process, a session that is not ours),
+//! the credential headers are what keep a user's page out: with a header-token transport
+//! other than `Authorization`, add its header to
+//! [`credential_headers`](CacheLayerBuilder::credential_headers).
+//!
+//! ```
+//! # #[cfg(all(feature = "axum", feature = "session"))] {
+//! use axum::{Router, routing::get};
+//! use redis_guard::cache::{CacheLayer, MemoryCacheStore};
+//! use redis_guard::session::{MemorySessionStore, Session, SessionError, SessionLayer, Transport};
+//!
+//! async fn me(session: Session) -> Result<String, SessionError> {
+//!     Ok(session.user().await?.unwrap_or_default()) // never cached: it reads the session
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let cache = CacheLayer::new(MemoryCacheStore::new())?;
+//! let sessions = SessionLayer::builder(MemorySessionStore::new())
+//!     .transport(Transport::header("x-session-token"))
+//!     .build()?;
+//! let app: Router = Router::new()
+//!     .route("/api/me", get(me).layer(cache.clone()))
+//!     .route("/api/news", get(|| async { "the same for everyone" }).layer(cache))
+//!     .layer(sessions);
+//! # Ok(()) }
+//! # }
+//! ```
 //!
 //! # Stampede protection
 //!
@@ -105,7 +167,10 @@
 //! - On a Cluster, freshness is judged by the clock of the master holding the entry and a tag
 //!   by the clock of the master holding the tag: masters with skewed clocks shift an
 //!   invalidation by the skew.
-//! - [`MemoryCacheStore`] counts entries, not bytes: capacity × body limit bounds its memory.
+//! - Every query spelling and path is an entry and a handler run: normalize the query
+//!   ([`QueryKey`]) and rate-limit expensive routes. [`MemoryCacheStore`] holds at most 64 MiB
+//!   of keys and values by default (hit-for-pass markers included), the entries closest to
+//!   expiry going first; a Redis store is bounded by Redis' own `maxmemory` policy.
 //!
 //! # Differences from an HTTP cache
 //!
@@ -121,6 +186,7 @@ mod future;
 mod layer;
 mod memory_store;
 mod policy;
+mod query;
 mod redis_store;
 mod service;
 mod shared;
@@ -132,6 +198,7 @@ pub use body::CacheBody;
 pub use future::ResponseFuture;
 pub use layer::{CacheConfigError, CacheLayer, CacheLayerBuilder, DEFAULT_BODY_LIMIT};
 pub use memory_store::MemoryCacheStore;
+pub use query::QueryKey;
 pub use redis_store::RedisCacheStore;
 pub use service::CacheService;
 pub use stampede::Stampede;

@@ -2,9 +2,12 @@
 
 use std::time::Duration;
 
-use http::header::{AUTHORIZATION, CACHE_CONTROL, COOKIE, SET_COOKIE, VARY};
+use http::header::{
+    AUTHORIZATION, CACHE_CONTROL, COOKIE, HOST, PROXY_AUTHORIZATION, SET_COOKIE, VARY,
+};
 use http::{HeaderMap, HeaderName, Method, StatusCode, request, response};
 
+use super::query::QueryKey;
 use super::store::digest;
 
 /// The request-side settings of a layer.
@@ -12,43 +15,79 @@ use super::store::digest;
 pub(crate) struct KeyPolicy {
     /// Request headers whose values enter the key, lower case, sorted, no duplicates.
     pub(crate) vary: Vec<HeaderName>,
+    /// Request headers that carry credentials: a request with one of them passes uncached
+    /// unless the header is in `vary`.
+    pub(crate) credentials: Vec<HeaderName>,
     /// Requests that carry a `Cookie` are cached (cookies stay out of the key unless in `vary`).
     pub(crate) ignore_cookies: bool,
-    /// The digest of the settings above: layers that key differently never share entries.
+    /// The host (the URI's authority, else `Host`) is in the key.
+    pub(crate) host: bool,
+    pub(crate) query: QueryKey,
+    /// The layer's own name, mixed into the namespace.
+    pub(crate) name: String,
+    /// The digest of the name and of the settings that say what a key holds (`vary`, `host`,
+    /// `query`): layers that key differently, or are named differently, never share entries.
     pub(crate) namespace: String,
 }
 
+impl Default for KeyPolicy {
+    fn default() -> Self {
+        let mut policy = Self {
+            vary: Vec::new(),
+            credentials: vec![AUTHORIZATION, COOKIE, PROXY_AUTHORIZATION],
+            ignore_cookies: false,
+            host: true,
+            query: QueryKey::exact(),
+            name: String::new(),
+            namespace: String::new(),
+        };
+        policy.seal();
+        policy
+    }
+}
+
 impl KeyPolicy {
-    pub(crate) fn new(mut vary: Vec<HeaderName>, ignore_cookies: bool) -> Self {
-        vary.sort_by(|a, b| a.as_str().cmp(b.as_str()));
-        vary.dedup();
-        let namespace = digest(
-            std::iter::once(&b"rg-cache-1"[..]).chain(vary.iter().map(|h| h.as_str().as_bytes())),
-        );
-        Self {
-            vary,
-            ignore_cookies,
-            namespace,
+    /// Sorts the header lists and computes the namespace; after every change.
+    pub(crate) fn seal(&mut self) {
+        for list in [&mut self.vary, &mut self.credentials] {
+            list.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+            list.dedup();
         }
+        // What a key means: which request inputs it holds. Which requests are cached at all
+        // (credentials, cookies) does not change that, so layers differing only there share.
+        let flags = [u8::from(self.host)];
+        let query = self.query.describe();
+        let mut parts: Vec<&[u8]> = vec![
+            b"rg-cache-2",
+            self.name.as_bytes(),
+            &flags,
+            query.as_bytes(),
+        ];
+        parts.extend(self.vary.iter().map(|h| h.as_str().as_bytes()));
+        self.namespace = digest(parts);
     }
 
     /// The variant digest of a request, or `None` when it is not cached (not `GET`/`HEAD`; it
-    /// carries credentials that are not part of the key).
+    /// carries credentials that are not part of the key). Call it after
+    /// [`normalize`](Self::normalize). A request that carried a session may be served an
+    /// entry (entries are made only of pages that depend on no session) but never fills one.
     pub(crate) fn key(&self, req: &request::Parts) -> Option<String> {
         if req.method != Method::GET && req.method != Method::HEAD {
             return None;
         }
         let keyed = |h: &HeaderName| self.vary.contains(h);
-        if req.headers.contains_key(AUTHORIZATION) && !keyed(&AUTHORIZATION) {
+        let unkeyed_credential = self.credentials.iter().any(|h| {
+            req.headers.contains_key(h) && !keyed(h) && !(self.ignore_cookies && *h == COOKIE)
+        });
+        if unkeyed_credential {
             return None;
         }
-        if req.headers.contains_key(COOKIE) && !keyed(&COOKIE) && !self.ignore_cookies {
-            return None;
-        }
+        let host = self.host.then(|| host_of(req)).flatten();
         let mut parts: Vec<&[u8]> = vec![
             self.namespace.as_bytes(),
             req.method.as_str().as_bytes(),
-            req.uri.path().as_bytes(),
+            host.as_deref().map_or(&b"\0nohost"[..], str::as_bytes),
+            original_path(req).as_bytes(),
             req.uri.query().map_or(&b"\0none"[..], str::as_bytes),
         ];
         let mut counts = Vec::with_capacity(self.vary.len());
@@ -67,6 +106,55 @@ impl KeyPolicy {
         }
         Some(digest(parts))
     }
+
+    /// Rewrites the request's query as [`QueryKey`] says, so that the handler reads what the
+    /// key holds. A URI that no longer parses (it cannot: only whole parameters are dropped)
+    /// is left as it was.
+    pub(crate) fn normalize(&self, req: &mut request::Parts) {
+        if req.method != Method::GET && req.method != Method::HEAD {
+            return;
+        }
+        let Some(query) = self.query.normalize(req.uri.query()) else {
+            return;
+        };
+        let path_and_query = match query {
+            Some(q) => format!("{}?{q}", req.uri.path()),
+            None => req.uri.path().to_owned(),
+        };
+        let mut parts = req.uri.clone().into_parts();
+        match path_and_query.parse() {
+            Ok(pq) => parts.path_and_query = Some(pq),
+            Err(_) => return,
+        }
+        if let Ok(uri) = http::Uri::from_parts(parts) {
+            req.uri = uri;
+        }
+    }
+}
+
+/// The request's host, lower case: the URI's authority (HTTP/2, absolute form), else `Host`.
+fn host_of(req: &request::Parts) -> Option<String> {
+    if let Some(authority) = req.uri.authority() {
+        return Some(authority.as_str().to_ascii_lowercase());
+    }
+    let mut values = req.headers.get_all(HOST).iter();
+    let first = values.next()?;
+    let mut host = String::from_utf8_lossy(first.as_bytes()).to_ascii_lowercase();
+    // Two `Host` headers: both in the key, never mistaken for one.
+    for more in values {
+        host.push('\0');
+        host.push_str(&String::from_utf8_lossy(more.as_bytes()).to_ascii_lowercase());
+    }
+    Some(host)
+}
+
+/// The path the client asked for: axum's `OriginalUri` when a `nest` stripped a prefix.
+fn original_path(req: &request::Parts) -> &str {
+    #[cfg(feature = "axum")]
+    if let Some(original) = req.extensions.get::<axum::extract::OriginalUri>() {
+        return original.0.path();
+    }
+    req.uri.path()
 }
 
 /// The response-side settings of a layer.
@@ -112,7 +200,15 @@ pub(crate) fn life(
     if cc.no_store || cc.private || cc.no_cache {
         return Err("Cache-Control");
     }
-    let fresh = cc.s_maxage.or(cc.max_age).unwrap_or(limits.ttl);
+    let explicit = cc.s_maxage.or(cc.max_age);
+    if res.status.is_client_error() || res.status.is_server_error() {
+        // Any path spelling is a 404 of its own: an error is cached only when the handler
+        // says for how long.
+        if explicit.is_none() {
+            return Err("error status without max-age");
+        }
+    }
+    let fresh = explicit.unwrap_or(limits.ttl);
     if fresh.is_zero() {
         return Err("max-age=0");
     }
@@ -228,6 +324,16 @@ mod tests {
         b.body(()).unwrap().into_parts().0
     }
 
+    /// The default policy, with `header` in the key.
+    fn varying(header: HeaderName) -> KeyPolicy {
+        let mut policy = KeyPolicy {
+            vary: vec![header],
+            ..KeyPolicy::default()
+        };
+        policy.seal();
+        policy
+    }
+
     const LIMITS: Lifetimes = Lifetimes {
         ttl: Duration::from_secs(60),
         max_ttl: Duration::from_secs(3600),
@@ -235,8 +341,11 @@ mod tests {
     };
 
     fn life_of(headers: &[(&str, &str)]) -> Result<Life, &'static str> {
-        let keyed = KeyPolicy::new(vec![http::header::ACCEPT_ENCODING], false);
-        life(&res(headers), &keyed, LIMITS)
+        life(
+            &res(headers),
+            &varying(http::header::ACCEPT_ENCODING),
+            LIMITS,
+        )
     }
 
     #[test]
@@ -283,7 +392,7 @@ mod tests {
 
     #[test]
     fn keys_separate_variants_and_skip_credentials() {
-        let policy = KeyPolicy::new(vec![http::header::ACCEPT_LANGUAGE], false);
+        let policy = varying(http::header::ACCEPT_LANGUAGE);
         let key = |b: http::request::Builder| policy.key(&b.body(()).unwrap().into_parts().0);
         let get = || http::Request::get("/a?x=1");
         let base = key(get()).unwrap();
@@ -296,5 +405,72 @@ mod tests {
         assert!(key(http::Request::post("/a")).is_none());
         assert!(key(get().header("cookie", "id=1")).is_none());
         assert!(key(get().header("authorization", "Bearer x")).is_none());
+        assert!(key(get().header("proxy-authorization", "Basic x")).is_none());
+        // The host is in the key: from the authority, else the Host header, in any case.
+        let host = |h: &str| key(get().header("host", h)).unwrap();
+        assert_ne!(host("a.example"), host("b.example"));
+        assert_ne!(host("a.example"), base);
+        assert_eq!(host("A.Example"), host("a.example"));
+        assert_eq!(
+            key(http::Request::get("http://a.example/a?x=1")).unwrap(),
+            host("a.example")
+        );
+        let mut hostless = policy.clone();
+        hostless.host = false;
+        hostless.seal();
+        let key2 = |b: http::request::Builder| hostless.key(&b.body(()).unwrap().into_parts().0);
+        assert_eq!(
+            key2(get().header("host", "a.example")),
+            key2(get().header("host", "b.example"))
+        );
+        // Another namespace, another key.
+        assert_ne!(key2(get()).unwrap(), base);
+        let mut named = policy.clone();
+        named.name = "admin".to_owned();
+        named.seal();
+        assert_ne!(
+            named.key(&get().body(()).unwrap().into_parts().0).unwrap(),
+            base
+        );
+        // Other credential headers, when configured.
+        let mut token = policy.clone();
+        token
+            .credentials
+            .push(HeaderName::from_static("x-session-token"));
+        token.seal();
+        let parts = get()
+            .header("x-session-token", "t")
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0;
+        assert!(token.key(&parts).is_none());
+        assert!(policy.key(&parts).is_some());
+    }
+
+    #[test]
+    fn errors_are_cached_only_with_an_explicit_lifetime() {
+        let keyed = KeyPolicy::default();
+        let limits = Lifetimes {
+            ttl: Duration::from_secs(60),
+            max_ttl: Duration::from_secs(3600),
+            stale: Duration::ZERO,
+        };
+        let of = |status: u16, cc: Option<&str>| {
+            let mut b = http::Response::builder().status(status);
+            if let Some(cc) = cc {
+                b = b.header("cache-control", cc);
+            }
+            life(&b.body(()).unwrap().into_parts().0, &keyed, limits)
+        };
+        assert!(of(200, None).is_ok());
+        for status in [404, 410, 501] {
+            assert!(of(status, None).is_err(), "{status}");
+            assert!(of(status, Some("public")).is_err(), "{status}");
+            assert_eq!(
+                of(status, Some("max-age=30")).map(|l| l.fresh),
+                Ok(Duration::from_secs(30))
+            );
+        }
     }
 }

@@ -55,7 +55,8 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
+        self.shared.key.normalize(&mut parts);
         let key = self.shared.key.key(&parts);
         let req = Request::from_parts(parts, body);
         let Some(digest) = key else {

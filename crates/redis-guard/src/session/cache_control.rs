@@ -3,11 +3,12 @@
 use http::HeaderValue;
 use http::header::CACHE_CONTROL;
 
-/// Makes a response that carries the session's `Set-Cookie` private: drops `public` and
-/// `s-maxage` (which would let a shared cache store it and hand the cookie to everyone), adds
-/// `private`, and `no-cache="Set-Cookie"` unless `no-cache` or `no-store` is there already.
-/// The handler's other directives (`max-age`, `must-revalidate`, …) stay.
-pub(crate) fn private_cache_control(headers: &mut http::HeaderMap) {
+/// Makes a response that depends on a session private: drops `public` and `s-maxage` (which
+/// would let a shared cache store it and hand it, or its cookie, to everyone), adds `private`,
+/// and, when it carries the session's `Set-Cookie`, `no-cache="Set-Cookie"` unless `no-cache`
+/// or `no-store` is there already. The handler's other directives (`max-age`,
+/// `must-revalidate`, …) stay.
+pub(crate) fn private_cache_control(headers: &mut http::HeaderMap, set_cookie: bool) {
     let mut directives: Vec<String> = headers
         .get_all(CACHE_CONTROL)
         .iter()
@@ -26,7 +27,7 @@ pub(crate) fn private_cache_control(headers: &mut http::HeaderMap) {
     if !has(&directives, "private") {
         directives.insert(0, "private".to_owned());
     }
-    if !has(&directives, "no-cache") && !has(&directives, "no-store") {
+    if set_cookie && !has(&directives, "no-cache") && !has(&directives, "no-store") {
         directives.push("no-cache=\"Set-Cookie\"".to_owned());
     }
     headers.remove(CACHE_CONTROL);
@@ -35,7 +36,11 @@ pub(crate) fn private_cache_control(headers: &mut http::HeaderMap) {
     } else {
         headers.insert(
             CACHE_CONTROL,
-            HeaderValue::from_static("private, no-cache=\"Set-Cookie\""),
+            HeaderValue::from_static(if set_cookie {
+                "private, no-cache=\"Set-Cookie\""
+            } else {
+                "private"
+            }),
         );
     }
 }
@@ -75,7 +80,7 @@ mod tests {
         for v in values {
             h.append(CACHE_CONTROL, HeaderValue::from_str(v).unwrap());
         }
-        private_cache_control(&mut h);
+        private_cache_control(&mut h, true);
         assert_eq!(h.get_all(CACHE_CONTROL).iter().count(), 1);
         h[CACHE_CONTROL].to_str().unwrap().to_owned()
     }
@@ -88,6 +93,13 @@ mod tests {
             "private, max-age=60, no-cache=\"Set-Cookie\""
         );
         assert_eq!(apply(&["no-store"]), "private, no-store");
+        let mut h = http::HeaderMap::new();
+        h.insert(
+            CACHE_CONTROL,
+            HeaderValue::from_static("public, max-age=60"),
+        );
+        private_cache_control(&mut h, false);
+        assert_eq!(h[CACHE_CONTROL], "private, max-age=60");
         assert_eq!(
             apply(&["private=\"a, public\", no-cache"]),
             "private=\"a, public\", no-cache"

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use http::header::{SET_COOKIE, VARY};
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
 
 use super::cache_control::private_cache_control;
@@ -118,26 +118,53 @@ async fn finish<B: Default, E>(session: Session, mut res: Response<B>) -> Result
     if failed && session.policy() == FailurePolicy::Closed {
         return Ok(unavailable());
     }
-    let config = match session.transport() {
-        Wire::Cookie => session.cookie_config(),
+    // A response cache outside this layer reads it: never store a response that depends on a
+    // session.
+    let mark = session.mark().clone();
+    res.extensions_mut().insert(mark.clone());
+    let (credential, token) = match session.transport() {
+        Wire::Cookie => (HeaderName::from_static("cookie"), false),
         Wire::Header(token) => {
             token.respond(res.headers_mut(), &cookie);
-            return Ok(res);
+            (token.request_header().clone(), true)
         }
     };
-    let value = match cookie {
-        CookieAction::Keep => return Ok(res),
-        CookieAction::Set(id) => config.set_cookie(&id, session.cookie_age().await),
-        CookieAction::Remove => config.removal_cookie(),
-    };
-    let headers = res.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(&value) {
-        headers.append(SET_COOKIE, v);
+    let hands_out = cookie != CookieAction::Keep;
+    if !token {
+        let config = session.cookie_config();
+        let value = match &cookie {
+            CookieAction::Keep => None,
+            CookieAction::Set(id) => Some(config.set_cookie(id, session.cookie_age().await)),
+            CookieAction::Remove => Some(config.removal_cookie()),
+        };
+        if let Some(v) = value.and_then(|v| HeaderValue::from_str(&v).ok()) {
+            res.headers_mut().append(SET_COOKIE, v);
+        }
     }
-    // Shared caches must not store a response that hands out a session.
-    headers.append(VARY, HeaderValue::from_static("Cookie"));
-    private_cache_control(headers);
+    let headers = res.headers_mut();
+    // What the page shows may depend on the credential (or, for an anonymous visitor, on having
+    // none): caches in front key on it.
+    if mark.personal() || hands_out {
+        headers.append(VARY, vary_value(&credential));
+    }
+    // Shared caches must not store a response that hands out a session, nor one rendered for a
+    // token holder or from a session the request named.
+    // (A new token already went out with `no-store`.)
+    if token && matches!(cookie, CookieAction::Set(_)) {
+        return Ok(res);
+    }
+    if hands_out || (mark.carried() && (token || mark.touched())) {
+        private_cache_control(headers, hands_out && !token);
+    }
     Ok(res)
+}
+
+/// The `Vary` value naming the credential header, in its usual spelling for `Cookie`.
+fn vary_value(credential: &HeaderName) -> HeaderValue {
+    if credential == http::header::COOKIE {
+        return HeaderValue::from_static("Cookie");
+    }
+    HeaderValue::from_str(credential.as_str()).unwrap_or(HeaderValue::from_static("*"))
 }
 
 fn status<B: Default>(code: StatusCode) -> Response<B> {

@@ -16,6 +16,7 @@ use super::state::{CookieAction, State};
 use super::store::{CSRF_FIELD, Changes, IDLE_FIELD, MAX_FIELD, RESERVED, USER_FIELD};
 use super::token::Wire;
 use super::{FailurePolicy, SessionError};
+use crate::served::SessionMark;
 
 mod atomic;
 mod devices;
@@ -43,6 +44,8 @@ mod devices;
 pub struct Session {
     shared: Arc<Shared>,
     state: Arc<Mutex<State>>,
+    /// What the response cache learns of this request (see [`SessionMark`]).
+    mark: SessionMark,
 }
 
 impl fmt::Debug for Session {
@@ -66,14 +69,23 @@ fn check_key(key: &str) -> Result<(), SessionError> {
 
 impl Session {
     pub(crate) fn new(shared: Arc<Shared>, cookie: ReadCookie, visit: Visit) -> Self {
+        let mark = SessionMark::new(!matches!(cookie, ReadCookie::Absent));
         Self {
             shared,
             state: Arc::new(Mutex::new(State::new(cookie, visit))),
+            mark,
         }
+    }
+
+    /// What the response cache learns of this request: whether it carried a session and
+    /// whether the handler used it.
+    pub(crate) fn mark(&self) -> &SessionMark {
+        &self.mark
     }
 
     /// The state, locked, with the session loaded.
     async fn loaded(&self) -> Result<tokio::sync::MutexGuard<'_, State>, SessionError> {
+        self.mark.touch();
         let mut state = self.state.lock().await;
         state.ensure_loaded(&self.shared).await?;
         Ok(state)
@@ -285,6 +297,7 @@ impl Session {
     /// A store error.
     pub async fn flush(&self) -> Result<(), SessionError> {
         self.destroy().await?;
+        self.mark.touch();
         self.state.lock().await.restart();
         Ok(())
     }
@@ -337,6 +350,7 @@ impl Session {
     /// A store error.
     pub async fn revoke_user(&self, user: &str) -> Result<usize, SessionError> {
         let n = self.shared.store.revoke_user(user.to_owned()).await?;
+        self.mark.touch();
         let mut state = self.state.lock().await;
         if state.user.as_deref() == Some(user) {
             state.end();
@@ -413,6 +427,7 @@ impl Session {
     /// Loads the session if the request carries a cookie; used to expose the user before the
     /// handler runs.
     pub(crate) async fn preload(&self) -> Result<Option<String>, SessionError> {
+        self.mark.touch();
         self.state.lock().await.preload(&self.shared).await
     }
 

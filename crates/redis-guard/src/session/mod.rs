@@ -99,7 +99,13 @@
 //!   too: a handler that serves them takes no CSRF extractor.
 //! - **Caching**: a response that sets or removes the cookie carries `Vary: Cookie` and a
 //!   `Cache-Control` that is `private` (the handler's `public` and `s-maxage` are removed) with
-//!   `no-cache="Set-Cookie"` unless it already says `no-cache` or `no-store`.
+//!   `no-cache="Set-Cookie"` unless it already says `no-cache` or `no-store`. A response to a
+//!   request that carried a session (cookie or token), or whose handler used the session, carries
+//!   `Vary` with the credential header (`Cookie`, or the token's header); it is `private` too when
+//!   the request carried a token, or a cookie whose session the handler used. The layer also
+//!   tells a [`CacheLayer`](crate::cache::CacheLayer) inside or outside it which pages depend on a
+//!   session, so that it never stores them (see
+//!   [the cache docs](crate::cache#cache-and-sessions)).
 //! - **Redis down**: `503` (default) or carry on without a session ([`FailurePolicy`]); every call
 //!   has a timeout. After a failed load nothing is written and no cookie is set (the user's
 //!   cookie stays); a failed idle refresh never changes a response; a failed save of changed

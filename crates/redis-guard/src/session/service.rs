@@ -64,6 +64,9 @@ where
         let mut req = Request::from_parts(parts, body);
         let session = Session::new(Arc::clone(&self.shared), cookie, visit);
         req.extensions_mut().insert(session.clone());
+        // A response cache inside this layer reads it: never store what this request renders
+        // if it carried a session, or once its handler uses one.
+        req.extensions_mut().insert(session.mark().clone());
         if self.shared.expose_user && has_cookie {
             return ResponseFuture::preloading(session, inner, req);
         }

@@ -253,6 +253,11 @@ impl Wire {
 }
 
 impl TokenHeader {
+    /// The request header the token comes in.
+    pub(crate) fn request_header(&self) -> &HeaderName {
+        &self.request
+    }
+
     fn read(&self, headers: &HeaderMap) -> ReadCookie {
         let mut values = headers.get_all(&self.request).iter();
         let Some(value) = values.next() else {
