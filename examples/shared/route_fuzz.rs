@@ -16,6 +16,12 @@ pub(crate) const ADMIN_TOKEN: &str = "route-fuzz-admin-token-0123456789abcdef";
 /// segments.
 pub(crate) type Route = (&'static str, &'static str);
 
+/// Up to `max` arbitrary bytes, each percent-escaped (`%00`…`%FF`): what decodes to anything.
+fn percent_escaped(max: usize) -> impl Strategy<Value = String> {
+    prop::collection::vec(any::<u8>(), 0..max)
+        .prop_map(|bytes| bytes.iter().map(|b| format!("%{b:02X}")).collect())
+}
+
 /// A path segment: numbers at and past every integer width, text, and percent-escapes.
 fn segment() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -41,12 +47,7 @@ fn segment() -> impl Strategy<Value = String> {
         ])
         .prop_map(str::to_owned),
         "[A-Za-z0-9._~:+-]{0,40}",
-        prop::collection::vec(any::<u8>(), 0..12).prop_map(|bytes| {
-            bytes
-                .iter()
-                .map(|b| format!("%{b:02X}"))
-                .collect::<String>()
-        }),
+        percent_escaped(12),
     ]
 }
 
@@ -55,12 +56,7 @@ fn query() -> impl Strategy<Value = String> {
     prop_oneof![
         Just(String::new()),
         "[a-z]{1,8}=[A-Za-z0-9%]{0,16}(&[a-z]{1,8}=[A-Za-z0-9%]{0,16}){0,3}",
-        prop::collection::vec(any::<u8>(), 0..16).prop_map(|bytes| {
-            bytes
-                .iter()
-                .map(|b| format!("%{b:02X}"))
-                .collect::<String>()
-        }),
+        percent_escaped(16),
     ]
 }
 
