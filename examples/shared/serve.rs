@@ -1,38 +1,254 @@
-//! The accept loop of both example apps (included with `#[path]`): HTTP/1.1 with a header-read
-//! timeout, the peer address handed to the limiter, and graceful shutdown.
+//! The accept loop of both example apps (included with `#[path]`): HTTP/1.1 with timeouts on
+//! every read and write a client controls, a cap on open connections, the peer address handed
+//! to the limiter, and graceful shutdown.
 //!
-//! `axum::serve` sets no header-read timeout, and hyper enforces one only with a timer: a client
-//! sending its request head one byte at a time (slow loris) held a connection, and a task, for
-//! ever. Here hyper closes a connection whose head is not complete within the timeout; the same
-//! timer closes keep-alive connections idle that long.
+//! `axum::serve` sets no timeout at all, and hyper enforces only a header-read timeout, and only
+//! with a timer. What a client could hold open for ever, and what closes it here:
+//!
+//! | the client… | closed by |
+//! | --- | --- |
+//! | sends its request head slowly (slow loris), or idles on a keep-alive connection | `HEADER_READ_TIMEOUT` |
+//! | sends its body slowly | `BODY_READ_TIMEOUT`, plus one second per `BODY_MIN_RATE` bytes received |
+//! | does not read the response | `RESPONSE_WRITE_TIMEOUT` without progress |
+//! | opens many connections | `MAX_CONNECTIONS`: the next one waits in the listen backlog |
 
 use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{Request, Response};
-use hyper::body::Incoming;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use redis_guard::rate_limit::PeerAddr;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::{Instant, Sleep};
 use tower::ServiceExt;
+
+use crate::settings::{self, Lookup};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How long a shutdown waits for requests in flight.
 const DRAIN: Duration = Duration::from_secs(10);
 
+/// What the server allows a client; see the module docs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// `HEADER_READ_TIMEOUT`: the request head, and the idle time between keep-alive requests.
+    pub(crate) header_read_timeout: Duration,
+    /// `BODY_READ_TIMEOUT`: the request body, before [`Limits::body_min_rate`] extends it.
+    pub(crate) body_read_timeout: Duration,
+    /// `BODY_MIN_RATE`: each this many bytes of body received add one second to the body's time.
+    pub(crate) body_min_rate: u32,
+    /// `RESPONSE_WRITE_TIMEOUT`: how long a write may wait for the client to read.
+    pub(crate) write_timeout: Duration,
+    /// `MAX_CONNECTIONS`: connections served at once.
+    pub(crate) max_connections: usize,
+}
+
+impl Limits {
+    /// What the server allows a client (see `shared/serve.rs`): `HEADER_READ_TIMEOUT` (default
+    /// `10s`), `BODY_READ_TIMEOUT` (`10s`) and `BODY_MIN_RATE` (`1024` bytes per second),
+    /// `RESPONSE_WRITE_TIMEOUT` (`30s`), each timeout at most `1h`, and `MAX_CONNECTIONS` (`1024`).
+    pub(crate) fn from_env(get: Lookup<'_>) -> Result<Self, String> {
+        let hour = Duration::from_secs(3600);
+        Ok(Self {
+            header_read_timeout: settings::duration(get, "HEADER_READ_TIMEOUT", "10s", hour)?,
+            body_read_timeout: settings::duration(get, "BODY_READ_TIMEOUT", "10s", hour)?,
+            body_min_rate: settings::number(
+                get,
+                "BODY_MIN_RATE",
+                1024,
+                1..=1 << 30,
+                "bytes per second",
+            )?,
+            write_timeout: settings::duration(get, "RESPONSE_WRITE_TIMEOUT", "30s", hour)?,
+            max_connections: settings::number(
+                get,
+                "MAX_CONNECTIONS",
+                1024,
+                1..=1_000_000,
+                "connections",
+            )?,
+        })
+    }
+}
+
+/// The request body the apps' services get: hyper's, cut off with an error when the client
+/// sends it slower than [`Limits`] allow.
+#[derive(Debug)]
+pub(crate) struct RequestBody {
+    inner: Incoming,
+    /// When the body times out; moved later by every byte received.
+    deadline: Pin<Box<Sleep>>,
+    started: Instant,
+    received: u64,
+    timeout: Duration,
+    min_rate: u32,
+}
+
+impl RequestBody {
+    fn new(inner: Incoming, limits: &Limits) -> Self {
+        let started = Instant::now();
+        Self {
+            inner,
+            deadline: Box::pin(tokio::time::sleep_until(started + limits.body_read_timeout)),
+            started,
+            received: 0,
+            timeout: limits.body_read_timeout,
+            min_rate: limits.body_min_rate,
+        }
+    }
+}
+
+/// The error a body read ends with when the client is too slow.
+#[derive(Debug)]
+struct BodyTimedOut;
+
+impl std::fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the request body arrived too slowly (BODY_READ_TIMEOUT, BODY_MIN_RATE)")
+    }
+}
+
+impl std::error::Error for BodyTimedOut {}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        // The body first: what the client sent in time is read whenever the handler asks.
+        let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) else {
+            return match this.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(BodyTimedOut.into()))),
+                Poll::Pending => Poll::Pending,
+            };
+        };
+        if let Some(data) = frame.as_ref().and_then(|f| f.as_ref().ok()?.data_ref()) {
+            this.received = this.received.saturating_add(data.len() as u64);
+            let earned = Duration::from_secs(this.received / u64::from(this.min_rate));
+            let deadline = this.started + this.timeout.saturating_add(earned);
+            this.deadline.as_mut().reset(deadline);
+        }
+        Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A connection whose writes fail once one has waited `timeout` for the client to read.
+#[derive(Debug)]
+struct WriteTimeout {
+    stream: TcpStream,
+    timeout: Duration,
+    /// Armed while a write waits; cleared by any progress.
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl WriteTimeout {
+    /// `Pending` from a write: start (or check) the stall timer.
+    fn stall<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        let timeout = self.timeout;
+        let sleep = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client did not read the response (RESPONSE_WRITE_TIMEOUT)",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn progress<T>(
+        &mut self,
+        poll: Poll<io::Result<T>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<T>> {
+        match poll {
+            Poll::Pending => self.stall(cx),
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+}
+
+impl AsyncRead for WriteTimeout {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for WriteTimeout {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.progress(poll, cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.progress(poll, cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.stream).poll_flush(cx);
+        self.progress(poll, cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.stream).poll_shutdown(cx);
+        self.progress(poll, cx)
+    }
+}
+
 /// Serves `service` on `listener` until `shutdown` completes, then lets requests in flight
 /// finish (for up to 10 s). Every request carries the peer address as [`PeerAddr`].
 pub(crate) async fn serve<S, B>(
     listener: TcpListener,
     service: S,
-    header_read_timeout: Duration,
+    limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) where
-    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S: tower::Service<Request<RequestBody>, Response = Response<B>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
     B: hyper::body::Body + Send + 'static,
@@ -40,8 +256,17 @@ pub(crate) async fn serve<S, B>(
     B::Error: Into<BoxError>,
 {
     let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
+        // A slot before accepting: past the cap, connections wait in the kernel's backlog.
+        let slot = tokio::select! {
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(c) => c,
@@ -52,21 +277,26 @@ pub(crate) async fn serve<S, B>(
             },
             () = &mut shutdown => break,
         };
-        let svc = service
-            .clone()
-            .map_request(move |mut req: Request<Incoming>| {
-                req.extensions_mut().insert(PeerAddr(peer));
-                req
-            });
+        let svc = service.clone().map_request(move |req: Request<Incoming>| {
+            let mut req = req.map(|body| RequestBody::new(body, &limits));
+            req.extensions_mut().insert(PeerAddr(peer));
+            req
+        });
+        let io = WriteTimeout {
+            stream,
+            timeout: limits.write_timeout,
+            stalled: None,
+        };
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(header_read_timeout)
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc));
+            .header_read_timeout(limits.header_read_timeout)
+            .serve_connection(TokioIo::new(io), TowerToHyperService::new(svc));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
+            drop(slot);
         });
     }
     drop(listener);
@@ -95,5 +325,45 @@ pub(crate) async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {},
         () = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_limits_default_and_name_the_bad_variable() {
+        let limits = |vars: &[(&str, &str)]| {
+            Limits::from_env(&|name| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| (*v).to_owned())
+            })
+        };
+        assert_eq!(
+            limits(&[]),
+            Ok(Limits {
+                header_read_timeout: Duration::from_secs(10),
+                body_read_timeout: Duration::from_secs(10),
+                body_min_rate: 1024,
+                write_timeout: Duration::from_secs(30),
+                max_connections: 1024,
+            })
+        );
+        let set = limits(&[("BODY_MIN_RATE", " 10 "), ("MAX_CONNECTIONS", "2")]).unwrap();
+        assert_eq!((set.body_min_rate, set.max_connections), (10, 2));
+        for (name, bad) in [
+            ("HEADER_READ_TIMEOUT", "0s"),
+            ("BODY_READ_TIMEOUT", "2h"),
+            ("BODY_MIN_RATE", "0"),
+            ("BODY_MIN_RATE", "fast"),
+            ("RESPONSE_WRITE_TIMEOUT", "30"),
+            ("MAX_CONNECTIONS", "0"),
+            ("MAX_CONNECTIONS", "1000001"),
+        ] {
+            let e = limits(&[(name, bad)]).unwrap_err();
+            assert!(e.starts_with(&format!("{name}={bad:?}")), "{e}");
+        }
     }
 }

@@ -83,10 +83,28 @@ pub(crate) fn quota(
     Ok(quota)
 }
 
-/// `HEADER_READ_TIMEOUT` (default `10s`, at most `1h`): how long a client may take to send a
-/// request head; a slow-loris connection is closed after it.
-pub(crate) fn header_read_timeout(get: Lookup<'_>) -> Result<Duration, String> {
-    duration(get, "HEADER_READ_TIMEOUT", "10s", Duration::from_secs(3600))
+/// A whole number in `name`, or `default`, within `range`; the error says what it counts.
+pub(crate) fn number<T>(
+    get: Lookup<'_>,
+    name: &str,
+    default: T,
+    range: std::ops::RangeInclusive<T>,
+    what: &str,
+) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display,
+{
+    let Some(v) = get(name) else {
+        return Ok(default);
+    };
+    match v.trim().parse::<T>() {
+        Ok(n) if range.contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{name}={v:?} must be a whole number of {what} from {} to {}",
+            range.start(),
+            range.end()
+        )),
+    }
 }
 
 /// `TRUSTED_PROXIES` (CIDRs whose forwarding header is believed) and `FORWARDED_HEADER`

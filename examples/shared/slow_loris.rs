@@ -1,14 +1,25 @@
-//! A slow-loris client for both example apps' end-to-end tests (included with `#[path]`).
+//! Slow clients for both example apps' end-to-end tests (included with `#[path]`): one that
+//! trickles its request head (slow loris), one that trickles its body.
 
 /// Sends a request head one byte every 250 ms and never finishes it; returns how long the
 /// server let the connection live, or `None` when it was still open after 10 s.
 async fn trickle_until_closed(addr: std::net::SocketAddr) -> Option<std::time::Duration> {
+    trickle(addr, b"", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ").await
+}
+
+/// Sends `prefix` at once, then `trickled` and `a`s one byte every 250 ms; returns how long the
+/// server let the connection live, or `None` when it was still open after 10 s.
+async fn trickle(
+    addr: std::net::SocketAddr,
+    prefix: &[u8],
+    trickled: &[u8],
+) -> Option<std::time::Duration> {
     use std::time::{Duration, Instant};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let started = Instant::now();
-    let head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ";
-    let bytes = head.iter().copied().chain(std::iter::repeat(b'a'));
+    stream.write_all(prefix).await.expect("write");
+    let bytes = trickled.iter().copied().chain(std::iter::repeat(b'a'));
     // Bounded: 40 bytes, 10 s at most.
     for byte in bytes.take(40) {
         if stream.write_all(&[byte]).await.is_err() {
@@ -36,6 +47,23 @@ async fn trickle_until_closed(addr: std::net::SocketAddr) -> Option<std::time::D
 /// within 5 s, room for a loaded machine and half of what the trickle lasts.
 pub(crate) async fn assert_closed_by_a_1s_header_timeout(addr: std::net::SocketAddr) {
     let lived = trickle_until_closed(addr).await;
+    assert!(
+        lived.is_some_and(|d| d < std::time::Duration::from_secs(5)),
+        "still open after {lived:?} (None: 10 s)"
+    );
+}
+
+/// Asserts that an app started with `BODY_READ_TIMEOUT=1s` and a `BODY_MIN_RATE` far above
+/// 4 bytes a second closes a connection whose `POST path` body trickles in: within 5 s.
+pub(crate) async fn assert_a_trickled_body_is_cut_off_after_1s(
+    addr: std::net::SocketAddr,
+    path: &str,
+) {
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: 1000\r\n\r\n"
+    );
+    let lived = trickle(addr, head.as_bytes(), br#"{"username": ""#).await;
     assert!(
         lived.is_some_and(|d| d < std::time::Duration::from_secs(5)),
         "still open after {lived:?} (None: 10 s)"

@@ -12,6 +12,8 @@ use tokio::process::{Child, Command};
 pub struct RunningApp {
     /// Where it listens.
     pub addr: SocketAddr,
+    /// The line it printed when it started listening (it may name more addresses).
+    pub line: String,
     _child: Child,
 }
 
@@ -49,6 +51,7 @@ pub async fn spawn(bin: &str, env: &[(&str, &str)]) -> RunningApp {
         .unwrap_or_else(|| panic!("{bin}: no address in {line:?}"));
     RunningApp {
         addr,
+        line,
         _child: child,
     }
 }

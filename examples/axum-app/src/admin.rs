@@ -10,8 +10,10 @@
 //!
 //! Rules: `api` (key: `user:<username>` when the client is logged in, else its IP address;
 //! IPv6 addresses count per /64) and `calls` (key: the caller's phone number, normalized as
-//! `POST /calls` does). A missing or wrong token is a `401` with `WWW-Authenticate: Bearer`; an
-//! unknown rule a `404`; a key or body that does not parse a `400`; all `application/problem+json`.
+//! `POST /calls` does). A missing or wrong token is a `401` with `WWW-Authenticate: Bearer`, too
+//! many wrong tokens from one address a `429` (see `admin_auth.rs`); an unknown rule a `404`; a
+//! key or body that does not parse a `400`; all `application/problem+json`. Every operation is
+//! logged (client address, rule, key), the token never.
 //! The routes sit outside the cross-site check: a bearer token is never sent by a browser on its
 //! own, so it cannot be forged cross-site.
 
@@ -22,7 +24,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
@@ -30,6 +32,7 @@ use redis_guard::rate_limit::{ClientIp, Key, Limiter, LimiterError, MAX_OVERRIDE
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::admin_auth::AdminAuth;
 use crate::calls::normalize_phone;
 use crate::login::normalize_username;
 
@@ -64,37 +67,25 @@ impl KeySyntax {
 /// What the admin routes need.
 #[derive(Clone, Debug)]
 struct Admin {
-    token: Arc<str>,
+    auth: AdminAuth,
     limiter: Arc<dyn Limiter>,
     rules: Arc<[(Rule, KeySyntax)]>,
 }
 
 /// The admin routes when `ADMIN_TOKEN` is set (an empty router when it is not): `api` is the
 /// `API_LIMIT` rule keyed by `client_ip` for logged-out clients, `calls` the `POST /calls` rule.
-///
-/// # Errors
-///
-/// `ADMIN_TOKEN` set but empty or blank: refused at start rather than guarding the routes with
-/// a token anyone can guess.
 pub(crate) fn routes(
+    auth: Option<AdminAuth>,
     limiter: Arc<dyn Limiter>,
     api_limit: Quota,
     client_ip: ClientIp,
     calls: Rule,
-) -> Result<Router, String> {
-    // Not `settings::from_process_env`, which reads a blank value as unset: a blank token is a
-    // mistake to report, not a way to turn the routes off.
-    let Some(token) = std::env::var_os("ADMIN_TOKEN") else {
-        return Ok(Router::new());
+) -> Router {
+    let Some(auth) = auth else {
+        return Router::new();
     };
-    let Some(token) = token.to_str().map(str::to_owned) else {
-        return Err("ADMIN_TOKEN is not valid UTF-8".into());
-    };
-    if token.trim().is_empty() {
-        return Err("ADMIN_TOKEN is set but empty: set a long random token, or unset it to turn the admin routes off".into());
-    }
     let admin = Admin {
-        token: token.into(),
+        auth,
         limiter,
         rules: Arc::new([
             (
@@ -104,15 +95,15 @@ pub(crate) fn routes(
             (calls, KeySyntax::Phone),
         ]),
     };
-    Ok(Router::new()
+    Router::new()
         .route("/admin/limits/{rule}/{key}", get(inspect).delete(reset))
         .route("/admin/limits/{rule}/{key}/penalize", post(penalize))
         .route("/admin/limits/{rule}/{key}/allow", post(allow))
-        .with_state(admin))
+        .with_state(admin)
 }
 
 /// An RFC 9457 problem response.
-fn problem(status: StatusCode, detail: &str) -> Response {
+pub(crate) fn problem(status: StatusCode, detail: &str) -> Response {
     let mut res = (
         status,
         json!({
@@ -131,24 +122,9 @@ fn problem(status: StatusCode, detail: &str) -> Response {
     res
 }
 
-/// Equal in time that does not depend on where the first difference is.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = a.len() ^ b.len();
-    for i in 0..a.len().max(b.len()) {
-        let (x, y) = (
-            a.get(i).copied().unwrap_or(0),
-            b.get(i).copied().unwrap_or(0),
-        );
-        diff |= usize::from(x ^ y);
-    }
-    std::hint::black_box(diff) == 0
-}
-
 /// Why an admin request is refused.
 #[derive(Debug)]
 enum Refusal {
-    /// No bearer token, or the wrong one: `401`.
-    Unauthorized,
     /// `404`, with the message.
     UnknownRule(String),
     /// `400`, with the message.
@@ -158,17 +134,6 @@ enum Refusal {
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         match self {
-            Self::Unauthorized => {
-                let mut res = problem(
-                    StatusCode::UNAUTHORIZED,
-                    "send Authorization: Bearer <ADMIN_TOKEN>",
-                );
-                res.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static(r#"Bearer realm="admin""#),
-                );
-                res
-            }
             Self::UnknownRule(detail) => problem(StatusCode::NOT_FOUND, &detail),
             Self::BadKey(detail) => problem(StatusCode::BAD_REQUEST, &detail),
         }
@@ -176,16 +141,6 @@ impl IntoResponse for Refusal {
 }
 
 impl Admin {
-    /// Whether the request carries the bearer token.
-    fn authorized(&self, headers: &HeaderMap) -> bool {
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .is_some_and(|t| constant_time_eq(t.as_bytes(), self.token.as_bytes()))
-    }
-
     /// The rule named `rule` and its key spelled `key`, or why not.
     fn target(&self, rule: &str, key: &str) -> Result<(Rule, Key), Refusal> {
         let Some((rule, syntax)) = self.rules.iter().find(|(r, _)| r.name() == rule) else {
@@ -230,24 +185,43 @@ struct Target {
     key: Key,
 }
 
+impl Target {
+    /// The log line of an operation on the target (the key as the operator spelled it).
+    fn log(&self, op: &str, client: &str, raw_key: &str) {
+        tracing::info!(
+            client,
+            op,
+            rule = self.rule.name(),
+            key = raw_key,
+            "admin operation"
+        );
+    }
+}
+
 impl FromRequestParts<Admin> for Target {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, admin: &Admin) -> Result<Self, Response> {
-        if !admin.authorized(&parts.headers) {
-            return Err(Refusal::Unauthorized.into_response());
-        }
-        let Path((rule, key)) = Path::<(String, String)>::from_request_parts(parts, admin)
+        let client = admin.auth.check(parts).await?;
+        let Path((rule, raw_key)) = Path::<(String, String)>::from_request_parts(parts, admin)
             .await
             .map_err(IntoResponse::into_response)?;
         let (rule, key) = admin
-            .target(&rule, &key)
+            .target(&rule, &raw_key)
             .map_err(IntoResponse::into_response)?;
-        Ok(Self {
+        let target = Self {
             admin: admin.clone(),
             rule,
             key,
-        })
+        };
+        let op = match (parts.method.as_str(), parts.uri.path().rsplit('/').next()) {
+            ("GET", _) => "inspect",
+            ("DELETE", _) => "reset",
+            (_, Some("penalize")) => "penalize",
+            _ => "allow",
+        };
+        target.log(op, &client, &raw_key);
+        Ok(target)
     }
 }
 
@@ -326,14 +300,6 @@ async fn allow(Target { admin, rule, key }: Target, body: Bytes) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tokens_compare_whole() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        for other in [&b"secreT"[..], b"secre", b"secrets", b""] {
-            assert!(!constant_time_eq(b"secret", other));
-        }
-    }
 
     #[test]
     fn keys_are_spelled_as_the_extractors_make_them() {

@@ -1,11 +1,14 @@
 //! Configuration from the environment (design §6).
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis_guard::rate_limit::{ClientIp, FailurePolicy, Mode, Quota};
 
-use crate::login::LoginRules;
+use crate::login::{LoginRules, normalize_username};
+use crate::serve::Limits;
 use crate::settings::{self, Lookup};
 
 /// Where the limiter keeps its state.
@@ -24,8 +27,17 @@ pub(crate) struct Config {
     pub(crate) bind: SocketAddr,
     pub(crate) store: Store,
     pub(crate) api_limit: Quota,
-    /// `API_PRO_LIMIT`: the `/api/*` quota of callers on the pro plan (`X-Plan: pro`).
+    /// `API_PRO_LIMIT`: the `/api/*` quota of callers on the pro plan (`PRO_USERS`).
     pub(crate) api_pro_limit: Quota,
+    /// `PRO_USERS`: the users (normalized as they log in) on the pro plan.
+    pub(crate) pro_users: Arc<HashSet<String>>,
+    /// `SLOW_LIMIT`: `GET /slow/{n}` requests per client IP.
+    pub(crate) slow_limit: Quota,
+    /// `SESSION_CREATE_LIMIT`: requests per client IP to the routes that start anonymous
+    /// sessions (`GET /csrf`, `POST /logout`).
+    pub(crate) session_create_limit: Quota,
+    /// `METRICS_BIND`: a second address serving `GET /metrics` without the admin token.
+    pub(crate) metrics_bind: Option<SocketAddr>,
     /// `API_LIMIT_MODE`: how the `/api/*` rule acts on its verdict.
     pub(crate) api_mode: Mode,
     /// `API_CANDIDATE_LIMIT`: a quota tried in shadow beside `API_LIMIT`.
@@ -43,7 +55,8 @@ pub(crate) struct Config {
     pub(crate) cookie_secure: bool,
     pub(crate) session_idle: Duration,
     pub(crate) session_max: Duration,
-    pub(crate) header_read_timeout: Duration,
+    /// The server's timeouts and connection cap (`shared/serve.rs`).
+    pub(crate) server: Limits,
 }
 
 impl Config {
@@ -71,7 +84,14 @@ impl Config {
         };
         let redis_timeout = settings::redis_timeout(get)?;
         let client_ip = settings::client_ip(get)?;
-        let header_read_timeout = settings::header_read_timeout(get)?;
+        let server = Limits::from_env(get)?;
+        let metrics_bind = get("METRICS_BIND")
+            .map(|v| {
+                v.trim().parse().map_err(|e| {
+                    format!("METRICS_BIND={v:?} is not a socket address like 127.0.0.1:9100: {e}")
+                })
+            })
+            .transpose()?;
         let cookie_secure = match get("COOKIE_SECURE").as_deref().map(str::trim) {
             None | Some("true" | "1") => true,
             Some("false" | "0") => false,
@@ -111,6 +131,10 @@ impl Config {
             store,
             api_limit: settings::quota(get, "API_LIMIT", "60/minute")?,
             api_pro_limit: settings::quota(get, "API_PRO_LIMIT", "600/minute")?,
+            pro_users: Arc::new(pro_users(get)?),
+            slow_limit: settings::quota(get, "SLOW_LIMIT", "30/minute")?,
+            session_create_limit: settings::quota(get, "SESSION_CREATE_LIMIT", "30/minute")?,
+            metrics_bind,
             api_mode: match get("API_LIMIT_MODE")
                 .map(|v| v.trim().to_ascii_lowercase())
                 .as_deref()
@@ -130,9 +154,25 @@ impl Config {
             calls_limit: settings::quota(get, "CALLS_LIMIT", "5/minute")?,
             limit_on_error: settings::failure_policy(get)?,
             redis_timeout,
-            header_read_timeout,
+            server,
         })
     }
+}
+
+/// `PRO_USERS`: comma-separated usernames, each normalized as `POST /login` does.
+fn pro_users(get: Lookup<'_>) -> Result<HashSet<String>, String> {
+    let Some(v) = get("PRO_USERS") else {
+        return Ok(HashSet::new());
+    };
+    v.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| {
+            normalize_username(u).ok_or_else(|| {
+                format!("PRO_USERS={v:?}: {u:?} is not a username ([A-Za-z0-9_.-]{{1,64}})")
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -162,9 +202,40 @@ mod tests {
         assert!(c.cookie_secure);
         assert_eq!(c.session_idle, Duration::from_secs(1800));
         assert_eq!(c.session_max, Duration::from_secs(86_400));
-        assert_eq!(c.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(c.server.header_read_timeout, Duration::from_secs(10));
+        assert!(c.pro_users.is_empty());
+        assert_eq!(c.slow_limit, Quota::per_minute(30));
+        assert_eq!(c.session_create_limit, Quota::per_minute(30));
+        assert_eq!(c.metrics_bind, None);
         assert_eq!(c.report_concurrency, 2);
         assert_eq!(c.report_lease_expiry, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn the_new_limits_and_addresses_are_checked() {
+        let c = with(&[
+            ("PRO_USERS", " Carol, bob.k ,"),
+            ("METRICS_BIND", "127.0.0.1:9100"),
+            ("SLOW_LIMIT", "5/10s"),
+        ])
+        .unwrap();
+        let pro: Vec<&str> = {
+            let mut v: Vec<&str> = c.pro_users.iter().map(String::as_str).collect();
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(pro, ["bob.k", "carol"]);
+        assert_eq!(c.metrics_bind, Some("127.0.0.1:9100".parse().unwrap()));
+        for (name, bad) in [
+            ("PRO_USERS", "carol, not a name"),
+            ("METRICS_BIND", "9100"),
+            ("SLOW_LIMIT", "lots"),
+            ("SESSION_CREATE_LIMIT", "0/minute"),
+            ("MAX_CONNECTIONS", "none"),
+        ] {
+            let e = with(&[(name, bad)]).unwrap_err();
+            assert!(e.starts_with(&format!("{name}={bad:?}")), "{e}");
+        }
     }
 
     #[test]

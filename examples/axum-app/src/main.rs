@@ -2,6 +2,7 @@
 //! README.md beside this file for what to try.
 
 mod admin;
+mod admin_auth;
 mod auth;
 mod calls;
 mod config;
@@ -31,6 +32,9 @@ use redis_guard::rate_limit::{
 use redis_guard::session::{
     CookieConfig, MemorySessionStore, RedisSessionStore, SessionLayer, SessionStore, SessionUser,
 };
+use std::collections::HashSet;
+
+use crate::admin_auth::AdminAuth;
 
 use crate::calls::Calls;
 use crate::config::{Config, Store};
@@ -42,6 +46,7 @@ async fn main() -> ExitCode {
 
 async fn run() -> Result<(), String> {
     let config = Config::from_env()?;
+    let admin_auth = AdminAuth::from_env(config.client_ip.clone())?;
     // First: a metric registered before the recorder exists is lost for good.
     let metrics = metrics::install(&config.store)?;
     let (limiter, sessions, cache, backend): (
@@ -86,36 +91,59 @@ async fn run() -> Result<(), String> {
             )
         }
     };
-    // Outside every layer: a scrape carries no cookie and costs no quota.
-    let app = router(&config, limiter, sessions, cache)?.merge(metrics);
+    let mut app = router(&config, admin_auth.clone(), limiter, sessions, cache)?;
+    // Outside every other layer: a scrape carries no cookie and costs no quota. On the main
+    // address only with the admin token (a 404 without `ADMIN_TOKEN`).
+    if let Some(auth) = admin_auth {
+        app = app.merge(metrics.clone().layer(axum::middleware::from_fn_with_state(
+            auth,
+            admin_auth::require,
+        )));
+    }
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .map_err(|e| format!("cannot listen on BIND={}: {e}", config.bind))?;
     let addr = listener
         .local_addr()
         .map_err(|e| format!("no local address: {e}"))?;
-    println!("axum-app listening on http://{addr} (rate limits and sessions: {backend})");
-    // Not `axum::serve`: it sets no header-read timeout (slow loris).
-    serve::serve(
-        listener,
-        app,
-        config.header_read_timeout,
-        serve::shutdown_signal(),
-    )
-    .await;
+    // `METRICS_BIND`: `/metrics` without a token, on an address kept off the public network.
+    let mut metrics_at = String::new();
+    if let Some(bind) = config.metrics_bind {
+        let metrics_listener = tokio::net::TcpListener::bind(bind)
+            .await
+            .map_err(|e| format!("cannot listen on METRICS_BIND={bind}: {e}"))?;
+        let metrics_addr = metrics_listener
+            .local_addr()
+            .map_err(|e| format!("no local address: {e}"))?;
+        metrics_at = format!(", metrics on http://{metrics_addr}/metrics");
+        tokio::spawn(serve::serve(
+            metrics_listener,
+            metrics,
+            config.server,
+            serve::shutdown_signal(),
+        ));
+    }
+    println!(
+        "axum-app listening on http://{addr} (rate limits and sessions: {backend}){metrics_at}"
+    );
+    // Not `axum::serve`: it sets no timeout at all (slow loris, slow bodies, slow readers).
+    serve::serve(listener, app, config.server, serve::shutdown_signal()).await;
     Ok(())
 }
 
 /// What `GET /export` costs of the `/api/*` rule: ten plain requests.
 const EXPORT_COST: u32 = 10;
 
-/// The `/api/*` quota of the caller's plan: `X-Plan: pro` gets `pro` (`API_PRO_LIMIT`); any other
-/// value, or none, keeps the rule's own (`API_LIMIT`, the free plan). The header stands in for the
-/// plan attribute an authentication layer would put in the request's extensions: a real app
-/// must not let the client choose its plan.
-fn plan_quota(head: &http::request::Parts, pro: Quota) -> Option<Quota> {
-    let plan = head.headers.get("x-plan")?.as_bytes();
-    plan.eq_ignore_ascii_case(b"pro").then_some(pro)
+/// The `/api/*` quota of the caller's plan, decided on the server: a logged-in user named in
+/// `PRO_USERS` gets `pro` (`API_PRO_LIMIT`); everyone else keeps the rule's own (`API_LIMIT`,
+/// the free plan). Nothing the client sends (an `X-Plan` header, say) chooses it.
+fn plan_quota(
+    head: &http::request::Parts,
+    pro: Quota,
+    pro_users: &HashSet<String>,
+) -> Option<Quota> {
+    let user = head.extensions.get::<SessionUser>()?;
+    pro_users.contains(&user.0).then_some(pro)
 }
 
 /// The response cache of `GET /slow/{n}`. The route never reads cookies, so a browser's
@@ -129,6 +157,7 @@ fn cache_layer(store: impl CacheStore) -> Result<CacheLayer, String> {
 
 fn router(
     config: &Config,
+    admin_auth: Option<AdminAuth>,
     limiter: Arc<dyn Limiter>,
     sessions: Arc<dyn SessionStore>,
     cache: CacheLayer,
@@ -138,13 +167,14 @@ fn router(
         .min(config.api_limit.burst_size())
         .min(config.api_pro_limit.burst_size());
     let pro = config.api_pro_limit;
+    let pro_users = Arc::clone(&config.pro_users);
     // Per user when logged in, per client IP otherwise; the quota by the caller's plan.
     let mut api_limit = RateLimitLayer::builder(Arc::clone(&limiter))
         .rule_with(
             Rule::new("api", config.api_limit)
                 .with_mode(config.api_mode)
                 .with_overrides()
-                .with_quota_from(move |head| plan_quota(head, pro))
+                .with_quota_from(move |head| plan_quota(head, pro, &pro_users))
                 .with_cost_from(move |head| {
                     if head.uri.path() == "/export" {
                         export_cost
@@ -198,11 +228,36 @@ fn router(
         .route("/report", get(report::report))
         .layer(report_limit);
     let admin = admin::routes(
+        admin_auth.clone(),
         Arc::clone(&limiter),
         config.api_limit,
         config.client_ip.clone(),
         calls_rule.clone(),
-    )?;
+    );
+    // Every `n` and query is a cache entry of its own: the limit, not the cache, bounds how
+    // often one client runs the slow handler.
+    let slow_limit = RateLimitLayer::builder(Arc::clone(&limiter))
+        .rule("slow", config.client_ip.clone(), config.slow_limit)
+        .failure_policy(config.limit_on_error)
+        .build()
+        .map_err(|e| format!("SLOW_LIMIT: {e}"))?;
+    // The two routes that write to a session the client may not have yet: each call can add
+    // one to the store, so each is counted per client IP (with or without a cookie: an unknown
+    // id starts a new session too). `POST /login` creates sessions as well, under its own
+    // per-IP rule (`LOGIN_IP_LIMIT`).
+    let session_create_limit = RateLimitLayer::builder(Arc::clone(&limiter))
+        .rule(
+            "session-create",
+            config.client_ip.clone(),
+            config.session_create_limit,
+        )
+        .failure_policy(config.limit_on_error)
+        .build()
+        .map_err(|e| format!("SESSION_CREATE_LIMIT: {e}"))?;
+    let creating = Router::new()
+        .route("/logout", post(auth::logout))
+        .route("/csrf", get(auth::csrf))
+        .layer(session_create_limit);
     let calls = Router::new()
         .route("/calls", post(calls::handler))
         .with_state(Calls {
@@ -220,21 +275,20 @@ fn router(
     Ok(Router::new()
         .route("/", get(|| async { Html(include_str!("index.html")) }))
         .route("/me", get(auth::me))
-        .route("/logout", post(auth::logout))
         .route("/logout-all", post(auth::logout_all))
         .route("/logout-others", post(auth::logout_others))
         .route("/flash", get(auth::flash))
-        .route("/csrf", get(auth::csrf))
         .route("/sessions", get(auth::sessions))
         .route("/sessions/{handle}/revoke", post(auth::revoke))
         .merge(api)
+        .merge(creating)
         .merge(report)
         .merge(login)
         .layer(session_layer.clone())
         // Health checks stay outside the session layer: never a cookie, never a store call.
         .route("/healthz", get(|| async { "ok" }))
         // Cached responses never carry a session cookie: outside the session layer.
-        .merge(slow::routes(cache))
+        .merge(slow::routes(cache, slow_limit, admin_auth))
         .merge(calls)
         // Outermost: a cross-site or non-JSON write is refused before sessions or limiters.
         .layer(axum::middleware::from_fn(refuse_cross_site))

@@ -1,6 +1,10 @@
 //! `GET /slow/{n}`: a response that takes ~200 ms to compute, cached 30 s by `CacheLayer` with
-//! the tag `slow`; `POST /slow/invalidate` drops every entry with that tag. The `x-cache`
-//! response header says `MISS` (computed now), `HIT` (from the cache) or `STALE`.
+//! the tag `slow`; `POST /slow/invalidate` (admin token) drops every entry with that tag. The
+//! `x-cache` response header says `MISS` (computed now), `HIT` (from the cache) or `STALE`.
+//!
+//! Every `n` and every query string is its own cache entry, so the cache alone does not bound
+//! how often the handler runs: `SLOW_LIMIT` (per client IP, hits included) does. `n` is at most
+//! `4294967295` (`u32::MAX`), whose square still fits a JSON number; a larger one is a `400`.
 
 use std::time::Duration;
 
@@ -11,25 +15,40 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use redis_guard::cache::{CacheLayer, CacheTags};
+use redis_guard::rate_limit::RateLimitLayer;
 use serde_json::json;
+
+use crate::admin_auth::{self, AdminAuth};
 
 /// How long one computation takes.
 const COMPUTE: Duration = Duration::from_millis(200);
 
-/// The routes; `cache` caches `GET /slow/{n}` and is what the invalidation reaches.
-pub(crate) fn routes(cache: CacheLayer) -> Router {
-    Router::new()
+/// The routes; `cache` caches `GET /slow/{n}` and is what the invalidation reaches; `limit`
+/// (`SLOW_LIMIT`) sits in front of the cache; `auth` guards the invalidation (a `404` without
+/// `ADMIN_TOKEN`).
+pub(crate) fn routes(cache: CacheLayer, limit: RateLimitLayer, auth: Option<AdminAuth>) -> Router {
+    let invalidate = match auth {
+        Some(auth) => post(invalidate).layer(axum::middleware::from_fn_with_state(
+            auth,
+            admin_auth::require,
+        )),
+        None => post(admin_auth::not_found),
+    };
+    let slow = Router::new()
         .route("/slow/{n}", get(slow).layer(cache.clone()))
-        .route("/slow/invalidate", post(invalidate))
+        .layer(limit);
+    Router::new()
+        .route("/slow/invalidate", invalidate)
         .with_state(cache)
+        .merge(slow)
 }
 
-async fn slow(Path(n): Path<u64>) -> impl IntoResponse {
+async fn slow(Path(n): Path<u32>) -> impl IntoResponse {
     tokio::time::sleep(COMPUTE).await;
     (
         [("cache-control", "public, max-age=30")],
         CacheTags::new(["slow"]),
-        Json(json!({ "n": n, "square": u128::from(n) * u128::from(n) })),
+        Json(json!({ "n": n, "square": u64::from(n) * u64::from(n) })),
     )
 }
 

@@ -6,7 +6,7 @@ use redis_guard_testkit::app::{RunningApp, spawn};
 use redis_guard_testkit::http::{RawResponse, request};
 use tokio::process::Command;
 
-const TOKEN: &str = "s3cret-admin-token";
+const TOKEN: &str = "s3cret-admin-token-of-32-bytes-at-least";
 
 async fn start(env: &[(&str, &str)]) -> RunningApp {
     let mut env = env.to_vec();
@@ -74,23 +74,81 @@ async fn without_a_token_there_are_no_admin_routes() {
     }
 }
 
+/// What the app printed on stderr when it refused to start (exit code 2) with `ADMIN_TOKEN`.
+async fn refused_at_start(value: &str) -> String {
+    let run = Command::new(env!("CARGO_BIN_EXE_axum-app"))
+        .env_clear()
+        .env("BIND", "127.0.0.1:0")
+        .env("ADMIN_TOKEN", value)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(30), run)
+        .await
+        .unwrap_or_else(|_| panic!("ADMIN_TOKEN={value:?} was accepted"))
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_token_is_refused_at_start() {
     for value in ["", "   "] {
-        let run = Command::new(env!("CARGO_BIN_EXE_axum-app"))
-            .env_clear()
-            .env("BIND", "127.0.0.1:0")
-            .env("ADMIN_TOKEN", value)
-            .kill_on_drop(true)
-            .output();
-        let out = tokio::time::timeout(std::time::Duration::from_secs(30), run)
-            .await
-            .unwrap_or_else(|_| panic!("ADMIN_TOKEN={value:?} was accepted"))
-            .expect("run");
-        assert_eq!(out.status.code(), Some(2));
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = refused_at_start(value).await;
         assert!(stderr.contains("ADMIN_TOKEN is set but empty"), "{stderr}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_shorter_than_32_bytes_is_refused_at_start() {
+    let short = &TOKEN[..31];
+    let stderr = refused_at_start(short).await;
+    assert!(
+        stderr.contains("ADMIN_TOKEN is 31 bytes long: at least 32 are required"),
+        "{stderr}"
+    );
+    // The message names the variable, never the secret.
+    assert!(!stderr.contains(short), "{stderr}");
+}
+
+/// After 10 wrong tokens in a minute, the address gets a `429` for any token — the right one
+/// too, so a guess cannot be told apart — while another address still gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_tokens_are_throttled_per_client_ip() {
+    let app = start(&[("ADMIN_TOKEN", TOKEN), ("TRUSTED_PROXIES", "127.0.0.1/32")]).await;
+    let path = "/admin/limits/api/127.0.0.1";
+    let addr = app.addr;
+    let from = |ip: &'static str, token: &'static str| {
+        let bearer = format!("Bearer {token}");
+        async move {
+            request(
+                addr,
+                "GET",
+                path,
+                &[
+                    ("Authorization", bearer.as_bytes()),
+                    ("X-Forwarded-For", ip.as_bytes()),
+                ],
+                b"",
+            )
+            .await
+            .expect("request")
+        }
+    };
+    for i in 0..10 {
+        assert_eq!(from("203.0.113.9", "guess").await.status, 401, "guess {i}");
+    }
+    // No token at all is no guess: a plain 401.
+    assert_eq!(send(&app, "GET", path, None, b"").await.status, 401);
+    for token in ["guess", TOKEN] {
+        let r = from("203.0.113.9", token).await;
+        assert_problem(&r, 429);
+        let retry: u64 = r
+            .header("retry-after")
+            .and_then(|v| v.parse().ok())
+            .expect("Retry-After");
+        assert!((1..=60).contains(&retry), "{retry}");
+    }
+    assert_eq!(from("198.51.100.1", TOKEN).await.status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -243,4 +301,98 @@ async fn a_logged_in_users_key_and_the_calls_rule() {
     // Memory backend: the same routes; a user that never logged in has the whole quota.
     let seen = json(&admin(&app, "GET", "/admin/limits/api/user:alice", b"").await);
     assert_eq!(seen["remaining"], 60, "{seen}");
+}
+
+/// Every admin operation leaves a line on stderr naming it and the client; the token never
+/// appears, not even when a wrong one is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_operations_are_logged_without_the_token() {
+    use std::process::Stdio;
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_axum-app"))
+        .env_clear()
+        .env("BIND", "127.0.0.1:0")
+        .env("ADMIN_TOKEN", TOKEN)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let line = tokio::time::timeout(std::time::Duration::from_secs(30), stdout.next_line())
+        .await
+        .expect("listening in time")
+        .expect("stdout")
+        .expect("a line");
+    let addr: std::net::SocketAddr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    let bearer = format!("Bearer {TOKEN}");
+    let with_token: &[(&str, &[u8])] = &[
+        ("Authorization", bearer.as_bytes()),
+        ("Content-Type", b"application/json"),
+    ];
+    let path = "/admin/limits/api/127.0.0.1";
+    for (method, path, body, status) in [
+        ("GET", path.to_owned(), &b""[..], 200),
+        ("DELETE", path.to_owned(), b"", 204),
+        (
+            "POST",
+            format!("{path}/penalize"),
+            br#"{"seconds": 5}"#,
+            204,
+        ),
+        ("POST", format!("{path}/allow"), br#"{"seconds": 5}"#, 204),
+        ("POST", "/slow/invalidate".to_owned(), b"{}", 204),
+    ] {
+        let r = request(addr, method, &path, with_token, body)
+            .await
+            .expect("request");
+        assert_eq!(r.status, status, "{method} {path}: {}", r.text());
+    }
+    let wrong = format!("Bearer {}", &TOKEN[1..]);
+    let r = request(
+        addr,
+        "GET",
+        path,
+        &[("Authorization", wrong.as_bytes())],
+        b"",
+    )
+    .await
+    .expect("request");
+    assert_eq!(r.status, 401);
+    child.start_kill().expect("kill");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .await
+        .expect("read stderr");
+    let logged = |needle: &[&str]| {
+        stderr
+            .lines()
+            .any(|l| needle.iter().all(|n| l.contains(n)) && l.contains("127.0.0.1"))
+    };
+    for op in ["inspect", "reset", "penalize", "allow"] {
+        assert!(
+            logged(&["admin operation", op, "api"]),
+            "{op} in:\n{stderr}"
+        );
+    }
+    assert!(
+        logged(&["admin operation", "/slow/invalidate"]),
+        "invalidate in:\n{stderr}"
+    );
+    assert!(logged(&["wrong admin token"]), "{stderr}");
+    assert!(
+        !stderr.contains(&TOKEN[1..]),
+        "the token was logged:\n{stderr}"
+    );
 }

@@ -7,6 +7,16 @@ use redis_guard_testkit::{Browser, RedisServer};
 
 const WAIT: Duration = Duration::from_secs(15);
 
+/// The admin token the live panel's apps run with: `/metrics` needs it.
+const TOKEN: &str = "browser-test-admin-token-0123456789abcdef";
+
+/// Opens `url` and gives the live panel the admin token, as an operator types it.
+async fn open_panel(browser: &Browser, url: &str) -> Result<(), redis_guard_testkit::TestkitError> {
+    browser.goto(url).await?;
+    browser.type_text("#admin-token", TOKEN).await?;
+    browser.click("#token-button").await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_in_reload_and_log_out_in_chromium() {
     let (_server, app) = app_on_redis().await;
@@ -94,7 +104,11 @@ async fn panel_browser() -> Browser {
 /// `shown` lists what else the panel must show at the end: `(CSS selector, text)`.
 async fn panel_after_a_burst(backend: &str, env: &[(&str, &str)], shown: &[(&str, &str)]) {
     let mut env = env.to_vec();
-    env.extend([("API_LIMIT", "5/minute"), ("REDIS_TIMEOUT_MS", "5000")]);
+    env.extend([
+        ("API_LIMIT", "5/minute"),
+        ("REDIS_TIMEOUT_MS", "5000"),
+        ("ADMIN_TOKEN", TOKEN),
+    ]);
     let app = spawn(env!("CARGO_BIN_EXE_axum-app"), &env).await;
     let browser = panel_browser().await;
     let outcome = burst(&browser, &format!("http://{}/", app.addr), shown).await;
@@ -115,7 +129,7 @@ async fn verdict(browser: &Browser, name: &str, outcome: Result<(), String>) {
 
 async fn burst(browser: &Browser, url: &str, shown: &[(&str, &str)]) -> Result<(), String> {
     let fail = |e: redis_guard_testkit::TestkitError| e.to_string();
-    browser.goto(url).await.map_err(fail)?;
+    open_panel(browser, url).await.map_err(fail)?;
     // The first poll is the chart's baseline: the burst must come after it to be counted.
     browser
         .wait_for("#live", |t| t.starts_with("live"), WAIT)
@@ -217,7 +231,11 @@ async fn live_panel_on_redis() {
 async fn breaker_state_in_the_panel_follows_a_frozen_redis() {
     let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     let url = server.url();
-    let env = [("REDIS_URL", url.as_str()), ("REDIS_TIMEOUT_MS", "100")];
+    let env = [
+        ("REDIS_URL", url.as_str()),
+        ("REDIS_TIMEOUT_MS", "100"),
+        ("ADMIN_TOKEN", TOKEN),
+    ];
     let app = spawn(env!("CARGO_BIN_EXE_axum-app"), &env).await;
     let browser = panel_browser().await;
     let outcome = freeze_and_thaw(&browser, &format!("http://{}/", app.addr), &server).await;
@@ -229,7 +247,7 @@ async fn breaker_state_in_the_panel_follows_a_frozen_redis() {
 async fn freeze_and_thaw(browser: &Browser, url: &str, server: &RedisServer) -> Result<(), String> {
     let fail = |e: redis_guard_testkit::TestkitError| e.to_string();
     let burst_done = |t: &str| t.starts_with("20 answers:");
-    browser.goto(url).await.map_err(fail)?;
+    open_panel(browser, url).await.map_err(fail)?;
     browser
         .wait_for("#breaker-state", |t| t == "closed", WAIT)
         .await

@@ -8,7 +8,9 @@ use tokio::process::Command;
 
 #[path = "../../shared/slow_loris.rs"]
 mod slow_loris;
-use slow_loris::assert_closed_by_a_1s_header_timeout;
+use slow_loris::{
+    assert_a_trickled_body_is_cut_off_after_1s, assert_closed_by_a_1s_header_timeout,
+};
 
 type App = RunningApp;
 
@@ -966,4 +968,110 @@ async fn a_slow_loris_connection_is_closed_after_the_header_read_timeout() {
     assert_closed_by_a_1s_header_timeout(app.addr).await;
     // Ordinary requests are unaffected.
     assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
+}
+
+#[tokio::test]
+async fn a_trickled_body_is_cut_off_after_the_body_read_timeout() {
+    let app = start(&[("BODY_READ_TIMEOUT", "1s"), ("BODY_MIN_RATE", "1000000")]).await;
+    assert_a_trickled_body_is_cut_off_after_1s(app.addr, "/login").await;
+    assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
+}
+
+/// A client that pipelines requests for the page and never reads the answers: the server's
+/// writes stall, and `RESPONSE_WRITE_TIMEOUT` closes the connection long before it has written
+/// them all.
+#[tokio::test]
+async fn a_client_that_does_not_read_is_cut_off_after_the_write_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = start(&[("RESPONSE_WRITE_TIMEOUT", "1s")]).await;
+    let page = get(&app, "/", &[]).await.body.len();
+    const REQUESTS: usize = 3000;
+    let (mut read, mut write) = tokio::net::TcpStream::connect(app.addr)
+        .await
+        .expect("connect")
+        .into_split();
+    let writer = tokio::spawn(async move {
+        for _ in 0..REQUESTS {
+            if write
+                .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        write
+    });
+    // Not reading: the stall the server must notice (1 s) and then some.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let mut received = Vec::new();
+    let read_all = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        read.read_to_end(&mut received),
+    )
+    .await;
+    assert!(read_all.is_ok(), "the connection stayed open");
+    // Without the timeout every answer arrives (~90 MB); socket buffers hold a few MB.
+    assert!(
+        received.len() < REQUESTS * page / 2,
+        "{} of {} bytes arrived",
+        received.len(),
+        REQUESTS * page
+    );
+    drop(writer.await);
+    assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
+}
+
+/// `MAX_CONNECTIONS=2`: with two connections open, a third waits unanswered until one closes.
+#[tokio::test]
+async fn connections_past_the_cap_wait_for_a_free_slot() {
+    let app = start(&[("MAX_CONNECTIONS", "2"), ("HEADER_READ_TIMEOUT", "60s")]).await;
+    let first = tokio::net::TcpStream::connect(app.addr)
+        .await
+        .expect("connect");
+    let second = tokio::net::TcpStream::connect(app.addr)
+        .await
+        .expect("connect");
+    let waiting = tokio::time::timeout(
+        std::time::Duration::from_millis(1500),
+        request(app.addr, "GET", "/healthz", &[], b""),
+    )
+    .await;
+    assert!(waiting.is_err(), "answered past the cap: {waiting:?}");
+    drop(first);
+    assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
+    drop(second);
+}
+
+/// Cookie-less (or unknown-cookie) `GET /csrf` starts a session each time: `SESSION_CREATE_LIMIT`
+/// per client IP bounds how many one address can put in the store.
+#[tokio::test]
+async fn session_creation_is_limited_per_client_ip() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let app = start_with_redis(&server, &[("SESSION_CREATE_LIMIT", "5/minute")]).await;
+    let mut statuses = Vec::new();
+    for i in 0..12 {
+        // Half of them with an id the store does not know: it starts a new session too.
+        let bogus = format!("__Host-id={i:0>43}");
+        let headers: &[(&str, &[u8])] = if i % 2 == 0 {
+            &[]
+        } else {
+            &[("Cookie", bogus.as_bytes())]
+        };
+        let r = get(&app, "/csrf", headers).await;
+        assert_eq!(
+            r.status == 200,
+            cookie_of(&r).is_some(),
+            "{i}: {}",
+            r.text()
+        );
+        statuses.push(r.status);
+    }
+    let mut expected = vec![200; 5];
+    expected.extend([429; 7]);
+    assert_eq!(statuses, expected);
+    let sessions: Vec<String> = redis_query(&server, "KEYS", "rg:s:*").await;
+    assert_eq!(sessions.len(), 5, "{sessions:?}");
+    // Not the other routes: a cookie-less visitor still reaches the rest of the app.
+    assert_eq!(get(&app, "/api/hello", &[]).await.status, 200);
 }

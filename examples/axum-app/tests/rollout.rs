@@ -5,10 +5,16 @@ use redis_guard_testkit::RedisServer;
 use redis_guard_testkit::app::{RunningApp, spawn};
 use redis_guard_testkit::http::{RawResponse, request};
 
+const TOKEN: &str = "rollout-test-admin-token-0123456789abcdef";
+
 async fn start(server: &RedisServer, env: &[(&str, &str)]) -> RunningApp {
     let url = server.url();
     let mut env = env.to_vec();
-    env.extend([("REDIS_URL", url.as_str()), ("REDIS_TIMEOUT_MS", "5000")]);
+    env.extend([
+        ("REDIS_URL", url.as_str()),
+        ("REDIS_TIMEOUT_MS", "5000"),
+        ("ADMIN_TOKEN", TOKEN),
+    ]);
     spawn(env!("CARGO_BIN_EXE_axum-app"), &env).await
 }
 
@@ -41,10 +47,17 @@ async fn in_shadow_mode_the_api_limit_blocks_nothing() {
         assert_eq!(r.header("ratelimit-policy"), None);
         statuses.push(r.status);
     }
-    let metrics = request(app.addr, "GET", "/metrics", &[], b"")
-        .await
-        .expect("request")
-        .text();
+    let bearer = format!("Bearer {TOKEN}");
+    let metrics = request(
+        app.addr,
+        "GET",
+        "/metrics",
+        &[("Authorization", bearer.as_bytes())],
+        b"",
+    )
+    .await
+    .expect("request")
+    .text();
     let count = |name: &str| sample(&metrics, &format!("{name}{{rule=\"api\"}}"));
     let (allowed, shadow, limited) = (
         count("redis_guard_rate_limit_allowed_total"),
@@ -124,43 +137,67 @@ async fn an_export_costs_ten_api_requests() {
     );
 }
 
-/// `X-Plan: pro` gets `API_PRO_LIMIT` instead of `API_LIMIT`; upgrading mid-window keeps what
-/// the caller used, and `RateLimit-Policy` shows the plan's quota.
+/// The plan comes from the server: a logged-in user named in `PRO_USERS` gets `API_PRO_LIMIT`,
+/// everyone else `API_LIMIT`, and an `X-Plan: pro` header changes nothing (it chose the plan
+/// once); `RateLimit-Policy` shows the plan's quota.
 #[tokio::test]
-async fn the_plan_header_selects_the_api_quota() {
+async fn the_plan_comes_from_pro_users_not_from_a_header() {
     let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     let app = start(
         &server,
-        &[("API_LIMIT", "3/minute"), ("API_PRO_LIMIT", "8/minute")],
+        &[
+            ("API_LIMIT", "3/minute"),
+            ("API_PRO_LIMIT", "8/minute"),
+            ("PRO_USERS", "Carol"),
+        ],
     )
     .await;
-    let mut seen = Vec::new();
-    for plan in [
-        "free", "free", "free", "free", "pro", "pro", "pro", "pro", "pro", "pro", "free",
-    ] {
-        let r = request(
-            app.addr,
-            "GET",
-            "/api/hello",
-            &[("x-plan", plan.as_bytes())],
-            b"",
-        )
-        .await
-        .expect("request");
-        seen.push((
-            plan,
-            r.status,
-            r.header("ratelimit-policy").map(str::to_owned),
-        ));
-    }
-    println!("API_LIMIT=3/minute API_PRO_LIMIT=8/minute: {seen:?}");
+    let login = |user: &str| {
+        let body = serde_json::json!({ "username": user, "password": "password" }).to_string();
+        let addr = app.addr;
+        async move {
+            let r = request(
+                addr,
+                "POST",
+                "/login",
+                &[("Content-Type", b"application/json")],
+                body.as_bytes(),
+            )
+            .await
+            .expect("login");
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.headers_named("set-cookie")
+                .into_iter()
+                .find_map(|c| c.split(';').next().filter(|p| p.contains("id=")))
+                .expect("session cookie")
+                .to_owned()
+        }
+    };
+    let (dave, carol) = (login("dave").await, login("carol").await);
+    let calls = |cookie: Option<String>, n: usize| {
+        let addr = app.addr;
+        async move {
+            let mut seen = Vec::new();
+            for _ in 0..n {
+                let mut headers: Vec<(&str, &[u8])> = vec![("X-Plan", b"pro")];
+                if let Some(c) = &cookie {
+                    headers.push(("Cookie", c.as_bytes()));
+                }
+                let r = request(addr, "GET", "/api/hello", &headers, b"")
+                    .await
+                    .expect("request");
+                seen.push((r.status, r.header("ratelimit-policy").map(str::to_owned)));
+            }
+            seen
+        }
+    };
     let free = Some("\"api\";q=3;w=60".to_owned());
     let pro = Some("\"api\";q=8;w=60".to_owned());
-    let mut expected = vec![("free", 200, free.clone()); 3];
-    expected.push(("free", 429, free.clone()));
-    // 3 of pro's 8 used already: 5 more.
-    expected.extend(vec![("pro", 200, pro.clone()); 5]);
-    expected.push(("pro", 429, pro));
-    expected.push(("free", 429, free));
-    assert_eq!(seen, expected);
+    let mut expected = vec![(200, free.clone()); 3];
+    expected.push((429, free));
+    assert_eq!(calls(None, 4).await, expected, "anonymous, X-Plan: pro");
+    assert_eq!(calls(Some(dave), 4).await, expected, "dave, X-Plan: pro");
+    let mut expected = vec![(200, pro.clone()); 8];
+    expected.push((429, pro));
+    assert_eq!(calls(Some(carol), 9).await, expected, "carol, in PRO_USERS");
 }

@@ -1,11 +1,14 @@
 //! End to end: `GET /slow/{n}` is cached by `CacheLayer` on a real `redis-server`, over real
-//! HTTP: MISS (computed, ~200 ms), HIT (from Redis, fast), `POST /slow/invalidate`, MISS again.
+//! HTTP: MISS (computed, ~200 ms), HIT (from Redis, fast), `POST /slow/invalidate` (admin
+//! token), MISS again; `SLOW_LIMIT` per client IP; a path number past `u32::MAX` is a `400`.
 
 use std::time::{Duration, Instant};
 
 use redis_guard_testkit::RedisServer;
 use redis_guard_testkit::app::{RunningApp, spawn};
 use redis_guard_testkit::http::request;
+
+const TOKEN: &str = "slow-test-admin-token-0123456789abcdef";
 
 async fn slow(app: &RunningApp, n: u64) -> (String, String, Duration) {
     let started = Instant::now();
@@ -24,7 +27,11 @@ async fn miss_hit_invalidate_miss() {
     let url = server.url();
     let app = spawn(
         env!("CARGO_BIN_EXE_axum-app"),
-        &[("REDIS_URL", url.as_str()), ("REDIS_TIMEOUT_MS", "5000")],
+        &[
+            ("REDIS_URL", url.as_str()),
+            ("REDIS_TIMEOUT_MS", "5000"),
+            ("ADMIN_TOKEN", TOKEN),
+        ],
     )
     .await;
 
@@ -41,7 +48,19 @@ async fn miss_hit_invalidate_miss() {
         .expect("request");
     assert_eq!(refused.status, 415, "a state-changing route wants JSON");
     let json: &[(&str, &[u8])] = &[("content-type", b"application/json")];
-    let done = request(app.addr, "POST", "/slow/invalidate", json, b"{}")
+    let refused = request(app.addr, "POST", "/slow/invalidate", json, b"{}")
+        .await
+        .expect("request");
+    assert_eq!(
+        refused.status, 401,
+        "the invalidation needs the admin token"
+    );
+    let bearer = format!("Bearer {TOKEN}");
+    let admin: &[(&str, &[u8])] = &[
+        ("content-type", b"application/json"),
+        ("authorization", bearer.as_bytes()),
+    ];
+    let done = request(app.addr, "POST", "/slow/invalidate", admin, b"{}")
         .await
         .expect("request");
     assert_eq!(done.status, 204);
@@ -49,7 +68,7 @@ async fn miss_hit_invalidate_miss() {
     assert_eq!(slow(&app, 7).await.0, "MISS");
     assert_eq!(slow(&app, 7).await.0, "HIT");
     // Counted as the header says: 3 MISS, 2 HIT.
-    let metrics = request(app.addr, "GET", "/metrics", &[], b"")
+    let metrics = request(app.addr, "GET", "/metrics", admin, b"")
         .await
         .expect("request");
     let text = String::from_utf8(metrics.body).expect("utf-8");
@@ -80,4 +99,53 @@ async fn miss_hit_invalidate_miss() {
             .expect("PTTL");
         assert!(ttl > 0 && ttl <= 33_000, "{key}: {ttl}");
     }
+}
+
+/// `SLOW_LIMIT` per client IP, cache hits included: varying `n` or the query (a new cache entry
+/// each time) does not run the handler past it. Without `ADMIN_TOKEN` the invalidation is a 404.
+#[tokio::test]
+async fn the_slow_route_is_limited_per_client_ip() {
+    let app = spawn(
+        env!("CARGO_BIN_EXE_axum-app"),
+        &[("SLOW_LIMIT", "3/minute")],
+    )
+    .await;
+    let mut statuses = Vec::new();
+    for path in [
+        "/slow/1",
+        "/slow/2?a=1",
+        "/slow/2?a=2",
+        "/slow/3",
+        "/slow/1",
+    ] {
+        let r = request(app.addr, "GET", path, &[], b"")
+            .await
+            .expect("request");
+        statuses.push(r.status);
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    let json: &[(&str, &[u8])] = &[("content-type", b"application/json")];
+    let r = request(app.addr, "POST", "/slow/invalidate", json, b"{}")
+        .await
+        .expect("request");
+    assert_eq!(r.status, 404);
+}
+
+/// The square of a `u64` past `u32::MAX` does not fit a JSON number: it panicked the handler
+/// and dropped the connection. Now the path number is bounded: a `400`.
+#[tokio::test]
+async fn a_path_number_past_u32_max_is_a_400() {
+    let app = spawn(env!("CARGO_BIN_EXE_axum-app"), &[]).await;
+    let r = request(app.addr, "GET", "/slow/4294967296", &[], b"")
+        .await
+        .expect("a response, not a dropped connection");
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = request(app.addr, "GET", "/slow/4294967295", &[], b"")
+        .await
+        .expect("request");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.text(),
+        r#"{"n":4294967295,"square":18446744065119617025}"#
+    );
 }

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
 use redis_guard::backend::{RedisBackend, RedisConnection};
 use redis_guard::rate_limit::{ClientIp, Limiter, MemoryLimiter, RateLimitLayer, RedisLimiter};
 use redis_guard::session::{
@@ -32,6 +31,7 @@ use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt, service_fn};
 
 use crate::login::{LoginRules, Throttle, normalize_username};
+use crate::serve::RequestBody;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -54,7 +54,7 @@ async fn run() -> Result<(), String> {
     let login = LoginRules::from_env(get)?;
     let client_ip = settings::client_ip(get)?;
     let redis_timeout = settings::redis_timeout(get)?;
-    let header_read_timeout = settings::header_read_timeout(get)?;
+    let server_limits = serve::Limits::from_env(get)?;
     let (session_idle, session_max) = settings::session_lifetimes(get)?;
     let secure = !matches!(get("COOKIE_SECURE").as_deref(), Some("false" | "0"));
     let (limiter, sessions, backend): (Arc<dyn Limiter>, Arc<dyn SessionStore>, String) =
@@ -98,34 +98,31 @@ async fn run() -> Result<(), String> {
     let api = ServiceBuilder::new()
         .layer(rate_limit)
         .service(service_fn(route.clone()));
-    let app =
-        ServiceBuilder::new()
-            .layer(session)
-            .service(service_fn(move |req: Request<Incoming>| {
-                let api = api.clone();
-                let route = route.clone();
-                async move {
-                    // Before any route: a cross-site or non-JSON write touches nothing.
-                    if let Some(refusal) = csrf::refusal(req.method(), req.headers()) {
-                        return Ok(
-                            refusal.map(|body| Full::from(body).map_err(|e| match e {}).boxed())
-                        );
-                    }
-                    if req.uri().path().starts_with("/api/") {
-                        let res = api.oneshot(req).await?;
-                        Ok::<_, Infallible>(res.map(BodyExt::boxed))
-                    } else {
-                        Ok(route(req).await?.map(BodyExt::boxed))
-                    }
+    let app = ServiceBuilder::new().layer(session).service(service_fn(
+        move |req: Request<RequestBody>| {
+            let api = api.clone();
+            let route = route.clone();
+            async move {
+                // Before any route: a cross-site or non-JSON write touches nothing.
+                if let Some(refusal) = csrf::refusal(req.method(), req.headers()) {
+                    return Ok(refusal.map(|body| Full::from(body).map_err(|e| match e {}).boxed()));
                 }
-            }));
+                if req.uri().path().starts_with("/api/") {
+                    let res = api.oneshot(req).await?;
+                    Ok::<_, Infallible>(res.map(BodyExt::boxed))
+                } else {
+                    Ok(route(req).await?.map(BodyExt::boxed))
+                }
+            }
+        },
+    ));
 
     let listener = tokio::net::TcpListener::bind(bind)
         .await
         .map_err(|e| format!("cannot listen on {bind}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     println!("hyper-app listening on http://{addr} (rate limits and sessions: {backend})");
-    serve::serve(listener, app, header_read_timeout, serve::shutdown_signal()).await;
+    serve::serve(listener, app, server_limits, serve::shutdown_signal()).await;
     Ok(())
 }
 
@@ -154,7 +151,10 @@ struct Credentials {
     password: String,
 }
 
-async fn route(state: State, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn route(
+    state: State,
+    req: Request<RequestBody>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let Some(session) = req.extensions().get::<Session>().cloned() else {
         return Ok(json_response(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -200,14 +200,19 @@ async fn route(state: State, req: Request<Incoming>) -> Result<Response<Full<Byt
 }
 
 /// `POST /login`: throttled per client IP, per username and per both (`shared/login.rs`).
-async fn login(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn login(state: &State, req: Request<RequestBody>) -> Response<Full<Bytes>> {
     let error = |status, detail: &str| json_response(status, &json!({ "error": detail }));
     let Some(session) = req.extensions().get::<Session>().cloned() else {
         return error(StatusCode::INTERNAL_SERVER_ERROR, "no session layer");
     };
     let (parts, body) = req.into_parts();
-    let Ok(body) = Limited::new(body, 16 * 1024).collect().await else {
-        return error(StatusCode::PAYLOAD_TOO_LARGE, "too large");
+    let body = match Limited::new(body, 16 * 1024).collect().await {
+        Ok(body) => body,
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return error(StatusCode::PAYLOAD_TOO_LARGE, "too large");
+        }
+        // Too slow (`shared/serve.rs`), or the connection failed.
+        Err(_) => return error(StatusCode::REQUEST_TIMEOUT, "the body did not arrive"),
     };
     let Ok(creds) = serde_json::from_slice::<Credentials>(&body.to_bytes()) else {
         return error(StatusCode::BAD_REQUEST, "expected JSON credentials");

@@ -6,7 +6,9 @@ use redis_guard_testkit::http::{RawResponse, request};
 
 #[path = "../../shared/slow_loris.rs"]
 mod slow_loris;
-use slow_loris::assert_closed_by_a_1s_header_timeout;
+use slow_loris::{
+    assert_a_trickled_body_is_cut_off_after_1s, assert_closed_by_a_1s_header_timeout,
+};
 
 type App = RunningApp;
 
@@ -140,6 +142,13 @@ async fn cross_site_login_is_refused_with_403_and_no_cookie() {
 async fn a_slow_loris_connection_is_closed_after_the_header_read_timeout() {
     let app = start(&[("HEADER_READ_TIMEOUT", "1s")]).await;
     assert_closed_by_a_1s_header_timeout(app.addr).await;
+    assert_eq!(send(&app, "GET", "/healthz", None, b"").await.status, 200);
+}
+
+#[tokio::test]
+async fn a_trickled_body_is_cut_off_after_the_body_read_timeout() {
+    let app = start(&[("BODY_READ_TIMEOUT", "1s"), ("BODY_MIN_RATE", "1000000")]).await;
+    assert_a_trickled_body_is_cut_off_after_1s(app.addr, "/login").await;
     assert_eq!(send(&app, "GET", "/healthz", None, b"").await.status, 200);
 }
 

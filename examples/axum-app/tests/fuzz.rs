@@ -1,0 +1,55 @@
+//! No request reaches a panic: generated paths, queries, bodies and headers on every route of
+//! the `axum-app` binary, over real HTTP (see `shared/route_fuzz.rs`).
+
+use redis_guard_testkit::app::spawn;
+
+#[path = "../../shared/route_fuzz.rs"]
+mod route_fuzz;
+use route_fuzz::{ADMIN_TOKEN, Route, no_route_reaches_a_panic};
+
+const ROUTES: &[Route] = &[
+    ("GET", "/"),
+    ("GET", "/healthz"),
+    ("POST", "/login"),
+    ("GET", "/me"),
+    ("POST", "/logout"),
+    ("POST", "/logout-all"),
+    ("POST", "/logout-others"),
+    ("GET", "/flash"),
+    ("GET", "/csrf"),
+    ("POST", "/profile"),
+    ("GET", "/sessions"),
+    ("POST", "/sessions/{}/revoke"),
+    ("GET", "/api/hello"),
+    ("GET", "/export"),
+    ("GET", "/report"),
+    ("POST", "/calls"),
+    ("GET", "/slow/{}"),
+    ("POST", "/slow/invalidate"),
+    ("GET", "/metrics"),
+    ("GET", "/admin/limits/{}/{}"),
+    ("DELETE", "/admin/limits/{}/{}"),
+    ("POST", "/admin/limits/{}/{}/penalize"),
+    ("POST", "/admin/limits/{}/{}/allow"),
+    ("GET", "/{}"),
+    ("PUT", "/{}/{}"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_route_reaches_a_panic_on_the_memory_backend() {
+    let app = spawn(
+        env!("CARGO_BIN_EXE_axum-app"),
+        &[
+            ("ADMIN_TOKEN", ADMIN_TOKEN),
+            // Generated requests, not the limits, are under test: room for all of them.
+            ("API_LIMIT", "100000/minute"),
+            ("SLOW_LIMIT", "100000/minute"),
+            ("SESSION_CREATE_LIMIT", "100000/minute"),
+        ],
+    )
+    .await;
+    let addr = app.addr;
+    tokio::task::spawn_blocking(move || no_route_reaches_a_panic(addr, ROUTES, 300))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+}
