@@ -7,7 +7,7 @@ use redis::Value;
 
 #[cfg(feature = "test-util")]
 use super::ManualClock;
-use super::breaker::Circuit;
+use super::breaker::{Circuit, probe_while_open};
 use super::{BackendError, Breaker, BreakerState, LuaScript, RedisConnection};
 
 /// Default key prefix: every key redis-guard writes starts with `rg:`.
@@ -312,14 +312,35 @@ impl RedisBackend {
         circuit: usize,
     ) -> Result<Value, BackendError> {
         let circuits = &self.inner.breaker;
-        let permit = circuits[circuit.min(circuits.len() - 1)].admit()?;
+        let index = circuit.min(circuits.len() - 1);
+        let permit = circuits[index].admit()?;
         let timeout = self.inner.timeout;
         let outcome = match tokio::time::timeout(timeout, call).await {
             Ok(reply) => reply.map_err(error),
             Err(_) => Err(BackendError::Timeout(timeout)),
         };
-        permit.record(&outcome);
+        if permit.record(&outcome) {
+            self.spawn_probe(index);
+        }
         outcome
+    }
+
+    /// Starts the background probe of circuit `index`, which has just opened: requests never
+    /// wait for a probe. It holds a clone of the connection, and the circuits only weakly.
+    fn spawn_probe(&self, index: usize) {
+        let circuits = Arc::downgrade(&self.inner.breaker);
+        let conn = self.inner.conn.clone();
+        let timeout = self.inner.timeout;
+        tokio::spawn(probe_while_open(circuits, index, move || {
+            let conn = conn.clone();
+            async move {
+                match tokio::time::timeout(timeout, conn.probe(index)).await {
+                    Ok(Ok(_)) => true,
+                    Ok(Err(e)) => !BackendError::Redis(e).is_unavailable(),
+                    Err(_) => false,
+                }
+            }
+        }));
     }
 
     /// Indices of `keys` grouped so that each group can go to one script call: one group on a
