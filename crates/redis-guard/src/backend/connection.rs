@@ -214,6 +214,7 @@ impl RedisConnection {
 impl RedisConnection {
     /// The breaker's probe of circuit `circuit`: a `PING`; on a cluster, an `EXISTS` of a key
     /// whose slot that circuit's master serves, so that the probe reaches that master.
+    #[cfg_attr(not(feature = "cluster"), allow(unused_variables))]
     pub(crate) async fn probe(&self, circuit: usize) -> RedisResult<Value> {
         match &self.kind {
             #[cfg(feature = "cluster")]
