@@ -2,12 +2,12 @@
 //! under load, of the requests queued with it).
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::algorithm::script::{CUSTOM_BASE, OPERATIONS, Scripts};
 use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
+use super::denials::{Request, cache_now, counted_down, state_keys};
 use super::evaluation::{Coalescers, Evaluation, RuleArgs};
 use super::lease::warn_release;
 use super::limiter::{BoxFuture, Check, Held, Limiter, LimiterError, chargeable};
@@ -324,24 +324,6 @@ impl RedisLimiter {
     }
 }
 
-/// Now on the deny cache's clock: Redis' frozen time under the test seam, else the process'
-/// monotonic clock plus the test shift.
-fn cache_now<V>(backend: &RedisBackend, cache: &DenyCache<V>) -> u64 {
-    backend
-        .frozen_us()
-        .unwrap_or_else(|| cache.now(backend.shift_us()))
-}
-
-/// The deny cache's keys of the Redis states `checks` read: a rule (name, algorithm) and a key.
-fn state_keys<'a, V>(
-    cache: &'a DenyCache<V>,
-    checks: &'a [Check],
-) -> impl Iterator<Item = u64> + 'a {
-    checks
-        .iter()
-        .map(|c| cache.key((c.rule.name(), c.rule.algorithm(), c.key.as_bytes())))
-}
-
 /// An evaluation's states, with its receipt held as a [`Lease`].
 fn held((states, receipt): Receipted) -> Held {
     (states, receipt.and_then(|r| Lease::new(vec![r])))
@@ -521,37 +503,4 @@ fn parse_record(reply: &redis::Value) -> Result<(Override, u64), LimiterError> {
         strikes_until,
     };
     Ok((record, now))
-}
-
-/// A request as the deny cache knows it: every check's rule (name, algorithm, quota, whether it
-/// reads overrides), key and cost.
-struct Request<'a>(&'a [Check]);
-
-impl Hash for Request<'_> {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        for check in self.0 {
-            check.rule.name().hash(state);
-            check.rule.algorithm().hash(state);
-            check.quota.hash(state);
-            check.rule.reads_overrides().hash(state);
-            check.key.as_bytes().hash(state);
-            check.cost.hash(state);
-        }
-    }
-}
-
-/// The states of a cached denial, `elapsed` later: the waits counted down (a denied rule waits
-/// at least a millisecond more: its cached wait has not passed yet).
-fn counted_down(states: Vec<RuleState>, elapsed: Duration) -> Vec<RuleState> {
-    states
-        .into_iter()
-        .map(|mut s| {
-            s.retry_after = s.retry_after.saturating_sub(elapsed);
-            s.reset_after = s.reset_after.saturating_sub(elapsed);
-            if !s.allowed {
-                s.retry_after = s.retry_after.max(Duration::from_millis(1));
-            }
-            s
-        })
-        .collect()
 }
