@@ -151,6 +151,20 @@ impl Harness {
         }
     }
 
+    /// A limiter whose answers are exact to the millisecond on every backend: on Redis, the
+    /// scripts read the harness' manual clock instead of `TIME`
+    /// ([`RedisBackend::frozen_time`]), so time stands still between calls as it does for the
+    /// memory backend, and moves only with [`wait`](Self::wait). Default settings otherwise
+    /// (the deny cache on).
+    pub async fn exact_limiter(&self) -> Arc<dyn Limiter> {
+        match self.kind {
+            Kind::Memory => Arc::new(self.memory.clone()),
+            _ => Arc::new(RedisLimiter::new(
+                self.backend().await.frozen_time(self.clock.clone()),
+            )),
+        }
+    }
+
     /// A [`Lock`](redis_guard::backend::Lock) instance sharing its locks with every other one of
     /// this harness (for Redis: a new connection; in memory: one table on the harness' clock).
     pub async fn lock(&self) -> redis_guard::backend::Lock {

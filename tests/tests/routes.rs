@@ -4,6 +4,7 @@ use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::Full;
 use redis_guard::rate_limit::{Quota, RateLimitLayer, Route, Rule};
+use redis_guard_testkit::http::request;
 use redis_guard_tests::{Harness, backend_suite, by_client, call, empty_ok};
 use tower::Layer;
 
@@ -78,4 +79,60 @@ async fn each_route_has_its_own_limit_in_one_layer(h: Harness) {
     assert_eq!((reply.status, reply.header("ratelimit")), (200, ""));
 }
 
-backend_suite!(each_route_has_its_own_limit_in_one_layer);
+/// Over real HTTP, a layer inside `nest("/api", …)` matches the rule's full path
+/// (`/api/search`, not the `/search` the nest leaves), and its `GET` rule covers the `HEAD`
+/// axum answers with the same handler: `curl -I` spends the same quota.
+async fn a_get_route_covers_head_under_a_nest(h: Harness) {
+    let layer = RateLimitLayer::builder(h.limiter().await)
+        .rule_with(
+            Rule::new("search", Quota::per_hour(2))
+                .for_route(Route::path("/api/search").method(Method::GET)),
+            by_client(),
+        )
+        .build()
+        .expect("valid");
+    let api = axum::Router::new()
+        .route("/search", axum::routing::get(|| async { "found" }))
+        .route("/other", axum::routing::get(|| async { "other" }))
+        .layer(layer);
+    let app = axum::Router::new().nest("/api", api);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut seen = Vec::new();
+    for (method, path) in [
+        ("HEAD", "/api/search"),
+        ("GET", "/api/search?q=x"),
+        ("HEAD", "/api/search"),
+        ("GET", "/api/search"),
+        ("GET", "/api/other"),
+    ] {
+        let reply = request(addr, method, path, &[("x-client", b"k")], b"")
+            .await
+            .expect("the app answers");
+        seen.push((
+            method,
+            path,
+            reply.status,
+            reply.header("ratelimit-policy").unwrap_or("").to_owned(),
+        ));
+    }
+    let policy = "\"search\";q=2;w=3600".to_owned();
+    assert_eq!(
+        seen,
+        [
+            ("HEAD", "/api/search", 200, policy.clone()),
+            ("GET", "/api/search?q=x", 200, policy.clone()),
+            ("HEAD", "/api/search", 429, policy.clone()),
+            ("GET", "/api/search", 429, policy),
+            ("GET", "/api/other", 200, String::new()),
+        ]
+    );
+}
+
+backend_suite!(
+    each_route_has_its_own_limit_in_one_layer,
+    a_get_route_covers_head_under_a_nest
+);

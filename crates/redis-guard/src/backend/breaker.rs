@@ -1,15 +1,14 @@
 //! The circuit breaker: after repeated failures to reach Redis, stop calling it for a while.
 //!
 //! Closed (calls go to Redis) → open after [`Breaker::failures`] calls in a row found Redis
-//! unavailable ([`BackendError::is_unavailable`]) → after the cool-down, half-open: the next call
-//! is the probe, every other call fails fast until it returns → closed when it succeeds, open
-//! again when it fails (for the same cool-down, or twice the last one up to
-//! [`Breaker::max_cool_down`]).
+//! unavailable ([`BackendError::is_unavailable`]): every call fails fast, and a task of the
+//! backend probes Redis every cool-down → half-open while a probe is out → closed when Redis
+//! answers one, open again when it does not. No call ever waits for a probe.
 //!
 //! The closed path is two atomics and no lock; the lock is taken only while the circuit is open.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use super::{BackendError, Clock, MonotonicClock};
@@ -18,8 +17,13 @@ use crate::telemetry;
 /// Default for how many calls in a row must find Redis unavailable to open the circuit.
 pub const DEFAULT_FAILURES: u32 = 5;
 
-/// Default time the circuit stays open before it lets a probe through.
-pub const DEFAULT_COOL_DOWN: Duration = Duration::from_millis(500);
+/// Default time between two background probes while the circuit is open (the first one goes
+/// this long after it opened).
+pub const DEFAULT_COOL_DOWN: Duration = Duration::from_millis(100);
+
+/// The longest the probe task sleeps before it reads the breaker's clock again (a test's manual
+/// clock moves without waking it).
+const PROBE_POLL: Duration = Duration::from_millis(20);
 
 /// How a [`RedisBackend`](super::RedisBackend) stops calling a Redis that keeps failing: its
 /// circuit breaker.
@@ -27,23 +31,25 @@ pub const DEFAULT_COOL_DOWN: Duration = Duration::from_millis(500);
 /// Without one, a Redis that is frozen or unreachable costs every request the whole timeout
 /// before the failure policy answers. With it, after [`failures`](Self::failures) calls in a row
 /// time out or cannot connect, calls fail at once with [`BackendError::CircuitOpen`] (which the
-/// failure policies treat as Redis being down, without a network round trip). After the
-/// [`cool_down`](Self::cool_down) one call goes to Redis as a probe while the others still fail
-/// fast: if Redis answers, the circuit closes and every call goes to Redis again; if not, the
-/// circuit opens again for another cool-down (growing, if you set a
-/// [`max_cool_down`](Self::max_cool_down)).
+/// failure policies treat as Redis being down, without a network round trip). While the
+/// circuit is open, a background task of the backend probes Redis every
+/// [`cool_down`](Self::cool_down) with a `PING` (on a Cluster, a read routed to the circuit's
+/// master), under the backend's timeout; the first probe Redis answers closes the circuit, and
+/// every call goes to Redis again. Calls keep failing fast while a probe is out: no request
+/// ever waits for one, and a Redis that is back is found within a cool-down or two (its
+/// connection reconnects meanwhile), however long it was gone. The task ends when the circuit
+/// closes or the last clone of the backend is dropped.
 ///
 /// Only calls that could not reach Redis count: a script error, a `WRONGTYPE` or an
 /// out-of-memory reply is Redis answering, and resets the count. The breaker never retries a
-/// call; reconnecting is the connection's job, and the probe is simply the first call after the
-/// cool-down.
+/// call; reconnecting is the connection's job.
 ///
-/// The defaults are [`DEFAULT_FAILURES`] = 5 failures in a row and a fixed
-/// [`DEFAULT_COOL_DOWN`] of 500 ms. Five: one slow call or a dropped connection does not open
-/// the circuit, and at most five requests (or five coalesced calls) pay the timeout before the
-/// others are answered in microseconds. 500 ms: a Redis that is back is found within about a
-/// second (the connection reconnects on its own meanwhile), while a long outage costs two
-/// probes a second, each at most one request waiting one timeout.
+/// The defaults are [`DEFAULT_FAILURES`] = 5 failures in a row and a [`DEFAULT_COOL_DOWN`] of
+/// 100 ms. Five: one slow call or a dropped connection does not open the circuit, and at most
+/// five requests (or five coalesced calls) pay the timeout before the others are answered in
+/// microseconds. 100 ms: the first request after Redis is back is decided by Redis within
+/// about half a second, for ten `PING`s a second per backend (one circuit per Cluster master)
+/// while Redis is gone, none of them on a request's path.
 ///
 /// One breaker per backend: clones of a [`RedisBackend`](super::RedisBackend), and the limiter
 /// and session store built on it, share it. On a Redis Cluster connected with
@@ -57,7 +63,7 @@ pub const DEFAULT_COOL_DOWN: Duration = Duration::from_millis(500);
 /// # async fn f(conn: RedisConnection) {
 /// let redis = RedisBackend::new(conn)
 ///     .timeout(Duration::from_millis(50))
-///     .breaker(Breaker::new().failures(3).cool_down(Duration::from_secs(2)));
+///     .breaker(Breaker::new().failures(3).cool_down(Duration::from_millis(250)));
 /// # }
 /// # async fn g(conn: RedisConnection) {
 /// // Every call waits for Redis, however often it failed before:
@@ -68,19 +74,17 @@ pub const DEFAULT_COOL_DOWN: Duration = Duration::from_millis(500);
 pub struct Breaker {
     failures: u32,
     cool_down: Duration,
-    max_cool_down: Option<Duration>,
     clock: Option<Arc<dyn Clock>>,
 }
 
 impl Breaker {
-    /// A breaker with the defaults: opens after [`DEFAULT_FAILURES`] failures in a row, for
-    /// [`DEFAULT_COOL_DOWN`] each time.
+    /// A breaker with the defaults: opens after [`DEFAULT_FAILURES`] failures in a row, and
+    /// probes every [`DEFAULT_COOL_DOWN`] while open.
     #[must_use]
     pub fn new() -> Self {
         Self {
             failures: DEFAULT_FAILURES,
             cool_down: DEFAULT_COOL_DOWN,
-            max_cool_down: None,
             clock: None,
         }
     }
@@ -110,13 +114,15 @@ impl Breaker {
         self
     }
 
-    /// How long the circuit stays open before a probe (default [`DEFAULT_COOL_DOWN`]).
+    /// How long between two background probes while the circuit is open, the first one this
+    /// long after it opened (default [`DEFAULT_COOL_DOWN`]). A longer cool-down costs fewer
+    /// probes during an outage and finds Redis back later; no request waits for it either way.
     ///
     /// ```
     /// use std::time::Duration;
     /// use redis_guard::backend::Breaker;
-    /// // Probe every 2 s while Redis is down:
-    /// let b = Breaker::new().cool_down(Duration::from_secs(2));
+    /// // Probe every second while Redis is down:
+    /// let b = Breaker::new().cool_down(Duration::from_secs(1));
     /// ```
     #[must_use]
     pub fn cool_down(mut self, d: Duration) -> Self {
@@ -124,24 +130,8 @@ impl Breaker {
         self
     }
 
-    /// Lets the cool-down grow during a long outage: each failed probe doubles it, up to `d`.
-    /// By default it does not grow; a `d` at or below [`cool_down`](Self::cool_down) keeps it
-    /// fixed. A longer cool-down costs fewer probes and finds Redis back later.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use redis_guard::backend::Breaker;
-    /// // Probes after 0.5, 1, 2, 4, 8, 10, 10 … seconds:
-    /// let b = Breaker::new().max_cool_down(Duration::from_secs(10));
-    /// ```
-    #[must_use]
-    pub fn max_cool_down(mut self, d: Duration) -> Self {
-        self.max_cool_down = Some(d);
-        self
-    }
-
     /// Reads time from `clock` instead of a monotonic clock, e.g. a `ManualClock` (feature
-    /// `test-util`) so a test ends a cool-down without sleeping.
+    /// `test-util`) so a test decides when the next probe is due without sleeping.
     #[must_use]
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
@@ -167,10 +157,10 @@ impl Default for Breaker {
 pub enum BreakerState {
     /// Calls go to Redis (always, when the breaker is off).
     Closed,
-    /// Calls fail fast with [`BackendError::CircuitOpen`] until the cool-down ends.
+    /// Calls fail fast with [`BackendError::CircuitOpen`]; the next background probe is due
+    /// when the cool-down ends.
     Open,
-    /// The cool-down is over: the next call is the probe (or the probe is out), and the others
-    /// fail fast until it returns.
+    /// A background probe is out; calls still fail fast until Redis answers it.
     HalfOpen,
 }
 
@@ -179,7 +169,6 @@ pub enum BreakerState {
 pub(crate) struct Circuit {
     threshold: u32,
     cool_down: Duration,
-    max_cool_down: Duration,
     clock: Arc<dyn Clock>,
     /// Whether the circuit is open or half-open: the one flag the closed path reads.
     open: AtomicBool,
@@ -195,10 +184,8 @@ pub(crate) struct Circuit {
 
 #[derive(Debug, Default)]
 struct Trip {
-    /// When the next probe may go.
+    /// When the next probe is due.
     until: Duration,
-    /// The cool-down that set `until`.
-    cool_down: Duration,
     /// Whether the probe is out.
     probing: bool,
 }
@@ -208,7 +195,17 @@ struct Trip {
 #[must_use = "a permit records the outcome of the call it allows"]
 pub(crate) struct Permit<'a> {
     circuit: &'a Circuit,
-    probe: bool,
+}
+
+/// What the probe task does next ([`Circuit::next_probe`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum NextProbe {
+    /// The circuit is closed: the task ends.
+    Done,
+    /// The next probe is due in this long.
+    Wait(Duration),
+    /// Probe now (the circuit is half-open until [`Circuit::probed`]).
+    Go,
 }
 
 impl Circuit {
@@ -216,9 +213,6 @@ impl Circuit {
         Self {
             threshold: config.failures,
             cool_down: config.cool_down,
-            max_cool_down: config
-                .max_cool_down
-                .map_or(config.cool_down, |d| d.max(config.cool_down)),
             clock: config
                 .clock
                 .unwrap_or_else(|| Arc::new(MonotonicClock::new())),
@@ -255,48 +249,68 @@ impl Circuit {
         telemetry::set_with(telemetry::BREAKER_STATE, labels, value);
     }
 
-    /// A permit for one call, or [`BackendError::CircuitOpen`] when the call must not be made.
+    /// A permit for one call, or [`BackendError::CircuitOpen`] while the circuit is open: only
+    /// the background probe goes to Redis then.
     pub(crate) fn admit(&self) -> Result<Permit<'_>, BackendError> {
-        let permit = |probe| Permit {
-            circuit: self,
-            probe,
-        };
-        if !self.open.load(Ordering::Acquire) {
-            return Ok(permit(false));
-        }
-        let mut trip = self.lock();
-        if !self.open.load(Ordering::Acquire) {
-            return Ok(permit(false));
-        }
-        if trip.probing || self.clock.now() < trip.until {
+        if self.open.load(Ordering::Acquire) {
             return Err(BackendError::CircuitOpen);
         }
-        trip.probing = true;
-        self.report(BreakerState::HalfOpen, false);
-        Ok(permit(true))
+        Ok(Permit { circuit: self })
     }
 
     pub(crate) fn state(&self) -> BreakerState {
         if !self.open.load(Ordering::Acquire) {
             return BreakerState::Closed;
         }
-        let trip = self.lock();
-        if trip.probing || self.clock.now() >= trip.until {
+        if self.lock().probing {
             BreakerState::HalfOpen
         } else {
             BreakerState::Open
         }
     }
 
-    /// Opens the circuit for the base cool-down, unless it is open already.
-    fn trip(&self) {
+    /// Whether the probe task should end, wait, or probe now (then it is marked out).
+    pub(crate) fn next_probe(&self) -> NextProbe {
+        let mut trip = self.lock();
+        if !self.open.load(Ordering::Acquire) {
+            return NextProbe::Done;
+        }
+        let now = self.clock.now();
+        if now < trip.until {
+            return NextProbe::Wait(trip.until - now);
+        }
+        trip.probing = true;
+        self.report(BreakerState::HalfOpen, false);
+        NextProbe::Go
+    }
+
+    /// Records a probe's outcome: Redis answered (`true`) closes the circuit, else the next
+    /// probe is due a cool-down from now. Whether the circuit is closed.
+    pub(crate) fn probed(&self, answered: bool) -> bool {
+        let mut trip = self.lock();
+        trip.probing = false;
+        if answered {
+            self.failures.store(0, Ordering::Relaxed);
+            self.open.store(false, Ordering::Release);
+            self.report(BreakerState::Closed, false);
+            tracing::info!("redis-guard: Redis answered the probe; circuit closed");
+        } else {
+            trip.until = self.clock.now().saturating_add(self.cool_down);
+            self.report(BreakerState::Open, false);
+            tracing::debug!(cool_down = ?self.cool_down, "redis-guard: probe failed; circuit still open");
+        }
+        answered
+    }
+
+    /// Opens the circuit, the first probe due a cool-down from now, unless it is open already:
+    /// whether it opened now.
+    fn trip(&self) -> bool {
         let mut trip = self.lock();
         if self.open.load(Ordering::Acquire) {
-            return;
+            return false;
         }
         *trip = Trip {
             until: self.clock.now().saturating_add(self.cool_down),
-            cool_down: self.cool_down,
             probing: false,
         };
         self.open.store(true, Ordering::Release);
@@ -307,6 +321,7 @@ impl Circuit {
             "redis-guard: Redis unavailable for {} calls in a row; circuit open, calls fail fast",
             self.threshold,
         );
+        true
     }
 
     fn lock(&self) -> MutexGuard<'_, Trip> {
@@ -316,199 +331,48 @@ impl Circuit {
 
 impl Permit<'_> {
     /// Records how the call went: a failure that says Redis is unavailable counts toward
-    /// opening; anything else (Redis answered, even with an error) resets the count.
-    pub(crate) fn record<T>(mut self, outcome: &Result<T, BackendError>) {
+    /// opening; anything else (Redis answered, even with an error) resets the count. Whether
+    /// this outcome opened the circuit (the caller then starts the probe task).
+    pub(crate) fn record<T>(self, outcome: &Result<T, BackendError>) -> bool {
         let failed = matches!(outcome, Err(e) if e.is_unavailable());
         let c = self.circuit;
-        if self.probe {
-            // Recorded here, not released by `drop`.
-            self.probe = false;
-            let mut trip = c.lock();
-            trip.probing = false;
-            if failed {
-                trip.cool_down = trip.cool_down.saturating_mul(2).min(c.max_cool_down);
-                trip.until = c.clock.now().saturating_add(trip.cool_down);
-                c.report(BreakerState::Open, false);
-                tracing::debug!(cool_down = ?trip.cool_down, "redis-guard: probe failed; circuit open again");
-            } else {
-                c.failures.store(0, Ordering::Relaxed);
-                c.open.store(false, Ordering::Release);
-                c.report(BreakerState::Closed, false);
-                tracing::info!("redis-guard: Redis answered the probe; circuit closed");
-            }
-        } else if c.threshold == 0 || c.open.load(Ordering::Acquire) {
+        if c.threshold == 0 || c.open.load(Ordering::Acquire) {
             // Off, or open already: a late outcome of a call made while closed changes nothing.
+            false
         } else if failed {
-            if c.failures.fetch_add(1, Ordering::AcqRel) + 1 >= c.threshold {
-                c.trip();
+            c.failures.fetch_add(1, Ordering::AcqRel) + 1 >= c.threshold && c.trip()
+        } else {
+            if c.failures.load(Ordering::Relaxed) != 0 {
+                c.failures.store(0, Ordering::Relaxed);
             }
-        } else if c.failures.load(Ordering::Relaxed) != 0 {
-            c.failures.store(0, Ordering::Relaxed);
+            false
         }
     }
 }
 
-impl Drop for Permit<'_> {
-    /// A probe dropped before its outcome (its request was cancelled) frees the slot: the next
-    /// call probes instead.
-    fn drop(&mut self) {
-        if self.probe {
-            self.circuit.lock().probing = false;
+/// The probe task of circuit `index` of `circuits`: while it is open, `probe()` every cool-down
+/// (`true`: Redis answered), until one closes it or the backend is dropped. Holds the circuits
+/// weakly, so that it never keeps a dropped backend's breaker alive.
+pub(crate) async fn probe_while_open<F, Fut>(circuits: Weak<[Circuit]>, index: usize, probe: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    loop {
+        let next = match circuits.upgrade() {
+            Some(circuits) => circuits[index].next_probe(),
+            None => return,
+        };
+        match next {
+            NextProbe::Done => return,
+            NextProbe::Wait(d) => tokio::time::sleep(d.min(PROBE_POLL)).await,
+            NextProbe::Go => {
+                let answered = probe().await;
+                match circuits.upgrade() {
+                    Some(circuits) if !circuits[index].probed(answered) => {}
+                    _ => return,
+                }
+            }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backend::ManualClock;
-
-    fn unavailable() -> Result<(), BackendError> {
-        Err(BackendError::Timeout(Duration::from_millis(100)))
-    }
-
-    fn circuit(clock: &ManualClock) -> Circuit {
-        Circuit::new(
-            Breaker::new()
-                .failures(3)
-                .cool_down(Duration::from_secs(1))
-                .max_cool_down(Duration::from_secs(4))
-                .clock(clock.clone()),
-            "rg:",
-            0,
-        )
-    }
-
-    /// A circuit just opened by three failures, and its clock.
-    fn opened() -> (ManualClock, Circuit) {
-        let clock = ManualClock::new();
-        let c = circuit(&clock);
-        (0..3).for_each(|_| fail(&c));
-        (clock, c)
-    }
-
-    fn fail(c: &Circuit) {
-        c.admit().expect("admitted").record(&unavailable());
-    }
-
-    #[test]
-    fn opens_after_consecutive_unavailable_failures_only() {
-        let clock = ManualClock::new();
-        let c = circuit(&clock);
-        fail(&c);
-        fail(&c);
-        // Redis answered (with an error of its own): the count starts again.
-        let answered: Result<(), _> = Err(BackendError::BadReply("?".into()));
-        c.admit().expect("admitted").record(&answered);
-        fail(&c);
-        fail(&c);
-        assert_eq!(c.state(), BreakerState::Closed);
-        fail(&c);
-        assert_eq!(c.state(), BreakerState::Open);
-        assert!(matches!(c.admit(), Err(BackendError::CircuitOpen)));
-    }
-
-    /// The gauge follows the circuit (2 open, 1 while the probe is out, 0 closed) under the
-    /// backend's prefix, and each opening is counted once.
-    #[cfg(feature = "metrics")]
-    #[test]
-    fn the_state_gauge_and_the_openings_are_reported_under_the_prefix() {
-        let metrics = crate::telemetry::testing::Captured::default();
-        let _guard = metrics::set_default_local_recorder(&metrics);
-        let gauge = || metrics.get(r#"redis_guard_breaker_state{prefix="app:",master="0"}"#);
-        let clock = ManualClock::new();
-        let c = circuit(&clock);
-        c.relabel("app:");
-        (0..3).for_each(|_| fail(&c));
-        assert_eq!(gauge(), 2);
-        clock.advance(Duration::from_secs(1));
-        let probe = c.admit().expect("the probe");
-        assert_eq!(gauge(), 1);
-        probe.record(&unavailable());
-        assert_eq!(gauge(), 2, "open again");
-        clock.advance(Duration::from_secs(2));
-        c.admit()
-            .expect("the probe")
-            .record(&Ok::<(), BackendError>(()));
-        assert_eq!(gauge(), 0);
-        (0..3).for_each(|_| fail(&c));
-        assert_eq!(
-            metrics.get(r#"redis_guard_breaker_opened_total{prefix="app:",master="0"}"#),
-            2
-        );
-    }
-
-    #[test]
-    fn one_probe_after_the_cool_down_closes_on_success() {
-        let (clock, c) = opened();
-        clock.advance(Duration::from_millis(999));
-        assert!(c.admit().is_err(), "still cooling down");
-        clock.advance(Duration::from_millis(1));
-        assert_eq!(c.state(), BreakerState::HalfOpen);
-        let probe = c.admit().expect("the probe");
-        assert!(
-            matches!(c.admit(), Err(BackendError::CircuitOpen)),
-            "one probe at a time"
-        );
-        probe.record(&Ok::<(), BackendError>(()));
-        assert_eq!(c.state(), BreakerState::Closed);
-        // Closed again, with a fresh count.
-        fail(&c);
-        fail(&c);
-        assert_eq!(c.state(), BreakerState::Closed);
-    }
-
-    #[test]
-    fn a_failed_probe_doubles_the_cool_down_up_to_the_cap() {
-        let (clock, c) = opened();
-        clock.advance(Duration::from_secs(1));
-        for cool_down in [2, 4, 4] {
-            c.admit().expect("the probe").record(&unavailable());
-            clock.advance(Duration::from_secs(cool_down) - Duration::from_millis(1));
-            assert_eq!(c.state(), BreakerState::Open, "cool-down {cool_down} s");
-            assert!(c.admit().is_err());
-            clock.advance(Duration::from_millis(1));
-            assert_eq!(c.state(), BreakerState::HalfOpen, "cool-down {cool_down} s");
-        }
-    }
-
-    #[test]
-    fn by_default_a_failed_probe_waits_the_same_cool_down() {
-        let clock = ManualClock::new();
-        let c = Circuit::new(Breaker::new().clock(clock.clone()), "rg:", 0);
-        (0..DEFAULT_FAILURES).for_each(|_| fail(&c));
-        for _ in 0..3 {
-            clock.advance(DEFAULT_COOL_DOWN - Duration::from_millis(1));
-            assert!(c.admit().is_err());
-            clock.advance(Duration::from_millis(1));
-            c.admit().expect("the probe").record(&unavailable());
-        }
-    }
-
-    #[test]
-    fn a_dropped_probe_lets_the_next_call_probe() {
-        let (clock, c) = opened();
-        clock.advance(Duration::from_secs(1));
-        drop(c.admit().expect("the probe"));
-        let probe = c.admit().expect("a new probe");
-        probe.record(&Ok::<(), BackendError>(()));
-        assert_eq!(c.state(), BreakerState::Closed);
-    }
-
-    #[test]
-    fn late_outcomes_of_calls_made_while_closed_do_not_close_it() {
-        let clock = ManualClock::new();
-        let c = circuit(&clock);
-        let late = c.admit().expect("admitted while closed");
-        (0..3).for_each(|_| fail(&c));
-        late.record(&Ok::<(), BackendError>(()));
-        assert_eq!(c.state(), BreakerState::Open);
-    }
-
-    #[test]
-    fn off_never_opens() {
-        let c = Circuit::new(Breaker::off(), "rg:", 0);
-        (0..100).for_each(|_| fail(&c));
-        assert_eq!(c.state(), BreakerState::Closed);
     }
 }

@@ -212,6 +212,21 @@ impl RedisConnection {
 }
 
 impl RedisConnection {
+    /// The breaker's probe of circuit `circuit`: a `PING`; on a cluster, an `EXISTS` of a key
+    /// whose slot that circuit's master serves, so that the probe reaches that master.
+    #[cfg_attr(not(feature = "cluster"), allow(unused_variables))]
+    pub(crate) async fn probe(&self, circuit: usize) -> RedisResult<Value> {
+        match &self.kind {
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(cluster, masters) => {
+                let mut cmd = redis::cmd("EXISTS");
+                cmd.arg(masters.key_on(circuit));
+                cmd.query_async(&mut cluster.clone()).await
+            }
+            _ => self.query(&redis::cmd("PING")).await,
+        }
+    }
+
     /// Runs one plain command (routed by its key on a cluster).
     pub(crate) async fn query(&self, cmd: &redis::Cmd) -> RedisResult<Value> {
         match &self.kind {
@@ -393,6 +408,16 @@ impl Masters {
             ranges: ranges.into(),
             count: addrs.len(),
         }
+    }
+
+    /// A key (`rg-probe:{<n>}`) whose slot master `index` serves, as this map says: the first
+    /// such `n`. Any key when the map knows no slot of that master.
+    fn key_on(&self, index: usize) -> String {
+        // 16384 slots: a few tries per master find one of its slots.
+        (0..100_000u32)
+            .map(|n| format!("rg-probe:{{{n}}}"))
+            .find(|key| self.of(key.as_bytes()) == index)
+            .unwrap_or_else(|| "rg-probe:{0}".to_owned())
     }
 
     /// The index of the master serving `key`'s slot, or 0 when the map does not say.

@@ -7,30 +7,51 @@ use super::{ExpiringTable, InProcess};
 
 /// A bounded table of "denied until": after Redis denies a request with a known wait, the same
 /// request (same rules, keys and costs) is denied in process, with zero round trips, until that
-/// wait has passed. Exact for every built-in algorithm, since a denial consumes nothing and other
-/// replicas can only use more quota, never give it back; a limit raised in the meantime, a reset,
-/// or a Cluster refund takes effect for that client only when its cached wait ends.
+/// wait has passed. The denial itself stays right for every built-in algorithm, since a denial
+/// consumes nothing and other replicas can only use more quota, never give it back; a limit
+/// raised in the meantime, a reset, or a Cluster refund takes effect for that client only when
+/// its cached wait ends.
+///
+/// The numbers of a cached denial are Redis' at the time it denied, the waits counted down. A
+/// decision this process admits on one of the request's state keys (another request of the same
+/// client with a smaller cost, say) forgets the cached denials on that key, so that the next
+/// answer comes from Redis with the numbers that decision left. What another replica admits
+/// meanwhile is not seen here: until the cached wait ends, the denial may show more remaining
+/// and a shorter wait than Redis would.
 ///
 /// Generic over what is remembered with the deadline (the limiter keeps the rules' states). The
 /// clock is the process' monotonic clock plus the backend's test shift, so tests that move Redis
 /// time move this one too.
 #[derive(Debug)]
 pub(crate) struct DenyCache<V> {
-    table: InProcess<ExpiringTable<u64, (V, u64)>>,
+    table: InProcess<Tables<V>>,
     hasher: std::collections::hash_map::RandomState,
+}
+
+#[derive(Debug)]
+struct Tables<V> {
+    /// By request: its states, and when it was denied.
+    denied: ExpiringTable<u64, (V, u64)>,
+    /// By state key: when this process last admitted a decision on it, kept while a denial
+    /// cached before it could still be live.
+    admitted: ExpiringTable<u64, u64>,
 }
 
 impl<V> DenyCache<V> {
     /// A cache of at most `capacity` denied requests.
     pub(crate) fn new(capacity: usize) -> Self {
+        let tables = Tables {
+            denied: ExpiringTable::new(capacity),
+            admitted: ExpiringTable::new(capacity),
+        };
         Self {
-            table: InProcess::new(ExpiringTable::new(capacity), None),
+            table: InProcess::new(tables, None),
             hasher: std::collections::hash_map::RandomState::new(),
         }
     }
 
-    /// The key of a request; SipHash with a per-cache random key, so clients cannot aim
-    /// collisions at each other.
+    /// The key of a request, or of one of its state keys; SipHash with a per-cache random key,
+    /// so clients cannot aim collisions at each other.
     pub(crate) fn key(&self, request: impl Hash) -> u64 {
         self.hasher.hash_one(request)
     }
@@ -40,29 +61,76 @@ impl<V> DenyCache<V> {
         self.table.now_us().saturating_add(shift_us)
     }
 
-    /// What was stored for `key`, and how long ago (µs), while it is still denied at `now`.
-    pub(crate) fn get(&self, key: u64, now: u64) -> Option<(V, Duration)>
+    /// What was stored for `key`, and how long ago (µs), while it is still denied at `now` and
+    /// no decision on any of its state keys (`state_keys()`) was admitted since.
+    pub(crate) fn get<I>(
+        &self,
+        key: u64,
+        now: u64,
+        state_keys: impl FnOnce() -> I,
+    ) -> Option<(V, Duration)>
     where
         V: Clone,
+        I: IntoIterator<Item = u64>,
     {
-        let mut table = self.table.lock();
-        let hit = table
+        let mut guard = self.table.lock();
+        let tables = &mut *guard;
+        let mut hit = tables
+            .denied
             .get_live_mut(&key, now)
-            .map(|(v, at)| (v.clone(), Duration::from_micros(now.saturating_sub(*at))));
-        table.maintain(now, |_, _| {});
-        hit
+            .map(|(v, at)| (v.clone(), *at));
+        if let Some((_, at)) = hit
+            && tables.admitted.len() > 0
+            && state_keys().into_iter().any(|k| {
+                tables
+                    .admitted
+                    .get_live_mut(&k, now)
+                    .is_some_and(|admitted| *admitted >= at)
+            })
+        {
+            tables.denied.remove(&key);
+            hit = None;
+        }
+        tables.denied.maintain(now, |_, _| {});
+        tables.admitted.maintain(now, |_, _| {});
+        hit.map(|(v, at)| (v, Duration::from_micros(now.saturating_sub(at))))
     }
 
     /// Remembers that `key` is denied for `wait` from `now`, with `value`.
     pub(crate) fn insert(&self, key: u64, value: V, now: u64, wait: Duration) {
-        let until = now.saturating_add(u64::try_from(wait.as_micros()).unwrap_or(u64::MAX));
-        let mut table = self.table.lock();
-        table.insert(key, (value, now), until);
-        table.maintain(now, |_, _| {});
+        let until = now.saturating_add(micros(wait));
+        let mut tables = self.table.lock();
+        tables.denied.insert(key, (value, now), until);
+        tables.denied.maintain(now, |_, _| {});
+    }
+
+    /// Records that a decision admitted at `now` changed the state keys `state_keys()`: cached
+    /// denials on them (at most `horizon` long) are stale. Nothing is hashed while no denial is
+    /// cached.
+    pub(crate) fn admitted<I>(&self, now: u64, horizon: Duration, state_keys: impl FnOnce() -> I)
+    where
+        I: IntoIterator<Item = u64>,
+    {
+        let mut guard = self.table.lock();
+        let tables = &mut *guard;
+        if tables.denied.len() == 0 {
+            return;
+        }
+        let until = now.saturating_add(micros(horizon));
+        for k in state_keys() {
+            tables.admitted.insert(k, now, until);
+        }
+        tables.admitted.maintain(now, |_, _| {});
     }
 
     /// Forgets every cached denial (an operation changed what Redis would answer).
     pub(crate) fn clear(&self) {
-        self.table.lock().clear();
+        let mut tables = self.table.lock();
+        tables.denied.clear();
+        tables.admitted.clear();
     }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

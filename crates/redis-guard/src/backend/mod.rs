@@ -22,6 +22,8 @@
 
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 mod breaker;
+#[cfg(test)]
+mod breaker_tests;
 mod clock;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 mod coalesce;

@@ -7,7 +7,7 @@ use redis::Value;
 
 #[cfg(feature = "test-util")]
 use super::ManualClock;
-use super::breaker::Circuit;
+use super::breaker::{Circuit, probe_while_open};
 use super::{BackendError, Breaker, BreakerState, LuaScript, RedisConnection};
 
 /// Default key prefix: every key redis-guard writes starts with `rg:`.
@@ -62,7 +62,15 @@ struct Settings {
     breaker: Arc<[Circuit]>,
     #[cfg(feature = "test-util")]
     shift: Option<ManualClock>,
+    /// Whether `shift` replaces Redis `TIME` (from [`FROZEN_ORIGIN_US`]) rather than adds to it.
+    #[cfg(feature = "test-util")]
+    frozen: bool,
 }
+
+/// Where a [frozen](RedisBackend::frozen_time) Redis clock starts, in µs since the Unix epoch: a
+/// fixed instant, so that every backend frozen on one [`ManualClock`] reads the same time.
+#[cfg(feature = "test-util")]
+const FROZEN_ORIGIN_US: u64 = 1_000_000_000_000_000;
 
 impl RedisBackend {
     /// A backend on `conn` with the default prefix ([`DEFAULT_PREFIX`]), timeout
@@ -78,6 +86,8 @@ impl RedisBackend {
                 breaker,
                 #[cfg(feature = "test-util")]
                 shift: None,
+                #[cfg(feature = "test-util")]
+                frozen: false,
             }),
         }
     }
@@ -144,7 +154,32 @@ impl RedisBackend {
     #[cfg(feature = "test-util")]
     #[must_use]
     pub fn time_shift(mut self, clock: ManualClock) -> Self {
-        Arc::make_mut(&mut self.inner).shift = Some(clock);
+        let settings = Arc::make_mut(&mut self.inner);
+        settings.shift = Some(clock);
+        settings.frozen = false;
+        self
+    }
+
+    /// A test seam (feature `test-util`) for answers exact to the microsecond: the scripts read
+    /// `clock` (from a fixed origin) instead of Redis `TIME`, so Redis time stands still between
+    /// calls as the memory backend's [`ManualClock`] does, and moves only with
+    /// [`ManualClock::advance`]. Backends frozen on one clock share one time, as replicas on one
+    /// Redis do. Instead of [`time_shift`](Self::time_shift), whichever is called last.
+    ///
+    /// ```
+    /// use redis_guard::backend::{ManualClock, RedisBackend, RedisConnection};
+    /// # async fn f(conn: RedisConnection) {
+    /// let clock = ManualClock::new();
+    /// let backend = RedisBackend::new(conn).frozen_time(clock.clone());
+    /// clock.advance(std::time::Duration::from_millis(300)); // Redis time moves 300 ms, exactly
+    /// # }
+    /// ```
+    #[cfg(feature = "test-util")]
+    #[must_use]
+    pub fn frozen_time(mut self, clock: ManualClock) -> Self {
+        let settings = Arc::make_mut(&mut self.inner);
+        settings.shift = Some(clock);
+        settings.frozen = true;
         self
     }
 
@@ -199,6 +234,16 @@ impl RedisBackend {
         0
     }
 
+    /// The time the scripts read when the test seam froze it ([`frozen_time`](Self::frozen_time)),
+    /// in µs; `None` (always, in production) when they read Redis `TIME`.
+    pub(crate) fn frozen_us(&self) -> Option<u64> {
+        #[cfg(feature = "test-util")]
+        if self.inner.frozen {
+            return Some(FROZEN_ORIGIN_US.saturating_add(self.shift_us()));
+        }
+        None
+    }
+
     /// A call of `script` on `keys`, with ARGV[1] = the time shift (µs added to Redis `TIME`,
     /// 0 in production); the caller adds the rest of ARGV.
     pub(crate) fn script<'a>(
@@ -211,7 +256,11 @@ impl RedisBackend {
         for key in keys {
             cmd.arg(key.as_ref());
         }
-        cmd.arg(self.shift_us());
+        // ARGV[1]: the shift, or `=<µs>`, a frozen time the scripts read instead of `TIME`.
+        match self.frozen_us() {
+            Some(us) => cmd.arg(format!("={us}")),
+            None => cmd.arg(self.shift_us()),
+        };
         // The keys of one call share a slot on a cluster: the first one names the master.
         let circuit = keys
             .first()
@@ -263,14 +312,35 @@ impl RedisBackend {
         circuit: usize,
     ) -> Result<Value, BackendError> {
         let circuits = &self.inner.breaker;
-        let permit = circuits[circuit.min(circuits.len() - 1)].admit()?;
+        let index = circuit.min(circuits.len() - 1);
+        let permit = circuits[index].admit()?;
         let timeout = self.inner.timeout;
         let outcome = match tokio::time::timeout(timeout, call).await {
             Ok(reply) => reply.map_err(error),
             Err(_) => Err(BackendError::Timeout(timeout)),
         };
-        permit.record(&outcome);
+        if permit.record(&outcome) {
+            self.spawn_probe(index);
+        }
         outcome
+    }
+
+    /// Starts the background probe of circuit `index`, which has just opened: requests never
+    /// wait for a probe. It holds a clone of the connection, and the circuits only weakly.
+    fn spawn_probe(&self, index: usize) {
+        let circuits = Arc::downgrade(&self.inner.breaker);
+        let conn = self.inner.conn.clone();
+        let timeout = self.inner.timeout;
+        tokio::spawn(probe_while_open(circuits, index, move || {
+            let conn = conn.clone();
+            async move {
+                match tokio::time::timeout(timeout, conn.probe(index)).await {
+                    Ok(Ok(_)) => true,
+                    Ok(Err(e)) => !BackendError::Redis(e).is_unavailable(),
+                    Err(_) => false,
+                }
+            }
+        }));
     }
 
     /// Indices of `keys` grouped so that each group can go to one script call: one group on a

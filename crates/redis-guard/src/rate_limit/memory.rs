@@ -209,13 +209,20 @@ impl MemoryLimiter {
             let probe = check.cost == 0;
             let params = check.params(check.cost.max(1));
             let id = self.state_id(&check.rule, &check.key);
-            let current = table.states.get_live_mut(&id, now);
-            let Some(step) = algorithm::step(current, now, &params) else {
+            let mut current = table.states.get_live_mut(&id, now);
+            let Some(step) = algorithm::step(current.as_deref_mut(), now, &params) else {
                 return Err(LimiterError::Unsupported(format!(
                     "rule `{}` uses a custom Lua algorithm, which needs Redis; the memory backend cannot run it",
                     check.rule.name()
                 )));
             };
+            // Nothing recorded: an admitted probe reports the state as it stands.
+            let reset_us = if probe && step.allowed {
+                algorithm::standing_reset(current.as_deref(), now, &params)
+            } else {
+                None
+            }
+            .unwrap_or(step.reset_after_us);
             // As the scripts: the override record applies after the algorithm.
             // As on Redis, only a rule that reads overrides pays for the lookup.
             let oid = check
@@ -233,21 +240,21 @@ impl MemoryLimiter {
             }
             let (allowed, remaining, retry_us, reset_us, commit) = match effect {
                 Effect::None if probe && step.allowed => {
-                    (true, step.remaining + 1, 0, step.reset_after_us, None)
+                    (true, step.remaining + 1, 0, reset_us, None)
                 }
                 Effect::None => (
                     step.allowed,
                     step.remaining,
                     step.retry_after_us,
-                    step.reset_after_us,
+                    reset_us,
                     step.commit,
                 ),
                 // Not counted: what is left is what was left before the request.
                 Effect::Allowed => {
                     let left = step.remaining + if step.allowed { params.cost } else { 0 };
-                    (true, left, 0, step.reset_after_us, None)
+                    (true, left, 0, reset_us, None)
                 }
-                Effect::Blocked(wait) => (false, 0, wait, step.reset_after_us.max(wait), None),
+                Effect::Blocked(wait) => (false, 0, wait, reset_us.max(wait), None),
             };
             if let Some(commit) = commit {
                 let alone = by_mode && check.rule.mode() != Mode::Enforce;

@@ -74,6 +74,7 @@ mod algorithm;
 mod builder;
 mod config;
 mod decision;
+mod denials;
 mod evaluation;
 mod future;
 pub mod grpc;

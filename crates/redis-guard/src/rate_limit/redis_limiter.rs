@@ -2,12 +2,12 @@
 //! under load, of the requests queued with it).
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::algorithm::script::{CUSTOM_BASE, OPERATIONS, Scripts};
 use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
+use super::denials::{Request, cache_now, counted_down, state_keys};
 use super::evaluation::{Coalescers, Evaluation, RuleArgs};
 use super::lease::warn_release;
 use super::limiter::{BoxFuture, Check, Held, Limiter, LimiterError, chargeable};
@@ -87,10 +87,22 @@ impl RedisLimiter {
     /// other replicas can only use more of the quota, never give it back. So until that wait has
     /// passed (less a millisecond: Redis rounds waits up to whole milliseconds; at most
     /// [`DENY_CACHE_MAX_WAIT`], so that operations made elsewhere reach it), the same request
-    /// (same rules, keys and costs) is denied in process, with zero round trips: a client hammering past its limit costs Redis nothing. The trade-off: a
-    /// limit raised, a key reset by hand or a Cluster refund reaches a cached client only when
-    /// its wait ends. The headers of a cached denial show the rules' states as Redis last
-    /// reported them, with the waits counted down.
+    /// (same rules, keys and costs) is denied in process, with zero round trips: a client
+    /// hammering past its limit costs Redis nothing. The trade-off: a limit raised, a key reset
+    /// by hand or a Cluster refund reaches a cached client only when its wait ends.
+    ///
+    /// The headers of a cached denial show the rules' states as Redis last reported them, with
+    /// the waits counted down. A request this limiter admits on one of those rules' keys (the
+    /// same client asking for less, say) forgets the key's cached denials, so the next request
+    /// is answered by Redis with the numbers as they now stand. What a cached denial may still
+    /// miss, until its wait ends (at most [`DENY_CACHE_MAX_WAIT`]):
+    ///
+    /// - requests that **other replicas** (other `RedisLimiter`s on the same Redis) admitted on
+    ///   the key meanwhile: the denial itself stays right (they only used more), but it may show
+    ///   more `remaining` and a shorter `retry_after` / `reset_after` than Redis would, so a
+    ///   client acting on them may be denied again;
+    /// - quota coming back with time: `remaining` is the count when Redis denied, while on GCRA,
+    ///   token bucket and sliding windows it grows as the wait runs down.
     ///
     /// A request with a concurrency rule ([`Rule::concurrency`](super::Rule::concurrency)) is
     /// never cached: a lease may be released at any moment.
@@ -249,13 +261,15 @@ impl RedisLimiter {
                 Algorithm::Custom(_) | Algorithm::Concurrency
             ) || c.rule.bans().is_some()
         });
-        let cache = self.deny_cache.clone().filter(|_| !has_custom);
+        // Every admitted decision tells the cache, cacheable or not: it moved its keys' states.
+        let deny_cache = self.deny_cache.clone();
+        let cache = deny_cache.clone().filter(|_| !has_custom);
         // Look the request up before building anything for Redis: a cached denial costs no key
         // name, digest or argument.
         let cached = cache.map(|cache| {
             let key = cache.key(Request(&checks));
-            let now = cache.now(self.backend.shift_us());
-            let hit = cache.get(key, now);
+            let now = cache_now(&self.backend, &cache);
+            let hit = cache.get(key, now, || state_keys(&cache, &checks));
             (cache, key, now, hit)
         });
         if let Some((_, _, _, Some((states, elapsed)))) = cached {
@@ -274,11 +288,24 @@ impl RedisLimiter {
         }
         let evaluation = self.evaluation(&checks);
         let coalescers = Arc::clone(&self.coalescers);
-        let Some((cache, key, now, None)) = cached else {
+        let Some(deny_cache) = deny_cache else {
             return Box::pin(async move { evaluation.run(&coalescers).await.map(held) });
         };
+        let backend = self.backend.clone();
         Box::pin(async move {
             let (states, lease) = held(evaluation.run(&coalescers).await?);
+            if states.iter().all(|s| s.allowed) {
+                // Taken after the reply: a denial cached while this call was out may predate
+                // what it recorded.
+                let now = cache_now(&backend, &deny_cache);
+                deny_cache.admitted(now, DENY_CACHE_MAX_WAIT, || {
+                    state_keys(&deny_cache, &checks)
+                });
+                return Ok((states, lease));
+            }
+            let Some((cache, key, now, None)) = cached else {
+                return Ok((states, lease));
+            };
             // Redis reports waits in whole milliseconds, rounded up: the true wait may be up to
             // 1 ms shorter, so the cache keeps the denial 1 ms less and never denies a request
             // Redis would admit.
@@ -476,37 +503,4 @@ fn parse_record(reply: &redis::Value) -> Result<(Override, u64), LimiterError> {
         strikes_until,
     };
     Ok((record, now))
-}
-
-/// A request as the deny cache knows it: every check's rule (name, algorithm, quota, whether it
-/// reads overrides), key and cost.
-struct Request<'a>(&'a [Check]);
-
-impl Hash for Request<'_> {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        for check in self.0 {
-            check.rule.name().hash(state);
-            check.rule.algorithm().hash(state);
-            check.quota.hash(state);
-            check.rule.reads_overrides().hash(state);
-            check.key.as_bytes().hash(state);
-            check.cost.hash(state);
-        }
-    }
-}
-
-/// The states of a cached denial, `elapsed` later: the waits counted down (a denied rule waits
-/// at least a millisecond more: its cached wait has not passed yet).
-fn counted_down(states: Vec<RuleState>, elapsed: Duration) -> Vec<RuleState> {
-    states
-        .into_iter()
-        .map(|mut s| {
-            s.retry_after = s.retry_after.saturating_sub(elapsed);
-            s.reset_after = s.reset_after.saturating_sub(elapsed);
-            if !s.allowed {
-                s.retry_after = s.retry_after.max(Duration::from_millis(1));
-            }
-            s
-        })
-        .collect()
 }

@@ -12,6 +12,14 @@ use http::request::Parts;
 /// `/export/` and `/export/2024`, not `/exports`. The query is never looked at. A request its
 /// rules' routes all miss passes the layer without a decision.
 ///
+/// A route for `GET` covers `HEAD` too, since servers (axum's router among them) answer `HEAD`
+/// with the `GET` handler: otherwise `curl -I` would walk past a `GET` limit.
+///
+/// With the `axum` feature, the path compared is the one the client sent
+/// ([`axum::extract::OriginalUri`] when the router put it in the request extensions), so a layer
+/// inside a [`Router::nest`](axum::Router::nest) matches the full path, `/api/search`, not the
+/// `/search` left after the nest stripped its prefix. Without it, the request's own path.
+///
 /// ```
 /// use http::Method;
 /// use redis_guard::rate_limit::Route;
@@ -58,7 +66,7 @@ impl Route {
         }
     }
 
-    /// Only requests with `method` (call it again to allow several).
+    /// Only requests with `method` (call it again to allow several); `GET` implies `HEAD`.
     pub fn method(mut self, method: Method) -> Self {
         if !self.methods.contains(&method) {
             self.methods.push(method);
@@ -69,10 +77,10 @@ impl Route {
     /// Whether the request head matches.
     #[must_use]
     pub fn matches(&self, parts: &Parts) -> bool {
-        if !self.methods.is_empty() && !self.methods.contains(&parts.method) {
+        if !self.methods.is_empty() && !self.allows(&parts.method) {
             return false;
         }
-        let path = parts.uri.path();
+        let path = original_path(parts);
         if !self.prefix {
             return path == self.path;
         }
@@ -82,6 +90,23 @@ impl Route {
         path.strip_prefix(self.path.as_str())
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
     }
+
+    fn allows(&self, method: &Method) -> bool {
+        self.methods.contains(method)
+            || (method == Method::HEAD && self.methods.contains(&Method::GET))
+    }
+}
+
+/// The path the client asked for: under an axum `nest`, the router keeps it in [`OriginalUri`]
+/// while `parts.uri` holds what is left after the nest's prefix.
+///
+/// [`OriginalUri`]: axum::extract::OriginalUri
+fn original_path(parts: &Parts) -> &str {
+    #[cfg(feature = "axum")]
+    if let Some(original) = parts.extensions.get::<axum::extract::OriginalUri>() {
+        return original.0.path();
+    }
+    parts.uri.path()
 }
 
 #[cfg(test)]
@@ -122,5 +147,28 @@ mod tests {
         assert!(!login.matches(&head(Method::GET, "/login")));
         assert!(!login.matches(&head(Method::POST, "/login/")));
         assert!(Route::path("/x").matches(&head(Method::DELETE, "/x")));
+    }
+
+    #[test]
+    fn get_implies_head_and_nothing_else() {
+        let search = Route::path("/search").method(Method::GET);
+        assert!(search.matches(&head(Method::GET, "/search")));
+        assert!(search.matches(&head(Method::HEAD, "/search")));
+        assert!(!search.matches(&head(Method::POST, "/search")));
+        assert!(!search.matches(&head(Method::OPTIONS, "/search")));
+        let head_only = Route::path("/search").method(Method::HEAD);
+        assert!(!head_only.matches(&head(Method::GET, "/search")));
+    }
+
+    #[cfg(feature = "axum")]
+    #[test]
+    fn the_original_path_wins_under_a_nest() {
+        let mut parts = head(Method::GET, "/search");
+        parts.extensions.insert(axum::extract::OriginalUri(
+            "/api/search?q=1".parse().unwrap(),
+        ));
+        assert!(Route::path("/api/search").matches(&parts));
+        assert!(!Route::path("/search").matches(&parts));
+        assert!(Route::prefix("/api").matches(&parts));
     }
 }

@@ -15,9 +15,10 @@ use std::sync::Arc;
 /// return function(key, now, p)
 ///   -- key: this rule's Redis key (a string; use only this key)
 ///   -- now: Redis TIME in microseconds (an integer)
-///   -- p:   { limit, period, burst, emission, cost, req } — the rule's quota, with period and
-///   --      emission interval (period / limit) in microseconds, the request's cost, and a
-///   --      string unique to this request
+///   -- p:   { limit, period, burst, emission, cost, req, probe } — the rule's quota, with
+///   --      period and emission interval (period / limit) in microseconds, the request's cost,
+///   --      a string unique to this request, and `probe` = true for a cost-0 check (decided
+///   --      as cost 1 and never recorded: report the reset of the state as it stands)
 ///   -- Return: allowed (boolean), remaining (integer >= 0), retry_after_us (integer; >= 1 when
 ///   -- denied), reset_after_us (integer >= 0), and, when allowed, a function that records the
 ///   -- request. Read in the body, write only in the returned function: it runs only when every

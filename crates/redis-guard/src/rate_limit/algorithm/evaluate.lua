@@ -17,7 +17,8 @@
 --            1 for a dry run: decide, record nothing (used on a Cluster for the rules after one
 --              that denied, and by inspect), else 0;
 --            7 per rule, in order: algorithm id, limit, period (µs), burst, emission interval
---              (µs), cost (integers; 0: a probe, decided as 1 and never recorded), then `0` (the rule reads no override record), `1` (it
+--              (µs), cost (integers; 0: a probe, decided as 1 with `p.probe` set, never recorded;
+--              the algorithm reports the reset of the state as it stands), then `0` (the rule reads no override record), `1` (it
 --              does) or its bans `after:within:block:max:forget` (µs; it does)
 -- Overrides A rule's override record applies after its algorithm: on the runtime allow list the
 --          rule admits and records nothing (remaining: what was left before the request); blocked, it denies (remaining 0, retry_after the
@@ -43,7 +44,7 @@ local function decide(k, n, a)
     local p = params(o, req)
     -- Cost 0 is a probe: would one unit be admitted? Decided as cost 1, recorded never.
     local probe = p.cost == 0
-    if probe then p.cost = 1 end
+    if probe then p.cost, p.probe = 1, true end
     local spec, key, okey = ARGV[o + 7], KEYS[k + 1], nil
     if spec == '0' then
       k = k + 1

@@ -28,7 +28,9 @@ local function fixed_window(key, now, p)
     redis.call('SET', key, string.format('%.0f:%d', start, count + p.cost),
       'PX', cdiv(window_end - now, 1000))
   end
-  return true, p.limit - count - p.cost, 0, window_end - now, commit
+  -- A probe records nothing: a window that counts nothing has nothing to reset.
+  local reset = (p.probe and count == 0) and 0 or window_end - now
+  return true, p.limit - count - p.cost, 0, reset, commit
 end
 
 -- Uncounts `cost` in the window the request was counted in (Cluster: another slot denied the

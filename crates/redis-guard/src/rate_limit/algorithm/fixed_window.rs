@@ -40,6 +40,16 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
     }
 }
 
+/// How long until the window counts nothing, nothing taken (a probe's reset): 0 when no unit
+/// is counted in the open window.
+pub(super) fn standing_reset(state: Option<&State>, now: u64, p: &Params) -> u64 {
+    let now = i128::from(now);
+    match open_window(state, now, p) {
+        (_, 0) => 0,
+        (start, _) => super::narrow(start + i128::from(p.period_us) - now),
+    }
+}
+
 /// `p.cost` more in the open window whatever is left, as `fixed_window_charge`.
 pub(super) fn charge(state: Option<&State>, now: u64, p: &Params) -> Commit {
     let now = i128::from(now);

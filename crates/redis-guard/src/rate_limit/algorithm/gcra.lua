@@ -45,7 +45,8 @@ local function gcra(key, now, p)
     if remaining < 0 then remaining = 0 end
     return false, remaining, allow_at - now, tat - now, nil
   end
-  local reset = new_tat - now
+  -- A probe records nothing: the reset is the state's as it stands.
+  local reset = p.probe and tat - now or new_tat - now
   local commit = function() gcra_store(key, new_tat, now, p) end
   return true, idiv(now - allow_at, e), 0, reset, commit
 end

@@ -54,6 +54,12 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
     }
 }
 
+/// How long until the key is as fresh as a new one, nothing taken (a probe's reset).
+pub(super) fn standing_reset(state: Option<&State>, now: u64, p: &Params) -> u64 {
+    let now = i128::from(now);
+    super::narrow(current_tat(state, now, p) - now)
+}
+
 /// `p.cost` more emission intervals whatever is left, as `gcra_charge` in `gcra.lua`.
 pub(super) fn charge(state: Option<&State>, now: u64, p: &Params) -> Commit {
     let now = i128::from(now);

@@ -20,8 +20,12 @@
 --          key of another type), the error's text as a string, and nothing recorded for it.
 -- Overrides (penalties, allow-list entries, bans) apply as in evaluate.lua.
 -- Built as division.lua, entries.lua, overrides.lua, then this file.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
+-- ARGV[1] `=<µs>`: a test's frozen clock (feature test-util), read instead of TIME.
+local now = string.byte(ARGV[1]) == 61 and tonumber(string.sub(ARGV[1], 2)) or nil
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
+end
 -- The TAT of every key this call has read, as the entries before left it (false: none), and
 -- the TAT to store for every key an entry recorded: a key many entries share (one busy client)
 -- is read once and written once per call, whatever the number of entries.
@@ -93,9 +97,9 @@ for e = 1, entries do
         wait = ov_wait(ov, now)
       end
     elseif probe then
-      -- Admitted without counting: what is left now (the reset as evaluate.lua reports it).
+      -- Admitted without counting: what is left now, and the reset of the state as it stands.
       reply[r + 1], reply[r + 3] = 1, idiv(now - allow_at, em) + 1
-      reply[r + 4], reply[r + 5] = 0, cdiv(new_tat - now, 1000)
+      reply[r + 4], reply[r + 5] = 0, cdiv(tat - now, 1000)
     else
       reply[r + 1], reply[r + 3] = 1, idiv(now - allow_at, em)
       reply[r + 4], reply[r + 5] = new_tat, cdiv(new_tat - now, 1000)

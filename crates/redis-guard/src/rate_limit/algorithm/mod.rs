@@ -23,5 +23,6 @@ pub use custom::CustomAlgorithm;
 pub use kind::Algorithm;
 pub use rule_state::RuleState;
 pub(crate) use step::{
-    Commit, Params, Refunded, State, Step, ceil_ms, charge, idiv, narrow, refund, step,
+    Commit, Params, Refunded, State, Step, ceil_ms, charge, idiv, narrow, refund, standing_reset,
+    step,
 };

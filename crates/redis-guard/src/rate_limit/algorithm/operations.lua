@@ -9,8 +9,12 @@
 -- ARGV[3]  the duration in µs (penalize, allow)
 -- Reply    { now, block_until, allow_until, level, level_until, strikes, strikes_until }: the
 --          record after the operation (zeros: none), µs of Redis time (+ shift).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
+-- ARGV[1] `=<µs>`: a test's frozen clock (feature test-util), read instead of TIME.
+local now = string.byte(ARGV[1]) == 61 and tonumber(string.sub(ARGV[1], 2)) or nil
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
+end
 local op = ARGV[2]
 local r = ov_parse(redis.call('GET', KEYS[2]), now)
 if op == 'reset' then

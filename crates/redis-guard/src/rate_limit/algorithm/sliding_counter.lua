@@ -45,7 +45,12 @@ local function sliding_counter(key, now, p)
     redis.call('SET', key, string.format('%.0f:%d:%d', w, prev, cur + C),
       'PX', cdiv(2 * P - elapsed, 1000))
   end
-  return true, L - estimate - C, 0, (P - elapsed) + P, commit
+  local reset = (P - elapsed) + P
+  if p.probe then
+    -- A probe records nothing: until both windows count nothing.
+    if cur > 0 then reset = 2 * P - elapsed elseif prev > 0 then reset = P - elapsed else reset = 0 end
+  end
+  return true, L - estimate - C, 0, reset, commit
 end
 
 -- Uncounts `cost` from the window it was counted in (Cluster: another slot denied the

@@ -54,6 +54,17 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
     }
 }
 
+/// How long until both windows count nothing, nothing taken (a probe's reset).
+pub(super) fn standing_reset(state: Option<&State>, now: u64, p: &Params) -> u64 {
+    let period = i128::from(p.period_us);
+    let (_, elapsed, prev, cur) = counts(state, i128::from(now), period);
+    super::narrow(match (prev, cur) {
+        (_, 1..) => 2 * period - elapsed,
+        (1.., _) => period - elapsed,
+        _ => 0,
+    })
+}
+
 /// `p.cost` more in the current window whatever is left, as `sliding_counter_charge`.
 pub(super) fn charge(state: Option<&State>, now: u64, p: &Params) -> Commit {
     let period = i128::from(p.period_us);

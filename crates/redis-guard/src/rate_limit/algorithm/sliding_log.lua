@@ -38,7 +38,13 @@ local function sliding_log(key, now, p)
     return false, remaining, retry, reset, nil
   end
   local commit = function() sliding_log_add(key, now, p, p.cost, ':') end
-  return true, p.limit - count - p.cost, 0, p.period, commit
+  local reset = p.period
+  if p.probe then
+    -- A probe records nothing: until the newest entry leaves (0 for an empty log).
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    reset = newest[2] and tonumber(newest[2]) + p.period - now or 0
+  end
+  return true, p.limit - count - p.cost, 0, reset, commit
 end
 
 -- Gives back what request `p.req` took (Cluster: another slot denied the request).

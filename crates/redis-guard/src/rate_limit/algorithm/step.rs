@@ -112,6 +112,24 @@ pub(crate) fn step(state: Option<&mut State>, now: u64, p: &Params) -> Option<St
     })
 }
 
+/// A probe's reset (cost 0 records nothing, so the state as it stands): how long until the key
+/// is as fresh as a new one, the twin of the scripts' `p.probe` branches. `state` is what
+/// [`step`] left (a sliding log trimmed). `None` for the algorithms whose reset does not
+/// depend on the cost (concurrency) or that report their own (custom).
+pub(crate) fn standing_reset(state: Option<&State>, now: u64, p: &Params) -> Option<u64> {
+    Some(match (&p.algorithm, state) {
+        (Algorithm::Custom(_) | Algorithm::Concurrency, _) => return None,
+        (Algorithm::Gcra, state) => gcra::standing_reset(state, now, p),
+        (Algorithm::FixedWindow, state) => fixed_window::standing_reset(state, now, p),
+        (Algorithm::SlidingLog, Some(State::Log(log))) => log
+            .back()
+            .map_or(0, |&t| (t + p.period_us).saturating_sub(now)),
+        (Algorithm::SlidingLog, _) => 0,
+        (Algorithm::SlidingCounter, state) => sliding_counter::standing_reset(state, now, p),
+        (Algorithm::TokenBucket, state) => token_bucket::standing_reset(state, now, p),
+    })
+}
+
 /// What a refund leaves of a key's state in the memory backend.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Refunded {

@@ -41,7 +41,8 @@ local function token_bucket(key, now, p)
   end
   local left = credit - need
   local commit = function() bucket_store(key, left, now, p) end
-  return true, idiv(left, E), 0, cap - left, commit
+  -- A probe records nothing: the reset is the state's as it stands.
+  return true, idiv(left, E), 0, p.probe and cap - credit or cap - left, commit
 end
 
 -- Puts `cost` tokens back, up to the capacity (Cluster: another slot denied the request).

@@ -59,6 +59,12 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
     }
 }
 
+/// How long until the bucket is full, nothing taken (a probe's reset).
+pub(super) fn standing_reset(state: Option<&State>, now: u64, p: &Params) -> u64 {
+    let cap = i128::from(p.burst) * i128::from(p.emission_us);
+    super::narrow(cap - current_credit(state, now, p))
+}
+
 /// `p.cost` more tokens whatever is left, as `token_bucket_charge`: empty at worst.
 pub(super) fn charge(state: Option<&State>, now: u64, p: &Params) -> Commit {
     let credit = current_credit(state, now, p) - i128::from(p.cost) * i128::from(p.emission_us);
