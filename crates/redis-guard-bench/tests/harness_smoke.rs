@@ -118,6 +118,12 @@ fn scripts_mode_measures_every_script_at_every_batch() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+#[tokio::test(flavor = "current_thread")]
+async fn the_scripts_mode_inside_a_runtime_is_an_error_not_a_panic() {
+    let err = scripts::run(&ScriptsOptions::default()).unwrap_err();
+    assert!(err.contains("inside"), "{err}");
+}
+
 /// The reference is a real GCRA: a burst of 3 at 1/s admits three requests at once, denies the
 /// fourth, and leaves the TAT to expire when the burst is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

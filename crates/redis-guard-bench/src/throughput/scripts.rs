@@ -19,14 +19,13 @@ use std::fmt::Write as _;
 
 use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
-use redis_guard::backend::RedisConnection;
 use redis_guard::rate_limit::{Algorithm, Key, Limiter, Quota, RedisLimiter, Rule};
 use redis_guard_testkit::RedisServer;
 
 use super::machine::Machine;
 use super::options::ScriptsOptions;
 use super::redis_stats::RedisNodes;
-use super::variant::HIGH_QUOTA_PER_SECOND;
+use super::variant::{HIGH_QUOTA_PER_SECOND, open};
 
 /// The decisions one call carries, in the order they are measured.
 pub const BATCHES: [usize; 3] = [1, 8, 64];
@@ -173,13 +172,21 @@ pub fn markdown_table(report: &ScriptsReport) -> String {
 
 /// Starts an idle `redis-server` and measures every [`Script`] at every batch of [`BATCHES`].
 /// Blocks: it runs on a single-threaded runtime of its own (see the module docs for why), so
-/// call it outside any tokio runtime (or from a thread of its own).
+/// call it outside any tokio runtime (from `main`, a `#[test]` or a `std::thread`).
 ///
 /// # Errors
 ///
-/// `redis-server` is missing or fails, a decision fails or is denied, or Redis answers
-/// something unexpected; the message names the script and batch.
+/// Called inside a tokio runtime; `redis-server` is missing or fails, a decision fails or is
+/// denied, or Redis answers something unexpected (the message names the script and batch).
 pub fn run(options: &ScriptsOptions) -> Result<ScriptsReport, String> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(
+            "scripts::run runs a tokio runtime of its own, so it cannot be called from \
+                    inside one (spawn_blocking's threads count as inside): call it from main or \
+                    from a std::thread"
+                .to_owned(),
+        );
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -284,11 +291,8 @@ impl Driver {
             Script::Gcra => Algorithm::Gcra,
             Script::FixedWindow => Algorithm::FixedWindow,
         };
-        let conn = RedisConnection::open(redis_url)
-            .await
-            .map_err(|e| format!("connecting to {redis_url}: {e}"))?;
         Ok(Self::Limiter {
-            limiter: RedisLimiter::new(conn).batch_size(batch),
+            limiter: RedisLimiter::new(open(redis_url).await?).batch_size(batch),
             rule: Box::new(Rule::new("scripts", high).with_algorithm(algorithm)),
             keys: (0..batch)
                 .map(|i| Key::from(format!("client-{i}")))

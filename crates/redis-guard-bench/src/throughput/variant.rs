@@ -363,7 +363,7 @@ async fn ok() -> &'static str {
     "ok"
 }
 
-async fn open(redis_url: &str) -> Result<RedisConnection, String> {
+pub(crate) async fn open(redis_url: &str) -> Result<RedisConnection, String> {
     RedisConnection::open(redis_url)
         .await
         .map_err(|e| format!("connecting to {redis_url}: {e}"))
