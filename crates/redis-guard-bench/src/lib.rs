@@ -11,7 +11,9 @@
 //! - [`throughput`]: req/s, latency, Redis commands, Redis CPU and bytes per key of every variant
 //!   (bare route, tower_governor, our memory and Redis limiters, the hand-rolled `INCR` +
 //!   `EXPIRE`, our sessions and tower-sessions) under `wrk`, alternating; the `bench` binary
-//!   runs it and writes `docs/benchmarks.md`.
+//!   runs it and writes `docs/benchmarks.md`. [`throughput::scripts`] (`bench --scripts`): Redis
+//!   CPU per call and per decision of the rate-limit scripts at batches of 1, 8 and 64, beside a
+//!   minimal reference GCRA.
 
 pub mod session_race;
 pub mod throughput;

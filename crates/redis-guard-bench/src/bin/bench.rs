@@ -1,19 +1,27 @@
-//! `bench`: every variant against the same route, alternating, one table (design §7, issue 9).
+//! `bench`: every variant against the same route, alternating, one table (design §7, issue 9);
+//! `--scripts`: Redis CPU per script call and per decision (issue 21).
 //!
 //! ```sh
 //! cargo run --release -p redis-guard-bench --bin bench -- --duration 5s --rounds 3 --out docs/benchmarks
+//! cargo run --release -p redis-guard-bench --bin bench -- --scripts --out docs/benchmarks
 //! ```
 //!
-//! `--help` lists the options and variants. Needs `wrk` and `redis-server` on `PATH`.
+//! `--help` lists the options and variants. Needs `redis-server` on `PATH`, and `wrk` but for
+//! `--scripts`.
 
 use std::process::ExitCode;
 
-use redis_guard_bench::throughput::{self, Command, Options, page};
+use redis_guard_bench::throughput::{self, Command, Options, ScriptsOptions, page, scripts};
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() -> ExitCode {
-    let options = match Options::parse(std::env::args().skip(1)) {
-        Ok(Command::Run(options)) => options,
+fn main() -> ExitCode {
+    let result = match Options::parse(std::env::args().skip(1)) {
+        Ok(Command::Run(options)) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("a tokio runtime: {e}"))
+            .and_then(|runtime| runtime.block_on(wrk_run(&options))),
+        // Not inside a runtime: the scripts mode runs its own single-threaded one.
+        Ok(Command::Scripts(options)) => scripts_run(&options),
         Ok(Command::Help) => {
             print!("{}", throughput::usage());
             return ExitCode::SUCCESS;
@@ -23,24 +31,34 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let report = match throughput::run(&options).await {
-        Ok(report) => report,
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bench: {e}");
-            return ExitCode::FAILURE;
+            ExitCode::FAILURE
         }
-    };
+    }
+}
+
+async fn wrk_run(options: &Options) -> Result<(), String> {
+    let report = throughput::run(options).await?;
     println!("{}\n", options.command_line());
     println!("{}", throughput::markdown_table(&report.rows()));
     print!("{}", throughput::markdown_notes(&report));
     if let Some(base) = &options.out {
-        match page::write(&report, base) {
-            Ok((md, svg)) => eprintln!("wrote {} and {}", md.display(), svg.display()),
-            Err(e) => {
-                eprintln!("bench: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
+        let (md, svg) = page::write(&report, base)?;
+        eprintln!("wrote {} and {}", md.display(), svg.display());
     }
-    ExitCode::SUCCESS
+    Ok(())
+}
+
+fn scripts_run(options: &ScriptsOptions) -> Result<(), String> {
+    let report = scripts::run(options)?;
+    println!("{}\n", options.command_line());
+    print!("{}", scripts::markdown_table(&report));
+    if let Some(base) = &options.out {
+        let md = page::write_scripts(&report, base)?;
+        eprintln!("wrote {}", md.display());
+    }
+    Ok(())
 }

@@ -8,7 +8,7 @@
 //! `INFO commandstats` (`CONFIG RESETSTAT`), and afterwards reads the command statistics and the
 //! `MEMORY USAGE` of the keys left. [`BenchReport::rows`] turns the runs into medians and ratios
 //! to `bare` in the same round; [`markdown_table`], [`chart::svg`] and [`page::write`] render
-//! them. The `bench` binary is the command line.
+//! them. The `bench` binary is the command line; `bench --scripts` runs [`scripts`] instead.
 
 pub mod chart;
 mod machine;
@@ -16,12 +16,13 @@ mod options;
 pub mod page;
 mod redis_stats;
 mod run;
+pub mod scripts;
 mod table;
 mod variant;
 pub mod wrk;
 
 pub use machine::Machine;
-pub use options::{Command, Options, usage};
+pub use options::{Command, DEFAULT_CALLS, Options, ScriptsOptions, usage};
 pub use redis_stats::{
     CommandStat, CommandStats, KeyBytes, RedisNodes, parse_commandstats, totals,
 };

@@ -11,6 +11,7 @@ Runs every variant against the same `GET /` route, alternating, and prints one t
 
 USAGE:
     cargo run --release -p redis-guard-bench --bin bench -- [OPTIONS]
+    cargo run --release -p redis-guard-bench --bin bench -- --scripts [--calls <N>] [--out <PATH>]
 
 OPTIONS:
     --duration <D>       length of each wrk run, whole seconds (e.g. 5s, 1m) [default: 5s]
@@ -18,6 +19,10 @@ OPTIONS:
     --connections <N>    wrk connections (wrk -c; threads: -t2) [default: 64]
     --only <V,...>       only these variants (comma separated)
     --out <PATH>         write <PATH>.md (the page's generated section) and <PATH>.svg
+    --scripts            no wrk: Redis CPU per script call and per decision of each script at
+                         batches of 1, 8 and 64 decisions, beside a minimal reference GCRA, on an
+                         idle redis-server (with --out, into <PATH>.md's scripts section)
+    --calls <N>          with --scripts: calls per script and batch [default: 5000]
     -h, --help           this text
 
 VARIANTS:
@@ -50,11 +55,49 @@ impl Default for Options {
     }
 }
 
+/// How a `--scripts` run is configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScriptsOptions {
+    /// Script calls per script and batch size.
+    pub calls: u64,
+    /// Where to write the scripts section of `<out>.md`, if anywhere.
+    pub out: Option<PathBuf>,
+}
+
+/// Script calls per script and batch size of `--scripts`, unless `--calls` says otherwise.
+pub const DEFAULT_CALLS: u64 = 5_000;
+
+impl Default for ScriptsOptions {
+    fn default() -> Self {
+        Self {
+            calls: DEFAULT_CALLS,
+            out: None,
+        }
+    }
+}
+
+impl ScriptsOptions {
+    /// The command that reproduces this run.
+    #[must_use]
+    pub fn command_line(&self) -> String {
+        let mut line = format!(
+            "cargo run --release -p redis-guard-bench --bin bench -- --scripts --calls {}",
+            self.calls
+        );
+        if let Some(out) = &self.out {
+            line.push_str(&format!(" --out {}", out.display()));
+        }
+        line
+    }
+}
+
 /// What the command line asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     /// Run the benchmark.
     Run(Options),
+    /// Measure the scripts (`--scripts`).
+    Scripts(ScriptsOptions),
     /// Print [`usage`] and exit.
     Help,
 }
@@ -75,6 +118,9 @@ impl Options {
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
         let mut options = Self::default();
         let mut args = args.into_iter();
+        let (mut scripts, mut calls) = (false, None);
+        // The last flag given that only a wrk run reads: refused with --scripts.
+        let mut wrk_flag = None;
         while let Some(flag) = args.next() {
             let (flag, inline) = match flag.split_once('=') {
                 Some((f, v)) => (f.to_owned(), Some(v.to_owned())),
@@ -89,7 +135,20 @@ impl Options {
                     .or_else(|| args.next())
                     .ok_or_else(|| format!("{flag} needs a value"))
             };
+            if matches!(
+                flag.as_str(),
+                "--duration" | "--rounds" | "--connections" | "--only"
+            ) {
+                wrk_flag = Some(flag.clone());
+            }
             match flag.as_str() {
+                "--scripts" => {
+                    if let Some(v) = inline {
+                        return Err(format!("--scripts takes no value (got {v:?})"));
+                    }
+                    scripts = true;
+                }
+                "--calls" => calls = Some(positive(&flag, &value()?)?),
                 "--duration" => {
                     let v = value()?;
                     let d = humantime::parse_duration(&v)
@@ -124,6 +183,20 @@ impl Options {
                 "--out" => options.out = Some(PathBuf::from(value()?)),
                 other => return Err(format!("unknown argument {other:?}; see --help")),
             }
+        }
+        if scripts {
+            if let Some(flag) = wrk_flag {
+                return Err(format!(
+                    "{flag} configures the wrk run; --scripts runs no wrk (it takes --calls and --out)"
+                ));
+            }
+            return Ok(Command::Scripts(ScriptsOptions {
+                calls: calls.unwrap_or(DEFAULT_CALLS),
+                out: options.out,
+            }));
+        }
+        if calls.is_some() {
+            return Err("--calls applies to --scripts only".to_owned());
         }
         Ok(Command::Run(options))
     }
@@ -203,5 +276,36 @@ mod tests {
         assert!(parse(&["--wat"]).unwrap_err().contains("--wat"));
         assert!(parse(&["--out"]).unwrap_err().contains("needs a value"));
         assert_eq!(parse(&["-h"]).unwrap(), Command::Help);
+        assert!(parse(&["--calls", "5"]).unwrap_err().contains("--scripts"));
+        assert!(
+            parse(&["--scripts", "--rounds", "2"])
+                .unwrap_err()
+                .contains("--rounds")
+        );
+        assert!(
+            parse(&["--scripts", "--calls", "0"])
+                .unwrap_err()
+                .contains("--calls")
+        );
+        assert!(parse(&["--scripts=yes"]).unwrap_err().contains("no value"));
+    }
+
+    #[test]
+    fn scripts_mode() {
+        assert_eq!(
+            parse(&["--scripts"]).unwrap(),
+            Command::Scripts(ScriptsOptions::default())
+        );
+        let Command::Scripts(o) =
+            parse(&["--calls=20", "--scripts", "--out", "docs/benchmarks"]).unwrap()
+        else {
+            panic!("not a scripts run")
+        };
+        assert_eq!(o.calls, 20);
+        assert_eq!(
+            o.command_line(),
+            "cargo run --release -p redis-guard-bench --bin bench -- --scripts --calls 20 \
+             --out docs/benchmarks"
+        );
     }
 }

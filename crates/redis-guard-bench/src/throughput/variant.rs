@@ -13,7 +13,9 @@ use axum::routing::{get, post};
 use redis::aio::ConnectionManager;
 use redis_guard::backend::RedisConnection;
 use redis_guard::cache::{CacheLayer, RedisCacheStore};
-use redis_guard::rate_limit::{ClientIp, Key, MemoryLimiter, Quota, RateLimitLayer, RedisLimiter};
+use redis_guard::rate_limit::{
+    Algorithm, ClientIp, Key, MemoryLimiter, Quota, RateLimitLayer, RedisLimiter, Rule,
+};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tower_governor::GovernorLayer;
@@ -44,10 +46,17 @@ pub enum Variant {
     Governor,
     /// redis-guard's `MemoryLimiter`, high quota.
     Memory,
+    /// The same with the rate-limit headers of admitted responses off
+    /// (`RateLimitLayerBuilder::rate_limit_headers(false)`): beside [`Memory`](Self::Memory) and
+    /// [`Governor`](Self::Governor), it tells the headers' cost from the decision's.
+    MemoryNoHeaders,
     /// The seeds' hand-rolled `INCR`, then `EXPIRE` on the first hit, in the handler.
     IncrExpire,
     /// redis-guard's `RedisLimiter` on a multiplexed `ConnectionManager`, GCRA, high quota.
     Redis,
+    /// The same with `Algorithm::FixedWindow`: the general evaluation script, not the lean GCRA
+    /// one.
+    RedisFixedWindow,
     /// The same, keyed by the peer's address and port: each `wrk` connection is a client of its
     /// own, so the decisions a call carries rarely share a key.
     RedisManyKeys,
@@ -87,12 +96,14 @@ pub enum RedisUse {
 
 impl Variant {
     /// Every variant, in the order the table lists them and a round runs them.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 17] = [
         Self::Bare,
         Self::Governor,
         Self::Memory,
+        Self::MemoryNoHeaders,
         Self::IncrExpire,
         Self::Redis,
+        Self::RedisFixedWindow,
         Self::RedisManyKeys,
         Self::RedisUncoalesced,
         Self::RedisBb8,
@@ -112,8 +123,10 @@ impl Variant {
             Self::Bare => "bare",
             Self::Governor => "governor",
             Self::Memory => "memory",
+            Self::MemoryNoHeaders => "memory-no-headers",
             Self::IncrExpire => "incr-expire",
             Self::Redis => "redis",
+            Self::RedisFixedWindow => "redis-fixed-window",
             Self::RedisManyKeys => "redis-many-keys",
             Self::RedisUncoalesced => "redis-uncoalesced",
             Self::RedisBb8 => "redis-bb8",
@@ -138,6 +151,10 @@ impl Variant {
             Self::Memory => {
                 "redis-guard `MemoryLimiter`, `ClientIp::peer()`, GCRA, quota 1,000,000/s (every request admitted)"
             }
+            Self::MemoryNoHeaders => {
+                "the `memory` limiter with the headers of admitted responses off \
+                 (`rate_limit_headers(false)`): no `RateLimit-Policy` or `RateLimit` to write"
+            }
             Self::IncrExpire => {
                 "the seeds' recipe in the handler: `INCR rl:<ip>`, then `EXPIRE … 60` when the count is 1, \
                  through a redis-rs `ConnectionManager`"
@@ -145,6 +162,10 @@ impl Variant {
             Self::Redis => {
                 "redis-guard `RedisLimiter` on `RedisConnection::open` (multiplexed `ConnectionManager`), \
                  `ClientIp::peer()`, GCRA, quota 1,000,000/s"
+            }
+            Self::RedisFixedWindow => {
+                "the `redis` limiter with `Algorithm::FixedWindow`: the general evaluation script \
+                 (`evaluate.lua`) instead of the lean GCRA one"
             }
             Self::RedisManyKeys => {
                 "the same limiter keyed by the peer's address and port: each of `wrk`'s connections is a client \
@@ -185,7 +206,7 @@ impl Variant {
     #[must_use]
     pub fn redis_use(self) -> RedisUse {
         match self {
-            Self::Bare | Self::Governor | Self::Memory => RedisUse::None,
+            Self::Bare | Self::Governor | Self::Memory | Self::MemoryNoHeaders => RedisUse::None,
             Self::RedisCluster => RedisUse::Cluster,
             _ => RedisUse::Standalone,
         }
@@ -229,6 +250,13 @@ impl Variant {
                 ok_route().layer(GovernorLayer::new(config))
             }
             Self::Memory => ok_route().layer(limit(MemoryLimiter::new(), high)?),
+            Self::MemoryNoHeaders => ok_route().layer(
+                RateLimitLayer::builder(MemoryLimiter::new())
+                    .rule("api", ClientIp::peer(), high)
+                    .rate_limit_headers(false)
+                    .build()
+                    .map_err(|e| format!("rate-limit layer: {e}"))?,
+            ),
             Self::IncrExpire => {
                 let client = redis::Client::open(redis_url).map_err(|e| e.to_string())?;
                 let conn = ConnectionManager::new(client)
@@ -239,6 +267,15 @@ impl Variant {
             Self::Redis => {
                 ok_route().layer(limit(RedisLimiter::new(open(redis_url).await?), high)?)
             }
+            Self::RedisFixedWindow => ok_route().layer(
+                RateLimitLayer::builder(RedisLimiter::new(open(redis_url).await?))
+                    .rule_with(
+                        Rule::new("api", high).with_algorithm(Algorithm::FixedWindow),
+                        ClientIp::peer(),
+                    )
+                    .build()
+                    .map_err(|e| format!("rate-limit layer: {e}"))?,
+            ),
             Self::RedisManyKeys => {
                 let limiter = RedisLimiter::new(open(redis_url).await?);
                 let by_connection = |parts: &axum::http::request::Parts| {
@@ -326,7 +363,7 @@ async fn ok() -> &'static str {
     "ok"
 }
 
-async fn open(redis_url: &str) -> Result<RedisConnection, String> {
+pub(crate) async fn open(redis_url: &str) -> Result<RedisConnection, String> {
     RedisConnection::open(redis_url)
         .await
         .map_err(|e| format!("connecting to {redis_url}: {e}"))
