@@ -13,11 +13,20 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use redis_guard::backend::{Clock, ManualClock, RedisBackend, RedisConnection};
 use redis_guard::cache::{CacheLayer, CacheLayerBuilder, MemoryCacheStore, RedisCacheStore};
-use redis_guard::rate_limit::{Limiter, MemoryLimiter, RedisLimiter};
+use redis_guard::rate_limit::{Algorithm, Limiter, MemoryLimiter, RedisLimiter};
 use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionStore};
 use redis_guard_testkit::{RedisCluster, RedisServer, unique_prefix};
 
 pub mod session_routes;
+
+/// The five built-in algorithms, for suites that hold for each of them.
+pub const ALGORITHMS: [Algorithm; 5] = [
+    Algorithm::Gcra,
+    Algorithm::TokenBucket,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingLog,
+    Algorithm::SlidingCounter,
+];
 
 /// Which backend a harness runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis_guard::rate_limit::{
     Algorithm, Check, Decision, HeaderKey, Key, Limiter, Quota, RateLimitLayer, Rule,
 };
-use redis_guard_tests::{Harness, backend_suite, call};
+use redis_guard_tests::{ALGORITHMS, Harness, backend_suite, call};
 use tower::Layer;
 
 const H: Duration = Duration::from_secs(3600);
@@ -253,13 +253,7 @@ fn ok_app() -> impl tower::Service<
 /// Per-IP 5 and per-user 3 on one route, for every algorithm: the request the user rule denies
 /// consumes nothing under the IP rule.
 async fn several_rules_are_all_or_nothing(h: Harness) {
-    for algorithm in [
-        Algorithm::Gcra,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingLog,
-        Algorithm::SlidingCounter,
-        Algorithm::TokenBucket,
-    ] {
+    for algorithm in ALGORITHMS {
         let name = algorithm_name(&algorithm);
         let ip_rule =
             Rule::new(format!("ip-{name}"), Quota::per_hour(5)).with_algorithm(algorithm.clone());

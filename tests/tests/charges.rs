@@ -13,21 +13,13 @@ use redis_guard::rate_limit::{
     ActualCost, Algorithm, CostReport, CustomAlgorithm, HeaderKey, Key, Limiter, LimiterError,
     MissingKey, Quota, RateLimitLayer, RedisLimiter, Rule,
 };
-use redis_guard_tests::{Harness, backend_suite, by_client, call, from, serve};
+use redis_guard_tests::{ALGORITHMS, Harness, backend_suite, by_client, call, from, serve};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
 use tower::{Layer, ServiceExt};
 
 type Body = Full<Bytes>;
-
-const ALGORITHMS: [Algorithm; 5] = [
-    Algorithm::Gcra,
-    Algorithm::TokenBucket,
-    Algorithm::FixedWindow,
-    Algorithm::SlidingLog,
-    Algorithm::SlidingCounter,
-];
 
 /// What `rule` has left for `key`, as an inspection sees it.
 async fn remaining(limiter: &dyn Limiter, rule: &Rule, key: &str) -> u32 {

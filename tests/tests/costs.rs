@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use redis_guard::rate_limit::{Algorithm, Check, Key, Quota, RateLimitLayer, Rule};
-use redis_guard_tests::{Harness, backend_suite, by_client, call, empty_ok};
+use redis_guard_tests::{ALGORITHMS, Harness, backend_suite, by_client, call, empty_ok};
 use tower::Layer;
 
 type Body = Full<Bytes>;
@@ -211,13 +211,7 @@ async fn redis_rate_cases_are_answered_exactly(h: Harness) {
 /// that request's answer said.
 async fn a_probe_reports_the_reset_as_the_state_stands(h: Harness) {
     let limiter = h.exact_limiter().await;
-    for algorithm in [
-        Algorithm::Gcra,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingLog,
-        Algorithm::SlidingCounter,
-        Algorithm::TokenBucket,
-    ] {
+    for algorithm in ALGORITHMS {
         let rule = Rule::new("probe", Quota::per_second(10)).with_algorithm(algorithm.clone());
         let key = format!("{algorithm:?}");
         let check = |cost| Check::new(rule.clone(), Key::from(key.as_str())).with_cost(cost);

@@ -11,7 +11,7 @@ use redis_guard::rate_limit::{
     Algorithm, Check, DEFAULT_LEASE_EXPIRY, HeaderKey, Key, Limiter, QUOTA_LOOKUP_TIMEOUT, Quota,
     RateLimitLayer, Rule,
 };
-use redis_guard_tests::{Harness, Reply, backend_suite, by_client, call, empty_ok};
+use redis_guard_tests::{ALGORITHMS, Harness, Reply, backend_suite, by_client, call, empty_ok};
 use tower::Layer;
 
 type Body = Full<Bytes>;
@@ -75,13 +75,7 @@ async fn layer_of(h: &Harness, rule: Rule) -> RateLimitLayer {
 }
 
 async fn a_plan_change_mid_window_admits_what_the_new_quota_allows(h: Harness) {
-    for algorithm in [
-        Algorithm::Gcra,
-        Algorithm::TokenBucket,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingLog,
-        Algorithm::SlidingCounter,
-    ] {
+    for algorithm in ALGORITHMS {
         let rule = Rule::new(format!("api-{algorithm:?}"), Quota::per_hour(10))
             .with_algorithm(algorithm.clone())
             .with_quota_from(plan_quota);
