@@ -1,6 +1,7 @@
 //! [`DenyCache`]: requests denied until a known time are answered in process until then.
 
 use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::{ExpiringTable, InProcess};
@@ -26,6 +27,9 @@ use super::{ExpiringTable, InProcess};
 pub(crate) struct DenyCache<V> {
     table: InProcess<Tables<V>>,
     hasher: std::collections::hash_map::RandomState,
+    /// How many denials the table held when last changed: an admitted decision (the common
+    /// case) skips the lock while none is cached.
+    denied: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -47,6 +51,7 @@ impl<V> DenyCache<V> {
         Self {
             table: InProcess::new(tables, None),
             hasher: std::collections::hash_map::RandomState::new(),
+            denied: AtomicUsize::new(0),
         }
     }
 
@@ -93,6 +98,7 @@ impl<V> DenyCache<V> {
         }
         tables.denied.maintain(now, |_, _| {});
         tables.admitted.maintain(now, |_, _| {});
+        self.denied.store(tables.denied.len(), Ordering::Relaxed);
         hit.map(|(v, at)| (v, Duration::from_micros(now.saturating_sub(at))))
     }
 
@@ -102,6 +108,7 @@ impl<V> DenyCache<V> {
         let mut tables = self.table.lock();
         tables.denied.insert(key, (value, now), until);
         tables.denied.maintain(now, |_, _| {});
+        self.denied.store(tables.denied.len(), Ordering::Relaxed);
     }
 
     /// Records that a decision admitted at `now` changed the state keys `state_keys()`: cached
@@ -111,6 +118,11 @@ impl<V> DenyCache<V> {
     where
         I: IntoIterator<Item = u64>,
     {
+        // A denial cached after this read was decided after this admission was recorded in
+        // Redis (or concurrently with it, as under the lock): nothing to forget for it.
+        if self.denied.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let mut guard = self.table.lock();
         let tables = &mut *guard;
         if tables.denied.len() == 0 {
@@ -128,6 +140,7 @@ impl<V> DenyCache<V> {
         let mut tables = self.table.lock();
         tables.denied.clear();
         tables.admitted.clear();
+        self.denied.store(0, Ordering::Relaxed);
     }
 }
 
