@@ -118,10 +118,12 @@ async fn finish<B: Default, E>(session: Session, mut res: Response<B>) -> Result
     if failed && session.policy() == FailurePolicy::Closed {
         return Ok(unavailable());
     }
-    // A response cache outside this layer reads it: never store a response that depends on a
-    // session.
-    let mark = session.mark().clone();
-    res.extensions_mut().insert(mark.clone());
+    // A response cache outside this layer reads the mark: never store a response that depends
+    // on a session. A mark that says neither tells it nothing, so none is allocated then.
+    let mark = session.mark();
+    if mark.personal() {
+        res.extensions_mut().insert(mark.clone());
+    }
     let (credential, token) = match session.transport() {
         Wire::Cookie => (HeaderName::from_static("cookie"), false),
         Wire::Header(token) => {
