@@ -11,12 +11,7 @@
 -- Reply    1 when the operation took effect (acquired; extended or released by its holder), 0
 --          when not (held by another; not held by this token any more). A key holding something
 --          that is not a lock is an error, never overwritten.
--- ARGV[1] `=<µs>`: a test's frozen clock (feature test-util), read instead of TIME.
-local now = string.byte(ARGV[1]) == 61 and tonumber(string.sub(ARGV[1], 2)) or nil
-if now == nil then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
-end
+local now = clock()
 local op, token, lease = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' and v.err then

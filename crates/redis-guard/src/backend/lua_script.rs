@@ -13,11 +13,13 @@ pub(crate) struct LuaScript {
 }
 
 impl LuaScript {
-    /// The script with source `code`.
+    /// The script with source `code`, after the clock every script reads (`clock.lua`:
+    /// Redis `TIME` plus the shift in `ARGV[1]`, or a test's frozen time).
     pub(crate) fn new(code: &str) -> Self {
+        let code = format!("{}\n{code}", include_str!("clock.lua"));
         Self {
-            code: code.to_owned(),
-            script: redis::Script::new(code),
+            script: redis::Script::new(&code),
+            code,
         }
     }
 

@@ -9,12 +9,7 @@
 -- ARGV[5]  how long it may be served stale after that, µs
 -- ARGV[6]  the blob
 -- Reply    now, µs
--- ARGV[1] `=<µs>`: a test's frozen clock (feature test-util), read instead of TIME.
-local now = string.byte(ARGV[1]) == 61 and tonumber(string.sub(ARGV[1], 2)) or nil
-if now == nil then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
-end
+local now = clock()
 local started, fresh, stale = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local delta = math.max(0, now - started)
 local line = string.format('RGC1 %s %.0f %.0f %.0f %.0f\n', ARGV[2], now + fresh, now + fresh + stale, started, delta)

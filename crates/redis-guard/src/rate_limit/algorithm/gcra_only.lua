@@ -19,13 +19,8 @@
 --          rule, then the time of the decision; or, for an entry with a key Redis cannot GET (a
 --          key of another type), the error's text as a string, and nothing recorded for it.
 -- Overrides (penalties, allow-list entries, bans) apply as in evaluate.lua.
--- Built as division.lua, entries.lua, overrides.lua, then this file.
--- ARGV[1] `=<µs>`: a test's frozen clock (feature test-util), read instead of TIME.
-local now = string.byte(ARGV[1]) == 61 and tonumber(string.sub(ARGV[1], 2)) or nil
-if now == nil then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
-end
+-- Built as backend/clock.lua, division.lua, entries.lua, overrides.lua, then this file.
+local now = clock()
 -- The TAT of every key this call has read, as the entries before left it (false: none), and
 -- the TAT to store for every key an entry recorded: a key many entries share (one busy client)
 -- is read once and written once per call, whatever the number of entries.

@@ -1,5 +1,5 @@
 -- Operations on one rule's record for one key (rate_limit/operations.rs).
--- Built as division.lua, overrides.lua, then this file.
+-- Built as backend/clock.lua, division.lua, overrides.lua, then this file.
 --
 -- KEYS     1: the rule's state key, 2: its override key (same hash tag)
 -- ARGV[1]  a time shift in µs added to Redis TIME (0 in production)
@@ -9,12 +9,7 @@
 -- ARGV[3]  the duration in µs (penalize, allow)
 -- Reply    { now, block_until, allow_until, level, level_until, strikes, strikes_until }: the
 --          record after the operation (zeros: none), µs of Redis time (+ shift).
--- ARGV[1] `=<µs>`: a test's frozen clock (feature test-util), read instead of TIME.
-local now = string.byte(ARGV[1]) == 61 and tonumber(string.sub(ARGV[1], 2)) or nil
-if now == nil then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
-end
+local now = clock()
 local op = ARGV[2]
 local r = ov_parse(redis.call('GET', KEYS[2]), now)
 if op == 'reset' then

@@ -21,14 +21,6 @@ local function check_reply(allowed, remaining, retry_us, reset_us, commit)
   return nil
 end
 
--- Redis TIME in microseconds, plus the caller's shift (ARGV[1]; 0 in production).
-local function clock()
-  -- `=<µs>`: a test's frozen clock (feature test-util), read instead of TIME.
-  if string.byte(ARGV[1]) == 61 then return tonumber(string.sub(ARGV[1], 2)) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
-end
-
 -- Checks the argument count of a refund: 3 header values, then 6 per key. Returns an error reply
 -- or nil.
 local function check_arity()

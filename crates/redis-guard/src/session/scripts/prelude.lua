@@ -30,13 +30,6 @@ local function fmt(n)
   return string.format('%.0f', n)
 end
 
-local function clock()
-  -- `=<µs>`: a test's frozen clock (feature test-util), read instead of TIME.
-  if string.byte(ARGV[1]) == 61 then return tonumber(string.sub(ARGV[1], 2)) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
-end
-
 -- Per session read by `live` in this script run: its own idle timeout, which `touch` then uses
 -- in place of the layer's.
 local own_idle = {}
