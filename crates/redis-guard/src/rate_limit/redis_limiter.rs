@@ -5,10 +5,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::algorithm::script::{CUSTOM_BASE, OPERATIONS, Scripts};
+use super::algorithm::script::{CUSTOM_BASE, FIXED_WINDOW_COUNTER, OPERATIONS, Scripts};
 use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use super::denials::{Request, cache_now, counted_down, state_keys};
 use super::evaluation::{Coalescers, Evaluation, RuleArgs};
+use super::fixed_window_plain::{self, Counters, Plain, Route};
 use super::lease::warn_release;
 use super::limiter::{BoxFuture, Check, Held, Limiter, LimiterError, chargeable};
 use super::operations::{self, Inspection, Override};
@@ -65,6 +66,8 @@ pub struct RedisLimiter {
     deny_cache: Option<Arc<DenyCache<Vec<RuleState>>>>,
     /// Scripts with custom algorithms, by the customs they contain (in id order).
     custom_scripts: Arc<Mutex<HashMap<Vec<CustomAlgorithm>, Arc<Scripts>>>>,
+    /// Whether fixed windows are plain counters (Redis >= 7), once known.
+    pub(super) counters: Arc<Counters>,
 }
 
 impl RedisLimiter {
@@ -74,6 +77,7 @@ impl RedisLimiter {
         let backend = backend.into();
         Self {
             coalescers: Arc::new(Coalescers::new(&backend, DEFAULT_BATCH)),
+            counters: Arc::new(Counters::new(&backend)),
             backend,
             deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_DENY_CACHE))),
             custom_scripts: Arc::default(),
@@ -142,6 +146,14 @@ impl RedisLimiter {
         self
     }
 
+    /// As if the server were (`true`) or were not (`false`) Redis >= 7: the tests' seam for the
+    /// fallback to scripts on older servers.
+    #[cfg(test)]
+    pub(super) fn assume_plain_counters(mut self, plain: bool) -> Self {
+        self.counters = Arc::new(Counters::fixed(plain));
+        self
+    }
+
     /// The backend: connection, prefix and timeout.
     #[must_use]
     pub fn backend(&self) -> &RedisBackend {
@@ -171,11 +183,43 @@ impl RedisLimiter {
     /// one digest.
     fn key_names(&self, rule: &Rule, key: &Key, record: bool) -> (String, Option<String>) {
         let digest = key.digest();
+        let tag = match rule.algorithm() {
+            Algorithm::FixedWindow if self.counters.plain() => fixed_window_plain::TAG.into(),
+            algorithm => algorithm.key_tag(),
+        };
         (
-            self.backend
-                .key(&["rl", rule.name(), &rule.algorithm().key_tag()], &digest),
+            self.backend.key(&["rl", rule.name(), &tag], &digest),
             record.then(|| self.backend.key(&["rl", rule.name(), "ov"], &digest)),
         )
+    }
+
+    /// The plain transaction for `checks` when it can decide them, else the script call(s).
+    fn route(&self, checks: &[Check]) -> Route {
+        let key = |c: &Check| self.key_names(&c.rule, &c.key, false).0;
+        match Plain::of(checks, &self.counters, &self.backend, key) {
+            Some(plain) => Route::Plain(plain),
+            None => Route::Script(self.evaluation(checks)),
+        }
+    }
+
+    /// Whether the shape of some `rules`' state is not known before the server's version is.
+    fn needs_shape<'a>(&self, rules: impl IntoIterator<Item = &'a Rule>) -> bool {
+        !self.counters.is_known()
+            && rules
+                .into_iter()
+                .any(|rule| *rule.algorithm() == Algorithm::FixedWindow)
+    }
+
+    /// `then`, once the server's version is known ([`Counters::detect`]).
+    fn once_shaped<T: Send + 'static>(
+        &self,
+        then: impl FnOnce(&Self) -> BoxFuture<Result<T, LimiterError>> + Send + 'static,
+    ) -> BoxFuture<Result<T, LimiterError>> {
+        let this = self.clone();
+        Box::pin(async move {
+            this.counters.detect(&this.backend).await?;
+            then(&this).await
+        })
     }
 
     /// The script call(s) for `checks`: keys, arguments, and which scripts run them.
@@ -197,6 +241,7 @@ impl RedisLimiter {
                         });
                         CUSTOM_BASE + 1 + index
                     }
+                    Algorithm::FixedWindow if self.counters.plain() => FIXED_WINDOW_COUNTER,
                     builtin => usize::from(builtin.builtin_id().unwrap_or(0)),
                 };
                 RuleArgs {
@@ -239,6 +284,9 @@ impl RedisLimiter {
     /// Evaluates `checks`, with the leases (and receipts to settle) an admitted request took:
     /// one boxed future, the only one of a request on the hot path.
     fn evaluate_held(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
+        if self.needs_shape(checks.iter().map(|c| &*c.rule)) {
+            return self.once_shaped(move |this| this.evaluate_held(checks));
+        }
         if checks.iter().any(|c| c.rule.allows(&c.key)) {
             // Allow-listed rules are answered here; the others (if any) go to Redis.
             let (rest, listed) = operations::split_allow_listed(checks);
@@ -286,7 +334,7 @@ impl RedisLimiter {
                 None,
             ))));
         }
-        let evaluation = self.evaluation(&checks);
+        let evaluation = self.route(&checks);
         let coalescers = Arc::clone(&self.coalescers);
         let Some(deny_cache) = deny_cache else {
             return Box::pin(async move { evaluation.run(&coalescers).await.map(held) });
@@ -337,6 +385,9 @@ impl Limiter for RedisLimiter {
     }
 
     fn charge_all(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>> {
+        if self.needs_shape(checks.iter().map(|c| &*c.rule)) {
+            return self.once_shaped(move |this| this.charge_all(checks));
+        }
         let checks = match chargeable(checks) {
             Ok(checks) => checks,
             Err(e) => return Box::pin(std::future::ready(Err(e))),
@@ -368,6 +419,10 @@ impl Limiter for RedisLimiter {
     }
 
     fn inspect(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
+        if self.needs_shape([rule]) {
+            let rule = rule.clone();
+            return self.once_shaped(move |this| this.inspect(&rule, key));
+        }
         if let Err(e) = operations::valid(self, rule) {
             return Box::pin(std::future::ready(Err(e)));
         }
@@ -397,6 +452,10 @@ impl Limiter for RedisLimiter {
     }
 
     fn reset(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {
+        if self.needs_shape([rule]) {
+            let rule = rule.clone();
+            return self.once_shaped(move |this| this.reset(&rule, key));
+        }
         if let Err(e) = operations::valid(self, rule) {
             return Box::pin(std::future::ready(Err(e)));
         }
@@ -432,6 +491,10 @@ impl RedisLimiter {
         duration: Duration,
         op: &'static str,
     ) -> BoxFuture<Result<(), LimiterError>> {
+        if self.needs_shape([rule]) {
+            let (rule, key) = (rule.clone(), key.clone());
+            return self.once_shaped(move |this| this.steer(&rule, &key, duration, op));
+        }
         match operations::valid_for(self, rule, duration) {
             Ok(us) => {
                 let done = self.operation(rule, key, op, us);
