@@ -33,16 +33,19 @@ pub const DENY_CACHE_MAX_WAIT: Duration = Duration::from_secs(2);
 /// only when all admit the request, records it. Concurrent requests from any number of app
 /// instances are serialized by Redis, so a limit of 50 admits exactly 50. Every key the script
 /// writes carries a TTL. Under load, the requests that queue while calls are in flight share one
-/// script call, each still decided on its own (see [`batch_size`](Self::batch_size)).
+/// script call, each still decided on its own (see [`batch_size`](Self::batch_size)). The one
+/// exception is a request whose only rule is a [fixed window](Algorithm::FixedWindow) on
+/// Redis >= 7: one `MULTI` of `INCRBY` and `PEXPIRE … NX`, no script.
 ///
 /// Key names are `<prefix>rl:<rule>:<algorithm>:{<digest>}`: the digest is a hash of the client
 /// key (see [`Key::digest`](super::Key::digest)), and the braces make it a Cluster hash tag.
 /// Beside it, `<prefix>rl:<rule>:ov:{<digest>}` holds the key's override record (penalty, allow
 /// list entry, bans; see [`Limiter::inspect`]), written only by operations and bans and read
 /// by rules built [`with_overrides`](super::Rule::with_overrides) or with bans. The
-/// algorithm (`gcra`, `fw`, `sl`, `sc`, `tb`, or `x-<name>` for a custom one) is part of the
-/// name, so switching a rule's algorithm starts it afresh rather than failing on state of
-/// another shape; the old keys expire on their own.
+/// algorithm (`gcra`, `fwc` — the fixed window's plain counter on Redis >= 7, `fw` on older
+/// servers —, `sl`, `sc`, `tb`, or `x-<name>` for a custom one) is part of the name, so
+/// switching a rule's algorithm starts it afresh rather than failing on state of another shape;
+/// the old keys expire on their own.
 ///
 /// The prefix, the timeout per call and the connection come from the [`RedisBackend`]; a
 /// [`RedisConnection`](crate::backend::RedisConnection) converts into one with the defaults.
@@ -87,7 +90,8 @@ impl RedisLimiter {
     /// How many denied clients the deny cache remembers (default [`DEFAULT_DENY_CACHE`]; `0`
     /// turns it off).
     ///
-    /// When Redis denies a request, the wait it names is exact: a denial consumes nothing, and
+    /// When Redis denies a request, the wait it names is exact: a denial consumes nothing (on
+    /// the fixed window's Lua-free path it counts, but the window's end, the wait, stays), and
     /// other replicas can only use more of the quota, never give it back. So until that wait has
     /// passed (less a millisecond: Redis rounds waits up to whole milliseconds; at most
     /// [`DENY_CACHE_MAX_WAIT`], so that operations made elsewhere reach it), the same request
@@ -173,7 +177,9 @@ impl RedisLimiter {
         )
     }
 
-    /// The Redis key that holds `check`'s state.
+    /// The Redis key that holds `check`'s state. For a fixed window, the shape (`fwc` or `fw`)
+    /// follows the server's version, known from the limiter's first call; before it, `fwc`
+    /// unless the backend's clock is shifted.
     #[must_use]
     pub fn key_name(&self, check: &Check) -> String {
         self.key_names(&check.rule, &check.key, false).0
