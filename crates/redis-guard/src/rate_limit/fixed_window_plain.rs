@@ -18,8 +18,9 @@ use redis::Value;
 use super::Algorithm;
 use super::algorithm::RuleState;
 use super::evaluation::{Coalescers, Evaluation};
-use super::limiter::{Check, LimiterError};
+use super::limiter::{BoxFuture, Check, LimiterError};
 use super::receipt::Receipted;
+use super::{RedisLimiter, Rule};
 use crate::backend::{BackendError, RedisBackend};
 
 /// How a request is decided on Redis: by the scripts, or by the plain transaction.
@@ -97,6 +98,45 @@ impl Counters {
         };
         let _ = self.known.set(plain);
         Ok(())
+    }
+}
+
+impl RedisLimiter {
+    /// As if the server were (`true`) or were not (`false`) Redis >= 7: the tests' seam for the
+    /// fallback to scripts on older servers.
+    #[cfg(test)]
+    pub(super) fn assume_plain_counters(mut self, plain: bool) -> Self {
+        self.counters = std::sync::Arc::new(Counters::fixed(plain));
+        self
+    }
+
+    /// The plain transaction for `checks` when it can decide them, else the script call(s).
+    pub(super) fn route(&self, checks: &[Check]) -> Route {
+        let key = |c: &Check| self.key_names(&c.rule, &c.key, false).0;
+        match Plain::of(checks, &self.counters, self.backend(), key) {
+            Some(plain) => Route::Plain(plain),
+            None => Route::Script(self.evaluation(checks)),
+        }
+    }
+
+    /// Whether the shape of some `rules`' state is not known before the server's version is.
+    pub(super) fn needs_shape<'a>(&self, rules: impl IntoIterator<Item = &'a Rule>) -> bool {
+        !self.counters.is_known()
+            && rules
+                .into_iter()
+                .any(|rule| *rule.algorithm() == Algorithm::FixedWindow)
+    }
+
+    /// `then`, once the server's version is known ([`Counters::detect`]).
+    pub(super) fn once_shaped<T: Send + 'static>(
+        &self,
+        then: impl FnOnce(&Self) -> BoxFuture<Result<T, LimiterError>> + Send + 'static,
+    ) -> BoxFuture<Result<T, LimiterError>> {
+        let this = self.clone();
+        Box::pin(async move {
+            this.counters.detect(this.backend()).await?;
+            then(&this).await
+        })
     }
 }
 

@@ -9,7 +9,7 @@ use super::algorithm::script::{CUSTOM_BASE, FIXED_WINDOW_COUNTER, OPERATIONS, Sc
 use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use super::denials::{Request, cache_now, counted_down, state_keys};
 use super::evaluation::{Coalescers, Evaluation, RuleArgs};
-use super::fixed_window_plain::{self, Counters, Plain, Route};
+use super::fixed_window_plain::{self, Counters};
 use super::lease::warn_release;
 use super::limiter::{BoxFuture, Check, Held, Limiter, LimiterError, chargeable};
 use super::operations::{self, Inspection, Override};
@@ -150,14 +150,6 @@ impl RedisLimiter {
         self
     }
 
-    /// As if the server were (`true`) or were not (`false`) Redis >= 7: the tests' seam for the
-    /// fallback to scripts on older servers.
-    #[cfg(test)]
-    pub(super) fn assume_plain_counters(mut self, plain: bool) -> Self {
-        self.counters = Arc::new(Counters::fixed(plain));
-        self
-    }
-
     /// The backend: connection, prefix and timeout.
     #[must_use]
     pub fn backend(&self) -> &RedisBackend {
@@ -187,7 +179,12 @@ impl RedisLimiter {
 
     /// The Redis keys of `rule`'s state and (when `record`) override record for `key`, from
     /// one digest.
-    fn key_names(&self, rule: &Rule, key: &Key, record: bool) -> (String, Option<String>) {
+    pub(super) fn key_names(
+        &self,
+        rule: &Rule,
+        key: &Key,
+        record: bool,
+    ) -> (String, Option<String>) {
         let digest = key.digest();
         let tag = match rule.algorithm() {
             Algorithm::FixedWindow if self.counters.plain() => fixed_window_plain::TAG.into(),
@@ -199,37 +196,8 @@ impl RedisLimiter {
         )
     }
 
-    /// The plain transaction for `checks` when it can decide them, else the script call(s).
-    fn route(&self, checks: &[Check]) -> Route {
-        let key = |c: &Check| self.key_names(&c.rule, &c.key, false).0;
-        match Plain::of(checks, &self.counters, &self.backend, key) {
-            Some(plain) => Route::Plain(plain),
-            None => Route::Script(self.evaluation(checks)),
-        }
-    }
-
-    /// Whether the shape of some `rules`' state is not known before the server's version is.
-    fn needs_shape<'a>(&self, rules: impl IntoIterator<Item = &'a Rule>) -> bool {
-        !self.counters.is_known()
-            && rules
-                .into_iter()
-                .any(|rule| *rule.algorithm() == Algorithm::FixedWindow)
-    }
-
-    /// `then`, once the server's version is known ([`Counters::detect`]).
-    fn once_shaped<T: Send + 'static>(
-        &self,
-        then: impl FnOnce(&Self) -> BoxFuture<Result<T, LimiterError>> + Send + 'static,
-    ) -> BoxFuture<Result<T, LimiterError>> {
-        let this = self.clone();
-        Box::pin(async move {
-            this.counters.detect(&this.backend).await?;
-            then(&this).await
-        })
-    }
-
     /// The script call(s) for `checks`: keys, arguments, and which scripts run them.
-    fn evaluation(&self, checks: &[Check]) -> Evaluation {
+    pub(super) fn evaluation(&self, checks: &[Check]) -> Evaluation {
         let (keys, records): (Vec<String>, Vec<Option<String>>) = checks
             .iter()
             .map(|c| self.key_names(&c.rule, &c.key, c.rule.reads_overrides()))
