@@ -47,7 +47,8 @@ pub enum Algorithm {
     ///   recipe: the count goes past the limit and stays there until the window closes, so a
     ///   denied request of cost 5 with 3 left also denies a later request of cost 1 in that
     ///   window (requests of cost 1 decide exactly as the script does: a denial only comes once
-    ///   the window is full). Requests that need a script run one on the same counter, and there
+    ///   the window is full; a denial the limiter's deny cache answers never reaches Redis and
+    ///   counts nothing). Requests that need a script run one on the same counter, and there
     ///   a denial consumes nothing: several rules in one request (all or nothing), a rule with
     ///   [bans](crate::rate_limit::Rule::with_bans) or
     ///   [overrides](crate::rate_limit::Rule::with_overrides), a
