@@ -220,6 +220,32 @@ impl Harness {
             .time_shift(self.clock.clone())
     }
 
+    /// As [`backend`](Self::backend), but reading Redis `TIME` as it is (no time shift): what
+    /// production runs, and the only clock under which a fixed window on Redis >= 7 takes the
+    /// Lua-free path.
+    ///
+    /// # Panics
+    ///
+    /// As [`connection`](Self::connection).
+    pub async fn redis_time_backend(&self) -> RedisBackend {
+        RedisBackend::new(self.connection().await)
+            .prefix(self.prefix.clone())
+            .timeout(TEST_TIMEOUT)
+    }
+
+    /// The URL of every Redis server of this harness: the standalone one, or each cluster node.
+    ///
+    /// # Panics
+    ///
+    /// On the memory backend.
+    pub fn server_urls(&self) -> Vec<String> {
+        match self.kind {
+            Kind::Memory => panic!("the memory backend has no Redis"),
+            Kind::Redis | Kind::Pool => vec![self.server_url()],
+            Kind::Cluster => self.cluster_urls(),
+        }
+    }
+
     /// A new Redis connection of this harness' kind.
     ///
     /// # Panics

@@ -107,14 +107,16 @@ async fn redis_fixed_window_decides_with_a_fixed_window() {
         .await
         .unwrap_or_else(|e| panic!("{e}"))
         .unwrap_or_else(|e| panic!("{e}"));
-    // Each algorithm names its state keys with its own tag (`gcra`, `fw`): the key the script
-    // reads says which algorithm decided. (Read from MONITOR, not from the keys left: a
+    // Each algorithm names its state keys with its own tag (`gcra`; `fwc`, the fixed window's
+    // plain counter on Redis >= 7): the key the commands name says which algorithm decided. (Read from MONITOR, not from the keys left: a
     // high-quota key may expire before a scan finds it.)
     let gcra = monitored(Variant::Redis, &redis).await;
     assert!(gcra.contains(":gcra:") && !gcra.contains(":fw:"), "{gcra}");
     let fixed = monitored(Variant::RedisFixedWindow, &redis).await;
     assert!(
-        fixed.contains(":fw:") && !fixed.contains(":gcra:"),
+        fixed.contains(":fwc:")
+            && !fixed.contains(":gcra:")
+            && !fixed.to_ascii_lowercase().contains("evalsha"),
         "{fixed}"
     );
 }

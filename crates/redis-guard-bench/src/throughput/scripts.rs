@@ -42,7 +42,8 @@ pub enum Script {
     /// set that is all GCRA.
     Gcra,
     /// redis-guard's general evaluation script (`evaluate.lua`), as `RedisLimiter` sends it for
-    /// one `Algorithm::FixedWindow` rule.
+    /// one `Algorithm::FixedWindow` rule that needs a script (here: one built
+    /// `with_overrides`; without, one fixed-window rule takes no script on Redis >= 7).
     FixedWindow,
 }
 
@@ -74,7 +75,8 @@ impl Script {
             }
             Self::FixedWindow => {
                 "redis-guard's general script (`evaluate.lua`), sent by `RedisLimiter::check` for \
-                 one `Algorithm::FixedWindow` rule"
+                 one `Algorithm::FixedWindow` rule built `with_overrides` (without, one fixed-window \
+                 rule is a `MULTI` of `INCRBY` and `PEXPIRE … NX` on Redis >= 7, no script)"
             }
         }
     }
@@ -291,9 +293,16 @@ impl Driver {
             Script::Gcra => Algorithm::Gcra,
             Script::FixedWindow => Algorithm::FixedWindow,
         };
+        let rule = Rule::new("scripts", high).with_algorithm(algorithm);
+        // A fixed window of one rule takes no script on Redis >= 7: an override record to read
+        // keeps it on the script this table measures.
+        let rule = match script {
+            Script::FixedWindow => rule.with_overrides(),
+            _ => rule,
+        };
         Ok(Self::Limiter {
             limiter: RedisLimiter::new(open(redis_url).await?).batch_size(batch),
-            rule: Box::new(Rule::new("scripts", high).with_algorithm(algorithm)),
+            rule: Box::new(rule),
             keys: (0..batch)
                 .map(|i| Key::from(format!("client-{i}")))
                 .collect(),

@@ -54,8 +54,8 @@ pub enum Variant {
     IncrExpire,
     /// redis-guard's `RedisLimiter` on a multiplexed `ConnectionManager`, GCRA, high quota.
     Redis,
-    /// The same with `Algorithm::FixedWindow`: the general evaluation script, not the lean GCRA
-    /// one.
+    /// The same with `Algorithm::FixedWindow`: on Redis >= 7 one `MULTI` of `INCRBY` and
+    /// `PEXPIRE … NX` per request, no script.
     RedisFixedWindow,
     /// The same, keyed by the peer's address and port: each `wrk` connection is a client of its
     /// own, so the decisions a call carries rarely share a key.
@@ -164,8 +164,8 @@ impl Variant {
                  `ClientIp::peer()`, GCRA, quota 1,000,000/s"
             }
             Self::RedisFixedWindow => {
-                "the `redis` limiter with `Algorithm::FixedWindow`: the general evaluation script \
-                 (`evaluate.lua`) instead of the lean GCRA one"
+                "the `redis` limiter with `Algorithm::FixedWindow`: on Redis >= 7 one `MULTI` of \
+                 `INCRBY`, `PEXPIRE … NX` and `PTTL` per request instead of a script"
             }
             Self::RedisManyKeys => {
                 "the same limiter keyed by the peer's address and port: each of `wrk`'s connections is a client \

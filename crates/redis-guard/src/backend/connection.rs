@@ -227,6 +227,22 @@ impl RedisConnection {
         }
     }
 
+    /// Runs `pipe` (routed by its first key on a cluster, so its keys must share a slot): its
+    /// replies, or `EXEC`'s for an atomic one.
+    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+    pub(crate) async fn query_pipeline(&self, pipe: &redis::Pipeline) -> RedisResult<Value> {
+        match &self.kind {
+            Kind::Manager(manager) => pipe.query_async(&mut manager.clone()).await,
+            #[cfg(feature = "bb8")]
+            Kind::Pool(pool) => {
+                let mut conn = pool.get().await.map_err(pool_error)?;
+                pipe.query_async(&mut *conn).await
+            }
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(cluster, _) => pipe.query_async(&mut cluster.clone()).await,
+        }
+    }
+
     /// Runs one plain command (routed by its key on a cluster).
     pub(crate) async fn query(&self, cmd: &redis::Cmd) -> RedisResult<Value> {
         match &self.kind {

@@ -300,6 +300,34 @@ impl RedisBackend {
             .await
     }
 
+    /// Runs `pipe`, whose commands all act on `key` (one slot on a cluster), under the breaker
+    /// and the timeout, as [`query`](Self::query) runs a command.
+    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+    pub(crate) async fn query_pipeline(
+        &self,
+        pipe: &redis::Pipeline,
+        key: &str,
+    ) -> Result<Value, BackendError> {
+        let circuit = self.inner.conn.circuit_of(key.as_bytes());
+        self.guarded(
+            self.inner.conn.query_pipeline(pipe),
+            BackendError::Redis,
+            circuit,
+        )
+        .await
+    }
+
+    /// Whether the scripts read Redis `TIME` as it is: no test seam shifts or freezes it. Only
+    /// then does Redis' key expiry run on the scripts' clock.
+    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+    pub(crate) fn reads_redis_time(&self) -> bool {
+        #[cfg(feature = "test-util")]
+        if self.inner.shift.is_some() {
+            return false;
+        }
+        true
+    }
+
     /// Makes `call` (a future not polled yet: nothing is sent before the breaker allows it)
     /// under the circuit breaker and the timeout; `error` classifies the errors Redis returns.
     /// The outcome is recorded, never retried.

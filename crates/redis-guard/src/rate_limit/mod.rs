@@ -76,6 +76,7 @@ mod config;
 mod decision;
 mod denials;
 mod evaluation;
+mod fixed_window_plain;
 mod future;
 pub mod grpc;
 pub mod headers;

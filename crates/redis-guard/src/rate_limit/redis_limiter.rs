@@ -5,10 +5,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::algorithm::script::{CUSTOM_BASE, OPERATIONS, Scripts};
+use super::algorithm::script::{CUSTOM_BASE, FIXED_WINDOW_COUNTER, OPERATIONS, Scripts};
 use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use super::denials::{Request, cache_now, counted_down, state_keys};
 use super::evaluation::{Coalescers, Evaluation, RuleArgs};
+use super::fixed_window_plain::{self, Counters};
 use super::lease::warn_release;
 use super::limiter::{BoxFuture, Check, Held, Limiter, LimiterError, chargeable};
 use super::operations::{self, Inspection, Override};
@@ -32,16 +33,19 @@ pub const DENY_CACHE_MAX_WAIT: Duration = Duration::from_secs(2);
 /// only when all admit the request, records it. Concurrent requests from any number of app
 /// instances are serialized by Redis, so a limit of 50 admits exactly 50. Every key the script
 /// writes carries a TTL. Under load, the requests that queue while calls are in flight share one
-/// script call, each still decided on its own (see [`batch_size`](Self::batch_size)).
+/// script call, each still decided on its own (see [`batch_size`](Self::batch_size)). The one
+/// exception is a request whose only rule is a [fixed window](Algorithm::FixedWindow) on
+/// Redis >= 7: one `MULTI` of `INCRBY` and `PEXPIRE … NX`, no script.
 ///
 /// Key names are `<prefix>rl:<rule>:<algorithm>:{<digest>}`: the digest is a hash of the client
 /// key (see [`Key::digest`](super::Key::digest)), and the braces make it a Cluster hash tag.
 /// Beside it, `<prefix>rl:<rule>:ov:{<digest>}` holds the key's override record (penalty, allow
 /// list entry, bans; see [`Limiter::inspect`]), written only by operations and bans and read
 /// by rules built [`with_overrides`](super::Rule::with_overrides) or with bans. The
-/// algorithm (`gcra`, `fw`, `sl`, `sc`, `tb`, or `x-<name>` for a custom one) is part of the
-/// name, so switching a rule's algorithm starts it afresh rather than failing on state of
-/// another shape; the old keys expire on their own.
+/// algorithm (`gcra`, `fwc` — the fixed window's plain counter on Redis >= 7, `fw` on older
+/// servers —, `sl`, `sc`, `tb`, or `x-<name>` for a custom one) is part of the name, so
+/// switching a rule's algorithm starts it afresh rather than failing on state of another shape;
+/// the old keys expire on their own.
 ///
 /// The prefix, the timeout per call and the connection come from the [`RedisBackend`]; a
 /// [`RedisConnection`](crate::backend::RedisConnection) converts into one with the defaults.
@@ -65,6 +69,8 @@ pub struct RedisLimiter {
     deny_cache: Option<Arc<DenyCache<Vec<RuleState>>>>,
     /// Scripts with custom algorithms, by the customs they contain (in id order).
     custom_scripts: Arc<Mutex<HashMap<Vec<CustomAlgorithm>, Arc<Scripts>>>>,
+    /// Whether fixed windows are plain counters (Redis >= 7), once known.
+    pub(super) counters: Arc<Counters>,
 }
 
 impl RedisLimiter {
@@ -74,6 +80,7 @@ impl RedisLimiter {
         let backend = backend.into();
         Self {
             coalescers: Arc::new(Coalescers::new(&backend, DEFAULT_BATCH)),
+            counters: Arc::new(Counters::new(&backend)),
             backend,
             deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_DENY_CACHE))),
             custom_scripts: Arc::default(),
@@ -83,7 +90,8 @@ impl RedisLimiter {
     /// How many denied clients the deny cache remembers (default [`DEFAULT_DENY_CACHE`]; `0`
     /// turns it off).
     ///
-    /// When Redis denies a request, the wait it names is exact: a denial consumes nothing, and
+    /// When Redis denies a request, the wait it names is exact: a denial consumes nothing (on
+    /// the fixed window's Lua-free path it counts, but the window's end, the wait, stays), and
     /// other replicas can only use more of the quota, never give it back. So until that wait has
     /// passed (less a millisecond: Redis rounds waits up to whole milliseconds; at most
     /// [`DENY_CACHE_MAX_WAIT`], so that operations made elsewhere reach it), the same request
@@ -161,7 +169,9 @@ impl RedisLimiter {
         )
     }
 
-    /// The Redis key that holds `check`'s state.
+    /// The Redis key that holds `check`'s state. For a fixed window, the shape (`fwc` or `fw`)
+    /// follows the server's version, known from the limiter's first call; before it, `fwc`
+    /// unless the backend's clock is shifted.
     #[must_use]
     pub fn key_name(&self, check: &Check) -> String {
         self.key_names(&check.rule, &check.key, false).0
@@ -169,17 +179,25 @@ impl RedisLimiter {
 
     /// The Redis keys of `rule`'s state and (when `record`) override record for `key`, from
     /// one digest.
-    fn key_names(&self, rule: &Rule, key: &Key, record: bool) -> (String, Option<String>) {
+    pub(super) fn key_names(
+        &self,
+        rule: &Rule,
+        key: &Key,
+        record: bool,
+    ) -> (String, Option<String>) {
         let digest = key.digest();
+        let tag = match rule.algorithm() {
+            Algorithm::FixedWindow if self.counters.plain() => fixed_window_plain::TAG.into(),
+            algorithm => algorithm.key_tag(),
+        };
         (
-            self.backend
-                .key(&["rl", rule.name(), &rule.algorithm().key_tag()], &digest),
+            self.backend.key(&["rl", rule.name(), &tag], &digest),
             record.then(|| self.backend.key(&["rl", rule.name(), "ov"], &digest)),
         )
     }
 
     /// The script call(s) for `checks`: keys, arguments, and which scripts run them.
-    fn evaluation(&self, checks: &[Check]) -> Evaluation {
+    pub(super) fn evaluation(&self, checks: &[Check]) -> Evaluation {
         let (keys, records): (Vec<String>, Vec<Option<String>>) = checks
             .iter()
             .map(|c| self.key_names(&c.rule, &c.key, c.rule.reads_overrides()))
@@ -197,6 +215,7 @@ impl RedisLimiter {
                         });
                         CUSTOM_BASE + 1 + index
                     }
+                    Algorithm::FixedWindow if self.counters.plain() => FIXED_WINDOW_COUNTER,
                     builtin => usize::from(builtin.builtin_id().unwrap_or(0)),
                 };
                 RuleArgs {
@@ -239,6 +258,9 @@ impl RedisLimiter {
     /// Evaluates `checks`, with the leases (and receipts to settle) an admitted request took:
     /// one boxed future, the only one of a request on the hot path.
     fn evaluate_held(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
+        if self.needs_shape(checks.iter().map(|c| &*c.rule)) {
+            return self.once_shaped(move |this| this.evaluate_held(checks));
+        }
         if checks.iter().any(|c| c.rule.allows(&c.key)) {
             // Allow-listed rules are answered here; the others (if any) go to Redis.
             let (rest, listed) = operations::split_allow_listed(checks);
@@ -286,7 +308,7 @@ impl RedisLimiter {
                 None,
             ))));
         }
-        let evaluation = self.evaluation(&checks);
+        let evaluation = self.route(&checks);
         let coalescers = Arc::clone(&self.coalescers);
         let Some(deny_cache) = deny_cache else {
             return Box::pin(async move { evaluation.run(&coalescers).await.map(held) });
@@ -337,6 +359,9 @@ impl Limiter for RedisLimiter {
     }
 
     fn charge_all(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>> {
+        if self.needs_shape(checks.iter().map(|c| &*c.rule)) {
+            return self.once_shaped(move |this| this.charge_all(checks));
+        }
         let checks = match chargeable(checks) {
             Ok(checks) => checks,
             Err(e) => return Box::pin(std::future::ready(Err(e))),
@@ -368,6 +393,10 @@ impl Limiter for RedisLimiter {
     }
 
     fn inspect(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
+        if self.needs_shape([rule]) {
+            let rule = rule.clone();
+            return self.once_shaped(move |this| this.inspect(&rule, key));
+        }
         if let Err(e) = operations::valid(self, rule) {
             return Box::pin(std::future::ready(Err(e)));
         }
@@ -397,6 +426,10 @@ impl Limiter for RedisLimiter {
     }
 
     fn reset(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {
+        if self.needs_shape([rule]) {
+            let rule = rule.clone();
+            return self.once_shaped(move |this| this.reset(&rule, key));
+        }
         if let Err(e) = operations::valid(self, rule) {
             return Box::pin(std::future::ready(Err(e)));
         }
@@ -432,6 +465,10 @@ impl RedisLimiter {
         duration: Duration,
         op: &'static str,
     ) -> BoxFuture<Result<(), LimiterError>> {
+        if self.needs_shape([rule]) {
+            let (rule, key) = (rule.clone(), key.clone());
+            return self.once_shaped(move |this| this.steer(&rule, &key, duration, op));
+        }
         match operations::valid_for(self, rule, duration) {
             Ok(us) => {
                 let done = self.operation(rule, key, op, us);

@@ -3,6 +3,8 @@
 -- hit, done atomically, with the window start kept in the value so Redis TIME, not key expiry,
 -- decides).
 --
+-- The shape of Redis < 7 and of shifted or frozen test clocks; on Redis >= 7 a fixed window is a
+-- plain counter (fixed_window_counter.lua, fixed_window_plain.rs).
 -- State: one string key "<window start µs>:<count>", expiring when the window closes.
 -- fixed_window(key, now, p) returns allowed, remaining, retry_after_us, reset_after_us, commit.
 -- A rejected request is not counted (unlike the seeds' recipe) so that rules stay all-or-nothing.

@@ -6,7 +6,8 @@ use super::CustomAlgorithm;
 ///
 /// Every algorithm decides and records in one step (one script call on Redis), accepts a cost
 /// per request (weighted requests), sets a TTL on all the state it keeps, and — in a layer with
-/// several rules — records nothing when any rule denies. A rejected request consumes nothing.
+/// several rules — records nothing when any rule denies. A rejected request consumes nothing,
+/// except on the fixed window's Lua-free path (see [`FixedWindow`](Algorithm::FixedWindow)).
 ///
 /// | algorithm | Redis state per key | bursts | choose it when |
 /// | --- | --- | --- | --- |
@@ -33,9 +34,34 @@ pub enum Algorithm {
     Gcra,
     /// Fixed window: a window opens with the first request and lasts `period`; at most `limit`
     /// cost units are admitted in it. The seeds' `INCR` + `EXPIRE`, made atomic. A client can get
-    /// `2 × limit` through in a short time around a window edge. Unlike the hand-rolled recipe,
-    /// a rejected request is not counted, so hammering does not extend a client's lock-out and
-    /// rules stay all-or-nothing.
+    /// `2 × limit` through in a short time around a window edge. Hammering never extends a
+    /// client's lock-out: the window's end is set by its first request and never moves.
+    ///
+    /// Which path decides, on a [`RedisLimiter`](crate::rate_limit::RedisLimiter):
+    ///
+    /// - **Redis >= 7** (Valkey 7 and 8 too; the limiter asks `INFO server` once): the state is
+    ///   a plain integer under a key tagged `fwc`, expiring when the window closes. A request
+    ///   whose only rule is a fixed window is one transaction, `MULTI; INCRBY key cost;
+    ///   PEXPIRE key period NX; PTTL key; EXEC`: no Lua, one round trip, admitted while the
+    ///   count is at most `limit`. **A denial on this path consumes its cost**, as in the seeds'
+    ///   recipe: the count goes past the limit and stays there until the window closes, so a
+    ///   denied request of cost 5 with 3 left also denies a later request of cost 1 in that
+    ///   window (requests of cost 1 decide exactly as the script does: a denial only comes once
+    ///   the window is full; a denial the limiter's deny cache answers never reaches Redis and
+    ///   counts nothing). Requests that need a script run one on the same counter, and there
+    ///   a denial consumes nothing: several rules in one request (all or nothing), a rule with
+    ///   [bans](crate::rate_limit::Rule::with_bans) or
+    ///   [overrides](crate::rate_limit::Rule::with_overrides), a
+    ///   [cost settled after the response](crate::rate_limit::Rule::charged_after_response),
+    ///   probes (cost 0) and [`inspect`](crate::rate_limit::Limiter::inspect).
+    ///   [`reset`](crate::rate_limit::Limiter::reset) deletes the counter.
+    /// - **Older servers**, and backends whose script clock a test seam shifts or freezes
+    ///   (feature `test-util`: key expiry cannot follow such a clock): one script keeps
+    ///   `"<window start>:<count>"` under a key tagged `fw`, and a denial consumes nothing.
+    ///
+    /// The two shapes live under different keys, so a server upgraded past 7 starts its fixed
+    /// windows afresh (the old keys expire on their own). The memory backend counts as the
+    /// script does: a denial consumes nothing.
     FixedWindow,
     /// Sliding-window log: remembers the time of every admitted unit for one `period` and admits
     /// while fewer than `limit` are remembered. Exact over any rolling window; memory O(limit)

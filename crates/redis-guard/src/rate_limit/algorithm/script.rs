@@ -7,14 +7,23 @@ use super::CustomAlgorithm;
 use crate::backend::LuaScript;
 
 /// The built-in algorithms, in id order (id = position + 1), with their Lua function names.
-const BUILTIN: [(&str, &str); 6] = [
+/// The last, `fixed_window_counter`, has no [`Algorithm`](super::Algorithm) of its own: it is
+/// the fixed window's state on Redis >= 7 (see `fixed_window_plain.rs`).
+const BUILTIN: [(&str, &str); 7] = [
     ("gcra", include_str!("gcra.lua")),
     ("fixed_window", include_str!("fixed_window.lua")),
     ("sliding_log", include_str!("sliding_log.lua")),
     ("sliding_counter", include_str!("sliding_counter.lua")),
     ("token_bucket", include_str!("token_bucket.lua")),
     ("concurrency", include_str!("concurrency.lua")),
+    (
+        "fixed_window_counter",
+        include_str!("fixed_window_counter.lua"),
+    ),
 ];
+
+/// The id of the fixed window kept as a plain counter (`fixed_window_counter.lua`).
+pub(crate) const FIXED_WINDOW_COUNTER: usize = BUILTIN.len();
 
 /// Prelude and algorithm functions, then `local <table> = { f1, f2, … }` with each algorithm's
 /// function named `<name><suffix>`, then the custom algorithms (ids from
@@ -228,6 +237,35 @@ mod tests {
         refund(&mut conn, key, later, second, 2).await;
         let after: String = conn.get(key).await.unwrap();
         assert_eq!(count(after).as_deref(), Some("0"));
+    }
+
+    #[tokio::test]
+    async fn fixed_window_counter_refund_never_credits_a_later_window() {
+        let (_server, mut conn) = connect().await;
+        let key = "t:fwc";
+        let id = u8::try_from(super::FIXED_WINDOW_COUNTER).expect("a small id");
+        let first = admit(&mut conn, key, 0, id).await;
+        let second = admit(&mut conn, key, 0, id).await;
+        assert_eq!(conn.get::<_, i64>(key).await.unwrap(), 2);
+        // The second request's refund is for the open window: it gives back its unit.
+        refund(&mut conn, key, 0, second, id).await;
+        assert_eq!(conn.get::<_, i64>(key).await.unwrap(), 1);
+        // A window that opened after the first request was counted (its expiry a period and 5 s
+        // from now): that request's refund is late and gives back nothing of it.
+        let (s, us): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+        let opened_ms = (s * 1_000_000 + us) / 1000 + 5_000;
+        let _: i64 = redis::cmd("PEXPIREAT")
+            .arg(key)
+            .arg(opened_ms + PERIOD / 1000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        refund(&mut conn, key, 0, first, id).await;
+        assert_eq!(conn.get::<_, i64>(key).await.unwrap(), 1);
+        // Nothing to give back below zero.
+        let _: () = conn.set_ex(key, 0, 60).await.unwrap();
+        refund(&mut conn, key, 0, second, id).await;
+        assert_eq!(conn.get::<_, i64>(key).await.unwrap(), 0);
     }
 
     #[tokio::test]

@@ -1,0 +1,389 @@
+//! The fixed window without Lua (issue 21): on Redis >= 7, a fixed window is a plain integer
+//! count whose key expires when the window closes, and a request of one rule is decided by one
+//! transaction, `MULTI; INCRBY key cost; PEXPIRE key period NX; PTTL key; EXEC` — the seeds'
+//! `INCR` + "TTL on the first hit", atomic, in one round trip.
+//!
+//! The shape belongs to the backend, not to the request, so that a rule's count never splits
+//! between two keys: every fixed window of a limiter whose server is Redis >= 7 (Valkey reports
+//! a compatible `redis_version`) and whose clock is Redis' own keeps the `fwc` shape, and the
+//! requests that need a script (several rules, all or nothing; bans and overrides; probes,
+//! inspect, refunds, charges) run `fixed_window_counter.lua` on the same key. An older server, or
+//! a test seam that shifts or freezes the scripts' clock (key expiry cannot follow it), keeps
+//! the Lua-only `fw` shape.
+
+use std::sync::OnceLock;
+
+use redis::Value;
+
+use super::Algorithm;
+use super::algorithm::RuleState;
+use super::evaluation::{Coalescers, Evaluation};
+use super::limiter::{BoxFuture, Check, LimiterError};
+use super::receipt::Receipted;
+use super::{RedisLimiter, Rule};
+use crate::backend::{BackendError, RedisBackend};
+
+/// How a request is decided on Redis: by the scripts, or by the plain transaction.
+pub(super) enum Route {
+    Script(Evaluation),
+    Plain(Plain),
+}
+
+impl Route {
+    /// The rules' states, with the receipt of an admitted request that took leases.
+    pub(super) async fn run(self, coalescers: &Coalescers) -> Result<Receipted, LimiterError> {
+        match self {
+            Self::Script(evaluation) => evaluation.run(coalescers).await,
+            Self::Plain(plain) => plain.run().await,
+        }
+    }
+}
+
+/// The key tag of a fixed window kept as a plain counter (`fw` is the script's shape).
+pub(super) const TAG: &str = "fwc";
+
+/// Whether a limiter's fixed windows are plain counters: known once its server's version is.
+#[derive(Debug)]
+pub(super) struct Counters {
+    known: OnceLock<bool>,
+}
+
+impl Counters {
+    /// For a limiter on `backend`: not known yet, unless the backend's clock is not Redis' own.
+    pub(super) fn new(backend: &RedisBackend) -> Self {
+        let known = OnceLock::new();
+        if !backend.reads_redis_time() {
+            let _ = known.set(false);
+        }
+        Self { known }
+    }
+
+    /// Fixed, for tests: `plain` says whether the server could take the plain path.
+    #[cfg(test)]
+    pub(super) fn fixed(plain: bool) -> Self {
+        let known = OnceLock::new();
+        let _ = known.set(plain);
+        Self { known }
+    }
+
+    /// Whether the shape is known (else [`detect`](Self::detect) it first).
+    pub(super) fn is_known(&self) -> bool {
+        self.known.get().is_some()
+    }
+
+    /// Whether fixed windows are plain counters; before [`detect`](Self::detect), the guess a
+    /// server of today gets (what [`RedisLimiter::key_name`](super::RedisLimiter::key_name)
+    /// reports before the first call).
+    pub(super) fn plain(&self) -> bool {
+        self.known.get().copied().unwrap_or(true)
+    }
+
+    /// Asks the server its version once (`INFO server`; every node of a cluster): plain counters
+    /// on Redis >= 7. A server that refuses `INFO` (renamed, or denied by an ACL) keeps the
+    /// scripts; an unreachable one is an error, and the next call asks again.
+    pub(super) async fn detect(&self, backend: &RedisBackend) -> Result<(), LimiterError> {
+        if self.is_known() {
+            return Ok(());
+        }
+        let plain = match backend.query(redis::cmd("INFO").arg("server")).await {
+            Ok(reply) => all_at_least_7(&reply),
+            Err(e @ BackendError::Redis(_)) if !e.is_unavailable() => {
+                tracing::warn!(
+                    error = %e,
+                    "Redis refused INFO server: fixed windows run as Lua scripts, not as MULTI of INCRBY + PEXPIRE NX"
+                );
+                false
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let _ = self.known.set(plain);
+        Ok(())
+    }
+}
+
+impl RedisLimiter {
+    /// As if the server were (`true`) or were not (`false`) Redis >= 7: the tests' seam for the
+    /// fallback to scripts on older servers.
+    #[cfg(test)]
+    pub(super) fn assume_plain_counters(mut self, plain: bool) -> Self {
+        self.counters = std::sync::Arc::new(Counters::fixed(plain));
+        self
+    }
+
+    /// The plain transaction for `checks` when it can decide them, else the script call(s).
+    pub(super) fn route(&self, checks: &[Check]) -> Route {
+        let key = |c: &Check| self.key_names(&c.rule, &c.key, false).0;
+        match Plain::of(checks, &self.counters, self.backend(), key) {
+            Some(plain) => Route::Plain(plain),
+            None => Route::Script(self.evaluation(checks)),
+        }
+    }
+
+    /// Whether the shape of some `rules`' state is not known before the server's version is.
+    pub(super) fn needs_shape<'a>(&self, rules: impl IntoIterator<Item = &'a Rule>) -> bool {
+        !self.counters.is_known()
+            && rules
+                .into_iter()
+                .any(|rule| *rule.algorithm() == Algorithm::FixedWindow)
+    }
+
+    /// `then`, once the server's version is known ([`Counters::detect`]).
+    pub(super) fn once_shaped<T: Send + 'static>(
+        &self,
+        then: impl FnOnce(&Self) -> BoxFuture<Result<T, LimiterError>> + Send + 'static,
+    ) -> BoxFuture<Result<T, LimiterError>> {
+        let this = self.clone();
+        Box::pin(async move {
+            this.counters.detect(this.backend()).await?;
+            then(&this).await
+        })
+    }
+}
+
+/// Whether every `redis_version` in an `INFO server` reply (one text, or one per node of a
+/// cluster) is at least 7 (the first with `PEXPIRE … NX`), and there is one.
+fn all_at_least_7(reply: &Value) -> bool {
+    let mut texts = Vec::new();
+    collect_texts(reply, &mut texts);
+    let versions: Vec<Option<u64>> = texts
+        .iter()
+        .flat_map(|text| text.lines())
+        .filter_map(|line| line.strip_prefix("redis_version:"))
+        .map(|v| {
+            v.trim()
+                .split('.')
+                .next()
+                .and_then(|major| major.parse().ok())
+        })
+        .collect();
+    !versions.is_empty() && versions.iter().all(|major| major.is_some_and(|m| m >= 7))
+}
+
+fn collect_texts(reply: &Value, out: &mut Vec<String>) {
+    match reply {
+        Value::BulkString(bytes) => out.push(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) | Value::VerbatimString { text, .. } => out.push(text.clone()),
+        Value::Array(items) | Value::Set(items) => {
+            items.iter().for_each(|item| collect_texts(item, out));
+        }
+        Value::Map(pairs) => pairs.iter().for_each(|(_, item)| collect_texts(item, out)),
+        _ => {}
+    }
+}
+
+/// A request decided by the plain transaction: its one rule's key and numbers.
+pub(super) struct Plain {
+    backend: RedisBackend,
+    key: String,
+    limit: u64,
+    cost: u64,
+    period_ms: u64,
+}
+
+impl Plain {
+    /// The plain transaction for `checks`, when it can decide them: one fixed-window rule
+    /// counting something (a probe records nothing), with no override record or bans to apply
+    /// and no cost settled after the response, on a limiter whose windows are plain counters.
+    /// `key` names the rule's state.
+    pub(super) fn of(
+        checks: &[Check],
+        counters: &Counters,
+        backend: &RedisBackend,
+        key: impl FnOnce(&Check) -> String,
+    ) -> Option<Self> {
+        let [check] = checks else { return None };
+        let rule = &check.rule;
+        if !counters.plain()
+            || *rule.algorithm() != Algorithm::FixedWindow
+            || check.cost == 0
+            || rule.reads_overrides()
+            || rule.settles_after_response()
+        {
+            return None;
+        }
+        let p = check.params(check.cost);
+        Some(Self {
+            backend: backend.clone(),
+            key: key(check),
+            limit: p.limit,
+            cost: p.cost,
+            period_ms: p.period_us.div_ceil(1000).max(1),
+        })
+    }
+
+    /// One round trip: counts the cost, the denied included (the seeds' recipe: a denial
+    /// consumes its units until the window closes), and opens the window on its first hit.
+    pub(super) async fn run(self) -> Result<Receipted, LimiterError> {
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("INCRBY")
+            .arg(&self.key)
+            .arg(self.cost)
+            .cmd("PEXPIRE")
+            .arg(&self.key)
+            .arg(self.period_ms)
+            .arg("NX")
+            .ignore()
+            .cmd("PTTL")
+            .arg(&self.key);
+        let reply = self.backend.query_pipeline(&pipe, &self.key).await?;
+        Ok((vec![self.state(&reply)?], None))
+    }
+
+    /// The rule's state from `[count, pttl]`: admitted while the count is within the limit, the
+    /// window's end from the key's expiry.
+    fn state(&self, reply: &Value) -> Result<RuleState, LimiterError> {
+        let (count, ttl) = match reply {
+            Value::Array(cells) => match cells.as_slice() {
+                [Value::Int(count), Value::Int(ttl)] => (*count, *ttl),
+                _ => (0, -3),
+            },
+            _ => (0, -3),
+        };
+        if ttl < -1 {
+            let text = format!("MULTI INCRBY PEXPIRE PTTL: {reply:?}");
+            return Err(BackendError::BadReply(text).into());
+        }
+        // No expiry (-1) cannot follow `PEXPIRE NX`; should it, the window is a whole period.
+        let reset_ms = u64::try_from(ttl).unwrap_or(self.period_ms).max(1);
+        let count = u64::try_from(count).unwrap_or(0);
+        let allowed = count <= self.limit;
+        Ok(RuleState::from_parts(
+            allowed,
+            self.limit,
+            self.limit.saturating_sub(count),
+            if allowed { 0 } else { reset_ms },
+            reset_ms,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Which path a fixed window takes on a real `redis-server` (7.x here): the plain
+    //! transaction once the server's version is known, the scripts when it is older.
+
+    use redis_guard_testkit::RedisServer;
+
+    use super::*;
+    use crate::backend::RedisConnection;
+    use crate::rate_limit::{Key, Limiter, Quota, RedisLimiter, Rule};
+
+    /// Calls of `command` the server has served (`INFO commandstats`).
+    async fn calls(server: &RedisServer, command: &str) -> u64 {
+        let mut conn = server
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().unwrap())
+    }
+
+    async fn limiter(server: &RedisServer) -> RedisLimiter {
+        RedisLimiter::new(RedisConnection::open(&server.url()).await.unwrap())
+    }
+
+    fn rule() -> Rule {
+        Rule::new("fw", Quota::per_hour(2)).with_algorithm(Algorithm::FixedWindow)
+    }
+
+    #[tokio::test]
+    async fn redis_7_is_detected_and_decides_without_lua() {
+        let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+        let limiter = limiter(&server).await;
+        assert!(!limiter.counters.is_known());
+        for remaining in [1, 0] {
+            let d = limiter.check(&rule(), Key::from("k")).await.unwrap();
+            assert!(d.allowed);
+            assert_eq!(d.remaining, remaining);
+        }
+        assert!(limiter.counters.is_known() && limiter.counters.plain());
+        let d = limiter.check(&rule(), Key::from("k")).await.unwrap();
+        assert!(!d.allowed);
+        assert_eq!(
+            (
+                calls(&server, "incrby").await,
+                calls(&server, "evalsha").await
+            ),
+            (3, 0)
+        );
+        let key = limiter.key_name(&Check::new(rule(), Key::from("k")));
+        assert!(key.contains(":fwc:"), "{key}");
+        let mut conn = server
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let count: i64 = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(count, 3, "the denial counted its unit");
+    }
+
+    #[tokio::test]
+    async fn an_older_server_keeps_the_scripts() {
+        let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+        let limiter = limiter(&server).await.assume_plain_counters(false);
+        for allowed in [true, true, false] {
+            let d = limiter.check(&rule(), Key::from("k")).await.unwrap();
+            assert_eq!(d.allowed, allowed);
+        }
+        assert_eq!(calls(&server, "incrby").await, 0);
+        assert_eq!(calls(&server, "evalsha").await, 3);
+        let key = limiter.key_name(&Check::new(rule(), Key::from("k")));
+        assert!(key.contains(":fw:"), "{key}");
+        let mut conn = server
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let state: String = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            state.ends_with(":2"),
+            "the script's start:count, the denial uncounted: {state}"
+        );
+    }
+
+    fn info(text: &str) -> Value {
+        Value::VerbatimString {
+            format: redis::VerbatimFormat::Text,
+            text: text.to_owned(),
+        }
+    }
+
+    #[test]
+    fn plain_counters_need_redis_7_on_every_node() {
+        let v = |version: &str| format!("# Server\r\nredis_version:{version}\r\nredis_mode:x\r\n");
+        assert!(all_at_least_7(&Value::BulkString(v("7.0.15").into_bytes())));
+        assert!(all_at_least_7(&info(&v("7.2.4"))));
+        assert!(all_at_least_7(&info(&v("8.0.0"))));
+        assert!(!all_at_least_7(&info(&v("6.2.14"))));
+        let node = |version: &str| (Value::SimpleString("n".into()), info(&v(version)));
+        assert!(all_at_least_7(&Value::Map(vec![
+            node("7.0.0"),
+            node("7.2.4")
+        ])));
+        assert!(!all_at_least_7(&Value::Map(vec![
+            node("7.0.0"),
+            node("6.2.0")
+        ])));
+        for bad in [Value::Nil, info("redis_mode:standalone"), info(&v("seven"))] {
+            assert!(!all_at_least_7(&bad), "{bad:?}");
+        }
+    }
+}
