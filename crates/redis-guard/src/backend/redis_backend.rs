@@ -300,6 +300,19 @@ impl RedisBackend {
             .await
     }
 
+    /// Runs `pipe`, whose commands all name `key` (one slot of a cluster), in one round trip
+    /// under the timeout: the replies as an array, in order.
+    #[cfg(feature = "session")]
+    pub(crate) async fn pipeline(
+        &self,
+        pipe: &redis::Pipeline,
+        key: &str,
+    ) -> Result<Value, BackendError> {
+        let circuit = self.inner.conn.circuit_of(key.as_bytes());
+        self.guarded(self.inner.conn.pipeline(pipe), BackendError::Redis, circuit)
+            .await
+    }
+
     /// Makes `call` (a future not polled yet: nothing is sent before the breaker allows it)
     /// under the circuit breaker and the timeout; `error` classifies the errors Redis returns.
     /// The outcome is recorded, never retried.
