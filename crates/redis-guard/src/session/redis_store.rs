@@ -1,5 +1,7 @@
 //! Sessions as Redis hashes.
 
+mod users;
+
 use std::sync::{Arc, LazyLock};
 
 use redis::Value;
@@ -8,18 +10,13 @@ use sha2::{Digest, Sha256};
 use super::SessionError;
 use super::redis_load::LoadEntry;
 use super::scripts::{
-    DROP, INCR, INDEX, LIST, LOAD, MOVE, PEEK, PROBE, RESTORE, REVOKE, SAVE, SETTLE, SaveEntry,
-    TAKE, TRIM, bad_reply, expiry, int, string, strings,
+    DROP, INCR, INDEX, LOAD, MOVE, RESTORE, REVOKE, SAVE, SETTLE, SaveEntry, TAKE, bad_reply,
+    expiry, int, string, strings,
 };
 use super::store::{
-    BoxFuture, CREATED_FIELD, CSRF_FIELD, Changes, DEVICE_FIELD, EXP_FIELD, Lifetimes, Record,
-    SEEN_FIELD, SessionInfo, SessionStore, USER_FIELD,
+    BoxFuture, CSRF_FIELD, Changes, Lifetimes, Record, SessionInfo, SessionStore, USER_FIELD,
 };
 use crate::backend::{Coalescer, DEFAULT_BATCH, Entry, LuaScript as Script, RedisBackend};
-
-/// The idle timeout `probe` uses where none is known (listing): only the absolute expiry and
-/// the key's TTL (which follows the idle timeout) decide.
-const NO_IDLE: u64 = 1 << 53;
 
 /// Sessions in Redis: one hash per session, one field per key, so two concurrent requests that
 /// change different keys both keep their change. A load whose idle refresh is not due is
@@ -208,39 +205,6 @@ impl RedisSessionStore {
         self.query(redis::cmd("DEL").arg(self.session_key(storage_key)).clone())
             .await
             .map(drop)
-    }
-
-    /// Of `members` (storage keys), those whose session is gone: one probe each, concurrently.
-    async fn dead(&self, members: &[String], idle: u64) -> Result<Vec<String>, SessionError> {
-        let probes = members
-            .iter()
-            .map(|m| self.run(&PROBE, self.session_key(m), idle, vec![]));
-        let live = futures_util::future::try_join_all(probes).await?;
-        Ok(members
-            .iter()
-            .zip(live)
-            .filter(|(_, v)| !matches!(v, Value::Int(1)))
-            .map(|(m, _)| m.clone())
-            .collect())
-    }
-
-    /// Runs `trim.lua` on `user`'s index: removes `gone`, then pops past `cap` (0: no cap),
-    /// never `keep`. Returns the popped members.
-    async fn trim(
-        &self,
-        user: &str,
-        cap: u32,
-        keep: String,
-        gone: Vec<String>,
-    ) -> Result<Vec<String>, SessionError> {
-        let mut args = vec![cap.to_string(), keep];
-        args.extend(gone);
-        strings(self.run(&TRIM, self.user_key(user), 0, args).await?)
-    }
-
-    /// Removes `gone` from `user`'s index.
-    async fn unindex(&self, user: &str, gone: Vec<String>) -> Result<(), SessionError> {
-        self.trim(user, 0, String::new(), gone).await.map(drop)
     }
 
     fn query(&self, cmd: redis::Cmd) -> BoxFuture<Result<Value, SessionError>> {
@@ -441,23 +405,7 @@ impl SessionStore for RedisSessionStore {
         handle: String,
     ) -> BoxFuture<Result<bool, SessionError>> {
         let this = self.clone();
-        Box::pin(async move {
-            if handle.is_empty() || handle.len() > MAX_HANDLE_LEN {
-                return Ok(false);
-            }
-            // A rotation between the listing and the delete moves the session to a new key
-            // under the same handle: look again, a few times.
-            let mut ended = false;
-            for _ in 0..REVOKE_ATTEMPTS {
-                let listing = this.listing(&user).await?;
-                let Some(info) = listing.into_iter().find(|i| i.handle == handle) else {
-                    return Ok(ended);
-                };
-                this.delete(info.storage_key).await?;
-                ended = true;
-            }
-            Ok(ended)
-        })
+        Box::pin(async move { this.revoke_handle(&user, &handle).await })
     }
 
     fn revoke_user_except(
@@ -466,16 +414,7 @@ impl SessionStore for RedisSessionStore {
         keep: String,
     ) -> BoxFuture<Result<usize, SessionError>> {
         let this = self.clone();
-        Box::pin(async move {
-            let mut ended = 0;
-            for info in this.listing(&user).await? {
-                if info.storage_key != keep {
-                    this.delete(info.storage_key).await?;
-                    ended += 1;
-                }
-            }
-            Ok(ended)
-        })
+        Box::pin(async move { this.revoke_others(&user, &keep).await })
     }
 
     fn take_field(
@@ -544,53 +483,5 @@ impl SessionStore for RedisSessionStore {
                 }
             }
         })
-    }
-}
-
-/// The longest handle worth looking up: longer ones name no session.
-const MAX_HANDLE_LEN: usize = 64;
-
-/// How many times `revoke_session` follows a session that rotated under it.
-const REVOKE_ATTEMPTS: usize = 3;
-
-impl RedisSessionStore {
-    /// `user`'s live sessions with their metadata, soonest expiry first: the index, then one
-    /// peek per session (concurrently; on a cluster they live on different slots). Entries of
-    /// sessions that are gone leave the index.
-    async fn listing(&self, user: &str) -> Result<Vec<SessionInfo>, SessionError> {
-        let flat = strings(self.run(&LIST, self.user_key(user), 0, vec![]).await?)?;
-        let members: Vec<String> = flat.iter().step_by(2).cloned().collect();
-        let peeks = members
-            .iter()
-            .map(|m| self.run(&PEEK, self.session_key(m), NO_IDLE, vec![]));
-        let peeked = futures_util::future::try_join_all(peeks).await?;
-        let mut dead = Vec::new();
-        let mut out = Vec::with_capacity(members.len());
-        for (member, reply) in members.into_iter().zip(peeked) {
-            if let Value::Nil = reply {
-                dead.push(member);
-                continue;
-            }
-            let values = strings(reply)?;
-            let Some((now, fields)) = values.split_first() else {
-                return Err(bad_reply("an empty session listing".into()));
-            };
-            let now: u64 = now
-                .parse()
-                .map_err(|_| bad_reply(format!("store time {now:?}")))?;
-            const NAMES: [&str; 4] = [EXP_FIELD, CREATED_FIELD, SEEN_FIELD, DEVICE_FIELD];
-            let field = |name: &str| {
-                let i = NAMES.iter().position(|n| *n == name)?;
-                fields.get(i).filter(|v| !v.is_empty()).cloned()
-            };
-            match SessionInfo::from_fields(member.clone(), field, now) {
-                Some(info) => out.push(info),
-                None => dead.push(member),
-            }
-        }
-        if !dead.is_empty() {
-            self.unindex(user, dead).await?;
-        }
-        Ok(out)
     }
 }
