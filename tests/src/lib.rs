@@ -603,32 +603,44 @@ where
     }
 }
 
-/// Counts the commands clients send to a standalone Redis, through `MONITOR`: commands that
-/// scripts run inside Redis are left out, so what remains is round trips.
+/// Counts the commands clients send to Redis, through `MONITOR` (on every node of a cluster):
+/// commands that scripts run inside Redis are left out, so what remains is round trips. A
+/// session's plain read, `HGETALL` and `PTTL` of one key (and `TIME` under a shifted clock)
+/// sent together by one client, is one round trip and one entry:
+/// `"HGETALL" "rg:s:{…}" | "PTTL" "rg:s:{…}"`.
 #[derive(Debug)]
 pub struct Monitor {
-    reader: tokio::io::BufReader<tokio::net::TcpStream>,
+    /// Per node: its port and its MONITOR stream.
+    nodes: Vec<(u16, tokio::io::BufReader<tokio::net::TcpStream>)>,
     marker: u64,
 }
 
 impl Monitor {
-    /// Starts monitoring the harness' standalone server.
+    /// Starts monitoring the harness' standalone server, or every node of its cluster.
     ///
     /// # Panics
     ///
-    /// Without a standalone server, or when it does not accept MONITOR.
+    /// On the memory backend, or when a server does not accept MONITOR.
     pub async fn start(h: &Harness) -> Self {
         use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-        let port = h.server().expect("a standalone Redis").port();
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .expect("connect");
-        stream.write_all(b"MONITOR\r\n").await.expect("MONITOR");
-        let mut reader = tokio::io::BufReader::new(stream);
-        let mut ok = String::new();
-        reader.read_line(&mut ok).await.expect("reply");
-        assert_eq!(ok.trim(), "+OK");
-        Self { reader, marker: 0 }
+        let ports = match (&h.server, &h.cluster) {
+            (_, Some(cluster)) => cluster.ports(),
+            (Some(server), None) => vec![server.port()],
+            (None, None) => panic!("the memory backend has no Redis to monitor"),
+        };
+        let mut nodes = Vec::new();
+        for port in ports {
+            let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .expect("connect");
+            stream.write_all(b"MONITOR\r\n").await.expect("MONITOR");
+            let mut reader = tokio::io::BufReader::new(stream);
+            let mut ok = String::new();
+            reader.read_line(&mut ok).await.expect("reply");
+            assert_eq!(ok.trim(), "+OK");
+            nodes.push((port, reader));
+        }
+        Self { nodes, marker: 0 }
     }
 
     /// The client commands seen since the last call (or the start): waits for a marker it sends
@@ -649,60 +661,111 @@ impl Monitor {
     ///
     /// When the marker does not come back within 10 seconds.
     pub async fn split(&mut self, h: &Harness) -> (Vec<String>, Vec<String>) {
-        let (inside, sent): (Vec<String>, Vec<String>) = self
-            .lines(h)
-            .await
-            .into_iter()
-            .partition(|l| l.contains("[0 lua]"));
-        let command = |l: String| l.split_once("] ").map(|(_, cmd)| cmd.to_owned());
-        let sent = sent
-            .into_iter()
-            .filter_map(command)
-            // The inspecting connection's own handshake.
-            .filter(|c| {
-                !c.starts_with("\"HELLO\"")
-                    && !c.starts_with("\"hello\"")
-                    && !c.to_ascii_lowercase().starts_with("\"client\"")
-            })
-            .collect();
-        (sent, inside.into_iter().filter_map(command).collect())
+        let _ = h;
+        let mut sent = Vec::new();
+        let mut inside = Vec::new();
+        for lines in self.lines().await {
+            let (node_inside, node_sent): (Vec<String>, Vec<String>) =
+                lines.into_iter().partition(|l| l.contains("[0 lua]"));
+            inside.extend(
+                node_inside
+                    .iter()
+                    .filter_map(|l| command(l).map(|(_, c)| c)),
+            );
+            let node_sent = node_sent
+                .iter()
+                .filter_map(|l| command(l))
+                // The inspecting connections' own handshakes.
+                .filter(|(_, c)| {
+                    let c = c.to_ascii_lowercase();
+                    !c.starts_with("\"hello\"") && !c.starts_with("\"client\"")
+                })
+                .collect();
+            sent.extend(round_trips(node_sent));
+        }
+        (sent, inside)
     }
 
-    /// Every MONITOR line since the last call, up to a marker it sends itself.
-    async fn lines(&mut self, h: &Harness) -> Vec<String> {
+    /// Every MONITOR line since the last call, per node, up to a marker it sends itself.
+    async fn lines(&mut self) -> Vec<Vec<String>> {
         use tokio::io::AsyncBufReadExt;
         self.marker += 1;
         let marker = format!("monitor-marker-{}", self.marker);
-        let mut conn = h.inspect().await;
-        let _: String = redis::cmd("ECHO")
-            .arg(&marker)
-            .query_async(&mut conn)
-            .await
-            .expect("ECHO");
-        let mut seen = Vec::new();
-        let read = async {
-            loop {
-                let mut line = String::new();
-                if self
-                    .reader
-                    .read_line(&mut line)
-                    .await
-                    .expect("monitor line")
-                    == 0
-                {
-                    panic!("MONITOR connection closed");
+        let mut out = Vec::new();
+        for (port, reader) in &mut self.nodes {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("url");
+            let mut conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect");
+            let _: String = redis::cmd("ECHO")
+                .arg(&marker)
+                .query_async(&mut conn)
+                .await
+                .expect("ECHO");
+            let mut seen = Vec::new();
+            let read = async {
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).await.expect("monitor line") == 0 {
+                        panic!("MONITOR connection closed");
+                    }
+                    if line.contains(&marker) {
+                        return;
+                    }
+                    seen.push(line.trim().to_owned());
                 }
-                if line.contains(&marker) {
-                    return;
-                }
-                seen.push(line.trim().to_owned());
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(10), read)
-            .await
-            .expect("marker");
-        seen
+            };
+            tokio::time::timeout(Duration::from_secs(10), read)
+                .await
+                .expect("marker");
+            out.push(seen);
+        }
+        out
     }
+}
+
+/// A MONITOR line's client (`127.0.0.1:54321`) and command (`"GET" "k"`).
+fn command(line: &str) -> Option<(String, String)> {
+    let (head, cmd) = line.split_once("] ")?;
+    let client = head.rsplit_once(' ').map_or("", |(_, c)| c);
+    Some((client.to_owned(), cmd.to_owned()))
+}
+
+/// `sent` (client, command) as round trips: a session's plain read (`HGETALL k`, then `PTTL k`
+/// and maybe `TIME` from the same client) becomes one entry.
+fn round_trips(sent: Vec<(String, String)>) -> Vec<String> {
+    let name = |c: &str| {
+        c.split(' ')
+            .next()
+            .unwrap_or_default()
+            .trim_matches('"')
+            .to_ascii_lowercase()
+    };
+    let key = |c: &str| c.split(' ').nth(1).unwrap_or_default().to_owned();
+    let mut out: Vec<String> = Vec::new();
+    let mut open: Option<(String, String, usize)> = None;
+    for (client, cmd) in sent {
+        let follows = match &open {
+            Some((c, k, n)) if *c == client => match name(&cmd).as_str() {
+                "pttl" => *n == 1 && key(&cmd) == *k,
+                "time" => *n == 2,
+                _ => false,
+            },
+            _ => false,
+        };
+        if follows {
+            if let (Some(last), Some((_, _, n))) = (out.last_mut(), open.as_mut()) {
+                last.push_str(" | ");
+                last.push_str(&cmd);
+                *n += 1;
+            }
+            continue;
+        }
+        open = (name(&cmd) == "hgetall").then(|| (client, key(&cmd), 1));
+        out.push(cmd);
+    }
+    out
 }
 
 /// `GET /` from `client` (its `x-client` header), as the rate-limit suites send it.

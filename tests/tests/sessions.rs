@@ -29,6 +29,9 @@ struct Hooks {
     /// `/slow/{field}` announces it has loaded, then waits to be released before writing.
     loaded: Notify,
     release: Notify,
+    /// `/gate/{field}` waits at the first barrier after loading, at the second before writing,
+    /// so a test acts between every load and every write.
+    gate: Option<(Barrier, Barrier)>,
 }
 
 /// The app under the session layer: a small router over the handle's API.
@@ -67,6 +70,18 @@ fn app(
                         }
                         session.insert(field, &"v".to_owned()).await?;
                         Ok(text(StatusCode::OK, "raced"))
+                    }
+                    .await
+                }
+                ["gate", field] => {
+                    async {
+                        let _: Option<String> = session.get("x").await?;
+                        if let Some((loaded, release)) = &hooks.gate {
+                            loaded.wait().await;
+                            release.wait().await;
+                        }
+                        session.insert(field, &"v".to_owned()).await?;
+                        Ok(text(StatusCode::OK, "gated"))
                     }
                     .await
                 }
@@ -362,26 +377,31 @@ async fn round_trips_per_request(h: Harness) {
     c.send("POST", "/set/x/1", Some(&id)).await;
     c.send("GET", "/noop", Some(&id)).await;
     let mut monitor = Monitor::start(&h).await;
+    // A load whose refresh is not due is a plain read (HGETALL + PTTL in one round trip); a
+    // save is one script call.
     for (method, path, cookie, expected) in [
-        ("GET", "/noop", None, 0),
-        ("GET", "/get/name", Some(&id), 1),
-        ("POST", "/set/x/2", Some(&id), 2),
-        ("GET", "/noop", Some(&id), 1),
+        ("GET", "/noop", None, &[][..]),
+        ("GET", "/get/name", Some(&id), &["read"]),
+        ("POST", "/set/x/2", Some(&id), &["read", "evalsha"]),
+        ("GET", "/noop", Some(&id), &["read"]),
     ] {
         monitor.commands(&h).await;
         let r = c.send(method, path, cookie.map(String::as_str)).await;
         assert!(r.status < 400, "{path}: {}", r.status);
         let sent = monitor.commands(&h).await;
+        let kinds: Vec<&str> = sent
+            .iter()
+            .map(|c| match c.to_ascii_lowercase() {
+                c if c.starts_with("\"hgetall\"") && c.contains("| \"pttl\"") => "read",
+                c if c.starts_with("\"evalsha\"") => "evalsha",
+                _ => "other",
+            })
+            .collect();
         assert_eq!(
-            sent.len(),
+            kinds,
             expected,
             "{method} {path} with cookie {}: {sent:?}",
             cookie.is_some()
-        );
-        assert!(
-            sent.iter()
-                .all(|c| c.to_ascii_lowercase().starts_with("\"evalsha\"")),
-            "{sent:?}"
         );
     }
 }
@@ -849,7 +869,7 @@ async fn a_zero_redis_timeout_fails_at_build() {
     assert!(err.to_string().contains("0ns"), "{err}");
 }
 
-/// Loads that arrive while load calls are in flight go to Redis together: 200 loads of two
+/// Loads that arrive while load calls are in flight go to Redis together: 200 due loads of two
 /// sessions queued behind a paused Redis take a handful of `EVALSHA`s, not 200, and each load
 /// still gets its session. A session key Redis cannot read as a hash fails its own load only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -866,6 +886,9 @@ async fn concurrent_loads_coalesce_into_few_script_calls() {
     let () = redis::AsyncCommands::set(&mut conn, store.session_key(&poisoned), "x")
         .await
         .expect("SET");
+    // Past 1 % of the idle timeout, so every load's refresh is due: its plain read is followed
+    // by the load script.
+    h.wait(Duration::from_secs(60)).await;
     h.admin(&["CONFIG", "RESETSTAT"]).await;
     h.admin(&["CLIENT", "PAUSE", "200", "ALL"]).await;
     let mut tasks = Vec::new();
@@ -890,6 +913,59 @@ async fn concurrent_loads_coalesce_into_few_script_calls() {
         (1..=2 + 199_u64.div_ceil(64)).contains(&calls),
         "{calls} EVALSHA calls for 201 loads"
     );
+}
+
+/// Saves are coalesced as loads are (issue 21, item 4): 200 concurrent requests, each setting a
+/// field of its own on one of two sessions, whose saves queue behind a Redis that pauses writes,
+/// take a handful of `EVALSHA`s, not 200, and every field is there afterwards: no write lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_saves_coalesce_into_few_script_calls() {
+    const REQUESTS: usize = 200;
+    let h = Harness::redis().await;
+    let hooks = Hooks {
+        gate: Some((Barrier::new(REQUESTS + 1), Barrier::new(REQUESTS + 1))),
+        ..Hooks::default()
+    };
+    let c = Client::with_hooks(&h, hooks).await;
+    let ids = [new_session(&c).await, new_session(&c).await];
+    let mut tasks = Vec::new();
+    for i in 0..REQUESTS {
+        let svc = c.layer.layer(app(Arc::clone(&c.hooks)));
+        let req = Request::post(format!("/gate/f{i}"))
+            .header("cookie", format!("{COOKIE}={}", ids[i % 2]))
+            .body(Body::default())
+            .expect("request");
+        tasks.push(tokio::spawn(call(svc, req)));
+    }
+    let (loaded, release) = c.hooks.gate.as_ref().expect("gated");
+    loaded.wait().await;
+    // Every load is done. Writes (scripts included) now wait 300 ms (less than the connection's
+    // 500 ms response timeout), while every save is queued.
+    h.admin(&["CONFIG", "RESETSTAT"]).await;
+    h.admin(&["CLIENT", "PAUSE", "300", "WRITE"]).await;
+    release.wait().await;
+    for task in tasks {
+        let r = task.await.expect("task");
+        assert_eq!(r.status, 200, "{} {:?}", r.body, r.headers);
+    }
+    let calls = h.calls("evalsha").await;
+    assert!(
+        (1..=2 + 198_u64.div_ceil(64)).contains(&calls),
+        "{calls} EVALSHA calls for 200 saves"
+    );
+    let store = h.session_store().await;
+    for (n, id) in ids.iter().enumerate() {
+        let record = store
+            .load(storage_key(id), redis_guard::session::Lifetimes::default())
+            .await
+            .expect("load")
+            .expect("live");
+        let lost: Vec<usize> = (n..REQUESTS)
+            .step_by(2)
+            .filter(|i| record.get(&format!("f{i}")).is_none())
+            .collect();
+        assert!(lost.is_empty(), "writes lost: {lost:?}");
+    }
 }
 
 /// Issue 20, item 8: a flood of cookie-less requests that each create an anonymous session

@@ -227,33 +227,45 @@ impl RedisConnection {
         }
     }
 
-    /// Runs `pipe` (routed by its first key on a cluster, so its keys must share a slot): its
-    /// replies, or `EXEC`'s for an atomic one.
-    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
-    pub(crate) async fn query_pipeline(&self, pipe: &redis::Pipeline) -> RedisResult<Value> {
-        match &self.kind {
-            Kind::Manager(manager) => pipe.query_async(&mut manager.clone()).await,
-            #[cfg(feature = "bb8")]
-            Kind::Pool(pool) => {
-                let mut conn = pool.get().await.map_err(pool_error)?;
-                pipe.query_async(&mut *conn).await
-            }
-            #[cfg(feature = "cluster")]
-            Kind::Cluster(cluster, _) => pipe.query_async(&mut cluster.clone()).await,
-        }
+    /// Runs `pipe` in one round trip: its commands' replies, as an array, in order. On a
+    /// cluster the commands must share a slot (it goes to the node of the first key).
+    #[cfg(any(feature = "session", feature = "rate-limit"))]
+    pub(crate) async fn pipeline(&self, pipe: &redis::Pipeline) -> RedisResult<Value> {
+        self.send(Request::Pipeline(pipe)).await
     }
 
     /// Runs one plain command (routed by its key on a cluster).
     pub(crate) async fn query(&self, cmd: &redis::Cmd) -> RedisResult<Value> {
+        self.send(Request::Cmd(cmd)).await
+    }
+
+    async fn send(&self, request: Request<'_>) -> RedisResult<Value> {
         match &self.kind {
-            Kind::Manager(manager) => cmd.query_async(&mut manager.clone()).await,
+            Kind::Manager(manager) => request.on(&mut manager.clone()).await,
             #[cfg(feature = "bb8")]
             Kind::Pool(pool) => {
                 let mut conn = pool.get().await.map_err(pool_error)?;
-                cmd.query_async(&mut *conn).await
+                request.on(&mut *conn).await
             }
             #[cfg(feature = "cluster")]
-            Kind::Cluster(cluster, _) => cmd.query_async(&mut cluster.clone()).await,
+            Kind::Cluster(cluster, _) => request.on(&mut cluster.clone()).await,
+        }
+    }
+}
+
+/// What [`RedisConnection::send`] sends: one command, or a pipeline.
+enum Request<'a> {
+    Cmd(&'a redis::Cmd),
+    #[cfg(any(feature = "session", feature = "rate-limit"))]
+    Pipeline(&'a redis::Pipeline),
+}
+
+impl Request<'_> {
+    async fn on(self, conn: &mut impl redis::aio::ConnectionLike) -> RedisResult<Value> {
+        match self {
+            Self::Cmd(cmd) => cmd.query_async(conn).await,
+            #[cfg(any(feature = "session", feature = "rate-limit"))]
+            Self::Pipeline(pipe) => pipe.query_async(conn).await.map(Value::Array),
         }
     }
 }

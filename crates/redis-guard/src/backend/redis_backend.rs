@@ -300,21 +300,18 @@ impl RedisBackend {
             .await
     }
 
-    /// Runs `pipe`, whose commands all act on `key` (one slot on a cluster), under the breaker
-    /// and the timeout, as [`query`](Self::query) runs a command.
-    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
-    pub(crate) async fn query_pipeline(
+    /// Runs `pipe`, whose commands all name `key` (one slot of a cluster), in one round trip
+    /// under the breaker and the timeout, as [`query`](Self::query) runs a command: the replies
+    /// as an array, in order (`EXEC`'s for an atomic one).
+    #[cfg(any(feature = "session", feature = "rate-limit"))]
+    pub(crate) async fn pipeline(
         &self,
         pipe: &redis::Pipeline,
         key: &str,
     ) -> Result<Value, BackendError> {
         let circuit = self.inner.conn.circuit_of(key.as_bytes());
-        self.guarded(
-            self.inner.conn.query_pipeline(pipe),
-            BackendError::Redis,
-            circuit,
-        )
-        .await
+        self.guarded(self.inner.conn.pipeline(pipe), BackendError::Redis, circuit)
+            .await
     }
 
     /// Whether the scripts read Redis `TIME` as it is: no test seam shifts or freezes it. Only

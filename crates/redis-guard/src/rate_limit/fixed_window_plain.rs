@@ -226,7 +226,7 @@ impl Plain {
             .ignore()
             .cmd("PTTL")
             .arg(&self.key);
-        let reply = self.backend.query_pipeline(&pipe, &self.key).await?;
+        let reply = self.backend.pipeline(&pipe, &self.key).await?;
         Ok((vec![self.state(&reply)?], None))
     }
 

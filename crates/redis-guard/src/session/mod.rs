@@ -41,8 +41,9 @@
 //!   both keep their change; for the same key the last writer wins. `increment` is an atomic
 //!   `HINCRBY`.
 //! - **Round trips**: none for a request without a cookie whose handler does not touch the
-//!   session; one to load (load, idle refresh and expiry check in one script); one to save.
-//!   An untouched session that came with a cookie costs one round trip, after a successful
+//!   session; one to load (on Redis, `HGETALL` + `PTTL` without a script while the idle
+//!   refresh is not due; two when it is: the read, then the script that refreshes); one to
+//!   save. An untouched session that came with a cookie costs that load, after a successful
 //!   response, to restart its idle timeout.
 //! - **Two expiries**, both enforced by the store's own clock: an idle timeout (sliding) and an
 //!   absolute lifetime. The Redis store marks a session used at most once per 1 % of its
@@ -151,6 +152,7 @@ mod memory_users;
 #[cfg(feature = "metrics")]
 mod metered;
 mod policy;
+mod redis_load;
 mod redis_store;
 mod scripts;
 mod service;

@@ -1,30 +1,30 @@
 //! Sessions as Redis hashes.
 
+mod users;
+
 use std::sync::{Arc, LazyLock};
 
 use redis::Value;
 use sha2::{Digest, Sha256};
 
 use super::SessionError;
+use super::redis_load::LoadEntry;
 use super::scripts::{
-    DROP, INCR, INDEX, LIST, LOAD, MOVE, PEEK, PROBE, RESTORE, REVOKE, SAVE, SETTLE, TAKE, TRIM,
-    bad_reply, expiry, int, save_args, string, strings,
+    DROP, INCR, INDEX, LOAD, MOVE, RESTORE, REVOKE, SAVE, SETTLE, SaveEntry, TAKE, bad_reply,
+    expiry, int, string, strings,
 };
 use super::store::{
-    BoxFuture, CREATED_FIELD, CSRF_FIELD, Changes, DEVICE_FIELD, EXP_FIELD, Lifetimes, Record,
-    SEEN_FIELD, SessionInfo, SessionStore, USER_FIELD,
+    BoxFuture, CSRF_FIELD, Changes, Lifetimes, Record, SessionInfo, SessionStore, USER_FIELD,
 };
-use crate::backend::{
-    Coalescer, DEFAULT_BATCH, Entry, LuaScript as Script, RedisBackend, ScriptCall,
-};
-
-/// The idle timeout `probe` uses where none is known (listing): only the absolute expiry and
-/// the key's TTL (which follows the idle timeout) decide.
-const NO_IDLE: u64 = 1 << 53;
+use crate::backend::{Coalescer, DEFAULT_BATCH, Entry, LuaScript as Script, RedisBackend};
 
 /// Sessions in Redis: one hash per session, one field per key, so two concurrent requests that
-/// change different keys both keep their change. Each operation is one Lua script (one round
-/// trip) that also enforces the idle and absolute expiry with Redis `TIME`.
+/// change different keys both keep their change. A load whose idle refresh is not due is
+/// `HGETALL` + `PTTL` in one round trip, no script: the key's TTL follows the sooner of the
+/// idle and absolute deadlines, so Redis's own expiry says the session is live, and how far
+/// the TTL has run down says whether the refresh is due. Every other operation, and a load
+/// whose refresh is due (after its plain read: two round trips), is one Lua script that
+/// enforces the idle and absolute expiry with Redis `TIME`.
 ///
 /// Keys: `<prefix>s:{<SHA-256 of the id>}` per session, `<prefix>u:{<SHA-256 of the user id>}`
 /// per user (a sorted set of the user's session keys). Works on a single Redis, through a `bb8`
@@ -50,8 +50,23 @@ struct Inner {
     backend: RedisBackend,
     /// Runs the load script, coalescing the loads that arrive while calls are in flight.
     loads: Arc<Coalescer<LoadEntry>>,
+    /// Runs the save script, coalescing the same way.
+    saves: Arc<Coalescer<SaveEntry>>,
     #[cfg(feature = "test-util")]
     between_revoke_steps: Option<Hook>,
+}
+
+/// A coalescer of `script` on `backend`, carrying at most `max` entries per call.
+fn coalescer<E: Entry>(
+    backend: &RedisBackend,
+    script: &'static LazyLock<Script>,
+    max: usize,
+) -> Arc<Coalescer<E>> {
+    Arc::new(Coalescer::new(
+        backend.clone(),
+        LazyLock::force(script),
+        max,
+    ))
 }
 
 /// A test hook: runs between two steps of a multi-step operation.
@@ -73,11 +88,8 @@ impl RedisSessionStore {
         let backend = backend.into();
         Self {
             inner: Arc::new(Inner {
-                loads: Arc::new(Coalescer::new(
-                    backend.clone(),
-                    LazyLock::force(&LOAD),
-                    DEFAULT_BATCH,
-                )),
+                loads: coalescer(&backend, &LOAD, DEFAULT_BATCH),
+                saves: coalescer(&backend, &SAVE, DEFAULT_BATCH),
                 backend,
                 #[cfg(feature = "test-util")]
                 between_revoke_steps: None,
@@ -85,16 +97,19 @@ impl RedisSessionStore {
         }
     }
 
-    /// How many session loads one script call may carry (default [`DEFAULT_BATCH`]; `1` turns
-    /// coalescing off).
+    /// How many session loads, or saves, one script call may carry (default
+    /// [`DEFAULT_BATCH`]; `1` turns coalescing off).
     ///
-    /// A load goes to Redis at once while fewer than two load calls are in flight; the loads
-    /// that arrive while two are out queue, then go together in one `EVALSHA` as soon as one
-    /// returns. The script runs them one after the other, in arrival order, each exactly as it
-    /// would run alone (expiry checks, the sliding idle timeout), and Redis pays its fixed cost
-    /// per script call once for the lot. The backend's timeout counts from the moment a load
-    /// is queued; a load dropped or timed out while queued is never sent. On a Redis Cluster
-    /// every load goes alone. Writes (saves, logins, logouts) are never coalesced.
+    /// A load whose refresh is not due is a plain read and runs no script at all (see the
+    /// type's docs). The loads that do run the load script, and the saves, go to Redis at once
+    /// while fewer than two calls of their script are in flight; those that arrive while two are
+    /// out queue, then go together in one `EVALSHA` as soon as one returns. The script runs them
+    /// one after the other, in arrival order, each exactly as it would run alone (expiry
+    /// checks, the sliding idle timeout; a save never re-creates a session that is gone), and
+    /// Redis pays its fixed cost per script call once for the lot. The backend's timeout counts
+    /// from the moment a call is queued; one dropped or timed out while queued is never sent.
+    /// On a Redis Cluster each goes alone. Logins, logouts and the atomic helpers are never
+    /// coalesced.
     ///
     /// ```no_run
     /// use redis_guard::backend::RedisConnection;
@@ -107,11 +122,8 @@ impl RedisSessionStore {
     #[must_use]
     pub fn batch_size(mut self, max: usize) -> Self {
         let inner = Arc::make_mut(&mut self.inner);
-        inner.loads = Arc::new(Coalescer::new(
-            inner.backend.clone(),
-            LazyLock::force(&LOAD),
-            max,
-        ));
+        inner.loads = coalescer(&inner.backend, &LOAD, max);
+        inner.saves = coalescer(&inner.backend, &SAVE, max);
         self
     }
 
@@ -174,6 +186,20 @@ impl RedisSessionStore {
         self.run(script, self.session_key(storage_key), life.idle_us(), args)
     }
 
+    /// Runs `save.lua` for the session under `storage_key` (coalesced with the saves that
+    /// arrive while calls are in flight).
+    fn save_call(
+        &self,
+        storage_key: &str,
+        mode: &str,
+        changes: &Changes,
+        life: Lifetimes,
+    ) -> BoxFuture<Result<Value, SessionError>> {
+        let saves = Arc::clone(&self.inner.saves);
+        let entry = SaveEntry::new(self.session_key(storage_key), mode, changes, life);
+        Box::pin(async move { Ok(saves.call(entry).await?) })
+    }
+
     /// Deletes the session under `storage_key` outright (no script: no liveness to check).
     async fn del_session(&self, storage_key: &str) -> Result<(), SessionError> {
         self.query(redis::cmd("DEL").arg(self.session_key(storage_key)).clone())
@@ -181,68 +207,9 @@ impl RedisSessionStore {
             .map(drop)
     }
 
-    /// Of `members` (storage keys), those whose session is gone: one probe each, concurrently.
-    async fn dead(&self, members: &[String], idle: u64) -> Result<Vec<String>, SessionError> {
-        let probes = members
-            .iter()
-            .map(|m| self.run(&PROBE, self.session_key(m), idle, vec![]));
-        let live = futures_util::future::try_join_all(probes).await?;
-        Ok(members
-            .iter()
-            .zip(live)
-            .filter(|(_, v)| !matches!(v, Value::Int(1)))
-            .map(|(m, _)| m.clone())
-            .collect())
-    }
-
-    /// Runs `trim.lua` on `user`'s index: removes `gone`, then pops past `cap` (0: no cap),
-    /// never `keep`. Returns the popped members.
-    async fn trim(
-        &self,
-        user: &str,
-        cap: u32,
-        keep: String,
-        gone: Vec<String>,
-    ) -> Result<Vec<String>, SessionError> {
-        let mut args = vec![cap.to_string(), keep];
-        args.extend(gone);
-        strings(self.run(&TRIM, self.user_key(user), 0, args).await?)
-    }
-
-    /// Removes `gone` from `user`'s index.
-    async fn unindex(&self, user: &str, gone: Vec<String>) -> Result<(), SessionError> {
-        self.trim(user, 0, String::new(), gone).await.map(drop)
-    }
-
     fn query(&self, cmd: redis::Cmd) -> BoxFuture<Result<Value, SessionError>> {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move { Ok(inner.backend.query(&cmd).await?) })
-    }
-}
-
-/// One session load, as an entry of a coalesced call of the load script.
-struct LoadEntry {
-    key: [String; 1],
-    idle: u64,
-    /// How long a use stays fresh, when not 1 % of `idle` (the script's default: one argument
-    /// less per load).
-    fresh: Option<u64>,
-}
-
-impl Entry for LoadEntry {
-    fn keys(&self) -> &[String] {
-        &self.key
-    }
-
-    fn arg_count(&self) -> usize {
-        1 + usize::from(self.fresh.is_some())
-    }
-
-    fn write_args(&self, call: &mut ScriptCall<'_>) {
-        call.arg(self.idle);
-        if let Some(fresh) = self.fresh {
-            call.arg(fresh);
-        }
     }
 }
 
@@ -254,18 +221,11 @@ impl SessionStore for RedisSessionStore {
         key: String,
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<Record>, SessionError>> {
-        let loads = Arc::clone(&self.inner.loads);
-        let entry = LoadEntry {
-            key: [self.session_key(&key)],
-            idle: life.idle_us(),
-            fresh: life.seen_every.map(|_| life.fresh_us()),
-        };
-        Box::pin(async move {
-            match loads.call(entry).await? {
-                Value::Nil => Ok(None),
-                v => Ok(Some(Record::from_flat(strings(v)?))),
-            }
-        })
+        let inner = Arc::clone(&self.inner);
+        let key = self.session_key(&key);
+        Box::pin(
+            async move { super::redis_load::load(&inner.backend, &inner.loads, key, life).await },
+        )
     }
 
     fn create(
@@ -274,7 +234,7 @@ impl SessionStore for RedisSessionStore {
         changes: Changes,
         life: Lifetimes,
     ) -> BoxFuture<Result<u64, SessionError>> {
-        let call = self.on_session(&SAVE, &key, life, save_args("create", &changes, life));
+        let call = self.save_call(&key, "create", &changes, life);
         Box::pin(async move {
             expiry(&call.await?)?.ok_or_else(|| bad_reply("create returned nil".into()))
         })
@@ -286,7 +246,7 @@ impl SessionStore for RedisSessionStore {
         changes: Changes,
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<u64>, SessionError>> {
-        let call = self.on_session(&SAVE, &key, life, save_args("update", &changes, life));
+        let call = self.save_call(&key, "update", &changes, life);
         Box::pin(async move { expiry(&call.await?) })
     }
 
@@ -445,23 +405,7 @@ impl SessionStore for RedisSessionStore {
         handle: String,
     ) -> BoxFuture<Result<bool, SessionError>> {
         let this = self.clone();
-        Box::pin(async move {
-            if handle.is_empty() || handle.len() > MAX_HANDLE_LEN {
-                return Ok(false);
-            }
-            // A rotation between the listing and the delete moves the session to a new key
-            // under the same handle: look again, a few times.
-            let mut ended = false;
-            for _ in 0..REVOKE_ATTEMPTS {
-                let listing = this.listing(&user).await?;
-                let Some(info) = listing.into_iter().find(|i| i.handle == handle) else {
-                    return Ok(ended);
-                };
-                this.delete(info.storage_key).await?;
-                ended = true;
-            }
-            Ok(ended)
-        })
+        Box::pin(async move { this.revoke_handle(&user, &handle).await })
     }
 
     fn revoke_user_except(
@@ -470,16 +414,7 @@ impl SessionStore for RedisSessionStore {
         keep: String,
     ) -> BoxFuture<Result<usize, SessionError>> {
         let this = self.clone();
-        Box::pin(async move {
-            let mut ended = 0;
-            for info in this.listing(&user).await? {
-                if info.storage_key != keep {
-                    this.delete(info.storage_key).await?;
-                    ended += 1;
-                }
-            }
-            Ok(ended)
-        })
+        Box::pin(async move { this.revoke_others(&user, &keep).await })
     }
 
     fn take_field(
@@ -548,53 +483,5 @@ impl SessionStore for RedisSessionStore {
                 }
             }
         })
-    }
-}
-
-/// The longest handle worth looking up: longer ones name no session.
-const MAX_HANDLE_LEN: usize = 64;
-
-/// How many times `revoke_session` follows a session that rotated under it.
-const REVOKE_ATTEMPTS: usize = 3;
-
-impl RedisSessionStore {
-    /// `user`'s live sessions with their metadata, soonest expiry first: the index, then one
-    /// peek per session (concurrently; on a cluster they live on different slots). Entries of
-    /// sessions that are gone leave the index.
-    async fn listing(&self, user: &str) -> Result<Vec<SessionInfo>, SessionError> {
-        let flat = strings(self.run(&LIST, self.user_key(user), 0, vec![]).await?)?;
-        let members: Vec<String> = flat.iter().step_by(2).cloned().collect();
-        let peeks = members
-            .iter()
-            .map(|m| self.run(&PEEK, self.session_key(m), NO_IDLE, vec![]));
-        let peeked = futures_util::future::try_join_all(peeks).await?;
-        let mut dead = Vec::new();
-        let mut out = Vec::with_capacity(members.len());
-        for (member, reply) in members.into_iter().zip(peeked) {
-            if let Value::Nil = reply {
-                dead.push(member);
-                continue;
-            }
-            let values = strings(reply)?;
-            let Some((now, fields)) = values.split_first() else {
-                return Err(bad_reply("an empty session listing".into()));
-            };
-            let now: u64 = now
-                .parse()
-                .map_err(|_| bad_reply(format!("store time {now:?}")))?;
-            const NAMES: [&str; 4] = [EXP_FIELD, CREATED_FIELD, SEEN_FIELD, DEVICE_FIELD];
-            let field = |name: &str| {
-                let i = NAMES.iter().position(|n| *n == name)?;
-                fields.get(i).filter(|v| !v.is_empty()).cloned()
-            };
-            match SessionInfo::from_fields(member.clone(), field, now) {
-                Some(info) => out.push(info),
-                None => dead.push(member),
-            }
-        }
-        if !dead.is_empty() {
-            self.unindex(user, dead).await?;
-        }
-        Ok(out)
     }
 }

@@ -7,7 +7,7 @@ use redis::Value;
 
 use super::SessionError;
 use super::store::{Changes, Lifetimes};
-use crate::backend::{BackendError, LuaScript as Script};
+use crate::backend::{BackendError, Entry, LuaScript as Script, ScriptCall};
 
 fn script(body: &str) -> Script {
     Script::new(&format!("{}\n{body}", include_str!("scripts/prelude.lua")))
@@ -75,18 +75,44 @@ pub(crate) fn string(v: Value) -> Result<String, SessionError> {
     redis::from_redis_value(v).map_err(|e| bad_reply(e.to_string()))
 }
 
-/// ARGV after shift and idle for `save.lua`.
-pub(crate) fn save_args(mode: &str, changes: &Changes, life: Lifetimes) -> Vec<String> {
-    let mut args = vec![
-        life.max_us().to_string(),
-        mode.to_owned(),
-        if changes.clear { "1" } else { "0" }.to_owned(),
-        changes.set.len().to_string(),
-    ];
-    for (k, v) in &changes.set {
-        args.push(k.clone());
-        args.push(v.clone());
+/// One save (`save.lua`), as an entry of a coalesced call: its key, then idle, max lifetime,
+/// mode (`create` or `update`), clear, the fields to set and the fields to delete.
+pub(crate) struct SaveEntry {
+    key: [String; 1],
+    args: Vec<String>,
+}
+
+impl SaveEntry {
+    pub(crate) fn new(key: String, mode: &str, changes: &Changes, life: Lifetimes) -> Self {
+        let mut args = Vec::with_capacity(5 + 2 * changes.set.len() + changes.remove.len());
+        args.extend([
+            life.idle_us().to_string(),
+            life.max_us().to_string(),
+            mode.to_owned(),
+            if changes.clear { "1" } else { "0" }.to_owned(),
+            changes.set.len().to_string(),
+        ]);
+        for (k, v) in &changes.set {
+            args.push(k.clone());
+            args.push(v.clone());
+        }
+        args.extend(changes.remove.iter().cloned());
+        Self { key: [key], args }
     }
-    args.extend(changes.remove.iter().cloned());
-    args
+}
+
+impl Entry for SaveEntry {
+    fn keys(&self) -> &[String] {
+        &self.key
+    }
+
+    fn arg_count(&self) -> usize {
+        self.args.len()
+    }
+
+    fn write_args(&self, call: &mut ScriptCall<'_>) {
+        for arg in &self.args {
+            call.arg(arg.as_str());
+        }
+    }
 }

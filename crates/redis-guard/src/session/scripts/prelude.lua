@@ -44,10 +44,9 @@ local function live(key, now, idle)
     return nil
   end
   local mine = tonumber(m[3])
-  if mine then
-    own_idle[key] = mine
-    idle = mine
-  end
+  -- Set or cleared: an earlier entry of a coalesced call may have read the same key.
+  own_idle[key] = mine
+  if mine then idle = mine end
   if now >= exp or now - seen >= idle then
     redis.call('DEL', key)
     return nil
@@ -69,4 +68,45 @@ local function keep_index(key, now)
   if last[2] then
     redis.call('PEXPIRE', key, math.max(1, cdiv(tonumber(last[2]) - now, 1000)))
   end
+end
+
+-- The coalesced form (backend/coalesce.rs): KEYS one session hash per entry; ARGV shift, the
+-- entry count, then per entry 1 (its key count), its argument count and its arguments. Runs
+-- `run(key, at, args)` (its arguments are ARGV[at] to ARGV[at + args - 1]) for each entry in
+-- order, if `fits(args)`; the reply has one element per entry, and an entry that fails (a key
+-- Redis cannot read as a hash, an error reply of ours) has the error's text in its place, the
+-- others stand. A malformed call is an RG_ARITY error, `expected` saying what an entry takes.
+local function each_entry(run, fits, expected)
+  local count = tonumber(ARGV[2]) or -1
+  local function arity(got)
+    return redis.error_reply('RG_ARITY expected 1 key and ' .. expected .. ' per entry, got '
+      .. got .. ' for ' .. tostring(ARGV[2]) .. ' entries')
+  end
+  if count ~= #KEYS then return arity(#KEYS .. ' keys') end
+  -- Every entry is checked before any runs: a malformed call writes nothing.
+  local starts = {}
+  local at = 3
+  for e = 1, count do
+    local args = tonumber(ARGV[at + 1])
+    if ARGV[at] ~= '1' or not args or not fits(args) or at + 1 + args > #ARGV then
+      return arity(#ARGV .. ' arguments')
+    end
+    starts[e] = at
+    at = at + 2 + args
+  end
+  if at - 1 ~= #ARGV then return arity(#ARGV .. ' arguments') end
+  local out = {}
+  for e = 1, count do
+    at = starts[e]
+    local args = tonumber(ARGV[at + 1])
+    local ok, reply = pcall(run, KEYS[e], at + 2, args)
+    if type(reply) == 'table' and reply.err then
+      out[e] = reply.err
+    elseif ok then
+      out[e] = reply
+    else
+      out[e] = 'ERR ' .. tostring(reply)
+    end
+  end
+  return out
 end

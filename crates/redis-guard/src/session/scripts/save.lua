@@ -1,56 +1,71 @@
--- Write a session's changed fields, in one round trip. Never re-creates a session that is gone.
--- KEYS[1]  the session hash
--- ARGV     shift, idle (µs), max lifetime (µs), mode ('create' or 'update'), clear (1: delete
---          every user field first), n (fields to set), then n field/value pairs, then the fields
---          to delete
--- Reply    the absolute expiry (µs), or nil when an update finds no live session (destroyed,
---          revoked or expired meanwhile: the write is dropped, nothing is re-created) or the
---          write gives the session an absolute lifetime that has already passed (it ends)
-local now, idle, max = clock(), tonumber(ARGV[2]), tonumber(ARGV[3])
-local mode, clear, n = ARGV[4], ARGV[5] == '1', tonumber(ARGV[6])
-local key = KEYS[1]
-local exp
-if mode == 'create' then
-  if redis.call('EXISTS', key) == 1 then
-    return redis.error_reply('RG_COLLISION session id collision')
+-- Write sessions' changed fields, in one round trip: the coalesced form (backend/coalesce.rs,
+-- `each_entry` in prelude.lua), one entry per save, run in order, each exactly as alone. Never
+-- re-creates a session that is gone.
+-- KEYS     one session hash per entry
+-- ARGV     shift, the entry count, then per entry: 1 (its key count), its argument count (5 or
+--          more), then idle (µs), max lifetime (µs), mode ('create' or 'update'), clear (1:
+--          delete every user field first), n (fields to set), then n field/value pairs, then
+--          the fields to delete
+-- Reply    per entry: the absolute expiry (µs), or nil when an update finds no live session
+--          (destroyed, revoked or expired meanwhile: the write is dropped, nothing is
+--          re-created) or the write gives the session an absolute lifetime that has already
+--          passed (it ends); an error (RG_COLLISION: a create found the key taken; a key Redis
+--          cannot read as a hash) fails its own entry, as the error's text, not the others
+local now = clock()
+
+local function save(key, at, args)
+  local idle, max = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+  local mode, clear, n = ARGV[at + 2], ARGV[at + 3] == '1', tonumber(ARGV[at + 4])
+  local last = at + args - 1
+  if not n or at + 4 + 2 * n > last then
+    return redis.error_reply('RG_ARITY a save of ' .. tostring(n) .. ' fields in ' .. args
+      .. ' arguments')
   end
-  exp = now + max
-  redis.call('HSET', key, '$created', fmt(now), '$exp', fmt(exp))
-else
-  exp = live(key, now, idle)
-  if exp == nil then return false end
-end
-if clear then
-  local fields = redis.call('HKEYS', key)
-  for _, f in ipairs(fields) do
-    if string.sub(f, 1, 1) ~= '$' then redis.call('HDEL', key, f) end
+  local exp
+  if mode == 'create' then
+    if redis.call('EXISTS', key) == 1 then
+      return redis.error_reply('RG_COLLISION session id collision')
+    end
+    exp = now + max
+    redis.call('HSET', key, '$created', fmt(now), '$exp', fmt(exp))
+  else
+    exp = live(key, now, idle)
+    if exp == nil then return false end
   end
-end
-local i = 7
-local relife = false
-for _ = 1, n do
-  local field = ARGV[i]
-  redis.call('HSET', key, field, ARGV[i + 1])
-  if field == '$max' or field == '$idle' then relife = true end
-  i = i + 2
-end
-while i <= #ARGV do
-  redis.call('HDEL', key, ARGV[i])
-  i = i + 1
-end
-if relife then
-  -- This session's own lifetimes (set_max_lifetime, set_idle_timeout) take over from now.
-  local m = redis.call('HMGET', key, '$created', '$max', '$idle')
-  local created, own_max, own = tonumber(m[1]), tonumber(m[2]), tonumber(m[3])
-  if created and own_max then
-    exp = created + own_max
-    redis.call('HSET', key, '$exp', fmt(exp))
-    if now >= exp then
-      redis.call('DEL', key)
-      return false
+  if clear then
+    local fields = redis.call('HKEYS', key)
+    for _, f in ipairs(fields) do
+      if string.sub(f, 1, 1) ~= '$' then redis.call('HDEL', key, f) end
     end
   end
-  if own then own_idle[key] = own end
+  local i = at + 5
+  local relife = false
+  for _ = 1, n do
+    local field = ARGV[i]
+    redis.call('HSET', key, field, ARGV[i + 1])
+    if field == '$max' or field == '$idle' then relife = true end
+    i = i + 2
+  end
+  while i <= last do
+    redis.call('HDEL', key, ARGV[i])
+    i = i + 1
+  end
+  if relife then
+    -- This session's own lifetimes (set_max_lifetime, set_idle_timeout) take over from now.
+    local m = redis.call('HMGET', key, '$created', '$max', '$idle')
+    local created, own_max, own = tonumber(m[1]), tonumber(m[2]), tonumber(m[3])
+    if created and own_max then
+      exp = created + own_max
+      redis.call('HSET', key, '$exp', fmt(exp))
+      if now >= exp then
+        redis.call('DEL', key)
+        return false
+      end
+    end
+    if own then own_idle[key] = own end
+  end
+  touch(key, now, exp, idle)
+  return exp
 end
-touch(key, now, exp, idle)
-return exp
+
+return each_entry(save, function(args) return args >= 5 end, '5 or more arguments')

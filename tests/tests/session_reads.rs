@@ -1,0 +1,192 @@
+//! Session reads without a script (issue 21, item 4): a load whose idle refresh is not due is
+//! `HGETALL` + `PTTL` in one round trip, validity taken from Redis's own key expiry; only a due
+//! load runs the load script, which slides the TTL. Counted with `MONITOR` (on every node of
+//! the cluster), through a real app over HTTP, on Redis, a `bb8` pool and the cluster.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, StatusCode};
+use redis_guard::backend::RedisBackend;
+use redis_guard::session::{RedisSessionStore, SessionId, SessionLayer, SessionStore};
+use redis_guard_tests::session_routes::{error, route, session_and_path, text};
+use redis_guard_tests::{Harness, Monitor, TEST_TIMEOUT, backend_suite, serve};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tower::Layer;
+
+const COOKIE: &str = "__Host-id";
+const IDLE: Duration = Duration::from_secs(30 * 60);
+
+/// An app on `store` over real HTTP: the shared session routes, 30 min idle, 24 h lifetime.
+async fn app(store: Arc<dyn SessionStore>) -> SocketAddr {
+    let layer = SessionLayer::builder(store)
+        .idle_timeout(IDLE)
+        .max_lifetime(Duration::from_secs(24 * 3600))
+        .build()
+        .expect("valid");
+    serve(layer.layer(tower::service_fn(|req: Request<_>| async move {
+        let (session, path) = session_and_path(&req);
+        let parts: Vec<&str> = path.iter().map(String::as_str).collect();
+        let res = match parts.as_slice() {
+            ["noop"] => Ok(text(StatusCode::OK, "noop")),
+            _ => route(&session, &parts)
+                .await
+                .unwrap_or_else(|| Ok(text(StatusCode::NOT_FOUND, "no route"))),
+        };
+        Ok::<_, Infallible>(res.unwrap_or_else(|e| error(&e)))
+    })))
+    .await
+}
+
+/// A store of the harness as production runs it: Redis `TIME` and Redis's own key expiry, no
+/// test clock.
+async fn production_store(h: &Harness) -> Arc<dyn SessionStore> {
+    let backend = RedisBackend::new(h.connection().await)
+        .prefix(h.prefix().to_owned())
+        .timeout(TEST_TIMEOUT);
+    Arc::new(RedisSessionStore::new(backend))
+}
+
+/// `method path` with the session cookie `id`: the status and the id the response sets.
+async fn send(addr: SocketAddr, method: &str, path: &str, id: Option<&str>) -> (u16, String) {
+    let mut head = format!("{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n");
+    if let Some(id) = id {
+        head.push_str(&format!("cookie: {COOKIE}={id}\r\n"));
+    }
+    head.push_str("content-length: 0\r\n\r\n");
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    tcp.write_all(head.as_bytes()).await.expect("send");
+    let mut raw = Vec::new();
+    tcp.read_to_end(&mut raw).await.expect("read");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let set = text
+        .lines()
+        .find_map(|l| {
+            let value = l.strip_prefix("set-cookie: ")?.strip_prefix(COOKIE)?;
+            Some(value.strip_prefix('=')?.split(';').next()?.to_owned())
+        })
+        .unwrap_or_default();
+    (status, set)
+}
+
+fn session_key(h: &Harness, id: &str) -> String {
+    let storage = SessionId::parse(id).expect("well-formed").storage_key();
+    format!("{}s:{{{storage}}}", h.prefix())
+}
+
+fn is_script(command: &str) -> bool {
+    command.to_ascii_lowercase().starts_with("\"eval")
+}
+
+/// Loads without a due refresh (reads, and an untouched session's refresh after the response)
+/// send no script and write nothing; a due load runs the load script, which marks the use and
+/// slides the TTL back to the idle timeout.
+async fn loads_without_a_due_refresh_send_no_script(h: Harness) {
+    let addr = app(production_store(&h).await).await;
+    let (status, id) = send(addr, "POST", "/set/name/alice", None).await;
+    assert_eq!(status, 200);
+    assert!(!id.is_empty(), "a new session sets its cookie");
+    let key = session_key(&h, &id);
+    let mut monitor = Monitor::start(&h).await;
+    monitor.commands(&h).await;
+    let requests = ["/get/name", "/noop", "/get/name", "/whoami", "/get/other"];
+    for path in requests {
+        let (status, _) = send(addr, "GET", path, Some(&id)).await;
+        assert!(
+            status == 200 || status == 404 || status == 401,
+            "{path}: {status}"
+        );
+    }
+    let (sent, inside) = monitor.split(&h).await;
+    assert!(!sent.iter().any(|c| is_script(c)), "no script: {sent:?}");
+    let reads: Vec<&String> = sent
+        .iter()
+        .filter(|c| c.starts_with("\"HGETALL\"") && c.contains("| \"PTTL\""))
+        .collect();
+    assert_eq!(reads.len(), requests.len(), "one plain read each: {sent:?}");
+    assert!(reads.iter().all(|c| c.contains(&key)), "{reads:?}");
+    assert!(inside.is_empty(), "nothing ran inside Redis: {inside:?}");
+
+    // A minute later (past 1 % of the idle timeout) the refresh is due. The TTL, cut short
+    // here, shows the slide.
+    let seam = app(h.session_store().await).await;
+    let mut conn = h.inspect().await;
+    let () = redis::cmd("PEXPIRE")
+        .arg(&key)
+        .arg(5000)
+        .query_async(&mut conn)
+        .await
+        .expect("PEXPIRE");
+    h.wait(Duration::from_secs(60)).await;
+    monitor.commands(&h).await;
+    assert_eq!(send(seam, "GET", "/get/name", Some(&id)).await.0, 200);
+    let (sent, inside) = monitor.split(&h).await;
+    // (An `EVAL` follows when this Redis has not run the load script yet: `NOSCRIPT`.)
+    let scripts = sent.iter().filter(|c| c.starts_with("\"EVALSHA\"")).count();
+    assert_eq!(scripts, 1, "the due load runs the load script: {sent:?}");
+    assert!(
+        inside
+            .iter()
+            .any(|c| c.starts_with("\"HSET\"") && c.contains("$seen")),
+        "{inside:?}"
+    );
+    let pttl = h.pttl(&key).await;
+    assert!(pttl > 29 * 60 * 1000, "the TTL slid back up: {pttl}");
+    // Just refreshed: the next load is a plain read again, on either store.
+    monitor.commands(&h).await;
+    assert_eq!(send(seam, "GET", "/get/name", Some(&id)).await.0, 200);
+    assert_eq!(send(addr, "GET", "/get/name", Some(&id)).await.0, 200);
+    let sent = monitor.commands(&h).await;
+    assert!(!sent.iter().any(|c| is_script(c)), "{sent:?}");
+}
+
+/// A session whose key Redis expired is never served, though its hash said it was live: no
+/// value, no user, and the id is not adopted.
+async fn a_session_expired_by_its_ttl_is_never_served(h: Harness) {
+    let addr = app(production_store(&h).await).await;
+    let (_, id) = send(addr, "POST", "/set/name/alice", None).await;
+    let key = session_key(&h, &id);
+    let mut conn = h.inspect().await;
+    let (s, us): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut conn)
+        .await
+        .expect("TIME");
+    let at = s * 1000 + us / 1000 + 3;
+    let () = redis::cmd("PEXPIREAT")
+        .arg(&key)
+        .arg(at)
+        .query_async(&mut conn)
+        .await
+        .expect("PEXPIREAT");
+    // Until Redis's own clock has passed the expiry (Redis time, not ours: no sleep).
+    loop {
+        let (s, us): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .expect("TIME");
+        if s * 1000 + us / 1000 > at {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let (status, set) = send(addr, "GET", "/get/name", Some(&id)).await;
+    assert_eq!((status, set.as_str()), (404, ""), "no session, no cookie");
+    let (status, set) = send(addr, "POST", "/set/x/1", Some(&id)).await;
+    assert_eq!(status, 200);
+    assert!(
+        !set.is_empty() && set != id,
+        "a fresh id, never the expired one"
+    );
+}
+
+backend_suite!(
+    redis_only: loads_without_a_due_refresh_send_no_script,
+    a_session_expired_by_its_ttl_is_never_served,
+);
