@@ -80,6 +80,7 @@ mod future;
 pub mod grpc;
 pub mod headers;
 mod holding;
+mod hot_lease;
 mod key;
 mod layer;
 #[cfg(all(test, feature = "metrics"))]

@@ -1,0 +1,220 @@
+//! Hot-key quota leasing ([`Rule::leased`]) on every backend: two replicas hammering one key
+//! never admit more than its quota, hold back at most `replicas × k` units while their blocks
+//! are open, and give the unused units back when the leases end; the headers stay truthful.
+//! The Redis limiters read the harness' frozen clock, so no window refills while they run and
+//! every count is exact. (In memory, leasing does nothing: the same bounds hold trivially.)
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use redis_guard::rate_limit::{
+    Algorithm, Key, Limiter, MemoryLimiter, Quota, RateLimitLayer, Rule, RuleError,
+};
+use redis_guard_tests::{Harness, backend_suite, by_client};
+
+/// The suites' quota: an hour's window, so nothing refills while a test runs.
+const QUOTA: u32 = 1000;
+
+/// At most 10 % of the burst per block: `k` ≤ 100.
+const PERCENT: u8 = 10;
+const MAX_K: u32 = QUOTA * PERCENT as u32 / 100;
+
+/// Longer than a lease (100 ms) and than the deny cache's longest wait (2 s), shorter than
+/// one emission interval (3.6 s): the leases end, no unit comes back with time.
+const LEASES_END: Duration = Duration::from_secs(3);
+
+fn hot(limit: u32) -> Rule {
+    Rule::new("hot", Quota::per_hour(limit)).leased(PERCENT)
+}
+
+/// Admits `rule` on `key` through `limiter` until it denies; how many it admitted.
+async fn until_denied(limiter: &dyn Limiter, rule: &Rule, key: &str) -> u32 {
+    let mut admitted = 0;
+    while limiter
+        .check(rule, Key::from(key))
+        .await
+        .expect("decided")
+        .allowed
+    {
+        admitted += 1;
+        assert!(admitted <= QUOTA, "admitted past the quota");
+    }
+    admitted
+}
+
+/// Two replicas, 16 tasks each, 3 × the quota of requests on one key at once: never more than
+/// the quota, and at most one block per replica held back; once the leases end and the blocks
+/// come back, the quota is admitted exactly.
+async fn two_replicas_never_admit_more_than_the_quota(h: Harness) {
+    let rule = hot(QUOTA);
+    let replicas = [h.exact_limiter().await, h.exact_limiter().await];
+    let admitted = Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    for limiter in &replicas {
+        for _ in 0..16 {
+            let (limiter, rule, admitted) =
+                (Arc::clone(limiter), rule.clone(), Arc::clone(&admitted));
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..QUOTA * 3 / 32 {
+                    let d = limiter.check(&rule, Key::from("k")).await.expect("decided");
+                    if d.allowed {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let during = admitted.load(Ordering::Relaxed);
+    assert!(during <= QUOTA, "{during} admitted of {QUOTA}");
+    assert!(
+        during >= QUOTA - 2 * MAX_K,
+        "{during} admitted: more than 2 × k held back"
+    );
+    // The leases end: each replica gives its block back on its next request.
+    h.wait(LEASES_END).await;
+    let mut after = 0;
+    loop {
+        let mut denied = 0;
+        for limiter in &replicas {
+            if limiter
+                .check(&rule, Key::from("k"))
+                .await
+                .expect("decided")
+                .allowed
+            {
+                after += 1;
+            } else {
+                denied += 1;
+            }
+        }
+        if denied == replicas.len() {
+            break;
+        }
+        assert!(during + after <= QUOTA, "admitted past the quota");
+    }
+    assert_eq!(during + after, QUOTA, "{during} + {after}");
+}
+
+/// The units a replica reserved and did not use serve the other replica once its lease ends.
+async fn unused_units_come_back_to_the_other_replica(h: Harness) {
+    let rule = hot(100);
+    let (a, b) = (h.exact_limiter().await, h.exact_limiter().await);
+    for _ in 0..10 {
+        assert!(
+            a.check(&rule, Key::from("k"))
+                .await
+                .expect("decided")
+                .allowed
+        );
+    }
+    let b_first = until_denied(&*b, &rule, "k").await;
+    let held = 90 - b_first;
+    if h.is_redis() {
+        // `a`'s last block (of up to 8: its rate so far) is what `b` could not use.
+        assert!(held > 0 && held < 10, "a holds {held}");
+    } else {
+        assert_eq!(held, 0);
+    }
+    h.wait(LEASES_END).await;
+    // `a`'s next request gives its block back, then takes one unit of it.
+    let a_next = a.check(&rule, Key::from("k")).await.expect("decided");
+    assert_eq!(a_next.allowed, held > 0);
+    let b_second = until_denied(&*b, &rule, "k").await;
+    assert_eq!(b_second, held.saturating_sub(1));
+    assert!(
+        !a.check(&rule, Key::from("k"))
+            .await
+            .expect("decided")
+            .allowed
+    );
+}
+
+/// One replica alone: every request admitted from a block reports what the per-request path
+/// would (remaining, reset), and the denial after the quota is Redis' own.
+async fn headers_stay_truthful(h: Harness) {
+    let rule = hot(100);
+    let emission = Duration::from_secs(36);
+    let limiter = h.exact_limiter().await;
+    for used in 1..=100 {
+        let d = limiter.check(&rule, Key::from("k")).await.expect("decided");
+        assert!(d.allowed, "request {used}");
+        assert_eq!(d.remaining, 100 - used, "request {used}");
+        assert_eq!(d.reset_after, emission * used, "request {used}");
+    }
+    let d = limiter.check(&rule, Key::from("k")).await.expect("decided");
+    assert!(!d.allowed);
+    assert_eq!(d.remaining, 0);
+    assert_eq!(d.retry_after, emission);
+    assert_eq!(d.reset_after, emission * 100);
+    // Another replica sees what Redis holds: everything is used or in this replica's block.
+    let other = h.exact_limiter().await;
+    let d = other.check(&rule, Key::from("k")).await.expect("decided");
+    assert!(!d.allowed);
+    assert_eq!(d.retry_after, emission);
+}
+
+backend_suite!(
+    two_replicas_never_admit_more_than_the_quota,
+    unused_units_come_back_to_the_other_replica,
+    headers_stay_truthful,
+);
+
+/// A busy key costs a handful of script calls, not one per request: blocks grow with the local
+/// rate (2, 4, 8, …, at most `k`).
+async fn a_busy_key_costs_few_calls(h: Harness) {
+    let rule = hot(QUOTA);
+    let limiter = h.exact_limiter().await;
+    let before = h.calls("evalsha").await;
+    for _ in 0..200 {
+        assert!(
+            limiter
+                .check(&rule, Key::from("k"))
+                .await
+                .expect("decided")
+                .allowed
+        );
+    }
+    let calls = h.calls("evalsha").await - before;
+    assert!(calls <= 12, "{calls} script calls for 200 requests");
+    // Without leasing, one call per request.
+    let plain = Rule::new("plain", Quota::per_hour(QUOTA));
+    let before = h.calls("evalsha").await;
+    for _ in 0..20 {
+        assert!(
+            limiter
+                .check(&plain, Key::from("k"))
+                .await
+                .expect("decided")
+                .allowed
+        );
+    }
+    assert_eq!(h.calls("evalsha").await - before, 20);
+}
+
+backend_suite!(standalone_only: a_busy_key_costs_few_calls);
+
+#[test]
+fn rules_that_must_be_exact_per_request_refuse_to_lease_at_build() {
+    let login = Rule::new("login", Quota::per_minute(5))
+        .with_algorithm(Algorithm::SlidingLog)
+        .leased(PERCENT);
+    let built = RateLimitLayer::builder(MemoryLimiter::new())
+        .rule_with(login, by_client())
+        .build();
+    match built {
+        Err(RuleError::Leasing { rule, why }) => {
+            assert_eq!(rule, "login");
+            assert!(why.contains("sliding log"), "{why}");
+        }
+        other => panic!("expected a leasing refusal, got {:?}", other.map(|_| ())),
+    }
+    let calls = Rule::concurrency("calls", 5).leased(PERCENT);
+    let built = RateLimitLayer::builder(MemoryLimiter::new())
+        .rule_with(calls, by_client())
+        .build();
+    assert!(matches!(built, Err(RuleError::Leasing { .. })));
+}
