@@ -118,3 +118,15 @@ async fn redis_fixed_window_decides_with_a_fixed_window() {
         "{fixed}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_leased_admits_on_its_gcra_key() {
+    let redis = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    // A cold client's first request is decided per request, on the same GCRA state the blocks
+    // of a busy one are reserved from.
+    let leased = monitored(Variant::RedisLeased, &redis).await;
+    assert!(leased.contains(":gcra:"), "{leased}");
+}
