@@ -1,17 +1,26 @@
 //! Hot-key quota leasing ([`Rule::leased`]) on every backend: two replicas hammering one key
-//! never admit more than its quota, hold back at most `replicas × k` units while their blocks
-//! are open, and give the unused units back when the leases end; the headers stay truthful.
+//! (directly, and as two apps over real sockets) never admit more than its quota, hold back at
+//! most `replicas × k` units while their blocks are open, and give the unused units back when
+//! the leases end; the headers stay truthful.
 //! The Redis limiters read the harness' frozen clock, so no window refills while they run and
 //! every count is exact. (In memory, leasing does nothing: the same bounds hold trivially.)
 
+use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
 use redis_guard::rate_limit::{
     Algorithm, Key, Limiter, MemoryLimiter, Quota, RateLimitLayer, Rule, RuleError,
 };
-use redis_guard_tests::{Harness, backend_suite, by_client};
+use redis_guard_testkit::http as raw;
+use redis_guard_tests::{Harness, backend_suite, by_client, serve};
+use tower::{Layer, service_fn};
 
 /// The suites' quota: an hour's window, so nothing refills while a test runs.
 const QUOTA: u32 = 1000;
@@ -157,8 +166,76 @@ async fn headers_stay_truthful(h: Harness) {
     assert_eq!(d.retry_after, emission);
 }
 
+/// The same through two app instances over real sockets: `RateLimitLayer` on each, one leased
+/// rule keyed by the `x-client` header, many connections at once.
+async fn two_apps_over_http_never_admit_more_than_the_quota(h: Harness) {
+    const LIMIT: u32 = 200;
+    let rule = hot(LIMIT);
+    let mut apps = Vec::new();
+    for _ in 0..2 {
+        let layer = RateLimitLayer::builder(h.exact_limiter().await)
+            .rule_with(rule.clone(), by_client())
+            .build()
+            .expect("valid");
+        let handler = service_fn(|_: Request<Incoming>| async {
+            Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+        });
+        apps.push(serve(layer.layer(handler)).await);
+    }
+    let admitted = Arc::new(AtomicU32::new(0));
+    let mut tasks = Vec::new();
+    for &addr in &apps {
+        for _ in 0..8 {
+            let admitted = Arc::clone(&admitted);
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..LIMIT * 3 / 16 {
+                    if status(addr).await == 200 {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let during = admitted.load(Ordering::Relaxed);
+    let k = LIMIT * u32::from(PERCENT) / 100;
+    assert!(during <= LIMIT, "{during} admitted of {LIMIT}");
+    assert!(
+        during >= LIMIT - 2 * k,
+        "{during} admitted: more than 2 × k held back"
+    );
+    h.wait(LEASES_END).await;
+    let mut after = 0;
+    loop {
+        let mut denied = 0;
+        for &addr in &apps {
+            match status(addr).await {
+                200 => after += 1,
+                429 => denied += 1,
+                other => panic!("status {other}"),
+            }
+        }
+        if denied == apps.len() {
+            break;
+        }
+        assert!(during + after <= LIMIT, "admitted past the quota");
+    }
+    assert_eq!(during + after, LIMIT, "{during} + {after}");
+}
+
+/// The status of `GET /` from client `k` to the app at `addr`, on a connection of its own.
+async fn status(addr: SocketAddr) -> u16 {
+    let response = raw::request(addr, "GET", "/", &[("x-client", b"k")], b"")
+        .await
+        .expect("GET /");
+    response.status
+}
+
 backend_suite!(
     two_replicas_never_admit_more_than_the_quota,
+    two_apps_over_http_never_admit_more_than_the_quota,
     unused_units_come_back_to_the_other_replica,
     headers_stay_truthful,
 );
@@ -166,46 +243,47 @@ backend_suite!(
 /// A busy key costs a handful of script calls, not one per request: blocks grow with the local
 /// rate (2, 4, 8, …, at most `k`).
 async fn a_busy_key_costs_few_calls(h: Harness) {
-    let rule = hot(QUOTA);
     let limiter = h.exact_limiter().await;
-    let before = h.calls("evalsha").await;
-    for _ in 0..200 {
-        assert!(
-            limiter
-                .check(&rule, Key::from("k"))
-                .await
-                .expect("decided")
-                .allowed
-        );
-    }
-    let calls = h.calls("evalsha").await - before;
+    let calls = script_calls(&h, &*limiter, &hot(QUOTA), 200).await;
     assert!(calls <= 12, "{calls} script calls for 200 requests");
     // Without leasing, one call per request.
     let plain = Rule::new("plain", Quota::per_hour(QUOTA));
+    assert_eq!(script_calls(&h, &*limiter, &plain, 20).await, 20);
+}
+
+/// The script calls Redis serves while `limiter` admits `n` requests on `rule`.
+async fn script_calls(h: &Harness, limiter: &dyn Limiter, rule: &Rule, n: u32) -> u64 {
     let before = h.calls("evalsha").await;
-    for _ in 0..20 {
-        assert!(
-            limiter
-                .check(&plain, Key::from("k"))
-                .await
-                .expect("decided")
-                .allowed
-        );
+    for i in 0..n {
+        assert!(admits(limiter, rule).await, "request {i}");
     }
-    assert_eq!(h.calls("evalsha").await - before, 20);
+    h.calls("evalsha").await - before
+}
+
+/// Whether `limiter` admits one request on `rule` for key `k`.
+async fn admits(limiter: &dyn Limiter, rule: &Rule) -> bool {
+    limiter
+        .check(rule, Key::from("k"))
+        .await
+        .expect("decided")
+        .allowed
 }
 
 backend_suite!(standalone_only: a_busy_key_costs_few_calls);
+
+/// A layer of `rule` alone, built.
+fn build(rule: Rule) -> Result<RateLimitLayer, RuleError> {
+    RateLimitLayer::builder(MemoryLimiter::new())
+        .rule_with(rule, by_client())
+        .build()
+}
 
 #[test]
 fn rules_that_must_be_exact_per_request_refuse_to_lease_at_build() {
     let login = Rule::new("login", Quota::per_minute(5))
         .with_algorithm(Algorithm::SlidingLog)
         .leased(PERCENT);
-    let built = RateLimitLayer::builder(MemoryLimiter::new())
-        .rule_with(login, by_client())
-        .build();
-    match built {
+    match build(login) {
         Err(RuleError::Leasing { rule, why }) => {
             assert_eq!(rule, "login");
             assert!(why.contains("sliding log"), "{why}");
@@ -213,8 +291,6 @@ fn rules_that_must_be_exact_per_request_refuse_to_lease_at_build() {
         other => panic!("expected a leasing refusal, got {:?}", other.map(|_| ())),
     }
     let calls = Rule::concurrency("calls", 5).leased(PERCENT);
-    let built = RateLimitLayer::builder(MemoryLimiter::new())
-        .rule_with(calls, by_client())
-        .build();
-    assert!(matches!(built, Err(RuleError::Leasing { .. })));
+    assert!(matches!(build(calls), Err(RuleError::Leasing { .. })));
+    assert!(build(Rule::new("api", Quota::per_hour(QUOTA)).leased(PERCENT)).is_ok());
 }

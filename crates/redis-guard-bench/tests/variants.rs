@@ -101,12 +101,17 @@ async fn monitored(variant: Variant, redis: &RedisServer) -> String {
 
 const MARK: &str = "variants-test-mark";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_fixed_window_decides_with_a_fixed_window() {
-    let redis = tokio::task::spawn_blocking(RedisServer::start)
+/// A private `redis-server`.
+async fn redis() -> RedisServer {
+    tokio::task::spawn_blocking(RedisServer::start)
         .await
         .unwrap_or_else(|e| panic!("{e}"))
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_fixed_window_decides_with_a_fixed_window() {
+    let redis = redis().await;
     // Each algorithm names its state keys with its own tag (`gcra`, `fw`): the key the script
     // reads says which algorithm decided. (Read from MONITOR, not from the keys left: a
     // high-quota key may expire before a scan finds it.)
@@ -121,10 +126,7 @@ async fn redis_fixed_window_decides_with_a_fixed_window() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_leased_admits_on_its_gcra_key() {
-    let redis = tokio::task::spawn_blocking(RedisServer::start)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let redis = redis().await;
     // A cold client's first request is decided per request, on the same GCRA state the blocks
     // of a busy one are reserved from.
     let leased = monitored(Variant::RedisLeased, &redis).await;

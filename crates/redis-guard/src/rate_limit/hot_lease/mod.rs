@@ -23,26 +23,22 @@ const MAX_LEASE: Duration = Duration::from_millis(100);
 const OPEN_COUNT_TTL_MS: u64 = 60_000;
 
 /// Reserves a block: `reserve.lua`.
-static RESERVE: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(concat!(
-        include_str!("../algorithm/division.lua"),
-        "\n",
-        include_str!("returns.lua"),
-        "\n",
-        include_str!("reserve.lua")
-    ))
-});
+static RESERVE: LazyLock<LuaScript> = LazyLock::new(|| script(include_str!("reserve.lua")));
 
 /// Gives a block's unused units back: `give_back.lua`.
-static GIVE_BACK: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(concat!(
-        include_str!("../algorithm/division.lua"),
-        "\n",
-        include_str!("returns.lua"),
-        "\n",
-        include_str!("give_back.lua")
-    ))
-});
+static GIVE_BACK: LazyLock<LuaScript> = LazyLock::new(|| script(include_str!("give_back.lua")));
+
+/// The script `main`, after the divisions and `returns.lua` it uses.
+fn script(main: &str) -> LuaScript {
+    LuaScript::new(
+        &[
+            include_str!("../algorithm/division.lua"),
+            include_str!("returns.lua"),
+            main,
+        ]
+        .join("\n"),
+    )
+}
 
 impl Rule {
     /// Lets a [`RedisLimiter`](super::RedisLimiter) admit a **busy** key's requests from blocks
