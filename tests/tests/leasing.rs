@@ -269,7 +269,25 @@ async fn admits(limiter: &dyn Limiter, rule: &Rule) -> bool {
         .allowed
 }
 
-backend_suite!(standalone_only: a_busy_key_costs_few_calls);
+/// Redis gone: a replica admits what its open block holds (reserved already: the quota counts
+/// it), then its next reservation fails as any call does, an error the layer's failure policy
+/// answers; nothing panics or hangs.
+async fn a_failed_reservation_is_an_error_like_any_call(mut h: Harness) {
+    let rule = hot(QUOTA);
+    let limiter = h.exact_limiter().await;
+    // Blocks of 2 and 4: the second is open with 3 units left after these 4 requests.
+    for _ in 0..4 {
+        assert!(admits(&*limiter, &rule).await);
+    }
+    h.kill_redis();
+    for i in 0..3 {
+        assert!(admits(&*limiter, &rule).await, "from the block: {i}");
+    }
+    let failed = limiter.check(&rule, Key::from("k")).await;
+    assert!(failed.is_err(), "{failed:?}");
+}
+
+backend_suite!(standalone_only: a_busy_key_costs_few_calls, a_failed_reservation_is_an_error_like_any_call);
 
 /// A layer of `rule` alone, built.
 fn build(rule: Rule) -> Result<RateLimitLayer, RuleError> {
