@@ -25,9 +25,8 @@ use tower::{Layer, service_fn};
 /// The suites' quota: an hour's window, so nothing refills while a test runs.
 const QUOTA: u32 = 1000;
 
-/// At most 10 % of the burst per block: `k` ≤ 100.
+/// At most 10 % of the burst per block: `k` ≤ 100 of the quota's 1000.
 const PERCENT: u8 = 10;
-const MAX_K: u32 = QUOTA * PERCENT as u32 / 100;
 
 /// Longer than a lease (100 ms) and than the deny cache's longest wait (2 s), shorter than
 /// one emission interval (3.6 s): the leases end, no unit comes back with time.
@@ -78,35 +77,12 @@ async fn two_replicas_never_admit_more_than_the_quota(h: Harness) {
     for task in tasks {
         task.await.expect("task");
     }
-    let during = admitted.load(Ordering::Relaxed);
-    assert!(during <= QUOTA, "{during} admitted of {QUOTA}");
-    assert!(
-        during >= QUOTA - 2 * MAX_K,
-        "{during} admitted: more than 2 × k held back"
-    );
-    // The leases end: each replica gives its block back on its next request.
-    h.wait(LEASES_END).await;
-    let mut after = 0;
-    loop {
-        let mut denied = 0;
-        for limiter in &replicas {
-            if limiter
-                .check(&rule, Key::from("k"))
-                .await
-                .expect("decided")
-                .allowed
-            {
-                after += 1;
-            } else {
-                denied += 1;
-            }
-        }
-        if denied == replicas.len() {
-            break;
-        }
-        assert!(during + after <= QUOTA, "admitted past the quota");
-    }
-    assert_eq!(during + after, QUOTA, "{during} + {after}");
+    let replicas = &replicas;
+    let rule = &rule;
+    bounds_then_exact(&h, QUOTA, admitted.load(Ordering::Relaxed), async |i| {
+        admits(&*replicas[i], rule).await
+    })
+    .await;
 }
 
 /// The units a replica reserved and did not use serve the other replica once its lease ends.
@@ -200,30 +176,54 @@ async fn two_apps_over_http_never_admit_more_than_the_quota(h: Harness) {
     for task in tasks {
         task.await.expect("task");
     }
-    let during = admitted.load(Ordering::Relaxed);
-    let k = LIMIT * u32::from(PERCENT) / 100;
-    assert!(during <= LIMIT, "{during} admitted of {LIMIT}");
+    let apps = &apps;
+    bounds_then_exact(
+        &h,
+        LIMIT,
+        admitted.load(Ordering::Relaxed),
+        async |i| match status(apps[i]).await {
+            200 => true,
+            429 => false,
+            other => panic!("status {other}"),
+        },
+    )
+    .await;
+}
+
+/// After `during` of `limit` were admitted by two replicas at once: at most `limit`, at least
+/// `limit − 2 × k`. Then the leases end, and `one(i)` (a request on replica `i`: admitted?)
+/// alternates between the two until both deny: the blocks came back, and exactly `limit` were
+/// admitted in all.
+async fn bounds_then_exact(
+    h: &Harness,
+    limit: u32,
+    during: u32,
+    mut one: impl AsyncFnMut(usize) -> bool,
+) {
+    let k = limit * u32::from(PERCENT) / 100;
+    assert!(during <= limit, "{during} admitted of {limit}");
     assert!(
-        during >= LIMIT - 2 * k,
+        during >= limit - 2 * k,
         "{during} admitted: more than 2 × k held back"
     );
+    // The leases end: each replica gives its block back on its next request.
     h.wait(LEASES_END).await;
     let mut after = 0;
     loop {
         let mut denied = 0;
-        for &addr in &apps {
-            match status(addr).await {
-                200 => after += 1,
-                429 => denied += 1,
-                other => panic!("status {other}"),
+        for i in 0..2 {
+            if one(i).await {
+                after += 1;
+            } else {
+                denied += 1;
             }
         }
-        if denied == apps.len() {
+        if denied == 2 {
             break;
         }
-        assert!(during + after <= LIMIT, "admitted past the quota");
+        assert!(during + after <= limit, "admitted past the quota");
     }
-    assert_eq!(during + after, LIMIT, "{during} + {after}");
+    assert_eq!(during + after, limit, "{during} + {after}");
 }
 
 /// The status of `GET /` from client `k` to the app at `addr`, on a connection of its own.
