@@ -77,7 +77,8 @@ impl Rule {
     /// The headers of a request admitted from a block show what Redis had left when the block
     /// was reserved less what this replica admitted from it since, that is what Redis would say
     /// if no other replica had used the key meanwhile (never more than this replica's view of
-    /// the truth); `reset` is counted the same way.
+    /// the truth); `reset` is counted the same way. [`Limiter::inspect`](super::Limiter::inspect)
+    /// reports what Redis holds: the units of open blocks count as used there.
     ///
     /// Only requests with this one rule are leased: a request that several rules decide
     /// together, all or nothing, goes to Redis as before, and so do probes (cost 0) and
