@@ -101,14 +101,20 @@ async fn monitored(variant: Variant, redis: &RedisServer) -> String {
 
 const MARK: &str = "variants-test-mark";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_fixed_window_decides_with_a_fixed_window() {
-    let redis = tokio::task::spawn_blocking(RedisServer::start)
+/// A private `redis-server`.
+async fn redis() -> RedisServer {
+    tokio::task::spawn_blocking(RedisServer::start)
         .await
         .unwrap_or_else(|e| panic!("{e}"))
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_fixed_window_decides_with_a_fixed_window() {
+    let redis = redis().await;
     // Each algorithm names its state keys with its own tag (`gcra`; `fwc`, the fixed window's
-    // plain counter on Redis >= 7): the key the commands name says which algorithm decided. (Read from MONITOR, not from the keys left: a
+    // plain counter on Redis >= 7): the key the commands name says which algorithm decided.
+    // (Read from MONITOR, not from the keys left: a
     // high-quota key may expire before a scan finds it.)
     let gcra = monitored(Variant::Redis, &redis).await;
     assert!(gcra.contains(":gcra:") && !gcra.contains(":fw:"), "{gcra}");
@@ -119,4 +125,13 @@ async fn redis_fixed_window_decides_with_a_fixed_window() {
             && !fixed.to_ascii_lowercase().contains("evalsha"),
         "{fixed}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_leased_admits_on_its_gcra_key() {
+    let redis = redis().await;
+    // A cold client's first request is decided per request, on the same GCRA state the blocks
+    // of a busy one are reserved from.
+    let leased = monitored(Variant::RedisLeased, &redis).await;
+    assert!(leased.contains(":gcra:"), "{leased}");
 }

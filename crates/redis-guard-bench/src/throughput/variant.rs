@@ -54,6 +54,9 @@ pub enum Variant {
     IncrExpire,
     /// redis-guard's `RedisLimiter` on a multiplexed `ConnectionManager`, GCRA, high quota.
     Redis,
+    /// The same with the rule leased (`Rule::leased(10)`): the one busy client is admitted from
+    /// blocks of quota reserved on Redis, one script call per block instead of per request.
+    RedisLeased,
     /// The same with `Algorithm::FixedWindow`: on Redis >= 7 one `MULTI` of `INCRBY` and
     /// `PEXPIRE … NX` per request, no script.
     RedisFixedWindow,
@@ -96,13 +99,14 @@ pub enum RedisUse {
 
 impl Variant {
     /// Every variant, in the order the table lists them and a round runs them.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 18] = [
         Self::Bare,
         Self::Governor,
         Self::Memory,
         Self::MemoryNoHeaders,
         Self::IncrExpire,
         Self::Redis,
+        Self::RedisLeased,
         Self::RedisFixedWindow,
         Self::RedisManyKeys,
         Self::RedisUncoalesced,
@@ -126,6 +130,7 @@ impl Variant {
             Self::MemoryNoHeaders => "memory-no-headers",
             Self::IncrExpire => "incr-expire",
             Self::Redis => "redis",
+            Self::RedisLeased => "redis-leased",
             Self::RedisFixedWindow => "redis-fixed-window",
             Self::RedisManyKeys => "redis-many-keys",
             Self::RedisUncoalesced => "redis-uncoalesced",
@@ -162,6 +167,10 @@ impl Variant {
             Self::Redis => {
                 "redis-guard `RedisLimiter` on `RedisConnection::open` (multiplexed `ConnectionManager`), \
                  `ClientIp::peer()`, GCRA, quota 1,000,000/s"
+            }
+            Self::RedisLeased => {
+                "the `redis` limiter with the rule leased (`Rule::leased(10)`): the busy client is admitted \
+                 from blocks reserved on Redis (at most 10 % of the burst each, one script call per block)"
             }
             Self::RedisFixedWindow => {
                 "the `redis` limiter with `Algorithm::FixedWindow`: on Redis >= 7 one `MULTI` of \
@@ -267,6 +276,12 @@ impl Variant {
             Self::Redis => {
                 ok_route().layer(limit(RedisLimiter::new(open(redis_url).await?), high)?)
             }
+            Self::RedisLeased => ok_route().layer(
+                RateLimitLayer::builder(RedisLimiter::new(open(redis_url).await?))
+                    .rule_with(Rule::new("api", high).leased(10), ClientIp::peer())
+                    .build()
+                    .map_err(|e| format!("rate-limit layer: {e}"))?,
+            ),
             Self::RedisFixedWindow => ok_route().layer(
                 RateLimitLayer::builder(RedisLimiter::new(open(redis_url).await?))
                     .rule_with(

@@ -108,7 +108,9 @@ impl Fallback {
                     Algorithm::Custom(_) => Algorithm::default(),
                     other => other.clone(),
                 };
-                let rule = r.rule.reshaped(r.rule.quota().share(replicas), algorithm);
+                let mut rule = r.rule.reshaped(r.rule.quota().share(replicas), algorithm);
+                // The in-process fallback decides every request itself: nothing to lease.
+                rule.leased = None;
                 rule.validate().map_err(|source| RuleError::FallbackShare {
                     replicas: replicas.get(),
                     source: Box::new(source),

@@ -29,6 +29,29 @@
 //!   ([`grpc`]).
 
 //!
+//! # Hot keys: leasing
+//!
+//! A key that one replica sees many times a second (one busy API client) costs one script call
+//! per request. A rule opted in with [`Rule::leased`] lets a [`RedisLimiter`] reserve a block
+//! of the key's quota in one call and admit the key's requests from it in process, for a lease
+//! of at most 100 ms; the unused units go back to Redis when the lease ends. Cold keys are
+//! decided per request as always. Across every replica, a key is still never admitted more
+//! than its quota. The price: while blocks are open, a client may be denied on one replica
+//! while another holds unused units of its block, at most `replicas × k` units (`k`, the
+//! block, at most the stated percentage of the burst) for at most one lease. Only GCRA rules
+//! lease, and rules that need Redis' answer on every request (a sliding log for logins, bans,
+//! overrides, costs charged after the response, quotas resolved per request) are refused when
+//! the layer is built.
+//!
+//! ```
+//! use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer, Rule};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let layer = RateLimitLayer::builder(MemoryLimiter::new()) // leasing needs a RedisLimiter
+//!     .rule_with(Rule::new("api", Quota::per_second(1000)).leased(10), ClientIp::peer())
+//!     .build()?;
+//! # let _ = layer; Ok(()) }
+//! ```
+//!
 //! # When Redis fails
 //!
 //! The layer's [`FailurePolicy`] answers every request Redis cannot decide (down, too slow, or
@@ -81,6 +104,7 @@ mod future;
 pub mod grpc;
 pub mod headers;
 mod holding;
+mod hot_lease;
 mod key;
 mod layer;
 #[cfg(all(test, feature = "metrics"))]

@@ -10,6 +10,7 @@ use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use super::denials::{Request, cache_now, counted_down, state_keys};
 use super::evaluation::{Coalescers, Evaluation, RuleArgs};
 use super::fixed_window_plain::{self, Counters};
+use super::hot_lease::HotLeases;
 use super::lease::warn_release;
 use super::limiter::{BoxFuture, Check, Held, Limiter, LimiterError, chargeable};
 use super::operations::{self, Inspection, Override};
@@ -41,11 +42,12 @@ pub const DENY_CACHE_MAX_WAIT: Duration = Duration::from_secs(2);
 /// key (see [`Key::digest`](super::Key::digest)), and the braces make it a Cluster hash tag.
 /// Beside it, `<prefix>rl:<rule>:ov:{<digest>}` holds the key's override record (penalty, allow
 /// list entry, bans; see [`Limiter::inspect`]), written only by operations and bans and read
-/// by rules built [`with_overrides`](super::Rule::with_overrides) or with bans. The
-/// algorithm (`gcra`, `fwc` — the fixed window's plain counter on Redis >= 7, `fw` on older
-/// servers —, `sl`, `sc`, `tb`, or `x-<name>` for a custom one) is part of the name, so
-/// switching a rule's algorithm starts it afresh rather than failing on state of another shape;
-/// the old keys expire on their own.
+/// by rules built [`with_overrides`](super::Rule::with_overrides) or with bans, and
+/// `<prefix>rl:<rule>:lease:{<digest>}` the units of [leased](super::Rule::leased) blocks not
+/// given back yet. The algorithm (`gcra`, `fwc` — the fixed window's plain counter on Redis >= 7,
+/// `fw` on older servers —, `sl`, `sc`, `tb`, or `x-<name>` for a custom one) is part of the
+/// name, so switching a rule's algorithm starts it afresh rather than failing on state of
+/// another shape; the old keys expire on their own.
 ///
 /// The prefix, the timeout per call and the connection come from the [`RedisBackend`]; a
 /// [`RedisConnection`](crate::backend::RedisConnection) converts into one with the defaults.
@@ -62,15 +64,17 @@ pub const DENY_CACHE_MAX_WAIT: Duration = Duration::from_secs(2);
 /// ```
 #[derive(Clone, Debug)]
 pub struct RedisLimiter {
-    backend: RedisBackend,
+    pub(super) backend: RedisBackend,
     /// Run the built-in scripts, coalescing the calls that arrive while others are in flight.
     coalescers: Arc<Coalescers>,
     /// Requests denied until a known time, answered in process until then.
-    deny_cache: Option<Arc<DenyCache<Vec<RuleState>>>>,
+    pub(super) deny_cache: Option<Arc<DenyCache<Vec<RuleState>>>>,
     /// Scripts with custom algorithms, by the customs they contain (in id order).
     custom_scripts: Arc<Mutex<HashMap<Vec<CustomAlgorithm>, Arc<Scripts>>>>,
     /// Whether fixed windows are plain counters (Redis >= 7), once known.
     pub(super) counters: Arc<Counters>,
+    /// Blocks of [leased](super::Rule::leased) rules' busy keys.
+    pub(super) leases: Arc<HotLeases>,
 }
 
 impl RedisLimiter {
@@ -81,9 +85,10 @@ impl RedisLimiter {
         Self {
             coalescers: Arc::new(Coalescers::new(&backend, DEFAULT_BATCH)),
             counters: Arc::new(Counters::new(&backend)),
-            backend,
             deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_DENY_CACHE))),
             custom_scripts: Arc::default(),
+            leases: Arc::new(HotLeases::new(&backend)),
+            backend,
         }
     }
 
@@ -255,11 +260,13 @@ impl RedisLimiter {
 }
 
 impl RedisLimiter {
-    /// Evaluates `checks`, with the leases (and receipts to settle) an admitted request took:
-    /// one boxed future, the only one of a request on the hot path.
-    fn evaluate_held(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
+    /// [`evaluate_held`](Self::evaluate_held) for requests decided on Redis one by one.
+    pub(super) fn evaluate_unleased(
+        &self,
+        checks: Vec<Check>,
+    ) -> BoxFuture<Result<Held, LimiterError>> {
         if self.needs_shape(checks.iter().map(|c| &*c.rule)) {
-            return self.once_shaped(move |this| this.evaluate_held(checks));
+            return self.once_shaped(move |this| this.evaluate_unleased(checks));
         }
         if checks.iter().any(|c| c.rule.allows(&c.key)) {
             // Allow-listed rules are answered here; the others (if any) go to Redis.
@@ -268,7 +275,7 @@ impl RedisLimiter {
                 let states = operations::merge_allow_listed(listed, Vec::new());
                 return Box::pin(std::future::ready(Ok((states, None))));
             }
-            let held = self.evaluate_held(rest);
+            let held = self.evaluate_unleased(rest);
             return Box::pin(async move {
                 let (states, lease) = held.await?;
                 Ok((operations::merge_allow_listed(listed, states), lease))

@@ -37,6 +37,8 @@ pub struct Rule {
     /// Settled after the response: by a reported [`ActualCost`](super::ActualCost).
     pub(super) after_response: bool,
     pub(super) refund_when: Option<RefundWhen>,
+    /// Leased in blocks of at most this percentage of the burst ([`Rule::leased`]).
+    pub(super) leased: Option<u8>,
 }
 
 impl Rule {
@@ -58,6 +60,7 @@ impl Rule {
             quota_from: None,
             after_response: false,
             refund_when: None,
+            leased: None,
         }
     }
 
@@ -241,7 +244,14 @@ impl Rule {
             return Err(RuleError::NoReservation(self.name.to_string()));
         }
         self.shape_problem(&self.quota, self.cost)?;
-        self.operations_problem()
+        self.operations_problem()?;
+        match self.leasing_problem() {
+            Some(why) => Err(RuleError::Leasing {
+                rule: self.name.to_string(),
+                why,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Why `quota` and `cost` cannot work with this rule's algorithm, the rule's own or a
@@ -678,5 +688,14 @@ pub enum RuleError {
         rule: String,
         /// Why.
         why: String,
+    },
+    /// The rule cannot be [`leased`](Rule::leased): its algorithm or options need an exact
+    /// answer per request, or its burst is too small for a block.
+    #[error("rule `{rule}`: {why}")]
+    Leasing {
+        /// The rule.
+        rule: String,
+        /// Why.
+        why: &'static str,
     },
 }

@@ -1,0 +1,433 @@
+//! [`HotLeases`]: a [`RedisLimiter`](crate::rate_limit::RedisLimiter)'s blocks of leased quota,
+//! per rule and key, and the requests it admits from them in process.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use super::{GIVE_BACK, OPEN_COUNT_TTL_MS, RESERVE, lease_us};
+use crate::backend::{BackendError, ExpiringTable, RedisBackend, ScriptCall};
+use crate::rate_limit::Key;
+use crate::rate_limit::algorithm::{RuleState, ceil_ms};
+use crate::rate_limit::limiter::{BoxFuture, Check, LimiterError};
+
+/// How many keys one limiter tracks for leasing at most; past it, the keys seen least recently
+/// are forgotten first (their blocks given back).
+const CAPACITY: usize = 10_000;
+
+/// A table entry's key: a rule's name and a client key.
+type Id = (Arc<str>, Key);
+
+/// The hot keys of one limiter and their blocks.
+pub(crate) struct HotLeases {
+    backend: RedisBackend,
+    /// The origin of the lease clock (µs since it, plus the backend's test shift).
+    origin: Instant,
+    table: Mutex<Table>,
+}
+
+struct Table {
+    entries: ExpiringTable<Id, Entry>,
+    next_id: u64,
+}
+
+/// One key of one rule, as this replica sees it.
+struct Entry {
+    /// Start of the current interval (a lease long, lease clock µs), the units asked for in it,
+    /// and in the interval before.
+    since: u64,
+    seen: u64,
+    before: u64,
+    block: Option<Block>,
+    /// The reservation in flight, if any.
+    reserving: Option<u64>,
+    /// Redis denied the last reservation: until then (lease clock), requests go to Redis one
+    /// by one, through the deny cache.
+    cool_until: u64,
+}
+
+/// Units reserved on Redis that this replica admits from.
+struct Block {
+    id: u64,
+    left: u64,
+    /// End of the lease (lease clock µs).
+    end: u64,
+    /// What Redis had left beside the block when it was reserved.
+    beyond: u64,
+    /// When the TAT that the block left on Redis passes (lease clock µs).
+    reset_at: u64,
+    limit: u64,
+    back: GiveBack,
+}
+
+/// What the give-back of a block needs.
+struct GiveBack {
+    keys: [String; 2],
+    emission: u64,
+    granted: u64,
+    /// The reservation's floor and Redis time (see `give_back.lua`).
+    floor: i64,
+    at: u64,
+}
+
+/// How a leased request goes on.
+pub(crate) enum Leased {
+    /// Admitted from a block.
+    Now(RuleState),
+    /// Decided by a reservation (after an ended block is given back).
+    Reserve(BoxFuture<Result<RuleState, LimiterError>>),
+    /// Decided by Redis as any request, once an ended block's give-back (if any) has landed.
+    Normal(Option<BoxFuture<()>>),
+}
+
+/// The reservation's reply, see `reserve.lua`.
+struct Reserved {
+    granted: u64,
+    remaining: u64,
+    retry_after_us: u64,
+    reset_after_us: u64,
+    at: u64,
+    floor: i64,
+}
+
+impl std::fmt::Debug for HotLeases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HotLeases")
+            .field("keys", &self.lock().entries.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HotLeases {
+    /// An empty table for a limiter on `backend`.
+    pub(crate) fn new(backend: &RedisBackend) -> Self {
+        Self {
+            backend: backend.clone(),
+            origin: Instant::now(),
+            table: Mutex::new(Table {
+                entries: ExpiringTable::new(CAPACITY),
+                next_id: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lease clock, µs: Redis time as this process counts it (the test seams' frozen
+    /// time when set).
+    fn now(&self) -> u64 {
+        self.backend.frozen_us().unwrap_or_else(|| {
+            u64::try_from(self.origin.elapsed().as_micros())
+                .unwrap_or(u64::MAX)
+                .saturating_add(self.backend.shift_us())
+        })
+    }
+
+    /// How `check` (the only check of its request, of a leased rule) is decided. `names`
+    /// gives the key's state and open-count keys on Redis, asked for only to reserve.
+    pub(crate) fn take(
+        self: &Arc<Self>,
+        check: &Check,
+        names: impl FnOnce() -> [String; 2],
+    ) -> Leased {
+        let Some(max) = check.rule.max_block() else {
+            return Leased::Normal(None);
+        };
+        let p = check.params(check.cost);
+        let cost = p.cost;
+        if cost == 0 || check.varying {
+            return Leased::Normal(None);
+        }
+        let lease = lease_us(p.period_us);
+        let now = self.now();
+        let id: Id = (Arc::clone(check.rule.name_arc()), check.key.clone());
+        let mut locked = self.lock();
+        // This key's own ended block goes back before its request is decided, not in a task
+        // with the ones the table forgets.
+        let own = locked
+            .entries
+            .get_mut(&id)
+            .filter(|e| e.block.as_ref().is_some_and(|b| now >= b.end))
+            .and_then(|e| e.block.take());
+        let mut gone = Vec::new();
+        locked
+            .entries
+            .maintain(now, |_, e: Entry| gone.extend(e.block));
+        self.detach(gone);
+        let table = &mut *locked;
+        if table.entries.get_mut(&id).is_none() {
+            let fresh = Entry {
+                since: now,
+                seen: 0,
+                before: 0,
+                block: None,
+                reserving: None,
+                cool_until: 0,
+            };
+            table.entries.insert(id.clone(), fresh, now);
+        }
+        let next_id = table.next_id;
+        let Some(entry) = table.entries.get_mut(&id) else {
+            return Leased::Normal(None);
+        };
+        // What this replica asked of the key over the last lease: its local rate × the lease.
+        if now >= entry.since.saturating_add(2 * lease) {
+            (entry.since, entry.seen, entry.before) = (now, 0, 0);
+        } else if now >= entry.since + lease {
+            (entry.since, entry.seen, entry.before) = (entry.since + lease, 0, entry.seen);
+        }
+        entry.seen += cost;
+        let rate = entry.before.max(entry.seen);
+        if let Some(block) = entry.block.as_mut()
+            && now < block.end
+            && block.left >= cost
+        {
+            block.left -= cost;
+            let state = block.state(now, p.emission_us);
+            let end = block.end;
+            table.entries.set_deadline(&id, end.max(now + 2 * lease));
+            return Leased::Now(state);
+        }
+        // Ended, or too little left for this request: what is left goes back first.
+        let ended = entry.block.take().or(own);
+        let hot = rate >= 2 * cost;
+        if !hot || entry.reserving.is_some() || now < entry.cool_until {
+            table.entries.set_deadline(&id, now + 2 * lease);
+            let backend = self.backend.clone();
+            return Leased::Normal(
+                ended.map(|b| -> BoxFuture<()> { Box::pin(give_back(backend, b)) }),
+            );
+        }
+        entry.reserving = Some(next_id);
+        table.next_id += 1;
+        table.entries.set_deadline(&id, now + 2 * lease);
+        drop(locked);
+        let guard = Reserving {
+            leases: Arc::clone(self),
+            id,
+            reservation: next_id,
+        };
+        let keys = names();
+        let k = rate.clamp(2 * cost, max.max(2 * cost));
+        let (burst, emission, limit) = (p.burst, p.emission_us, p.limit);
+        Leased::Reserve(Box::pin(async move {
+            let backend = guard.leases.backend.clone();
+            let mut call = backend.script(&RESERVE, &keys);
+            call.arg(burst)
+                .arg(emission)
+                .arg(cost)
+                .arg(k)
+                .arg(OPEN_COUNT_TTL_MS);
+            // The ended block goes back in the same call.
+            match &ended {
+                Some(block) => block.back.args(&mut call, block.left),
+                None => call.arg(0).arg(0).arg(0).arg(0),
+            };
+            let reply = parse(&call.run().await?)?;
+            let block = Block {
+                id: 0,
+                left: reply.granted.saturating_sub(cost),
+                end: 0,
+                beyond: reply.remaining,
+                reset_at: 0,
+                limit,
+                back: GiveBack {
+                    keys,
+                    emission,
+                    granted: reply.granted,
+                    floor: reply.floor,
+                    at: reply.at,
+                },
+            };
+            Ok(guard.reserved(block, &reply, lease))
+        }))
+    }
+
+    /// Spawns the give-back of `blocks` (forgotten by the table), on the current runtime.
+    fn detach(&self, blocks: Vec<Block>) {
+        if blocks.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        for block in blocks {
+            runtime.spawn(give_back(self.backend.clone(), block));
+        }
+    }
+
+    /// Takes block `block` of `id` out of the table, if it is still there.
+    fn close(&self, id: &Id, block: u64) -> Option<Block> {
+        let mut table = self.lock();
+        let entry = table.entries.get_mut(id)?;
+        if entry.block.as_ref().is_some_and(|b| b.id == block) {
+            entry.block.take()
+        } else {
+            None
+        }
+    }
+
+    /// Gives block `block` of `id` back when its lease ends (lease clock `end`), unless a
+    /// request or the table has done so first.
+    fn give_back_at_end(self: &Arc<Self>, id: Id, block: u64, end: u64) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let leases = Arc::downgrade(self);
+        runtime.spawn(async move {
+            loop {
+                let wait = {
+                    let Some(leases) = Weak::upgrade(&leases) else {
+                        return;
+                    };
+                    let now = leases.now();
+                    if now >= end {
+                        if let Some(block) = leases.close(&id, block) {
+                            give_back(leases.backend.clone(), block).await;
+                        }
+                        return;
+                    }
+                    end - now
+                };
+                // The lease clock runs with real time, except under a test's frozen clock.
+                tokio::time::sleep(Duration::from_micros(wait)).await;
+            }
+        });
+    }
+}
+
+/// A reservation in flight; dropped (the request gone, or Redis failing) it lets the next
+/// request reserve.
+struct Reserving {
+    leases: Arc<HotLeases>,
+    id: Id,
+    reservation: u64,
+}
+
+impl Reserving {
+    /// Records what Redis reserved (`block`, ids and times still to set), and decides the
+    /// request that asked.
+    fn reserved(&self, mut block: Block, reply: &Reserved, lease: u64) -> RuleState {
+        let leases = &self.leases;
+        let now = leases.now();
+        let mut locked = leases.lock();
+        let table = &mut *locked;
+        if reply.granted == 0 {
+            if let Some(entry) = table.entries.get_mut(&self.id) {
+                entry.cool_until = now.saturating_add(reply.retry_after_us);
+            }
+            return RuleState::from_parts(
+                false,
+                block.limit,
+                reply.remaining,
+                ceil_ms(reply.retry_after_us),
+                ceil_ms(reply.reset_after_us),
+            );
+        }
+        block.id = table.next_id;
+        table.next_id += 1;
+        block.end = now + lease;
+        block.reset_at = now.saturating_add(reply.reset_after_us);
+        let state = block.state(now, block.back.emission);
+        let (id, end) = (block.id, block.end);
+        let Some(entry) = table.entries.get_mut(&self.id) else {
+            // Forgotten meanwhile (a full table): nothing to admit from.
+            drop(locked);
+            leases.detach(vec![block]);
+            return state;
+        };
+        let previous = entry.block.replace(block);
+        table
+            .entries
+            .set_deadline(&self.id, end.max(now + 2 * lease));
+        drop(locked);
+        leases.detach(previous.into_iter().collect());
+        leases.give_back_at_end(self.id.clone(), id, end);
+        state
+    }
+}
+
+impl Drop for Reserving {
+    fn drop(&mut self) {
+        let mut table = self.leases.lock();
+        if let Some(entry) = table.entries.get_mut(&self.id)
+            && entry.reserving == Some(self.reservation)
+        {
+            entry.reserving = None;
+        }
+    }
+}
+
+impl GiveBack {
+    /// The block's give-back arguments after the emission interval: its size, `unused`, the
+    /// reservation's floor and time.
+    fn args<'a, 'b>(&self, call: &'a mut ScriptCall<'b>, unused: u64) -> &'a mut ScriptCall<'b> {
+        call.arg(self.granted)
+            .arg(unused)
+            .arg(self.floor)
+            .arg(self.at)
+    }
+}
+
+impl Block {
+    /// The state of a request just admitted from the block at `now`: what Redis had left
+    /// beside it, plus what is left of it; the reset as if its unused units were back.
+    fn state(&self, now: u64, emission: u64) -> RuleState {
+        let reset = self
+            .reset_at
+            .saturating_sub(self.left.saturating_mul(emission))
+            .saturating_sub(now);
+        RuleState::from_parts(true, self.limit, self.beyond + self.left, 0, ceil_ms(reset))
+    }
+}
+
+impl Drop for HotLeases {
+    fn drop(&mut self) {
+        // The last clone of the limiter is gone: give its open blocks back (best effort).
+        let table = self.table.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let mut blocks = Vec::new();
+        while let Some((_, entry)) = table.entries.pop_first() {
+            blocks.extend(entry.block);
+        }
+        self.detach(blocks);
+    }
+}
+
+/// Gives `block`'s unused units back (`give_back.lua`); a failure leaves them used.
+async fn give_back(backend: RedisBackend, block: Block) {
+    let mut call = backend.script(&GIVE_BACK, &block.back.keys);
+    call.arg(block.back.emission);
+    block.back.args(&mut call, block.left);
+    call.arg(OPEN_COUNT_TTL_MS);
+    if let Err(e) = call.run().await {
+        tracing::debug!(error = %e, "giving a leased block back failed; its units stay used");
+    }
+}
+
+/// Parses `reserve.lua`'s reply.
+fn parse(reply: &redis::Value) -> Result<Reserved, LimiterError> {
+    let ints: Option<Vec<i64>> = match reply {
+        redis::Value::Array(cells) => cells
+            .iter()
+            .map(|c| match c {
+                redis::Value::Int(i) => Some(*i),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    };
+    let bad = || BackendError::BadReply(format!("lease reservation: {reply:?}"));
+    let [granted, remaining, retry, reset, at, floor] = ints
+        .and_then(|v| <[i64; 6]>::try_from(v).ok())
+        .ok_or_else(bad)?;
+    let unsigned = |v: i64| u64::try_from(v).map_err(|_| bad());
+    Ok(Reserved {
+        granted: unsigned(granted)?,
+        remaining: unsigned(remaining)?,
+        retry_after_us: unsigned(retry)?,
+        reset_after_us: unsigned(reset)?,
+        at: unsigned(at)?,
+        floor,
+    })
+}
