@@ -20,11 +20,19 @@
 //!
 //! A request never waits for company: while fewer than [`IN_FLIGHT`] calls are out, it goes at
 //! once, in a batch of one. Otherwise the requests queue, and go together (up to `max` per call)
-//! as soon as a call returns. On a Redis Cluster the keys of one
-//! call must share a slot, so entries are not coalesced there: each goes alone.
+//! as soon as a call returns.
+//!
+//! On a Redis Cluster the keys of one call must share a hash slot, so there is one queue (and
+//! one task making its calls) per slot: the entries of one slot go together to the master that
+//! serves it, as they do on a single Redis, each slot with its own calls in flight. An entry
+//! whose keys span slots goes alone. Queues are made on first use and end after [`IDLE`]
+//! without work, and at most [`MAX_QUEUES`] exist at once (an entry of another slot then goes
+//! alone), so a limiter that sees every slot keeps a bounded number of them.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -38,6 +46,12 @@ pub const DEFAULT_BATCH: usize = 64;
 
 /// How many coalesced calls may be out at once: while Redis runs one, the next is on its way.
 const IN_FLIGHT: usize = 2;
+
+/// How long a queue's task waits with nothing queued and nothing in flight before it ends.
+const IDLE: Duration = Duration::from_secs(1);
+
+/// The most queues (hash slots being coalesced, on a cluster) at once.
+const MAX_QUEUES: usize = 1024;
 
 /// What one caller asks of a coalesced script: its keys and its arguments, which it writes
 /// straight into the call.
@@ -56,14 +70,18 @@ struct Waiting<E> {
     reply: oneshot::Sender<Result<Value, BackendError>>,
 }
 
+/// The queues by hash slot (slot 0 on a single Redis).
+type Queues<E> = Mutex<HashMap<u16, mpsc::UnboundedSender<Waiting<E>>>>;
+
 /// Runs one script for many callers, coalescing what arrives while calls are in flight.
 pub(crate) struct Coalescer<E> {
     backend: RedisBackend,
     script: &'static LuaScript,
     max: usize,
-    /// The queue of the task that makes the calls; started on first use, and again when the
-    /// runtime it ran on has gone.
-    queue: Mutex<Option<mpsc::UnboundedSender<Waiting<E>>>>,
+    /// The queues of the tasks that make the calls; each started on first use, and again when
+    /// it ended idle or the runtime it ran on has gone. A task removes its own queue, under
+    /// this lock, when it ends idle.
+    queues: Arc<Queues<E>>,
 }
 
 impl<E: Entry> Coalescer<E> {
@@ -74,7 +92,7 @@ impl<E: Entry> Coalescer<E> {
             backend,
             script,
             max,
-            queue: Mutex::new(None),
+            queues: Arc::default(),
         }
     }
 
@@ -87,9 +105,10 @@ impl<E: Entry> Coalescer<E> {
     /// Runs the script for `entry` and returns the entry's reply, within the backend's timeout
     /// counted from now (so from the moment the entry is queued).
     pub(crate) async fn call(&self, entry: E) -> Result<Value, BackendError> {
-        if self.max <= 1 || self.backend.connection().is_cluster() {
-            return self.alone(entry).await;
-        }
+        let slot = match self.slot_of(&entry) {
+            Some(slot) if self.max > 1 => slot,
+            _ => return self.alone(entry).await,
+        };
         // While the circuit is open (and no probe is due), the task would only refuse the call,
         // after a hop through its queue and back: two wake-ups that, on a busy runtime, cost
         // milliseconds the failure policy is meant to save. Refuse it here. (Half-open: the
@@ -98,8 +117,9 @@ impl<E: Entry> Coalescer<E> {
             return Err(BackendError::CircuitOpen);
         }
         let (reply, receiver) = oneshot::channel();
-        if let Err(waiting) = self.enqueue(Waiting { entry, reply }) {
-            // No runtime to run the task on: the caller's own future makes the call.
+        if let Err(waiting) = self.enqueue(slot, Waiting { entry, reply }) {
+            // No runtime to run the task on, or no room for another queue: the caller's own
+            // future makes the call.
             return self.alone(waiting.entry).await;
         }
         let timeout = self.backend.call_timeout();
@@ -118,28 +138,50 @@ impl<E: Entry> Coalescer<E> {
         call_alone(&self.backend, self.script, &entry).await
     }
 
-    /// Queues `entry` for the task, starting the task when there is none (or its runtime has
-    /// shut down). Gives `entry` back when there is no runtime to start it on.
-    fn enqueue(&self, entry: Waiting<E>) -> Result<(), Waiting<E>> {
-        let mut queue = self
-            .queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let entry = match queue.as_ref() {
+    /// The queue `entry` may join: 0 on a single Redis; on a cluster its keys' hash slot, or
+    /// `None` when they span slots.
+    fn slot_of(&self, entry: &E) -> Option<u16> {
+        if !self.backend.connection().is_cluster() {
+            return Some(0);
+        }
+        #[cfg(feature = "cluster")]
+        return super::slot::shared_slot(entry.keys());
+        #[cfg(not(feature = "cluster"))]
+        {
+            // No cluster without the feature: unreachable in practice.
+            let _ = entry;
+            None
+        }
+    }
+
+    /// Queues `entry` for the task of `slot`, starting the task when there is none (or its
+    /// runtime has shut down). Gives `entry` back when there is no runtime to start it on, or
+    /// no room for another queue.
+    fn enqueue(&self, slot: u16, entry: Waiting<E>) -> Result<(), Waiting<E>> {
+        let mut queues = lock(&self.queues);
+        let entry = match queues.get(&slot) {
             Some(q) => match q.send(entry) {
                 Ok(()) => return Ok(()),
                 Err(mpsc::error::SendError(entry)) => entry,
             },
+            None if queues.len() >= MAX_QUEUES => return Err(entry),
             None => entry,
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return Err(entry);
         };
         let (sender, receiver) = mpsc::unbounded_channel();
-        runtime.spawn(run(self.backend.clone(), self.script, self.max, receiver));
+        let task = Task {
+            backend: self.backend.clone(),
+            script: self.script,
+            max: self.max,
+            queues: Arc::downgrade(&self.queues),
+            slot,
+        };
+        runtime.spawn(task.run(receiver));
         // The receiver is alive: it was just made.
         let sent = sender.send(entry).map_err(|e| e.0);
-        *queue = Some(sender);
+        queues.insert(slot, sender);
         sent
     }
 }
@@ -166,33 +208,71 @@ pub(crate) async fn call_alone<E: Entry>(
         .and_then(entry_reply)
 }
 
-/// The task: takes what is queued (up to `max`) whenever fewer than [`IN_FLIGHT`] calls are
-/// out, makes it one call, hands out the replies. Ends when every sender is gone and the last
-/// call has returned.
-async fn run<E: Entry>(
+/// The queues' lock, whose data stays consistent even if a holder panicked.
+fn lock<E>(
+    queues: &Queues<E>,
+) -> std::sync::MutexGuard<'_, HashMap<u16, mpsc::UnboundedSender<Waiting<E>>>> {
+    queues
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The task of one queue (one hash slot on a cluster).
+struct Task<E> {
     backend: RedisBackend,
     script: &'static LuaScript,
     max: usize,
-    mut queue: mpsc::UnboundedReceiver<Waiting<E>>,
-) {
-    let mut waiting = Vec::with_capacity(max);
-    let mut calls = FuturesUnordered::new();
-    let mut open = true;
-    loop {
-        tokio::select! {
-            taken = queue.recv_many(&mut waiting, max), if open && calls.len() < IN_FLIGHT => {
-                open = taken > 0;
-                // A caller that gave up (timed out, or its request was dropped) is not run:
-                // nothing is counted for a request that got no answer from us.
-                waiting.retain(|w: &Waiting<E>| !w.reply.is_closed());
-                if !waiting.is_empty() {
-                    let entries = std::mem::replace(&mut waiting, Vec::with_capacity(max));
-                    calls.push(call(&backend, script, entries));
+    queues: Weak<Queues<E>>,
+    slot: u16,
+}
+
+impl<E: Entry> Task<E> {
+    /// Takes what is queued (up to `max`) whenever fewer than [`IN_FLIGHT`] calls are out,
+    /// makes it one call, hands out the replies. Ends when every sender is gone and the last
+    /// call has returned, or after [`IDLE`] without work.
+    async fn run(self, mut queue: mpsc::UnboundedReceiver<Waiting<E>>) {
+        let mut waiting = Vec::new();
+        let mut calls = FuturesUnordered::new();
+        let mut open = true;
+        loop {
+            tokio::select! {
+                taken = queue.recv_many(&mut waiting, self.max), if open && calls.len() < IN_FLIGHT => {
+                    open = taken > 0;
+                    // A caller that gave up (timed out, or its request was dropped) is not run:
+                    // nothing is counted for a request that got no answer from us.
+                    waiting.retain(|w: &Waiting<E>| !w.reply.is_closed());
+                    if !waiting.is_empty() {
+                        let entries = std::mem::take(&mut waiting);
+                        calls.push(call(&self.backend, self.script, entries));
+                    }
                 }
+                Some(()) = calls.next(), if !calls.is_empty() => {}
+                () = tokio::time::sleep(IDLE), if open && calls.is_empty() => {
+                    if self.retire(&queue) {
+                        break;
+                    }
+                }
+                else => break,
             }
-            Some(()) = calls.next(), if !calls.is_empty() => {}
-            else => break,
         }
+    }
+
+    /// Removes this task's queue, unless something was queued meanwhile. Callers queue under
+    /// the same lock, so once the queue is out of the map nothing more can arrive in it, and
+    /// nothing queued is lost.
+    fn retire(&self, queue: &mpsc::UnboundedReceiver<Waiting<E>>) -> bool {
+        let Some(queues) = self.queues.upgrade() else {
+            // The coalescer is gone, and with it every sender.
+            return true;
+        };
+        let mut queues = lock(&queues);
+        if !queue.is_empty() {
+            return false;
+        }
+        // The queue in the map under this slot is this task's: a caller replaces it only once
+        // its receiver is gone, which is when this task has ended.
+        queues.remove(&self.slot);
+        true
     }
 }
 
