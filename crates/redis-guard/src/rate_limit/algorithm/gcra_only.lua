@@ -1,8 +1,9 @@
 -- Decide and record requests whose rules are all GCRA (the default algorithm), each request all
 -- or nothing: the same decisions as evaluate.lua with gcra.lua, written inline, because this is
--- the script almost every request runs. It defines no function but the two divisions and the
--- override helpers, and builds no table but the replies and the records of keys that have one
--- (see docs/benchmarks.md).
+-- the script almost every request runs. Every function or table a call makes costs Redis time
+-- (see docs/benchmarks.md): it defines no function but the clock, the two divisions and the
+-- entries' checks, makes the override helpers only when a rule reads a record, and builds no
+-- table but the replies, the TATs read and written, and the records of keys that have one.
 --
 -- Coalesced form (backend/coalesce.rs): one call carries one or more requests ("entries"),
 -- decided one after the other, in order, at one Redis time.
@@ -19,14 +20,18 @@
 --          rule, then the time of the decision; or, for an entry with a key Redis cannot GET (a
 --          key of another type), the error's text as a string, and nothing recorded for it.
 -- Overrides (penalties, allow-list entries, bans) apply as in evaluate.lua.
--- Built as backend/clock.lua, division.lua, entries.lua, overrides.lua, then this file.
+-- Built as backend/clock.lua, division.lua, entries.lua, overrides.lua inside `overrides()`
+-- (which returns its four helpers), then this file.
 local now = clock()
 -- The TAT of every key this call has read, as the entries before left it (false: none), and
 -- the TAT to store for every key an entry recorded: a key many entries share (one busy client)
--- is read once and written once per call, whatever the number of entries.
-local tats, dirty = {}, {}
--- The same for override records (false: none): read once, written once per call.
-local ovs, ov_dirty = {}, {}
+-- is read once and written once per call, whatever the number of entries. `dirty` is made by
+-- the first entry that records.
+local tats, dirty = {}, nil
+-- The same for override records (false: none): read once, written once per call. Made, with
+-- the override helpers, by the first rule that reads a record: most calls read none, and
+-- every function or table a call makes costs Redis time (see docs/benchmarks.md).
+local ovs, ov_dirty
 local out, k, a = {}, 0, 2
 local entries = tonumber(ARGV[2]) or -1
 for e = 1, entries do
@@ -65,6 +70,10 @@ for e = 1, entries do
     end
     local ov, wait = false, 0
     if okey then
+      if not ovs then
+        ovs, ov_dirty = {}, {}
+        ov_parse, ov_wait, ov_strike, ov_write = overrides()
+      end
       ov = ovs[okey]
       if ov == nil then
         local v = redis.pcall('GET', okey)
@@ -116,6 +125,7 @@ for e = 1, entries do
     kk = kk + (ARGV[a + 2 + i * 7] == '0' and 1 or 2)
     if reply[r + 1] == 1 then
       if commit and reply[r + 4] ~= 0 then
+        dirty = dirty or {}
         tats[key], dirty[key] = reply[r + 4], reply[r + 4]
       end
       reply[r + 4] = 0
@@ -128,8 +138,12 @@ end
 local misfit = entries_misfit(entries, k, a)
 if misfit then return misfit end
 -- The key expires when its TAT passes: by then the client is as fresh as a new one.
-for key, tat in pairs(dirty) do
-  redis.call('SET', key, string.format('%.0f', tat), 'PX', cdiv(tat - now, 1000))
+if dirty then
+  for key, tat in pairs(dirty) do
+    redis.call('SET', key, string.format('%.0f', tat), 'PX', cdiv(tat - now, 1000))
+  end
 end
-for key in pairs(ov_dirty) do ov_write(key, ovs[key], now) end
+if ov_dirty then
+  for key in pairs(ov_dirty) do ov_write(key, ovs[key], now) end
+end
 return out
