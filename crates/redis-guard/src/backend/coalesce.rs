@@ -18,6 +18,11 @@
 //!          error that entry failed with (e.g. `WRONGTYPE …`), the others stand
 //! ```
 //!
+//! A [flat](Coalescer::flat) script instead replies with one array of every entry's values, one
+//! after the other (each entry's reply has as many as [`Entry::reply_len`] says, or is one
+//! string, its error): Redis converts each table of a script's reply at a cost several times
+//! that of an integer, so the lean GCRA script sends one table, not one per entry.
+//!
 //! A request never waits for company: while fewer than [`IN_FLIGHT`] calls are out, it goes at
 //! once, in a batch of one. Otherwise the requests queue, and go together (up to `max` per call)
 //! as soon as a call returns.
@@ -62,6 +67,10 @@ pub(crate) trait Entry: Send + Sync + 'static {
     fn arg_count(&self) -> usize;
     /// Appends the entry's arguments to `call`.
     fn write_args(&self, call: &mut ScriptCall<'_>);
+    /// How many values the entry's reply takes in a [flat](Coalescer::flat) reply.
+    fn reply_len(&self) -> usize {
+        1
+    }
 }
 
 /// An entry waiting for its call, with where its reply goes.
@@ -78,6 +87,8 @@ pub(crate) struct Coalescer<E> {
     backend: RedisBackend,
     script: &'static LuaScript,
     max: usize,
+    /// Whether the script's reply is [flat](Self::flat).
+    flat: bool,
     /// The queues of the tasks that make the calls; each started on first use, and again when
     /// it ended idle or the runtime it ran on has gone. A task removes its own queue, under
     /// this lock, when it ends idle.
@@ -92,8 +103,18 @@ impl<E: Entry> Coalescer<E> {
             backend,
             script,
             max,
+            flat: false,
             queues: Arc::default(),
         }
+    }
+
+    /// The same coalescer of a script that replies flat: one array of every entry's
+    /// [`reply_len`](Entry::reply_len) values (or its error string), entry after entry; each
+    /// entry gets its own values as an array.
+    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+    pub(crate) fn flat(mut self) -> Self {
+        self.flat = true;
+        self
     }
 
     /// The backend the calls go to.
@@ -135,7 +156,7 @@ impl<E: Entry> Coalescer<E> {
 
     /// One entry in a call of its own.
     async fn alone(&self, entry: E) -> Result<Value, BackendError> {
-        call_alone(&self.backend, self.script, &entry).await
+        call_one(&self.backend, self.script, &entry, self.flat).await
     }
 
     /// The queue `entry` may join: 0 on a single Redis; on a cluster its keys' hash slot, or
@@ -175,6 +196,7 @@ impl<E: Entry> Coalescer<E> {
             backend: self.backend.clone(),
             script: self.script,
             max: self.max,
+            flat: self.flat,
             queues: Arc::downgrade(&self.queues),
             slot,
         };
@@ -202,8 +224,18 @@ pub(crate) async fn call_alone<E: Entry>(
     script: &LuaScript,
     entry: &E,
 ) -> Result<Value, BackendError> {
+    call_one(backend, script, entry, false).await
+}
+
+/// One call of `script` for `entry` alone; `flat`: the script replies flat.
+async fn call_one<E: Entry>(
+    backend: &RedisBackend,
+    script: &LuaScript,
+    entry: &E,
+    flat: bool,
+) -> Result<Value, BackendError> {
     let reply = batch(backend, script, &[entry]).run().await?;
-    split_reply(reply, 1)
+    split_reply(reply, &[entry], flat)
         .map(|mut replies| replies.pop().unwrap_or(Value::Nil))
         .and_then(entry_reply)
 }
@@ -222,6 +254,7 @@ struct Task<E> {
     backend: RedisBackend,
     script: &'static LuaScript,
     max: usize,
+    flat: bool,
     queues: Weak<Queues<E>>,
     slot: u16,
 }
@@ -243,7 +276,7 @@ impl<E: Entry> Task<E> {
                     waiting.retain(|w: &Waiting<E>| !w.reply.is_closed());
                     if !waiting.is_empty() {
                         let entries = std::mem::take(&mut waiting);
-                        calls.push(call(&self.backend, self.script, entries));
+                        calls.push(call(&self.backend, self.script, entries, self.flat));
                     }
                 }
                 Some(()) = calls.next(), if !calls.is_empty() => {}
@@ -277,10 +310,15 @@ impl<E: Entry> Task<E> {
 }
 
 /// One call for `waiting`; every entry gets its reply, or the call's error.
-async fn call<E: Entry>(backend: &RedisBackend, script: &LuaScript, waiting: Vec<Waiting<E>>) {
+async fn call<E: Entry>(
+    backend: &RedisBackend,
+    script: &LuaScript,
+    waiting: Vec<Waiting<E>>,
+    flat: bool,
+) {
     let entries: Vec<&E> = waiting.iter().map(|w| &w.entry).collect();
     let outcome = batch(backend, script, &entries).run().await;
-    let outcome = outcome.and_then(|reply| split_reply(reply, waiting.len()));
+    let outcome = outcome.and_then(|reply| split_reply(reply, &entries, flat));
     match outcome {
         Ok(values) => {
             for (w, value) in waiting.into_iter().zip(values) {
@@ -315,13 +353,45 @@ fn batch<'a, E: Entry>(
     call
 }
 
-/// The per-entry replies of a call that carried `count` entries.
-fn split_reply(reply: Value, count: usize) -> Result<Vec<Value>, BackendError> {
-    match reply {
-        Value::Array(replies) if replies.len() == count => Ok(replies),
-        other => Err(BackendError::BadReply(format!(
-            "expected an array of {count} replies, one per coalesced call: {other:?}"
-        ))),
+/// The per-entry replies of a call that carried `entries`; `flat`: the script replies flat.
+fn split_reply<E: Entry>(
+    reply: Value,
+    entries: &[&E],
+    flat: bool,
+) -> Result<Vec<Value>, BackendError> {
+    let count = entries.len();
+    let bad = |reply: &dyn fmt::Debug| {
+        BackendError::BadReply(format!(
+            "expected an array of the replies of {count} coalesced calls: {reply:?}"
+        ))
+    };
+    let replies = match reply {
+        Value::Array(replies) if !flat && replies.len() == count => return Ok(replies),
+        Value::Array(values) if flat => values,
+        other => return Err(bad(&other)),
+    };
+    let total = replies.len();
+    let mut values = replies.into_iter();
+    let mut out = Vec::with_capacity(count);
+    for entry in entries {
+        match values.next() {
+            Some(error @ (Value::BulkString(_) | Value::SimpleString(_))) => out.push(error),
+            Some(first) => {
+                let len = entry.reply_len().max(1);
+                let mut reply = Vec::with_capacity(len);
+                reply.push(first);
+                reply.extend(values.by_ref().take(len - 1));
+                if reply.len() < len {
+                    return Err(bad(&format_args!("{total} values, too few")));
+                }
+                out.push(Value::Array(reply));
+            }
+            None => return Err(bad(&format_args!("{total} values, too few"))),
+        }
+    }
+    match values.next() {
+        None => Ok(out),
+        Some(_) => Err(bad(&format_args!("{total} values, too many"))),
     }
 }
 
@@ -364,17 +434,62 @@ mod tests {
         assert_eq!(entry_reply(ok.clone()).expect("a reply"), ok);
     }
 
+    /// An entry whose reply takes `0` values in a flat reply.
+    struct Sized(usize);
+
+    impl Entry for Sized {
+        fn keys(&self) -> &[String] {
+            &[]
+        }
+        fn arg_count(&self) -> usize {
+            0
+        }
+        fn write_args(&self, _: &mut ScriptCall<'_>) {}
+        fn reply_len(&self) -> usize {
+            self.0
+        }
+    }
+
     #[test]
     fn replies_must_match_the_entries() {
-        let two = Value::Array(vec![Value::Int(1), Value::Int(2)]);
-        assert_eq!(split_reply(two.clone(), 2).unwrap().len(), 2);
-        assert!(matches!(
-            split_reply(two, 3),
-            Err(BackendError::BadReply(_))
-        ));
-        assert!(matches!(
-            split_reply(Value::Nil, 1),
-            Err(BackendError::BadReply(_))
-        ));
+        let (one, two) = (Sized(1), Sized(2));
+        let ints = |v: &[i64]| Value::Array(v.iter().copied().map(Value::Int).collect());
+        assert_eq!(
+            split_reply(ints(&[1, 2]), &[&one, &one], false)
+                .unwrap()
+                .len(),
+            2
+        );
+        for (reply, count) in [(ints(&[1, 2]), 3), (Value::Nil, 1)] {
+            let entries: Vec<&Sized> = std::iter::repeat_n(&one, count).collect();
+            assert!(matches!(
+                split_reply(reply, &entries, false),
+                Err(BackendError::BadReply(_))
+            ));
+        }
+        // Flat: each entry takes its own values, or one string (its error).
+        let error = Value::BulkString(b"WRONGTYPE x".to_vec());
+        let flat = Value::Array(vec![
+            Value::Int(1),
+            Value::Int(2),
+            error.clone(),
+            Value::Int(3),
+        ]);
+        let split = split_reply(flat, &[&two, &two, &one], true).unwrap();
+        assert_eq!(split, [ints(&[1, 2]), error, ints(&[3])]);
+        for (reply, entries) in [
+            (ints(&[1, 2, 3]), vec![&two, &two]),
+            (ints(&[1, 2, 3]), vec![&two]),
+            (ints(&[1]), vec![&two]),
+            (Value::Nil, vec![&one]),
+        ] {
+            assert!(
+                matches!(
+                    split_reply(reply.clone(), &entries, true),
+                    Err(BackendError::BadReply(_))
+                ),
+                "{reply:?}"
+            );
+        }
     }
 }

@@ -16,9 +16,11 @@
 --            a request id (unused here), the dry-run flag (1: decide, record nothing), and per
 --            rule the seven arguments of evaluate.lua (only burst, emission interval, cost and
 --            bans are read; the limit is echoed; cost 0 is a probe, as there)
--- Reply    one array per entry, exactly evaluate.lua's reply for that request: five integers per
---          rule, then the time of the decision; or, for an entry with a key Redis cannot GET (a
---          key of another type), the error's text as a string, and nothing recorded for it.
+-- Reply    flat (backend/coalesce.rs): one array of every entry's reply, entry after entry; an
+--          entry's reply is exactly evaluate.lua's for that request, five integers per rule and
+--          then the time of the decision, written in place; or, for an entry with a key Redis
+--          cannot GET (a key of another type), the error's text as one string, and nothing
+--          recorded for it. (One table: Redis converts each table of a reply at a cost.)
 -- Overrides (penalties, allow-list entries, bans) apply as in evaluate.lua.
 -- Built as backend/clock.lua, division.lua, entries.lua, overrides.lua inside `overrides()`
 -- (which returns its four helpers), then this file.
@@ -32,7 +34,7 @@ local tats, dirty = {}, nil
 -- the override helpers, by the first rule that reads a record: most calls read none, and
 -- every function or table a call makes costs Redis time (see docs/benchmarks.md).
 local ovs, ov_dirty
-local out, k, a = {}, 0, 2
+local out, nout, k, a = nil, 0, 0, 2
 local entries = tonumber(ARGV[2]) or -1
 -- ARGV's numbers. With several entries each string is converted once per call: tonumber costs
 -- Redis more than a table lookup, and the entries of one rule (one quota) pass the same
@@ -147,8 +149,20 @@ for e = 1, entries do
       reply[r + 4] = 0
     end
   end
-  reply[n * 5 + 1] = now
-  out[e] = failed or reply
+  if failed then
+    out = out or {}
+    nout = nout + 1
+    out[nout] = failed
+  elseif not out then
+    -- The first entry's reply starts the call's: no copy (a table grown one value at a time
+    -- costs Redis more than the copy saves).
+    reply[n * 5 + 1] = now
+    out, nout = reply, n * 5 + 1
+  else
+    reply[n * 5 + 1] = now
+    for j = 1, n * 5 + 1 do out[nout + j] = reply[j] end
+    nout = nout + n * 5 + 1
+  end
   k, a = k + nk, a + m
 end
 local misfit = entries_misfit(entries, k, a)
@@ -162,4 +176,4 @@ end
 if ov_dirty then
   for key in pairs(ov_dirty) do ov_write(key, ovs[key], now) end
 end
-return out
+return out or {}
