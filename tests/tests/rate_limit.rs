@@ -606,6 +606,12 @@ async fn a_denied_client_costs_redis_nothing_until_its_wait_passes() {
     assert_eq!(h.calls("evalsha").await, before + 5);
 }
 
+/// A limiter on `h` that waits up to 10 s for Redis: decisions queued behind a paused Redis
+/// must not time out.
+async fn patient_limiter(h: &Harness) -> redis_guard::rate_limit::RedisLimiter {
+    redis_guard::rate_limit::RedisLimiter::new(h.backend().await.timeout(Duration::from_secs(10)))
+}
+
 /// Decisions that arrive while script calls are in flight go to Redis together: 500 decisions
 /// queued behind a paused Redis take a handful of `EVALSHA`s (per script, the two calls let out
 /// at once, then batches of at most 64), not 500, and every one of them is still exact: a GCRA
@@ -615,9 +621,7 @@ async fn a_denied_client_costs_redis_nothing_until_its_wait_passes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_decisions_coalesce_into_few_script_calls_and_stay_exact() {
     let h = Harness::redis().await;
-    let limiter = redis_guard::rate_limit::RedisLimiter::new(
-        h.backend().await.timeout(Duration::from_secs(10)),
-    );
+    let limiter = patient_limiter(&h).await;
     let hot = Rule::new("hot", Quota::per_hour(50));
     let each = Rule::new("each", Quota::per_hour(1));
     let log = Rule::new("log", Quota::per_hour(30)).with_algorithm(Algorithm::SlidingLog);
@@ -675,9 +679,7 @@ async fn concurrent_decisions_coalesce_into_few_script_calls_and_stay_exact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_decisions_coalesce_per_slot_and_stay_exact() {
     let h = Harness::cluster().await;
-    let limiter = redis_guard::rate_limit::RedisLimiter::new(
-        h.backend().await.timeout(Duration::from_secs(10)),
-    );
+    let limiter = patient_limiter(&h).await;
     let hot = Rule::new("hot", Quota::per_hour(50));
     let each = Rule::new("each", Quota::per_hour(1));
     // Load the script on every master first, so the count below is of decisions only.
