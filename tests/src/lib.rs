@@ -364,13 +364,21 @@ impl Harness {
         self.server.as_ref()
     }
 
-    /// Runs `args` as one command on the standalone Redis (`CONFIG RESETSTAT`,
-    /// `CLIENT PAUSE 200 ALL`, …), for tests that steer the server.
+    /// Runs `args` as one command on the standalone Redis, or on every node of the cluster
+    /// (`CONFIG RESETSTAT`, `CLIENT PAUSE 200 ALL`, …), for tests that steer the server.
     ///
     /// # Panics
     ///
-    /// Without a standalone Redis, or when the command fails.
+    /// On the memory backend, or when the command fails.
     pub async fn admin(&self, args: &[&str]) {
+        if let Some(cluster) = &self.cluster {
+            let mut cmd = redis::cmd(args[0]);
+            cmd.arg(&args[1..]);
+            cluster
+                .for_each_node(&cmd)
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            return;
+        }
         let () = self.on_server(args).await;
     }
 
@@ -390,19 +398,35 @@ impl Harness {
     }
 
     /// Calls of `command` (lower case, as `INFO commandstats` names it: `evalsha`,
-    /// `script|load`) the standalone Redis has served since it started or since the last
-    /// `CONFIG RESETSTAT`.
+    /// `script|load`) the standalone Redis, or every node of the cluster together, has served
+    /// since it started or since the last `CONFIG RESETSTAT`.
     ///
     /// # Panics
     ///
-    /// Without a standalone Redis, or when it cannot be reached.
+    /// On the memory backend, or when Redis cannot be reached.
     pub async fn calls(&self, command: &str) -> u64 {
-        let info: String = self.on_server(&["INFO", "commandstats"]).await;
+        let infos: Vec<String> = match &self.cluster {
+            Some(cluster) => (0..cluster.ports().len())
+                .map(|i| {
+                    let mut conn = cluster.client_for(i).get_connection().expect("connect");
+                    redis::cmd("INFO")
+                        .arg("commandstats")
+                        .query(&mut conn)
+                        .expect("INFO commandstats")
+                })
+                .collect(),
+            None => vec![self.on_server(&["INFO", "commandstats"]).await],
+        };
         let prefix = format!("cmdstat_{command}:calls=");
-        info.lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |n| n.parse().expect("a count"))
+        infos
+            .iter()
+            .filter_map(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(prefix.as_str()))
+                    .and_then(|rest| rest.split(',').next())
+            })
+            .map(|n| n.parse::<u64>().expect("a count"))
+            .sum()
     }
 
     /// The private Redis server, to [freeze](RedisServer::freeze) or

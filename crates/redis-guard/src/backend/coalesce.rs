@@ -18,13 +18,26 @@
 //!          error that entry failed with (e.g. `WRONGTYPE …`), the others stand
 //! ```
 //!
+//! A [flat](Coalescer::flat) script instead replies with one array of every entry's values, one
+//! after the other (each entry's reply has as many as [`Entry::reply_len`] says, or is one
+//! string, its error): Redis converts each table of a script's reply at a cost several times
+//! that of an integer, so the lean GCRA script sends one table, not one per entry.
+//!
 //! A request never waits for company: while fewer than [`IN_FLIGHT`] calls are out, it goes at
 //! once, in a batch of one. Otherwise the requests queue, and go together (up to `max` per call)
-//! as soon as a call returns. On a Redis Cluster the keys of one
-//! call must share a slot, so entries are not coalesced there: each goes alone.
+//! as soon as a call returns.
+//!
+//! On a Redis Cluster the keys of one call must share a hash slot, so there is one queue (and
+//! one task making its calls) per slot: the entries of one slot go together to the master that
+//! serves it, as they do on a single Redis, each slot with its own calls in flight. An entry
+//! whose keys span slots goes alone. Queues are made on first use and end after [`IDLE`]
+//! without work, and at most [`MAX_QUEUES`] exist at once (an entry of another slot then goes
+//! alone), so a limiter that sees every slot keeps a bounded number of them.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -39,6 +52,12 @@ pub const DEFAULT_BATCH: usize = 64;
 /// How many coalesced calls may be out at once: while Redis runs one, the next is on its way.
 const IN_FLIGHT: usize = 2;
 
+/// How long a queue's task waits with nothing queued and nothing in flight before it ends.
+const IDLE: Duration = Duration::from_secs(1);
+
+/// The most queues (hash slots being coalesced, on a cluster) at once.
+const MAX_QUEUES: usize = 1024;
+
 /// What one caller asks of a coalesced script: its keys and its arguments, which it writes
 /// straight into the call.
 pub(crate) trait Entry: Send + Sync + 'static {
@@ -48,6 +67,10 @@ pub(crate) trait Entry: Send + Sync + 'static {
     fn arg_count(&self) -> usize;
     /// Appends the entry's arguments to `call`.
     fn write_args(&self, call: &mut ScriptCall<'_>);
+    /// How many values the entry's reply takes in a [flat](Coalescer::flat) reply.
+    fn reply_len(&self) -> usize {
+        1
+    }
 }
 
 /// An entry waiting for its call, with where its reply goes.
@@ -56,14 +79,20 @@ struct Waiting<E> {
     reply: oneshot::Sender<Result<Value, BackendError>>,
 }
 
+/// The queues by hash slot (slot 0 on a single Redis).
+type Queues<E> = Mutex<HashMap<u16, mpsc::UnboundedSender<Waiting<E>>>>;
+
 /// Runs one script for many callers, coalescing what arrives while calls are in flight.
 pub(crate) struct Coalescer<E> {
     backend: RedisBackend,
     script: &'static LuaScript,
     max: usize,
-    /// The queue of the task that makes the calls; started on first use, and again when the
-    /// runtime it ran on has gone.
-    queue: Mutex<Option<mpsc::UnboundedSender<Waiting<E>>>>,
+    /// Whether the script's reply is [flat](Self::flat).
+    flat: bool,
+    /// The queues of the tasks that make the calls; each started on first use, and again when
+    /// it ended idle or the runtime it ran on has gone. A task removes its own queue, under
+    /// this lock, when it ends idle.
+    queues: Arc<Queues<E>>,
 }
 
 impl<E: Entry> Coalescer<E> {
@@ -74,8 +103,18 @@ impl<E: Entry> Coalescer<E> {
             backend,
             script,
             max,
-            queue: Mutex::new(None),
+            flat: false,
+            queues: Arc::default(),
         }
+    }
+
+    /// The same coalescer of a script that replies flat: one array of every entry's
+    /// [`reply_len`](Entry::reply_len) values (or its error string), entry after entry; each
+    /// entry gets its own values as an array.
+    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+    pub(crate) fn flat(mut self) -> Self {
+        self.flat = true;
+        self
     }
 
     /// The backend the calls go to.
@@ -87,19 +126,22 @@ impl<E: Entry> Coalescer<E> {
     /// Runs the script for `entry` and returns the entry's reply, within the backend's timeout
     /// counted from now (so from the moment the entry is queued).
     pub(crate) async fn call(&self, entry: E) -> Result<Value, BackendError> {
-        if self.max <= 1 || self.backend.connection().is_cluster() {
-            return self.alone(entry).await;
-        }
-        // While the circuit is open (and no probe is due), the task would only refuse the call,
+        let slot = match self.slot_of(&entry) {
+            Some(slot) if self.max > 1 => slot,
+            _ => return self.alone(entry).await,
+        };
+        // While the circuit of the entry's master is open (and no probe is due), the task would only refuse the call,
         // after a hop through its queue and back: two wake-ups that, on a busy runtime, cost
         // milliseconds the failure policy is meant to save. Refuse it here. (Half-open: the
         // entry goes to the task, whose call is the probe.)
-        if self.backend.breaker_state() == BreakerState::Open {
+        let first = entry.keys().first().map(String::as_str);
+        if self.backend.breaker_state_of(first) == BreakerState::Open {
             return Err(BackendError::CircuitOpen);
         }
         let (reply, receiver) = oneshot::channel();
-        if let Err(waiting) = self.enqueue(Waiting { entry, reply }) {
-            // No runtime to run the task on: the caller's own future makes the call.
+        if let Err(waiting) = self.enqueue(slot, Waiting { entry, reply }) {
+            // No runtime to run the task on, or no room for another queue: the caller's own
+            // future makes the call.
             return self.alone(waiting.entry).await;
         }
         let timeout = self.backend.call_timeout();
@@ -115,31 +157,54 @@ impl<E: Entry> Coalescer<E> {
 
     /// One entry in a call of its own.
     async fn alone(&self, entry: E) -> Result<Value, BackendError> {
-        call_alone(&self.backend, self.script, &entry).await
+        call_one(&self.backend, self.script, &entry, self.flat).await
     }
 
-    /// Queues `entry` for the task, starting the task when there is none (or its runtime has
-    /// shut down). Gives `entry` back when there is no runtime to start it on.
-    fn enqueue(&self, entry: Waiting<E>) -> Result<(), Waiting<E>> {
-        let mut queue = self
-            .queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let entry = match queue.as_ref() {
+    /// The queue `entry` may join: 0 on a single Redis; on a cluster its keys' hash slot, or
+    /// `None` when they span slots.
+    fn slot_of(&self, entry: &E) -> Option<u16> {
+        if !self.backend.connection().is_cluster() {
+            return Some(0);
+        }
+        #[cfg(feature = "cluster")]
+        return super::slot::shared_slot(entry.keys());
+        #[cfg(not(feature = "cluster"))]
+        {
+            // No cluster without the feature: unreachable in practice.
+            let _ = entry;
+            None
+        }
+    }
+
+    /// Queues `entry` for the task of `slot`, starting the task when there is none (or its
+    /// runtime has shut down). Gives `entry` back when there is no runtime to start it on, or
+    /// no room for another queue.
+    fn enqueue(&self, slot: u16, entry: Waiting<E>) -> Result<(), Waiting<E>> {
+        let mut queues = lock(&self.queues);
+        let entry = match queues.get(&slot) {
             Some(q) => match q.send(entry) {
                 Ok(()) => return Ok(()),
                 Err(mpsc::error::SendError(entry)) => entry,
             },
+            None if queues.len() >= MAX_QUEUES => return Err(entry),
             None => entry,
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return Err(entry);
         };
         let (sender, receiver) = mpsc::unbounded_channel();
-        runtime.spawn(run(self.backend.clone(), self.script, self.max, receiver));
+        let task = Task {
+            backend: self.backend.clone(),
+            script: self.script,
+            max: self.max,
+            flat: self.flat,
+            queues: Arc::downgrade(&self.queues),
+            slot,
+        };
+        runtime.spawn(task.run(receiver));
         // The receiver is alive: it was just made.
         let sent = sender.send(entry).map_err(|e| e.0);
-        *queue = Some(sender);
+        queues.insert(slot, sender);
         sent
     }
 }
@@ -160,47 +225,101 @@ pub(crate) async fn call_alone<E: Entry>(
     script: &LuaScript,
     entry: &E,
 ) -> Result<Value, BackendError> {
+    call_one(backend, script, entry, false).await
+}
+
+/// One call of `script` for `entry` alone; `flat`: the script replies flat.
+async fn call_one<E: Entry>(
+    backend: &RedisBackend,
+    script: &LuaScript,
+    entry: &E,
+    flat: bool,
+) -> Result<Value, BackendError> {
     let reply = batch(backend, script, &[entry]).run().await?;
-    split_reply(reply, 1)
+    split_reply(reply, &[entry], flat)
         .map(|mut replies| replies.pop().unwrap_or(Value::Nil))
         .and_then(entry_reply)
 }
 
-/// The task: takes what is queued (up to `max`) whenever fewer than [`IN_FLIGHT`] calls are
-/// out, makes it one call, hands out the replies. Ends when every sender is gone and the last
-/// call has returned.
-async fn run<E: Entry>(
+/// The queues' lock, whose data stays consistent even if a holder panicked.
+fn lock<E>(
+    queues: &Queues<E>,
+) -> std::sync::MutexGuard<'_, HashMap<u16, mpsc::UnboundedSender<Waiting<E>>>> {
+    queues
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The task of one queue (one hash slot on a cluster).
+struct Task<E> {
     backend: RedisBackend,
     script: &'static LuaScript,
     max: usize,
-    mut queue: mpsc::UnboundedReceiver<Waiting<E>>,
-) {
-    let mut waiting = Vec::with_capacity(max);
-    let mut calls = FuturesUnordered::new();
-    let mut open = true;
-    loop {
-        tokio::select! {
-            taken = queue.recv_many(&mut waiting, max), if open && calls.len() < IN_FLIGHT => {
-                open = taken > 0;
-                // A caller that gave up (timed out, or its request was dropped) is not run:
-                // nothing is counted for a request that got no answer from us.
-                waiting.retain(|w: &Waiting<E>| !w.reply.is_closed());
-                if !waiting.is_empty() {
-                    let entries = std::mem::replace(&mut waiting, Vec::with_capacity(max));
-                    calls.push(call(&backend, script, entries));
+    flat: bool,
+    queues: Weak<Queues<E>>,
+    slot: u16,
+}
+
+impl<E: Entry> Task<E> {
+    /// Takes what is queued (up to `max`) whenever fewer than [`IN_FLIGHT`] calls are out,
+    /// makes it one call, hands out the replies. Ends when every sender is gone and the last
+    /// call has returned, or after [`IDLE`] without work.
+    async fn run(self, mut queue: mpsc::UnboundedReceiver<Waiting<E>>) {
+        let mut waiting = Vec::new();
+        let mut calls = FuturesUnordered::new();
+        let mut open = true;
+        loop {
+            tokio::select! {
+                taken = queue.recv_many(&mut waiting, self.max), if open && calls.len() < IN_FLIGHT => {
+                    open = taken > 0;
+                    // A caller that gave up (timed out, or its request was dropped) is not run:
+                    // nothing is counted for a request that got no answer from us.
+                    waiting.retain(|w: &Waiting<E>| !w.reply.is_closed());
+                    if !waiting.is_empty() {
+                        let entries = std::mem::take(&mut waiting);
+                        calls.push(call(&self.backend, self.script, entries, self.flat));
+                    }
                 }
+                Some(()) = calls.next(), if !calls.is_empty() => {}
+                () = tokio::time::sleep(IDLE), if open && calls.is_empty() => {
+                    if self.retire(&queue) {
+                        break;
+                    }
+                }
+                else => break,
             }
-            Some(()) = calls.next(), if !calls.is_empty() => {}
-            else => break,
         }
+    }
+
+    /// Removes this task's queue, unless something was queued meanwhile. Callers queue under
+    /// the same lock, so once the queue is out of the map nothing more can arrive in it, and
+    /// nothing queued is lost.
+    fn retire(&self, queue: &mpsc::UnboundedReceiver<Waiting<E>>) -> bool {
+        let Some(queues) = self.queues.upgrade() else {
+            // The coalescer is gone, and with it every sender.
+            return true;
+        };
+        let mut queues = lock(&queues);
+        if !queue.is_empty() {
+            return false;
+        }
+        // The queue in the map under this slot is this task's: a caller replaces it only once
+        // its receiver is gone, which is when this task has ended.
+        queues.remove(&self.slot);
+        true
     }
 }
 
 /// One call for `waiting`; every entry gets its reply, or the call's error.
-async fn call<E: Entry>(backend: &RedisBackend, script: &LuaScript, waiting: Vec<Waiting<E>>) {
+async fn call<E: Entry>(
+    backend: &RedisBackend,
+    script: &LuaScript,
+    waiting: Vec<Waiting<E>>,
+    flat: bool,
+) {
     let entries: Vec<&E> = waiting.iter().map(|w| &w.entry).collect();
     let outcome = batch(backend, script, &entries).run().await;
-    let outcome = outcome.and_then(|reply| split_reply(reply, waiting.len()));
+    let outcome = outcome.and_then(|reply| split_reply(reply, &entries, flat));
     match outcome {
         Ok(values) => {
             for (w, value) in waiting.into_iter().zip(values) {
@@ -235,13 +354,45 @@ fn batch<'a, E: Entry>(
     call
 }
 
-/// The per-entry replies of a call that carried `count` entries.
-fn split_reply(reply: Value, count: usize) -> Result<Vec<Value>, BackendError> {
-    match reply {
-        Value::Array(replies) if replies.len() == count => Ok(replies),
-        other => Err(BackendError::BadReply(format!(
-            "expected an array of {count} replies, one per coalesced call: {other:?}"
-        ))),
+/// The per-entry replies of a call that carried `entries`; `flat`: the script replies flat.
+fn split_reply<E: Entry>(
+    reply: Value,
+    entries: &[&E],
+    flat: bool,
+) -> Result<Vec<Value>, BackendError> {
+    let count = entries.len();
+    let bad = |reply: &dyn fmt::Debug| {
+        BackendError::BadReply(format!(
+            "expected an array of the replies of {count} coalesced calls: {reply:?}"
+        ))
+    };
+    let replies = match reply {
+        Value::Array(replies) if !flat && replies.len() == count => return Ok(replies),
+        Value::Array(values) if flat => values,
+        other => return Err(bad(&other)),
+    };
+    let total = replies.len();
+    let mut values = replies.into_iter();
+    let mut out = Vec::with_capacity(count);
+    for entry in entries {
+        match values.next() {
+            Some(error @ (Value::BulkString(_) | Value::SimpleString(_))) => out.push(error),
+            Some(first) => {
+                let len = entry.reply_len().max(1);
+                let mut reply = Vec::with_capacity(len);
+                reply.push(first);
+                reply.extend(values.by_ref().take(len - 1));
+                if reply.len() < len {
+                    return Err(bad(&format_args!("{total} values, too few")));
+                }
+                out.push(Value::Array(reply));
+            }
+            None => return Err(bad(&format_args!("{total} values, too few"))),
+        }
+    }
+    match values.next() {
+        None => Ok(out),
+        Some(_) => Err(bad(&format_args!("{total} values, too many"))),
     }
 }
 
@@ -284,17 +435,62 @@ mod tests {
         assert_eq!(entry_reply(ok.clone()).expect("a reply"), ok);
     }
 
+    /// An entry whose reply takes `0` values in a flat reply.
+    struct Sized(usize);
+
+    impl Entry for Sized {
+        fn keys(&self) -> &[String] {
+            &[]
+        }
+        fn arg_count(&self) -> usize {
+            0
+        }
+        fn write_args(&self, _: &mut ScriptCall<'_>) {}
+        fn reply_len(&self) -> usize {
+            self.0
+        }
+    }
+
     #[test]
     fn replies_must_match_the_entries() {
-        let two = Value::Array(vec![Value::Int(1), Value::Int(2)]);
-        assert_eq!(split_reply(two.clone(), 2).unwrap().len(), 2);
-        assert!(matches!(
-            split_reply(two, 3),
-            Err(BackendError::BadReply(_))
-        ));
-        assert!(matches!(
-            split_reply(Value::Nil, 1),
-            Err(BackendError::BadReply(_))
-        ));
+        let (one, two) = (Sized(1), Sized(2));
+        let ints = |v: &[i64]| Value::Array(v.iter().copied().map(Value::Int).collect());
+        assert_eq!(
+            split_reply(ints(&[1, 2]), &[&one, &one], false)
+                .unwrap()
+                .len(),
+            2
+        );
+        for (reply, count) in [(ints(&[1, 2]), 3), (Value::Nil, 1)] {
+            let entries: Vec<&Sized> = std::iter::repeat_n(&one, count).collect();
+            assert!(matches!(
+                split_reply(reply, &entries, false),
+                Err(BackendError::BadReply(_))
+            ));
+        }
+        // Flat: each entry takes its own values, or one string (its error).
+        let error = Value::BulkString(b"WRONGTYPE x".to_vec());
+        let flat = Value::Array(vec![
+            Value::Int(1),
+            Value::Int(2),
+            error.clone(),
+            Value::Int(3),
+        ]);
+        let split = split_reply(flat, &[&two, &two, &one], true).unwrap();
+        assert_eq!(split, [ints(&[1, 2]), error, ints(&[3])]);
+        for (reply, entries) in [
+            (ints(&[1, 2, 3]), vec![&two, &two]),
+            (ints(&[1, 2, 3]), vec![&two]),
+            (ints(&[1]), vec![&two]),
+            (Value::Nil, vec![&one]),
+        ] {
+            assert!(
+                matches!(
+                    split_reply(reply.clone(), &entries, true),
+                    Err(BackendError::BadReply(_))
+                ),
+                "{reply:?}"
+            );
+        }
     }
 }

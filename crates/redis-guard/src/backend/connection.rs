@@ -6,6 +6,8 @@ use redis::{RedisResult, Value};
 
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 use super::LuaScript;
+#[cfg(feature = "cluster")]
+use super::slot::slot;
 
 /// The longest pause between two reconnection attempts of a connection made by
 /// [`RedisConnection::open`], before jitter.
@@ -458,47 +460,9 @@ impl Masters {
     }
 }
 
-/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag (the text between the
-/// first `{` and the next `}`, if not empty; else the whole key), modulo 16384. See
-/// <https://redis.io/docs/latest/operate/oss_and_stack/reference/cluster-spec/#hash-tags>.
-#[cfg(feature = "cluster")]
-fn slot(key: &[u8]) -> u16 {
-    let tagged = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            let len = rest.iter().position(|&b| b == b'}')?;
-            (len > 0).then(|| &rest[..len])
-        })
-        .unwrap_or(key);
-    let mut crc: u16 = 0;
-    for &byte in tagged {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 == 0 {
-                crc << 1
-            } else {
-                (crc << 1) ^ 0x1021
-            };
-        }
-    }
-    crc % 16384
-}
-
 #[cfg(all(test, feature = "cluster"))]
 mod tests {
-    use super::{Masters, Value, slot};
-
-    #[test]
-    fn slots_are_redis_cluster_slots() {
-        // From the cluster specification and `CLUSTER KEYSLOT`.
-        assert_eq!(slot(b"123456789"), 0x31C3);
-        assert_eq!(slot(b"foo"), 12182);
-        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
-        assert_eq!(slot(b"bar"), 5061);
-        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
-    }
+    use super::{Masters, Value};
 
     #[test]
     fn masters_are_numbered_by_address() {

@@ -38,6 +38,8 @@ mod lock;
 mod lua_script;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 mod redis_backend;
+#[cfg(feature = "cluster")]
+mod slot;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 mod table;
 // Without either middleware the connection has no user inside the crate.

@@ -148,6 +148,15 @@ impl RedisBackend {
         }
     }
 
+    /// Where the circuit of the calls on `key` stands: on a Redis Cluster, that of the master
+    /// serving its slot (so a dead master does not stop the calls to the others); else the
+    /// one circuit.
+    pub(crate) fn breaker_state_of(&self, key: Option<&str>) -> BreakerState {
+        let circuits = &self.inner.breaker;
+        let index = key.map_or(0, |key| self.inner.conn.circuit_of(key.as_bytes()));
+        circuits[index.min(circuits.len() - 1)].state()
+    }
+
     /// A test seam (feature `test-util`): adds `clock`'s reading to Redis `TIME` in every script,
     /// so a test lets an hour pass with [`ManualClock::advance`] instead of sleeping. The clock is
     /// still Redis' own; the shift only moves it forward.

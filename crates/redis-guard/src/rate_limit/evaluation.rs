@@ -69,6 +69,11 @@ impl Entry for RuleEntry {
             call.arg(&args.ints[..]).arg(&*args.overrides);
         }
     }
+
+    fn reply_len(&self) -> usize {
+        // Five integers per rule, then the time (see `parse_reply`).
+        5 * self.rule_args.len() + 1
+    }
 }
 
 /// The coalescers of a limiter's built-in scripts: the lean GCRA one and the general one.
@@ -82,7 +87,7 @@ impl Coalescers {
     /// Both built-in scripts on `backend`, at most `max` entries per call.
     pub(super) fn new(backend: &RedisBackend, max: usize) -> Self {
         Self {
-            gcra: Coalescer::new(backend.clone(), LazyLock::force(&GCRA_ONLY), max),
+            gcra: Coalescer::new(backend.clone(), LazyLock::force(&GCRA_ONLY), max).flat(),
             general: Coalescer::new(
                 backend.clone(),
                 &LazyLock::force(&BUILTIN_SCRIPTS).evaluate,

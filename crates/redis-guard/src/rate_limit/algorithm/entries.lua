@@ -5,9 +5,11 @@
 -- `0`), so an entry of r rules has r to 2r keys.
 
 -- The rule, argument and key counts of entry e, whose header follows ARGV[a] with k keys used
--- before it; or nil and an error reply when it does not fit.
-local function entry_counts(e, k, a)
-  local n, m = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+-- before it; or nil and an error reply when it does not fit. `num` converts ARGV's strings
+-- (default `tonumber`).
+local function entry_counts(e, k, a, num)
+  num = num or tonumber
+  local n, m = num(ARGV[a + 1]), num(ARGV[a + 2])
   local r = m and (m - 2) / 7
   if n == nil or r == nil or r ~= math.floor(r) or n < r or n > 2 * r or k + n > #KEYS
     or a + 2 + m > #ARGV then

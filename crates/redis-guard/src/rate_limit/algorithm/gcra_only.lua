@@ -1,8 +1,9 @@
 -- Decide and record requests whose rules are all GCRA (the default algorithm), each request all
 -- or nothing: the same decisions as evaluate.lua with gcra.lua, written inline, because this is
--- the script almost every request runs. It defines no function but the two divisions and the
--- override helpers, and builds no table but the replies and the records of keys that have one
--- (see docs/benchmarks.md).
+-- the script almost every request runs. Every function or table a call makes costs Redis time
+-- (see docs/benchmarks.md): it defines no function but the clock, the two divisions and the
+-- entries' checks, makes the override helpers only when a rule reads a record, and builds no
+-- table but the replies, the TATs read and written, and the records of keys that have one.
 --
 -- Coalesced form (backend/coalesce.rs): one call carries one or more requests ("entries"),
 -- decided one after the other, in order, at one Redis time.
@@ -15,22 +16,44 @@
 --            a request id (unused here), the dry-run flag (1: decide, record nothing), and per
 --            rule the seven arguments of evaluate.lua (only burst, emission interval, cost and
 --            bans are read; the limit is echoed; cost 0 is a probe, as there)
--- Reply    one array per entry, exactly evaluate.lua's reply for that request: five integers per
---          rule, then the time of the decision; or, for an entry with a key Redis cannot GET (a
---          key of another type), the error's text as a string, and nothing recorded for it.
+-- Reply    flat (backend/coalesce.rs): one array of every entry's reply, entry after entry; an
+--          entry's reply is exactly evaluate.lua's for that request, five integers per rule and
+--          then the time of the decision, written in place; or, for an entry with a key Redis
+--          cannot GET (a key of another type), the error's text as one string, and nothing
+--          recorded for it. (One table: Redis converts each table of a reply at a cost.)
 -- Overrides (penalties, allow-list entries, bans) apply as in evaluate.lua.
--- Built as backend/clock.lua, division.lua, entries.lua, overrides.lua, then this file.
+-- Built as backend/clock.lua, division.lua, entries.lua, overrides.lua inside `overrides()`
+-- (which returns its four helpers), then this file.
 local now = clock()
 -- The TAT of every key this call has read, as the entries before left it (false: none), and
 -- the TAT to store for every key an entry recorded: a key many entries share (one busy client)
--- is read once and written once per call, whatever the number of entries.
-local tats, dirty = {}, {}
--- The same for override records (false: none): read once, written once per call.
-local ovs, ov_dirty = {}, {}
-local out, k, a = {}, 0, 2
+-- is read once and written once per call, whatever the number of entries. `dirty` is made by
+-- the first entry that records.
+local tats, dirty = {}, nil
+-- The same for override records (false: none): read once, written once per call. Made, with
+-- the override helpers, by the first rule that reads a record: most calls read none, and
+-- every function or table a call makes costs Redis time (see docs/benchmarks.md).
+local ovs, ov_dirty
+local out, nout, k, a = nil, 0, 0, 2
 local entries = tonumber(ARGV[2]) or -1
+-- ARGV's numbers. With several entries each string is converted once per call: tonumber costs
+-- Redis more than a table lookup, and the entries of one rule (one quota) pass the same
+-- strings. One entry converts each of its few numbers once anyway.
+local num = tonumber
+if entries > 1 then
+  local nums = {}
+  num = function(s)
+    if s == nil then return nil end
+    local v = nums[s]
+    if v == nil then
+      v = tonumber(s) or false
+      nums[s] = v
+    end
+    return v or nil
+  end
+end
 for e = 1, entries do
-  local n, m, nk = entry_counts(e, k, a)
+  local n, m, nk = entry_counts(e, k, a, num)
   if n == nil then return m end
   a = a + 2
   local dry = ARGV[a + 2] == '1'
@@ -40,7 +63,7 @@ for e = 1, entries do
   local reply, admitted, failed = n == 1 and { 0, 0, 0, 0, 0, 0 } or {}, true, nil
   for i = 1, n do
     local o, r, key = a + 2 + (i - 1) * 7, (i - 1) * 5, KEYS[kk + 1]
-    local b, em, c = tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), tonumber(ARGV[o + 6])
+    local b, em, c = num(ARGV[o + 4]), num(ARGV[o + 5]), num(ARGV[o + 6])
     -- Cost 0 is a probe: would one unit be admitted? Decided as cost 1, recorded never.
     local probe = c == 0
     if probe then c = 1 end
@@ -65,6 +88,10 @@ for e = 1, entries do
     end
     local ov, wait = false, 0
     if okey then
+      if not ovs then
+        ovs, ov_dirty = {}, {}
+        ov_parse, ov_wait, ov_strike, ov_write = overrides()
+      end
       ov = ovs[okey]
       if ov == nil then
         local v = redis.pcall('GET', okey)
@@ -80,7 +107,7 @@ for e = 1, entries do
     if not tat or tat < now then tat = now end
     local new_tat = tat + c * em
     local allow_at = new_tat - b * em
-    reply[r + 2] = tonumber(ARGV[o + 2])
+    reply[r + 2] = num(ARGV[o + 2])
     if now < allow_at then
       local remaining = idiv(now + b * em - tat, em)
       if remaining < 0 then remaining = 0 end
@@ -116,20 +143,37 @@ for e = 1, entries do
     kk = kk + (ARGV[a + 2 + i * 7] == '0' and 1 or 2)
     if reply[r + 1] == 1 then
       if commit and reply[r + 4] ~= 0 then
+        dirty = dirty or {}
         tats[key], dirty[key] = reply[r + 4], reply[r + 4]
       end
       reply[r + 4] = 0
     end
   end
-  reply[n * 5 + 1] = now
-  out[e] = failed or reply
+  if failed then
+    out = out or {}
+    nout = nout + 1
+    out[nout] = failed
+  elseif not out then
+    -- The first entry's reply starts the call's: no copy (a table grown one value at a time
+    -- costs Redis more than the copy saves).
+    reply[n * 5 + 1] = now
+    out, nout = reply, n * 5 + 1
+  else
+    reply[n * 5 + 1] = now
+    for j = 1, n * 5 + 1 do out[nout + j] = reply[j] end
+    nout = nout + n * 5 + 1
+  end
   k, a = k + nk, a + m
 end
 local misfit = entries_misfit(entries, k, a)
 if misfit then return misfit end
 -- The key expires when its TAT passes: by then the client is as fresh as a new one.
-for key, tat in pairs(dirty) do
-  redis.call('SET', key, string.format('%.0f', tat), 'PX', cdiv(tat - now, 1000))
+if dirty then
+  for key, tat in pairs(dirty) do
+    redis.call('SET', key, string.format('%.0f', tat), 'PX', cdiv(tat - now, 1000))
+  end
 end
-for key in pairs(ov_dirty) do ov_write(key, ovs[key], now) end
-return out
+if ov_dirty then
+  for key in pairs(ov_dirty) do ov_write(key, ovs[key], now) end
+end
+return out or {}
