@@ -874,7 +874,11 @@ async fn a_cluster_master_killed_under_load() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     let killed = load.now();
     tokio::task::block_in_place(|| cluster.kill_node(dead));
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // The cluster client finds its way around a dead master in a time of its own: in most runs
+    // within a second, in about one run in five only after two to four seconds (its slot
+    // refreshes, during which the calls to the surviving masters time out too). The last
+    // second of a 6.5 s outage is past that in every run seen (issue 21's notes).
+    tokio::time::sleep(Duration::from_millis(6500)).await;
     let out = load.stop().await;
     println!(
         "A Redis Cluster master killed under load ({tasks} clients, one task each; their keys \
@@ -887,7 +891,7 @@ async fn a_cluster_master_killed_under_load() {
     let (_, _, max) = only("master killed", &after, &[Answer::Redis, Answer::Fallback]);
     assert!(max <= (TIMEOUT + MARGIN).as_secs_f64() * 1e3);
     // The last second: who decided, client by client.
-    let last = between(samples, killed + Duration::from_millis(1500), Duration::MAX);
+    let last = between(samples, killed + Duration::from_millis(5500), Duration::MAX);
     let mut by_client: HashMap<usize, (usize, usize)> = HashMap::new();
     for s in &last {
         let (redis, other) = by_client.entry(s.task).or_default();
