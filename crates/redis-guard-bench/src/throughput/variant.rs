@@ -355,7 +355,7 @@ impl FromStr for Variant {
 }
 
 /// `GET /` → `"ok"`.
-fn ok_route() -> Router {
+pub fn ok_route() -> Router {
     Router::new().route("/", get(ok))
 }
 
