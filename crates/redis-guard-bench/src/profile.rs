@@ -26,7 +26,7 @@ use axum::http::{Request, StatusCode, header};
 use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer};
 use tower_service::Service;
 
-use crate::throughput::{Variant, ok_route};
+use crate::throughput::{Variant, by_name, ok_route};
 
 /// The peer every request comes from: one client, one key.
 const PEER: &str = "127.0.0.1:40000";
@@ -112,13 +112,7 @@ impl FromStr for Stack {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|v| v.name() == s.trim())
-            .ok_or_else(|| {
-                let names: Vec<&str> = Self::ALL.iter().map(|v| v.name()).collect();
-                format!("unknown stack {s:?}; the stacks are {}", names.join(", "))
-            })
+        by_name(&Self::ALL, Self::name, s, "stack")
     }
 }
 
