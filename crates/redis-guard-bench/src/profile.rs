@@ -60,15 +60,20 @@ impl Stack {
         Self::Abusive,
     ];
 
-    /// The name on the command line and in the table.
+    /// The name on the command line and in the table: the harness variant's.
     #[must_use]
     pub fn name(self) -> &'static str {
+        self.variant().map_or("abusive", Variant::name)
+    }
+
+    /// The harness variant whose app this is (none for [`Abusive`](Self::Abusive)).
+    fn variant(self) -> Option<Variant> {
         match self {
-            Self::Bare => "bare",
-            Self::Governor => "governor",
-            Self::Memory => "memory",
-            Self::MemoryNoHeaders => "memory-no-headers",
-            Self::Abusive => "abusive",
+            Self::Bare => Some(Variant::Bare),
+            Self::Governor => Some(Variant::Governor),
+            Self::Memory => Some(Variant::Memory),
+            Self::MemoryNoHeaders => Some(Variant::MemoryNoHeaders),
+            Self::Abusive => None,
         }
     }
 
@@ -87,21 +92,15 @@ impl Stack {
     ///
     /// The layer refused its configuration (described).
     pub fn app(self) -> Result<Router, String> {
-        let variant = match self {
-            Self::Bare => Variant::Bare,
-            Self::Governor => Variant::Governor,
-            Self::Memory => Variant::Memory,
-            Self::MemoryNoHeaders => Variant::MemoryNoHeaders,
-            Self::Abusive => {
-                let layer = RateLimitLayer::new(
-                    MemoryLimiter::new(),
-                    "api",
-                    ClientIp::peer(),
-                    Quota::per_hour(1),
-                )
-                .map_err(|e| format!("rate-limit layer: {e}"))?;
-                return Ok(ok_route().layer(layer));
-            }
+        let Some(variant) = self.variant() else {
+            let layer = RateLimitLayer::new(
+                MemoryLimiter::new(),
+                "api",
+                ClientIp::peer(),
+                Quota::per_hour(1),
+            )
+            .map_err(|e| format!("rate-limit layer: {e}"))?;
+            return Ok(ok_route().layer(layer));
         };
         // The in-memory variants await nothing: their app is ready at the first poll.
         ready_now(variant.app("", None))?
