@@ -14,7 +14,11 @@
 //!   runs it and writes `docs/benchmarks.md`. [`throughput::scripts`] (`bench --scripts`): Redis
 //!   CPU per call and per decision of the rate-limit scripts at batches of 1, 8 and 64, beside a
 //!   minimal reference GCRA.
+//! - [`profile`]: callgrind instructions per request of the in-memory stacks (bare route,
+//!   tower_governor, our memory limiter with and without headers, and every request a 429),
+//!   driven through `tower::Service::call` in process; the `profile` binary runs it.
 
+pub mod profile;
 pub mod session_race;
 pub mod throughput;
 

@@ -40,7 +40,17 @@ pub(crate) fn problem(
             .iter()
             .all(|(n, _)| standard.iter().all(|(s, _)| s != n))
     );
-    let mut body = Vec::with_capacity(96 + detail.len());
+    // The exact length when no string needs escaping (the usual case): `Bytes` then keeps the
+    // buffer as it is, without a second allocation.
+    let members = standard.len() + extra.len();
+    let len = 1
+        + members
+        + standard
+            .iter()
+            .chain(extra)
+            .map(|(name, value)| name.len() + 3 + value.plain_len())
+            .sum::<usize>();
+    let mut body = Vec::with_capacity(len);
     body.push(b'{');
     let (mut s, mut e) = (standard.iter().peekable(), extra.iter().peekable());
     let mut first = true;
@@ -67,15 +77,40 @@ pub(crate) fn problem(
     res
 }
 
+impl Member<'_> {
+    /// The length of the value written, when a string needs no escaping.
+    fn plain_len(self) -> usize {
+        match self {
+            Member::Str(s) => s.len() + 2,
+            Member::Uint(n) => n.checked_ilog10().map_or(1, |d| d as usize + 1),
+        }
+    }
+}
+
 /// `"name":value`, with `serde_json`'s escaping and number format.
 fn write_member(out: &mut Vec<u8>, name: &str, value: Member<'_>) {
-    // Writing into a `Vec` cannot fail, and strings and integers always serialize.
-    let _ = serde_json::to_writer(&mut *out, name);
+    write_str(out, name);
     out.push(b':');
-    let _ = match value {
-        Member::Str(s) => serde_json::to_writer(out, s),
-        Member::Uint(n) => serde_json::to_writer(out, &n),
-    };
+    match value {
+        Member::Str(s) => write_str(out, s),
+        // Writing into a `Vec` cannot fail, and integers always serialize.
+        Member::Uint(n) => {
+            let _ = serde_json::to_writer(out, &n);
+        }
+    }
+}
+
+/// A JSON string as `serde_json` writes it: as it is between quotes when nothing in it needs
+/// escaping (names and details the layers write), else through `serde_json`.
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        // Writing into a `Vec` cannot fail, and strings always serialize.
+        let _ = serde_json::to_writer(out, s);
+    }
 }
 
 #[cfg(test)]

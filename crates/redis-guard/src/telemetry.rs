@@ -169,6 +169,35 @@ pub(crate) fn set_with(name: &'static str, labels: Labels, to: f64) {
 #[cfg(not(feature = "metrics"))]
 pub(crate) fn set_with(_: &'static str, _: Labels, _: f64) {}
 
+/// Times a decision for [`RATE_LIMIT_DECISION_SECONDS`]: reads the clock only when the
+/// `metrics` feature is there to record it (the in-process limiter's path has nothing else to
+/// read the clock for).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stopwatch(#[cfg(feature = "metrics")] std::time::Instant);
+
+#[cfg(feature = "metrics")]
+impl Stopwatch {
+    pub(crate) fn start() -> Self {
+        Self(std::time::Instant::now())
+    }
+
+    pub(crate) fn elapsed(self) -> std::time::Duration {
+        self.0.elapsed()
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+impl Stopwatch {
+    pub(crate) fn start() -> Self {
+        Self()
+    }
+
+    #[allow(clippy::unused_self)]
+    pub(crate) fn elapsed(self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+}
+
 /// A label value: a shared rule name or a fixed word, never copied.
 #[derive(Clone, Debug)]
 pub(crate) struct Label(#[cfg(feature = "metrics")] metrics::SharedString);

@@ -28,5 +28,8 @@ pub use redis_stats::{
 };
 pub use run::{BenchReport, Measurement, VariantRuns, run};
 pub use table::{Row, format_latency, format_rate, markdown_notes, markdown_table, median};
-pub use variant::{BB8_POOL_SIZE, HIGH_QUOTA_PER_SECOND, RedisUse, Variant, serve_with_peer};
+pub(crate) use variant::by_name;
+pub use variant::{
+    BB8_POOL_SIZE, HIGH_QUOTA_PER_SECOND, RedisUse, Variant, ok_route, serve_with_peer,
+};
 pub use wrk::WrkReport;

@@ -356,21 +356,29 @@ impl FromStr for Variant {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|v| v.name() == s.trim())
-            .ok_or_else(|| {
-                let names: Vec<&str> = Self::ALL.iter().map(|v| v.name()).collect();
-                format!(
-                    "unknown variant {s:?}; the variants are {}",
-                    names.join(", ")
-                )
-            })
+        by_name(&Self::ALL, Self::name, s, "variant")
     }
 }
 
+/// The item of `all` whose `name` is `s` (trimmed), or an error that lists the names; `what`
+/// says what they are.
+pub(crate) fn by_name<T: Copy>(
+    all: &[T],
+    name: fn(T) -> &'static str,
+    s: &str,
+    what: &str,
+) -> Result<T, String> {
+    all.iter()
+        .copied()
+        .find(|&v| name(v) == s.trim())
+        .ok_or_else(|| {
+            let names: Vec<&str> = all.iter().map(|&v| name(v)).collect();
+            format!("unknown {what} {s:?}; the {what}s are {}", names.join(", "))
+        })
+}
+
 /// `GET /` → `"ok"`.
-fn ok_route() -> Router {
+pub fn ok_route() -> Router {
     Router::new().route("/", get(ok))
 }
 

@@ -1,7 +1,8 @@
 //! [`ExpiringTable`]: the bounded in-process table under both memory backends.
 
+use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 
 /// Expired entries removed per [`ExpiringTable::maintain`] at most, on top of what the bound
 /// requires: spreads a mass expiry over many operations instead of stalling one behind a lock.
@@ -14,9 +15,12 @@ pub(crate) const SWEEP_PER_OP: usize = 32;
 /// scans the table and each entry is removed once: amortized O(log n). Past the bound, expired
 /// entries go first, then ordinary ones, then [kept](Self::keep) ones, each soonest deadline
 /// first.
+///
+/// `S` hashes the keys: SipHash with random keys by default; a table whose keys are already
+/// keyed hashes (the memory limiter's entry ids) hashes them no further.
 #[derive(Debug)]
-pub(crate) struct ExpiringTable<K, V> {
-    entries: HashMap<K, Slot<V>>,
+pub(crate) struct ExpiringTable<K, V, S = RandomState> {
+    entries: HashMap<K, Slot<V>, S>,
     /// Every entry by (deadline, insertion number), ordinary entries in `[0]`, kept ones in
     /// `[1]`: the first of each is its next to expire and its first to evict.
     order: [BTreeMap<(u64, u64), K>; 2],
@@ -37,11 +41,11 @@ struct Slot<V> {
     not(any(feature = "rate-limit", feature = "session")),
     allow(dead_code)
 )]
-impl<K: Clone + Eq + Hash, V> ExpiringTable<K, V> {
+impl<K: Clone + Eq + Hash, V, S: BuildHasher + Default> ExpiringTable<K, V, S> {
     /// An empty table holding at most `max` entries (at least 1).
     pub(crate) fn new(max: usize) -> Self {
         Self {
-            entries: HashMap::new(),
+            entries: HashMap::default(),
             order: [BTreeMap::new(), BTreeMap::new()],
             seq: 0,
             max: max.max(1),
@@ -201,7 +205,7 @@ mod tests {
 
     #[test]
     fn expired_entries_go_a_batch_at_a_time_and_the_bound_holds() {
-        let mut t = ExpiringTable::new(100);
+        let mut t: ExpiringTable<_, _> = ExpiringTable::new(100);
         for i in 0..1000_u64 {
             t.insert(i, i, 1_000 + i);
             let mut gone = Vec::new();
@@ -224,7 +228,7 @@ mod tests {
 
     #[test]
     fn past_the_bound_expired_then_ordinary_then_kept_entries_go() {
-        let mut t = ExpiringTable::new(3);
+        let mut t: ExpiringTable<_, _> = ExpiringTable::new(3);
         // Kept entries expire soonest, yet ordinary ones are evicted before them.
         for k in [1, 2] {
             t.insert(k, (), 100 + k);
@@ -263,7 +267,7 @@ mod tests {
 
     #[test]
     fn deadlines_move_and_liveness_follows_them() {
-        let mut t = ExpiringTable::new(10);
+        let mut t: ExpiringTable<_, _> = ExpiringTable::new(10);
         t.insert("a", 1, 100);
         assert!(t.is_live(&"a", 99));
         assert!(!t.is_live(&"a", 100));

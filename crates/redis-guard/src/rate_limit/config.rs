@@ -6,6 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 
+use super::few::Few;
 use super::limiter::Check;
 use super::resolve::{self, Lookup, Resolved};
 use super::warn::{WARN_INTERVAL, WarnEvery};
@@ -128,7 +129,7 @@ impl Fallback {
 /// What the layer decided to do with a request before asking the limiter.
 pub(crate) enum Plan {
     /// Evaluate these checks.
-    Check(Vec<Check>),
+    Check(Checks),
     /// Evaluate these checks once their quotas being looked up are known.
     Resolve(Vec<Check>, Vec<Lookup>),
     /// No rule applies (every key missing and skipped).
@@ -136,6 +137,10 @@ pub(crate) enum Plan {
     /// Answer at once with this status (missing key rejected, misconfiguration).
     Respond(StatusCode, &'static str),
 }
+
+/// A request's checks: the usual one without a `Vec` of its own (an in-process limiter decides
+/// it without allocating for the list).
+pub(crate) type Checks = Few<Check>;
 
 impl Config {
     pub(crate) fn plan(&self, parts: &http::request::Parts) -> Plan {
@@ -145,7 +150,7 @@ impl Config {
                 "The rate limiter is misconfigured.",
             )
         };
-        let mut checks = Vec::with_capacity(self.rules.len());
+        let mut checks = Checks::default();
         let mut lookups: Vec<Lookup> = Vec::new();
         for r in &self.rules {
             if r.rule.route().is_some_and(|route| !route.matches(parts)) {
@@ -183,7 +188,7 @@ impl Config {
                         }
                         Resolved::Later(lookup) => {
                             // Checked against the quota the lookup gives, once it has.
-                            lookups.push((checks.len(), lookup));
+                            lookups.push((checks.as_slice().len(), lookup));
                             checks.push(check.with_quota(*r.rule.quota()));
                         }
                     }
@@ -200,12 +205,12 @@ impl Config {
                 Err(KeyError::Misconfigured(_)) => return misconfigured(),
             }
         }
-        if checks.is_empty() {
+        if checks.as_slice().is_empty() {
             Plan::Pass
         } else if lookups.is_empty() {
             Plan::Check(checks)
         } else {
-            Plan::Resolve(checks, lookups)
+            Plan::Resolve(checks.into_vec(), lookups)
         }
     }
 

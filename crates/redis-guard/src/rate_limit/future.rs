@@ -4,7 +4,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::Instant;
 
 use http::{Request, Response, StatusCode};
 use tower_service::Service;
@@ -19,13 +18,14 @@ use super::limiter::{
 use super::response::{self, ResponseBody};
 use super::service::start;
 use super::{CostReport, Decision, Quota, RuleError};
+use crate::telemetry::Stopwatch;
 
 /// The inner service's response, its body holding the request's leases and settlement, with
 /// the rate-limit headers.
 fn finish<B>(
     res: Response<B>,
     headers: Option<RateLimitHeaders>,
-    mut hold: Option<Holding>,
+    mut hold: Option<Box<Holding>>,
 ) -> Response<ResponseBody<B>> {
     if let Some(hold) = hold.as_mut() {
         hold.responded(&res);
@@ -50,16 +50,18 @@ define_response_future! {
     /// The response future of [`RateLimit`](super::RateLimit): waits for the limiter (the only
     /// boxed part), then calls the inner service or answers on its own.
     states {
+        // What waits for Redis is boxed: the future stays small for the in-process limiter,
+        // which never waits, and a Redis round trip dwarfs an allocation.
         Resolving {
             checks: BoxFuture<Result<Vec<Check>, RuleError>>,
-            pending: Option<(S, Request<ReqBody>)>,
+            pending: Option<Box<(S, Request<ReqBody>)>>,
             config: Arc<Config>,
         },
         Checking {
             states: BoxFuture<Result<Held, LimiterError>>,
-            pending: Option<(S, Request<ReqBody>, Vec<RuleDecision>, Settling)>,
+            pending: Option<Box<Waiting<S, ReqBody>>>,
             config: Arc<Config>,
-            started: Instant,
+            started: Stopwatch,
         },
         Calling {
             #[pin]
@@ -68,7 +70,8 @@ define_response_future! {
             // The leases, renewed while the inner service runs, and what the response settles;
             // settled on what was reported and released in the background when dropped (the
             // inner service failed, or the client went away), else handed to the response body.
-            hold: Option<Holding>,
+            // Boxed: only concurrency and settled rules hold anything, and the future stays small.
+            hold: Option<Box<Holding>>,
         },
         Respond {
             status: StatusCode,
@@ -77,6 +80,92 @@ define_response_future! {
         },
         Limited {
             response: Option<(Decision, Arc<Config>)>,
+        },
+    }
+}
+
+/// What the request and its rules wait for once the limiter answered.
+type Waiting<S, ReqBody> = (S, Request<ReqBody>, Vec<RuleDecision>, Settling);
+
+/// The state once the limiter answered `states` for the request in `pending`: the inner service
+/// called with the decision, the denial, or what the failure policy says.
+fn decided<S, ReqBody>(
+    config: &Arc<Config>,
+    states: Result<Held, LimiterError>,
+    (mut inner, mut req, rules, settling): Waiting<S, ReqBody>,
+    started: Stopwatch,
+) -> State<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    // What the fallback needs of the resolved quotas, kept only when some rule resolves one.
+    let resolved: Vec<(Arc<str>, Quota)> = if config.dynamic {
+        rules
+            .iter()
+            .map(|r| (Arc::clone(&r.rule), r.quota))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let decided = match states {
+        Ok((states, lease)) => decision_from(rules, states).map(|mut d| {
+            d.lease.0 = lease.map(Arc::new);
+            d
+        }),
+        Err(err) => Err(count_failure(&rules, err)),
+    };
+    let decided = match decided {
+        Ok(decision) => Ok(decision),
+        Err(err) => {
+            config.warn_failed(&err);
+            let (parts, body) = req.into_parts();
+            let answer = config.on_failure(&parts, &resolved);
+            req = Request::from_parts(parts, body);
+            answer
+        }
+    };
+    if let Ok(decision) = &decided {
+        decision.record(started.elapsed());
+    }
+    match decided {
+        Ok(mut decision) if decision.allowed => {
+            let policy = config.ietf_on_allowed().then(|| config.policy(&decision));
+            let extra = RateLimitHeaders::new(&decision, policy, config.legacy_headers());
+            // The response body holds the leases, not the handler's copy.
+            let report = (!settling.is_empty()).then(CostReport::new);
+            let hold = decision
+                .take_lease()
+                .and_then(|held| Holding::new(held, report.clone().map(|r| (settling, r))))
+                .map(Box::new);
+            if let Some(report) = report.filter(|_| hold.as_ref().is_some_and(|h| h.settles())) {
+                req.extensions_mut().insert(report);
+            }
+            req.extensions_mut().insert(decision);
+            State::Calling {
+                fut: inner.call(req),
+                headers: Some(extra),
+                hold,
+            }
+        }
+        Ok(decision) => {
+            tracing::debug!(
+                rule = %decision.rule,
+                retry_after_ms = decision.retry_after.as_millis(),
+                "rate limited"
+            );
+            State::Limited {
+                response: Some((decision, Arc::clone(config))),
+            }
+        }
+        Err(Plan::Respond(status, detail)) => State::Respond {
+            status,
+            detail,
+            grpc: config.grpc,
+        },
+        Err(Plan::Pass | Plan::Check(_) | Plan::Resolve(..)) => State::Calling {
+            fut: inner.call(req),
+            headers: None,
+            hold: None,
         },
     }
 }
@@ -94,10 +183,22 @@ where
         Self {
             state: State::Checking {
                 states: pending.states,
-                pending: Some((inner, req, pending.rules, pending.settling)),
+                pending: Some(Box::new((inner, req, pending.rules, pending.settling))),
                 config,
-                started: Instant::now(),
+                started: Stopwatch::start(),
             },
+        }
+    }
+
+    /// The request decided at once (an in-process limiter): no future to wait for.
+    pub(crate) fn decided(
+        config: &Arc<Config>,
+        states: Result<Held, LimiterError>,
+        pending: Waiting<S, ReqBody>,
+        started: Stopwatch,
+    ) -> Self {
+        Self {
+            state: decided(config, states, pending, started),
         }
     }
 
@@ -111,7 +212,7 @@ where
         Self {
             state: State::Resolving {
                 checks,
-                pending: Some((inner, req)),
+                pending: Some(Box::new((inner, req))),
                 config,
             },
         }
@@ -154,7 +255,7 @@ where
                     config,
                 } => {
                     let checks = ready!(checks.as_mut().poll(cx));
-                    let Some((inner, req)) = pending.take() else {
+                    let Some((inner, req)) = pending.take().map(|b| *b) else {
                         return Poll::Ready(Ok(after_completion(config.grpc)));
                     };
                     match checks {
@@ -162,9 +263,14 @@ where
                             let pending = start(config, checks);
                             State::Checking {
                                 states: pending.states,
-                                pending: Some((inner, req, pending.rules, pending.settling)),
+                                pending: Some(Box::new((
+                                    inner,
+                                    req,
+                                    pending.rules,
+                                    pending.settling,
+                                ))),
                                 config: Arc::clone(config),
-                                started: Instant::now(),
+                                started: Stopwatch::start(),
                             }
                         }
                         Err(_) => State::Respond {
@@ -181,82 +287,10 @@ where
                     started,
                 } => {
                     let states = ready!(states.as_mut().poll(cx));
-                    let Some((mut inner, mut req, rules, settling)) = pending.take() else {
+                    let Some(pending) = pending.take() else {
                         return Poll::Ready(Ok(after_completion(config.grpc)));
                     };
-                    // What the fallback needs of the resolved quotas, kept only when some rule
-                    // resolves one.
-                    let resolved: Vec<(Arc<str>, Quota)> = if config.dynamic {
-                        rules
-                            .iter()
-                            .map(|r| (Arc::clone(&r.rule), r.quota))
-                            .collect()
-                    } else {
-                        Vec::new()
-                    };
-                    let decided = match states {
-                        Ok((states, lease)) => decision_from(rules, states).map(|mut d| {
-                            d.lease.0 = lease.map(Arc::new);
-                            d
-                        }),
-                        Err(err) => Err(count_failure(&rules, err)),
-                    };
-                    let decided = match decided {
-                        Ok(decision) => Ok(decision),
-                        Err(err) => {
-                            config.warn_failed(&err);
-                            let (parts, body) = req.into_parts();
-                            let answer = config.on_failure(&parts, &resolved);
-                            req = Request::from_parts(parts, body);
-                            answer
-                        }
-                    };
-                    if let Ok(decision) = &decided {
-                        decision.record(started.elapsed());
-                    }
-                    match decided {
-                        Ok(mut decision) if decision.allowed => {
-                            let policy = config.ietf_on_allowed().then(|| config.policy(&decision));
-                            let extra =
-                                RateLimitHeaders::new(&decision, policy, config.legacy_headers());
-                            // The response body holds the leases, not the handler's copy.
-                            let report = (!settling.is_empty()).then(CostReport::new);
-                            let hold = decision.take_lease().and_then(|held| {
-                                Holding::new(held, report.clone().map(|r| (settling, r)))
-                            });
-                            if let Some(report) =
-                                report.filter(|_| hold.as_ref().is_some_and(Holding::settles))
-                            {
-                                req.extensions_mut().insert(report);
-                            }
-                            req.extensions_mut().insert(decision);
-                            State::Calling {
-                                fut: inner.call(req),
-                                headers: Some(extra),
-                                hold,
-                            }
-                        }
-                        Ok(decision) => {
-                            tracing::debug!(
-                                rule = %decision.rule,
-                                retry_after_ms = decision.retry_after.as_millis(),
-                                "rate limited"
-                            );
-                            State::Limited {
-                                response: Some((decision, Arc::clone(config))),
-                            }
-                        }
-                        Err(Plan::Respond(status, detail)) => State::Respond {
-                            status,
-                            detail,
-                            grpc: config.grpc,
-                        },
-                        Err(Plan::Pass | Plan::Check(_) | Plan::Resolve(..)) => State::Calling {
-                            fut: inner.call(req),
-                            headers: None,
-                            hold: None,
-                        },
-                    }
+                    decided(config, states, *pending, *started)
                 }
                 StateProj::Calling { fut, headers, hold } => {
                     if let Some(held) = hold.as_mut() {
@@ -282,5 +316,29 @@ where
             };
             this.state.set(next);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::mem::size_of;
+
+    use tower::util::BoxCloneSyncService;
+
+    use super::*;
+
+    type Inner = BoxCloneSyncService<Request<String>, Response<String>, Infallible>;
+
+    /// axum and hyper move a request's future several times before and while polling it:
+    /// what waits for Redis, the leases and the rare headers are boxed, so an in-process
+    /// decision does not pay for moving them (the future was 352 bytes with all of them inline).
+    #[test]
+    fn the_future_and_the_body_stay_small() {
+        let future = size_of::<ResponseFuture<Inner, String>>();
+        assert!(future <= 176, "{future} bytes");
+        // The body was 256 bytes with the leases inline.
+        let body = size_of::<ResponseBody<String>>();
+        assert!(body <= 160, "{body} bytes");
     }
 }

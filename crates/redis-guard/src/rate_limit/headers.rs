@@ -18,6 +18,7 @@
 //! `X-RateLimit-*` headers describe the binding rule, which may be a concurrency rule (its
 //! limit, and the leases still free).
 
+use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::decision::ceil_secs;
@@ -44,6 +45,14 @@ pub const RATELIMIT_EXCEEDED: HeaderName = HeaderName::from_static("ratelimit-ex
 pub(crate) struct RateLimitHeaders {
     /// `RateLimit-Policy` and `RateLimit`.
     ietf: Option<(HeaderValue, HeaderValue)>,
+    /// The headers of options most layers leave off, boxed so that the response future that
+    /// carries these values stays small.
+    rare: Option<Box<Rare>>,
+}
+
+/// See [`RateLimitHeaders::rare`].
+#[derive(Debug)]
+struct Rare {
     /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` of the binding rule.
     legacy: Option<(u32, u32, u64)>,
     /// `RateLimit-Exceeded`, when a soft rule was exceeded.
@@ -57,17 +66,9 @@ impl RateLimitHeaders {
     pub(crate) fn new(decision: &Decision, policy: Option<HeaderValue>, legacy: bool) -> Self {
         let visible = !decision.rules.is_empty();
         let windowed = decision.rules.iter().any(|r| !r.lease);
-        Self {
-            ietf: policy
-                .filter(|_| windowed)
-                .map(|policy| (policy, state(decision))),
-            exceeded: (!decision.exceeded.is_empty()).then(|| {
-                list(&decision.exceeded, |out, name| {
-                    out.push('"');
-                    out.push_str(name);
-                    out.push('"');
-                })
-            }),
+        let rare = Rare {
+            exceeded: (!decision.exceeded.is_empty())
+                .then(|| list(decision.exceeded.iter().map(|name| (&**name, [])))),
             legacy: (legacy && visible).then(|| {
                 (
                     decision.limit,
@@ -75,6 +76,12 @@ impl RateLimitHeaders {
                     ceil_secs(decision.reset_after),
                 )
             }),
+        };
+        Self {
+            ietf: policy
+                .filter(|_| windowed)
+                .map(|policy| (policy, state(decision))),
+            rare: (rare.exceeded.is_some() || rare.legacy.is_some()).then(|| Box::new(rare)),
         }
     }
 
@@ -84,71 +91,172 @@ impl RateLimitHeaders {
             headers.insert(RATELIMIT_POLICY, policy);
             headers.insert(RATELIMIT, state);
         }
-        if let Some(exceeded) = self.exceeded {
+        let Some(rare) = self.rare else {
+            return;
+        };
+        if let Some(exceeded) = rare.exceeded {
             headers.insert(RATELIMIT_EXCEEDED, exceeded);
         }
-        if let Some((limit, remaining, reset)) = self.legacy {
-            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(limit));
-            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
-            headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
+        if let Some((limit, remaining, reset)) = rare.legacy {
+            headers.insert(X_RATELIMIT_LIMIT, uint_value(limit.into()));
+            headers.insert(X_RATELIMIT_REMAINING, uint_value(remaining.into()));
+            headers.insert(X_RATELIMIT_RESET, uint_value(reset));
         }
     }
 }
 
 /// The `RateLimit-Policy` value of `rules` (name and quota, in order). A layer makes the value
 /// of all its rules once, when it is built.
-pub(crate) fn policy<'a>(rules: impl IntoIterator<Item = (&'a str, &'a Quota)>) -> HeaderValue {
-    list(rules, |out, (name, quota)| {
+pub(crate) fn policy<'a, I>(rules: I) -> HeaderValue
+where
+    I: IntoIterator<Item = (&'a str, &'a Quota)>,
+    I::IntoIter: Clone,
+{
+    list(rules.into_iter().map(|(name, quota)| {
         let w = ceil_secs(quota.period()).max(1);
-        item(out, name, [("q", u64::from(quota.limit())), ("w", w)]);
-    })
+        (name, [("q", u64::from(quota.limit())), ("w", w)])
+    }))
 }
 
 /// The `RateLimit` value of `decision`.
 fn state(decision: &Decision) -> HeaderValue {
-    list(decision.rules.iter().filter(|r| !r.lease), |out, r| {
+    list(decision.rules.iter().filter(|r| !r.lease).map(|r| {
         let t = ceil_secs(r.state.reset_after);
-        item(
-            out,
-            &r.rule,
-            [("r", u64::from(r.state.remaining)), ("t", t)],
-        );
-    })
+        (&*r.rule, [("r", u64::from(r.state.remaining)), ("t", t)])
+    }))
 }
 
-/// A structured-field list: `write` each item into one buffer, `, ` between items. Rule names
-/// are validated to be token characters, so they need no escaping inside the quoted strings and
-/// the value is always a valid header value (the empty fallback is never used).
-fn list<T>(
-    items: impl IntoIterator<Item = T>,
-    mut write: impl FnMut(&mut String, T),
+/// A structured-field list of `"name";a=1;b=2` items, `, ` between items, written into one
+/// buffer of its exact length: the value's only allocation, kept by `Bytes` as it is (this runs
+/// on every admitted request). Rule names are validated to be token characters, so they need no
+/// escaping inside the quoted strings and the value is always a valid header value (the empty
+/// fallback is never used).
+fn list<'a, const N: usize>(
+    items: impl Iterator<Item = (&'a str, [(&'static str, u64); N])> + Clone,
 ) -> HeaderValue {
-    let mut out = String::with_capacity(64);
-    for (i, it) in items.into_iter().enumerate() {
+    let len: usize = items
+        .clone()
+        .enumerate()
+        .map(|(i, (name, params))| {
+            let between = if i > 0 { 2 } else { 0 };
+            let params: usize = params.iter().map(|(k, v)| 2 + k.len() + digits(*v)).sum();
+            between + 2 + name.len() + params
+        })
+        .sum();
+    let mut out = Vec::with_capacity(len);
+    for (i, (name, params)) in items.enumerate() {
         if i > 0 {
-            out.push_str(", ");
+            out.extend_from_slice(b", ");
         }
-        write(&mut out, it);
+        out.push(b'"');
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'"');
+        for (key, value) in params {
+            out.push(b';');
+            out.extend_from_slice(key.as_bytes());
+            out.push(b'=');
+            out.extend_from_slice(Digits::new(value).as_bytes());
+        }
     }
-    HeaderValue::try_from(out).unwrap_or_else(|_| HeaderValue::from_static(""))
+    debug_assert_eq!(out.len(), len);
+    HeaderValue::from_maybe_shared(Bytes::from(out))
+        .unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// `"name";a=1;b=2`.
-fn item(out: &mut String, name: &str, params: [(&str, u64); 2]) {
-    use std::fmt::Write;
-    out.push('"');
-    out.push_str(name);
-    out.push('"');
-    for (key, value) in params {
-        out.push(';');
-        out.push_str(key);
-        out.push('=');
-        // Writing into a `String` cannot fail.
-        let _ = write!(out, "{value}");
+/// How many decimal digits `n` has.
+fn digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// The decimal digits of a number, written on the stack (no formatter, no allocation).
+pub(crate) struct Digits {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Digits {
+    pub(crate) fn new(mut n: u64) -> Self {
+        let mut buf = [b'0'; 20];
+        let mut start = buf.len();
+        loop {
+            start -= 1;
+            // `n % 10` is a single digit.
+            #[allow(clippy::cast_possible_truncation)]
+            let digit = (n % 10) as u8;
+            buf[start] = b'0' + digit;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        Self { buf, start }
     }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
+    /// The digits as text.
+    pub(crate) fn as_str(&self) -> &str {
+        // ASCII digits only.
+        std::str::from_utf8(self.as_bytes()).unwrap_or("0")
+    }
+}
+
+/// `n` as a header value, in one allocation of its exact length.
+pub(crate) fn uint_value(n: u64) -> HeaderValue {
+    HeaderValue::from_bytes(Digits::new(n).as_bytes())
+        .unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
 /// `Retry-After` in whole seconds, rounded up, at least 1.
 pub(crate) fn insert_retry_after(headers: &mut HeaderMap, secs: u64) {
-    headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    headers.insert(http::header::RETRY_AFTER, uint_value(secs.max(1)));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn digits_are_written_as_display_writes_them() {
+        for n in [
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            12_345,
+            u64::from(u32::MAX),
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            assert_eq!(Digits::new(n).as_bytes(), n.to_string().as_bytes(), "{n}");
+            assert_eq!(digits(n), n.to_string().len(), "{n}");
+            assert_eq!(uint_value(n), n.to_string().as_str());
+            assert_eq!(Digits::new(n).as_str(), n.to_string());
+        }
+    }
+
+    #[test]
+    fn lists_are_written_in_one_buffer_of_their_exact_length() {
+        let minute = Quota::per_minute(100);
+        let odd = Quota::new(7, Duration::from_millis(1500));
+        assert_eq!(policy([("api", &minute)]), r#""api";q=100;w=60"#);
+        assert_eq!(
+            policy([("api", &minute), ("burst-2", &odd)]),
+            r#""api";q=100;w=60, "burst-2";q=7;w=2"#
+        );
+        let none: [(&str, &Quota); 0] = [];
+        assert_eq!(policy(none), "");
+        assert_eq!(list([("a", []), ("b", [])].into_iter()), r#""a", "b""#);
+        let max = [("m", [("r", u64::MAX), ("t", 0)])];
+        assert_eq!(
+            list(max.into_iter()),
+            format!(r#""m";r={};t=0"#, u64::MAX).as_str()
+        );
+    }
 }

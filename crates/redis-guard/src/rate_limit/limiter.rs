@@ -178,6 +178,16 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
         Box::pin(async move { Ok((states.await?, None)) })
     }
 
+    /// Evaluates `checks` (validated, non-empty) at once, by mode as a layer evaluates them (the
+    /// enforced ones together, all or nothing, each [`Mode::Shadow`] or [`Mode::Soft`] one on
+    /// its own), when this limiter decides in process: `None` when it needs a future (Redis).
+    /// Not part of the stable interface.
+    #[doc(hidden)]
+    fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Held, LimiterError>> {
+        let _ = checks;
+        None
+    }
+
     /// Why this limiter cannot work as configured (e.g. a zero timeout, which would fail every
     /// decision), or `None`. [`RateLimitLayerBuilder::build`] refuses such a limiter, and
     /// [`check_all`](Limiter::check_all) answers [`LimiterError::Rule`] without calling
@@ -421,7 +431,7 @@ pub(crate) type Settling = Vec<(Arc<Rule>, u32)>;
 
 /// The enforced checks of `checks` a response may settle (not those of a key on the rule's
 /// static allow list: those were not counted).
-fn settling(checks: &[Check]) -> Settling {
+pub(crate) fn settling(checks: &[Check]) -> Settling {
     checks
         .iter()
         .filter(|c| {
@@ -557,6 +567,10 @@ impl<L: Limiter + ?Sized> Limiter for std::sync::Arc<L> {
 
     fn evaluate_leased(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
         (**self).evaluate_leased(checks)
+    }
+
+    fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Held, LimiterError>> {
+        (**self).evaluate_at_once(checks)
     }
 
     fn config_problem(&self) -> Option<String> {

@@ -2,14 +2,14 @@
 //! single-instance deployments.
 
 use std::collections::VecDeque;
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use std::time::Duration;
 
 use super::algorithm::{self, Commit, Refunded, RuleState, State, ceil_ms};
 use super::decision::HeldLease;
+use super::entry_ids::{EntryId, EntryIds, Ids};
+use super::few::Few;
 use super::limiter::{
     BoxFuture, Check, Held, Limiter, LimiterError, chargeable, decision_from, rule_decisions,
 };
@@ -49,23 +49,16 @@ pub const DEFAULT_MAX_KEYS: usize = 100_000;
 #[derive(Clone, Debug)]
 pub struct MemoryLimiter {
     inner: Arc<InProcess<Table>>,
-    /// Keys the table's entry ids: SipHash with this limiter's random keys (clones share them).
-    hasher: RandomState,
+    /// Names the table's entries (clones share its keys).
+    ids: EntryIds,
 }
 
 /// The algorithms' states, and the override records (penalties, allow-list entries, bans).
 #[derive(Debug)]
 struct Table {
-    states: ExpiringTable<EntryId, State>,
-    overrides: ExpiringTable<EntryId, Override>,
+    states: ExpiringTable<EntryId, State, Ids>,
+    overrides: ExpiringTable<EntryId, Override, Ids>,
 }
-
-/// What one entry is the state of: a rule, its algorithm (each keeps its own state, as on Redis)
-/// and the key, as 128 bits of keyed SipHash. Never the key itself: a client that sends 16 KB
-/// user names must not make the table grow by 16 KB per name. The hash keys are random per
-/// limiter, so clients cannot aim collisions at each other; a cryptographic digest (as in Redis
-/// key names, which outlive the process) would cost more on every request for nothing here.
-type EntryId = [u64; 2];
 
 impl MemoryLimiter {
     /// A limiter on the real monotonic clock, bounded by [`DEFAULT_MAX_KEYS`].
@@ -84,7 +77,7 @@ impl MemoryLimiter {
                 },
                 clock,
             )),
-            hasher: RandomState::new(),
+            ids: EntryIds::new(),
         })
     }
 
@@ -103,22 +96,12 @@ impl MemoryLimiter {
 
     /// The entry of `rule`'s state for `key`.
     fn state_id(&self, rule: &Rule, key: &Key) -> EntryId {
-        self.entry_id((rule.name(), Some(rule.algorithm()), key.as_bytes()))
+        self.ids.state(rule, key)
     }
 
     /// The entry of `rule`'s override record for `key`.
     fn override_id(&self, rule: &Rule, key: &Key) -> EntryId {
-        self.entry_id((rule.name(), None::<&algorithm::Algorithm>, key.as_bytes()))
-    }
-
-    fn entry_id(&self, parts: impl Hash) -> EntryId {
-        // One pass over the (possibly long) key, then two outputs from two different endings.
-        let mut h = self.hasher.build_hasher();
-        parts.hash(&mut h);
-        let mut h1 = h.clone();
-        h.write_u8(0);
-        h1.write_u8(1);
-        [h.finish(), h1.finish()]
+        self.ids.record(rule, key)
     }
 
     /// Decides `checks` (known to be valid) at once: the layer's fallback, which must not
@@ -197,7 +180,7 @@ impl MemoryLimiter {
         let now = self.inner.now_us();
         let mut table = self.inner.lock();
         let mut states = Vec::with_capacity(checks.len());
-        let mut commits = Vec::with_capacity(checks.len());
+        let mut commits = Few::default();
         // Override records changed by bans in this evaluation, stored whatever the decision.
         let mut records: Vec<(EntryId, Override)> = Vec::new();
         for check in checks {
@@ -452,6 +435,13 @@ impl Limiter for MemoryLimiter {
             .evaluate_now(&checks, false, false)
             .map(|(states, receipt)| (states, Lease::new(receipt.into_iter().collect())));
         Box::pin(std::future::ready(held))
+    }
+
+    fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Held, LimiterError>> {
+        let held = self
+            .evaluate_now(checks, true, false)
+            .map(|(states, receipt)| (states, Lease::new(receipt.into_iter().collect())));
+        Some(held)
     }
 
     fn inspect(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {

@@ -27,7 +27,7 @@ pin_project! {
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
-        held: Option<Holding>,
+        held: Option<Box<Holding>>,
         // The inner body's last frame, kept back until the cost is settled and the leases
         // released.
         last: Option<Frame<Bytes>>,
@@ -50,7 +50,7 @@ pin_project! {
 
 impl<B> ResponseBody<B> {
     /// The inner service's body, holding `held` until it ends or is dropped.
-    pub(super) fn holding(body: B, held: Option<Holding>) -> Self {
+    pub(super) fn holding(body: B, held: Option<Box<Holding>>) -> Self {
         Self {
             kind: Kind::Inner { body },
             held,
@@ -168,21 +168,31 @@ pub(crate) fn limited<B>(config: &Config, decision: &Decision) -> Response<Respo
         ),
     };
     let h = res.headers_mut();
-    if !h.contains_key(header::RETRY_AFTER) {
+    // The default answer has neither header; a builder's may.
+    let own = config.response.is_none();
+    if own || !h.contains_key(header::RETRY_AFTER) {
         headers::insert_retry_after(h, secs);
     }
-    let policy = (!h.contains_key(headers::RATELIMIT)).then(|| config.policy(decision));
+    let policy = (own || !h.contains_key(headers::RATELIMIT)).then(|| config.policy(decision));
     RateLimitHeaders::new(decision, policy, config.legacy_headers()).insert(h);
     res.map(ResponseBody::full)
 }
 
 /// What a denied request is told, in a problem document's `detail` or a `grpc-message`.
 pub(crate) fn limited_detail(decision: &Decision) -> String {
-    format!(
-        "Rate limit `{}` exceeded: retry in {} s.",
-        decision.rule,
-        decision.retry_after_secs()
-    )
+    // Pieces pushed into a buffer of the exact length, no formatter: an abusive client is all
+    // denials.
+    let secs = headers::Digits::new(decision.retry_after_secs());
+    let parts = [
+        "Rate limit `",
+        &decision.rule,
+        "` exceeded: retry in ",
+        secs.as_str(),
+        " s.",
+    ];
+    let mut detail = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    parts.iter().for_each(|p| detail.push_str(p));
+    detail
 }
 
 /// An answer the layer gives without a decision (missing key, misconfiguration, Redis down with

@@ -10,9 +10,10 @@ use tracing::Instrument;
 
 use super::config::{Config, Plan};
 use super::future::ResponseFuture;
-use super::limiter::{Check, Pending};
+use super::limiter::{Check, Held, LimiterError, Pending, rule_decisions, settling};
 use super::resolve;
 use super::response::ResponseBody;
+use crate::telemetry::Stopwatch;
 
 /// The service [`RateLimitLayer`](super::RateLimitLayer) wraps around its inner service.
 ///
@@ -57,7 +58,13 @@ where
             }
             Plan::Check(checks) => {
                 // The layer's rules and its limiter were checked when it was built.
-                let pending = start(&self.config, checks);
+                let started = Stopwatch::start();
+                let checks_now = checks.as_slice();
+                if let Some(states) = at_once(&self.config, checks_now) {
+                    let waiting = (inner, req, rule_decisions(checks_now), settling(checks_now));
+                    return ResponseFuture::decided(&self.config, states, waiting, started);
+                }
+                let pending = start(&self.config, checks.into_vec());
                 ResponseFuture::checking(pending, inner, req, Arc::clone(&self.config))
             }
             Plan::Resolve(checks, lookups) => ResponseFuture::resolving(
@@ -68,6 +75,17 @@ where
             ),
         }
     }
+}
+
+/// The states of `checks` when the layer's limiter decides in process (no future, nothing
+/// boxed), in a `debug` span when one is listened to.
+fn at_once(config: &Config, checks: &[Check]) -> Option<Result<Held, LimiterError>> {
+    if !tracing::level_enabled!(tracing::Level::DEBUG) {
+        return config.limiter.evaluate_at_once(checks);
+    }
+    let span = tracing::debug_span!("rate_limit", rules = checks.len());
+    let _entered = span.enter();
+    config.limiter.evaluate_at_once(checks)
 }
 
 /// Starts evaluating `checks` on the layer's limiter, in a `debug` span when one is listened to.

@@ -1,6 +1,7 @@
 //! The [`Key`] a rule counts against, and the digest that names it in Redis.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 
 use sha2::{Digest, Sha256};
@@ -15,32 +16,57 @@ use sha2::{Digest, Sha256};
 /// assert_eq!(a.digest(), b.digest());
 /// assert!(!a.digest().contains("380"));
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Key(Vec<u8>);
+#[derive(Clone)]
+pub struct Key(Repr);
+
+/// Keys up to this many bytes live inside the [`Key`], without an allocation: every IPv4 and
+/// IPv6 client key ([`ClientIp`](super::ClientIp) writes at most `xxxx:…:xxxx/128`, 44 bytes),
+/// most user ids and API keys. A request's key is made on every request.
+const INLINE: usize = 46;
+
+#[derive(Clone)]
+enum Repr {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Vec<u8>),
+}
 
 impl Key {
     /// A key from raw bytes.
     #[must_use]
     pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
-        Self(bytes.into())
+        Self(Repr::Heap(bytes.into()))
+    }
+
+    /// A key holding a copy of `bytes`: inline when they fit.
+    pub(crate) fn copied(bytes: &[u8]) -> Self {
+        let mut inline = Inline::default();
+        if inline.push(bytes) {
+            inline.key()
+        } else {
+            Self(Repr::Heap(bytes.to_vec()))
+        }
     }
 
     /// Two keys as one, e.g. client IP and username for login throttling. Each part is
     /// length-prefixed, so `("ab", "c")` and `("a", "bc")` stay different keys.
     #[must_use]
     pub fn pair(a: &Key, b: &Key) -> Self {
-        let mut v = Vec::with_capacity(a.0.len() + b.0.len() + 16);
+        let (a, b) = (a.as_bytes(), b.as_bytes());
+        let mut v = Vec::with_capacity(a.len() + b.len() + 16);
         for part in [a, b] {
-            v.extend_from_slice(&(part.0.len() as u64).to_be_bytes());
-            v.extend_from_slice(&part.0);
+            v.extend_from_slice(&(part.len() as u64).to_be_bytes());
+            v.extend_from_slice(part);
         }
-        Self(v)
+        Self(Repr::Heap(v))
     }
 
     /// The key's bytes.
     #[must_use]
     pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+        match &self.0 {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Heap(v) => v,
+        }
     }
 
     /// The digest used in Redis key names: the first 128 bits of SHA-256, as 32 hex digits.
@@ -51,10 +77,74 @@ impl Key {
     #[must_use]
     pub fn digest(&self) -> String {
         // The hash's own `LowerHex`: two digits per byte, 16 bytes kept.
-        let hash = Sha256::digest(&self.0);
+        let hash = Sha256::digest(self.as_bytes());
         let mut out = format!("{hash:x}");
         out.truncate(32);
         out
+    }
+}
+
+/// A key being written in place, for extractors that build one per request (up to [`INLINE`]
+/// bytes; a longer one does not fit, and [`Inline::push`] says so).
+#[derive(Clone, Copy)]
+pub(crate) struct Inline {
+    len: u8,
+    bytes: [u8; INLINE],
+}
+
+impl Default for Inline {
+    fn default() -> Self {
+        Self {
+            len: 0,
+            bytes: [0; INLINE],
+        }
+    }
+}
+
+impl Inline {
+    /// Appends `more`; false (nothing appended) when it does not fit.
+    pub(crate) fn push(&mut self, more: &[u8]) -> bool {
+        let at = usize::from(self.len);
+        let Some(end) = at.checked_add(more.len()).filter(|&end| end <= INLINE) else {
+            return false;
+        };
+        self.bytes[at..end].copy_from_slice(more);
+        // `end` is at most `INLINE`, below 256.
+        self.len = u8::try_from(end).unwrap_or(u8::MAX);
+        true
+    }
+
+    /// The key written.
+    pub(crate) fn key(self) -> Key {
+        Key(Repr::Inline {
+            len: self.len,
+            bytes: self.bytes,
+        })
+    }
+}
+
+impl fmt::Write for Inline {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if self.push(s.as_bytes()) {
+            Ok(())
+        } else {
+            Err(fmt::Error)
+        }
+    }
+}
+
+/// Keys are their bytes, wherever they are kept.
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for Key {}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
     }
 }
 
@@ -67,43 +157,53 @@ impl fmt::Debug for Key {
 
 impl From<&str> for Key {
     fn from(s: &str) -> Self {
-        Self(s.as_bytes().to_vec())
+        Self::copied(s.as_bytes())
     }
 }
 
 impl From<String> for Key {
     fn from(s: String) -> Self {
-        Self(s.into_bytes())
+        Self::new(s)
     }
 }
 
 impl From<&[u8]> for Key {
     fn from(b: &[u8]) -> Self {
-        Self(b.to_vec())
+        Self::copied(b)
     }
 }
 
 impl From<Vec<u8>> for Key {
     fn from(b: Vec<u8>) -> Self {
-        Self(b)
+        Self::new(b)
+    }
+}
+
+/// Written in place: a number, an address and its `Display` fit.
+fn displayed(value: impl fmt::Display) -> Key {
+    let mut inline = Inline::default();
+    if fmt::write(&mut inline, format_args!("{value}")).is_ok() {
+        inline.key()
+    } else {
+        Key::new(value.to_string())
     }
 }
 
 impl From<u64> for Key {
     fn from(n: u64) -> Self {
-        Self(n.to_string().into_bytes())
+        displayed(n)
     }
 }
 
 impl From<i64> for Key {
     fn from(n: i64) -> Self {
-        Self(n.to_string().into_bytes())
+        displayed(n)
     }
 }
 
 impl From<IpAddr> for Key {
     fn from(ip: IpAddr) -> Self {
-        Self(ip.to_string().into_bytes())
+        displayed(ip)
     }
 }
 
@@ -117,6 +217,38 @@ mod tests {
         let a_bc = Key::pair(&Key::from("a"), &Key::from("bc"));
         assert_ne!(ab_c, a_bc);
         assert_ne!(ab_c.digest(), a_bc.digest());
+    }
+
+    #[test]
+    fn a_key_is_its_bytes_wherever_they_are_kept() {
+        use std::collections::hash_map::RandomState;
+        use std::hash::BuildHasher;
+        let hasher = RandomState::new();
+        let long = "x".repeat(INLINE + 1);
+        for text in ["", "203.0.113.7", &"y".repeat(INLINE), &long] {
+            let inline = Key::from(text);
+            let heap = Key::new(text.as_bytes().to_vec());
+            assert_eq!(inline.as_bytes(), text.as_bytes());
+            assert_eq!(inline, heap);
+            assert_eq!(hasher.hash_one(&inline), hasher.hash_one(&heap));
+            assert_eq!(hasher.hash_one(&inline), hasher.hash_one(text.as_bytes()));
+            assert_eq!(inline.digest(), heap.digest());
+        }
+        assert_ne!(Key::from("a"), Key::from("a\0"));
+        assert_eq!(
+            Key::from(u64::MAX).as_bytes(),
+            u64::MAX.to_string().as_bytes()
+        );
+        assert_eq!(
+            Key::from(i64::MIN).as_bytes(),
+            i64::MIN.to_string().as_bytes()
+        );
+        let v6: IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe".parse().unwrap();
+        assert_eq!(Key::from(v6).as_bytes(), v6.to_string().as_bytes());
+        let mut full = Inline::default();
+        assert!(full.push(&long.as_bytes()[..INLINE]));
+        assert!(!full.push(b"z"), "past the inline size nothing is appended");
+        assert_eq!(full.key().as_bytes(), &long.as_bytes()[..INLINE]);
     }
 
     #[test]

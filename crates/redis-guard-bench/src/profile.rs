@@ -1,0 +1,288 @@
+//! The in-process profile (issue 21, item 3): instructions per request of each in-memory stack,
+//! counted by callgrind, with no sockets and no Redis.
+//!
+//! Each [`Stack`] is the app of a harness variant (the same [`Variant::app`]) or, for
+//! [`Stack::Abusive`], the `memory` one with a quota of 1 per hour. [`drive`] sends it
+//! requests through `tower::Service::call` straight, each carrying the peer address as the
+//! server would (`ConnectInfo<SocketAddr>`), one client, and checks every status. [`count`]
+//! runs this binary under `valgrind --tool=callgrind` twice per stack, with `n` and `2 n`
+//! requests: the difference divided by `n` is the cost of one request, set-up and warm-up
+//! cancelled out. Callgrind's counts do not move with the machine's load, so two runs of the
+//! same commit agree to a few instructions; `× bare` and `− bare` are what a layer adds to the
+//! route.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::pin;
+use std::process::Command;
+use std::str::FromStr;
+use std::task::{Context, Poll, Waker};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{Request, StatusCode, header};
+use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer};
+use tower_service::Service;
+
+use crate::throughput::{Variant, by_name, ok_route};
+
+/// The peer every request comes from: one client, one key.
+const PEER: &str = "127.0.0.1:40000";
+
+/// Requests per measured run when none are given (the longer run sends twice as many).
+pub const DEFAULT_REQUESTS: u64 = 10_000;
+
+/// A service stack the profile measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stack {
+    /// The route alone (harness variant `bare`).
+    Bare,
+    /// `tower_governor` (harness variant `governor`).
+    Governor,
+    /// `MemoryLimiter`, every request admitted (harness variant `memory`).
+    Memory,
+    /// The same without the headers of admitted responses (harness variant
+    /// `memory-no-headers`).
+    MemoryNoHeaders,
+    /// `MemoryLimiter` with a quota of 1 per hour: every request after the first is a 429.
+    Abusive,
+}
+
+impl Stack {
+    /// Every stack, in the order the table lists them.
+    pub const ALL: [Self; 5] = [
+        Self::Bare,
+        Self::Governor,
+        Self::Memory,
+        Self::MemoryNoHeaders,
+        Self::Abusive,
+    ];
+
+    /// The name on the command line and in the table: the harness variant's.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        self.variant().map_or("abusive", Variant::name)
+    }
+
+    /// The harness variant whose app this is (none for [`Abusive`](Self::Abusive)).
+    fn variant(self) -> Option<Variant> {
+        match self {
+            Self::Bare => Some(Variant::Bare),
+            Self::Governor => Some(Variant::Governor),
+            Self::Memory => Some(Variant::Memory),
+            Self::MemoryNoHeaders => Some(Variant::MemoryNoHeaders),
+            Self::Abusive => None,
+        }
+    }
+
+    /// The status every request but the first gets.
+    fn expected(self) -> StatusCode {
+        if self == Self::Abusive {
+            StatusCode::TOO_MANY_REQUESTS
+        } else {
+            StatusCode::OK
+        }
+    }
+
+    /// The stack's app: the harness variant's, or the abusive one.
+    ///
+    /// # Errors
+    ///
+    /// The layer refused its configuration (described).
+    pub fn app(self) -> Result<Router, String> {
+        let Some(variant) = self.variant() else {
+            let layer = RateLimitLayer::new(
+                MemoryLimiter::new(),
+                "api",
+                ClientIp::peer(),
+                Quota::per_hour(1),
+            )
+            .map_err(|e| format!("rate-limit layer: {e}"))?;
+            return Ok(ok_route().layer(layer));
+        };
+        // The in-memory variants await nothing: their app is ready at the first poll.
+        ready_now(variant.app("", None))?
+    }
+}
+
+impl FromStr for Stack {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        by_name(&Self::ALL, Self::name, s, "stack")
+    }
+}
+
+/// `fut`'s output if it completes at its first poll.
+fn ready_now<F: Future>(fut: F) -> Result<F::Output, String> {
+    let mut cx = Context::from_waker(Waker::noop());
+    match pin!(fut).poll(&mut cx) {
+        Poll::Ready(out) => Ok(out),
+        Poll::Pending => Err("an in-process stack waited: it is not in-process".to_owned()),
+    }
+}
+
+/// One `GET /` as `wrk` sends it, from [`PEER`].
+fn request(peer: SocketAddr) -> Request<Body> {
+    let mut req = Request::get("/")
+        .header(header::HOST, "127.0.0.1")
+        .body(Body::empty())
+        .unwrap_or_default();
+    req.extensions_mut().insert(ConnectInfo(peer));
+    req
+}
+
+/// Sends `requests` requests through `stack`'s app, each answered at once; checks that every
+/// one after the first gets the stack's expected status.
+///
+/// # Errors
+///
+/// The app could not be built, waited, or answered another status.
+pub fn drive(stack: Stack, requests: u64) -> Result<(), String> {
+    let mut app = stack.app()?;
+    let peer: SocketAddr = PEER.parse().map_err(|e| format!("{PEER}: {e}"))?;
+    for i in 0..requests {
+        let res = ready_now(app.call(request(peer)))?.unwrap_or_else(|e| match e {});
+        if i > 0 && res.status() != stack.expected() {
+            return Err(format!(
+                "{}: request {i} answered {}, not {}",
+                stack.name(),
+                res.status(),
+                stack.expected()
+            ));
+        }
+        std::hint::black_box(res);
+    }
+    Ok(())
+}
+
+/// Instructions callgrind counted for one stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Count {
+    /// The stack.
+    pub stack: Stack,
+    /// Instructions per request: (run of `2 n`) − (run of `n`), divided by `n`.
+    pub per_request: u64,
+}
+
+/// Runs `exe` (this binary) under callgrind for every stack of `stacks`, with `requests` and
+/// twice as many, keeping the callgrind files in `dir` (`callgrind.<stack>.<requests>`, for
+/// `callgrind_annotate`).
+///
+/// # Errors
+///
+/// valgrind is missing or failed, or its output had no count.
+pub fn count(
+    exe: &Path,
+    stacks: &[Stack],
+    requests: u64,
+    dir: &Path,
+) -> Result<Vec<Count>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    stacks
+        .iter()
+        .map(|&stack| {
+            let short = collected(exe, stack, requests, dir)?;
+            let long = collected(exe, stack, 2 * requests, dir)?;
+            Ok(Count {
+                stack,
+                per_request: long.saturating_sub(short) / requests,
+            })
+        })
+        .collect()
+}
+
+/// The instructions of one callgrind run of `exe --stack <stack> --requests <requests>`.
+fn collected(exe: &Path, stack: Stack, requests: u64, dir: &Path) -> Result<u64, String> {
+    let out: PathBuf = dir.join(format!("callgrind.{}.{requests}", stack.name()));
+    let output = Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(exe)
+        .args(["--stack", stack.name(), "--requests", &requests.to_string()])
+        .output()
+        .map_err(|e| format!("running valgrind (apt-get install valgrind): {e}"))?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        return Err(format!(
+            "callgrind run of {} failed:\n{stderr}",
+            stack.name()
+        ));
+    }
+    // `==123== Collected : 456789`
+    stderr
+        .lines()
+        .find_map(|line| {
+            let (_, n) = line.split_once("Collected :")?;
+            n.trim().parse().ok()
+        })
+        .ok_or_else(|| format!("no instruction count in callgrind's output:\n{stderr}"))
+}
+
+/// The table of `counts`: instructions per request, and over `bare` when it was measured.
+#[must_use]
+pub fn markdown_table(counts: &[Count]) -> String {
+    let bare = counts
+        .iter()
+        .find(|c| c.stack == Stack::Bare)
+        .map(|c| c.per_request);
+    let mut table = String::from(
+        "| stack | instructions/request | − bare | × bare |\n| --- | ---: | ---: | ---: |\n",
+    );
+    for c in counts {
+        let (minus, times) = match bare {
+            Some(b) if b > 0 => (
+                format!("{}", c.per_request.cast_signed() - b.cast_signed()),
+                format!("{:.2}", ratio(c.per_request, b)),
+            ),
+            _ => ("—".to_owned(), "—".to_owned()),
+        };
+        let _ = writeln!(
+            table,
+            "| `{}` | {} | {minus} | {times} |",
+            c.stack.name(),
+            c.per_request
+        );
+    }
+    table
+}
+
+/// `a ÷ b` for the table (both far below 2^52).
+#[allow(clippy::cast_precision_loss)]
+fn ratio(a: u64, b: u64) -> f64 {
+    a as f64 / b as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_stack_answers_at_once_with_its_status() {
+        for stack in Stack::ALL {
+            drive(stack, 5).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_table_subtracts_bare() {
+        let counts = [
+            Count {
+                stack: Stack::Bare,
+                per_request: 1000,
+            },
+            Count {
+                stack: Stack::Memory,
+                per_request: 1500,
+            },
+        ];
+        let table = markdown_table(&counts);
+        assert!(table.contains("| `bare` | 1000 | 0 | 1.00 |"), "{table}");
+        assert!(
+            table.contains("| `memory` | 1500 | 500 | 1.50 |"),
+            "{table}"
+        );
+    }
+}
