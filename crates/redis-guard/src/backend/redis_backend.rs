@@ -151,6 +151,7 @@ impl RedisBackend {
     /// Where the circuit of the calls on `key` stands: on a Redis Cluster, that of the master
     /// serving its slot (so a dead master does not stop the calls to the others); else the
     /// one circuit.
+    #[cfg(any(feature = "rate-limit", feature = "session"))]
     pub(crate) fn breaker_state_of(&self, key: Option<&str>) -> BreakerState {
         let circuits = &self.inner.breaker;
         let index = key.map_or(0, |key| self.inner.conn.circuit_of(key.as_bytes()));
