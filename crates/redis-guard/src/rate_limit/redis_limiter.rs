@@ -137,9 +137,10 @@ impl RedisLimiter {
     /// before its own goes out; the backend's timeout counts from the moment it is queued. A
     /// request that is dropped or times out while queued is never sent.
     ///
-    /// Coalescing applies to the built-in algorithms on a single Redis or a pool; rule sets with
-    /// a custom algorithm, and every call on a Redis Cluster (where the keys of one call must
-    /// share a slot), go one request per call.
+    /// Coalescing applies to the built-in algorithms on a single Redis, a pool or a Redis
+    /// Cluster; on a Cluster, where the keys of one call must share a hash slot, the requests
+    /// queue per slot, and a request whose rules span slots makes one call per slot. Rule sets
+    /// with a custom algorithm go one request per call.
     ///
     /// ```no_run
     /// use redis_guard::backend::RedisConnection;

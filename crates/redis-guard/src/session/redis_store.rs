@@ -108,8 +108,8 @@ impl RedisSessionStore {
     /// checks, the sliding idle timeout; a save never re-creates a session that is gone), and
     /// Redis pays its fixed cost per script call once for the lot. The backend's timeout counts
     /// from the moment a call is queued; one dropped or timed out while queued is never sent.
-    /// On a Redis Cluster each goes alone. Logins, logouts and the atomic helpers are never
-    /// coalesced.
+    /// On a Redis Cluster they queue per hash slot (a call's keys must share one). Logins,
+    /// logouts and the atomic helpers are never coalesced.
     ///
     /// ```no_run
     /// use redis_guard::backend::RedisConnection;
