@@ -606,6 +606,39 @@ async fn a_denied_client_costs_redis_nothing_until_its_wait_passes() {
     assert_eq!(h.calls("evalsha").await, before + 5);
 }
 
+/// Issue 21: through the layer, a cached denial is answered in `call` (no future, no Redis),
+/// with the same `429`, `Retry-After` and `RateLimit` headers counted down; another client
+/// still reaches Redis.
+#[tokio::test]
+async fn the_layer_answers_a_cached_denial_without_redis() {
+    let h = Harness::redis().await;
+    let limiter = redis_guard::rate_limit::RedisLimiter::new(h.backend().await);
+    let svc = RateLimitLayer::builder(limiter.clone())
+        .rule("default", by_client(), Quota::per_hour(2))
+        .build()
+        .expect("valid")
+        .layer(app());
+    for _ in 0..2 {
+        assert_eq!(call(svc.clone(), from("a")).await.status, 200);
+    }
+    let first = call(svc.clone(), from("a")).await;
+    assert_eq!(first.status, 429);
+    let wait: u64 = first.header("retry-after").parse().expect("Retry-After");
+    assert!(wait > 0, "{:?}", first.headers);
+    let before = h.calls("evalsha").await;
+    for _ in 0..20 {
+        let r = call(svc.clone(), from("a")).await;
+        assert_eq!(r.status, 429);
+        let again: u64 = r.header("retry-after").parse().expect("Retry-After");
+        assert!(again <= wait && again > 0, "{again} after {wait}");
+        assert!(r.header("ratelimit").contains("r=0"), "{:?}", r.headers);
+    }
+    assert_eq!(h.calls("evalsha").await, before, "answered in process");
+    // Another client still reaches Redis.
+    assert_eq!(call(svc, from("b")).await.status, 200);
+    assert_eq!(h.calls("evalsha").await, before + 1);
+}
+
 /// A limiter on `h` that waits up to 10 s for Redis: decisions queued behind a paused Redis
 /// must not time out.
 async fn patient_limiter(h: &Harness) -> redis_guard::rate_limit::RedisLimiter {
