@@ -417,15 +417,9 @@ impl Harness {
                 .collect(),
             None => vec![self.on_server(&["INFO", "commandstats"]).await],
         };
-        let prefix = format!("cmdstat_{command}:calls=");
         infos
             .iter()
-            .filter_map(|info| {
-                info.lines()
-                    .find_map(|l| l.strip_prefix(prefix.as_str()))
-                    .and_then(|rest| rest.split(',').next())
-            })
-            .map(|n| n.parse::<u64>().expect("a count"))
+            .map(|info| redis_guard_testkit::inspect::command_calls(info, command))
             .sum()
     }
 

@@ -1,5 +1,5 @@
-//! Reading what a Redis holds, for tests and benchmarks: every key (`SCAN`), and what one key
-//! occupies (`MEMORY USAGE`).
+//! Reading what a Redis holds, for tests and benchmarks: every key (`SCAN`), what one key
+//! occupies (`MEMORY USAGE`), and how many calls of a command it served (`INFO commandstats`).
 
 use redis::RedisResult;
 use redis::aio::ConnectionLike;
@@ -46,4 +46,20 @@ pub async fn memory_usage(conn: &mut impl ConnectionLike, key: &str) -> RedisRes
         .arg(0)
         .query_async(conn)
         .await
+}
+
+/// The calls of `command` (lower case, as `INFO commandstats` names it: `evalsha`,
+/// `script|load`) in the text of one `INFO commandstats` reply; 0 when it was never called.
+///
+/// # Panics
+///
+/// When the count is not a number (not a Redis reply).
+#[must_use]
+pub fn command_calls(commandstats: &str, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
+    commandstats
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("a count of calls"))
 }

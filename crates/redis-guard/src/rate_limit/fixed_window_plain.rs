@@ -269,23 +269,20 @@ mod tests {
     use crate::backend::RedisConnection;
     use crate::rate_limit::{Key, Limiter, Quota, RedisLimiter, Rule};
 
-    /// Calls of `command` the server has served (`INFO commandstats`).
-    async fn calls(server: &RedisServer, command: &str) -> u64 {
+    /// `cmd` on `server`, on a connection of its own.
+    async fn query<T: redis::FromRedisValue>(server: &RedisServer, cmd: &mut redis::Cmd) -> T {
         let mut conn = server
             .client()
             .get_multiplexed_async_connection()
             .await
             .unwrap();
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        let prefix = format!("cmdstat_{command}:calls=");
-        info.lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |n| n.parse().unwrap())
+        cmd.query_async(&mut conn).await.unwrap()
+    }
+
+    /// Calls of `command` the server has served (`INFO commandstats`).
+    async fn calls(server: &RedisServer, command: &str) -> u64 {
+        let info: String = query(server, redis::cmd("INFO").arg("commandstats")).await;
+        redis_guard_testkit::inspect::command_calls(&info, command)
     }
 
     async fn limiter(server: &RedisServer) -> RedisLimiter {
@@ -318,16 +315,7 @@ mod tests {
         );
         let key = limiter.key_name(&Check::new(rule(), Key::from("k")));
         assert!(key.contains(":fwc:"), "{key}");
-        let mut conn = server
-            .client()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        let count: i64 = redis::cmd("GET")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let count: i64 = query(&server, redis::cmd("GET").arg(&key)).await;
         assert_eq!(count, 3, "the denial counted its unit");
     }
 
@@ -343,16 +331,7 @@ mod tests {
         assert_eq!(calls(&server, "evalsha").await, 3);
         let key = limiter.key_name(&Check::new(rule(), Key::from("k")));
         assert!(key.contains(":fw:"), "{key}");
-        let mut conn = server
-            .client()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        let state: String = redis::cmd("GET")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let state: String = query(&server, redis::cmd("GET").arg(&key)).await;
         assert!(
             state.ends_with(":2"),
             "the script's start:count, the denial uncounted: {state}"
