@@ -130,10 +130,10 @@ impl<E: Entry> Coalescer<E> {
             Some(slot) if self.max > 1 => slot,
             _ => return self.alone(entry).await,
         };
-        // While the circuit of the entry's master is open (and no probe is due), the task would only refuse the call,
-        // after a hop through its queue and back: two wake-ups that, on a busy runtime, cost
-        // milliseconds the failure policy is meant to save. Refuse it here. (Half-open: the
-        // entry goes to the task, whose call is the probe.)
+        // While the circuit of the entry's master is open (and no probe is due), the task would
+        // only refuse the call, after a hop through its queue and back: two wake-ups that, on a
+        // busy runtime, cost milliseconds the failure policy is meant to save. Refuse it here.
+        // (Half-open: the entry goes to the task, whose call is the probe.)
         let first = entry.keys().first().map(String::as_str);
         if self.backend.breaker_state_of(first) == BreakerState::Open {
             return Err(BackendError::CircuitOpen);
