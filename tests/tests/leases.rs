@@ -12,9 +12,9 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use http_body_util::channel::Channel;
+use redis_guard::ConfigErrorKind;
 use redis_guard::rate_limit::{
     FailurePolicy, Global, Key, Limiter, MemoryLimiter, Quota, RateLimitLayer, RedisLimiter, Rule,
-    RuleError,
 };
 use redis_guard_tests::{Harness, backend_suite, by_client, call, empty_ok, from, serve};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -486,7 +486,7 @@ fn bad_concurrency_rules_are_refused_when_the_layer_is_built() {
             .expect_err("refused")
     };
     let err = build(Rule::concurrency("report", 0));
-    assert!(matches!(err, RuleError::Concurrency { .. }));
+    assert_eq!(err.kind(), ConfigErrorKind::Concurrency);
     assert_eq!(
         err.to_string(),
         "rule `report`: a concurrency rule needs a maximum in flight of at least 1"

@@ -16,8 +16,9 @@ use http::{Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use redis_guard::rate_limit::{
-    Algorithm, Key, Limiter, MemoryLimiter, Quota, RateLimitLayer, Rule, RuleError,
+    Algorithm, Key, Limiter, MemoryLimiter, Quota, RateLimitLayer, Rule,
 };
+use redis_guard::{ConfigError, ConfigErrorKind};
 use redis_guard_testkit::http as raw;
 use redis_guard_tests::{Harness, backend_suite, by_client, serve};
 use tower::{Layer, service_fn};
@@ -291,7 +292,7 @@ async fn a_failed_reservation_is_an_error_like_any_call(mut h: Harness) {
 backend_suite!(standalone_only: a_busy_key_costs_few_calls, a_failed_reservation_is_an_error_like_any_call);
 
 /// A layer of `rule` alone, built.
-fn build(rule: Rule) -> Result<RateLimitLayer, RuleError> {
+fn build(rule: Rule) -> Result<RateLimitLayer, ConfigError> {
     RateLimitLayer::builder(MemoryLimiter::new())
         .rule_with(rule, by_client())
         .build()
@@ -303,13 +304,13 @@ fn rules_that_must_be_exact_per_request_refuse_to_lease_at_build() {
         .with_algorithm(Algorithm::SlidingLog)
         .leased(PERCENT);
     match build(login) {
-        Err(RuleError::Leasing { rule, why }) => {
-            assert_eq!(rule, "login");
-            assert!(why.contains("sliding log"), "{why}");
+        Err(e) if e.kind() == ConfigErrorKind::Leasing => {
+            assert_eq!(e.rule(), Some("login"));
+            assert!(e.to_string().contains("sliding log"), "{e}");
         }
         other => panic!("expected a leasing refusal, got {:?}", other.map(|_| ())),
     }
     let calls = Rule::concurrency("calls", 5).leased(PERCENT);
-    assert!(matches!(build(calls), Err(RuleError::Leasing { .. })));
+    assert!(matches!(build(calls), Err(e) if e.kind() == ConfigErrorKind::Leasing));
     assert!(build(Rule::new("api", Quota::per_hour(QUOTA)).leased(PERCENT)).is_ok());
 }

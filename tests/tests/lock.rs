@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use redis_guard::ConfigErrorKind;
 use redis_guard::backend::{Lock, LockError};
 use redis_guard_tests::{Harness, backend_suite};
 
@@ -115,7 +116,15 @@ async fn bad_names_and_leases_are_refused(h: Harness) {
         ("job", Duration::from_secs(2 * 24 * 3600)),
     ] {
         let err = locks.try_acquire(name, lease).await.expect_err("invalid");
-        assert!(matches!(err, LockError::Invalid(_)), "{err}");
+        let want = if lease == LEASE {
+            ConfigErrorKind::Name
+        } else {
+            ConfigErrorKind::Duration
+        };
+        assert!(
+            matches!(&err, LockError::Config(e) if e.kind() == want),
+            "{err}"
+        );
     }
 }
 

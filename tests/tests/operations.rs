@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis_guard::ConfigErrorKind;
 use redis_guard::rate_limit::{Bans, Decision, Key, Limiter, LimiterError, Quota, Rule};
 use redis_guard_tests::{Harness, backend_suite};
 
@@ -111,7 +112,7 @@ async fn penalize_blocks_exactly_for_the_duration(h: Harness) {
     assert_eq!(admitted, 4);
     assert!(matches!(
         a.penalize(&rule, Key::from("eve"), Duration::ZERO).await,
-        Err(LimiterError::Duration(_))
+        Err(LimiterError::Config(e)) if e.kind() == ConfigErrorKind::Duration && e.value() == Some("0ns")
     ));
 }
 
@@ -217,12 +218,12 @@ async fn operations_validate_the_rule(h: Harness) {
     let bad = Rule::new("bad name", Quota::per_hour(1));
     assert!(matches!(
         l.reset(&bad, Key::from("k")).await,
-        Err(LimiterError::Rule(_))
+        Err(LimiterError::Config(e)) if e.kind() == ConfigErrorKind::Name
     ));
     let bad_bans = Rule::new("ok", Quota::per_hour(1)).with_bans(Bans::after(0));
     assert!(matches!(
         l.inspect(&bad_bans, Key::from("k")).await,
-        Err(LimiterError::Rule(_))
+        Err(LimiterError::Config(e)) if e.kind() == ConfigErrorKind::Bans && e.rule() == Some("ok")
     ));
 }
 
@@ -236,10 +237,11 @@ async fn steering_needs_a_rule_that_reads_overrides(h: Harness) {
         l.penalize(&plain, Key::from("k"), minute).await,
         l.allow(&plain, Key::from("k"), minute).await,
     ] {
-        let Err(LimiterError::Unsupported(why)) = refused else {
+        let Err(LimiterError::Config(why)) = refused else {
             panic!("{refused:?}");
         };
-        assert!(why.contains("with_overrides"), "{why}");
+        assert_eq!(why.kind(), ConfigErrorKind::Unsupported, "{why}");
+        assert!(why.to_string().contains("with_overrides"), "{why}");
     }
     assert!(check(&l, &plain, "k").await.allowed);
     let seen = l.inspect(&plain, Key::from("k")).await.expect("inspect");

@@ -535,11 +535,20 @@ async fn a_zero_redis_timeout_is_refused_when_the_layer_is_built() {
         panic!("a zero timeout must not build");
     };
     assert!(err.to_string().contains("timeout is 0"), "{err}");
+    assert_eq!(err.kind(), redis_guard::ConfigErrorKind::Store);
+    assert_eq!(
+        (err.setting(), err.value()),
+        (Some("RedisBackend::timeout"), Some("0ns"))
+    );
     let err = limiter
         .check(&Rule::new("direct", Quota::per_minute(5)), Key::from("k"))
         .await
         .expect_err("a zero timeout must not decide");
     assert!(err.to_string().contains("timeout is 0"), "{err}");
+    assert!(
+        matches!(&err, redis_guard::rate_limit::LimiterError::Config(e) if e.kind() == redis_guard::ConfigErrorKind::Store),
+        "{err}"
+    );
     // One microsecond is a (short) timeout, not a misconfiguration.
     assert!(
         RateLimitLayer::new(

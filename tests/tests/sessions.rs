@@ -867,6 +867,9 @@ async fn a_zero_redis_timeout_fails_at_build() {
     let err = SessionLayer::builder(store).build().expect_err("refused");
     assert!(err.to_string().contains("timeout"), "{err}");
     assert!(err.to_string().contains("0ns"), "{err}");
+    assert_eq!(err.kind(), redis_guard::ConfigErrorKind::Store);
+    assert_eq!(err.setting(), Some("RedisBackend::timeout"));
+    assert_eq!(err.value(), Some("0ns"));
 }
 
 /// Loads that arrive while load calls are in flight go to Redis together: 200 due loads of two

@@ -16,6 +16,8 @@
 //! - [`telemetry`]: what both report, through `tracing` and the `metrics` facade.
 //! - [`backend`]: the engine under both: [`RedisBackend`](backend::RedisBackend) (connection,
 //!   key prefix, timeout, scripts), one error type, and the in-process backends' clock.
+//! - [`ConfigError`]: the one error of every builder (and of parsing a
+//!   [`Quota`](rate_limit::Quota)): what is wrong, in which rule or setting, with which value.
 //!
 //! It replaces the hand-rolled `INCR` + `EXPIRE` in a handler: two round trips, a race between
 //! them, and a key that never expires when the process dies in between.
@@ -71,6 +73,8 @@
 mod macros;
 
 pub mod backend;
+mod error;
+pub use error::{ConfigError, ConfigErrorKind};
 #[cfg(any(feature = "rate-limit", all(feature = "session", feature = "axum")))]
 mod problem;
 pub mod telemetry;

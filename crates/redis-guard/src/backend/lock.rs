@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use redis::Value;
 
+use crate::{ConfigError, ConfigErrorKind};
+
 use super::{
     BackendError, Clock, ExpiringTable, InProcess, InProcessBuilder, LuaScript, RedisBackend,
 };
@@ -74,9 +76,10 @@ pub enum LockError {
     /// lock: [`BackendError::Script`] with code `RG_LOCK`).
     #[error(transparent)]
     Backend(#[from] BackendError),
-    /// The name or the lease cannot work.
-    #[error("{0}")]
-    Invalid(String),
+    /// The name ([`ConfigErrorKind::Name`]) or the lease ([`ConfigErrorKind::Duration`]) cannot
+    /// work.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
 }
 
 impl Lock {
@@ -111,7 +114,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`LockError::Invalid`] for a name that is empty, longer than 256 bytes or contains `{`
+    /// [`LockError::Config`] for a name that is empty, longer than 256 bytes or contains `{`
     /// or `}`, or a lease outside 1 ms to [`MAX_LEASE`]; [`LockError::Backend`] when Redis
     /// fails.
     pub async fn try_acquire(
@@ -303,14 +306,20 @@ async fn redis_op(
 /// The lease in whole ms, once `name` and `lease` are checked.
 fn valid(name: &str, lease: Duration) -> Result<u64, LockError> {
     if name.is_empty() || name.len() > 256 || name.contains(['{', '}']) {
-        return Err(LockError::Invalid(format!(
-            "lock name {name:?}: use 1 to 256 bytes without `{{` or `}}`"
-        )));
+        return Err(ConfigError::new(
+            ConfigErrorKind::Name,
+            format!("lock name {name:?}: use 1 to 256 bytes without `{{` or `}}`"),
+        )
+        .with_value(name)
+        .into());
     }
     if lease < Duration::from_millis(1) || lease > MAX_LEASE {
-        return Err(LockError::Invalid(format!(
-            "a lease of {lease:?}: use 1 ms to {MAX_LEASE:?}"
-        )));
+        return Err(ConfigError::new(
+            ConfigErrorKind::Duration,
+            format!("a lease of {lease:?}: use 1 ms to {MAX_LEASE:?}"),
+        )
+        .with_debug_value(lease)
+        .into());
     }
     Ok(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
 }

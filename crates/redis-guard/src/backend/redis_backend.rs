@@ -206,12 +206,17 @@ impl RedisBackend {
     }
 
     /// Why this backend cannot work as configured, or `None`.
-    pub(crate) fn config_problem(&self) -> Option<String> {
-        self.inner.timeout.is_zero().then(|| {
-            format!(
-                "the Redis timeout is {:?}, so no call could ever succeed; use at least 1 ms (default {DEFAULT_TIMEOUT:?})",
-                self.inner.timeout
+    pub(crate) fn config_problem(&self) -> Option<crate::ConfigError> {
+        let timeout = self.inner.timeout;
+        timeout.is_zero().then(|| {
+            crate::ConfigError::new(
+                crate::ConfigErrorKind::Store,
+                format!(
+                    "the Redis timeout is {timeout:?}, so no call could ever succeed; use at least 1 ms (default {DEFAULT_TIMEOUT:?})"
+                ),
             )
+            .with_setting("RedisBackend::timeout")
+            .with_debug_value(timeout)
         })
     }
 

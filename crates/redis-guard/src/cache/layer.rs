@@ -12,6 +12,7 @@ use super::shared::Shared;
 use super::stampede::{Random, Stampede};
 use super::store::CacheStore;
 use crate::backend::BackendError;
+use crate::{ConfigError, ConfigErrorKind};
 
 /// The default entry size limit: 1 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
@@ -28,7 +29,7 @@ pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 ///     .route("/report", get(|| async { "expensive" }))
 ///     .layer(CacheLayer::new(MemoryCacheStore::new())?); // or RedisCacheStore::new(backend)
 /// # }
-/// # Ok::<(), redis_guard::cache::CacheConfigError>(())
+/// # Ok::<(), redis_guard::ConfigError>(())
 /// ```
 ///
 /// Customized:
@@ -56,18 +57,6 @@ pub struct CacheLayer {
 
 impl_layer!(CacheLayer => CacheService, shared);
 
-/// Why a cache layer cannot be built.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum CacheConfigError {
-    /// A duration, ratio or limit that cannot work; the message names it.
-    #[error("cache layer: {0}")]
-    Invalid(String),
-    /// The store's own settings cannot work (e.g. a zero Redis timeout).
-    #[error("cache store: {0}")]
-    Store(String),
-}
-
 impl CacheLayer {
     /// A layer with the defaults: entries live 60 s unless the handler says otherwise,
     /// 10% jitter, no stale window, 1 MiB per entry, no `Vary` headers in the key, lock on
@@ -76,7 +65,7 @@ impl CacheLayer {
     /// # Errors
     ///
     /// The store's settings cannot work (see [`CacheLayerBuilder::build`]).
-    pub fn new(store: impl CacheStore) -> Result<Self, CacheConfigError> {
+    pub fn new(store: impl CacheStore) -> Result<Self, ConfigError> {
         Self::builder(store).build()
     }
 
@@ -197,7 +186,7 @@ impl CacheLayerBuilder {
     ///     ])
     ///     .build()?;
     /// # let _ = layer;
-    /// # Ok::<(), redis_guard::cache::CacheConfigError>(())
+    /// # Ok::<(), redis_guard::ConfigError>(())
     /// ```
     pub fn credential_headers(self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
         self.keyed(|k| k.credentials = headers.into_iter().collect())
@@ -263,32 +252,62 @@ impl CacheLayerBuilder {
     /// let err = CacheLayer::builder(MemoryCacheStore::new()).jitter(3.0).build().unwrap_err();
     /// assert!(err.to_string().contains("jitter 3"));
     /// ```
-    pub fn build(self) -> Result<CacheLayer, CacheConfigError> {
+    pub fn build(self) -> Result<CacheLayer, ConfigError> {
         let s = &self.shared;
-        let invalid = |m: String| Err(CacheConfigError::Invalid(m));
+        let invalid = |kind, message: String, setting, value: String| {
+            Err(ConfigError::new(kind, message)
+                .with_setting(setting)
+                .with_value(value)
+                .within("cache layer"))
+        };
         if let Some(problem) = s.store.0.check() {
-            return Err(CacheConfigError::Store(problem));
+            return Err(problem.within("cache store"));
         }
-        if s.life.ttl.is_zero() || s.life.max_ttl.is_zero() {
-            return invalid(format!(
-                "ttl {:?} and max_ttl {:?} must be positive",
-                s.life.ttl, s.life.max_ttl
-            ));
-        }
-        if s.life.ttl > s.life.max_ttl || s.life.max_ttl > Duration::from_secs(10 * 365 * 86_400) {
-            return invalid(format!(
-                "ttl {:?} must be at most max_ttl {:?}, at most 10 years",
-                s.life.ttl, s.life.max_ttl
-            ));
+        let (ttl, max_ttl) = (s.life.ttl, s.life.max_ttl);
+        let ten_years = Duration::from_secs(10 * 365 * 86_400);
+        let ttl_problem = if ttl.is_zero() || max_ttl.is_zero() {
+            Some(format!(
+                "ttl {ttl:?} and max_ttl {max_ttl:?} must be positive"
+            ))
+        } else if ttl > max_ttl || max_ttl > ten_years {
+            Some(format!(
+                "ttl {ttl:?} must be at most max_ttl {max_ttl:?}, at most 10 years"
+            ))
+        } else {
+            None
+        };
+        if let Some(message) = ttl_problem {
+            // Blamed: a zero ttl; else a zero or too long max_ttl; else the ttl above it.
+            let (setting, value) = if ttl.is_zero() || !(max_ttl.is_zero() || max_ttl > ten_years) {
+                ("CacheLayerBuilder::ttl", ttl)
+            } else {
+                ("CacheLayerBuilder::max_ttl", max_ttl)
+            };
+            return invalid(
+                ConfigErrorKind::Duration,
+                message,
+                setting,
+                format!("{value:?}"),
+            );
         }
         if !(0.0..=1.0).contains(&s.jitter) {
-            return invalid(format!("jitter {} must be within 0..=1", s.jitter));
+            return invalid(
+                ConfigErrorKind::Range,
+                format!("jitter {} must be within 0..=1", s.jitter),
+                "CacheLayerBuilder::jitter",
+                s.jitter.to_string(),
+            );
         }
         if s.body_limit == 0 {
-            return invalid("body_limit 0 would cache nothing".to_owned());
+            return invalid(
+                ConfigErrorKind::Range,
+                "body_limit 0 would cache nothing".to_owned(),
+                "CacheLayerBuilder::body_limit",
+                "0".to_owned(),
+            );
         }
         if let Some(problem) = s.stampede.problem() {
-            return invalid(problem);
+            return Err(problem.within("cache layer"));
         }
         Ok(CacheLayer {
             shared: Arc::new(self.shared),
@@ -301,5 +320,63 @@ impl std::fmt::Debug for CacheLayerBuilder {
         f.debug_struct("CacheLayerBuilder")
             .field("shared", &self.shared)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::MemoryCacheStore;
+
+    /// Issue 22, item 2: each setting that cannot work is named, with its value.
+    #[test]
+    fn errors_name_the_setting_and_its_value() {
+        type Set = fn(CacheLayerBuilder) -> CacheLayerBuilder;
+        let cases: [(Set, _, _, _, _); 5] = [
+            (
+                |b| b.ttl(Duration::ZERO),
+                ConfigErrorKind::Duration,
+                "CacheLayerBuilder::ttl",
+                "0ns",
+                "cache layer: ttl 0ns and max_ttl 86400s must be positive",
+            ),
+            (
+                |b| b.ttl(Duration::from_secs(90_000)),
+                ConfigErrorKind::Duration,
+                "CacheLayerBuilder::ttl",
+                "90000s",
+                "cache layer: ttl 90000s must be at most max_ttl 86400s, at most 10 years",
+            ),
+            (
+                |b| b.jitter(3.0),
+                ConfigErrorKind::Range,
+                "CacheLayerBuilder::jitter",
+                "3",
+                "cache layer: jitter 3 must be within 0..=1",
+            ),
+            (
+                |b| b.body_limit(0),
+                ConfigErrorKind::Range,
+                "CacheLayerBuilder::body_limit",
+                "0",
+                "cache layer: body_limit 0 would cache nothing",
+            ),
+            (
+                |b| b.stampede(Stampede::lock().lease(Duration::ZERO)),
+                ConfigErrorKind::Duration,
+                "Stampede::lease",
+                "0ns",
+                "cache layer: lease 0ns is outside 1 ms..=1 day",
+            ),
+        ];
+        for (set, kind, setting, value, message) in cases {
+            let err = set(CacheLayer::builder(MemoryCacheStore::new()))
+                .build()
+                .unwrap_err();
+            assert_eq!(err.to_string(), message);
+            assert_eq!(err.kind(), kind, "{err}");
+            assert_eq!(err.setting(), Some(setting), "{err}");
+            assert_eq!(err.value(), Some(value), "{err}");
+        }
     }
 }

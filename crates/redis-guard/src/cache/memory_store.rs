@@ -34,7 +34,7 @@ pub(crate) const DEFAULT_MAX_BYTES: usize = 64 * 1024 * 1024;
 ///     .build();
 /// let layer = CacheLayer::new(store)?;
 /// # let _ = layer;
-/// # Ok::<(), redis_guard::cache::CacheConfigError>(())
+/// # Ok::<(), redis_guard::ConfigError>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct MemoryCacheStore {
@@ -270,7 +270,7 @@ impl Ops for MemoryCacheStore {
         &self.inner.lock
     }
 
-    fn check(&self) -> Option<String> {
+    fn check(&self) -> Option<crate::ConfigError> {
         None
     }
 }

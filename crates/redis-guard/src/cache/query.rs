@@ -20,7 +20,7 @@ use std::sync::Arc;
 ///     .query(QueryKey::only(["q", "page"]))
 ///     .build()?;
 /// # let _ = layer;
-/// # Ok::<(), redis_guard::cache::CacheConfigError>(())
+/// # Ok::<(), redis_guard::ConfigError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueryKey(Mode);

@@ -159,7 +159,7 @@ impl Ops for RedisCacheStore {
         &self.inner.lock
     }
 
-    fn check(&self) -> Option<String> {
+    fn check(&self) -> Option<crate::ConfigError> {
         self.inner.backend.config_problem()
     }
 }

@@ -4,6 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::{ConfigError, ConfigErrorKind};
+
 /// How a layer keeps many concurrent requests for one key from all recomputing it.
 ///
 /// - [`Stampede::lock`] (the default), lock on miss: the first request for a missing entry
@@ -70,18 +72,40 @@ impl Stampede {
         self
     }
 
-    pub(crate) fn problem(&self) -> Option<String> {
+    pub(crate) fn problem(&self) -> Option<ConfigError> {
         if let Some(beta) = self.xfetch
             && !(beta.is_finite() && beta > 0.0)
         {
-            return Some(format!("XFetch beta {beta} must be finite and above 0"));
+            return Some(
+                ConfigError::new(
+                    ConfigErrorKind::Range,
+                    format!("XFetch beta {beta} must be finite and above 0"),
+                )
+                .with_setting("Stampede::xfetch")
+                .with_value(beta),
+            );
         }
         let range = Duration::from_millis(1)..=crate::backend::MAX_LEASE;
+        let duration = |message: String, setting, value: Duration| {
+            Some(
+                ConfigError::new(ConfigErrorKind::Duration, message)
+                    .with_setting(setting)
+                    .with_debug_value(value),
+            )
+        };
         if !range.contains(&self.lease) {
-            return Some(format!("lease {:?} is outside 1 ms..=1 day", self.lease));
+            return duration(
+                format!("lease {:?} is outside 1 ms..=1 day", self.lease),
+                "Stampede::lease",
+                self.lease,
+            );
         }
         if self.wait > crate::backend::MAX_LEASE {
-            return Some(format!("wait {:?} is longer than a day", self.wait));
+            return duration(
+                format!("wait {:?} is longer than a day", self.wait),
+                "Stampede::wait",
+                self.wait,
+            );
         }
         None
     }

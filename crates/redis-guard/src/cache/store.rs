@@ -67,7 +67,7 @@ pub(crate) trait Ops: Send + Sync + fmt::Debug + 'static {
     /// The locks of the lock-on-miss strategy, on the same store.
     fn lock(&self) -> &Lock;
     /// Why the store cannot work as configured, or `None`.
-    fn check(&self) -> Option<String>;
+    fn check(&self) -> Option<crate::ConfigError>;
 }
 
 /// The digest (hex SHA-256) of `parts`, each length-prefixed so that no two lists collide.

@@ -28,7 +28,7 @@ impl Rule {
     /// Reserve what a typical request costs: too small lets that many more run at once on what
     /// is left, too large denies requests that would fit. A constant cost of 0 reserves nothing
     /// (every concurrent request would pass on one unit left), so [`validate`](Self::validate)
-    /// refuses it ([`RuleError::NoReservation`](super::RuleError::NoReservation)); a cost function may still answer 0 for
+    /// refuses it (a [`ConfigErrorKind::Cost`](crate::ConfigErrorKind::Cost) error); a cost function may still answer 0 for
     /// requests that are free.
     ///
     /// Only enforced rules are settled ([`Mode::Enforce`](super::Mode::Enforce): a shadow or soft rule keeps its

@@ -10,8 +10,9 @@ use http::Response;
 use super::config::{Config, Fallback, LayerRule};
 use super::{
     Algorithm, Decision, FailurePolicy, KeyExtractor, Limiter, MissingKey, Mode, Quota,
-    RateLimitLayer, Rule, RuleError, headers,
+    RateLimitLayer, Rule, headers,
 };
+use crate::{ConfigError, ConfigErrorKind};
 
 impl RateLimitLayer {
     /// One rule named `name`: `quota` per key from `extractor`, with the default algorithm and
@@ -26,7 +27,7 @@ impl RateLimitLayer {
         name: &str,
         extractor: impl KeyExtractor,
         quota: Quota,
-    ) -> Result<Self, RuleError> {
+    ) -> Result<Self, ConfigError> {
         Self::builder(limiter).rule(name, extractor, quota).build()
     }
 
@@ -215,16 +216,27 @@ impl RateLimitLayerBuilder {
     /// before it, a rule that cannot work (the error names the rule and the
     /// value), a rule whose share under [`FailurePolicy::Fallback`] cannot work (a cost above
     /// the divided burst), or a limiter that cannot work ([`Limiter::config_problem`]).
-    pub fn build(self) -> Result<RateLimitLayer, RuleError> {
+    pub fn build(self) -> Result<RateLimitLayer, ConfigError> {
         let mut config = self.config;
         if let Some(rule) = self.unknown_candidate {
-            return Err(RuleError::UnknownRule(rule));
+            return Err(ConfigError::new(
+                ConfigErrorKind::UnknownRule,
+                format!(
+                    "a candidate names rule `{rule}`, which the layer does not have (add the rule before its candidate)"
+                ),
+            )
+            .with_setting("RateLimitLayer::candidate")
+            .with_value(&rule)
+            .of_rule(&rule));
         }
         if config.rules.is_empty() {
-            return Err(RuleError::NoRules);
+            return Err(ConfigError::new(
+                ConfigErrorKind::NoRules,
+                "the rate-limit layer has no rules",
+            ));
         }
         if let Some(why) = config.limiter.config_problem() {
-            return Err(RuleError::Limiter(why));
+            return Err(why.within("the limiter cannot work"));
         }
         for (i, r) in config.rules.iter().enumerate() {
             r.rule.validate()?;
@@ -232,7 +244,16 @@ impl RateLimitLayerBuilder {
                 .iter()
                 .any(|o| o.rule.name() == r.rule.name())
             {
-                return Err(RuleError::Duplicate(r.rule.name().to_owned()));
+                let name = r.rule.name();
+                return Err(ConfigError::new(
+                    ConfigErrorKind::DuplicateRule,
+                    format!(
+                        "two rules are named `{name}`; rule names must be unique within a layer"
+                    ),
+                )
+                .with_setting("Rule::new")
+                .with_value(name)
+                .of_rule(name));
             }
         }
         config.fallback = Fallback::new(&config.rules, config.failure)?.map(Arc::new);

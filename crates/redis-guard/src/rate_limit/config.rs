@@ -12,9 +12,9 @@ use super::resolve::{self, Lookup, Resolved};
 use super::warn::{WARN_INTERVAL, WarnEvery};
 use super::{
     Algorithm, Decision, FailurePolicy, KeyError, KeyExtractor, Limiter, LimiterError,
-    MemoryLimiter, MissingKey, Mode, Quota, Rule, RuleError, headers,
+    MemoryLimiter, MissingKey, Mode, Quota, Rule, headers,
 };
-use crate::telemetry;
+use crate::{ConfigError, ConfigErrorKind, telemetry};
 
 /// Which rate-limit headers to send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,7 +96,7 @@ impl Fallback {
     pub(crate) fn new(
         rules: &[LayerRule],
         layer: FailurePolicy,
-    ) -> Result<Option<Self>, RuleError> {
+    ) -> Result<Option<Self>, ConfigError> {
         let rules = rules
             .iter()
             .map(|r| {
@@ -112,13 +112,21 @@ impl Fallback {
                 let mut rule = r.rule.reshaped(r.rule.quota().share(replicas), algorithm);
                 // The in-process fallback decides every request itself: nothing to lease.
                 rule.leased = None;
-                rule.validate().map_err(|source| RuleError::FallbackShare {
-                    replicas: replicas.get(),
-                    source: Box::new(source),
+                rule.validate().map_err(|source| {
+                    ConfigError::new(
+                        ConfigErrorKind::Fallback,
+                        format!(
+                            "FailurePolicy::Fallback with {replicas} replicas: the share of {source}"
+                        ),
+                    )
+                    .with_setting("FailurePolicy::fallback")
+                    .with_value(replicas)
+                    .of_rule(r.rule.name())
+                    .caused_by(source)
                 })?;
                 Ok(Some(Arc::new(rule)))
             })
-            .collect::<Result<Vec<_>, RuleError>>()?;
+            .collect::<Result<Vec<_>, ConfigError>>()?;
         Ok(rules.iter().any(Option::is_some).then(|| Self {
             limiter: MemoryLimiter::new(),
             rules,

@@ -17,7 +17,8 @@ use super::limiter::{
 };
 use super::response::{self, ResponseBody};
 use super::service::start;
-use super::{CostReport, Decision, Quota, RuleError};
+use super::{CostReport, Decision, Quota};
+use crate::ConfigError;
 use crate::telemetry::Stopwatch;
 
 /// The inner service's response, its body holding the request's leases and settlement, with
@@ -53,7 +54,7 @@ define_response_future! {
         // What waits for Redis is boxed: the future stays small for the in-process limiter,
         // which never waits, and a Redis round trip dwarfs an allocation.
         Resolving {
-            checks: BoxFuture<Result<Vec<Check>, RuleError>>,
+            checks: BoxFuture<Result<Vec<Check>, ConfigError>>,
             pending: Option<Box<(S, Request<ReqBody>)>>,
             config: Arc<Config>,
         },
@@ -204,7 +205,7 @@ where
 
     /// Waits for the quotas of `checks` to be looked up, then as [`checking`](Self::checking).
     pub(crate) fn resolving(
-        checks: BoxFuture<Result<Vec<Check>, RuleError>>,
+        checks: BoxFuture<Result<Vec<Check>, ConfigError>>,
         inner: S,
         req: Request<ReqBody>,
         config: Arc<Config>,

@@ -8,9 +8,10 @@ use tower::{Layer, ServiceExt, service_fn};
 
 use crate::rate_limit::{
     Algorithm, CustomAlgorithm, FailurePolicy, HeaderKey, MemoryLimiter, Mode, Quota,
-    RateLimitLayer, RateLimitLayerBuilder, Rule, RuleError,
+    RateLimitLayer, RateLimitLayerBuilder, Rule,
 };
 use crate::telemetry::testing::Captured;
+use crate::{ConfigError, ConfigErrorKind};
 
 /// One answer, as a client sees it.
 #[derive(Debug)]
@@ -179,7 +180,9 @@ fn a_candidate_needs_its_rule_first() {
         .rule_with(Rule::new("api", Quota::per_minute(4)), key())
         .build()
         .unwrap_err();
-    assert_eq!(err, RuleError::UnknownRule("api".into()));
+    assert_eq!(err.kind(), ConfigErrorKind::UnknownRule);
+    assert_eq!(err.rule(), Some("api"));
+    assert!(err.to_string().contains("names rule `api`"), "{err}");
 }
 
 /// Each rule's own failure policy: a `Closed` rule answers `503` for the request; otherwise the
@@ -251,8 +254,12 @@ fn a_rule_whose_share_cannot_work_is_refused_by_its_own_policy_too() {
         .failure_policy(FailurePolicy::Closed)
         .build()
         .unwrap_err();
-    assert!(
-        matches!(err, RuleError::FallbackShare { replicas: 5, .. }),
+    assert_eq!(err.kind(), ConfigErrorKind::Fallback, "{err}");
+    assert_eq!(err.value(), Some("5"), "{err}");
+    let share = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<ConfigError>());
+    assert_eq!(
+        share.map(ConfigError::kind),
+        Some(ConfigErrorKind::Cost),
         "{err}"
     );
 }

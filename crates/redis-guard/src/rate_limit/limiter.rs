@@ -11,9 +11,10 @@ use futures_util::future::join_all;
 
 use super::algorithm::Params;
 use super::decision::HeldLease;
-use super::{Decision, Inspection, Key, Lease, Mode, Quota, Rule, RuleError, RuleState};
+use super::{Decision, Inspection, Key, Lease, Mode, Quota, Rule, RuleState};
 use crate::backend::BackendError;
 use crate::telemetry;
+use crate::{ConfigError, ConfigErrorKind};
 
 /// A boxed, sendable future, as [`Limiter`] methods return.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -118,7 +119,7 @@ impl Check {
         self.cost
     }
 
-    pub(crate) fn validate(&self) -> Result<(), RuleError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.rule.validate()?;
         if self.cost != self.rule.cost() || self.quota != *self.rule.quota() {
             self.rule.resolved_problem(&self.quota, self.cost)?;
@@ -135,19 +136,21 @@ pub enum LimiterError {
     /// compile or breaks its contract: [`BackendError::Script`]), or a reply that makes no sense.
     #[error(transparent)]
     Backend(#[from] BackendError),
-    /// The rule cannot work.
+    /// The call cannot work as asked; [`ConfigError::kind`] says why: a rule that cannot work,
+    /// a limiter configured so that it cannot decide (a zero Redis timeout:
+    /// [`Store`](ConfigErrorKind::Store)), no checks at all
+    /// ([`NoRules`](ConfigErrorKind::NoRules)), an operation the limiter or the rule does not
+    /// support ([`Unsupported`](ConfigErrorKind::Unsupported): a custom Lua algorithm on the
+    /// memory backend, a penalty on a rule that reads no overrides), or a penalty or allow-list
+    /// entry outside 1 ms to [`MAX_OVERRIDE`](super::MAX_OVERRIDE)
+    /// ([`Duration`](ConfigErrorKind::Duration)).
     #[error(transparent)]
-    Rule(#[from] RuleError),
-    /// Nothing to evaluate.
-    #[error("no rules to evaluate")]
-    Empty,
-    /// The limiter cannot run this rule (a custom Lua algorithm on the memory backend).
-    #[error("{0}")]
-    Unsupported(String),
-    /// A penalty or allow-list entry must last from 1 ms to
-    /// [`MAX_OVERRIDE`](super::MAX_OVERRIDE).
-    #[error("a penalty or allow-list entry of {0:?}: use 1 ms to one year")]
-    Duration(Duration),
+    Config(#[from] ConfigError),
+}
+
+/// A call with nothing to evaluate.
+pub(crate) fn no_checks() -> LimiterError {
+    ConfigError::new(ConfigErrorKind::NoRules, "no rules to evaluate").into()
 }
 
 /// Decides whether requests are admitted: implemented by [`RedisLimiter`] and [`MemoryLimiter`]
@@ -190,11 +193,11 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
 
     /// Why this limiter cannot work as configured (e.g. a zero timeout, which would fail every
     /// decision), or `None`. [`RateLimitLayerBuilder::build`] refuses such a limiter, and
-    /// [`check_all`](Limiter::check_all) answers [`LimiterError::Rule`] without calling
+    /// [`check_all`](Limiter::check_all) answers [`LimiterError::Config`] without calling
     /// [`evaluate`](Limiter::evaluate).
     ///
     /// [`RateLimitLayerBuilder::build`]: crate::rate_limit::RateLimitLayerBuilder::build
-    fn config_problem(&self) -> Option<String> {
+    fn config_problem(&self) -> Option<ConfigError> {
         None
     }
 
@@ -265,7 +268,7 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     /// Blocks `key` under `rule` for `duration` (1 ms to [`MAX_OVERRIDE`](super::MAX_OVERRIDE)):
     /// every request is denied by the rule, with `Retry-After` the rest of the block, on every
     /// replica. The rule must read overrides ([`Rule::with_overrides`](super::Rule::with_overrides)
-    /// or bans; otherwise [`LimiterError::Unsupported`]). Replaces an earlier penalty and ends
+    /// or bans; otherwise a [`ConfigErrorKind::Unsupported`] error). Replaces an earlier penalty and ends
     /// a runtime allow-list entry; a
     /// [`reset`](Self::reset) or [`allow`](Self::allow) lifts it. Denials during the block
     /// record nothing.
@@ -345,7 +348,7 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     /// # Errors
     ///
     /// [`LimiterError`]: the store failed, the rule is invalid, or its algorithm has no charge
-    /// (a custom one: [`LimiterError::Unsupported`]).
+    /// (a custom one: [`ConfigErrorKind::Unsupported`]).
     fn charge(&self, rule: &Rule, key: Key, cost: u32) -> BoxFuture<Result<(), LimiterError>> {
         self.charge_all(vec![Check::new(rule.clone(), key).with_cost(cost)])
     }
@@ -362,10 +365,12 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     /// admitted request holds the leases of its concurrency rules ([`Decision::lease`]).
     fn check_all(&self, checks: Vec<Check>) -> BoxFuture<Result<Decision, LimiterError>> {
         if checks.is_empty() {
-            return Box::pin(std::future::ready(Err(LimiterError::Empty)));
+            return Box::pin(std::future::ready(Err(no_checks())));
         }
         if let Some(why) = self.config_problem() {
-            return Box::pin(std::future::ready(Err(RuleError::Limiter(why).into())));
+            return Box::pin(std::future::ready(Err(why
+                .within("the limiter cannot work")
+                .into())));
         }
         if let Some(err) = checks.iter().find_map(|c| c.validate().err()) {
             return Box::pin(std::future::ready(Err(err.into())));
@@ -384,10 +389,14 @@ pub(crate) fn chargeable(checks: Vec<Check>) -> Result<Vec<Check>, LimiterError>
             super::Algorithm::Concurrency => "leases (a concurrency rule)".to_owned(),
             _ => continue,
         };
-        return Err(LimiterError::Unsupported(format!(
-            "rule `{}` uses {algorithm}, which has no charge",
-            check.rule.name()
-        )));
+        return Err(check
+            .rule
+            .problem(
+                ConfigErrorKind::Unsupported,
+                format!("uses {algorithm}, which has no charge"),
+                "Rule::with_algorithm",
+            )
+            .into());
     }
     Ok(checks.into_iter().filter(|c| c.cost > 0).collect())
 }
@@ -557,7 +566,7 @@ pub(crate) fn decision_from(
     for (rule, state) in rules.iter_mut().zip(states) {
         rule.state = state;
     }
-    Decision::combine(rules).ok_or(LimiterError::Empty)
+    Decision::combine(rules).ok_or_else(no_checks)
 }
 
 impl<L: Limiter + ?Sized> Limiter for std::sync::Arc<L> {
@@ -573,7 +582,7 @@ impl<L: Limiter + ?Sized> Limiter for std::sync::Arc<L> {
         (**self).evaluate_at_once(checks)
     }
 
-    fn config_problem(&self) -> Option<String> {
+    fn config_problem(&self) -> Option<ConfigError> {
         (**self).config_problem()
     }
 

@@ -16,6 +16,7 @@ use super::limiter::{
 use super::operations::{self, Effect, Inspection, Override, allow_listed_state};
 use super::receipt::{Place, Receipt, Receipted, request_id};
 use super::{Decision, Key, Lease, Mode, Rule};
+use crate::ConfigErrorKind;
 use crate::backend::{ExpiringTable, InProcess, InProcessBuilder};
 
 /// Default bound on the number of keys a [`MemoryLimiter`] tracks.
@@ -194,10 +195,14 @@ impl MemoryLimiter {
             let id = self.state_id(&check.rule, &check.key);
             let mut current = table.states.get_live_mut(&id, now);
             let Some(step) = algorithm::step(current.as_deref_mut(), now, &params) else {
-                return Err(LimiterError::Unsupported(format!(
-                    "rule `{}` uses a custom Lua algorithm, which needs Redis; the memory backend cannot run it",
-                    check.rule.name()
-                )));
+                return Err(check
+                    .rule
+                    .problem(
+                        ConfigErrorKind::Unsupported,
+                        "uses a custom Lua algorithm, which needs Redis; the memory backend cannot run it",
+                        "Rule::with_algorithm",
+                    )
+                    .into());
             };
             // Nothing recorded: an admitted probe reports the state as it stands.
             let reset_us = if probe && step.allowed {

@@ -138,19 +138,19 @@ pub use future::ResponseFuture;
 pub(crate) use key::has_peer;
 pub use key::{
     And, ClientIp, ExtensionKey, ForwardedHeader, Global, HeaderKey, Key, KeyError, KeyExtractor,
-    KeyExtractorExt, Or, PeerAddr, ProxyConfigError,
+    KeyExtractorExt, Or, PeerAddr,
 };
 pub use layer::RateLimitLayer;
 pub use lease::{DEFAULT_LEASE_EXPIRY, Lease};
 pub use limiter::{BoxFuture, Check, Limiter, LimiterError};
 pub use memory::{DEFAULT_MAX_KEYS, MemoryLimiter};
 pub use operations::{Bans, Inspection, MAX_OVERRIDE};
-pub use policy::{FailurePolicy, MissingKey, Mode, ZeroReplicas};
-pub use quota::{MAX_PERIOD, Quota, QuotaError};
+pub use policy::{FailurePolicy, MissingKey, Mode};
+pub use quota::{MAX_PERIOD, Quota};
 pub use redis_limiter::{DEFAULT_DENY_CACHE, DENY_CACHE_MAX_WAIT, RedisLimiter};
 pub use resolve::QUOTA_LOOKUP_TIMEOUT;
 pub use response::ResponseBody;
 pub use route::Route;
-pub use rule::{Rule, RuleError};
+pub use rule::Rule;
 pub use service::RateLimit;
 pub use warn::WARN_INTERVAL;

@@ -29,7 +29,8 @@ use std::time::Duration;
 
 use super::algorithm::ceil_ms;
 use super::limiter::{Check, Limiter, LimiterError};
-use super::{Rule, RuleError, RuleState};
+use super::{Rule, RuleState};
+use crate::{ConfigError, ConfigErrorKind};
 
 /// The longest duration an operation or a ban accepts: 366 days (longer ones are refused, so
 /// that every time fits the scripts' exact integer range).
@@ -276,7 +277,7 @@ pub(crate) fn allow_listed_state(limit: u32) -> RuleState {
 /// Checks that `limiter` can run an operation on `rule`.
 pub(crate) fn valid<L: Limiter + ?Sized>(limiter: &L, rule: &Rule) -> Result<(), LimiterError> {
     if let Some(why) = limiter.config_problem() {
-        return Err(RuleError::Limiter(why).into());
+        return Err(why.within("the limiter cannot work").into());
     }
     Ok(rule.validate()?)
 }
@@ -300,13 +301,21 @@ pub(crate) fn valid_for<L: Limiter + ?Sized>(
 ) -> Result<u64, LimiterError> {
     valid(limiter, rule)?;
     if !rule.reads_overrides() {
-        return Err(LimiterError::Unsupported(format!(
-            "rule `{}` reads no runtime overrides: build it with `.with_overrides()` (or `.with_bans(…)`) to penalize or allow keys at run time",
-            rule.name()
-        )));
+        return Err(rule
+            .problem(
+                ConfigErrorKind::Unsupported,
+                "reads no runtime overrides: build it with `.with_overrides()` (or `.with_bans(…)`) to penalize or allow keys at run time",
+                "Rule::with_overrides",
+            )
+            .into());
     }
     if duration < Duration::from_millis(1) || duration > MAX_OVERRIDE {
-        return Err(LimiterError::Duration(duration));
+        return Err(ConfigError::new(
+            ConfigErrorKind::Duration,
+            format!("a penalty or allow-list entry of {duration:?}: use 1 ms to one year"),
+        )
+        .with_debug_value(duration)
+        .into());
     }
     Ok(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX))
 }

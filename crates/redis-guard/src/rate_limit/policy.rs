@@ -4,6 +4,8 @@ use std::num::NonZeroU32;
 
 use http::StatusCode;
 
+use crate::{ConfigError, ConfigErrorKind};
+
 /// What to do with a request from which a rule's key cannot be extracted (no API-key header, no
 /// logged-in user).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,10 +91,24 @@ impl FailurePolicy {
     /// # Errors
     ///
     /// `replicas` is zero.
-    pub fn fallback(replicas: u32) -> Result<Self, ZeroReplicas> {
+    /// ```
+    /// use redis_guard::ConfigErrorKind;
+    /// use redis_guard::rate_limit::FailurePolicy;
+    /// let err = FailurePolicy::fallback(0).unwrap_err();
+    /// assert_eq!(err.kind(), ConfigErrorKind::Fallback);
+    /// assert_eq!(err.value(), Some("0"));
+    /// ```
+    pub fn fallback(replicas: u32) -> Result<Self, ConfigError> {
         NonZeroU32::new(replicas)
             .map(|replicas| Self::Fallback { replicas })
-            .ok_or(ZeroReplicas)
+            .ok_or_else(|| {
+                ConfigError::new(
+                    ConfigErrorKind::Fallback,
+                    "replicas must be at least 1, got 0",
+                )
+                .with_setting("FailurePolicy::fallback")
+                .with_value(0)
+            })
     }
 }
 
@@ -103,11 +119,6 @@ impl Default for FailurePolicy {
         }
     }
 }
-
-/// [`FailurePolicy::fallback`] was asked to share a quota among zero replicas.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("replicas must be at least 1, got 0")]
-pub struct ZeroReplicas;
 
 /// How the layer acts on a rule's verdict: its rollout mode ([`Rule::with_mode`]).
 ///

@@ -4,6 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::{ConfigError, ConfigErrorKind};
+
 /// The longest period a quota may have. Longer windows are almost always a unit mistake, and the
 /// bound keeps every time value the scripts compute exact in Lua's doubles.
 pub const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 60 * 60);
@@ -153,31 +155,57 @@ impl Quota {
     ///
     /// # Errors
     ///
-    /// A [`QuotaError`] naming the bad value.
-    pub fn validate(&self) -> Result<(), QuotaError> {
+    /// A [`ConfigError`] of kind [`Quota`](ConfigErrorKind::Quota) naming the bad value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |message: String, value: String| {
+            Err(ConfigError::new(ConfigErrorKind::Quota, message).with_value(value))
+        };
         if self.limit == 0 {
-            return Err(QuotaError::ZeroLimit);
+            return bad(
+                "quota limit is 0: a quota must admit at least 1 request per period".to_owned(),
+                "0".to_owned(),
+            );
         }
         if self.period.is_zero() {
-            return Err(QuotaError::ZeroPeriod);
+            return bad(
+                "quota period is 0: the period must be positive".to_owned(),
+                format!("{:?}", self.period),
+            );
         }
         if self.period > MAX_PERIOD {
-            return Err(QuotaError::PeriodTooLong(self.period));
+            return bad(
+                format!(
+                    "quota period {:?} is longer than the maximum of 366 days",
+                    self.period
+                ),
+                format!("{:?}", self.period),
+            );
         }
         if self.period.as_micros() < u128::from(self.limit) {
-            return Err(QuotaError::TooFast {
-                limit: self.limit,
-                period: self.period,
-            });
+            return bad(
+                format!(
+                    "quota {} per {:?} is faster than 1 request per microsecond",
+                    self.limit, self.period
+                ),
+                self.to_string(),
+            );
         }
+        let burst = |message: String| {
+            Err(ConfigError::new(ConfigErrorKind::Quota, message)
+                .with_setting("Quota::burst")
+                .with_value(self.burst_size()))
+        };
         if self.burst == Some(0) {
-            return Err(QuotaError::ZeroBurst);
+            return burst("quota burst is 0: the burst must be at least 1".to_owned());
         }
         // burst × emission interval is how far ahead the schedule may run; keep it within the
         // range every backend computes exactly (Lua numbers are doubles).
         let horizon = u128::from(self.burst_size()) * u128::from(self.emission_interval_us());
         if horizon > MAX_PERIOD.as_micros() * 4 {
-            return Err(QuotaError::BurstTooLarge(self.burst_size()));
+            return burst(format!(
+                "quota burst {} is too large for its rate (the full burst would take over 4 years to refill)",
+                self.burst_size()
+            ));
         }
         Ok(())
     }
@@ -193,7 +221,7 @@ impl Quota {
     /// # Errors
     ///
     /// The first part that does not parse, or an empty string.
-    pub fn parse_many(s: &str) -> Result<Vec<Self>, QuotaError> {
+    pub fn parse_many(s: &str) -> Result<Vec<Self>, ConfigError> {
         let quotas = s
             .split([';', ','])
             .map(str::trim)
@@ -201,7 +229,7 @@ impl Quota {
             .map(str::parse)
             .collect::<Result<Vec<Self>, _>>()?;
         if quotas.is_empty() {
-            return Err(QuotaError::Syntax(s.to_owned()));
+            return Err(syntax(s));
         }
         Ok(quotas)
     }
@@ -226,65 +254,44 @@ impl fmt::Display for Quota {
     }
 }
 
-/// Why a quota is invalid or did not parse.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum QuotaError {
-    /// The string is not of the form `<count>/<period>`.
-    #[error(
-        "invalid quota `{0}`: expected `<count>/<period>`, e.g. `100/minute`, `5/s` or `10/30s`"
-    )]
-    Syntax(String),
-    /// The count is not a whole number.
-    #[error("invalid quota count `{0}`: expected a whole number of requests, e.g. `100/minute`")]
-    Count(String),
-    /// The period's unit is unknown.
-    #[error(
-        "invalid quota period unit `{0}`: expected one of ms, s, sec, second, m, min, minute, h, hour, d, day (plural forms too)"
-    )]
-    Unit(String),
-    /// The period's multiplier is not a whole number.
-    #[error("invalid quota period `{0}`: expected e.g. `minute`, `30s` or `2h`")]
-    Period(String),
-    /// The limit is zero: nothing would ever be admitted.
-    #[error("quota limit is 0: a quota must admit at least 1 request per period")]
-    ZeroLimit,
-    /// The period is zero.
-    #[error("quota period is 0: the period must be positive")]
-    ZeroPeriod,
-    /// The period is longer than [`MAX_PERIOD`].
-    #[error("quota period {0:?} is longer than the maximum of 366 days")]
-    PeriodTooLong(Duration),
-    /// More than one request per microsecond.
-    #[error("quota {limit} per {period:?} is faster than 1 request per microsecond")]
-    TooFast {
-        /// The limit.
-        limit: u32,
-        /// The period.
-        period: Duration,
-    },
-    /// The burst is zero: nothing would ever be admitted.
-    #[error("quota burst is 0: the burst must be at least 1")]
-    ZeroBurst,
-    /// The burst would let the schedule run years ahead.
-    #[error(
-        "quota burst {0} is too large for its rate (the full burst would take over 4 years to refill)"
-    )]
-    BurstTooLarge(u32),
+/// A quota string that is not of the form `<count>/<period>`.
+fn syntax(s: &str) -> ConfigError {
+    ConfigError::new(
+        ConfigErrorKind::QuotaSyntax,
+        format!(
+            "invalid quota `{s}`: expected `<count>/<period>`, e.g. `100/minute`, `5/s` or `10/30s`"
+        ),
+    )
+    .with_value(s)
+}
+
+/// A period that is not e.g. `minute`, `30s` or `2h`.
+fn bad_period(s: &str) -> ConfigError {
+    ConfigError::new(
+        ConfigErrorKind::QuotaSyntax,
+        format!("invalid quota period `{s}`: expected e.g. `minute`, `30s` or `2h`"),
+    )
+    .with_value(s)
 }
 
 impl FromStr for Quota {
-    type Err = QuotaError;
+    type Err = ConfigError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
         let Some((count, period)) = s.split_once('/') else {
-            return Err(QuotaError::Syntax(s.to_owned()));
+            return Err(syntax(s));
         };
         let count = count.trim();
-        let limit: u32 = count
-            .parse()
-            .map_err(|_| QuotaError::Count(count.to_owned()))?;
+        let limit: u32 = count.parse().map_err(|_| {
+            ConfigError::new(
+                ConfigErrorKind::QuotaSyntax,
+                format!(
+                    "invalid quota count `{count}`: expected a whole number of requests, e.g. `100/minute`"
+                ),
+            )
+            .with_value(count)
+        })?;
         let period = parse_period(period.trim())?;
         let quota = Self::new(limit, period);
         quota.validate()?;
@@ -293,16 +300,16 @@ impl FromStr for Quota {
 }
 
 /// Parses `minute`, `30s`, `2 hours`, `500ms`.
-fn parse_period(s: &str) -> Result<Duration, QuotaError> {
+fn parse_period(s: &str) -> Result<Duration, ConfigError> {
     if s.is_empty() {
-        return Err(QuotaError::Period(s.to_owned()));
+        return Err(bad_period(s));
     }
     let digits = s.bytes().take_while(u8::is_ascii_digit).count();
     let (n, unit) = s.split_at(digits);
     let n: u64 = if n.is_empty() {
         1
     } else {
-        n.parse().map_err(|_| QuotaError::Period(s.to_owned()))?
+        n.parse().map_err(|_| bad_period(s))?
     };
     let unit_ms: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "ms" | "millis" | "millisecond" | "milliseconds" => 1,
@@ -310,12 +317,20 @@ fn parse_period(s: &str) -> Result<Duration, QuotaError> {
         "m" | "min" | "mins" | "minute" | "minutes" => 60_000,
         "h" | "hr" | "hrs" | "hour" | "hours" => 3_600_000,
         "d" | "day" | "days" => 86_400_000,
-        "" => return Err(QuotaError::Period(s.to_owned())),
-        other => return Err(QuotaError::Unit(other.to_owned())),
+        "" => return Err(bad_period(s)),
+        other => {
+            return Err(ConfigError::new(
+                ConfigErrorKind::QuotaSyntax,
+                format!(
+                    "invalid quota period unit `{other}`: expected one of ms, s, sec, second, m, min, minute, h, hour, d, day (plural forms too)"
+                ),
+            )
+            .with_value(other));
+        }
     };
     n.checked_mul(unit_ms)
         .map(Duration::from_millis)
-        .ok_or_else(|| QuotaError::Period(s.to_owned()))
+        .ok_or_else(|| bad_period(s))
 }
 
 #[cfg(test)]
@@ -339,42 +354,60 @@ mod tests {
         }
     }
 
+    /// The kind, the value and the message of a parse or validation error.
+    fn why<T: std::fmt::Debug>(r: Result<T, ConfigError>) -> (ConfigErrorKind, String, String) {
+        let e = r.unwrap_err();
+        (
+            e.kind(),
+            e.value().unwrap_or_default().to_owned(),
+            e.to_string(),
+        )
+    }
+
     #[test]
     fn rejects_bad_strings_with_a_message_that_says_why() {
-        let zero = "0/minute".parse::<Quota>().unwrap_err();
-        assert_eq!(zero, QuotaError::ZeroLimit);
-        assert!(zero.to_string().contains("at least 1"), "{zero}");
-
-        let unit = "10/fortnight".parse::<Quota>().unwrap_err();
-        assert_eq!(unit, QuotaError::Unit("fortnight".into()));
-        assert!(unit.to_string().contains("`fortnight`"), "{unit}");
-
-        let abc = "abc".parse::<Quota>().unwrap_err();
-        assert_eq!(abc, QuotaError::Syntax("abc".into()));
-        assert!(abc.to_string().contains("<count>/<period>"), "{abc}");
-
-        assert_eq!(
-            "x/minute".parse::<Quota>(),
-            Err(QuotaError::Count("x".into()))
+        use ConfigErrorKind::{Quota as Bad, QuotaSyntax as Syntax};
+        let (kind, value, zero) = why("0/minute".parse::<Quota>());
+        assert_eq!((kind, value.as_str()), (Bad, "0"));
+        assert!(
+            zero.contains("limit is 0") && zero.contains("at least 1"),
+            "{zero}"
         );
-        assert_eq!("-1/s".parse::<Quota>(), Err(QuotaError::Count("-1".into())));
-        assert_eq!(
-            "1/".parse::<Quota>(),
-            Err(QuotaError::Period(String::new()))
+
+        let (kind, value, unit) = why("10/fortnight".parse::<Quota>());
+        assert_eq!((kind, value.as_str()), (Syntax, "fortnight"));
+        assert!(unit.contains("period unit `fortnight`"), "{unit}");
+
+        let (kind, value, abc) = why("abc".parse::<Quota>());
+        assert_eq!((kind, value.as_str()), (Syntax, "abc"));
+        assert!(abc.contains("<count>/<period>"), "{abc}");
+
+        for (s, value, says) in [
+            ("x/minute", "x", "quota count `x`"),
+            ("-1/s", "-1", "quota count `-1`"),
+            ("1/", "", "quota period ``"),
+            (
+                "1/99999999999999999999d",
+                "99999999999999999999d",
+                "quota period `9",
+            ),
+        ] {
+            let (kind, got, text) = why(s.parse::<Quota>());
+            assert_eq!((kind, got.as_str()), (Syntax, value), "{s}");
+            assert!(text.contains(says), "{s}: {text}");
+        }
+        let (kind, value, text) = why("1/0s".parse::<Quota>());
+        assert_eq!((kind, value.as_str()), (Bad, "0ns"));
+        assert!(text.contains("period is 0"), "{text}");
+        let (kind, _, text) = why("1/400d".parse::<Quota>());
+        assert_eq!(kind, Bad);
+        assert!(text.contains("longer than the maximum"), "{text}");
+        let (kind, value, text) = why("2000000/s".parse::<Quota>());
+        assert_eq!((kind, value.as_str()), (Bad, "2000000/second"));
+        assert!(
+            text.contains("faster than 1 request per microsecond"),
+            "{text}"
         );
-        assert_eq!("1/0s".parse::<Quota>(), Err(QuotaError::ZeroPeriod));
-        assert!(matches!(
-            "1/400d".parse::<Quota>(),
-            Err(QuotaError::PeriodTooLong(_))
-        ));
-        assert!(matches!(
-            "2000000/s".parse::<Quota>(),
-            Err(QuotaError::TooFast { .. })
-        ));
-        assert!(matches!(
-            "1/99999999999999999999d".parse::<Quota>(),
-            Err(QuotaError::Period(_))
-        ));
     }
 
     #[test]
@@ -383,26 +416,35 @@ mod tests {
             Quota::parse_many("10/s; 1000/h"),
             Ok(vec![Quota::per_second(10), Quota::per_hour(1000)])
         );
+        let (kind, value, _) = why(Quota::parse_many(" ; "));
         assert_eq!(
-            Quota::parse_many(" ; "),
-            Err(QuotaError::Syntax(" ; ".into()))
+            (kind, value.as_str()),
+            (ConfigErrorKind::QuotaSyntax, " ; ")
         );
-        assert_eq!(Quota::parse_many("10/s; 0/h"), Err(QuotaError::ZeroLimit));
+        let (kind, _, text) = why(Quota::parse_many("10/s; 0/h"));
+        assert_eq!(kind, ConfigErrorKind::Quota);
+        assert!(text.contains("limit is 0"), "{text}");
     }
 
     #[test]
     fn burst_defaults_to_limit_and_validates() {
         assert_eq!(Quota::per_minute(100).burst_size(), 100);
         assert_eq!(Quota::per_minute(100).burst(5).burst_size(), 5);
+        let zero = Quota::per_minute(1).burst(0).validate().unwrap_err();
+        assert_eq!(zero.kind(), ConfigErrorKind::Quota);
         assert_eq!(
-            Quota::per_minute(1).burst(0).validate(),
-            Err(QuotaError::ZeroBurst)
+            (zero.setting(), zero.value()),
+            (Some("Quota::burst"), Some("0"))
         );
-        assert_eq!(Quota::per_minute(0).validate(), Err(QuotaError::ZeroLimit));
-        assert!(matches!(
-            Quota::per_day(1).burst(u32::MAX).validate(),
-            Err(QuotaError::BurstTooLarge(_))
-        ));
+        assert!(zero.to_string().contains("burst is 0"), "{zero}");
+        let (_, _, text) = why(Quota::per_minute(0).validate());
+        assert!(text.contains("limit is 0"), "{text}");
+        let large = Quota::per_day(1).burst(u32::MAX).validate().unwrap_err();
+        assert_eq!(large.value(), Some(u32::MAX.to_string().as_str()));
+        assert!(
+            large.to_string().contains("too large for its rate"),
+            "{large}"
+        );
     }
 
     #[test]

@@ -362,7 +362,7 @@ fn held((states, receipt): Receipted) -> Held {
 impl crate::sealed::Sealed for RedisLimiter {}
 
 impl Limiter for RedisLimiter {
-    fn config_problem(&self) -> Option<String> {
+    fn config_problem(&self) -> Option<crate::ConfigError> {
         self.backend.config_problem()
     }
 

@@ -10,7 +10,8 @@ use futures_util::future::join_all;
 use super::limiter::{BoxFuture, Check};
 use super::rule::QuotaFrom;
 use super::warn::WarnEvery;
-use super::{Quota, Rule, RuleError};
+use super::{Quota, Rule};
+use crate::ConfigError;
 
 /// How long a request waits for its rules' `async` quota lookups
 /// ([`Rule::with_quota_from_async`](super::Rule::with_quota_from_async)) at most. After it, the
@@ -44,7 +45,7 @@ pub(crate) fn resolve(rule: &Rule, parts: &http::request::Parts) -> Resolved {
 
 /// Whether `check`'s resolved quota works with its rule and cost; logs why not (the layer then
 /// answers `500`, as for a misconfigured key).
-pub(crate) fn usable(check: &Check) -> Result<(), RuleError> {
+pub(crate) fn usable(check: &Check) -> Result<(), ConfigError> {
     check
         .rule
         .resolved_problem(&check.quota, check.cost)
@@ -62,7 +63,7 @@ pub(crate) fn usable(check: &Check) -> Result<(), RuleError> {
 pub(crate) fn looked_up(
     mut checks: Vec<Check>,
     lookups: Vec<Lookup>,
-) -> BoxFuture<Result<Vec<Check>, RuleError>> {
+) -> BoxFuture<Result<Vec<Check>, ConfigError>> {
     Box::pin(async move {
         let (places, futures): (Vec<usize>, Vec<_>) = lookups.into_iter().unzip();
         match tokio::time::timeout(QUOTA_LOOKUP_TIMEOUT, join_all(futures)).await {

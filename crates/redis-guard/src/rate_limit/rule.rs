@@ -7,7 +7,8 @@ use std::sync::Arc;
 use super::algorithm::Params;
 use std::collections::HashSet;
 
-use super::{Algorithm, Bans, FailurePolicy, Key, Mode, Quota, QuotaError, Route};
+use super::{Algorithm, Bans, FailurePolicy, Key, Mode, Quota, Route};
+use crate::{ConfigError, ConfigErrorKind};
 
 /// A rule: a name (used in Redis key names and in the `RateLimit` headers), a [`Quota`], an
 /// [`Algorithm`] and the cost of one request.
@@ -223,8 +224,8 @@ impl Rule {
     ///
     /// # Errors
     ///
-    /// A [`RuleError`] that names the rule and the bad value.
-    pub fn validate(&self) -> Result<(), RuleError> {
+    /// A [`ConfigError`] that names the rule and the bad value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let valid_name = !self.name.is_empty()
             && self.name.len() <= 64
             && self
@@ -232,58 +233,80 @@ impl Rule {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
         if !valid_name {
-            return Err(RuleError::Name(self.name.to_string()));
+            return Err(ConfigError::new(
+                ConfigErrorKind::Name,
+                format!(
+                    "invalid rule name `{}`: use 1-64 characters of A-Z, a-z, 0-9, `_`, `.`, `-`",
+                    self.name
+                ),
+            )
+            .with_setting("Rule::new")
+            .with_value(&self.name)
+            .of_rule(&self.name));
         }
         if let Some(why) = self.lease_problem(self.cost_from.is_some()) {
-            return Err(RuleError::Concurrency {
-                rule: self.name.to_string(),
-                why,
-            });
+            return Err(self.problem(ConfigErrorKind::Concurrency, why, "Rule::concurrency"));
         }
         if self.after_response && self.cost == 0 && self.cost_from.is_none() {
-            return Err(RuleError::NoReservation(self.name.to_string()));
+            return Err(self
+                .problem(
+                    ConfigErrorKind::Cost,
+                    "charged_after_response needs a reservation, and with_cost(0) reserves nothing (every concurrent request would pass on one unit left): reserve what a request typically costs with with_cost(n), n >= 1",
+                    "Rule::with_cost",
+                )
+                .with_value(0));
         }
         self.shape_problem(&self.quota, self.cost)?;
         self.operations_problem()?;
         match self.leasing_problem() {
-            Some(why) => Err(RuleError::Leasing {
-                rule: self.name.to_string(),
-                why,
-            }),
+            Some(why) => Err(self.problem(ConfigErrorKind::Leasing, why, "Rule::leased")),
             None => Ok(()),
         }
     }
 
+    /// A problem of this rule with `setting`: the message names the rule.
+    pub(crate) fn problem(
+        &self,
+        kind: ConfigErrorKind,
+        why: impl Into<String>,
+        setting: &'static str,
+    ) -> ConfigError {
+        ConfigError::new(kind, why)
+            .with_setting(setting)
+            .in_rule(&self.name)
+    }
+
     /// Why `quota` and `cost` cannot work with this rule's algorithm, the rule's own or a
     /// quota resolved for one request.
-    pub(crate) fn shape_problem(&self, quota: &Quota, cost: u32) -> Result<(), RuleError> {
-        quota.validate().map_err(|source| RuleError::Quota {
-            rule: self.name.to_string(),
-            source,
-        })?;
+    pub(crate) fn shape_problem(&self, quota: &Quota, cost: u32) -> Result<(), ConfigError> {
+        quota.validate().map_err(|e| e.in_rule(&self.name))?;
         if let Algorithm::Custom(custom) = &self.algorithm
             && let Some(why) = custom.problem()
         {
-            return Err(RuleError::Custom {
-                rule: self.name.to_string(),
-                why,
-            });
+            return Err(self.problem(ConfigErrorKind::Algorithm, why, "Rule::with_algorithm"));
         }
         let capacity = self.algorithm.capacity(quota);
         if cost > capacity {
-            return Err(RuleError::CostOverBurst {
-                rule: self.name.to_string(),
-                cost,
-                burst: capacity,
-            });
+            return Err(self
+                .problem(
+                    ConfigErrorKind::Cost,
+                    format!(
+                        "cost {cost} is larger than the burst {capacity}, so no request could ever pass"
+                    ),
+                    "Rule::with_cost",
+                )
+                .with_value(cost));
         }
         if self.algorithm == Algorithm::SlidingCounter
             && u128::from(quota.limit()) * quota.period().as_micros() >= 1 << 53
         {
-            return Err(RuleError::TooLargeForAlgorithm {
-                rule: self.name.to_string(),
-                why: "the sliding counter needs limit × period (in µs) below 2^53; use a shorter period or GCRA",
-            });
+            return Err(self
+                .problem(
+                    ConfigErrorKind::Algorithm,
+                    "the sliding counter needs limit × period (in µs) below 2^53; use a shorter period or GCRA",
+                    "Rule::with_algorithm",
+                )
+                .with_value(quota));
         }
         Ok(())
     }
@@ -291,17 +314,20 @@ impl Rule {
     /// Why `quota`, resolved for one request, cannot replace the rule's own: the checks of
     /// [`validate`](Self::validate), and for the window algorithms the rule's period (their
     /// windows are cut by it, so another period would start the key's count afresh).
-    pub(crate) fn resolved_problem(&self, quota: &Quota, cost: u32) -> Result<(), RuleError> {
+    pub(crate) fn resolved_problem(&self, quota: &Quota, cost: u32) -> Result<(), ConfigError> {
         if quota.period() != self.quota.period()
             && matches!(
                 self.algorithm,
                 Algorithm::FixedWindow | Algorithm::SlidingCounter | Algorithm::SlidingLog
             )
         {
-            return Err(RuleError::TooLargeForAlgorithm {
-                rule: self.name.to_string(),
-                why: "a resolved quota of a window algorithm must keep the rule's period; use GCRA or the token bucket for plans with different periods",
-            });
+            return Err(self
+                .problem(
+                    ConfigErrorKind::Algorithm,
+                    "a resolved quota of a window algorithm must keep the rule's period; use GCRA or the token bucket for plans with different periods",
+                    "Rule::with_quota_from",
+                )
+                .with_value(quota));
         }
         self.shape_problem(quota, cost)
     }
@@ -475,7 +501,7 @@ impl Rule {
     /// script call on Redis, one more lookup in memory); [`with_bans`](Self::with_bans) turns
     /// it on. [`inspect`](super::Limiter::inspect) and [`reset`](super::Limiter::reset) work on
     /// every rule; `penalize` and `allow` on a rule without overrides are refused with
-    /// [`LimiterError::Unsupported`](super::LimiterError::Unsupported), never silently ignored.
+    /// a [`ConfigErrorKind::Unsupported`] error, never silently ignored.
     ///
     /// ```
     /// use std::time::Duration;
@@ -517,12 +543,9 @@ impl Rule {
     }
 
     /// Why the rule's operations options cannot work.
-    fn operations_problem(&self) -> Result<(), RuleError> {
+    fn operations_problem(&self) -> Result<(), ConfigError> {
         match self.bans.as_ref().and_then(Bans::problem) {
-            Some(why) => Err(RuleError::Bans {
-                rule: self.name.to_string(),
-                why,
-            }),
+            Some(why) => Err(self.problem(ConfigErrorKind::Bans, why, "Rule::with_bans")),
             None => Ok(()),
         }
     }
@@ -595,107 +618,3 @@ impl std::fmt::Debug for QuotaFrom {
 
 /// A rule's refund condition ([`Rule::refund_when`]).
 pub(super) type RefundWhen = Shared<dyn Fn(&http::StatusCode) -> bool + Send + Sync>;
-
-/// Why a rule cannot work. Reported when the layer is built.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RuleError {
-    /// The rule works, but its share under
-    /// [`FailurePolicy::Fallback`](crate::rate_limit::FailurePolicy::Fallback) does not (a cost
-    /// above the divided burst): lower the replica count or the cost.
-    #[error("FailurePolicy::Fallback with {replicas} replicas: the share of {source}")]
-    FallbackShare {
-        /// The replica count.
-        replicas: u32,
-        /// What is wrong with the divided rule (it names the rule).
-        source: Box<RuleError>,
-    },
-    /// The name is empty, too long, or has characters outside `A–Z a–z 0–9 _ . -`.
-    #[error("invalid rule name `{0}`: use 1-64 characters of A-Z, a-z, 0-9, `_`, `.`, `-`")]
-    Name(String),
-    /// The quota is invalid.
-    #[error("rule `{rule}`: {source}")]
-    Quota {
-        /// The rule.
-        rule: String,
-        /// What is wrong with its quota.
-        #[source]
-        source: QuotaError,
-    },
-    /// A request costing more than the burst could never be admitted.
-    #[error(
-        "rule `{rule}`: cost {cost} is larger than the burst {burst}, so no request could ever pass"
-    )]
-    CostOverBurst {
-        /// The rule.
-        rule: String,
-        /// The cost.
-        cost: u32,
-        /// The burst.
-        burst: u32,
-    },
-    /// A rule [`charged_after_response`](Rule::charged_after_response) with a constant cost of
-    /// 0 reserves nothing, so it would admit every concurrent request on one unit left: reserve
-    /// what a request typically costs with [`with_cost`](Rule::with_cost).
-    #[error(
-        "rule `{0}`: charged_after_response needs a reservation, and with_cost(0) reserves nothing (every concurrent request would pass on one unit left): reserve what a request typically costs with with_cost(n), n >= 1"
-    )]
-    NoReservation(String),
-    /// The quota is outside what the algorithm computes exactly.
-    #[error("rule `{rule}`: {why}")]
-    TooLargeForAlgorithm {
-        /// The rule.
-        rule: String,
-        /// Why.
-        why: &'static str,
-    },
-    /// The limiter is configured so that it cannot decide (e.g. a Redis timeout of zero).
-    #[error("the limiter cannot work: {0}")]
-    Limiter(String),
-    /// A custom algorithm cannot be used.
-    #[error("rule `{rule}`: {why}")]
-    Custom {
-        /// The rule.
-        rule: String,
-        /// Why.
-        why: String,
-    },
-    /// Two rules of one layer share a name (their counters would collide).
-    #[error("two rules are named `{0}`; rule names must be unique within a layer")]
-    Duplicate(String),
-    /// [`RateLimitLayerBuilder::candidate`](super::RateLimitLayerBuilder::candidate) named a
-    /// rule the layer does not have (yet: add the rule first).
-    #[error(
-        "a candidate names rule `{0}`, which the layer does not have (add the rule before its candidate)"
-    )]
-    UnknownRule(String),
-    /// A layer needs at least one rule.
-    #[error("the rate-limit layer has no rules")]
-    NoRules,
-    /// A concurrency rule ([`Rule::concurrency`]) cannot work: a maximum in flight of 0, a
-    /// lease expiry under 1 ms, or a cost other than 1 (or 0).
-    #[error("rule `{rule}`: {why}")]
-    Concurrency {
-        /// The rule.
-        rule: String,
-        /// Why.
-        why: &'static str,
-    },
-    /// The rule's [`Bans`] cannot work.
-    #[error("rule `{rule}`: {why}")]
-    Bans {
-        /// The rule.
-        rule: String,
-        /// Why.
-        why: String,
-    },
-    /// The rule cannot be [`leased`](Rule::leased): its algorithm or options need an exact
-    /// answer per request, or its burst is too small for a block.
-    #[error("rule `{rule}`: {why}")]
-    Leasing {
-        /// The rule.
-        rule: String,
-        /// Why.
-        why: &'static str,
-    },
-}

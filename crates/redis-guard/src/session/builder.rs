@@ -10,25 +10,19 @@ use super::shared::{Metadata, Shared};
 use super::store::{Lifetimes, SessionStore};
 use super::token::Transport;
 use super::{FailurePolicy, SessionLayer};
+use crate::{ConfigError, ConfigErrorKind};
 
-/// Why a session layer cannot be built.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SessionConfigError {
-    /// The cookie settings do not work together.
-    #[error("session cookie: {0}")]
-    Cookie(String),
-    /// A lifetime is zero or longer than [`MAX_LIFETIME`], the idle timeout is longer than the
-    /// absolute lifetime, or the per-user cap is outside 1..=[`MAX_SESSIONS_PER_USER`].
-    #[error("session lifetimes: {0}")]
-    Lifetimes(String),
-    /// The store's own settings cannot work (e.g. a zero Redis timeout), as
-    /// [`SessionStore::check`] reports them.
-    #[error("session store: {0}")]
-    Store(String),
-    /// A header name of the [`Transport`] is not a valid header name, or cannot carry a token.
-    #[error("session transport: {0}")]
-    Transport(String),
+/// A lifetime setting that cannot work: `setting` is `value`.
+fn lifetimes(
+    kind: ConfigErrorKind,
+    message: String,
+    setting: &'static str,
+    value: impl fmt::Debug,
+) -> Result<SessionLayer, ConfigError> {
+    Err(ConfigError::new(kind, message)
+        .with_setting(setting)
+        .with_debug_value(value)
+        .within("session lifetimes"))
 }
 
 /// The longest idle timeout or absolute lifetime a layer accepts: 10 years. Expiries are
@@ -46,7 +40,7 @@ impl SessionLayer {
     /// # Errors
     ///
     /// The store's settings cannot work (see [`SessionLayerBuilder::build`]).
-    pub fn new(store: impl SessionStore) -> Result<Self, SessionConfigError> {
+    pub fn new(store: impl SessionStore) -> Result<Self, ConfigError> {
         Self::builder(store).build()
     }
 
@@ -96,7 +90,7 @@ impl SessionLayerBuilder {
         ///     .transport(Transport::bearer())
         ///     .build()?;
         /// # let _ = api;
-        /// # Ok::<(), redis_guard::session::SessionConfigError>(())
+        /// # Ok::<(), redis_guard::ConfigError>(())
         /// ```
         pub fn transport(transport: Transport) => transport;
 
@@ -146,7 +140,7 @@ impl SessionLayerBuilder {
     /// let layer = SessionLayer::builder(MemorySessionStore::new())
     ///     .last_seen_interval(Duration::from_secs(60))
     ///     .build()?;
-    /// # Ok::<(), redis_guard::session::SessionConfigError>(())
+    /// # Ok::<(), redis_guard::ConfigError>(())
     /// ```
     pub fn last_seen_interval(mut self, every: Duration) -> Self {
         self.life.seen_every = Some(every);
@@ -173,7 +167,7 @@ impl SessionLayerBuilder {
     ///     .client_ip(None)
     ///     .build();
     /// # let _ = (behind_proxy, no_addresses);
-    /// # Ok::<(), redis_guard::rate_limit::ProxyConfigError>(())
+    /// # Ok::<(), redis_guard::ConfigError>(())
     /// ```
     #[cfg(feature = "rate-limit")]
     pub fn client_ip(mut self, ip: Option<crate::rate_limit::ClientIp>) -> Self {
@@ -201,48 +195,80 @@ impl SessionLayerBuilder {
     ///     .unwrap_err();
     /// assert!(err.to_string().contains("longer than 10 years"));
     /// ```
-    pub fn build(self) -> Result<SessionLayer, SessionConfigError> {
-        self.cookie.validate().map_err(SessionConfigError::Cookie)?;
+    pub fn build(self) -> Result<SessionLayer, ConfigError> {
+        self.cookie
+            .validate()
+            .map_err(|e| e.within("session cookie"))?;
         let transport = self
             .transport
             .resolve()
-            .map_err(SessionConfigError::Transport)?;
-        self.store.check().map_err(SessionConfigError::Store)?;
-        for (what, d) in [
-            ("idle timeout", self.life.idle),
-            ("absolute lifetime", self.life.max),
-            ("lifetime ceiling", self.life.ceiling),
+            .map_err(|e| e.within("session transport"))?;
+        self.store.check().map_err(|e| e.within("session store"))?;
+        for (what, d, setting) in [
+            (
+                "idle timeout",
+                self.life.idle,
+                "SessionLayerBuilder::idle_timeout",
+            ),
+            (
+                "absolute lifetime",
+                self.life.max,
+                "SessionLayerBuilder::max_lifetime",
+            ),
+            (
+                "lifetime ceiling",
+                self.life.ceiling,
+                "SessionLayerBuilder::lifetime_ceiling",
+            ),
         ] {
+            let duration = ConfigErrorKind::Duration;
             if d.is_zero() {
-                return Err(SessionConfigError::Lifetimes(format!(
-                    "{what} {d:?} must be positive"
-                )));
+                return lifetimes(
+                    duration,
+                    format!("{what} {d:?} must be positive"),
+                    setting,
+                    d,
+                );
             }
             if d > MAX_LIFETIME {
-                return Err(SessionConfigError::Lifetimes(format!(
-                    "{what} {d:?} is longer than 10 years ({MAX_LIFETIME:?})"
-                )));
+                let message = format!("{what} {d:?} is longer than 10 years ({MAX_LIFETIME:?})");
+                return lifetimes(duration, message, setting, d);
             }
         }
         if self.life.idle > self.life.max {
-            return Err(SessionConfigError::Lifetimes(format!(
-                "idle timeout {:?} is longer than the absolute lifetime {:?}",
-                self.life.idle, self.life.max
-            )));
+            return lifetimes(
+                ConfigErrorKind::Duration,
+                format!(
+                    "idle timeout {:?} is longer than the absolute lifetime {:?}",
+                    self.life.idle, self.life.max
+                ),
+                "SessionLayerBuilder::idle_timeout",
+                self.life.idle,
+            );
         }
         if let Some(every) = self.life.seen_every
             && every >= self.life.idle
         {
-            return Err(SessionConfigError::Lifetimes(format!(
-                "last-seen interval {every:?} is not shorter than the idle timeout {:?}",
-                self.life.idle
-            )));
+            return lifetimes(
+                ConfigErrorKind::Duration,
+                format!(
+                    "last-seen interval {every:?} is not shorter than the idle timeout {:?}",
+                    self.life.idle
+                ),
+                "SessionLayerBuilder::last_seen_interval",
+                every,
+            );
         }
         if self.life.per_user == 0 || self.life.per_user > MAX_SESSIONS_PER_USER {
-            return Err(SessionConfigError::Lifetimes(format!(
-                "max sessions per user {} is not within 1..={MAX_SESSIONS_PER_USER}",
-                self.life.per_user
-            )));
+            return lifetimes(
+                ConfigErrorKind::Range,
+                format!(
+                    "max sessions per user {} is not within 1..={MAX_SESSIONS_PER_USER}",
+                    self.life.per_user
+                ),
+                "SessionLayerBuilder::max_sessions_per_user",
+                self.life.per_user,
+            );
         }
         Ok(SessionLayer {
             shared: Arc::new(Shared {
@@ -282,7 +308,7 @@ mod tests {
 
     fn build(
         f: impl FnOnce(SessionLayerBuilder) -> SessionLayerBuilder,
-    ) -> Result<SessionLayer, SessionConfigError> {
+    ) -> Result<SessionLayer, ConfigError> {
         f(SessionLayer::builder(MemorySessionStore::new())).build()
     }
 
@@ -305,5 +331,49 @@ mod tests {
         assert!(build(|b| b.max_sessions_per_user(100_000)).is_err());
         let ten_years = Duration::from_secs(10 * 365 * 86_400);
         assert!(build(|b| b.max_lifetime(ten_years)).is_ok());
+    }
+
+    /// Issue 22, item 2: a bad setting is named, with its value, for callers that branch.
+    #[test]
+    fn errors_name_the_setting_and_its_value() {
+        type Set = fn(SessionLayerBuilder) -> SessionLayerBuilder;
+        let cases: [(Set, _, _, _); 4] = [
+            (
+                |b| b.idle_timeout(Duration::ZERO),
+                ConfigErrorKind::Duration,
+                "SessionLayerBuilder::idle_timeout",
+                "0ns",
+            ),
+            (
+                |b| b.max_sessions_per_user(0),
+                ConfigErrorKind::Range,
+                "SessionLayerBuilder::max_sessions_per_user",
+                "0",
+            ),
+            (
+                |b| b.cookie(CookieConfig::default().path("app")),
+                ConfigErrorKind::Cookie,
+                "CookieConfig::path",
+                "app",
+            ),
+            (
+                |b| b.transport(Transport::header("Cookie")),
+                ConfigErrorKind::Transport,
+                "Transport::header",
+                "cookie",
+            ),
+        ];
+        for (set, kind, setting, value) in cases {
+            let err = build(set).unwrap_err();
+            assert_eq!(err.kind(), kind, "{err}");
+            assert_eq!(err.setting(), Some(setting), "{err}");
+            assert_eq!(err.value(), Some(value), "{err}");
+            assert!(err.to_string().contains(value), "{err}");
+        }
+        let err = build(|b| b.max_sessions_per_user(0)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "session lifetimes: max sessions per user 0 is not within 1..=1024"
+        );
     }
 }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::id::SessionId;
+use crate::{ConfigError, ConfigErrorKind};
 
 /// The `SameSite` attribute.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,8 +141,20 @@ impl CookieConfig {
     ///
     /// # Errors
     ///
-    /// A message naming the bad attribute.
-    pub fn validate(&self) -> Result<(), String> {
+    /// A [`ConfigError`] of kind [`Cookie`](ConfigErrorKind::Cookie) naming the bad attribute.
+    ///
+    /// ```
+    /// use redis_guard::session::CookieConfig;
+    /// let err = CookieConfig::default().path("no-slash").validate().unwrap_err();
+    /// assert_eq!(err.setting(), Some("CookieConfig::path"));
+    /// assert_eq!(err.value(), Some("no-slash"));
+    /// ```
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |message: String, setting, value: &dyn std::fmt::Display| {
+            Err(ConfigError::new(ConfigErrorKind::Cookie, message)
+                .with_setting(setting)
+                .with_value(value))
+        };
         let token = |s: &str| {
             !s.is_empty()
                 && s.bytes()
@@ -149,32 +162,56 @@ impl CookieConfig {
         };
         let name = self.name();
         if !token(name) {
-            return Err(format!("invalid cookie name {name:?}"));
+            return bad(
+                format!("invalid cookie name {name:?}"),
+                "CookieConfig::with_name",
+                &name,
+            );
         }
         let attr_ok =
             |s: &str| !s.is_empty() && s.bytes().all(|b| (0x21..0x7f).contains(&b) && b != b';');
         if !attr_ok(&self.path) || !self.path.starts_with('/') {
-            return Err(format!("invalid cookie path {:?}", self.path));
+            return bad(
+                format!("invalid cookie path {:?}", self.path),
+                "CookieConfig::path",
+                &self.path,
+            );
         }
         if let Some(d) = &self.domain
             && !attr_ok(d)
         {
-            return Err(format!("invalid cookie domain {d:?}"));
+            return bad(
+                format!("invalid cookie domain {d:?}"),
+                "CookieConfig::domain",
+                d,
+            );
         }
         if name.starts_with("__Host-")
             && (!self.secure || self.path != "/" || self.domain.is_some())
         {
-            return Err(format!(
-                "the `__Host-` cookie {name:?} must be Secure, with Path=/ and no Domain \
-                 (secure: {}, path: {:?}, domain: {:?})",
-                self.secure, self.path, self.domain
-            ));
+            return bad(
+                format!(
+                    "the `__Host-` cookie {name:?} must be Secure, with Path=/ and no Domain \
+                     (secure: {}, path: {:?}, domain: {:?})",
+                    self.secure, self.path, self.domain
+                ),
+                "CookieConfig::with_name",
+                &name,
+            );
         }
         if name.starts_with("__Secure-") && !self.secure {
-            return Err("a `__Secure-` cookie must be Secure".to_owned());
+            return bad(
+                "a `__Secure-` cookie must be Secure".to_owned(),
+                "CookieConfig::secure",
+                &self.secure,
+            );
         }
         if self.same_site == SameSite::None && !self.secure {
-            return Err("SameSite=None requires Secure".to_owned());
+            return bad(
+                "SameSite=None requires Secure".to_owned(),
+                "CookieConfig::secure",
+                &self.secure,
+            );
         }
         Ok(())
     }
@@ -258,7 +295,10 @@ mod tests {
                 .secure(false),
             CookieConfig::default().with_name("__Host-sid").path("/app"),
         ] {
-            assert!(bad.validate().unwrap_err().contains("__Host-"), "{bad:?}");
+            assert!(
+                bad.validate().unwrap_err().to_string().contains("__Host-"),
+                "{bad:?}"
+            );
         }
     }
 
@@ -269,6 +309,7 @@ mod tests {
                 .with_name("bad name")
                 .validate()
                 .unwrap_err()
+                .to_string()
                 .contains("bad name")
         );
         assert!(

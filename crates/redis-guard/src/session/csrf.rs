@@ -123,7 +123,7 @@ mod extract {
     ///     .route("/save", post(save))
     ///     .layer(Extension(csrf))
     ///     .layer(SessionLayer::new(MemorySessionStore::new())?);
-    /// # Ok::<(), redis_guard::session::SessionConfigError>(())
+    /// # Ok::<(), redis_guard::ConfigError>(())
     /// ```
     #[derive(Clone, Debug, PartialEq, Eq)]
     pub struct CsrfConfig {
@@ -282,7 +282,7 @@ mod extract {
     ///     .route("/csrf", get(token))
     ///     .route("/account/delete", post(delete_account))
     ///     .layer(SessionLayer::new(MemorySessionStore::new())?);
-    /// # Ok::<(), redis_guard::session::SessionConfigError>(())
+    /// # Ok::<(), redis_guard::ConfigError>(())
     /// ```
     #[derive(Clone, Copy, Debug)]
     #[non_exhaustive]
@@ -344,7 +344,7 @@ mod extract {
     /// let app: Router = Router::new()
     ///     .route("/profile", get(show).post(save))
     ///     .layer(SessionLayer::new(MemorySessionStore::new())?);
-    /// # Ok::<(), redis_guard::session::SessionConfigError>(())
+    /// # Ok::<(), redis_guard::ConfigError>(())
     /// ```
     #[derive(Clone, Copy, Debug)]
     pub struct CsrfForm<T>(pub T);

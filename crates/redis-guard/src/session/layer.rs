@@ -22,7 +22,7 @@ use super::shared::Shared;
 ///     .route("/", get(handler))
 ///     .layer(SessionLayer::new(MemorySessionStore::new())?); // or RedisSessionStore::new(conn)
 /// # }
-/// # Ok::<(), redis_guard::session::SessionConfigError>(())
+/// # Ok::<(), redis_guard::ConfigError>(())
 /// ```
 ///
 /// Customized:

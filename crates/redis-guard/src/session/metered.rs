@@ -147,7 +147,7 @@ impl SessionStore for Metered {
         })
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), crate::ConfigError> {
         self.0.check()
     }
 

@@ -22,7 +22,7 @@
 //!     .route("/logout", post(logout))
 //!     .layer(SessionLayer::new(MemorySessionStore::new())?);
 //! # }
-//! # Ok::<(), redis_guard::session::SessionConfigError>(())
+//! # Ok::<(), redis_guard::ConfigError>(())
 //! ```
 //!
 //! What it does, and why:
@@ -162,7 +162,7 @@ mod store;
 mod token;
 mod user;
 
-pub use builder::{MAX_LIFETIME, MAX_SESSIONS_PER_USER, SessionConfigError, SessionLayerBuilder};
+pub use builder::{MAX_LIFETIME, MAX_SESSIONS_PER_USER, SessionLayerBuilder};
 pub use cookie::{CookieConfig, SameSite};
 pub use cookie_header::MAX_COOKIE_CANDIDATES;
 #[cfg(feature = "axum")]

@@ -390,7 +390,7 @@ impl SessionStore for RedisSessionStore {
         })
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), crate::ConfigError> {
         self.inner.backend.config_problem().map_or(Ok(()), Err)
     }
 

@@ -391,12 +391,12 @@ pub trait SessionStore: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'stat
     ) -> BoxFuture<Result<usize, SessionError>>;
 
     /// Checks the store's own settings; [`SessionLayerBuilder::build`](super::SessionLayerBuilder::build)
-    /// calls it and fails with the message. The default accepts everything.
+    /// calls it and fails with the error. The default accepts everything.
     ///
     /// # Errors
     ///
-    /// A message naming the setting that cannot work.
-    fn check(&self) -> Result<(), String> {
+    /// A [`ConfigError`](crate::ConfigError) naming the setting that cannot work.
+    fn check(&self) -> Result<(), crate::ConfigError> {
         Ok(())
     }
 
@@ -458,7 +458,7 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
         user_sessions(user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>>;
         revoke_session(user: String, handle: String) -> BoxFuture<Result<bool, SessionError>>;
         revoke_user_except(user: String, keep: String) -> BoxFuture<Result<usize, SessionError>>;
-        check() -> Result<(), String>;
+        check() -> Result<(), crate::ConfigError>;
         take_field(key: String, field: String, life: Lifetimes)
             -> BoxFuture<Result<Option<Option<String>>, SessionError>>;
         ensure_field(key: String, field: String, value: String, life: Lifetimes)

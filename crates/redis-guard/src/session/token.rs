@@ -9,6 +9,7 @@ use super::cookie_header::{self, ReadCookie};
 use super::id::SessionId;
 use super::state::CookieAction;
 use super::store::{Changes, Record};
+use crate::{ConfigError, ConfigErrorKind};
 
 /// The reserved field that records which transport created a session: absent (or `cookie`) for
 /// cookie sessions, `header` for token sessions.
@@ -170,13 +171,27 @@ impl Transport {
     }
 
     /// Checks the names and turns them into what requests use; the layer builder calls it.
-    pub(crate) fn resolve(&self) -> Result<Wire, String> {
+    pub(crate) fn resolve(&self) -> Result<Wire, ConfigError> {
+        let bad = |message: String, setting, value: &str| {
+            ConfigError::new(ConfigErrorKind::Transport, message)
+                .with_setting(setting)
+                .with_value(value)
+        };
         let name = |what: &str, s: &str| {
+            let setting = if what == "request" {
+                "Transport::header"
+            } else {
+                "Transport::response_header"
+            };
             let header = HeaderName::from_bytes(s.as_bytes())
-                .map_err(|_| format!("invalid {what} header name {s:?}"))?;
+                .map_err(|_| bad(format!("invalid {what} header name {s:?}"), setting, s))?;
             if header == COOKIE || header == SET_COOKIE {
-                return Err(format!(
-                    "the {what} header {s:?} cannot carry a session token: use Transport::cookie"
+                return Err(bad(
+                    format!(
+                        "the {what} header {s:?} cannot carry a session token: use Transport::cookie"
+                    ),
+                    setting,
+                    s,
                 ));
             }
             Ok(header)
@@ -185,8 +200,12 @@ impl Transport {
             Mode::Cookie => {
                 return match &self.response {
                     None => Ok(Wire::Cookie),
-                    Some(r) => Err(format!(
-                        "response header {r:?} set on the cookie transport; it applies to Transport::bearer and Transport::header only"
+                    Some(r) => Err(bad(
+                        format!(
+                            "response header {r:?} set on the cookie transport; it applies to Transport::bearer and Transport::header only"
+                        ),
+                        "Transport::response_header",
+                        r,
                     )),
                 };
             }
@@ -413,7 +432,8 @@ mod tests {
             (Transport::cookie().response_header("x-token"), "x-token"),
         ] {
             let err = bad.resolve().unwrap_err();
-            assert!(err.contains(says), "{err}");
+            assert_eq!(err.kind(), crate::ConfigErrorKind::Transport);
+            assert!(err.to_string().contains(says), "{err}");
         }
         let h = wire(&Transport::header("x-token").response_header("X-New-Token"));
         assert_eq!(h.response, "x-new-token");

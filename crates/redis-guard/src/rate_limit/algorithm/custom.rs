@@ -40,7 +40,8 @@ use std::sync::Arc;
 /// under this rule stays taken.
 ///
 /// Custom algorithms need Redis: the [`MemoryLimiter`](crate::rate_limit::MemoryLimiter) answers
-/// [`LimiterError::Unsupported`](crate::rate_limit::LimiterError::Unsupported).
+/// a [`LimiterError::Config`](crate::rate_limit::LimiterError::Config) of kind
+/// [`Unsupported`](crate::ConfigErrorKind::Unsupported).
 ///
 /// # Example: the seeds' calls-per-number rule with a daily cap
 ///

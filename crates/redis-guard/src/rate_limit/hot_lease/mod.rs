@@ -88,7 +88,8 @@ impl Rule {
     ///
     /// # Errors at `build()`
     ///
-    /// A [`RuleError::Leasing`](super::RuleError::Leasing) when `percent` is not in `1..=100`;
+    /// A [`ConfigError`](crate::ConfigError) of kind
+    /// [`Leasing`](crate::ConfigErrorKind::Leasing) when `percent` is not in `1..=100`;
     /// for an algorithm other than GCRA (a sliding log, as for logins and calls, or a
     /// concurrency rule, must answer each request exactly; custom and the other algorithms are
     /// not leased); for rules that need an answer per request (with [`Bans`](super::Bans),
@@ -164,11 +165,15 @@ fn lease_us(period_us: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rate_limit::{Bans, Quota, RuleError};
+    use crate::ConfigErrorKind;
+    use crate::rate_limit::{Bans, Quota};
 
-    fn refused(rule: &Rule) -> &'static str {
+    fn refused(rule: &Rule) -> String {
         match rule.validate() {
-            Err(RuleError::Leasing { why, .. }) => why,
+            Err(e) if e.kind() == ConfigErrorKind::Leasing => {
+                assert_eq!(e.rule(), Some(rule.name()));
+                e.to_string()
+            }
             other => panic!("expected a leasing refusal, got {other:?}"),
         }
     }

@@ -3,23 +3,17 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// Why a trusted-proxy list was rejected by [`ClientIp::trusted_proxies`](super::ClientIp::trusted_proxies). Each variant holds the
-/// offending entry as given.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ProxyConfigError {
-    /// The entry is empty or only whitespace.
-    #[error("invalid trusted proxy {0:?}: empty entry, expected an address or a CIDR")]
-    Empty(String),
-    /// The part before `/` (or the whole entry) is not an IPv4 or IPv6 address.
-    #[error("invalid trusted proxy {0:?}: not an IP address or CIDR")]
-    InvalidAddress(String),
-    /// The part after `/` is not a number from 0 to 32 (IPv4) or 128 (IPv6).
-    #[error("invalid trusted proxy {0:?}: the prefix length must be 0-32 for IPv4, 0-128 for IPv6")]
-    InvalidPrefix(String),
-    /// The forwarding header is neither `x-forwarded-for` nor `forwarded`.
-    #[error("invalid forwarding header {0:?}: expected `x-forwarded-for` or `forwarded`")]
-    UnknownHeader(String),
+use crate::{ConfigError, ConfigErrorKind};
+
+/// Why `input`, an entry of a trusted-proxy list, was rejected: the message holds the entry as
+/// given, and so does the error's [`value`](ConfigError::value).
+fn invalid(input: &str, why: &str) -> ConfigError {
+    ConfigError::new(
+        ConfigErrorKind::TrustedProxy,
+        format!("invalid trusted proxy {input:?}: {why}"),
+    )
+    .with_setting("ClientIp::trusted_proxies")
+    .with_value(input)
 }
 
 /// A network: the address with the bits below `prefix` cleared. IPv4-mapped IPv6 networks of at
@@ -31,10 +25,10 @@ pub(super) struct Cidr {
 }
 
 impl Cidr {
-    pub(super) fn parse(input: &str) -> Result<Self, ProxyConfigError> {
+    pub(super) fn parse(input: &str) -> Result<Self, ConfigError> {
         let s = input.trim();
         if s.is_empty() {
-            return Err(ProxyConfigError::Empty(input.to_owned()));
+            return Err(invalid(input, "empty entry, expected an address or a CIDR"));
         }
         let (addr, prefix) = match s.split_once('/') {
             Some((addr, prefix)) => (addr, Some(prefix)),
@@ -42,7 +36,7 @@ impl Cidr {
         };
         let addr: IpAddr = addr
             .parse()
-            .map_err(|_| ProxyConfigError::InvalidAddress(input.to_owned()))?;
+            .map_err(|_| invalid(input, "not an IP address or CIDR"))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
             None => max,
@@ -50,7 +44,12 @@ impl Cidr {
                 let digits = !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit());
                 match p.parse::<u8>() {
                     Ok(n) if digits && n <= max => n,
-                    _ => return Err(ProxyConfigError::InvalidPrefix(input.to_owned())),
+                    _ => {
+                        return Err(invalid(
+                            input,
+                            "the prefix length must be 0-32 for IPv4, 0-128 for IPv6",
+                        ));
+                    }
                 }
             }
         };
@@ -131,27 +130,29 @@ mod tests {
         assert_eq!(ok("::ffff:10.0.0.0/104"), "10.0.0.0/8");
         assert_eq!(ok("::ffff:1.2.3.4"), "1.2.3.4/32");
 
-        use ProxyConfigError::{Empty, InvalidAddress, InvalidPrefix};
-        type Variant = fn(String) -> ProxyConfigError;
-        let cases: [(&str, Variant); 14] = [
-            ("", Empty),
-            ("  ", Empty),
-            ("banana", InvalidAddress),
-            ("10.0.0/8", InvalidAddress),
-            ("[::1]/128", InvalidAddress),
-            ("/8", InvalidAddress),
-            ("10.0.0.0/33", InvalidPrefix),
-            ("::1/129", InvalidPrefix),
-            ("10.0.0.0/8/1", InvalidPrefix),
-            ("10.0.0.0/", InvalidPrefix),
-            ("10.0.0.0/+8", InvalidPrefix),
-            ("10.0.0.0/-1", InvalidPrefix),
-            ("10.0.0.0/0008", InvalidPrefix),
-            ("10.0.0.0/ 8", InvalidPrefix),
+        // What each kind of bad entry is told.
+        let (empty, address, prefix) = ("empty entry", "not an IP address", "prefix length");
+        let cases: [(&str, &str); 14] = [
+            ("", empty),
+            ("  ", empty),
+            ("banana", address),
+            ("10.0.0/8", address),
+            ("[::1]/128", address),
+            ("/8", address),
+            ("10.0.0.0/33", prefix),
+            ("::1/129", prefix),
+            ("10.0.0.0/8/1", prefix),
+            ("10.0.0.0/", prefix),
+            ("10.0.0.0/+8", prefix),
+            ("10.0.0.0/-1", prefix),
+            ("10.0.0.0/0008", prefix),
+            ("10.0.0.0/ 8", prefix),
         ];
-        for (input, variant) in cases {
+        for (input, why) in cases {
             let err = Cidr::parse(input).unwrap_err();
-            assert_eq!(err, variant(input.to_owned()), "{input:?}");
+            assert_eq!(err.kind(), ConfigErrorKind::TrustedProxy, "{input:?}");
+            assert_eq!(err.value(), Some(input), "{input:?}");
+            assert!(err.to_string().contains(why), "{input:?}: {err}");
             assert!(err.to_string().contains(&format!("{input:?}")), "{err}");
         }
     }

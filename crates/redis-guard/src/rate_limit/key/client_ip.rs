@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use http::request::Parts;
 
-use super::cidr::{Cidr, ProxyConfigError, is_trusted};
+use super::cidr::{Cidr, is_trusted};
 use super::error::KeyError;
 use super::extractor::KeyExtractor;
 use super::forwarded::{self, ForwardedHeader, resolve_chain};
@@ -72,7 +72,7 @@ use super::value::{Inline, Key};
 ///
 /// ```
 /// use redis_guard::rate_limit::{ClientIp, Key, KeyExtractor, PeerAddr};
-/// # fn main() -> Result<(), redis_guard::rate_limit::ProxyConfigError> {
+/// # fn main() -> Result<(), redis_guard::ConfigError> {
 /// let ip = ClientIp::trusted_proxies(["10.0.0.0/8", "fd00::/8"])?;
 ///
 /// let mut req = http::Request::get("/")
@@ -120,17 +120,19 @@ impl ClientIp {
     /// trusts nobody, like [`ClientIp::peer`].
     ///
     /// ```
-    /// use redis_guard::rate_limit::{ClientIp, ProxyConfigError};
+    /// use redis_guard::ConfigErrorKind;
+    /// use redis_guard::rate_limit::ClientIp;
     /// assert!(ClientIp::trusted_proxies(["10.0.0.0/8", "192.168.1.1", "::1/128"]).is_ok());
     /// let err = ClientIp::trusted_proxies(["10.0.0.0/33"]).unwrap_err();
-    /// assert_eq!(err, ProxyConfigError::InvalidPrefix("10.0.0.0/33".into()));
-    /// assert!(err.to_string().contains("10.0.0.0/33"));
+    /// assert_eq!(err.kind(), ConfigErrorKind::TrustedProxy);
+    /// assert_eq!(err.value(), Some("10.0.0.0/33"));
+    /// assert!(err.to_string().contains("prefix length"));
     /// ```
     ///
     /// # Errors
     ///
-    /// [`ProxyConfigError`] for the first entry that is not an address or CIDR.
-    pub fn trusted_proxies<I, S>(cidrs: I) -> Result<Self, ProxyConfigError>
+    /// A [`ConfigError`](crate::ConfigError) for the first entry that is not an address or CIDR.
+    pub fn trusted_proxies<I, S>(cidrs: I) -> Result<Self, crate::ConfigError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
@@ -156,7 +158,7 @@ impl ClientIp {
     ///
     /// ```
     /// use redis_guard::rate_limit::{ClientIp, ForwardedHeader, Key, KeyExtractor, PeerAddr};
-    /// # fn main() -> Result<(), redis_guard::rate_limit::ProxyConfigError> {
+    /// # fn main() -> Result<(), redis_guard::ConfigError> {
     /// let xff = ClientIp::trusted_proxies(["10.0.0.0/8"])?;
     /// let mut req = http::Request::get("/")
     ///     .header("x-forwarded-for", "203.0.113.7")
@@ -415,15 +417,20 @@ mod tests {
 
     #[test]
     fn trusted_proxy_lists() {
-        use ProxyConfigError::{Empty, InvalidAddress, InvalidPrefix};
         // The first bad entry is reported, as given.
-        for (input, expected) in [
-            ("", Empty(String::new())),
-            ("banana", InvalidAddress("banana".into())),
-            ("10.0.0.0/8/1", InvalidPrefix("10.0.0.0/8/1".into())),
+        for (input, why) in [
+            ("", "empty entry"),
+            ("banana", "not an IP address"),
+            ("10.0.0.0/8/1", "prefix length"),
         ] {
             let err = ClientIp::trusted_proxies(["127.0.0.1", input, "nope"]).unwrap_err();
-            assert_eq!(err, expected, "{input:?}");
+            assert_eq!(
+                err.kind(),
+                crate::ConfigErrorKind::TrustedProxy,
+                "{input:?}"
+            );
+            assert_eq!(err.value(), Some(input), "{input:?}");
+            assert!(err.to_string().contains(why), "{input:?}: {err}");
         }
         let none: [&str; 0] = [];
         let id = ClientIp::trusted_proxies(none).unwrap();

@@ -6,7 +6,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use http::HeaderMap;
 
-use super::cidr::{Cidr, ProxyConfigError, is_trusted};
+use super::cidr::{Cidr, is_trusted};
+use crate::{ConfigError, ConfigErrorKind};
 
 /// The most chain entries examined per request: [`ClientIp::MAX_HOPS`](super::ClientIp::MAX_HOPS).
 pub(super) const MAX_HOPS: usize = 32;
@@ -26,7 +27,7 @@ const MAX_ELEMENT_LEN: usize = 1024;
 ///
 /// ```
 /// use redis_guard::rate_limit::{ClientIp, ForwardedHeader};
-/// # fn main() -> Result<(), redis_guard::rate_limit::ProxyConfigError> {
+/// # fn main() -> Result<(), redis_guard::ConfigError> {
 /// // The default: X-Forwarded-For, as written by nginx, HAProxy, AWS ALB, GCP LB and Envoy.
 /// let xff = ClientIp::trusted_proxies(["10.0.0.0/8"])?;
 /// // A proxy that writes RFC 7239 `Forwarded` (and removes what clients sent).
@@ -62,7 +63,7 @@ impl std::fmt::Display for ForwardedHeader {
 }
 
 impl std::str::FromStr for ForwardedHeader {
-    type Err = ProxyConfigError;
+    type Err = ConfigError;
 
     /// `x-forwarded-for` or `forwarded`, in any case.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -72,7 +73,14 @@ impl std::str::FromStr for ForwardedHeader {
         } else if t.eq_ignore_ascii_case("forwarded") {
             Ok(Self::Forwarded)
         } else {
-            Err(ProxyConfigError::UnknownHeader(s.to_owned()))
+            Err(ConfigError::new(
+                ConfigErrorKind::ForwardedHeader,
+                format!(
+                    "invalid forwarding header {s:?}: expected `x-forwarded-for` or `forwarded`"
+                ),
+            )
+            .with_setting("ClientIp::forwarded_header")
+            .with_value(s))
         }
     }
 }

@@ -22,7 +22,6 @@ mod header;
 mod peer;
 mod value;
 
-pub use cidr::ProxyConfigError;
 pub use client_ip::ClientIp;
 pub use compose::{And, KeyExtractorExt, Or};
 pub use error::KeyError;
