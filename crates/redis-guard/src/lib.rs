@@ -93,8 +93,24 @@ mod served;
 #[cfg(feature = "session")]
 pub mod session;
 
-// The README's code blocks are doctests: they compile (and the ones without `no_run` run) with
-// every `cargo test`.
-#[cfg(all(doctest, feature = "axum", feature = "rate-limit", feature = "session"))]
+// The README's and the guide's code blocks are doctests: they compile (and the ones without
+// `no_run` run) with every `cargo test`.
+#[cfg(all(
+    doctest,
+    feature = "axum",
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache"
+))]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
+
+#[cfg(all(
+    doctest,
+    feature = "axum",
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache"
+))]
+#[doc = include_str!("../../../docs/guide.md")]
+struct GuideDoctests;
