@@ -102,15 +102,10 @@ pub mod session;
     feature = "session",
     feature = "cache"
 ))]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeDoctests;
+mod doc_files {
+    #[doc = include_str!("../../../README.md")]
+    struct Readme;
 
-#[cfg(all(
-    doctest,
-    feature = "axum",
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache"
-))]
-#[doc = include_str!("../../../docs/guide.md")]
-struct GuideDoctests;
+    #[doc = include_str!("../../../docs/guide.md")]
+    struct Guide;
+}
