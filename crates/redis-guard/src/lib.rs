@@ -97,8 +97,19 @@ mod served;
 #[cfg(feature = "session")]
 pub mod session;
 
-// The README's code blocks are doctests: they compile (and the ones without `no_run` run) with
-// every `cargo test`.
-#[cfg(all(doctest, feature = "axum", feature = "rate-limit", feature = "session"))]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeDoctests;
+// The README's and the guide's code blocks are doctests: they compile (and the ones without
+// `no_run` run) with every `cargo test`.
+#[cfg(all(
+    doctest,
+    feature = "axum",
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache"
+))]
+mod doc_files {
+    #[doc = include_str!("../../../README.md")]
+    struct Readme;
+
+    #[doc = include_str!("../../../docs/guide.md")]
+    struct Guide;
+}

@@ -34,7 +34,7 @@ use serde_json::json;
 
 use crate::admin_auth::AdminAuth;
 use crate::calls::normalize_phone;
-use crate::login::normalize_username;
+use example_shared::login::normalize_username;
 
 /// How a rule's `{key}` is spelled in the admin routes.
 #[derive(Clone, Debug)]

@@ -15,7 +15,7 @@ use redis_guard::session::{CsrfForm, Session, SessionError};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::login::{LoginRules, Throttle, normalize_username};
+use example_shared::login::{LoginRules, Throttle, normalize_username};
 
 #[derive(Clone, Debug)]
 pub(crate) struct Login {

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use redis_guard::rate_limit::{ClientIp, FailurePolicy, Mode, Quota};
 
-use crate::login::{LoginRules, normalize_username};
-use crate::serve::Limits;
-use crate::settings::{self, Lookup};
+use example_shared::login::{LoginRules, normalize_username};
+use example_shared::serve::Limits;
+use example_shared::settings::{self, Lookup};
 
 /// Where the limiter keeps its state.
 #[derive(Clone, Debug)]

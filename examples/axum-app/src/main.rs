@@ -6,16 +6,8 @@ mod admin_auth;
 mod auth;
 mod calls;
 mod config;
-#[path = "../../shared/csrf.rs"]
-mod csrf;
-#[path = "../../shared/login.rs"]
-mod login;
 mod metrics;
 mod report;
-#[path = "../../shared/serve.rs"]
-mod serve;
-#[path = "../../shared/settings.rs"]
-mod settings;
 mod slow;
 
 use std::process::ExitCode;
@@ -24,6 +16,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
+use example_shared::{csrf, serve, settings};
 use redis_guard::backend::{RedisBackend, RedisConnection};
 use redis_guard::cache::{CacheLayer, CacheStore, MemoryCacheStore, RedisCacheStore};
 use redis_guard::rate_limit::{

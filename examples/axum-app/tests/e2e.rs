@@ -6,9 +6,7 @@ use redis_guard_testkit::http::{RawResponse, request};
 use redis_guard_testkit::{RedisCluster, RedisServer};
 use tokio::process::Command;
 
-#[path = "../../shared/slow_loris.rs"]
-mod slow_loris;
-use slow_loris::{
+use example_shared::testing::slow_loris::{
     assert_a_trickled_body_is_cut_off_after_1s, assert_closed_by_a_1s_header_timeout,
 };
 

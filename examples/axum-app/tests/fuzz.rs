@@ -1,11 +1,9 @@
 //! No request reaches a panic: generated paths, queries, bodies and headers on every route of
-//! the `axum-app` binary, over real HTTP (see `shared/route_fuzz.rs`).
+//! the `axum-app` binary, over real HTTP (see `example_shared::testing::route_fuzz`).
 
 use redis_guard_testkit::app::spawn;
 
-#[path = "../../shared/route_fuzz.rs"]
-mod route_fuzz;
-use route_fuzz::{ADMIN_TOKEN, Route, no_route_reaches_a_panic};
+use example_shared::testing::route_fuzz::{ADMIN_TOKEN, Route, no_route_reaches_a_panic};
 
 const ROUTES: &[Route] = &[
     ("GET", "/"),

@@ -4,20 +4,12 @@
 //!
 //! Env: see README.md beside this file (`BIND` defaults to `127.0.0.1:3001`).
 
-#[path = "../../shared/csrf.rs"]
-mod csrf;
-#[path = "../../shared/login.rs"]
-mod login;
-#[path = "../../shared/serve.rs"]
-mod serve;
-#[path = "../../shared/settings.rs"]
-mod settings;
-
 use std::convert::Infallible;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use example_shared::{csrf, serve, settings};
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use redis_guard::backend::{RedisBackend, RedisConnection};
@@ -30,8 +22,8 @@ use serde::Deserialize;
 use serde_json::json;
 use tower::{ServiceBuilder, ServiceExt, service_fn};
 
-use crate::login::{LoginRules, Throttle, normalize_username};
-use crate::serve::RequestBody;
+use example_shared::login::{LoginRules, Throttle, normalize_username};
+use example_shared::serve::RequestBody;
 
 #[tokio::main]
 async fn main() -> ExitCode {

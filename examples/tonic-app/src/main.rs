@@ -4,14 +4,11 @@
 //!
 //! Env: see README.md beside this file (`BIND` defaults to `127.0.0.1:50051`).
 
-#[path = "../../shared/settings.rs"]
-#[allow(dead_code, reason = "shared by the examples; this one has no sessions")]
-mod settings;
-
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use example_shared::settings;
 use http::HeaderName;
 use redis_guard::backend::{RedisBackend, RedisConnection};
 use redis_guard::rate_limit::{

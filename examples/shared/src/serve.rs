@@ -1,4 +1,4 @@
-//! The accept loop of both example apps (included with `#[path]`): HTTP/1.1 with timeouts on
+//! The accept loop of the demo apps: HTTP/1.1 with timeouts on
 //! every read and write a client controls, a cap on open connections, the peer address handed
 //! to the limiter, and graceful shutdown.
 //!
@@ -42,24 +42,24 @@ const DRAIN: Duration = Duration::from_secs(10);
 
 /// What the server allows a client; see the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Limits {
+pub struct Limits {
     /// `HEADER_READ_TIMEOUT`: the request head, and the idle time between keep-alive requests.
-    pub(crate) header_read_timeout: Duration,
+    pub header_read_timeout: Duration,
     /// `BODY_READ_TIMEOUT`: the request body, before [`Limits::body_min_rate`] extends it.
-    pub(crate) body_read_timeout: Duration,
+    pub body_read_timeout: Duration,
     /// `BODY_MIN_RATE`: each this many bytes of body received add one second to the body's time.
-    pub(crate) body_min_rate: u32,
+    pub body_min_rate: u32,
     /// `RESPONSE_WRITE_TIMEOUT`: how long a write may wait for the client to read.
-    pub(crate) write_timeout: Duration,
+    pub write_timeout: Duration,
     /// `MAX_CONNECTIONS`: connections served at once.
-    pub(crate) max_connections: usize,
+    pub max_connections: usize,
 }
 
 impl Limits {
-    /// What the server allows a client (see `shared/serve.rs`): `HEADER_READ_TIMEOUT` (default
+    /// What the server allows a client (see the module docs): `HEADER_READ_TIMEOUT` (default
     /// `10s`), `BODY_READ_TIMEOUT` (`10s`) and `BODY_MIN_RATE` (`1024` bytes per second),
     /// `RESPONSE_WRITE_TIMEOUT` (`30s`), each timeout at most `1h`, and `MAX_CONNECTIONS` (`1024`).
-    pub(crate) fn from_env(get: Lookup<'_>) -> Result<Self, String> {
+    pub fn from_env(get: Lookup<'_>) -> Result<Self, String> {
         let hour = Duration::from_secs(3600);
         Ok(Self {
             header_read_timeout: settings::duration(get, "HEADER_READ_TIMEOUT", "10s", hour)?,
@@ -86,7 +86,7 @@ impl Limits {
 /// The request body the apps' services get: hyper's, cut off with an error when the client
 /// sends it slower than [`Limits`] allow.
 #[derive(Debug)]
-pub(crate) struct RequestBody {
+pub struct RequestBody {
     inner: Incoming,
     /// When the body times out; moved later by every byte received.
     deadline: Pin<Box<Sleep>>,
@@ -242,7 +242,7 @@ impl AsyncWrite for WriteTimeout {
 
 /// Serves `service` on `listener` until `shutdown` completes, then lets requests in flight
 /// finish (for up to 10 s). Every request carries the peer address as [`PeerAddr`].
-pub(crate) async fn serve<S, B>(
+pub async fn serve<S, B>(
     listener: TcpListener,
     service: S,
     limits: Limits,
@@ -309,7 +309,7 @@ pub(crate) async fn serve<S, B>(
 }
 
 /// Completes on Ctrl-C or SIGTERM.
-pub(crate) async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -1,4 +1,4 @@
-//! Slow clients for both example apps' end-to-end tests (included with `#[path]`): one that
+//! Slow clients for the demo apps' end-to-end tests: one that
 //! trickles its request head (slow loris), one that trickles its body.
 
 /// Sends a request head one byte every 250 ms and never finishes it; returns how long the
@@ -45,7 +45,7 @@ async fn trickle(
 
 /// Asserts that an app started with `HEADER_READ_TIMEOUT=1s` closes a trickling connection:
 /// within 5 s, room for a loaded machine and half of what the trickle lasts.
-pub(crate) async fn assert_closed_by_a_1s_header_timeout(addr: std::net::SocketAddr) {
+pub async fn assert_closed_by_a_1s_header_timeout(addr: std::net::SocketAddr) {
     let lived = trickle_until_closed(addr).await;
     assert!(
         lived.is_some_and(|d| d < std::time::Duration::from_secs(5)),
@@ -55,10 +55,7 @@ pub(crate) async fn assert_closed_by_a_1s_header_timeout(addr: std::net::SocketA
 
 /// Asserts that an app started with `BODY_READ_TIMEOUT=1s` and a `BODY_MIN_RATE` far above
 /// 4 bytes a second closes a connection whose `POST path` body trickles in: within 5 s.
-pub(crate) async fn assert_a_trickled_body_is_cut_off_after_1s(
-    addr: std::net::SocketAddr,
-    path: &str,
-) {
+pub async fn assert_a_trickled_body_is_cut_off_after_1s(addr: std::net::SocketAddr, path: &str) {
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
          Content-Length: 1000\r\n\r\n"

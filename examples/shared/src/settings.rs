@@ -1,5 +1,5 @@
-//! Reading the examples' environment variables: shared by both example apps, included with
-//! `#[path]`. Every error names the variable and says what is wrong with its value.
+//! Reading the demo apps' environment variables. Every error names the variable and says what
+//! is wrong with its value.
 //!
 //! Values are bounded, not only parsed: a value that parses but cannot work (a zero timeout that
 //! silently disables limiting, a lifetime so long that the expiry overflows) is refused at start.
@@ -7,22 +7,22 @@
 use std::time::Duration;
 
 /// The longest duration any `*_IDLE` / `*_MAX` / timeout variable accepts: ten years.
-pub(crate) const MAX_DURATION: Duration = Duration::from_secs(3650 * 86_400);
+pub const MAX_DURATION: Duration = Duration::from_secs(3650 * 86_400);
 
 /// `REDIS_TIMEOUT_MS` bounds: 0 would fail every decision, more than a minute is a hang.
-pub(crate) const REDIS_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 1..=60_000;
+pub const REDIS_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 1..=60_000;
 
 /// Looks a variable up; blank counts as unset.
-pub(crate) type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// The process environment as a [`Lookup`].
-pub(crate) fn from_process_env(name: &str) -> Option<String> {
+pub fn from_process_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
 /// A duration as [`humantime`] reads it (`90s`, `30m`, `24h`, `7d`, `1h 30m`, `1.5h`): whole
 /// seconds, positive, at most `max`.
-pub(crate) fn parse_duration(name: &str, v: &str, max: Duration) -> Result<Duration, String> {
+pub fn parse_duration(name: &str, v: &str, max: Duration) -> Result<Duration, String> {
     let v = v.trim();
     let too_long = || format!("{name}={v:?} is too long: at most {}s", max.as_secs());
     let d = humantime::parse_duration(v).map_err(|e| match e {
@@ -43,7 +43,7 @@ pub(crate) fn parse_duration(name: &str, v: &str, max: Duration) -> Result<Durat
 }
 
 /// The duration in `name`, or `default`; see [`parse_duration`].
-pub(crate) fn duration(
+pub fn duration(
     get: Lookup<'_>,
     name: &str,
     default: &str,
@@ -53,7 +53,7 @@ pub(crate) fn duration(
 }
 
 /// `REDIS_TIMEOUT_MS`: whole milliseconds in [`REDIS_TIMEOUT_MS`], default the library's.
-pub(crate) fn redis_timeout(get: Lookup<'_>) -> Result<Duration, String> {
+pub fn redis_timeout(get: Lookup<'_>) -> Result<Duration, String> {
     let Some(v) = get("REDIS_TIMEOUT_MS") else {
         return Ok(redis_guard::backend::DEFAULT_TIMEOUT);
     };
@@ -68,7 +68,7 @@ pub(crate) fn redis_timeout(get: Lookup<'_>) -> Result<Duration, String> {
 }
 
 /// The quota in `name`, or `default`, checked as a rule would be: `5/minute`, `30/10s`.
-pub(crate) fn quota(
+pub fn quota(
     get: Lookup<'_>,
     name: &str,
     default: &str,
@@ -84,7 +84,7 @@ pub(crate) fn quota(
 }
 
 /// A whole number in `name`, or `default`, within `range`; the error says what it counts.
-pub(crate) fn number<T>(
+pub fn number<T>(
     get: Lookup<'_>,
     name: &str,
     default: T,
@@ -109,7 +109,7 @@ where
 
 /// `TRUSTED_PROXIES` (CIDRs whose forwarding header is believed) and `FORWARDED_HEADER`
 /// (`x-forwarded-for` or `forwarded`): the client address for rate limits.
-pub(crate) fn client_ip(get: Lookup<'_>) -> Result<redis_guard::rate_limit::ClientIp, String> {
+pub fn client_ip(get: Lookup<'_>) -> Result<redis_guard::rate_limit::ClientIp, String> {
     use redis_guard::rate_limit::{ClientIp, ForwardedHeader};
     let forwarded_header: ForwardedHeader = match get("FORWARDED_HEADER") {
         Some(v) => v
@@ -129,9 +129,7 @@ pub(crate) fn client_ip(get: Lookup<'_>) -> Result<redis_guard::rate_limit::Clie
 
 /// `LIMIT_ON_ERROR` (`open`, `closed` or `fallback`, the default) and `REPLICAS` (default 1, how
 /// many instances share the limits): what the rate-limit layers do while Redis is unavailable.
-pub(crate) fn failure_policy(
-    get: Lookup<'_>,
-) -> Result<redis_guard::rate_limit::FailurePolicy, String> {
+pub fn failure_policy(get: Lookup<'_>) -> Result<redis_guard::rate_limit::FailurePolicy, String> {
     use redis_guard::rate_limit::FailurePolicy;
     // Checked whatever the policy, so a typo is found before the day Redis fails.
     let replicas = match get("REPLICAS") {
@@ -163,7 +161,7 @@ pub(crate) fn failure_policy(
 
 /// `SESSION_IDLE` (default `30m`) and `SESSION_MAX` (default `24h`): positive, at most
 /// [`MAX_DURATION`], idle no longer than max.
-pub(crate) fn session_lifetimes(get: Lookup<'_>) -> Result<(Duration, Duration), String> {
+pub fn session_lifetimes(get: Lookup<'_>) -> Result<(Duration, Duration), String> {
     let idle = duration(get, "SESSION_IDLE", "30m", MAX_DURATION)?;
     let max = duration(get, "SESSION_MAX", "24h", MAX_DURATION)?;
     if idle > max {
@@ -175,7 +173,7 @@ pub(crate) fn session_lifetimes(get: Lookup<'_>) -> Result<(Duration, Duration),
 }
 
 /// `BIND`: the socket address to listen on, `default` when unset.
-pub(crate) fn bind(get: Lookup<'_>, default: &str) -> Result<std::net::SocketAddr, String> {
+pub fn bind(get: Lookup<'_>, default: &str) -> Result<std::net::SocketAddr, String> {
     let Some(v) = get("BIND") else {
         return default
             .parse()
@@ -188,7 +186,7 @@ pub(crate) fn bind(get: Lookup<'_>, default: &str) -> Result<std::net::SocketAdd
 
 /// An example's `main`: logs to stderr (`RUST_LOG`, default `info`), runs `app`, and turns its
 /// error into one line naming `name` and exit code 2.
-pub(crate) async fn main_of(
+pub async fn main_of(
     name: &str,
     app: impl std::future::Future<Output = Result<(), String>>,
 ) -> std::process::ExitCode {

@@ -1,5 +1,5 @@
-//! Login throttling for both example apps (included with `#[path]`): three rules decided in one
-//! all-or-nothing [`Limiter::check_all`] call, before the password is looked at.
+//! Login throttling for the demo apps: three rules decided in one all-or-nothing
+//! [`Limiter::check_all`] call, before the password is looked at.
 //!
 //! | rule | key | env (default) | stops |
 //! | --- | --- | --- | --- |
@@ -21,7 +21,7 @@ use crate::settings::{self, Lookup};
 
 /// The three login rules.
 #[derive(Clone, Debug)]
-pub(crate) struct LoginRules {
+pub struct LoginRules {
     pair: Rule,
     ip: Rule,
     user: Rule,
@@ -29,18 +29,21 @@ pub(crate) struct LoginRules {
 
 /// What the limiter said about a login attempt.
 #[derive(Debug)]
-pub(crate) enum Throttle {
+pub enum Throttle {
     /// Go on and check the password.
     Allowed,
     /// Too many attempts: `429` with this `Retry-After`.
-    Limited { retry_after_secs: u64 },
+    Limited {
+        /// Whole seconds until the attempt would be admitted.
+        retry_after_secs: u64,
+    },
     /// The limiter could not decide: refuse (fail closed), `503`.
     Unavailable,
 }
 
 impl LoginRules {
     /// `LOGIN_LIMIT`, `LOGIN_IP_LIMIT`, `LOGIN_USER_LIMIT`.
-    pub(crate) fn from_env(get: Lookup<'_>) -> Result<Self, String> {
+    pub fn from_env(get: Lookup<'_>) -> Result<Self, String> {
         let rule = |name: &str, var: &str, default: &str| -> Result<Rule, String> {
             let rule = Rule::new(name, settings::quota(get, var, default)?)
                 .with_algorithm(Algorithm::SlidingLog);
@@ -55,8 +58,8 @@ impl LoginRules {
     }
 
     /// The per IP + username quota (`LOGIN_LIMIT`).
-    #[cfg(test)]
-    pub(crate) fn pair_quota(&self) -> redis_guard::rate_limit::Quota {
+    #[must_use]
+    pub fn pair_quota(&self) -> redis_guard::rate_limit::Quota {
         *self.pair.quota()
     }
 
@@ -64,7 +67,7 @@ impl LoginRules {
     /// rules at once.
     ///
     /// [`ClientIp`]: redis_guard::rate_limit::ClientIp
-    pub(crate) async fn throttle(&self, limiter: &dyn Limiter, ip: &Key, user: &str) -> Throttle {
+    pub async fn throttle(&self, limiter: &dyn Limiter, ip: &Key, user: &str) -> Throttle {
         let user = Key::from(user);
         let checks = vec![
             Check::new(self.pair.clone(), Key::pair(ip, &user)),
@@ -89,7 +92,7 @@ impl LoginRules {
 
 /// The username as it is counted and logged in: trimmed and lower-cased, or `None` when it does
 /// not match `[A-Za-z0-9_.-]{1,64}` (such a name never logs in).
-pub(crate) fn normalize_username(raw: &str) -> Option<String> {
+pub fn normalize_username(raw: &str) -> Option<String> {
     let u = raw.trim();
     let valid = (1..=64).contains(&u.len())
         && u.bytes()

@@ -1,4 +1,4 @@
-//! Property test of both example apps over real HTTP (included with `#[path]` by their tests):
+//! Property test of the demo apps over real HTTP:
 //! generated requests on every route (paths, path numbers, queries, bodies and headers) must
 //! each get a complete response that is not a 5xx — a handler that panics drops the connection,
 //! which reads here as no response.
@@ -10,11 +10,11 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 /// The `ADMIN_TOKEN` the apps under test run with: sent on some requests, so that the admin
 /// handlers see generated input too.
-pub(crate) const ADMIN_TOKEN: &str = "route-fuzz-admin-token-0123456789abcdef";
+pub const ADMIN_TOKEN: &str = "route-fuzz-admin-token-0123456789abcdef";
 
 /// A route as the generator sees it: a method and a path whose `{}` are filled with generated
 /// segments.
-pub(crate) type Route = (&'static str, &'static str);
+pub type Route = (&'static str, &'static str);
 
 /// Up to `max` arbitrary bytes, each percent-escaped (`%00`…`%FF`): what decodes to anything.
 fn percent_escaped(max: usize) -> impl Strategy<Value = String> {
@@ -161,7 +161,7 @@ fn request(routes: &'static [Route]) -> impl Strategy<Value = (String, Vec<u8>)>
 
 /// Sends `cases` generated requests over `routes` to the app at `addr`, one connection each.
 /// Fails on the first request that gets no complete response or a 5xx.
-pub(crate) fn no_route_reaches_a_panic(addr: SocketAddr, routes: &'static [Route], cases: u32) {
+pub fn no_route_reaches_a_panic(addr: SocketAddr, routes: &'static [Route], cases: u32) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

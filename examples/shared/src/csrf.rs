@@ -1,4 +1,4 @@
-//! Cross-site request refusal for both example apps (included with `#[path]`).
+//! Cross-site request refusal for the demo apps.
 //!
 //! A state-changing request (any method but `GET`, `HEAD`, `OPTIONS`, `TRACE`) must
 //!
@@ -18,7 +18,7 @@
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 
 /// `None` when the request may go on; otherwise the `403`/`415` response to send instead.
-pub(crate) fn refusal(method: &Method, headers: &HeaderMap) -> Option<Response<String>> {
+pub fn refusal(method: &Method, headers: &HeaderMap) -> Option<Response<String>> {
     if matches!(
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
