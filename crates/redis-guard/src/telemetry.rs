@@ -61,7 +61,7 @@
 //! # Tracing
 //!
 //! Events use the targets `redis_guard::…`: `debug` for every denial (rule, retry-after), `warn`
-//! for failures (at most one line per [`WARN_INTERVAL`] per layer, with a count) and circuit
+//! for failures (at most one line every 10 s per layer, with a count) and circuit
 //! changes, `info` when the circuit closes. Each rate-limit evaluation runs in a `debug` span
 //! `rate_limit` with the rule count, so a subscriber at `debug` ties the Redis call's events to
 //! the request.
@@ -71,7 +71,6 @@
 //! [`Mode::Shadow`]: crate::rate_limit::Mode::Shadow
 //! [`Mode::Soft`]: crate::rate_limit::Mode::Soft
 //! [`FailurePolicy::Fallback`]: crate::rate_limit::FailurePolicy::Fallback
-//! [`WARN_INTERVAL`]: crate::rate_limit::WARN_INTERVAL
 
 #![cfg_attr(
     not(feature = "rate-limit"),

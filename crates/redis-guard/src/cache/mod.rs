@@ -196,7 +196,7 @@ mod tags;
 
 pub use body::CacheBody;
 pub use future::ResponseFuture;
-pub use layer::{CacheConfigError, CacheLayer, CacheLayerBuilder, DEFAULT_BODY_LIMIT};
+pub use layer::{CacheConfigError, CacheLayer, CacheLayerBuilder};
 pub use memory_store::MemoryCacheStore;
 pub use query::QueryKey;
 pub use redis_store::RedisCacheStore;

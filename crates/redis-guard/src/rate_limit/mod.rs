@@ -59,7 +59,7 @@
 //! in this process with each instance's share of every quota (`limit ÷ replicas`): unlike
 //! [`Open`](FailurePolicy::Open) it does not switch limiting off when an attacker floods Redis,
 //! and unlike [`Closed`](FailurePolicy::Closed) it does not take the API down with Redis. The
-//! failure is logged at most once per [`WARN_INTERVAL`], with a count.
+//! failure is logged at most once every 10 s, with a count.
 //!
 //! ```
 //! use redis_guard::rate_limit::{ClientIp, FailurePolicy, MemoryLimiter, Quota, RateLimitLayer};
@@ -141,16 +141,14 @@ pub use key::{
     KeyExtractorExt, Or, PeerAddr, ProxyConfigError,
 };
 pub use layer::RateLimitLayer;
-pub use lease::{DEFAULT_LEASE_EXPIRY, Lease};
+pub use lease::Lease;
 pub use limiter::{BoxFuture, Check, Limiter, LimiterError};
-pub use memory::{DEFAULT_MAX_KEYS, MemoryLimiter};
-pub use operations::{Bans, Inspection, MAX_OVERRIDE};
+pub use memory::MemoryLimiter;
+pub use operations::{Bans, Inspection};
 pub use policy::{FailurePolicy, MissingKey, Mode, ZeroReplicas};
-pub use quota::{MAX_PERIOD, Quota, QuotaError};
-pub use redis_limiter::{DEFAULT_DENY_CACHE, DENY_CACHE_MAX_WAIT, RedisLimiter};
-pub use resolve::QUOTA_LOOKUP_TIMEOUT;
+pub use quota::{Quota, QuotaError};
+pub use redis_limiter::RedisLimiter;
 pub use response::ResponseBody;
 pub use route::Route;
 pub use rule::{Rule, RuleError};
 pub use service::RateLimit;
-pub use warn::WARN_INTERVAL;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// The longest period a quota may have. Longer windows are almost always a unit mistake, and the
 /// bound keeps every time value the scripts compute exact in Lua's doubles.
-pub const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 60 * 60);
+pub(crate) const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 
 /// A rate: `limit` requests per `period`, of which up to `burst` may arrive back to back.
 ///
@@ -252,7 +252,7 @@ pub enum QuotaError {
     /// The period is zero.
     #[error("quota period is 0: the period must be positive")]
     ZeroPeriod,
-    /// The period is longer than [`MAX_PERIOD`].
+    /// The period is longer than 366 days.
     #[error("quota period {0:?} is longer than the maximum of 366 days")]
     PeriodTooLong(Duration),
     /// More than one request per microsecond.

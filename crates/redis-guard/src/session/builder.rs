@@ -18,8 +18,8 @@ pub enum SessionConfigError {
     /// The cookie settings do not work together.
     #[error("session cookie: {0}")]
     Cookie(String),
-    /// A lifetime is zero or longer than [`MAX_LIFETIME`], the idle timeout is longer than the
-    /// absolute lifetime, or the per-user cap is outside 1..=[`MAX_SESSIONS_PER_USER`].
+    /// A lifetime is zero or longer than 10 years, the idle timeout is longer than the absolute
+    /// lifetime, or the per-user cap is outside 1..=1024.
     #[error("session lifetimes: {0}")]
     Lifetimes(String),
     /// The store's own settings cannot work (e.g. a zero Redis timeout), as
@@ -33,11 +33,11 @@ pub enum SessionConfigError {
 
 /// The longest idle timeout or absolute lifetime a layer accepts: 10 years. Expiries are
 /// microseconds on the store's clock; far longer lifetimes would overflow them.
-pub const MAX_LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+pub(crate) const MAX_LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// The largest per-user cap a layer accepts: indexing a session past the cap checks each of
 /// the user's sessions, so the cap bounds that work.
-pub const MAX_SESSIONS_PER_USER: u32 = 1024;
+pub(crate) const MAX_SESSIONS_PER_USER: u32 = 1024;
 
 impl SessionLayer {
     /// A layer with the default cookie (`__Host-id`, `HttpOnly`, `Secure`, `SameSite=Lax`), 30
@@ -103,11 +103,11 @@ impl SessionLayerBuilder {
         /// Idle timeout (default 30 minutes; more than zero, at most the absolute lifetime).
         pub fn idle_timeout(idle: Duration) => life.idle;
 
-        /// Absolute lifetime (default 24 hours; more than zero, at most [`MAX_LIFETIME`]).
+        /// Absolute lifetime (default 24 hours; more than zero, at most 10 years).
         pub fn max_lifetime(max: Duration) => life.max;
 
-        /// Sessions one user may hold at once (default 64, at most [`MAX_SESSIONS_PER_USER`]);
-        /// past it, the live session closest to its absolute expiry ends. Sessions that are gone
+        /// Sessions one user may hold at once (default 64, at most 1024, a bound on the
+        /// work of indexing a session past the cap); past it, the live session closest to its absolute expiry ends. Sessions that are gone
         /// (logged out, rotated, expired) do not count.
         pub fn max_sessions_per_user(n: u32) => life.per_user;
 
@@ -123,13 +123,13 @@ impl SessionLayerBuilder {
         /// Whether each session keeps its client's user agent (default on), as listings show it
         /// ([`SessionInfo::user_agent`](super::SessionInfo::user_agent)): written with the
         /// session's writes, visible ASCII only, at most
-        /// [`MAX_USER_AGENT_LEN`](super::MAX_USER_AGENT_LEN) bytes. Turn it off when the user
+        /// 256 bytes. Turn it off when the user
         /// agent counts as personal data you do not want to keep.
         pub fn record_user_agent(on: bool) => metadata.user_agent;
 
         /// The longest idle timeout or absolute lifetime one session may be given
         /// ([`Session::set_max_lifetime`](super::Session::set_max_lifetime)); longer ones are cut
-        /// to it (default 30 days; more than zero, at most [`MAX_LIFETIME`]).
+        /// to it (default 30 days; more than zero, at most 10 years).
         pub fn lifetime_ceiling(ceiling: Duration) => life.ceiling;
     }
 
@@ -187,8 +187,7 @@ impl SessionLayerBuilder {
     ///
     /// Cookie attributes that do not work together, a transport header name that is not
     /// valid, lifetimes that cannot work (zero, over
-    /// [`MAX_LIFETIME`], idle longer than absolute), a per-user cap outside
-    /// 1..=[`MAX_SESSIONS_PER_USER`], or store settings that cannot work
+    /// 10 years, idle longer than absolute), a per-user cap outside 1..=1024, or store settings that cannot work
     /// ([`SessionStore::check`]).
     ///
     /// ```

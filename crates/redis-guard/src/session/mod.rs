@@ -34,8 +34,8 @@
 //!   or overwrite the cookie.
 //! - **Reading the cookie**: the `Cookie` header is read as bytes, so another cookie's odd
 //!   value never hides ours; every well-formed value of our cookie counts, in order, and the
-//!   first that names a live session wins (at most [`MAX_COOKIE_CANDIDATES`], one round trip
-//!   each until found), so a planted id cannot shadow the real one.
+//!   first that names a live session wins (at most 4, one round trip each until
+//!   found), so a planted id cannot shadow the real one.
 //! - **One hash field per key.** After the handler only the changed fields are written (`HSET` /
 //!   `HDEL`, one script, one round trip), so two concurrent requests that change different keys
 //!   both keep their change; for the same key the last writer wins. `increment` is an atomic
@@ -61,7 +61,7 @@
 //! - **Devices**: each session keeps, in reserved fields, when it was created and last used, the
 //!   client's address (read with the same [`ClientIp`](crate::rate_limit::ClientIp) as the rate
 //!   limiter, so proxies are handled: [`SessionLayerBuilder::client_ip`]) and its user agent
-//!   (visible ASCII, at most [`MAX_USER_AGENT_LEN`] bytes), plus a random public handle that
+//!   (visible ASCII, at most 256 bytes), plus a random public handle that
 //!   survives id rotation. The last use is recorded by the load at most once per
 //!   [`last_seen_interval`](SessionLayerBuilder::last_seen_interval) (a load within it is one
 //!   read that writes nothing); the address and user agent, in one field, with the session's
@@ -114,7 +114,7 @@
 //! - **Header tokens for API clients** ([`Transport`]): with
 //!   [`SessionLayerBuilder::transport`]`(`[`Transport::bearer`]`())` the id travels as
 //!   `Authorization: Bearer <token>` (or in a header you name); a new token comes back in the
-//!   [`DEFAULT_TOKEN_HEADER`] response header, with `Cache-Control: no-store`, on creation and
+//!   `session-token` response header, with `Cache-Control: no-store`, on creation and
 //!   on `cycle_id`, and is dead after `destroy` or `revoke_user`. The store, the round trips and
 //!   the guarantees above are the same. A session records the transport that created it (a
 //!   reserved `$via` field, absent on cookie sessions) and a layer treats the other
@@ -126,7 +126,7 @@
 //!   few at a time and, when full, the sessions closest to expiry are evicted, in O(log n) per
 //!   session, never a scan of the table under its lock.
 //! - **Configuration** is checked when the layer is built
-//!   ([`SessionLayerBuilder::build`]): lifetimes over zero and at most [`MAX_LIFETIME`], a
+//!   ([`SessionLayerBuilder::build`]): lifetimes over zero and at most 10 years, a
 //!   `__Host-` cookie name with `Secure`, `Path=/` and no `Domain`, a Redis timeout over zero.
 //!
 //! What it does not defend against: a stolen cookie is a bearer credential until it expires,
@@ -162,9 +162,8 @@ mod store;
 mod token;
 mod user;
 
-pub use builder::{MAX_LIFETIME, MAX_SESSIONS_PER_USER, SessionConfigError, SessionLayerBuilder};
+pub use builder::{SessionConfigError, SessionLayerBuilder};
 pub use cookie::{CookieConfig, SameSite};
-pub use cookie_header::MAX_COOKIE_CANDIDATES;
 #[cfg(feature = "axum")]
 pub use csrf::{CsrfConfig, CsrfForm, CsrfHeader, CsrfRejection};
 pub use error::SessionError;
@@ -172,12 +171,11 @@ pub use future::ResponseFuture;
 pub use handle::Session;
 pub use id::SessionId;
 pub use layer::SessionLayer;
-pub use memory_store::{DEFAULT_MAX_SESSIONS, MemorySessionStore};
+pub use memory_store::MemorySessionStore;
 pub use policy::FailurePolicy;
 pub use redis_store::RedisSessionStore;
 pub use service::SessionService;
-pub use shared::MAX_USER_AGENT_LEN;
 pub use store::FieldSwap;
 pub use store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore};
-pub use token::{DEFAULT_TOKEN_HEADER, Transport};
+pub use token::Transport;
 pub use user::SessionUser;

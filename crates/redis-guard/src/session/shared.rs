@@ -46,7 +46,7 @@ impl Default for Metadata {
 }
 
 /// The longest user agent kept, in bytes; longer ones are cut at a character boundary.
-pub const MAX_USER_AGENT_LEN: usize = 256;
+pub(crate) const MAX_USER_AGENT_LEN: usize = 256;
 
 /// What one request tells about its client, as far as the layer records it.
 #[derive(Clone, Debug, Default)]

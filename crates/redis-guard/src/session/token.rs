@@ -20,7 +20,7 @@ const VIA_COOKIE: &str = "cookie";
 
 /// The response header that carries a new token unless
 /// [`response_header`](Transport::response_header) names another.
-pub const DEFAULT_TOKEN_HEADER: &str = "session-token";
+pub(crate) const DEFAULT_TOKEN_HEADER: &str = "session-token";
 
 /// How the session id travels between client and server; set it with
 /// [`SessionLayerBuilder::transport`](super::SessionLayerBuilder::transport).
@@ -107,7 +107,7 @@ impl Transport {
     }
 
     /// `Authorization: Bearer <token>` in requests (RFC 6750 §2.1); new tokens in the
-    /// [`DEFAULT_TOKEN_HEADER`] response header.
+    /// `session-token` response header.
     ///
     /// ```
     /// use redis_guard::session::Transport;
@@ -123,7 +123,7 @@ impl Transport {
         }
     }
 
-    /// The bare token in the request header `name`; new tokens in the [`DEFAULT_TOKEN_HEADER`]
+    /// The bare token in the request header `name`; new tokens in the `session-token`
     /// response header unless [`response_header`](Self::response_header) says otherwise. The
     /// name is checked when the layer is built.
     ///
@@ -141,7 +141,7 @@ impl Transport {
         }
     }
 
-    /// The response header that carries a new token (default [`DEFAULT_TOKEN_HEADER`]). Only
+    /// The response header that carries a new token (default `session-token`). Only
     /// for the header transports: on [`Transport::cookie`] the layer refuses to build.
     pub fn response_header(mut self, name: impl Into<String>) -> Self {
         self.response = Some(name.into().to_ascii_lowercase());
