@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use super::{BackendError, Clock, MonotonicClock};
-use crate::telemetry;
+use crate::telemetry::{self, Metric};
 
 /// Default for how many calls in a row must find Redis unavailable to open the circuit.
 pub(crate) const DEFAULT_FAILURES: u32 = 5;
@@ -238,14 +238,14 @@ impl Circuit {
             .clone();
         let labels = telemetry::Labels::breaker(&prefix, self.master);
         if opened {
-            telemetry::count_with(telemetry::BREAKER_OPENED, labels.clone(), 1);
+            telemetry::count_with(Metric::BreakerOpened, labels.clone(), 1);
         }
         let value = match state {
             BreakerState::Closed => 0.0,
             BreakerState::HalfOpen => 1.0,
             BreakerState::Open => 2.0,
         };
-        telemetry::set_with(telemetry::BREAKER_STATE, labels, value);
+        telemetry::set_with(Metric::BreakerState, labels, value);
     }
 
     /// A permit for one call, or [`BackendError::CircuitOpen`] while the circuit is open: only

@@ -35,7 +35,7 @@
 //! its freshness, inside its stale window: served while one request refreshes it), or `MISS`
 //! (computed by the handler for this request). Stored responses also carry `Age`. With the
 //! `metrics` feature each of them is counted in
-//! [`redis_guard_cache_responses_total`](crate::telemetry::CACHE_RESPONSES) by `result` (`hit`,
+//! [`redis_guard_cache_responses_total`](crate::telemetry::Metric::CacheResponses) by `result` (`hit`,
 //! `stale`, `miss`): the hit ratio.
 //!
 //! # What is cached

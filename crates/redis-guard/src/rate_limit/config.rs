@@ -276,7 +276,7 @@ impl Config {
         })?;
         for check in &checks {
             telemetry::count(
-                telemetry::RATE_LIMIT_FALLBACK_DECISIONS,
+                telemetry::Metric::RateLimitFallbackDecisions,
                 "rule",
                 check.rule.name_arc().into(),
                 1,

@@ -336,7 +336,7 @@ impl Lease {
 /// Counts one request's release under `result`.
 fn count_release(result: &'static str) {
     telemetry::count(
-        telemetry::RATE_LIMIT_LEASE_RELEASES,
+        telemetry::Metric::RateLimitLeaseReleases,
         "result",
         result.into(),
         1,

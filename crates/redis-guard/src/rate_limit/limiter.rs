@@ -531,7 +531,7 @@ pub(crate) fn rule_decisions(checks: &[Check]) -> Vec<RuleDecision> {
 pub(crate) fn count_failure(rules: &[RuleDecision], err: LimiterError) -> LimiterError {
     for rule in rules {
         telemetry::count(
-            telemetry::RATE_LIMIT_BACKEND_ERRORS,
+            telemetry::Metric::RateLimitBackendErrors,
             "rule",
             (&rule.rule).into(),
             1,

@@ -305,7 +305,7 @@ impl RedisLimiter {
         if let Some((_, _, _, Some((states, elapsed)))) = cached {
             for (check, _) in checks.iter().zip(&states).filter(|(_, s)| !s.allowed) {
                 telemetry::count(
-                    telemetry::RATE_LIMIT_DENY_CACHE_HITS,
+                    telemetry::Metric::RateLimitDenyCacheHits,
                     "rule",
                     check.rule.name_arc().into(),
                     1,
