@@ -27,7 +27,26 @@
 //! - in front of a gRPC service, [`RateLimitLayerBuilder::grpc`] makes the layer answer in gRPC
 //!   instead: `RESOURCE_EXHAUSTED` with the retry delay in metadata and status details
 //!   ([`grpc`]).
-
+//!
+//! # Response headers
+//!
+//! | header | on | value |
+//! |---|---|---|
+//! | `RateLimit-Policy` | denials; admitted responses unless [`rate_limit_headers(false)`](RateLimitLayerBuilder::rate_limit_headers) | one item per rule, named by it: `"api";q=100;w=60` (`q` the limit, `w` the period in seconds) |
+//! | `RateLimit` | as `RateLimit-Policy` | `"api";r=42;t=35` (`r` the requests remaining now, `t` the seconds until the quota is fully available again, both rounded up) |
+//! | `Retry-After` | denials | whole seconds until the request may pass, rounded up, never 0 |
+//! | `RateLimit-Exceeded` | admitted responses over a [`Mode::Soft`] rule | the soft rules the request went over, as a structured-field list of rule names: `"api"` (redis-guard's own, not in the draft) |
+//! | `X-RateLimit-Limit` | with [`legacy_headers(true)`](RateLimitLayerBuilder::legacy_headers) | the binding rule's limit |
+//! | `X-RateLimit-Remaining` | as `X-RateLimit-Limit` | the binding rule's requests remaining |
+//! | `X-RateLimit-Reset` | as `X-RateLimit-Limit` | seconds until the binding rule's quota is full again |
+//!
+//! `RateLimit-Policy` and `RateLimit` follow the IETF HTTPAPI draft "RateLimit header fields for
+//! HTTP" (<https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/>), in its
+//! structured-field form. Concurrency rules ([`Rule::concurrency`]) are left out of both: the
+//! draft knows only quotas per time window, and `q=2;w=30` would tell a client it may send two
+//! requests per 30 s. A denial by one still carries `Retry-After`, and the legacy
+//! `X-RateLimit-*` headers describe the binding rule, which may be a concurrency rule (its
+//! limit, and the leases still free).
 //!
 //! # Hot keys: leasing
 //!
@@ -104,7 +123,7 @@ mod few;
 mod fixed_window_plain;
 mod future;
 pub mod grpc;
-pub mod headers;
+mod headers;
 mod holding;
 mod hot_lease;
 mod key;
