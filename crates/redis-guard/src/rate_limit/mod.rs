@@ -149,7 +149,6 @@ mod warn;
 pub use actual_cost::{ActualCost, CostReport};
 pub use algorithm::{Algorithm, CustomAlgorithm, RuleState};
 pub use builder::RateLimitLayerBuilder;
-pub use config::ResponseBuilder;
 pub use decision::{Decision, RuleDecision};
 pub use future::ResponseFuture;
 // Sessions record the client's address only when the request carries a peer address.
