@@ -5,7 +5,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::cookie::CookieConfig;
 use super::shared::{Metadata, Shared};
 use super::store::{Lifetimes, SessionStore};
 use super::token::Transport;
@@ -61,7 +60,6 @@ impl SessionLayer {
 pub struct SessionLayerBuilder {
     store: Arc<dyn SessionStore>,
     life: Lifetimes,
-    cookie: CookieConfig,
     transport: Transport,
     failure: FailurePolicy,
     expose_user: bool,
@@ -73,7 +71,6 @@ impl SessionLayerBuilder {
         Self {
             store: Arc::new(store),
             life: Lifetimes::default(),
-            cookie: CookieConfig::default(),
             transport: Transport::default(),
             failure: FailurePolicy::default(),
             expose_user: false,
@@ -82,20 +79,20 @@ impl SessionLayerBuilder {
     }
 
     setters! {
-        /// The cookie's name and attributes.
-        pub fn cookie(cookie: CookieConfig) => cookie;
-
-        /// How the session id travels (default [`Transport::cookie`]): the cookie, or a token
-        /// in `Authorization: Bearer` or a header you name, for API and mobile clients. A
-        /// layer only knows the sessions its own transport created.
+        /// How the session id travels (default [`Transport::cookie`]): the cookie, with its
+        /// name and attributes, or a token in `Authorization: Bearer` or a header you name, for
+        /// API and mobile clients. A layer only knows the sessions its own transport created.
         ///
         /// ```
-        /// use redis_guard::session::{MemorySessionStore, SessionLayer, Transport};
+        /// use redis_guard::session::{MemorySessionStore, SameSite, SessionLayer, Transport};
         ///
+        /// let pages = SessionLayer::builder(MemorySessionStore::new())
+        ///     .transport(Transport::cookie().same_site(SameSite::Strict))
+        ///     .build()?;
         /// let api = SessionLayer::builder(MemorySessionStore::new())
         ///     .transport(Transport::bearer())
         ///     .build()?;
-        /// # let _ = api;
+        /// # let _ = (pages, api);
         /// # Ok::<(), redis_guard::session::SessionConfigError>(())
         /// ```
         pub fn transport(transport: Transport) => transport;
@@ -201,7 +198,9 @@ impl SessionLayerBuilder {
     /// assert!(err.to_string().contains("longer than 10 years"));
     /// ```
     pub fn build(self) -> Result<SessionLayer, SessionConfigError> {
-        self.cookie.validate().map_err(SessionConfigError::Cookie)?;
+        self.transport
+            .check_cookie()
+            .map_err(SessionConfigError::Cookie)?;
         let transport = self
             .transport
             .resolve()
@@ -250,7 +249,7 @@ impl SessionLayerBuilder {
                 #[cfg(not(feature = "metrics"))]
                 store: self.store,
                 life: self.life,
-                cookie: self.cookie,
+                cookie: self.transport.cookie,
                 transport,
                 failure: self.failure,
                 expose_user: self.expose_user,
@@ -265,7 +264,6 @@ impl fmt::Debug for SessionLayerBuilder {
         f.debug_struct("SessionLayerBuilder")
             .field("store", &self.store)
             .field("life", &self.life)
-            .field("cookie", &self.cookie)
             .field("transport", &self.transport)
             .field("failure", &self.failure)
             .field("expose_user", &self.expose_user)
@@ -304,5 +302,41 @@ mod tests {
         assert!(build(|b| b.max_sessions_per_user(100_000)).is_err());
         let ten_years = Duration::from_secs(10 * 365 * 86_400);
         assert!(build(|b| b.max_lifetime(ten_years)).is_ok());
+    }
+
+    /// Issue 22, item 5: the cookie's name and attributes are set on the one transport
+    /// setter; a header transport with cookie attributes refuses to build, a bad cookie still
+    /// fails as a cookie problem.
+    #[tokio::test]
+    async fn the_transport_carries_the_cookie_attributes() {
+        use http::{Request, Response, header::SET_COOKIE};
+        use tower::{Layer, ServiceExt, service_fn};
+
+        use crate::session::Session;
+
+        let layer = build(|b| {
+            b.transport(
+                Transport::cookie()
+                    .with_cookie_name("sid")
+                    .path("/app")
+                    .persistent(Duration::from_secs(60)),
+            )
+        })
+        .unwrap();
+        let svc = layer.layer(service_fn(|req: Request<String>| async move {
+            let session = req.extensions().get::<Session>().cloned().unwrap();
+            session.insert("k", &1).await.unwrap();
+            Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+        }));
+        let res = svc.oneshot(Request::new(String::new())).await.unwrap();
+        let set = res.headers()[SET_COOKIE].to_str().unwrap();
+        assert!(set.starts_with("sid="), "{set}");
+        assert!(set.contains("; Path=/app;"), "{set}");
+        assert!(set.contains("; Max-Age=60"), "{set}");
+
+        let err = build(|b| b.transport(Transport::bearer().secure(false))).unwrap_err();
+        assert!(matches!(err, SessionConfigError::Transport(_)), "{err}");
+        let err = build(|b| b.transport(Transport::cookie().path("app"))).unwrap_err();
+        assert!(matches!(err, SessionConfigError::Cookie(_)), "{err}");
     }
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::Transport;
 use super::id::SessionId;
 
 /// The `SameSite` attribute.
@@ -21,35 +22,9 @@ const HOST_NAME: &str = "__Host-id";
 /// The default name otherwise.
 const PLAIN_NAME: &str = "id";
 
-/// The session cookie's name and attributes.
-///
-/// Defaults: name `__Host-id` (`id` when `Secure` is off or a `Domain` or a `Path` other than
-/// `/` is set: browsers refuse a `__Host-` cookie with any of those), `HttpOnly`, `Secure`, `SameSite=Lax`, `Path=/`, no `Domain`, and no
-/// `Max-Age` (a browser-session cookie; the server-side lifetimes still apply).
-///
-/// ```
-/// use redis_guard::session::{CookieConfig, SameSite};
-/// use std::time::Duration;
-///
-/// let cookie = CookieConfig::default()
-///     .host_prefixed() // `__Host-id`: the browser refuses it unless Secure, Path=/, no Domain
-///     .same_site(SameSite::Strict)
-///     .persistent(Duration::from_secs(24 * 3600));
-/// assert_eq!(cookie.name(), "__Host-id");
-///
-/// // Plain-HTTP development on a host other than localhost: no Secure, so no `__Host-` prefix.
-/// assert_eq!(CookieConfig::default().secure(false).name(), "id");
-/// ```
-///
-/// The `__Host-` prefix is what stops a sibling subdomain (`evil.example.com`, or any subdomain
-/// an attacker can run script on) from planting its own session id for `example.com` or
-/// shadowing ours: browsers only accept a `__Host-` cookie that is `Secure`, has `Path=/` and no
-/// `Domain`, i.e. set by this very host over HTTPS. Browsers treat `http://localhost` and
-/// `http://127.0.0.1` as secure, so it works in local development too. A name set with
-/// [`with_name`](Self::with_name) that starts with `__Host-` is checked when the layer is built.
+/// The session cookie's name and attributes, set through [`Transport`]'s cookie methods.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[must_use]
-pub struct CookieConfig {
+pub(crate) struct CookieConfig {
     /// `None`: the default, [`HOST_NAME`] or [`PLAIN_NAME`] depending on the attributes.
     name: Option<String>,
     secure: bool,
@@ -74,61 +49,92 @@ impl Default for CookieConfig {
     }
 }
 
-impl CookieConfig {
+/// The cookie's name and attributes, on the cookie transport (a header transport with any of
+/// them set refuses to build).
+///
+/// Defaults: name `__Host-id` (`id` when `Secure` is off or a `Domain` or a `Path` other than
+/// `/` is set: browsers refuse a `__Host-` cookie with any of those), `HttpOnly`, `Secure`,
+/// `SameSite=Lax`, `Path=/`, no `Domain`, and no `Max-Age` (a browser-session cookie; the
+/// server-side lifetimes still apply).
+///
+/// ```
+/// use redis_guard::session::{SameSite, Transport};
+/// use std::time::Duration;
+///
+/// let cookie = Transport::cookie()
+///     .host_prefixed() // `__Host-id`: the browser refuses it unless Secure, Path=/, no Domain
+///     .same_site(SameSite::Strict)
+///     .persistent(Duration::from_secs(24 * 3600));
+/// assert_eq!(cookie.cookie_name(), Some("__Host-id"));
+///
+/// // Plain-HTTP development on a host other than localhost: no Secure, so no `__Host-` prefix.
+/// assert_eq!(Transport::cookie().secure(false).cookie_name(), Some("id"));
+/// ```
+///
+/// The `__Host-` prefix is what stops a sibling subdomain (`evil.example.com`, or any subdomain
+/// an attacker can run script on) from planting its own session id for `example.com` or
+/// shadowing ours: browsers only accept a `__Host-` cookie that is `Secure`, has `Path=/` and no
+/// `Domain`, i.e. set by this very host over HTTPS. Browsers treat `http://localhost` and
+/// `http://127.0.0.1` as secure, so it works in local development too. A name set with
+/// [`with_cookie_name`](Self::with_cookie_name) that starts with `__Host-` is checked when the
+/// layer is built.
+impl Transport {
     /// The cookie's name (a token: letters, digits and ``!#$%&'*+-.^_`|~``).
-    pub fn with_name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
+    pub fn with_cookie_name(mut self, name: impl Into<String>) -> Self {
+        self.cookie.name = Some(name.into());
         self
     }
 
     /// Names the cookie `__Host-<name>` (browsers then insist on `Secure`, `Path=/` and no
     /// `Domain`, so a sibling subdomain cannot plant or overwrite it).
     pub fn host_prefixed(mut self) -> Self {
-        let name = self.name.take().unwrap_or_else(|| PLAIN_NAME.to_owned());
-        self.name = Some(if name.starts_with("__Host-") {
+        let c = &mut self.cookie;
+        let name = c.name.take().unwrap_or_else(|| PLAIN_NAME.to_owned());
+        c.name = Some(if name.starts_with("__Host-") {
             name
         } else {
             format!("__Host-{name}")
         });
-        self.secure = true;
-        self.path = "/".to_owned();
-        self.domain = None;
+        c.secure = true;
+        c.path = "/".to_owned();
+        c.domain = None;
         self
     }
 
     setters! {
-        /// `Secure` (default `true`). Turn it off only for plain-HTTP development on a host other than
-        /// `localhost`; browsers treat `http://localhost` as secure.
-        pub fn secure(secure: bool) => secure;
+        /// The cookie's `Secure` (default `true`). Turn it off only for plain-HTTP development
+        /// on a host other than `localhost`; browsers treat `http://localhost` as secure.
+        pub fn secure(secure: bool) => cookie.secure;
 
-        /// `SameSite` (default [`SameSite::Lax`]).
-        pub fn same_site(same_site: SameSite) => same_site;
+        /// The cookie's `SameSite` (default [`SameSite::Lax`]).
+        pub fn same_site(same_site: SameSite) => cookie.same_site;
 
-        /// `HttpOnly` (default `true`: scripts cannot read the id).
-        pub fn http_only(http_only: bool) => http_only;
+        /// The cookie's `HttpOnly` (default `true`: scripts cannot read the id).
+        pub fn http_only(http_only: bool) => cookie.http_only;
     }
 
-    /// `Path` (default `/`).
+    /// The cookie's `Path` (default `/`).
     pub fn path(mut self, path: impl Into<String>) -> Self {
-        self.path = path.into();
+        self.cookie.path = path.into();
         self
     }
 
-    /// `Domain` (default none: the cookie goes to this host only).
+    /// The cookie's `Domain` (default none: the cookie goes to this host only).
     pub fn domain(mut self, domain: impl Into<String>) -> Self {
-        self.domain = Some(domain.into());
+        self.cookie.domain = Some(domain.into());
         self
     }
 
     /// A persistent cookie with this `Max-Age` (default: a browser-session cookie).
     pub fn persistent(mut self, max_age: Duration) -> Self {
-        self.max_age = Some(max_age);
+        self.cookie.max_age = Some(max_age);
         self
     }
+}
 
+impl CookieConfig {
     /// The cookie's name.
-    #[must_use]
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         match &self.name {
             Some(name) => name,
             None if self.secure && self.path == "/" && self.domain.is_none() => HOST_NAME,
@@ -136,12 +142,8 @@ impl CookieConfig {
         }
     }
 
-    /// Checks the combination; the layer builder calls it.
-    ///
-    /// # Errors
-    ///
-    /// A message naming the bad attribute.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the combination (a message naming the bad attribute); the layer builder calls it.
+    pub(crate) fn validate(&self) -> Result<(), String> {
         let token = |s: &str| {
             !s.is_empty()
                 && s.bytes()
@@ -227,7 +229,7 @@ mod tests {
     #[test]
     fn default_attributes() {
         let id = SessionId::generate().unwrap();
-        let c = CookieConfig::default();
+        let c = Transport::cookie().cookie;
         assert_eq!(
             c.set_cookie(&id, None),
             format!(
@@ -246,45 +248,53 @@ mod tests {
     /// subdomain cannot plant or overwrite.
     #[test]
     fn secure_cookies_default_to_the_host_prefix() {
-        assert_eq!(CookieConfig::default().name(), "__Host-id");
-        assert_eq!(CookieConfig::default().secure(false).name(), "id");
-        assert_eq!(CookieConfig::default().with_name("sid").name(), "sid");
+        assert_eq!(Transport::cookie().cookie.name(), "__Host-id");
+        assert_eq!(Transport::cookie().secure(false).cookie.name(), "id");
+        assert_eq!(
+            Transport::cookie().with_cookie_name("sid").cookie.name(),
+            "sid"
+        );
         for bad in [
-            CookieConfig::default()
-                .with_name("__Host-sid")
+            Transport::cookie()
+                .with_cookie_name("__Host-sid")
                 .domain("example.com"),
-            CookieConfig::default()
-                .with_name("__Host-sid")
+            Transport::cookie()
+                .with_cookie_name("__Host-sid")
                 .secure(false),
-            CookieConfig::default().with_name("__Host-sid").path("/app"),
+            Transport::cookie()
+                .with_cookie_name("__Host-sid")
+                .path("/app"),
         ] {
-            assert!(bad.validate().unwrap_err().contains("__Host-"), "{bad:?}");
+            assert!(
+                bad.check_cookie().unwrap_err().contains("__Host-"),
+                "{bad:?}"
+            );
         }
     }
 
     #[test]
     fn validation_names_the_problem() {
         assert!(
-            CookieConfig::default()
-                .with_name("bad name")
-                .validate()
+            Transport::cookie()
+                .with_cookie_name("bad name")
+                .check_cookie()
                 .unwrap_err()
                 .contains("bad name")
         );
         assert!(
-            CookieConfig::default()
+            Transport::cookie()
                 .host_prefixed()
                 .domain("x.com")
-                .validate()
+                .check_cookie()
                 .is_err()
         );
         assert!(
-            CookieConfig::default()
+            Transport::cookie()
                 .secure(false)
                 .same_site(SameSite::None)
-                .validate()
+                .check_cookie()
                 .is_err()
         );
-        assert!(CookieConfig::default().path("no-slash").validate().is_err());
+        assert!(Transport::cookie().path("no-slash").check_cookie().is_err());
     }
 }

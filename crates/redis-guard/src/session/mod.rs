@@ -30,7 +30,7 @@
 //! - **The cookie holds only a random id**: 256 bits from the OS CSPRNG, base64url. The store
 //!   knows the session by the id's SHA-256, so a Redis dump or `MONITOR` never shows a usable
 //!   token. Cookies default to `__Host-id` with `HttpOnly; Secure; SameSite=Lax; Path=/`, no
-//!   `Domain` (see [`CookieConfig`]): the `__Host-` prefix means no sibling subdomain can plant
+//!   `Domain` (see [`Transport`]): the `__Host-` prefix means no sibling subdomain can plant
 //!   or overwrite the cookie.
 //! - **Reading the cookie**: the `Cookie` header is read as bytes, so another cookie's odd
 //!   value never hides ours; every well-formed value of our cookie counts, in order, and the
@@ -132,7 +132,7 @@
 //! What it does not defend against: a stolen cookie is a bearer credential until it expires,
 //! is rotated or revoked (no binding to the client); a live session id planted through a channel
 //! that can set `__Host-` cookies (the site itself, over HTTPS) is still tried first; with
-//! [`CookieConfig::secure`] off or a `Domain` set, the cookie is named `id` and sibling
+//! [`Transport::secure`] off or a `Domain` set, the cookie is named `id` and sibling
 //! subdomains can plant one; on Redis, a session whose user changes keeps its entry in the previous
 //! user's index until it ends (revoking that user ends it too).
 
@@ -163,7 +163,7 @@ mod token;
 mod user;
 
 pub use builder::{SessionConfigError, SessionLayerBuilder};
-pub use cookie::{CookieConfig, SameSite};
+pub use cookie::SameSite;
 #[cfg(feature = "axum")]
 pub use csrf::{CsrfConfig, CsrfForm, CsrfHeader, CsrfRejection};
 pub use error::SessionError;
