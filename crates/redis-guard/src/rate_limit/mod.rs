@@ -151,12 +151,12 @@ pub use algorithm::{Algorithm, CustomAlgorithm, RuleState};
 pub use builder::RateLimitLayerBuilder;
 pub use decision::{Decision, RuleDecision};
 pub use future::ResponseFuture;
-// Sessions record the client's address only when the request carries a peer address.
-#[cfg(feature = "session")]
-pub(crate) use key::has_peer;
+// The client's address lives in `crate::client_ip` (sessions read it too); rate limits key on
+// it so often that it is also here, under the same names.
+pub use crate::client_ip::{ClientIp, ForwardedHeader, PeerAddr, ProxyConfigError};
+pub(crate) use key::Inline;
 pub use key::{
-    And, ClientIp, ExtensionKey, ForwardedHeader, Global, HeaderKey, Key, KeyError, KeyExtractor,
-    KeyExtractorExt, Or, PeerAddr, ProxyConfigError,
+    And, ExtensionKey, Global, HeaderKey, Key, KeyError, KeyExtractor, KeyExtractorExt, Or,
 };
 pub use layer::RateLimitLayer;
 pub use lease::Lease;

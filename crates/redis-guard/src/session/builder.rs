@@ -151,8 +151,8 @@ impl SessionLayerBuilder {
     }
 
     /// How each session's client address is read (default: the TCP peer,
-    /// [`ClientIp::peer`](crate::rate_limit::ClientIp::peer)); behind reverse proxies, give the
-    /// same [`ClientIp`](crate::rate_limit::ClientIp) the rate limiter uses, so a client cannot
+    /// [`ClientIp::peer`](crate::client_ip::ClientIp::peer)); behind reverse proxies, give the
+    /// same [`ClientIp`](crate::client_ip::ClientIp) the rate limiter uses, so a client cannot
     /// write its own address into the listing. `None` keeps no address. The address is recorded
     /// with the session's writes (its creation, a login, any change, the atomic helpers), and
     /// after a load that records the use
@@ -160,7 +160,7 @@ impl SessionLayerBuilder {
     /// costs one save then, at most once per interval.
     ///
     /// ```
-    /// use redis_guard::rate_limit::ClientIp;
+    /// use redis_guard::client_ip::ClientIp;
     /// use redis_guard::session::{MemorySessionStore, SessionLayer};
     ///
     /// let behind_proxy = SessionLayer::builder(MemorySessionStore::new())
@@ -170,10 +170,9 @@ impl SessionLayerBuilder {
     ///     .client_ip(None)
     ///     .build();
     /// # let _ = (behind_proxy, no_addresses);
-    /// # Ok::<(), redis_guard::rate_limit::ProxyConfigError>(())
+    /// # Ok::<(), redis_guard::client_ip::ProxyConfigError>(())
     /// ```
-    #[cfg(feature = "rate-limit")]
-    pub fn client_ip(mut self, ip: Option<crate::rate_limit::ClientIp>) -> Self {
+    pub fn client_ip(mut self, ip: Option<crate::client_ip::ClientIp>) -> Self {
         self.metadata.ip = ip;
         self
     }

@@ -59,7 +59,7 @@
 //!   per-user cap ([`SessionLayerBuilder::max_sessions_per_user`]) ends a live session. A
 //!   session with a user is never handed to the client unless it is indexed.
 //! - **Devices**: each session keeps, in reserved fields, when it was created and last used, the
-//!   client's address (read with the same [`ClientIp`](crate::rate_limit::ClientIp) as the rate
+//!   client's address (read with the same [`ClientIp`](crate::client_ip::ClientIp) as the rate
 //!   limiter, so proxies are handled: [`SessionLayerBuilder::client_ip`]) and its user agent
 //!   (visible ASCII, at most 256 bytes), plus a random public handle that
 //!   survives id rotation. The last use is recorded by the load at most once per
