@@ -4,7 +4,7 @@
 //! redis-guard only records; the application installs a recorder (an exporter) to collect, e.g.
 //! `metrics-exporter-prometheus`, as the axum example does for `GET /metrics`. Without one,
 //! recording costs a lookup of the global recorder and nothing more. Names and labels are fixed
-//! and documented below, so dashboards and alerts can rely on them.
+//! and documented on [`Metric`], so dashboards and alerts can rely on them.
 //!
 //! **Cardinality is bounded**: labels are rule names (chosen in code, at most 64 characters),
 //! key prefixes, operation names and fixed outcome words; never a client key, an IP address, a
@@ -40,9 +40,6 @@
 //!
 //! [`RateLimitLayer`]: crate::rate_limit::RateLimitLayer
 //! [`Limiter::check`]: crate::rate_limit::Limiter::check
-//! [`Mode::Shadow`]: crate::rate_limit::Mode::Shadow
-//! [`Mode::Soft`]: crate::rate_limit::Mode::Soft
-//! [`FailurePolicy::Fallback`]: crate::rate_limit::FailurePolicy::Fallback
 
 #![cfg_attr(
     not(feature = "rate-limit"),
@@ -57,10 +54,10 @@ use std::fmt;
 /// |---|---|---|---|
 /// | [`redis_guard_rate_limit_allowed_total`](Self::RateLimitAllowed) | counter | `rule` | requests the rule admitted |
 /// | [`redis_guard_rate_limit_limited_total`](Self::RateLimitLimited) | counter | `rule` | requests an enforced rule denied (answered `429`) |
-/// | [`redis_guard_rate_limit_shadow_limited_total`](Self::RateLimitShadowLimited) | counter | `rule` | requests a [`Mode::Shadow`] rule would have denied (admitted) |
-/// | [`redis_guard_rate_limit_soft_limited_total`](Self::RateLimitSoftLimited) | counter | `rule` | requests over a [`Mode::Soft`] rule's limit (admitted with `RateLimit-Exceeded`) |
+/// | [`redis_guard_rate_limit_shadow_limited_total`](Self::RateLimitShadowLimited) | counter | `rule` | requests a [`Mode::Shadow`](crate::rate_limit::Mode::Shadow) rule would have denied (admitted) |
+/// | [`redis_guard_rate_limit_soft_limited_total`](Self::RateLimitSoftLimited) | counter | `rule` | requests over a [`Mode::Soft`](crate::rate_limit::Mode::Soft) rule's limit (admitted with `RateLimit-Exceeded`) |
 /// | [`redis_guard_rate_limit_backend_errors_total`](Self::RateLimitBackendErrors) | counter | `rule` | requests the limiter could not decide (the failure policy answered) |
-/// | [`redis_guard_rate_limit_fallback_decisions_total`](Self::RateLimitFallbackDecisions) | counter | `rule` | decisions made in process by [`FailurePolicy::Fallback`] |
+/// | [`redis_guard_rate_limit_fallback_decisions_total`](Self::RateLimitFallbackDecisions) | counter | `rule` | decisions made in process by [`FailurePolicy::Fallback`](crate::rate_limit::FailurePolicy::Fallback) |
 /// | [`redis_guard_rate_limit_deny_cache_hits_total`](Self::RateLimitDenyCacheHits) | counter | `rule` | denials answered from the deny cache, without Redis |
 /// | [`redis_guard_rate_limit_decision_seconds`](Self::RateLimitDecisionSeconds) | histogram | `rule` | time to decide a request |
 /// | [`redis_guard_rate_limit_lease_releases_total`](Self::RateLimitLeaseReleases) | counter | `result` = `released`, `failed` (the store failed: the lease expires), `abandoned` (dropped outside a Tokio runtime: it expires) | releases of a request's [concurrency leases](crate::rate_limit::Rule::concurrency) |
