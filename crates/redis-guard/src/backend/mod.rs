@@ -51,9 +51,11 @@ mod connection;
 
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub use breaker::{Breaker, BreakerState};
+pub use clock::Clock;
 #[cfg(any(test, feature = "test-util"))]
 pub use clock::ManualClock;
-pub use clock::{Clock, MonotonicClock};
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+pub(crate) use clock::MonotonicClock;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use coalesce::DEFAULT_BATCH;
 #[cfg(feature = "rate-limit")]

@@ -202,5 +202,5 @@ pub use query::QueryKey;
 pub use redis_store::RedisCacheStore;
 pub use service::CacheService;
 pub use stampede::Stampede;
-pub use store::{Backing, CacheStore};
+pub use store::CacheStore;
 pub use tags::CacheTags;
