@@ -8,9 +8,12 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use redis_guard::rate_limit::{
-    Algorithm, Check, DEFAULT_LEASE_EXPIRY, HeaderKey, Key, Limiter, QUOTA_LOOKUP_TIMEOUT, Quota,
-    RateLimitLayer, Rule,
+    Algorithm, Check, HeaderKey, Key, Limiter, Quota, RateLimitLayer, Rule,
 };
+
+/// How long a request waits for an async quota lookup (`Rule::with_quota_from_async`): the
+/// crate's `QUOTA_LOOKUP_TIMEOUT`, 1 s.
+const QUOTA_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
 use redis_guard_tests::{ALGORITHMS, Harness, Reply, backend_suite, by_client, call, empty_ok};
 use tower::Layer;
 
@@ -209,7 +212,8 @@ async fn an_async_lookup_decides_the_quota(h: Harness) {
 async fn a_plan_sets_how_many_may_be_in_flight(h: Harness) {
     let limiter = h.limiter().await;
     let jobs = Rule::concurrency("jobs", 1);
-    let pro = Quota::new(3, DEFAULT_LEASE_EXPIRY);
+    // A concurrency rule's period is its lease expiry: 30 s by default (`Rule::lease_expiry`).
+    let pro = Quota::new(3, Duration::from_secs(30));
     let on_pro = || vec![Check::new(jobs.clone(), Key::from("acme")).with_quota(pro)];
     let mut held = Vec::new();
     for _ in 0..3 {

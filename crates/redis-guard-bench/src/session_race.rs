@@ -258,12 +258,12 @@ pub async fn redis_guard_app(redis_url: &str) -> Result<Router, String> {
 pub async fn redis_guard_session_layer(
     redis_url: &str,
 ) -> Result<redis_guard::session::SessionLayer, String> {
-    use redis_guard::session::{CookieConfig, RedisSessionStore, SessionLayer};
+    use redis_guard::session::{RedisSessionStore, SessionLayer, Transport};
     let conn = redis_guard::backend::RedisConnection::open(redis_url)
         .await
         .map_err(|e| format!("connecting to {redis_url}: {e}"))?;
     SessionLayer::builder(RedisSessionStore::new(conn))
-        .cookie(CookieConfig::default().secure(false))
+        .transport(Transport::cookie().secure(false))
         .build()
         .map_err(|e| format!("session layer: {e}"))
 }

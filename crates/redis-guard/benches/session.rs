@@ -18,7 +18,7 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::header::SET_COOKIE;
 use http::{Request, Response};
-use redis_guard::session::{CookieConfig, MemorySessionStore, Session, SessionId, SessionLayer};
+use redis_guard::session::{MemorySessionStore, Session, SessionId, SessionLayer, Transport};
 use tower::Layer;
 
 fn session_id(c: &mut Criterion) {
@@ -55,7 +55,10 @@ fn session_layer(c: &mut Criterion) {
     let svc = SessionLayer::new(MemorySessionStore::new())
         .expect("a valid layer")
         .layer(app);
-    let name = CookieConfig::default().name().to_owned();
+    let name = Transport::cookie()
+        .cookie_name()
+        .expect("a cookie")
+        .to_owned();
     let header = rt.block_on(async {
         let created = common::call(svc.clone(), common::request(&[])).await;
         let set = created.headers()[SET_COOKIE].to_str().expect("ASCII");

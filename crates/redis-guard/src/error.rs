@@ -65,9 +65,8 @@ pub enum ConfigErrorKind {
     /// A quota string does not parse: not `<count>/<period>`, a count that is not a whole
     /// number, an unknown unit.
     QuotaSyntax,
-    /// A quota cannot work: a limit, period or burst of 0, a period over
-    /// [`MAX_PERIOD`](crate::rate_limit::MAX_PERIOD), more than one request per microsecond, a
-    /// burst that would take years to refill.
+    /// A quota cannot work: a limit, period or burst of 0, a period over 366 days, more than
+    /// one request per microsecond, a burst that would take years to refill.
     Quota,
     /// A name cannot be used: a rule name outside 1-64 characters of `A-Z a-z 0-9 _ . -`, a
     /// lock name outside 1-256 bytes or with `{` / `}`.

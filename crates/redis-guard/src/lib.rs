@@ -13,6 +13,8 @@
 //! - [`cache`]: [`CacheLayer`](cache::CacheLayer) caches `GET` responses in Redis (or in
 //!   process) with a TTL on every key, stampede protection (lock on miss or XFetch, stale
 //!   while revalidate) and invalidation by tag.
+//! - [`client_ip`]: the client's address behind the proxies you trust, as the limiter keys on it
+//!   and the sessions record it.
 //! - [`telemetry`]: what both report, through `tracing` and the `metrics` facade.
 //! - [`backend`]: the engine under both: [`RedisBackend`](backend::RedisBackend) (connection,
 //!   key prefix, timeout, scripts), one error type, and the in-process backends' clock.
@@ -75,6 +77,8 @@ mod macros;
 pub mod backend;
 mod error;
 pub use error::{ConfigError, ConfigErrorKind};
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+pub mod client_ip;
 #[cfg(any(feature = "rate-limit", all(feature = "session", feature = "axum")))]
 mod problem;
 pub mod telemetry;

@@ -4,25 +4,17 @@
 //! redis-guard only records; the application installs a recorder (an exporter) to collect, e.g.
 //! `metrics-exporter-prometheus`, as the axum example does for `GET /metrics`. Without one,
 //! recording costs a lookup of the global recorder and nothing more. Names and labels are fixed
-//! and documented below, so dashboards and alerts can rely on them.
+//! and documented on [`Metric`], so dashboards and alerts can rely on them.
 //!
 //! **Cardinality is bounded**: labels are rule names (chosen in code, at most 64 characters),
 //! key prefixes, operation names and fixed outcome words; never a client key, an IP address, a
 //! user or a session id.
 //!
-//! # Rate limiting (label `rule`)
+//! Every metric is a [`Metric`]: [`Metric::name`] is the name an exporter shows and
+//! [`Metric::ALL`] lists them all; the table on [`Metric`] gives each one's kind, labels and
+//! meaning.
 //!
-//! | name | kind | what |
-//! |---|---|---|
-//! | [`redis_guard_rate_limit_allowed_total`](RATE_LIMIT_ALLOWED) | counter | requests the rule admitted |
-//! | [`redis_guard_rate_limit_limited_total`](RATE_LIMIT_LIMITED) | counter | requests an enforced rule denied (answered `429`) |
-//! | [`redis_guard_rate_limit_shadow_limited_total`](RATE_LIMIT_SHADOW_LIMITED) | counter | requests a [`Mode::Shadow`] rule would have denied (admitted) |
-//! | [`redis_guard_rate_limit_soft_limited_total`](RATE_LIMIT_SOFT_LIMITED) | counter | requests over a [`Mode::Soft`] rule's limit (admitted with `RateLimit-Exceeded`) |
-//! | [`redis_guard_rate_limit_backend_errors_total`](RATE_LIMIT_BACKEND_ERRORS) | counter | requests the limiter could not decide (the failure policy answered) |
-//! | [`redis_guard_rate_limit_fallback_decisions_total`](RATE_LIMIT_FALLBACK_DECISIONS) | counter | decisions made in process by [`FailurePolicy::Fallback`] |
-//! | [`redis_guard_rate_limit_deny_cache_hits_total`](RATE_LIMIT_DENY_CACHE_HITS) | counter | denials answered from the deny cache, without Redis |
-//! | [`redis_guard_rate_limit_decision_seconds`](RATE_LIMIT_DECISION_SECONDS) | histogram | time to decide a request |
-//! | [`redis_guard_rate_limit_lease_releases_total`](RATE_LIMIT_LEASE_RELEASES) | counter | label `result` (not `rule`) = `released`, `failed` (the store failed: the lease expires), `abandoned` (dropped outside a Tokio runtime: it expires): releases of a request's [concurrency leases](crate::rate_limit::Rule::concurrency) |
+//! # Rate limiting
 //!
 //! Decisions of a [`RateLimitLayer`] and of direct [`Limiter::check`] calls (a login handler's
 //! rules) are counted alike. Each rule counts its own verdict: a request that rule `a` admits and rule `b` denies adds one
@@ -38,96 +30,171 @@
 //! numbered in the order `CLUSTER SLOTS` listed them when the connection was made, so a dead
 //! master opens only its own circuit.
 //!
-//! | name | kind | what |
-//! |---|---|---|
-//! | [`redis_guard_breaker_state`](BREAKER_STATE) | gauge | `0` closed, `1` half-open (a probe is out), `2` open |
-//! | [`redis_guard_breaker_opened_total`](BREAKER_OPENED) | counter | times the circuit opened |
-//!
-//! # Sessions
-//!
-//! | name | kind | labels | what |
-//! |---|---|---|---|
-//! | [`redis_guard_session_loads_total`](SESSION_LOADS) | counter | `result` = `live`, `absent` | session loads |
-//! | [`redis_guard_session_saves_total`](SESSION_SAVES) | counter | `result` = `merged`, `created`, `gone` | writes: changed fields merged into the stored session (concurrent writes to other fields kept), a new session, or dropped because the session had ended (never resurrected) |
-//! | [`redis_guard_session_revocations_total`](SESSION_REVOCATIONS) | counter | `kind` = `destroy`, `rotate`, `user`, `session`, `others` | sessions ended: logout, id rotation, "log out everywhere", one device revoked, "log out everywhere else" (one per session ended) |
-//! | [`redis_guard_session_store_errors_total`](SESSION_STORE_ERRORS) | counter | `op` = `load`, `create`, `save`, `increment`, `delete`, `rotate`, `index`, `revoke`, `list`, `take`, `ensure`, `compare_and_set` | store calls that failed |
-//!
-//! # Response cache
-//!
-//! | name | kind | labels | what |
-//! |---|---|---|---|
-//! | [`redis_guard_cache_responses_total`](CACHE_RESPONSES) | counter | `result` = `hit`, `stale`, `miss` | responses of the requests the cache looked up, as their `x-cache` header says: stored and fresh, stored and served while one request refreshes it, or computed by the handler (the hit ratio is `hit / (hit + stale + miss)`); requests the cache does not look up (unsafe methods, credentials) are not counted |
-//!
 //! # Tracing
 //!
 //! Events use the targets `redis_guard::…`: `debug` for every denial (rule, retry-after), `warn`
-//! for failures (at most one line per [`WARN_INTERVAL`] per layer, with a count) and circuit
+//! for failures (at most one line every 10 s per layer, with a count) and circuit
 //! changes, `info` when the circuit closes. Each rate-limit evaluation runs in a `debug` span
 //! `rate_limit` with the rule count, so a subscriber at `debug` ties the Redis call's events to
 //! the request.
 //!
 //! [`RateLimitLayer`]: crate::rate_limit::RateLimitLayer
 //! [`Limiter::check`]: crate::rate_limit::Limiter::check
-//! [`Mode::Shadow`]: crate::rate_limit::Mode::Shadow
-//! [`Mode::Soft`]: crate::rate_limit::Mode::Soft
-//! [`FailurePolicy::Fallback`]: crate::rate_limit::FailurePolicy::Fallback
-//! [`WARN_INTERVAL`]: crate::rate_limit::WARN_INTERVAL
 
 #![cfg_attr(
     not(feature = "rate-limit"),
     allow(rustdoc::broken_intra_doc_links, dead_code)
 )]
 
-/// Counter: requests the rule admitted.
-pub const RATE_LIMIT_ALLOWED: &str = "redis_guard_rate_limit_allowed_total";
-/// Counter: requests an enforced rule denied.
-pub const RATE_LIMIT_LIMITED: &str = "redis_guard_rate_limit_limited_total";
-/// Counter: requests a shadow rule would have denied.
-pub const RATE_LIMIT_SHADOW_LIMITED: &str = "redis_guard_rate_limit_shadow_limited_total";
-/// Counter: requests over a soft rule's limit.
-pub const RATE_LIMIT_SOFT_LIMITED: &str = "redis_guard_rate_limit_soft_limited_total";
-/// Counter: requests the limiter could not decide.
-pub const RATE_LIMIT_BACKEND_ERRORS: &str = "redis_guard_rate_limit_backend_errors_total";
-/// Counter: decisions made by the in-process fallback.
-pub const RATE_LIMIT_FALLBACK_DECISIONS: &str = "redis_guard_rate_limit_fallback_decisions_total";
-/// Counter: denials answered from the deny cache.
-pub const RATE_LIMIT_DENY_CACHE_HITS: &str = "redis_guard_rate_limit_deny_cache_hits_total";
-/// Counter: releases of a request's concurrency leases, by `result`.
-pub const RATE_LIMIT_LEASE_RELEASES: &str = "redis_guard_rate_limit_lease_releases_total";
-/// Histogram (seconds): time to decide a request.
-pub const RATE_LIMIT_DECISION_SECONDS: &str = "redis_guard_rate_limit_decision_seconds";
-/// Gauge: the circuit breaker's state (0 closed, 1 half-open, 2 open).
-pub const BREAKER_STATE: &str = "redis_guard_breaker_state";
-/// Counter: times the circuit opened.
-pub const BREAKER_OPENED: &str = "redis_guard_breaker_opened_total";
-/// Counter: session loads.
-pub const SESSION_LOADS: &str = "redis_guard_session_loads_total";
-/// Counter: session writes.
-pub const SESSION_SAVES: &str = "redis_guard_session_saves_total";
-/// Counter: sessions ended.
-pub const SESSION_REVOCATIONS: &str = "redis_guard_session_revocations_total";
-/// Counter: session store calls that failed.
-pub const SESSION_STORE_ERRORS: &str = "redis_guard_session_store_errors_total";
-/// Counter: responses of requests the response cache looked up, by where they came from.
-pub const CACHE_RESPONSES: &str = "redis_guard_cache_responses_total";
+use std::fmt;
 
-/// Adds `n` to counter `name` with one label; nothing without the `metrics` feature.
+/// A metric redis-guard records (cargo feature `metrics`), by the name an exporter shows.
+///
+/// | name | kind | labels | what |
+/// |---|---|---|---|
+/// | [`redis_guard_rate_limit_allowed_total`](Self::RateLimitAllowed) | counter | `rule` | requests the rule admitted |
+/// | [`redis_guard_rate_limit_limited_total`](Self::RateLimitLimited) | counter | `rule` | requests an enforced rule denied (answered `429`) |
+/// | [`redis_guard_rate_limit_shadow_limited_total`](Self::RateLimitShadowLimited) | counter | `rule` | requests a [`Mode::Shadow`](crate::rate_limit::Mode::Shadow) rule would have denied (admitted) |
+/// | [`redis_guard_rate_limit_soft_limited_total`](Self::RateLimitSoftLimited) | counter | `rule` | requests over a [`Mode::Soft`](crate::rate_limit::Mode::Soft) rule's limit (admitted with `RateLimit-Exceeded`) |
+/// | [`redis_guard_rate_limit_backend_errors_total`](Self::RateLimitBackendErrors) | counter | `rule` | requests the limiter could not decide (the failure policy answered) |
+/// | [`redis_guard_rate_limit_fallback_decisions_total`](Self::RateLimitFallbackDecisions) | counter | `rule` | decisions made in process by [`FailurePolicy::Fallback`](crate::rate_limit::FailurePolicy::Fallback) |
+/// | [`redis_guard_rate_limit_deny_cache_hits_total`](Self::RateLimitDenyCacheHits) | counter | `rule` | denials answered from the deny cache, without Redis |
+/// | [`redis_guard_rate_limit_decision_seconds`](Self::RateLimitDecisionSeconds) | histogram | `rule` | time to decide a request |
+/// | [`redis_guard_rate_limit_lease_releases_total`](Self::RateLimitLeaseReleases) | counter | `result` = `released`, `failed` (the store failed: the lease expires), `abandoned` (dropped outside a Tokio runtime: it expires) | releases of a request's [concurrency leases](crate::rate_limit::Rule::concurrency) |
+/// | [`redis_guard_breaker_state`](Self::BreakerState) | gauge | `prefix`, `master` | `0` closed, `1` half-open (a probe is out), `2` open |
+/// | [`redis_guard_breaker_opened_total`](Self::BreakerOpened) | counter | `prefix`, `master` | times the circuit opened |
+/// | [`redis_guard_session_loads_total`](Self::SessionLoads) | counter | `result` = `live`, `absent` | session loads |
+/// | [`redis_guard_session_saves_total`](Self::SessionSaves) | counter | `result` = `merged`, `created`, `gone` | writes: changed fields merged into the stored session (concurrent writes to other fields kept), a new session, or dropped because the session had ended (never resurrected) |
+/// | [`redis_guard_session_revocations_total`](Self::SessionRevocations) | counter | `kind` = `destroy`, `rotate`, `user`, `session`, `others` | sessions ended: logout, id rotation, "log out everywhere", one device revoked, "log out everywhere else" (one per session ended) |
+/// | [`redis_guard_session_store_errors_total`](Self::SessionStoreErrors) | counter | `op` = `load`, `create`, `save`, `increment`, `delete`, `rotate`, `index`, `revoke`, `list`, `take`, `ensure`, `compare_and_set` | store calls that failed |
+/// | [`redis_guard_cache_responses_total`](Self::CacheResponses) | counter | `result` = `hit`, `stale`, `miss` | responses of the requests the cache looked up, as their `x-cache` header says: stored and fresh, stored and served while one request refreshes it, or computed by the handler (the hit ratio is `hit / (hit + stale + miss)`); requests the cache does not look up (unsafe methods, credentials) are not counted |
+///
+/// ```
+/// use redis_guard::telemetry::Metric;
+///
+/// assert_eq!(Metric::RateLimitLimited.name(), "redis_guard_rate_limit_limited_total");
+/// // e.g. describe every metric to the exporter once, at start:
+/// for metric in Metric::ALL {
+///     assert!(metric.name().starts_with("redis_guard_"));
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Metric {
+    /// Counter `redis_guard_rate_limit_allowed_total`: requests the rule admitted.
+    RateLimitAllowed,
+    /// Counter `redis_guard_rate_limit_limited_total`: requests an enforced rule denied.
+    RateLimitLimited,
+    /// Counter `redis_guard_rate_limit_shadow_limited_total`: requests a shadow rule would
+    /// have denied.
+    RateLimitShadowLimited,
+    /// Counter `redis_guard_rate_limit_soft_limited_total`: requests over a soft rule's limit.
+    RateLimitSoftLimited,
+    /// Counter `redis_guard_rate_limit_backend_errors_total`: requests the limiter could not
+    /// decide.
+    RateLimitBackendErrors,
+    /// Counter `redis_guard_rate_limit_fallback_decisions_total`: decisions made by the
+    /// in-process fallback.
+    RateLimitFallbackDecisions,
+    /// Counter `redis_guard_rate_limit_deny_cache_hits_total`: denials answered from the deny
+    /// cache.
+    RateLimitDenyCacheHits,
+    /// Counter `redis_guard_rate_limit_lease_releases_total`: releases of a request's
+    /// concurrency leases, by `result`.
+    RateLimitLeaseReleases,
+    /// Histogram `redis_guard_rate_limit_decision_seconds` (seconds): time to decide a request.
+    RateLimitDecisionSeconds,
+    /// Gauge `redis_guard_breaker_state`: the circuit breaker's state (0 closed, 1 half-open,
+    /// 2 open).
+    BreakerState,
+    /// Counter `redis_guard_breaker_opened_total`: times the circuit opened.
+    BreakerOpened,
+    /// Counter `redis_guard_session_loads_total`: session loads.
+    SessionLoads,
+    /// Counter `redis_guard_session_saves_total`: session writes.
+    SessionSaves,
+    /// Counter `redis_guard_session_revocations_total`: sessions ended.
+    SessionRevocations,
+    /// Counter `redis_guard_session_store_errors_total`: session store calls that failed.
+    SessionStoreErrors,
+    /// Counter `redis_guard_cache_responses_total`: responses of requests the response cache
+    /// looked up, by where they came from.
+    CacheResponses,
+}
+
+impl Metric {
+    /// Every metric, in the order of the table above.
+    pub const ALL: &'static [Self] = &[
+        Self::RateLimitAllowed,
+        Self::RateLimitLimited,
+        Self::RateLimitShadowLimited,
+        Self::RateLimitSoftLimited,
+        Self::RateLimitBackendErrors,
+        Self::RateLimitFallbackDecisions,
+        Self::RateLimitDenyCacheHits,
+        Self::RateLimitLeaseReleases,
+        Self::RateLimitDecisionSeconds,
+        Self::BreakerState,
+        Self::BreakerOpened,
+        Self::SessionLoads,
+        Self::SessionSaves,
+        Self::SessionRevocations,
+        Self::SessionStoreErrors,
+        Self::CacheResponses,
+    ];
+
+    /// The name the metric is recorded under, as an exporter shows it.
+    ///
+    /// ```
+    /// use redis_guard::telemetry::Metric;
+    /// assert_eq!(Metric::BreakerState.name(), "redis_guard_breaker_state");
+    /// ```
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::RateLimitAllowed => "redis_guard_rate_limit_allowed_total",
+            Self::RateLimitLimited => "redis_guard_rate_limit_limited_total",
+            Self::RateLimitShadowLimited => "redis_guard_rate_limit_shadow_limited_total",
+            Self::RateLimitSoftLimited => "redis_guard_rate_limit_soft_limited_total",
+            Self::RateLimitBackendErrors => "redis_guard_rate_limit_backend_errors_total",
+            Self::RateLimitFallbackDecisions => "redis_guard_rate_limit_fallback_decisions_total",
+            Self::RateLimitDenyCacheHits => "redis_guard_rate_limit_deny_cache_hits_total",
+            Self::RateLimitLeaseReleases => "redis_guard_rate_limit_lease_releases_total",
+            Self::RateLimitDecisionSeconds => "redis_guard_rate_limit_decision_seconds",
+            Self::BreakerState => "redis_guard_breaker_state",
+            Self::BreakerOpened => "redis_guard_breaker_opened_total",
+            Self::SessionLoads => "redis_guard_session_loads_total",
+            Self::SessionSaves => "redis_guard_session_saves_total",
+            Self::SessionRevocations => "redis_guard_session_revocations_total",
+            Self::SessionStoreErrors => "redis_guard_session_store_errors_total",
+            Self::CacheResponses => "redis_guard_cache_responses_total",
+        }
+    }
+}
+
+impl fmt::Display for Metric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Adds `n` to counter `metric` with one label; nothing without the `metrics` feature.
 #[cfg(feature = "metrics")]
-pub(crate) fn count(name: &'static str, label: &'static str, value: Label, n: u64) {
-    metrics::counter!(name, label => value.0).increment(n);
+pub(crate) fn count(metric: Metric, label: &'static str, value: Label, n: u64) {
+    metrics::counter!(metric.name(), label => value.0).increment(n);
 }
 
 #[cfg(not(feature = "metrics"))]
-pub(crate) fn count(_: &'static str, _: &'static str, _: Label, _: u64) {}
+pub(crate) fn count(_: Metric, _: &'static str, _: Label, _: u64) {}
 
-/// Records `seconds` in histogram `name` with one label.
+/// Records `seconds` in histogram `metric` with one label.
 #[cfg(feature = "metrics")]
-pub(crate) fn observe(name: &'static str, label: &'static str, value: Label, seconds: f64) {
-    metrics::histogram!(name, label => value.0).record(seconds);
+pub(crate) fn observe(metric: Metric, label: &'static str, value: Label, seconds: f64) {
+    metrics::histogram!(metric.name(), label => value.0).record(seconds);
 }
 
 #[cfg(not(feature = "metrics"))]
-pub(crate) fn observe(_: &'static str, _: &'static str, _: Label, _: f64) {}
+pub(crate) fn observe(_: Metric, _: &'static str, _: Label, _: f64) {}
 
 /// The labels of a circuit breaker's metrics: the backend's prefix and the master's index.
 #[derive(Clone, Debug)]
@@ -149,27 +216,27 @@ impl Labels {
     }
 }
 
-/// Adds `n` to counter `name` with `labels`.
+/// Adds `n` to counter `metric` with `labels`.
 #[cfg(feature = "metrics")]
-pub(crate) fn count_with(name: &'static str, labels: Labels, n: u64) {
+pub(crate) fn count_with(metric: Metric, labels: Labels, n: u64) {
     let [(k1, v1), (k2, v2)] = labels.0;
-    metrics::counter!(name, k1 => v1, k2 => v2).increment(n);
+    metrics::counter!(metric.name(), k1 => v1, k2 => v2).increment(n);
 }
 
 #[cfg(not(feature = "metrics"))]
-pub(crate) fn count_with(_: &'static str, _: Labels, _: u64) {}
+pub(crate) fn count_with(_: Metric, _: Labels, _: u64) {}
 
-/// Sets gauge `name` with `labels`.
+/// Sets gauge `metric` with `labels`.
 #[cfg(feature = "metrics")]
-pub(crate) fn set_with(name: &'static str, labels: Labels, to: f64) {
+pub(crate) fn set_with(metric: Metric, labels: Labels, to: f64) {
     let [(k1, v1), (k2, v2)] = labels.0;
-    metrics::gauge!(name, k1 => v1, k2 => v2).set(to);
+    metrics::gauge!(metric.name(), k1 => v1, k2 => v2).set(to);
 }
 
 #[cfg(not(feature = "metrics"))]
-pub(crate) fn set_with(_: &'static str, _: Labels, _: f64) {}
+pub(crate) fn set_with(_: Metric, _: Labels, _: f64) {}
 
-/// Times a decision for [`RATE_LIMIT_DECISION_SECONDS`]: reads the clock only when the
+/// Times a decision for [`Metric::RateLimitDecisionSeconds`]: reads the clock only when the
 /// `metrics` feature is there to record it (the in-process limiter's path has nothing else to
 /// read the clock for).
 #[derive(Clone, Copy, Debug)]
@@ -268,6 +335,12 @@ pub(crate) mod testing {
 
     impl Captured {
         fn cell(&self, key: &Key) -> Arc<Cell> {
+            // Every name the crate records is one of the documented table's.
+            assert!(
+                super::Metric::ALL.iter().any(|m| m.name() == key.name()),
+                "{} is not a telemetry::Metric",
+                key.name()
+            );
             let labels: Vec<String> = key
                 .labels()
                 .map(|l| format!("{}=\"{}\"", l.key(), l.value()))
@@ -296,6 +369,49 @@ pub(crate) mod testing {
         }
         fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
             Histogram::from_arc(self.cell(key))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Metric;
+
+    /// The names are the ones dashboards, the suites and the example's `/metrics` rely on, each
+    /// once in [`Metric::ALL`].
+    #[test]
+    fn every_metric_is_listed_once_under_its_documented_name() {
+        let names: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "redis_guard_rate_limit_allowed_total",
+                "redis_guard_rate_limit_limited_total",
+                "redis_guard_rate_limit_shadow_limited_total",
+                "redis_guard_rate_limit_soft_limited_total",
+                "redis_guard_rate_limit_backend_errors_total",
+                "redis_guard_rate_limit_fallback_decisions_total",
+                "redis_guard_rate_limit_deny_cache_hits_total",
+                "redis_guard_rate_limit_lease_releases_total",
+                "redis_guard_rate_limit_decision_seconds",
+                "redis_guard_breaker_state",
+                "redis_guard_breaker_opened_total",
+                "redis_guard_session_loads_total",
+                "redis_guard_session_saves_total",
+                "redis_guard_session_revocations_total",
+                "redis_guard_session_store_errors_total",
+                "redis_guard_cache_responses_total",
+            ]
+        );
+        assert_eq!(
+            Metric::SessionSaves.to_string(),
+            "redis_guard_session_saves_total"
+        );
+        // Each variant's docs and the table name the metric: the docs cannot drift from it.
+        let docs = include_str!("telemetry.rs");
+        for m in Metric::ALL {
+            let row = format!("| [`{}`](Self::{m:?}) |", m.name());
+            assert_eq!(docs.matches(&row).count(), 1, "{row}");
         }
     }
 }

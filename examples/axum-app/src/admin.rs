@@ -28,7 +28,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
-use redis_guard::rate_limit::{ClientIp, Key, Limiter, LimiterError, MAX_OVERRIDE, Quota, Rule};
+use redis_guard::rate_limit::{ClientIp, Key, Limiter, LimiterError, Quota, Rule};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -249,6 +249,9 @@ async fn reset(Target { admin, rule, key }: Target) -> Response {
     done(admin.limiter.reset(&rule, key).await)
 }
 
+/// The longest penalty or allow-list entry the limiter takes (`Limiter::penalize`): 366 days.
+const MAX_OVERRIDE_SECS: u64 = 366 * 24 * 60 * 60;
+
 #[derive(Deserialize)]
 struct For {
     seconds: u64,
@@ -257,7 +260,7 @@ struct For {
 /// The duration of a `{"seconds": n}` body, or `None` when it is not one.
 fn duration(body: &Bytes) -> Option<Duration> {
     match serde_json::from_slice::<For>(body) {
-        Ok(For { seconds }) if (1..=MAX_OVERRIDE.as_secs()).contains(&seconds) => {
+        Ok(For { seconds }) if (1..=MAX_OVERRIDE_SECS).contains(&seconds) => {
             Some(Duration::from_secs(seconds))
         }
         _ => None,
@@ -270,7 +273,7 @@ fn bad_body() -> Response {
         StatusCode::BAD_REQUEST,
         &format!(
             r#"expected a JSON body {{"seconds": n}} with n from 1 to {}"#,
-            MAX_OVERRIDE.as_secs()
+            MAX_OVERRIDE_SECS
         ),
     )
 }

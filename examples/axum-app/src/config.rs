@@ -108,7 +108,8 @@ impl Config {
                 .ok_or_else(|| format!("REPORT_CONCURRENCY={v:?} must be a whole number ≥ 1"))?,
         };
         let report_lease_expiry = match get("REPORT_LEASE_EXPIRY_MS") {
-            None => redis_guard::rate_limit::DEFAULT_LEASE_EXPIRY,
+            // The library's default (`Rule::lease_expiry`).
+            None => Duration::from_secs(30),
             Some(v) => v
                 .trim()
                 .parse()

@@ -23,7 +23,7 @@ use redis_guard::rate_limit::{
     Algorithm, KeyExtractorExt, Limiter, MemoryLimiter, Quota, RateLimitLayer, RedisLimiter, Rule,
 };
 use redis_guard::session::{
-    CookieConfig, MemorySessionStore, RedisSessionStore, SessionLayer, SessionStore, SessionUser,
+    MemorySessionStore, RedisSessionStore, SessionLayer, SessionStore, SessionUser, Transport,
 };
 use std::collections::HashSet;
 
@@ -193,7 +193,7 @@ fn router(
         .map_err(|e| format!("CALLS_LIMIT: {e}"))?;
     let remember = auth::remember(config.session_idle, config.session_max);
     let session_layer = SessionLayer::builder(sessions)
-        .cookie(CookieConfig::default().secure(config.cookie_secure))
+        .transport(Transport::cookie().secure(config.cookie_secure))
         .idle_timeout(config.session_idle)
         .max_lifetime(config.session_max)
         // The devices list shows the client address the limiter sees (TRUSTED_PROXIES).

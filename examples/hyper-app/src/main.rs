@@ -15,8 +15,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use redis_guard::backend::{RedisBackend, RedisConnection};
 use redis_guard::rate_limit::{ClientIp, Limiter, MemoryLimiter, RateLimitLayer, RedisLimiter};
 use redis_guard::session::{
-    CookieConfig, MemorySessionStore, RedisSessionStore, Session, SessionError, SessionLayer,
-    SessionStore,
+    MemorySessionStore, RedisSessionStore, Session, SessionError, SessionLayer, SessionStore,
+    Transport,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -75,7 +75,7 @@ async fn run() -> Result<(), String> {
         .build()
         .map_err(|e| format!("API_LIMIT: {e}"))?;
     let session = SessionLayer::builder(sessions)
-        .cookie(CookieConfig::default().secure(secure))
+        .transport(Transport::cookie().secure(secure))
         .idle_timeout(session_idle)
         .max_lifetime(session_max)
         .build()

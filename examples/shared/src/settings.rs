@@ -52,10 +52,11 @@ pub fn duration(
     parse_duration(name, &get(name).unwrap_or_else(|| default.to_owned()), max)
 }
 
-/// `REDIS_TIMEOUT_MS`: whole milliseconds in [`REDIS_TIMEOUT_MS`], default the library's.
+/// `REDIS_TIMEOUT_MS`: whole milliseconds in [`REDIS_TIMEOUT_MS`], default the library's
+/// (`RedisBackend::timeout`: 100 ms).
 pub fn redis_timeout(get: Lookup<'_>) -> Result<Duration, String> {
     let Some(v) = get("REDIS_TIMEOUT_MS") else {
-        return Ok(redis_guard::backend::DEFAULT_TIMEOUT);
+        return Ok(Duration::from_millis(100));
     };
     match v.trim().parse::<u64>() {
         Ok(ms) if REDIS_TIMEOUT_MS.contains(&ms) => Ok(Duration::from_millis(ms)),

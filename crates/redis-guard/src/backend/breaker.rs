@@ -12,14 +12,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use super::{BackendError, Clock, MonotonicClock};
-use crate::telemetry;
+use crate::telemetry::{self, Metric};
 
 /// Default for how many calls in a row must find Redis unavailable to open the circuit.
-pub const DEFAULT_FAILURES: u32 = 5;
+pub(crate) const DEFAULT_FAILURES: u32 = 5;
 
 /// Default time between two background probes while the circuit is open (the first one goes
 /// this long after it opened).
-pub const DEFAULT_COOL_DOWN: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_COOL_DOWN: Duration = Duration::from_millis(100);
 
 /// The longest the probe task sleeps before it reads the breaker's clock again (a test's manual
 /// clock moves without waking it).
@@ -44,8 +44,7 @@ const PROBE_POLL: Duration = Duration::from_millis(20);
 /// out-of-memory reply is Redis answering, and resets the count. The breaker never retries a
 /// call; reconnecting is the connection's job.
 ///
-/// The defaults are [`DEFAULT_FAILURES`] = 5 failures in a row and a [`DEFAULT_COOL_DOWN`] of
-/// 100 ms. Five: one slow call or a dropped connection does not open the circuit, and at most
+/// The defaults are 5 failures in a row and a cool-down of 100 ms. Five: one slow call or a dropped connection does not open the circuit, and at most
 /// five requests (or five coalesced calls) pay the timeout before the others are answered in
 /// microseconds. 100 ms: the first request after Redis is back is decided by Redis within
 /// about half a second, for ten `PING`s a second per backend (one circuit per Cluster master)
@@ -78,8 +77,8 @@ pub struct Breaker {
 }
 
 impl Breaker {
-    /// A breaker with the defaults: opens after [`DEFAULT_FAILURES`] failures in a row, and
-    /// probes every [`DEFAULT_COOL_DOWN`] while open.
+    /// A breaker with the defaults: opens after 5 failures in a row, and probes every
+    /// 100 ms while open.
     #[must_use]
     pub fn new() -> Self {
         Self {
@@ -101,8 +100,8 @@ impl Breaker {
         Self::new().failures(0)
     }
 
-    /// Opens the circuit after `n` calls in a row found Redis unavailable (default
-    /// [`DEFAULT_FAILURES`]); `0` turns the breaker off.
+    /// Opens the circuit after `n` calls in a row found Redis unavailable (default 5);
+    /// `0` turns the breaker off.
     ///
     /// ```
     /// use redis_guard::backend::Breaker;
@@ -115,7 +114,7 @@ impl Breaker {
     }
 
     /// How long between two background probes while the circuit is open, the first one this
-    /// long after it opened (default [`DEFAULT_COOL_DOWN`]). A longer cool-down costs fewer
+    /// long after it opened (default 100 ms). A longer cool-down costs fewer
     /// probes during an outage and finds Redis back later; no request waits for it either way.
     ///
     /// ```
@@ -239,14 +238,14 @@ impl Circuit {
             .clone();
         let labels = telemetry::Labels::breaker(&prefix, self.master);
         if opened {
-            telemetry::count_with(telemetry::BREAKER_OPENED, labels.clone(), 1);
+            telemetry::count_with(Metric::BreakerOpened, labels.clone(), 1);
         }
         let value = match state {
             BreakerState::Closed => 0.0,
             BreakerState::HalfOpen => 1.0,
             BreakerState::Open => 2.0,
         };
-        telemetry::set_with(telemetry::BREAKER_STATE, labels, value);
+        telemetry::set_with(Metric::BreakerState, labels, value);
     }
 
     /// A permit for one call, or [`BackendError::CircuitOpen`] while the circuit is open: only

@@ -47,7 +47,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{BackendError, BreakerState, LuaScript, RedisBackend, ScriptCall};
 
 /// Default for how many entries one coalesced call may carry.
-pub const DEFAULT_BATCH: usize = 64;
+pub(crate) const DEFAULT_BATCH: usize = 64;
 
 /// How many coalesced calls may be out at once: while Redis runs one, the next is on its way.
 const IN_FLIGHT: usize = 2;

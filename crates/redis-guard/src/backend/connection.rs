@@ -11,11 +11,11 @@ use super::slot::slot;
 
 /// The longest pause between two reconnection attempts of a connection made by
 /// [`RedisConnection::open`], before jitter.
-pub const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(250);
+pub(crate) const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(250);
 
 /// How long [`RedisConnection::open`] waits for the server to accept a connection and answer its
 /// first `PING`, before it gives up on an address that is not a working Redis.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A handle to Redis shared by the middlewares. Cheap to clone: clones share the connection.
 ///
@@ -76,12 +76,12 @@ impl RedisConnection {
     ///
     /// When the connection drops (Redis restarted, the network failed) it reconnects in the
     /// background: up to six attempts, the first after 100 ms, then at most every
-    /// [`RECONNECT_MAX_DELAY`] plus a random jitter of up to as much again, and another round
+    /// 250 ms plus a random jitter of up to as much again, and another round
     /// when a call finds the last one failed. redis-rs' own default doubles the delay up to
     /// 3.2 s, which could leave a Redis that is back unused for seconds. Build a
     /// [`ConnectionManager`] yourself and convert it to choose otherwise.
     ///
-    /// Before that, one connection must answer `PING` within [`HANDSHAKE_TIMEOUT`]: a port
+    /// Before that, one connection must answer `PING` within 2 s: a port
     /// where something else listens (a web server, a process that accepts and never answers)
     /// or a Redis that wants a password the URL does not carry fails here, at once and with an
     /// error that says which, instead of starting an application whose every call then fails.
@@ -91,7 +91,7 @@ impl RedisConnection {
     /// - the URL is invalid;
     /// - nothing listens at the address (connection refused), still after the reconnection
     ///   attempts above: about two seconds, so a Redis starting beside the application is found;
-    /// - the server does not answer `PING` as Redis does within [`HANDSHAKE_TIMEOUT`] (kind
+    /// - the server does not answer `PING` as Redis does within 2 s (kind
     ///   [`Io`](redis::ErrorKind::Io) for silence, [`Parse`](redis::ErrorKind::Parse) for
     ///   anything else), or refuses the connection's password or its absence (kind
     ///   [`AuthenticationFailed`](redis::ErrorKind::AuthenticationFailed)): no retry, the

@@ -14,7 +14,7 @@ use super::{
 
 /// The longest lease [`Lock::try_acquire`] and [`LockGuard::extend`] take: a day. Longer work
 /// renews its lease.
-pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
+pub(crate) const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// How many locks a memory [`Lock`] holds at most by default.
 const DEFAULT_CAPACITY: usize = 100_000;
@@ -115,7 +115,7 @@ impl Lock {
     /// # Errors
     ///
     /// [`LockError::Config`] for a name that is empty, longer than 256 bytes or contains `{`
-    /// or `}`, or a lease outside 1 ms to [`MAX_LEASE`]; [`LockError::Backend`] when Redis
+    /// or `}`, or a lease outside 1 ms to a day; [`LockError::Backend`] when Redis
     /// fails.
     pub async fn try_acquire(
         &self,

@@ -50,17 +50,19 @@ mod table;
 mod connection;
 
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-pub use breaker::{Breaker, BreakerState, DEFAULT_COOL_DOWN, DEFAULT_FAILURES};
+pub use breaker::{Breaker, BreakerState};
+pub use clock::Clock;
 #[cfg(any(test, feature = "test-util"))]
 pub use clock::ManualClock;
-pub use clock::{Clock, MonotonicClock};
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+pub(crate) use clock::MonotonicClock;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
-pub use coalesce::DEFAULT_BATCH;
+pub(crate) use coalesce::DEFAULT_BATCH;
 #[cfg(feature = "rate-limit")]
 pub(crate) use coalesce::call_alone;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use coalesce::{Coalescer, Entry};
-pub use connection::{HANDSHAKE_TIMEOUT, RECONNECT_MAX_DELAY, RedisConnection};
+pub use connection::RedisConnection;
 #[cfg(feature = "rate-limit")]
 pub(crate) use deny_cache::DenyCache;
 pub use error::BackendError;
@@ -68,14 +70,16 @@ pub use error::BackendError;
 pub(crate) use in_process::InProcess;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub use in_process::InProcessBuilder;
+#[cfg(feature = "cache")]
+pub(crate) use lock::MAX_LEASE;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-pub use lock::{Lock, LockError, LockGuard, MAX_LEASE};
+pub use lock::{Lock, LockError, LockGuard};
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub(crate) use lua_script::LuaScript;
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+pub use redis_backend::RedisBackend;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use redis_backend::ScriptCall;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-pub use redis_backend::{DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisBackend};
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub(crate) use table::ExpiringTable;
 #[cfg(all(test, feature = "session"))]

@@ -11,10 +11,10 @@ use super::breaker::{Circuit, probe_while_open};
 use super::{BackendError, Breaker, BreakerState, LuaScript, RedisConnection};
 
 /// Default key prefix: every key redis-guard writes starts with `rg:`.
-pub const DEFAULT_PREFIX: &str = "rg:";
+pub(crate) const DEFAULT_PREFIX: &str = "rg:";
 
 /// Default time to wait for Redis, per call.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// Redis as the layers use it: a [`RedisConnection`], a key prefix, a timeout per call and a
 /// circuit [`Breaker`]. The limiter and the session store both take one, so one Redis is
@@ -73,8 +73,8 @@ struct Settings {
 const FROZEN_ORIGIN_US: u64 = 1_000_000_000_000_000;
 
 impl RedisBackend {
-    /// A backend on `conn` with the default prefix ([`DEFAULT_PREFIX`]), timeout
-    /// ([`DEFAULT_TIMEOUT`]) and circuit breaker ([`Breaker::new`]).
+    /// A backend on `conn` with the default prefix (`rg:`), timeout (100 ms)
+    /// and circuit breaker ([`Breaker::new`]).
     #[must_use]
     pub fn new(conn: RedisConnection) -> Self {
         let breaker = circuits(&conn, Breaker::new(), DEFAULT_PREFIX);
@@ -92,7 +92,7 @@ impl RedisBackend {
         }
     }
 
-    /// Prepends `prefix` to every key (default [`DEFAULT_PREFIX`]): to share one Redis between
+    /// Prepends `prefix` to every key (default `rg:`): to share one Redis between
     /// applications.
     #[must_use]
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -104,7 +104,7 @@ impl RedisBackend {
         self
     }
 
-    /// How long one call may wait for Redis (default [`DEFAULT_TIMEOUT`]). It must be more than
+    /// How long one call may wait for Redis (default 100 ms). It must be more than
     /// zero: a zero timeout would fail every call, so the layer builders refuse it.
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {

@@ -26,14 +26,19 @@ enum Outcome {
 
 impl Outcome {
     /// The header value, after counting the response
-    /// ([`CACHE_RESPONSES`](crate::telemetry::CACHE_RESPONSES)).
+    /// ([`Metric::CacheResponses`](crate::telemetry::Metric::CacheResponses)).
     fn value(self) -> HeaderValue {
         let (header, label) = match self {
             Self::Hit => ("HIT", "hit"),
             Self::Miss => ("MISS", "miss"),
             Self::Stale => ("STALE", "stale"),
         };
-        crate::telemetry::count(crate::telemetry::CACHE_RESPONSES, "result", label.into(), 1);
+        crate::telemetry::count(
+            crate::telemetry::Metric::CacheResponses,
+            "result",
+            label.into(),
+            1,
+        );
         HeaderValue::from_static(header)
     }
 }

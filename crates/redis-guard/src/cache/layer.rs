@@ -15,7 +15,7 @@ use crate::backend::BackendError;
 use crate::{ConfigError, ConfigErrorKind};
 
 /// The default entry size limit: 1 MiB.
-pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+pub(crate) const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 
 /// Caches the responses of `GET` and `HEAD` requests in a [`CacheStore`]; see the
 /// [module docs](super) for what is cached and what never is.
@@ -137,7 +137,7 @@ impl CacheLayerBuilder {
         /// entries filled together do not expire together (default 0.1; 0 to 1).
         pub fn jitter(ratio: f64) => shared.jitter;
 
-        /// The largest body cached (default [`DEFAULT_BODY_LIMIT`], 1 MiB). A larger one, or
+        /// The largest body cached (default 1 MiB). A larger one, or
         /// one announced larger, streams through uncached; at most this much is held while
         /// deciding.
         pub fn body_limit(bytes: usize) => shared.body_limit;

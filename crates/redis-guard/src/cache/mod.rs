@@ -35,7 +35,7 @@
 //! its freshness, inside its stale window: served while one request refreshes it), or `MISS`
 //! (computed by the handler for this request). Stored responses also carry `Age`. With the
 //! `metrics` feature each of them is counted in
-//! [`redis_guard_cache_responses_total`](crate::telemetry::CACHE_RESPONSES) by `result` (`hit`,
+//! [`redis_guard_cache_responses_total`](crate::telemetry::Metric::CacheResponses) by `result` (`hit`,
 //! `stale`, `miss`): the hit ratio.
 //!
 //! # What is cached
@@ -196,11 +196,11 @@ mod tags;
 
 pub use body::CacheBody;
 pub use future::ResponseFuture;
-pub use layer::{CacheLayer, CacheLayerBuilder, DEFAULT_BODY_LIMIT};
+pub use layer::{CacheLayer, CacheLayerBuilder};
 pub use memory_store::MemoryCacheStore;
 pub use query::QueryKey;
 pub use redis_store::RedisCacheStore;
 pub use service::CacheService;
 pub use stampede::Stampede;
-pub use store::{Backing, CacheStore};
+pub use store::CacheStore;
 pub use tags::CacheTags;

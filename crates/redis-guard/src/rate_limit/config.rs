@@ -25,7 +25,7 @@ pub(crate) struct HeaderMode {
 
 /// Builds the response for a denied request. The layer adds `Retry-After` and the `RateLimit`
 /// headers when the builder did not set them.
-pub type ResponseBuilder = Arc<dyn Fn(&Decision) -> Response<Bytes> + Send + Sync>;
+pub(crate) type ResponseBuilder = Arc<dyn Fn(&Decision) -> Response<Bytes> + Send + Sync>;
 
 /// One rule of a layer: what to count and what to count it by.
 #[derive(Clone)]
@@ -284,7 +284,7 @@ impl Config {
         })?;
         for check in &checks {
             telemetry::count(
-                telemetry::RATE_LIMIT_FALLBACK_DECISIONS,
+                telemetry::Metric::RateLimitFallbackDecisions,
                 "rule",
                 check.rule.name_arc().into(),
                 1,

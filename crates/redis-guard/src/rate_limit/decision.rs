@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Lease, Mode, Quota, RuleState};
-use crate::telemetry;
+use crate::telemetry::{self, Metric};
 
 /// One rule's verdict within a [`Decision`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -164,18 +164,18 @@ impl Decision {
     pub(crate) fn record(&self, took: Duration) {
         let seconds = took.as_secs_f64();
         for r in self.rules.iter().chain(&self.shadow) {
-            let name = if r.state.allowed {
-                telemetry::RATE_LIMIT_ALLOWED
+            let metric = if r.state.allowed {
+                Metric::RateLimitAllowed
             } else {
                 match r.mode {
-                    Mode::Shadow => telemetry::RATE_LIMIT_SHADOW_LIMITED,
-                    Mode::Soft => telemetry::RATE_LIMIT_SOFT_LIMITED,
-                    _ => telemetry::RATE_LIMIT_LIMITED,
+                    Mode::Shadow => Metric::RateLimitShadowLimited,
+                    Mode::Soft => Metric::RateLimitSoftLimited,
+                    _ => Metric::RateLimitLimited,
                 }
             };
-            telemetry::count(name, "rule", (&r.rule).into(), 1);
+            telemetry::count(metric, "rule", (&r.rule).into(), 1);
             telemetry::observe(
-                telemetry::RATE_LIMIT_DECISION_SECONDS,
+                Metric::RateLimitDecisionSeconds,
                 "rule",
                 (&r.rule).into(),
                 seconds,

@@ -69,7 +69,7 @@ const QUOTA_FAILURE_TYPE: &str = "type.googleapis.com/google.rpc.QuotaFailure";
 /// retry delay as `retry-after`, `grpc-retry-pushback-ms` and a `google.rpc.RetryInfo` in
 /// `grpc-status-details-bin` (see the [module docs](self)).
 /// [`RateLimitLayerBuilder::grpc`](super::RateLimitLayerBuilder::grpc) installs it; it is also a
-/// [`ResponseBuilder`](super::ResponseBuilder) of its own, for a
+/// `Fn(&Decision) -> Response<Bytes>` of its own, for a
 /// [`response`](super::RateLimitLayerBuilder::response) hook that wraps it.
 ///
 /// ```

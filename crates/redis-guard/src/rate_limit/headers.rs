@@ -1,4 +1,5 @@
-//! The rate-limit response headers.
+//! The rate-limit response headers (the table users read is in the module docs of
+//! [`rate_limit`](super)).
 //!
 //! `RateLimit-Policy` and `RateLimit` follow the IETF HTTPAPI draft "RateLimit header fields for
 //! HTTP" (<https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/>), in its
@@ -25,19 +26,20 @@ use super::decision::ceil_secs;
 use super::{Decision, Quota};
 
 /// `RateLimit-Policy`.
-pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// `RateLimit`.
-pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+pub(crate) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// `X-RateLimit-Limit` (legacy).
-pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+pub(crate) const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 /// `X-RateLimit-Remaining` (legacy).
-pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+pub(crate) const X_RATELIMIT_REMAINING: HeaderName =
+    HeaderName::from_static("x-ratelimit-remaining");
 /// `X-RateLimit-Reset` (legacy): seconds until the quota is full again.
-pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 /// `RateLimit-Exceeded` (redis-guard's own, not in the IETF draft): the
 /// [`Mode::Soft`](super::Mode::Soft) rules an admitted request went over, as a structured-field
 /// list of rule names: `RateLimit-Exceeded: "api"`.
-pub const RATELIMIT_EXCEEDED: HeaderName = HeaderName::from_static("ratelimit-exceeded");
+pub(crate) const RATELIMIT_EXCEEDED: HeaderName = HeaderName::from_static("ratelimit-exceeded");
 
 /// The headers a decision adds to a response, computed before the response exists (an admitted
 /// request's headers wait for the inner service): values only, no map of their own.

@@ -12,7 +12,7 @@ use crate::telemetry;
 
 /// How long a lease lives without being released or renewed, unless
 /// [`Rule::lease_expiry`] says otherwise.
-pub const DEFAULT_LEASE_EXPIRY: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_LEASE_EXPIRY: Duration = Duration::from_secs(30);
 
 impl Rule {
     /// A rule that limits **in-flight** requests per key, across every replica that shares the
@@ -26,7 +26,7 @@ impl Rule {
     /// response future is dropped before the response exists. While a long body streams and is
     /// polled, the layer renews the lease every third of its expiry. A lease that is never
     /// released (its replica crashed, or a body is never polled) expires after
-    /// [`lease_expiry`](Self::lease_expiry) ([`DEFAULT_LEASE_EXPIRY`], 30 s), so a dead
+    /// [`lease_expiry`](Self::lease_expiry) (default 30 s), so a dead
     /// replica cannot hold a key's slots for ever.
     ///
     /// A denied request gets `429` with `Retry-After: 1` (the time to the earliest lease's
@@ -72,7 +72,7 @@ impl Rule {
     }
 
     /// How long a lease of this concurrency rule lives unless released or renewed (default
-    /// [`DEFAULT_LEASE_EXPIRY`]): the longest a crashed replica's leases keep their slots, and
+    /// 30 s): the longest a crashed replica's leases keep their slots, and
     /// the longest a body that is never polled holds one. At least 1 ms (refused by
     /// [`validate`](Self::validate) otherwise). Keeps the rule's maximum in flight. A rule of
     /// another algorithm is returned unchanged: its period is its quota's.
@@ -336,7 +336,7 @@ impl Lease {
 /// Counts one request's release under `result`.
 fn count_release(result: &'static str) {
     telemetry::count(
-        telemetry::RATE_LIMIT_LEASE_RELEASES,
+        telemetry::Metric::RateLimitLeaseReleases,
         "result",
         result.into(),
         1,

@@ -142,8 +142,7 @@ pub enum LimiterError {
     /// ([`NoRules`](ConfigErrorKind::NoRules)), an operation the limiter or the rule does not
     /// support ([`Unsupported`](ConfigErrorKind::Unsupported): a custom Lua algorithm on the
     /// memory backend, a penalty on a rule that reads no overrides), or a penalty or allow-list
-    /// entry outside 1 ms to [`MAX_OVERRIDE`](super::MAX_OVERRIDE)
-    /// ([`Duration`](ConfigErrorKind::Duration)).
+    /// entry outside 1 ms to 366 days ([`Duration`](ConfigErrorKind::Duration)).
     #[error(transparent)]
     Config(#[from] ConfigError),
 }
@@ -246,7 +245,7 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     /// Forgets everything `rule` knows about `key`: its quota state, penalty, runtime allow-list
     /// entry and ban history. The next request sees the full quota. On Redis every replica sees
     /// it at once; a replica that cached a denial of the key answers from that cache for at
-    /// most [`DENY_CACHE_MAX_WAIT`](super::DENY_CACHE_MAX_WAIT).
+    /// most 2 s.
     ///
     /// ```
     /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
@@ -265,7 +264,7 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     /// [`LimiterError`]: the store failed, or the rule is invalid.
     fn reset(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>>;
 
-    /// Blocks `key` under `rule` for `duration` (1 ms to [`MAX_OVERRIDE`](super::MAX_OVERRIDE)):
+    /// Blocks `key` under `rule` for `duration` (1 ms to 366 days):
     /// every request is denied by the rule, with `Retry-After` the rest of the block, on every
     /// replica. The rule must read overrides ([`Rule::with_overrides`](super::Rule::with_overrides)
     /// or bans; otherwise a [`ConfigErrorKind::Unsupported`] error). Replaces an earlier penalty and ends
@@ -297,7 +296,7 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     ) -> BoxFuture<Result<(), LimiterError>>;
 
     /// Puts `key` on `rule`'s runtime allow list for `duration` (1 ms to
-    /// [`MAX_OVERRIDE`](super::MAX_OVERRIDE)): the rule admits it without counting, on every
+    /// 366 days): the rule admits it without counting, on every
     /// replica, until the entry expires. The rule must read overrides, as for
     /// [`penalize`](Self::penalize). Ends a penalty or ban in progress (not the ban history). For a list fixed at start, use
     /// [`Rule::with_allowed_keys`](super::Rule::with_allowed_keys), which costs no Redis call.
@@ -541,7 +540,7 @@ pub(crate) fn rule_decisions(checks: &[Check]) -> Vec<RuleDecision> {
 pub(crate) fn count_failure(rules: &[RuleDecision], err: LimiterError) -> LimiterError {
     for rule in rules {
         telemetry::count(
-            telemetry::RATE_LIMIT_BACKEND_ERRORS,
+            telemetry::Metric::RateLimitBackendErrors,
             "rule",
             (&rule.rule).into(),
             1,

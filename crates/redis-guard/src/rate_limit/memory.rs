@@ -20,7 +20,7 @@ use crate::ConfigErrorKind;
 use crate::backend::{ExpiringTable, InProcess, InProcessBuilder};
 
 /// Default bound on the number of keys a [`MemoryLimiter`] tracks.
-pub const DEFAULT_MAX_KEYS: usize = 100_000;
+pub(crate) const DEFAULT_MAX_KEYS: usize = 100_000;
 
 /// A limiter that keeps its state in this process.
 ///
@@ -62,7 +62,7 @@ struct Table {
 }
 
 impl MemoryLimiter {
-    /// A limiter on the real monotonic clock, bounded by [`DEFAULT_MAX_KEYS`].
+    /// A limiter on the real monotonic clock, bounded to 100 000 keys.
     #[must_use]
     pub fn new() -> Self {
         Self::builder().build()

@@ -27,7 +27,26 @@
 //! - in front of a gRPC service, [`RateLimitLayerBuilder::grpc`] makes the layer answer in gRPC
 //!   instead: `RESOURCE_EXHAUSTED` with the retry delay in metadata and status details
 //!   ([`grpc`]).
-
+//!
+//! # Response headers
+//!
+//! | header | on | value |
+//! |---|---|---|
+//! | `RateLimit-Policy` | denials; admitted responses unless [`rate_limit_headers(false)`](RateLimitLayerBuilder::rate_limit_headers) | one item per rule, named by it: `"api";q=100;w=60` (`q` the limit, `w` the period in seconds) |
+//! | `RateLimit` | as `RateLimit-Policy` | `"api";r=42;t=35` (`r` the requests remaining now, `t` the seconds until the quota is fully available again, both rounded up) |
+//! | `Retry-After` | denials | whole seconds until the request may pass, rounded up, never 0 |
+//! | `RateLimit-Exceeded` | admitted responses over a [`Mode::Soft`] rule | the soft rules the request went over, as a structured-field list of rule names: `"api"` (redis-guard's own, not in the draft) |
+//! | `X-RateLimit-Limit` | with [`legacy_headers(true)`](RateLimitLayerBuilder::legacy_headers) | the binding rule's limit |
+//! | `X-RateLimit-Remaining` | as `X-RateLimit-Limit` | the binding rule's requests remaining |
+//! | `X-RateLimit-Reset` | as `X-RateLimit-Limit` | seconds until the binding rule's quota is full again |
+//!
+//! `RateLimit-Policy` and `RateLimit` follow the IETF HTTPAPI draft "RateLimit header fields for
+//! HTTP" (<https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/>), in its
+//! structured-field form. Concurrency rules ([`Rule::concurrency`]) are left out of both: the
+//! draft knows only quotas per time window, and `q=2;w=30` would tell a client it may send two
+//! requests per 30 s. A denial by one still carries `Retry-After`, and the legacy
+//! `X-RateLimit-*` headers describe the binding rule, which may be a concurrency rule (its
+//! limit, and the leases still free).
 //!
 //! # Hot keys: leasing
 //!
@@ -59,7 +78,7 @@
 //! in this process with each instance's share of every quota (`limit ÷ replicas`): unlike
 //! [`Open`](FailurePolicy::Open) it does not switch limiting off when an attacker floods Redis,
 //! and unlike [`Closed`](FailurePolicy::Closed) it does not take the API down with Redis. The
-//! failure is logged at most once per [`WARN_INTERVAL`], with a count.
+//! failure is logged at most once every 10 s, with a count.
 //!
 //! ```
 //! use redis_guard::rate_limit::{ClientIp, FailurePolicy, MemoryLimiter, Quota, RateLimitLayer};
@@ -104,7 +123,7 @@ mod few;
 mod fixed_window_plain;
 mod future;
 pub mod grpc;
-pub mod headers;
+mod headers;
 mod holding;
 mod hot_lease;
 mod key;
@@ -130,27 +149,24 @@ mod warn;
 pub use actual_cost::{ActualCost, CostReport};
 pub use algorithm::{Algorithm, CustomAlgorithm, RuleState};
 pub use builder::RateLimitLayerBuilder;
-pub use config::ResponseBuilder;
 pub use decision::{Decision, RuleDecision};
 pub use future::ResponseFuture;
-// Sessions record the client's address only when the request carries a peer address.
-#[cfg(feature = "session")]
-pub(crate) use key::has_peer;
+// The client's address lives in `crate::client_ip` (sessions read it too); rate limits key on
+// it so often that it is also here, under the same names.
+pub use crate::client_ip::{ClientIp, ForwardedHeader, PeerAddr};
+pub(crate) use key::Inline;
 pub use key::{
-    And, ClientIp, ExtensionKey, ForwardedHeader, Global, HeaderKey, Key, KeyError, KeyExtractor,
-    KeyExtractorExt, Or, PeerAddr,
+    And, ExtensionKey, Global, HeaderKey, Key, KeyError, KeyExtractor, KeyExtractorExt, Or,
 };
 pub use layer::RateLimitLayer;
-pub use lease::{DEFAULT_LEASE_EXPIRY, Lease};
+pub use lease::Lease;
 pub use limiter::{BoxFuture, Check, Limiter, LimiterError};
-pub use memory::{DEFAULT_MAX_KEYS, MemoryLimiter};
-pub use operations::{Bans, Inspection, MAX_OVERRIDE};
+pub use memory::MemoryLimiter;
+pub use operations::{Bans, Inspection};
 pub use policy::{FailurePolicy, MissingKey, Mode};
-pub use quota::{MAX_PERIOD, Quota};
-pub use redis_limiter::{DEFAULT_DENY_CACHE, DENY_CACHE_MAX_WAIT, RedisLimiter};
-pub use resolve::QUOTA_LOOKUP_TIMEOUT;
+pub use quota::Quota;
+pub use redis_limiter::RedisLimiter;
 pub use response::ResponseBody;
 pub use route::Route;
 pub use rule::Rule;
 pub use service::RateLimit;
-pub use warn::WARN_INTERVAL;

@@ -34,14 +34,7 @@ use crate::{ConfigError, ConfigErrorKind};
 
 /// The longest duration an operation or a ban accepts: 366 days (longer ones are refused, so
 /// that every time fits the scripts' exact integer range).
-///
-/// ```
-/// use std::time::Duration;
-/// use redis_guard::rate_limit::{Bans, MAX_OVERRIDE, Quota, Rule};
-/// let too_long = Bans::after(3).block(MAX_OVERRIDE + Duration::from_secs(1));
-/// assert!(Rule::new("r", Quota::per_minute(1)).with_bans(too_long).validate().is_err());
-/// ```
-pub const MAX_OVERRIDE: Duration = Duration::from_secs(366 * 24 * 60 * 60);
+pub(crate) const MAX_OVERRIDE: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 
 /// Escalating bans, a rule option ([`Rule::with_bans`](super::Rule::with_bans)): after
 /// [`after`](Self::after) rejections by the rule within [`within`](Self::within), the key is
@@ -53,7 +46,9 @@ pub const MAX_OVERRIDE: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 /// The count and the ban are decided in the same atomic evaluation as the rule (the same Lua
 /// call on Redis), so every replica counts the same rejections and honours the same ban. Only
 /// rejections by the rule's own quota count: requests refused during a ban do not lengthen it.
-/// Defaults: within 1 minute, block 1 minute, max 1 day, forget after 1 day.
+/// Defaults: within 1 minute, block 1 minute, max 1 day, forget after 1 day. Each of the four
+/// durations lasts from 1 ms to 366 days (so that every time fits the scripts' exact integer
+/// range); [`Rule::validate`](super::Rule::validate) refuses others.
 ///
 /// ```
 /// use std::time::Duration;
@@ -68,6 +63,9 @@ pub const MAX_OVERRIDE: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 /// assert!(rule.validate().is_ok());
 /// assert_eq!(bans.block_for(3), Duration::from_secs(240));
 /// assert_eq!(bans.block_for(10), Duration::from_secs(3600));
+///
+/// let too_long = Bans::after(3).block(Duration::from_secs(367 * 24 * 60 * 60));
+/// assert!(Rule::new("r", Quota::per_minute(1)).with_bans(too_long).validate().is_err());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[must_use]

@@ -37,8 +37,8 @@ impl Default for MissingKey {
 /// - [`Fallback`](Self::Fallback) keeps serving and keeps an approximate limit: each instance
 ///   enforces its share of every quota in memory until Redis answers again.
 ///
-/// Whatever the policy, the warning "rate limiter failed" is logged at most once per
-/// [`WARN_INTERVAL`](super::WARN_INTERVAL) per layer, with the number of failures since the
+/// Whatever the policy, the warning "rate limiter failed" is logged at most once every
+/// 10 s per layer, with the number of failures since the
 /// previous line, so an outage cannot flood the logs with a line per request.
 ///
 /// ```

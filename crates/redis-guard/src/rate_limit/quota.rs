@@ -8,7 +8,7 @@ use crate::{ConfigError, ConfigErrorKind};
 
 /// The longest period a quota may have. Longer windows are almost always a unit mistake, and the
 /// bound keeps every time value the scripts compute exact in Lua's doubles.
-pub const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 60 * 60);
+pub(crate) const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 
 /// A rate: `limit` requests per `period`, of which up to `burst` may arrive back to back.
 ///

@@ -20,13 +20,13 @@ use crate::backend::{BackendError, DEFAULT_BATCH, DenyCache, RedisBackend};
 use crate::telemetry;
 
 /// Default capacity of a [`RedisLimiter`]'s deny cache: how many denied clients it remembers.
-pub const DEFAULT_DENY_CACHE: usize = 10_000;
+pub(crate) const DEFAULT_DENY_CACHE: usize = 10_000;
 
 /// The longest a denial is answered from a [`RedisLimiter`]'s deny cache before Redis is asked
 /// again: how long a [`reset`](Limiter::reset) or [`allow`](Limiter::allow) made on another
 /// replica may take to reach a client this replica has cached as denied (on the replica that
 /// makes the call, its cache is cleared at once).
-pub const DENY_CACHE_MAX_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const DENY_CACHE_MAX_WAIT: Duration = Duration::from_secs(2);
 
 /// A limiter whose state lives in Redis, shared by every instance of the application.
 ///
@@ -92,14 +92,14 @@ impl RedisLimiter {
         }
     }
 
-    /// How many denied clients the deny cache remembers (default [`DEFAULT_DENY_CACHE`]; `0`
-    /// turns it off).
+    /// How many denied clients the deny cache remembers (default 10 000; `0` turns it
+    /// off).
     ///
     /// When Redis denies a request, the wait it names is exact: a denial consumes nothing (on
     /// the fixed window's Lua-free path it counts, but the window's end, the wait, stays), and
     /// other replicas can only use more of the quota, never give it back. So until that wait has
     /// passed (less a millisecond: Redis rounds waits up to whole milliseconds; at most
-    /// [`DENY_CACHE_MAX_WAIT`], so that operations made elsewhere reach it), the same request
+    /// 2 s, so that operations made elsewhere reach it), the same request
     /// (same rules, keys and costs) is denied in process, with zero round trips: a client
     /// hammering past its limit costs Redis nothing. The trade-off: a limit raised, a key reset
     /// by hand or a Cluster refund reaches a cached client only when its wait ends.
@@ -108,7 +108,7 @@ impl RedisLimiter {
     /// the waits counted down. A request this limiter admits on one of those rules' keys (the
     /// same client asking for less, say) forgets the key's cached denials, so the next request
     /// is answered by Redis with the numbers as they now stand. What a cached denial may still
-    /// miss, until its wait ends (at most [`DENY_CACHE_MAX_WAIT`]):
+    /// miss, until its wait ends (at most 2 s):
     ///
     /// - requests that **other replicas** (other `RedisLimiter`s on the same Redis) admitted on
     ///   the key meanwhile: the denial itself stays right (they only used more), but it may show
@@ -125,8 +125,8 @@ impl RedisLimiter {
         self
     }
 
-    /// How many decisions one script call may carry (default [`DEFAULT_BATCH`]; `1` turns
-    /// coalescing off).
+    /// How many decisions one script call may carry (default 64; `1` turns coalescing
+    /// off).
     ///
     /// A request goes to Redis at once while fewer than two calls are in flight. The requests
     /// that arrive while two are out queue, then go together in one `EVALSHA` as soon as one
@@ -305,7 +305,7 @@ impl RedisLimiter {
         if let Some((_, _, _, Some((states, elapsed)))) = cached {
             for (check, _) in checks.iter().zip(&states).filter(|(_, s)| !s.allowed) {
                 telemetry::count(
-                    telemetry::RATE_LIMIT_DENY_CACHE_HITS,
+                    telemetry::Metric::RateLimitDenyCacheHits,
                     "rule",
                     check.rule.name_arc().into(),
                     1,

@@ -17,7 +17,7 @@ use crate::ConfigError;
 /// ([`Rule::with_quota_from_async`](super::Rule::with_quota_from_async)) at most. After it, the
 /// request is decided under the rules' own quotas, and a line is logged at `warn` (at most once
 /// a minute, with the count of the others).
-pub const QUOTA_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const QUOTA_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Keeps "quota lookup timed out" to a line a minute for the process.
 static SLOW_LOOKUPS: LazyLock<WarnEvery> =

@@ -398,7 +398,7 @@ impl Rule {
     /// behind a cache, a call to a plan service). The future must own what it needs from the
     /// request head (clone the header or extension out of it before the `async` block).
     ///
-    /// The request waits for the lookup at most [`QUOTA_LOOKUP_TIMEOUT`](super::QUOTA_LOOKUP_TIMEOUT);
+    /// The request waits for the lookup at most 1 s;
     /// a lookup that takes longer, or answers `None`, leaves the request under the rule's own
     /// quota (logged at `warn` for the timeout, at most once a minute).
     ///

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 /// How often a layer logs that its limiter failed, at most: the line carries the number of
 /// failures since the previous one.
-pub const WARN_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const WARN_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Counts failures and says when a line is due. Two atomics, no lock: every failed request
 /// touches it.

@@ -5,7 +5,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::cookie::CookieConfig;
 use super::shared::{Metadata, Shared};
 use super::store::{Lifetimes, SessionStore};
 use super::token::Transport;
@@ -27,11 +26,11 @@ fn lifetimes(
 
 /// The longest idle timeout or absolute lifetime a layer accepts: 10 years. Expiries are
 /// microseconds on the store's clock; far longer lifetimes would overflow them.
-pub const MAX_LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+pub(crate) const MAX_LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// The largest per-user cap a layer accepts: indexing a session past the cap checks each of
 /// the user's sessions, so the cap bounds that work.
-pub const MAX_SESSIONS_PER_USER: u32 = 1024;
+pub(crate) const MAX_SESSIONS_PER_USER: u32 = 1024;
 
 impl SessionLayer {
     /// A layer with the default cookie (`__Host-id`, `HttpOnly`, `Secure`, `SameSite=Lax`), 30
@@ -55,7 +54,6 @@ impl SessionLayer {
 pub struct SessionLayerBuilder {
     store: Arc<dyn SessionStore>,
     life: Lifetimes,
-    cookie: CookieConfig,
     transport: Transport,
     failure: FailurePolicy,
     expose_user: bool,
@@ -67,7 +65,6 @@ impl SessionLayerBuilder {
         Self {
             store: Arc::new(store),
             life: Lifetimes::default(),
-            cookie: CookieConfig::default(),
             transport: Transport::default(),
             failure: FailurePolicy::default(),
             expose_user: false,
@@ -76,20 +73,20 @@ impl SessionLayerBuilder {
     }
 
     setters! {
-        /// The cookie's name and attributes.
-        pub fn cookie(cookie: CookieConfig) => cookie;
-
-        /// How the session id travels (default [`Transport::cookie`]): the cookie, or a token
-        /// in `Authorization: Bearer` or a header you name, for API and mobile clients. A
-        /// layer only knows the sessions its own transport created.
+        /// How the session id travels (default [`Transport::cookie`]): the cookie, with its
+        /// name and attributes, or a token in `Authorization: Bearer` or a header you name, for
+        /// API and mobile clients. A layer only knows the sessions its own transport created.
         ///
         /// ```
-        /// use redis_guard::session::{MemorySessionStore, SessionLayer, Transport};
+        /// use redis_guard::session::{MemorySessionStore, SameSite, SessionLayer, Transport};
         ///
+        /// let pages = SessionLayer::builder(MemorySessionStore::new())
+        ///     .transport(Transport::cookie().same_site(SameSite::Strict))
+        ///     .build()?;
         /// let api = SessionLayer::builder(MemorySessionStore::new())
         ///     .transport(Transport::bearer())
         ///     .build()?;
-        /// # let _ = api;
+        /// # let _ = (pages, api);
         /// # Ok::<(), redis_guard::ConfigError>(())
         /// ```
         pub fn transport(transport: Transport) => transport;
@@ -97,11 +94,11 @@ impl SessionLayerBuilder {
         /// Idle timeout (default 30 minutes; more than zero, at most the absolute lifetime).
         pub fn idle_timeout(idle: Duration) => life.idle;
 
-        /// Absolute lifetime (default 24 hours; more than zero, at most [`MAX_LIFETIME`]).
+        /// Absolute lifetime (default 24 hours; more than zero, at most 10 years).
         pub fn max_lifetime(max: Duration) => life.max;
 
-        /// Sessions one user may hold at once (default 64, at most [`MAX_SESSIONS_PER_USER`]);
-        /// past it, the live session closest to its absolute expiry ends. Sessions that are gone
+        /// Sessions one user may hold at once (default 64, at most 1024, a bound on the
+        /// work of indexing a session past the cap); past it, the live session closest to its absolute expiry ends. Sessions that are gone
         /// (logged out, rotated, expired) do not count.
         pub fn max_sessions_per_user(n: u32) => life.per_user;
 
@@ -117,13 +114,13 @@ impl SessionLayerBuilder {
         /// Whether each session keeps its client's user agent (default on), as listings show it
         /// ([`SessionInfo::user_agent`](super::SessionInfo::user_agent)): written with the
         /// session's writes, visible ASCII only, at most
-        /// [`MAX_USER_AGENT_LEN`](super::MAX_USER_AGENT_LEN) bytes. Turn it off when the user
+        /// 256 bytes. Turn it off when the user
         /// agent counts as personal data you do not want to keep.
         pub fn record_user_agent(on: bool) => metadata.user_agent;
 
         /// The longest idle timeout or absolute lifetime one session may be given
         /// ([`Session::set_max_lifetime`](super::Session::set_max_lifetime)); longer ones are cut
-        /// to it (default 30 days; more than zero, at most [`MAX_LIFETIME`]).
+        /// to it (default 30 days; more than zero, at most 10 years).
         pub fn lifetime_ceiling(ceiling: Duration) => life.ceiling;
     }
 
@@ -148,8 +145,8 @@ impl SessionLayerBuilder {
     }
 
     /// How each session's client address is read (default: the TCP peer,
-    /// [`ClientIp::peer`](crate::rate_limit::ClientIp::peer)); behind reverse proxies, give the
-    /// same [`ClientIp`](crate::rate_limit::ClientIp) the rate limiter uses, so a client cannot
+    /// [`ClientIp::peer`](crate::client_ip::ClientIp::peer)); behind reverse proxies, give the
+    /// same [`ClientIp`](crate::client_ip::ClientIp) the rate limiter uses, so a client cannot
     /// write its own address into the listing. `None` keeps no address. The address is recorded
     /// with the session's writes (its creation, a login, any change, the atomic helpers), and
     /// after a load that records the use
@@ -157,7 +154,7 @@ impl SessionLayerBuilder {
     /// costs one save then, at most once per interval.
     ///
     /// ```
-    /// use redis_guard::rate_limit::ClientIp;
+    /// use redis_guard::client_ip::ClientIp;
     /// use redis_guard::session::{MemorySessionStore, SessionLayer};
     ///
     /// let behind_proxy = SessionLayer::builder(MemorySessionStore::new())
@@ -169,8 +166,7 @@ impl SessionLayerBuilder {
     /// # let _ = (behind_proxy, no_addresses);
     /// # Ok::<(), redis_guard::ConfigError>(())
     /// ```
-    #[cfg(feature = "rate-limit")]
-    pub fn client_ip(mut self, ip: Option<crate::rate_limit::ClientIp>) -> Self {
+    pub fn client_ip(mut self, ip: Option<crate::client_ip::ClientIp>) -> Self {
         self.metadata.ip = ip;
         self
     }
@@ -181,8 +177,7 @@ impl SessionLayerBuilder {
     ///
     /// Cookie attributes that do not work together, a transport header name that is not
     /// valid, lifetimes that cannot work (zero, over
-    /// [`MAX_LIFETIME`], idle longer than absolute), a per-user cap outside
-    /// 1..=[`MAX_SESSIONS_PER_USER`], or store settings that cannot work
+    /// 10 years, idle longer than absolute), a per-user cap outside 1..=1024, or store settings that cannot work
     /// ([`SessionStore::check`]).
     ///
     /// ```
@@ -196,8 +191,8 @@ impl SessionLayerBuilder {
     /// assert!(err.to_string().contains("longer than 10 years"));
     /// ```
     pub fn build(self) -> Result<SessionLayer, ConfigError> {
-        self.cookie
-            .validate()
+        self.transport
+            .check_cookie()
             .map_err(|e| e.within("session cookie"))?;
         let transport = self
             .transport
@@ -277,7 +272,7 @@ impl SessionLayerBuilder {
                 #[cfg(not(feature = "metrics"))]
                 store: self.store,
                 life: self.life,
-                cookie: self.cookie,
+                cookie: self.transport.cookie,
                 transport,
                 failure: self.failure,
                 expose_user: self.expose_user,
@@ -292,7 +287,6 @@ impl fmt::Debug for SessionLayerBuilder {
         f.debug_struct("SessionLayerBuilder")
             .field("store", &self.store)
             .field("life", &self.life)
-            .field("cookie", &self.cookie)
             .field("transport", &self.transport)
             .field("failure", &self.failure)
             .field("expose_user", &self.expose_user)
@@ -351,9 +345,9 @@ mod tests {
                 "0",
             ),
             (
-                |b| b.cookie(CookieConfig::default().path("app")),
+                |b| b.transport(Transport::cookie().path("app")),
                 ConfigErrorKind::Cookie,
-                "CookieConfig::path",
+                "Transport::path",
                 "app",
             ),
             (
@@ -375,5 +369,41 @@ mod tests {
             err.to_string(),
             "session lifetimes: max sessions per user 0 is not within 1..=1024"
         );
+    }
+
+    /// Issue 22, item 5: the cookie's name and attributes are set on the one transport
+    /// setter; a header transport with cookie attributes refuses to build, a bad cookie still
+    /// fails as a cookie problem.
+    #[tokio::test]
+    async fn the_transport_carries_the_cookie_attributes() {
+        use http::{Request, Response, header::SET_COOKIE};
+        use tower::{Layer, ServiceExt, service_fn};
+
+        use crate::session::Session;
+
+        let layer = build(|b| {
+            b.transport(
+                Transport::cookie()
+                    .with_cookie_name("sid")
+                    .path("/app")
+                    .persistent(Duration::from_secs(60)),
+            )
+        })
+        .unwrap();
+        let svc = layer.layer(service_fn(|req: Request<String>| async move {
+            let session = req.extensions().get::<Session>().cloned().unwrap();
+            session.insert("k", &1).await.unwrap();
+            Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+        }));
+        let res = svc.oneshot(Request::new(String::new())).await.unwrap();
+        let set = res.headers()[SET_COOKIE].to_str().unwrap();
+        assert!(set.starts_with("sid="), "{set}");
+        assert!(set.contains("; Path=/app;"), "{set}");
+        assert!(set.contains("; Max-Age=60"), "{set}");
+
+        let err = build(|b| b.transport(Transport::bearer().secure(false))).unwrap_err();
+        assert_eq!(err.kind(), ConfigErrorKind::Transport, "{err}");
+        let err = build(|b| b.transport(Transport::cookie().path("app"))).unwrap_err();
+        assert_eq!(err.kind(), ConfigErrorKind::Cookie, "{err}");
     }
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::Transport;
 use super::id::SessionId;
 use crate::{ConfigError, ConfigErrorKind};
 
@@ -22,35 +23,9 @@ const HOST_NAME: &str = "__Host-id";
 /// The default name otherwise.
 const PLAIN_NAME: &str = "id";
 
-/// The session cookie's name and attributes.
-///
-/// Defaults: name `__Host-id` (`id` when `Secure` is off or a `Domain` or a `Path` other than
-/// `/` is set: browsers refuse a `__Host-` cookie with any of those), `HttpOnly`, `Secure`, `SameSite=Lax`, `Path=/`, no `Domain`, and no
-/// `Max-Age` (a browser-session cookie; the server-side lifetimes still apply).
-///
-/// ```
-/// use redis_guard::session::{CookieConfig, SameSite};
-/// use std::time::Duration;
-///
-/// let cookie = CookieConfig::default()
-///     .host_prefixed() // `__Host-id`: the browser refuses it unless Secure, Path=/, no Domain
-///     .same_site(SameSite::Strict)
-///     .persistent(Duration::from_secs(24 * 3600));
-/// assert_eq!(cookie.name(), "__Host-id");
-///
-/// // Plain-HTTP development on a host other than localhost: no Secure, so no `__Host-` prefix.
-/// assert_eq!(CookieConfig::default().secure(false).name(), "id");
-/// ```
-///
-/// The `__Host-` prefix is what stops a sibling subdomain (`evil.example.com`, or any subdomain
-/// an attacker can run script on) from planting its own session id for `example.com` or
-/// shadowing ours: browsers only accept a `__Host-` cookie that is `Secure`, has `Path=/` and no
-/// `Domain`, i.e. set by this very host over HTTPS. Browsers treat `http://localhost` and
-/// `http://127.0.0.1` as secure, so it works in local development too. A name set with
-/// [`with_name`](Self::with_name) that starts with `__Host-` is checked when the layer is built.
+/// The session cookie's name and attributes, set through [`Transport`]'s cookie methods.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[must_use]
-pub struct CookieConfig {
+pub(crate) struct CookieConfig {
     /// `None`: the default, [`HOST_NAME`] or [`PLAIN_NAME`] depending on the attributes.
     name: Option<String>,
     secure: bool,
@@ -75,61 +50,92 @@ impl Default for CookieConfig {
     }
 }
 
-impl CookieConfig {
+/// The cookie's name and attributes, on the cookie transport (a header transport with any of
+/// them set refuses to build).
+///
+/// Defaults: name `__Host-id` (`id` when `Secure` is off or a `Domain` or a `Path` other than
+/// `/` is set: browsers refuse a `__Host-` cookie with any of those), `HttpOnly`, `Secure`,
+/// `SameSite=Lax`, `Path=/`, no `Domain`, and no `Max-Age` (a browser-session cookie; the
+/// server-side lifetimes still apply).
+///
+/// ```
+/// use redis_guard::session::{SameSite, Transport};
+/// use std::time::Duration;
+///
+/// let cookie = Transport::cookie()
+///     .host_prefixed() // `__Host-id`: the browser refuses it unless Secure, Path=/, no Domain
+///     .same_site(SameSite::Strict)
+///     .persistent(Duration::from_secs(24 * 3600));
+/// assert_eq!(cookie.cookie_name(), Some("__Host-id"));
+///
+/// // Plain-HTTP development on a host other than localhost: no Secure, so no `__Host-` prefix.
+/// assert_eq!(Transport::cookie().secure(false).cookie_name(), Some("id"));
+/// ```
+///
+/// The `__Host-` prefix is what stops a sibling subdomain (`evil.example.com`, or any subdomain
+/// an attacker can run script on) from planting its own session id for `example.com` or
+/// shadowing ours: browsers only accept a `__Host-` cookie that is `Secure`, has `Path=/` and no
+/// `Domain`, i.e. set by this very host over HTTPS. Browsers treat `http://localhost` and
+/// `http://127.0.0.1` as secure, so it works in local development too. A name set with
+/// [`with_cookie_name`](Self::with_cookie_name) that starts with `__Host-` is checked when the
+/// layer is built.
+impl Transport {
     /// The cookie's name (a token: letters, digits and ``!#$%&'*+-.^_`|~``).
-    pub fn with_name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
+    pub fn with_cookie_name(mut self, name: impl Into<String>) -> Self {
+        self.cookie.name = Some(name.into());
         self
     }
 
     /// Names the cookie `__Host-<name>` (browsers then insist on `Secure`, `Path=/` and no
     /// `Domain`, so a sibling subdomain cannot plant or overwrite it).
     pub fn host_prefixed(mut self) -> Self {
-        let name = self.name.take().unwrap_or_else(|| PLAIN_NAME.to_owned());
-        self.name = Some(if name.starts_with("__Host-") {
+        let c = &mut self.cookie;
+        let name = c.name.take().unwrap_or_else(|| PLAIN_NAME.to_owned());
+        c.name = Some(if name.starts_with("__Host-") {
             name
         } else {
             format!("__Host-{name}")
         });
-        self.secure = true;
-        self.path = "/".to_owned();
-        self.domain = None;
+        c.secure = true;
+        c.path = "/".to_owned();
+        c.domain = None;
         self
     }
 
     setters! {
-        /// `Secure` (default `true`). Turn it off only for plain-HTTP development on a host other than
-        /// `localhost`; browsers treat `http://localhost` as secure.
-        pub fn secure(secure: bool) => secure;
+        /// The cookie's `Secure` (default `true`). Turn it off only for plain-HTTP development
+        /// on a host other than `localhost`; browsers treat `http://localhost` as secure.
+        pub fn secure(secure: bool) => cookie.secure;
 
-        /// `SameSite` (default [`SameSite::Lax`]).
-        pub fn same_site(same_site: SameSite) => same_site;
+        /// The cookie's `SameSite` (default [`SameSite::Lax`]).
+        pub fn same_site(same_site: SameSite) => cookie.same_site;
 
-        /// `HttpOnly` (default `true`: scripts cannot read the id).
-        pub fn http_only(http_only: bool) => http_only;
+        /// The cookie's `HttpOnly` (default `true`: scripts cannot read the id).
+        pub fn http_only(http_only: bool) => cookie.http_only;
     }
 
-    /// `Path` (default `/`).
+    /// The cookie's `Path` (default `/`).
     pub fn path(mut self, path: impl Into<String>) -> Self {
-        self.path = path.into();
+        self.cookie.path = path.into();
         self
     }
 
-    /// `Domain` (default none: the cookie goes to this host only).
+    /// The cookie's `Domain` (default none: the cookie goes to this host only).
     pub fn domain(mut self, domain: impl Into<String>) -> Self {
-        self.domain = Some(domain.into());
+        self.cookie.domain = Some(domain.into());
         self
     }
 
     /// A persistent cookie with this `Max-Age` (default: a browser-session cookie).
     pub fn persistent(mut self, max_age: Duration) -> Self {
-        self.max_age = Some(max_age);
+        self.cookie.max_age = Some(max_age);
         self
     }
+}
 
+impl CookieConfig {
     /// The cookie's name.
-    #[must_use]
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         match &self.name {
             Some(name) => name,
             None if self.secure && self.path == "/" && self.domain.is_none() => HOST_NAME,
@@ -137,19 +143,9 @@ impl CookieConfig {
         }
     }
 
-    /// Checks the combination; the layer builder calls it.
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] of kind [`Cookie`](ConfigErrorKind::Cookie) naming the bad attribute.
-    ///
-    /// ```
-    /// use redis_guard::session::CookieConfig;
-    /// let err = CookieConfig::default().path("no-slash").validate().unwrap_err();
-    /// assert_eq!(err.setting(), Some("CookieConfig::path"));
-    /// assert_eq!(err.value(), Some("no-slash"));
-    /// ```
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks the combination: a [`ConfigError`] of kind [`Cookie`](ConfigErrorKind::Cookie)
+    /// naming the bad attribute and its setter; the layer builder calls it.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let bad = |message: String, setting, value: &dyn std::fmt::Display| {
             Err(ConfigError::new(ConfigErrorKind::Cookie, message)
                 .with_setting(setting)
@@ -164,7 +160,7 @@ impl CookieConfig {
         if !token(name) {
             return bad(
                 format!("invalid cookie name {name:?}"),
-                "CookieConfig::with_name",
+                "Transport::with_cookie_name",
                 &name,
             );
         }
@@ -173,7 +169,7 @@ impl CookieConfig {
         if !attr_ok(&self.path) || !self.path.starts_with('/') {
             return bad(
                 format!("invalid cookie path {:?}", self.path),
-                "CookieConfig::path",
+                "Transport::path",
                 &self.path,
             );
         }
@@ -182,7 +178,7 @@ impl CookieConfig {
         {
             return bad(
                 format!("invalid cookie domain {d:?}"),
-                "CookieConfig::domain",
+                "Transport::domain",
                 d,
             );
         }
@@ -195,21 +191,21 @@ impl CookieConfig {
                      (secure: {}, path: {:?}, domain: {:?})",
                     self.secure, self.path, self.domain
                 ),
-                "CookieConfig::with_name",
+                "Transport::with_cookie_name",
                 &name,
             );
         }
         if name.starts_with("__Secure-") && !self.secure {
             return bad(
                 "a `__Secure-` cookie must be Secure".to_owned(),
-                "CookieConfig::secure",
+                "Transport::secure",
                 &self.secure,
             );
         }
         if self.same_site == SameSite::None && !self.secure {
             return bad(
                 "SameSite=None requires Secure".to_owned(),
-                "CookieConfig::secure",
+                "Transport::secure",
                 &self.secure,
             );
         }
@@ -264,7 +260,7 @@ mod tests {
     #[test]
     fn default_attributes() {
         let id = SessionId::generate().unwrap();
-        let c = CookieConfig::default();
+        let c = Transport::cookie().cookie;
         assert_eq!(
             c.set_cookie(&id, None),
             format!(
@@ -283,20 +279,28 @@ mod tests {
     /// subdomain cannot plant or overwrite.
     #[test]
     fn secure_cookies_default_to_the_host_prefix() {
-        assert_eq!(CookieConfig::default().name(), "__Host-id");
-        assert_eq!(CookieConfig::default().secure(false).name(), "id");
-        assert_eq!(CookieConfig::default().with_name("sid").name(), "sid");
+        assert_eq!(Transport::cookie().cookie.name(), "__Host-id");
+        assert_eq!(Transport::cookie().secure(false).cookie.name(), "id");
+        assert_eq!(
+            Transport::cookie().with_cookie_name("sid").cookie.name(),
+            "sid"
+        );
         for bad in [
-            CookieConfig::default()
-                .with_name("__Host-sid")
+            Transport::cookie()
+                .with_cookie_name("__Host-sid")
                 .domain("example.com"),
-            CookieConfig::default()
-                .with_name("__Host-sid")
+            Transport::cookie()
+                .with_cookie_name("__Host-sid")
                 .secure(false),
-            CookieConfig::default().with_name("__Host-sid").path("/app"),
+            Transport::cookie()
+                .with_cookie_name("__Host-sid")
+                .path("/app"),
         ] {
             assert!(
-                bad.validate().unwrap_err().to_string().contains("__Host-"),
+                bad.check_cookie()
+                    .unwrap_err()
+                    .to_string()
+                    .contains("__Host-"),
                 "{bad:?}"
             );
         }
@@ -305,27 +309,27 @@ mod tests {
     #[test]
     fn validation_names_the_problem() {
         assert!(
-            CookieConfig::default()
-                .with_name("bad name")
-                .validate()
+            Transport::cookie()
+                .with_cookie_name("bad name")
+                .check_cookie()
                 .unwrap_err()
                 .to_string()
                 .contains("bad name")
         );
         assert!(
-            CookieConfig::default()
+            Transport::cookie()
                 .host_prefixed()
                 .domain("x.com")
-                .validate()
+                .check_cookie()
                 .is_err()
         );
         assert!(
-            CookieConfig::default()
+            Transport::cookie()
                 .secure(false)
                 .same_site(SameSite::None)
-                .validate()
+                .check_cookie()
                 .is_err()
         );
-        assert!(CookieConfig::default().path("no-slash").validate().is_err());
+        assert!(Transport::cookie().path("no-slash").check_cookie().is_err());
     }
 }

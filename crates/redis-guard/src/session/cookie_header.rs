@@ -7,7 +7,7 @@ use super::id::SessionId;
 
 /// The most session ids read from one request's cookies. Each candidate can cost a store round
 /// trip until one names a live session, so a request carrying many is cut off here.
-pub const MAX_COOKIE_CANDIDATES: usize = 4;
+pub(crate) const MAX_COOKIE_CANDIDATES: usize = 4;
 
 /// What the request's cookies hold.
 #[derive(Debug)]

@@ -28,12 +28,12 @@ use super::shared::Shared;
 /// Customized:
 ///
 /// ```
-/// use redis_guard::session::{CookieConfig, FailurePolicy, MemorySessionStore, SessionLayer};
+/// use redis_guard::session::{FailurePolicy, MemorySessionStore, SessionLayer, Transport};
 /// use std::time::Duration;
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let layer = SessionLayer::builder(MemorySessionStore::new())
-///     .cookie(CookieConfig::default().host_prefixed())
+///     .transport(Transport::cookie().host_prefixed())
 ///     .idle_timeout(Duration::from_secs(15 * 60))
 ///     .max_lifetime(Duration::from_secs(8 * 3600))
 ///     .failure_policy(FailurePolicy::Open)

@@ -13,7 +13,7 @@ use super::store::{
 use crate::backend::{BackendError, Clock, InProcess, InProcessBuilder};
 
 /// Default bound on the number of sessions a [`MemorySessionStore`] holds.
-pub const DEFAULT_MAX_SESSIONS: usize = 100_000;
+pub(crate) const DEFAULT_MAX_SESSIONS: usize = 100_000;
 
 /// Sessions in this process: for development, tests and single-instance deployments. Same
 /// semantics as [`RedisSessionStore`](super::RedisSessionStore) (per-field writes, idle and
@@ -42,7 +42,7 @@ pub struct MemorySessionStore {
 }
 
 impl MemorySessionStore {
-    /// A store on the real monotonic clock, bounded by [`DEFAULT_MAX_SESSIONS`].
+    /// A store on the real monotonic clock, bounded to 100 000 sessions.
     #[must_use]
     pub fn new() -> Self {
         Self::with_parts(DEFAULT_MAX_SESSIONS, None)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::SessionError;
 use super::store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore};
-use crate::telemetry::{self, SESSION_LOADS, SESSION_REVOCATIONS, SESSION_SAVES};
+use crate::telemetry::{self, Metric};
 
 /// The layer's store, counted.
 pub(crate) struct Metered(pub(crate) Arc<dyn SessionStore>);
@@ -18,7 +18,7 @@ impl crate::sealed::Sealed for Metered {}
 fn metered<T: Send + 'static>(
     op: &'static str,
     fut: BoxFuture<Result<T, SessionError>>,
-    count: impl FnOnce(&T) -> Option<(&'static str, &'static str, &'static str, u64)> + Send + 'static,
+    count: impl FnOnce(&T) -> Option<(Metric, &'static str, &'static str, u64)> + Send + 'static,
 ) -> BoxFuture<Result<T, SessionError>> {
     Box::pin(observed(op, fut, count))
 }
@@ -26,24 +26,24 @@ fn metered<T: Send + 'static>(
 async fn observed<T>(
     op: &'static str,
     fut: impl Future<Output = Result<T, SessionError>>,
-    count: impl FnOnce(&T) -> Option<(&'static str, &'static str, &'static str, u64)>,
+    count: impl FnOnce(&T) -> Option<(Metric, &'static str, &'static str, u64)>,
 ) -> Result<T, SessionError> {
     let result = fut.await;
     match &result {
         Ok(value) => {
-            if let Some((name, label, value, n)) = count(value) {
-                telemetry::count(name, label, value.into(), n);
+            if let Some((metric, label, value, n)) = count(value) {
+                telemetry::count(metric, label, value.into(), n);
             }
         }
-        Err(_) => telemetry::count(telemetry::SESSION_STORE_ERRORS, "op", op.into(), 1),
+        Err(_) => telemetry::count(Metric::SessionStoreErrors, "op", op.into(), 1),
     }
     result
 }
 
 /// A write's outcome: merged into a live session, or dropped because it had ended.
-fn written<T>(v: &Option<T>) -> Option<(&'static str, &'static str, &'static str, u64)> {
+fn written<T>(v: &Option<T>) -> Option<(Metric, &'static str, &'static str, u64)> {
     let result = if v.is_some() { "merged" } else { "gone" };
-    Some((SESSION_SAVES, "result", result, 1))
+    Some((Metric::SessionSaves, "result", result, 1))
 }
 
 impl SessionStore for Metered {
@@ -54,7 +54,7 @@ impl SessionStore for Metered {
     ) -> BoxFuture<Result<Option<Record>, SessionError>> {
         metered("load", self.0.load(key, life), |r| {
             let result = if r.is_some() { "live" } else { "absent" };
-            Some((SESSION_LOADS, "result", result, 1))
+            Some((Metric::SessionLoads, "result", result, 1))
         })
     }
 
@@ -65,7 +65,7 @@ impl SessionStore for Metered {
         life: Lifetimes,
     ) -> BoxFuture<Result<u64, SessionError>> {
         metered("create", self.0.create(key, changes, life), |_| {
-            Some((SESSION_SAVES, "result", "created", 1))
+            Some((Metric::SessionSaves, "result", "created", 1))
         })
     }
 
@@ -90,7 +90,7 @@ impl SessionStore for Metered {
 
     fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>> {
         metered("delete", self.0.delete(key), |()| {
-            Some((SESSION_REVOCATIONS, "kind", "destroy", 1))
+            Some((Metric::SessionRevocations, "kind", "destroy", 1))
         })
     }
 
@@ -101,7 +101,7 @@ impl SessionStore for Metered {
         life: Lifetimes,
     ) -> BoxFuture<Result<bool, SessionError>> {
         metered("rotate", self.0.rotate(old, new, life), |&moved| {
-            moved.then_some((SESSION_REVOCATIONS, "kind", "rotate", 1))
+            moved.then_some((Metric::SessionRevocations, "kind", "rotate", 1))
         })
     }
 
@@ -119,7 +119,7 @@ impl SessionStore for Metered {
 
     fn revoke_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
         metered("revoke", self.0.revoke_user(user), |&n| {
-            Some((SESSION_REVOCATIONS, "kind", "user", n as u64))
+            Some((Metric::SessionRevocations, "kind", "user", n as u64))
         })
     }
 
@@ -133,7 +133,7 @@ impl SessionStore for Metered {
         handle: String,
     ) -> BoxFuture<Result<bool, SessionError>> {
         metered("revoke", self.0.revoke_session(user, handle), |&ended| {
-            ended.then_some((SESSION_REVOCATIONS, "kind", "session", 1))
+            ended.then_some((Metric::SessionRevocations, "kind", "session", 1))
         })
     }
 
@@ -143,7 +143,7 @@ impl SessionStore for Metered {
         keep: String,
     ) -> BoxFuture<Result<usize, SessionError>> {
         metered("revoke", self.0.revoke_user_except(user, keep), |&n| {
-            Some((SESSION_REVOCATIONS, "kind", "others", n as u64))
+            Some((Metric::SessionRevocations, "kind", "others", n as u64))
         })
     }
 

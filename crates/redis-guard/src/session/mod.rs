@@ -30,12 +30,12 @@
 //! - **The cookie holds only a random id**: 256 bits from the OS CSPRNG, base64url. The store
 //!   knows the session by the id's SHA-256, so a Redis dump or `MONITOR` never shows a usable
 //!   token. Cookies default to `__Host-id` with `HttpOnly; Secure; SameSite=Lax; Path=/`, no
-//!   `Domain` (see [`CookieConfig`]): the `__Host-` prefix means no sibling subdomain can plant
+//!   `Domain` (see [`Transport`]): the `__Host-` prefix means no sibling subdomain can plant
 //!   or overwrite the cookie.
 //! - **Reading the cookie**: the `Cookie` header is read as bytes, so another cookie's odd
 //!   value never hides ours; every well-formed value of our cookie counts, in order, and the
-//!   first that names a live session wins (at most [`MAX_COOKIE_CANDIDATES`], one round trip
-//!   each until found), so a planted id cannot shadow the real one.
+//!   first that names a live session wins (at most 4, one round trip each until
+//!   found), so a planted id cannot shadow the real one.
 //! - **One hash field per key.** After the handler only the changed fields are written (`HSET` /
 //!   `HDEL`, one script, one round trip), so two concurrent requests that change different keys
 //!   both keep their change; for the same key the last writer wins. `increment` is an atomic
@@ -59,9 +59,9 @@
 //!   per-user cap ([`SessionLayerBuilder::max_sessions_per_user`]) ends a live session. A
 //!   session with a user is never handed to the client unless it is indexed.
 //! - **Devices**: each session keeps, in reserved fields, when it was created and last used, the
-//!   client's address (read with the same [`ClientIp`](crate::rate_limit::ClientIp) as the rate
+//!   client's address (read with the same [`ClientIp`](crate::client_ip::ClientIp) as the rate
 //!   limiter, so proxies are handled: [`SessionLayerBuilder::client_ip`]) and its user agent
-//!   (visible ASCII, at most [`MAX_USER_AGENT_LEN`] bytes), plus a random public handle that
+//!   (visible ASCII, at most 256 bytes), plus a random public handle that
 //!   survives id rotation. The last use is recorded by the load at most once per
 //!   [`last_seen_interval`](SessionLayerBuilder::last_seen_interval) (a load within it is one
 //!   read that writes nothing); the address and user agent, in one field, with the session's
@@ -114,7 +114,7 @@
 //! - **Header tokens for API clients** ([`Transport`]): with
 //!   [`SessionLayerBuilder::transport`]`(`[`Transport::bearer`]`())` the id travels as
 //!   `Authorization: Bearer <token>` (or in a header you name); a new token comes back in the
-//!   [`DEFAULT_TOKEN_HEADER`] response header, with `Cache-Control: no-store`, on creation and
+//!   `session-token` response header, with `Cache-Control: no-store`, on creation and
 //!   on `cycle_id`, and is dead after `destroy` or `revoke_user`. The store, the round trips and
 //!   the guarantees above are the same. A session records the transport that created it (a
 //!   reserved `$via` field, absent on cookie sessions) and a layer treats the other
@@ -126,13 +126,13 @@
 //!   few at a time and, when full, the sessions closest to expiry are evicted, in O(log n) per
 //!   session, never a scan of the table under its lock.
 //! - **Configuration** is checked when the layer is built
-//!   ([`SessionLayerBuilder::build`]): lifetimes over zero and at most [`MAX_LIFETIME`], a
+//!   ([`SessionLayerBuilder::build`]): lifetimes over zero and at most 10 years, a
 //!   `__Host-` cookie name with `Secure`, `Path=/` and no `Domain`, a Redis timeout over zero.
 //!
 //! What it does not defend against: a stolen cookie is a bearer credential until it expires,
 //! is rotated or revoked (no binding to the client); a live session id planted through a channel
 //! that can set `__Host-` cookies (the site itself, over HTTPS) is still tried first; with
-//! [`CookieConfig::secure`] off or a `Domain` set, the cookie is named `id` and sibling
+//! [`Transport::secure`] off or a `Domain` set, the cookie is named `id` and sibling
 //! subdomains can plant one; on Redis, a session whose user changes keeps its entry in the previous
 //! user's index until it ends (revoking that user ends it too).
 
@@ -162,9 +162,8 @@ mod store;
 mod token;
 mod user;
 
-pub use builder::{MAX_LIFETIME, MAX_SESSIONS_PER_USER, SessionLayerBuilder};
-pub use cookie::{CookieConfig, SameSite};
-pub use cookie_header::MAX_COOKIE_CANDIDATES;
+pub use builder::SessionLayerBuilder;
+pub use cookie::SameSite;
 #[cfg(feature = "axum")]
 pub use csrf::{CsrfConfig, CsrfForm, CsrfHeader, CsrfRejection};
 pub use error::SessionError;
@@ -172,12 +171,11 @@ pub use future::ResponseFuture;
 pub use handle::Session;
 pub use id::SessionId;
 pub use layer::SessionLayer;
-pub use memory_store::{DEFAULT_MAX_SESSIONS, MemorySessionStore};
+pub use memory_store::MemorySessionStore;
 pub use policy::FailurePolicy;
 pub use redis_store::RedisSessionStore;
 pub use service::SessionService;
-pub use shared::MAX_USER_AGENT_LEN;
 pub use store::FieldSwap;
 pub use store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore};
-pub use token::{DEFAULT_TOKEN_HEADER, Transport};
+pub use token::Transport;
 pub use user::SessionUser;

@@ -98,7 +98,7 @@ impl RedisSessionStore {
     }
 
     /// How many session loads, or saves, one script call may carry (default
-    /// [`DEFAULT_BATCH`]; `1` turns coalescing off).
+    /// 64; `1` turns coalescing off).
     ///
     /// A load whose refresh is not due is a plain read and runs no script at all (see the
     /// type's docs). The loads that do run the load script, and the saves, go to Redis at once

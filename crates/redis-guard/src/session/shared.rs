@@ -29,8 +29,7 @@ pub(crate) struct Shared {
 #[derive(Clone, Debug)]
 pub(crate) struct Metadata {
     /// How the client's address is read; `None`: no address is kept.
-    #[cfg(feature = "rate-limit")]
-    pub(crate) ip: Option<crate::rate_limit::ClientIp>,
+    pub(crate) ip: Option<crate::client_ip::ClientIp>,
     /// Whether the user agent is kept.
     pub(crate) user_agent: bool,
 }
@@ -38,15 +37,14 @@ pub(crate) struct Metadata {
 impl Default for Metadata {
     fn default() -> Self {
         Self {
-            #[cfg(feature = "rate-limit")]
-            ip: Some(crate::rate_limit::ClientIp::peer()),
+            ip: Some(crate::client_ip::ClientIp::peer()),
             user_agent: true,
         }
     }
 }
 
 /// The longest user agent kept, in bytes; longer ones are cut at a character boundary.
-pub const MAX_USER_AGENT_LEN: usize = 256;
+pub(crate) const MAX_USER_AGENT_LEN: usize = 256;
 
 /// What one request tells about its client, as far as the layer records it.
 #[derive(Clone, Debug, Default)]
@@ -57,17 +55,13 @@ pub(crate) struct Visit {
 
 impl Visit {
     /// The client details of the request with head `parts`, as `metadata` asks. Without a peer
-    /// address in the extensions (axum's `ConnectInfo` or [`PeerAddr`](crate::rate_limit::PeerAddr))
+    /// address in the extensions (axum's `ConnectInfo` or [`PeerAddr`](crate::client_ip::PeerAddr))
     /// no address is recorded, and nothing is logged: sessions work without one.
     pub(crate) fn of(parts: &Parts, metadata: &Metadata) -> Self {
-        #[cfg(feature = "rate-limit")]
         let ip = metadata
             .ip
             .as_ref()
-            .filter(|_| crate::rate_limit::has_peer(parts))
-            .and_then(|client| client.client_ip(parts).ok());
-        #[cfg(not(feature = "rate-limit"))]
-        let ip = None;
+            .and_then(|client| client.address(parts));
         let user_agent = metadata
             .user_agent
             .then(|| parts.headers.get(http::header::USER_AGENT).cloned())
@@ -119,5 +113,42 @@ mod tests {
         );
         assert_eq!(ua(b"caf\xc3\xa9\tx").as_deref(), Some("caf???x"));
         assert_eq!(ua(b"   "), None);
+    }
+
+    /// Issue 22, item 6: sessions read the client's address with the limiter's `ClientIp`
+    /// (`redis_guard::client_ip`), with or without the `rate-limit` feature: the peer by
+    /// default, the trusted proxies' forwarding header when given, nothing without a peer.
+    #[test]
+    fn visits_record_the_client_address_as_the_limiter_reads_it() {
+        use crate::client_ip::{ClientIp, PeerAddr};
+
+        let request = |peer: Option<&str>| {
+            let mut req = http::Request::get("/")
+                .header("x-forwarded-for", "6.6.6.6, 203.0.113.7")
+                .body(())
+                .expect("a request");
+            if let Some(peer) = peer {
+                let addr = peer.parse().expect("an address");
+                req.extensions_mut().insert(PeerAddr(addr));
+            }
+            req.into_parts().0
+        };
+        let ip = |s: &str| Some(s.parse::<IpAddr>().expect("an address"));
+        let peer_only = Metadata::default();
+        let proxied = Metadata {
+            ip: Some(ClientIp::trusted_proxies(["10.0.0.0/8"]).expect("CIDRs")),
+            user_agent: false,
+        };
+        let from_proxy = request(Some("10.0.0.1:4000"));
+        assert_eq!(Visit::of(&from_proxy, &peer_only).ip, ip("10.0.0.1"));
+        assert_eq!(Visit::of(&from_proxy, &proxied).ip, ip("203.0.113.7"));
+        let direct = request(Some("[::ffff:198.51.100.2]:1"));
+        assert_eq!(Visit::of(&direct, &proxied).ip, ip("198.51.100.2"));
+        assert_eq!(Visit::of(&request(None), &proxied).ip, None);
+        let none = Metadata {
+            ip: None,
+            user_agent: true,
+        };
+        assert_eq!(Visit::of(&from_proxy, &none).ip, None);
     }
 }

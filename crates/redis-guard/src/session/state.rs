@@ -23,7 +23,7 @@ pub(crate) enum CookieAction {
 #[derive(Debug)]
 pub(crate) struct State {
     /// The well-formed ids from the request's cookies, in order (at most
-    /// [`MAX_COOKIE_CANDIDATES`](super::MAX_COOKIE_CANDIDATES)).
+    /// [`MAX_COOKIE_CANDIDATES`](super::cookie_header::MAX_COOKIE_CANDIDATES)).
     pub(crate) cookie_ids: Vec<SessionId>,
     pub(crate) loaded: bool,
     /// The live record and its id, once loaded (or created/rotated).

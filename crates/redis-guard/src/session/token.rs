@@ -21,12 +21,14 @@ const VIA_COOKIE: &str = "cookie";
 
 /// The response header that carries a new token unless
 /// [`response_header`](Transport::response_header) names another.
-pub const DEFAULT_TOKEN_HEADER: &str = "session-token";
+pub(crate) const DEFAULT_TOKEN_HEADER: &str = "session-token";
 
-/// How the session id travels between client and server; set it with
-/// [`SessionLayerBuilder::transport`](super::SessionLayerBuilder::transport).
+/// How the session id travels between client and server, and the cookie's name and attributes;
+/// set it with [`SessionLayerBuilder::transport`](super::SessionLayerBuilder::transport).
 ///
-/// - [`Transport::cookie`] (the default): the cookie of [`CookieConfig`], as browsers want it.
+/// - [`Transport::cookie`] (the default): a cookie, as browsers want it; its name and
+///   attributes are set with the cookie methods below ([`secure`](Self::secure),
+///   [`same_site`](Self::same_site), [`persistent`](Self::persistent), …).
 /// - [`Transport::bearer`]: the client sends `Authorization: Bearer <token>`; a new token comes
 ///   back in the `session-token` response header.
 /// - [`Transport::header`]: the client sends the bare token in a header you name.
@@ -75,6 +77,9 @@ pub const DEFAULT_TOKEN_HEADER: &str = "session-token";
 pub struct Transport {
     mode: Mode,
     response: Option<String>,
+    /// The cookie's name and attributes (its methods are in `cookie.rs`); left at the defaults
+    /// on the header transports.
+    pub(super) cookie: CookieConfig,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,8 +97,9 @@ impl Default for Transport {
 }
 
 impl Transport {
-    /// The session cookie (the default), as configured by
-    /// [`SessionLayerBuilder::cookie`](super::SessionLayerBuilder::cookie).
+    /// The session cookie (the default), with the defaults the cookie methods below change:
+    /// name `__Host-id`, `HttpOnly`, `Secure`, `SameSite=Lax`, `Path=/`, no `Domain`, no
+    /// `Max-Age`.
     ///
     /// ```
     /// use redis_guard::session::Transport;
@@ -101,14 +107,11 @@ impl Transport {
     /// assert_eq!(Transport::default(), Transport::cookie());
     /// ```
     pub fn cookie() -> Self {
-        Self {
-            mode: Mode::Cookie,
-            response: None,
-        }
+        Self::with_mode(Mode::Cookie)
     }
 
     /// `Authorization: Bearer <token>` in requests (RFC 6750 §2.1); new tokens in the
-    /// [`DEFAULT_TOKEN_HEADER`] response header.
+    /// `session-token` response header.
     ///
     /// ```
     /// use redis_guard::session::Transport;
@@ -118,13 +121,10 @@ impl Transport {
     /// assert_eq!(api.token_header(), Some("session-token"));
     /// ```
     pub fn bearer() -> Self {
-        Self {
-            mode: Mode::Bearer,
-            response: None,
-        }
+        Self::with_mode(Mode::Bearer)
     }
 
-    /// The bare token in the request header `name`; new tokens in the [`DEFAULT_TOKEN_HEADER`]
+    /// The bare token in the request header `name`; new tokens in the `session-token`
     /// response header unless [`response_header`](Self::response_header) says otherwise. The
     /// name is checked when the layer is built.
     ///
@@ -136,17 +136,35 @@ impl Transport {
     /// assert_eq!(t.token_header(), Some("x-session-token"));
     /// ```
     pub fn header(name: impl Into<String>) -> Self {
+        Self::with_mode(Mode::Header(name.into().to_ascii_lowercase()))
+    }
+
+    fn with_mode(mode: Mode) -> Self {
         Self {
-            mode: Mode::Header(name.into().to_ascii_lowercase()),
+            mode,
             response: None,
+            cookie: CookieConfig::default(),
         }
     }
 
-    /// The response header that carries a new token (default [`DEFAULT_TOKEN_HEADER`]). Only
+    /// The response header that carries a new token (default `session-token`). Only
     /// for the header transports: on [`Transport::cookie`] the layer refuses to build.
     pub fn response_header(mut self, name: impl Into<String>) -> Self {
         self.response = Some(name.into().to_ascii_lowercase());
         self
+    }
+
+    /// The cookie's name; `None` for the header transports.
+    ///
+    /// ```
+    /// use redis_guard::session::Transport;
+    ///
+    /// assert_eq!(Transport::cookie().cookie_name(), Some("__Host-id"));
+    /// assert_eq!(Transport::bearer().cookie_name(), None);
+    /// ```
+    #[must_use]
+    pub fn cookie_name(&self) -> Option<&str> {
+        matches!(self.mode, Mode::Cookie).then(|| self.cookie.name())
     }
 
     /// The request header the token is read from; `None` for the cookie.
@@ -167,6 +185,14 @@ impl Transport {
             Mode::Bearer | Mode::Header(_) => {
                 Some(self.response.as_deref().unwrap_or(DEFAULT_TOKEN_HEADER))
             }
+        }
+    }
+
+    /// Checks the cookie's attributes, on the cookie transport; the layer builder calls it.
+    pub(crate) fn check_cookie(&self) -> Result<(), ConfigError> {
+        match self.mode {
+            Mode::Cookie => self.cookie.validate(),
+            Mode::Bearer | Mode::Header(_) => Ok(()),
         }
     }
 
@@ -212,6 +238,16 @@ impl Transport {
             Mode::Bearer => (AUTHORIZATION, true),
             Mode::Header(n) => (name("request", n)?, false),
         };
+        if self.cookie != CookieConfig::default() {
+            return Err(bad(
+                format!(
+                    "cookie attributes set on the header transport {:?}; they apply to Transport::cookie only",
+                    request.as_str()
+                ),
+                "Transport::cookie",
+                request.as_str(),
+            ));
+        }
         let response = name(
             "response",
             self.token_header().unwrap_or(DEFAULT_TOKEN_HEADER),
@@ -430,6 +466,11 @@ mod tests {
             ),
             (Transport::bearer().response_header(""), "\"\""),
             (Transport::cookie().response_header("x-token"), "x-token"),
+            (Transport::bearer().secure(false), "cookie attributes"),
+            (
+                Transport::header("x-token").with_cookie_name("sid"),
+                "x-token",
+            ),
         ] {
             let err = bad.resolve().unwrap_err();
             assert_eq!(err.kind(), crate::ConfigErrorKind::Transport);

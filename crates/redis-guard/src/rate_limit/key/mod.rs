@@ -2,7 +2,7 @@
 //!
 //! A [`KeyExtractor`] looks at the request head and returns the [`Key`] its rule counts against.
 //! Closures `Fn(&http::request::Parts) -> Option<Key>` are extractors; the built-in ones cover the
-//! peer IP ([`ClientIp`]), a header ([`HeaderKey`], e.g. an API key), a typed value the
+//! peer IP ([`ClientIp`](crate::client_ip::ClientIp)), a header ([`HeaderKey`], e.g. an API key), a typed value the
 //! application put into the request extensions ([`ExtensionKey`], e.g. the user id) and one
 //! key for everybody ([`Global`]). [`KeyExtractorExt`] combines two extractors: both keys as one
 //! ([`And`]), or the second when the first has none ([`Or`]).
@@ -10,27 +10,19 @@
 //! The key itself never reaches Redis: key names carry a digest of it (see [`Key::digest`]), so a
 //! phone number, an e-mail address or an API key is never visible in `KEYS`, `MONITOR` or a dump.
 
-mod cidr;
-mod client_ip;
 mod compose;
 mod error;
 mod extension;
 mod extractor;
-mod forwarded;
 mod global;
 mod header;
-mod peer;
 mod value;
 
-pub use client_ip::ClientIp;
 pub use compose::{And, KeyExtractorExt, Or};
 pub use error::KeyError;
 pub use extension::ExtensionKey;
 pub use extractor::KeyExtractor;
-pub use forwarded::ForwardedHeader;
 pub use global::Global;
 pub use header::HeaderKey;
-pub use peer::PeerAddr;
-#[cfg(feature = "session")]
-pub(crate) use peer::has_peer;
+pub(crate) use value::Inline;
 pub use value::Key;

@@ -1,11 +1,13 @@
 //! [`PeerAddr`]: the TCP peer's address, which the server puts into each request's extensions.
 
 use std::net::SocketAddr;
+#[cfg(feature = "rate-limit")]
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::request::Parts;
 
-use super::error::KeyError;
+#[cfg(feature = "rate-limit")]
+use crate::rate_limit::KeyError;
 
 /// The address of the TCP peer, for stacks that are not axum: insert it into each request's
 /// extensions (hyper's `serve_connection` knows the peer; see `examples/hyper-app`).
@@ -15,40 +17,36 @@ use super::error::KeyError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PeerAddr(pub SocketAddr);
 
+#[cfg(feature = "rate-limit")]
 const NO_PEER: &str = "no peer address in the request extensions. With axum, serve the router with \
      `into_make_service_with_connect_info::<std::net::SocketAddr>()`; with hyper or tower, insert \
-     `redis_guard::rate_limit::PeerAddr(addr)` into each request's extensions";
+     `redis_guard::client_ip::PeerAddr(addr)` into each request's extensions";
 
+#[cfg(feature = "rate-limit")]
 static LOGGED_NO_PEER: AtomicBool = AtomicBool::new(false);
 
-/// Whether the request extensions carry the peer address (as [`PeerAddr`] or axum's
-/// `ConnectInfo`): what sessions check before recording a client address, so an app without
-/// one records none rather than logging a rate-limit misconfiguration.
-#[cfg_attr(not(feature = "session"), allow(dead_code))]
-pub(crate) fn has_peer(parts: &Parts) -> bool {
-    #[cfg(feature = "axum")]
-    if parts
-        .extensions
-        .get::<axum::extract::ConnectInfo<SocketAddr>>()
-        .is_some()
-    {
-        return true;
-    }
-    parts.extensions.get::<PeerAddr>().is_some()
-}
-
-/// The peer address from the request extensions. Its absence is a server misconfiguration,
-/// logged once with how to fix it.
-pub(super) fn peer_addr(parts: &Parts) -> Result<SocketAddr, KeyError> {
+/// The peer address from the request extensions (as [`PeerAddr`] or axum's `ConnectInfo`), if
+/// any: sessions record no address without one, and log nothing.
+pub(super) fn peer(parts: &Parts) -> Option<SocketAddr> {
     if let Some(PeerAddr(addr)) = parts.extensions.get::<PeerAddr>() {
-        return Ok(*addr);
+        return Some(*addr);
     }
     #[cfg(feature = "axum")]
     if let Some(axum::extract::ConnectInfo(addr)) = parts
         .extensions
         .get::<axum::extract::ConnectInfo<SocketAddr>>()
     {
-        return Ok(*addr);
+        return Some(*addr);
+    }
+    None
+}
+
+/// The peer address from the request extensions. Its absence is a server misconfiguration,
+/// logged once with how to fix it.
+#[cfg(feature = "rate-limit")]
+pub(super) fn peer_addr(parts: &Parts) -> Result<SocketAddr, KeyError> {
+    if let Some(addr) = peer(parts) {
+        return Ok(addr);
     }
     if !LOGGED_NO_PEER.swap(true, Ordering::Relaxed) {
         tracing::error!("redis-guard: ClientIp cannot limit: {NO_PEER}");
@@ -56,7 +54,7 @@ pub(super) fn peer_addr(parts: &Parts) -> Result<SocketAddr, KeyError> {
     Err(KeyError::Misconfigured(NO_PEER))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "rate-limit"))]
 mod tests {
     use super::*;
 

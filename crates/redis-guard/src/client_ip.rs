@@ -1,17 +1,35 @@
-//! [`ClientIp`]: the client's address as a key, from the peer and trusted forwarding headers.
+//! The client's address, as the rate limiter and the sessions see it: [`ClientIp`] reads it
+//! from the TCP peer ([`PeerAddr`], or axum's `ConnectInfo`) and, behind reverse proxies you
+//! trust, from the one forwarding header they write ([`ForwardedHeader`]).
+//!
+//! The same `ClientIp` is a rate-limit key extractor (feature `rate-limit`, where it is also
+//! re-exported as `redis_guard::rate_limit::ClientIp`) and what a session layer records as each
+//! session's address ([`SessionLayerBuilder::client_ip`](crate::session::SessionLayerBuilder::client_ip)):
+//! give both the same one, so a client cannot write its own address into the device listing
+//! while the limiter counts the proxy's.
 
+#[cfg(feature = "rate-limit")]
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
+#[cfg(feature = "rate-limit")]
+use std::net::Ipv6Addr;
 use std::sync::Arc;
 
 use http::request::Parts;
 
-use super::cidr::{Cidr, is_trusted};
-use super::error::KeyError;
-use super::extractor::KeyExtractor;
-use super::forwarded::{self, ForwardedHeader, resolve_chain};
-use super::peer::peer_addr;
-use super::value::{Inline, Key};
+mod cidr;
+mod forwarded;
+mod peer;
+
+use cidr::{Cidr, is_trusted};
+pub use forwarded::ForwardedHeader;
+use forwarded::resolve_chain;
+pub use peer::PeerAddr;
+#[cfg(feature = "rate-limit")]
+use peer::peer_addr;
+
+#[cfg(feature = "rate-limit")]
+use crate::rate_limit::{Inline, Key, KeyError, KeyExtractor};
 
 /// The client's IP address, normalized so that one client is one key.
 ///
@@ -192,6 +210,7 @@ impl ClientIp {
     }
 
     /// The normalized key for `ip`.
+    #[cfg(feature = "rate-limit")]
     #[must_use]
     pub fn key_for(&self, ip: IpAddr) -> Key {
         // Written in place (no formatter for IPv4, no allocation for either): this runs per
@@ -250,26 +269,39 @@ impl ClientIp {
     /// # Errors
     ///
     /// [`KeyError::Misconfigured`] when the request carries no peer address (logged once).
+    #[cfg(feature = "rate-limit")]
     pub fn client_ip(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
-        let peer = peer_addr(parts)?.ip().to_canonical();
+        Ok(self.behind(parts, peer_addr(parts)?.ip()))
+    }
+
+    /// The client's address, or `None` (nothing logged) when the request carries no peer
+    /// address: what sessions record.
+    #[cfg(feature = "session")]
+    pub(crate) fn address(&self, parts: &Parts) -> Option<IpAddr> {
+        peer::peer(parts).map(|addr| self.behind(parts, addr.ip()))
+    }
+
+    /// The client's address for a request from `peer`.
+    fn behind(&self, parts: &Parts, peer: IpAddr) -> IpAddr {
+        let peer = peer.to_canonical();
         match self.trusted.as_deref() {
             Some(trusted) if is_trusted(trusted, peer) => {
-                Ok(resolve_chain(trusted, self.header, &parts.headers, peer))
+                resolve_chain(trusted, self.header, &parts.headers, peer)
             }
-            _ => Ok(peer),
+            _ => peer,
         }
     }
 }
 
+#[cfg(feature = "rate-limit")]
 impl KeyExtractor for ClientIp {
     fn extract(&self, parts: &Parts) -> Result<Key, KeyError> {
         self.client_ip(parts).map(|ip| self.key_for(ip))
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "rate-limit"))]
 mod tests {
-    use super::super::peer::PeerAddr;
     use super::*;
     use http::HeaderValue;
 
