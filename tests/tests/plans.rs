@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use redis_guard::rate_limit::{
-    Algorithm, Check, DEFAULT_LEASE_EXPIRY, HeaderKey, Key, Limiter, QUOTA_LOOKUP_TIMEOUT, Quota,
+    Algorithm, Check, DEFAULT_LEASE_EXPIRY, HeaderKey, Key, QUOTA_LOOKUP_TIMEOUT, Quota,
     RateLimitLayer, Rule,
 };
 use redis_guard_tests::{ALGORITHMS, Harness, Reply, backend_suite, by_client, call, empty_ok};

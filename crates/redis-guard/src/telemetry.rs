@@ -24,7 +24,7 @@
 //! | [`redis_guard_rate_limit_decision_seconds`](RATE_LIMIT_DECISION_SECONDS) | histogram | time to decide a request |
 //! | [`redis_guard_rate_limit_lease_releases_total`](RATE_LIMIT_LEASE_RELEASES) | counter | label `result` (not `rule`) = `released`, `failed` (the store failed: the lease expires), `abandoned` (dropped outside a Tokio runtime: it expires): releases of a request's [concurrency leases](crate::rate_limit::Rule::concurrency) |
 //!
-//! Decisions of a [`RateLimitLayer`] and of direct [`Limiter::check`] calls (a login handler's
+//! Decisions of a [`RateLimitLayer`] and of direct [`RedisLimiter::check`] calls (a login handler's
 //! rules) are counted alike. Each rule counts its own verdict: a request that rule `a` admits and rule `b` denies adds one
 //! to `allowed{rule="a"}` and one to `limited{rule="b"}`; the request is answered `429`. A
 //! decision of the fallback counts as allowed or limited too, and once more under
@@ -67,7 +67,7 @@
 //! the request.
 //!
 //! [`RateLimitLayer`]: crate::rate_limit::RateLimitLayer
-//! [`Limiter::check`]: crate::rate_limit::Limiter::check
+//! [`RedisLimiter::check`]: crate::rate_limit::RedisLimiter::check
 //! [`Mode::Shadow`]: crate::rate_limit::Mode::Shadow
 //! [`Mode::Soft`]: crate::rate_limit::Mode::Soft
 //! [`FailurePolicy::Fallback`]: crate::rate_limit::FailurePolicy::Fallback

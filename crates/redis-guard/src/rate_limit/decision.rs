@@ -133,7 +133,7 @@ impl Decision {
     }
 
     /// The concurrency leases ([`Rule::concurrency`](super::Rule::concurrency)) this decision
-    /// holds: those of an admitted direct call ([`Limiter::check_all`](super::Limiter::check_all)),
+    /// holds: those of an admitted direct call ([`RedisLimiter::check_all`](super::RedisLimiter::check_all)),
     /// released by [`Lease::release`] or when the decision and all its clones are dropped.
     /// `None` when no concurrency rule admitted it, and in a layer, which holds its requests'
     /// leases itself until their response bodies end.

@@ -35,8 +35,8 @@ impl Rule {
     /// chance. A concurrency rule is left out of the `RateLimit` and `RateLimit-Policy`
     /// headers, whose IETF draft knows only quotas per time window.
     ///
-    /// [`Limiter::inspect`](super::Limiter::inspect) reports the leases free for a key as
-    /// `remaining` (0 when denied), without taking one; [`Limiter::reset`](super::Limiter::reset)
+    /// [`RedisLimiter::inspect`](super::RedisLimiter::inspect) reports the leases free for a key as
+    /// `remaining` (0 when denied), without taking one; [`RedisLimiter::reset`](super::RedisLimiter::reset)
     /// drops every lease of the key. On Redis, a request with leases costs two script calls: the
     /// decision and the release.
     ///
@@ -122,7 +122,7 @@ impl Rule {
 /// The concurrency leases one admitted request holds (see [`Rule::concurrency`]).
 ///
 /// A [`RateLimitLayer`](super::RateLimitLayer) keeps its requests' leases itself. A direct
-/// call ([`Limiter::check_all`](super::Limiter::check_all)) hands them to the caller inside
+/// call ([`RedisLimiter::check_all`](super::RedisLimiter::check_all)) hands them to the caller inside
 /// the [`Decision`](super::Decision) ([`Decision::lease`](super::Decision::lease)): they are
 /// released when [`release`](Self::release) is called, or when the decision and all its clones
 /// are dropped (then in a task spawned on the current Tokio runtime; without one, Redis leases

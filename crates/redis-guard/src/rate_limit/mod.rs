@@ -20,7 +20,11 @@
 //! - [`Rule::concurrency`] limits requests *in flight* per key instead (a [`Lease`] per
 //!   request, released when its response body ends);
 //! - a [`Limiter`] decides: [`RedisLimiter`] (one Lua script per request, shared by every
-//!   replica) or [`MemoryLimiter`] (one process);
+//!   replica) or [`MemoryLimiter`] (one process). The trait is sealed and has nothing to call;
+//!   a handler or an admin task calls the limiter itself ([`RedisLimiter::check`],
+//!   [`inspect`](RedisLimiter::inspect), [`reset`](RedisLimiter::reset), ...). An app that
+//!   picks its backend at run time keeps an `Arc<dyn Limiter>`, which has the same methods and
+//!   is what the layer takes too: no handle type of its own;
 //! - the layer answers `429 Too Many Requests` with `Retry-After`, `RateLimit-Policy` and
 //!   `RateLimit` headers and an `application/problem+json` body, or calls the inner service with
 //!   the same headers added and a [`Decision`] in the request extensions;
@@ -98,6 +102,7 @@ mod builder;
 mod config;
 mod decision;
 mod denials;
+mod direct;
 mod entry_ids;
 mod evaluation;
 mod few;
@@ -142,7 +147,7 @@ pub use key::{
 };
 pub use layer::RateLimitLayer;
 pub use lease::{DEFAULT_LEASE_EXPIRY, Lease};
-pub use limiter::{BoxFuture, Check, Limiter, LimiterError};
+pub use limiter::{Check, Limiter, LimiterError};
 pub use memory::{DEFAULT_MAX_KEYS, MemoryLimiter};
 pub use operations::{Bans, Inspection, MAX_OVERRIDE};
 pub use policy::{FailurePolicy, MissingKey, Mode, ZeroReplicas};

@@ -22,8 +22,7 @@ pub enum SessionConfigError {
     /// absolute lifetime, or the per-user cap is outside 1..=[`MAX_SESSIONS_PER_USER`].
     #[error("session lifetimes: {0}")]
     Lifetimes(String),
-    /// The store's own settings cannot work (e.g. a zero Redis timeout), as
-    /// [`SessionStore::check`] reports them.
+    /// The store's own settings cannot work (e.g. a zero Redis timeout).
     #[error("session store: {0}")]
     Store(String),
     /// A header name of the [`Transport`] is not a valid header name, or cannot carry a token.
@@ -188,8 +187,8 @@ impl SessionLayerBuilder {
     /// Cookie attributes that do not work together, a transport header name that is not
     /// valid, lifetimes that cannot work (zero, over
     /// [`MAX_LIFETIME`], idle longer than absolute), a per-user cap outside
-    /// 1..=[`MAX_SESSIONS_PER_USER`], or store settings that cannot work
-    /// ([`SessionStore::check`]).
+    /// 1..=[`MAX_SESSIONS_PER_USER`], or store settings that cannot work (e.g. a zero Redis
+    /// timeout).
     ///
     /// ```
     /// use redis_guard::session::{MemorySessionStore, SessionLayer};
