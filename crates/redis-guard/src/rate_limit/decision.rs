@@ -139,7 +139,7 @@ impl Decision {
     /// leases itself until their response bodies end.
     ///
     /// ```
-    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Rule};
+    /// use redis_guard::rate_limit::{Key, MemoryLimiter, Rule};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let limiter = MemoryLimiter::new();
     /// let jobs = Rule::concurrency("jobs", 1);

@@ -13,25 +13,6 @@ use super::{
     Check, Decision, Inspection, Key, Limiter, LimiterError, MemoryLimiter, RedisLimiter, Rule,
 };
 
-/// One doc example of a user operation on the type a `limiter_operations!` call names: the
-/// call's fence, imports and `limiter`, then `body`.
-macro_rules! example {
-    ([$fence:literal, $uses:literal, $make:literal], $($body:literal),* $(,)?) => {
-        concat!(
-            "```", $fence, "\n",
-            "use std::time::Duration;\n",
-            "use redis_guard::rate_limit::{Check, Key, Quota, Rule};\n",
-            $uses,
-            "# #[tokio::main(flavor = \"current_thread\")]\n",
-            "# async fn main() -> Result<(), Box<dyn std::error::Error>> {\n",
-            $make, "\n",
-            $($body, "\n",)*
-            "# Ok(()) }\n",
-            "```",
-        )
-    };
-}
-
 /// The user operations as inherent methods of `$ty`, whose examples build their limiter with
 /// `$setup` (`[fence, imports, let limiter = …;]`).
 macro_rules! limiter_operations {
@@ -42,7 +23,7 @@ macro_rules! limiter_operations {
             /// cost resolver and quota resolver are the layer's business: a direct call
             /// enforces the rule with its own cost and quota.
             ///
-            #[doc = example!($setup,
+            #[doc = operation_example!($setup,
                 "let calls = Rule::new(\"calls\", Quota::per_minute(5));",
                 "for _ in 0..5 {",
                 "    assert!(limiter.check(&calls, Key::from(\"+15550100\")).await?.allowed);",
@@ -61,7 +42,7 @@ macro_rules! limiter_operations {
             /// when any denies. The [`Decision`] of an admitted request holds the leases of its
             /// concurrency rules ([`Decision::lease`]).
             ///
-            #[doc = example!($setup,
+            #[doc = operation_example!($setup,
                 "let per_ip = Rule::new(\"login-ip\", Quota::per_minute(20));",
                 "let per_user = Rule::new(\"login-user\", Quota::per_minute(5));",
                 "let d = limiter.check_all(vec![",
@@ -84,7 +65,7 @@ macro_rules! limiter_operations {
             /// rejection or starts a ban), and the key's penalty, runtime allow-list entry and
             /// ban level. See [`Inspection`].
             ///
-            #[doc = example!($setup,
+            #[doc = operation_example!($setup,
                 "let api = Rule::new(\"api\", Quota::per_minute(60));",
                 "for _ in 0..3 {",
                 "    limiter.check(&api, Key::from(\"alice\")).await?;",
@@ -107,7 +88,7 @@ macro_rules! limiter_operations {
             /// from that cache for at most
             /// [`DENY_CACHE_MAX_WAIT`](crate::rate_limit::DENY_CACHE_MAX_WAIT).
             ///
-            #[doc = example!($setup,
+            #[doc = operation_example!($setup,
                 "let api = Rule::new(\"api\", Quota::per_hour(1));",
                 "assert!(limiter.check(&api, Key::from(\"bob\")).await?.allowed);",
                 "assert!(!limiter.check(&api, Key::from(\"bob\")).await?.allowed);",
@@ -130,7 +111,7 @@ macro_rules! limiter_operations {
             /// allow-list entry; a `reset` or an `allow` lifts it. Denials during the block
             /// record nothing.
             ///
-            #[doc = example!($setup,
+            #[doc = operation_example!($setup,
                 "let api = Rule::new(\"api\", Quota::per_minute(60)).with_overrides();",
                 "limiter.penalize(&api, Key::from(\"mallory\"), Duration::from_secs(600)).await?;",
                 "let d = limiter.check(&api, Key::from(\"mallory\")).await?;",
@@ -158,7 +139,7 @@ macro_rules! limiter_operations {
             /// history). For a list fixed at start, use [`Rule::with_allowed_keys`], which
             /// costs no Redis call.
             ///
-            #[doc = example!($setup,
+            #[doc = operation_example!($setup,
                 "let api = Rule::new(\"api\", Quota::per_hour(1)).with_overrides();",
                 "limiter.allow(&api, Key::from(\"load-test\"), Duration::from_secs(3600)).await?;",
                 "for _ in 0..10 {",
@@ -187,7 +168,7 @@ macro_rules! limiter_operations {
             /// [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) does this itself for rules
             /// that are [`charged_after_response`](Rule::charged_after_response).
             ///
-            #[doc = example!($setup,
+            #[doc = operation_example!($setup,
                 "let tokens = Rule::new(\"tokens\", Quota::per_hour(10_000));",
                 "limiter.charge(&tokens, Key::from(\"acme\"), 9_000).await?;",
                 "let seen = limiter.inspect(&tokens, Key::from(\"acme\")).await?;",
@@ -208,7 +189,7 @@ macro_rules! limiter_operations {
             /// `charge` for several rules and keys at once, each check's cost: one script call
             /// per hash slot on Redis.
             ///
-            #[doc = example!($setup,
+            #[doc = operation_example!($setup,
                 "let tokens = Rule::new(\"tokens\", Quota::per_hour(10_000));",
                 "let answers = Rule::new(\"answers\", Quota::per_hour(100));",
                 "limiter.charge_all(vec![",
@@ -232,7 +213,7 @@ limiter_operations!(
     MemoryLimiter,
     [
         "",
-        "use redis_guard::rate_limit::MemoryLimiter;\n",
+        "use std::time::Duration;\nuse redis_guard::rate_limit::{Check, Key, MemoryLimiter, Quota, Rule};\n",
         "let limiter = MemoryLimiter::new();"
     ]
 );
@@ -241,7 +222,7 @@ limiter_operations!(
     RedisLimiter,
     [
         "no_run",
-        "use redis_guard::{backend::RedisConnection, rate_limit::RedisLimiter};\n",
+        "use std::time::Duration;\nuse redis_guard::backend::RedisConnection;\nuse redis_guard::rate_limit::{Check, Key, Quota, RedisLimiter, Rule};\n",
         "let limiter = RedisLimiter::new(RedisConnection::open(\"redis://127.0.0.1/\").await?);"
     ]
 );
@@ -250,7 +231,7 @@ limiter_operations!(
     dyn Limiter,
     [
         "",
-        "use std::sync::Arc;\nuse redis_guard::rate_limit::{Limiter, MemoryLimiter};\n",
+        "use std::{sync::Arc, time::Duration};\nuse redis_guard::rate_limit::{Check, Key, Limiter, MemoryLimiter, Quota, Rule};\n",
         "let limiter: Arc<dyn Limiter> = Arc::new(MemoryLimiter::new()); // or a RedisLimiter"
     ]
 );

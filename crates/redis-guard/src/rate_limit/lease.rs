@@ -47,7 +47,7 @@ impl Rule {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redis_guard::rate_limit::{ClientIp, Key, Limiter, MemoryLimiter, Quota, RateLimitLayer, Rule};
+    /// use redis_guard::rate_limit::{ClientIp, Key, MemoryLimiter, Quota, RateLimitLayer, Rule};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // At most 2 reports per client at once, beside a rate limit, in one layer:
     /// let layer = RateLimitLayer::builder(MemoryLimiter::new()) // RedisLimiter across replicas

@@ -67,7 +67,7 @@ impl Check {
     /// key's state.
     ///
     /// ```
-    /// use redis_guard::rate_limit::{Check, Key, Limiter, MemoryLimiter, Quota, Rule};
+    /// use redis_guard::rate_limit::{Check, Key, MemoryLimiter, Quota, Rule};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let limiter = MemoryLimiter::new();
     /// let api = Rule::new("api", Quota::per_hour(10));

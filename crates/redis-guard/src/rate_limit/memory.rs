@@ -38,7 +38,7 @@ pub const DEFAULT_MAX_KEYS: usize = 100_000;
 /// Clones share state.
 ///
 /// ```
-/// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+/// use redis_guard::rate_limit::{Key, MemoryLimiter, Quota, Rule};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let limiter = MemoryLimiter::new();
 /// let bounded = MemoryLimiter::builder().capacity(10_000).build();

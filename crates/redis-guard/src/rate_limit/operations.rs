@@ -197,7 +197,7 @@ fn ban_us(p: BanParams, level: u64) -> u64 {
 ///
 /// ```
 /// use std::time::Duration;
-/// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+/// use redis_guard::rate_limit::{Key, MemoryLimiter, Quota, Rule};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let limiter = MemoryLimiter::new();
 /// let rule = Rule::new("api", Quota::per_minute(10));

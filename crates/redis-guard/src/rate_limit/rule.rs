@@ -452,7 +452,7 @@ impl Rule {
     ///
     /// ```
     /// use std::net::IpAddr;
-    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+    /// use redis_guard::rate_limit::{Key, MemoryLimiter, Quota, Rule};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let office: IpAddr = "203.0.113.7".parse().unwrap();
     /// let rule = Rule::new("api", Quota::per_minute(1)).with_allowed_keys([Key::from(office)]);
@@ -479,7 +479,7 @@ impl Rule {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+    /// use redis_guard::rate_limit::{Key, MemoryLimiter, Quota, Rule};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let limiter = MemoryLimiter::new();
     /// let plain = Rule::new("api", Quota::per_minute(60));

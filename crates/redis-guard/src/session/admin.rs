@@ -10,23 +10,6 @@
 use super::store::Store;
 use super::{MemorySessionStore, RedisSessionStore, SessionError, SessionInfo, SessionStore};
 
-/// One doc example of an admin operation on the type a `store_operations!` call names: the
-/// call's fence, imports and `store`, then `body`.
-macro_rules! example {
-    ([$fence:literal, $uses:literal, $make:literal], $($body:literal),* $(,)?) => {
-        concat!(
-            "```", $fence, "\n",
-            $uses,
-            "# #[tokio::main(flavor = \"current_thread\")]\n",
-            "# async fn main() -> Result<(), Box<dyn std::error::Error>> {\n",
-            $make, "\n",
-            $($body, "\n",)*
-            "# Ok(()) }\n",
-            "```",
-        )
-    };
-}
-
 /// The admin operations as inherent methods of `$ty`, whose examples build their store with
 /// `$setup` (`[fence, imports, let store = …;]`).
 macro_rules! store_operations {
@@ -37,7 +20,7 @@ macro_rules! store_operations {
             /// indexed concurrently is either ended or stays in the index for the next
             /// revocation; a session rotated meanwhile is ended under its new id.
             ///
-            #[doc = example!($setup,
+            #[doc = operation_example!($setup,
                         "let ended = store.revoke_user(\"alice\").await?;",
                         "assert_eq!(ended, 0); // alice had no session",
                     )]
@@ -53,7 +36,7 @@ macro_rules! store_operations {
             /// what a "your devices" page shows. Index entries of sessions that are gone are
             /// pruned on the way.
             ///
-            #[doc = example!($setup,
+            #[doc = operation_example!($setup,
                         "for s in store.user_sessions(\"alice\").await? {",
                         "    println!(\"{} from {:?}, idle {:?}\", s.handle, s.ip, s.idle_for);",
                         "}",
@@ -74,7 +57,7 @@ macro_rules! store_operations {
             /// nothing happens). A rotation racing with it is followed: the session ends under
             /// its new id.
             ///
-            #[doc = example!($setup,
+            #[doc = operation_example!($setup,
                         "assert!(!store.revoke_session(\"alice\", \"no-such-handle\").await?);",
                     )]
             ///
@@ -96,7 +79,7 @@ macro_rules! store_operations {
             /// may stay (unlike `revoke_user`, which takes the index at once: keeping one
             /// session means going through the list).
             ///
-            #[doc = example!($setup,
+            #[doc = operation_example!($setup,
                         "let listed = store.user_sessions(\"alice\").await?;",
                         "if let Some(newest) = listed.last() {",
                         "    store.revoke_user_except(\"alice\", &newest.storage_key).await?;",
