@@ -181,7 +181,12 @@ macro_rules! limiter_operations {
             ///
             /// [`LimiterError`]: the store failed, the rule is invalid, or its algorithm has no
             /// charge (a custom one, or leases: [`LimiterError::Unsupported`]).
-            pub async fn charge(&self, rule: &Rule, key: Key, cost: u32) -> Result<(), LimiterError> {
+            pub async fn charge(
+                &self,
+                rule: &Rule,
+                key: Key,
+                cost: u32,
+            ) -> Result<(), LimiterError> {
                 self.charge_checks(vec![Check::new(rule.clone(), key).with_cost(cost)])
                     .await
             }

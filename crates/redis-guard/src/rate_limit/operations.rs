@@ -1,5 +1,6 @@
 //! Operations on one rule and one key: what an operator reads and steers at run time
-//! ([`RedisLimiter::inspect`], [`RedisLimiter::reset`], [`RedisLimiter::penalize`], [`RedisLimiter::allow`]), and the
+//! ([`RedisLimiter::inspect`], [`RedisLimiter::reset`], [`RedisLimiter::penalize`],
+//! [`RedisLimiter::allow`]), and the
 //! escalating bans a rule can carry ([`Bans`]).
 //!
 //! # Where the state lives

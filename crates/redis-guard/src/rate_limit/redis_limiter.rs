@@ -23,9 +23,9 @@ use crate::telemetry;
 pub const DEFAULT_DENY_CACHE: usize = 10_000;
 
 /// The longest a denial is answered from a [`RedisLimiter`]'s deny cache before Redis is asked
-/// again: how long a [`reset`](RedisLimiter::reset) or [`allow`](RedisLimiter::allow) made on another
-/// replica may take to reach a client this replica has cached as denied (on the replica that
-/// makes the call, its cache is cleared at once).
+/// again: how long a [`reset`](RedisLimiter::reset) or [`allow`](RedisLimiter::allow) made on
+/// another replica may take to reach a client this replica has cached as denied (on the replica
+/// that makes the call, its cache is cleared at once).
 pub const DENY_CACHE_MAX_WAIT: Duration = Duration::from_secs(2);
 
 /// A limiter whose state lives in Redis, shared by every instance of the application.

@@ -76,8 +76,8 @@ impl Rule {
         pub fn with_cost(cost: u32) => cost;
 
         /// How a [`RateLimitLayer`](super::RateLimitLayer) acts on this rule's verdict (default
-        /// [`Mode::Enforce`]). [`RedisLimiter::check`](super::RedisLimiter::check) ignores it: a direct
-        /// call returns the verdict, and acting on it is up to the caller.
+        /// [`Mode::Enforce`]). [`RedisLimiter::check`](super::RedisLimiter::check) ignores it: a
+        /// direct call returns the verdict, and acting on it is up to the caller.
         pub fn with_mode(mode: Mode) => mode;
     }
 
@@ -143,7 +143,8 @@ impl Rule {
     /// Takes each request's cost from the request head (route, method, a header) in a
     /// [`RateLimitLayer`](super::RateLimitLayer), instead of [`with_cost`](Self::with_cost)'s
     /// constant: an export costs 20, a search 1, a status check 0 (checked, not consumed).
-    /// [`RedisLimiter::check`](super::RedisLimiter::check) ignores it; a direct call passes its cost with
+    /// [`RedisLimiter::check`](super::RedisLimiter::check) ignores it; a direct call passes its
+    /// cost with
     /// [`Check::with_cost`](super::Check::with_cost).
     ///
     /// A cost the rule can never admit (above its burst) is a bug of the function, not of the
@@ -339,8 +340,8 @@ impl Rule {
     /// `RateLimit-Policy` header shows the quota each request was decided with. With
     /// [`FailurePolicy::Fallback`](super::FailurePolicy::Fallback), the in-process fallback
     /// shares the resolved quota among the replicas, as it does the rule's own.
-    /// [`RedisLimiter::check`](super::RedisLimiter::check) ignores the resolver; a direct call passes its
-    /// quota with [`Check::with_quota`](super::Check::with_quota).
+    /// [`RedisLimiter::check`](super::RedisLimiter::check) ignores the resolver; a direct call
+    /// passes its quota with [`Check::with_quota`](super::Check::with_quota).
     ///
     /// ```
     /// use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer, Rule};
@@ -470,10 +471,10 @@ impl Rule {
 
     /// Reads the runtime overrides of each key on every decision: penalties
     /// ([`RedisLimiter::penalize`](super::RedisLimiter::penalize)) and runtime allow-list entries
-    /// ([`RedisLimiter::allow`](super::RedisLimiter::allow)), which every replica then honours. Off by
-    /// default, because reading the record costs every request a little (one more key per
-    /// script call on Redis, one more lookup in memory); [`with_bans`](Self::with_bans) turns
-    /// it on. [`inspect`](super::RedisLimiter::inspect) and [`reset`](super::RedisLimiter::reset) work on
+    /// ([`RedisLimiter::allow`](super::RedisLimiter::allow)), which every replica then honours. Off
+    /// by default, because reading the record costs every request a little (one more key per script
+    /// call on Redis, one more lookup in memory); [`with_bans`](Self::with_bans) turns it on.
+    /// [`inspect`](super::RedisLimiter::inspect) and [`reset`](super::RedisLimiter::reset) work on
     /// every rule; `penalize` and `allow` on a rule without overrides are refused with
     /// [`LimiterError::Unsupported`](super::LimiterError::Unsupported), never silently ignored.
     ///

@@ -57,10 +57,10 @@
 //!   [`RedisSessionStore::user_sessions`] lists them. [`SessionStore`] is sealed and has nothing
 //!   to call: an admin task calls the store itself (`revoke_user`, `user_sessions`,
 //!   `revoke_session`, `revoke_user_except` on either store, or on the `Arc<dyn SessionStore>`
-//!   of an app that picks its store at run time), a handler its [`Session`]. The index follows `cycle_id` to the new id, and
-//!   loses entries on `destroy`; entries of sessions that are gone are pruned before the
-//!   per-user cap ([`SessionLayerBuilder::max_sessions_per_user`]) ends a live session. A
-//!   session with a user is never handed to the client unless it is indexed.
+//!   of an app that picks its store at run time), a handler its [`Session`]. The index follows
+//!   `cycle_id` to the new id, and loses entries on `destroy`; entries of sessions that are gone
+//!   are pruned before the per-user cap ([`SessionLayerBuilder::max_sessions_per_user`]) ends a
+//!   live session. A session with a user is never handed to the client unless it is indexed.
 //! - **Devices**: each session keeps, in reserved fields, when it was created and last used, the
 //!   client's address (read with the same [`ClientIp`](crate::rate_limit::ClientIp) as the rate
 //!   limiter, so proxies are handled: [`SessionLayerBuilder::client_ip`]) and its user agent

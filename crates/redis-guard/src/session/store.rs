@@ -197,7 +197,8 @@ impl Changes {
     }
 }
 
-/// One of a user's sessions, as [`RedisSessionStore::user_sessions`](super::RedisSessionStore::user_sessions) and
+/// One of a user's sessions, as
+/// [`RedisSessionStore::user_sessions`](super::RedisSessionStore::user_sessions) and
 /// [`Session::sessions`](super::Session::sessions) list them: what a "your devices" page shows.
 ///
 /// Times are relative (the stores' clocks differ: Redis `TIME`, or a monotonic clock in
@@ -395,9 +396,9 @@ pub trait Store<Seal = crate::sealed::Private>: crate::sealed::Sealed {
         life: Lifetimes,
     ) -> BoxFuture<Result<(), SessionError>>;
 
-    /// Ends every session of `user`; returns how many were listed (`revoke_user`). The index is taken in one
-    /// atomic step, so a session indexed concurrently is either ended or stays in the index for
-    /// the next revocation.
+    /// Ends every session of `user`; returns how many were listed (`revoke_user`). The index is
+    /// taken in one atomic step, so a session indexed concurrently is either ended or stays in the
+    /// index for the next revocation.
     fn end_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>>;
 
     /// The live sessions of `user`, with their metadata, soonest absolute expiry first. Index
