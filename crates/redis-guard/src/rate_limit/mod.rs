@@ -99,6 +99,7 @@
 mod actual_cost;
 mod algorithm;
 mod builder;
+mod check;
 mod config;
 mod decision;
 mod denials;
@@ -139,6 +140,7 @@ pub use config::ResponseBuilder;
 pub use decision::{Decision, RuleDecision};
 pub use future::ResponseFuture;
 // Sessions record the client's address only when the request carries a peer address.
+pub use check::Check;
 #[cfg(feature = "session")]
 pub(crate) use key::has_peer;
 pub use key::{
@@ -147,7 +149,7 @@ pub use key::{
 };
 pub use layer::RateLimitLayer;
 pub use lease::{DEFAULT_LEASE_EXPIRY, Lease};
-pub use limiter::{Check, Limiter, LimiterError};
+pub use limiter::{Limiter, LimiterError};
 pub use memory::{DEFAULT_MAX_KEYS, MemoryLimiter};
 pub use operations::{Bans, Inspection, MAX_OVERRIDE};
 pub use policy::{FailurePolicy, MissingKey, Mode, ZeroReplicas};
