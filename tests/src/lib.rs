@@ -5,6 +5,7 @@
 //! [`backend_suite!`] macro turns each `async fn scenario(h: Harness)` into one `#[tokio::test]`
 //! per backend.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,10 +15,35 @@ use http_body_util::{BodyExt, Full};
 use redis_guard::backend::{Clock, ManualClock, RedisBackend, RedisConnection};
 use redis_guard::cache::{CacheLayer, CacheLayerBuilder, MemoryCacheStore, RedisCacheStore};
 use redis_guard::rate_limit::{Algorithm, Limiter, MemoryLimiter, RedisLimiter};
-use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionStore};
+use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionError, SessionStore};
 use redis_guard_testkit::{RedisCluster, RedisServer, unique_prefix};
 
 pub mod session_routes;
+
+/// A session's fields as its store holds them: values as JSON text under their keys, metadata
+/// under `$…` names.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stored(pub HashMap<String, String>);
+
+impl Stored {
+    /// The JSON text (or metadata) stored under `field`.
+    pub fn get(&self, field: &str) -> Option<&str> {
+        self.0.get(field).map(String::as_str)
+    }
+}
+
+/// What `store` holds for the live session under `storage_key`, loaded as the layer loads it
+/// (through the store's `test-util` seam); `None` when there is none.
+///
+/// # Errors
+///
+/// The store failed.
+pub async fn stored(
+    store: &dyn SessionStore,
+    storage_key: &str,
+) -> Result<Option<Stored>, SessionError> {
+    Ok(store.stored_fields(storage_key).await?.map(Stored))
+}
 
 /// The five built-in algorithms, for suites that hold for each of them.
 pub const ALGORITHMS: [Algorithm; 5] = [

@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use redis_guard::backend::{BackendError, Breaker, BreakerState, ManualClock, RedisBackend};
-use redis_guard::rate_limit::{Decision, Key, Limiter, LimiterError, Quota, RedisLimiter, Rule};
-use redis_guard::session::{RedisSessionStore, SessionError, SessionStore};
+use redis_guard::rate_limit::{Decision, Key, LimiterError, Quota, RedisLimiter, Rule};
+use redis_guard::session::{RedisSessionStore, SessionError};
 use redis_guard_tests::Harness;
 
 /// The Redis timeout of these tests: long enough that a call that waited for it cannot be
@@ -135,7 +135,7 @@ async fn frozen_redis_costs_the_timeout_five_times_then_calls_fail_fast() {
 
     // The session store built on the same backend shares the breaker.
     let started = Instant::now();
-    let outcome = sessions.delete("any".to_owned()).await;
+    let outcome = sessions.revoke_user("any").await;
     let took = started.elapsed();
     println!("frozen, circuit open: session store call failed in {took:.2?}");
     assert!(

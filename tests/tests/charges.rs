@@ -1,4 +1,4 @@
-//! Costs charged after the fact, on every backend: `Limiter::charge` takes what it says
+//! Costs charged after the fact, on every backend: a limiter's `charge` takes what it says
 //! whatever is left, and the layer settles what a response reports (`ActualCost`) or refunds
 //! (`Rule::refund_when`).
 

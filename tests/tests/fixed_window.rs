@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use redis_guard::rate_limit::{
-    Algorithm, Check, Decision, Key, Limiter, Quota, RateLimitLayer, RedisLimiter, Rule,
+    Algorithm, Check, Decision, Key, Quota, RateLimitLayer, RedisLimiter, Rule,
 };
 use redis_guard_testkit::http as raw;
 use redis_guard_tests::{Harness, Inspect, backend_suite, by_client, serve};

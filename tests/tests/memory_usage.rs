@@ -2,7 +2,7 @@
 //! `cargo test -p redis-guard-tests --test memory_usage -- --nocapture` to see the table that
 //! the `Algorithm` docs quote.
 
-use redis_guard::rate_limit::{Algorithm, Check, Key, Limiter, Quota, RedisLimiter, Rule};
+use redis_guard::rate_limit::{Algorithm, Check, Key, Quota, RedisLimiter, Rule};
 use redis_guard_tests::Harness;
 
 #[tokio::test]

@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
-use redis_guard::rate_limit::{
-    Algorithm, Check, HeaderKey, Key, Limiter, Quota, RateLimitLayer, Rule,
-};
+use redis_guard::rate_limit::{Algorithm, Check, HeaderKey, Key, Quota, RateLimitLayer, Rule};
 
 /// How long a request waits for an async quota lookup (`Rule::with_quota_from_async`): the
 /// crate's `QUOTA_LOOKUP_TIMEOUT`, 1 s.

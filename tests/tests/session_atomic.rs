@@ -12,10 +12,9 @@ use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use redis_guard::session::{
-    CsrfConfig, CsrfForm, CsrfHeader, Lifetimes, Record, Session, SessionError, SessionId,
-    SessionLayer, SessionStore,
+    CsrfConfig, CsrfForm, CsrfHeader, Session, SessionError, SessionId, SessionLayer, SessionStore,
 };
-use redis_guard_tests::{Harness, Monitor, backend_suite};
+use redis_guard_tests::{Harness, Monitor, Stored, backend_suite, stored};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Barrier;
@@ -153,7 +152,7 @@ async fn gone(
 ) -> Result<String, SessionError> {
     let _: Option<String> = session.get("loaded").await?;
     let key = headers["x-storage-key"].to_str().expect("ascii").to_owned();
-    race.store.delete(key).await?;
+    race.store.delete_stored(&key).await?;
     Ok(match op.as_str() {
         "take" => format!("{:?}", session.take::<String>("seed").await?),
         "ensure" => session.ensure("k", || "new".to_owned()).await?,
@@ -336,10 +335,9 @@ async fn new_session(addr: SocketAddr) -> String {
 }
 
 /// What the store holds for the session `id`.
-async fn record(store: &Arc<dyn SessionStore>, id: &str) -> Record {
+async fn record(store: &Arc<dyn SessionStore>, id: &str) -> Stored {
     let key = SessionId::parse(id).expect("well-formed").storage_key();
-    store
-        .load(key, Lifetimes::default())
+    stored(&**store, &key)
         .await
         .expect("load")
         .expect("a live session")
@@ -772,13 +770,7 @@ async fn a_session_gone_meanwhile_is_a_new_one_and_destroyed_refuses(h: Harness)
         .await;
         assert_eq!((r.status, r.body.as_str()), (200, body), "{op}: {r:?}");
         // Never resurrected under the old id; a new session only when something was stored.
-        assert!(
-            store
-                .load(key, Lifetimes::default())
-                .await
-                .expect("load")
-                .is_none()
-        );
+        assert!(stored(&*store, &key).await.expect("load").is_none());
         let new = r.set_id();
         assert_eq!(new.is_some(), creates, "{op}: {r:?}");
         if let Some(new) = new {

@@ -12,7 +12,7 @@ use redis_guard::session::{
     RedisSessionStore, SessionId, SessionLayer, SessionLayerBuilder, SessionStore,
 };
 use redis_guard_tests::session_routes::{error, route, session_and_path, text};
-use redis_guard_tests::{Harness, Monitor, Reply, backend_suite, call};
+use redis_guard_tests::{Harness, Monitor, Reply, backend_suite, call, stored};
 use tokio::sync::{Barrier, Notify};
 use tower::{Layer, Service};
 
@@ -184,8 +184,7 @@ async fn concurrent_writes_to_different_fields_both_survive(h: Harness) {
         );
         assert_eq!((a.status, b.status), (200, 200), "{} {}", a.body, b.body);
         // Read back from the store itself.
-        let record = store
-            .load(storage_key(&id), redis_guard::session::Lifetimes::default())
+        let record = stored(&*store, &storage_key(&id))
             .await
             .expect("load")
             .expect("session");
@@ -485,32 +484,19 @@ async fn log_out_everywhere_and_list(h: Harness) {
     }
     let other = set_id(&c.send("POST", "/login/dave", None).await).expect("cookie");
     let store = h.session_store().await;
-    assert_eq!(
-        store
-            .user_sessions("carol".into())
-            .await
-            .expect("list")
-            .len(),
-        3
-    );
+    assert_eq!(store.user_sessions("carol").await.expect("list").len(), 3);
     let r = c.send("POST", "/revoke/carol", Some(&ids[0])).await;
     assert_eq!(r.body, "3");
     for id in &ids {
         assert_eq!(c.send("GET", "/whoami", Some(id)).await.status, 401);
     }
     assert_eq!(c.send("GET", "/whoami", Some(&other)).await.body, "dave");
-    assert!(
-        store
-            .user_sessions("carol".into())
-            .await
-            .expect("list")
-            .is_empty()
-    );
+    assert!(store.user_sessions("carol").await.expect("list").is_empty());
 }
 
 async fn listed(store: &Arc<dyn SessionStore>, user: &str) -> Vec<String> {
     store
-        .user_sessions(user.to_owned())
+        .user_sessions(user)
         .await
         .expect("list")
         .into_iter()
@@ -582,7 +568,7 @@ async fn a_login_during_revocation_stays_revocable(h: Harness) {
         move || {
             let layer = layer.clone();
             let during = Arc::clone(&during);
-            let fut: redis_guard::session::BoxFuture<()> = Box::pin(async move {
+            async move {
                 if during.lock().expect("lock").is_some() {
                     return;
                 }
@@ -592,8 +578,7 @@ async fn a_login_during_revocation_stays_revocable(h: Harness) {
                     .expect("request");
                 let id = set_id(&call(svc, req).await).expect("cookie");
                 *during.lock().expect("lock") = Some(id);
-            });
-            fut
+            }
         }
     };
     let store = RedisSessionStore::new(h.backend().await).between_revoke_steps(hook);
@@ -880,13 +865,13 @@ async fn concurrent_loads_coalesce_into_few_script_calls() {
     let h = Harness::redis().await;
     let c = Client::new(&h).await;
     let ids = [new_session(&c).await, new_session(&c).await];
-    let store = RedisSessionStore::new(h.backend().await.timeout(Duration::from_secs(10)));
-    let life = redis_guard::session::Lifetimes::default();
+    let redis = RedisSessionStore::new(h.backend().await.timeout(Duration::from_secs(10)));
+    let store: Arc<dyn SessionStore> = Arc::new(redis.clone());
     // Load the script first, so the count below is of these loads only.
-    store.load(storage_key(&ids[0]), life).await.expect("load");
+    stored(&*store, &storage_key(&ids[0])).await.expect("load");
     let mut conn = h.inspect().await;
     let poisoned = String::from("poisoned");
-    let () = redis::AsyncCommands::set(&mut conn, store.session_key(&poisoned), "x")
+    let () = redis::AsyncCommands::set(&mut conn, redis.session_key(&poisoned), "x")
         .await
         .expect("SET");
     // Past 1 % of the idle timeout, so every load's refresh is due: its plain read is followed
@@ -896,12 +881,12 @@ async fn concurrent_loads_coalesce_into_few_script_calls() {
     h.admin(&["CLIENT", "PAUSE", "200", "ALL"]).await;
     let mut tasks = Vec::new();
     for i in 0..201 {
-        let store = store.clone();
+        let store = Arc::clone(&store);
         let key = match i {
             200 => poisoned.clone(),
             _ => storage_key(&ids[i % 2]),
         };
-        tasks.push(tokio::spawn(async move { store.load(key, life).await }));
+        tasks.push(tokio::spawn(async move { stored(&*store, &key).await }));
     }
     for (i, task) in tasks.into_iter().enumerate() {
         match (i, task.await.expect("task")) {
@@ -958,8 +943,7 @@ async fn concurrent_saves_coalesce_into_few_script_calls() {
     );
     let store = h.session_store().await;
     for (n, id) in ids.iter().enumerate() {
-        let record = store
-            .load(storage_key(id), redis_guard::session::Lifetimes::default())
+        let record = stored(&*store, &storage_key(id))
             .await
             .expect("load")
             .expect("live");

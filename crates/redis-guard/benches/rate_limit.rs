@@ -23,8 +23,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use http::header::RETRY_AFTER;
 use http::{Request, Response, StatusCode};
 use redis_guard::rate_limit::{
-    ClientIp, Decision, ForwardedHeader, Key, KeyExtractor, Limiter, MemoryLimiter, PeerAddr,
-    Quota, RateLimitLayer, Rule,
+    ClientIp, Decision, ForwardedHeader, Key, KeyExtractor, MemoryLimiter, PeerAddr, Quota,
+    RateLimitLayer, Rule,
 };
 use tower::Layer;
 
@@ -125,7 +125,7 @@ fn layer(c: &mut Criterion) {
 /// polled and no runtime is needed on the threads.
 fn decide(limiter: &MemoryLimiter, rule: &Rule, key: &Key) -> Decision {
     let mut cx = Context::from_waker(Waker::noop());
-    match limiter.check(rule, key.clone()).as_mut().poll(&mut cx) {
+    match std::pin::pin!(limiter.check(rule, key.clone())).poll(&mut cx) {
         Poll::Ready(decision) => decision.expect("a decision"),
         Poll::Pending => panic!("a MemoryLimiter decision waited"),
     }

@@ -90,6 +90,14 @@ mod sealed {
     /// shape is not a stable contract yet, so only this crate implements them.
     pub trait Sealed {}
 
+    /// The default type parameter of the engines under [`Limiter`](crate::rate_limit::Limiter)
+    /// and [`SessionStore`](crate::session::SessionStore): a crate-private type in their trait
+    /// reference makes their methods uncallable outside this crate, even through a
+    /// `dyn Limiter` or an `L: Limiter` bound (which see supertrait methods without naming
+    /// the trait).
+    #[allow(dead_code)] // never built: it only seals
+    pub(crate) struct Private;
+
     impl<T: Sealed + ?Sized> Sealed for std::sync::Arc<T> {}
 }
 #[cfg(feature = "cache")]

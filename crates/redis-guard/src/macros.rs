@@ -97,3 +97,22 @@ macro_rules! impl_layer {
         }
     };
 }
+
+/// The doc example of one user operation, as `limiter_operations!` and `store_operations!` write
+/// one per type: `setup` is `[fence, imports, the line that makes the value]`, then the body's
+/// lines, inside an async `main` that returns a `Result`.
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+macro_rules! operation_example {
+    ([$fence:literal, $uses:literal, $make:literal], $($body:literal),* $(,)?) => {
+        concat!(
+            "```", $fence, "\n",
+            $uses,
+            "# #[tokio::main(flavor = \"current_thread\")]\n",
+            "# async fn main() -> Result<(), Box<dyn std::error::Error>> {\n",
+            $make, "\n",
+            $($body, "\n",)*
+            "# Ok(()) }\n",
+            "```",
+        )
+    };
+}

@@ -16,7 +16,7 @@
 //!
 //! # Rate limiting
 //!
-//! Decisions of a [`RateLimitLayer`] and of direct [`Limiter::check`] calls (a login handler's
+//! Decisions of a [`RateLimitLayer`] and of direct [`RedisLimiter::check`] calls (a login handler's
 //! rules) are counted alike. Each rule counts its own verdict: a request that rule `a` admits and rule `b` denies adds one
 //! to `allowed{rule="a"}` and one to `limited{rule="b"}`; the request is answered `429`. A
 //! decision of the fallback counts as allowed or limited too, and once more under
@@ -39,7 +39,10 @@
 //! the request.
 //!
 //! [`RateLimitLayer`]: crate::rate_limit::RateLimitLayer
-//! [`Limiter::check`]: crate::rate_limit::Limiter::check
+//! [`RedisLimiter::check`]: crate::rate_limit::RedisLimiter::check
+//! [`Mode::Shadow`]: crate::rate_limit::Mode::Shadow
+//! [`Mode::Soft`]: crate::rate_limit::Mode::Soft
+//! [`FailurePolicy::Fallback`]: crate::rate_limit::FailurePolicy::Fallback
 
 #![cfg_attr(
     not(feature = "rate-limit"),

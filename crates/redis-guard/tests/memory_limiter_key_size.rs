@@ -4,7 +4,7 @@
 //!
 //! Its own test binary, so that no other test allocates while this one measures.
 
-use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+use redis_guard::rate_limit::{Key, MemoryLimiter, Quota, Rule};
 
 /// This process' resident memory in bytes (Linux: `/proc/self/statm`, in pages of 4 KiB or more;
 /// counting pages as 4 KiB only under-reports growth, which errs towards passing a fixed table and

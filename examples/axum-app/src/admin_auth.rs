@@ -17,7 +17,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
-use redis_guard::rate_limit::{Algorithm, ClientIp, Limiter, MemoryLimiter, Quota, Rule};
+use redis_guard::rate_limit::{Algorithm, ClientIp, MemoryLimiter, Quota, Rule};
 
 use crate::admin::problem;
 

@@ -1,5 +1,5 @@
-//! Login throttling for the demo apps: three rules decided in one all-or-nothing
-//! [`Limiter::check_all`] call, before the password is looked at.
+//! Login throttling for the demo apps: three rules decided in one all-or-nothing `check_all`
+//! call, before the password is looked at.
 //!
 //! | rule | key | env (default) | stops |
 //! | --- | --- | --- | --- |

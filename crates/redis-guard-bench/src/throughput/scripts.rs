@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 
 use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
-use redis_guard::rate_limit::{Algorithm, Key, Limiter, Quota, RedisLimiter, Rule};
+use redis_guard::rate_limit::{Algorithm, Key, Quota, RedisLimiter, Rule};
 use redis_guard_testkit::RedisServer;
 
 use super::machine::Machine;

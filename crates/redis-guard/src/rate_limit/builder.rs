@@ -215,7 +215,7 @@ impl RateLimitLayerBuilder {
     /// No rules, a duplicate rule name, a [`candidate`](Self::candidate) for a rule not added
     /// before it, a rule that cannot work (the error names the rule and the
     /// value), a rule whose share under [`FailurePolicy::Fallback`] cannot work (a cost above
-    /// the divided burst), or a limiter that cannot work ([`Limiter::config_problem`]).
+    /// the divided burst), or a limiter that cannot work (e.g. a zero Redis timeout).
     pub fn build(self) -> Result<RateLimitLayer, ConfigError> {
         let mut config = self.config;
         if let Some(rule) = self.unknown_candidate {

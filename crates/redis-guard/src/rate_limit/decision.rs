@@ -133,13 +133,14 @@ impl Decision {
     }
 
     /// The concurrency leases ([`Rule::concurrency`](super::Rule::concurrency)) this decision
-    /// holds: those of an admitted direct call ([`Limiter::check_all`](super::Limiter::check_all)),
-    /// released by [`Lease::release`] or when the decision and all its clones are dropped.
-    /// `None` when no concurrency rule admitted it, and in a layer, which holds its requests'
-    /// leases itself until their response bodies end.
+    /// holds: those of an admitted direct call
+    /// ([`RedisLimiter::check_all`](super::RedisLimiter::check_all)), released by
+    /// [`Lease::release`] or when the decision and all its clones are dropped. `None` when no
+    /// concurrency rule admitted it, and in a layer, which holds its requests' leases itself until
+    /// their response bodies end.
     ///
     /// ```
-    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Rule};
+    /// use redis_guard::rate_limit::{Key, MemoryLimiter, Rule};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let limiter = MemoryLimiter::new();
     /// let jobs = Rule::concurrency("jobs", 1);

@@ -278,10 +278,10 @@ impl Evaluation {
         Ok((states, receipt))
     }
 
-    /// Charges each rule its cost whatever is left ([`Limiter::charge_all`]): one call of the
+    /// Charges each rule its cost whatever is left ([`RedisLimiter::charge_all`]): one call of the
     /// charge script per hash slot.
     ///
-    /// [`Limiter::charge_all`]: super::Limiter::charge_all
+    /// [`RedisLimiter::charge_all`]: super::RedisLimiter::charge_all
     pub(super) async fn charge(&self, backend: &RedisBackend) -> Result<(), LimiterError> {
         let request = request_id();
         for group in backend.slot_groups(&self.keys) {

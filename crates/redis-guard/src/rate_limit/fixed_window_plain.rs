@@ -267,7 +267,7 @@ mod tests {
 
     use super::*;
     use crate::backend::RedisConnection;
-    use crate::rate_limit::{Key, Limiter, Quota, RedisLimiter, Rule};
+    use crate::rate_limit::{Key, Quota, RedisLimiter, Rule};
 
     /// `cmd` on `server`, on a connection of its own.
     async fn query<T: redis::FromRedisValue>(server: &RedisServer, cmd: &mut redis::Cmd) -> T {

@@ -289,10 +289,10 @@ async fn deny_cache_hits_are_counted_on_redis() {
     );
 }
 
-/// `Limiter::check` outside a layer (login, calls per phone number) is counted the same way.
+/// `RedisLimiter::check` outside a layer (login, calls per phone number) is counted the same way.
 #[tokio::test]
 async fn direct_checks_are_counted_too() {
-    use crate::rate_limit::{Key, Limiter};
+    use crate::rate_limit::Key;
     let metrics = Captured::default();
     let _guard = metrics::set_default_local_recorder(&metrics);
     let limiter = MemoryLimiter::new();

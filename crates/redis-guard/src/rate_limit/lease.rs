@@ -35,8 +35,9 @@ impl Rule {
     /// chance. A concurrency rule is left out of the `RateLimit` and `RateLimit-Policy`
     /// headers, whose IETF draft knows only quotas per time window.
     ///
-    /// [`Limiter::inspect`](super::Limiter::inspect) reports the leases free for a key as
-    /// `remaining` (0 when denied), without taking one; [`Limiter::reset`](super::Limiter::reset)
+    /// [`RedisLimiter::inspect`](super::RedisLimiter::inspect) reports the leases free for a key as
+    /// `remaining` (0 when denied), without taking one;
+    /// [`RedisLimiter::reset`](super::RedisLimiter::reset)
     /// drops every lease of the key. On Redis, a request with leases costs two script calls: the
     /// decision and the release.
     ///
@@ -47,7 +48,7 @@ impl Rule {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redis_guard::rate_limit::{ClientIp, Key, Limiter, MemoryLimiter, Quota, RateLimitLayer, Rule};
+    /// use redis_guard::rate_limit::{ClientIp, Key, MemoryLimiter, Quota, RateLimitLayer, Rule};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // At most 2 reports per client at once, beside a rate limit, in one layer:
     /// let layer = RateLimitLayer::builder(MemoryLimiter::new()) // RedisLimiter across replicas
@@ -122,12 +123,12 @@ impl Rule {
 /// The concurrency leases one admitted request holds (see [`Rule::concurrency`]).
 ///
 /// A [`RateLimitLayer`](super::RateLimitLayer) keeps its requests' leases itself. A direct
-/// call ([`Limiter::check_all`](super::Limiter::check_all)) hands them to the caller inside
-/// the [`Decision`](super::Decision) ([`Decision::lease`](super::Decision::lease)): they are
-/// released when [`release`](Self::release) is called, or when the decision and all its clones
-/// are dropped (then in a task spawned on the current Tokio runtime; without one, Redis leases
-/// are left to expire and a line is logged at `warn`). A lease that outlives its expiry
-/// without a [`renew`](Self::renew) is lost: another request may take its slot.
+/// call ([`RedisLimiter::check_all`](super::RedisLimiter::check_all)) hands them to the caller
+/// inside the [`Decision`](super::Decision) ([`Decision::lease`](super::Decision::lease)): they are
+/// released when [`release`](Self::release) is called, or when the decision and all its clones are
+/// dropped (then in a task spawned on the current Tokio runtime; without one, Redis leases are left
+/// to expire and a line is logged at `warn`). A lease that outlives its expiry without a
+/// [`renew`](Self::renew) is lost: another request may take its slot.
 pub struct Lease {
     /// Taken out (emptied) by the first release.
     receipts: Mutex<Vec<Receipt>>,

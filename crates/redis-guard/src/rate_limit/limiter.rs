@@ -9,124 +9,18 @@ use std::time::Duration;
 use super::decision::RuleDecision;
 use futures_util::future::join_all;
 
-use super::algorithm::Params;
+pub(crate) use super::check::Check;
 use super::decision::HeldLease;
-use super::{Decision, Inspection, Key, Lease, Mode, Quota, Rule, RuleState};
+use super::{Decision, Inspection, Key, Lease, Mode, Rule, RuleState};
 use crate::backend::BackendError;
 use crate::telemetry;
 use crate::{ConfigError, ConfigErrorKind};
 
-/// A boxed, sendable future, as [`Limiter`] methods return.
-pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+/// A boxed, sendable future, as [`Engine`] methods return.
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// The states of an evaluation, and the concurrency leases it took.
 pub(crate) type Held = (Vec<RuleState>, Option<Lease>);
-
-/// One rule applied to one key with a cost: a line of an evaluation.
-#[derive(Clone, Debug)]
-pub struct Check {
-    /// Shared with the layer's rule: a check costs a reference count, not a copy of the rule.
-    pub(crate) rule: Arc<Rule>,
-    pub(crate) key: Key,
-    pub(crate) cost: u32,
-    /// The rule's quota, or the one resolved for this request.
-    pub(crate) quota: Quota,
-    /// Given a quota ([`with_quota`](Self::with_quota)): the rule's quota varies, so its state
-    /// on Redis keeps the quota's shape (never the lean GCRA script's bare TAT).
-    pub(crate) varying: bool,
-}
-
-impl Check {
-    /// `rule` for `key`, costing the rule's cost.
-    #[must_use]
-    pub fn new(rule: Rule, key: Key) -> Self {
-        Self::shared(&Arc::new(rule), key)
-    }
-
-    /// `rule` (a layer's, shared) for `key`, costing the rule's cost.
-    pub(crate) fn shared(rule: &Arc<Rule>, key: Key) -> Self {
-        Self {
-            rule: Arc::clone(rule),
-            key,
-            cost: rule.cost(),
-            quota: *rule.quota(),
-            varying: false,
-        }
-    }
-
-    /// Overrides the cost for this request.
-    #[must_use]
-    pub fn with_cost(mut self, cost: u32) -> Self {
-        self.cost = cost;
-        self
-    }
-
-    /// Decides this request with `quota` instead of the rule's own: the quota of the caller's
-    /// plan, as a layer's [`Rule::with_quota_from`] resolves it. A key's state carries over
-    /// when its quota changes (see there), provided every check of a rule whose quota varies
-    /// says its quota, the rule's own included: on Redis, that keeps the quota's shape with the
-    /// key's state.
-    ///
-    /// ```
-    /// use redis_guard::rate_limit::{Check, Key, Limiter, MemoryLimiter, Quota, Rule};
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// let limiter = MemoryLimiter::new();
-    /// let api = Rule::new("api", Quota::per_hour(10));
-    /// let pro = Quota::per_hour(100);
-    /// for _ in 0..10 {
-    ///     limiter.check(&api, Key::from("acme")).await.unwrap();
-    /// }
-    /// assert!(!limiter.check(&api, Key::from("acme")).await.unwrap().allowed);
-    /// // Upgraded mid-hour: 90 more, not 100.
-    /// let upgraded = Check::new(api.clone(), Key::from("acme")).with_quota(pro);
-    /// let d = limiter.check_all(vec![upgraded]).await.unwrap();
-    /// assert!(d.allowed);
-    /// assert_eq!(d.remaining, 89);
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn with_quota(mut self, quota: Quota) -> Self {
-        self.quota = quota;
-        self.varying = true;
-        self
-    }
-
-    /// The quota this request is decided with.
-    #[must_use]
-    pub fn quota(&self) -> &Quota {
-        &self.quota
-    }
-
-    /// The algorithm's parameters for this request, `cost` units.
-    pub(crate) fn params(&self, cost: u32) -> Params {
-        self.rule.params(&self.quota, cost)
-    }
-
-    /// The rule.
-    pub fn rule(&self) -> &Rule {
-        &self.rule
-    }
-
-    /// The key.
-    #[must_use]
-    pub fn key(&self) -> &Key {
-        &self.key
-    }
-
-    /// The cost of this request.
-    #[must_use]
-    pub fn cost(&self) -> u32 {
-        self.cost
-    }
-
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        self.rule.validate()?;
-        if self.cost != self.rule.cost() || self.quota != *self.rule.quota() {
-            self.rule.resolved_problem(&self.quota, self.cost)?;
-        }
-        Ok(())
-    }
-}
 
 /// Why a limiter could not decide.
 #[derive(Debug, thiserror::Error)]
@@ -152,29 +46,66 @@ pub(crate) fn no_checks() -> LimiterError {
     ConfigError::new(ConfigErrorKind::NoRules, "no rules to evaluate").into()
 }
 
-/// Decides whether requests are admitted: implemented by [`RedisLimiter`] and [`MemoryLimiter`]
-/// (and `Arc` of either).
+/// Decides whether requests are admitted: [`RedisLimiter`] or [`MemoryLimiter`], or an `Arc` of
+/// either, as [`RateLimitLayer::new`](super::RateLimitLayer::new) and
+/// [`RateLimitLayer::builder`](super::RateLimitLayer::builder) take them.
 ///
-/// This trait is **sealed**: it cannot be implemented outside this crate, because the types its
-/// [`evaluate`](Limiter::evaluate) moves are not a stable contract yet. Custom decision logic
-/// plugs in as a Lua algorithm ([`CustomAlgorithm`](crate::rate_limit::CustomAlgorithm)), which
-/// runs inside the same script with the same guarantees.
+/// This trait is **sealed** and has nothing to call (as tokio's `ToSocketAddrs`): it cannot be
+/// implemented outside this crate, because what the layer asks of a limiter is not a stable
+/// contract yet. Custom decision logic plugs in as a Lua algorithm
+/// ([`CustomAlgorithm`](crate::rate_limit::CustomAlgorithm)), which runs inside the same
+/// script with the same guarantees. What a handler or an admin task calls (`check`,
+/// `check_all`, `inspect`, `reset`, `penalize`, `allow`, `charge`, `charge_all`) are inherent
+/// methods of the two limiters, and of `dyn Limiter` for code that picks its backend at run
+/// time and keeps an `Arc<dyn Limiter>`:
 ///
-/// Implementations must evaluate all checks of one call atomically: admit the request only if
-/// every check admits it, and record nothing when any denies.
+/// ```
+/// use std::sync::Arc;
+/// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, RateLimitLayer, Rule};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// // e.g. `RedisLimiter` when a Redis URL is configured
+/// let limiter: Arc<dyn Limiter> = Arc::new(MemoryLimiter::new());
+/// let calls = Rule::new("calls", Quota::per_minute(5));
+/// let layer = RateLimitLayer::builder(Arc::clone(&limiter)).build();
+/// assert!(limiter.check(&calls, Key::from("+15550100")).await.unwrap().allowed);
+/// # let _ = layer; }
+/// ```
+///
+/// Implementations evaluate all checks of one call atomically: a request is admitted only if
+/// every check admits it, and nothing is recorded when any denies.
+///
+/// What the layer calls is out of reach, through a bound as through a trait object:
+///
+/// ```compile_fail
+/// use redis_guard::rate_limit::{Check, Limiter};
+/// fn evaluate<L: Limiter>(limiter: &L, checks: Vec<Check>) {
+///     let _ = limiter.evaluate(checks);
+/// }
+/// ```
+///
+/// ```compile_fail
+/// use redis_guard::rate_limit::Limiter;
+/// fn problem(limiter: &dyn Limiter) -> Option<String> {
+///     limiter.config_problem()
+/// }
+/// ```
 ///
 /// [`RedisLimiter`]: crate::rate_limit::RedisLimiter
 /// [`MemoryLimiter`]: crate::rate_limit::MemoryLimiter
-pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
+#[allow(private_bounds)] // see `Engine`
+pub trait Limiter: Engine + Send + Sync + fmt::Debug + 'static {}
+
+/// What a layer asks of a limiter. Unnameable outside this crate (it seals [`Limiter`]), and
+/// uncallable there (its parameter is crate-private); the user operations built on it are in
+/// `direct.rs`.
+#[allow(private_bounds, private_interfaces)]
+pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
     /// Evaluates `checks` (validated, non-empty) and returns one state per check, in order.
-    ///
-    /// A concurrency rule's lease ([`Rule::concurrency`]) is released as soon as it is taken:
-    /// [`check_all`](Self::check_all) returns a [`Decision`] that holds it.
+    /// A concurrency rule's lease ([`Rule::concurrency`]) is released as soon as it is taken.
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>>;
 
     /// Evaluates `checks` as [`evaluate`](Self::evaluate), and hands back the concurrency
-    /// leases an admitted request took. Not part of the stable interface.
-    #[doc(hidden)]
+    /// leases an admitted request took.
     fn evaluate_leased(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
         let states = self.evaluate(checks);
         Box::pin(async move { Ok((states.await?, None)) })
@@ -183,202 +114,65 @@ pub trait Limiter: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     /// Evaluates `checks` (validated, non-empty) at once, by mode as a layer evaluates them (the
     /// enforced ones together, all or nothing, each [`Mode::Shadow`] or [`Mode::Soft`] one on
     /// its own), when this limiter decides in process: `None` when it needs a future (Redis).
-    /// Not part of the stable interface.
-    #[doc(hidden)]
     fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Held, LimiterError>> {
         let _ = checks;
         None
     }
 
     /// Why this limiter cannot work as configured (e.g. a zero timeout, which would fail every
-    /// decision), or `None`. [`RateLimitLayerBuilder::build`] refuses such a limiter, and
-    /// [`check_all`](Limiter::check_all) answers [`LimiterError::Config`] without calling
-    /// [`evaluate`](Limiter::evaluate).
+    /// decision), or `None`. [`RateLimitLayerBuilder::build`] refuses such a limiter, and a
+    /// direct call answers [`LimiterError::Rule`] without evaluating.
     ///
     /// [`RateLimitLayerBuilder::build`]: crate::rate_limit::RateLimitLayerBuilder::build
     fn config_problem(&self) -> Option<ConfigError> {
         None
     }
 
-    /// Checks one request for `key` against `rule`: the call for limits that need the request
-    /// body, such as "5 calls per minute per phone number".
-    ///
-    /// ```
-    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// let limiter = MemoryLimiter::new();
-    /// let calls = Rule::new("calls", Quota::per_minute(5));
-    /// for _ in 0..5 {
-    ///     assert!(limiter.check(&calls, Key::from("+15550100")).await.unwrap().allowed);
-    /// }
-    /// assert!(!limiter.check(&calls, Key::from("+15550100")).await.unwrap().allowed);
-    /// # }
-    /// ```
-    fn check(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Decision, LimiterError>> {
-        self.check_all(vec![Check::new(rule.clone(), key)])
-    }
+    /// What `rule` knows about `key` (the user operation `inspect`).
+    fn inspect_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>>;
 
-    /// What `rule` knows about `key`: the answer one more request would get (decided without
-    /// recording anything, so inspecting never consumes quota, counts a rejection or starts a
-    /// ban), and the key's penalty, runtime allow-list entry and ban level. See
-    /// [`Inspection`].
-    ///
-    /// ```
-    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// let limiter = MemoryLimiter::new();
-    /// let api = Rule::new("api", Quota::per_minute(60));
-    /// for _ in 0..3 {
-    ///     limiter.check(&api, Key::from("alice")).await.unwrap();
-    /// }
-    /// let seen = limiter.inspect(&api, Key::from("alice")).await.unwrap();
-    /// assert_eq!(seen.state.remaining, 57);
-    /// assert_eq!(limiter.inspect(&api, Key::from("alice")).await.unwrap(), seen);
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`LimiterError`]: the store failed, or the rule is invalid.
-    fn inspect(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>>;
+    /// Forgets everything `rule` knows about `key` (`reset`).
+    fn reset_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>>;
 
-    /// Forgets everything `rule` knows about `key`: its quota state, penalty, runtime allow-list
-    /// entry and ban history. The next request sees the full quota. On Redis every replica sees
-    /// it at once; a replica that cached a denial of the key answers from that cache for at
-    /// most 2 s.
-    ///
-    /// ```
-    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// let limiter = MemoryLimiter::new();
-    /// let api = Rule::new("api", Quota::per_hour(1));
-    /// assert!(limiter.check(&api, Key::from("bob")).await.unwrap().allowed);
-    /// assert!(!limiter.check(&api, Key::from("bob")).await.unwrap().allowed);
-    /// limiter.reset(&api, Key::from("bob")).await.unwrap();
-    /// assert!(limiter.check(&api, Key::from("bob")).await.unwrap().allowed);
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`LimiterError`]: the store failed, or the rule is invalid.
-    fn reset(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>>;
-
-    /// Blocks `key` under `rule` for `duration` (1 ms to 366 days):
-    /// every request is denied by the rule, with `Retry-After` the rest of the block, on every
-    /// replica. The rule must read overrides ([`Rule::with_overrides`](super::Rule::with_overrides)
-    /// or bans; otherwise a [`ConfigErrorKind::Unsupported`] error). Replaces an earlier penalty and ends
-    /// a runtime allow-list entry; a
-    /// [`reset`](Self::reset) or [`allow`](Self::allow) lifts it. Denials during the block
-    /// record nothing.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// let limiter = MemoryLimiter::new();
-    /// let api = Rule::new("api", Quota::per_minute(60)).with_overrides();
-    /// limiter.penalize(&api, Key::from("mallory"), Duration::from_secs(600)).await.unwrap();
-    /// let d = limiter.check(&api, Key::from("mallory")).await.unwrap();
-    /// assert!(!d.allowed);
-    /// assert_eq!(d.retry_after, Duration::from_secs(600));
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`LimiterError`]: the store failed, the rule is invalid, or the duration is out of range.
-    fn penalize(
+    /// Blocks `key` under `rule` for `duration` (`penalize`).
+    fn penalize_key(
         &self,
         rule: &Rule,
         key: Key,
         duration: Duration,
     ) -> BoxFuture<Result<(), LimiterError>>;
 
-    /// Puts `key` on `rule`'s runtime allow list for `duration` (1 ms to
-    /// 366 days): the rule admits it without counting, on every
-    /// replica, until the entry expires. The rule must read overrides, as for
-    /// [`penalize`](Self::penalize). Ends a penalty or ban in progress (not the ban history). For a list fixed at start, use
-    /// [`Rule::with_allowed_keys`](super::Rule::with_allowed_keys), which costs no Redis call.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// let limiter = MemoryLimiter::new();
-    /// let api = Rule::new("api", Quota::per_hour(1)).with_overrides();
-    /// limiter.allow(&api, Key::from("load-test"), Duration::from_secs(3600)).await.unwrap();
-    /// for _ in 0..10 {
-    ///     assert!(limiter.check(&api, Key::from("load-test")).await.unwrap().allowed);
-    /// }
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`LimiterError`]: the store failed, the rule is invalid, or the duration is out of range.
-    fn allow(
+    /// Puts `key` on `rule`'s runtime allow list for `duration` (`allow`).
+    fn allow_key(
         &self,
         rule: &Rule,
         key: Key,
         duration: Duration,
     ) -> BoxFuture<Result<(), LimiterError>>;
 
-    /// Charges `key` `cost` more units of `rule` whatever is left: a cost learnt after the
-    /// request was admitted (the tokens an answer used, once its stream ended). The key may go
-    /// over its limit and then waits until the debt is paid (GCRA and the window algorithms keep
-    /// all of it; the token bucket empties and keeps none below). A cost of 0 does nothing. A
-    /// [`RateLimitLayer`](super::RateLimitLayer) does this itself for rules that are
-    /// [`charged_after_response`](super::Rule::charged_after_response).
-    ///
-    /// ```
-    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// let limiter = MemoryLimiter::new();
-    /// let tokens = Rule::new("tokens", Quota::per_hour(10_000));
-    /// limiter.charge(&tokens, Key::from("acme"), 9_000).await.unwrap();
-    /// let seen = limiter.inspect(&tokens, Key::from("acme")).await.unwrap();
-    /// assert_eq!(seen.state.remaining, 1_000);
-    /// limiter.charge(&tokens, Key::from("acme"), 5_000).await.unwrap();
-    /// assert!(!limiter.check(&tokens, Key::from("acme")).await.unwrap().allowed);
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`LimiterError`]: the store failed, the rule is invalid, or its algorithm has no charge
-    /// (a custom one: [`ConfigErrorKind::Unsupported`]).
-    fn charge(&self, rule: &Rule, key: Key, cost: u32) -> BoxFuture<Result<(), LimiterError>> {
-        self.charge_all(vec![Check::new(rule.clone(), key).with_cost(cost)])
-    }
-
-    /// [`charge`](Self::charge) for several rules and keys at once, each check's cost: one
-    /// script call per hash slot on Redis.
-    ///
-    /// # Errors
-    ///
-    /// As [`charge`](Self::charge).
-    fn charge_all(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>>;
-
-    /// Checks one request against several rules, all or nothing.    /// Checks one request against several rules, all or nothing. The [`Decision`] of an
-    /// admitted request holds the leases of its concurrency rules ([`Decision::lease`]).
-    fn check_all(&self, checks: Vec<Check>) -> BoxFuture<Result<Decision, LimiterError>> {
-        if checks.is_empty() {
-            return Box::pin(std::future::ready(Err(no_checks())));
-        }
-        if let Some(why) = self.config_problem() {
-            return Box::pin(std::future::ready(Err(why
-                .within("the limiter cannot work")
-                .into())));
-        }
-        if let Some(err) = checks.iter().find_map(|c| c.validate().err()) {
-            return Box::pin(std::future::ready(Err(err.into())));
-        }
-        decide(self, checks)
-    }
+    /// Charges each check its cost whatever is left (`charge_all`).
+    fn charge_checks(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>>;
 }
 
-/// The checks of a [`Limiter::charge_all`] that charge something, once every rule is known to
+/// Checks one request against several rules, all or nothing (the user operation `check_all`):
+/// validated first, as a layer validates its rules when it is built.
+pub(crate) fn check_all<L: Engine + ?Sized>(
+    limiter: &L,
+    checks: Vec<Check>,
+) -> BoxFuture<Result<Decision, LimiterError>> {
+    if checks.is_empty() {
+        return Box::pin(std::future::ready(Err(no_checks())));
+    }
+    if let Some(why) = limiter.config_problem() {
+        return Box::pin(std::future::ready(Err(why.into())));
+    }
+    if let Some(err) = checks.iter().find_map(|c| c.validate().err()) {
+        return Box::pin(std::future::ready(Err(err.into())));
+    }
+    decide(limiter, checks)
+}
+
+/// The checks of a `charge_all` that charge something, once every rule is known to
 /// work and to have a charge.
 pub(crate) fn chargeable(checks: Vec<Check>) -> Result<Vec<Check>, LimiterError> {
     for check in &checks {
@@ -403,7 +197,7 @@ pub(crate) fn chargeable(checks: Vec<Check>) -> Result<Vec<Check>, LimiterError>
 /// Evaluates checks that are known to be valid (a layer's rules were validated when it was
 /// built) into a [`Decision`]: the hot path skips re-validating every rule on every request.
 /// Direct calls are counted in the metrics as the layer's decisions are.
-pub(crate) fn decide<L: Limiter + ?Sized>(
+pub(crate) fn decide<L: Engine + ?Sized>(
     limiter: &L,
     checks: Vec<Check>,
 ) -> BoxFuture<Result<Decision, LimiterError>> {
@@ -454,7 +248,7 @@ pub(crate) fn settling(checks: &[Check]) -> Settling {
 impl Pending {
     /// Starts evaluating `checks` (known to be valid): the enforced ones together, all or
     /// nothing, and each [`Mode::Shadow`] or [`Mode::Soft`] one on its own beside them.
-    pub(crate) fn start<L: Limiter + ?Sized>(limiter: &L, checks: Vec<Check>) -> Self {
+    pub(crate) fn start<L: Engine + ?Sized>(limiter: &L, checks: Vec<Check>) -> Self {
         let rules = rule_decisions(&checks);
         let settling = settling(&checks);
         if checks.iter().all(|c| c.rule.mode() == Mode::Enforce) {
@@ -568,7 +362,9 @@ pub(crate) fn decision_from(
     Decision::combine(rules).ok_or_else(no_checks)
 }
 
-impl<L: Limiter + ?Sized> Limiter for std::sync::Arc<L> {
+impl<L: Limiter + ?Sized> Limiter for Arc<L> {}
+
+impl<L: Engine + ?Sized> Engine for Arc<L> {
     fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
         (**self).evaluate(checks)
     }
@@ -585,33 +381,33 @@ impl<L: Limiter + ?Sized> Limiter for std::sync::Arc<L> {
         (**self).config_problem()
     }
 
-    fn inspect(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
-        (**self).inspect(rule, key)
+    fn inspect_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
+        (**self).inspect_key(rule, key)
     }
 
-    fn charge_all(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>> {
-        (**self).charge_all(checks)
+    fn charge_checks(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>> {
+        (**self).charge_checks(checks)
     }
 
-    fn reset(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {
-        (**self).reset(rule, key)
+    fn reset_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {
+        (**self).reset_key(rule, key)
     }
 
-    fn penalize(
+    fn penalize_key(
         &self,
         rule: &Rule,
         key: Key,
         duration: Duration,
     ) -> BoxFuture<Result<(), LimiterError>> {
-        (**self).penalize(rule, key, duration)
+        (**self).penalize_key(rule, key, duration)
     }
 
-    fn allow(
+    fn allow_key(
         &self,
         rule: &Rule,
         key: Key,
         duration: Duration,
     ) -> BoxFuture<Result<(), LimiterError>> {
-        (**self).allow(rule, key, duration)
+        (**self).allow_key(rule, key, duration)
     }
 }

@@ -11,7 +11,8 @@ use super::decision::HeldLease;
 use super::entry_ids::{EntryId, EntryIds, Ids};
 use super::few::Few;
 use super::limiter::{
-    BoxFuture, Check, Held, Limiter, LimiterError, chargeable, decision_from, rule_decisions,
+    BoxFuture, Check, Engine, Held, Limiter, LimiterError, chargeable, decision_from,
+    rule_decisions,
 };
 use super::operations::{self, Effect, Inspection, Override, allow_listed_state};
 use super::receipt::{Place, Receipt, Receipted, request_id};
@@ -38,7 +39,7 @@ pub(crate) const DEFAULT_MAX_KEYS: usize = 100_000;
 /// Clones share state.
 ///
 /// ```
-/// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+/// use redis_guard::rate_limit::{Key, MemoryLimiter, Quota, Rule};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let limiter = MemoryLimiter::new();
 /// let bounded = MemoryLimiter::builder().capacity(10_000).build();
@@ -413,8 +414,10 @@ impl Table {
 
 impl crate::sealed::Sealed for MemoryLimiter {}
 
-impl Limiter for MemoryLimiter {
-    fn charge_all(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>> {
+impl Limiter for MemoryLimiter {}
+
+impl Engine for MemoryLimiter {
+    fn charge_checks(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>> {
         let charged = chargeable(checks).map(|checks| {
             let lines: Vec<(&Check, i64)> = checks.iter().map(|c| (c, i64::from(c.cost))).collect();
             self.settle_now(&lines, 0);
@@ -449,7 +452,7 @@ impl Limiter for MemoryLimiter {
         Some(held)
     }
 
-    fn inspect(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
+    fn inspect_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
         let seen = operations::valid(self, rule).and_then(|()| {
             if rule.allows(&key) {
                 return Ok(Inspection::allow_listed(rule.quota().limit()));
@@ -471,7 +474,7 @@ impl Limiter for MemoryLimiter {
         Box::pin(std::future::ready(seen))
     }
 
-    fn reset(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {
+    fn reset_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {
         let done = operations::valid(self, rule).map(|()| {
             let (id, oid) = (self.state_id(rule, &key), self.override_id(rule, &key));
             let mut table = self.inner.lock();
@@ -481,7 +484,7 @@ impl Limiter for MemoryLimiter {
         Box::pin(std::future::ready(done))
     }
 
-    fn penalize(
+    fn penalize_key(
         &self,
         rule: &Rule,
         key: Key,
@@ -490,7 +493,7 @@ impl Limiter for MemoryLimiter {
         self.steer(rule, &key, duration, Override::penalize)
     }
 
-    fn allow(
+    fn allow_key(
         &self,
         rule: &Rule,
         key: Key,

@@ -20,7 +20,11 @@
 //! - [`Rule::concurrency`] limits requests *in flight* per key instead (a [`Lease`] per
 //!   request, released when its response body ends);
 //! - a [`Limiter`] decides: [`RedisLimiter`] (one Lua script per request, shared by every
-//!   replica) or [`MemoryLimiter`] (one process);
+//!   replica) or [`MemoryLimiter`] (one process). The trait is sealed and has nothing to call;
+//!   a handler or an admin task calls the limiter itself ([`RedisLimiter::check`],
+//!   [`inspect`](RedisLimiter::inspect), [`reset`](RedisLimiter::reset), ...). An app that
+//!   picks its backend at run time keeps an `Arc<dyn Limiter>`, which has the same methods and
+//!   is what the layer takes too: no handle type of its own;
 //! - the layer answers `429 Too Many Requests` with `Retry-After`, `RateLimit-Policy` and
 //!   `RateLimit` headers and an `application/problem+json` body, or calls the inner service with
 //!   the same headers added and a [`Decision`] in the request extensions;
@@ -114,9 +118,11 @@
 mod actual_cost;
 mod algorithm;
 mod builder;
+mod check;
 mod config;
 mod decision;
 mod denials;
+mod direct;
 mod entry_ids;
 mod evaluation;
 mod few;
@@ -154,13 +160,14 @@ pub use future::ResponseFuture;
 // The client's address lives in `crate::client_ip` (sessions read it too); rate limits key on
 // it so often that it is also here, under the same names.
 pub use crate::client_ip::{ClientIp, ForwardedHeader, PeerAddr};
+pub use check::Check;
 pub(crate) use key::Inline;
 pub use key::{
     And, ExtensionKey, Global, HeaderKey, Key, KeyError, KeyExtractor, KeyExtractorExt, Or,
 };
 pub use layer::RateLimitLayer;
 pub use lease::Lease;
-pub use limiter::{BoxFuture, Check, Limiter, LimiterError};
+pub use limiter::{Limiter, LimiterError};
 pub use memory::MemoryLimiter;
 pub use operations::{Bans, Inspection};
 pub use policy::{FailurePolicy, MissingKey, Mode};

@@ -1,5 +1,6 @@
 //! Operations on one rule and one key: what an operator reads and steers at run time
-//! ([`Limiter::inspect`], [`Limiter::reset`], [`Limiter::penalize`], [`Limiter::allow`]), and the
+//! ([`RedisLimiter::inspect`], [`RedisLimiter::reset`], [`RedisLimiter::penalize`],
+//! [`RedisLimiter::allow`]), and the
 //! escalating bans a rule can carry ([`Bans`]).
 //!
 //! # Where the state lives
@@ -19,16 +20,16 @@
 //! separate read per request would cost a round trip, and a record inside the algorithm's own
 //! state would need a different shape for each algorithm (and for custom ones).
 //!
-//! [`Limiter::inspect`]: super::Limiter::inspect
-//! [`Limiter::reset`]: super::Limiter::reset
-//! [`Limiter::penalize`]: super::Limiter::penalize
-//! [`Limiter::allow`]: super::Limiter::allow
+//! [`RedisLimiter::inspect`]: super::RedisLimiter::inspect
+//! [`RedisLimiter::reset`]: super::RedisLimiter::reset
+//! [`RedisLimiter::penalize`]: super::RedisLimiter::penalize
+//! [`RedisLimiter::allow`]: super::RedisLimiter::allow
 
 use std::borrow::Cow;
 use std::time::Duration;
 
 use super::algorithm::ceil_ms;
-use super::limiter::{Check, Limiter, LimiterError};
+use super::limiter::{Check, Engine, LimiterError};
 use super::{Rule, RuleState};
 use crate::{ConfigError, ConfigErrorKind};
 
@@ -192,11 +193,11 @@ fn ban_us(p: BanParams, level: u64) -> u64 {
     }
 }
 
-/// What [`Limiter::inspect`](super::Limiter::inspect) reports about one rule and one key.
+/// What [`RedisLimiter::inspect`](super::RedisLimiter::inspect) reports about one rule and one key.
 ///
 /// ```
 /// use std::time::Duration;
-/// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+/// use redis_guard::rate_limit::{Key, MemoryLimiter, Quota, Rule};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let limiter = MemoryLimiter::new();
 /// let rule = Rule::new("api", Quota::per_minute(10));
@@ -215,9 +216,9 @@ pub struct Inspection {
     /// allow-list entries are applied, as for a real request (blocked: nothing left; on the
     /// runtime list: admitted, and the quota does not move).
     pub state: RuleState,
-    /// How long the key stays blocked by a [`penalize`](super::Limiter::penalize) or a ban.
+    /// How long the key stays blocked by a [`penalize`](super::RedisLimiter::penalize) or a ban.
     pub blocked_for: Option<Duration>,
-    /// How long the key stays on the runtime allow list ([`allow`](super::Limiter::allow)).
+    /// How long the key stays on the runtime allow list ([`allow`](super::RedisLimiter::allow)).
     pub allowed_for: Option<Duration>,
     /// How many bans in a row the key has earned and not yet lived down (0: none).
     pub ban_level: u32,
@@ -273,7 +274,7 @@ pub(crate) fn allow_listed_state(limit: u32) -> RuleState {
 }
 
 /// Checks that `limiter` can run an operation on `rule`.
-pub(crate) fn valid<L: Limiter + ?Sized>(limiter: &L, rule: &Rule) -> Result<(), LimiterError> {
+pub(crate) fn valid<L: Engine + ?Sized>(limiter: &L, rule: &Rule) -> Result<(), LimiterError> {
     if let Some(why) = limiter.config_problem() {
         return Err(why.within("the limiter cannot work").into());
     }
@@ -292,7 +293,7 @@ pub(crate) fn script_arg(rule: &Rule) -> Cow<'static, str> {
 
 /// As [`valid`] for a rule that reads overrides, and `duration` (of a penalty or an allow-list
 /// entry) in µs.
-pub(crate) fn valid_for<L: Limiter + ?Sized>(
+pub(crate) fn valid_for<L: Engine + ?Sized>(
     limiter: &L,
     rule: &Rule,
     duration: Duration,

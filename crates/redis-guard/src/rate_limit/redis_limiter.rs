@@ -12,7 +12,7 @@ use super::evaluation::{Coalescers, Evaluation, RuleArgs};
 use super::fixed_window_plain::{self, Counters};
 use super::hot_lease::HotLeases;
 use super::lease::warn_release;
-use super::limiter::{BoxFuture, Check, Held, Limiter, LimiterError, chargeable};
+use super::limiter::{BoxFuture, Check, Engine, Held, Limiter, LimiterError, chargeable};
 use super::operations::{self, Inspection, Override};
 use super::receipt::Receipted;
 use super::{Key, Lease, Rule};
@@ -23,9 +23,9 @@ use crate::telemetry;
 pub(crate) const DEFAULT_DENY_CACHE: usize = 10_000;
 
 /// The longest a denial is answered from a [`RedisLimiter`]'s deny cache before Redis is asked
-/// again: how long a [`reset`](Limiter::reset) or [`allow`](Limiter::allow) made on another
-/// replica may take to reach a client this replica has cached as denied (on the replica that
-/// makes the call, its cache is cleared at once).
+/// again: how long a [`reset`](RedisLimiter::reset) or [`allow`](RedisLimiter::allow) made on
+/// another replica may take to reach a client this replica has cached as denied (on the replica
+/// that makes the call, its cache is cleared at once).
 pub(crate) const DENY_CACHE_MAX_WAIT: Duration = Duration::from_secs(2);
 
 /// A limiter whose state lives in Redis, shared by every instance of the application.
@@ -41,7 +41,7 @@ pub(crate) const DENY_CACHE_MAX_WAIT: Duration = Duration::from_secs(2);
 /// Key names are `<prefix>rl:<rule>:<algorithm>:{<digest>}`: the digest is a hash of the client
 /// key (see [`Key::digest`](super::Key::digest)), and the braces make it a Cluster hash tag.
 /// Beside it, `<prefix>rl:<rule>:ov:{<digest>}` holds the key's override record (penalty, allow
-/// list entry, bans; see [`Limiter::inspect`]), written only by operations and bans and read
+/// list entry, bans; see [`RedisLimiter::inspect`]), written only by operations and bans and read
 /// by rules built [`with_overrides`](super::Rule::with_overrides) or with bans, and
 /// `<prefix>rl:<rule>:lease:{<digest>}` the units of [leased](super::Rule::leased) blocks not
 /// given back yet. The algorithm (`gcra`, `fwc` — the fixed window's plain counter on Redis >= 7,
@@ -361,14 +361,16 @@ fn held((states, receipt): Receipted) -> Held {
 
 impl crate::sealed::Sealed for RedisLimiter {}
 
-impl Limiter for RedisLimiter {
+impl Limiter for RedisLimiter {}
+
+impl Engine for RedisLimiter {
     fn config_problem(&self) -> Option<crate::ConfigError> {
         self.backend.config_problem()
     }
 
-    fn charge_all(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>> {
+    fn charge_checks(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>> {
         if self.needs_shape(checks.iter().map(|c| &*c.rule)) {
-            return self.once_shaped(move |this| this.charge_all(checks));
+            return self.once_shaped(move |this| this.charge_checks(checks));
         }
         let checks = match chargeable(checks) {
             Ok(checks) => checks,
@@ -400,10 +402,10 @@ impl Limiter for RedisLimiter {
         self.evaluate_held(checks)
     }
 
-    fn inspect(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
+    fn inspect_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
         if self.needs_shape([rule]) {
             let rule = rule.clone();
-            return self.once_shaped(move |this| this.inspect(&rule, key));
+            return self.once_shaped(move |this| this.inspect_key(&rule, key));
         }
         if let Err(e) = operations::valid(self, rule) {
             return Box::pin(std::future::ready(Err(e)));
@@ -433,10 +435,10 @@ impl Limiter for RedisLimiter {
         })
     }
 
-    fn reset(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {
+    fn reset_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {
         if self.needs_shape([rule]) {
             let rule = rule.clone();
-            return self.once_shaped(move |this| this.reset(&rule, key));
+            return self.once_shaped(move |this| this.reset_key(&rule, key));
         }
         if let Err(e) = operations::valid(self, rule) {
             return Box::pin(std::future::ready(Err(e)));
@@ -445,7 +447,7 @@ impl Limiter for RedisLimiter {
         Box::pin(async move { done.await.map(drop) })
     }
 
-    fn penalize(
+    fn penalize_key(
         &self,
         rule: &Rule,
         key: Key,
@@ -454,7 +456,7 @@ impl Limiter for RedisLimiter {
         self.steer(rule, &key, duration, "penalize")
     }
 
-    fn allow(
+    fn allow_key(
         &self,
         rule: &Rule,
         key: Key,

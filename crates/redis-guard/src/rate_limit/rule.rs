@@ -1,6 +1,6 @@
-//! A named quota: what the layer evaluates per request, and what [`Limiter::check`] takes.
+//! A named quota: what the layer evaluates per request, and what [`RedisLimiter::check`] takes.
 //!
-//! [`Limiter::check`]: crate::rate_limit::Limiter::check
+//! [`RedisLimiter::check`]: crate::rate_limit::RedisLimiter::check
 
 use std::sync::Arc;
 
@@ -77,8 +77,8 @@ impl Rule {
         pub fn with_cost(cost: u32) => cost;
 
         /// How a [`RateLimitLayer`](super::RateLimitLayer) acts on this rule's verdict (default
-        /// [`Mode::Enforce`]). [`Limiter::check`](super::Limiter::check) ignores it: a direct
-        /// call returns the verdict, and acting on it is up to the caller.
+        /// [`Mode::Enforce`]). [`RedisLimiter::check`](super::RedisLimiter::check) ignores it: a
+        /// direct call returns the verdict, and acting on it is up to the caller.
         pub fn with_mode(mode: Mode) => mode;
     }
 
@@ -101,7 +101,7 @@ impl Rule {
 
     /// Applies the rule in a [`RateLimitLayer`](super::RateLimitLayer) only to requests on
     /// `route` (by path and method), so that one layer holds a limit per endpoint; other
-    /// requests skip it. [`Limiter::check`](super::Limiter::check) ignores it.
+    /// requests skip it. [`RedisLimiter::check`](super::RedisLimiter::check) ignores it.
     ///
     /// ```
     /// use http::Method;
@@ -144,7 +144,8 @@ impl Rule {
     /// Takes each request's cost from the request head (route, method, a header) in a
     /// [`RateLimitLayer`](super::RateLimitLayer), instead of [`with_cost`](Self::with_cost)'s
     /// constant: an export costs 20, a search 1, a status check 0 (checked, not consumed).
-    /// [`Limiter::check`](super::Limiter::check) ignores it; a direct call passes its cost with
+    /// [`RedisLimiter::check`](super::RedisLimiter::check) ignores it; a direct call passes its
+    /// cost with
     /// [`Check::with_cost`](super::Check::with_cost).
     ///
     /// A cost the rule can never admit (above its burst) is a bug of the function, not of the
@@ -365,8 +366,8 @@ impl Rule {
     /// `RateLimit-Policy` header shows the quota each request was decided with. With
     /// [`FailurePolicy::Fallback`](super::FailurePolicy::Fallback), the in-process fallback
     /// shares the resolved quota among the replicas, as it does the rule's own.
-    /// [`Limiter::check`](super::Limiter::check) ignores the resolver; a direct call passes its
-    /// quota with [`Check::with_quota`](super::Check::with_quota).
+    /// [`RedisLimiter::check`](super::RedisLimiter::check) ignores the resolver; a direct call
+    /// passes its quota with [`Check::with_quota`](super::Check::with_quota).
     ///
     /// ```
     /// use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer, Rule};
@@ -471,14 +472,14 @@ impl Rule {
     /// counting, decided in process (no Redis call; when every rule of a request allow-lists it,
     /// the request never reaches Redis). For health checkers, internal services, your own
     /// office. Keys that change at run time belong on the shared runtime list instead
-    /// ([`Limiter::allow`](super::Limiter::allow)).
+    /// ([`RedisLimiter::allow`](super::RedisLimiter::allow)).
     ///
     /// The keys are the values the rule's extractor produces (e.g. `Key::from(ip)` for
     /// [`ClientIp`](super::ClientIp)).
     ///
     /// ```
     /// use std::net::IpAddr;
-    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+    /// use redis_guard::rate_limit::{Key, MemoryLimiter, Quota, Rule};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let office: IpAddr = "203.0.113.7".parse().unwrap();
     /// let rule = Rule::new("api", Quota::per_minute(1)).with_allowed_keys([Key::from(office)]);
@@ -495,17 +496,17 @@ impl Rule {
     }
 
     /// Reads the runtime overrides of each key on every decision: penalties
-    /// ([`Limiter::penalize`](super::Limiter::penalize)) and runtime allow-list entries
-    /// ([`Limiter::allow`](super::Limiter::allow)), which every replica then honours. Off by
-    /// default, because reading the record costs every request a little (one more key per
-    /// script call on Redis, one more lookup in memory); [`with_bans`](Self::with_bans) turns
-    /// it on. [`inspect`](super::Limiter::inspect) and [`reset`](super::Limiter::reset) work on
+    /// ([`RedisLimiter::penalize`](super::RedisLimiter::penalize)) and runtime allow-list entries
+    /// ([`RedisLimiter::allow`](super::RedisLimiter::allow)), which every replica then honours. Off
+    /// by default, because reading the record costs every request a little (one more key per script
+    /// call on Redis, one more lookup in memory); [`with_bans`](Self::with_bans) turns it on.
+    /// [`inspect`](super::RedisLimiter::inspect) and [`reset`](super::RedisLimiter::reset) work on
     /// every rule; `penalize` and `allow` on a rule without overrides are refused with
     /// a [`ConfigErrorKind::Unsupported`] error, never silently ignored.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redis_guard::rate_limit::{Key, Limiter, MemoryLimiter, Quota, Rule};
+    /// use redis_guard::rate_limit::{Key, MemoryLimiter, Quota, Rule};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let limiter = MemoryLimiter::new();
     /// let plain = Rule::new("api", Quota::per_minute(60));
@@ -593,7 +594,7 @@ pub(crate) type QuotaNow = dyn Fn(&http::request::Parts) -> Option<Quota> + Send
 
 /// A resolver that looks the quota up.
 pub(crate) type QuotaLater =
-    dyn Fn(&http::request::Parts) -> super::BoxFuture<Option<Quota>> + Send + Sync;
+    dyn Fn(&http::request::Parts) -> super::limiter::BoxFuture<Option<Quota>> + Send + Sync;
 
 impl PartialEq for QuotaFrom {
     fn eq(&self, other: &Self) -> bool {

@@ -177,8 +177,8 @@ impl SessionLayerBuilder {
     ///
     /// Cookie attributes that do not work together, a transport header name that is not
     /// valid, lifetimes that cannot work (zero, over
-    /// 10 years, idle longer than absolute), a per-user cap outside 1..=1024, or store settings that cannot work
-    /// ([`SessionStore::check`]).
+    /// 10 years, idle longer than absolute), a per-user cap outside 1..=1024, or store settings
+    /// that cannot work (e.g. a zero Redis timeout).
     ///
     /// ```
     /// use redis_guard::session::{MemorySessionStore, SessionLayer};

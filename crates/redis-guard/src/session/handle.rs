@@ -304,8 +304,9 @@ impl Session {
 
     /// Records that the session belongs to `user` (written after the handler), so that
     /// [`revoke_user`](Self::revoke_user) can end it and
-    /// [`SessionStore::user_sessions`](super::SessionStore::user_sessions) lists it. The session is indexed under the user before
-    /// the client gets its cookie: if indexing fails, no cookie is sent.
+    /// [`RedisSessionStore::user_sessions`](super::RedisSessionStore::user_sessions) lists it. The
+    /// session is indexed under the user before the client gets its cookie: if indexing fails, no
+    /// cookie is sent.
     ///
     /// A privilege change: the session's CSRF token is dropped (in the same write), so a token
     /// handed out before is refused after it and the next
@@ -349,7 +350,7 @@ impl Session {
     ///
     /// A store error.
     pub async fn revoke_user(&self, user: &str) -> Result<usize, SessionError> {
-        let n = self.shared.store.revoke_user(user.to_owned()).await?;
+        let n = self.shared.store.end_user(user.to_owned()).await?;
         self.mark.touch();
         let mut state = self.state.lock().await;
         if state.user.as_deref() == Some(user) {

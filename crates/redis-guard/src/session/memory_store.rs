@@ -8,7 +8,7 @@ use super::memory_table::State;
 use super::memory_users::{UserDigest, user_digest};
 use super::store::{
     BoxFuture, CREATED_FIELD, CSRF_FIELD, Changes, EXP_FIELD, FieldSwap, Lifetimes, Record,
-    SEEN_FIELD, SessionInfo, SessionStore,
+    SEEN_FIELD, SessionInfo, SessionStore, Store,
 };
 use crate::backend::{BackendError, Clock, InProcess, InProcessBuilder};
 
@@ -103,7 +103,10 @@ fn collision() -> SessionError {
 
 impl crate::sealed::Sealed for MemorySessionStore {}
 
-impl SessionStore for MemorySessionStore {
+impl SessionStore for MemorySessionStore {}
+
+#[allow(private_interfaces)] // see `Store`
+impl Store for MemorySessionStore {
     fn load(
         &self,
         key: String,
@@ -232,7 +235,7 @@ impl SessionStore for MemorySessionStore {
         })
     }
 
-    fn revoke_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
+    fn end_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
         self.with(move |s, _| {
             let index = s.users.take(&user_digest(&user));
             for key in index.keys() {
@@ -242,15 +245,11 @@ impl SessionStore for MemorySessionStore {
         })
     }
 
-    fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
+    fn list_user(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
         self.with(move |s, now| Ok(s.listing(&user_digest(&user), now)))
     }
 
-    fn revoke_session(
-        &self,
-        user: String,
-        handle: String,
-    ) -> BoxFuture<Result<bool, SessionError>> {
+    fn end_session(&self, user: String, handle: String) -> BoxFuture<Result<bool, SessionError>> {
         self.with(move |s, now| {
             let found = s
                 .listing(&user_digest(&user), now)
@@ -260,7 +259,7 @@ impl SessionStore for MemorySessionStore {
         })
     }
 
-    fn revoke_user_except(
+    fn end_user_except(
         &self,
         user: String,
         keep: String,
@@ -385,7 +384,7 @@ mod tests {
         assert!(most <= 2 + 64, "an insert examined {most} entries");
         let mut indexed = 0;
         for u in 0..7 {
-            for info in block(store.user_sessions(format!("user{u}"))).unwrap() {
+            for info in block(store.list_user(format!("user{u}"))).unwrap() {
                 indexed += 1;
                 assert!(
                     block(store.load(info.storage_key, life)).unwrap().is_some(),

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::SessionError;
-use super::store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore};
+use super::store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore, Store};
 use crate::telemetry::{self, Metric};
 
 /// The layer's store, counted.
@@ -46,7 +46,10 @@ fn written<T>(v: &Option<T>) -> Option<(Metric, &'static str, &'static str, u64)
     Some((Metric::SessionSaves, "result", result, 1))
 }
 
-impl SessionStore for Metered {
+impl SessionStore for Metered {}
+
+#[allow(private_interfaces)] // see `Store`
+impl Store for Metered {
     fn load(
         &self,
         key: String,
@@ -117,32 +120,28 @@ impl SessionStore for Metered {
         })
     }
 
-    fn revoke_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
-        metered("revoke", self.0.revoke_user(user), |&n| {
+    fn end_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
+        metered("revoke", self.0.end_user(user), |&n| {
             Some((Metric::SessionRevocations, "kind", "user", n as u64))
         })
     }
 
-    fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
-        metered("list", self.0.user_sessions(user), |_| None)
+    fn list_user(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
+        metered("list", self.0.list_user(user), |_| None)
     }
 
-    fn revoke_session(
-        &self,
-        user: String,
-        handle: String,
-    ) -> BoxFuture<Result<bool, SessionError>> {
-        metered("revoke", self.0.revoke_session(user, handle), |&ended| {
+    fn end_session(&self, user: String, handle: String) -> BoxFuture<Result<bool, SessionError>> {
+        metered("revoke", self.0.end_session(user, handle), |&ended| {
             ended.then_some((Metric::SessionRevocations, "kind", "session", 1))
         })
     }
 
-    fn revoke_user_except(
+    fn end_user_except(
         &self,
         user: String,
         keep: String,
     ) -> BoxFuture<Result<usize, SessionError>> {
-        metered("revoke", self.0.revoke_user_except(user, keep), |&n| {
+        metered("revoke", self.0.end_user_except(user, keep), |&n| {
             Some((Metric::SessionRevocations, "kind", "others", n as u64))
         })
     }
@@ -239,7 +238,7 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
-        assert_eq!(block(store.revoke_user("u".into())).unwrap(), 1);
+        assert_eq!(block(store.end_user("u".into())).unwrap(), 1);
         block(store.create(key("c"), set("x"), life)).unwrap();
         block(store.delete(key("c"))).unwrap();
         for (metric, n) in [

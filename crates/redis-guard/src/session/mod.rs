@@ -54,10 +54,13 @@
 //!   stored.
 //! - **Users**: `set_user` records the session under its user (the id is 1 to 256 bytes; stores
 //!   key the index by its SHA-256); `revoke_user` ends all of them ("log out everywhere");
-//!   [`SessionStore::user_sessions`] lists them. The index follows `cycle_id` to the new id, and
-//!   loses entries on `destroy`; entries of sessions that are gone are pruned before the
-//!   per-user cap ([`SessionLayerBuilder::max_sessions_per_user`]) ends a live session. A
-//!   session with a user is never handed to the client unless it is indexed.
+//!   [`RedisSessionStore::user_sessions`] lists them. [`SessionStore`] is sealed and has nothing
+//!   to call: an admin task calls the store itself (`revoke_user`, `user_sessions`,
+//!   `revoke_session`, `revoke_user_except` on either store, or on the `Arc<dyn SessionStore>`
+//!   of an app that picks its store at run time), a handler its [`Session`]. The index follows
+//!   `cycle_id` to the new id, and loses entries on `destroy`; entries of sessions that are gone
+//!   are pruned before the per-user cap ([`SessionLayerBuilder::max_sessions_per_user`]) ends a
+//!   live session. A session with a user is never handed to the client unless it is indexed.
 //! - **Devices**: each session keeps, in reserved fields, when it was created and last used, the
 //!   client's address (read with the same [`ClientIp`](crate::client_ip::ClientIp) as the rate
 //!   limiter, so proxies are handled: [`SessionLayerBuilder::client_ip`]) and its user agent
@@ -136,6 +139,7 @@
 //! subdomains can plant one; on Redis, a session whose user changes keeps its entry in the previous
 //! user's index until it ends (revoking that user ends it too).
 
+mod admin;
 mod builder;
 mod cache_control;
 mod cookie;
@@ -175,7 +179,6 @@ pub use memory_store::MemorySessionStore;
 pub use policy::FailurePolicy;
 pub use redis_store::RedisSessionStore;
 pub use service::SessionService;
-pub use store::FieldSwap;
-pub use store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore};
+pub use store::{SessionInfo, SessionStore};
 pub use token::Transport;
 pub use user::SessionUser;

@@ -14,7 +14,7 @@ use super::scripts::{
     expiry, int, string, strings,
 };
 use super::store::{
-    BoxFuture, CSRF_FIELD, Changes, Lifetimes, Record, SessionInfo, SessionStore, USER_FIELD,
+    BoxFuture, CSRF_FIELD, Changes, Lifetimes, Record, SessionInfo, SessionStore, Store, USER_FIELD,
 };
 use crate::backend::{Coalescer, DEFAULT_BATCH, Entry, LuaScript as Script, RedisBackend};
 
@@ -134,14 +134,15 @@ impl RedisSessionStore {
     }
 
     /// A test seam (feature `test-util`): `hook` runs inside
-    /// [`revoke_user`](SessionStore::revoke_user), after it has taken the user's index and
-    /// before it deletes the sessions, so a test can land a login "between the steps".
+    /// [`revoke_user`](Self::revoke_user), after it has taken the user's index and before it
+    /// deletes the sessions, so a test can land a login "between the steps".
     #[cfg(feature = "test-util")]
     #[must_use]
-    pub fn between_revoke_steps(
-        mut self,
-        hook: impl Fn() -> BoxFuture<()> + Send + Sync + 'static,
-    ) -> Self {
+    pub fn between_revoke_steps<F>(mut self, hook: impl Fn() -> F + Send + Sync + 'static) -> Self
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let hook = move || -> BoxFuture<()> { Box::pin(hook()) };
         Arc::make_mut(&mut self.inner).between_revoke_steps = Some(Hook(Arc::new(hook)));
         self
     }
@@ -215,7 +216,10 @@ impl RedisSessionStore {
 
 impl crate::sealed::Sealed for RedisSessionStore {}
 
-impl SessionStore for RedisSessionStore {
+impl SessionStore for RedisSessionStore {}
+
+#[allow(private_interfaces)] // see `Store`
+impl Store for RedisSessionStore {
     fn load(
         &self,
         key: String,
@@ -372,7 +376,7 @@ impl SessionStore for RedisSessionStore {
         })
     }
 
-    fn revoke_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
+    fn end_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
         let this = self.clone();
         Box::pin(async move {
             let members = strings(this.run(&REVOKE, this.user_key(&user), 0, vec![]).await?)?;
@@ -394,21 +398,17 @@ impl SessionStore for RedisSessionStore {
         self.inner.backend.config_problem().map_or(Ok(()), Err)
     }
 
-    fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
+    fn list_user(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
         let this = self.clone();
         Box::pin(async move { this.listing(&user).await })
     }
 
-    fn revoke_session(
-        &self,
-        user: String,
-        handle: String,
-    ) -> BoxFuture<Result<bool, SessionError>> {
+    fn end_session(&self, user: String, handle: String) -> BoxFuture<Result<bool, SessionError>> {
         let this = self.clone();
         Box::pin(async move { this.revoke_handle(&user, &handle).await })
     }
 
-    fn revoke_user_except(
+    fn end_user_except(
         &self,
         user: String,
         keep: String,

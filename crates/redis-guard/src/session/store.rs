@@ -9,29 +9,28 @@ use std::time::Duration;
 
 use super::SessionError;
 
-/// A boxed, sendable future, as [`SessionStore`] methods return.
-pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+/// A boxed, sendable future, as [`Store`] methods return.
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// How long sessions live, and how many one user may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Lifetimes {
+pub(crate) struct Lifetimes {
     /// Idle timeout: a session unused this long ends. Every successful request carrying the
     /// cookie restarts it.
-    pub idle: Duration,
+    pub(crate) idle: Duration,
     /// Absolute lifetime: a session ends this long after it was created, however much it is used.
-    pub max: Duration,
+    pub(crate) max: Duration,
     /// Sessions one user may hold at once; when a new one would exceed it, the one closest to
     /// its absolute expiry is ended.
-    pub per_user: u32,
+    pub(crate) per_user: u32,
     /// How long a use stays fresh: a session used again within it is not marked used again
     /// (its last-seen time and idle timeout are not rewritten), so most
     /// requests write nothing. `None`: 1 % of the idle timeout.
-    pub seen_every: Option<Duration>,
+    pub(crate) seen_every: Option<Duration>,
     /// The longest idle timeout or absolute lifetime one session may be given
     /// ([`Session::set_max_lifetime`](super::Session::set_max_lifetime)); longer ones are cut
     /// to it.
-    pub ceiling: Duration,
+    pub(crate) ceiling: Duration,
 }
 
 impl Default for Lifetimes {
@@ -120,7 +119,7 @@ impl Device {
 /// A session's stored fields: the values (JSON text) under their keys, plus metadata fields whose
 /// names start with `$`.
 #[derive(Clone, Default)]
-pub struct Record {
+pub(crate) struct Record {
     pub(crate) fields: HashMap<String, String>,
     /// Whether the load that read it marked the session used (its last use was no longer
     /// fresh): the layer then records the client's device too. Not part of the record's value.
@@ -138,22 +137,14 @@ impl Eq for Record {}
 impl Record {
     /// The JSON text stored under `key`.
     #[must_use]
-    pub fn get(&self, key: &str) -> Option<&str> {
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
         self.fields.get(key).map(String::as_str)
     }
 
     /// The user the session belongs to, if any.
     #[must_use]
-    pub fn user(&self) -> Option<&str> {
+    pub(crate) fn user(&self) -> Option<&str> {
         self.get(USER_FIELD)
-    }
-
-    /// The user keys (no metadata).
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.fields
-            .keys()
-            .map(String::as_str)
-            .filter(|k| !k.starts_with(RESERVED))
     }
 
     /// A record from a flat field/value array; one element more at the end (an odd length)
@@ -180,7 +171,7 @@ impl fmt::Debug for Record {
 
 /// What one request changed: fields to set (JSON text), fields to remove, or everything cleared.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Changes {
+pub(crate) struct Changes {
     pub(crate) clear: bool,
     pub(crate) set: BTreeMap<String, String>,
     pub(crate) remove: BTreeSet<String>,
@@ -189,7 +180,7 @@ pub struct Changes {
 impl Changes {
     /// Whether there is nothing to write.
     #[must_use]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         !self.clear && self.set.is_empty() && self.remove.is_empty()
     }
 
@@ -206,7 +197,8 @@ impl Changes {
     }
 }
 
-/// One of a user's sessions, as [`SessionStore::user_sessions`] and
+/// One of a user's sessions, as
+/// [`RedisSessionStore::user_sessions`](super::RedisSessionStore::user_sessions) and
 /// [`Session::sessions`](super::Session::sessions) list them: what a "your devices" page shows.
 ///
 /// Times are relative (the stores' clocks differ: Redis `TIME`, or a monotonic clock in
@@ -219,16 +211,18 @@ pub struct SessionInfo {
     pub storage_key: String,
     /// A stable public name for the session: random, drawn when the session is created and kept
     /// across id rotations; never the id nor its hash. What
-    /// [`SessionStore::revoke_session`] takes.
+    /// [`RedisSessionStore::revoke_session`](super::RedisSessionStore::revoke_session) takes.
     pub handle: String,
     /// Time left until its absolute expiry.
     pub expires_in: Duration,
     /// Time since it was created.
     pub age: Duration,
-    /// Time since it was last marked used (at most [`Lifetimes::seen_every`] stale).
+    /// Time since it was last marked used (at most
+    /// [`last_seen_interval`](super::SessionLayerBuilder::last_seen_interval) stale).
     pub idle_for: Duration,
     /// The client's address at the last write or the last use recorded (at most
-    /// [`Lifetimes::seen_every`] stale), unless the layer records none.
+    /// [`last_seen_interval`](super::SessionLayerBuilder::last_seen_interval) stale), unless the
+    /// layer records none.
     pub ip: Option<IpAddr>,
     /// The client's user agent at the last write or the last use recorded, truncated, unless
     /// the layer records none.
@@ -280,30 +274,67 @@ fn legacy_handle(storage_key: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&digest[..16])
 }
 
-/// What [`SessionStore::compare_and_set_field`] did.
+/// What [`Store::compare_and_set_field`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct FieldSwap {
+pub(crate) struct FieldSwap {
     /// Whether the field held the expected text and was set.
-    pub set: bool,
+    pub(crate) set: bool,
     /// The text the field holds afterwards: the new value, or the one that did not match
     /// (`None`: absent).
-    pub value: Option<String>,
+    pub(crate) value: Option<String>,
 }
 
 /// Where sessions live: [`RedisSessionStore`](super::RedisSessionStore) or
-/// [`MemorySessionStore`](super::MemorySessionStore). Keys are storage keys
-/// ([`SessionId::storage_key`](super::SessionId::storage_key)), never raw ids.
+/// [`MemorySessionStore`](super::MemorySessionStore), or an `Arc` of either, as
+/// [`SessionLayer::new`](super::SessionLayer::new) and
+/// [`SessionLayer::builder`](super::SessionLayer::builder) take them.
 ///
 /// Every operation is one atomic step of the store, and every one that reads or writes a session
 /// first checks that it is live (idle and absolute expiry): an update to a session that is gone is
 /// dropped, never re-creating it.
 ///
-/// This trait is **sealed**: it cannot be implemented outside this crate. Its guarantees (no lost
-/// writes, no resurrection, revocation that reaches rotated sessions) live in the details of each
-/// operation, which are not a stable contract yet. Call its methods freely (e.g.
-/// [`revoke_user`](SessionStore::revoke_user) from an admin handler).
-pub trait SessionStore: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static {
+/// This trait is **sealed** and has nothing to call (as tokio's `ToSocketAddrs`): it cannot be
+/// implemented outside this crate. Its guarantees (no lost writes, no resurrection, revocation
+/// that reaches rotated sessions) live in the details of each operation, which are not a stable
+/// contract yet. What an admin task calls on a store (`revoke_user`, `user_sessions`,
+/// `revoke_session`, `revoke_user_except`) are inherent methods of the two stores, and of
+/// `dyn SessionStore` for code that picks its store at run time and keeps an
+/// `Arc<dyn SessionStore>`; a handler calls the same through its [`Session`](super::Session).
+///
+/// ```
+/// use std::sync::Arc;
+/// use redis_guard::session::{MemorySessionStore, SessionLayer, SessionStore};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// // e.g. `RedisSessionStore` when a Redis URL is configured
+/// let store: Arc<dyn SessionStore> = Arc::new(MemorySessionStore::new());
+/// let layer = SessionLayer::new(Arc::clone(&store)).unwrap();
+/// assert_eq!(store.revoke_user("alice").await.unwrap(), 0);
+/// # let _ = layer; }
+/// ```
+///
+/// What the layer calls is out of reach, and so are the records it moves:
+///
+/// ```compile_fail
+/// use redis_guard::session::SessionStore;
+/// fn delete(store: &dyn SessionStore, storage_key: String) {
+///     let _ = store.delete(storage_key);
+/// }
+/// ```
+///
+/// ```compile_fail
+/// use redis_guard::session::{Changes, Lifetimes, Record};
+/// ```
+#[allow(private_bounds)] // see `Store`
+pub trait SessionStore: Store + Send + Sync + fmt::Debug + 'static {}
+
+/// What the session layer asks of a store; unnameable outside this crate (it seals
+/// [`SessionStore`]). Keys are storage keys
+/// ([`SessionId::storage_key`](super::SessionId::storage_key)), never raw ids.
+///
+/// Its parameter, records, changes and lifetimes are crate-private on purpose: outside this
+/// crate none of its methods can be called, even on a `dyn SessionStore`.
+#[allow(private_bounds, private_interfaces)]
+pub trait Store<Seal = crate::sealed::Private>: crate::sealed::Sealed {
     /// Loads a live session and marks it used (restarting the idle timeout) unless its last use
     /// is still fresh ([`Lifetimes::seen_every`]). When it marks it, the layer records the
     /// client's device with a write of its own if it changed (at most once per
@@ -365,30 +396,27 @@ pub trait SessionStore: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'stat
         life: Lifetimes,
     ) -> BoxFuture<Result<(), SessionError>>;
 
-    /// Ends every session of `user`; returns how many were listed. The index is taken in one
-    /// atomic step, so a session indexed concurrently is either ended or stays in the index for
-    /// the next revocation.
-    fn revoke_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>>;
+    /// Ends every session of `user`; returns how many were listed (`revoke_user`). The index is
+    /// taken in one atomic step, so a session indexed concurrently is either ended or stays in the
+    /// index for the next revocation.
+    fn end_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>>;
 
     /// The live sessions of `user`, with their metadata, soonest absolute expiry first. Index
-    /// entries of sessions that are gone are pruned on the way.
-    fn user_sessions(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>>;
+    /// entries of sessions that are gone are pruned on the way (`user_sessions`).
+    fn list_user(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>>;
 
     /// Ends the session of `user` whose [`handle`](SessionInfo::handle) is `handle`; `false`
     /// when `user` has no such session (a forged handle, or another user's: nothing happens).
-    /// A rotation racing with it is followed: the session ends under its new id.
-    fn revoke_session(&self, user: String, handle: String)
-    -> BoxFuture<Result<bool, SessionError>>;
+    /// A rotation racing with it is followed: the session ends under its new id
+    /// (`revoke_session`).
+    fn end_session(&self, user: String, handle: String) -> BoxFuture<Result<bool, SessionError>>;
 
     /// Ends every session of `user` except the one under storage key `keep` ("log out
     /// everywhere else"); returns how many were ended. Sessions `user` logs in with while it
-    /// runs may stay (unlike [`revoke_user`](Self::revoke_user), which takes the index at once:
-    /// keeping one session means going through the list).
-    fn revoke_user_except(
-        &self,
-        user: String,
-        keep: String,
-    ) -> BoxFuture<Result<usize, SessionError>>;
+    /// runs may stay (unlike [`end_user`](Self::end_user), which takes the index at once:
+    /// keeping one session means going through the list; `revoke_user_except`).
+    fn end_user_except(&self, user: String, keep: String)
+    -> BoxFuture<Result<usize, SessionError>>;
 
     /// Checks the store's own settings; [`SessionLayerBuilder::build`](super::SessionLayerBuilder::build)
     /// calls it and fails with the error. The default accepts everything.
@@ -433,7 +461,7 @@ pub trait SessionStore: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'stat
     ) -> BoxFuture<Result<Option<FieldSwap>, SessionError>>;
 }
 
-/// Forwards each listed method of [`SessionStore`] to `**self`.
+/// Forwards each listed method of [`Store`] to `**self`.
 macro_rules! forward {
     ($($name:ident($($arg:ident: $ty:ty),*) -> $out:ty;)*) => {
         $(fn $name(&self, $($arg: $ty),*) -> $out {
@@ -442,7 +470,10 @@ macro_rules! forward {
     };
 }
 
-impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
+impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {}
+
+#[allow(private_interfaces)] // see `Store`
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     forward! {
         load(key: String, life: Lifetimes) -> BoxFuture<Result<Option<Record>, SessionError>>;
         create(key: String, changes: Changes, life: Lifetimes) -> BoxFuture<Result<u64, SessionError>>;
@@ -454,10 +485,10 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
         rotate(old: String, new: String, life: Lifetimes) -> BoxFuture<Result<bool, SessionError>>;
         index_user(user: String, key: String, expires: u64, life: Lifetimes)
             -> BoxFuture<Result<(), SessionError>>;
-        revoke_user(user: String) -> BoxFuture<Result<usize, SessionError>>;
-        user_sessions(user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>>;
-        revoke_session(user: String, handle: String) -> BoxFuture<Result<bool, SessionError>>;
-        revoke_user_except(user: String, keep: String) -> BoxFuture<Result<usize, SessionError>>;
+        end_user(user: String) -> BoxFuture<Result<usize, SessionError>>;
+        list_user(user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>>;
+        end_session(user: String, handle: String) -> BoxFuture<Result<bool, SessionError>>;
+        end_user_except(user: String, keep: String) -> BoxFuture<Result<usize, SessionError>>;
         check() -> Result<(), crate::ConfigError>;
         take_field(key: String, field: String, life: Lifetimes)
             -> BoxFuture<Result<Option<Option<String>>, SessionError>>;

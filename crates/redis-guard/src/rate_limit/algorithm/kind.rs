@@ -53,8 +53,8 @@ pub enum Algorithm {
     ///   [bans](crate::rate_limit::Rule::with_bans) or
     ///   [overrides](crate::rate_limit::Rule::with_overrides), a
     ///   [cost settled after the response](crate::rate_limit::Rule::charged_after_response),
-    ///   probes (cost 0) and [`inspect`](crate::rate_limit::Limiter::inspect).
-    ///   [`reset`](crate::rate_limit::Limiter::reset) deletes the counter.
+    ///   probes (cost 0) and [`inspect`](crate::rate_limit::RedisLimiter::inspect).
+    ///   [`reset`](crate::rate_limit::RedisLimiter::reset) deletes the counter.
     /// - **Older servers**, and backends whose script clock a test seam shifts or freezes
     ///   (feature `test-util`: key expiry cannot follow such a clock): one script keeps
     ///   `"<window start>:<count>"` under a key tagged `fw`, and a denial consumes nothing.

@@ -63,8 +63,8 @@ impl Rule {
     /// give-back returns only units nobody was admitted with (and only while the key's state
     /// has been continuously busy since the reservation: when the key's GCRA state emptied in
     /// between, its units have come back with time already, and the give-back is skipped).
-    /// [`Limiter::reset`](super::Limiter::reset) is the exception it always is: it grants the
-    /// key a fresh quota, and blocks open at the time are spent and given back as usual.
+    /// [`RedisLimiter::reset`](super::RedisLimiter::reset) is the exception it always is: it grants
+    /// the key a fresh quota, and blocks open at the time are spent and given back as usual.
     ///
     /// **The price**: a client may be denied on one replica while another replica holds unused
     /// units of its blocks: at most `replicas × k` units (`k` ≤ `percent` % of the burst) are
@@ -77,7 +77,8 @@ impl Rule {
     /// The headers of a request admitted from a block show what Redis had left when the block
     /// was reserved less what this replica admitted from it since, that is what Redis would say
     /// if no other replica had used the key meanwhile (never more than this replica's view of
-    /// the truth); `reset` is counted the same way. [`Limiter::inspect`](super::Limiter::inspect)
+    /// the truth); `reset` is counted the same way.
+    /// [`RedisLimiter::inspect`](super::RedisLimiter::inspect)
     /// reports what Redis holds: the units of open blocks count as used there.
     ///
     /// Only requests with this one rule are leased: a request that several rules decide

@@ -30,7 +30,7 @@ impl Session {
         let Some(user) = user else {
             return Ok(Vec::new());
         };
-        let mut list = self.shared.store.user_sessions(user).await?;
+        let mut list = self.shared.store.list_user(user).await?;
         for info in &mut list {
             info.current = current.as_deref() == Some(info.storage_key.as_str());
         }
@@ -50,7 +50,7 @@ impl Session {
         let Some(user) = user else {
             return Ok(false);
         };
-        let listed = self.shared.store.user_sessions(user.clone()).await?;
+        let listed = self.shared.store.list_user(user.clone()).await?;
         let Some(info) = listed.into_iter().find(|i| i.handle == handle) else {
             return Ok(false);
         };
@@ -58,10 +58,7 @@ impl Session {
             self.destroy().await?;
             return Ok(true);
         }
-        self.shared
-            .store
-            .revoke_session(user, handle.to_owned())
-            .await
+        self.shared.store.end_session(user, handle.to_owned()).await
     }
 
     /// Ends every other session of this session's user ("log out everywhere else"), keeping
@@ -76,7 +73,7 @@ impl Session {
             return Ok(0);
         };
         let keep = current.unwrap_or_default();
-        self.shared.store.revoke_user_except(user, keep).await
+        self.shared.store.end_user_except(user, keep).await
     }
 
     /// The stored user of this session and its storage key, once loaded (a user set in this

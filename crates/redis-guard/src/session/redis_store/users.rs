@@ -7,7 +7,7 @@ use super::RedisSessionStore;
 use crate::session::SessionError;
 use crate::session::scripts::{LIST, PEEK, PROBE, TRIM, bad_reply, strings};
 use crate::session::store::{
-    CREATED_FIELD, DEVICE_FIELD, EXP_FIELD, SEEN_FIELD, SessionInfo, SessionStore,
+    CREATED_FIELD, DEVICE_FIELD, EXP_FIELD, SEEN_FIELD, SessionInfo, Store,
 };
 
 /// The idle timeout `probe` uses where none is known (listing): only the absolute expiry and

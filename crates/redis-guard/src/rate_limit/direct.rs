@@ -1,0 +1,241 @@
+//! What a handler or an admin task calls on a limiter outside a layer: checks for limits that
+//! need the request body (calls per phone number, logins per user name), and the operations on
+//! one rule and one key (inspect, reset, penalize, allow, charge).
+//!
+//! They are inherent methods of [`MemoryLimiter`], [`RedisLimiter`] and `dyn Limiter` (one
+//! definition, `limiter_operations!`, each example shown with its own type), built on the
+//! sealed engine the layer drives: [`Limiter`] itself has nothing to call.
+
+use std::time::Duration;
+
+use super::limiter::{Engine, check_all};
+use super::{
+    Check, Decision, Inspection, Key, Limiter, LimiterError, MemoryLimiter, RedisLimiter, Rule,
+};
+
+/// The user operations as inherent methods of `$ty`, whose examples build their limiter with
+/// `$setup` (`[fence, imports, let limiter = …;]`).
+macro_rules! limiter_operations {
+    ($ty:ty, $setup:tt) => {
+        impl $ty {
+            /// Checks one request for `key` against `rule`: the call for limits that need the
+            /// request body, such as "5 calls per minute per phone number". A rule's mode,
+            /// cost resolver and quota resolver are the layer's business: a direct call
+            /// enforces the rule with its own cost and quota.
+            ///
+            #[doc = operation_example!($setup,
+                "let calls = Rule::new(\"calls\", Quota::per_minute(5));",
+                "for _ in 0..5 {",
+                "    assert!(limiter.check(&calls, Key::from(\"+15550100\")).await?.allowed);",
+                "}",
+                "assert!(!limiter.check(&calls, Key::from(\"+15550100\")).await?.allowed);",
+            )]
+            ///
+            /// # Errors
+            ///
+            /// [`LimiterError`]: the store failed, or the rule is invalid.
+            pub async fn check(&self, rule: &Rule, key: Key) -> Result<Decision, LimiterError> {
+                check_all(self, vec![Check::new(rule.clone(), key)]).await
+            }
+
+            /// Checks one request against several rules, all or nothing: nothing is counted
+            /// when any denies. The [`Decision`] of an admitted request holds the leases of its
+            /// concurrency rules ([`Decision::lease`]).
+            ///
+            #[doc = operation_example!($setup,
+                "let per_ip = Rule::new(\"login-ip\", Quota::per_minute(20));",
+                "let per_user = Rule::new(\"login-user\", Quota::per_minute(5));",
+                "let d = limiter.check_all(vec![",
+                "    Check::new(per_ip, Key::from(\"203.0.113.7\")),",
+                "    Check::new(per_user, Key::from(\"alice\")),",
+                "]).await?;",
+                "assert!(d.allowed);",
+                "assert_eq!(d.remaining, 4);",
+            )]
+            ///
+            /// # Errors
+            ///
+            /// [`LimiterError`]: the store failed, a rule is invalid, or there is no check.
+            pub async fn check_all(&self, checks: Vec<Check>) -> Result<Decision, LimiterError> {
+                check_all(self, checks).await
+            }
+
+            /// What `rule` knows about `key`: the answer one more request would get (decided
+            /// without recording anything, so inspecting never consumes quota, counts a
+            /// rejection or starts a ban), and the key's penalty, runtime allow-list entry and
+            /// ban level. See [`Inspection`].
+            ///
+            #[doc = operation_example!($setup,
+                "let api = Rule::new(\"api\", Quota::per_minute(60));",
+                "for _ in 0..3 {",
+                "    limiter.check(&api, Key::from(\"alice\")).await?;",
+                "}",
+                "let seen = limiter.inspect(&api, Key::from(\"alice\")).await?;",
+                "assert_eq!(seen.state.remaining, 57);",
+                "assert_eq!(limiter.inspect(&api, Key::from(\"alice\")).await?, seen);",
+            )]
+            ///
+            /// # Errors
+            ///
+            /// [`LimiterError`]: the store failed, or the rule is invalid.
+            pub async fn inspect(&self, rule: &Rule, key: Key) -> Result<Inspection, LimiterError> {
+                self.inspect_key(rule, key).await
+            }
+
+            /// Forgets everything `rule` knows about `key`: its quota state, penalty, runtime
+            /// allow-list entry and ban history. The next request sees the full quota. On Redis
+            /// every replica sees it at once; a replica that cached a denial of the key answers
+            /// from that cache for at most 2 s.
+            ///
+            #[doc = operation_example!($setup,
+                "let api = Rule::new(\"api\", Quota::per_hour(1));",
+                "assert!(limiter.check(&api, Key::from(\"bob\")).await?.allowed);",
+                "assert!(!limiter.check(&api, Key::from(\"bob\")).await?.allowed);",
+                "limiter.reset(&api, Key::from(\"bob\")).await?;",
+                "assert!(limiter.check(&api, Key::from(\"bob\")).await?.allowed);",
+            )]
+            ///
+            /// # Errors
+            ///
+            /// [`LimiterError`]: the store failed, or the rule is invalid.
+            pub async fn reset(&self, rule: &Rule, key: Key) -> Result<(), LimiterError> {
+                self.reset_key(rule, key).await
+            }
+
+            /// Blocks `key` under `rule` for `duration` (1 ms to
+            /// 366 days): every request is denied by
+            /// the rule, with `Retry-After` the rest of the block, on every replica. The rule
+            /// must read overrides ([`Rule::with_overrides`] or bans; otherwise
+            /// a [`LimiterError::Config`] of kind [`Unsupported`](crate::ConfigErrorKind::Unsupported)). Replaces an earlier penalty and ends a runtime
+            /// allow-list entry; a `reset` or an `allow` lifts it. Denials during the block
+            /// record nothing.
+            ///
+            #[doc = operation_example!($setup,
+                "let api = Rule::new(\"api\", Quota::per_minute(60)).with_overrides();",
+                "limiter.penalize(&api, Key::from(\"mallory\"), Duration::from_secs(600)).await?;",
+                "let d = limiter.check(&api, Key::from(\"mallory\")).await?;",
+                "assert!(!d.allowed);",
+                "assert_eq!(d.retry_after, Duration::from_secs(600));",
+            )]
+            ///
+            /// # Errors
+            ///
+            /// [`LimiterError`]: the store failed, the rule is invalid, or the duration is out
+            /// of range.
+            pub async fn penalize(
+                &self,
+                rule: &Rule,
+                key: Key,
+                duration: Duration,
+            ) -> Result<(), LimiterError> {
+                self.penalize_key(rule, key, duration).await
+            }
+
+            /// Puts `key` on `rule`'s runtime allow list for `duration` (1 ms to
+            /// 366 days): the rule admits it without
+            /// counting, on every replica, until the entry expires. The rule must read
+            /// overrides, as for `penalize`. Ends a penalty or ban in progress (not the ban
+            /// history). For a list fixed at start, use [`Rule::with_allowed_keys`], which
+            /// costs no Redis call.
+            ///
+            #[doc = operation_example!($setup,
+                "let api = Rule::new(\"api\", Quota::per_hour(1)).with_overrides();",
+                "limiter.allow(&api, Key::from(\"load-test\"), Duration::from_secs(3600)).await?;",
+                "for _ in 0..10 {",
+                "    assert!(limiter.check(&api, Key::from(\"load-test\")).await?.allowed);",
+                "}",
+            )]
+            ///
+            /// # Errors
+            ///
+            /// [`LimiterError`]: the store failed, the rule is invalid, or the duration is out
+            /// of range.
+            pub async fn allow(
+                &self,
+                rule: &Rule,
+                key: Key,
+                duration: Duration,
+            ) -> Result<(), LimiterError> {
+                self.allow_key(rule, key, duration).await
+            }
+
+            /// Charges `key` `cost` more units of `rule` whatever is left: a cost learnt after
+            /// the request was admitted (the tokens an answer used, once its stream ended). The
+            /// key may go over its limit and then waits until the debt is paid (GCRA and the
+            /// window algorithms keep all of it; the token bucket empties and keeps none
+            /// below). A cost of 0 does nothing. A
+            /// [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) does this itself for rules
+            /// that are [`charged_after_response`](Rule::charged_after_response).
+            ///
+            #[doc = operation_example!($setup,
+                "let tokens = Rule::new(\"tokens\", Quota::per_hour(10_000));",
+                "limiter.charge(&tokens, Key::from(\"acme\"), 9_000).await?;",
+                "let seen = limiter.inspect(&tokens, Key::from(\"acme\")).await?;",
+                "assert_eq!(seen.state.remaining, 1_000);",
+                "limiter.charge(&tokens, Key::from(\"acme\"), 5_000).await?;",
+                "assert!(!limiter.check(&tokens, Key::from(\"acme\")).await?.allowed);",
+            )]
+            ///
+            /// # Errors
+            ///
+            /// [`LimiterError`]: the store failed, the rule is invalid, or its algorithm has no
+            /// charge (a custom one, or leases: a [`LimiterError::Config`] of kind [`Unsupported`](crate::ConfigErrorKind::Unsupported)).
+            pub async fn charge(
+                &self,
+                rule: &Rule,
+                key: Key,
+                cost: u32,
+            ) -> Result<(), LimiterError> {
+                self.charge_checks(vec![Check::new(rule.clone(), key).with_cost(cost)])
+                    .await
+            }
+
+            /// `charge` for several rules and keys at once, each check's cost: one script call
+            /// per hash slot on Redis.
+            ///
+            #[doc = operation_example!($setup,
+                "let tokens = Rule::new(\"tokens\", Quota::per_hour(10_000));",
+                "let answers = Rule::new(\"answers\", Quota::per_hour(100));",
+                "limiter.charge_all(vec![",
+                "    Check::new(tokens.clone(), Key::from(\"acme\")).with_cost(900),",
+                "    Check::new(answers, Key::from(\"acme\")),",
+                "]).await?;",
+                "assert_eq!(limiter.inspect(&tokens, Key::from(\"acme\")).await?.state.remaining, 9_100);",
+            )]
+            ///
+            /// # Errors
+            ///
+            /// As `charge`.
+            pub async fn charge_all(&self, checks: Vec<Check>) -> Result<(), LimiterError> {
+                self.charge_checks(checks).await
+            }
+        }
+    };
+}
+
+limiter_operations!(
+    MemoryLimiter,
+    [
+        "",
+        "use std::time::Duration;\nuse redis_guard::rate_limit::{Check, Key, MemoryLimiter, Quota, Rule};\n",
+        "let limiter = MemoryLimiter::new();"
+    ]
+);
+
+limiter_operations!(
+    RedisLimiter,
+    [
+        "no_run",
+        "use std::time::Duration;\nuse redis_guard::backend::RedisConnection;\nuse redis_guard::rate_limit::{Check, Key, Quota, RedisLimiter, Rule};\n",
+        "let limiter = RedisLimiter::new(RedisConnection::open(\"redis://127.0.0.1/\").await?);"
+    ]
+);
+
+limiter_operations!(
+    dyn Limiter,
+    [
+        "",
+        "use std::{sync::Arc, time::Duration};\nuse redis_guard::rate_limit::{Check, Key, Limiter, MemoryLimiter, Quota, Rule};\n",
+        "let limiter: Arc<dyn Limiter> = Arc::new(MemoryLimiter::new()); // or a RedisLimiter"
+    ]
+);
