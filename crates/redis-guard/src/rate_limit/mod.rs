@@ -101,6 +101,7 @@ mod denials;
 mod entry_ids;
 mod evaluation;
 mod few;
+mod fixed_window_batch;
 mod fixed_window_plain;
 mod future;
 pub mod grpc;
