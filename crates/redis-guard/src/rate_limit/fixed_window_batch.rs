@@ -52,7 +52,7 @@ impl Form<Count> for Transaction {
         };
         let plan = Plan::of(entries);
         let reply = backend.pipeline(&plan.pipeline(), &first.key[0]).await?;
-        plan.replies(reply)
+        plan.replies(&reply)
     }
 }
 
@@ -111,8 +111,8 @@ impl<'a> Plan<'a> {
 
     /// Each request's `[count, pttl]` from `EXEC`'s `[total, pttl]` per key; a request whose
     /// key's `INCRBY` failed gets that error.
-    fn replies(&self, reply: Value) -> Result<Replies, BackendError> {
-        let per_key = match &reply {
+    fn replies(&self, reply: &Value) -> Result<Replies, BackendError> {
+        let per_key = match reply {
             Value::Array(values) if values.len() == 2 * self.keys.len() => values,
             _ => {
                 let keys = self.keys.len();
@@ -183,7 +183,7 @@ mod tests {
             Value::Int(2000),
         ]);
         let replies: Vec<Value> = plan
-            .replies(reply)
+            .replies(&reply)
             .unwrap()
             .into_iter()
             .map(Result::unwrap)
@@ -202,14 +202,14 @@ mod tests {
         let plan = Plan::of(&refs);
         let wrong = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n").unwrap();
         let reply = Value::Array(vec![wrong, Value::Int(-1), Value::Int(1), Value::Int(10)]);
-        let replies = plan.replies(reply).unwrap();
+        let replies = plan.replies(&reply).unwrap();
         assert!(
             matches!(&replies[0], Err(BackendError::Redis(e)) if e.code() == Some("WRONGTYPE"))
         );
         assert!(replies[1].is_ok());
         assert!(replies[2].is_err());
         for bad in [Value::Nil, Value::Array(vec![Value::Int(1)])] {
-            assert!(matches!(plan.replies(bad), Err(BackendError::BadReply(_))));
+            assert!(matches!(plan.replies(&bad), Err(BackendError::BadReply(_))));
         }
     }
 }
