@@ -12,7 +12,7 @@ use redis_guard::rate_limit::{
     Algorithm, Check, Decision, Key, Quota, RateLimitLayer, RedisLimiter, Rule,
 };
 use redis_guard_testkit::http as raw;
-use redis_guard_tests::{Harness, Inspect, backend_suite, by_client, serve};
+use redis_guard_tests::{Harness, Inspect, Kind, backend_suite, by_client, serve};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tower::Layer;
 
@@ -311,10 +311,101 @@ async fn the_plain_path_sends_no_script(h: Harness) {
     assert!(seen.contains(":fwc:{") && seen.contains("\"nx\""), "{seen}");
 }
 
+/// Issue 21, item 2: the transactions of concurrent requests go to Redis together, as the
+/// scripts' calls do. 200 requests on one hot key queued behind a paused Redis take a handful of
+/// `EXEC`s (the two let out at once, then batches of at most 64), not 200, and each is decided
+/// exactly as alone: one `INCRBY` of the key per transaction, yet a limit of 50 admits 50,
+/// whose `remaining` count down from 49 to 0 once each, every denial is counted (the counter reads 200) and every reset lies in the window.
+/// Many clients' keys go together too (on a Cluster, those of one hash slot): 100 clients with
+/// a limit of 1, three requests each, get one admission each, and a client whose key Redis
+/// cannot count fails alone, not the requests it went with.
+async fn concurrent_requests_share_one_exec(h: Harness) {
+    let backend = h
+        .redis_time_backend()
+        .await
+        .timeout(Duration::from_secs(10));
+    let l = RedisLimiter::new(backend).deny_cache(0);
+    let (hot, each) = (rule("hot", 50), rule("each", 1));
+    // The first call learns the server's version.
+    decide(&l, &each, 0).await;
+    let spawn = |rule: &Rule, key: String| {
+        let (l, check) = (l.clone(), Check::new(rule.clone(), Key::from(key)));
+        tokio::spawn(async move { l.check_all(vec![check]).await })
+    };
+    h.admin(&["CONFIG", "RESETSTAT"]).await;
+    h.admin(&["CLIENT", "PAUSE", "200", "ALL"]).await;
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..200).map(|_| spawn(&hot, "hot".into())).collect();
+    let mut remaining = Vec::new();
+    for task in tasks {
+        let d = task.await.expect("task").expect("decision");
+        assert!(d.reset_after <= PERIOD && d.reset_after + start.elapsed() + MS >= PERIOD);
+        assert_eq!(d.retry_after.is_zero(), d.allowed, "{d:?}");
+        if d.allowed {
+            remaining.push(d.remaining);
+        } else {
+            assert_eq!(d.remaining, 0);
+        }
+    }
+    remaining.sort_unstable();
+    assert_eq!(
+        remaining,
+        (0..50).collect::<Vec<u32>>(),
+        "50 admitted, each its own count"
+    );
+    let execs = h.calls("exec").await;
+    let bound = 2 + 198_u64.div_ceil(64);
+    assert!(
+        (1..=bound).contains(&execs),
+        "{execs} EXECs for 200 requests on one key"
+    );
+    let incrs = h.calls("incrby").await;
+    assert_eq!(incrs, execs, "one INCRBY of the key per transaction");
+    let key = l.key_name(&Check::new(hot.clone(), Key::from("hot")));
+    assert_eq!(
+        get(&h, &key).await.as_deref(),
+        Some("200"),
+        "every denial counted"
+    );
+
+    let poisoned = l.key_name(&Check::new(each.clone(), Key::from("poisoned")));
+    let mut conn = h.inspect().await;
+    let () = redis::AsyncCommands::hset(&mut conn, &poisoned, "f", "v")
+        .await
+        .expect("HSET");
+    h.admin(&["CONFIG", "RESETSTAT"]).await;
+    h.admin(&["CLIENT", "PAUSE", "200", "ALL"]).await;
+    let mut tasks: Vec<_> = (0..300)
+        .map(|i| spawn(&each, format!("client-{}", i % 100)))
+        .collect();
+    tasks.push(spawn(&each, "poisoned".into()));
+    let mut admitted = [0_u32; 100];
+    for (i, task) in tasks.into_iter().enumerate() {
+        let decision = task.await.expect("task");
+        match admitted.get_mut(i % 100) {
+            Some(n) if i < 300 => *n += u32::from(decision.expect("decision").allowed),
+            _ => assert!(
+                decision.is_err(),
+                "a key of the wrong type got {decision:?}"
+            ),
+        }
+    }
+    assert_eq!(admitted, [1; 100], "one admitted per client");
+    if h.kind() != Kind::Cluster {
+        let execs = h.calls("exec").await;
+        let bound = 2 + 299_u64.div_ceil(64);
+        assert!(
+            (1..=bound).contains(&execs),
+            "{execs} EXECs for 301 requests of 101 clients"
+        );
+    }
+}
+
 backend_suite!(
     redis_only: the_plain_path_decides_as_the_script_does,
     a_denial_on_the_plain_path_counts_its_units,
     several_rules_on_plain_counters_stay_all_or_nothing,
     operations_work_on_the_plain_counter,
     the_plain_path_sends_no_script,
+    concurrent_requests_share_one_exec,
 );

@@ -57,8 +57,8 @@ pub enum Variant {
     /// The same with the rule leased (`Rule::leased(10)`): the one busy client is admitted from
     /// blocks of quota reserved on Redis, one script call per block instead of per request.
     RedisLeased,
-    /// The same with `Algorithm::FixedWindow`: on Redis >= 7 one `MULTI` of `INCRBY` and
-    /// `PEXPIRE … NX` per request, no script.
+    /// The same with `Algorithm::FixedWindow`: on Redis >= 7 `MULTI` of `INCRBY` and
+    /// `PEXPIRE … NX`, no script, the transactions of queued requests coalesced into one.
     RedisFixedWindow,
     /// The same, keyed by the peer's address and port: each `wrk` connection is a client of its
     /// own, so the decisions a call carries rarely share a key.
@@ -173,8 +173,9 @@ impl Variant {
                  from blocks reserved on Redis (at most 10 % of the burst each, one script call per block)"
             }
             Self::RedisFixedWindow => {
-                "the `redis` limiter with `Algorithm::FixedWindow`: on Redis >= 7 one `MULTI` of \
-                 `INCRBY`, `PEXPIRE … NX` and `PTTL` per request instead of a script"
+                "the `redis` limiter with `Algorithm::FixedWindow`: on Redis >= 7 `MULTI` of \
+                 `INCRBY`, `PEXPIRE … NX` and `PTTL` instead of a script, the requests queued while \
+                 two transactions are in flight going as one (one `INCRBY` of their costs per key)"
             }
             Self::RedisManyKeys => {
                 "the same limiter keyed by the peer's address and port: each of `wrk`'s connections is a client \

@@ -1,5 +1,5 @@
-//! Coalescing: the script calls that arrive while one is in flight go to Redis together, as one
-//! `EVALSHA` that runs them in order.
+//! Coalescing: the calls that arrive while one is in flight go to Redis together, as one
+//! `EVALSHA` that runs them in order (or, for another [`Form`], one transaction).
 //!
 //! On Redis 7 the fixed cost of running a script (looking it up, setting up the interpreter,
 //! converting arguments and the reply) is several times what a small script's own commands cost
@@ -23,6 +23,10 @@
 //! string, its error): Redis converts each table of a script's reply at a cost several times
 //! that of an integer, so the lean GCRA script sends one table, not one per entry.
 //!
+//! A call's [`Form`] says how it carries its entries: a script in the batch form above
+//! ([`Script`], the default), or another shape with the same queues, batch limit, breaker and
+//! timeout (the fixed window's `MULTI` of plain commands).
+//!
 //! A request never waits for company: while fewer than [`IN_FLIGHT`] calls are out, it goes at
 //! once, in a batch of one. Otherwise the requests queue, and go together (up to `max` per call)
 //! as soon as a call returns.
@@ -45,6 +49,42 @@ use redis::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{BackendError, BreakerState, LuaScript, RedisBackend, ScriptCall};
+
+/// Per entry of a call, in order: its reply, or the error it alone failed with.
+pub(crate) type Replies = Vec<Result<Value, BackendError>>;
+
+/// How one coalesced call carries its entries to Redis, and hands each its reply.
+pub(crate) trait Form<E>: Clone + Send + Sync + 'static {
+    /// The keys of `entry`: they pick its queue (its hash slot, on a cluster) and its master's
+    /// circuit.
+    fn keys(entry: &E) -> &[String];
+
+    /// One call for `entries` (one or more, sharing a slot on a cluster): per entry, in order,
+    /// its reply or its own error; an error of the call itself fails every entry.
+    fn call(
+        &self,
+        backend: &RedisBackend,
+        entries: &[&E],
+    ) -> impl Future<Output = Result<Replies, BackendError>> + Send;
+}
+
+/// The default [`Form`]: one `EVALSHA` of a script that takes the batch form above.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Script {
+    script: &'static LuaScript,
+    /// Whether the script's reply is [flat](Coalescer::flat).
+    flat: bool,
+}
+
+impl<E: Entry> Form<E> for Script {
+    fn keys(entry: &E) -> &[String] {
+        entry.keys()
+    }
+
+    async fn call(&self, backend: &RedisBackend, entries: &[&E]) -> Result<Replies, BackendError> {
+        run_script(backend, self.script, entries, self.flat).await
+    }
+}
 
 /// Default for how many entries one coalesced call may carry.
 pub(crate) const DEFAULT_BATCH: usize = 64;
@@ -82,13 +122,12 @@ struct Waiting<E> {
 /// The queues by hash slot (slot 0 on a single Redis).
 type Queues<E> = Mutex<HashMap<u16, mpsc::UnboundedSender<Waiting<E>>>>;
 
-/// Runs one script for many callers, coalescing what arrives while calls are in flight.
-pub(crate) struct Coalescer<E> {
+/// Runs one script (or another [`Form`] of call) for many callers, coalescing what arrives
+/// while calls are in flight.
+pub(crate) struct Coalescer<E, F = Script> {
     backend: RedisBackend,
-    script: &'static LuaScript,
+    form: F,
     max: usize,
-    /// Whether the script's reply is [flat](Self::flat).
-    flat: bool,
     /// The queues of the tasks that make the calls; each started on first use, and again when
     /// it ended idle or the runtime it ran on has gone. A task removes its own queue, under
     /// this lock, when it ends idle.
@@ -99,13 +138,11 @@ impl<E: Entry> Coalescer<E> {
     /// A coalescer of `script` (which takes the batch form above) on `backend`, carrying at most
     /// `max` entries per call (`max` ≤ 1: no coalescing).
     pub(crate) fn new(backend: RedisBackend, script: &'static LuaScript, max: usize) -> Self {
-        Self {
-            backend,
+        let form = Script {
             script,
-            max,
             flat: false,
-            queues: Arc::default(),
-        }
+        };
+        Self::with_form(backend, form, max)
     }
 
     /// The same coalescer of a script that replies flat: one array of every entry's
@@ -113,8 +150,21 @@ impl<E: Entry> Coalescer<E> {
     /// entry gets its own values as an array.
     #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
     pub(crate) fn flat(mut self) -> Self {
-        self.flat = true;
+        self.form.flat = true;
         self
+    }
+}
+
+impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
+    /// A coalescer whose calls take `form`, on `backend`, carrying at most `max` entries per
+    /// call (`max` ≤ 1: no coalescing).
+    pub(crate) fn with_form(backend: RedisBackend, form: F, max: usize) -> Self {
+        Self {
+            backend,
+            form,
+            max,
+            queues: Arc::default(),
+        }
     }
 
     /// The backend the calls go to.
@@ -123,7 +173,7 @@ impl<E: Entry> Coalescer<E> {
         &self.backend
     }
 
-    /// Runs the script for `entry` and returns the entry's reply, within the backend's timeout
+    /// Makes the call for `entry` and returns the entry's reply, within the backend's timeout
     /// counted from now (so from the moment the entry is queued).
     pub(crate) async fn call(&self, entry: E) -> Result<Value, BackendError> {
         let slot = match self.slot_of(&entry) {
@@ -134,7 +184,7 @@ impl<E: Entry> Coalescer<E> {
         // only refuse the call, after a hop through its queue and back: two wake-ups that, on a
         // busy runtime, cost milliseconds the failure policy is meant to save. Refuse it here.
         // (Half-open: the entry goes to the task, whose call is the probe.)
-        let first = entry.keys().first().map(String::as_str);
+        let first = F::keys(&entry).first().map(String::as_str);
         if self.backend.breaker_state_of(first) == BreakerState::Open {
             return Err(BackendError::CircuitOpen);
         }
@@ -157,7 +207,7 @@ impl<E: Entry> Coalescer<E> {
 
     /// One entry in a call of its own.
     async fn alone(&self, entry: E) -> Result<Value, BackendError> {
-        call_one(&self.backend, self.script, &entry, self.flat).await
+        only(self.form.call(&self.backend, &[&entry]).await?)
     }
 
     /// The queue `entry` may join: 0 on a single Redis; on a cluster its keys' hash slot, or
@@ -167,7 +217,7 @@ impl<E: Entry> Coalescer<E> {
             return Some(0);
         }
         #[cfg(feature = "cluster")]
-        return super::slot::shared_slot(entry.keys());
+        return super::slot::shared_slot(F::keys(entry));
         #[cfg(not(feature = "cluster"))]
         {
             // No cluster without the feature: unreachable in practice.
@@ -195,9 +245,8 @@ impl<E: Entry> Coalescer<E> {
         let (sender, receiver) = mpsc::unbounded_channel();
         let task = Task {
             backend: self.backend.clone(),
-            script: self.script,
+            form: self.form.clone(),
             max: self.max,
-            flat: self.flat,
             queues: Arc::downgrade(&self.queues),
             slot,
         };
@@ -209,7 +258,7 @@ impl<E: Entry> Coalescer<E> {
     }
 }
 
-impl<E> fmt::Debug for Coalescer<E> {
+impl<E, F> fmt::Debug for Coalescer<E, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Coalescer")
             .field("max", &self.max)
@@ -225,20 +274,35 @@ pub(crate) async fn call_alone<E: Entry>(
     script: &LuaScript,
     entry: &E,
 ) -> Result<Value, BackendError> {
-    call_one(backend, script, entry, false).await
+    only(run_script(backend, script, &[entry], false).await?)
 }
 
-/// One call of `script` for `entry` alone; `flat`: the script replies flat.
-async fn call_one<E: Entry>(
+/// The reply of a call's one entry.
+fn only(replies: Replies) -> Result<Value, BackendError> {
+    counted(replies, 1)?.pop().unwrap_or(Ok(Value::Nil))
+}
+
+/// `replies`, when there is one per entry of the `count` a call carried.
+fn counted(replies: Replies, count: usize) -> Result<Replies, BackendError> {
+    if replies.len() == count {
+        return Ok(replies);
+    }
+    Err(BackendError::BadReply(format!(
+        "{} replies for {count} coalesced entries",
+        replies.len()
+    )))
+}
+
+/// One call of `script` for `entries`; `flat`: the script replies flat.
+async fn run_script<E: Entry>(
     backend: &RedisBackend,
     script: &LuaScript,
-    entry: &E,
+    entries: &[&E],
     flat: bool,
-) -> Result<Value, BackendError> {
-    let reply = batch(backend, script, &[entry]).run().await?;
-    split_reply(reply, &[entry], flat)
-        .map(|mut replies| replies.pop().unwrap_or(Value::Nil))
-        .and_then(entry_reply)
+) -> Result<Replies, BackendError> {
+    let reply = batch(backend, script, entries).run().await?;
+    let replies = split_reply(reply, entries, flat)?;
+    Ok(replies.into_iter().map(entry_reply).collect())
 }
 
 /// The queues' lock, whose data stays consistent even if a holder panicked.
@@ -251,16 +315,15 @@ fn lock<E>(
 }
 
 /// The task of one queue (one hash slot on a cluster).
-struct Task<E> {
+struct Task<E, F> {
     backend: RedisBackend,
-    script: &'static LuaScript,
+    form: F,
     max: usize,
-    flat: bool,
     queues: Weak<Queues<E>>,
     slot: u16,
 }
 
-impl<E: Entry> Task<E> {
+impl<E: Send + Sync + 'static, F: Form<E>> Task<E, F> {
     /// Takes what is queued (up to `max`) whenever fewer than [`IN_FLIGHT`] calls are out,
     /// makes it one call, hands out the replies. Ends when every sender is gone and the last
     /// call has returned, or after [`IDLE`] without work.
@@ -277,7 +340,7 @@ impl<E: Entry> Task<E> {
                     waiting.retain(|w: &Waiting<E>| !w.reply.is_closed());
                     if !waiting.is_empty() {
                         let entries = std::mem::take(&mut waiting);
-                        calls.push(call(&self.backend, self.script, entries, self.flat));
+                        calls.push(call(&self.backend, &self.form, entries));
                     }
                 }
                 Some(()) = calls.next(), if !calls.is_empty() => {}
@@ -311,19 +374,13 @@ impl<E: Entry> Task<E> {
 }
 
 /// One call for `waiting`; every entry gets its reply, or the call's error.
-async fn call<E: Entry>(
-    backend: &RedisBackend,
-    script: &LuaScript,
-    waiting: Vec<Waiting<E>>,
-    flat: bool,
-) {
+async fn call<E, F: Form<E>>(backend: &RedisBackend, form: &F, waiting: Vec<Waiting<E>>) {
     let entries: Vec<&E> = waiting.iter().map(|w| &w.entry).collect();
-    let outcome = batch(backend, script, &entries).run().await;
-    let outcome = outcome.and_then(|reply| split_reply(reply, &entries, flat));
-    match outcome {
-        Ok(values) => {
-            for (w, value) in waiting.into_iter().zip(values) {
-                let _ = w.reply.send(entry_reply(value));
+    let outcome = form.call(backend, &entries).await;
+    match outcome.and_then(|replies| counted(replies, entries.len())) {
+        Ok(replies) => {
+            for (w, reply) in waiting.into_iter().zip(replies) {
+                let _ = w.reply.send(reply);
             }
         }
         Err(e) => {
@@ -355,7 +412,7 @@ fn batch<'a, E: Entry>(
 }
 
 /// The per-entry replies of a call that carried `entries`; `flat`: the script replies flat.
-fn split_reply<E: Entry>(
+pub(super) fn split_reply<E: Entry>(
     reply: Value,
     entries: &[&E],
     flat: bool,
@@ -399,7 +456,7 @@ fn split_reply<E: Entry>(
 /// An entry's reply. A string in its place is the error the entry failed with (e.g.
 /// `WRONGTYPE …`): the call itself cannot carry error replies, since redis-rs fails a whole reply
 /// for an error nested anywhere in it.
-fn entry_reply(value: Value) -> Result<Value, BackendError> {
+pub(super) fn entry_reply(value: Value) -> Result<Value, BackendError> {
     let message = match value {
         Value::BulkString(bytes) => bytes,
         Value::SimpleString(s) => s.into_bytes(),
@@ -413,84 +470,4 @@ fn entry_reply(value: Value) -> Result<Value, BackendError> {
         Ok(Value::ServerError(e)) => BackendError::from_script(e.into()),
         _ => BackendError::BadReply(String::from_utf8_lossy(&message).into_owned()),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_string_in_an_entrys_place_is_its_error() {
-        let e = entry_reply(Value::BulkString(
-            b"WRONGTYPE Operation against a key".to_vec(),
-        ))
-        .expect_err("an error");
-        assert!(
-            matches!(&e, BackendError::Redis(r) if r.code() == Some("WRONGTYPE")),
-            "{e:?}"
-        );
-        let e = entry_reply(Value::BulkString(b"RG_ARITY bad\r\n".to_vec())).expect_err("error");
-        assert_eq!(e.code(), Some("RG_ARITY"));
-        let ok = Value::Array(vec![Value::Int(1)]);
-        assert_eq!(entry_reply(ok.clone()).expect("a reply"), ok);
-    }
-
-    /// An entry whose reply takes `0` values in a flat reply.
-    struct Sized(usize);
-
-    impl Entry for Sized {
-        fn keys(&self) -> &[String] {
-            &[]
-        }
-        fn arg_count(&self) -> usize {
-            0
-        }
-        fn write_args(&self, _: &mut ScriptCall<'_>) {}
-        fn reply_len(&self) -> usize {
-            self.0
-        }
-    }
-
-    #[test]
-    fn replies_must_match_the_entries() {
-        let (one, two) = (Sized(1), Sized(2));
-        let ints = |v: &[i64]| Value::Array(v.iter().copied().map(Value::Int).collect());
-        assert_eq!(
-            split_reply(ints(&[1, 2]), &[&one, &one], false)
-                .unwrap()
-                .len(),
-            2
-        );
-        for (reply, count) in [(ints(&[1, 2]), 3), (Value::Nil, 1)] {
-            let entries: Vec<&Sized> = std::iter::repeat_n(&one, count).collect();
-            assert!(matches!(
-                split_reply(reply, &entries, false),
-                Err(BackendError::BadReply(_))
-            ));
-        }
-        // Flat: each entry takes its own values, or one string (its error).
-        let error = Value::BulkString(b"WRONGTYPE x".to_vec());
-        let flat = Value::Array(vec![
-            Value::Int(1),
-            Value::Int(2),
-            error.clone(),
-            Value::Int(3),
-        ]);
-        let split = split_reply(flat, &[&two, &two, &one], true).unwrap();
-        assert_eq!(split, [ints(&[1, 2]), error, ints(&[3])]);
-        for (reply, entries) in [
-            (ints(&[1, 2, 3]), vec![&two, &two]),
-            (ints(&[1, 2, 3]), vec![&two]),
-            (ints(&[1]), vec![&two]),
-            (Value::Nil, vec![&one]),
-        ] {
-            assert!(
-                matches!(
-                    split_reply(reply.clone(), &entries, true),
-                    Err(BackendError::BadReply(_))
-                ),
-                "{reply:?}"
-            );
-        }
-    }
 }

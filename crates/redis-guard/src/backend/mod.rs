@@ -27,6 +27,8 @@ mod breaker_tests;
 mod clock;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 mod coalesce;
+#[cfg(all(test, any(feature = "rate-limit", feature = "session")))]
+mod coalesce_tests;
 #[cfg(feature = "rate-limit")]
 mod deny_cache;
 mod error;
@@ -62,6 +64,8 @@ pub(crate) use coalesce::DEFAULT_BATCH;
 pub(crate) use coalesce::call_alone;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use coalesce::{Coalescer, Entry};
+#[cfg(feature = "rate-limit")]
+pub(crate) use coalesce::{Form, Replies};
 pub use connection::RedisConnection;
 #[cfg(feature = "rate-limit")]
 pub(crate) use deny_cache::DenyCache;

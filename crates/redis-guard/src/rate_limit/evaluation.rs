@@ -7,6 +7,7 @@ use std::sync::{Arc, LazyLock};
 use super::Algorithm;
 use super::algorithm::RuleState;
 use super::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
+use super::fixed_window_batch::{Count, Transaction};
 use super::limiter::LimiterError;
 use super::receipt::{Group, Receipt, Receipted, request_id};
 use super::reply::parse_reply;
@@ -76,17 +77,20 @@ impl Entry for RuleEntry {
     }
 }
 
-/// The coalescers of a limiter's built-in scripts: the lean GCRA one and the general one.
+/// The coalescers of a limiter's built-in scripts (the lean GCRA one and the general one) and
+/// of the fixed window's plain transactions.
 #[derive(Debug)]
 pub(super) struct Coalescers {
     pub(super) gcra: Coalescer<RuleEntry>,
     pub(super) general: Coalescer<RuleEntry>,
+    pub(super) counts: Coalescer<Count, Transaction>,
 }
 
 impl Coalescers {
-    /// Both built-in scripts on `backend`, at most `max` entries per call.
+    /// The three on `backend`, at most `max` entries per call.
     pub(super) fn new(backend: &RedisBackend, max: usize) -> Self {
         Self {
+            counts: Coalescer::with_form(backend.clone(), Transaction, max),
             gcra: Coalescer::new(backend.clone(), LazyLock::force(&GCRA_ONLY), max).flat(),
             general: Coalescer::new(
                 backend.clone(),

@@ -1,7 +1,9 @@
 //! The fixed window without Lua (issue 21): on Redis >= 7, a fixed window is a plain integer
 //! count whose key expires when the window closes, and a request of one rule is decided by one
 //! transaction, `MULTI; INCRBY key cost; PEXPIRE key period NX; PTTL key; EXEC` — the seeds'
-//! `INCR` + "TTL on the first hit", atomic, in one round trip.
+//! `INCR` + "TTL on the first hit", atomic, in one round trip. The transactions of requests
+//! that arrive while others are in flight go together, as the scripts' calls do
+//! (`fixed_window_batch.rs`).
 //!
 //! The shape belongs to the backend, not to the request, so that a rule's count never splits
 //! between two keys: every fixed window of a limiter whose server is Redis >= 7 (Valkey reports
@@ -18,6 +20,7 @@ use redis::Value;
 use super::Algorithm;
 use super::algorithm::RuleState;
 use super::evaluation::{Coalescers, Evaluation};
+use super::fixed_window_batch::Count;
 use super::limiter::{BoxFuture, Check, LimiterError};
 use super::receipt::Receipted;
 use super::{RedisLimiter, Rule};
@@ -34,7 +37,7 @@ impl Route {
     pub(super) async fn run(self, coalescers: &Coalescers) -> Result<Receipted, LimiterError> {
         match self {
             Self::Script(evaluation) => evaluation.run(coalescers).await,
-            Self::Plain(plain) => plain.run().await,
+            Self::Plain(plain) => plain.run(coalescers).await,
         }
     }
 }
@@ -113,7 +116,7 @@ impl RedisLimiter {
     /// The plain transaction for `checks` when it can decide them, else the script call(s).
     pub(super) fn route(&self, checks: &[Check]) -> Route {
         let key = |c: &Check| self.key_names(&c.rule, &c.key, false).0;
-        match Plain::of(checks, &self.counters, self.backend(), key) {
+        match Plain::of(checks, &self.counters, key) {
             Some(plain) => Route::Plain(plain),
             None => Route::Script(self.evaluation(checks)),
         }
@@ -173,11 +176,8 @@ fn collect_texts(reply: &Value, out: &mut Vec<String>) {
 
 /// A request decided by the plain transaction: its one rule's key and numbers.
 pub(super) struct Plain {
-    backend: RedisBackend,
-    key: String,
+    count: Count,
     limit: u64,
-    cost: u64,
-    period_ms: u64,
 }
 
 impl Plain {
@@ -188,7 +188,6 @@ impl Plain {
     pub(super) fn of(
         checks: &[Check],
         counters: &Counters,
-        backend: &RedisBackend,
         key: impl FnOnce(&Check) -> String,
     ) -> Option<Self> {
         let [check] = checks else { return None };
@@ -203,59 +202,50 @@ impl Plain {
         }
         let p = check.params(check.cost);
         Some(Self {
-            backend: backend.clone(),
-            key: key(check),
+            count: Count {
+                key: [key(check)],
+                cost: p.cost,
+                period_ms: p.period_us.div_ceil(1000).max(1),
+            },
             limit: p.limit,
-            cost: p.cost,
-            period_ms: p.period_us.div_ceil(1000).max(1),
         })
     }
 
-    /// One round trip: counts the cost, the denied included (the seeds' recipe: a denial
-    /// consumes its units until the window closes), and opens the window on its first hit.
-    pub(super) async fn run(self) -> Result<Receipted, LimiterError> {
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("INCRBY")
-            .arg(&self.key)
-            .arg(self.cost)
-            .cmd("PEXPIRE")
-            .arg(&self.key)
-            .arg(self.period_ms)
-            .arg("NX")
-            .ignore()
-            .cmd("PTTL")
-            .arg(&self.key);
-        let reply = self.backend.pipeline(&pipe, &self.key).await?;
-        Ok((vec![self.state(&reply)?], None))
+    /// One transaction, with those of the requests queued with it: counts the cost, the denied
+    /// included (the seeds' recipe: a denial consumes its units until the window closes), and
+    /// opens the window on its first hit.
+    pub(super) async fn run(self, coalescers: &Coalescers) -> Result<Receipted, LimiterError> {
+        let (limit, period_ms) = (self.limit, self.count.period_ms);
+        let reply = coalescers.counts.call(self.count).await?;
+        Ok((vec![state(&reply, limit, period_ms)?], None))
     }
+}
 
-    /// The rule's state from `[count, pttl]`: admitted while the count is within the limit, the
-    /// window's end from the key's expiry.
-    fn state(&self, reply: &Value) -> Result<RuleState, LimiterError> {
-        let (count, ttl) = match reply {
-            Value::Array(cells) => match cells.as_slice() {
-                [Value::Int(count), Value::Int(ttl)] => (*count, *ttl),
-                _ => (0, -3),
-            },
+/// The rule's state from `[count, pttl]`: admitted while the count is within `limit`, the
+/// window's end from the key's expiry.
+fn state(reply: &Value, limit: u64, period_ms: u64) -> Result<RuleState, LimiterError> {
+    let (count, ttl) = match reply {
+        Value::Array(cells) => match cells.as_slice() {
+            [Value::Int(count), Value::Int(ttl)] => (*count, *ttl),
             _ => (0, -3),
-        };
-        if ttl < -1 {
-            let text = format!("MULTI INCRBY PEXPIRE PTTL: {reply:?}");
-            return Err(BackendError::BadReply(text).into());
-        }
-        // No expiry (-1) cannot follow `PEXPIRE NX`; should it, the window is a whole period.
-        let reset_ms = u64::try_from(ttl).unwrap_or(self.period_ms).max(1);
-        let count = u64::try_from(count).unwrap_or(0);
-        let allowed = count <= self.limit;
-        Ok(RuleState::from_parts(
-            allowed,
-            self.limit,
-            self.limit.saturating_sub(count),
-            if allowed { 0 } else { reset_ms },
-            reset_ms,
-        ))
+        },
+        _ => (0, -3),
+    };
+    if ttl < -1 {
+        let text = format!("MULTI INCRBY PEXPIRE PTTL: {reply:?}");
+        return Err(BackendError::BadReply(text).into());
     }
+    // No expiry (-1) cannot follow `PEXPIRE NX`; should it, the window is a whole period.
+    let reset_ms = u64::try_from(ttl).unwrap_or(period_ms).max(1);
+    let count = u64::try_from(count).unwrap_or(0);
+    let allowed = count <= limit;
+    Ok(RuleState::from_parts(
+        allowed,
+        limit,
+        limit.saturating_sub(count),
+        if allowed { 0 } else { reset_ms },
+        reset_ms,
+    ))
 }
 
 #[cfg(test)]

@@ -126,6 +126,7 @@ mod direct;
 mod entry_ids;
 mod evaluation;
 mod few;
+mod fixed_window_batch;
 mod fixed_window_plain;
 mod future;
 pub mod grpc;

@@ -36,7 +36,7 @@ pub(crate) const DENY_CACHE_MAX_WAIT: Duration = Duration::from_secs(2);
 /// writes carries a TTL. Under load, the requests that queue while calls are in flight share one
 /// script call, each still decided on its own (see [`batch_size`](Self::batch_size)). The one
 /// exception is a request whose only rule is a [fixed window](Algorithm::FixedWindow) on
-/// Redis >= 7: one `MULTI` of `INCRBY` and `PEXPIRE … NX`, no script.
+/// Redis >= 7: one `MULTI` of `INCRBY` and `PEXPIRE … NX`, no script, coalesced the same way.
 ///
 /// Key names are `<prefix>rl:<rule>:<algorithm>:{<digest>}`: the digest is a hash of the client
 /// key (see [`Key::digest`](super::Key::digest)), and the braces make it a Cluster hash tag.
@@ -125,8 +125,8 @@ impl RedisLimiter {
         self
     }
 
-    /// How many decisions one script call may carry (default 64; `1` turns coalescing
-    /// off).
+    /// How many decisions one script call (or one fixed-window transaction) may carry (default
+    /// 64; `1` turns coalescing off).
     ///
     /// A request goes to Redis at once while fewer than two calls are in flight. The requests
     /// that arrive while two are out queue, then go together in one `EVALSHA` as soon as one
@@ -136,6 +136,9 @@ impl RedisLimiter {
     /// and written once per call. The price is that a request may wait for a call in flight
     /// before its own goes out; the backend's timeout counts from the moment it is queued. A
     /// request that is dropped or times out while queued is never sent.
+    ///
+    /// The fixed window's Lua-free requests coalesce the same way, into one `MULTI` … `EXEC`
+    /// with one `INCRBY` of the summed costs per key.
     ///
     /// Coalescing applies to the built-in algorithms on a single Redis, a pool or a Redis
     /// Cluster; on a Cluster, where the keys of one call must share a hash slot, the requests

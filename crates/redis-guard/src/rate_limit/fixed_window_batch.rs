@@ -1,0 +1,215 @@
+//! The fixed window's plain transactions, coalesced (issue 21): the requests that queue while
+//! transactions are in flight go to Redis as one `MULTI` … `EXEC`, through the same coalescer
+//! as the scripts (its queues, batch size, breaker and timeout), whatever their keys; on a
+//! Cluster, the coalescer queues per hash slot, so one transaction names keys of one slot.
+//!
+//! Per key of a call, in the order keys first appear: one `INCRBY` of the sum of its requests'
+//! costs, then `PEXPIRE key period NX` (the period of its first request, the one whose own
+//! `PEXPIRE` would have opened the window) and `PTTL key`. A request's count is the total less
+//! the costs of the requests queued after it on that key: what its own `INCRBY` would have
+//! answered had the requests run alone, one after the other, in arrival order. Its TTL is the
+//! one it would have read: Redis judges expiry at one time for a whole transaction (7.0 and
+//! later), so no key expires between two of its commands, and `INCRBY` keeps a key's TTL. The
+//! `PEXPIRE` follows the key's `INCRBY`, so the counter carries a TTL whatever happened before.
+//! A call of `n` requests on `k` keys is `3k + 2` commands where alone they were `5n`.
+//!
+//! `PTTL` stays: `PEXPIRE … NX` says only whether it set the TTL, which gives the window's end
+//! for the request that opened it, not for the others, and a transaction cannot send a command
+//! only when another answered 0. Once per key and call, it costs a request of a busy key
+//! little.
+
+use std::collections::HashMap;
+
+use redis::Value;
+
+use crate::backend::{BackendError, Form, RedisBackend, Replies};
+
+/// One request decided by the plain transaction: its rule's counter, its cost, and how long a
+/// window it opens lasts.
+pub(super) struct Count {
+    pub(super) key: [String; 1],
+    pub(super) cost: u64,
+    pub(super) period_ms: u64,
+}
+
+/// The coalescer's [`Form`] for [`Count`]s: one transaction per call. Each request's reply is
+/// `[count, pttl]`, as its own `INCRBY` and `PTTL` would have answered.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Transaction;
+
+impl Form<Count> for Transaction {
+    fn keys(entry: &Count) -> &[String] {
+        &entry.key
+    }
+
+    async fn call(
+        &self,
+        backend: &RedisBackend,
+        entries: &[&Count],
+    ) -> Result<Replies, BackendError> {
+        let Some(first) = entries.first() else {
+            return Ok(Vec::new());
+        };
+        let plan = Plan::of(entries);
+        let reply = backend.pipeline(&plan.pipeline(), &first.key[0]).await?;
+        plan.replies(&reply)
+    }
+}
+
+/// The transaction of one call.
+struct Plan<'a> {
+    /// Per key, in order of first appearance: the key, the period of its first request, and
+    /// the sum of its requests' costs.
+    keys: Vec<(&'a str, u64, u64)>,
+    /// Per request, in order: its key's index, and the costs queued after it on that key.
+    after: Vec<(usize, u64)>,
+}
+
+impl<'a> Plan<'a> {
+    fn of(entries: &[&'a Count]) -> Self {
+        let mut keys: Vec<(&str, u64, u64)> = Vec::new();
+        let mut index: HashMap<&str, usize> = HashMap::with_capacity(entries.len());
+        // Per request: its key's index and the key's running total, its own cost included.
+        let running: Vec<(usize, u64)> = entries
+            .iter()
+            .map(|entry| {
+                let key = entry.key[0].as_str();
+                let k = *index.entry(key).or_insert_with(|| {
+                    keys.push((key, entry.period_ms, 0));
+                    keys.len() - 1
+                });
+                keys[k].2 = keys[k].2.saturating_add(entry.cost);
+                (k, keys[k].2)
+            })
+            .collect();
+        let after = running
+            .into_iter()
+            .map(|(k, sum)| (k, keys[k].2 - sum))
+            .collect();
+        Self { keys, after }
+    }
+
+    /// `MULTI`, per key `INCRBY`, `PEXPIRE … NX` (its reply dropped) and `PTTL`, `EXEC`. The
+    /// error of one key's command (a key that holds no counter) is its requests' alone.
+    fn pipeline(&self) -> redis::Pipeline {
+        let mut pipe = redis::Pipeline::with_capacity(3 * self.keys.len());
+        pipe.atomic().ignore_errors();
+        for &(key, period_ms, total) in &self.keys {
+            pipe.cmd("INCRBY")
+                .arg(key)
+                .arg(total)
+                .cmd("PEXPIRE")
+                .arg(key)
+                .arg(period_ms)
+                .arg("NX")
+                .ignore()
+                .cmd("PTTL")
+                .arg(key);
+        }
+        pipe
+    }
+
+    /// Each request's `[count, pttl]` from `EXEC`'s `[total, pttl]` per key; a request whose
+    /// key's `INCRBY` failed gets that error.
+    fn replies(&self, reply: &Value) -> Result<Replies, BackendError> {
+        let per_key = match reply {
+            Value::Array(values) if values.len() == 2 * self.keys.len() => values,
+            _ => {
+                let keys = self.keys.len();
+                let text = format!("MULTI INCRBY PEXPIRE PTTL on {keys} keys: {reply:?}");
+                return Err(BackendError::BadReply(text));
+            }
+        };
+        Ok(self
+            .after
+            .iter()
+            .map(|&(k, after)| match &per_key[2 * k..2 * k + 2] {
+                [Value::Int(total), ttl] => {
+                    let after = i64::try_from(after).unwrap_or(i64::MAX);
+                    Ok(Value::Array(vec![
+                        Value::Int(total.saturating_sub(after)),
+                        ttl.clone(),
+                    ]))
+                }
+                [Value::ServerError(e), _] => Err(BackendError::Redis(e.clone().into())),
+                other => Err(BackendError::BadReply(format!("INCRBY PTTL: {other:?}"))),
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(key: &str, cost: u64, period_ms: u64) -> Count {
+        Count {
+            key: [key.to_owned()],
+            cost,
+            period_ms,
+        }
+    }
+
+    #[test]
+    fn one_incrby_per_key_and_each_request_its_own_count() {
+        let entries = [
+            count("a", 1, 1000),
+            count("b", 5, 2000),
+            count("a", 2, 9000),
+            count("a", 3, 1000),
+        ];
+        let refs: Vec<&Count> = entries.iter().collect();
+        let plan = Plan::of(&refs);
+        assert_eq!(plan.keys, [("a", 1000, 6), ("b", 2000, 5)]);
+        let commands: Vec<Vec<u8>> = plan
+            .pipeline()
+            .cmd_iter()
+            .map(redis::Cmd::get_packed_command)
+            .collect();
+        assert_eq!(commands.len(), 6);
+        assert_eq!(
+            commands[1],
+            redis::cmd("PEXPIRE")
+                .arg("a")
+                .arg(1000)
+                .arg("NX")
+                .get_packed_command()
+        );
+        // `a` was at 4 before the call (now 10), `b` new (now 5).
+        let reply = Value::Array(vec![
+            Value::Int(10),
+            Value::Int(700),
+            Value::Int(5),
+            Value::Int(2000),
+        ]);
+        let replies: Vec<Value> = plan
+            .replies(&reply)
+            .unwrap()
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let pair = |count, ttl| Value::Array(vec![Value::Int(count), Value::Int(ttl)]);
+        assert_eq!(
+            replies,
+            [pair(5, 700), pair(5, 2000), pair(7, 700), pair(10, 700)]
+        );
+    }
+
+    #[test]
+    fn a_key_that_fails_fails_its_requests_alone() {
+        let entries = [count("bad", 1, 10), count("ok", 1, 10), count("bad", 1, 10)];
+        let refs: Vec<&Count> = entries.iter().collect();
+        let plan = Plan::of(&refs);
+        let wrong = redis::parse_redis_value(b"-WRONGTYPE Operation against a key\r\n").unwrap();
+        let reply = Value::Array(vec![wrong, Value::Int(-1), Value::Int(1), Value::Int(10)]);
+        let replies = plan.replies(&reply).unwrap();
+        assert!(
+            matches!(&replies[0], Err(BackendError::Redis(e)) if e.code() == Some("WRONGTYPE"))
+        );
+        assert!(replies[1].is_ok());
+        assert!(replies[2].is_err());
+        for bad in [Value::Nil, Value::Array(vec![Value::Int(1)])] {
+            assert!(matches!(plan.replies(&bad), Err(BackendError::BadReply(_))));
+        }
+    }
+}
