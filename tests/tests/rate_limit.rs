@@ -648,6 +648,39 @@ async fn the_layer_answers_a_cached_denial_without_redis() {
     assert_eq!(h.calls("evalsha").await, before + 1);
 }
 
+/// Issue 21: a cached denial is decided in the layer's `call`, before its future is polled: the
+/// future holds neither the request nor a boxed evaluation (which held both until polled).
+#[tokio::test]
+async fn a_cached_denial_lets_go_of_the_request_in_call() {
+    let h = Harness::redis().await;
+    let limiter = redis_guard::rate_limit::RedisLimiter::new(h.backend().await);
+    let mut svc = RateLimitLayer::builder(limiter)
+        .rule("default", by_client(), Quota::per_hour(1))
+        .build()
+        .expect("valid")
+        .layer(app());
+    assert_eq!(call(svc.clone(), from("a")).await.status, 200);
+    assert_eq!(call(svc.clone(), from("a")).await.status, 429);
+    let witness = Arc::new(());
+    let witnessed = |client| {
+        let mut req = from(client);
+        // Counts who still holds the request.
+        req.extensions_mut().insert(Arc::clone(&witness));
+        req
+    };
+    let cached = svc.call(witnessed("a"));
+    assert_eq!(
+        Arc::strong_count(&witness),
+        1,
+        "a cached denial holds no request"
+    );
+    assert_eq!(cached.await.expect("infallible").status(), 429);
+    // A request Redis decides is held until Redis answers.
+    let decided = svc.call(witnessed("b"));
+    assert_eq!(Arc::strong_count(&witness), 2);
+    assert_eq!(decided.await.expect("infallible").status(), 200);
+}
+
 /// A limiter on `h` that waits up to 10 s for Redis: decisions queued behind a paused Redis
 /// must not time out.
 async fn patient_limiter(h: &Harness) -> redis_guard::rate_limit::RedisLimiter {

@@ -10,6 +10,12 @@
 //! cancelled out. Callgrind's counts do not move with the machine's load, so two runs of the
 //! same commit agree to a few instructions; `× bare` and `− bare` are what a layer adds to the
 //! route.
+//!
+//! [`Stack::RedisAbusive`] is the harness's `redis-abusive`: it starts a `redis-server` (not
+//! traced: callgrind follows no child) and a current-thread runtime; the first request waits
+//! for Redis, the others are answered from the deny cache, except one round trip each time the
+//! cached denial ends ([`DENY_CACHE_MAX_WAIT`](redis_guard::rate_limit::DENY_CACHE_MAX_WAIT) of
+//! wall time, a few per run under callgrind: a few instructions per request of noise).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -24,6 +30,8 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode, header};
 use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer};
+use redis_guard_testkit::RedisServer;
+use tokio::runtime::Runtime;
 use tower_service::Service;
 
 use crate::throughput::{Variant, by_name, ok_route};
@@ -48,16 +56,20 @@ pub enum Stack {
     MemoryNoHeaders,
     /// `MemoryLimiter` with a quota of 1 per hour: every request after the first is a 429.
     Abusive,
+    /// `RedisLimiter` with a quota of 1 per hour (harness variant `redis-abusive`): every
+    /// request after the first is a 429 from the deny cache.
+    RedisAbusive,
 }
 
 impl Stack {
     /// Every stack, in the order the table lists them.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Bare,
         Self::Governor,
         Self::Memory,
         Self::MemoryNoHeaders,
         Self::Abusive,
+        Self::RedisAbusive,
     ];
 
     /// The name on the command line and in the table: the harness variant's.
@@ -73,25 +85,30 @@ impl Stack {
             Self::Governor => Some(Variant::Governor),
             Self::Memory => Some(Variant::Memory),
             Self::MemoryNoHeaders => Some(Variant::MemoryNoHeaders),
+            Self::RedisAbusive => Some(Variant::RedisAbusive),
             Self::Abusive => None,
         }
     }
 
     /// The status every request but the first gets.
     fn expected(self) -> StatusCode {
-        if self == Self::Abusive {
+        if matches!(self, Self::Abusive | Self::RedisAbusive) {
             StatusCode::TOO_MANY_REQUESTS
         } else {
             StatusCode::OK
         }
     }
 
-    /// The stack's app: the harness variant's, or the abusive one.
+    /// The stack's app: the harness variant's, or the abusive one. The Redis stack's runs on
+    /// the runtime `rt` against the server at `redis_url`.
     ///
     /// # Errors
     ///
-    /// The layer refused its configuration (described).
-    pub fn app(self) -> Result<Router, String> {
+    /// The layer refused its configuration, or Redis could not be reached (described).
+    pub fn app(self, rt: &Runtime, redis_url: &str) -> Result<Router, String> {
+        if self.uses_redis() {
+            return rt.block_on(Variant::RedisAbusive.app(redis_url, None));
+        }
         let Some(variant) = self.variant() else {
             let layer = RateLimitLayer::new(
                 MemoryLimiter::new(),
@@ -104,6 +121,13 @@ impl Stack {
         };
         // The in-memory variants await nothing: their app is ready at the first poll.
         ready_now(variant.app("", None))?
+    }
+}
+
+impl Stack {
+    /// Whether the stack needs a `redis-server`.
+    fn uses_redis(self) -> bool {
+        self == Self::RedisAbusive
     }
 }
 
@@ -134,17 +158,37 @@ fn request(peer: SocketAddr) -> Request<Body> {
     req
 }
 
-/// Sends `requests` requests through `stack`'s app, each answered at once; checks that every
-/// one after the first gets the stack's expected status.
+/// Sends `requests` requests through `stack`'s app, each answered at once (the Redis stack's
+/// may wait for Redis: on a runtime); checks that every one after the first gets the stack's
+/// expected status.
 ///
 /// # Errors
 ///
 /// The app could not be built, waited, or answered another status.
 pub fn drive(stack: Stack, requests: u64) -> Result<(), String> {
-    let mut app = stack.app()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("a runtime: {e}"))?;
+    let redis = if stack.uses_redis() {
+        Some(RedisServer::start().map_err(|e| format!("redis-server: {e}"))?)
+    } else {
+        None
+    };
+    let url = redis.as_ref().map(RedisServer::url).unwrap_or_default();
+    let mut app = stack.app(&rt, &url)?;
+    // The Redis stack's futures set their timeouts on this runtime, even when polled here.
+    let _entered = rt.enter();
     let peer: SocketAddr = PEER.parse().map_err(|e| format!("{PEER}: {e}"))?;
+    let mut cx = Context::from_waker(Waker::noop());
     for i in 0..requests {
-        let res = ready_now(app.call(request(peer)))?.unwrap_or_else(|e| match e {});
+        let mut fut = pin!(app.call(request(peer)));
+        let res = match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(res) => res,
+            Poll::Pending if redis.is_some() => rt.block_on(fut),
+            Poll::Pending => return Err("an in-process stack waited".to_owned()),
+        }
+        .unwrap_or_else(|e| match e {});
         if i > 0 && res.status() != stack.expected() {
             return Err(format!(
                 "{}: request {i} answered {}, not {}",

@@ -11,6 +11,8 @@ use http::{HeaderValue, Response, StatusCode, header};
 pub(crate) enum Member<'a> {
     Str(&'a str),
     Uint(u64),
+    /// One string written from its pieces, in order (no buffer of its own per answer).
+    Pieces(&'a [&'a str]),
 }
 
 /// An RFC 9457 problem document: `about:blank`, the status' reason as title, `detail` when not
@@ -24,8 +26,19 @@ pub(crate) fn problem(
     detail: &str,
     extra: &[(&str, Member<'_>)],
 ) -> Response<Bytes> {
+    problem_of_pieces(status, &[detail], extra)
+}
+
+/// [`problem`] with a `detail` made of `pieces`, in order: a detail that says a number or a
+/// name is written into the document without a string of its own.
+pub(crate) fn problem_of_pieces(
+    status: StatusCode,
+    pieces: &[&str],
+    extra: &[(&str, Member<'_>)],
+) -> Response<Bytes> {
+    let empty = pieces.iter().all(|p| p.is_empty());
     let standard = [
-        ("detail", Member::Str(detail)),
+        ("detail", Member::Pieces(pieces)),
         ("status", Member::Uint(u64::from(status.as_u16()))),
         (
             "title",
@@ -33,7 +46,7 @@ pub(crate) fn problem(
         ),
         ("type", Member::Str("about:blank")),
     ];
-    let standard = &standard[usize::from(detail.is_empty())..];
+    let standard = &standard[usize::from(empty)..];
     debug_assert!(extra.is_sorted_by_key(|(name, _)| *name));
     debug_assert!(
         extra
@@ -83,6 +96,7 @@ impl Member<'_> {
         match self {
             Member::Str(s) => s.len() + 2,
             Member::Uint(n) => n.checked_ilog10().map_or(1, |d| d as usize + 1),
+            Member::Pieces(pieces) => pieces.iter().map(|p| p.len()).sum::<usize>() + 2,
         }
     }
 }
@@ -93,6 +107,14 @@ fn write_member(out: &mut Vec<u8>, name: &str, value: Member<'_>) {
     out.push(b':');
     match value {
         Member::Str(s) => write_str(out, s),
+        Member::Pieces(pieces) if pieces.iter().copied().all(plain) => {
+            out.push(b'"');
+            pieces
+                .iter()
+                .for_each(|p| out.extend_from_slice(p.as_bytes()));
+            out.push(b'"');
+        }
+        Member::Pieces(pieces) => write_str(out, &pieces.concat()),
         // Writing into a `Vec` cannot fail, and integers always serialize.
         Member::Uint(n) => {
             let _ = serde_json::to_writer(out, &n);
@@ -103,7 +125,7 @@ fn write_member(out: &mut Vec<u8>, name: &str, value: Member<'_>) {
 /// A JSON string as `serde_json` writes it: as it is between quotes when nothing in it needs
 /// escaping (names and details the layers write), else through `serde_json`.
 fn write_str(out: &mut Vec<u8>, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+    if plain(s) {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
@@ -111,6 +133,11 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
         // Writing into a `Vec` cannot fail, and strings always serialize.
         let _ = serde_json::to_writer(out, s);
     }
+}
+
+/// Whether `s` goes into a JSON string as it is.
+fn plain(s: &str) -> bool {
+    s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\')
 }
 
 #[cfg(test)]
@@ -143,6 +170,19 @@ mod tests {
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(body(&res)).unwrap(),
             expected
+        );
+        // A detail in pieces is the document of the whole detail, escaped or not.
+        for pieces in [
+            &["Rate limit `", "api", "` exceeded"][..],
+            &["a\"", "", odd],
+        ] {
+            let whole = problem(StatusCode::TOO_MANY_REQUESTS, &pieces.concat(), &[]);
+            let res = problem_of_pieces(StatusCode::TOO_MANY_REQUESTS, pieces, &[]);
+            assert_eq!(body(&res), body(&whole));
+        }
+        assert_eq!(
+            body(&problem_of_pieces(StatusCode::IM_A_TEAPOT, &["", ""], &[])),
+            body(&problem(StatusCode::IM_A_TEAPOT, "", &[]))
         );
         // An extra member sorting before every standard one, and no detail.
         let res = problem(StatusCode::IM_A_TEAPOT, "", &[("a", Member::Str(""))]);

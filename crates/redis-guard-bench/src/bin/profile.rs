@@ -31,7 +31,7 @@ OPTIONS:
     --dir <DIR>        with --callgrind: where the callgrind files go [default: target/callgrind]
     -h, --help         this text
 
-STACKS: bare, governor, memory, memory-no-headers, abusive
+STACKS: bare, governor, memory, memory-no-headers, abusive, redis-abusive (starts a redis-server)
 ";
 
 fn main() -> ExitCode {

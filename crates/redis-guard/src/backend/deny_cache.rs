@@ -61,6 +61,11 @@ impl<V> DenyCache<V> {
         self.hasher.hash_one(request)
     }
 
+    /// Whether some denial may be cached (a hint, read without the lock).
+    pub(crate) fn has_denials(&self) -> bool {
+        self.denied.load(Ordering::Relaxed) > 0
+    }
+
     /// Now on the cache's clock, in µs: monotonic plus `shift_us`.
     pub(crate) fn now(&self, shift_us: u64) -> u64 {
         self.table.now_us().saturating_add(shift_us)

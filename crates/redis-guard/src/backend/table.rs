@@ -16,13 +16,21 @@ pub(crate) const SWEEP_PER_OP: usize = 32;
 /// entries go first, then ordinary ones, then [kept](Self::keep) ones, each soonest deadline
 /// first.
 ///
+/// A deadline that moves later leaves the entry where it stands in the deadline order (a busy
+/// client's entry moves on every request: a `BTreeMap` remove and insert each time, for an
+/// order that is read only when something expires or the bound is reached). An entry is thus
+/// never placed after its deadline, only sometimes before it; whoever takes the first entry of
+/// an order ([`maintain`](Self::maintain), [`pop_first`](Self::pop_first)) and finds it placed
+/// early moves it to its deadline instead, once per move of its deadline at most.
+///
 /// `S` hashes the keys: SipHash with random keys by default; a table whose keys are already
 /// keyed hashes (the memory limiter's entry ids) hashes them no further.
 #[derive(Debug)]
 pub(crate) struct ExpiringTable<K, V, S = RandomState> {
     entries: HashMap<K, Slot<V>, S>,
-    /// Every entry by (deadline, insertion number), ordinary entries in `[0]`, kept ones in
-    /// `[1]`: the first of each is its next to expire and its first to evict.
+    /// Every entry by (place, insertion number), ordinary entries in `[0]`, kept ones in
+    /// `[1]`. An entry's place is at or before its deadline: the first of each order whose
+    /// place is its deadline is that order's next to expire and first to evict.
     order: [BTreeMap<(u64, u64), K>; 2],
     seq: u64,
     max: usize,
@@ -31,7 +39,9 @@ pub(crate) struct ExpiringTable<K, V, S = RandomState> {
 #[derive(Debug)]
 struct Slot<V> {
     value: V,
+    /// Where the entry stands in its order: at or before `deadline`.
     at: (u64, u64),
+    deadline: u64,
     /// Which order holds the entry: 1 when it is evicted only after every ordinary entry.
     tier: usize,
 }
@@ -63,7 +73,7 @@ impl<K: Clone + Eq + Hash, V, S: BuildHasher + Default> ExpiringTable<K, V, S> {
 
     /// The entry's deadline, live or not.
     pub(crate) fn deadline(&self, key: &K) -> Option<u64> {
-        self.entries.get(key).map(|s| s.at.0)
+        self.entries.get(key).map(|s| s.deadline)
     }
 
     /// Whether `key` has an entry whose deadline is after `now`.
@@ -76,7 +86,7 @@ impl<K: Clone + Eq + Hash, V, S: BuildHasher + Default> ExpiringTable<K, V, S> {
     pub(crate) fn get_live_mut(&mut self, key: &K, now: u64) -> Option<&mut V> {
         self.entries
             .get_mut(key)
-            .filter(|s| now < s.at.0)
+            .filter(|s| now < s.deadline)
             .map(|s| &mut s.value)
     }
 
@@ -99,7 +109,15 @@ impl<K: Clone + Eq + Hash, V, S: BuildHasher + Default> ExpiringTable<K, V, S> {
         self.seq += 1;
         let at = (deadline, self.seq);
         self.order[0].insert(at, key.clone());
-        self.entries.insert(key, Slot { value, at, tier: 0 });
+        self.entries.insert(
+            key,
+            Slot {
+                value,
+                at,
+                deadline,
+                tier: 0,
+            },
+        );
         None
     }
 
@@ -124,17 +142,38 @@ impl<K: Clone + Eq + Hash, V, S: BuildHasher + Default> ExpiringTable<K, V, S> {
     }
 
     /// `key`'s slot with its deadline moved to `deadline`, in one lookup: a client's next request
-    /// updates its entry in place.
+    /// updates its entry in place. The entry keeps its place in the order unless that place
+    /// would now be after its deadline.
     fn slot_until(&mut self, key: &K, deadline: u64) -> Option<&mut Slot<V>> {
         let slot = self.entries.get_mut(key)?;
-        self.seq += 1;
-        let at = (deadline, self.seq);
-        let order = &mut self.order[slot.tier];
-        if let Some(k) = order.remove(&slot.at) {
-            order.insert(at, k);
+        if deadline < slot.at.0 {
+            self.seq += 1;
+            let at = (deadline, self.seq);
+            let order = &mut self.order[slot.tier];
+            if let Some(k) = order.remove(&slot.at) {
+                order.insert(at, k);
+            }
+            slot.at = at;
         }
-        slot.at = at;
+        slot.deadline = deadline;
         Some(slot)
+    }
+
+    /// Takes the first entry of order `tier` out, unless it stands before its deadline: then it
+    /// moves to its deadline and `None` says to look again.
+    fn pop_placed(&mut self, tier: usize) -> Option<Option<(K, V)>> {
+        let (at, key) = self.order[tier].pop_first()?;
+        let Some(slot) = self.entries.get_mut(&key) else {
+            return Some(None);
+        };
+        if slot.deadline != at.0 {
+            self.seq += 1;
+            slot.at = (slot.deadline, self.seq);
+            self.order[tier].insert(slot.at, key);
+            return Some(None);
+        }
+        let slot = self.entries.remove(&key)?;
+        Some(Some((key, slot.value)))
     }
 
     /// Removes the entry under `key`, live or not.
@@ -156,10 +195,12 @@ impl<K: Clone + Eq + Hash, V, S: BuildHasher + Default> ExpiringTable<K, V, S> {
     /// deadline, or the kept one when no ordinary entry is left.
     #[cfg_attr(not(feature = "cache"), allow(dead_code))]
     pub(crate) fn pop_first(&mut self) -> Option<(K, V)> {
-        let tier = usize::from(self.order[0].is_empty());
-        let key = self.order[tier].pop_first()?.1;
-        let slot = self.entries.remove(&key)?;
-        Some((key, slot.value))
+        loop {
+            let tier = usize::from(self.order[0].is_empty());
+            if let Some(first) = self.pop_placed(tier)? {
+                return Some(first);
+            }
+        }
     }
 
     /// Removes up to [`SWEEP_PER_OP`] entries expired at `now`, then, until the bound holds,
@@ -172,7 +213,8 @@ impl<K: Clone + Eq + Hash, V, S: BuildHasher + Default> ExpiringTable<K, V, S> {
                 .order
                 .each_ref()
                 .map(|o| o.first_key_value().map(|(at, _)| *at));
-            // The tier whose first entry expires soonest, if that one has expired.
+            // The tier whose first entry stands soonest, if it stands at or before now (it has
+            // expired, or stands before its deadline).
             let expired = match firsts {
                 [Some(a), Some(b)] => Some(if a <= b { (0, a) } else { (1, b) }),
                 [Some(a), None] => Some((0, a)),
@@ -187,12 +229,12 @@ impl<K: Clone + Eq + Hash, V, S: BuildHasher + Default> ExpiringTable<K, V, S> {
                 _ if over => usize::from(firsts[0].is_none()),
                 _ => break,
             };
-            let Some((_, key)) = self.order[tier].pop_first() else {
-                break;
-            };
+            // Moving an entry that stood early counts as looking at it: a sweep stays bounded.
             examined += 1;
-            if let Some(slot) = self.entries.remove(&key) {
-                gone(key, slot.value);
+            match self.pop_placed(tier) {
+                Some(Some((key, value))) => gone(key, value),
+                Some(None) => {}
+                None => break,
             }
         }
         examined
@@ -265,6 +307,42 @@ mod tests {
         assert_eq!(gone, vec![8]);
     }
 
+    /// A busy client's entry moves later on every request: it keeps its place in the order (no
+    /// `BTreeMap` remove and insert per request), and expiry and eviction still go by deadline.
+    #[test]
+    fn a_later_deadline_keeps_the_place_and_the_order_stays_by_deadline() {
+        fn first(t: &ExpiringTable<&'static str, u32>) -> Option<(u64, &'static str)> {
+            t.order[0].first_key_value().map(|(at, k)| (at.0, *k))
+        }
+        let mut t: ExpiringTable<_, _> = ExpiringTable::new(2);
+        t.insert("busy", 0, 100);
+        t.insert("quiet", 0, 500);
+        for deadline in 200..300 {
+            assert!(t.set_deadline(&"busy", deadline));
+        }
+        assert_eq!(t.insert("busy", 1, 1_000), Some(0));
+        assert_eq!(first(&t), Some((100, "busy")), "not moved in the order");
+        // Past its first place it is still live, and is moved to its deadline, not swept.
+        assert_eq!(t.maintain(150, |_, _| panic!("nothing expired")), 1);
+        assert!(t.is_live(&"busy", 150));
+        assert_eq!(first(&t), Some((500, "quiet")));
+        // Past the bound, the soonest deadline goes, not the entry that stands first.
+        assert!(t.set_deadline(&"quiet", 2_000));
+        t.insert("new", 0, 700);
+        let mut gone = Vec::new();
+        t.maintain(150, |k, _| gone.push(k));
+        assert_eq!(gone, ["new"]);
+        assert_eq!(t.pop_first(), Some(("busy", 1)));
+        // A deadline moved earlier moves the entry at once.
+        t.insert("busy", 2, 3_000);
+        assert!(t.set_deadline(&"busy", 10));
+        gone.clear();
+        t.maintain(10, |k, _| gone.push(k));
+        assert_eq!(gone, ["busy"]);
+        assert_eq!(t.pop_first(), Some(("quiet", 0)));
+        assert_eq!(t.pop_first(), None);
+    }
+
     #[test]
     fn deadlines_move_and_liveness_follows_them() {
         let mut t: ExpiringTable<_, _> = ExpiringTable::new(10);
@@ -277,7 +355,9 @@ mod tests {
         assert!(!t.set_deadline(&"b", 1));
         assert_eq!(t.insert("a", 2, 300), Some(1));
         assert_eq!(t.len(), 1);
-        assert_eq!(t.maintain(250, |_, _| {}), 0);
+        // Its first place has passed, its deadline has not: moved, not removed.
+        t.maintain(250, |_, _| panic!("a is live"));
+        assert!(t.is_live(&"a", 250));
         // A key updated in place moves in the deadline order: the other one expires first.
         t.insert("b", 3, 260);
         assert_eq!(t.insert("a", 4, 280), Some(2));

@@ -4,9 +4,63 @@
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
-use super::algorithm::RuleState;
-use super::limiter::Check;
+use super::algorithm::{Algorithm, RuleState};
+use super::limiter::{Check, decision_from, rule_decisions};
+use super::{Decision, Mode, RedisLimiter};
 use crate::backend::{DenyCache, RedisBackend};
+use crate::telemetry;
+
+/// Whether a denial of `checks` may be cached: a custom algorithm's waits are its own business
+/// (it may count denials), a rule with bans counts every rejection toward the next ban, and a
+/// lease may be released at any moment.
+pub(super) fn cacheable(checks: &[Check]) -> bool {
+    !checks.iter().any(|c| {
+        matches!(
+            c.rule.algorithm(),
+            Algorithm::Custom(_) | Algorithm::Concurrency
+        ) || c.rule.bans().is_some()
+    })
+}
+
+/// The cached denial of the request `key` at `now`, counted down, and counted as a hit.
+pub(super) fn cached_denial(
+    cache: &DenyCache<Vec<RuleState>>,
+    checks: &[Check],
+    key: u64,
+    now: u64,
+) -> Option<Vec<RuleState>> {
+    let (states, elapsed) = cache.get(key, now, || state_keys(cache, checks))?;
+    for (check, _) in checks.iter().zip(&states).filter(|(_, s)| !s.allowed) {
+        telemetry::count(
+            telemetry::Metric::RateLimitDenyCacheHits,
+            "rule",
+            check.rule.name_arc().into(),
+            1,
+        );
+    }
+    Some(counted_down(states, elapsed))
+}
+
+impl RedisLimiter {
+    /// The decision of a layer's `checks` when the deny cache holds it: a client denied until a
+    /// known time is answered in the layer's call, with no future, no list of its checks and
+    /// no round trip. `None` (Redis decides, the cache looked up again on the way) when no
+    /// denial is cached, or the request is not one the cache answers as a whole: a rule in
+    /// another mode than enforce, a leased or allow-listed one, or one whose denials are never
+    /// cached.
+    pub(super) fn denied_at_once(&self, checks: &[Check]) -> Option<Decision> {
+        let cache = self.deny_cache.as_deref().filter(|c| c.has_denials())?;
+        let whole = checks.iter().all(|c| {
+            c.rule.mode() == Mode::Enforce && c.rule.max_block().is_none() && !c.rule.allows(&c.key)
+        });
+        if !whole || !cacheable(checks) || self.needs_shape(checks.iter().map(|c| &*c.rule)) {
+            return None;
+        }
+        let now = cache_now(&self.backend, cache);
+        let states = cached_denial(cache, checks, cache.key(Request(checks)), now)?;
+        decision_from(rule_decisions(checks), &states).ok()
+    }
+}
 
 /// Now on the deny cache's clock: Redis' frozen time under the test seam, else the process'
 /// monotonic clock plus the test shift.

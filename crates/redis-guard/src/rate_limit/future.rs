@@ -13,7 +13,8 @@ use super::decision::RuleDecision;
 use super::headers::RateLimitHeaders;
 use super::holding::Holding;
 use super::limiter::{
-    BoxFuture, Check, Held, LimiterError, Pending, Settling, count_failure, decision_from,
+    BoxFuture, Check, Held, LimiterError, Pending, Settling, count_failure, count_failure_of,
+    decision_from, settling,
 };
 use super::response::{self, ResponseBody};
 use super::service::start;
@@ -93,34 +94,57 @@ type Waiting<S, ReqBody> = (S, Request<ReqBody>, Vec<RuleDecision>, Settling);
 fn decided<S, ReqBody>(
     config: &Arc<Config>,
     states: Result<Held, LimiterError>,
-    (mut inner, mut req, rules, settling): Waiting<S, ReqBody>,
+    (inner, req, rules, settling): Waiting<S, ReqBody>,
     started: Stopwatch,
 ) -> State<S, ReqBody>
 where
     S: Service<Request<ReqBody>>,
 {
     // What the fallback needs of the resolved quotas, kept only when some rule resolves one.
-    let resolved: Vec<(Arc<str>, Quota)> = if config.dynamic {
-        rules
-            .iter()
-            .map(|r| (Arc::clone(&r.rule), r.quota))
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let resolved = resolved(config, rules.iter().map(|r| (&r.rule, r.quota)));
     let decided = match states {
-        Ok((states, lease)) => decision_from(rules, states).map(|mut d| {
+        Ok((states, lease)) => decision_from(rules, &states).map(|mut d| {
             d.lease.0 = lease.map(Arc::new);
             d
         }),
         Err(err) => Err(count_failure(&rules, err)),
     };
+    state_of(config, decided, &resolved, (inner, req, settling), started)
+}
+
+/// The quotas the request's rules (name, quota) were resolved to, for the fallback: none when
+/// no rule of the layer resolves its quota per request.
+fn resolved<'a>(
+    config: &Config,
+    rules: impl Iterator<Item = (&'a Arc<str>, Quota)>,
+) -> Vec<(Arc<str>, Quota)> {
+    if config.dynamic {
+        rules
+            .map(|(name, quota)| (Arc::clone(name), quota))
+            .collect()
+    } else {
+        Vec::new()
+    }
+}
+
+/// The state for the limiter's answer `decided` (the failure counted already): the inner
+/// service called with the decision, the denial, or what the failure policy says.
+fn state_of<S, ReqBody>(
+    config: &Arc<Config>,
+    decided: Result<Decision, LimiterError>,
+    resolved: &[(Arc<str>, Quota)],
+    (mut inner, mut req, settling): (S, Request<ReqBody>, Settling),
+    started: Stopwatch,
+) -> State<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
     let decided = match decided {
         Ok(decision) => Ok(decision),
         Err(err) => {
             config.warn_failed(&err);
             let (parts, body) = req.into_parts();
-            let answer = config.on_failure(&parts, &resolved);
+            let answer = config.on_failure(&parts, resolved);
             req = Request::from_parts(parts, body);
             answer
         }
@@ -191,15 +215,25 @@ where
         }
     }
 
-    /// The request decided at once (an in-process limiter): no future to wait for.
+    /// The request of `checks` decided at once (an in-process limiter): no future to wait for.
     pub(crate) fn decided(
         config: &Arc<Config>,
-        states: Result<Held, LimiterError>,
-        pending: Waiting<S, ReqBody>,
+        decided: Result<Decision, LimiterError>,
+        (inner, req): (S, Request<ReqBody>),
+        checks: &[Check],
         started: Stopwatch,
     ) -> Self {
+        let names = || checks.iter().map(|c| c.rule.name_arc());
+        let resolved = resolved(config, names().zip(checks.iter().map(|c| c.quota)));
+        let decided = decided.map_err(|err| count_failure_of(names(), err));
         Self {
-            state: decided(config, states, pending, started),
+            state: state_of(
+                config,
+                decided,
+                &resolved,
+                (inner, req, settling(checks)),
+                started,
+            ),
         }
     }
 

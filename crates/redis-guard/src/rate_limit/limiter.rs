@@ -111,10 +111,13 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
         Box::pin(async move { Ok((states.await?, None)) })
     }
 
-    /// Evaluates `checks` (validated, non-empty) at once, by mode as a layer evaluates them (the
+    /// Decides `checks` (validated, non-empty) at once, by mode as a layer evaluates them (the
     /// enforced ones together, all or nothing, each [`Mode::Shadow`] or [`Mode::Soft`] one on
     /// its own), when this limiter decides in process: `None` when it needs a future (Redis).
-    fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Held, LimiterError>> {
+    /// The decision holds the concurrency leases it took, whether or not they hold any. Not
+    /// part of the stable interface.
+    #[doc(hidden)]
+    fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Decision, LimiterError>> {
         let _ = checks;
         None
     }
@@ -211,7 +214,7 @@ pub(crate) fn decide<L: Engine + ?Sized>(
     let started = std::time::Instant::now();
     Box::pin(async move {
         let (states, lease) = held.await.map_err(|err| count_failure(&rules, err))?;
-        let mut decision = decision_from(rules, states)?;
+        let mut decision = decision_from(rules, &states)?;
         // A direct call settles nothing after a response: only leases are handed out.
         decision.lease = HeldLease(lease.filter(Lease::holds_leases).map(Arc::new));
         decision.record(started.elapsed());
@@ -332,11 +335,19 @@ pub(crate) fn rule_decisions(checks: &[Check]) -> Vec<RuleDecision> {
 
 /// Counts `err`, the limiter's failure to decide `rules`, under each rule's name; returns it.
 pub(crate) fn count_failure(rules: &[RuleDecision], err: LimiterError) -> LimiterError {
-    for rule in rules {
+    count_failure_of(rules.iter().map(|r| &r.rule), err)
+}
+
+/// [`count_failure`] for the rules named `names`.
+pub(crate) fn count_failure_of<'a>(
+    names: impl Iterator<Item = &'a Arc<str>>,
+    err: LimiterError,
+) -> LimiterError {
+    for name in names {
         telemetry::count(
             telemetry::Metric::RateLimitBackendErrors,
             "rule",
-            (&rule.rule).into(),
+            name.into(),
             1,
         );
     }
@@ -346,7 +357,7 @@ pub(crate) fn count_failure(rules: &[RuleDecision], err: LimiterError) -> Limite
 /// Fills `rules` with their states, in order, into a [`Decision`].
 pub(crate) fn decision_from(
     mut rules: Vec<RuleDecision>,
-    states: Vec<RuleState>,
+    states: &[RuleState],
 ) -> Result<Decision, LimiterError> {
     if states.len() != rules.len() {
         return Err(BackendError::BadReply(format!(
@@ -357,7 +368,7 @@ pub(crate) fn decision_from(
         .into());
     }
     for (rule, state) in rules.iter_mut().zip(states) {
-        rule.state = state;
+        rule.state = *state;
     }
     Decision::combine(rules).ok_or_else(no_checks)
 }
@@ -373,7 +384,7 @@ impl<L: Engine + ?Sized> Engine for Arc<L> {
         (**self).evaluate_leased(checks)
     }
 
-    fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Held, LimiterError>> {
+    fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Decision, LimiterError>> {
         (**self).evaluate_at_once(checks)
     }
 

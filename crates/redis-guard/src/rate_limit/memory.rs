@@ -15,7 +15,7 @@ use super::limiter::{
     rule_decisions,
 };
 use super::operations::{self, Effect, Inspection, Override, allow_listed_state};
-use super::receipt::{Place, Receipt, Receipted, request_id};
+use super::receipt::{Place, Receipt, request_id};
 use super::{Decision, Key, Lease, Mode, Rule};
 use crate::ConfigErrorKind;
 use crate::backend::{ExpiringTable, InProcess, InProcessBuilder};
@@ -111,7 +111,7 @@ impl MemoryLimiter {
     /// The decision holds the leases its concurrency rules took.
     pub(crate) fn decide_now(&self, checks: &[Check]) -> Result<Decision, LimiterError> {
         let (states, receipt) = self.evaluate_now(checks, true, false)?;
-        let mut decision = decision_from(rule_decisions(checks), states)?;
+        let mut decision = decision_from(rule_decisions(checks), states.as_slice())?;
         decision.lease = HeldLease(
             Lease::new(receipt.into_iter().collect())
                 .filter(Lease::holds_leases)
@@ -158,13 +158,14 @@ impl MemoryLimiter {
 
     /// Evaluates `checks`. `by_mode`: as the layer evaluates rules ([`Mode`]): the enforced
     /// checks all or nothing, each other one on its own; otherwise every check all or nothing.
-    /// `dry`: records nothing (inspect). The receipt of the leases taken, if any.
+    /// `dry`: records nothing (inspect). The states, kept inline for the usual single rule (the
+    /// layer's path allocates no list of them), and the receipt of the leases taken, if any.
     fn evaluate_now(
         &self,
         checks: &[Check],
         by_mode: bool,
         dry: bool,
-    ) -> Result<Receipted, LimiterError> {
+    ) -> Result<(Few<RuleState>, Option<Receipt>), LimiterError> {
         // The checks a response may settle (the request is admitted then: kept only if so).
         let settled: Vec<Check> = if dry {
             Vec::new()
@@ -181,7 +182,7 @@ impl MemoryLimiter {
         let mut leases = Vec::new();
         let now = self.inner.now_us();
         let mut table = self.inner.lock();
-        let mut states = Vec::with_capacity(checks.len());
+        let mut states = Few::default();
         let mut commits = Few::default();
         // Override records changed by bans in this evaluation, stored whatever the decision.
         let mut records: Vec<(EntryId, Override)> = Vec::new();
@@ -259,7 +260,7 @@ impl MemoryLimiter {
         }
         let together = checks
             .iter()
-            .zip(&states)
+            .zip(states.as_slice())
             .filter(|(c, _)| !by_mode || c.rule.mode() == Mode::Enforce)
             .all(|(_, s)| s.allowed);
         for (id, commit, alone) in commits {
@@ -277,7 +278,7 @@ impl MemoryLimiter {
         }
         table.states.maintain(now, |_, _| {});
         table.overrides.maintain(now, |_, _| {});
-        let admitted = states.iter().all(|s| s.allowed);
+        let admitted = states.as_slice().iter().all(|s| s.allowed);
         let receipt = request
             .filter(|_| !leases.is_empty() || (admitted && !settled.is_empty()))
             .map(|request| Receipt {
@@ -433,7 +434,7 @@ impl Engine for MemoryLimiter {
                 if let Some(receipt) = receipt {
                     drop(receipt.release());
                 }
-                states
+                states.into_vec()
             });
         Box::pin(std::future::ready(states))
     }
@@ -441,15 +442,21 @@ impl Engine for MemoryLimiter {
     fn evaluate_leased(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
         let held = self
             .evaluate_now(&checks, false, false)
-            .map(|(states, receipt)| (states, Lease::new(receipt.into_iter().collect())));
+            .map(|(states, receipt)| {
+                (states.into_vec(), Lease::new(receipt.into_iter().collect()))
+            });
         Box::pin(std::future::ready(held))
     }
 
-    fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Held, LimiterError>> {
-        let held = self
+    fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Decision, LimiterError>> {
+        let decided = self
             .evaluate_now(checks, true, false)
-            .map(|(states, receipt)| (states, Lease::new(receipt.into_iter().collect())));
-        Some(held)
+            .and_then(|(states, receipt)| {
+                let mut decision = decision_from(rule_decisions(checks), states.as_slice())?;
+                decision.lease = HeldLease(Lease::new(receipt.into_iter().collect()).map(Arc::new));
+                Ok(decision)
+            });
+        Some(decided)
     }
 
     fn inspect_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
@@ -461,7 +468,8 @@ impl Engine for MemoryLimiter {
             let check = Check::new(rule.clone(), key);
             let state = self
                 .evaluate_now(std::slice::from_ref(&check), false, true)?
-                .0[0];
+                .0
+                .as_slice()[0];
             let now = self.inner.now_us();
             // A rule that reads no record has none that applies.
             let record = if rule.reads_overrides() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::algorithm::script::{CUSTOM_BASE, FIXED_WINDOW_COUNTER, OPERATIONS, Scripts};
 use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
-use super::denials::{Request, cache_now, counted_down, state_keys};
+use super::denials::{Request, cache_now, cacheable, cached_denial, state_keys};
 use super::evaluation::{Coalescers, Evaluation, RuleArgs};
 use super::fixed_window_plain::{self, Counters};
 use super::hot_lease::HotLeases;
@@ -15,9 +15,8 @@ use super::lease::warn_release;
 use super::limiter::{BoxFuture, Check, Engine, Held, Limiter, LimiterError, chargeable};
 use super::operations::{self, Inspection, Override};
 use super::receipt::Receipted;
-use super::{Key, Lease, Rule};
+use super::{Decision, Key, Lease, Rule};
 use crate::backend::{BackendError, DEFAULT_BATCH, DenyCache, RedisBackend};
-use crate::telemetry;
 
 /// Default capacity of a [`RedisLimiter`]'s deny cache: how many denied clients it remembers.
 pub(crate) const DEFAULT_DENY_CACHE: usize = 10_000;
@@ -285,39 +284,19 @@ impl RedisLimiter {
                 Ok((operations::merge_allow_listed(listed, states), lease))
             });
         }
-        // A custom algorithm's waits are its own business (it may count denials), a rule with
-        // bans counts every rejection toward the next ban, and a lease may be released at any
-        // moment: never cached.
-        let has_custom = checks.iter().any(|c| {
-            matches!(
-                c.rule.algorithm(),
-                Algorithm::Custom(_) | Algorithm::Concurrency
-            ) || c.rule.bans().is_some()
-        });
         // Every admitted decision tells the cache, cacheable or not: it moved its keys' states.
         let deny_cache = self.deny_cache.clone();
-        let cache = deny_cache.clone().filter(|_| !has_custom);
+        let cache = deny_cache.clone().filter(|_| cacheable(&checks));
         // Look the request up before building anything for Redis: a cached denial costs no key
         // name, digest or argument.
         let cached = cache.map(|cache| {
             let key = cache.key(Request(&checks));
             let now = cache_now(&self.backend, &cache);
-            let hit = cache.get(key, now, || state_keys(&cache, &checks));
+            let hit = cached_denial(&cache, &checks, key, now);
             (cache, key, now, hit)
         });
-        if let Some((_, _, _, Some((states, elapsed)))) = cached {
-            for (check, _) in checks.iter().zip(&states).filter(|(_, s)| !s.allowed) {
-                telemetry::count(
-                    telemetry::Metric::RateLimitDenyCacheHits,
-                    "rule",
-                    check.rule.name_arc().into(),
-                    1,
-                );
-            }
-            return Box::pin(std::future::ready(Ok((
-                counted_down(states, elapsed),
-                None,
-            ))));
+        if let Some((_, _, _, Some(states))) = cached {
+            return Box::pin(std::future::ready(Ok((states, None))));
         }
         let evaluation = self.route(&checks);
         let coalescers = Arc::clone(&self.coalescers);
@@ -403,6 +382,10 @@ impl Engine for RedisLimiter {
 
     fn evaluate_leased(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
         self.evaluate_held(checks)
+    }
+
+    fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Decision, LimiterError>> {
+        self.denied_at_once(checks).map(Ok)
     }
 
     fn inspect_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {

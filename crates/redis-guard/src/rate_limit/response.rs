@@ -12,7 +12,7 @@ use super::Decision;
 use super::config::Config;
 use super::headers::{self, RateLimitHeaders};
 use super::holding::Holding;
-use crate::problem::{Member, problem};
+use crate::problem::{Member, problem, problem_of_pieces};
 
 pin_project! {
     /// The response body of a rate-limited service: the inner service's body, or a body the
@@ -158,9 +158,9 @@ pub(crate) fn limited<B>(config: &Config, decision: &Decision) -> Response<Respo
     let secs = decision.retry_after_secs();
     let mut res = match &config.response {
         Some(build) => build(decision),
-        None => problem(
+        None => problem_of_pieces(
             StatusCode::TOO_MANY_REQUESTS,
-            &limited_detail(decision),
+            &limited_pieces(decision, &headers::Digits::new(secs)),
             &[
                 ("retry_after", Member::Uint(secs)),
                 ("rule", Member::Str(&decision.rule)),
@@ -180,19 +180,21 @@ pub(crate) fn limited<B>(config: &Config, decision: &Decision) -> Response<Respo
 
 /// What a denied request is told, in a problem document's `detail` or a `grpc-message`.
 pub(crate) fn limited_detail(decision: &Decision) -> String {
-    // Pieces pushed into a buffer of the exact length, no formatter: an abusive client is all
-    // denials.
     let secs = headers::Digits::new(decision.retry_after_secs());
-    let parts = [
+    limited_pieces(decision, &secs).concat()
+}
+
+/// [`limited_detail`] in pieces, `secs` the wait in seconds: the default `429` writes them into
+/// its problem document as they are (no formatter, no string of its own: an abusive client is
+/// all denials).
+fn limited_pieces<'a>(decision: &'a Decision, secs: &'a headers::Digits) -> [&'a str; 5] {
+    [
         "Rate limit `",
         &decision.rule,
         "` exceeded: retry in ",
         secs.as_str(),
         " s.",
-    ];
-    let mut detail = String::with_capacity(parts.iter().map(|p| p.len()).sum());
-    parts.iter().for_each(|p| detail.push_str(p));
-    detail
+    ]
 }
 
 /// An answer the layer gives without a decision (missing key, misconfiguration, Redis down with

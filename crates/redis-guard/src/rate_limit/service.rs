@@ -8,9 +8,10 @@ use http::{Request, Response};
 use tower_service::Service;
 use tracing::Instrument;
 
+use super::Decision;
 use super::config::{Config, Plan};
 use super::future::ResponseFuture;
-use super::limiter::{Check, Held, LimiterError, Pending, rule_decisions, settling};
+use super::limiter::{Check, LimiterError, Pending};
 use super::resolve;
 use super::response::ResponseBody;
 use crate::telemetry::Stopwatch;
@@ -60,9 +61,15 @@ where
                 // The layer's rules and its limiter were checked when it was built.
                 let started = Stopwatch::start();
                 let checks_now = checks.as_slice();
-                if let Some(states) = at_once(&self.config, checks_now) {
-                    let waiting = (inner, req, rule_decisions(checks_now), settling(checks_now));
-                    return ResponseFuture::decided(&self.config, states, waiting, started);
+                if let Some(decided) = at_once(&self.config, checks_now) {
+                    let waiting = (inner, req);
+                    return ResponseFuture::decided(
+                        &self.config,
+                        decided,
+                        waiting,
+                        checks_now,
+                        started,
+                    );
                 }
                 let pending = start(&self.config, checks.into_vec());
                 ResponseFuture::checking(pending, inner, req, Arc::clone(&self.config))
@@ -77,9 +84,9 @@ where
     }
 }
 
-/// The states of `checks` when the layer's limiter decides in process (no future, nothing
+/// The decision of `checks` when the layer's limiter decides in process (no future, nothing
 /// boxed), in a `debug` span when one is listened to.
-fn at_once(config: &Config, checks: &[Check]) -> Option<Result<Held, LimiterError>> {
+fn at_once(config: &Config, checks: &[Check]) -> Option<Result<Decision, LimiterError>> {
     if !tracing::level_enabled!(tracing::Level::DEBUG) {
         return config.limiter.evaluate_at_once(checks);
     }
