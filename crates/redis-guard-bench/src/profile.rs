@@ -14,8 +14,8 @@
 //! [`Stack::RedisAbusive`] is the harness's `redis-abusive`: it starts a `redis-server` (not
 //! traced: callgrind follows no child) and a current-thread runtime; the first request waits
 //! for Redis, the others are answered from the deny cache, except one round trip each time the
-//! cached denial ends ([`DENY_CACHE_MAX_WAIT`](redis_guard::rate_limit::DENY_CACHE_MAX_WAIT) of
-//! wall time, a few per run under callgrind: a few instructions per request of noise).
+//! cached denial ends (every 2 s of wall time, the deny cache's longest wait; a few per run
+//! under callgrind: a few instructions per request of noise).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;

@@ -92,6 +92,9 @@ fn build(copy: &Path) -> PathBuf {
     let status = Command::new(&cargo)
         .args(["build", "--offline", "--quiet", "--target-dir"])
         .arg(&target)
+        // As the workspace's own dev profile: line tables for backtraces, no full debug info
+        // (a faster build; the copy is its own workspace and does not read ours).
+        .env("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")
         .current_dir(copy)
         .status()
         .unwrap_or_else(|e| panic!("cannot run {cargo:?} (put cargo on PATH): {e}"));
