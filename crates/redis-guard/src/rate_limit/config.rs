@@ -8,7 +8,7 @@ use http::{HeaderValue, Response, StatusCode};
 
 use super::few::Few;
 use super::limiter::Check;
-use super::resolve::{self, Lookup, Resolved};
+use super::quota_lookup::{self as resolve, Lookup, Resolved};
 use super::warn::{WARN_INTERVAL, WarnEvery};
 use super::{
     Algorithm, Decision, FailurePolicy, KeyError, KeyExtractor, Limiter, LimiterError,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::decision::RuleDecision;
 use futures_util::future::join_all;
 
-pub(crate) use super::check::Check;
+pub(crate) use super::Check;
 use super::decision::HeldLease;
 use super::{Decision, Inspection, Key, Lease, Mode, Rule, RuleState};
 use crate::backend::BackendError;

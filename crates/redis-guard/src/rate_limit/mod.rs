@@ -118,7 +118,6 @@
 mod actual_cost;
 mod algorithm;
 mod builder;
-mod check;
 mod config;
 mod decision;
 mod denials;
@@ -142,13 +141,10 @@ mod limiter;
 mod memory;
 mod operations;
 mod policy;
-mod quota;
 mod receipt;
 mod redis_limiter;
 mod reply;
-mod resolve;
 mod response;
-mod route;
 mod rule;
 mod service;
 mod warn;
@@ -161,7 +157,6 @@ pub use future::ResponseFuture;
 // The client's address lives in `crate::client_ip` (sessions read it too); rate limits key on
 // it so often that it is also here, under the same names.
 pub use crate::client_ip::{ClientIp, ForwardedHeader, PeerAddr};
-pub use check::Check;
 pub(crate) use key::Inline;
 pub use key::{
     And, ExtensionKey, Global, HeaderKey, Key, KeyError, KeyExtractor, KeyExtractorExt, Or,
@@ -172,9 +167,9 @@ pub use limiter::{Limiter, LimiterError};
 pub use memory::MemoryLimiter;
 pub use operations::{Bans, Inspection};
 pub use policy::{FailurePolicy, MissingKey, Mode};
-pub use quota::Quota;
 pub use redis_limiter::RedisLimiter;
 pub use response::ResponseBody;
-pub use route::Route;
-pub use rule::Rule;
+pub use rule::Check;
+pub(crate) use rule::quota_lookup;
+pub use rule::{Quota, Route, Rule};
 pub use service::RateLimit;

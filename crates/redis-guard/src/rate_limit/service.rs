@@ -12,7 +12,7 @@ use super::Decision;
 use super::config::{Config, Plan};
 use super::future::ResponseFuture;
 use super::limiter::{Check, LimiterError, Pending};
-use super::resolve;
+use super::quota_lookup as resolve;
 use super::response::ResponseBody;
 use crate::telemetry::Stopwatch;
 

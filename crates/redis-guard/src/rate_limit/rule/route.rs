@@ -3,7 +3,7 @@
 use http::Method;
 use http::request::Parts;
 
-/// The requests a rule applies to ([`Rule::for_route`](super::Rule::for_route)): a path, exact
+/// The requests a rule applies to ([`Rule::for_route`](crate::rate_limit::Rule::for_route)): a path, exact
 /// or a prefix, and optionally methods. One layer can then cover an API with a limit per
 /// endpoint, with no layer per route. A rule without a route applies to every request.
 ///
