@@ -10,9 +10,9 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 
 use super::algorithm::script::{BUILTIN_SCRIPTS, RENEW, Scripts};
-use super::evaluation::RuleArgs;
 use super::limiter::{BoxFuture, Check, LimiterError};
 use super::memory::MemoryLimiter;
+use super::redis::RuleArgs;
 use crate::backend::{LuaScript, RedisBackend};
 
 /// The states of an evaluation, and the receipt of the leases it took.

@@ -4,14 +4,14 @@
 use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
 
-use super::Algorithm;
-use super::algorithm::RuleState;
-use super::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
 use super::fixed_window_batch::{Count, Transaction};
-use super::limiter::LimiterError;
-use super::receipt::{Group, Receipt, Receipted, request_id};
-use super::reply::parse_reply;
+use super::script_reply::parse_reply;
 use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall, call_alone};
+use crate::rate_limit::Algorithm;
+use crate::rate_limit::algorithm::RuleState;
+use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
+use crate::rate_limit::limiter::LimiterError;
+use crate::rate_limit::receipt::{Group, Receipt, Receipted, request_id};
 
 /// One evaluation: the keys and arguments of every rule.
 pub(super) struct Evaluation {
@@ -33,16 +33,16 @@ pub(super) struct Evaluation {
 
 /// One rule's arguments to the evaluation scripts.
 #[derive(Clone, Debug)]
-pub(super) struct RuleArgs {
+pub(crate) struct RuleArgs {
     /// Algorithm id, limit, period (µs), burst, emission interval (µs), cost.
-    pub(super) ints: [u64; 6],
+    pub(crate) ints: [u64; 6],
     /// `0`: the rule reads no override record; `1`: it does; else its bans (it does too).
-    pub(super) overrides: Cow<'static, str>,
+    pub(crate) overrides: Cow<'static, str>,
 }
 
 impl RuleArgs {
     /// Whether the rule takes a lease (a concurrency rule, cost 1; a probe takes none).
-    pub(super) fn is_lease(&self) -> bool {
+    pub(crate) fn is_lease(&self) -> bool {
         Some(self.ints[0]) == Algorithm::Concurrency.builtin_id().map(u64::from) && self.ints[5] > 0
     }
 }
@@ -129,7 +129,7 @@ impl Evaluation {
     /// Keeps a receipt of an admitted request naming its rules (`names`, one per rule), so that
     /// its response may settle their costs ([`Rule::settles_after_response`]).
     ///
-    /// [`Rule::settles_after_response`]: super::Rule::settles_after_response
+    /// [`Rule::settles_after_response`]: crate::rate_limit::Rule::settles_after_response
     pub(super) fn settled(mut self, names: Vec<Arc<str>>) -> Self {
         // The lean script names nothing; a settled request takes the general one.
         self.gcra_only = false;
@@ -285,7 +285,7 @@ impl Evaluation {
     /// Charges each rule its cost whatever is left ([`RedisLimiter::charge_all`]): one call of the
     /// charge script per hash slot.
     ///
-    /// [`RedisLimiter::charge_all`]: super::RedisLimiter::charge_all
+    /// [`RedisLimiter::charge_all`]: crate::rate_limit::RedisLimiter::charge_all
     pub(super) async fn charge(&self, backend: &RedisBackend) -> Result<(), LimiterError> {
         let request = request_id();
         for group in backend.slot_groups(&self.keys) {
