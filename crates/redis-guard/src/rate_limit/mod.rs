@@ -121,7 +121,6 @@ mod builder;
 mod config;
 mod decision;
 mod direct;
-mod entry_ids;
 mod few;
 mod future;
 pub mod grpc;

@@ -9,9 +9,9 @@
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
+use super::MemoryLimiter;
 use super::algorithm::script::{BUILTIN_SCRIPTS, RENEW, Scripts};
 use super::limiter::{BoxFuture, Check, LimiterError};
-use super::memory::MemoryLimiter;
 use super::redis::RuleArgs;
 use crate::backend::{LuaScript, RedisBackend};
 

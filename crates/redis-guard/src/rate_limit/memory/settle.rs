@@ -1,0 +1,75 @@
+//! What a request's receipt gives back to a [`MemoryLimiter`]'s table when its response ends
+//! or streams on: its concurrency leases released or renewed, its cost settled.
+
+use super::MemoryLimiter;
+use crate::rate_limit::Check;
+use crate::rate_limit::algorithm::{self, Refunded, State, ceil_ms};
+
+impl MemoryLimiter {
+    /// Releases `request`'s leases in the entries `leases`.
+    pub(crate) fn release_leases(&self, request: &str, leases: &[([u64; 2], u64)]) {
+        let now = self.inner.now_us();
+        let mut table = self.inner.lock();
+        for (id, _) in leases {
+            if let Some(State::Leases(held)) = table.states.get_live_mut(id, now)
+                && algorithm::release_lease(held, request)
+            {
+                table.states.remove(id);
+            }
+        }
+    }
+
+    /// Renews `request`'s leases in the entries `leases` (each for its expiry period from now);
+    /// how many it still held.
+    pub(crate) fn renew_leases(&self, request: &str, leases: &[([u64; 2], u64)]) -> usize {
+        let now = self.inner.now_us();
+        let mut table = self.inner.lock();
+        let mut renewed = 0;
+        for &(id, period) in leases {
+            let expiry = now + period;
+            if let Some(State::Leases(held)) = table.states.get_live_mut(&id, now)
+                && algorithm::renew_lease(held, request, now, expiry)
+            {
+                renewed += 1;
+                let deadline = table
+                    .states
+                    .deadline(&id)
+                    .unwrap_or(0)
+                    .max(now + ceil_ms(period) * 1000);
+                table.states.set_deadline(&id, deadline);
+            }
+        }
+        renewed
+    }
+
+    /// Settles `checks` of a request admitted at `charged_at` (this limiter's clock): each
+    /// check's `delta` more units charged whatever is left (positive) or given back (negative),
+    /// as the Redis charge and refund scripts do.
+    pub(crate) fn settle_now(&self, checks: &[(&Check, i64)], charged_at: u64) {
+        let now = self.inner.now_us();
+        let mut table = self.inner.lock();
+        for &(check, delta) in checks {
+            let mut p = check.params(1);
+            p.cost = delta.unsigned_abs();
+            let id = self.state_id(&check.rule, &check.key);
+            if delta > 0 {
+                let current = table.states.get_live_mut(&id, now).map(|s| &*s);
+                if let Some(commit) = algorithm::charge(current, now, &p) {
+                    // Only a lease names its entry; a charge never makes one.
+                    table.apply(id, commit, now, "-");
+                }
+            } else if delta < 0 {
+                let Some(state) = table.states.get_live_mut(&id, now) else {
+                    continue;
+                };
+                match algorithm::refund(state, now, &p, charged_at) {
+                    Refunded::Store(commit) => table.apply(id, commit, now, "-"),
+                    Refunded::Delete => {
+                        table.states.remove(&id);
+                    }
+                    Refunded::Kept | Refunded::Nothing => {}
+                }
+            }
+        }
+    }
+}
