@@ -8,10 +8,10 @@ use std::task::{Context, Poll, ready};
 use http::{Request, Response, StatusCode};
 use tower_service::Service;
 
+use super::Holding;
 use super::config::{Config, Plan};
 use super::decision::RuleDecision;
 use super::headers::RateLimitHeaders;
-use super::holding::Holding;
 use super::limiter::{
     BoxFuture, Check, Held, LimiterError, Pending, Settling, count_failure, count_failure_of,
     decision_from, settling,

@@ -115,7 +115,6 @@
 //!
 //! [`tower::limit::RateLimit`]: https://docs.rs/tower/latest/tower/limit/struct.RateLimit.html
 
-mod actual_cost;
 mod algorithm;
 mod builder;
 mod config;
@@ -125,7 +124,6 @@ mod few;
 mod future;
 pub mod grpc;
 mod headers;
-mod holding;
 mod key;
 mod layer;
 #[cfg(all(test, feature = "metrics"))]
@@ -135,18 +133,17 @@ mod limiter;
 mod memory;
 mod operations;
 mod policy;
-mod receipt;
 mod redis;
 mod response;
 mod rule;
 mod service;
 mod warn;
 
-pub use actual_cost::{ActualCost, CostReport};
 pub use algorithm::{Algorithm, CustomAlgorithm, RuleState};
 pub use builder::RateLimitLayerBuilder;
 pub use decision::{Decision, RuleDecision};
 pub use future::ResponseFuture;
+pub use lease::{ActualCost, CostReport};
 // The client's address lives in `crate::client_ip` (sessions read it too); rate limits key on
 // it so often that it is also here, under the same names.
 pub use crate::client_ip::{ClientIp, ForwardedHeader, PeerAddr};
@@ -155,6 +152,7 @@ pub use key::{
     And, ExtensionKey, Global, HeaderKey, Key, KeyError, KeyExtractor, KeyExtractorExt, Or,
 };
 pub use layer::RateLimitLayer;
+pub(crate) use lease::Holding;
 pub use lease::Lease;
 pub use limiter::{Limiter, LimiterError};
 pub use memory::MemoryLimiter;

@@ -9,9 +9,9 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::Decision;
+use super::Holding;
 use super::config::Config;
 use super::headers::{self, RateLimitHeaders};
-use super::holding::Holding;
 use crate::problem::{Member, problem, problem_of_pieces};
 
 pin_project! {

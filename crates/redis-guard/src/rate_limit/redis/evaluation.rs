@@ -10,8 +10,8 @@ use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall, c
 use crate::rate_limit::Algorithm;
 use crate::rate_limit::algorithm::RuleState;
 use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
+use crate::rate_limit::lease::{Group, Receipt, Receipted, request_id};
 use crate::rate_limit::limiter::LimiterError;
-use crate::rate_limit::receipt::{Group, Receipt, Receipted, request_id};
 
 /// One evaluation: the keys and arguments of every rule.
 pub(super) struct Evaluation {

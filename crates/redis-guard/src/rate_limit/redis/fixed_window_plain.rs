@@ -22,8 +22,8 @@ use super::fixed_window_batch::Count;
 use crate::backend::{BackendError, RedisBackend};
 use crate::rate_limit::Algorithm;
 use crate::rate_limit::algorithm::RuleState;
+use crate::rate_limit::lease::Receipted;
 use crate::rate_limit::limiter::{BoxFuture, Check, LimiterError};
-use crate::rate_limit::receipt::Receipted;
 use crate::rate_limit::{RedisLimiter, Rule};
 
 /// How a request is decided on Redis: by the scripts, or by the plain transaction.

@@ -12,12 +12,12 @@ use super::hot_lease::HotLeases;
 use crate::backend::{DEFAULT_BATCH, DenyCache, RedisBackend};
 use crate::rate_limit::algorithm::script::{CUSTOM_BASE, FIXED_WINDOW_COUNTER, Scripts};
 use crate::rate_limit::algorithm::{Algorithm, CustomAlgorithm, RuleState};
+use crate::rate_limit::lease::Receipted;
 use crate::rate_limit::lease::warn_release;
 use crate::rate_limit::limiter::{
     BoxFuture, Check, Engine, Held, Limiter, LimiterError, chargeable,
 };
 use crate::rate_limit::operations::{self, Inspection};
-use crate::rate_limit::receipt::Receipted;
 use crate::rate_limit::{Decision, Key, Lease, Rule};
 
 /// Default capacity of a [`RedisLimiter`]'s deny cache: how many denied clients it remembers.

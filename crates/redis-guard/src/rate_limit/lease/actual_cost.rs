@@ -4,18 +4,18 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::Rule;
-use super::rule::Shared;
+use crate::rate_limit::Rule;
+use crate::rate_limit::rule::Shared;
 
 impl Rule {
-    /// Lets the response settle the rule's cost in a [`RateLimitLayer`](super::RateLimitLayer),
+    /// Lets the response settle the rule's cost in a [`RateLimitLayer`](crate::rate_limit::RateLimitLayer),
     /// for costs known only after the work: the tokens an LLM answer used, the rows an export
     /// wrote. The rule's cost ([`with_cost`](Self::with_cost) or
     /// [`with_cost_from`](Self::with_cost_from)) is then a **reservation**: a request is
     /// admitted only if it fits in what the key has left, and takes it up front, all or nothing
     /// with its other rules, so at most as many requests run at once as reservations fit. What
-    /// the handler reports ([`ActualCost`](super::ActualCost) in the response's extensions, or
-    /// the request's [`CostReport`](super::CostReport) while the body streams) settles the
+    /// the handler reports ([`ActualCost`](crate::rate_limit::ActualCost) in the response's extensions, or
+    /// the request's [`CostReport`](crate::rate_limit::CostReport) while the body streams) settles the
     /// difference in one more script call: charged whatever is left (the key may go over its
     /// limit and then waits until the debt is paid) or given back.
     ///
@@ -31,7 +31,7 @@ impl Rule {
     /// refuses it (a [`ConfigErrorKind::Cost`](crate::ConfigErrorKind::Cost) error); a cost function may still answer 0 for
     /// requests that are free.
     ///
-    /// Only enforced rules are settled ([`Mode::Enforce`](super::Mode::Enforce): a shadow or soft rule keeps its
+    /// Only enforced rules are settled ([`Mode::Enforce`](crate::rate_limit::Mode::Enforce): a shadow or soft rule keeps its
     /// reservation), and only rules of the built-in algorithms (a custom one keeps it too). A
     /// settlement that fails (Redis down) is logged at `warn` and leaves the reservation
     /// standing; the response is sent all the same. The `RateLimit` header of the response
@@ -64,7 +64,7 @@ impl Rule {
     /// `StatusCode::is_server_error`: a failure of the service should not cost the client its
     /// quota. Settled as [`charged_after_response`](Self::charged_after_response) is (one more
     /// script call when the body ends, enforced rules of the built-in algorithms); a refund
-    /// wins over a reported [`ActualCost`](super::ActualCost). A request without a response
+    /// wins over a reported [`ActualCost`](crate::rate_limit::ActualCost). A request without a response
     /// (its future dropped, the inner service failed) is not refunded.
     ///
     /// ```
@@ -112,8 +112,8 @@ impl Rule {
 
 /// The real cost of a request, known once the handler has run (the tokens an answer used, the
 /// rows an export wrote): put it in the **response's** extensions, and the
-/// [`RateLimitLayer`](super::RateLimitLayer) settles each named rule that accepts it
-/// ([`Rule::charged_after_response`](super::Rule::charged_after_response)): the difference from
+/// [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) settles each named rule that accepts it
+/// ([`Rule::charged_after_response`](crate::rate_limit::Rule::charged_after_response)): the difference from
 /// what the rule reserved when it admitted the request is charged (whatever is left: the key
 /// may go over its limit, and then waits until the debt is paid) or given back, in one more
 /// script call when the response body ends. Rules it does not name keep what they reserved. A
@@ -169,8 +169,8 @@ impl ActualCost {
 /// streamed body ends (the tokens of a streamed answer), or to have the work done so far
 /// charged when the client goes away.
 ///
-/// A [`RateLimitLayer`](super::RateLimitLayer) puts one in the **request's** extensions when
-/// a rule may be settled ([`Rule::charged_after_response`](super::Rule::charged_after_response))
+/// A [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) puts one in the **request's** extensions when
+/// a rule may be settled ([`Rule::charged_after_response`](crate::rate_limit::Rule::charged_after_response))
 /// and the request was counted (not when the limiter failed and let it through, or no such
 /// rule applied to it: take it as an `Option`); clone it into the body's stream and
 /// [`report`](Self::report) before the body ends. The

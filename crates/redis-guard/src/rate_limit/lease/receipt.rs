@@ -9,24 +9,24 @@
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
-use super::MemoryLimiter;
-use super::algorithm::script::{BUILTIN_SCRIPTS, RENEW, Scripts};
-use super::limiter::{BoxFuture, Check, LimiterError};
-use super::redis::RuleArgs;
 use crate::backend::{LuaScript, RedisBackend};
+use crate::rate_limit::MemoryLimiter;
+use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, RENEW, Scripts};
+use crate::rate_limit::limiter::{BoxFuture, Check, LimiterError};
+use crate::rate_limit::redis::RuleArgs;
 
 /// The states of an evaluation, and the receipt of the leases it took.
-pub(super) type Receipted = (Vec<super::RuleState>, Option<Receipt>);
+pub(crate) type Receipted = (Vec<crate::rate_limit::RuleState>, Option<Receipt>);
 
 /// One admitted evaluation, as the store recorded it.
-pub(super) struct Receipt {
+pub(crate) struct Receipt {
     /// The request id its state is named by (the leases' members).
-    pub(super) request: Arc<str>,
-    pub(super) place: Place,
+    pub(crate) request: Arc<str>,
+    pub(crate) place: Place,
 }
 
 /// Where the evaluation was recorded.
-pub(super) enum Place {
+pub(crate) enum Place {
     /// On Redis: per slot group (one on a single Redis), what the scripts need to undo it.
     Redis {
         backend: RedisBackend,
@@ -45,19 +45,19 @@ pub(super) enum Place {
 }
 
 /// The rules of one slot group, and the Redis time they were decided at.
-pub(super) struct Group {
+pub(crate) struct Group {
     /// Per rule, its state key (not its override key).
-    pub(super) keys: Vec<String>,
-    pub(super) args: Vec<RuleArgs>,
+    pub(crate) keys: Vec<String>,
+    pub(crate) args: Vec<RuleArgs>,
     /// Per rule, its name, when the request may be settled; empty otherwise.
-    pub(super) names: Vec<Arc<str>>,
-    pub(super) evaluated_at: u64,
+    pub(crate) names: Vec<Arc<str>>,
+    pub(crate) evaluated_at: u64,
 }
 
 impl Receipt {
     /// The receipt of an evaluation on Redis; `None` when no rule holds a lease and it is not
     /// to be settled (`settled`).
-    pub(super) fn redis(
+    pub(crate) fn redis(
         request: &Arc<str>,
         backend: &RedisBackend,
         scripts: Option<&Arc<Scripts>>,
@@ -77,7 +77,7 @@ impl Receipt {
 
     /// Gives the leases back: the refund script on Redis (one call per slot group), at once in
     /// process.
-    pub(super) fn release(&self) -> BoxFuture<Result<(), LimiterError>> {
+    pub(crate) fn release(&self) -> BoxFuture<Result<(), LimiterError>> {
         match &self.place {
             Place::Memory {
                 limiter, leases, ..
@@ -104,7 +104,7 @@ impl Receipt {
     /// more units charged whatever is left (positive) or given back (negative), in the window
     /// it was counted in. One charge and one refund call per slot group at most on Redis; at
     /// once in process.
-    pub(super) fn settle(&self, deltas: &[(Arc<str>, i64)]) -> BoxFuture<Result<(), LimiterError>> {
+    pub(crate) fn settle(&self, deltas: &[(Arc<str>, i64)]) -> BoxFuture<Result<(), LimiterError>> {
         let delta = |name: &str| {
             deltas
                 .iter()
@@ -170,7 +170,7 @@ impl Receipt {
     }
 
     /// Pushes the leases' expiry to a full expiry from now; how many were still held.
-    pub(super) fn renew(&self) -> BoxFuture<Result<usize, LimiterError>> {
+    pub(crate) fn renew(&self) -> BoxFuture<Result<usize, LimiterError>> {
         match &self.place {
             Place::Memory {
                 limiter, leases, ..
@@ -188,7 +188,7 @@ impl Receipt {
     }
 
     /// The longest a lease of this receipt lives without renewal, in µs.
-    pub(super) fn shortest_expiry_us(&self) -> u64 {
+    pub(crate) fn shortest_expiry_us(&self) -> u64 {
         match &self.place {
             Place::Memory { leases, .. } => leases.iter().map(|&(_, e)| e).min(),
             Place::Redis { groups, .. } => groups
@@ -202,7 +202,7 @@ impl Receipt {
     }
 
     /// How many leases the receipt holds.
-    pub(super) fn lease_count(&self) -> usize {
+    pub(crate) fn lease_count(&self) -> usize {
         match &self.place {
             Place::Memory { leases, .. } => leases.len(),
             Place::Redis { groups, .. } => groups
@@ -286,7 +286,7 @@ impl fmt::Debug for Receipt {
 
 /// A process-unique, unpredictable-enough id for one evaluation: names sliding-log members and
 /// leases.
-pub(super) fn request_id() -> Arc<str> {
+pub(crate) fn request_id() -> Arc<str> {
     use std::hash::BuildHasher;
     use std::sync::atomic::{AtomicU64, Ordering};
     static SEED: LazyLock<std::collections::hash_map::RandomState> =
