@@ -9,15 +9,17 @@ use super::entry_ids::{EntryId, EntryIds};
 use super::table::Table;
 use crate::ConfigErrorKind;
 use crate::backend::{ExpiringTable, InProcess, InProcessBuilder};
+use crate::rate_limit::Few;
 use crate::rate_limit::algorithm::{self, Commit, RuleState, ceil_ms};
 use crate::rate_limit::decision::HeldLease;
-use crate::rate_limit::few::Few;
 use crate::rate_limit::lease::{Place, Receipt, request_id};
+use crate::rate_limit::limiter::operations::{
+    self, Effect, Inspection, Override, allow_listed_state,
+};
 use crate::rate_limit::limiter::{
     BoxFuture, Check, Engine, Held, Limiter, LimiterError, chargeable, decision_from,
     rule_decisions,
 };
-use crate::rate_limit::operations::{self, Effect, Inspection, Override, allow_listed_state};
 use crate::rate_limit::{Decision, Key, Lease, Mode, Rule};
 
 /// Default bound on the number of keys a [`MemoryLimiter`] tracks.

@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::RedisLimiter;
 use crate::backend::BackendError;
 use crate::rate_limit::algorithm::script::OPERATIONS;
+use crate::rate_limit::limiter::operations::{self, Inspection, Override};
 use crate::rate_limit::limiter::{BoxFuture, Check, LimiterError};
-use crate::rate_limit::operations::{self, Inspection, Override};
 use crate::rate_limit::{Key, Rule};
 
 impl RedisLimiter {

@@ -14,10 +14,10 @@ use crate::rate_limit::algorithm::script::{CUSTOM_BASE, FIXED_WINDOW_COUNTER, Sc
 use crate::rate_limit::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use crate::rate_limit::lease::Receipted;
 use crate::rate_limit::lease::warn_release;
+use crate::rate_limit::limiter::operations::{self, Inspection};
 use crate::rate_limit::limiter::{
     BoxFuture, Check, Engine, Held, Limiter, LimiterError, chargeable,
 };
-use crate::rate_limit::operations::{self, Inspection};
 use crate::rate_limit::{Decision, Key, Lease, Rule};
 
 /// Default capacity of a [`RedisLimiter`]'s deny cache: how many denied clients it remembers.

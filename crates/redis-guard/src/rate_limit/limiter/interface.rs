@@ -6,13 +6,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::decision::RuleDecision;
+use crate::rate_limit::decision::RuleDecision;
 use futures_util::future::join_all;
 
-pub(crate) use super::Check;
-use super::decision::HeldLease;
-use super::{Decision, Inspection, Key, Lease, Mode, Rule, RuleState};
 use crate::backend::BackendError;
+pub(crate) use crate::rate_limit::Check;
+use crate::rate_limit::decision::HeldLease;
+use crate::rate_limit::{Decision, Inspection, Key, Lease, Mode, Rule, RuleState};
 use crate::telemetry;
 use crate::{ConfigError, ConfigErrorKind};
 
@@ -47,8 +47,8 @@ pub(crate) fn no_checks() -> LimiterError {
 }
 
 /// Decides whether requests are admitted: [`RedisLimiter`] or [`MemoryLimiter`], or an `Arc` of
-/// either, as [`RateLimitLayer::new`](super::RateLimitLayer::new) and
-/// [`RateLimitLayer::builder`](super::RateLimitLayer::builder) take them.
+/// either, as [`RateLimitLayer::new`](crate::rate_limit::RateLimitLayer::new) and
+/// [`RateLimitLayer::builder`](crate::rate_limit::RateLimitLayer::builder) take them.
 ///
 /// This trait is **sealed** and has nothing to call (as tokio's `ToSocketAddrs`): it cannot be
 /// implemented outside this crate, because what the layer asks of a limiter is not a stable
@@ -181,8 +181,10 @@ pub(crate) fn chargeable(checks: Vec<Check>) -> Result<Vec<Check>, LimiterError>
     for check in &checks {
         check.rule.validate()?;
         let algorithm = match check.rule.algorithm() {
-            super::Algorithm::Custom(custom) => format!("the custom algorithm {}", custom.name()),
-            super::Algorithm::Concurrency => "leases (a concurrency rule)".to_owned(),
+            crate::rate_limit::Algorithm::Custom(custom) => {
+                format!("the custom algorithm {}", custom.name())
+            }
+            crate::rate_limit::Algorithm::Concurrency => "leases (a concurrency rule)".to_owned(),
             _ => continue,
         };
         return Err(check

@@ -6,7 +6,7 @@
 //! # Where the state lives
 //!
 //! Beside its algorithm state, a rule that reads overrides
-//! ([`Rule::with_overrides`](super::Rule::with_overrides), or bans) keeps one small *override*
+//! ([`Rule::with_overrides`](crate::rate_limit::Rule::with_overrides), or bans) keeps one small *override*
 //! record per key: blocked until, allowed until, ban level (and when it is forgotten),
 //! rejections in the current ban window. It is opt-in because reading it costs every request a
 //! key and a `GET` per script call: measured with it always on, the `redis` benchmark lost
@@ -20,24 +20,24 @@
 //! separate read per request would cost a round trip, and a record inside the algorithm's own
 //! state would need a different shape for each algorithm (and for custom ones).
 //!
-//! [`RedisLimiter::inspect`]: super::RedisLimiter::inspect
-//! [`RedisLimiter::reset`]: super::RedisLimiter::reset
-//! [`RedisLimiter::penalize`]: super::RedisLimiter::penalize
-//! [`RedisLimiter::allow`]: super::RedisLimiter::allow
+//! [`RedisLimiter::inspect`]: crate::rate_limit::RedisLimiter::inspect
+//! [`RedisLimiter::reset`]: crate::rate_limit::RedisLimiter::reset
+//! [`RedisLimiter::penalize`]: crate::rate_limit::RedisLimiter::penalize
+//! [`RedisLimiter::allow`]: crate::rate_limit::RedisLimiter::allow
 
 use std::borrow::Cow;
 use std::time::Duration;
 
-use super::algorithm::ceil_ms;
-use super::limiter::{Check, Engine, LimiterError};
-use super::{Rule, RuleState};
+use super::interface::{Check, Engine, LimiterError};
+use crate::rate_limit::algorithm::ceil_ms;
+use crate::rate_limit::{Rule, RuleState};
 use crate::{ConfigError, ConfigErrorKind};
 
 /// The longest duration an operation or a ban accepts: 366 days (longer ones are refused, so
 /// that every time fits the scripts' exact integer range).
 pub(crate) const MAX_OVERRIDE: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 
-/// Escalating bans, a rule option ([`Rule::with_bans`](super::Rule::with_bans)): after
+/// Escalating bans, a rule option ([`Rule::with_bans`](crate::rate_limit::Rule::with_bans)): after
 /// [`after`](Self::after) rejections by the rule within [`within`](Self::within), the key is
 /// blocked for [`block`](Self::block); each further ban while the previous one is remembered
 /// doubles the block, up to [`max`](Self::max). A ban is remembered for
@@ -49,7 +49,7 @@ pub(crate) const MAX_OVERRIDE: Duration = Duration::from_secs(366 * 24 * 60 * 60
 /// rejections by the rule's own quota count: requests refused during a ban do not lengthen it.
 /// Defaults: within 1 minute, block 1 minute, max 1 day, forget after 1 day. Each of the four
 /// durations lasts from 1 ms to 366 days (so that every time fits the scripts' exact integer
-/// range); [`Rule::validate`](super::Rule::validate) refuses others.
+/// range); [`Rule::validate`](crate::rate_limit::Rule::validate) refuses others.
 ///
 /// ```
 /// use std::time::Duration;
@@ -193,7 +193,7 @@ fn ban_us(p: BanParams, level: u64) -> u64 {
     }
 }
 
-/// What [`RedisLimiter::inspect`](super::RedisLimiter::inspect) reports about one rule and one key.
+/// What [`RedisLimiter::inspect`](crate::rate_limit::RedisLimiter::inspect) reports about one rule and one key.
 ///
 /// ```
 /// use std::time::Duration;
@@ -216,16 +216,16 @@ pub struct Inspection {
     /// allow-list entries are applied, as for a real request (blocked: nothing left; on the
     /// runtime list: admitted, and the quota does not move).
     pub state: RuleState,
-    /// How long the key stays blocked by a [`penalize`](super::RedisLimiter::penalize) or a ban.
+    /// How long the key stays blocked by a [`penalize`](crate::rate_limit::RedisLimiter::penalize) or a ban.
     pub blocked_for: Option<Duration>,
-    /// How long the key stays on the runtime allow list ([`allow`](super::RedisLimiter::allow)).
+    /// How long the key stays on the runtime allow list ([`allow`](crate::rate_limit::RedisLimiter::allow)).
     pub allowed_for: Option<Duration>,
     /// How many bans in a row the key has earned and not yet lived down (0: none).
     pub ban_level: u32,
     /// Rejections counted toward the next ban in the current window.
     pub strikes: u32,
     /// Whether the rule's static allow list holds the key
-    /// ([`Rule::with_allowed_keys`](super::Rule::with_allowed_keys)): it never reaches the
+    /// ([`Rule::with_allowed_keys`](crate::rate_limit::Rule::with_allowed_keys)): it never reaches the
     /// store.
     pub allow_listed: bool,
 }

@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use super::limiter::{Engine, check_all};
-use super::{
+use super::interface::{Engine, check_all};
+use crate::rate_limit::{
     Check, Decision, Inspection, Key, Limiter, LimiterError, MemoryLimiter, RedisLimiter, Rule,
 };
 
