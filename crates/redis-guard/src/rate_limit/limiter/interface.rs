@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::rate_limit::decision::RuleDecision;
 use futures_util::future::join_all;
 
+use super::operations::Steer;
 use crate::backend::BackendError;
 pub(crate) use crate::rate_limit::Check;
 use crate::rate_limit::decision::HeldLease;
@@ -137,19 +138,13 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
     /// Forgets everything `rule` knows about `key` (`reset`).
     fn reset_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>>;
 
-    /// Blocks `key` under `rule` for `duration` (`penalize`).
-    fn penalize_key(
+    /// Blocks `key` under `rule` for `duration` (`penalize`), or puts it on the rule's runtime
+    /// allow list (`allow`).
+    fn steer_key(
         &self,
         rule: &Rule,
         key: Key,
-        duration: Duration,
-    ) -> BoxFuture<Result<(), LimiterError>>;
-
-    /// Puts `key` on `rule`'s runtime allow list for `duration` (`allow`).
-    fn allow_key(
-        &self,
-        rule: &Rule,
-        key: Key,
+        steer: Steer,
         duration: Duration,
     ) -> BoxFuture<Result<(), LimiterError>>;
 
@@ -406,21 +401,13 @@ impl<L: Engine + ?Sized> Engine for Arc<L> {
         (**self).reset_key(rule, key)
     }
 
-    fn penalize_key(
+    fn steer_key(
         &self,
         rule: &Rule,
         key: Key,
+        steer: Steer,
         duration: Duration,
     ) -> BoxFuture<Result<(), LimiterError>> {
-        (**self).penalize_key(rule, key, duration)
-    }
-
-    fn allow_key(
-        &self,
-        rule: &Rule,
-        key: Key,
-        duration: Duration,
-    ) -> BoxFuture<Result<(), LimiterError>> {
-        (**self).allow_key(rule, key, duration)
+        (**self).steer_key(rule, key, steer, duration)
     }
 }

@@ -428,14 +428,33 @@ impl Override {
         }
     }
 
-    /// `penalize`: blocked for `us` from `now`, off the runtime allow list.
-    pub(crate) fn penalize(&mut self, now: u64, us: u64) {
-        (self.block_until, self.allow_until) = (now + us, 0);
+    /// `steer` for `us` from `now`: a penalty takes the key off the runtime allow list, an
+    /// allow-list entry ends its penalty.
+    pub(crate) fn steer(&mut self, steer: Steer, now: u64, us: u64) {
+        let (on, off) = match steer {
+            Steer::Penalize => (&mut self.block_until, &mut self.allow_until),
+            Steer::Allow => (&mut self.allow_until, &mut self.block_until),
+        };
+        (*on, *off) = (now + us, 0);
     }
+}
 
-    /// `allow`: on the runtime allow list for `us` from `now`, no longer blocked.
-    pub(crate) fn allow(&mut self, now: u64, us: u64) {
-        (self.allow_until, self.block_until) = (now + us, 0);
+/// What an operator sets on a key for a while: `penalize` or `allow`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Steer {
+    /// Blocked ([`RedisLimiter::penalize`](crate::rate_limit::RedisLimiter::penalize)).
+    Penalize,
+    /// On the runtime allow list ([`RedisLimiter::allow`](crate::rate_limit::RedisLimiter::allow)).
+    Allow,
+}
+
+impl Steer {
+    /// The operation's name in the operations script.
+    pub(crate) fn op(self) -> &'static str {
+        match self {
+            Self::Penalize => "penalize",
+            Self::Allow => "allow",
+        }
     }
 }
 
@@ -476,11 +495,11 @@ mod tests {
     #[test]
     fn the_latest_operation_wins() {
         let mut r = Override::default();
-        r.penalize(10, 5);
+        r.steer(Steer::Penalize, 10, 5);
         assert_eq!(r.effect(12), Effect::Blocked(3));
-        r.allow(12, 5);
+        r.steer(Steer::Allow, 12, 5);
         assert_eq!(r.effect(12), Effect::Allowed);
-        r.penalize(13, 1);
+        r.steer(Steer::Penalize, 13, 1);
         assert_eq!(r.effect(13), Effect::Blocked(1));
         assert_eq!(r.live(14), Override::default());
     }

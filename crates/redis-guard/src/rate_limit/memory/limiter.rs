@@ -14,7 +14,7 @@ use crate::rate_limit::algorithm::{self, Commit, RuleState, ceil_ms};
 use crate::rate_limit::decision::HeldLease;
 use crate::rate_limit::lease::{Place, Receipt, request_id};
 use crate::rate_limit::limiter::operations::{
-    self, Effect, Inspection, Override, allow_listed_state,
+    self, Effect, Inspection, Override, Steer, allow_listed_state,
 };
 use crate::rate_limit::limiter::{
     BoxFuture, Check, Engine, Held, Limiter, LimiterError, chargeable, decision_from,
@@ -251,25 +251,6 @@ impl MemoryLimiter {
             });
         Ok((states, receipt))
     }
-
-    /// `penalize` or `allow` (`change`) for `duration`, validated.
-    fn steer(
-        &self,
-        rule: &Rule,
-        key: &Key,
-        duration: Duration,
-        change: fn(&mut Override, u64, u64),
-    ) -> BoxFuture<Result<(), LimiterError>> {
-        let done = operations::valid_for(self, rule, duration).map(|us| {
-            let now = self.inner.now_us();
-            let oid = self.override_id(rule, key);
-            let mut table = self.inner.lock();
-            let mut record = table.record(oid, now);
-            change(&mut record, now, us);
-            table.store(oid, record, now);
-        });
-        Box::pin(std::future::ready(done))
-    }
 }
 
 impl Default for MemoryLimiter {
@@ -357,22 +338,22 @@ impl Engine for MemoryLimiter {
         Box::pin(std::future::ready(done))
     }
 
-    fn penalize_key(
+    fn steer_key(
         &self,
         rule: &Rule,
         key: Key,
+        steer: Steer,
         duration: Duration,
     ) -> BoxFuture<Result<(), LimiterError>> {
-        self.steer(rule, &key, duration, Override::penalize)
-    }
-
-    fn allow_key(
-        &self,
-        rule: &Rule,
-        key: Key,
-        duration: Duration,
-    ) -> BoxFuture<Result<(), LimiterError>> {
-        self.steer(rule, &key, duration, Override::allow)
+        let done = operations::valid_for(self, rule, duration).map(|us| {
+            let now = self.inner.now_us();
+            let oid = self.override_id(rule, &key);
+            let mut table = self.inner.lock();
+            let mut record = table.record(oid, now);
+            record.steer(steer, now, us);
+            table.store(oid, record, now);
+        });
+        Box::pin(std::future::ready(done))
     }
 }
 

@@ -14,7 +14,7 @@ use crate::rate_limit::algorithm::script::{CUSTOM_BASE, FIXED_WINDOW_COUNTER, Sc
 use crate::rate_limit::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use crate::rate_limit::lease::Receipted;
 use crate::rate_limit::lease::warn_release;
-use crate::rate_limit::limiter::operations::{self, Inspection};
+use crate::rate_limit::limiter::operations::{self, Inspection, Steer};
 use crate::rate_limit::limiter::{
     BoxFuture, Check, Engine, Held, Limiter, LimiterError, chargeable,
 };
@@ -398,21 +398,13 @@ impl Engine for RedisLimiter {
         self.reset_on_redis(rule, key)
     }
 
-    fn penalize_key(
+    fn steer_key(
         &self,
         rule: &Rule,
         key: Key,
+        steer: Steer,
         duration: Duration,
     ) -> BoxFuture<Result<(), LimiterError>> {
-        self.steer(rule, &key, duration, "penalize")
-    }
-
-    fn allow_key(
-        &self,
-        rule: &Rule,
-        key: Key,
-        duration: Duration,
-    ) -> BoxFuture<Result<(), LimiterError>> {
-        self.steer(rule, &key, duration, "allow")
+        self.steer(rule, &key, duration, steer.op())
     }
 }
