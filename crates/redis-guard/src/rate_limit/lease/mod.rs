@@ -13,4 +13,4 @@ pub use actual_cost::{ActualCost, CostReport};
 pub use concurrency::Lease;
 pub(crate) use concurrency::warn_release;
 pub(crate) use holding::Holding;
-pub(crate) use receipt::{Group, Place, Receipt, Receipted, request_id};
+pub(crate) use receipt::{Place, Receipt, Receipted, request_id};

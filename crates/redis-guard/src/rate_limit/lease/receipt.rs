@@ -1,6 +1,7 @@
 //! What an admitted evaluation took, kept to give it back later: the request id the state is
-//! named by and, on Redis, the keys, arguments and Redis time of each slot group it was decided
-//! in (the refund script needs that time as ARGV[3]).
+//! named by and where it was recorded: on Redis, the keys, arguments and Redis time of each slot
+//! group it was decided in (`redis/give_back.rs` runs the scripts), in process the entries of
+//! the memory table (`memory/settle.rs`).
 //!
 //! Today a receipt releases a request's concurrency leases when its response ends, and renews
 //! them while it streams. Settling after the response (charging or refunding a reported cost)
@@ -9,11 +10,9 @@
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
-use crate::backend::{LuaScript, RedisBackend};
 use crate::rate_limit::MemoryLimiter;
-use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, RENEW, Scripts};
 use crate::rate_limit::limiter::{BoxFuture, Check, LimiterError};
-use crate::rate_limit::redis::RuleArgs;
+use crate::rate_limit::redis::OnRedis;
 
 /// The states of an evaluation, and the receipt of the leases it took.
 pub(crate) type Receipted = (Vec<crate::rate_limit::RuleState>, Option<Receipt>);
@@ -28,12 +27,7 @@ pub(crate) struct Receipt {
 /// Where the evaluation was recorded.
 pub(crate) enum Place {
     /// On Redis: per slot group (one on a single Redis), what the scripts need to undo it.
-    Redis {
-        backend: RedisBackend,
-        /// `None`: the built-in scripts.
-        scripts: Option<Arc<Scripts>>,
-        groups: Vec<Group>,
-    },
+    Redis(OnRedis),
     /// In process: the state entries of the leases, with each one's expiry period (µs); the
     /// checks that may be settled after the response, and the time they were decided at.
     Memory {
@@ -44,37 +38,7 @@ pub(crate) enum Place {
     },
 }
 
-/// The rules of one slot group, and the Redis time they were decided at.
-pub(crate) struct Group {
-    /// Per rule, its state key (not its override key).
-    pub(crate) keys: Vec<String>,
-    pub(crate) args: Vec<RuleArgs>,
-    /// Per rule, its name, when the request may be settled; empty otherwise.
-    pub(crate) names: Vec<Arc<str>>,
-    pub(crate) evaluated_at: u64,
-}
-
 impl Receipt {
-    /// The receipt of an evaluation on Redis; `None` when no rule holds a lease and it is not
-    /// to be settled (`settled`).
-    pub(crate) fn redis(
-        request: &Arc<str>,
-        backend: &RedisBackend,
-        scripts: Option<&Arc<Scripts>>,
-        groups: Vec<Group>,
-        settled: bool,
-    ) -> Option<Self> {
-        let leases = groups.iter().any(|g| g.args.iter().any(RuleArgs::is_lease));
-        (leases || settled).then(|| Self {
-            request: Arc::clone(request),
-            place: Place::Redis {
-                backend: backend.clone(),
-                scripts: scripts.cloned(),
-                groups,
-            },
-        })
-    }
-
     /// Gives the leases back: the refund script on Redis (one call per slot group), at once in
     /// process.
     pub(crate) fn release(&self) -> BoxFuture<Result<(), LimiterError>> {
@@ -85,18 +49,7 @@ impl Receipt {
                 limiter.release_leases(&self.request, leases);
                 Box::pin(std::future::ready(Ok(())))
             }
-            Place::Redis {
-                backend,
-                scripts,
-                groups,
-            } => {
-                let scripts = scripts.clone();
-                let calls = self.lease_calls(backend, groups);
-                Box::pin(async move {
-                    let scripts: &Scripts = scripts.as_deref().unwrap_or(&BUILTIN_SCRIPTS);
-                    run_all(&calls, &scripts.refund).await.map(drop)
-                })
-            }
+            Place::Redis(on) => on.release(&self.request),
         }
     }
 
@@ -126,46 +79,7 @@ impl Receipt {
                 limiter.settle_now(&lines, *evaluated_at);
                 Box::pin(std::future::ready(Ok(())))
             }
-            Place::Redis {
-                backend,
-                scripts,
-                groups,
-            } => {
-                let (mut charges, mut refunds) = (Vec::new(), Vec::new());
-                for g in groups {
-                    let (mut up, mut down) = (self.call(backend, g), self.call(backend, g));
-                    for ((key, args), name) in g.keys.iter().zip(&g.args).zip(&g.names) {
-                        let d = delta(name);
-                        let mut ints = args.ints;
-                        ints[5] = d.unsigned_abs();
-                        let call = if d > 0 { &mut up } else { &mut down };
-                        if d != 0 {
-                            call.keys.push(key.clone());
-                            call.ints.push(ints);
-                        }
-                    }
-                    charges.extend((!up.keys.is_empty()).then_some(up));
-                    refunds.extend((!down.keys.is_empty()).then_some(down));
-                }
-                let scripts = scripts.clone();
-                Box::pin(async move {
-                    let scripts: &Scripts = scripts.as_deref().unwrap_or(&BUILTIN_SCRIPTS);
-                    let charged = run_all(&charges, &scripts.charge).await;
-                    run_all(&refunds, &scripts.refund).await?;
-                    charged.map(drop)
-                })
-            }
-        }
-    }
-
-    /// An empty call of group `g`'s scripts: no keys yet.
-    fn call(&self, backend: &RedisBackend, g: &Group) -> LeaseCall {
-        LeaseCall {
-            backend: backend.clone(),
-            request: Arc::clone(&self.request),
-            evaluated_at: g.evaluated_at,
-            keys: Vec::new(),
-            ints: Vec::new(),
+            Place::Redis(on) => on.settle(&self.request, delta),
         }
     }
 
@@ -178,12 +92,7 @@ impl Receipt {
                 let held = limiter.renew_leases(&self.request, leases);
                 Box::pin(std::future::ready(Ok(held)))
             }
-            Place::Redis {
-                backend, groups, ..
-            } => {
-                let calls = self.lease_calls(backend, groups);
-                Box::pin(async move { run_all(&calls, LazyLock::force(&RENEW)).await })
-            }
+            Place::Redis(on) => on.renew(&self.request),
         }
     }
 
@@ -191,12 +100,7 @@ impl Receipt {
     pub(crate) fn shortest_expiry_us(&self) -> u64 {
         match &self.place {
             Place::Memory { leases, .. } => leases.iter().map(|&(_, e)| e).min(),
-            Place::Redis { groups, .. } => groups
-                .iter()
-                .flat_map(|g| &g.args)
-                .filter(|a| a.is_lease())
-                .map(|a| a.ints[2])
-                .min(),
+            Place::Redis(on) => on.shortest_expiry_us(),
         }
         .unwrap_or(u64::MAX)
     }
@@ -205,76 +109,15 @@ impl Receipt {
     pub(crate) fn lease_count(&self) -> usize {
         match &self.place {
             Place::Memory { leases, .. } => leases.len(),
-            Place::Redis { groups, .. } => groups
-                .iter()
-                .flat_map(|g| &g.args)
-                .filter(|a| a.is_lease())
-                .count(),
+            Place::Redis(on) => on.lease_count(),
         }
-    }
-
-    /// One call per slot group that holds leases: their keys, and ARGV after the shift.
-    fn lease_calls(&self, backend: &RedisBackend, groups: &[Group]) -> Vec<LeaseCall> {
-        groups
-            .iter()
-            .filter_map(|g| {
-                let (keys, ints): (Vec<String>, Vec<[u64; 6]>) = g
-                    .keys
-                    .iter()
-                    .zip(&g.args)
-                    .filter(|(_, a)| a.is_lease())
-                    .map(|(k, a)| (k.clone(), a.ints))
-                    .unzip();
-                (!keys.is_empty()).then(|| LeaseCall {
-                    backend: backend.clone(),
-                    request: Arc::clone(&self.request),
-                    evaluated_at: g.evaluated_at,
-                    keys,
-                    ints,
-                })
-            })
-            .collect()
-    }
-}
-
-/// A refund or renewal call of one slot group's leases.
-struct LeaseCall {
-    backend: RedisBackend,
-    request: Arc<str>,
-    evaluated_at: u64,
-    keys: Vec<String>,
-    ints: Vec<[u64; 6]>,
-}
-
-/// Runs `script` for every call (all of them, even after one fails); the sum of their integer
-/// replies, or the first error.
-async fn run_all(calls: &[LeaseCall], script: &LuaScript) -> Result<usize, LimiterError> {
-    let mut total = 0;
-    let mut first_error = None;
-    for c in calls {
-        let mut call = c.backend.script(script, &c.keys);
-        call.arg(&*c.request).arg(c.evaluated_at);
-        for ints in &c.ints {
-            call.arg(&ints[..]);
-        }
-        match call.run().await {
-            Ok(redis::Value::Int(n)) => total += usize::try_from(n).unwrap_or(0),
-            Ok(_) => {}
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    match first_error {
-        Some(e) => Err(e.into()),
-        None => Ok(total),
     }
 }
 
 impl fmt::Debug for Receipt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let place = match self.place {
-            Place::Redis { .. } => "redis",
+            Place::Redis(_) => "redis",
             Place::Memory { .. } => "memory",
         };
         f.debug_struct("Receipt")

@@ -5,12 +5,13 @@ use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
 
 use super::fixed_window_batch::{Count, Transaction};
+use super::give_back::Group;
 use super::script_reply::parse_reply;
 use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall, call_alone};
 use crate::rate_limit::Algorithm;
 use crate::rate_limit::algorithm::RuleState;
 use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
-use crate::rate_limit::lease::{Group, Receipt, Receipted, request_id};
+use crate::rate_limit::lease::{Receipt, Receipted, request_id};
 use crate::rate_limit::limiter::LimiterError;
 
 /// One evaluation: the keys and arguments of every rule.
@@ -33,16 +34,16 @@ pub(super) struct Evaluation {
 
 /// One rule's arguments to the evaluation scripts.
 #[derive(Clone, Debug)]
-pub(crate) struct RuleArgs {
+pub(super) struct RuleArgs {
     /// Algorithm id, limit, period (µs), burst, emission interval (µs), cost.
-    pub(crate) ints: [u64; 6],
+    pub(super) ints: [u64; 6],
     /// `0`: the rule reads no override record; `1`: it does; else its bans (it does too).
-    pub(crate) overrides: Cow<'static, str>,
+    pub(super) overrides: Cow<'static, str>,
 }
 
 impl RuleArgs {
     /// Whether the rule takes a lease (a concurrency rule, cost 1; a probe takes none).
-    pub(crate) fn is_lease(&self) -> bool {
+    pub(super) fn is_lease(&self) -> bool {
         Some(self.ints[0]) == Algorithm::Concurrency.builtin_id().map(u64::from) && self.ints[5] > 0
     }
 }

@@ -127,27 +127,16 @@ fn parse_record(reply: &redis::Value) -> Result<(Override, u64), LimiterError> {
             .collect(),
         _ => None,
     };
-    let Some(
-        [
-            now,
-            block_until,
-            allow_until,
-            level,
-            level_until,
-            strikes,
-            strikes_until,
-        ],
-    ) = ints.and_then(|v| <[u64; 7]>::try_from(v).ok())
-    else {
+    let Some(v) = ints.and_then(|v| <[u64; 7]>::try_from(v).ok()) else {
         return Err(BackendError::BadReply(format!("operations script: {reply:?}")).into());
     };
     let record = Override {
-        block_until,
-        allow_until,
-        level,
-        level_until,
-        strikes,
-        strikes_until,
+        block_until: v[1],
+        allow_until: v[2],
+        level: v[3],
+        level_until: v[4],
+        strikes: v[5],
+        strikes_until: v[6],
     };
-    Ok((record, now))
+    Ok((record, v[0]))
 }
