@@ -18,16 +18,16 @@ impl Rule {
     /// A rule that limits **in-flight** requests per key, across every replica that shares the
     /// limiter: at most `max_in_flight` requests of one key are being served at once.
     ///
-    /// An admitted request takes a lease before the inner service runs, decided in the same
-    /// script call as the layer's other rules (all or nothing: a request another rule denies
-    /// takes no lease, and one denied for want of a lease consumes no other quota). A
-    /// [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) releases the lease when the response body
-    /// ends or is dropped (the client went away), when the inner service fails, or when the
+    /// An admitted request takes a lease before the inner service runs, decided in the same script
+    /// call as the layer's other rules (all or nothing: a request another rule denies takes no
+    /// lease, and one denied for want of a lease consumes no other quota). A
+    /// [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) releases the lease when the response
+    /// body ends or is dropped (the client went away), when the inner service fails, or when the
     /// response future is dropped before the response exists. While a long body streams and is
-    /// polled, the layer renews the lease every third of its expiry. A lease that is never
-    /// released (its replica crashed, or a body is never polled) expires after
-    /// [`lease_expiry`](Self::lease_expiry) (default 30 s), so a dead
-    /// replica cannot hold a key's slots for ever.
+    /// polled, the layer renews the lease every third of its expiry. A lease that is never released
+    /// (its replica crashed, or a body is never polled) expires after
+    /// [`lease_expiry`](Self::lease_expiry) (default 30 s), so a dead replica cannot hold a key's
+    /// slots for ever.
     ///
     /// A denied request gets `429` with `Retry-After: 1` (the time to the earliest lease's
     /// expiry when that is shorter): leases are usually released long before they expire, so
@@ -35,16 +35,15 @@ impl Rule {
     /// chance. A concurrency rule is left out of the `RateLimit` and `RateLimit-Policy`
     /// headers, whose IETF draft knows only quotas per time window.
     ///
-    /// [`RedisLimiter::inspect`](crate::rate_limit::RedisLimiter::inspect) reports the leases free for a key as
-    /// `remaining` (0 when denied), without taking one;
-    /// [`RedisLimiter::reset`](crate::rate_limit::RedisLimiter::reset)
-    /// drops every lease of the key. On Redis, a request with leases costs two script calls: the
-    /// decision and the release.
+    /// [`RedisLimiter::inspect`](crate::rate_limit::RedisLimiter::inspect) reports the leases free
+    /// for a key as `remaining` (0 when denied), without taking one;
+    /// [`RedisLimiter::reset`](crate::rate_limit::RedisLimiter::reset) drops every lease of the
+    /// key. On Redis, a request with leases costs two script calls: the decision and the release.
     ///
     /// Each request takes one lease: the cost is 1. A cost of 0 (a probe:
-    /// [`Check::with_cost`](crate::rate_limit::Check::with_cost)) asks whether a lease is free without
-    /// taking one; any other cost, and [`with_cost_from`](Self::with_cost_from), are refused by
-    /// [`validate`](Self::validate).
+    /// [`Check::with_cost`](crate::rate_limit::Check::with_cost)) asks whether a lease is free
+    /// without taking one; any other cost, and [`with_cost_from`](Self::with_cost_from), are
+    /// refused by [`validate`](Self::validate).
     ///
     /// ```
     /// use std::time::Duration;
@@ -122,13 +121,14 @@ impl Rule {
 
 /// The concurrency leases one admitted request holds (see [`Rule::concurrency`]).
 ///
-/// A [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) keeps its requests' leases itself. A direct
-/// call ([`RedisLimiter::check_all`](crate::rate_limit::RedisLimiter::check_all)) hands them to the caller
-/// inside the [`Decision`](crate::rate_limit::Decision) ([`Decision::lease`](crate::rate_limit::Decision::lease)): they are
-/// released when [`release`](Self::release) is called, or when the decision and all its clones are
-/// dropped (then in a task spawned on the current Tokio runtime; without one, Redis leases are left
-/// to expire and a line is logged at `warn`). A lease that outlives its expiry without a
-/// [`renew`](Self::renew) is lost: another request may take its slot.
+/// A [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) keeps its requests' leases itself. A
+/// direct call ([`RedisLimiter::check_all`](crate::rate_limit::RedisLimiter::check_all)) hands them
+/// to the caller inside the [`Decision`](crate::rate_limit::Decision)
+/// ([`Decision::lease`](crate::rate_limit::Decision::lease)): they are released when
+/// [`release`](Self::release) is called, or when the decision and all its clones are dropped (then
+/// in a task spawned on the current Tokio runtime; without one, Redis leases are left to expire and
+/// a line is logged at `warn`). A lease that outlives its expiry without a [`renew`](Self::renew)
+/// is lost: another request may take its slot.
 pub struct Lease {
     /// Taken out (emptied) by the first release.
     receipts: Mutex<Vec<Receipt>>,
@@ -409,21 +409,16 @@ mod tests {
             feeds.send(tx).unwrap();
             async move { Ok::<_, Infallible>(Response::new(body)) }
         }));
+        let send = |svc: &_| ServiceExt::oneshot(Clone::clone(svc), Request::new(String::new()));
         let status = |svc: &_| {
-            let svc = Clone::clone(svc);
+            let res = send(svc);
             async move {
-                let res: Response<_> = ServiceExt::oneshot(svc, Request::new(String::new()))
-                    .await
-                    .unwrap();
+                let res: Response<_> = res.await.unwrap();
                 res.status().as_u16()
             }
         };
         // A stream that is polled (here: read to its end by a task) but idle for 50 s.
-        let res = svc
-            .clone()
-            .oneshot(Request::new(String::new()))
-            .await
-            .unwrap();
+        let res = send(&svc).await.unwrap();
         let feed = fed.recv().await.unwrap();
         let reader = tokio::spawn(res.into_body().collect());
         // The lease clock and the Tokio clock move together.
@@ -447,11 +442,7 @@ mod tests {
         );
         drop(fed.recv().await);
         // A body never polled is never renewed: its lease expires.
-        let res = svc
-            .clone()
-            .oneshot(Request::new(String::new()))
-            .await
-            .unwrap();
+        let res = send(&svc).await.unwrap();
         let _feed = fed.recv().await.unwrap();
         pass(20).await;
         assert_eq!(status(&svc).await, 429);

@@ -1,6 +1,7 @@
 //! A request's [`Holding`], from the response future to the end of its response body: its
-//! concurrency leases ([`Rule::concurrency`](crate::rate_limit::Rule::concurrency)) and what its response
-//! settles ([`Rule::charged_after_response`](crate::rate_limit::Rule::charged_after_response),
+//! concurrency leases ([`Rule::concurrency`](crate::rate_limit::Rule::concurrency)) and what its
+//! response settles
+//! ([`Rule::charged_after_response`](crate::rate_limit::Rule::charged_after_response),
 //! [`Rule::refund_when`](crate::rate_limit::Rule::refund_when)).
 
 use std::fmt;

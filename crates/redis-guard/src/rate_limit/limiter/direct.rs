@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use super::interface::{Engine, check_all};
-use super::operations::Steer;
+use super::overrides::Steer;
 use crate::rate_limit::{
     Check, Decision, Inspection, Key, Limiter, LimiterError, MemoryLimiter, RedisLimiter, Rule,
 };

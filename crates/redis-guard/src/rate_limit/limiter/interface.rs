@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::rate_limit::decision::RuleDecision;
 use futures_util::future::join_all;
 
-use super::operations::Steer;
+use super::overrides::Steer;
 use crate::backend::BackendError;
 pub(crate) use crate::rate_limit::Check;
 use crate::rate_limit::decision::HeldLease;

@@ -13,9 +13,8 @@ use crate::rate_limit::Few;
 use crate::rate_limit::algorithm::{self, Commit, RuleState, ceil_ms};
 use crate::rate_limit::decision::HeldLease;
 use crate::rate_limit::lease::{Place, Receipt, request_id};
-use crate::rate_limit::limiter::operations::{
-    self, Effect, Inspection, Override, Steer, allow_listed_state,
-};
+use crate::rate_limit::limiter::operations::{self, Inspection, allow_listed_state};
+use crate::rate_limit::limiter::overrides::{Effect, Override, Steer};
 use crate::rate_limit::limiter::{
     BoxFuture, Check, Engine, Held, Limiter, LimiterError, chargeable, decision_from,
     rule_decisions,
@@ -27,10 +26,10 @@ pub(crate) const DEFAULT_MAX_KEYS: usize = 100_000;
 
 /// A limiter that keeps its state in this process.
 ///
-/// Decisions are the same as [`RedisLimiter`](crate::rate_limit::RedisLimiter)'s for the same sequence of
-/// requests and times; only the clock differs (a monotonic clock here, Redis `TIME` there). It
-/// limits one process: behind two replicas each one admits the full quota, which is why the
-/// Redis limiter exists.
+/// Decisions are the same as [`RedisLimiter`](crate::rate_limit::RedisLimiter)'s for the same
+/// sequence of requests and times; only the clock differs (a monotonic clock here, Redis `TIME`
+/// there). It limits one process: behind two replicas each one admits the full quota, which is why
+/// the Redis limiter exists.
 ///
 /// Memory is bounded: the table holds a fixed-size digest per key (never the key), expired
 /// state is swept out a few entries at a time as the limiter is used, and past

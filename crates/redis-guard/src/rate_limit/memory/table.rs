@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::entry_ids::{EntryId, Ids};
 use crate::backend::ExpiringTable;
 use crate::rate_limit::algorithm::{Commit, State, ceil_ms};
-use crate::rate_limit::limiter::operations::Override;
+use crate::rate_limit::limiter::overrides::Override;
 
 /// The algorithms' states, and the override records (penalties, allow-list entries, bans).
 #[derive(Debug)]

@@ -1,5 +1,5 @@
-//! What [`RedisLimiter`](crate::rate_limit::RedisLimiter) keeps in its deny cache: the key of a request and
-//! of the Redis states it reads, the cache's clock, and a cached denial counted down.
+//! What [`RedisLimiter`](crate::rate_limit::RedisLimiter) keeps in its deny cache: the key of a
+//! request and of the Redis states it reads, the cache's clock, and a cached denial counted down.
 
 use std::hash::{Hash, Hasher};
 use std::time::Duration;

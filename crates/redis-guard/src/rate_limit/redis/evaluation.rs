@@ -5,7 +5,6 @@ use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
 
 use super::fixed_window_batch::{Count, Transaction};
-use super::give_back::Group;
 use super::script_reply::parse_reply;
 use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall, call_alone};
 use crate::rate_limit::Algorithm;
@@ -46,6 +45,16 @@ impl RuleArgs {
     pub(super) fn is_lease(&self) -> bool {
         Some(self.ints[0]) == Algorithm::Concurrency.builtin_id().map(u64::from) && self.ints[5] > 0
     }
+}
+
+/// The rules of one slot group, and the Redis time they were decided at.
+pub(super) struct Group {
+    /// Per rule, its state key (not its override key).
+    pub(super) keys: Vec<String>,
+    pub(super) args: Vec<RuleArgs>,
+    /// Per rule, its name, when the request may be settled; empty otherwise.
+    pub(super) names: Vec<Arc<str>>,
+    pub(super) evaluated_at: u64,
 }
 
 /// A request's rules as one entry of a coalesced call of an evaluation script.

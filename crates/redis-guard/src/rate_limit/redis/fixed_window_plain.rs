@@ -75,8 +75,9 @@ impl Counters {
     }
 
     /// Whether fixed windows are plain counters; before [`detect`](Self::detect), the guess a
-    /// server of today gets (what [`RedisLimiter::key_name`](crate::rate_limit::RedisLimiter::key_name)
-    /// reports before the first call).
+    /// server of today gets (what
+    /// [`RedisLimiter::key_name`](crate::rate_limit::RedisLimiter::key_name) reports before the
+    /// first call).
     pub(super) fn plain(&self) -> bool {
         self.known.get().copied().unwrap_or(true)
     }

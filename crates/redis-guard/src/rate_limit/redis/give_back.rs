@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, LazyLock};
 
-use super::evaluation::RuleArgs;
+use super::evaluation::{Group, RuleArgs};
 use crate::backend::{LuaScript, RedisBackend};
 use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, RENEW, Scripts};
 use crate::rate_limit::lease::{Place, Receipt};
@@ -17,16 +17,6 @@ pub(crate) struct OnRedis {
     /// `None`: the built-in scripts.
     scripts: Option<Arc<Scripts>>,
     groups: Vec<Group>,
-}
-
-/// The rules of one slot group, and the Redis time they were decided at.
-pub(super) struct Group {
-    /// Per rule, its state key (not its override key).
-    pub(super) keys: Vec<String>,
-    pub(super) args: Vec<RuleArgs>,
-    /// Per rule, its name, when the request may be settled; empty otherwise.
-    pub(super) names: Vec<Arc<str>>,
-    pub(super) evaluated_at: u64,
 }
 
 impl Receipt {

@@ -7,7 +7,8 @@ use std::time::Duration;
 use super::RedisLimiter;
 use crate::backend::BackendError;
 use crate::rate_limit::algorithm::script::OPERATIONS;
-use crate::rate_limit::limiter::operations::{self, Inspection, Override};
+use crate::rate_limit::limiter::operations::{self, Inspection};
+use crate::rate_limit::limiter::overrides::Override;
 use crate::rate_limit::limiter::{BoxFuture, Check, LimiterError};
 use crate::rate_limit::{Key, Rule};
 

@@ -14,7 +14,8 @@ use crate::rate_limit::algorithm::script::{CUSTOM_BASE, FIXED_WINDOW_COUNTER, Sc
 use crate::rate_limit::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use crate::rate_limit::lease::Receipted;
 use crate::rate_limit::lease::warn_release;
-use crate::rate_limit::limiter::operations::{self, Inspection, Steer};
+use crate::rate_limit::limiter::operations::{self, Inspection};
+use crate::rate_limit::limiter::overrides::Steer;
 use crate::rate_limit::limiter::{
     BoxFuture, Check, Engine, Held, Limiter, LimiterError, chargeable,
 };
@@ -39,15 +40,15 @@ pub(crate) const DENY_CACHE_MAX_WAIT: Duration = Duration::from_secs(2);
 /// exception is a request whose only rule is a [fixed window](Algorithm::FixedWindow) on
 /// Redis >= 7: one `MULTI` of `INCRBY` and `PEXPIRE … NX`, no script, coalesced the same way.
 ///
-/// Key names are `<prefix>rl:<rule>:<algorithm>:{<digest>}`: the digest is a hash of the client
-/// key (see [`Key::digest`](crate::rate_limit::Key::digest)), and the braces make it a Cluster hash tag.
-/// Beside it, `<prefix>rl:<rule>:ov:{<digest>}` holds the key's override record (penalty, allow
-/// list entry, bans; see [`RedisLimiter::inspect`]), written only by operations and bans and read
-/// by rules built [`with_overrides`](crate::rate_limit::Rule::with_overrides) or with bans, and
-/// `<prefix>rl:<rule>:lease:{<digest>}` the units of [leased](crate::rate_limit::Rule::leased) blocks not
-/// given back yet. The algorithm (`gcra`, `fwc` — the fixed window's plain counter on Redis >= 7,
-/// `fw` on older servers —, `sl`, `sc`, `tb`, or `x-<name>` for a custom one) is part of the
-/// name, so switching a rule's algorithm starts it afresh rather than failing on state of
+/// Key names are `<prefix>rl:<rule>:<algorithm>:{<digest>}`: the digest is a hash of the client key
+/// (see [`Key::digest`](crate::rate_limit::Key::digest)), and the braces make it a Cluster hash
+/// tag. Beside it, `<prefix>rl:<rule>:ov:{<digest>}` holds the key's override record (penalty,
+/// allow list entry, bans; see [`RedisLimiter::inspect`]), written only by operations and bans and
+/// read by rules built [`with_overrides`](crate::rate_limit::Rule::with_overrides) or with bans,
+/// and `<prefix>rl:<rule>:lease:{<digest>}` the units of [leased](crate::rate_limit::Rule::leased)
+/// blocks not given back yet. The algorithm (`gcra`, `fwc` — the fixed window's plain counter on
+/// Redis >= 7, `fw` on older servers —, `sl`, `sc`, `tb`, or `x-<name>` for a custom one) is part
+/// of the name, so switching a rule's algorithm starts it afresh rather than failing on state of
 /// another shape; the old keys expire on their own.
 ///
 /// The prefix, the timeout per call and the connection come from the [`RedisBackend`]; a
@@ -118,8 +119,9 @@ impl RedisLimiter {
     /// - quota coming back with time: `remaining` is the count when Redis denied, while on GCRA,
     ///   token bucket and sliding windows it grows as the wait runs down.
     ///
-    /// A request with a concurrency rule ([`Rule::concurrency`](crate::rate_limit::Rule::concurrency)) is
-    /// never cached: a lease may be released at any moment.
+    /// A request with a concurrency rule
+    /// ([`Rule::concurrency`](crate::rate_limit::Rule::concurrency)) is never cached: a lease may
+    /// be released at any moment.
     #[must_use]
     pub fn deny_cache(mut self, capacity: usize) -> Self {
         self.deny_cache = (capacity > 0).then(|| Arc::new(DenyCache::new(capacity)));

@@ -10,18 +10,19 @@ use crate::rate_limit::{FailurePolicy, Mode, Quota, Route, Rule};
 
 impl Rule {
     setters! {
-        /// How a [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) acts on this rule's verdict (default
-        /// [`Mode::Enforce`]). [`RedisLimiter::check`](crate::rate_limit::RedisLimiter::check) ignores it: a
-        /// direct call returns the verdict, and acting on it is up to the caller.
+        /// How a [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) acts on this rule's verdict
+        /// (default [`Mode::Enforce`]).
+        /// [`RedisLimiter::check`](crate::rate_limit::RedisLimiter::check) ignores it: a direct
+        /// call returns the verdict, and acting on it is up to the caller.
         pub fn with_mode(mode: Mode) => mode;
     }
 
-    /// What a [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) does with this rule when the limiter
-    /// cannot decide, instead of the layer's
-    /// [`failure_policy`](crate::rate_limit::RateLimitLayerBuilder::failure_policy): e.g. a login rule that
-    /// fails closed in a layer that falls back. When a request's rules have different policies,
-    /// a `Closed` rule answers `503`; otherwise the `Fallback` rules decide in process and the
-    /// `Open` ones are skipped.
+    /// What a [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) does with this rule when the
+    /// limiter cannot decide, instead of the layer's
+    /// [`failure_policy`](crate::rate_limit::RateLimitLayerBuilder::failure_policy): e.g. a login
+    /// rule that fails closed in a layer that falls back. When a request's rules have different
+    /// policies, a `Closed` rule answers `503`; otherwise the `Fallback` rules decide in process
+    /// and the `Open` ones are skipped.
     ///
     /// ```
     /// use redis_guard::rate_limit::{FailurePolicy, Quota, Rule};
@@ -33,9 +34,10 @@ impl Rule {
         self
     }
 
-    /// Applies the rule in a [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) only to requests on
-    /// `route` (by path and method), so that one layer holds a limit per endpoint; other
-    /// requests skip it. [`RedisLimiter::check`](crate::rate_limit::RedisLimiter::check) ignores it.
+    /// Applies the rule in a [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) only to requests
+    /// on `route` (by path and method), so that one layer holds a limit per endpoint; other
+    /// requests skip it. [`RedisLimiter::check`](crate::rate_limit::RedisLimiter::check) ignores
+    /// it.
     ///
     /// ```
     /// use http::Method;
@@ -67,10 +69,10 @@ impl Rule {
     }
 
     /// Takes each request's cost from the request head (route, method, a header) in a
-    /// [`RateLimitLayer`](crate::rate_limit::RateLimitLayer), instead of [`with_cost`](Self::with_cost)'s
-    /// constant: an export costs 20, a search 1, a status check 0 (checked, not consumed).
-    /// [`RedisLimiter::check`](crate::rate_limit::RedisLimiter::check) ignores it; a direct call passes its
-    /// cost with
+    /// [`RateLimitLayer`](crate::rate_limit::RateLimitLayer), instead of
+    /// [`with_cost`](Self::with_cost)'s constant: an export costs 20, a search 1, a status check 0
+    /// (checked, not consumed). [`RedisLimiter::check`](crate::rate_limit::RedisLimiter::check)
+    /// ignores it; a direct call passes its cost with
     /// [`Check::with_cost`](crate::rate_limit::Check::with_cost).
     ///
     /// A cost the rule can never admit (above its burst) is a bug of the function, not of the
@@ -119,10 +121,10 @@ impl Rule {
     }
 
     /// Takes each request's quota from the request head in a
-    /// [`RateLimitLayer`](crate::rate_limit::RateLimitLayer): per plan, per tenant, per API key, changed at
-    /// run time without a deploy. `resolve` returns `None` to keep the rule's own quota (the one
-    /// given to [`Rule::new`], e.g. the free plan, for anonymous callers). It runs on every
-    /// request, so it should read what an earlier layer found (a request extension set by the
+    /// [`RateLimitLayer`](crate::rate_limit::RateLimitLayer): per plan, per tenant, per API key,
+    /// changed at run time without a deploy. `resolve` returns `None` to keep the rule's own quota
+    /// (the one given to [`Rule::new`], e.g. the free plan, for anonymous callers). It runs on
+    /// every request, so it should read what an earlier layer found (a request extension set by the
     /// auth layer) or a cache, not a database; for an `async` lookup use
     /// [`with_quota_from_async`](Self::with_quota_from_async).
     ///
@@ -134,14 +136,15 @@ impl Rule {
     /// Redis to do so (a few bytes more per key); the window algorithms count units already, and
     /// require every resolved quota to keep the rule's period.
     ///
-    /// A resolved quota that cannot work (a zero limit, a cost above its burst, another period
-    /// for a window algorithm) is a bug of the resolver: the layer answers `500` ("The rate
-    /// limiter is misconfigured.") and logs the rule and the reason at `warn`. The
-    /// `RateLimit-Policy` header shows the quota each request was decided with. With
-    /// [`FailurePolicy::Fallback`](crate::rate_limit::FailurePolicy::Fallback), the in-process fallback
-    /// shares the resolved quota among the replicas, as it does the rule's own.
-    /// [`RedisLimiter::check`](crate::rate_limit::RedisLimiter::check) ignores the resolver; a direct call
-    /// passes its quota with [`Check::with_quota`](crate::rate_limit::Check::with_quota).
+    /// A resolved quota that cannot work (a zero limit, a cost above its burst, another period for
+    /// a window algorithm) is a bug of the resolver: the layer answers `500` ("The rate limiter is
+    /// misconfigured.") and logs the rule and the reason at `warn`. The `RateLimit-Policy` header
+    /// shows the quota each request was decided with. With
+    /// [`FailurePolicy::Fallback`](crate::rate_limit::FailurePolicy::Fallback), the in-process
+    /// fallback shares the resolved quota among the replicas, as it does the rule's own.
+    /// [`RedisLimiter::check`](crate::rate_limit::RedisLimiter::check) ignores the resolver; a
+    /// direct call passes its quota with
+    /// [`Check::with_quota`](crate::rate_limit::Check::with_quota).
     ///
     /// ```
     /// use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer, Rule};

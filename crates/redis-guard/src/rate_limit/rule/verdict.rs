@@ -288,13 +288,15 @@ impl Rule {
     }
 
     /// Reads the runtime overrides of each key on every decision: penalties
-    /// ([`RedisLimiter::penalize`](crate::rate_limit::RedisLimiter::penalize)) and runtime allow-list entries
-    /// ([`RedisLimiter::allow`](crate::rate_limit::RedisLimiter::allow)), which every replica then honours. Off
-    /// by default, because reading the record costs every request a little (one more key per script
-    /// call on Redis, one more lookup in memory); [`with_bans`](Self::with_bans) turns it on.
-    /// [`inspect`](crate::rate_limit::RedisLimiter::inspect) and [`reset`](crate::rate_limit::RedisLimiter::reset) work on
-    /// every rule; `penalize` and `allow` on a rule without overrides are refused with
-    /// a [`ConfigErrorKind::Unsupported`] error, never silently ignored.
+    /// ([`RedisLimiter::penalize`](crate::rate_limit::RedisLimiter::penalize)) and runtime
+    /// allow-list entries ([`RedisLimiter::allow`](crate::rate_limit::RedisLimiter::allow)), which
+    /// every replica then honours. Off by default, because reading the record costs every request a
+    /// little (one more key per script call on Redis, one more lookup in memory);
+    /// [`with_bans`](Self::with_bans) turns it on.
+    /// [`inspect`](crate::rate_limit::RedisLimiter::inspect) and
+    /// [`reset`](crate::rate_limit::RedisLimiter::reset) work on every rule; `penalize` and `allow`
+    /// on a rule without overrides are refused with a [`ConfigErrorKind::Unsupported`] error, never
+    /// silently ignored.
     ///
     /// ```
     /// use std::time::Duration;
