@@ -2,9 +2,9 @@
 
 use http::request::Parts;
 
+use super::digest::Key;
 use super::error::KeyError;
 use super::extractor::KeyExtractor;
-use super::value::Key;
 
 /// Combinators for every [`KeyExtractor`]; import the trait to use them.
 ///
