@@ -252,7 +252,7 @@ impl Lease {
             .filter_map(|r| {
                 // In process the settlement is made here; its future is ready.
                 let call = r.settle(deltas);
-                matches!(r.place, Place::Redis { .. }).then_some(call)
+                matches!(r.place, Place::Redis(_)).then_some(call)
             })
             .collect();
         if remote.is_empty() {
@@ -300,7 +300,7 @@ impl Lease {
         }
         let mut remote = Vec::new();
         for receipt in receipts {
-            if let Place::Memory { .. } = receipt.place {
+            if let Place::Memory(_) = receipt.place {
                 // Synchronous: the future is ready.
                 drop(receipt.release());
             } else {

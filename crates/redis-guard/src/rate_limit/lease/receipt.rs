@@ -10,8 +10,8 @@
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
-use crate::rate_limit::MemoryLimiter;
-use crate::rate_limit::limiter::{BoxFuture, Check, LimiterError};
+use crate::rate_limit::limiter::{BoxFuture, LimiterError};
+use crate::rate_limit::memory::InMemory;
 use crate::rate_limit::redis::OnRedis;
 
 /// The states of an evaluation, and the receipt of the leases it took.
@@ -28,14 +28,8 @@ pub(crate) struct Receipt {
 pub(crate) enum Place {
     /// On Redis: per slot group (one on a single Redis), what the scripts need to undo it.
     Redis(OnRedis),
-    /// In process: the state entries of the leases, with each one's expiry period (µs); the
-    /// checks that may be settled after the response, and the time they were decided at.
-    Memory {
-        limiter: MemoryLimiter,
-        leases: Vec<([u64; 2], u64)>,
-        settled: Vec<Check>,
-        evaluated_at: u64,
-    },
+    /// In process: the entries of the memory limiter's table.
+    Memory(InMemory),
 }
 
 impl Receipt {
@@ -43,10 +37,8 @@ impl Receipt {
     /// process.
     pub(crate) fn release(&self) -> BoxFuture<Result<(), LimiterError>> {
         match &self.place {
-            Place::Memory {
-                limiter, leases, ..
-            } => {
-                limiter.release_leases(&self.request, leases);
+            Place::Memory(m) => {
+                m.release(&self.request);
                 Box::pin(std::future::ready(Ok(())))
             }
             Place::Redis(on) => on.release(&self.request),
@@ -65,18 +57,8 @@ impl Receipt {
                 .unwrap_or(0)
         };
         match &self.place {
-            Place::Memory {
-                limiter,
-                settled,
-                evaluated_at,
-                ..
-            } => {
-                let lines: Vec<(&Check, i64)> = settled
-                    .iter()
-                    .map(|c| (c, delta(c.rule.name())))
-                    .filter(|&(_, d)| d != 0)
-                    .collect();
-                limiter.settle_now(&lines, *evaluated_at);
+            Place::Memory(m) => {
+                m.settle(delta);
                 Box::pin(std::future::ready(Ok(())))
             }
             Place::Redis(on) => on.settle(&self.request, delta),
@@ -86,12 +68,7 @@ impl Receipt {
     /// Pushes the leases' expiry to a full expiry from now; how many were still held.
     pub(crate) fn renew(&self) -> BoxFuture<Result<usize, LimiterError>> {
         match &self.place {
-            Place::Memory {
-                limiter, leases, ..
-            } => {
-                let held = limiter.renew_leases(&self.request, leases);
-                Box::pin(std::future::ready(Ok(held)))
-            }
+            Place::Memory(m) => Box::pin(std::future::ready(Ok(m.renew(&self.request)))),
             Place::Redis(on) => on.renew(&self.request),
         }
     }
@@ -99,7 +76,7 @@ impl Receipt {
     /// The longest a lease of this receipt lives without renewal, in µs.
     pub(crate) fn shortest_expiry_us(&self) -> u64 {
         match &self.place {
-            Place::Memory { leases, .. } => leases.iter().map(|&(_, e)| e).min(),
+            Place::Memory(m) => m.shortest_expiry_us(),
             Place::Redis(on) => on.shortest_expiry_us(),
         }
         .unwrap_or(u64::MAX)
@@ -108,7 +85,7 @@ impl Receipt {
     /// How many leases the receipt holds.
     pub(crate) fn lease_count(&self) -> usize {
         match &self.place {
-            Place::Memory { leases, .. } => leases.len(),
+            Place::Memory(m) => m.lease_count(),
             Place::Redis(on) => on.lease_count(),
         }
     }
@@ -118,7 +95,7 @@ impl fmt::Debug for Receipt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let place = match self.place {
             Place::Redis(_) => "redis",
-            Place::Memory { .. } => "memory",
+            Place::Memory(_) => "memory",
         };
         f.debug_struct("Receipt")
             .field("request", &self.request)

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::entry_ids::{EntryId, EntryIds};
+use super::settle::InMemory;
 use super::table::Table;
 use crate::ConfigErrorKind;
 use crate::backend::{ExpiringTable, InProcess, InProcessBuilder};
@@ -241,12 +242,12 @@ impl MemoryLimiter {
             .filter(|_| !leases.is_empty() || (admitted && !settled.is_empty()))
             .map(|request| Receipt {
                 request,
-                place: Place::Memory {
+                place: Place::Memory(InMemory {
                     limiter: self.clone(),
                     leases,
                     settled,
                     evaluated_at: now,
-                },
+                }),
             });
         Ok((states, receipt))
     }

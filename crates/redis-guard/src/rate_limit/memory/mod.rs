@@ -8,3 +8,4 @@ mod settle;
 mod table;
 
 pub use limiter::MemoryLimiter;
+pub(crate) use settle::InMemory;

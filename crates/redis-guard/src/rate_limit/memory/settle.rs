@@ -5,12 +5,22 @@ use super::MemoryLimiter;
 use crate::rate_limit::Check;
 use crate::rate_limit::algorithm::{self, Refunded, State, ceil_ms};
 
-impl MemoryLimiter {
-    /// Releases `request`'s leases in the entries `leases`.
-    pub(crate) fn release_leases(&self, request: &str, leases: &[([u64; 2], u64)]) {
-        let now = self.inner.now_us();
-        let mut table = self.inner.lock();
-        for (id, _) in leases {
+/// An evaluation as a [`MemoryLimiter`] recorded it: the state entries of its leases, each with
+/// its expiry period (µs); the checks that may be settled after the response, and the time they
+/// were decided at.
+pub(crate) struct InMemory {
+    pub(super) limiter: MemoryLimiter,
+    pub(super) leases: Vec<([u64; 2], u64)>,
+    pub(super) settled: Vec<Check>,
+    pub(super) evaluated_at: u64,
+}
+
+impl InMemory {
+    /// Releases `request`'s leases.
+    pub(crate) fn release(&self, request: &str) {
+        let now = self.limiter.inner.now_us();
+        let mut table = self.limiter.inner.lock();
+        for (id, _) in &self.leases {
             if let Some(State::Leases(held)) = table.states.get_live_mut(id, now)
                 && algorithm::release_lease(held, request)
             {
@@ -19,13 +29,12 @@ impl MemoryLimiter {
         }
     }
 
-    /// Renews `request`'s leases in the entries `leases` (each for its expiry period from now);
-    /// how many it still held.
-    pub(crate) fn renew_leases(&self, request: &str, leases: &[([u64; 2], u64)]) -> usize {
-        let now = self.inner.now_us();
-        let mut table = self.inner.lock();
+    /// Renews `request`'s leases (each for its expiry period from now); how many it still held.
+    pub(crate) fn renew(&self, request: &str) -> usize {
+        let now = self.limiter.inner.now_us();
+        let mut table = self.limiter.inner.lock();
         let mut renewed = 0;
-        for &(id, period) in leases {
+        for &(id, period) in &self.leases {
             let expiry = now + period;
             if let Some(State::Leases(held)) = table.states.get_live_mut(&id, now)
                 && algorithm::renew_lease(held, request, now, expiry)
@@ -42,6 +51,30 @@ impl MemoryLimiter {
         renewed
     }
 
+    /// Settles the request's rules: per settled check, `delta(name)` more units charged
+    /// (positive) or given back (negative).
+    pub(crate) fn settle(&self, delta: impl Fn(&str) -> i64) {
+        let lines: Vec<(&Check, i64)> = self
+            .settled
+            .iter()
+            .map(|c| (c, delta(c.rule.name())))
+            .filter(|&(_, d)| d != 0)
+            .collect();
+        self.limiter.settle_now(&lines, self.evaluated_at);
+    }
+
+    /// The longest a lease lives without renewal, in µs.
+    pub(crate) fn shortest_expiry_us(&self) -> Option<u64> {
+        self.leases.iter().map(|&(_, e)| e).min()
+    }
+
+    /// How many leases were taken.
+    pub(crate) fn lease_count(&self) -> usize {
+        self.leases.len()
+    }
+}
+
+impl MemoryLimiter {
     /// Settles `checks` of a request admitted at `charged_at` (this limiter's clock): each
     /// check's `delta` more units charged whatever is left (positive) or given back (negative),
     /// as the Redis charge and refund scripts do.
