@@ -6,13 +6,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 
-use super::few::Few;
-use super::limiter::Check;
-use super::resolve::{self, Lookup, Resolved};
+use super::quota_lookup as resolve;
 use super::warn::{WARN_INTERVAL, WarnEvery};
 use super::{
-    Algorithm, Decision, FailurePolicy, KeyError, KeyExtractor, Limiter, LimiterError,
-    MemoryLimiter, MissingKey, Mode, Quota, Rule, headers,
+    Algorithm, Check, Decision, FailurePolicy, Few, KeyError, KeyExtractor, Limiter, LimiterError,
+    Lookup, MemoryLimiter, MissingKey, Mode, Quota, Resolved, Rule, headers,
 };
 use crate::{ConfigError, ConfigErrorKind, telemetry};
 

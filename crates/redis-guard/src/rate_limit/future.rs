@@ -9,16 +9,13 @@ use http::{Request, Response, StatusCode};
 use tower_service::Service;
 
 use super::config::{Config, Plan};
-use super::decision::RuleDecision;
 use super::headers::RateLimitHeaders;
-use super::holding::Holding;
-use super::limiter::{
-    BoxFuture, Check, Held, LimiterError, Pending, Settling, count_failure, count_failure_of,
-    decision_from, settling,
-};
 use super::response::{self, ResponseBody};
 use super::service::start;
-use super::{CostReport, Decision, Quota};
+use super::{
+    BoxFuture, Check, CostReport, Decision, Held, Holding, LimiterError, Pending, Quota,
+    RuleDecision, Settling, count_failure, count_failure_of, decision_from, settling,
+};
 use crate::ConfigError;
 use crate::telemetry::Stopwatch;
 

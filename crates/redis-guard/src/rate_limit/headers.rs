@@ -22,8 +22,7 @@
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::decision::ceil_secs;
-use super::{Decision, Quota};
+use super::{Decision, Quota, ceil_secs};
 
 /// `RateLimit-Policy`.
 pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");

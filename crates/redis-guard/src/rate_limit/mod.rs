@@ -115,24 +115,19 @@
 //!
 //! [`tower::limit::RateLimit`]: https://docs.rs/tower/latest/tower/limit/struct.RateLimit.html
 
-mod actual_cost;
+// The folders, in the order a request meets them: its rules (`rule/`) and keys (`key/`); the
+// limiter that decides (`limiter/`: the interface a layer drives, the calls made outside one),
+// in Redis (`redis/`) or in this process (`memory/`), by the algorithms (`algorithm/`); the
+// `decision.rs` it returns; and what an admitted request holds until its response ends
+// (`lease/`). The layer's own files take what they need from here, by name.
 mod algorithm;
 mod builder;
-mod check;
 mod config;
 mod decision;
-mod denials;
-mod direct;
-mod entry_ids;
-mod evaluation;
-mod few;
-mod fixed_window_batch;
-mod fixed_window_plain;
 mod future;
 pub mod grpc;
 mod headers;
-mod holding;
-mod hot_lease;
+mod inline_list;
 mod key;
 mod layer;
 #[cfg(all(test, feature = "metrics"))]
@@ -140,41 +135,41 @@ mod layer_tests;
 mod lease;
 mod limiter;
 mod memory;
-mod operations;
 mod policy;
-mod quota;
-mod receipt;
-mod redis_limiter;
-mod reply;
-mod resolve;
+mod redis;
 mod response;
-mod route;
 mod rule;
 mod service;
 mod warn;
 
-pub use actual_cost::{ActualCost, CostReport};
 pub use algorithm::{Algorithm, CustomAlgorithm, RuleState};
 pub use builder::RateLimitLayerBuilder;
 pub use decision::{Decision, RuleDecision};
 pub use future::ResponseFuture;
-// The client's address lives in `crate::client_ip` (sessions read it too); rate limits key on
-// it so often that it is also here, under the same names.
-pub use crate::client_ip::{ClientIp, ForwardedHeader, PeerAddr};
-pub use check::Check;
-pub(crate) use key::Inline;
 pub use key::{
     And, ExtensionKey, Global, HeaderKey, Key, KeyError, KeyExtractor, KeyExtractorExt, Or,
 };
 pub use layer::RateLimitLayer;
-pub use lease::Lease;
-pub use limiter::{Limiter, LimiterError};
+pub use lease::{ActualCost, CostReport, Lease};
+pub use limiter::{Bans, Inspection, Limiter, LimiterError};
 pub use memory::MemoryLimiter;
-pub use operations::{Bans, Inspection};
 pub use policy::{FailurePolicy, MissingKey, Mode};
-pub use quota::Quota;
-pub use redis_limiter::RedisLimiter;
+pub use redis::RedisLimiter;
 pub use response::ResponseBody;
-pub use route::Route;
-pub use rule::Rule;
+pub use rule::{Check, Quota, Route, Rule};
 pub use service::RateLimit;
+
+// The client's address lives in `crate::client_ip` (sessions read it too); rate limits key on
+// it so often that it is also here, under the same names.
+pub use crate::client_ip::{ClientIp, ForwardedHeader, PeerAddr};
+
+// What the layer's files take from the rest, reachable as `crate::rate_limit::Name` wherever
+// they stand.
+pub(crate) use decision::ceil_secs;
+pub(crate) use inline_list::Few;
+pub(crate) use key::Inline;
+pub(crate) use lease::Holding;
+pub(crate) use limiter::{
+    BoxFuture, Held, Pending, Settling, count_failure, count_failure_of, decision_from, settling,
+};
+pub(crate) use rule::quota_lookup::{self, Lookup, Resolved};

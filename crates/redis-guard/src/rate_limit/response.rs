@@ -8,10 +8,9 @@ use http::{Response, StatusCode, header};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::Decision;
 use super::config::Config;
 use super::headers::{self, RateLimitHeaders};
-use super::holding::Holding;
+use super::{Decision, Holding};
 use crate::problem::{Member, problem, problem_of_pieces};
 
 pin_project! {

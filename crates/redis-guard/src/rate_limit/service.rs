@@ -8,12 +8,11 @@ use http::{Request, Response};
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::Decision;
 use super::config::{Config, Plan};
 use super::future::ResponseFuture;
-use super::limiter::{Check, LimiterError, Pending};
-use super::resolve;
+use super::quota_lookup as resolve;
 use super::response::ResponseBody;
+use super::{Check, Decision, LimiterError, Pending};
 use crate::telemetry::Stopwatch;
 
 /// The service [`RateLimitLayer`](super::RateLimitLayer) wraps around its inner service.
