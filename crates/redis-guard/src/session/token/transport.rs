@@ -12,7 +12,7 @@ use crate::{ConfigError, ConfigErrorKind};
 pub(super) const DEFAULT_TOKEN_HEADER: &str = "session-token";
 
 /// How the session id travels between client and server, and the cookie's name and attributes;
-/// set it with [`SessionLayerBuilder::transport`](super::SessionLayerBuilder::transport).
+/// set it with [`SessionLayerBuilder::transport`].
 ///
 /// - [`Transport::cookie`] (the default): a cookie, as browsers want it; its name and
 ///   attributes are set with the cookie methods below ([`secure`](Self::secure),
@@ -21,20 +21,19 @@ pub(super) const DEFAULT_TOKEN_HEADER: &str = "session-token";
 ///   back in the `session-token` response header.
 /// - [`Transport::header`]: the client sends the bare token in a header you name.
 ///
-/// A token is the session id itself (43 characters of base64url, the same as a cookie value);
-/// the store holds only its SHA-256. The response header carries it when the session is created
-/// and after [`Session::cycle_id`](super::Session::cycle_id), on a response marked
-/// `Cache-Control: no-store`; after [`Session::destroy`](super::Session::destroy) nothing is
-/// sent and the token no longer works. A header-token layer never sets a cookie, and a cookie
-/// layer never sends a token header. A browser app that reads the token from JavaScript across
-/// origins needs its CORS layer to expose the response header.
+/// A token is the session id itself (43 characters of base64url, the same as a cookie value); the
+/// store holds only its SHA-256. The response header carries it when the session is created and
+/// after [`Session::cycle_id`], on a response marked `Cache-Control: no-store`; after
+/// [`Session::destroy`] nothing is sent and the token no longer works. A header-token layer never
+/// sets a cookie, and a cookie layer never sends a token header. A browser app that reads the token
+/// from JavaScript across origins needs its CORS layer to expose the response header.
 ///
 /// **Tokens and cookies do not mix**: a session remembers the transport that created it, and a
-/// layer treats a session of the other transport as unknown (no change, no delete, no new
-/// token for it): a cookie id sent as a bearer token, or a token planted as a cookie, starts no
-/// session. (Finding that out is the ordinary load, which may restart the session's idle timer,
-/// as any holder of the id can do over the right transport.) Two layers, one per transport, can share a store: the cookie for the web pages, the
-/// header for the API.
+/// layer treats a session of the other transport as unknown (no change, no delete, no new token for
+/// it): a cookie id sent as a bearer token, or a token planted as a cookie, starts no session.
+/// (Finding that out is the ordinary load, which may restart the session's idle timer, as any
+/// holder of the id can do over the right transport.) Two layers, one per transport, can share a
+/// store: the cookie for the web pages, the header for the API.
 ///
 /// ```
 /// use redis_guard::session::{MemorySessionStore, SessionLayer, Transport};
@@ -60,6 +59,10 @@ pub(super) const DEFAULT_TOKEN_HEADER: &str = "session-token";
 /// session, so the handler sees an empty one and decides (typically `401`); the store is never
 /// asked and nothing is written. The scheme is matched case-insensitively (RFC 9110 §11.1). An
 /// unknown token is never adopted: a session started by that request gets a fresh token.
+///
+/// [`SessionLayerBuilder::transport`]: crate::session::SessionLayerBuilder::transport
+/// [`Session::cycle_id`]: crate::session::Session::cycle_id
+/// [`Session::destroy`]: crate::session::Session::destroy
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use]
 pub struct Transport {
