@@ -7,8 +7,8 @@ use super::SessionError;
 use super::memory_table::State;
 use super::memory_users::{UserDigest, user_digest};
 use super::store::{
-    BoxFuture, CREATED_FIELD, CSRF_FIELD, Changes, EXP_FIELD, FieldSwap, Lifetimes, Record,
-    SEEN_FIELD, SessionInfo, SessionStore, Store,
+    BoxFuture, CREATED_FIELD, CSRF_FIELD, Changes, EXP_FIELD, FieldChange, FieldOutcome, Lifetimes,
+    Record, SEEN_FIELD, SessionInfo, SessionStore, Store,
 };
 use crate::backend::{BackendError, Clock, InProcess, InProcessBuilder};
 
@@ -275,51 +275,16 @@ impl Store for MemorySessionStore {
         })
     }
 
-    fn take_field(
+    fn change_field(
         &self,
         key: String,
         field: String,
+        change: FieldChange,
         life: Lifetimes,
-    ) -> BoxFuture<Result<Option<Option<String>>, SessionError>> {
-        self.with(move |s, now| Ok(s.live(&key, now, life).map(|e| e.fields.remove(&field))))
-    }
-
-    fn ensure_field(
-        &self,
-        key: String,
-        field: String,
-        value: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<String>, SessionError>> {
+    ) -> BoxFuture<Result<Option<FieldOutcome>, SessionError>> {
         self.with(move |s, now| {
             Ok(s.live(&key, now, life)
-                .map(|e| e.fields.entry(field).or_insert(value).clone()))
-        })
-    }
-
-    fn compare_and_set_field(
-        &self,
-        key: String,
-        field: String,
-        expected: Option<String>,
-        new: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<FieldSwap>, SessionError>> {
-        self.with(move |s, now| {
-            Ok(s.live(&key, now, life).map(|e| {
-                let current = e.fields.get(&field);
-                if current != expected.as_ref() {
-                    return FieldSwap {
-                        set: false,
-                        value: current.cloned(),
-                    };
-                }
-                e.fields.insert(field, new.clone());
-                FieldSwap {
-                    set: true,
-                    value: Some(new),
-                }
-            }))
+                .map(|e| change.apply(&mut e.fields, field)))
         })
     }
 }

@@ -6,7 +6,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::SessionError;
-use super::store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore, Store};
+use super::store::{
+    BoxFuture, Changes, FieldChange, FieldOutcome, Lifetimes, Record, SessionInfo, SessionStore,
+    Store,
+};
 use crate::telemetry::{self, Metric};
 
 /// The layer's store, counted.
@@ -150,41 +153,15 @@ impl Store for Metered {
         self.0.check()
     }
 
-    fn take_field(
+    fn change_field(
         &self,
         key: String,
         field: String,
+        change: FieldChange,
         life: Lifetimes,
-    ) -> BoxFuture<Result<Option<Option<String>>, SessionError>> {
-        metered("take", self.0.take_field(key, field, life), written)
-    }
-
-    fn ensure_field(
-        &self,
-        key: String,
-        field: String,
-        value: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<String>, SessionError>> {
-        metered(
-            "ensure",
-            self.0.ensure_field(key, field, value, life),
-            written,
-        )
-    }
-
-    fn compare_and_set_field(
-        &self,
-        key: String,
-        field: String,
-        expected: Option<String>,
-        new: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<super::store::FieldSwap>, SessionError>> {
-        let call = self
-            .0
-            .compare_and_set_field(key, field, expected, new, life);
-        metered("compare_and_set", call, written)
+    ) -> BoxFuture<Result<Option<FieldOutcome>, SessionError>> {
+        let op = change.op();
+        metered(op, self.0.change_field(key, field, change, life), written)
     }
 }
 

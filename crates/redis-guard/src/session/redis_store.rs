@@ -10,11 +10,12 @@ use sha2::{Digest, Sha256};
 use super::SessionError;
 use super::redis_load::LoadEntry;
 use super::scripts::{
-    DROP, INCR, INDEX, LOAD, MOVE, RESTORE, REVOKE, SAVE, SETTLE, SaveEntry, TAKE, bad_reply,
-    expiry, int, string, strings,
+    DROP, ENSURE_FIELD, INCR, INDEX, LOAD, MOVE, RESTORE, REVOKE, SAVE, SETTLE, SWAP_FIELD,
+    SaveEntry, TAKE, TAKE_FIELD, bad_reply, expiry, int, string, strings,
 };
 use super::store::{
-    BoxFuture, CSRF_FIELD, Changes, Lifetimes, Record, SessionInfo, SessionStore, Store, USER_FIELD,
+    BoxFuture, CSRF_FIELD, Changes, FieldChange, FieldOutcome, Lifetimes, Record, SessionInfo,
+    SessionStore, Store, USER_FIELD,
 };
 use crate::backend::{Coalescer, DEFAULT_BATCH, Entry, LuaScript as Script, RedisBackend};
 
@@ -417,57 +418,41 @@ impl Store for RedisSessionStore {
         Box::pin(async move { this.revoke_others(&user, &keep).await })
     }
 
-    fn take_field(
+    fn change_field(
         &self,
         key: String,
         field: String,
+        change: FieldChange,
         life: Lifetimes,
-    ) -> BoxFuture<Result<Option<Option<String>>, SessionError>> {
-        let call = self.on_session(&super::scripts::TAKE_FIELD, &key, life, vec![field]);
-        Box::pin(async move {
-            match call.await? {
-                Value::Nil => Ok(None),
-                v => Ok(Some(strings(v)?.into_iter().next())),
+    ) -> BoxFuture<Result<Option<FieldOutcome>, SessionError>> {
+        let (script, args) = match &change {
+            FieldChange::Take => (&TAKE_FIELD, vec![field]),
+            FieldChange::Ensure(value) => (&ENSURE_FIELD, vec![field, value.clone()]),
+            FieldChange::Swap { expected, new } => {
+                let present = if expected.is_some() { "1" } else { "0" };
+                let expected = expected.clone().unwrap_or_default();
+                (
+                    &SWAP_FIELD,
+                    vec![field, present.to_owned(), expected, new.clone()],
+                )
             }
-        })
-    }
-
-    fn ensure_field(
-        &self,
-        key: String,
-        field: String,
-        value: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<String>, SessionError>> {
-        let call = self.on_session(
-            &super::scripts::ENSURE_FIELD,
-            &key,
-            life,
-            vec![field, value],
-        );
+        };
+        let call = self.on_session(script, &key, life, args);
         Box::pin(async move {
-            match call.await? {
-                Value::Nil => Ok(None),
-                v => string(v).map(Some),
-            }
-        })
-    }
-
-    fn compare_and_set_field(
-        &self,
-        key: String,
-        field: String,
-        expected: Option<String>,
-        new: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<super::store::FieldSwap>, SessionError>> {
-        let present = if expected.is_some() { "1" } else { "0" };
-        let args = vec![field, present.to_owned(), expected.unwrap_or_default(), new];
-        let call = self.on_session(&super::scripts::SWAP_FIELD, &key, life, args);
-        Box::pin(async move {
-            match call.await? {
-                Value::Nil => Ok(None),
-                v => {
+            let v = match call.await? {
+                Value::Nil => return Ok(None),
+                v => v,
+            };
+            let outcome = match change {
+                FieldChange::Take => FieldOutcome {
+                    set: false,
+                    value: strings(v)?.into_iter().next(),
+                },
+                FieldChange::Ensure(_) => FieldOutcome {
+                    set: false,
+                    value: Some(string(v)?),
+                },
+                FieldChange::Swap { .. } => {
                     let mut reply = strings(v)?.into_iter();
                     let set = match reply.next().as_deref() {
                         Some("1") => true,
@@ -476,12 +461,13 @@ impl Store for RedisSessionStore {
                             return Err(bad_reply(format!("compare-and-set replied {other:?}")));
                         }
                     };
-                    Ok(Some(super::store::FieldSwap {
+                    FieldOutcome {
                         set,
                         value: reply.next(),
-                    }))
+                    }
                 }
-            }
+            };
+            Ok(Some(outcome))
         })
     }
 }

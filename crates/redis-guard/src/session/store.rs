@@ -9,6 +9,10 @@ use std::time::Duration;
 
 use super::SessionError;
 
+mod field;
+
+pub(crate) use field::{FieldChange, FieldOutcome};
+
 /// A boxed, sendable future, as [`Store`] methods return.
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -274,16 +278,6 @@ fn legacy_handle(storage_key: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&digest[..16])
 }
 
-/// What [`Store::compare_and_set_field`] did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct FieldSwap {
-    /// Whether the field held the expected text and was set.
-    pub(crate) set: bool,
-    /// The text the field holds afterwards: the new value, or the one that did not match
-    /// (`None`: absent).
-    pub(crate) value: Option<String>,
-}
-
 /// Where sessions live: [`RedisSessionStore`](super::RedisSessionStore) or
 /// [`MemorySessionStore`](super::MemorySessionStore), or an `Arc` of either, as
 /// [`SessionLayer::new`](super::SessionLayer::new) and
@@ -428,37 +422,15 @@ pub trait Store<Seal = crate::sealed::Private>: crate::sealed::Sealed {
         Ok(())
     }
 
-    /// Reads and deletes `field` of a live session in one atomic step (marking the session used
-    /// when it deletes). `Some(None)` when the field is absent; `None` when the session is gone.
-    fn take_field(
+    /// Changes `field` of a live session as `change` says, in one atomic step (marking the
+    /// session used when it writes). `None` when the session is gone (nothing is written).
+    fn change_field(
         &self,
         key: String,
         field: String,
+        change: FieldChange,
         life: Lifetimes,
-    ) -> BoxFuture<Result<Option<Option<String>>, SessionError>>;
-
-    /// Sets `field` of a live session to `value` unless it holds one already, in one atomic
-    /// step, and returns the value it holds afterwards: the one that won. `None` when the session
-    /// is gone (nothing is written).
-    fn ensure_field(
-        &self,
-        key: String,
-        field: String,
-        value: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<String>, SessionError>>;
-
-    /// Sets `field` of a live session to `new` if it holds exactly the text `expected` (`None`:
-    /// if it is absent), in one atomic step. `None` when the session is gone (nothing is
-    /// written).
-    fn compare_and_set_field(
-        &self,
-        key: String,
-        field: String,
-        expected: Option<String>,
-        new: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<FieldSwap>, SessionError>>;
+    ) -> BoxFuture<Result<Option<FieldOutcome>, SessionError>>;
 }
 
 /// Forwards each listed method of [`Store`] to `**self`.
@@ -490,11 +462,7 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         end_session(user: String, handle: String) -> BoxFuture<Result<bool, SessionError>>;
         end_user_except(user: String, keep: String) -> BoxFuture<Result<usize, SessionError>>;
         check() -> Result<(), crate::ConfigError>;
-        take_field(key: String, field: String, life: Lifetimes)
-            -> BoxFuture<Result<Option<Option<String>>, SessionError>>;
-        ensure_field(key: String, field: String, value: String, life: Lifetimes)
-            -> BoxFuture<Result<Option<String>, SessionError>>;
-        compare_and_set_field(key: String, field: String, expected: Option<String>, new: String,
-            life: Lifetimes) -> BoxFuture<Result<Option<FieldSwap>, SessionError>>;
+        change_field(key: String, field: String, change: FieldChange, life: Lifetimes)
+            -> BoxFuture<Result<Option<FieldOutcome>, SessionError>>;
     }
 }

@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use super::{Session, check_key};
 use crate::session::SessionError;
 use crate::session::state::State;
-use crate::session::store::BoxFuture;
+use crate::session::store::{BoxFuture, FieldChange};
 
 /// What a one-step store operation found.
 enum Stored<T> {
@@ -123,12 +123,12 @@ impl Session {
             let (store, life) = (&self.shared.store, self.shared.life);
             let taken = self
                 .in_store(&mut state, key, |storage_key| {
-                    store.take_field(storage_key, key.to_owned(), life)
+                    store.change_field(storage_key, key.to_owned(), FieldChange::Take, life)
                 })
                 .await?;
-            if let Stored::Done(value) = taken {
+            if let Stored::Done(taken) = taken {
                 Self::remember(&mut state, key, None);
-                return Ok(value);
+                return Ok(taken.value);
             }
         }
         let value = state.peek(key);
@@ -184,10 +184,13 @@ impl Session {
         let (store, life) = (&self.shared.store, self.shared.life);
         let ensured = self
             .in_store(&mut state, field, |storage_key| {
-                store.ensure_field(storage_key, field.to_owned(), value.clone(), life)
+                let ensure = FieldChange::Ensure(value.clone());
+                store.change_field(storage_key, field.to_owned(), ensure, life)
             })
             .await?;
-        if let Stored::Done(won) = ensured {
+        if let Stored::Done(ensured) = ensured {
+            // The store names the value that won (always: Ensure leaves one in the field).
+            let won = ensured.value.unwrap_or(value);
             Self::remember(&mut state, field, Some(&won));
             return Ok(won);
         }
@@ -244,7 +247,8 @@ impl Session {
         let swapped = self
             .in_store(&mut state, key, |storage_key| {
                 let (expected, new) = (expected.clone(), new.clone());
-                store.compare_and_set_field(storage_key, key.to_owned(), expected, new, life)
+                let swap = FieldChange::Swap { expected, new };
+                store.change_field(storage_key, key.to_owned(), swap, life)
             })
             .await?;
         if let Stored::Done(swap) = swapped {
