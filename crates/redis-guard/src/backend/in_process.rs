@@ -21,7 +21,7 @@ impl<S> InProcess<S> {
 
     /// Now, in whole µs on the backend's clock.
     pub(crate) fn now_us(&self) -> u64 {
-        u64::try_from(self.clock.now().as_micros()).unwrap_or(u64::MAX)
+        super::micros(self.clock.now())
     }
 
     /// The state, locked. A panic elsewhere while holding the lock leaves a state that is still

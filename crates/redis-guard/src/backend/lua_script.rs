@@ -53,13 +53,10 @@ mod tests {
 
     use super::LuaScript;
 
+    /// A server of the test's own, and a connection to it.
     async fn connect() -> (RedisServer, MultiplexedConnection) {
         let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
-        let conn = server
-            .client()
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
+        let conn = server.connect().await;
         (server, conn)
     }
 

@@ -58,6 +58,8 @@ pub use clock::Clock;
 pub use clock::ManualClock;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub(crate) use clock::MonotonicClock;
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+pub(crate) use clock::micros;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use coalesce::DEFAULT_BATCH;
 #[cfg(feature = "rate-limit")]

@@ -244,7 +244,7 @@ impl RedisBackend {
     pub(crate) fn shift_us(&self) -> u64 {
         #[cfg(feature = "test-util")]
         if let Some(clock) = &self.inner.shift {
-            return u64::try_from(super::Clock::now(clock).as_micros()).unwrap_or(u64::MAX);
+            return super::micros(super::Clock::now(clock));
         }
         0
     }

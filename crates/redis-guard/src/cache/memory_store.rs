@@ -8,7 +8,9 @@ use bytes::Bytes;
 
 use super::entry::{Times, header};
 use super::store::{Backing, BoxFuture, CacheStore, Ops, Read, Write};
-use crate::backend::{BackendError, Clock, ExpiringTable, InProcess, InProcessBuilder, Lock};
+use crate::backend::{
+    BackendError, Clock, ExpiringTable, InProcess, InProcessBuilder, Lock, micros,
+};
 
 /// How many entries a memory store holds at most by default.
 const DEFAULT_CAPACITY: usize = 10_000;
@@ -191,10 +193,6 @@ impl CacheStore for MemoryCacheStore {
     fn into_backing(self) -> Backing {
         Backing(Arc::new(self))
     }
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 fn ready<T: Send + 'static>(v: T) -> BoxFuture<T> {

@@ -8,6 +8,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use super::SessionError;
+use crate::backend::micros;
 
 mod field;
 
@@ -53,17 +54,17 @@ impl Default for Lifetimes {
 
 impl Lifetimes {
     pub(crate) fn idle_us(&self) -> u64 {
-        u64::try_from(self.idle.as_micros()).unwrap_or(u64::MAX)
+        micros(self.idle)
     }
 
     pub(crate) fn max_us(&self) -> u64 {
-        u64::try_from(self.max.as_micros()).unwrap_or(u64::MAX)
+        micros(self.max)
     }
 
     /// How long a use stays fresh, in µs.
     pub(crate) fn fresh_us(&self) -> u64 {
         match self.seen_every {
-            Some(d) => u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
+            Some(d) => micros(d),
             None => self.idle_us() / 100,
         }
     }

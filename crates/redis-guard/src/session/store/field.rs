@@ -36,6 +36,7 @@ pub(crate) struct FieldOutcome {
 
 impl FieldChange {
     /// The store operation's name, as metrics label it.
+    #[cfg(feature = "metrics")]
     pub(crate) fn op(&self) -> &'static str {
         match self {
             Self::Take => "take",

@@ -120,8 +120,9 @@ fn names_are_checked_when_built() {
         assert!(err.to_string().contains(says), "{err}");
     }
     let h = wire(&Transport::header("x-token").response_header("X-New-Token"));
-    assert_eq!(h.response, "x-new-token");
-    assert!(!h.bearer);
+    let (response, bearer) = h.response_and_bearer();
+    assert_eq!(response, "x-new-token");
+    assert!(!bearer);
 }
 
 #[test]

@@ -243,10 +243,6 @@ impl Transport {
             "response",
             self.token_header().unwrap_or(DEFAULT_TOKEN_HEADER),
         )?;
-        Ok(Wire::Header(TokenHeader {
-            request,
-            bearer,
-            response,
-        }))
+        Ok(Wire::Header(TokenHeader::new(request, bearer, response)))
     }
 }

@@ -28,10 +28,10 @@ pub(crate) enum Wire {
 /// The header transport's names.
 #[derive(Debug)]
 pub(crate) struct TokenHeader {
-    pub(super) request: HeaderName,
+    request: HeaderName,
     /// `Authorization: Bearer <token>` rather than the bare token.
-    pub(super) bearer: bool,
-    pub(super) response: HeaderName,
+    bearer: bool,
+    response: HeaderName,
 }
 
 impl Wire {
@@ -66,6 +66,22 @@ impl Wire {
 }
 
 impl TokenHeader {
+    /// Names checked by [`Transport::resolve`](super::Transport::resolve): the request header
+    /// (`bearer`: `Authorization: Bearer <token>`), and the response header a new token goes in.
+    pub(super) fn new(request: HeaderName, bearer: bool, response: HeaderName) -> Self {
+        Self {
+            request,
+            bearer,
+            response,
+        }
+    }
+
+    /// The response header a new token goes in, and whether requests carry `Bearer <token>`.
+    #[cfg(test)]
+    pub(super) fn response_and_bearer(&self) -> (&HeaderName, bool) {
+        (&self.response, self.bearer)
+    }
+
     /// The request header the token comes in.
     pub(crate) fn request_header(&self) -> &HeaderName {
         &self.request
