@@ -87,6 +87,21 @@ impl MemorySessionStore {
         state.maintain(now);
         Box::pin(std::future::ready(out))
     }
+
+    /// `f` on the fields of the live session `key` under the lock; `None` when the session is
+    /// gone (nothing is written).
+    fn on_fields<T: Send + 'static>(
+        &self,
+        key: String,
+        life: Lifetimes,
+        f: impl FnOnce(&mut HashMap<String, String>) -> Result<T, SessionError>,
+    ) -> BoxFuture<Result<Option<T>, SessionError>> {
+        self.with(move |s, now| {
+            s.live(&key, now, life)
+                .map(|e| f(&mut e.fields))
+                .transpose()
+        })
+    }
 }
 
 impl Default for MemorySessionStore {
@@ -167,11 +182,8 @@ impl Store for MemorySessionStore {
         by: i64,
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<i64>, SessionError>> {
-        self.with(move |s, now| {
-            let Some(e) = s.live(&key, now, life) else {
-                return Ok(None);
-            };
-            let current = match e.fields.get(&field) {
+        self.on_fields(key, life, move |fields| {
+            let current = match fields.get(&field) {
                 None => 0,
                 Some(v) => v
                     .parse::<i64>()
@@ -180,8 +192,8 @@ impl Store for MemorySessionStore {
             let next = current
                 .checked_add(by)
                 .ok_or_else(|| SessionError::NotAnInteger(field.clone()))?;
-            e.fields.insert(field, next.to_string());
-            Ok(Some(next))
+            fields.insert(field, next.to_string());
+            Ok(next)
         })
     }
 
@@ -282,10 +294,7 @@ impl Store for MemorySessionStore {
         change: FieldChange,
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<FieldOutcome>, SessionError>> {
-        self.with(move |s, now| {
-            Ok(s.live(&key, now, life)
-                .map(|e| change.apply(&mut e.fields, field)))
-        })
+        self.on_fields(key, life, move |fields| Ok(change.apply(fields, field)))
     }
 }
 

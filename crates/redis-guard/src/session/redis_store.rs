@@ -209,6 +209,14 @@ impl RedisSessionStore {
             .map(drop)
     }
 
+    /// `op` on a clone of the store, boxed as [`Store`] methods return it.
+    fn detached<T, F>(&self, op: impl FnOnce(Self) -> F) -> BoxFuture<Result<T, SessionError>>
+    where
+        F: Future<Output = Result<T, SessionError>> + Send + 'static,
+    {
+        Box::pin(op(self.clone()))
+    }
+
     fn query(&self, cmd: redis::Cmd) -> BoxFuture<Result<Value, SessionError>> {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move { Ok(inner.backend.query(&cmd).await?) })
@@ -275,8 +283,7 @@ impl Store for RedisSessionStore {
     }
 
     fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>> {
-        let this = self.clone();
-        Box::pin(async move {
+        self.detached(move |this| async move {
             let user = this.run(&DROP, this.session_key(&key), 0, vec![]).await?;
             if let Value::Nil = user {
                 return Ok(());
@@ -300,8 +307,7 @@ impl Store for RedisSessionStore {
         //   3. restore the data under the new id;
         //   4. drop the old id from the index; if a revocation took the index after step 2,
         //      delete the restored session.
-        let this = self.clone();
-        Box::pin(async move {
+        self.detached(move |this| async move {
             let taken = this.on_session(&TAKE, &old, life, vec![]).await?;
             let data: Vec<String> = match taken {
                 Value::Nil => return Ok(false),
@@ -349,8 +355,7 @@ impl Store for RedisSessionStore {
         expires: u64,
         life: Lifetimes,
     ) -> BoxFuture<Result<(), SessionError>> {
-        let this = self.clone();
-        Box::pin(async move {
+        self.detached(move |this| async move {
             let cap = life.per_user.max(1);
             let others = strings(
                 this.run(
@@ -378,8 +383,7 @@ impl Store for RedisSessionStore {
     }
 
     fn end_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
-        let this = self.clone();
-        Box::pin(async move {
+        self.detached(move |this| async move {
             let members = strings(this.run(&REVOKE, this.user_key(&user), 0, vec![]).await?)?;
             #[cfg(feature = "test-util")]
             if let Some(Hook(hook)) = &this.inner.between_revoke_steps {
@@ -400,13 +404,11 @@ impl Store for RedisSessionStore {
     }
 
     fn list_user(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
-        let this = self.clone();
-        Box::pin(async move { this.listing(&user).await })
+        self.detached(move |this| async move { this.listing(&user).await })
     }
 
     fn end_session(&self, user: String, handle: String) -> BoxFuture<Result<bool, SessionError>> {
-        let this = self.clone();
-        Box::pin(async move { this.revoke_handle(&user, &handle).await })
+        self.detached(move |this| async move { this.revoke_handle(&user, &handle).await })
     }
 
     fn end_user_except(
@@ -414,8 +416,7 @@ impl Store for RedisSessionStore {
         user: String,
         keep: String,
     ) -> BoxFuture<Result<usize, SessionError>> {
-        let this = self.clone();
-        Box::pin(async move { this.revoke_others(&user, &keep).await })
+        self.detached(move |this| async move { this.revoke_others(&user, &keep).await })
     }
 
     fn change_field(
