@@ -118,3 +118,9 @@ impl<T> std::fmt::Debug for InProcessBuilder<T> {
             .finish_non_exhaustive()
     }
 }
+
+/// What a future of an in-process store gives, at once: it never waits (tests).
+#[cfg(test)]
+pub(crate) fn ready<F: std::future::Future + Unpin>(f: F) -> F::Output {
+    futures_util::FutureExt::now_or_never(f).expect("an in-process store never waits")
+}

@@ -76,6 +76,8 @@ pub use error::BackendError;
 pub(crate) use in_process::InProcess;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub use in_process::InProcessBuilder;
+#[cfg(test)]
+pub(crate) use in_process::ready;
 #[cfg(feature = "cache")]
 pub(crate) use lock::MAX_LEASE;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]

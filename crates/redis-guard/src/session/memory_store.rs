@@ -321,11 +321,8 @@ impl State {
 mod tests {
     use super::*;
     use crate::backend::ManualClock;
+    use crate::backend::ready;
     use std::time::Duration;
-
-    fn block<T>(f: BoxFuture<T>) -> T {
-        futures_util::FutureExt::now_or_never(f).expect("the memory store never waits")
-    }
 
     fn user_changes(user: &str) -> Changes {
         let mut c = Changes::default();
@@ -349,19 +346,19 @@ mod tests {
             clock.advance(Duration::from_millis(1));
             let key = format!("{i:064x}");
             let user = format!("user{}", i % 7);
-            let exp = block(store.create(key.clone(), user_changes(&user), life)).unwrap();
+            let exp = ready(store.create(key.clone(), user_changes(&user), life)).unwrap();
             most = most.max(store.lock().examined);
-            block(store.index_user(user, key, exp, life)).unwrap();
+            ready(store.index_user(user, key, exp, life)).unwrap();
             most = most.max(store.lock().examined);
             assert!(store.len() <= 100, "{} sessions", store.len());
         }
         assert!(most <= 2 + 64, "an insert examined {most} entries");
         let mut indexed = 0;
         for u in 0..7 {
-            for info in block(store.list_user(format!("user{u}"))).unwrap() {
+            for info in ready(store.list_user(format!("user{u}"))).unwrap() {
                 indexed += 1;
                 assert!(
-                    block(store.load(info.storage_key, life)).unwrap().is_some(),
+                    ready(store.load(info.storage_key, life)).unwrap().is_some(),
                     "the index lists an evicted session"
                 );
             }
@@ -381,12 +378,12 @@ mod tests {
         let store = MemorySessionStore::builder().clock(clock.clone()).build();
         let life = Lifetimes::default();
         for i in 0..500 {
-            block(store.create(format!("{i:064x}"), Changes::default(), life)).unwrap();
+            ready(store.create(format!("{i:064x}"), Changes::default(), life)).unwrap();
         }
         clock.advance(life.max);
         let mut ops = 0;
         while !store.is_empty() {
-            block(store.load("absent".to_owned(), life)).unwrap();
+            ready(store.load("absent".to_owned(), life)).unwrap();
             assert!(store.lock().examined <= crate::backend::SWEEP_PER_OP);
             ops += 1;
         }

@@ -123,12 +123,9 @@ impl fmt::Debug for Metered {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::ready;
     use crate::session::MemorySessionStore;
     use crate::telemetry::testing::Captured;
-
-    fn block<T>(f: BoxFuture<T>) -> T {
-        futures_util::FutureExt::now_or_never(f).expect("the memory store never waits")
-    }
 
     fn set(field: &str) -> Changes {
         let mut c = Changes::default();
@@ -143,30 +140,30 @@ mod tests {
         let store = Metered(Arc::new(MemorySessionStore::new()));
         let life = Lifetimes::default();
         let key = |k: &str| k.to_owned();
-        let exp = block(store.create(key("a"), set("x"), life)).unwrap();
-        block(store.index_user("u".into(), key("a"), exp, life)).unwrap();
-        assert!(block(store.load(key("a"), life)).unwrap().is_some());
-        assert!(block(store.load(key("nobody"), life)).unwrap().is_none());
+        let exp = ready(store.create(key("a"), set("x"), life)).unwrap();
+        ready(store.index_user("u".into(), key("a"), exp, life)).unwrap();
+        assert!(ready(store.load(key("a"), life)).unwrap().is_some());
+        assert!(ready(store.load(key("nobody"), life)).unwrap().is_none());
         assert!(
-            block(store.save(key("a"), set("y"), life))
+            ready(store.save(key("a"), set("y"), life))
                 .unwrap()
                 .is_some()
         );
         assert!(
-            block(store.increment(key("a"), "n".into(), 1, life))
+            ready(store.increment(key("a"), "n".into(), 1, life))
                 .unwrap()
                 .is_some()
         );
-        assert!(block(store.rotate(key("a"), key("b"), life)).unwrap());
+        assert!(ready(store.rotate(key("a"), key("b"), life)).unwrap());
         // The old id is gone: the write is dropped, never resurrecting it.
         assert!(
-            block(store.save(key("a"), set("z"), life))
+            ready(store.save(key("a"), set("z"), life))
                 .unwrap()
                 .is_none()
         );
-        assert_eq!(block(store.end_user("u".into())).unwrap(), 1);
-        block(store.create(key("c"), set("x"), life)).unwrap();
-        block(store.delete(key("c"))).unwrap();
+        assert_eq!(ready(store.end_user("u".into())).unwrap(), 1);
+        ready(store.create(key("c"), set("x"), life)).unwrap();
+        ready(store.delete(key("c"))).unwrap();
         for (metric, n) in [
             (r#"redis_guard_session_loads_total{result="live"}"#, 1),
             (r#"redis_guard_session_loads_total{result="absent"}"#, 1),
