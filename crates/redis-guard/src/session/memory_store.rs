@@ -175,28 +175,6 @@ impl Store for MemorySessionStore {
         })
     }
 
-    fn increment(
-        &self,
-        key: String,
-        field: String,
-        by: i64,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<i64>, SessionError>> {
-        self.on_fields(key, life, move |fields| {
-            let current = match fields.get(&field) {
-                None => 0,
-                Some(v) => v
-                    .parse::<i64>()
-                    .map_err(|_| SessionError::NotAnInteger(field.clone()))?,
-            };
-            let next = current
-                .checked_add(by)
-                .ok_or_else(|| SessionError::NotAnInteger(field.clone()))?;
-            fields.insert(field, next.to_string());
-            Ok(next)
-        })
-    }
-
     fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>> {
         self.with(move |s, _| {
             s.remove(&key);
@@ -294,7 +272,7 @@ impl Store for MemorySessionStore {
         change: FieldChange,
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<FieldOutcome>, SessionError>> {
-        self.on_fields(key, life, move |fields| Ok(change.apply(fields, field)))
+        self.on_fields(key, life, move |fields| change.apply(fields, field))
     }
 }
 

@@ -92,8 +92,6 @@ impl Store for Metered {
         load(key: String, life: Lifetimes) -> Option<Record>, "load", loaded;
         create(key: String, changes: Changes, life: Lifetimes) -> u64, "create", created;
         save(key: String, changes: Changes, life: Lifetimes) -> Option<u64>, "save", written;
-        increment(key: String, field: String, by: i64, life: Lifetimes) -> Option<i64>,
-            "increment", written;
         delete(key: String) -> (), "delete", |()| revoked("destroy", 1);
         rotate(old: String, new: String, life: Lifetimes) -> bool, "rotate",
             |&moved| revoked("rotate", 1).filter(|_| moved);
@@ -150,7 +148,7 @@ mod tests {
                 .is_some()
         );
         assert!(
-            ready(store.increment(key("a"), "n".into(), 1, life))
+            ready(store.change_field(key("a"), "n".into(), FieldChange::Increment(1), life))
                 .unwrap()
                 .is_some()
         );

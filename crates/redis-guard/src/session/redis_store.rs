@@ -263,25 +263,6 @@ impl Store for RedisSessionStore {
         Box::pin(async move { expiry(&call.await?) })
     }
 
-    fn increment(
-        &self,
-        key: String,
-        field: String,
-        by: i64,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<i64>, SessionError>> {
-        let call = self.on_session(&INCR, &key, life, vec![field.clone(), by.to_string()]);
-        Box::pin(async move {
-            match call.await {
-                Ok(v) => int(&v),
-                Err(SessionError::Backend(e)) if e.code() == Some("RG_NOT_INTEGER") => {
-                    Err(SessionError::NotAnInteger(field))
-                }
-                Err(e) => Err(e),
-            }
-        })
-    }
-
     fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>> {
         self.detached(move |this| async move {
             let user = this.run(&DROP, this.session_key(&key), 0, vec![]).await?;
@@ -426,8 +407,10 @@ impl Store for RedisSessionStore {
         change: FieldChange,
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<FieldOutcome>, SessionError>> {
+        let name = field.clone();
         let (script, args) = match &change {
             FieldChange::Take => (&TAKE_FIELD, vec![field]),
+            FieldChange::Increment(by) => (&INCR, vec![field, by.to_string()]),
             FieldChange::Ensure(value) => (&ENSURE_FIELD, vec![field, value.clone()]),
             FieldChange::Swap { expected, new } => {
                 let present = if expected.is_some() { "1" } else { "0" };
@@ -440,9 +423,13 @@ impl Store for RedisSessionStore {
         };
         let call = self.on_session(script, &key, life, args);
         Box::pin(async move {
-            let v = match call.await? {
-                Value::Nil => return Ok(None),
-                v => v,
+            let v = match call.await {
+                Ok(Value::Nil) => return Ok(None),
+                Ok(v) => v,
+                Err(SessionError::Backend(e)) if e.code() == Some("RG_NOT_INTEGER") => {
+                    return Err(SessionError::NotAnInteger(name));
+                }
+                Err(e) => return Err(e),
             };
             let outcome = match change {
                 FieldChange::Take => FieldOutcome {
@@ -452,6 +439,10 @@ impl Store for RedisSessionStore {
                 FieldChange::Ensure(_) => FieldOutcome {
                     set: false,
                     value: Some(string(v)?),
+                },
+                FieldChange::Increment(_) => FieldOutcome {
+                    set: false,
+                    value: int(&v)?.map(|n| n.to_string()),
                 },
                 FieldChange::Swap { .. } => {
                     let mut reply = strings(v)?.into_iter();

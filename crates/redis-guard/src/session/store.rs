@@ -12,7 +12,7 @@ use crate::backend::micros;
 
 mod field;
 
-pub(crate) use field::{FieldChange, FieldOutcome};
+pub(crate) use field::{FieldChange, FieldOutcome, incremented};
 
 /// A boxed, sendable future, as [`Store`] methods return.
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -354,15 +354,6 @@ pub trait Store<Seal = crate::sealed::Private>: crate::sealed::Sealed {
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<u64>, SessionError>>;
 
-    /// Adds `by` to an integer field of a live session, atomically; `None` when it is gone.
-    fn increment(
-        &self,
-        key: String,
-        field: String,
-        by: i64,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<i64>, SessionError>>;
-
     /// Deletes a session, and its entry in its user's index.
     fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>>;
 
@@ -452,8 +443,6 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         create(key: String, changes: Changes, life: Lifetimes) -> BoxFuture<Result<u64, SessionError>>;
         save(key: String, changes: Changes, life: Lifetimes)
             -> BoxFuture<Result<Option<u64>, SessionError>>;
-        increment(key: String, field: String, by: i64, life: Lifetimes)
-            -> BoxFuture<Result<Option<i64>, SessionError>>;
         delete(key: String) -> BoxFuture<Result<(), SessionError>>;
         rotate(old: String, new: String, life: Lifetimes) -> BoxFuture<Result<bool, SessionError>>;
         index_user(user: String, key: String, expires: u64, life: Lifetimes)

@@ -5,6 +5,8 @@
 
 use std::collections::HashMap;
 
+use crate::session::SessionError;
+
 /// What [`Store::change_field`](super::Store::change_field) does to the field, in one atomic
 /// step of the store that also marks the session used.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +20,8 @@ pub(crate) enum FieldChange {
         expected: Option<String>,
         new: String,
     },
+    /// Adds this to the integer it holds (0 when absent): `HINCRBY`.
+    Increment(i64),
 }
 
 /// What a [`FieldChange`] did.
@@ -28,9 +32,11 @@ pub(crate) struct FieldOutcome {
     pub(crate) set: bool,
     /// [`Take`](FieldChange::Take): the text the field held (`None`: absent), now deleted.
     /// [`Ensure`](FieldChange::Ensure): the text it holds, the one that won. [`Swap`]: the text
-    /// it holds afterwards, the new one or the one that did not match.
+    /// it holds afterwards, the new one or the one that did not match. [`Increment`]: the new
+    /// integer.
     ///
     /// [`Swap`]: FieldChange::Swap
+    /// [`Increment`]: FieldChange::Increment
     pub(crate) value: Option<String>,
 }
 
@@ -42,12 +48,22 @@ impl FieldChange {
             Self::Take => "take",
             Self::Ensure(_) => "ensure",
             Self::Swap { .. } => "compare_and_set",
+            Self::Increment(_) => "increment",
         }
     }
 
     /// Applies the change to the `field` of a session's `fields` (the memory store; the Redis
     /// store's scripts do the same).
-    pub(crate) fn apply(self, fields: &mut HashMap<String, String>, field: String) -> FieldOutcome {
+    ///
+    /// # Errors
+    ///
+    /// [`SessionError::NotAnInteger`]: an increment of a field that holds no integer, or past
+    /// `i64`; nothing is written.
+    pub(crate) fn apply(
+        self,
+        fields: &mut HashMap<String, String>,
+        field: String,
+    ) -> Result<FieldOutcome, SessionError> {
         let (set, value) = match self {
             Self::Take => (false, fields.remove(&field)),
             Self::Ensure(value) => (false, Some(fields.entry(field).or_insert(value).clone())),
@@ -60,9 +76,32 @@ impl FieldChange {
                     (false, current.cloned())
                 }
             }
+            Self::Increment(by) => {
+                let next = incremented(fields.get(&field).map(String::as_str), by, &field)?;
+                fields.insert(field, next.to_string());
+                (false, Some(next.to_string()))
+            }
         };
-        FieldOutcome { set, value }
+        Ok(FieldOutcome { set, value })
     }
+}
+
+/// `current` (the text of integer `field`; `None`: absent, 0) plus `by`.
+///
+/// # Errors
+///
+/// [`SessionError::NotAnInteger`] when `current` is no integer or the sum leaves `i64`.
+pub(crate) fn incremented(
+    current: Option<&str>,
+    by: i64,
+    field: &str,
+) -> Result<i64, SessionError> {
+    let not_an_integer = || SessionError::NotAnInteger(field.to_owned());
+    let current = match current {
+        None => 0,
+        Some(v) => v.parse::<i64>().map_err(|_| not_an_integer())?,
+    };
+    current.checked_add(by).ok_or_else(not_an_integer)
 }
 
 #[cfg(test)]
@@ -90,16 +129,26 @@ mod tests {
             (swap(None, "6"), "c", outcome(false, Some("5"))),
             (FieldChange::Take, "a", outcome(false, Some("4"))),
             (FieldChange::Take, "a", outcome(false, None)),
+            (FieldChange::Increment(2), "n", outcome(false, Some("2"))),
+            (FieldChange::Increment(-5), "n", outcome(false, Some("-3"))),
         ] {
-            assert_eq!(
-                change.clone().apply(&mut fields, field.to_owned()),
-                want,
-                "{change:?}"
-            );
+            let got = change.clone().apply(&mut fields, field.to_owned());
+            assert_eq!(got.unwrap(), want, "{change:?}");
+        }
+        // An increment of text, or past i64, writes nothing.
+        fields.insert("t".into(), "x".into());
+        for (field, by) in [("t", 1), ("n", i64::MIN)] {
+            let err = FieldChange::Increment(by).apply(&mut fields, field.to_owned());
+            assert!(matches!(err, Err(SessionError::NotAnInteger(f)) if f == field));
         }
         assert_eq!(
             fields,
-            HashMap::from([("b".into(), "3".into()), ("c".into(), "5".into())])
+            HashMap::from([
+                ("b".into(), "3".into()),
+                ("c".into(), "5".into()),
+                ("n".into(), "-3".into()),
+                ("t".into(), "x".into())
+            ])
         );
     }
 }
