@@ -236,6 +236,19 @@ impl RedisServer {
         #[allow(clippy::expect_used)]
         redis::Client::open(self.url()).expect("a loopback URL is valid")
     }
+
+    /// A multiplexed connection to the server, for a test's own commands.
+    ///
+    /// # Panics
+    ///
+    /// When the server refuses the connection.
+    pub async fn connect(&self) -> redis::aio::MultiplexedConnection {
+        #[allow(clippy::expect_used)]
+        self.client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the test's redis-server")
+    }
 }
 
 impl Drop for RedisServer {

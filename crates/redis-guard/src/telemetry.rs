@@ -181,24 +181,6 @@ impl fmt::Display for Metric {
     }
 }
 
-/// Adds `n` to counter `metric` with one label; nothing without the `metrics` feature.
-#[cfg(feature = "metrics")]
-pub(crate) fn count(metric: Metric, label: &'static str, value: Label, n: u64) {
-    metrics::counter!(metric.name(), label => value.0).increment(n);
-}
-
-#[cfg(not(feature = "metrics"))]
-pub(crate) fn count(_: Metric, _: &'static str, _: Label, _: u64) {}
-
-/// Records `seconds` in histogram `metric` with one label.
-#[cfg(feature = "metrics")]
-pub(crate) fn observe(metric: Metric, label: &'static str, value: Label, seconds: f64) {
-    metrics::histogram!(metric.name(), label => value.0).record(seconds);
-}
-
-#[cfg(not(feature = "metrics"))]
-pub(crate) fn observe(_: Metric, _: &'static str, _: Label, _: f64) {}
-
 /// The labels of a circuit breaker's metrics: the backend's prefix and the master's index.
 #[derive(Clone, Debug)]
 pub(crate) struct Labels(#[cfg(feature = "metrics")] [(&'static str, metrics::SharedString); 2]);
@@ -219,25 +201,43 @@ impl Labels {
     }
 }
 
-/// Adds `n` to counter `metric` with `labels`.
-#[cfg(feature = "metrics")]
-pub(crate) fn count_with(metric: Metric, labels: Labels, n: u64) {
-    let [(k1, v1), (k2, v2)] = labels.0;
-    metrics::counter!(metric.name(), k1 => v1, k2 => v2).increment(n);
+/// Defines each recorder twice: as written with the `metrics` feature, and as doing nothing
+/// without it (so callers never need a `cfg` of their own).
+macro_rules! recorders {
+    ($($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) $body:block)*) => {$(
+        $(#[$doc])*
+        #[cfg(feature = "metrics")]
+        pub(crate) fn $name($($arg: $ty),*) $body
+
+        #[cfg(not(feature = "metrics"))]
+        #[allow(unused_variables, clippy::needless_pass_by_value)]
+        pub(crate) fn $name($($arg: $ty),*) {}
+    )*};
 }
 
-#[cfg(not(feature = "metrics"))]
-pub(crate) fn count_with(_: Metric, _: Labels, _: u64) {}
+recorders! {
+    /// Adds `n` to counter `metric` with one label.
+    fn count(metric: Metric, label: &'static str, value: Label, n: u64) {
+        metrics::counter!(metric.name(), label => value.0).increment(n);
+    }
 
-/// Sets gauge `metric` with `labels`.
-#[cfg(feature = "metrics")]
-pub(crate) fn set_with(metric: Metric, labels: Labels, to: f64) {
-    let [(k1, v1), (k2, v2)] = labels.0;
-    metrics::gauge!(metric.name(), k1 => v1, k2 => v2).set(to);
+    /// Records `seconds` in histogram `metric` with one label.
+    fn observe(metric: Metric, label: &'static str, value: Label, seconds: f64) {
+        metrics::histogram!(metric.name(), label => value.0).record(seconds);
+    }
+
+    /// Adds `n` to counter `metric` with `labels`.
+    fn count_with(metric: Metric, labels: Labels, n: u64) {
+        let [(k1, v1), (k2, v2)] = labels.0;
+        metrics::counter!(metric.name(), k1 => v1, k2 => v2).increment(n);
+    }
+
+    /// Sets gauge `metric` with `labels`.
+    fn set_with(metric: Metric, labels: Labels, to: f64) {
+        let [(k1, v1), (k2, v2)] = labels.0;
+        metrics::gauge!(metric.name(), k1 => v1, k2 => v2).set(to);
+    }
 }
-
-#[cfg(not(feature = "metrics"))]
-pub(crate) fn set_with(_: Metric, _: Labels, _: f64) {}
 
 /// Times a decision for [`Metric::RateLimitDecisionSeconds`]: reads the clock only when the
 /// `metrics` feature is there to record it (the in-process limiter's path has nothing else to

@@ -7,6 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// `d` in whole µs, saturating: the unit every store keeps its times in.
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+pub(crate) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
 /// A monotonic clock for the in-process backends. Redis backends never use it: their clock is
 /// Redis `TIME`.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {

@@ -4,7 +4,7 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::{ExpiringTable, InProcess};
+use super::{ExpiringTable, InProcess, micros};
 
 /// A bounded table of "denied until": after Redis denies a request with a known wait, the same
 /// request (same rules, keys and costs) is denied in process, with zero round trips, until that
@@ -147,8 +147,4 @@ impl<V> DenyCache<V> {
         tables.admitted.clear();
         self.denied.store(0, Ordering::Relaxed);
     }
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

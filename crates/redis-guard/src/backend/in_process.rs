@@ -21,7 +21,7 @@ impl<S> InProcess<S> {
 
     /// Now, in whole µs on the backend's clock.
     pub(crate) fn now_us(&self) -> u64 {
-        u64::try_from(self.clock.now().as_micros()).unwrap_or(u64::MAX)
+        super::micros(self.clock.now())
     }
 
     /// The state, locked. A panic elsewhere while holding the lock leaves a state that is still
@@ -117,4 +117,10 @@ impl<T> std::fmt::Debug for InProcessBuilder<T> {
             .field("clock", &self.clock)
             .finish_non_exhaustive()
     }
+}
+
+/// What a future of an in-process store gives, at once: it never waits (tests).
+#[cfg(test)]
+pub(crate) fn ready<F: std::future::Future + Unpin>(f: F) -> F::Output {
+    futures_util::FutureExt::now_or_never(f).expect("an in-process store never waits")
 }

@@ -27,7 +27,7 @@ if v then
 end
 local held = holder ~= nil and deadline > now
 local function take()
-  redis.call('SET', KEYS[1], token .. ':' .. string.format('%.0f', now + lease * 1000), 'PX', lease)
+  redis.call('SET', KEYS[1], token .. ':' .. fmt(now + lease * 1000), 'PX', lease)
   return 1
 end
 if op == 'acquire' then

@@ -58,6 +58,8 @@ pub use clock::Clock;
 pub use clock::ManualClock;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub(crate) use clock::MonotonicClock;
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+pub(crate) use clock::micros;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use coalesce::DEFAULT_BATCH;
 #[cfg(feature = "rate-limit")]
@@ -74,6 +76,8 @@ pub use error::BackendError;
 pub(crate) use in_process::InProcess;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub use in_process::InProcessBuilder;
+#[cfg(test)]
+pub(crate) use in_process::ready;
 #[cfg(feature = "cache")]
 pub(crate) use lock::MAX_LEASE;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]

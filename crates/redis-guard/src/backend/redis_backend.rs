@@ -163,11 +163,8 @@ impl RedisBackend {
     /// still Redis' own; the shift only moves it forward.
     #[cfg(feature = "test-util")]
     #[must_use]
-    pub fn time_shift(mut self, clock: ManualClock) -> Self {
-        let settings = Arc::make_mut(&mut self.inner);
-        settings.shift = Some(clock);
-        settings.frozen = false;
-        self
+    pub fn time_shift(self, clock: ManualClock) -> Self {
+        self.test_clock(clock, false)
     }
 
     /// A test seam (feature `test-util`) for answers exact to the microsecond: the scripts read
@@ -186,10 +183,16 @@ impl RedisBackend {
     /// ```
     #[cfg(feature = "test-util")]
     #[must_use]
-    pub fn frozen_time(mut self, clock: ManualClock) -> Self {
+    pub fn frozen_time(self, clock: ManualClock) -> Self {
+        self.test_clock(clock, true)
+    }
+
+    /// The scripts' clock moved by `clock`, or read from it when `frozen`.
+    #[cfg(feature = "test-util")]
+    fn test_clock(mut self, clock: ManualClock, frozen: bool) -> Self {
         let settings = Arc::make_mut(&mut self.inner);
         settings.shift = Some(clock);
-        settings.frozen = true;
+        settings.frozen = frozen;
         self
     }
 
@@ -244,7 +247,7 @@ impl RedisBackend {
     pub(crate) fn shift_us(&self) -> u64 {
         #[cfg(feature = "test-util")]
         if let Some(clock) = &self.inner.shift {
-            return u64::try_from(super::Clock::now(clock).as_micros()).unwrap_or(u64::MAX);
+            return super::micros(super::Clock::now(clock));
         }
         0
     }

@@ -8,7 +8,9 @@ use bytes::Bytes;
 
 use super::entry::{Times, header};
 use super::store::{Backing, BoxFuture, CacheStore, Ops, Read, Write};
-use crate::backend::{BackendError, Clock, ExpiringTable, InProcess, InProcessBuilder, Lock};
+use crate::backend::{
+    BackendError, Clock, ExpiringTable, InProcess, InProcessBuilder, Lock, micros,
+};
 
 /// How many entries a memory store holds at most by default.
 const DEFAULT_CAPACITY: usize = 10_000;
@@ -193,10 +195,6 @@ impl CacheStore for MemoryCacheStore {
     }
 }
 
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
 fn ready<T: Send + 'static>(v: T) -> BoxFuture<T> {
     Box::pin(std::future::ready(v))
 }
@@ -278,12 +276,8 @@ impl Ops for MemoryCacheStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::ready;
     use crate::cache::entry::Kind;
-    use futures_util::FutureExt;
-
-    fn sync<T>(f: BoxFuture<T>) -> T {
-        f.now_or_never().expect("the memory store never waits")
-    }
 
     #[test]
     fn a_tag_forgotten_for_room_takes_every_entry_with_it() {
@@ -296,15 +290,15 @@ mod tests {
             stale: Duration::ZERO,
             blob: Bytes::from_static(b"blob"),
         };
-        sync(store.write("k", write)).expect("write");
+        ready(store.write("k", write)).expect("write");
         for tag in ["a", "b"] {
-            sync(store.invalidate(tag, day)).expect("invalidate");
+            ready(store.invalidate(tag, day)).expect("invalidate");
         }
-        assert!(sync(store.read("k")).expect("read").value.is_some());
+        assert!(ready(store.read("k")).expect("read").value.is_some());
         // A third tag: "a" is forgotten long before its time, and the entries go with it.
-        sync(store.invalidate("c", day)).expect("invalidate");
-        assert!(sync(store.read("k")).expect("read").value.is_none());
-        let times = sync(store.tag_times(&["b".into(), "c".into()])).expect("tags");
+        ready(store.invalidate("c", day)).expect("invalidate");
+        assert!(ready(store.read("k")).expect("read").value.is_none());
+        let times = ready(store.tag_times(&["b".into(), "c".into()])).expect("tags");
         assert!(times.iter().all(Option::is_some));
     }
 
@@ -323,12 +317,12 @@ mod tests {
                 stale: Duration::ZERO,
                 blob: body.clone(),
             };
-            sync(store.write(key, write)).expect("write");
+            ready(store.write(key, write)).expect("write");
         }
         let held: Vec<(String, usize)> = keys
             .iter()
             .filter_map(|k| {
-                let value = sync(store.read(k)).expect("read").value?;
+                let value = ready(store.read(k)).expect("read").value?;
                 Some((k.clone(), k.len() + value.len()))
             })
             .collect();
@@ -350,7 +344,7 @@ mod tests {
                 stale: Duration::ZERO,
                 blob: Bytes::new(),
             };
-            sync(small.write(&format!("pass-{i:04}"), write)).expect("write");
+            ready(small.write(&format!("pass-{i:04}"), write)).expect("write");
         }
         let state = small.inner.state.lock();
         assert!(state.bytes <= 10_000, "{}", state.bytes);

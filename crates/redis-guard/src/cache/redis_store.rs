@@ -7,7 +7,7 @@ use bytes::Bytes;
 use redis::Value;
 
 use super::store::{Backing, BoxFuture, CacheStore, Ops, Read, Write};
-use crate::backend::{BackendError, Lock, LuaScript, RedisBackend};
+use crate::backend::{BackendError, Lock, LuaScript, RedisBackend, micros};
 
 static GET: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new(include_str!("scripts/get.lua")));
 static PUT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new(include_str!("scripts/put.lua")));
@@ -61,10 +61,6 @@ impl CacheStore for RedisCacheStore {
     fn into_backing(self) -> Backing {
         Backing(Arc::new(self))
     }
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// An integer in a script's reply (a bulk string or an integer).

@@ -153,59 +153,6 @@ impl Session {
         Ok(())
     }
 
-    /// Adds `by` to the integer under `key` (0 when absent) and returns the new value. On a
-    /// stored session this is one atomic `HINCRBY`, right away: concurrent increments all count.
-    ///
-    /// # Errors
-    ///
-    /// [`SessionError::NotAnInteger`] when the key holds something else; a reserved key; a store
-    /// error.
-    pub async fn increment(&self, key: &str, by: i64) -> Result<i64, SessionError> {
-        check_key(key)?;
-        let mut state = self.loaded().await?;
-        if state.destroyed {
-            return Err(SessionError::Destroyed);
-        }
-        let pending = state.changes.clear
-            || state.changes.set.contains_key(key)
-            || state.changes.remove.contains(key);
-        if !pending && let Some((id, _)) = &state.live {
-            let storage_key = id.storage_key();
-            match self
-                .shared
-                .store
-                .increment(storage_key, key.to_owned(), by, self.shared.life)
-                .await
-            {
-                Ok(Some(value)) => {
-                    state.device_due = true;
-                    if let Some((_, record)) = &mut state.live {
-                        record.fields.insert(key.to_owned(), value.to_string());
-                    }
-                    return Ok(value);
-                }
-                // Destroyed or revoked meanwhile: carry on as a new session.
-                Ok(None) => state.live = None,
-                Err(e) => {
-                    state.failed |= e.is_store_error();
-                    return Err(e);
-                }
-            }
-        }
-        let current: i64 = match state.peek(key) {
-            None => 0,
-            Some(v) => v
-                .parse()
-                .map_err(|_| SessionError::NotAnInteger(key.to_owned()))?,
-        };
-        let next = current
-            .checked_add(by)
-            .ok_or_else(|| SessionError::NotAnInteger(key.to_owned()))?;
-        state.changes.remove.remove(key);
-        state.changes.set.insert(key.to_owned(), next.to_string());
-        Ok(next)
-    }
-
     /// Gives the session a new id, keeping its data, and ends the old id: call it when the user
     /// logs in or gains privileges, so an id planted or seen before cannot ride along. With a
     /// header [`Transport`](super::Transport) the new token goes back in the response header.

@@ -7,8 +7,8 @@ use super::SessionError;
 use super::memory_table::State;
 use super::memory_users::{UserDigest, user_digest};
 use super::store::{
-    BoxFuture, CREATED_FIELD, CSRF_FIELD, Changes, EXP_FIELD, FieldSwap, Lifetimes, Record,
-    SEEN_FIELD, SessionInfo, SessionStore, Store,
+    BoxFuture, CREATED_FIELD, CSRF_FIELD, Changes, EXP_FIELD, FieldChange, FieldOutcome, Lifetimes,
+    Record, SEEN_FIELD, SessionInfo, SessionStore, Store,
 };
 use crate::backend::{BackendError, Clock, InProcess, InProcessBuilder};
 
@@ -87,6 +87,21 @@ impl MemorySessionStore {
         state.maintain(now);
         Box::pin(std::future::ready(out))
     }
+
+    /// `f` on the fields of the live session `key` under the lock; `None` when the session is
+    /// gone (nothing is written).
+    fn on_fields<T: Send + 'static>(
+        &self,
+        key: String,
+        life: Lifetimes,
+        f: impl FnOnce(&mut HashMap<String, String>) -> Result<T, SessionError>,
+    ) -> BoxFuture<Result<Option<T>, SessionError>> {
+        self.with(move |s, now| {
+            s.live(&key, now, life)
+                .map(|e| f(&mut e.fields))
+                .transpose()
+        })
+    }
 }
 
 impl Default for MemorySessionStore {
@@ -157,31 +172,6 @@ impl Store for MemorySessionStore {
             };
             changes.apply_to(&mut e.fields);
             Ok(s.relife(&key, now, life))
-        })
-    }
-
-    fn increment(
-        &self,
-        key: String,
-        field: String,
-        by: i64,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<i64>, SessionError>> {
-        self.with(move |s, now| {
-            let Some(e) = s.live(&key, now, life) else {
-                return Ok(None);
-            };
-            let current = match e.fields.get(&field) {
-                None => 0,
-                Some(v) => v
-                    .parse::<i64>()
-                    .map_err(|_| SessionError::NotAnInteger(field.clone()))?,
-            };
-            let next = current
-                .checked_add(by)
-                .ok_or_else(|| SessionError::NotAnInteger(field.clone()))?;
-            e.fields.insert(field, next.to_string());
-            Ok(Some(next))
         })
     }
 
@@ -275,52 +265,14 @@ impl Store for MemorySessionStore {
         })
     }
 
-    fn take_field(
+    fn change_field(
         &self,
         key: String,
         field: String,
+        change: FieldChange,
         life: Lifetimes,
-    ) -> BoxFuture<Result<Option<Option<String>>, SessionError>> {
-        self.with(move |s, now| Ok(s.live(&key, now, life).map(|e| e.fields.remove(&field))))
-    }
-
-    fn ensure_field(
-        &self,
-        key: String,
-        field: String,
-        value: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<String>, SessionError>> {
-        self.with(move |s, now| {
-            Ok(s.live(&key, now, life)
-                .map(|e| e.fields.entry(field).or_insert(value).clone()))
-        })
-    }
-
-    fn compare_and_set_field(
-        &self,
-        key: String,
-        field: String,
-        expected: Option<String>,
-        new: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<FieldSwap>, SessionError>> {
-        self.with(move |s, now| {
-            Ok(s.live(&key, now, life).map(|e| {
-                let current = e.fields.get(&field);
-                if current != expected.as_ref() {
-                    return FieldSwap {
-                        set: false,
-                        value: current.cloned(),
-                    };
-                }
-                e.fields.insert(field, new.clone());
-                FieldSwap {
-                    set: true,
-                    value: Some(new),
-                }
-            }))
-        })
+    ) -> BoxFuture<Result<Option<FieldOutcome>, SessionError>> {
+        self.on_fields(key, life, move |fields| change.apply(fields, field))
     }
 }
 
@@ -347,11 +299,8 @@ impl State {
 mod tests {
     use super::*;
     use crate::backend::ManualClock;
+    use crate::backend::ready;
     use std::time::Duration;
-
-    fn block<T>(f: BoxFuture<T>) -> T {
-        futures_util::FutureExt::now_or_never(f).expect("the memory store never waits")
-    }
 
     fn user_changes(user: &str) -> Changes {
         let mut c = Changes::default();
@@ -375,19 +324,19 @@ mod tests {
             clock.advance(Duration::from_millis(1));
             let key = format!("{i:064x}");
             let user = format!("user{}", i % 7);
-            let exp = block(store.create(key.clone(), user_changes(&user), life)).unwrap();
+            let exp = ready(store.create(key.clone(), user_changes(&user), life)).unwrap();
             most = most.max(store.lock().examined);
-            block(store.index_user(user, key, exp, life)).unwrap();
+            ready(store.index_user(user, key, exp, life)).unwrap();
             most = most.max(store.lock().examined);
             assert!(store.len() <= 100, "{} sessions", store.len());
         }
         assert!(most <= 2 + 64, "an insert examined {most} entries");
         let mut indexed = 0;
         for u in 0..7 {
-            for info in block(store.list_user(format!("user{u}"))).unwrap() {
+            for info in ready(store.list_user(format!("user{u}"))).unwrap() {
                 indexed += 1;
                 assert!(
-                    block(store.load(info.storage_key, life)).unwrap().is_some(),
+                    ready(store.load(info.storage_key, life)).unwrap().is_some(),
                     "the index lists an evicted session"
                 );
             }
@@ -407,12 +356,12 @@ mod tests {
         let store = MemorySessionStore::builder().clock(clock.clone()).build();
         let life = Lifetimes::default();
         for i in 0..500 {
-            block(store.create(format!("{i:064x}"), Changes::default(), life)).unwrap();
+            ready(store.create(format!("{i:064x}"), Changes::default(), life)).unwrap();
         }
         clock.advance(life.max);
         let mut ops = 0;
         while !store.is_empty() {
-            block(store.load("absent".to_owned(), life)).unwrap();
+            ready(store.load("absent".to_owned(), life)).unwrap();
             assert!(store.lock().examined <= crate::backend::SWEEP_PER_OP);
             ops += 1;
         }

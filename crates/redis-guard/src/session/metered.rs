@@ -6,7 +6,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::SessionError;
-use super::store::{BoxFuture, Changes, Lifetimes, Record, SessionInfo, SessionStore, Store};
+use super::store::{
+    BoxFuture, Changes, FieldChange, FieldOutcome, Lifetimes, Record, SessionInfo, SessionStore,
+    Store,
+};
 use crate::telemetry::{self, Metric};
 
 /// The layer's store, counted.
@@ -18,7 +21,7 @@ impl crate::sealed::Sealed for Metered {}
 fn metered<T: Send + 'static>(
     op: &'static str,
     fut: BoxFuture<Result<T, SessionError>>,
-    count: impl FnOnce(&T) -> Option<(Metric, &'static str, &'static str, u64)> + Send + 'static,
+    count: impl FnOnce(&T) -> Count + Send + 'static,
 ) -> BoxFuture<Result<T, SessionError>> {
     Box::pin(observed(op, fut, count))
 }
@@ -26,7 +29,7 @@ fn metered<T: Send + 'static>(
 async fn observed<T>(
     op: &'static str,
     fut: impl Future<Output = Result<T, SessionError>>,
-    count: impl FnOnce(&T) -> Option<(Metric, &'static str, &'static str, u64)>,
+    count: impl FnOnce(&T) -> Count,
 ) -> Result<T, SessionError> {
     let result = fut.await;
     match &result {
@@ -40,151 +43,72 @@ async fn observed<T>(
     result
 }
 
+/// What a call counts, from its outcome: a metric, its label and value, and how many.
+type Count = Option<(Metric, &'static str, &'static str, u64)>;
+
 /// A write's outcome: merged into a live session, or dropped because it had ended.
-fn written<T>(v: &Option<T>) -> Option<(Metric, &'static str, &'static str, u64)> {
+fn written<T>(v: &Option<T>) -> Count {
     let result = if v.is_some() { "merged" } else { "gone" };
     Some((Metric::SessionSaves, "result", result, 1))
+}
+
+/// A load's outcome: a live session, or none.
+fn loaded(r: &Option<Record>) -> Count {
+    let result = if r.is_some() { "live" } else { "absent" };
+    Some((Metric::SessionLoads, "result", result, 1))
+}
+
+/// A new session.
+fn created(_: &u64) -> Count {
+    Some((Metric::SessionSaves, "result", "created", 1))
+}
+
+/// A revocation of `kind` that ended `n` sessions.
+fn revoked(kind: &'static str, n: u64) -> Count {
+    Some((Metric::SessionRevocations, "kind", kind, n))
+}
+
+/// Counted only when it fails.
+fn uncounted<T>(_: &T) -> Count {
+    None
+}
+
+/// The [`Store`] methods of [`Metered`]: each calls the wrapped store's, and counts its failure
+/// under the op name and its outcome as its function says.
+macro_rules! counted {
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $out:ty, $op:expr, $count:expr;)*) => {
+        $(fn $name(&self, $($arg: $ty),*) -> BoxFuture<Result<$out, SessionError>> {
+            let op = $op;
+            metered(op, self.0.$name($($arg),*), $count)
+        })*
+    };
 }
 
 impl SessionStore for Metered {}
 
 #[allow(private_interfaces)] // see `Store`
 impl Store for Metered {
-    fn load(
-        &self,
-        key: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<Record>, SessionError>> {
-        metered("load", self.0.load(key, life), |r| {
-            let result = if r.is_some() { "live" } else { "absent" };
-            Some((Metric::SessionLoads, "result", result, 1))
-        })
-    }
-
-    fn create(
-        &self,
-        key: String,
-        changes: Changes,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<u64, SessionError>> {
-        metered("create", self.0.create(key, changes, life), |_| {
-            Some((Metric::SessionSaves, "result", "created", 1))
-        })
-    }
-
-    fn save(
-        &self,
-        key: String,
-        changes: Changes,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<u64>, SessionError>> {
-        metered("save", self.0.save(key, changes, life), written)
-    }
-
-    fn increment(
-        &self,
-        key: String,
-        field: String,
-        by: i64,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<i64>, SessionError>> {
-        metered("increment", self.0.increment(key, field, by, life), written)
-    }
-
-    fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>> {
-        metered("delete", self.0.delete(key), |()| {
-            Some((Metric::SessionRevocations, "kind", "destroy", 1))
-        })
-    }
-
-    fn rotate(
-        &self,
-        old: String,
-        new: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<bool, SessionError>> {
-        metered("rotate", self.0.rotate(old, new, life), |&moved| {
-            moved.then_some((Metric::SessionRevocations, "kind", "rotate", 1))
-        })
-    }
-
-    fn index_user(
-        &self,
-        user: String,
-        key: String,
-        expires: u64,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<(), SessionError>> {
-        metered("index", self.0.index_user(user, key, expires, life), |()| {
-            None
-        })
-    }
-
-    fn end_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
-        metered("revoke", self.0.end_user(user), |&n| {
-            Some((Metric::SessionRevocations, "kind", "user", n as u64))
-        })
-    }
-
-    fn list_user(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
-        metered("list", self.0.list_user(user), |_| None)
-    }
-
-    fn end_session(&self, user: String, handle: String) -> BoxFuture<Result<bool, SessionError>> {
-        metered("revoke", self.0.end_session(user, handle), |&ended| {
-            ended.then_some((Metric::SessionRevocations, "kind", "session", 1))
-        })
-    }
-
-    fn end_user_except(
-        &self,
-        user: String,
-        keep: String,
-    ) -> BoxFuture<Result<usize, SessionError>> {
-        metered("revoke", self.0.end_user_except(user, keep), |&n| {
-            Some((Metric::SessionRevocations, "kind", "others", n as u64))
-        })
+    counted! {
+        load(key: String, life: Lifetimes) -> Option<Record>, "load", loaded;
+        create(key: String, changes: Changes, life: Lifetimes) -> u64, "create", created;
+        save(key: String, changes: Changes, life: Lifetimes) -> Option<u64>, "save", written;
+        delete(key: String) -> (), "delete", |()| revoked("destroy", 1);
+        rotate(old: String, new: String, life: Lifetimes) -> bool, "rotate",
+            |&moved| revoked("rotate", 1).filter(|_| moved);
+        index_user(user: String, key: String, expires: u64, life: Lifetimes) -> (), "index",
+            uncounted;
+        end_user(user: String) -> usize, "revoke", |&n| revoked("user", n as u64);
+        list_user(user: String) -> Vec<SessionInfo>, "list", uncounted;
+        end_session(user: String, handle: String) -> bool, "revoke",
+            |&ended| revoked("session", 1).filter(|_| ended);
+        end_user_except(user: String, keep: String) -> usize, "revoke",
+            |&n| revoked("others", n as u64);
+        change_field(key: String, field: String, change: FieldChange, life: Lifetimes)
+            -> Option<FieldOutcome>, change.op(), written;
     }
 
     fn check(&self) -> Result<(), crate::ConfigError> {
         self.0.check()
-    }
-
-    fn take_field(
-        &self,
-        key: String,
-        field: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<Option<String>>, SessionError>> {
-        metered("take", self.0.take_field(key, field, life), written)
-    }
-
-    fn ensure_field(
-        &self,
-        key: String,
-        field: String,
-        value: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<String>, SessionError>> {
-        metered(
-            "ensure",
-            self.0.ensure_field(key, field, value, life),
-            written,
-        )
-    }
-
-    fn compare_and_set_field(
-        &self,
-        key: String,
-        field: String,
-        expected: Option<String>,
-        new: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<super::store::FieldSwap>, SessionError>> {
-        let call = self
-            .0
-            .compare_and_set_field(key, field, expected, new, life);
-        metered("compare_and_set", call, written)
     }
 }
 
@@ -197,12 +121,9 @@ impl fmt::Debug for Metered {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::ready;
     use crate::session::MemorySessionStore;
     use crate::telemetry::testing::Captured;
-
-    fn block<T>(f: BoxFuture<T>) -> T {
-        futures_util::FutureExt::now_or_never(f).expect("the memory store never waits")
-    }
 
     fn set(field: &str) -> Changes {
         let mut c = Changes::default();
@@ -217,30 +138,30 @@ mod tests {
         let store = Metered(Arc::new(MemorySessionStore::new()));
         let life = Lifetimes::default();
         let key = |k: &str| k.to_owned();
-        let exp = block(store.create(key("a"), set("x"), life)).unwrap();
-        block(store.index_user("u".into(), key("a"), exp, life)).unwrap();
-        assert!(block(store.load(key("a"), life)).unwrap().is_some());
-        assert!(block(store.load(key("nobody"), life)).unwrap().is_none());
+        let exp = ready(store.create(key("a"), set("x"), life)).unwrap();
+        ready(store.index_user("u".into(), key("a"), exp, life)).unwrap();
+        assert!(ready(store.load(key("a"), life)).unwrap().is_some());
+        assert!(ready(store.load(key("nobody"), life)).unwrap().is_none());
         assert!(
-            block(store.save(key("a"), set("y"), life))
+            ready(store.save(key("a"), set("y"), life))
                 .unwrap()
                 .is_some()
         );
         assert!(
-            block(store.increment(key("a"), "n".into(), 1, life))
+            ready(store.change_field(key("a"), "n".into(), FieldChange::Increment(1), life))
                 .unwrap()
                 .is_some()
         );
-        assert!(block(store.rotate(key("a"), key("b"), life)).unwrap());
+        assert!(ready(store.rotate(key("a"), key("b"), life)).unwrap());
         // The old id is gone: the write is dropped, never resurrecting it.
         assert!(
-            block(store.save(key("a"), set("z"), life))
+            ready(store.save(key("a"), set("z"), life))
                 .unwrap()
                 .is_none()
         );
-        assert_eq!(block(store.end_user("u".into())).unwrap(), 1);
-        block(store.create(key("c"), set("x"), life)).unwrap();
-        block(store.delete(key("c"))).unwrap();
+        assert_eq!(ready(store.end_user("u".into())).unwrap(), 1);
+        ready(store.create(key("c"), set("x"), life)).unwrap();
+        ready(store.delete(key("c"))).unwrap();
         for (metric, n) in [
             (r#"redis_guard_session_loads_total{result="live"}"#, 1),
             (r#"redis_guard_session_loads_total{result="absent"}"#, 1),

@@ -3,7 +3,7 @@
 //!
 //! A load first sends `HGETALL key` and `PTTL key` as one pipeline (one round trip, no script).
 //! The key's TTL is what decides validity: every write that marks a use (`touch` in
-//! `scripts/prelude.lua`) sets `$seen` to now and the TTL to the sooner of the idle and the
+//! `scripts/record.lua`) sets `$seen` to now and the TTL to the sooner of the idle and the
 //! absolute deadline, so a key Redis still returns is a live session, and Redis never returns
 //! an expired one. How long ago the last use was follows from the same TTL: it was set to
 //! `min(idle, $exp − $seen)` (rounded up to the millisecond), and has run down since. When that
@@ -183,7 +183,7 @@ fn decide(flat: Vec<String>, pttl: i64, now: Option<u64>, idle: u64, fresh: u64)
     if exp <= seen {
         return Plain::Script;
     }
-    // The TTL the last touch set: `touch` in prelude.lua.
+    // The TTL the last touch set: `touch` in record.lua.
     let set_ms = idle.min(exp - seen).div_ceil(1000);
     if pttl > set_ms {
         return Plain::Script;

@@ -10,11 +10,12 @@ use sha2::{Digest, Sha256};
 use super::SessionError;
 use super::redis_load::LoadEntry;
 use super::scripts::{
-    DROP, INCR, INDEX, LOAD, MOVE, RESTORE, REVOKE, SAVE, SETTLE, SaveEntry, TAKE, bad_reply,
-    expiry, int, string, strings,
+    DROP, ENSURE_FIELD, INCR, INDEX, LOAD, MOVE, RESTORE, REVOKE, SAVE, SETTLE, SWAP_FIELD,
+    SaveEntry, TAKE, TAKE_FIELD, bad_reply, expiry, int, string, strings,
 };
 use super::store::{
-    BoxFuture, CSRF_FIELD, Changes, Lifetimes, Record, SessionInfo, SessionStore, Store, USER_FIELD,
+    BoxFuture, CSRF_FIELD, Changes, FieldChange, FieldOutcome, Lifetimes, Record, SessionInfo,
+    SessionStore, Store, USER_FIELD,
 };
 use crate::backend::{Coalescer, DEFAULT_BATCH, Entry, LuaScript as Script, RedisBackend};
 
@@ -208,6 +209,14 @@ impl RedisSessionStore {
             .map(drop)
     }
 
+    /// `op` on a clone of the store, boxed as [`Store`] methods return it.
+    fn detached<T, F>(&self, op: impl FnOnce(Self) -> F) -> BoxFuture<Result<T, SessionError>>
+    where
+        F: Future<Output = Result<T, SessionError>> + Send + 'static,
+    {
+        Box::pin(op(self.clone()))
+    }
+
     fn query(&self, cmd: redis::Cmd) -> BoxFuture<Result<Value, SessionError>> {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move { Ok(inner.backend.query(&cmd).await?) })
@@ -254,28 +263,8 @@ impl Store for RedisSessionStore {
         Box::pin(async move { expiry(&call.await?) })
     }
 
-    fn increment(
-        &self,
-        key: String,
-        field: String,
-        by: i64,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<i64>, SessionError>> {
-        let call = self.on_session(&INCR, &key, life, vec![field.clone(), by.to_string()]);
-        Box::pin(async move {
-            match call.await {
-                Ok(v) => int(&v),
-                Err(SessionError::Backend(e)) if e.code() == Some("RG_NOT_INTEGER") => {
-                    Err(SessionError::NotAnInteger(field))
-                }
-                Err(e) => Err(e),
-            }
-        })
-    }
-
     fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>> {
-        let this = self.clone();
-        Box::pin(async move {
+        self.detached(move |this| async move {
             let user = this.run(&DROP, this.session_key(&key), 0, vec![]).await?;
             if let Value::Nil = user {
                 return Ok(());
@@ -299,8 +288,7 @@ impl Store for RedisSessionStore {
         //   3. restore the data under the new id;
         //   4. drop the old id from the index; if a revocation took the index after step 2,
         //      delete the restored session.
-        let this = self.clone();
-        Box::pin(async move {
+        self.detached(move |this| async move {
             let taken = this.on_session(&TAKE, &old, life, vec![]).await?;
             let data: Vec<String> = match taken {
                 Value::Nil => return Ok(false),
@@ -348,8 +336,7 @@ impl Store for RedisSessionStore {
         expires: u64,
         life: Lifetimes,
     ) -> BoxFuture<Result<(), SessionError>> {
-        let this = self.clone();
-        Box::pin(async move {
+        self.detached(move |this| async move {
             let cap = life.per_user.max(1);
             let others = strings(
                 this.run(
@@ -377,8 +364,7 @@ impl Store for RedisSessionStore {
     }
 
     fn end_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
-        let this = self.clone();
-        Box::pin(async move {
+        self.detached(move |this| async move {
             let members = strings(this.run(&REVOKE, this.user_key(&user), 0, vec![]).await?)?;
             #[cfg(feature = "test-util")]
             if let Some(Hook(hook)) = &this.inner.between_revoke_steps {
@@ -399,13 +385,11 @@ impl Store for RedisSessionStore {
     }
 
     fn list_user(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
-        let this = self.clone();
-        Box::pin(async move { this.listing(&user).await })
+        self.detached(move |this| async move { this.listing(&user).await })
     }
 
     fn end_session(&self, user: String, handle: String) -> BoxFuture<Result<bool, SessionError>> {
-        let this = self.clone();
-        Box::pin(async move { this.revoke_handle(&user, &handle).await })
+        self.detached(move |this| async move { this.revoke_handle(&user, &handle).await })
     }
 
     fn end_user_except(
@@ -413,61 +397,54 @@ impl Store for RedisSessionStore {
         user: String,
         keep: String,
     ) -> BoxFuture<Result<usize, SessionError>> {
-        let this = self.clone();
-        Box::pin(async move { this.revoke_others(&user, &keep).await })
+        self.detached(move |this| async move { this.revoke_others(&user, &keep).await })
     }
 
-    fn take_field(
+    fn change_field(
         &self,
         key: String,
         field: String,
+        change: FieldChange,
         life: Lifetimes,
-    ) -> BoxFuture<Result<Option<Option<String>>, SessionError>> {
-        let call = self.on_session(&super::scripts::TAKE_FIELD, &key, life, vec![field]);
-        Box::pin(async move {
-            match call.await? {
-                Value::Nil => Ok(None),
-                v => Ok(Some(strings(v)?.into_iter().next())),
+    ) -> BoxFuture<Result<Option<FieldOutcome>, SessionError>> {
+        let name = field.clone();
+        let (script, args) = match &change {
+            FieldChange::Take => (&TAKE_FIELD, vec![field]),
+            FieldChange::Increment(by) => (&INCR, vec![field, by.to_string()]),
+            FieldChange::Ensure(value) => (&ENSURE_FIELD, vec![field, value.clone()]),
+            FieldChange::Swap { expected, new } => {
+                let present = if expected.is_some() { "1" } else { "0" };
+                let expected = expected.clone().unwrap_or_default();
+                (
+                    &SWAP_FIELD,
+                    vec![field, present.to_owned(), expected, new.clone()],
+                )
             }
-        })
-    }
-
-    fn ensure_field(
-        &self,
-        key: String,
-        field: String,
-        value: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<String>, SessionError>> {
-        let call = self.on_session(
-            &super::scripts::ENSURE_FIELD,
-            &key,
-            life,
-            vec![field, value],
-        );
+        };
+        let call = self.on_session(script, &key, life, args);
         Box::pin(async move {
-            match call.await? {
-                Value::Nil => Ok(None),
-                v => string(v).map(Some),
-            }
-        })
-    }
-
-    fn compare_and_set_field(
-        &self,
-        key: String,
-        field: String,
-        expected: Option<String>,
-        new: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<super::store::FieldSwap>, SessionError>> {
-        let present = if expected.is_some() { "1" } else { "0" };
-        let args = vec![field, present.to_owned(), expected.unwrap_or_default(), new];
-        let call = self.on_session(&super::scripts::SWAP_FIELD, &key, life, args);
-        Box::pin(async move {
-            match call.await? {
-                Value::Nil => Ok(None),
-                v => {
+            let v = match call.await {
+                Ok(Value::Nil) => return Ok(None),
+                Ok(v) => v,
+                Err(SessionError::Backend(e)) if e.code() == Some("RG_NOT_INTEGER") => {
+                    return Err(SessionError::NotAnInteger(name));
+                }
+                Err(e) => return Err(e),
+            };
+            let outcome = match change {
+                FieldChange::Take => FieldOutcome {
+                    set: false,
+                    value: strings(v)?.into_iter().next(),
+                },
+                FieldChange::Ensure(_) => FieldOutcome {
+                    set: false,
+                    value: Some(string(v)?),
+                },
+                FieldChange::Increment(_) => FieldOutcome {
+                    set: false,
+                    value: int(&v)?.map(|n| n.to_string()),
+                },
+                FieldChange::Swap { .. } => {
                     let mut reply = strings(v)?.into_iter();
                     let set = match reply.next().as_deref() {
                         Some("1") => true,
@@ -476,12 +453,13 @@ impl Store for RedisSessionStore {
                             return Err(bad_reply(format!("compare-and-set replied {other:?}")));
                         }
                     };
-                    Ok(Some(super::store::FieldSwap {
+                    FieldOutcome {
                         set,
                         value: reply.next(),
-                    }))
+                    }
                 }
-            }
+            };
+            Ok(Some(outcome))
         })
     }
 }

@@ -1,4 +1,4 @@
-//! The Redis store's Lua scripts (`scripts/*.lua`, each behind `prelude.lua`): one [`Script`]
+//! The Redis store's Lua scripts (`scripts/*.lua`, each behind `record.lua`): one [`Script`]
 //! per file, the ARGV they take and the replies they give.
 
 use std::sync::LazyLock;
@@ -10,7 +10,7 @@ use super::store::{Changes, Lifetimes};
 use crate::backend::{BackendError, Entry, LuaScript as Script, ScriptCall};
 
 fn script(body: &str) -> Script {
-    Script::new(&format!("{}\n{body}", include_str!("scripts/prelude.lua")))
+    Script::new(&format!("{}\n{body}", include_str!("scripts/record.lua")))
 }
 
 pub(crate) static LOAD: LazyLock<Script> =

@@ -8,6 +8,11 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use super::SessionError;
+use crate::backend::micros;
+
+mod field;
+
+pub(crate) use field::{FieldChange, FieldOutcome, incremented};
 
 /// A boxed, sendable future, as [`Store`] methods return.
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -49,17 +54,17 @@ impl Default for Lifetimes {
 
 impl Lifetimes {
     pub(crate) fn idle_us(&self) -> u64 {
-        u64::try_from(self.idle.as_micros()).unwrap_or(u64::MAX)
+        micros(self.idle)
     }
 
     pub(crate) fn max_us(&self) -> u64 {
-        u64::try_from(self.max.as_micros()).unwrap_or(u64::MAX)
+        micros(self.max)
     }
 
     /// How long a use stays fresh, in µs.
     pub(crate) fn fresh_us(&self) -> u64 {
         match self.seen_every {
-            Some(d) => u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
+            Some(d) => micros(d),
             None => self.idle_us() / 100,
         }
     }
@@ -274,16 +279,6 @@ fn legacy_handle(storage_key: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&digest[..16])
 }
 
-/// What [`Store::compare_and_set_field`] did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct FieldSwap {
-    /// Whether the field held the expected text and was set.
-    pub(crate) set: bool,
-    /// The text the field holds afterwards: the new value, or the one that did not match
-    /// (`None`: absent).
-    pub(crate) value: Option<String>,
-}
-
 /// Where sessions live: [`RedisSessionStore`](super::RedisSessionStore) or
 /// [`MemorySessionStore`](super::MemorySessionStore), or an `Arc` of either, as
 /// [`SessionLayer::new`](super::SessionLayer::new) and
@@ -359,15 +354,6 @@ pub trait Store<Seal = crate::sealed::Private>: crate::sealed::Sealed {
         life: Lifetimes,
     ) -> BoxFuture<Result<Option<u64>, SessionError>>;
 
-    /// Adds `by` to an integer field of a live session, atomically; `None` when it is gone.
-    fn increment(
-        &self,
-        key: String,
-        field: String,
-        by: i64,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<i64>, SessionError>>;
-
     /// Deletes a session, and its entry in its user's index.
     fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>>;
 
@@ -428,37 +414,15 @@ pub trait Store<Seal = crate::sealed::Private>: crate::sealed::Sealed {
         Ok(())
     }
 
-    /// Reads and deletes `field` of a live session in one atomic step (marking the session used
-    /// when it deletes). `Some(None)` when the field is absent; `None` when the session is gone.
-    fn take_field(
+    /// Changes `field` of a live session as `change` says, in one atomic step (marking the
+    /// session used when it writes). `None` when the session is gone (nothing is written).
+    fn change_field(
         &self,
         key: String,
         field: String,
+        change: FieldChange,
         life: Lifetimes,
-    ) -> BoxFuture<Result<Option<Option<String>>, SessionError>>;
-
-    /// Sets `field` of a live session to `value` unless it holds one already, in one atomic
-    /// step, and returns the value it holds afterwards: the one that won. `None` when the session
-    /// is gone (nothing is written).
-    fn ensure_field(
-        &self,
-        key: String,
-        field: String,
-        value: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<String>, SessionError>>;
-
-    /// Sets `field` of a live session to `new` if it holds exactly the text `expected` (`None`:
-    /// if it is absent), in one atomic step. `None` when the session is gone (nothing is
-    /// written).
-    fn compare_and_set_field(
-        &self,
-        key: String,
-        field: String,
-        expected: Option<String>,
-        new: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<FieldSwap>, SessionError>>;
+    ) -> BoxFuture<Result<Option<FieldOutcome>, SessionError>>;
 }
 
 /// Forwards each listed method of [`Store`] to `**self`.
@@ -479,8 +443,6 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         create(key: String, changes: Changes, life: Lifetimes) -> BoxFuture<Result<u64, SessionError>>;
         save(key: String, changes: Changes, life: Lifetimes)
             -> BoxFuture<Result<Option<u64>, SessionError>>;
-        increment(key: String, field: String, by: i64, life: Lifetimes)
-            -> BoxFuture<Result<Option<i64>, SessionError>>;
         delete(key: String) -> BoxFuture<Result<(), SessionError>>;
         rotate(old: String, new: String, life: Lifetimes) -> BoxFuture<Result<bool, SessionError>>;
         index_user(user: String, key: String, expires: u64, life: Lifetimes)
@@ -490,11 +452,7 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         end_session(user: String, handle: String) -> BoxFuture<Result<bool, SessionError>>;
         end_user_except(user: String, keep: String) -> BoxFuture<Result<usize, SessionError>>;
         check() -> Result<(), crate::ConfigError>;
-        take_field(key: String, field: String, life: Lifetimes)
-            -> BoxFuture<Result<Option<Option<String>>, SessionError>>;
-        ensure_field(key: String, field: String, value: String, life: Lifetimes)
-            -> BoxFuture<Result<Option<String>, SessionError>>;
-        compare_and_set_field(key: String, field: String, expected: Option<String>, new: String,
-            life: Lifetimes) -> BoxFuture<Result<Option<FieldSwap>, SessionError>>;
+        change_field(key: String, field: String, change: FieldChange, life: Lifetimes)
+            -> BoxFuture<Result<Option<FieldOutcome>, SessionError>>;
     }
 }

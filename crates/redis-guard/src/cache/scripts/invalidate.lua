@@ -9,6 +9,6 @@ local old = redis.pcall('GET', KEYS[1])
 if type(old) == 'string' and tonumber(old) and tonumber(old) > now then
   now = tonumber(old)
 end
-local v = string.format('%.0f', now)
+local v = fmt(now)
 redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
 return v

@@ -12,7 +12,8 @@
 local now = clock()
 local started, fresh, stale = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local delta = math.max(0, now - started)
-local line = string.format('RGC1 %s %.0f %.0f %.0f %.0f\n', ARGV[2], now + fresh, now + fresh + stale, started, delta)
-local px = math.max(1, math.ceil((fresh + stale) / 1000))
+local line = table.concat({ 'RGC1', ARGV[2], fmt(now + fresh), fmt(now + fresh + stale),
+  fmt(started), fmt(delta) }, ' ') .. '\n'
+local px = math.max(1, cdiv(fresh + stale, 1000))
 redis.call('SET', KEYS[1], line .. ARGV[6], 'PX', px)
-return string.format('%.0f', now)
+return fmt(now)

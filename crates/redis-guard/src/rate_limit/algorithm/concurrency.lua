@@ -13,7 +13,7 @@
 -- now is gone, released or not.
 -- concurrency(key, now, p) returns allowed, remaining, retry_after_us, reset_after_us, commit.
 local function concurrency(key, now, p)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now))
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
   local count = redis.call('ZCARD', key)
   if count + p.cost > p.limit then
     local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
@@ -26,7 +26,7 @@ local function concurrency(key, now, p)
     return false, remaining, retry, reset, nil
   end
   local commit = function()
-    redis.call('ZADD', key, string.format('%.0f', now + p.period), p.req)
+    redis.call('ZADD', key, fmt(now + p.period), p.req)
     redis.call('PEXPIRE', key, cdiv(p.period, 1000))
   end
   return true, p.limit - count - p.cost, 0, p.period, commit
@@ -43,7 +43,7 @@ end
 local function concurrency_renew(key, now, p)
   local expiry = tonumber(redis.call('ZSCORE', key, p.req))
   if expiry == nil or expiry <= now then return 0 end
-  redis.call('ZADD', key, 'XX', string.format('%.0f', now + p.period), p.req)
+  redis.call('ZADD', key, 'XX', fmt(now + p.period), p.req)
   redis.call('PEXPIRE', key, cdiv(p.period, 1000))
   return 1
 end

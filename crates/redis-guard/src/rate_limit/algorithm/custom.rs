@@ -31,7 +31,8 @@ use std::sync::Arc;
 /// a message naming the algorithm and the bad value, on the first request that reaches it, and
 /// the layer's [`FailurePolicy`](crate::rate_limit::FailurePolicy) applies. Set a TTL on every key
 /// you write. Helpers from the script's prelude are in scope: `idiv(a, b)` and `cdiv(a, b)`
-/// (exact floor and ceiling division).
+/// (exact floor and ceiling division of integers below 2^53) and `fmt(n, ...)` (integers as
+/// digits, several joined by `:`, for the values you store).
 ///
 /// On a Redis Cluster, a request that another slot denies is refunded by the optional
 /// [`refund`](Self::refund) function (same arguments, called after the commit, with

@@ -1,7 +1,7 @@
 -- Decide and record requests against the rules of a layer, each request all or nothing.
 --
--- Built by concatenation: division.lua, entries.lua, overrides.lua, prelude.lua, the algorithm files, a table
--- `algorithms` mapping ids to their functions, then this file.
+-- Built by concatenation: backend/prelude.lua, entries.lua, overrides.lua, prelude.lua, the
+-- algorithm files, a table `algorithms` mapping ids to their functions, then this file.
 --
 -- Coalesced form (backend/coalesce.rs): one call carries one or more requests ("entries"),
 -- decided one after the other, in order, at one Redis time.

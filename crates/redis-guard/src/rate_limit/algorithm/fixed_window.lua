@@ -27,8 +27,7 @@ local function fixed_window(key, now, p)
     return false, remaining, window_end - now, window_end - now, nil
   end
   local commit = function()
-    redis.call('SET', key, string.format('%.0f:%d', start, count + p.cost),
-      'PX', cdiv(window_end - now, 1000))
+    redis.call('SET', key, fmt(start, count + p.cost), 'PX', cdiv(window_end - now, 1000))
   end
   -- A probe records nothing: a window that counts nothing has nothing to reset.
   local reset = (p.probe and count == 0) and 0 or window_end - now
@@ -44,13 +43,12 @@ local function fixed_window_refund(key, now, p)
   start, count = tonumber(start), tonumber(count)
   if start == nil or now >= start + p.period then return end
   if p.charged_at < start or p.charged_at >= start + p.period then return end
-  redis.call('SET', key, string.format('%.0f:%d', start, math.max(0, count - p.cost)), 'KEEPTTL')
+  redis.call('SET', key, fmt(start, math.max(0, count - p.cost)), 'KEEPTTL')
 end
 
 -- Counts `cost` more in the open window (a new one if none is open) whatever is left (a cost
 -- reported after the response): the count may pass the limit until the window closes.
 local function fixed_window_charge(key, now, p)
   local start, count = fixed_window_open(key, now, p)
-  redis.call('SET', key, string.format('%.0f:%.0f', start, count + p.cost),
-    'PX', cdiv(start + p.period - now, 1000))
+  redis.call('SET', key, fmt(start, count + p.cost), 'PX', cdiv(start + p.period - now, 1000))
 end

@@ -39,7 +39,7 @@ end
 local function fixed_window_counter_refund(key, now, p)
   local expires = redis.call('PEXPIRETIME', key)
   if expires < 0 then return end
-  if math.floor(p.charged_at / 1000) < expires - cdiv(p.period, 1000) then return end
+  if idiv(p.charged_at, 1000) < expires - cdiv(p.period, 1000) then return end
   local count = tonumber(redis.call('GET', key) or '0') or 0
   local back = math.min(count, p.cost)
   if back > 0 then redis.call('DECRBY', key, back) end

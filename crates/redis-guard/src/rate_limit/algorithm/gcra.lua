@@ -30,7 +30,7 @@ end
 -- Stores `tat` under p's emission interval (`bare`: alone, as the lean script keeps it), living
 -- until it passes.
 local function gcra_store(key, tat, now, p, bare)
-  local v = bare and string.format('%.0f', tat) or string.format('%.0f:%.0f', tat, p.emission)
+  local v = bare and fmt(tat) or fmt(tat, p.emission)
   redis.call('SET', key, v, 'PX', cdiv(tat - now, 1000))
 end
 

@@ -22,7 +22,7 @@
 --          cannot GET (a key of another type), the error's text as one string, and nothing
 --          recorded for it. (One table: Redis converts each table of a reply at a cost.)
 -- Overrides (penalties, allow-list entries, bans) apply as in evaluate.lua.
--- Built as backend/clock.lua, division.lua, entries.lua, overrides.lua inside `overrides()`
+-- Built as backend/prelude.lua, entries.lua, overrides.lua inside `overrides()`
 -- (which returns its four helpers), then this file.
 local now = clock()
 -- The TAT of every key this call has read, as the entries before left it (false: none), and
@@ -170,7 +170,7 @@ if misfit then return misfit end
 -- The key expires when its TAT passes: by then the client is as fresh as a new one.
 if dirty then
   for key, tat in pairs(dirty) do
-    redis.call('SET', key, string.format('%.0f', tat), 'PX', cdiv(tat - now, 1000))
+    redis.call('SET', key, fmt(tat), 'PX', cdiv(tat - now, 1000))
   end
 end
 if ov_dirty then

@@ -1,5 +1,5 @@
--- Operations on one rule's record for one key (rate_limit/operations.rs).
--- Built as backend/clock.lua, division.lua, overrides.lua, then this file.
+-- Operations on one rule's record for one key (rate_limit/limiter/operations.rs).
+-- Built as backend/prelude.lua, overrides.lua, then this file.
 --
 -- KEYS     1: the rule's state key, 2: its override key (same hash tag)
 -- ARGV[1]  a time shift in µs added to Redis TIME (0 in production)

@@ -1,8 +1,8 @@
--- Override records (rate_limit/operations.rs): per rule and key, one string key in the rule's
+-- Override records (rate_limit/limiter/overrides.rs): per rule and key, one string key in the rule's
 -- hash tag holding `block_until:allow_until:level:level_until:strikes:strikes_until` (µs of
 -- Redis time, 0 = none), with a PX expiry at the latest of them. Written by the operations
 -- script (penalize, allow, reset) and by escalating bans; read by both evaluation scripts.
--- A value not in this form counts as no record. After division.lua.
+-- A value not in this form counts as no record. After backend/prelude.lua.
 
 -- The record from a GET reply `v`, as of `now` (fields whose time has passed cleared), or false.
 local function ov_parse(v, now)
@@ -56,6 +56,5 @@ local function ov_write(key, r, now)
     redis.call('DEL', key)
     return
   end
-  redis.call('SET', key, string.format('%.0f:%.0f:%.0f:%.0f:%.0f:%.0f', r.b, r.a, r.l, r.lu,
-    r.s, r.su), 'PX', cdiv(u - now, 1000))
+  redis.call('SET', key, fmt(r.b, r.a, r.l, r.lu, r.s, r.su), 'PX', cdiv(u - now, 1000))
 end

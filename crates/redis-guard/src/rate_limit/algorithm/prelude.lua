@@ -1,4 +1,4 @@
--- Shared helpers of the general rate-limit script (after division.lua).
+-- Shared helpers of the general rate-limit script (after backend/prelude.lua).
 
 -- Checks what an algorithm returned against the contract; returns a description of the first
 -- problem, or nil.

@@ -1,7 +1,7 @@
 -- Renew the leases one request holds (a long response still streaming), so that they outlive
 -- their first expiry while the request is alive.
 --
--- Built as backend/clock.lua, division.lua, prelude.lua, concurrency.lua, then this file.
+-- Built as backend/prelude.lua, prelude.lua, concurrency.lua, then this file.
 --
 -- KEYS      the lease keys of the request (concurrency rules; on a Cluster, of one hash tag)
 -- ARGV[1]   a time shift in µs added to Redis TIME (0 in production)

@@ -30,9 +30,7 @@ pub(crate) const FIXED_WINDOW_COUNTER: usize = BUILTIN.len();
 /// [`CUSTOM_BASE`] + 1 on, in order; `customs` gives each one's name and source for this table),
 /// then `driver`.
 fn compose(table: &str, suffix: &str, customs: &[(&str, Option<&str>)], driver: &str) -> String {
-    let mut src = String::from(include_str!("division.lua"));
-    src.push('\n');
-    src.push_str(include_str!("entries.lua"));
+    let mut src = String::from(include_str!("entries.lua"));
     src.push('\n');
     src.push_str(include_str!("overrides.lua"));
     src.push('\n');
@@ -119,8 +117,6 @@ pub(crate) static BUILTIN_SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts:
 /// the general one, inline (see `gcra_only.lua`).
 pub(crate) static GCRA_ONLY: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(concat!(
-        include_str!("division.lua"),
-        "\n",
         include_str!("entries.lua"),
         "\n",
         // The override helpers inside one function, called by the first rule that reads a
@@ -135,8 +131,6 @@ pub(crate) static GCRA_ONLY: LazyLock<LuaScript> = LazyLock::new(|| {
 /// The renewal script: pushes the expiry of one request's leases (see `renew.lua`).
 pub(crate) static RENEW: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(concat!(
-        include_str!("division.lua"),
-        "\n",
         include_str!("prelude.lua"),
         "\n",
         include_str!("concurrency.lua"),
@@ -148,8 +142,6 @@ pub(crate) static RENEW: LazyLock<LuaScript> = LazyLock::new(|| {
 /// The operations script: read, reset, penalize or allow one rule's key (see `operations.lua`).
 pub(crate) static OPERATIONS: LazyLock<LuaScript> = LazyLock::new(|| {
     LuaScript::new(concat!(
-        include_str!("division.lua"),
-        "\n",
         include_str!("overrides.lua"),
         "\n",
         include_str!("operations.lua")

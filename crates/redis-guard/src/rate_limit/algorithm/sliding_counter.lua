@@ -42,8 +42,7 @@ local function sliding_counter(key, now, p)
     return false, remaining, retry, reset, nil
   end
   local commit = function()
-    redis.call('SET', key, string.format('%.0f:%d:%d', w, prev, cur + C),
-      'PX', cdiv(2 * P - elapsed, 1000))
+    redis.call('SET', key, fmt(w, prev, cur + C), 'PX', cdiv(2 * P - elapsed, 1000))
   end
   local reset = (P - elapsed) + P
   if p.probe then
@@ -69,13 +68,12 @@ local function sliding_counter_refund(key, now, p)
   else
     return
   end
-  redis.call('SET', key, string.format('%.0f:%d:%d', sw, sprev, scur), 'KEEPTTL')
+  redis.call('SET', key, fmt(sw, sprev, scur), 'KEEPTTL')
 end
 
 -- Counts `cost` more in the current window whatever is left (a cost reported after the
 -- response).
 local function sliding_counter_charge(key, now, p)
   local w, elapsed, prev, cur = sliding_counter_counts(key, now, p.period)
-  redis.call('SET', key, string.format('%.0f:%.0f:%.0f', w, prev, cur + p.cost),
-    'PX', cdiv(2 * p.period - elapsed, 1000))
+  redis.call('SET', key, fmt(w, prev, cur + p.cost), 'PX', cdiv(2 * p.period - elapsed, 1000))
 end

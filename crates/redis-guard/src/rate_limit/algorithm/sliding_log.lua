@@ -12,7 +12,7 @@ local function sliding_log_add(key, now, p, n, tag)
   while i <= n do
     local args = {}
     for j = i, math.min(i + 499, n) do
-      args[#args + 1] = string.format('%.0f', now)
+      args[#args + 1] = fmt(now)
       args[#args + 1] = p.req .. tag .. j
     end
     redis.call('ZADD', key, unpack(args))
@@ -22,7 +22,7 @@ local function sliding_log_add(key, now, p, n, tag)
 end
 
 local function sliding_log(key, now, p)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - p.period))
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - p.period))
   local count = redis.call('ZCARD', key)
   if count + p.cost > p.limit then
     -- Wait until enough of the oldest entries leave the window for `cost` more to fit.
@@ -62,6 +62,6 @@ end
 -- `limit` of them: a full log already keeps the key waiting a whole period, and more entries
 -- would only cost memory. They are named "<request id>:+<n>".
 local function sliding_log_charge(key, now, p)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - p.period))
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now - p.period))
   sliding_log_add(key, now, p, math.min(p.cost, p.limit), ':+')
 end

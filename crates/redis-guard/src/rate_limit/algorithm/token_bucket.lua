@@ -29,7 +29,7 @@ end
 
 -- Stores `credit` at `now`, living until the bucket is full again.
 local function bucket_store(key, credit, now, p)
-  redis.call('SET', key, string.format('%.0f:%.0f:%.0f:%d', credit, now, p.emission, p.burst),
+  redis.call('SET', key, fmt(credit, now, p.emission, p.burst),
     'PX', cdiv(p.burst * p.emission - credit, 1000))
 end
 

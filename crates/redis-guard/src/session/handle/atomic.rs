@@ -1,13 +1,15 @@
-//! The atomic helpers of [`Session`]: [`take`](Session::take), [`ensure`](Session::ensure) and
+//! The atomic helpers of [`Session`]: [`increment`](Session::increment),
+//! [`take`](Session::take), [`ensure`](Session::ensure) and
 //! [`compare_and_set`](Session::compare_and_set), each one step of the store on a stored session.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{Session, check_key};
+use crate::backend::BackendError;
 use crate::session::SessionError;
 use crate::session::state::State;
-use crate::session::store::BoxFuture;
+use crate::session::store::{BoxFuture, FieldChange, incremented};
 
 /// What a one-step store operation found.
 enum Stored<T> {
@@ -78,6 +80,41 @@ impl Session {
         }
     }
 
+    /// Adds `by` to the integer under `key` (0 when absent) and returns the new value. On a
+    /// stored session this is one atomic `HINCRBY`, right away: concurrent increments all count.
+    ///
+    /// # Errors
+    ///
+    /// [`SessionError::NotAnInteger`] when the key holds something else; a reserved key; a store
+    /// error.
+    pub async fn increment(&self, key: &str, by: i64) -> Result<i64, SessionError> {
+        check_key(key)?;
+        let mut state = self.loaded().await?;
+        let (store, life) = (&self.shared.store, self.shared.life);
+        let counted = self
+            .in_store(&mut state, key, |storage_key| {
+                store.change_field(
+                    storage_key,
+                    key.to_owned(),
+                    FieldChange::Increment(by),
+                    life,
+                )
+            })
+            .await?;
+        if let Stored::Done(counted) = counted {
+            let value = counted.value.unwrap_or_default();
+            let next = value
+                .parse()
+                .map_err(|_| BackendError::BadReply(format!("an increment replied {value:?}")))?;
+            Self::remember(&mut state, key, Some(&value));
+            return Ok(next);
+        }
+        let next = incremented(state.peek(key).as_deref(), by, key)?;
+        state.changes.remove.remove(key);
+        state.changes.set.insert(key.to_owned(), next.to_string());
+        Ok(next)
+    }
+
     /// Reads and removes `key` in one step: of two requests that take the same key at the same
     /// moment, exactly one gets the value. Made for flash messages (shown once, even when two
     /// tabs load at once).
@@ -123,12 +160,12 @@ impl Session {
             let (store, life) = (&self.shared.store, self.shared.life);
             let taken = self
                 .in_store(&mut state, key, |storage_key| {
-                    store.take_field(storage_key, key.to_owned(), life)
+                    store.change_field(storage_key, key.to_owned(), FieldChange::Take, life)
                 })
                 .await?;
-            if let Stored::Done(value) = taken {
+            if let Stored::Done(taken) = taken {
                 Self::remember(&mut state, key, None);
-                return Ok(value);
+                return Ok(taken.value);
             }
         }
         let value = state.peek(key);
@@ -184,10 +221,13 @@ impl Session {
         let (store, life) = (&self.shared.store, self.shared.life);
         let ensured = self
             .in_store(&mut state, field, |storage_key| {
-                store.ensure_field(storage_key, field.to_owned(), value.clone(), life)
+                let ensure = FieldChange::Ensure(value.clone());
+                store.change_field(storage_key, field.to_owned(), ensure, life)
             })
             .await?;
-        if let Stored::Done(won) = ensured {
+        if let Stored::Done(ensured) = ensured {
+            // The store names the value that won (always: Ensure leaves one in the field).
+            let won = ensured.value.unwrap_or(value);
             Self::remember(&mut state, field, Some(&won));
             return Ok(won);
         }
@@ -244,7 +284,8 @@ impl Session {
         let swapped = self
             .in_store(&mut state, key, |storage_key| {
                 let (expected, new) = (expected.clone(), new.clone());
-                store.compare_and_set_field(storage_key, key.to_owned(), expected, new, life)
+                let swap = FieldChange::Swap { expected, new };
+                store.change_field(storage_key, key.to_owned(), swap, life)
             })
             .await?;
         if let Stored::Done(swap) = swapped {

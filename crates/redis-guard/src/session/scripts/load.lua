@@ -1,5 +1,5 @@
 -- Load sessions and mark them used, in one round trip: the coalesced form
--- (backend/coalesce.rs, `each_entry` in prelude.lua), one entry per request, decided in order.
+-- (backend/coalesce.rs, `each_entry` in record.lua), one entry per request, decided in order.
 -- Runs only for loads whose plain read (session/redis_load.rs) found the refresh due or the
 -- record not as a touch leaves it.
 -- KEYS     one session hash per entry

@@ -1,5 +1,5 @@
 -- Write sessions' changed fields, in one round trip: the coalesced form (backend/coalesce.rs,
--- `each_entry` in prelude.lua), one entry per save, run in order, each exactly as alone. Never
+-- `each_entry` in record.lua), one entry per save, run in order, each exactly as alone. Never
 -- re-creates a session that is gone.
 -- KEYS     one session hash per entry
 -- ARGV     shift, the entry count, then per entry: 1 (its key count), its argument count (5 or

@@ -21,8 +21,8 @@ return function(key, now, p)
   end
   local remaining = math.min(p.limit - count, p.burst - daily) - p.cost
   return true, remaining, 0, window_end - now, function()
-    redis.call('HSET', key, 'start', string.format('%.0f', start), 'count', count + p.cost,
-      'day', string.format('%.0f', day), 'daily', daily + p.cost)
+    redis.call('HSET', key, 'start', fmt(start), 'count', count + p.cost,
+      'day', fmt(day), 'daily', daily + p.cost)
     -- Expire with the day (plus the window, for a window that crosses midnight).
     redis.call('PEXPIRE', key, cdiv(math.max(day_end, window_end) - now, 1000))
   end

@@ -28,16 +28,9 @@ static RESERVE: LazyLock<LuaScript> = LazyLock::new(|| script(include_str!("rese
 /// Gives a block's unused units back: `give_back.lua`.
 static GIVE_BACK: LazyLock<LuaScript> = LazyLock::new(|| script(include_str!("give_back.lua")));
 
-/// The script `main`, after the divisions and `returns.lua` it uses.
+/// The script `main`, after `returns.lua`, which it uses.
 fn script(main: &str) -> LuaScript {
-    LuaScript::new(
-        &[
-            include_str!("../../algorithm/division.lua"),
-            include_str!("returns.lua"),
-            main,
-        ]
-        .join("\n"),
-    )
+    LuaScript::new(&[include_str!("returns.lua"), main].join("\n"))
 }
 
 impl Rule {

@@ -5,7 +5,7 @@
 --
 -- KEYS[1]  the rule's GCRA state ("<TAT>" or "<TAT>:<emission>", both scripts' forms)
 -- KEYS[2]  the key's open-block count: units reserved by blocks not yet given back (any replica)
--- ARGV[1]  the clock's shift (backend/clock.lua)
+-- ARGV[1]  the clock's shift (backend/prelude.lua)
 -- ARGV     then burst, emission interval (µs), cost c, block size k (k >= c), the count's TTL
 --          (ms), then the replica's previous block of the key to give back first, as
 --          give_back.lua takes it (g, u, floor, time; g = 0: none): a spent block costs no call
@@ -14,7 +14,7 @@
 --          remaining what Redis has left after the block; reset_after_us the TAT after it
 --          less now; floor = TAT - open units × emission after the reservation, what
 --          give_back() needs to know the block is still whole (see returns.lua)
--- Built as backend/clock.lua, division.lua, returns.lua, then this file.
+-- Built as backend/prelude.lua, returns.lua, then this file.
 local now = clock()
 local b, em = tonumber(ARGV[2]), tonumber(ARGV[3])
 local c, k, ttl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -32,7 +32,7 @@ if fits < c then
 end
 local g = math.min(k, fits)
 local new_tat = tat + g * em
-redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', cdiv(new_tat - now, 1000))
+redis.call('SET', KEYS[1], fmt(new_tat), 'PX', cdiv(new_tat - now, 1000))
 local open = (tonumber(redis.call('GET', KEYS[2])) or 0) + g
-redis.call('SET', KEYS[2], string.format('%.0f', open), 'PX', ttl)
+redis.call('SET', KEYS[2], fmt(open), 'PX', ttl)
 return { g, fits - g, 0, new_tat - now, now, new_tat - open * em }

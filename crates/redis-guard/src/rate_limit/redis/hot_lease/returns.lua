@@ -26,7 +26,7 @@ local function give_back(state, open, now, em, g, u, floor, at, ttl)
   if now - at > ttl * 500 then return 0 end
   local n = (tonumber(redis.call('GET', open)) or 0) - g
   if n > 0 then
-    redis.call('SET', open, string.format('%.0f', n), 'KEEPTTL')
+    redis.call('SET', open, fmt(n), 'KEEPTTL')
   else
     redis.call('DEL', open)
   end
@@ -37,7 +37,7 @@ local function give_back(state, open, now, em, g, u, floor, at, ttl)
   if new_tat <= now then
     redis.call('DEL', state)
   else
-    redis.call('SET', state, string.format('%.0f', new_tat), 'PX', cdiv(new_tat - now, 1000))
+    redis.call('SET', state, fmt(new_tat), 'PX', cdiv(new_tat - now, 1000))
   end
   return u
 end

@@ -1,4 +1,5 @@
--- Shared by the session scripts (prepended to each).
+-- The session record, and the helpers every session script uses (each starts with this file,
+-- after the crate's prelude, backend/prelude.lua: clock, cdiv, fmt).
 --
 -- A session is a hash: user fields (serde JSON values) plus metadata fields that start with `$`:
 --   $created  creation time, µs of Redis TIME
@@ -19,16 +20,6 @@
 --
 -- ARGV[1] is always a time shift in µs added to Redis TIME (0 in production; tests move time
 -- with it), ARGV[2] the idle timeout in µs.
-
-local function cdiv(a, b)
-  local q = math.floor(a / b)
-  if q * b < a then q = q + 1 end
-  return q
-end
-
-local function fmt(n)
-  return string.format('%.0f', n)
-end
 
 -- Per session read by `live` in this script run: its own idle timeout, which `touch` then uses
 -- in place of the layer's.
