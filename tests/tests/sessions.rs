@@ -826,6 +826,12 @@ async fn redis_down_is_a_503_or_no_session_never_a_hang() {
     let r = send(&strict, "/get/name", Some(&id)).await;
     assert_eq!(r.status, 503);
     assert_eq!(r.header("retry-after"), "1");
+    // The layer's own answer is a problem document, as the limiter's (issue 22, item 3).
+    assert_eq!(r.header("content-type"), "application/problem+json");
+    assert_eq!(
+        r.body,
+        r#"{"detail":"The session store is unavailable; retry shortly.","status":503,"title":"Service Unavailable","type":"about:blank"}"#
+    );
     let r = send(&lenient, "/get/name", Some(&id)).await;
     assert_eq!(r.status, 404, "no session, no value");
     // Writing: the strict layer refuses the whole response; the lenient one drops the write.

@@ -194,13 +194,13 @@ mod stampede;
 mod store;
 mod tags;
 
-pub use body::CacheBody;
+pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use layer::{CacheLayer, CacheLayerBuilder};
 pub use memory_store::MemoryCacheStore;
 pub use query::QueryKey;
 pub use redis_store::RedisCacheStore;
-pub use service::CacheService;
+pub use service::Cache;
 pub use stampede::Stampede;
 pub use store::CacheStore;
 pub use tags::CacheTags;

@@ -1,4 +1,4 @@
-//! [`CacheService`]: answers from the cache, or calls the inner service and fills it.
+//! [`Cache`]: answers from the cache, or calls the inner service and fills it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::body::CacheBody;
+use super::body::ResponseBody;
 use super::flow::Call;
 use super::future::ResponseFuture;
 use super::shared::Shared;
@@ -16,12 +16,12 @@ use super::shared::Shared;
 /// The service [`CacheLayer`](super::CacheLayer) wraps around its inner service. The inner
 /// service must be `Clone` (a stale entry is refreshed by a clone, in a spawned task).
 #[derive(Clone)]
-pub struct CacheService<S> {
+pub struct Cache<S> {
     inner: S,
     shared: Arc<Shared>,
 }
 
-impl<S> CacheService<S> {
+impl<S> Cache<S> {
     pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
         Self { inner, shared }
     }
@@ -29,15 +29,15 @@ impl<S> CacheService<S> {
     define_inner_service_accessors!();
 }
 
-impl<S: fmt::Debug> fmt::Debug for CacheService<S> {
+impl<S: fmt::Debug> fmt::Debug for Cache<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CacheService")
+        f.debug_struct("Cache")
             .field("inner", &self.inner)
             .finish_non_exhaustive()
     }
 }
 
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for CacheService<S>
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Cache<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send,
@@ -46,9 +46,9 @@ where
     ResBody: http_body::Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Send,
 {
-    type Response = Response<CacheBody<ResBody>>;
+    type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
+    type Future = ResponseFuture<S, ReqBody>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)

@@ -1,5 +1,6 @@
 //! Responses the layer makes itself, and the body type that carries them.
 
+use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
@@ -12,21 +13,21 @@ use super::Decision;
 use super::config::Config;
 use super::headers::{self, RateLimitHeaders};
 use super::holding::Holding;
+use crate::body::InnerOrBytes;
 use crate::problem::{Member, problem, problem_of_pieces};
 
 pin_project! {
-    /// The response body of a rate-limited service: the inner service's body, or a body the
-    /// layer wrote (a `429`, a `503`).
+    /// The response body of [`RateLimit`](super::RateLimit): the inner service's body, or the
+    /// bytes of an answer the layer gave itself (a `429`, a `503`).
     ///
     /// When the request holds concurrency leases ([`Rule::concurrency`](super::Rule::concurrency))
     /// or its cost is settled after the response
     /// ([`Rule::charged_after_response`](super::Rule::charged_after_response)), the body holds
     /// them too: it renews the leases while it is polled, and settles the cost and releases the
     /// leases when it ends (before it reports its end) or, in the background, when it is dropped.
-    #[derive(Debug)]
     pub struct ResponseBody<B> {
         #[pin]
-        kind: Kind<B>,
+        body: InnerOrBytes<B>,
         held: Option<Box<Holding>>,
         // The inner body's last frame, kept back until the cost is settled and the leases
         // released.
@@ -34,25 +35,11 @@ pin_project! {
     }
 }
 
-pin_project! {
-    #[project = KindProj]
-    #[derive(Debug)]
-    enum Kind<B> {
-        Inner {
-            #[pin]
-            body: B,
-        },
-        Full {
-            data: Option<Bytes>,
-        },
-    }
-}
-
 impl<B> ResponseBody<B> {
     /// The inner service's body, holding `held` until it ends or is dropped.
     pub(super) fn holding(body: B, held: Option<Box<Holding>>) -> Self {
         Self {
-            kind: Kind::Inner { body },
+            body: InnerOrBytes::inner(body),
             held,
             last: None,
         }
@@ -60,19 +47,19 @@ impl<B> ResponseBody<B> {
 
     pub(crate) fn full(data: Bytes) -> Self {
         Self {
-            kind: Kind::Full {
-                data: (!data.is_empty()).then_some(data),
-            },
+            body: InnerOrBytes::bytes(data),
             held: None,
             last: None,
         }
     }
 }
 
-impl<B> Default for ResponseBody<B> {
-    /// An empty body made by the layer.
-    fn default() -> Self {
-        Self::full(Bytes::new())
+impl<B> fmt::Debug for ResponseBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseBody")
+            .field("body", &self.body)
+            .field("held", &self.held)
+            .finish_non_exhaustive()
     }
 }
 
@@ -89,12 +76,9 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.project();
         let Some(held) = this.held.as_mut().filter(|h| !h.is_finished()) else {
-            return match this.kind.project() {
-                KindProj::Inner { body } => body.poll_frame(cx),
-                KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            };
+            return this.body.poll_frame(cx);
         };
-        let KindProj::Inner { mut body } = this.kind.project() else {
+        let Some(mut body) = this.body.inner_mut() else {
             // Only the inner service's bodies hold anything.
             return Poll::Ready(None);
         };
@@ -137,19 +121,11 @@ where
             // Not before the cost is settled and the leases released: the last poll does it.
             return false;
         }
-        match &self.kind {
-            Kind::Inner { body } => body.is_end_stream(),
-            Kind::Full { data } => data.is_none(),
-        }
+        self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            Kind::Inner { body } => body.size_hint(),
-            Kind::Full { data } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
-        }
+        self.body.size_hint()
     }
 }
 

@@ -140,6 +140,7 @@
 //! user's index until it ends (revoking that user ends it too).
 
 mod admin;
+mod body;
 mod builder;
 mod cache_control;
 mod cookie;
@@ -166,6 +167,7 @@ mod store;
 mod token;
 mod user;
 
+pub use body::ResponseBody;
 pub use builder::SessionLayerBuilder;
 pub use cookie::SameSite;
 #[cfg(feature = "axum")]
@@ -178,7 +180,7 @@ pub use layer::SessionLayer;
 pub use memory_store::MemorySessionStore;
 pub use policy::FailurePolicy;
 pub use redis_store::RedisSessionStore;
-pub use service::SessionService;
+pub use service::Sessions;
 pub use store::{SessionInfo, SessionStore};
 pub use token::Transport;
 pub use user::SessionUser;

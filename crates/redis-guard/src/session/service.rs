@@ -1,4 +1,4 @@
-//! [`SessionService`]: gives each request its [`Session`].
+//! [`Sessions`]: gives each request its [`Session`].
 
 use std::fmt;
 use std::sync::Arc;
@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
+use super::body::ResponseBody;
 use super::cookie_header::ReadCookie;
 use super::future::ResponseFuture;
 use super::handle::Session;
@@ -14,12 +15,12 @@ use super::shared::{Shared, Visit};
 
 /// The service [`SessionLayer`](super::SessionLayer) wraps around its inner service.
 #[derive(Clone)]
-pub struct SessionService<S> {
+pub struct Sessions<S> {
     inner: S,
     shared: Arc<Shared>,
 }
 
-impl<S> SessionService<S> {
+impl<S> Sessions<S> {
     pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
         Self { inner, shared }
     }
@@ -27,23 +28,20 @@ impl<S> SessionService<S> {
     define_inner_service_accessors!();
 }
 
-impl<S: fmt::Debug> fmt::Debug for SessionService<S> {
+impl<S: fmt::Debug> fmt::Debug for Sessions<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SessionService")
+        f.debug_struct("Sessions")
             .field("inner", &self.inner)
             .finish_non_exhaustive()
     }
 }
 
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for SessionService<S>
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Sessions<S>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Send + 'static,
-    ReqBody: Send + 'static,
-    ResBody: Default + Send + 'static,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: Send + 'static,
 {
-    type Response = Response<ResBody>;
+    type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqBody>;
 
