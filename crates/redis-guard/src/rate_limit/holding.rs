@@ -50,7 +50,7 @@ impl Settle {
 /// releases when the body ends (awaited, so that the end reaches the client after the slot is
 /// free and the cost settled), or in the background when dropped before (the body failed or
 /// was dropped, the response future was dropped, the inner service failed).
-pub(super) struct Holding {
+pub(crate) struct Holding {
     lease: Arc<Lease>,
     /// Concurrency leases are among the receipts (not only receipts kept for settling).
     leases: bool,
@@ -68,7 +68,7 @@ pub(super) struct Holding {
 impl Holding {
     /// The hold of `lease`, settling `settle`'s rules on what is reported to its report; `None`
     /// when there is nothing to hold (no lease, nothing to settle).
-    pub(super) fn new(lease: Arc<Lease>, settle: Option<(Settling, CostReport)>) -> Option<Self> {
+    pub(crate) fn new(lease: Arc<Lease>, settle: Option<(Settling, CostReport)>) -> Option<Self> {
         let leases = lease.holds_leases();
         let settle =
             settle
@@ -90,12 +90,12 @@ impl Holding {
     }
 
     /// Whether the response may settle something.
-    pub(super) fn settles(&self) -> bool {
+    pub(crate) fn settles(&self) -> bool {
         self.settle.is_some()
     }
 
     /// Notes the response: its status and the cost its head reports.
-    pub(super) fn responded<B>(&mut self, res: &Response<B>) {
+    pub(crate) fn responded<B>(&mut self, res: &Response<B>) {
         if let Some(settle) = &mut self.settle {
             let head = res.extensions().get::<ActualCost>().cloned();
             settle.response = Some((res.status(), head));
@@ -103,17 +103,17 @@ impl Holding {
     }
 
     /// Notes that the inner body ended: it is not polled again.
-    pub(super) fn end(&mut self) {
+    pub(crate) fn end(&mut self) {
         self.ended = true;
     }
 
-    pub(super) fn ended(&self) -> bool {
+    pub(crate) fn ended(&self) -> bool {
         self.ended
     }
 
     /// Settles and releases in the background, and stops holding: in process at once, on
     /// Redis in a spawned task (a settlement or release already under way goes on there).
-    pub(super) fn finish_detached(&mut self) {
+    pub(crate) fn finish_detached(&mut self) {
         if self.finished {
             return;
         }
@@ -148,7 +148,7 @@ impl Holding {
 
     /// Renews (in a spawned task) when a third of the expiry has passed since the last renewal,
     /// and arms the timer that wakes the body for the next one.
-    pub(super) fn poll_renew(&mut self, cx: &mut Context<'_>) {
+    pub(crate) fn poll_renew(&mut self, cx: &mut Context<'_>) {
         if !self.leases || self.finishing.is_some() || self.finished {
             return;
         }
@@ -180,7 +180,7 @@ impl Holding {
 
     /// Settles what the response reported, then releases the leases, once; ready when done (a
     /// failure is logged: the reservation stands, the lease expires).
-    pub(super) fn poll_finish(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    pub(crate) fn poll_finish(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.finished {
             return Poll::Ready(());
         }
@@ -221,7 +221,7 @@ impl Holding {
     }
 
     /// Whether it settled and released (or handed that to a task).
-    pub(super) fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         self.finished
     }
 }

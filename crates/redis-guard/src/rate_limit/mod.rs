@@ -117,9 +117,7 @@
 
 mod actual_cost;
 mod algorithm;
-mod builder;
 mod check;
-mod config;
 mod decision;
 mod denials;
 mod direct;
@@ -128,36 +126,25 @@ mod evaluation;
 mod few;
 mod fixed_window_batch;
 mod fixed_window_plain;
-mod future;
-pub mod grpc;
-mod headers;
 mod holding;
 mod hot_lease;
 mod key;
 mod layer;
-#[cfg(all(test, feature = "metrics"))]
-mod layer_tests;
 mod lease;
 mod limiter;
 mod memory;
 mod operations;
-mod policy;
 mod quota;
 mod receipt;
 mod redis_limiter;
 mod reply;
 mod resolve;
-mod response;
 mod route;
 mod rule;
-mod service;
-mod warn;
 
 pub use actual_cost::{ActualCost, CostReport};
 pub use algorithm::{Algorithm, CustomAlgorithm, RuleState};
-pub use builder::RateLimitLayerBuilder;
 pub use decision::{Decision, RuleDecision};
-pub use future::ResponseFuture;
 // The client's address lives in `crate::client_ip` (sessions read it too); rate limits key on
 // it so often that it is also here, under the same names.
 pub use crate::client_ip::{ClientIp, ForwardedHeader, PeerAddr};
@@ -166,15 +153,25 @@ pub(crate) use key::Inline;
 pub use key::{
     And, ExtensionKey, Global, HeaderKey, Key, KeyError, KeyExtractor, KeyExtractorExt, Or,
 };
-pub use layer::RateLimitLayer;
+pub(crate) use layer::WarnEvery;
+pub use layer::{
+    FailurePolicy, MissingKey, Mode, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
+    ResponseBody, ResponseFuture, grpc,
+};
 pub use lease::Lease;
 pub use limiter::{Limiter, LimiterError};
 pub use memory::MemoryLimiter;
 pub use operations::{Bans, Inspection};
-pub use policy::{FailurePolicy, MissingKey, Mode};
 pub use quota::Quota;
 pub use redis_limiter::RedisLimiter;
-pub use response::ResponseBody;
 pub use route::Route;
 pub use rule::Rule;
-pub use service::RateLimit;
+
+// What the layer's files use of the limiter's, by name (the files move; the names stay).
+pub(crate) use decision::ceil_secs;
+pub(crate) use few::Few;
+pub(crate) use holding::Holding;
+pub(crate) use limiter::{
+    BoxFuture, Held, Pending, Settling, count_failure, count_failure_of, decision_from, settling,
+};
+pub(crate) use resolve::{Lookup, Resolved, looked_up, resolve, usable};

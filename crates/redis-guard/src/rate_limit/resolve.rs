@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
+use super::WarnEvery;
 use super::limiter::{BoxFuture, Check};
 use super::rule::QuotaFrom;
-use super::warn::WarnEvery;
 use super::{Quota, Rule};
 use crate::ConfigError;
 

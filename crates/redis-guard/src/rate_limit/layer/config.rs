@@ -6,13 +6,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 
-use super::few::Few;
-use super::limiter::Check;
-use super::resolve::{self, Lookup, Resolved};
-use super::warn::{WARN_INTERVAL, WarnEvery};
-use super::{
-    Algorithm, Decision, FailurePolicy, KeyError, KeyExtractor, Limiter, LimiterError,
-    MemoryLimiter, MissingKey, Mode, Quota, Rule, headers,
+use super::headers;
+use super::warn_every::{WARN_INTERVAL, WarnEvery};
+use crate::rate_limit::{
+    Algorithm, Check, Decision, FailurePolicy, Few, KeyError, KeyExtractor, Limiter, LimiterError,
+    Lookup, MemoryLimiter, MissingKey, Mode, Quota, Resolved, Rule, resolve, usable,
 };
 use crate::{ConfigError, ConfigErrorKind, telemetry};
 
@@ -44,7 +42,7 @@ pub(crate) struct Config {
     pub(crate) headers: HeaderMode,
     pub(crate) response: Option<ResponseBuilder>,
     /// The layer's own answers (`503`, `500`, a rejected missing key) in gRPC
-    /// ([`RateLimitLayerBuilder::grpc`](super::RateLimitLayerBuilder::grpc)).
+    /// ([`RateLimitLayerBuilder::grpc`](crate::rate_limit::RateLimitLayerBuilder::grpc)).
     pub(crate) grpc: bool,
     /// `RateLimit-Policy` for all the rules, made when the layer is built.
     pub(crate) policy: HeaderValue,
@@ -186,10 +184,10 @@ impl Config {
                     }
                     let check =
                         Check::shared(&r.rule, key).with_cost(cost.unwrap_or(r.rule.cost()));
-                    match resolve::resolve(&r.rule, parts) {
+                    match resolve(&r.rule, parts) {
                         Resolved::Now(quota) => {
                             let check = check.with_quota(quota.unwrap_or(*r.rule.quota()));
-                            if resolve::usable(&check).is_err() {
+                            if usable(&check).is_err() {
                                 return misconfigured();
                             }
                             checks.push(check);

@@ -9,20 +9,19 @@ use http::{Response, StatusCode, header};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::Decision;
 use super::config::Config;
 use super::headers::{self, RateLimitHeaders};
-use super::holding::Holding;
 use crate::body::InnerOrBytes;
 use crate::problem::{Member, problem, problem_of_pieces};
+use crate::rate_limit::{Decision, Holding};
 
 pin_project! {
-    /// The response body of [`RateLimit`](super::RateLimit): the inner service's body, or the
+    /// The response body of [`RateLimit`](crate::rate_limit::RateLimit): the inner service's body, or the
     /// bytes of an answer the layer gave itself (a `429`, a `503`).
     ///
-    /// When the request holds concurrency leases ([`Rule::concurrency`](super::Rule::concurrency))
+    /// When the request holds concurrency leases ([`Rule::concurrency`](crate::rate_limit::Rule::concurrency))
     /// or its cost is settled after the response
-    /// ([`Rule::charged_after_response`](super::Rule::charged_after_response)), the body holds
+    /// ([`Rule::charged_after_response`](crate::rate_limit::Rule::charged_after_response)), the body holds
     /// them too: it renews the leases while it is polled, and settles the cost and releases the
     /// leases when it ends (before it reports its end) or, in the background, when it is dropped.
     pub struct ResponseBody<B> {
@@ -174,7 +173,7 @@ fn limited_pieces<'a>(decision: &'a Decision, secs: &'a headers::Digits) -> [&'a
 }
 
 /// An answer the layer gives without a decision (missing key, misconfiguration, Redis down with
-/// [`FailurePolicy::Closed`](super::FailurePolicy::Closed)): a problem document, or the gRPC
+/// [`FailurePolicy::Closed`](crate::rate_limit::FailurePolicy::Closed)): a problem document, or the gRPC
 /// status of the same meaning when `grpc`.
 pub(crate) fn error<B>(status: StatusCode, detail: &str, grpc: bool) -> Response<ResponseBody<B>> {
     if grpc {

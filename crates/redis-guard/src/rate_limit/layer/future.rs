@@ -9,17 +9,14 @@ use http::{Request, Response, StatusCode};
 use tower_service::Service;
 
 use super::config::{Config, Plan};
-use super::decision::RuleDecision;
 use super::headers::RateLimitHeaders;
-use super::holding::Holding;
-use super::limiter::{
-    BoxFuture, Check, Held, LimiterError, Pending, Settling, count_failure, count_failure_of,
-    decision_from, settling,
-};
 use super::response::{self, ResponseBody};
 use super::service::start;
-use super::{CostReport, Decision, Quota};
 use crate::ConfigError;
+use crate::rate_limit::{
+    BoxFuture, Check, CostReport, Decision, Held, Holding, LimiterError, Pending, Quota,
+    RuleDecision, Settling, count_failure, count_failure_of, decision_from, settling,
+};
 use crate::telemetry::Stopwatch;
 
 /// The inner service's response, its body holding the request's leases and settlement, with
@@ -49,7 +46,7 @@ fn after_completion<B>(grpc: bool) -> Response<ResponseBody<B>> {
 }
 
 define_response_future! {
-    /// The response future of [`RateLimit`](super::RateLimit): waits for the limiter (the only
+    /// The response future of [`RateLimit`](crate::rate_limit::RateLimit): waits for the limiter (the only
     /// boxed part), then calls the inner service or answers on its own.
     states {
         // What waits for Redis is boxed: the future stays small for the in-process limiter,

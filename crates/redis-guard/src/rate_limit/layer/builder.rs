@@ -8,9 +8,10 @@ use bytes::Bytes;
 use http::Response;
 
 use super::config::{Config, Fallback, LayerRule};
-use super::{
+use super::headers;
+use crate::rate_limit::{
     Algorithm, Decision, FailurePolicy, KeyExtractor, Limiter, MissingKey, Mode, Quota,
-    RateLimitLayer, Rule, headers,
+    RateLimitLayer, Rule,
 };
 use crate::{ConfigError, ConfigErrorKind};
 
@@ -118,7 +119,7 @@ impl RateLimitLayerBuilder {
     /// # let _ = layer; Ok(()) }
     /// ```
     ///
-    /// [`Decision::shadow`]: super::Decision::shadow
+    /// [`Decision::shadow`]: crate::rate_limit::Decision::shadow
     pub fn candidate(mut self, rule: &str, quota: Quota) -> Self {
         let Some(of) = self.config.rules.iter().find(|r| r.rule.name() == rule) else {
             self.unknown_candidate
@@ -183,10 +184,10 @@ impl RateLimitLayerBuilder {
     }
 
     /// Answers in gRPC: a denied call gets
-    /// [`grpc::resource_exhausted`](super::grpc::resource_exhausted) (`RESOURCE_EXHAUSTED` with
+    /// [`grpc::resource_exhausted`](crate::rate_limit::grpc::resource_exhausted) (`RESOURCE_EXHAUSTED` with
     /// the retry delay in metadata and status details) instead of `429`, and the layer's other
     /// answers (limiter unavailable, misconfigured, key missing) become the matching gRPC status
-    /// (the [`grpc`](super::grpc) module docs list them). Put it on a layer in front of a gRPC
+    /// (the [`grpc`](crate::rate_limit::grpc) module docs list them). Put it on a layer in front of a gRPC
     /// service only: HTTP clients would see `200`.
     ///
     /// A [`response`](Self::response) builder set after this one replaces the answer to denied

@@ -3,7 +3,7 @@
 //! A gRPC client reads the outcome of a call from `grpc-status`, not from the HTTP status: a
 //! `429` from an HTTP middleware reaches a tonic client as `UNAVAILABLE` ("429 Too Many
 //! Requests", by gRPC's [HTTP to gRPC status mapping]), with the retry delay lost among the
-//! headers. [`RateLimitLayerBuilder::grpc`](super::RateLimitLayerBuilder::grpc) makes the layer
+//! headers. [`RateLimitLayerBuilder::grpc`](crate::rate_limit::RateLimitLayerBuilder::grpc) makes the layer
 //! answer in gRPC instead:
 //!
 //! - a denied call gets [`resource_exhausted`]: HTTP `200`, `content-type: application/grpc`,
@@ -14,13 +14,13 @@
 //!   carrying a `google.rpc.RetryInfo` (the exact delay) and a `google.rpc.QuotaFailure` (the
 //!   rule, as `rule:<name>`), as Google's [error model] prescribes. The `RateLimit` and
 //!   `RateLimit-Policy` headers come along as metadata. A call refused a lease by a
-//!   [`Rule::concurrency`](super::Rule::concurrency) (a stream over its key's maximum in flight)
+//!   [`Rule::concurrency`](crate::rate_limit::Rule::concurrency) (a stream over its key's maximum in flight)
 //!   gets the same answer, naming that rule, with its retry delay (one second);
 //! - the answers the layer gives without a decision become the gRPC status of the same meaning
 //!   ([`google.rpc.Code`]'s HTTP mapping): the limiter down under
-//!   [`FailurePolicy::Closed`](super::FailurePolicy::Closed) (`503`) is `UNAVAILABLE` (14) with
+//!   [`FailurePolicy::Closed`](crate::rate_limit::FailurePolicy::Closed) (`503`) is `UNAVAILABLE` (14) with
 //!   a retry delay of one second, a misconfigured layer (`500`) is `INTERNAL` (13), a missing key
-//!   rejected with `400` ([`MissingKey::Reject`](super::MissingKey::Reject)) is
+//!   rejected with `400` ([`MissingKey::Reject`](crate::rate_limit::MissingKey::Reject)) is
 //!   `INVALID_ARGUMENT` (3), `401` `UNAUTHENTICATED` (16), `403` `PERMISSION_DENIED` (7), any
 //!   other status `UNKNOWN` (2).
 //!
@@ -46,7 +46,8 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
 
-use super::{Decision, headers, response};
+use super::{headers, response};
+use crate::rate_limit::{Decision, ceil_secs};
 
 /// `grpc-status`.
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
@@ -68,9 +69,9 @@ const QUOTA_FAILURE_TYPE: &str = "type.googleapis.com/google.rpc.QuotaFailure";
 /// The gRPC answer to a call `decision` denied: a trailers-only `RESOURCE_EXHAUSTED` with the
 /// retry delay as `retry-after`, `grpc-retry-pushback-ms` and a `google.rpc.RetryInfo` in
 /// `grpc-status-details-bin` (see the [module docs](self)).
-/// [`RateLimitLayerBuilder::grpc`](super::RateLimitLayerBuilder::grpc) installs it; it is also a
+/// [`RateLimitLayerBuilder::grpc`](crate::rate_limit::RateLimitLayerBuilder::grpc) installs it; it is also a
 /// `Fn(&Decision) -> Response<Bytes>` of its own, for a
-/// [`response`](super::RateLimitLayerBuilder::response) hook that wraps it.
+/// [`response`](crate::rate_limit::RateLimitLayerBuilder::response) hook that wraps it.
 ///
 /// ```
 /// use redis_guard::rate_limit::{Global, MemoryLimiter, Quota, RateLimitLayer, grpc};
@@ -138,7 +139,7 @@ fn status(code: u8, message: &str, details: &Details<'_>) -> Response<Bytes> {
     h.insert(GRPC_STATUS, HeaderValue::from(u16::from(code)));
     insert_encoded(h, GRPC_MESSAGE, percent_encode(message));
     if let Some(delay) = details.retry {
-        headers::insert_retry_after(h, super::decision::ceil_secs(delay));
+        headers::insert_retry_after(h, ceil_secs(delay));
         h.insert(
             GRPC_RETRY_PUSHBACK_MS,
             HeaderValue::from(ceil_millis(delay)),
@@ -251,9 +252,9 @@ fn varint(out: &mut Vec<u8>, mut value: u64) {
 mod tests {
     use http::HeaderName;
 
+    use super::super::response::tests::collected as call;
     use super::*;
     use crate::backend::ManualClock;
-    use crate::rate_limit::response::tests::collected as call;
     use crate::rate_limit::{
         FailurePolicy, HeaderKey, MemoryLimiter, MissingKey, Quota, RateLimitLayer,
     };

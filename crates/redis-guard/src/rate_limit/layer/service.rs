@@ -8,15 +8,13 @@ use http::{Request, Response};
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::Decision;
 use super::config::{Config, Plan};
 use super::future::ResponseFuture;
-use super::limiter::{Check, LimiterError, Pending};
-use super::resolve;
 use super::response::ResponseBody;
+use crate::rate_limit::{Check, Decision, LimiterError, Pending, looked_up};
 use crate::telemetry::Stopwatch;
 
-/// The service [`RateLimitLayer`](super::RateLimitLayer) wraps around its inner service.
+/// The service [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) wraps around its inner service.
 ///
 /// Clones share the limiter and its state (a clone per connection sees the same limits).
 #[derive(Clone)]
@@ -75,7 +73,7 @@ where
                 ResponseFuture::checking(pending, inner, req, Arc::clone(&self.config))
             }
             Plan::Resolve(checks, lookups) => ResponseFuture::resolving(
-                resolve::looked_up(checks, lookups),
+                looked_up(checks, lookups),
                 inner,
                 req,
                 Arc::clone(&self.config),
