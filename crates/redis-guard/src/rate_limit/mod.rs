@@ -27,7 +27,10 @@
 //!   is what the layer takes too: no handle type of its own;
 //! - the layer answers `429 Too Many Requests` with `Retry-After`, `RateLimit-Policy` and
 //!   `RateLimit` headers and an `application/problem+json` body, or calls the inner service with
-//!   the same headers added and a [`Decision`] in the request extensions;
+//!   the same headers added and a [`Decision`] in the request extensions. Its answers of its own
+//!   (`429`, `503` with the limiter down, a missing key, `500` misconfigured) carry a
+//!   [`Rejection`] in their extensions, and [`RateLimitLayerBuilder::response`] writes them
+//!   your way;
 //! - in front of a gRPC service, [`RateLimitLayerBuilder::grpc`] makes the layer answer in gRPC
 //!   instead: `RESOURCE_EXHAUSTED` with the retry delay in metadata and status details
 //!   ([`grpc`]).
@@ -155,7 +158,7 @@ pub use key::{
 };
 pub(crate) use layer::WarnEvery;
 pub use layer::{
-    FailurePolicy, MissingKey, Mode, RateLimit, RateLimitLayer, RateLimitLayerBuilder,
+    FailurePolicy, MissingKey, Mode, RateLimit, RateLimitLayer, RateLimitLayerBuilder, Rejection,
     ResponseBody, ResponseFuture, grpc,
 };
 pub use lease::Lease;

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use bytes::Bytes;
 use http::header::{SET_COOKIE, VARY};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
@@ -16,7 +17,7 @@ use super::handle::Session;
 use super::state::CookieAction;
 use super::store::BoxFuture;
 use super::token::Wire;
-use super::{FailurePolicy, SessionError, SessionUser};
+use super::{FailurePolicy, Rejection, SessionError, SessionUser};
 use crate::problem::problem;
 
 define_response_future! {
@@ -33,9 +34,9 @@ define_response_future! {
             fut: S::Future,
             session: Option<Session>,
         },
-        // The inner service's response, or why the layer answers instead.
+        // The inner service's response, or the layer's answer instead.
         Finishing {
-            fut: BoxFuture<Result<<S as Service<Request<ReqBody>>>::Response, Unavailable>>,
+            fut: BoxFuture<Result<<S as Service<Request<ReqBody>>>::Response, Response<Bytes>>>,
         },
     }
 }
@@ -91,7 +92,8 @@ where
                         Err(e) => {
                             // Only with FailurePolicy::Closed.
                             tracing::warn!(error = %e, "session store unavailable: 503");
-                            return Poll::Ready(Ok(unavailable(Unavailable)));
+                            let res = session.rejected(Rejection::StoreUnavailable);
+                            return Poll::Ready(Ok(res.map(ResponseBody::full)));
                         }
                     }
                     State::Calling {
@@ -111,7 +113,7 @@ where
                 StateProj::Finishing { fut } => {
                     return Poll::Ready(Ok(match ready!(fut.as_mut().poll(cx)) {
                         Ok(res) => res.map(ResponseBody::inner),
-                        Err(why) => unavailable(why),
+                        Err(answer) => answer.map(ResponseBody::full),
                     }));
                 }
             };
@@ -120,15 +122,13 @@ where
     }
 }
 
-/// The store failed under [`FailurePolicy::Closed`]: the layer answers `503`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Unavailable;
-
-async fn finish<B>(session: Session, mut res: Response<B>) -> Result<Response<B>, Unavailable> {
+/// The inner service's response with the session's cookie and cache headers, or the layer's
+/// own answer when the store failed under [`FailurePolicy::Closed`].
+async fn finish<B>(session: Session, mut res: Response<B>) -> Result<Response<B>, Response<Bytes>> {
     let success = res.status().is_success() || res.status().is_redirection();
     let (cookie, failed) = session.finish(success).await;
     if failed && session.policy() == FailurePolicy::Closed {
-        return Err(Unavailable);
+        return Err(session.rejected(Rejection::StoreUnavailable));
     }
     // A response cache outside this layer reads the mark: never store a response that depends
     // on a session. A mark that says neither tells it nothing, so none is allocated then.
@@ -189,16 +189,4 @@ fn after_completion<B>() -> Response<ResponseBody<B>> {
         &[],
     )
     .map(ResponseBody::full)
-}
-
-/// The layer's `503`: the store failed under [`FailurePolicy::Closed`].
-fn unavailable<B>(_: Unavailable) -> Response<ResponseBody<B>> {
-    let mut res = problem(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "The session store is unavailable; retry shortly.",
-        &[],
-    );
-    res.headers_mut()
-        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-    res.map(ResponseBody::full)
 }

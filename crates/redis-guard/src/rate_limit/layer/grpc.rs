@@ -6,7 +6,7 @@
 //! headers. [`RateLimitLayerBuilder::grpc`](crate::rate_limit::RateLimitLayerBuilder::grpc) makes the layer
 //! answer in gRPC instead:
 //!
-//! - a denied call gets [`resource_exhausted`]: HTTP `200`, `content-type: application/grpc`,
+//! - a denied call ([`Rejection::Limited`]) gets, from [`response`]: HTTP `200`, `content-type: application/grpc`,
 //!   and, in the one header block of a *trailers-only* response, `grpc-status: 8`
 //!   (`RESOURCE_EXHAUSTED`), a `grpc-message`, the retry delay as `retry-after` (whole seconds,
 //!   rounded up) and as `grpc-retry-pushback-ms` (the header gRPC's [retry design] gives a
@@ -46,8 +46,9 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
 
-use super::{headers, response};
-use crate::rate_limit::{Decision, ceil_secs};
+use super::headers;
+use super::rejection::Rejection;
+use crate::rate_limit::ceil_secs;
 
 /// `grpc-status`.
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
@@ -66,11 +67,12 @@ const UNAVAILABLE: u8 = 14;
 const RETRY_INFO_TYPE: &str = "type.googleapis.com/google.rpc.RetryInfo";
 const QUOTA_FAILURE_TYPE: &str = "type.googleapis.com/google.rpc.QuotaFailure";
 
-/// The gRPC answer to a call `decision` denied: a trailers-only `RESOURCE_EXHAUSTED` with the
-/// retry delay as `retry-after`, `grpc-retry-pushback-ms` and a `google.rpc.RetryInfo` in
-/// `grpc-status-details-bin` (see the [module docs](self)).
+/// The layer's answer to `rejection` in gRPC. A denied call gets a trailers-only
+/// `RESOURCE_EXHAUSTED` with the retry delay as `retry-after`, `grpc-retry-pushback-ms` and a
+/// `google.rpc.RetryInfo` in `grpc-status-details-bin`; the other rejections the gRPC status of
+/// the same meaning (see the [module docs](self)).
 /// [`RateLimitLayerBuilder::grpc`](crate::rate_limit::RateLimitLayerBuilder::grpc) installs it; it is also a
-/// `Fn(&Decision) -> Response<Bytes>` of its own, for a
+/// `Fn(&Rejection) -> Response<Bytes>` of its own, for a
 /// [`response`](crate::rate_limit::RateLimitLayerBuilder::response) hook that wraps it.
 ///
 /// ```
@@ -78,8 +80,8 @@ const QUOTA_FAILURE_TYPE: &str = "type.googleapis.com/google.rpc.QuotaFailure";
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
 ///     .rule("upstream", Global, Quota::per_second(100))
-///     .response(|decision| {
-///         let mut res = grpc::resource_exhausted(decision);
+///     .response(|rejection| {
+///         let mut res = grpc::response(rejection);
 ///         res.headers_mut().insert("x-upstream", http::HeaderValue::from_static("busy"));
 ///         res
 ///     })
@@ -87,24 +89,16 @@ const QUOTA_FAILURE_TYPE: &str = "type.googleapis.com/google.rpc.QuotaFailure";
 /// # let _ = layer; Ok(()) }
 /// ```
 #[must_use]
-pub fn resource_exhausted(decision: &Decision) -> Response<Bytes> {
-    let message = response::limited_detail(decision);
+pub fn response(rejection: &Rejection) -> Response<Bytes> {
+    let message = rejection.to_string();
+    let status_code = rejection.status();
     let details = Details {
-        retry: Some(decision.retry_after),
-        quota_rule: Some(&decision.rule),
+        // A denial's wait; while the limiter is unavailable, the HTTP answer's
+        // `Retry-After: 1`.
+        retry: rejection.retry_after(),
+        quota_rule: rejection.decision().map(|d| &*d.rule),
     };
-    status(RESOURCE_EXHAUSTED, &message, &details)
-}
-
-/// The gRPC answer for an HTTP `status` the layer gives without a decision.
-pub(crate) fn error(status_code: StatusCode, detail: &str) -> Response<Bytes> {
-    let unavailable = status_code == StatusCode::SERVICE_UNAVAILABLE;
-    let details = Details {
-        // As the HTTP answer's `Retry-After: 1`.
-        retry: unavailable.then_some(Duration::from_secs(1)),
-        quota_rule: None,
-    };
-    status(code_for(status_code), detail, &details)
+    status(code_for(status_code), &message, &details)
 }
 
 /// The gRPC status code of the same meaning as `status` (`google.rpc.Code`'s HTTP mapping).

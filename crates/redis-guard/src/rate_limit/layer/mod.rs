@@ -11,6 +11,7 @@ mod future;
 pub mod grpc;
 mod headers;
 mod policy;
+mod rejection;
 mod response;
 mod service;
 #[cfg(all(test, feature = "metrics"))]
@@ -21,6 +22,7 @@ pub use builder::RateLimitLayerBuilder;
 use config::Config;
 pub use future::ResponseFuture;
 pub use policy::{FailurePolicy, MissingKey, Mode};
+pub use rejection::Rejection;
 pub use response::ResponseBody;
 pub use service::RateLimit;
 pub(crate) use warn_every::WarnEvery;

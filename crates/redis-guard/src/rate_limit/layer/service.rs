@@ -52,8 +52,8 @@ where
         let req = Request::from_parts(parts, body);
         match plan {
             Plan::Pass => ResponseFuture::call_inner(inner, req),
-            Plan::Respond(status, detail) => {
-                ResponseFuture::respond(status, detail, self.config.grpc)
+            Plan::Respond(rejection) => {
+                ResponseFuture::rejected(*rejection, Arc::clone(&self.config))
             }
             Plan::Check(checks) => {
                 // The layer's rules and its limiter were checked when it was built.
