@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
@@ -64,18 +64,10 @@ impl<B: Body> fmt::Debug for ResponseBody<B> {
     }
 }
 
-impl<B> Body for ResponseBody<B>
-where
-    B: Body<Data = Bytes>,
-{
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let this = self.get_mut();
+impl_body! {
+    ResponseBody,
+    poll_frame(|this, cx| {
+        let this = this.get_mut();
         if let Some(e) = this.failed.take() {
             return Poll::Ready(Some(Err(e)));
         }
@@ -83,30 +75,26 @@ where
             Some(frame) => Poll::Ready(Some(Ok(frame))),
             None => Pin::new(&mut this.body).poll_frame(cx),
         }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.failed.is_none() && self.read.is_empty() && self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        if self.failed.is_some() {
+    }),
+    is_end_stream(|this| { this.failed.is_none() && this.read.is_empty() && this.body.is_end_stream() }),
+    size_hint(|this| {
+        if this.failed.is_some() {
             return SizeHint::default();
         }
-        let read: u64 = self
+        let read: u64 = this
             .read
             .iter()
             .filter_map(Frame::data_ref)
             .map(|d| d.len() as u64)
             .sum();
-        let hint = self.body.size_hint();
+        let hint = this.body.size_hint();
         let mut out = SizeHint::new();
         out.set_lower(hint.lower() + read);
         if let Some(upper) = hint.upper() {
             out.set_upper(upper + read);
         }
         out
-    }
+    }),
 }
 
 /// A body read up to a limit.

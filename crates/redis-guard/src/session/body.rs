@@ -1,11 +1,8 @@
 //! [`ResponseBody`]: the response body of the session service.
 
 use std::fmt;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
 
 use crate::body::InnerOrBytes;
 
@@ -41,24 +38,11 @@ impl<B> fmt::Debug for ResponseBody<B> {
     }
 }
 
-impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        self.project().body.poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
+impl_body! {
+    ResponseBody,
+    poll_frame(|this, cx| { this.project().body.poll_frame(cx) }),
+    is_end_stream(|this| { this.body.is_end_stream() }),
+    size_hint(|this| { this.body.size_hint() }),
 }
 
 #[cfg(test)]

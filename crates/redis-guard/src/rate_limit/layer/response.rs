@@ -1,12 +1,11 @@
 //! Responses the layer makes itself, and the body type that carries them.
 
 use std::fmt;
-use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::task::{Poll, ready};
 
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
-use http_body::{Body, Frame, SizeHint};
+use http_body::Frame;
 use pin_project_lite::pin_project;
 
 use super::config::Config;
@@ -63,18 +62,10 @@ impl<B> fmt::Debug for ResponseBody<B> {
     }
 }
 
-impl<B> Body for ResponseBody<B>
-where
-    B: Body<Data = Bytes>,
-{
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let this = self.project();
+impl_body! {
+    ResponseBody,
+    poll_frame(|this, cx| {
+        let this = this.project();
         let Some(held) = this.held.as_mut().filter(|h| !h.is_finished()) else {
             return this.body.poll_frame(cx);
         };
@@ -114,19 +105,15 @@ where
                 Poll::Ready(Some(Err(e)))
             }
         }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        if self.held.as_ref().is_some_and(|h| !h.is_finished()) {
+    }),
+    is_end_stream(|this| {
+        if this.held.as_ref().is_some_and(|h| !h.is_finished()) {
             // Not before the cost is settled and the leases released: the last poll does it.
             return false;
         }
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
+        this.body.is_end_stream()
+    }),
+    size_hint(|this| { this.body.size_hint() }),
 }
 
 /// The layer's own answer for `rejection`: the
