@@ -372,4 +372,21 @@ pub(super) mod tests {
             );
         }
     }
+
+    /// The hook writes the answers without a decision too (it wrote the `429` only).
+    #[tokio::test]
+    async fn a_hook_writes_the_unavailable_answer_too() {
+        let rule = Rule::new("api", Quota::per_minute(1)).with_algorithm(Algorithm::Custom(
+            CustomAlgorithm::new("lua", "return function() end"),
+        ));
+        let layer = RateLimitLayer::builder(MemoryLimiter::new())
+            .rule_with(rule, HeaderKey::new(HeaderName::from_static("x-key")))
+            .failure_policy(FailurePolicy::Closed)
+            .response(|_| Response::new(Bytes::from("busy")))
+            .build()
+            .unwrap();
+        let res = collected(&layer, Some("k")).await;
+        assert_eq!(res.body(), "busy");
+        assert_eq!(res.headers()["retry-after"], "1");
+    }
 }
