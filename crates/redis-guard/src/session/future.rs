@@ -11,7 +11,6 @@ use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
 
 use super::body::ResponseBody;
-
 use super::cache_control::private_cache_control;
 use super::handle::Session;
 use super::state::CookieAction;
