@@ -118,63 +118,51 @@
 //!
 //! [`tower::limit::RateLimit`]: https://docs.rs/tower/latest/tower/limit/struct.RateLimit.html
 
-mod actual_cost;
+// The folders, in the order a request meets them: its rules (`rule/`) and keys (`key/`); the
+// limiter that decides (`limiter/`: the interface a layer drives, the calls made outside one),
+// in Redis (`redis/`) or in this process (`memory/`), by the algorithms (`algorithm/`); the
+// `decision.rs` it returns; and what an admitted request holds until its response ends
+// (`lease/`). The layer's own files take what they need from here, by name.
 mod algorithm;
-mod check;
 mod decision;
-mod denials;
-mod direct;
-mod entry_ids;
-mod evaluation;
-mod few;
-mod fixed_window_batch;
-mod fixed_window_plain;
-mod holding;
-mod hot_lease;
+mod inline_list;
 mod key;
 mod layer;
 mod lease;
 mod limiter;
 mod memory;
-mod operations;
-mod quota;
-mod receipt;
-mod redis_limiter;
-mod reply;
-mod resolve;
-mod route;
+mod redis;
 mod rule;
 
-pub use actual_cost::{ActualCost, CostReport};
 pub use algorithm::{Algorithm, CustomAlgorithm, RuleState};
 pub use decision::{Decision, RuleDecision};
-// The client's address lives in `crate::client_ip` (sessions read it too); rate limits key on
-// it so often that it is also here, under the same names.
-pub use crate::client_ip::{ClientIp, ForwardedHeader, PeerAddr};
-pub use check::Check;
-pub(crate) use key::Inline;
 pub use key::{
     And, ExtensionKey, Global, HeaderKey, Key, KeyError, KeyExtractor, KeyExtractorExt, Or,
 };
-pub(crate) use layer::WarnEvery;
 pub use layer::{
     FailurePolicy, MissingKey, Mode, RateLimit, RateLimitLayer, RateLimitLayerBuilder, Rejection,
     ResponseBody, ResponseFuture, grpc,
 };
-pub use lease::Lease;
-pub use limiter::{Limiter, LimiterError};
+pub use lease::{ActualCost, CostReport, Lease};
+pub use limiter::{Bans, Inspection, Limiter, LimiterError};
 pub use memory::MemoryLimiter;
-pub use operations::{Bans, Inspection};
-pub use quota::Quota;
-pub use redis_limiter::RedisLimiter;
-pub use route::Route;
-pub use rule::Rule;
+pub use redis::RedisLimiter;
+pub use rule::{Check, Quota, Route, Rule};
 
-// What the layer's files use of the limiter's, by name (the files move; the names stay).
+// The client's address lives in `crate::client_ip` (sessions read it too); rate limits key on
+// it so often that it is also here, under the same names.
+pub use crate::client_ip::{ClientIp, ForwardedHeader, PeerAddr};
+
+// What the layer's files take from the rest, reachable as `crate::rate_limit::Name` wherever
+// they stand.
 pub(crate) use decision::ceil_secs;
-pub(crate) use few::Few;
-pub(crate) use holding::Holding;
+pub(crate) use inline_list::Few;
+pub(crate) use key::Inline;
+pub(crate) use lease::Holding;
 pub(crate) use limiter::{
     BoxFuture, Held, Pending, Settling, count_failure, count_failure_of, decision_from, settling,
 };
-pub(crate) use resolve::{Lookup, Resolved, looked_up, resolve, usable};
+pub(crate) use rule::quota_lookup::{self, Lookup, Resolved};
+
+// What the rest takes from the layer's files.
+pub(crate) use layer::WarnEvery;

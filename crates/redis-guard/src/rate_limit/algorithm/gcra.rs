@@ -10,7 +10,7 @@ fn current_tat(state: Option<&State>, now: i128, p: &Params) -> i128 {
         Some(&State::Gcra { tat, emission }) if emission != p.emission_us && emission > 0 => {
             let tat = i128::from(tat);
             if tat > now {
-                now + super::step::rescaled(tat - now, i128::from(emission), e).min(b * e)
+                now + super::state::rescaled(tat - now, i128::from(emission), e).min(b * e)
             } else {
                 tat
             }

@@ -16,13 +16,12 @@ mod token_bucket;
 
 mod kind;
 mod rule_state;
+mod state;
 mod step;
 
 pub(crate) use concurrency::{release as release_lease, renew as renew_lease};
 pub use custom::CustomAlgorithm;
 pub use kind::Algorithm;
 pub use rule_state::RuleState;
-pub(crate) use step::{
-    Commit, Params, Refunded, State, Step, ceil_ms, charge, idiv, narrow, refund, standing_reset,
-    step,
-};
+pub(crate) use state::{Commit, Params, State, Step, ceil_ms, idiv, narrow};
+pub(crate) use step::{Refunded, charge, refund, standing_reset, step};

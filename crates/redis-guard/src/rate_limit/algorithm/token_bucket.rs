@@ -22,7 +22,7 @@ fn current_credit(state: Option<&State>, now: u64, p: &Params) -> i128 {
             if emission == p.emission_us && burst == p.burst {
                 credit
             } else {
-                (cap - super::step::rescaled(was_cap - credit, was_e, e)).max(0)
+                (cap - super::state::rescaled(was_cap - credit, was_e, e)).max(0)
             }
         }
         _ => cap,

@@ -2,9 +2,9 @@
 
 use http::request::Parts;
 
+use super::digest::Key;
 use super::error::KeyError;
 use super::extractor::KeyExtractor;
-use super::value::Key;
 
 /// Combinators for every [`KeyExtractor`]; import the trait to use them.
 ///
@@ -27,14 +27,20 @@ pub trait KeyExtractorExt: KeyExtractor + Sized {
     /// either is. See [`And`].
     #[must_use]
     fn and<B: KeyExtractor>(self, other: B) -> And<Self, B> {
-        And::new(self, other)
+        And {
+            first: self,
+            second: other,
+        }
     }
 
     /// This extractor's key, or `other`'s when this one has none ([`KeyError::Missing`]);
     /// [`KeyError::Misconfigured`] is returned as is. See [`Or`].
     #[must_use]
     fn or<B: KeyExtractor>(self, other: B) -> Or<Self, B> {
-        Or::new(self, other)
+        Or {
+            first: self,
+            second: other,
+        }
     }
 }
 
@@ -73,12 +79,6 @@ impl<T: KeyExtractor> KeyExtractorExt for T {}
 pub struct And<A, B> {
     first: A,
     second: B,
-}
-
-impl<A, B> And<A, B> {
-    const fn new(first: A, second: B) -> Self {
-        Self { first, second }
-    }
 }
 
 impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for And<A, B> {
@@ -131,12 +131,6 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for And<A, B> {
 pub struct Or<A, B> {
     first: A,
     second: B,
-}
-
-impl<A, B> Or<A, B> {
-    const fn new(first: A, second: B) -> Self {
-        Self { first, second }
-    }
 }
 
 impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {

@@ -3,9 +3,9 @@ use std::marker::PhantomData;
 
 use http::request::Parts;
 
+use super::digest::Key;
 use super::error::KeyError;
 use super::extractor::KeyExtractor;
-use super::value::Key;
 
 /// A typed value from the request extensions, put there by an earlier layer (authentication, the
 /// session layer), turned into a key by a function: per-user limits.

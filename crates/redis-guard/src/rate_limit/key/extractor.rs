@@ -2,8 +2,8 @@
 
 use http::request::Parts;
 
+use super::digest::Key;
 use super::error::KeyError;
-use super::value::Key;
 
 /// Takes the rate-limit key from a request head.
 ///

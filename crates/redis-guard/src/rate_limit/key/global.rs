@@ -2,9 +2,9 @@
 
 use http::request::Parts;
 
+use super::digest::Key;
 use super::error::KeyError;
 use super::extractor::KeyExtractor;
-use super::value::Key;
 
 /// One key for every request: a global limit on a route (protecting a fragile upstream).
 #[derive(Clone, Copy, Debug, Default)]

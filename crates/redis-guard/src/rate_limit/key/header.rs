@@ -1,9 +1,9 @@
 use http::HeaderName;
 use http::request::Parts;
 
+use super::digest::Key;
 use super::error::KeyError;
 use super::extractor::KeyExtractor;
-use super::value::Key;
 
 /// The value of a request header, as the client sent it.
 ///

@@ -11,18 +11,18 @@
 //! phone number, an e-mail address or an API key is never visible in `KEYS`, `MONITOR` or a dump.
 
 mod compose;
+mod digest;
 mod error;
 mod extension;
 mod extractor;
 mod global;
 mod header;
-mod value;
 
 pub use compose::{And, KeyExtractorExt, Or};
+pub(crate) use digest::Inline;
+pub use digest::Key;
 pub use error::KeyError;
 pub use extension::ExtensionKey;
 pub use extractor::KeyExtractor;
 pub use global::Global;
 pub use header::HeaderKey;
-pub(crate) use value::Inline;
-pub use value::Key;

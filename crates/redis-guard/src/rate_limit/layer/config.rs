@@ -9,9 +9,10 @@ use super::headers;
 use super::rejection::Rejection;
 use super::warn_every::{WARN_INTERVAL, WarnEvery};
 use crate::problem::Respond;
+use crate::rate_limit::quota_lookup as resolve;
 use crate::rate_limit::{
     Algorithm, Check, Decision, FailurePolicy, Few, KeyError, KeyExtractor, Limiter, LimiterError,
-    Lookup, MemoryLimiter, MissingKey, Mode, Quota, Resolved, Rule, resolve, usable,
+    Lookup, MemoryLimiter, MissingKey, Mode, Quota, Resolved, Rule,
 };
 use crate::{ConfigError, ConfigErrorKind, telemetry};
 
@@ -175,10 +176,10 @@ impl Config {
                     }
                     let check =
                         Check::shared(&r.rule, key).with_cost(cost.unwrap_or(r.rule.cost()));
-                    match resolve(&r.rule, parts) {
+                    match resolve::resolve(&r.rule, parts) {
                         Resolved::Now(quota) => {
                             let check = check.with_quota(quota.unwrap_or(*r.rule.quota()));
-                            if usable(&check).is_err() {
+                            if resolve::usable(&check).is_err() {
                                 return misconfigured();
                             }
                             checks.push(check);

@@ -8,7 +8,8 @@ use tracing::Instrument;
 use super::config::{Config, Plan};
 use super::future::ResponseFuture;
 use super::response::ResponseBody;
-use crate::rate_limit::{Check, Decision, LimiterError, Pending, looked_up};
+use crate::rate_limit::quota_lookup as resolve;
+use crate::rate_limit::{Check, Decision, LimiterError, Pending};
 use crate::telemetry::Stopwatch;
 
 define_service! {
@@ -48,7 +49,7 @@ impl_service! {
                 ResponseFuture::checking(pending, inner, req, Arc::clone(&this.config))
             }
             Plan::Resolve(checks, lookups) => ResponseFuture::resolving(
-                looked_up(checks, lookups),
+                resolve::looked_up(checks, lookups),
                 inner,
                 req,
                 Arc::clone(&this.config),

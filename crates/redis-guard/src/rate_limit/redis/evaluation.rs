@@ -4,14 +4,14 @@
 use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
 
-use super::Algorithm;
-use super::algorithm::RuleState;
-use super::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
 use super::fixed_window_batch::{Count, Transaction};
-use super::limiter::LimiterError;
-use super::receipt::{Group, Receipt, Receipted, request_id};
-use super::reply::parse_reply;
+use super::script_reply::parse_reply;
 use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall, call_alone};
+use crate::rate_limit::Algorithm;
+use crate::rate_limit::algorithm::RuleState;
+use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
+use crate::rate_limit::lease::{Receipt, Receipted, request_id};
+use crate::rate_limit::limiter::LimiterError;
 
 /// One evaluation: the keys and arguments of every rule.
 pub(super) struct Evaluation {
@@ -45,6 +45,16 @@ impl RuleArgs {
     pub(super) fn is_lease(&self) -> bool {
         Some(self.ints[0]) == Algorithm::Concurrency.builtin_id().map(u64::from) && self.ints[5] > 0
     }
+}
+
+/// The rules of one slot group, and the Redis time they were decided at.
+pub(super) struct Group {
+    /// Per rule, its state key (not its override key).
+    pub(super) keys: Vec<String>,
+    pub(super) args: Vec<RuleArgs>,
+    /// Per rule, its name, when the request may be settled; empty otherwise.
+    pub(super) names: Vec<Arc<str>>,
+    pub(super) evaluated_at: u64,
 }
 
 /// A request's rules as one entry of a coalesced call of an evaluation script.
@@ -129,7 +139,7 @@ impl Evaluation {
     /// Keeps a receipt of an admitted request naming its rules (`names`, one per rule), so that
     /// its response may settle their costs ([`Rule::settles_after_response`]).
     ///
-    /// [`Rule::settles_after_response`]: super::Rule::settles_after_response
+    /// [`Rule::settles_after_response`]: crate::rate_limit::Rule::settles_after_response
     pub(super) fn settled(mut self, names: Vec<Arc<str>>) -> Self {
         // The lean script names nothing; a settled request takes the general one.
         self.gcra_only = false;
@@ -285,7 +295,7 @@ impl Evaluation {
     /// Charges each rule its cost whatever is left ([`RedisLimiter::charge_all`]): one call of the
     /// charge script per hash slot.
     ///
-    /// [`RedisLimiter::charge_all`]: super::RedisLimiter::charge_all
+    /// [`RedisLimiter::charge_all`]: crate::rate_limit::RedisLimiter::charge_all
     pub(super) async fn charge(&self, backend: &RedisBackend) -> Result<(), LimiterError> {
         let request = request_id();
         for group in backend.slot_groups(&self.keys) {

@@ -6,13 +6,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::decision::RuleDecision;
+use crate::rate_limit::decision::RuleDecision;
 use futures_util::future::join_all;
 
-pub(crate) use super::check::Check;
-use super::decision::HeldLease;
-use super::{Decision, Inspection, Key, Lease, Mode, Rule, RuleState};
+use super::overrides::Steer;
 use crate::backend::BackendError;
+pub(crate) use crate::rate_limit::Check;
+use crate::rate_limit::decision::HeldLease;
+use crate::rate_limit::{Decision, Inspection, Key, Lease, Mode, Rule, RuleState};
 use crate::telemetry;
 use crate::{ConfigError, ConfigErrorKind};
 
@@ -47,8 +48,8 @@ pub(crate) fn no_checks() -> LimiterError {
 }
 
 /// Decides whether requests are admitted: [`RedisLimiter`] or [`MemoryLimiter`], or an `Arc` of
-/// either, as [`RateLimitLayer::new`](super::RateLimitLayer::new) and
-/// [`RateLimitLayer::builder`](super::RateLimitLayer::builder) take them.
+/// either, as [`RateLimitLayer::new`](crate::rate_limit::RateLimitLayer::new) and
+/// [`RateLimitLayer::builder`](crate::rate_limit::RateLimitLayer::builder) take them.
 ///
 /// This trait is **sealed** and has nothing to call (as tokio's `ToSocketAddrs`): it cannot be
 /// implemented outside this crate, because what the layer asks of a limiter is not a stable
@@ -137,19 +138,13 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
     /// Forgets everything `rule` knows about `key` (`reset`).
     fn reset_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>>;
 
-    /// Blocks `key` under `rule` for `duration` (`penalize`).
-    fn penalize_key(
+    /// Blocks `key` under `rule` for `duration` (`penalize`), or puts it on the rule's runtime
+    /// allow list (`allow`).
+    fn steer_key(
         &self,
         rule: &Rule,
         key: Key,
-        duration: Duration,
-    ) -> BoxFuture<Result<(), LimiterError>>;
-
-    /// Puts `key` on `rule`'s runtime allow list for `duration` (`allow`).
-    fn allow_key(
-        &self,
-        rule: &Rule,
-        key: Key,
+        steer: Steer,
         duration: Duration,
     ) -> BoxFuture<Result<(), LimiterError>>;
 
@@ -181,8 +176,10 @@ pub(crate) fn chargeable(checks: Vec<Check>) -> Result<Vec<Check>, LimiterError>
     for check in &checks {
         check.rule.validate()?;
         let algorithm = match check.rule.algorithm() {
-            super::Algorithm::Custom(custom) => format!("the custom algorithm {}", custom.name()),
-            super::Algorithm::Concurrency => "leases (a concurrency rule)".to_owned(),
+            crate::rate_limit::Algorithm::Custom(custom) => {
+                format!("the custom algorithm {}", custom.name())
+            }
+            crate::rate_limit::Algorithm::Concurrency => "leases (a concurrency rule)".to_owned(),
             _ => continue,
         };
         return Err(check
@@ -404,21 +401,13 @@ impl<L: Engine + ?Sized> Engine for Arc<L> {
         (**self).reset_key(rule, key)
     }
 
-    fn penalize_key(
+    fn steer_key(
         &self,
         rule: &Rule,
         key: Key,
+        steer: Steer,
         duration: Duration,
     ) -> BoxFuture<Result<(), LimiterError>> {
-        (**self).penalize_key(rule, key, duration)
-    }
-
-    fn allow_key(
-        &self,
-        rule: &Rule,
-        key: Key,
-        duration: Duration,
-    ) -> BoxFuture<Result<(), LimiterError>> {
-        (**self).allow_key(rule, key, duration)
+        (**self).steer_key(rule, key, steer, duration)
     }
 }

@@ -3,9 +3,9 @@
 use http::Method;
 use http::request::Parts;
 
-/// The requests a rule applies to ([`Rule::for_route`](super::Rule::for_route)): a path, exact
-/// or a prefix, and optionally methods. One layer can then cover an API with a limit per
-/// endpoint, with no layer per route. A rule without a route applies to every request.
+/// The requests a rule applies to ([`Rule::for_route`](crate::rate_limit::Rule::for_route)): a
+/// path, exact or a prefix, and optionally methods. One layer can then cover an API with a limit
+/// per endpoint, with no layer per route. A rule without a route applies to every request.
 ///
 /// Paths are compared as they arrive, byte for byte, without decoding (as axum's router matches
 /// them). A prefix matches whole segments: `Route::prefix("/export")` matches `/export`,

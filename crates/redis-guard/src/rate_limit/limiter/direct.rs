@@ -8,8 +8,9 @@
 
 use std::time::Duration;
 
-use super::limiter::{Engine, check_all};
-use super::{
+use super::interface::{Engine, check_all};
+use super::overrides::Steer;
+use crate::rate_limit::{
     Check, Decision, Inspection, Key, Limiter, LimiterError, MemoryLimiter, RedisLimiter, Rule,
 };
 
@@ -128,7 +129,7 @@ macro_rules! limiter_operations {
                 key: Key,
                 duration: Duration,
             ) -> Result<(), LimiterError> {
-                self.penalize_key(rule, key, duration).await
+                self.steer_key(rule, key, Steer::Penalize, duration).await
             }
 
             /// Puts `key` on `rule`'s runtime allow list for `duration` (1 ms to
@@ -156,7 +157,7 @@ macro_rules! limiter_operations {
                 key: Key,
                 duration: Duration,
             ) -> Result<(), LimiterError> {
-                self.allow_key(rule, key, duration).await
+                self.steer_key(rule, key, Steer::Allow, duration).await
             }
 
             /// Charges `key` `cost` more units of `rule` whatever is left: a cost learnt after

@@ -1,7 +1,8 @@
 //! A request's [`Holding`], from the response future to the end of its response body: its
-//! concurrency leases ([`Rule::concurrency`](super::Rule::concurrency)) and what its response
-//! settles ([`Rule::charged_after_response`](super::Rule::charged_after_response),
-//! [`Rule::refund_when`](super::Rule::refund_when)).
+//! concurrency leases ([`Rule::concurrency`](crate::rate_limit::Rule::concurrency)) and what its
+//! response settles
+//! ([`Rule::charged_after_response`](crate::rate_limit::Rule::charged_after_response),
+//! [`Rule::refund_when`](crate::rate_limit::Rule::refund_when)).
 
 use std::fmt;
 use std::future::Future;
@@ -12,9 +13,10 @@ use std::time::Duration;
 
 use http::{Response, StatusCode};
 
-use super::lease::{Lease, warn_release, warn_settle};
-use super::limiter::{BoxFuture, Settling};
-use super::{ActualCost, CostReport};
+use super::concurrency::{warn_release, warn_settle};
+use crate::rate_limit::Lease;
+use crate::rate_limit::limiter::{BoxFuture, Settling};
+use crate::rate_limit::{ActualCost, CostReport};
 
 /// What a request's response settles, and what is known of it so far.
 struct Settle {

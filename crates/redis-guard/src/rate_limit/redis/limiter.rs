@@ -5,18 +5,21 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::algorithm::script::{CUSTOM_BASE, FIXED_WINDOW_COUNTER, OPERATIONS, Scripts};
-use super::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use super::denials::{Request, cache_now, cacheable, cached_denial, state_keys};
 use super::evaluation::{Coalescers, Evaluation, RuleArgs};
 use super::fixed_window_plain::{self, Counters};
 use super::hot_lease::HotLeases;
-use super::lease::warn_release;
-use super::limiter::{BoxFuture, Check, Engine, Held, Limiter, LimiterError, chargeable};
-use super::operations::{self, Inspection, Override};
-use super::receipt::Receipted;
-use super::{Decision, Key, Lease, Rule};
-use crate::backend::{BackendError, DEFAULT_BATCH, DenyCache, RedisBackend};
+use crate::backend::{DEFAULT_BATCH, DenyCache, RedisBackend};
+use crate::rate_limit::algorithm::script::{CUSTOM_BASE, FIXED_WINDOW_COUNTER, Scripts};
+use crate::rate_limit::algorithm::{Algorithm, CustomAlgorithm, RuleState};
+use crate::rate_limit::lease::Receipted;
+use crate::rate_limit::lease::warn_release;
+use crate::rate_limit::limiter::operations::{self, Inspection};
+use crate::rate_limit::limiter::overrides::Steer;
+use crate::rate_limit::limiter::{
+    BoxFuture, Check, Engine, Held, Limiter, LimiterError, chargeable,
+};
+use crate::rate_limit::{Decision, Key, Lease, Rule};
 
 /// Default capacity of a [`RedisLimiter`]'s deny cache: how many denied clients it remembers.
 pub(crate) const DEFAULT_DENY_CACHE: usize = 10_000;
@@ -37,15 +40,15 @@ pub(crate) const DENY_CACHE_MAX_WAIT: Duration = Duration::from_secs(2);
 /// exception is a request whose only rule is a [fixed window](Algorithm::FixedWindow) on
 /// Redis >= 7: one `MULTI` of `INCRBY` and `PEXPIRE … NX`, no script, coalesced the same way.
 ///
-/// Key names are `<prefix>rl:<rule>:<algorithm>:{<digest>}`: the digest is a hash of the client
-/// key (see [`Key::digest`](super::Key::digest)), and the braces make it a Cluster hash tag.
-/// Beside it, `<prefix>rl:<rule>:ov:{<digest>}` holds the key's override record (penalty, allow
-/// list entry, bans; see [`RedisLimiter::inspect`]), written only by operations and bans and read
-/// by rules built [`with_overrides`](super::Rule::with_overrides) or with bans, and
-/// `<prefix>rl:<rule>:lease:{<digest>}` the units of [leased](super::Rule::leased) blocks not
-/// given back yet. The algorithm (`gcra`, `fwc` — the fixed window's plain counter on Redis >= 7,
-/// `fw` on older servers —, `sl`, `sc`, `tb`, or `x-<name>` for a custom one) is part of the
-/// name, so switching a rule's algorithm starts it afresh rather than failing on state of
+/// Key names are `<prefix>rl:<rule>:<algorithm>:{<digest>}`: the digest is a hash of the client key
+/// (see [`Key::digest`](crate::rate_limit::Key::digest)), and the braces make it a Cluster hash
+/// tag. Beside it, `<prefix>rl:<rule>:ov:{<digest>}` holds the key's override record (penalty,
+/// allow list entry, bans; see [`RedisLimiter::inspect`]), written only by operations and bans and
+/// read by rules built [`with_overrides`](crate::rate_limit::Rule::with_overrides) or with bans,
+/// and `<prefix>rl:<rule>:lease:{<digest>}` the units of [leased](crate::rate_limit::Rule::leased)
+/// blocks not given back yet. The algorithm (`gcra`, `fwc` — the fixed window's plain counter on
+/// Redis >= 7, `fw` on older servers —, `sl`, `sc`, `tb`, or `x-<name>` for a custom one) is part
+/// of the name, so switching a rule's algorithm starts it afresh rather than failing on state of
 /// another shape; the old keys expire on their own.
 ///
 /// The prefix, the timeout per call and the connection come from the [`RedisBackend`]; a
@@ -65,14 +68,14 @@ pub(crate) const DENY_CACHE_MAX_WAIT: Duration = Duration::from_secs(2);
 pub struct RedisLimiter {
     pub(super) backend: RedisBackend,
     /// Run the built-in scripts, coalescing the calls that arrive while others are in flight.
-    coalescers: Arc<Coalescers>,
+    pub(super) coalescers: Arc<Coalescers>,
     /// Requests denied until a known time, answered in process until then.
     pub(super) deny_cache: Option<Arc<DenyCache<Vec<RuleState>>>>,
     /// Scripts with custom algorithms, by the customs they contain (in id order).
     custom_scripts: Arc<Mutex<HashMap<Vec<CustomAlgorithm>, Arc<Scripts>>>>,
     /// Whether fixed windows are plain counters (Redis >= 7), once known.
     pub(super) counters: Arc<Counters>,
-    /// Blocks of [leased](super::Rule::leased) rules' busy keys.
+    /// Blocks of [leased](crate::rate_limit::Rule::leased) rules' busy keys.
     pub(super) leases: Arc<HotLeases>,
 }
 
@@ -116,8 +119,9 @@ impl RedisLimiter {
     /// - quota coming back with time: `remaining` is the count when Redis denied, while on GCRA,
     ///   token bucket and sliding windows it grows as the wait runs down.
     ///
-    /// A request with a concurrency rule ([`Rule::concurrency`](super::Rule::concurrency)) is
-    /// never cached: a lease may be released at any moment.
+    /// A request with a concurrency rule
+    /// ([`Rule::concurrency`](crate::rate_limit::Rule::concurrency)) is never cached: a lease may
+    /// be released at any moment.
     #[must_use]
     pub fn deny_cache(mut self, capacity: usize) -> Self {
         self.deny_cache = (capacity > 0).then(|| Arc::new(DenyCache::new(capacity)));
@@ -389,151 +393,20 @@ impl Engine for RedisLimiter {
     }
 
     fn inspect_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
-        if self.needs_shape([rule]) {
-            let rule = rule.clone();
-            return self.once_shaped(move |this| this.inspect_key(&rule, key));
-        }
-        if let Err(e) = operations::valid(self, rule) {
-            return Box::pin(std::future::ready(Err(e)));
-        }
-        if rule.allows(&key) {
-            let listed = Inspection::allow_listed(rule.quota().limit());
-            return Box::pin(std::future::ready(Ok(listed)));
-        }
-        let check = Check::new(rule.clone(), key);
-        let evaluation = self.evaluation(std::slice::from_ref(&check)).dry();
-        let coalescers = Arc::clone(&self.coalescers);
-        // A rule that reads no record has none that applies.
-        let record = rule
-            .reads_overrides()
-            .then(|| self.operation(&check.rule, &check.key, "get", 0));
-        Box::pin(async move {
-            let (states, _) = evaluation.run(&coalescers).await?;
-            let state = states
-                .into_iter()
-                .next()
-                .ok_or_else(|| BackendError::BadReply("no state".into()))?;
-            let (record, now) = match record {
-                Some(record) => record.await?,
-                None => (Override::default(), 0),
-            };
-            Ok(Inspection::new(state, record, now, check.cost))
-        })
+        self.inspect_on_redis(rule, key)
     }
 
     fn reset_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {
-        if self.needs_shape([rule]) {
-            let rule = rule.clone();
-            return self.once_shaped(move |this| this.reset_key(&rule, key));
-        }
-        if let Err(e) = operations::valid(self, rule) {
-            return Box::pin(std::future::ready(Err(e)));
-        }
-        let done = self.operation(rule, &key, "reset", 0);
-        Box::pin(async move { done.await.map(drop) })
+        self.reset_on_redis(rule, key)
     }
 
-    fn penalize_key(
+    fn steer_key(
         &self,
         rule: &Rule,
         key: Key,
+        steer: Steer,
         duration: Duration,
     ) -> BoxFuture<Result<(), LimiterError>> {
-        self.steer(rule, &key, duration, "penalize")
+        self.steer(rule, &key, duration, steer.op())
     }
-
-    fn allow_key(
-        &self,
-        rule: &Rule,
-        key: Key,
-        duration: Duration,
-    ) -> BoxFuture<Result<(), LimiterError>> {
-        self.steer(rule, &key, duration, "allow")
-    }
-}
-
-impl RedisLimiter {
-    /// `penalize` or `allow` for `duration`, validated.
-    fn steer(
-        &self,
-        rule: &Rule,
-        key: &Key,
-        duration: Duration,
-        op: &'static str,
-    ) -> BoxFuture<Result<(), LimiterError>> {
-        if self.needs_shape([rule]) {
-            let (rule, key) = (rule.clone(), key.clone());
-            return self.once_shaped(move |this| this.steer(&rule, &key, duration, op));
-        }
-        match operations::valid_for(self, rule, duration) {
-            Ok(us) => {
-                let done = self.operation(rule, key, op, us);
-                Box::pin(async move { done.await.map(drop) })
-            }
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
-    }
-
-    /// Runs the operations script (`get`, `reset`, `penalize`, `allow`) on `rule`'s keys for
-    /// `key`: the record afterwards and the Redis time, in µs.
-    fn operation(
-        &self,
-        rule: &Rule,
-        key: &Key,
-        op: &'static str,
-        us: u64,
-    ) -> impl Future<Output = Result<(Override, u64), LimiterError>> + Send + 'static {
-        let (state, record) = self.key_names(rule, key, true);
-        let record = record.unwrap_or_default();
-        let backend = self.backend.clone();
-        let deny_cache = self.deny_cache.clone().filter(|_| op != "get");
-        async move {
-            let mut call = backend.script(&OPERATIONS, &[state, record]);
-            call.arg(op).arg(us);
-            let reply = call.run().await?;
-            if let Some(cache) = deny_cache {
-                // This replica's cached denials may predate the operation.
-                cache.clear();
-            }
-            parse_record(&reply)
-        }
-    }
-}
-
-/// Parses the operations script's reply: `{ now, block_until, allow_until, level, level_until,
-/// strikes, strikes_until }`.
-fn parse_record(reply: &redis::Value) -> Result<(Override, u64), LimiterError> {
-    let ints: Option<Vec<u64>> = match reply {
-        redis::Value::Array(cells) if cells.len() == 7 => cells
-            .iter()
-            .map(|c| match c {
-                redis::Value::Int(i) => u64::try_from(*i).ok(),
-                _ => None,
-            })
-            .collect(),
-        _ => None,
-    };
-    let Some(
-        [
-            now,
-            block_until,
-            allow_until,
-            level,
-            level_until,
-            strikes,
-            strikes_until,
-        ],
-    ) = ints.and_then(|v| <[u64; 7]>::try_from(v).ok())
-    else {
-        return Err(BackendError::BadReply(format!("operations script: {reply:?}")).into());
-    };
-    let record = Override {
-        block_until,
-        allow_until,
-        level,
-        level_until,
-        strikes,
-        strikes_until,
-    };
-    Ok((record, now))
 }

@@ -1,43 +1,27 @@
 //! Operations on one rule and one key: what an operator reads and steers at run time
 //! ([`RedisLimiter::inspect`], [`RedisLimiter::reset`], [`RedisLimiter::penalize`],
-//! [`RedisLimiter::allow`]), and the
-//! escalating bans a rule can carry ([`Bans`]).
+//! [`RedisLimiter::allow`]), and the escalating bans a rule can carry ([`Bans`]). The override
+//! record they read and write, and where it lives, is in `overrides.rs`.
 //!
-//! # Where the state lives
-//!
-//! Beside its algorithm state, a rule that reads overrides
-//! ([`Rule::with_overrides`](super::Rule::with_overrides), or bans) keeps one small *override*
-//! record per key: blocked until, allowed until, ban level (and when it is forgotten),
-//! rejections in the current ban window. It is opt-in because reading it costs every request a
-//! key and a `GET` per script call: measured with it always on, the `redis` benchmark lost
-//! 3–6 % against the bare route. On Redis it is the string key `<prefix>rl:<rule>:ov:{<digest>}`, in the same hash tag as
-//! the rule's state, so the evaluation script reads it in the same atomic call on a single Redis,
-//! a pool or a Cluster, and a penalty or an allow-list entry written by one replica is seen by
-//! every replica on its next decision. The record is only written by an operation or a ban; it
-//! carries a `PX` expiry at the latest of its deadlines, so a key nobody steers has no record
-//! and costs one `GET` of a missing key per script call. Reading it in the same call is what
-//! makes a ban atomic with the rule and an operation visible to every replica at once; a
-//! separate read per request would cost a round trip, and a record inside the algorithm's own
-//! state would need a different shape for each algorithm (and for custom ones).
-//!
-//! [`RedisLimiter::inspect`]: super::RedisLimiter::inspect
-//! [`RedisLimiter::reset`]: super::RedisLimiter::reset
-//! [`RedisLimiter::penalize`]: super::RedisLimiter::penalize
-//! [`RedisLimiter::allow`]: super::RedisLimiter::allow
+//! [`RedisLimiter::inspect`]: crate::rate_limit::RedisLimiter::inspect
+//! [`RedisLimiter::reset`]: crate::rate_limit::RedisLimiter::reset
+//! [`RedisLimiter::penalize`]: crate::rate_limit::RedisLimiter::penalize
+//! [`RedisLimiter::allow`]: crate::rate_limit::RedisLimiter::allow
 
 use std::borrow::Cow;
 use std::time::Duration;
 
-use super::algorithm::ceil_ms;
-use super::limiter::{Check, Engine, LimiterError};
-use super::{Rule, RuleState};
+use super::interface::{Check, Engine, LimiterError};
+use super::overrides::{BanParams, Override, ban_us};
+use crate::rate_limit::algorithm::ceil_ms;
+use crate::rate_limit::{Rule, RuleState};
 use crate::{ConfigError, ConfigErrorKind};
 
 /// The longest duration an operation or a ban accepts: 366 days (longer ones are refused, so
 /// that every time fits the scripts' exact integer range).
 pub(crate) const MAX_OVERRIDE: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 
-/// Escalating bans, a rule option ([`Rule::with_bans`](super::Rule::with_bans)): after
+/// Escalating bans, a rule option ([`Rule::with_bans`](crate::rate_limit::Rule::with_bans)): after
 /// [`after`](Self::after) rejections by the rule within [`within`](Self::within), the key is
 /// blocked for [`block`](Self::block); each further ban while the previous one is remembered
 /// doubles the block, up to [`max`](Self::max). A ban is remembered for
@@ -49,7 +33,7 @@ pub(crate) const MAX_OVERRIDE: Duration = Duration::from_secs(366 * 24 * 60 * 60
 /// rejections by the rule's own quota count: requests refused during a ban do not lengthen it.
 /// Defaults: within 1 minute, block 1 minute, max 1 day, forget after 1 day. Each of the four
 /// durations lasts from 1 ms to 366 days (so that every time fits the scripts' exact integer
-/// range); [`Rule::validate`](super::Rule::validate) refuses others.
+/// range); [`Rule::validate`](crate::rate_limit::Rule::validate) refuses others.
 ///
 /// ```
 /// use std::time::Duration;
@@ -174,26 +158,8 @@ impl Bans {
     }
 }
 
-/// [`Bans`] in microseconds.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct BanParams {
-    after: u64,
-    within: u64,
-    block: u64,
-    max: u64,
-    forget: u64,
-}
-
-/// The `level`-th ban's length in µs, as `overrides.lua` computes it.
-fn ban_us(p: BanParams, level: u64) -> u64 {
-    match level {
-        0 => 0,
-        1..=40 => p.block.saturating_mul(1 << (level - 1)).min(p.max),
-        _ => p.max,
-    }
-}
-
-/// What [`RedisLimiter::inspect`](super::RedisLimiter::inspect) reports about one rule and one key.
+/// What [`RedisLimiter::inspect`](crate::rate_limit::RedisLimiter::inspect) reports about one rule
+/// and one key.
 ///
 /// ```
 /// use std::time::Duration;
@@ -216,17 +182,19 @@ pub struct Inspection {
     /// allow-list entries are applied, as for a real request (blocked: nothing left; on the
     /// runtime list: admitted, and the quota does not move).
     pub state: RuleState,
-    /// How long the key stays blocked by a [`penalize`](super::RedisLimiter::penalize) or a ban.
+    /// How long the key stays blocked by a [`penalize`](crate::rate_limit::RedisLimiter::penalize)
+    /// or a ban.
     pub blocked_for: Option<Duration>,
-    /// How long the key stays on the runtime allow list ([`allow`](super::RedisLimiter::allow)).
+    /// How long the key stays on the runtime allow list
+    /// ([`allow`](crate::rate_limit::RedisLimiter::allow)).
     pub allowed_for: Option<Duration>,
     /// How many bans in a row the key has earned and not yet lived down (0: none).
     pub ban_level: u32,
     /// Rejections counted toward the next ban in the current window.
     pub strikes: u32,
     /// Whether the rule's static allow list holds the key
-    /// ([`Rule::with_allowed_keys`](super::Rule::with_allowed_keys)): it never reaches the
-    /// store.
+    /// ([`Rule::with_allowed_keys`](crate::rate_limit::Rule::with_allowed_keys)): it never reaches
+    /// the store.
     pub allow_listed: bool,
 }
 
@@ -349,141 +317,9 @@ pub(crate) fn merge_allow_listed(
         .collect()
 }
 
-/// One rule's override record for one key: the twin of `overrides.lua`, stored by Redis as
-/// `block_until:allow_until:level:level_until:strikes:strikes_until` (µs of Redis time) and by the
-/// memory limiter as this struct. A field whose time has passed counts as 0.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Override {
-    /// Denied until (penalty or ban).
-    pub(crate) block_until: u64,
-    /// Admitted without counting until.
-    pub(crate) allow_until: u64,
-    /// Bans in a row, remembered until `level_until`.
-    pub(crate) level: u64,
-    pub(crate) level_until: u64,
-    /// Rejections in the ban window that ends at `strikes_until`.
-    pub(crate) strikes: u64,
-    pub(crate) strikes_until: u64,
-}
-
-/// How an override changes one rule's answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Effect {
-    /// No override: the algorithm decides and records.
-    None,
-    /// On the runtime allow list: admitted, nothing recorded.
-    Allowed,
-    /// Blocked for this many µs: denied.
-    Blocked(u64),
-}
-
-impl Override {
-    /// The record as of `now`: fields whose time has passed cleared.
-    pub(crate) fn live(mut self, now: u64) -> Self {
-        if self.block_until <= now {
-            self.block_until = 0;
-        }
-        if self.allow_until <= now {
-            self.allow_until = 0;
-        }
-        if self.level_until <= now {
-            (self.level, self.level_until) = (0, 0);
-        }
-        if self.strikes_until <= now {
-            (self.strikes, self.strikes_until) = (0, 0);
-        }
-        self
-    }
-
-    /// When the record can be forgotten: its latest deadline.
-    pub(crate) fn until(&self) -> u64 {
-        self.block_until
-            .max(self.allow_until)
-            .max(self.level_until)
-            .max(self.strikes_until)
-    }
-
-    /// What the record does to a request at `now` (a live record).
-    pub(crate) fn effect(&self, now: u64) -> Effect {
-        if self.allow_until > now {
-            Effect::Allowed
-        } else if self.block_until > now {
-            Effect::Blocked(self.block_until - now)
-        } else {
-            Effect::None
-        }
-    }
-
-    /// Counts one rejection by the rule at `now`; bans when it is the `after`-th in the window.
-    pub(crate) fn strike(&mut self, now: u64, bans: BanParams) {
-        if self.strikes_until <= now {
-            (self.strikes, self.strikes_until) = (0, now + bans.within);
-        }
-        self.strikes += 1;
-        if self.strikes >= bans.after {
-            self.level += 1;
-            self.block_until = now + ban_us(bans, self.level);
-            self.level_until = self.block_until + bans.forget;
-            (self.strikes, self.strikes_until) = (0, 0);
-        }
-    }
-
-    /// `penalize`: blocked for `us` from `now`, off the runtime allow list.
-    pub(crate) fn penalize(&mut self, now: u64, us: u64) {
-        (self.block_until, self.allow_until) = (now + us, 0);
-    }
-
-    /// `allow`: on the runtime allow list for `us` from `now`, no longer blocked.
-    pub(crate) fn allow(&mut self, now: u64, us: u64) {
-        (self.allow_until, self.block_until) = (now + us, 0);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bans_escalate_and_are_capped() {
-        let bans = Bans::after(2)
-            .within(Duration::from_micros(100))
-            .block(Duration::from_micros(1000))
-            .max(Duration::from_micros(3000))
-            .forget_after(Duration::from_micros(10_000))
-            .micros();
-        let mut r = Override::default();
-        r.strike(0, bans);
-        assert_eq!(r.effect(0), Effect::None);
-        // The window ended: the count starts again.
-        r = r.live(200);
-        r.strike(200, bans);
-        assert_eq!(r.strikes, 1);
-        r.strike(250, bans);
-        assert_eq!((r.effect(250), r.level), (Effect::Blocked(1000), 1));
-        let mut at = 1250;
-        for expected in [2000, 3000, 3000] {
-            r = r.live(at);
-            r.strike(at, bans);
-            r.strike(at, bans);
-            assert_eq!(r.effect(at), Effect::Blocked(expected));
-            at += expected;
-        }
-        // Forgotten after `forget_after`: back to the first length.
-        r = r.live(at + 10_000);
-        assert_eq!(r, Override::default());
-    }
-
-    #[test]
-    fn the_latest_operation_wins() {
-        let mut r = Override::default();
-        r.penalize(10, 5);
-        assert_eq!(r.effect(12), Effect::Blocked(3));
-        r.allow(12, 5);
-        assert_eq!(r.effect(12), Effect::Allowed);
-        r.penalize(13, 1);
-        assert_eq!(r.effect(13), Effect::Blocked(1));
-        assert_eq!(r.live(14), Override::default());
-    }
 
     #[test]
     fn invalid_bans_are_named() {

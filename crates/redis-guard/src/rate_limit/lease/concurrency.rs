@@ -5,9 +5,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::limiter::{BoxFuture, LimiterError};
 use super::receipt::{Place, Receipt};
-use super::{Algorithm, Quota, Rule};
+use crate::rate_limit::limiter::{BoxFuture, LimiterError};
+use crate::rate_limit::{Algorithm, Quota, Rule};
 use crate::telemetry;
 
 /// How long a lease lives without being released or renewed, unless
@@ -18,16 +18,16 @@ impl Rule {
     /// A rule that limits **in-flight** requests per key, across every replica that shares the
     /// limiter: at most `max_in_flight` requests of one key are being served at once.
     ///
-    /// An admitted request takes a lease before the inner service runs, decided in the same
-    /// script call as the layer's other rules (all or nothing: a request another rule denies
-    /// takes no lease, and one denied for want of a lease consumes no other quota). A
-    /// [`RateLimitLayer`](super::RateLimitLayer) releases the lease when the response body
-    /// ends or is dropped (the client went away), when the inner service fails, or when the
+    /// An admitted request takes a lease before the inner service runs, decided in the same script
+    /// call as the layer's other rules (all or nothing: a request another rule denies takes no
+    /// lease, and one denied for want of a lease consumes no other quota). A
+    /// [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) releases the lease when the response
+    /// body ends or is dropped (the client went away), when the inner service fails, or when the
     /// response future is dropped before the response exists. While a long body streams and is
-    /// polled, the layer renews the lease every third of its expiry. A lease that is never
-    /// released (its replica crashed, or a body is never polled) expires after
-    /// [`lease_expiry`](Self::lease_expiry) (default 30 s), so a dead
-    /// replica cannot hold a key's slots for ever.
+    /// polled, the layer renews the lease every third of its expiry. A lease that is never released
+    /// (its replica crashed, or a body is never polled) expires after
+    /// [`lease_expiry`](Self::lease_expiry) (default 30 s), so a dead replica cannot hold a key's
+    /// slots for ever.
     ///
     /// A denied request gets `429` with `Retry-After: 1` (the time to the earliest lease's
     /// expiry when that is shorter): leases are usually released long before they expire, so
@@ -35,16 +35,15 @@ impl Rule {
     /// chance. A concurrency rule is left out of the `RateLimit` and `RateLimit-Policy`
     /// headers, whose IETF draft knows only quotas per time window.
     ///
-    /// [`RedisLimiter::inspect`](super::RedisLimiter::inspect) reports the leases free for a key as
-    /// `remaining` (0 when denied), without taking one;
-    /// [`RedisLimiter::reset`](super::RedisLimiter::reset)
-    /// drops every lease of the key. On Redis, a request with leases costs two script calls: the
-    /// decision and the release.
+    /// [`RedisLimiter::inspect`](crate::rate_limit::RedisLimiter::inspect) reports the leases free
+    /// for a key as `remaining` (0 when denied), without taking one;
+    /// [`RedisLimiter::reset`](crate::rate_limit::RedisLimiter::reset) drops every lease of the
+    /// key. On Redis, a request with leases costs two script calls: the decision and the release.
     ///
     /// Each request takes one lease: the cost is 1. A cost of 0 (a probe:
-    /// [`Check::with_cost`](super::Check::with_cost)) asks whether a lease is free without
-    /// taking one; any other cost, and [`with_cost_from`](Self::with_cost_from), are refused by
-    /// [`validate`](Self::validate).
+    /// [`Check::with_cost`](crate::rate_limit::Check::with_cost)) asks whether a lease is free
+    /// without taking one; any other cost, and [`with_cost_from`](Self::with_cost_from), are
+    /// refused by [`validate`](Self::validate).
     ///
     /// ```
     /// use std::time::Duration;
@@ -101,7 +100,7 @@ impl Rule {
     }
 
     /// Why this concurrency rule cannot work, if it is one and cannot.
-    pub(super) fn lease_problem(&self, cost_from: bool) -> Option<&'static str> {
+    pub(crate) fn lease_problem(&self, cost_from: bool) -> Option<&'static str> {
         if !self.algorithm().is_lease() {
             return None;
         }
@@ -122,13 +121,14 @@ impl Rule {
 
 /// The concurrency leases one admitted request holds (see [`Rule::concurrency`]).
 ///
-/// A [`RateLimitLayer`](super::RateLimitLayer) keeps its requests' leases itself. A direct
-/// call ([`RedisLimiter::check_all`](super::RedisLimiter::check_all)) hands them to the caller
-/// inside the [`Decision`](super::Decision) ([`Decision::lease`](super::Decision::lease)): they are
-/// released when [`release`](Self::release) is called, or when the decision and all its clones are
-/// dropped (then in a task spawned on the current Tokio runtime; without one, Redis leases are left
-/// to expire and a line is logged at `warn`). A lease that outlives its expiry without a
-/// [`renew`](Self::renew) is lost: another request may take its slot.
+/// A [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) keeps its requests' leases itself. A
+/// direct call ([`RedisLimiter::check_all`](crate::rate_limit::RedisLimiter::check_all)) hands them
+/// to the caller inside the [`Decision`](crate::rate_limit::Decision)
+/// ([`Decision::lease`](crate::rate_limit::Decision::lease)): they are released when
+/// [`release`](Self::release) is called, or when the decision and all its clones are dropped (then
+/// in a task spawned on the current Tokio runtime; without one, Redis leases are left to expire and
+/// a line is logged at `warn`). A lease that outlives its expiry without a [`renew`](Self::renew)
+/// is lost: another request may take its slot.
 pub struct Lease {
     /// Taken out (emptied) by the first release.
     receipts: Mutex<Vec<Receipt>>,
@@ -138,7 +138,7 @@ pub struct Lease {
 
 impl Lease {
     /// The leases of `receipts`, or `None` when there are none.
-    pub(super) fn new(receipts: Vec<Receipt>) -> Option<Self> {
+    pub(crate) fn new(receipts: Vec<Receipt>) -> Option<Self> {
         let shortest = receipts.iter().map(Receipt::shortest_expiry_us).min()?;
         Some(Self {
             receipts: Mutex::new(receipts),
@@ -147,7 +147,7 @@ impl Lease {
     }
 
     /// The leases of both.
-    pub(super) fn merge(a: Option<Self>, b: Option<Self>) -> Option<Self> {
+    pub(crate) fn merge(a: Option<Self>, b: Option<Self>) -> Option<Self> {
         match (a, b) {
             (None, x) | (x, None) => x,
             (Some(a), Some(b)) => {
@@ -212,7 +212,7 @@ impl Lease {
 
     /// Whether a concurrency rule's lease is among them (not only receipts kept for settling
     /// the request after its response).
-    pub(super) fn holds_leases(&self) -> bool {
+    pub(crate) fn holds_leases(&self) -> bool {
         self.receipts
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -222,7 +222,7 @@ impl Lease {
 
     /// Settles the request's rules after its response ([`Receipt::settle`]): every receipt's
     /// calls are made, the first error is returned.
-    pub(super) fn settle(&self, deltas: &[(Arc<str>, i64)]) -> BoxFuture<Result<(), LimiterError>> {
+    pub(crate) fn settle(&self, deltas: &[(Arc<str>, i64)]) -> BoxFuture<Result<(), LimiterError>> {
         let calls: Vec<_> = self
             .receipts
             .lock()
@@ -243,7 +243,7 @@ impl Lease {
 
     /// Settles in the background ([`settle`](Self::settle)): in process at once, on Redis in a
     /// spawned task (without a runtime the reservation stands, and a line is logged at `warn`).
-    pub(super) fn settle_detached(&self, deltas: &[(Arc<str>, i64)]) {
+    pub(crate) fn settle_detached(&self, deltas: &[(Arc<str>, i64)]) {
         let remote: Vec<_> = self
             .receipts
             .lock()
@@ -252,7 +252,7 @@ impl Lease {
             .filter_map(|r| {
                 // In process the settlement is made here; its future is ready.
                 let call = r.settle(deltas);
-                matches!(r.place, Place::Redis { .. }).then_some(call)
+                matches!(r.place, Place::Redis(_)).then_some(call)
             })
             .collect();
         if remote.is_empty() {
@@ -288,7 +288,7 @@ impl Lease {
     }
 
     /// Releases in the background: in process at once, on Redis in a spawned task.
-    pub(super) fn release_detached(&self) {
+    pub(crate) fn release_detached(&self) {
         // A receipt kept only for settling has nothing to release.
         let receipts: Vec<_> = self
             .take()
@@ -300,7 +300,7 @@ impl Lease {
         }
         let mut remote = Vec::new();
         for receipt in receipts {
-            if let Place::Memory { .. } = receipt.place {
+            if let Place::Memory(_) = receipt.place {
                 // Synchronous: the future is ready.
                 drop(receipt.release());
             } else {
@@ -345,7 +345,7 @@ fn count_release(result: &'static str) {
 }
 
 /// Logs a settlement that failed: the reservation stands.
-pub(super) fn warn_settle(e: &LimiterError) {
+pub(crate) fn warn_settle(e: &LimiterError) {
     tracing::warn!(
         error = %e,
         "settling the rate-limit cost after the response failed; the reservation stands"
@@ -353,7 +353,7 @@ pub(super) fn warn_settle(e: &LimiterError) {
 }
 
 /// Logs a release that failed: the lease expires on its own.
-pub(super) fn warn_release(e: &LimiterError) {
+pub(crate) fn warn_release(e: &LimiterError) {
     tracing::warn!(error = %e, "releasing a concurrency lease failed; it expires on its own");
 }
 
@@ -409,21 +409,16 @@ mod tests {
             feeds.send(tx).unwrap();
             async move { Ok::<_, Infallible>(Response::new(body)) }
         }));
+        let send = |svc: &_| ServiceExt::oneshot(Clone::clone(svc), Request::new(String::new()));
         let status = |svc: &_| {
-            let svc = Clone::clone(svc);
+            let res = send(svc);
             async move {
-                let res: Response<_> = ServiceExt::oneshot(svc, Request::new(String::new()))
-                    .await
-                    .unwrap();
+                let res: Response<_> = res.await.unwrap();
                 res.status().as_u16()
             }
         };
         // A stream that is polled (here: read to its end by a task) but idle for 50 s.
-        let res = svc
-            .clone()
-            .oneshot(Request::new(String::new()))
-            .await
-            .unwrap();
+        let res = send(&svc).await.unwrap();
         let feed = fed.recv().await.unwrap();
         let reader = tokio::spawn(res.into_body().collect());
         // The lease clock and the Tokio clock move together.
@@ -447,11 +442,7 @@ mod tests {
         );
         drop(fed.recv().await);
         // A body never polled is never renewed: its lease expires.
-        let res = svc
-            .clone()
-            .oneshot(Request::new(String::new()))
-            .await
-            .unwrap();
+        let res = send(&svc).await.unwrap();
         let _feed = fed.recv().await.unwrap();
         pass(20).await;
         assert_eq!(status(&svc).await, 429);

@@ -1,7 +1,7 @@
 //! Hot-key quota leasing: [`Rule::leased`], and the blocks a [`RedisLimiter`] admits from in
 //! process (`blocks.rs`).
 //!
-//! [`RedisLimiter`]: super::RedisLimiter
+//! [`RedisLimiter`]: crate::rate_limit::RedisLimiter
 
 mod blocks;
 mod route;
@@ -9,8 +9,8 @@ mod route;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use super::{Algorithm, Rule};
 use crate::backend::LuaScript;
+use crate::rate_limit::{Algorithm, Rule};
 
 pub(crate) use blocks::{HotLeases, Leased};
 
@@ -32,7 +32,7 @@ static GIVE_BACK: LazyLock<LuaScript> = LazyLock::new(|| script(include_str!("gi
 fn script(main: &str) -> LuaScript {
     LuaScript::new(
         &[
-            include_str!("../algorithm/division.lua"),
+            include_str!("../../algorithm/division.lua"),
             include_str!("returns.lua"),
             main,
         ]
@@ -41,9 +41,9 @@ fn script(main: &str) -> LuaScript {
 }
 
 impl Rule {
-    /// Lets a [`RedisLimiter`](super::RedisLimiter) admit a **busy** key's requests from blocks
-    /// of quota reserved in advance, of at most `percent` % of the burst each, instead of one
-    /// Redis call per request. Only for [`Algorithm::Gcra`] (the default).
+    /// Lets a [`RedisLimiter`](crate::rate_limit::RedisLimiter) admit a **busy** key's requests
+    /// from blocks of quota reserved in advance, of at most `percent` % of the burst each, instead
+    /// of one Redis call per request. Only for [`Algorithm::Gcra`] (the default).
     ///
     /// While a key is cold, every request is decided by Redis as without this option. Once one
     /// replica sees at least two requests' worth of the key's cost within a lease (100 ms, or a
@@ -58,13 +58,14 @@ impl Rule {
     /// the other replicas can use them. One reservation per key is in flight at a time;
     /// requests that arrive meanwhile are decided by Redis one by one.
     ///
-    /// **Safety stays exact**: across every replica, a key is never admitted more than its
-    /// quota allows, since a block takes from Redis exactly what its requests would have, and a
-    /// give-back returns only units nobody was admitted with (and only while the key's state
-    /// has been continuously busy since the reservation: when the key's GCRA state emptied in
-    /// between, its units have come back with time already, and the give-back is skipped).
-    /// [`RedisLimiter::reset`](super::RedisLimiter::reset) is the exception it always is: it grants
-    /// the key a fresh quota, and blocks open at the time are spent and given back as usual.
+    /// **Safety stays exact**: across every replica, a key is never admitted more than its quota
+    /// allows, since a block takes from Redis exactly what its requests would have, and a give-back
+    /// returns only units nobody was admitted with (and only while the key's state has been
+    /// continuously busy since the reservation: when the key's GCRA state emptied in between, its
+    /// units have come back with time already, and the give-back is skipped).
+    /// [`RedisLimiter::reset`](crate::rate_limit::RedisLimiter::reset) is the exception it always
+    /// is: it grants the key a fresh quota, and blocks open at the time are spent and given back as
+    /// usual.
     ///
     /// **The price**: a client may be denied on one replica while another replica holds unused
     /// units of its blocks: at most `replicas × k` units (`k` ≤ `percent` % of the burst) are
@@ -78,26 +79,26 @@ impl Rule {
     /// was reserved less what this replica admitted from it since, that is what Redis would say
     /// if no other replica had used the key meanwhile (never more than this replica's view of
     /// the truth); `reset` is counted the same way.
-    /// [`RedisLimiter::inspect`](super::RedisLimiter::inspect)
+    /// [`RedisLimiter::inspect`](crate::rate_limit::RedisLimiter::inspect)
     /// reports what Redis holds: the units of open blocks count as used there.
     ///
-    /// Only requests with this one rule are leased: a request that several rules decide
-    /// together, all or nothing, goes to Redis as before, and so do probes (cost 0) and
-    /// allow-listed keys. [`MemoryLimiter`](super::MemoryLimiter) decides in process anyway:
-    /// there the option does nothing, and so it does in
-    /// [`FailurePolicy::Fallback`](super::FailurePolicy::Fallback)'s in-process fallback.
+    /// Only requests with this one rule are leased: a request that several rules decide together,
+    /// all or nothing, goes to Redis as before, and so do probes (cost 0) and allow-listed keys.
+    /// [`MemoryLimiter`](crate::rate_limit::MemoryLimiter) decides in process anyway: there the
+    /// option does nothing, and so it does in
+    /// [`FailurePolicy::Fallback`](crate::rate_limit::FailurePolicy::Fallback)'s in-process
+    /// fallback.
     ///
     /// # Errors at `build()`
     ///
-    /// A [`ConfigError`](crate::ConfigError) of kind
-    /// [`Leasing`](crate::ConfigErrorKind::Leasing) when `percent` is not in `1..=100`;
-    /// for an algorithm other than GCRA (a sliding log, as for logins and calls, or a
-    /// concurrency rule, must answer each request exactly; custom and the other algorithms are
-    /// not leased); for rules that need an answer per request (with [`Bans`](super::Bans),
-    /// [`with_overrides`](Self::with_overrides),
-    /// [`charged_after_response`](Self::charged_after_response), or a quota resolved per
-    /// request with [`with_quota_from`](Self::with_quota_from)); and when `percent` % of the
-    /// burst is less than two requests' cost.
+    /// A [`ConfigError`](crate::ConfigError) of kind [`Leasing`](crate::ConfigErrorKind::Leasing)
+    /// when `percent` is not in `1..=100`; for an algorithm other than GCRA (a sliding log, as for
+    /// logins and calls, or a concurrency rule, must answer each request exactly; custom and the
+    /// other algorithms are not leased); for rules that need an answer per request (with
+    /// [`Bans`](crate::rate_limit::Bans), [`with_overrides`](Self::with_overrides),
+    /// [`charged_after_response`](Self::charged_after_response), or a quota resolved per request
+    /// with [`with_quota_from`](Self::with_quota_from)); and when `percent` % of the burst is less
+    /// than two requests' cost.
     ///
     /// ```
     /// use redis_guard::rate_limit::{Algorithm, Quota, Rule};
@@ -122,7 +123,7 @@ impl Rule {
     }
 
     /// Why this rule cannot be leased, if it asks to be.
-    pub(super) fn leasing_problem(&self) -> Option<&'static str> {
+    pub(crate) fn leasing_problem(&self) -> Option<&'static str> {
         let percent = self.leased?;
         if !(1..=100).contains(&percent) {
             return Some("leased(percent) takes a percentage of the burst from 1 to 100");

@@ -17,14 +17,14 @@ use std::sync::OnceLock;
 
 use redis::Value;
 
-use super::Algorithm;
-use super::algorithm::RuleState;
 use super::evaluation::{Coalescers, Evaluation};
 use super::fixed_window_batch::Count;
-use super::limiter::{BoxFuture, Check, LimiterError};
-use super::receipt::Receipted;
-use super::{RedisLimiter, Rule};
 use crate::backend::{BackendError, RedisBackend};
+use crate::rate_limit::Algorithm;
+use crate::rate_limit::algorithm::RuleState;
+use crate::rate_limit::lease::Receipted;
+use crate::rate_limit::limiter::{BoxFuture, Check, LimiterError};
+use crate::rate_limit::{RedisLimiter, Rule};
 
 /// How a request is decided on Redis: by the scripts, or by the plain transaction.
 pub(super) enum Route {
@@ -75,8 +75,9 @@ impl Counters {
     }
 
     /// Whether fixed windows are plain counters; before [`detect`](Self::detect), the guess a
-    /// server of today gets (what [`RedisLimiter::key_name`](super::RedisLimiter::key_name)
-    /// reports before the first call).
+    /// server of today gets (what
+    /// [`RedisLimiter::key_name`](crate::rate_limit::RedisLimiter::key_name) reports before the
+    /// first call).
     pub(super) fn plain(&self) -> bool {
         self.known.get().copied().unwrap_or(true)
     }

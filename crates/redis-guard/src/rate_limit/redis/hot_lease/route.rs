@@ -2,9 +2,9 @@
 
 use super::Leased;
 use crate::rate_limit::RedisLimiter;
-use crate::rate_limit::denials::{cache_now, state_keys};
 use crate::rate_limit::limiter::{BoxFuture, Check, Held, LimiterError};
-use crate::rate_limit::redis_limiter::DENY_CACHE_MAX_WAIT;
+use crate::rate_limit::redis::denials::{cache_now, state_keys};
+use crate::rate_limit::redis::limiter::DENY_CACHE_MAX_WAIT;
 
 impl RedisLimiter {
     /// Evaluates `checks`, with the leases (and receipts to settle) an admitted request took:

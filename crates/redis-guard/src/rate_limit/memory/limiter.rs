@@ -1,34 +1,36 @@
 //! The in-process limiter: the same algorithms and decisions as Redis, for development, tests and
 //! single-instance deployments.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use std::time::Duration;
 
-use super::algorithm::{self, Commit, Refunded, RuleState, State, ceil_ms};
-use super::decision::HeldLease;
-use super::entry_ids::{EntryId, EntryIds, Ids};
-use super::few::Few;
-use super::limiter::{
+use super::entry_ids::{EntryId, EntryIds};
+use super::settle::InMemory;
+use super::table::Table;
+use crate::ConfigErrorKind;
+use crate::backend::{ExpiringTable, InProcess, InProcessBuilder};
+use crate::rate_limit::Few;
+use crate::rate_limit::algorithm::{self, Commit, RuleState, ceil_ms};
+use crate::rate_limit::decision::HeldLease;
+use crate::rate_limit::lease::{Place, Receipt, request_id};
+use crate::rate_limit::limiter::operations::{self, Inspection, allow_listed_state};
+use crate::rate_limit::limiter::overrides::{Effect, Override, Steer};
+use crate::rate_limit::limiter::{
     BoxFuture, Check, Engine, Held, Limiter, LimiterError, chargeable, decision_from,
     rule_decisions,
 };
-use super::operations::{self, Effect, Inspection, Override, allow_listed_state};
-use super::receipt::{Place, Receipt, request_id};
-use super::{Decision, Key, Lease, Mode, Rule};
-use crate::ConfigErrorKind;
-use crate::backend::{ExpiringTable, InProcess, InProcessBuilder};
+use crate::rate_limit::{Decision, Key, Lease, Mode, Rule};
 
 /// Default bound on the number of keys a [`MemoryLimiter`] tracks.
 pub(crate) const DEFAULT_MAX_KEYS: usize = 100_000;
 
 /// A limiter that keeps its state in this process.
 ///
-/// Decisions are the same as [`RedisLimiter`](super::RedisLimiter)'s for the same sequence of
-/// requests and times; only the clock differs (a monotonic clock here, Redis `TIME` there). It
-/// limits one process: behind two replicas each one admits the full quota, which is why the
-/// Redis limiter exists.
+/// Decisions are the same as [`RedisLimiter`](crate::rate_limit::RedisLimiter)'s for the same
+/// sequence of requests and times; only the clock differs (a monotonic clock here, Redis `TIME`
+/// there). It limits one process: behind two replicas each one admits the full quota, which is why
+/// the Redis limiter exists.
 ///
 /// Memory is bounded: the table holds a fixed-size digest per key (never the key), expired
 /// state is swept out a few entries at a time as the limiter is used, and past
@@ -50,16 +52,9 @@ pub(crate) const DEFAULT_MAX_KEYS: usize = 100_000;
 /// ```
 #[derive(Clone, Debug)]
 pub struct MemoryLimiter {
-    inner: Arc<InProcess<Table>>,
+    pub(super) inner: Arc<InProcess<Table>>,
     /// Names the table's entries (clones share its keys).
     ids: EntryIds,
-}
-
-/// The algorithms' states, and the override records (penalties, allow-list entries, bans).
-#[derive(Debug)]
-struct Table {
-    states: ExpiringTable<EntryId, State, Ids>,
-    overrides: ExpiringTable<EntryId, Override, Ids>,
 }
 
 impl MemoryLimiter {
@@ -97,7 +92,7 @@ impl MemoryLimiter {
     }
 
     /// The entry of `rule`'s state for `key`.
-    fn state_id(&self, rule: &Rule, key: &Key) -> EntryId {
+    pub(super) fn state_id(&self, rule: &Rule, key: &Key) -> EntryId {
         self.ids.state(rule, key)
     }
 
@@ -118,42 +113,6 @@ impl MemoryLimiter {
                 .map(Arc::new),
         );
         Ok(decision)
-    }
-
-    /// Releases `request`'s leases in the entries `leases`.
-    pub(crate) fn release_leases(&self, request: &str, leases: &[([u64; 2], u64)]) {
-        let now = self.inner.now_us();
-        let mut table = self.inner.lock();
-        for (id, _) in leases {
-            if let Some(State::Leases(held)) = table.states.get_live_mut(id, now)
-                && algorithm::release_lease(held, request)
-            {
-                table.states.remove(id);
-            }
-        }
-    }
-
-    /// Renews `request`'s leases in the entries `leases` (each for its expiry period from now);
-    /// how many it still held.
-    pub(crate) fn renew_leases(&self, request: &str, leases: &[([u64; 2], u64)]) -> usize {
-        let now = self.inner.now_us();
-        let mut table = self.inner.lock();
-        let mut renewed = 0;
-        for &(id, period) in leases {
-            let expiry = now + period;
-            if let Some(State::Leases(held)) = table.states.get_live_mut(&id, now)
-                && algorithm::renew_lease(held, request, now, expiry)
-            {
-                renewed += 1;
-                let deadline = table
-                    .states
-                    .deadline(&id)
-                    .unwrap_or(0)
-                    .max(now + ceil_ms(period) * 1000);
-                table.states.set_deadline(&id, deadline);
-            }
-        }
-        renewed
     }
 
     /// Evaluates `checks`. `by_mode`: as the layer evaluates rules ([`Mode`]): the enforced
@@ -283,133 +242,20 @@ impl MemoryLimiter {
             .filter(|_| !leases.is_empty() || (admitted && !settled.is_empty()))
             .map(|request| Receipt {
                 request,
-                place: Place::Memory {
+                place: Place::Memory(InMemory {
                     limiter: self.clone(),
                     leases,
                     settled,
                     evaluated_at: now,
-                },
+                }),
             });
         Ok((states, receipt))
-    }
-
-    /// Settles `checks` of a request admitted at `charged_at` (this limiter's clock): each
-    /// check's `delta` more units charged whatever is left (positive) or given back (negative),
-    /// as the Redis charge and refund scripts do.
-    pub(crate) fn settle_now(&self, checks: &[(&Check, i64)], charged_at: u64) {
-        let now = self.inner.now_us();
-        let mut table = self.inner.lock();
-        for &(check, delta) in checks {
-            let mut p = check.params(1);
-            p.cost = delta.unsigned_abs();
-            let id = self.state_id(&check.rule, &check.key);
-            if delta > 0 {
-                let current = table.states.get_live_mut(&id, now).map(|s| &*s);
-                if let Some(commit) = algorithm::charge(current, now, &p) {
-                    // Only a lease names its entry; a charge never makes one.
-                    table.apply(id, commit, now, "-");
-                }
-            } else if delta < 0 {
-                let Some(state) = table.states.get_live_mut(&id, now) else {
-                    continue;
-                };
-                match algorithm::refund(state, now, &p, charged_at) {
-                    Refunded::Store(commit) => table.apply(id, commit, now, "-"),
-                    Refunded::Delete => {
-                        table.states.remove(&id);
-                    }
-                    Refunded::Kept | Refunded::Nothing => {}
-                }
-            }
-        }
-    }
-
-    /// `penalize` or `allow` (`change`) for `duration`, validated.
-    fn steer(
-        &self,
-        rule: &Rule,
-        key: &Key,
-        duration: Duration,
-        change: fn(&mut Override, u64, u64),
-    ) -> BoxFuture<Result<(), LimiterError>> {
-        let done = operations::valid_for(self, rule, duration).map(|us| {
-            let now = self.inner.now_us();
-            let oid = self.override_id(rule, key);
-            let mut table = self.inner.lock();
-            let mut record = table.record(oid, now);
-            change(&mut record, now, us);
-            table.store(oid, record, now);
-        });
-        Box::pin(std::future::ready(done))
     }
 }
 
 impl Default for MemoryLimiter {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-impl Table {
-    /// The override record under `oid` as of `now` (none: an empty one).
-    fn record(&mut self, oid: EntryId, now: u64) -> Override {
-        self.overrides
-            .get_live_mut(&oid, now)
-            .map(|r| r.live(now))
-            .unwrap_or_default()
-    }
-
-    /// Stores `record` until its latest deadline (whole milliseconds, as Redis' PX), or drops
-    /// it when none is left.
-    fn store(&mut self, oid: EntryId, record: Override, now: u64) {
-        let until = record.until();
-        if until <= now {
-            self.overrides.remove(&oid);
-        } else {
-            self.overrides
-                .insert(oid, record, now + ceil_ms(until - now) * 1000);
-        }
-    }
-
-    /// Records `commit`; a lease is named `request`.
-    fn apply(&mut self, id: EntryId, commit: Commit, now: u64, request: &str) {
-        // Same expiry as Redis' PX: whole milliseconds, rounded up.
-        let expiry = |ttl_us: u64| now + ceil_ms(ttl_us) * 1000;
-        match commit {
-            Commit::Replace(state, ttl) => {
-                self.states.insert(id, state, expiry(ttl));
-            }
-            Commit::Append { at, n, ttl } => {
-                let entries = std::iter::repeat_n(at, usize::try_from(n).unwrap_or(0));
-                let live_log = self.states.is_live(&id, now)
-                    && matches!(self.states.get_mut(&id), Some(State::Log(_)));
-                if live_log {
-                    if let Some(State::Log(log)) = self.states.get_mut(&id) {
-                        log.extend(entries);
-                    }
-                    self.states.set_deadline(&id, expiry(ttl));
-                } else {
-                    self.states.insert(
-                        id,
-                        State::Log(entries.collect::<VecDeque<_>>()),
-                        expiry(ttl),
-                    );
-                }
-            }
-            Commit::Lease { expiry: until, ttl } => {
-                let lease = (Arc::from(request), until);
-                match self.states.get_live_mut(&id, now) {
-                    Some(State::Leases(held)) => {
-                        held.push(lease);
-                        self.states.set_deadline(&id, expiry(ttl));
-                    }
-                    _ => {
-                        self.states
-                            .insert(id, State::Leases(vec![lease]), expiry(ttl));
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -492,22 +338,22 @@ impl Engine for MemoryLimiter {
         Box::pin(std::future::ready(done))
     }
 
-    fn penalize_key(
+    fn steer_key(
         &self,
         rule: &Rule,
         key: Key,
+        steer: Steer,
         duration: Duration,
     ) -> BoxFuture<Result<(), LimiterError>> {
-        self.steer(rule, &key, duration, Override::penalize)
-    }
-
-    fn allow_key(
-        &self,
-        rule: &Rule,
-        key: Key,
-        duration: Duration,
-    ) -> BoxFuture<Result<(), LimiterError>> {
-        self.steer(rule, &key, duration, Override::allow)
+        let done = operations::valid_for(self, rule, duration).map(|us| {
+            let now = self.inner.now_us();
+            let oid = self.override_id(rule, &key);
+            let mut table = self.inner.lock();
+            let mut record = table.record(oid, now);
+            record.steer(steer, now, us);
+            table.store(oid, record, now);
+        });
+        Box::pin(std::future::ready(done))
     }
 }
 

@@ -19,7 +19,7 @@ pub(crate) const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 /// # What `per_minute(n)` admits, by algorithm
 ///
 /// A quota is a *rate*; how many requests it lets through in one stretch of time depends on the
-/// [`Algorithm`](super::Algorithm). For `Quota::per_minute(5)` (burst 5):
+/// [`Algorithm`](crate::rate_limit::Algorithm). For `Quota::per_minute(5)` (burst 5):
 ///
 /// | algorithm | at most, in any 60 s | |
 /// | --- | --- | --- |
@@ -28,12 +28,12 @@ pub(crate) const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 /// | `FixedWindow` | **10** (`2n`) | 5 at the end of one window, 5 at the start of the next |
 /// | `SlidingCounter` | about 5 | an estimate: a little over or under when traffic is uneven |
 ///
-/// GCRA is right for APIs: smooth, O(1), exact *as a rate*. But when the rule is a security or
-/// cost limit stated as "at most N in any period" (login attempts, SMS or calls per number, the
-/// seeds' "more than 5 calls in 60 seconds → reject"), use
-/// [`Algorithm::SlidingLog`](super::Algorithm::SlidingLog), the only one whose meaning is exactly
-/// that; a smaller [`burst`](Quota::burst) makes GCRA stricter at once but never turns it into a
-/// window count.
+/// GCRA is right for APIs: smooth, O(1), exact *as a rate*. But when the rule is a security or cost
+/// limit stated as "at most N in any period" (login attempts, SMS or calls per number, the seeds'
+/// "more than 5 calls in 60 seconds → reject"), use
+/// [`Algorithm::SlidingLog`](crate::rate_limit::Algorithm::SlidingLog), the only one whose meaning
+/// is exactly that; a smaller [`burst`](Quota::burst) makes GCRA stricter at once but never turns
+/// it into a window count.
 ///
 /// Constructors never panic; a quota that cannot work (a zero limit, a burst of zero, a period of
 /// zero or over a year) is reported by [`Quota::validate`], which the layer builder calls, so a bad

@@ -4,20 +4,20 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::Rule;
-use super::rule::Shared;
+use crate::rate_limit::Rule;
+use crate::rate_limit::rule::Shared;
 
 impl Rule {
-    /// Lets the response settle the rule's cost in a [`RateLimitLayer`](super::RateLimitLayer),
-    /// for costs known only after the work: the tokens an LLM answer used, the rows an export
-    /// wrote. The rule's cost ([`with_cost`](Self::with_cost) or
-    /// [`with_cost_from`](Self::with_cost_from)) is then a **reservation**: a request is
-    /// admitted only if it fits in what the key has left, and takes it up front, all or nothing
-    /// with its other rules, so at most as many requests run at once as reservations fit. What
-    /// the handler reports ([`ActualCost`](super::ActualCost) in the response's extensions, or
-    /// the request's [`CostReport`](super::CostReport) while the body streams) settles the
-    /// difference in one more script call: charged whatever is left (the key may go over its
-    /// limit and then waits until the debt is paid) or given back.
+    /// Lets the response settle the rule's cost in a
+    /// [`RateLimitLayer`](crate::rate_limit::RateLimitLayer), for costs known only after the work:
+    /// the tokens an LLM answer used, the rows an export wrote. The rule's cost
+    /// ([`with_cost`](Self::with_cost) or [`with_cost_from`](Self::with_cost_from)) is then a
+    /// **reservation**: a request is admitted only if it fits in what the key has left, and takes
+    /// it up front, all or nothing with its other rules, so at most as many requests run at once as
+    /// reservations fit. What the handler reports ([`ActualCost`](crate::rate_limit::ActualCost) in
+    /// the response's extensions, or the request's [`CostReport`](crate::rate_limit::CostReport)
+    /// while the body streams) settles the difference in one more script call: charged whatever is
+    /// left (the key may go over its limit and then waits until the debt is paid) or given back.
     ///
     /// The layer settles when the response body ends, before its end reaches the client (so
     /// the client's next request sees the settled state), or, in a task of its own, when the
@@ -31,12 +31,13 @@ impl Rule {
     /// refuses it (a [`ConfigErrorKind::Cost`](crate::ConfigErrorKind::Cost) error); a cost function may still answer 0 for
     /// requests that are free.
     ///
-    /// Only enforced rules are settled ([`Mode::Enforce`](super::Mode::Enforce): a shadow or soft rule keeps its
-    /// reservation), and only rules of the built-in algorithms (a custom one keeps it too). A
-    /// settlement that fails (Redis down) is logged at `warn` and leaves the reservation
-    /// standing; the response is sent all the same. The `RateLimit` header of the response
-    /// shows the state after the reservation. The token bucket keeps no debt below empty: a
-    /// charge beyond what is left empties it; GCRA and the window algorithms keep all of it.
+    /// Only enforced rules are settled ([`Mode::Enforce`](crate::rate_limit::Mode::Enforce): a
+    /// shadow or soft rule keeps its reservation), and only rules of the built-in algorithms (a
+    /// custom one keeps it too). A settlement that fails (Redis down) is logged at `warn` and
+    /// leaves the reservation standing; the response is sent all the same. The `RateLimit` header
+    /// of the response shows the state after the reservation. The token bucket keeps no debt below
+    /// empty: a charge beyond what is left empties it; GCRA and the window algorithms keep all of
+    /// it.
     ///
     /// ```
     /// use redis_guard::rate_limit::{ActualCost, ClientIp, MemoryLimiter, Quota, RateLimitLayer, Rule};
@@ -63,8 +64,8 @@ impl Rule {
     /// Gives the request's whole cost back when the response's status matches `refund`, e.g.
     /// `StatusCode::is_server_error`: a failure of the service should not cost the client its
     /// quota. Settled as [`charged_after_response`](Self::charged_after_response) is (one more
-    /// script call when the body ends, enforced rules of the built-in algorithms); a refund
-    /// wins over a reported [`ActualCost`](super::ActualCost). A request without a response
+    /// script call when the body ends, enforced rules of the built-in algorithms); a refund wins
+    /// over a reported [`ActualCost`](crate::rate_limit::ActualCost). A request without a response
     /// (its future dropped, the inner service failed) is not refunded.
     ///
     /// ```
@@ -110,14 +111,14 @@ impl Rule {
     }
 }
 
-/// The real cost of a request, known once the handler has run (the tokens an answer used, the
-/// rows an export wrote): put it in the **response's** extensions, and the
-/// [`RateLimitLayer`](super::RateLimitLayer) settles each named rule that accepts it
-/// ([`Rule::charged_after_response`](super::Rule::charged_after_response)): the difference from
-/// what the rule reserved when it admitted the request is charged (whatever is left: the key
-/// may go over its limit, and then waits until the debt is paid) or given back, in one more
-/// script call when the response body ends. Rules it does not name keep what they reserved. A
-/// cost learnt while the body streams goes to the request's [`CostReport`] instead.
+/// The real cost of a request, known once the handler has run (the tokens an answer used, the rows
+/// an export wrote): put it in the **response's** extensions, and the
+/// [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) settles each named rule that accepts it
+/// ([`Rule::charged_after_response`](crate::rate_limit::Rule::charged_after_response)): the
+/// difference from what the rule reserved when it admitted the request is charged (whatever is
+/// left: the key may go over its limit, and then waits until the debt is paid) or given back, in
+/// one more script call when the response body ends. Rules it does not name keep what they
+/// reserved. A cost learnt while the body streams goes to the request's [`CostReport`] instead.
 ///
 /// ```
 /// use axum::{Extension, response::IntoResponse};
@@ -169,15 +170,15 @@ impl ActualCost {
 /// streamed body ends (the tokens of a streamed answer), or to have the work done so far
 /// charged when the client goes away.
 ///
-/// A [`RateLimitLayer`](super::RateLimitLayer) puts one in the **request's** extensions when
-/// a rule may be settled ([`Rule::charged_after_response`](super::Rule::charged_after_response))
-/// and the request was counted (not when the limiter failed and let it through, or no such
-/// rule applied to it: take it as an `Option`); clone it into the body's stream and
-/// [`report`](Self::report) before the body ends. The
-/// layer reads it when the body ends (its last frame), when the body is dropped before its end,
-/// or when the response future is dropped before there is a response: what was reported by
-/// then is settled, and a rule nothing was reported for keeps its reservation. A cost reported
-/// here replaces one that the response's [`ActualCost`] gives for the same rule.
+/// A [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) puts one in the **request's** extensions
+/// when a rule may be settled
+/// ([`Rule::charged_after_response`](crate::rate_limit::Rule::charged_after_response)) and the
+/// request was counted (not when the limiter failed and let it through, or no such rule applied to
+/// it: take it as an `Option`); clone it into the body's stream and [`report`](Self::report) before
+/// the body ends. The layer reads it when the body ends (its last frame), when the body is dropped
+/// before its end, or when the response future is dropped before there is a response: what was
+/// reported by then is settled, and a rule nothing was reported for keeps its reservation. A cost
+/// reported here replaces one that the response's [`ActualCost`] gives for the same rule.
 ///
 /// ```
 /// use std::convert::Infallible;

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use super::algorithm::Params;
-use super::{Key, Quota, Rule};
 use crate::ConfigError;
+use crate::rate_limit::algorithm::Params;
+use crate::rate_limit::{Key, Quota, Rule};
 
 /// One rule applied to one key with a cost: a line of an evaluation.
 #[derive(Clone, Debug)]

@@ -2,9 +2,9 @@
 
 use redis::Value;
 
-use super::algorithm::RuleState;
-use super::limiter::LimiterError;
 use crate::backend::BackendError;
+use crate::rate_limit::algorithm::RuleState;
+use crate::rate_limit::limiter::LimiterError;
 
 /// Parses `{ allowed, limit, remaining, retry_after_ms, reset_after_ms, …, now_us }` (five
 /// integers per rule, then the time): the rules' states and the Redis time (µs) they were decided

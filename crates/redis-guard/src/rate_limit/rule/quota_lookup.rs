@@ -1,22 +1,23 @@
 //! Quotas resolved per request ([`Rule::with_quota_from`] and its `async` twin).
 //!
-//! [`Rule::with_quota_from`]: super::Rule::with_quota_from
+//! [`Rule::with_quota_from`]: crate::rate_limit::Rule::with_quota_from
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use super::WarnEvery;
-use super::limiter::{BoxFuture, Check};
-use super::rule::QuotaFrom;
-use super::{Quota, Rule};
+use super::QuotaFrom;
 use crate::ConfigError;
+use crate::rate_limit::Check;
+use crate::rate_limit::WarnEvery;
+use crate::rate_limit::limiter::BoxFuture;
+use crate::rate_limit::{Quota, Rule};
 
 /// How long a request waits for its rules' `async` quota lookups
-/// ([`Rule::with_quota_from_async`](super::Rule::with_quota_from_async)) at most. After it, the
-/// request is decided under the rules' own quotas, and a line is logged at `warn` (at most once
-/// a minute, with the count of the others).
+/// ([`Rule::with_quota_from_async`](crate::rate_limit::Rule::with_quota_from_async)) at most. After
+/// it, the request is decided under the rules' own quotas, and a line is logged at `warn` (at most
+/// once a minute, with the count of the others).
 pub(crate) const QUOTA_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Keeps "quota lookup timed out" to a line a minute for the process.

@@ -3,7 +3,7 @@
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
-use super::{Key, Rule};
+use crate::rate_limit::{Key, Rule};
 
 /// Hashes an [`EntryId`] into the table by taking its first word as it is: it is a keyed hash
 /// already, so a second SipHash pass per lookup buys nothing.

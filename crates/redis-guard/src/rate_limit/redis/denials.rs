@@ -1,13 +1,13 @@
-//! What [`RedisLimiter`](super::RedisLimiter) keeps in its deny cache: the key of a request and
-//! of the Redis states it reads, the cache's clock, and a cached denial counted down.
+//! What [`RedisLimiter`](crate::rate_limit::RedisLimiter) keeps in its deny cache: the key of a
+//! request and of the Redis states it reads, the cache's clock, and a cached denial counted down.
 
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
-use super::algorithm::{Algorithm, RuleState};
-use super::limiter::{Check, decision_from, rule_decisions};
-use super::{Decision, Mode, RedisLimiter};
 use crate::backend::{DenyCache, RedisBackend};
+use crate::rate_limit::algorithm::{Algorithm, RuleState};
+use crate::rate_limit::limiter::{Check, decision_from, rule_decisions};
+use crate::rate_limit::{Decision, Mode, RedisLimiter};
 use crate::telemetry;
 
 /// Whether a denial of `checks` may be cached: a custom algorithm's waits are its own business

@@ -1,0 +1,128 @@
+//! What an admitted evaluation took, kept to give it back later: the request id the state is
+//! named by and where it was recorded: on Redis, the keys, arguments and Redis time of each slot
+//! group it was decided in (`redis/give_back.rs` runs the scripts), in process the entries of
+//! the memory table (`memory/settle.rs`).
+//!
+//! Today a receipt releases a request's concurrency leases when its response ends, and renews
+//! them while it streams. Settling after the response (charging or refunding a reported cost)
+//! runs through the same receipt: it holds every rule of the evaluation, not only the leases.
+
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+
+use crate::rate_limit::limiter::{BoxFuture, LimiterError};
+use crate::rate_limit::memory::InMemory;
+use crate::rate_limit::redis::OnRedis;
+
+/// The states of an evaluation, and the receipt of the leases it took.
+pub(crate) type Receipted = (Vec<crate::rate_limit::RuleState>, Option<Receipt>);
+
+/// One admitted evaluation, as the store recorded it.
+pub(crate) struct Receipt {
+    /// The request id its state is named by (the leases' members).
+    pub(crate) request: Arc<str>,
+    pub(crate) place: Place,
+}
+
+/// Where the evaluation was recorded.
+pub(crate) enum Place {
+    /// On Redis: per slot group (one on a single Redis), what the scripts need to undo it.
+    Redis(OnRedis),
+    /// In process: the entries of the memory limiter's table.
+    Memory(InMemory),
+}
+
+impl Receipt {
+    /// Gives the leases back: the refund script on Redis (one call per slot group), at once in
+    /// process.
+    pub(crate) fn release(&self) -> BoxFuture<Result<(), LimiterError>> {
+        match &self.place {
+            Place::Memory(m) => {
+                m.release(&self.request);
+                Box::pin(std::future::ready(Ok(())))
+            }
+            Place::Redis(on) => on.release(&self.request),
+        }
+    }
+
+    /// Settles the request's rules after its response: per rule named in `deltas`, that many
+    /// more units charged whatever is left (positive) or given back (negative), in the window
+    /// it was counted in. One charge and one refund call per slot group at most on Redis; at
+    /// once in process.
+    pub(crate) fn settle(&self, deltas: &[(Arc<str>, i64)]) -> BoxFuture<Result<(), LimiterError>> {
+        let delta = |name: &str| {
+            deltas
+                .iter()
+                .find_map(|(n, d)| (**n == *name).then_some(*d))
+                .unwrap_or(0)
+        };
+        match &self.place {
+            Place::Memory(m) => {
+                m.settle(delta);
+                Box::pin(std::future::ready(Ok(())))
+            }
+            Place::Redis(on) => on.settle(&self.request, delta),
+        }
+    }
+
+    /// Pushes the leases' expiry to a full expiry from now; how many were still held.
+    pub(crate) fn renew(&self) -> BoxFuture<Result<usize, LimiterError>> {
+        match &self.place {
+            Place::Memory(m) => Box::pin(std::future::ready(Ok(m.renew(&self.request)))),
+            Place::Redis(on) => on.renew(&self.request),
+        }
+    }
+
+    /// The longest a lease of this receipt lives without renewal, in µs.
+    pub(crate) fn shortest_expiry_us(&self) -> u64 {
+        match &self.place {
+            Place::Memory(m) => m.shortest_expiry_us(),
+            Place::Redis(on) => on.shortest_expiry_us(),
+        }
+        .unwrap_or(u64::MAX)
+    }
+
+    /// How many leases the receipt holds.
+    pub(crate) fn lease_count(&self) -> usize {
+        match &self.place {
+            Place::Memory(m) => m.lease_count(),
+            Place::Redis(on) => on.lease_count(),
+        }
+    }
+}
+
+impl fmt::Debug for Receipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let place = match self.place {
+            Place::Redis(_) => "redis",
+            Place::Memory(_) => "memory",
+        };
+        f.debug_struct("Receipt")
+            .field("request", &self.request)
+            .field("place", &place)
+            .finish()
+    }
+}
+
+/// A process-unique, unpredictable-enough id for one evaluation: names sliding-log members and
+/// leases.
+pub(crate) fn request_id() -> Arc<str> {
+    use std::hash::BuildHasher;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEED: LazyLock<std::collections::hash_map::RandomState> =
+        LazyLock::new(std::collections::hash_map::RandomState::new);
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    format!("{:016x}{n:x}", SEED.hash_one(n)).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_unique() {
+        let ids: std::collections::HashSet<Arc<str>> = (0..1000).map(|_| request_id()).collect();
+        assert_eq!(ids.len(), 1000);
+    }
+}
