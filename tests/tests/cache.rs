@@ -12,9 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
-use redis_guard::cache::{
-    CacheLayer, CacheLayerBuilder, CacheService, CacheTags, QueryKey, Stampede,
-};
+use redis_guard::cache::{Cache, CacheLayer, CacheLayerBuilder, CacheTags, QueryKey, Stampede};
 use redis_guard_tests::{Harness, Reply, backend_suite, call};
 use tokio::sync::Semaphore;
 use tower::Layer;
@@ -85,16 +83,16 @@ async fn builder(h: &Harness) -> CacheLayerBuilder {
     h.cache().await.jitter(0.0).random(|| 1.0)
 }
 
-fn cached(layer: &CacheLayer, app: &App) -> CacheService<App> {
+fn cached(layer: &CacheLayer, app: &App) -> Cache<App> {
     layer.layer(app.clone())
 }
 
-async fn send(svc: &CacheService<App>, req: Request<Full<Bytes>>) -> Reply {
+async fn send(svc: &Cache<App>, req: Request<Full<Bytes>>) -> Reply {
     call(svc.clone(), req).await
 }
 
 /// `(x-cache, body)` of a GET of `uri`.
-async fn fetch(svc: &CacheService<App>, uri: &str) -> (String, String) {
+async fn fetch(svc: &Cache<App>, uri: &str) -> (String, String) {
     let r = send(svc, get(uri)).await;
     (r.header("x-cache").to_owned(), r.body)
 }

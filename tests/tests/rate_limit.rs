@@ -10,7 +10,7 @@ use http_body_util::Full;
 use redis::AsyncCommands;
 use redis_guard::rate_limit::{
     Algorithm, Check, Decision, FailurePolicy, Key, Limiter, MissingKey, Quota, RateLimitLayer,
-    RateLimitLayerBuilder, Rule,
+    RateLimitLayerBuilder, Rejection, Rule,
 };
 use redis_guard_tests::{Harness, Kind, Reply, backend_suite, by_client, call, from};
 use tower::{Layer, Service, ServiceExt, service_fn};
@@ -255,10 +255,13 @@ async fn custom_response_and_legacy_headers(h: Harness) {
     let svc = builder(&h, Quota::per_hour(1))
         .await
         .legacy_headers(true)
-        .response(|d| {
-            let mut res = Response::new(Bytes::from(format!("slow down ({})", d.rule)));
-            *res.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
-            res
+        .response(|r| match r {
+            Rejection::Limited(d) => {
+                let mut res = Response::new(Bytes::from(format!("slow down ({})", d.rule)));
+                *res.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+                res
+            }
+            other => other.response(),
         })
         .build()
         .expect("valid")

@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
-use redis_guard::rate_limit::{Decision, Mode, Quota, RateLimitLayer, Rule};
+use redis_guard::rate_limit::{Decision, Mode, Quota, RateLimitLayer, Rejection, Rule};
 use redis_guard_tests::{Harness, backend_suite, by_client, call, empty_ok, from};
 use tower::{Layer, service_fn};
 
@@ -26,11 +26,12 @@ async fn layer_with_candidate(h: &Harness, enforced: Quota, candidate: Quota) ->
     RateLimitLayer::builder(h.limiter().await)
         .rule_with(Rule::new("api", enforced), by_client())
         .candidate("api", candidate)
-        .response(|d| {
-            Response::builder()
+        .response(|r| match r {
+            Rejection::Limited(d) => Response::builder()
                 .status(429)
                 .body(shadow_verdicts(d).into())
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            other => other.response(),
         })
         .build()
         .expect("valid")

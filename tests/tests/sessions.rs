@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use redis_guard::session::{
-    RedisSessionStore, SessionId, SessionLayer, SessionLayerBuilder, SessionStore,
+    RedisSessionStore, Rejection, SessionId, SessionLayer, SessionLayerBuilder, SessionStore,
 };
 use redis_guard_tests::session_routes::{error, route, session_and_path, text};
 use redis_guard_tests::{Harness, Monitor, Reply, backend_suite, call, stored};
@@ -806,6 +806,14 @@ async fn redis_down_is_a_503_or_no_session_never_a_hang() {
     let mut h = Harness::redis().await;
     let store = RedisSessionStore::new(h.backend().await.timeout(Duration::from_millis(300)));
     let strict = SessionLayer::new(store.clone()).expect("valid");
+    let hooked = SessionLayer::builder(store.clone())
+        .response(|why| {
+            let mut res = Response::new(Bytes::from(format!("down: {why}")));
+            *res.status_mut() = why.status();
+            res
+        })
+        .build()
+        .expect("valid");
     let lenient = SessionLayer::builder(store)
         .failure_policy(FailurePolicy::Open)
         .build()
@@ -826,6 +834,31 @@ async fn redis_down_is_a_503_or_no_session_never_a_hang() {
     let r = send(&strict, "/get/name", Some(&id)).await;
     assert_eq!(r.status, 503);
     assert_eq!(r.header("retry-after"), "1");
+    // The layer's own answer is a problem document, as the limiter's (issue 22, item 3).
+    assert_eq!(r.header("content-type"), "application/problem+json");
+    assert_eq!(
+        r.body,
+        r#"{"detail":"The session store is unavailable; retry shortly.","status":503,"title":"Service Unavailable","type":"about:blank"}"#
+    );
+    // Why is in the answer's extensions; a hook writes the answer, the layer adds Retry-After.
+    let req = Request::get("/get/name")
+        .header("cookie", format!("{COOKIE}={id}"))
+        .body(Body::default())
+        .expect("request");
+    let res = tower::ServiceExt::oneshot(hooked.layer(app(Arc::clone(&hooks))), req)
+        .await
+        .expect("infallible");
+    assert_eq!(
+        res.extensions().get::<Rejection>(),
+        Some(&Rejection::StoreUnavailable)
+    );
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["retry-after"], "1");
+    let body = res.into_body().collect().await.expect("body").to_bytes();
+    assert_eq!(
+        body,
+        "down: The session store is unavailable; retry shortly."
+    );
     let r = send(&lenient, "/get/name", Some(&id)).await;
     assert_eq!(r.status, 404, "no session, no value");
     // Writing: the strict layer refuses the whole response; the lenient one drops the write.

@@ -75,11 +75,13 @@
 mod macros;
 
 pub mod backend;
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+mod body;
 mod error;
 pub use error::{ConfigError, ConfigErrorKind};
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub mod client_ip;
-#[cfg(any(feature = "rate-limit", all(feature = "session", feature = "axum")))]
+#[cfg(any(feature = "rate-limit", feature = "session"))]
 mod problem;
 pub mod telemetry;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]

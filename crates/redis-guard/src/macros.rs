@@ -1,23 +1,126 @@
 //! Helpers shared by the middlewares, in one named place (as tower-http's `src/macros.rs`).
 
-/// `get_ref`, `get_mut` and `into_inner` for a middleware service whose wrapped service is its
-/// field `inner` of type `S`.
+/// A middleware's service: `pub struct $name<S>` around the inner service `inner` and the
+/// layer's settings (an `Arc` in `$field`), cheap to clone; `new`, `get_ref`, `get_mut`,
+/// `into_inner`, a `Debug` of the inner service and the settings, and `take_ready`.
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-macro_rules! define_inner_service_accessors {
-    () => {
-        /// The inner service.
-        pub fn get_ref(&self) -> &S {
-            &self.inner
+macro_rules! define_service {
+    ($(#[$doc:meta])* $name:ident { $field:ident: $settings:ty }) => {
+        $(#[$doc])*
+        #[derive(Clone)]
+        pub struct $name<S> {
+            inner: S,
+            $field: std::sync::Arc<$settings>,
         }
 
-        /// The inner service, mutably.
-        pub fn get_mut(&mut self) -> &mut S {
-            &mut self.inner
+        impl<S> $name<S> {
+            pub(crate) fn new(inner: S, $field: std::sync::Arc<$settings>) -> Self {
+                Self { inner, $field }
+            }
+
+            /// The inner service.
+            pub fn get_ref(&self) -> &S {
+                &self.inner
+            }
+
+            /// The inner service, mutably.
+            pub fn get_mut(&mut self) -> &mut S {
+                &mut self.inner
+            }
+
+            /// Consumes the wrapper, returning the inner service.
+            pub fn into_inner(self) -> S {
+                self.inner
+            }
         }
 
-        /// Consumes the wrapper, returning the inner service.
-        pub fn into_inner(self) -> S {
-            self.inner
+        impl<S: Clone> $name<S> {
+            /// The inner service made ready by `poll_ready`, to go with this request; a fresh
+            /// clone stays for the next one.
+            fn take_ready(&mut self) -> S {
+                let clone = self.inner.clone();
+                std::mem::replace(&mut self.inner, clone)
+            }
+        }
+
+        impl<S: std::fmt::Debug> std::fmt::Debug for $name<S> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($name))
+                    .field("inner", &self.inner)
+                    .field(stringify!($field), &self.$field)
+                    .finish()
+            }
+        }
+    };
+}
+
+/// The `Service` impl of a middleware service defined by [`define_service!`]: over any inner
+/// HTTP service `S: Clone` (plus `$bounds`), answering `Response<$body<ResBody>>` with the inner
+/// error type and the module's `ResponseFuture<S, ReqBody>`; `poll_ready` is the inner
+/// service's, `call` is `$call` with the service as `$this` and the request as `$req`.
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+macro_rules! impl_service {
+    ($name:ident => $body:ident where { $($bounds:tt)* } |$this:ident, $req:ident| $call:block) => {
+        impl<S, ReqBody, ResBody> tower_service::Service<http::Request<ReqBody>> for $name<S>
+        where
+            S: tower_service::Service<http::Request<ReqBody>, Response = http::Response<ResBody>>
+                + Clone,
+            $($bounds)*
+        {
+            type Response = http::Response<$body<ResBody>>;
+            type Error = S::Error;
+            type Future = ResponseFuture<S, ReqBody>;
+
+            fn poll_ready(
+                &mut self,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Result<(), Self::Error>> {
+                tower_service::Service::poll_ready(&mut self.inner, cx)
+            }
+
+            fn call(&mut self, $req: http::Request<ReqBody>) -> Self::Future {
+                let $this = self;
+                $call
+            }
+        }
+    };
+}
+
+/// The `http_body::Body` impl of a middleware's `ResponseBody<B>` over an inner body `B` of
+/// `Bytes`, with its error type: `poll_frame`, `is_end_stream` and `size_hint` are the blocks
+/// given, the body (pinned, or by reference) as `$this`.
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+macro_rules! impl_body {
+    (
+        $name:ident,
+        poll_frame(|$this:ident, $cx:ident| $poll:block),
+        is_end_stream(|$end_this:ident| $end:block),
+        size_hint(|$hint_this:ident| $hint:block) $(,)?
+    ) => {
+        impl<B> http_body::Body for $name<B>
+        where
+            B: http_body::Body<Data = bytes::Bytes>,
+        {
+            type Data = bytes::Bytes;
+            type Error = B::Error;
+
+            fn poll_frame(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, B::Error>>> {
+                let ($this, $cx) = (self, cx);
+                $poll
+            }
+
+            fn is_end_stream(&self) -> bool {
+                let $end_this = self;
+                $end
+            }
+
+            fn size_hint(&self) -> http_body::SizeHint {
+                let $hint_this = self;
+                $hint
+            }
         }
     };
 }
@@ -25,15 +128,19 @@ macro_rules! define_inner_service_accessors {
 /// A middleware's named `ResponseFuture<S, ReqBody>`: a public, pinned wrapper around its private
 /// state machine `State<S, ReqBody>` (pin-project-lite, projected as `StateProj`), so the states
 /// never become public API, and a `Debug` that shows no internals. Takes the future's docs, then
-/// the state enum's variants.
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+/// (optionally) more bounds in `where { … }`, then the state enum's variants.
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 macro_rules! define_response_future {
     ($(#[$doc:meta])* states { $($variants:tt)* }) => {
+        define_response_future! { $(#[$doc])* where {} states { $($variants)* } }
+    };
+    ($(#[$doc:meta])* where { $($bounds:tt)* } states { $($variants:tt)* }) => {
         pin_project_lite::pin_project! {
             $(#[$doc])*
             pub struct ResponseFuture<S, ReqBody>
             where
                 S: tower_service::Service<http::Request<ReqBody>>,
+                $($bounds)*
             {
                 #[pin]
                 state: State<S, ReqBody>,
@@ -45,6 +152,7 @@ macro_rules! define_response_future {
             enum State<S, ReqBody>
             where
                 S: tower_service::Service<http::Request<ReqBody>>,
+                $($bounds)*
             {
                 $($variants)*
             }
@@ -53,6 +161,7 @@ macro_rules! define_response_future {
         impl<S, ReqBody> std::fmt::Debug for ResponseFuture<S, ReqBody>
         where
             S: tower_service::Service<http::Request<ReqBody>>,
+            $($bounds)*
         {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.debug_struct("ResponseFuture").finish_non_exhaustive()

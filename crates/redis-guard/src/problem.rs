@@ -1,7 +1,11 @@
-//! RFC 9457 problem documents: the bodies of the responses the layers write themselves.
+//! RFC 9457 problem documents: the bodies of the responses the layers write themselves, and
+//! [`Respond`], the hook that writes them instead.
 //!
 //! A problem document names the status and, where it helps the client, what to do; it never
 //! carries an internal error's text (a Redis error, a script message), which goes to the log.
+
+use std::fmt;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
@@ -138,6 +142,36 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
 /// Whether `s` goes into a JSON string as it is.
 fn plain(s: &str) -> bool {
     s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\')
+}
+
+/// A layer's hook for its own answers (`.response(…)` on its builder): the answer to a
+/// rejection `R`, as bytes.
+pub(crate) struct Respond<R>(Arc<Hook<R>>);
+
+/// What a [`Respond`] calls.
+type Hook<R> = dyn Fn(&R) -> Response<Bytes> + Send + Sync;
+
+impl<R> Respond<R> {
+    pub(crate) fn new(hook: impl Fn(&R) -> Response<Bytes> + Send + Sync + 'static) -> Self {
+        Self(Arc::new(hook))
+    }
+
+    pub(crate) fn call(&self, rejection: &R) -> Response<Bytes> {
+        (self.0)(rejection)
+    }
+}
+
+impl<R> Clone for Respond<R> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+/// A closure shows as what it is for.
+impl<R> fmt::Debug for Respond<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Respond(..)")
+    }
 }
 
 #[cfg(test)]

@@ -1,40 +1,39 @@
-//! [`CacheBody`]: the response body of a cached route, and collecting a body up to a limit.
+//! [`ResponseBody`]: the response body of a cached route, and collecting a body up to a limit.
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 
-/// The body of a response that went through a [`CacheService`](super::CacheService): the
-/// cached bytes, or the handler's own body (after the part the layer read while deciding
-/// whether it fits the entry size limit).
-pub struct CacheBody<B: Body> {
-    kind: Kind<B>,
-}
+use crate::body::InnerOrBytes;
 
-enum Kind<B: Body> {
-    Full(Option<Bytes>),
+/// The response body of [`Cache`](super::Cache): the stored bytes, or the handler's own body
+/// (after the part the layer read while deciding whether it fits the entry size limit).
+pub struct ResponseBody<B: Body> {
     /// Reading the handler's body failed while the layer read it: the same error, once.
-    Failed(Option<B::Error>),
-    Inner {
-        pending: VecDeque<Frame<Bytes>>,
-        body: Pin<Box<B>>,
-    },
+    failed: Option<B::Error>,
+    /// The frames the layer read ahead, before the rest of `body`.
+    read: VecDeque<Frame<Bytes>>,
+    body: InnerOrBytes<Pin<Box<B>>>,
 }
 
-impl<B: Body> CacheBody<B> {
+impl<B: Body> ResponseBody<B> {
     pub(crate) fn failed(e: B::Error) -> Self {
         Self {
-            kind: Kind::Failed(Some(e)),
+            failed: Some(e),
+            read: VecDeque::new(),
+            body: InnerOrBytes::bytes(Bytes::new()),
         }
     }
 
     pub(crate) fn full(bytes: Bytes) -> Self {
         Self {
-            kind: Kind::Full((!bytes.is_empty()).then_some(bytes)),
+            failed: None,
+            read: VecDeque::new(),
+            body: InnerOrBytes::bytes(bytes),
         }
     }
 
@@ -42,76 +41,60 @@ impl<B: Body> CacheBody<B> {
         Self::resumed(VecDeque::new(), Box::pin(body))
     }
 
-    fn resumed(pending: VecDeque<Frame<Bytes>>, body: Pin<Box<B>>) -> Self {
+    fn resumed(read: VecDeque<Frame<Bytes>>, body: Pin<Box<B>>) -> Self {
         Self {
-            kind: Kind::Inner { pending, body },
+            failed: None,
+            read,
+            body: InnerOrBytes::inner(body),
         }
     }
 }
 
 // Nothing is pinned in place: the handler's body sits in its own `Pin<Box<_>>`, and the
 // error is moved out by value.
-impl<B: Body> Unpin for CacheBody<B> {}
+impl<B: Body> Unpin for ResponseBody<B> {}
 
-impl<B: Body> fmt::Debug for CacheBody<B> {
+impl<B: Body> fmt::Debug for ResponseBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.kind {
-            Kind::Full(_) => "CacheBody::Cached",
-            Kind::Failed(_) => "CacheBody::Failed",
-            Kind::Inner { .. } => "CacheBody::Streamed",
-        })
+        f.debug_struct("ResponseBody")
+            .field("failed", &self.failed.is_some())
+            .field("read", &self.read.len())
+            .field("body", &self.body)
+            .finish()
     }
 }
 
-impl<B> Body for CacheBody<B>
-where
-    B: Body<Data = Bytes>,
-{
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        match &mut self.get_mut().kind {
-            Kind::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            Kind::Failed(e) => Poll::Ready(e.take().map(Err)),
-            Kind::Inner { pending, body } => match pending.pop_front() {
-                Some(frame) => Poll::Ready(Some(Ok(frame))),
-                None => body.as_mut().poll_frame(cx),
-            },
+impl_body! {
+    ResponseBody,
+    poll_frame(|this, cx| {
+        let this = this.get_mut();
+        if let Some(e) = this.failed.take() {
+            return Poll::Ready(Some(Err(e)));
         }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match &self.kind {
-            Kind::Full(data) => data.is_none(),
-            Kind::Failed(e) => e.is_none(),
-            Kind::Inner { pending, body } => pending.is_empty() && body.is_end_stream(),
+        match this.read.pop_front() {
+            Some(frame) => Poll::Ready(Some(Ok(frame))),
+            None => Pin::new(&mut this.body).poll_frame(cx),
         }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            Kind::Full(data) => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
-            Kind::Failed(_) => SizeHint::default(),
-            Kind::Inner { pending, body } => {
-                let read: u64 = pending
-                    .iter()
-                    .filter_map(Frame::data_ref)
-                    .map(|d| d.len() as u64)
-                    .sum();
-                let hint = body.size_hint();
-                let mut out = SizeHint::new();
-                out.set_lower(hint.lower() + read);
-                if let Some(upper) = hint.upper() {
-                    out.set_upper(upper + read);
-                }
-                out
-            }
+    }),
+    is_end_stream(|this| { this.failed.is_none() && this.read.is_empty() && this.body.is_end_stream() }),
+    size_hint(|this| {
+        if this.failed.is_some() {
+            return SizeHint::default();
         }
-    }
+        let read: u64 = this
+            .read
+            .iter()
+            .filter_map(Frame::data_ref)
+            .map(|d| d.len() as u64)
+            .sum();
+        let hint = this.body.size_hint();
+        let mut out = SizeHint::new();
+        out.set_lower(hint.lower() + read);
+        if let Some(upper) = hint.upper() {
+            out.set_upper(upper + read);
+        }
+        out
+    }),
 }
 
 /// A body read up to a limit.
@@ -119,7 +102,7 @@ pub(crate) enum Collected<B: Body> {
     /// All of it, within the limit.
     Whole(Bytes),
     /// Too big, or with trailers: what was read, then the rest, to stream through.
-    Partial(CacheBody<B>),
+    Partial(ResponseBody<B>),
 }
 
 /// Reads `body` while it stays within `limit` bytes and carries no trailers. Never holds more
@@ -130,7 +113,7 @@ where
 {
     let mut body = Box::pin(body);
     if body.size_hint().lower() > limit as u64 {
-        return Ok(Collected::Partial(CacheBody::resumed(
+        return Ok(Collected::Partial(ResponseBody::resumed(
             VecDeque::new(),
             body,
         )));
@@ -152,7 +135,7 @@ where
                     Ok(data) => Frame::data(data),
                     Err(trailers) => trailers,
                 });
-                return Ok(Collected::Partial(CacheBody::resumed(pending, body)));
+                return Ok(Collected::Partial(ResponseBody::resumed(pending, body)));
             }
         }
     }

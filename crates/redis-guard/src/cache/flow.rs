@@ -9,7 +9,7 @@ use http::{HeaderValue, Request, Response, response};
 use tower_service::Service;
 
 use super::CacheTags;
-use super::body::{CacheBody, Collected, collect};
+use super::body::{Collected, ResponseBody, collect};
 use super::entry::{Entry, Kind, Stored, decode, encode};
 use super::policy::life;
 use super::shared::Shared;
@@ -62,7 +62,7 @@ pub(crate) struct Call {
     pub(crate) digest: String,
 }
 
-type Reply<B, E> = Result<Response<CacheBody<B>>, E>;
+type Reply<B, E> = Result<Response<ResponseBody<B>>, E>;
 
 impl Call {
     pub(crate) async fn serve<S, ReqBody, ResBody>(
@@ -174,8 +174,8 @@ impl Call {
         entry: Entry,
         now: u64,
         outcome: Outcome,
-    ) -> Response<CacheBody<B>> {
-        let mut res = Response::new(CacheBody::full(entry.body));
+    ) -> Response<ResponseBody<B>> {
+        let mut res = Response::new(ResponseBody::full(entry.body));
         *res.status_mut() = entry.status;
         *res.headers_mut() = entry.headers;
         let filled = entry.times.started.saturating_add(entry.times.delta);
@@ -330,9 +330,9 @@ impl Call {
                 if let (true, true, Some(started)) = (holds, leaves_marker, started) {
                     self.pass(started).await;
                 }
-                return Ok(self.finish(parts, CacheBody::inner(body)));
+                return Ok(self.finish(parts, ResponseBody::inner(body)));
             }
-            (Ok(_), None) => return Ok(self.finish(parts, CacheBody::inner(body))),
+            (Ok(_), None) => return Ok(self.finish(parts, ResponseBody::inner(body))),
         };
         let bytes = match collect(body, shared.body_limit).await {
             Ok(Collected::Whole(bytes)) => bytes,
@@ -343,7 +343,7 @@ impl Call {
                 }
                 return Ok(self.finish(parts, rest));
             }
-            Err(e) => return Ok(self.finish(parts, CacheBody::failed(e))),
+            Err(e) => return Ok(self.finish(parts, ResponseBody::failed(e))),
         };
         let jitter = life.fresh.mul_f64(shared.jitter * shared.random.draw());
         let write = Write {
@@ -356,7 +356,7 @@ impl Call {
         if let Err(e) = shared.store.0.write(&self.digest, write).await {
             tracing::warn!(error = %e, "cache fill failed");
         }
-        Ok(self.finish(parts, CacheBody::full(bytes)))
+        Ok(self.finish(parts, ResponseBody::full(bytes)))
     }
 
     /// Leaves a hit-for-pass marker for as long as the lease.
@@ -398,8 +398,8 @@ impl Call {
     fn finish<B: http_body::Body>(
         &self,
         mut parts: response::Parts,
-        body: CacheBody<B>,
-    ) -> Response<CacheBody<B>> {
+        body: ResponseBody<B>,
+    ) -> Response<ResponseBody<B>> {
         parts
             .headers
             .insert(self.shared.header.clone(), Outcome::Miss.value());

@@ -5,61 +5,63 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use http::Response;
+use http::{Request, Response};
+use tower_service::Service;
 
-use super::body::CacheBody;
+use super::body::ResponseBody;
 use super::store::BoxFuture;
+use crate::body::HttpResponse;
 
-pin_project_lite::pin_project! {
-    /// The response future of [`CacheService`](super::CacheService).
-    pub struct ResponseFuture<F, B: http_body::Body, E> {
-        #[pin]
-        state: State<F, B, E>,
-    }
-}
+/// What the cache's work for a request gives: the response, its body the inner service's `B`
+/// or the cache's bytes.
+type Reply<S, ReqBody> = Result<
+    Response<ResponseBody<<<S as Service<Request<ReqBody>>>::Response as HttpResponse>::Body>>,
+    <S as Service<Request<ReqBody>>>::Error,
+>;
 
-pin_project_lite::pin_project! {
-    #[project = StateProj]
-    enum State<F, B: http_body::Body, E> {
+define_response_future! {
+    /// The response future of [`Cache`](super::Cache): the inner service's future for a
+    /// request the cache does not look at, else the lookup and the inner call or the stored
+    /// response (boxed).
+    where { S::Response: HttpResponse, }
+    states {
         // Not cached (not GET/HEAD, credentials): the inner call, its body passed through.
-        Passing { #[pin] fut: F },
+        Passing { #[pin] fut: S::Future },
         // Lookup, and the inner call or the stored response.
-        Caching { fut: BoxFuture<Result<Response<CacheBody<B>>, E>> },
+        Caching { fut: BoxFuture<Reply<S, ReqBody>> },
     }
 }
 
-impl<F, B: http_body::Body, E> ResponseFuture<F, B, E> {
-    pub(crate) fn passing(fut: F) -> Self {
+impl<S, ReqBody> ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+    S::Response: HttpResponse,
+{
+    pub(crate) fn passing(fut: S::Future) -> Self {
         Self {
             state: State::Passing { fut },
         }
     }
 
-    pub(crate) fn caching(fut: BoxFuture<Result<Response<CacheBody<B>>, E>>) -> Self {
+    pub(crate) fn caching(fut: BoxFuture<Reply<S, ReqBody>>) -> Self {
         Self {
             state: State::Caching { fut },
         }
     }
 }
 
-impl<F, B: http_body::Body, E> std::fmt::Debug for ResponseFuture<F, B, E> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
-}
-
-impl<F, B, E> Future for ResponseFuture<F, B, E>
+impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
 where
-    F: Future<Output = Result<Response<B>, E>>,
-    B: http_body::Body,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: http_body::Body,
 {
-    type Output = Result<Response<CacheBody<B>>, E>;
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
             StateProj::Passing { fut } => {
                 let res = ready!(fut.poll(cx))?;
-                Poll::Ready(Ok(res.map(CacheBody::inner)))
+                Poll::Ready(Ok(res.map(ResponseBody::inner)))
             }
             StateProj::Caching { fut } => fut.as_mut().poll(cx),
         }

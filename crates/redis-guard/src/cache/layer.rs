@@ -7,7 +7,7 @@ use http::HeaderName;
 
 use super::policy::{KeyPolicy, Lifetimes};
 use super::query::QueryKey;
-use super::service::CacheService;
+use super::service::Cache;
 use super::shared::Shared;
 use super::stampede::{Random, Stampede};
 use super::store::CacheStore;
@@ -55,7 +55,7 @@ pub struct CacheLayer {
     pub(crate) shared: Arc<Shared>,
 }
 
-impl_layer!(CacheLayer => CacheService, shared);
+impl_layer!(CacheLayer => Cache, shared);
 
 impl CacheLayer {
     /// A layer with the defaults: entries live 60 s unless the handler says otherwise,

@@ -79,7 +79,9 @@
 //! - A value under a cache key that is not ours (another type, another format, another
 //!   variant's entry) is a miss, logged at `warn`, and overwritten by the next fill. The store
 //!   failing (Redis down, too slow) never fails a request: it is served by the handler,
-//!   uncached, with a `warn`.
+//!   uncached, with a `warn`. So the layer never answers on its own (it has no rejection, unlike
+//!   the rate limiter and the sessions): every response is the handler's, fresh or stored, in
+//!   [`ResponseBody`].
 //!
 //! # Cache and sessions
 //!
@@ -194,13 +196,13 @@ mod stampede;
 mod store;
 mod tags;
 
-pub use body::CacheBody;
+pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use layer::{CacheLayer, CacheLayerBuilder};
 pub use memory_store::MemoryCacheStore;
 pub use query::QueryKey;
 pub use redis_store::RedisCacheStore;
-pub use service::CacheService;
+pub use service::Cache;
 pub use stampede::Stampede;
 pub use store::CacheStore;
 pub use tags::CacheTags;

@@ -27,7 +27,10 @@
 //!   is what the layer takes too: no handle type of its own;
 //! - the layer answers `429 Too Many Requests` with `Retry-After`, `RateLimit-Policy` and
 //!   `RateLimit` headers and an `application/problem+json` body, or calls the inner service with
-//!   the same headers added and a [`Decision`] in the request extensions;
+//!   the same headers added and a [`Decision`] in the request extensions. Its answers of its own
+//!   (`429`, `503` with the limiter down, a missing key, `500` misconfigured) carry a
+//!   [`Rejection`] in their extensions, and [`RateLimitLayerBuilder::response`] writes them
+//!   your way;
 //! - in front of a gRPC service, [`RateLimitLayerBuilder::grpc`] makes the layer answer in gRPC
 //!   instead: `RESOURCE_EXHAUSTED` with the retry delay in metadata and status details
 //!   ([`grpc`]).
@@ -121,43 +124,30 @@
 // `decision.rs` it returns; and what an admitted request holds until its response ends
 // (`lease/`). The layer's own files take what they need from here, by name.
 mod algorithm;
-mod builder;
-mod config;
 mod decision;
-mod future;
-pub mod grpc;
-mod headers;
 mod inline_list;
 mod key;
 mod layer;
-#[cfg(all(test, feature = "metrics"))]
-mod layer_tests;
 mod lease;
 mod limiter;
 mod memory;
-mod policy;
 mod redis;
-mod response;
 mod rule;
-mod service;
-mod warn;
 
 pub use algorithm::{Algorithm, CustomAlgorithm, RuleState};
-pub use builder::RateLimitLayerBuilder;
 pub use decision::{Decision, RuleDecision};
-pub use future::ResponseFuture;
 pub use key::{
     And, ExtensionKey, Global, HeaderKey, Key, KeyError, KeyExtractor, KeyExtractorExt, Or,
 };
-pub use layer::RateLimitLayer;
+pub use layer::{
+    FailurePolicy, MissingKey, Mode, RateLimit, RateLimitLayer, RateLimitLayerBuilder, Rejection,
+    ResponseBody, ResponseFuture, grpc,
+};
 pub use lease::{ActualCost, CostReport, Lease};
 pub use limiter::{Bans, Inspection, Limiter, LimiterError};
 pub use memory::MemoryLimiter;
-pub use policy::{FailurePolicy, MissingKey, Mode};
 pub use redis::RedisLimiter;
-pub use response::ResponseBody;
 pub use rule::{Check, Quota, Route, Rule};
-pub use service::RateLimit;
 
 // The client's address lives in `crate::client_ip` (sessions read it too); rate limits key on
 // it so often that it is also here, under the same names.
@@ -173,3 +163,6 @@ pub(crate) use limiter::{
     BoxFuture, Held, Pending, Settling, count_failure, count_failure_of, decision_from, settling,
 };
 pub(crate) use rule::quota_lookup::{self, Lookup, Resolved};
+
+// What the rest takes from the layer's files.
+pub(crate) use layer::WarnEvery;

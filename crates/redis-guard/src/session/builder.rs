@@ -5,10 +5,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::Response;
+
 use super::shared::{Metadata, Shared};
 use super::store::{Lifetimes, SessionStore};
 use super::token::Transport;
-use super::{FailurePolicy, SessionLayer};
+use super::{FailurePolicy, Rejection, SessionLayer};
+use crate::problem::Respond;
 use crate::{ConfigError, ConfigErrorKind};
 
 /// A lifetime setting that cannot work: `setting` is `value`.
@@ -58,6 +62,7 @@ pub struct SessionLayerBuilder {
     failure: FailurePolicy,
     expose_user: bool,
     metadata: Metadata,
+    response: Option<Respond<Rejection>>,
 }
 
 impl SessionLayerBuilder {
@@ -69,6 +74,7 @@ impl SessionLayerBuilder {
             failure: FailurePolicy::default(),
             expose_user: false,
             metadata: Metadata::default(),
+            response: None,
         }
     }
 
@@ -168,6 +174,33 @@ impl SessionLayerBuilder {
     /// ```
     pub fn client_ip(mut self, ip: Option<crate::client_ip::ClientIp>) -> Self {
         self.metadata.ip = ip;
+        self
+    }
+
+    /// Writes the layer's own answers: `build` gets the [`Rejection`] (the store unavailable
+    /// under [`FailurePolicy::Closed`]) and returns the response, in place of the default
+    /// `application/problem+json` one ([`Rejection::response`]). The layer adds
+    /// `Retry-After: 1` where the answer has none, and puts the rejection in its extensions.
+    ///
+    /// ```
+    /// use redis_guard::session::{MemorySessionStore, Rejection, SessionLayer};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = SessionLayer::builder(MemorySessionStore::new()) // RedisSessionStore in production
+    ///     .response(|rejection: &Rejection| {
+    ///         http::Response::builder()
+    ///             .status(rejection.status())
+    ///             .header("content-type", "text/html")
+    ///             .body("<h1>Back in a moment</h1>".into())
+    ///             .unwrap_or_default()
+    ///     })
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn response<F>(mut self, build: F) -> Self
+    where
+        F: Fn(&Rejection) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        self.response = Some(Respond::new(build));
         self
     }
 
@@ -277,6 +310,7 @@ impl SessionLayerBuilder {
                 failure: self.failure,
                 expose_user: self.expose_user,
                 metadata: self.metadata,
+                response: self.response,
             }),
         })
     }
@@ -291,6 +325,7 @@ impl fmt::Debug for SessionLayerBuilder {
             .field("failure", &self.failure)
             .field("expose_user", &self.expose_user)
             .field("metadata", &self.metadata)
+            .field("response", &self.response)
             .finish()
     }
 }

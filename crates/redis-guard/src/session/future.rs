@@ -5,20 +5,23 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use bytes::Bytes;
 use http::header::{SET_COOKIE, VARY};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
 
+use super::body::ResponseBody;
 use super::cache_control::private_cache_control;
 use super::handle::Session;
 use super::state::CookieAction;
 use super::store::BoxFuture;
 use super::token::Wire;
-use super::{FailurePolicy, SessionError, SessionUser};
+use super::{FailurePolicy, Rejection, SessionError, SessionUser};
+use crate::problem::problem;
 
 define_response_future! {
-    /// The response future of [`SessionService`]: (preload the user,) call the inner service,
-    /// then save the session and set the cookie.
+    /// The response future of [`Sessions`](super::Sessions): (preload the user,) call the
+    /// inner service, then save the session and set the cookie.
     states {
         Preloading {
             preload: BoxFuture<Result<Option<String>, SessionError>>,
@@ -30,8 +33,9 @@ define_response_future! {
             fut: S::Future,
             session: Option<Session>,
         },
+        // The inner service's response, or the layer's answer instead.
         Finishing {
-            fut: BoxFuture<Result<<S as Service<Request<ReqBody>>>::Response, S::Error>>,
+            fut: BoxFuture<Result<<S as Service<Request<ReqBody>>>::Response, Response<Bytes>>>,
         },
     }
 }
@@ -66,10 +70,9 @@ where
 impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    S::Error: Send + 'static,
-    ResBody: Default + Send + 'static,
+    ResBody: Send + 'static,
 {
-    type Output = Result<Response<ResBody>, S::Error>;
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -78,7 +81,7 @@ where
                 StateProj::Preloading { preload, pending } => {
                     let user = ready!(preload.as_mut().poll(cx));
                     let Some((mut inner, mut req, session)) = pending.take() else {
-                        return Poll::Ready(Ok(status(StatusCode::INTERNAL_SERVER_ERROR)));
+                        return Poll::Ready(Ok(after_completion()));
                     };
                     match user {
                         Ok(Some(user)) => {
@@ -88,7 +91,8 @@ where
                         Err(e) => {
                             // Only with FailurePolicy::Closed.
                             tracing::warn!(error = %e, "session store unavailable: 503");
-                            return Poll::Ready(Ok(unavailable()));
+                            let res = session.rejected(Rejection::StoreUnavailable);
+                            return Poll::Ready(Ok(res.map(ResponseBody::full)));
                         }
                     }
                     State::Calling {
@@ -99,24 +103,31 @@ where
                 StateProj::Calling { fut, session } => {
                     let res = ready!(fut.poll(cx))?;
                     let Some(session) = session.take() else {
-                        return Poll::Ready(Ok(res));
+                        return Poll::Ready(Ok(res.map(ResponseBody::inner)));
                     };
                     State::Finishing {
                         fut: Box::pin(finish(session, res)),
                     }
                 }
-                StateProj::Finishing { fut } => return fut.as_mut().poll(cx),
+                StateProj::Finishing { fut } => {
+                    return Poll::Ready(Ok(match ready!(fut.as_mut().poll(cx)) {
+                        Ok(res) => res.map(ResponseBody::inner),
+                        Err(answer) => answer.map(ResponseBody::full),
+                    }));
+                }
             };
             this.state.set(next);
         }
     }
 }
 
-async fn finish<B: Default, E>(session: Session, mut res: Response<B>) -> Result<Response<B>, E> {
+/// The inner service's response with the session's cookie and cache headers, or the layer's
+/// own answer when the store failed under [`FailurePolicy::Closed`].
+async fn finish<B>(session: Session, mut res: Response<B>) -> Result<Response<B>, Response<Bytes>> {
     let success = res.status().is_success() || res.status().is_redirection();
     let (cookie, failed) = session.finish(success).await;
     if failed && session.policy() == FailurePolicy::Closed {
-        return Ok(unavailable());
+        return Err(session.rejected(Rejection::StoreUnavailable));
     }
     // A response cache outside this layer reads the mark: never store a response that depends
     // on a session. A mark that says neither tells it nothing, so none is allocated then.
@@ -169,15 +180,12 @@ fn vary_value(credential: &HeaderName) -> HeaderValue {
     HeaderValue::from_str(credential.as_str()).unwrap_or(HeaderValue::from_static("*"))
 }
 
-fn status<B: Default>(code: StatusCode) -> Response<B> {
-    let mut res = Response::new(B::default());
-    *res.status_mut() = code;
-    res
-}
-
-fn unavailable<B: Default>() -> Response<B> {
-    let mut res = status(StatusCode::SERVICE_UNAVAILABLE);
-    res.headers_mut()
-        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-    res
+/// The answer of a future polled again after it completed (only reachable by a caller's bug).
+fn after_completion<B>() -> Response<ResponseBody<B>> {
+    problem(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "session future polled after completion",
+        &[],
+    )
+    .map(ResponseBody::full)
 }

@@ -372,6 +372,11 @@ impl Session {
         self.shared.failure
     }
 
+    /// The layer's own answer for `rejection` (its hook's, else the default).
+    pub(crate) fn rejected(&self, rejection: super::Rejection) -> http::Response<bytes::Bytes> {
+        super::rejection::answer(&self.shared, rejection)
+    }
+
     /// Loads the session if the request carries a cookie; used to expose the user before the
     /// handler runs.
     pub(crate) async fn preload(&self) -> Result<Option<String>, SessionError> {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::service::SessionService;
+use super::service::Sessions;
 use super::shared::Shared;
 
 /// Cookie sessions backed by a [`SessionStore`](super::SessionStore): puts a [`Session`](super::Session) into every
@@ -46,4 +46,4 @@ pub struct SessionLayer {
     pub(crate) shared: Arc<Shared>,
 }
 
-impl_layer!(SessionLayer => SessionService, shared);
+impl_layer!(SessionLayer => Sessions, shared);

@@ -113,7 +113,10 @@
 //! - **Redis down**: `503` (default) or carry on without a session ([`FailurePolicy`]); every call
 //!   has a timeout. After a failed load nothing is written and no cookie is set (the user's
 //!   cookie stays); a failed idle refresh never changes a response; a failed save of changed
-//!   data is a `503` under [`FailurePolicy::Closed`].
+//!   data is a `503` under [`FailurePolicy::Closed`]. That `503` is the layer's only answer of
+//!   its own: an `application/problem+json` body with `Retry-After: 1` and a [`Rejection`] in
+//!   its extensions; [`SessionLayerBuilder::response`] writes it your way. The inner service's
+//!   body, whatever its type, passes through in [`ResponseBody`].
 //! - **Header tokens for API clients** ([`Transport`]): with
 //!   [`SessionLayerBuilder::transport`]`(`[`Transport::bearer`]`())` the id travels as
 //!   `Authorization: Bearer <token>` (or in a header you name); a new token comes back in the
@@ -140,6 +143,7 @@
 //! user's index until it ends (revoking that user ends it too).
 
 mod admin;
+mod body;
 mod builder;
 mod cache_control;
 mod cookie;
@@ -158,6 +162,7 @@ mod metered;
 mod policy;
 mod redis_load;
 mod redis_store;
+mod rejection;
 mod scripts;
 mod service;
 mod shared;
@@ -166,6 +171,7 @@ mod store;
 mod token;
 mod user;
 
+pub use body::ResponseBody;
 pub use builder::SessionLayerBuilder;
 pub use cookie::SameSite;
 #[cfg(feature = "axum")]
@@ -178,7 +184,8 @@ pub use layer::SessionLayer;
 pub use memory_store::MemorySessionStore;
 pub use policy::FailurePolicy;
 pub use redis_store::RedisSessionStore;
-pub use service::SessionService;
+pub use rejection::Rejection;
+pub use service::Sessions;
 pub use store::{SessionInfo, SessionStore};
 pub use token::Transport;
 pub use user::SessionUser;

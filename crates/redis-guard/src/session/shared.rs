@@ -7,10 +7,11 @@ use std::sync::Arc;
 use http::HeaderValue;
 use http::request::Parts;
 
-use super::FailurePolicy;
 use super::cookie::CookieConfig;
 use super::store::{Lifetimes, SessionStore};
 use super::token::Wire;
+use super::{FailurePolicy, Rejection};
+use crate::problem::Respond;
 
 /// Settings shared by every request of a layer.
 #[derive(Debug)]
@@ -23,6 +24,9 @@ pub(crate) struct Shared {
     pub(crate) failure: FailurePolicy,
     pub(crate) expose_user: bool,
     pub(crate) metadata: Metadata,
+    /// The hook that writes the layer's own answers
+    /// ([`SessionLayerBuilder::response`](super::SessionLayerBuilder::response)).
+    pub(crate) response: Option<Respond<Rejection>>,
 }
 
 /// Which client details the layer keeps with each session.

@@ -10,8 +10,8 @@ use futures_util::future::join_all;
 use super::QuotaFrom;
 use crate::ConfigError;
 use crate::rate_limit::Check;
+use crate::rate_limit::WarnEvery;
 use crate::rate_limit::limiter::BoxFuture;
-use crate::rate_limit::warn::WarnEvery;
 use crate::rate_limit::{Quota, Rule};
 
 /// How long a request waits for its rules' `async` quota lookups

@@ -3,10 +3,10 @@
 //! A gRPC client reads the outcome of a call from `grpc-status`, not from the HTTP status: a
 //! `429` from an HTTP middleware reaches a tonic client as `UNAVAILABLE` ("429 Too Many
 //! Requests", by gRPC's [HTTP to gRPC status mapping]), with the retry delay lost among the
-//! headers. [`RateLimitLayerBuilder::grpc`](super::RateLimitLayerBuilder::grpc) makes the layer
+//! headers. [`RateLimitLayerBuilder::grpc`](crate::rate_limit::RateLimitLayerBuilder::grpc) makes the layer
 //! answer in gRPC instead:
 //!
-//! - a denied call gets [`resource_exhausted`]: HTTP `200`, `content-type: application/grpc`,
+//! - a denied call ([`Rejection::Limited`]) gets, from [`response`]: HTTP `200`, `content-type: application/grpc`,
 //!   and, in the one header block of a *trailers-only* response, `grpc-status: 8`
 //!   (`RESOURCE_EXHAUSTED`), a `grpc-message`, the retry delay as `retry-after` (whole seconds,
 //!   rounded up) and as `grpc-retry-pushback-ms` (the header gRPC's [retry design] gives a
@@ -14,13 +14,13 @@
 //!   carrying a `google.rpc.RetryInfo` (the exact delay) and a `google.rpc.QuotaFailure` (the
 //!   rule, as `rule:<name>`), as Google's [error model] prescribes. The `RateLimit` and
 //!   `RateLimit-Policy` headers come along as metadata. A call refused a lease by a
-//!   [`Rule::concurrency`](super::Rule::concurrency) (a stream over its key's maximum in flight)
+//!   [`Rule::concurrency`](crate::rate_limit::Rule::concurrency) (a stream over its key's maximum in flight)
 //!   gets the same answer, naming that rule, with its retry delay (one second);
 //! - the answers the layer gives without a decision become the gRPC status of the same meaning
 //!   ([`google.rpc.Code`]'s HTTP mapping): the limiter down under
-//!   [`FailurePolicy::Closed`](super::FailurePolicy::Closed) (`503`) is `UNAVAILABLE` (14) with
+//!   [`FailurePolicy::Closed`](crate::rate_limit::FailurePolicy::Closed) (`503`) is `UNAVAILABLE` (14) with
 //!   a retry delay of one second, a misconfigured layer (`500`) is `INTERNAL` (13), a missing key
-//!   rejected with `400` ([`MissingKey::Reject`](super::MissingKey::Reject)) is
+//!   rejected with `400` ([`MissingKey::Reject`](crate::rate_limit::MissingKey::Reject)) is
 //!   `INVALID_ARGUMENT` (3), `401` `UNAUTHENTICATED` (16), `403` `PERMISSION_DENIED` (7), any
 //!   other status `UNKNOWN` (2).
 //!
@@ -46,7 +46,9 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
 
-use super::{Decision, headers, response};
+use super::headers;
+use super::rejection::Rejection;
+use crate::rate_limit::ceil_secs;
 
 /// `grpc-status`.
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
@@ -65,20 +67,21 @@ const UNAVAILABLE: u8 = 14;
 const RETRY_INFO_TYPE: &str = "type.googleapis.com/google.rpc.RetryInfo";
 const QUOTA_FAILURE_TYPE: &str = "type.googleapis.com/google.rpc.QuotaFailure";
 
-/// The gRPC answer to a call `decision` denied: a trailers-only `RESOURCE_EXHAUSTED` with the
-/// retry delay as `retry-after`, `grpc-retry-pushback-ms` and a `google.rpc.RetryInfo` in
-/// `grpc-status-details-bin` (see the [module docs](self)).
-/// [`RateLimitLayerBuilder::grpc`](super::RateLimitLayerBuilder::grpc) installs it; it is also a
-/// `Fn(&Decision) -> Response<Bytes>` of its own, for a
-/// [`response`](super::RateLimitLayerBuilder::response) hook that wraps it.
+/// The layer's answer to `rejection` in gRPC. A denied call gets a trailers-only
+/// `RESOURCE_EXHAUSTED` with the retry delay as `retry-after`, `grpc-retry-pushback-ms` and a
+/// `google.rpc.RetryInfo` in `grpc-status-details-bin`; the other rejections the gRPC status of
+/// the same meaning (see the [module docs](self)).
+/// [`RateLimitLayerBuilder::grpc`](crate::rate_limit::RateLimitLayerBuilder::grpc) installs it; it is also a
+/// `Fn(&Rejection) -> Response<Bytes>` of its own, for a
+/// [`response`](crate::rate_limit::RateLimitLayerBuilder::response) hook that wraps it.
 ///
 /// ```
 /// use redis_guard::rate_limit::{Global, MemoryLimiter, Quota, RateLimitLayer, grpc};
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
 ///     .rule("upstream", Global, Quota::per_second(100))
-///     .response(|decision| {
-///         let mut res = grpc::resource_exhausted(decision);
+///     .response(|rejection| {
+///         let mut res = grpc::response(rejection);
 ///         res.headers_mut().insert("x-upstream", http::HeaderValue::from_static("busy"));
 ///         res
 ///     })
@@ -86,24 +89,16 @@ const QUOTA_FAILURE_TYPE: &str = "type.googleapis.com/google.rpc.QuotaFailure";
 /// # let _ = layer; Ok(()) }
 /// ```
 #[must_use]
-pub fn resource_exhausted(decision: &Decision) -> Response<Bytes> {
-    let message = response::limited_detail(decision);
+pub fn response(rejection: &Rejection) -> Response<Bytes> {
+    let message = rejection.to_string();
+    let status_code = rejection.status();
     let details = Details {
-        retry: Some(decision.retry_after),
-        quota_rule: Some(&decision.rule),
+        // A denial's wait; while the limiter is unavailable, the HTTP answer's
+        // `Retry-After: 1`.
+        retry: rejection.retry_after(),
+        quota_rule: rejection.decision().map(|d| &*d.rule),
     };
-    status(RESOURCE_EXHAUSTED, &message, &details)
-}
-
-/// The gRPC answer for an HTTP `status` the layer gives without a decision.
-pub(crate) fn error(status_code: StatusCode, detail: &str) -> Response<Bytes> {
-    let unavailable = status_code == StatusCode::SERVICE_UNAVAILABLE;
-    let details = Details {
-        // As the HTTP answer's `Retry-After: 1`.
-        retry: unavailable.then_some(Duration::from_secs(1)),
-        quota_rule: None,
-    };
-    status(code_for(status_code), detail, &details)
+    status(code_for(status_code), &message, &details)
 }
 
 /// The gRPC status code of the same meaning as `status` (`google.rpc.Code`'s HTTP mapping).
@@ -138,7 +133,7 @@ fn status(code: u8, message: &str, details: &Details<'_>) -> Response<Bytes> {
     h.insert(GRPC_STATUS, HeaderValue::from(u16::from(code)));
     insert_encoded(h, GRPC_MESSAGE, percent_encode(message));
     if let Some(delay) = details.retry {
-        headers::insert_retry_after(h, super::decision::ceil_secs(delay));
+        headers::insert_retry_after(h, ceil_secs(delay));
         h.insert(
             GRPC_RETRY_PUSHBACK_MS,
             HeaderValue::from(ceil_millis(delay)),
@@ -251,9 +246,9 @@ fn varint(out: &mut Vec<u8>, mut value: u64) {
 mod tests {
     use http::HeaderName;
 
+    use super::super::response::tests::collected as call;
     use super::*;
     use crate::backend::ManualClock;
-    use crate::rate_limit::response::tests::collected as call;
     use crate::rate_limit::{
         FailurePolicy, HeaderKey, MemoryLimiter, MissingKey, Quota, RateLimitLayer,
     };

@@ -5,18 +5,19 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use tower_service::Service;
 
 use super::config::{Config, Plan};
 use super::headers::RateLimitHeaders;
-use super::response::{self, ResponseBody};
+use super::rejection::Rejection;
+use super::response::{ResponseBody, after_completion, answer};
 use super::service::start;
-use super::{
+use crate::ConfigError;
+use crate::rate_limit::{
     BoxFuture, Check, CostReport, Decision, Held, Holding, LimiterError, Pending, Quota,
     RuleDecision, Settling, count_failure, count_failure_of, decision_from, settling,
 };
-use crate::ConfigError;
 use crate::telemetry::Stopwatch;
 
 /// The inner service's response, its body holding the request's leases and settlement, with
@@ -36,17 +37,8 @@ fn finish<B>(
     res
 }
 
-/// The answer of a future polled again after it completed (only reachable by a caller's bug).
-fn after_completion<B>(grpc: bool) -> Response<ResponseBody<B>> {
-    response::error(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "rate-limit future polled after completion",
-        grpc,
-    )
-}
-
 define_response_future! {
-    /// The response future of [`RateLimit`](super::RateLimit): waits for the limiter (the only
+    /// The response future of [`RateLimit`](crate::rate_limit::RateLimit): waits for the limiter (the only
     /// boxed part), then calls the inner service or answers on its own.
     states {
         // What waits for Redis is boxed: the future stays small for the in-process limiter,
@@ -72,13 +64,9 @@ define_response_future! {
             // Boxed: only concurrency and settled rules hold anything, and the future stays small.
             hold: Option<Box<Holding>>,
         },
-        Respond {
-            status: StatusCode,
-            detail: &'static str,
-            grpc: bool,
-        },
-        Limited {
-            response: Option<(Decision, Arc<Config>)>,
+        // The layer answers itself.
+        Rejected {
+            rejected: Option<(Rejection, Arc<Config>)>,
         },
     }
 }
@@ -175,14 +163,12 @@ where
                 retry_after_ms = decision.retry_after.as_millis(),
                 "rate limited"
             );
-            State::Limited {
-                response: Some((decision, Arc::clone(config))),
+            State::Rejected {
+                rejected: Some((Rejection::Limited(decision), Arc::clone(config))),
             }
         }
-        Err(Plan::Respond(status, detail)) => State::Respond {
-            status,
-            detail,
-            grpc: config.grpc,
+        Err(Plan::Respond(rejection)) => State::Rejected {
+            rejected: Some((*rejection, Arc::clone(config))),
         },
         Err(Plan::Pass | Plan::Check(_) | Plan::Resolve(..)) => State::Calling {
             fut: inner.call(req),
@@ -260,12 +246,10 @@ where
         }
     }
 
-    pub(crate) fn respond(status: StatusCode, detail: &'static str, grpc: bool) -> Self {
+    pub(crate) fn rejected(rejection: Rejection, config: Arc<Config>) -> Self {
         Self {
-            state: State::Respond {
-                status,
-                detail,
-                grpc,
+            state: State::Rejected {
+                rejected: Some((rejection, config)),
             },
         }
     }
@@ -288,7 +272,7 @@ where
                 } => {
                     let checks = ready!(checks.as_mut().poll(cx));
                     let Some((inner, req)) = pending.take().map(|b| *b) else {
-                        return Poll::Ready(Ok(after_completion(config.grpc)));
+                        return Poll::Ready(Ok(after_completion()));
                     };
                     match checks {
                         Ok(checks) => {
@@ -305,10 +289,8 @@ where
                                 started: Stopwatch::start(),
                             }
                         }
-                        Err(_) => State::Respond {
-                            status: StatusCode::INTERNAL_SERVER_ERROR,
-                            detail: "The rate limiter is misconfigured.",
-                            grpc: config.grpc,
+                        Err(_) => State::Rejected {
+                            rejected: Some((Rejection::Misconfigured, Arc::clone(config))),
                         },
                     }
                 }
@@ -320,7 +302,7 @@ where
                 } => {
                     let states = ready!(states.as_mut().poll(cx));
                     let Some(pending) = pending.take() else {
-                        return Poll::Ready(Ok(after_completion(config.grpc)));
+                        return Poll::Ready(Ok(after_completion()));
                     };
                     decided(config, states, *pending, *started)
                 }
@@ -331,17 +313,10 @@ where
                     let res = ready!(fut.poll(cx))?;
                     return Poll::Ready(Ok(finish(res, headers.take(), hold.take())));
                 }
-                StateProj::Respond {
-                    status,
-                    detail,
-                    grpc,
-                } => {
-                    return Poll::Ready(Ok(response::error(*status, detail, *grpc)));
-                }
-                StateProj::Limited { response } => {
-                    let res = match response.take() {
-                        Some((decision, config)) => response::limited(&config, &decision),
-                        None => after_completion(false),
+                StateProj::Rejected { rejected } => {
+                    let res = match rejected.take() {
+                        Some((rejection, config)) => answer(&config, rejection),
+                        None => after_completion(),
                     };
                     return Poll::Ready(Ok(res));
                 }

@@ -8,9 +8,11 @@ use bytes::Bytes;
 use http::Response;
 
 use super::config::{Config, Fallback, LayerRule};
-use super::{
-    Algorithm, Decision, FailurePolicy, KeyExtractor, Limiter, MissingKey, Mode, Quota,
-    RateLimitLayer, Rule, headers,
+use super::headers;
+use super::rejection::Rejection;
+use crate::problem::Respond;
+use crate::rate_limit::{
+    Algorithm, FailurePolicy, KeyExtractor, Limiter, MissingKey, Mode, Quota, RateLimitLayer, Rule,
 };
 use crate::{ConfigError, ConfigErrorKind};
 
@@ -118,7 +120,7 @@ impl RateLimitLayerBuilder {
     /// # let _ = layer; Ok(()) }
     /// ```
     ///
-    /// [`Decision::shadow`]: super::Decision::shadow
+    /// [`Decision::shadow`]: crate::rate_limit::Decision::shadow
     pub fn candidate(mut self, rule: &str, quota: Quota) -> Self {
         let Some(of) = self.config.rules.iter().find(|r| r.rule.name() == rule) else {
             self.unknown_candidate
@@ -157,40 +159,48 @@ impl RateLimitLayerBuilder {
         pub fn legacy_headers(on: bool) => config.headers.legacy;
     }
 
-    /// Replaces the default `application/problem+json` body of denied responses.
+    /// Writes the layer's own answers: `build` gets the [`Rejection`] (a denial, the limiter
+    /// unavailable, a missing key, a misconfiguration) and returns the response, in place of
+    /// the default `application/problem+json` ones ([`Rejection::response`], which a hook
+    /// returns for the answers it leaves alone). The layer adds `Retry-After` (and, to a
+    /// denial, the `RateLimit` headers) where the answer has none, and puts the rejection in
+    /// its extensions.
     ///
     /// ```
-    /// use redis_guard::rate_limit::{Global, MemoryLimiter, Quota, RateLimitLayer};
+    /// use redis_guard::rate_limit::{Global, MemoryLimiter, Quota, RateLimitLayer, Rejection};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
     ///     .rule("upstream", Global, Quota::per_second(100))
-    ///     .response(|d| {
-    ///         http::Response::builder()
+    ///     .response(|rejection| match rejection {
+    ///         Rejection::Limited(d) => http::Response::builder()
     ///             .status(429)
     ///             .header("content-type", "application/json")
     ///             .body(format!(r#"{{"status":"rejected","rule":"{}"}}"#, d.rule).into())
-    ///             .unwrap_or_default()
+    ///             .unwrap_or_default(),
+    ///         other => other.response(),
     ///     })
     ///     .build()?;
     /// # let _ = layer; Ok(()) }
     /// ```
     pub fn response<F>(mut self, build: F) -> Self
     where
-        F: Fn(&Decision) -> Response<Bytes> + Send + Sync + 'static,
+        F: Fn(&Rejection) -> Response<Bytes> + Send + Sync + 'static,
     {
-        self.config.response = Some(Arc::new(build));
+        self.config.response = Some(Respond::new(build));
         self
     }
 
-    /// Answers in gRPC: a denied call gets
-    /// [`grpc::resource_exhausted`](super::grpc::resource_exhausted) (`RESOURCE_EXHAUSTED` with
-    /// the retry delay in metadata and status details) instead of `429`, and the layer's other
-    /// answers (limiter unavailable, misconfigured, key missing) become the matching gRPC status
-    /// (the [`grpc`](super::grpc) module docs list them). Put it on a layer in front of a gRPC
-    /// service only: HTTP clients would see `200`.
+    /// Answers in gRPC: [`response`](Self::response) with [`grpc::response`]. A denied call
+    /// gets `RESOURCE_EXHAUSTED` (with the retry delay in metadata and status details) instead
+    /// of `429`, and the layer's other answers (limiter unavailable, misconfigured, key
+    /// missing) become the matching gRPC status (the [`grpc`](crate::rate_limit::grpc) module
+    /// docs list them). Put it on a layer in front of a gRPC service only: HTTP clients would
+    /// see `200`.
     ///
-    /// A [`response`](Self::response) builder set after this one replaces the answer to denied
-    /// calls; the other answers stay gRPC.
+    /// A [`response`](Self::response) hook set after this one replaces it; call
+    /// [`grpc::response`] in it for the answers it leaves alone.
+    ///
+    /// [`grpc::response`]: crate::rate_limit::grpc::response
     ///
     /// ```
     /// use http::HeaderName;
@@ -203,9 +213,8 @@ impl RateLimitLayerBuilder {
     /// // tonic::transport::Server::builder().layer(layer).add_service(…)
     /// # let _ = layer; Ok(()) }
     /// ```
-    pub fn grpc(mut self) -> Self {
-        self.config.grpc = true;
-        self.response(super::grpc::resource_exhausted)
+    pub fn grpc(self) -> Self {
+        self.response(super::grpc::response)
     }
 
     /// Validates the rules and builds the layer.

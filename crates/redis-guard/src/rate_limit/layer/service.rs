@@ -1,83 +1,58 @@
 //! The [`RateLimit`] service.
 
-use std::fmt;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use http::{Request, Response};
-use tower_service::Service;
+use http::Request;
 use tracing::Instrument;
 
 use super::config::{Config, Plan};
 use super::future::ResponseFuture;
-use super::quota_lookup as resolve;
 use super::response::ResponseBody;
-use super::{Check, Decision, LimiterError, Pending};
+use crate::rate_limit::quota_lookup as resolve;
+use crate::rate_limit::{Check, Decision, LimiterError, Pending};
 use crate::telemetry::Stopwatch;
 
-/// The service [`RateLimitLayer`](super::RateLimitLayer) wraps around its inner service.
-///
-/// Clones share the limiter and its state (a clone per connection sees the same limits).
-#[derive(Clone)]
-pub struct RateLimit<S> {
-    inner: S,
-    config: Arc<Config>,
+define_service! {
+    /// The service [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) wraps around its inner
+    /// service.
+    ///
+    /// Clones share the limiter and its state (a clone per connection sees the same limits).
+    RateLimit { config: Config }
 }
 
-impl<S> RateLimit<S> {
-    pub(crate) fn new(inner: S, config: Arc<Config>) -> Self {
-        Self { inner, config }
-    }
-
-    define_inner_service_accessors!();
-}
-
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
-{
-    type Response = Response<ResponseBody<ResBody>>;
-    type Error = S::Error;
-    type Future = ResponseFuture<S, ReqBody>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        // The readied service goes with this request; a fresh clone waits for the next one.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
+impl_service! {
+    RateLimit => ResponseBody where {} |this, req| {
+        let inner = this.take_ready();
         let (parts, body) = req.into_parts();
-        let plan = self.config.plan(&parts);
+        let plan = this.config.plan(&parts);
         let req = Request::from_parts(parts, body);
         match plan {
             Plan::Pass => ResponseFuture::call_inner(inner, req),
-            Plan::Respond(status, detail) => {
-                ResponseFuture::respond(status, detail, self.config.grpc)
+            Plan::Respond(rejection) => {
+                ResponseFuture::rejected(*rejection, Arc::clone(&this.config))
             }
             Plan::Check(checks) => {
                 // The layer's rules and its limiter were checked when it was built.
                 let started = Stopwatch::start();
                 let checks_now = checks.as_slice();
-                if let Some(decided) = at_once(&self.config, checks_now) {
+                if let Some(decided) = at_once(&this.config, checks_now) {
                     let waiting = (inner, req);
                     return ResponseFuture::decided(
-                        &self.config,
+                        &this.config,
                         decided,
                         waiting,
                         checks_now,
                         started,
                     );
                 }
-                let pending = start(&self.config, checks.into_vec());
-                ResponseFuture::checking(pending, inner, req, Arc::clone(&self.config))
+                let pending = start(&this.config, checks.into_vec());
+                ResponseFuture::checking(pending, inner, req, Arc::clone(&this.config))
             }
             Plan::Resolve(checks, lookups) => ResponseFuture::resolving(
                 resolve::looked_up(checks, lookups),
                 inner,
                 req,
-                Arc::clone(&self.config),
+                Arc::clone(&this.config),
             ),
         }
     }
@@ -103,13 +78,4 @@ pub(crate) fn start(config: &Config, checks: Vec<Check>) -> Pending {
         pending.states = Box::pin(pending.states.instrument(span));
     }
     pending
-}
-
-impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimit")
-            .field("inner", &self.inner)
-            .field("config", &self.config)
-            .finish()
-    }
 }

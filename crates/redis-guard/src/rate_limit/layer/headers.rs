@@ -13,7 +13,7 @@
 //! `q` is the limit, `w` the period in seconds, `r` the requests remaining now and `t` the seconds
 //! until the quota is fully available again (both rounded up).
 //!
-//! Concurrency rules ([`Rule::concurrency`](super::Rule::concurrency)) are left out of both: the
+//! Concurrency rules ([`Rule::concurrency`](crate::rate_limit::Rule::concurrency)) are left out of both: the
 //! draft knows only quotas per time window, and `q=2;w=30` would tell a client it may send two
 //! requests per 30 s. A denial by one still carries `Retry-After`, and the legacy
 //! `X-RateLimit-*` headers describe the binding rule, which may be a concurrency rule (its
@@ -22,7 +22,7 @@
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::{Decision, Quota, ceil_secs};
+use crate::rate_limit::{Decision, Quota, ceil_secs};
 
 /// `RateLimit-Policy`.
 pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -36,7 +36,7 @@ pub(crate) const X_RATELIMIT_REMAINING: HeaderName =
 /// `X-RateLimit-Reset` (legacy): seconds until the quota is full again.
 pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 /// `RateLimit-Exceeded` (redis-guard's own, not in the IETF draft): the
-/// [`Mode::Soft`](super::Mode::Soft) rules an admitted request went over, as a structured-field
+/// [`Mode::Soft`](crate::rate_limit::Mode::Soft) rules an admitted request went over, as a structured-field
 /// list of rule names: `RateLimit-Exceeded: "api"`.
 pub(crate) const RATELIMIT_EXCEEDED: HeaderName = HeaderName::from_static("ratelimit-exceeded");
 

@@ -75,10 +75,10 @@ pub enum FailurePolicy {
     /// decided itself (so a key starts an outage with a full share, unless an earlier outage
     /// within the period left counts behind), and when Redis answers again its own counts, which
     /// did not see the requests admitted meanwhile, decide once more. Rules with a
-    /// [custom Lua algorithm](super::CustomAlgorithm), which only Redis can run, fall back to
-    /// [`Algorithm::Gcra`](super::Algorithm::Gcra) over the same quota.
+    /// [custom Lua algorithm](crate::rate_limit::CustomAlgorithm), which only Redis can run, fall back to
+    /// [`Algorithm::Gcra`](crate::rate_limit::Algorithm::Gcra) over the same quota.
     ///
-    /// [`MemoryLimiter`]: super::MemoryLimiter
+    /// [`MemoryLimiter`]: crate::rate_limit::MemoryLimiter
     Fallback {
         /// How many instances share the limits.
         replicas: NonZeroU32,
@@ -151,10 +151,10 @@ impl Default for FailurePolicy {
 /// assert_eq!(Mode::default(), Mode::Enforce);
 /// ```
 ///
-/// [`Rule::with_mode`]: super::Rule::with_mode
-/// [`RateLimitLayerBuilder::candidate`]: super::RateLimitLayerBuilder::candidate
-/// [`Decision::exceeded`]: super::Decision::exceeded
-/// [`Decision::shadow`]: super::Decision::shadow
+/// [`Rule::with_mode`]: crate::rate_limit::Rule::with_mode
+/// [`RateLimitLayerBuilder::candidate`]: crate::rate_limit::RateLimitLayerBuilder::candidate
+/// [`Decision::exceeded`]: crate::rate_limit::Decision::exceeded
+/// [`Decision::shadow`]: crate::rate_limit::Decision::shadow
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Mode {

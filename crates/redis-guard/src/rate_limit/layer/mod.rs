@@ -1,12 +1,34 @@
-//! [`RateLimitLayer`]: the tower layer.
+//! The rate-limit middleware itself: [`RateLimitLayer`] and its builder, the [`RateLimit`]
+//! service, its [`ResponseFuture`] and [`ResponseBody`], the layer's own answers (HTTP and
+//! [`grpc`]) and headers, and the policies it applies (missing key, limiter down, rollout mode).
+//! What the limiter decides lives beside this folder, in `rate_limit/`.
 
 use std::sync::Arc;
 
-use super::RateLimit;
-use super::config::Config;
+mod builder;
+mod config;
+mod future;
+pub mod grpc;
+mod headers;
+mod policy;
+mod rejection;
+mod response;
+mod service;
+#[cfg(all(test, feature = "metrics"))]
+mod tests;
+mod warn_every;
 
-/// Rate-limits requests: extracts a key per rule, asks the [`Limiter`](super::Limiter), and either calls the
-/// inner service (adding `RateLimit` headers and a [`Decision`](super::Decision) extension) or answers `429`.
+pub use builder::RateLimitLayerBuilder;
+use config::Config;
+pub use future::ResponseFuture;
+pub use policy::{FailurePolicy, MissingKey, Mode};
+pub use rejection::Rejection;
+pub use response::ResponseBody;
+pub use service::RateLimit;
+pub(crate) use warn_every::WarnEvery;
+
+/// Rate-limits requests: extracts a key per rule, asks the [`Limiter`](crate::rate_limit::Limiter), and either calls the
+/// inner service (adding `RateLimit` headers and a [`Decision`](crate::rate_limit::Decision) extension) or answers `429`.
 ///
 /// One rule:
 ///

@@ -3,14 +3,16 @@
 use std::fmt;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode};
+use http::HeaderValue;
 
-use super::quota_lookup as resolve;
-use super::warn::{WARN_INTERVAL, WarnEvery};
-use super::{
+use super::headers;
+use super::rejection::Rejection;
+use super::warn_every::{WARN_INTERVAL, WarnEvery};
+use crate::problem::Respond;
+use crate::rate_limit::quota_lookup as resolve;
+use crate::rate_limit::{
     Algorithm, Check, Decision, FailurePolicy, Few, KeyError, KeyExtractor, Limiter, LimiterError,
-    Lookup, MemoryLimiter, MissingKey, Mode, Quota, Resolved, Rule, headers,
+    Lookup, MemoryLimiter, MissingKey, Mode, Quota, Resolved, Rule,
 };
 use crate::{ConfigError, ConfigErrorKind, telemetry};
 
@@ -20,10 +22,6 @@ pub(crate) struct HeaderMode {
     pub(crate) ietf_on_allowed: bool,
     pub(crate) legacy: bool,
 }
-
-/// Builds the response for a denied request. The layer adds `Retry-After` and the `RateLimit`
-/// headers when the builder did not set them.
-pub(crate) type ResponseBuilder = Arc<dyn Fn(&Decision) -> Response<Bytes> + Send + Sync>;
 
 /// One rule of a layer: what to count and what to count it by.
 #[derive(Clone)]
@@ -40,10 +38,9 @@ pub(crate) struct Config {
     pub(crate) missing_key: MissingKey,
     pub(crate) failure: FailurePolicy,
     pub(crate) headers: HeaderMode,
-    pub(crate) response: Option<ResponseBuilder>,
-    /// The layer's own answers (`503`, `500`, a rejected missing key) in gRPC
-    /// ([`RateLimitLayerBuilder::grpc`](super::RateLimitLayerBuilder::grpc)).
-    pub(crate) grpc: bool,
+    /// The hook that writes the layer's own answers
+    /// ([`RateLimitLayerBuilder::response`](crate::rate_limit::RateLimitLayerBuilder::response)).
+    pub(crate) response: Option<Respond<Rejection>>,
     /// `RateLimit-Policy` for all the rules, made when the layer is built.
     pub(crate) policy: HeaderValue,
     /// The in-process limiter of [`FailurePolicy::Fallback`], made when the layer is built.
@@ -66,7 +63,6 @@ impl Config {
                 legacy: false,
             },
             response: None,
-            grpc: false,
             policy: HeaderValue::from_static(""),
             fallback: None,
             warn: Arc::new(WarnEvery::new(WARN_INTERVAL)),
@@ -140,8 +136,9 @@ pub(crate) enum Plan {
     Resolve(Vec<Check>, Vec<Lookup>),
     /// No rule applies (every key missing and skipped).
     Pass,
-    /// Answer at once with this status (missing key rejected, misconfiguration).
-    Respond(StatusCode, &'static str),
+    /// Answer at once (missing key rejected, misconfiguration); boxed, as only these rare
+    /// requests pay for it.
+    Respond(Box<Rejection>),
 }
 
 /// A request's checks: the usual one without a `Vec` of its own (an in-process limiter decides
@@ -150,12 +147,7 @@ pub(crate) type Checks = Few<Check>;
 
 impl Config {
     pub(crate) fn plan(&self, parts: &http::request::Parts) -> Plan {
-        let misconfigured = || {
-            Plan::Respond(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "The rate limiter is misconfigured.",
-            )
-        };
+        let misconfigured = || Plan::Respond(Box::new(Rejection::Misconfigured));
         let mut checks = Checks::default();
         let mut lookups: Vec<Lookup> = Vec::new();
         for r in &self.rules {
@@ -203,7 +195,10 @@ impl Config {
                     MissingKey::Skip => {}
                     MissingKey::Reject(status) => {
                         tracing::debug!(rule = r.rule.name(), "rate limit key missing: rejected");
-                        return Plan::Respond(status, "The request lacks the rate-limit key.");
+                        return Plan::Respond(Box::new(Rejection::KeyMissing {
+                            rule: Arc::clone(r.rule.name_arc()),
+                            status,
+                        }));
                     }
                 },
                 // The extractor logged the fix once; every request fails the same way until the
@@ -231,12 +226,7 @@ impl Config {
         parts: &http::request::Parts,
         resolved: &[(Arc<str>, Quota)],
     ) -> Result<Decision, Plan> {
-        let unavailable = || {
-            Plan::Respond(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "The rate limiter is unavailable; retry shortly.",
-            )
-        };
+        let unavailable = || Plan::Respond(Box::new(Rejection::Unavailable));
         let mut checks = Vec::new();
         for (i, r) in self.rules.iter().enumerate() {
             let policy = r.rule.failure_policy().unwrap_or(self.failure);
@@ -363,8 +353,7 @@ impl fmt::Debug for Config {
             .field("failure", &self.failure)
             .field("fallback", &self.fallback.is_some())
             .field("headers", &self.headers)
-            .field("custom_response", &self.response.is_some())
-            .field("grpc", &self.grpc)
+            .field("response", &self.response)
             .finish()
     }
 }

@@ -1,31 +1,32 @@
 //! Responses the layer makes itself, and the body type that carries them.
 
-use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::fmt;
+use std::task::{Poll, ready};
 
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
-use http_body::{Body, Frame, SizeHint};
+use http_body::Frame;
 use pin_project_lite::pin_project;
 
 use super::config::Config;
 use super::headers::{self, RateLimitHeaders};
-use super::{Decision, Holding};
-use crate::problem::{Member, problem, problem_of_pieces};
+use super::rejection::Rejection;
+use crate::body::InnerOrBytes;
+use crate::problem::problem;
+use crate::rate_limit::Holding;
 
 pin_project! {
-    /// The response body of a rate-limited service: the inner service's body, or a body the
-    /// layer wrote (a `429`, a `503`).
+    /// The response body of [`RateLimit`](crate::rate_limit::RateLimit): the inner service's body, or the
+    /// bytes of an answer the layer gave itself (a `429`, a `503`).
     ///
-    /// When the request holds concurrency leases ([`Rule::concurrency`](super::Rule::concurrency))
+    /// When the request holds concurrency leases ([`Rule::concurrency`](crate::rate_limit::Rule::concurrency))
     /// or its cost is settled after the response
-    /// ([`Rule::charged_after_response`](super::Rule::charged_after_response)), the body holds
+    /// ([`Rule::charged_after_response`](crate::rate_limit::Rule::charged_after_response)), the body holds
     /// them too: it renews the leases while it is polled, and settles the cost and releases the
     /// leases when it ends (before it reports its end) or, in the background, when it is dropped.
-    #[derive(Debug)]
     pub struct ResponseBody<B> {
         #[pin]
-        kind: Kind<B>,
+        body: InnerOrBytes<B>,
         held: Option<Box<Holding>>,
         // The inner body's last frame, kept back until the cost is settled and the leases
         // released.
@@ -33,25 +34,11 @@ pin_project! {
     }
 }
 
-pin_project! {
-    #[project = KindProj]
-    #[derive(Debug)]
-    enum Kind<B> {
-        Inner {
-            #[pin]
-            body: B,
-        },
-        Full {
-            data: Option<Bytes>,
-        },
-    }
-}
-
 impl<B> ResponseBody<B> {
     /// The inner service's body, holding `held` until it ends or is dropped.
     pub(super) fn holding(body: B, held: Option<Box<Holding>>) -> Self {
         Self {
-            kind: Kind::Inner { body },
+            body: InnerOrBytes::inner(body),
             held,
             last: None,
         }
@@ -59,41 +46,30 @@ impl<B> ResponseBody<B> {
 
     pub(crate) fn full(data: Bytes) -> Self {
         Self {
-            kind: Kind::Full {
-                data: (!data.is_empty()).then_some(data),
-            },
+            body: InnerOrBytes::bytes(data),
             held: None,
             last: None,
         }
     }
 }
 
-impl<B> Default for ResponseBody<B> {
-    /// An empty body made by the layer.
-    fn default() -> Self {
-        Self::full(Bytes::new())
+impl<B> fmt::Debug for ResponseBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseBody")
+            .field("body", &self.body)
+            .field("held", &self.held)
+            .finish_non_exhaustive()
     }
 }
 
-impl<B> Body for ResponseBody<B>
-where
-    B: Body<Data = Bytes>,
-{
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let this = self.project();
+impl_body! {
+    ResponseBody,
+    poll_frame(|this, cx| {
+        let this = this.project();
         let Some(held) = this.held.as_mut().filter(|h| !h.is_finished()) else {
-            return match this.kind.project() {
-                KindProj::Inner { body } => body.poll_frame(cx),
-                KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            };
+            return this.body.poll_frame(cx);
         };
-        let KindProj::Inner { mut body } = this.kind.project() else {
+        let Some(mut body) = this.body.inner_mut() else {
             // Only the inner service's bodies hold anything.
             return Poll::Ready(None);
         };
@@ -129,85 +105,48 @@ where
                 Poll::Ready(Some(Err(e)))
             }
         }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        if self.held.as_ref().is_some_and(|h| !h.is_finished()) {
+    }),
+    is_end_stream(|this| {
+        if this.held.as_ref().is_some_and(|h| !h.is_finished()) {
             // Not before the cost is settled and the leases released: the last poll does it.
             return false;
         }
-        match &self.kind {
-            Kind::Inner { body } => body.is_end_stream(),
-            Kind::Full { data } => data.is_none(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            Kind::Inner { body } => body.size_hint(),
-            Kind::Full { data } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
-        }
-    }
+        this.body.is_end_stream()
+    }),
+    size_hint(|this| { this.body.size_hint() }),
 }
 
-/// The answer to a denied request.
-pub(crate) fn limited<B>(config: &Config, decision: &Decision) -> Response<ResponseBody<B>> {
-    let secs = decision.retry_after_secs();
+/// The layer's own answer for `rejection`: the
+/// [`response`](crate::rate_limit::RateLimitLayerBuilder::response) hook's, else the default;
+/// `Retry-After` and, on a denial, the `RateLimit` headers added where it has none; the
+/// rejection in its extensions.
+pub(crate) fn answer<B>(config: &Config, rejection: Rejection) -> Response<ResponseBody<B>> {
     let mut res = match &config.response {
-        Some(build) => build(decision),
-        None => problem_of_pieces(
-            StatusCode::TOO_MANY_REQUESTS,
-            &limited_pieces(decision, &headers::Digits::new(secs)),
-            &[
-                ("retry_after", Member::Uint(secs)),
-                ("rule", Member::Str(&decision.rule)),
-            ],
-        ),
+        Some(hook) => hook.call(&rejection),
+        None => rejection.response(),
     };
     let h = res.headers_mut();
-    // The default answer has neither header; a builder's may.
-    let own = config.response.is_none();
-    if own || !h.contains_key(header::RETRY_AFTER) {
-        headers::insert_retry_after(h, secs);
+    if let Some(wait) = rejection.retry_after()
+        && !h.contains_key(header::RETRY_AFTER)
+    {
+        headers::insert_retry_after(h, crate::rate_limit::ceil_secs(wait));
     }
-    let policy = (own || !h.contains_key(headers::RATELIMIT)).then(|| config.policy(decision));
-    RateLimitHeaders::new(decision, policy, config.legacy_headers()).insert(h);
+    if let Rejection::Limited(decision) = &rejection {
+        let policy = (!h.contains_key(headers::RATELIMIT)).then(|| config.policy(decision));
+        RateLimitHeaders::new(decision, policy, config.legacy_headers()).insert(h);
+    }
+    res.extensions_mut().insert(rejection);
     res.map(ResponseBody::full)
 }
 
-/// What a denied request is told, in a problem document's `detail` or a `grpc-message`.
-pub(crate) fn limited_detail(decision: &Decision) -> String {
-    let secs = headers::Digits::new(decision.retry_after_secs());
-    limited_pieces(decision, &secs).concat()
-}
-
-/// [`limited_detail`] in pieces, `secs` the wait in seconds: the default `429` writes them into
-/// its problem document as they are (no formatter, no string of its own: an abusive client is
-/// all denials).
-fn limited_pieces<'a>(decision: &'a Decision, secs: &'a headers::Digits) -> [&'a str; 5] {
-    [
-        "Rate limit `",
-        &decision.rule,
-        "` exceeded: retry in ",
-        secs.as_str(),
-        " s.",
-    ]
-}
-
-/// An answer the layer gives without a decision (missing key, misconfiguration, Redis down with
-/// [`FailurePolicy::Closed`](super::FailurePolicy::Closed)): a problem document, or the gRPC
-/// status of the same meaning when `grpc`.
-pub(crate) fn error<B>(status: StatusCode, detail: &str, grpc: bool) -> Response<ResponseBody<B>> {
-    if grpc {
-        return super::grpc::error(status, detail).map(ResponseBody::full);
-    }
-    let mut res = problem(status, detail, &[]);
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        headers::insert_retry_after(res.headers_mut(), 1);
-    }
-    res.map(ResponseBody::full)
+/// The answer of a future polled again after it completed (only reachable by a caller's bug).
+pub(crate) fn after_completion<B>() -> Response<ResponseBody<B>> {
+    problem(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "rate-limit future polled after completion",
+        &[],
+    )
+    .map(ResponseBody::full)
 }
 
 #[cfg(test)]
@@ -220,7 +159,10 @@ pub(super) mod tests {
 
     use super::*;
     use crate::backend::ManualClock;
-    use crate::rate_limit::{Global, HeaderKey, MemoryLimiter, MissingKey, Quota, RateLimitLayer};
+    use crate::rate_limit::{
+        Algorithm, CustomAlgorithm, FailurePolicy, Global, HeaderKey, MemoryLimiter, MissingKey,
+        Quota, RateLimitLayer, Rejection, Rule,
+    };
 
     /// The answer of `layer` over an inner service that says `ok`, to a request with `x-key:
     /// key` (none: without the header), its body collected.
@@ -342,5 +284,109 @@ pub(super) mod tests {
                 "{\"detail\":\"The request lacks the rate-limit key.\",\"status\":400,\"title\":\"Bad Request\",\"type\":\"about:blank\"}".to_owned()
             )
         );
+    }
+
+    /// The full answer of `layer` (`collected` without the body), for its extensions.
+    async fn answered(layer: &RateLimitLayer, key: Option<&str>) -> Response<ResponseBody<String>> {
+        let svc = layer.layer(service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::from("ok")))
+        }));
+        let mut req = Request::new(String::new());
+        if let Some(key) = key {
+            req.headers_mut().insert("x-key", key.parse().unwrap());
+        }
+        svc.oneshot(req).await.unwrap()
+    }
+
+    /// A layer over a limiter that fails every decision (the memory limiter runs no Lua, as
+    /// with Redis down), its key from `x-key`.
+    fn failing(policy: FailurePolicy) -> crate::rate_limit::RateLimitLayerBuilder {
+        let rule = Rule::new("api", Quota::per_minute(1)).with_algorithm(Algorithm::Custom(
+            CustomAlgorithm::new("lua", "return function() end"),
+        ));
+        RateLimitLayer::builder(MemoryLimiter::new())
+            .rule_with(rule, HeaderKey::new(HeaderName::from_static("x-key")))
+            .failure_policy(policy)
+    }
+
+    #[tokio::test]
+    async fn every_own_answer_carries_its_rejection() {
+        let layer = failing(FailurePolicy::Closed).build().unwrap();
+        let why =
+            |res: &Response<ResponseBody<String>>| res.extensions().get::<Rejection>().cloned();
+        let res = answered(&layer, Some("k")).await;
+        assert_eq!(
+            (res.status().as_u16(), why(&res)),
+            (503, Some(Rejection::Unavailable))
+        );
+        let res = answered(&layer, None).await;
+        let missing = Rejection::KeyMissing {
+            rule: "api".into(),
+            status: StatusCode::BAD_REQUEST,
+        };
+        assert_eq!((res.status().as_u16(), why(&res)), (400, Some(missing)));
+        let limited = RateLimitLayer::builder(MemoryLimiter::new())
+            .rule("api", Global, Quota::per_minute(1))
+            .build()
+            .unwrap();
+        assert_eq!(why(&answered(&limited, None).await), None, "admitted");
+        let res = answered(&limited, None).await;
+        let Some(Rejection::Limited(decision)) = why(&res) else {
+            panic!("{res:?}");
+        };
+        assert_eq!((res.status().as_u16(), &*decision.rule), (429, "api"));
+    }
+
+    /// One hook writes every answer of the layer; the layer adds the headers it lacks.
+    #[tokio::test]
+    async fn a_hook_writes_every_own_answer() {
+        let layer = failing(FailurePolicy::Closed)
+            .response(|why| {
+                let mut res =
+                    Response::new(Bytes::from(format!("{}: {why}", why.status().as_u16())));
+                *res.status_mut() = why.status();
+                res
+            })
+            .build()
+            .unwrap();
+        let res = collected(&layer, Some("k")).await;
+        assert_eq!(
+            res.body(),
+            "503: The rate limiter is unavailable; retry shortly."
+        );
+        assert_eq!(res.headers()["retry-after"], "1", "added");
+        let res = collected(&layer, None).await;
+        assert_eq!(res.body(), "400: The request lacks the rate-limit key.");
+        assert!(!res.headers().contains_key("retry-after"));
+        // Leaving an answer alone: the rejection's default is the layer's, byte for byte.
+        let default = failing(FailurePolicy::Closed).build().unwrap();
+        let alone = failing(FailurePolicy::Closed)
+            .response(Rejection::response)
+            .build()
+            .unwrap();
+        for key in [Some("k"), None] {
+            let (a, b) = (collected(&default, key).await, collected(&alone, key).await);
+            assert_eq!(
+                (a.status(), a.headers(), a.body()),
+                (b.status(), b.headers(), b.body())
+            );
+        }
+    }
+
+    /// The hook writes the answers without a decision too (it wrote the `429` only).
+    #[tokio::test]
+    async fn a_hook_writes_the_unavailable_answer_too() {
+        let rule = Rule::new("api", Quota::per_minute(1)).with_algorithm(Algorithm::Custom(
+            CustomAlgorithm::new("lua", "return function() end"),
+        ));
+        let layer = RateLimitLayer::builder(MemoryLimiter::new())
+            .rule_with(rule, HeaderKey::new(HeaderName::from_static("x-key")))
+            .failure_policy(FailurePolicy::Closed)
+            .response(|_| Response::new(Bytes::from("busy")))
+            .build()
+            .unwrap();
+        let res = collected(&layer, Some("k")).await;
+        assert_eq!(res.body(), "busy");
+        assert_eq!(res.headers()["retry-after"], "1");
     }
 }
