@@ -2,7 +2,12 @@
 
 /// `get_ref`, `get_mut` and `into_inner` for a middleware service whose wrapped service is its
 /// field `inner` of type `S`.
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 macro_rules! define_inner_service_accessors {
     () => {
         /// The inner service.
@@ -64,7 +69,12 @@ macro_rules! define_response_future {
 /// Consuming setters: `fn name(value: Type) => field.path;` becomes
 /// `fn name(mut self, value: Type) -> Self`, storing `value` in `self.field.path`, with the docs,
 /// attributes and visibility written before it.
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 macro_rules! setters {
     ($($(#[$attr:meta])* $vis:vis fn $name:ident($value:ident: $ty:ty) => $($field:ident).+;)*) => {
         $(
@@ -79,7 +89,12 @@ macro_rules! setters {
 
 /// The tower `Layer` impl of a middleware layer whose settings sit in `self.$field` (an `Arc`):
 /// each service gets `$service::new(inner, settings)`, and the layer's `Debug` shows the settings.
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 macro_rules! impl_layer {
     ($layer:ident => $service:ident, $field:ident) => {
         impl<S> tower_layer::Layer<S> for $layer {

@@ -18,7 +18,12 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 /// unless given another [`Clock`].
 #[derive(Clone, Copy, Debug)]
 #[cfg_attr(
-    not(any(feature = "rate-limit", feature = "session", feature = "cache")),
+    not(any(
+        feature = "rate-limit",
+        feature = "session",
+        feature = "cache",
+        feature = "idempotency"
+    )),
     allow(dead_code)
 )]
 pub(crate) struct MonotonicClock {
@@ -26,7 +31,12 @@ pub(crate) struct MonotonicClock {
 }
 
 #[cfg_attr(
-    not(any(feature = "rate-limit", feature = "session", feature = "cache")),
+    not(any(
+        feature = "rate-limit",
+        feature = "session",
+        feature = "cache",
+        feature = "idempotency"
+    )),
     allow(dead_code)
 )]
 impl MonotonicClock {

@@ -20,7 +20,12 @@
 //! when Redis answers `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`) the call runs as `EVAL`
 //! with the script's source, which caches it again.
 
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 mod breaker;
 #[cfg(test)]
 mod breaker_tests;
@@ -32,31 +37,71 @@ mod coalesce_tests;
 #[cfg(feature = "rate-limit")]
 mod deny_cache;
 mod error;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 mod in_process;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 mod lock;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 mod lua_script;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 mod redis_backend;
 #[cfg(feature = "cluster")]
 mod slot;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 mod table;
 // Without either middleware the connection has no user inside the crate.
 #[cfg_attr(
-    not(any(feature = "rate-limit", feature = "session", feature = "cache")),
+    not(any(
+        feature = "rate-limit",
+        feature = "session",
+        feature = "cache",
+        feature = "idempotency"
+    )),
     allow(dead_code)
 )]
 mod connection;
 
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 pub use breaker::{Breaker, BreakerState};
 pub use clock::Clock;
 #[cfg(any(test, feature = "test-util"))]
 pub use clock::ManualClock;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 pub(crate) use clock::MonotonicClock;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use coalesce::DEFAULT_BATCH;
@@ -70,21 +115,53 @@ pub use connection::RedisConnection;
 #[cfg(feature = "rate-limit")]
 pub(crate) use deny_cache::DenyCache;
 pub use error::BackendError;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 pub(crate) use in_process::InProcess;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 pub use in_process::InProcessBuilder;
 #[cfg(feature = "cache")]
 pub(crate) use lock::MAX_LEASE;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(feature = "idempotency")]
+pub(crate) use lock::token;
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 pub use lock::{Lock, LockError, LockGuard};
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 pub(crate) use lua_script::LuaScript;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 pub use redis_backend::RedisBackend;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use redis_backend::ScriptCall;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 pub(crate) use table::ExpiringTable;
 #[cfg(all(test, feature = "session"))]
 pub(crate) use table::SWEEP_PER_OP;
