@@ -1,5 +1,21 @@
 //! Helpers shared by the middlewares, in one named place (as tower-http's `src/macros.rs`).
 
+/// The items inside, each compiled when any middleware is (the engine under them), as tokio's
+/// `cfg_rt!`: one list of features, not an attribute per item.
+macro_rules! cfg_middleware {
+    ($($item:item)*) => {
+        $(
+            #[cfg(any(
+                feature = "rate-limit",
+                feature = "session",
+                feature = "cache",
+                feature = "idempotency"
+            ))]
+            $item
+        )*
+    };
+}
+
 /// `get_ref`, `get_mut` and `into_inner` for a middleware service whose wrapped service is its
 /// field `inner` of type `S`.
 #[cfg(any(

@@ -20,13 +20,24 @@
 //! when Redis answers `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`) the call runs as `EVAL`
 //! with the script's source, which caches it again.
 
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-mod breaker;
+// What every middleware runs on, compiled with any of them.
+cfg_middleware! {
+    mod breaker;
+    mod in_process;
+    mod lock;
+    mod lua_script;
+    mod redis_backend;
+    mod table;
+
+    pub use breaker::{Breaker, BreakerState};
+    pub(crate) use clock::MonotonicClock;
+    pub(crate) use in_process::InProcess;
+    pub use in_process::InProcessBuilder;
+    pub use lock::{Lock, LockError, LockGuard};
+    pub(crate) use lua_script::LuaScript;
+    pub use redis_backend::RedisBackend;
+    pub(crate) use table::ExpiringTable;
+}
 #[cfg(test)]
 mod breaker_tests;
 mod clock;
@@ -37,44 +48,9 @@ mod coalesce_tests;
 #[cfg(feature = "rate-limit")]
 mod deny_cache;
 mod error;
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-mod in_process;
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-mod lock;
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-mod lua_script;
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-mod redis_backend;
 #[cfg(feature = "cluster")]
 mod slot;
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-mod table;
-// Without either middleware the connection has no user inside the crate.
+// Without any middleware the connection has no user inside the crate.
 #[cfg_attr(
     not(any(
         feature = "rate-limit",
@@ -86,23 +62,9 @@ mod table;
 )]
 mod connection;
 
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-pub use breaker::{Breaker, BreakerState};
 pub use clock::Clock;
 #[cfg(any(test, feature = "test-util"))]
 pub use clock::ManualClock;
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-pub(crate) use clock::MonotonicClock;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use coalesce::DEFAULT_BATCH;
 #[cfg(feature = "rate-limit")]
@@ -115,53 +77,11 @@ pub use connection::RedisConnection;
 #[cfg(feature = "rate-limit")]
 pub(crate) use deny_cache::DenyCache;
 pub use error::BackendError;
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-pub(crate) use in_process::InProcess;
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-pub use in_process::InProcessBuilder;
 #[cfg(feature = "cache")]
 pub(crate) use lock::MAX_LEASE;
 #[cfg(feature = "idempotency")]
 pub(crate) use lock::token;
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-pub use lock::{Lock, LockError, LockGuard};
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-pub(crate) use lua_script::LuaScript;
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-pub use redis_backend::RedisBackend;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use redis_backend::ScriptCall;
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-pub(crate) use table::ExpiringTable;
 #[cfg(all(test, feature = "session"))]
 pub(crate) use table::SWEEP_PER_OP;
