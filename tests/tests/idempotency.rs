@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Request, StatusCode};
 use http_body_util::Full;
 use redis_guard::idempotency::{IdempotencyLayer, IdempotencyLayerBuilder, Rejection};
-use redis_guard::session::SessionUser;
+use redis_guard::session::{Session, SessionLayer, SessionUser};
 use redis_guard_tests::{Harness, Reply, backend_suite, call};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
@@ -373,6 +373,40 @@ async fn keys_are_scoped_per_client(h: &Harness) {
         assert_eq!(r.header("x-payment"), payment, "{api_key}");
     }
     assert_eq!(payments.calls(), 5);
+    // The user of a real session, loaded by the layer: a session layer outside it.
+    let sessions = SessionLayer::new(h.session_store().await).expect("sessions");
+    let app = Router::new()
+        .route("/payments", post(pay))
+        .route("/login/{user}", axum::routing::get(login))
+        .layer(layer(h).await)
+        .layer(sessions)
+        .with_state(Arc::clone(&payments));
+    let cookie_of = async |user: &str| {
+        let r = call(
+            app.clone(),
+            request("GET", &format!("/login/{user}"), &[], ""),
+        )
+        .await;
+        let cookie = r.header("set-cookie").split(';').next().expect("a cookie");
+        cookie.to_owned()
+    };
+    let (carol, dave) = (cookie_of("carol").await, cookie_of("dave").await);
+    for (cookie, payment) in [(&carol, "6"), (&dave, "7"), (&carol, "6")] {
+        let headers = [("idempotency-key", "same"), ("cookie", cookie.as_str())];
+        let r = call(app.clone(), request("POST", "/payments", &headers, "1")).await;
+        assert_eq!(r.header("x-payment"), payment, "{cookie}");
+    }
+    assert_eq!(payments.calls(), 7);
+}
+
+/// Logs in as the path's user.
+async fn login(
+    session: Session,
+    axum::extract::Path(user): axum::extract::Path<String>,
+) -> StatusCode {
+    session.cycle_id().await.expect("cycle");
+    session.set_user(&user).await.expect("user");
+    StatusCode::OK
 }
 
 async fn leases_and_retention_end_on_the_store_clock(h: &Harness) {
