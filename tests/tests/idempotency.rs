@@ -160,7 +160,7 @@ fn pay_tower(app: &Router, key: &str, body: &str) -> impl Future<Output = Reply>
 
 /// What `reply` answers, within 10 s: a request the layer should answer at once fails the test
 /// instead of hanging it when the layer lets it through to a handler that waits.
-async fn answered(reply: impl Future<Output = Reply>) -> Reply {
+async fn answered<T>(reply: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(10), reply)
         .await
         .expect("answered within 10 s")
@@ -281,12 +281,25 @@ async fn two_instances_share_their_keys(h: &Harness) {
     let payments = Payments::new(false);
     let a = serve(app(layer(h).await, &payments)).await;
     let b = serve(app(layer(h).await, &payments)).await;
-    let first = tokio::spawn(async move { pay_http(a, "/payments", "shared", "5").await });
+    // Twenty copies of one request at once, half on each instance: one claims the key and
+    // runs (held at the gate); the nineteen others are answered 409 meanwhile.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..20 {
+        let (addr, tx) = (if i % 2 == 0 { a } else { b }, tx.clone());
+        tokio::spawn(async move {
+            let r = post_http(addr, "/payments", &[("idempotency-key", "shared")], "5").await;
+            tx.send(r.status).expect("send");
+        });
+    }
+    for _ in 0..19 {
+        let status = answered(rx.recv()).await.expect("a status");
+        assert_eq!(status, 409);
+    }
     payments.entered().await;
-    assert_eq!(pay_http(b, "/payments", "shared", "5").await.status, 409);
+    assert_eq!(payments.calls(), 1, "one copy runs");
     assert_eq!(pay_http(b, "/payments", "shared", "6").await.status, 422);
     payments.gate.add_permits(100);
-    assert_eq!(first.await.expect("first").status, 201);
+    assert_eq!(answered(rx.recv()).await.expect("a status"), 201);
     let replayed = pay_http(b, "/payments", "shared", "5").await;
     assert_eq!(
         seen(&replayed),
