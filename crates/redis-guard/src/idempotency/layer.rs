@@ -101,15 +101,19 @@ impl IdempotencyLayer {
     /// # Errors
     ///
     /// The store's settings cannot work (a zero Redis timeout).
-    pub fn new(store: IdempotencyStore) -> Result<Self, ConfigError> {
+    pub fn new(store: impl Into<IdempotencyStore>) -> Result<Self, ConfigError> {
         Self::builder(store).build()
     }
 
     /// A builder: settings, then [`build`](IdempotencyLayerBuilder::build).
-    pub fn builder(store: IdempotencyStore) -> IdempotencyLayerBuilder {
+    ///
+    /// `store` is an [`IdempotencyStore`], or a [`RedisBackend`](crate::backend::RedisBackend)
+    /// or [`RedisConnection`](crate::backend::RedisConnection) for
+    /// [`IdempotencyStore::redis`].
+    pub fn builder(store: impl Into<IdempotencyStore>) -> IdempotencyLayerBuilder {
         IdempotencyLayerBuilder {
             shared: Shared {
-                store,
+                store: store.into(),
                 methods: vec![Method::POST, Method::PATCH],
                 required: true,
                 scope: Scope::SessionUser,

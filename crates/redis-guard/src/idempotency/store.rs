@@ -43,7 +43,7 @@ const DEFAULT_CAPACITY: usize = 10_000;
 /// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 /// let redis = RedisBackend::new(RedisConnection::open("redis://127.0.0.1/").await?);
-/// let shared = IdempotencyLayer::new(IdempotencyStore::redis(redis))?;
+/// let shared = IdempotencyLayer::new(IdempotencyStore::redis(redis))?; // or ::new(redis)
 /// let local = IdempotencyLayer::new(IdempotencyStore::memory_builder().capacity(1_000).build())?;
 /// # let _ = (shared, local); Ok(()) }
 /// ```
