@@ -47,15 +47,34 @@ const DEFAULT_CAPACITY: usize = 10_000;
 /// let local = IdempotencyLayer::new(IdempotencyStore::memory_builder().capacity(1_000).build())?;
 /// # let _ = (shared, local); Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct IdempotencyStore {
     place: Place,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 enum Place {
-    Memory(Arc<InProcess<ExpiringTable<String, Bytes>>>),
+    Memory(Arc<InProcess<Records>>),
     Redis(RedisBackend),
+}
+
+/// The memory store's records: the value a Redis key would hold, under its record's name.
+type Records = ExpiringTable<String, Bytes>;
+
+// By hand: the records (stored responses) stay out of a layer's `Debug`.
+impl std::fmt::Debug for IdempotencyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.place {
+            Place::Memory(memory) => f
+                .debug_struct("IdempotencyStore::Memory")
+                .field("records", &memory.lock().len())
+                .finish(),
+            Place::Redis(backend) => f
+                .debug_tuple("IdempotencyStore::Redis")
+                .field(backend)
+                .finish(),
+        }
+    }
 }
 
 /// What a claim found.
@@ -112,15 +131,12 @@ impl IdempotencyStore {
     ) -> Result<Claim, BackendError> {
         let backend = match &self.place {
             Place::Memory(memory) => {
-                let now = memory.now_us();
-                let mut table = memory.lock();
-                table.maintain(now, |_, _| {});
+                let (now, mut table) = (memory.now_us(), memory.lock());
                 let key = name.to_owned();
                 if let Some(value) = table.get_live_mut(&key, now) {
                     return Record::decode(value).map(Claim::Found).ok_or_else(foreign);
                 }
-                let until = now.saturating_add(micros(lease));
-                table.insert(key, with_head(false, until, token, rest), until);
+                put(&mut table, key, now, lease, (false, token), rest);
                 return Ok(Claim::Claimed);
             }
             Place::Redis(backend) => backend,
@@ -155,19 +171,15 @@ impl IdempotencyStore {
     ) -> Result<bool, BackendError> {
         let backend = match &self.place {
             Place::Memory(memory) => {
-                let now = memory.now_us();
-                let mut table = memory.lock();
+                let (now, mut table) = (memory.now_us(), memory.lock());
                 let key = name.to_owned();
-                if let Some(value) = table.get_live_mut(&key, now) {
-                    let ours = split(value).is_some_and(|(h, _)| !h.done && h.token == token);
-                    if !ours {
-                        return Ok(false);
-                    }
+                let taken = table
+                    .get_live_mut(&key, now)
+                    .is_some_and(|v| !split(v).is_some_and(|(h, _)| !h.done && h.token == token));
+                if !taken {
+                    put(&mut table, key, now, keep, (true, token), rest);
                 }
-                let until = now.saturating_add(micros(keep));
-                table.insert(key, with_head(true, until, token, rest), until);
-                table.maintain(now, |_, _| {});
-                return Ok(true);
+                return Ok(!taken);
             }
             Place::Redis(backend) => backend,
         };
@@ -224,10 +236,21 @@ impl From<RedisConnection> for IdempotencyStore {
     }
 }
 
-fn with_head(done: bool, until: u64, token: &str, rest: &[u8]) -> Bytes {
+/// Writes a record under `key` in memory, alive for `life` from `now`, its head saying whether
+/// it is `done` and whose `token` it is; then sweeps.
+fn put(
+    table: &mut Records,
+    key: String,
+    now: u64,
+    life: Duration,
+    (done, token): (bool, &str),
+    rest: &[u8],
+) {
+    let until = now.saturating_add(micros(life));
     let mut value = head_line(done, until, token).into_bytes();
     value.extend_from_slice(rest);
-    Bytes::from(value)
+    table.insert(key, Bytes::from(value), until);
+    table.maintain(now, |_, _| {});
 }
 
 fn micros(d: Duration) -> u64 {
