@@ -45,16 +45,18 @@ macro_rules! define_inner_service_accessors {
 
 /// A middleware's named `ResponseFuture<S, ReqBody>`: a public, pinned wrapper around its private
 /// state machine `State<S, ReqBody>` (pin-project-lite, projected as `StateProj`), so the states
-/// never become public API, and a `Debug` that shows no internals. Takes the future's docs, then
-/// the state enum's variants.
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+/// never become public API, and a `Debug` that shows no internals. Takes the future's docs,
+/// then, optionally, more bounds (`where { S::Response: Trait, }`), then the state enum's
+/// variants.
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "idempotency"))]
 macro_rules! define_response_future {
-    ($(#[$doc:meta])* states { $($variants:tt)* }) => {
+    ($(#[$doc:meta])* $(where { $($bound:tt)* })? states { $($variants:tt)* }) => {
         pin_project_lite::pin_project! {
             $(#[$doc])*
             pub struct ResponseFuture<S, ReqBody>
             where
                 S: tower_service::Service<http::Request<ReqBody>>,
+                $($($bound)*)?
             {
                 #[pin]
                 state: State<S, ReqBody>,
@@ -66,6 +68,7 @@ macro_rules! define_response_future {
             enum State<S, ReqBody>
             where
                 S: tower_service::Service<http::Request<ReqBody>>,
+                $($($bound)*)?
             {
                 $($variants)*
             }
@@ -74,6 +77,7 @@ macro_rules! define_response_future {
         impl<S, ReqBody> std::fmt::Debug for ResponseFuture<S, ReqBody>
         where
             S: tower_service::Service<http::Request<ReqBody>>,
+            $($($bound)*)?
         {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.debug_struct("ResponseFuture").finish_non_exhaustive()

@@ -10,12 +10,16 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 
-/// The output of the guarded path: the inner response type, its body wrapped.
+/// The inner service's response body.
+type BodyOf<S, ReqBody> =
+    <<S as Service<Request<ReqBody>>>::Response as sealed::HttpResponse>::Body;
+
+/// The guarded path's work: the inner response, its body wrapped.
 type Guarded<S, ReqBody> = Pin<
     Box<
         dyn Future<
                 Output = Result<
-                    Response<ResponseBody<<<S as Service<Request<ReqBody>>>::Response as sealed::HttpResponse>::Body>>,
+                    Response<ResponseBody<BodyOf<S, ReqBody>>>,
                     <S as Service<Request<ReqBody>>>::Error,
                 >,
             > + Send,
@@ -33,27 +37,12 @@ mod sealed {
     }
 }
 
-pin_project_lite::pin_project! {
+define_response_future! {
     /// The response future of [`Idempotency`](super::Idempotency): the inner call for requests
     /// the layer passes (safe methods, no key on a route that does not require one), else
     /// the layer's work (boxed: it waits for the store).
-    pub struct ResponseFuture<S, ReqBody>
-    where
-        S: Service<Request<ReqBody>>,
-        S::Response: sealed::HttpResponse,
-    {
-        #[pin]
-        state: State<S, ReqBody>,
-    }
-}
-
-pin_project_lite::pin_project! {
-    #[project = StateProj]
-    enum State<S, ReqBody>
-    where
-        S: Service<Request<ReqBody>>,
-        S::Response: sealed::HttpResponse,
-    {
+    where { S::Response: sealed::HttpResponse, }
+    states {
         Passing { #[pin] fut: S::Future },
         Guarded { fut: Guarded<S, ReqBody> },
     }
@@ -74,16 +63,6 @@ where
         Self {
             state: State::Guarded { fut },
         }
-    }
-}
-
-impl<S, ReqBody> std::fmt::Debug for ResponseFuture<S, ReqBody>
-where
-    S: Service<Request<ReqBody>>,
-    S::Response: sealed::HttpResponse,
-{
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }
 }
 

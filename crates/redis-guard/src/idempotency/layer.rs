@@ -24,7 +24,7 @@ type Respond = Arc<dyn Fn(&Rejection) -> Response<Bytes> + Send + Sync>;
 ///
 /// let app: Router = Router::new()
 ///     .route("/payments", post(|| async { (http::StatusCode::CREATED, "paid") }))
-///     .layer(IdempotencyLayer::new(IdempotencyStore::memory())?); // or IdempotencyStore::redis(backend)
+///     .layer(IdempotencyLayer::new(IdempotencyStore::memory())?); // or a RedisBackend
 /// # }
 /// # Ok::<(), redis_guard::ConfigError>(())
 /// ```
