@@ -327,6 +327,20 @@ async fn a_5xx_an_error_status_or_a_dropped_request_releases_the_key(h: &Harness
             .header("idempotent-replayed"),
         "true"
     );
+    // A response larger than the response limit reaches the client whole, and is not stored.
+    let small = self::app(
+        builder(h).await.response_limit(8).build().expect("layer"),
+        &payments,
+    );
+    for n in ["6", "7"] {
+        let r = pay_tower(&small, "big", "1").await;
+        assert_eq!(seen(&r).0, 201);
+        assert_eq!(
+            (r.header("x-payment"), r.header("idempotent-replayed")),
+            (n, "")
+        );
+        assert_eq!(r.body, format!(r#"{{"payment_id":{n},"for":"1"}}"#));
+    }
     // A request dropped while its handler runs (the client went away) releases its key.
     let blocked = Payments::new(false);
     let held = self::app(layer(h).await, &blocked);
