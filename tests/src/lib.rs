@@ -14,6 +14,7 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use redis_guard::backend::{Clock, ManualClock, RedisBackend, RedisConnection};
 use redis_guard::cache::{CacheLayer, CacheLayerBuilder, MemoryCacheStore, RedisCacheStore};
+use redis_guard::idempotency::IdempotencyStore;
 use redis_guard::rate_limit::{Algorithm, Limiter, MemoryLimiter, RedisLimiter};
 use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionError, SessionStore};
 use redis_guard_testkit::{RedisCluster, RedisServer, unique_prefix};
@@ -76,6 +77,7 @@ pub struct Harness {
     sessions: MemorySessionStore,
     locks: redis_guard::backend::Lock,
     caches: MemoryCacheStore,
+    idempotency: IdempotencyStore,
     server: Option<RedisServer>,
     cluster: Option<RedisCluster>,
     prefix: String,
@@ -98,6 +100,9 @@ impl Harness {
                 .clock(clock.clone())
                 .build(),
             caches: MemoryCacheStore::builder().clock(clock.clone()).build(),
+            idempotency: IdempotencyStore::memory_builder()
+                .clock(clock.clone())
+                .build(),
             clock,
             server: None,
             cluster: None,
@@ -134,6 +139,9 @@ impl Harness {
                 .clock(clock.clone())
                 .build(),
             caches: MemoryCacheStore::builder().clock(clock.clone()).build(),
+            idempotency: IdempotencyStore::memory_builder()
+                .clock(clock.clone())
+                .build(),
             clock,
             server: Some(server),
             cluster: None,
@@ -160,6 +168,9 @@ impl Harness {
                 .clock(clock.clone())
                 .build(),
             caches: MemoryCacheStore::builder().clock(clock.clone()).build(),
+            idempotency: IdempotencyStore::memory_builder()
+                .clock(clock.clone())
+                .build(),
             clock,
             server: None,
             cluster: Some(cluster),
@@ -215,6 +226,16 @@ impl Harness {
         match self.kind {
             Kind::Memory => CacheLayer::builder(self.caches.clone()),
             _ => CacheLayer::builder(RedisCacheStore::new(self.backend().await)),
+        }
+    }
+
+    /// An idempotency store sharing its records with every other one of this harness (for
+    /// Redis: a new connection; in memory: one store on the harness' clock), as two app
+    /// instances on one Redis share them.
+    pub async fn idempotency_store(&self) -> IdempotencyStore {
+        match self.kind {
+            Kind::Memory => self.idempotency.clone(),
+            _ => IdempotencyStore::redis(self.backend().await),
         }
     }
 

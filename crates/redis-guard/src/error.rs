@@ -116,7 +116,12 @@ pub enum ConfigErrorKind {
 }
 
 #[cfg_attr(
-    not(any(feature = "rate-limit", feature = "session", feature = "cache")),
+    not(any(
+        feature = "rate-limit",
+        feature = "session",
+        feature = "cache",
+        feature = "idempotency"
+    )),
     allow(dead_code)
 )]
 impl ConfigError {

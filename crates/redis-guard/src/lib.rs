@@ -13,6 +13,9 @@
 //! - [`cache`]: [`CacheLayer`](cache::CacheLayer) caches `GET` responses in Redis (or in
 //!   process) with a TTL on every key, stampede protection (lock on miss or XFetch, stale
 //!   while revalidate) and invalidation by tag.
+//! - [`idempotency`] (feature `idempotency`): [`IdempotencyLayer`](idempotency::IdempotencyLayer)
+//!   runs a `POST` with an `Idempotency-Key` once and replays its stored response to a retry,
+//!   on every replica (`409` while it runs, `422` for a key reused on another request).
 //! - [`client_ip`]: the client's address behind the proxies you trust, as the limiter keys on it
 //!   and the sessions record it.
 //! - [`telemetry`]: what both report, through `tracing` and the `metrics` facade.
@@ -57,6 +60,7 @@
 //! - `rate-limit` (default): the rate-limit middleware.
 //! - `session` (default): the session middleware.
 //! - `cache` (default): the response-cache middleware.
+//! - `idempotency`: the `Idempotency-Key` middleware.
 //! - `metrics` (default): counters, gauges and histograms through the `metrics` facade; names in
 //!   [`telemetry`].
 //! - `bb8`: a `bb8` pool as a connection source.
@@ -81,7 +85,7 @@ mod error;
 pub use error::{ConfigError, ConfigErrorKind};
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub mod client_ip;
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "idempotency"))]
 mod problem;
 pub mod telemetry;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
@@ -104,6 +108,8 @@ mod sealed {
 }
 #[cfg(feature = "cache")]
 pub mod cache;
+#[cfg(feature = "idempotency")]
+pub mod idempotency;
 #[cfg(feature = "rate-limit")]
 pub mod rate_limit;
 #[cfg(any(feature = "cache", feature = "session"))]
@@ -118,7 +124,8 @@ pub mod session;
     feature = "axum",
     feature = "rate-limit",
     feature = "session",
-    feature = "cache"
+    feature = "cache",
+    feature = "idempotency"
 ))]
 mod doc_files {
     #[doc = include_str!("../../../README.md")]

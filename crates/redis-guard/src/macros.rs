@@ -1,9 +1,30 @@
 //! Helpers shared by the middlewares, in one named place (as tower-http's `src/macros.rs`).
 
+/// The items inside, each compiled when any middleware is (the engine under them), as tokio's
+/// `cfg_rt!`: one list of features, not an attribute per item.
+macro_rules! cfg_middleware {
+    ($($item:item)*) => {
+        $(
+            #[cfg(any(
+                feature = "rate-limit",
+                feature = "session",
+                feature = "cache",
+                feature = "idempotency"
+            ))]
+            $item
+        )*
+    };
+}
+
 /// A middleware's service: `pub struct $name<S>` around the inner service `inner` and the
 /// layer's settings (an `Arc` in `$field`), cheap to clone; `new`, `get_ref`, `get_mut`,
 /// `into_inner`, a `Debug` of the inner service and the settings, and `take_ready`.
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 macro_rules! define_service {
     ($(#[$doc:meta])* $name:ident { $field:ident: $settings:ty }) => {
         $(#[$doc])*
@@ -58,7 +79,12 @@ macro_rules! define_service {
 /// HTTP service `S: Clone` (plus `$bounds`), answering `Response<$body<ResBody>>` with the inner
 /// error type and the module's `ResponseFuture<S, ReqBody>`; `poll_ready` is the inner
 /// service's, `call` is `$call` with the service as `$this` and the request as `$req`.
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 macro_rules! impl_service {
     ($name:ident => $body:ident where { $($bounds:tt)* } |$this:ident, $req:ident| $call:block) => {
         impl<S, ReqBody, ResBody> tower_service::Service<http::Request<ReqBody>> for $name<S>
@@ -129,7 +155,12 @@ macro_rules! impl_body {
 /// state machine `State<S, ReqBody>` (pin-project-lite, projected as `StateProj`), so the states
 /// never become public API, and a `Debug` that shows no internals. Takes the future's docs, then
 /// (optionally) more bounds in `where { … }`, then the state enum's variants.
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 macro_rules! define_response_future {
     ($(#[$doc:meta])* states { $($variants:tt)* }) => {
         define_response_future! { $(#[$doc])* where {} states { $($variants)* } }
@@ -173,7 +204,12 @@ macro_rules! define_response_future {
 /// Consuming setters: `fn name(value: Type) => field.path;` becomes
 /// `fn name(mut self, value: Type) -> Self`, storing `value` in `self.field.path`, with the docs,
 /// attributes and visibility written before it.
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 macro_rules! setters {
     ($($(#[$attr:meta])* $vis:vis fn $name:ident($value:ident: $ty:ty) => $($field:ident).+;)*) => {
         $(
@@ -188,7 +224,12 @@ macro_rules! setters {
 
 /// The tower `Layer` impl of a middleware layer whose settings sit in `self.$field` (an `Arc`):
 /// each service gets `$service::new(inner, settings)`, and the layer's `Debug` shows the settings.
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 macro_rules! impl_layer {
     ($layer:ident => $service:ident, $field:ident) => {
         impl<S> tower_layer::Layer<S> for $layer {

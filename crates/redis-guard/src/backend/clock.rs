@@ -8,7 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// `d` in whole µs, saturating: the unit every store keeps its times in.
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
@@ -24,7 +29,12 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 /// unless given another [`Clock`].
 #[derive(Clone, Copy, Debug)]
 #[cfg_attr(
-    not(any(feature = "rate-limit", feature = "session", feature = "cache")),
+    not(any(
+        feature = "rate-limit",
+        feature = "session",
+        feature = "cache",
+        feature = "idempotency"
+    )),
     allow(dead_code)
 )]
 pub(crate) struct MonotonicClock {
@@ -32,7 +42,12 @@ pub(crate) struct MonotonicClock {
 }
 
 #[cfg_attr(
-    not(any(feature = "rate-limit", feature = "session", feature = "cache")),
+    not(any(
+        feature = "rate-limit",
+        feature = "session",
+        feature = "cache",
+        feature = "idempotency"
+    )),
     allow(dead_code)
 )]
 impl MonotonicClock {

@@ -4,7 +4,12 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Value};
 
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+#[cfg(any(
+    feature = "rate-limit",
+    feature = "session",
+    feature = "cache",
+    feature = "idempotency"
+))]
 use super::LuaScript;
 #[cfg(feature = "cluster")]
 use super::slot::slot;
@@ -190,7 +195,12 @@ impl RedisConnection {
     /// Runs `evalsha`, an `EVALSHA` of `script` (see
     /// [`ScriptCall`](super::redis_backend::ScriptCall)); on `NOSCRIPT` runs the same call as
     /// `EVAL` with the script's source, which also caches it on that node.
-    #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+    #[cfg(any(
+        feature = "rate-limit",
+        feature = "session",
+        feature = "cache",
+        feature = "idempotency"
+    ))]
     pub(crate) async fn evalsha(
         &self,
         script: &LuaScript,

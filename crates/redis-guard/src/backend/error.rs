@@ -53,7 +53,12 @@ pub enum BackendError {
 impl BackendError {
     /// Classifies an error from running a script: codes of ours (`RG_…`) and Lua errors (`ERR`)
     /// are [`BackendError::Script`], everything else [`BackendError::Redis`].
-    #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+    #[cfg(any(
+        feature = "rate-limit",
+        feature = "session",
+        feature = "cache",
+        feature = "idempotency"
+    ))]
     pub(crate) fn from_script(e: redis::RedisError) -> Self {
         match e.code() {
             Some(code) if code.starts_with("RG_") || code == "ERR" => Self::Script {

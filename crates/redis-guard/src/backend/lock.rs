@@ -326,7 +326,7 @@ fn valid(name: &str, lease: Duration) -> Result<u64, LockError> {
 
 /// A fresh 128-bit token: unpredictable enough, and unique across holders (per-process random
 /// keys, plus a counter).
-fn token() -> u128 {
+pub(crate) fn token() -> u128 {
     use std::hash::BuildHasher;
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);

@@ -20,8 +20,25 @@
 //! when Redis answers `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`) the call runs as `EVAL`
 //! with the script's source, which caches it again.
 
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-mod breaker;
+// What every middleware runs on, compiled with any of them.
+cfg_middleware! {
+    mod breaker;
+    mod in_process;
+    mod lock;
+    mod lua_script;
+    mod redis_backend;
+    mod table;
+
+    pub use breaker::{Breaker, BreakerState};
+    pub(crate) use clock::MonotonicClock;
+    pub(crate) use clock::micros;
+    pub(crate) use in_process::InProcess;
+    pub use in_process::InProcessBuilder;
+    pub use lock::{Lock, LockError, LockGuard};
+    pub(crate) use lua_script::LuaScript;
+    pub use redis_backend::RedisBackend;
+    pub(crate) use table::ExpiringTable;
+}
 #[cfg(test)]
 mod breaker_tests;
 mod clock;
@@ -32,34 +49,23 @@ mod coalesce_tests;
 #[cfg(feature = "rate-limit")]
 mod deny_cache;
 mod error;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-mod in_process;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-mod lock;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-mod lua_script;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-mod redis_backend;
 #[cfg(feature = "cluster")]
 mod slot;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-mod table;
-// Without either middleware the connection has no user inside the crate.
+// Without any middleware the connection has no user inside the crate.
 #[cfg_attr(
-    not(any(feature = "rate-limit", feature = "session", feature = "cache")),
+    not(any(
+        feature = "rate-limit",
+        feature = "session",
+        feature = "cache",
+        feature = "idempotency"
+    )),
     allow(dead_code)
 )]
 mod connection;
 
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-pub use breaker::{Breaker, BreakerState};
 pub use clock::Clock;
 #[cfg(any(test, feature = "test-util"))]
 pub use clock::ManualClock;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-pub(crate) use clock::MonotonicClock;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-pub(crate) use clock::micros;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use coalesce::DEFAULT_BATCH;
 #[cfg(feature = "rate-limit")]
@@ -72,23 +78,13 @@ pub use connection::RedisConnection;
 #[cfg(feature = "rate-limit")]
 pub(crate) use deny_cache::DenyCache;
 pub use error::BackendError;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-pub(crate) use in_process::InProcess;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-pub use in_process::InProcessBuilder;
 #[cfg(test)]
 pub(crate) use in_process::ready;
 #[cfg(feature = "cache")]
 pub(crate) use lock::MAX_LEASE;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-pub use lock::{Lock, LockError, LockGuard};
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-pub(crate) use lua_script::LuaScript;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-pub use redis_backend::RedisBackend;
+#[cfg(feature = "idempotency")]
+pub(crate) use lock::token;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use redis_backend::ScriptCall;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-pub(crate) use table::ExpiringTable;
 #[cfg(all(test, feature = "session"))]
 pub(crate) use table::SWEEP_PER_OP;

@@ -1,0 +1,368 @@
+//! [`IdempotencyLayer`]: the tower layer, and how it is built.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, Method, Request, Response};
+
+use super::key::{HEADER, Scope};
+use super::service::Idempotency;
+use super::{IdempotencyStore, Rejection};
+use crate::problem::Respond;
+use crate::{ConfigError, ConfigErrorKind};
+
+/// Runs an unsafe request with an `Idempotency-Key` once, and answers its retries with the
+/// stored response; see the [module docs](super) for what it stores, for how long, and why.
+///
+/// ```
+/// # #[cfg(feature = "axum")] {
+/// use axum::{Router, routing::post};
+/// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+///
+/// let app: Router = Router::new()
+///     .route("/payments", post(|| async { (http::StatusCode::CREATED, "paid") }))
+///     .layer(IdempotencyLayer::new(IdempotencyStore::memory())?); // or a RedisBackend
+/// # }
+/// # Ok::<(), redis_guard::ConfigError>(())
+/// ```
+///
+/// Customized:
+///
+/// ```
+/// use std::time::Duration;
+/// use http::{HeaderName, Method};
+/// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+///
+/// let layer = IdempotencyLayer::builder(IdempotencyStore::memory())
+///     .methods([Method::POST, Method::PUT, Method::PATCH, Method::DELETE])
+///     .scope_header(HeaderName::from_static("x-api-key")) // keys are per API key
+///     .retention(Duration::from_secs(7 * 86_400))
+///     .lease(Duration::from_secs(10))
+///     .body_limit(64 * 1024)
+///     .build()?;
+/// # let _ = layer;
+/// # Ok::<(), redis_guard::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct IdempotencyLayer {
+    shared: Arc<Shared>,
+}
+
+impl_layer!(IdempotencyLayer => Idempotency, shared);
+
+/// The settings every request of one layer reads.
+pub(crate) struct Shared {
+    pub(crate) store: IdempotencyStore,
+    pub(crate) methods: Vec<Method>,
+    pub(crate) required: bool,
+    pub(crate) scope: Scope,
+    pub(crate) body_limit: usize,
+    pub(crate) response_limit: usize,
+    pub(crate) lease: Duration,
+    pub(crate) retention: Duration,
+    pub(crate) replayed_header: HeaderName,
+    pub(crate) fail_open: bool,
+    pub(crate) response: Option<Respond<Rejection>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyLayer")
+            .field("store", &self.store)
+            .field("methods", &self.methods)
+            .field("required", &self.required)
+            .field("scope", &self.scope)
+            .field("body_limit", &self.body_limit)
+            .field("response_limit", &self.response_limit)
+            .field("lease", &self.lease)
+            .field("retention", &self.retention)
+            .field("replayed_header", &self.replayed_header)
+            .field("fail_open", &self.fail_open)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// Whether the layer guards `req`: an unsafe method it covers, with a key or on a route
+    /// that requires one.
+    pub(crate) fn guards<B>(&self, req: &Request<B>) -> bool {
+        self.methods.contains(req.method()) && (self.required || req.headers().contains_key(HEADER))
+    }
+}
+
+impl IdempotencyLayer {
+    /// A layer with the defaults: `POST` and `PATCH` guarded, a key required, keys scoped to
+    /// the session's user, request bodies up to 1 MiB, responses stored up to 1 MiB, a 60 s
+    /// lease, 24 h retention, `503` when the store fails.
+    ///
+    /// # Errors
+    ///
+    /// The store's settings cannot work (a zero Redis timeout).
+    pub fn new(store: impl Into<IdempotencyStore>) -> Result<Self, ConfigError> {
+        Self::builder(store).build()
+    }
+
+    /// A builder: settings, then [`build`](IdempotencyLayerBuilder::build).
+    ///
+    /// `store` is an [`IdempotencyStore`], or a [`RedisBackend`](crate::backend::RedisBackend)
+    /// or [`RedisConnection`](crate::backend::RedisConnection) for
+    /// [`IdempotencyStore::redis`].
+    pub fn builder(store: impl Into<IdempotencyStore>) -> IdempotencyLayerBuilder {
+        IdempotencyLayerBuilder {
+            shared: Shared {
+                store: store.into(),
+                methods: vec![Method::POST, Method::PATCH],
+                required: true,
+                scope: Scope::SessionUser,
+                body_limit: 1024 * 1024,
+                response_limit: 1024 * 1024,
+                lease: Duration::from_secs(60),
+                retention: Duration::from_secs(24 * 3600),
+                replayed_header: HeaderName::from_static("idempotent-replayed"),
+                fail_open: false,
+                response: None,
+            },
+        }
+    }
+}
+
+/// Builds an [`IdempotencyLayer`]; [`build`](Self::build) checks the settings.
+#[must_use]
+pub struct IdempotencyLayerBuilder {
+    shared: Shared,
+}
+
+impl std::fmt::Debug for IdempotencyLayerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyLayerBuilder")
+            .field("shared", &self.shared)
+            .finish()
+    }
+}
+
+impl IdempotencyLayerBuilder {
+    setters! {
+        /// Whether a request of a guarded method must carry a key (default `true`: `400`
+        /// without one). With `false`, a request without the header passes unguarded; one
+        /// with a malformed key is still a `400`.
+        pub fn required(required: bool) => shared.required;
+
+        /// The largest request body read to fingerprint a request (default 1 MiB); a larger
+        /// one, or one announced larger, is answered `413`.
+        pub fn body_limit(bytes: usize) => shared.body_limit;
+
+        /// The largest response body stored for replay (default 1 MiB). A larger response
+        /// goes to the client as it is, and its key is released, so a retry runs again.
+        pub fn response_limit(bytes: usize) => shared.response_limit;
+
+        /// How long a running request holds its key (default 60 s; 1 ms to 1 day): a replica
+        /// that dies mid-request blocks the key this long at most. A request that runs longer
+        /// lets a retry run a second time: keep it above your slowest handler.
+        pub fn lease(lease: Duration) => shared.lease;
+
+        /// How long a completed request's response is kept for replay (default 24 h; 1 s to
+        /// 366 days). A retry after that runs again.
+        pub fn retention(retention: Duration) => shared.retention;
+
+        /// The header that marks a replayed response, with the value `true` (default
+        /// `idempotent-replayed`).
+        pub fn replayed_header(name: HeaderName) => shared.replayed_header;
+
+        /// What happens when the store fails (Redis down or too slow): `false` (default)
+        /// answers `503` with `Retry-After: 1`; `true` runs the request unguarded, with a
+        /// `warn`, for routes where a duplicate costs less than an outage.
+        pub fn fail_open(open: bool) => shared.fail_open;
+    }
+
+    /// The methods the layer guards (default `POST` and `PATCH`); the others pass untouched.
+    pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        self.shared.methods = methods.into_iter().collect();
+        self
+    }
+
+    /// Scopes keys by the value of request header `name` (an API key) instead of the
+    /// session's user: two clients' keys never meet. A request without the header shares the
+    /// anonymous scope.
+    pub fn scope_header(mut self, name: HeaderName) -> Self {
+        self.shared.scope = Scope::Header(name);
+        self
+    }
+
+    /// Scopes keys by what `scope` says of the request (e.g. a tenant and user id that an
+    /// authentication layer put in the extensions), instead of the session's user; `None`
+    /// is the anonymous scope.
+    ///
+    /// ```
+    /// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+    ///
+    /// #[derive(Clone)]
+    /// struct Account(u64);
+    ///
+    /// let layer = IdempotencyLayer::builder(IdempotencyStore::memory())
+    ///     .scope(|parts| parts.extensions.get::<Account>().map(|a| a.0.to_string()))
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok::<(), redis_guard::ConfigError>(())
+    /// ```
+    pub fn scope<F>(mut self, scope: F) -> Self
+    where
+        F: Fn(&http::request::Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        self.shared.scope = Scope::Custom(Arc::new(scope));
+        self
+    }
+
+    /// Replaces the layer's own answers (default: an `application/problem+json` document
+    /// with the [`Rejection`]'s status). The [`Rejection`] is in the answer's extensions
+    /// either way.
+    ///
+    /// ```
+    /// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore, Rejection};
+    ///
+    /// let layer = IdempotencyLayer::builder(IdempotencyStore::memory())
+    ///     .response(|r: &Rejection| {
+    ///         http::Response::builder()
+    ///             .status(r.status())
+    ///             .header("content-type", "application/json")
+    ///             .body(format!(r#"{{"error":"{}"}}"#, r.status().as_u16()).into())
+    ///             .unwrap_or_default()
+    ///     })
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok::<(), redis_guard::ConfigError>(())
+    /// ```
+    pub fn response<F>(mut self, respond: F) -> Self
+    where
+        F: Fn(&Rejection) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        self.shared.response = Some(Respond::new(respond));
+        self
+    }
+
+    /// Checks the settings and builds the layer.
+    ///
+    /// # Errors
+    ///
+    /// No method guarded, a zero body or response limit, a lease outside 1 ms..=1 day, a
+    /// retention outside 1 s..=366 days, or store settings that cannot work.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+    /// let err = IdempotencyLayer::builder(IdempotencyStore::memory())
+    ///     .lease(Duration::ZERO)
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.setting(), Some("IdempotencyLayerBuilder::lease"));
+    /// ```
+    pub fn build(self) -> Result<IdempotencyLayer, ConfigError> {
+        let s = &self.shared;
+        if let Some(problem) = s.store.check() {
+            return Err(problem.within("idempotency store"));
+        }
+        let day = Duration::from_secs(86_400);
+        let problem = if s.methods.is_empty() {
+            Some((
+                ConfigErrorKind::Range,
+                "no method is guarded".to_owned(),
+                "IdempotencyLayerBuilder::methods",
+                "[]".to_owned(),
+            ))
+        } else if s.body_limit == 0 {
+            Some((
+                ConfigErrorKind::Range,
+                "body_limit 0 would refuse every body".to_owned(),
+                "IdempotencyLayerBuilder::body_limit",
+                "0".to_owned(),
+            ))
+        } else if s.response_limit == 0 {
+            Some((
+                ConfigErrorKind::Range,
+                "response_limit 0 would store no response".to_owned(),
+                "IdempotencyLayerBuilder::response_limit",
+                "0".to_owned(),
+            ))
+        } else if !(Duration::from_millis(1)..=day).contains(&s.lease) {
+            let lease = s.lease;
+            Some((
+                ConfigErrorKind::Duration,
+                format!("lease {lease:?} is outside 1 ms..=1 day"),
+                "IdempotencyLayerBuilder::lease",
+                format!("{lease:?}"),
+            ))
+        } else if !(Duration::from_secs(1)..=day * 366).contains(&s.retention) {
+            let keep = s.retention;
+            Some((
+                ConfigErrorKind::Duration,
+                format!("retention {keep:?} is outside 1 s..=366 days"),
+                "IdempotencyLayerBuilder::retention",
+                format!("{keep:?}"),
+            ))
+        } else {
+            None
+        };
+        if let Some((kind, message, setting, value)) = problem {
+            return Err(ConfigError::new(kind, message)
+                .with_setting(setting)
+                .with_value(value)
+                .within("idempotency layer"));
+        }
+        Ok(IdempotencyLayer {
+            shared: Arc::new(self.shared),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each setting that cannot work is named, with its value.
+    #[test]
+    fn errors_name_the_setting_and_its_value() {
+        type Set = fn(IdempotencyLayerBuilder) -> IdempotencyLayerBuilder;
+        let cases: [(Set, _, _, _); 5] = [
+            (
+                |b| b.methods([]),
+                ConfigErrorKind::Range,
+                "IdempotencyLayerBuilder::methods",
+                "[]",
+            ),
+            (
+                |b| b.body_limit(0),
+                ConfigErrorKind::Range,
+                "IdempotencyLayerBuilder::body_limit",
+                "0",
+            ),
+            (
+                |b| b.response_limit(0),
+                ConfigErrorKind::Range,
+                "IdempotencyLayerBuilder::response_limit",
+                "0",
+            ),
+            (
+                |b| b.lease(Duration::from_secs(86_401)),
+                ConfigErrorKind::Duration,
+                "IdempotencyLayerBuilder::lease",
+                "86401s",
+            ),
+            (
+                |b| b.retention(Duration::from_millis(10)),
+                ConfigErrorKind::Duration,
+                "IdempotencyLayerBuilder::retention",
+                "10ms",
+            ),
+        ];
+        for (set, kind, setting, value) in cases {
+            let err = set(IdempotencyLayer::builder(IdempotencyStore::memory()))
+                .build()
+                .unwrap_err();
+            assert!(err.to_string().starts_with("idempotency layer: "), "{err}");
+            assert_eq!(err.kind(), kind, "{err}");
+            assert_eq!(err.setting(), Some(setting), "{err}");
+            assert_eq!(err.value(), Some(value), "{err}");
+        }
+        assert!(IdempotencyLayer::new(IdempotencyStore::memory()).is_ok());
+    }
+}

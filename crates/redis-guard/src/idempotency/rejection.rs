@@ -1,0 +1,92 @@
+//! [`Rejection`]: why the layer answered a request itself, and its default answer.
+
+use std::fmt;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header::RETRY_AFTER};
+
+/// Why an [`IdempotencyLayer`](super::IdempotencyLayer) answered a request itself instead of
+/// running it. The answer carries it in its extensions; a
+/// [`response`](super::IdempotencyLayerBuilder::response) builder replaces the default answer
+/// (an RFC 9457 `application/problem+json` document).
+///
+/// ```
+/// use http::StatusCode;
+/// use redis_guard::idempotency::Rejection;
+///
+/// assert_eq!(Rejection::MissingKey.status(), StatusCode::BAD_REQUEST);
+/// assert_eq!(Rejection::InFlight.status(), StatusCode::CONFLICT);
+/// assert_eq!(Rejection::KeyReused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// The route requires an `Idempotency-Key` and the request has none: `400`.
+    MissingKey,
+    /// The `Idempotency-Key` cannot be used (empty, longer than 255 bytes, neither a quoted
+    /// string nor a bare token, sent twice): `400`, with what is wrong.
+    MalformedKey(&'static str),
+    /// A request with this key is still running (here or on another replica): `409`, with
+    /// `Retry-After: 1`.
+    InFlight,
+    /// The key was used for another request (another method, path, query or body): `422`.
+    KeyReused,
+    /// The request body is larger than the layer's
+    /// [`body_limit`](super::IdempotencyLayerBuilder::body_limit) (the limit, in bytes): `413`.
+    BodyTooLarge(usize),
+    /// The request body could not be read (the client went away, a broken stream): `400`.
+    BodyUnreadable,
+    /// The store failed (Redis unreachable or too slow, a value under the key that is not a
+    /// record), or the session that scopes the key could not be loaded, and the layer does not
+    /// [`fail_open`](super::IdempotencyLayerBuilder::fail_open): `503`, with `Retry-After: 1`.
+    Unavailable,
+}
+
+impl Rejection {
+    /// The status of the default answer.
+    #[must_use]
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::MissingKey | Self::MalformedKey(_) | Self::BodyUnreadable => {
+                StatusCode::BAD_REQUEST
+            }
+            Self::InFlight => StatusCode::CONFLICT,
+            Self::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The layer's default answer: an `application/problem+json` document (RFC 9457) whose
+    /// `detail` is this rejection's text, with `Retry-After: 1` on `409` and `503`. A
+    /// [`response`](super::IdempotencyLayerBuilder::response) hook that replaces only some
+    /// answers returns this for the others.
+    #[must_use]
+    pub fn response(&self) -> Response<Bytes> {
+        let detail = self.to_string();
+        let mut res = crate::problem::problem(self.status(), &detail, &[]);
+        if matches!(self, Self::InFlight | Self::Unavailable) {
+            res.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        res
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::MissingKey => f.write_str("this request requires an Idempotency-Key header"),
+            Self::MalformedKey(why) => f.write_str(why),
+            Self::InFlight => {
+                f.write_str("a request with this Idempotency-Key is still being processed")
+            }
+            Self::KeyReused => f.write_str("this Idempotency-Key was used for a different request"),
+            Self::BodyTooLarge(limit) => {
+                write!(f, "the request body is larger than {limit} bytes")
+            }
+            Self::BodyUnreadable => f.write_str("the request body could not be read"),
+            Self::Unavailable => f.write_str("idempotency keys cannot be checked right now"),
+        }
+    }
+}
