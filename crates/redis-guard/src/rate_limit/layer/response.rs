@@ -121,18 +121,22 @@ impl_body! {
 /// `Retry-After` and, on a denial, the `RateLimit` headers added where it has none; the
 /// rejection in its extensions.
 pub(crate) fn answer<B>(config: &Config, rejection: Rejection) -> Response<ResponseBody<B>> {
-    let mut res = match &config.response {
-        Some(hook) => hook.call(&rejection),
-        None => rejection.response(),
+    // The default answer has its `Retry-After` and no `RateLimit` headers: only a hook's is
+    // looked into (an abusive client is all denials).
+    let (mut res, hooked) = match &config.response {
+        Some(hook) => (hook.call(&rejection), true),
+        None => (rejection.response(), false),
     };
     let h = res.headers_mut();
-    if let Some(wait) = rejection.retry_after()
+    if hooked
+        && let Some(wait) = rejection.retry_after()
         && !h.contains_key(header::RETRY_AFTER)
     {
         headers::insert_retry_after(h, crate::rate_limit::ceil_secs(wait));
     }
     if let Rejection::Limited(decision) = &rejection {
-        let policy = (!h.contains_key(headers::RATELIMIT)).then(|| config.policy(decision));
+        let policy =
+            (!hooked || !h.contains_key(headers::RATELIMIT)).then(|| config.policy(decision));
         RateLimitHeaders::new(decision, policy, config.legacy_headers()).insert(h);
     }
     res.extensions_mut().insert(rejection);
