@@ -1,115 +1,199 @@
 //! Helpers shared by the middlewares, in one named place (as tower-http's `src/macros.rs`).
 
 /// The items inside, each compiled when any middleware is (the engine under them), as tokio's
-/// `cfg_rt!`: one list of features, not an attribute per item.
+/// `cfg_rt!`: one list of features, not an attribute per item. `cfg_middleware!(unused_without
+/// { … })` compiles its items in every build (public types every build has) and lets them go
+/// unused when no middleware is on.
 macro_rules! cfg_middleware {
-    ($($item:item)*) => {
-        $(
-            #[cfg(any(
+    (@apply [$any:meta] cfg $($item:item)*) => {
+        $(#[cfg($any)] $item)*
+    };
+    (@apply [$any:meta] unused_without $($item:item)*) => {
+        $(#[cfg_attr(not($any), allow(dead_code))] $item)*
+    };
+    (@$how:ident $($item:item)*) => {
+        cfg_middleware! {
+            @apply [any(
                 feature = "rate-limit",
                 feature = "session",
                 feature = "cache",
                 feature = "idempotency"
-            ))]
-            $item
-        )*
+            )]
+            $how $($item)*
+        }
+    };
+    (unused_without { $($item:item)* }) => {
+        cfg_middleware! { @unused_without $($item)* }
+    };
+    ($($item:item)*) => {
+        cfg_middleware! { @cfg $($item)* }
     };
 }
 
-/// A middleware's service: `pub struct $name<S>` around the inner service `inner` and the
-/// layer's settings (an `Arc` in `$field`), cheap to clone; `new`, `get_ref`, `get_mut`,
-/// `into_inner`, a `Debug` of the inner service and the settings, and `take_ready`.
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-macro_rules! define_service {
-    ($(#[$doc:meta])* $name:ident { $field:ident: $settings:ty }) => {
-        $(#[$doc])*
-        #[derive(Clone)]
-        pub struct $name<S> {
-            inner: S,
-            $field: std::sync::Arc<$settings>,
-        }
-
-        impl<S> $name<S> {
-            pub(crate) fn new(inner: S, $field: std::sync::Arc<$settings>) -> Self {
-                Self { inner, $field }
+// The helpers of every middleware, compiled with any of them.
+cfg_middleware! {
+    /// A middleware's service: `pub struct $name<S>` around the inner service `inner` and the
+    /// layer's settings (an `Arc` in `$field`), cheap to clone; `new`, `get_ref`, `get_mut`,
+    /// `into_inner`, a `Debug` of the inner service and the settings, and `take_ready`.
+    macro_rules! define_service {
+        ($(#[$doc:meta])* $name:ident { $field:ident: $settings:ty }) => {
+            $(#[$doc])*
+            #[derive(Clone)]
+            pub struct $name<S> {
+                inner: S,
+                $field: std::sync::Arc<$settings>,
             }
 
-            /// The inner service.
-            pub fn get_ref(&self) -> &S {
-                &self.inner
+            impl<S> $name<S> {
+                pub(crate) fn new(inner: S, $field: std::sync::Arc<$settings>) -> Self {
+                    Self { inner, $field }
+                }
+
+                /// The inner service.
+                pub fn get_ref(&self) -> &S {
+                    &self.inner
+                }
+
+                /// The inner service, mutably.
+                pub fn get_mut(&mut self) -> &mut S {
+                    &mut self.inner
+                }
+
+                /// Consumes the wrapper, returning the inner service.
+                pub fn into_inner(self) -> S {
+                    self.inner
+                }
             }
 
-            /// The inner service, mutably.
-            pub fn get_mut(&mut self) -> &mut S {
-                &mut self.inner
+            impl<S: Clone> $name<S> {
+                /// The inner service made ready by `poll_ready`, to go with this request; a fresh
+                /// clone stays for the next one.
+                fn take_ready(&mut self) -> S {
+                    let clone = self.inner.clone();
+                    std::mem::replace(&mut self.inner, clone)
+                }
             }
 
-            /// Consumes the wrapper, returning the inner service.
-            pub fn into_inner(self) -> S {
-                self.inner
+            impl<S: std::fmt::Debug> std::fmt::Debug for $name<S> {
+                fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.debug_struct(stringify!($name))
+                        .field("inner", &self.inner)
+                        .field(stringify!($field), &self.$field)
+                        .finish()
+                }
             }
-        }
+        };
+    }
 
-        impl<S: Clone> $name<S> {
-            /// The inner service made ready by `poll_ready`, to go with this request; a fresh
-            /// clone stays for the next one.
-            fn take_ready(&mut self) -> S {
-                let clone = self.inner.clone();
-                std::mem::replace(&mut self.inner, clone)
+    /// The `Service` impl of a middleware service defined by [`define_service!`]: over any inner
+    /// HTTP service `S: Clone` (plus `$bounds`), answering `Response<$body<ResBody>>` with the inner
+    /// error type and the module's `ResponseFuture<S, ReqBody>`; `poll_ready` is the inner
+    /// service's, `call` is `$call` with the service as `$this` and the request as `$req`.
+    macro_rules! impl_service {
+        ($name:ident => $body:ident where { $($bounds:tt)* } |$this:ident, $req:ident| $call:block) => {
+            impl<S, ReqBody, ResBody> tower_service::Service<http::Request<ReqBody>> for $name<S>
+            where
+                S: tower_service::Service<http::Request<ReqBody>, Response = http::Response<ResBody>>
+                    + Clone,
+                $($bounds)*
+            {
+                type Response = http::Response<$body<ResBody>>;
+                type Error = S::Error;
+                type Future = ResponseFuture<S, ReqBody>;
+
+                fn poll_ready(
+                    &mut self,
+                    cx: &mut std::task::Context<'_>,
+                ) -> std::task::Poll<Result<(), Self::Error>> {
+                    tower_service::Service::poll_ready(&mut self.inner, cx)
+                }
+
+                fn call(&mut self, $req: http::Request<ReqBody>) -> Self::Future {
+                    let $this = self;
+                    $call
+                }
             }
-        }
+        };
+    }
 
-        impl<S: std::fmt::Debug> std::fmt::Debug for $name<S> {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($name))
-                    .field("inner", &self.inner)
-                    .field(stringify!($field), &self.$field)
-                    .finish()
-            }
-        }
-    };
-}
-
-/// The `Service` impl of a middleware service defined by [`define_service!`]: over any inner
-/// HTTP service `S: Clone` (plus `$bounds`), answering `Response<$body<ResBody>>` with the inner
-/// error type and the module's `ResponseFuture<S, ReqBody>`; `poll_ready` is the inner
-/// service's, `call` is `$call` with the service as `$this` and the request as `$req`.
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-macro_rules! impl_service {
-    ($name:ident => $body:ident where { $($bounds:tt)* } |$this:ident, $req:ident| $call:block) => {
-        impl<S, ReqBody, ResBody> tower_service::Service<http::Request<ReqBody>> for $name<S>
-        where
-            S: tower_service::Service<http::Request<ReqBody>, Response = http::Response<ResBody>>
-                + Clone,
-            $($bounds)*
-        {
-            type Response = http::Response<$body<ResBody>>;
-            type Error = S::Error;
-            type Future = ResponseFuture<S, ReqBody>;
-
-            fn poll_ready(
-                &mut self,
-                cx: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<Result<(), Self::Error>> {
-                tower_service::Service::poll_ready(&mut self.inner, cx)
+    /// A middleware's named `ResponseFuture<S, ReqBody>`: a public, pinned wrapper around its private
+    /// state machine `State<S, ReqBody>` (pin-project-lite, projected as `StateProj`), so the states
+    /// never become public API, and a `Debug` that shows no internals. Takes the future's docs, then
+    /// (optionally) more bounds in `where { … }`, then the state enum's variants.
+    macro_rules! define_response_future {
+        ($(#[$doc:meta])* states { $($variants:tt)* }) => {
+            define_response_future! { $(#[$doc])* where {} states { $($variants)* } }
+        };
+        ($(#[$doc:meta])* where { $($bounds:tt)* } states { $($variants:tt)* }) => {
+            pin_project_lite::pin_project! {
+                $(#[$doc])*
+                pub struct ResponseFuture<S, ReqBody>
+                where
+                    S: tower_service::Service<http::Request<ReqBody>>,
+                    $($bounds)*
+                {
+                    #[pin]
+                    state: State<S, ReqBody>,
+                }
             }
 
-            fn call(&mut self, $req: http::Request<ReqBody>) -> Self::Future {
-                let $this = self;
-                $call
+            pin_project_lite::pin_project! {
+                #[project = StateProj]
+                enum State<S, ReqBody>
+                where
+                    S: tower_service::Service<http::Request<ReqBody>>,
+                    $($bounds)*
+                {
+                    $($variants)*
+                }
             }
-        }
-    };
+
+            impl<S, ReqBody> std::fmt::Debug for ResponseFuture<S, ReqBody>
+            where
+                S: tower_service::Service<http::Request<ReqBody>>,
+                $($bounds)*
+            {
+                fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.debug_struct("ResponseFuture").finish_non_exhaustive()
+                }
+            }
+        };
+    }
+
+    /// Consuming setters: `fn name(value: Type) => field.path;` becomes
+    /// `fn name(mut self, value: Type) -> Self`, storing `value` in `self.field.path`, with the docs,
+    /// attributes and visibility written before it.
+    macro_rules! setters {
+        ($($(#[$attr:meta])* $vis:vis fn $name:ident($value:ident: $ty:ty) => $($field:ident).+;)*) => {
+            $(
+                $(#[$attr])*
+                $vis fn $name(mut self, $value: $ty) -> Self {
+                    self.$($field).+ = $value;
+                    self
+                }
+            )*
+        };
+    }
+
+    /// The tower `Layer` impl of a middleware layer whose settings sit in `self.$field` (an `Arc`):
+    /// each service gets `$service::new(inner, settings)`, and the layer's `Debug` shows the settings.
+    macro_rules! impl_layer {
+        ($layer:ident => $service:ident, $field:ident) => {
+            impl<S> tower_layer::Layer<S> for $layer {
+                type Service = $service<S>;
+
+                fn layer(&self, inner: S) -> Self::Service {
+                    $service::new(inner, std::sync::Arc::clone(&self.$field))
+                }
+            }
+
+            impl std::fmt::Debug for $layer {
+                fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    std::fmt::Debug::fmt(&self.$field, f)
+                }
+            }
+        };
+    }
 }
 
 /// The `http_body::Body` impl of a middleware's `ResponseBody<B>` over an inner body `B` of
@@ -146,103 +230,6 @@ macro_rules! impl_body {
             fn size_hint(&self) -> http_body::SizeHint {
                 let $hint_this = self;
                 $hint
-            }
-        }
-    };
-}
-
-/// A middleware's named `ResponseFuture<S, ReqBody>`: a public, pinned wrapper around its private
-/// state machine `State<S, ReqBody>` (pin-project-lite, projected as `StateProj`), so the states
-/// never become public API, and a `Debug` that shows no internals. Takes the future's docs, then
-/// (optionally) more bounds in `where { … }`, then the state enum's variants.
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-macro_rules! define_response_future {
-    ($(#[$doc:meta])* states { $($variants:tt)* }) => {
-        define_response_future! { $(#[$doc])* where {} states { $($variants)* } }
-    };
-    ($(#[$doc:meta])* where { $($bounds:tt)* } states { $($variants:tt)* }) => {
-        pin_project_lite::pin_project! {
-            $(#[$doc])*
-            pub struct ResponseFuture<S, ReqBody>
-            where
-                S: tower_service::Service<http::Request<ReqBody>>,
-                $($bounds)*
-            {
-                #[pin]
-                state: State<S, ReqBody>,
-            }
-        }
-
-        pin_project_lite::pin_project! {
-            #[project = StateProj]
-            enum State<S, ReqBody>
-            where
-                S: tower_service::Service<http::Request<ReqBody>>,
-                $($bounds)*
-            {
-                $($variants)*
-            }
-        }
-
-        impl<S, ReqBody> std::fmt::Debug for ResponseFuture<S, ReqBody>
-        where
-            S: tower_service::Service<http::Request<ReqBody>>,
-            $($bounds)*
-        {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct("ResponseFuture").finish_non_exhaustive()
-            }
-        }
-    };
-}
-
-/// Consuming setters: `fn name(value: Type) => field.path;` becomes
-/// `fn name(mut self, value: Type) -> Self`, storing `value` in `self.field.path`, with the docs,
-/// attributes and visibility written before it.
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-macro_rules! setters {
-    ($($(#[$attr:meta])* $vis:vis fn $name:ident($value:ident: $ty:ty) => $($field:ident).+;)*) => {
-        $(
-            $(#[$attr])*
-            $vis fn $name(mut self, $value: $ty) -> Self {
-                self.$($field).+ = $value;
-                self
-            }
-        )*
-    };
-}
-
-/// The tower `Layer` impl of a middleware layer whose settings sit in `self.$field` (an `Arc`):
-/// each service gets `$service::new(inner, settings)`, and the layer's `Debug` shows the settings.
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-macro_rules! impl_layer {
-    ($layer:ident => $service:ident, $field:ident) => {
-        impl<S> tower_layer::Layer<S> for $layer {
-            type Service = $service<S>;
-
-            fn layer(&self, inner: S) -> Self::Service {
-                $service::new(inner, std::sync::Arc::clone(&self.$field))
-            }
-        }
-
-        impl std::fmt::Debug for $layer {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                std::fmt::Debug::fmt(&self.$field, f)
             }
         }
     };
