@@ -79,8 +79,9 @@
 mod macros;
 
 pub mod backend;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-mod body;
+cfg_middleware! {
+    mod body;
+}
 mod error;
 pub use error::{ConfigError, ConfigErrorKind};
 #[cfg(any(feature = "rate-limit", feature = "session"))]

@@ -194,44 +194,54 @@ cfg_middleware! {
             }
         };
     }
+
+    /// The `http_body::Body` impl of a middleware's `ResponseBody<B>` over an inner body `B` of
+    /// `Bytes`, with its error type: `poll_frame`, `is_end_stream` and `size_hint` are the blocks
+    /// given, the body (pinned, or by reference) as `$this`.
+    macro_rules! impl_body {
+        (
+            $name:ident,
+            poll_frame(|$this:ident, $cx:ident| $poll:block),
+            is_end_stream(|$end_this:ident| $end:block),
+            size_hint(|$hint_this:ident| $hint:block) $(,)?
+        ) => {
+            impl<B> http_body::Body for $name<B>
+            where
+                B: http_body::Body<Data = bytes::Bytes>,
+            {
+                type Data = bytes::Bytes;
+                type Error = B::Error;
+
+                fn poll_frame(
+                    self: std::pin::Pin<&mut Self>,
+                    cx: &mut std::task::Context<'_>,
+                ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, B::Error>>> {
+                    let ($this, $cx) = (self, cx);
+                    $poll
+                }
+
+                fn is_end_stream(&self) -> bool {
+                    let $end_this = self;
+                    $end
+                }
+
+                fn size_hint(&self) -> http_body::SizeHint {
+                    let $hint_this = self;
+                    $hint
+                }
+            }
+        };
+    }
 }
 
-/// The `http_body::Body` impl of a middleware's `ResponseBody<B>` over an inner body `B` of
-/// `Bytes`, with its error type: `poll_frame`, `is_end_stream` and `size_hint` are the blocks
-/// given, the body (pinned, or by reference) as `$this`.
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-macro_rules! impl_body {
-    (
-        $name:ident,
-        poll_frame(|$this:ident, $cx:ident| $poll:block),
-        is_end_stream(|$end_this:ident| $end:block),
-        size_hint(|$hint_this:ident| $hint:block) $(,)?
-    ) => {
-        impl<B> http_body::Body for $name<B>
-        where
-            B: http_body::Body<Data = bytes::Bytes>,
-        {
-            type Data = bytes::Bytes;
-            type Error = B::Error;
-
-            fn poll_frame(
-                self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, B::Error>>> {
-                let ($this, $cx) = (self, cx);
-                $poll
-            }
-
-            fn is_end_stream(&self) -> bool {
-                let $end_this = self;
-                $end
-            }
-
-            fn size_hint(&self) -> http_body::SizeHint {
-                let $hint_this = self;
-                $hint
-            }
-        }
+/// A trait's methods on a pointer (`Arc<T>`) forwarded to `**self`: each listed
+/// `name(arg: Type, …) -> Output;` becomes a `&self` method calling the same one on the target.
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+macro_rules! forward_to_deref {
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $out:ty;)*) => {
+        $(fn $name(&self, $($arg: $ty),*) -> $out {
+            (**self).$name($($arg),*)
+        })*
     };
 }
 

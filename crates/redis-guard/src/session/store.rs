@@ -425,20 +425,11 @@ pub trait Store<Seal = crate::sealed::Private>: crate::sealed::Sealed {
     ) -> BoxFuture<Result<Option<FieldOutcome>, SessionError>>;
 }
 
-/// Forwards each listed method of [`Store`] to `**self`.
-macro_rules! forward {
-    ($($name:ident($($arg:ident: $ty:ty),*) -> $out:ty;)*) => {
-        $(fn $name(&self, $($arg: $ty),*) -> $out {
-            (**self).$name($($arg),*)
-        })*
-    };
-}
-
 impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {}
 
 #[allow(private_interfaces)] // see `Store`
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
-    forward! {
+    forward_to_deref! {
         load(key: String, life: Lifetimes) -> BoxFuture<Result<Option<Record>, SessionError>>;
         create(key: String, changes: Changes, life: Lifetimes) -> BoxFuture<Result<u64, SessionError>>;
         save(key: String, changes: Changes, life: Lifetimes)

@@ -373,41 +373,15 @@ pub(crate) fn decision_from(
 impl<L: Limiter + ?Sized> Limiter for Arc<L> {}
 
 impl<L: Engine + ?Sized> Engine for Arc<L> {
-    fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
-        (**self).evaluate(checks)
-    }
-
-    fn evaluate_leased(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
-        (**self).evaluate_leased(checks)
-    }
-
-    fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Decision, LimiterError>> {
-        (**self).evaluate_at_once(checks)
-    }
-
-    fn config_problem(&self) -> Option<ConfigError> {
-        (**self).config_problem()
-    }
-
-    fn inspect_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
-        (**self).inspect_key(rule, key)
-    }
-
-    fn charge_checks(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>> {
-        (**self).charge_checks(checks)
-    }
-
-    fn reset_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {
-        (**self).reset_key(rule, key)
-    }
-
-    fn steer_key(
-        &self,
-        rule: &Rule,
-        key: Key,
-        steer: Steer,
-        duration: Duration,
-    ) -> BoxFuture<Result<(), LimiterError>> {
-        (**self).steer_key(rule, key, steer, duration)
+    forward_to_deref! {
+        evaluate(checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>>;
+        evaluate_leased(checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>>;
+        evaluate_at_once(checks: &[Check]) -> Option<Result<Decision, LimiterError>>;
+        config_problem() -> Option<ConfigError>;
+        inspect_key(rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>>;
+        charge_checks(checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>>;
+        reset_key(rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>>;
+        steer_key(rule: &Rule, key: Key, steer: Steer, duration: Duration)
+            -> BoxFuture<Result<(), LimiterError>>;
     }
 }
