@@ -1,6 +1,7 @@
 //! [`ConfigError`]: what is wrong with a setting, for every layer and store.
 
 use std::fmt;
+use std::time::Duration;
 
 /// A setting that cannot work: a rule, a quota, a proxy list, a replica count, a session or
 /// cache setting, a store's own settings (e.g. a zero Redis timeout). The layers' builders
@@ -140,6 +141,24 @@ cfg_middleware! {
             pub(crate) fn with_value(mut self, value: impl fmt::Display) -> Self {
                 self.value = Some(value.to_string().into_boxed_str());
                 self
+            }
+
+            /// A [`ConfigErrorKind::Duration`] error unless `value` is 1 ms to `max`: it says
+            /// "`what` of `value`: use 1 ms to `range`", with the value.
+            pub(crate) fn check_duration(
+                value: Duration,
+                max: Duration,
+                what: &str,
+                range: impl fmt::Display,
+            ) -> Result<(), Self> {
+                if (Duration::from_millis(1)..=max).contains(&value) {
+                    return Ok(());
+                }
+                Err(Self::new(
+                    ConfigErrorKind::Duration,
+                    format!("{what} of {value:?}: use 1 ms to {range}"),
+                )
+                .with_debug_value(value))
             }
 
             /// Records the bad value as its `Debug` text (durations: `0ns`, `30s`).
