@@ -160,6 +160,77 @@ cfg_middleware! {
         };
     }
 
+    /// The `ResponseFuture<S, ReqBody>` of a layer that either passes a request (the inner call,
+    /// its body wrapped by `ResponseBody::inner`) or does its own work for it, boxed (its state
+    /// `$work`, made by `$make`): [`define_response_future!`] with those two states, their
+    /// constructors `passing` and `$make`, and the `Future` impl. The layer's `ResponseBody<B>`
+    /// is in scope.
+    #[cfg(any(feature = "cache", feature = "idempotency"))]
+    macro_rules! define_passing_future {
+        ($(#[$doc:meta])* $work:ident by $make:ident) => {
+            /// The layer's own work for a request: the response, its body the inner service's
+            /// or the layer's bytes.
+            type Work<S, ReqBody> = std::pin::Pin<
+                Box<
+                    dyn std::future::Future<
+                            Output = Result<
+                                http::Response<ResponseBody<crate::body::BodyOf<S, ReqBody>>>,
+                                <S as tower_service::Service<http::Request<ReqBody>>>::Error,
+                            >,
+                        > + Send,
+                >,
+            >;
+
+            define_response_future! {
+                $(#[$doc])*
+                where { S::Response: crate::body::HttpResponse, }
+                states {
+                    Passing { #[pin] fut: S::Future },
+                    $work { fut: Work<S, ReqBody> },
+                }
+            }
+
+            impl<S, ReqBody> ResponseFuture<S, ReqBody>
+            where
+                S: tower_service::Service<http::Request<ReqBody>>,
+                S::Response: crate::body::HttpResponse,
+            {
+                pub(crate) fn passing(fut: S::Future) -> Self {
+                    Self {
+                        state: State::Passing { fut },
+                    }
+                }
+
+                pub(crate) fn $make(fut: Work<S, ReqBody>) -> Self {
+                    Self {
+                        state: State::$work { fut },
+                    }
+                }
+            }
+
+            impl<S, ReqBody, B> std::future::Future for ResponseFuture<S, ReqBody>
+            where
+                S: tower_service::Service<http::Request<ReqBody>, Response = http::Response<B>>,
+                B: http_body::Body,
+            {
+                type Output = Result<http::Response<ResponseBody<B>>, S::Error>;
+
+                fn poll(
+                    self: std::pin::Pin<&mut Self>,
+                    cx: &mut std::task::Context<'_>,
+                ) -> std::task::Poll<Self::Output> {
+                    match self.project().state.project() {
+                        StateProj::Passing { fut } => {
+                            let res = std::task::ready!(fut.poll(cx))?;
+                            std::task::Poll::Ready(Ok(res.map(ResponseBody::inner)))
+                        }
+                        StateProj::$work { fut } => fut.as_mut().poll(cx),
+                    }
+                }
+            }
+        };
+    }
+
     /// Consuming setters: `fn name(value: Type) => field.path;` becomes
     /// `fn name(mut self, value: Type) -> Self`, storing `value` in `self.field.path`, with the docs,
     /// attributes and visibility written before it.
