@@ -37,15 +37,19 @@ fn assert_totals(metrics: &Captured, totals: &[(&str, u64)]) {
     }
 }
 
-/// A layer with one rule, `api` (2 a minute), in `mode`.
-fn api_in(mode: Mode) -> RateLimitLayer {
-    builder()
+/// `n` requests through a layer with one rule, `api` (2 a minute), in `mode`; their answers
+/// and the metrics they recorded.
+async fn api_in(mode: Mode, n: usize) -> (Vec<Answer>, Captured) {
+    let metrics = Captured::default();
+    let _guard = metrics::set_default_local_recorder(&metrics);
+    let layer = builder()
         .rule_with(
             Rule::new("api", Quota::per_minute(2)).with_mode(mode),
             key(),
         )
         .build()
-        .unwrap()
+        .unwrap();
+    (send(&layer, n).await, metrics.clone())
 }
 
 /// A rule the memory limiter cannot decide (custom Lua): every evaluation fails, as with Redis
@@ -88,10 +92,7 @@ fn statuses(answers: &[Answer]) -> Vec<u16> {
 
 #[tokio::test]
 async fn a_shadow_rule_never_blocks_never_shows_and_counts_what_it_would_have_limited() {
-    let metrics = Captured::default();
-    let _guard = metrics::set_default_local_recorder(&metrics);
-    let layer = api_in(Mode::Shadow);
-    let answers = send(&layer, 5).await;
+    let (answers, metrics) = api_in(Mode::Shadow, 5).await;
     assert_eq!(statuses(&answers), [200; 5]);
     assert!(
         answers
@@ -119,10 +120,7 @@ async fn a_shadow_rule_never_blocks_never_shows_and_counts_what_it_would_have_li
 
 #[tokio::test]
 async fn a_soft_rule_admits_over_the_limit_and_says_so() {
-    let metrics = Captured::default();
-    let _guard = metrics::set_default_local_recorder(&metrics);
-    let layer = api_in(Mode::Soft);
-    let answers = send(&layer, 4).await;
+    let (answers, metrics) = api_in(Mode::Soft, 4).await;
     assert_eq!(statuses(&answers), [200; 4]);
     let exceeded: Vec<_> = answers.iter().map(|a| a.exceeded.as_deref()).collect();
     assert_eq!(exceeded, [None, None, Some("\"api\""), Some("\"api\"")]);
