@@ -92,7 +92,7 @@ impl<B> fmt::Debug for InnerOrBytes<B> {
     }
 }
 
-#[cfg(feature = "cache")]
+#[cfg(any(feature = "cache", feature = "idempotency"))]
 /// The body type of an [`http::Response`]: lets a future generic over its inner service `S`
 /// alone name the body of `S::Response` (a bound every HTTP service meets). Public in a private
 /// module, as a sealed trait: nothing outside the crate can name it.
@@ -101,7 +101,12 @@ pub trait HttpResponse {
     type Body: Body;
 }
 
-#[cfg(feature = "cache")]
+#[cfg(any(feature = "cache", feature = "idempotency"))]
 impl<B: Body> HttpResponse for http::Response<B> {
     type Body = B;
 }
+
+/// The body of the responses of an inner service `S`.
+#[cfg(any(feature = "cache", feature = "idempotency"))]
+pub(crate) type BodyOf<S, ReqBody> =
+    <<S as tower_service::Service<http::Request<ReqBody>>>::Response as HttpResponse>::Body;

@@ -1,6 +1,7 @@
 //! [`ConfigError`]: what is wrong with a setting, for every layer and store.
 
 use std::fmt;
+use std::time::Duration;
 
 /// A setting that cannot work: a rule, a quota, a proxy list, a replica count, a session or
 /// cache setting, a store's own settings (e.g. a zero Redis timeout). The layers' builders
@@ -115,94 +116,107 @@ pub enum ConfigErrorKind {
     Range,
 }
 
-#[cfg_attr(
-    not(any(
-        feature = "rate-limit",
-        feature = "session",
-        feature = "cache",
-        feature = "idempotency"
-    )),
-    allow(dead_code)
-)]
-impl ConfigError {
-    /// An error of `kind` that says `message`.
-    pub(crate) fn new(kind: ConfigErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            rule: None,
-            setting: None,
-            value: None,
-            message: message.into().into_boxed_str(),
-            source: None,
+cfg_middleware! {
+    unused_without {
+        impl ConfigError {
+            /// An error of `kind` that says `message`.
+            pub(crate) fn new(kind: ConfigErrorKind, message: impl Into<String>) -> Self {
+                Self {
+                    kind,
+                    rule: None,
+                    setting: None,
+                    value: None,
+                    message: message.into().into_boxed_str(),
+                    source: None,
+                }
+            }
+
+            /// Names the setting, e.g. `"SessionLayerBuilder::idle_timeout"`.
+            pub(crate) fn with_setting(mut self, setting: &'static str) -> Self {
+                self.setting = Some(setting);
+                self
+            }
+
+            /// Records the bad value as text.
+            pub(crate) fn with_value(mut self, value: impl fmt::Display) -> Self {
+                self.value = Some(value.to_string().into_boxed_str());
+                self
+            }
+
+            /// A [`ConfigErrorKind::Duration`] error unless `value` is 1 ms to `max`: it says
+            /// "`what` of `value`: use 1 ms to `range`", with the value.
+            pub(crate) fn check_duration(
+                value: Duration,
+                max: Duration,
+                what: &str,
+                range: impl fmt::Display,
+            ) -> Result<(), Self> {
+                if (Duration::from_millis(1)..=max).contains(&value) {
+                    return Ok(());
+                }
+                Err(Self::new(
+                    ConfigErrorKind::Duration,
+                    format!("{what} of {value:?}: use 1 ms to {range}"),
+                )
+                .with_debug_value(value))
+            }
+
+            /// Records the bad value as its `Debug` text (durations: `0ns`, `30s`).
+            pub(crate) fn with_debug_value(self, value: impl fmt::Debug) -> Self {
+                self.with_value(format_args!("{value:?}"))
+            }
+
+            /// Names the rule the problem concerns, its message unchanged (it names the rule already).
+            #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+            pub(crate) fn of_rule(mut self, rule: &str) -> Self {
+                self.rule = Some(rule.into());
+                self
+            }
+
+            /// The problem, found in `context`: the message starts with "`context`: ".
+            pub(crate) fn within(mut self, context: impl fmt::Display) -> Self {
+                self.message = format!("{context}: {}", self.message).into_boxed_str();
+                self
+            }
+
+            /// The problem, found in rule `rule`: the message starts with "rule `rule`: ".
+            #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+            pub(crate) fn in_rule(self, rule: &str) -> Self {
+                self.within(format_args!("rule `{rule}`")).of_rule(rule)
+            }
+
+            /// Keeps `source` as the cause.
+            #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+            pub(crate) fn caused_by(mut self, source: Self) -> Self {
+                self.source = Some(Box::new(source));
+                self
+            }
+
+            /// What kind of setting is wrong.
+            #[must_use]
+            pub fn kind(&self) -> ConfigErrorKind {
+                self.kind
+            }
+
+            /// The name of the rule the problem concerns, if it concerns one.
+            #[must_use]
+            pub fn rule(&self) -> Option<&str> {
+                self.rule.as_deref()
+            }
+
+            /// The setting that is wrong, as the method that sets it (e.g. `"Rule::with_cost"`,
+            /// `"SessionLayerBuilder::idle_timeout"`, `"RedisBackend::timeout"`), when one setting is.
+            #[must_use]
+            pub fn setting(&self) -> Option<&str> {
+                self.setting
+            }
+
+            /// The bad value as text (e.g. `"0ns"`, `"10.0.0.0/33"`, `"6"`), when there is one.
+            #[must_use]
+            pub fn value(&self) -> Option<&str> {
+                self.value.as_deref()
+            }
         }
-    }
-
-    /// Names the setting, e.g. `"SessionLayerBuilder::idle_timeout"`.
-    pub(crate) fn with_setting(mut self, setting: &'static str) -> Self {
-        self.setting = Some(setting);
-        self
-    }
-
-    /// Records the bad value as text.
-    pub(crate) fn with_value(mut self, value: impl fmt::Display) -> Self {
-        self.value = Some(value.to_string().into_boxed_str());
-        self
-    }
-
-    /// Records the bad value as its `Debug` text (durations: `0ns`, `30s`).
-    pub(crate) fn with_debug_value(self, value: impl fmt::Debug) -> Self {
-        self.with_value(format_args!("{value:?}"))
-    }
-
-    /// Names the rule the problem concerns, its message unchanged (it names the rule already).
-    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
-    pub(crate) fn of_rule(mut self, rule: &str) -> Self {
-        self.rule = Some(rule.into());
-        self
-    }
-
-    /// The problem, found in `context`: the message starts with "`context`: ".
-    pub(crate) fn within(mut self, context: impl fmt::Display) -> Self {
-        self.message = format!("{context}: {}", self.message).into_boxed_str();
-        self
-    }
-
-    /// The problem, found in rule `rule`: the message starts with "rule `rule`: ".
-    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
-    pub(crate) fn in_rule(self, rule: &str) -> Self {
-        self.within(format_args!("rule `{rule}`")).of_rule(rule)
-    }
-
-    /// Keeps `source` as the cause.
-    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
-    pub(crate) fn caused_by(mut self, source: Self) -> Self {
-        self.source = Some(Box::new(source));
-        self
-    }
-
-    /// What kind of setting is wrong.
-    #[must_use]
-    pub fn kind(&self) -> ConfigErrorKind {
-        self.kind
-    }
-
-    /// The name of the rule the problem concerns, if it concerns one.
-    #[must_use]
-    pub fn rule(&self) -> Option<&str> {
-        self.rule.as_deref()
-    }
-
-    /// The setting that is wrong, as the method that sets it (e.g. `"Rule::with_cost"`,
-    /// `"SessionLayerBuilder::idle_timeout"`, `"RedisBackend::timeout"`), when one setting is.
-    #[must_use]
-    pub fn setting(&self) -> Option<&str> {
-        self.setting
-    }
-
-    /// The bad value as text (e.g. `"0ns"`, `"10.0.0.0/33"`, `"6"`), when there is one.
-    #[must_use]
-    pub fn value(&self) -> Option<&str> {
-        self.value.as_deref()
     }
 }
 

@@ -79,8 +79,9 @@
 mod macros;
 
 pub mod backend;
-#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
-mod body;
+cfg_middleware! {
+    mod body;
+}
 mod error;
 pub use error::{ConfigError, ConfigErrorKind};
 #[cfg(any(feature = "rate-limit", feature = "session"))]
@@ -88,6 +89,8 @@ pub mod client_ip;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "idempotency"))]
 mod problem;
 pub mod telemetry;
+#[cfg(all(test, any(feature = "rate-limit", feature = "idempotency")))]
+mod test_helpers;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 mod sealed {
     /// Seals [`Limiter`](crate::rate_limit::Limiter),

@@ -100,33 +100,29 @@ impl Breaker {
         Self::new().failures(0)
     }
 
-    /// Opens the circuit after `n` calls in a row found Redis unavailable (default 5);
-    /// `0` turns the breaker off.
-    ///
-    /// ```
-    /// use redis_guard::backend::Breaker;
-    /// assert!(!Breaker::new().failures(1).is_off());
-    /// ```
-    #[must_use]
-    pub fn failures(mut self, n: u32) -> Self {
-        self.failures = n;
-        self
-    }
+    setters! {
+        /// Opens the circuit after `n` calls in a row found Redis unavailable (default 5);
+        /// `0` turns the breaker off.
+        ///
+        /// ```
+        /// use redis_guard::backend::Breaker;
+        /// assert!(!Breaker::new().failures(1).is_off());
+        /// ```
+        #[must_use]
+        pub fn failures(n: u32) => failures;
 
-    /// How long between two background probes while the circuit is open, the first one this
-    /// long after it opened (default 100 ms). A longer cool-down costs fewer
-    /// probes during an outage and finds Redis back later; no request waits for it either way.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use redis_guard::backend::Breaker;
-    /// // Probe every second while Redis is down:
-    /// let b = Breaker::new().cool_down(Duration::from_secs(1));
-    /// ```
-    #[must_use]
-    pub fn cool_down(mut self, d: Duration) -> Self {
-        self.cool_down = d;
-        self
+        /// How long between two background probes while the circuit is open, the first one this
+        /// long after it opened (default 100 ms). A longer cool-down costs fewer
+        /// probes during an outage and finds Redis back later; no request waits for it either way.
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use redis_guard::backend::Breaker;
+        /// // Probe every second while Redis is down:
+        /// let b = Breaker::new().cool_down(Duration::from_secs(1));
+        /// ```
+        #[must_use]
+        pub fn cool_down(d: Duration) => cool_down;
     }
 
     /// Reads time from `clock` instead of a monotonic clock, e.g. a `ManualClock` (feature

@@ -25,37 +25,23 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     fn now(&self) -> Duration;
 }
 
-/// The real clock: [`Instant`] since the clock was created; what the in-process backends use
-/// unless given another [`Clock`].
-#[derive(Clone, Copy, Debug)]
-#[cfg_attr(
-    not(any(
-        feature = "rate-limit",
-        feature = "session",
-        feature = "cache",
-        feature = "idempotency"
-    )),
-    allow(dead_code)
-)]
-pub(crate) struct MonotonicClock {
-    origin: Instant,
-}
+cfg_middleware! {
+    unused_without {
+        /// The real clock: [`Instant`] since the clock was created; what the in-process backends
+        /// use unless given another [`Clock`].
+        #[derive(Clone, Copy, Debug)]
+        pub(crate) struct MonotonicClock {
+            origin: Instant,
+        }
 
-#[cfg_attr(
-    not(any(
-        feature = "rate-limit",
-        feature = "session",
-        feature = "cache",
-        feature = "idempotency"
-    )),
-    allow(dead_code)
-)]
-impl MonotonicClock {
-    /// A clock whose origin is now.
-    #[must_use]
-    pub(crate) fn new() -> Self {
-        Self {
-            origin: Instant::now(),
+        impl MonotonicClock {
+            /// A clock whose origin is now.
+            #[must_use]
+            pub(crate) fn new() -> Self {
+                Self {
+                    origin: Instant::now(),
+                }
+            }
         }
     }
 }

@@ -4,15 +4,11 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Value};
 
-#[cfg(any(
-    feature = "rate-limit",
-    feature = "session",
-    feature = "cache",
-    feature = "idempotency"
-))]
-use super::LuaScript;
 #[cfg(feature = "cluster")]
-use super::slot::slot;
+use super::slot::Masters;
+cfg_middleware! {
+    use super::LuaScript;
+}
 
 /// The longest pause between two reconnection attempts of a connection made by
 /// [`RedisConnection::open`], before jitter.
@@ -57,22 +53,6 @@ enum Kind {
     Pool(bb8::Pool<bb8_redis::RedisConnectionManager>),
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection, Masters),
-}
-
-/// Which master serves each hash slot, as `CLUSTER SLOTS` said when the connection was made:
-/// `(first slot, last slot, master index)`, the masters numbered in order of appearance. Empty
-/// when unknown (a [`ClusterConnection`](redis::cluster_async::ClusterConnection) converted
-/// with `From`, or `CLUSTER SLOTS` failed).
-///
-/// Used only to give each master a circuit breaker of its own, so that one dead master does not
-/// stop the calls to the others. A map gone stale (slots moved by resharding, a replica promoted)
-/// only groups some slots under the wrong circuit: redis-rs routes every call by its own, fresh
-/// map.
-#[cfg(feature = "cluster")]
-#[derive(Clone, Debug, Default)]
-struct Masters {
-    ranges: std::sync::Arc<[(u16, u16, usize)]>,
-    count: usize,
 }
 
 impl RedisConnection {
@@ -404,98 +384,5 @@ impl fmt::Debug for RedisConnection {
         f.debug_struct("RedisConnection")
             .field("kind", &kind)
             .finish()
-    }
-}
-
-#[cfg(feature = "cluster")]
-impl Masters {
-    /// Reads a `CLUSTER SLOTS` reply: `[[first, last, [host, port, …], replicas…], …]`. Anything
-    /// unexpected leaves the map empty.
-    fn parse(reply: &Value) -> Self {
-        let mut addrs: Vec<(Vec<u8>, i64)> = Vec::new();
-        let mut ranges = Vec::new();
-        let Value::Array(entries) = reply else {
-            return Self::default();
-        };
-        for entry in entries {
-            let Value::Array(fields) = entry else {
-                return Self::default();
-            };
-            let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(master))) =
-                (fields.first(), fields.get(1), fields.get(2))
-            else {
-                return Self::default();
-            };
-            let host = match master.first() {
-                Some(Value::BulkString(b)) => b.clone(),
-                Some(Value::SimpleString(s)) => s.as_bytes().to_vec(),
-                _ => return Self::default(),
-            };
-            let Some(Value::Int(port)) = master.get(1) else {
-                return Self::default();
-            };
-            let addr = (host, *port);
-            let index = addrs.iter().position(|a| *a == addr).unwrap_or_else(|| {
-                addrs.push(addr);
-                addrs.len() - 1
-            });
-            let (Ok(first), Ok(last)) = (u16::try_from(*first), u16::try_from(*last)) else {
-                return Self::default();
-            };
-            ranges.push((first, last, index));
-        }
-        Self {
-            ranges: ranges.into(),
-            count: addrs.len(),
-        }
-    }
-
-    /// A key (`rg-probe:{<n>}`) whose slot master `index` serves, as this map says: the first
-    /// such `n`. Any key when the map knows no slot of that master.
-    fn key_on(&self, index: usize) -> String {
-        // 16384 slots: a few tries per master find one of its slots.
-        (0..100_000u32)
-            .map(|n| format!("rg-probe:{{{n}}}"))
-            .find(|key| self.of(key.as_bytes()) == index)
-            .unwrap_or_else(|| "rg-probe:{0}".to_owned())
-    }
-
-    /// The index of the master serving `key`'s slot, or 0 when the map does not say.
-    fn of(&self, key: &[u8]) -> usize {
-        let slot = slot(key);
-        self.ranges
-            .iter()
-            .find(|&&(first, last, _)| first <= slot && slot <= last)
-            .map_or(0, |&(_, _, index)| index)
-    }
-}
-
-#[cfg(all(test, feature = "cluster"))]
-mod tests {
-    use super::{Masters, Value};
-
-    #[test]
-    fn masters_are_numbered_by_address() {
-        let range = |first, last, port| {
-            Value::Array(vec![
-                Value::Int(first),
-                Value::Int(last),
-                Value::Array(vec![
-                    Value::BulkString(b"10.0.0.1".to_vec()),
-                    Value::Int(port),
-                ]),
-            ])
-        };
-        let masters = Masters::parse(&Value::Array(vec![
-            range(0, 5000, 7000),
-            range(5001, 12000, 7001),
-            // A master may serve several ranges.
-            range(12001, 16383, 7000),
-        ]));
-        assert_eq!(masters.count, 2);
-        assert_eq!(masters.of(b"bar"), 1, "slot 5061 is on 7001");
-        assert_eq!(masters.of(b"foo"), 0, "slot 12182 is on 7000");
-        assert_eq!(Masters::parse(&Value::Nil).count, 0);
-        assert_eq!(Masters::default().of(b"foo"), 0);
     }
 }

@@ -313,14 +313,7 @@ fn valid(name: &str, lease: Duration) -> Result<u64, LockError> {
         .with_value(name)
         .into());
     }
-    if lease < Duration::from_millis(1) || lease > MAX_LEASE {
-        return Err(ConfigError::new(
-            ConfigErrorKind::Duration,
-            format!("a lease of {lease:?}: use 1 ms to {MAX_LEASE:?}"),
-        )
-        .with_debug_value(lease)
-        .into());
-    }
+    ConfigError::check_duration(lease, MAX_LEASE, "a lease", format_args!("{MAX_LEASE:?}"))?;
     Ok(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
 }
 

@@ -52,16 +52,11 @@ mod error;
 #[cfg(feature = "cluster")]
 mod slot;
 // Without any middleware the connection has no user inside the crate.
-#[cfg_attr(
-    not(any(
-        feature = "rate-limit",
-        feature = "session",
-        feature = "cache",
-        feature = "idempotency"
-    )),
-    allow(dead_code)
-)]
-mod connection;
+cfg_middleware! {
+    unused_without {
+        mod connection;
+    }
+}
 
 pub use clock::Clock;
 #[cfg(any(test, feature = "test-util"))]

@@ -3,10 +3,12 @@
 
 use std::fmt;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
+
+use crate::body::InnerOrBytes;
 
 pin_project_lite::pin_project! {
     /// The body of a response from an [`Idempotency`](super::Idempotency) service: the inner
@@ -21,8 +23,8 @@ pin_project_lite::pin_project! {
 pin_project_lite::pin_project! {
     #[project = KindProj]
     enum Kind<B: Body> {
-        Inner { #[pin] body: B },
-        Bytes { data: Option<Bytes> },
+        // The inner body or bytes, as every layer's body is.
+        Plain { #[pin] body: InnerOrBytes<B> },
         // What was read while deciding (data, then trailers), then the rest of the inner body.
         Resumed { read: Option<Bytes>, trailers: Option<Frame<Bytes>>, rest: Pin<Box<B>> },
         // Reading the inner body failed while the layer read it: the same error, once.
@@ -32,41 +34,40 @@ pin_project_lite::pin_project! {
 
 impl<B: Body> ResponseBody<B> {
     pub(crate) fn inner(body: B) -> Self {
-        Self {
-            kind: Kind::Inner { body },
-        }
+        Self::plain(InnerOrBytes::inner(body))
     }
 
     pub(crate) fn bytes(data: Bytes) -> Self {
+        Self::plain(InnerOrBytes::bytes(data))
+    }
+
+    fn plain(body: InnerOrBytes<B>) -> Self {
         Self {
-            kind: Kind::Bytes {
-                data: (!data.is_empty()).then_some(data),
-            },
+            kind: Kind::Plain { body },
         }
     }
 }
 
 impl<B: Body> fmt::Debug for ResponseBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.kind {
-            Kind::Inner { .. } | Kind::Resumed { .. } => "ResponseBody::Inner",
-            Kind::Bytes { .. } => "ResponseBody::Bytes",
+        f.write_str(match &self.kind {
+            Kind::Plain {
+                body: InnerOrBytes::Inner { .. },
+            }
+            | Kind::Resumed { .. } => "ResponseBody::Inner",
+            Kind::Plain {
+                body: InnerOrBytes::Bytes { .. },
+            } => "ResponseBody::Bytes",
             Kind::Failed { .. } => "ResponseBody::Failed",
         })
     }
 }
 
-impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
-            KindProj::Bytes { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+impl_body! {
+    ResponseBody,
+    poll_frame(|this, cx| {
+        match this.project().kind.project() {
+            KindProj::Plain { body } => body.poll_frame(cx),
             KindProj::Resumed {
                 read,
                 trailers,
@@ -77,12 +78,10 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
             },
             KindProj::Failed { error } => Poll::Ready(error.take().map(Err)),
         }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match &self.kind {
-            Kind::Inner { body } => body.is_end_stream(),
-            Kind::Bytes { data } => data.is_none(),
+    }),
+    is_end_stream(|this| {
+        match &this.kind {
+            Kind::Plain { body } => body.is_end_stream(),
             Kind::Resumed {
                 read,
                 trailers,
@@ -90,14 +89,10 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
             } => read.is_none() && trailers.is_none() && rest.is_end_stream(),
             Kind::Failed { error } => error.is_none(),
         }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            Kind::Inner { body } => body.size_hint(),
-            Kind::Bytes { data } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
+    }),
+    size_hint(|this| {
+        match &this.kind {
+            Kind::Plain { body } => body.size_hint(),
             Kind::Resumed { read, rest, .. } => {
                 let read = read.as_ref().map_or(0, |d| d.len() as u64);
                 let hint = rest.size_hint();
@@ -110,7 +105,7 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
             }
             Kind::Failed { .. } => SizeHint::default(),
         }
-    }
+    }),
 }
 
 /// A body read up to a limit.

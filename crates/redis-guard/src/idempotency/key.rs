@@ -238,15 +238,7 @@ mod tests {
             assert_eq!(a.len(), 64);
             assert!(names[i + 1..].iter().all(|b| a != b));
         }
-        let parts = |method: &str, uri: &str| {
-            http::Request::builder()
-                .method(method)
-                .uri(uri)
-                .body(())
-                .unwrap()
-                .into_parts()
-                .0
-        };
+        let parts = crate::test_helpers::request_head::<&str>;
         let post = parts("POST", "/pay?x=1");
         let prints = [
             fingerprint(&post, b"{}"),

@@ -9,7 +9,7 @@ use redis::Value;
 use super::record::{Record, head_line, split};
 use crate::backend::{
     BackendError, ExpiringTable, InProcess, InProcessBuilder, LuaScript, RedisBackend,
-    RedisConnection,
+    RedisConnection, micros,
 };
 
 static CLAIM: LazyLock<LuaScript> =
@@ -251,10 +251,6 @@ fn put(
     value.extend_from_slice(rest);
     table.insert(key, Bytes::from(value), until);
     table.maintain(now, |_, _| {});
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 fn foreign() -> BackendError {

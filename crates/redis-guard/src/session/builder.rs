@@ -54,6 +54,7 @@ impl SessionLayer {
 }
 
 /// Builds a [`SessionLayer`]; [`build`](Self::build) checks the settings.
+#[derive(Debug)]
 #[must_use]
 pub struct SessionLayerBuilder {
     store: Arc<dyn SessionStore>,
@@ -313,20 +314,6 @@ impl SessionLayerBuilder {
                 response: self.response,
             }),
         })
-    }
-}
-
-impl fmt::Debug for SessionLayerBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SessionLayerBuilder")
-            .field("store", &self.store)
-            .field("life", &self.life)
-            .field("transport", &self.transport)
-            .field("failure", &self.failure)
-            .field("expose_user", &self.expose_user)
-            .field("metadata", &self.metadata)
-            .field("response", &self.response)
-            .finish()
     }
 }
 

@@ -14,9 +14,9 @@ use super::body::ResponseBody;
 use super::cache_control::private_cache_control;
 use super::handle::Session;
 use super::state::CookieAction;
-use super::store::BoxFuture;
+use super::store::{BoxFuture, StoreFuture};
 use super::token::Wire;
-use super::{FailurePolicy, Rejection, SessionError, SessionUser};
+use super::{FailurePolicy, Rejection, SessionUser};
 use crate::problem::problem;
 
 define_response_future! {
@@ -24,7 +24,7 @@ define_response_future! {
     /// inner service, then save the session and set the cookie.
     states {
         Preloading {
-            preload: BoxFuture<Result<Option<String>, SessionError>>,
+            preload: StoreFuture<Option<String>>,
             // The inner service, the request and the session, until the user is known.
             pending: Option<(S, Request<ReqBody>, Session)>,
         },

@@ -8,7 +8,7 @@ use super::memory_table::State;
 use super::memory_users::{UserDigest, user_digest};
 use super::store::{
     BoxFuture, CREATED_FIELD, CSRF_FIELD, Changes, EXP_FIELD, FieldChange, FieldOutcome, Lifetimes,
-    Record, SEEN_FIELD, SessionInfo, SessionStore, Store,
+    Record, SEEN_FIELD, SessionInfo, SessionStore, Store, StoreFuture,
 };
 use crate::backend::{BackendError, Clock, InProcess, InProcessBuilder};
 
@@ -95,7 +95,7 @@ impl MemorySessionStore {
         key: String,
         life: Lifetimes,
         f: impl FnOnce(&mut HashMap<String, String>) -> Result<T, SessionError>,
-    ) -> BoxFuture<Result<Option<T>, SessionError>> {
+    ) -> StoreFuture<Option<T>> {
         self.with(move |s, now| {
             s.live(&key, now, life)
                 .map(|e| f(&mut e.fields))
@@ -122,11 +122,7 @@ impl SessionStore for MemorySessionStore {}
 
 #[allow(private_interfaces)] // see `Store`
 impl Store for MemorySessionStore {
-    fn load(
-        &self,
-        key: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<Record>, SessionError>> {
+    fn load(&self, key: String, life: Lifetimes) -> StoreFuture<Option<Record>> {
         self.with(move |s, now| {
             Ok(s.live_marked(&key, now, life).map(|(e, marked)| Record {
                 fields: e.fields.clone(),
@@ -135,12 +131,7 @@ impl Store for MemorySessionStore {
         })
     }
 
-    fn create(
-        &self,
-        key: String,
-        changes: Changes,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<u64, SessionError>> {
+    fn create(&self, key: String, changes: Changes, life: Lifetimes) -> StoreFuture<u64> {
         self.with(move |s, now| {
             if s.sessions.contains_key(&key) {
                 return Err(collision());
@@ -160,12 +151,7 @@ impl Store for MemorySessionStore {
         })
     }
 
-    fn save(
-        &self,
-        key: String,
-        changes: Changes,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<u64>, SessionError>> {
+    fn save(&self, key: String, changes: Changes, life: Lifetimes) -> StoreFuture<Option<u64>> {
         self.with(move |s, now| {
             let Some(e) = s.live(&key, now, life) else {
                 return Ok(None);
@@ -175,18 +161,13 @@ impl Store for MemorySessionStore {
         })
     }
 
-    fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>> {
+    fn delete(&self, key: String) -> StoreFuture<()> {
         self.with(move |s, _| {
             s.remove(&key);
             Ok(())
         })
     }
-    fn rotate(
-        &self,
-        old: String,
-        new: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<bool, SessionError>> {
+    fn rotate(&self, old: String, new: String, life: Lifetimes) -> StoreFuture<bool> {
         self.with(move |s, now| {
             if s.live(&old, now, life).is_none() {
                 return Ok(false);
@@ -217,7 +198,7 @@ impl Store for MemorySessionStore {
         key: String,
         expires: u64,
         life: Lifetimes,
-    ) -> BoxFuture<Result<(), SessionError>> {
+    ) -> StoreFuture<()> {
         self.with(move |s, now| {
             let cap = usize::try_from(life.per_user.max(1)).unwrap_or(usize::MAX);
             s.index(user_digest(&user), &key, expires, cap, now);
@@ -225,7 +206,7 @@ impl Store for MemorySessionStore {
         })
     }
 
-    fn end_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
+    fn end_user(&self, user: String) -> StoreFuture<usize> {
         self.with(move |s, _| {
             let index = s.users.take(&user_digest(&user));
             for key in index.keys() {
@@ -235,11 +216,11 @@ impl Store for MemorySessionStore {
         })
     }
 
-    fn list_user(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
+    fn list_user(&self, user: String) -> StoreFuture<Vec<SessionInfo>> {
         self.with(move |s, now| Ok(s.listing(&user_digest(&user), now)))
     }
 
-    fn end_session(&self, user: String, handle: String) -> BoxFuture<Result<bool, SessionError>> {
+    fn end_session(&self, user: String, handle: String) -> StoreFuture<bool> {
         self.with(move |s, now| {
             let found = s
                 .listing(&user_digest(&user), now)
@@ -249,11 +230,7 @@ impl Store for MemorySessionStore {
         })
     }
 
-    fn end_user_except(
-        &self,
-        user: String,
-        keep: String,
-    ) -> BoxFuture<Result<usize, SessionError>> {
+    fn end_user_except(&self, user: String, keep: String) -> StoreFuture<usize> {
         self.with(move |s, now| {
             let mut ended = 0;
             for info in s.listing(&user_digest(&user), now) {
@@ -271,7 +248,7 @@ impl Store for MemorySessionStore {
         field: String,
         change: FieldChange,
         life: Lifetimes,
-    ) -> BoxFuture<Result<Option<FieldOutcome>, SessionError>> {
+    ) -> StoreFuture<Option<FieldOutcome>> {
         self.on_fields(key, life, move |fields| change.apply(fields, field))
     }
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::SessionError;
 use super::store::{
-    BoxFuture, Changes, FieldChange, FieldOutcome, Lifetimes, Record, SessionInfo, SessionStore,
-    Store,
+    Changes, FieldChange, FieldOutcome, Lifetimes, Record, SessionInfo, SessionStore, Store,
+    StoreFuture,
 };
 use crate::telemetry::{self, Metric};
 
@@ -20,9 +20,9 @@ impl crate::sealed::Sealed for Metered {}
 /// `fut`, with its outcome counted by `count` and its failure under `op`.
 fn metered<T: Send + 'static>(
     op: &'static str,
-    fut: BoxFuture<Result<T, SessionError>>,
+    fut: StoreFuture<T>,
     count: impl FnOnce(&T) -> Count + Send + 'static,
-) -> BoxFuture<Result<T, SessionError>> {
+) -> StoreFuture<T> {
     Box::pin(observed(op, fut, count))
 }
 
@@ -77,7 +77,7 @@ fn uncounted<T>(_: &T) -> Count {
 /// under the op name and its outcome as its function says.
 macro_rules! counted {
     ($($name:ident($($arg:ident: $ty:ty),*) -> $out:ty, $op:expr, $count:expr;)*) => {
-        $(fn $name(&self, $($arg: $ty),*) -> BoxFuture<Result<$out, SessionError>> {
+        $(fn $name(&self, $($arg: $ty),*) -> StoreFuture<$out> {
             let op = $op;
             metered(op, self.0.$name($($arg),*), $count)
         })*

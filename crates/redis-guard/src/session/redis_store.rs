@@ -14,8 +14,8 @@ use super::scripts::{
     SaveEntry, TAKE, TAKE_FIELD, bad_reply, expiry, int, string, strings,
 };
 use super::store::{
-    BoxFuture, CSRF_FIELD, Changes, FieldChange, FieldOutcome, Lifetimes, Record, SessionInfo,
-    SessionStore, Store, USER_FIELD,
+    CSRF_FIELD, Changes, FieldChange, FieldOutcome, Lifetimes, Record, SessionInfo, SessionStore,
+    Store, StoreFuture, USER_FIELD,
 };
 use crate::backend::{Coalescer, DEFAULT_BATCH, Entry, LuaScript as Script, RedisBackend};
 
@@ -73,7 +73,7 @@ fn coalescer<E: Entry>(
 /// A test hook: runs between two steps of a multi-step operation.
 #[cfg(feature = "test-util")]
 #[derive(Clone)]
-struct Hook(Arc<dyn Fn() -> BoxFuture<()> + Send + Sync>);
+struct Hook(Arc<dyn Fn() -> super::store::BoxFuture<()> + Send + Sync>);
 
 #[cfg(feature = "test-util")]
 impl std::fmt::Debug for Hook {
@@ -143,7 +143,7 @@ impl RedisSessionStore {
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        let hook = move || -> BoxFuture<()> { Box::pin(hook()) };
+        let hook = move || -> super::store::BoxFuture<()> { Box::pin(hook()) };
         Arc::make_mut(&mut self.inner).between_revoke_steps = Some(Hook(Arc::new(hook)));
         self
     }
@@ -169,7 +169,7 @@ impl RedisSessionStore {
         key: String,
         idle: u64,
         args: Vec<String>,
-    ) -> BoxFuture<Result<Value, SessionError>> {
+    ) -> StoreFuture<Value> {
         let inner = Arc::clone(&self.inner);
         let mut argv = Vec::with_capacity(args.len() + 1);
         argv.push(idle.to_string());
@@ -184,7 +184,7 @@ impl RedisSessionStore {
         storage_key: &str,
         life: Lifetimes,
         args: Vec<String>,
-    ) -> BoxFuture<Result<Value, SessionError>> {
+    ) -> StoreFuture<Value> {
         self.run(script, self.session_key(storage_key), life.idle_us(), args)
     }
 
@@ -196,7 +196,7 @@ impl RedisSessionStore {
         mode: &str,
         changes: &Changes,
         life: Lifetimes,
-    ) -> BoxFuture<Result<Value, SessionError>> {
+    ) -> StoreFuture<Value> {
         let saves = Arc::clone(&self.inner.saves);
         let entry = SaveEntry::new(self.session_key(storage_key), mode, changes, life);
         Box::pin(async move { Ok(saves.call(entry).await?) })
@@ -210,14 +210,14 @@ impl RedisSessionStore {
     }
 
     /// `op` on a clone of the store, boxed as [`Store`] methods return it.
-    fn detached<T, F>(&self, op: impl FnOnce(Self) -> F) -> BoxFuture<Result<T, SessionError>>
+    fn detached<T, F>(&self, op: impl FnOnce(Self) -> F) -> StoreFuture<T>
     where
         F: Future<Output = Result<T, SessionError>> + Send + 'static,
     {
         Box::pin(op(self.clone()))
     }
 
-    fn query(&self, cmd: redis::Cmd) -> BoxFuture<Result<Value, SessionError>> {
+    fn query(&self, cmd: redis::Cmd) -> StoreFuture<Value> {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move { Ok(inner.backend.query(&cmd).await?) })
     }
@@ -229,11 +229,7 @@ impl SessionStore for RedisSessionStore {}
 
 #[allow(private_interfaces)] // see `Store`
 impl Store for RedisSessionStore {
-    fn load(
-        &self,
-        key: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<Record>, SessionError>> {
+    fn load(&self, key: String, life: Lifetimes) -> StoreFuture<Option<Record>> {
         let inner = Arc::clone(&self.inner);
         let key = self.session_key(&key);
         Box::pin(
@@ -241,29 +237,19 @@ impl Store for RedisSessionStore {
         )
     }
 
-    fn create(
-        &self,
-        key: String,
-        changes: Changes,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<u64, SessionError>> {
+    fn create(&self, key: String, changes: Changes, life: Lifetimes) -> StoreFuture<u64> {
         let call = self.save_call(&key, "create", &changes, life);
         Box::pin(async move {
             expiry(&call.await?)?.ok_or_else(|| bad_reply("create returned nil".into()))
         })
     }
 
-    fn save(
-        &self,
-        key: String,
-        changes: Changes,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<u64>, SessionError>> {
+    fn save(&self, key: String, changes: Changes, life: Lifetimes) -> StoreFuture<Option<u64>> {
         let call = self.save_call(&key, "update", &changes, life);
         Box::pin(async move { expiry(&call.await?) })
     }
 
-    fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>> {
+    fn delete(&self, key: String) -> StoreFuture<()> {
         self.detached(move |this| async move {
             let user = this.run(&DROP, this.session_key(&key), 0, vec![]).await?;
             if let Value::Nil = user {
@@ -273,12 +259,7 @@ impl Store for RedisSessionStore {
         })
     }
 
-    fn rotate(
-        &self,
-        old: String,
-        new: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<bool, SessionError>> {
+    fn rotate(&self, old: String, new: String, life: Lifetimes) -> StoreFuture<bool> {
         // The two session keys and the user's index may live on three cluster slots, so this is
         // four steps, ordered so that a crash between any two leaves no session or a session
         // that is indexed, never an unrevocable one:
@@ -335,7 +316,7 @@ impl Store for RedisSessionStore {
         key: String,
         expires: u64,
         life: Lifetimes,
-    ) -> BoxFuture<Result<(), SessionError>> {
+    ) -> StoreFuture<()> {
         self.detached(move |this| async move {
             let cap = life.per_user.max(1);
             let others = strings(
@@ -363,7 +344,7 @@ impl Store for RedisSessionStore {
         })
     }
 
-    fn end_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>> {
+    fn end_user(&self, user: String) -> StoreFuture<usize> {
         self.detached(move |this| async move {
             let members = strings(this.run(&REVOKE, this.user_key(&user), 0, vec![]).await?)?;
             #[cfg(feature = "test-util")]
@@ -384,19 +365,15 @@ impl Store for RedisSessionStore {
         self.inner.backend.config_problem().map_or(Ok(()), Err)
     }
 
-    fn list_user(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>> {
+    fn list_user(&self, user: String) -> StoreFuture<Vec<SessionInfo>> {
         self.detached(move |this| async move { this.listing(&user).await })
     }
 
-    fn end_session(&self, user: String, handle: String) -> BoxFuture<Result<bool, SessionError>> {
+    fn end_session(&self, user: String, handle: String) -> StoreFuture<bool> {
         self.detached(move |this| async move { this.revoke_handle(&user, &handle).await })
     }
 
-    fn end_user_except(
-        &self,
-        user: String,
-        keep: String,
-    ) -> BoxFuture<Result<usize, SessionError>> {
+    fn end_user_except(&self, user: String, keep: String) -> StoreFuture<usize> {
         self.detached(move |this| async move { this.revoke_others(&user, &keep).await })
     }
 
@@ -406,7 +383,7 @@ impl Store for RedisSessionStore {
         field: String,
         change: FieldChange,
         life: Lifetimes,
-    ) -> BoxFuture<Result<Option<FieldOutcome>, SessionError>> {
+    ) -> StoreFuture<Option<FieldOutcome>> {
         let name = field.clone();
         let (script, args) = match &change {
             FieldChange::Take => (&TAKE_FIELD, vec![field]),

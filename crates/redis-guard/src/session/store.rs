@@ -17,6 +17,10 @@ pub(crate) use field::{FieldChange, FieldOutcome, incremented};
 /// A boxed, sendable future, as [`Store`] methods return.
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
+/// What a store's calls answer with, as redis-rs' `RedisFuture`: a [`BoxFuture`] of a result
+/// that fails with a [`SessionError`].
+pub(crate) type StoreFuture<T> = BoxFuture<Result<T, SessionError>>;
+
 /// How long sessions live, and how many one user may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Lifetimes {
@@ -334,28 +338,17 @@ pub trait Store<Seal = crate::sealed::Private>: crate::sealed::Sealed {
     /// is still fresh ([`Lifetimes::seen_every`]). When it marks it, the layer records the
     /// client's device with a write of its own if it changed (at most once per
     /// [`Lifetimes::seen_every`]).
-    fn load(&self, key: String, life: Lifetimes)
-    -> BoxFuture<Result<Option<Record>, SessionError>>;
+    fn load(&self, key: String, life: Lifetimes) -> StoreFuture<Option<Record>>;
 
     /// Creates a session with `changes` and returns its absolute expiry (store time, µs).
-    fn create(
-        &self,
-        key: String,
-        changes: Changes,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<u64, SessionError>>;
+    fn create(&self, key: String, changes: Changes, life: Lifetimes) -> StoreFuture<u64>;
 
     /// Writes `changes` to a live session and returns its absolute expiry; `None` when the session
     /// is gone (the changes are dropped).
-    fn save(
-        &self,
-        key: String,
-        changes: Changes,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<Option<u64>, SessionError>>;
+    fn save(&self, key: String, changes: Changes, life: Lifetimes) -> StoreFuture<Option<u64>>;
 
     /// Deletes a session, and its entry in its user's index.
-    fn delete(&self, key: String) -> BoxFuture<Result<(), SessionError>>;
+    fn delete(&self, key: String) -> StoreFuture<()>;
 
     /// Moves a live session's data to `new` and deletes `old`; `false` when `old` is gone. The
     /// CSRF token stays behind: a rotation is a privilege change, and
@@ -364,12 +357,7 @@ pub trait Store<Seal = crate::sealed::Private>: crate::sealed::Sealed {
     /// with a user keeps its place in the user's index under `new` (so `revoke_user` still
     /// reaches it), and a rotation that races with `revoke_user` ends the session; at no point
     /// is the new session live without being indexed.
-    fn rotate(
-        &self,
-        old: String,
-        new: String,
-        life: Lifetimes,
-    ) -> BoxFuture<Result<bool, SessionError>>;
+    fn rotate(&self, old: String, new: String, life: Lifetimes) -> StoreFuture<bool>;
 
     /// Records session `key` (expiring at `expires`, store time in µs) under `user`. Entries of
     /// sessions that are gone are pruned first; past [`Lifetimes::per_user`], the live sessions
@@ -380,29 +368,28 @@ pub trait Store<Seal = crate::sealed::Private>: crate::sealed::Sealed {
         key: String,
         expires: u64,
         life: Lifetimes,
-    ) -> BoxFuture<Result<(), SessionError>>;
+    ) -> StoreFuture<()>;
 
     /// Ends every session of `user`; returns how many were listed (`revoke_user`). The index is
     /// taken in one atomic step, so a session indexed concurrently is either ended or stays in the
     /// index for the next revocation.
-    fn end_user(&self, user: String) -> BoxFuture<Result<usize, SessionError>>;
+    fn end_user(&self, user: String) -> StoreFuture<usize>;
 
     /// The live sessions of `user`, with their metadata, soonest absolute expiry first. Index
     /// entries of sessions that are gone are pruned on the way (`user_sessions`).
-    fn list_user(&self, user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>>;
+    fn list_user(&self, user: String) -> StoreFuture<Vec<SessionInfo>>;
 
     /// Ends the session of `user` whose [`handle`](SessionInfo::handle) is `handle`; `false`
     /// when `user` has no such session (a forged handle, or another user's: nothing happens).
     /// A rotation racing with it is followed: the session ends under its new id
     /// (`revoke_session`).
-    fn end_session(&self, user: String, handle: String) -> BoxFuture<Result<bool, SessionError>>;
+    fn end_session(&self, user: String, handle: String) -> StoreFuture<bool>;
 
     /// Ends every session of `user` except the one under storage key `keep` ("log out
     /// everywhere else"); returns how many were ended. Sessions `user` logs in with while it
     /// runs may stay (unlike [`end_user`](Self::end_user), which takes the index at once:
     /// keeping one session means going through the list; `revoke_user_except`).
-    fn end_user_except(&self, user: String, keep: String)
-    -> BoxFuture<Result<usize, SessionError>>;
+    fn end_user_except(&self, user: String, keep: String) -> StoreFuture<usize>;
 
     /// Checks the store's own settings; [`SessionLayerBuilder::build`](super::SessionLayerBuilder::build)
     /// calls it and fails with the error. The default accepts everything.
@@ -422,37 +409,28 @@ pub trait Store<Seal = crate::sealed::Private>: crate::sealed::Sealed {
         field: String,
         change: FieldChange,
         life: Lifetimes,
-    ) -> BoxFuture<Result<Option<FieldOutcome>, SessionError>>;
-}
-
-/// Forwards each listed method of [`Store`] to `**self`.
-macro_rules! forward {
-    ($($name:ident($($arg:ident: $ty:ty),*) -> $out:ty;)*) => {
-        $(fn $name(&self, $($arg: $ty),*) -> $out {
-            (**self).$name($($arg),*)
-        })*
-    };
+    ) -> StoreFuture<Option<FieldOutcome>>;
 }
 
 impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {}
 
 #[allow(private_interfaces)] // see `Store`
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
-    forward! {
-        load(key: String, life: Lifetimes) -> BoxFuture<Result<Option<Record>, SessionError>>;
-        create(key: String, changes: Changes, life: Lifetimes) -> BoxFuture<Result<u64, SessionError>>;
+    forward_to_deref! {
+        load(key: String, life: Lifetimes) -> StoreFuture<Option<Record>>;
+        create(key: String, changes: Changes, life: Lifetimes) -> StoreFuture<u64>;
         save(key: String, changes: Changes, life: Lifetimes)
-            -> BoxFuture<Result<Option<u64>, SessionError>>;
-        delete(key: String) -> BoxFuture<Result<(), SessionError>>;
-        rotate(old: String, new: String, life: Lifetimes) -> BoxFuture<Result<bool, SessionError>>;
+            -> StoreFuture<Option<u64>>;
+        delete(key: String) -> StoreFuture<()>;
+        rotate(old: String, new: String, life: Lifetimes) -> StoreFuture<bool>;
         index_user(user: String, key: String, expires: u64, life: Lifetimes)
-            -> BoxFuture<Result<(), SessionError>>;
-        end_user(user: String) -> BoxFuture<Result<usize, SessionError>>;
-        list_user(user: String) -> BoxFuture<Result<Vec<SessionInfo>, SessionError>>;
-        end_session(user: String, handle: String) -> BoxFuture<Result<bool, SessionError>>;
-        end_user_except(user: String, keep: String) -> BoxFuture<Result<usize, SessionError>>;
+            -> StoreFuture<()>;
+        end_user(user: String) -> StoreFuture<usize>;
+        list_user(user: String) -> StoreFuture<Vec<SessionInfo>>;
+        end_session(user: String, handle: String) -> StoreFuture<bool>;
+        end_user_except(user: String, keep: String) -> StoreFuture<usize>;
         check() -> Result<(), crate::ConfigError>;
         change_field(key: String, field: String, change: FieldChange, life: Lifetimes)
-            -> BoxFuture<Result<Option<FieldOutcome>, SessionError>>;
+            -> StoreFuture<Option<FieldOutcome>>;
     }
 }

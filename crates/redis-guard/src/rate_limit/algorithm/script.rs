@@ -110,6 +110,13 @@ impl Scripts {
     }
 }
 
+/// The source of a script made of Lua files, in order, a newline between two.
+macro_rules! lua_files {
+    ($first:literal $(, $rest:literal)* $(,)?) => {
+        concat!(include_str!($first) $(, "\n", include_str!($rest))*)
+    };
+}
+
 /// The scripts without custom algorithms, built once.
 pub(crate) static BUILTIN_SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts::with_customs(&[]));
 
@@ -129,24 +136,12 @@ pub(crate) static GCRA_ONLY: LazyLock<LuaScript> = LazyLock::new(|| {
 });
 
 /// The renewal script: pushes the expiry of one request's leases (see `renew.lua`).
-pub(crate) static RENEW: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(concat!(
-        include_str!("prelude.lua"),
-        "\n",
-        include_str!("concurrency.lua"),
-        "\n",
-        include_str!("renew.lua")
-    ))
-});
+pub(crate) static RENEW: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(lua_files!("prelude.lua", "concurrency.lua", "renew.lua")));
 
 /// The operations script: read, reset, penalize or allow one rule's key (see `operations.lua`).
-pub(crate) static OPERATIONS: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(concat!(
-        include_str!("overrides.lua"),
-        "\n",
-        include_str!("operations.lua")
-    ))
-});
+pub(crate) static OPERATIONS: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(lua_files!("overrides.lua", "operations.lua")));
 
 #[cfg(test)]
 mod tests {

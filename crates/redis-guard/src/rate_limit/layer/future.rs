@@ -15,8 +15,8 @@ use super::response::{ResponseBody, after_completion, answer};
 use super::service::start;
 use crate::ConfigError;
 use crate::rate_limit::{
-    BoxFuture, Check, CostReport, Decision, Held, Holding, LimiterError, Pending, Quota,
-    RuleDecision, Settling, count_failure, count_failure_of, decision_from, settling,
+    BoxFuture, Check, CostReport, Decision, Held, Holding, LimiterError, LimiterFuture, Pending,
+    Quota, RuleDecision, Settling, count_failure, count_failure_of, decision_from, settling,
 };
 use crate::telemetry::Stopwatch;
 
@@ -49,7 +49,7 @@ define_response_future! {
             config: Arc<Config>,
         },
         Checking {
-            states: BoxFuture<Result<Held, LimiterError>>,
+            states: LimiterFuture<Held>,
             pending: Option<Box<Waiting<S, ReqBody>>>,
             config: Arc<Config>,
             started: Stopwatch,

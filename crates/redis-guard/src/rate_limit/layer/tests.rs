@@ -30,6 +30,28 @@ fn builder() -> RateLimitLayerBuilder {
     RateLimitLayer::builder(MemoryLimiter::new())
 }
 
+/// Asserts each metric's total, by `name{label="value"}`.
+fn assert_totals(metrics: &Captured, totals: &[(&str, u64)]) {
+    for &(name, total) in totals {
+        assert_eq!(metrics.get(name), total, "{name}");
+    }
+}
+
+/// `n` requests through a layer with one rule, `api` (2 a minute), in `mode`; their answers
+/// and the metrics they recorded.
+async fn api_in(mode: Mode, n: usize) -> (Vec<Answer>, Captured) {
+    let metrics = Captured::default();
+    let _guard = metrics::set_default_local_recorder(&metrics);
+    let layer = builder()
+        .rule_with(
+            Rule::new("api", Quota::per_minute(2)).with_mode(mode),
+            key(),
+        )
+        .build()
+        .unwrap();
+    (send(&layer, n).await, metrics.clone())
+}
+
 /// A rule the memory limiter cannot decide (custom Lua): every evaluation fails, as with Redis
 /// down.
 fn failing(name: &str) -> Rule {
@@ -70,16 +92,7 @@ fn statuses(answers: &[Answer]) -> Vec<u16> {
 
 #[tokio::test]
 async fn a_shadow_rule_never_blocks_never_shows_and_counts_what_it_would_have_limited() {
-    let metrics = Captured::default();
-    let _guard = metrics::set_default_local_recorder(&metrics);
-    let layer = builder()
-        .rule_with(
-            Rule::new("api", Quota::per_minute(2)).with_mode(Mode::Shadow),
-            key(),
-        )
-        .build()
-        .unwrap();
-    let answers = send(&layer, 5).await;
+    let (answers, metrics) = api_in(Mode::Shadow, 5).await;
     assert_eq!(statuses(&answers), [200; 5]);
     assert!(
         answers
@@ -87,17 +100,16 @@ async fn a_shadow_rule_never_blocks_never_shows_and_counts_what_it_would_have_li
             .all(|a| a.policy.is_none() && a.state.is_none()),
         "{answers:?}"
     );
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_allowed_total{rule="api"}"#),
-        2
-    );
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_shadow_limited_total{rule="api"}"#),
-        3
-    );
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_limited_total{rule="api"}"#),
-        0
+    assert_totals(
+        &metrics,
+        &[
+            (r#"redis_guard_rate_limit_allowed_total{rule="api"}"#, 2),
+            (
+                r#"redis_guard_rate_limit_shadow_limited_total{rule="api"}"#,
+                3,
+            ),
+            (r#"redis_guard_rate_limit_limited_total{rule="api"}"#, 0),
+        ],
     );
     assert_eq!(
         metrics.get(r#"redis_guard_rate_limit_decision_seconds{rule="api"}"#),
@@ -108,16 +120,7 @@ async fn a_shadow_rule_never_blocks_never_shows_and_counts_what_it_would_have_li
 
 #[tokio::test]
 async fn a_soft_rule_admits_over_the_limit_and_says_so() {
-    let metrics = Captured::default();
-    let _guard = metrics::set_default_local_recorder(&metrics);
-    let layer = builder()
-        .rule_with(
-            Rule::new("api", Quota::per_minute(2)).with_mode(Mode::Soft),
-            key(),
-        )
-        .build()
-        .unwrap();
-    let answers = send(&layer, 4).await;
+    let (answers, metrics) = api_in(Mode::Soft, 4).await;
     assert_eq!(statuses(&answers), [200; 4]);
     let exceeded: Vec<_> = answers.iter().map(|a| a.exceeded.as_deref()).collect();
     assert_eq!(exceeded, [None, None, Some("\"api\""), Some("\"api\"")]);
@@ -155,21 +158,20 @@ async fn a_candidate_is_tried_beside_the_enforced_rule() {
             .all(|a| a.policy.as_deref() == Some("\"api\";q=4;w=60")),
         "{answers:?}"
     );
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_allowed_total{rule="api"}"#),
-        4
-    );
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_limited_total{rule="api"}"#),
-        2
-    );
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_allowed_total{rule="api.candidate"}"#),
-        1
-    );
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_shadow_limited_total{rule="api.candidate"}"#),
-        5
+    assert_totals(
+        &metrics,
+        &[
+            (r#"redis_guard_rate_limit_allowed_total{rule="api"}"#, 4),
+            (r#"redis_guard_rate_limit_limited_total{rule="api"}"#, 2),
+            (
+                r#"redis_guard_rate_limit_allowed_total{rule="api.candidate"}"#,
+                1,
+            ),
+            (
+                r#"redis_guard_rate_limit_shadow_limited_total{rule="api.candidate"}"#,
+                5,
+            ),
+        ],
     );
 }
 
@@ -279,13 +281,15 @@ async fn deny_cache_hits_are_counted_on_redis() {
         .build()
         .unwrap();
     assert_eq!(statuses(&send(&layer, 3).await), [200, 429, 429]);
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_deny_cache_hits_total{rule="api"}"#),
-        1
-    );
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_limited_total{rule="api"}"#),
-        2
+    assert_totals(
+        &metrics,
+        &[
+            (
+                r#"redis_guard_rate_limit_deny_cache_hits_total{rule="api"}"#,
+                1,
+            ),
+            (r#"redis_guard_rate_limit_limited_total{rule="api"}"#, 2),
+        ],
     );
 }
 
@@ -301,13 +305,12 @@ async fn direct_checks_are_counted_too() {
         limiter.check(&login, Key::from("alice")).await.unwrap();
     }
     // Modes are the layer's: a direct call's shadow rule still limits, and is counted so.
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_allowed_total{rule="login"}"#),
-        1
-    );
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_limited_total{rule="login"}"#),
-        2
+    assert_totals(
+        &metrics,
+        &[
+            (r#"redis_guard_rate_limit_allowed_total{rule="login"}"#, 1),
+            (r#"redis_guard_rate_limit_limited_total{rule="login"}"#, 2),
+        ],
     );
     let failing = limiter.check(&failing("lua"), Key::from("alice")).await;
     assert!(failing.is_err());

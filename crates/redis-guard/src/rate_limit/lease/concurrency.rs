@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::receipt::{Place, Receipt};
-use crate::rate_limit::limiter::{BoxFuture, LimiterError};
+use crate::rate_limit::limiter::{LimiterError, LimiterFuture};
 use crate::rate_limit::{Algorithm, Quota, Rule};
 use crate::telemetry;
 
@@ -196,7 +196,7 @@ impl Lease {
     ///
     /// The store failed.
     pub fn renew(&self) -> impl Future<Output = Result<bool, LimiterError>> + Send + 'static {
-        let (calls, count): (Vec<BoxFuture<Result<usize, LimiterError>>>, usize) = {
+        let (calls, count): (Vec<LimiterFuture<usize>>, usize) = {
             let receipts = self.receipts.lock().unwrap_or_else(PoisonError::into_inner);
             let count = receipts.iter().map(Receipt::lease_count).sum();
             (receipts.iter().map(Receipt::renew).collect(), count)
@@ -222,7 +222,7 @@ impl Lease {
 
     /// Settles the request's rules after its response ([`Receipt::settle`]): every receipt's
     /// calls are made, the first error is returned.
-    pub(crate) fn settle(&self, deltas: &[(Arc<str>, i64)]) -> BoxFuture<Result<(), LimiterError>> {
+    pub(crate) fn settle(&self, deltas: &[(Arc<str>, i64)]) -> LimiterFuture<()> {
         let calls: Vec<_> = self
             .receipts
             .lock()

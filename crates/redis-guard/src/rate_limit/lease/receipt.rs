@@ -10,7 +10,7 @@
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
-use crate::rate_limit::limiter::{BoxFuture, LimiterError};
+use crate::rate_limit::limiter::LimiterFuture;
 use crate::rate_limit::memory::InMemory;
 use crate::rate_limit::redis::OnRedis;
 
@@ -35,7 +35,7 @@ pub(crate) enum Place {
 impl Receipt {
     /// Gives the leases back: the refund script on Redis (one call per slot group), at once in
     /// process.
-    pub(crate) fn release(&self) -> BoxFuture<Result<(), LimiterError>> {
+    pub(crate) fn release(&self) -> LimiterFuture<()> {
         match &self.place {
             Place::Memory(m) => {
                 m.release(&self.request);
@@ -49,7 +49,7 @@ impl Receipt {
     /// more units charged whatever is left (positive) or given back (negative), in the window
     /// it was counted in. One charge and one refund call per slot group at most on Redis; at
     /// once in process.
-    pub(crate) fn settle(&self, deltas: &[(Arc<str>, i64)]) -> BoxFuture<Result<(), LimiterError>> {
+    pub(crate) fn settle(&self, deltas: &[(Arc<str>, i64)]) -> LimiterFuture<()> {
         let delta = |name: &str| {
             deltas
                 .iter()
@@ -66,7 +66,7 @@ impl Receipt {
     }
 
     /// Pushes the leases' expiry to a full expiry from now; how many were still held.
-    pub(crate) fn renew(&self) -> BoxFuture<Result<usize, LimiterError>> {
+    pub(crate) fn renew(&self) -> LimiterFuture<usize> {
         match &self.place {
             Place::Memory(m) => Box::pin(std::future::ready(Ok(m.renew(&self.request)))),
             Place::Redis(on) => on.renew(&self.request),

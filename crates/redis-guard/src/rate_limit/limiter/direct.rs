@@ -129,7 +129,7 @@ macro_rules! limiter_operations {
                 key: Key,
                 duration: Duration,
             ) -> Result<(), LimiterError> {
-                self.steer_key(rule, key, Steer::Penalize, duration).await
+                self.steer_key(rule, key, Steer::Penalize(duration)).await
             }
 
             /// Puts `key` on `rule`'s runtime allow list for `duration` (1 ms to
@@ -157,7 +157,7 @@ macro_rules! limiter_operations {
                 key: Key,
                 duration: Duration,
             ) -> Result<(), LimiterError> {
-                self.steer_key(rule, key, Steer::Allow, duration).await
+                self.steer_key(rule, key, Steer::Allow(duration)).await
             }
 
             /// Charges `key` `cost` more units of `rule` whatever is left: a cost learnt after

@@ -20,6 +20,10 @@ use crate::{ConfigError, ConfigErrorKind};
 /// A boxed, sendable future, as [`Engine`] methods return.
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
+/// What a limiter's calls answer with, as redis-rs' `RedisFuture`: a [`BoxFuture`] of a result
+/// that fails with a [`LimiterError`].
+pub(crate) type LimiterFuture<T> = BoxFuture<Result<T, LimiterError>>;
+
 /// The states of an evaluation, and the concurrency leases it took.
 pub(crate) type Held = (Vec<RuleState>, Option<Lease>);
 
@@ -103,11 +107,11 @@ pub trait Limiter: Engine + Send + Sync + fmt::Debug + 'static {}
 pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
     /// Evaluates `checks` (validated, non-empty) and returns one state per check, in order.
     /// A concurrency rule's lease ([`Rule::concurrency`]) is released as soon as it is taken.
-    fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>>;
+    fn evaluate(&self, checks: Vec<Check>) -> LimiterFuture<Vec<RuleState>>;
 
     /// Evaluates `checks` as [`evaluate`](Self::evaluate), and hands back the concurrency
     /// leases an admitted request took.
-    fn evaluate_leased(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
+    fn evaluate_leased(&self, checks: Vec<Check>) -> LimiterFuture<Held> {
         let states = self.evaluate(checks);
         Box::pin(async move { Ok((states.await?, None)) })
     }
@@ -133,23 +137,17 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
     }
 
     /// What `rule` knows about `key` (the user operation `inspect`).
-    fn inspect_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>>;
+    fn inspect_key(&self, rule: &Rule, key: Key) -> LimiterFuture<Inspection>;
 
     /// Forgets everything `rule` knows about `key` (`reset`).
-    fn reset_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>>;
+    fn reset_key(&self, rule: &Rule, key: Key) -> LimiterFuture<()>;
 
-    /// Blocks `key` under `rule` for `duration` (`penalize`), or puts it on the rule's runtime
+    /// Blocks `key` under `rule` for a while (`penalize`), or puts it on the rule's runtime
     /// allow list (`allow`).
-    fn steer_key(
-        &self,
-        rule: &Rule,
-        key: Key,
-        steer: Steer,
-        duration: Duration,
-    ) -> BoxFuture<Result<(), LimiterError>>;
+    fn steer_key(&self, rule: &Rule, key: Key, steer: Steer) -> LimiterFuture<()>;
 
     /// Charges each check its cost whatever is left (`charge_all`).
-    fn charge_checks(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>>;
+    fn charge_checks(&self, checks: Vec<Check>) -> LimiterFuture<()>;
 }
 
 /// Checks one request against several rules, all or nothing (the user operation `check_all`):
@@ -157,7 +155,7 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
 pub(crate) fn check_all<L: Engine + ?Sized>(
     limiter: &L,
     checks: Vec<Check>,
-) -> BoxFuture<Result<Decision, LimiterError>> {
+) -> LimiterFuture<Decision> {
     if checks.is_empty() {
         return Box::pin(std::future::ready(Err(no_checks())));
     }
@@ -200,7 +198,7 @@ pub(crate) fn chargeable(checks: Vec<Check>) -> Result<Vec<Check>, LimiterError>
 pub(crate) fn decide<L: Engine + ?Sized>(
     limiter: &L,
     checks: Vec<Check>,
-) -> BoxFuture<Result<Decision, LimiterError>> {
+) -> LimiterFuture<Decision> {
     // Modes are the layer's business: a direct call evaluates every rule all or nothing and
     // gets every verdict as it is.
     let mut rules = rule_decisions(&checks);
@@ -222,7 +220,7 @@ pub(crate) fn decide<L: Engine + ?Sized>(
 /// An evaluation under way: the limiter's future of the rules' states, and the rules they will
 /// fill in. The layer awaits `states` itself rather than through another boxed future.
 pub(crate) struct Pending {
-    pub(crate) states: BoxFuture<Result<Held, LimiterError>>,
+    pub(crate) states: LimiterFuture<Held>,
     pub(crate) rules: Vec<RuleDecision>,
     /// The enforced rules the response may settle, with the cost each took.
     pub(crate) settling: Settling,
@@ -373,41 +371,14 @@ pub(crate) fn decision_from(
 impl<L: Limiter + ?Sized> Limiter for Arc<L> {}
 
 impl<L: Engine + ?Sized> Engine for Arc<L> {
-    fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
-        (**self).evaluate(checks)
-    }
-
-    fn evaluate_leased(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
-        (**self).evaluate_leased(checks)
-    }
-
-    fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Decision, LimiterError>> {
-        (**self).evaluate_at_once(checks)
-    }
-
-    fn config_problem(&self) -> Option<ConfigError> {
-        (**self).config_problem()
-    }
-
-    fn inspect_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
-        (**self).inspect_key(rule, key)
-    }
-
-    fn charge_checks(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>> {
-        (**self).charge_checks(checks)
-    }
-
-    fn reset_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {
-        (**self).reset_key(rule, key)
-    }
-
-    fn steer_key(
-        &self,
-        rule: &Rule,
-        key: Key,
-        steer: Steer,
-        duration: Duration,
-    ) -> BoxFuture<Result<(), LimiterError>> {
-        (**self).steer_key(rule, key, steer, duration)
+    forward_to_deref! {
+        evaluate(checks: Vec<Check>) -> LimiterFuture<Vec<RuleState>>;
+        evaluate_leased(checks: Vec<Check>) -> LimiterFuture<Held>;
+        evaluate_at_once(checks: &[Check]) -> Option<Result<Decision, LimiterError>>;
+        config_problem() -> Option<ConfigError>;
+        inspect_key(rule: &Rule, key: Key) -> LimiterFuture<Inspection>;
+        charge_checks(checks: Vec<Check>) -> LimiterFuture<()>;
+        reset_key(rule: &Rule, key: Key) -> LimiterFuture<()>;
+        steer_key(rule: &Rule, key: Key, steer: Steer) -> LimiterFuture<()>;
     }
 }

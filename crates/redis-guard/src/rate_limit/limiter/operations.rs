@@ -276,14 +276,12 @@ pub(crate) fn valid_for<L: Engine + ?Sized>(
             )
             .into());
     }
-    if duration < Duration::from_millis(1) || duration > MAX_OVERRIDE {
-        return Err(ConfigError::new(
-            ConfigErrorKind::Duration,
-            format!("a penalty or allow-list entry of {duration:?}: use 1 ms to one year"),
-        )
-        .with_debug_value(duration)
-        .into());
-    }
+    ConfigError::check_duration(
+        duration,
+        MAX_OVERRIDE,
+        "a penalty or allow-list entry",
+        "one year",
+    )?;
     Ok(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX))
 }
 

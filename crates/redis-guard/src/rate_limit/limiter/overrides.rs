@@ -18,6 +18,10 @@
 //! read per request would cost a round trip, and a record inside the algorithm's own state would
 //! need a different shape for each algorithm (and for custom ones).
 
+use std::time::Duration;
+
+use crate::backend::micros;
+
 /// One rule's override record for one key: the twin of `overrides.lua`, stored by Redis as
 /// `block_until:allow_until:level:level_until:strikes:strikes_until` (µs of Redis time) and by the
 /// memory limiter as this struct. A field whose time has passed counts as 0.
@@ -97,32 +101,39 @@ impl Override {
         }
     }
 
-    /// `steer` for `us` from `now`: a penalty takes the key off the runtime allow list, an
-    /// allow-list entry ends its penalty.
-    pub(crate) fn steer(&mut self, steer: Steer, now: u64, us: u64) {
+    /// `steer` from `now`: a penalty takes the key off the runtime allow list, an allow-list
+    /// entry ends its penalty.
+    pub(crate) fn steer(&mut self, steer: Steer, now: u64) {
         let (on, off) = match steer {
-            Steer::Penalize => (&mut self.block_until, &mut self.allow_until),
-            Steer::Allow => (&mut self.allow_until, &mut self.block_until),
+            Steer::Penalize(_) => (&mut self.block_until, &mut self.allow_until),
+            Steer::Allow(_) => (&mut self.allow_until, &mut self.block_until),
         };
-        (*on, *off) = (now + us, 0);
+        (*on, *off) = (now + micros(steer.duration()), 0);
     }
 }
 
-/// What an operator sets on a key for a while: `penalize` or `allow`.
+/// What an operator sets on a key, and for how long: `penalize` or `allow`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Steer {
     /// Blocked ([`RedisLimiter::penalize`](crate::rate_limit::RedisLimiter::penalize)).
-    Penalize,
+    Penalize(Duration),
     /// On the runtime allow list ([`RedisLimiter::allow`](crate::rate_limit::RedisLimiter::allow)).
-    Allow,
+    Allow(Duration),
 }
 
 impl Steer {
     /// The operation's name in the operations script.
     pub(crate) fn op(self) -> &'static str {
         match self {
-            Self::Penalize => "penalize",
-            Self::Allow => "allow",
+            Self::Penalize(_) => "penalize",
+            Self::Allow(_) => "allow",
+        }
+    }
+
+    /// How long it lasts.
+    pub(crate) fn duration(self) -> Duration {
+        match self {
+            Self::Penalize(d) | Self::Allow(d) => d,
         }
     }
 }
@@ -148,8 +159,6 @@ pub(super) fn ban_us(p: BanParams, level: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::rate_limit::Bans;
 
@@ -186,11 +195,12 @@ mod tests {
     #[test]
     fn the_latest_operation_wins() {
         let mut r = Override::default();
-        r.steer(Steer::Penalize, 10, 5);
+        let us = Duration::from_micros;
+        r.steer(Steer::Penalize(us(5)), 10);
         assert_eq!(r.effect(12), Effect::Blocked(3));
-        r.steer(Steer::Allow, 12, 5);
+        r.steer(Steer::Allow(us(5)), 12);
         assert_eq!(r.effect(12), Effect::Allowed);
-        r.steer(Steer::Penalize, 13, 1);
+        r.steer(Steer::Penalize(us(1)), 13);
         assert_eq!(r.effect(13), Effect::Blocked(1));
         assert_eq!(r.live(14), Override::default());
     }

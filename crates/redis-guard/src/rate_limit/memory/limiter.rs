@@ -3,8 +3,6 @@
 
 use std::sync::Arc;
 
-use std::time::Duration;
-
 use super::entry_ids::{EntryId, EntryIds};
 use super::settle::InMemory;
 use super::table::Table;
@@ -17,7 +15,7 @@ use crate::rate_limit::lease::{Place, Receipt, request_id};
 use crate::rate_limit::limiter::operations::{self, Inspection, allow_listed_state};
 use crate::rate_limit::limiter::overrides::{Effect, Override, Steer};
 use crate::rate_limit::limiter::{
-    BoxFuture, Check, Engine, Held, Limiter, LimiterError, chargeable, decision_from,
+    Check, Engine, Held, Limiter, LimiterError, LimiterFuture, chargeable, decision_from,
     rule_decisions,
 };
 use crate::rate_limit::{Decision, Key, Lease, Mode, Rule};
@@ -264,7 +262,7 @@ impl crate::sealed::Sealed for MemoryLimiter {}
 impl Limiter for MemoryLimiter {}
 
 impl Engine for MemoryLimiter {
-    fn charge_checks(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>> {
+    fn charge_checks(&self, checks: Vec<Check>) -> LimiterFuture<()> {
         let charged = chargeable(checks).map(|checks| {
             let lines: Vec<(&Check, i64)> = checks.iter().map(|c| (c, i64::from(c.cost))).collect();
             self.settle_now(&lines, 0);
@@ -272,7 +270,7 @@ impl Engine for MemoryLimiter {
         Box::pin(std::future::ready(charged))
     }
 
-    fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
+    fn evaluate(&self, checks: Vec<Check>) -> LimiterFuture<Vec<RuleState>> {
         // A lease taken here is released at once (the receipt is dropped after its release).
         let states = self
             .evaluate_now(&checks, false, false)
@@ -285,7 +283,7 @@ impl Engine for MemoryLimiter {
         Box::pin(std::future::ready(states))
     }
 
-    fn evaluate_leased(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
+    fn evaluate_leased(&self, checks: Vec<Check>) -> LimiterFuture<Held> {
         let held = self
             .evaluate_now(&checks, false, false)
             .map(|(states, receipt)| {
@@ -305,7 +303,7 @@ impl Engine for MemoryLimiter {
         Some(decided)
     }
 
-    fn inspect_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
+    fn inspect_key(&self, rule: &Rule, key: Key) -> LimiterFuture<Inspection> {
         let seen = operations::valid(self, rule).and_then(|()| {
             if rule.allows(&key) {
                 return Ok(Inspection::allow_listed(rule.quota().limit()));
@@ -328,7 +326,7 @@ impl Engine for MemoryLimiter {
         Box::pin(std::future::ready(seen))
     }
 
-    fn reset_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {
+    fn reset_key(&self, rule: &Rule, key: Key) -> LimiterFuture<()> {
         let done = operations::valid(self, rule).map(|()| {
             let (id, oid) = (self.state_id(rule, &key), self.override_id(rule, &key));
             let mut table = self.inner.lock();
@@ -338,19 +336,13 @@ impl Engine for MemoryLimiter {
         Box::pin(std::future::ready(done))
     }
 
-    fn steer_key(
-        &self,
-        rule: &Rule,
-        key: Key,
-        steer: Steer,
-        duration: Duration,
-    ) -> BoxFuture<Result<(), LimiterError>> {
-        let done = operations::valid_for(self, rule, duration).map(|us| {
+    fn steer_key(&self, rule: &Rule, key: Key, steer: Steer) -> LimiterFuture<()> {
+        let done = operations::valid_for(self, rule, steer.duration()).map(|_| {
             let now = self.inner.now_us();
             let oid = self.override_id(rule, &key);
             let mut table = self.inner.lock();
             let mut record = table.record(oid, now);
-            record.steer(steer, now, us);
+            record.steer(steer, now);
             table.store(oid, record, now);
         });
         Box::pin(std::future::ready(done))

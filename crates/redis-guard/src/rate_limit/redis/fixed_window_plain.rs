@@ -23,7 +23,7 @@ use crate::backend::{BackendError, RedisBackend};
 use crate::rate_limit::Algorithm;
 use crate::rate_limit::algorithm::RuleState;
 use crate::rate_limit::lease::Receipted;
-use crate::rate_limit::limiter::{BoxFuture, Check, LimiterError};
+use crate::rate_limit::limiter::{Check, LimiterError, LimiterFuture};
 use crate::rate_limit::{RedisLimiter, Rule};
 
 /// How a request is decided on Redis: by the scripts, or by the plain transaction.
@@ -134,8 +134,8 @@ impl RedisLimiter {
     /// `then`, once the server's version is known ([`Counters::detect`]).
     pub(super) fn once_shaped<T: Send + 'static>(
         &self,
-        then: impl FnOnce(&Self) -> BoxFuture<Result<T, LimiterError>> + Send + 'static,
-    ) -> BoxFuture<Result<T, LimiterError>> {
+        then: impl FnOnce(&Self) -> LimiterFuture<T> + Send + 'static,
+    ) -> LimiterFuture<T> {
         let this = self.clone();
         Box::pin(async move {
             this.counters.detect(this.backend()).await?;

@@ -8,7 +8,7 @@ use super::evaluation::{Group, RuleArgs};
 use crate::backend::{LuaScript, RedisBackend};
 use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, RENEW, Scripts};
 use crate::rate_limit::lease::{Place, Receipt};
-use crate::rate_limit::limiter::{BoxFuture, LimiterError};
+use crate::rate_limit::limiter::{LimiterError, LimiterFuture};
 
 /// An evaluation as Redis recorded it: per slot group (one on a single Redis), what the scripts
 /// need to undo it.
@@ -43,7 +43,7 @@ impl Receipt {
 
 impl OnRedis {
     /// Gives `request`'s leases back: the refund script, one call per slot group.
-    pub(crate) fn release(&self, request: &Arc<str>) -> BoxFuture<Result<(), LimiterError>> {
+    pub(crate) fn release(&self, request: &Arc<str>) -> LimiterFuture<()> {
         let scripts = self.scripts.clone();
         let calls = self.lease_calls(request);
         Box::pin(async move {
@@ -58,7 +58,7 @@ impl OnRedis {
         &self,
         request: &Arc<str>,
         delta: impl Fn(&str) -> i64,
-    ) -> BoxFuture<Result<(), LimiterError>> {
+    ) -> LimiterFuture<()> {
         let (mut charges, mut refunds) = (Vec::new(), Vec::new());
         for g in &self.groups {
             let (mut up, mut down) = (self.call(request, g), self.call(request, g));
@@ -85,7 +85,7 @@ impl OnRedis {
     }
 
     /// Pushes `request`'s leases' expiry to a full expiry from now; how many were still held.
-    pub(crate) fn renew(&self, request: &Arc<str>) -> BoxFuture<Result<usize, LimiterError>> {
+    pub(crate) fn renew(&self, request: &Arc<str>) -> LimiterFuture<usize> {
         let calls = self.lease_calls(request);
         Box::pin(async move { run_all(&calls, LazyLock::force(&RENEW)).await })
     }

@@ -2,23 +2,18 @@
 //! `allow`): the operations script on the key's state and override record.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::RedisLimiter;
 use crate::backend::BackendError;
 use crate::rate_limit::algorithm::script::OPERATIONS;
 use crate::rate_limit::limiter::operations::{self, Inspection};
-use crate::rate_limit::limiter::overrides::Override;
-use crate::rate_limit::limiter::{BoxFuture, Check, LimiterError};
+use crate::rate_limit::limiter::overrides::{Override, Steer};
+use crate::rate_limit::limiter::{Check, LimiterError, LimiterFuture};
 use crate::rate_limit::{Key, Rule};
 
 impl RedisLimiter {
     /// What `rule` knows about `key`: its state (a dry evaluation) and its override record.
-    pub(super) fn inspect_on_redis(
-        &self,
-        rule: &Rule,
-        key: Key,
-    ) -> BoxFuture<Result<Inspection, LimiterError>> {
+    pub(super) fn inspect_on_redis(&self, rule: &Rule, key: Key) -> LimiterFuture<Inspection> {
         if self.needs_shape([rule]) {
             let rule = rule.clone();
             return self.once_shaped(move |this| this.inspect_on_redis(&rule, key));
@@ -52,11 +47,7 @@ impl RedisLimiter {
     }
 
     /// Forgets `rule`'s state and override record for `key`.
-    pub(super) fn reset_on_redis(
-        &self,
-        rule: &Rule,
-        key: Key,
-    ) -> BoxFuture<Result<(), LimiterError>> {
+    pub(super) fn reset_on_redis(&self, rule: &Rule, key: Key) -> LimiterFuture<()> {
         if self.needs_shape([rule]) {
             let rule = rule.clone();
             return self.once_shaped(move |this| this.reset_on_redis(&rule, key));
@@ -68,21 +59,15 @@ impl RedisLimiter {
         Box::pin(async move { done.await.map(drop) })
     }
 
-    /// `penalize` or `allow` for `duration`, validated.
-    pub(super) fn steer(
-        &self,
-        rule: &Rule,
-        key: &Key,
-        duration: Duration,
-        op: &'static str,
-    ) -> BoxFuture<Result<(), LimiterError>> {
+    /// `penalize` or `allow`, its duration validated.
+    pub(super) fn steer(&self, rule: &Rule, key: &Key, steer: Steer) -> LimiterFuture<()> {
         if self.needs_shape([rule]) {
             let (rule, key) = (rule.clone(), key.clone());
-            return self.once_shaped(move |this| this.steer(&rule, &key, duration, op));
+            return self.once_shaped(move |this| this.steer(&rule, &key, steer));
         }
-        match operations::valid_for(self, rule, duration) {
+        match operations::valid_for(self, rule, steer.duration()) {
             Ok(us) => {
-                let done = self.operation(rule, key, op, us);
+                let done = self.operation(rule, key, steer.op(), us);
                 Box::pin(async move { done.await.map(drop) })
             }
             Err(e) => Box::pin(std::future::ready(Err(e))),

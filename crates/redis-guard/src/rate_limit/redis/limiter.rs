@@ -17,7 +17,7 @@ use crate::rate_limit::lease::warn_release;
 use crate::rate_limit::limiter::operations::{self, Inspection};
 use crate::rate_limit::limiter::overrides::Steer;
 use crate::rate_limit::limiter::{
-    BoxFuture, Check, Engine, Held, Limiter, LimiterError, chargeable,
+    Check, Engine, Held, Limiter, LimiterError, LimiterFuture, chargeable,
 };
 use crate::rate_limit::{Decision, Key, Lease, Rule};
 
@@ -268,10 +268,7 @@ impl RedisLimiter {
 
 impl RedisLimiter {
     /// [`evaluate_held`](Self::evaluate_held) for requests decided on Redis one by one.
-    pub(super) fn evaluate_unleased(
-        &self,
-        checks: Vec<Check>,
-    ) -> BoxFuture<Result<Held, LimiterError>> {
+    pub(super) fn evaluate_unleased(&self, checks: Vec<Check>) -> LimiterFuture<Held> {
         if self.needs_shape(checks.iter().map(|c| &*c.rule)) {
             return self.once_shaped(move |this| this.evaluate_unleased(checks));
         }
@@ -354,7 +351,7 @@ impl Engine for RedisLimiter {
         self.backend.config_problem()
     }
 
-    fn charge_checks(&self, checks: Vec<Check>) -> BoxFuture<Result<(), LimiterError>> {
+    fn charge_checks(&self, checks: Vec<Check>) -> LimiterFuture<()> {
         if self.needs_shape(checks.iter().map(|c| &*c.rule)) {
             return self.once_shaped(move |this| this.charge_checks(checks));
         }
@@ -371,7 +368,7 @@ impl Engine for RedisLimiter {
         })
     }
 
-    fn evaluate(&self, checks: Vec<Check>) -> BoxFuture<Result<Vec<RuleState>, LimiterError>> {
+    fn evaluate(&self, checks: Vec<Check>) -> LimiterFuture<Vec<RuleState>> {
         let held = self.evaluate_held(checks);
         Box::pin(async move {
             let (states, lease) = held.await?;
@@ -384,7 +381,7 @@ impl Engine for RedisLimiter {
         })
     }
 
-    fn evaluate_leased(&self, checks: Vec<Check>) -> BoxFuture<Result<Held, LimiterError>> {
+    fn evaluate_leased(&self, checks: Vec<Check>) -> LimiterFuture<Held> {
         self.evaluate_held(checks)
     }
 
@@ -392,21 +389,15 @@ impl Engine for RedisLimiter {
         self.denied_at_once(checks).map(Ok)
     }
 
-    fn inspect_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<Inspection, LimiterError>> {
+    fn inspect_key(&self, rule: &Rule, key: Key) -> LimiterFuture<Inspection> {
         self.inspect_on_redis(rule, key)
     }
 
-    fn reset_key(&self, rule: &Rule, key: Key) -> BoxFuture<Result<(), LimiterError>> {
+    fn reset_key(&self, rule: &Rule, key: Key) -> LimiterFuture<()> {
         self.reset_on_redis(rule, key)
     }
 
-    fn steer_key(
-        &self,
-        rule: &Rule,
-        key: Key,
-        steer: Steer,
-        duration: Duration,
-    ) -> BoxFuture<Result<(), LimiterError>> {
-        self.steer(rule, &key, duration, steer.op())
+    fn steer_key(&self, rule: &Rule, key: Key, steer: Steer) -> LimiterFuture<()> {
+        self.steer(rule, &key, steer)
     }
 }

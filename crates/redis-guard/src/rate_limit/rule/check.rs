@@ -39,11 +39,10 @@ impl Check {
         }
     }
 
-    /// Overrides the cost for this request.
-    #[must_use]
-    pub fn with_cost(mut self, cost: u32) -> Self {
-        self.cost = cost;
-        self
+    setters! {
+        /// Overrides the cost for this request.
+        #[must_use]
+        pub fn with_cost(cost: u32) => cost;
     }
 
     /// Decides this request with `quota` instead of the rule's own: the quota of the caller's

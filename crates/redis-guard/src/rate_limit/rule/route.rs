@@ -112,16 +112,7 @@ fn original_path(parts: &Parts) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn head(method: Method, uri: &str) -> Parts {
-        http::Request::builder()
-            .method(method)
-            .uri(uri)
-            .body(())
-            .unwrap()
-            .into_parts()
-            .0
-    }
+    use crate::test_helpers::request_head as head;
 
     #[test]
     fn prefixes_match_whole_segments_and_paths_match_exactly() {

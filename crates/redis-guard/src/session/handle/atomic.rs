@@ -9,7 +9,7 @@ use super::{Session, check_key};
 use crate::backend::BackendError;
 use crate::session::SessionError;
 use crate::session::state::State;
-use crate::session::store::{BoxFuture, FieldChange, incremented};
+use crate::session::store::{FieldChange, StoreFuture, incremented};
 
 /// What a one-step store operation found.
 enum Stored<T> {
@@ -42,7 +42,7 @@ impl Session {
         &self,
         state: &mut State,
         field: &str,
-        op: impl FnOnce(String) -> BoxFuture<Result<Option<T>, SessionError>>,
+        op: impl FnOnce(String) -> StoreFuture<Option<T>>,
     ) -> Result<Stored<T>, SessionError> {
         if state.destroyed {
             return Err(SessionError::Destroyed);

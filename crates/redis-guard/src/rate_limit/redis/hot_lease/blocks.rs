@@ -8,7 +8,7 @@ use super::{GIVE_BACK, OPEN_COUNT_TTL_MS, RESERVE, lease_us};
 use crate::backend::{BackendError, ExpiringTable, RedisBackend, ScriptCall};
 use crate::rate_limit::Key;
 use crate::rate_limit::algorithm::{RuleState, ceil_ms};
-use crate::rate_limit::limiter::{BoxFuture, Check, LimiterError};
+use crate::rate_limit::limiter::{BoxFuture, Check, LimiterError, LimiterFuture};
 
 /// How many keys one limiter tracks for leasing at most; past it, the keys seen least recently
 /// are forgotten first (their blocks given back).
@@ -74,7 +74,7 @@ pub(crate) enum Leased {
     /// Admitted from a block.
     Now(RuleState),
     /// Decided by a reservation (after an ended block is given back).
-    Reserve(BoxFuture<Result<RuleState, LimiterError>>),
+    Reserve(LimiterFuture<RuleState>),
     /// Decided by Redis as any request, once an ended block's give-back (if any) has landed.
     Normal(Option<BoxFuture<()>>),
 }

@@ -2,7 +2,7 @@
 
 use super::Leased;
 use crate::rate_limit::RedisLimiter;
-use crate::rate_limit::limiter::{BoxFuture, Check, Held, LimiterError};
+use crate::rate_limit::limiter::{Check, Held, LimiterFuture};
 use crate::rate_limit::redis::denials::{cache_now, state_keys};
 use crate::rate_limit::redis::limiter::DENY_CACHE_MAX_WAIT;
 
@@ -10,10 +10,7 @@ impl RedisLimiter {
     /// Evaluates `checks`, with the leases (and receipts to settle) an admitted request took:
     /// one boxed future, the only one of a request on the hot path. A request whose only rule
     /// is [leased](super::Rule::leased) goes to its key's block when the key is busy.
-    pub(in crate::rate_limit) fn evaluate_held(
-        &self,
-        checks: Vec<Check>,
-    ) -> BoxFuture<Result<Held, LimiterError>> {
+    pub(in crate::rate_limit) fn evaluate_held(&self, checks: Vec<Check>) -> LimiterFuture<Held> {
         let [check] = checks.as_slice() else {
             return self.evaluate_unleased(checks);
         };
