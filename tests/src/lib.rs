@@ -13,7 +13,9 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use redis_guard::backend::{Clock, ManualClock, RedisBackend, RedisConnection};
-use redis_guard::cache::{CacheLayer, CacheLayerBuilder, MemoryCacheStore, RedisCacheStore};
+use redis_guard::cache::{
+    CacheLayer, CacheLayerBuilder, MemoryCacheStore, RedisCacheStore, ValueCache, ValueCacheBuilder,
+};
 use redis_guard::idempotency::IdempotencyStore;
 use redis_guard::rate_limit::{Algorithm, Limiter, MemoryLimiter, RedisLimiter};
 use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionError, SessionStore};
@@ -226,6 +228,16 @@ impl Harness {
         match self.kind {
             Kind::Memory => CacheLayer::builder(self.caches.clone()),
             _ => CacheLayer::builder(RedisCacheStore::new(self.backend().await)),
+        }
+    }
+
+    /// A value cache builder on a store sharing its values with every other one of this
+    /// harness (for Redis: a new connection; in memory: one store on the harness' clock), as
+    /// two replicas on one Redis share them.
+    pub async fn value_cache(&self) -> ValueCacheBuilder {
+        match self.kind {
+            Kind::Memory => ValueCache::builder(self.caches.clone()),
+            _ => ValueCache::builder(RedisCacheStore::new(self.backend().await)),
         }
     }
 
