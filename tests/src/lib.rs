@@ -385,6 +385,30 @@ impl Harness {
         }
     }
 
+    /// Every key in Redis whose name starts with the harness' prefix and then `part` (`c:{`:
+    /// the cache's entries and values), sorted.
+    pub async fn keys_under(&self, part: &str) -> Vec<String> {
+        let start = format!("{}{part}", self.prefix);
+        let keys = self.keys().await;
+        keys.into_iter().filter(|k| k.starts_with(&start)).collect()
+    }
+
+    /// Asserts that Redis holds at least `at_least` keys and that each has a TTL (or is gone
+    /// since the scan: a lock released after its fill).
+    ///
+    /// # Panics
+    ///
+    /// When a key has no TTL, or there are fewer keys.
+    pub async fn assert_every_key_has_a_ttl(&self, at_least: usize) {
+        let keys = self.keys().await;
+        assert!(keys.len() >= at_least, "{keys:?}");
+        for key in keys {
+            // -1: no TTL; -2: gone since the scan.
+            let ttl = self.pttl(&key).await;
+            assert!(ttl > 0 || ttl == -2, "{key} has no TTL ({ttl})");
+        }
+    }
+
     /// `PTTL` of `key`, wherever it lives.
     pub async fn pttl(&self, key: &str) -> i64 {
         let mut conn = self.inspect().await;

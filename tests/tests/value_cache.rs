@@ -205,27 +205,22 @@ async fn errors_are_returned_and_never_cached(h: Harness) {
         Ok(5)
     );
     assert_eq!(runs.load(Ordering::SeqCst), 3);
-    // "Not found" (`null`) is not kept by default…
-    for _ in 0..2 {
-        let got = cache
-            .get_or_compute("missing", MINUTE, counted(&runs, None::<u64>))
-            .await;
-        assert_eq!(got, Ok(None));
-    }
-    assert_eq!(runs.load(Ordering::SeqCst), 5);
-    // …and kept for the negative TTL when there is one, whatever the call's TTL says.
+    // "Not found" (`null`) is not kept by default, and kept for the negative TTL when there is
+    // one, whatever the call's TTL says.
     let negative = builder(&h)
         .await
         .negative_ttl(Some(Duration::from_secs(5)))
         .build()
         .expect("value cache");
-    for _ in 0..3 {
-        let got = negative
-            .get_or_compute("missing", MINUTE, counted(&runs, None::<u64>))
-            .await;
-        assert_eq!(got, Ok(None));
+    for (cache, runs_after) in [(&cache, 5), (&negative, 6)] {
+        for _ in 0..2 {
+            let got = cache
+                .get_or_compute("missing", MINUTE, counted(&runs, None::<u64>))
+                .await;
+            assert_eq!(got, Ok(None));
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), runs_after);
     }
-    assert_eq!(runs.load(Ordering::SeqCst), 6);
     h.wait(Duration::from_secs(6)).await;
     let got = negative
         .get_or_compute("missing", MINUTE, counted(&runs, Some(9_u64)))
@@ -274,7 +269,7 @@ async fn add_is_true_for_the_first_caller_only(h: Harness) {
     }
     // Exactly its TTL (no jitter, no stale window): then the key is free again.
     if h.is_redis() {
-        let [key] = value_keys(&h).await.try_into().expect("one key");
+        let [key] = h.keys_under("c:{").await.try_into().expect("one key");
         let ttl = h.pttl(&key).await;
         assert!((50_000..=60_000).contains(&ttl), "{ttl} ms");
     } else {
@@ -302,30 +297,20 @@ async fn set_get_and_forget(h: Harness) {
         .namespace("other")
         .build()
         .expect("value cache");
+    let greeting = |cache: &ValueCache| {
+        let cache = cache.clone();
+        async move { cache.get::<String>("greeting").await.expect("get") }
+    };
     cache.set("greeting", "hello", MINUTE).await.expect("set");
-    assert_eq!(
-        cache
-            .get::<String>("greeting")
-            .await
-            .expect("get")
-            .as_deref(),
-        Some("hello")
-    );
+    assert_eq!(greeting(&cache).await.as_deref(), Some("hello"));
     // Another type than the one stored: none.
     assert_eq!(cache.get::<u64>("greeting").await.expect("get"), None);
     // Another namespace: another key.
-    assert_eq!(other.get::<String>("greeting").await.expect("get"), None);
+    assert_eq!(greeting(&other).await, None);
     cache.set("greeting", "bonjour", None).await.expect("set");
-    assert_eq!(
-        cache
-            .get::<String>("greeting")
-            .await
-            .expect("get")
-            .as_deref(),
-        Some("bonjour")
-    );
+    assert_eq!(greeting(&cache).await.as_deref(), Some("bonjour"));
     cache.forget("greeting").await.expect("forget");
-    assert_eq!(cache.get::<String>("greeting").await.expect("get"), None);
+    assert_eq!(greeting(&cache).await, None);
     // A value set is what get_or_compute returns; past its TTL it is gone.
     cache
         .set("n", &41_u64, Duration::from_secs(10))
@@ -422,15 +407,6 @@ backend_suite!(
     a_value_of_another_type_is_a_miss,
 );
 
-/// The value cache's keys in Redis, by scanning.
-async fn value_keys(h: &Harness) -> Vec<String> {
-    let prefix = format!("{}c:{{", h.prefix());
-    let keys = h.keys().await;
-    keys.into_iter()
-        .filter(|k| k.starts_with(&prefix))
-        .collect()
-}
-
 async fn redis(h: &Harness, args: &[&str]) {
     let mut conn = h.inspect().await;
     let _: redis::Value = redis::cmd(args[0])
@@ -444,7 +420,7 @@ async fn foreign_values_at_a_key_are_misses(h: Harness) {
     let cache = cache(&h).await;
     let runs = Arc::new(AtomicUsize::new(0));
     cache.set("k", &1_u64, MINUTE).await.expect("set");
-    let [key] = value_keys(&h).await.try_into().expect("one key");
+    let [key] = h.keys_under("c:{").await.try_into().expect("one key");
     assert!(!key.contains("k\""), "no raw key text in {key}");
     let garbage: [&[&str]; 3] = [
         &["SET", &key, "not a cache entry"],
@@ -497,13 +473,7 @@ async fn every_key_has_a_ttl(h: Harness) {
     while cache.get::<i32>("d").await.expect("get") != Some(2) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let keys = h.keys().await;
-    assert!(keys.len() >= 6, "{keys:?}");
-    for key in keys {
-        // -1: no TTL; -2: gone since the scan.
-        let ttl = h.pttl(&key).await;
-        assert!(ttl > 0 || ttl == -2, "{key} has no TTL ({ttl})");
-    }
+    h.assert_every_key_has_a_ttl(6).await;
 }
 
 /// Redis gone: `get_or_compute` computes and returns, the other calls say the store failed.
