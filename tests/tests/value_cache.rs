@@ -363,7 +363,9 @@ async fn tags_invalidate_their_values(h: Harness) {
         .await
         .expect("invalidate");
     assert_eq!(team(1, 5).await, Ok(5));
-    // An untagged value and an unknown tag are untouched.
+    // An untagged value, an unknown tag and a response cache's tag of that name are untouched.
+    let layer = h.cache().await.build().expect("layer");
+    layer.invalidate_tag("team:3").await.expect("invalidate");
     replicas[0]
         .invalidate_tag("nobody")
         .await

@@ -149,7 +149,7 @@ impl Call {
             let tags: Vec<String> = entry
                 .tags
                 .iter()
-                .map(|t| super::store::digest([t.as_bytes()]))
+                .map(|t| self.shared.tag_digest(t))
                 .collect();
             match store.tag_times(&tags).await {
                 Ok(times) if times.iter().flatten().any(|&t| t >= entry.times.started) => {

@@ -225,7 +225,8 @@
 //!   [`forget`](ValueCache::forget), [`add`](ValueCache::add) (`SET NX` with a TTL: `true`
 //!   for the first caller only, the idempotency flag), tags
 //!   ([`get_or_compute_tagged`](ValueCache::get_or_compute_tagged),
-//!   [`invalidate_tag`](ValueCache::invalidate_tag), as the layer's).
+//!   [`invalidate_tag`](ValueCache::invalidate_tag), as the layer's, in a space of their own:
+//!   a layer's invalidation never voids a value, nor the reverse).
 //!
 //! # Differences from an HTTP cache
 //!

@@ -88,6 +88,7 @@ impl ValueCache {
                 tags_header: http::HeaderName::from_static("x-cache-tags"),
                 stampede: Stampede::lock(),
                 random: Random::default(),
+                tag_space: Some("rg-value-tag"),
             },
             namespace: String::new(),
             negative: None,
@@ -282,7 +283,9 @@ impl ValueCache {
     /// Voids every value that carries `tag` (on every replica sharing the store): as
     /// [`CacheLayer::invalidate_tag`](super::CacheLayer::invalidate_tag), one key and one
     /// command, no `KEYS`, no `SCAN`. A value computed while the tag was being invalidated is
-    /// not returned afterwards.
+    /// not returned afterwards. The tags of values are not the layer's: a
+    /// [`CacheLayer`](super::CacheLayer)'s `invalidate_tag` on the same store leaves values
+    /// alone (and this leaves its responses alone).
     ///
     /// # Errors
     ///
@@ -293,7 +296,7 @@ impl ValueCache {
         shared
             .store
             .0
-            .invalidate(&digest([tag.as_bytes()]), keep)
+            .invalidate(&shared.tag_digest(tag), keep)
             .await
     }
 
