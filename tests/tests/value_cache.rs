@@ -34,10 +34,10 @@ fn counted<T: Send + 'static>(
     }
 }
 
-async fn two_hundred_cold_calls_on_two_replicas_compute_once(h: Harness) {
+async fn two_hundred_cold_calls_on_two_replicas_compute_once(h: &Harness) {
     let replicas = [
-        builder(&h).await.stampede(Stampede::lock().wait(MINUTE)),
-        builder(&h).await.stampede(Stampede::lock().wait(MINUTE)),
+        builder(h).await.stampede(Stampede::lock().wait(MINUTE)),
+        builder(h).await.stampede(Stampede::lock().wait(MINUTE)),
     ]
     .map(|b| b.build().expect("value cache"));
     let gate = Arc::new(Semaphore::new(0));
@@ -84,7 +84,7 @@ async fn two_hundred_cold_calls_on_two_replicas_compute_once(h: Harness) {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-async fn xfetch_recomputes_before_expiry(h: Harness) {
+async fn xfetch_recomputes_before_expiry(h: &Harness) {
     // -ln(draw) = how many recompute times before expiry a hit recomputes.
     let draw = Arc::new(AtomicU64::new(1.0_f64.to_bits()));
     let d = Arc::clone(&draw);
@@ -124,8 +124,8 @@ async fn xfetch_recomputes_before_expiry(h: Harness) {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
-async fn a_stale_value_is_served_at_once_and_recomputed_once(h: Harness) {
-    let cache = builder(&h)
+async fn a_stale_value_is_served_at_once_and_recomputed_once(h: &Harness) {
+    let cache = builder(h)
         .await
         .stale(Duration::from_secs(100))
         .build()
@@ -180,8 +180,8 @@ async fn a_stale_value_is_served_at_once_and_recomputed_once(h: Harness) {
     assert_eq!(cache.get::<String>("price").await.expect("get"), None);
 }
 
-async fn errors_are_returned_and_never_cached(h: Harness) {
-    let cache = cache(&h).await;
+async fn errors_are_returned_and_never_cached(h: &Harness) {
+    let cache = cache(h).await;
     let runs = Arc::new(AtomicUsize::new(0));
     let failing = |runs: &Arc<AtomicUsize>| {
         let runs = Arc::clone(runs);
@@ -207,7 +207,7 @@ async fn errors_are_returned_and_never_cached(h: Harness) {
     assert_eq!(runs.load(Ordering::SeqCst), 3);
     // "Not found" (`null`) is not kept by default, and kept for the negative TTL when there is
     // one, whatever the call's TTL says.
-    let negative = builder(&h)
+    let negative = builder(h)
         .await
         .negative_ttl(Some(Duration::from_secs(5)))
         .build()
@@ -238,8 +238,8 @@ async fn errors_are_returned_and_never_cached(h: Harness) {
     assert_eq!(got, Ok(1));
 }
 
-async fn add_is_true_for_the_first_caller_only(h: Harness) {
-    let replicas = [cache(&h).await, cache(&h).await];
+async fn add_is_true_for_the_first_caller_only(h: &Harness) {
+    let replicas = [cache(h).await, cache(h).await];
     let tasks: Vec<_> = (0..20)
         .map(|i| {
             let cache = replicas[i % 2].clone();
@@ -290,9 +290,9 @@ async fn add_is_true_for_the_first_caller_only(h: Harness) {
     }
 }
 
-async fn set_get_and_forget(h: Harness) {
-    let cache = cache(&h).await;
-    let other = builder(&h)
+async fn set_get_and_forget(h: &Harness) {
+    let cache = cache(h).await;
+    let other = builder(h)
         .await
         .namespace("other")
         .build()
@@ -313,21 +313,21 @@ async fn set_get_and_forget(h: Harness) {
     assert_eq!(greeting(&cache).await, None);
     // A value set is what get_or_compute returns; past its TTL it is gone.
     cache
-        .set("n", &41_u64, Duration::from_secs(10))
+        .set("answer", &41_u64, Duration::from_secs(10))
         .await
         .expect("set");
     let runs = Arc::new(AtomicUsize::new(0));
     assert_eq!(
         cache
-            .get_or_compute("n", MINUTE, counted(&runs, 1_u64))
+            .get_or_compute("answer", MINUTE, counted(&runs, 1_u64))
             .await,
         Ok(41)
     );
     h.wait(Duration::from_secs(11)).await;
-    assert_eq!(cache.get::<u64>("n").await.expect("get"), None);
+    assert_eq!(cache.get::<u64>("answer").await.expect("get"), None);
     assert_eq!(
         cache
-            .get_or_compute("n", MINUTE, counted(&runs, 42_u64))
+            .get_or_compute("answer", MINUTE, counted(&runs, 42_u64))
             .await,
         Ok(42)
     );
@@ -338,8 +338,8 @@ async fn set_get_and_forget(h: Harness) {
     assert!(err.to_string().contains("no JSON form"), "{err}");
 }
 
-async fn tags_invalidate_their_values(h: Harness) {
-    let replicas = [cache(&h).await, cache(&h).await];
+async fn tags_invalidate_their_values(h: &Harness) {
+    let replicas = [cache(h).await, cache(h).await];
     let runs = Arc::new(AtomicUsize::new(0));
     let team = |i: usize, n: u64| {
         replicas[i].get_or_compute_tagged("team:3", MINUTE, ["team:3", "teams"], counted(&runs, n))
@@ -379,8 +379,8 @@ async fn tags_invalidate_their_values(h: Harness) {
 }
 
 /// A type change between deploys: the old JSON does not decode as the new type.
-async fn a_value_of_another_type_is_a_miss(h: Harness) {
-    let cache = cache(&h).await;
+async fn a_value_of_another_type_is_a_miss(h: &Harness) {
+    let cache = cache(h).await;
     let runs = Arc::new(AtomicUsize::new(0));
     cache
         .set("user:9", "an old format", MINUTE)
@@ -398,16 +398,28 @@ async fn a_value_of_another_type_is_a_miss(h: Harness) {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-backend_suite!(
-    two_hundred_cold_calls_on_two_replicas_compute_once,
-    xfetch_recomputes_before_expiry,
-    a_stale_value_is_served_at_once_and_recomputed_once,
-    errors_are_returned_and_never_cached,
-    add_is_true_for_the_first_caller_only,
-    set_get_and_forget,
-    tags_invalidate_their_values,
-    a_value_of_another_type_is_a_miss,
-);
+/// The stampede protection: a crowd on a cold key, XFetch, stale values (one harness: one
+/// server start for three scenarios, on distinct keys).
+async fn stampedes(h: Harness) {
+    two_hundred_cold_calls_on_two_replicas_compute_once(&h).await;
+    xfetch_recomputes_before_expiry(&h).await;
+    a_stale_value_is_served_at_once_and_recomputed_once(&h).await;
+}
+
+/// What is kept and for how long: errors, `null`, `set`/`get`/`forget`, tags, a type change.
+async fn values(h: Harness) {
+    errors_are_returned_and_never_cached(&h).await;
+    set_get_and_forget(&h).await;
+    tags_invalidate_their_values(&h).await;
+    a_value_of_another_type_is_a_miss(&h).await;
+}
+
+/// `add` alone: on Redis it reads the one key it wrote.
+async fn add(h: Harness) {
+    add_is_true_for_the_first_caller_only(&h).await;
+}
+
+backend_suite!(stampedes, values, add);
 
 async fn redis(h: &Harness, args: &[&str]) {
     let mut conn = h.inspect().await;
@@ -418,8 +430,8 @@ async fn redis(h: &Harness, args: &[&str]) {
         .expect("command");
 }
 
-async fn foreign_values_at_a_key_are_misses(h: Harness) {
-    let cache = cache(&h).await;
+async fn foreign_values_at_a_key_are_misses(h: &Harness) {
+    let cache = cache(h).await;
     let runs = Arc::new(AtomicUsize::new(0));
     cache.set("k", &1_u64, MINUTE).await.expect("set");
     let [key] = h.keys_under("c:{").await.try_into().expect("one key");
@@ -430,8 +442,8 @@ async fn foreign_values_at_a_key_are_misses(h: Harness) {
         &["SET", &key, "RGC1 E 1 2 3 4\nshort"],
     ];
     for (n, command) in (2_u64..).zip(garbage) {
-        redis(&h, &["DEL", &key]).await;
-        redis(&h, command).await;
+        redis(h, &["DEL", &key]).await;
+        redis(h, command).await;
         assert_eq!(
             cache.get::<u64>("k").await.expect("get"),
             None,
@@ -450,8 +462,8 @@ async fn foreign_values_at_a_key_are_misses(h: Harness) {
     assert_eq!(runs.load(Ordering::SeqCst), 3);
 }
 
-async fn every_key_has_a_ttl(h: Harness) {
-    let cache = builder(&h)
+async fn every_key_has_a_ttl(h: &Harness) {
+    let cache = builder(h)
         .await
         .stale(Duration::from_secs(30))
         .negative_ttl(Some(Duration::from_secs(5)))
@@ -504,8 +516,10 @@ async fn the_store_failing_never_fails_a_computation(mut h: Harness) {
     assert!(cache.invalidate_tag("t").await.is_err());
 }
 
-backend_suite!(
-    redis_only: foreign_values_at_a_key_are_misses,
-    every_key_has_a_ttl,
-    the_store_failing_never_fails_a_computation,
-);
+/// What Redis holds: foreign values first (it reads the one key it wrote), then the TTLs.
+async fn keys(h: Harness) {
+    foreign_values_at_a_key_are_misses(&h).await;
+    every_key_has_a_ttl(&h).await;
+}
+
+backend_suite!(redis_only: keys, the_store_failing_never_fails_a_computation);
