@@ -111,7 +111,9 @@ impl ValueCache {
     ///
     /// The closure and its future are `Send + 'static` (the background refresh runs them in
     /// a task): move what they use into them (`move || async move { … }`, with clones of
-    /// `Arc`s or pools).
+    /// `Arc`s or pools). The error is `Debug`: a background refresh that fails has no caller
+    /// to return it to, so it is logged at `warn` (and the stale value stays until its window
+    /// ends). A zero `ttl` makes a value stale at once.
     ///
     /// ```
     /// use std::time::Duration;
