@@ -209,7 +209,7 @@ async fn errors_are_returned_and_never_cached(h: &Harness) {
     // one, whatever the call's TTL says.
     let negative = builder(h)
         .await
-        .negative_ttl(Some(Duration::from_secs(5)))
+        .negative_ttl(Duration::from_secs(5))
         .build()
         .expect("value cache");
     for (cache, runs_after) in [(&cache, 5), (&negative, 6)] {
@@ -466,7 +466,7 @@ async fn every_key_has_a_ttl(h: &Harness) {
     let cache = builder(h)
         .await
         .stale(Duration::from_secs(30))
-        .negative_ttl(Some(Duration::from_secs(5)))
+        .negative_ttl(Duration::from_secs(5))
         .build()
         .expect("value cache");
     let runs = Arc::new(AtomicUsize::new(0));

@@ -19,7 +19,7 @@ use crate::{ConfigError, ConfigErrorKind};
 ///     .ttl(Duration::from_secs(300))          // when a call passes `None`
 ///     .stale(Duration::from_secs(30))         // served stale while one caller recomputes
 ///     .jitter(0.2)                            // up to 20% longer, at random
-///     .negative_ttl(Some(Duration::from_secs(5))) // remember "not found" for 5 s
+///     .negative_ttl(Duration::from_secs(5))   // remember "not found" for 5 s
 ///     .stampede(Stampede::xfetch(1.0))
 ///     .namespace("users")
 ///     .build()?;
@@ -49,12 +49,15 @@ impl ValueCacheBuilder {
 
         /// The stampede protection (default [`Stampede::lock`]).
         pub fn stampede(stampede: Stampede) => shared.stampede;
+    }
 
-        /// How long `get_or_compute` keeps a computed value that is JSON `null` (an
-        /// `Ok(None)`: "not found"), so that lookups of a missing row do not all reach the
-        /// database (default `None`: such a value is returned and not kept). The closure's
-        /// errors are never kept, whatever this says.
-        pub fn negative_ttl(ttl: Option<Duration>) => negative;
+    /// How long `get_or_compute` keeps a computed value that is JSON `null` (an `Ok(None)`:
+    /// "not found"), whatever the call's TTL, so that lookups of a missing row do not all
+    /// reach the database (default: such a value is returned and not kept; more than zero,
+    /// at most 10 years). The closure's errors are never kept, whatever this says.
+    pub fn negative_ttl(mut self, ttl: Duration) -> Self {
+        self.negative = Some(ttl);
+        self
     }
 
     /// A name for this cache's keys (default none): two value caches on one store share
@@ -188,7 +191,7 @@ mod tests {
                 "value cache: ttl 0ns must be above 0 and at most 10 years",
             ),
             (
-                |b| b.negative_ttl(Some(Duration::ZERO)),
+                |b| b.negative_ttl(Duration::ZERO),
                 "ValueCacheBuilder::negative_ttl",
                 "value cache: negative_ttl 0ns must be above 0 and at most 10 years",
             ),
@@ -218,7 +221,7 @@ mod tests {
         let fine = ValueCache::builder(MemoryCacheStore::new())
             .ttl(ten_years)
             .stale(Duration::ZERO)
-            .negative_ttl(None)
+            .negative_ttl(ten_years)
             .build();
         assert!(fine.is_ok());
     }
