@@ -13,7 +13,9 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use redis_guard::backend::{Clock, ManualClock, RedisBackend, RedisConnection};
-use redis_guard::cache::{CacheLayer, CacheLayerBuilder, MemoryCacheStore, RedisCacheStore};
+use redis_guard::cache::{
+    CacheLayer, CacheLayerBuilder, MemoryCacheStore, RedisCacheStore, ValueCache, ValueCacheBuilder,
+};
 use redis_guard::idempotency::IdempotencyStore;
 use redis_guard::rate_limit::{Algorithm, Limiter, MemoryLimiter, RedisLimiter};
 use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionError, SessionStore};
@@ -229,6 +231,16 @@ impl Harness {
         }
     }
 
+    /// A value cache builder on a store sharing its values with every other one of this
+    /// harness (for Redis: a new connection; in memory: one store on the harness' clock), as
+    /// two replicas on one Redis share them.
+    pub async fn value_cache(&self) -> ValueCacheBuilder {
+        match self.kind {
+            Kind::Memory => ValueCache::builder(self.caches.clone()),
+            _ => ValueCache::builder(RedisCacheStore::new(self.backend().await)),
+        }
+    }
+
     /// An idempotency store sharing its records with every other one of this harness (for
     /// Redis: a new connection; in memory: one store on the harness' clock), as two app
     /// instances on one Redis share them.
@@ -370,6 +382,30 @@ impl Harness {
                     .expect("SCAN")
             }
             (None, None) => Vec::new(),
+        }
+    }
+
+    /// Every key in Redis whose name starts with the harness' prefix and then `part` (`c:{`:
+    /// the cache's entries and values), sorted.
+    pub async fn keys_under(&self, part: &str) -> Vec<String> {
+        let start = format!("{}{part}", self.prefix);
+        let keys = self.keys().await;
+        keys.into_iter().filter(|k| k.starts_with(&start)).collect()
+    }
+
+    /// Asserts that Redis holds at least `at_least` keys and that each has a TTL (or is gone
+    /// since the scan: a lock released after its fill).
+    ///
+    /// # Panics
+    ///
+    /// When a key has no TTL, or there are fewer keys.
+    pub async fn assert_every_key_has_a_ttl(&self, at_least: usize) {
+        let keys = self.keys().await;
+        assert!(keys.len() >= at_least, "{keys:?}");
+        for key in keys {
+            // -1: no TTL; -2: gone since the scan.
+            let ttl = self.pttl(&key).await;
+            assert!(ttl > 0 || ttl == -2, "{key} has no TTL ({ttl})");
         }
     }
 

@@ -48,6 +48,10 @@ pub enum BackendError {
         "redis circuit breaker is open: redis failed repeatedly, so it is not called until a probe finds it back"
     )]
     CircuitOpen,
+    /// The call was not made: the value has no JSON form (the value cache's `set` and `add`:
+    /// a map whose keys are not strings, a `Serialize` impl that fails).
+    #[error("the value cannot be stored: it has no JSON form")]
+    Encode(#[source] std::sync::Arc<serde_json::Error>),
 }
 
 impl BackendError {
@@ -91,7 +95,7 @@ impl BackendError {
                     || e.is_connection_dropped()
                     || e.is_unrecoverable_error()
             }
-            Self::Script { .. } | Self::BadReply(_) => false,
+            Self::Script { .. } | Self::BadReply(_) | Self::Encode(_) => false,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! One cached request: look the key up, then serve, wait, or compute and fill.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use super::entry::{Entry, Kind, Stored, decode, encode};
 use super::policy::life;
 use super::shared::Shared;
 use super::store::Write;
+use crate::backend::{BackendError, LockGuard};
 use crate::served::SessionMark;
 
 /// What the response header says.
@@ -44,7 +46,7 @@ impl Outcome {
 }
 
 /// What the store holds for a key, as this request may use it.
-enum Look {
+pub(crate) enum Look {
     Fresh(Entry, u64),
     Stale(Entry, u64),
     /// A hit-for-pass marker: the last response was not cacheable.
@@ -52,7 +54,18 @@ enum Look {
     /// Nothing usable (absent, expired, invalidated, not ours): a miss at this time.
     Absent(u64),
     /// The store failed: serve without it.
-    Failed,
+    Failed(BackendError),
+}
+
+/// What waiting for another request's fill came to.
+pub(crate) enum Waited {
+    /// This request took the lease; what the key held once it had it.
+    Lease(LockGuard, Look),
+    /// The key holds something usable now (or the store failed): no lease.
+    Found(Look),
+    /// No lease and no fill (the lock failed, or the wait ran out): compute alone, the key
+    /// read at this time.
+    Alone(u64),
 }
 
 /// One request's work, with the layer's settings and the key's digest.
@@ -90,7 +103,7 @@ impl Call {
                 Ok(self.respond(entry, now, Outcome::Stale))
             }
             Look::Pass(now) => self.compute(inner, req, Some(now), false).await,
-            Look::Failed => self.compute(inner, req, None, false).await,
+            Look::Failed(_) => self.compute(inner, req, None, false).await,
             Look::Absent(now) if self.shared.stampede.xfetch.is_some() => {
                 self.compute(inner, req, Some(now), false).await
             }
@@ -103,13 +116,13 @@ impl Call {
     }
 
     /// Reads the key and judges what it holds.
-    async fn look(&self) -> Look {
+    pub(crate) async fn look(&self) -> Look {
         let store = &self.shared.store.0;
         let read = match store.read(&self.digest).await {
             Ok(read) => read,
             Err(e) => {
                 tracing::warn!(error = %e, "cache store unavailable: serving without it");
-                return Look::Failed;
+                return Look::Failed(e);
             }
         };
         let now = read.now;
@@ -136,7 +149,7 @@ impl Call {
             let tags: Vec<String> = entry
                 .tags
                 .iter()
-                .map(|t| super::store::digest([t.as_bytes()]))
+                .map(|t| self.shared.tag_digest(t))
                 .collect();
             match store.tag_times(&tags).await {
                 Ok(times) if times.iter().flatten().any(|&t| t >= entry.times.started) => {
@@ -145,7 +158,7 @@ impl Call {
                 Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "cache store unavailable: serving without it");
-                    return Look::Failed;
+                    return Look::Failed(e);
                 }
             }
         }
@@ -157,7 +170,7 @@ impl Call {
     }
 
     /// XFetch: whether this hit recomputes early.
-    fn early(&self, entry: &Entry, now: u64) -> bool {
+    pub(crate) fn early(&self, entry: &Entry, now: u64) -> bool {
         let Some(beta) = self.shared.stampede.xfetch else {
             return false;
         };
@@ -191,12 +204,38 @@ impl Call {
         &self,
         inner: S,
         req: Request<ReqBody>,
-        mut now: u64,
+        now: u64,
     ) -> Reply<ResBody, S::Error>
     where
         S: Service<Request<ReqBody>, Response = Response<ResBody>>,
         ResBody: http_body::Body<Data = Bytes>,
     {
+        match self.wait(now, |_| true).await {
+            Waited::Lease(guard, look) => {
+                // Whoever held the lease before may have filled it since our read.
+                let reply = match look {
+                    Look::Fresh(entry, at) => Ok(self.respond(entry, at, Outcome::Hit)),
+                    Look::Absent(at) | Look::Stale(_, at) | Look::Pass(at) => {
+                        self.compute(inner, req, Some(at), true).await
+                    }
+                    Look::Failed(_) => self.compute(inner, req, None, false).await,
+                };
+                release(guard).await;
+                reply
+            }
+            Waited::Found(Look::Fresh(entry, at)) => Ok(self.respond(entry, at, Outcome::Hit)),
+            Waited::Found(Look::Stale(entry, at)) => Ok(self.respond(entry, at, Outcome::Stale)),
+            Waited::Found(Look::Pass(at) | Look::Absent(at)) | Waited::Alone(at) => {
+                self.compute(inner, req, Some(at), false).await
+            }
+            Waited::Found(Look::Failed(_)) => self.compute(inner, req, None, false).await,
+        }
+    }
+
+    /// Lock on miss: takes the lease, or polls the store (2 ms, doubling to 50 ms) for
+    /// another request's fill, for up to the stampede's wait. An entry that is not `usable`
+    /// (a value of another type) counts as no fill.
+    pub(crate) async fn wait(&self, mut now: u64, usable: impl Fn(&Entry) -> bool) -> Waited {
         let stampede = self.shared.stampede;
         let lock = self.shared.store.0.lock();
         let name = self.lock_name();
@@ -204,39 +243,24 @@ impl Call {
         let mut pause = Duration::from_millis(2);
         loop {
             match lock.try_acquire(&name, stampede.lease).await {
-                Ok(Some(guard)) => {
-                    // Whoever held the lease before may have filled it since our read.
-                    let reply = match self.look().await {
-                        Look::Fresh(entry, at) => Ok(self.respond(entry, at, Outcome::Hit)),
-                        Look::Absent(at) | Look::Stale(_, at) | Look::Pass(at) => {
-                            self.compute(inner, req, Some(at), true).await
-                        }
-                        Look::Failed => self.compute(inner, req, None, false).await,
-                    };
-                    if let Err(e) = guard.release().await {
-                        tracing::warn!(error = %e, "releasing a cache fill lock failed; its lease will run out");
-                    }
-                    return reply;
-                }
+                Ok(Some(guard)) => return Waited::Lease(guard, self.look().await),
                 Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "cache fill lock unavailable: computing without it");
-                    return self.compute(inner, req, Some(now), false).await;
+                    return Waited::Alone(now);
                 }
             }
             let left = until.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
                 tracing::debug!(key = %self.digest, "waited the whole bound for a fill: computing");
-                return self.compute(inner, req, Some(now), false).await;
+                return Waited::Alone(now);
             }
             tokio::time::sleep(pause.min(left)).await;
             pause = (pause * 2).min(Duration::from_millis(50));
             match self.look().await {
-                Look::Fresh(entry, at) => return Ok(self.respond(entry, at, Outcome::Hit)),
-                Look::Stale(entry, at) => return Ok(self.respond(entry, at, Outcome::Stale)),
-                Look::Pass(at) => return self.compute(inner, req, Some(at), false).await,
-                Look::Failed => return self.compute(inner, req, None, false).await,
+                Look::Fresh(entry, at) | Look::Stale(entry, at) if !usable(&entry) => now = at,
                 Look::Absent(at) => now = at,
+                found => return Waited::Found(found),
             }
         }
     }
@@ -251,6 +275,21 @@ impl Call {
         ReqBody: Send + 'static,
         ResBody: http_body::Body<Data = Bytes> + Send + 'static,
         ResBody::Error: Send,
+    {
+        self.refresh_with(move |call, now| async move {
+            // The body is read (and filled) inside compute; what is left is dropped.
+            let _ = call.compute(inner, req, Some(now), true).await;
+        })
+        .await;
+    }
+
+    /// Stale-while-revalidate: when this call takes the key's lease, runs `job` (with the
+    /// store's time of a fresh read) in a spawned task, unless another refresh landed first;
+    /// the lease is released when it ends. Without the lease (or a runtime) it does nothing.
+    pub(crate) async fn refresh_with<F, Fut>(&self, job: F)
+    where
+        F: FnOnce(Self, u64) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
     {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
@@ -275,16 +314,13 @@ impl Call {
         runtime.spawn(async move {
             // Another refresh may have landed between our read and the lease.
             let now = match call.look().await {
-                Look::Fresh(..) | Look::Failed => None,
+                Look::Fresh(..) | Look::Failed(_) => None,
                 Look::Stale(_, at) | Look::Absent(at) | Look::Pass(at) => Some(at),
             };
             if let Some(now) = now {
-                // The body is read (and filled) inside compute; what is left is dropped.
-                let _ = call.compute(inner, req, Some(now), true).await;
+                job(call, now).await;
             }
-            if let Err(e) = guard.release().await {
-                tracing::warn!(error = %e, "releasing a cache refresh lock failed; its lease will run out");
-            }
+            release(guard).await;
         });
     }
 
@@ -404,5 +440,12 @@ impl Call {
             .headers
             .insert(self.shared.header.clone(), Outcome::Miss.value());
         Response::from_parts(parts, body)
+    }
+}
+
+/// Releases a fill or refresh lease; a failure only logs (the lease runs out).
+pub(crate) async fn release(guard: LockGuard) {
+    if let Err(e) = guard.release().await {
+        tracing::warn!(error = %e, "releasing a cache fill lock failed; its lease will run out");
     }
 }

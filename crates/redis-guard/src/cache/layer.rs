@@ -86,6 +86,7 @@ impl CacheLayer {
                 tags_header: HeaderName::from_static("x-cache-tags"),
                 stampede: Stampede::lock(),
                 random: Random::default(),
+                tag_space: None,
             },
         }
     }
@@ -108,7 +109,7 @@ impl CacheLayer {
     /// The store failed (Redis unreachable, too slow).
     pub async fn invalidate_tag(&self, tag: &str) -> Result<(), BackendError> {
         let keep = self.shared.longest_life();
-        let tag = super::store::digest([tag.as_bytes()]);
+        let tag = self.shared.tag_digest(tag);
         self.shared.store.0.invalidate(&tag, keep).await
     }
 }

@@ -195,6 +195,39 @@ impl CacheStore for MemoryCacheStore {
     }
 }
 
+impl MemoryCacheStore {
+    /// Writes `w` under `key`; when `only_new`, only if the key holds nothing live. Whether
+    /// it wrote.
+    fn put(&self, key: &str, w: &Write, only_new: bool) -> bool {
+        let now = self.inner.now();
+        let fresh_until = now.saturating_add(micros(w.fresh));
+        let stale_until = fresh_until.saturating_add(micros(w.stale));
+        let started = w.started.min(now);
+        let times = Times {
+            fresh_until,
+            stale_until,
+            started,
+            delta: now - started,
+        };
+        let mut value = header(w.kind, times).into_bytes();
+        value.extend_from_slice(&w.blob);
+        let mut state = self.inner.state.lock();
+        if only_new {
+            state.maintain(now);
+            if state.entries.get_live_mut(&key.to_owned(), now).is_some() {
+                return false;
+            }
+        }
+        state.put(
+            key.to_owned(),
+            Bytes::from(value),
+            stale_until.max(now + 1),
+            now,
+        );
+        true
+    }
+}
+
 fn ready<T: Send + 'static>(v: T) -> BoxFuture<T> {
     Box::pin(std::future::ready(v))
 }
@@ -213,24 +246,19 @@ impl Ops for MemoryCacheStore {
     }
 
     fn write(&self, key: &str, w: Write) -> BoxFuture<Result<(), BackendError>> {
-        let now = self.inner.now();
-        let fresh_until = now.saturating_add(micros(w.fresh));
-        let stale_until = fresh_until.saturating_add(micros(w.stale));
-        let times = Times {
-            fresh_until,
-            stale_until,
-            started: w.started,
-            delta: now.saturating_sub(w.started),
-        };
-        let mut value = header(w.kind, times).into_bytes();
-        value.extend_from_slice(&w.blob);
+        self.put(key, &w, false);
+        ready(Ok(()))
+    }
+
+    fn add(&self, key: &str, w: Write) -> BoxFuture<Result<bool, BackendError>> {
+        ready(Ok(self.put(key, &w, true)))
+    }
+
+    fn remove(&self, key: &str) -> BoxFuture<Result<(), BackendError>> {
         let mut state = self.inner.state.lock();
-        state.put(
-            key.to_owned(),
-            Bytes::from(value),
-            stale_until.max(now + 1),
-            now,
-        );
+        if let Some(old) = state.entries.remove(&key.to_owned()) {
+            state.bytes -= cost(key, &old);
+        }
         ready(Ok(()))
     }
 

@@ -1,6 +1,7 @@
 //! Response cache: [`CacheLayer`] stores the responses of `GET` and `HEAD` requests in Redis
 //! ([`RedisCacheStore`], shared by every replica) or in process ([`MemoryCacheStore`]), and
 //! keeps a crowd of requests for one missing entry from recomputing it two hundred times.
+//! [`ValueCache`] does the same for values (see [Value cache](#value-cache)).
 //!
 //! The Redis cookbook's cache-aside, as a layer: a TTL on every key plus jitter, stampede
 //! protection, invalidation by tag without `KEYS`, nothing that crosses hash slots.
@@ -174,6 +175,59 @@
 //!   of keys and values by default (hit-for-pass markers included), the entries closest to
 //!   expiry going first; a Redis store is bounded by Redis' own `maxmemory` policy.
 //!
+//! # Value cache
+//!
+//! [`ValueCache`] is the cookbook's cache-aside for *values* on the same stores: Laravel's
+//! `Cache::remember("user:$id", 300, fn() => User::find($id))` and Django's
+//! `cache.get_or_set(…)`, typed through serde (the value is stored as JSON):
+//!
+//! ```
+//! use std::time::Duration;
+//! use redis_guard::cache::{MemoryCacheStore, ValueCache};
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct User { id: u64, name: String }
+//!
+//! async fn find_user(id: u64) -> Result<Option<User>, std::io::Error> {
+//!     Ok(Some(User { id, name: "Ann".into() })) // the database
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let cache = ValueCache::new(MemoryCacheStore::new())?; // or RedisCacheStore::new(backend)
+//! let id = 7;
+//! let user = cache
+//!     .get_or_compute(format!("user:{id}"), Duration::from_secs(300), move || find_user(id))
+//!     .await?;
+//! assert_eq!(user.map(|u| u.name).as_deref(), Some("Ann"));
+//! # Ok(()) }
+//! ```
+//!
+//! - **Stampedes**: the [`Stampede`] of the layer. Lock on miss: a crowd of callers of a
+//!   cold key, on every replica sharing the store, runs the closure once; the others poll
+//!   the store and read its fill. XFetch: hits recompute early. A value past its TTL and
+//!   inside its [`stale`](ValueCacheBuilder::stale) window is returned at once while one
+//!   caller recomputes it in a spawned task (so the closure and its future are
+//!   `Send + 'static`). Every TTL gets up to 10% [`jitter`](ValueCacheBuilder::jitter).
+//! - **Errors**: the closure's error is returned to its caller and never cached. A value
+//!   that is JSON `null` (`Ok(None)`: "not found") is returned and not kept, unless the
+//!   cache has a [`negative_ttl`](ValueCacheBuilder::negative_ttl): then it is kept for that
+//!   long (so lookups of a missing row do not all reach the database). The store failing
+//!   never fails `get_or_compute`: it computes and returns, uncached, with a `warn`; `get`,
+//!   `set`, `add`, `forget` and `invalidate_tag` return the
+//!   [`BackendError`](crate::backend::BackendError).
+//! - **Bad stored data**: a value under the key that is not a `T` (another Redis type,
+//!   bytes that are not ours, JSON that no longer decodes after a type change) is a miss,
+//!   logged at `warn` and overwritten by the fill.
+//! - **Keys**: the cache's [`namespace`](ValueCacheBuilder::namespace) and the key, hashed
+//!   (SHA-256) into the store's key space (`<prefix>c:{<digest>}` on Redis, one hash slot per
+//!   key on a Cluster): no key text in Redis, every key with a TTL, no `KEYS` or `SCAN`.
+//! - **Also**: [`get`](ValueCache::get), [`set`](ValueCache::set),
+//!   [`forget`](ValueCache::forget), [`add`](ValueCache::add) (`SET NX` with a TTL: `true`
+//!   for the first caller only, the idempotency flag), tags
+//!   ([`get_or_compute_tagged`](ValueCache::get_or_compute_tagged),
+//!   [`invalidate_tag`](ValueCache::invalidate_tag), as the layer's, in a space of their own:
+//!   a layer's invalidation never voids a value, nor the reverse).
+//!
 //! # Differences from an HTTP cache
 //!
 //! This is a server-side cache for the application's own responses, not an RFC 9111 shared
@@ -195,6 +249,7 @@ mod shared;
 mod stampede;
 mod store;
 mod tags;
+mod value;
 
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
@@ -206,3 +261,4 @@ pub use service::Cache;
 pub use stampede::Stampede;
 pub use store::CacheStore;
 pub use tags::CacheTags;
+pub use value::{ValueCache, ValueCacheBuilder};

@@ -18,7 +18,8 @@ static INVALIDATE: LazyLock<LuaScript> =
 /// shared by every replica.
 ///
 /// Keys (every one with a TTL): an entry `<prefix>c:{<variant digest>}` (a string: times,
-/// status, headers, tags, body); a tag's last invalidation `<prefix>ct:{<tag digest>}`; the
+/// status, headers, tags, body; a [`ValueCache`](super::ValueCache)'s value is one too, under
+/// the digest of its key); a tag's last invalidation `<prefix>ct:{<tag digest>}`; the
 /// lock of a recomputation `<prefix>lock:{c:<variant digest>}`. One key per command or script:
 /// nothing crosses hash slots on a Cluster.
 ///
@@ -77,6 +78,31 @@ fn bad(what: &str, v: &Value) -> BackendError {
     BackendError::BadReply(format!("the cache {what} script answered {v:?}"))
 }
 
+impl RedisCacheStore {
+    /// The put script on `key`, with `NX` when `only` says so: its reply.
+    fn put(
+        &self,
+        key: &str,
+        write: Write,
+        only: Option<&'static str>,
+    ) -> BoxFuture<Result<Value, BackendError>> {
+        let this = Arc::clone(&self.inner);
+        let key = this.backend.key(&["c"], key);
+        Box::pin(async move {
+            let mut call = this.backend.script(&PUT, &[key]);
+            call.arg(write.kind.letter())
+                .arg(write.started)
+                .arg(micros(write.fresh))
+                .arg(micros(write.stale))
+                .arg(&write.blob[..]);
+            if let Some(only) = only {
+                call.arg(only);
+            }
+            call.run().await
+        })
+    }
+}
+
 impl Ops for RedisCacheStore {
     fn read(&self, key: &str) -> BoxFuture<Result<Read, BackendError>> {
         let this = Arc::clone(&self.inner);
@@ -106,17 +132,19 @@ impl Ops for RedisCacheStore {
     }
 
     fn write(&self, key: &str, write: Write) -> BoxFuture<Result<(), BackendError>> {
+        let put = self.put(key, write, None);
+        Box::pin(async move { put.await.map(drop) })
+    }
+
+    fn add(&self, key: &str, write: Write) -> BoxFuture<Result<bool, BackendError>> {
+        let put = self.put(key, write, Some("NX"));
+        Box::pin(async move { Ok(put.await? != Value::Nil) })
+    }
+
+    fn remove(&self, key: &str) -> BoxFuture<Result<(), BackendError>> {
         let this = Arc::clone(&self.inner);
-        let key = this.backend.key(&["c"], key);
-        Box::pin(async move {
-            let mut call = this.backend.script(&PUT, &[key]);
-            call.arg(write.kind.letter())
-                .arg(write.started)
-                .arg(micros(write.fresh))
-                .arg(micros(write.stale))
-                .arg(&write.blob[..]);
-            call.run().await.map(drop)
-        })
+        let cmd = redis::cmd("DEL").arg(this.backend.key(&["c"], key)).clone();
+        Box::pin(async move { this.backend.query(&cmd).await.map(drop) })
     }
 
     fn tag_times(&self, tags: &[String]) -> BoxFuture<Result<Vec<Option<u64>>, BackendError>> {

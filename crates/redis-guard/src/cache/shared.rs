@@ -19,9 +19,21 @@ pub(crate) struct Shared {
     pub(crate) tags_header: HeaderName,
     pub(crate) stampede: Stampede,
     pub(crate) random: Random,
+    /// Whose tags these are: `None` for the layer's, a name of their own for the value
+    /// cache's, so that neither voids the other's entries (each remembers an invalidation
+    /// only as long as its own entries live).
+    pub(crate) tag_space: Option<&'static str>,
 }
 
 impl Shared {
+    /// The digest that names `tag` in the store.
+    pub(crate) fn tag_digest(&self, tag: &str) -> String {
+        match self.tag_space {
+            None => super::store::digest([tag.as_bytes()]),
+            Some(space) => super::store::digest([space.as_bytes(), tag.as_bytes()]),
+        }
+    }
+
     /// The longest an entry may live, fresh then stale, jitter included: how long a tag's
     /// invalidation must be remembered.
     pub(crate) fn longest_life(&self) -> std::time::Duration {

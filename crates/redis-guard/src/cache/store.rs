@@ -46,7 +46,8 @@ pub(crate) struct Read {
 #[derive(Debug)]
 pub(crate) struct Write {
     pub(crate) kind: Kind,
-    /// The store's clock when the computing request read the key, µs.
+    /// The store's clock when the computing request read the key, µs; a time past the
+    /// store's clock at the write (e.g. [`NOW`]) is that clock.
     pub(crate) started: u64,
     /// Fresh for this long from the write (jitter included).
     pub(crate) fresh: Duration,
@@ -55,11 +56,18 @@ pub(crate) struct Write {
     pub(crate) blob: Bytes,
 }
 
+/// As [`Write::started`]: the store's time at the write (a value written without a read).
+pub(crate) const NOW: u64 = u64::MAX;
+
 /// What a store does: keys are names without the store's prefix (the digest of a variant, a
 /// tag's digest).
 pub(crate) trait Ops: Send + Sync + fmt::Debug + 'static {
     fn read(&self, key: &str) -> BoxFuture<Result<Read, BackendError>>;
     fn write(&self, key: &str, write: Write) -> BoxFuture<Result<(), BackendError>>;
+    /// Writes the key only if it holds nothing (`SET NX`): whether it wrote.
+    fn add(&self, key: &str, write: Write) -> BoxFuture<Result<bool, BackendError>>;
+    /// Deletes the key.
+    fn remove(&self, key: &str) -> BoxFuture<Result<(), BackendError>>;
     /// When each tag was last invalidated (µs on the store's clock), `None` for never.
     fn tag_times(&self, tags: &[String]) -> BoxFuture<Result<Vec<Option<u64>>, BackendError>>;
     /// Voids every entry computed before now that carries `tag`; the record lives `keep`.

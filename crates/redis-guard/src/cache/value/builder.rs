@@ -1,0 +1,228 @@
+//! [`ValueCacheBuilder`]: the settings of a [`ValueCache`], checked by `build`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Inner, MAX_TTL, ValueCache};
+use crate::cache::policy::Lifetimes;
+use crate::cache::shared::Shared;
+use crate::cache::stampede::{Random, Stampede};
+use crate::{ConfigError, ConfigErrorKind};
+
+/// Builds a [`ValueCache`]; [`build`](Self::build) checks the settings.
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_guard::cache::{MemoryCacheStore, Stampede, ValueCache};
+///
+/// let cache = ValueCache::builder(MemoryCacheStore::new()) // or RedisCacheStore::new(backend)
+///     .ttl(Duration::from_secs(300))          // when a call passes `None`
+///     .stale(Duration::from_secs(30))         // served stale while one caller recomputes
+///     .jitter(0.2)                            // up to 20% longer, at random
+///     .negative_ttl(Duration::from_secs(5))   // remember "not found" for 5 s
+///     .stampede(Stampede::xfetch(1.0))
+///     .namespace("users")
+///     .build()?;
+/// # let _ = cache;
+/// # Ok::<(), redis_guard::ConfigError>(())
+/// ```
+#[must_use]
+pub struct ValueCacheBuilder {
+    pub(super) shared: Shared,
+    pub(super) namespace: String,
+    pub(super) negative: Option<Duration>,
+}
+
+impl ValueCacheBuilder {
+    setters! {
+        /// How long a value stays fresh when a call passes `None` as its TTL (default 60 s;
+        /// more than zero, at most 10 years).
+        pub fn ttl(ttl: Duration) => shared.life.ttl;
+
+        /// How long a value is served stale after its TTL, while one caller recomputes it in
+        /// the background (default zero: not at all). Applies to `get_or_compute` and `set`.
+        pub fn stale(stale: Duration) => shared.life.stale;
+
+        /// Each value stays fresh up to this fraction of its TTL longer, at random, so that
+        /// values filled together do not expire together (default 0.1; 0 to 1).
+        pub fn jitter(ratio: f64) => shared.jitter;
+
+        /// The stampede protection (default [`Stampede::lock`]).
+        pub fn stampede(stampede: Stampede) => shared.stampede;
+    }
+
+    /// How long `get_or_compute` keeps a computed value that is JSON `null` (an `Ok(None)`:
+    /// "not found"), whatever the call's TTL, so that lookups of a missing row do not all
+    /// reach the database (default: such a value is returned and not kept; more than zero,
+    /// at most 10 years). The closure's errors are never kept, whatever this says.
+    pub fn negative_ttl(mut self, ttl: Duration) -> Self {
+        self.negative = Some(ttl);
+        self
+    }
+
+    /// A name for this cache's keys (default none): two value caches on one store share
+    /// values when they share a name (replicas do), and never otherwise.
+    pub fn namespace(mut self, name: impl Into<String>) -> Self {
+        self.namespace = name.into();
+        self
+    }
+
+    /// Draws the random numbers of the jitter and of XFetch from `random` (uniform in
+    /// (0, 1]; values outside are clamped), e.g. a constant in tests.
+    ///
+    /// ```
+    /// use redis_guard::cache::{MemoryCacheStore, ValueCache};
+    /// let cache = ValueCache::builder(MemoryCacheStore::new()).random(|| 0.5).build();
+    /// # let _ = cache;
+    /// ```
+    pub fn random(mut self, random: impl Fn() -> f64 + Send + Sync + 'static) -> Self {
+        self.shared.random = Random(Arc::new(random));
+        self
+    }
+
+    /// Checks the settings and builds the cache.
+    ///
+    /// # Errors
+    ///
+    /// A `ttl` or a `negative_ttl` of zero or above 10 years, a `stale` window above 10
+    /// years, a jitter outside 0..=1, a stampede setting that cannot work, or store settings
+    /// that cannot work.
+    ///
+    /// ```
+    /// use redis_guard::cache::{MemoryCacheStore, ValueCache};
+    /// let err = ValueCache::builder(MemoryCacheStore::new()).jitter(3.0).build().unwrap_err();
+    /// assert!(err.to_string().contains("jitter 3"));
+    /// ```
+    pub fn build(self) -> Result<ValueCache, ConfigError> {
+        if let Some(problem) = self.problem() {
+            return Err(problem.within("value cache"));
+        }
+        let Self {
+            mut shared,
+            namespace,
+            negative,
+        } = self;
+        shared.life.max_ttl = MAX_TTL;
+        Ok(ValueCache {
+            inner: Arc::new(Inner {
+                namespace: crate::cache::store::digest([b"rg-value-1", namespace.as_bytes()]),
+                name: namespace,
+                negative,
+                shared: Arc::new(shared),
+            }),
+        })
+    }
+
+    fn problem(&self) -> Option<ConfigError> {
+        let s = &self.shared;
+        if let Some(problem) = s.store.0.check() {
+            return Some(problem.within("cache store"));
+        }
+        let Lifetimes { ttl, stale, .. } = s.life;
+        let durations = [
+            ("ValueCacheBuilder::ttl", "ttl", Some(ttl), false),
+            ("ValueCacheBuilder::stale", "stale", Some(stale), true),
+            (
+                "ValueCacheBuilder::negative_ttl",
+                "negative_ttl",
+                self.negative,
+                false,
+            ),
+        ];
+        for (setting, name, value, zero_ok) in durations {
+            let Some(d) = value else { continue };
+            if (d.is_zero() && !zero_ok) || d > MAX_TTL {
+                let within = if zero_ok {
+                    "at most"
+                } else {
+                    "above 0 and at most"
+                };
+                return Some(
+                    ConfigError::new(
+                        ConfigErrorKind::Duration,
+                        format!("{name} {d:?} must be {within} 10 years"),
+                    )
+                    .with_setting(setting)
+                    .with_debug_value(d),
+                );
+            }
+        }
+        if !(0.0..=1.0).contains(&s.jitter) {
+            return Some(
+                ConfigError::new(
+                    ConfigErrorKind::Range,
+                    format!("jitter {} must be within 0..=1", s.jitter),
+                )
+                .with_setting("ValueCacheBuilder::jitter")
+                .with_value(s.jitter),
+            );
+        }
+        s.stampede.problem()
+    }
+}
+
+impl std::fmt::Debug for ValueCacheBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ValueCacheBuilder")
+            .field("store", &self.shared.store)
+            .field("life", &self.shared.life)
+            .field("jitter", &self.shared.jitter)
+            .field("stampede", &self.shared.stampede)
+            .field("namespace", &self.namespace)
+            .field("negative_ttl", &self.negative)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::MemoryCacheStore;
+
+    /// Each setting that cannot work is named, with its value.
+    #[test]
+    fn errors_name_the_setting_and_its_value() {
+        type Set = fn(ValueCacheBuilder) -> ValueCacheBuilder;
+        let ten_years = Duration::from_secs(10 * 365 * 86_400);
+        let cases: [(Set, _, _); 5] = [
+            (
+                |b| b.ttl(Duration::ZERO),
+                "ValueCacheBuilder::ttl",
+                "value cache: ttl 0ns must be above 0 and at most 10 years",
+            ),
+            (
+                |b| b.negative_ttl(Duration::ZERO),
+                "ValueCacheBuilder::negative_ttl",
+                "value cache: negative_ttl 0ns must be above 0 and at most 10 years",
+            ),
+            (
+                |b| b.stale(Duration::from_secs(10 * 365 * 86_400 + 1)),
+                "ValueCacheBuilder::stale",
+                "value cache: stale 315360001s must be at most 10 years",
+            ),
+            (
+                |b| b.jitter(-0.5),
+                "ValueCacheBuilder::jitter",
+                "value cache: jitter -0.5 must be within 0..=1",
+            ),
+            (
+                |b| b.stampede(Stampede::xfetch(0.0)),
+                "Stampede::xfetch",
+                "value cache: XFetch beta 0 must be finite and above 0",
+            ),
+        ];
+        for (set, setting, message) in cases {
+            let err = set(ValueCache::builder(MemoryCacheStore::new()))
+                .build()
+                .unwrap_err();
+            assert_eq!(err.to_string(), message);
+            assert_eq!(err.setting(), Some(setting), "{err}");
+        }
+        let fine = ValueCache::builder(MemoryCacheStore::new())
+            .ttl(ten_years)
+            .stale(Duration::ZERO)
+            .negative_ttl(ten_years)
+            .build();
+        assert!(fine.is_ok());
+    }
+}

@@ -1,0 +1,351 @@
+//! [`ValueCache`]: the cookbook's cache-aside for values (`remember`, `get_or_set`), typed
+//! through serde, on the response cache's stores and with its stampede protection.
+
+mod builder;
+mod flow;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub use builder::ValueCacheBuilder;
+use flow::{Fill, parse, value_write};
+
+use super::flow::{Call, Look};
+use super::policy::{KeyPolicy, Lifetimes};
+use super::shared::Shared;
+use super::stampede::{Random, Stampede};
+use super::store::{CacheStore, NOW, digest};
+use crate::ConfigError;
+use crate::backend::BackendError;
+
+/// The longest TTL and stale window a value cache takes: 10 years.
+const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 86_400);
+
+/// A cache of values in a [`CacheStore`] (Redis, shared by every replica, or this process):
+/// [`get_or_compute`](Self::get_or_compute) is Laravel's `Cache::remember` and Django's
+/// `cache.get_or_set`, with one computation for a crowd of callers on every replica. See the
+/// [module docs](super#value-cache).
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_guard::cache::{MemoryCacheStore, ValueCache};
+///
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct User { name: String }
+/// # async fn find_user(id: u64) -> Result<Option<User>, std::io::Error> { Ok(None) }
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let cache = ValueCache::new(MemoryCacheStore::new())?; // or RedisCacheStore::new(backend)
+/// let user: Option<User> = cache
+///     .get_or_compute("user:7", Duration::from_secs(300), || async { find_user(7).await })
+///     .await?;
+/// # let _ = user; Ok(()) }
+/// ```
+///
+/// Clones are cheap (an `Arc`) and share the store and the settings.
+#[derive(Clone)]
+pub struct ValueCache {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The layer's settings (store, lifetimes, jitter, stampede, random numbers).
+    shared: Arc<Shared>,
+    /// The digest of what the keys mean and of the cache's name.
+    namespace: String,
+    name: String,
+    negative: Option<Duration>,
+}
+
+impl ValueCache {
+    /// A cache with the defaults: values live 60 s when a call passes `None`, 10% jitter, no
+    /// stale window, lock on miss, no negative caching.
+    ///
+    /// # Errors
+    ///
+    /// The store's settings cannot work (see [`ValueCacheBuilder::build`]).
+    pub fn new(store: impl CacheStore) -> Result<Self, ConfigError> {
+        Self::builder(store).build()
+    }
+
+    /// A builder: settings, then [`build`](ValueCacheBuilder::build).
+    pub fn builder(store: impl CacheStore) -> ValueCacheBuilder {
+        ValueCacheBuilder {
+            shared: Shared {
+                store: store.into_backing(),
+                key: KeyPolicy::default(),
+                life: Lifetimes {
+                    ttl: Duration::from_secs(60),
+                    max_ttl: MAX_TTL,
+                    stale: Duration::ZERO,
+                },
+                jitter: 0.1,
+                body_limit: usize::MAX,
+                header: http::HeaderName::from_static("x-cache"),
+                tags_header: http::HeaderName::from_static("x-cache-tags"),
+                stampede: Stampede::lock(),
+                random: Random::default(),
+                tag_space: Some("rg-value-tag"),
+            },
+            namespace: String::new(),
+            negative: None,
+        }
+    }
+
+    /// The value under `key`, computed by `compute` when it is missing: one computation for
+    /// every concurrent caller on every replica sharing the store (lock on miss), or early
+    /// (XFetch); a stale value (inside [`stale`](ValueCacheBuilder::stale)) is returned at once
+    /// while one caller recomputes it in a spawned task. `ttl` (`None`: the builder's
+    /// [`ttl`](ValueCacheBuilder::ttl), 60 s; at most 10 years) plus jitter is how long it
+    /// stays fresh.
+    ///
+    /// The closure's error is returned to this caller and never cached (callers waiting for
+    /// this computation take the lease in turn and compute for themselves). A value that is
+    /// JSON `null` is kept only with a [`negative_ttl`](ValueCacheBuilder::negative_ttl). The
+    /// store failing never fails the call: it computes and returns, uncached, logged at
+    /// `warn`. A value under the key that is not a `T` (another type, JSON that no longer
+    /// decodes after a type change) is a miss, overwritten by the fill.
+    ///
+    /// The closure and its future are `Send + 'static` (the background refresh runs them in
+    /// a task): move what they use into them (`move || async move { … }`, with clones of
+    /// `Arc`s or pools). The error is `Debug`: a background refresh that fails has no caller
+    /// to return it to, so it is logged at `warn` (and the stale value stays until its window
+    /// ends). A zero `ttl` makes a value stale at once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::cache::{MemoryCacheStore, ValueCache};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cache = ValueCache::new(MemoryCacheStore::new())?;
+    /// let id = 7;
+    /// let name: String = cache
+    ///     .get_or_compute(format!("user:{id}:name"), None, move || async move {
+    ///         Ok::<_, std::io::Error>(format!("user {id}")) // the database lookup
+    ///     })
+    ///     .await?;
+    /// assert_eq!(name, "user 7");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The closure's error, when it ran for this caller and failed.
+    pub async fn get_or_compute<T, E, F, Fut>(
+        &self,
+        key: impl AsRef<str>,
+        ttl: impl Into<Option<Duration>>,
+        compute: F,
+    ) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned + Send + 'static,
+        E: fmt::Debug + Send + 'static,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        self.get_or_compute_tagged(key, ttl, [""; 0], compute).await
+    }
+
+    /// As [`get_or_compute`](Self::get_or_compute), the value carrying `tags`:
+    /// [`invalidate_tag`](Self::invalidate_tag) voids it (Laravel's `Cache::tags([…])`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::cache::{MemoryCacheStore, ValueCache};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cache = ValueCache::new(MemoryCacheStore::new())?;
+    /// let load = || async { Ok::<_, std::io::Error>(vec![1, 2, 3]) };
+    /// let ids: Vec<u64> = cache
+    ///     .get_or_compute_tagged("team:3:members", Duration::from_secs(600), ["team:3"], load)
+    ///     .await?;
+    /// cache.invalidate_tag("team:3").await?; // the next call computes again
+    /// # let _ = ids; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`get_or_compute`](Self::get_or_compute).
+    pub async fn get_or_compute_tagged<T, E, F, Fut>(
+        &self,
+        key: impl AsRef<str>,
+        ttl: impl Into<Option<Duration>>,
+        tags: impl IntoIterator<Item = impl Into<String>>,
+        compute: F,
+    ) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned + Send + 'static,
+        E: fmt::Debug + Send + 'static,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        let mut tags: Vec<String> = tags.into_iter().map(Into::into).collect();
+        tags.sort();
+        tags.dedup();
+        let fill = Fill {
+            ttl: self.ttl(ttl.into()),
+            tags,
+            negative: self.inner.negative,
+        };
+        flow::get_or_compute(self.call(key.as_ref()), fill, compute).await
+    }
+
+    /// The value under `key` while it is fresh, if it is a `T` (`None` when absent, stale,
+    /// invalidated by a tag, or of another type).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::cache::{MemoryCacheStore, ValueCache};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cache = ValueCache::new(MemoryCacheStore::new())?;
+    /// cache.set("greeting", &"hello", Duration::from_secs(60)).await?;
+    /// assert_eq!(cache.get::<String>("greeting").await?.as_deref(), Some("hello"));
+    /// cache.forget("greeting").await?;
+    /// assert_eq!(cache.get::<String>("greeting").await?, None);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The store failed (Redis unreachable, too slow).
+    pub async fn get<T: DeserializeOwned>(
+        &self,
+        key: impl AsRef<str>,
+    ) -> Result<Option<T>, BackendError> {
+        match self.call(key.as_ref()).look().await {
+            Look::Fresh(entry, _) => Ok(parse(&entry)),
+            Look::Failed(e) => Err(e),
+            Look::Stale(..) | Look::Pass(_) | Look::Absent(_) => Ok(None),
+        }
+    }
+
+    /// Stores `value` under `key` for `ttl` (plus jitter; `None`: the builder's
+    /// [`ttl`](ValueCacheBuilder::ttl)), then its stale window, replacing what it held (a
+    /// `null` too). The value carries no tags. See [`get`](Self::get).
+    ///
+    /// # Errors
+    ///
+    /// The store failed; [`BackendError::Encode`] when the value has no JSON form.
+    pub async fn set<T: Serialize + ?Sized>(
+        &self,
+        key: impl AsRef<str>,
+        value: &T,
+        ttl: impl Into<Option<Duration>>,
+    ) -> Result<(), BackendError> {
+        let (call, write) = self.write(key.as_ref(), value, ttl.into(), true)?;
+        call.shared.store.0.write(&call.digest, write).await
+    }
+
+    /// Stores `value` under `key` for exactly `ttl` only if the key holds nothing (`SET NX`
+    /// with a TTL, in one command): `true` for the first caller only, on every replica
+    /// sharing the store. No jitter and no stale window: the idempotency flag of the seed
+    /// ("send the invoice e-mail once").
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::cache::{MemoryCacheStore, ValueCache};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cache = ValueCache::new(MemoryCacheStore::new())?;
+    /// let day = Duration::from_secs(86_400);
+    /// if cache.add("invoice:991:mailed", &true, day).await? {
+    ///     // only one worker of every replica gets here within the day
+    /// }
+    /// assert!(!cache.add("invoice:991:mailed", &true, day).await?);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The store failed; [`BackendError::Encode`] when the value has no JSON form.
+    pub async fn add<T: Serialize + ?Sized>(
+        &self,
+        key: impl AsRef<str>,
+        value: &T,
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        let (call, write) = self.write(key.as_ref(), value, Some(ttl), false)?;
+        call.shared.store.0.add(&call.digest, write).await
+    }
+
+    /// Deletes the value under `key` (Laravel's `Cache::forget`).
+    ///
+    /// # Errors
+    ///
+    /// The store failed.
+    pub async fn forget(&self, key: impl AsRef<str>) -> Result<(), BackendError> {
+        let call = self.call(key.as_ref());
+        call.shared.store.0.remove(&call.digest).await
+    }
+
+    /// Voids every value that carries `tag` (on every replica sharing the store): as
+    /// [`CacheLayer::invalidate_tag`](super::CacheLayer::invalidate_tag), one key and one
+    /// command, no `KEYS`, no `SCAN`. A value computed while the tag was being invalidated is
+    /// not returned afterwards. The tags of values are not the layer's: a
+    /// [`CacheLayer`](super::CacheLayer)'s `invalidate_tag` on the same store leaves values
+    /// alone (and this leaves its responses alone).
+    ///
+    /// # Errors
+    ///
+    /// The store failed.
+    pub async fn invalidate_tag(&self, tag: &str) -> Result<(), BackendError> {
+        let shared = &self.inner.shared;
+        let keep = MAX_TTL.mul_f64(1.0 + shared.jitter) + shared.life.stale;
+        shared
+            .store
+            .0
+            .invalidate(&shared.tag_digest(tag), keep)
+            .await
+    }
+
+    /// One call's work on `key`: the settings and the key's digest.
+    fn call(&self, key: &str) -> Call {
+        Call {
+            shared: Arc::clone(&self.inner.shared),
+            digest: digest([self.inner.namespace.as_bytes(), key.as_bytes()]),
+        }
+    }
+
+    /// A call's TTL: the builder's when `None`, at most 10 years.
+    fn ttl(&self, ttl: Option<Duration>) -> Duration {
+        ttl.unwrap_or(self.inner.shared.life.ttl).min(MAX_TTL)
+    }
+
+    /// The write of `set` (`lasting`: jitter and stale window) or `add` (exactly `ttl`).
+    fn write<T: Serialize + ?Sized>(
+        &self,
+        key: &str,
+        value: &T,
+        ttl: Option<Duration>,
+        lasting: bool,
+    ) -> Result<(Call, super::store::Write), BackendError> {
+        let json = serde_json::to_vec(value).map_err(|e| BackendError::Encode(Arc::new(e)))?;
+        let call = self.call(key);
+        let ttl = self.ttl(ttl);
+        let mut write = value_write(&call, &[], &json, ttl, call.shared.life.stale, NOW);
+        if !lasting {
+            write.fresh = ttl;
+            write.stale = Duration::ZERO;
+        }
+        Ok((call, write))
+    }
+}
+
+impl fmt::Debug for ValueCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.inner.shared;
+        f.debug_struct("ValueCache")
+            .field("store", &s.store)
+            .field("ttl", &s.life.ttl)
+            .field("stale", &s.life.stale)
+            .field("jitter", &s.jitter)
+            .field("stampede", &s.stampede)
+            .field("namespace", &self.inner.name)
+            .field("negative_ttl", &self.inner.negative)
+            .finish()
+    }
+}
