@@ -247,8 +247,10 @@ mod redis_store;
 mod service;
 mod shared;
 mod stampede;
+mod status;
 mod store;
 mod tags;
+mod validate;
 mod value;
 
 pub use body::ResponseBody;
