@@ -327,6 +327,8 @@ impl Call {
         // A session layer outside marks the request; one inside marks the response. Either
         // way the mark says, once the handler is done, whether the page depends on a session.
         let asked = req.extensions().get::<SessionMark>().cloned();
+        // A HEAD response has no body to hash: its ETag would not be the GET's.
+        let head = req.method() == http::Method::HEAD;
         let res = inner.call(req).await?;
         let (mut parts, body) = res.into_parts();
         let tags = self.take_tags(&mut parts);
@@ -367,6 +369,7 @@ impl Call {
             Err(e) => return Ok(self.finish(parts, ResponseBody::failed(e), false)),
         };
         if shared.etag
+            && !head
             && !parts.headers.contains_key(ETAG)
             && let Some(tag) = etag_of(&bytes)
         {
