@@ -635,6 +635,13 @@ async fn conditional_requests_and_cache_status(h: Harness) {
                 "tagged body",
             ),
             "/no-store" => ok(&[("cache-control", "no-store")], "not stored"),
+            // A handler that answers conditions itself.
+            "/validating" if req.headers().contains_key("if-none-match") => {
+                let mut res = ok(&[("etag", "\"h\"")], "");
+                *res.status_mut() = http::StatusCode::NOT_MODIFIED;
+                res
+            }
+            "/validating" => ok(&[("etag", "\"h\"")], "validated body"),
             _ => ok(&[], "plain body"),
         }
     });
@@ -754,6 +761,23 @@ async fn conditional_requests_and_cache_status(h: Harness) {
             reply(200, "MISS", "redis-guard; fwd=miss", "not stored")
         );
     }
+
+    // The handler is asked without the client's validators: its answer is an entry.
+    let r = send(&svc, get_with("/validating", &[("if-none-match", "\"h\"")])).await;
+    assert_eq!(
+        status(&r),
+        reply(
+            200,
+            "MISS",
+            "redis-guard; fwd=miss; stored",
+            "validated body"
+        )
+    );
+    let r = send(&svc, get_with("/validating", &[("if-none-match", "\"h\"")])).await;
+    assert_eq!(
+        status(&r),
+        reply(304, "HIT", "redis-guard; hit; ttl=60", "")
+    );
 
     // Stale (past 10 s, inside the 100 s window): a hit with a negative ttl, 304 or 200.
     let calls = handler.calls.load(Ordering::SeqCst);

@@ -56,7 +56,7 @@ impl Call {
     pub(crate) async fn serve<S, ReqBody, ResBody>(
         self,
         inner: S,
-        req: Request<ReqBody>,
+        mut req: Request<ReqBody>,
     ) -> Reply<ResBody, S::Error>
     where
         S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -66,7 +66,8 @@ impl Call {
         ResBody: http_body::Body<Data = Bytes> + Send + 'static,
         ResBody::Error: Send,
     {
-        let asks = Condition::of(req.method(), req.headers());
+        let method = req.method().clone();
+        let asks = Condition::take(&method, req.headers_mut());
         match self.look().await {
             Look::Fresh(entry, now) => {
                 if self.early(&entry, now) {

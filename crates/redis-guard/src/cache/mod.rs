@@ -245,8 +245,10 @@
 //! A malformed header, or a list with one malformed member, is ignored: the full response.
 //! The `304` keeps `Cache-Control`, `Content-Location`, `Date`, `ETag`, `Expires`,
 //! `Last-Modified` and `Vary` ([RFC 9110 §15.4.5](https://www.rfc-editor.org/rfc/rfc9110#section-15.4.5)),
-//! then `Age` and the cache's own headers. The request that computes an entry (a miss) gets
-//! the handler's full response: the handler may answer conditions itself. With
+//! then `Age` and the cache's own headers. The layer answers these two headers itself and
+//! takes them off every request it looks up: the handler always computes a whole response
+//! (its own `304` would be no entry, and would void a stale entry's refresh), and the request
+//! that computes an entry (a miss) gets that whole response. With
 //! [`etag(true)`](CacheLayerBuilder::etag) an entry whose handler sent no `ETag` gets a strong
 //! one from its body (a SHA-256 prefix; not for `HEAD`, which has no body), stored and sent
 //! with it, so that clients can revalidate pages whose handlers know nothing of validators.

@@ -5,6 +5,7 @@
 use std::time::SystemTime;
 
 use base64::Engine as _;
+use http::header::Entry;
 use http::header::{
     CACHE_CONTROL, CONTENT_LOCATION, DATE, ETAG, EXPIRES, HeaderName, IF_MODIFIED_SINCE,
     IF_NONE_MATCH, LAST_MODIFIED, VARY,
@@ -24,19 +25,24 @@ pub(crate) enum Condition {
 }
 
 impl Condition {
-    /// The request's condition. `If-Modified-Since` counts only without `If-None-Match`, on
-    /// `GET` and `HEAD`, and when it is one valid HTTP-date (RFC 9110 §13.1.3).
-    pub(crate) fn of(method: &Method, headers: &HeaderMap) -> Self {
-        let tags: Vec<HeaderValue> = headers.get_all(IF_NONE_MATCH).iter().cloned().collect();
+    /// The request's condition, its headers removed: the cache answers them, and the handler
+    /// computes an entry for every client (given a client's validators it could answer `304`,
+    /// which is no entry, and a refresh would leave a hit-for-pass marker in place of the
+    /// entry). `If-Modified-Since` counts only without `If-None-Match`, on `GET` and `HEAD`,
+    /// and when it is one valid HTTP-date (RFC 9110 §13.1.3).
+    pub(crate) fn take(method: &Method, headers: &mut HeaderMap) -> Self {
+        let since = one_date(headers, &IF_MODIFIED_SINCE);
+        headers.remove(IF_MODIFIED_SINCE);
+        let tags: Vec<HeaderValue> = match headers.entry(IF_NONE_MATCH) {
+            Entry::Occupied(e) => e.remove_entry_mult().1.collect(),
+            Entry::Vacant(_) => Vec::new(),
+        };
         if !tags.is_empty() {
             return Self::NoneMatch(tags);
         }
-        if method != Method::GET && method != Method::HEAD {
-            return Self::Unconditional;
-        }
-        match one_date(headers, &IF_MODIFIED_SINCE) {
-            Some(since) => Self::Since(since),
-            None => Self::Unconditional,
+        match since {
+            Some(since) if method == Method::GET || method == Method::HEAD => Self::Since(since),
+            _ => Self::Unconditional,
         }
     }
 
@@ -161,7 +167,9 @@ mod tests {
                 HeaderValue::from_str(v).unwrap(),
             );
         }
-        Condition::of(&Method::GET, &map)
+        let c = Condition::take(&Method::GET, &mut map);
+        assert!(map.is_empty(), "the condition's headers are taken");
+        c
     }
 
     fn stored(headers: &[(&str, &str)]) -> HeaderMap {
@@ -232,7 +240,7 @@ mod tests {
         assert!(!request(&[("if-modified-since", late)]).unchanged(ok, &HeaderMap::new()));
         let mut map = HeaderMap::new();
         map.insert(IF_MODIFIED_SINCE, HeaderValue::from_static(late));
-        let post = Condition::of(&Method::POST, &map);
+        let post = Condition::take(&Method::POST, &mut map);
         assert!(!post.unchanged(ok, &entry), "GET and HEAD only");
     }
 
