@@ -609,6 +609,194 @@ async fn namespaces_and_credential_headers(h: Harness) {
     assert_eq!(send(&svc, proxy).await.header("x-cache"), "");
 }
 
+/// `GET` of `uri` with these request headers.
+fn get_with(uri: &str, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
+    let mut req = Request::get(uri);
+    for (n, v) in headers {
+        req = req.header(*n, *v);
+    }
+    req.body(Full::default()).expect("request")
+}
+
+/// Issue 23, item 3 and item 2's `Cache-Status`: `304` from the cache on the handler's
+/// validators and on a computed `ETag`; RFC 9211 members for a hit, a stale hit and a miss.
+async fn conditional_requests_and_cache_status(h: Harness) {
+    const MODIFIED: &str = "Sun, 06 Nov 1994 08:49:37 GMT";
+    let handler = app(|req: Request<Full<Bytes>>| async move {
+        match req.uri().path() {
+            "/tagged" => ok(
+                &[
+                    ("etag", "\"v1\""),
+                    ("last-modified", MODIFIED),
+                    ("cache-control", "max-age=10, stale-while-revalidate=100"),
+                    ("content-type", "text/plain"),
+                    ("cache-status", "Origin; fwd=uri-miss"),
+                ],
+                "tagged body",
+            ),
+            "/no-store" => ok(&[("cache-control", "no-store")], "not stored"),
+            // A handler that answers conditions itself.
+            "/validating" if req.headers().contains_key("if-none-match") => {
+                let mut res = ok(&[("etag", "\"h\"")], "");
+                *res.status_mut() = http::StatusCode::NOT_MODIFIED;
+                res
+            }
+            "/validating" => ok(&[("etag", "\"h\"")], "validated body"),
+            _ => ok(&[], "plain body"),
+        }
+    });
+    let layer = builder(&h).await.etag(true).build().expect("layer");
+    let svc = cached(&layer, &handler);
+    let status = |r: &Reply| {
+        (
+            r.status,
+            r.header("x-cache").to_owned(),
+            r.header("cache-status").to_owned(),
+            r.body.clone(),
+        )
+    };
+    let reply =
+        |code, x: &str, cs: &str, body: &str| (code, x.to_owned(), cs.to_owned(), body.to_owned());
+
+    // The computing request is answered in full, condition or not.
+    let miss = send(&svc, get_with("/tagged", &[("if-none-match", "\"v1\"")])).await;
+    assert_eq!(
+        status(&miss),
+        reply(
+            200,
+            "MISS",
+            "Origin; fwd=uri-miss, redis-guard; fwd=miss; stored",
+            "tagged body"
+        )
+    );
+    assert_eq!(miss.header("etag"), "\"v1\"", "the handler's ETag is kept");
+    let hit_status = "Origin; fwd=uri-miss, redis-guard; hit; ttl=10";
+    for condition in [
+        ("if-none-match", "\"v1\""),
+        ("if-none-match", "W/\"v1\""),
+        ("if-none-match", "\"v0\", \"v1\""),
+        ("if-none-match", "*"),
+        ("if-modified-since", MODIFIED),
+        ("if-modified-since", "Mon, 07 Nov 1994 08:49:37 GMT"),
+    ] {
+        let r = send(&svc, get_with("/tagged", &[condition])).await;
+        assert_eq!(
+            status(&r),
+            reply(304, "HIT", hit_status, ""),
+            "{condition:?}"
+        );
+        assert_eq!(
+            (
+                r.header("etag"),
+                r.header("last-modified"),
+                r.header("cache-control"),
+                r.header("content-type"),
+            ),
+            (
+                "\"v1\"",
+                MODIFIED,
+                "max-age=10, stale-while-revalidate=100",
+                ""
+            ),
+            "{condition:?}"
+        );
+        assert!(!r.header("age").is_empty(), "{condition:?}");
+    }
+    for conditions in [
+        &[("if-none-match", "\"v2\"")][..],
+        &[("if-none-match", "\"v1")],
+        &[("if-none-match", "v1")],
+        &[("if-none-match", "\"v1\" junk")],
+        &[("if-modified-since", "Sun, 06 Nov 1994 08:49:36 GMT")],
+        &[("if-modified-since", "yesterday")],
+        &[("if-modified-since", "Sun, 99 Nov 1994 08:49:37 GMT")],
+        // If-None-Match rules alone when both are sent.
+        &[("if-none-match", "\"v2\""), ("if-modified-since", MODIFIED)],
+    ] {
+        let r = send(&svc, get_with("/tagged", conditions)).await;
+        assert_eq!(
+            status(&r),
+            reply(200, "HIT", hit_status, "tagged body"),
+            "{conditions:?}"
+        );
+    }
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
+
+    // No ETag from the handler: one computed from the body, stored and sent, and matched.
+    let first = send(&svc, get("/plain")).await;
+    let etag = first.header("etag").to_owned();
+    assert!(
+        etag.len() > 2 && etag.starts_with('"') && etag.ends_with('"'),
+        "{etag}"
+    );
+    let r = send(&svc, get_with("/plain", &[("if-none-match", &etag)])).await;
+    assert_eq!(
+        status(&r),
+        reply(304, "HIT", "redis-guard; hit; ttl=60", "")
+    );
+    assert_eq!(r.header("etag"), etag);
+    let r = send(&svc, get_with("/plain", &[("if-none-match", "\"other\"")])).await;
+    assert_eq!(
+        (r.status, r.header("etag"), r.body.as_str()),
+        (200, etag.as_str(), "plain body")
+    );
+    // A HEAD response has no body to compute one from.
+    let head = Request::head("/plain")
+        .body(Full::default())
+        .expect("request");
+    assert_eq!(send(&svc, head).await.header("etag"), "");
+    // Without `etag(true)` no ETag is made up.
+    let bare = cached(
+        &builder(&h).await.namespace("bare").build().expect("layer"),
+        &handler,
+    );
+    assert_eq!(send(&bare, get("/plain")).await.header("etag"), "");
+    assert_eq!(send(&bare, get("/plain")).await.header("etag"), "");
+
+    // Not stored: a miss that says so, and never a 304.
+    for _ in 0..2 {
+        let r = send(&svc, get_with("/no-store", &[("if-none-match", "*")])).await;
+        assert_eq!(
+            status(&r),
+            reply(200, "MISS", "redis-guard; fwd=miss", "not stored")
+        );
+    }
+
+    // The handler is asked without the client's validators: its answer is an entry.
+    let r = send(&svc, get_with("/validating", &[("if-none-match", "\"h\"")])).await;
+    assert_eq!(
+        status(&r),
+        reply(
+            200,
+            "MISS",
+            "redis-guard; fwd=miss; stored",
+            "validated body"
+        )
+    );
+    let r = send(&svc, get_with("/validating", &[("if-none-match", "\"h\"")])).await;
+    assert_eq!(
+        status(&r),
+        reply(304, "HIT", "redis-guard; hit; ttl=60", "")
+    );
+
+    // Stale (past 10 s, inside the 100 s window): a hit with a negative ttl, 304 or 200.
+    let calls = handler.calls.load(Ordering::SeqCst);
+    // Half a second off a whole one, so that the time the requests take never changes the ttl.
+    h.wait(Duration::from_millis(20_500)).await;
+    let stale_status = "Origin; fwd=uri-miss, redis-guard; hit; ttl=-10";
+    let r = send(&svc, get_with("/tagged", &[("if-none-match", "\"v1\"")])).await;
+    assert_eq!(status(&r), reply(304, "STALE", stale_status, ""));
+    let r = send(&svc, get("/tagged")).await;
+    let (code, x) = (r.status, r.header("x-cache").to_owned());
+    assert_eq!((code, r.body.as_str()), (200, "tagged body"));
+    assert!(x == "STALE" || x == "HIT", "{x}");
+    // The background refresh lands.
+    while fetch(&svc, "/tagged").await.0 != "HIT" {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(handler.calls.load(Ordering::SeqCst), calls + 1);
+}
+
 backend_suite!(
     two_hundred_cold_requests_compute_once,
     a_stale_copy_is_served_without_waiting,
@@ -621,6 +809,7 @@ backend_suite!(
     errors_are_cached_only_when_the_handler_says_so,
     normalized_queries_share_an_entry,
     namespaces_and_credential_headers,
+    conditional_requests_and_cache_status,
 );
 
 /// The cache's entry keys, by scanning.

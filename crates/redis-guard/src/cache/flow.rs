@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::AGE;
-use http::{HeaderValue, Request, Response, response};
+use http::header::{AGE, ETAG};
+use http::{HeaderValue, Request, Response, StatusCode, response};
 use tower_service::Service;
 
 use super::CacheTags;
@@ -14,36 +14,11 @@ use super::body::{Collected, ResponseBody, collect};
 use super::entry::{Entry, Kind, Stored, decode, encode};
 use super::policy::life;
 use super::shared::Shared;
+use super::status::Outcome;
 use super::store::Write;
+use super::validate::{Condition, etag_of, not_modified};
 use crate::backend::{BackendError, LockGuard};
 use crate::served::SessionMark;
-
-/// What the response header says.
-#[derive(Clone, Copy, Debug)]
-enum Outcome {
-    Hit,
-    Miss,
-    Stale,
-}
-
-impl Outcome {
-    /// The header value, after counting the response
-    /// ([`Metric::CacheResponses`](crate::telemetry::Metric::CacheResponses)).
-    fn value(self) -> HeaderValue {
-        let (header, label) = match self {
-            Self::Hit => ("HIT", "hit"),
-            Self::Miss => ("MISS", "miss"),
-            Self::Stale => ("STALE", "stale"),
-        };
-        crate::telemetry::count(
-            crate::telemetry::Metric::CacheResponses,
-            "result",
-            label.into(),
-            1,
-        );
-        HeaderValue::from_static(header)
-    }
-}
 
 /// What the store holds for a key, as this request may use it.
 pub(crate) enum Look {
@@ -81,7 +56,7 @@ impl Call {
     pub(crate) async fn serve<S, ReqBody, ResBody>(
         self,
         inner: S,
-        req: Request<ReqBody>,
+        mut req: Request<ReqBody>,
     ) -> Reply<ResBody, S::Error>
     where
         S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -91,23 +66,25 @@ impl Call {
         ResBody: http_body::Body<Data = Bytes> + Send + 'static,
         ResBody::Error: Send,
     {
+        let method = req.method().clone();
+        let asks = Condition::take(&method, req.headers_mut());
         match self.look().await {
             Look::Fresh(entry, now) => {
                 if self.early(&entry, now) {
                     return self.compute(inner, req, Some(now), false).await;
                 }
-                Ok(self.respond(entry, now, Outcome::Hit))
+                Ok(self.respond(entry, now, &asks))
             }
             Look::Stale(entry, now) => {
                 self.refresh(inner, req).await;
-                Ok(self.respond(entry, now, Outcome::Stale))
+                Ok(self.respond(entry, now, &asks))
             }
             Look::Pass(now) => self.compute(inner, req, Some(now), false).await,
             Look::Failed(_) => self.compute(inner, req, None, false).await,
             Look::Absent(now) if self.shared.stampede.xfetch.is_some() => {
                 self.compute(inner, req, Some(now), false).await
             }
-            Look::Absent(now) => self.wait_or_compute(inner, req, now).await,
+            Look::Absent(now) => self.wait_or_compute(inner, req, now, &asks).await,
         }
     }
 
@@ -181,21 +158,28 @@ impl Call {
         early
     }
 
-    /// A response from a stored entry.
+    /// A response from a stored entry (fresh or stale): `304 Not Modified` when the request's
+    /// condition says the client has it already.
     fn respond<B: http_body::Body>(
         &self,
         entry: Entry,
         now: u64,
-        outcome: Outcome,
+        asks: &Condition,
     ) -> Response<ResponseBody<B>> {
-        let mut res = Response::new(ResponseBody::full(entry.body));
-        *res.status_mut() = entry.status;
-        *res.headers_mut() = entry.headers;
+        let (status, mut headers, body) = if asks.unchanged(entry.status, &entry.headers) {
+            let mut headers = entry.headers;
+            not_modified(&mut headers);
+            (StatusCode::NOT_MODIFIED, headers, Bytes::new())
+        } else {
+            (entry.status, entry.headers, entry.body)
+        };
         let filled = entry.times.started.saturating_add(entry.times.delta);
         let age = now.saturating_sub(filled) / 1_000_000;
-        res.headers_mut().insert(AGE, HeaderValue::from(age));
-        res.headers_mut()
-            .insert(self.shared.header.clone(), outcome.value());
+        headers.insert(AGE, HeaderValue::from(age));
+        Outcome::served(entry.times.fresh_until, now).mark(&self.shared.header, &mut headers);
+        let mut res = Response::new(ResponseBody::full(body));
+        *res.status_mut() = status;
+        *res.headers_mut() = headers;
         res
     }
 
@@ -205,6 +189,7 @@ impl Call {
         inner: S,
         req: Request<ReqBody>,
         now: u64,
+        asks: &Condition,
     ) -> Reply<ResBody, S::Error>
     where
         S: Service<Request<ReqBody>, Response = Response<ResBody>>,
@@ -214,7 +199,7 @@ impl Call {
             Waited::Lease(guard, look) => {
                 // Whoever held the lease before may have filled it since our read.
                 let reply = match look {
-                    Look::Fresh(entry, at) => Ok(self.respond(entry, at, Outcome::Hit)),
+                    Look::Fresh(entry, at) => Ok(self.respond(entry, at, asks)),
                     Look::Absent(at) | Look::Stale(_, at) | Look::Pass(at) => {
                         self.compute(inner, req, Some(at), true).await
                     }
@@ -223,8 +208,9 @@ impl Call {
                 release(guard).await;
                 reply
             }
-            Waited::Found(Look::Fresh(entry, at)) => Ok(self.respond(entry, at, Outcome::Hit)),
-            Waited::Found(Look::Stale(entry, at)) => Ok(self.respond(entry, at, Outcome::Stale)),
+            Waited::Found(Look::Fresh(entry, at) | Look::Stale(entry, at)) => {
+                Ok(self.respond(entry, at, asks))
+            }
             Waited::Found(Look::Pass(at) | Look::Absent(at)) | Waited::Alone(at) => {
                 self.compute(inner, req, Some(at), false).await
             }
@@ -342,6 +328,8 @@ impl Call {
         // A session layer outside marks the request; one inside marks the response. Either
         // way the mark says, once the handler is done, whether the page depends on a session.
         let asked = req.extensions().get::<SessionMark>().cloned();
+        // A HEAD response has no body to hash: its ETag would not be the GET's.
+        let head = req.method() == http::Method::HEAD;
         let res = inner.call(req).await?;
         let (mut parts, body) = res.into_parts();
         let tags = self.take_tags(&mut parts);
@@ -366,9 +354,9 @@ impl Call {
                 if let (true, true, Some(started)) = (holds, leaves_marker, started) {
                     self.pass(started).await;
                 }
-                return Ok(self.finish(parts, ResponseBody::inner(body)));
+                return Ok(self.finish(parts, ResponseBody::inner(body), false));
             }
-            (Ok(_), None) => return Ok(self.finish(parts, ResponseBody::inner(body))),
+            (Ok(_), None) => return Ok(self.finish(parts, ResponseBody::inner(body), false)),
         };
         let bytes = match collect(body, shared.body_limit).await {
             Ok(Collected::Whole(bytes)) => bytes,
@@ -377,10 +365,17 @@ impl Call {
                 if holds {
                     self.pass(started).await;
                 }
-                return Ok(self.finish(parts, rest));
+                return Ok(self.finish(parts, rest, false));
             }
-            Err(e) => return Ok(self.finish(parts, ResponseBody::failed(e))),
+            Err(e) => return Ok(self.finish(parts, ResponseBody::failed(e), false)),
         };
+        if shared.etag
+            && !head
+            && !parts.headers.contains_key(ETAG)
+            && let Some(tag) = etag_of(&bytes)
+        {
+            parts.headers.insert(ETAG, tag);
+        }
         let jitter = life.fresh.mul_f64(shared.jitter * shared.random.draw());
         let write = Write {
             kind: Kind::Entry,
@@ -389,10 +384,14 @@ impl Call {
             stale: life.stale,
             blob: encode(&self.digest, parts.status, &parts.headers, &tags, &bytes),
         };
-        if let Err(e) = shared.store.0.write(&self.digest, write).await {
-            tracing::warn!(error = %e, "cache fill failed");
-        }
-        Ok(self.finish(parts, ResponseBody::full(bytes)))
+        let stored = match shared.store.0.write(&self.digest, write).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "cache fill failed");
+                false
+            }
+        };
+        Ok(self.finish(parts, ResponseBody::full(bytes), stored))
     }
 
     /// Leaves a hit-for-pass marker for as long as the lease.
@@ -431,14 +430,14 @@ impl Call {
         tags
     }
 
+    /// The handler's response, marked a miss (`stored` when this request filled the entry).
     fn finish<B: http_body::Body>(
         &self,
         mut parts: response::Parts,
         body: ResponseBody<B>,
+        stored: bool,
     ) -> Response<ResponseBody<B>> {
-        parts
-            .headers
-            .insert(self.shared.header.clone(), Outcome::Miss.value());
+        Outcome::Miss { stored }.mark(&self.shared.header, &mut parts.headers);
         Response::from_parts(parts, body)
     }
 }

@@ -84,6 +84,7 @@ impl CacheLayer {
                 body_limit: DEFAULT_BODY_LIMIT,
                 header: HeaderName::from_static("x-cache"),
                 tags_header: HeaderName::from_static("x-cache-tags"),
+                etag: false,
                 stampede: Stampede::lock(),
                 random: Random::default(),
                 tag_space: None,
@@ -152,6 +153,20 @@ impl CacheLayerBuilder {
 
         /// The stampede protection (default [`Stampede::lock`]).
         pub fn stampede(stampede: Stampede) => shared.stampede;
+
+        /// Whether an entry whose handler sent no `ETag` gets a strong one computed from its
+        /// body (SHA-256), stored with it and sent on every response made from it, so that
+        /// `If-None-Match` is answered `304` from the cache (default `false`: it costs a hash
+        /// of each body filled, and changes what the handler sent). A handler's own `ETag`
+        /// is always kept and used; see the [module docs](super#conditional-requests).
+        ///
+        /// ```
+        /// use redis_guard::cache::{CacheLayer, MemoryCacheStore};
+        /// let layer = CacheLayer::builder(MemoryCacheStore::new()).etag(true).build()?;
+        /// # let _ = layer;
+        /// # Ok::<(), redis_guard::ConfigError>(())
+        /// ```
+        pub fn etag(on: bool) => shared.etag;
     }
 
     /// Request headers whose values go into the key: one entry per combination (e.g.

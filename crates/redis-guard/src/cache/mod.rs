@@ -34,7 +34,9 @@
 //! Every response to a request the layer looks up says where it came from in `x-cache`
 //! ([`header`](CacheLayerBuilder::header)): `HIT` (stored and fresh), `STALE` (stored, past
 //! its freshness, inside its stale window: served while one request refreshes it), or `MISS`
-//! (computed by the handler for this request). Stored responses also carry `Age`. With the
+//! (computed by the handler for this request), and in RFC 9211 `Cache-Status` (see
+//! [Conditional requests and `Cache-Status`](#conditional-requests-and-cache-status)). Stored
+//! responses also carry `Age`. With the
 //! `metrics` feature each of them is counted in
 //! [`redis_guard_cache_responses_total`](crate::telemetry::Metric::CacheResponses) by `result` (`hit`,
 //! `stale`, `miss`): the hit ratio.
@@ -228,12 +230,50 @@
 //!   [`invalidate_tag`](ValueCache::invalidate_tag), as the layer's, in a space of their own:
 //!   a layer's invalidation never voids a value, nor the reverse).
 //!
+//! # Conditional requests and `Cache-Status`
+//!
+//! An entry keeps the handler's headers, `ETag` and `Last-Modified` among them. A request
+//! answered from an entry (fresh or stale) gets **`304 Not Modified`**, with no body and
+//! without reaching the handler, when the stored status is a 2xx and
+//! ([RFC 9110 §13](https://www.rfc-editor.org/rfc/rfc9110#section-13)):
+//!
+//! - its `If-None-Match` (every field line, a list of entity-tags) names the stored `ETag` by
+//!   weak comparison (`W/"a"` matches `"a"`), or is `*`;
+//! - or, only when it has no `If-None-Match`, its `If-Modified-Since` (one valid HTTP-date, in
+//!   any of the three forms) is not older than the stored `Last-Modified`.
+//!
+//! A malformed header, or a list with one malformed member, is ignored: the full response.
+//! The `304` keeps `Cache-Control`, `Content-Location`, `Date`, `ETag`, `Expires`,
+//! `Last-Modified` and `Vary` ([RFC 9110 §15.4.5](https://www.rfc-editor.org/rfc/rfc9110#section-15.4.5)),
+//! then `Age` and the cache's own headers. The layer answers these two headers itself and
+//! takes them off every request it looks up: the handler always computes a whole response
+//! (its own `304` would be no entry, and would void a stale entry's refresh), and the request
+//! that computes an entry (a miss) gets that whole response. With
+//! [`etag(true)`](CacheLayerBuilder::etag) an entry whose handler sent no `ETag` gets a strong
+//! one from its body (a SHA-256 prefix; not for `HEAD`, which has no body), stored and sent
+//! with it, so that clients can revalidate pages whose handlers know nothing of validators.
+//!
+//! [`Cache-Status`](https://www.rfc-editor.org/rfc/rfc9211) says the same as `x-cache`, in
+//! the standard's terms, as the last member after those of caches nearer the origin:
+//!
+//! | Response | `Cache-Status` member |
+//! |---|---|
+//! | fresh entry | `redis-guard; hit; ttl=<seconds of freshness left, 1 or more>` |
+//! | stale entry | `redis-guard; hit; ttl=<0 or less>` |
+//! | computed and stored | `redis-guard; fwd=miss; stored` |
+//! | computed, not stored | `redis-guard; fwd=miss` |
+//!
+//! A stale entry is a `hit`, not `fwd=stale`: the request is answered from the cache and not
+//! forwarded (RFC 9211 §2.1), and a `ttl` of zero or less says the response is stale (§2.4;
+//! §3 shows such a "stale hit"). The refresh it starts runs apart from it.
+//!
 //! # Differences from an HTTP cache
 //!
 //! This is a server-side cache for the application's own responses, not an RFC 9111 shared
-//! cache: it does not revalidate with `ETag`/`Last-Modified`, and it ignores the request's
-//! `Cache-Control`. It forwards the handler's `Cache-Control` untouched, so browsers and CDNs
-//! in front apply their own rules.
+//! cache: it answers conditional requests from its entries but never revalidates an entry with
+//! the handler (it recomputes it), and it ignores the request's `Cache-Control`. It forwards
+//! the handler's `Cache-Control` untouched, so browsers and CDNs in front apply their own
+//! rules.
 
 mod body;
 mod entry;
@@ -247,8 +287,10 @@ mod redis_store;
 mod service;
 mod shared;
 mod stampede;
+mod status;
 mod store;
 mod tags;
+mod validate;
 mod value;
 
 pub use body::ResponseBody;

@@ -17,6 +17,8 @@ pub(crate) struct Shared {
     pub(crate) body_limit: usize,
     pub(crate) header: HeaderName,
     pub(crate) tags_header: HeaderName,
+    /// Whether an entry whose handler sent no `ETag` gets one computed from its body.
+    pub(crate) etag: bool,
     pub(crate) stampede: Stampede,
     pub(crate) random: Random,
     /// Whose tags these are: `None` for the layer's, a name of their own for the value

@@ -86,6 +86,7 @@ impl ValueCache {
                 body_limit: usize::MAX,
                 header: http::HeaderName::from_static("x-cache"),
                 tags_header: http::HeaderName::from_static("x-cache-tags"),
+                etag: false,
                 stampede: Stampede::lock(),
                 random: Random::default(),
                 tag_space: Some("rg-value-tag"),

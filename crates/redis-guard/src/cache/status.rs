@@ -1,0 +1,117 @@
+//! What a response says about where it came from: `x-cache` and RFC 9211 `Cache-Status`.
+
+use http::header::HeaderName;
+use http::{HeaderMap, HeaderValue};
+
+/// This cache's name in `Cache-Status`.
+const NAME: &str = "redis-guard";
+
+/// `Cache-Status` (RFC 9211); `http` has no constant for it.
+const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
+
+/// How a response was served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// From a fresh entry; `ttl` its remaining freshness (s).
+    Hit { ttl: i64 },
+    /// From an entry past its freshness, inside its stale window; `ttl` ≤ 0.
+    Stale { ttl: i64 },
+    /// Computed by the handler for this request; `stored` when the fill was written.
+    Miss { stored: bool },
+}
+
+impl Outcome {
+    /// A hit from an entry fresh until `fresh_until`, at `now` (µs on the store's clock).
+    pub(crate) fn served(fresh_until: u64, now: u64) -> Self {
+        // Whole seconds, rounded up: a fresh entry says 1 or more, a stale one 0 or less.
+        let past = i128::from(now) - i128::from(fresh_until);
+        let ttl = i64::try_from(-past.div_euclid(1_000_000)).unwrap_or(i64::MIN);
+        if now < fresh_until {
+            Self::Hit { ttl }
+        } else {
+            Self::Stale { ttl }
+        }
+    }
+
+    /// Marks `headers`: `header` (`x-cache`) says `HIT`, `STALE` or `MISS`, and this cache's
+    /// member goes last in `Cache-Status`, after those of the caches nearer the origin
+    /// (RFC 9211 §2). Counts the response
+    /// ([`Metric::CacheResponses`](crate::telemetry::Metric::CacheResponses)).
+    pub(crate) fn mark(self, header: &HeaderName, headers: &mut HeaderMap) {
+        // A stale entry served without forwarding the request is a hit with a ttl of zero or
+        // less (RFC 9211 §2.1, §2.4, and §3's "stale hit" example); `fwd=stale` would say the
+        // request went to the handler, which it did not.
+        let (value, label, member) = match self {
+            Self::Hit { ttl } => ("HIT", "hit", format!("{NAME}; hit; ttl={ttl}")),
+            Self::Stale { ttl } => ("STALE", "stale", format!("{NAME}; hit; ttl={ttl}")),
+            Self::Miss { stored: true } => ("MISS", "miss", format!("{NAME}; fwd=miss; stored")),
+            Self::Miss { stored: false } => ("MISS", "miss", format!("{NAME}; fwd=miss")),
+        };
+        crate::telemetry::count(
+            crate::telemetry::Metric::CacheResponses,
+            "result",
+            label.into(),
+            1,
+        );
+        headers.insert(header.clone(), HeaderValue::from_static(value));
+        let mut list = Vec::new();
+        for before in headers.get_all(&CACHE_STATUS) {
+            list.extend_from_slice(before.as_bytes());
+            list.extend_from_slice(b", ");
+        }
+        list.extend_from_slice(member.as_bytes());
+        // The earlier members are header values already, and ours is ASCII.
+        if let Ok(joined) = HeaderValue::from_bytes(&list) {
+            headers.insert(CACHE_STATUS, joined);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marked(outcome: Outcome, before: &[&str]) -> String {
+        let mut headers = HeaderMap::new();
+        for b in before {
+            headers.append(CACHE_STATUS, HeaderValue::from_str(b).unwrap());
+        }
+        outcome.mark(&HeaderName::from_static("x-cache"), &mut headers);
+        assert_eq!(headers.get_all(&CACHE_STATUS).iter().count(), 1);
+        headers[&CACHE_STATUS].to_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn members_follow_rfc_9211_and_go_last() {
+        assert_eq!(Outcome::served(5_500_000, 0), Outcome::Hit { ttl: 6 });
+        assert_eq!(Outcome::served(5_000_000, 0), Outcome::Hit { ttl: 5 });
+        assert_eq!(
+            Outcome::served(1_000_001, 1_000_000),
+            Outcome::Hit { ttl: 1 }
+        );
+        assert_eq!(
+            Outcome::served(1_000_000, 1_000_000),
+            Outcome::Stale { ttl: 0 }
+        );
+        assert_eq!(Outcome::served(0, 2_500_000), Outcome::Stale { ttl: -2 });
+        assert_eq!(
+            marked(Outcome::Hit { ttl: 5 }, &[]),
+            "redis-guard; hit; ttl=5"
+        );
+        assert_eq!(
+            marked(Outcome::Stale { ttl: -3 }, &[]),
+            "redis-guard; hit; ttl=-3"
+        );
+        assert_eq!(
+            marked(
+                Outcome::Miss { stored: true },
+                &["Origin; fwd=miss", "Db; hit"]
+            ),
+            "Origin; fwd=miss, Db; hit, redis-guard; fwd=miss; stored"
+        );
+        assert_eq!(
+            marked(Outcome::Miss { stored: false }, &[]),
+            "redis-guard; fwd=miss"
+        );
+    }
+}
