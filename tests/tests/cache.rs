@@ -180,6 +180,16 @@ async fn a_stale_copy_is_served_without_waiting(h: Harness) {
             .expect("task");
         assert_eq!(reply, pair("STALE", "v1"));
     }
+    // The refresh is a spawned task: under load it may not have reached the handler yet when
+    // the 200 answers are in. Wait for it (bounded), then count.
+    let refresh = async {
+        while handler.calls.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), refresh)
+        .await
+        .expect("the background refresh never reached the handler");
     assert_eq!(
         handler.calls.load(Ordering::SeqCst),
         2,
