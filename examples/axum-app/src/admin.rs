@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{FromRequestParts, Path};
+use axum::http::StatusCode;
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
@@ -102,24 +102,9 @@ pub(crate) fn routes(
         .with_state(admin)
 }
 
-/// An RFC 9457 problem response.
+/// An RFC 9457 problem response ([`example_shared::csrf::problem`]).
 pub(crate) fn problem(status: StatusCode, detail: &str) -> Response {
-    let mut res = (
-        status,
-        json!({
-            "type": "about:blank",
-            "title": status.canonical_reason().unwrap_or("error"),
-            "status": status.as_u16(),
-            "detail": detail,
-        })
-        .to_string(),
-    )
-        .into_response();
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    res
+    example_shared::csrf::problem(status, detail).into_response()
 }
 
 /// Why an admin request is refused.

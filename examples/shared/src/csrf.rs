@@ -27,7 +27,7 @@ pub fn refusal(method: &Method, headers: &HeaderMap) -> Option<Response<String>>
     }
     if let Some(site) = headers.get("sec-fetch-site") {
         if !matches!(site.as_bytes(), b"same-origin" | b"none") {
-            return Some(refuse(
+            return Some(problem(
                 StatusCode::FORBIDDEN,
                 "cross-site request refused (Sec-Fetch-Site)",
             ));
@@ -35,13 +35,13 @@ pub fn refusal(method: &Method, headers: &HeaderMap) -> Option<Response<String>>
     } else if let Some(origin) = headers.get(header::ORIGIN)
         && !same_origin(origin, headers.get(header::HOST))
     {
-        return Some(refuse(
+        return Some(problem(
             StatusCode::FORBIDDEN,
             "cross-site request refused (Origin does not match Host)",
         ));
     }
     if !is_json(headers.get(header::CONTENT_TYPE)) {
-        return Some(refuse(
+        return Some(problem(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "send Content-Type: application/json",
         ));
@@ -69,10 +69,12 @@ fn is_json(content_type: Option<&HeaderValue>) -> bool {
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
-fn refuse(status: StatusCode, detail: &str) -> Response<String> {
+/// An RFC 9457 problem response (`application/problem+json`): the status, its reason as
+/// title, and `detail`. The demo apps answer every refusal with one.
+pub fn problem(status: StatusCode, detail: &str) -> Response<String> {
     let body = serde_json::json!({
         "type": "about:blank",
-        "title": status.canonical_reason().unwrap_or("refused"),
+        "title": status.canonical_reason().unwrap_or("error"),
         "status": status.as_u16(),
         "detail": detail,
     });
