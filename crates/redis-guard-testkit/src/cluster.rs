@@ -1,11 +1,11 @@
+use crate::process::Watched;
 use crate::process::fresh_dir;
-use crate::server::{LOG_FILE, OUTPUT_FILE, TestkitError, spawn_redis};
+use crate::server::{LOG_FILE, OUTPUT_FILE, TestkitError, spawn_redis_watched};
 use std::collections::hash_map::RandomState;
 use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hasher};
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -31,6 +31,8 @@ const POLL: Duration = Duration::from_millis(25);
 /// `ADDSLOTS` batch size when `ADDSLOTSRANGE` (Redis 7.0+) is not available.
 const ADDSLOTS_BATCH: usize = 1024;
 
+mod spares;
+
 /// A Redis Cluster of three masters (no replicas), each a private `redis-server` on a free
 /// `127.0.0.1` port with no persistence, all killed when dropped.
 ///
@@ -43,10 +45,11 @@ pub struct RedisCluster {
     nodes: Vec<Node>,
 }
 
-/// One `redis-server` child process, killed and its directory removed on drop.
+/// One `redis-server` child process, killed and its directory removed on drop, or when this
+/// process exits (it may belong to a cluster started ahead that nobody took).
 #[derive(Debug)]
 struct Node {
-    child: Child,
+    process: Watched,
     port: u16,
     dir: PathBuf,
 }
@@ -55,15 +58,19 @@ impl RedisCluster {
     /// Starts three cluster-enabled nodes, assigns them the hash slots, joins them with
     /// `CLUSTER MEET` and waits until all of them agree the cluster is healthy.
     ///
-    /// Takes about two seconds: Redis keeps a fresh master's cluster state at `fail` for its
-    /// first two seconds.
+    /// A cluster takes about two seconds to start, whatever the machine does: Redis keeps a
+    /// fresh master's cluster state at `fail` for its first two seconds. So that a test binary
+    /// with many cluster tests waits for that once rather than once per test, clusters are
+    /// started ahead, in the background, a few at a time, and this hands out one of them (a
+    /// cluster nobody used: no keys, no scripts). Their nodes are killed when this process
+    /// exits, also those of clusters nobody took.
     ///
     /// # Errors
     ///
     /// `redis-server` is missing, or the cluster did not come up in a few attempts (the error
     /// carries what was missing and every node's log). Nothing is left running on failure.
     pub fn start() -> Result<Self, TestkitError> {
-        Self::start_with(&[])
+        spares::take()
     }
 
     /// Like [`start`](Self::start), with extra `redis-server` arguments for every node (e.g.
@@ -74,6 +81,15 @@ impl RedisCluster {
     ///
     /// As [`start`](Self::start).
     pub fn start_with(extra: &[&str]) -> Result<Self, TestkitError> {
+        if extra.is_empty() {
+            return spares::take();
+        }
+        Self::start_now(extra)
+    }
+
+    /// Starts a cluster in this thread (what [`start_with`](Self::start_with) does for extra
+    /// arguments, and the spares' thread for none).
+    fn start_now(extra: &[&str]) -> Result<Self, TestkitError> {
         let mut last = None;
         for attempt in 1..=ATTEMPTS {
             match Self::try_start(extra) {
@@ -154,7 +170,7 @@ impl RedisCluster {
     /// Fails, with the logs, if any node has exited.
     fn check_alive(&mut self) -> Result<(), TestkitError> {
         for i in 0..self.nodes.len() {
-            if let Ok(Some(status)) = self.nodes[i].child.try_wait() {
+            if let Ok(Some(status)) = self.nodes[i].process.child.try_wait() {
                 let port = self.nodes[i].port;
                 return Err(self.fail(format_args!(
                     "node 127.0.0.1:{port} exited with {status} (a taken port {port} or cluster \
@@ -320,8 +336,7 @@ impl RedisCluster {
         let Some(node) = self.nodes.get_mut(i) else {
             panic!("RedisCluster::kill_node({i}): the cluster has {n} nodes");
         };
-        let _ = node.child.kill();
-        let _ = node.child.wait();
+        node.process.stop();
     }
 
     /// Every node's log so far, each under a header naming the node.
@@ -432,7 +447,7 @@ impl Drop for RedisCluster {
         // Kill them all first so they go down together; each `Node`'s drop then reaps its
         // process and removes its directory.
         for node in &mut self.nodes {
-            let _ = node.child.kill();
+            node.process.signal_stop();
         }
     }
 }
@@ -450,8 +465,8 @@ impl Node {
             "5000",
         ];
         let args: Vec<&str> = cluster.iter().chain(extra).copied().collect();
-        let child = spawn_redis(port, &dir, &args)?;
-        Ok(Self { child, port, dir })
+        let process = spawn_redis_watched(port, &dir, &args)?;
+        Ok(Self { process, port, dir })
     }
 
     fn log_path(&self) -> PathBuf {
@@ -465,8 +480,7 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -3,7 +3,7 @@
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A fresh, empty directory `$TMPDIR/redis-guard-{kind}-{pid}-{n}-{port}` (with `n` unique in
@@ -38,4 +38,86 @@ pub(crate) fn spawn_in(command: &mut Command, dir: &Path, output: &str) -> io::R
         let _ = std::fs::remove_dir_all(dir);
     }
     spawned
+}
+
+/// The shell around a watched process: `$1` is its directory, the rest its command line. The
+/// process runs with stdin closed; a second shell reads the watchdog's own stdin, a pipe whose
+/// other end only the test process holds, and kills the process (`SIGKILL`) when the pipe
+/// closes: when the test drops its end, or when the test process exits, however it exits. The
+/// watchdog itself exits with the process, so a process that dies on its own (a taken port) is
+/// seen exiting. The directory is removed when the pipe closed it, kept (for its logs) when the
+/// process died on its own.
+const WATCHDOG: &str = r#"d=$1; shift
+exec 3<&0
+"$@" </dev/null 3<&- &
+r=$!
+(read _ <&3; kill -9 "$r" 2>/dev/null; exit 0) &
+w=$!
+exec 3<&-
+wait "$r"; s=$?
+kill "$w" 2>/dev/null
+if wait "$w"; then rm -rf "$d"; fi
+exit "$s""#;
+
+/// A process started by [`spawn_watched`]: dropping [`stop`](Self::stop)'s pipe kills it.
+#[derive(Debug)]
+pub(crate) struct Watched {
+    /// The watchdog shell (it exits when the process does).
+    pub(crate) child: Child,
+    /// Held open while the process should run.
+    pipe: Option<ChildStdin>,
+}
+
+impl Watched {
+    /// Kills the process (`SIGKILL`) and waits for it to exit. Stopping a stopped process does
+    /// nothing.
+    pub(crate) fn stop(&mut self) {
+        drop(self.pipe.take());
+        let _ = self.child.wait();
+    }
+
+    /// Closes the pipe without waiting: the process is killed soon after. [`stop`](Self::stop)
+    /// then only waits.
+    pub(crate) fn signal_stop(&mut self) {
+        drop(self.pipe.take());
+    }
+}
+
+/// Starts `command` as [`spawn_in`] does, under a watchdog shell that kills it once the
+/// returned [`Watched`] is stopped or dropped *or this process exits*: for processes that may
+/// outlive every owner in this process (clusters started ahead, in a static, which is never
+/// dropped).
+pub(crate) fn spawn_watched(command: &Command, dir: &Path, output: &str) -> io::Result<Watched> {
+    let mut shell = Command::new("sh");
+    shell
+        .arg("-c")
+        .arg(WATCHDOG)
+        .arg("redis-guard-watchdog")
+        .arg(dir)
+        .arg(command.get_program())
+        .args(command.get_args());
+    let out = File::create(dir.join(output)).and_then(|out| Ok((out.try_clone()?, out)));
+    let spawned = out.and_then(|(stdout, stderr)| {
+        shell
+            .stdin(Stdio::piped())
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+    });
+    match spawned {
+        Ok(mut child) => {
+            let pipe = child.stdin.take();
+            Ok(Watched { child, pipe })
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(dir);
+            Err(e)
+        }
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }

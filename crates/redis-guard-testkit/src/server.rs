@@ -5,7 +5,7 @@ use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::process::{fresh_dir, spawn_in};
+use crate::process::{Watched, fresh_dir, spawn_in, spawn_watched};
 
 /// A `redis-server`'s log file, in its directory.
 pub(crate) const LOG_FILE: &str = "redis.log";
@@ -267,6 +267,39 @@ pub(crate) fn spawn_redis(
     dir: &Path,
     extra: &[impl AsRef<std::ffi::OsStr>],
 ) -> Result<Child, TestkitError> {
+    let (mut command, bin) = redis_command(port, dir, extra);
+    spawn_in(&mut command, dir, OUTPUT_FILE).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            TestkitError::NotInstalled(bin)
+        } else {
+            e.into()
+        }
+    })
+}
+
+/// [`spawn_redis`] under a watchdog that kills the server when this process exits (see
+/// [`spawn_watched`]).
+pub(crate) fn spawn_redis_watched(
+    port: u16,
+    dir: &Path,
+    extra: &[impl AsRef<std::ffi::OsStr>],
+) -> Result<Watched, TestkitError> {
+    let (command, bin) = redis_command(port, dir, extra);
+    // The shell would start even without the binary: look for it first, for the same error.
+    if !installed(&bin) {
+        let _ = std::fs::remove_dir_all(dir);
+        return Err(TestkitError::NotInstalled(bin));
+    }
+    Ok(spawn_watched(&command, dir, OUTPUT_FILE)?)
+}
+
+/// The command line of a `redis-server` on `127.0.0.1:port` with no persistence, its files in
+/// `dir`, and the binary's name.
+fn redis_command(
+    port: u16,
+    dir: &Path,
+    extra: &[impl AsRef<std::ffi::OsStr>],
+) -> (Command, String) {
     let bin = redis_server_binary();
     let mut command = Command::new(&bin);
     command
@@ -277,13 +310,16 @@ pub(crate) fn spawn_redis(
         .arg("--logfile")
         .arg(dir.join(LOG_FILE))
         .args(extra);
-    spawn_in(&mut command, dir, OUTPUT_FILE).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            TestkitError::NotInstalled(bin)
-        } else {
-            e.into()
-        }
-    })
+    (command, bin)
+}
+
+/// Whether `bin` names an existing file, as a path or on `PATH`.
+fn installed(bin: &str) -> bool {
+    if bin.contains('/') {
+        return Path::new(bin).is_file();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(bin).is_file()))
 }
 
 /// Whether the server behind `conn` answers `PING`: a `PONG`, or (started with
