@@ -24,7 +24,7 @@ use crate::served::SessionMark;
 type Reply<B, E> = Result<Response<ResponseBody<B>>, E>;
 
 /// A copy that may stand in for the handler (inside `stale_if_error`), read at this time.
-type Copy = Option<(Entry, u64)>;
+type Standby = Option<(Entry, u64)>;
 
 /// One looked-up request: the call, the inner service, the request and its condition.
 pub(crate) struct Job<S, ReqBody> {
@@ -89,7 +89,7 @@ where
 
     /// Lock on miss: compute under the lease, or wait for whoever holds it (with a `copy`,
     /// at most the soft fill timeout; without, at most the hard one).
-    async fn wait_or_compute(self, now: u64, copy: Copy) -> Reply<ResBody, S::Error> {
+    async fn wait_or_compute(self, now: u64, copy: Standby) -> Reply<ResBody, S::Error> {
         let bound = self.call.fail_safe().patience(copy.is_some());
         let since = Instant::now();
         match self.call.wait(now, bound, |_| true).await {
@@ -111,7 +111,7 @@ where
         self,
         started: Option<u64>,
         guard: Option<LockGuard>,
-        copy: Copy,
+        copy: Standby,
     ) -> Reply<ResBody, S::Error> {
         let keep = copy.is_some();
         let holds = guard.is_some();
@@ -149,7 +149,7 @@ impl Call {
     /// `504 Gateway Timeout`.
     fn standing_in<B: http_body::Body>(
         &self,
-        copy: Copy,
+        copy: Standby,
         since: Instant,
         asks: &Condition,
     ) -> Response<ResponseBody<B>> {
