@@ -166,14 +166,14 @@ async fn the_soft_timeout_returns_the_copy_and_the_value_lands_after(h: Harness)
 async fn the_hard_timeout_is_a_typed_error_and_computes_once(h: Harness) {
     let db = Db::new();
     let hard = Duration::from_millis(300);
-    let cache = builder(&h)
-        .await
-        .fill_timeout(Duration::from_millis(50), hard)
-        .build()
-        .expect("value cache");
+    let replicas = [builder(&h).await, builder(&h).await].map(|b| {
+        let b = b.fill_timeout(Duration::from_millis(50), hard);
+        b.build().expect("value cache")
+    });
     db.gate.close();
-    let values = crowd(2, |_| {
-        let (cache, db) = (cache.clone(), db.clone());
+    // One caller on each replica: one computes, the other waits for its lease.
+    let values = crowd(2, |i| {
+        let (cache, db) = (replicas[i].clone(), db.clone());
         async move { fetch(&cache, &db, false).await }
     });
     for value in values.await {
@@ -184,7 +184,7 @@ async fn the_hard_timeout_is_a_typed_error_and_computes_once(h: Harness) {
     }
     db.gate.until_arrived(1).await;
     db.gate.open();
-    until_stored(&cache, 1).await;
+    until_stored(&replicas[1], 1).await;
     assert_eq!(
         db.runs(),
         1,

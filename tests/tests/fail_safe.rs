@@ -237,14 +237,13 @@ async fn the_soft_timeout_serves_the_copy_and_the_fill_lands_after(h: Harness) {
 
 async fn the_hard_timeout_answers_504_and_computes_once(h: Harness) {
     let origin = Origin::new();
-    let layer = builder(&h)
-        .await
-        .fill_timeout(Duration::from_millis(50), Duration::from_millis(300))
-        .build()
-        .expect("layer");
+    let ms = Duration::from_millis;
+    let replicas = [builder(&h).await, builder(&h).await]
+        .map(|b| b.fill_timeout(ms(50), ms(300)).build().expect("layer"));
     origin.gate.close();
-    let replies = crowd(2, |_| {
-        let (layer, origin) = (layer.clone(), origin.clone());
+    // One request on each replica: one computes, the other waits for its lease.
+    let replies = crowd(2, |i| {
+        let (layer, origin) = (replicas[i].clone(), origin.clone());
         async move { send(&layer, &origin, "/cold").await }
     });
     for r in replies.await {
@@ -253,7 +252,8 @@ async fn the_hard_timeout_answers_504_and_computes_once(h: Harness) {
     }
     origin.gate.until_arrived(1).await;
     origin.gate.open();
-    assert_eq!(seen(&until_hit(&layer, &origin, "/cold").await).2, "v1");
+    let r = until_hit(&replicas[1], &origin, "/cold").await;
+    assert_eq!(seen(&r).2, "v1");
     assert_eq!(
         origin.calls(),
         1,
