@@ -42,9 +42,14 @@ impl Gate {
         self.version.load(Ordering::SeqCst)
     }
 
-    /// The data changes (the next version) and the next arrivals are held: a slow origin.
-    pub fn stall(&self) {
+    /// The data changes: the next version.
+    pub fn change(&self) {
         self.version.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The data changes and the next arrivals are held: a slow origin.
+    pub fn stall(&self) {
+        self.change();
         self.close();
     }
 
@@ -73,6 +78,17 @@ impl Gate {
     pub fn open(&self) {
         let missing = Semaphore::MAX_PERMITS - self.permits.available_permits();
         self.permits.add_permits(missing);
+    }
+
+    /// Waits (bounded) until `n` have arrived, then opens the gate: what was held in flight
+    /// goes on.
+    ///
+    /// # Panics
+    ///
+    /// When they have not arrived within the bound.
+    pub async fn open_once_arrived(&self, n: usize) {
+        self.until_arrived(n).await;
+        self.open();
     }
 
     /// Waits (bounded) until `n` have arrived.

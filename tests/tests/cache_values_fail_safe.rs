@@ -100,8 +100,7 @@ async fn primed(
 async fn a_failing_closure_is_answered_stale_within_stale_if_error(h: Harness) {
     let db = Db::new();
     let cache = primed(&h, &db, |b| b).await;
-    db.gate.stall();
-    db.gate.open();
+    db.gate.change();
     // 10 s past its TTL, then 55 s: the last good value stands in for the error.
     for wait in [20, 45] {
         h.wait(Duration::from_secs(wait)).await;
@@ -137,8 +136,7 @@ async fn a_soft_purge_answers_at_once_and_recomputes_once(h: Harness) {
     });
     // Every caller is answered while the recomputation is blocked.
     assert!(values.await.iter().all(|v| *v == Ok(1)));
-    db.gate.until_arrived(2).await;
-    db.gate.open();
+    db.gate.open_once_arrived(2).await;
     until_stored(&replicas[1], 2).await;
     assert_eq!(fetch(&replicas[0], &db, false).await, Ok(2));
     assert_eq!(db.runs(), 2, "one recomputation for the crowd");
@@ -157,8 +155,7 @@ async fn the_soft_timeout_returns_the_copy_and_the_value_lands_after(h: Harness)
     });
     assert_eq!(values.await, [Ok(1), Ok(1)]);
     // The computation started (a spawned task: under load, perhaps only now).
-    db.gate.until_arrived(2).await;
-    db.gate.open();
+    db.gate.open_once_arrived(2).await;
     until_stored(&cache, 2).await;
     assert_eq!(db.runs(), 2, "the waiter did not compute");
 }
@@ -182,14 +179,9 @@ async fn the_hard_timeout_is_a_typed_error_and_computes_once(h: Harness) {
             other => panic!("not the timeout: {other:?}"),
         }
     }
-    db.gate.until_arrived(1).await;
-    db.gate.open();
+    db.gate.open_once_arrived(1).await;
     until_stored(&replicas[1], 1).await;
-    assert_eq!(
-        db.runs(),
-        1,
-        "the second caller waited for the first's lease"
-    );
+    assert_eq!(db.runs(), 1, "one computation");
 }
 
 /// Values live past their TTL for `stale_if_error`, every key with a TTL.
@@ -198,8 +190,7 @@ async fn every_fail_safe_key_has_a_ttl(h: Harness) {
     let cache = primed(&h, &db, |b| b.stale_if_error(5 * MINUTE)).await;
     cache.invalidate_tag_soft("users").await.expect("purge");
     cache.invalidate_tag("other").await.expect("invalidate");
-    db.gate.stall();
-    db.gate.open();
+    db.gate.change();
     assert_eq!(
         fetch(&cache, &db, false).await,
         Ok(1),
