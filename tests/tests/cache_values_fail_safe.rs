@@ -1,0 +1,211 @@
+//! The value cache's fail-safe on every backend (issue 23, item 2): a failing closure answered
+//! with the last good value within `stale_if_error` and with its error after, a soft purge
+//! answered at once and recomputed once for a crowd on two replicas, the soft fill timeout
+//! returning the copy while the computation goes on and fills, the hard one a typed error
+//! without a second computation, and a TTL on every key.
+
+use std::time::Duration;
+
+use redis_guard::cache::{FillTimeout, Stampede, ValueCache, ValueCacheBuilder};
+use redis_guard_tests::fail_safe::{Gate, assert_kept, crowd, within};
+use redis_guard_tests::{Harness, backend_suite};
+
+/// The error of the test's "database".
+#[derive(Debug, PartialEq, Eq)]
+enum DbError {
+    Down,
+    Slow(FillTimeout),
+}
+
+impl From<FillTimeout> for DbError {
+    fn from(t: FillTimeout) -> Self {
+        Self::Slow(t)
+    }
+}
+
+/// A database: answers `version`, or fails, once through its gate (which counts its runs).
+#[derive(Clone, Default)]
+struct Db {
+    gate: Gate,
+}
+
+impl Db {
+    fn new() -> Self {
+        Self::default()
+    }
+
+    fn runs(&self) -> usize {
+        self.gate.arrived()
+    }
+
+    /// A lookup: the version, or `DbError::Down` when `fails`.
+    fn load(
+        &self,
+        fails: bool,
+    ) -> impl FnOnce() -> std::pin::Pin<Box<dyn Future<Output = Result<usize, DbError>> + Send>>
+    + Send
+    + 'static {
+        let db = self.clone();
+        move || {
+            Box::pin(async move {
+                db.gate.pass().await;
+                if fails {
+                    Err(DbError::Down)
+                } else {
+                    Ok(db.gate.version())
+                }
+            })
+        }
+    }
+}
+
+const TEN: Duration = Duration::from_secs(10);
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// Exact times: no jitter, a fixed random number.
+async fn builder(h: &Harness) -> ValueCacheBuilder {
+    h.value_cache().await.jitter(0.0).random(|| 1.0)
+}
+
+async fn fetch(cache: &ValueCache, db: &Db, fails: bool) -> Result<usize, DbError> {
+    let load = db.load(fails);
+    cache
+        .get_or_compute_tagged("user:7", TEN, ["users"], load)
+        .await
+}
+
+/// Polls (bounded) until `get` returns `want`.
+async fn until_stored(cache: &ValueCache, want: usize) {
+    let wait = async {
+        while cache.get::<usize>("user:7").await.expect("get") != Some(want) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    within("the background computation never stored its value", wait).await;
+}
+
+/// A cache with `stale_if_error` 60 s and `more`, its value computed and stored (`1`).
+async fn primed(
+    h: &Harness,
+    db: &Db,
+    more: impl FnOnce(ValueCacheBuilder) -> ValueCacheBuilder,
+) -> ValueCache {
+    let cache = more(builder(h).await.stale_if_error(MINUTE))
+        .build()
+        .expect("value cache");
+    assert_eq!(fetch(&cache, db, false).await, Ok(1));
+    cache
+}
+
+async fn a_failing_closure_is_answered_stale_within_stale_if_error(h: Harness) {
+    let db = Db::new();
+    let cache = primed(&h, &db, |b| b).await;
+    db.gate.change();
+    // 10 s past its TTL, then 55 s: the last good value stands in for the error.
+    for wait in [20, 45] {
+        h.wait(Duration::from_secs(wait)).await;
+        assert_eq!(fetch(&cache, &db, true).await, Ok(1));
+    }
+    assert_eq!(cache.get::<usize>("user:7").await.expect("get"), None);
+    // Past the window: the error.
+    h.wait(Duration::from_secs(10)).await;
+    assert_eq!(fetch(&cache, &db, true).await, Err(DbError::Down));
+    assert_eq!(fetch(&cache, &db, false).await, Ok(2));
+    assert_eq!(
+        fetch(&cache, &db, true).await,
+        Ok(2),
+        "fresh: no computation"
+    );
+    assert_eq!(db.runs(), 5);
+}
+
+async fn a_soft_purge_answers_at_once_and_recomputes_once(h: Harness) {
+    let db = Db::new();
+    let replicas = [builder(&h).await, builder(&h).await]
+        .map(|b| b.stampede(Stampede::lock().wait(Duration::from_secs(60))))
+        .map(|b| b.build().expect("value cache"));
+    assert_eq!(fetch(&replicas[0], &db, false).await, Ok(1));
+    replicas[1]
+        .invalidate_tag_soft("users")
+        .await
+        .expect("purge");
+    db.gate.stall();
+    let values = crowd(50, |i| {
+        let (cache, db) = (replicas[i % 2].clone(), db.clone());
+        async move { fetch(&cache, &db, false).await }
+    });
+    // Every caller is answered while the recomputation is blocked.
+    assert!(values.await.iter().all(|v| *v == Ok(1)));
+    db.gate.open_once_arrived(2).await;
+    until_stored(&replicas[1], 2).await;
+    assert_eq!(fetch(&replicas[0], &db, false).await, Ok(2));
+    assert_eq!(db.runs(), 2, "one recomputation for the crowd");
+}
+
+async fn the_soft_timeout_returns_the_copy_and_the_value_lands_after(h: Harness) {
+    let db = Db::new();
+    let soft = Duration::from_millis(100);
+    let cache = primed(&h, &db, |b| b.fill_timeout(soft, MINUTE)).await;
+    h.wait(Duration::from_secs(20)).await;
+    db.gate.stall();
+    // The computing caller and a waiting one both get the copy.
+    let values = crowd(2, |_| {
+        let (cache, db) = (cache.clone(), db.clone());
+        async move { fetch(&cache, &db, false).await }
+    });
+    assert_eq!(values.await, [Ok(1), Ok(1)]);
+    // The computation started (a spawned task: under load, perhaps only now).
+    db.gate.open_once_arrived(2).await;
+    until_stored(&cache, 2).await;
+    assert_eq!(db.runs(), 2, "the waiter did not compute");
+}
+
+async fn the_hard_timeout_is_a_typed_error_and_computes_once(h: Harness) {
+    let db = Db::new();
+    let hard = Duration::from_millis(300);
+    let replicas = [builder(&h).await, builder(&h).await].map(|b| {
+        let b = b.fill_timeout(Duration::from_millis(50), hard);
+        b.build().expect("value cache")
+    });
+    db.gate.close();
+    // One caller on each replica: one computes, the other waits for its lease.
+    let values = crowd(2, |i| {
+        let (cache, db) = (replicas[i].clone(), db.clone());
+        async move { fetch(&cache, &db, false).await }
+    });
+    for value in values.await {
+        match value {
+            Err(DbError::Slow(t)) => assert_eq!(t.after(), hard),
+            other => panic!("not the timeout: {other:?}"),
+        }
+    }
+    db.gate.open_once_arrived(1).await;
+    until_stored(&replicas[1], 1).await;
+    assert_eq!(db.runs(), 1, "one computation");
+}
+
+/// Values live past their TTL for `stale_if_error`, every key with a TTL.
+async fn every_fail_safe_key_has_a_ttl(h: Harness) {
+    let db = Db::new();
+    let cache = primed(&h, &db, |b| b.stale_if_error(5 * MINUTE)).await;
+    cache.invalidate_tag_soft("users").await.expect("purge");
+    cache.invalidate_tag("other").await.expect("invalidate");
+    db.gate.change();
+    assert_eq!(
+        fetch(&cache, &db, false).await,
+        Ok(1),
+        "stale after the purge"
+    );
+    until_stored(&cache, 2).await;
+    // Fresh 10 s, kept 300 s past that.
+    assert_kept(&h, 3, 300_000..=310_000).await;
+}
+
+backend_suite!(
+    a_failing_closure_is_answered_stale_within_stale_if_error,
+    a_soft_purge_answers_at_once_and_recomputes_once,
+    the_soft_timeout_returns_the_copy_and_the_value_lands_after,
+    the_hard_timeout_is_a_typed_error_and_computes_once,
+);
+
+backend_suite!(redis_only: every_fail_safe_key_has_a_ttl);
