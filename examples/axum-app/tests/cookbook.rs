@@ -1,0 +1,285 @@
+//! End to end, the cookbook routes of issue 23 over real HTTP: `GET`/`PUT /users/{id}` (the value
+//! cache over a ~100 ms store), `POST /admin/origin` (failing origins), `ETag` and `304` on
+//! `/slow/{n}`, and `POST /payments` with `Idempotency-Key`. One scenario, run on the memory
+//! backend (one instance, playing both parts) and on a real `redis-server` shared by two
+//! instances (what one fills, the other reads; what one claims, the other sees).
+
+use std::time::{Duration, Instant};
+
+use redis_guard_testkit::RedisServer;
+use redis_guard_testkit::app::{RunningApp, spawn};
+use redis_guard_testkit::http::{RawResponse, request};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "cookbook-test-admin-token-0123456789abcdef";
+
+async fn start(extra: &[(&str, &str)]) -> RunningApp {
+    let mut env = vec![
+        // Generous: a loaded CI machine running debug builds; the timeout is not what is tested.
+        ("REDIS_TIMEOUT_MS", "5000"),
+        ("ADMIN_TOKEN", TOKEN),
+        // Long enough that a second request sent at once always finds the first running.
+        ("PAYMENTS_DELAY_MS", "1000"),
+    ];
+    env.extend_from_slice(extra);
+    spawn(env!("CARGO_BIN_EXE_axum-app"), &env).await
+}
+
+async fn send(
+    app: &RunningApp,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+) -> RawResponse {
+    request(app.addr, method, path, headers, body)
+        .await
+        .expect("request")
+}
+
+/// A JSON request with `headers` besides the content type.
+async fn json(
+    app: &RunningApp,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &[u8])],
+    body: &Value,
+) -> RawResponse {
+    let mut all: Vec<(&str, &[u8])> = vec![("content-type", b"application/json")];
+    all.extend_from_slice(headers);
+    send(app, method, path, &all, body.to_string().as_bytes()).await
+}
+
+fn body(r: &RawResponse) -> Value {
+    serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("{e}: {}", r.text()))
+}
+
+/// `GET /users/{id}`: the status, the body, and how long it took.
+async fn user(app: &RunningApp, id: &str) -> (RawResponse, Duration) {
+    let started = Instant::now();
+    let r = send(app, "GET", &format!("/users/{id}"), &[], b"").await;
+    (r, started.elapsed())
+}
+
+/// Asserts user `id` is `name`, loaded from `from` (`db`: through this request's ~100 ms
+/// lookup; `cache`: without it).
+async fn assert_user(app: &RunningApp, id: u32, name: &str, from: &str) {
+    let (r, took) = user(app, &id.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        body(&r),
+        json!({ "id": id, "name": name, "loaded_from": from })
+    );
+    let status = r.header("cache-status").unwrap_or("");
+    if from == "db" {
+        assert!(took >= Duration::from_millis(100), "looked up: {took:?}");
+        assert_eq!(status, "axum-app-users; fwd=miss");
+    } else {
+        assert_eq!(status, "axum-app-users; hit");
+    }
+}
+
+/// The users: `a` reads through the store, `b` reads what `a` filled; a `PUT` on `a` voids it
+/// for both; bad ids, bodies and names get problems, not panics.
+async fn users(a: &RunningApp, b: &RunningApp) {
+    assert_user(a, 3, "Alan Turing", "db").await;
+    assert_user(a, 3, "Alan Turing", "cache").await;
+    assert_user(b, 3, "Alan Turing", "cache").await;
+
+    let renamed = json(
+        a,
+        "PUT",
+        "/users/3",
+        &[],
+        &json!({ "name": " A. M. Turing " }),
+    )
+    .await;
+    assert_eq!(renamed.status, 200, "{}", renamed.text());
+    assert_eq!(body(&renamed), json!({ "id": 3, "name": "A. M. Turing" }));
+    assert_user(a, 3, "A. M. Turing", "db").await;
+    assert_user(b, 3, "A. M. Turing", "cache").await;
+
+    for (id, status) in [("999", 404), ("abc", 400), ("-1", 400), ("4294967296", 400)] {
+        let (r, _) = user(a, id).await;
+        assert_eq!(r.status, status, "/users/{id}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    }
+    let long = format!(r#"{{"name":"{}"}}"#, "x".repeat(65));
+    for (id, raw, status, what) in [
+        ("3", r#"{"name":"#, 400, "truncated JSON"),
+        ("3", r#"{"nom":"x"}"#, 400, "another field"),
+        ("3", r#"{"name":42}"#, 400, "not a string"),
+        ("3", r#"{"name":"   "}"#, 422, "blank"),
+        ("3", long.as_str(), 422, "too long"),
+        ("999", r#"{"name":"Nobody"}"#, 404, "no such user"),
+        ("x", r#"{"name":"Nobody"}"#, 400, "bad id"),
+    ] {
+        let headers: &[(&str, &[u8])] = &[("content-type", b"application/json")];
+        let r = send(a, "PUT", &format!("/users/{id}"), headers, raw.as_bytes()).await;
+        assert_eq!(r.status, status, "{what}: {}", r.text());
+    }
+    let plain = send(a, "PUT", "/users/3", &[], br#"{"name":"x"}"#).await;
+    assert_eq!(plain.status, 415, "a state-changing route wants JSON");
+    assert_user(b, 3, "A. M. Turing", "cache").await;
+}
+
+/// `GET /slow/12` for the host `cookbook.example` (the host is in the response cache's key: two
+/// instances behind one name share entries), with `if_none_match`.
+async fn slow_12(app: &RunningApp, if_none_match: Option<&str>) -> RawResponse {
+    let mut raw =
+        String::from("GET /slow/12 HTTP/1.1\r\nHost: cookbook.example\r\nConnection: close\r\n");
+    if let Some(etag) = if_none_match {
+        raw.push_str(&format!("If-None-Match: {etag}\r\n"));
+    }
+    raw.push_str("\r\n");
+    redis_guard_testkit::http::send(app.addr, raw.as_bytes())
+        .await
+        .expect("request")
+}
+
+/// `/slow/{n}` carries an `ETag`; `If-None-Match` with it is a `304` from the cache (on `b`,
+/// which never computed it), a stale tag the full response.
+async fn etags(a: &RunningApp, b: &RunningApp) {
+    let first = slow_12(a, None).await;
+    assert_eq!((first.status, first.header("x-cache")), (200, Some("MISS")));
+    let etag = first.header("etag").expect("an ETag").to_owned();
+    assert!(
+        etag.starts_with('"') && etag.ends_with('"'),
+        "strong: {etag}"
+    );
+    let not_modified = slow_12(b, Some(&etag)).await;
+    assert_eq!(not_modified.status, 304, "{:?}", not_modified.headers);
+    assert!(not_modified.body.is_empty());
+    assert_eq!(not_modified.header("etag"), Some(etag.as_str()));
+    let status = not_modified.header("cache-status").unwrap_or("");
+    assert!(status.starts_with("redis-guard; hit"), "{status}");
+    let other = slow_12(b, Some("\"not-it\"")).await;
+    assert_eq!((other.status, other.body), (200, first.body));
+}
+
+/// `POST /admin/origin` (admin token) fails `a`'s origins with `503`: what is not cached fails,
+/// a fresh cached copy is still served; `b`'s origin is its own.
+async fn failing_origin(a: &RunningApp, b: &RunningApp) {
+    let bearer = format!("Bearer {TOKEN}");
+    let admin: &[(&str, &[u8])] = &[("authorization", bearer.as_bytes())];
+    let refused = json(a, "POST", "/admin/origin", &[], &json!({ "fail": true })).await;
+    assert_eq!(refused.status, 401);
+    let bad = json(a, "POST", "/admin/origin", admin, &json!({ "fail": "yes" })).await;
+    assert_eq!(bad.status, 400);
+    let set = json(a, "POST", "/admin/origin", admin, &json!({ "fail": true })).await;
+    assert_eq!((set.status, body(&set)), (200, json!({ "fail": true })));
+
+    let (down, _) = user(a, "4").await;
+    assert_eq!(down.status, 503, "{}", down.text());
+    assert_eq!(down.header("retry-after"), Some("5"));
+    let slow = send(a, "GET", "/slow/13", &[], b"").await;
+    assert_eq!(slow.status, 503, "{}", slow.text());
+    let put = json(
+        a,
+        "PUT",
+        "/users/5",
+        &[],
+        &json!({ "name": "E. W. Dijkstra" }),
+    )
+    .await;
+    assert_eq!(put.status, 503, "the store is down for writes too");
+    assert_user(a, 3, "A. M. Turing", "cache").await;
+    let hit = slow_12(a, None).await;
+    assert_eq!((hit.status, hit.header("x-cache")), (200, Some("HIT")));
+    if a.addr != b.addr {
+        assert_user(b, 4, "Katherine Johnson", "db").await;
+        assert_user(a, 4, "Katherine Johnson", "cache").await;
+    }
+
+    let unset = json(a, "POST", "/admin/origin", admin, &json!({ "fail": false })).await;
+    assert_eq!(unset.status, 200);
+    assert_eq!(send(a, "GET", "/slow/13", &[], b"").await.status, 200);
+    assert_user(a, 5, "Edsger Dijkstra", "db").await;
+}
+
+/// `POST /payments`: one runs, its twin sent at once (to the other instance) is a `409`, a
+/// retry after it the same response replayed, another body with the key `422`, no key `400`.
+async fn payments(a: &RunningApp, b: &RunningApp, key: &str) {
+    let header: &[(&str, &[u8])] = &[("idempotency-key", key.as_bytes())];
+    let pay = json!({ "amount": 500 });
+    let (first, twin) = tokio::join!(
+        json(a, "POST", "/payments", header, &pay),
+        json(b, "POST", "/payments", header, &pay),
+    );
+    let mut statuses = [first.status, twin.status];
+    statuses.sort_unstable();
+    assert_eq!(statuses, [201, 409], "{} / {}", first.text(), twin.text());
+    let paid = if first.status == 201 { first } else { twin };
+    let id = body(&paid)["payment_id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    assert!(id.starts_with("pay_"), "{id}");
+    assert_eq!(body(&paid)["amount"], 500);
+    assert_eq!(paid.header("idempotent-replayed"), None);
+
+    for app in [a, b] {
+        let again = json(app, "POST", "/payments", header, &pay).await;
+        assert_eq!(again.status, 201);
+        assert_eq!(again.body, paid.body, "the same payment, replayed");
+        assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    }
+    let quoted = format!("\"{key}\"");
+    let again = json(
+        b,
+        "POST",
+        "/payments",
+        &[("idempotency-key", quoted.as_bytes())],
+        &pay,
+    )
+    .await;
+    assert_eq!(
+        (again.status, again.body),
+        (201, paid.body.clone()),
+        "the draft's quoted form"
+    );
+
+    let other = json(b, "POST", "/payments", header, &json!({ "amount": 501 })).await;
+    assert_eq!(other.status, 422, "{}", other.text());
+    let none = json(a, "POST", "/payments", &[], &pay).await;
+    assert_eq!(none.status, 400, "{}", none.text());
+}
+
+#[tokio::test]
+async fn the_cookbook_routes_in_memory() {
+    let app = start(&[]).await;
+    users(&app, &app).await;
+    etags(&app, &app).await;
+    failing_origin(&app, &app).await;
+    payments(&app, &app, "memory-key-1").await;
+}
+
+#[tokio::test]
+async fn the_cookbook_routes_on_redis_shared_by_two_instances() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let redis = [("REDIS_URL", url.as_str())];
+    let (a, b) = tokio::join!(start(&redis), start(&redis));
+    users(&a, &b).await;
+    etags(&a, &b).await;
+    failing_origin(&a, &b).await;
+    payments(&a, &b, "redis-key-1").await;
+
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let keys = redis_guard_testkit::inspect::scan_keys(&mut conn)
+        .await
+        .expect("SCAN");
+    assert!(keys.len() > 3, "{keys:?}");
+    for key in keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .expect("PTTL");
+        assert!(ttl > 0, "{key} has no TTL: {ttl}");
+    }
+}
