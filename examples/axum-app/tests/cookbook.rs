@@ -6,9 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use redis_guard_testkit::RedisServer;
 use redis_guard_testkit::app::{RunningApp, spawn};
 use redis_guard_testkit::http::{RawResponse, request};
+use redis_guard_testkit::{Browser, RedisServer};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "cookbook-test-admin-token-0123456789abcdef";
@@ -282,4 +282,64 @@ async fn the_cookbook_routes_on_redis_shared_by_two_instances() {
             .expect("PTTL");
         assert!(ttl > 0, "{key} has no TTL: {ttl}");
     }
+}
+
+/// The demo page's card, in Chromium: a user looked up twice (`db`, then `cache`, with
+/// `Cache-Status`) and a payment retried twice with one key (`409` while it runs, then the
+/// first answer replayed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_page_shows_the_cache_and_the_retries() {
+    let wait = Duration::from_secs(15);
+    let (app, browser) = tokio::join!(start(&[]), Browser::start());
+    let browser = browser.unwrap_or_else(|e| panic!("{e}"));
+    browser
+        .goto(&format!("http://{}/", app.addr))
+        .await
+        .expect("open the page");
+    browser.type_text("#user-id", "2").await.expect("type");
+    browser.click("#user-button").await.expect("look up");
+    let first = browser
+        .wait_for("#user-result", |t| t.starts_with("GET: 200"), wait)
+        .await
+        .expect("an answer");
+    assert!(first.contains(r#""loaded_from":"db""#), "{first}");
+    assert!(
+        first.contains("cache-status: axum-app-users; fwd=miss"),
+        "{first}"
+    );
+    browser.click("#user-button").await.expect("look up again");
+    let second = browser
+        .wait_for(
+            "#user-result",
+            |t| t.contains("cache-status: axum-app-users; hit"),
+            wait,
+        )
+        .await
+        .expect("a cached answer");
+    assert!(second.contains(r#""loaded_from":"cache""#), "{second}");
+
+    browser.click("#pay-button").await.expect("pay");
+    let paid = browser
+        .wait_for("#pay-result", |t| t.contains("retry after it:"), wait)
+        .await
+        .expect("three answers");
+    let section = |label: &str| {
+        paid.split("\n\n")
+            .find(|s| s.starts_with(label))
+            .unwrap_or_else(|| panic!("{label} in {paid}"))
+            .to_owned()
+    };
+    let (original, during, after) = (
+        section("first: 201"),
+        section("retry while it runs: 409"),
+        section("retry after it: 201"),
+    );
+    assert!(during.contains("retry-after: 1"), "{during}");
+    assert!(after.contains("idempotent-replayed: true"), "{after}");
+    let body = |s: &str| s.lines().last().unwrap_or("").to_owned();
+    assert!(
+        body(&original).contains(r#""payment_id":"pay_"#),
+        "{original}"
+    );
+    assert_eq!(body(&original), body(&after), "the same payment");
 }
