@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis_guard_testkit::app::{RunningApp, spawn};
 use redis_guard_testkit::http::{RawResponse, request};
-use redis_guard_testkit::{Browser, RedisServer};
+use redis_guard_testkit::{Browser, RedisCluster, RedisServer};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "cookbook-test-admin-token-0123456789abcdef";
@@ -79,6 +79,18 @@ async fn assert_user(app: &RunningApp, id: u32, name: &str, from: &str) {
     }
 }
 
+/// `PUT /users/{id}` `{"name": name}`.
+async fn rename(app: &RunningApp, id: u32, name: &str) -> RawResponse {
+    json(
+        app,
+        "PUT",
+        &format!("/users/{id}"),
+        &[],
+        &json!({ "name": name }),
+    )
+    .await
+}
+
 /// The users: `a` reads through the store, `b` reads what `a` filled; a `PUT` on `a` voids it
 /// for both; bad ids, bodies and names get problems, not panics.
 async fn users(a: &RunningApp, b: &RunningApp) {
@@ -86,14 +98,7 @@ async fn users(a: &RunningApp, b: &RunningApp) {
     assert_user(a, 3, "Alan Turing", "cache").await;
     assert_user(b, 3, "Alan Turing", "cache").await;
 
-    let renamed = json(
-        a,
-        "PUT",
-        "/users/3",
-        &[],
-        &json!({ "name": " A. M. Turing " }),
-    )
-    .await;
+    let renamed = rename(a, 3, " A. M. Turing ").await;
     assert_eq!(renamed.status, 200, "{}", renamed.text());
     assert_eq!(body(&renamed), json!({ "id": 3, "name": "A. M. Turing" }));
     assert_user(a, 3, "A. M. Turing", "db").await;
@@ -174,14 +179,7 @@ async fn failing_origin(a: &RunningApp, b: &RunningApp) {
     assert_eq!(down.header("retry-after"), Some("5"));
     let slow = send(a, "GET", "/slow/13", &[], b"").await;
     assert_eq!(slow.status, 503, "{}", slow.text());
-    let put = json(
-        a,
-        "PUT",
-        "/users/5",
-        &[],
-        &json!({ "name": "E. W. Dijkstra" }),
-    )
-    .await;
+    let put = rename(a, 5, "E. W. Dijkstra").await;
     assert_eq!(put.status, 503, "the store is down for writes too");
     assert_user(a, 3, "A. M. Turing", "cache").await;
     let hit = slow_12(a, None).await;
@@ -245,13 +243,33 @@ async fn payments(a: &RunningApp, b: &RunningApp, key: &str) {
     assert_eq!(none.status, 400, "{}", none.text());
 }
 
+/// The scenario on `a` and `b`.
+async fn scenario(a: &RunningApp, b: &RunningApp) {
+    users(a, b).await;
+    etags(a, b).await;
+    failing_origin(a, b).await;
+    payments(a, b, "key-1").await;
+}
+
+/// The scenario on two instances started with `env` (one store).
+async fn two_instances(env: &[(&str, &str)]) {
+    let (a, b) = tokio::join!(start(env), start(env));
+    scenario(&a, &b).await;
+}
+
 #[tokio::test]
 async fn the_cookbook_routes_in_memory() {
     let app = start(&[]).await;
-    users(&app, &app).await;
-    etags(&app, &app).await;
-    failing_origin(&app, &app).await;
-    payments(&app, &app, "memory-key-1").await;
+    scenario(&app, &app).await;
+}
+
+/// Asserts the routes wrote some keys, every one with a TTL.
+fn assert_every_key_has_a_ttl(keys: &[String], mut pttl: impl FnMut(&str) -> i64) {
+    assert!(keys.len() > 3, "{keys:?}");
+    for key in keys {
+        let ttl = pttl(key);
+        assert!(ttl > 0, "{key} has no TTL: {ttl}");
+    }
 }
 
 #[tokio::test]
@@ -259,29 +277,25 @@ async fn the_cookbook_routes_on_redis_shared_by_two_instances() {
     let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     let url = server.url();
     let redis = [("REDIS_URL", url.as_str())];
-    let (a, b) = tokio::join!(start(&redis), start(&redis));
-    users(&a, &b).await;
-    etags(&a, &b).await;
-    failing_origin(&a, &b).await;
-    payments(&a, &b, "redis-key-1").await;
+    two_instances(&redis).await;
 
-    let mut conn = server
-        .client()
-        .get_multiplexed_async_connection()
+    let mut conn = server.client().get_connection().expect("connect");
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).expect("KEYS");
+    assert_every_key_has_a_ttl(&keys, |key| {
+        redis::cmd("PTTL").arg(key).query(&mut conn).expect("PTTL")
+    });
+}
+
+#[tokio::test]
+async fn the_cookbook_routes_on_a_redis_cluster_shared_by_two_instances() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
         .await
-        .expect("connect");
-    let keys = redis_guard_testkit::inspect::scan_keys(&mut conn)
-        .await
-        .expect("SCAN");
-    assert!(keys.len() > 3, "{keys:?}");
-    for key in keys {
-        let ttl: i64 = redis::cmd("PTTL")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .expect("PTTL");
-        assert!(ttl > 0, "{key} has no TTL: {ttl}");
-    }
+        .expect("task")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let nodes = cluster.nodes().join(",");
+    let env = [("REDIS_CLUSTER_NODES", nodes.as_str())];
+    two_instances(&env).await;
+    assert_every_key_has_a_ttl(&cluster.keys(), |key| cluster.pttl(key));
 }
 
 /// The demo page's card, in Chromium: a user looked up twice (`db`, then `cache`, with
