@@ -68,6 +68,9 @@ pub(crate) struct Entry {
     pub(crate) headers: HeaderMap,
     pub(crate) tags: Vec<String>,
     pub(crate) body: Bytes,
+    /// A tag of it was purged softly after it was computed (set by the lookup, not stored):
+    /// served as stale while one request recomputes it.
+    pub(crate) purged: bool,
 }
 
 /// A decoded value.
@@ -154,6 +157,7 @@ fn decode_blob(mut b: Bytes, times: Times) -> Option<Entry> {
         headers,
         tags,
         body: b,
+        purged: false,
     })
 }
 

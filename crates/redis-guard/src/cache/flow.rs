@@ -1,171 +1,227 @@
-//! One cached request: look the key up, then serve, wait, or compute and fill.
+//! One cached request: look the key up, then serve, wait, or compute and fill; with
+//! `stale_if_error` and fill timeouts, a copy stands in for a failing or slow handler.
 
-use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{AGE, ETAG};
+use http::header::{AGE, CONTENT_TYPE, ETAG};
 use http::{HeaderValue, Request, Response, StatusCode, response};
+use tokio::time::Instant;
 use tower_service::Service;
 
 use super::CacheTags;
 use super::body::{Collected, ResponseBody, collect};
-use super::entry::{Entry, Kind, Stored, decode, encode};
+use super::entry::{Entry, Kind, encode};
+pub(crate) use super::lookup::Call;
+use super::lookup::{Look, Waited, later, release};
 use super::policy::life;
-use super::shared::Shared;
 use super::status::Outcome;
 use super::store::Write;
 use super::validate::{Condition, etag_of, not_modified};
-use crate::backend::{BackendError, LockGuard};
+use crate::backend::LockGuard;
 use crate::served::SessionMark;
-
-/// What the store holds for a key, as this request may use it.
-pub(crate) enum Look {
-    Fresh(Entry, u64),
-    Stale(Entry, u64),
-    /// A hit-for-pass marker: the last response was not cacheable.
-    Pass(u64),
-    /// Nothing usable (absent, expired, invalidated, not ours): a miss at this time.
-    Absent(u64),
-    /// The store failed: serve without it.
-    Failed(BackendError),
-}
-
-/// What waiting for another request's fill came to.
-pub(crate) enum Waited {
-    /// This request took the lease; what the key held once it had it.
-    Lease(LockGuard, Look),
-    /// The key holds something usable now (or the store failed): no lease.
-    Found(Look),
-    /// No lease and no fill (the lock failed, or the wait ran out): compute alone, the key
-    /// read at this time.
-    Alone(u64),
-}
-
-/// One request's work, with the layer's settings and the key's digest.
-#[derive(Clone)]
-pub(crate) struct Call {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) digest: String,
-}
 
 type Reply<B, E> = Result<Response<ResponseBody<B>>, E>;
 
-impl Call {
-    pub(crate) async fn serve<S, ReqBody, ResBody>(
-        self,
-        inner: S,
-        mut req: Request<ReqBody>,
-    ) -> Reply<ResBody, S::Error>
-    where
-        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-        S::Future: Send,
-        S::Error: Send + 'static,
-        ReqBody: Send + 'static,
-        ResBody: http_body::Body<Data = Bytes> + Send + 'static,
-        ResBody::Error: Send,
-    {
+/// A copy that may stand in for the handler (inside `stale_if_error`), read at this time.
+type Copy = Option<(Entry, u64)>;
+
+/// One looked-up request: the call, the inner service, the request and its condition.
+pub(crate) struct Job<S, ReqBody> {
+    call: Call,
+    inner: S,
+    req: Request<ReqBody>,
+    asks: Condition,
+}
+
+impl<S, ReqBody, ResBody> Job<S, ReqBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Send,
+{
+    /// The request's job; its conditional headers are the layer's to answer.
+    pub(crate) fn new(call: Call, inner: S, mut req: Request<ReqBody>) -> Self {
         let method = req.method().clone();
         let asks = Condition::take(&method, req.headers_mut());
-        match self.look().await {
+        Self {
+            call,
+            inner,
+            req,
+            asks,
+        }
+    }
+
+    pub(crate) async fn serve(self) -> Reply<ResBody, S::Error> {
+        let xfetch = self.call.shared.stampede.xfetch.is_some();
+        match self.call.look().await {
             Look::Fresh(entry, now) => {
-                if self.early(&entry, now) {
-                    return self.compute(inner, req, Some(now), false).await;
+                if self.call.early(&entry, now) {
+                    return self.fetch(Some(now), None, Some((entry, now))).await;
                 }
-                Ok(self.respond(entry, now, &asks))
+                Ok(self.call.respond(entry, now, &self.asks, false))
             }
             Look::Stale(entry, now) => {
-                self.refresh(inner, req).await;
-                Ok(self.respond(entry, now, &asks))
+                let Self {
+                    call, inner, req, ..
+                } = self;
+                let keep = !call.fail_safe().stale_if_error.is_zero();
+                call.refresh_with(move |call, now| async move {
+                    // The body is read (and filled) inside compute; what is left is dropped.
+                    let _ = call.compute(inner, req, Some(now), true, keep).await;
+                })
+                .await;
+                Ok(call.respond(entry, now, &self.asks, false))
             }
-            Look::Pass(now) => self.compute(inner, req, Some(now), false).await,
-            Look::Failed(_) => self.compute(inner, req, None, false).await,
-            Look::Absent(now) if self.shared.stampede.xfetch.is_some() => {
-                self.compute(inner, req, Some(now), false).await
+            Look::Pass(now) => self.fetch(Some(now), None, None).await,
+            Look::Failed(_) => self.fetch(None, None, None).await,
+            Look::Expired(entry, now) if xfetch => {
+                self.fetch(Some(now), None, Some((entry, now))).await
             }
-            Look::Absent(now) => self.wait_or_compute(inner, req, now, &asks).await,
+            Look::Absent(now) if xfetch => self.fetch(Some(now), None, None).await,
+            Look::Expired(entry, now) => self.wait_or_compute(now, Some((entry, now))).await,
+            Look::Absent(now) => self.wait_or_compute(now, None).await,
         }
     }
 
-    fn lock_name(&self) -> String {
-        format!("c:{}", self.digest)
-    }
-
-    /// Reads the key and judges what it holds.
-    pub(crate) async fn look(&self) -> Look {
-        let store = &self.shared.store.0;
-        let read = match store.read(&self.digest).await {
-            Ok(read) => read,
-            Err(e) => {
-                tracing::warn!(error = %e, "cache store unavailable: serving without it");
-                return Look::Failed(e);
-            }
-        };
-        let now = read.now;
-        if read.foreign {
-            tracing::warn!(key = %self.digest, "a cache key holds a value of another type: a miss, overwritten on fill");
-            return Look::Absent(now);
-        }
-        let Some(raw) = read.value else {
-            return Look::Absent(now);
-        };
-        let entry = match decode(&raw) {
-            Some(Stored::Entry(entry)) if entry.digest == self.digest => entry,
-            Some(Stored::Pass(t)) if now < t.fresh_until => return Look::Pass(now),
-            Some(Stored::Pass(_)) => return Look::Absent(now),
-            _ => {
-                tracing::warn!(key = %self.digest, "a cache key holds a value that is not this entry: a miss, overwritten on fill");
-                return Look::Absent(now);
-            }
-        };
-        if now >= entry.times.stale_until {
-            return Look::Absent(now);
-        }
-        if !entry.tags.is_empty() {
-            let tags: Vec<String> = entry
-                .tags
-                .iter()
-                .map(|t| self.shared.tag_digest(t))
-                .collect();
-            match store.tag_times(&tags).await {
-                Ok(times) if times.iter().flatten().any(|&t| t >= entry.times.started) => {
-                    return Look::Absent(now);
+    /// Lock on miss: compute under the lease, or wait for whoever holds it (with a `copy`,
+    /// at most the soft fill timeout; without, at most the hard one).
+    async fn wait_or_compute(self, now: u64, copy: Copy) -> Reply<ResBody, S::Error> {
+        let bound = self.call.fail_safe().patience(copy.is_some());
+        let since = Instant::now();
+        match self.call.wait(now, bound, |_| true).await {
+            Waited::Lease(guard, look) => match look {
+                // Whoever held the lease before may have filled it since our read.
+                Look::Fresh(entry, at) => {
+                    release(guard).await;
+                    Ok(self.call.respond(entry, at, &self.asks, false))
                 }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "cache store unavailable: serving without it");
-                    return Look::Failed(e);
+                Look::Stale(entry, at) | Look::Expired(entry, at) => {
+                    let copy = self.call.rescuable(entry, at);
+                    self.fetch(Some(at), Some(guard), copy).await
                 }
+                Look::Absent(at) | Look::Pass(at) => self.fetch(Some(at), Some(guard), None).await,
+                Look::Failed(_) => {
+                    release(guard).await;
+                    self.fetch(None, None, copy).await
+                }
+            },
+            Waited::Found(Look::Fresh(entry, at) | Look::Stale(entry, at)) => {
+                Ok(self.call.respond(entry, at, &self.asks, false))
             }
-        }
-        if now < entry.times.fresh_until {
-            Look::Fresh(entry, now)
-        } else {
-            Look::Stale(entry, now)
+            Waited::Late(_) if self.call.gave_up(bound) => {
+                Ok(self.call.standing_in(copy, since, &self.asks))
+            }
+            Waited::Found(Look::Pass(at) | Look::Absent(at) | Look::Expired(_, at))
+            | Waited::Alone(at)
+            | Waited::Late(at) => self.fetch(Some(at), None, copy).await,
+            Waited::Found(Look::Failed(_)) => self.fetch(None, None, copy).await,
         }
     }
 
-    /// XFetch: whether this hit recomputes early.
-    pub(crate) fn early(&self, entry: &Entry, now: u64) -> bool {
-        let Some(beta) = self.shared.stampede.xfetch else {
-            return false;
+    /// Computes (see [`Call::compute`]), under `guard` when this request holds the lease
+    /// (released when the computation ends). With fill timeouts the computation runs in a
+    /// spawned task that the request stops waiting for at the soft timeout (with a `copy`)
+    /// or the hard one. With a `copy`, a handler error or a 5xx is answered with the copy.
+    async fn fetch(
+        self,
+        started: Option<u64>,
+        guard: Option<LockGuard>,
+        copy: Copy,
+    ) -> Reply<ResBody, S::Error> {
+        let keep = copy.is_some();
+        let holds = guard.is_some();
+        let since = Instant::now();
+        let patience = self.call.fail_safe().patience(keep);
+        let Self {
+            call,
+            inner,
+            req,
+            asks,
+        } = self;
+        let worker = call.clone();
+        let job = async move {
+            let reply = worker.compute(inner, req, started, holds, keep).await;
+            if let Some(guard) = guard {
+                release(guard).await;
+            }
+            reply
         };
-        #[allow(clippy::cast_precision_loss)]
-        let gap = entry.times.delta as f64 * beta * -self.shared.random.draw().ln();
-        #[allow(clippy::cast_precision_loss)]
-        let early = now as f64 + gap >= entry.times.fresh_until as f64;
-        early
+        let reply = match (patience, tokio::runtime::Handle::try_current()) {
+            (Some(patience), Ok(runtime)) => {
+                let mut task = runtime.spawn(job);
+                match tokio::time::timeout(patience, &mut task).await {
+                    Ok(Ok(reply)) => reply,
+                    Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    Ok(Err(_)) | Err(_) => {
+                        tracing::debug!(key = %call.digest, ?patience, "fill timeout: the computation goes on in the background");
+                        return Ok(call.standing_in(copy, since, &asks));
+                    }
+                }
+            }
+            _ => job.await,
+        };
+        match (reply, copy) {
+            (Err(_), Some((entry, at))) => {
+                tracing::warn!(key = %call.digest, "the handler failed: serving the stale copy (stale_if_error)");
+                Ok(call.respond(entry, later(at, since), &asks, true))
+            }
+            (Ok(res), Some((entry, at))) if res.status().is_server_error() => {
+                tracing::warn!(key = %call.digest, status = %res.status(), "the handler answered an error: serving the stale copy (stale_if_error)");
+                Ok(call.respond(entry, later(at, since), &asks, true))
+            }
+            (reply, _) => reply,
+        }
+    }
+}
+
+impl Call {
+    /// The copy this entry is for a failing handler, if it is inside `stale_if_error`.
+    pub(crate) fn rescuable(&self, entry: Entry, at: u64) -> Copy {
+        let grace = crate::backend::micros(self.fail_safe().stale_if_error);
+        (at < entry.times.fresh_until.saturating_add(grace)).then_some((entry, at))
+    }
+
+    /// The answer of a request that stopped waiting at a fill timeout: the copy, else
+    /// `504 Gateway Timeout`.
+    fn standing_in<B: http_body::Body>(
+        &self,
+        copy: Copy,
+        since: Instant,
+        asks: &Condition,
+    ) -> Response<ResponseBody<B>> {
+        if let Some((entry, at)) = copy {
+            return self.respond(entry, later(at, since), asks, true);
+        }
+        let mut res = Response::new(ResponseBody::full(Bytes::from_static(
+            b"the handler did not answer within the cache's fill timeout\n",
+        )));
+        *res.status_mut() = StatusCode::GATEWAY_TIMEOUT;
+        res.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        Outcome::Miss { stored: false }.mark(&self.shared.header, res.headers_mut());
+        res
     }
 
     /// A response from a stored entry (fresh or stale): `304 Not Modified` when the request's
-    /// condition says the client has it already.
+    /// condition says the client has it already. `rescued`: served in place of a handler
+    /// that failed or was too slow (as is a softly purged entry): `fwd=stale` once stale.
     fn respond<B: http_body::Body>(
         &self,
         entry: Entry,
         now: u64,
         asks: &Condition,
+        rescued: bool,
     ) -> Response<ResponseBody<B>> {
+        let mut outcome = Outcome::served(entry.times.fresh_until, now);
+        if entry.purged || (rescued && now >= entry.times.fresh_until) {
+            outcome = outcome.forwarded();
+        }
         let (status, mut headers, body) = if asks.unchanged(entry.status, &entry.headers) {
             let mut headers = entry.headers;
             not_modified(&mut headers);
@@ -176,149 +232,24 @@ impl Call {
         let filled = entry.times.started.saturating_add(entry.times.delta);
         let age = now.saturating_sub(filled) / 1_000_000;
         headers.insert(AGE, HeaderValue::from(age));
-        Outcome::served(entry.times.fresh_until, now).mark(&self.shared.header, &mut headers);
+        outcome.mark(&self.shared.header, &mut headers);
         let mut res = Response::new(ResponseBody::full(body));
         *res.status_mut() = status;
         *res.headers_mut() = headers;
         res
     }
 
-    /// Lock on miss: compute under the lease, or wait for whoever holds it.
-    async fn wait_or_compute<S, ReqBody, ResBody>(
-        &self,
-        inner: S,
-        req: Request<ReqBody>,
-        now: u64,
-        asks: &Condition,
-    ) -> Reply<ResBody, S::Error>
-    where
-        S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-        ResBody: http_body::Body<Data = Bytes>,
-    {
-        match self.wait(now, |_| true).await {
-            Waited::Lease(guard, look) => {
-                // Whoever held the lease before may have filled it since our read.
-                let reply = match look {
-                    Look::Fresh(entry, at) => Ok(self.respond(entry, at, asks)),
-                    Look::Absent(at) | Look::Stale(_, at) | Look::Pass(at) => {
-                        self.compute(inner, req, Some(at), true).await
-                    }
-                    Look::Failed(_) => self.compute(inner, req, None, false).await,
-                };
-                release(guard).await;
-                reply
-            }
-            Waited::Found(Look::Fresh(entry, at) | Look::Stale(entry, at)) => {
-                Ok(self.respond(entry, at, asks))
-            }
-            Waited::Found(Look::Pass(at) | Look::Absent(at)) | Waited::Alone(at) => {
-                self.compute(inner, req, Some(at), false).await
-            }
-            Waited::Found(Look::Failed(_)) => self.compute(inner, req, None, false).await,
-        }
-    }
-
-    /// Lock on miss: takes the lease, or polls the store (2 ms, doubling to 50 ms) for
-    /// another request's fill, for up to the stampede's wait. An entry that is not `usable`
-    /// (a value of another type) counts as no fill.
-    pub(crate) async fn wait(&self, mut now: u64, usable: impl Fn(&Entry) -> bool) -> Waited {
-        let stampede = self.shared.stampede;
-        let lock = self.shared.store.0.lock();
-        let name = self.lock_name();
-        let until = tokio::time::Instant::now() + stampede.wait;
-        let mut pause = Duration::from_millis(2);
-        loop {
-            match lock.try_acquire(&name, stampede.lease).await {
-                Ok(Some(guard)) => return Waited::Lease(guard, self.look().await),
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "cache fill lock unavailable: computing without it");
-                    return Waited::Alone(now);
-                }
-            }
-            let left = until.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() {
-                tracing::debug!(key = %self.digest, "waited the whole bound for a fill: computing");
-                return Waited::Alone(now);
-            }
-            tokio::time::sleep(pause.min(left)).await;
-            pause = (pause * 2).min(Duration::from_millis(50));
-            match self.look().await {
-                Look::Fresh(entry, at) | Look::Stale(entry, at) if !usable(&entry) => now = at,
-                Look::Absent(at) => now = at,
-                found => return Waited::Found(found),
-            }
-        }
-    }
-
-    /// Serves a stale entry's refresh: the request that takes the lease recomputes in a
-    /// spawned task; the others do nothing.
-    async fn refresh<S, ReqBody, ResBody>(&self, inner: S, req: Request<ReqBody>)
-    where
-        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
-        S::Future: Send,
-        S::Error: Send + 'static,
-        ReqBody: Send + 'static,
-        ResBody: http_body::Body<Data = Bytes> + Send + 'static,
-        ResBody::Error: Send,
-    {
-        self.refresh_with(move |call, now| async move {
-            // The body is read (and filled) inside compute; what is left is dropped.
-            let _ = call.compute(inner, req, Some(now), true).await;
-        })
-        .await;
-    }
-
-    /// Stale-while-revalidate: when this call takes the key's lease, runs `job` (with the
-    /// store's time of a fresh read) in a spawned task, unless another refresh landed first;
-    /// the lease is released when it ends. Without the lease (or a runtime) it does nothing.
-    pub(crate) async fn refresh_with<F, Fut>(&self, job: F)
-    where
-        F: FnOnce(Self, u64) -> Fut + Send + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let lease = self.shared.stampede.lease;
-        let guard = match self
-            .shared
-            .store
-            .0
-            .lock()
-            .try_acquire(&self.lock_name(), lease)
-            .await
-        {
-            Ok(Some(guard)) => guard,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "cache refresh lock unavailable: not refreshing");
-                return;
-            }
-        };
-        let call = self.clone();
-        runtime.spawn(async move {
-            // Another refresh may have landed between our read and the lease.
-            let now = match call.look().await {
-                Look::Fresh(..) | Look::Failed(_) => None,
-                Look::Stale(_, at) | Look::Absent(at) | Look::Pass(at) => Some(at),
-            };
-            if let Some(now) = now {
-                job(call, now).await;
-            }
-            release(guard).await;
-        });
-    }
-
     /// Calls the inner service; fills the entry when the response is cacheable and `started`
     /// (the store's time when the key was read) is known; leaves a hit-for-pass marker when
-    /// not cacheable and this request `holds` the lease (so that waiters stop waiting).
+    /// not cacheable and this request `holds` the lease (so that waiters stop waiting),
+    /// except for a 5xx when a copy is to be `kept` for `stale_if_error`.
     async fn compute<S, ReqBody, ResBody>(
         &self,
         mut inner: S,
         req: Request<ReqBody>,
         started: Option<u64>,
         holds: bool,
+        kept: bool,
     ) -> Reply<ResBody, S::Error>
     where
         S: Service<Request<ReqBody>, Response = Response<ResBody>>,
@@ -346,7 +277,8 @@ impl Call {
         } else {
             life(&parts, &shared.key, shared.life)
         };
-        let leaves_marker = touched || !marks().any(SessionMark::carried);
+        let leaves_marker = (touched || !marks().any(SessionMark::carried))
+            && !(kept && parts.status.is_server_error());
         let (life, started) = match (verdict, started) {
             (Ok(life), Some(started)) => (life, started),
             (Err(why), started) => {
@@ -382,6 +314,7 @@ impl Call {
             started,
             fresh: life.fresh + jitter,
             stale: life.stale,
+            grace: shared.fail_safe.stale_if_error,
             blob: encode(&self.digest, parts.status, &parts.headers, &tags, &bytes),
         };
         let stored = match shared.store.0.write(&self.digest, write).await {
@@ -401,6 +334,7 @@ impl Call {
             started,
             fresh: self.shared.stampede.lease,
             stale: Duration::ZERO,
+            grace: Duration::ZERO,
             blob: Bytes::new(),
         };
         if let Err(e) = self.shared.store.0.write(&self.digest, write).await {
@@ -439,12 +373,5 @@ impl Call {
     ) -> Response<ResponseBody<B>> {
         Outcome::Miss { stored }.mark(&self.shared.header, &mut parts.headers);
         Response::from_parts(parts, body)
-    }
-}
-
-/// Releases a fill or refresh lease; a failure only logs (the lease runs out).
-pub(crate) async fn release(guard: LockGuard) {
-    if let Err(e) = guard.release().await {
-        tracing::warn!(error = %e, "releasing a cache fill lock failed; its lease will run out");
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use http::HeaderName;
 
+use super::fail_safe::FailSafe;
 use super::policy::{KeyPolicy, Lifetimes};
 use super::query::QueryKey;
 use super::service::Cache;
@@ -88,6 +89,7 @@ impl CacheLayer {
                 stampede: Stampede::lock(),
                 random: Random::default(),
                 tag_space: None,
+                fail_safe: FailSafe::default(),
             },
         }
     }
@@ -111,6 +113,32 @@ impl CacheLayer {
     pub async fn invalidate_tag(&self, tag: &str) -> Result<(), BackendError> {
         let keep = self.shared.longest_life();
         let tag = self.shared.tag_digest(tag);
+        self.shared.store.0.invalidate(&tag, keep).await
+    }
+
+    /// Marks every entry that carries `tag` stale instead of voiding it (a soft purge, on
+    /// every replica sharing the store): the next request for such an entry is answered at
+    /// once from it (`x-cache: STALE`, `Cache-Status: …; fwd=stale; ttl=<0 or less>`) while
+    /// the one request that takes its lease recomputes it in the background. Recorded as
+    /// [`invalidate_tag`](Self::invalidate_tag) is, in a key of its own: one key, one
+    /// command, no `KEYS`, no `SCAN`. An entry already past its stale window is not revived:
+    /// it is a miss, as before.
+    ///
+    /// ```
+    /// # use redis_guard::cache::{CacheLayer, MemoryCacheStore};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cache = CacheLayer::new(MemoryCacheStore::new())?;
+    /// // The product list changed; the old page may still be shown while one request rebuilds it:
+    /// cache.invalidate_tag_soft("products").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The store failed (Redis unreachable, too slow).
+    pub async fn invalidate_tag_soft(&self, tag: &str) -> Result<(), BackendError> {
+        let keep = self.shared.longest_life();
+        let tag = self.shared.soft_tag_digest(tag);
         self.shared.store.0.invalidate(&tag, keep).await
     }
 }
@@ -167,6 +195,49 @@ impl CacheLayerBuilder {
         /// # Ok::<(), redis_guard::ConfigError>(())
         /// ```
         pub fn etag(on: bool) => shared.etag;
+
+        /// Fail-safe: when the handler fails (the inner service returns an error, answers
+        /// 5xx, or runs past the [`fill_timeout`](Self::fill_timeout)), the last good copy is
+        /// served instead if it is at most `grace` past its freshness (`x-cache: STALE`,
+        /// `Cache-Status: redis-guard; fwd=stale; ttl=<0 or less>`); past that, the error or
+        /// the 5xx as without it. Entries are then kept `grace` past their freshness (at
+        /// least: longer when their stale window is longer), every key still with a TTL.
+        /// Default zero: off. At most 10 years.
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use redis_guard::cache::{CacheLayer, MemoryCacheStore};
+        /// let layer = CacheLayer::builder(MemoryCacheStore::new())
+        ///     .stale_if_error(Duration::from_secs(300)) // an origin down for 5 min goes unseen
+        ///     .build()?;
+        /// # let _ = layer;
+        /// # Ok::<(), redis_guard::ConfigError>(())
+        /// ```
+        pub fn stale_if_error(grace: Duration) => shared.fail_safe.stale_if_error;
+    }
+
+    /// Fill timeouts (default none: a request waits for its handler as long as it takes).
+    /// A request that computes an entry, or waits for another request's computation, and
+    /// has a copy it may serve instead (one inside [`stale_if_error`](Self::stale_if_error))
+    /// gets that copy after `soft`, while the computation goes on in the background and its
+    /// response is stored when it comes. One with no such copy waits until `hard`, then gets
+    /// `504 Gateway Timeout` (the computation still goes on and fills the entry). The fill
+    /// lock still holds: waiting requests do not start computations of their own. Both
+    /// above zero, `soft` at most `hard`, `hard` at most a day.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::cache::{CacheLayer, MemoryCacheStore};
+    /// let layer = CacheLayer::builder(MemoryCacheStore::new())
+    ///     .stale_if_error(Duration::from_secs(300))
+    ///     .fill_timeout(Duration::from_millis(200), Duration::from_secs(5))
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok::<(), redis_guard::ConfigError>(())
+    /// ```
+    pub fn fill_timeout(mut self, soft: Duration, hard: Duration) -> Self {
+        self.shared.fail_safe.timeouts = Some((soft, hard));
+        self
     }
 
     /// Request headers whose values go into the key: one entry per combination (e.g.
@@ -261,7 +332,8 @@ impl CacheLayerBuilder {
     /// # Errors
     ///
     /// A zero `ttl` or `max_ttl`, a `ttl` above `max_ttl`, a jitter outside 0..=1, a zero body
-    /// limit, a stampede setting that cannot work, or store settings that cannot work.
+    /// limit, a stampede setting that cannot work, a `stale_if_error` above 10 years, fill
+    /// timeouts that cannot work, or store settings that cannot work.
     ///
     /// ```
     /// use redis_guard::cache::{CacheLayer, MemoryCacheStore};
@@ -323,6 +395,9 @@ impl CacheLayerBuilder {
             );
         }
         if let Some(problem) = s.stampede.problem() {
+            return Err(problem.within("cache layer"));
+        }
+        if let Some(problem) = s.fail_safe.problem("CacheLayerBuilder") {
             return Err(problem.within("cache layer"));
         }
         Ok(CacheLayer {

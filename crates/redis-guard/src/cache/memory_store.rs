@@ -218,12 +218,8 @@ impl MemoryCacheStore {
                 return false;
             }
         }
-        state.put(
-            key.to_owned(),
-            Bytes::from(value),
-            stale_until.max(now + 1),
-            now,
-        );
+        let kept = stale_until.max(fresh_until.saturating_add(micros(w.grace)));
+        state.put(key.to_owned(), Bytes::from(value), kept.max(now + 1), now);
         true
     }
 }
@@ -316,6 +312,7 @@ mod tests {
             started: 0,
             fresh: day,
             stale: Duration::ZERO,
+            grace: Duration::ZERO,
             blob: Bytes::from_static(b"blob"),
         };
         ready(store.write("k", write)).expect("write");
@@ -343,6 +340,7 @@ mod tests {
                 // Later entries live longer: the first written are the first to go.
                 fresh: day + Duration::from_secs(u64::try_from(i).expect("small")),
                 stale: Duration::ZERO,
+                grace: Duration::ZERO,
                 blob: body.clone(),
             };
             ready(store.write(key, write)).expect("write");
@@ -370,6 +368,7 @@ mod tests {
                 started: 0,
                 fresh: day,
                 stale: Duration::ZERO,
+                grace: Duration::ZERO,
                 blob: Bytes::new(),
             };
             ready(small.write(&format!("pass-{i:04}"), write)).expect("write");

@@ -277,9 +277,11 @@
 
 mod body;
 mod entry;
+mod fail_safe;
 mod flow;
 mod future;
 mod layer;
+mod lookup;
 mod memory_store;
 mod policy;
 mod query;
@@ -294,6 +296,7 @@ mod validate;
 mod value;
 
 pub use body::ResponseBody;
+pub use fail_safe::FillTimeout;
 pub use future::ResponseFuture;
 pub use layer::{CacheLayer, CacheLayerBuilder};
 pub use memory_store::MemoryCacheStore;

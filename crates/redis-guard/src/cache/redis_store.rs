@@ -94,7 +94,8 @@ impl RedisCacheStore {
                 .arg(write.started)
                 .arg(micros(write.fresh))
                 .arg(micros(write.stale))
-                .arg(&write.blob[..]);
+                .arg(&write.blob[..])
+                .arg(micros(write.grace));
             if let Some(only) = only {
                 call.arg(only);
             }

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use http::Request;
 
 use super::body::ResponseBody;
-use super::flow::Call;
+use super::flow::{Call, Job};
 use super::future::ResponseFuture;
 use super::shared::Shared;
 
@@ -39,6 +39,6 @@ impl_service! {
             shared: Arc::clone(&this.shared),
             digest,
         };
-        ResponseFuture::caching(Box::pin(call.serve(inner, req)))
+        ResponseFuture::caching(Box::pin(Job::new(call, inner, req).serve()))
     }
 }

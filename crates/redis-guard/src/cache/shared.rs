@@ -2,6 +2,7 @@
 
 use http::HeaderName;
 
+use super::fail_safe::FailSafe;
 use super::policy::{KeyPolicy, Lifetimes};
 use super::stampede::{Random, Stampede};
 use super::store::Backing;
@@ -25,6 +26,8 @@ pub(crate) struct Shared {
     /// cache's, so that neither voids the other's entries (each remembers an invalidation
     /// only as long as its own entries live).
     pub(crate) tag_space: Option<&'static str>,
+    /// `stale_if_error` and the fill timeouts.
+    pub(crate) fail_safe: FailSafe,
 }
 
 impl Shared {
@@ -36,9 +39,20 @@ impl Shared {
         }
     }
 
-    /// The longest an entry may live, fresh then stale, jitter included: how long a tag's
-    /// invalidation must be remembered.
+    /// The digest that names the soft purge record of `tag` (see
+    /// [`CacheLayer::invalidate_tag_soft`](super::CacheLayer::invalidate_tag_soft)).
+    pub(crate) fn soft_tag_digest(&self, tag: &str) -> String {
+        let space = self.tag_space.unwrap_or("rg-layer-tag");
+        super::store::digest([
+            b"rg-soft-purge".as_slice(),
+            space.as_bytes(),
+            tag.as_bytes(),
+        ])
+    }
+
+    /// The longest an entry may live, fresh then stale (or kept for `stale_if_error`),
+    /// jitter included: how long a tag's invalidation must be remembered.
     pub(crate) fn longest_life(&self) -> std::time::Duration {
-        self.life.max_ttl.mul_f64(2.0 + self.jitter)
+        self.life.max_ttl.mul_f64(2.0 + self.jitter) + self.fail_safe.stale_if_error
     }
 }

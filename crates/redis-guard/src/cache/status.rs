@@ -18,6 +18,9 @@ pub(crate) enum Outcome {
     Stale { ttl: i64 },
     /// Computed by the handler for this request; `stored` when the fill was written.
     Miss { stored: bool },
+    /// A stored copy served in place of a handler that failed or was too slow, or of an
+    /// entry purged softly; `ttl` ≤ 0.
+    Fallback { ttl: i64 },
 }
 
 impl Outcome {
@@ -30,6 +33,16 @@ impl Outcome {
             Self::Hit { ttl }
         } else {
             Self::Stale { ttl }
+        }
+    }
+
+    /// As served in place of the handler (`fwd=stale`): the ttl is at most zero.
+    pub(crate) fn forwarded(self) -> Self {
+        match self {
+            Self::Hit { ttl } | Self::Stale { ttl } | Self::Fallback { ttl } => {
+                Self::Fallback { ttl: ttl.min(0) }
+            }
+            miss @ Self::Miss { .. } => miss,
         }
     }
 
@@ -46,6 +59,11 @@ impl Outcome {
             Self::Stale { ttl } => ("STALE", "stale", format!("{NAME}; hit; ttl={ttl}")),
             Self::Miss { stored: true } => ("MISS", "miss", format!("{NAME}; fwd=miss; stored")),
             Self::Miss { stored: false } => ("MISS", "miss", format!("{NAME}; fwd=miss")),
+            // The request was forwarded (or would have been: a soft purge) and the stale
+            // copy answered instead (RFC 9211 §2.2 `fwd=stale`).
+            Self::Fallback { ttl } => {
+                ("STALE", "fallback", format!("{NAME}; fwd=stale; ttl={ttl}"))
+            }
         };
         crate::telemetry::count(
             crate::telemetry::Metric::CacheResponses,
@@ -113,5 +131,9 @@ mod tests {
             marked(Outcome::Miss { stored: false }, &[]),
             "redis-guard; fwd=miss"
         );
+        let fallback = Outcome::served(5_000_000, 0).forwarded();
+        assert_eq!(marked(fallback, &[]), "redis-guard; fwd=stale; ttl=0");
+        let late = Outcome::served(0, 3_000_000).forwarded();
+        assert_eq!(marked(late, &[]), "redis-guard; fwd=stale; ttl=-3");
     }
 }

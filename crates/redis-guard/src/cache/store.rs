@@ -53,6 +53,9 @@ pub(crate) struct Write {
     pub(crate) fresh: Duration,
     /// Then servable stale for this long.
     pub(crate) stale: Duration,
+    /// Kept this long past its freshness at least (for `stale_if_error`): the key lives
+    /// `fresh + max(stale, grace)`.
+    pub(crate) grace: Duration,
     pub(crate) blob: Bytes,
 }
 

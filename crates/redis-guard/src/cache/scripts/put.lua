@@ -1,5 +1,5 @@
 -- Writes a cache key: an entry or a hit-for-pass marker, with its times in front of the blob
--- (see cache/entry.rs) and a TTL. Overwrites whatever the key held, of any type; with ARGV[7]
+-- (see cache/entry.rs) and a TTL. Overwrites whatever the key held, of any type; with ARGV[8]
 -- `NX`, only a key that holds nothing (the value cache's `add`).
 --
 -- KEYS[1]  the entry's key
@@ -10,7 +10,8 @@
 -- ARGV[4]  how long it stays fresh from now, µs (jitter included)
 -- ARGV[5]  how long it may be served stale after that, µs
 -- ARGV[6]  the blob
--- ARGV[7]  optional: `NX`
+-- ARGV[7]  how long past its freshness the key is kept at least, µs (stale-if-error)
+-- ARGV[8]  optional: `NX`
 -- Reply    now, µs; nil when `NX` found the key taken
 local now = clock()
 local started = math.min(tonumber(ARGV[3]), now)
@@ -18,8 +19,8 @@ local fresh, stale = tonumber(ARGV[4]), tonumber(ARGV[5])
 local delta = math.max(0, now - started)
 local line = table.concat({ 'RGC1', ARGV[2], fmt(now + fresh), fmt(now + fresh + stale),
   fmt(started), fmt(delta) }, ' ') .. '\n'
-local px = math.max(1, cdiv(fresh + stale, 1000))
-if ARGV[7] == 'NX' then
+local px = math.max(1, cdiv(fresh + math.max(stale, tonumber(ARGV[7])), 1000))
+if ARGV[8] == 'NX' then
   if not redis.call('SET', KEYS[1], line .. ARGV[6], 'PX', px, 'NX') then
     return false
   end

@@ -49,6 +49,49 @@ impl ValueCacheBuilder {
 
         /// The stampede protection (default [`Stampede::lock`]).
         pub fn stampede(stampede: Stampede) => shared.stampede;
+
+        /// Fail-safe: when the closure of `get_or_compute` returns `Err` (or runs past the
+        /// [`fill_timeout`](Self::fill_timeout)), the last good value is returned instead if
+        /// it is at most `grace` past its TTL; past that, the error as without it. Values are
+        /// then kept `grace` past their TTL (at least: longer when the
+        /// [`stale`](Self::stale) window is longer), every key still with a TTL. Default
+        /// zero: off. At most 10 years.
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use redis_guard::cache::{MemoryCacheStore, ValueCache};
+        /// let cache = ValueCache::builder(MemoryCacheStore::new())
+        ///     .stale_if_error(Duration::from_secs(300)) // a database down for 5 min goes unseen
+        ///     .build()?;
+        /// # let _ = cache;
+        /// # Ok::<(), redis_guard::ConfigError>(())
+        /// ```
+        pub fn stale_if_error(grace: Duration) => shared.fail_safe.stale_if_error;
+    }
+
+    /// Fill timeouts of `get_or_compute` (default none: a caller waits for the closure as
+    /// long as it takes). A caller that computes, or waits for another caller's
+    /// computation, and has a value it may return instead (one inside
+    /// [`stale_if_error`](Self::stale_if_error)) gets that value after `soft`, while the
+    /// computation goes on in a spawned task and its value is stored when it comes. One with
+    /// no such value waits until `hard`, then gets the closure's error type made from a
+    /// [`FillTimeout`](crate::cache::FillTimeout) (the computation still goes on and fills
+    /// the key). The fill lock still holds: waiting callers do not start computations of
+    /// their own. Both above zero, `soft` at most `hard`, `hard` at most a day.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::cache::{MemoryCacheStore, ValueCache};
+    /// let cache = ValueCache::builder(MemoryCacheStore::new())
+    ///     .stale_if_error(Duration::from_secs(300))
+    ///     .fill_timeout(Duration::from_millis(100), Duration::from_secs(2))
+    ///     .build()?;
+    /// # let _ = cache;
+    /// # Ok::<(), redis_guard::ConfigError>(())
+    /// ```
+    pub fn fill_timeout(mut self, soft: Duration, hard: Duration) -> Self {
+        self.shared.fail_safe.timeouts = Some((soft, hard));
+        self
     }
 
     /// How long `get_or_compute` keeps a computed value that is JSON `null` (an `Ok(None)`:
@@ -85,8 +128,8 @@ impl ValueCacheBuilder {
     /// # Errors
     ///
     /// A `ttl` or a `negative_ttl` of zero or above 10 years, a `stale` window above 10
-    /// years, a jitter outside 0..=1, a stampede setting that cannot work, or store settings
-    /// that cannot work.
+    /// years, a jitter outside 0..=1, a stampede setting that cannot work, a `stale_if_error`
+    /// above 10 years, fill timeouts that cannot work, or store settings that cannot work.
     ///
     /// ```
     /// use redis_guard::cache::{MemoryCacheStore, ValueCache};
@@ -157,7 +200,9 @@ impl ValueCacheBuilder {
                 .with_value(s.jitter),
             );
         }
-        s.stampede.problem()
+        s.stampede
+            .problem()
+            .or_else(|| s.fail_safe.problem("ValueCacheBuilder"))
     }
 }
 
@@ -170,6 +215,7 @@ impl std::fmt::Debug for ValueCacheBuilder {
             .field("stampede", &self.shared.stampede)
             .field("namespace", &self.namespace)
             .field("negative_ttl", &self.negative)
+            .field("fail_safe", &self.shared.fail_safe)
             .finish_non_exhaustive()
     }
 }

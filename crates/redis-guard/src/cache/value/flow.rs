@@ -9,8 +9,10 @@ use http::{HeaderMap, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::backend::LockGuard;
 use crate::cache::entry::{Entry, Kind, encode};
-use crate::cache::flow::{Call, Look, Waited, release};
+use crate::cache::fail_safe::FillTimeout;
+use crate::cache::lookup::{Call, Look, Waited, release};
 use crate::cache::store::Write;
 
 /// How a computed value is kept: its TTL and tags, and the cache's negative TTL.
@@ -34,22 +36,25 @@ pub(crate) fn parse<T: DeserializeOwned>(entry: &Entry) -> Option<T> {
 }
 
 /// The key's value, computed by `f` when it is missing (lock on miss or XFetch), early (XFetch)
-/// or stale (returned at once; one caller recomputes in a spawned task).
+/// or stale (returned at once; one caller recomputes in a spawned task); with
+/// `stale_if_error`, a copy stands in for a closure that fails or is too slow.
 pub(crate) async fn get_or_compute<T, E, F, Fut>(call: Call, fill: Fill, f: F) -> Result<T, E>
 where
     T: Serialize + DeserializeOwned + Send + 'static,
-    E: Debug + Send + 'static,
+    E: Debug + Send + 'static + From<FillTimeout>,
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<T, E>> + Send + 'static,
 {
-    match call.look().await {
+    let job = Job { call, fill, f };
+    match job.call.look().await {
         Look::Fresh(entry, now) => match parse(&entry) {
-            Some(value) if !call.early(&entry, now) => Ok(value),
-            Some(_) => compute(&call, &fill, f, Some(now)).await,
-            None => miss(&call, &fill, f, now).await,
+            Some(value) if !job.call.early(&entry, now) => Ok(value),
+            Some(value) => job.fetch(Some(now), None, Some(value)).await,
+            None => job.miss(now, None).await,
         },
         Look::Stale(entry, now) => match parse(&entry) {
             Some(value) => {
+                let Job { call, fill, f } = job;
                 let refresh = move |call: Call, now| async move {
                     if let Err(e) = compute(&call, &fill, f, Some(now)).await {
                         tracing::warn!(key = %call.digest, error = ?e, "refreshing a stale value failed: it stays until its stale window ends");
@@ -58,50 +63,125 @@ where
                 call.refresh_with(refresh).await;
                 Ok(value)
             }
-            None => miss(&call, &fill, f, now).await,
+            None => job.miss(now, None).await,
         },
-        Look::Pass(now) | Look::Absent(now) => miss(&call, &fill, f, now).await,
-        Look::Failed(_) => compute(&call, &fill, f, None).await,
+        Look::Expired(entry, now) => {
+            let copy = parse(&entry);
+            job.miss(now, copy).await
+        }
+        Look::Pass(now) | Look::Absent(now) => job.miss(now, None).await,
+        Look::Failed(_) => job.fetch(None, None, None).await,
     }
 }
 
-/// A miss: XFetch computes at once; lock on miss computes under the lease, or waits for the
-/// caller that holds it and reads its fill.
-async fn miss<T, E, F, Fut>(call: &Call, fill: &Fill, f: F, now: u64) -> Result<T, E>
+/// One computation of a key: the call, how its value is kept, the closure.
+struct Job<F> {
+    call: Call,
+    fill: Fill,
+    f: F,
+}
+
+impl<T, E, F, Fut> Job<F>
 where
-    T: Serialize + DeserializeOwned,
-    F: FnOnce() -> Fut,
-    Fut: Future<Output = Result<T, E>>,
+    T: Serialize + DeserializeOwned + Send + 'static,
+    E: Debug + Send + 'static + From<FillTimeout>,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, E>> + Send + 'static,
 {
-    if call.shared.stampede.xfetch.is_some() {
-        return compute(call, fill, f, Some(now)).await;
-    }
-    let usable = |entry: &Entry| serde_json::from_slice::<T>(&entry.body).is_ok();
-    match call.wait(now, usable).await {
-        Waited::Lease(guard, look) => {
-            // Whoever held the lease before may have filled it since our read.
-            let value = match look {
+    /// A miss: XFetch computes at once; lock on miss computes under the lease, or waits for
+    /// the caller that holds it and reads its fill (with a `copy`, at most the soft fill
+    /// timeout; without, at most the hard one).
+    async fn miss(self, now: u64, copy: Option<T>) -> Result<T, E> {
+        if self.call.shared.stampede.xfetch.is_some() {
+            return self.fetch(Some(now), None, copy).await;
+        }
+        let bound = self.call.fail_safe().patience(copy.is_some());
+        let usable = |entry: &Entry| serde_json::from_slice::<T>(&entry.body).is_ok();
+        match self.call.wait(now, bound, usable).await {
+            Waited::Lease(guard, look) => match look {
+                // Whoever held the lease before may have filled it since our read.
                 Look::Fresh(entry, at) => match parse(&entry) {
-                    Some(value) => Ok(value),
-                    None => compute(call, fill, f, Some(at)).await,
+                    Some(value) => {
+                        release(guard).await;
+                        Ok(value)
+                    }
+                    None => self.fetch(Some(at), Some(guard), copy).await,
                 },
-                Look::Absent(at) | Look::Stale(_, at) | Look::Pass(at) => {
-                    compute(call, fill, f, Some(at)).await
+                Look::Stale(entry, at) | Look::Expired(entry, at) => {
+                    let grace = crate::backend::micros(self.call.fail_safe().stale_if_error);
+                    let newer = (at < entry.times.fresh_until.saturating_add(grace))
+                        .then(|| parse(&entry))
+                        .flatten();
+                    self.fetch(Some(at), Some(guard), newer.or(copy)).await
                 }
-                Look::Failed(_) => compute(call, fill, f, None).await,
-            };
-            release(guard).await;
-            value
+                Look::Absent(at) | Look::Pass(at) => self.fetch(Some(at), Some(guard), None).await,
+                Look::Failed(_) => {
+                    release(guard).await;
+                    self.fetch(None, None, copy).await
+                }
+            },
+            Waited::Found(Look::Fresh(entry, at) | Look::Stale(entry, at)) => match parse(&entry) {
+                Some(value) => Ok(value),
+                None => self.fetch(Some(at), None, copy).await,
+            },
+            Waited::Late(_) if self.call.gave_up(bound) => {
+                stand_in(copy, bound.unwrap_or_default())
+            }
+            Waited::Found(Look::Pass(at) | Look::Absent(at) | Look::Expired(_, at))
+            | Waited::Alone(at)
+            | Waited::Late(at) => self.fetch(Some(at), None, copy).await,
+            Waited::Found(Look::Failed(_)) => self.fetch(None, None, copy).await,
         }
-        Waited::Found(Look::Fresh(entry, at) | Look::Stale(entry, at)) => match parse(&entry) {
-            Some(value) => Ok(value),
-            None => compute(call, fill, f, Some(at)).await,
-        },
-        Waited::Found(Look::Pass(at) | Look::Absent(at)) | Waited::Alone(at) => {
-            compute(call, fill, f, Some(at)).await
-        }
-        Waited::Found(Look::Failed(_)) => compute(call, fill, f, None).await,
     }
+
+    /// Computes (see [`compute`]) under `guard` when this caller holds the lease (released
+    /// when the computation ends). With fill timeouts the computation runs in a spawned task
+    /// that the caller stops waiting for at the soft timeout (with a `copy`) or the hard one.
+    /// With a `copy`, the closure's error is answered with the copy.
+    async fn fetch(
+        self,
+        started: Option<u64>,
+        guard: Option<LockGuard>,
+        copy: Option<T>,
+    ) -> Result<T, E> {
+        let patience = self.call.fail_safe().patience(copy.is_some());
+        let key = self.call.digest.clone();
+        let Self { call, fill, f } = self;
+        let job = async move {
+            let value = compute(&call, &fill, f, started).await;
+            if let Some(guard) = guard {
+                release(guard).await;
+            }
+            value
+        };
+        let value = match (patience, tokio::runtime::Handle::try_current()) {
+            (Some(patience), Ok(runtime)) => {
+                let mut task = runtime.spawn(job);
+                match tokio::time::timeout(patience, &mut task).await {
+                    Ok(Ok(value)) => value,
+                    Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    Ok(Err(_)) | Err(_) => {
+                        tracing::debug!(%key, ?patience, "fill timeout: the computation goes on in the background");
+                        return stand_in(copy, patience);
+                    }
+                }
+            }
+            _ => job.await,
+        };
+        match (value, copy) {
+            (Err(e), Some(copy)) => {
+                tracing::warn!(%key, error = ?e, "computing a value failed: returning the stale copy (stale_if_error)");
+                Ok(copy)
+            }
+            (value, _) => value,
+        }
+    }
+}
+
+/// What a caller that stopped waiting at a fill timeout (`after`) gets: the copy, else the
+/// timeout as the closure's error.
+fn stand_in<T, E: From<FillTimeout>>(copy: Option<T>, after: Duration) -> Result<T, E> {
+    copy.ok_or_else(|| FillTimeout { after }.into())
 }
 
 /// Runs `f`; keeps its value when `started` (the store's time when the key was read) is known.
@@ -159,6 +239,7 @@ pub(crate) fn value_write(
         started,
         fresh: ttl + jitter,
         stale,
+        grace: shared.fail_safe.stale_if_error,
         // The response cache's encoding: status 200, no headers, the JSON as the body.
         blob: encode(&call.digest, StatusCode::OK, &HeaderMap::new(), tags, json),
     }

@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 pub use builder::ValueCacheBuilder;
 use flow::{Fill, parse, value_write};
 
-use super::flow::{Call, Look};
+use super::lookup::{Call, Look};
 use super::policy::{KeyPolicy, Lifetimes};
 use super::shared::Shared;
 use super::stampede::{Random, Stampede};
@@ -90,6 +90,7 @@ impl ValueCache {
                 stampede: Stampede::lock(),
                 random: Random::default(),
                 tag_space: Some("rg-value-tag"),
+                fail_safe: super::fail_safe::FailSafe::default(),
             },
             namespace: String::new(),
             negative: None,
@@ -143,7 +144,7 @@ impl ValueCache {
     ) -> Result<T, E>
     where
         T: Serialize + DeserializeOwned + Send + 'static,
-        E: fmt::Debug + Send + 'static,
+        E: fmt::Debug + Send + 'static + From<super::FillTimeout>,
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, E>> + Send + 'static,
     {
@@ -179,7 +180,7 @@ impl ValueCache {
     ) -> Result<T, E>
     where
         T: Serialize + DeserializeOwned + Send + 'static,
-        E: fmt::Debug + Send + 'static,
+        E: fmt::Debug + Send + 'static + From<super::FillTimeout>,
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, E>> + Send + 'static,
     {
@@ -220,7 +221,7 @@ impl ValueCache {
         match self.call(key.as_ref()).look().await {
             Look::Fresh(entry, _) => Ok(parse(&entry)),
             Look::Failed(e) => Err(e),
-            Look::Stale(..) | Look::Pass(_) | Look::Absent(_) => Ok(None),
+            Look::Stale(..) | Look::Expired(..) | Look::Pass(_) | Look::Absent(_) => Ok(None),
         }
     }
 
@@ -295,12 +296,47 @@ impl ValueCache {
     /// The store failed.
     pub async fn invalidate_tag(&self, tag: &str) -> Result<(), BackendError> {
         let shared = &self.inner.shared;
-        let keep = MAX_TTL.mul_f64(1.0 + shared.jitter) + shared.life.stale;
-        shared
-            .store
-            .0
-            .invalidate(&shared.tag_digest(tag), keep)
-            .await
+        let tag = shared.tag_digest(tag);
+        shared.store.0.invalidate(&tag, self.longest_life()).await
+    }
+
+    /// Marks every value that carries `tag` stale instead of voiding it (a soft purge, on
+    /// every replica sharing the store): the next `get_or_compute` of such a value returns
+    /// it at once while the one caller that takes its lease recomputes it in a spawned task
+    /// ([`get`](Self::get), which returns fresh values only, no longer returns it). One key,
+    /// one command, no `KEYS`, no `SCAN`. A value already past its stale window is not
+    /// revived.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::cache::{MemoryCacheStore, ValueCache};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cache = ValueCache::new(MemoryCacheStore::new())?;
+    /// let load = || async { Ok::<_, std::io::Error>(3_u64) };
+    /// let n: u64 = cache.get_or_compute_tagged("count", None, ["team:3"], load).await?;
+    /// cache.invalidate_tag_soft("team:3").await?;
+    /// let again = || async { Ok::<_, std::io::Error>(4_u64) };
+    /// // Returned at once (the old value) while the new one is computed in the background.
+    /// let stale: u64 = cache.get_or_compute_tagged("count", None, ["team:3"], again).await?;
+    /// assert_eq!((n, stale), (3, 3));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The store failed.
+    pub async fn invalidate_tag_soft(&self, tag: &str) -> Result<(), BackendError> {
+        let shared = &self.inner.shared;
+        let tag = shared.soft_tag_digest(tag);
+        shared.store.0.invalidate(&tag, self.longest_life()).await
+    }
+
+    /// How long a tag's invalidation is remembered: the longest a value lives.
+    fn longest_life(&self) -> Duration {
+        let shared = &self.inner.shared;
+        let after = shared.life.stale.max(shared.fail_safe.stale_if_error);
+        MAX_TTL.mul_f64(1.0 + shared.jitter) + after
     }
 
     /// One call's work on `key`: the settings and the key's digest.

@@ -1,0 +1,237 @@
+//! What both caches do before computing: read a key and judge what it holds ([`Call::look`]),
+//! XFetch's early recomputation, and the fill lease (wait for another caller's fill, or
+//! refresh a stale entry in the background).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::entry::{Entry, Stored, decode};
+use super::fail_safe::FailSafe;
+use super::shared::Shared;
+use crate::backend::{BackendError, LockGuard, micros};
+
+/// What the store holds for a key, as this request may use it.
+pub(crate) enum Look {
+    Fresh(Entry, u64),
+    /// Past its freshness inside its stale window, or softly purged: served at once while
+    /// one caller refreshes it.
+    Stale(Entry, u64),
+    /// Past its stale window, inside `stale_if_error`: a miss, but the copy stands in for a
+    /// failing or slow origin.
+    Expired(Entry, u64),
+    /// A hit-for-pass marker: the last response was not cacheable.
+    Pass(u64),
+    /// Nothing usable (absent, expired, invalidated, not ours): a miss at this time.
+    Absent(u64),
+    /// The store failed: serve without it.
+    Failed(BackendError),
+}
+
+/// What waiting for another request's fill came to.
+pub(crate) enum Waited {
+    /// This request took the lease; what the key held once it had it.
+    Lease(LockGuard, Look),
+    /// The key holds something usable now (or the store failed): no lease.
+    Found(Look),
+    /// No lease and no fill (the lock failed): compute alone, the key read at this time.
+    Alone(u64),
+    /// The wait's bound ran out with no fill, the key read at this time.
+    Late(u64),
+}
+
+/// One request's work, with the layer's settings and the key's digest.
+#[derive(Clone)]
+pub(crate) struct Call {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) digest: String,
+}
+
+impl Call {
+    fn lock_name(&self) -> String {
+        format!("c:{}", self.digest)
+    }
+
+    /// The fail-safe settings.
+    pub(crate) fn fail_safe(&self) -> FailSafe {
+        self.shared.fail_safe
+    }
+
+    /// Reads the key and judges what it holds.
+    pub(crate) async fn look(&self) -> Look {
+        let store = &self.shared.store.0;
+        let read = match store.read(&self.digest).await {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::warn!(error = %e, "cache store unavailable: serving without it");
+                return Look::Failed(e);
+            }
+        };
+        let now = read.now;
+        if read.foreign {
+            tracing::warn!(key = %self.digest, "a cache key holds a value of another type: a miss, overwritten on fill");
+            return Look::Absent(now);
+        }
+        let Some(raw) = read.value else {
+            return Look::Absent(now);
+        };
+        let mut entry = match decode(&raw) {
+            Some(Stored::Entry(entry)) if entry.digest == self.digest => entry,
+            Some(Stored::Pass(t)) if now < t.fresh_until => return Look::Pass(now),
+            Some(Stored::Pass(_)) => return Look::Absent(now),
+            _ => {
+                tracing::warn!(key = %self.digest, "a cache key holds a value that is not this entry: a miss, overwritten on fill");
+                return Look::Absent(now);
+            }
+        };
+        let grace = micros(self.shared.fail_safe.stale_if_error);
+        let rescue_until = entry.times.fresh_until.saturating_add(grace);
+        if now >= entry.times.stale_until && now >= rescue_until {
+            return Look::Absent(now);
+        }
+        if !entry.tags.is_empty() {
+            // The hard records, then the soft ones: read together, concurrently.
+            let shared = &self.shared;
+            let tags: Vec<String> = (entry.tags.iter().map(|t| shared.tag_digest(t)))
+                .chain(entry.tags.iter().map(|t| shared.soft_tag_digest(t)))
+                .collect();
+            match store.tag_times(&tags).await {
+                Ok(times) => {
+                    let (hard, soft) = times.split_at(entry.tags.len());
+                    let after =
+                        |ts: &[Option<u64>]| ts.iter().flatten().any(|&t| t >= entry.times.started);
+                    if after(hard) {
+                        return Look::Absent(now);
+                    }
+                    entry.purged = after(soft);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cache store unavailable: serving without it");
+                    return Look::Failed(e);
+                }
+            }
+        }
+        if now >= entry.times.stale_until {
+            Look::Expired(entry, now)
+        } else if now < entry.times.fresh_until && !entry.purged {
+            Look::Fresh(entry, now)
+        } else {
+            Look::Stale(entry, now)
+        }
+    }
+
+    /// XFetch: whether this hit recomputes early.
+    pub(crate) fn early(&self, entry: &Entry, now: u64) -> bool {
+        let Some(beta) = self.shared.stampede.xfetch else {
+            return false;
+        };
+        #[allow(clippy::cast_precision_loss)]
+        let gap = entry.times.delta as f64 * beta * -self.shared.random.draw().ln();
+        #[allow(clippy::cast_precision_loss)]
+        let early = now as f64 + gap >= entry.times.fresh_until as f64;
+        early
+    }
+
+    /// Lock on miss: takes the lease, or polls the store (2 ms, doubling to 50 ms) for
+    /// another request's fill, for up to the stampede's wait or `bound`, whichever is
+    /// shorter. An entry that is not `usable` (a value of another type), or only a
+    /// fail-safe copy, counts as no fill.
+    pub(crate) async fn wait(
+        &self,
+        mut now: u64,
+        bound: Option<Duration>,
+        usable: impl Fn(&Entry) -> bool,
+    ) -> Waited {
+        let stampede = self.shared.stampede;
+        let lock = self.shared.store.0.lock();
+        let name = self.lock_name();
+        let until =
+            tokio::time::Instant::now() + bound.map_or(stampede.wait, |b| b.min(stampede.wait));
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match lock.try_acquire(&name, stampede.lease).await {
+                Ok(Some(guard)) => return Waited::Lease(guard, self.look().await),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cache fill lock unavailable: computing without it");
+                    return Waited::Alone(now);
+                }
+            }
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                tracing::debug!(key = %self.digest, "waited the whole bound for a fill");
+                return Waited::Late(now);
+            }
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+            match self.look().await {
+                Look::Fresh(entry, at) | Look::Stale(entry, at) if !usable(&entry) => now = at,
+                Look::Absent(at) | Look::Expired(_, at) => now = at,
+                found => return Waited::Found(found),
+            }
+        }
+    }
+
+    /// Whether a wait that came `Late` ran out on the fill timeout (`bound`) rather than on
+    /// the stampede's own wait: then the caller stops (a copy, or the timeout's answer);
+    /// else it computes on its own, as without timeouts.
+    pub(crate) fn gave_up(&self, bound: Option<Duration>) -> bool {
+        bound.is_some_and(|b| b <= self.shared.stampede.wait)
+    }
+
+    /// Stale-while-revalidate: when this call takes the key's lease, runs `job` (with the
+    /// store's time of a fresh read) in a spawned task, unless another refresh landed first;
+    /// the lease is released when it ends. Without the lease (or a runtime) it does nothing.
+    pub(crate) async fn refresh_with<F, Fut>(&self, job: F)
+    where
+        F: FnOnce(Self, u64) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let lease = self.shared.stampede.lease;
+        let guard = match self
+            .shared
+            .store
+            .0
+            .lock()
+            .try_acquire(&self.lock_name(), lease)
+            .await
+        {
+            Ok(Some(guard)) => guard,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "cache refresh lock unavailable: not refreshing");
+                return;
+            }
+        };
+        let call = self.clone();
+        runtime.spawn(async move {
+            // Another refresh may have landed between our read and the lease.
+            let now = match call.look().await {
+                Look::Fresh(..) | Look::Failed(_) => None,
+                Look::Stale(_, at) | Look::Expired(_, at) | Look::Absent(at) | Look::Pass(at) => {
+                    Some(at)
+                }
+            };
+            if let Some(now) = now {
+                job(call, now).await;
+            }
+            release(guard).await;
+        });
+    }
+}
+
+/// Releases a fill or refresh lease; a failure only logs (the lease runs out).
+pub(crate) async fn release(guard: LockGuard) {
+    if let Err(e) = guard.release().await {
+        tracing::warn!(error = %e, "releasing a cache fill lock failed; its lease will run out");
+    }
+}
+
+/// The store's time `now` (µs) moved on by what has passed since `since`: when a copy is
+/// served after a wait, its `Age` and `ttl` count the wait.
+pub(crate) fn later(now: u64, since: tokio::time::Instant) -> u64 {
+    now.saturating_add(micros(since.elapsed()))
+}

@@ -1,0 +1,323 @@
+//! The response cache's fail-safe on every backend (issue 23, item 2): a failing handler
+//! (503, or an error of the inner service) answered from the stale copy within
+//! `stale_if_error` and with its failure after, a soft purge answered stale at once and
+//! recomputed once for a crowd on two replicas, the soft fill timeout serving the copy while
+//! the computation goes on and fills, the hard one answering 504 without a second
+//! computation, and a TTL on every key.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use redis_guard::cache::{CacheLayer, CacheLayerBuilder, CacheTags, Stampede};
+use redis_guard_tests::{Harness, Reply, backend_suite, call};
+use tokio::sync::Semaphore;
+use tower::{Layer, ServiceExt};
+
+/// What the handler does.
+const OK: u8 = 0;
+const UNAVAILABLE: u8 = 1;
+const BROKEN: u8 = 2;
+
+/// The origin behind the cache: answers `v<version>` (fresh 10 s, tagged `products`), or
+/// 503, or an error of the service; waits for a permit of `gate` first; counts its calls.
+#[derive(Clone)]
+struct Origin {
+    mode: Arc<AtomicU8>,
+    version: Arc<AtomicUsize>,
+    calls: Arc<AtomicUsize>,
+    gate: Arc<Semaphore>,
+}
+
+impl Origin {
+    fn new() -> Self {
+        Self {
+            mode: Arc::new(AtomicU8::new(OK)),
+            version: Arc::new(AtomicUsize::new(1)),
+            calls: Arc::new(AtomicUsize::new(0)),
+            gate: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)),
+        }
+    }
+
+    fn set(&self, mode: u8) {
+        self.mode.store(mode, Ordering::SeqCst);
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Blocks the handler until [`open`](Self::open).
+    fn close(&self) {
+        self.gate.forget_permits(Semaphore::MAX_PERMITS);
+    }
+
+    fn open(&self) {
+        self.gate
+            .add_permits(Semaphore::MAX_PERMITS - self.gate.available_permits());
+    }
+
+    async fn answer(self) -> Result<Response<Full<Bytes>>, std::io::Error> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        drop(self.gate.acquire().await.expect("gate"));
+        let body = format!("v{}", self.version.load(Ordering::SeqCst));
+        let res = Response::builder().header("cache-control", "max-age=10");
+        match self.mode.load(Ordering::SeqCst) {
+            OK => {
+                let mut res = res.body(Full::new(Bytes::from(body))).expect("response");
+                res.extensions_mut().insert(CacheTags::new(["products"]));
+                Ok(res)
+            }
+            UNAVAILABLE => Ok(res
+                .status(StatusCode::SERVICE_UNAVAILABLE)
+                .body(Full::new(Bytes::from_static(b"down")))
+                .expect("response")),
+            _ => Err(std::io::Error::other("the origin broke")),
+        }
+    }
+
+    fn service(
+        &self,
+    ) -> impl tower::Service<
+        Request<Full<Bytes>>,
+        Response = Response<Full<Bytes>>,
+        Error = std::io::Error,
+        Future: Send,
+    > + Clone
+    + Send
+    + 'static {
+        let origin = self.clone();
+        tower::service_fn(move |_: Request<Full<Bytes>>| origin.clone().answer())
+    }
+}
+
+/// Exact times: no jitter, a fixed random number.
+async fn builder(h: &Harness) -> CacheLayerBuilder {
+    h.cache().await.jitter(0.0).random(|| 1.0)
+}
+
+fn get(uri: &str) -> Request<Full<Bytes>> {
+    Request::get(uri).body(Full::default()).expect("request")
+}
+
+async fn send(layer: &CacheLayer, origin: &Origin, uri: &str) -> Reply {
+    call(layer.layer(origin.service()), get(uri)).await
+}
+
+/// `(status, x-cache, body)`.
+fn seen(r: &Reply) -> (u16, &str, &str) {
+    (r.status, r.header("x-cache"), r.body.as_str())
+}
+
+/// The `ttl` of a `Cache-Status: redis-guard; fwd=stale; ttl=<n>` member.
+fn stale_ttl(r: &Reply) -> i64 {
+    let status = r.header("cache-status");
+    let ttl = status
+        .strip_prefix("redis-guard; fwd=stale; ttl=")
+        .unwrap_or_else(|| panic!("not a fwd=stale member: {status:?}"));
+    ttl.parse().expect("ttl")
+}
+
+/// Polls (bounded) until `uri` is a hit, and returns it.
+async fn until_hit(layer: &CacheLayer, origin: &Origin, uri: &str) -> Reply {
+    let wait = async {
+        loop {
+            let r = send(layer, origin, uri).await;
+            if r.header("x-cache") == "HIT" {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), wait)
+        .await
+        .expect("the background fill never landed")
+}
+
+async fn a_failing_origin_is_answered_stale_within_stale_if_error(h: Harness) {
+    let origin = Origin::new();
+    let layer = builder(&h)
+        .await
+        .stale_if_error(Duration::from_secs(60))
+        .build()
+        .expect("layer");
+    assert_eq!(
+        seen(&send(&layer, &origin, "/p").await),
+        (200, "MISS", "v1")
+    );
+    // 10 s past its freshness (it has no stale window): the origin fails both ways.
+    h.wait(Duration::from_secs(20)).await;
+    origin.version.store(2, Ordering::SeqCst);
+    for mode in [UNAVAILABLE, BROKEN] {
+        origin.set(mode);
+        let r = send(&layer, &origin, "/p").await;
+        assert_eq!(seen(&r), (200, "STALE", "v1"));
+        assert!((-12..=-10).contains(&stale_ttl(&r)), "{r:?}");
+    }
+    // The 503 left the copy in place: 55 s past its freshness it still stands in.
+    h.wait(Duration::from_secs(45)).await;
+    origin.set(UNAVAILABLE);
+    let r = send(&layer, &origin, "/p").await;
+    assert_eq!(seen(&r), (200, "STALE", "v1"));
+    assert!(stale_ttl(&r) <= -55, "{r:?}");
+    // Past the window: the failure as without the fail-safe.
+    h.wait(Duration::from_secs(10)).await;
+    let r = send(&layer, &origin, "/p").await;
+    assert_eq!(seen(&r), (503, "MISS", "down"));
+    assert_eq!(r.header("cache-status"), "redis-guard; fwd=miss");
+    origin.set(BROKEN);
+    let failed = layer.layer(origin.service()).oneshot(get("/p")).await;
+    assert!(failed.is_err(), "the inner error is the caller's");
+    // The origin back: computed and stored again.
+    origin.set(OK);
+    assert_eq!(
+        seen(&send(&layer, &origin, "/p").await),
+        (200, "MISS", "v2")
+    );
+    assert_eq!(seen(&send(&layer, &origin, "/p").await), (200, "HIT", "v2"));
+    assert_eq!(origin.calls(), 7);
+}
+
+async fn a_soft_purge_answers_stale_at_once_and_recomputes_once(h: Harness) {
+    let origin = Origin::new();
+    let replicas = [builder(&h).await, builder(&h).await]
+        .map(|b| b.stampede(Stampede::lock().wait(Duration::from_secs(60))))
+        .map(|b| b.build().expect("layer"));
+    assert_eq!(seen(&send(&replicas[0], &origin, "/p").await).1, "MISS");
+    assert_eq!(seen(&send(&replicas[1], &origin, "/p").await).1, "HIT");
+    replicas[1]
+        .invalidate_tag_soft("products")
+        .await
+        .expect("purge");
+    origin.close();
+    origin.version.store(2, Ordering::SeqCst);
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let (layer, origin) = (replicas[i % 2].clone(), origin.clone());
+            tokio::spawn(async move { send(&layer, &origin, "/p").await })
+        })
+        .collect();
+    for task in tasks {
+        // Every request is answered while the recomputation is blocked.
+        let r = tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("answered at once")
+            .expect("task");
+        assert_eq!(seen(&r), (200, "STALE", "v1"));
+        assert_eq!(stale_ttl(&r), 0, "{r:?}");
+    }
+    let entered = async {
+        while origin.calls() < 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), entered)
+        .await
+        .expect("the recomputation never reached the handler");
+    origin.open();
+    let r = until_hit(&replicas[0], &origin, "/p").await;
+    assert_eq!(seen(&r), (200, "HIT", "v2"));
+    assert_eq!(
+        seen(&send(&replicas[1], &origin, "/p").await),
+        (200, "HIT", "v2")
+    );
+    assert_eq!(origin.calls(), 2, "one recomputation for the crowd");
+    // A hard invalidation still voids at once.
+    replicas[0]
+        .invalidate_tag("products")
+        .await
+        .expect("invalidate");
+    assert_eq!(seen(&send(&replicas[1], &origin, "/p").await).1, "MISS");
+}
+
+async fn the_soft_timeout_serves_the_copy_and_the_fill_lands_after(h: Harness) {
+    let origin = Origin::new();
+    let layer = builder(&h)
+        .await
+        .stale_if_error(Duration::from_secs(60))
+        .fill_timeout(Duration::from_millis(100), Duration::from_secs(60))
+        .build()
+        .expect("layer");
+    assert_eq!(
+        seen(&send(&layer, &origin, "/p").await),
+        (200, "MISS", "v1")
+    );
+    h.wait(Duration::from_secs(20)).await;
+    origin.close();
+    origin.version.store(2, Ordering::SeqCst);
+    // The handler is blocked: the computing request and a waiting one get the copy.
+    for _ in 0..2 {
+        let r = tokio::time::timeout(Duration::from_secs(30), send(&layer, &origin, "/p"))
+            .await
+            .expect("answered after the soft timeout");
+        assert_eq!(seen(&r), (200, "STALE", "v1"));
+        assert!(stale_ttl(&r) <= -10, "{r:?}");
+    }
+    assert_eq!(origin.calls(), 2, "the waiter did not compute");
+    origin.open();
+    let r = until_hit(&layer, &origin, "/p").await;
+    assert_eq!(r.body, "v2");
+    assert_eq!(
+        origin.calls(),
+        2,
+        "the background computation filled the entry"
+    );
+}
+
+async fn the_hard_timeout_answers_504_and_computes_once(h: Harness) {
+    let origin = Origin::new();
+    let layer = builder(&h)
+        .await
+        .fill_timeout(Duration::from_millis(50), Duration::from_millis(300))
+        .build()
+        .expect("layer");
+    origin.close();
+    for _ in 0..2 {
+        let r = tokio::time::timeout(Duration::from_secs(30), send(&layer, &origin, "/cold"))
+            .await
+            .expect("answered after the hard timeout");
+        assert_eq!(seen(&r).0, 504);
+        assert_eq!(r.header("cache-status"), "redis-guard; fwd=miss");
+    }
+    assert_eq!(
+        origin.calls(),
+        1,
+        "the second request waited for the first's lease"
+    );
+    origin.open();
+    assert_eq!(seen(&until_hit(&layer, &origin, "/cold").await).2, "v1");
+    assert_eq!(origin.calls(), 1);
+}
+
+/// Entries live past their freshness for `stale_if_error`, every key with a TTL.
+async fn every_fail_safe_key_has_a_ttl(h: Harness) {
+    let origin = Origin::new();
+    let layer = builder(&h)
+        .await
+        .stale_if_error(Duration::from_secs(300))
+        .build()
+        .expect("layer");
+    send(&layer, &origin, "/p").await;
+    layer.invalidate_tag_soft("products").await.expect("purge");
+    layer.invalidate_tag("other").await.expect("invalidate");
+    assert_eq!(seen(&send(&layer, &origin, "/p").await).1, "STALE");
+    until_hit(&layer, &origin, "/p").await;
+    let entries = h.keys_under("c:{").await;
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    // Fresh 10 s, kept 300 s past that.
+    let pttl = h.pttl(&entries[0]).await;
+    assert!((300_000..=310_000).contains(&pttl), "{pttl}");
+    h.assert_every_key_has_a_ttl(3).await;
+}
+
+backend_suite!(
+    a_failing_origin_is_answered_stale_within_stale_if_error,
+    a_soft_purge_answers_stale_at_once_and_recomputes_once,
+    the_soft_timeout_serves_the_copy_and_the_fill_lands_after,
+    the_hard_timeout_answers_504_and_computes_once,
+);
+
+backend_suite!(redis_only: every_fail_safe_key_has_a_ttl);
