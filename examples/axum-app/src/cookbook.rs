@@ -11,9 +11,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis_guard::cache::{
-    CacheLayer, CacheLayerBuilder, CacheStore, ValueCache, ValueCacheBuilder,
-};
+use redis_guard::cache::{CacheLayer, CacheStore, ValueCache};
 use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
 
 use example_shared::settings::{self, Lookup};
@@ -70,16 +68,19 @@ impl Stores {
         idempotency: IdempotencyStore,
         settings: &Cookbook,
     ) -> Result<Self, String> {
+        // `CACHE_STALE_IF_ERROR`, applied here to both caches (zero: off).
+        let grace = settings.stale_if_error.unwrap_or(Duration::ZERO);
         // The route never reads cookies, so a browser's session cookie does not keep it from
         // being cached; a strong ETag from the body answers `If-None-Match` with a `304`.
         let responses = CacheLayer::builder(cache.clone())
             .ignore_cookies(true)
-            .etag(true);
-        let responses = fail_safe_responses(responses, settings)
+            .etag(true)
+            .stale_if_error(grace)
             .build()
             .map_err(|e| format!("cache settings: {e}"))?;
-        let values = ValueCache::builder(cache).namespace("users");
-        let values = fail_safe_values(values, settings)
+        let values = ValueCache::builder(cache)
+            .namespace("users")
+            .stale_if_error(grace)
             .build()
             .map_err(|e| format!("value cache settings: {e}"))?;
         // Keys scoped to the session's user (the default: the session layer sits outside).
@@ -91,30 +92,6 @@ impl Stores {
             payments,
         })
     }
-}
-
-// `CACHE_STALE_IF_ERROR` is applied here, and only here, to both caches.
-// TODO(issue 23, item 2): `.stale_if_error(d)` once the fail-safe API (branch `h-failsafe`) is
-// merged; until then a failing origin is answered `503` as soon as the copy is past `CACHE_TTL`.
-
-/// The response cache's fail-safe window (`CACHE_STALE_IF_ERROR`).
-fn fail_safe_responses(builder: CacheLayerBuilder, settings: &Cookbook) -> CacheLayerBuilder {
-    log_fail_safe("response cache", settings);
-    builder
-}
-
-/// The value cache's fail-safe window (`CACHE_STALE_IF_ERROR`).
-fn fail_safe_values(builder: ValueCacheBuilder, settings: &Cookbook) -> ValueCacheBuilder {
-    log_fail_safe("value cache", settings);
-    builder
-}
-
-fn log_fail_safe(cache: &str, settings: &Cookbook) {
-    tracing::debug!(
-        cache,
-        stale_if_error = ?settings.stale_if_error,
-        "stale-if-error is not applied yet (the fail-safe API is not in this build)"
-    );
 }
 
 /// A number no other call returns, in this process or another (in practice: 64 random bits),

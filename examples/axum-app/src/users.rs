@@ -29,7 +29,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
-use redis_guard::cache::ValueCache;
+use redis_guard::cache::{FillTimeout, ValueCache};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -99,6 +99,40 @@ struct Loaded {
     load: u64,
 }
 
+/// Why a lookup has no user to show.
+#[derive(Debug)]
+enum Failed {
+    /// The store fails (`POST /admin/origin`): `503`.
+    Origin(OriginDown),
+    /// The lookup outlasted the cache's hard fill timeout: `504`. The app sets none, so this
+    /// is never made; the value cache asks every error type to have it.
+    Timeout(FillTimeout),
+}
+
+impl From<OriginDown> for Failed {
+    fn from(down: OriginDown) -> Self {
+        Self::Origin(down)
+    }
+}
+
+impl From<FillTimeout> for Failed {
+    fn from(timeout: FillTimeout) -> Self {
+        Self::Timeout(timeout)
+    }
+}
+
+impl IntoResponse for Failed {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Origin(down) => down.into_response(),
+            Self::Timeout(t) => problem(
+                StatusCode::GATEWAY_TIMEOUT,
+                &format!("the user store did not answer within {:?}", t.after()),
+            ),
+        }
+    }
+}
+
 /// The routes; `ttl` is `CACHE_TTL`.
 pub(crate) fn routes(cache: ValueCache, origin: Origin, ttl: Duration) -> Router {
     Router::new()
@@ -144,7 +178,7 @@ async fn show(State(users): State<Users>, id: Result<Path<u32>, PathRejection>) 
             let name = db.find(id, &origin).await?;
             let load = unique();
             ran.store(load, Ordering::SeqCst);
-            Ok::<_, OriginDown>(name.map(|name| Loaded { name, load }))
+            Ok::<_, Failed>(name.map(|name| Loaded { name, load }))
         })
         .await;
     match found {
@@ -162,7 +196,7 @@ async fn show(State(users): State<Users>, id: Result<Path<u32>, PathRejection>) 
             res
         }
         Ok(None) => no_such_user(id),
-        Err(down) => down.into_response(),
+        Err(failed) => failed.into_response(),
     }
 }
 

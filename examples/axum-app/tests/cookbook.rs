@@ -171,8 +171,7 @@ async fn failing_origin(a: &RunningApp, b: &RunningApp) {
     assert_eq!(refused.status, 401);
     let bad = json(a, "POST", "/admin/origin", admin, &json!({ "fail": "yes" })).await;
     assert_eq!(bad.status, 400);
-    let set = json(a, "POST", "/admin/origin", admin, &json!({ "fail": true })).await;
-    assert_eq!((set.status, body(&set)), (200, json!({ "fail": true })));
+    switch_origin(a, true).await;
 
     let (down, _) = user(a, "4").await;
     assert_eq!(down.status, 503, "{}", down.text());
@@ -189,8 +188,7 @@ async fn failing_origin(a: &RunningApp, b: &RunningApp) {
         assert_user(a, 4, "Katherine Johnson", "cache").await;
     }
 
-    let unset = json(a, "POST", "/admin/origin", admin, &json!({ "fail": false })).await;
-    assert_eq!(unset.status, 200);
+    switch_origin(a, false).await;
     assert_eq!(send(a, "GET", "/slow/13", &[], b"").await.status, 200);
     assert_user(a, 5, "Edsger Dijkstra", "db").await;
 }
@@ -251,16 +249,91 @@ async fn scenario(a: &RunningApp, b: &RunningApp) {
     payments(a, b, "key-1").await;
 }
 
-/// The scenario on two instances started with `env` (one store).
+/// `POST /admin/origin` `{"fail": fail}` with the admin token.
+async fn switch_origin(app: &RunningApp, fail: bool) {
+    let bearer = format!("Bearer {TOKEN}");
+    let admin: &[(&str, &[u8])] = &[("authorization", bearer.as_bytes())];
+    let r = json(
+        app,
+        "POST",
+        "/admin/origin",
+        admin,
+        &json!({ "fail": fail }),
+    )
+    .await;
+    assert_eq!((r.status, body(&r)), (200, json!({ "fail": fail })));
+}
+
+/// `CACHE_TTL=1s`, `CACHE_STALE_IF_ERROR=2s`: what the stale-if-error test starts with (and a
+/// `SLOW_LIMIT` its polling stays under).
+const SHORT: [(&str, &str); 3] = [
+    ("CACHE_TTL", "1s"),
+    ("CACHE_STALE_IF_ERROR", "2s"),
+    ("SLOW_LIMIT", "10000/minute"),
+];
+
+/// With [`SHORT`] lifetimes and the origin failing: past `CACHE_TTL` both caches answer with
+/// their copy (stale) for `CACHE_STALE_IF_ERROR`, then the `503`. Real time (the app has no
+/// clock seam), polled with bounded waits.
+async fn stale_if_error(app: &RunningApp) {
+    assert_user(app, 1, "Ada Lovelace", "db").await;
+    // Filled after the user, so it expires after it (1 s + at most 10% jitter each).
+    let slow = || send(app, "GET", "/slow/21", &[], b"");
+    let first = slow().await;
+    assert_eq!((first.status, first.header("x-cache")), (200, Some("MISS")));
+    switch_origin(app, true).await;
+
+    let until = |done: fn(&RawResponse) -> bool| async move {
+        let started = Instant::now();
+        loop {
+            let r = slow().await;
+            if done(&r) {
+                return r;
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "{r:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let stale = until(|r| r.header("x-cache") != Some("HIT")).await;
+    assert_eq!(
+        (stale.status, stale.header("x-cache")),
+        (200, Some("STALE")),
+        "{}",
+        stale.text()
+    );
+    assert_eq!(stale.body, first.body);
+    let status = stale.header("cache-status").unwrap_or("");
+    assert!(status.starts_with("redis-guard; fwd=stale"), "{status}");
+    // The user, past its TTL too, is looked up (and fails), then served from the cache.
+    let (r, took) = user(app, "1").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(body(&r)["loaded_from"], "cache");
+    assert!(
+        took >= Duration::from_millis(100),
+        "the store was asked first: {took:?}"
+    );
+
+    let down = until(|r| r.status != 200).await;
+    assert_eq!(down.status, 503, "{}", down.text());
+    let (r, _) = user(app, "1").await;
+    assert_eq!(r.status, 503, "past the grace: {}", r.text());
+    switch_origin(app, false).await;
+    assert_user(app, 1, "Ada Lovelace", "db").await;
+}
+
+/// The scenario on two instances started with `env` (one store), and beside it stale-if-error
+/// on a third.
 async fn two_instances(env: &[(&str, &str)]) {
-    let (a, b) = tokio::join!(start(env), start(env));
-    scenario(&a, &b).await;
+    let mut short = env.to_vec();
+    short.extend(SHORT);
+    let (a, b, c) = tokio::join!(start(env), start(env), start(&short));
+    tokio::join!(scenario(&a, &b), stale_if_error(&c));
 }
 
 #[tokio::test]
 async fn the_cookbook_routes_in_memory() {
-    let app = start(&[]).await;
-    scenario(&app, &app).await;
+    let (app, short) = tokio::join!(start(&[]), start(&SHORT));
+    tokio::join!(scenario(&app, &app), stale_if_error(&short));
 }
 
 /// Asserts the routes wrote some keys, every one with a TTL.
