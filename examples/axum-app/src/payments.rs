@@ -1,7 +1,6 @@
 //! `POST /payments` `{"amount": n}` with an `Idempotency-Key` header, behind the
-//! [`IdempotencyLayer`](redis_guard::idempotency::IdempotencyLayer): the handler runs once per
-//! key and client (the session's user; anonymous clients share one scope), on every instance
-//! sharing Redis.
+//! [`IdempotencyLayer`]: the handler runs once per key and client (the session's user;
+//! anonymous clients share one scope), on every instance sharing Redis.
 //!
 //! - The first request: `201 {"payment_id": "pay_…", "amount": n}` after `PAYMENTS_DELAY_MS`.
 //! - The same key and body again: that response replayed, with `idempotent-replayed: true`.
