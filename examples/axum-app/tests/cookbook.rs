@@ -429,4 +429,12 @@ async fn the_demo_page_shows_the_cache_and_the_retries() {
         "{original}"
     );
     assert_eq!(body(&original), body(&after), "the same payment");
+    // For a person to look at: `tmp/cookbook-card.png` in the target directory.
+    browser
+        .execute("document.getElementById('cookbook-card').scrollIntoView(); return true")
+        .await
+        .expect("scroll");
+    let png = browser.screenshot_png().await.expect("screenshot");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cookbook-card.png");
+    std::fs::write(&path, png).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }
