@@ -58,7 +58,8 @@ pub(crate) struct Config {
     pub(crate) session_max: Duration,
     /// The server's timeouts and connection cap (`shared/serve.rs`).
     pub(crate) server: Limits,
-    /// `CACHE_TTL`, `CACHE_STALE_IF_ERROR`, `PAYMENTS_DELAY_MS` (`cookbook.rs`).
+    /// `CACHE_TTL`, `CACHE_STALE_IF_ERROR`, `PAYMENTS_DELAY_MS`, `PAYMENTS_LIMIT`
+    /// (`cookbook.rs`).
     pub(crate) cookbook: Cookbook,
 }
 

@@ -6,6 +6,7 @@
 //! | --- | --- | --- |
 //! | `CACHE_TTL` | `30s` | how long a `/slow/{n}` response and a `/users/{id}` value stay fresh |
 //! | `CACHE_STALE_IF_ERROR` | `5m` | how long past that a cached copy is served while its origin fails; `0` or `off`: not at all |
+//! | `PAYMENTS_LIMIT` | `30/minute` | `POST /payments` requests per user (logged in) or client IP, retries included |
 //! | `PAYMENTS_DELAY_MS` | `200` | how long `POST /payments` takes (`0` to `10000`), so a retry can arrive while it runs |
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,11 +14,12 @@ use std::time::Duration;
 
 use redis_guard::cache::{CacheLayer, CacheStore, ValueCache};
 use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+use redis_guard::rate_limit::Quota;
 
 use example_shared::settings::{self, Lookup};
 
 /// The settings of the cookbook routes.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Cookbook {
     /// `CACHE_TTL`.
     pub(crate) ttl: Duration,
@@ -25,10 +27,12 @@ pub(crate) struct Cookbook {
     pub(crate) stale_if_error: Option<Duration>,
     /// `PAYMENTS_DELAY_MS`.
     pub(crate) payments_delay: Duration,
+    /// `PAYMENTS_LIMIT`.
+    pub(crate) payments_limit: Quota,
 }
 
 impl Cookbook {
-    /// Reads `CACHE_TTL`, `CACHE_STALE_IF_ERROR` and `PAYMENTS_DELAY_MS`.
+    /// Reads `CACHE_TTL`, `CACHE_STALE_IF_ERROR`, `PAYMENTS_DELAY_MS` and `PAYMENTS_LIMIT`.
     pub(crate) fn from_lookup(get: Lookup<'_>) -> Result<Self, String> {
         let ttl = settings::duration(get, "CACHE_TTL", "30s", settings::MAX_DURATION)?;
         let stale_if_error = match get("CACHE_STALE_IF_ERROR") {
@@ -45,6 +49,7 @@ impl Cookbook {
             ttl,
             stale_if_error,
             payments_delay: Duration::from_millis(delay),
+            payments_limit: settings::quota(get, "PAYMENTS_LIMIT", "30/minute")?,
         })
     }
 }
@@ -123,6 +128,7 @@ mod tests {
         assert_eq!(c.ttl, Duration::from_secs(30));
         assert_eq!(c.stale_if_error, Some(Duration::from_secs(300)));
         assert_eq!(c.payments_delay, Duration::from_millis(200));
+        assert_eq!(c.payments_limit, Quota::per_minute(30));
         for off in ["0", "0s", "off", " OFF "] {
             assert_eq!(
                 with(&[("CACHE_STALE_IF_ERROR", off)])
@@ -148,6 +154,7 @@ mod tests {
             ("CACHE_TTL", "off"),
             ("PAYMENTS_DELAY_MS", "10001"),
             ("PAYMENTS_DELAY_MS", "-1"),
+            ("PAYMENTS_LIMIT", "0/minute"),
         ] {
             let e = with(&[(name, bad)]).unwrap_err();
             assert!(e.starts_with(&format!("{name}=")), "{e}");

@@ -227,12 +227,23 @@ fn router(
         .failure_policy(config.limit_on_error)
         .build()
         .map_err(|e| format!("REPORT_CONCURRENCY: {e}"))?;
+    // Each new key is a record kept 24 h: counted per user (or client IP), retries included.
+    let payments_limit = RateLimitLayer::builder(Arc::clone(&limiter))
+        .rule(
+            "payments",
+            SessionUser::key().or(config.client_ip.clone()),
+            config.cookbook.payments_limit,
+        )
+        .failure_policy(config.limit_on_error)
+        .build()
+        .map_err(|e| format!("PAYMENTS_LIMIT: {e}"))?;
     let report = Router::new()
         .route("/report", get(report::report))
         .layer(report_limit)
         // Inside the session layer: a logged-in user's keys are theirs alone.
         .merge(payments::routes(
             stores.payments,
+            payments_limit,
             config.cookbook.payments_delay,
         ));
     let origin = origin::Origin::default();

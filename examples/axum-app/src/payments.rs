@@ -5,6 +5,7 @@
 //! - The first request: `201 {"payment_id": "pay_…", "amount": n}` after `PAYMENTS_DELAY_MS`.
 //! - The same key and body again: that response replayed, with `idempotent-replayed: true`.
 //! - The same key with another body: `422`; while the first still runs: `409`; no key: `400`.
+//! - More than `PAYMENTS_LIMIT` requests (`30/minute`) per user or client IP: `429`.
 //! - `amount` is a whole number of cents from 1 to 100000000; anything else is a `400` (kept
 //!   and replayed for the key too, as the draft says of every completed response).
 
@@ -17,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::Bytes;
 use redis_guard::idempotency::IdempotencyLayer;
+use redis_guard::rate_limit::RateLimitLayer;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -26,10 +28,12 @@ use crate::cookbook::unique;
 /// The largest amount taken, in cents.
 const MAX_AMOUNT: u64 = 100_000_000;
 
-/// The route; `delay` is how long a payment takes (`PAYMENTS_DELAY_MS`).
-pub(crate) fn routes(layer: IdempotencyLayer, delay: Duration) -> Router {
+/// The route; `limit` (`PAYMENTS_LIMIT`) sits outside the idempotency layer and counts
+/// retries too; `delay` is how long a payment takes (`PAYMENTS_DELAY_MS`).
+pub(crate) fn routes(layer: IdempotencyLayer, limit: RateLimitLayer, delay: Duration) -> Router {
     Router::new()
         .route("/payments", post(pay).layer(layer))
+        .layer(limit)
         .with_state(delay)
 }
 

@@ -20,6 +20,8 @@ async fn start(extra: &[(&str, &str)]) -> RunningApp {
         ("ADMIN_TOKEN", TOKEN),
         // Long enough that a second request sent at once always finds the first running.
         ("PAYMENTS_DELAY_MS", "1000"),
+        // Room for the stale-if-error test's polling (instances on one Redis share the count).
+        ("SLOW_LIMIT", "10000/minute"),
     ];
     env.extend_from_slice(extra);
     spawn(env!("CARGO_BIN_EXE_axum-app"), &env).await
@@ -264,13 +266,20 @@ async fn switch_origin(app: &RunningApp, fail: bool) {
     assert_eq!((r.status, body(&r)), (200, json!({ "fail": fail })));
 }
 
-/// `CACHE_TTL=1s`, `CACHE_STALE_IF_ERROR=2s`: what the stale-if-error test starts with (and a
-/// `SLOW_LIMIT` its polling stays under).
-const SHORT: [(&str, &str); 3] = [
-    ("CACHE_TTL", "1s"),
-    ("CACHE_STALE_IF_ERROR", "2s"),
-    ("SLOW_LIMIT", "10000/minute"),
-];
+/// `CACHE_TTL=1s`, `CACHE_STALE_IF_ERROR=2s`: what the stale-if-error test starts with.
+const SHORT: [(&str, &str); 2] = [("CACHE_TTL", "1s"), ("CACHE_STALE_IF_ERROR", "2s")];
+
+/// With `PAYMENTS_LIMIT=2/minute`, `PAYMENTS_LIMIT` counts every `POST /payments` of a client, refused ones included: new
+/// keys (records kept 24 h) cannot be minted without bound.
+async fn payments_limited(app: &RunningApp) {
+    let mut statuses = Vec::new();
+    for key in ["l-1", "l-2", "l-3"] {
+        let header: &[(&str, &[u8])] = &[("idempotency-key", key.as_bytes())];
+        let r = json(app, "POST", "/payments", header, &json!({ "amount": 0 })).await;
+        statuses.push(r.status);
+    }
+    assert_eq!(statuses, [400, 400, 429]);
+}
 
 /// With [`SHORT`] lifetimes and the origin failing: past `CACHE_TTL` both caches answer with
 /// their copy (stale) for `CACHE_STALE_IF_ERROR`, then the `503`. Real time (the app has no
@@ -332,8 +341,15 @@ async fn two_instances(env: &[(&str, &str)]) {
 
 #[tokio::test]
 async fn the_cookbook_routes_in_memory() {
-    let (app, short) = tokio::join!(start(&[]), start(&SHORT));
-    tokio::join!(scenario(&app, &app), stale_if_error(&short));
+    // One process for the short lifetimes and the low payments limit (its limiter is its own).
+    let mut short = SHORT.to_vec();
+    short.push(("PAYMENTS_LIMIT", "2/minute"));
+    let (app, short) = tokio::join!(start(&[]), start(&short));
+    tokio::join!(
+        scenario(&app, &app),
+        stale_if_error(&short),
+        payments_limited(&short)
+    );
 }
 
 /// Asserts the routes wrote some keys, every one with a TTL.
