@@ -21,6 +21,7 @@ use redis_guard::rate_limit::{Algorithm, Limiter, MemoryLimiter, RedisLimiter};
 use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionError, SessionStore};
 use redis_guard_testkit::{RedisCluster, RedisServer, unique_prefix};
 
+pub mod fail_safe;
 pub mod session_routes;
 
 /// A session's fields as its store holds them: values as JSON text under their keys, metadata

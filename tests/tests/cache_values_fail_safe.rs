@@ -4,13 +4,11 @@
 //! returning the copy while the computation goes on and fills, the hard one a typed error
 //! without a second computation, and a TTL on every key.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis_guard::cache::{FillTimeout, Stampede, ValueCache, ValueCacheBuilder};
+use redis_guard_tests::fail_safe::{Gate, assert_kept, crowd, within};
 use redis_guard_tests::{Harness, backend_suite};
-use tokio::sync::Semaphore;
 
 /// The error of the test's "database".
 #[derive(Debug, PartialEq, Eq)]
@@ -25,35 +23,19 @@ impl From<FillTimeout> for DbError {
     }
 }
 
-/// A database: answers `version`, or fails; waits for a permit of `gate` first; counts its
-/// runs.
-#[derive(Clone)]
+/// A database: answers `version`, or fails, once through its gate (which counts its runs).
+#[derive(Clone, Default)]
 struct Db {
-    version: Arc<AtomicUsize>,
-    runs: Arc<AtomicUsize>,
-    gate: Arc<Semaphore>,
+    gate: Gate,
 }
 
 impl Db {
     fn new() -> Self {
-        Self {
-            version: Arc::new(AtomicUsize::new(1)),
-            runs: Arc::new(AtomicUsize::new(0)),
-            gate: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)),
-        }
+        Self::default()
     }
 
     fn runs(&self) -> usize {
-        self.runs.load(Ordering::SeqCst)
-    }
-
-    fn close(&self) {
-        self.gate.forget_permits(Semaphore::MAX_PERMITS);
-    }
-
-    fn open(&self) {
-        self.gate
-            .add_permits(Semaphore::MAX_PERMITS - self.gate.available_permits());
+        self.gate.arrived()
     }
 
     /// A lookup: the version, or `DbError::Down` when `fails`.
@@ -66,12 +48,11 @@ impl Db {
         let db = self.clone();
         move || {
             Box::pin(async move {
-                db.runs.fetch_add(1, Ordering::SeqCst);
-                drop(db.gate.acquire().await.expect("gate"));
+                db.gate.pass().await;
                 if fails {
                     Err(DbError::Down)
                 } else {
-                    Ok(db.version.load(Ordering::SeqCst))
+                    Ok(db.gate.version())
                 }
             })
         }
@@ -79,6 +60,7 @@ impl Db {
 }
 
 const TEN: Duration = Duration::from_secs(10);
+const MINUTE: Duration = Duration::from_secs(60);
 
 /// Exact times: no jitter, a fixed random number.
 async fn builder(h: &Harness) -> ValueCacheBuilder {
@@ -99,20 +81,27 @@ async fn until_stored(cache: &ValueCache, want: usize) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
-    tokio::time::timeout(Duration::from_secs(30), wait)
-        .await
-        .expect("the background computation never stored its value");
+    within("the background computation never stored its value", wait).await;
+}
+
+/// A cache with `stale_if_error` 60 s and `more`, its value computed and stored (`1`).
+async fn primed(
+    h: &Harness,
+    db: &Db,
+    more: impl FnOnce(ValueCacheBuilder) -> ValueCacheBuilder,
+) -> ValueCache {
+    let cache = more(builder(h).await.stale_if_error(MINUTE))
+        .build()
+        .expect("value cache");
+    assert_eq!(fetch(&cache, db, false).await, Ok(1));
+    cache
 }
 
 async fn a_failing_closure_is_answered_stale_within_stale_if_error(h: Harness) {
     let db = Db::new();
-    let cache = builder(&h)
-        .await
-        .stale_if_error(Duration::from_secs(60))
-        .build()
-        .expect("value cache");
-    assert_eq!(fetch(&cache, &db, false).await, Ok(1));
-    db.version.store(2, Ordering::SeqCst);
+    let cache = primed(&h, &db, |b| b).await;
+    db.gate.stall();
+    db.gate.open();
     // 10 s past its TTL, then 55 s: the last good value stands in for the error.
     for wait in [20, 45] {
         h.wait(Duration::from_secs(wait)).await;
@@ -141,30 +130,15 @@ async fn a_soft_purge_answers_at_once_and_recomputes_once(h: Harness) {
         .invalidate_tag_soft("users")
         .await
         .expect("purge");
-    db.close();
-    db.version.store(2, Ordering::SeqCst);
-    let tasks: Vec<_> = (0..50)
-        .map(|i| {
-            let (cache, db) = (replicas[i % 2].clone(), db.clone());
-            tokio::spawn(async move { fetch(&cache, &db, false).await })
-        })
-        .collect();
-    for task in tasks {
-        let got = tokio::time::timeout(Duration::from_secs(30), task)
-            .await
-            .expect("answered at once")
-            .expect("task");
-        assert_eq!(got, Ok(1));
-    }
-    let entered = async {
-        while db.runs() < 2 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), entered)
-        .await
-        .expect("the recomputation never started");
-    db.open();
+    db.gate.stall();
+    let values = crowd(50, |i| {
+        let (cache, db) = (replicas[i % 2].clone(), db.clone());
+        async move { fetch(&cache, &db, false).await }
+    });
+    // Every caller is answered while the recomputation is blocked.
+    assert!(values.await.iter().all(|v| *v == Ok(1)));
+    db.gate.until_arrived(2).await;
+    db.gate.open();
     until_stored(&replicas[1], 2).await;
     assert_eq!(fetch(&replicas[0], &db, false).await, Ok(2));
     assert_eq!(db.runs(), 2, "one recomputation for the crowd");
@@ -172,27 +146,21 @@ async fn a_soft_purge_answers_at_once_and_recomputes_once(h: Harness) {
 
 async fn the_soft_timeout_returns_the_copy_and_the_value_lands_after(h: Harness) {
     let db = Db::new();
-    let cache = builder(&h)
-        .await
-        .stale_if_error(Duration::from_secs(60))
-        .fill_timeout(Duration::from_millis(100), Duration::from_secs(60))
-        .build()
-        .expect("value cache");
-    assert_eq!(fetch(&cache, &db, false).await, Ok(1));
+    let soft = Duration::from_millis(100);
+    let cache = primed(&h, &db, |b| b.fill_timeout(soft, MINUTE)).await;
     h.wait(Duration::from_secs(20)).await;
-    db.close();
-    db.version.store(2, Ordering::SeqCst);
+    db.gate.stall();
     // The computing caller and a waiting one both get the copy.
-    for _ in 0..2 {
-        let got = tokio::time::timeout(Duration::from_secs(30), fetch(&cache, &db, false))
-            .await
-            .expect("answered after the soft timeout");
-        assert_eq!(got, Ok(1));
-    }
-    assert_eq!(db.runs(), 2, "the waiter did not compute");
-    db.open();
+    let values = crowd(2, |_| {
+        let (cache, db) = (cache.clone(), db.clone());
+        async move { fetch(&cache, &db, false).await }
+    });
+    assert_eq!(values.await, [Ok(1), Ok(1)]);
+    // The computation started (a spawned task: under load, perhaps only now).
+    db.gate.until_arrived(2).await;
+    db.gate.open();
     until_stored(&cache, 2).await;
-    assert_eq!(db.runs(), 2);
+    assert_eq!(db.runs(), 2, "the waiter did not compute");
 }
 
 async fn the_hard_timeout_is_a_typed_error_and_computes_once(h: Harness) {
@@ -203,49 +171,43 @@ async fn the_hard_timeout_is_a_typed_error_and_computes_once(h: Harness) {
         .fill_timeout(Duration::from_millis(50), hard)
         .build()
         .expect("value cache");
-    db.close();
-    for _ in 0..2 {
-        let got = tokio::time::timeout(Duration::from_secs(30), fetch(&cache, &db, false))
-            .await
-            .expect("answered after the hard timeout");
-        match got {
+    db.gate.close();
+    let values = crowd(2, |_| {
+        let (cache, db) = (cache.clone(), db.clone());
+        async move { fetch(&cache, &db, false).await }
+    });
+    for value in values.await {
+        match value {
             Err(DbError::Slow(t)) => assert_eq!(t.after(), hard),
             other => panic!("not the timeout: {other:?}"),
         }
     }
+    db.gate.until_arrived(1).await;
+    db.gate.open();
+    until_stored(&cache, 1).await;
     assert_eq!(
         db.runs(),
         1,
         "the second caller waited for the first's lease"
     );
-    db.open();
-    until_stored(&cache, 1).await;
-    assert_eq!(db.runs(), 1);
 }
 
 /// Values live past their TTL for `stale_if_error`, every key with a TTL.
 async fn every_fail_safe_key_has_a_ttl(h: Harness) {
     let db = Db::new();
-    let cache = builder(&h)
-        .await
-        .stale_if_error(Duration::from_secs(300))
-        .build()
-        .expect("value cache");
-    assert_eq!(fetch(&cache, &db, false).await, Ok(1));
+    let cache = primed(&h, &db, |b| b.stale_if_error(5 * MINUTE)).await;
     cache.invalidate_tag_soft("users").await.expect("purge");
     cache.invalidate_tag("other").await.expect("invalidate");
-    db.version.store(2, Ordering::SeqCst);
+    db.gate.stall();
+    db.gate.open();
     assert_eq!(
         fetch(&cache, &db, false).await,
         Ok(1),
         "stale after the purge"
     );
     until_stored(&cache, 2).await;
-    let values = h.keys_under("c:{").await;
-    assert_eq!(values.len(), 1, "{values:?}");
-    let pttl = h.pttl(&values[0]).await;
-    assert!((300_000..=310_000).contains(&pttl), "{pttl}");
-    h.assert_every_key_has_a_ttl(3).await;
+    // Fresh 10 s, kept 300 s past that.
+    assert_kept(&h, 3, 300_000..=310_000).await;
 }
 
 backend_suite!(

@@ -6,15 +6,15 @@
 //! computation, and a TTL on every key.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use redis_guard::cache::{CacheLayer, CacheLayerBuilder, CacheTags, Stampede};
+use redis_guard_tests::fail_safe::{Gate, assert_kept, crowd, within};
 use redis_guard_tests::{Harness, Reply, backend_suite, call};
-use tokio::sync::Semaphore;
 use tower::{Layer, ServiceExt};
 
 /// What the handler does.
@@ -23,23 +23,16 @@ const UNAVAILABLE: u8 = 1;
 const BROKEN: u8 = 2;
 
 /// The origin behind the cache: answers `v<version>` (fresh 10 s, tagged `products`), or
-/// 503, or an error of the service; waits for a permit of `gate` first; counts its calls.
-#[derive(Clone)]
+/// 503, or an error of the service, once through its gate (which counts its calls).
+#[derive(Clone, Default)]
 struct Origin {
     mode: Arc<AtomicU8>,
-    version: Arc<AtomicUsize>,
-    calls: Arc<AtomicUsize>,
-    gate: Arc<Semaphore>,
+    gate: Gate,
 }
 
 impl Origin {
     fn new() -> Self {
-        Self {
-            mode: Arc::new(AtomicU8::new(OK)),
-            version: Arc::new(AtomicUsize::new(1)),
-            calls: Arc::new(AtomicUsize::new(0)),
-            gate: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)),
-        }
+        Self::default()
     }
 
     fn set(&self, mode: u8) {
@@ -47,23 +40,12 @@ impl Origin {
     }
 
     fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-
-    /// Blocks the handler until [`open`](Self::open).
-    fn close(&self) {
-        self.gate.forget_permits(Semaphore::MAX_PERMITS);
-    }
-
-    fn open(&self) {
-        self.gate
-            .add_permits(Semaphore::MAX_PERMITS - self.gate.available_permits());
+        self.gate.arrived()
     }
 
     async fn answer(self) -> Result<Response<Full<Bytes>>, std::io::Error> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        drop(self.gate.acquire().await.expect("gate"));
-        let body = format!("v{}", self.version.load(Ordering::SeqCst));
+        self.gate.pass().await;
+        let body = format!("v{}", self.gate.version());
         let res = Response::builder().header("cache-control", "max-age=10");
         match self.mode.load(Ordering::SeqCst) {
             OK => {
@@ -132,25 +114,32 @@ async fn until_hit(layer: &CacheLayer, origin: &Origin, uri: &str) -> Reply {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
-    tokio::time::timeout(Duration::from_secs(30), wait)
-        .await
-        .expect("the background fill never landed")
+    within("the background fill never landed", wait).await
+}
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// A layer with `stale_if_error` 60 s and `more`, its `/p` computed and stored (`v1`).
+async fn primed(
+    h: &Harness,
+    origin: &Origin,
+    more: impl FnOnce(CacheLayerBuilder) -> CacheLayerBuilder,
+) -> CacheLayer {
+    let layer = more(builder(h).await.stale_if_error(MINUTE))
+        .build()
+        .expect("layer");
+    let r = send(&layer, origin, "/p").await;
+    assert_eq!(seen(&r), (200, "MISS", "v1"));
+    layer
 }
 
 async fn a_failing_origin_is_answered_stale_within_stale_if_error(h: Harness) {
     let origin = Origin::new();
-    let layer = builder(&h)
-        .await
-        .stale_if_error(Duration::from_secs(60))
-        .build()
-        .expect("layer");
-    assert_eq!(
-        seen(&send(&layer, &origin, "/p").await),
-        (200, "MISS", "v1")
-    );
+    let layer = primed(&h, &origin, |b| b).await;
     // 10 s past its freshness (it has no stale window): the origin fails both ways.
     h.wait(Duration::from_secs(20)).await;
-    origin.version.store(2, Ordering::SeqCst);
+    origin.gate.stall();
+    origin.gate.open();
     for mode in [UNAVAILABLE, BROKEN] {
         origin.set(mode);
         let r = send(&layer, &origin, "/p").await;
@@ -192,32 +181,18 @@ async fn a_soft_purge_answers_stale_at_once_and_recomputes_once(h: Harness) {
         .invalidate_tag_soft("products")
         .await
         .expect("purge");
-    origin.close();
-    origin.version.store(2, Ordering::SeqCst);
-    let tasks: Vec<_> = (0..50)
-        .map(|i| {
-            let (layer, origin) = (replicas[i % 2].clone(), origin.clone());
-            tokio::spawn(async move { send(&layer, &origin, "/p").await })
-        })
-        .collect();
-    for task in tasks {
-        // Every request is answered while the recomputation is blocked.
-        let r = tokio::time::timeout(Duration::from_secs(30), task)
-            .await
-            .expect("answered at once")
-            .expect("task");
+    origin.gate.stall();
+    let replies = crowd(50, |i| {
+        let (layer, origin) = (replicas[i % 2].clone(), origin.clone());
+        async move { send(&layer, &origin, "/p").await }
+    });
+    // Every request is answered while the recomputation is blocked.
+    for r in replies.await {
         assert_eq!(seen(&r), (200, "STALE", "v1"));
         assert_eq!(stale_ttl(&r), 0, "{r:?}");
     }
-    let entered = async {
-        while origin.calls() < 2 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), entered)
-        .await
-        .expect("the recomputation never reached the handler");
-    origin.open();
+    origin.gate.until_arrived(2).await;
+    origin.gate.open();
     let r = until_hit(&replicas[0], &origin, "/p").await;
     assert_eq!(seen(&r), (200, "HIT", "v2"));
     assert_eq!(
@@ -235,29 +210,22 @@ async fn a_soft_purge_answers_stale_at_once_and_recomputes_once(h: Harness) {
 
 async fn the_soft_timeout_serves_the_copy_and_the_fill_lands_after(h: Harness) {
     let origin = Origin::new();
-    let layer = builder(&h)
-        .await
-        .stale_if_error(Duration::from_secs(60))
-        .fill_timeout(Duration::from_millis(100), Duration::from_secs(60))
-        .build()
-        .expect("layer");
-    assert_eq!(
-        seen(&send(&layer, &origin, "/p").await),
-        (200, "MISS", "v1")
-    );
+    let soft = Duration::from_millis(100);
+    let layer = primed(&h, &origin, |b| b.fill_timeout(soft, MINUTE)).await;
     h.wait(Duration::from_secs(20)).await;
-    origin.close();
-    origin.version.store(2, Ordering::SeqCst);
+    origin.gate.stall();
     // The handler is blocked: the computing request and a waiting one get the copy.
-    for _ in 0..2 {
-        let r = tokio::time::timeout(Duration::from_secs(30), send(&layer, &origin, "/p"))
-            .await
-            .expect("answered after the soft timeout");
+    let replies = crowd(2, |_| {
+        let (layer, origin) = (layer.clone(), origin.clone());
+        async move { send(&layer, &origin, "/p").await }
+    });
+    for r in replies.await {
         assert_eq!(seen(&r), (200, "STALE", "v1"));
         assert!(stale_ttl(&r) <= -10, "{r:?}");
     }
-    assert_eq!(origin.calls(), 2, "the waiter did not compute");
-    origin.open();
+    // The computation reached the handler (a spawned task: under load, perhaps only now).
+    origin.gate.until_arrived(2).await;
+    origin.gate.open();
     let r = until_hit(&layer, &origin, "/p").await;
     assert_eq!(r.body, "v2");
     assert_eq!(
@@ -274,43 +242,35 @@ async fn the_hard_timeout_answers_504_and_computes_once(h: Harness) {
         .fill_timeout(Duration::from_millis(50), Duration::from_millis(300))
         .build()
         .expect("layer");
-    origin.close();
-    for _ in 0..2 {
-        let r = tokio::time::timeout(Duration::from_secs(30), send(&layer, &origin, "/cold"))
-            .await
-            .expect("answered after the hard timeout");
+    origin.gate.close();
+    let replies = crowd(2, |_| {
+        let (layer, origin) = (layer.clone(), origin.clone());
+        async move { send(&layer, &origin, "/cold").await }
+    });
+    for r in replies.await {
         assert_eq!(seen(&r).0, 504);
         assert_eq!(r.header("cache-status"), "redis-guard; fwd=miss");
     }
+    origin.gate.until_arrived(1).await;
+    origin.gate.open();
+    assert_eq!(seen(&until_hit(&layer, &origin, "/cold").await).2, "v1");
     assert_eq!(
         origin.calls(),
         1,
         "the second request waited for the first's lease"
     );
-    origin.open();
-    assert_eq!(seen(&until_hit(&layer, &origin, "/cold").await).2, "v1");
-    assert_eq!(origin.calls(), 1);
 }
 
 /// Entries live past their freshness for `stale_if_error`, every key with a TTL.
 async fn every_fail_safe_key_has_a_ttl(h: Harness) {
     let origin = Origin::new();
-    let layer = builder(&h)
-        .await
-        .stale_if_error(Duration::from_secs(300))
-        .build()
-        .expect("layer");
-    send(&layer, &origin, "/p").await;
+    let layer = primed(&h, &origin, |b| b.stale_if_error(5 * MINUTE)).await;
     layer.invalidate_tag_soft("products").await.expect("purge");
     layer.invalidate_tag("other").await.expect("invalidate");
     assert_eq!(seen(&send(&layer, &origin, "/p").await).1, "STALE");
     until_hit(&layer, &origin, "/p").await;
-    let entries = h.keys_under("c:{").await;
-    assert_eq!(entries.len(), 1, "{entries:?}");
     // Fresh 10 s, kept 300 s past that.
-    let pttl = h.pttl(&entries[0]).await;
-    assert!((300_000..=310_000).contains(&pttl), "{pttl}");
-    h.assert_every_key_has_a_ttl(3).await;
+    assert_kept(&h, 3, 300_000..=310_000).await;
 }
 
 backend_suite!(

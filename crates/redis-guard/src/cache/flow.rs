@@ -13,7 +13,7 @@ use super::CacheTags;
 use super::body::{Collected, ResponseBody, collect};
 use super::entry::{Entry, Kind, encode};
 pub(crate) use super::lookup::Call;
-use super::lookup::{Look, Waited, later, release};
+use super::lookup::{Look, Waited, holding, later, patiently};
 use super::policy::life;
 use super::status::Outcome;
 use super::store::Write;
@@ -93,32 +93,13 @@ where
         let bound = self.call.fail_safe().patience(copy.is_some());
         let since = Instant::now();
         match self.call.wait(now, bound, |_| true).await {
-            Waited::Lease(guard, look) => match look {
-                // Whoever held the lease before may have filled it since our read.
-                Look::Fresh(entry, at) => {
-                    release(guard).await;
-                    Ok(self.call.respond(entry, at, &self.asks, false))
-                }
-                Look::Stale(entry, at) | Look::Expired(entry, at) => {
-                    let copy = self.call.rescuable(entry, at);
-                    self.fetch(Some(at), Some(guard), copy).await
-                }
-                Look::Absent(at) | Look::Pass(at) => self.fetch(Some(at), Some(guard), None).await,
-                Look::Failed(_) => {
-                    release(guard).await;
-                    self.fetch(None, None, copy).await
-                }
-            },
-            Waited::Found(Look::Fresh(entry, at) | Look::Stale(entry, at)) => {
-                Ok(self.call.respond(entry, at, &self.asks, false))
+            Waited::Lease { guard, at, copy } => {
+                let copy = copy.map(|entry| (entry, at));
+                self.fetch(Some(at), Some(guard), copy).await
             }
-            Waited::Late(_) if self.call.gave_up(bound) => {
-                Ok(self.call.standing_in(copy, since, &self.asks))
-            }
-            Waited::Found(Look::Pass(at) | Look::Absent(at) | Look::Expired(_, at))
-            | Waited::Alone(at)
-            | Waited::Late(at) => self.fetch(Some(at), None, copy).await,
-            Waited::Found(Look::Failed(_)) => self.fetch(None, None, copy).await,
+            Waited::Filled(entry, at) => Ok(self.call.respond(entry, at, &self.asks, false)),
+            Waited::GaveUp => Ok(self.call.standing_in(copy, since, &self.asks)),
+            Waited::Alone(at) => self.fetch(at, None, copy).await,
         }
     }
 
@@ -143,26 +124,11 @@ where
             asks,
         } = self;
         let worker = call.clone();
-        let job = async move {
-            let reply = worker.compute(inner, req, started, holds, keep).await;
-            if let Some(guard) = guard {
-                release(guard).await;
-            }
-            reply
-        };
-        let reply = match (patience, tokio::runtime::Handle::try_current()) {
-            (Some(patience), Ok(runtime)) => {
-                let mut task = runtime.spawn(job);
-                match tokio::time::timeout(patience, &mut task).await {
-                    Ok(Ok(reply)) => reply,
-                    Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                    Ok(Err(_)) | Err(_) => {
-                        tracing::debug!(key = %call.digest, ?patience, "fill timeout: the computation goes on in the background");
-                        return Ok(call.standing_in(copy, since, &asks));
-                    }
-                }
-            }
-            _ => job.await,
+        let job = holding(guard, async move {
+            worker.compute(inner, req, started, holds, keep).await
+        });
+        let Some(reply) = patiently(&call.digest, patience, job).await else {
+            return Ok(call.standing_in(copy, since, &asks));
         };
         match (reply, copy) {
             (Err(_), Some((entry, at))) => {
@@ -179,12 +145,6 @@ where
 }
 
 impl Call {
-    /// The copy this entry is for a failing handler, if it is inside `stale_if_error`.
-    pub(crate) fn rescuable(&self, entry: Entry, at: u64) -> Copy {
-        let grace = crate::backend::micros(self.fail_safe().stale_if_error);
-        (at < entry.times.fresh_until.saturating_add(grace)).then_some((entry, at))
-    }
-
     /// The answer of a request that stopped waiting at a fill timeout: the copy, else
     /// `504 Gateway Timeout`.
     fn standing_in<B: http_body::Body>(

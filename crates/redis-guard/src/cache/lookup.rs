@@ -30,14 +30,21 @@ pub(crate) enum Look {
 
 /// What waiting for another request's fill came to.
 pub(crate) enum Waited {
-    /// This request took the lease; what the key held once it had it.
-    Lease(LockGuard, Look),
-    /// The key holds something usable now (or the store failed): no lease.
-    Found(Look),
-    /// No lease and no fill (the lock failed): compute alone, the key read at this time.
-    Alone(u64),
-    /// The wait's bound ran out with no fill, the key read at this time.
-    Late(u64),
+    /// This request took the lease, the key read at `at`; `copy`: what it held then, if
+    /// that may stand in for a failing origin (inside `stale_if_error`).
+    Lease {
+        guard: LockGuard,
+        at: u64,
+        copy: Option<Entry>,
+    },
+    /// The key holds a usable entry (fresh or stale), read at this time.
+    Filled(Entry, u64),
+    /// The wait ran out on the fill timeout: the caller stops (its copy, or the timeout's
+    /// answer).
+    GaveUp,
+    /// Compute without the lease (the lock failed, the stampede's wait ran out, the last
+    /// response was not cacheable), the key read at this time; `None`: the store failed.
+    Alone(Option<u64>),
 }
 
 /// One request's work, with the layer's settings and the key's digest.
@@ -133,9 +140,9 @@ impl Call {
     }
 
     /// Lock on miss: takes the lease, or polls the store (2 ms, doubling to 50 ms) for
-    /// another request's fill, for up to the stampede's wait or `bound`, whichever is
-    /// shorter. An entry that is not `usable` (a value of another type), or only a
-    /// fail-safe copy, counts as no fill.
+    /// another request's fill, for up to the stampede's wait or the fill timeout `bound`,
+    /// whichever is shorter. An entry that is not `usable` (a value of another type), or only
+    /// a fail-safe copy, counts as no fill.
     pub(crate) async fn wait(
         &self,
         mut now: u64,
@@ -145,38 +152,74 @@ impl Call {
         let stampede = self.shared.stampede;
         let lock = self.shared.store.0.lock();
         let name = self.lock_name();
-        let until =
-            tokio::time::Instant::now() + bound.map_or(stampede.wait, |b| b.min(stampede.wait));
+        let patience = bound.map_or(stampede.wait, |b| b.min(stampede.wait));
+        let until = tokio::time::Instant::now() + patience;
         let mut pause = Duration::from_millis(2);
         loop {
             match lock.try_acquire(&name, stampede.lease).await {
-                Ok(Some(guard)) => return Waited::Lease(guard, self.look().await),
+                Ok(Some(guard)) => return self.leased(guard, &usable).await,
                 Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "cache fill lock unavailable: computing without it");
-                    return Waited::Alone(now);
+                    return Waited::Alone(Some(now));
                 }
             }
             let left = until.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
                 tracing::debug!(key = %self.digest, "waited the whole bound for a fill");
-                return Waited::Late(now);
+                // On the fill timeout the caller stops; on the stampede's wait it computes.
+                if bound.is_some_and(|b| b <= stampede.wait) {
+                    return Waited::GaveUp;
+                }
+                return Waited::Alone(Some(now));
             }
             tokio::time::sleep(pause.min(left)).await;
             pause = (pause * 2).min(Duration::from_millis(50));
             match self.look().await {
-                Look::Fresh(entry, at) | Look::Stale(entry, at) if !usable(&entry) => now = at,
-                Look::Absent(at) | Look::Expired(_, at) => now = at,
-                found => return Waited::Found(found),
+                Look::Fresh(entry, at) | Look::Stale(entry, at) if usable(&entry) => {
+                    return Waited::Filled(entry, at);
+                }
+                Look::Fresh(_, at)
+                | Look::Stale(_, at)
+                | Look::Absent(at)
+                | Look::Expired(_, at) => {
+                    now = at;
+                }
+                Look::Pass(at) => return Waited::Alone(Some(at)),
+                Look::Failed(_) => return Waited::Alone(None),
             }
         }
     }
 
-    /// Whether a wait that came `Late` ran out on the fill timeout (`bound`) rather than on
-    /// the stampede's own wait: then the caller stops (a copy, or the timeout's answer);
-    /// else it computes on its own, as without timeouts.
-    pub(crate) fn gave_up(&self, bound: Option<Duration>) -> bool {
-        bound.is_some_and(|b| b <= self.shared.stampede.wait)
+    /// What the key holds once this request has the lease: whoever held it before may have
+    /// filled it since our read (then the lease goes back).
+    async fn leased(&self, guard: LockGuard, usable: &impl Fn(&Entry) -> bool) -> Waited {
+        let (at, copy) = match self.look().await {
+            Look::Fresh(entry, at) if usable(&entry) => {
+                release(guard).await;
+                return Waited::Filled(entry, at);
+            }
+            Look::Failed(_) => {
+                release(guard).await;
+                return Waited::Alone(None);
+            }
+            Look::Stale(entry, at) | Look::Expired(entry, at) if self.rescuable(&entry, at) => {
+                (at, Some(entry))
+            }
+            Look::Fresh(_, at)
+            | Look::Stale(_, at)
+            | Look::Expired(_, at)
+            | Look::Absent(at)
+            | Look::Pass(at) => (at, None),
+        };
+        Waited::Lease { guard, at, copy }
+    }
+
+    /// Whether `entry`, read at `at`, may stand in for a failing origin: it is at most
+    /// `stale_if_error` past its freshness.
+    pub(crate) fn rescuable(&self, entry: &Entry, at: u64) -> bool {
+        let grace = micros(self.shared.fail_safe.stale_if_error);
+        at < entry.times.fresh_until.saturating_add(grace)
     }
 
     /// Stale-while-revalidate: when this call takes the key's lease, runs `job` (with the
@@ -227,6 +270,37 @@ impl Call {
 pub(crate) async fn release(guard: LockGuard) {
     if let Err(e) = guard.release().await {
         tracing::warn!(error = %e, "releasing a cache fill lock failed; its lease will run out");
+    }
+}
+
+/// Runs `job`, then releases `guard` (when this caller holds the lease).
+pub(crate) async fn holding<T>(guard: Option<LockGuard>, job: impl Future<Output = T>) -> T {
+    let out = job.await;
+    if let Some(guard) = guard {
+        release(guard).await;
+    }
+    out
+}
+
+/// Runs `job`: with a fill timeout (`patience`) and a runtime, in a spawned task that the
+/// caller waits for at most that long (`None`: it stopped waiting, and the task goes on);
+/// else in place. A panic in the task is the caller's.
+pub(crate) async fn patiently<T: Send + 'static>(
+    key: &str,
+    patience: Option<Duration>,
+    job: impl Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    let (Some(patience), Ok(runtime)) = (patience, tokio::runtime::Handle::try_current()) else {
+        return Some(job.await);
+    };
+    let mut task = runtime.spawn(job);
+    match tokio::time::timeout(patience, &mut task).await {
+        Ok(Ok(out)) => Some(out),
+        Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Ok(Err(_)) | Err(_) => {
+            tracing::debug!(%key, ?patience, "fill timeout: the computation goes on in the background");
+            None
+        }
     }
 }
 

@@ -33,13 +33,14 @@
 //!
 //! Every response to a request the layer looks up says where it came from in `x-cache`
 //! ([`header`](CacheLayerBuilder::header)): `HIT` (stored and fresh), `STALE` (stored, past
-//! its freshness, inside its stale window: served while one request refreshes it), or `MISS`
-//! (computed by the handler for this request), and in RFC 9211 `Cache-Status` (see
+//! its freshness, inside its stale window: served while one request refreshes it; or served
+//! in place of a failing handler, see [Fail-safe](#fail-safe)), or `MISS` (computed by the
+//! handler for this request), and in RFC 9211 `Cache-Status` (see
 //! [Conditional requests and `Cache-Status`](#conditional-requests-and-cache-status)). Stored
 //! responses also carry `Age`. With the
 //! `metrics` feature each of them is counted in
 //! [`redis_guard_cache_responses_total`](crate::telemetry::Metric::CacheResponses) by `result` (`hit`,
-//! `stale`, `miss`): the hit ratio.
+//! `stale`, `fallback`, `miss`): the hit ratio.
 //!
 //! # What is cached
 //!
@@ -84,7 +85,8 @@
 //!   failing (Redis down, too slow) never fails a request: it is served by the handler,
 //!   uncached, with a `warn`. So the layer never answers on its own (it has no rejection, unlike
 //!   the rate limiter and the sessions): every response is the handler's, fresh or stored, in
-//!   [`ResponseBody`].
+//!   [`ResponseBody`], but for the `504` of a hard
+//!   [`fill_timeout`](CacheLayerBuilder::fill_timeout), which is off by default.
 //!
 //! # Cache and sessions
 //!
@@ -164,6 +166,37 @@
 //! and a response computed while the tag was being invalidated is not served afterwards.
 //! A lookup of a tagged entry costs one more round trip (the tags' keys, read concurrently).
 //!
+//! [`CacheLayer::invalidate_tag_soft`] is the **soft purge**: the same record in a key of its
+//! own, and an entry computed before it is served as stale (at once, to every request) while
+//! the one request that takes its lease recomputes it, instead of being a miss. A lookup reads
+//! both records of each tag in the same concurrent round.
+//!
+//! # Fail-safe
+//!
+//! Off by default; on both caches ([`ValueCacheBuilder::stale_if_error`],
+//! [`ValueCacheBuilder::fill_timeout`] for values):
+//!
+//! - [`stale_if_error(d)`](CacheLayerBuilder::stale_if_error): when the handler fails (the
+//!   inner service returns an error, answers 5xx, or runs past the hard fill timeout), the
+//!   entry is served instead if it is at most `d` past its freshness; past that, the failure
+//!   goes to the client as without it. Entries are kept `d` past their freshness (the TTL of
+//!   the key is fresh time + jitter + the longer of the stale window and `d`). Such a copy
+//!   is a miss for every other purpose: the request computes (under the lease), and only its
+//!   failure brings the copy out. A 5xx does not replace the copy with a hit-for-pass marker.
+//! - [`fill_timeout(soft, hard)`](CacheLayerBuilder::fill_timeout): the computation runs in a
+//!   spawned task holding the lease. A request with a copy inside `stale_if_error` (the one
+//!   computing, or one waiting for the fill on any replica) stops waiting after `soft` and
+//!   gets the copy; the computation goes on and stores its response. A request without one
+//!   waits until `hard`, then gets `504 Gateway Timeout` (a value cache caller: the closure's
+//!   error made [`From<FillTimeout>`](FillTimeout)). Waiting requests never start a second
+//!   computation while the lease holds.
+//! - Copies served so are `x-cache: STALE` and `Cache-Status: redis-guard; fwd=stale;
+//!   ttl=<0 or less>`, as are softly purged entries; logged at `warn` (a failure) or `debug`
+//!   (a timeout), counted as `fallback`.
+//!
+//! The handler's `Cache-Control: stale-if-error` (RFC 5861) is not read: the window is the
+//! layer's, so that a handler that fails cannot shorten it.
+//!
 //! # Limits
 //!
 //! - The fill lock is a **lease, not a fencing token** (see [`Lock`](crate::backend::Lock)): a
@@ -210,7 +243,9 @@
 //!   inside its [`stale`](ValueCacheBuilder::stale) window is returned at once while one
 //!   caller recomputes it in a spawned task (so the closure and its future are
 //!   `Send + 'static`). Every TTL gets up to 10% [`jitter`](ValueCacheBuilder::jitter).
-//! - **Errors**: the closure's error is returned to its caller and never cached. A value
+//! - **Errors**: the closure's error is returned to its caller and never cached (with
+//!   [`stale_if_error`](ValueCacheBuilder::stale_if_error), the last good value is returned
+//!   in its place, see [Fail-safe](#fail-safe)). A value
 //!   that is JSON `null` (`Ok(None)`: "not found") is returned and not kept, unless the
 //!   cache has a [`negative_ttl`](ValueCacheBuilder::negative_ttl): then it is kept for that
 //!   long (so lookups of a missing row do not all reach the database). The store failing
@@ -261,11 +296,15 @@
 //! | fresh entry | `redis-guard; hit; ttl=<seconds of freshness left, 1 or more>` |
 //! | stale entry | `redis-guard; hit; ttl=<0 or less>` |
 //! | computed and stored | `redis-guard; fwd=miss; stored` |
-//! | computed, not stored | `redis-guard; fwd=miss` |
+//! | computed, not stored (or `504` at the hard fill timeout) | `redis-guard; fwd=miss` |
+//! | served in place of a failing or slow handler, or softly purged | `redis-guard; fwd=stale; ttl=<0 or less>` |
 //!
-//! A stale entry is a `hit`, not `fwd=stale`: the request is answered from the cache and not
-//! forwarded (RFC 9211 §2.1), and a `ttl` of zero or less says the response is stale (§2.4;
-//! §3 shows such a "stale hit"). The refresh it starts runs apart from it.
+//! A stale entry inside its stale window is a `hit`, not `fwd=stale`: the request is answered
+//! from the cache and not forwarded (RFC 9211 §2.1), and a `ttl` of zero or less says the
+//! response is stale (§2.4; §3 shows such a "stale hit"). The refresh it starts runs apart
+//! from it. A copy served because the handler failed or was too slow went through the
+//! handler first: `fwd=stale` (§2.2, "the cache was allowed to serve a stale response" and
+//! forwarded the request); a softly purged entry says the same, its freshness withdrawn.
 //!
 //! # Differences from an HTTP cache
 //!

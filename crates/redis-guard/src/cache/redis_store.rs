@@ -19,7 +19,8 @@ static INVALIDATE: LazyLock<LuaScript> =
 ///
 /// Keys (every one with a TTL): an entry `<prefix>c:{<variant digest>}` (a string: times,
 /// status, headers, tags, body; a [`ValueCache`](super::ValueCache)'s value is one too, under
-/// the digest of its key); a tag's last invalidation `<prefix>ct:{<tag digest>}`; the
+/// the digest of its key); a tag's last invalidation `<prefix>ct:{<tag digest>}` (and its last
+/// soft purge, under another digest); the
 /// lock of a recomputation `<prefix>lock:{c:<variant digest>}`. One key per command or script:
 /// nothing crosses hash slots on a Cluster.
 ///

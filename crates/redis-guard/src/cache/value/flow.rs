@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use crate::backend::LockGuard;
 use crate::cache::entry::{Entry, Kind, encode};
 use crate::cache::fail_safe::FillTimeout;
-use crate::cache::lookup::{Call, Look, Waited, release};
+use crate::cache::lookup::{Call, Look, Waited, holding, patiently};
 use crate::cache::store::Write;
 
 /// How a computed value is kept: its TTL and tags, and the cache's negative TTL.
@@ -98,39 +98,16 @@ where
         let bound = self.call.fail_safe().patience(copy.is_some());
         let usable = |entry: &Entry| serde_json::from_slice::<T>(&entry.body).is_ok();
         match self.call.wait(now, bound, usable).await {
-            Waited::Lease(guard, look) => match look {
-                // Whoever held the lease before may have filled it since our read.
-                Look::Fresh(entry, at) => match parse(&entry) {
-                    Some(value) => {
-                        release(guard).await;
-                        Ok(value)
-                    }
-                    None => self.fetch(Some(at), Some(guard), copy).await,
-                },
-                Look::Stale(entry, at) | Look::Expired(entry, at) => {
-                    let grace = crate::backend::micros(self.call.fail_safe().stale_if_error);
-                    let newer = (at < entry.times.fresh_until.saturating_add(grace))
-                        .then(|| parse(&entry))
-                        .flatten();
-                    self.fetch(Some(at), Some(guard), newer.or(copy)).await
-                }
-                Look::Absent(at) | Look::Pass(at) => self.fetch(Some(at), Some(guard), None).await,
-                Look::Failed(_) => {
-                    release(guard).await;
-                    self.fetch(None, None, copy).await
-                }
-            },
-            Waited::Found(Look::Fresh(entry, at) | Look::Stale(entry, at)) => match parse(&entry) {
+            Waited::Lease { guard, at, copy } => {
+                let copy = copy.and_then(|entry| parse(&entry));
+                self.fetch(Some(at), Some(guard), copy).await
+            }
+            Waited::Filled(entry, at) => match parse(&entry) {
                 Some(value) => Ok(value),
                 None => self.fetch(Some(at), None, copy).await,
             },
-            Waited::Late(_) if self.call.gave_up(bound) => {
-                stand_in(copy, bound.unwrap_or_default())
-            }
-            Waited::Found(Look::Pass(at) | Look::Absent(at) | Look::Expired(_, at))
-            | Waited::Alone(at)
-            | Waited::Late(at) => self.fetch(Some(at), None, copy).await,
-            Waited::Found(Look::Failed(_)) => self.fetch(None, None, copy).await,
+            Waited::GaveUp => stand_in(copy, bound.unwrap_or_default()),
+            Waited::Alone(at) => self.fetch(at, None, copy).await,
         }
     }
 
@@ -145,28 +122,14 @@ where
         copy: Option<T>,
     ) -> Result<T, E> {
         let patience = self.call.fail_safe().patience(copy.is_some());
-        let key = self.call.digest.clone();
         let Self { call, fill, f } = self;
-        let job = async move {
-            let value = compute(&call, &fill, f, started).await;
-            if let Some(guard) = guard {
-                release(guard).await;
-            }
-            value
-        };
-        let value = match (patience, tokio::runtime::Handle::try_current()) {
-            (Some(patience), Ok(runtime)) => {
-                let mut task = runtime.spawn(job);
-                match tokio::time::timeout(patience, &mut task).await {
-                    Ok(Ok(value)) => value,
-                    Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                    Ok(Err(_)) | Err(_) => {
-                        tracing::debug!(%key, ?patience, "fill timeout: the computation goes on in the background");
-                        return stand_in(copy, patience);
-                    }
-                }
-            }
-            _ => job.await,
+        let key = call.digest.clone();
+        let job = holding(
+            guard,
+            async move { compute(&call, &fill, f, started).await },
+        );
+        let Some(value) = patiently(&key, patience, job).await else {
+            return stand_in(copy, patience.unwrap_or_default());
         };
         match (value, copy) {
             (Err(e), Some(copy)) => {

@@ -1,0 +1,136 @@
+//! Helpers of the caches' fail-safe suites: [`Gate`], where a test's handler (or
+//! computation) waits, so that a test can hold a computation in flight and count who reached
+//! it; [`within`], a bounded wait; [`assert_kept`], how long the one entry lives.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use crate::Harness;
+
+/// How long a bounded wait of the suites lasts before it fails the test: long, so that a
+/// loaded machine never fails it, and only a hang does.
+const BOUND: Duration = Duration::from_secs(30);
+
+/// Open at first; [`close`](Self::close) holds whoever [`pass`](Self::pass)es until
+/// [`open`](Self::open). Counts the arrivals, and carries the version of the data behind it
+/// (1 at first). Clones share the gate.
+#[derive(Clone, Debug)]
+pub struct Gate {
+    permits: Arc<Semaphore>,
+    arrived: Arc<AtomicUsize>,
+    version: Arc<AtomicUsize>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)),
+            arrived: Arc::new(AtomicUsize::new(0)),
+            version: Arc::new(AtomicUsize::new(1)),
+        }
+    }
+}
+
+impl Gate {
+    /// The version of the data.
+    #[must_use]
+    pub fn version(&self) -> usize {
+        self.version.load(Ordering::SeqCst)
+    }
+
+    /// The data changes (the next version) and the next arrivals are held: a slow origin.
+    pub fn stall(&self) {
+        self.version.fetch_add(1, Ordering::SeqCst);
+        self.close();
+    }
+
+    /// Counts the arrival, then waits while the gate is closed.
+    ///
+    /// # Panics
+    ///
+    /// Never: the semaphore is never closed.
+    pub async fn pass(&self) {
+        self.arrived.fetch_add(1, Ordering::SeqCst);
+        drop(self.permits.acquire().await.expect("gate"));
+    }
+
+    /// How many have arrived.
+    #[must_use]
+    pub fn arrived(&self) -> usize {
+        self.arrived.load(Ordering::SeqCst)
+    }
+
+    /// Holds the next arrivals.
+    pub fn close(&self) {
+        self.permits.forget_permits(Semaphore::MAX_PERMITS);
+    }
+
+    /// Lets everyone through.
+    pub fn open(&self) {
+        let missing = Semaphore::MAX_PERMITS - self.permits.available_permits();
+        self.permits.add_permits(missing);
+    }
+
+    /// Waits (bounded) until `n` have arrived.
+    ///
+    /// # Panics
+    ///
+    /// When they have not within the bound.
+    pub async fn until_arrived(&self, n: usize) {
+        within("arrivals at the gate", async {
+            while self.arrived() < n {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+    }
+}
+
+/// `f`'s output, waited for at most 30 s.
+///
+/// # Panics
+///
+/// When `f` takes longer (`what` says what never came).
+pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(BOUND, f).await {
+        Ok(out) => out,
+        Err(_) => panic!("{what}: not within {BOUND:?}"),
+    }
+}
+
+/// Asserts that the store holds one cache entry (or value), every key with a TTL (at least
+/// `keys` of them), and that the entry's `PTTL` is within `ms`.
+///
+/// # Panics
+///
+/// When it is not so.
+pub async fn assert_kept(h: &Harness, keys: usize, ms: std::ops::RangeInclusive<i64>) {
+    let entries = h.keys_under("c:{").await;
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let pttl = h.pttl(&entries[0]).await;
+    assert!(ms.contains(&pttl), "{pttl} ms not within {ms:?}");
+    h.assert_every_key_has_a_ttl(keys).await;
+}
+
+/// Runs `n` calls of `f` (given 0..n) concurrently, each in a task, and returns their outputs
+/// in order, each waited for at most 30 s.
+///
+/// # Panics
+///
+/// When one takes longer, or panics.
+pub async fn crowd<T, Fut>(n: usize, f: impl Fn(usize) -> Fut) -> Vec<T>
+where
+    T: Send + 'static,
+    Fut: Future<Output = T> + Send + 'static,
+{
+    let tasks: Vec<_> = (0..n).map(|i| tokio::spawn(f(i))).collect();
+    let mut out = Vec::with_capacity(n);
+    for task in tasks {
+        out.push(within("a call of the crowd", task).await.expect("task"));
+    }
+    out
+}
