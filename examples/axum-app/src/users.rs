@@ -4,7 +4,8 @@
 //!
 //! - `GET` answers `200 {"id", "name", "loaded_from"}`: `"db"` when this request's lookup ran
 //!   (the closure of `get_or_compute`), `"cache"` when a copy from the cache was returned,
-//!   and `Cache-Status: axum-app-users; fwd=miss` or `…; hit` (RFC 9211) to say the same. An
+//!   and `Cache-Status: axum-app-users; fwd=miss` or `…; hit` (RFC 9211) to say the same
+//!   (`…; fwd=stale` for a copy served because the lookup failed: `CACHE_STALE_IF_ERROR`). An
 //!   unknown id is a `404` (looked up again every time: "not found" is not cached), an id that
 //!   is not a whole number from 0 to 4294967295 a `400`.
 //! - `PUT` `{"name": …}` renames a user in the store, then voids the cached copy by its tag
@@ -18,7 +19,7 @@
 //! Redis share the cached users, not the renames.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -167,14 +168,18 @@ async fn show(State(users): State<Users>, id: Result<Path<u32>, PathRejection>) 
     };
     // Set by this request's lookup only: a value whose `load` differs came from the cache
     // (filled by another request, or another instance), even when this request's closure
-    // refreshes the entry in the background after returning the cached copy.
+    // refreshes the entry in the background after returning the cached copy. A lookup tried
+    // for this request that gave no value (it failed) and a user all the same: the cache's
+    // copy, served stale in its place (`CACHE_STALE_IF_ERROR`).
     let this_load = Arc::new(AtomicU64::new(0));
-    let ran = Arc::clone(&this_load);
+    let tried = Arc::new(AtomicBool::new(false));
+    let (ran, trying) = (Arc::clone(&this_load), Arc::clone(&tried));
     let Users {
         cache, db, origin, ..
     } = users.clone();
     let found = cache
         .get_or_compute_tagged(key(id), users.ttl, [key(id)], move || async move {
+            trying.store(true, Ordering::SeqCst);
             let name = db.find(id, &origin).await?;
             let load = unique();
             ran.store(load, Ordering::SeqCst);
@@ -186,6 +191,8 @@ async fn show(State(users): State<Users>, id: Result<Path<u32>, PathRejection>) 
             let fresh = user.load == this_load.load(Ordering::SeqCst);
             let (from, status) = if fresh {
                 ("db", "axum-app-users; fwd=miss")
+            } else if tried.load(Ordering::SeqCst) {
+                ("cache", "axum-app-users; fwd=stale")
             } else {
                 ("cache", "axum-app-users; hit")
             };

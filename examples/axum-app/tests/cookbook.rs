@@ -317,6 +317,7 @@ async fn stale_if_error(app: &RunningApp) {
     let (r, took) = user(app, "1").await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(body(&r)["loaded_from"], "cache");
+    assert_eq!(r.header("cache-status"), Some("axum-app-users; fwd=stale"));
     assert!(
         took >= Duration::from_millis(100),
         "the store was asked first: {took:?}"
