@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use redis_guard::rate_limit::{ClientIp, FailurePolicy, Mode, Quota};
 
+use crate::cookbook::Cookbook;
 use example_shared::login::{LoginRules, normalize_username};
 use example_shared::serve::Limits;
 use example_shared::settings::{self, Lookup};
@@ -57,6 +58,9 @@ pub(crate) struct Config {
     pub(crate) session_max: Duration,
     /// The server's timeouts and connection cap (`shared/serve.rs`).
     pub(crate) server: Limits,
+    /// `CACHE_TTL`, `CACHE_STALE_IF_ERROR`, `PAYMENTS_DELAY_MS`, `PAYMENTS_LIMIT`
+    /// (`cookbook.rs`).
+    pub(crate) cookbook: Cookbook,
 }
 
 impl Config {
@@ -156,6 +160,7 @@ impl Config {
             limit_on_error: settings::failure_policy(get)?,
             redis_timeout,
             server,
+            cookbook: Cookbook::from_lookup(get)?,
         })
     }
 }

@@ -6,9 +6,13 @@ mod admin_auth;
 mod auth;
 mod calls;
 mod config;
+mod cookbook;
 mod metrics;
+mod origin;
+mod payments;
 mod report;
 mod slow;
+mod users;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -18,7 +22,8 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use example_shared::{csrf, serve, settings};
 use redis_guard::backend::{RedisBackend, RedisConnection};
-use redis_guard::cache::{CacheLayer, CacheStore, MemoryCacheStore, RedisCacheStore};
+use redis_guard::cache::{MemoryCacheStore, RedisCacheStore};
+use redis_guard::idempotency::IdempotencyStore;
 use redis_guard::rate_limit::{
     Algorithm, KeyExtractorExt, Limiter, MemoryLimiter, Quota, RateLimitLayer, RedisLimiter, Rule,
 };
@@ -31,6 +36,7 @@ use crate::admin_auth::AdminAuth;
 
 use crate::calls::Calls;
 use crate::config::{Config, Store};
+use crate::cookbook::Stores;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -42,16 +48,20 @@ async fn run() -> Result<(), String> {
     let admin_auth = AdminAuth::from_env(config.client_ip.clone())?;
     // First: a metric registered before the recorder exists is lost for good.
     let metrics = metrics::install(&config.store)?;
-    let (limiter, sessions, cache, backend): (
+    let (limiter, sessions, stores, backend): (
         Arc<dyn Limiter>,
         Arc<dyn SessionStore>,
-        CacheLayer,
+        Stores,
         String,
     ) = match &config.store {
         Store::Memory => (
             Arc::new(MemoryLimiter::new()),
             Arc::new(MemorySessionStore::new()),
-            cache_layer(MemoryCacheStore::new())?,
+            Stores::new(
+                MemoryCacheStore::new(),
+                IdempotencyStore::memory(),
+                &config.cookbook,
+            )?,
             "in-process memory (set REDIS_URL to share limits and sessions between instances)"
                 .to_owned(),
         ),
@@ -64,7 +74,7 @@ async fn run() -> Result<(), String> {
             (
                 Arc::new(RedisLimiter::new(redis.clone())),
                 Arc::new(RedisSessionStore::new(redis.clone())),
-                cache_layer(RedisCacheStore::new(redis))?,
+                redis_stores(redis, &config)?,
                 format!("redis at {}", redact(url)),
             )
         }
@@ -79,12 +89,12 @@ async fn run() -> Result<(), String> {
             (
                 Arc::new(RedisLimiter::new(redis.clone())),
                 Arc::new(RedisSessionStore::new(redis.clone())),
-                cache_layer(RedisCacheStore::new(redis))?,
+                redis_stores(redis, &config)?,
                 format!("redis cluster via {}", nodes.join(",")),
             )
         }
     };
-    let mut app = router(&config, admin_auth.clone(), limiter, sessions, cache)?;
+    let mut app = router(&config, admin_auth.clone(), limiter, sessions, stores)?;
     // Outside every other layer: a scrape carries no cookie and costs no quota. On the main
     // address only with the admin token (a 404 without `ADMIN_TOKEN`).
     if let Some(auth) = admin_auth {
@@ -139,13 +149,13 @@ fn plan_quota(
     pro_users.contains(&user.0).then_some(pro)
 }
 
-/// The response cache of `GET /slow/{n}`. The route never reads cookies, so a browser's
-/// session cookie does not keep it from being cached.
-fn cache_layer(store: impl CacheStore) -> Result<CacheLayer, String> {
-    CacheLayer::builder(store)
-        .ignore_cookies(true)
-        .build()
-        .map_err(|e| format!("cache settings: {e}"))
+/// The caches and the idempotency records on `redis`, shared with every instance.
+fn redis_stores(redis: RedisBackend, config: &Config) -> Result<Stores, String> {
+    Stores::new(
+        RedisCacheStore::new(redis.clone()),
+        IdempotencyStore::redis(redis),
+        &config.cookbook,
+    )
 }
 
 fn router(
@@ -153,7 +163,7 @@ fn router(
     admin_auth: Option<AdminAuth>,
     limiter: Arc<dyn Limiter>,
     sessions: Arc<dyn SessionStore>,
-    cache: CacheLayer,
+    stores: Stores,
 ) -> Result<Router, String> {
     // An export costs 10 units of the API quota (all of it when a plan's quota allows fewer).
     let export_cost = EXPORT_COST
@@ -217,9 +227,26 @@ fn router(
         .failure_policy(config.limit_on_error)
         .build()
         .map_err(|e| format!("REPORT_CONCURRENCY: {e}"))?;
+    // Each new key is a record kept 24 h: counted per user (or client IP), retries included.
+    let payments_limit = RateLimitLayer::builder(Arc::clone(&limiter))
+        .rule(
+            "payments",
+            SessionUser::key().or(config.client_ip.clone()),
+            config.cookbook.payments_limit,
+        )
+        .failure_policy(config.limit_on_error)
+        .build()
+        .map_err(|e| format!("PAYMENTS_LIMIT: {e}"))?;
     let report = Router::new()
         .route("/report", get(report::report))
-        .layer(report_limit);
+        .layer(report_limit)
+        // Inside the session layer: a logged-in user's keys are theirs alone.
+        .merge(payments::routes(
+            stores.payments,
+            payments_limit,
+            config.cookbook.payments_delay,
+        ));
+    let origin = origin::Origin::default();
     let admin = admin::routes(
         admin_auth.clone(),
         Arc::clone(&limiter),
@@ -281,12 +308,24 @@ fn router(
         // Health checks stay outside the session layer: never a cookie, never a store call.
         .route("/healthz", get(|| async { "ok" }))
         // Cached responses never carry a session cookie: outside the session layer.
-        .merge(slow::routes(cache, slow_limit, admin_auth))
+        .merge(slow::routes(
+            stores.responses,
+            slow_limit,
+            admin_auth.clone(),
+            origin.clone(),
+            config.cookbook.ttl,
+        ))
+        .merge(users::routes(
+            stores.values,
+            origin.clone(),
+            config.cookbook.ttl,
+        ))
         .merge(calls)
         // Outermost: a cross-site or non-JSON write is refused before sessions or limiters.
         .layer(axum::middleware::from_fn(refuse_cross_site))
         // Bearer-token routes: no browser sends the token on its own (see admin.rs).
         .merge(admin)
+        .merge(origin::routes(admin_auth, origin))
         // An HTML form, so not JSON: protected by the session's CSRF token (synchronizer token,
         // checked by `CsrfForm`) instead of the JSON rule above.
         .merge(
