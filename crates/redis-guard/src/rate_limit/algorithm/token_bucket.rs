@@ -33,7 +33,7 @@ fn current_credit(state: Option<&State>, now: u64, p: &Params) -> i128 {
 fn stored(credit: i128, now: u64, p: &Params) -> Commit {
     let cap = i128::from(p.burst) * i128::from(p.emission_us);
     let state = State::Bucket {
-        credit: super::narrow(credit),
+        credit: i64::try_from(credit).unwrap_or(if credit < 0 { i64::MIN } else { i64::MAX }),
         at: now,
         emission: p.emission_us,
         burst: p.burst,
@@ -47,6 +47,11 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
     let need = i128::from(p.cost) * e;
     let credit = current_credit(state, now, p);
     if credit < need {
+        if need - credit <= i128::from(p.max_wait_us) {
+            // Throttled, as in token_bucket.lua: the tokens taken now, as a debt.
+            let owed = credit - need;
+            return Step::throttled(need - credit, cap - owed, stored(owed, now, p));
+        }
         return Step::denied(idiv(credit, e), need - credit, cap - credit);
     }
     let left = credit - need;
@@ -67,8 +72,10 @@ pub(super) fn standing_reset(state: Option<&State>, now: u64, p: &Params) -> u64
 
 /// `p.cost` more tokens whatever is left, as `token_bucket_charge`: empty at worst.
 pub(super) fn charge(state: Option<&State>, now: u64, p: &Params) -> Commit {
-    let credit = current_credit(state, now, p) - i128::from(p.cost) * i128::from(p.emission_us);
-    stored(credit.max(0), now, p)
+    let was = current_credit(state, now, p);
+    // A throttled waiter's debt stays as it is.
+    let credit = was - i128::from(p.cost) * i128::from(p.emission_us);
+    stored(credit.max(was.min(0)), now, p)
 }
 
 /// `p.cost` tokens back, as `token_bucket_refund`: `None` when the bucket is full again.

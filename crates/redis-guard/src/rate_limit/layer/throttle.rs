@@ -1,0 +1,169 @@
+//! Requests admitted after a wait ([`Rule::throttle`](crate::rate_limit::Rule::throttle)): the
+//! layer's bound on how many wait at once, and the reservation a waiter holds until its slot,
+//! given back when the waiter goes away.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::rate_limit::{Decision, Lease};
+use crate::telemetry::{self, Metric};
+
+/// How many requests of a layer may wait for their slot at once, by default
+/// ([`RateLimitLayerBuilder::max_waiters`](crate::rate_limit::RateLimitLayerBuilder::max_waiters)).
+pub(crate) const DEFAULT_MAX_WAITERS: usize = 1024;
+
+/// The requests of one layer waiting for their slot, at most `max`.
+#[derive(Debug)]
+pub(crate) struct Waiters {
+    max: usize,
+    waiting: AtomicUsize,
+}
+
+impl Waiters {
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
+            max,
+            waiting: AtomicUsize::new(0),
+        }
+    }
+
+    /// A place among the waiters, or `None` when `max` wait already.
+    fn enter(self: &Arc<Self>) -> Option<Place> {
+        self.waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Place(Arc::clone(self)))
+    }
+
+    /// How many wait now.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Acquire)
+    }
+}
+
+/// One waiter's place, left when dropped.
+#[derive(Debug)]
+struct Place(Arc<Waiters>);
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What a waiting request holds until its slot: its place among the waiters and what it took,
+/// given back (every enforced rule's cost) if it is dropped before [`Reservation::kept`].
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    _place: Place,
+    taken: Option<Taken>,
+}
+
+/// The receipts of a throttled evaluation and the units it took per rule.
+#[derive(Debug)]
+struct Taken {
+    lease: Arc<Lease>,
+    deltas: Vec<(Arc<str>, i64)>,
+}
+
+impl Taken {
+    /// What `decision` took (it holds the receipts), to give back; `None` when it holds none.
+    fn of(decision: &Decision) -> Option<Self> {
+        let lease = decision.lease.0.clone()?;
+        let deltas = decision
+            .rules
+            .iter()
+            .filter(|r| r.mode == crate::rate_limit::Mode::Enforce && r.cost > 0)
+            .map(|r| (Arc::clone(&r.rule), -i64::from(r.cost)))
+            .collect();
+        Some(Self { lease, deltas })
+    }
+
+    fn give_back(self) {
+        self.lease.settle_detached(&self.deltas);
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(taken) = self.taken.take() {
+            tracing::debug!("a throttled request went away before its slot: its slot given back");
+            taken.give_back();
+        }
+    }
+}
+
+impl Reservation {
+    /// The slot came: nothing to give back.
+    pub(crate) fn kept(mut self) {
+        self.taken = None;
+    }
+}
+
+/// The wait of an admitted `decision` when it has one (a throttled rule): the reservation to
+/// hold while waiting, or, when `waiters` are full, the decision turned into a denial (its slot
+/// given back at once). `None`: no wait.
+pub(crate) fn wait_for(
+    waiters: &Arc<Waiters>,
+    decision: &mut Decision,
+) -> Option<Result<(Duration, Reservation), ()>> {
+    let wait = decision.wait;
+    if wait.is_zero() {
+        return None;
+    }
+    let Some(place) = waiters.enter() else {
+        tracing::debug!(
+            rule = %decision.rule,
+            wait_ms = wait.as_millis(),
+            max_waiters = waiters.max,
+            "rate limited: too many requests already wait for their slot"
+        );
+        if let Some(taken) = Taken::of(decision) {
+            taken.give_back();
+        }
+        decision.allowed = false;
+        decision.retry_after = wait;
+        decision.wait = Duration::ZERO;
+        decision.lease = crate::rate_limit::decision::HeldLease::default();
+        return Some(Err(()));
+    };
+    tracing::debug!(
+        rule = %decision.rule,
+        wait_ms = wait.as_millis(),
+        "rate limit: waiting for the request's slot"
+    );
+    telemetry::observe(
+        Metric::RateLimitThrottleWaitSeconds,
+        "rule",
+        (&decision.rule).into(),
+        wait.as_secs_f64(),
+    );
+    let reservation = Reservation {
+        _place: place,
+        taken: Taken::of(decision),
+    };
+    Some(Ok((wait, reservation)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn places_are_bounded_and_left_when_dropped() {
+        let waiters = Arc::new(Waiters::new(2));
+        let a = waiters.enter().unwrap();
+        let b = waiters.enter().unwrap();
+        assert!(waiters.enter().is_none());
+        drop(a);
+        assert_eq!(waiters.waiting(), 1);
+        let c = waiters.enter();
+        assert!(c.is_some());
+        drop((b, c));
+        assert_eq!(waiters.waiting(), 0);
+    }
+}
