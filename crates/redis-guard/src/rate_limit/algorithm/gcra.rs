@@ -134,7 +134,10 @@ mod tests {
         let third = step(commit(&second).as_ref(), 0, &p);
         assert_eq!(third.retry_after_us, 200_000);
         let fourth = step(commit(&third).as_ref(), 0, &p);
-        assert!(!fourth.allowed, "a wait of 300 ms is past the 250 ms allowed");
+        assert!(
+            !fourth.allowed,
+            "a wait of 300 ms is past the 250 ms allowed"
+        );
         assert_eq!(fourth.retry_after_us, 300_000);
     }
 
