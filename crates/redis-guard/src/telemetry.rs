@@ -403,6 +403,7 @@ mod tests {
                 "redis_guard_rate_limit_deny_cache_hits_total",
                 "redis_guard_rate_limit_lease_releases_total",
                 "redis_guard_rate_limit_decision_seconds",
+                "redis_guard_rate_limit_throttle_wait_seconds",
                 "redis_guard_breaker_state",
                 "redis_guard_breaker_opened_total",
                 "redis_guard_session_loads_total",

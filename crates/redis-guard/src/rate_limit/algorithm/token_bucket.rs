@@ -85,3 +85,67 @@ pub(super) fn refund(state: &State, now: u64, p: &Params) -> Option<Commit> {
         current_credit(Some(state), now, p) + i128::from(p.cost) * i128::from(p.emission_us);
     (credit < cap).then(|| stored(credit, now, p))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rate_limit::Algorithm;
+
+    fn params(max_wait_us: u64) -> Params {
+        Params {
+            algorithm: Algorithm::TokenBucket,
+            limit: 10,
+            period_us: 1_000_000,
+            burst: 1,
+            emission_us: 100_000,
+            cost: 1,
+            max_wait_us,
+        }
+    }
+
+    fn after(s: &Step) -> State {
+        match &s.commit {
+            Some(Commit::Replace(state, _)) => state.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_throttled_bucket_owes_the_tokens_of_its_waiters_and_gets_them_back() {
+        let p = params(250_000);
+        let first = step(None, 0, &p);
+        let second = step(Some(&after(&first)), 0, &p);
+        assert!(second.allowed);
+        assert_eq!(second.retry_after_us, 100_000);
+        let third = step(Some(&after(&second)), 0, &p);
+        assert_eq!((third.allowed, third.retry_after_us), (true, 200_000));
+        assert!(matches!(
+            after(&third),
+            State::Bucket {
+                credit: -200_000,
+                ..
+            }
+        ));
+        // Past the max wait: denied, nothing taken.
+        let fourth = step(Some(&after(&third)), 0, &p);
+        assert_eq!((fourth.allowed, fourth.remaining), (false, 0));
+        assert_eq!(fourth.retry_after_us, 300_000);
+        // The third waiter goes away: its token comes back, and the next waits 200 ms again.
+        let back = refund(&after(&third), 0, &p).expect("still owing");
+        let Commit::Replace(state, _) = back else {
+            panic!()
+        };
+        assert_eq!(step(Some(&state), 0, &p).retry_after_us, 200_000);
+        // A charge keeps the debt as it is (never forgives it).
+        let Commit::Replace(charged, _) = charge(Some(&after(&third)), 0, &p) else {
+            panic!()
+        };
+        assert!(matches!(
+            charged,
+            State::Bucket {
+                credit: -200_000,
+                ..
+            }
+        ));
+    }
+}

@@ -151,7 +151,44 @@ pub(crate) fn wait_for(
 
 #[cfg(test)]
 mod tests {
+    use http::HeaderName;
+    use tokio::time::Instant;
+
+    use super::super::response::tests::collected;
     use super::*;
+    use crate::backend::ManualClock;
+    use crate::rate_limit::{HeaderKey, MemoryLimiter, Quota, RateLimitLayer, Rule};
+
+    /// The gRPC answers ride on the same future: a throttled call is held until its slot, then
+    /// the service answers; one past the max wait is `RESOURCE_EXHAUSTED` at once. Tokio's
+    /// paused clock and the limiter's manual one make every time exact.
+    #[tokio::test(start_paused = true)]
+    async fn a_grpc_call_waits_for_its_slot_as_a_request_does() {
+        let rule =
+            Rule::new("api", Quota::per_second(10).burst(1)).throttle(Duration::from_millis(150));
+        let limiter = MemoryLimiter::builder().clock(ManualClock::new()).build();
+        let layer = RateLimitLayer::builder(limiter)
+            .rule_with(rule, HeaderKey::new(HeaderName::from_static("x-key")))
+            .grpc()
+            .build()
+            .unwrap();
+        let start = Instant::now();
+        assert_eq!(collected(&layer, Some("k")).await.body(), "ok");
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        let held = collected(&layer, Some("k")).await;
+        assert_eq!(start.elapsed(), Duration::from_millis(100));
+        assert_eq!(held.body(), "ok");
+        assert!(
+            held.headers().get("grpc-status").is_none(),
+            "the service answered"
+        );
+        assert!(held.headers().get("ratelimit").is_some());
+        // 200 ms away, past the 150 ms allowed.
+        let denied = collected(&layer, Some("k")).await;
+        assert_eq!(start.elapsed(), Duration::from_millis(100));
+        assert_eq!(denied.headers()["grpc-status"], "8");
+        assert_eq!(layer.config.waiters.waiting(), 0);
+    }
 
     #[test]
     fn places_are_bounded_and_left_when_dropped() {

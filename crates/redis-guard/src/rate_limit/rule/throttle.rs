@@ -104,3 +104,30 @@ impl Rule {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rate_limit::Quota;
+
+    #[test]
+    fn a_throttle_that_cannot_work_is_named() {
+        let rule = |wait| Rule::new("t", Quota::per_second(5)).throttle(wait);
+        let kind = |r: Rule| r.validate().unwrap_err().kind();
+        assert_eq!(kind(rule(Duration::ZERO)), ConfigErrorKind::Duration);
+        assert_eq!(kind(rule(MAX_WAIT * 2)), ConfigErrorKind::Duration);
+        assert_eq!(kind(rule(MAX_WAIT).leased(10)), ConfigErrorKind::Leasing);
+        let log = rule(Duration::from_secs(1)).with_algorithm(Algorithm::SlidingLog);
+        assert_eq!(kind(log), ConfigErrorKind::Unsupported);
+        let bucket = rule(Duration::from_secs(1)).with_algorithm(Algorithm::TokenBucket);
+        assert!(bucket.validate().is_ok());
+        // Only an enforced rule waits.
+        assert_eq!(rule(Duration::from_millis(2)).max_wait_us(), 2_000);
+        assert_eq!(
+            rule(Duration::from_secs(1))
+                .with_mode(Mode::Shadow)
+                .max_wait_us(),
+            0
+        );
+    }
+}
