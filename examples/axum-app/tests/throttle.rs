@@ -38,16 +38,13 @@ async fn burst(addr: std::net::SocketAddr, n: usize) -> Vec<(u16, Duration)> {
 async fn requests_over_the_limit_wait_for_their_slot() {
     let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     let url = server.url();
-    let app = spawn(
-        env!("CARGO_BIN_EXE_axum-app"),
-        &[
-            ("REDIS_URL", url.as_str()),
-            ("REDIS_TIMEOUT_MS", "5000"),
-            ("API_LIMIT", "5/second"),
-            ("API_THROTTLE_MAX_WAIT", "2s"),
-        ],
-    )
-    .await;
+    let env = [
+        ("API_LIMIT", "5/second"),
+        ("API_THROTTLE_MAX_WAIT", "2s"),
+        ("REDIS_URL", url.as_str()),
+        ("REDIS_TIMEOUT_MS", "5000"),
+    ];
+    let app = spawn(env!("CARGO_BIN_EXE_axum-app"), &env).await;
     let first = burst(app.addr, 10).await;
     println!("API_LIMIT=5/second API_THROTTLE_MAX_WAIT=2s, 10 at once: {first:?}");
     assert!(first.iter().all(|a| a.0 == 200), "{first:?}");

@@ -167,6 +167,10 @@ mod tests {
         let rule =
             Rule::new("api", Quota::per_second(10).burst(1)).throttle(Duration::from_millis(150));
         let limiter = MemoryLimiter::builder().clock(ManualClock::new()).build();
+        #[cfg(feature = "metrics")]
+        let metrics = crate::telemetry::testing::Captured::default();
+        #[cfg(feature = "metrics")]
+        let _guard = metrics::set_default_local_recorder(&metrics);
         let layer = RateLimitLayer::builder(limiter)
             .rule_with(rule, HeaderKey::new(HeaderName::from_static("x-key")))
             .grpc()
@@ -188,6 +192,12 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_millis(100));
         assert_eq!(denied.headers()["grpc-status"], "8");
         assert_eq!(layer.config.waiters.waiting(), 0);
+        // One wait, in the histogram under the rule's name.
+        #[cfg(feature = "metrics")]
+        assert_eq!(
+            metrics.get(r#"redis_guard_rate_limit_throttle_wait_seconds{rule="api"}"#),
+            1
+        );
     }
 
     #[test]

@@ -56,7 +56,6 @@ impl Rule {
     /// ```
     ///
     /// [`RedisLimiter::check`]: crate::rate_limit::RedisLimiter::check
-    #[must_use]
     pub fn throttle(mut self, max_wait: Duration) -> Self {
         self.throttle = Some(max_wait);
         self
