@@ -164,7 +164,7 @@ fn state_of<S, ReqBody>(
 where
     S: Service<Request<ReqBody>>,
 {
-    let decided = match decided {
+    let mut decided = match decided {
         Ok(decision) => Ok(decision),
         Err(err) => {
             config.warn_failed(&err);
@@ -174,21 +174,23 @@ where
             answer
         }
     };
+    // A request admitted after a wait takes a place among the waiters, or, none left, is denied
+    // (and counted so) with its slot given back.
+    let waiting = match &mut decided {
+        Ok(decision) if decision.allowed => wait_for(&config.waiters, decision),
+        _ => None,
+    };
     if let Ok(decision) = &decided {
         decision.record(started.elapsed());
     }
     match decided {
-        Ok(mut decision) if decision.allowed => match wait_for(&config.waiters, &mut decision) {
-            None => call(config, decision, (inner, req, settling)),
-            Some(Ok((wait, reservation))) => State::Throttled {
+        Ok(decision) if decision.allowed => match waiting {
+            Some((wait, reservation)) => State::Throttled {
                 sleep: Box::pin(tokio::time::sleep(wait)),
                 admitted: Some(Box::new((inner, req, decision, settling, reservation))),
                 config: Arc::clone(config),
             },
-            // Too many wait already: denied, the slot given back.
-            Some(Err(())) => State::Rejected {
-                rejected: Some((Rejection::Limited(decision), Arc::clone(config))),
-            },
+            None => call(config, decision, (inner, req, settling)),
         },
         Ok(decision) => {
             tracing::debug!(

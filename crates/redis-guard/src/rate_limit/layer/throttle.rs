@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::rate_limit::{Decision, Lease};
+use crate::rate_limit::decision::HeldLease;
+use crate::rate_limit::{Decision, Lease, Mode};
 use crate::telemetry::{self, Metric};
 
 /// How many requests of a layer may wait for their slot at once, by default
@@ -77,7 +78,7 @@ impl Taken {
         let deltas = decision
             .rules
             .iter()
-            .filter(|r| r.mode == crate::rate_limit::Mode::Enforce && r.cost > 0)
+            .filter(|r| r.mode == Mode::Enforce && r.cost > 0)
             .map(|r| (Arc::clone(&r.rule), -i64::from(r.cost)))
             .collect();
         Some(Self { lease, deltas })
@@ -104,13 +105,14 @@ impl Reservation {
     }
 }
 
-/// The wait of an admitted `decision` when it has one (a throttled rule): the reservation to
-/// hold while waiting, or, when `waiters` are full, the decision turned into a denial (its slot
-/// given back at once). `None`: no wait.
+/// The wait of an admitted `decision` when it has one (a throttled rule), and the reservation
+/// to hold meanwhile. When `waiters` are full the decision becomes a denial by its throttled
+/// rules (their `retry_after` the wait they offered), its slot given back at once: `None`, as
+/// for a decision without a wait.
 pub(crate) fn wait_for(
     waiters: &Arc<Waiters>,
     decision: &mut Decision,
-) -> Option<Result<(Duration, Reservation), ()>> {
+) -> Option<(Duration, Reservation)> {
     let wait = decision.wait;
     if wait.is_zero() {
         return None;
@@ -125,11 +127,8 @@ pub(crate) fn wait_for(
         if let Some(taken) = Taken::of(decision) {
             taken.give_back();
         }
-        decision.allowed = false;
-        decision.retry_after = wait;
-        decision.wait = Duration::ZERO;
-        decision.lease = crate::rate_limit::decision::HeldLease::default();
-        return Some(Err(()));
+        deny(decision);
+        return None;
     };
     tracing::debug!(
         rule = %decision.rule,
@@ -146,7 +145,32 @@ pub(crate) fn wait_for(
         _place: place,
         taken: Taken::of(decision),
     };
-    Some(Ok((wait, reservation)))
+    Some((wait, reservation))
+}
+
+/// Turns an admitted-after-a-wait `decision` into a denial by its throttled rules, the one
+/// with the longest wait binding.
+fn deny(decision: &mut Decision) {
+    for r in &mut decision.rules {
+        if r.mode == Mode::Enforce && r.state.allowed && !r.state.retry_after.is_zero() {
+            r.state.allowed = false;
+        }
+    }
+    if let Some(binding) = decision
+        .rules
+        .iter()
+        .filter(|r| !r.state.allowed)
+        .max_by_key(|r| r.state.retry_after)
+    {
+        decision.rule = Arc::clone(&binding.rule);
+        decision.limit = binding.state.limit;
+        decision.remaining = binding.state.remaining;
+        decision.reset_after = binding.state.reset_after;
+    }
+    decision.allowed = false;
+    decision.retry_after = decision.wait;
+    decision.wait = Duration::ZERO;
+    decision.lease = HeldLease::default();
 }
 
 #[cfg(test)]
@@ -198,6 +222,40 @@ mod tests {
             metrics.get(r#"redis_guard_rate_limit_throttle_wait_seconds{rule="api"}"#),
             1
         );
+    }
+
+    /// No place left: the request is denied by its throttled rule, counted so, the wait it was
+    /// offered as its `retry_after`, its slot given back (the next is offered the same wait).
+    #[tokio::test(start_paused = true)]
+    async fn past_the_bound_a_throttled_request_is_denied_at_once() {
+        let rule =
+            Rule::new("api", Quota::per_second(10).burst(1)).throttle(Duration::from_secs(1));
+        let limiter = MemoryLimiter::builder().clock(ManualClock::new()).build();
+        #[cfg(feature = "metrics")]
+        let metrics = crate::telemetry::testing::Captured::default();
+        #[cfg(feature = "metrics")]
+        let _guard = metrics::set_default_local_recorder(&metrics);
+        let layer = RateLimitLayer::builder(limiter)
+            .rule_with(rule, HeaderKey::new(HeaderName::from_static("x-key")))
+            .max_waiters(0)
+            .build()
+            .unwrap();
+        let start = Instant::now();
+        assert_eq!(collected(&layer, Some("k")).await.status(), 200);
+        for _ in 0..2 {
+            let denied = collected(&layer, Some("k")).await;
+            assert_eq!(denied.status(), 429);
+            let rejection = denied.extensions().get::<crate::rate_limit::Rejection>();
+            let decision = rejection.and_then(|r| r.decision()).unwrap();
+            assert_eq!(decision.retry_after, Duration::from_millis(100));
+            assert_eq!(&*decision.rule, "api");
+        }
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        #[cfg(feature = "metrics")]
+        for (name, n) in [("allowed", 1), ("limited", 2)] {
+            let series = format!("redis_guard_rate_limit_{name}_total{{rule=\"api\"}}");
+            assert_eq!(metrics.get(&series), n, "{series}");
+        }
     }
 
     #[test]

@@ -101,13 +101,16 @@ impl MemoryLimiter {
 
     /// Decides `checks` (known to be valid) at once: the layer's fallback, which must not
     /// allocate a future per request while Redis is down.
-    /// The decision holds the leases its concurrency rules took.
+    /// The decision holds the leases its concurrency rules took, and, when it waits for its
+    /// slot (a throttled rule), the receipt that gives the slot back.
     pub(crate) fn decide_now(&self, checks: &[Check]) -> Result<Decision, LimiterError> {
         let (states, receipt) = self.evaluate_now(checks, true, false)?;
         let mut decision = decision_from(rule_decisions(checks), states.as_slice())?;
+        // A throttled decision keeps its receipt: a waiter that goes away gives its slot back.
+        let waits = !decision.wait.is_zero();
         decision.lease = HeldLease(
             Lease::new(receipt.into_iter().collect())
-                .filter(Lease::holds_leases)
+                .filter(|l| waits || l.holds_leases())
                 .map(Arc::new),
         );
         Ok(decision)
