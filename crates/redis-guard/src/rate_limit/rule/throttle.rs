@@ -23,7 +23,9 @@ impl Rule {
     /// the wait in [`Decision::wait`](crate::rate_limit::Decision::wait). A waiting request
     /// whose client goes away gives its slot back (every rule of the request). The layer bounds
     /// how many requests wait at once
-    /// ([`max_waiters`](crate::rate_limit::RateLimitLayerBuilder::max_waiters)).
+    /// ([`max_waiters`](crate::rate_limit::RateLimitLayerBuilder::max_waiters)). A
+    /// [concurrency](Self::concurrency) lease the same request took is held while it waits,
+    /// and renewed only once the handler runs: keep `max_wait` below the lease's expiry.
     ///
     /// Only [`Algorithm::Gcra`] and [`Algorithm::TokenBucket`] know when a request would be
     /// admitted; [`validate`](Self::validate) refuses a throttle on any other algorithm, and on a
