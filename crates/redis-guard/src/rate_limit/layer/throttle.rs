@@ -181,25 +181,29 @@ mod tests {
     use super::super::response::tests::collected;
     use super::*;
     use crate::backend::ManualClock;
-    use crate::rate_limit::{HeaderKey, MemoryLimiter, Quota, RateLimitLayer, Rule};
+    use crate::rate_limit::{
+        HeaderKey, MemoryLimiter, Quota, RateLimitLayer, RateLimitLayerBuilder, Rule,
+    };
+
+    /// A layer of rule `api` (10 a second, burst 1: one slot every 100 ms) keyed by `x-key`,
+    /// throttled up to `max_wait`, on a memory limiter whose clock stands still.
+    fn api(max_wait: Duration) -> RateLimitLayerBuilder {
+        let rule = Rule::new("api", Quota::per_second(10).burst(1)).throttle(max_wait);
+        let limiter = MemoryLimiter::builder().clock(ManualClock::new()).build();
+        RateLimitLayer::builder(limiter)
+            .rule_with(rule, HeaderKey::new(HeaderName::from_static("x-key")))
+    }
 
     /// The gRPC answers ride on the same future: a throttled call is held until its slot, then
     /// the service answers; one past the max wait is `RESOURCE_EXHAUSTED` at once. Tokio's
     /// paused clock and the limiter's manual one make every time exact.
     #[tokio::test(start_paused = true)]
     async fn a_grpc_call_waits_for_its_slot_as_a_request_does() {
-        let rule =
-            Rule::new("api", Quota::per_second(10).burst(1)).throttle(Duration::from_millis(150));
-        let limiter = MemoryLimiter::builder().clock(ManualClock::new()).build();
+        let layer = api(Duration::from_millis(150)).grpc().build().unwrap();
         #[cfg(feature = "metrics")]
         let metrics = crate::telemetry::testing::Captured::default();
         #[cfg(feature = "metrics")]
         let _guard = metrics::set_default_local_recorder(&metrics);
-        let layer = RateLimitLayer::builder(limiter)
-            .rule_with(rule, HeaderKey::new(HeaderName::from_static("x-key")))
-            .grpc()
-            .build()
-            .unwrap();
         let start = Instant::now();
         assert_eq!(collected(&layer, Some("k")).await.body(), "ok");
         assert_eq!(start.elapsed(), Duration::ZERO);
@@ -228,18 +232,11 @@ mod tests {
     /// offered as its `retry_after`, its slot given back (the next is offered the same wait).
     #[tokio::test(start_paused = true)]
     async fn past_the_bound_a_throttled_request_is_denied_at_once() {
-        let rule =
-            Rule::new("api", Quota::per_second(10).burst(1)).throttle(Duration::from_secs(1));
-        let limiter = MemoryLimiter::builder().clock(ManualClock::new()).build();
+        let layer = api(Duration::from_secs(1)).max_waiters(0).build().unwrap();
         #[cfg(feature = "metrics")]
         let metrics = crate::telemetry::testing::Captured::default();
         #[cfg(feature = "metrics")]
         let _guard = metrics::set_default_local_recorder(&metrics);
-        let layer = RateLimitLayer::builder(limiter)
-            .rule_with(rule, HeaderKey::new(HeaderName::from_static("x-key")))
-            .max_waiters(0)
-            .build()
-            .unwrap();
         let start = Instant::now();
         assert_eq!(collected(&layer, Some("k")).await.status(), 200);
         for _ in 0..2 {
