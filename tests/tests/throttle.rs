@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
-use redis_guard::rate_limit::{Algorithm, Decision, Key, Quota, RateLimitLayer, Rejection, Rule};
+use redis_guard::rate_limit::{
+    Algorithm, Decision, Global, Key, Quota, RateLimitLayer, Rejection, Rule,
+};
 use redis_guard_tests::{Harness, backend_suite, by_client, call, from, serve};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -241,8 +243,42 @@ async fn waiters_are_bounded_and_give_their_slot_back(h: Harness) {
         assert!(again.is_err(), "admitted after a wait: still waiting");
         until(&h, &rule, &client, |w| w <= MINUTE).await;
     }
+    every_rule_of_a_cancelled_waiter_is_given_back(&h).await;
     if h.is_redis() {
-        h.assert_every_key_has_a_ttl(2).await;
+        h.assert_every_key_has_a_ttl(3).await;
+    }
+}
+
+/// A waiter's other rules counted it at once (all or nothing); when it goes away, each gives it
+/// back: the throttled per-client rule and a plain global one (another hash slot on a Cluster,
+/// so another script call).
+async fn every_rule_of_a_cancelled_waiter_is_given_back(h: &Harness) {
+    const MINUTE: Duration = Duration::from_secs(60);
+    let bulk = rule("both", &Algorithm::Gcra, Quota::per_minute(1), 5 * MINUTE);
+    let daily = Rule::new("daily", Quota::per_day(100));
+    let svc = RateLimitLayer::builder(h.limiter().await)
+        .rule_with(bulk.clone(), by_client())
+        .rule_with(daily.clone(), Global)
+        .build()
+        .expect("valid")
+        .layer(service_fn(|_: Request<Full<Bytes>>| async {
+            Ok::<_, Infallible>(Response::new(Full::default()))
+        }));
+    let left = || async {
+        let seen = h.limiter().await.inspect(&daily, Key::from("global")).await;
+        seen.expect("inspect").state.remaining
+    };
+    assert_eq!(call(svc.clone(), from("both")).await.status, 200);
+    assert_eq!(left().await, 99);
+    let waiter = tokio::spawn(call(svc.clone(), from("both")));
+    until(h, &bulk, "both", |w| w > MINUTE + MINUTE / 2).await;
+    assert_eq!(left().await, 98, "counted while it waits");
+    waiter.abort();
+    until(h, &bulk, "both", |w| w <= MINUTE).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while left().await != 99 {
+        assert!(Instant::now() < deadline, "the daily unit never came back");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
