@@ -63,6 +63,7 @@ use std::fmt;
 /// | [`redis_guard_rate_limit_fallback_decisions_total`](Self::RateLimitFallbackDecisions) | counter | `rule` | decisions made in process by [`FailurePolicy::Fallback`](crate::rate_limit::FailurePolicy::Fallback) |
 /// | [`redis_guard_rate_limit_deny_cache_hits_total`](Self::RateLimitDenyCacheHits) | counter | `rule` | denials answered from the deny cache, without Redis |
 /// | [`redis_guard_rate_limit_decision_seconds`](Self::RateLimitDecisionSeconds) | histogram | `rule` | time to decide a request |
+/// | [`redis_guard_rate_limit_throttle_wait_seconds`](Self::RateLimitThrottleWaitSeconds) | histogram | `rule` (the binding rule) | how long a layer holds a request admitted after a wait ([`Rule::throttle`](crate::rate_limit::Rule::throttle)) before calling the handler |
 /// | [`redis_guard_rate_limit_lease_releases_total`](Self::RateLimitLeaseReleases) | counter | `result` = `released`, `failed` (the store failed: the lease expires), `abandoned` (dropped outside a Tokio runtime: it expires) | releases of a request's [concurrency leases](crate::rate_limit::Rule::concurrency) |
 /// | [`redis_guard_breaker_state`](Self::BreakerState) | gauge | `prefix`, `master` | `0` closed, `1` half-open (a probe is out), `2` open |
 /// | [`redis_guard_breaker_opened_total`](Self::BreakerOpened) | counter | `prefix`, `master` | times the circuit opened |
@@ -107,6 +108,9 @@ pub enum Metric {
     RateLimitLeaseReleases,
     /// Histogram `redis_guard_rate_limit_decision_seconds` (seconds): time to decide a request.
     RateLimitDecisionSeconds,
+    /// Histogram `redis_guard_rate_limit_throttle_wait_seconds` (seconds): how long a layer
+    /// holds a throttled request before calling the handler.
+    RateLimitThrottleWaitSeconds,
     /// Gauge `redis_guard_breaker_state`: the circuit breaker's state (0 closed, 1 half-open,
     /// 2 open).
     BreakerState,
@@ -137,6 +141,7 @@ impl Metric {
         Self::RateLimitDenyCacheHits,
         Self::RateLimitLeaseReleases,
         Self::RateLimitDecisionSeconds,
+        Self::RateLimitThrottleWaitSeconds,
         Self::BreakerState,
         Self::BreakerOpened,
         Self::SessionLoads,
@@ -164,6 +169,7 @@ impl Metric {
             Self::RateLimitDenyCacheHits => "redis_guard_rate_limit_deny_cache_hits_total",
             Self::RateLimitLeaseReleases => "redis_guard_rate_limit_lease_releases_total",
             Self::RateLimitDecisionSeconds => "redis_guard_rate_limit_decision_seconds",
+            Self::RateLimitThrottleWaitSeconds => "redis_guard_rate_limit_throttle_wait_seconds",
             Self::BreakerState => "redis_guard_breaker_state",
             Self::BreakerOpened => "redis_guard_breaker_opened_total",
             Self::SessionLoads => "redis_guard_session_loads_total",
@@ -397,6 +403,7 @@ mod tests {
                 "redis_guard_rate_limit_deny_cache_hits_total",
                 "redis_guard_rate_limit_lease_releases_total",
                 "redis_guard_rate_limit_decision_seconds",
+                "redis_guard_rate_limit_throttle_wait_seconds",
                 "redis_guard_breaker_state",
                 "redis_guard_breaker_opened_total",
                 "redis_guard_session_loads_total",

@@ -43,6 +43,9 @@ pub(crate) struct Config {
     pub(crate) api_mode: Mode,
     /// `API_CANDIDATE_LIMIT`: a quota tried in shadow beside `API_LIMIT`.
     pub(crate) api_candidate: Option<Quota>,
+    /// `API_THROTTLE_MAX_WAIT`: `/api/*` requests over the limit by at most this wait are held
+    /// until their slot instead of answered `429` (`Rule::throttle`); unset: off.
+    pub(crate) api_throttle: Option<Duration>,
     pub(crate) calls_limit: Quota,
     /// `REPORT_CONCURRENCY`: `/report` requests in flight per user or IP.
     pub(crate) report_concurrency: u32,
@@ -156,6 +159,11 @@ impl Config {
             api_candidate: get("API_CANDIDATE_LIMIT")
                 .map(|_| settings::quota(get, "API_CANDIDATE_LIMIT", ""))
                 .transpose()?,
+            api_throttle: get("API_THROTTLE_MAX_WAIT")
+                .map(|v| {
+                    settings::parse_duration("API_THROTTLE_MAX_WAIT", &v, Duration::from_secs(3600))
+                })
+                .transpose()?,
             calls_limit: settings::quota(get, "CALLS_LIMIT", "5/minute")?,
             limit_on_error: settings::failure_policy(get)?,
             redis_timeout,
@@ -204,6 +212,7 @@ mod tests {
         assert_eq!(c.limit_on_error, FailurePolicy::default());
         assert_eq!(c.api_mode, Mode::Enforce);
         assert_eq!(c.api_candidate, None);
+        assert_eq!(c.api_throttle, None);
         assert_eq!(c.login.pair_quota(), Quota::per_minute(5));
         assert!(c.cookie_secure);
         assert_eq!(c.session_idle, Duration::from_secs(1800));
@@ -223,8 +232,10 @@ mod tests {
             ("PRO_USERS", " Carol, bob.k ,"),
             ("METRICS_BIND", "127.0.0.1:9100"),
             ("SLOW_LIMIT", "5/10s"),
+            ("API_THROTTLE_MAX_WAIT", "2s"),
         ])
         .unwrap();
+        assert_eq!(c.api_throttle, Some(Duration::from_secs(2)));
         let pro: Vec<&str> = {
             let mut v: Vec<&str> = c.pro_users.iter().map(String::as_str).collect();
             v.sort_unstable();
@@ -238,6 +249,8 @@ mod tests {
             ("SLOW_LIMIT", "lots"),
             ("SESSION_CREATE_LIMIT", "0/minute"),
             ("MAX_CONNECTIONS", "none"),
+            ("API_THROTTLE_MAX_WAIT", "0s"),
+            ("API_THROTTLE_MAX_WAIT", "soon"),
         ] {
             let e = with(&[(name, bad)]).unwrap_err();
             assert!(e.starts_with(&format!("{name}={bad:?}")), "{e}");

@@ -172,10 +172,14 @@ fn router(
     let pro = config.api_pro_limit;
     let pro_users = Arc::clone(&config.pro_users);
     // Per user when logged in, per client IP otherwise; the quota by the caller's plan.
+    let mut api = Rule::new("api", config.api_limit);
+    if let Some(max_wait) = config.api_throttle {
+        // Wait for the slot instead of 429 when it is at most `API_THROTTLE_MAX_WAIT` away.
+        api = api.throttle(max_wait);
+    }
     let mut api_limit = RateLimitLayer::builder(Arc::clone(&limiter))
         .rule_with(
-            Rule::new("api", config.api_limit)
-                .with_mode(config.api_mode)
+            api.with_mode(config.api_mode)
                 .with_overrides()
                 .with_quota_from(move |head| plan_quota(head, pro, &pro_users))
                 .with_cost_from(move |head| {

@@ -20,6 +20,9 @@ pub struct RuleDecision {
     pub mode: Mode,
     /// A concurrency rule: left out of the `RateLimit` headers.
     pub(crate) lease: bool,
+    /// The units the request took under the rule: what a throttled waiter that goes away
+    /// gives back.
+    pub(crate) cost: u32,
 }
 
 /// The outcome of rate limiting one request, inserted into the request extensions when the
@@ -53,6 +56,11 @@ pub struct Decision {
     pub retry_after: Duration,
     /// How long until the binding rule's quota is fully available again.
     pub reset_after: Duration,
+    /// Admitted after a wait ([`Rule::throttle`](super::Rule::throttle)): how long from the
+    /// decision until the request's reserved slot (the longest of its throttled rules' waits).
+    /// A [`RateLimitLayer`](super::RateLimitLayer) has waited that long before the handler sees
+    /// the decision. Zero when denied, or admitted at once.
+    pub wait: Duration,
     /// Every evaluated rule the client sees ([`Mode::Enforce`] and [`Mode::Soft`]), in the
     /// layer's order.
     pub rules: Vec<RuleDecision>,
@@ -125,6 +133,17 @@ impl Decision {
                 state.retry_after
             },
             reset_after: state.reset_after,
+            wait: if allowed {
+                // Only a throttled rule admits with a retry_after (its wait).
+                rules
+                    .iter()
+                    .filter(binds)
+                    .map(|r| r.state.retry_after)
+                    .max()
+                    .unwrap_or_default()
+            } else {
+                Duration::ZERO
+            },
             rules,
             exceeded,
             shadow,

@@ -19,6 +19,9 @@
 //!   [`Global`], or a closure);
 //! - [`Rule::concurrency`] limits requests *in flight* per key instead (a [`Lease`] per
 //!   request, released when its response body ends);
+//! - [`Rule::throttle`] delays a request that is over the limit by a short wait instead of
+//!   denying it: its future slot is reserved in the same decision, and the layer holds the
+//!   request until then (at most [`RateLimitLayerBuilder::max_waiters`] at once);
 //! - a [`Limiter`] decides: [`RedisLimiter`] (one Lua script per request, shared by every
 //!   replica) or [`MemoryLimiter`] (one process). The trait is sealed and has nothing to call;
 //!   a handler or an admin task calls the limiter itself ([`RedisLimiter::check`],
@@ -66,8 +69,8 @@
 //! while another holds unused units of its block, at most `replicas × k` units (`k`, the
 //! block, at most the stated percentage of the burst) for at most one lease. Only GCRA rules
 //! lease, and rules that need Redis' answer on every request (a sliding log for logins, bans,
-//! overrides, costs charged after the response, quotas resolved per request) are refused when
-//! the layer is built.
+//! overrides, costs charged after the response, quotas resolved per request, a throttle) are
+//! refused when the layer is built.
 //!
 //! ```
 //! use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer, Rule};

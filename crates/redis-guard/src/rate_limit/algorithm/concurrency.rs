@@ -64,6 +64,7 @@ mod tests {
             burst: limit,
             emission_us: 30_000_000 / limit,
             cost,
+            max_wait_us: 0,
         }
     }
 

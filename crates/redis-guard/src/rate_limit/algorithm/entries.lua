@@ -1,5 +1,5 @@
 -- The coalesced form of the evaluation scripts (backend/coalesce.rs): after the time shift,
--- ARGV[2] is the entry count, then each entry is its key count, its argument count (2 + 7 per
+-- ARGV[2] is the entry count, then each entry is its key count, its argument count (2 + 8 per
 -- rule for a rate-limit request) and its arguments; KEYS are the entries' keys, in order: per
 -- rule its state key, then its override key when the rule reads one (its 7th argument is not
 -- `0`), so an entry of r rules has r to 2r keys.
@@ -10,7 +10,7 @@
 local function entry_counts(e, k, a, num)
   num = num or tonumber
   local n, m = num(ARGV[a + 1]), num(ARGV[a + 2])
-  local r = m and (m - 2) / 7
+  local r = m and (m - 2) / 8
   if n == nil or r == nil or r ~= math.floor(r) or n < r or n > 2 * r or k + n > #KEYS
     or a + 2 + m > #ARGV then
     return nil, redis.error_reply('RG_ARITY entry ' .. e .. ' does not fit: ' .. tostring(n)

@@ -12,21 +12,25 @@
 -- ARGV[1]  a time shift in µs added to Redis TIME: 0 in production; tests move time forward
 --          with it instead of sleeping.
 -- ARGV[2]  the number of entries
--- ARGV     then per entry: its key count, its argument count (2 + 7n), then its arguments:
+-- ARGV     then per entry: its key count, its argument count (2 + 8n), then its arguments:
 --            a request id, unique per evaluation (the sliding log names its members with it);
 --            1 for a dry run: decide, record nothing (used on a Cluster for the rules after one
 --              that denied, and by inspect), else 0;
---            7 per rule, in order: algorithm id, limit, period (µs), burst, emission interval
+--            8 per rule, in order: algorithm id, limit, period (µs), burst, emission interval
 --              (µs), cost (integers; 0: a probe, decided as 1 with `p.probe` set, never recorded;
 --              the algorithm reports the reset of the state as it stands), then `0` (the rule reads no override record), `1` (it
---              does) or its bans `after:within:block:max:forget` (µs; it does)
+--              does) or its bans `after:within:block:max:forget` (µs; it does), then the
+--              throttle's max wait in µs (Rule::throttle; 0: none): a rule that would admit the
+--              request after a wait of at most that admits it now, its future slot recorded
+--              (`p.max_wait`, read by gcra.lua and token_bucket.lua only)
 -- Overrides A rule's override record applies after its algorithm: on the runtime allow list the
 --          rule admits and records nothing (remaining: what was left before the request); blocked, it denies (remaining 0, retry_after the
 --          block's rest); else, when the algorithm denies a rule with bans (not in a dry run),
 --          the rejection is counted and may start a ban, which applies to this request.
 -- Clock    Redis TIME (+ shift), in microseconds; the caller's clock never enters a decision.
 -- Reply    one array per entry: five integers per rule, in KEYS order,
---            allowed (1/0), limit, remaining, retry_after_ms, reset_after_ms,
+--            allowed (1/0), limit, remaining, retry_after_ms, reset_after_ms (an admitted
+--            rule's retry_after_ms > 0: admitted after that wait, Rule::throttle),
 --          then the time of the decision (Redis TIME + shift, µs), which a refund passes back.
 --          Milliseconds are rounded up. When any rule denies, nothing is recorded for any rule
 --          of the entry. An entry that fails (an algorithm breaking its contract, a key of
@@ -40,11 +44,14 @@ local function decide(k, n, a)
   local req, dry = ARGV[a + 1], ARGV[a + 2] == '1'
   local replies, commits, all_allowed = {}, {}, true
   for i = 1, n do
-    local o = a + 2 + (i - 1) * 7
+    local o = a + 2 + (i - 1) * 8
     local p = params(o, req)
     -- Cost 0 is a probe: would one unit be admitted? Decided as cost 1, recorded never.
     local probe = p.cost == 0
     if probe then p.cost, p.probe = 1, true end
+    -- A throttled rule may admit with a wait (its slot reserved); never a probe or a dry run,
+    -- which record nothing to wait for.
+    p.max_wait = (probe or dry) and 0 or (tonumber(ARGV[o + 8]) or 0)
     local spec, key, okey = ARGV[o + 7], KEYS[k + 1], nil
     if spec == '0' then
       k = k + 1
@@ -64,6 +71,8 @@ local function decide(k, n, a)
     if bad then
       return 'RG_ALGORITHM algorithm ' .. (names[p.id] or tostring(p.id)) .. ' ' .. bad
     end
+    -- Only a throttled rule admits with a wait: another's retry_after is 0 once admitted.
+    if allowed and p.max_wait == 0 then retry_us = 0 end
     local ov, wait = false, 0
     if okey then
       ov = ovs[okey]

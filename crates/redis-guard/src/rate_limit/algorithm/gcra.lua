@@ -6,8 +6,9 @@
 -- lean script (gcra_only.lua) keeps a bare "<TAT>" for rules whose quota never varies; both read
 -- both.
 --
--- gcra(key, now, p) with p = { limit, period, burst, emission, cost } (integers, microseconds)
--- returns allowed (boolean), remaining, retry_after_us, reset_after_us, commit (function or nil).
+-- gcra(key, now, p) with p = { limit, period, burst, emission, cost, max_wait } (integers,
+-- microseconds) returns allowed (boolean), remaining, retry_after_us, reset_after_us, commit
+-- (function or nil); admitted with retry_after_us > 0: after that wait (at most p.max_wait).
 -- `commit` records the request; the dispatcher calls it only when every rule admitted it.
 -- A stored value that is not ours (someone wrote the key) is treated as no state.
 
@@ -41,6 +42,12 @@ local function gcra(key, now, p)
   local new_tat = tat + c * e
   local allow_at = new_tat - b * e
   if now < allow_at then
+    if allow_at - now <= (p.max_wait or 0) then
+      -- Throttled (Rule::throttle): admitted at allow_at, the TAT moved now as if admitted
+      -- then, so the requests after it queue behind its slot.
+      local commit = function() gcra_store(key, new_tat, now, p) end
+      return true, 0, allow_at - now, new_tat - now, commit
+    end
     local remaining = idiv(now + b * e - tat, e)
     if remaining < 0 then remaining = 0 end
     return false, remaining, allow_at - now, tat - now, nil

@@ -42,6 +42,10 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
     let new_tat = tat + c * e;
     let allow_at = new_tat - b * e;
     if now < allow_at {
+        if allow_at - now <= i128::from(p.max_wait_us) {
+            // Throttled, as in gcra.lua: admitted at `allow_at`, the TAT moved now.
+            return Step::throttled(allow_at - now, new_tat - now, stored(new_tat, now, p));
+        }
         return Step::denied(idiv(now + b * e - tat, e), allow_at - now, tat - now);
     }
     let reset = new_tat - now;
@@ -87,6 +91,7 @@ mod tests {
             burst,
             emission_us: period_us / limit,
             cost,
+            max_wait_us: 0,
         }
     }
 
@@ -113,6 +118,27 @@ mod tests {
         assert_eq!(denied.reset_after_us, 60_000_000);
         assert!(!step(state.as_ref(), 1_000 + 5_999_999, &p).allowed);
         assert!(step(state.as_ref(), 1_000 + 6_000_000, &p).allowed);
+    }
+
+    #[test]
+    fn a_throttled_rule_admits_after_a_wait_and_queues_the_next() {
+        let p = Params {
+            max_wait_us: 250_000,
+            ..params(10, 1_000_000, 1, 1)
+        };
+        let first = step(None, 0, &p);
+        assert!(first.allowed && first.retry_after_us == 0);
+        let second = step(commit(&first).as_ref(), 0, &p);
+        assert!(second.allowed);
+        assert_eq!(second.retry_after_us, 100_000);
+        let third = step(commit(&second).as_ref(), 0, &p);
+        assert_eq!(third.retry_after_us, 200_000);
+        let fourth = step(commit(&third).as_ref(), 0, &p);
+        assert!(
+            !fourth.allowed,
+            "a wait of 300 ms is past the 250 ms allowed"
+        );
+        assert_eq!(fourth.retry_after_us, 300_000);
     }
 
     #[test]

@@ -12,10 +12,10 @@
 --          when the rule reads one
 -- ARGV[1]  a time shift in µs added to Redis TIME (0 in production)
 -- ARGV[2]  the number of entries
--- ARGV     then per entry: its key count, its argument count (2 + 7n), then its arguments:
+-- ARGV     then per entry: its key count, its argument count (2 + 8n), then its arguments:
 --            a request id (unused here), the dry-run flag (1: decide, record nothing), and per
---            rule the seven arguments of evaluate.lua (only burst, emission interval, cost and
---            bans are read; the limit is echoed; cost 0 is a probe, as there)
+--            rule the eight arguments of evaluate.lua (only burst, emission interval, cost and
+--            bans are read: a throttled rule takes the general script; the limit is echoed; cost 0 is a probe, as there)
 -- Reply    flat (backend/coalesce.rs): one array of every entry's reply, entry after entry; an
 --          entry's reply is exactly evaluate.lua's for that request, five integers per rule and
 --          then the time of the decision, written in place; or, for an entry with a key Redis
@@ -62,7 +62,7 @@ for e = 1, entries do
   -- TAT (0: admitted without counting) until the commit below replaces it with 0.
   local reply, admitted, failed = n == 1 and { 0, 0, 0, 0, 0, 0 } or {}, true, nil
   for i = 1, n do
-    local o, r, key = a + 2 + (i - 1) * 7, (i - 1) * 5, KEYS[kk + 1]
+    local o, r, key = a + 2 + (i - 1) * 8, (i - 1) * 5, KEYS[kk + 1]
     local b, em, c = num(ARGV[o + 4]), num(ARGV[o + 5]), num(ARGV[o + 6])
     -- Cost 0 is a probe: would one unit be admitted? Decided as cost 1, recorded never.
     local probe = c == 0
@@ -140,7 +140,7 @@ for e = 1, entries do
   kk = k
   for i = 1, failed and 0 or n do
     local r, key = (i - 1) * 5, KEYS[kk + 1]
-    kk = kk + (ARGV[a + 2 + i * 7] == '0' and 1 or 2)
+    kk = kk + (ARGV[a + 2 + (i - 1) * 8 + 7] == '0' and 1 or 2)
     if reply[r + 1] == 1 then
       if commit and reply[r + 4] ~= 0 then
         dirty = dirty or {}

@@ -11,7 +11,8 @@ pub struct RuleState {
     pub limit: u32,
     /// Requests (cost units) still admitted right now, after this one if it was admitted.
     pub remaining: u32,
-    /// When denied, how long until the request would be admitted; zero when admitted.
+    /// When denied, how long until the request would be admitted; when admitted, zero, or the
+    /// wait before its reserved slot ([`Rule::throttle`](crate::rate_limit::Rule::throttle)).
     pub retry_after: Duration,
     /// How long until the rule's quota is fully available again.
     pub reset_after: Duration,

@@ -164,11 +164,12 @@ mod tests {
     }
 
     /// Admits one request at `shift`; the Redis time it was decided at. The evaluation script
-    /// takes the coalesced form: here one entry (1 key, 9 arguments: no override record).
+    /// takes the coalesced form: here one entry (1 key, 10 arguments: no override record, no
+    /// throttle).
     async fn admit(conn: &mut MultiplexedConnection, key: &str, shift: u64, id: u8) -> u64 {
         let mut args = argv(shift, "r", "0", id);
-        args.splice(1..1, ["1", "1", "9"].map(String::from));
-        args.push("0".into());
+        args.splice(1..1, ["1", "1", "10"].map(String::from));
+        args.extend(["0", "0"].map(String::from));
         let reply: Value = BUILTIN_SCRIPTS
             .evaluate
             .key(key)

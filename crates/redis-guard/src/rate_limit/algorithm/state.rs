@@ -21,7 +21,8 @@ pub(crate) enum State {
     /// Token bucket: credit (tokens × emission interval), the time it was computed, and the
     /// emission interval and burst of the quota it was counted under.
     Bucket {
-        credit: u64,
+        /// Negative: throttled waiters owe tokens ([`Rule::throttle`](crate::rate_limit::Rule::throttle)).
+        credit: i64,
         at: u64,
         emission: u64,
         burst: u64,
@@ -54,6 +55,17 @@ pub(crate) enum Commit {
 }
 
 impl Step {
+    /// Admitted after `wait_us` (a throttled rule), nothing left, the slot recorded by `commit`.
+    pub(crate) fn throttled(wait_us: i128, reset_after_us: i128, commit: Commit) -> Self {
+        Self {
+            allowed: true,
+            remaining: 0,
+            retry_after_us: narrow(wait_us),
+            reset_after_us: narrow(reset_after_us),
+            commit: Some(commit),
+        }
+    }
+
     pub(crate) fn denied(remaining: i128, retry_after_us: i128, reset_after_us: i128) -> Self {
         Self {
             allowed: false,
@@ -92,6 +104,9 @@ pub(crate) struct Params {
     pub(crate) burst: u64,
     pub(crate) emission_us: u64,
     pub(crate) cost: u64,
+    /// [`Rule::throttle`](crate::rate_limit::Rule::throttle)'s longest wait (0: none): a request
+    /// admitted after a wait of at most this is admitted now, its slot recorded.
+    pub(crate) max_wait_us: u64,
 }
 
 /// Microseconds to whole milliseconds, rounded up: a client told to wait must not come back early.

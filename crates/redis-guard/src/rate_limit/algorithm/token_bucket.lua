@@ -4,7 +4,8 @@
 --
 -- State: one string key "<credit µs>:<last update µs>:<emission µs>:<burst>". Tokens are kept as
 -- refill time (tokens × emission interval), an integer, so fractional tokens need no floating
--- point and the count can never go negative; the emission interval and burst they were counted
+-- point; it goes negative only for a throttled rule (Rule::throttle), whose admitted waiters
+-- owe the tokens they took ahead of time; the emission interval and burst they were counted
 -- under let a key whose quota changes keep what it used. The key expires when the bucket would
 -- be full again. A bare "<credit>:<last update>" (an earlier version) is read under p's quota.
 -- token_bucket(key, now, p) returns allowed, remaining, retry_after_us, reset_after_us, commit.
@@ -14,7 +15,7 @@
 -- many tokens of its new bucket as of its old one (and has none left if that is all of them).
 local function bucket_credit(key, now, p)
   local v = redis.call('GET', key) or ''
-  local credit, ts, e, b = string.match(v, '^(%d+):(%d+):(%d+):(%d+)$')
+  local credit, ts, e, b = string.match(v, '^(%-?%d+):(%d+):(%d+):(%d+)$')
   if credit == nil then credit, ts = string.match(v, '^(%d+):(%d+)$') end
   credit, ts = tonumber(credit), tonumber(ts)
   e, b = tonumber(e) or p.emission, tonumber(b) or p.burst
@@ -37,7 +38,13 @@ local function token_bucket(key, now, p)
   local E, cap, need = p.emission, p.burst * p.emission, p.cost * p.emission
   local credit = bucket_credit(key, now, p) or cap
   if credit < need then
-    return false, idiv(credit, E), need - credit, cap - credit, nil
+    if need - credit <= (p.max_wait or 0) then
+      -- Throttled (Rule::throttle): admitted once the bucket refills; the tokens are taken
+      -- now, as a debt the requests after it wait behind.
+      local owed = credit - need
+      return true, 0, need - credit, cap - owed, function() bucket_store(key, owed, now, p) end
+    end
+    return false, math.max(0, idiv(credit, E)), need - credit, cap - credit, nil
   end
   local left = credit - need
   local commit = function() bucket_store(key, left, now, p) end
@@ -61,5 +68,6 @@ end
 -- empties and keeps no debt beyond empty.
 local function token_bucket_charge(key, now, p)
   local credit = bucket_credit(key, now, p) or p.burst * p.emission
-  bucket_store(key, math.max(0, credit - p.cost * p.emission), now, p)
+  -- A throttled waiter's debt stays as it is.
+  bucket_store(key, math.max(math.min(credit, 0), credit - p.cost * p.emission), now, p)
 end

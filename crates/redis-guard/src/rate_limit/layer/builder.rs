@@ -159,6 +159,29 @@ impl RateLimitLayerBuilder {
         pub fn legacy_headers(on: bool) => config.headers.legacy;
     }
 
+    /// How many requests may wait for their slot at once in this layer (default 1024): those
+    /// a [throttled rule](crate::rate_limit::Rule::throttle) admitted after a wait. A request
+    /// past the bound is denied at once (`429`, a [`Rejection::Limited`] whose `retry_after` is
+    /// the wait it was offered) and gives its slot back. 0 turns waiting off.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::rate_limit::{Global, MemoryLimiter, Quota, RateLimitLayer, Rule};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
+    ///     .rule_with(
+    ///         Rule::new("upstream", Quota::per_second(50)).throttle(Duration::from_secs(1)),
+    ///         Global,
+    ///     )
+    ///     .max_waiters(100)
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    pub fn max_waiters(mut self, max: usize) -> Self {
+        self.config.waiters = Arc::new(super::throttle::Waiters::new(max));
+        self
+    }
+
     /// Writes the layer's own answers: `build` gets the [`Rejection`] (a denial, the limiter
     /// unavailable, a missing key, a misconfiguration) and returns the response, in place of
     /// the default `application/problem+json` ones ([`Rejection::response`], which a hook

@@ -7,6 +7,7 @@ use http::HeaderValue;
 
 use super::headers;
 use super::rejection::Rejection;
+use super::throttle::{DEFAULT_MAX_WAITERS, Waiters};
 use super::warn_every::{WARN_INTERVAL, WarnEvery};
 use crate::problem::Respond;
 use crate::rate_limit::quota_lookup as resolve;
@@ -49,6 +50,8 @@ pub(crate) struct Config {
     pub(crate) warn: Arc<WarnEvery>,
     /// Some rule resolves its quota per request.
     pub(crate) dynamic: bool,
+    /// The requests waiting for their slot ([`Rule::throttle`](crate::rate_limit::Rule::throttle)).
+    pub(crate) waiters: Arc<Waiters>,
 }
 
 impl Config {
@@ -67,6 +70,7 @@ impl Config {
             fallback: None,
             warn: Arc::new(WarnEvery::new(WARN_INTERVAL)),
             dynamic: false,
+            waiters: Arc::new(Waiters::new(DEFAULT_MAX_WAITERS)),
         }
     }
 }

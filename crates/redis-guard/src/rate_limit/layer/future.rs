@@ -13,6 +13,7 @@ use super::headers::RateLimitHeaders;
 use super::rejection::Rejection;
 use super::response::{ResponseBody, after_completion, answer};
 use super::service::start;
+use super::throttle::{Reservation, wait_for};
 use crate::ConfigError;
 use crate::rate_limit::{
     BoxFuture, Check, CostReport, Decision, Held, Holding, LimiterError, LimiterFuture, Pending,
@@ -64,6 +65,13 @@ define_response_future! {
             // Boxed: only concurrency and settled rules hold anything, and the future stays small.
             hold: Option<Box<Holding>>,
         },
+        // Admitted after a wait (a throttled rule): its slot is reserved; dropped before it
+        // comes (the client went away), the reservation gives the slot back.
+        Throttled {
+            sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+            admitted: Option<Box<Admitted<S, ReqBody>>>,
+            config: Arc<Config>,
+        },
         // The layer answers itself.
         Rejected {
             rejected: Option<(Rejection, Arc<Config>)>,
@@ -73,6 +81,38 @@ define_response_future! {
 
 /// What the request and its rules wait for once the limiter answered.
 type Waiting<S, ReqBody> = (S, Request<ReqBody>, Vec<RuleDecision>, Settling);
+
+/// An admitted request waiting for its slot, and what holds the slot meanwhile.
+type Admitted<S, ReqBody> = (S, Request<ReqBody>, Decision, Settling, Reservation);
+
+/// The inner service called with the admitted `decision`: its headers, and the leases and
+/// settlement the response holds.
+fn call<S, ReqBody>(
+    config: &Config,
+    mut decision: Decision,
+    (mut inner, mut req, settling): (S, Request<ReqBody>, Settling),
+) -> State<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    let policy = config.ietf_on_allowed().then(|| config.policy(&decision));
+    let extra = RateLimitHeaders::new(&decision, policy, config.legacy_headers());
+    // The response body holds the leases, not the handler's copy.
+    let report = (!settling.is_empty()).then(CostReport::new);
+    let hold = decision
+        .take_lease()
+        .and_then(|held| Holding::new(held, report.clone().map(|r| (settling, r))))
+        .map(Box::new);
+    if let Some(report) = report.filter(|_| hold.as_ref().is_some_and(|h| h.settles())) {
+        req.extensions_mut().insert(report);
+    }
+    req.extensions_mut().insert(decision);
+    State::Calling {
+        fut: inner.call(req),
+        headers: Some(extra),
+        hold,
+    }
+}
 
 /// The state once the limiter answered `states` for the request in `pending`: the inner service
 /// called with the decision, the denial, or what the failure policy says.
@@ -124,7 +164,7 @@ fn state_of<S, ReqBody>(
 where
     S: Service<Request<ReqBody>>,
 {
-    let decided = match decided {
+    let mut decided = match decided {
         Ok(decision) => Ok(decision),
         Err(err) => {
             config.warn_failed(&err);
@@ -134,29 +174,24 @@ where
             answer
         }
     };
+    // A request admitted after a wait takes a place among the waiters, or, none left, is denied
+    // (and counted so) with its slot given back.
+    let waiting = match &mut decided {
+        Ok(decision) if decision.allowed => wait_for(&config.waiters, decision),
+        _ => None,
+    };
     if let Ok(decision) = &decided {
         decision.record(started.elapsed());
     }
     match decided {
-        Ok(mut decision) if decision.allowed => {
-            let policy = config.ietf_on_allowed().then(|| config.policy(&decision));
-            let extra = RateLimitHeaders::new(&decision, policy, config.legacy_headers());
-            // The response body holds the leases, not the handler's copy.
-            let report = (!settling.is_empty()).then(CostReport::new);
-            let hold = decision
-                .take_lease()
-                .and_then(|held| Holding::new(held, report.clone().map(|r| (settling, r))))
-                .map(Box::new);
-            if let Some(report) = report.filter(|_| hold.as_ref().is_some_and(|h| h.settles())) {
-                req.extensions_mut().insert(report);
-            }
-            req.extensions_mut().insert(decision);
-            State::Calling {
-                fut: inner.call(req),
-                headers: Some(extra),
-                hold,
-            }
-        }
+        Ok(decision) if decision.allowed => match waiting {
+            Some((wait, reservation)) => State::Throttled {
+                sleep: Box::pin(tokio::time::sleep(wait)),
+                admitted: Some(Box::new((inner, req, decision, settling, reservation))),
+                config: Arc::clone(config),
+            },
+            None => call(config, decision, (inner, req, settling)),
+        },
         Ok(decision) => {
             tracing::debug!(
                 rule = %decision.rule,
@@ -312,6 +347,20 @@ where
                     }
                     let res = ready!(fut.poll(cx))?;
                     return Poll::Ready(Ok(finish(res, headers.take(), hold.take())));
+                }
+                StateProj::Throttled {
+                    sleep,
+                    admitted,
+                    config,
+                } => {
+                    ready!(sleep.as_mut().poll(cx));
+                    let Some((inner, req, decision, settling, reservation)) =
+                        admitted.take().map(|b| *b)
+                    else {
+                        return Poll::Ready(Ok(after_completion()));
+                    };
+                    reservation.kept();
+                    call(config, decision, (inner, req, settling))
                 }
                 StateProj::Rejected { rejected } => {
                     let res = match rejected.take() {

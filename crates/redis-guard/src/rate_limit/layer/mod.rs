@@ -16,6 +16,7 @@ mod response;
 mod service;
 #[cfg(all(test, feature = "metrics"))]
 mod tests;
+mod throttle;
 mod warn_every;
 
 pub use builder::RateLimitLayerBuilder;

@@ -324,6 +324,8 @@ pub(crate) fn rule_decisions(checks: &[Check]) -> Vec<RuleDecision> {
             state: unknown,
             mode: c.rule.mode(),
             lease: c.rule.algorithm().is_lease(),
+            // Nothing was taken under a key on the rule's static allow list.
+            cost: if c.rule.allows(&c.key) { 0 } else { c.cost },
         })
         .collect()
 }

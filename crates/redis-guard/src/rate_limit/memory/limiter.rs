@@ -101,13 +101,16 @@ impl MemoryLimiter {
 
     /// Decides `checks` (known to be valid) at once: the layer's fallback, which must not
     /// allocate a future per request while Redis is down.
-    /// The decision holds the leases its concurrency rules took.
+    /// The decision holds the leases its concurrency rules took, and, when it waits for its
+    /// slot (a throttled rule), the receipt that gives the slot back.
     pub(crate) fn decide_now(&self, checks: &[Check]) -> Result<Decision, LimiterError> {
         let (states, receipt) = self.evaluate_now(checks, true, false)?;
         let mut decision = decision_from(rule_decisions(checks), states.as_slice())?;
+        // A throttled decision keeps its receipt: a waiter that goes away gives its slot back.
+        let waits = !decision.wait.is_zero();
         decision.lease = HeldLease(
             Lease::new(receipt.into_iter().collect())
-                .filter(Lease::holds_leases)
+                .filter(|l| waits || l.holds_leases())
                 .map(Arc::new),
         );
         Ok(decision)
@@ -123,13 +126,17 @@ impl MemoryLimiter {
         by_mode: bool,
         dry: bool,
     ) -> Result<(Few<RuleState>, Option<Receipt>), LimiterError> {
-        // The checks a response may settle (the request is admitted then: kept only if so).
+        // The checks a response may settle (the request is admitted then: kept only if so);
+        // with a throttled rule, every counted check: a waiter that goes away gives them back.
+        let throttled = checks.iter().any(|c| c.rule.max_wait().is_some());
         let settled: Vec<Check> = if dry {
             Vec::new()
         } else {
             checks
                 .iter()
-                .filter(|c| c.rule.settles_after_response())
+                .filter(|c| {
+                    c.rule.settles_after_response() || (throttled && !c.rule.allows(&c.key))
+                })
                 .cloned()
                 .collect()
         };
@@ -150,7 +157,11 @@ impl MemoryLimiter {
             }
             // Cost 0 is a probe: decided as one unit, never recorded.
             let probe = check.cost == 0;
-            let params = check.params(check.cost.max(1));
+            let mut params = check.params(check.cost.max(1));
+            if probe || dry {
+                // As the scripts: only a request that records anything can wait for its slot.
+                params.max_wait_us = 0;
+            }
             let id = self.state_id(&check.rule, &check.key);
             let mut current = table.states.get_live_mut(&id, now);
             let Some(step) = algorithm::step(current.as_deref_mut(), now, &params) else {

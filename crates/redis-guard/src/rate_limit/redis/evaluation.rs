@@ -38,6 +38,9 @@ pub(super) struct RuleArgs {
     pub(super) ints: [u64; 6],
     /// `0`: the rule reads no override record; `1`: it does; else its bans (it does too).
     pub(super) overrides: Cow<'static, str>,
+    /// The throttle's max wait in µs (0: none), the scripts' 8th argument per rule: a rule
+    /// admits a request with a wait of at most this, its slot reserved.
+    pub(super) max_wait_us: u64,
 }
 
 impl RuleArgs {
@@ -71,13 +74,16 @@ impl Entry for RuleEntry {
     }
 
     fn arg_count(&self) -> usize {
-        2 + 7 * self.rule_args.len()
+        // The request id, the dry-run flag, then 8 per rule (evaluate.lua's header).
+        2 + 8 * self.rule_args.len()
     }
 
     fn write_args(&self, call: &mut ScriptCall<'_>) {
         call.arg(&*self.request).arg(u8::from(self.dry));
         for args in &self.rule_args {
-            call.arg(&args.ints[..]).arg(&*args.overrides);
+            call.arg(&args.ints[..])
+                .arg(&*args.overrides)
+                .arg(args.max_wait_us);
         }
     }
 

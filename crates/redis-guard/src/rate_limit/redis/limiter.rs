@@ -240,6 +240,7 @@ impl RedisLimiter {
                         p.cost,
                     ],
                     overrides: operations::script_arg(&check.rule),
+                    max_wait_us: check.rule.max_wait_us(),
                 }
             })
             .collect();
@@ -249,11 +250,20 @@ impl RedisLimiter {
             Some(self.scripts_for(customs))
         };
         // A rule whose quota varies keeps the quota's shape with its state: the general script.
-        let gcra_only = checks
-            .iter()
-            .all(|c| *c.rule.algorithm() == Algorithm::Gcra && !c.varying && !c.rule.is_dynamic());
+        // A throttled rule reserves slots only the general script knows of.
+        let gcra_only = checks.iter().all(|c| {
+            *c.rule.algorithm() == Algorithm::Gcra
+                && !c.varying
+                && !c.rule.is_dynamic()
+                && c.rule.max_wait().is_none()
+        });
         let evaluation = Evaluation::new(scripts, gcra_only, keys, records, rule_args);
-        if checks.iter().any(|c| c.rule.settles_after_response()) {
+        // A throttled request keeps its receipt too: a waiter that goes away gives its slots
+        // back through it.
+        if checks
+            .iter()
+            .any(|c| c.rule.settles_after_response() || c.rule.max_wait().is_some())
+        {
             evaluation.settled(
                 checks
                     .iter()

@@ -41,6 +41,8 @@ pub struct Rule {
     pub(in crate::rate_limit) refund_when: Option<RefundWhen>,
     /// Leased in blocks of at most this percentage of the burst ([`Rule::leased`]).
     pub(in crate::rate_limit) leased: Option<u8>,
+    /// Admitted after a wait of at most this rather than denied ([`Rule::throttle`]).
+    pub(in crate::rate_limit) throttle: Option<std::time::Duration>,
 }
 
 impl Rule {
@@ -63,6 +65,7 @@ impl Rule {
             after_response: false,
             refund_when: None,
             leased: None,
+            throttle: None,
         }
     }
 
@@ -145,6 +148,7 @@ impl Rule {
         }
         self.shape_problem(&self.quota, self.cost)?;
         self.operations_problem()?;
+        self.throttle_problem()?;
         match self.leasing_problem() {
             Some(why) => Err(self.problem(ConfigErrorKind::Leasing, why, "Rule::leased")),
             None => Ok(()),
@@ -236,6 +240,7 @@ impl Rule {
             burst: u64::from(quota.burst_size()),
             emission_us: quota.emission_interval_us(),
             cost: u64::from(cost),
+            max_wait_us: self.max_wait_us(),
         }
     }
 
