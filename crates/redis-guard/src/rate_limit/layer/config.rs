@@ -160,7 +160,7 @@ impl Config {
                     if !r.rule.is_dynamic() {
                         let Some(cost) = cost else {
                             // A constant cost, checked when the layer was built.
-                            checks.push(Check::shared(&r.rule, key));
+                            checks.push(Check::shared(&r.rule, key).reserving(parts));
                             continue;
                         };
                         if cost > r.rule.algorithm().capacity(r.rule.quota()) {
@@ -171,11 +171,12 @@ impl Config {
                             );
                             return misconfigured();
                         }
-                        checks.push(Check::shared(&r.rule, key).with_cost(cost));
+                        checks.push(Check::shared(&r.rule, key).with_cost(cost).reserving(parts));
                         continue;
                     }
-                    let check =
-                        Check::shared(&r.rule, key).with_cost(cost.unwrap_or(r.rule.cost()));
+                    let check = Check::shared(&r.rule, key)
+                        .with_cost(cost.unwrap_or(r.rule.cost()))
+                        .reserving(parts);
                     match resolve::resolve(&r.rule, parts) {
                         Resolved::Now(quota) => {
                             let check = check.with_quota(quota.unwrap_or(*r.rule.quota()));
@@ -246,7 +247,7 @@ impl Config {
                 .and_then(|f| Some((&f.limiter, f.rules.get(i)?.as_ref()?)));
             match (policy, shared) {
                 (FailurePolicy::Fallback { replicas }, Some((_, rule))) => {
-                    let mut check = Check::shared(rule, key);
+                    let mut check = Check::shared(rule, key).reserving(parts);
                     if let Some((_, quota)) =
                         resolved.iter().find(|(name, _)| **name == *r.rule.name())
                     {

@@ -150,7 +150,7 @@ impl MemoryLimiter {
             }
             // Cost 0 is a probe: decided as one unit, never recorded.
             let probe = check.cost == 0;
-            let params = check.params(check.cost.max(1));
+            let params = check.decided_params(check.cost.max(1));
             let id = self.state_id(&check.rule, &check.key);
             let mut current = table.states.get_live_mut(&id, now);
             let Some(step) = algorithm::step(current.as_deref_mut(), now, &params) else {

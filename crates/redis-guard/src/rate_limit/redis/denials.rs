@@ -12,13 +12,15 @@ use crate::telemetry;
 
 /// Whether a denial of `checks` may be cached: a custom algorithm's waits are its own business
 /// (it may count denials), a rule with bans counts every rejection toward the next ban, and a
-/// lease may be released at any moment.
+/// lease may be released at any moment, and a rule with a reserve denies the requests outside
+/// its class before those in it (one key, two answers).
 pub(super) fn cacheable(checks: &[Check]) -> bool {
     !checks.iter().any(|c| {
         matches!(
             c.rule.algorithm(),
             Algorithm::Custom(_) | Algorithm::Concurrency
         ) || c.rule.bans().is_some()
+            || c.rule.reserve.is_some()
     })
 }
 

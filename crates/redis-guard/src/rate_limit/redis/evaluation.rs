@@ -38,9 +38,21 @@ pub(super) struct RuleArgs {
     pub(super) ints: [u64; 6],
     /// `0`: the rule reads no override record; `1`: it does; else its bans (it does too).
     pub(super) overrides: Cow<'static, str>,
+    /// Held back from the rule's reserve ([`Rule::reserve`](crate::rate_limit::Rule::reserve)):
+    /// the units less of the limit and of the burst the request is decided with. `ints` keep
+    /// the whole quota, for refunds, charges and receipts.
+    pub(super) held_back: [u64; 2],
 }
 
 impl RuleArgs {
+    /// The integers a decision takes: `ints` less what the request is held back from.
+    pub(super) fn decided(&self) -> [u64; 6] {
+        let mut ints = self.ints;
+        ints[1] -= self.held_back[0];
+        ints[3] -= self.held_back[1];
+        ints
+    }
+
     /// Whether the rule takes a lease (a concurrency rule, cost 1; a probe takes none).
     pub(super) fn is_lease(&self) -> bool {
         Some(self.ints[0]) == Algorithm::Concurrency.builtin_id().map(u64::from) && self.ints[5] > 0
@@ -77,7 +89,7 @@ impl Entry for RuleEntry {
     fn write_args(&self, call: &mut ScriptCall<'_>) {
         call.arg(&*self.request).arg(u8::from(self.dry));
         for args in &self.rule_args {
-            call.arg(&args.ints[..]).arg(&*args.overrides);
+            call.arg(&args.decided()[..]).arg(&*args.overrides);
         }
     }
 

@@ -219,6 +219,7 @@ impl RedisLimiter {
             .iter()
             .map(|check| {
                 let p = check.params(check.cost);
+                let decided = check.decided_params(check.cost);
                 let id = match &p.algorithm {
                     Algorithm::Custom(custom) => {
                         let index = customs.iter().position(|c| c == custom).unwrap_or_else(|| {
@@ -240,6 +241,7 @@ impl RedisLimiter {
                         p.cost,
                     ],
                     overrides: operations::script_arg(&check.rule),
+                    held_back: [p.limit - decided.limit, p.burst - decided.burst],
                 }
             })
             .collect();

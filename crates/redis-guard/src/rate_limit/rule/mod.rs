@@ -7,6 +7,7 @@ mod check;
 mod in_layer;
 mod quota;
 pub(crate) mod quota_lookup;
+mod reserve;
 mod route;
 mod verdict;
 

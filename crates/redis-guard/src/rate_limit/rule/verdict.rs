@@ -41,6 +41,8 @@ pub struct Rule {
     pub(in crate::rate_limit) refund_when: Option<RefundWhen>,
     /// Leased in blocks of at most this percentage of the burst ([`Rule::leased`]).
     pub(in crate::rate_limit) leased: Option<u8>,
+    /// The share of the burst kept for a priority class ([`Rule::reserve`], `reserve.rs`).
+    pub(in crate::rate_limit) reserve: Option<super::reserve::Reserve>,
 }
 
 impl Rule {
@@ -63,6 +65,7 @@ impl Rule {
             after_response: false,
             refund_when: None,
             leased: None,
+            reserve: None,
         }
     }
 
@@ -144,6 +147,7 @@ impl Rule {
                 .with_value(0));
         }
         self.shape_problem(&self.quota, self.cost)?;
+        self.reserve_problem(&self.quota, self.cost)?;
         self.operations_problem()?;
         match self.leasing_problem() {
             Some(why) => Err(self.problem(ConfigErrorKind::Leasing, why, "Rule::leased")),
@@ -216,7 +220,8 @@ impl Rule {
                 )
                 .with_value(quota));
         }
-        self.shape_problem(quota, cost)
+        self.shape_problem(quota, cost)?;
+        self.reserve_problem(quota, cost)
     }
 
     /// This rule with another quota and algorithm, everything else kept (allow list, bans,
