@@ -62,9 +62,12 @@ impl Rule {
     ///
     /// The reserve is `share` of the burst for GCRA and the token bucket, of the limit for the
     /// window algorithms, rounded up to whole units (10 % of a burst of 5 keeps 1). The other
-    /// requests are decided against the quota less the reserve, and the `RateLimit` headers
-    /// they get say so (`q` and `r` of the smaller budget); the class sees the whole one. Both
-    /// count on the same state, on every backend, in the same single script call.
+    /// requests are decided against the quota less the reserve, and their `RateLimit` header
+    /// counts what is left of that smaller budget (`r`; `q` too for the window algorithms);
+    /// the class sees the whole one. Both count on the same state, on every backend, in the
+    /// same single script call, and a denial's `Retry-After` is the wait of the budget it was
+    /// decided against. The limiter's deny cache never answers for a rule with a reserve (one
+    /// key, two answers).
     ///
     /// Refused by [`validate`](Self::validate) (hence when the layer is built): a share outside
     /// (0, 1), a reserve that leaves the other requests less than their cost, and rules whose
