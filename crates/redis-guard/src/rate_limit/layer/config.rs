@@ -207,6 +207,8 @@ impl Config {
                 Err(KeyError::Misconfigured(_)) => return misconfigured(),
             }
         }
+        // Live rules (`Rule::live`) are decided with the quota an operator set, if any.
+        crate::rate_limit::limiter::live::apply(&*self.limiter, checks.as_mut_slice());
         if checks.as_slice().is_empty() {
             Plan::Pass
         } else if lookups.is_empty() {

@@ -21,6 +21,8 @@ pub(super) fn cacheable(checks: &[Check]) -> bool {
             Algorithm::Custom(_) | Algorithm::Concurrency
         ) || c.rule.bans().is_some()
             || c.rule.reserve.is_some()
+            // A changed quota must reach a cached client at once.
+            || c.rule.is_live()
     })
 }
 

@@ -23,6 +23,8 @@ pub(super) struct Evaluation {
     keys: Vec<String>,
     /// Per rule: its override key (same hash tag), when it reads one.
     records: Vec<Option<String>>,
+    /// Per rule: its live record's key, when the call reads it (`Rule::live`; empty: none).
+    lives: Vec<Option<String>>,
     rule_args: Vec<RuleArgs>,
     /// Decide, record nothing (inspect).
     dry: bool,
@@ -145,7 +147,17 @@ impl Evaluation {
             rule_args,
             dry: false,
             settled: Vec::new(),
+            lives: Vec::new(),
         }
+    }
+
+    /// Reads each rule's live record in the call, from `lives` (one per rule, `None`: not
+    /// live, or on a Cluster). Keys after the rule's others, as `live.lua` takes them.
+    pub(super) fn live_keys(mut self, lives: Vec<Option<String>>) -> Self {
+        if lives.iter().any(Option::is_some) {
+            self.lives = lives;
+        }
+        self
     }
 
     /// Keeps a receipt of an admitted request naming its rules (`names`, one per rule), so that
@@ -204,13 +216,18 @@ impl Evaluation {
         if !backend.connection().is_cluster() {
             // The common case: one entry, its keys and arguments moved rather than copied.
             let keys = std::mem::take(&mut self.keys);
-            let keys = if self.records.iter().all(Option::is_none) {
+            let keys = if self.records.iter().all(Option::is_none) && self.lives.is_empty() {
                 keys
             } else {
                 let records = std::mem::take(&mut self.records);
+                let mut lives = std::mem::take(&mut self.lives).into_iter();
                 keys.into_iter()
                     .zip(records)
-                    .flat_map(|(key, record)| std::iter::once(key).chain(record))
+                    .flat_map(|(key, record)| {
+                        std::iter::once(key)
+                            .chain(record)
+                            .chain(lives.next().flatten())
+                    })
                     .collect()
             };
             let entry = RuleEntry {
@@ -245,7 +262,11 @@ impl Evaluation {
             let entry = RuleEntry {
                 keys: group
                     .iter()
-                    .flat_map(|&i| std::iter::once(&self.keys[i]).chain(&self.records[i]))
+                    .flat_map(|&i| {
+                        std::iter::once(&self.keys[i])
+                            .chain(&self.records[i])
+                            .chain(self.lives.get(i).and_then(Option::as_ref))
+                    })
                     .cloned()
                     .collect(),
                 rule_args: group.iter().map(|&i| self.rule_args[i].clone()).collect(),

@@ -200,6 +200,8 @@ impl Plain {
             || rule.settles_after_response()
             // Its denials would consume the reserve the class is kept.
             || rule.reserve.is_some()
+            // Its live record is read by the script.
+            || rule.is_live()
         {
             return None;
         }

@@ -23,6 +23,10 @@ pub struct Check {
     /// the reserve. Set by a layer for requests outside the rule's class; a direct call is
     /// decided as the class.
     pub(crate) held_back: bool,
+    /// Decided with its rule's live quota ([`Rule::live`]), which a quota resolved per request
+    /// does not replace: the quota it had before (which a script that reads the live record
+    /// itself is given, `redis/live.rs`).
+    pub(crate) live: Option<Quota>,
 }
 
 impl Check {
@@ -41,6 +45,7 @@ impl Check {
             quota: *rule.quota(),
             varying: false,
             held_back: false,
+            live: None,
         }
     }
 

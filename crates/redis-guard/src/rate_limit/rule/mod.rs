@@ -5,6 +5,7 @@
 
 mod check;
 mod in_layer;
+mod live;
 mod quota;
 pub(crate) mod quota_lookup;
 mod reserve;

@@ -43,6 +43,8 @@ pub struct Rule {
     pub(in crate::rate_limit) leased: Option<u8>,
     /// The share of the burst kept for a priority class ([`Rule::reserve`], `reserve.rs`).
     pub(in crate::rate_limit) reserve: Option<super::reserve::Reserve>,
+    /// Its quota can be changed at run time ([`Rule::live`], `live.rs`).
+    pub(in crate::rate_limit) live: bool,
 }
 
 impl Rule {
@@ -66,6 +68,7 @@ impl Rule {
             refund_when: None,
             leased: None,
             reserve: None,
+            live: false,
         }
     }
 
@@ -148,6 +151,7 @@ impl Rule {
         }
         self.shape_problem(&self.quota, self.cost)?;
         self.reserve_problem(&self.quota, self.cost)?;
+        self.live_problem()?;
         self.operations_problem()?;
         match self.leasing_problem() {
             Some(why) => Err(self.problem(ConfigErrorKind::Leasing, why, "Rule::leased")),
