@@ -185,6 +185,8 @@ fn router(
             Rule::new("api", config.api_limit)
                 .with_mode(config.api_mode)
                 .with_overrides()
+                // PUT /admin/rules/api changes its quota at run time (admin.rs).
+                .live()
                 .with_quota_from(move |head| plan_quota(head, pro, &pro_users))
                 .with_cost_from(move |head| {
                     if head.uri.path() == "/export" {
