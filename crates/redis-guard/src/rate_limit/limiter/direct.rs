@@ -213,7 +213,7 @@ macro_rules! limiter_operations {
             }
 
             /// Changes the quota of a [live](Rule::live) rule at run time, for every limiter on
-            /// the same store, until [`clear_rule_quota`](Self::clear_rule_quota): an incident
+            /// the same store, until `clear_rule_quota`: an incident
             /// cut, a launch raise. Each key keeps what it used, in units. Logged at `info`
             /// with the old and new quota and the version. Where it is kept and how soon each
             /// replica follows (on Redis, its next request; on a Cluster, within
@@ -248,7 +248,7 @@ macro_rules! limiter_operations {
             ///
             /// # Errors
             ///
-            /// As [`set_rule_quota`](Self::set_rule_quota).
+            /// As `set_rule_quota`.
             pub async fn clear_rule_quota(&self, rule: &Rule) -> Result<u64, LimiterError> {
                 self.set_live(rule, None).await
             }

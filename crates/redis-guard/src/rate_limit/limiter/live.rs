@@ -114,7 +114,8 @@ pub(crate) fn log_change(rule: &Rule, old: Option<Quota>, new: Option<Quota>, ve
 pub(crate) fn apply<L: Engine + ?Sized>(limiter: &L, checks: &mut [Check]) {
     for check in checks.iter_mut().filter(|c| c.rule.is_live()) {
         if let Some(quota) = limiter.live_quota(&check.rule) {
-            check.live = Some(std::mem::replace(&mut check.quota, quota));
+            check.quota = quota;
+            check.live = true;
         }
         // Its quota may change between two requests: the state keeps the quota's shape.
         check.varying = true;

@@ -115,16 +115,15 @@ impl RedisLimiter {
     }
 
     /// `check` as the script is given it: when the call reads the rule's live record, with
-    /// the quota it had before this limiter's copy replaced it, so that a record cleared since
-    /// the copy was read gives the rule its own quota back at once.
+    /// the rule's own quota instead of this limiter's copy of the live one, so that a record
+    /// cleared since the copy was read gives the rule its own quota back at once.
     pub(super) fn live_args<'a>(&self, check: &'a Check) -> std::borrow::Cow<'a, Check> {
-        match check.live {
-            Some(before) if self.live.in_call => {
-                let mut check = check.clone();
-                check.quota = before;
-                std::borrow::Cow::Owned(check)
-            }
-            _ => std::borrow::Cow::Borrowed(check),
+        if check.live && self.live.in_call {
+            let mut check = check.clone();
+            check.quota = *check.rule.quota();
+            std::borrow::Cow::Owned(check)
+        } else {
+            std::borrow::Cow::Borrowed(check)
         }
     }
 

@@ -24,9 +24,8 @@ pub struct Check {
     /// decided as the class.
     pub(crate) held_back: bool,
     /// Decided with its rule's live quota ([`Rule::live`]), which a quota resolved per request
-    /// does not replace: the quota it had before (which a script that reads the live record
-    /// itself is given, `redis/live.rs`).
-    pub(crate) live: Option<Quota>,
+    /// does not replace.
+    pub(crate) live: bool,
 }
 
 impl Check {
@@ -45,7 +44,7 @@ impl Check {
             quota: *rule.quota(),
             varying: false,
             held_back: false,
-            live: None,
+            live: false,
         }
     }
 

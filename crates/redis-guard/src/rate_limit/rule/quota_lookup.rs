@@ -71,7 +71,7 @@ pub(crate) fn looked_up(
             Ok(quotas) => {
                 for (i, quota) in places.into_iter().zip(quotas) {
                     // An operator's live quota wins over the plan's (`Rule::live`).
-                    if let Some(quota) = quota.filter(|_| checks[i].live.is_none()) {
+                    if let Some(quota) = quota.filter(|_| !checks[i].live) {
                         checks[i].quota = quota;
                         usable(&checks[i])?;
                     }
