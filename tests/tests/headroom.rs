@@ -11,7 +11,7 @@ use redis_guard::ConfigErrorKind;
 use redis_guard::rate_limit::{
     Algorithm, HeaderKey, MemoryLimiter, Quota, RateLimitLayer, Route, Rule,
 };
-use redis_guard_tests::{ALGORITHMS, Harness, backend_suite, by_client, call, empty_ok};
+use redis_guard_tests::{ALGORITHMS, Harness, admitted, backend_suite, by_client, empty_ok};
 use tower::Layer;
 
 type Body = Full<Bytes>;
@@ -31,8 +31,8 @@ fn reserved(rule: Rule, share: f64) -> Rule {
     rule.reserve(share, move |head| checkout.matches(head))
 }
 
-/// Sends `n` requests for `path` from `client`, alternating between `svcs` (replicas): how many
-/// were admitted, and the `RateLimit` header of the last reply.
+/// Sends `n` requests for `path` from `client` through `svcs` in turn: how many were
+/// admitted, and the `RateLimit` header of the last reply.
 async fn send<S, B>(svcs: &[S], client: &str, path: &str, n: usize) -> (usize, String)
 where
     S: tower::Service<Request<Body>, Response = http::Response<B>> + Clone,
@@ -40,87 +40,87 @@ where
     B: http_body::Body<Data = Bytes>,
     B::Error: std::fmt::Debug,
 {
-    let mut admitted = 0;
-    let mut last = String::new();
-    for i in 0..n {
-        let reply = call(svcs[i % svcs.len()].clone(), request(client, path)).await;
-        match reply.status {
-            200 => admitted += 1,
-            429 => {}
-            other => panic!("unexpected status {other}: {}", reply.body),
-        }
-        last = reply.header("ratelimit").to_owned();
-    }
-    (admitted, last)
+    let (count, last) = admitted(svcs, n, || request(client, path)).await;
+    (count, last.header("ratelimit").to_owned())
 }
 
-/// Two replicas of a layer of `rules`, each on a new limiter of `h`.
-async fn replicas(h: &Harness, rules: &[(Rule, HeaderKey)]) -> Vec<RateLimitLayer> {
-    let mut layers = Vec::new();
+/// Two replicas of a layer of `rules` around [`empty_ok`], each on a new limiter of `h`.
+async fn replicas(
+    h: &Harness,
+    rules: &[(Rule, HeaderKey)],
+) -> Vec<
+    impl tower::Service<
+        Request<Body>,
+        Response = http::Response<impl http_body::Body<Data = Bytes, Error = impl std::fmt::Debug>>,
+        Error = impl std::fmt::Debug,
+    > + Clone,
+> {
+    let mut svcs = Vec::new();
     for _ in 0..2 {
         let mut builder = RateLimitLayer::builder(h.limiter().await);
         for (rule, key) in rules {
             builder = builder.rule_with(rule.clone(), key.clone());
         }
-        layers.push(builder.build().expect("valid"));
+        svcs.push(builder.build().expect("valid").layer(empty_ok()));
     }
-    layers
+    svcs
+}
+
+/// `(client, path, sent, admitted)`: one step of a test.
+type Step = (&'static str, &'static str, usize, usize);
+
+/// Sends each step's requests in turn, asserting how many were admitted.
+async fn steps<S, B>(svcs: &[S], what: &str, steps: &[Step])
+where
+    S: tower::Service<Request<Body>, Response = http::Response<B>> + Clone,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::fmt::Debug,
+{
+    for (i, &(client, path, sent, expected)) in steps.iter().enumerate() {
+        let got = send(svcs, client, path, sent).await.0;
+        assert_eq!(got, expected, "{what}, step {i}: {sent} × {client} {path}");
+    }
+}
+
+/// Rule `api-<algorithm>`, 10 an hour, the last 30 % (3) kept for the checkout.
+fn api(algorithm: &Algorithm) -> Rule {
+    let rule = Rule::new(format!("api-{algorithm:?}"), Quota::per_hour(10));
+    reserved(rule.with_algorithm(algorithm.clone()), 0.3)
 }
 
 async fn bulk_traffic_past_its_share_is_limited_while_the_class_passes(h: Harness) {
     for algorithm in ALGORITHMS {
-        // 10 an hour, the last 3 kept for the checkout.
-        let rule = reserved(
-            Rule::new(format!("api-{algorithm:?}"), Quota::per_hour(10))
-                .with_algorithm(algorithm.clone()),
-            0.3,
-        );
-        let name = rule.name().to_owned();
-        let svcs: Vec<_> = replicas(&h, &[(rule, by_client())])
-            .await
-            .iter()
-            .map(|l| l.layer(empty_ok()))
-            .collect();
+        let name = api(&algorithm).name().to_owned();
+        let svcs = replicas(&h, &[(api(&algorithm), by_client())]).await;
+        let what = format!("{algorithm:?}");
         let (bulk, header) = send(&svcs, "acme", "/search", 10).await;
-        assert_eq!(bulk, 7, "{algorithm:?}: bulk stops at its share");
+        assert_eq!(bulk, 7, "{what}: bulk stops at its share");
         assert!(
             header.starts_with(&format!("\"{name}\";r=0;")),
-            "{algorithm:?}: {header}"
+            "{what}: {header}"
         );
         // The class still gets the reserve, and no more.
         let (first, header) = send(&svcs, "acme", "/checkout/pay", 1).await;
-        assert_eq!(first, 1, "{algorithm:?}");
+        assert_eq!(first, 1, "{what}");
         assert!(
             header.starts_with(&format!("\"{name}\";r=2;")),
-            "{algorithm:?}: {header}"
+            "{what}: {header}"
         );
-        assert_eq!(
-            send(&svcs, "acme", "/checkout", 4).await.0,
-            2,
-            "{algorithm:?}"
-        );
-        assert_eq!(
-            send(&svcs, "acme", "/search", 2).await.0,
-            0,
-            "{algorithm:?}"
-        );
-        // The reserve is the last part of one budget, not a second one: a class that came
-        // first leaves bulk what is left above the reserve.
-        assert_eq!(
-            send(&svcs, "globex", "/checkout", 5).await.0,
-            5,
-            "{algorithm:?}"
-        );
-        assert_eq!(
-            send(&svcs, "globex", "/search", 5).await.0,
-            2,
-            "{algorithm:?}"
-        );
-        assert_eq!(
-            send(&svcs, "globex", "/checkout", 5).await.0,
-            3,
-            "{algorithm:?}"
-        );
+        steps(
+            &svcs,
+            &what,
+            &[
+                ("acme", "/checkout", 4, 2),
+                ("acme", "/search", 2, 0),
+                // The reserve is the last part of one budget, not a second one: a class that
+                // came first leaves bulk what is left above the reserve.
+                ("globex", "/checkout", 5, 5),
+                ("globex", "/search", 5, 2),
+                ("globex", "/checkout", 5, 3),
+            ],
+        )
+        .await;
     }
     if h.is_redis() {
         h.assert_every_key_has_a_ttl(ALGORITHMS.len()).await;
@@ -128,97 +128,57 @@ async fn bulk_traffic_past_its_share_is_limited_while_the_class_passes(h: Harnes
 }
 
 async fn the_reserve_refills_with_the_quota(h: Harness) {
+    // One unit every 6 minutes, a burst of 10, the last 3 kept.
+    let unit = Duration::from_secs(6 * 60);
     for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket] {
-        // One unit every 6 minutes, a burst of 10, the last 3 kept.
-        let rule = reserved(
-            Rule::new(format!("api-{algorithm:?}"), Quota::per_hour(10))
-                .with_algorithm(algorithm.clone()),
-            0.3,
-        );
-        let svcs: Vec<_> = replicas(&h, &[(rule, by_client())])
-            .await
-            .iter()
-            .map(|l| l.layer(empty_ok()))
-            .collect();
-        let client = format!("refill-{algorithm:?}");
-        assert_eq!(
-            send(&svcs, &client, "/search", 8).await.0,
-            7,
-            "{algorithm:?}"
-        );
-        assert_eq!(
-            send(&svcs, &client, "/checkout", 4).await.0,
-            3,
-            "{algorithm:?}"
-        );
+        let svcs = replicas(&h, &[(api(&algorithm), by_client())]).await;
+        let what = format!("{algorithm:?}");
+        steps(
+            &svcs,
+            &what,
+            &[("refill", "/search", 8, 7), ("refill", "/checkout", 4, 3)],
+        )
+        .await;
         // One unit back: below the reserve, so only the class may take it.
-        h.wait(Duration::from_secs(6 * 60 + 1)).await;
-        assert_eq!(
-            send(&svcs, &client, "/search", 2).await.0,
-            0,
-            "{algorithm:?}"
-        );
-        assert_eq!(
-            send(&svcs, &client, "/checkout", 2).await.0,
-            1,
-            "{algorithm:?}"
-        );
+        h.wait(unit + Duration::from_secs(1)).await;
+        steps(
+            &svcs,
+            &what,
+            &[("refill", "/search", 2, 0), ("refill", "/checkout", 2, 1)],
+        )
+        .await;
         // Four units back (the reserve and one): bulk gets the one above the reserve.
-        h.wait(Duration::from_secs(4 * 6 * 60 + 1)).await;
-        assert_eq!(
-            send(&svcs, &client, "/search", 3).await.0,
-            1,
-            "{algorithm:?}"
-        );
-        assert_eq!(
-            send(&svcs, &client, "/checkout", 4).await.0,
-            3,
-            "{algorithm:?}"
-        );
+        h.wait(unit * 4 + Duration::from_secs(1)).await;
+        steps(
+            &svcs,
+            &what,
+            &[("refill", "/search", 3, 1), ("refill", "/checkout", 4, 3)],
+        )
+        .await;
     }
 }
 
 async fn a_bulk_request_another_rule_denies_takes_nothing_of_the_reserve(h: Harness) {
     // The reserved rule per client, a tight rule per IP beside it (another key: another slot
     // on a Cluster, where the first is refunded when the second denies).
+    let by_ip = HeaderKey::new(http::HeaderName::from_static("x-ip"));
     for algorithm in [
         Algorithm::Gcra,
         Algorithm::TokenBucket,
         Algorithm::SlidingLog,
     ] {
-        let api = reserved(
-            Rule::new(format!("api-{algorithm:?}"), Quota::per_hour(10))
-                .with_algorithm(algorithm.clone()),
-            0.3,
-        );
         let ip = Rule::new(format!("ip-{algorithm:?}"), Quota::per_hour(2));
-        let by_ip = HeaderKey::new(http::HeaderName::from_static("x-ip"));
-        let svcs: Vec<_> = replicas(&h, &[(api.clone(), by_client()), (ip, by_ip)])
-            .await
-            .iter()
-            .map(|l| l.layer(empty_ok()))
-            .collect();
-        assert_eq!(
-            send(&svcs, "acme", "/search", 5).await.0,
-            2,
-            "{algorithm:?}"
-        );
+        let both = replicas(&h, &[(api(&algorithm), by_client()), (ip, by_ip.clone())]).await;
+        let what = format!("{algorithm:?}");
+        steps(&both, &what, &[("acme", "/search", 5, 2)]).await;
         // The 3 the IP rule denied took nothing: of the client's 10, 8 are left, 5 for bulk.
-        let alone: Vec<_> = replicas(&h, &[(api, by_client())])
-            .await
-            .iter()
-            .map(|l| l.layer(empty_ok()))
-            .collect();
-        assert_eq!(
-            send(&alone, "acme", "/search", 8).await.0,
-            5,
-            "{algorithm:?}"
-        );
-        assert_eq!(
-            send(&alone, "acme", "/checkout", 5).await.0,
-            3,
-            "{algorithm:?}"
-        );
+        let alone = replicas(&h, &[(api(&algorithm), by_client())]).await;
+        steps(
+            &alone,
+            &what,
+            &[("acme", "/search", 8, 5), ("acme", "/checkout", 5, 3)],
+        )
+        .await;
     }
 }
 

@@ -14,7 +14,7 @@ use redis_guard::rate_limit::{
     Algorithm, Key, Limiter, LimiterError, MemoryLimiter, Quota, RateLimitLayer, RedisLimiter, Rule,
 };
 use redis_guard_tests::{
-    Harness, Kind, Monitor, Reply, backend_suite, by_client, call, empty_ok, from,
+    Harness, Kind, Monitor, Reply, admitted, backend_suite, by_client, empty_ok, from,
 };
 use tower::Layer;
 
@@ -39,18 +39,7 @@ where
     B: http_body::Body<Data = Bytes>,
     B::Error: std::fmt::Debug,
 {
-    let mut admitted = 0;
-    let mut last = None;
-    for _ in 0..n {
-        let reply = call(svc.clone(), from(client)).await;
-        match reply.status {
-            200 => admitted += 1,
-            429 => {}
-            other => panic!("unexpected status {other}: {}", reply.body),
-        }
-        last = Some(reply);
-    }
-    (admitted, last.expect("n > 0"))
+    admitted(std::slice::from_ref(svc), n, || from(client)).await
 }
 
 /// Waits (at most 10 s) until `limiter` decides `rule` with a limit of `limit`: at once on
