@@ -47,7 +47,7 @@ where
 /// Two replicas of a layer of `rules` around [`empty_ok`], each on a new limiter of `h`.
 async fn replicas(
     h: &Harness,
-    rules: &[(Rule, HeaderKey)],
+    rules: Vec<(Rule, HeaderKey)>,
 ) -> Vec<
     impl tower::Service<
         Request<Body>,
@@ -58,7 +58,7 @@ async fn replicas(
     let mut svcs = Vec::new();
     for _ in 0..2 {
         let mut builder = RateLimitLayer::builder(h.limiter().await);
-        for (rule, key) in rules {
+        for (rule, key) in &rules {
             builder = builder.rule_with(rule.clone(), key.clone());
         }
         svcs.push(builder.build().expect("valid").layer(empty_ok()));
@@ -92,7 +92,7 @@ fn api(algorithm: &Algorithm) -> Rule {
 async fn bulk_traffic_past_its_share_is_limited_while_the_class_passes(h: Harness) {
     for algorithm in ALGORITHMS {
         let name = api(&algorithm).name().to_owned();
-        let svcs = replicas(&h, &[(api(&algorithm), by_client())]).await;
+        let svcs = replicas(&h, vec![(api(&algorithm), by_client())]).await;
         let what = format!("{algorithm:?}");
         let (bulk, header) = send(&svcs, "acme", "/search", 10).await;
         assert_eq!(bulk, 7, "{what}: bulk stops at its share");
@@ -131,7 +131,7 @@ async fn the_reserve_refills_with_the_quota(h: Harness) {
     // One unit every 6 minutes, a burst of 10, the last 3 kept.
     let unit = Duration::from_secs(6 * 60);
     for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket] {
-        let svcs = replicas(&h, &[(api(&algorithm), by_client())]).await;
+        let svcs = replicas(&h, vec![(api(&algorithm), by_client())]).await;
         let what = format!("{algorithm:?}");
         steps(
             &svcs,
@@ -168,11 +168,15 @@ async fn a_bulk_request_another_rule_denies_takes_nothing_of_the_reserve(h: Harn
         Algorithm::SlidingLog,
     ] {
         let ip = Rule::new(format!("ip-{algorithm:?}"), Quota::per_hour(2));
-        let both = replicas(&h, &[(api(&algorithm), by_client()), (ip, by_ip.clone())]).await;
+        let both = replicas(
+            &h,
+            vec![(api(&algorithm), by_client()), (ip, by_ip.clone())],
+        )
+        .await;
         let what = format!("{algorithm:?}");
         steps(&both, &what, &[("acme", "/search", 5, 2)]).await;
         // The 3 the IP rule denied took nothing: of the client's 10, 8 are left, 5 for bulk.
-        let alone = replicas(&h, &[(api(&algorithm), by_client())]).await;
+        let alone = replicas(&h, vec![(api(&algorithm), by_client())]).await;
         steps(
             &alone,
             &what,
