@@ -72,7 +72,8 @@ impl Rule {
     /// Refused by [`validate`](Self::validate) (hence when the layer is built): a share outside
     /// (0, 1), a reserve that leaves the other requests less than their cost, and rules whose
     /// budget is not the rule's own to split: concurrency rules, custom algorithms, leased rules
-    /// and costs charged after the response.
+    /// and costs charged after the response; and [live](Self::live) rules (the reserve is sized
+    /// from the quota in code).
     ///
     /// ```
     /// use redis_guard::rate_limit::{ClientIp, Global, MemoryLimiter, Quota, RateLimitLayer, Route, Rule};
