@@ -134,9 +134,51 @@ async fn a_window_rule_and_a_direct_check_follow_too(h: Harness) {
     }
 }
 
+async fn a_live_quota_wins_over_a_plan(h: Harness) {
+    // Every caller with an x-plan header is on a plan of 100 an hour.
+    let rule = Rule::new("api", Quota::per_hour(10))
+        .with_quota_from(|head| {
+            head.headers
+                .contains_key("x-plan")
+                .then(|| Quota::per_hour(100))
+        })
+        .live();
+    let limiter = replica(&h).await;
+    let svc = RateLimitLayer::builder(Arc::clone(&limiter))
+        .rule_with(rule.clone(), by_client())
+        .build()
+        .expect("valid")
+        .layer(empty_ok());
+    let planned = || {
+        let mut req = from("acme");
+        req.headers_mut()
+            .insert("x-plan", http::HeaderValue::from_static("pro"));
+        req
+    };
+    assert_eq!(
+        admitted(std::slice::from_ref(&svc), 12, planned).await.0,
+        12
+    );
+    limiter
+        .set_rule_quota(&rule, Quota::per_hour(20))
+        .await
+        .expect("set");
+    // The operator's 20 for everyone: acme used 12 of them.
+    let (count, last) = admitted(std::slice::from_ref(&svc), 10, planned).await;
+    assert_eq!(count, 8);
+    assert_eq!(last.header("ratelimit-policy"), "\"api\";q=20;w=3600");
+    limiter.clear_rule_quota(&rule).await.expect("clear");
+    assert_eq!(
+        admitted(std::slice::from_ref(&svc), 1, planned).await.0,
+        1,
+        "the plan again"
+    );
+}
+
 backend_suite!(
     a_change_reaches_every_replica,
-    a_window_rule_and_a_direct_check_follow_too
+    a_window_rule_and_a_direct_check_follow_too,
+    a_live_quota_wins_over_a_plan,
 );
 
 async fn the_decision_reads_the_record_in_its_one_script_call(h: Harness) {
