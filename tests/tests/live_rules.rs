@@ -264,6 +264,12 @@ async fn live_quotas_that_cannot_work_are_refused() {
     // Nothing was set: the rules decide with their own quotas.
     let d = limiter.check(&costly, Key::from("k")).await.expect("check");
     assert_eq!((d.allowed, d.limit), (true, 10));
-    let reserved = plain.clone().reserve(0.1, |_| true).live();
-    assert!(reserved.validate().is_err());
+    for refused in [
+        plain.clone().reserve(0.1, |_| true).live(),
+        plain.clone().leased(10).live(),
+        Rule::concurrency("reports", 2).live(),
+    ] {
+        let err = refused.validate().expect_err("refused");
+        assert_eq!(err.kind(), ConfigErrorKind::Unsupported, "{refused:?}");
+    }
 }

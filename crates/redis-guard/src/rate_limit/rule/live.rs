@@ -18,8 +18,8 @@ impl Rule {
     /// period, so a live quota of theirs must keep it too.
     ///
     /// Refused by [`validate`](Self::validate) with a [reserve](Self::reserve) (held back from a
-    /// quota it would no longer know) or [leasing](Self::leased) (blocks reserved under one
-    /// quota).
+    /// quota it would no longer know), [leasing](Self::leased) (blocks reserved under one
+    /// quota), and for [concurrency rules](Self::concurrency) (leases taken under one maximum).
     ///
     /// ```
     /// use redis_guard::rate_limit::{Key, MemoryLimiter, Quota, Rule};
@@ -44,10 +44,11 @@ impl Rule {
 
     /// Why the rule cannot be live.
     pub(crate) fn live_problem(&self) -> Result<(), ConfigError> {
-        if self.live && (self.reserve.is_some() || self.leased.is_some()) {
+        let lease = self.algorithm().is_lease();
+        if self.live && (self.reserve.is_some() || self.leased.is_some() || lease) {
             return Err(self.problem(
                 ConfigErrorKind::Unsupported,
-                "a live rule can have no reserve and cannot be leased: both are sized from the quota in code",
+                "a live rule can have no reserve, cannot be leased and cannot be a concurrency rule: each is sized from the quota in code",
                 "Rule::live",
             ));
         }
