@@ -22,7 +22,10 @@ use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionError, 
 use redis_guard_testkit::{RedisCluster, RedisServer, unique_prefix};
 
 pub mod fail_safe;
+mod admitted;
 pub mod session_routes;
+
+pub use admitted::admitted;
 
 /// A session's fields as its store holds them: values as JSON text under their keys, metadata
 /// under `$…` names.

@@ -14,6 +14,13 @@
 //! many wrong tokens from one address a `429` (see `admin_auth.rs`); an unknown rule a `404`; a
 //! key or body that does not parse a `400`; all `application/problem+json`. Every operation is
 //! logged (client address, rule, key), the token never.
+//!
+//! Live limits (`Rule::live`): `PUT /admin/rules/{rule}` `{"quota": "100/minute"}` sets the
+//! rule's quota for every instance on the same Redis from its next request on (`204`; a quota
+//! that does not parse or cannot work with the rule: `422`; a body that is not that JSON: `400`),
+//! and `DELETE /admin/rules/{rule}` gives the rule its quota from the environment back (`204`).
+//! Only `api` is live; any other name is a `404`. Each change is logged by the limiter (rule,
+//! old and new quota, version) and here (client address).
 //! The routes sit outside the cross-site check: a bearer token is never sent by a browser on its
 //! own, so it cannot be forged cross-site.
 
@@ -26,7 +33,7 @@ use axum::extract::{FromRequestParts, Path};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use bytes::Bytes;
 use redis_guard::rate_limit::{ClientIp, Key, Limiter, LimiterError, Quota, Rule};
 use serde::Deserialize;
@@ -89,7 +96,7 @@ pub(crate) fn routes(
         limiter,
         rules: Arc::new([
             (
-                Rule::new("api", api_limit).with_overrides(),
+                Rule::new("api", api_limit).with_overrides().live(),
                 KeySyntax::UserOrIp(client_ip),
             ),
             (calls, KeySyntax::Phone),
@@ -99,6 +106,7 @@ pub(crate) fn routes(
         .route("/admin/limits/{rule}/{key}", get(inspect).delete(reset))
         .route("/admin/limits/{rule}/{key}/penalize", post(penalize))
         .route("/admin/limits/{rule}/{key}/allow", post(allow))
+        .route("/admin/rules/{rule}", put(set_quota).delete(clear_quota))
         .with_state(admin)
 }
 
@@ -282,6 +290,75 @@ async fn allow(Target { admin, rule, key }: Target, body: Bytes) -> Response {
     match duration(&body) {
         Some(d) => done(admin.limiter.allow(&rule, key, d).await),
         None => bad_body(),
+    }
+}
+
+/// The live rule of an authorized `/admin/rules/{rule}` request (the token checked first, as
+/// for [`Target`]).
+struct LiveRule {
+    admin: Admin,
+    rule: Rule,
+}
+
+impl FromRequestParts<Admin> for LiveRule {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, admin: &Admin) -> Result<Self, Response> {
+        let client = admin.auth.check(parts).await?;
+        let Path(name) = Path::<String>::from_request_parts(parts, admin)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let live = || admin.rules.iter().map(|(r, _)| r).filter(|r| r.is_live());
+        let Some(rule) = live().find(|r| r.name() == name) else {
+            let names: Vec<&str> = live().map(Rule::name).collect();
+            let detail = format!(
+                "no live rule named {name:?}; the live rules are {}",
+                names.join(", ")
+            );
+            return Err(Refusal::UnknownRule(detail).into_response());
+        };
+        let op = if parts.method == axum::http::Method::PUT {
+            "set quota"
+        } else {
+            "clear quota"
+        };
+        tracing::info!(client, op, rule = rule.name(), "admin operation");
+        Ok(Self {
+            admin: admin.clone(),
+            rule: rule.clone(),
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct QuotaBody {
+    quota: String,
+}
+
+async fn set_quota(LiveRule { admin, rule }: LiveRule, body: Bytes) -> Response {
+    let Ok(QuotaBody { quota }) = serde_json::from_slice::<QuotaBody>(&body) else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            r#"expected a JSON body {"quota": "100/minute"}"#,
+        );
+    };
+    let quota = match quota.parse::<Quota>() {
+        Ok(quota) => quota,
+        Err(e) => return problem(StatusCode::UNPROCESSABLE_ENTITY, &e.to_string()),
+    };
+    changed(admin.limiter.set_rule_quota(&rule, quota).await)
+}
+
+async fn clear_quota(LiveRule { admin, rule }: LiveRule) -> Response {
+    changed(admin.limiter.clear_rule_quota(&rule).await)
+}
+
+/// `204` for a live-quota change, `422` for a quota the rule cannot work with, else `503`.
+fn changed(outcome: Result<u64, LimiterError>) -> Response {
+    match outcome {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(LimiterError::Config(e)) => problem(StatusCode::UNPROCESSABLE_ENTITY, &e.to_string()),
+        Err(e) => unavailable(&e),
     }
 }
 

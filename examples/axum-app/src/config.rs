@@ -64,6 +64,9 @@ pub(crate) struct Config {
     /// `CACHE_TTL`, `CACHE_STALE_IF_ERROR`, `PAYMENTS_DELAY_MS`, `PAYMENTS_LIMIT`
     /// (`cookbook.rs`).
     pub(crate) cookbook: Cookbook,
+    /// `API_TOTAL_LIMIT` and `API_RESERVE_PRO`: the whole `/api/*` budget of the app, all
+    /// callers together, and the share of it kept for the pro plan.
+    pub(crate) api_total: Option<(Quota, Option<f64>)>,
 }
 
 impl Config {
@@ -169,8 +172,38 @@ impl Config {
             redis_timeout,
             server,
             cookbook: Cookbook::from_lookup(get)?,
+            api_total: api_total(get)?,
         })
     }
+}
+
+/// `API_TOTAL_LIMIT` (unset: none) and `API_RESERVE_PRO` (unset: no reserve), a share such as
+/// `10%`, of the total, which is then required: the budget it keeps a share of.
+fn api_total(get: Lookup<'_>) -> Result<Option<(Quota, Option<f64>)>, String> {
+    let reserve = get("API_RESERVE_PRO")
+        .map(|v| {
+            v.trim()
+                .strip_suffix('%')
+                .and_then(|n| n.trim().parse::<f64>().ok())
+                .filter(|n| *n > 0.0 && *n < 100.0)
+                .map(|n| n / 100.0)
+                .ok_or_else(|| {
+                    format!(
+                        "API_RESERVE_PRO={v:?} must be a share such as 10%, above 0% and below 100%"
+                    )
+                })
+        })
+        .transpose()?;
+    if get("API_TOTAL_LIMIT").is_none() {
+        return match reserve {
+            Some(_) => Err("API_RESERVE_PRO needs API_TOTAL_LIMIT: the /api/* budget of every caller together, of which it keeps a share for the pro plan".into()),
+            None => Ok(None),
+        };
+    }
+    Ok(Some((
+        settings::quota(get, "API_TOTAL_LIMIT", "")?,
+        reserve,
+    )))
 }
 
 /// `PRO_USERS`: comma-separated usernames, each normalized as `POST /login` does.
@@ -224,6 +257,26 @@ mod tests {
         assert_eq!(c.metrics_bind, None);
         assert_eq!(c.report_concurrency, 2);
         assert_eq!(c.report_lease_expiry, Duration::from_secs(30));
+        assert_eq!(c.api_total, None);
+    }
+
+    #[test]
+    fn the_pro_reserve_is_a_share_of_the_total() {
+        let c = with(&[
+            ("API_TOTAL_LIMIT", "100/minute"),
+            ("API_RESERVE_PRO", " 10% "),
+        ])
+        .unwrap();
+        assert_eq!(c.api_total, Some((Quota::per_minute(100), Some(0.1))));
+        let c = with(&[("API_TOTAL_LIMIT", "100/minute")]).unwrap();
+        assert_eq!(c.api_total, Some((Quota::per_minute(100), None)));
+        for bad in ["10", "0%", "100%", "-5%", "ten%", "%"] {
+            let e =
+                with(&[("API_TOTAL_LIMIT", "100/minute"), ("API_RESERVE_PRO", bad)]).unwrap_err();
+            assert!(e.starts_with(&format!("API_RESERVE_PRO={bad:?}")), "{e}");
+        }
+        let e = with(&[("API_RESERVE_PRO", "10%")]).unwrap_err();
+        assert!(e.contains("needs API_TOTAL_LIMIT"), "{e}");
     }
 
     #[test]

@@ -25,7 +25,8 @@ use redis_guard::backend::{RedisBackend, RedisConnection};
 use redis_guard::cache::{MemoryCacheStore, RedisCacheStore};
 use redis_guard::idempotency::IdempotencyStore;
 use redis_guard::rate_limit::{
-    Algorithm, KeyExtractorExt, Limiter, MemoryLimiter, Quota, RateLimitLayer, RedisLimiter, Rule,
+    Algorithm, Global, KeyExtractorExt, Limiter, MemoryLimiter, Quota, RateLimitLayer,
+    RedisLimiter, Rule,
 };
 use redis_guard::session::{
     MemorySessionStore, RedisSessionStore, SessionLayer, SessionStore, SessionUser, Transport,
@@ -145,8 +146,25 @@ fn plan_quota(
     pro: Quota,
     pro_users: &HashSet<String>,
 ) -> Option<Quota> {
-    let user = head.extensions.get::<SessionUser>()?;
-    pro_users.contains(&user.0).then_some(pro)
+    is_pro(head, pro_users).then_some(pro)
+}
+
+/// Whether the request is a logged-in user's on the pro plan (`PRO_USERS`).
+fn is_pro(head: &http::request::Parts, pro_users: &HashSet<String>) -> bool {
+    head.extensions
+        .get::<SessionUser>()
+        .is_some_and(|user| pro_users.contains(&user.0))
+}
+
+/// `API_TOTAL_LIMIT`: every `/api/*` caller together, a request costing 1 whatever it is; with
+/// `API_RESERVE_PRO`, the last share of it kept for the pro plan, so that free and anonymous
+/// traffic cannot use it all up.
+fn api_total_rule(total: Quota, reserve: Option<f64>, pro_users: Arc<HashSet<String>>) -> Rule {
+    let rule = Rule::new("api-total", total);
+    match reserve {
+        Some(share) => rule.reserve(share, move |head| is_pro(head, &pro_users)),
+        None => rule,
+    }
 }
 
 /// The caches and the idempotency records on `redis`, shared with every instance.
@@ -181,6 +199,8 @@ fn router(
         .rule_with(
             api.with_mode(config.api_mode)
                 .with_overrides()
+                // PUT /admin/rules/api changes its quota at run time (admin.rs).
+                .live()
                 .with_quota_from(move |head| plan_quota(head, pro, &pro_users))
                 .with_cost_from(move |head| {
                     if head.uri.path() == "/export" {
@@ -192,6 +212,10 @@ fn router(
             SessionUser::key().or(config.client_ip.clone()),
         )
         .failure_policy(config.limit_on_error);
+    if let Some((total, reserve)) = config.api_total {
+        let rule = api_total_rule(total, reserve, Arc::clone(&config.pro_users));
+        api_limit = api_limit.rule_with(rule, Global);
+    }
     if let Some(candidate) = config.api_candidate {
         api_limit = api_limit.candidate("api", candidate);
     }

@@ -31,6 +31,14 @@ impl<T> Few<T> {
         }
     }
 
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
+        match self {
+            Self::None => &mut [],
+            Self::One(item) => std::slice::from_mut(item),
+            Self::Many(all) => all,
+        }
+    }
+
     pub(crate) fn into_vec(self) -> Vec<T> {
         match self {
             Self::None => Vec::new(),

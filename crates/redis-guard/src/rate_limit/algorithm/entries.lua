@@ -11,7 +11,8 @@ local function entry_counts(e, k, a, num)
   num = num or tonumber
   local n, m = num(ARGV[a + 1]), num(ARGV[a + 2])
   local r = m and (m - 2) / 8
-  if n == nil or r == nil or r ~= math.floor(r) or n < r or n > 2 * r or k + n > #KEYS
+  -- Up to 3 keys per rule: a live rule's record is the third (live.lua).
+  if n == nil or r == nil or r ~= math.floor(r) or n < r or n > 3 * r or k + n > #KEYS
     or a + 2 + m > #ARGV then
     return nil, redis.error_reply('RG_ARITY entry ' .. e .. ' does not fit: ' .. tostring(n)
       .. ' keys, ' .. tostring(m) .. ' arguments')

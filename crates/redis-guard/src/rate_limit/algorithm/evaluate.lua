@@ -1,13 +1,15 @@
 -- Decide and record requests against the rules of a layer, each request all or nothing.
 --
 -- Built by concatenation: backend/prelude.lua, entries.lua, overrides.lua, prelude.lua, the
--- algorithm files, a table `algorithms` mapping ids to their functions, then this file.
+-- algorithm files, a table `algorithms` mapping ids to their functions, then live.lua and
+-- this file.
 --
 -- Coalesced form (backend/coalesce.rs): one call carries one or more requests ("entries"),
 -- decided one after the other, in order, at one Redis time.
 --
 -- KEYS     every entry's keys, entry after entry: per rule its state key, then its override
---          key when the rule reads one (operations.rs); on a Redis Cluster all keys of one call
+--          key when the rule reads one (operations.rs), then its live record when its spec is
+--          marked `L` (live.lua; never on a Cluster); on a Redis Cluster all keys of one call
 --          share a hash tag.
 -- ARGV[1]  a time shift in µs added to Redis TIME: 0 in production; tests move time forward
 --          with it instead of sleeping.
@@ -53,10 +55,17 @@ local function decide(k, n, a)
     -- which record nothing to wait for.
     p.max_wait = (probe or dry) and 0 or (tonumber(ARGV[o + 8]) or 0)
     local spec, key, okey = ARGV[o + 7], KEYS[k + 1], nil
+    -- A live rule (live.lua): its spec is marked, its live record is its last key.
+    local live
+    spec, live = live_spec(spec)
     if spec == '0' then
       k = k + 1
     else
       okey, k = KEYS[k + 2], k + 2
+    end
+    if live then
+      live_apply(p, KEYS[k + 1])
+      k = k + 1
     end
     local algorithm = algorithms[p.id]
     if type(algorithm) ~= 'function' then

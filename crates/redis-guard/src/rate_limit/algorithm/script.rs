@@ -92,7 +92,8 @@ impl Scripts {
                 "algorithms",
                 "",
                 &evaluate,
-                include_str!("evaluate.lua"),
+                // Live limits' helpers (`Rule::live`) are the driver's own.
+                concat!(include_str!("live.lua"), "\n", include_str!("evaluate.lua")),
             )),
             refund: LuaScript::new(&compose(
                 "refunds",

@@ -164,7 +164,7 @@ impl Config {
                     if !r.rule.is_dynamic() {
                         let Some(cost) = cost else {
                             // A constant cost, checked when the layer was built.
-                            checks.push(Check::shared(&r.rule, key));
+                            checks.push(Check::shared(&r.rule, key).reserving(parts));
                             continue;
                         };
                         if cost > r.rule.algorithm().capacity(r.rule.quota()) {
@@ -175,11 +175,12 @@ impl Config {
                             );
                             return misconfigured();
                         }
-                        checks.push(Check::shared(&r.rule, key).with_cost(cost));
+                        checks.push(Check::shared(&r.rule, key).with_cost(cost).reserving(parts));
                         continue;
                     }
-                    let check =
-                        Check::shared(&r.rule, key).with_cost(cost.unwrap_or(r.rule.cost()));
+                    let check = Check::shared(&r.rule, key)
+                        .with_cost(cost.unwrap_or(r.rule.cost()))
+                        .reserving(parts);
                     match resolve::resolve(&r.rule, parts) {
                         Resolved::Now(quota) => {
                             let check = check.with_quota(quota.unwrap_or(*r.rule.quota()));
@@ -210,6 +211,8 @@ impl Config {
                 Err(KeyError::Misconfigured(_)) => return misconfigured(),
             }
         }
+        // Live rules (`Rule::live`) are decided with the quota an operator set, if any.
+        crate::rate_limit::limiter::live::apply(&*self.limiter, checks.as_mut_slice());
         if checks.as_slice().is_empty() {
             Plan::Pass
         } else if lookups.is_empty() {
@@ -250,7 +253,7 @@ impl Config {
                 .and_then(|f| Some((&f.limiter, f.rules.get(i)?.as_ref()?)));
             match (policy, shared) {
                 (FailurePolicy::Fallback { replicas }, Some((_, rule))) => {
-                    let mut check = Check::shared(rule, key);
+                    let mut check = Check::shared(rule, key).reserving(parts);
                     if let Some((_, quota)) =
                         resolved.iter().find(|(name, _)| **name == *r.rule.name())
                     {

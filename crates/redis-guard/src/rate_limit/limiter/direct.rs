@@ -11,7 +11,8 @@ use std::time::Duration;
 use super::interface::{Engine, check_all};
 use super::overrides::Steer;
 use crate::rate_limit::{
-    Check, Decision, Inspection, Key, Limiter, LimiterError, MemoryLimiter, RedisLimiter, Rule,
+    Check, Decision, Inspection, Key, Limiter, LimiterError, MemoryLimiter, Quota, RedisLimiter,
+    Rule,
 };
 
 /// The user operations as inherent methods of `$ty`, whose examples build their limiter with
@@ -209,6 +210,47 @@ macro_rules! limiter_operations {
             /// As `charge`.
             pub async fn charge_all(&self, checks: Vec<Check>) -> Result<(), LimiterError> {
                 self.charge_checks(checks).await
+            }
+
+            /// Changes the quota of a [live](Rule::live) rule at run time, for every limiter on
+            /// the same store, until `clear_rule_quota`: an incident
+            /// cut, a launch raise. Each key keeps what it used, in units. Logged at `info`
+            /// with the old and new quota and the version. Where it is kept and how soon each
+            /// replica follows (on Redis, its next request; on a Cluster, within
+            /// [`live_refresh`](crate::rate_limit::RedisLimiter::live_refresh)): the guide's
+            /// "Live limits".
+            ///
+            #[doc = operation_example!($setup,
+                "let api = Rule::new(\"api\", Quota::per_minute(60)).live();",
+                "let version = limiter.set_rule_quota(&api, Quota::per_minute(2)).await?;",
+                "for _ in 0..2 {",
+                "    assert!(limiter.check(&api, Key::from(\"k\")).await?.allowed);",
+                "}",
+                "assert!(!limiter.check(&api, Key::from(\"k\")).await?.allowed);",
+                "assert!(limiter.clear_rule_quota(&api).await? > version);",
+                "assert!(limiter.check(&api, Key::from(\"k\")).await?.allowed);",
+            )]
+            ///
+            /// # Errors
+            ///
+            /// [`LimiterError`]: the store failed, the rule is not live or is invalid, or
+            /// `quota` cannot work with it (a cost above its burst; another period for a window
+            /// algorithm): a [`LimiterError::Config`].
+            pub async fn set_rule_quota(
+                &self,
+                rule: &Rule,
+                quota: Quota,
+            ) -> Result<u64, LimiterError> {
+                self.set_live(rule, Some(quota)).await
+            }
+
+            /// Gives a [live](Rule::live) rule its own quota back: the version of the change.
+            ///
+            /// # Errors
+            ///
+            /// As `set_rule_quota`.
+            pub async fn clear_rule_quota(&self, rule: &Rule) -> Result<u64, LimiterError> {
+                self.set_live(rule, None).await
             }
         }
     };

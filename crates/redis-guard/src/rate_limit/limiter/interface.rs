@@ -13,7 +13,7 @@ use super::overrides::Steer;
 use crate::backend::BackendError;
 pub(crate) use crate::rate_limit::Check;
 use crate::rate_limit::decision::HeldLease;
-use crate::rate_limit::{Decision, Inspection, Key, Lease, Mode, Rule, RuleState};
+use crate::rate_limit::{Decision, Inspection, Key, Lease, Mode, Quota, Rule, RuleState};
 use crate::telemetry;
 use crate::{ConfigError, ConfigErrorKind};
 
@@ -148,6 +148,14 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
 
     /// Charges each check its cost whatever is left (`charge_all`).
     fn charge_checks(&self, checks: Vec<Check>) -> LimiterFuture<()>;
+
+    /// The live quota this limiter knows for `rule` ([`Rule::live`]), if one is set: the
+    /// quota its decisions and headers use (`limiter/live.rs`).
+    fn live_quota(&self, rule: &Rule) -> Option<Quota>;
+
+    /// Sets (`Some`) or clears (`None`) `rule`'s live quota for every limiter of the store
+    /// (`set_rule_quota`, `clear_rule_quota`); the new version.
+    fn set_live(&self, rule: &Rule, quota: Option<Quota>) -> LimiterFuture<u64>;
 }
 
 /// Checks one request against several rules, all or nothing (the user operation `check_all`):
@@ -165,6 +173,8 @@ pub(crate) fn check_all<L: Engine + ?Sized>(
     if let Some(err) = checks.iter().find_map(|c| c.validate().err()) {
         return Box::pin(std::future::ready(Err(err.into())));
     }
+    let mut checks = checks;
+    super::live::apply(limiter, &mut checks);
     decide(limiter, checks)
 }
 
@@ -382,5 +392,7 @@ impl<L: Engine + ?Sized> Engine for Arc<L> {
         charge_checks(checks: Vec<Check>) -> LimiterFuture<()>;
         reset_key(rule: &Rule, key: Key) -> LimiterFuture<()>;
         steer_key(rule: &Rule, key: Key, steer: Steer) -> LimiterFuture<()>;
+        live_quota(rule: &Rule) -> Option<Quota>;
+        set_live(rule: &Rule, quota: Option<Quota>) -> LimiterFuture<u64>;
     }
 }

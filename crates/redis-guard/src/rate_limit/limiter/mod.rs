@@ -5,6 +5,7 @@
 
 mod direct;
 mod interface;
+pub(crate) mod live;
 pub(crate) mod operations;
 pub(crate) mod overrides;
 

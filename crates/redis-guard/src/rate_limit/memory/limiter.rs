@@ -12,6 +12,7 @@ use crate::rate_limit::Few;
 use crate::rate_limit::algorithm::{self, Commit, RuleState, ceil_ms};
 use crate::rate_limit::decision::HeldLease;
 use crate::rate_limit::lease::{Place, Receipt, request_id};
+use crate::rate_limit::limiter::live;
 use crate::rate_limit::limiter::operations::{self, Inspection, allow_listed_state};
 use crate::rate_limit::limiter::overrides::{Effect, Override, Steer};
 use crate::rate_limit::limiter::{
@@ -53,6 +54,8 @@ pub struct MemoryLimiter {
     pub(super) inner: Arc<InProcess<Table>>,
     /// Names the table's entries (clones share its keys).
     ids: EntryIds,
+    /// Live quotas set on this limiter ([`Rule::live`], `live.rs`), shared by its clones.
+    pub(super) live: super::live::LiveTable,
 }
 
 impl MemoryLimiter {
@@ -73,6 +76,7 @@ impl MemoryLimiter {
                 clock,
             )),
             ids: EntryIds::new(),
+            live: Arc::default(),
         })
     }
 
@@ -157,7 +161,7 @@ impl MemoryLimiter {
             }
             // Cost 0 is a probe: decided as one unit, never recorded.
             let probe = check.cost == 0;
-            let mut params = check.params(check.cost.max(1));
+            let mut params = check.decided_params(check.cost.max(1));
             if probe || dry {
                 // As the scripts: only a request that records anything can wait for its slot.
                 params.max_wait_us = 0;
@@ -273,6 +277,14 @@ impl crate::sealed::Sealed for MemoryLimiter {}
 impl Limiter for MemoryLimiter {}
 
 impl Engine for MemoryLimiter {
+    fn live_quota(&self, rule: &Rule) -> Option<crate::rate_limit::Quota> {
+        self.live_quota_of(rule)
+    }
+
+    fn set_live(&self, rule: &Rule, quota: Option<crate::rate_limit::Quota>) -> LimiterFuture<u64> {
+        Box::pin(std::future::ready(self.set_live_now(rule, quota)))
+    }
+
     fn charge_checks(&self, checks: Vec<Check>) -> LimiterFuture<()> {
         let charged = chargeable(checks).map(|checks| {
             let lines: Vec<(&Check, i64)> = checks.iter().map(|c| (c, i64::from(c.cost))).collect();
@@ -320,7 +332,8 @@ impl Engine for MemoryLimiter {
                 return Ok(Inspection::allow_listed(rule.quota().limit()));
             }
             let oid = self.override_id(rule, &key);
-            let check = Check::new(rule.clone(), key);
+            let mut check = Check::new(rule.clone(), key);
+            live::apply(self, std::slice::from_mut(&mut check));
             let state = self
                 .evaluate_now(std::slice::from_ref(&check), false, true)?
                 .0

@@ -4,6 +4,7 @@
 
 mod entry_ids;
 mod limiter;
+mod live;
 mod settle;
 mod table;
 

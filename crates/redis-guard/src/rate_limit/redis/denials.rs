@@ -12,8 +12,9 @@ use crate::telemetry;
 
 /// Whether a denial of `checks` may be cached: a custom algorithm's waits are its own business
 /// (it may count denials), a rule with bans counts every rejection toward the next ban, and a
-/// lease may be released at any moment, and a throttled rule admits requests long before its
-/// denial's retry_after.
+/// lease may be released at any moment, a throttled rule admits requests long before its
+/// denial's retry_after, and a rule with a reserve denies the requests outside its class before
+/// those in it (one key, two answers).
 pub(super) fn cacheable(checks: &[Check]) -> bool {
     !checks.iter().any(|c| {
         matches!(
@@ -21,6 +22,9 @@ pub(super) fn cacheable(checks: &[Check]) -> bool {
             Algorithm::Custom(_) | Algorithm::Concurrency
         ) || c.rule.bans().is_some()
             || c.rule.max_wait().is_some()
+            || c.rule.reserve.is_some()
+            // A changed quota must reach a cached client at once.
+            || c.rule.is_live()
     })
 }
 

@@ -23,6 +23,8 @@ pub(super) struct Evaluation {
     keys: Vec<String>,
     /// Per rule: its override key (same hash tag), when it reads one.
     records: Vec<Option<String>>,
+    /// Per rule: its live record's key, when the call reads it (`Rule::live`; empty: none).
+    lives: Vec<Option<String>>,
     rule_args: Vec<RuleArgs>,
     /// Decide, record nothing (inspect).
     dry: bool,
@@ -41,9 +43,21 @@ pub(super) struct RuleArgs {
     /// The throttle's max wait in µs (0: none), the scripts' 8th argument per rule: a rule
     /// admits a request with a wait of at most this, its slot reserved.
     pub(super) max_wait_us: u64,
+    /// Held back from the rule's reserve ([`Rule::reserve`](crate::rate_limit::Rule::reserve)):
+    /// the units less of the limit and of the burst the request is decided with. `ints` keep
+    /// the whole quota, for refunds, charges and receipts.
+    pub(super) held_back: [u64; 2],
 }
 
 impl RuleArgs {
+    /// The integers a decision takes: `ints` less what the request is held back from.
+    pub(super) fn decided(&self) -> [u64; 6] {
+        let mut ints = self.ints;
+        ints[1] -= self.held_back[0];
+        ints[3] -= self.held_back[1];
+        ints
+    }
+
     /// Whether the rule takes a lease (a concurrency rule, cost 1; a probe takes none).
     pub(super) fn is_lease(&self) -> bool {
         Some(self.ints[0]) == Algorithm::Concurrency.builtin_id().map(u64::from) && self.ints[5] > 0
@@ -81,7 +95,7 @@ impl Entry for RuleEntry {
     fn write_args(&self, call: &mut ScriptCall<'_>) {
         call.arg(&*self.request).arg(u8::from(self.dry));
         for args in &self.rule_args {
-            call.arg(&args.ints[..])
+            call.arg(&args.decided()[..])
                 .arg(&*args.overrides)
                 .arg(args.max_wait_us);
         }
@@ -139,7 +153,17 @@ impl Evaluation {
             rule_args,
             dry: false,
             settled: Vec::new(),
+            lives: Vec::new(),
         }
+    }
+
+    /// Reads each rule's live record in the call, from `lives` (one per rule, `None`: not
+    /// live, or on a Cluster). Keys after the rule's others, as `live.lua` takes them.
+    pub(super) fn live_keys(mut self, lives: Vec<Option<String>>) -> Self {
+        if lives.iter().any(Option::is_some) {
+            self.lives = lives;
+        }
+        self
     }
 
     /// Keeps a receipt of an admitted request naming its rules (`names`, one per rule), so that
@@ -198,13 +222,18 @@ impl Evaluation {
         if !backend.connection().is_cluster() {
             // The common case: one entry, its keys and arguments moved rather than copied.
             let keys = std::mem::take(&mut self.keys);
-            let keys = if self.records.iter().all(Option::is_none) {
+            let keys = if self.records.iter().all(Option::is_none) && self.lives.is_empty() {
                 keys
             } else {
                 let records = std::mem::take(&mut self.records);
+                let mut lives = std::mem::take(&mut self.lives).into_iter();
                 keys.into_iter()
                     .zip(records)
-                    .flat_map(|(key, record)| std::iter::once(key).chain(record))
+                    .flat_map(|(key, record)| {
+                        std::iter::once(key)
+                            .chain(record)
+                            .chain(lives.next().flatten())
+                    })
                     .collect()
             };
             let entry = RuleEntry {
@@ -239,7 +268,11 @@ impl Evaluation {
             let entry = RuleEntry {
                 keys: group
                     .iter()
-                    .flat_map(|&i| std::iter::once(&self.keys[i]).chain(&self.records[i]))
+                    .flat_map(|&i| {
+                        std::iter::once(&self.keys[i])
+                            .chain(&self.records[i])
+                            .chain(self.lives.get(i).and_then(Option::as_ref))
+                    })
                     .cloned()
                     .collect(),
                 rule_args: group.iter().map(|&i| self.rule_args[i].clone()).collect(),

@@ -198,6 +198,10 @@ impl Plain {
             || check.cost == 0
             || rule.reads_overrides()
             || rule.settles_after_response()
+            // Its denials would consume the reserve the class is kept.
+            || rule.reserve.is_some()
+            // Its live record is read by the script.
+            || rule.is_live()
         {
             return None;
         }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::RedisLimiter;
 use crate::backend::BackendError;
 use crate::rate_limit::algorithm::script::OPERATIONS;
+use crate::rate_limit::limiter::live;
 use crate::rate_limit::limiter::operations::{self, Inspection};
 use crate::rate_limit::limiter::overrides::{Override, Steer};
 use crate::rate_limit::limiter::{Check, LimiterError, LimiterFuture};
@@ -25,7 +26,8 @@ impl RedisLimiter {
             let listed = Inspection::allow_listed(rule.quota().limit());
             return Box::pin(std::future::ready(Ok(listed)));
         }
-        let check = Check::new(rule.clone(), key);
+        let mut check = Check::new(rule.clone(), key);
+        live::apply(self, std::slice::from_mut(&mut check));
         let evaluation = self.evaluation(std::slice::from_ref(&check)).dry();
         let coalescers = Arc::clone(&self.coalescers);
         // A rule that reads no record has none that applies.

@@ -77,6 +77,8 @@ pub struct RedisLimiter {
     pub(super) counters: Arc<Counters>,
     /// Blocks of [leased](crate::rate_limit::Rule::leased) rules' busy keys.
     pub(super) leases: Arc<HotLeases>,
+    /// Copies of the live rules' records ([`Rule::live`](crate::rate_limit::Rule::live)).
+    pub(super) live: Arc<super::live::LiveCache>,
 }
 
 impl RedisLimiter {
@@ -90,6 +92,10 @@ impl RedisLimiter {
             deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_DENY_CACHE))),
             custom_scripts: Arc::default(),
             leases: Arc::new(HotLeases::new(&backend)),
+            live: Arc::new(super::live::LiveCache::new(
+                &backend,
+                super::live::DEFAULT_LIVE_REFRESH,
+            )),
             backend,
         }
     }
@@ -218,7 +224,9 @@ impl RedisLimiter {
         let rule_args: Vec<RuleArgs> = checks
             .iter()
             .map(|check| {
+                let check = &self.live_args(check);
                 let p = check.params(check.cost);
+                let decided = check.decided_params(check.cost);
                 let id = match &p.algorithm {
                     Algorithm::Custom(custom) => {
                         let index = customs.iter().position(|c| c == custom).unwrap_or_else(|| {
@@ -239,8 +247,9 @@ impl RedisLimiter {
                         p.emission_us,
                         p.cost,
                     ],
-                    overrides: operations::script_arg(&check.rule),
+                    overrides: self.live_spec(&check.rule, operations::script_arg(&check.rule)),
                     max_wait_us: check.rule.max_wait_us(),
+                    held_back: [p.limit - decided.limit, p.burst - decided.burst],
                 }
             })
             .collect();
@@ -250,14 +259,21 @@ impl RedisLimiter {
             Some(self.scripts_for(customs))
         };
         // A rule whose quota varies keeps the quota's shape with its state: the general script.
-        // A throttled rule reserves slots only the general script knows of.
+        // A throttled rule reserves slots, and a live rule's record is read, only by the
+        // general script.
         let gcra_only = checks.iter().all(|c| {
             *c.rule.algorithm() == Algorithm::Gcra
                 && !c.varying
                 && !c.rule.is_dynamic()
                 && c.rule.max_wait().is_none()
+                && !c.rule.is_live()
         });
-        let evaluation = Evaluation::new(scripts, gcra_only, keys, records, rule_args);
+        let evaluation = Evaluation::new(scripts, gcra_only, keys, records, rule_args).live_keys(
+            checks
+                .iter()
+                .map(|c| self.live_key_in_call(&c.rule))
+                .collect(),
+        );
         // A throttled request keeps its receipt too: a waiter that goes away gives its slots
         // back through it.
         if checks
@@ -357,6 +373,14 @@ impl crate::sealed::Sealed for RedisLimiter {}
 impl Limiter for RedisLimiter {}
 
 impl Engine for RedisLimiter {
+    fn live_quota(&self, rule: &Rule) -> Option<crate::rate_limit::Quota> {
+        self.cached_live_quota(rule)
+    }
+
+    fn set_live(&self, rule: &Rule, quota: Option<crate::rate_limit::Quota>) -> LimiterFuture<u64> {
+        self.set_live_record(rule, quota)
+    }
+
     fn config_problem(&self) -> Option<crate::ConfigError> {
         self.backend.config_problem()
     }

@@ -14,6 +14,7 @@ mod give_back;
 mod hot_lease;
 mod key_operations;
 mod limiter;
+mod live;
 mod script_reply;
 
 pub(crate) use give_back::OnRedis;

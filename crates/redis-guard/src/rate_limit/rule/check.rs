@@ -19,6 +19,13 @@ pub struct Check {
     /// Given a quota ([`with_quota`](Self::with_quota)): the rule's quota varies, so its state
     /// on Redis keeps the quota's shape (never the lean GCRA script's bare TAT).
     pub(crate) varying: bool,
+    /// Held back from the rule's reserve ([`Rule::reserve`]): decided against the quota less
+    /// the reserve. Set by a layer for requests outside the rule's class; a direct call is
+    /// decided as the class.
+    pub(crate) held_back: bool,
+    /// Decided with its rule's live quota ([`Rule::live`]), which a quota resolved per request
+    /// does not replace.
+    pub(crate) live: bool,
 }
 
 impl Check {
@@ -36,6 +43,8 @@ impl Check {
             cost: rule.cost(),
             quota: *rule.quota(),
             varying: false,
+            held_back: false,
+            live: false,
         }
     }
 

@@ -5,8 +5,10 @@
 
 mod check;
 mod in_layer;
+mod live;
 mod quota;
 pub(crate) mod quota_lookup;
+mod reserve;
 mod route;
 mod throttle;
 mod verdict;

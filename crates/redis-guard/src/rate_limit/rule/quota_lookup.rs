@@ -70,7 +70,8 @@ pub(crate) fn looked_up(
         match tokio::time::timeout(QUOTA_LOOKUP_TIMEOUT, join_all(futures)).await {
             Ok(quotas) => {
                 for (i, quota) in places.into_iter().zip(quotas) {
-                    if let Some(quota) = quota {
+                    // An operator's live quota wins over the plan's (`Rule::live`).
+                    if let Some(quota) = quota.filter(|_| !checks[i].live) {
                         checks[i].quota = quota;
                         usable(&checks[i])?;
                     }

@@ -43,6 +43,10 @@ pub struct Rule {
     pub(in crate::rate_limit) leased: Option<u8>,
     /// Admitted after a wait of at most this rather than denied ([`Rule::throttle`]).
     pub(in crate::rate_limit) throttle: Option<std::time::Duration>,
+    /// The share of the burst kept for a priority class ([`Rule::reserve`], `reserve.rs`).
+    pub(in crate::rate_limit) reserve: Option<super::reserve::Reserve>,
+    /// Its quota can be changed at run time ([`Rule::live`], `live.rs`).
+    pub(in crate::rate_limit) live: bool,
 }
 
 impl Rule {
@@ -66,6 +70,8 @@ impl Rule {
             refund_when: None,
             leased: None,
             throttle: None,
+            reserve: None,
+            live: false,
         }
     }
 
@@ -147,6 +153,8 @@ impl Rule {
                 .with_value(0));
         }
         self.shape_problem(&self.quota, self.cost)?;
+        self.reserve_problem(&self.quota, self.cost)?;
+        self.live_problem()?;
         self.operations_problem()?;
         self.throttle_problem()?;
         match self.leasing_problem() {
@@ -220,7 +228,8 @@ impl Rule {
                 )
                 .with_value(quota));
         }
-        self.shape_problem(quota, cost)
+        self.shape_problem(quota, cost)?;
+        self.reserve_problem(quota, cost)
     }
 
     /// This rule with another quota and algorithm, everything else kept (allow list, bans,

@@ -1,0 +1,203 @@
+//! Live limits on Redis ([`Rule::live`]): the rule's record, set by `live_set.lua` and read by
+//! the evaluation script in the decision's own call on a single Redis; the copy each limiter
+//! keeps, re-read in the background, for a Cluster and for what the script does not return
+//! (`limiter/live.rs` has the whole picture).
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::RedisLimiter;
+use crate::backend::{BackendError, LuaScript, RedisBackend};
+use crate::rate_limit::limiter::live::{self, LIVE_TTL, LiveRecord};
+use crate::rate_limit::limiter::{Check, Engine, LimiterError, LimiterFuture};
+use crate::rate_limit::{Quota, Rule};
+
+/// Sets or clears a live record.
+static LIVE_SET: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("live_set.lua")));
+
+/// How often a limiter re-reads a live rule's record at most, by default.
+pub(super) const DEFAULT_LIVE_REFRESH: Duration = Duration::from_secs(1);
+
+/// A limiter's copies of the live records of its rules.
+#[derive(Debug)]
+pub(super) struct LiveCache {
+    refresh: Duration,
+    /// Whether the script can read a rule's record in the decision's call (not on a Cluster:
+    /// the record's slot is not the client key's).
+    pub(super) in_call: bool,
+    records: Mutex<HashMap<Arc<str>, Copy>>,
+}
+
+/// A limiter's copy of one record.
+#[derive(Debug, Default)]
+struct Copy {
+    record: LiveRecord,
+    /// When it was last read (`None`: never).
+    read_at: Option<Instant>,
+    /// A read is under way.
+    reading: bool,
+}
+
+impl LiveCache {
+    pub(super) fn new(backend: &RedisBackend, refresh: Duration) -> Self {
+        Self {
+            refresh,
+            in_call: !backend.connection().is_cluster(),
+            records: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Copy>> {
+        self.records.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes `record`, read now (`None`: the read failed, the copy stands), unless a newer one
+    /// is known; `gone`: there is no record (expired, deleted by hand), whatever the copy says.
+    fn store(&self, rule: &Arc<str>, record: Option<LiveRecord>, gone: bool) {
+        let mut records = self.lock();
+        let copy = records.entry(Arc::clone(rule)).or_default();
+        match record {
+            Some(record) if gone || record.version >= copy.record.version => copy.record = record,
+            _ => {}
+        }
+        copy.read_at = Some(Instant::now());
+        copy.reading = false;
+    }
+}
+
+impl RedisLimiter {
+    /// How often each live rule's record ([`Rule::live`]) is re-read at most, in the
+    /// background (default 1 s). On a single Redis or a pool the decision reads the record
+    /// itself, in its own script call, and the copy only feeds the `RateLimit-Policy` header,
+    /// refunds and charges; on a Cluster the copy decides, so a change made on another replica
+    /// takes effect here within this time (at once on the replica that made it).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_guard::backend::RedisConnection;
+    /// use redis_guard::rate_limit::RedisLimiter;
+    /// # async fn f() -> redis::RedisResult<()> {
+    /// let conn = RedisConnection::open("redis://127.0.0.1/").await?;
+    /// let limiter = RedisLimiter::new(conn).live_refresh(Duration::from_millis(200));
+    /// # let _ = limiter; Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn live_refresh(mut self, every: Duration) -> Self {
+        self.live = Arc::new(LiveCache::new(&self.backend, every));
+        self
+    }
+
+    /// The key of `rule`'s live record: one per rule, in a slot of its own on a Cluster.
+    pub(super) fn live_key(&self, rule: &Rule) -> String {
+        self.backend.key(&["rl", rule.name(), "live"], "rule")
+    }
+
+    /// The key of `rule`'s live record when the decision's script call reads it: a live rule,
+    /// not on a Cluster.
+    pub(super) fn live_key_in_call(&self, rule: &Rule) -> Option<String> {
+        (rule.is_live() && self.live.in_call).then(|| self.live_key(rule))
+    }
+
+    /// The evaluation scripts' last argument for `rule`, `spec`, marked `L` when the call reads
+    /// its live record (one more key after its others, `live.lua`).
+    pub(super) fn live_spec(
+        &self,
+        rule: &Rule,
+        spec: std::borrow::Cow<'static, str>,
+    ) -> std::borrow::Cow<'static, str> {
+        if rule.is_live() && self.live.in_call {
+            std::borrow::Cow::Owned(format!("L{spec}"))
+        } else {
+            spec
+        }
+    }
+
+    /// `check` as the script is given it: when the call reads the rule's live record, with
+    /// the rule's own quota instead of this limiter's copy of the live one, so that a record
+    /// cleared since the copy was read gives the rule its own quota back at once.
+    pub(super) fn live_args<'a>(&self, check: &'a Check) -> std::borrow::Cow<'a, Check> {
+        if check.live && self.live.in_call {
+            let mut check = check.clone();
+            check.quota = *check.rule.quota();
+            std::borrow::Cow::Owned(check)
+        } else {
+            std::borrow::Cow::Borrowed(check)
+        }
+    }
+
+    /// The copy of `rule`'s live quota, re-read in the background once it is older than the
+    /// refresh interval (never on the request's path).
+    pub(super) fn cached_live_quota(&self, rule: &Rule) -> Option<Quota> {
+        let cache = &self.live;
+        let mut records = cache.lock();
+        let copy = records.entry(Arc::clone(rule.name_arc())).or_default();
+        let stale = copy.read_at.is_none_or(|at| at.elapsed() >= cache.refresh);
+        if stale
+            && !copy.reading
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            copy.reading = true;
+            let (this, name, key) = (
+                self.clone(),
+                Arc::clone(rule.name_arc()),
+                self.live_key(rule),
+            );
+            runtime.spawn(async move { this.read_live(&name, &key).await });
+        }
+        copy.record.quota
+    }
+
+    /// Reads the record at `key` into the copy of rule `name`.
+    async fn read_live(&self, name: &Arc<str>, key: &str) {
+        let read = self.backend.query(redis::cmd("GET").arg(key)).await;
+        let (record, gone) = match read {
+            Ok(redis::Value::Nil) => (Some(LiveRecord::default()), true),
+            Ok(redis::Value::BulkString(v)) => (
+                std::str::from_utf8(&v).ok().and_then(LiveRecord::decode),
+                false,
+            ),
+            Ok(_) => (None, false),
+            Err(e) => {
+                tracing::debug!(rule = %name, error = %e, "reading a live rule quota failed; the last copy stands");
+                (None, false)
+            }
+        };
+        self.live.store(name, record, gone);
+    }
+
+    /// Sets or clears `rule`'s live quota on Redis (`set_rule_quota`, `clear_rule_quota`).
+    pub(super) fn set_live_record(&self, rule: &Rule, quota: Option<Quota>) -> LimiterFuture<u64> {
+        if let Err(e) = live::valid(self as &dyn Engine, rule, quota.as_ref()) {
+            return Box::pin(std::future::ready(Err(e)));
+        }
+        let (this, rule, key) = (self.clone(), rule.clone(), self.live_key(rule));
+        Box::pin(async move {
+            let mut call = this.backend.script(&LIVE_SET, &[key]);
+            call.arg(LiveRecord::encode(quota.as_ref()))
+                .arg(u64::try_from(LIVE_TTL.as_millis()).unwrap_or(u64::MAX));
+            let reply = call.run().await?;
+            let (old, version) = match &reply {
+                redis::Value::Array(cells) => match &cells[..] {
+                    [redis::Value::BulkString(old), redis::Value::Int(v)] => (
+                        String::from_utf8_lossy(old).into_owned(),
+                        u64::try_from(*v).ok(),
+                    ),
+                    _ => (String::new(), None),
+                },
+                _ => (String::new(), None),
+            };
+            let Some(version) = version else {
+                return Err(LimiterError::from(BackendError::BadReply(format!(
+                    "live quota script: {reply:?}"
+                ))));
+            };
+            this.live
+                .store(rule.name_arc(), Some(LiveRecord { version, quota }), false);
+            let old = LiveRecord::decode(&old).and_then(|r| r.quota);
+            live::log_change(&rule, old, quota, version);
+            Ok(version)
+        })
+    }
+}
