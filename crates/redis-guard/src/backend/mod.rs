@@ -49,6 +49,12 @@ mod coalesce_tests;
 #[cfg(feature = "rate-limit")]
 mod deny_cache;
 mod error;
+#[cfg(feature = "sentinel")]
+cfg_middleware! {
+    unused_without {
+        mod sentinel;
+    }
+}
 #[cfg(feature = "cluster")]
 mod slot;
 // Without any middleware the connection has no user inside the crate.
