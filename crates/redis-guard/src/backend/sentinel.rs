@@ -335,6 +335,12 @@ fn config_error(detail: String) -> RedisError {
 /// A sentinel's address: `host:port` or a `redis://` URL (for its own credentials).
 fn sentinel_info(s: &str) -> RedisResult<ConnectionInfo> {
     let s = s.trim();
+    let has_port = |s: &str| s.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok());
+    if !s.contains("://") && !has_port(s) {
+        return Err(config_error(format!(
+            "'{s}' is not a sentinel address: host:port (a sentinel has no default port)"
+        )));
+    }
     let url = if s.contains("://") {
         s.to_owned()
     } else {
@@ -422,7 +428,7 @@ mod tests {
     fn sentinel_addresses_are_host_port_or_urls() {
         assert!(sentinel_info("127.0.0.1:26379").is_ok());
         assert!(sentinel_info(" redis://:pw@10.0.0.1:26379/ ").is_ok());
-        for bad in ["", "host:port", "redis://[::1", "unix:///tmp/s.sock"] {
+        for bad in ["", "host", "host:port", "redis://[::1", "unix:///tmp/s.sock"] {
             assert!(sentinel_info(bad).is_err(), "{bad}");
         }
     }
