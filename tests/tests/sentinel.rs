@@ -98,14 +98,20 @@ fn opened(prefix: &str) -> u64 {
     map.get(prefix).map_or(0, |n| n.load(Ordering::Relaxed))
 }
 
-/// A primary, its replica (in sync) and three sentinels that know both and each other.
-fn topology() -> (RedisServer, RedisServer, RedisSentinels) {
+/// A primary, its replica and `count` sentinels with `down_after`.
+fn servers(count: usize, down_after: Duration) -> (RedisServer, RedisServer, RedisSentinels) {
     let primary = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     let port = primary.port().to_string();
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port])
         .unwrap_or_else(|e| panic!("{e}"));
-    let sentinels = RedisSentinels::start(primary.port(), 3, Duration::from_millis(400))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let sentinels =
+        RedisSentinels::start(primary.port(), count, down_after).unwrap_or_else(|e| panic!("{e}"));
+    (primary, replica, sentinels)
+}
+
+/// A primary, its replica and three sentinels that know both and each other.
+fn topology() -> (RedisServer, RedisServer, RedisSentinels) {
+    let (primary, replica, sentinels) = servers(3, Duration::from_millis(400));
     sentinels
         .wait_watching(1, Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("{e}"));
@@ -286,17 +292,10 @@ async fn a_failover_under_load_loses_no_decision_and_the_limit_holds_on_the_new_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinels_that_are_down_or_lie_are_skipped_and_none_is_a_clear_error() {
-    let (primary, replica, mut sentinels) = tokio::task::spawn_blocking(|| {
-        let primary = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
-        let port = primary.port().to_string();
-        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port])
-            .unwrap_or_else(|e| panic!("{e}"));
-        let sentinels = RedisSentinels::start(primary.port(), 2, Duration::from_secs(60))
-            .unwrap_or_else(|e| panic!("{e}"));
-        (primary, replica, sentinels)
-    })
-    .await
-    .expect("start");
+    let (primary, replica, mut sentinels) =
+        tokio::task::spawn_blocking(|| servers(2, Duration::from_secs(60)))
+            .await
+            .expect("start");
     // A "sentinel" that names the replica: a plain server that answers SENTINEL with the
     // replica's address is hard to fake, so a real sentinel watching the replica stands in.
     let liar = tokio::task::spawn_blocking({

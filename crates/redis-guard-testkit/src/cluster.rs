@@ -1,11 +1,10 @@
-use crate::process::fresh_dir;
+use crate::process::{Node, fresh_dir};
 use crate::server::{LOG_FILE, OUTPUT_FILE, TestkitError, spawn_redis};
 use std::collections::hash_map::RandomState;
 use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hasher};
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -41,14 +40,6 @@ const ADDSLOTS_BATCH: usize = 1024;
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<Node>,
-}
-
-/// One `redis-server` child process, killed and its directory removed on drop.
-#[derive(Debug)]
-struct Node {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
 }
 
 impl RedisCluster {
@@ -460,14 +451,6 @@ impl Node {
 
     fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

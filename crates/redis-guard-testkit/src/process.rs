@@ -39,3 +39,20 @@ pub(crate) fn spawn_in(command: &mut Command, dir: &Path, output: &str) -> io::R
     }
     spawned
 }
+
+/// One child process (a cluster node, a sentinel) on a port, with its directory: killed and the
+/// directory removed on drop.
+#[derive(Debug)]
+pub(crate) struct Node {
+    pub(crate) child: Child,
+    pub(crate) port: u16,
+    pub(crate) dir: PathBuf,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,9 +1,8 @@
 use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::process::{fresh_dir, spawn_in};
+use crate::process::{Node, fresh_dir, spawn_in};
 use crate::server::{LOG_FILE, OUTPUT_FILE, TestkitError, redis_server_binary};
 
 /// How often the sentinels' view is polled.
@@ -22,21 +21,6 @@ const UP_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct RedisSentinels {
     nodes: Vec<Node>,
-}
-
-#[derive(Debug)]
-struct Node {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 impl RedisSentinels {
@@ -63,7 +47,7 @@ impl RedisSentinels {
             // A port found free can be taken before the sentinel binds it: try again.
             let mut last = None;
             for _ in 0..5 {
-                match Node::spawn(primary_port, quorum, down_after) {
+                match Node::spawn_sentinel(primary_port, quorum, down_after) {
                     Ok(node) => {
                         last = None;
                         sentinels.nodes.push(node);
@@ -161,7 +145,7 @@ impl RedisSentinels {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                let logs: Vec<String> = self.nodes.iter().map(Node::log).collect();
+                let logs: Vec<String> = self.nodes.iter().map(Node::sentinel_log).collect();
                 return Err(TestkitError::NotReady(format!(
                     "the sentinels did not {what} within {timeout:?}; logs:\n{}",
                     logs.join("\n---\n")
@@ -173,7 +157,11 @@ impl RedisSentinels {
 }
 
 impl Node {
-    fn spawn(primary: u16, quorum: usize, down_after: Duration) -> Result<Self, TestkitError> {
+    fn spawn_sentinel(
+        primary: u16,
+        quorum: usize,
+        down_after: Duration,
+    ) -> Result<Self, TestkitError> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let dir = fresh_dir("sentinel", port)?;
         let down = down_after.as_millis().max(1);
@@ -204,18 +192,18 @@ impl Node {
             }
         })?;
         let mut node = Self { child, port, dir };
-        node.wait_ready(primary)?;
+        node.wait_naming(primary)?;
         Ok(node)
     }
 
     /// Waits until the sentinel names `primary` (which it reads from its file at start).
-    fn wait_ready(&mut self, primary: u16) -> Result<(), TestkitError> {
+    fn wait_naming(&mut self, primary: u16) -> Result<(), TestkitError> {
         let deadline = Instant::now() + UP_TIMEOUT;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(TestkitError::NotReady(format!(
                     "the sentinel exited with {status}; log:\n{}",
-                    self.log()
+                    self.sentinel_log()
                 )));
             }
             if connect(self.port).is_ok_and(|mut c| named(&mut c) == Some(primary)) {
@@ -224,14 +212,14 @@ impl Node {
             if Instant::now() > deadline {
                 return Err(TestkitError::NotReady(format!(
                     "the sentinel did not name the primary within {UP_TIMEOUT:?}; log:\n{}",
-                    self.log()
+                    self.sentinel_log()
                 )));
             }
             std::thread::sleep(POLL);
         }
     }
 
-    fn log(&self) -> String {
+    fn sentinel_log(&self) -> String {
         let read = |f| std::fs::read_to_string(self.dir.join(f)).unwrap_or_default();
         format!("{}{}", read(OUTPUT_FILE), read(LOG_FILE))
     }
