@@ -152,6 +152,15 @@ async fn info(port: u16, section: &str) -> String {
         .expect("INFO")
 }
 
+/// Whether `limiter` admits a request of `key` under `rule` (it must decide).
+async fn admits(limiter: &RedisLimiter, rule: &Rule, key: &str) -> bool {
+    limiter
+        .check(rule, Key::from(key))
+        .await
+        .expect("decided")
+        .allowed
+}
+
 /// A request to the session app, with the session's cookie.
 fn session_request(path: &str, id: Option<&str>) -> Request<Full<Bytes>> {
     let mut req = Request::builder().method("POST").uri(path);
@@ -392,13 +401,7 @@ async fn a_demoted_primary_is_left_for_the_new_one_without_noscript() {
             .timeout(TIMEOUT),
     );
     let rule = Rule::new("demoted", Quota::per_hour(1_000_000));
-    assert!(
-        limiter
-            .check(&rule, Key::from("k"))
-            .await
-            .expect("decided")
-            .allowed
-    );
+    assert!(admits(&limiter, &rule, "k").await);
     // A graceful failover: the old primary stays up, as a replica that answers writes with
     // READONLY.
     let sentinel = sentinels.ports()[0];
@@ -454,13 +457,7 @@ async fn a_demoted_primary_is_left_for_the_new_one_without_noscript() {
     let fresh = Rule::new("fresh", Quota::per_hour(3));
     let mut admitted = 0;
     for _ in 0..5 {
-        admitted += u32::from(
-            limiter
-                .check(&fresh, Key::from("f"))
-                .await
-                .expect("decided")
-                .allowed,
-        );
+        admitted += u32::from(admits(&limiter, &fresh, "f").await);
     }
     assert_eq!(admitted, 3);
     let stats = info(new, "commandstats").await;
