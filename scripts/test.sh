@@ -173,7 +173,7 @@ import json, os, sys
 root = os.getcwd()
 # package directory: its test targets to run (None: all of them)
 wanted = {"crates/redis-guard": None, "tests": None, "crates/redis-guard-testkit": {"cluster"},
-          "examples/axum-app": {"e2e", "faults", "rollout", "admin"}, "examples/hyper-app": {"e2e"},
+          "examples/axum-app": {"e2e", "faults", "rollout", "admin", "sentinel"}, "examples/hyper-app": {"e2e"},
           "examples/tonic-app": {"e2e"}}
 for line in sys.stdin:
     m = json.loads(line)
