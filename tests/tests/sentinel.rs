@@ -383,6 +383,20 @@ async fn sentinels_that_are_down_or_lie_are_skipped_and_none_is_a_clear_error() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_demoted_primary_is_left_for_the_new_one_without_noscript() {
+    forced_failover(false).await;
+}
+
+/// The primary frozen (`SIGSTOP`: calls time out, nothing breaks the connection) and replaced:
+/// only the once-a-second check finds the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_primary_the_sentinels_replaced_is_left_within_a_check() {
+    forced_failover(true).await;
+}
+
+/// A failover the one sentinel is told to make (`SENTINEL FAILOVER`), of a primary that stays up
+/// and is demoted, or that is `frozen`: the connection moves to the new primary, every call
+/// within the bound, the limit exact there and no `NOSCRIPT`.
+async fn forced_failover(frozen: bool) {
     let (old, _replica, sentinels) = tokio::task::spawn_blocking(|| {
         let (primary, replica, sentinels) = servers(1, Duration::from_secs(60));
         sentinels
@@ -402,8 +416,9 @@ async fn a_demoted_primary_is_left_for_the_new_one_without_noscript() {
     );
     let rule = Rule::new("demoted", Quota::per_hour(1_000_000));
     assert!(admits(&limiter, &rule, "k").await);
-    // A graceful failover: the old primary stays up, as a replica that answers writes with
-    // READONLY.
+    if frozen {
+        old.freeze().expect("SIGSTOP");
+    }
     let sentinel = sentinels.ports()[0];
     let client = redis::Client::open(format!("redis://127.0.0.1:{sentinel}/")).expect("url");
     let mut conn = client
@@ -431,15 +446,17 @@ async fn a_demoted_primary_is_left_for_the_new_one_without_noscript() {
     })
     .await
     .expect("wait");
-    // Demoted as the sentinel would (it does so only at its next look at the old primary, up to
-    // 10 s later): writes there now answer READONLY.
-    let mut demote = old.connect().await;
-    let () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(new)
-        .query_async(&mut demote)
-        .await
-        .expect("REPLICAOF");
+    if !frozen {
+        // Demoted as the sentinel would (it does so only at its next look at the old primary,
+        // up to 10 s later): writes there now answer READONLY.
+        let mut demote = old.connect().await;
+        let () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(new)
+            .query_async(&mut demote)
+            .await
+            .expect("REPLICAOF");
+    }
     let started = Instant::now();
     loop {
         let call = Instant::now();
@@ -462,6 +479,10 @@ async fn a_demoted_primary_is_left_for_the_new_one_without_noscript() {
     assert_eq!(admitted, 3);
     let stats = info(new, "commandstats").await;
     assert_eq!(inspect::command_calls(&stats, "eval"), 0, "{stats}");
-    assert!(info(old_port, "replication").await.contains("role:slave"));
+    if frozen {
+        old.thaw().expect("SIGCONT");
+    } else {
+        assert!(info(old_port, "replication").await.contains("role:slave"));
+    }
     drop(sentinels);
 }

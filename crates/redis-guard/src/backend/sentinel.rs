@@ -201,15 +201,16 @@ impl Sentinel {
 
     /// The address `sentinel` gives for the primary.
     async fn named_by(&self, sentinel: &ConnectionInfo) -> RedisResult<ConnectionAddr> {
-        let step = async {
-            let mut conn = connect(sentinel.clone()).await?;
-            redis::cmd("SENTINEL")
-                .arg("GET-MASTER-ADDR-BY-NAME")
-                .arg(&self.master)
-                .query_async::<Option<(String, u16)>>(&mut conn)
-                .await
-        };
-        match within(step, "the sentinel").await? {
+        let mut conn = within(connect(sentinel.clone()), "the sentinel").await?;
+        self.named_on(&mut conn).await
+    }
+
+    /// The address the sentinel behind `conn` gives for the primary.
+    async fn named_on(&self, conn: &mut MultiplexedConnection) -> RedisResult<ConnectionAddr> {
+        let mut cmd = redis::cmd("SENTINEL");
+        cmd.arg("GET-MASTER-ADDR-BY-NAME").arg(&self.master);
+        let ask = cmd.query_async::<Option<(String, u16)>>(conn);
+        match within(ask, "the sentinel").await? {
             Some((host, port)) => Ok(ConnectionAddr::Tcp(host, port)),
             None => Err(RedisError::from((
                 ErrorKind::Io,
@@ -260,6 +261,8 @@ impl Sentinel {
 /// the connection is dropped.
 async fn watch(shared: Weak<Sentinel>) {
     let mut pause = RETRY_FIRST;
+    // The checks' connection to the preferred sentinel (its index), kept between checks.
+    let mut asking: Option<(usize, MultiplexedConnection)> = None;
     loop {
         let Some(s) = shared.upgrade() else { return };
         let Some(addr) = s.current_addr() else {
@@ -286,10 +289,21 @@ async fn watch(shared: Weak<Sentinel>) {
             continue;
         }
         let first = s.preferred.load(Ordering::Relaxed) % s.sentinels.len();
-        let moved = match s.named_by(&s.sentinels[first]).await {
-            Ok(named) => named != addr,
-            Err(_) => false,
+        let named = match &mut asking {
+            Some((i, conn)) if *i == first => s.named_on(conn).await,
+            _ => match within(connect(s.sentinels[first].clone()), "the sentinel").await {
+                Ok(mut conn) => {
+                    let named = s.named_on(&mut conn).await;
+                    asking = Some((first, conn));
+                    named
+                }
+                Err(e) => Err(e),
+            },
         };
+        if named.is_err() {
+            asking = None;
+        }
+        let moved = named.is_ok_and(|named| named != addr);
         if moved {
             // Keep serving on the current primary until the new one is confirmed.
             if let Ok((new, conn)) = s.discover().await
