@@ -90,7 +90,7 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 # Every feature of the library on its own (and none): an import or item used only by another
 # feature warns here, and nowhere else.
-for feature in "" rate-limit session cache idempotency metrics axum bb8 cluster test-util; do
+for feature in "" rate-limit session cache idempotency metrics axum bb8 cluster sentinel test-util; do
   say "cargo clippy -p redis-guard, features: [${feature:-none}] -D warnings"
   cargo clippy -p redis-guard --no-default-features ${feature:+--features "$feature"} -- -D warnings
 done
@@ -110,7 +110,9 @@ import json, os, sys
 root = os.getcwd()
 # package directory: its test targets to run (None: all of them)
 wanted = {"crates/redis-guard": None, "tests": None, "crates/redis-guard-testkit": {"cluster"},
-          "examples/axum-app": {"e2e", "faults", "rollout", "admin"}, "examples/hyper-app": {"e2e"},
+          "examples/axum-app": {"e2e", "faults", "rollout", "admin", "sentinel", "throttle",
+                                "live_rules"},
+          "examples/hyper-app": {"e2e"},
           "examples/tonic-app": {"e2e"}}
 every = sys.argv[1] == "all"
 for line in sys.stdin:

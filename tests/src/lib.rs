@@ -19,10 +19,10 @@ use redis_guard::cache::{
 use redis_guard::idempotency::IdempotencyStore;
 use redis_guard::rate_limit::{Algorithm, Limiter, MemoryLimiter, RedisLimiter};
 use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionError, SessionStore};
-use redis_guard_testkit::{RedisCluster, RedisServer, unique_prefix};
+use redis_guard_testkit::{RedisCluster, RedisSentinels, RedisServer, unique_prefix};
 
-pub mod fail_safe;
 mod admitted;
+pub mod fail_safe;
 pub mod session_routes;
 
 pub use admitted::admitted;
@@ -72,6 +72,9 @@ pub enum Kind {
     Pool,
     /// [`RedisLimiter`] on a private 3-master Redis Cluster.
     Cluster,
+    /// [`RedisLimiter`] on the primary a private Redis Sentinel names
+    /// ([`RedisConnection::sentinel`]): a standalone `redis-server` and one sentinel.
+    Sentinel,
 }
 
 /// A backend under test.
@@ -86,6 +89,8 @@ pub struct Harness {
     idempotency: IdempotencyStore,
     server: Option<RedisServer>,
     cluster: Option<RedisCluster>,
+    /// The sentinel watching `server`, on [`Kind::Sentinel`].
+    sentinels: Option<RedisSentinels>,
     prefix: String,
 }
 
@@ -112,6 +117,7 @@ impl Harness {
             clock,
             server: None,
             cluster: None,
+            sentinels: None,
             prefix: unique_prefix("mem"),
         }
     }
@@ -149,10 +155,27 @@ impl Harness {
                 .clock(clock.clone())
                 .build(),
             clock,
+            sentinels: (kind == Kind::Sentinel).then(|| {
+                // No replica, so no failover: the sentinel only names the server.
+                RedisSentinels::start(server.port(), 1, Duration::from_secs(60))
+                    .unwrap_or_else(|e| panic!("{e}"))
+            }),
             server: Some(server),
             cluster: None,
             prefix: unique_prefix("redis"),
         }
+    }
+
+    /// A Redis backend on a fresh private server and a sentinel that watches it, through
+    /// [`RedisConnection::sentinel`].
+    ///
+    /// # Panics
+    ///
+    /// As [`redis`](Self::redis), or when the sentinel cannot be started.
+    pub async fn sentinel() -> Self {
+        tokio::task::spawn_blocking(|| Self::standalone(Kind::Sentinel))
+            .await
+            .expect("sentinel start task")
     }
 
     /// A Redis backend on a fresh private 3-master cluster.
@@ -180,6 +203,7 @@ impl Harness {
             clock,
             server: None,
             cluster: Some(cluster),
+            sentinels: None,
             prefix: unique_prefix("cluster"),
         }
     }
@@ -304,7 +328,7 @@ impl Harness {
     pub fn server_urls(&self) -> Vec<String> {
         match self.kind {
             Kind::Memory => panic!("the memory backend has no Redis"),
-            Kind::Redis | Kind::Pool => vec![self.server_url()],
+            Kind::Redis | Kind::Pool | Kind::Sentinel => vec![self.server_url()],
             Kind::Cluster => self.cluster_urls(),
         }
     }
@@ -333,6 +357,12 @@ impl Harness {
             Kind::Cluster => RedisConnection::cluster(&self.cluster_urls())
                 .await
                 .expect("connect to the test cluster"),
+            Kind::Sentinel => RedisConnection::sentinel(
+                &self.sentinels.as_ref().expect("sentinels").addrs(),
+                RedisSentinels::MASTER,
+            )
+            .await
+            .expect("connect through the test sentinel"),
         }
     }
 
@@ -352,7 +382,7 @@ impl Harness {
     pub async fn inspect(&self) -> Inspect {
         match self.kind {
             Kind::Memory => panic!("the memory backend has no Redis"),
-            Kind::Redis | Kind::Pool => Inspect::Single(
+            Kind::Redis | Kind::Pool | Kind::Sentinel => Inspect::Single(
                 self.server
                     .as_ref()
                     .expect("a standalone Redis")
@@ -520,6 +550,7 @@ impl Harness {
     pub fn kill_redis(&mut self) {
         self.server = None;
         self.cluster = None;
+        self.sentinels = None;
     }
 
     /// Lets `d` pass without waiting: the manual clock moves, and with it the memory backend's
@@ -568,10 +599,11 @@ impl Harness {
 }
 
 /// Runs each listed scenario against every backend: `memory::name`, `standalone::name`
-/// (`ConnectionManager`), `pool::name` (`bb8`) and `cluster::name` (3-master Redis Cluster).
+/// (`ConnectionManager`), `pool::name` (`bb8`), `cluster::name` (3-master Redis Cluster) and
+/// `sentinel::name` (a server found through a Redis Sentinel).
 ///
 /// A scenario that only means something on Redis (what the store holds, Redis misbehaving) goes
-/// in the `redis_only:` arm, which generates `redis_only::{standalone,pool,cluster}::name` and
+/// in the `redis_only:` arm, which generates `redis_only::{standalone,pool,cluster,sentinel}::name` and
 /// no memory test; one that needs a single server and a single connection (counting commands
 /// with `MONITOR`) goes in `standalone_only:` (`standalone_only::standalone::name`). A scenario
 /// never returns early on a backend it does not apply to: every generated test asserts.
@@ -589,6 +621,7 @@ macro_rules! backend_suite {
             $crate::backend_suite!(@kind standalone, redis, $($name),*);
             $crate::backend_suite!(@kind pool, pool, $($name),*);
             $crate::backend_suite!(@kind cluster, cluster, $($name),*);
+            $crate::backend_suite!(@kind sentinel, sentinel, $($name),*);
         }
     };
     (standalone_only: $($name:ident),* $(,)?) => {
@@ -612,6 +645,7 @@ macro_rules! backend_suite {
         $crate::backend_suite!(@kind standalone, redis, $($name),*);
         $crate::backend_suite!(@kind pool, pool, $($name),*);
         $crate::backend_suite!(@kind cluster, cluster, $($name),*);
+        $crate::backend_suite!(@kind sentinel, sentinel, $($name),*);
     };
 }
 

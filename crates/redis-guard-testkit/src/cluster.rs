@@ -1,5 +1,4 @@
-use crate::process::Watched;
-use crate::process::fresh_dir;
+use crate::process::{Node, fresh_dir};
 use crate::server::{LOG_FILE, OUTPUT_FILE, TestkitError, spawn_redis_watched};
 use std::collections::hash_map::RandomState;
 use std::fmt::Write as _;
@@ -43,15 +42,6 @@ mod spares;
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<Node>,
-}
-
-/// One `redis-server` child process, killed and its directory removed on drop, or when this
-/// process exits (it may belong to a cluster started ahead that nobody took).
-#[derive(Debug)]
-struct Node {
-    process: Watched,
-    port: u16,
-    dir: PathBuf,
 }
 
 impl RedisCluster {
@@ -475,13 +465,6 @@ impl Node {
 
     fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.process.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

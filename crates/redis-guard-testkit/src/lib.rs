@@ -7,6 +7,8 @@
 //! [restarted](RedisServer::restart) on the same port.
 //! [`RedisCluster::start`] does the same for a 3-master Redis Cluster, and returns once every
 //! node agrees that all 16384 slots are served.
+//! [`RedisSentinels`] starts Redis Sentinels (`redis-server --sentinel`) watching a primary,
+//! for tests of a connection that follows failovers.
 //! [`NotRedis`] listens on a port and answers as anything but Redis (garbage, an HTTP reply,
 //! silence), for tests of a `REDIS_URL` that names the wrong port.
 //! [`http`] is a tiny HTTP/1.1 client over a raw socket, able to send what well-behaved clients
@@ -22,9 +24,11 @@ pub mod http;
 pub mod inspect;
 pub mod not_redis;
 mod process;
+mod sentinel;
 mod server;
 
 pub use browser::{Browser, BrowserCookie};
 pub use cluster::RedisCluster;
 pub use not_redis::NotRedis;
+pub use sentinel::RedisSentinels;
 pub use server::{RedisServer, TestkitError, redis_server_binary, unique_prefix};

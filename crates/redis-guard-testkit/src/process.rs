@@ -121,3 +121,29 @@ impl Drop for Watched {
         self.stop();
     }
 }
+
+/// One child process (a cluster node, a sentinel) on a port, with its directory, under a
+/// watchdog ([`spawn_watched`]): killed and the directory removed on drop, or when this process
+/// exits.
+#[derive(Debug)]
+pub(crate) struct Node {
+    pub(crate) process: Watched,
+    pub(crate) port: u16,
+    pub(crate) dir: PathBuf,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.process.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Whether `bin` names an existing file, as a path or on `PATH`.
+pub(crate) fn installed(bin: &str) -> bool {
+    if bin.contains('/') {
+        return Path::new(bin).is_file();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(bin).is_file()))
+}

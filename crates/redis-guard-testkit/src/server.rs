@@ -5,7 +5,7 @@ use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::process::{Watched, fresh_dir, spawn_in, spawn_watched};
+use crate::process::{Watched, fresh_dir, installed, spawn_in, spawn_watched};
 
 /// A `redis-server`'s log file, in its directory.
 pub(crate) const LOG_FILE: &str = "redis.log";
@@ -311,15 +311,6 @@ fn redis_command(
         .arg(dir.join(LOG_FILE))
         .args(extra);
     (command, bin)
-}
-
-/// Whether `bin` names an existing file, as a path or on `PATH`.
-fn installed(bin: &str) -> bool {
-    if bin.contains('/') {
-        return Path::new(bin).is_file();
-    }
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(bin).is_file()))
 }
 
 /// Whether the server behind `conn` answers `PING`: a `PONG`, or (started with

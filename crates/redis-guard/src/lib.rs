@@ -65,6 +65,8 @@
 //!   [`telemetry`].
 //! - `bb8`: a `bb8` pool as a connection source.
 //! - `cluster`: Redis Cluster.
+//! - `sentinel`: Redis Sentinel (`RedisConnection::sentinel`), following the primary through
+//!   failovers.
 //! - `axum`: reads axum's `ConnectInfo<SocketAddr>` for the client address; `Session` is an
 //!   extractor.
 //! - `test-util`: test seams (a manual clock, a time shift for Redis `TIME`); for

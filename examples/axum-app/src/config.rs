@@ -21,6 +21,13 @@ pub(crate) enum Store {
     Redis(String),
     /// A Redis Cluster (`REDIS_CLUSTER_NODES`).
     Cluster(Vec<String>),
+    /// The primary that Redis Sentinels name (`REDIS_SENTINEL`, `REDIS_SENTINEL_MASTER`).
+    Sentinel {
+        /// The sentinels' `host:port`s.
+        sentinels: Vec<String>,
+        /// The master name, or `redis://[user:password@]name[/db]`.
+        master: String,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -69,6 +76,43 @@ pub(crate) struct Config {
     pub(crate) api_total: Option<(Quota, Option<f64>)>,
 }
 
+/// `REDIS_SENTINEL` (`host:port,host:port,…`) and `REDIS_SENTINEL_MASTER` (the name): both or
+/// neither.
+fn sentinel(get: Lookup<'_>) -> Result<Option<Store>, String> {
+    let master = get("REDIS_SENTINEL_MASTER").map(|m| m.trim().to_owned());
+    let Some(list) = get("REDIS_SENTINEL") else {
+        return match master {
+            Some(_) => Err(
+                "REDIS_SENTINEL_MASTER is set without REDIS_SENTINEL (host:port,host:port,…)"
+                    .into(),
+            ),
+            None => Ok(None),
+        };
+    };
+    let mut sentinels = Vec::new();
+    for addr in list.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        let port = addr
+            .rsplit_once(':')
+            .map(|(host, port)| (host, port.parse::<u16>()));
+        if !matches!(port, Some((host, Ok(p))) if !host.is_empty() && p != 0) {
+            return Err(format!(
+                "REDIS_SENTINEL={list:?}: {addr:?} is not host:port"
+            ));
+        }
+        sentinels.push(addr.to_owned());
+    }
+    if sentinels.is_empty() {
+        return Err("REDIS_SENTINEL is empty: expected host:port,host:port,…".into());
+    }
+    match master {
+        Some(master) if !master.is_empty() => Ok(Some(Store::Sentinel { sentinels, master })),
+        _ => Err(
+            "REDIS_SENTINEL is set: REDIS_SENTINEL_MASTER must name the master (e.g. mymaster)"
+                .into(),
+        ),
+    }
+}
+
 impl Config {
     /// Reads the environment; the error names the variable and what is wrong with it.
     pub(crate) fn from_env() -> Result<Self, String> {
@@ -86,7 +130,14 @@ impl Config {
             if nodes.is_empty() {
                 return Err("REDIS_CLUSTER_NODES is empty: expected host:port,host:port,…".into());
             }
+            if get("REDIS_SENTINEL").is_some() {
+                return Err(
+                    "REDIS_CLUSTER_NODES and REDIS_SENTINEL are both set: choose one".into(),
+                );
+            }
             Store::Cluster(nodes)
+        } else if let Some(store) = sentinel(get)? {
+            store
         } else if let Some(url) = get("REDIS_URL") {
             Store::Redis(url.trim().to_owned())
         } else {
@@ -326,6 +377,37 @@ mod tests {
         for bad in ["0", "86400001", "1.5", "soon"] {
             let e = with(&[("REPORT_LEASE_EXPIRY_MS", bad)]).unwrap_err();
             assert!(e.starts_with("REPORT_LEASE_EXPIRY_MS="), "{e}");
+        }
+    }
+
+    #[test]
+    fn sentinel_needs_addresses_and_a_master_name() {
+        let c = with(&[
+            ("REDIS_URL", "redis://a/"),
+            ("REDIS_SENTINEL", "a:26379, b:26380"),
+            ("REDIS_SENTINEL_MASTER", " mymaster "),
+        ])
+        .unwrap();
+        assert!(
+            matches!(c.store, Store::Sentinel { ref sentinels, ref master }
+            if sentinels == &["a:26379", "b:26380"] && master == "mymaster")
+        );
+        for bad in [
+            &[("REDIS_SENTINEL", "a:1")][..],
+            &[("REDIS_SENTINEL", "a:1"), ("REDIS_SENTINEL_MASTER", " ")],
+            &[("REDIS_SENTINEL_MASTER", "m")],
+            &[("REDIS_SENTINEL", " , "), ("REDIS_SENTINEL_MASTER", "m")],
+            &[("REDIS_SENTINEL", "a:1,b"), ("REDIS_SENTINEL_MASTER", "m")],
+            &[("REDIS_SENTINEL", "a:x"), ("REDIS_SENTINEL_MASTER", "m")],
+            &[("REDIS_SENTINEL", ":1"), ("REDIS_SENTINEL_MASTER", "m")],
+            &[
+                ("REDIS_SENTINEL", "a:1"),
+                ("REDIS_SENTINEL_MASTER", "m"),
+                ("REDIS_CLUSTER_NODES", "a:2"),
+            ],
+        ] {
+            let e = with(bad).unwrap_err();
+            assert!(e.contains("REDIS_SENTINEL"), "{bad:?}: {e}");
         }
     }
 

@@ -1,4 +1,5 @@
-//! The redis-guard example on axum: rate limits on Redis, on a Redis Cluster, or in memory. See
+//! The redis-guard example on axum: rate limits on Redis, on a Redis Cluster, on the primary
+//! Redis Sentinels name, or in memory. See
 //! README.md beside this file for what to try.
 
 mod admin;
@@ -66,32 +67,14 @@ async fn run() -> Result<(), String> {
             "in-process memory (set REDIS_URL to share limits and sessions between instances)"
                 .to_owned(),
         ),
-        Store::Redis(url) => {
-            let conn = RedisConnection::open(url)
-                .await
-                // Redacted: the URL may carry the password, and this goes to the logs.
-                .map_err(|e| format!("cannot connect to REDIS_URL={:?}: {e}", redact(url)))?;
+        redis => {
+            let (conn, label) = connect(redis).await?;
             let redis = RedisBackend::new(conn).timeout(config.redis_timeout);
             (
                 Arc::new(RedisLimiter::new(redis.clone())),
                 Arc::new(RedisSessionStore::new(redis.clone())),
                 redis_stores(redis, &config)?,
-                format!("redis at {}", redact(url)),
-            )
-        }
-        Store::Cluster(nodes) => {
-            let conn = RedisConnection::cluster(nodes).await.map_err(|e| {
-                format!(
-                    "cannot connect to REDIS_CLUSTER_NODES={}: {e}",
-                    nodes.join(",")
-                )
-            })?;
-            let redis = RedisBackend::new(conn).timeout(config.redis_timeout);
-            (
-                Arc::new(RedisLimiter::new(redis.clone())),
-                Arc::new(RedisSessionStore::new(redis.clone())),
-                redis_stores(redis, &config)?,
-                format!("redis cluster via {}", nodes.join(",")),
+                label,
             )
         }
     };
@@ -372,6 +355,40 @@ async fn refuse_cross_site(req: axum::extract::Request, next: axum::middleware::
 }
 
 /// Hides a password in a Redis URL before printing it.
+/// The connection `store` names, and how the logs name it; the error names the variable.
+async fn connect(store: &Store) -> Result<(RedisConnection, String), String> {
+    match store {
+        Store::Memory => Err("the memory store has no Redis connection".to_owned()),
+        Store::Redis(url) => {
+            let conn = RedisConnection::open(url)
+                .await
+                // Redacted: the URL may carry the password, and this goes to the logs.
+                .map_err(|e| format!("cannot connect to REDIS_URL={:?}: {e}", redact(url)))?;
+            Ok((conn, format!("redis at {}", redact(url))))
+        }
+        Store::Cluster(nodes) => {
+            let nodes_list = nodes.join(",");
+            let conn = RedisConnection::cluster(nodes)
+                .await
+                .map_err(|e| format!("cannot connect to REDIS_CLUSTER_NODES={nodes_list}: {e}"))?;
+            Ok((conn, format!("redis cluster via {nodes_list}")))
+        }
+        Store::Sentinel { sentinels, master } => {
+            let list = sentinels.join(",");
+            let conn = RedisConnection::sentinel(sentinels, master).await.map_err(|e| {
+                format!(
+                    "cannot find the primary REDIS_SENTINEL_MASTER={:?} through REDIS_SENTINEL={list}: {e}",
+                    redact(master)
+                )
+            })?;
+            Ok((
+                conn,
+                format!("redis primary {:?} via sentinels {list}", redact(master)),
+            ))
+        }
+    }
+}
+
 fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {

@@ -44,6 +44,7 @@ pub(crate) fn install(store: &Store) -> Result<Router, String> {
         Store::Memory => "memory",
         Store::Redis(_) => "redis",
         Store::Cluster(_) => "cluster",
+        Store::Sentinel { .. } => "sentinel",
     };
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), SECONDS_BUCKETS)

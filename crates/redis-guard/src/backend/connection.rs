@@ -4,6 +4,8 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Value};
 
+#[cfg(feature = "sentinel")]
+use super::sentinel::Sentinel;
 #[cfg(feature = "cluster")]
 use super::slot::Masters;
 cfg_middleware! {
@@ -26,7 +28,9 @@ pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 ///   concurrent requests and reconnects on its own;
 /// - a `bb8` pool of multiplexed connections (feature `bb8`), for deployments that standardize
 ///   on pools;
-/// - a Redis Cluster connection (feature `cluster`).
+/// - a Redis Cluster connection (feature `cluster`);
+/// - the primary that a group of Redis Sentinels names, found again after a failover
+///   (feature `sentinel`, [`RedisConnection::sentinel`]).
 ///
 /// Scripts run with `EVALSHA`; on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`) the same call
 /// runs once more as `EVAL` with the script's source, on the node that owns its keys.
@@ -53,6 +57,8 @@ enum Kind {
     Pool(bb8::Pool<bb8_redis::RedisConnectionManager>),
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection, Masters),
+    #[cfg(feature = "sentinel")]
+    Sentinel(std::sync::Arc<Sentinel>),
 }
 
 impl RedisConnection {
@@ -141,6 +147,51 @@ impl RedisConnection {
         })
     }
 
+    /// Connects to the primary that the Redis Sentinels at `sentinels` monitor as `master`,
+    /// and follows it through failovers (feature `sentinel`).
+    ///
+    /// - `sentinels`: `host:port`, or `redis://[[user]:password@]host:port` for a sentinel that
+    ///   wants credentials of its own. One that is down, does not know `master` or names a
+    ///   server that is not a primary (`ROLE`) is skipped; the others are asked in turn.
+    /// - `master`: the name the sentinels monitor, or `redis://[[user]:password@]name[/db]` for
+    ///   the credentials and database of the primary (and of whichever replica is promoted).
+    ///
+    /// Plain TCP only (no TLS). After a failover the connection finds the new primary on its
+    /// own: a background task asks the sentinels again as soon as a call finds the connection
+    /// broken or the server demoted (`READONLY`), and once a second whether they name another
+    /// primary, with a backoff of 25 ms up to 400 ms while none is found. Until then calls
+    /// fail at once with an I/O error (the circuit breaker sees one outage, and the failure
+    /// policies answer), never each waiting for the sentinels. Every script the connection has
+    /// run is loaded on the new primary before it takes calls, so requests do not meet
+    /// `NOSCRIPT` after the switch. Each step of asking (a sentinel's answer, the primary's
+    /// `ROLE`) has 1 s.
+    ///
+    /// ```no_run
+    /// # async fn f() -> redis::RedisResult<()> {
+    /// use redis_guard::backend::RedisConnection;
+    /// let conn = RedisConnection::sentinel(
+    ///     &["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"],
+    ///     "mymaster",
+    /// )
+    /// .await?;
+    /// // A primary that wants a password, database 2:
+    /// let conn = RedisConnection::sentinel(&["10.0.0.1:26379"], "redis://:secret@mymaster/2").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// - no sentinel is given, one is not `host:port` or a `redis://` URL, or `master` is empty
+    ///   or not a name (kind [`InvalidClientConfig`](redis::ErrorKind::InvalidClientConfig));
+    /// - no sentinel names a primary that answers as one (kind [`Io`](redis::ErrorKind::Io)):
+    ///   the error says, for each sentinel, why (never a password).
+    #[cfg(feature = "sentinel")]
+    pub async fn sentinel(sentinels: &[impl AsRef<str>], master: &str) -> RedisResult<Self> {
+        Ok(Self {
+            kind: Kind::Sentinel(Sentinel::connect(sentinels, master).await?),
+        })
+    }
+
     /// How many circuit breakers calls on this connection are spread over: one per master of a
     /// cluster whose slot map is known, else one.
     pub(crate) fn circuits(&self) -> usize {
@@ -186,6 +237,10 @@ impl RedisConnection {
         script: &LuaScript,
         evalsha: &redis::Cmd,
     ) -> RedisResult<Value> {
+        #[cfg(feature = "sentinel")]
+        if let Kind::Sentinel(sentinel) = &self.kind {
+            sentinel.remember(script.get_hash(), script.code());
+        }
         match self.query(evalsha).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 let mut eval = redis::cmd("EVAL");
@@ -241,6 +296,13 @@ impl RedisConnection {
             }
             #[cfg(feature = "cluster")]
             Kind::Cluster(cluster, _) => request.on(&mut cluster.clone()).await,
+            #[cfg(feature = "sentinel")]
+            Kind::Sentinel(sentinel) => {
+                let (mut conn, generation) = sentinel.primary()?;
+                let outcome = request.on(&mut conn).await;
+                sentinel.check(generation, &outcome);
+                outcome
+            }
         }
     }
 }
@@ -380,6 +442,8 @@ impl fmt::Debug for RedisConnection {
             Kind::Pool(_) => "bb8::Pool",
             #[cfg(feature = "cluster")]
             Kind::Cluster(..) => "ClusterConnection",
+            #[cfg(feature = "sentinel")]
+            Kind::Sentinel(_) => "Sentinel",
         };
         f.debug_struct("RedisConnection")
             .field("kind", &kind)

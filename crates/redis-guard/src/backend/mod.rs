@@ -18,7 +18,9 @@
 //! redis-rs' multiplexed [`ConnectionManager`](redis::aio::ConnectionManager), which pipelines
 //! concurrent requests over one socket and reconnects on its own. Scripts run with `EVALSHA`;
 //! when Redis answers `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`) the call runs as `EVAL`
-//! with the script's source, which caches it again.
+//! with the script's source, which caches it again. Behind Redis Sentinel (feature `sentinel`)
+//! the connection follows the primary through failovers and loads the scripts it has run on the
+//! new one before calls go there.
 
 // What every middleware runs on, compiled with any of them.
 cfg_middleware! {
@@ -49,6 +51,12 @@ mod coalesce_tests;
 #[cfg(feature = "rate-limit")]
 mod deny_cache;
 mod error;
+#[cfg(feature = "sentinel")]
+cfg_middleware! {
+    unused_without {
+        mod sentinel;
+    }
+}
 #[cfg(feature = "cluster")]
 mod slot;
 // Without any middleware the connection has no user inside the crate.
