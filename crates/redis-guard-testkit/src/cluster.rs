@@ -380,14 +380,28 @@ impl RedisCluster {
             });
             let mut cursor = "0".to_owned();
             loop {
-                let (next, batch): (String, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                let scan = redis::cmd("SCAN")
                     .arg(&cursor)
                     .arg("COUNT")
                     .arg(1000)
-                    .query(&mut conn)
-                    .unwrap_or_else(|e| {
-                        panic!("RedisCluster::keys: SCAN on {} failed: {e}", node.addr())
-                    });
+                    .clone();
+                // A signal (a watchdog's child exiting) may interrupt the read: ask again, on a
+                // new connection, as the reply of the interrupted one is lost.
+                let mut reply = scan.query(&mut conn);
+                for _ in 0..3 {
+                    match &reply {
+                        Err(e) if e.kind() == redis::ErrorKind::Io => {
+                            if let Ok(fresh) = connect(node.port) {
+                                conn = fresh;
+                            }
+                            reply = scan.query(&mut conn);
+                        }
+                        _ => break,
+                    }
+                }
+                let (next, batch): (String, Vec<Vec<u8>>) = reply.unwrap_or_else(|e| {
+                    panic!("RedisCluster::keys: SCAN on {} failed: {e}", node.addr())
+                });
                 keys.extend(
                     batch
                         .iter()
