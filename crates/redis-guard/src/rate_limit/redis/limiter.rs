@@ -226,7 +226,13 @@ impl RedisLimiter {
             .map(|check| {
                 let check = &self.live_args(check);
                 let p = check.params(check.cost);
-                let decided = check.decided_params(check.cost);
+                // Only a request held back from a rule's reserve is decided with less.
+                let held_back = if check.held_back && check.rule.reserve.is_some() {
+                    let decided = check.decided_params(check.cost);
+                    [p.limit - decided.limit, p.burst - decided.burst]
+                } else {
+                    [0, 0]
+                };
                 let id = match &p.algorithm {
                     Algorithm::Custom(custom) => {
                         let index = customs.iter().position(|c| c == custom).unwrap_or_else(|| {
@@ -249,7 +255,7 @@ impl RedisLimiter {
                     ],
                     overrides: self.live_spec(&check.rule, operations::script_arg(&check.rule)),
                     max_wait_us: check.rule.max_wait_us(),
-                    held_back: [p.limit - decided.limit, p.burst - decided.burst],
+                    held_back,
                 }
             })
             .collect();
