@@ -1,4 +1,4 @@
-use crate::process::{Node, fresh_dir};
+use crate::process::{Node, connect_sync, fresh_dir, on_node};
 use crate::server::{LOG_FILE, OUTPUT_FILE, TestkitError, spawn_redis_watched};
 use std::collections::hash_map::RandomState;
 use std::fmt::Write as _;
@@ -122,7 +122,7 @@ impl RedisCluster {
             loop {
                 self.check_alive()?;
                 let node = &self.nodes[i];
-                if let Ok(mut conn) = connect(node.port)
+                if let Ok(mut conn) = connect_sync(node.port)
                     && redis::cmd("PING").query::<String>(&mut conn).is_ok()
                 {
                     // Our node was started with a logfile in its own directory: a server
@@ -176,7 +176,7 @@ impl RedisCluster {
     fn assign_slots(&self) -> Result<(), TestkitError> {
         for (i, node) in self.nodes.iter().enumerate() {
             let (first, last) = slot_range(i, self.nodes.len());
-            let mut conn = connect(node.port)
+            let mut conn = connect_sync(node.port)
                 .map_err(|e| self.fail(format_args!("cannot connect to {}: {e}", node.addr())))?;
             let range = redis::cmd("CLUSTER")
                 .arg("ADDSLOTSRANGE")
@@ -214,7 +214,7 @@ impl RedisCluster {
     /// Every node meets every later node (one direction suffices per pair).
     fn meet(&self) -> Result<(), TestkitError> {
         for (i, node) in self.nodes.iter().enumerate() {
-            let mut conn = connect(node.port)
+            let mut conn = connect_sync(node.port)
                 .map_err(|e| self.fail(format_args!("cannot connect to {}: {e}", node.addr())))?;
             for other in &self.nodes[i + 1..] {
                 redis::cmd("CLUSTER")
@@ -245,7 +245,7 @@ impl RedisCluster {
             let mut pending = Vec::new();
             for (node, conn) in self.nodes.iter().zip(&mut conns) {
                 if conn.is_none() {
-                    *conn = connect(node.port).ok();
+                    *conn = connect_sync(node.port).ok();
                 }
                 let Some(c) = conn.as_mut() else {
                     pending.push(format!("{}: cannot connect", node.addr()));
@@ -360,7 +360,7 @@ impl RedisCluster {
     /// The first node that could not be reached or answered an error.
     pub fn for_each_node(&self, cmd: &redis::Cmd) -> Result<(), redis::RedisError> {
         for node in &self.nodes {
-            cmd.exec(&mut connect(node.port)?)?;
+            on_node(node.port, |conn| cmd.exec(conn))?;
         }
         Ok(())
     }
@@ -375,43 +375,30 @@ impl RedisCluster {
     pub fn keys(&self) -> Vec<String> {
         let mut keys = Vec::new();
         for node in &self.nodes {
-            let mut conn = connect(node.port).unwrap_or_else(|e| {
-                panic!("RedisCluster::keys: cannot connect to {}: {e}", node.addr())
-            });
-            let mut cursor = "0".to_owned();
-            loop {
-                let scan = redis::cmd("SCAN")
-                    .arg(&cursor)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .clone();
-                // A signal (a watchdog's child exiting) may interrupt the read: ask again, on a
-                // new connection, as the reply of the interrupted one is lost.
-                let mut reply = scan.query(&mut conn);
-                for _ in 0..3 {
-                    match &reply {
-                        Err(e) if e.kind() == redis::ErrorKind::Io => {
-                            if let Ok(fresh) = connect(node.port) {
-                                conn = fresh;
-                            }
-                            reply = scan.query(&mut conn);
-                        }
-                        _ => break,
+            // A whole scan of the node, from the start again if a call failed.
+            let scanned = on_node(node.port, |conn| {
+                let mut found = Vec::new();
+                let mut cursor = "0".to_owned();
+                loop {
+                    let (next, batch): (String, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                        .arg(&cursor)
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query(conn)?;
+                    found.extend(
+                        batch
+                            .iter()
+                            .map(|k| String::from_utf8_lossy(k).into_owned()),
+                    );
+                    if next == "0" {
+                        return Ok(found);
                     }
+                    cursor = next;
                 }
-                let (next, batch): (String, Vec<Vec<u8>>) = reply.unwrap_or_else(|e| {
-                    panic!("RedisCluster::keys: SCAN on {} failed: {e}", node.addr())
-                });
-                keys.extend(
-                    batch
-                        .iter()
-                        .map(|k| String::from_utf8_lossy(k).into_owned()),
-                );
-                if next == "0" {
-                    break;
-                }
-                cursor = next;
-            }
+            });
+            keys.extend(scanned.unwrap_or_else(|e| {
+                panic!("RedisCluster::keys: SCAN on {} failed: {e}", node.addr())
+            }));
         }
         keys.sort();
         keys
@@ -429,10 +416,9 @@ impl RedisCluster {
     #[must_use]
     pub fn pttl(&self, key: &str) -> i64 {
         for node in &self.nodes {
-            let mut conn = connect(node.port).unwrap_or_else(|e| {
-                panic!("RedisCluster::pttl: cannot connect to {}: {e}", node.addr())
-            });
-            match redis::cmd("PTTL").arg(key).query::<i64>(&mut conn) {
+            match on_node(node.port, |conn| {
+                redis::cmd("PTTL").arg(key).query::<i64>(conn)
+            }) {
                 Ok(-2) => {}
                 Ok(ms) => return ms,
                 Err(e) if e.redirect_node().is_some() => {}
@@ -484,14 +470,6 @@ impl Node {
 
 fn url(port: u16) -> String {
     format!("redis://127.0.0.1:{port}/")
-}
-
-fn connect(port: u16) -> redis::RedisResult<redis::Connection> {
-    let conn =
-        redis::Client::open(url(port))?.get_connection_with_timeout(Duration::from_millis(500))?;
-    conn.set_read_timeout(Some(Duration::from_secs(2)))?;
-    conn.set_write_timeout(Some(Duration::from_secs(2)))?;
-    Ok(conn)
 }
 
 /// Slots `first..=last` of node `i` out of `n`.

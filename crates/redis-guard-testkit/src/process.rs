@@ -5,6 +5,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// A fresh, empty directory `$TMPDIR/redis-guard-{kind}-{pid}-{n}-{port}` (with `n` unique in
 /// this process). A directory left there by an earlier process with the same pid is removed
@@ -146,4 +147,48 @@ pub(crate) fn installed(bin: &str) -> bool {
     }
     std::env::var_os("PATH")
         .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(bin).is_file()))
+}
+
+/// How many times a synchronous call to a node is made before its I/O error is returned.
+const SYNC_ATTEMPTS: usize = 3;
+
+/// Runs `op` on a new synchronous connection to the node on `127.0.0.1:port`, and again (each
+/// time on a new connection) when connecting or `op` fails with an I/O error, up to
+/// [`SYNC_ATTEMPTS`] times in all.
+///
+/// The sockets of a synchronous connection have timeouts, and Linux does not restart a read on
+/// such a socket after a signal handler ran, whatever `SA_RESTART` says: once a test spawned a
+/// child process through tokio (which then handles `SIGCHLD`), any child exiting can fail a
+/// read with `EINTR`, and the reply of the interrupted call is lost. So `op` should be safe to
+/// repeat (a read, or a write that sets what it sets).
+pub(crate) fn on_node<T>(
+    port: u16,
+    mut op: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+) -> redis::RedisResult<T> {
+    retry_io(|| connect_once(port).and_then(|mut conn| op(&mut conn)))
+}
+
+/// A synchronous connection to the node on `127.0.0.1:port` (see [`on_node`] for why and when
+/// it is made again).
+pub(crate) fn connect_sync(port: u16) -> redis::RedisResult<redis::Connection> {
+    retry_io(|| connect_once(port))
+}
+
+fn retry_io<T>(mut call: impl FnMut() -> redis::RedisResult<T>) -> redis::RedisResult<T> {
+    let mut attempt = 1;
+    loop {
+        match call() {
+            Err(e) if e.is_io_error() && attempt < SYNC_ATTEMPTS => attempt += 1,
+            done => return done,
+        }
+    }
+}
+
+/// 500 ms to connect (the handshake included) and 2 s for each later read and write.
+fn connect_once(port: u16) -> redis::RedisResult<redis::Connection> {
+    let conn = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?
+        .get_connection_with_timeout(Duration::from_millis(500))?;
+    conn.set_read_timeout(Some(Duration::from_secs(2)))?;
+    conn.set_write_timeout(Some(Duration::from_secs(2)))?;
+    Ok(conn)
 }

@@ -2,7 +2,7 @@ use std::net::TcpListener;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::process::{Node, fresh_dir, installed, spawn_watched};
+use crate::process::{Node, connect_sync, fresh_dir, installed, spawn_watched};
 use crate::server::{LOG_FILE, OUTPUT_FILE, TestkitError, redis_server_binary};
 
 /// How often the sentinels' view is polled.
@@ -139,7 +139,7 @@ impl RedisSentinels {
             let all = self
                 .nodes
                 .iter()
-                .all(|n| connect(n.port).is_ok_and(|mut c| check(&mut c)));
+                .all(|n| connect_sync(n.port).is_ok_and(|mut c| check(&mut c)));
             if all {
                 return Ok(());
             }
@@ -204,7 +204,7 @@ impl Node {
                     self.sentinel_log()
                 )));
             }
-            if connect(self.port).is_ok_and(|mut c| named(&mut c) == Some(primary)) {
+            if connect_sync(self.port).is_ok_and(|mut c| named(&mut c) == Some(primary)) {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -232,11 +232,4 @@ fn named(conn: &mut redis::Connection) -> Option<u16> {
         .ok()
         .flatten()
         .map(|(_, port)| port)
-}
-
-fn connect(port: u16) -> redis::RedisResult<redis::Connection> {
-    let conn = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?
-        .get_connection_with_timeout(Duration::from_millis(500))?;
-    conn.set_read_timeout(Some(Duration::from_secs(2)))?;
-    Ok(conn)
 }
