@@ -15,12 +15,15 @@
 //! key or body that does not parse a `400`; all `application/problem+json`. Every operation is
 //! logged (client address, rule, key), the token never.
 //!
-//! Live limits (`Rule::live`): `PUT /admin/rules/{rule}` `{"quota": "100/minute"}` sets the
-//! rule's quota for every instance on the same Redis from its next request on (`204`; a quota
-//! that does not parse or cannot work with the rule: `422`; a body that is not that JSON: `400`),
-//! and `DELETE /admin/rules/{rule}` gives the rule its quota from the environment back (`204`).
-//! Only `api` is live; any other name is a `404`. Each change is logged by the limiter (rule,
-//! old and new quota, version) and here (client address).
+//! Live limits (`Rule::live`): `PUT /admin/rules/{rule}` with `{"quota": "100/minute"}`,
+//! `{"mode": "shadow"}` or both sets the rule's quota for every instance on the same Redis from
+//! its next request on, and its mode (`enforce`, `shadow`: counted, never denying, `soft`:
+//! admitted with `RateLimit-Exceeded`) at once on this instance and within a second on the
+//! others (`204`; a quota or mode that does not parse or cannot work with the rule: `422`; a
+//! body that is not such JSON: `400`, and nothing is changed). `DELETE /admin/rules/{rule}`
+//! gives the rule its quota and mode from the environment back (`204`). Only `api` is live; any
+//! other name is a `404`. Each change is logged by the limiter (rule, old and new value,
+//! version) and here (client address).
 //! The routes sit outside the cross-site check: a bearer token is never sent by a browser on its
 //! own, so it cannot be forged cross-site.
 
@@ -35,7 +38,7 @@ use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use bytes::Bytes;
-use redis_guard::rate_limit::{ClientIp, Key, Limiter, LimiterError, Quota, Rule};
+use redis_guard::rate_limit::{ClientIp, Key, Limiter, LimiterError, Mode, Quota, Rule};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -106,7 +109,7 @@ pub(crate) fn routes(
         .route("/admin/limits/{rule}/{key}", get(inspect).delete(reset))
         .route("/admin/limits/{rule}/{key}/penalize", post(penalize))
         .route("/admin/limits/{rule}/{key}/allow", post(allow))
-        .route("/admin/rules/{rule}", put(set_quota).delete(clear_quota))
+        .route("/admin/rules/{rule}", put(set_rule).delete(clear_rule))
         .with_state(admin)
 }
 
@@ -318,9 +321,9 @@ impl FromRequestParts<Admin> for LiveRule {
             return Err(Refusal::UnknownRule(detail).into_response());
         };
         let op = if parts.method == axum::http::Method::PUT {
-            "set quota"
+            "set rule"
         } else {
-            "clear quota"
+            "clear rule"
         };
         tracing::info!(client, op, rule = rule.name(), "admin operation");
         Ok(Self {
@@ -330,35 +333,83 @@ impl FromRequestParts<Admin> for LiveRule {
     }
 }
 
+/// The body of `PUT /admin/rules/{rule}`: a quota, a mode, or both.
 #[derive(Deserialize)]
-struct QuotaBody {
-    quota: String,
+#[serde(deny_unknown_fields)]
+struct RuleBody {
+    quota: Option<String>,
+    mode: Option<String>,
 }
 
-async fn set_quota(LiveRule { admin, rule }: LiveRule, body: Bytes) -> Response {
-    let Ok(QuotaBody { quota }) = serde_json::from_slice::<QuotaBody>(&body) else {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            r#"expected a JSON body {"quota": "100/minute"}"#,
-        );
+/// A mode as the admin API spells it.
+fn parse_mode(name: &str) -> Option<Mode> {
+    match name {
+        "enforce" => Some(Mode::Enforce),
+        "shadow" => Some(Mode::Shadow),
+        "soft" => Some(Mode::Soft),
+        _ => None,
+    }
+}
+
+async fn set_rule(LiveRule { admin, rule }: LiveRule, body: Bytes) -> Response {
+    let body = match serde_json::from_slice::<RuleBody>(&body) {
+        Ok(body) if body.quota.is_some() || body.mode.is_some() => body,
+        _ => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                r#"expected a JSON body {"quota": "100/minute"}, {"mode": "shadow"} or both"#,
+            );
+        }
     };
-    let quota = match quota.parse::<Quota>() {
+    // Both parsed before either is set: a request that is refused changes nothing.
+    let quota = match body.quota.as_deref().map(str::parse::<Quota>).transpose() {
         Ok(quota) => quota,
         Err(e) => return problem(StatusCode::UNPROCESSABLE_ENTITY, &e.to_string()),
     };
-    changed(admin.limiter.set_rule_quota(&rule, quota).await)
+    let mode = match body
+        .mode
+        .as_deref()
+        .map(|m| parse_mode(m).ok_or(m))
+        .transpose()
+    {
+        Ok(mode) => mode,
+        Err(m) => {
+            return problem(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &format!("unknown mode {m:?}: expected enforce, shadow or soft"),
+            );
+        }
+    };
+    if let Some(quota) = quota
+        && let Some(refused) = refusal(admin.limiter.set_rule_quota(&rule, quota).await)
+    {
+        return refused;
+    }
+    if let Some(mode) = mode
+        && let Some(refused) = refusal(admin.limiter.set_rule_mode(&rule, mode).await)
+    {
+        return refused;
+    }
+    StatusCode::NO_CONTENT.into_response()
 }
 
-async fn clear_quota(LiveRule { admin, rule }: LiveRule) -> Response {
-    changed(admin.limiter.clear_rule_quota(&rule).await)
+async fn clear_rule(LiveRule { admin, rule }: LiveRule) -> Response {
+    if let Some(refused) = refusal(admin.limiter.clear_rule_quota(&rule).await) {
+        return refused;
+    }
+    refusal(admin.limiter.clear_rule_mode(&rule).await)
+        .unwrap_or_else(|| StatusCode::NO_CONTENT.into_response())
 }
 
-/// `204` for a live-quota change, `422` for a quota the rule cannot work with, else `503`.
-fn changed(outcome: Result<u64, LimiterError>) -> Response {
+/// The answer refusing a live-rule change that was not made (`None`: it was): `422` for a
+/// quota the rule cannot work with, else `503`.
+fn refusal(outcome: Result<u64, LimiterError>) -> Option<Response> {
     match outcome {
-        Ok(_) => StatusCode::NO_CONTENT.into_response(),
-        Err(LimiterError::Config(e)) => problem(StatusCode::UNPROCESSABLE_ENTITY, &e.to_string()),
-        Err(e) => unavailable(&e),
+        Ok(_) => None,
+        Err(LimiterError::Config(e)) => {
+            Some(problem(StatusCode::UNPROCESSABLE_ENTITY, &e.to_string()))
+        }
+        Err(e) => Some(unavailable(&e)),
     }
 }
 

@@ -182,7 +182,7 @@ fn router(
         .rule_with(
             api.with_mode(config.api_mode)
                 .with_overrides()
-                // PUT /admin/rules/api changes its quota at run time (admin.rs).
+                // PUT /admin/rules/api changes its quota and mode at run time (admin.rs).
                 .live()
                 .with_quota_from(move |head| plan_quota(head, pro, &pro_users))
                 .with_cost_from(move |head| {

@@ -1,6 +1,9 @@
 //! End to end: `PUT` / `DELETE /admin/rules/{rule}` (live limits) on two `axum-app` processes
-//! sharing one real `redis-server`, over real HTTP: a change made on one instance holds on both
-//! from their next request; bad requests are refused with problem documents.
+//! sharing one real `redis-server`, over real HTTP: a quota changed on one instance holds on both
+//! from their next request, a mode on the other within a second; bad requests are refused with
+//! problem documents and change nothing.
+
+use std::time::{Duration, Instant};
 
 use redis_guard_testkit::RedisServer;
 use redis_guard_testkit::app::{RunningApp, spawn};
@@ -87,6 +90,59 @@ async fn a_live_quota_holds_on_every_instance_from_the_next_request() {
     assert_eq!(hello(&b, "192.0.2.3", 1).await, [200]);
 }
 
+/// Calls `GET /api/hello` from `ip` until it is answered `status`: at once on the instance
+/// that made the change (`lag` false), within 10 s on another (its copy of the rule's record is
+/// re-read every second).
+async fn until_status(app: &RunningApp, ip: &str, status: u16, lag: bool) {
+    let started = Instant::now();
+    loop {
+        let got = hello(app, ip, 1).await[0];
+        if got == status {
+            return;
+        }
+        assert!(lag, "answered {got} at once");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "still {got}, not {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_live_mode_reaches_every_instance() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let (a, b) = (start(&url).await, start(&url).await);
+    let put = |app, body: &'static [u8]| async move {
+        let r = admin(app, "PUT", "/admin/rules/api", TOKEN, body).await;
+        assert_eq!(r.status, 204, "{}", r.text());
+    };
+    put(&a, br#"{"quota": "2/minute"}"#).await;
+    assert_eq!(hello(&b, "192.0.2.4", 3).await, [200, 200, 429]);
+    // Shadowed on a: a client over the limit passes on a at once, on b within a second.
+    put(&a, br#"{"mode": "shadow"}"#).await;
+    until_status(&a, "192.0.2.4", 200, false).await;
+    until_status(&b, "192.0.2.4", 200, true).await;
+    // Soft, with a new quota, in one request on b: admitted, and told so.
+    put(&b, br#"{"quota": "1/minute", "mode": "soft"}"#).await;
+    let headers: &[(&str, &[u8])] = &[("X-Forwarded-For", b"192.0.2.4")];
+    let r = request(b.addr, "GET", "/api/hello", headers, b"")
+        .await
+        .expect("request");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("ratelimit-exceeded"), Some("\"api\""), "{r:?}");
+    // DELETE clears both: enforced again, with API_LIMIT.
+    let del = admin(&a, "DELETE", "/admin/rules/api", TOKEN, b"").await;
+    assert_eq!(del.status, 204, "{}", del.text());
+    let r = request(a.addr, "GET", "/api/hello", headers, b"")
+        .await
+        .expect("request");
+    assert_eq!(r.status, 200, "60 a minute again");
+    assert_eq!(r.header("ratelimit-exceeded"), None);
+    assert_eq!(r.header("ratelimit-policy"), Some("\"api\";q=60;w=60"));
+}
+
 #[tokio::test]
 async fn bad_live_rule_requests_are_refused() {
     let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
@@ -110,6 +166,18 @@ async fn bad_live_rule_requests_are_refused() {
         ("/admin/rules/api", TOKEN, br#"{"quota": 2}"#, 400),
         ("/admin/rules/api", TOKEN, br#"{"quota": "lots"}"#, 422),
         ("/admin/rules/api", TOKEN, br#"{"quota": "0/minute"}"#, 422),
+        ("/admin/rules/api", TOKEN, br#"{}"#, 400),
+        ("/admin/rules/api", TOKEN, br#"{"mdoe": "shadow"}"#, 400),
+        ("/admin/rules/api", TOKEN, br#"{"mode": 1}"#, 400),
+        ("/admin/rules/api", TOKEN, br#"{"mode": "loud"}"#, 422),
+        ("/admin/rules/api", TOKEN, br#"{"mode": "Shadow"}"#, 422),
+        // The mode is valid, the quota is not: nothing is set.
+        (
+            "/admin/rules/api",
+            TOKEN,
+            br#"{"quota": "lots", "mode": "shadow"}"#,
+            422,
+        ),
     ] {
         let r = admin(&app, "PUT", path, token, body).await;
         assert_eq!(
@@ -121,6 +189,11 @@ async fn bad_live_rule_requests_are_refused() {
         );
         assert!(json(&r), "{path}: {:?}", r.header("content-type"));
     }
-    // Nothing changed: API_LIMIT still holds.
+    // Nothing changed: API_LIMIT still holds, enforced.
     assert_eq!(hello(&app, "192.0.2.9", 1).await, [200]);
+    let headers: &[(&str, &[u8])] = &[("X-Forwarded-For", b"192.0.2.9")];
+    let r = request(app.addr, "GET", "/api/hello", headers, b"")
+        .await
+        .expect("request");
+    assert_eq!(r.header("ratelimit-policy"), Some("\"api\";q=60;w=60"));
 }

@@ -12,14 +12,15 @@ end
 local live_read = {}
 
 -- Puts the quota of the live record at `lkey`, "<version>:<limit>:<period>:<burst>:<emission>"
--- (µs), in p's place when one is set.
+-- (µs), in p's place when one is set. The record's mode (";<mode>" after it) is not read here:
+-- it decides how the rules are split into calls, from the limiter's copy.
 local function live_apply(p, lkey)
   local q = live_read[lkey]
   if q == nil then
     q = false
     local v = redis.call('GET', lkey)
     if v then
-      local l, per, b, e = string.match(v, '^%d+:(%d+):(%d+):(%d+):(%d+)$')
+      local l, per, b, e = string.match(v, '^%d+:(%d+):(%d+):(%d+):(%d+);?%a*$')
       l, per, b, e = tonumber(l), tonumber(per), tonumber(b), tonumber(e)
       if e and l >= 1 and per >= 1 and b >= 1 and e >= 1 then q = { l, per, b, e } end
     end

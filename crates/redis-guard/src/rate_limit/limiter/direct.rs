@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use super::interface::{Engine, check_all};
+use super::live::LiveChange;
 use super::overrides::Steer;
 use crate::rate_limit::{
     Check, Decision, Inspection, Key, Limiter, LimiterError, MemoryLimiter, Quota, RedisLimiter,
@@ -241,7 +242,7 @@ macro_rules! limiter_operations {
                 rule: &Rule,
                 quota: Quota,
             ) -> Result<u64, LimiterError> {
-                self.set_live(rule, Some(quota)).await
+                self.set_live(rule, LiveChange::Quota(Some(quota))).await
             }
 
             /// Gives a [live](Rule::live) rule its own quota back: the version of the change.
@@ -250,7 +251,46 @@ macro_rules! limiter_operations {
             ///
             /// As `set_rule_quota`.
             pub async fn clear_rule_quota(&self, rule: &Rule) -> Result<u64, LimiterError> {
-                self.set_live(rule, None).await
+                self.set_live(rule, LiveChange::Quota(None)).await
+            }
+
+            /// Changes the [mode](crate::rate_limit::Mode) of a [live](Rule::live) rule at run
+            /// time, for every layer on the same store, until `clear_rule_mode`: a limit that
+            /// turns out wrong in an incident goes to `Shadow` (counted, never denying), or
+            /// `Soft`, and back to `Enforce`. Logged at `info` with the old and new mode and
+            /// the version; its quota (live or not) stays as it is. A layer takes the mode from
+            /// its limiter's copy of the rule's record: at once on the limiter that made the
+            /// change, within
+            /// [`live_refresh`](crate::rate_limit::RedisLimiter::live_refresh) on the others
+            /// (the guide's "Live limits"). Direct calls (`check`, `check_all`) enforce every
+            /// rule whatever its mode, as they always do.
+            ///
+            #[doc = operation_example!($setup,
+                "use redis_guard::rate_limit::Mode;",
+                "let api = Rule::new(\"api\", Quota::per_minute(60)).live();",
+                "let version = limiter.set_rule_mode(&api, Mode::Shadow).await?;",
+                "assert!(limiter.clear_rule_mode(&api).await? > version);",
+            )]
+            ///
+            /// # Errors
+            ///
+            /// [`LimiterError`]: the store failed, or the rule is not live or is invalid (a
+            /// [`LimiterError::Config`]).
+            pub async fn set_rule_mode(
+                &self,
+                rule: &Rule,
+                mode: crate::rate_limit::Mode,
+            ) -> Result<u64, LimiterError> {
+                self.set_live(rule, LiveChange::Mode(Some(mode))).await
+            }
+
+            /// Gives a [live](Rule::live) rule its own mode back: the version of the change.
+            ///
+            /// # Errors
+            ///
+            /// As `set_rule_mode`.
+            pub async fn clear_rule_mode(&self, rule: &Rule) -> Result<u64, LimiterError> {
+                self.set_live(rule, LiveChange::Mode(None)).await
             }
         }
     };

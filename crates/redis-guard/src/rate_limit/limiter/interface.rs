@@ -9,11 +9,12 @@ use std::time::Duration;
 use crate::rate_limit::decision::RuleDecision;
 use futures_util::future::join_all;
 
+use super::live::{LiveChange, LiveRecord};
 use super::overrides::Steer;
 use crate::backend::BackendError;
 pub(crate) use crate::rate_limit::Check;
 use crate::rate_limit::decision::HeldLease;
-use crate::rate_limit::{Decision, Inspection, Key, Lease, Mode, Quota, Rule, RuleState};
+use crate::rate_limit::{Decision, Inspection, Key, Lease, Mode, Rule, RuleState};
 use crate::telemetry;
 use crate::{ConfigError, ConfigErrorKind};
 
@@ -149,13 +150,14 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
     /// Charges each check its cost whatever is left (`charge_all`).
     fn charge_checks(&self, checks: Vec<Check>) -> LimiterFuture<()>;
 
-    /// The live quota this limiter knows for `rule` ([`Rule::live`]), if one is set: the
-    /// quota its decisions and headers use (`limiter/live.rs`).
-    fn live_quota(&self, rule: &Rule) -> Option<Quota>;
+    /// The live record this limiter knows for `rule` ([`Rule::live`]): the quota and mode its
+    /// decisions and headers use, where set (`limiter/live.rs`).
+    fn live_record(&self, rule: &Rule) -> LiveRecord;
 
-    /// Sets (`Some`) or clears (`None`) `rule`'s live quota for every limiter of the store
-    /// (`set_rule_quota`, `clear_rule_quota`); the new version.
-    fn set_live(&self, rule: &Rule, quota: Option<Quota>) -> LimiterFuture<u64>;
+    /// Makes `change` to `rule`'s live record for every limiter of the store
+    /// (`set_rule_quota`, `clear_rule_quota`, `set_rule_mode`, `clear_rule_mode`); the new
+    /// version.
+    fn set_live(&self, rule: &Rule, change: LiveChange) -> LimiterFuture<u64>;
 }
 
 /// Checks one request against several rules, all or nothing (the user operation `check_all`):
@@ -245,9 +247,7 @@ pub(crate) fn settling(checks: &[Check]) -> Settling {
     checks
         .iter()
         .filter(|c| {
-            c.rule.settles_after_response()
-                && c.rule.mode() == Mode::Enforce
-                && !c.rule.allows(&c.key)
+            c.rule.settles_after_response() && c.mode == Mode::Enforce && !c.rule.allows(&c.key)
         })
         .map(|c| (Arc::clone(&c.rule), c.cost))
         .collect()
@@ -259,7 +259,7 @@ impl Pending {
     pub(crate) fn start<L: Engine + ?Sized>(limiter: &L, checks: Vec<Check>) -> Self {
         let rules = rule_decisions(&checks);
         let settling = settling(&checks);
-        if checks.iter().all(|c| c.rule.mode() == Mode::Enforce) {
+        if checks.iter().all(|c| c.mode == Mode::Enforce) {
             return Self {
                 states: limiter.evaluate_leased(checks),
                 rules,
@@ -270,7 +270,7 @@ impl Pending {
         let (enforced, observed): (Vec<_>, Vec<_>) = checks
             .into_iter()
             .enumerate()
-            .partition(|(_, c)| c.rule.mode() == Mode::Enforce);
+            .partition(|(_, c)| c.mode == Mode::Enforce);
         let (enforced_at, enforced): (Vec<usize>, Vec<Check>) = enforced.into_iter().unzip();
         let mut parts = Vec::with_capacity(observed.len() + 1);
         if !enforced.is_empty() {
@@ -332,7 +332,7 @@ pub(crate) fn rule_decisions(checks: &[Check]) -> Vec<RuleDecision> {
             rule: c.rule.name_arc().clone(),
             quota: c.quota,
             state: unknown,
-            mode: c.rule.mode(),
+            mode: c.mode,
             lease: c.rule.algorithm().is_lease(),
             // Nothing was taken under a key on the rule's static allow list.
             cost: if c.rule.allows(&c.key) { 0 } else { c.cost },
@@ -392,7 +392,7 @@ impl<L: Engine + ?Sized> Engine for Arc<L> {
         charge_checks(checks: Vec<Check>) -> LimiterFuture<()>;
         reset_key(rule: &Rule, key: Key) -> LimiterFuture<()>;
         steer_key(rule: &Rule, key: Key, steer: Steer) -> LimiterFuture<()>;
-        live_quota(rule: &Rule) -> Option<Quota>;
-        set_live(rule: &Rule, quota: Option<Quota>) -> LimiterFuture<u64>;
+        live_record(rule: &Rule) -> LiveRecord;
+        set_live(rule: &Rule, change: LiveChange) -> LimiterFuture<u64>;
     }
 }

@@ -1,14 +1,20 @@
-//! Live limits ([`Rule::live`]): the quota an operator set for a rule at run time, with a
-//! version that grows with every change, as every backend stores it and logs its changes.
+//! Live limits ([`Rule::live`]): the quota and the mode an operator set for a rule at run time,
+//! with a version that grows with every change, as every backend stores them and logs their
+//! changes.
 //!
 //! - **Memory**: a table in the limiter (shared by its clones), read on every decision.
 //! - **Redis** (one server, or a pool): the record `<prefix>rl:<rule>:live` =
-//!   `<version>:<limit>:<period µs>:<burst>:<emission µs>` (`<version>` alone once cleared), read
-//!   by the evaluation script in the same call as the decision (its key is one more of the
-//!   call's KEYS), so every replica decides with a change from its next request on. Each
-//!   limiter also keeps the record in process, re-read in the background at most once per
+//!   `<version>[:<limit>:<period µs>:<burst>:<emission µs>][;<mode>]` (`<version>` alone once
+//!   both are cleared), whose quota the evaluation script reads in the same call as the
+//!   decision (its key is one more of the call's KEYS), so every replica decides with a quota
+//!   change from its next request on. Each limiter also keeps the record in process, re-read in
+//!   the background at most once per
 //!   [`live_refresh`](crate::rate_limit::RedisLimiter::live_refresh), for what the script does
-//!   not return (the `RateLimit-Policy` header, refunds and charges).
+//!   not return (the `RateLimit-Policy` header, refunds and charges) and for the mode.
+//! - **The mode** decides how a request's rules are split into script calls (the enforced ones
+//!   together, all or nothing; each other one on its own) before any call is made, so every
+//!   backend takes it from the limiter's copy: at once on the replica that changed it (and on
+//!   the memory backend), within one `live_refresh` on the others.
 //! - **Redis Cluster**: the keys of one call share the client key's hash slot, and the rule's
 //!   record lives in another, so the script cannot read it: there the decision takes the quota
 //!   from the limiter's copy, and a change reaches every replica within one
@@ -23,35 +29,88 @@ use std::time::Duration;
 
 use super::interface::{Check, Engine, LimiterError};
 use crate::ConfigErrorKind;
-use crate::rate_limit::{Quota, Rule};
+use crate::rate_limit::{Mode, Quota, Rule};
 
 /// How long a live record lives after its last change: 30 days.
 pub(crate) const LIVE_TTL: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
-/// A rule's live record: its version and, unless cleared, its quota.
+/// A rule's live record: its version and, unless cleared, its quota and its mode.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct LiveRecord {
     pub(crate) version: u64,
     pub(crate) quota: Option<Quota>,
+    pub(crate) mode: Option<Mode>,
+}
+
+/// One change of a rule's live record: its quota or its mode, set (`Some`) or cleared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LiveChange {
+    Quota(Option<Quota>),
+    Mode(Option<Mode>),
+}
+
+impl LiveChange {
+    /// The record with this change made, at `version`.
+    pub(crate) fn applied(self, record: LiveRecord, version: u64) -> LiveRecord {
+        match self {
+            Self::Quota(quota) => LiveRecord {
+                version,
+                quota,
+                ..record
+            },
+            Self::Mode(mode) => LiveRecord {
+                version,
+                mode,
+                ..record
+            },
+        }
+    }
+
+    /// The part of the record it changes, and its new value as Redis stores it (empty: cleared),
+    /// for `live_set.lua`: `q` and `<limit>:<period µs>:<burst>:<emission µs>`, or `m` and
+    /// the mode's name.
+    pub(crate) fn encode(self) -> (&'static str, String) {
+        match self {
+            Self::Quota(quota) => (
+                "q",
+                quota.map_or_else(String::new, |q| {
+                    format!(
+                        "{}:{}:{}:{}",
+                        q.limit(),
+                        q.period_us(),
+                        q.burst_size(),
+                        q.emission_interval_us()
+                    )
+                }),
+            ),
+            Self::Mode(mode) => ("m", mode.map_or("", mode_name).to_owned()),
+        }
+    }
+}
+
+/// A mode's name in a live record.
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Enforce => "enforce",
+        Mode::Shadow => "shadow",
+        Mode::Soft => "soft",
+    }
 }
 
 impl LiveRecord {
-    /// The record as Redis stores it, without its version (the set script adds it):
-    /// `<limit>:<period µs>:<burst>:<emission µs>`, or empty when cleared.
-    pub(crate) fn encode(quota: Option<&Quota>) -> String {
-        quota.map_or_else(String::new, |q| {
-            format!(
-                "{}:{}:{}:{}",
-                q.limit(),
-                q.period_us(),
-                q.burst_size(),
-                q.emission_interval_us()
-            )
-        })
-    }
-
     /// Parses a stored record; `None` for a value that is not one (someone wrote the key).
     pub(crate) fn decode(value: &str) -> Option<Self> {
+        let (value, mode) = match value.split_once(';') {
+            Some((value, name)) => (
+                value,
+                Some(
+                    [Mode::Enforce, Mode::Shadow, Mode::Soft]
+                        .into_iter()
+                        .find(|m| mode_name(*m) == name)?,
+                ),
+            ),
+            None => (value, None),
+        };
         let mut parts = value.split(':');
         let version = parts.next()?.parse().ok()?;
         let rest: Vec<u64> = parts.map(|p| p.parse().ok()).collect::<Option<_>>()?;
@@ -69,53 +128,76 @@ impl LiveRecord {
             }
             _ => return None,
         };
-        Some(Self { version, quota })
+        Some(Self {
+            version,
+            quota,
+            mode,
+        })
     }
 }
 
-/// Checks that `quota` (`None`: a clear) can be `rule`'s live quota on `limiter`.
+/// Checks that `change` can be made to `rule`'s live record on `limiter`.
 pub(crate) fn valid<L: Engine + ?Sized>(
     limiter: &L,
     rule: &Rule,
-    quota: Option<&Quota>,
+    change: LiveChange,
 ) -> Result<(), LimiterError> {
     super::operations::valid(limiter, rule)?;
     if !rule.is_live() {
         return Err(rule
             .problem(
                 ConfigErrorKind::Unsupported,
-                "is not live: build it with `.live()` to change its quota at run time",
+                "is not live: build it with `.live()` to change its quota or mode at run time",
                 "Rule::live",
             )
             .into());
     }
-    if let Some(quota) = quota {
-        rule.resolved_problem(quota, rule.cost())?;
+    if let LiveChange::Quota(Some(quota)) = change {
+        rule.resolved_problem(&quota, rule.cost())?;
     }
     Ok(())
 }
 
-/// Logs a change of `rule`'s live quota, at `info`: the quotas before and after (`none`: the
-/// rule's own) and the new version.
-pub(crate) fn log_change(rule: &Rule, old: Option<Quota>, new: Option<Quota>, version: u64) {
-    let show =
+/// Logs `change` of `rule`'s live record, at `info`: the quota or mode before and after
+/// (`none`: the rule's own) and the new version.
+pub(crate) fn log_change(rule: &Rule, old: LiveRecord, change: LiveChange, version: u64) {
+    let quota =
         |q: Option<Quota>| q.map_or_else(|| format!("none ({})", rule.quota()), |q| q.to_string());
-    tracing::info!(
-        rule = rule.name(),
-        old = %show(old),
-        new = %show(new),
-        version,
-        "rate-limit rule quota changed at run time"
-    );
+    let mode = |m: Option<Mode>| {
+        m.map_or_else(
+            || format!("none ({})", mode_name(rule.mode())),
+            |m| mode_name(m).to_owned(),
+        )
+    };
+    match change {
+        LiveChange::Quota(new) => tracing::info!(
+            rule = rule.name(),
+            old = %quota(old.quota),
+            new = %quota(new),
+            version,
+            "rate-limit rule quota changed at run time"
+        ),
+        LiveChange::Mode(new) => tracing::info!(
+            rule = rule.name(),
+            old = %mode(old.mode),
+            new = %mode(new),
+            version,
+            "rate-limit rule mode changed at run time"
+        ),
+    }
 }
 
-/// Puts the live quota `limiter` knows for each live rule of `checks` in its place: the
-/// decision, the headers and any refund then use it.
+/// Puts the live quota and mode `limiter` knows for each live rule of `checks` in their place:
+/// the decision, the headers and any refund then use them.
 pub(crate) fn apply<L: Engine + ?Sized>(limiter: &L, checks: &mut [Check]) {
     for check in checks.iter_mut().filter(|c| c.rule.is_live()) {
-        if let Some(quota) = limiter.live_quota(&check.rule) {
+        let record = limiter.live_record(&check.rule);
+        if let Some(quota) = record.quota {
             check.quota = quota;
             check.live = true;
+        }
+        if let Some(mode) = record.mode {
+            check.mode = mode;
         }
         // Its quota may change between two requests: the state keeps the quota's shape.
         check.varying = true;
@@ -129,21 +211,38 @@ mod tests {
     #[test]
     fn records_round_trip_and_strangers_are_no_record() {
         let q = Quota::per_minute(100).burst(10);
-        let stored = format!("7:{}", LiveRecord::encode(Some(&q)));
+        let (part, quota) = LiveChange::Quota(Some(q)).encode();
+        assert_eq!(part, "q");
+        let stored = format!("7:{quota}");
+        let seven = LiveRecord {
+            version: 7,
+            quota: Some(q),
+            mode: None,
+        };
+        assert_eq!(LiveRecord::decode(&stored), Some(seven));
         assert_eq!(
-            LiveRecord::decode(&stored),
+            LiveRecord::decode(&format!("7:{quota};shadow")),
             Some(LiveRecord {
-                version: 7,
-                quota: Some(q)
+                mode: Some(Mode::Shadow),
+                ..seven
             })
         );
         assert_eq!(
             LiveRecord::decode("8"),
             Some(LiveRecord {
                 version: 8,
-                quota: None
+                ..LiveRecord::default()
             })
         );
+        for mode in [Mode::Enforce, Mode::Shadow, Mode::Soft] {
+            let (part, name) = LiveChange::Mode(Some(mode)).encode();
+            assert_eq!(part, "m");
+            assert_eq!(
+                LiveRecord::decode(&format!("9;{name}")).and_then(|r| r.mode),
+                Some(mode)
+            );
+        }
+        assert_eq!(LiveChange::Mode(None).encode(), ("m", String::new()));
         for bad in [
             "",
             "x",
@@ -151,6 +250,9 @@ mod tests {
             "1:2:3:4:5:6",
             "1:-2:3:4:5",
             "1:99999999999:1:1:1",
+            "1;loud",
+            "1;",
+            "1:2:3:4:5;soft;soft",
         ] {
             assert_eq!(LiveRecord::decode(bad), None, "{bad}");
         }

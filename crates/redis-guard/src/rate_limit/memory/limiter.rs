@@ -219,7 +219,7 @@ impl MemoryLimiter {
                 Effect::Blocked(wait) => (false, 0, wait, reset_us.max(wait), None),
             };
             if let Some(commit) = commit {
-                let alone = by_mode && check.rule.mode() != Mode::Enforce;
+                let alone = by_mode && check.mode != Mode::Enforce;
                 commits.push((id, commit, alone.then_some(allowed)));
             }
             states.push(RuleState::from_parts(
@@ -233,7 +233,7 @@ impl MemoryLimiter {
         let together = checks
             .iter()
             .zip(states.as_slice())
-            .filter(|(c, _)| !by_mode || c.rule.mode() == Mode::Enforce)
+            .filter(|(c, _)| !by_mode || c.mode == Mode::Enforce)
             .all(|(_, s)| s.allowed);
         for (id, commit, alone) in commits {
             if !dry && alone.unwrap_or(together) {
@@ -277,12 +277,12 @@ impl crate::sealed::Sealed for MemoryLimiter {}
 impl Limiter for MemoryLimiter {}
 
 impl Engine for MemoryLimiter {
-    fn live_quota(&self, rule: &Rule) -> Option<crate::rate_limit::Quota> {
-        self.live_quota_of(rule)
+    fn live_record(&self, rule: &Rule) -> live::LiveRecord {
+        self.live_record_of(rule)
     }
 
-    fn set_live(&self, rule: &Rule, quota: Option<crate::rate_limit::Quota>) -> LimiterFuture<u64> {
-        Box::pin(std::future::ready(self.set_live_now(rule, quota)))
+    fn set_live(&self, rule: &Rule, change: live::LiveChange) -> LimiterFuture<u64> {
+        Box::pin(std::future::ready(self.set_live_now(rule, change)))
     }
 
     fn charge_checks(&self, checks: Vec<Check>) -> LimiterFuture<()> {

@@ -57,7 +57,7 @@ impl RedisLimiter {
     pub(super) fn denied_at_once(&self, checks: &[Check]) -> Option<Decision> {
         let cache = self.deny_cache.as_deref().filter(|c| c.has_denials())?;
         let whole = checks.iter().all(|c| {
-            c.rule.mode() == Mode::Enforce && c.rule.max_block().is_none() && !c.rule.allows(&c.key)
+            c.mode == Mode::Enforce && c.rule.max_block().is_none() && !c.rule.allows(&c.key)
         });
         if !whole || !cacheable(checks) || self.needs_shape(checks.iter().map(|c| &*c.rule)) {
             return None;

@@ -14,6 +14,7 @@ use crate::rate_limit::algorithm::script::{CUSTOM_BASE, FIXED_WINDOW_COUNTER, Sc
 use crate::rate_limit::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use crate::rate_limit::lease::Receipted;
 use crate::rate_limit::lease::warn_release;
+use crate::rate_limit::limiter::live::{LiveChange, LiveRecord};
 use crate::rate_limit::limiter::operations::{self, Inspection};
 use crate::rate_limit::limiter::overrides::Steer;
 use crate::rate_limit::limiter::{
@@ -254,7 +255,7 @@ impl RedisLimiter {
                         p.cost,
                     ],
                     overrides: self.live_spec(&check.rule, operations::script_arg(&check.rule)),
-                    max_wait_us: check.rule.max_wait_us(),
+                    max_wait_us: p.max_wait_us,
                     held_back,
                 }
             })
@@ -379,12 +380,12 @@ impl crate::sealed::Sealed for RedisLimiter {}
 impl Limiter for RedisLimiter {}
 
 impl Engine for RedisLimiter {
-    fn live_quota(&self, rule: &Rule) -> Option<crate::rate_limit::Quota> {
-        self.cached_live_quota(rule)
+    fn live_record(&self, rule: &Rule) -> LiveRecord {
+        self.cached_live_record(rule)
     }
 
-    fn set_live(&self, rule: &Rule, quota: Option<crate::rate_limit::Quota>) -> LimiterFuture<u64> {
-        self.set_live_record(rule, quota)
+    fn set_live(&self, rule: &Rule, change: LiveChange) -> LimiterFuture<u64> {
+        self.set_live_record(rule, change)
     }
 
     fn config_problem(&self) -> Option<crate::ConfigError> {

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use super::RedisLimiter;
 use crate::backend::{BackendError, LuaScript, RedisBackend};
-use crate::rate_limit::limiter::live::{self, LIVE_TTL, LiveRecord};
+use crate::rate_limit::Rule;
+use crate::rate_limit::limiter::live::{self, LIVE_TTL, LiveChange, LiveRecord};
 use crate::rate_limit::limiter::{Check, Engine, LimiterError, LimiterFuture};
-use crate::rate_limit::{Quota, Rule};
 
 /// Sets or clears a live record.
 static LIVE_SET: LazyLock<LuaScript> =
@@ -127,9 +127,9 @@ impl RedisLimiter {
         }
     }
 
-    /// The copy of `rule`'s live quota, re-read in the background once it is older than the
+    /// The copy of `rule`'s live record, re-read in the background once it is older than the
     /// refresh interval (never on the request's path).
-    pub(super) fn cached_live_quota(&self, rule: &Rule) -> Option<Quota> {
+    pub(super) fn cached_live_record(&self, rule: &Rule) -> LiveRecord {
         let cache = &self.live;
         let mut records = cache.lock();
         let copy = records.entry(Arc::clone(rule.name_arc())).or_default();
@@ -146,7 +146,7 @@ impl RedisLimiter {
             );
             runtime.spawn(async move { this.read_live(&name, &key).await });
         }
-        copy.record.quota
+        copy.record
     }
 
     /// Reads the record at `key` into the copy of rule `name`.
@@ -167,15 +167,18 @@ impl RedisLimiter {
         self.live.store(name, record, gone);
     }
 
-    /// Sets or clears `rule`'s live quota on Redis (`set_rule_quota`, `clear_rule_quota`).
-    pub(super) fn set_live_record(&self, rule: &Rule, quota: Option<Quota>) -> LimiterFuture<u64> {
-        if let Err(e) = live::valid(self as &dyn Engine, rule, quota.as_ref()) {
+    /// Makes `change` to `rule`'s live record on Redis (`set_rule_quota`, `clear_rule_quota`,
+    /// `set_rule_mode`, `clear_rule_mode`).
+    pub(super) fn set_live_record(&self, rule: &Rule, change: LiveChange) -> LimiterFuture<u64> {
+        if let Err(e) = live::valid(self as &dyn Engine, rule, change) {
             return Box::pin(std::future::ready(Err(e)));
         }
         let (this, rule, key) = (self.clone(), rule.clone(), self.live_key(rule));
         Box::pin(async move {
             let mut call = this.backend.script(&LIVE_SET, &[key]);
-            call.arg(LiveRecord::encode(quota.as_ref()))
+            let (part, value) = change.encode();
+            call.arg(part)
+                .arg(value)
                 .arg(u64::try_from(LIVE_TTL.as_millis()).unwrap_or(u64::MAX));
             let reply = call.run().await?;
             let (old, version) = match &reply {
@@ -193,10 +196,11 @@ impl RedisLimiter {
                     "live quota script: {reply:?}"
                 ))));
             };
-            this.live
-                .store(rule.name_arc(), Some(LiveRecord { version, quota }), false);
-            let old = LiveRecord::decode(&old).and_then(|r| r.quota);
-            live::log_change(&rule, old, quota, version);
+            // What the record was before, where it was one (else: nothing set).
+            let old = LiveRecord::decode(&old).unwrap_or_default();
+            let new = change.applied(old, version);
+            this.live.store(rule.name_arc(), Some(new), false);
+            live::log_change(&rule, old, change, version);
             Ok(version)
         })
     }

@@ -1,14 +1,21 @@
--- Sets or clears a rule's live quota (limiter/live.rs), one version above the last.
+-- Sets or clears one part of a rule's live record (limiter/live.rs), one version above the
+-- last, keeping the other part.
 --
--- KEYS[1]  the rule's live record: "<version>:<limit>:<period µs>:<burst>:<emission µs>", or
---          "<version>" once cleared
+-- KEYS[1]  the rule's live record: "<version>[:<limit>:<period µs>:<burst>:<emission µs>]
+--          [;<mode>]"
 -- ARGV[1]  the time shift (unused: the record holds no time)
--- ARGV[2]  "<limit>:<period µs>:<burst>:<emission µs>", or empty to clear
--- ARGV[3]  the record's TTL in ms (renewed by every change)
+-- ARGV[2]  the part: "q" (the quota) or "m" (the mode)
+-- ARGV[3]  its value: "<limit>:<period µs>:<burst>:<emission µs>" or a mode's name; empty to
+--          clear it
+-- ARGV[4]  the record's TTL in ms (renewed by every change)
 -- Reply    { the record before (empty: none), the new version }
 local old = redis.call('GET', KEYS[1]) or ''
 local version = (tonumber(string.match(old, '^(%d+)')) or 0) + 1
+-- A value that is no record (written by hand) keeps nothing.
+local quota, mode = string.match(old, '^%d+:(%d+:%d+:%d+:%d+)'), string.match(old, ';(%a+)$')
+if ARGV[2] == 'q' then quota = ARGV[3] else mode = ARGV[3] end
 local v = string.format('%d', version)
-if ARGV[2] ~= '' then v = v .. ':' .. ARGV[2] end
-redis.call('SET', KEYS[1], v, 'PX', ARGV[3])
+if quota and quota ~= '' then v = v .. ':' .. quota end
+if mode and mode ~= '' then v = v .. ';' .. mode end
+redis.call('SET', KEYS[1], v, 'PX', ARGV[4])
 return { old, version }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::ConfigError;
 use crate::rate_limit::algorithm::Params;
-use crate::rate_limit::{Key, Quota, Rule};
+use crate::rate_limit::{Key, Mode, Quota, Rule};
 
 /// One rule applied to one key with a cost: a line of an evaluation.
 #[derive(Clone, Debug)]
@@ -26,6 +26,8 @@ pub struct Check {
     /// Decided with its rule's live quota ([`Rule::live`]), which a quota resolved per request
     /// does not replace.
     pub(crate) live: bool,
+    /// The rule's mode, or the one an operator set for it at run time ([`Rule::live`]).
+    pub(crate) mode: Mode,
 }
 
 impl Check {
@@ -45,6 +47,7 @@ impl Check {
             varying: false,
             held_back: false,
             live: false,
+            mode: rule.mode(),
         }
     }
 
@@ -92,7 +95,12 @@ impl Check {
 
     /// The algorithm's parameters for this request, `cost` units.
     pub(crate) fn params(&self, cost: u32) -> Params {
-        self.rule.params(&self.quota, cost)
+        let mut p = self.rule.params(&self.quota, cost);
+        // Only an enforced rule waits (`Rule::throttle`), whatever mode it is in now.
+        if self.mode != Mode::Enforce {
+            p.max_wait_us = 0;
+        }
+        p
     }
 
     /// The rule.

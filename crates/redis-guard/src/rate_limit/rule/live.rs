@@ -1,17 +1,22 @@
-//! Live limits ([`Rule::live`]): a rule whose quota an operator changes at run time, for every
-//! replica, with [`RedisLimiter::set_rule_quota`](crate::rate_limit::RedisLimiter::set_rule_quota).
-//! Where the record lives and how each backend reads it: `limiter/live.rs`.
+//! Live limits ([`Rule::live`]): a rule whose quota and mode an operator changes at run time,
+//! for every replica, with
+//! [`RedisLimiter::set_rule_quota`](crate::rate_limit::RedisLimiter::set_rule_quota) and
+//! [`RedisLimiter::set_rule_mode`](crate::rate_limit::RedisLimiter::set_rule_mode). Where the
+//! record lives and how each backend reads it: `limiter/live.rs`.
 
 use crate::rate_limit::Rule;
 use crate::{ConfigError, ConfigErrorKind};
 
 impl Rule {
-    /// Lets an operator change this rule's quota at run time, for every replica on the store
-    /// (an incident, a launch): [`set_rule_quota`](crate::rate_limit::RedisLimiter::set_rule_quota)
-    /// and [`clear_rule_quota`](crate::rate_limit::RedisLimiter::clear_rule_quota) on any
-    /// limiter of the store. Off by default, because reading the live record costs every
-    /// decision of the rule a little: one more key in the script call on a single Redis (no
-    /// extra round trip), one lookup in process.
+    /// Lets an operator change this rule's quota and mode at run time, for every replica on
+    /// the store (an incident, a launch):
+    /// [`set_rule_quota`](crate::rate_limit::RedisLimiter::set_rule_quota),
+    /// [`clear_rule_quota`](crate::rate_limit::RedisLimiter::clear_rule_quota),
+    /// [`set_rule_mode`](crate::rate_limit::RedisLimiter::set_rule_mode) and
+    /// [`clear_rule_mode`](crate::rate_limit::RedisLimiter::clear_rule_mode) on any limiter
+    /// of the store. Off by default, because reading the live record costs every decision of
+    /// the rule a little: one more key in the script call on a single Redis (no extra round
+    /// trip), one lookup in process.
     ///
     /// Each key's state carries over a change in units, as a plan change does
     /// ([`with_quota_from`](Self::with_quota_from)): the window algorithms keep the rule's
@@ -36,7 +41,7 @@ impl Rule {
         self
     }
 
-    /// Whether the rule's quota can be changed at run time ([`live`](Self::live)).
+    /// Whether the rule's quota and mode can be changed at run time ([`live`](Self::live)).
     #[must_use]
     pub fn is_live(&self) -> bool {
         self.live
