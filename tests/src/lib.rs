@@ -227,6 +227,16 @@ impl Harness {
         }
     }
 
+    /// A limiter instance as [`limiter`](Self::limiter), re-reading its live rules' records
+    /// every `refresh` on Redis ([`RedisLimiter::live_refresh`]): what another replica lags by
+    /// at most after a live change (the memory backend's instances share one table).
+    pub async fn live_limiter(&self, refresh: std::time::Duration) -> Arc<dyn Limiter> {
+        match self.kind {
+            Kind::Memory => Arc::new(self.memory.clone()),
+            _ => Arc::new(RedisLimiter::new(self.backend().await).live_refresh(refresh)),
+        }
+    }
+
     /// A limiter whose answers are exact to the millisecond on every backend: on Redis, the
     /// scripts read the harness' manual clock instead of `TIME`
     /// ([`RedisBackend::frozen_time`]), so time stands still between calls as it does for the

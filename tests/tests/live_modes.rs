@@ -11,9 +11,9 @@ use http::Request;
 use http_body_util::Full;
 use redis_guard::ConfigErrorKind;
 use redis_guard::rate_limit::{
-    Key, Limiter, LimiterError, MemoryLimiter, Mode, Quota, RateLimitLayer, RedisLimiter, Rule,
+    Key, Limiter, LimiterError, MemoryLimiter, Mode, Quota, RateLimitLayer, Rule,
 };
-use redis_guard_tests::{Harness, Kind, Reply, backend_suite, by_client, call, empty_ok, from};
+use redis_guard_tests::{Harness, Reply, backend_suite, by_client, call, empty_ok, from};
 use tower::Layer;
 
 type Body = Full<Bytes>;
@@ -23,10 +23,7 @@ const REFRESH: Duration = Duration::from_millis(50);
 
 /// A replica's limiter: on Redis, a new one re-reading live records every [`REFRESH`].
 async fn replica(h: &Harness) -> Arc<dyn Limiter> {
-    match h.kind() {
-        Kind::Memory => h.limiter().await,
-        _ => Arc::new(RedisLimiter::new(h.backend().await).live_refresh(REFRESH)),
-    }
+    h.live_limiter(REFRESH).await
 }
 
 /// A layer of `rules` (each keyed by client) on `limiter`.
@@ -161,6 +158,18 @@ async fn a_shadowed_rule_keeps_no_enforced_rule_from_counting(h: Harness) {
     assert!(!reply.header("ratelimit").contains("\"api\""), "{reply:?}");
 }
 
+/// The `api` rule's live record as Redis stores it.
+async fn stored_record(h: &Harness) -> String {
+    let record = h.keys_under("rl:api:live").await;
+    assert_eq!(record.len(), 1, "{record:?}");
+    let mut conn = h.inspect().await;
+    redis::cmd("GET")
+        .arg(&record[0])
+        .query_async(&mut conn)
+        .await
+        .expect("GET")
+}
+
 async fn a_mode_keeps_the_live_quota_and_a_quota_keeps_the_mode(h: Harness) {
     let api = Rule::new("api", Quota::per_hour(100)).live();
     let limiter = replica(&h).await;
@@ -179,15 +188,7 @@ async fn a_mode_keeps_the_live_quota_and_a_quota_keeps_the_mode(h: Harness) {
         assert_eq!(reply.header("ratelimit-policy"), "\"api\";q=3;w=3600");
     }
     if h.is_redis() {
-        let record = h.keys_under("rl:api:live").await;
-        assert_eq!(record.len(), 1, "{record:?}");
-        let mut conn = h.inspect().await;
-        let stored: String = redis::cmd("GET")
-            .arg(&record[0])
-            .query_async(&mut conn)
-            .await
-            .expect("GET");
-        assert_eq!(stored, "2:3:3600000000:3:1200000000;soft");
+        assert_eq!(stored_record(&h).await, "2:3:3600000000:3:1200000000;soft");
     }
     // The quota cleared: the mode stays, with the rule's own quota.
     limiter.clear_rule_quota(&api).await.expect("clear quota");
@@ -203,14 +204,11 @@ async fn a_mode_keeps_the_live_quota_and_a_quota_keeps_the_mode(h: Harness) {
         "{reply:?}"
     );
     if h.is_redis() {
-        let record = h.keys_under("rl:api:live").await;
-        let mut conn = h.inspect().await;
-        let stored: String = redis::cmd("GET")
-            .arg(&record[0])
-            .query_async(&mut conn)
-            .await
-            .expect("GET");
-        assert_eq!(stored, "4", "nothing set, the version kept");
+        assert_eq!(
+            stored_record(&h).await,
+            "4",
+            "nothing set, the version kept"
+        );
     }
 }
 

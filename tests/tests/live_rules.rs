@@ -25,10 +25,7 @@ const REFRESH: Duration = Duration::from_millis(50);
 
 /// A replica's limiter: on Redis, a new one re-reading live records every [`REFRESH`].
 async fn replica(h: &Harness) -> Arc<dyn Limiter> {
-    match h.kind() {
-        Kind::Memory => h.limiter().await,
-        _ => Arc::new(RedisLimiter::new(h.backend().await).live_refresh(REFRESH)),
-    }
+    h.live_limiter(REFRESH).await
 }
 
 /// Sends `n` requests from `client` through `svc`: how many were admitted, and the last reply.
