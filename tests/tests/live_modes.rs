@@ -13,7 +13,7 @@ use redis_guard::ConfigErrorKind;
 use redis_guard::rate_limit::{
     Key, Limiter, LimiterError, MemoryLimiter, Mode, Quota, RateLimitLayer, Rule,
 };
-use redis_guard_tests::{Harness, Reply, backend_suite, by_client, call, empty_ok, from};
+use redis_guard_tests::{Harness, Monitor, Reply, backend_suite, by_client, call, empty_ok, from};
 use tower::Layer;
 
 type Body = Full<Bytes>;
@@ -248,6 +248,45 @@ backend_suite!(
     a_mode_keeps_the_live_quota_and_a_quota_keeps_the_mode,
     a_live_shadow_rule_never_waits,
 );
+
+async fn a_replica_follows_a_mode_change_from_its_second_request(h: Harness) {
+    let api = Rule::new("api", Quota::per_hour(1)).live();
+    let a = h.live_limiter(REFRESH).await;
+    // Replica b re-reads its copy once an hour at most: only its decisions tell it of a change.
+    let b = h.live_limiter(Duration::from_secs(3600)).await;
+    let svc_b = layer(Arc::clone(&b), vec![api.clone()]);
+    let mut monitor = Monitor::start(&h).await;
+    // b's first decision has its copy read, in the background: wait until it was.
+    assert_eq!(call(svc_b.clone(), from("acme")).await.status, 200);
+    let started = Instant::now();
+    let get = |c: &String| c.to_ascii_lowercase().starts_with("\"get\"");
+    while !monitor.commands(&h).await.iter().any(get) {
+        assert!(started.elapsed() < Duration::from_secs(10), "never read");
+    }
+    let statuses = |n| {
+        let svc = svc_b.clone();
+        async move {
+            let mut got = Vec::new();
+            for _ in 0..n {
+                got.push(call(svc.clone(), from("acme")).await.status);
+            }
+            got
+        }
+    };
+    // The first decision after the change is taken by the old mode and reads the new one in
+    // its script call; the second follows it.
+    a.set_rule_mode(&api, Mode::Shadow).await.expect("set");
+    assert_eq!(statuses(3).await, [429, 200, 200]);
+    a.clear_rule_mode(&api).await.expect("clear");
+    assert_eq!(statuses(3).await, [200, 429, 429]);
+    let (sent, _) = monitor.split(&h).await;
+    assert!(
+        !sent.iter().any(get),
+        "the copy was not read again: {sent:?}"
+    );
+}
+
+backend_suite!(standalone_only: a_replica_follows_a_mode_change_from_its_second_request);
 
 #[tokio::test]
 async fn a_rule_that_is_not_live_keeps_its_mode() {

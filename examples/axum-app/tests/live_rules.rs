@@ -1,9 +1,7 @@
 //! End to end: `PUT` / `DELETE /admin/rules/{rule}` (live limits) on two `axum-app` processes
 //! sharing one real `redis-server`, over real HTTP: a quota changed on one instance holds on both
-//! from their next request, a mode on the other within a second; bad requests are refused with
+//! from their next request, a mode on the other from its second request; bad requests are refused with
 //! problem documents and change nothing.
-
-use std::time::{Duration, Instant};
 
 use redis_guard_testkit::RedisServer;
 use redis_guard_testkit::app::{RunningApp, spawn};
@@ -90,23 +88,15 @@ async fn a_live_quota_holds_on_every_instance_from_the_next_request() {
     assert_eq!(hello(&b, "192.0.2.3", 1).await, [200]);
 }
 
-/// Calls `GET /api/hello` from `ip` until it is answered `status`: at once on the instance
-/// that made the change (`lag` false), within 10 s on another (its copy of the rule's record is
-/// re-read every second).
-async fn until_status(app: &RunningApp, ip: &str, status: u16, lag: bool) {
-    let started = Instant::now();
-    loop {
-        let got = hello(app, ip, 1).await[0];
-        if got == status {
-            return;
-        }
-        assert!(lag, "answered {got} at once");
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "still {got}, not {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// Calls `GET /api/hello` from `ip` until it is answered `status`, at most `tries` times: once
+/// on the instance that made the change, twice on another (its first decision after the change
+/// reads the rule's record, the next one follows it).
+async fn until_status(app: &RunningApp, ip: &str, status: u16, tries: usize) {
+    let got = hello(app, ip, tries).await;
+    assert!(
+        got.contains(&status),
+        "{got:?}: never {status} in {tries} requests"
+    );
 }
 
 #[tokio::test]
@@ -120,10 +110,10 @@ async fn a_live_mode_reaches_every_instance() {
     };
     put(&a, br#"{"quota": "2/minute"}"#).await;
     assert_eq!(hello(&b, "192.0.2.4", 3).await, [200, 200, 429]);
-    // Shadowed on a: a client over the limit passes on a at once, on b within a second.
+    // Shadowed on a: a client over the limit passes on a at once, on b from its second request.
     put(&a, br#"{"mode": "shadow"}"#).await;
-    until_status(&a, "192.0.2.4", 200, false).await;
-    until_status(&b, "192.0.2.4", 200, true).await;
+    until_status(&a, "192.0.2.4", 200, 1).await;
+    until_status(&b, "192.0.2.4", 200, 2).await;
     // Soft, with a new quota, in one request on b: admitted, and told so.
     put(&b, br#"{"quota": "1/minute", "mode": "soft"}"#).await;
     let headers: &[(&str, &[u8])] = &[("X-Forwarded-For", b"192.0.2.4")];

@@ -33,7 +33,9 @@
 -- Reply    one array per entry: five integers per rule, in KEYS order,
 --            allowed (1/0), limit, remaining, retry_after_ms, reset_after_ms (an admitted
 --            rule's retry_after_ms > 0: admitted after that wait, Rule::throttle),
---          then the time of the decision (Redis TIME + shift, µs), which a refund passes back.
+--          then the time of the decision (Redis TIME + shift, µs), which a refund passes back,
+--          then two integers per rule that read its live record, in order: the record's
+--          version (0: none) and mode (0 none, 1 enforce, 2 shadow, 3 soft; live.lua).
 --          Milliseconds are rounded up. When any rule denies, nothing is recorded for any rule
 --          of the entry. An entry that fails (an algorithm breaking its contract, a key of
 --          another type) gets the error's text instead, and the others stand.
@@ -45,6 +47,8 @@ local ovs, ov_dirty = {}, {}
 local function decide(k, n, a)
   local req, dry = ARGV[a + 1], ARGV[a + 2] == '1'
   local replies, commits, all_allowed = {}, {}, true
+  -- Per rule that read its live record: its version and mode, for the reply's tail.
+  local seen = {}
   for i = 1, n do
     local o = a + 2 + (i - 1) * 8
     local p = params(o, req)
@@ -64,7 +68,8 @@ local function decide(k, n, a)
       okey, k = KEYS[k + 2], k + 2
     end
     if live then
-      live_apply(p, KEYS[k + 1])
+      local version, mode = live_apply(p, KEYS[k + 1])
+      seen[#seen + 1], seen[#seen + 2] = version, mode
       k = k + 1
     end
     local algorithm = algorithms[p.id]
@@ -120,6 +125,7 @@ local function decide(k, n, a)
     for _, commit in ipairs(commits) do commit() end
   end
   replies[n * 5 + 1] = now
+  for i = 1, #seen do replies[n * 5 + 1 + i] = seen[i] end
   return replies
 end
 

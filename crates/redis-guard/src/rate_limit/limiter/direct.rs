@@ -260,10 +260,11 @@ macro_rules! limiter_operations {
             /// `Soft`, and back to `Enforce`. Logged at `info` with the old and new mode and
             /// the version; its quota (live or not) stays as it is. A layer takes the mode from
             /// its limiter's copy of the rule's record: at once on the limiter that made the
-            /// change, within
-            /// [`live_refresh`](crate::rate_limit::RedisLimiter::live_refresh) on the others
-            /// (the guide's "Live limits"). Direct calls (`check`, `check_all`) enforce every
-            /// rule whatever its mode, as they always do.
+            /// change; on a single Redis, from a replica's second decision of the rule after the
+            /// change (the first reads the record in its script call); on a Cluster, within
+            /// [`live_refresh`](crate::rate_limit::RedisLimiter::live_refresh) (the guide's
+            /// "Live limits"). Direct calls (`check`, `check_all`) enforce every rule whatever
+            /// its mode, as they always do.
             ///
             #[doc = operation_example!($setup,
                 "use redis_guard::rate_limit::Mode;",

@@ -14,7 +14,10 @@
 //! - **The mode** decides how a request's rules are split into script calls (the enforced ones
 //!   together, all or nothing; each other one on its own) before any call is made, so every
 //!   backend takes it from the limiter's copy: at once on the replica that changed it (and on
-//!   the memory backend), within one `live_refresh` on the others.
+//!   the memory backend). On a single Redis the script returns the record's version and mode
+//!   with its verdicts, and a newer version updates the copy's mode there and then: a replica's
+//!   first decision after a change reads it, its next one follows it. On a Cluster, within one
+//!   `live_refresh`.
 //! - **Redis Cluster**: the keys of one call share the client key's hash slot, and the rule's
 //!   record lives in another, so the script cannot read it: there the decision takes the quota
 //!   from the limiter's copy, and a change reaches every replica within one

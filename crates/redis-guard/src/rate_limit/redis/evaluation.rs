@@ -5,7 +5,8 @@ use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
 
 use super::fixed_window_batch::{Count, Transaction};
-use super::script_reply::parse_reply;
+use super::live::LiveCache;
+use super::script_reply::{parse_reply, parse_reply_live};
 use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall, call_alone};
 use crate::rate_limit::Algorithm;
 use crate::rate_limit::algorithm::RuleState;
@@ -25,6 +26,9 @@ pub(super) struct Evaluation {
     records: Vec<Option<String>>,
     /// Per rule: its live record's key, when the call reads it (`Rule::live`; empty: none).
     lives: Vec<Option<String>>,
+    /// The names of the rules whose live records the call reads, in order, and the limiter's
+    /// copies of the records, which take the versions and modes the script saw.
+    live_copies: Option<(Arc<LiveCache>, Vec<Arc<str>>)>,
     rule_args: Vec<RuleArgs>,
     /// Decide, record nothing (inspect).
     dry: bool,
@@ -80,6 +84,8 @@ pub(super) struct RuleEntry {
     rule_args: Vec<RuleArgs>,
     request: Cow<'static, str>,
     dry: bool,
+    /// How many live records the entry reads.
+    lives: usize,
 }
 
 impl Entry for RuleEntry {
@@ -102,8 +108,8 @@ impl Entry for RuleEntry {
     }
 
     fn reply_len(&self) -> usize {
-        // Five integers per rule, then the time (see `parse_reply`).
-        5 * self.rule_args.len() + 1
+        // Five integers per rule, then the time, then two per live record (`parse_reply_live`).
+        5 * self.rule_args.len() + 1 + 2 * self.lives
     }
 }
 
@@ -154,14 +160,25 @@ impl Evaluation {
             dry: false,
             settled: Vec::new(),
             lives: Vec::new(),
+            live_copies: None,
         }
     }
 
     /// Reads each rule's live record in the call, from `lives` (one per rule, `None`: not
-    /// live, or on a Cluster). Keys after the rule's others, as `live.lua` takes them.
-    pub(super) fn live_keys(mut self, lives: Vec<Option<String>>) -> Self {
+    /// live, or on a Cluster: else the record's key and the rule's name). Keys after the rule's
+    /// others, as `live.lua` takes them; the versions and modes the script saw go to `copies`.
+    pub(super) fn live_keys(
+        mut self,
+        lives: Vec<Option<(String, Arc<str>)>>,
+        copies: &Arc<LiveCache>,
+    ) -> Self {
         if lives.iter().any(Option::is_some) {
-            self.lives = lives;
+            let (keys, names): (Vec<_>, Vec<_>) = lives
+                .into_iter()
+                .map(|live| live.map_or((None, None), |(key, name)| (Some(key), Some(name))))
+                .unzip();
+            self.lives = keys;
+            self.live_copies = Some((Arc::clone(copies), names.into_iter().flatten().collect()));
         }
         self
     }
@@ -236,14 +253,24 @@ impl Evaluation {
                     })
                     .collect()
             };
+            let lives = self
+                .live_copies
+                .as_ref()
+                .map_or(0, |(_, names)| names.len());
             let entry = RuleEntry {
                 keys,
                 rule_args: std::mem::take(&mut self.rule_args),
                 request,
                 dry: self.dry,
+                lives,
             };
             let reply = self.evaluate(coalescers, entry).await?;
-            let (states, evaluated_at) = parse_reply(&reply, n)?;
+            let (states, evaluated_at, seen) = parse_reply_live(&reply, n, lives)?;
+            if let Some((copies, names)) = &self.live_copies {
+                for (name, (version, mode)) in names.iter().zip(seen) {
+                    copies.seen(name, version, mode);
+                }
+            }
             let receipt = match (leases, &id) {
                 (Some((keys, args)), Some(id)) if states.iter().all(|s| s.allowed) => {
                     let group = Group {
@@ -278,6 +305,8 @@ impl Evaluation {
                 rule_args: group.iter().map(|&i| self.rule_args[i].clone()).collect(),
                 request: request.clone(),
                 dry: denied || self.dry,
+                // A Cluster's calls read no live record (its slot is not the key's).
+                lives: 0,
             };
             let outcome = self
                 .evaluate(coalescers, entry)

@@ -278,8 +278,12 @@ impl RedisLimiter {
         let evaluation = Evaluation::new(scripts, gcra_only, keys, records, rule_args).live_keys(
             checks
                 .iter()
-                .map(|c| self.live_key_in_call(&c.rule))
+                .map(|c| {
+                    self.live_key_in_call(&c.rule)
+                        .map(|key| (key, Arc::clone(c.rule.name_arc())))
+                })
                 .collect(),
+            &self.live,
         );
         // A throttled request keeps its receipt too: a waiter that goes away gives its slots
         // back through it.

@@ -67,6 +67,27 @@ impl LiveCache {
     }
 }
 
+impl LiveCache {
+    /// What an evaluation script saw of rule `name`'s record: its `version` and `mode`. A
+    /// version newer than the copy's makes the copy take that mode at once: the layer splits
+    /// the rule's next request into calls by it. The copy's quota (which only the headers use
+    /// where the script reads the record) waits for the next read, within the refresh interval;
+    /// that read keeps the version, so it is taken.
+    pub(super) fn seen(
+        &self,
+        name: &Arc<str>,
+        version: u64,
+        mode: Option<crate::rate_limit::Mode>,
+    ) {
+        let mut records = self.lock();
+        let copy = records.entry(Arc::clone(name)).or_default();
+        if version > copy.record.version {
+            copy.record.version = version;
+            copy.record.mode = mode;
+        }
+    }
+}
+
 impl RedisLimiter {
     /// How often each live rule's record ([`Rule::live`]) is re-read at most, in the
     /// background (default 1 s). On a single Redis or a pool the decision reads the record

@@ -3,6 +3,7 @@
 use redis::Value;
 
 use crate::backend::BackendError;
+use crate::rate_limit::Mode;
 use crate::rate_limit::algorithm::RuleState;
 use crate::rate_limit::limiter::LimiterError;
 
@@ -13,19 +14,46 @@ pub(crate) fn parse_reply(
     reply: &Value,
     expected: usize,
 ) -> Result<(Vec<RuleState>, u64), LimiterError> {
+    parse_reply_live(reply, expected, 0).map(|(states, now, _)| (states, now))
+}
+
+/// A live record as the evaluation script saw it: its version (0: none) and its mode, if set.
+pub(crate) type LiveSeen = (u64, Option<Mode>);
+
+/// [`parse_reply`] for a call that read `lives` live records: after the time, their versions
+/// and modes, two integers each (`evaluate.lua`).
+pub(crate) fn parse_reply_live(
+    reply: &Value,
+    expected: usize,
+    lives: usize,
+) -> Result<(Vec<RuleState>, u64, Vec<LiveSeen>), LimiterError> {
     let bad = |what: &str| LimiterError::from(BackendError::BadReply(format!("{what}: {reply:?}")));
     let Value::Array(cells) = reply else {
         return Err(bad("expected an array"));
     };
-    if cells.len() != expected * 5 + 1 {
-        return Err(bad(&format!("expected {} integers", expected * 5 + 1)));
+    let len = expected * 5 + 1 + lives * 2;
+    if cells.len() != len {
+        return Err(bad(&format!("expected {len} integers")));
     }
     let int = |c: &Value| match c {
         Value::Int(i) => u64::try_from(*i).map_err(|_| bad("expected non-negative integers")),
         _ => Err(bad("expected non-negative integers")),
     };
-    let (rows, now) = cells.split_at(expected * 5);
-    let now = int(&now[0])?;
+    let (rows, rest) = cells.split_at(expected * 5);
+    let now = int(&rest[0])?;
+    let seen = rest[1..]
+        .chunks_exact(2)
+        .map(|pair| {
+            let mode = match int(&pair[1])? {
+                0 => None,
+                1 => Some(Mode::Enforce),
+                2 => Some(Mode::Shadow),
+                3 => Some(Mode::Soft),
+                _ => return Err(bad("a live record's mode must be 0 to 3")),
+            };
+            Ok((int(&pair[0])?, mode))
+        })
+        .collect::<Result<_, LimiterError>>()?;
     let states = rows
         .chunks_exact(5)
         .map(|row| {
@@ -44,7 +72,7 @@ pub(crate) fn parse_reply(
             ))
         })
         .collect::<Result<_, _>>()?;
-    Ok((states, now))
+    Ok((states, now, seen))
 }
 
 #[cfg(test)]
@@ -71,6 +99,7 @@ mod tests {
             ints(&[2, 10, 9, 0, 1, now]),
             ints(&[1, -1, 9, 0, 1, now]),
             Value::Array(vec![Value::Okay, Value::Int(now)]),
+            ints(&[1, 10, 9, 0, 6000, now, 3]),
         ] {
             assert!(
                 matches!(
@@ -79,6 +108,18 @@ mod tests {
                 ),
                 "{bad:?}"
             );
+        }
+        let (_, _, seen) = parse_reply_live(&ints(&[1, 10, 9, 0, 6000, now, 7, 2]), 1, 1).unwrap();
+        assert_eq!(seen, [(7, Some(Mode::Shadow))]);
+        let (_, _, seen) = parse_reply_live(&ints(&[1, 10, 9, 0, 6000, now, 0, 0]), 1, 1).unwrap();
+        assert_eq!(seen, [(0, None)]);
+        for bad in [
+            ints(&[1, 10, 9, 0, 6000, now]),
+            ints(&[1, 10, 9, 0, 6000, now, 7]),
+            ints(&[1, 10, 9, 0, 6000, now, 7, 4]),
+            ints(&[1, 10, 9, 0, 6000, now, -7, 1]),
+        ] {
+            assert!(parse_reply_live(&bad, 1, 1).is_err(), "{bad:?}");
         }
     }
 }
