@@ -224,7 +224,66 @@ async fn the_decision_reads_the_record_in_its_one_script_call(h: Harness) {
     assert_eq!(reads, 4, "{inside:?}");
 }
 
-backend_suite!(standalone_only: the_decision_reads_the_record_in_its_one_script_call);
+async fn a_record_that_is_not_one_is_no_record(h: Harness) {
+    let rule = Rule::new("api", Quota::per_hour(100)).live();
+    let limiter = replica(&h).await;
+    // The record's key, as a change writes it.
+    limiter
+        .set_rule_quota(&rule, Quota::per_hour(7))
+        .await
+        .expect("set");
+    let record = h.keys_under("rl:api:live").await;
+    assert_eq!(record.len(), 1, "{record:?}");
+    let mut conn = h.inspect().await;
+    for (i, stored) in [
+        "",
+        "x",
+        "-5:2:3600000000:2:1800000000",
+        "5:0:3600000000:2:1800000000",
+        "5:2:3600000000",
+        "5:99999999999:3600000000:2:1800000000",
+        "5:2:99999999999999999999:2:1800000000",
+        "99999999999999999999",
+        "99999999999999999999:2:3600000000:2:1800000000",
+        "5;loud",
+        "5:2:3600000000:2:1800000000;shadow;x",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let () = redis::cmd("SET")
+            .arg(&record[0])
+            .arg(stored)
+            .query_async(&mut conn)
+            .await
+            .expect("SET");
+        // A new replica, whose copy knows nothing but what it reads: decided with the rule's
+        // own quota, never an error.
+        let fresh = replica(&h).await;
+        let seen = fresh
+            .check(&rule, Key::from(format!("k{i}")))
+            .await
+            .unwrap_or_else(|e| panic!("{stored:?}: {e}"));
+        assert!(seen.allowed, "{stored:?}");
+        assert_eq!(seen.limit, 100, "{stored:?}");
+        // And a change made over it starts a record anew.
+        let version = fresh
+            .set_rule_quota(&rule, Quota::per_hour(3))
+            .await
+            .unwrap_or_else(|e| panic!("{stored:?}: {e}"));
+        assert!(version >= 1, "{stored:?}");
+        let d = fresh
+            .check(&rule, Key::from(format!("k{i}")))
+            .await
+            .expect("check");
+        assert_eq!(d.limit, 3, "{stored:?}");
+    }
+}
+
+backend_suite!(
+    standalone_only: the_decision_reads_the_record_in_its_one_script_call,
+    a_record_that_is_not_one_is_no_record
+);
 
 #[tokio::test]
 async fn live_quotas_that_cannot_work_are_refused() {

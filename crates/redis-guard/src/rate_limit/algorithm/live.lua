@@ -16,6 +16,14 @@ local live_read = {}
 -- A record's mode as the reply gives it: 0 none, 1 enforce, 2 shadow, 3 soft.
 local live_modes = { enforce = 1, shadow = 2, soft = 3 }
 
+-- `s` as an integer when it is one from 1 (0 with `zero`) to `max`, else nil: a record written
+-- by hand may hold any digits, and a number past 2^53 has no exact Lua value.
+local function live_int(s, max, zero)
+  local n = tonumber(s)
+  if n and n <= max and (n >= 1 or (zero and n == 0)) then return n end
+  return nil
+end
+
 -- Puts the quota of the live record at `lkey`,
 -- "<version>[:<limit>:<period>:<burst>:<emission>][;<mode>]" (µs), in p's place when one is
 -- set; returns the record's version (0: none) and mode code.
@@ -24,11 +32,15 @@ local function live_apply(p, lkey)
   if r == nil then
     r = { false, 0, 0 }
     local v = redis.call('GET', lkey)
-    if v then
+    -- A version past 2^53 is no version: the record is no record.
+    local version = v and live_int(string.match(v, '^(%d+)'), 9007199254740991, true)
+    if version then
       local l, per, b, e = string.match(v, '^%d+:(%d+):(%d+):(%d+):(%d+);?%a*$')
-      l, per, b, e = tonumber(l), tonumber(per), tonumber(b), tonumber(e)
-      if e and l >= 1 and per >= 1 and b >= 1 and e >= 1 then r[1] = { l, per, b, e } end
-      r[2] = tonumber(string.match(v, '^(%d+)')) or 0
+      -- As a quota can be set (limit.rs): limit and burst fit a u32, times fit 2^53 µs.
+      l, b = live_int(l, 4294967295), live_int(b, 4294967295)
+      per, e = live_int(per, 9007199254740991), live_int(e, 9007199254740991)
+      if l and per and b and e then r[1] = { l, per, b, e } end
+      r[2] = version
       r[3] = live_modes[string.match(v, ';(%a+)$') or ''] or 0
     end
     live_read[lkey] = r

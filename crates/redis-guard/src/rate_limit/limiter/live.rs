@@ -37,6 +37,10 @@ use crate::rate_limit::{Mode, Quota, Rule};
 /// How long a live record lives after its last change: 30 days.
 pub(crate) const LIVE_TTL: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
+/// Versions stay below 2^53, which the scripts' Lua numbers hold exactly; a stored record with a
+/// larger one is no record.
+const MAX_VERSION: u64 = (1 << 53) - 1;
+
 /// A rule's live record: its version and, unless cleared, its quota and its mode.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct LiveRecord {
@@ -115,7 +119,7 @@ impl LiveRecord {
             None => (value, None),
         };
         let mut parts = value.split(':');
-        let version = parts.next()?.parse().ok()?;
+        let version = parts.next()?.parse().ok().filter(|v| *v < MAX_VERSION)?;
         let rest: Vec<u64> = parts.map(|p| p.parse().ok()).collect::<Option<_>>()?;
         let quota = match rest[..] {
             [] => None,
@@ -256,6 +260,8 @@ mod tests {
             "1;loud",
             "1;",
             "1:2:3:4:5;soft;soft",
+            "9007199254740991",
+            "99999999999999999999:2:3:2:1",
         ] {
             assert_eq!(LiveRecord::decode(bad), None, "{bad}");
         }

@@ -10,9 +10,11 @@
 -- ARGV[4]  the record's TTL in ms (renewed by every change)
 -- Reply    { the record before (empty: none), the new version }
 local old = redis.call('GET', KEYS[1]) or ''
-local version = (tonumber(string.match(old, '^(%d+)')) or 0) + 1
--- A value that is no record (written by hand) keeps nothing.
+-- A value that is no record (written by hand, or a version past 2^53) keeps nothing.
+local version = tonumber(string.match(old, '^(%d+)'))
 local quota, mode = string.match(old, '^%d+:(%d+:%d+:%d+:%d+)'), string.match(old, ';(%a+)$')
+if not version or version >= 9007199254740991 then version, quota, mode = 0, nil, nil end
+version = version + 1
 if ARGV[2] == 'q' then quota = ARGV[3] else mode = ARGV[3] end
 local v = string.format('%d', version)
 if quota and quota ~= '' then v = v .. ':' .. quota end
