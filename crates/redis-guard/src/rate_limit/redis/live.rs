@@ -38,6 +38,9 @@ struct Copy {
     read_at: Option<Instant>,
     /// A read is under way.
     reading: bool,
+    /// Changes taken since the copy was made, other than by a read (a change made here, a
+    /// newer version a script saw): a read that began before one of them knows less than it.
+    changes: u64,
 }
 
 impl LiveCache {
@@ -53,17 +56,33 @@ impl LiveCache {
         self.records.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes `record`, read now (`None`: the read failed, the copy stands), unless a newer one
-    /// is known; `gone`: there is no record (expired, deleted by hand), whatever the copy says.
-    fn store(&self, rule: &Arc<str>, record: Option<LiveRecord>, gone: bool) {
+    /// Takes `record`, read by a read that began when the copy had taken `changes` (`None`: the
+    /// read failed, the copy stands), unless a newer one is known; `gone`: there is no record
+    /// (expired, deleted by hand), which wins over the copy's version unless the copy took a
+    /// change after the read began.
+    fn store_read(&self, rule: &Arc<str>, record: Option<LiveRecord>, gone: bool, changes: u64) {
         let mut records = self.lock();
         let copy = records.entry(Arc::clone(rule)).or_default();
         match record {
-            Some(record) if gone || record.version >= copy.record.version => copy.record = record,
+            Some(record)
+                if record.version >= copy.record.version || (gone && copy.changes == changes) =>
+            {
+                copy.record = record;
+            }
             _ => {}
         }
         copy.read_at = Some(Instant::now());
         copy.reading = false;
+    }
+
+    /// Takes `record`, which a change made here wrote, unless a newer one is known.
+    fn store_change(&self, rule: &Arc<str>, record: LiveRecord) {
+        let mut records = self.lock();
+        let copy = records.entry(Arc::clone(rule)).or_default();
+        if record.version >= copy.record.version {
+            copy.record = record;
+            copy.changes += 1;
+        }
     }
 }
 
@@ -84,6 +103,7 @@ impl LiveCache {
         if version > copy.record.version {
             copy.record.version = version;
             copy.record.mode = mode;
+            copy.changes += 1;
         }
     }
 }
@@ -160,18 +180,19 @@ impl RedisLimiter {
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             copy.reading = true;
-            let (this, name, key) = (
+            let (this, name, key, changes) = (
                 self.clone(),
                 Arc::clone(rule.name_arc()),
                 self.live_key(rule),
+                copy.changes,
             );
-            runtime.spawn(async move { this.read_live(&name, &key).await });
+            runtime.spawn(async move { this.read_live(&name, &key, changes).await });
         }
         copy.record
     }
 
-    /// Reads the record at `key` into the copy of rule `name`.
-    async fn read_live(&self, name: &Arc<str>, key: &str) {
+    /// Reads the record at `key` into the copy of rule `name`, which had taken `changes`.
+    async fn read_live(&self, name: &Arc<str>, key: &str, changes: u64) {
         let read = self.backend.query(redis::cmd("GET").arg(key)).await;
         let (record, gone) = match read {
             Ok(redis::Value::Nil) => (Some(LiveRecord::default()), true),
@@ -185,7 +206,7 @@ impl RedisLimiter {
                 (None, false)
             }
         };
-        self.live.store(name, record, gone);
+        self.live.store_read(name, record, gone, changes);
     }
 
     /// Makes `change` to `rule`'s live record on Redis (`set_rule_quota`, `clear_rule_quota`,
@@ -220,7 +241,7 @@ impl RedisLimiter {
             // What the record was before, where it was one (else: nothing set).
             let old = LiveRecord::decode(&old).unwrap_or_default();
             let new = change.applied(old, version);
-            this.live.store(rule.name_arc(), Some(new), false);
+            this.live.store_change(rule.name_arc(), new);
             live::log_change(&rule, old, change, version);
             Ok(version)
         })
