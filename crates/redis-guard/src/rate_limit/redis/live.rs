@@ -247,3 +247,57 @@ impl RedisLimiter {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rate_limit::{Mode, Quota};
+
+    fn cache() -> LiveCache {
+        LiveCache {
+            refresh: DEFAULT_LIVE_REFRESH,
+            in_call: true,
+            records: Mutex::default(),
+        }
+    }
+
+    fn record(cache: &LiveCache, rule: &Arc<str>) -> LiveRecord {
+        cache.lock().get(rule).map(|c| c.record).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_read_that_began_before_a_change_does_not_undo_it() {
+        let (cache, rule): (_, Arc<str>) = (cache(), Arc::from("api"));
+        let shadow = LiveRecord {
+            version: 1,
+            quota: None,
+            mode: Some(Mode::Shadow),
+        };
+        // A read begins (no change taken yet), then a change is made here, then the read
+        // finds no record: the change stands.
+        cache.store_change(&rule, shadow);
+        cache.store_read(&rule, Some(LiveRecord::default()), true, 0);
+        assert_eq!(record(&cache, &rule), shadow);
+        // A read that began after it and finds no record: the record is gone (expired,
+        // deleted by hand).
+        cache.store_read(&rule, Some(LiveRecord::default()), true, 1);
+        assert_eq!(record(&cache, &rule), LiveRecord::default());
+        // A newer version a script saw counts as a change too.
+        cache.seen(&rule, 3, Some(Mode::Soft));
+        cache.store_read(&rule, Some(LiveRecord::default()), true, 1);
+        assert_eq!(record(&cache, &rule).mode, Some(Mode::Soft));
+        // An older version read, or a failed read, never replaces a newer copy.
+        cache.store_read(&rule, Some(shadow), false, 2);
+        assert_eq!(record(&cache, &rule).version, 3);
+        cache.store_read(&rule, None, false, 2);
+        assert_eq!(record(&cache, &rule).version, 3);
+        // The same version read in full completes the copy (its quota).
+        let full = LiveRecord {
+            version: 3,
+            quota: Some(Quota::per_minute(5)),
+            mode: Some(Mode::Soft),
+        };
+        cache.store_read(&rule, Some(full), false, 2);
+        assert_eq!(record(&cache, &rule), full);
+    }
+}
