@@ -176,22 +176,17 @@ pub(crate) fn log_change(rule: &Rule, old: LiveRecord, change: LiveChange, versi
             |m| mode_name(m).to_owned(),
         )
     };
-    match change {
-        LiveChange::Quota(new) => tracing::info!(
-            rule = rule.name(),
-            old = %quota(old.quota),
-            new = %quota(new),
-            version,
-            "rate-limit rule quota changed at run time"
-        ),
-        LiveChange::Mode(new) => tracing::info!(
-            rule = rule.name(),
-            old = %mode(old.mode),
-            new = %mode(new),
-            version,
-            "rate-limit rule mode changed at run time"
-        ),
-    }
+    let (what, old, new) = match change {
+        LiveChange::Quota(new) => ("quota", quota(old.quota), quota(new)),
+        LiveChange::Mode(new) => ("mode", mode(old.mode), mode(new)),
+    };
+    tracing::info!(
+        rule = rule.name(),
+        %old,
+        %new,
+        version,
+        "rate-limit rule {what} changed at run time"
+    );
 }
 
 /// Puts the live quota and mode `limiter` knows for each live rule of `checks` in their place:

@@ -95,12 +95,8 @@ impl Check {
 
     /// The algorithm's parameters for this request, `cost` units.
     pub(crate) fn params(&self, cost: u32) -> Params {
-        let mut p = self.rule.params(&self.quota, cost);
-        // Only an enforced rule waits (`Rule::throttle`), whatever mode it is in now.
-        if self.mode != Mode::Enforce {
-            p.max_wait_us = 0;
-        }
-        p
+        // In its mode now: only an enforced rule waits (`Rule::throttle`).
+        self.rule.params(&self.quota, cost, self.mode)
     }
 
     /// The rule.

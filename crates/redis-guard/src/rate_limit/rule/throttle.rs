@@ -70,11 +70,11 @@ impl Rule {
         self.throttle
     }
 
-    /// The throttle's wait in µs as the algorithms take it: 0 without one, or outside
-    /// [`Mode::Enforce`].
-    pub(crate) fn max_wait_us(&self) -> u64 {
+    /// The throttle's wait in µs as the algorithms take it for a request decided in `mode` (the
+    /// rule's own, or a live one): 0 without one, or outside [`Mode::Enforce`].
+    pub(crate) fn max_wait_us(&self, mode: Mode) -> u64 {
         match self.throttle {
-            Some(wait) if self.mode == Mode::Enforce => {
+            Some(wait) if mode == Mode::Enforce => {
                 u64::try_from(wait.as_micros()).unwrap_or(u64::MAX)
             }
             _ => 0,
@@ -123,12 +123,10 @@ mod tests {
         let bucket = rule(Duration::from_secs(1)).with_algorithm(Algorithm::TokenBucket);
         assert!(bucket.validate().is_ok());
         // Only an enforced rule waits.
-        assert_eq!(rule(Duration::from_millis(2)).max_wait_us(), 2_000);
         assert_eq!(
-            rule(Duration::from_secs(1))
-                .with_mode(Mode::Shadow)
-                .max_wait_us(),
-            0
+            rule(Duration::from_millis(2)).max_wait_us(Mode::Enforce),
+            2_000
         );
+        assert_eq!(rule(Duration::from_secs(1)).max_wait_us(Mode::Shadow), 0);
     }
 }

@@ -241,7 +241,8 @@ impl Rule {
         rule
     }
 
-    pub(crate) fn params(&self, quota: &Quota, cost: u32) -> Params {
+    /// The algorithm's parameters for `cost` units of `quota`, decided in `mode`.
+    pub(crate) fn params(&self, quota: &Quota, cost: u32, mode: Mode) -> Params {
         Params {
             algorithm: self.algorithm.clone(),
             limit: u64::from(quota.limit()),
@@ -249,7 +250,7 @@ impl Rule {
             burst: u64::from(quota.burst_size()),
             emission_us: quota.emission_interval_us(),
             cost: u64::from(cost),
-            max_wait_us: self.max_wait_us(),
+            max_wait_us: self.max_wait_us(mode),
         }
     }
 
