@@ -17,13 +17,14 @@
 //!
 //! Live limits (`Rule::live`): `PUT /admin/rules/{rule}` with `{"quota": "100/minute"}`,
 //! `{"mode": "shadow"}` or both sets the rule's quota for every instance on the same Redis from
-//! its next request on, and its mode (`enforce`, `shadow`: counted, never denying, `soft`:
-//! admitted with `RateLimit-Exceeded`) at once on this instance and from their second request
-//! on on the others (within a second on a Redis Cluster) (`204`; a quota or mode that does not parse or cannot work with the rule: `422`; a
-//! body that is not such JSON: `400`, and nothing is changed). `DELETE /admin/rules/{rule}`
-//! gives the rule its quota and mode from the environment back (`204`). Only `api` is live; any
-//! other name is a `404`. Each change is logged by the limiter (rule, old and new value,
-//! version) and here (client address).
+//! its next request on, and its mode (`enforce`; `shadow`: counted, never denying; `soft`:
+//! admitted with `RateLimit-Exceeded`) at once on this instance and from the second request on
+//! on the others (within a second on a Redis Cluster). The answer is `204`; a quota or mode that
+//! does not parse or cannot work with the rule is a `422`, a body that is not such JSON a `400`,
+//! and a refused request changes nothing. `DELETE /admin/rules/{rule}` gives the rule its quota
+//! and mode from the environment back (`204`). Only `api` is live; any other name is a `404`.
+//! Each change is logged by the limiter (rule, old and new value, version) and here (client
+//! address).
 //! The routes sit outside the cross-site check: a bearer token is never sent by a browser on its
 //! own, so it cannot be forged cross-site.
 
