@@ -460,7 +460,8 @@ async fn a_stream_is_settled_before_its_end_reaches_the_client(h: Harness) {
     drop(tx);
     // The server closes the connection once the end is written: the cost is settled by then.
     client.read_to_end(&mut seen).await.expect("the end");
-    assert!(String::from_utf8_lossy(&seen).contains("last"));
+    let seen = String::from_utf8_lossy(&seen);
+    assert!(seen.contains("last"), "the whole response: {seen:?}");
     assert_eq!(remaining(&*limiter, &rule, "k").await, 75);
 }
 
