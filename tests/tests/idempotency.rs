@@ -16,7 +16,10 @@ use axum::routing::post;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Request, StatusCode};
 use http_body_util::Full;
-use redis_guard::idempotency::{IdempotencyLayer, IdempotencyLayerBuilder, Rejection};
+use redis_guard::backend::ManualClock;
+use redis_guard::idempotency::{
+    IdempotencyLayer, IdempotencyLayerBuilder, IdempotencyStore, Rejection,
+};
 use redis_guard::session::{Session, SessionLayer, SessionUser};
 use redis_guard_tests::{Harness, Reply, backend_suite, call};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -571,3 +574,137 @@ async fn every_key_has_a_ttl_and_values_not_ours_are_503(h: Harness) {
 }
 
 backend_suite!(redis_only: every_key_has_a_ttl_and_values_not_ours_are_503);
+
+/// A memory store of `capacity` records on `clock`, and a layer over it.
+fn bounded_layer(capacity: usize, clock: &ManualClock) -> IdempotencyLayer {
+    let store = IdempotencyStore::memory_builder()
+        .capacity(capacity)
+        .clock(clock.clone())
+        .build();
+    IdempotencyLayer::builder(store)
+        .lease(Duration::from_secs(10))
+        .build()
+        .expect("layer")
+}
+
+/// A full memory store evicts completed records, the oldest first, to make room for a claim;
+/// the claim of a running request stays, so its copies are `409` and it runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_memory_store_evicts_completed_records_before_a_running_claim() {
+    let clock = ManualClock::new();
+    let layer = bounded_layer(3, &clock);
+    let (done, running) = (Payments::new(true), Payments::new(false));
+    let completed = app(layer.clone(), &done);
+    let blocked = app(layer, &running);
+    for key in ["c1", "c2", "c3"] {
+        assert_eq!(pay_tower(&completed, key, "1").await.status, 201);
+    }
+    // Ten copies of a new request at once, in a store full of completed records: one claims
+    // the key and runs; the nine others are 409 while it runs.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..10 {
+        let (reply, tx) = (pay_tower(&blocked, "run", "1"), tx.clone());
+        tokio::spawn(async move { tx.send(reply.await).expect("send") });
+    }
+    for _ in 0..9 {
+        let r = answered(rx.recv()).await.expect("a reply");
+        assert_eq!((r.status, r.header("retry-after")), (409, "1"), "{r:?}");
+    }
+    running.entered().await;
+    assert_eq!(running.calls(), 1, "one copy runs");
+    // Retried while it runs: still 409, however often.
+    for _ in 0..5 {
+        assert_eq!(pay_tower(&blocked, "run", "1").await.status, 409);
+    }
+    running.gate.add_permits(100);
+    let first = answered(rx.recv()).await.expect("a reply");
+    assert_eq!(seen(&first).0, 201, "{first:?}");
+    let replayed = pay_tower(&blocked, "run", "1").await;
+    assert_eq!(seen(&replayed), (201, "1", "true", first.body.as_str()));
+    assert_eq!(running.calls(), 1);
+    // The claim took the oldest completed record's place: c1 runs again (and pushes c2 out),
+    // c3 is still replayed.
+    assert_eq!(
+        pay_tower(&completed, "c3", "1").await.header("x-payment"),
+        "3"
+    );
+    let c1 = pay_tower(&completed, "c1", "1").await;
+    assert_eq!(
+        (c1.header("x-payment"), c1.header("idempotent-replayed")),
+        ("4", "")
+    );
+    assert_eq!(
+        pay_tower(&completed, "c3", "1")
+            .await
+            .header("idempotent-replayed"),
+        "true"
+    );
+    assert_eq!(done.calls(), 4);
+}
+
+/// When running requests fill the memory store, a request with a new key is refused with a
+/// `503` and `Retry-After`, never let in at the cost of a running one; the running ones keep
+/// their keys and complete as usual, and expired claims make room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_store_full_of_running_requests_refuses_a_new_key() {
+    let clock = ManualClock::new();
+    let layer = bounded_layer(3, &clock);
+    let running = Payments::new(false);
+    let app = app(layer, &running);
+    let mut firsts = Vec::new();
+    for key in ["r1", "r2", "r3"] {
+        firsts.push(tokio::spawn(pay_tower(&app, key, "1")));
+        running.entered().await;
+    }
+    for _ in 0..3 {
+        let full = answered(pay_tower(&app, "new", "1")).await;
+        assert_eq!(
+            (full.status, full.header("retry-after")),
+            (503, "1"),
+            "{full:?}"
+        );
+        assert_eq!(full.header("content-type"), "application/problem+json");
+        assert!(full.body.contains("too many requests"), "{full:?}");
+    }
+    let res = tower::ServiceExt::oneshot(
+        app.clone(),
+        request("POST", "/payments", &[("idempotency-key", "new")], "1"),
+    )
+    .await
+    .expect("answer");
+    assert_eq!(
+        res.extensions().get::<Rejection>(),
+        Some(&Rejection::StoreFull)
+    );
+    assert_eq!(running.calls(), 3, "the new key never ran");
+    for key in ["r1", "r2", "r3"] {
+        assert_eq!(pay_tower(&app, key, "1").await.status, 409, "{key}");
+    }
+    running.gate.add_permits(100);
+    for (first, key) in firsts.into_iter().zip(["r1", "r2", "r3"]) {
+        let first = first.await.expect("first");
+        assert_eq!(first.status, 201);
+        let again = pay_tower(&app, key, "1").await;
+        assert_eq!(
+            seen(&again),
+            (201, first.header("x-payment"), "true", first.body.as_str())
+        );
+    }
+    // Completed records make room: the new key runs now.
+    assert_eq!(pay_tower(&app, "new", "1").await.header("x-payment"), "4");
+    // Claims whose lease has ended (10 s) no longer count against the bound.
+    let stuck = Payments::new(false);
+    let app = self::app(bounded_layer(2, &clock), &stuck);
+    let mut tasks = Vec::new();
+    for key in ["s1", "s2"] {
+        tasks.push(tokio::spawn(pay_tower(&app, key, "1")));
+        stuck.entered().await;
+    }
+    assert_eq!(pay_tower(&app, "s3", "1").await.status, 503);
+    clock.advance(Duration::from_secs(11));
+    stuck.gate.add_permits(100);
+    assert_eq!(pay_tower(&app, "s3", "1").await.status, 201);
+    for task in tasks {
+        assert_eq!(task.await.expect("task").status, 201);
+    }
+}

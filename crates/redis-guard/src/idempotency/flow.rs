@@ -2,6 +2,7 @@
 //! response, or answer from the record.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use http::header::{
@@ -64,6 +65,14 @@ where
         }
         Ok(Claim::Found(Record::InFlight { .. })) => return Ok(shared.reject(Rejection::InFlight)),
         Ok(Claim::Found(Record::Done { response, .. })) => return Ok(shared.replay(response)),
+        Ok(Claim::Full) => {
+            if !shared.warned_full.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "idempotency: the memory store is full of running requests, so requests with a new key are answered 503 until one ends (logged once); raise its capacity, or keep the records on Redis"
+                );
+            }
+            return Ok(shared.reject(Rejection::StoreFull));
+        }
         Err(e) => {
             tracing::warn!(error = %e, "idempotency store unavailable");
             return shared.unavailable(inner, req).await;

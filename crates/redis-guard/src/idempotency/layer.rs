@@ -1,6 +1,7 @@
 //! [`IdempotencyLayer`]: the tower layer, and how it is built.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -64,6 +65,9 @@ pub(crate) struct Shared {
     pub(crate) replayed_header: HeaderName,
     pub(crate) fail_open: bool,
     pub(crate) response: Option<Respond<Rejection>>,
+    /// Whether the `warn` that the memory store is full of running requests was written: once
+    /// per layer, then each refusal at `debug`.
+    pub(crate) warned_full: AtomicBool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -122,6 +126,7 @@ impl IdempotencyLayer {
                 replayed_header: HeaderName::from_static("idempotent-replayed"),
                 fail_open: false,
                 response: None,
+                warned_full: AtomicBool::new(false),
             },
         }
     }

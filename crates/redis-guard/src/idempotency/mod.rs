@@ -42,6 +42,10 @@
 //! - **The store failing** (Redis down or too slow, a value under the key that is not a
 //!   record): `503` with `Retry-After: 1`, or the request unguarded with
 //!   [`fail_open`](IdempotencyLayerBuilder::fail_open).
+//! - **A new key while running requests fill the memory store** (its
+//!   [capacity](IdempotencyStore::memory_builder)): `503` with `Retry-After: 1`, also with
+//!   `fail_open`. A running request's claim is never evicted to make room; completed records
+//!   are, the oldest first.
 //!
 //! The layer's own answers are `application/problem+json` documents (RFC 9457), with the
 //! [`Rejection`] in their extensions; [`response`](IdempotencyLayerBuilder::response) replaces

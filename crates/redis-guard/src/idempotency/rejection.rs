@@ -40,6 +40,12 @@ pub enum Rejection {
     /// record), or the session that scopes the key could not be loaded, and the layer does not
     /// [`fail_open`](super::IdempotencyLayerBuilder::fail_open): `503`, with `Retry-After: 1`.
     Unavailable,
+    /// The memory store ([`IdempotencyStore::memory`](super::IdempotencyStore::memory)) holds
+    /// as many running requests as its capacity, and this request's key is new: `503`, with
+    /// `Retry-After: 1`, whatever [`fail_open`](super::IdempotencyLayerBuilder::fail_open)
+    /// says. A running request's claim is never evicted to make room: that would let its
+    /// retries run again.
+    StoreFull,
 }
 
 impl Rejection {
@@ -53,7 +59,7 @@ impl Rejection {
             Self::InFlight => StatusCode::CONFLICT,
             Self::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Self::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable | Self::StoreFull => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -65,7 +71,7 @@ impl Rejection {
     pub fn response(&self) -> Response<Bytes> {
         let detail = self.to_string();
         let mut res = crate::problem::problem(self.status(), &detail, &[]);
-        if matches!(self, Self::InFlight | Self::Unavailable) {
+        if matches!(self, Self::InFlight | Self::Unavailable | Self::StoreFull) {
             res.headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
@@ -87,6 +93,9 @@ impl fmt::Display for Rejection {
             }
             Self::BodyUnreadable => f.write_str("the request body could not be read"),
             Self::Unavailable => f.write_str("idempotency keys cannot be checked right now"),
+            Self::StoreFull => {
+                f.write_str("too many requests with an Idempotency-Key are running right now")
+            }
         }
     }
 }
