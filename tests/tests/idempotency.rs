@@ -1,7 +1,8 @@
 //! `IdempotencyLayer` on every backend: a retry replayed (over real HTTP), `409` while the first
 //! runs, `422` for a key reused on another request, `400` and `413`, two app instances sharing
-//! keys, keys released by a `5xx` or a dropped request, keys scoped per client, leases and
-//! retention on the clock, a TTL on every key, and values that are not ours.
+//! keys, keys released by a `5xx` but kept by a client that went away (its request runs on and
+//! is stored), keys scoped per client, leases and retention on the clock, a TTL on every key,
+//! values that are not ours, and a full memory store.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -311,7 +312,7 @@ async fn two_instances_share_their_keys(h: &Harness) {
     assert_eq!(payments.calls(), 1);
 }
 
-async fn a_5xx_an_error_status_or_a_dropped_request_releases_the_key(h: &Harness) {
+async fn a_5xx_or_an_error_status_releases_the_key_a_dropped_request_does_not(h: &Harness) {
     let payments = Payments::new(true);
     payments
         .statuses
@@ -344,7 +345,8 @@ async fn a_5xx_an_error_status_or_a_dropped_request_releases_the_key(h: &Harness
         );
         assert_eq!(r.body, format!(r#"{{"payment_id":{n},"for":"1"}}"#));
     }
-    // A request dropped while its handler runs (the client went away) releases its key.
+    // A request dropped while its handler runs (the client went away) keeps its key: the
+    // handler runs on, and its response is stored for the retry.
     let blocked = Payments::new(false);
     let held = self::app(layer(h).await, &blocked);
     let req = request("POST", "/payments", &[("idempotency-key", "gone")], "1");
@@ -352,21 +354,89 @@ async fn a_5xx_an_error_status_or_a_dropped_request_releases_the_key(h: &Harness
     blocked.entered().await;
     task.abort();
     assert!(task.await.expect_err("aborted").is_cancelled());
+    assert_eq!(pay_tower(&held, "gone", "1").await.status, 409);
     blocked.gate.add_permits(100);
-    // On Redis the release is sent by a spawned task: retry until it has landed.
-    let mut tries = 0;
-    let retry = loop {
-        let r = pay_tower(&held, "gone", "1").await;
-        if r.status != 409 || tries == 1_000 {
-            break r;
-        }
-        tries += 1;
-        tokio::task::yield_now().await;
-    };
+    let retry = replayed(|| pay_tower(&held, "gone", "1")).await;
     assert_eq!(
         seen(&retry),
-        (201, "2", "", r#"{"payment_id":2,"for":"1"}"#)
+        (201, "1", "true", r#"{"payment_id":1,"for":"1"}"#)
     );
+    assert_eq!(blocked.calls(), 1);
+}
+
+/// What `send` answers once it answers a replay: retried while it is `409` (the first request
+/// still running, or its response not stored yet), for 10 s at most.
+async fn replayed<F: Future<Output = Reply>>(mut send: impl FnMut() -> F) -> Reply {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = send().await;
+        if r.status != 409 || tokio::time::Instant::now() > deadline {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A client that sends a payment over HTTP and closes its connection while the handler runs
+/// (its own timeout, say): hyper drops the request's future, yet the handler, which made its
+/// effect before waiting, runs to the end and its response is stored. The retry is `409` while
+/// it runs, then the stored response: one effect.
+async fn a_client_that_goes_away_leaves_its_request_running_and_stored(h: &Harness) {
+    let payments = Payments::new(false);
+    // Outermost: says when the server dropped a request's future before its response.
+    let dropped = Arc::new(tokio::sync::Notify::new());
+    let watch = Arc::clone(&dropped);
+    let app = app(layer(h).await, &payments).layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let on_drop = OnDrop(Some(Arc::clone(&watch)));
+            async move {
+                let res = next.run(req).await;
+                on_drop.disarm();
+                res
+            }
+        },
+    ));
+    let addr = serve(app).await;
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let raw = "POST /payments HTTP/1.1\r\nhost: app\r\nidempotency-key: left\r\n\
+               content-length: 1\r\n\r\n7";
+    tcp.write_all(raw.as_bytes()).await.expect("send");
+    payments.entered().await;
+    assert_eq!(payments.calls(), 1, "the effect is made");
+    // The client gives up, as a client with a 300 ms timeout would.
+    drop(tcp);
+    answered(dropped.notified()).await;
+    let running = pay_http(addr, "/payments", "left", "7").await;
+    assert_eq!(
+        (running.status, running.header("retry-after")),
+        (409, "1"),
+        "{running:?}"
+    );
+    payments.gate.add_permits(100);
+    let retry = replayed(|| pay_http(addr, "/payments", "left", "7")).await;
+    assert_eq!(
+        seen(&retry),
+        (201, "1", "true", r#"{"payment_id":1,"for":"7"}"#),
+        "{retry:?}"
+    );
+    assert_eq!(payments.calls(), 1, "one effect");
+}
+
+/// Notifies its `Notify` when dropped while it holds one.
+struct OnDrop(Option<Arc<tokio::sync::Notify>>);
+
+impl OnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        if let Some(n) = self.0.take() {
+            n.notify_one();
+        }
+    }
 }
 
 async fn keys_are_scoped_per_client(h: &Harness) {
@@ -484,9 +554,10 @@ async fn leases_and_retention_end_on_the_store_clock(h: &Harness) {
 
 // Scenarios in threes: each cluster a test starts costs seconds.
 
-async fn replays_409_and_422_over_http_on_two_instances(h: Harness) {
+async fn replays_409_and_422_over_http_on_two_instances_and_after_a_client_left(h: Harness) {
     a_retry_is_replayed_a_duplicate_in_flight_is_409_a_reuse_is_422(&h).await;
     two_instances_share_their_keys(&h).await;
+    a_client_that_goes_away_leaves_its_request_running_and_stored(&h).await;
 }
 
 async fn bad_keys_are_400_large_bodies_413_and_keys_scoped_per_client(h: Harness) {
@@ -494,15 +565,15 @@ async fn bad_keys_are_400_large_bodies_413_and_keys_scoped_per_client(h: Harness
     keys_are_scoped_per_client(&h).await;
 }
 
-async fn keys_are_released_by_a_5xx_a_drop_a_lease_and_the_retention(h: Harness) {
-    a_5xx_an_error_status_or_a_dropped_request_releases_the_key(&h).await;
+async fn keys_are_released_by_a_5xx_a_lease_and_the_retention_not_a_drop(h: Harness) {
+    a_5xx_or_an_error_status_releases_the_key_a_dropped_request_does_not(&h).await;
     leases_and_retention_end_on_the_store_clock(&h).await;
 }
 
 backend_suite!(
-    replays_409_and_422_over_http_on_two_instances,
+    replays_409_and_422_over_http_on_two_instances_and_after_a_client_left,
     bad_keys_are_400_large_bodies_413_and_keys_scoped_per_client,
-    keys_are_released_by_a_5xx_a_drop_a_lease_and_the_retention,
+    keys_are_released_by_a_5xx_a_lease_and_the_retention_not_a_drop,
 );
 
 /// The records' keys, by scanning.

@@ -75,9 +75,14 @@
 //! # What is stored, for how long
 //!
 //! - **Statuses**: every response below 500 is stored and replayed, but `408`, `409`, `425`
-//!   and `429`, which say "try again". Those, a `5xx`, an error of the inner service, and a
-//!   request dropped before its response (the client went away) **release** the key: a retry
-//!   runs again.
+//!   and `429`, which say "try again". Those, a `5xx`, an error of the inner service (or a
+//!   panic of it) **release** the key: the handler finished and asked for a retry, which runs
+//!   again.
+//! - **A client that goes away** (its own timeout, while the handler waits for a payment
+//!   provider): hyper drops the request's future, but once a request has claimed its key it runs
+//!   in a Tokio task of its own, to its stored response. The retry gets `409` while it runs
+//!   and that response after; the key is never released because the client left. (Without a
+//!   Tokio runtime the request runs in the response future, and dropping it releases the key.)
 //! - **Headers**: all but the hop-by-hop ones (`Connection` and those it names, `Keep-Alive`,
 //!   `Transfer-Encoding`, `TE`, `Trailer`, `Upgrade`, `Proxy-*`), `Content-Length` (written
 //!   again) and **`Set-Cookie`**: a replay never hands out a cookie, which could bring back a
