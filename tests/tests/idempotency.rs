@@ -91,8 +91,10 @@ fn app(layer: IdempotencyLayer, payments: &Arc<Payments>) -> Router {
         .with_state(Arc::clone(payments))
 }
 
+/// A layer on the harness's store, in one scope shared by every request: the scenarios but
+/// [`keys_are_scoped_per_client`] send as one client, through no session layer.
 async fn builder(h: &Harness) -> IdempotencyLayerBuilder {
-    IdempotencyLayer::builder(h.idempotency_store().await)
+    IdempotencyLayer::builder(h.idempotency_store().await).shared_scope()
 }
 
 async fn layer(h: &Harness) -> IdempotencyLayer {
@@ -439,10 +441,15 @@ impl Drop for OnDrop {
     }
 }
 
+/// The default layer: keys scoped by the session's user.
+async fn session_scoped(h: &Harness) -> IdempotencyLayer {
+    IdempotencyLayer::new(h.idempotency_store().await).expect("layer")
+}
+
 async fn keys_are_scoped_per_client(h: &Harness) {
     let payments = Payments::new(true);
     // By default, the session's user.
-    let app = app(layer(h).await, &payments);
+    let app = app(session_scoped(h).await, &payments);
     let as_user = |user: &str| {
         let mut req = request("POST", "/payments", &[("idempotency-key", "same")], "1");
         req.extensions_mut().insert(SessionUser(user.to_owned()));
@@ -458,10 +465,37 @@ async fn keys_are_scoped_per_client(h: &Harness) {
         ),
         ("1", "true")
     );
-    // No user: the anonymous scope, apart from every user's.
-    assert_eq!(pay_tower(&app, "same", "1").await.header("x-payment"), "3");
+    // No session at all (no session layer): refused, never run in a scope every client shares.
+    for _ in 0..2 {
+        let res = tower::ServiceExt::oneshot(
+            app.clone(),
+            request("POST", "/payments", &[("idempotency-key", "same")], "1"),
+        )
+        .await
+        .expect("answer");
+        assert_eq!(res.status(), 500);
+        assert_eq!(
+            res.extensions().get::<Rejection>(),
+            Some(&Rejection::NoSession)
+        );
+    }
+    assert_eq!(payments.calls(), 2, "the handler did not run");
+    // One scope for every request, chosen: the key alone tells clients apart.
+    let shared = self::app(builder(h).await.build().expect("layer"), &payments);
+    assert_eq!(
+        pay_tower(&shared, "one", "1").await.header("x-payment"),
+        "3"
+    );
+    let again = pay_tower(&shared, "one", "1").await;
+    assert_eq!(
+        (
+            again.header("x-payment"),
+            again.header("idempotent-replayed")
+        ),
+        ("3", "true")
+    );
     // By an API key header.
-    let keyed = builder(h)
+    let keyed = session_scoped_builder(h)
         .await
         .scope_header(HeaderName::from_static("x-api-key"))
         .build()
@@ -478,8 +512,8 @@ async fn keys_are_scoped_per_client(h: &Harness) {
     let app = Router::new()
         .route("/payments", post(pay))
         .route("/login/{user}", axum::routing::get(login))
-        .layer(layer(h).await)
-        .layer(sessions)
+        .layer(session_scoped(h).await)
+        .layer(sessions.clone())
         .with_state(Arc::clone(&payments));
     let cookie_of = async |user: &str| {
         let r = call(
@@ -496,7 +530,43 @@ async fn keys_are_scoped_per_client(h: &Harness) {
         let r = call(app.clone(), request("POST", "/payments", &headers, "1")).await;
         assert_eq!(r.header("x-payment"), payment, "{cookie}");
     }
-    assert_eq!(payments.calls(), 7);
+    // A session without a user (an anonymous visitor, here without a cookie, so a new session
+    // each time) is the anonymous scope: its retry is replayed; a user's same key is theirs.
+    for (headers, payment, replayed) in [
+        (&[("idempotency-key", "guest")][..], "8", ""),
+        (&[("idempotency-key", "guest")][..], "8", "true"),
+        (
+            &[("idempotency-key", "guest"), ("cookie", carol.as_str())][..],
+            "9",
+            "",
+        ),
+    ] {
+        let r = call(app.clone(), request("POST", "/payments", headers, "1")).await;
+        assert_eq!(
+            (r.header("x-payment"), r.header("idempotent-replayed")),
+            (payment, replayed),
+            "{headers:?}"
+        );
+    }
+    assert_eq!(payments.calls(), 9);
+    // The session layer inside the idempotency layer: no session there yet, so refused, and
+    // the handler does not run.
+    let backwards = Router::new()
+        .route("/payments", post(pay))
+        .layer(sessions)
+        .layer(session_scoped(h).await)
+        .with_state(Arc::clone(&payments));
+    let headers = [("idempotency-key", "same"), ("cookie", carol.as_str())];
+    let r = call(backwards, request("POST", "/payments", &headers, "1")).await;
+    assert_eq!(
+        (r.status, r.header("content-type")),
+        (500, "application/problem+json")
+    );
+    assert_eq!(payments.calls(), 9);
+}
+
+async fn session_scoped_builder(h: &Harness) -> IdempotencyLayerBuilder {
+    IdempotencyLayer::builder(h.idempotency_store().await)
 }
 
 /// Logs in as the path's user.
@@ -653,6 +723,7 @@ fn bounded_layer(capacity: usize, clock: &ManualClock) -> IdempotencyLayer {
         .clock(clock.clone())
         .build();
     IdempotencyLayer::builder(store)
+        .shared_scope()
         .lease(Duration::from_secs(10))
         .build()
         .expect("layer")

@@ -14,6 +14,7 @@ use tower_service::Service;
 use tracing::Instrument as _;
 
 use super::body::{Read, ResponseBody, read};
+use super::key::Unscoped;
 use super::layer::Shared;
 use super::record::{self, Record, StoredResponse};
 use super::store::Claim;
@@ -48,8 +49,17 @@ where
     let scope = shared.scope.of(&parts).await;
     let fingerprint = key::fingerprint(&parts, &body);
     let req = Request::from_parts(parts, ReqBody::from(body));
-    let Ok(scope) = scope else {
-        return shared.unavailable(inner, req).await;
+    let scope = match scope {
+        Ok(scope) => scope,
+        Err(Unscoped::SessionFailed) => return shared.unavailable(inner, req).await,
+        Err(Unscoped::NoSession) => {
+            if !shared.warned_no_session.swap(true, Ordering::Relaxed) {
+                tracing::error!(
+                    "idempotency: a request reached the layer without a session, and its keys are scoped by the session's user, so it is answered 500 (logged once). Put the session layer outside this one (`.layer(idempotency).layer(sessions)` in axum), or choose a scope: `scope_header`, `scope`, or `shared_scope` for one scope shared by every client"
+                );
+            }
+            return Ok(shared.reject(Rejection::NoSession));
+        }
     };
     let name = key::record_name(scope.as_deref(), &key);
     let token = format!("{:032x}", crate::backend::token());

@@ -46,6 +46,14 @@ pub enum Rejection {
     /// says. A running request's claim is never evicted to make room: that would let its
     /// retries run again.
     StoreFull,
+    /// Keys are scoped by the session's user (the default) and the request went through no
+    /// session layer: `500`, and the handler does not run. Without this answer every client
+    /// would share one scope, and one could be replayed another's response. The layers are in
+    /// the wrong order (the session layer must sit outside this one), or the route needs
+    /// another scope ([`scope_header`](super::IdempotencyLayerBuilder::scope_header),
+    /// [`scope`](super::IdempotencyLayerBuilder::scope),
+    /// [`shared_scope`](super::IdempotencyLayerBuilder::shared_scope)).
+    NoSession,
 }
 
 impl Rejection {
@@ -60,6 +68,7 @@ impl Rejection {
             Self::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Self::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unavailable | Self::StoreFull => StatusCode::SERVICE_UNAVAILABLE,
+            Self::NoSession => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -93,6 +102,9 @@ impl fmt::Display for Rejection {
             }
             Self::BodyUnreadable => f.write_str("the request body could not be read"),
             Self::Unavailable => f.write_str("idempotency keys cannot be checked right now"),
+            Self::NoSession => {
+                f.write_str("the server cannot tell which client this Idempotency-Key belongs to")
+            }
             Self::StoreFull => {
                 f.write_str("too many requests with an Idempotency-Key are running right now")
             }
