@@ -101,6 +101,7 @@ impl std::fmt::Debug for Scope {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Unscoped {
     /// The session could not be loaded (its store failed).
+    #[cfg_attr(not(feature = "session"), allow(dead_code))]
     SessionFailed,
     /// The scope is the session's user and the request went through no session layer.
     NoSession,
