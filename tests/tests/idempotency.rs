@@ -1,7 +1,8 @@
 //! `IdempotencyLayer` on every backend: a retry replayed (over real HTTP), `409` while the first
 //! runs, `422` for a key reused on another request, `400` and `413`, two app instances sharing
-//! keys, keys released by a `5xx` or a dropped request, keys scoped per client, leases and
-//! retention on the clock, a TTL on every key, and values that are not ours.
+//! keys, keys released by a `5xx` but kept by a client that went away (its request runs on and
+//! is stored), keys scoped per client, leases and retention on the clock, a TTL on every key,
+//! values that are not ours, and a full memory store.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -16,7 +17,10 @@ use axum::routing::post;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Request, StatusCode};
 use http_body_util::Full;
-use redis_guard::idempotency::{IdempotencyLayer, IdempotencyLayerBuilder, Rejection};
+use redis_guard::backend::ManualClock;
+use redis_guard::idempotency::{
+    IdempotencyLayer, IdempotencyLayerBuilder, IdempotencyStore, Rejection,
+};
 use redis_guard::session::{Session, SessionLayer, SessionUser};
 use redis_guard_tests::{Harness, Reply, backend_suite, call};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -87,8 +91,10 @@ fn app(layer: IdempotencyLayer, payments: &Arc<Payments>) -> Router {
         .with_state(Arc::clone(payments))
 }
 
+/// A layer on the harness's store, in one scope shared by every request: the scenarios but
+/// [`keys_are_scoped_per_client`] send as one client, through no session layer.
 async fn builder(h: &Harness) -> IdempotencyLayerBuilder {
-    IdempotencyLayer::builder(h.idempotency_store().await)
+    IdempotencyLayer::builder(h.idempotency_store().await).shared_scope()
 }
 
 async fn layer(h: &Harness) -> IdempotencyLayer {
@@ -308,7 +314,7 @@ async fn two_instances_share_their_keys(h: &Harness) {
     assert_eq!(payments.calls(), 1);
 }
 
-async fn a_5xx_an_error_status_or_a_dropped_request_releases_the_key(h: &Harness) {
+async fn a_5xx_or_an_error_status_releases_the_key_a_dropped_request_does_not(h: &Harness) {
     let payments = Payments::new(true);
     payments
         .statuses
@@ -341,7 +347,8 @@ async fn a_5xx_an_error_status_or_a_dropped_request_releases_the_key(h: &Harness
         );
         assert_eq!(r.body, format!(r#"{{"payment_id":{n},"for":"1"}}"#));
     }
-    // A request dropped while its handler runs (the client went away) releases its key.
+    // A request dropped while its handler runs (the client went away) keeps its key: the
+    // handler runs on, and its response is stored for the retry.
     let blocked = Payments::new(false);
     let held = self::app(layer(h).await, &blocked);
     let req = request("POST", "/payments", &[("idempotency-key", "gone")], "1");
@@ -349,27 +356,100 @@ async fn a_5xx_an_error_status_or_a_dropped_request_releases_the_key(h: &Harness
     blocked.entered().await;
     task.abort();
     assert!(task.await.expect_err("aborted").is_cancelled());
+    assert_eq!(pay_tower(&held, "gone", "1").await.status, 409);
     blocked.gate.add_permits(100);
-    // On Redis the release is sent by a spawned task: retry until it has landed.
-    let mut tries = 0;
-    let retry = loop {
-        let r = pay_tower(&held, "gone", "1").await;
-        if r.status != 409 || tries == 1_000 {
-            break r;
-        }
-        tries += 1;
-        tokio::task::yield_now().await;
-    };
+    let retry = replayed(|| pay_tower(&held, "gone", "1")).await;
     assert_eq!(
         seen(&retry),
-        (201, "2", "", r#"{"payment_id":2,"for":"1"}"#)
+        (201, "1", "true", r#"{"payment_id":1,"for":"1"}"#)
     );
+    assert_eq!(blocked.calls(), 1);
+}
+
+/// What `send` answers once it answers a replay: retried while it is `409` (the first request
+/// still running, or its response not stored yet), for 10 s at most.
+async fn replayed<F: Future<Output = Reply>>(mut send: impl FnMut() -> F) -> Reply {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = send().await;
+        if r.status != 409 || tokio::time::Instant::now() > deadline {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A client that sends a payment over HTTP and closes its connection while the handler runs
+/// (its own timeout, say): hyper drops the request's future, yet the handler, which made its
+/// effect before waiting, runs to the end and its response is stored. The retry is `409` while
+/// it runs, then the stored response: one effect.
+async fn a_client_that_goes_away_leaves_its_request_running_and_stored(h: &Harness) {
+    let payments = Payments::new(false);
+    // Outermost: says when the server dropped a request's future before its response.
+    let dropped = Arc::new(tokio::sync::Notify::new());
+    let watch = Arc::clone(&dropped);
+    let app = app(layer(h).await, &payments).layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let on_drop = OnDrop(Some(Arc::clone(&watch)));
+            async move {
+                let res = next.run(req).await;
+                on_drop.disarm();
+                res
+            }
+        },
+    ));
+    let addr = serve(app).await;
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let raw = "POST /payments HTTP/1.1\r\nhost: app\r\nidempotency-key: left\r\n\
+               content-length: 1\r\n\r\n7";
+    tcp.write_all(raw.as_bytes()).await.expect("send");
+    payments.entered().await;
+    assert_eq!(payments.calls(), 1, "the effect is made");
+    // The client gives up, as a client with a 300 ms timeout would.
+    drop(tcp);
+    answered(dropped.notified()).await;
+    let running = pay_http(addr, "/payments", "left", "7").await;
+    assert_eq!(
+        (running.status, running.header("retry-after")),
+        (409, "1"),
+        "{running:?}"
+    );
+    payments.gate.add_permits(100);
+    let retry = replayed(|| pay_http(addr, "/payments", "left", "7")).await;
+    assert_eq!(
+        seen(&retry),
+        (201, "1", "true", r#"{"payment_id":1,"for":"7"}"#),
+        "{retry:?}"
+    );
+    assert_eq!(payments.calls(), 1, "one effect");
+}
+
+/// Notifies its `Notify` when dropped while it holds one.
+struct OnDrop(Option<Arc<tokio::sync::Notify>>);
+
+impl OnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        if let Some(n) = self.0.take() {
+            n.notify_one();
+        }
+    }
+}
+
+/// The default layer: keys scoped by the session's user.
+async fn session_scoped(h: &Harness) -> IdempotencyLayer {
+    IdempotencyLayer::new(h.idempotency_store().await).expect("layer")
 }
 
 async fn keys_are_scoped_per_client(h: &Harness) {
     let payments = Payments::new(true);
     // By default, the session's user.
-    let app = app(layer(h).await, &payments);
+    let app = app(session_scoped(h).await, &payments);
     let as_user = |user: &str| {
         let mut req = request("POST", "/payments", &[("idempotency-key", "same")], "1");
         req.extensions_mut().insert(SessionUser(user.to_owned()));
@@ -385,10 +465,37 @@ async fn keys_are_scoped_per_client(h: &Harness) {
         ),
         ("1", "true")
     );
-    // No user: the anonymous scope, apart from every user's.
-    assert_eq!(pay_tower(&app, "same", "1").await.header("x-payment"), "3");
+    // No session at all (no session layer): refused, never run in a scope every client shares.
+    for _ in 0..2 {
+        let res = tower::ServiceExt::oneshot(
+            app.clone(),
+            request("POST", "/payments", &[("idempotency-key", "same")], "1"),
+        )
+        .await
+        .expect("answer");
+        assert_eq!(res.status(), 500);
+        assert_eq!(
+            res.extensions().get::<Rejection>(),
+            Some(&Rejection::NoSession)
+        );
+    }
+    assert_eq!(payments.calls(), 2, "the handler did not run");
+    // One scope for every request, chosen: the key alone tells clients apart.
+    let shared = self::app(builder(h).await.build().expect("layer"), &payments);
+    assert_eq!(
+        pay_tower(&shared, "one", "1").await.header("x-payment"),
+        "3"
+    );
+    let again = pay_tower(&shared, "one", "1").await;
+    assert_eq!(
+        (
+            again.header("x-payment"),
+            again.header("idempotent-replayed")
+        ),
+        ("3", "true")
+    );
     // By an API key header.
-    let keyed = builder(h)
+    let keyed = session_scoped_builder(h)
         .await
         .scope_header(HeaderName::from_static("x-api-key"))
         .build()
@@ -405,8 +512,8 @@ async fn keys_are_scoped_per_client(h: &Harness) {
     let app = Router::new()
         .route("/payments", post(pay))
         .route("/login/{user}", axum::routing::get(login))
-        .layer(layer(h).await)
-        .layer(sessions)
+        .layer(session_scoped(h).await)
+        .layer(sessions.clone())
         .with_state(Arc::clone(&payments));
     let cookie_of = async |user: &str| {
         let r = call(
@@ -423,7 +530,43 @@ async fn keys_are_scoped_per_client(h: &Harness) {
         let r = call(app.clone(), request("POST", "/payments", &headers, "1")).await;
         assert_eq!(r.header("x-payment"), payment, "{cookie}");
     }
-    assert_eq!(payments.calls(), 7);
+    // A session without a user (an anonymous visitor, here without a cookie, so a new session
+    // each time) is the anonymous scope: its retry is replayed; a user's same key is theirs.
+    for (headers, payment, replayed) in [
+        (&[("idempotency-key", "guest")][..], "8", ""),
+        (&[("idempotency-key", "guest")][..], "8", "true"),
+        (
+            &[("idempotency-key", "guest"), ("cookie", carol.as_str())][..],
+            "9",
+            "",
+        ),
+    ] {
+        let r = call(app.clone(), request("POST", "/payments", headers, "1")).await;
+        assert_eq!(
+            (r.header("x-payment"), r.header("idempotent-replayed")),
+            (payment, replayed),
+            "{headers:?}"
+        );
+    }
+    assert_eq!(payments.calls(), 9);
+    // The session layer inside the idempotency layer: no session there yet, so refused, and
+    // the handler does not run.
+    let backwards = Router::new()
+        .route("/payments", post(pay))
+        .layer(sessions)
+        .layer(session_scoped(h).await)
+        .with_state(Arc::clone(&payments));
+    let headers = [("idempotency-key", "same"), ("cookie", carol.as_str())];
+    let r = call(backwards, request("POST", "/payments", &headers, "1")).await;
+    assert_eq!(
+        (r.status, r.header("content-type")),
+        (500, "application/problem+json")
+    );
+    assert_eq!(payments.calls(), 9);
+}
+
+async fn session_scoped_builder(h: &Harness) -> IdempotencyLayerBuilder {
+    IdempotencyLayer::builder(h.idempotency_store().await)
 }
 
 /// Logs in as the path's user.
@@ -481,9 +624,10 @@ async fn leases_and_retention_end_on_the_store_clock(h: &Harness) {
 
 // Scenarios in threes: each cluster a test starts costs seconds.
 
-async fn replays_409_and_422_over_http_on_two_instances(h: Harness) {
+async fn replays_409_and_422_over_http_on_two_instances_and_after_a_client_left(h: Harness) {
     a_retry_is_replayed_a_duplicate_in_flight_is_409_a_reuse_is_422(&h).await;
     two_instances_share_their_keys(&h).await;
+    a_client_that_goes_away_leaves_its_request_running_and_stored(&h).await;
 }
 
 async fn bad_keys_are_400_large_bodies_413_and_keys_scoped_per_client(h: Harness) {
@@ -491,15 +635,15 @@ async fn bad_keys_are_400_large_bodies_413_and_keys_scoped_per_client(h: Harness
     keys_are_scoped_per_client(&h).await;
 }
 
-async fn keys_are_released_by_a_5xx_a_drop_a_lease_and_the_retention(h: Harness) {
-    a_5xx_an_error_status_or_a_dropped_request_releases_the_key(&h).await;
+async fn keys_are_released_by_a_5xx_a_lease_and_the_retention_not_a_drop(h: Harness) {
+    a_5xx_or_an_error_status_releases_the_key_a_dropped_request_does_not(&h).await;
     leases_and_retention_end_on_the_store_clock(&h).await;
 }
 
 backend_suite!(
-    replays_409_and_422_over_http_on_two_instances,
+    replays_409_and_422_over_http_on_two_instances_and_after_a_client_left,
     bad_keys_are_400_large_bodies_413_and_keys_scoped_per_client,
-    keys_are_released_by_a_5xx_a_drop_a_lease_and_the_retention,
+    keys_are_released_by_a_5xx_a_lease_and_the_retention_not_a_drop,
 );
 
 /// The records' keys, by scanning.
@@ -571,3 +715,138 @@ async fn every_key_has_a_ttl_and_values_not_ours_are_503(h: Harness) {
 }
 
 backend_suite!(redis_only: every_key_has_a_ttl_and_values_not_ours_are_503);
+
+/// A memory store of `capacity` records on `clock`, and a layer over it.
+fn bounded_layer(capacity: usize, clock: &ManualClock) -> IdempotencyLayer {
+    let store = IdempotencyStore::memory_builder()
+        .capacity(capacity)
+        .clock(clock.clone())
+        .build();
+    IdempotencyLayer::builder(store)
+        .shared_scope()
+        .lease(Duration::from_secs(10))
+        .build()
+        .expect("layer")
+}
+
+/// A full memory store evicts completed records, the oldest first, to make room for a claim;
+/// the claim of a running request stays, so its copies are `409` and it runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_memory_store_evicts_completed_records_before_a_running_claim() {
+    let clock = ManualClock::new();
+    let layer = bounded_layer(3, &clock);
+    let (done, running) = (Payments::new(true), Payments::new(false));
+    let completed = app(layer.clone(), &done);
+    let blocked = app(layer, &running);
+    for key in ["c1", "c2", "c3"] {
+        assert_eq!(pay_tower(&completed, key, "1").await.status, 201);
+    }
+    // Ten copies of a new request at once, in a store full of completed records: one claims
+    // the key and runs; the nine others are 409 while it runs.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..10 {
+        let (reply, tx) = (pay_tower(&blocked, "run", "1"), tx.clone());
+        tokio::spawn(async move { tx.send(reply.await).expect("send") });
+    }
+    for _ in 0..9 {
+        let r = answered(rx.recv()).await.expect("a reply");
+        assert_eq!((r.status, r.header("retry-after")), (409, "1"), "{r:?}");
+    }
+    running.entered().await;
+    assert_eq!(running.calls(), 1, "one copy runs");
+    // Retried while it runs: still 409, however often.
+    for _ in 0..5 {
+        assert_eq!(pay_tower(&blocked, "run", "1").await.status, 409);
+    }
+    running.gate.add_permits(100);
+    let first = answered(rx.recv()).await.expect("a reply");
+    assert_eq!(seen(&first).0, 201, "{first:?}");
+    let replayed = pay_tower(&blocked, "run", "1").await;
+    assert_eq!(seen(&replayed), (201, "1", "true", first.body.as_str()));
+    assert_eq!(running.calls(), 1);
+    // The claim took the oldest completed record's place: c1 runs again (and pushes c2 out),
+    // c3 is still replayed.
+    assert_eq!(
+        pay_tower(&completed, "c3", "1").await.header("x-payment"),
+        "3"
+    );
+    let c1 = pay_tower(&completed, "c1", "1").await;
+    assert_eq!(
+        (c1.header("x-payment"), c1.header("idempotent-replayed")),
+        ("4", "")
+    );
+    assert_eq!(
+        pay_tower(&completed, "c3", "1")
+            .await
+            .header("idempotent-replayed"),
+        "true"
+    );
+    assert_eq!(done.calls(), 4);
+}
+
+/// When running requests fill the memory store, a request with a new key is refused with a
+/// `503` and `Retry-After`, never let in at the cost of a running one; the running ones keep
+/// their keys and complete as usual, and expired claims make room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_store_full_of_running_requests_refuses_a_new_key() {
+    let clock = ManualClock::new();
+    let layer = bounded_layer(3, &clock);
+    let running = Payments::new(false);
+    let app = app(layer, &running);
+    let mut firsts = Vec::new();
+    for key in ["r1", "r2", "r3"] {
+        firsts.push(tokio::spawn(pay_tower(&app, key, "1")));
+        running.entered().await;
+    }
+    for _ in 0..3 {
+        let full = answered(pay_tower(&app, "new", "1")).await;
+        assert_eq!(
+            (full.status, full.header("retry-after")),
+            (503, "1"),
+            "{full:?}"
+        );
+        assert_eq!(full.header("content-type"), "application/problem+json");
+        assert!(full.body.contains("too many requests"), "{full:?}");
+    }
+    let res = tower::ServiceExt::oneshot(
+        app.clone(),
+        request("POST", "/payments", &[("idempotency-key", "new")], "1"),
+    )
+    .await
+    .expect("answer");
+    assert_eq!(
+        res.extensions().get::<Rejection>(),
+        Some(&Rejection::StoreFull)
+    );
+    assert_eq!(running.calls(), 3, "the new key never ran");
+    for key in ["r1", "r2", "r3"] {
+        assert_eq!(pay_tower(&app, key, "1").await.status, 409, "{key}");
+    }
+    running.gate.add_permits(100);
+    for (first, key) in firsts.into_iter().zip(["r1", "r2", "r3"]) {
+        let first = first.await.expect("first");
+        assert_eq!(first.status, 201);
+        let again = pay_tower(&app, key, "1").await;
+        assert_eq!(
+            seen(&again),
+            (201, first.header("x-payment"), "true", first.body.as_str())
+        );
+    }
+    // Completed records make room: the new key runs now.
+    assert_eq!(pay_tower(&app, "new", "1").await.header("x-payment"), "4");
+    // Claims whose lease has ended (10 s) no longer count against the bound.
+    let stuck = Payments::new(false);
+    let app = self::app(bounded_layer(2, &clock), &stuck);
+    let mut tasks = Vec::new();
+    for key in ["s1", "s2"] {
+        tasks.push(tokio::spawn(pay_tower(&app, key, "1")));
+        stuck.entered().await;
+    }
+    assert_eq!(pay_tower(&app, "s3", "1").await.status, 503);
+    clock.advance(Duration::from_secs(11));
+    stuck.gate.add_permits(100);
+    assert_eq!(pay_tower(&app, "s3", "1").await.status, 201);
+    for task in tasks {
+        assert_eq!(task.await.expect("task").status, 201);
+    }
+}

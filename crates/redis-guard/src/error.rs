@@ -89,7 +89,8 @@ pub enum ConfigErrorKind {
     Concurrency,
     /// The limiter cannot do what was asked with this rule: run a custom Lua algorithm in
     /// process, charge an algorithm that has no charge, penalize or allow a key on a rule that
-    /// reads no runtime overrides.
+    /// reads no runtime overrides; or a layer needs a feature that is off (idempotency keys
+    /// scoped by the session's user without `session`).
     Unsupported,
     /// A rule's bans cannot work.
     Bans,

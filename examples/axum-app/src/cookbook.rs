@@ -88,7 +88,10 @@ impl Stores {
             .stale_if_error(grace)
             .build()
             .map_err(|e| format!("value cache settings: {e}"))?;
-        // Keys scoped to the session's user (the default: the session layer sits outside).
+        // Keys scoped to the session's user (the default scope): `main.rs` mounts `/payments`
+        // inside the session layer, without which every payment would be a `500`. Anonymous
+        // visitors (a session without a user) share one scope, where the key alone tells them
+        // apart: fine for clients that send fresh random keys, as the page and the README do.
         let payments =
             IdempotencyLayer::new(idempotency).map_err(|e| format!("idempotency settings: {e}"))?;
         Ok(Self {

@@ -251,7 +251,8 @@ fn router(
     let report = Router::new()
         .route("/report", get(report::report))
         .layer(report_limit)
-        // Inside the session layer: a logged-in user's keys are theirs alone.
+        // Inside the session layer (required by the default scope, else a `500`): a logged-in
+        // user's keys are theirs alone; anonymous visitors share one scope.
         .merge(payments::routes(
             stores.payments,
             payments_limit,

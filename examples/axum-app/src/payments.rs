@@ -1,6 +1,8 @@
 //! `POST /payments` `{"amount": n}` with an `Idempotency-Key` header, behind the
-//! [`IdempotencyLayer`]: the handler runs once per key and client (the session's user;
-//! anonymous clients share one scope), on every instance sharing Redis.
+//! [`IdempotencyLayer`]: the handler runs once per key and client, on every instance sharing
+//! Redis. The client is the session's user (the layer's default scope; the session layer sits
+//! outside this route, see `main.rs`); anonymous visitors share one scope, where the key alone
+//! tells them apart.
 //!
 //! - The first request: `201 {"payment_id": "pay_…", "amount": n}` after `PAYMENTS_DELAY_MS`.
 //! - The same key and body again: that response replayed, with `idempotent-replayed: true`.
@@ -29,7 +31,8 @@ use crate::cookbook::unique;
 const MAX_AMOUNT: u64 = 100_000_000;
 
 /// The route; `limit` (`PAYMENTS_LIMIT`) sits outside the idempotency layer and counts
-/// retries too; `delay` is how long a payment takes (`PAYMENTS_DELAY_MS`).
+/// retries too; `delay` is how long a payment takes (`PAYMENTS_DELAY_MS`). The caller mounts it
+/// inside the session layer: `layer` scopes keys by the session's user.
 pub(crate) fn routes(layer: IdempotencyLayer, limit: RateLimitLayer, delay: Duration) -> Router {
     Router::new()
         .route("/payments", post(pay).layer(layer))

@@ -66,6 +66,20 @@ impl<K: Clone + Eq + Hash, V, S: BuildHasher + Default> ExpiringTable<K, V, S> {
         self.entries.len()
     }
 
+    /// How many entries the table holds at most.
+    #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
+    pub(crate) fn capacity(&self) -> usize {
+        self.max
+    }
+
+    /// How many entries are [kept](Self::keep), live or not. A user that must never lose a
+    /// live kept entry to the bound keeps at most [`capacity`](Self::capacity) of them: past
+    /// the bound, expired and ordinary entries go first.
+    #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
+    pub(crate) fn kept_len(&self) -> usize {
+        self.order[1].len()
+    }
+
     #[cfg_attr(not(feature = "session"), allow(dead_code))]
     pub(crate) fn contains_key(&self, key: &K) -> bool {
         self.entries.contains_key(key)
@@ -123,7 +137,10 @@ impl<K: Clone + Eq + Hash, V, S: BuildHasher + Default> ExpiringTable<K, V, S> {
 
     /// Marks `key`'s entry as kept: past the bound it is evicted only once no ordinary entry is
     /// left. It stays kept until removed.
-    #[cfg_attr(not(feature = "session"), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "session", feature = "idempotency")),
+        allow(dead_code)
+    )]
     pub(crate) fn keep(&mut self, key: &K) {
         let Some(slot) = self.entries.get_mut(key) else {
             return;
@@ -279,6 +296,7 @@ mod tests {
         for k in [3, 4, 5] {
             t.insert(k, (), 1_000 + k);
         }
+        assert_eq!((t.kept_len(), t.capacity()), (2, 3));
         let mut gone = Vec::new();
         t.maintain(0, |k, ()| gone.push(k));
         assert_eq!(gone, vec![3, 4]);

@@ -2,6 +2,7 @@
 //! response, or answer from the record.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use http::header::{
@@ -10,8 +11,10 @@ use http::header::{
 };
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
+use tracing::Instrument as _;
 
 use super::body::{Read, ResponseBody, read};
+use super::key::Unscoped;
 use super::layer::Shared;
 use super::record::{self, Record, StoredResponse};
 use super::store::Claim;
@@ -21,13 +24,16 @@ type Reply<B, E> = Result<Response<ResponseBody<B>>, E>;
 
 pub(crate) async fn guard<S, ReqBody, ResBody>(
     shared: Arc<Shared>,
-    mut inner: S,
+    inner: S,
     req: Request<ReqBody>,
 ) -> Reply<ResBody, S::Error>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    ReqBody: http_body::Body<Data = Bytes> + From<Bytes>,
-    ResBody: http_body::Body<Data = Bytes>,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send,
+    S::Error: Send + 'static,
+    ReqBody: http_body::Body<Data = Bytes> + From<Bytes> + Send + 'static,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Send,
 {
     let (parts, body) = req.into_parts();
     let key = match key::parse(&parts.headers) {
@@ -43,8 +49,17 @@ where
     let scope = shared.scope.of(&parts).await;
     let fingerprint = key::fingerprint(&parts, &body);
     let req = Request::from_parts(parts, ReqBody::from(body));
-    let Ok(scope) = scope else {
-        return shared.unavailable(inner, req).await;
+    let scope = match scope {
+        Ok(scope) => scope,
+        Err(Unscoped::SessionFailed) => return shared.unavailable(inner, req).await,
+        Err(Unscoped::NoSession) => {
+            if !shared.warned_no_session.swap(true, Ordering::Relaxed) {
+                tracing::error!(
+                    "idempotency: a request reached the layer without a session, and its keys are scoped by the session's user, so it is answered 500 (logged once). Put the session layer outside this one (`.layer(idempotency).layer(sessions)` in axum), or choose a scope: `scope_header`, `scope`, or `shared_scope` for one scope shared by every client"
+                );
+            }
+            return Ok(shared.reject(Rejection::NoSession));
+        }
     };
     let name = key::record_name(scope.as_deref(), &key);
     let token = format!("{:032x}", crate::backend::token());
@@ -64,19 +79,59 @@ where
         }
         Ok(Claim::Found(Record::InFlight { .. })) => return Ok(shared.reject(Rejection::InFlight)),
         Ok(Claim::Found(Record::Done { response, .. })) => return Ok(shared.replay(response)),
+        Ok(Claim::Full) => {
+            if !shared.warned_full.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "idempotency: the memory store is full of running requests, so requests with a new key are answered 503 until one ends (logged once); raise its capacity, or keep the records on Redis"
+                );
+            }
+            return Ok(shared.reject(Rejection::StoreFull));
+        }
         Err(e) => {
             tracing::warn!(error = %e, "idempotency store unavailable");
             return shared.unavailable(inner, req).await;
         }
     }
-    // From here the claim is released when this request ends without a stored response,
-    // dropped (the client went away) included.
     let held = Held {
         store: shared.store.clone(),
         name,
         token,
         armed: true,
     };
+    // From the claim to the stored response, the request runs in a task of its own: a client
+    // that goes away (hyper then drops this future) must not stop a handler that may already
+    // have made its effect, nor release the key, or its retry would run the handler again.
+    let run = run(Arc::clone(&shared), inner, req, fingerprint, held)
+        .instrument(tracing::Span::current());
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // No Tokio runtime to run it on: here, as part of this response future.
+        return run.await;
+    };
+    match runtime.spawn(run).await {
+        Ok(reply) => reply,
+        // The handler panicked: the panic goes on where it would have without the task (the
+        // key was released as the task unwound, as for a `500`).
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // The runtime is shutting down.
+        Err(_) => Ok(shared.reject(Rejection::Unavailable)),
+    }
+}
+
+/// Runs a claimed request and stores its response; releases the key when the handler says
+/// "try again" (an error, a `5xx`, a status that is not replayable) or its response cannot be
+/// stored (too large, trailers, a failing body). A response the store refuses keeps the key
+/// claimed until the lease ends: never released for a second run.
+async fn run<S, ReqBody, ResBody>(
+    shared: Arc<Shared>,
+    mut inner: S,
+    req: Request<ReqBody>,
+    fingerprint: String,
+    held: Held,
+) -> Reply<ResBody, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: http_body::Body<Data = Bytes>,
+{
     let res = match call(&mut inner, req).await {
         Ok(res) => res,
         Err(e) => {
@@ -222,7 +277,9 @@ impl Shared {
     }
 }
 
-/// A claim this request holds: released when dropped while armed.
+/// A claim this request holds: released when dropped while armed, which happens only when the
+/// handler panics, when its task is cancelled (the runtime shutting down), or, without a Tokio
+/// runtime, when the response future is dropped.
 struct Held {
     store: IdempotencyStore,
     name: String,

@@ -75,9 +75,11 @@ pub(crate) type ScopeFn = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 /// Who a key belongs to: keys of two clients never meet.
 #[derive(Clone)]
 pub(crate) enum Scope {
-    /// The session's user, when a session layer outside put one in the request (feature
-    /// `session`); else none.
+    /// The session's user, from the session layer outside (feature `session`): a session
+    /// without a user is the anonymous scope; a request with no session at all is refused.
     SessionUser,
+    /// One scope for every request: the key alone tells clients apart.
+    Shared,
     /// The value of a request header (an API key).
     Header(HeaderName),
     /// What the closure says.
@@ -88,46 +90,60 @@ impl std::fmt::Debug for Scope {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::SessionUser => f.write_str("SessionUser"),
+            Self::Shared => f.write_str("Shared"),
             Self::Header(name) => f.debug_tuple("Header").field(name).finish(),
             Self::Custom(_) => f.write_str("Custom"),
         }
     }
 }
 
+/// Why the scope of a request is not known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unscoped {
+    /// The session could not be loaded (its store failed).
+    #[cfg_attr(not(feature = "session"), allow(dead_code))]
+    SessionFailed,
+    /// The scope is the session's user and the request went through no session layer.
+    NoSession,
+}
+
 impl Scope {
-    /// The client `parts` comes from, `Ok(None)` when it names none (the shared anonymous
-    /// scope); `Err` when the session could not be loaded.
-    pub(crate) async fn of(&self, parts: &Parts) -> Result<Option<Vec<u8>>, ()> {
+    /// The client `parts` comes from, `Ok(None)` when it names none (the anonymous scope).
+    pub(crate) async fn of(&self, parts: &Parts) -> Result<Option<Vec<u8>>, Unscoped> {
         match self {
             Self::SessionUser => session_user(parts).await,
+            Self::Shared => Ok(None),
             Self::Header(name) => Ok(parts.headers.get(name).map(|v| v.as_bytes().to_vec())),
             Self::Custom(scope) => Ok(scope(parts).map(String::into_bytes)),
         }
     }
 }
 
+/// The user of the session a session layer outside put in the request: `Ok(None)` for a
+/// session without a user (an anonymous visitor).
 #[cfg(feature = "session")]
-async fn session_user(parts: &Parts) -> Result<Option<Vec<u8>>, ()> {
+async fn session_user(parts: &Parts) -> Result<Option<Vec<u8>>, Unscoped> {
     use crate::session::{Session, SessionUser};
     if let Some(SessionUser(user)) = parts.extensions.get::<SessionUser>() {
         return Ok(Some(user.clone().into_bytes()));
     }
     let Some(session) = parts.extensions.get::<Session>() else {
-        return Ok(None);
+        return Err(Unscoped::NoSession);
     };
     match session.user().await {
         Ok(user) => Ok(user.map(String::into_bytes)),
         Err(e) => {
             tracing::warn!(error = %e, "idempotency: the session could not be loaded to scope the key");
-            Err(())
+            Err(Unscoped::SessionFailed)
         }
     }
 }
 
+// Never reached: without `session` the layer does not build with this scope.
 #[cfg(not(feature = "session"))]
 #[allow(clippy::unused_async)]
-async fn session_user(_: &Parts) -> Result<Option<Vec<u8>>, ()> {
-    Ok(None)
+async fn session_user(_: &Parts) -> Result<Option<Vec<u8>>, Unscoped> {
+    Err(Unscoped::NoSession)
 }
 
 /// The name of the record of `key` in `scope`: a digest, so no key or user id shows in Redis.

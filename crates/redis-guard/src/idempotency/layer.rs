@@ -1,6 +1,7 @@
 //! [`IdempotencyLayer`]: the tower layer, and how it is built.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,13 +17,16 @@ use crate::{ConfigError, ConfigErrorKind};
 /// stored response; see the [module docs](super) for what it stores, for how long, and why.
 ///
 /// ```
-/// # #[cfg(feature = "axum")] {
+/// # #[cfg(all(feature = "axum", feature = "session"))] {
 /// use axum::{Router, routing::post};
 /// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+/// use redis_guard::session::{MemorySessionStore, SessionLayer};
 ///
 /// let app: Router = Router::new()
 ///     .route("/payments", post(|| async { (http::StatusCode::CREATED, "paid") }))
-///     .layer(IdempotencyLayer::new(IdempotencyStore::memory())?); // or a RedisBackend
+///     .layer(IdempotencyLayer::new(IdempotencyStore::memory())?) // or a RedisBackend
+///     // Outside: keys are scoped to the session's user.
+///     .layer(SessionLayer::new(MemorySessionStore::new())?);
 /// # }
 /// # Ok::<(), redis_guard::ConfigError>(())
 /// ```
@@ -64,6 +68,11 @@ pub(crate) struct Shared {
     pub(crate) replayed_header: HeaderName,
     pub(crate) fail_open: bool,
     pub(crate) response: Option<Respond<Rejection>>,
+    /// Whether the `warn` that the memory store is full of running requests was written: once
+    /// per layer, then each refusal at `debug`.
+    pub(crate) warned_full: AtomicBool,
+    /// Whether the `error` that a request came without a session was written: once per layer.
+    pub(crate) warned_no_session: AtomicBool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -96,9 +105,14 @@ impl IdempotencyLayer {
     /// the session's user, request bodies up to 1 MiB, responses stored up to 1 MiB, a 60 s
     /// lease, 24 h retention, `503` when the store fails.
     ///
+    /// Scoped to the session's user, it needs a [`SessionLayer`](crate::session::SessionLayer)
+    /// outside it: a request that reaches it without a session is answered `500`
+    /// ([`Rejection::NoSession`]), never run in a scope shared with every other client.
+    ///
     /// # Errors
     ///
-    /// The store's settings cannot work (a zero Redis timeout).
+    /// The store's settings cannot work (a zero Redis timeout), or feature `session` is off
+    /// (choose a scope with the [builder](Self::builder)).
     pub fn new(store: impl Into<IdempotencyStore>) -> Result<Self, ConfigError> {
         Self::builder(store).build()
     }
@@ -122,6 +136,8 @@ impl IdempotencyLayer {
                 replayed_header: HeaderName::from_static("idempotent-replayed"),
                 fail_open: false,
                 response: None,
+                warned_full: AtomicBool::new(false),
+                warned_no_session: AtomicBool::new(false),
             },
         }
     }
@@ -189,6 +205,36 @@ impl IdempotencyLayerBuilder {
         self
     }
 
+    /// Puts every request in one scope, instead of the session's user: the key alone tells
+    /// clients apart, on a route with no session layer (a server-to-server API whose one
+    /// client picks the keys, a public form).
+    ///
+    /// **The risk**: a client that sends another client's key (it saw it in a log, or both
+    /// picked `order-1`) is replayed that client's response, with whatever data it holds; keys
+    /// then work as bearer secrets, safe only as fresh random UUIDs. Prefer
+    /// [`scope_header`](Self::scope_header) or [`scope`](Self::scope) when requests carry
+    /// anything that tells clients apart.
+    ///
+    /// ```
+    /// # #[cfg(feature = "axum")] {
+    /// use axum::{Router, routing::post};
+    /// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+    ///
+    /// // A webhook receiver: one sender, which picks a fresh key per event.
+    /// let layer = IdempotencyLayer::builder(IdempotencyStore::memory())
+    ///     .shared_scope()
+    ///     .build()?;
+    /// let app: Router = Router::new()
+    ///     .route("/webhooks", post(|| async { "received" }))
+    ///     .layer(layer);
+    /// # }
+    /// # Ok::<(), redis_guard::ConfigError>(())
+    /// ```
+    pub fn shared_scope(mut self) -> Self {
+        self.shared.scope = Scope::Shared;
+        self
+    }
+
     /// Scopes keys by what `scope` says of the request (e.g. a tenant and user id that an
     /// authentication layer put in the extensions), instead of the session's user; `None`
     /// is the anonymous scope.
@@ -245,7 +291,8 @@ impl IdempotencyLayerBuilder {
     /// # Errors
     ///
     /// No method guarded, a zero body or response limit, a lease outside 1 ms..=1 day, a
-    /// retention outside 1 s..=366 days, or store settings that cannot work.
+    /// retention outside 1 s..=366 days, store settings that cannot work, or keys scoped by the
+    /// session's user (the default) without feature `session`.
     ///
     /// ```
     /// use std::time::Duration;
@@ -298,6 +345,15 @@ impl IdempotencyLayerBuilder {
                 format!("retention {keep:?} is outside 1 s..=366 days"),
                 "IdempotencyLayerBuilder::retention",
                 format!("{keep:?}"),
+            ))
+        } else if cfg!(not(feature = "session")) && matches!(s.scope, Scope::SessionUser) {
+            Some((
+                ConfigErrorKind::Unsupported,
+                "keys are scoped by the session's user, and feature `session` is off: choose \
+                 scope_header, scope or shared_scope"
+                    .to_owned(),
+                "IdempotencyLayerBuilder::scope",
+                "the session's user".to_owned(),
             ))
         } else {
             None
@@ -363,6 +419,18 @@ mod tests {
             assert_eq!(err.setting(), Some(setting), "{err}");
             assert_eq!(err.value(), Some(value), "{err}");
         }
-        assert!(IdempotencyLayer::new(IdempotencyStore::memory()).is_ok());
+        assert!(
+            IdempotencyLayer::builder(IdempotencyStore::memory())
+                .shared_scope()
+                .build()
+                .is_ok()
+        );
+        // Keys scoped by the session's user (the default) need feature `session`.
+        let default = IdempotencyLayer::new(IdempotencyStore::memory());
+        assert_eq!(default.is_ok(), cfg!(feature = "session"), "{default:?}");
+        if let Err(err) = default {
+            assert_eq!(err.kind(), ConfigErrorKind::Unsupported, "{err}");
+            assert_eq!(err.setting(), Some("IdempotencyLayerBuilder::scope"));
+        }
     }
 }

@@ -6,9 +6,10 @@
 //! and is charged once.
 //!
 //! ```
-//! # #[cfg(feature = "axum")] {
+//! # #[cfg(all(feature = "axum", feature = "session"))] {
 //! use axum::{Router, routing::post};
 //! use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+//! use redis_guard::session::{MemorySessionStore, SessionLayer};
 //!
 //! async fn pay() -> (http::StatusCode, &'static str) {
 //!     (http::StatusCode::CREATED, r#"{"payment_id":"p_1"}"#) // runs once per key
@@ -18,7 +19,9 @@
 //! let store = IdempotencyStore::memory(); // or IdempotencyStore::redis(backend), for replicas
 //! let app: Router = Router::new()
 //!     .route("/payments", post(pay))
-//!     .layer(IdempotencyLayer::new(store)?);
+//!     .layer(IdempotencyLayer::new(store)?)
+//!     // Outside the idempotency layer: keys are scoped to the session's user.
+//!     .layer(SessionLayer::new(MemorySessionStore::new())?);
 //! # Ok(()) }
 //! # }
 //! ```
@@ -42,6 +45,10 @@
 //! - **The store failing** (Redis down or too slow, a value under the key that is not a
 //!   record): `503` with `Retry-After: 1`, or the request unguarded with
 //!   [`fail_open`](IdempotencyLayerBuilder::fail_open).
+//! - **A new key while running requests fill the memory store** (its
+//!   [capacity](IdempotencyStore::memory_builder)): `503` with `Retry-After: 1`, also with
+//!   `fail_open`. A running request's claim is never evicted to make room; completed records
+//!   are, the oldest first.
 //!
 //! The layer's own answers are `application/problem+json` documents (RFC 9457), with the
 //! [`Rejection`] in their extensions; [`response`](IdempotencyLayerBuilder::response) replaces
@@ -54,15 +61,27 @@
 //! same key. 1 to 255 bytes, one header line, no parameters. Clients should send a fresh UUID
 //! per operation.
 //!
-//! **Keys are scoped per client**: the same key from two clients names two records. By default
-//! the scope is the session's user: the [`SessionUser`](crate::session::SessionUser) a
-//! [`SessionLayer`](crate::session::SessionLayer) outside this layer exposes, else the user of
-//! its [`Session`](crate::session::Session) (feature `session`; the session is loaded for
-//! that). [`scope_header`](IdempotencyLayerBuilder::scope_header) scopes by a header (an API
-//! key), [`scope`](IdempotencyLayerBuilder::scope) by what a closure says. A request whose
-//! scope is unknown (no user, no header) shares one anonymous scope: there the key alone
-//! separates clients, so scope your routes when clients are not all trusted to pick fresh
-//! keys. Records are named by the SHA-256 of scope and key: neither shows in Redis.
+//! **Keys are scoped per client**: the same key from two clients names two records.
+//!
+//! - **By default, the session's user**: the [`SessionUser`](crate::session::SessionUser) a
+//!   [`SessionLayer`](crate::session::SessionLayer) outside this layer exposes, else the user of
+//!   its [`Session`](crate::session::Session) (feature `session`; the session is loaded for
+//!   that). A request that reaches the layer **without a session** (the session layer sits
+//!   inside this one, or there is none) is answered `500`
+//!   ([`Rejection::NoSession`]; logged once, at `error`) and does not run: every client would
+//!   otherwise share one scope, and one be replayed another's response. **A session without a
+//!   user** (an anonymous visitor) is the anonymous scope, which every anonymous visitor shares:
+//!   a client without a cookie gets a new session on each request, so a scope per session would
+//!   run each of its retries again; among anonymous visitors the key alone tells them apart.
+//!   Scope such routes otherwise (below) when their clients are not trusted to send fresh
+//!   random keys, or when an anonymous response holds data of its own.
+//! - [`scope_header`](IdempotencyLayerBuilder::scope_header) scopes by a header (an API key),
+//!   [`scope`](IdempotencyLayerBuilder::scope) by what a closure says; a request without the
+//!   header, or for which the closure says `None`, is in the anonymous scope.
+//! - [`shared_scope`](IdempotencyLayerBuilder::shared_scope) puts every request in one scope,
+//!   for routes without sessions whose clients pick fresh keys (a webhook receiver).
+//!
+//! Records are named by the SHA-256 of scope and key: neither shows in Redis.
 //!
 //! **The fingerprint** that binds a key to one request is the SHA-256 of the method, the path
 //! and query the client asked for (with `axum`, the `OriginalUri` of a `nest`) and the body,
@@ -71,9 +90,14 @@
 //! # What is stored, for how long
 //!
 //! - **Statuses**: every response below 500 is stored and replayed, but `408`, `409`, `425`
-//!   and `429`, which say "try again". Those, a `5xx`, an error of the inner service, and a
-//!   request dropped before its response (the client went away) **release** the key: a retry
-//!   runs again.
+//!   and `429`, which say "try again". Those, a `5xx`, an error of the inner service (or a
+//!   panic of it) **release** the key: the handler finished and asked for a retry, which runs
+//!   again.
+//! - **A client that goes away** (its own timeout, while the handler waits for a payment
+//!   provider): hyper drops the request's future, but once a request has claimed its key it runs
+//!   in a Tokio task of its own, to its stored response. The retry gets `409` while it runs
+//!   and that response after; the key is never released because the client left. (Without a
+//!   Tokio runtime the request runs in the response future, and dropping it releases the key.)
 //! - **Headers**: all but the hop-by-hop ones (`Connection` and those it names, `Keep-Alive`,
 //!   `Transfer-Encoding`, `TE`, `Trailer`, `Upgrade`, `Proxy-*`), `Content-Length` (written
 //!   again) and **`Set-Cookie`**: a replay never hands out a cookie, which could bring back a
@@ -90,7 +114,8 @@
 //! # Layers around it
 //!
 //! Put the session layer (or whatever authenticates) **outside** this one, so the scope is
-//! known: `.layer(idempotency).layer(sessions)` in axum. A rate limit outside it counts
+//! known: `.layer(idempotency).layer(sessions)` in axum (the last `.layer` is the outermost);
+//! in the other order every guarded request is a `500`. A rate limit outside it counts
 //! retries too, which is usually what you want. The inner service's request body must be
 //! buildable from [`Bytes`](bytes::Bytes) (axum's `Body` is): see [`Idempotency`].
 //!

@@ -40,6 +40,20 @@ pub enum Rejection {
     /// record), or the session that scopes the key could not be loaded, and the layer does not
     /// [`fail_open`](super::IdempotencyLayerBuilder::fail_open): `503`, with `Retry-After: 1`.
     Unavailable,
+    /// The memory store ([`IdempotencyStore::memory`](super::IdempotencyStore::memory)) holds
+    /// as many running requests as its capacity, and this request's key is new: `503`, with
+    /// `Retry-After: 1`, whatever [`fail_open`](super::IdempotencyLayerBuilder::fail_open)
+    /// says. A running request's claim is never evicted to make room: that would let its
+    /// retries run again.
+    StoreFull,
+    /// Keys are scoped by the session's user (the default) and the request went through no
+    /// session layer: `500`, and the handler does not run. Without this answer every client
+    /// would share one scope, and one could be replayed another's response. The layers are in
+    /// the wrong order (the session layer must sit outside this one), or the route needs
+    /// another scope ([`scope_header`](super::IdempotencyLayerBuilder::scope_header),
+    /// [`scope`](super::IdempotencyLayerBuilder::scope),
+    /// [`shared_scope`](super::IdempotencyLayerBuilder::shared_scope)).
+    NoSession,
 }
 
 impl Rejection {
@@ -53,7 +67,8 @@ impl Rejection {
             Self::InFlight => StatusCode::CONFLICT,
             Self::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Self::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable | Self::StoreFull => StatusCode::SERVICE_UNAVAILABLE,
+            Self::NoSession => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -65,7 +80,7 @@ impl Rejection {
     pub fn response(&self) -> Response<Bytes> {
         let detail = self.to_string();
         let mut res = crate::problem::problem(self.status(), &detail, &[]);
-        if matches!(self, Self::InFlight | Self::Unavailable) {
+        if matches!(self, Self::InFlight | Self::Unavailable | Self::StoreFull) {
             res.headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
@@ -87,6 +102,12 @@ impl fmt::Display for Rejection {
             }
             Self::BodyUnreadable => f.write_str("the request body could not be read"),
             Self::Unavailable => f.write_str("idempotency keys cannot be checked right now"),
+            Self::NoSession => {
+                f.write_str("the server cannot tell which client this Idempotency-Key belongs to")
+            }
+            Self::StoreFull => {
+                f.write_str("too many requests with an Idempotency-Key are running right now")
+            }
         }
     }
 }

@@ -15,6 +15,13 @@ define_service! {
     /// its request body buildable from [`Bytes`] (axum's `Body`, `Full<Bytes>`): the layer reads a
     /// guarded request's body to fingerprint it, then hands it on as bytes. On plain hyper, map
     /// `Incoming` into such a body in front of the layer.
+    ///
+    /// A guarded request that has claimed its key runs, from the inner call to its stored
+    /// response, in a task spawned on the current Tokio runtime, and the response future waits
+    /// for that task: a client that closes its connection (hyper then drops the response
+    /// future) does not stop a handler that may have made its effect already, nor frees the key
+    /// for a second run. Hence the `Send + 'static` bounds on the inner service, its errors and
+    /// both bodies. Without a Tokio runtime, the request runs in the response future itself.
     Idempotency { shared: Shared }
 }
 

@@ -33,9 +33,12 @@ const DEFAULT_CAPACITY: usize = 10_000;
 /// slots on a Cluster; no `KEYS` or `SCAN`.
 ///
 /// In memory, records are bounded (10,000 by default:
-/// [`capacity`](InProcessBuilder::capacity)); past the bound the records closest to their end
-/// go first, and expired ones are swept a few per request. A record holds the stored response,
-/// so the most memory held is about the capacity times the layer's
+/// [`capacity`](InProcessBuilder::capacity)), and expired ones are swept a few per request.
+/// Past the bound completed records go, the oldest first; a running request's claim is never
+/// evicted while its lease runs: when running requests fill the store, a request with a new key
+/// is answered `503` with `Retry-After: 1` ([`Rejection::StoreFull`](super::Rejection::StoreFull))
+/// until one of them ends. A record holds the stored response, so the most memory held is about
+/// the capacity times the layer's
 /// [`response_limit`](super::IdempotencyLayerBuilder::response_limit).
 ///
 /// ```no_run
@@ -84,6 +87,9 @@ pub(crate) enum Claim {
     Claimed,
     /// A live record of a request with the same key.
     Found(Record),
+    /// The memory store holds as many running requests as it can: this one is refused, never
+    /// let in at the cost of a running one's claim.
+    Full,
 }
 
 impl IdempotencyStore {
@@ -135,6 +141,9 @@ impl IdempotencyStore {
                 let key = name.to_owned();
                 if let Some(value) = table.get_live_mut(&key, now) {
                     return Record::decode(value).map(Claim::Found).ok_or_else(foreign);
+                }
+                if !room_for_a_claim(&mut table, now) {
+                    return Ok(Claim::Full);
                 }
                 put(&mut table, key, now, lease, (false, token), rest);
                 return Ok(Claim::Claimed);
@@ -238,6 +247,12 @@ impl From<RedisConnection> for IdempotencyStore {
 
 /// Writes a record under `key` in memory, alive for `life` from `now`, its head saying whether
 /// it is `done` and whose `token` it is; then sweeps.
+///
+/// A claim is a kept entry of the table and a completed record an ordinary one: past the
+/// bound, completed records go first (the oldest first, as they share a retention), and a claim
+/// only once it has expired, since [`room_for_a_claim`] keeps live claims within the bound.
+/// Were a fresh claim (a 60 s lease) ordinary, it would stand before every completed record
+/// (24 h) and be evicted by the very call that made it, letting every duplicate run again.
 fn put(
     table: &mut Records,
     key: String,
@@ -249,8 +264,29 @@ fn put(
     let until = now.saturating_add(micros(life));
     let mut value = head_line(done, until, token).into_bytes();
     value.extend_from_slice(rest);
-    table.insert(key, Bytes::from(value), until);
+    if done {
+        // Out of the kept order: an entry stays kept until removed.
+        table.remove(&key);
+        table.insert(key, Bytes::from(value), until);
+    } else {
+        table.insert(key.clone(), Bytes::from(value), until);
+        table.keep(&key);
+    }
     table.maintain(now, |_, _| {});
+}
+
+/// Whether one more claim fits beside the live ones: claims never outnumber the capacity, so
+/// the bound is always met by sweeping expired records or evicting completed ones. Expired
+/// claims are swept first when they are what fills the store.
+fn room_for_a_claim(table: &mut Records, now: u64) -> bool {
+    // The table is within its bound here: `maintain` only sweeps expired entries, a batch a
+    // call; it returns 0 once the soonest entry is live.
+    while table.kept_len() >= table.capacity() {
+        if table.maintain(now, |_, _| {}) == 0 {
+            return false;
+        }
+    }
+    true
 }
 
 fn foreign() -> BackendError {
