@@ -6,8 +6,11 @@
 //!   (the closure of `get_or_compute`), `"cache"` when a copy from the cache was returned,
 //!   and `Cache-Status: axum-app-users; fwd=miss` or `…; hit` (RFC 9211) to say the same
 //!   (`…; fwd=stale` for a copy served because the lookup failed: `CACHE_STALE_IF_ERROR`). An
-//!   unknown id is a `404` (looked up again every time: "not found" is not cached), an id that
-//!   is not a whole number from 0 to 4294967295 a `400`.
+//!   unknown id is a `404`, with the same `Cache-Status`: "not found" is cached too, for
+//!   5 seconds (`NOT_FOUND_TTL`, at most `CACHE_TTL`), so asking for unknown ids in a loop
+//!   reaches the store once per id and per 5 s. An id that is not a whole number from 0 to
+//!   4294967295 is a `400`. At most `USERS_LIMIT` requests per client IP (cache hits, unknown
+//!   and malformed ids included): `429` past it.
 //! - `PUT` `{"name": …}` renames a user in the store, then voids the cached copy by its tag
 //!   `user:<id>` on every instance sharing the cache: `200 {"id", "name"}`. A body that is not
 //!   that JSON object is a `400`, a blank name or one over 64 characters a `422`, an unknown id
@@ -28,9 +31,10 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, put};
 use bytes::Bytes;
 use redis_guard::cache::{FillTimeout, ValueCache};
+use redis_guard::rate_limit::RateLimitLayer;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -134,10 +138,15 @@ impl IntoResponse for Failed {
     }
 }
 
-/// The routes; `ttl` is `CACHE_TTL`.
-pub(crate) fn routes(cache: ValueCache, origin: Origin, ttl: Duration) -> Router {
+/// The routes; `limit` (`USERS_LIMIT`) guards `GET`, `ttl` is `CACHE_TTL`.
+pub(crate) fn routes(
+    cache: ValueCache,
+    limit: RateLimitLayer,
+    origin: Origin,
+    ttl: Duration,
+) -> Router {
     Router::new()
-        .route("/users/{id}", get(show).put(rename))
+        .route("/users/{id}", get(show).layer(limit).merge(put(rename)))
         .with_state(Users {
             cache,
             db: Db::seeded(),
@@ -171,9 +180,17 @@ async fn show(State(users): State<Users>, id: Result<Path<u32>, PathRejection>) 
     // refreshes the entry in the background after returning the cached copy. A lookup tried
     // for this request that gave no value (it failed) and a user all the same: the cache's
     // copy, served stale in its place (`CACHE_STALE_IF_ERROR`).
+    // For "no such user" (no `load` to compare), whether this request's lookup gave it:
+    // nothing refreshes an entry in the background here (no stale window), so the closure
+    // runs for this request or not at all.
     let this_load = Arc::new(AtomicU64::new(0));
     let tried = Arc::new(AtomicBool::new(false));
-    let (ran, trying) = (Arc::clone(&this_load), Arc::clone(&tried));
+    let looked_up = Arc::new(AtomicBool::new(false));
+    let (ran, trying, answered) = (
+        Arc::clone(&this_load),
+        Arc::clone(&tried),
+        Arc::clone(&looked_up),
+    );
     let Users {
         cache, db, origin, ..
     } = users.clone();
@@ -181,30 +198,33 @@ async fn show(State(users): State<Users>, id: Result<Path<u32>, PathRejection>) 
         .get_or_compute_tagged(key(id), users.ttl, [key(id)], move || async move {
             trying.store(true, Ordering::SeqCst);
             let name = db.find(id, &origin).await?;
+            answered.store(true, Ordering::SeqCst);
             let load = unique();
             ran.store(load, Ordering::SeqCst);
             Ok::<_, Failed>(name.map(|name| Loaded { name, load }))
         })
         .await;
-    match found {
-        Ok(Some(user)) => {
-            let fresh = user.load == this_load.load(Ordering::SeqCst);
-            let (from, status) = if fresh {
-                ("db", "axum-app-users; fwd=miss")
-            } else if tried.load(Ordering::SeqCst) {
-                ("cache", "axum-app-users; fwd=stale")
-            } else {
-                ("cache", "axum-app-users; hit")
-            };
-            let body = json!({ "id": id, "name": user.name, "loaded_from": from });
-            let mut res = axum::Json(body).into_response();
-            res.headers_mut()
-                .insert("cache-status", HeaderValue::from_static(status));
-            res
+    let source = |fresh: bool| {
+        if fresh {
+            ("db", "axum-app-users; fwd=miss")
+        } else if tried.load(Ordering::SeqCst) {
+            ("cache", "axum-app-users; fwd=stale")
+        } else {
+            ("cache", "axum-app-users; hit")
         }
-        Ok(None) => no_such_user(id),
-        Err(failed) => failed.into_response(),
-    }
+    };
+    let (mut res, status) = match found {
+        Ok(Some(user)) => {
+            let (from, status) = source(user.load == this_load.load(Ordering::SeqCst));
+            let body = json!({ "id": id, "name": user.name, "loaded_from": from });
+            (axum::Json(body).into_response(), status)
+        }
+        Ok(None) => (no_such_user(id), source(looked_up.load(Ordering::SeqCst)).1),
+        Err(failed) => return failed.into_response(),
+    };
+    res.headers_mut()
+        .insert("cache-status", HeaderValue::from_static(status));
+    res
 }
 
 #[derive(Deserialize)]

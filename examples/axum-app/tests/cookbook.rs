@@ -106,6 +106,17 @@ async fn users(a: &RunningApp, b: &RunningApp) {
     assert_user(a, 3, "A. M. Turing", "db").await;
     assert_user(b, 3, "A. M. Turing", "cache").await;
 
+    // "No such user" is cached (briefly) like a user: one lookup of the store for both
+    // instances.
+    let (r, took) = user(a, "999").await;
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.header("cache-status"), Some("axum-app-users; fwd=miss"));
+    assert!(took >= Duration::from_millis(100), "looked up: {took:?}");
+    for app in [a, b] {
+        let (r, _) = user(app, "999").await;
+        assert_eq!(r.status, 404, "{}", r.text());
+        assert_eq!(r.header("cache-status"), Some("axum-app-users; hit"));
+    }
     for (id, status) in [("999", 404), ("abc", 400), ("-1", 400), ("4294967296", 400)] {
         let (r, _) = user(a, id).await;
         assert_eq!(r.status, status, "/users/{id}: {}", r.text());
@@ -351,6 +362,25 @@ async fn the_cookbook_routes_in_memory() {
         stale_if_error(&short),
         payments_limited(&short)
     );
+}
+
+/// `USERS_LIMIT` counts every `GET /users/{id}` of a client IP: found, unknown, malformed,
+/// cached or not.
+#[tokio::test]
+async fn user_lookups_are_limited_per_client_ip() {
+    let app = start(&[("USERS_LIMIT", "4/minute")]).await;
+    let mut statuses = Vec::new();
+    for id in ["1", "1", "998", "x", "2"] {
+        statuses.push(user(&app, id).await.0.status);
+    }
+    assert_eq!(statuses, [200, 200, 404, 400, 429]);
+    let (r, _) = user(&app, "1").await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    let retry: u64 = r
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("Retry-After in seconds");
+    assert!((1..=60).contains(&retry), "{retry}");
 }
 
 /// Asserts the routes wrote some keys, every one with a TTL.
