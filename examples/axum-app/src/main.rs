@@ -340,6 +340,8 @@ fn router(
         .merge(users::routes(
             stores.values,
             users_limit,
+            session_layer.clone(),
+            admin_auth.clone(),
             origin.clone(),
             config.cookbook.ttl,
         ))
