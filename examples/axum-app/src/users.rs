@@ -191,12 +191,12 @@ async fn authorize(
     session: &Session,
     admin: Option<&AdminAuth>,
 ) -> Result<(), Response> {
-    if let Some(admin) = admin {
-        if head.headers.contains_key(header::AUTHORIZATION) {
-            let client = admin.check(head).await?;
-            tracing::info!(client, id, "user renamed with the admin token");
-            return Ok(());
-        }
+    if let Some(admin) = admin
+        && head.headers.contains_key(header::AUTHORIZATION)
+    {
+        let client = admin.check(head).await?;
+        tracing::info!(client, id, "user renamed with the admin token");
+        return Ok(());
     }
     let Some(user) = session.user().await.map_err(IntoResponse::into_response)? else {
         return Err(problem(

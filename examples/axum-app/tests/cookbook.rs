@@ -508,7 +508,10 @@ async fn the_demo_page_shows_the_cache_and_the_retries() {
         .expect("a cached answer");
     assert!(second.contains(r#""loaded_from":"cache""#), "{second}");
     // Not logged in: the page shows the refusal.
-    browser.type_text("#user-name", "Nobody").await.expect("type");
+    browser
+        .type_text("#user-name", "Nobody")
+        .await
+        .expect("type");
     browser.click("#rename-button").await.expect("rename");
     browser
         .wait_for("#user-result", |t| t.starts_with("PUT: 401"), wait)

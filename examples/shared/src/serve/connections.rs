@@ -87,21 +87,21 @@ impl Connections {
     /// Whether a new connection from `peer` is served now, refused, or waits.
     pub(super) fn admit(self: &Arc<Self>, peer: IpAddr) -> Admission {
         let address = address_of(peer);
-        let mut state = self.lock();
+        let mut guard = self.lock();
+        let state = &mut *guard;
         if state.per_address.get(&address).copied().unwrap_or(0) >= self.max_per_address {
             return Admission::OverAddressCap;
         }
         if state.open.len() >= self.max_total {
             // One at a time: the one asked to close is idle, so it goes at its next poll.
-            if state.closing == 0 {
-                if let Some((_, oldest)) = state.idle.pop_first() {
-                    if let Some(entry) = state.open.get_mut(&oldest) {
-                        entry.idle_since = None;
-                        entry.closing = true;
-                        entry.close.notify_one();
-                    }
-                    state.closing += 1;
-                }
+            if state.closing == 0
+                && let Some((_, oldest)) = state.idle.pop_first()
+                && let Some(entry) = state.open.get_mut(&oldest)
+            {
+                entry.idle_since = None;
+                entry.closing = true;
+                entry.close.notify_one();
+                state.closing += 1;
             }
             return Admission::Full;
         }
