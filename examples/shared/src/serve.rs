@@ -14,8 +14,8 @@
 //! | holds connections open, idle | `MAX_CONNECTIONS`: once that many are open, the connection idle the longest is closed for each newcomer; only when every one is serving a request does the next wait in the listen backlog |
 //!
 //! Behind a reverse proxy every connection comes from the proxy's address: set
-//! `MAX_CONNECTIONS_PER_IP` to `MAX_CONNECTIONS` there (the proxy enforces its own per-client
-//! limits).
+//! `MAX_CONNECTIONS_PER_IP` to `MAX_CONNECTIONS` there, and cap connections per client on the
+//! proxy.
 
 use std::future::Future;
 use std::io;
