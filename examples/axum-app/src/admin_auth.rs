@@ -1,5 +1,6 @@
 //! The admin bearer token (`ADMIN_TOKEN`), shared by every route that needs it: the
-//! `/admin/limits/…` routes, `POST /slow/invalidate` and `GET /metrics` on the main address.
+//! `/admin/limits/…` routes, `POST /slow/invalidate` and `GET /metrics` on the main address,
+//! and `PUT /users/{id}` (which a user may also send for themselves).
 //!
 //! - The token is at least 32 bytes; a shorter one is refused at start.
 //! - It is compared in constant time, and never logged.

@@ -302,6 +302,8 @@ mod tests {
         assert_eq!(c.session_idle, Duration::from_secs(1800));
         assert_eq!(c.session_max, Duration::from_secs(86_400));
         assert_eq!(c.server.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(c.server.max_connections, 1024);
+        assert_eq!(c.server.max_connections_per_ip, 256);
         assert!(c.pro_users.is_empty());
         assert_eq!(c.slow_limit, Quota::per_minute(30));
         assert_eq!(c.session_create_limit, Quota::per_minute(30));
@@ -353,6 +355,8 @@ mod tests {
             ("SLOW_LIMIT", "lots"),
             ("SESSION_CREATE_LIMIT", "0/minute"),
             ("MAX_CONNECTIONS", "none"),
+            ("MAX_CONNECTIONS_PER_IP", "0"),
+            ("MAX_CONNECTIONS_PER_IP", "1025"),
             ("API_THROTTLE_MAX_WAIT", "0s"),
             ("API_THROTTLE_MAX_WAIT", "soon"),
         ] {

@@ -1,4 +1,4 @@
-//! The cookbook routes' settings and stores (issue 23): the response cache of `GET /slow/{n}`,
+//! The cookbook routes' settings and stores: the response cache of `GET /slow/{n}`,
 //! the value cache of `GET /users/{id}` and the idempotency store of `POST /payments`, all on
 //! the backend the rest of the app uses (memory, Redis or a Redis Cluster).
 //!
@@ -8,6 +8,7 @@
 //! | `CACHE_STALE_IF_ERROR` | `5m` | how long past that a cached copy is served while its origin fails; `0` or `off`: not at all |
 //! | `PAYMENTS_LIMIT` | `30/minute` | `POST /payments` requests per user (logged in) or client IP, retries included |
 //! | `PAYMENTS_DELAY_MS` | `200` | how long `POST /payments` takes (`0` to `10000`), so a retry can arrive while it runs |
+//! | `USERS_LIMIT` | `120/minute` | `GET /users/{id}` requests per client IP, cache hits and unknown ids included |
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -29,10 +30,18 @@ pub(crate) struct Cookbook {
     pub(crate) payments_delay: Duration,
     /// `PAYMENTS_LIMIT`.
     pub(crate) payments_limit: Quota,
+    /// `USERS_LIMIT`.
+    pub(crate) users_limit: Quota,
 }
 
+/// How long the value cache keeps a "no such user" (never longer than `CACHE_TTL`): lookups
+/// of an unknown id reach the store once per this, not once per request, and a user created
+/// in the store meanwhile shows within it.
+pub(crate) const NOT_FOUND_TTL: Duration = Duration::from_secs(5);
+
 impl Cookbook {
-    /// Reads `CACHE_TTL`, `CACHE_STALE_IF_ERROR`, `PAYMENTS_DELAY_MS` and `PAYMENTS_LIMIT`.
+    /// Reads `CACHE_TTL`, `CACHE_STALE_IF_ERROR`, `PAYMENTS_DELAY_MS`, `PAYMENTS_LIMIT` and
+    /// `USERS_LIMIT`.
     pub(crate) fn from_lookup(get: Lookup<'_>) -> Result<Self, String> {
         let ttl = settings::duration(get, "CACHE_TTL", "30s", settings::MAX_DURATION)?;
         let stale_if_error = match get("CACHE_STALE_IF_ERROR") {
@@ -50,6 +59,7 @@ impl Cookbook {
             stale_if_error,
             payments_delay: Duration::from_millis(delay),
             payments_limit: settings::quota(get, "PAYMENTS_LIMIT", "30/minute")?,
+            users_limit: settings::quota(get, "USERS_LIMIT", "120/minute")?,
         })
     }
 }
@@ -83,8 +93,11 @@ impl Stores {
             .stale_if_error(grace)
             .build()
             .map_err(|e| format!("cache settings: {e}"))?;
+        // "No such user" is kept too, briefly: `PUT` creates no users, so nothing it does is
+        // hidden by it.
         let values = ValueCache::builder(cache)
             .namespace("users")
+            .negative_ttl(NOT_FOUND_TTL.min(settings.ttl))
             .stale_if_error(grace)
             .build()
             .map_err(|e| format!("value cache settings: {e}"))?;
@@ -132,6 +145,7 @@ mod tests {
         assert_eq!(c.stale_if_error, Some(Duration::from_secs(300)));
         assert_eq!(c.payments_delay, Duration::from_millis(200));
         assert_eq!(c.payments_limit, Quota::per_minute(30));
+        assert_eq!(c.users_limit, Quota::per_minute(120));
         for off in ["0", "0s", "off", " OFF "] {
             assert_eq!(
                 with(&[("CACHE_STALE_IF_ERROR", off)])
@@ -144,8 +158,10 @@ mod tests {
             ("CACHE_STALE_IF_ERROR", "90s"),
             ("CACHE_TTL", "2s"),
             ("PAYMENTS_DELAY_MS", "0"),
+            ("USERS_LIMIT", "10/10s"),
         ])
         .unwrap();
+        assert_eq!(c.users_limit, Quota::new(10, Duration::from_secs(10)));
         assert_eq!(c.stale_if_error, Some(Duration::from_secs(90)));
         assert_eq!(c.ttl, Duration::from_secs(2));
         assert_eq!(c.payments_delay, Duration::ZERO);
@@ -158,6 +174,9 @@ mod tests {
             ("PAYMENTS_DELAY_MS", "10001"),
             ("PAYMENTS_DELAY_MS", "-1"),
             ("PAYMENTS_LIMIT", "0/minute"),
+            ("USERS_LIMIT", "0/minute"),
+            ("USERS_LIMIT", "lots"),
+            ("USERS_LIMIT", "5/0s"),
         ] {
             let e = with(&[(name, bad)]).unwrap_err();
             assert!(e.starts_with(&format!("{name}=")), "{e}");

@@ -273,6 +273,17 @@ fn router(
         .failure_policy(config.limit_on_error)
         .build()
         .map_err(|e| format!("SLOW_LIMIT: {e}"))?;
+    // Every `GET /users/{id}` per client IP: hits, unknown ids (each a lookup of the store,
+    // then a brief "not found" entry) and malformed ones alike.
+    let users_limit = RateLimitLayer::builder(Arc::clone(&limiter))
+        .rule(
+            "users",
+            config.client_ip.clone(),
+            config.cookbook.users_limit,
+        )
+        .failure_policy(config.limit_on_error)
+        .build()
+        .map_err(|e| format!("USERS_LIMIT: {e}"))?;
     // The two routes that write to a session the client may not have yet: each call can add
     // one to the store, so each is counted per client IP (with or without a cookie: an unknown
     // id starts a new session too). `POST /login` creates sessions as well, under its own
@@ -329,6 +340,9 @@ fn router(
         ))
         .merge(users::routes(
             stores.values,
+            users_limit,
+            session_layer.clone(),
+            admin_auth.clone(),
             origin.clone(),
             config.cookbook.ttl,
         ))

@@ -6,12 +6,22 @@
 //!   (the closure of `get_or_compute`), `"cache"` when a copy from the cache was returned,
 //!   and `Cache-Status: axum-app-users; fwd=miss` or `…; hit` (RFC 9211) to say the same
 //!   (`…; fwd=stale` for a copy served because the lookup failed: `CACHE_STALE_IF_ERROR`). An
-//!   unknown id is a `404` (looked up again every time: "not found" is not cached), an id that
-//!   is not a whole number from 0 to 4294967295 a `400`.
+//!   unknown id is a `404`, with the same `Cache-Status`: "not found" is cached too, for
+//!   5 seconds (`NOT_FOUND_TTL`, at most `CACHE_TTL`), so asking for unknown ids in a loop
+//!   reaches the store once per id and per 5 s. An id that is not a whole number from 0 to
+//!   4294967295 is a `400`. At most `USERS_LIMIT` requests per client IP (cache hits, unknown
+//!   and malformed ids included): `429` past it.
 //! - `PUT` `{"name": …}` renames a user in the store, then voids the cached copy by its tag
-//!   `user:<id>` on every instance sharing the cache: `200 {"id", "name"}`. A body that is not
-//!   that JSON object is a `400`, a blank name or one over 64 characters a `422`, an unknown id
-//!   a `404`. The store only holds the seeded users: a `PUT` creates none.
+//!   `user:<id>` on every instance sharing the cache: `200 {"id", "name"}`. Only the user
+//!   themselves may: each seeded user has a login that never changes (user 1 is `ada`, 2
+//!   `grace`, 3 `alan`, 4 `katherine`, 5 `edsger`; the name is what a `PUT` changes), and a
+//!   session logged in as that login renames that user — or the admin token
+//!   (`Authorization: Bearer <ADMIN_TOKEN>`) renames anyone. Without either: `401`; logged in
+//!   as someone else: `403`. With `ADMIN_TOKEN` set, a request carrying an `Authorization`
+//!   header is judged by the token alone (`401`, or `429` after too many wrong ones). Then a
+//!   body that is not that JSON object is a `400`, a blank name or one over 64 characters a
+//!   `422`, an unknown id a `404`. The store only holds the seeded users: a `PUT` creates none
+//!   (so a cached "not found" hides nothing it does).
 //! - While `POST /admin/origin` makes the origin fail, both answer `503` (unless the cache
 //!   holds a copy it may serve: `CACHE_STALE_IF_ERROR`).
 //!
@@ -26,15 +36,19 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, put};
 use bytes::Bytes;
 use redis_guard::cache::{FillTimeout, ValueCache};
+use redis_guard::rate_limit::RateLimitLayer;
+use redis_guard::session::{Session, SessionLayer};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::admin::problem;
+use crate::admin_auth::AdminAuth;
 use crate::cookbook::unique;
 use crate::origin::{Origin, OriginDown};
 
@@ -44,14 +58,21 @@ const LOOKUP: Duration = Duration::from_millis(100);
 /// The longest name a `PUT` takes, in characters.
 const MAX_NAME: usize = 64;
 
-/// The users the store starts with.
-const SEED: [(u32, &str); 5] = [
-    (1, "Ada Lovelace"),
-    (2, "Grace Hopper"),
-    (3, "Alan Turing"),
-    (4, "Katherine Johnson"),
-    (5, "Edsger Dijkstra"),
+/// The users the store starts with: id, login (as `POST /login` normalizes it), name.
+const SEED: [(u32, &str, &str); 5] = [
+    (1, "ada", "Ada Lovelace"),
+    (2, "grace", "Grace Hopper"),
+    (3, "alan", "Alan Turing"),
+    (4, "katherine", "Katherine Johnson"),
+    (5, "edsger", "Edsger Dijkstra"),
 ];
+
+/// The login of user `id`, who alone (besides the admin) may rename it. Logins never change.
+fn login_of(id: u32) -> Option<&'static str> {
+    SEED.iter()
+        .find(|(seeded, _, _)| *seeded == id)
+        .map(|(_, login, _)| *login)
+}
 
 /// What the routes share.
 #[derive(Clone, Debug)]
@@ -60,6 +81,7 @@ struct Users {
     db: Db,
     origin: Origin,
     ttl: Duration,
+    admin: Option<AdminAuth>,
 }
 
 /// The simulated store: names by id, in this process.
@@ -68,7 +90,10 @@ struct Db(Arc<Mutex<HashMap<u32, String>>>);
 
 impl Db {
     fn seeded() -> Self {
-        let users = SEED.iter().map(|(id, n)| (*id, (*n).to_owned())).collect();
+        let users = SEED
+            .iter()
+            .map(|(id, _, name)| (*id, (*name).to_owned()))
+            .collect();
         Self(Arc::new(Mutex::new(users)))
     }
 
@@ -134,16 +159,59 @@ impl IntoResponse for Failed {
     }
 }
 
-/// The routes; `ttl` is `CACHE_TTL`.
-pub(crate) fn routes(cache: ValueCache, origin: Origin, ttl: Duration) -> Router {
+/// The routes; `limit` (`USERS_LIMIT`) guards `GET`; `sessions` tells `PUT` who is logged
+/// in, `admin` (`ADMIN_TOKEN`) lets the admin rename anyone; `ttl` is `CACHE_TTL`.
+pub(crate) fn routes(
+    cache: ValueCache,
+    limit: RateLimitLayer,
+    sessions: SessionLayer,
+    admin: Option<AdminAuth>,
+    origin: Origin,
+    ttl: Duration,
+) -> Router {
+    // `GET` stays outside the session layer: a cached answer never carries a cookie.
+    let show = get(show).layer(limit);
+    let rename = put(rename).layer(sessions);
     Router::new()
-        .route("/users/{id}", get(show).put(rename))
+        .route("/users/{id}", show.merge(rename))
         .with_state(Users {
             cache,
             db: Db::seeded(),
             origin,
             ttl,
+            admin,
         })
+}
+
+/// Whether the request may rename user `id`: with the admin token, or logged in as its login.
+/// `Err` is the answer: `401` (neither), `403` (another user), or the token's own refusal.
+async fn authorize(
+    id: u32,
+    head: &Parts,
+    session: &Session,
+    admin: Option<&AdminAuth>,
+) -> Result<(), Response> {
+    if let Some(admin) = admin
+        && head.headers.contains_key(header::AUTHORIZATION)
+    {
+        let client = admin.check(head).await?;
+        tracing::info!(client, id, "user renamed with the admin token");
+        return Ok(());
+    }
+    let Some(user) = session.user().await.map_err(IntoResponse::into_response)? else {
+        return Err(problem(
+            StatusCode::UNAUTHORIZED,
+            "log in as this user (POST /login) to rename it",
+        ));
+    };
+    if login_of(id) == Some(user.as_str()) {
+        Ok(())
+    } else {
+        Err(problem(
+            StatusCode::FORBIDDEN,
+            &format!("{user} may rename only their own user"),
+        ))
+    }
 }
 
 fn key(id: u32) -> String {
@@ -171,9 +239,17 @@ async fn show(State(users): State<Users>, id: Result<Path<u32>, PathRejection>) 
     // refreshes the entry in the background after returning the cached copy. A lookup tried
     // for this request that gave no value (it failed) and a user all the same: the cache's
     // copy, served stale in its place (`CACHE_STALE_IF_ERROR`).
+    // For "no such user" (no `load` to compare), whether this request's lookup gave it:
+    // nothing refreshes an entry in the background here (no stale window), so the closure
+    // runs for this request or not at all.
     let this_load = Arc::new(AtomicU64::new(0));
     let tried = Arc::new(AtomicBool::new(false));
-    let (ran, trying) = (Arc::clone(&this_load), Arc::clone(&tried));
+    let looked_up = Arc::new(AtomicBool::new(false));
+    let (ran, trying, answered) = (
+        Arc::clone(&this_load),
+        Arc::clone(&tried),
+        Arc::clone(&looked_up),
+    );
     let Users {
         cache, db, origin, ..
     } = users.clone();
@@ -181,30 +257,33 @@ async fn show(State(users): State<Users>, id: Result<Path<u32>, PathRejection>) 
         .get_or_compute_tagged(key(id), users.ttl, [key(id)], move || async move {
             trying.store(true, Ordering::SeqCst);
             let name = db.find(id, &origin).await?;
+            answered.store(true, Ordering::SeqCst);
             let load = unique();
             ran.store(load, Ordering::SeqCst);
             Ok::<_, Failed>(name.map(|name| Loaded { name, load }))
         })
         .await;
-    match found {
-        Ok(Some(user)) => {
-            let fresh = user.load == this_load.load(Ordering::SeqCst);
-            let (from, status) = if fresh {
-                ("db", "axum-app-users; fwd=miss")
-            } else if tried.load(Ordering::SeqCst) {
-                ("cache", "axum-app-users; fwd=stale")
-            } else {
-                ("cache", "axum-app-users; hit")
-            };
-            let body = json!({ "id": id, "name": user.name, "loaded_from": from });
-            let mut res = axum::Json(body).into_response();
-            res.headers_mut()
-                .insert("cache-status", HeaderValue::from_static(status));
-            res
+    let source = |fresh: bool| {
+        if fresh {
+            ("db", "axum-app-users; fwd=miss")
+        } else if tried.load(Ordering::SeqCst) {
+            ("cache", "axum-app-users; fwd=stale")
+        } else {
+            ("cache", "axum-app-users; hit")
         }
-        Ok(None) => no_such_user(id),
-        Err(failed) => failed.into_response(),
-    }
+    };
+    let (mut res, status) = match found {
+        Ok(Some(user)) => {
+            let (from, status) = source(user.load == this_load.load(Ordering::SeqCst));
+            let body = json!({ "id": id, "name": user.name, "loaded_from": from });
+            (axum::Json(body).into_response(), status)
+        }
+        Ok(None) => (no_such_user(id), source(looked_up.load(Ordering::SeqCst)).1),
+        Err(failed) => return failed.into_response(),
+    };
+    res.headers_mut()
+        .insert("cache-status", HeaderValue::from_static(status));
+    res
 }
 
 #[derive(Deserialize)]
@@ -216,11 +295,16 @@ struct Rename {
 async fn rename(
     State(users): State<Users>,
     id: Result<Path<u32>, PathRejection>,
+    session: Session,
+    head: Parts,
     body: Bytes,
 ) -> Response {
     let Ok(Path(id)) = id else {
         return bad_id();
     };
+    if let Err(refusal) = authorize(id, &head, &session, users.admin.as_ref()).await {
+        return refusal;
+    }
     let Ok(Rename { name }) = serde_json::from_slice::<Rename>(&body) else {
         return problem(
             StatusCode::BAD_REQUEST,
@@ -268,5 +352,16 @@ mod tests {
         );
         assert!(!db.rename(99, "Nobody".into(), &origin).await.unwrap());
         assert_eq!(db.find(99, &origin).await.unwrap(), None);
+    }
+
+    #[test]
+    fn each_seeded_user_has_a_login_that_can_log_in() {
+        for (id, login, _) in SEED {
+            assert_eq!(login_of(id), Some(login));
+            let normalized = example_shared::login::normalize_username(login);
+            assert_eq!(normalized.as_deref(), Some(login));
+        }
+        assert_eq!(login_of(0), None);
+        assert_eq!(login_of(6), None);
     }
 }

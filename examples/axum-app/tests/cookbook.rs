@@ -81,16 +81,30 @@ async fn assert_user(app: &RunningApp, id: u32, name: &str, from: &str) {
     }
 }
 
-/// `PUT /users/{id}` `{"name": name}`.
-async fn rename(app: &RunningApp, id: u32, name: &str) -> RawResponse {
+/// `PUT /users/{id}` `{"name": name}` with `headers` (a session cookie, a bearer token).
+async fn rename(app: &RunningApp, id: u32, name: &str, headers: &[(&str, &[u8])]) -> RawResponse {
     json(
         app,
         "PUT",
         &format!("/users/{id}"),
-        &[],
+        headers,
         &json!({ "name": name }),
     )
     .await
+}
+
+/// Logs in as `user`: the session cookie to send back (`name=value`).
+async fn log_in(app: &RunningApp, user: &str) -> String {
+    let creds = json!({ "username": user, "password": "password" });
+    let r = json(app, "POST", "/login", &[], &creds).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.headers_named("set-cookie")
+        .into_iter()
+        .find_map(|c| {
+            let pair = c.split(';').next()?.trim();
+            (pair.starts_with("id=") || pair.starts_with("__Host-id=")).then(|| pair.to_owned())
+        })
+        .expect("a session cookie")
 }
 
 /// The users: `a` reads through the store, `b` reads what `a` filled; a `PUT` on `a` voids it
@@ -100,12 +114,58 @@ async fn users(a: &RunningApp, b: &RunningApp) {
     assert_user(a, 3, "Alan Turing", "cache").await;
     assert_user(b, 3, "Alan Turing", "cache").await;
 
-    let renamed = rename(a, 3, " A. M. Turing ").await;
+    // Renaming takes the user themselves (user 3 logs in as `alan`) or the admin token.
+    let (alan, ada) = (log_in(a, "alan").await, log_in(a, "ada").await);
+    let as_alan: &[(&str, &[u8])] = &[("cookie", alan.as_bytes())];
+    let bearer = format!("Bearer {TOKEN}");
+    let as_admin: &[(&str, &[u8])] = &[("authorization", bearer.as_bytes())];
+    for (headers, status, who) in [
+        (&[][..], 401, "anonymous"),
+        (&[("cookie", ada.as_bytes())][..], 403, "another user"),
+        (
+            &[
+                ("cookie", alan.as_bytes()),
+                (
+                    "authorization",
+                    b"Bearer not-the-admin-token-0123456789abcdef",
+                ),
+            ][..],
+            401,
+            "a wrong admin token",
+        ),
+        (
+            &[
+                ("cookie", alan.as_bytes()),
+                ("origin", b"https://evil.example"),
+            ][..],
+            403,
+            "cross-site",
+        ),
+    ] {
+        let r = rename(a, 3, "Mallory", headers).await;
+        assert_eq!(r.status, status, "{who}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    }
+    // Refused before the store or the cache: the cached copy stands.
+    assert_user(b, 3, "Alan Turing", "cache").await;
+
+    let renamed = rename(a, 3, " A. M. Turing ", as_alan).await;
     assert_eq!(renamed.status, 200, "{}", renamed.text());
     assert_eq!(body(&renamed), json!({ "id": 3, "name": "A. M. Turing" }));
     assert_user(a, 3, "A. M. Turing", "db").await;
     assert_user(b, 3, "A. M. Turing", "cache").await;
 
+    // "No such user" is cached (briefly) like a user: one lookup of the store for both
+    // instances.
+    let (r, took) = user(a, "999").await;
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.header("cache-status"), Some("axum-app-users; fwd=miss"));
+    assert!(took >= Duration::from_millis(100), "looked up: {took:?}");
+    for app in [a, b] {
+        let (r, _) = user(app, "999").await;
+        assert_eq!(r.status, 404, "{}", r.text());
+        assert_eq!(r.header("cache-status"), Some("axum-app-users; hit"));
+    }
     for (id, status) in [("999", 404), ("abc", 400), ("-1", 400), ("4294967296", 400)] {
         let (r, _) = user(a, id).await;
         assert_eq!(r.status, status, "/users/{id}: {}", r.text());
@@ -121,13 +181,20 @@ async fn users(a: &RunningApp, b: &RunningApp) {
         ("999", r#"{"name":"Nobody"}"#, 404, "no such user"),
         ("x", r#"{"name":"Nobody"}"#, 400, "bad id"),
     ] {
-        let headers: &[(&str, &[u8])] = &[("content-type", b"application/json")];
+        let headers: &[(&str, &[u8])] = &[
+            ("content-type", b"application/json"),
+            ("authorization", bearer.as_bytes()),
+        ];
         let r = send(a, "PUT", &format!("/users/{id}"), headers, raw.as_bytes()).await;
         assert_eq!(r.status, status, "{what}: {}", r.text());
     }
-    let plain = send(a, "PUT", "/users/3", &[], br#"{"name":"x"}"#).await;
+    let plain = send(a, "PUT", "/users/3", as_alan, br#"{"name":"x"}"#).await;
     assert_eq!(plain.status, 415, "a state-changing route wants JSON");
     assert_user(b, 3, "A. M. Turing", "cache").await;
+    // The admin renames anyone.
+    let r = rename(a, 2, "G. M. Hopper", as_admin).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_user(a, 2, "G. M. Hopper", "db").await;
 }
 
 /// `GET /slow/12` for the host `cookbook.example` (the host is in the response cache's key: two
@@ -180,7 +247,7 @@ async fn failing_origin(a: &RunningApp, b: &RunningApp) {
     assert_eq!(down.header("retry-after"), Some("5"));
     let slow = send(a, "GET", "/slow/13", &[], b"").await;
     assert_eq!(slow.status, 503, "{}", slow.text());
-    let put = rename(a, 5, "E. W. Dijkstra").await;
+    let put = rename(a, 5, "E. W. Dijkstra", admin).await;
     assert_eq!(put.status, 503, "the store is down for writes too");
     assert_user(a, 3, "A. M. Turing", "cache").await;
     let hit = slow_12(a, None).await;
@@ -353,6 +420,25 @@ async fn the_cookbook_routes_in_memory() {
     );
 }
 
+/// `USERS_LIMIT` counts every `GET /users/{id}` of a client IP: found, unknown, malformed,
+/// cached or not.
+#[tokio::test]
+async fn user_lookups_are_limited_per_client_ip() {
+    let app = start(&[("USERS_LIMIT", "4/minute")]).await;
+    let mut statuses = Vec::new();
+    for id in ["1", "1", "998", "x", "2"] {
+        statuses.push(user(&app, id).await.0.status);
+    }
+    assert_eq!(statuses, [200, 200, 404, 400, 429]);
+    let (r, _) = user(&app, "1").await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    let retry: u64 = r
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("Retry-After in seconds");
+    assert!((1..=60).contains(&retry), "{retry}");
+}
+
 /// Asserts the routes wrote some keys, every one with a TTL.
 fn assert_every_key_has_a_ttl(keys: &[String], mut pttl: impl FnMut(&str) -> i64) {
     assert!(keys.len() > 3, "{keys:?}");
@@ -421,6 +507,16 @@ async fn the_demo_page_shows_the_cache_and_the_retries() {
         .await
         .expect("a cached answer");
     assert!(second.contains(r#""loaded_from":"cache""#), "{second}");
+    // Not logged in: the page shows the refusal.
+    browser
+        .type_text("#user-name", "Nobody")
+        .await
+        .expect("type");
+    browser.click("#rename-button").await.expect("rename");
+    browser
+        .wait_for("#user-result", |t| t.starts_with("PUT: 401"), wait)
+        .await
+        .expect("a 401");
 
     browser.click("#pay-button").await.expect("pay");
     let paid = browser

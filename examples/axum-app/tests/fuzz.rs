@@ -1,9 +1,11 @@
 //! No request reaches a panic: generated paths, queries, bodies and headers on every route of
-//! the `axum-app` binary, over real HTTP (see `example_shared::testing::route_fuzz`).
+//! the `axum-app` binary, over real HTTP (see `example_shared::testing::route_fuzz`); nor does
+//! a generated setting (`example_shared::testing::settings_fuzz`).
 
 use redis_guard_testkit::app::spawn;
 
 use example_shared::testing::route_fuzz::{ADMIN_TOKEN, Route, no_route_reaches_a_panic};
+use example_shared::testing::settings_fuzz::no_setting_reaches_a_panic;
 
 const ROUTES: &[Route] = &[
     ("GET", "/"),
@@ -54,4 +56,23 @@ async fn no_route_reaches_a_panic_on_the_memory_backend() {
     tokio::task::spawn_blocking(move || no_route_reaches_a_panic(addr, ROUTES, 300))
         .await
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+}
+
+/// The connection caps and the limits of the routes: each generated value starts the app or
+/// stops it with an error naming the variable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_setting_reaches_a_panic_at_start() {
+    const NAMES: &[&str] = &[
+        "MAX_CONNECTIONS",
+        "MAX_CONNECTIONS_PER_IP",
+        "USERS_LIMIT",
+        "PAYMENTS_LIMIT",
+        "SLOW_LIMIT",
+        "API_LIMIT",
+    ];
+    tokio::task::spawn_blocking(|| {
+        no_setting_reaches_a_panic(env!("CARGO_BIN_EXE_axum-app"), NAMES, &[], 48);
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
 }

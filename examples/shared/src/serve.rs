@@ -10,7 +10,12 @@
 //! | sends its request head slowly (slow loris), or idles on a keep-alive connection | `HEADER_READ_TIMEOUT` |
 //! | sends its body slowly | `BODY_READ_TIMEOUT`, plus one second per `BODY_MIN_RATE` bytes received |
 //! | does not read the response | `RESPONSE_WRITE_TIMEOUT` without progress |
-//! | opens many connections | `MAX_CONNECTIONS`: the next one waits in the listen backlog |
+//! | opens many connections | `MAX_CONNECTIONS_PER_IP`: one more from its address is closed at once, unanswered |
+//! | holds connections open, idle | `MAX_CONNECTIONS`: once that many are open, the connection idle the longest is closed for each newcomer; only when every one is serving a request does the next wait in the listen backlog |
+//!
+//! Behind a reverse proxy every connection comes from the proxy's address: set
+//! `MAX_CONNECTIONS_PER_IP` to `MAX_CONNECTIONS` there, and cap connections per client on the
+//! proxy.
 
 use std::future::Future;
 use std::io;
@@ -19,21 +24,23 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+mod connections;
+
 use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use redis_guard::rate_limit::PeerAddr;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tower::ServiceExt;
 
 use crate::settings::{self, Lookup};
+use connections::{Admission, Busy, Connections};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -53,14 +60,34 @@ pub struct Limits {
     pub write_timeout: Duration,
     /// `MAX_CONNECTIONS`: connections served at once.
     pub max_connections: usize,
+    /// `MAX_CONNECTIONS_PER_IP`: connections served at once from one client address (an IPv6
+    /// /64 counting as one address).
+    pub max_connections_per_ip: usize,
 }
 
 impl Limits {
     /// What the server allows a client (see the module docs): `HEADER_READ_TIMEOUT` (default
     /// `10s`), `BODY_READ_TIMEOUT` (`10s`) and `BODY_MIN_RATE` (`1024` bytes per second),
-    /// `RESPONSE_WRITE_TIMEOUT` (`30s`), each timeout at most `1h`, and `MAX_CONNECTIONS` (`1024`).
+    /// `RESPONSE_WRITE_TIMEOUT` (`30s`), each timeout at most `1h`, `MAX_CONNECTIONS` (`1024`)
+    /// and `MAX_CONNECTIONS_PER_IP` (a quarter of `MAX_CONNECTIONS`, at least 1; at most
+    /// `MAX_CONNECTIONS`).
     pub fn from_env(get: Lookup<'_>) -> Result<Self, String> {
         let hour = Duration::from_secs(3600);
+        let max_connections =
+            settings::number(get, "MAX_CONNECTIONS", 1024, 1..=1_000_000, "connections")?;
+        let max_connections_per_ip = match get("MAX_CONNECTIONS_PER_IP") {
+            None => (max_connections / 4).max(1),
+            Some(v) => v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n| (1..=max_connections).contains(n))
+                .ok_or_else(|| {
+                    format!(
+                        "MAX_CONNECTIONS_PER_IP={v:?} must be a whole number of connections from 1 to MAX_CONNECTIONS ({max_connections})"
+                    )
+                })?,
+        };
         Ok(Self {
             header_read_timeout: settings::duration(get, "HEADER_READ_TIMEOUT", "10s", hour)?,
             body_read_timeout: settings::duration(get, "BODY_READ_TIMEOUT", "10s", hour)?,
@@ -72,13 +99,8 @@ impl Limits {
                 "bytes per second",
             )?,
             write_timeout: settings::duration(get, "RESPONSE_WRITE_TIMEOUT", "30s", hour)?,
-            max_connections: settings::number(
-                get,
-                "MAX_CONNECTIONS",
-                1024,
-                1..=1_000_000,
-                "connections",
-            )?,
+            max_connections,
+            max_connections_per_ip,
         })
     }
 }
@@ -242,6 +264,13 @@ impl AsyncWrite for WriteTimeout {
 
 /// Serves `service` on `listener` until `shutdown` completes, then lets requests in flight
 /// finish (for up to 10 s). Every request carries the peer address as [`PeerAddr`].
+///
+/// At most [`Limits::max_connections`] connections are served at once, at most
+/// [`Limits::max_connections_per_ip`] of them from one address (one more is closed at once,
+/// unanswered: a response would spend on it what the cap saves). When the total is reached,
+/// a newcomer takes the place of the connection idle the longest (closed without losing a
+/// request: one that has just started is answered first); only when every connection is
+/// serving a request does the newcomer wait, and the ones after it in the listen backlog.
 pub async fn serve<S, B>(
     listener: TcpListener,
     service: S,
@@ -255,18 +284,14 @@ pub async fn serve<S, B>(
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let connections = Arc::new(Connections::new(
+        limits.max_connections,
+        limits.max_connections_per_ip,
+    ));
+    // Graceful shutdown: every connection watches `stop`; `closed` tells when all have ended.
+    let (stop, stopping) = watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        // A slot before accepting: past the cap, connections wait in the kernel's backlog.
-        let slot = tokio::select! {
-            slot = Arc::clone(&slots).acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break,
-            },
-            () = &mut shutdown => break,
-        };
+    'accept: loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(c) => c,
@@ -277,11 +302,38 @@ pub async fn serve<S, B>(
             },
             () = &mut shutdown => break,
         };
-        let svc = service.clone().map_request(move |req: Request<Incoming>| {
-            let mut req = req.map(|body| RequestBody::new(body, &limits));
-            req.extensions_mut().insert(PeerAddr(peer));
-            req
-        });
+        // While this one waits for room, the next ones wait in the kernel's backlog.
+        let handle = loop {
+            let mut changed = std::pin::pin!(connections.changed());
+            changed.as_mut().enable();
+            match connections.admit(peer.ip()) {
+                Admission::Admitted(handle) => break handle,
+                Admission::OverAddressCap => {
+                    tracing::debug!(%peer, "connection closed: its address is at MAX_CONNECTIONS_PER_IP");
+                    continue 'accept;
+                }
+                Admission::Full => tokio::select! {
+                    () = changed => {}
+                    () = &mut shutdown => break 'accept,
+                },
+            }
+        };
+        let tracker = handle.tracker();
+        let svc = service
+            .clone()
+            .map_request(move |req: Request<Incoming>| {
+                let mut req = req.map(|body| RequestBody::new(body, &limits));
+                req.extensions_mut().insert(PeerAddr(peer));
+                req
+            })
+            .map_future(move |response| {
+                // Busy from the call until the response body is sent or dropped.
+                let busy = tracker.busy();
+                async move {
+                    let response = response.await?;
+                    Ok::<_, S::Error>(response.map(|inner| Tracked { inner, busy }))
+                }
+            });
         let io = WriteTimeout {
             stream,
             timeout: limits.write_timeout,
@@ -291,20 +343,69 @@ pub async fn serve<S, B>(
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_read_timeout)
             .serve_connection(TokioIo::new(io), TowerToHyperService::new(svc));
-        let conn = graceful.watch(conn);
+        let mut stopping = stopping.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "connection ended with an error");
+            let mut conn = std::pin::pin!(conn);
+            let mut closing = false;
+            loop {
+                tokio::select! {
+                    ended = conn.as_mut() => {
+                        if let Err(e) = ended {
+                            tracing::debug!(error = %e, "connection ended with an error");
+                        }
+                        break;
+                    }
+                    // Closed when idle; a request already started is answered first.
+                    () = handle.close_requested(), if !closing => {
+                        tracing::debug!(%peer, "idle connection closed to make room (MAX_CONNECTIONS)");
+                        conn.as_mut().graceful_shutdown();
+                        closing = true;
+                    }
+                    _ = stopping.changed(), if !closing => {
+                        conn.as_mut().graceful_shutdown();
+                        closing = true;
+                    }
+                }
             }
-            drop(slot);
+            drop(handle);
+            drop(stopping);
         });
     }
     drop(listener);
-    if tokio::time::timeout(DRAIN, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    drop(stopping);
+    stop.send_replace(());
+    if tokio::time::timeout(DRAIN, stop.closed()).await.is_err() {
         tracing::warn!("requests still in flight after {DRAIN:?}: exiting anyway");
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that keeps its connection busy (not to be closed for room) until it
+    /// has been sent or dropped.
+    struct Tracked<B> {
+        #[pin]
+        inner: B,
+        busy: Busy,
+    }
+}
+
+impl<B: Body> Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        self.project().inner.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -349,10 +450,21 @@ mod tests {
                 body_min_rate: 1024,
                 write_timeout: Duration::from_secs(30),
                 max_connections: 1024,
+                max_connections_per_ip: 256,
             })
         );
         let set = limits(&[("BODY_MIN_RATE", " 10 "), ("MAX_CONNECTIONS", "2")]).unwrap();
         assert_eq!((set.body_min_rate, set.max_connections), (10, 2));
+        // A quarter of the total by default, never less than one.
+        assert_eq!(set.max_connections_per_ip, 1);
+        let set = limits(&[
+            ("MAX_CONNECTIONS", "10"),
+            ("MAX_CONNECTIONS_PER_IP", " 10 "),
+        ])
+        .unwrap();
+        assert_eq!(set.max_connections_per_ip, 10);
+        let e = limits(&[("MAX_CONNECTIONS", "10"), ("MAX_CONNECTIONS_PER_IP", "11")]).unwrap_err();
+        assert!(e.contains("from 1 to MAX_CONNECTIONS (10)"), "{e}");
         for (name, bad) in [
             ("HEADER_READ_TIMEOUT", "0s"),
             ("BODY_READ_TIMEOUT", "2h"),
@@ -361,6 +473,10 @@ mod tests {
             ("RESPONSE_WRITE_TIMEOUT", "30"),
             ("MAX_CONNECTIONS", "0"),
             ("MAX_CONNECTIONS", "1000001"),
+            ("MAX_CONNECTIONS_PER_IP", "0"),
+            ("MAX_CONNECTIONS_PER_IP", "1025"),
+            ("MAX_CONNECTIONS_PER_IP", "-1"),
+            ("MAX_CONNECTIONS_PER_IP", "many"),
         ] {
             let e = limits(&[(name, bad)]).unwrap_err();
             assert!(e.starts_with(&format!("{name}={bad:?}")), "{e}");
