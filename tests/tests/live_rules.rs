@@ -14,7 +14,7 @@ use redis_guard::rate_limit::{
     Algorithm, Key, Limiter, LimiterError, MemoryLimiter, Quota, RateLimitLayer, RedisLimiter, Rule,
 };
 use redis_guard_tests::{
-    Harness, Kind, Monitor, Reply, admitted, backend_suite, by_client, empty_ok, from,
+    Harness, Kind, Monitor, Reply, admitted, backend_suite, by_client, call, empty_ok, from,
 };
 use tower::Layer;
 
@@ -172,10 +172,99 @@ async fn a_live_quota_wins_over_a_plan(h: Harness) {
     );
 }
 
+/// Sends `limit + 1` requests from a new `client` through `svc` and checks that every reply
+/// names the quota `limit` a minute: `RateLimit-Policy`, `RateLimit` counting down from it, the
+/// legacy `X-RateLimit-*`, and a `429` (with its `Retry-After`) on the request past it.
+async fn names_what_it_enforces<S, B>(svc: &S, client: &str, limit: u32, when: &str)
+where
+    S: tower::Service<Request<Body>, Response = http::Response<B>> + Clone,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::fmt::Debug,
+{
+    for i in 0..=limit {
+        let reply = call(svc.clone(), from(client)).await;
+        let admitted = i < limit;
+        let at = format!("{when}, request {} of {client}: {:?}", i + 1, reply.headers);
+        assert_eq!(reply.status, if admitted { 200 } else { 429 }, "{at}");
+        assert_eq!(
+            reply.header("ratelimit-policy"),
+            format!("\"api\";q={limit};w=60"),
+            "{at}"
+        );
+        assert!(
+            reply
+                .header("ratelimit")
+                .starts_with(&format!("\"api\";r={};", limit - (i + 1).min(limit))),
+            "{at}"
+        );
+        assert_eq!(reply.header("x-ratelimit-limit"), limit.to_string(), "{at}");
+        assert_eq!(
+            reply.header("x-ratelimit-remaining"),
+            (limit - (i + 1).min(limit)).to_string(),
+            "{at}"
+        );
+        assert_eq!(reply.header("retry-after").is_empty(), admitted, "{at}");
+    }
+}
+
+async fn every_replica_names_the_quota_it_enforces(h: Harness) {
+    let rule = Rule::new("api", Quota::per_minute(10)).live();
+    // Replica b re-reads its copy once an hour at most: all it learns of a change below, it
+    // learns from its decisions (on a Cluster, where its copy decides, nothing).
+    let (a, b) = (
+        replica(&h).await,
+        h.live_limiter(Duration::from_secs(3600)).await,
+    );
+    let layer = |l: &Arc<dyn Limiter>| {
+        RateLimitLayer::builder(Arc::clone(l))
+            .rule_with(rule.clone(), by_client())
+            .legacy_headers(true)
+            .build()
+            .expect("valid")
+            .layer(empty_ok())
+    };
+    let (svc_a, svc_b) = (layer(&a), layer(&b));
+    // 5 a minute, set on a before b's first decision, which has b's copy read once: once b
+    // says 5, its copy holds it.
+    a.set_rule_quota(&rule, Quota::per_minute(5))
+        .await
+        .expect("set");
+    let started = Instant::now();
+    for i in 0.. {
+        let reply = call(svc_b.clone(), from(&format!("probe-{i}"))).await;
+        if reply.header("ratelimit-policy") == "\"api\";q=5;w=60" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "b never followed: {:?}",
+            reply.headers
+        );
+        tokio::time::sleep(REFRESH / 5).await;
+    }
+    names_what_it_enforces(&svc_b, "first", 5, "b, after 5 was set").await;
+    // Cut to 2 a minute on a: b's copy still says 5. On one Redis (or a pool) and in memory, b
+    // decides with 2 from its next request on, and says so; on a Cluster b goes on deciding with
+    // its copy's 5, and says so.
+    a.set_rule_quota(&rule, Quota::per_minute(2))
+        .await
+        .expect("set");
+    names_what_it_enforces(&svc_a, "a-cut", 2, "a, after 2 was set").await;
+    let cut = if h.kind() == Kind::Cluster { 5 } else { 2 };
+    names_what_it_enforces(&svc_b, "b-cut", cut, "b, after 2 was set").await;
+    // Cleared on a: the rule's own 10 again, on b from its next request (but on a Cluster).
+    a.clear_rule_quota(&rule).await.expect("clear");
+    names_what_it_enforces(&svc_a, "a-cleared", 10, "a, after the clear").await;
+    let cleared = if h.kind() == Kind::Cluster { 5 } else { 10 };
+    names_what_it_enforces(&svc_b, "b-cleared", cleared, "b, after the clear").await;
+}
+
 backend_suite!(
     a_change_reaches_every_replica,
     a_window_rule_and_a_direct_check_follow_too,
     a_live_quota_wins_over_a_plan,
+    every_replica_names_the_quota_it_enforces,
 );
 
 async fn the_decision_reads_the_record_in_its_one_script_call(h: Harness) {

@@ -34,8 +34,10 @@
 --            allowed (1/0), limit, remaining, retry_after_ms, reset_after_ms (an admitted
 --            rule's retry_after_ms > 0: admitted after that wait, Rule::throttle),
 --          then the time of the decision (Redis TIME + shift, µs), which a refund passes back,
---          then two integers per rule that read its live record, in order: the record's
---          version (0: none) and mode (0 none, 1 enforce, 2 shadow, 3 soft; live.lua).
+--          then five integers per rule that read its live record, in order: the record's
+--          version (0: none), its mode (0 none, 1 enforce, 2 shadow, 3 soft; live.lua), and
+--          its quota's limit, period (µs) and burst (0 0 0: none, the rule was decided with
+--          its arguments' quota).
 --          Milliseconds are rounded up. When any rule denies, nothing is recorded for any rule
 --          of the entry. An entry that fails (an algorithm breaking its contract, a key of
 --          another type) gets the error's text instead, and the others stand.
@@ -47,7 +49,7 @@ local ovs, ov_dirty = {}, {}
 local function decide(k, n, a)
   local req, dry = ARGV[a + 1], ARGV[a + 2] == '1'
   local replies, commits, all_allowed = {}, {}, true
-  -- Per rule that read its live record: its version and mode, for the reply's tail.
+  -- Per rule that read its live record: its version, mode and quota, for the reply's tail.
   local seen = {}
   for i = 1, n do
     local o = a + 2 + (i - 1) * 8
@@ -68,8 +70,14 @@ local function decide(k, n, a)
       okey, k = KEYS[k + 2], k + 2
     end
     if live then
-      local version, mode = live_apply(p, KEYS[k + 1])
-      seen[#seen + 1], seen[#seen + 2] = version, mode
+      local version, mode, q = live_apply(p, KEYS[k + 1])
+      local at = #seen
+      seen[at + 1], seen[at + 2] = version, mode
+      if q then
+        seen[at + 3], seen[at + 4], seen[at + 5] = q[1], q[2], q[3]
+      else
+        seen[at + 3], seen[at + 4], seen[at + 5] = 0, 0, 0
+      end
       k = k + 1
     end
     local algorithm = algorithms[p.id]

@@ -1,8 +1,8 @@
 -- Live limits (limiter/live.rs), for evaluate.lua: a rule whose last argument starts with `L`
 -- has its live record as one more key, after its state key and override key, and is decided
--- with the record's quota when one is set. The record's version and mode go back in the reply,
--- so that the limiter's copy (which the mode is taken from) follows a change from the next
--- decision on.
+-- with the record's quota when one is set. The record's version, mode and quota go back in the
+-- reply: the decision's headers name the quota it was made with, and the limiter's copy (which
+-- the mode is taken from) follows a change from the next decision on.
 
 -- The spec without the mark, and whether it had it.
 local function live_spec(spec)
@@ -26,7 +26,8 @@ end
 
 -- Puts the quota of the live record at `lkey`,
 -- "<version>[:<limit>:<period>:<burst>:<emission>][;<mode>]" (µs), in p's place when one is
--- set; returns the record's version (0: none) and mode code.
+-- set; returns the record's version (0: none), mode code and quota ({ limit, period, burst,
+-- emission }, or false: none).
 local function live_apply(p, lkey)
   local r = live_read[lkey]
   if r == nil then
@@ -47,5 +48,5 @@ local function live_apply(p, lkey)
   end
   local q = r[1]
   if q then p.limit, p.period, p.burst, p.emission = q[1], q[2], q[3], q[4] end
-  return r[2], r[3]
+  return r[2], r[3], q
 end

@@ -128,7 +128,7 @@ where
     // What the fallback needs of the resolved quotas, kept only when some rule resolves one.
     let resolved = resolved(config, rules.iter().map(|r| (&r.rule, r.quota)));
     let decided = match states {
-        Ok((states, lease)) => decision_from(rules, &states).map(|mut d| {
+        Ok((states, lease, live)) => decision_from(rules, &states, &live).map(|mut d| {
             d.lease.0 = lease.map(Arc::new);
             d
         }),

@@ -14,7 +14,7 @@ use super::overrides::Steer;
 use crate::backend::BackendError;
 pub(crate) use crate::rate_limit::Check;
 use crate::rate_limit::decision::HeldLease;
-use crate::rate_limit::{Decision, Inspection, Key, Lease, Mode, Rule, RuleState};
+use crate::rate_limit::{Decision, Inspection, Key, Lease, Mode, Quota, Rule, RuleState};
 use crate::telemetry;
 use crate::{ConfigError, ConfigErrorKind};
 
@@ -25,8 +25,15 @@ pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>
 /// that fails with a [`LimiterError`].
 pub(crate) type LimiterFuture<T> = BoxFuture<Result<T, LimiterError>>;
 
-/// The states of an evaluation, and the concurrency leases it took.
-pub(crate) type Held = (Vec<RuleState>, Option<Lease>);
+/// The states of an evaluation, the concurrency leases it took, and the quotas the store read
+/// for live rules itself.
+pub(crate) type Held = (Vec<RuleState>, Option<Lease>, LiveQuotas);
+
+/// The quotas an evaluation decided live rules ([`Rule::live`]) with, by rule name, where the
+/// store read their records in the decision's own call (a single Redis, `limiter/live.rs`):
+/// what the decision and its headers name, rather than this limiter's copy, which may lag.
+/// Empty, with nothing allocated, for every other evaluation.
+pub(crate) type LiveQuotas = Vec<(Arc<str>, Quota)>;
 
 /// Why a limiter could not decide.
 #[derive(Debug, thiserror::Error)]
@@ -114,7 +121,7 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
     /// leases an admitted request took.
     fn evaluate_leased(&self, checks: Vec<Check>) -> LimiterFuture<Held> {
         let states = self.evaluate(checks);
-        Box::pin(async move { Ok((states.await?, None)) })
+        Box::pin(async move { Ok((states.await?, None, Vec::new())) })
     }
 
     /// Decides `checks` (validated, non-empty) at once, by mode as a layer evaluates them (the
@@ -220,8 +227,8 @@ pub(crate) fn decide<L: Engine + ?Sized>(
     let held = limiter.evaluate_leased(checks);
     let started = std::time::Instant::now();
     Box::pin(async move {
-        let (states, lease) = held.await.map_err(|err| count_failure(&rules, err))?;
-        let mut decision = decision_from(rules, &states)?;
+        let (states, lease, live) = held.await.map_err(|err| count_failure(&rules, err))?;
+        let mut decision = decision_from(rules, &states, &live)?;
         // A direct call settles nothing after a response: only leases are handed out.
         decision.lease = HeldLease(lease.filter(Lease::holds_leases).map(Arc::new));
         decision.record(started.elapsed());
@@ -283,13 +290,15 @@ impl Pending {
         let states = Box::pin(async move {
             let mut states = vec![None; n];
             let mut leases = None;
+            let mut live = Vec::new();
             // Every part's leases are kept (and released with the others on an error).
             let results = join_all(futures).await;
             let mut failed = None;
             for (at, result) in places.into_iter().zip(results) {
                 match result {
-                    Ok((got, lease)) => {
+                    Ok((got, lease, quotas)) => {
                         leases = Lease::merge(leases, lease);
+                        live.extend(quotas);
                         for (i, state) in at.into_iter().zip(got) {
                             states[i] = Some(state);
                         }
@@ -306,7 +315,7 @@ impl Pending {
                     s.ok_or_else(|| BackendError::BadReply("a rule got no state".into()).into())
                 })
                 .collect::<Result<Vec<_>, LimiterError>>()?;
-            Ok((states, leases))
+            Ok((states, leases, live))
         });
         Self {
             states,
@@ -361,10 +370,12 @@ pub(crate) fn count_failure_of<'a>(
     err
 }
 
-/// Fills `rules` with their states, in order, into a [`Decision`].
+/// Fills `rules` with their states, in order, and the quotas of `live` (those the store read
+/// for live rules itself), into a [`Decision`].
 pub(crate) fn decision_from(
     mut rules: Vec<RuleDecision>,
     states: &[RuleState],
+    live: &[(Arc<str>, Quota)],
 ) -> Result<Decision, LimiterError> {
     if states.len() != rules.len() {
         return Err(BackendError::BadReply(format!(
@@ -376,6 +387,16 @@ pub(crate) fn decision_from(
     }
     for (rule, state) in rules.iter_mut().zip(states) {
         rule.state = *state;
+    }
+    for (name, quota) in live {
+        // The quota the store decided with, not this limiter's copy: the same unless the
+        // record changed since the copy was read. Left as it is when alike, so that the
+        // layer's `RateLimit-Policy` value made once is still the one that fits.
+        for rule in rules.iter_mut().filter(|r| r.rule == *name) {
+            if !super::live::same_quota(&rule.quota, quota) {
+                rule.quota = *quota;
+            }
+        }
     }
     Decision::combine(rules).ok_or_else(no_checks)
 }

@@ -7,20 +7,22 @@
 //!   `<version>[:<limit>:<period µs>:<burst>:<emission µs>][;<mode>]` (`<version>` alone once
 //!   both are cleared), whose quota the evaluation script reads in the same call as the
 //!   decision (its key is one more of the call's KEYS), so every replica decides with a quota
-//!   change from its next request on. Each limiter also keeps the record in process, re-read in
-//!   the background at most once per
-//!   [`live_refresh`](crate::rate_limit::RedisLimiter::live_refresh), for what the script does
-//!   not return (the `RateLimit-Policy` header, refunds and charges) and for the mode.
+//!   change from its next request on. The script returns the record it read with its verdicts,
+//!   and the decision names the quota the script used (its `RateLimit-Policy` and legacy
+//!   headers with it), never an older one. Each limiter also keeps the record in process,
+//!   re-read in the background at most once per
+//!   [`live_refresh`](crate::rate_limit::RedisLimiter::live_refresh) and replaced by any newer
+//!   one a script returns, for refunds and charges and for the mode.
 //! - **The mode** decides how a request's rules are split into script calls (the enforced ones
 //!   together, all or nothing; each other one on its own) before any call is made, so every
 //!   backend takes it from the limiter's copy: at once on the replica that changed it (and on
-//!   the memory backend). On a single Redis the script returns the record's version and mode
-//!   with its verdicts, and a newer version updates the copy's mode there and then: a replica's
-//!   first decision after a change reads it, its next one follows it. On a Cluster, within one
-//!   `live_refresh`.
+//!   the memory backend). On a single Redis a newer record a script returns replaces the copy
+//!   there and then: a replica's first decision after a change reads it, its next one follows
+//!   its mode. On a Cluster, within one `live_refresh`.
 //! - **Redis Cluster**: the keys of one call share the client key's hash slot, and the rule's
 //!   record lives in another, so the script cannot read it: there the decision takes the quota
-//!   from the limiter's copy, and a change reaches every replica within one
+//!   from the limiter's copy (and the headers with it, so they still name the quota that was
+//!   enforced), and a change reaches every replica within one
 //!   [`live_refresh`](crate::rate_limit::RedisLimiter::live_refresh) (1 s by default), at once
 //!   on the replica that made it.
 //!
@@ -123,16 +125,7 @@ impl LiveRecord {
         let rest: Vec<u64> = parts.map(|p| p.parse().ok()).collect::<Option<_>>()?;
         let quota = match rest[..] {
             [] => None,
-            [limit, period, burst, _] => {
-                let (limit, burst) = (u32::try_from(limit).ok()?, u32::try_from(burst).ok()?);
-                let quota = Quota::new(limit, Duration::from_micros(period));
-                // The burst unset when it is the limit, as the quota that was set.
-                Some(if burst == limit {
-                    quota
-                } else {
-                    quota.burst(burst)
-                })
-            }
+            [limit, period, burst, _] => Some(quota_of(limit, period, burst)?),
             _ => return None,
         };
         Some(Self {
@@ -141,6 +134,25 @@ impl LiveRecord {
             mode,
         })
     }
+}
+
+/// The quota of `limit` per `period_us` µs with `burst`, as a live record and the evaluation
+/// script's reply give it; `None` for numbers no quota has (a limit or burst past `u32`).
+pub(crate) fn quota_of(limit: u64, period_us: u64, burst: u64) -> Option<Quota> {
+    let (limit, burst) = (u32::try_from(limit).ok()?, u32::try_from(burst).ok()?);
+    let quota = Quota::new(limit, Duration::from_micros(period_us));
+    // The burst unset when it is the limit, as the quota that was set.
+    Some(if burst == limit {
+        quota
+    } else {
+        quota.burst(burst)
+    })
+}
+
+/// Whether `a` and `b` decide alike: the same limit, period (to the µs) and burst, however
+/// they were written.
+pub(crate) fn same_quota(a: &Quota, b: &Quota) -> bool {
+    a.limit() == b.limit() && a.period_us() == b.period_us() && a.burst_size() == b.burst_size()
 }
 
 /// Checks that `change` can be made to `rule`'s live record on `limiter`.

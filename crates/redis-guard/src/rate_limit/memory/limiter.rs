@@ -109,7 +109,7 @@ impl MemoryLimiter {
     /// slot (a throttled rule), the receipt that gives the slot back.
     pub(crate) fn decide_now(&self, checks: &[Check]) -> Result<Decision, LimiterError> {
         let (states, receipt) = self.evaluate_now(checks, true, false)?;
-        let mut decision = decision_from(rule_decisions(checks), states.as_slice())?;
+        let mut decision = decision_from(rule_decisions(checks), states.as_slice(), &[])?;
         // A throttled decision keeps its receipt: a waiter that goes away gives its slot back.
         let waits = !decision.wait.is_zero();
         decision.lease = HeldLease(
@@ -310,7 +310,11 @@ impl Engine for MemoryLimiter {
         let held = self
             .evaluate_now(&checks, false, false)
             .map(|(states, receipt)| {
-                (states.into_vec(), Lease::new(receipt.into_iter().collect()))
+                (
+                    states.into_vec(),
+                    Lease::new(receipt.into_iter().collect()),
+                    Vec::new(),
+                )
             });
         Box::pin(std::future::ready(held))
     }
@@ -319,7 +323,7 @@ impl Engine for MemoryLimiter {
         let decided = self
             .evaluate_now(checks, true, false)
             .and_then(|(states, receipt)| {
-                let mut decision = decision_from(rule_decisions(checks), states.as_slice())?;
+                let mut decision = decision_from(rule_decisions(checks), states.as_slice(), &[])?;
                 decision.lease = HeldLease(Lease::new(receipt.into_iter().collect()).map(Arc::new));
                 Ok(decision)
             });

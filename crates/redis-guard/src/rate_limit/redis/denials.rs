@@ -64,7 +64,7 @@ impl RedisLimiter {
         }
         let now = cache_now(&self.backend, cache);
         let states = cached_denial(cache, checks, cache.key(Request(checks)), now)?;
-        decision_from(rule_decisions(checks), &states).ok()
+        decision_from(rule_decisions(checks), &states, &[]).ok()
     }
 }
 

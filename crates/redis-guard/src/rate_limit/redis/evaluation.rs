@@ -8,11 +8,12 @@ use super::fixed_window_batch::{Count, Transaction};
 use super::live::LiveCache;
 use super::script_reply::{parse_reply, parse_reply_live};
 use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall, call_alone};
-use crate::rate_limit::Algorithm;
 use crate::rate_limit::algorithm::RuleState;
 use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
 use crate::rate_limit::lease::{Receipt, Receipted, request_id};
 use crate::rate_limit::limiter::LimiterError;
+use crate::rate_limit::limiter::live::quota_of;
+use crate::rate_limit::{Algorithm, Quota};
 
 /// One evaluation: the keys and arguments of every rule.
 pub(super) struct Evaluation {
@@ -27,7 +28,7 @@ pub(super) struct Evaluation {
     /// Per rule: its live record's key, when the call reads it (`Rule::live`; empty: none).
     lives: Vec<Option<String>>,
     /// The names of the rules whose live records the call reads, in order, and the limiter's
-    /// copies of the records, which take the versions and modes the script saw.
+    /// copies of the records, which take the records the script saw.
     live_copies: Option<(Arc<LiveCache>, Vec<Arc<str>>)>,
     rule_args: Vec<RuleArgs>,
     /// Decide, record nothing (inspect).
@@ -108,8 +109,8 @@ impl Entry for RuleEntry {
     }
 
     fn reply_len(&self) -> usize {
-        // Five integers per rule, then the time, then two per live record (`parse_reply_live`).
-        5 * self.rule_args.len() + 1 + 2 * self.lives
+        // Five integers per rule, then the time, then five per live record (`parse_reply_live`).
+        5 * self.rule_args.len() + 1 + 5 * self.lives
     }
 }
 
@@ -166,7 +167,8 @@ impl Evaluation {
 
     /// Reads each rule's live record in the call, from `lives` (one per rule, `None`: not
     /// live, or on a Cluster: else the record's key and the rule's name). Keys after the rule's
-    /// others, as `live.lua` takes them; the versions and modes the script saw go to `copies`.
+    /// others, as `live.lua` takes them; the records the script saw go to `copies`, and the
+    /// quotas it decided with to the decision.
     pub(super) fn live_keys(
         mut self,
         lives: Vec<Option<(String, Arc<str>)>>,
@@ -237,6 +239,18 @@ impl Evaluation {
         let leases = (!self.dry && (keep || self.rule_args.iter().any(RuleArgs::is_lease)))
             .then(|| (self.keys.clone(), self.rule_args.clone()));
         if !backend.connection().is_cluster() {
+            // The quota each live rule's arguments carry (none when the call reads no record):
+            // what the script decides with where the record has none.
+            let live_args: Vec<Option<Quota>> = if self.live_copies.is_some() {
+                self.lives
+                    .iter()
+                    .zip(&self.rule_args)
+                    .filter(|(live, _)| live.is_some())
+                    .map(|(_, args)| quota_of(args.ints[1], args.ints[2], args.ints[3]))
+                    .collect()
+            } else {
+                Vec::new()
+            };
             // The common case: one entry, its keys and arguments moved rather than copied.
             let keys = std::mem::take(&mut self.keys);
             let keys = if self.records.iter().all(Option::is_none) && self.lives.is_empty() {
@@ -266,9 +280,14 @@ impl Evaluation {
             };
             let reply = self.evaluate(coalescers, entry).await?;
             let (states, evaluated_at, seen) = parse_reply_live(&reply, n, lives)?;
+            let mut live = Vec::new();
             if let Some((copies, names)) = &self.live_copies {
-                for (name, (version, mode)) in names.iter().zip(seen) {
-                    copies.seen(name, version, mode);
+                live.reserve(names.len());
+                for ((name, record), args) in names.iter().zip(seen).zip(live_args) {
+                    copies.seen(name, record);
+                    if let Some(quota) = record.quota.or(args) {
+                        live.push((Arc::clone(name), quota));
+                    }
                 }
             }
             let receipt = match (leases, &id) {
@@ -283,7 +302,7 @@ impl Evaluation {
                 }
                 _ => None,
             };
-            return Ok((states, receipt));
+            return Ok((states, receipt, live));
         }
         // A rule's override key shares its state key's hash tag.
         let groups = backend.slot_groups(&self.keys);
@@ -357,7 +376,9 @@ impl Evaluation {
             }
             _ => None,
         };
-        Ok((states, receipt))
+        // A Cluster's calls read no live record: the checks carry the quotas they were decided
+        // with.
+        Ok((states, receipt, Vec::new()))
     }
 
     /// Charges each rule its cost whatever is left ([`RedisLimiter::charge_all`]): one call of the

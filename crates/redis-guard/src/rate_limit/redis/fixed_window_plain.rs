@@ -222,7 +222,7 @@ impl Plain {
     pub(super) async fn run(self, coalescers: &Coalescers) -> Result<Receipted, LimiterError> {
         let (limit, period_ms) = (self.limit, self.count.period_ms);
         let reply = coalescers.counts.call(self.count).await?;
-        Ok((vec![state(&reply, limit, period_ms)?], None))
+        Ok((vec![state(&reply, limit, period_ms)?], None, Vec::new()))
     }
 }
 

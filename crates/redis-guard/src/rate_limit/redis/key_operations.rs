@@ -35,7 +35,7 @@ impl RedisLimiter {
             .reads_overrides()
             .then(|| self.operation(&check.rule, &check.key, "get", 0));
         Box::pin(async move {
-            let (states, _) = evaluation.run(&coalescers).await?;
+            let (states, ..) = evaluation.run(&coalescers).await?;
             let state = states
                 .into_iter()
                 .next()

@@ -314,12 +314,12 @@ impl RedisLimiter {
             let (rest, listed) = operations::split_allow_listed(checks);
             if rest.is_empty() {
                 let states = operations::merge_allow_listed(listed, Vec::new());
-                return Box::pin(std::future::ready(Ok((states, None))));
+                return Box::pin(std::future::ready(Ok((states, None, Vec::new()))));
             }
             let held = self.evaluate_unleased(rest);
             return Box::pin(async move {
-                let (states, lease) = held.await?;
-                Ok((operations::merge_allow_listed(listed, states), lease))
+                let (states, lease, live) = held.await?;
+                Ok((operations::merge_allow_listed(listed, states), lease, live))
             });
         }
         // Every admitted decision tells the cache, cacheable or not: it moved its keys' states.
@@ -334,7 +334,7 @@ impl RedisLimiter {
             (cache, key, now, hit)
         });
         if let Some((_, _, _, Some(states))) = cached {
-            return Box::pin(std::future::ready(Ok((states, None))));
+            return Box::pin(std::future::ready(Ok((states, None, Vec::new()))));
         }
         let evaluation = self.route(&checks);
         let coalescers = Arc::clone(&self.coalescers);
@@ -343,7 +343,7 @@ impl RedisLimiter {
         };
         let backend = self.backend.clone();
         Box::pin(async move {
-            let (states, lease) = held(evaluation.run(&coalescers).await?);
+            let (states, lease, live) = held(evaluation.run(&coalescers).await?);
             if states.iter().all(|s| s.allowed) {
                 // Taken after the reply: a denial cached while this call was out may predate
                 // what it recorded.
@@ -351,10 +351,10 @@ impl RedisLimiter {
                 deny_cache.admitted(now, DENY_CACHE_MAX_WAIT, || {
                     state_keys(&deny_cache, &checks)
                 });
-                return Ok((states, lease));
+                return Ok((states, lease, live));
             }
             let Some((cache, key, now, None)) = cached else {
-                return Ok((states, lease));
+                return Ok((states, lease, live));
             };
             // Redis reports waits in whole milliseconds, rounded up: the true wait may be up to
             // 1 ms shorter, so the cache keeps the denial 1 ms less and never denies a request
@@ -369,14 +369,14 @@ impl RedisLimiter {
             if let Some(wait) = wait {
                 cache.insert(key, states.clone(), now, wait);
             }
-            Ok((states, lease))
+            Ok((states, lease, live))
         })
     }
 }
 
 /// An evaluation's states, with its receipt held as a [`Lease`].
-fn held((states, receipt): Receipted) -> Held {
-    (states, receipt.and_then(|r| Lease::new(vec![r])))
+fn held((states, receipt, live): Receipted) -> Held {
+    (states, receipt.and_then(|r| Lease::new(vec![r])), live)
 }
 
 impl crate::sealed::Sealed for RedisLimiter {}
@@ -416,7 +416,7 @@ impl Engine for RedisLimiter {
     fn evaluate(&self, checks: Vec<Check>) -> LimiterFuture<Vec<RuleState>> {
         let held = self.evaluate_held(checks);
         Box::pin(async move {
-            let (states, lease) = held.await?;
+            let (states, lease, _) = held.await?;
             if let Some(lease) = lease
                 && let Err(e) = lease.release().await
             {

@@ -1,6 +1,6 @@
 //! Live limits on Redis ([`Rule::live`]): the rule's record, set by `live_set.lua` and read by
 //! the evaluation script in the decision's own call on a single Redis; the copy each limiter
-//! keeps, re-read in the background, for a Cluster and for what the script does not return
+//! keeps, re-read in the background, for a Cluster, for the mode and for refunds and charges
 //! (`limiter/live.rs` has the whole picture).
 
 use std::collections::HashMap;
@@ -87,22 +87,15 @@ impl LiveCache {
 }
 
 impl LiveCache {
-    /// What an evaluation script saw of rule `name`'s record: its `version` and `mode`. A
-    /// version newer than the copy's makes the copy take that mode at once: the layer splits
-    /// the rule's next request into calls by it. The copy's quota (which only the headers use
-    /// where the script reads the record) waits for the next read, within the refresh interval;
-    /// that read keeps the version, so it is taken.
-    pub(super) fn seen(
-        &self,
-        name: &Arc<str>,
-        version: u64,
-        mode: Option<crate::rate_limit::Mode>,
-    ) {
+    /// What an evaluation script saw of rule `name`'s record. A version newer than the copy's
+    /// replaces the copy at once: the layer splits the rule's next request into calls by its
+    /// mode, and refunds and charges take its quota. (The decision that saw it names the quota
+    /// the script used whatever the copy says.)
+    pub(super) fn seen(&self, name: &Arc<str>, record: LiveRecord) {
         let mut records = self.lock();
         let copy = records.entry(Arc::clone(name)).or_default();
-        if version > copy.record.version {
-            copy.record.version = version;
-            copy.record.mode = mode;
+        if record.version > copy.record.version {
+            copy.record = record;
             copy.changes += 1;
         }
     }
@@ -111,9 +104,10 @@ impl LiveCache {
 impl RedisLimiter {
     /// How often each live rule's record ([`Rule::live`]) is re-read at most, in the
     /// background (default 1 s). On a single Redis or a pool the decision reads the record
-    /// itself, in its own script call, and the copy only feeds the `RateLimit-Policy` header,
-    /// refunds and charges; on a Cluster the copy decides, so a change made on another replica
-    /// takes effect here within this time (at once on the replica that made it).
+    /// itself, in its own script call (its headers name the quota it read), and the copy only
+    /// feeds the mode, refunds and charges, and takes any newer record a decision read; on a
+    /// Cluster the copy decides, so a change made on another replica takes effect here within
+    /// this time (at once on the replica that made it).
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -282,22 +276,22 @@ mod tests {
         // deleted by hand).
         cache.store_read(&rule, Some(LiveRecord::default()), true, 1);
         assert_eq!(record(&cache, &rule), LiveRecord::default());
-        // A newer version a script saw counts as a change too.
-        cache.seen(&rule, 3, Some(Mode::Soft));
-        cache.store_read(&rule, Some(LiveRecord::default()), true, 1);
-        assert_eq!(record(&cache, &rule).mode, Some(Mode::Soft));
-        // An older version read, or a failed read, never replaces a newer copy.
-        cache.store_read(&rule, Some(shadow), false, 2);
-        assert_eq!(record(&cache, &rule).version, 3);
-        cache.store_read(&rule, None, false, 2);
-        assert_eq!(record(&cache, &rule).version, 3);
-        // The same version read in full completes the copy (its quota).
-        let full = LiveRecord {
+        // A newer version a script saw counts as a change too, and is taken whole.
+        let soft = LiveRecord {
             version: 3,
             quota: Some(Quota::per_minute(5)),
             mode: Some(Mode::Soft),
         };
-        cache.store_read(&rule, Some(full), false, 2);
-        assert_eq!(record(&cache, &rule), full);
+        cache.seen(&rule, soft);
+        cache.store_read(&rule, Some(LiveRecord::default()), true, 1);
+        assert_eq!(record(&cache, &rule), soft);
+        // An older version read, or a failed read, never replaces a newer copy; nor does an
+        // older version a script saw (a call that was out while the record changed).
+        cache.store_read(&rule, Some(shadow), false, 2);
+        assert_eq!(record(&cache, &rule), soft);
+        cache.store_read(&rule, None, false, 2);
+        assert_eq!(record(&cache, &rule), soft);
+        cache.seen(&rule, shadow);
+        assert_eq!(record(&cache, &rule), soft);
     }
 }

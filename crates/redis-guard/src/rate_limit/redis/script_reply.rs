@@ -6,6 +6,7 @@ use crate::backend::BackendError;
 use crate::rate_limit::Mode;
 use crate::rate_limit::algorithm::RuleState;
 use crate::rate_limit::limiter::LimiterError;
+use crate::rate_limit::limiter::live::{LiveRecord, quota_of};
 
 /// Parses `{ allowed, limit, remaining, retry_after_ms, reset_after_ms, …, now_us }` (five
 /// integers per rule, then the time): the rules' states and the Redis time (µs) they were decided
@@ -17,21 +18,19 @@ pub(crate) fn parse_reply(
     parse_reply_live(reply, expected, 0).map(|(states, now, _)| (states, now))
 }
 
-/// A live record as the evaluation script saw it: its version (0: none) and its mode, if set.
-pub(crate) type LiveSeen = (u64, Option<Mode>);
-
-/// [`parse_reply`] for a call that read `lives` live records: after the time, their versions
-/// and modes, two integers each (`evaluate.lua`).
+/// [`parse_reply`] for a call that read `lives` live records: after the time, each record as
+/// the script saw it, five integers each (`evaluate.lua`): its version (0: none), its mode and
+/// its quota's limit, period (µs) and burst (`0 0 0`: none).
 pub(crate) fn parse_reply_live(
     reply: &Value,
     expected: usize,
     lives: usize,
-) -> Result<(Vec<RuleState>, u64, Vec<LiveSeen>), LimiterError> {
+) -> Result<(Vec<RuleState>, u64, Vec<LiveRecord>), LimiterError> {
     let bad = |what: &str| LimiterError::from(BackendError::BadReply(format!("{what}: {reply:?}")));
     let Value::Array(cells) = reply else {
         return Err(bad("expected an array"));
     };
-    let len = expected * 5 + 1 + lives * 2;
+    let len = expected * 5 + 1 + lives * 5;
     if cells.len() != len {
         return Err(bad(&format!("expected {len} integers")));
     }
@@ -42,16 +41,28 @@ pub(crate) fn parse_reply_live(
     let (rows, rest) = cells.split_at(expected * 5);
     let now = int(&rest[0])?;
     let seen = rest[1..]
-        .chunks_exact(2)
-        .map(|pair| {
-            let mode = match int(&pair[1])? {
+        .chunks_exact(5)
+        .map(|record| {
+            let mode = match int(&record[1])? {
                 0 => None,
                 1 => Some(Mode::Enforce),
                 2 => Some(Mode::Shadow),
                 3 => Some(Mode::Soft),
                 _ => return Err(bad("a live record's mode must be 0 to 3")),
             };
-            Ok((int(&pair[0])?, mode))
+            let quota = match [&record[2], &record[3], &record[4]].map(int) {
+                [Ok(0), Ok(0), Ok(0)] => None,
+                [Ok(limit), Ok(period), Ok(burst)] if limit > 0 && period > 0 => Some(
+                    quota_of(limit, period, burst)
+                        .ok_or_else(|| bad("a live record's quota must fit a quota"))?,
+                ),
+                _ => return Err(bad("a live record's quota must be 0 0 0 or a quota")),
+            };
+            Ok(LiveRecord {
+                version: int(&record[0])?,
+                quota,
+                mode,
+            })
         })
         .collect::<Result<_, LimiterError>>()?;
     let states = rows
@@ -78,6 +89,7 @@ pub(crate) fn parse_reply_live(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rate_limit::Quota;
 
     #[test]
     fn rejects_replies_that_do_not_fit() {
@@ -109,15 +121,33 @@ mod tests {
                 "{bad:?}"
             );
         }
-        let (_, _, seen) = parse_reply_live(&ints(&[1, 10, 9, 0, 6000, now, 7, 2]), 1, 1).unwrap();
-        assert_eq!(seen, [(7, Some(Mode::Shadow))]);
-        let (_, _, seen) = parse_reply_live(&ints(&[1, 10, 9, 0, 6000, now, 0, 0]), 1, 1).unwrap();
-        assert_eq!(seen, [(0, None)]);
+        let minute = 60_000_000;
+        let (_, _, seen) =
+            parse_reply_live(&ints(&[1, 10, 9, 0, 6000, now, 7, 2, 2, minute, 2]), 1, 1).unwrap();
+        let two = Quota::per_minute(2);
+        assert_eq!(
+            seen,
+            [LiveRecord {
+                version: 7,
+                quota: Some(two),
+                mode: Some(Mode::Shadow)
+            }]
+        );
+        let (_, _, seen) =
+            parse_reply_live(&ints(&[1, 10, 9, 0, 6000, now, 7, 0, 2, minute, 1]), 1, 1).unwrap();
+        assert_eq!(seen[0].quota, Some(two.burst(1)));
+        let (_, _, seen) =
+            parse_reply_live(&ints(&[1, 10, 9, 0, 6000, now, 0, 0, 0, 0, 0]), 1, 1).unwrap();
+        assert_eq!(seen, [LiveRecord::default()]);
         for bad in [
             ints(&[1, 10, 9, 0, 6000, now]),
-            ints(&[1, 10, 9, 0, 6000, now, 7]),
-            ints(&[1, 10, 9, 0, 6000, now, 7, 4]),
-            ints(&[1, 10, 9, 0, 6000, now, -7, 1]),
+            ints(&[1, 10, 9, 0, 6000, now, 7, 2]),
+            ints(&[1, 10, 9, 0, 6000, now, 7, 4, 0, 0, 0]),
+            ints(&[1, 10, 9, 0, 6000, now, -7, 1, 0, 0, 0]),
+            ints(&[1, 10, 9, 0, 6000, now, 7, 1, 0, minute, 2]),
+            ints(&[1, 10, 9, 0, 6000, now, 7, 1, 2, 0, 2]),
+            ints(&[1, 10, 9, 0, 6000, now, 7, 1, 1 << 32, minute, 2]),
+            ints(&[1, 10, 9, 0, 6000, now, 7, 1, 2, minute, -2]),
         ] {
             assert!(parse_reply_live(&bad, 1, 1).is_err(), "{bad:?}");
         }

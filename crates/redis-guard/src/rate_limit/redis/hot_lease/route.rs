@@ -18,7 +18,7 @@ impl RedisLimiter {
             return self.evaluate_unleased(checks);
         }
         match self.leases.take(check, || self.lease_keys(check)) {
-            Leased::Now(state) => Box::pin(std::future::ready(Ok((vec![state], None)))),
+            Leased::Now(state) => Box::pin(std::future::ready(Ok((vec![state], None, Vec::new())))),
             Leased::Normal(None) => self.evaluate_unleased(checks),
             Leased::Normal(Some(given_back)) => {
                 let normal = self.evaluate_unleased(checks);
@@ -39,7 +39,7 @@ impl RedisLimiter {
                         let now = cache_now(&backend, &cache);
                         cache.admitted(now, DENY_CACHE_MAX_WAIT, || state_keys(&cache, &checks));
                     }
-                    Ok((vec![state], None))
+                    Ok((vec![state], None, Vec::new()))
                 })
             }
         }
