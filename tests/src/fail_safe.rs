@@ -15,6 +15,10 @@ use crate::Harness;
 /// loaded machine never fails it, and only a hang does.
 const BOUND: Duration = Duration::from_secs(30);
 
+/// How late past a deadline of the cache (a fill timeout) an answer may come: scheduling and
+/// a few store round trips on a loaded machine, far less than any wait the cache could add.
+pub const ANSWER_MARGIN: Duration = Duration::from_millis(250);
+
 /// Open at first; [`close`](Self::close) holds whoever [`pass`](Self::pass)es until
 /// [`open`](Self::open). Counts the arrivals, and carries the version of the data behind it
 /// (1 at first). Clones share the gate.

@@ -4,10 +4,10 @@
 //! returning the copy while the computation goes on and fills, the hard one a typed error
 //! without a second computation, and a TTL on every key.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis_guard::cache::{FillTimeout, Stampede, ValueCache, ValueCacheBuilder};
-use redis_guard_tests::fail_safe::{Gate, assert_kept, crowd, within};
+use redis_guard_tests::fail_safe::{ANSWER_MARGIN, Gate, assert_kept, crowd, within};
 use redis_guard_tests::{Harness, backend_suite};
 
 /// The error of the test's "database".
@@ -184,6 +184,43 @@ async fn the_hard_timeout_is_a_typed_error_and_computes_once(h: Harness) {
     assert_eq!(db.runs(), 1, "one computation");
 }
 
+/// Fill timeouts count from a call's start, whatever the stampede's wait says: a caller
+/// waiting for another one's computation waits until its own hard timeout (it never starts a
+/// second computation of its own), and nobody returns later than that.
+async fn the_hard_timeout_bounds_every_answer_and_computes_once(h: Harness) {
+    let db = Db::new();
+    let ms = Duration::from_millis;
+    let hard = ms(1000);
+    // The stampede's wait is shorter than the hard timeout: it must not end the waiting.
+    let cache = builder(&h)
+        .await
+        .stampede(Stampede::lock().wait(ms(300)))
+        .fill_timeout(ms(100), hard)
+        .build()
+        .expect("value cache");
+    // The computation is slower than the hard timeout.
+    db.gate.close();
+    let start = Instant::now();
+    let values = crowd(5, |_| {
+        let (cache, db) = (cache.clone(), db.clone());
+        async move {
+            let value = fetch(&cache, &db, false).await;
+            (value, start.elapsed())
+        }
+    });
+    for (value, took) in values.await {
+        match value {
+            Err(DbError::Slow(t)) => assert_eq!(t.after(), hard),
+            other => panic!("not the timeout: {other:?}"),
+        }
+        assert!(took <= hard + ANSWER_MARGIN, "returned after {took:?}");
+    }
+    assert_eq!(db.runs(), 1, "one computation");
+    db.gate.open_once_arrived(1).await;
+    until_stored(&cache, 1).await;
+    assert_eq!(db.runs(), 1, "one computation");
+}
+
 /// Values live past their TTL for `stale_if_error`, every key with a TTL.
 async fn every_fail_safe_key_has_a_ttl(h: Harness) {
     let db = Db::new();
@@ -206,6 +243,7 @@ backend_suite!(
     a_soft_purge_answers_at_once_and_recomputes_once,
     the_soft_timeout_returns_the_copy_and_the_value_lands_after,
     the_hard_timeout_is_a_typed_error_and_computes_once,
+    the_hard_timeout_bounds_every_answer_and_computes_once,
 );
 
 backend_suite!(redis_only: every_fail_safe_key_has_a_ttl);

@@ -7,13 +7,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use redis_guard::cache::{CacheLayer, CacheLayerBuilder, CacheTags, Stampede};
-use redis_guard_tests::fail_safe::{Gate, assert_kept, crowd, within};
+use redis_guard_tests::fail_safe::{ANSWER_MARGIN, Gate, assert_kept, crowd, within};
 use redis_guard_tests::{Harness, Reply, backend_suite, call};
 use tower::{Layer, ServiceExt};
 
@@ -253,6 +253,41 @@ async fn the_hard_timeout_answers_504_and_computes_once(h: Harness) {
     assert_eq!(origin.calls(), 1, "one computation");
 }
 
+/// Fill timeouts count from a request's arrival, whatever the stampede's wait says: a request
+/// waiting for another one's computation waits until its own hard timeout (it never starts a
+/// second computation of its own), and nobody answers later than that.
+async fn the_hard_timeout_bounds_every_answer_and_computes_once(h: Harness) {
+    let origin = Origin::new();
+    let ms = Duration::from_millis;
+    let hard = ms(1000);
+    // The stampede's wait is shorter than the hard timeout: it must not end the waiting.
+    let layer = builder(&h)
+        .await
+        .stampede(Stampede::lock().wait(ms(300)))
+        .fill_timeout(ms(100), hard)
+        .build()
+        .expect("layer");
+    // The handler is slower than the hard timeout.
+    origin.gate.close();
+    let start = Instant::now();
+    let replies = crowd(5, |_| {
+        let (layer, origin) = (layer.clone(), origin.clone());
+        async move {
+            let r = send(&layer, &origin, "/cold").await;
+            (r, start.elapsed())
+        }
+    });
+    for (r, took) in replies.await {
+        assert_eq!(seen(&r).0, 504, "{r:?}");
+        assert!(took <= hard + ANSWER_MARGIN, "answered after {took:?}");
+    }
+    assert_eq!(origin.calls(), 1, "one computation");
+    origin.gate.open_once_arrived(1).await;
+    let r = until_hit(&layer, &origin, "/cold").await;
+    assert_eq!(seen(&r).2, "v1");
+    assert_eq!(origin.calls(), 1, "one computation");
+}
+
 /// Entries live past their freshness for `stale_if_error`, every key with a TTL.
 async fn every_fail_safe_key_has_a_ttl(h: Harness) {
     let origin = Origin::new();
@@ -270,6 +305,7 @@ backend_suite!(
     a_soft_purge_answers_stale_at_once_and_recomputes_once,
     the_soft_timeout_serves_the_copy_and_the_fill_lands_after,
     the_hard_timeout_answers_504_and_computes_once,
+    the_hard_timeout_bounds_every_answer_and_computes_once,
 );
 
 backend_suite!(redis_only: every_fail_safe_key_has_a_ttl);

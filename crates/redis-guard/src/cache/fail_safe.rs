@@ -29,6 +29,17 @@ impl FailSafe {
             .map(|(soft, hard)| if has_copy { soft } else { hard })
     }
 
+    /// When a caller that started at `since` stops waiting ([`patience`](Self::patience)
+    /// later), `None` without timeouts. One deadline for the whole call: the wait for another
+    /// caller's fill and the computation it may take over both end there.
+    pub(crate) fn deadline(
+        &self,
+        has_copy: bool,
+        since: tokio::time::Instant,
+    ) -> Option<tokio::time::Instant> {
+        self.patience(has_copy).map(|p| since + p)
+    }
+
     /// Why these settings cannot work, naming the builder (`CacheLayerBuilder`, …).
     pub(crate) fn problem(&self, builder: &str) -> Option<ConfigError> {
         let duration = |message: String, setting: &'static str, value: Duration| {

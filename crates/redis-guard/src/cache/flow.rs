@@ -60,7 +60,8 @@ where
         match self.call.look().await {
             Look::Fresh(entry, now) => {
                 if self.call.early(&entry, now) {
-                    return self.fetch(Some(now), None, Some((entry, now))).await;
+                    let since = Instant::now();
+                    return self.fetch(Some(now), None, Some((entry, now)), since).await;
                 }
                 Ok(self.call.respond(entry, now, &self.asks, false))
             }
@@ -76,47 +77,50 @@ where
                 .await;
                 Ok(call.respond(entry, now, &self.asks, false))
             }
-            Look::Pass(now) => self.fetch(Some(now), None, None).await,
-            Look::Failed(_) => self.fetch(None, None, None).await,
+            Look::Pass(now) => self.fetch(Some(now), None, None, Instant::now()).await,
+            Look::Failed(_) => self.fetch(None, None, None, Instant::now()).await,
             Look::Expired(entry, now) if xfetch => {
-                self.fetch(Some(now), None, Some((entry, now))).await
+                let since = Instant::now();
+                self.fetch(Some(now), None, Some((entry, now)), since).await
             }
-            Look::Absent(now) if xfetch => self.fetch(Some(now), None, None).await,
+            Look::Absent(now) if xfetch => self.fetch(Some(now), None, None, Instant::now()).await,
             Look::Expired(entry, now) => self.wait_or_compute(now, Some((entry, now))).await,
             Look::Absent(now) => self.wait_or_compute(now, None).await,
         }
     }
 
     /// Lock on miss: compute under the lease, or wait for whoever holds it (with a `copy`,
-    /// at most the soft fill timeout; without, at most the hard one).
+    /// until the soft fill timeout; without, until the hard one). The timeout counts from
+    /// the request's arrival, whether it waits, computes, or both.
     async fn wait_or_compute(self, now: u64, copy: Standby) -> Reply<ResBody, S::Error> {
-        let bound = self.call.fail_safe().patience(copy.is_some());
         let since = Instant::now();
-        match self.call.wait(now, bound, |_| true).await {
+        let deadline = self.call.fail_safe().deadline(copy.is_some(), since);
+        match self.call.wait(now, deadline, |_| true).await {
             Waited::Lease { guard, at, copy } => {
                 let copy = copy.map(|entry| (entry, at));
-                self.fetch(Some(at), Some(guard), copy).await
+                self.fetch(Some(at), Some(guard), copy, since).await
             }
             Waited::Filled(entry, at) => Ok(self.call.respond(entry, at, &self.asks, false)),
             Waited::GaveUp => Ok(self.call.standing_in(copy, since, &self.asks)),
-            Waited::Alone(at) => self.fetch(at, None, copy).await,
+            Waited::Alone(at) => self.fetch(at, None, copy, since).await,
         }
     }
 
     /// Computes (see [`Call::compute`]), under `guard` when this request holds the lease
     /// (released when the computation ends). With fill timeouts the computation runs in a
     /// spawned task that the request stops waiting for at the soft timeout (with a `copy`)
-    /// or the hard one. With a `copy`, a handler error or a 5xx is answered with the copy.
+    /// or the hard one, counted from `since` (the request's arrival). With a `copy`, a
+    /// handler error or a 5xx is answered with the copy.
     async fn fetch(
         self,
         started: Option<u64>,
         guard: Option<LockGuard>,
         copy: Standby,
+        since: Instant,
     ) -> Reply<ResBody, S::Error> {
         let keep = copy.is_some();
         let holds = guard.is_some();
-        let since = Instant::now();
-        let patience = self.call.fail_safe().patience(keep);
+        let deadline = self.call.fail_safe().deadline(keep, since);
         let Self {
             call,
             inner,
@@ -127,7 +131,7 @@ where
         let job = holding(guard, async move {
             worker.compute(inner, req, started, holds, keep).await
         });
-        let Some(reply) = patiently(&call.digest, patience, job).await else {
+        let Some(reply) = patiently(&call.digest, deadline, job).await else {
             return Ok(call.standing_in(copy, since, &asks));
         };
         match (reply, copy) {

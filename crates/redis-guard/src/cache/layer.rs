@@ -221,8 +221,11 @@ impl CacheLayerBuilder {
     /// has a copy it may serve instead (one inside [`stale_if_error`](Self::stale_if_error))
     /// gets that copy after `soft`, while the computation goes on in the background and its
     /// response is stored when it comes. One with no such copy waits until `hard`, then gets
-    /// `504 Gateway Timeout` (the computation still goes on and fills the entry). The fill
-    /// lock still holds: waiting requests do not start computations of their own. Both
+    /// `504 Gateway Timeout` (the computation still goes on and fills the entry). Both count
+    /// from the request's arrival, so no request answers later than `hard` (plus scheduling),
+    /// whether it computed, waited, or both. The fill lock still holds: a waiting request
+    /// waits until its own timeout (the [`Stampede::wait`](super::Stampede::wait) does not
+    /// cut it short) and never starts a computation of its own while the lease holds. Both
     /// above zero, `soft` at most `hard`, `hard` at most a day.
     ///
     /// ```

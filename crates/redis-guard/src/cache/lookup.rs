@@ -140,20 +140,23 @@ impl Call {
     }
 
     /// Lock on miss: takes the lease, or polls the store (2 ms, doubling to 50 ms) for
-    /// another request's fill, for up to the stampede's wait or the fill timeout `bound`,
-    /// whichever is shorter. An entry that is not `usable` (a value of another type), or only
-    /// a fail-safe copy, counts as no fill.
+    /// another request's fill: until `deadline` (the caller's fill timeout) when there is one,
+    /// else for the stampede's wait. An entry that is not `usable` (a value of another type),
+    /// or only a fail-safe copy, counts as no fill.
+    ///
+    /// With a fill timeout the caller never computes on its own while the lease holds: it
+    /// waits until the timeout, then stops ([`Waited::GaveUp`]). Only the stampede's wait
+    /// running out sends a caller to compute without the lease.
     pub(crate) async fn wait(
         &self,
         mut now: u64,
-        bound: Option<Duration>,
+        deadline: Option<tokio::time::Instant>,
         usable: impl Fn(&Entry) -> bool,
     ) -> Waited {
         let stampede = self.shared.stampede;
         let lock = self.shared.store.0.lock();
         let name = self.lock_name();
-        let patience = bound.map_or(stampede.wait, |b| b.min(stampede.wait));
-        let until = tokio::time::Instant::now() + patience;
+        let until = deadline.unwrap_or_else(|| tokio::time::Instant::now() + stampede.wait);
         let mut pause = Duration::from_millis(2);
         loop {
             match lock.try_acquire(&name, stampede.lease).await {
@@ -167,8 +170,8 @@ impl Call {
             let left = until.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
                 tracing::debug!(key = %self.digest, "waited the whole bound for a fill");
-                // On the fill timeout the caller stops; on the stampede's wait it computes.
-                if bound.is_some_and(|b| b <= stampede.wait) {
+                // At the fill timeout the caller stops; at the stampede's wait it computes.
+                if deadline.is_some() {
                     return Waited::GaveUp;
                 }
                 return Waited::Alone(Some(now));
@@ -282,23 +285,23 @@ pub(crate) async fn holding<T>(guard: Option<LockGuard>, job: impl Future<Output
     out
 }
 
-/// Runs `job`: with a fill timeout (`patience`) and a runtime, in a spawned task that the
-/// caller waits for at most that long (`None`: it stopped waiting, and the task goes on);
-/// else in place. A panic in the task is the caller's.
+/// Runs `job`: with a fill timeout (`deadline`) and a runtime, in a spawned task that the
+/// caller waits for until then (`None`: it stopped waiting, and the task goes on); else in
+/// place. A panic in the task is the caller's.
 pub(crate) async fn patiently<T: Send + 'static>(
     key: &str,
-    patience: Option<Duration>,
+    deadline: Option<tokio::time::Instant>,
     job: impl Future<Output = T> + Send + 'static,
 ) -> Option<T> {
-    let (Some(patience), Ok(runtime)) = (patience, tokio::runtime::Handle::try_current()) else {
+    let (Some(deadline), Ok(runtime)) = (deadline, tokio::runtime::Handle::try_current()) else {
         return Some(job.await);
     };
     let mut task = runtime.spawn(job);
-    match tokio::time::timeout(patience, &mut task).await {
+    match tokio::time::timeout_at(deadline, &mut task).await {
         Ok(Ok(out)) => Some(out),
         Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Ok(Err(_)) | Err(_) => {
-            tracing::debug!(%key, ?patience, "fill timeout: the computation goes on in the background");
+            tracing::debug!(%key, "fill timeout: the computation goes on in the background");
             None
         }
     }

@@ -188,8 +188,10 @@
 //!   computing, or one waiting for the fill on any replica) stops waiting after `soft` and
 //!   gets the copy; the computation goes on and stores its response. A request without one
 //!   waits until `hard`, then gets `504 Gateway Timeout` (a value cache caller: the closure's
-//!   error made [`From<FillTimeout>`](FillTimeout)). Waiting requests never start a second
-//!   computation while the lease holds.
+//!   error made [`From<FillTimeout>`](FillTimeout)). Both timeouts count from the request's
+//!   arrival: nobody answers later than `hard`. Waiting requests wait until their timeout
+//!   (the stampede's [`wait`](Stampede::wait) does not cut it short) and never start a
+//!   second computation while the lease holds.
 //! - Copies served so are `x-cache: STALE` and `Cache-Status: redis-guard; fwd=stale;
 //!   ttl=<0 or less>`, as are softly purged entries; logged at `warn` (a failure) or `debug`
 //!   (a timeout), counted as `fallback`.

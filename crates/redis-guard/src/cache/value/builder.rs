@@ -76,8 +76,12 @@ impl ValueCacheBuilder {
     /// computation goes on in a spawned task and its value is stored when it comes. One with
     /// no such value waits until `hard`, then gets the closure's error type made from a
     /// [`FillTimeout`](crate::cache::FillTimeout) (the computation still goes on and fills
-    /// the key). The fill lock still holds: waiting callers do not start computations of
-    /// their own. Both above zero, `soft` at most `hard`, `hard` at most a day.
+    /// the key). Both count from the call's start, so no caller returns later than `hard`
+    /// (plus scheduling), whether it computed, waited, or both. The fill lock still holds: a
+    /// waiting caller waits until its own timeout (the
+    /// [`Stampede::wait`](crate::cache::Stampede::wait) does not cut it short) and never
+    /// starts a computation of its own while the lease holds. Both above zero, `soft` at
+    /// most `hard`, `hard` at most a day.
     ///
     /// ```
     /// use std::time::Duration;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use http::{HeaderMap, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::time::Instant;
 
 use crate::backend::LockGuard;
 use crate::cache::entry::{Entry, Kind, encode};
@@ -49,7 +50,10 @@ where
     match job.call.look().await {
         Look::Fresh(entry, now) => match parse(&entry) {
             Some(value) if !job.call.early(&entry, now) => Ok(value),
-            Some(value) => job.fetch(Some(now), None, Some(value)).await,
+            Some(value) => {
+                job.fetch(Some(now), None, Some(value), Instant::now())
+                    .await
+            }
             None => job.miss(now, None).await,
         },
         Look::Stale(entry, now) => match parse(&entry) {
@@ -70,7 +74,7 @@ where
             job.miss(now, copy).await
         }
         Look::Pass(now) | Look::Absent(now) => job.miss(now, None).await,
-        Look::Failed(_) => job.fetch(None, None, None).await,
+        Look::Failed(_) => job.fetch(None, None, None, Instant::now()).await,
     }
 }
 
@@ -89,46 +93,56 @@ where
     Fut: Future<Output = Result<T, E>> + Send + 'static,
 {
     /// A miss: XFetch computes at once; lock on miss computes under the lease, or waits for
-    /// the caller that holds it and reads its fill (with a `copy`, at most the soft fill
-    /// timeout; without, at most the hard one).
+    /// the caller that holds it and reads its fill (with a `copy`, until the soft fill
+    /// timeout; without, until the hard one). The timeout counts from the call's start,
+    /// whether it waits, computes, or both.
     async fn miss(self, now: u64, copy: Option<T>) -> Result<T, E> {
+        let since = Instant::now();
         if self.call.shared.stampede.xfetch.is_some() {
-            return self.fetch(Some(now), None, copy).await;
+            return self.fetch(Some(now), None, copy, since).await;
         }
-        let bound = self.call.fail_safe().patience(copy.is_some());
+        let fail_safe = self.call.fail_safe();
+        let deadline = fail_safe.deadline(copy.is_some(), since);
         let usable = |entry: &Entry| serde_json::from_slice::<T>(&entry.body).is_ok();
-        match self.call.wait(now, bound, usable).await {
+        match self.call.wait(now, deadline, usable).await {
             Waited::Lease { guard, at, copy } => {
                 let copy = copy.and_then(|entry| parse(&entry));
-                self.fetch(Some(at), Some(guard), copy).await
+                self.fetch(Some(at), Some(guard), copy, since).await
             }
             Waited::Filled(entry, at) => match parse(&entry) {
                 Some(value) => Ok(value),
-                None => self.fetch(Some(at), None, copy).await,
+                None => self.fetch(Some(at), None, copy, since).await,
             },
-            Waited::GaveUp => stand_in(copy, bound.unwrap_or_default()),
-            Waited::Alone(at) => self.fetch(at, None, copy).await,
+            Waited::GaveUp => {
+                let after = fail_safe.patience(copy.is_some()).unwrap_or_default();
+                stand_in(copy, after)
+            }
+            Waited::Alone(at) => self.fetch(at, None, copy, since).await,
         }
     }
 
     /// Computes (see [`compute`]) under `guard` when this caller holds the lease (released
     /// when the computation ends). With fill timeouts the computation runs in a spawned task
-    /// that the caller stops waiting for at the soft timeout (with a `copy`) or the hard one.
-    /// With a `copy`, the closure's error is answered with the copy.
+    /// that the caller stops waiting for at the soft timeout (with a `copy`) or the hard one,
+    /// counted from `since` (the call's start). With a `copy`, the closure's error is answered
+    /// with the copy.
     async fn fetch(
         self,
         started: Option<u64>,
         guard: Option<LockGuard>,
         copy: Option<T>,
+        since: Instant,
     ) -> Result<T, E> {
-        let patience = self.call.fail_safe().patience(copy.is_some());
+        let fail_safe = self.call.fail_safe();
+        let patience = fail_safe.patience(copy.is_some());
+        let deadline = fail_safe.deadline(copy.is_some(), since);
         let Self { call, fill, f } = self;
         let key = call.digest.clone();
         let job = holding(
             guard,
             async move { compute(&call, &fill, f, started).await },
         );
-        let Some(value) = patiently(&key, patience, job).await else {
+        let Some(value) = patiently(&key, deadline, job).await else {
             return stand_in(copy, patience.unwrap_or_default());
         };
         match (value, copy) {
