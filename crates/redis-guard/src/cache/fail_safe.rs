@@ -10,6 +10,12 @@ use crate::{ConfigError, ConfigErrorKind};
 /// The longest `stale_if_error` window either cache takes: 10 years.
 const MAX_GRACE: Duration = Duration::from_secs(10 * 365 * 86_400);
 
+/// How long after a failed fill of a key (the origin failed and a copy stood in) the next
+/// try waits: meanwhile every request for the key, on every replica, is answered with the
+/// copy at once and none calls the origin. Then one request (the one that takes the key's
+/// lease) tries again in the background, while the copy still answers everyone.
+pub(crate) const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
+
 /// The fail-safe part of a cache's settings.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FailSafe {

@@ -72,10 +72,27 @@ where
                 let keep = !call.fail_safe().stale_if_error.is_zero();
                 call.refresh_with(move |call, now| async move {
                     // The body is read (and filled) inside compute; what is left is dropped.
-                    let _ = call.compute(inner, req, Some(now), true, keep).await;
+                    let _ = call.attempt(inner, req, Some(now), true, keep).await;
                 })
                 .await;
                 Ok(call.respond(entry, now, &self.asks, false))
+            }
+            Look::Failing { entry, at, due } => {
+                let Self {
+                    call,
+                    inner,
+                    req,
+                    asks,
+                } = self;
+                if due {
+                    // One request per interval tries the origin again, in the background.
+                    call.refresh_with(move |call, now| async move {
+                        let _ = call.attempt(inner, req, Some(now), true, true).await;
+                    })
+                    .await;
+                }
+                tracing::debug!(key = %call.digest, "the last fill failed: serving the stale copy (stale_if_error)");
+                Ok(call.respond(entry, at, &asks, true))
             }
             Look::Pass(now) => self.fetch(Some(now), None, None, Instant::now()).await,
             Look::Failed(_) => self.fetch(None, None, None, Instant::now()).await,
@@ -101,6 +118,7 @@ where
                 self.fetch(Some(at), Some(guard), copy, since).await
             }
             Waited::Filled(entry, at) => Ok(self.call.respond(entry, at, &self.asks, false)),
+            Waited::Rescued(entry, at) => Ok(self.call.respond(entry, at, &self.asks, true)),
             Waited::GaveUp => Ok(self.call.standing_in(copy, since, &self.asks)),
             Waited::Alone(at) => self.fetch(at, None, copy, since).await,
         }
@@ -129,7 +147,7 @@ where
         } = self;
         let worker = call.clone();
         let job = holding(guard, async move {
-            worker.compute(inner, req, started, holds, keep).await
+            worker.attempt(inner, req, started, holds, keep).await
         });
         let Some(reply) = patiently(&call.digest, deadline, job).await else {
             return Ok(call.standing_in(copy, since, &asks));
@@ -201,6 +219,32 @@ impl Call {
         *res.status_mut() = status;
         *res.headers_mut() = headers;
         res
+    }
+
+    /// [`compute`](Self::compute); when a copy is `kept` and the handler failed (an error or
+    /// a 5xx), records the failure before the lease goes back, so that the next requests get
+    /// the copy at once instead of queueing behind the origin.
+    async fn attempt<S, ReqBody, ResBody>(
+        &self,
+        inner: S,
+        req: Request<ReqBody>,
+        started: Option<u64>,
+        holds: bool,
+        kept: bool,
+    ) -> Reply<ResBody, S::Error>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+        ResBody: http_body::Body<Data = Bytes>,
+    {
+        let reply = self.compute(inner, req, started, holds, kept).await;
+        let failed = match &reply {
+            Ok(res) => res.status().is_server_error(),
+            Err(_) => true,
+        };
+        if kept && failed {
+            self.failed().await;
+        }
+        reply
     }
 
     /// Calls the inner service; fills the entry when the response is cacheable and `started`

@@ -202,7 +202,9 @@ impl CacheLayerBuilder {
         /// `Cache-Status: redis-guard; fwd=stale; ttl=<0 or less>`); past that, the error or
         /// the 5xx as without it. Entries are then kept `grace` past their freshness (at
         /// least: longer when their stale window is longer), every key still with a TTL.
-        /// Default zero: off. At most 10 years.
+        /// After a failure the copy answers every request at once, on every replica, and one
+        /// request a second tries the handler again in the background (see the
+        /// [module docs](super#fail-safe)). Default zero: off. At most 10 years.
         ///
         /// ```
         /// use std::time::Duration;

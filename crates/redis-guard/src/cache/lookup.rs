@@ -6,9 +6,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::entry::{Entry, Stored, decode};
-use super::fail_safe::FailSafe;
+use bytes::Bytes;
+
+use super::entry::{Entry, Kind, Stored, decode};
+use super::fail_safe::{FailSafe, RETRY_AFTER_FAILURE};
 use super::shared::Shared;
+use super::store::{NOW, Write};
 use crate::backend::{BackendError, LockGuard, micros};
 
 /// What the store holds for a key, as this request may use it.
@@ -20,6 +23,13 @@ pub(crate) enum Look {
     /// Past its stale window, inside `stale_if_error`: a miss, but the copy stands in for a
     /// failing or slow origin.
     Expired(Entry, u64),
+    /// As `Expired`, and the last fill failed (on any replica): the copy stands in at once;
+    /// when `due`, [`RETRY_AFTER_FAILURE`] has passed and one caller may try again.
+    Failing {
+        entry: Entry,
+        at: u64,
+        due: bool,
+    },
     /// A hit-for-pass marker: the last response was not cacheable.
     Pass(u64),
     /// Nothing usable (absent, expired, invalidated, not ours): a miss at this time.
@@ -39,6 +49,8 @@ pub(crate) enum Waited {
     },
     /// The key holds a usable entry (fresh or stale), read at this time.
     Filled(Entry, u64),
+    /// The fill failed (on any replica): the copy, read at this time, stands in at once.
+    Rescued(Entry, u64),
     /// The wait ran out on the fill timeout: the caller stops (its copy, or the timeout's
     /// answer).
     GaveUp,
@@ -57,6 +69,48 @@ pub(crate) struct Call {
 impl Call {
     fn lock_name(&self) -> String {
         format!("c:{}", self.digest)
+    }
+
+    /// The key of the marker that says the entry's last fill failed: a digest of its own, so
+    /// that it never holds or shadows an entry.
+    fn failure_key(&self) -> String {
+        super::store::digest([b"rg-fill-failed".as_slice(), self.digest.as_bytes()])
+    }
+
+    /// Records that a fill of this key failed while a copy stood in: for
+    /// [`RETRY_AFTER_FAILURE`] every caller, on every replica, gets the copy at once and none
+    /// calls the origin. One small key beside the entry, kept as long as a copy may stand in.
+    pub(crate) async fn failed(&self) {
+        let write = Write {
+            kind: Kind::Failed,
+            started: NOW,
+            fresh: RETRY_AFTER_FAILURE,
+            stale: Duration::ZERO,
+            grace: self.shared.fail_safe.stale_if_error,
+            blob: Bytes::new(),
+        };
+        if let Err(e) = self.shared.store.0.write(&self.failure_key(), write).await {
+            tracing::warn!(key = %self.digest, error = %e, "recording a failed cache fill failed: the next request tries the origin again");
+        }
+    }
+
+    /// An entry past its stale window, inside `stale_if_error`: [`Look::Failing`] when a fill
+    /// failed after it was computed, else [`Look::Expired`]. One more read, only on this path.
+    async fn expired(&self, entry: Entry, now: u64) -> Look {
+        match self.shared.store.0.read(&self.failure_key()).await {
+            Ok(read) => match read.value.as_ref().and_then(decode) {
+                Some(Stored::Failed(t)) if t.started > entry.times.started => Look::Failing {
+                    due: read.now >= t.fresh_until,
+                    entry,
+                    at: now,
+                },
+                _ => Look::Expired(entry, now),
+            },
+            Err(e) => {
+                tracing::debug!(key = %self.digest, error = %e, "reading the failed-fill marker failed: as if there were none");
+                Look::Expired(entry, now)
+            }
+        }
     }
 
     /// The fail-safe settings.
@@ -119,7 +173,7 @@ impl Call {
             }
         }
         if now >= entry.times.stale_until {
-            Look::Expired(entry, now)
+            self.expired(entry, now).await
         } else if now < entry.times.fresh_until && !entry.purged {
             Look::Fresh(entry, now)
         } else {
@@ -182,10 +236,15 @@ impl Call {
                 Look::Fresh(entry, at) | Look::Stale(entry, at) if usable(&entry) => {
                     return Waited::Filled(entry, at);
                 }
+                // The holder's fill failed: nobody else queues behind the origin.
+                Look::Failing { entry, at, .. } if usable(&entry) => {
+                    return Waited::Rescued(entry, at);
+                }
                 Look::Fresh(_, at)
                 | Look::Stale(_, at)
                 | Look::Absent(at)
-                | Look::Expired(_, at) => {
+                | Look::Expired(_, at)
+                | Look::Failing { at, .. } => {
                     now = at;
                 }
                 Look::Pass(at) => return Waited::Alone(Some(at)),
@@ -206,12 +265,24 @@ impl Call {
                 release(guard).await;
                 return Waited::Alone(None);
             }
-            Look::Stale(entry, at) | Look::Expired(entry, at) if self.rescuable(&entry, at) => {
+            // A fill failed since our read, and no try is due yet.
+            Look::Failing {
+                entry,
+                at,
+                due: false,
+            } if usable(&entry) => {
+                release(guard).await;
+                return Waited::Rescued(entry, at);
+            }
+            Look::Stale(entry, at) | Look::Expired(entry, at) | Look::Failing { entry, at, .. }
+                if self.rescuable(&entry, at) =>
+            {
                 (at, Some(entry))
             }
             Look::Fresh(_, at)
             | Look::Stale(_, at)
             | Look::Expired(_, at)
+            | Look::Failing { at, .. }
             | Look::Absent(at)
             | Look::Pass(at) => (at, None),
         };
@@ -254,12 +325,15 @@ impl Call {
         };
         let call = self.clone();
         runtime.spawn(async move {
-            // Another refresh may have landed between our read and the lease.
+            // Another refresh may have landed between our read and the lease, or another try
+            // of a failing origin may have failed.
             let now = match call.look().await {
-                Look::Fresh(..) | Look::Failed(_) => None,
-                Look::Stale(_, at) | Look::Expired(_, at) | Look::Absent(at) | Look::Pass(at) => {
-                    Some(at)
-                }
+                Look::Fresh(..) | Look::Failed(_) | Look::Failing { due: false, .. } => None,
+                Look::Stale(_, at)
+                | Look::Expired(_, at)
+                | Look::Failing { at, .. }
+                | Look::Absent(at)
+                | Look::Pass(at) => Some(at),
             };
             if let Some(now) = now {
                 job(call, now).await;

@@ -183,6 +183,15 @@
 //!   the key is fresh time + jitter + the longer of the stale window and `d`). Such a copy
 //!   is a miss for every other purpose: the request computes (under the lease), and only its
 //!   failure brings the copy out. A 5xx does not replace the copy with a hit-for-pass marker.
+//! - **A failing origin is tried once a second, and nobody queues behind it.** The request
+//!   whose computation failed records the failure in a small key beside the entry (on Redis
+//!   `<prefix>c:{<digest of the entry's digest>}`, kept as long as a copy may stand in)
+//!   before it gives the lease back. The requests that were waiting for that fill, and every
+//!   request for the key on every replica after it, get the copy at once; for one second
+//!   none calls the handler. Then the one request that takes the lease calls it again in a
+//!   spawned task while the copy still answers everyone (stale-while-revalidate): one try
+//!   per key per second, a success ending it. A key in the store, not the lock held longer,
+//!   because a waiting request must tell "the fill failed" from "the fill is still running".
 //! - [`fill_timeout(soft, hard)`](CacheLayerBuilder::fill_timeout): the computation runs in a
 //!   spawned task holding the lease. A request with a copy inside `stale_if_error` (the one
 //!   computing, or one waiting for the fill on any replica) stops waiting after `soft` and
@@ -194,7 +203,7 @@
 //!   second computation while the lease holds.
 //! - Copies served so are `x-cache: STALE` and `Cache-Status: redis-guard; fwd=stale;
 //!   ttl=<0 or less>`, as are softly purged entries; logged at `warn` (a failure) or `debug`
-//!   (a timeout), counted as `fallback`.
+//!   (a timeout, or a copy served while the last fill failed), counted as `fallback`.
 //!
 //! The handler's `Cache-Control: stale-if-error` (RFC 5861) is not read: the window is the
 //! layer's, so that a handler that fails cannot shorten it.

@@ -54,8 +54,10 @@ impl ValueCacheBuilder {
         /// [`fill_timeout`](Self::fill_timeout)), the last good value is returned instead if
         /// it is at most `grace` past its TTL; past that, the error as without it. Values are
         /// then kept `grace` past their TTL (at least: longer when the
-        /// [`stale`](Self::stale) window is longer), every key still with a TTL. Default
-        /// zero: off. At most 10 years.
+        /// [`stale`](Self::stale) window is longer), every key still with a TTL. After a
+        /// failure the last good value is returned to every caller at once, on every
+        /// replica, and one caller a second runs the closure again in a spawned task (see the
+        /// [module docs](crate::cache#fail-safe)). Default zero: off. At most 10 years.
         ///
         /// ```
         /// use std::time::Duration;

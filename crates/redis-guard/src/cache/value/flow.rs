@@ -58,16 +58,21 @@ where
         },
         Look::Stale(entry, now) => match parse(&entry) {
             Some(value) => {
-                let Job { call, fill, f } = job;
-                let refresh = move |call: Call, now| async move {
-                    if let Err(e) = compute(&call, &fill, f, Some(now)).await {
-                        tracing::warn!(key = %call.digest, error = ?e, "refreshing a stale value failed: it stays until its stale window ends");
-                    }
-                };
-                call.refresh_with(refresh).await;
+                job.refresh().await;
                 Ok(value)
             }
             None => job.miss(now, None).await,
+        },
+        Look::Failing { entry, at, due } => match parse(&entry) {
+            Some(value) => {
+                if due {
+                    // One caller per interval tries again, in the background.
+                    job.refresh().await;
+                }
+                tracing::debug!(key = %entry.digest, "the last computation failed: returning the stale copy (stale_if_error)");
+                Ok(value)
+            }
+            None => job.miss(at, None).await,
         },
         Look::Expired(entry, now) => {
             let copy = parse(&entry);
@@ -92,6 +97,20 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<T, E>> + Send + 'static,
 {
+    /// Recomputes in a spawned task when this caller takes the key's lease (stale while
+    /// revalidate, or the due retry of a failing closure); a failure is logged, and recorded
+    /// when a copy stands in (`stale_if_error`).
+    async fn refresh(self) {
+        let Job { call, fill, f } = self;
+        let kept = !call.fail_safe().stale_if_error.is_zero();
+        let refresh = move |call: Call, now| async move {
+            if let Err(e) = attempt(&call, &fill, f, Some(now), kept).await {
+                tracing::warn!(key = %call.digest, error = ?e, "recomputing a stale value failed: the copy stays until its window ends");
+            }
+        };
+        call.refresh_with(refresh).await;
+    }
+
     /// A miss: XFetch computes at once; lock on miss computes under the lease, or waits for
     /// the caller that holds it and reads its fill (with a `copy`, until the soft fill
     /// timeout; without, until the hard one). The timeout counts from the call's start,
@@ -109,7 +128,7 @@ where
                 let copy = copy.and_then(|entry| parse(&entry));
                 self.fetch(Some(at), Some(guard), copy, since).await
             }
-            Waited::Filled(entry, at) => match parse(&entry) {
+            Waited::Filled(entry, at) | Waited::Rescued(entry, at) => match parse(&entry) {
                 Some(value) => Ok(value),
                 None => self.fetch(Some(at), None, copy, since).await,
             },
@@ -138,10 +157,10 @@ where
         let deadline = fail_safe.deadline(copy.is_some(), since);
         let Self { call, fill, f } = self;
         let key = call.digest.clone();
-        let job = holding(
-            guard,
-            async move { compute(&call, &fill, f, started).await },
-        );
+        let kept = copy.is_some();
+        let job = holding(guard, async move {
+            attempt(&call, &fill, f, started, kept).await
+        });
         let Some(value) = patiently(&key, deadline, job).await else {
             return stand_in(copy, patience.unwrap_or_default());
         };
@@ -159,6 +178,28 @@ where
 /// timeout as the closure's error.
 fn stand_in<T, E: From<FillTimeout>>(copy: Option<T>, after: Duration) -> Result<T, E> {
     copy.ok_or_else(|| FillTimeout { after }.into())
+}
+
+/// [`compute`]; when a copy is `kept` and the closure failed, records the failure before the
+/// lease goes back, so that the next callers get the copy at once instead of queueing behind
+/// the closure.
+async fn attempt<T, E, F, Fut>(
+    call: &Call,
+    fill: &Fill,
+    f: F,
+    started: Option<u64>,
+    kept: bool,
+) -> Result<T, E>
+where
+    T: Serialize,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let value = compute(call, fill, f, started).await;
+    if kept && value.is_err() {
+        call.failed().await;
+    }
+    value
 }
 
 /// Runs `f`; keeps its value when `started` (the store's time when the key was read) is known.

@@ -221,7 +221,11 @@ impl ValueCache {
         match self.call(key.as_ref()).look().await {
             Look::Fresh(entry, _) => Ok(parse(&entry)),
             Look::Failed(e) => Err(e),
-            Look::Stale(..) | Look::Expired(..) | Look::Pass(_) | Look::Absent(_) => Ok(None),
+            Look::Stale(..)
+            | Look::Expired(..)
+            | Look::Failing { .. }
+            | Look::Pass(_)
+            | Look::Absent(_) => Ok(None),
         }
     }
 
