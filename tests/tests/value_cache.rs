@@ -419,7 +419,51 @@ async fn add(h: Harness) {
     add_is_true_for_the_first_caller_only(&h).await;
 }
 
-backend_suite!(stampedes, values, add);
+/// A flag lives exactly its TTL even when the cache keeps values for `stale_if_error`: once
+/// `get` says it is gone, `add` succeeds again.
+async fn add_keeps_its_flag_exactly_its_ttl_under_stale_if_error(h: Harness) {
+    let cache = builder(&h)
+        .await
+        .stale_if_error(Duration::from_secs(300))
+        .build()
+        .expect("value cache");
+    let ttl = Duration::from_secs(10);
+    assert!(
+        cache
+            .add("invoice:992:mailed", &true, ttl)
+            .await
+            .expect("add")
+    );
+    if h.is_redis() {
+        let [key] = h.keys_under("c:{").await.try_into().expect("one key");
+        let pttl = h.pttl(&key).await;
+        assert!((1..=10_000).contains(&pttl), "{pttl} ms");
+    } else {
+        h.wait(ttl - Duration::from_millis(1)).await;
+        assert!(
+            !cache
+                .add("invoice:992:mailed", &true, ttl)
+                .await
+                .expect("add")
+        );
+        h.wait(Duration::from_millis(10)).await;
+        let got = cache.get::<bool>("invoice:992:mailed").await.expect("get");
+        assert_eq!(got, None);
+        assert!(
+            cache
+                .add("invoice:992:mailed", &true, ttl)
+                .await
+                .expect("add")
+        );
+    }
+}
+
+backend_suite!(
+    stampedes,
+    values,
+    add,
+    add_keeps_its_flag_exactly_its_ttl_under_stale_if_error
+);
 
 async fn redis(h: &Harness, args: &[&str]) {
     let mut conn = h.inspect().await;

@@ -248,8 +248,10 @@ impl ValueCache {
 
     /// Stores `value` under `key` for exactly `ttl` only if the key holds nothing (`SET NX`
     /// with a TTL, in one command): `true` for the first caller only, on every replica
-    /// sharing the store. No jitter and no stale window: the idempotency flag of the seed
-    /// ("send the invoice e-mail once").
+    /// sharing the store. No jitter, no stale window, and not kept for
+    /// [`stale_if_error`](ValueCacheBuilder::stale_if_error): once `ttl` has passed, `add`
+    /// succeeds again (at most 10 years). An idempotency flag ("send the invoice e-mail
+    /// once").
     ///
     /// ```
     /// use std::time::Duration;
@@ -369,8 +371,12 @@ impl ValueCache {
         let ttl = self.ttl(ttl);
         let mut write = value_write(&call, &[], &json, ttl, call.shared.life.stale, NOW);
         if !lasting {
+            // A flag lives exactly its TTL: `get` says it is gone then, and `add` agrees. No
+            // jitter, no stale window, no `stale_if_error` (a flag never stands in for a
+            // failing computation).
             write.fresh = ttl;
             write.stale = Duration::ZERO;
+            write.grace = Duration::ZERO;
         }
         Ok((call, write))
     }
