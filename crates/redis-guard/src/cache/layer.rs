@@ -156,7 +156,9 @@ impl CacheLayerBuilder {
         pub fn ttl(ttl: Duration) => shared.life.ttl;
 
         /// The most any response stays fresh, and the most it is served stale after that,
-        /// whatever its `Cache-Control` says (default 1 day).
+        /// whatever its `Cache-Control` says (default 1 day). A tag's invalidation is
+        /// remembered as long as an entry can live: this plus jitter, then the longer of this
+        /// and [`stale_if_error`](Self::stale_if_error).
         pub fn max_ttl(max: Duration) => shared.life.max_ttl;
 
         /// How long a response is served stale (while one request refreshes it) when it

@@ -160,7 +160,8 @@
 //! A handler tags its response with a [`CacheTags`] extension or an `x-cache-tags` header
 //! (stripped before the response leaves). [`CacheLayer::invalidate_tag`] voids every entry
 //! with the tag, on every replica: the store records **when** the tag was invalidated (one key
-//! per tag, `SET` with a TTL longer than any entry lives), each entry records when its
+//! per tag, `SET` with a TTL as long as an entry can live: `max_ttl` plus jitter, then the
+//! longer of the stale window and `stale_if_error`), each entry records when its
 //! computation started, and a lookup treats an entry computed before its tags' invalidation as
 //! a miss. No `KEYS`, no `SCAN`, no set of members to walk, one key per command (Cluster-safe),
 //! and a response computed while the tag was being invalidated is not served afterwards.
@@ -274,7 +275,9 @@
 //!   for the first caller only, the idempotency flag), tags
 //!   ([`get_or_compute_tagged`](ValueCache::get_or_compute_tagged),
 //!   [`invalidate_tag`](ValueCache::invalidate_tag), as the layer's, in a space of their own:
-//!   a layer's invalidation never voids a value, nor the reverse).
+//!   a layer's invalidation never voids a value, nor the reverse). A value lives at most
+//!   [`max_ttl`](ValueCacheBuilder::max_ttl) (1 day by default) plus jitter and its stale
+//!   time, and a tag's invalidation is remembered that long.
 //!
 //! # Conditional requests and `Cache-Status`
 //!
