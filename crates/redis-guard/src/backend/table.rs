@@ -66,6 +66,11 @@ impl<K: Clone + Eq + Hash, V, S: BuildHasher + Default> ExpiringTable<K, V, S> {
         self.entries.len()
     }
 
+    /// The most entries the table holds past a [`maintain`](Self::maintain).
+    pub(crate) fn capacity(&self) -> usize {
+        self.max
+    }
+
     #[cfg_attr(not(feature = "session"), allow(dead_code))]
     pub(crate) fn contains_key(&self, key: &K) -> bool {
         self.entries.contains_key(key)
