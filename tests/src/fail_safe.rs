@@ -1,6 +1,7 @@
 //! Helpers of the caches' fail-safe suites: [`Gate`], where a test's handler (or
 //! computation) waits, so that a test can hold a computation in flight and count who reached
-//! it; [`within`], a bounded wait; [`assert_kept`], how long the one entry lives.
+//! it; [`within`], a bounded wait; [`assert_kept`], how long the one entry lives;
+//! [`frozen_cache`] and [`frozen_value_cache`], caches whose clock moves only with the test.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -9,11 +10,19 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
-use crate::Harness;
+use redis_guard::cache::{
+    CacheLayer, CacheLayerBuilder, RedisCacheStore, ValueCache, ValueCacheBuilder,
+};
+
+use crate::{Harness, Kind};
 
 /// How long a bounded wait of the suites lasts before it fails the test: long, so that a
 /// loaded machine never fails it, and only a hang does.
 const BOUND: Duration = Duration::from_secs(30);
+
+/// How late past a deadline of the cache (a fill timeout) an answer may come: scheduling and
+/// a few store round trips on a loaded machine, far less than any wait the cache could add.
+pub const ANSWER_MARGIN: Duration = Duration::from_millis(250);
 
 /// Open at first; [`close`](Self::close) holds whoever [`pass`](Self::pass)es until
 /// [`open`](Self::open). Counts the arrivals, and carries the version of the data behind it
@@ -104,6 +113,56 @@ impl Gate {
         })
         .await;
     }
+}
+
+/// A cache layer builder as [`Harness::cache`], whose clock moves only with
+/// [`Harness::wait`] on every backend: on Redis the scripts read the harness' manual clock
+/// instead of `TIME` (`RedisBackend::frozen_time`), as the memory store does. For tests of a
+/// fixed interval of the cache (the retry after a failed fill) that real time passing during
+/// the test must not shorten.
+pub async fn frozen_cache(h: &Harness) -> CacheLayerBuilder {
+    match h.kind() {
+        Kind::Memory => h.cache().await,
+        _ => CacheLayer::builder(RedisCacheStore::new(
+            h.backend().await.frozen_time(h.clock()),
+        )),
+    }
+}
+
+/// A value cache builder as [`Harness::value_cache`], its clock frozen as
+/// [`frozen_cache`]'s.
+pub async fn frozen_value_cache(h: &Harness) -> ValueCacheBuilder {
+    match h.kind() {
+        Kind::Memory => h.value_cache().await,
+        _ => ValueCache::builder(RedisCacheStore::new(
+            h.backend().await.frozen_time(h.clock()),
+        )),
+    }
+}
+
+/// Runs `n` calls of `f` concurrently (as [`crowd`]) and returns each output with how long
+/// after the start of the crowd it came.
+///
+/// # Panics
+///
+/// As [`crowd`].
+pub async fn timed_crowd<T, Fut>(
+    n: usize,
+    f: impl Fn(usize) -> Fut,
+) -> Vec<(T, std::time::Duration)>
+where
+    T: Send + 'static,
+    Fut: Future<Output = T> + Send + 'static,
+{
+    let start = std::time::Instant::now();
+    crowd(n, |i| {
+        let call = f(i);
+        async move {
+            let out = call.await;
+            (out, start.elapsed())
+        }
+    })
+    .await
 }
 
 /// `f`'s output, waited for at most 30 s.

@@ -4,10 +4,14 @@
 //! returning the copy while the computation goes on and fills, the hard one a typed error
 //! without a second computation, and a TTL on every key.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use redis_guard::cache::{FillTimeout, Stampede, ValueCache, ValueCacheBuilder};
-use redis_guard_tests::fail_safe::{Gate, assert_kept, crowd, within};
+use redis_guard_tests::fail_safe::{
+    ANSWER_MARGIN, Gate, assert_kept, crowd, frozen_value_cache, timed_crowd, within,
+};
 use redis_guard_tests::{Harness, backend_suite};
 
 /// The error of the test's "database".
@@ -23,10 +27,12 @@ impl From<FillTimeout> for DbError {
     }
 }
 
-/// A database: answers `version`, or fails, once through its gate (which counts its runs).
+/// A database: answers `version`, or fails, once through its gate (which counts its runs),
+/// after its delay.
 #[derive(Clone, Default)]
 struct Db {
     gate: Gate,
+    delay_ms: Arc<AtomicU64>,
 }
 
 impl Db {
@@ -36,6 +42,12 @@ impl Db {
 
     fn runs(&self) -> usize {
         self.gate.arrived()
+    }
+
+    /// Every lookup takes `d` (a slow database: one that fails only after a while).
+    fn slow(&self, d: Duration) {
+        let ms = u64::try_from(d.as_millis()).expect("a short delay");
+        self.delay_ms.store(ms, Ordering::SeqCst);
     }
 
     /// A lookup: the version, or `DbError::Down` when `fails`.
@@ -49,6 +61,10 @@ impl Db {
         move || {
             Box::pin(async move {
                 db.gate.pass().await;
+                let delay = db.delay_ms.load(Ordering::SeqCst);
+                if delay > 0 {
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                }
                 if fails {
                     Err(DbError::Down)
                 } else {
@@ -101,11 +117,13 @@ async fn a_failing_closure_is_answered_stale_within_stale_if_error(h: Harness) {
     let db = Db::new();
     let cache = primed(&h, &db, |b| b).await;
     db.gate.change();
-    // 10 s past its TTL, then 55 s: the last good value stands in for the error.
+    // 10 s past its TTL, then 55 s: the last good value stands in for the error (the second
+    // time at once, while one retry runs in the background).
     for wait in [20, 45] {
         h.wait(Duration::from_secs(wait)).await;
         assert_eq!(fetch(&cache, &db, true).await, Ok(1));
     }
+    db.gate.until_arrived(3).await;
     assert_eq!(cache.get::<usize>("user:7").await.expect("get"), None);
     // Past the window: the error.
     h.wait(Duration::from_secs(10)).await;
@@ -184,6 +202,100 @@ async fn the_hard_timeout_is_a_typed_error_and_computes_once(h: Harness) {
     assert_eq!(db.runs(), 1, "one computation");
 }
 
+/// Fill timeouts count from a call's start, whatever the stampede's wait says: a caller
+/// waiting for another one's computation waits until its own hard timeout (it never starts a
+/// second computation of its own), and nobody returns later than that.
+async fn the_hard_timeout_bounds_every_answer_and_computes_once(h: Harness) {
+    let db = Db::new();
+    let ms = Duration::from_millis;
+    let hard = ms(1000);
+    // The stampede's wait is shorter than the hard timeout: it must not end the waiting.
+    let cache = builder(&h)
+        .await
+        .stampede(Stampede::lock().wait(ms(300)))
+        .fill_timeout(ms(100), hard)
+        .build()
+        .expect("value cache");
+    // The computation is slower than the hard timeout.
+    db.gate.close();
+    let start = Instant::now();
+    let values = crowd(5, |_| {
+        let (cache, db) = (cache.clone(), db.clone());
+        async move {
+            let value = fetch(&cache, &db, false).await;
+            (value, start.elapsed())
+        }
+    });
+    for (value, took) in values.await {
+        match value {
+            Err(DbError::Slow(t)) => assert_eq!(t.after(), hard),
+            other => panic!("not the timeout: {other:?}"),
+        }
+        assert!(took <= hard + ANSWER_MARGIN, "returned after {took:?}");
+    }
+    assert_eq!(db.runs(), 1, "one computation");
+    db.gate.open_once_arrived(1).await;
+    until_stored(&cache, 1).await;
+    assert_eq!(db.runs(), 1, "one computation");
+}
+
+/// How soon a call answered from the cache returns, at most: a few store round trips, far
+/// less than the failing closure takes.
+const PROMPT: Duration = Duration::from_millis(100);
+
+/// 20 concurrent calls for the value on the `replicas` (in turn), whose closure fails: each
+/// gets the stale copy; how long after the start of the crowd each returned.
+async fn stale_crowd(replicas: &[ValueCache; 2], db: &Db) -> Vec<Duration> {
+    let values = timed_crowd(20, |i| {
+        let (cache, db) = (replicas[i % 2].clone(), db.clone());
+        async move { fetch(&cache, &db, true).await }
+    });
+    let mut times = Vec::new();
+    for (value, took) in values.await {
+        assert_eq!(value, Ok(1));
+        times.push(took);
+    }
+    times
+}
+
+/// While a value's last computation failed, every caller on every replica gets the stale copy
+/// at once, and one caller a second runs the closure (in the background): a crowd never
+/// queues behind a failing database.
+async fn a_failing_closure_runs_once_a_second_and_nobody_queues(h: Harness) {
+    let db = Db::new();
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let b = frozen_value_cache(&h).await.jitter(0.0).random(|| 1.0);
+        replicas.push(b.stale_if_error(MINUTE).build().expect("value cache"));
+    }
+    let replicas: [ValueCache; 2] = replicas.try_into().expect("two");
+    assert_eq!(fetch(&replicas[0], &db, false).await, Ok(1));
+    // Past its TTL; the database now fails, and takes 200 ms to do it.
+    h.wait(Duration::from_secs(20)).await;
+    db.slow(Duration::from_millis(200));
+    // One caller runs the closure; the others wait for its fill, and all return together
+    // when it fails, not one failure after another.
+    let times = stale_crowd(&replicas, &db).await;
+    let (first, last) = (times.iter().min(), times.iter().max());
+    let spread = *last.expect("20") - *first.expect("20");
+    assert!(spread <= PROMPT, "returned over {spread:?}: {times:?}");
+    assert_eq!(db.runs(), 2, "one run of the failing closure");
+    // Within the retry interval: the copy at once, the closure not run.
+    let times = stale_crowd(&replicas, &db).await;
+    assert!(times.iter().all(|t| *t <= PROMPT), "{times:?}");
+    assert_eq!(db.runs(), 2);
+    // Just over a second later: the copy at once, and one caller runs the closure in the
+    // background.
+    h.wait(Duration::from_millis(1_100)).await;
+    let times = stale_crowd(&replicas, &db).await;
+    assert!(times.iter().all(|t| *t <= PROMPT), "{times:?}");
+    db.gate.until_arrived(3).await;
+    // That run failed too: the next crowd does not run it either.
+    let times = stale_crowd(&replicas, &db).await;
+    assert!(times.iter().all(|t| *t <= PROMPT), "{times:?}");
+    assert_eq!(db.runs(), 3, "one run a second");
+}
+
 /// Values live past their TTL for `stale_if_error`, every key with a TTL.
 async fn every_fail_safe_key_has_a_ttl(h: Harness) {
     let db = Db::new();
@@ -206,6 +318,8 @@ backend_suite!(
     a_soft_purge_answers_at_once_and_recomputes_once,
     the_soft_timeout_returns_the_copy_and_the_value_lands_after,
     the_hard_timeout_is_a_typed_error_and_computes_once,
+    the_hard_timeout_bounds_every_answer_and_computes_once,
+    a_failing_closure_runs_once_a_second_and_nobody_queues,
 );
 
 backend_suite!(redis_only: every_fail_safe_key_has_a_ttl);

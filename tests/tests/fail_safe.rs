@@ -6,14 +6,16 @@
 //! computation, and a TTL on every key.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use redis_guard::cache::{CacheLayer, CacheLayerBuilder, CacheTags, Stampede};
-use redis_guard_tests::fail_safe::{Gate, assert_kept, crowd, within};
+use redis_guard_tests::fail_safe::{
+    ANSWER_MARGIN, Gate, assert_kept, crowd, frozen_cache, timed_crowd, within,
+};
 use redis_guard_tests::{Harness, Reply, backend_suite, call};
 use tower::{Layer, ServiceExt};
 
@@ -23,11 +25,13 @@ const UNAVAILABLE: u8 = 1;
 const BROKEN: u8 = 2;
 
 /// The origin behind the cache: answers `v<version>` (fresh 10 s, tagged `products`), or
-/// 503, or an error of the service, once through its gate (which counts its calls).
+/// 503, or an error of the service, once through its gate (which counts its calls), after
+/// its delay.
 #[derive(Clone, Default)]
 struct Origin {
     mode: Arc<AtomicU8>,
     gate: Gate,
+    delay_ms: Arc<AtomicU64>,
 }
 
 impl Origin {
@@ -43,8 +47,18 @@ impl Origin {
         self.gate.arrived()
     }
 
+    /// Every answer takes `d` (a slow origin: one that fails only after a while).
+    fn slow(&self, d: Duration) {
+        let ms = u64::try_from(d.as_millis()).expect("a short delay");
+        self.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
     async fn answer(self) -> Result<Response<Full<Bytes>>, std::io::Error> {
         self.gate.pass().await;
+        let delay = self.delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
         let body = format!("v{}", self.gate.version());
         let res = Response::builder().header("cache-control", "max-age=10");
         match self.mode.load(Ordering::SeqCst) {
@@ -136,21 +150,32 @@ async fn primed(
 async fn a_failing_origin_is_answered_stale_within_stale_if_error(h: Harness) {
     let origin = Origin::new();
     let layer = primed(&h, &origin, |b| b).await;
-    // 10 s past its freshness (it has no stale window): the origin fails both ways.
+    assert_eq!(
+        seen(&send(&layer, &origin, "/q").await),
+        (200, "MISS", "v1")
+    );
+    // 10 s past their freshness (they have no stale window): the origin fails both ways.
     h.wait(Duration::from_secs(20)).await;
     origin.gate.change();
-    for mode in [UNAVAILABLE, BROKEN] {
+    for (mode, uri) in [(UNAVAILABLE, "/p"), (BROKEN, "/q")] {
         origin.set(mode);
-        let r = send(&layer, &origin, "/p").await;
+        let r = send(&layer, &origin, uri).await;
         assert_eq!(seen(&r), (200, "STALE", "v1"));
         assert!((-12..=-10).contains(&stale_ttl(&r)), "{r:?}");
     }
-    // The 503 left the copy in place: 55 s past its freshness it still stands in.
+    // The last fill failed: the copy answers at once, and the origin is not called again
+    // before the retry interval.
+    let r = send(&layer, &origin, "/p").await;
+    assert_eq!(seen(&r), (200, "STALE", "v1"));
+    assert_eq!(origin.calls(), 4);
+    // The 503 left the copy in place: 55 s past its freshness it still stands in, at once,
+    // while one retry runs in the background.
     h.wait(Duration::from_secs(45)).await;
     origin.set(UNAVAILABLE);
     let r = send(&layer, &origin, "/p").await;
     assert_eq!(seen(&r), (200, "STALE", "v1"));
-    assert!(stale_ttl(&r) <= -55, "{r:?}");
+    assert!(stale_ttl(&r) <= -54, "{r:?}");
+    origin.gate.until_arrived(5).await;
     // Past the window: the failure as without the fail-safe.
     h.wait(Duration::from_secs(10)).await;
     let r = send(&layer, &origin, "/p").await;
@@ -166,7 +191,66 @@ async fn a_failing_origin_is_answered_stale_within_stale_if_error(h: Harness) {
         (200, "MISS", "v2")
     );
     assert_eq!(seen(&send(&layer, &origin, "/p").await), (200, "HIT", "v2"));
-    assert_eq!(origin.calls(), 7);
+    assert_eq!(origin.calls(), 8);
+}
+
+/// How soon a request answered from the cache comes, at most: a few store round trips, far
+/// less than the failing origin takes.
+const PROMPT: Duration = Duration::from_millis(100);
+
+/// 20 concurrent requests for `/p` on the `replicas` (in turn): each is the stale copy, and
+/// how long after the start of the crowd it came.
+async fn stale_crowd(replicas: &[CacheLayer; 2], origin: &Origin) -> Vec<Duration> {
+    let replies = timed_crowd(20, |i| {
+        let (layer, origin) = (replicas[i % 2].clone(), origin.clone());
+        async move { send(&layer, &origin, "/p").await }
+    });
+    let mut times = Vec::new();
+    for (r, took) in replies.await {
+        assert_eq!(seen(&r), (200, "STALE", "v1"));
+        assert!(stale_ttl(&r) <= -10, "{r:?}");
+        times.push(took);
+    }
+    times
+}
+
+/// While an entry's last fill failed, every request on every replica is answered with the
+/// stale copy at once, and one request a second tries the origin (in the background): a
+/// crowd never queues behind a failing origin.
+async fn a_failing_origin_is_tried_once_a_second_and_nobody_queues(h: Harness) {
+    let origin = Origin::new();
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let b = frozen_cache(&h).await.jitter(0.0).random(|| 1.0);
+        replicas.push(b.stale_if_error(MINUTE).build().expect("layer"));
+    }
+    let replicas: [CacheLayer; 2] = replicas.try_into().expect("two");
+    assert_eq!(seen(&send(&replicas[0], &origin, "/p").await).1, "MISS");
+    // Past its freshness; the origin now fails, and takes 200 ms to do it.
+    h.wait(Duration::from_secs(20)).await;
+    origin.set(UNAVAILABLE);
+    origin.slow(Duration::from_millis(200));
+    // One request calls the origin; the others wait for its fill, and all are answered
+    // together when it fails, not one failure after another.
+    let times = stale_crowd(&replicas, &origin).await;
+    let (first, last) = (times.iter().min(), times.iter().max());
+    let spread = *last.expect("20") - *first.expect("20");
+    assert!(spread <= PROMPT, "answered over {spread:?}: {times:?}");
+    assert_eq!(origin.calls(), 2, "one call of the failing origin");
+    // Within the retry interval: the copy at once, the origin not called.
+    let times = stale_crowd(&replicas, &origin).await;
+    assert!(times.iter().all(|t| *t <= PROMPT), "{times:?}");
+    assert_eq!(origin.calls(), 2);
+    // Just over a second later: the copy at once, and one request tries the origin in the
+    // background.
+    h.wait(Duration::from_millis(1_100)).await;
+    let times = stale_crowd(&replicas, &origin).await;
+    assert!(times.iter().all(|t| *t <= PROMPT), "{times:?}");
+    origin.gate.until_arrived(3).await;
+    // That try failed too: the next crowd does not call the origin either.
+    let times = stale_crowd(&replicas, &origin).await;
+    assert!(times.iter().all(|t| *t <= PROMPT), "{times:?}");
+    assert_eq!(origin.calls(), 3, "one call a second");
 }
 
 async fn a_soft_purge_answers_stale_at_once_and_recomputes_once(h: Harness) {
@@ -253,6 +337,41 @@ async fn the_hard_timeout_answers_504_and_computes_once(h: Harness) {
     assert_eq!(origin.calls(), 1, "one computation");
 }
 
+/// Fill timeouts count from a request's arrival, whatever the stampede's wait says: a request
+/// waiting for another one's computation waits until its own hard timeout (it never starts a
+/// second computation of its own), and nobody answers later than that.
+async fn the_hard_timeout_bounds_every_answer_and_computes_once(h: Harness) {
+    let origin = Origin::new();
+    let ms = Duration::from_millis;
+    let hard = ms(1000);
+    // The stampede's wait is shorter than the hard timeout: it must not end the waiting.
+    let layer = builder(&h)
+        .await
+        .stampede(Stampede::lock().wait(ms(300)))
+        .fill_timeout(ms(100), hard)
+        .build()
+        .expect("layer");
+    // The handler is slower than the hard timeout.
+    origin.gate.close();
+    let start = Instant::now();
+    let replies = crowd(5, |_| {
+        let (layer, origin) = (layer.clone(), origin.clone());
+        async move {
+            let r = send(&layer, &origin, "/cold").await;
+            (r, start.elapsed())
+        }
+    });
+    for (r, took) in replies.await {
+        assert_eq!(seen(&r).0, 504, "{r:?}");
+        assert!(took <= hard + ANSWER_MARGIN, "answered after {took:?}");
+    }
+    assert_eq!(origin.calls(), 1, "one computation");
+    origin.gate.open_once_arrived(1).await;
+    let r = until_hit(&layer, &origin, "/cold").await;
+    assert_eq!(seen(&r).2, "v1");
+    assert_eq!(origin.calls(), 1, "one computation");
+}
+
 /// Entries live past their freshness for `stale_if_error`, every key with a TTL.
 async fn every_fail_safe_key_has_a_ttl(h: Harness) {
     let origin = Origin::new();
@@ -270,6 +389,8 @@ backend_suite!(
     a_soft_purge_answers_stale_at_once_and_recomputes_once,
     the_soft_timeout_serves_the_copy_and_the_fill_lands_after,
     the_hard_timeout_answers_504_and_computes_once,
+    the_hard_timeout_bounds_every_answer_and_computes_once,
+    a_failing_origin_is_tried_once_a_second_and_nobody_queues,
 );
 
 backend_suite!(redis_only: every_fail_safe_key_has_a_ttl);

@@ -1,12 +1,13 @@
 //! `backend::Lock` on every backend: a lease that only its holder releases or extends, that
-//! frees itself when its holder dies, and that two contenders never hold at once.
+//! frees itself when its holder dies, and that two contenders never hold at once; the memory
+//! lock's bound.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis_guard::ConfigErrorKind;
-use redis_guard::backend::{Lock, LockError};
+use redis_guard::backend::{Lock, LockError, ManualClock};
 use redis_guard_tests::{Harness, backend_suite};
 
 const LEASE: Duration = Duration::from_secs(60);
@@ -14,6 +15,11 @@ const LEASE: Duration = Duration::from_secs(60);
 /// Tries to take the lock `job` for [`LEASE`].
 async fn take(locks: &Lock) -> Option<redis_guard::backend::LockGuard> {
     locks.try_acquire("job", LEASE).await.expect("lock")
+}
+
+/// Tries to take the lock `name` for [`LEASE`].
+async fn take_named(locks: &Lock, name: &str) -> Option<redis_guard::backend::LockGuard> {
+    locks.try_acquire(name, LEASE).await.expect("lock")
 }
 
 async fn only_its_holder_releases_it(h: Harness) {
@@ -162,3 +168,55 @@ async fn a_key_that_is_not_a_lock_is_an_error(h: Harness) {
 }
 
 backend_suite!(redis_only: a_key_that_is_not_a_lock_is_an_error);
+
+/// A memory lock is bounded like every in-process table: leases that ran out are swept, and
+/// when every slot holds a live lease a new name is refused (`LockError::Full`) while the
+/// live leases are kept; room comes back when one is released or runs out.
+#[tokio::test]
+async fn a_full_memory_lock_refuses_new_names_and_keeps_its_holders() {
+    let clock = ManualClock::new();
+    let locks = Lock::memory_builder()
+        .capacity(10)
+        .clock(clock.clone())
+        .build();
+    // 1,000 holders whose leases ran out before they released.
+    for i in 0..1_000 {
+        let name = format!("dead-{i}");
+        let guard = locks.try_acquire(&name, Duration::from_millis(1)).await;
+        let guard = guard.expect("lock").expect("free");
+        clock.advance(Duration::from_millis(2));
+        drop(guard);
+    }
+    let mut live = Vec::new();
+    for i in 0..10 {
+        live.push(
+            take_named(&locks, &format!("live-{i}"))
+                .await
+                .expect("free"),
+        );
+    }
+    let full = locks.try_acquire("one-more", LEASE).await;
+    assert!(
+        matches!(full, Err(LockError::Full { capacity: 10 })),
+        "{full:?}"
+    );
+    // Every holder still holds its lock.
+    for (i, guard) in live.iter().enumerate() {
+        assert!(take_named(&locks, &format!("live-{i}")).await.is_none());
+        assert!(guard.extend(LEASE).await.expect("extend"));
+    }
+    // A release makes room for one.
+    assert!(
+        live.pop()
+            .expect("a guard")
+            .release()
+            .await
+            .expect("release")
+    );
+    let _more = take_named(&locks, "one-more").await.expect("room");
+    let full = locks.try_acquire("two-more", LEASE).await;
+    assert!(matches!(full, Err(LockError::Full { .. })), "{full:?}");
+    // So do leases that run out.
+    clock.advance(LEASE * 2);
+    assert!(take_named(&locks, "two-more").await.is_some());
+}

@@ -419,7 +419,51 @@ async fn add(h: Harness) {
     add_is_true_for_the_first_caller_only(&h).await;
 }
 
-backend_suite!(stampedes, values, add);
+/// A flag lives exactly its TTL even when the cache keeps values for `stale_if_error`: once
+/// `get` says it is gone, `add` succeeds again.
+async fn add_keeps_its_flag_exactly_its_ttl_under_stale_if_error(h: Harness) {
+    let cache = builder(&h)
+        .await
+        .stale_if_error(Duration::from_secs(300))
+        .build()
+        .expect("value cache");
+    let ttl = Duration::from_secs(10);
+    assert!(
+        cache
+            .add("invoice:992:mailed", &true, ttl)
+            .await
+            .expect("add")
+    );
+    if h.is_redis() {
+        let [key] = h.keys_under("c:{").await.try_into().expect("one key");
+        let pttl = h.pttl(&key).await;
+        assert!((1..=10_000).contains(&pttl), "{pttl} ms");
+    } else {
+        h.wait(ttl - Duration::from_millis(1)).await;
+        assert!(
+            !cache
+                .add("invoice:992:mailed", &true, ttl)
+                .await
+                .expect("add")
+        );
+        h.wait(Duration::from_millis(10)).await;
+        let got = cache.get::<bool>("invoice:992:mailed").await.expect("get");
+        assert_eq!(got, None);
+        assert!(
+            cache
+                .add("invoice:992:mailed", &true, ttl)
+                .await
+                .expect("add")
+        );
+    }
+}
+
+backend_suite!(
+    stampedes,
+    values,
+    add,
+    add_keeps_its_flag_exactly_its_ttl_under_stale_if_error
+);
 
 async fn redis(h: &Harness, args: &[&str]) {
     let mut conn = h.inspect().await;
@@ -522,4 +566,66 @@ async fn keys(h: Harness) {
     every_key_has_a_ttl(&h).await;
 }
 
-backend_suite!(redis_only: keys, the_store_failing_never_fails_a_computation);
+/// Every key in Redis under `part` (`ct:{`: tag records) with its `PTTL`.
+async fn pttls(h: &Harness, part: &str) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    for key in h.keys_under(part).await {
+        let pttl = h.pttl(&key).await;
+        out.push((key, pttl));
+    }
+    out
+}
+
+/// A tag's invalidation is remembered as long as a value under it can live (`max_ttl` plus
+/// jitter, then the longer of the stale window and `stale_if_error`), and no longer; a value
+/// asked to live longer than `max_ttl` is cut to it. The response cache's records likewise.
+async fn tag_records_live_as_long_as_their_values(h: Harness) {
+    const DAY_MS: i64 = 86_400_000;
+    let grace = Duration::from_secs(300);
+    // The default max_ttl (1 day) and jitter (10%).
+    let cache = h
+        .value_cache()
+        .await
+        .stale_if_error(grace)
+        .build()
+        .expect("value cache");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let week = Duration::from_secs(7 * 86_400);
+    let got = cache
+        .get_or_compute_tagged("team:3", week, ["team:3"], counted(&runs, 3_u64))
+        .await;
+    assert_eq!(got, Ok(3));
+    let longest = DAY_MS + DAY_MS / 10 + 300_000;
+    let [(_, value)] = pttls(&h, "c:{").await.try_into().expect("one value");
+    assert!((1..=longest).contains(&value), "the value lives {value} ms");
+    cache.invalidate_tag("team:3").await.expect("invalidate");
+    cache.invalidate_tag_soft("team:4").await.expect("purge");
+    let records = pttls(&h, "ct:{").await;
+    assert_eq!(records.len(), 2, "{records:?}");
+    for (key, pttl) in &records {
+        assert!((value..=longest).contains(pttl), "{key}: {pttl} ms");
+    }
+    // A response cache on the same store: 1 day plus jitter, then the longer of its stale
+    // window (at most max_ttl, 1 day) and stale_if_error.
+    let layer = h
+        .cache()
+        .await
+        .stale_if_error(grace)
+        .build()
+        .expect("layer");
+    layer.invalidate_tag("products").await.expect("invalidate");
+    let mut layer_records = pttls(&h, "ct:{").await;
+    layer_records.retain(|r| !records.iter().any(|(key, _)| *key == r.0));
+    let [(key, pttl)] = layer_records.try_into().expect("one more record");
+    let longest = 2 * DAY_MS + DAY_MS / 10;
+    assert!(
+        (longest - 60_000..=longest).contains(&pttl),
+        "{key}: {pttl} ms"
+    );
+}
+
+backend_suite!(
+    redis_only: keys,
+    the_store_failing_never_fails_a_computation,
+    tag_records_live_as_long_as_their_values
+);

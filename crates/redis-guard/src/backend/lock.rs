@@ -80,6 +80,14 @@ pub enum LockError {
     /// work.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// An in-process lock ([`Lock::memory`]) holds as many live leases as its capacity: a new
+    /// name is refused until one is released or runs out. A live lease is never evicted to
+    /// make room: a lock that forgot a holder would be acquired twice. Never from Redis.
+    #[error("the in-process lock holds {capacity} live leases, its capacity: no room for another")]
+    Full {
+        /// The lock's capacity.
+        capacity: usize,
+    },
 }
 
 impl Lock {
@@ -91,13 +99,30 @@ impl Lock {
         }
     }
 
-    /// Locks of this process, in memory (at most 100,000 held at once).
+    /// Locks of this process, in memory: at most 100,000 held at once. Leases that ran out are
+    /// swept a few per acquisition (as every in-process table is); when every slot holds a
+    /// live lease, acquiring a new name fails with [`LockError::Full`] rather than evict a
+    /// holder.
     #[must_use]
     pub fn memory() -> Self {
         Self::memory_builder().build()
     }
 
-    /// Builds in-process locks with another capacity, or a clock for tests.
+    /// Builds in-process locks with another capacity (the most leases held at once, at least
+    /// 1), or a clock for tests.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::backend::{Lock, LockError};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let locks = Lock::memory_builder().capacity(1).build();
+    /// let held = locks.try_acquire("a", Duration::from_secs(30)).await?;
+    /// let full = locks.try_acquire("b", Duration::from_secs(30)).await;
+    /// assert!(matches!(full, Err(LockError::Full { capacity: 1 })));
+    /// drop(held); // released: room again
+    /// assert!(locks.try_acquire("b", Duration::from_secs(30)).await?.is_some());
+    /// # Ok(()) }
+    /// ```
     pub fn memory_builder() -> InProcessBuilder<Self> {
         InProcessBuilder::new(
             DEFAULT_CAPACITY,
@@ -116,7 +141,8 @@ impl Lock {
     ///
     /// [`LockError::Config`] for a name that is empty, longer than 256 bytes or contains `{`
     /// or `}`, or a lease outside 1 ms to a day; [`LockError::Backend`] when Redis
-    /// fails.
+    /// fails; [`LockError::Full`] when an in-process lock holds as many live leases as its
+    /// capacity.
     pub async fn try_acquire(
         &self,
         name: &str,
@@ -129,10 +155,22 @@ impl Lock {
             Place::Memory(table) => {
                 let now = table.now_us();
                 let mut locks = table.lock();
-                if locks.get_live_mut(&name.to_owned(), now).is_some() {
+                let key = name.to_owned();
+                // Leases that ran out go a few at a time; the table never holds more than its
+                // capacity, so this never evicts a live one.
+                locks.maintain(now, |_, _| {});
+                if locks.is_live(&key, now) {
                     false
                 } else {
-                    locks.insert(name.to_owned(), token, now + lease_ms * 1000);
+                    while locks.len() >= locks.capacity() && !locks.contains_key(&key) {
+                        // Full: only a lease that ran out may make room.
+                        if locks.maintain(now, |_, _| {}) == 0 {
+                            return Err(LockError::Full {
+                                capacity: locks.capacity(),
+                            });
+                        }
+                    }
+                    locks.insert(key, token, now.saturating_add(lease_ms * 1000));
                     true
                 }
             }
@@ -326,4 +364,49 @@ pub(crate) fn token() -> u128 {
     let n = N.fetch_add(1, Ordering::Relaxed);
     let state = std::hash::RandomState::new();
     (u128::from(state.hash_one(n)) << 64) | u128::from(state.hash_one(!n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{ManualClock, ready};
+
+    /// How many leases, live or not, the memory lock holds.
+    fn held(lock: &Lock) -> usize {
+        match &*lock.place {
+            Place::Memory(table) => table.lock().len(),
+            Place::Redis(_) => unreachable!("a memory lock"),
+        }
+    }
+
+    #[test]
+    fn leases_that_ran_out_are_swept_and_live_ones_are_never_evicted() {
+        let ms = Duration::from_millis;
+        let clock = ManualClock::new();
+        let locks = Lock::memory_builder()
+            .capacity(10)
+            .clock(clock.clone())
+            .build();
+        // Holders whose leases ran out before they released (a release then finds nothing).
+        for i in 0..1_000 {
+            let guard = ready(Box::pin(locks.try_acquire(&format!("job-{i}"), ms(1))));
+            let guard = guard.expect("acquire").expect("free");
+            clock.advance(ms(2));
+            drop(guard);
+            assert!(held(&locks) <= 10, "{} leases held", held(&locks));
+        }
+        // Ten live leases fill it; an eleventh name is refused, and the ten are kept.
+        let live: Vec<LockGuard> = (0..10)
+            .map(|i| {
+                let guard = ready(Box::pin(locks.try_acquire(&format!("live-{i}"), ms(60_000))));
+                guard.expect("acquire").expect("free")
+            })
+            .collect();
+        let full = ready(Box::pin(locks.try_acquire("one-more", ms(60_000))));
+        assert!(matches!(full, Err(LockError::Full { capacity: 10 })), "{full:?}");
+        assert_eq!(held(&locks), 10);
+        for guard in &live {
+            assert!(ready(Box::pin(guard.extend(ms(60_000)))).expect("extend"));
+        }
+    }
 }

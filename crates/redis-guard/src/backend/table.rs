@@ -66,7 +66,7 @@ impl<K: Clone + Eq + Hash, V, S: BuildHasher + Default> ExpiringTable<K, V, S> {
         self.entries.len()
     }
 
-    /// How many entries the table holds at most.
+    /// The most entries the table holds past a [`maintain`](Self::maintain).
     #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
     pub(crate) fn capacity(&self) -> usize {
         self.max

@@ -5,8 +5,10 @@
 //! RGC1 <kind> <fresh until µs> <stale until µs> <started µs> <recompute µs>\n<blob>
 //! ```
 //!
-//! `kind` is `E` (an entry: the blob is a response) or `P` (hit-for-pass: the last response of
-//! this key was not cacheable; requests go straight to the handler until it expires). The blob:
+//! `kind` is `E` (an entry: the blob is a response), `P` (hit-for-pass: the last response of
+//! this key was not cacheable; requests go straight to the handler until it expires) or `F`
+//! (under a key of its own beside an entry: the entry's last fill failed at `started`, and
+//! nobody tries again before `fresh until`; no blob). The blob:
 //! the variant digest (64 hex digits), the status (u16), the headers and the tags (each a u32
 //! count, then u32-length-prefixed bytes), the body. Anything else under the key is not ours:
 //! [`decode`] answers `None`.
@@ -17,11 +19,12 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 /// The first bytes of every value the cache writes.
 const MAGIC: &str = "RGC1";
 
-/// Entry or hit-for-pass marker.
+/// Entry, hit-for-pass marker, or failed-fill marker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
     Entry,
     Pass,
+    Failed,
 }
 
 impl Kind {
@@ -29,6 +32,7 @@ impl Kind {
         match self {
             Self::Entry => "E",
             Self::Pass => "P",
+            Self::Failed => "F",
         }
     }
 }
@@ -78,6 +82,8 @@ pub(crate) struct Entry {
 pub(crate) enum Stored {
     Entry(Entry),
     Pass(Times),
+    /// A failed fill: when (`started`), and when the next try is due (`fresh_until`).
+    Failed(Times),
 }
 
 /// The blob of a response: what the store appends to the header line.
@@ -131,6 +137,7 @@ pub(crate) fn decode(raw: &Bytes) -> Option<Stored> {
     };
     match kind {
         "P" => Some(Stored::Pass(times)),
+        "F" => Some(Stored::Failed(times)),
         "E" => decode_blob(raw.slice(end + 1..), times).map(Stored::Entry),
         _ => None,
     }
@@ -216,6 +223,10 @@ mod tests {
         assert!(matches!(
             decode(&value(Kind::Pass, b"")),
             Some(Stored::Pass(_))
+        ));
+        assert!(matches!(
+            decode(&value(Kind::Failed, b"")),
+            Some(Stored::Failed(t)) if t.fresh_until == 10 && t.started == 1
         ));
     }
 

@@ -10,6 +10,12 @@ use crate::{ConfigError, ConfigErrorKind};
 /// The longest `stale_if_error` window either cache takes: 10 years.
 const MAX_GRACE: Duration = Duration::from_secs(10 * 365 * 86_400);
 
+/// How long after a failed fill of a key (the origin failed and a copy stood in) the next
+/// try waits: meanwhile every request for the key, on every replica, is answered with the
+/// copy at once and none calls the origin. Then one request (the one that takes the key's
+/// lease) tries again in the background, while the copy still answers everyone.
+pub(crate) const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
+
 /// The fail-safe part of a cache's settings.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FailSafe {
@@ -27,6 +33,17 @@ impl FailSafe {
     pub(crate) fn patience(&self, has_copy: bool) -> Option<Duration> {
         self.timeouts
             .map(|(soft, hard)| if has_copy { soft } else { hard })
+    }
+
+    /// When a caller that started at `since` stops waiting ([`patience`](Self::patience)
+    /// later), `None` without timeouts. One deadline for the whole call: the wait for another
+    /// caller's fill and the computation it may take over both end there.
+    pub(crate) fn deadline(
+        &self,
+        has_copy: bool,
+        since: tokio::time::Instant,
+    ) -> Option<tokio::time::Instant> {
+        self.patience(has_copy).map(|p| since + p)
     }
 
     /// Why these settings cannot work, naming the builder (`CacheLayerBuilder`, …).

@@ -60,7 +60,8 @@ where
         match self.call.look().await {
             Look::Fresh(entry, now) => {
                 if self.call.early(&entry, now) {
-                    return self.fetch(Some(now), None, Some((entry, now))).await;
+                    let since = Instant::now();
+                    return self.fetch(Some(now), None, Some((entry, now)), since).await;
                 }
                 Ok(self.call.respond(entry, now, &self.asks, false))
             }
@@ -71,52 +72,73 @@ where
                 let keep = !call.fail_safe().stale_if_error.is_zero();
                 call.refresh_with(move |call, now| async move {
                     // The body is read (and filled) inside compute; what is left is dropped.
-                    let _ = call.compute(inner, req, Some(now), true, keep).await;
+                    let _ = call.attempt(inner, req, Some(now), true, keep).await;
                 })
                 .await;
                 Ok(call.respond(entry, now, &self.asks, false))
             }
-            Look::Pass(now) => self.fetch(Some(now), None, None).await,
-            Look::Failed(_) => self.fetch(None, None, None).await,
-            Look::Expired(entry, now) if xfetch => {
-                self.fetch(Some(now), None, Some((entry, now))).await
+            Look::Failing { entry, at, due } => {
+                let Self {
+                    call,
+                    inner,
+                    req,
+                    asks,
+                } = self;
+                if due {
+                    // One request per interval tries the origin again, in the background.
+                    call.refresh_with(move |call, now| async move {
+                        let _ = call.attempt(inner, req, Some(now), true, true).await;
+                    })
+                    .await;
+                }
+                tracing::debug!(key = %call.digest, "the last fill failed: serving the stale copy (stale_if_error)");
+                Ok(call.respond(entry, at, &asks, true))
             }
-            Look::Absent(now) if xfetch => self.fetch(Some(now), None, None).await,
+            Look::Pass(now) => self.fetch(Some(now), None, None, Instant::now()).await,
+            Look::Failed(_) => self.fetch(None, None, None, Instant::now()).await,
+            Look::Expired(entry, now) if xfetch => {
+                let since = Instant::now();
+                self.fetch(Some(now), None, Some((entry, now)), since).await
+            }
+            Look::Absent(now) if xfetch => self.fetch(Some(now), None, None, Instant::now()).await,
             Look::Expired(entry, now) => self.wait_or_compute(now, Some((entry, now))).await,
             Look::Absent(now) => self.wait_or_compute(now, None).await,
         }
     }
 
     /// Lock on miss: compute under the lease, or wait for whoever holds it (with a `copy`,
-    /// at most the soft fill timeout; without, at most the hard one).
+    /// until the soft fill timeout; without, until the hard one). The timeout counts from
+    /// the request's arrival, whether it waits, computes, or both.
     async fn wait_or_compute(self, now: u64, copy: Standby) -> Reply<ResBody, S::Error> {
-        let bound = self.call.fail_safe().patience(copy.is_some());
         let since = Instant::now();
-        match self.call.wait(now, bound, |_| true).await {
+        let deadline = self.call.fail_safe().deadline(copy.is_some(), since);
+        match self.call.wait(now, deadline, |_| true).await {
             Waited::Lease { guard, at, copy } => {
                 let copy = copy.map(|entry| (entry, at));
-                self.fetch(Some(at), Some(guard), copy).await
+                self.fetch(Some(at), Some(guard), copy, since).await
             }
             Waited::Filled(entry, at) => Ok(self.call.respond(entry, at, &self.asks, false)),
+            Waited::Rescued(entry, at) => Ok(self.call.respond(entry, at, &self.asks, true)),
             Waited::GaveUp => Ok(self.call.standing_in(copy, since, &self.asks)),
-            Waited::Alone(at) => self.fetch(at, None, copy).await,
+            Waited::Alone(at) => self.fetch(at, None, copy, since).await,
         }
     }
 
     /// Computes (see [`Call::compute`]), under `guard` when this request holds the lease
     /// (released when the computation ends). With fill timeouts the computation runs in a
     /// spawned task that the request stops waiting for at the soft timeout (with a `copy`)
-    /// or the hard one. With a `copy`, a handler error or a 5xx is answered with the copy.
+    /// or the hard one, counted from `since` (the request's arrival). With a `copy`, a
+    /// handler error or a 5xx is answered with the copy.
     async fn fetch(
         self,
         started: Option<u64>,
         guard: Option<LockGuard>,
         copy: Standby,
+        since: Instant,
     ) -> Reply<ResBody, S::Error> {
         let keep = copy.is_some();
         let holds = guard.is_some();
-        let since = Instant::now();
-        let patience = self.call.fail_safe().patience(keep);
+        let deadline = self.call.fail_safe().deadline(keep, since);
         let Self {
             call,
             inner,
@@ -125,9 +147,9 @@ where
         } = self;
         let worker = call.clone();
         let job = holding(guard, async move {
-            worker.compute(inner, req, started, holds, keep).await
+            worker.attempt(inner, req, started, holds, keep).await
         });
-        let Some(reply) = patiently(&call.digest, patience, job).await else {
+        let Some(reply) = patiently(&call.digest, deadline, job).await else {
             return Ok(call.standing_in(copy, since, &asks));
         };
         match (reply, copy) {
@@ -197,6 +219,32 @@ impl Call {
         *res.status_mut() = status;
         *res.headers_mut() = headers;
         res
+    }
+
+    /// [`compute`](Self::compute); when a copy is `kept` and the handler failed (an error or
+    /// a 5xx), records the failure before the lease goes back, so that the next requests get
+    /// the copy at once instead of queueing behind the origin.
+    async fn attempt<S, ReqBody, ResBody>(
+        &self,
+        inner: S,
+        req: Request<ReqBody>,
+        started: Option<u64>,
+        holds: bool,
+        kept: bool,
+    ) -> Reply<ResBody, S::Error>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+        ResBody: http_body::Body<Data = Bytes>,
+    {
+        let reply = self.compute(inner, req, started, holds, kept).await;
+        let failed = match &reply {
+            Ok(res) => res.status().is_server_error(),
+            Err(_) => true,
+        };
+        if kept && failed {
+            self.failed().await;
+        }
+        reply
     }
 
     /// Calls the inner service; fills the entry when the response is cacheable and `started`

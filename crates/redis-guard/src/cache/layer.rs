@@ -156,7 +156,9 @@ impl CacheLayerBuilder {
         pub fn ttl(ttl: Duration) => shared.life.ttl;
 
         /// The most any response stays fresh, and the most it is served stale after that,
-        /// whatever its `Cache-Control` says (default 1 day).
+        /// whatever its `Cache-Control` says (default 1 day). A tag's invalidation is
+        /// remembered as long as an entry can live: this plus jitter, then the longer of this
+        /// and [`stale_if_error`](Self::stale_if_error).
         pub fn max_ttl(max: Duration) => shared.life.max_ttl;
 
         /// How long a response is served stale (while one request refreshes it) when it
@@ -202,7 +204,9 @@ impl CacheLayerBuilder {
         /// `Cache-Status: redis-guard; fwd=stale; ttl=<0 or less>`); past that, the error or
         /// the 5xx as without it. Entries are then kept `grace` past their freshness (at
         /// least: longer when their stale window is longer), every key still with a TTL.
-        /// Default zero: off. At most 10 years.
+        /// After a failure the copy answers every request at once, on every replica, and one
+        /// request a second tries the handler again in the background (see the
+        /// [module docs](super#fail-safe)). Default zero: off. At most 10 years.
         ///
         /// ```
         /// use std::time::Duration;
@@ -221,8 +225,11 @@ impl CacheLayerBuilder {
     /// has a copy it may serve instead (one inside [`stale_if_error`](Self::stale_if_error))
     /// gets that copy after `soft`, while the computation goes on in the background and its
     /// response is stored when it comes. One with no such copy waits until `hard`, then gets
-    /// `504 Gateway Timeout` (the computation still goes on and fills the entry). The fill
-    /// lock still holds: waiting requests do not start computations of their own. Both
+    /// `504 Gateway Timeout` (the computation still goes on and fills the entry). Both count
+    /// from the request's arrival, so no request answers later than `hard` (plus scheduling),
+    /// whether it computed, waited, or both. The fill lock still holds: a waiting request
+    /// waits until its own timeout (the [`Stampede::wait`](super::Stampede::wait) does not
+    /// cut it short) and never starts a computation of its own while the lease holds. Both
     /// above zero, `soft` at most `hard`, `hard` at most a day.
     ///
     /// ```

@@ -6,9 +6,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::entry::{Entry, Stored, decode};
-use super::fail_safe::FailSafe;
+use bytes::Bytes;
+
+use super::entry::{Entry, Kind, Stored, decode};
+use super::fail_safe::{FailSafe, RETRY_AFTER_FAILURE};
 use super::shared::Shared;
+use super::store::{NOW, Write};
 use crate::backend::{BackendError, LockGuard, micros};
 
 /// What the store holds for a key, as this request may use it.
@@ -20,6 +23,13 @@ pub(crate) enum Look {
     /// Past its stale window, inside `stale_if_error`: a miss, but the copy stands in for a
     /// failing or slow origin.
     Expired(Entry, u64),
+    /// As `Expired`, and the last fill failed (on any replica): the copy stands in at once;
+    /// when `due`, [`RETRY_AFTER_FAILURE`] has passed and one caller may try again.
+    Failing {
+        entry: Entry,
+        at: u64,
+        due: bool,
+    },
     /// A hit-for-pass marker: the last response was not cacheable.
     Pass(u64),
     /// Nothing usable (absent, expired, invalidated, not ours): a miss at this time.
@@ -39,6 +49,8 @@ pub(crate) enum Waited {
     },
     /// The key holds a usable entry (fresh or stale), read at this time.
     Filled(Entry, u64),
+    /// The fill failed (on any replica): the copy, read at this time, stands in at once.
+    Rescued(Entry, u64),
     /// The wait ran out on the fill timeout: the caller stops (its copy, or the timeout's
     /// answer).
     GaveUp,
@@ -57,6 +69,48 @@ pub(crate) struct Call {
 impl Call {
     fn lock_name(&self) -> String {
         format!("c:{}", self.digest)
+    }
+
+    /// The key of the marker that says the entry's last fill failed: a digest of its own, so
+    /// that it never holds or shadows an entry.
+    fn failure_key(&self) -> String {
+        super::store::digest([b"rg-fill-failed".as_slice(), self.digest.as_bytes()])
+    }
+
+    /// Records that a fill of this key failed while a copy stood in: for
+    /// [`RETRY_AFTER_FAILURE`] every caller, on every replica, gets the copy at once and none
+    /// calls the origin. One small key beside the entry, kept as long as a copy may stand in.
+    pub(crate) async fn failed(&self) {
+        let write = Write {
+            kind: Kind::Failed,
+            started: NOW,
+            fresh: RETRY_AFTER_FAILURE,
+            stale: Duration::ZERO,
+            grace: self.shared.fail_safe.stale_if_error,
+            blob: Bytes::new(),
+        };
+        if let Err(e) = self.shared.store.0.write(&self.failure_key(), write).await {
+            tracing::warn!(key = %self.digest, error = %e, "recording a failed cache fill failed: the next request tries the origin again");
+        }
+    }
+
+    /// An entry past its stale window, inside `stale_if_error`: [`Look::Failing`] when a fill
+    /// failed after it was computed, else [`Look::Expired`]. One more read, only on this path.
+    async fn expired(&self, entry: Entry, now: u64) -> Look {
+        match self.shared.store.0.read(&self.failure_key()).await {
+            Ok(read) => match read.value.as_ref().and_then(decode) {
+                Some(Stored::Failed(t)) if t.started > entry.times.started => Look::Failing {
+                    due: read.now >= t.fresh_until,
+                    entry,
+                    at: now,
+                },
+                _ => Look::Expired(entry, now),
+            },
+            Err(e) => {
+                tracing::debug!(key = %self.digest, error = %e, "reading the failed-fill marker failed: as if there were none");
+                Look::Expired(entry, now)
+            }
+        }
     }
 
     /// The fail-safe settings.
@@ -119,7 +173,7 @@ impl Call {
             }
         }
         if now >= entry.times.stale_until {
-            Look::Expired(entry, now)
+            self.expired(entry, now).await
         } else if now < entry.times.fresh_until && !entry.purged {
             Look::Fresh(entry, now)
         } else {
@@ -140,20 +194,23 @@ impl Call {
     }
 
     /// Lock on miss: takes the lease, or polls the store (2 ms, doubling to 50 ms) for
-    /// another request's fill, for up to the stampede's wait or the fill timeout `bound`,
-    /// whichever is shorter. An entry that is not `usable` (a value of another type), or only
-    /// a fail-safe copy, counts as no fill.
+    /// another request's fill: until `deadline` (the caller's fill timeout) when there is one,
+    /// else for the stampede's wait. An entry that is not `usable` (a value of another type),
+    /// or only a fail-safe copy, counts as no fill.
+    ///
+    /// With a fill timeout the caller never computes on its own while the lease holds: it
+    /// waits until the timeout, then stops ([`Waited::GaveUp`]). Only the stampede's wait
+    /// running out sends a caller to compute without the lease.
     pub(crate) async fn wait(
         &self,
         mut now: u64,
-        bound: Option<Duration>,
+        deadline: Option<tokio::time::Instant>,
         usable: impl Fn(&Entry) -> bool,
     ) -> Waited {
         let stampede = self.shared.stampede;
         let lock = self.shared.store.0.lock();
         let name = self.lock_name();
-        let patience = bound.map_or(stampede.wait, |b| b.min(stampede.wait));
-        let until = tokio::time::Instant::now() + patience;
+        let until = deadline.unwrap_or_else(|| tokio::time::Instant::now() + stampede.wait);
         let mut pause = Duration::from_millis(2);
         loop {
             match lock.try_acquire(&name, stampede.lease).await {
@@ -167,8 +224,8 @@ impl Call {
             let left = until.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
                 tracing::debug!(key = %self.digest, "waited the whole bound for a fill");
-                // On the fill timeout the caller stops; on the stampede's wait it computes.
-                if bound.is_some_and(|b| b <= stampede.wait) {
+                // At the fill timeout the caller stops; at the stampede's wait it computes.
+                if deadline.is_some() {
                     return Waited::GaveUp;
                 }
                 return Waited::Alone(Some(now));
@@ -179,10 +236,15 @@ impl Call {
                 Look::Fresh(entry, at) | Look::Stale(entry, at) if usable(&entry) => {
                     return Waited::Filled(entry, at);
                 }
+                // The holder's fill failed: nobody else queues behind the origin.
+                Look::Failing { entry, at, .. } if usable(&entry) => {
+                    return Waited::Rescued(entry, at);
+                }
                 Look::Fresh(_, at)
                 | Look::Stale(_, at)
                 | Look::Absent(at)
-                | Look::Expired(_, at) => {
+                | Look::Expired(_, at)
+                | Look::Failing { at, .. } => {
                     now = at;
                 }
                 Look::Pass(at) => return Waited::Alone(Some(at)),
@@ -203,12 +265,24 @@ impl Call {
                 release(guard).await;
                 return Waited::Alone(None);
             }
-            Look::Stale(entry, at) | Look::Expired(entry, at) if self.rescuable(&entry, at) => {
+            // A fill failed since our read, and no try is due yet.
+            Look::Failing {
+                entry,
+                at,
+                due: false,
+            } if usable(&entry) => {
+                release(guard).await;
+                return Waited::Rescued(entry, at);
+            }
+            Look::Stale(entry, at) | Look::Expired(entry, at) | Look::Failing { entry, at, .. }
+                if self.rescuable(&entry, at) =>
+            {
                 (at, Some(entry))
             }
             Look::Fresh(_, at)
             | Look::Stale(_, at)
             | Look::Expired(_, at)
+            | Look::Failing { at, .. }
             | Look::Absent(at)
             | Look::Pass(at) => (at, None),
         };
@@ -251,12 +325,15 @@ impl Call {
         };
         let call = self.clone();
         runtime.spawn(async move {
-            // Another refresh may have landed between our read and the lease.
+            // Another refresh may have landed between our read and the lease, or another try
+            // of a failing origin may have failed.
             let now = match call.look().await {
-                Look::Fresh(..) | Look::Failed(_) => None,
-                Look::Stale(_, at) | Look::Expired(_, at) | Look::Absent(at) | Look::Pass(at) => {
-                    Some(at)
-                }
+                Look::Fresh(..) | Look::Failed(_) | Look::Failing { due: false, .. } => None,
+                Look::Stale(_, at)
+                | Look::Expired(_, at)
+                | Look::Failing { at, .. }
+                | Look::Absent(at)
+                | Look::Pass(at) => Some(at),
             };
             if let Some(now) = now {
                 job(call, now).await;
@@ -282,23 +359,23 @@ pub(crate) async fn holding<T>(guard: Option<LockGuard>, job: impl Future<Output
     out
 }
 
-/// Runs `job`: with a fill timeout (`patience`) and a runtime, in a spawned task that the
-/// caller waits for at most that long (`None`: it stopped waiting, and the task goes on);
-/// else in place. A panic in the task is the caller's.
+/// Runs `job`: with a fill timeout (`deadline`) and a runtime, in a spawned task that the
+/// caller waits for until then (`None`: it stopped waiting, and the task goes on); else in
+/// place. A panic in the task is the caller's.
 pub(crate) async fn patiently<T: Send + 'static>(
     key: &str,
-    patience: Option<Duration>,
+    deadline: Option<tokio::time::Instant>,
     job: impl Future<Output = T> + Send + 'static,
 ) -> Option<T> {
-    let (Some(patience), Ok(runtime)) = (patience, tokio::runtime::Handle::try_current()) else {
+    let (Some(deadline), Ok(runtime)) = (deadline, tokio::runtime::Handle::try_current()) else {
         return Some(job.await);
     };
     let mut task = runtime.spawn(job);
-    match tokio::time::timeout(patience, &mut task).await {
+    match tokio::time::timeout_at(deadline, &mut task).await {
         Ok(Ok(out)) => Some(out),
         Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Ok(Err(_)) | Err(_) => {
-            tracing::debug!(%key, ?patience, "fill timeout: the computation goes on in the background");
+            tracing::debug!(%key, "fill timeout: the computation goes on in the background");
             None
         }
     }

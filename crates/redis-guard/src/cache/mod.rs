@@ -160,7 +160,8 @@
 //! A handler tags its response with a [`CacheTags`] extension or an `x-cache-tags` header
 //! (stripped before the response leaves). [`CacheLayer::invalidate_tag`] voids every entry
 //! with the tag, on every replica: the store records **when** the tag was invalidated (one key
-//! per tag, `SET` with a TTL longer than any entry lives), each entry records when its
+//! per tag, `SET` with a TTL as long as an entry can live: `max_ttl` plus jitter, then the
+//! longer of the stale window and `stale_if_error`), each entry records when its
 //! computation started, and a lookup treats an entry computed before its tags' invalidation as
 //! a miss. No `KEYS`, no `SCAN`, no set of members to walk, one key per command (Cluster-safe),
 //! and a response computed while the tag was being invalidated is not served afterwards.
@@ -183,16 +184,27 @@
 //!   the key is fresh time + jitter + the longer of the stale window and `d`). Such a copy
 //!   is a miss for every other purpose: the request computes (under the lease), and only its
 //!   failure brings the copy out. A 5xx does not replace the copy with a hit-for-pass marker.
+//! - **A failing origin is tried once a second, and nobody queues behind it.** The request
+//!   whose computation failed records the failure in a small key beside the entry (on Redis
+//!   `<prefix>c:{<digest of the entry's digest>}`, kept as long as a copy may stand in)
+//!   before it gives the lease back. The requests that were waiting for that fill, and every
+//!   request for the key on every replica after it, get the copy at once; for one second
+//!   none calls the handler. Then the one request that takes the lease calls it again in a
+//!   spawned task while the copy still answers everyone (stale-while-revalidate): one try
+//!   per key per second, a success ending it. A key in the store, not the lock held longer,
+//!   because a waiting request must tell "the fill failed" from "the fill is still running".
 //! - [`fill_timeout(soft, hard)`](CacheLayerBuilder::fill_timeout): the computation runs in a
 //!   spawned task holding the lease. A request with a copy inside `stale_if_error` (the one
 //!   computing, or one waiting for the fill on any replica) stops waiting after `soft` and
 //!   gets the copy; the computation goes on and stores its response. A request without one
 //!   waits until `hard`, then gets `504 Gateway Timeout` (a value cache caller: the closure's
-//!   error made [`From<FillTimeout>`](FillTimeout)). Waiting requests never start a second
-//!   computation while the lease holds.
+//!   error made [`From<FillTimeout>`](FillTimeout)). Both timeouts count from the request's
+//!   arrival: nobody answers later than `hard`. Waiting requests wait until their timeout
+//!   (the stampede's [`wait`](Stampede::wait) does not cut it short) and never start a
+//!   second computation while the lease holds.
 //! - Copies served so are `x-cache: STALE` and `Cache-Status: redis-guard; fwd=stale;
 //!   ttl=<0 or less>`, as are softly purged entries; logged at `warn` (a failure) or `debug`
-//!   (a timeout), counted as `fallback`.
+//!   (a timeout, or a copy served while the last fill failed), counted as `fallback`.
 //!
 //! The handler's `Cache-Control: stale-if-error` (RFC 5861) is not read: the window is the
 //! layer's, so that a handler that fails cannot shorten it.
@@ -263,7 +275,9 @@
 //!   for the first caller only, the idempotency flag), tags
 //!   ([`get_or_compute_tagged`](ValueCache::get_or_compute_tagged),
 //!   [`invalidate_tag`](ValueCache::invalidate_tag), as the layer's, in a space of their own:
-//!   a layer's invalidation never voids a value, nor the reverse).
+//!   a layer's invalidation never voids a value, nor the reverse). A value lives at most
+//!   [`max_ttl`](ValueCacheBuilder::max_ttl) (1 day by default) plus jitter and its stale
+//!   time, and a tag's invalidation is remembered that long.
 //!
 //! # Conditional requests and `Cache-Status`
 //!

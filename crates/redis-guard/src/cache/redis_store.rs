@@ -21,7 +21,9 @@ static INVALIDATE: LazyLock<LuaScript> =
 /// status, headers, tags, body; a [`ValueCache`](super::ValueCache)'s value is one too, under
 /// the digest of its key); a tag's last invalidation `<prefix>ct:{<tag digest>}` (and its last
 /// soft purge, under another digest); the
-/// lock of a recomputation `<prefix>lock:{c:<variant digest>}`. One key per command or script:
+/// lock of a recomputation `<prefix>lock:{c:<variant digest>}`; with `stale_if_error`, the
+/// marker of an entry's last failed fill, `<prefix>c:{<digest of the variant digest>}`. One
+/// key per command or script:
 /// nothing crosses hash slots on a Cluster.
 ///
 /// ```no_run

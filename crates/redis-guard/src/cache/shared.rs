@@ -50,9 +50,11 @@ impl Shared {
         ])
     }
 
-    /// The longest an entry may live, fresh then stale (or kept for `stale_if_error`),
-    /// jitter included: how long a tag's invalidation must be remembered.
+    /// The longest a response cache entry may live: fresh (at most `max_ttl`, plus jitter),
+    /// then the longer of its stale window (at most `max_ttl`) and `stale_if_error`. How long
+    /// a tag's invalidation is remembered, and no longer.
     pub(crate) fn longest_life(&self) -> std::time::Duration {
-        self.life.max_ttl.mul_f64(2.0 + self.jitter) + self.fail_safe.stale_if_error
+        let after = self.life.max_ttl.max(self.fail_safe.stale_if_error);
+        self.life.max_ttl.mul_f64(1.0 + self.jitter) + after
     }
 }

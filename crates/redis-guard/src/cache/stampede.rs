@@ -50,7 +50,10 @@ impl Stampede {
         }
     }
 
-    /// How long a request waits for another one's fill (lock on miss; default 3 s).
+    /// How long a request waits for another one's fill (lock on miss; default 3 s), then
+    /// computes on its own. With fill timeouts (`fill_timeout` of either cache) a request
+    /// waits until its fill timeout instead, and never computes on its own while the lease
+    /// holds.
     ///
     /// ```
     /// use redis_guard::cache::Stampede;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Inner, MAX_TTL, ValueCache};
+use super::{DEFAULT_MAX_TTL, Inner, MAX_TTL, ValueCache};
 use crate::cache::policy::Lifetimes;
 use crate::cache::shared::Shared;
 use crate::cache::stampede::{Random, Stampede};
@@ -31,6 +31,9 @@ pub struct ValueCacheBuilder {
     pub(super) shared: Shared,
     pub(super) namespace: String,
     pub(super) negative: Option<Duration>,
+    /// Set with [`max_ttl`](Self::max_ttl); else 1 day, or the `ttl` or `negative_ttl` when
+    /// longer.
+    pub(super) max_ttl: Option<Duration>,
 }
 
 impl ValueCacheBuilder {
@@ -54,8 +57,10 @@ impl ValueCacheBuilder {
         /// [`fill_timeout`](Self::fill_timeout)), the last good value is returned instead if
         /// it is at most `grace` past its TTL; past that, the error as without it. Values are
         /// then kept `grace` past their TTL (at least: longer when the
-        /// [`stale`](Self::stale) window is longer), every key still with a TTL. Default
-        /// zero: off. At most 10 years.
+        /// [`stale`](Self::stale) window is longer), every key still with a TTL. After a
+        /// failure the last good value is returned to every caller at once, on every
+        /// replica, and one caller a second runs the closure again in a spawned task (see the
+        /// [module docs](crate::cache#fail-safe)). Default zero: off. At most 10 years.
         ///
         /// ```
         /// use std::time::Duration;
@@ -76,8 +81,12 @@ impl ValueCacheBuilder {
     /// computation goes on in a spawned task and its value is stored when it comes. One with
     /// no such value waits until `hard`, then gets the closure's error type made from a
     /// [`FillTimeout`](crate::cache::FillTimeout) (the computation still goes on and fills
-    /// the key). The fill lock still holds: waiting callers do not start computations of
-    /// their own. Both above zero, `soft` at most `hard`, `hard` at most a day.
+    /// the key). Both count from the call's start, so no caller returns later than `hard`
+    /// (plus scheduling), whether it computed, waited, or both. The fill lock still holds: a
+    /// waiting caller waits until its own timeout (the
+    /// [`Stampede::wait`](crate::cache::Stampede::wait) does not cut it short) and never
+    /// starts a computation of its own while the lease holds. Both above zero, `soft` at
+    /// most `hard`, `hard` at most a day.
     ///
     /// ```
     /// use std::time::Duration;
@@ -91,6 +100,28 @@ impl ValueCacheBuilder {
     /// ```
     pub fn fill_timeout(mut self, soft: Duration, hard: Duration) -> Self {
         self.shared.fail_safe.timeouts = Some((soft, hard));
+        self
+    }
+
+    /// The longest TTL a value gets (default 1 day, or the [`ttl`](Self::ttl) or
+    /// [`negative_ttl`](Self::negative_ttl) when one is longer; at most 10 years): a call of
+    /// `get_or_compute` or `set` that asks for more gets this much. It also bounds how long a
+    /// tag's invalidation is remembered (its key's TTL in Redis): as long as a value under the
+    /// tag can live, `max_ttl` plus jitter plus the longer of the
+    /// [`stale`](Self::stale) window and [`stale_if_error`](Self::stale_if_error), and no
+    /// longer. [`add`](ValueCache::add) keeps its flag exactly its own TTL, whatever this says.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redis_guard::cache::{MemoryCacheStore, ValueCache};
+    /// let cache = ValueCache::builder(MemoryCacheStore::new())
+    ///     .max_ttl(Duration::from_secs(7 * 86_400)) // values may be kept a week
+    ///     .build()?;
+    /// # let _ = cache;
+    /// # Ok::<(), redis_guard::ConfigError>(())
+    /// ```
+    pub fn max_ttl(mut self, max: Duration) -> Self {
+        self.max_ttl = Some(max);
         self
     }
 
@@ -127,8 +158,9 @@ impl ValueCacheBuilder {
     ///
     /// # Errors
     ///
-    /// A `ttl` or a `negative_ttl` of zero or above 10 years, a `stale` window above 10
-    /// years, a jitter outside 0..=1, a stampede setting that cannot work, a `stale_if_error`
+    /// A `ttl` or a `negative_ttl` of zero or above 10 years (or above a `max_ttl` that is
+    /// set), a `max_ttl` of zero or above 10 years, a `stale` window above 10 years, a jitter
+    /// outside 0..=1, a stampede setting that cannot work, a `stale_if_error`
     /// above 10 years, fill timeouts that cannot work, or store settings that cannot work.
     ///
     /// ```
@@ -144,8 +176,12 @@ impl ValueCacheBuilder {
             mut shared,
             namespace,
             negative,
+            max_ttl,
         } = self;
-        shared.life.max_ttl = MAX_TTL;
+        shared.life.max_ttl = max_ttl.unwrap_or_else(|| {
+            let longest = shared.life.ttl.max(negative.unwrap_or_default());
+            DEFAULT_MAX_TTL.max(longest)
+        });
         Ok(ValueCache {
             inner: Arc::new(Inner {
                 namespace: crate::cache::store::digest([b"rg-value-1", namespace.as_bytes()]),
@@ -171,6 +207,7 @@ impl ValueCacheBuilder {
                 self.negative,
                 false,
             ),
+            ("ValueCacheBuilder::max_ttl", "max_ttl", self.max_ttl, false),
         ];
         for (setting, name, value, zero_ok) in durations {
             let Some(d) = value else { continue };
@@ -188,6 +225,28 @@ impl ValueCacheBuilder {
                     .with_setting(setting)
                     .with_debug_value(d),
                 );
+            }
+        }
+        if let Some(max) = self.max_ttl {
+            let over = [
+                ("ValueCacheBuilder::ttl", "ttl", Some(ttl)),
+                (
+                    "ValueCacheBuilder::negative_ttl",
+                    "negative_ttl",
+                    self.negative,
+                ),
+            ];
+            for (setting, name, value) in over {
+                if let Some(d) = value.filter(|d| *d > max) {
+                    return Some(
+                        ConfigError::new(
+                            ConfigErrorKind::Duration,
+                            format!("{name} {d:?} must be at most max_ttl {max:?}"),
+                        )
+                        .with_setting(setting)
+                        .with_debug_value(d),
+                    );
+                }
             }
         }
         if !(0.0..=1.0).contains(&s.jitter) {
@@ -215,6 +274,7 @@ impl std::fmt::Debug for ValueCacheBuilder {
             .field("stampede", &self.shared.stampede)
             .field("namespace", &self.namespace)
             .field("negative_ttl", &self.negative)
+            .field("max_ttl", &self.max_ttl)
             .field("fail_safe", &self.shared.fail_safe)
             .finish_non_exhaustive()
     }
@@ -270,5 +330,17 @@ mod tests {
             .negative_ttl(ten_years)
             .build();
         assert!(fine.is_ok());
+        let err = ValueCache::builder(MemoryCacheStore::new())
+            .ttl(Duration::from_secs(120))
+            .max_ttl(Duration::from_secs(60))
+            .build()
+            .unwrap_err();
+        assert_eq!(err.setting(), Some("ValueCacheBuilder::ttl"), "{err}");
+        assert!(err.to_string().contains("at most max_ttl 60s"), "{err}");
+        let err = ValueCache::builder(MemoryCacheStore::new())
+            .max_ttl(Duration::ZERO)
+            .build()
+            .unwrap_err();
+        assert_eq!(err.setting(), Some("ValueCacheBuilder::max_ttl"), "{err}");
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use http::{HeaderMap, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::time::Instant;
 
 use crate::backend::LockGuard;
 use crate::cache::entry::{Entry, Kind, encode};
@@ -49,28 +50,36 @@ where
     match job.call.look().await {
         Look::Fresh(entry, now) => match parse(&entry) {
             Some(value) if !job.call.early(&entry, now) => Ok(value),
-            Some(value) => job.fetch(Some(now), None, Some(value)).await,
+            Some(value) => {
+                job.fetch(Some(now), None, Some(value), Instant::now())
+                    .await
+            }
             None => job.miss(now, None).await,
         },
         Look::Stale(entry, now) => match parse(&entry) {
             Some(value) => {
-                let Job { call, fill, f } = job;
-                let refresh = move |call: Call, now| async move {
-                    if let Err(e) = compute(&call, &fill, f, Some(now)).await {
-                        tracing::warn!(key = %call.digest, error = ?e, "refreshing a stale value failed: it stays until its stale window ends");
-                    }
-                };
-                call.refresh_with(refresh).await;
+                job.refresh().await;
                 Ok(value)
             }
             None => job.miss(now, None).await,
+        },
+        Look::Failing { entry, at, due } => match parse(&entry) {
+            Some(value) => {
+                if due {
+                    // One caller per interval tries again, in the background.
+                    job.refresh().await;
+                }
+                tracing::debug!(key = %entry.digest, "the last computation failed: returning the stale copy (stale_if_error)");
+                Ok(value)
+            }
+            None => job.miss(at, None).await,
         },
         Look::Expired(entry, now) => {
             let copy = parse(&entry);
             job.miss(now, copy).await
         }
         Look::Pass(now) | Look::Absent(now) => job.miss(now, None).await,
-        Look::Failed(_) => job.fetch(None, None, None).await,
+        Look::Failed(_) => job.fetch(None, None, None, Instant::now()).await,
     }
 }
 
@@ -88,47 +97,71 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<T, E>> + Send + 'static,
 {
+    /// Recomputes in a spawned task when this caller takes the key's lease (stale while
+    /// revalidate, or the due retry of a failing closure); a failure is logged, and recorded
+    /// when a copy stands in (`stale_if_error`).
+    async fn refresh(self) {
+        let Job { call, fill, f } = self;
+        let kept = !call.fail_safe().stale_if_error.is_zero();
+        let refresh = move |call: Call, now| async move {
+            if let Err(e) = attempt(&call, &fill, f, Some(now), kept).await {
+                tracing::warn!(key = %call.digest, error = ?e, "recomputing a stale value failed: the copy stays until its window ends");
+            }
+        };
+        call.refresh_with(refresh).await;
+    }
+
     /// A miss: XFetch computes at once; lock on miss computes under the lease, or waits for
-    /// the caller that holds it and reads its fill (with a `copy`, at most the soft fill
-    /// timeout; without, at most the hard one).
+    /// the caller that holds it and reads its fill (with a `copy`, until the soft fill
+    /// timeout; without, until the hard one). The timeout counts from the call's start,
+    /// whether it waits, computes, or both.
     async fn miss(self, now: u64, copy: Option<T>) -> Result<T, E> {
+        let since = Instant::now();
         if self.call.shared.stampede.xfetch.is_some() {
-            return self.fetch(Some(now), None, copy).await;
+            return self.fetch(Some(now), None, copy, since).await;
         }
-        let bound = self.call.fail_safe().patience(copy.is_some());
+        let fail_safe = self.call.fail_safe();
+        let deadline = fail_safe.deadline(copy.is_some(), since);
         let usable = |entry: &Entry| serde_json::from_slice::<T>(&entry.body).is_ok();
-        match self.call.wait(now, bound, usable).await {
+        match self.call.wait(now, deadline, usable).await {
             Waited::Lease { guard, at, copy } => {
                 let copy = copy.and_then(|entry| parse(&entry));
-                self.fetch(Some(at), Some(guard), copy).await
+                self.fetch(Some(at), Some(guard), copy, since).await
             }
-            Waited::Filled(entry, at) => match parse(&entry) {
+            Waited::Filled(entry, at) | Waited::Rescued(entry, at) => match parse(&entry) {
                 Some(value) => Ok(value),
-                None => self.fetch(Some(at), None, copy).await,
+                None => self.fetch(Some(at), None, copy, since).await,
             },
-            Waited::GaveUp => stand_in(copy, bound.unwrap_or_default()),
-            Waited::Alone(at) => self.fetch(at, None, copy).await,
+            Waited::GaveUp => {
+                let after = fail_safe.patience(copy.is_some()).unwrap_or_default();
+                stand_in(copy, after)
+            }
+            Waited::Alone(at) => self.fetch(at, None, copy, since).await,
         }
     }
 
     /// Computes (see [`compute`]) under `guard` when this caller holds the lease (released
     /// when the computation ends). With fill timeouts the computation runs in a spawned task
-    /// that the caller stops waiting for at the soft timeout (with a `copy`) or the hard one.
-    /// With a `copy`, the closure's error is answered with the copy.
+    /// that the caller stops waiting for at the soft timeout (with a `copy`) or the hard one,
+    /// counted from `since` (the call's start). With a `copy`, the closure's error is answered
+    /// with the copy.
     async fn fetch(
         self,
         started: Option<u64>,
         guard: Option<LockGuard>,
         copy: Option<T>,
+        since: Instant,
     ) -> Result<T, E> {
-        let patience = self.call.fail_safe().patience(copy.is_some());
+        let fail_safe = self.call.fail_safe();
+        let patience = fail_safe.patience(copy.is_some());
+        let deadline = fail_safe.deadline(copy.is_some(), since);
         let Self { call, fill, f } = self;
         let key = call.digest.clone();
-        let job = holding(
-            guard,
-            async move { compute(&call, &fill, f, started).await },
-        );
-        let Some(value) = patiently(&key, patience, job).await else {
+        let kept = copy.is_some();
+        let job = holding(guard, async move {
+            attempt(&call, &fill, f, started, kept).await
+        });
+        let Some(value) = patiently(&key, deadline, job).await else {
             return stand_in(copy, patience.unwrap_or_default());
         };
         match (value, copy) {
@@ -145,6 +178,28 @@ where
 /// timeout as the closure's error.
 fn stand_in<T, E: From<FillTimeout>>(copy: Option<T>, after: Duration) -> Result<T, E> {
     copy.ok_or_else(|| FillTimeout { after }.into())
+}
+
+/// [`compute`]; when a copy is `kept` and the closure failed, records the failure before the
+/// lease goes back, so that the next callers get the copy at once instead of queueing behind
+/// the closure.
+async fn attempt<T, E, F, Fut>(
+    call: &Call,
+    fill: &Fill,
+    f: F,
+    started: Option<u64>,
+    kept: bool,
+) -> Result<T, E>
+where
+    T: Serialize,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let value = compute(call, fill, f, started).await;
+    if kept && value.is_err() {
+        call.failed().await;
+    }
+    value
 }
 
 /// Runs `f`; keeps its value when `started` (the store's time when the key was read) is known.

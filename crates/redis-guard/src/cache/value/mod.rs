@@ -26,6 +26,9 @@ use crate::backend::BackendError;
 /// The longest TTL and stale window a value cache takes: 10 years.
 const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 86_400);
 
+/// The longest TTL a value gets unless the builder says otherwise: a day.
+const DEFAULT_MAX_TTL: Duration = Duration::from_secs(86_400);
+
 /// A cache of values in a [`CacheStore`] (Redis, shared by every replica, or this process):
 /// [`get_or_compute`](Self::get_or_compute) is Laravel's `Cache::remember` and Django's
 /// `cache.get_or_set`, with one computation for a crowd of callers on every replica. See the
@@ -94,6 +97,7 @@ impl ValueCache {
             },
             namespace: String::new(),
             negative: None,
+            max_ttl: None,
         }
     }
 
@@ -101,7 +105,8 @@ impl ValueCache {
     /// every concurrent caller on every replica sharing the store (lock on miss), or early
     /// (XFetch); a stale value (inside [`stale`](ValueCacheBuilder::stale)) is returned at once
     /// while one caller recomputes it in a spawned task. `ttl` (`None`: the builder's
-    /// [`ttl`](ValueCacheBuilder::ttl), 60 s; at most 10 years) plus jitter is how long it
+    /// [`ttl`](ValueCacheBuilder::ttl), 60 s; at most the builder's
+    /// [`max_ttl`](ValueCacheBuilder::max_ttl), 1 day by default) plus jitter is how long it
     /// stays fresh.
     ///
     /// The closure's error is returned to this caller and never cached (callers waiting for
@@ -221,12 +226,17 @@ impl ValueCache {
         match self.call(key.as_ref()).look().await {
             Look::Fresh(entry, _) => Ok(parse(&entry)),
             Look::Failed(e) => Err(e),
-            Look::Stale(..) | Look::Expired(..) | Look::Pass(_) | Look::Absent(_) => Ok(None),
+            Look::Stale(..)
+            | Look::Expired(..)
+            | Look::Failing { .. }
+            | Look::Pass(_)
+            | Look::Absent(_) => Ok(None),
         }
     }
 
     /// Stores `value` under `key` for `ttl` (plus jitter; `None`: the builder's
-    /// [`ttl`](ValueCacheBuilder::ttl)), then its stale window, replacing what it held (a
+    /// [`ttl`](ValueCacheBuilder::ttl); at most its [`max_ttl`](ValueCacheBuilder::max_ttl)),
+    /// then its stale window, replacing what it held (a
     /// `null` too). The value carries no tags. See [`get`](Self::get).
     ///
     /// # Errors
@@ -244,8 +254,10 @@ impl ValueCache {
 
     /// Stores `value` under `key` for exactly `ttl` only if the key holds nothing (`SET NX`
     /// with a TTL, in one command): `true` for the first caller only, on every replica
-    /// sharing the store. No jitter and no stale window: the idempotency flag of the seed
-    /// ("send the invoice e-mail once").
+    /// sharing the store. No jitter, no stale window, and not kept for
+    /// [`stale_if_error`](ValueCacheBuilder::stale_if_error): once `ttl` has passed, `add`
+    /// succeeds again (at most 10 years). An idempotency flag ("send the invoice e-mail
+    /// once").
     ///
     /// ```
     /// use std::time::Duration;
@@ -332,11 +344,13 @@ impl ValueCache {
         shared.store.0.invalidate(&tag, self.longest_life()).await
     }
 
-    /// How long a tag's invalidation is remembered: the longest a value lives.
+    /// How long a tag's invalidation is remembered: the longest a value under it lives
+    /// (`max_ttl` plus jitter, then the longer of the stale window and `stale_if_error`), and
+    /// no longer.
     fn longest_life(&self) -> Duration {
         let shared = &self.inner.shared;
         let after = shared.life.stale.max(shared.fail_safe.stale_if_error);
-        MAX_TTL.mul_f64(1.0 + shared.jitter) + after
+        shared.life.max_ttl.mul_f64(1.0 + shared.jitter) + after
     }
 
     /// One call's work on `key`: the settings and the key's digest.
@@ -347,9 +361,10 @@ impl ValueCache {
         }
     }
 
-    /// A call's TTL: the builder's when `None`, at most 10 years.
+    /// A call's TTL: the builder's when `None`, at most `max_ttl`.
     fn ttl(&self, ttl: Option<Duration>) -> Duration {
-        ttl.unwrap_or(self.inner.shared.life.ttl).min(MAX_TTL)
+        let shared = &self.inner.shared;
+        ttl.unwrap_or(shared.life.ttl).min(shared.life.max_ttl)
     }
 
     /// The write of `set` (`lasting`: jitter and stale window) or `add` (exactly `ttl`).
@@ -362,11 +377,19 @@ impl ValueCache {
     ) -> Result<(Call, super::store::Write), BackendError> {
         let json = serde_json::to_vec(value).map_err(|e| BackendError::Encode(Arc::new(e)))?;
         let call = self.call(key);
-        let ttl = self.ttl(ttl);
+        // A flag carries no tags: its TTL is its own, up to 10 years.
+        let ttl = match ttl {
+            Some(ttl) if !lasting => ttl.min(MAX_TTL),
+            ttl => self.ttl(ttl),
+        };
         let mut write = value_write(&call, &[], &json, ttl, call.shared.life.stale, NOW);
         if !lasting {
+            // A flag lives exactly its TTL: `get` says it is gone then, and `add` agrees. No
+            // jitter, no stale window, no `stale_if_error` (a flag never stands in for a
+            // failing computation).
             write.fresh = ttl;
             write.stale = Duration::ZERO;
+            write.grace = Duration::ZERO;
         }
         Ok((call, write))
     }
@@ -383,6 +406,7 @@ impl fmt::Debug for ValueCache {
             .field("stampede", &s.stampede)
             .field("namespace", &self.inner.name)
             .field("negative_ttl", &self.inner.negative)
+            .field("max_ttl", &s.life.max_ttl)
             .finish()
     }
 }
