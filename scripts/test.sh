@@ -98,6 +98,51 @@ done
 say "cargo doc -D warnings"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 
+# The published crate: its files (both licences and its own README among them), then the
+# package built from them alone, as `cargo publish` would upload it.
+say "cargo package -p redis-guard"
+packaged=$(cargo package -p redis-guard --list --allow-dirty)
+for file in LICENSE-MIT LICENSE-APACHE README.md Cargo.toml src/lib.rs; do
+  if ! grep -qx "$file" <<<"$packaged"; then
+    echo "the packaged redis-guard crate lacks $file; it has:" >&2
+    printf '%s\n' "$packaged" >&2
+    exit 1
+  fi
+done
+cargo package -p redis-guard --allow-dirty --quiet
+cargo publish --dry-run -p redis-guard --allow-dirty --quiet
+
+# rust-version: this machine has one toolchain, so the declared minimum is checked by what
+# that toolchain can tell: clippy's `incompatible_msrv` lint (above) flags standard-library
+# items newer than it, and here no dependency of the library may need a newer Rust.
+say "rust-version of redis-guard's dependencies"
+host=$(rustc -vV | sed -n 's/^host: //p')
+cargo metadata --format-version 1 --all-features --filter-platform "$host" | python3 -c '
+import json, sys
+meta = json.load(sys.stdin)
+pkgs = {p["id"]: p for p in meta["packages"]}
+nodes = {n["id"]: n for n in meta["resolve"]["nodes"]}
+root = next(p for p in meta["packages"] if p["name"] == "redis-guard")
+def version(v):
+    return tuple(int(x) for x in (v or "0").split("."))
+msrv = version(root["rust_version"])
+seen, todo, bad = set(), [root["id"]], []
+while todo:
+    node = nodes[todo.pop()]
+    for dep in node["deps"]:
+        if not any(k["kind"] in (None, "build") for k in dep["dep_kinds"]) or dep["pkg"] in seen:
+            continue
+        seen.add(dep["pkg"])
+        todo.append(dep["pkg"])
+        need = pkgs[dep["pkg"]].get("rust_version")
+        if need and version(need) > msrv:
+            bad.append(pkgs[dep["pkg"]]["name"] + " " + need)
+if bad:
+    sys.exit("redis-guard declares rust-version %s, but these need more: %s"
+             % (root["rust_version"], ", ".join(sorted(bad))))
+print("%d dependencies, none needs more than Rust %s" % (len(seen), root["rust_version"]))
+'
+
 # The already-built test binaries, one "directory<TAB>binary" a line. `all`: every one of the
 # workspace. `redis`: those of the suites that start Redis: the library's own tests, the shared
 # suites (tests/), the test kit's cluster test and the examples' end-to-end and fault tests (a

@@ -1,4 +1,4 @@
-//! Sessions users manage (issue 12): the metadata each session keeps (handle, client address,
+//! Sessions users manage: the metadata each session keeps (handle, client address,
 //! user agent, created and last seen), listing a user's sessions, revoking one of them or all
 //! but the current one, and a session's own lifetimes ("remember me"). Every scenario runs on
 //! the memory store, on Redis through a `ConnectionManager` and a `bb8` pool, and on a 3-master
@@ -700,7 +700,7 @@ async fn requests_within_the_interval_write_nothing(h: Harness) {
     assert_eq!(list(&c, &mut d).await[0].ip, "192.0.2.78");
 }
 
-/// Issue 20, item 11: a client whose address and user agent change while it only reads shows
+/// A client whose address and user agent change while it only reads shows
 /// them once the last-seen interval has passed (not within it); the atomic helpers record them
 /// as every write does.
 async fn the_device_follows_the_client_on_loads_and_atomic_helpers(h: Harness) {

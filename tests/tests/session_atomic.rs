@@ -573,7 +573,7 @@ async fn csrf_refusals_are_403_and_write_nothing(h: Harness) {
     assert_eq!(after.get("note"), Some(json("hello world").as_str()));
 }
 
-/// Issue 20, item 9: a CSRF extractor on a safe method is a refusal, never a pass (even with the
+/// A CSRF extractor on a safe method is a refusal, never a pass (even with the
 /// right token), and `CsrfForm` reads the body only, never the query string.
 async fn csrf_extractors_refuse_safe_methods_and_never_read_the_query(h: Harness) {
     let addr = serve(&h, 1).await;
@@ -637,7 +637,7 @@ async fn csrf_extractors_refuse_safe_methods_and_never_read_the_query(h: Harness
     assert_eq!((r.status, r.body.as_str()), (200, "body"), "{r:?}");
 }
 
-/// Issue 20, item 10: a privilege change (`cycle_id`, `set_user`) draws a new CSRF token; the
+/// A privilege change (`cycle_id`, `set_user`) draws a new CSRF token; the
 /// one handed out before is refused after it.
 async fn a_privilege_change_draws_a_new_csrf_token(h: Harness) {
     let addr = serve(&h, 1).await;

@@ -1,4 +1,4 @@
-//! Session reads without a script (issue 21, item 4): a load whose idle refresh is not due is
+//! Session reads without a script: a load whose idle refresh is not due is
 //! `HGETALL` + `PTTL` in one round trip, validity taken from Redis's own key expiry; only a due
 //! load runs the load script, which slides the TTL. Counted with `MONITOR` (on every node of
 //! the cluster), through a real app over HTTP, on Redis, a `bb8` pool and the cluster.

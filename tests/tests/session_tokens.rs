@@ -1,4 +1,4 @@
-//! Header-token sessions (issue 12, item 5) end to end over real sockets, on the memory store,
+//! Header-token sessions end to end over real sockets, on the memory store,
 //! Redis (`ConnectionManager` and `bb8`) and a Redis Cluster: one app, two route trees sharing
 //! one store, `/api/…` behind a `Transport::bearer()` layer and `/web/…` behind the cookie
 //! layer. The client writes raw HTTP/1.1, so it can send what real clients send by mistake

@@ -504,7 +504,7 @@ async fn listed(store: &Arc<dyn SessionStore>, user: &str) -> Vec<String> {
         .collect()
 }
 
-/// Issue 7, item 9: `cycle_id` on a logged-in session must move its index entry along, or
+/// `cycle_id` on a logged-in session must move its index entry along, or
 /// "log out everywhere" misses the rotated session.
 async fn a_rotated_session_is_still_revoked(h: Harness) {
     let c = Client::new(&h).await;
@@ -530,7 +530,7 @@ async fn a_rotated_session_is_still_revoked(h: Harness) {
     assert!(listed(&store, "erin").await.is_empty());
 }
 
-/// Issue 7, item 12: destroyed and rotated sessions must not count towards the per-user cap.
+/// Destroyed and rotated sessions must not count towards the per-user cap.
 async fn the_per_user_cap_counts_only_live_sessions(h: Harness) {
     let c = Client::with_store(h.session_store().await, Hooks::default(), |b| {
         b.max_sessions_per_user(2)
@@ -555,7 +555,7 @@ async fn the_per_user_cap_counts_only_live_sessions(h: Harness) {
     assert_eq!(listed(&store, "frank").await.len(), 2);
 }
 
-/// Issue 7, item 10: a session indexed while a revocation runs is either revoked by it or stays
+/// A session indexed while a revocation runs is either revoked by it or stays
 /// in the index, so a later revocation reaches it. Driven through the store's test seam, which
 /// runs a login between the revocation's steps.
 async fn a_login_during_revocation_stays_revocable(h: Harness) {
@@ -600,7 +600,7 @@ async fn a_login_during_revocation_stays_revocable(h: Harness) {
     );
 }
 
-/// Issue 7, item 2: user ids are bounded.
+/// User ids are bounded.
 async fn overlong_user_ids_are_refused(h: Harness) {
     let c = Client::new(&h).await;
     let long = "u".repeat(257);
@@ -635,7 +635,7 @@ fn lenient(h: &Harness, store: Arc<dyn SessionStore>) -> Client {
     })
 }
 
-/// Issue 7, item 13: after a failed load, `ContinueWithoutSession` drops writes: no new session,
+/// After a failed load, `ContinueWithoutSession` drops writes: no new session,
 /// no `Set-Cookie` replacing the user's cookie.
 async fn a_failed_load_writes_nothing_and_keeps_the_cookie(h: Harness) {
     let c = lenient(&h, h.session_store().await);
@@ -657,7 +657,7 @@ async fn a_failed_load_writes_nothing_and_keeps_the_cookie(h: Harness) {
     assert_eq!(h.keys().await, before, "nothing written");
 }
 
-/// Issue 7, item 14: a failed idle refresh never replaces the handler's response; a failed save
+/// A failed idle refresh never replaces the handler's response; a failed save
 /// of changed data is a 503 under `ServiceUnavailable` (the handler believes it stored them).
 async fn a_failed_refresh_keeps_the_response_a_failed_save_does_not(h: Harness) {
     let strict = Client::new(&h).await;
@@ -697,7 +697,7 @@ async fn a_failed_refresh_keeps_the_response_a_failed_save_does_not(h: Harness) 
     }
 }
 
-/// Issue 7, item 15: a well-formed id planted before the real one (by a sibling subdomain) does
+/// A well-formed id planted before the real one (by a sibling subdomain) does
 /// not shadow it, and a non-ASCII cookie of someone else does not hide ours.
 async fn a_planted_or_foreign_cookie_does_not_shadow_ours(h: Harness) {
     let c = Client::new(&h).await;
@@ -729,7 +729,7 @@ async fn a_planted_or_foreign_cookie_does_not_shadow_ours(h: Harness) {
     );
 }
 
-/// Issue 7, item 16: a response that sets the session cookie is never cacheable by a shared
+/// A response that sets the session cookie is never cacheable by a shared
 /// cache, whatever the handler said.
 async fn responses_setting_the_cookie_are_private(h: Harness) {
     let c = Client::new(&h).await;
@@ -776,7 +776,7 @@ backend_suite!(
 backend_suite!(standalone_only: round_trips_per_request);
 
 /// A read-only request slides the idle timeout (the key's TTL goes back up), except within 1 %
-/// of the idle timeout of the last use, when it writes nothing at all (issue 9: most reads are
+/// of the idle timeout of the last use, when it writes nothing at all (most reads are
 /// then one HMGET + HGETALL, nothing to write or replicate).
 #[tokio::test]
 async fn idle_ttl_goes_back_up_on_a_read_only_request() {
@@ -834,7 +834,7 @@ async fn redis_down_is_a_503_or_no_session_never_a_hang() {
     let r = send(&strict, "/get/name", Some(&id)).await;
     assert_eq!(r.status, 503);
     assert_eq!(r.header("retry-after"), "1");
-    // The layer's own answer is a problem document, as the limiter's (issue 22, item 3).
+    // The layer's own answer is a problem document, as the limiter's.
     assert_eq!(r.header("content-type"), "application/problem+json");
     assert_eq!(
         r.body,
@@ -877,7 +877,7 @@ async fn redis_down_is_a_503_or_no_session_never_a_hang() {
     );
 }
 
-/// Issue 7, item 8: a zero Redis timeout (every call would fail at once) fails at build.
+/// A zero Redis timeout (every call would fail at once) fails at build.
 #[tokio::test]
 async fn a_zero_redis_timeout_fails_at_build() {
     let h = Harness::redis().await;
@@ -936,7 +936,7 @@ async fn concurrent_loads_coalesce_into_few_script_calls() {
     );
 }
 
-/// Saves are coalesced as loads are (issue 21, item 4): 200 concurrent requests, each setting a
+/// Saves are coalesced as loads are: 200 concurrent requests, each setting a
 /// field of its own on one of two sessions, whose saves queue behind a Redis that pauses writes,
 /// take a handful of `EVALSHA`s, not 200, and every field is there afterwards: no write lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -988,7 +988,7 @@ async fn concurrent_saves_coalesce_into_few_script_calls() {
     }
 }
 
-/// Issue 20, item 8: a flood of cookie-less requests that each create an anonymous session
+/// A flood of cookie-less requests that each create an anonymous session
 /// fills a small memory store far past its capacity; it evicts sessions that never had a user
 /// before any logged-in one, so every user stays logged in.
 #[tokio::test]

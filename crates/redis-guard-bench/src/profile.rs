@@ -1,4 +1,4 @@
-//! The in-process profile (issue 21, item 3): instructions per request of each in-memory stack,
+//! The in-process profile: instructions per request of each in-memory stack,
 //! counted by callgrind, with no sockets and no Redis.
 //!
 //! Each [`Stack`] is the app of a harness variant (the same [`Variant::app`]) or, for

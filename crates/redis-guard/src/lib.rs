@@ -12,15 +12,19 @@
 //!   in process.
 //! - [`cache`]: [`CacheLayer`](cache::CacheLayer) caches `GET` responses in Redis (or in
 //!   process) with a TTL on every key, stampede protection (lock on miss or XFetch, stale
-//!   while revalidate) and invalidation by tag.
+//!   while revalidate) and invalidation by tag; [`ValueCache`](cache::ValueCache) does the same
+//!   for values (`get_or_compute`, `add`, tags), one computation for a crowd of callers on
+//!   every replica.
 //! - [`idempotency`] (feature `idempotency`): [`IdempotencyLayer`](idempotency::IdempotencyLayer)
 //!   runs a `POST` with an `Idempotency-Key` once and replays its stored response to a retry,
 //!   on every replica (`409` while it runs, `422` for a key reused on another request).
 //! - [`client_ip`]: the client's address behind the proxies you trust, as the limiter keys on it
 //!   and the sessions record it.
-//! - [`telemetry`]: what both report, through `tracing` and the `metrics` facade.
-//! - [`backend`]: the engine under both: [`RedisBackend`](backend::RedisBackend) (connection,
-//!   key prefix, timeout, scripts), one error type, and the in-process backends' clock.
+//! - [`telemetry`]: what every layer reports, through `tracing` and the `metrics` facade.
+//! - [`backend`]: the engine under every layer: [`RedisBackend`](backend::RedisBackend)
+//!   (connection, key prefix, timeout, scripts), one error type, the in-process backends' clock,
+//!   and [`Lock`](backend::Lock), a distributed lock (a token per holder, compare-and-delete
+//!   release, an expiring lease).
 //! - [`ConfigError`]: the one error of every builder (and of parsing a
 //!   [`Quota`](rate_limit::Quota)): what is wrong, in which rule or setting, with which value.
 //!
@@ -29,7 +33,7 @@
 //!
 //! ## Quick start
 //!
-//! Both layers on an axum router, in process (swap in [`RedisLimiter`](rate_limit::RedisLimiter)
+//! Two of the layers on an axum router, in process (swap in [`RedisLimiter`](rate_limit::RedisLimiter)
 //! and [`RedisSessionStore`](session::RedisSessionStore) on a
 //! [`RedisBackend`](backend::RedisBackend) to share state between replicas):
 //!
@@ -135,6 +139,9 @@ pub mod session;
 mod doc_files {
     #[doc = include_str!("../../../README.md")]
     struct Readme;
+
+    #[doc = include_str!("../README.md")]
+    struct CrateReadme;
 
     #[doc = include_str!("../../../docs/guide.md")]
     struct Guide;

@@ -1,5 +1,5 @@
-//! `bench`: every variant against the same route, alternating, one table (design §7, issue 9);
-//! `--scripts`: Redis CPU per script call and per decision (issue 21).
+//! `bench`: every variant against the same route, alternating, one table;
+//! `--scripts`: Redis CPU per script call and per decision.
 //!
 //! ```sh
 //! cargo run --release -p redis-guard-bench --bin bench -- --duration 5s --rounds 3 --out docs/benchmarks

@@ -1,5 +1,4 @@
-//! `profile`: callgrind instructions per request of the in-memory stacks, in process, no sockets
-//! (issue 21, item 3).
+//! `profile`: callgrind instructions per request of the in-memory stacks, in process, no sockets.
 //!
 //! ```sh
 //! cargo build --release -p redis-guard-bench --bin profile

@@ -1,5 +1,5 @@
 //! Throughput side by side: every variant against the same route, the same Redis, the same
-//! machine, alternating (design §7, issue 9).
+//! machine, alternating.
 //!
 //! [`run`] starts a private `redis-server` (and a 3-master cluster when `redis-cluster` is
 //! selected), serves each [`Variant`] on its own loopback port, then for each round runs every

@@ -1,5 +1,5 @@
 //! `bench --scripts`: what one script call and one decision cost Redis, with no HTTP and no
-//! load generator in the way (issue 21, item 6).
+//! load generator in the way.
 //!
 //! [`run`] starts an idle `redis-server` of its own and, for each [`Script`] and each batch of
 //! [`BATCHES`], makes [`ScriptsOptions::calls`] script calls that carry `batch` decisions each,

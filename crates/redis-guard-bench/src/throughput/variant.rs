@@ -27,7 +27,7 @@ use crate::session_race::{redis_guard_session_layer, tower_sessions_layer};
 /// every request of the run is admitted and the limiter's cost is what is measured.
 pub const HIGH_QUOTA_PER_SECOND: u32 = 1_000_000;
 
-/// The window of the hand-rolled `INCR` + `EXPIRE` counter (the seeds' recipe: 60 s).
+/// The window of the hand-rolled `INCR` + `EXPIRE` counter (the usual recipe: 60 s).
 const SEEDS_WINDOW_SECONDS: i64 = 60;
 
 /// The bb8 pool size of the `redis-bb8` variant.
@@ -50,7 +50,7 @@ pub enum Variant {
     /// (`RateLimitLayerBuilder::rate_limit_headers(false)`): beside [`Memory`](Self::Memory) and
     /// [`Governor`](Self::Governor), it tells the headers' cost from the decision's.
     MemoryNoHeaders,
-    /// The seeds' hand-rolled `INCR`, then `EXPIRE` on the first hit, in the handler.
+    /// The usual hand-rolled `INCR`, then `EXPIRE` on the first hit, in the handler.
     IncrExpire,
     /// redis-guard's `RedisLimiter` on a multiplexed `ConnectionManager`, GCRA, high quota.
     Redis,
@@ -161,7 +161,7 @@ impl Variant {
                  (`rate_limit_headers(false)`): no `RateLimit-Policy` or `RateLimit` to write"
             }
             Self::IncrExpire => {
-                "the seeds' recipe in the handler: `INCR rl:<ip>`, then `EXPIRE … 60` when the count is 1, \
+                "the usual recipe in the handler: `INCR rl:<ip>`, then `EXPIRE … 60` when the count is 1, \
                  through a redis-rs `ConnectionManager`"
             }
             Self::Redis => {
@@ -402,9 +402,9 @@ fn limit(
         .map_err(|e| format!("rate-limit layer: {e}"))
 }
 
-/// The seeds' recipe: count in a fixed window with `INCR`, start the window with `EXPIRE` when
+/// The usual recipe: count in a fixed window with `INCR`, start the window with `EXPIRE` when
 /// the count is 1. Two round trips on a key's first hit, one afterwards; not atomic (a crash
-/// between the two leaves a counter without a TTL), which is what the seeds' readers do.
+/// between the two leaves a counter without a TTL), which is what most hand-written limiters do.
 async fn incr_expire(
     State(mut conn): State<ConnectionManager>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,

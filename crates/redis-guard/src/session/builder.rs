@@ -328,7 +328,7 @@ mod tests {
         f(SessionLayer::builder(MemorySessionStore::new())).build()
     }
 
-    /// Issue 7, item 8: lifetimes that overflow the store's clock, or make no sense, fail at
+    /// Lifetimes that overflow the store's clock, or make no sense, fail at
     /// build with the bad value in the message.
     #[test]
     fn lifetimes_are_validated() {
@@ -349,7 +349,7 @@ mod tests {
         assert!(build(|b| b.max_lifetime(ten_years)).is_ok());
     }
 
-    /// Issue 22, item 2: a bad setting is named, with its value, for callers that branch.
+    /// A bad setting is named, with its value, for callers that branch.
     #[test]
     fn errors_name_the_setting_and_its_value() {
         type Set = fn(SessionLayerBuilder) -> SessionLayerBuilder;
@@ -393,7 +393,7 @@ mod tests {
         );
     }
 
-    /// Issue 22, item 5: the cookie's name and attributes are set on the one transport
+    /// The cookie's name and attributes are set on the one transport
     /// setter; a header transport with cookie attributes refuses to build, a bad cookie still
     /// fails as a cookie problem.
     #[tokio::test]

@@ -275,7 +275,7 @@ mod tests {
         assert!(c.validate().is_ok());
     }
 
-    /// Issue 7, item 15: with `Secure` (the default) the cookie is `__Host-id`, which a sibling
+    /// With `Secure` (the default) the cookie is `__Host-id`, which a sibling
     /// subdomain cannot plant or overwrite.
     #[test]
     fn secure_cookies_default_to_the_host_prefix() {

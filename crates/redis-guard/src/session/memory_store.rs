@@ -286,7 +286,7 @@ mod tests {
         c
     }
 
-    /// Issue 7, item 11: filling the store far past its bound costs bounded work per insert, the
+    /// Filling the store far past its bound costs bounded work per insert, the
     /// table never exceeds the bound, and the user index holds no evicted session.
     #[test]
     fn eviction_is_bounded_work_and_prunes_the_user_index() {

@@ -1,5 +1,5 @@
 //! Loading a session from Redis: plain reads while no refresh is due, the load script when one
-//! is (issue 21: session reads without a script).
+//! is.
 //!
 //! A load first sends `HGETALL key` and `PTTL key` as one pipeline (one round trip, no script).
 //! The key's TTL is what decides validity: every write that marks a use (`touch` in

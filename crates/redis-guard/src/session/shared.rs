@@ -119,7 +119,7 @@ mod tests {
         assert_eq!(ua(b"   "), None);
     }
 
-    /// Issue 22, item 6: sessions read the client's address with the limiter's `ClientIp`
+    /// Sessions read the client's address with the limiter's `ClientIp`
     /// (`redis_guard::client_ip`), with or without the `rate-limit` feature: the peer by
     /// default, the trusted proxies' forwarding header when given, nothing without a peer.
     #[test]

@@ -35,7 +35,7 @@ fn read(t: &Transport, name: &str, values: &[&[u8]]) -> Option<SessionId> {
     }
 }
 
-/// Issue 12, item 5: a well-formed bearer token is read; everything else is no token.
+/// A well-formed bearer token is read; everything else is no token.
 #[test]
 fn bearer_tokens_are_read_strictly() {
     let id = SessionId::generate().unwrap();
