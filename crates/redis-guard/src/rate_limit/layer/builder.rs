@@ -63,10 +63,7 @@ impl RateLimitLayerBuilder {
 
     /// Adds a fully specified [`Rule`], keyed by `extractor`.
     pub fn rule_with(mut self, rule: Rule, extractor: impl KeyExtractor) -> Self {
-        self.config.rules.push(LayerRule {
-            rule: Arc::new(rule),
-            extractor: Arc::new(extractor),
-        });
+        self.config.rules.push(LayerRule::new(rule, extractor));
         self
     }
 
@@ -89,6 +86,7 @@ impl RateLimitLayerBuilder {
         quotas: &[Quota],
         algorithm: Algorithm,
     ) -> Self {
+        let client_ip = LayerRule::client_ip_of(&extractor);
         let extractor: Arc<dyn KeyExtractor> = Arc::new(extractor);
         for (quota, algorithm) in quotas
             .iter()
@@ -99,6 +97,7 @@ impl RateLimitLayerBuilder {
             self.config.rules.push(LayerRule {
                 rule: Arc::new(rule),
                 extractor: Arc::clone(&extractor),
+                client_ip: client_ip.clone(),
             });
         }
         self
@@ -136,7 +135,7 @@ impl RateLimitLayerBuilder {
         }
         let candidate = LayerRule {
             rule: Arc::new(shadow),
-            extractor: Arc::clone(&of.extractor),
+            ..of.clone()
         };
         self.config.rules.push(candidate);
         self
