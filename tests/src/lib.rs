@@ -86,7 +86,7 @@ pub struct Harness {
     clock: ManualClock,
     memory: MemoryLimiter,
     sessions: MemorySessionStore,
-    locks: redis_guard::backend::Lock,
+    locks: Lock,
     caches: MemoryCacheStore,
     idempotency: IdempotencyStore,
     server: Option<RedisServer>,
@@ -250,9 +250,9 @@ impl Harness {
         }
     }
 
-    /// A [`Lock`](redis_guard::backend::Lock) instance sharing its locks with every other one of
+    /// A [`Lock`] instance sharing its locks with every other one of
     /// this harness (for Redis: a new connection; in memory: one table on the harness' clock).
-    pub async fn lock(&self) -> redis_guard::backend::Lock {
+    pub async fn lock(&self) -> Lock {
         match self.kind {
             Kind::Memory => self.locks.clone(),
             _ => Lock::new(RedisLockStore::new(self.backend().await)),
