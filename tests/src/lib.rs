@@ -12,11 +12,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
-use redis_guard::backend::{Clock, ManualClock, RedisBackend, RedisConnection};
+use redis_guard::backend::{
+    Clock, Lock, ManualClock, MemoryLockStore, RedisBackend, RedisConnection, RedisLockStore,
+};
 use redis_guard::cache::{
     CacheLayer, CacheLayerBuilder, MemoryCacheStore, RedisCacheStore, ValueCache, ValueCacheBuilder,
 };
-use redis_guard::idempotency::IdempotencyStore;
+use redis_guard::idempotency::{IdempotencyStore, MemoryIdempotencyStore, RedisIdempotencyStore};
 use redis_guard::rate_limit::{Algorithm, Limiter, MemoryLimiter, RedisLimiter};
 use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionError, SessionStore};
 use redis_guard_testkit::{RedisCluster, RedisSentinels, RedisServer, unique_prefix};
@@ -84,7 +86,7 @@ pub struct Harness {
     clock: ManualClock,
     memory: MemoryLimiter,
     sessions: MemorySessionStore,
-    locks: redis_guard::backend::Lock,
+    locks: Lock,
     caches: MemoryCacheStore,
     idempotency: IdempotencyStore,
     server: Option<RedisServer>,
@@ -107,13 +109,12 @@ impl Harness {
             kind: Kind::Memory,
             memory: MemoryLimiter::builder().clock(clock.clone()).build(),
             sessions: MemorySessionStore::builder().clock(clock.clone()).build(),
-            locks: redis_guard::backend::Lock::memory_builder()
-                .clock(clock.clone())
-                .build(),
+            locks: Lock::new(MemoryLockStore::builder().clock(clock.clone()).build()),
             caches: MemoryCacheStore::builder().clock(clock.clone()).build(),
-            idempotency: IdempotencyStore::memory_builder()
+            idempotency: MemoryIdempotencyStore::builder()
                 .clock(clock.clone())
-                .build(),
+                .build()
+                .into(),
             clock,
             server: None,
             cluster: None,
@@ -147,13 +148,12 @@ impl Harness {
             kind,
             memory: MemoryLimiter::builder().clock(clock.clone()).build(),
             sessions: MemorySessionStore::builder().clock(clock.clone()).build(),
-            locks: redis_guard::backend::Lock::memory_builder()
-                .clock(clock.clone())
-                .build(),
+            locks: Lock::new(MemoryLockStore::builder().clock(clock.clone()).build()),
             caches: MemoryCacheStore::builder().clock(clock.clone()).build(),
-            idempotency: IdempotencyStore::memory_builder()
+            idempotency: MemoryIdempotencyStore::builder()
                 .clock(clock.clone())
-                .build(),
+                .build()
+                .into(),
             clock,
             sentinels: (kind == Kind::Sentinel).then(|| {
                 // No replica, so no failover: the sentinel only names the server.
@@ -193,13 +193,12 @@ impl Harness {
             kind: Kind::Cluster,
             memory: MemoryLimiter::builder().clock(clock.clone()).build(),
             sessions: MemorySessionStore::builder().clock(clock.clone()).build(),
-            locks: redis_guard::backend::Lock::memory_builder()
-                .clock(clock.clone())
-                .build(),
+            locks: Lock::new(MemoryLockStore::builder().clock(clock.clone()).build()),
             caches: MemoryCacheStore::builder().clock(clock.clone()).build(),
-            idempotency: IdempotencyStore::memory_builder()
+            idempotency: MemoryIdempotencyStore::builder()
                 .clock(clock.clone())
-                .build(),
+                .build()
+                .into(),
             clock,
             server: None,
             cluster: Some(cluster),
@@ -251,12 +250,12 @@ impl Harness {
         }
     }
 
-    /// A [`Lock`](redis_guard::backend::Lock) instance sharing its locks with every other one of
+    /// A [`Lock`] instance sharing its locks with every other one of
     /// this harness (for Redis: a new connection; in memory: one table on the harness' clock).
-    pub async fn lock(&self) -> redis_guard::backend::Lock {
+    pub async fn lock(&self) -> Lock {
         match self.kind {
             Kind::Memory => self.locks.clone(),
-            _ => redis_guard::backend::Lock::redis(self.backend().await),
+            _ => Lock::new(RedisLockStore::new(self.backend().await)),
         }
     }
 
@@ -285,7 +284,7 @@ impl Harness {
     pub async fn idempotency_store(&self) -> IdempotencyStore {
         match self.kind {
             Kind::Memory => self.idempotency.clone(),
-            _ => IdempotencyStore::redis(self.backend().await),
+            _ => RedisIdempotencyStore::new(self.backend().await).into(),
         }
     }
 

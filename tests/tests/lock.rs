@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis_guard::ConfigErrorKind;
-use redis_guard::backend::{Lock, LockError, ManualClock};
+use redis_guard::backend::{Lock, LockError, ManualClock, MemoryLockStore};
 use redis_guard_tests::{Harness, backend_suite};
 
 const LEASE: Duration = Duration::from_secs(60);
@@ -175,10 +175,12 @@ backend_suite!(redis_only: a_key_that_is_not_a_lock_is_an_error);
 #[tokio::test]
 async fn a_full_memory_lock_refuses_new_names_and_keeps_its_holders() {
     let clock = ManualClock::new();
-    let locks = Lock::memory_builder()
-        .capacity(10)
-        .clock(clock.clone())
-        .build();
+    let locks = Lock::new(
+        MemoryLockStore::builder()
+            .capacity(10)
+            .clock(clock.clone())
+            .build(),
+    );
     // 1,000 holders whose leases ran out before they released.
     for i in 0..1_000 {
         let name = format!("dead-{i}");

@@ -59,6 +59,39 @@
 //! # }
 //! ```
 //!
+//! ## Stores
+//!
+//! Every middleware keeps its state in a store, named and made one way: `Redis…Store::new(conn)`
+//! on Redis (shared by every replica; `conn` a [`RedisBackend`](backend::RedisBackend) or a
+//! [`RedisConnection`](backend::RedisConnection)) and `Memory…Store::new()` in this process
+//! (`Memory…Store::builder()` sets a capacity or a test clock), given to the layer's `new` or
+//! `builder`:
+//!
+//! | what | on Redis | in process | given to |
+//! |---|---|---|---|
+//! | sessions | `RedisSessionStore::new(conn)` | `MemorySessionStore::new()` | `SessionLayer::new` |
+//! | responses, values | `RedisCacheStore::new(conn)` | `MemoryCacheStore::new()` | `CacheLayer::new`, `ValueCache::new` |
+//! | idempotency records | `RedisIdempotencyStore::new(conn)` | `MemoryIdempotencyStore::new()` | `IdempotencyLayer::new` |
+//! | locks | `RedisLockStore::new(conn)` | `MemoryLockStore::new()` | `Lock::new` |
+//!
+//! (The rate limiter is the store of its layer: `RedisLimiter::new(conn)`,
+//! `MemoryLimiter::new()`.)
+//!
+//! ```
+//! # #[cfg(all(feature = "session", feature = "cache", feature = "idempotency"))] {
+//! use redis_guard::backend::{Lock, MemoryLockStore};
+//! use redis_guard::cache::{CacheLayer, MemoryCacheStore};
+//! use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore};
+//! use redis_guard::session::{MemorySessionStore, SessionLayer};
+//! # fn main() -> Result<(), redis_guard::ConfigError> {
+//! let sessions = SessionLayer::new(MemorySessionStore::new())?;
+//! let cache = CacheLayer::new(MemoryCacheStore::builder().capacity(1_000).build())?;
+//! let idempotency = IdempotencyLayer::new(MemoryIdempotencyStore::new())?;
+//! let locks = Lock::new(MemoryLockStore::new());
+//! # let _ = (sessions, cache, idempotency, locks); Ok(()) }
+//! # }
+//! ```
+//!
 //! ## Features
 //!
 //! - `rate-limit` (default): the rate-limit middleware.

@@ -24,7 +24,7 @@ use axum::routing::{get, post};
 use example_shared::{csrf, serve, settings};
 use redis_guard::backend::{RedisBackend, RedisConnection};
 use redis_guard::cache::{MemoryCacheStore, RedisCacheStore};
-use redis_guard::idempotency::IdempotencyStore;
+use redis_guard::idempotency::{MemoryIdempotencyStore, RedisIdempotencyStore};
 use redis_guard::rate_limit::{
     Algorithm, Global, KeyExtractorExt, Limiter, MemoryLimiter, Quota, RateLimitLayer,
     RedisLimiter, Rule,
@@ -61,7 +61,7 @@ async fn run() -> Result<(), String> {
             Arc::new(MemorySessionStore::new()),
             Stores::new(
                 MemoryCacheStore::new(),
-                IdempotencyStore::memory(),
+                MemoryIdempotencyStore::new().into(),
                 &config.cookbook,
             )?,
             "in-process memory (set REDIS_URL to share limits and sessions between instances)"
@@ -154,7 +154,7 @@ fn api_total_rule(total: Quota, reserve: Option<f64>, pro_users: Arc<HashSet<Str
 fn redis_stores(redis: RedisBackend, config: &Config) -> Result<Stores, String> {
     Stores::new(
         RedisCacheStore::new(redis.clone()),
-        IdempotencyStore::redis(redis),
+        RedisIdempotencyStore::new(redis).into(),
         &config.cookbook,
     )
 }

@@ -36,7 +36,7 @@ cfg_middleware! {
     pub(crate) use clock::micros;
     pub(crate) use in_process::InProcess;
     pub use in_process::InProcessBuilder;
-    pub use lock::{Lock, LockError, LockGuard};
+    pub use lock::{Lock, LockError, LockGuard, MemoryLockStore, RedisLockStore};
     pub(crate) use lua_script::LuaScript;
     pub use redis_backend::RedisBackend;
     pub(crate) use table::ExpiringTable;

@@ -19,12 +19,12 @@ use crate::{ConfigError, ConfigErrorKind};
 /// ```
 /// # #[cfg(all(feature = "axum", feature = "session"))] {
 /// use axum::{Router, routing::post};
-/// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+/// use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore};
 /// use redis_guard::session::{MemorySessionStore, SessionLayer};
 ///
 /// let app: Router = Router::new()
 ///     .route("/payments", post(|| async { (http::StatusCode::CREATED, "paid") }))
-///     .layer(IdempotencyLayer::new(IdempotencyStore::memory())?) // or a RedisBackend
+///     .layer(IdempotencyLayer::new(MemoryIdempotencyStore::new())?) // or a RedisBackend
 ///     // Outside: keys are scoped to the session's user.
 ///     .layer(SessionLayer::new(MemorySessionStore::new())?);
 /// # }
@@ -36,9 +36,9 @@ use crate::{ConfigError, ConfigErrorKind};
 /// ```
 /// use std::time::Duration;
 /// use http::{HeaderName, Method};
-/// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+/// use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore};
 ///
-/// let layer = IdempotencyLayer::builder(IdempotencyStore::memory())
+/// let layer = IdempotencyLayer::builder(MemoryIdempotencyStore::new())
 ///     .methods([Method::POST, Method::PUT, Method::PATCH, Method::DELETE])
 ///     .scope_header(HeaderName::from_static("x-api-key")) // keys are per API key
 ///     .retention(Duration::from_secs(7 * 86_400))
@@ -119,9 +119,10 @@ impl IdempotencyLayer {
 
     /// A builder: settings, then [`build`](IdempotencyLayerBuilder::build).
     ///
-    /// `store` is an [`IdempotencyStore`], or a [`RedisBackend`](crate::backend::RedisBackend)
-    /// or [`RedisConnection`](crate::backend::RedisConnection) for
-    /// [`IdempotencyStore::redis`].
+    /// `store` is a [`RedisIdempotencyStore`](super::RedisIdempotencyStore), a
+    /// [`MemoryIdempotencyStore`](super::MemoryIdempotencyStore), an [`IdempotencyStore`], or a
+    /// [`RedisBackend`](crate::backend::RedisBackend) or
+    /// [`RedisConnection`](crate::backend::RedisConnection) for the Redis one.
     pub fn builder(store: impl Into<IdempotencyStore>) -> IdempotencyLayerBuilder {
         IdempotencyLayerBuilder {
             shared: Shared {
@@ -218,10 +219,10 @@ impl IdempotencyLayerBuilder {
     /// ```
     /// # #[cfg(feature = "axum")] {
     /// use axum::{Router, routing::post};
-    /// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+    /// use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore};
     ///
     /// // A webhook receiver: one sender, which picks a fresh key per event.
-    /// let layer = IdempotencyLayer::builder(IdempotencyStore::memory())
+    /// let layer = IdempotencyLayer::builder(MemoryIdempotencyStore::new())
     ///     .shared_scope()
     ///     .build()?;
     /// let app: Router = Router::new()
@@ -240,12 +241,12 @@ impl IdempotencyLayerBuilder {
     /// is the anonymous scope.
     ///
     /// ```
-    /// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+    /// use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore};
     ///
     /// #[derive(Clone)]
     /// struct Account(u64);
     ///
-    /// let layer = IdempotencyLayer::builder(IdempotencyStore::memory())
+    /// let layer = IdempotencyLayer::builder(MemoryIdempotencyStore::new())
     ///     .scope(|parts| parts.extensions.get::<Account>().map(|a| a.0.to_string()))
     ///     .build()?;
     /// # let _ = layer;
@@ -264,9 +265,9 @@ impl IdempotencyLayerBuilder {
     /// either way.
     ///
     /// ```
-    /// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore, Rejection};
+    /// use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore, Rejection};
     ///
-    /// let layer = IdempotencyLayer::builder(IdempotencyStore::memory())
+    /// let layer = IdempotencyLayer::builder(MemoryIdempotencyStore::new())
     ///     .response(|r: &Rejection| {
     ///         http::Response::builder()
     ///             .status(r.status())
@@ -296,8 +297,8 @@ impl IdempotencyLayerBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
-    /// let err = IdempotencyLayer::builder(IdempotencyStore::memory())
+    /// use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore};
+    /// let err = IdempotencyLayer::builder(MemoryIdempotencyStore::new())
     ///     .lease(Duration::ZERO)
     ///     .build()
     ///     .unwrap_err();
@@ -373,6 +374,7 @@ impl IdempotencyLayerBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::idempotency::MemoryIdempotencyStore;
 
     /// Each setting that cannot work is named, with its value.
     #[test]
@@ -411,7 +413,7 @@ mod tests {
             ),
         ];
         for (set, kind, setting, value) in cases {
-            let err = set(IdempotencyLayer::builder(IdempotencyStore::memory()))
+            let err = set(IdempotencyLayer::builder(MemoryIdempotencyStore::new()))
                 .build()
                 .unwrap_err();
             assert!(err.to_string().starts_with("idempotency layer: "), "{err}");
@@ -420,13 +422,13 @@ mod tests {
             assert_eq!(err.value(), Some(value), "{err}");
         }
         assert!(
-            IdempotencyLayer::builder(IdempotencyStore::memory())
+            IdempotencyLayer::builder(MemoryIdempotencyStore::new())
                 .shared_scope()
                 .build()
                 .is_ok()
         );
         // Keys scoped by the session's user (the default) need feature `session`.
-        let default = IdempotencyLayer::new(IdempotencyStore::memory());
+        let default = IdempotencyLayer::new(MemoryIdempotencyStore::new());
         assert_eq!(default.is_ok(), cfg!(feature = "session"), "{default:?}");
         if let Err(err) = default {
             assert_eq!(err.kind(), ConfigErrorKind::Unsupported, "{err}");

@@ -40,7 +40,7 @@ pub enum Rejection {
     /// record), or the session that scopes the key could not be loaded, and the layer does not
     /// [`fail_open`](super::IdempotencyLayerBuilder::fail_open): `503`, with `Retry-After: 1`.
     Unavailable,
-    /// The memory store ([`IdempotencyStore::memory`](super::IdempotencyStore::memory)) holds
+    /// The memory store ([`MemoryIdempotencyStore`](super::MemoryIdempotencyStore)) holds
     /// as many running requests as its capacity, and this request's key is new: `503`, with
     /// `Retry-After: 1`, whatever [`fail_open`](super::IdempotencyLayerBuilder::fail_open)
     /// says. A running request's claim is never evicted to make room: that would let its
