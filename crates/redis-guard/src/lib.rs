@@ -67,8 +67,9 @@
 //! - `cluster`: Redis Cluster.
 //! - `sentinel`: Redis Sentinel (`RedisConnection::sentinel`), following the primary through
 //!   failovers.
-//! - `axum`: reads axum's `ConnectInfo<SocketAddr>` for the client address; `Session` is an
-//!   extractor.
+//! - `axum` (default): reads axum's `ConnectInfo<SocketAddr>` for the client address; `Session`
+//!   is an extractor. A stack without axum (hyper, tonic) can turn it off with
+//!   `default-features = false`.
 //! - `test-util`: test seams (a manual clock, a time shift for Redis `TIME`); for
 //!   dev-dependencies only.
 #![cfg_attr(
