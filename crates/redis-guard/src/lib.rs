@@ -123,8 +123,8 @@ mod served;
 #[cfg(feature = "session")]
 pub mod session;
 
-// The README's and the guide's code blocks are doctests: they compile (and the ones without
-// `no_run` run) with every `cargo test`.
+// The README's, the guide's and SECURITY.md's code blocks are doctests: they compile (and the
+// ones without `no_run` run) with every `cargo test`.
 #[cfg(all(
     doctest,
     feature = "axum",
@@ -139,4 +139,7 @@ mod doc_files {
 
     #[doc = include_str!("../../../docs/guide.md")]
     struct Guide;
+
+    #[doc = include_str!("../../../SECURITY.md")]
+    struct Security;
 }
