@@ -104,8 +104,9 @@
 //! - `cluster`: Redis Cluster.
 //! - `sentinel`: Redis Sentinel (`RedisConnection::sentinel`), following the primary through
 //!   failovers.
-//! - `axum`: reads axum's `ConnectInfo<SocketAddr>` for the client address; `Session` is an
-//!   extractor.
+//! - `axum` (default): reads axum's `ConnectInfo<SocketAddr>` for the client address; `Session`
+//!   is an extractor. A stack without axum (hyper, tonic) can turn it off with
+//!   `default-features = false`.
 //! - `test-util`: test seams (a manual clock, a time shift for Redis `TIME`); for
 //!   dev-dependencies only.
 #![cfg_attr(
@@ -159,8 +160,8 @@ mod served;
 #[cfg(feature = "session")]
 pub mod session;
 
-// The README's and the guide's code blocks are doctests: they compile (and the ones without
-// `no_run` run) with every `cargo test`.
+// The README's, the guide's and SECURITY.md's code blocks are doctests: they compile (and the
+// ones without `no_run` run) with every `cargo test`.
 #[cfg(all(
     doctest,
     feature = "axum",
@@ -178,4 +179,7 @@ mod doc_files {
 
     #[doc = include_str!("../../../docs/guide.md")]
     struct Guide;
+
+    #[doc = include_str!("../../../SECURITY.md")]
+    struct Security;
 }

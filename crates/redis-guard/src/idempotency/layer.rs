@@ -40,7 +40,7 @@ use crate::{ConfigError, ConfigErrorKind};
 ///
 /// let layer = IdempotencyLayer::builder(MemoryIdempotencyStore::new())
 ///     .methods([Method::POST, Method::PUT, Method::PATCH, Method::DELETE])
-///     .scope_header(HeaderName::from_static("x-api-key")) // keys are per API key
+///     .scope_header("x-api-key") // keys are per API key
 ///     .retention(Duration::from_secs(7 * 86_400))
 ///     .lease(Duration::from_secs(10))
 ///     .body_limit(64 * 1024)
@@ -140,6 +140,7 @@ impl IdempotencyLayer {
                 warned_full: AtomicBool::new(false),
                 warned_no_session: AtomicBool::new(false),
             },
+            bad_scope_header: None,
         }
     }
 }
@@ -148,12 +149,16 @@ impl IdempotencyLayer {
 #[must_use]
 pub struct IdempotencyLayerBuilder {
     shared: Shared,
+    /// The text given to [`scope_header`](Self::scope_header) when it is not a header name:
+    /// `build` refuses it.
+    bad_scope_header: Option<Box<str>>,
 }
 
 impl std::fmt::Debug for IdempotencyLayerBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IdempotencyLayerBuilder")
             .field("shared", &self.shared)
+            .field("bad_scope_header", &self.bad_scope_header)
             .finish()
     }
 }
@@ -201,8 +206,35 @@ impl IdempotencyLayerBuilder {
     /// Scopes keys by the value of request header `name` (an API key) instead of the
     /// session's user: two clients' keys never meet. A request without the header shares the
     /// anonymous scope.
-    pub fn scope_header(mut self, name: HeaderName) -> Self {
-        self.shared.scope = Scope::Header(name);
+    ///
+    /// `name` is a `&str` (`"x-api-key"`; upper-case letters are lowered), a [`HeaderName`] or
+    /// bytes. One that is not a header name fails [`build`](Self::build) with a
+    /// [`ConfigError`] of kind [`ConfigErrorKind::HeaderName`] that names it.
+    ///
+    /// ```
+    /// use redis_guard::ConfigErrorKind;
+    /// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+    ///
+    /// let per_key = IdempotencyLayer::builder(IdempotencyStore::memory())
+    ///     .scope_header("X-Api-Key")
+    ///     .build();
+    /// assert!(per_key.is_ok());
+    /// let err = IdempotencyLayer::builder(IdempotencyStore::memory())
+    ///     .scope_header("x api key")
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.kind(), ConfigErrorKind::HeaderName);
+    /// assert_eq!(err.value(), Some("x api key"));
+    /// ```
+    pub fn scope_header(mut self, name: impl AsRef<[u8]>) -> Self {
+        let bytes = name.as_ref();
+        match HeaderName::from_bytes(bytes) {
+            Ok(name) => {
+                self.shared.scope = Scope::Header(name);
+                self.bad_scope_header = None;
+            }
+            Err(_) => self.bad_scope_header = Some(String::from_utf8_lossy(bytes).into()),
+        }
         self
     }
 
@@ -233,6 +265,7 @@ impl IdempotencyLayerBuilder {
     /// ```
     pub fn shared_scope(mut self) -> Self {
         self.shared.scope = Scope::Shared;
+        self.bad_scope_header = None;
         self
     }
 
@@ -257,6 +290,7 @@ impl IdempotencyLayerBuilder {
         F: Fn(&http::request::Parts) -> Option<String> + Send + Sync + 'static,
     {
         self.shared.scope = Scope::Custom(Arc::new(scope));
+        self.bad_scope_header = None;
         self
     }
 
@@ -308,6 +342,12 @@ impl IdempotencyLayerBuilder {
         let s = &self.shared;
         if let Some(problem) = s.store.check() {
             return Err(problem.within("idempotency store"));
+        }
+        if let Some(bad) = &self.bad_scope_header {
+            return Err(
+                ConfigError::header_name(bad, "IdempotencyLayerBuilder::scope_header")
+                    .within("idempotency layer"),
+            );
         }
         let day = Duration::from_secs(86_400);
         let problem = if s.methods.is_empty() {
@@ -433,6 +473,39 @@ mod tests {
         if let Err(err) = default {
             assert_eq!(err.kind(), ConfigErrorKind::Unsupported, "{err}");
             assert_eq!(err.setting(), Some("IdempotencyLayerBuilder::scope"));
+        }
+    }
+
+    /// A scope header that is not a header name is a build error that names it, never a
+    /// panic; a later scope setting replaces it.
+    #[test]
+    fn a_bad_scope_header_is_a_clear_error_when_the_layer_is_built() {
+        let builder = || IdempotencyLayer::builder(IdempotencyStore::memory());
+        for bad in ["x api key", "x-api-key:", ""] {
+            let err = builder().scope_header(bad).build().unwrap_err();
+            assert_eq!(err.kind(), ConfigErrorKind::HeaderName, "{err}");
+            assert_eq!(
+                err.setting(),
+                Some("IdempotencyLayerBuilder::scope_header"),
+                "{err}"
+            );
+            assert_eq!(err.value(), Some(bad), "{err}");
+            assert!(
+                err.to_string()
+                    .starts_with("idempotency layer: IdempotencyLayerBuilder::scope_header: "),
+                "{err}"
+            );
+            assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
+        }
+        let name = HeaderName::from_static("x-api-key");
+        for good in [
+            builder().scope_header("X-Api-Key"),
+            builder().scope_header(&name),
+            builder().scope_header(name.clone()),
+            builder().scope_header("x api").scope_header("x-api-key"),
+            builder().scope_header("x api").shared_scope(),
+        ] {
+            good.build().unwrap();
         }
     }
 }

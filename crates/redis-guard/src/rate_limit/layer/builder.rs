@@ -267,11 +267,10 @@ impl RateLimitLayerBuilder {
     /// [`grpc::response`]: crate::rate_limit::grpc::response
     ///
     /// ```
-    /// use http::HeaderName;
     /// use redis_guard::rate_limit::{HeaderKey, MemoryLimiter, Quota, RateLimitLayer};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let layer = RateLimitLayer::builder(MemoryLimiter::new()) // RedisLimiter in production
-    ///     .rule("api", HeaderKey::new(HeaderName::from_static("x-api-key")), Quota::per_minute(60))
+    ///     .rule("api", HeaderKey::new("x-api-key"), Quota::per_minute(60))
     ///     .grpc()
     ///     .build()?;
     /// // tonic::transport::Server::builder().layer(layer).add_service(…)
@@ -313,6 +312,9 @@ impl RateLimitLayerBuilder {
         }
         for (i, r) in config.rules.iter().enumerate() {
             r.rule.validate()?;
+            r.extractor
+                .validate()
+                .map_err(|e| e.in_rule(r.rule.name()))?;
             if config.rules[..i]
                 .iter()
                 .any(|o| o.rule.name() == r.rule.name())
