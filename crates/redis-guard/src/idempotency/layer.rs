@@ -213,13 +213,13 @@ impl IdempotencyLayerBuilder {
     ///
     /// ```
     /// use redis_guard::ConfigErrorKind;
-    /// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+    /// use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore};
     ///
-    /// let per_key = IdempotencyLayer::builder(IdempotencyStore::memory())
+    /// let per_key = IdempotencyLayer::builder(MemoryIdempotencyStore::new())
     ///     .scope_header("X-Api-Key")
     ///     .build();
     /// assert!(per_key.is_ok());
-    /// let err = IdempotencyLayer::builder(IdempotencyStore::memory())
+    /// let err = IdempotencyLayer::builder(MemoryIdempotencyStore::new())
     ///     .scope_header("x api key")
     ///     .build()
     ///     .unwrap_err();
@@ -480,7 +480,8 @@ mod tests {
     /// panic; a later scope setting replaces it.
     #[test]
     fn a_bad_scope_header_is_a_clear_error_when_the_layer_is_built() {
-        let builder = || IdempotencyLayer::builder(IdempotencyStore::memory());
+        let builder =
+            || IdempotencyLayer::builder(crate::idempotency::MemoryIdempotencyStore::new());
         for bad in ["x api key", "x-api-key:", ""] {
             let err = builder().scope_header(bad).build().unwrap_err();
             assert_eq!(err.kind(), ConfigErrorKind::HeaderName, "{err}");
