@@ -31,4 +31,4 @@ pub use browser::{Browser, BrowserCookie};
 pub use cluster::RedisCluster;
 pub use not_redis::NotRedis;
 pub use sentinel::RedisSentinels;
-pub use server::{RedisServer, TestkitError, redis_server_binary, unique_prefix};
+pub use server::{RedisServer, TestkitError, free_port, redis_server_binary, unique_prefix};

@@ -111,8 +111,21 @@ impl RedisServer {
         Err(last.unwrap_or_else(|| TestkitError::NotReady("no attempt made".into())))
     }
 
+    /// Starts a server on `port` (on 127.0.0.1), e.g. one a client was told to connect to
+    /// before anything listened there, with extra arguments; waits until it answers `PING`.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start); also when the port is taken (no other port is tried).
+    pub fn start_on(port: u16, extra: &[&str]) -> Result<Self, TestkitError> {
+        Self::try_start_on(port, extra)
+    }
+
     fn try_start(extra: &[&str]) -> Result<Self, TestkitError> {
-        let port = free_port()?;
+        Self::try_start_on(free_port()?, extra)
+    }
+
+    fn try_start_on(port: u16, extra: &[&str]) -> Result<Self, TestkitError> {
         let dir = fresh_dir("testkit", port)?;
         let extra: Vec<String> = extra.iter().map(|&a| a.to_owned()).collect();
         let child = spawn_redis(port, &dir, &extra)?;
@@ -322,6 +335,11 @@ fn answers(conn: &mut redis::Connection) -> bool {
     }
 }
 
-fn free_port() -> std::io::Result<u16> {
+/// A port on 127.0.0.1 where nothing listens now.
+///
+/// # Errors
+///
+/// No port could be bound.
+pub fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }

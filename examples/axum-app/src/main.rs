@@ -22,7 +22,7 @@ use axum::Router;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use example_shared::{csrf, serve, settings};
-use redis_guard::backend::{RedisBackend, RedisConnection};
+use redis_guard::backend::{ConnectOptions, RedisBackend, RedisConnection};
 use redis_guard::cache::{MemoryCacheStore, RedisCacheStore};
 use redis_guard::idempotency::IdempotencyStore;
 use redis_guard::rate_limit::{
@@ -354,13 +354,15 @@ async fn refuse_cross_site(req: axum::extract::Request, next: axum::middleware::
     }
 }
 
-/// Hides a password in a Redis URL before printing it.
 /// The connection `store` names, and how the logs name it; the error names the variable.
+/// Lazy: the app starts while Redis is down (each layer answers by its failure policy) and
+/// uses Redis once it answers; only a server that is not Redis or refuses the credentials
+/// stops it at start.
 async fn connect(store: &Store) -> Result<(RedisConnection, String), String> {
     match store {
         Store::Memory => Err("the memory store has no Redis connection".to_owned()),
         Store::Redis(url) => {
-            let conn = RedisConnection::open(url)
+            let conn = RedisConnection::open_lazy(url)
                 .await
                 // Redacted: the URL may carry the password, and this goes to the logs.
                 .map_err(|e| format!("cannot connect to REDIS_URL={:?}: {e}", redact(url)))?;
@@ -368,14 +370,17 @@ async fn connect(store: &Store) -> Result<(RedisConnection, String), String> {
         }
         Store::Cluster(nodes) => {
             let nodes_list = nodes.join(",");
-            let conn = RedisConnection::cluster(nodes)
+            let conn = ConnectOptions::new()
+                .lazy(true)
+                .cluster(nodes)
                 .await
                 .map_err(|e| format!("cannot connect to REDIS_CLUSTER_NODES={nodes_list}: {e}"))?;
             Ok((conn, format!("redis cluster via {nodes_list}")))
         }
         Store::Sentinel { sentinels, master } => {
             let list = sentinels.join(",");
-            let conn = RedisConnection::sentinel(sentinels, master).await.map_err(|e| {
+            let lazy = ConnectOptions::new().lazy(true);
+            let conn = lazy.sentinel(sentinels, master).await.map_err(|e| {
                 format!(
                     "cannot find the primary REDIS_SENTINEL_MASTER={:?} through REDIS_SENTINEL={list}: {e}",
                     redact(master)
@@ -389,6 +394,7 @@ async fn connect(store: &Store) -> Result<(RedisConnection, String), String> {
     }
 }
 
+/// Hides a password in a Redis URL before printing it.
 fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {

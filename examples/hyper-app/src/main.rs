@@ -57,7 +57,7 @@ async fn run() -> Result<(), String> {
                 "in-process memory".to_owned(),
             ),
             Some(url) => {
-                let conn = RedisConnection::open(&url)
+                let conn = RedisConnection::open_lazy(&url)
                     .await
                     .map_err(|e| format!("cannot connect to REDIS_URL: {e}"))?;
                 let redis = RedisBackend::new(conn).timeout(redis_timeout);

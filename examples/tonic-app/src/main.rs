@@ -50,7 +50,7 @@ async fn run() -> Result<(), String> {
     let (limiter, backend): (Arc<dyn Limiter>, &str) = match get("REDIS_URL") {
         None => (Arc::new(MemoryLimiter::new()), "in-process memory"),
         Some(url) => {
-            let conn = RedisConnection::open(&url)
+            let conn = RedisConnection::open_lazy(&url)
                 .await
                 .map_err(|e| format!("cannot connect to REDIS_URL: {e}"))?;
             let redis = RedisBackend::new(conn).timeout(redis_timeout);

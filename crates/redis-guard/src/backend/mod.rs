@@ -63,6 +63,8 @@ mod slot;
 cfg_middleware! {
     unused_without {
         mod connection;
+        mod options;
+        mod pending;
     }
 }
 
@@ -87,6 +89,7 @@ pub(crate) use in_process::ready;
 pub(crate) use lock::MAX_LEASE;
 #[cfg(feature = "idempotency")]
 pub(crate) use lock::token;
+pub use options::ConnectOptions;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use redis_backend::ScriptCall;
 #[cfg(all(test, feature = "session"))]

@@ -24,6 +24,8 @@ use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, Redis
 use redis::{RedisConnectionInfo, RedisResult, Value};
 use tokio::sync::Notify;
 
+use super::ConnectOptions;
+
 /// How long one step of a discovery may take: connecting to a sentinel and its answer, or
 /// connecting to the primary it names and its `ROLE`.
 const STEP_TIMEOUT: Duration = Duration::from_secs(1);
@@ -53,6 +55,8 @@ pub(crate) struct Sentinel {
     lost: Arc<Notify>,
     /// The scripts this connection has run, by SHA-1: loaded on every new primary.
     scripts: RwLock<HashMap<String, Arc<str>>>,
+    /// How clients to the sentinels and the primary are made.
+    options: ConnectOptions,
 }
 
 #[derive(Clone)]
@@ -64,10 +68,13 @@ struct Primary {
 
 impl Sentinel {
     /// Finds the primary named `master` through `sentinels` (`host:port` or
-    /// `redis://[[user]:password@]host:port`), and starts the task that keeps it current.
+    /// `redis://[[user]:password@]host:port`), and starts the task that keeps it current. When
+    /// `options` are [lazy](ConnectOptions::lazy), a primary not found now is not an error: the
+    /// task looks for it.
     pub(crate) async fn connect(
         sentinels: &[impl AsRef<str>],
         master: &str,
+        options: &ConnectOptions,
     ) -> RedisResult<Arc<Self>> {
         let sentinels = sentinels
             .iter()
@@ -86,9 +93,15 @@ impl Sentinel {
             preferred: AtomicUsize::new(0),
             lost: Arc::new(Notify::new()),
             scripts: RwLock::new(HashMap::new()),
+            options: options.clone(),
         });
-        let primary = shared.discover().await?;
-        shared.install(primary.0, primary.1);
+        match shared.discover().await {
+            Ok((addr, conn)) => shared.install(addr, conn),
+            Err(e) if options.is_lazy() => {
+                tracing::warn!(master = %shared.master, error = %e, "redis-guard: no Redis primary found yet; calls fail (each layer answers by its failure policy) until the sentinels name one");
+            }
+            Err(e) => return Err(e),
+        }
         tokio::spawn(watch(Arc::downgrade(&shared)));
         Ok(shared)
     }
@@ -175,7 +188,7 @@ impl Sentinel {
             self.node.clone(),
         );
         let step = async {
-            let mut conn = connect(info).await?;
+            let mut conn = self.connect_to(info).await?;
             let role: Value = redis::cmd("ROLE").query_async(&mut conn).await?;
             match role {
                 Value::Array(items) if matches!(items.first(), Some(Value::BulkString(r)) if r == b"master") => {
@@ -201,7 +214,7 @@ impl Sentinel {
 
     /// The address `sentinel` gives for the primary.
     async fn named_by(&self, sentinel: &ConnectionInfo) -> RedisResult<ConnectionAddr> {
-        let mut conn = within(connect(sentinel.clone()), "the sentinel").await?;
+        let mut conn = within(self.connect_to(sentinel.clone()), "the sentinel").await?;
         self.named_on(&mut conn).await
     }
 
@@ -250,6 +263,18 @@ impl Sentinel {
         });
     }
 
+    /// A multiplexed connection to `info` with no timeouts of its own: the caller bounds the
+    /// step, and the backend every call.
+    async fn connect_to(&self, info: ConnectionInfo) -> RedisResult<MultiplexedConnection> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(None)
+            .set_response_timeout(None);
+        self.options
+            .client(info)?
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+
     fn current_addr(&self) -> Option<ConnectionAddr> {
         let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
         current.as_ref().map(|p| p.addr.clone())
@@ -291,7 +316,7 @@ async fn watch(shared: Weak<Sentinel>) {
         let first = s.preferred.load(Ordering::Relaxed) % s.sentinels.len();
         let named = match &mut asking {
             Some((i, conn)) if *i == first => s.named_on(conn).await,
-            _ => match within(connect(s.sentinels[first].clone()), "the sentinel").await {
+            _ => match within(s.connect_to(s.sentinels[first].clone()), "the sentinel").await {
                 Ok(mut conn) => {
                     let named = s.named_on(&mut conn).await;
                     asking = Some((first, conn));
@@ -313,17 +338,6 @@ async fn watch(shared: Weak<Sentinel>) {
             }
         }
     }
-}
-
-/// A multiplexed connection to `info` with no timeouts of its own: the caller bounds the step,
-/// and the backend every call.
-async fn connect(info: ConnectionInfo) -> RedisResult<MultiplexedConnection> {
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(None)
-        .set_response_timeout(None);
-    redis::Client::open(info)?
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
 }
 
 async fn within<T>(step: impl Future<Output = RedisResult<T>>, what: &str) -> RedisResult<T> {
