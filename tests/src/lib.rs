@@ -12,14 +12,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
-use redis_guard::backend::{Clock, ManualClock, RedisBackend, RedisConnection};
+use redis_guard::backend::{
+    Clock, ConnectOptions, ManualClock, RedisBackend, RedisConnection, TlsOptions,
+};
 use redis_guard::cache::{
     CacheLayer, CacheLayerBuilder, MemoryCacheStore, RedisCacheStore, ValueCache, ValueCacheBuilder,
 };
 use redis_guard::idempotency::IdempotencyStore;
 use redis_guard::rate_limit::{Algorithm, Limiter, MemoryLimiter, RedisLimiter};
 use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionError, SessionStore};
-use redis_guard_testkit::{RedisCluster, RedisSentinels, RedisServer, unique_prefix};
+use redis_guard_testkit::{RedisCluster, RedisSentinels, RedisServer, TestTls, unique_prefix};
 
 mod admitted;
 pub mod fail_safe;
@@ -140,8 +142,33 @@ impl Harness {
         Self::standalone(Kind::Pool)
     }
 
+    /// A Redis backend on a fresh private TLS-only server (certificates made by the test kit,
+    /// clients verified), through a `ConnectionManager` with `ConnectOptions::tls`.
+    ///
+    /// # Panics
+    ///
+    /// As [`redis`](Self::redis).
+    pub async fn redis_tls() -> Self {
+        Self::standalone_on(Kind::Redis, Some(tls_server()))
+    }
+
+    /// As [`redis_tls`](Self::redis_tls), through a `bb8` pool
+    /// (`ConnectOptions::pool_manager`).
+    ///
+    /// # Panics
+    ///
+    /// As [`redis`](Self::redis).
+    pub async fn pool_tls() -> Self {
+        Self::standalone_on(Kind::Pool, Some(tls_server()))
+    }
+
     fn standalone(kind: Kind) -> Self {
-        let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+        Self::standalone_on(kind, None)
+    }
+
+    fn standalone_on(kind: Kind, server: Option<RedisServer>) -> Self {
+        let server =
+            server.unwrap_or_else(|| RedisServer::start().unwrap_or_else(|e| panic!("{e}")));
         let clock = ManualClock::new();
         Self {
             kind,
@@ -351,12 +378,16 @@ impl Harness {
     pub async fn connection(&self) -> RedisConnection {
         match self.kind {
             Kind::Memory => panic!("the memory backend has no Redis connection"),
-            Kind::Redis => RedisConnection::open(&self.server_url())
+            Kind::Redis => self
+                .connect_options()
+                .open(&self.server_url())
                 .await
                 .expect("connect to the test redis"),
             Kind::Pool => {
-                let manager =
-                    bb8_redis::RedisConnectionManager::new(self.server_url()).expect("valid url");
+                let manager = self
+                    .connect_options()
+                    .pool_manager(&self.server_url())
+                    .expect("valid url");
                 let pool = bb8::Pool::builder()
                     .max_size(4)
                     .build(manager)
@@ -373,6 +404,18 @@ impl Harness {
             )
             .await
             .expect("connect through the test sentinel"),
+        }
+    }
+
+    /// How connections are made: with the test kit's certificates on a TLS server.
+    fn connect_options(&self) -> ConnectOptions {
+        match self.server.as_ref().and_then(RedisServer::tls) {
+            Some(tls) => ConnectOptions::new().tls(
+                TlsOptions::new()
+                    .ca_pem(tls.ca_pem.clone())
+                    .client_cert(tls.client_cert_pem.clone(), tls.client_key_pem.clone()),
+            ),
+            None => ConnectOptions::new(),
         }
     }
 
@@ -634,6 +677,13 @@ macro_rules! backend_suite {
             $crate::backend_suite!(@kind sentinel, sentinel, $($name),*);
         }
     };
+    (tls_only: $($name:ident),* $(,)?) => {
+        mod tls_only {
+            use super::{$($name),*};
+            $crate::backend_suite!(@kind standalone, redis_tls, $($name),*);
+            $crate::backend_suite!(@kind pool, pool_tls, $($name),*);
+        }
+    };
     (standalone_only: $($name:ident),* $(,)?) => {
         mod standalone_only {
             use super::{$($name),*};
@@ -657,6 +707,12 @@ macro_rules! backend_suite {
         $crate::backend_suite!(@kind cluster, cluster, $($name),*);
         $crate::backend_suite!(@kind sentinel, sentinel, $($name),*);
     };
+}
+
+/// A TLS-only server that verifies clients, with fresh certificates.
+fn tls_server() -> RedisServer {
+    let tls = TestTls::generate().unwrap_or_else(|e| panic!("{e}"));
+    RedisServer::start_tls(&tls, "yes").unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A connection for inspecting Redis in tests: one server, or a cluster (routing by key).

@@ -26,9 +26,11 @@ pub mod not_redis;
 mod process;
 mod sentinel;
 mod server;
+mod tls;
 
 pub use browser::{Browser, BrowserCookie};
 pub use cluster::RedisCluster;
 pub use not_redis::NotRedis;
 pub use sentinel::RedisSentinels;
 pub use server::{RedisServer, TestkitError, free_port, redis_server_binary, unique_prefix};
+pub use tls::TestTls;

@@ -287,7 +287,11 @@ impl RedisConnection {
     /// - `master`: the name the sentinels monitor, or `redis://[[user]:password@]name[/db]` for
     ///   the credentials and database of the primary (and of whichever replica is promoted).
     ///
-    /// Plain TCP only (no TLS). After a failover the connection finds the new primary on its
+    /// TLS (feature `tls`): a sentinel written `rediss://host:port` is reached over TLS, and a
+    /// master written `rediss://[[user]:password@]name[/db]` makes the primary (and any server
+    /// promoted later) reached over TLS; the two may differ (sentinels in plain TCP on a private
+    /// network, the primary over TLS, or the other way round). The
+    /// [`TlsOptions`](super::TlsOptions) of [`ConnectOptions::tls`] apply to both. After a failover the connection finds the new primary on its
     /// own: a background task asks the sentinels again as soon as a call finds the connection
     /// broken or the server demoted (`READONLY`), and once a second whether they name another
     /// primary, with a backoff of 25 ms up to 400 ms while none is found. Until then calls

@@ -67,6 +67,12 @@ cfg_middleware! {
         mod pending;
     }
 }
+#[cfg(feature = "tls")]
+cfg_middleware! {
+    unused_without {
+        mod tls;
+    }
+}
 
 pub use clock::Clock;
 #[cfg(any(test, feature = "test-util"))]
@@ -94,3 +100,5 @@ pub use options::ConnectOptions;
 pub(crate) use redis_backend::ScriptCall;
 #[cfg(all(test, feature = "session"))]
 pub(crate) use table::SWEEP_PER_OP;
+#[cfg(feature = "tls")]
+pub use tls::TlsOptions;

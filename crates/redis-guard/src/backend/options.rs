@@ -23,6 +23,8 @@ use super::RedisConnection;
 #[must_use]
 pub struct ConnectOptions {
     lazy: bool,
+    #[cfg(feature = "tls")]
+    tls: Option<super::TlsOptions>,
 }
 
 impl ConnectOptions {
@@ -62,6 +64,50 @@ impl ConnectOptions {
     pub fn lazy(mut self, lazy: bool) -> Self {
         self.lazy = lazy;
         self
+    }
+
+    /// The certificates of `rediss://` connections (feature `tls`): a certificate authority of
+    /// your own, a client certificate. Without them a `rediss://` URL trusts the platform's
+    /// roots. They apply to every TLS connection these options make: the server, every node of
+    /// a Cluster, and the sentinels and the primary that are reached over TLS. Plain
+    /// `redis://` addresses ignore them.
+    ///
+    /// ```no_run
+    /// use redis_guard::backend::{ConnectOptions, TlsOptions};
+    /// # async fn f(ca: Vec<u8>) -> redis::RedisResult<()> {
+    /// let conn = ConnectOptions::new()
+    ///     .tls(TlsOptions::new().ca_pem(ca))
+    ///     .cluster(&["rediss://10.0.0.1:6380/", "rediss://10.0.0.2:6380/"])
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: super::TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// A `bb8` connection manager for the server at `url` with these options (TLS included), to
+    /// build a pool with (feature `bb8`). `bb8::Builder::build_unchecked` makes a pool that
+    /// starts while Redis is unreachable; its calls then wait for a connection up to the
+    /// backend's timeout, and the circuit breaker opens after a few.
+    ///
+    /// ```no_run
+    /// use redis_guard::backend::{ConnectOptions, RedisConnection};
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let manager = ConnectOptions::new().pool_manager("redis://127.0.0.1/")?;
+    /// let pool = bb8::Pool::builder().max_size(8).build(manager).await?;
+    /// let conn = RedisConnection::from(pool);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The URL is invalid, or is `rediss://` without the `tls` feature.
+    #[cfg(feature = "bb8")]
+    pub fn pool_manager(&self, url: &str) -> RedisResult<bb8_redis::RedisConnectionManager> {
+        let info = self.client(url)?.get_connection_info().clone();
+        bb8_redis::RedisConnectionManager::new(info)
     }
 
     /// Whether the connection is made [lazily](Self::lazy).
@@ -108,9 +154,24 @@ impl ConnectOptions {
         RedisConnection::sentinel_with(sentinels, master, self).await
     }
 
-    /// A client for the server at `url` (or `ConnectionInfo`), with these options.
-    pub(crate) fn client(&self, url: impl redis::IntoConnectionInfo) -> RedisResult<redis::Client> {
-        redis::Client::open(url)
+    /// A client for the server at `url`, with these options.
+    pub(crate) fn client(&self, url: &str) -> RedisResult<redis::Client> {
+        tls_available(url)?;
+        self.client_for(redis::IntoConnectionInfo::into_connection_info(url)?)
+    }
+
+    /// A client for the server `info` describes (a `rediss://` URL already checked by
+    /// [`tls_available`]), with these options.
+    pub(crate) fn client_for(&self, info: redis::ConnectionInfo) -> RedisResult<redis::Client> {
+        #[cfg(feature = "tls")]
+        if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            super::tls::install_provider();
+            if let Some(tls) = &self.tls {
+                tls.validate()?;
+                return redis::Client::build_with_tls(info, tls.certificates());
+            }
+        }
+        redis::Client::open(info)
     }
 
     /// A client for the cluster whose nodes are `urls`, with these options.
@@ -119,6 +180,62 @@ impl ConnectOptions {
         &self,
         urls: Vec<String>,
     ) -> RedisResult<redis::cluster::ClusterClient> {
+        for url in &urls {
+            tls_available(url)?;
+        }
+        #[cfg(feature = "tls")]
+        if urls.iter().any(|u| is_tls(u)) {
+            super::tls::install_provider();
+            if let Some(tls) = &self.tls {
+                tls.validate()?;
+                return redis::cluster::ClusterClientBuilder::new(urls)
+                    .certs(tls.certificates())
+                    .build();
+            }
+        }
         redis::cluster::ClusterClient::new(urls)
+    }
+}
+
+/// Whether `url` asks for TLS (`rediss://`, `valkeys://`).
+pub(crate) fn is_tls(url: &str) -> bool {
+    let scheme = url.trim_start().split("://").next().unwrap_or_default();
+    scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
+}
+
+/// A `rediss://` URL in a build without the `tls` feature: an error that names the feature.
+pub(crate) fn tls_available(url: &str) -> RedisResult<()> {
+    tls_in(url, cfg!(feature = "tls"))
+}
+
+fn tls_in(url: &str, enabled: bool) -> RedisResult<()> {
+    if is_tls(url) && !enabled {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "rediss:// needs redis-guard's `tls` feature",
+            "enable it: redis-guard = { version = \"…\", features = [\"tls\"] }".to_owned(),
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tls_in;
+
+    #[test]
+    fn a_tls_url_without_the_feature_names_the_feature() {
+        let e = tls_in("rediss://:pw@redis.example:6380/", false).unwrap_err();
+        assert_eq!(e.kind(), redis::ErrorKind::InvalidClientConfig);
+        assert!(
+            e.to_string()
+                .contains("rediss:// needs redis-guard's `tls` feature"),
+            "{e}"
+        );
+        assert!(!e.to_string().contains("pw"), "{e}");
+        assert!(tls_in(" REDISS://h/", false).is_err());
+        assert!(tls_in("rediss://h/", true).is_ok());
+        assert!(tls_in("redis://h/", false).is_ok());
+        assert!(tls_in("h:6379", false).is_ok());
     }
 }

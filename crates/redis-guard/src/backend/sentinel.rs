@@ -45,6 +45,8 @@ pub(crate) struct Sentinel {
     master: String,
     /// The credentials and database of the primary (and of any server promoted later).
     node: RedisConnectionInfo,
+    /// Whether the primary is reached over TLS (`rediss://name`).
+    tls: bool,
     /// The primary calls go to; `None` while the task looks for one.
     current: RwLock<Option<Primary>>,
     /// Bumped at every switch, so that a late failure of a replaced connection drops nothing.
@@ -83,11 +85,12 @@ impl Sentinel {
         if sentinels.is_empty() {
             return Err(config_error("no sentinel address given".to_owned()));
         }
-        let (master, node) = master_info(master)?;
+        let (master, node, tls) = master_info(master)?;
         let shared = Arc::new(Self {
             sentinels,
             master,
             node,
+            tls,
             current: RwLock::new(None),
             generation: AtomicU64::new(0),
             preferred: AtomicUsize::new(0),
@@ -183,10 +186,8 @@ impl Sentinel {
         sentinel: &ConnectionInfo,
     ) -> RedisResult<(ConnectionAddr, MultiplexedConnection)> {
         let addr = self.named_by(sentinel).await?;
-        let info = ConnectionInfo::set_redis_settings(
-            addr.clone().into_connection_info()?,
-            self.node.clone(),
-        );
+        let info =
+            ConnectionInfo::set_redis_settings(self.over_tls(&addr)?, self.node.clone());
         let step = async {
             let mut conn = self.connect_to(info).await?;
             let role: Value = redis::cmd("ROLE").query_async(&mut conn).await?;
@@ -210,6 +211,25 @@ impl Sentinel {
         };
         let conn = within(step, "the primary it names").await?;
         Ok((addr, conn))
+    }
+
+    /// Where to connect to reach the primary at `addr`: over TLS when the master's URL is
+    /// `rediss://`.
+    fn over_tls(&self, addr: &ConnectionAddr) -> RedisResult<ConnectionInfo> {
+        #[cfg(feature = "tls")]
+        if self.tls
+            && let ConnectionAddr::Tcp(host, port) = addr
+        {
+            return ConnectionAddr::TcpTls {
+                host: host.clone(),
+                port: *port,
+                insecure: false,
+                tls_params: None,
+            }
+            .into_connection_info();
+        }
+        debug_assert!(!self.tls, "a TLS master is refused without the `tls` feature");
+        addr.clone().into_connection_info()
     }
 
     /// The address `sentinel` gives for the primary.
@@ -270,7 +290,7 @@ impl Sentinel {
             .set_connection_timeout(None)
             .set_response_timeout(None);
         self.options
-            .client(info)?
+            .client_for(info)?
             .get_multiplexed_async_connection_with_config(&config)
             .await
     }
@@ -360,9 +380,11 @@ fn config_error(detail: String) -> RedisError {
     ))
 }
 
-/// A sentinel's address: `host:port` or a `redis://` URL (for its own credentials).
+/// A sentinel's address: `host:port` or a `redis://` URL (for its own credentials), `rediss://`
+/// for one reached over TLS.
 fn sentinel_info(s: &str) -> RedisResult<ConnectionInfo> {
     let s = s.trim();
+    super::options::tls_available(s)?;
     let has_port = |s: &str| s.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok());
     if !s.contains("://") && !has_port(s) {
         return Err(config_error(format!(
@@ -381,23 +403,30 @@ fn sentinel_info(s: &str) -> RedisResult<ConnectionInfo> {
     })?;
     match info.addr() {
         ConnectionAddr::Tcp(..) => Ok(info),
+        #[cfg(feature = "tls")]
+        ConnectionAddr::TcpTls { .. } => Ok(info),
         _ => Err(config_error(format!(
-            "'{s}': a sentinel is reached over plain TCP"
+            "'{s}': a sentinel is reached over TCP or TLS"
         ))),
     }
 }
 
-/// The master name and the primary's settings, from `name` or
-/// `redis://[[user]:password@]name[/db]`.
-fn master_info(master: &str) -> RedisResult<(String, RedisConnectionInfo)> {
+/// The master name, the primary's settings and whether it is reached over TLS, from `name`,
+/// `redis://[[user]:password@]name[/db]` or `rediss://…`.
+fn master_info(master: &str) -> RedisResult<(String, RedisConnectionInfo, bool)> {
     let master = master.trim();
-    let Some(rest) = master.strip_prefix("redis://") else {
+    super::options::tls_available(master)?;
+    let tls = super::options::is_tls(master);
+    let rest = master
+        .strip_prefix("redis://")
+        .or_else(|| master.strip_prefix("rediss://"));
+    let Some(rest) = rest else {
         return match master {
             "" => Err(config_error("the master name is empty".to_owned())),
             name if name.contains(['/', '@', ' ']) => Err(config_error(format!(
                 "'{name}' is not a master name; credentials go in redis://[user]:password@name/db"
             ))),
-            name => Ok((name.to_owned(), RedisConnectionInfo::default())),
+            name => Ok((name.to_owned(), RedisConnectionInfo::default(), false)),
         };
     };
     let (userinfo, host) = match rest.rfind('@') {
@@ -416,13 +445,17 @@ fn master_info(master: &str) -> RedisResult<(String, RedisConnectionInfo)> {
         .as_str()
         .into_connection_info()
         .map_err(|e| config_error(format!("'{}': {e}", redact(master))))?;
-    Ok((name.to_owned(), info.redis_settings().clone()))
+    Ok((name.to_owned(), info.redis_settings().clone(), tls))
 }
 
 /// `master` without its password, for an error message.
 fn redact(master: &str) -> String {
     match master.rfind('@') {
-        Some(at) => format!("redis://…@{}", &master[at + 1..]),
+        Some(at) => format!(
+            "{}://…@{}",
+            master.split("://").next().unwrap_or("redis"),
+            &master[at + 1..]
+        ),
         None => master.to_owned(),
     }
 }
@@ -433,18 +466,18 @@ mod tests {
 
     #[test]
     fn master_names_carry_the_primarys_credentials_and_database() {
-        let (name, info) = master_info("mymaster").expect("a name");
+        let (name, info, tls) = master_info("mymaster").expect("a name");
         assert_eq!(
-            (name.as_str(), info.db(), info.password()),
-            ("mymaster", 0, None)
+            (name.as_str(), info.db(), info.password(), tls),
+            ("mymaster", 0, None, false)
         );
-        let (name, info) = master_info("redis://app:p%40ss@cache-A/3").expect("a URL");
+        let (name, info, _) = master_info("redis://app:p%40ss@cache-A/3").expect("a URL");
         assert_eq!(name, "cache-A");
         assert_eq!(
             (info.username(), info.password(), info.db()),
             (Some("app"), Some("p@ss"), 3)
         );
-        let (_, info) = master_info("redis://:secret@m").expect("password only");
+        let (_, info, _) = master_info("redis://:secret@m").expect("password only");
         assert_eq!((info.username(), info.password()), (None, Some("secret")));
         for bad in ["", "  ", "a/1", "redis://", "redis://:pw@/2", "redis://m/x"] {
             let e = master_info(bad).expect_err(bad);

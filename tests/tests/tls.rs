@@ -1,0 +1,94 @@
+//! TLS (`rediss://`, feature `tls`) against real TLS-only `redis-server`s whose certificates the
+//! test kit makes at run time: a certificate authority that is not the server's is refused with
+//! an error that says it is a certificate problem; a server that verifies clients takes a client
+//! certificate and refuses a connection without one. The layers' suites run over TLS through
+//! `backend_suite!(tls_only: …)` in their own files.
+
+use redis_guard::backend::{ConnectOptions, RedisBackend, RedisConnection, TlsOptions};
+use redis_guard_testkit::{RedisServer, TestTls};
+
+fn tls() -> TestTls {
+    TestTls::generate().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// One call through a lock: `Ok` when Redis answered.
+async fn works(conn: RedisConnection) -> Result<(), String> {
+    redis_guard::backend::Lock::redis(RedisBackend::new(conn))
+        .try_acquire("tls", std::time::Duration::from_secs(1))
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_certificate_from_another_authority_is_refused_as_a_certificate_problem() {
+    let server = RedisServer::start_tls(&tls(), "no").unwrap_or_else(|e| panic!("{e}"));
+    let other = tls();
+    for (name, options) in [
+        (
+            "another CA",
+            ConnectOptions::new().tls(TlsOptions::new().ca_pem(other.ca_pem.clone())),
+        ),
+        // The platform's roots do not hold the test kit's authority either.
+        ("the platform's roots", ConnectOptions::new()),
+    ] {
+        let e = options
+            .open(&server.url())
+            .await
+            .expect_err("an untrusted certificate");
+        let text = e.to_string();
+        println!("{name}: {text}");
+        assert!(
+            text.contains("certificate") && text.contains("127.0.0.1"),
+            "{name}: {text}"
+        );
+    }
+    let own = server.tls().expect("a TLS server").ca_pem.clone();
+    let conn = ConnectOptions::new()
+        .tls(TlsOptions::new().ca_pem(own))
+        .open(&server.url())
+        .await
+        .expect("the server's own CA");
+    works(conn).await.expect("a call over TLS");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_works_with_a_client_certificate_and_fails_without_one() {
+    let certs = tls();
+    let server = RedisServer::start_tls(&certs, "yes").unwrap_or_else(|e| panic!("{e}"));
+    let ca = TlsOptions::new().ca_pem(certs.ca_pem.clone());
+    let with = ConnectOptions::new()
+        .tls(
+            ca.clone()
+                .client_cert(certs.client_cert_pem.clone(), certs.client_key_pem.clone()),
+        )
+        .open(&server.url())
+        .await
+        .expect("a client certificate");
+    works(with).await.expect("a call with a client certificate");
+
+    let without = ConnectOptions::new().tls(ca).open(&server.url()).await;
+    let e = without.expect_err("no client certificate");
+    println!("without a client certificate: {e}");
+    assert!(e.to_string().contains("127.0.0.1"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_pem_is_a_configuration_error_before_any_connection() {
+    let server = RedisServer::start_tls(&tls(), "no").unwrap_or_else(|e| panic!("{e}"));
+    let e = ConnectOptions::new()
+        .tls(TlsOptions::new().ca_pem("not a certificate"))
+        .open(&server.url())
+        .await
+        .expect_err("no certificate in the PEM");
+    assert_eq!(e.kind(), redis::ErrorKind::InvalidClientConfig, "{e:?}");
+    assert!(
+        e.to_string().contains("the CA PEM holds no certificate"),
+        "{e}"
+    );
+    let e = TlsOptions::new()
+        .client_cert(tls().client_cert_pem, "not a key")
+        .validate()
+        .expect_err("no key");
+    assert!(e.to_string().contains("the client key PEM"), "{e}");
+}
