@@ -22,7 +22,7 @@ use axum::Router;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use example_shared::{csrf, serve, settings};
-use redis_guard::backend::{ConnectOptions, RedisBackend, RedisConnection};
+use redis_guard::backend::{ConnectOptions, RedisBackend, RedisConnection, TlsOptions};
 use redis_guard::cache::{MemoryCacheStore, RedisCacheStore};
 use redis_guard::idempotency::IdempotencyStore;
 use redis_guard::rate_limit::{
@@ -359,10 +359,12 @@ async fn refuse_cross_site(req: axum::extract::Request, next: axum::middleware::
 /// uses Redis once it answers; only a server that is not Redis or refuses the credentials
 /// stops it at start.
 async fn connect(store: &Store) -> Result<(RedisConnection, String), String> {
+    let options = connect_options()?;
     match store {
         Store::Memory => Err("the memory store has no Redis connection".to_owned()),
         Store::Redis(url) => {
-            let conn = RedisConnection::open_lazy(url)
+            let conn = options
+                .open(url)
                 .await
                 // Redacted: the URL may carry the password, and this goes to the logs.
                 .map_err(|e| format!("cannot connect to REDIS_URL={:?}: {e}", redact(url)))?;
@@ -370,8 +372,7 @@ async fn connect(store: &Store) -> Result<(RedisConnection, String), String> {
         }
         Store::Cluster(nodes) => {
             let nodes_list = nodes.join(",");
-            let conn = ConnectOptions::new()
-                .lazy(true)
+            let conn = options
                 .cluster(nodes)
                 .await
                 .map_err(|e| format!("cannot connect to REDIS_CLUSTER_NODES={nodes_list}: {e}"))?;
@@ -379,8 +380,7 @@ async fn connect(store: &Store) -> Result<(RedisConnection, String), String> {
         }
         Store::Sentinel { sentinels, master } => {
             let list = sentinels.join(",");
-            let lazy = ConnectOptions::new().lazy(true);
-            let conn = lazy.sentinel(sentinels, master).await.map_err(|e| {
+            let conn = options.sentinel(sentinels, master).await.map_err(|e| {
                 format!(
                     "cannot find the primary REDIS_SENTINEL_MASTER={:?} through REDIS_SENTINEL={list}: {e}",
                     redact(master)
@@ -392,6 +392,23 @@ async fn connect(store: &Store) -> Result<(RedisConnection, String), String> {
             ))
         }
     }
+}
+
+/// Lazy connections, with `REDIS_TLS_CA` (a PEM file of the certificate authority to trust for
+/// `rediss://` addresses; unset: the platform's roots). A file that is missing, unreadable or
+/// holds no certificate stops the app at start, naming the variable and the path.
+fn connect_options() -> Result<ConnectOptions, String> {
+    let options = ConnectOptions::new().lazy(true);
+    let Some(path) = std::env::var_os("REDIS_TLS_CA") else {
+        return Ok(options);
+    };
+    let shown = std::path::Path::new(&path).display().to_string();
+    let pem = std::fs::read(&path)
+        .map_err(|e| format!("REDIS_TLS_CA={shown:?}: cannot read the file: {e}"))?;
+    let tls = TlsOptions::new().ca_pem(pem);
+    tls.validate()
+        .map_err(|e| format!("REDIS_TLS_CA={shown:?}: {e}"))?;
+    Ok(options.tls(tls))
 }
 
 /// Hides a password in a Redis URL before printing it.
