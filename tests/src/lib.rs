@@ -211,7 +211,28 @@ impl Harness {
     ///
     /// When the cluster cannot be started.
     pub async fn cluster() -> Self {
-        let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        Self::cluster_from(RedisCluster::start).await
+    }
+
+    /// A Redis backend on a fresh private 3-master cluster that speaks only TLS (certificates
+    /// made by the test kit, clients verified, TLS on the cluster bus), through
+    /// `ConnectOptions::tls(…).cluster(…)`.
+    ///
+    /// # Panics
+    ///
+    /// When the cluster cannot be started.
+    pub async fn cluster_tls() -> Self {
+        Self::cluster_from(|| {
+            let tls = TestTls::generate()?;
+            RedisCluster::start_tls(&tls)
+        })
+        .await
+    }
+
+    async fn cluster_from(
+        start: impl FnOnce() -> Result<RedisCluster, redis_guard_testkit::TestkitError> + Send + 'static,
+    ) -> Self {
+        let cluster = tokio::task::spawn_blocking(start)
             .await
             .expect("cluster start task")
             .unwrap_or_else(|e| panic!("{e}"));
@@ -395,7 +416,9 @@ impl Harness {
                     .expect("pool");
                 RedisConnection::from(pool)
             }
-            Kind::Cluster => RedisConnection::cluster(&self.cluster_urls())
+            Kind::Cluster => self
+                .connect_options()
+                .cluster(&self.cluster_urls())
                 .await
                 .expect("connect to the test cluster"),
             Kind::Sentinel => RedisConnection::sentinel(
@@ -407,15 +430,24 @@ impl Harness {
         }
     }
 
-    /// How connections are made: with the test kit's certificates on a TLS server.
+    /// How connections are made: with the test kit's certificates on a TLS server or cluster.
     fn connect_options(&self) -> ConnectOptions {
-        match self.server.as_ref().and_then(RedisServer::tls) {
+        match self.tls() {
             Some(tls) => ConnectOptions::new().tls(
                 TlsOptions::new()
                     .ca_pem(tls.ca_pem.clone())
                     .client_cert(tls.client_cert_pem.clone(), tls.client_key_pem.clone()),
             ),
             None => ConnectOptions::new(),
+        }
+    }
+
+    /// The certificates of a TLS server or cluster.
+    fn tls(&self) -> Option<&TestTls> {
+        match (&self.server, &self.cluster) {
+            (_, Some(cluster)) => cluster.tls(),
+            (Some(server), None) => server.tls(),
+            (None, None) => None,
         }
     }
 
@@ -445,11 +477,16 @@ impl Harness {
                     .expect("connect"),
             ),
             Kind::Cluster => Inspect::Cluster(
-                redis::cluster::ClusterClient::new(self.cluster_urls())
-                    .expect("urls")
-                    .get_async_connection()
-                    .await
-                    .expect("connect"),
+                match self.tls() {
+                    Some(tls) => redis::cluster::ClusterClientBuilder::new(self.cluster_urls())
+                        .certs(tls.certificates())
+                        .build(),
+                    None => redis::cluster::ClusterClient::new(self.cluster_urls()),
+                }
+                .expect("urls")
+                .get_async_connection()
+                .await
+                .expect("connect"),
             ),
         }
     }
@@ -658,13 +695,16 @@ impl Harness {
 /// A scenario that only means something on Redis (what the store holds, Redis misbehaving) goes
 /// in the `redis_only:` arm, which generates `redis_only::{standalone,pool,cluster,sentinel}::name` and
 /// no memory test; one that needs a single server and a single connection (counting commands
-/// with `MONITOR`) goes in `standalone_only:` (`standalone_only::standalone::name`). A scenario
-/// never returns early on a backend it does not apply to: every generated test asserts.
+/// with `MONITOR`) goes in `standalone_only:` (`standalone_only::standalone::name`). The
+/// `tls_only:` arm runs a scenario over TLS, on Redis that speaks nothing else:
+/// `tls_only::{standalone,pool,cluster}::name`. A scenario never returns early on a backend it
+/// does not apply to: every generated test asserts.
 ///
 /// ```ignore
 /// backend_suite!(counts_requests, retries_after);
 /// backend_suite!(redis_only: keys_expire, scripts_reload);
 /// backend_suite!(standalone_only: round_trips);
+/// backend_suite!(tls_only: counts_requests);
 /// ```
 #[macro_export]
 macro_rules! backend_suite {
@@ -682,6 +722,7 @@ macro_rules! backend_suite {
             use super::{$($name),*};
             $crate::backend_suite!(@kind standalone, redis_tls, $($name),*);
             $crate::backend_suite!(@kind pool, pool_tls, $($name),*);
+            $crate::backend_suite!(@kind cluster, cluster_tls, $($name),*);
         }
     };
     (standalone_only: $($name:ident),* $(,)?) => {

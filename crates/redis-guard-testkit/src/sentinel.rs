@@ -139,7 +139,7 @@ impl RedisSentinels {
             let all = self
                 .nodes
                 .iter()
-                .all(|n| connect_sync(n.port).is_ok_and(|mut c| check(&mut c)));
+                .all(|n| connect_sync(n.port, None).is_ok_and(|mut c| check(&mut c)));
             if all {
                 return Ok(());
             }
@@ -204,7 +204,7 @@ impl Node {
                     self.sentinel_log()
                 )));
             }
-            if connect_sync(self.port).is_ok_and(|mut c| named(&mut c) == Some(primary)) {
+            if connect_sync(self.port, None).is_ok_and(|mut c| named(&mut c) == Some(primary)) {
                 return Ok(());
             }
             if Instant::now() > deadline {
