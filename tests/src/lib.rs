@@ -184,8 +184,12 @@ impl Harness {
             clock,
             sentinels: (kind == Kind::Sentinel).then(|| {
                 // No replica, so no failover: the sentinel only names the server.
-                RedisSentinels::start(server.port(), 1, Duration::from_secs(60))
-                    .unwrap_or_else(|e| panic!("{e}"))
+                let down_after = Duration::from_secs(60);
+                match server.tls() {
+                    Some(tls) => RedisSentinels::start_tls(server.port(), 1, down_after, tls),
+                    None => RedisSentinels::start(server.port(), 1, down_after),
+                }
+                .unwrap_or_else(|e| panic!("{e}"))
             }),
             server: Some(server),
             cluster: None,
@@ -201,6 +205,19 @@ impl Harness {
     /// As [`redis`](Self::redis), or when the sentinel cannot be started.
     pub async fn sentinel() -> Self {
         tokio::task::spawn_blocking(|| Self::standalone(Kind::Sentinel))
+            .await
+            .expect("sentinel start task")
+    }
+
+    /// As [`sentinel`](Self::sentinel), with a server and a sentinel that speak only TLS
+    /// (certificates made by the test kit, clients verified), reached through
+    /// `ConnectOptions::tls(…).sentinel(&["rediss://…"], "rediss://mymaster")`.
+    ///
+    /// # Panics
+    ///
+    /// As [`sentinel`](Self::sentinel).
+    pub async fn sentinel_tls() -> Self {
+        tokio::task::spawn_blocking(|| Self::standalone_on(Kind::Sentinel, Some(tls_server())))
             .await
             .expect("sentinel start task")
     }
@@ -421,12 +438,24 @@ impl Harness {
                 .cluster(&self.cluster_urls())
                 .await
                 .expect("connect to the test cluster"),
-            Kind::Sentinel => RedisConnection::sentinel(
-                &self.sentinels.as_ref().expect("sentinels").addrs(),
-                RedisSentinels::MASTER,
-            )
-            .await
-            .expect("connect through the test sentinel"),
+            Kind::Sentinel => {
+                let sentinels = self.sentinels.as_ref().expect("sentinels");
+                match self.tls() {
+                    // The primary over TLS too: the master's URL says so.
+                    Some(_) => {
+                        self.connect_options()
+                            .sentinel(
+                                &sentinels.urls(),
+                                &format!("rediss://{}", RedisSentinels::MASTER),
+                            )
+                            .await
+                    }
+                    None => {
+                        RedisConnection::sentinel(&sentinels.addrs(), RedisSentinels::MASTER).await
+                    }
+                }
+                .expect("connect through the test sentinel")
+            }
         }
     }
 
@@ -697,7 +726,7 @@ impl Harness {
 /// no memory test; one that needs a single server and a single connection (counting commands
 /// with `MONITOR`) goes in `standalone_only:` (`standalone_only::standalone::name`). The
 /// `tls_only:` arm runs a scenario over TLS, on Redis that speaks nothing else:
-/// `tls_only::{standalone,pool,cluster}::name`. A scenario never returns early on a backend it
+/// `tls_only::{standalone,pool,cluster,sentinel}::name`. A scenario never returns early on a backend it
 /// does not apply to: every generated test asserts.
 ///
 /// ```ignore
@@ -723,6 +752,7 @@ macro_rules! backend_suite {
             $crate::backend_suite!(@kind standalone, redis_tls, $($name),*);
             $crate::backend_suite!(@kind pool, pool_tls, $($name),*);
             $crate::backend_suite!(@kind cluster, cluster_tls, $($name),*);
+            $crate::backend_suite!(@kind sentinel, sentinel_tls, $($name),*);
         }
     };
     (standalone_only: $($name:ident),* $(,)?) => {

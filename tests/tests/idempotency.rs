@@ -571,5 +571,6 @@ async fn every_key_has_a_ttl_and_values_not_ours_are_503(h: Harness) {
 }
 
 backend_suite!(redis_only: every_key_has_a_ttl_and_values_not_ours_are_503);
-// Over TLS (`rediss://`, a client certificate): a standalone server, a pool and a cluster.
+// Over TLS (`rediss://`, a client certificate): a standalone server, a pool, a cluster and
+// Sentinel.
 backend_suite!(tls_only: replays_409_and_422_over_http_on_two_instances);

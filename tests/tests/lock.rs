@@ -162,5 +162,6 @@ async fn a_key_that_is_not_a_lock_is_an_error(h: Harness) {
 }
 
 backend_suite!(redis_only: a_key_that_is_not_a_lock_is_an_error);
-// Over TLS (`rediss://`, a client certificate): a standalone server, a pool and a cluster.
+// Over TLS (`rediss://`, a client certificate): a standalone server, a pool, a cluster and
+// Sentinel.
 backend_suite!(tls_only: two_contenders_never_both_hold_it);

@@ -2,8 +2,9 @@
 //! test kit makes at run time: a certificate authority that is not the server's is refused with
 //! an error that says it is a certificate problem; a server that verifies clients takes a client
 //! certificate and refuses a connection without one; a Redis Cluster that speaks only TLS
-//! does the same on every node. The layers' suites run over TLS (a server, a pool, a cluster)
-//! through `backend_suite!(tls_only: …)` in their own files.
+//! does the same on every node. The layers' suites run over TLS (a server, a pool, a cluster,
+//! and the primary a sentinel names, the sentinel reached over TLS too) through
+//! `backend_suite!(tls_only: …)` in their own files.
 
 use std::time::Duration;
 

@@ -523,5 +523,6 @@ async fn keys(h: Harness) {
 }
 
 backend_suite!(redis_only: keys, the_store_failing_never_fails_a_computation);
-// Over TLS (`rediss://`, a client certificate): a standalone server, a pool and a cluster.
+// Over TLS (`rediss://`, a client certificate): a standalone server, a pool, a cluster and
+// Sentinel.
 backend_suite!(tls_only: values);

@@ -94,24 +94,34 @@ impl TestTls {
         port: u16,
         auth_clients: &str,
     ) -> std::io::Result<Vec<String>> {
+        Ok(self
+            .server_config(dir, port, auth_clients)?
+            .into_iter()
+            .flat_map(|(name, value)| [format!("--{name}"), value])
+            .collect())
+    }
+
+    /// Writes the PEM files into `dir` and returns the settings (name, value) of a TLS-only
+    /// server on `port`, as [`server_args`](Self::server_args) passes them, for a
+    /// configuration file.
+    pub(crate) fn server_config(
+        &self,
+        dir: &std::path::Path,
+        port: u16,
+        auth_clients: &str,
+    ) -> std::io::Result<Vec<(&'static str, String)>> {
         let write = |name: &str, pem: &str| -> std::io::Result<String> {
             let path = dir.join(name);
             std::fs::write(&path, pem)?;
             Ok(path.display().to_string())
         };
         Ok(vec![
-            "--port".into(),
-            "0".into(),
-            "--tls-port".into(),
-            port.to_string(),
-            "--tls-cert-file".into(),
-            write("server.pem", &self.server_cert_pem)?,
-            "--tls-key-file".into(),
-            write("server.key", &self.server_key_pem)?,
-            "--tls-ca-cert-file".into(),
-            write("ca.pem", &self.ca_pem)?,
-            "--tls-auth-clients".into(),
-            auth_clients.into(),
+            ("port", "0".into()),
+            ("tls-port", port.to_string()),
+            ("tls-cert-file", write("server.pem", &self.server_cert_pem)?),
+            ("tls-key-file", write("server.key", &self.server_key_pem)?),
+            ("tls-ca-cert-file", write("ca.pem", &self.ca_pem)?),
+            ("tls-auth-clients", auth_clients.into()),
         ])
     }
 }
