@@ -22,7 +22,7 @@ use axum::Router;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use example_shared::{csrf, serve, settings};
-use redis_guard::backend::{ConnectOptions, RedisBackend, RedisConnection, TlsOptions};
+use redis_guard::backend::{RedisBackend, RedisConnection};
 use redis_guard::cache::{MemoryCacheStore, RedisCacheStore};
 use redis_guard::idempotency::IdempotencyStore;
 use redis_guard::rate_limit::{
@@ -359,7 +359,7 @@ async fn refuse_cross_site(req: axum::extract::Request, next: axum::middleware::
 /// uses Redis once it answers; only a server that is not Redis or refuses the credentials
 /// stops it at start.
 async fn connect(store: &Store) -> Result<(RedisConnection, String), String> {
-    let options = connect_options()?;
+    let options = settings::redis_connect_options()?;
     match store {
         Store::Memory => Err("the memory store has no Redis connection".to_owned()),
         Store::Redis(url) => {
@@ -392,23 +392,6 @@ async fn connect(store: &Store) -> Result<(RedisConnection, String), String> {
             ))
         }
     }
-}
-
-/// Lazy connections, with `REDIS_TLS_CA` (a PEM file of the certificate authority to trust for
-/// `rediss://` addresses; unset: the platform's roots). A file that is missing, unreadable or
-/// holds no certificate stops the app at start, naming the variable and the path.
-fn connect_options() -> Result<ConnectOptions, String> {
-    let options = ConnectOptions::new().lazy(true);
-    let Some(path) = std::env::var_os("REDIS_TLS_CA") else {
-        return Ok(options);
-    };
-    let shown = std::path::Path::new(&path).display().to_string();
-    let pem = std::fs::read(&path)
-        .map_err(|e| format!("REDIS_TLS_CA={shown:?}: cannot read the file: {e}"))?;
-    let tls = TlsOptions::new().ca_pem(pem);
-    tls.validate()
-        .map_err(|e| format!("REDIS_TLS_CA={shown:?}: {e}"))?;
-    Ok(options.tls(tls))
 }
 
 /// Hides a password in a Redis URL before printing it.

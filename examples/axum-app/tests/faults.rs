@@ -5,6 +5,7 @@
 use std::process::Output;
 use std::time::{Duration, Instant};
 
+use example_shared::testing::tls::{TlsRedis, assert_a_bad_redis_tls_ca_stops_the_app};
 use redis_guard_testkit::app::{RunningApp, spawn};
 use redis_guard_testkit::http::{RawResponse, request};
 use redis_guard_testkit::not_redis::Behaviour;
@@ -268,18 +269,12 @@ async fn the_app_starts_with_redis_down_and_decides_in_redis_once_it_is_up() {
 /// no certificate stops it at start, naming the variable and the path.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_app_connects_over_tls_with_redis_tls_ca() {
-    let tls = redis_guard_testkit::TestTls::generate().unwrap_or_else(|e| panic!("{e}"));
-    let server = RedisServer::start_tls(&tls, "no").unwrap_or_else(|e| panic!("{e}"));
-    let dir = std::env::temp_dir().join(format!("axum-app-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a directory");
-    let ca = dir.join("ca.pem");
-    std::fs::write(&ca, &tls.ca_pem).expect("write the CA");
-    let ca_path = ca.display().to_string();
+    let tls = TlsRedis::start();
     let app = spawn(
         env!("CARGO_BIN_EXE_axum-app"),
         &[
-            ("REDIS_URL", server.url().as_str()),
-            ("REDIS_TLS_CA", ca_path.as_str()),
+            ("REDIS_URL", tls.server.url().as_str()),
+            ("REDIS_TLS_CA", tls.ca_file.as_str()),
             ("API_LIMIT", "10/minute"),
             ("REPLICAS", "2"),
             ("REDIS_TIMEOUT_MS", "250"),
@@ -290,35 +285,11 @@ async fn the_app_connects_over_tls_with_redis_tls_ca() {
     let r = hello(&app).await;
     assert_eq!((r.status, quota(&r)), (200, Some(10)), "{}", r.text());
     let keys: i64 = redis::cmd("DBSIZE")
-        .query_async(&mut server.connect().await)
+        .query_async(&mut tls.server.connect().await)
         .await
         .expect("DBSIZE");
     assert!(keys > 0, "the decisions are in the TLS Redis");
 
-    let garbage = dir.join("garbage.pem");
-    std::fs::write(&garbage, "not a certificate").expect("write");
-    for (path, expect) in [
-        (dir.join("missing.pem"), "cannot read the file"),
-        (garbage, "holds no certificate"),
-    ] {
-        let shown = path.display().to_string();
-        let out = Command::new(env!("CARGO_BIN_EXE_axum-app"))
-            .env_clear()
-            .env("BIND", "127.0.0.1:0")
-            .env("REDIS_URL", server.url())
-            .env("REDIS_TLS_CA", &path)
-            .kill_on_drop(true)
-            .output();
-        let out = tokio::time::timeout(Duration::from_secs(30), out)
-            .await
-            .unwrap_or_else(|_| panic!("REDIS_TLS_CA={shown} was accepted"))
-            .expect("run");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{stderr}");
-        assert!(
-            stderr.contains(&format!("REDIS_TLS_CA={shown:?}")) && stderr.contains(expect),
-            "{stderr}"
-        );
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_a_bad_redis_tls_ca_stops_the_app(env!("CARGO_BIN_EXE_axum-app"), &tls.server.url())
+        .await;
 }

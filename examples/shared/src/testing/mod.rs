@@ -2,3 +2,4 @@
 
 pub mod route_fuzz;
 pub mod slow_loris;
+pub mod tls;
