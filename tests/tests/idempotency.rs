@@ -850,3 +850,6 @@ async fn a_memory_store_full_of_running_requests_refuses_a_new_key() {
         assert_eq!(task.await.expect("task").status, 201);
     }
 }
+// Over TLS (`rediss://`, a client certificate): a standalone server, a pool, a cluster and
+// Sentinel.
+backend_suite!(tls_only: replays_409_and_422_over_http_on_two_instances_and_after_a_client_left);

@@ -222,3 +222,6 @@ async fn a_full_memory_lock_refuses_new_names_and_keeps_its_holders() {
     clock.advance(LEASE * 2);
     assert!(take_named(&locks, "two-more").await.is_some());
 }
+// Over TLS (`rediss://`, a client certificate): a standalone server, a pool, a cluster and
+// Sentinel.
+backend_suite!(tls_only: two_contenders_never_both_hold_it);

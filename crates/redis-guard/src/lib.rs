@@ -177,6 +177,8 @@ mod doc_files {
     #[doc = include_str!("../README.md")]
     struct CrateReadme;
 
+    // The guide's "Managed Redis" section connects over TLS.
+    #[cfg(feature = "tls")]
     #[doc = include_str!("../../../docs/guide.md")]
     struct Guide;
 

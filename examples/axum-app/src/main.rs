@@ -369,13 +369,17 @@ async fn refuse_cross_site(req: axum::extract::Request, next: axum::middleware::
     }
 }
 
-/// Hides a password in a Redis URL before printing it.
 /// The connection `store` names, and how the logs name it; the error names the variable.
+/// Lazy: the app starts while Redis is down (each layer answers by its failure policy) and
+/// uses Redis once it answers; only a server that is not Redis or refuses the credentials
+/// stops it at start.
 async fn connect(store: &Store) -> Result<(RedisConnection, String), String> {
+    let options = settings::redis_connect_options()?;
     match store {
         Store::Memory => Err("the memory store has no Redis connection".to_owned()),
         Store::Redis(url) => {
-            let conn = RedisConnection::open(url)
+            let conn = options
+                .open(url)
                 .await
                 // Redacted: the URL may carry the password, and this goes to the logs.
                 .map_err(|e| format!("cannot connect to REDIS_URL={:?}: {e}", redact(url)))?;
@@ -383,14 +387,15 @@ async fn connect(store: &Store) -> Result<(RedisConnection, String), String> {
         }
         Store::Cluster(nodes) => {
             let nodes_list = nodes.join(",");
-            let conn = RedisConnection::cluster(nodes)
+            let conn = options
+                .cluster(nodes)
                 .await
                 .map_err(|e| format!("cannot connect to REDIS_CLUSTER_NODES={nodes_list}: {e}"))?;
             Ok((conn, format!("redis cluster via {nodes_list}")))
         }
         Store::Sentinel { sentinels, master } => {
             let list = sentinels.join(",");
-            let conn = RedisConnection::sentinel(sentinels, master).await.map_err(|e| {
+            let conn = options.sentinel(sentinels, master).await.map_err(|e| {
                 format!(
                     "cannot find the primary REDIS_SENTINEL_MASTER={:?} through REDIS_SENTINEL={list}: {e}",
                     redact(master)
@@ -404,6 +409,7 @@ async fn connect(store: &Store) -> Result<(RedisConnection, String), String> {
     }
 }
 
+/// Hides a password in a Redis URL before printing it.
 fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
