@@ -42,6 +42,10 @@
 //! - [`ConfigError`]: the one error of every builder (and of parsing a
 //!   [`Quota`](rate_limit::Quota)): what is wrong, in which rule or setting, with which value.
 //!
+//! The guide (`docs/guide.md` in the repository) gives each layer's common path and the choices
+//! it asks for; `docs/replicas.md` walks through the most common deployment, several replicas
+//! behind a load balancer, down to what each layer keeps in Redis and for how long.
+//!
 //! It replaces the hand-rolled `INCR` + `EXPIRE` in a handler: two round trips, a race between
 //! them, and a key that never expires when the process dies in between.
 //!
@@ -140,8 +144,8 @@ mod served;
 #[cfg(feature = "session")]
 pub mod session;
 
-// The README's and the guide's code blocks are doctests: they compile (and the ones without
-// `no_run` run) with every `cargo test`.
+// The code blocks of the READMEs, the guide and its pages are doctests: they compile (and the
+// ones without `no_run` run) with every `cargo test`.
 #[cfg(all(
     doctest,
     feature = "axum",
@@ -159,4 +163,19 @@ mod doc_files {
 
     #[doc = include_str!("../../../docs/guide.md")]
     struct Guide;
+
+    #[doc = include_str!("../../../docs/replicas.md")]
+    struct Replicas;
+
+    #[doc = include_str!("../../../docs/rate-limiting.md")]
+    struct RateLimiting;
+
+    #[doc = include_str!("../../../docs/caching.md")]
+    struct Caching;
+
+    #[doc = include_str!("../../../docs/redis.md")]
+    struct Redis;
+
+    #[doc = include_str!("../../../docs/layout.md")]
+    struct Layout;
 }
