@@ -93,7 +93,7 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 # Every feature of the library on its own (and none): an import or item used only by another
 # feature warns here, and nowhere else.
-for feature in "" rate-limit session cache idempotency metrics axum bb8 cluster sentinel test-util; do
+for feature in "" rate-limit session cache idempotency metrics axum bb8 cluster sentinel tls test-util; do
   say "cargo clippy -p redis-guard, features: [${feature:-none}] -D warnings"
   cargo clippy -p redis-guard --no-default-features ${feature:+--features "$feature"} -- -D warnings
 done

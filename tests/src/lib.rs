@@ -12,14 +12,17 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
-use redis_guard::backend::{Clock, ManualClock, RedisBackend, RedisConnection};
+use redis_guard::backend::{
+    Clock, ConnectOptions, Lock, ManualClock, MemoryLockStore, RedisBackend, RedisConnection,
+    RedisLockStore, TlsOptions,
+};
 use redis_guard::cache::{
     CacheLayer, CacheLayerBuilder, MemoryCacheStore, RedisCacheStore, ValueCache, ValueCacheBuilder,
 };
-use redis_guard::idempotency::IdempotencyStore;
+use redis_guard::idempotency::{IdempotencyStore, MemoryIdempotencyStore, RedisIdempotencyStore};
 use redis_guard::rate_limit::{Algorithm, Limiter, MemoryLimiter, RedisLimiter};
 use redis_guard::session::{MemorySessionStore, RedisSessionStore, SessionError, SessionStore};
-use redis_guard_testkit::{RedisCluster, RedisSentinels, RedisServer, unique_prefix};
+use redis_guard_testkit::{RedisCluster, RedisSentinels, RedisServer, TestTls, unique_prefix};
 
 mod admitted;
 pub mod fail_safe;
@@ -84,7 +87,7 @@ pub struct Harness {
     clock: ManualClock,
     memory: MemoryLimiter,
     sessions: MemorySessionStore,
-    locks: redis_guard::backend::Lock,
+    locks: Lock,
     caches: MemoryCacheStore,
     idempotency: IdempotencyStore,
     server: Option<RedisServer>,
@@ -107,13 +110,12 @@ impl Harness {
             kind: Kind::Memory,
             memory: MemoryLimiter::builder().clock(clock.clone()).build(),
             sessions: MemorySessionStore::builder().clock(clock.clone()).build(),
-            locks: redis_guard::backend::Lock::memory_builder()
-                .clock(clock.clone())
-                .build(),
+            locks: Lock::new(MemoryLockStore::builder().clock(clock.clone()).build()),
             caches: MemoryCacheStore::builder().clock(clock.clone()).build(),
-            idempotency: IdempotencyStore::memory_builder()
+            idempotency: MemoryIdempotencyStore::builder()
                 .clock(clock.clone())
-                .build(),
+                .build()
+                .into(),
             clock,
             server: None,
             cluster: None,
@@ -140,25 +142,53 @@ impl Harness {
         Self::standalone(Kind::Pool)
     }
 
+    /// A Redis backend on a fresh private TLS-only server (certificates made by the test kit,
+    /// clients verified), through a `ConnectionManager` with `ConnectOptions::tls`.
+    ///
+    /// # Panics
+    ///
+    /// As [`redis`](Self::redis).
+    pub async fn redis_tls() -> Self {
+        Self::standalone_on(Kind::Redis, Some(tls_server()))
+    }
+
+    /// As [`redis_tls`](Self::redis_tls), through a `bb8` pool
+    /// (`ConnectOptions::pool_manager`).
+    ///
+    /// # Panics
+    ///
+    /// As [`redis`](Self::redis).
+    pub async fn pool_tls() -> Self {
+        Self::standalone_on(Kind::Pool, Some(tls_server()))
+    }
+
     fn standalone(kind: Kind) -> Self {
-        let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+        Self::standalone_on(kind, None)
+    }
+
+    fn standalone_on(kind: Kind, server: Option<RedisServer>) -> Self {
+        let server =
+            server.unwrap_or_else(|| RedisServer::start().unwrap_or_else(|e| panic!("{e}")));
         let clock = ManualClock::new();
         Self {
             kind,
             memory: MemoryLimiter::builder().clock(clock.clone()).build(),
             sessions: MemorySessionStore::builder().clock(clock.clone()).build(),
-            locks: redis_guard::backend::Lock::memory_builder()
-                .clock(clock.clone())
-                .build(),
+            locks: Lock::new(MemoryLockStore::builder().clock(clock.clone()).build()),
             caches: MemoryCacheStore::builder().clock(clock.clone()).build(),
-            idempotency: IdempotencyStore::memory_builder()
+            idempotency: MemoryIdempotencyStore::builder()
                 .clock(clock.clone())
-                .build(),
+                .build()
+                .into(),
             clock,
             sentinels: (kind == Kind::Sentinel).then(|| {
                 // No replica, so no failover: the sentinel only names the server.
-                RedisSentinels::start(server.port(), 1, Duration::from_secs(60))
-                    .unwrap_or_else(|e| panic!("{e}"))
+                let down_after = Duration::from_secs(60);
+                match server.tls() {
+                    Some(tls) => RedisSentinels::start_tls(server.port(), 1, down_after, tls),
+                    None => RedisSentinels::start(server.port(), 1, down_after),
+                }
+                .unwrap_or_else(|e| panic!("{e}"))
             }),
             server: Some(server),
             cluster: None,
@@ -178,13 +208,47 @@ impl Harness {
             .expect("sentinel start task")
     }
 
+    /// As [`sentinel`](Self::sentinel), with a server and a sentinel that speak only TLS
+    /// (certificates made by the test kit, clients verified), reached through
+    /// `ConnectOptions::tls(…).sentinel(&["rediss://…"], "rediss://mymaster")`.
+    ///
+    /// # Panics
+    ///
+    /// As [`sentinel`](Self::sentinel).
+    pub async fn sentinel_tls() -> Self {
+        tokio::task::spawn_blocking(|| Self::standalone_on(Kind::Sentinel, Some(tls_server())))
+            .await
+            .expect("sentinel start task")
+    }
+
     /// A Redis backend on a fresh private 3-master cluster.
     ///
     /// # Panics
     ///
     /// When the cluster cannot be started.
     pub async fn cluster() -> Self {
-        let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        Self::cluster_from(RedisCluster::start).await
+    }
+
+    /// A Redis backend on a fresh private 3-master cluster that speaks only TLS (certificates
+    /// made by the test kit, clients verified, TLS on the cluster bus), through
+    /// `ConnectOptions::tls(…).cluster(…)`.
+    ///
+    /// # Panics
+    ///
+    /// When the cluster cannot be started.
+    pub async fn cluster_tls() -> Self {
+        Self::cluster_from(|| {
+            let tls = TestTls::generate()?;
+            RedisCluster::start_tls(&tls)
+        })
+        .await
+    }
+
+    async fn cluster_from(
+        start: impl FnOnce() -> Result<RedisCluster, redis_guard_testkit::TestkitError> + Send + 'static,
+    ) -> Self {
+        let cluster = tokio::task::spawn_blocking(start)
             .await
             .expect("cluster start task")
             .unwrap_or_else(|e| panic!("{e}"));
@@ -193,13 +257,12 @@ impl Harness {
             kind: Kind::Cluster,
             memory: MemoryLimiter::builder().clock(clock.clone()).build(),
             sessions: MemorySessionStore::builder().clock(clock.clone()).build(),
-            locks: redis_guard::backend::Lock::memory_builder()
-                .clock(clock.clone())
-                .build(),
+            locks: Lock::new(MemoryLockStore::builder().clock(clock.clone()).build()),
             caches: MemoryCacheStore::builder().clock(clock.clone()).build(),
-            idempotency: IdempotencyStore::memory_builder()
+            idempotency: MemoryIdempotencyStore::builder()
                 .clock(clock.clone())
-                .build(),
+                .build()
+                .into(),
             clock,
             server: None,
             cluster: Some(cluster),
@@ -251,12 +314,12 @@ impl Harness {
         }
     }
 
-    /// A [`Lock`](redis_guard::backend::Lock) instance sharing its locks with every other one of
+    /// A [`Lock`] instance sharing its locks with every other one of
     /// this harness (for Redis: a new connection; in memory: one table on the harness' clock).
-    pub async fn lock(&self) -> redis_guard::backend::Lock {
+    pub async fn lock(&self) -> Lock {
         match self.kind {
             Kind::Memory => self.locks.clone(),
-            _ => redis_guard::backend::Lock::redis(self.backend().await),
+            _ => Lock::new(RedisLockStore::new(self.backend().await)),
         }
     }
 
@@ -285,7 +348,7 @@ impl Harness {
     pub async fn idempotency_store(&self) -> IdempotencyStore {
         match self.kind {
             Kind::Memory => self.idempotency.clone(),
-            _ => IdempotencyStore::redis(self.backend().await),
+            _ => RedisIdempotencyStore::new(self.backend().await).into(),
         }
     }
 
@@ -351,12 +414,16 @@ impl Harness {
     pub async fn connection(&self) -> RedisConnection {
         match self.kind {
             Kind::Memory => panic!("the memory backend has no Redis connection"),
-            Kind::Redis => RedisConnection::open(&self.server_url())
+            Kind::Redis => self
+                .connect_options()
+                .open(&self.server_url())
                 .await
                 .expect("connect to the test redis"),
             Kind::Pool => {
-                let manager =
-                    bb8_redis::RedisConnectionManager::new(self.server_url()).expect("valid url");
+                let manager = self
+                    .connect_options()
+                    .pool_manager(&self.server_url())
+                    .expect("valid url");
                 let pool = bb8::Pool::builder()
                     .max_size(4)
                     .build(manager)
@@ -364,15 +431,50 @@ impl Harness {
                     .expect("pool");
                 RedisConnection::from(pool)
             }
-            Kind::Cluster => RedisConnection::cluster(&self.cluster_urls())
+            Kind::Cluster => self
+                .connect_options()
+                .cluster(&self.cluster_urls())
                 .await
                 .expect("connect to the test cluster"),
-            Kind::Sentinel => RedisConnection::sentinel(
-                &self.sentinels.as_ref().expect("sentinels").addrs(),
-                RedisSentinels::MASTER,
-            )
-            .await
-            .expect("connect through the test sentinel"),
+            Kind::Sentinel => {
+                let sentinels = self.sentinels.as_ref().expect("sentinels");
+                match self.tls() {
+                    // The primary over TLS too: the master's URL says so.
+                    Some(_) => {
+                        self.connect_options()
+                            .sentinel(
+                                &sentinels.urls(),
+                                &format!("rediss://{}", RedisSentinels::MASTER),
+                            )
+                            .await
+                    }
+                    None => {
+                        RedisConnection::sentinel(&sentinels.addrs(), RedisSentinels::MASTER).await
+                    }
+                }
+                .expect("connect through the test sentinel")
+            }
+        }
+    }
+
+    /// How connections are made: with the test kit's certificates on a TLS server or cluster.
+    fn connect_options(&self) -> ConnectOptions {
+        match self.tls() {
+            Some(tls) => ConnectOptions::new().tls(
+                TlsOptions::new()
+                    .ca_pem(tls.ca_pem.clone())
+                    .client_cert(tls.client_cert_pem.clone(), tls.client_key_pem.clone()),
+            ),
+            None => ConnectOptions::new(),
+        }
+    }
+
+    /// The certificates of a TLS server or cluster.
+    fn tls(&self) -> Option<&TestTls> {
+        match (&self.server, &self.cluster) {
+            (_, Some(cluster)) => cluster.tls(),
+            (Some(server), None) => server.tls(),
+            (None, None) => None,
         }
     }
 
@@ -402,11 +504,16 @@ impl Harness {
                     .expect("connect"),
             ),
             Kind::Cluster => Inspect::Cluster(
-                redis::cluster::ClusterClient::new(self.cluster_urls())
-                    .expect("urls")
-                    .get_async_connection()
-                    .await
-                    .expect("connect"),
+                match self.tls() {
+                    Some(tls) => redis::cluster::ClusterClientBuilder::new(self.cluster_urls())
+                        .certs(tls.certificates())
+                        .build(),
+                    None => redis::cluster::ClusterClient::new(self.cluster_urls()),
+                }
+                .expect("urls")
+                .get_async_connection()
+                .await
+                .expect("connect"),
             ),
         }
     }
@@ -615,13 +722,16 @@ impl Harness {
 /// A scenario that only means something on Redis (what the store holds, Redis misbehaving) goes
 /// in the `redis_only:` arm, which generates `redis_only::{standalone,pool,cluster,sentinel}::name` and
 /// no memory test; one that needs a single server and a single connection (counting commands
-/// with `MONITOR`) goes in `standalone_only:` (`standalone_only::standalone::name`). A scenario
-/// never returns early on a backend it does not apply to: every generated test asserts.
+/// with `MONITOR`) goes in `standalone_only:` (`standalone_only::standalone::name`). The
+/// `tls_only:` arm runs a scenario over TLS, on Redis that speaks nothing else:
+/// `tls_only::{standalone,pool,cluster,sentinel}::name`. A scenario never returns early on a backend it
+/// does not apply to: every generated test asserts.
 ///
 /// ```ignore
 /// backend_suite!(counts_requests, retries_after);
 /// backend_suite!(redis_only: keys_expire, scripts_reload);
 /// backend_suite!(standalone_only: round_trips);
+/// backend_suite!(tls_only: counts_requests);
 /// ```
 #[macro_export]
 macro_rules! backend_suite {
@@ -632,6 +742,15 @@ macro_rules! backend_suite {
             $crate::backend_suite!(@kind pool, pool, $($name),*);
             $crate::backend_suite!(@kind cluster, cluster, $($name),*);
             $crate::backend_suite!(@kind sentinel, sentinel, $($name),*);
+        }
+    };
+    (tls_only: $($name:ident),* $(,)?) => {
+        mod tls_only {
+            use super::{$($name),*};
+            $crate::backend_suite!(@kind standalone, redis_tls, $($name),*);
+            $crate::backend_suite!(@kind pool, pool_tls, $($name),*);
+            $crate::backend_suite!(@kind cluster, cluster_tls, $($name),*);
+            $crate::backend_suite!(@kind sentinel, sentinel_tls, $($name),*);
         }
     };
     (standalone_only: $($name:ident),* $(,)?) => {
@@ -657,6 +776,12 @@ macro_rules! backend_suite {
         $crate::backend_suite!(@kind cluster, cluster, $($name),*);
         $crate::backend_suite!(@kind sentinel, sentinel, $($name),*);
     };
+}
+
+/// A TLS-only server that verifies clients, with fresh certificates.
+fn tls_server() -> RedisServer {
+    let tls = TestTls::generate().unwrap_or_else(|e| panic!("{e}"));
+    RedisServer::start_tls(&tls, "yes").unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A connection for inspecting Redis in tests: one server, or a cluster (routing by key).

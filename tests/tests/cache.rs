@@ -940,3 +940,6 @@ backend_suite!(
     every_key_the_cache_writes_has_a_ttl,
     the_store_failing_never_fails_a_request,
 );
+// Over TLS (`rediss://`, a client certificate): a standalone server, a pool, a cluster and
+// Sentinel.
+backend_suite!(tls_only: two_hundred_cold_requests_compute_once);

@@ -19,7 +19,7 @@ use http::{HeaderMap, HeaderName, Request, StatusCode};
 use http_body_util::Full;
 use redis_guard::backend::ManualClock;
 use redis_guard::idempotency::{
-    IdempotencyLayer, IdempotencyLayerBuilder, IdempotencyStore, Rejection,
+    IdempotencyLayer, IdempotencyLayerBuilder, MemoryIdempotencyStore, Rejection,
 };
 use redis_guard::session::{Session, SessionLayer, SessionUser};
 use redis_guard_tests::{Harness, Reply, backend_suite, call};
@@ -718,7 +718,7 @@ backend_suite!(redis_only: every_key_has_a_ttl_and_values_not_ours_are_503);
 
 /// A memory store of `capacity` records on `clock`, and a layer over it.
 fn bounded_layer(capacity: usize, clock: &ManualClock) -> IdempotencyLayer {
-    let store = IdempotencyStore::memory_builder()
+    let store = MemoryIdempotencyStore::builder()
         .capacity(capacity)
         .clock(clock.clone())
         .build();
@@ -850,3 +850,6 @@ async fn a_memory_store_full_of_running_requests_refuses_a_new_key() {
         assert_eq!(task.await.expect("task").status, 201);
     }
 }
+// Over TLS (`rediss://`, a client certificate): a standalone server, a pool, a cluster and
+// Sentinel.
+backend_suite!(tls_only: replays_409_and_422_over_http_on_two_instances_and_after_a_client_left);

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis_guard::ConfigErrorKind;
-use redis_guard::backend::{Lock, LockError, ManualClock};
+use redis_guard::backend::{Lock, LockError, ManualClock, MemoryLockStore};
 use redis_guard_tests::{Harness, backend_suite};
 
 const LEASE: Duration = Duration::from_secs(60);
@@ -175,10 +175,12 @@ backend_suite!(redis_only: a_key_that_is_not_a_lock_is_an_error);
 #[tokio::test]
 async fn a_full_memory_lock_refuses_new_names_and_keeps_its_holders() {
     let clock = ManualClock::new();
-    let locks = Lock::memory_builder()
-        .capacity(10)
-        .clock(clock.clone())
-        .build();
+    let locks = Lock::new(
+        MemoryLockStore::builder()
+            .capacity(10)
+            .clock(clock.clone())
+            .build(),
+    );
     // 1,000 holders whose leases ran out before they released.
     for i in 0..1_000 {
         let name = format!("dead-{i}");
@@ -220,3 +222,6 @@ async fn a_full_memory_lock_refuses_new_names_and_keeps_its_holders() {
     clock.advance(LEASE * 2);
     assert!(take_named(&locks, "two-more").await.is_some());
 }
+// Over TLS (`rediss://`, a client certificate): a standalone server, a pool, a cluster and
+// Sentinel.
+backend_suite!(tls_only: two_contenders_never_both_hold_it);

@@ -832,3 +832,6 @@ async fn three_decisions(limiter: &redis_guard::rate_limit::RedisLimiter, rule: 
     }
     remaining
 }
+// Over TLS (`rediss://`, a client certificate): a standalone server, a pool, a cluster and
+// Sentinel.
+backend_suite!(tls_only: ten_per_minute_then_429, script_flush_between_calls_does_not_fail_a_request);

@@ -1022,3 +1022,6 @@ async fn anonymous_sessions_are_evicted_before_logged_in_ones() {
     let newest = new_session(&c).await;
     assert_eq!(c.send("GET", "/get/name", Some(&newest)).await.status, 200);
 }
+// Over TLS (`rediss://`, a client certificate): a standalone server, a pool, a cluster and
+// Sentinel.
+backend_suite!(tls_only: concurrent_writes_to_different_fields_both_survive);

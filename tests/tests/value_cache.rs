@@ -629,3 +629,6 @@ backend_suite!(
     the_store_failing_never_fails_a_computation,
     tag_records_live_as_long_as_their_values
 );
+// Over TLS (`rediss://`, a client certificate): a standalone server, a pool, a cluster and
+// Sentinel.
+backend_suite!(tls_only: values);

@@ -1,5 +1,6 @@
-use crate::process::{Node, connect_sync, fresh_dir, on_node};
+use crate::process::{Node, connect_sync, fresh_dir, node_client, on_node};
 use crate::server::{LOG_FILE, OUTPUT_FILE, TestkitError, spawn_redis_watched};
+use crate::tls::TestTls;
 use std::collections::hash_map::RandomState;
 use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hasher};
@@ -39,9 +40,14 @@ mod spares;
 /// the highest. [`start`](Self::start) returns only once every node reports
 /// `cluster_state:ok`, knows the three nodes, and maps every slot to one of them, so a cluster
 /// client can be pointed at [`urls`](Self::urls) right away.
+///
+/// [`start_tls`](Self::start_tls) starts one that speaks only TLS, to its clients and between
+/// its nodes.
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<Node>,
+    /// The certificates of a TLS cluster ([`start_tls`](Self::start_tls)).
+    tls: Option<TestTls>,
 }
 
 impl RedisCluster {
@@ -74,15 +80,34 @@ impl RedisCluster {
         if extra.is_empty() {
             return spares::take();
         }
-        Self::start_now(extra)
+        Self::start_now(extra, None)
+    }
+
+    /// Starts a cluster that speaks only TLS, with the certificates of `tls`: every node has a
+    /// TLS port and no plain one, verifies its clients (a client certificate of the same
+    /// authority is required), and talks TLS on the cluster bus (`tls-cluster yes`) and for
+    /// replication (`tls-replication yes`), so that `CLUSTER SLOTS` and `CLUSTER NODES` name
+    /// the TLS ports. [`urls`](Self::urls) are `rediss://127.0.0.1:<port>/`, and
+    /// [`client_for`](Self::client_for) and this type's own calls to the nodes
+    /// ([`keys`](Self::keys), [`pttl`](Self::pttl), [`for_each_node`](Self::for_each_node))
+    /// trust the authority and present its client certificate.
+    ///
+    /// Unlike [`start`](Self::start), this starts the cluster now, in this thread (about two
+    /// seconds): TLS clusters are not started ahead.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_tls(tls: &TestTls) -> Result<Self, TestkitError> {
+        Self::start_now(&[], Some(tls))
     }
 
     /// Starts a cluster in this thread (what [`start_with`](Self::start_with) does for extra
-    /// arguments, and the spares' thread for none).
-    fn start_now(extra: &[&str]) -> Result<Self, TestkitError> {
+    /// arguments, [`start_tls`](Self::start_tls) for TLS, and the spares' thread for neither).
+    fn start_now(extra: &[&str], tls: Option<&TestTls>) -> Result<Self, TestkitError> {
         let mut last = None;
         for attempt in 1..=ATTEMPTS {
-            match Self::try_start(extra) {
+            match Self::try_start(extra, tls) {
                 Ok(cluster) => return Ok(cluster),
                 Err(TestkitError::NotInstalled(bin)) => {
                     return Err(TestkitError::NotInstalled(bin));
@@ -98,14 +123,15 @@ impl RedisCluster {
         Err(last.unwrap_or_else(|| TestkitError::NotReady("no attempt made".into())))
     }
 
-    fn try_start(extra: &[&str]) -> Result<Self, TestkitError> {
+    fn try_start(extra: &[&str], tls: Option<&TestTls>) -> Result<Self, TestkitError> {
         let ports = pick_ports()?;
         let mut cluster = Self {
             nodes: Vec::with_capacity(MASTERS),
+            tls: tls.cloned(),
         };
         // From here on an early return drops `cluster`, which kills the nodes started so far.
         for port in ports {
-            cluster.nodes.push(Node::spawn(port, extra)?);
+            cluster.nodes.push(Node::spawn(port, extra, tls)?);
         }
         cluster.wait_up()?;
         cluster.assign_slots()?;
@@ -122,7 +148,7 @@ impl RedisCluster {
             loop {
                 self.check_alive()?;
                 let node = &self.nodes[i];
-                if let Ok(mut conn) = connect_sync(node.port)
+                if let Ok(mut conn) = connect_sync(node.port, self.tls.as_ref())
                     && redis::cmd("PING").query::<String>(&mut conn).is_ok()
                 {
                     // Our node was started with a logfile in its own directory: a server
@@ -176,7 +202,7 @@ impl RedisCluster {
     fn assign_slots(&self) -> Result<(), TestkitError> {
         for (i, node) in self.nodes.iter().enumerate() {
             let (first, last) = slot_range(i, self.nodes.len());
-            let mut conn = connect_sync(node.port)
+            let mut conn = connect_sync(node.port, self.tls.as_ref())
                 .map_err(|e| self.fail(format_args!("cannot connect to {}: {e}", node.addr())))?;
             let range = redis::cmd("CLUSTER")
                 .arg("ADDSLOTSRANGE")
@@ -214,7 +240,7 @@ impl RedisCluster {
     /// Every node meets every later node (one direction suffices per pair).
     fn meet(&self) -> Result<(), TestkitError> {
         for (i, node) in self.nodes.iter().enumerate() {
-            let mut conn = connect_sync(node.port)
+            let mut conn = connect_sync(node.port, self.tls.as_ref())
                 .map_err(|e| self.fail(format_args!("cannot connect to {}: {e}", node.addr())))?;
             for other in &self.nodes[i + 1..] {
                 redis::cmd("CLUSTER")
@@ -239,13 +265,14 @@ impl RedisCluster {
     fn wait_converged(&mut self) -> Result<(), TestkitError> {
         let deadline = Instant::now() + CONVERGE_TIMEOUT;
         let ports = self.ports();
+        let tls = self.tls.clone();
         let mut conns: Vec<Option<redis::Connection>> = self.nodes.iter().map(|_| None).collect();
         loop {
             self.check_alive()?;
             let mut pending = Vec::new();
             for (node, conn) in self.nodes.iter().zip(&mut conns) {
                 if conn.is_none() {
-                    *conn = connect_sync(node.port).ok();
+                    *conn = connect_sync(node.port, tls.as_ref()).ok();
                 }
                 let Some(c) = conn.as_mut() else {
                     pending.push(format!("{}: cannot connect", node.addr()));
@@ -282,11 +309,26 @@ impl RedisCluster {
         self.nodes.iter().map(Node::addr).collect()
     }
 
-    /// The nodes' URLs, `redis://127.0.0.1:<port>/`, in slot order: what a cluster client
-    /// is built from.
+    /// The nodes' URLs, `redis://127.0.0.1:<port>/` (`rediss://…` for a
+    /// [TLS cluster](Self::start_tls)), in slot order: what a cluster client is built from.
     #[must_use]
     pub fn urls(&self) -> Vec<String> {
-        self.nodes.iter().map(|n| url(n.port)).collect()
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        self.nodes
+            .iter()
+            .map(|n| format!("{scheme}://127.0.0.1:{}/", n.port))
+            .collect()
+    }
+
+    /// The certificates of a cluster started with [`start_tls`](Self::start_tls): what a client
+    /// needs to trust its nodes and be let in.
+    #[must_use]
+    pub fn tls(&self) -> Option<&TestTls> {
+        self.tls.as_ref()
     }
 
     /// The ports the nodes listen on (on 127.0.0.1), in slot order. Each node's cluster bus
@@ -296,8 +338,8 @@ impl RedisCluster {
         self.nodes.iter().map(|n| n.port).collect()
     }
 
-    /// A plain (non-cluster) client for node `i`: commands on keys it does not own get
-    /// `MOVED` errors.
+    /// A plain (non-cluster) client for node `i` (with the cluster's certificates on a
+    /// [TLS cluster](Self::start_tls)): commands on keys it does not own get `MOVED` errors.
     ///
     /// # Panics
     ///
@@ -311,7 +353,8 @@ impl RedisCluster {
             );
         };
         #[allow(clippy::expect_used)]
-        redis::Client::open(url(node.port)).expect("a loopback URL is valid")
+        node_client(node.port, self.tls.as_ref())
+            .expect("a loopback URL and test certificates are valid")
     }
 
     /// Kills master `i` (`SIGKILL`, as a crash would) and waits for it to exit: its slots are
@@ -360,7 +403,7 @@ impl RedisCluster {
     /// The first node that could not be reached or answered an error.
     pub fn for_each_node(&self, cmd: &redis::Cmd) -> Result<(), redis::RedisError> {
         for node in &self.nodes {
-            on_node(node.port, |conn| cmd.exec(conn))?;
+            on_node(node.port, self.tls.as_ref(), |conn| cmd.exec(conn))?;
         }
         Ok(())
     }
@@ -376,7 +419,7 @@ impl RedisCluster {
         let mut keys = Vec::new();
         for node in &self.nodes {
             // A whole scan of the node, from the start again if a call failed.
-            let scanned = on_node(node.port, |conn| {
+            let scanned = on_node(node.port, self.tls.as_ref(), |conn| {
                 let mut found = Vec::new();
                 let mut cursor = "0".to_owned();
                 loop {
@@ -416,7 +459,7 @@ impl RedisCluster {
     #[must_use]
     pub fn pttl(&self, key: &str) -> i64 {
         for node in &self.nodes {
-            match on_node(node.port, |conn| {
+            match on_node(node.port, self.tls.as_ref(), |conn| {
                 redis::cmd("PTTL").arg(key).query::<i64>(conn)
             }) {
                 Ok(-2) => {}
@@ -443,18 +486,25 @@ impl Drop for RedisCluster {
 }
 
 impl Node {
-    fn spawn(port: u16, extra: &[&str]) -> Result<Self, TestkitError> {
+    fn spawn(port: u16, extra: &[&str], tls: Option<&TestTls>) -> Result<Self, TestkitError> {
         let dir = fresh_dir("testkit-cluster", port)?;
         let conf = dir.join("nodes.conf").to_string_lossy().into_owned();
-        let cluster = [
+        let mut args: Vec<String> = [
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
             &conf,
             "--cluster-node-timeout",
             "5000",
-        ];
-        let args: Vec<&str> = cluster.iter().chain(extra).copied().collect();
+        ]
+        .map(str::to_owned)
+        .into();
+        if let Some(tls) = tls {
+            // The TLS port replaces the plain one; the cluster bus stays on port + 10000.
+            args.extend(tls.server_args(&dir, port, "yes")?);
+            args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"].map(str::to_owned));
+        }
+        args.extend(extra.iter().map(|&a| a.to_owned()));
         let process = spawn_redis_watched(port, &dir, &args)?;
         Ok(Self { process, port, dir })
     }
@@ -466,10 +516,6 @@ impl Node {
     fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
-}
-
-fn url(port: u16) -> String {
-    format!("redis://127.0.0.1:{port}/")
 }
 
 /// Slots `first..=last` of node `i` out of `n`.

@@ -7,6 +7,8 @@
 //! [restarted](RedisServer::restart) on the same port.
 //! [`RedisCluster::start`] does the same for a 3-master Redis Cluster, and returns once every
 //! node agrees that all 16384 slots are served.
+//! [`RedisServer::start_tls`] and [`RedisCluster::start_tls`] start servers and clusters that
+//! speak only TLS, with certificates [`TestTls::generate`] makes at run time.
 //! [`RedisSentinels`] starts Redis Sentinels (`redis-server --sentinel`) watching a primary,
 //! for tests of a connection that follows failovers.
 //! [`NotRedis`] listens on a port and answers as anything but Redis (garbage, an HTTP reply,
@@ -26,9 +28,11 @@ pub mod not_redis;
 mod process;
 mod sentinel;
 mod server;
+mod tls;
 
 pub use browser::{Browser, BrowserCookie};
 pub use cluster::RedisCluster;
 pub use not_redis::NotRedis;
 pub use sentinel::RedisSentinels;
-pub use server::{RedisServer, TestkitError, redis_server_binary, unique_prefix};
+pub use server::{RedisServer, TestkitError, free_port, redis_server_binary, unique_prefix};
+pub use tls::TestTls;

@@ -7,6 +7,9 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::server::install_provider;
+use crate::tls::TestTls;
+
 /// A fresh, empty directory `$TMPDIR/redis-guard-{kind}-{pid}-{n}-{port}` (with `n` unique in
 /// this process). A directory left there by an earlier process with the same pid is removed
 /// first, so nothing of it (a Redis Cluster's `nodes.conf`, a browser profile) is reused.
@@ -152,9 +155,9 @@ pub(crate) fn installed(bin: &str) -> bool {
 /// How many times a synchronous call to a node is made before its I/O error is returned.
 const SYNC_ATTEMPTS: usize = 3;
 
-/// Runs `op` on a new synchronous connection to the node on `127.0.0.1:port`, and again (each
-/// time on a new connection) when connecting or `op` fails with an I/O error, up to
-/// [`SYNC_ATTEMPTS`] times in all.
+/// Runs `op` on a new synchronous connection to the node on `127.0.0.1:port` (over TLS with the
+/// certificates of `tls`, when given), and again (each time on a new connection) when
+/// connecting or `op` fails with an I/O error, up to [`SYNC_ATTEMPTS`] times in all.
 ///
 /// The sockets of a synchronous connection have timeouts, and Linux does not restart a read on
 /// such a socket after a signal handler ran, whatever `SA_RESTART` says: once a test spawned a
@@ -163,15 +166,19 @@ const SYNC_ATTEMPTS: usize = 3;
 /// repeat (a read, or a write that sets what it sets).
 pub(crate) fn on_node<T>(
     port: u16,
+    tls: Option<&TestTls>,
     mut op: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
 ) -> redis::RedisResult<T> {
-    retry_io(|| connect_once(port).and_then(|mut conn| op(&mut conn)))
+    retry_io(|| connect_once(port, tls).and_then(|mut conn| op(&mut conn)))
 }
 
-/// A synchronous connection to the node on `127.0.0.1:port` (see [`on_node`] for why and when
-/// it is made again).
-pub(crate) fn connect_sync(port: u16) -> redis::RedisResult<redis::Connection> {
-    retry_io(|| connect_once(port))
+/// A synchronous connection to the node on `127.0.0.1:port`, over TLS with the certificates of
+/// `tls` when given (see [`on_node`] for why and when it is made again).
+pub(crate) fn connect_sync(
+    port: u16,
+    tls: Option<&TestTls>,
+) -> redis::RedisResult<redis::Connection> {
+    retry_io(|| connect_once(port, tls))
 }
 
 fn retry_io<T>(mut call: impl FnMut() -> redis::RedisResult<T>) -> redis::RedisResult<T> {
@@ -185,10 +192,21 @@ fn retry_io<T>(mut call: impl FnMut() -> redis::RedisResult<T>) -> redis::RedisR
 }
 
 /// 500 ms to connect (the handshake included) and 2 s for each later read and write.
-fn connect_once(port: u16) -> redis::RedisResult<redis::Connection> {
-    let conn = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?
-        .get_connection_with_timeout(Duration::from_millis(500))?;
+fn connect_once(port: u16, tls: Option<&TestTls>) -> redis::RedisResult<redis::Connection> {
+    let conn = node_client(port, tls)?.get_connection_with_timeout(Duration::from_millis(500))?;
     conn.set_read_timeout(Some(Duration::from_secs(2)))?;
     conn.set_write_timeout(Some(Duration::from_secs(2)))?;
     Ok(conn)
+}
+
+/// A client for the node on `127.0.0.1:port`: `redis://`, or `rediss://` trusting the
+/// authority of `tls` and presenting its client certificate.
+pub(crate) fn node_client(port: u16, tls: Option<&TestTls>) -> redis::RedisResult<redis::Client> {
+    match tls {
+        Some(tls) => {
+            install_provider();
+            redis::Client::build_with_tls(format!("rediss://127.0.0.1:{port}/"), tls.certificates())
+        }
+        None => redis::Client::open(format!("redis://127.0.0.1:{port}/")),
+    }
 }

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use crate::process::{Node, connect_sync, fresh_dir, installed, spawn_watched};
 use crate::server::{LOG_FILE, OUTPUT_FILE, TestkitError, redis_server_binary};
+use crate::tls::TestTls;
 
 /// How often the sentinels' view is polled.
 const POLL: Duration = Duration::from_millis(25);
@@ -18,9 +19,14 @@ const UP_TIMEOUT: Duration = Duration::from_secs(10);
 /// (`RedisServer::start_with(&["--replicaof", "127.0.0.1", &port])`), three sentinels with a
 /// short `down_after`, wait for [`wait_watching`](Self::wait_watching), then stop the primary
 /// and [`wait_failover`](Self::wait_failover).
+///
+/// [`start_tls`](Self::start_tls) starts sentinels that speak only TLS, watching a primary
+/// started with [`RedisServer::start_tls`](crate::RedisServer::start_tls).
 #[derive(Debug)]
 pub struct RedisSentinels {
     nodes: Vec<Node>,
+    /// The certificates of TLS sentinels ([`start_tls`](Self::start_tls)).
+    tls: Option<TestTls>,
 }
 
 impl RedisSentinels {
@@ -39,15 +45,45 @@ impl RedisSentinels {
         count: usize,
         down_after: Duration,
     ) -> Result<Self, TestkitError> {
+        Self::start_on(primary_port, count, down_after, None)
+    }
+
+    /// As [`start`](Self::start), for sentinels that speak only TLS with the certificates of
+    /// `tls`, watching a TLS primary (one started with
+    /// [`RedisServer::start_tls`](crate::RedisServer::start_tls) and the same certificates):
+    /// each sentinel has a TLS port and no plain one, verifies its clients (a client
+    /// certificate of the same authority is required), and reaches the primary, its replicas
+    /// and the other sentinels over TLS (`tls-replication yes`), presenting the server
+    /// certificate as its own. [`urls`](Self::urls) are `rediss://127.0.0.1:<port>/`.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_tls(
+        primary_port: u16,
+        count: usize,
+        down_after: Duration,
+        tls: &TestTls,
+    ) -> Result<Self, TestkitError> {
+        Self::start_on(primary_port, count, down_after, Some(tls))
+    }
+
+    fn start_on(
+        primary_port: u16,
+        count: usize,
+        down_after: Duration,
+        tls: Option<&TestTls>,
+    ) -> Result<Self, TestkitError> {
         let quorum = count / 2 + 1;
         let mut sentinels = Self {
             nodes: Vec::with_capacity(count),
+            tls: tls.cloned(),
         };
         for _ in 0..count {
             // A port found free can be taken before the sentinel binds it: try again.
             let mut last = None;
             for _ in 0..5 {
-                match Node::spawn_sentinel(primary_port, quorum, down_after) {
+                match Node::spawn_sentinel(primary_port, quorum, down_after, tls) {
                     Ok(node) => {
                         last = None;
                         sentinels.nodes.push(node);
@@ -72,6 +108,21 @@ impl RedisSentinels {
         self.nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect()
+    }
+
+    /// The URL of each sentinel: `redis://127.0.0.1:<port>/`, or `rediss://…` for
+    /// [TLS sentinels](Self::start_tls).
+    #[must_use]
+    pub fn urls(&self) -> Vec<String> {
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        self.nodes
+            .iter()
+            .map(|n| format!("{scheme}://127.0.0.1:{}/", n.port))
             .collect()
     }
 
@@ -139,7 +190,7 @@ impl RedisSentinels {
             let all = self
                 .nodes
                 .iter()
-                .all(|n| connect_sync(n.port).is_ok_and(|mut c| check(&mut c)));
+                .all(|n| connect_sync(n.port, self.tls.as_ref()).is_ok_and(|mut c| check(&mut c)));
             if all {
                 return Ok(());
             }
@@ -160,16 +211,30 @@ impl Node {
         primary: u16,
         quorum: usize,
         down_after: Duration,
+        tls: Option<&TestTls>,
     ) -> Result<Self, TestkitError> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let dir = fresh_dir("sentinel", port)?;
         let down = down_after.as_millis().max(1);
         let conf = dir.join("sentinel.conf");
+        let listen = match tls {
+            Some(tls) => {
+                let mut lines: String = tls
+                    .server_config(&dir, port, "yes")?
+                    .into_iter()
+                    .map(|(name, value)| format!("{name} {value}\n"))
+                    .collect();
+                // The primary, its replicas and the other sentinels are reached over TLS too.
+                lines.push_str("tls-replication yes\n");
+                lines
+            }
+            None => format!("port {port}\n"),
+        };
         // The sentinel rewrites its file as it learns the topology: it must be its own.
         std::fs::write(
             &conf,
             format!(
-                "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile {log}\n\
+                "{listen}bind 127.0.0.1\ndaemonize no\ndir {dir}\nlogfile {log}\n\
                  sentinel monitor {master} 127.0.0.1 {primary} {quorum}\n\
                  sentinel down-after-milliseconds {master} {down}\n\
                  sentinel failover-timeout {master} {failover}\n\
@@ -190,12 +255,12 @@ impl Node {
         }
         let process = spawn_watched(&command, &dir, OUTPUT_FILE)?;
         let mut node = Self { process, port, dir };
-        node.wait_naming(primary)?;
+        node.wait_naming(primary, tls)?;
         Ok(node)
     }
 
     /// Waits until the sentinel names `primary` (which it reads from its file at start).
-    fn wait_naming(&mut self, primary: u16) -> Result<(), TestkitError> {
+    fn wait_naming(&mut self, primary: u16, tls: Option<&TestTls>) -> Result<(), TestkitError> {
         let deadline = Instant::now() + UP_TIMEOUT;
         loop {
             if let Ok(Some(status)) = self.process.child.try_wait() {
@@ -204,7 +269,7 @@ impl Node {
                     self.sentinel_log()
                 )));
             }
-            if connect_sync(self.port).is_ok_and(|mut c| named(&mut c) == Some(primary)) {
+            if connect_sync(self.port, tls).is_ok_and(|mut c| named(&mut c) == Some(primary)) {
                 return Ok(());
             }
             if Instant::now() > deadline {

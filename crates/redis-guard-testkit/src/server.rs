@@ -6,6 +6,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::process::{Watched, fresh_dir, installed, spawn_in, spawn_watched};
+use crate::tls::TestTls;
+
+/// Makes `ring` the process' rustls provider unless one is installed (redis-rs uses the
+/// process default).
+pub(crate) fn install_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        #[allow(deprecated)]
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
 
 /// A `redis-server`'s log file, in its directory.
 pub(crate) const LOG_FILE: &str = "redis.log";
@@ -79,6 +89,8 @@ pub struct RedisServer {
     dir: PathBuf,
     /// The extra arguments it was started with, for [`restart`](Self::restart).
     extra: Vec<String>,
+    /// The certificates of a TLS server ([`start_tls`](Self::start_tls)).
+    tls: Option<TestTls>,
 }
 
 impl RedisServer {
@@ -111,16 +123,61 @@ impl RedisServer {
         Err(last.unwrap_or_else(|| TestkitError::NotReady("no attempt made".into())))
     }
 
+    /// Starts a server on `port` (on 127.0.0.1), e.g. one a client was told to connect to
+    /// before anything listened there, with extra arguments; waits until it answers `PING`.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start); also when the port is taken (no other port is tried).
+    pub fn start_on(port: u16, extra: &[&str]) -> Result<Self, TestkitError> {
+        Self::try_start_on(port, extra, None)
+    }
+
+    /// Starts a TLS-only server (no plain port) on a free port with the certificates of `tls`,
+    /// verifying clients as `auth_clients` says (`"no"`, `"optional"`, `"yes"`: a client
+    /// certificate signed by the same authority is then required). [`url`](Self::url) is
+    /// `rediss://127.0.0.1:<port>/`, and [`client`](Self::client) trusts the authority and
+    /// presents its client certificate.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_tls(tls: &TestTls, auth_clients: &str) -> Result<Self, TestkitError> {
+        let mut last = None;
+        for _ in 0..5 {
+            match Self::try_start_on(free_port()?, &[], Some((tls, auth_clients))) {
+                Ok(server) => return Ok(server),
+                Err(TestkitError::NotInstalled(bin)) => {
+                    return Err(TestkitError::NotInstalled(bin));
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| TestkitError::NotReady("no attempt made".into())))
+    }
+
     fn try_start(extra: &[&str]) -> Result<Self, TestkitError> {
-        let port = free_port()?;
+        Self::try_start_on(free_port()?, extra, None)
+    }
+
+    fn try_start_on(
+        port: u16,
+        extra: &[&str],
+        tls: Option<(&TestTls, &str)>,
+    ) -> Result<Self, TestkitError> {
         let dir = fresh_dir("testkit", port)?;
-        let extra: Vec<String> = extra.iter().map(|&a| a.to_owned()).collect();
-        let child = spawn_redis(port, &dir, &extra)?;
+        let mut args = match tls {
+            Some((tls, auth_clients)) => tls.server_args(&dir, port, auth_clients)?,
+            None => Vec::new(),
+        };
+        args.extend(extra.iter().map(|&a| a.to_owned()));
+        let child = spawn_redis(port, &dir, &args)?;
         let mut server = Self {
             child,
             port,
             dir,
-            extra,
+            extra: args,
+            tls: tls.map(|(tls, _)| tls.clone()),
         };
         server.wait_ready()?;
         Ok(server)
@@ -220,10 +277,21 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:<port>/`.
+    /// `redis://127.0.0.1:<port>/`, or `rediss://…` for a TLS server.
     #[must_use]
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
+    }
+
+    /// The certificates of a server started with [`start_tls`](Self::start_tls).
+    #[must_use]
+    pub fn tls(&self) -> Option<&TestTls> {
+        self.tls.as_ref()
     }
 
     /// A client for this server.
@@ -234,7 +302,14 @@ impl RedisServer {
     #[must_use]
     pub fn client(&self) -> redis::Client {
         #[allow(clippy::expect_used)]
-        redis::Client::open(self.url()).expect("a loopback URL is valid")
+        match &self.tls {
+            Some(tls) => {
+                install_provider();
+                redis::Client::build_with_tls(self.url(), tls.certificates())
+                    .expect("a loopback URL and test certificates are valid")
+            }
+            None => redis::Client::open(self.url()).expect("a loopback URL is valid"),
+        }
     }
 
     /// A multiplexed connection to the server, for a test's own commands.
@@ -322,6 +397,11 @@ fn answers(conn: &mut redis::Connection) -> bool {
     }
 }
 
-fn free_port() -> std::io::Result<u16> {
+/// A port on 127.0.0.1 where nothing listens now.
+///
+/// # Errors
+///
+/// No port could be bound.
+pub fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }

@@ -7,6 +7,11 @@
 //! session's address ([`SessionLayerBuilder::client_ip`](crate::session::SessionLayerBuilder::client_ip)):
 //! give both the same one, so a client cannot write its own address into the device listing
 //! while the limiter counts the proxy's.
+//!
+//! A handler that needs the address (a login form limited by address and user name, an audit
+//! line) takes a [`ClientAddr`]: the address a rate-limit rule keyed by `ClientIp` counted, or
+//! the one a [`ClientIpLayer`] found, left in the request extensions by the layer itself, so
+//! it cannot disagree with what the layer limited.
 
 #[cfg(feature = "rate-limit")]
 use std::fmt::Write as _;
@@ -17,13 +22,17 @@ use std::sync::Arc;
 
 use http::request::Parts;
 
+mod addr;
 mod cidr;
 mod forwarded;
+mod layer;
 mod peer;
 
+pub use addr::ClientAddr;
 use cidr::{Cidr, is_trusted};
 pub use forwarded::ForwardedHeader;
 use forwarded::resolve_chain;
+pub use layer::{ClientIpLayer, ClientIpService};
 pub use peer::PeerAddr;
 #[cfg(feature = "rate-limit")]
 use peer::peer_addr;
@@ -213,43 +222,7 @@ impl ClientIp {
     #[cfg(feature = "rate-limit")]
     #[must_use]
     pub fn key_for(&self, ip: IpAddr) -> Key {
-        // Written in place (no formatter for IPv4, no allocation for either): this runs per
-        // request. Every form fits a key's inline bytes.
-        match ip.to_canonical() {
-            IpAddr::V4(v4) => {
-                // Dotted decimal, as `Display` writes it, at most 15 bytes.
-                let mut out = [0; 15];
-                let mut n = 0;
-                for (i, octet) in v4.octets().into_iter().enumerate() {
-                    if i > 0 {
-                        out[n] = b'.';
-                        n += 1;
-                    }
-                    if octet >= 100 {
-                        out[n] = b'0' + octet / 100;
-                        n += 1;
-                    }
-                    if octet >= 10 {
-                        out[n] = b'0' + octet / 10 % 10;
-                        n += 1;
-                    }
-                    out[n] = b'0' + octet % 10;
-                    n += 1;
-                }
-                Key::copied(&out[..n])
-            }
-            IpAddr::V6(v6) => {
-                let bits = u32::from(self.ipv6_prefix);
-                let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
-                let net = Ipv6Addr::from(u128::from(v6) & mask);
-                let mut key = Inline::default();
-                if write!(key, "{net}/{bits}").is_ok() {
-                    key.key()
-                } else {
-                    Key::from(format!("{net}/{bits}"))
-                }
-            }
-        }
+        key_of(ip, self.ipv6_prefix)
     }
 
     /// The client's address, before IPv6 grouping: the peer, or with
@@ -274,11 +247,39 @@ impl ClientIp {
         Ok(self.behind(parts, peer_addr(parts)?.ip()))
     }
 
+    /// The client's address as a [`ClientAddr`] (what [`ClientIpLayer`] and the rate-limit
+    /// layer leave in the request extensions), or `None`, with nothing logged, when the request
+    /// carries no peer address.
+    ///
+    /// ```
+    /// use redis_guard::client_ip::{ClientIp, PeerAddr};
+    /// # fn main() -> Result<(), redis_guard::ConfigError> {
+    /// let ip = ClientIp::trusted_proxies(["10.0.0.0/8"])?;
+    /// let mut req = http::Request::get("/")
+    ///     .header("x-forwarded-for", "203.0.113.7, 10.0.0.2")
+    ///     .body(())
+    ///     .unwrap();
+    /// req.extensions_mut().insert(PeerAddr("10.0.0.1:40000".parse().unwrap()));
+    /// let (parts, ()) = req.into_parts();
+    /// assert_eq!(ip.resolve(&parts).unwrap().to_string(), "203.0.113.7");
+    /// assert_eq!(ip.resolve(&http::Request::new(()).into_parts().0), None);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn resolve(&self, parts: &Parts) -> Option<ClientAddr> {
+        peer::peer(parts).map(|addr| self.addr(self.behind(parts, addr.ip())))
+    }
+
     /// The client's address, or `None` (nothing logged) when the request carries no peer
     /// address: what sessions record.
     #[cfg(feature = "session")]
     pub(crate) fn address(&self, parts: &Parts) -> Option<IpAddr> {
-        peer::peer(parts).map(|addr| self.behind(parts, addr.ip()))
+        self.resolve(parts).map(|client| client.ip())
+    }
+
+    /// `ip`, found by this `ClientIp`, with its grouping.
+    pub(crate) const fn addr(&self, ip: IpAddr) -> ClientAddr {
+        ClientAddr::new(ip, self.ipv6_prefix)
     }
 
     /// The client's address for a request from `peer`.
@@ -289,6 +290,48 @@ impl ClientIp {
                 resolve_chain(trusted, self.header, &parts.headers, peer)
             }
             _ => peer,
+        }
+    }
+}
+
+/// The key `ClientIp` counts `ip` under, IPv6 grouped by `ipv6_prefix` bits.
+#[cfg(feature = "rate-limit")]
+fn key_of(ip: IpAddr, ipv6_prefix: u8) -> Key {
+    // Written in place (no formatter for IPv4, no allocation for either): this runs per
+    // request. Every form fits a key's inline bytes.
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => {
+            // Dotted decimal, as `Display` writes it, at most 15 bytes.
+            let mut out = [0; 15];
+            let mut n = 0;
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out[n] = b'.';
+                    n += 1;
+                }
+                if octet >= 100 {
+                    out[n] = b'0' + octet / 100;
+                    n += 1;
+                }
+                if octet >= 10 {
+                    out[n] = b'0' + octet / 10 % 10;
+                    n += 1;
+                }
+                out[n] = b'0' + octet % 10;
+                n += 1;
+            }
+            Key::copied(&out[..n])
+        }
+        IpAddr::V6(v6) => {
+            let bits = u32::from(ipv6_prefix);
+            let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+            let net = Ipv6Addr::from(u128::from(v6) & mask);
+            let mut key = Inline::default();
+            if write!(key, "{net}/{bits}").is_ok() {
+                key.key()
+            } else {
+                Key::from(format!("{net}/{bits}"))
+            }
         }
     }
 }

@@ -104,6 +104,9 @@ pub enum ConfigErrorKind {
     TrustedProxy,
     /// A forwarding header is neither `x-forwarded-for` nor `forwarded`.
     ForwardedHeader,
+    /// A header name is not a valid HTTP header name (`HeaderKey::new`,
+    /// `IdempotencyLayerBuilder::scope_header`).
+    HeaderName,
     /// A store's own settings cannot work (e.g. a Redis timeout of zero).
     Store,
     /// The session cookie's attributes do not work together.
@@ -160,6 +163,24 @@ cfg_middleware! {
                     format!("{what} of {value:?}: use 1 ms to {range}"),
                 )
                 .with_debug_value(value))
+            }
+
+            /// A [`ConfigErrorKind::HeaderName`] error: `bad`, given to `setting`, is not a
+            /// header name.
+            #[cfg_attr(
+                not(any(feature = "rate-limit", feature = "idempotency")),
+                allow(dead_code)
+            )]
+            pub(crate) fn header_name(bad: &str, setting: &'static str) -> Self {
+                Self::new(
+                    ConfigErrorKind::HeaderName,
+                    format!(
+                        "{setting}: {bad:?} is not a header name (one or more of the letters, \
+                         digits and !#$%&'*+-.^_`|~, as in \"x-api-key\")"
+                    ),
+                )
+                .with_setting(setting)
+                .with_value(bad)
             }
 
             /// Records the bad value as its `Debug` text (durations: `0ns`, `30s`).

@@ -77,6 +77,39 @@
 //! # }
 //! ```
 //!
+//! ## Stores
+//!
+//! Every middleware keeps its state in a store, named and made one way: `Redis…Store::new(conn)`
+//! on Redis (shared by every replica; `conn` a [`RedisBackend`](backend::RedisBackend) or a
+//! [`RedisConnection`](backend::RedisConnection)) and `Memory…Store::new()` in this process
+//! (`Memory…Store::builder()` sets a capacity or a test clock), given to the layer's `new` or
+//! `builder`:
+//!
+//! | what | on Redis | in process | given to |
+//! |---|---|---|---|
+//! | sessions | `RedisSessionStore::new(conn)` | `MemorySessionStore::new()` | `SessionLayer::new` |
+//! | responses, values | `RedisCacheStore::new(conn)` | `MemoryCacheStore::new()` | `CacheLayer::new`, `ValueCache::new` |
+//! | idempotency records | `RedisIdempotencyStore::new(conn)` | `MemoryIdempotencyStore::new()` | `IdempotencyLayer::new` |
+//! | locks | `RedisLockStore::new(conn)` | `MemoryLockStore::new()` | `Lock::new` |
+//!
+//! (The rate limiter is the store of its layer: `RedisLimiter::new(conn)`,
+//! `MemoryLimiter::new()`.)
+//!
+//! ```
+//! # #[cfg(all(feature = "session", feature = "cache", feature = "idempotency"))] {
+//! use redis_guard::backend::{Lock, MemoryLockStore};
+//! use redis_guard::cache::{CacheLayer, MemoryCacheStore};
+//! use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore};
+//! use redis_guard::session::{MemorySessionStore, SessionLayer};
+//! # fn main() -> Result<(), redis_guard::ConfigError> {
+//! let sessions = SessionLayer::new(MemorySessionStore::new())?;
+//! let cache = CacheLayer::new(MemoryCacheStore::builder().capacity(1_000).build())?;
+//! let idempotency = IdempotencyLayer::new(MemoryIdempotencyStore::new())?;
+//! let locks = Lock::new(MemoryLockStore::new());
+//! # let _ = (sessions, cache, idempotency, locks); Ok(()) }
+//! # }
+//! ```
+//!
 //! ## Features
 //!
 //! - `rate-limit` (default): the rate-limit middleware.
@@ -89,8 +122,9 @@
 //! - `cluster`: Redis Cluster.
 //! - `sentinel`: Redis Sentinel (`RedisConnection::sentinel`), following the primary through
 //!   failovers.
-//! - `axum`: reads axum's `ConnectInfo<SocketAddr>` for the client address; `Session` is an
-//!   extractor.
+//! - `axum` (default): reads axum's `ConnectInfo<SocketAddr>` for the client address; `Session`
+//!   is an extractor. A stack without axum (hyper, tonic) can turn it off with
+//!   `default-features = false`.
 //! - `test-util`: test seams (a manual clock, a time shift for Redis `TIME`); for
 //!   dev-dependencies only.
 #![cfg_attr(
@@ -144,8 +178,8 @@ mod served;
 #[cfg(feature = "session")]
 pub mod session;
 
-// The code blocks of the READMEs, the guide and its pages are doctests: they compile (and the
-// ones without `no_run` run) with every `cargo test`.
+// The code blocks of the READMEs, the guide and its pages, and SECURITY.md are doctests: they
+// compile (and the ones without `no_run` run) with every `cargo test`.
 #[cfg(all(
     doctest,
     feature = "axum",
@@ -161,6 +195,8 @@ mod doc_files {
     #[doc = include_str!("../README.md")]
     struct CrateReadme;
 
+    // The guide's "Managed Redis" section connects over TLS.
+    #[cfg(feature = "tls")]
     #[doc = include_str!("../../../docs/guide.md")]
     struct Guide;
 
@@ -178,4 +214,7 @@ mod doc_files {
 
     #[doc = include_str!("../../../docs/layout.md")]
     struct Layout;
+
+    #[doc = include_str!("../../../SECURITY.md")]
+    struct Security;
 }

@@ -24,7 +24,7 @@ use axum::routing::{get, post};
 use example_shared::{csrf, serve, settings};
 use redis_guard::backend::{RedisBackend, RedisConnection};
 use redis_guard::cache::{MemoryCacheStore, RedisCacheStore};
-use redis_guard::idempotency::IdempotencyStore;
+use redis_guard::idempotency::{MemoryIdempotencyStore, RedisIdempotencyStore};
 use redis_guard::rate_limit::{
     Algorithm, Global, KeyExtractorExt, Limiter, MemoryLimiter, Quota, RateLimitLayer,
     RedisLimiter, Rule,
@@ -61,7 +61,7 @@ async fn run() -> Result<(), String> {
             Arc::new(MemorySessionStore::new()),
             Stores::new(
                 MemoryCacheStore::new(),
-                IdempotencyStore::memory(),
+                MemoryIdempotencyStore::new().into(),
                 &config.stores,
             )?,
             "in-process memory (set REDIS_URL to share limits and sessions between instances)"
@@ -154,7 +154,7 @@ fn api_total_rule(total: Quota, reserve: Option<f64>, pro_users: Arc<HashSet<Str
 fn redis_stores(redis: RedisBackend, config: &Config) -> Result<Stores, String> {
     Stores::new(
         RedisCacheStore::new(redis.clone()),
-        IdempotencyStore::redis(redis),
+        RedisIdempotencyStore::new(redis).into(),
         &config.stores,
     )
 }
@@ -365,13 +365,17 @@ async fn refuse_cross_site(req: axum::extract::Request, next: axum::middleware::
     }
 }
 
-/// Hides a password in a Redis URL before printing it.
 /// The connection `store` names, and how the logs name it; the error names the variable.
+/// Lazy: the app starts while Redis is down (each layer answers by its failure policy) and
+/// uses Redis once it answers; only a server that is not Redis or refuses the credentials
+/// stops it at start.
 async fn connect(store: &Store) -> Result<(RedisConnection, String), String> {
+    let options = settings::redis_connect_options()?;
     match store {
         Store::Memory => Err("the memory store has no Redis connection".to_owned()),
         Store::Redis(url) => {
-            let conn = RedisConnection::open(url)
+            let conn = options
+                .open(url)
                 .await
                 // Redacted: the URL may carry the password, and this goes to the logs.
                 .map_err(|e| format!("cannot connect to REDIS_URL={:?}: {e}", redact(url)))?;
@@ -379,14 +383,15 @@ async fn connect(store: &Store) -> Result<(RedisConnection, String), String> {
         }
         Store::Cluster(nodes) => {
             let nodes_list = nodes.join(",");
-            let conn = RedisConnection::cluster(nodes)
+            let conn = options
+                .cluster(nodes)
                 .await
                 .map_err(|e| format!("cannot connect to REDIS_CLUSTER_NODES={nodes_list}: {e}"))?;
             Ok((conn, format!("redis cluster via {nodes_list}")))
         }
         Store::Sentinel { sentinels, master } => {
             let list = sentinels.join(",");
-            let conn = RedisConnection::sentinel(sentinels, master).await.map_err(|e| {
+            let conn = options.sentinel(sentinels, master).await.map_err(|e| {
                 format!(
                     "cannot find the primary REDIS_SENTINEL_MASTER={:?} through REDIS_SENTINEL={list}: {e}",
                     redact(master)
@@ -400,6 +405,7 @@ async fn connect(store: &Store) -> Result<(RedisConnection, String), String> {
     }
 }
 
+/// Hides a password in a Redis URL before printing it.
 fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {

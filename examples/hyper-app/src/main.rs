@@ -12,7 +12,7 @@ use bytes::Bytes;
 use example_shared::{csrf, serve, settings};
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
-use redis_guard::backend::{RedisBackend, RedisConnection};
+use redis_guard::backend::RedisBackend;
 use redis_guard::rate_limit::{ClientIp, Limiter, MemoryLimiter, RateLimitLayer, RedisLimiter};
 use redis_guard::session::{
     MemorySessionStore, RedisSessionStore, Session, SessionError, SessionLayer, SessionStore,
@@ -57,7 +57,8 @@ async fn run() -> Result<(), String> {
                 "in-process memory".to_owned(),
             ),
             Some(url) => {
-                let conn = RedisConnection::open(&url)
+                let conn = settings::redis_connect_options()?
+                    .open(&url)
                     .await
                     .map_err(|e| format!("cannot connect to REDIS_URL: {e}"))?;
                 let redis = RedisBackend::new(conn).timeout(redis_timeout);

@@ -7,6 +7,7 @@ use redis_guard_testkit::http::{RawResponse, request};
 use example_shared::testing::slow_loris::{
     assert_a_trickled_body_is_cut_off_after_1s, assert_closed_by_a_1s_header_timeout,
 };
+use example_shared::testing::tls::{TlsRedis, assert_a_bad_redis_tls_ca_stops_the_app};
 
 type App = RunningApp;
 
@@ -76,6 +77,46 @@ async fn rate_limits_and_sessions_on_plain_hyper() {
         204
     );
     assert_eq!(send(&app, "GET", "/me", Some(&id), b"").await.status, 401);
+}
+
+/// `REDIS_URL=rediss://…` with `REDIS_TLS_CA` naming the PEM of the server's certificate
+/// authority: limits and sessions live in that TLS-only Redis (with `LIMIT_ON_ERROR=closed`, a
+/// Redis out of reach would answer 503). A `REDIS_TLS_CA` that is missing or holds no
+/// certificate stops the app at start, naming the variable and the path.
+#[tokio::test]
+async fn rate_limits_and_sessions_over_tls_with_redis_tls_ca() {
+    let tls = TlsRedis::start();
+    let url = tls.server.url();
+    let app = start(&[
+        ("REDIS_URL", &url),
+        ("REDIS_TLS_CA", &tls.ca_file),
+        ("API_LIMIT", "1/minute"),
+        ("LIMIT_ON_ERROR", "closed"),
+        // Generous: a loaded CI machine running debug builds; the timeout is not what is tested.
+        ("REDIS_TIMEOUT_MS", "5000"),
+    ])
+    .await;
+    let r = send(&app, "GET", "/api/hello", None, b"").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(send(&app, "GET", "/api/hello", None, b"").await.status, 429);
+    let r = send(
+        &app,
+        "POST",
+        "/login",
+        None,
+        br#"{"username":"zoe","password":"password"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let id = cookie_of(&r).expect("session cookie");
+    let me = send(&app, "GET", "/me", Some(&id), b"").await;
+    assert_eq!(me.text(), r#"{"user":"zoe","visits":1}"#);
+    assert!(
+        !tls.keys().await.is_empty(),
+        "limits and sessions in the TLS Redis"
+    );
+
+    assert_a_bad_redis_tls_ca_stops_the_app(env!("CARGO_BIN_EXE_hyper-app"), &url).await;
 }
 
 #[tokio::test]

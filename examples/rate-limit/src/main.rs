@@ -18,7 +18,7 @@ async fn run() -> Result<(), String> {
 
     let (limiter, backend): (Arc<dyn Limiter>, &str) = match var("REDIS_URL") {
         Some(url) => {
-            let conn = RedisConnection::open(&url)
+            let conn = RedisConnection::open_lazy(&url)
                 .await
                 .map_err(|e| format!("cannot connect to REDIS_URL: {e}"))?;
             (Arc::new(RedisLimiter::new(conn)), "Redis")

@@ -30,7 +30,7 @@ async fn run() -> Result<(), String> {
     let bind = std::env::var("BIND").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let (store, backend): (Arc<dyn SessionStore>, &str) = match std::env::var("REDIS_URL") {
         Ok(url) if !url.trim().is_empty() => {
-            let conn = RedisConnection::open(&url)
+            let conn = RedisConnection::open_lazy(&url)
                 .await
                 .map_err(|e| format!("cannot connect to REDIS_URL: {e}"))?;
             (Arc::new(RedisSessionStore::new(conn)), "Redis")

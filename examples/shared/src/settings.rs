@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use redis_guard::backend::{ConnectOptions, TlsOptions};
+
 /// The longest duration any `*_IDLE` / `*_MAX` / timeout variable accepts: ten years.
 pub const MAX_DURATION: Duration = Duration::from_secs(3650 * 86_400);
 
@@ -50,6 +52,29 @@ pub fn duration(
     max: Duration,
 ) -> Result<Duration, String> {
     parse_duration(name, &get(name).unwrap_or_else(|| default.to_owned()), max)
+}
+
+/// How the apps connect to Redis: lazily (an app starts, and serves by its failure policies,
+/// while Redis is down), with `REDIS_TLS_CA`, a PEM file of the certificate authority to trust
+/// for `rediss://` addresses (unset: the platform's roots). Read from the process environment,
+/// as a path need not be UTF-8.
+///
+/// # Errors
+///
+/// A `REDIS_TLS_CA` file that is missing, unreadable or holds no certificate: the message names
+/// the variable and the path.
+pub fn redis_connect_options() -> Result<ConnectOptions, String> {
+    let options = ConnectOptions::new().lazy(true);
+    let Some(path) = std::env::var_os("REDIS_TLS_CA") else {
+        return Ok(options);
+    };
+    let shown = std::path::Path::new(&path).display().to_string();
+    let pem = std::fs::read(&path)
+        .map_err(|e| format!("REDIS_TLS_CA={shown:?}: cannot read the file: {e}"))?;
+    let tls = TlsOptions::new().ca_pem(pem);
+    tls.validate()
+        .map_err(|e| format!("REDIS_TLS_CA={shown:?}: {e}"))?;
+    Ok(options.tls(tls))
 }
 
 /// `REDIS_TIMEOUT_MS`: whole milliseconds in [`REDIS_TIMEOUT_MS`], default the library's

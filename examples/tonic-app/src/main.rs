@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use example_shared::settings;
 use http::HeaderName;
-use redis_guard::backend::{RedisBackend, RedisConnection};
+use redis_guard::backend::RedisBackend;
 use redis_guard::rate_limit::{
     HeaderKey, KeyExtractorExt, Limiter, MemoryLimiter, PeerAddr, RateLimitLayer, RedisLimiter,
     Route, Rule,
@@ -50,7 +50,8 @@ async fn run() -> Result<(), String> {
     let (limiter, backend): (Arc<dyn Limiter>, &str) = match get("REDIS_URL") {
         None => (Arc::new(MemoryLimiter::new()), "in-process memory"),
         Some(url) => {
-            let conn = RedisConnection::open(&url)
+            let conn = settings::redis_connect_options()?
+                .open(&url)
                 .await
                 .map_err(|e| format!("cannot connect to REDIS_URL: {e}"))?;
             let redis = RedisBackend::new(conn).timeout(redis_timeout);

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use example_shared::testing::tls::{TlsRedis, assert_a_bad_redis_tls_ca_stops_the_app};
 use redis_guard_testkit::RedisServer;
 use redis_guard_testkit::app::{RunningApp, spawn};
 use tonic::metadata::MetadataValue;
@@ -337,6 +338,39 @@ async fn redis_down_with_limit_on_error_closed_is_unavailable() {
         details.retry_info().and_then(|r| r.retry_delay),
         Some(Duration::from_secs(1))
     );
+}
+
+/// `REDIS_URL=rediss://…` with `REDIS_TLS_CA` naming the PEM of the server's certificate
+/// authority: calls are decided in that TLS-only Redis (with `LIMIT_ON_ERROR=closed`, a Redis
+/// out of reach would answer `UNAVAILABLE`). A `REDIS_TLS_CA` that is missing or holds no
+/// certificate stops the app at start, naming the variable and the path.
+#[tokio::test]
+async fn calls_are_decided_in_redis_over_tls_with_redis_tls_ca() {
+    let tls = TlsRedis::start();
+    let url = tls.server.url();
+    let app = spawn(
+        env!("CARGO_BIN_EXE_tonic-app"),
+        &[
+            ("REDIS_URL", &url),
+            ("REDIS_TLS_CA", &tls.ca_file),
+            ("API_LIMIT", "1/minute"),
+            ("LIMIT_ON_ERROR", "closed"),
+            ("REDIS_TIMEOUT_MS", "5000"),
+        ],
+    )
+    .await;
+    let mut c = client(&app).await;
+    c.get(get(Some("alice")))
+        .await
+        .expect("decided in the TLS Redis");
+    let status = c.get(get(Some("alice"))).await.expect_err("over the limit");
+    assert_exhausted(&status, "api", Duration::from_secs(60));
+    assert!(
+        !tls.keys().await.is_empty(),
+        "the decisions are in the TLS Redis"
+    );
+
+    assert_a_bad_redis_tls_ca_stops_the_app(env!("CARGO_BIN_EXE_tonic-app"), &url).await;
 }
 
 #[tokio::test]

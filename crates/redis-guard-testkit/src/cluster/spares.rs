@@ -80,7 +80,7 @@ fn top_up(pool: &mut Pool) {
         let spawned = std::thread::Builder::new()
             .name("redis-guard-cluster-start".into())
             .spawn(|| {
-                let started = RedisCluster::start_now(&[]);
+                let started = RedisCluster::start_now(&[], None);
                 let mut pool = lock();
                 pool.starting -= 1;
                 match started {

@@ -1,8 +1,12 @@
 use std::fmt;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Value};
+
+use super::ConnectOptions;
+use super::pending::{Pending, reason, tried};
 
 #[cfg(feature = "sentinel")]
 use super::sentinel::Sentinel;
@@ -19,6 +23,9 @@ pub(crate) const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(250);
 /// How long [`RedisConnection::open`] waits for the server to accept a connection and answer its
 /// first `PING`, before it gives up on an address that is not a working Redis.
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long [`RedisConnection::open`] keeps trying an address where nothing listens yet.
+const OPEN_ATTEMPTS: Duration = Duration::from_secs(2);
 
 /// A handle to Redis shared by the middlewares. Cheap to clone: clones share the connection.
 ///
@@ -40,6 +47,8 @@ pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 /// # async fn f() -> redis::RedisResult<()> {
 /// // Connects now, and reconnects on its own later.
 /// let conn = RedisConnection::open("redis://127.0.0.1:6379/").await?;
+/// // Starts even while Redis is down, and connects in the background:
+/// let conn = RedisConnection::open_lazy("redis://127.0.0.1:6379/").await?;
 /// // Or from a connection manager you already have:
 /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
 /// let conn = RedisConnection::from(redis::aio::ConnectionManager::new(client).await?);
@@ -58,12 +67,16 @@ enum Kind {
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection, Masters),
     #[cfg(feature = "sentinel")]
-    Sentinel(std::sync::Arc<Sentinel>),
+    Sentinel(Arc<Sentinel>),
+    /// Not connected yet ([`ConnectOptions::lazy`]): one of the kinds above once a background
+    /// task has connected; whether that will be a cluster.
+    Pending(Arc<Pending<Kind>>, bool),
 }
 
 impl RedisConnection {
-    /// Connects to the Redis at `url` (`redis://[:password@]host[:port][/db]`) with a
-    /// [`ConnectionManager`].
+    /// Connects to the Redis at `url` (`redis://[[user]:password@]host[:port][/db]`) with a
+    /// [`ConnectionManager`]. To start while Redis is unreachable, use
+    /// [`open_lazy`](Self::open_lazy).
     ///
     /// When the connection drops (Redis restarted, the network failed) it reconnects in the
     /// background: up to six attempts, the first after 100 ms, then at most every
@@ -79,22 +92,96 @@ impl RedisConnection {
     ///
     /// # Errors
     ///
+    /// Each names the address (`host:port`, never the credentials):
+    ///
     /// - the URL is invalid;
-    /// - nothing listens at the address (connection refused), still after the reconnection
-    ///   attempts above: about two seconds, so a Redis starting beside the application is found;
+    /// - nothing listens at the address (connection refused), still after about two seconds
+    ///   of attempts, so a Redis starting beside the application is found: "cannot connect to
+    ///   Redis at 127.0.0.1:6390 (connection refused) after 6 attempts over 2.0 s" (kind
+    ///   [`Io`](redis::ErrorKind::Io), [`is_connection_refusal`](redis::RedisError::is_connection_refusal));
+    /// - the address cannot be reached (kind [`Io`](redis::ErrorKind::Io));
     /// - the server does not answer `PING` as Redis does within 2 s (kind
     ///   [`Io`](redis::ErrorKind::Io) for silence, [`Parse`](redis::ErrorKind::Parse) for
     ///   anything else), or refuses the connection's password or its absence (kind
-    ///   [`AuthenticationFailed`](redis::ErrorKind::AuthenticationFailed)): no retry, the
-    ///   error names the address (never the password).
+    ///   [`AuthenticationFailed`](redis::ErrorKind::AuthenticationFailed)): no retry.
     pub async fn open(url: &str) -> RedisResult<Self> {
-        let client = redis::Client::open(url)?;
-        match handshake(&client).await {
-            Ok(()) => {}
-            // Nothing listens yet: the manager's attempts give a Redis starting at the same time
-            // (docker compose, a test) its couple of seconds.
-            Err(e) if e.is_connection_refusal() => {}
-            Err(e) => return Err(e),
+        Self::open_with(url, &ConnectOptions::new()).await
+    }
+
+    /// Connects to the Redis at `url` as [`open`](Self::open) does, except that a Redis that
+    /// cannot be reached yet is not an error: the application starts and serves (each layer
+    /// answering by its failure policy, at once), and a background task keeps connecting; once
+    /// Redis answers, calls go to it within about half a second. A server that answers but is
+    /// not Redis, or refuses the credentials, is still an error here. See
+    /// [`ConnectOptions::lazy`], which also applies to a Cluster and to Sentinel.
+    ///
+    /// ```no_run
+    /// use redis_guard::backend::RedisConnection;
+    /// # async fn f() -> redis::RedisResult<()> {
+    /// // Returns at once when nothing listens there yet.
+    /// let conn = RedisConnection::open_lazy("redis://redis:6379/").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The URL is invalid, the server at the address is not Redis (kind
+    /// [`Parse`](redis::ErrorKind::Parse)), or it refused the credentials (kind
+    /// [`AuthenticationFailed`](redis::ErrorKind::AuthenticationFailed)).
+    pub async fn open_lazy(url: &str) -> RedisResult<Self> {
+        Self::open_with(url, &ConnectOptions::new().lazy(true)).await
+    }
+
+    /// [`open`](Self::open) or [`open_lazy`](Self::open_lazy), by `options`.
+    pub(crate) async fn open_with(url: &str, options: &ConnectOptions) -> RedisResult<Self> {
+        let client = options.client(url)?;
+        let addr = client.get_connection_info().addr().to_string();
+        let started = Instant::now();
+        if options.is_lazy() {
+            return match manager(&client).await {
+                Ok(manager) => Ok(manager.into()),
+                Err(e) if is_misconfigured(&e) => Err(e),
+                Err(e) => {
+                    let pending = Pending::start(addr, &e, started, move || {
+                        let client = client.clone();
+                        async move { manager(&client).await.map(Kind::Manager) }
+                    });
+                    Ok(Self {
+                        kind: Kind::Pending(pending, false),
+                    })
+                }
+            };
+        }
+        // Nothing listens yet: a Redis starting at the same time (docker compose, a test) gets
+        // its couple of seconds.
+        let mut attempts = 1;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match handshake(&client).await {
+                Ok(()) => break,
+                Err(e) if e.is_connection_refusal() && started.elapsed() < OPEN_ATTEMPTS => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RECONNECT_MAX_DELAY);
+                    attempts += 1;
+                }
+                Err(e) if e.is_io_error() => {
+                    let kind = if e.is_connection_refusal() {
+                        std::io::ErrorKind::ConnectionRefused
+                    } else {
+                        std::io::ErrorKind::NotConnected
+                    };
+                    return Err(std::io::Error::new(
+                        kind,
+                        format!(
+                            "cannot connect to Redis at {addr} ({}) after {}",
+                            reason(&e),
+                            tried(attempts, started.elapsed())
+                        ),
+                    )
+                    .into());
+                }
+                Err(e) => return Err(e),
+            }
         }
         let config = redis::aio::ConnectionManagerConfig::new().set_max_delay(RECONNECT_MAX_DELAY);
         Ok(ConnectionManager::new_with_config(client, config)
@@ -103,7 +190,8 @@ impl RedisConnection {
     }
 
     /// Connects to a Redis Cluster through any of its `nodes` (`redis://host:port/` URLs or
-    /// `host:port`).
+    /// `host:port`). [`ConnectOptions::cluster`] with [`lazy`](ConnectOptions::lazy) starts
+    /// while the cluster is unreachable.
     ///
     /// ```no_run
     /// # async fn f() -> redis::RedisResult<()> {
@@ -120,6 +208,15 @@ impl RedisConnection {
     /// No node URL is valid, or the cluster cannot be reached.
     #[cfg(feature = "cluster")]
     pub async fn cluster(nodes: &[impl AsRef<str>]) -> RedisResult<Self> {
+        Self::cluster_with(nodes, &ConnectOptions::new()).await
+    }
+
+    #[cfg(feature = "cluster")]
+    pub(crate) async fn cluster_with(
+        nodes: &[impl AsRef<str>],
+        options: &ConnectOptions,
+    ) -> RedisResult<Self> {
+        use redis::IntoConnectionInfo;
         let urls: Vec<String> = nodes
             .iter()
             .map(|n| {
@@ -131,24 +228,58 @@ impl RedisConnection {
                 }
             })
             .collect();
-        let client = redis::cluster::ClusterClient::new(urls)?;
-        let mut conn = client.get_async_connection().await?;
-        let masters = match redis::cmd("CLUSTER")
-            .arg("SLOTS")
-            .query_async::<Value>(&mut conn)
-            .await
-        {
-            Ok(slots) => Masters::parse(&slots),
-            // Not fatal: every master then shares one circuit breaker.
-            Err(_) => Masters::default(),
-        };
-        Ok(Self {
-            kind: Kind::Cluster(conn, masters),
-        })
+        // The nodes' addresses, without credentials, for errors and logs.
+        let addrs = urls
+            .iter()
+            .filter_map(|u| u.as_str().into_connection_info().ok())
+            .map(|info| info.addr().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let client = options.cluster_client(urls)?;
+        let started = Instant::now();
+        match client.get_async_connection().await {
+            Ok(mut conn) => {
+                let masters = match redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async::<Value>(&mut conn)
+                    .await
+                {
+                    Ok(slots) => Masters::parse(&slots),
+                    // Not fatal: every master then shares one circuit breaker.
+                    Err(_) => Masters::default(),
+                };
+                Ok(Self {
+                    kind: Kind::Cluster(conn, masters),
+                })
+            }
+            Err(e) if options.is_lazy() && !is_misconfigured(&e) => {
+                let addr = format!("the Redis Cluster at {addrs}");
+                let pending = Pending::start(addr, &e, started, move || {
+                    let client = client.clone();
+                    async move {
+                        let conn = client.get_async_connection().await?;
+                        Ok(Kind::Cluster(conn, Masters::default()))
+                    }
+                });
+                Ok(Self {
+                    kind: Kind::Pending(pending, true),
+                })
+            }
+            Err(e) if e.is_io_error() || e.is_connection_refusal() => Err(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                format!(
+                    "cannot connect to the Redis Cluster at {addrs} ({})",
+                    reason(&e)
+                ),
+            )
+            .into()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Connects to the primary that the Redis Sentinels at `sentinels` monitor as `master`,
-    /// and follows it through failovers (feature `sentinel`).
+    /// and follows it through failovers (feature `sentinel`). [`ConnectOptions::sentinel`] with
+    /// [`lazy`](ConnectOptions::lazy) starts while no sentinel names a primary yet.
     ///
     /// - `sentinels`: `host:port`, or `redis://[[user]:password@]host:port` for a sentinel that
     ///   wants credentials of its own. One that is down, does not know `master` or names a
@@ -156,7 +287,11 @@ impl RedisConnection {
     /// - `master`: the name the sentinels monitor, or `redis://[[user]:password@]name[/db]` for
     ///   the credentials and database of the primary (and of whichever replica is promoted).
     ///
-    /// Plain TCP only (no TLS). After a failover the connection finds the new primary on its
+    /// TLS (feature `tls`): a sentinel written `rediss://host:port` is reached over TLS, and a
+    /// master written `rediss://[[user]:password@]name[/db]` makes the primary (and any server
+    /// promoted later) reached over TLS; the two may differ (sentinels in plain TCP on a private
+    /// network, the primary over TLS, or the other way round). The
+    /// [`TlsOptions`](super::TlsOptions) of [`ConnectOptions::tls`] apply to both. After a failover the connection finds the new primary on its
     /// own: a background task asks the sentinels again as soon as a call finds the connection
     /// broken or the server demoted (`READONLY`), and once a second whether they name another
     /// primary, with a backoff of 25 ms up to 400 ms while none is found. Until then calls
@@ -187,8 +322,17 @@ impl RedisConnection {
     ///   the error says, for each sentinel, why (never a password).
     #[cfg(feature = "sentinel")]
     pub async fn sentinel(sentinels: &[impl AsRef<str>], master: &str) -> RedisResult<Self> {
+        Self::sentinel_with(sentinels, master, &ConnectOptions::new()).await
+    }
+
+    #[cfg(feature = "sentinel")]
+    pub(crate) async fn sentinel_with(
+        sentinels: &[impl AsRef<str>],
+        master: &str,
+        options: &ConnectOptions,
+    ) -> RedisResult<Self> {
         Ok(Self {
-            kind: Kind::Sentinel(Sentinel::connect(sentinels, master).await?),
+            kind: Kind::Sentinel(Sentinel::connect(sentinels, master, options).await?),
         })
     }
 
@@ -219,6 +363,7 @@ impl RedisConnection {
         match self.kind {
             #[cfg(feature = "cluster")]
             Kind::Cluster(..) => true,
+            Kind::Pending(_, cluster) => cluster,
             _ => false,
         }
     }
@@ -263,7 +408,15 @@ impl RedisConnection {
     /// whose slot that circuit's master serves, so that the probe reaches that master.
     #[cfg_attr(not(feature = "cluster"), allow(unused_variables))]
     pub(crate) async fn probe(&self, circuit: usize) -> RedisResult<Value> {
-        match &self.kind {
+        let ready;
+        let kind = match &self.kind {
+            Kind::Pending(pending, _) => {
+                ready = pending.ready()?;
+                &ready
+            }
+            kind => kind,
+        };
+        match kind {
             #[cfg(feature = "cluster")]
             Kind::Cluster(cluster, masters) => {
                 let mut cmd = redis::cmd("EXISTS");
@@ -287,7 +440,15 @@ impl RedisConnection {
     }
 
     async fn send(&self, request: Request<'_>) -> RedisResult<Value> {
-        match &self.kind {
+        let ready;
+        let kind = match &self.kind {
+            Kind::Pending(pending, _) => {
+                ready = pending.ready()?;
+                &ready
+            }
+            kind => kind,
+        };
+        match kind {
             Kind::Manager(manager) => request.on(&mut manager.clone()).await,
             #[cfg(feature = "bb8")]
             Kind::Pool(pool) => {
@@ -303,6 +464,11 @@ impl RedisConnection {
                 sentinel.check(generation, &outcome);
                 outcome
             }
+            // `Pending::ready` gives a connected kind, never another pending one.
+            Kind::Pending(..) => Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "not connected to Redis yet",
+            ))),
         }
     }
 }
@@ -322,6 +488,28 @@ impl Request<'_> {
             Self::Pipeline(pipe) => pipe.query_async(conn).await.map(Value::Array),
         }
     }
+}
+
+/// A [`ConnectionManager`] for `client`, once one connection answered `PING` as Redis
+/// ([`handshake`]).
+async fn manager(client: &redis::Client) -> RedisResult<ConnectionManager> {
+    handshake(client).await?;
+    let config = redis::aio::ConnectionManagerConfig::new().set_max_delay(RECONNECT_MAX_DELAY);
+    ConnectionManager::new_with_config(client.clone(), config).await
+}
+
+/// Whether `e`, from a first attempt to connect, is a mistake of configuration that waiting
+/// does not fix (a server that is not Redis, refused credentials) rather than a Redis that
+/// cannot be reached yet.
+fn is_misconfigured(e: &redis::RedisError) -> bool {
+    use redis::ErrorKind;
+    matches!(
+        e.kind(),
+        ErrorKind::AuthenticationFailed
+            | ErrorKind::Parse
+            | ErrorKind::InvalidClientConfig
+            | ErrorKind::UnexpectedReturnType
+    ) || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
 }
 
 /// Connects once to the server of `client` and checks that it answers `PING` as Redis does,
@@ -444,6 +632,7 @@ impl fmt::Debug for RedisConnection {
             Kind::Cluster(..) => "ClusterConnection",
             #[cfg(feature = "sentinel")]
             Kind::Sentinel(_) => "Sentinel",
+            Kind::Pending(..) => "Pending",
         };
         f.debug_struct("RedisConnection")
             .field("kind", &kind)

@@ -24,7 +24,9 @@ static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new(include_str
 /// A lock on a name: whoever acquires it holds a **lease** until they release it or it runs out,
 /// and nobody else acquires it meanwhile. On Redis every replica sees the same locks (one key
 /// per name, `<prefix>lock:{<name>}`, with a TTL: a holder that dies frees it when its lease
-/// runs out); [`Lock::memory`] locks the tasks of one process.
+/// runs out); in memory it locks the tasks of one process. Make it from its store, as the
+/// layers are made from theirs: `Lock::new(RedisLockStore::new(backend))` or
+/// `Lock::new(MemoryLockStore::new())`.
 ///
 /// - **Acquire** writes a random token with the lease (`SET … PX` inside one script);
 ///   [`try_acquire`](Self::try_acquire) tries once, [`acquire`](Self::acquire) retries for a
@@ -45,9 +47,9 @@ static SCRIPT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new(include_str
 ///
 /// ```
 /// use std::time::Duration;
-/// use redis_guard::backend::Lock;
+/// use redis_guard::backend::{Lock, MemoryLockStore};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let locks = Lock::memory(); // or Lock::redis(backend)
+/// let locks = Lock::new(MemoryLockStore::new()); // or RedisLockStore::new(backend)
 /// let guard = locks.try_acquire("nightly-report", Duration::from_secs(30)).await?;
 /// let guard = guard.expect("nobody else holds it");
 /// assert!(locks.try_acquire("nightly-report", Duration::from_secs(30)).await?.is_none());
@@ -80,7 +82,7 @@ pub enum LockError {
     /// work.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// An in-process lock ([`Lock::memory`]) holds as many live leases as its capacity: a new
+    /// An in-process lock ([`MemoryLockStore`]) holds as many live leases as its capacity: a new
     /// name is refused until one is released or runs out. A live lease is never evicted to
     /// make room: a lock that forgot a holder would be acquired twice. Never from Redis.
     #[error("the in-process lock holds {capacity} live leases, its capacity: no room for another")]
@@ -90,22 +92,49 @@ pub enum LockError {
     },
 }
 
-impl Lock {
-    /// Locks shared by every replica on `backend`.
-    #[must_use]
-    pub fn redis(backend: impl Into<RedisBackend>) -> Self {
-        Self {
-            place: Arc::new(Place::Redis(backend.into())),
-        }
-    }
+/// Locks on Redis, shared by every replica (`backend`'s prefix, timeout and circuit breaker
+/// apply): the store of a [`Lock`].
+///
+/// ```no_run
+/// use redis_guard::backend::{Lock, RedisConnection, RedisLockStore};
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// let conn = RedisConnection::open("redis://127.0.0.1/").await?;
+/// let locks = Lock::new(RedisLockStore::new(conn));
+/// # let _ = locks; Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisLockStore(Lock);
 
-    /// Locks of this process, in memory: at most 100,000 held at once. Leases that ran out are
-    /// swept a few per acquisition (as every in-process table is); when every slot holds a
-    /// live lease, acquiring a new name fails with [`LockError::Full`] rather than evict a
-    /// holder.
+impl RedisLockStore {
+    /// Locks on `backend` (a [`RedisBackend`] or a `RedisConnection`).
     #[must_use]
-    pub fn memory() -> Self {
-        Self::memory_builder().build()
+    pub fn new(backend: impl Into<RedisBackend>) -> Self {
+        Self(Lock {
+            place: Arc::new(Place::Redis(backend.into())),
+        })
+    }
+}
+
+/// Locks of this process, in memory, at most 100,000 held at once unless
+/// [`builder`](Self::builder) says otherwise: the store of a [`Lock`]. Clones (and the locks
+/// made from them) share the locks. Leases that ran out are swept a few per acquisition (as
+/// every in-process table is); when every slot holds a live lease, acquiring a new name fails
+/// with [`LockError::Full`] rather than evict a holder.
+///
+/// ```
+/// use redis_guard::backend::{Lock, MemoryLockStore};
+/// let locks = Lock::new(MemoryLockStore::new());
+/// let few = Lock::new(MemoryLockStore::builder().capacity(100).build());
+/// # let _ = (locks, few);
+/// ```
+#[derive(Clone, Debug)]
+pub struct MemoryLockStore(Lock);
+
+impl MemoryLockStore {
+    /// Locks of this process (at most 100,000 held at once).
+    #[must_use]
+    pub fn new() -> Self {
+        Self::builder().build()
     }
 
     /// Builds in-process locks with another capacity (the most leases held at once, at least
@@ -113,9 +142,9 @@ impl Lock {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redis_guard::backend::{Lock, LockError};
+    /// use redis_guard::backend::{Lock, LockError, MemoryLockStore};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let locks = Lock::memory_builder().capacity(1).build();
+    /// let locks = Lock::new(MemoryLockStore::builder().capacity(1).build());
     /// let held = locks.try_acquire("a", Duration::from_secs(30)).await?;
     /// let full = locks.try_acquire("b", Duration::from_secs(30)).await;
     /// assert!(matches!(full, Err(LockError::Full { capacity: 1 })));
@@ -123,16 +152,67 @@ impl Lock {
     /// assert!(locks.try_acquire("b", Duration::from_secs(30)).await?.is_some());
     /// # Ok(()) }
     /// ```
+    pub fn builder() -> InProcessBuilder<Self> {
+        InProcessBuilder::new(DEFAULT_CAPACITY, |capacity, clock| {
+            Self(Lock::in_memory(capacity, clock))
+        })
+    }
+}
+
+impl Default for MemoryLockStore {
+    /// [`MemoryLockStore::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl From<RedisLockStore> for Lock {
+    fn from(store: RedisLockStore) -> Self {
+        store.0
+    }
+}
+
+impl From<MemoryLockStore> for Lock {
+    fn from(store: MemoryLockStore) -> Self {
+        store.0
+    }
+}
+
+impl Lock {
+    /// Locks in `store`: a [`RedisLockStore`] (every replica) or a [`MemoryLockStore`] (this
+    /// process).
+    #[must_use]
+    pub fn new(store: impl Into<Self>) -> Self {
+        store.into()
+    }
+
+    /// Locks shared by every replica on `backend`.
+    #[deprecated(note = "use `Lock::new(RedisLockStore::new(backend))`")]
+    #[must_use]
+    pub fn redis(backend: impl Into<RedisBackend>) -> Self {
+        RedisLockStore::new(backend).into()
+    }
+
+    /// Locks of this process, in memory (at most 100,000 held at once).
+    #[deprecated(note = "use `Lock::new(MemoryLockStore::new())`")]
+    #[must_use]
+    pub fn memory() -> Self {
+        MemoryLockStore::new().into()
+    }
+
+    /// Builds in-process locks with another capacity, or a clock for tests.
+    #[deprecated(note = "use `MemoryLockStore::builder()`")]
     pub fn memory_builder() -> InProcessBuilder<Self> {
-        InProcessBuilder::new(
-            DEFAULT_CAPACITY,
-            |capacity, clock: Option<Box<dyn Clock>>| Self {
-                place: Arc::new(Place::Memory(InProcess::new(
-                    ExpiringTable::new(capacity.max(1)),
-                    clock,
-                ))),
-            },
-        )
+        InProcessBuilder::new(DEFAULT_CAPACITY, Self::in_memory)
+    }
+
+    fn in_memory(capacity: usize, clock: Option<Box<dyn Clock>>) -> Self {
+        Self {
+            place: Arc::new(Place::Memory(InProcess::new(
+                ExpiringTable::new(capacity.max(1)),
+                clock,
+            ))),
+        }
     }
 
     /// Acquires `name` for `lease` if nobody holds it: `None` when somebody does.
@@ -383,10 +463,12 @@ mod tests {
     fn leases_that_ran_out_are_swept_and_live_ones_are_never_evicted() {
         let ms = Duration::from_millis;
         let clock = ManualClock::new();
-        let locks = Lock::memory_builder()
-            .capacity(10)
-            .clock(clock.clone())
-            .build();
+        let locks = Lock::new(
+            MemoryLockStore::builder()
+                .capacity(10)
+                .clock(clock.clone())
+                .build(),
+        );
         // Holders whose leases ran out before they released (a release then finds nothing).
         for i in 0..1_000 {
             let guard = ready(Box::pin(locks.try_acquire(&format!("job-{i}"), ms(1))));

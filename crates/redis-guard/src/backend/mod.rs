@@ -36,7 +36,7 @@ cfg_middleware! {
     pub(crate) use clock::micros;
     pub(crate) use in_process::InProcess;
     pub use in_process::InProcessBuilder;
-    pub use lock::{Lock, LockError, LockGuard};
+    pub use lock::{Lock, LockError, LockGuard, MemoryLockStore, RedisLockStore};
     pub(crate) use lua_script::LuaScript;
     pub use redis_backend::RedisBackend;
     pub(crate) use table::ExpiringTable;
@@ -63,6 +63,14 @@ mod slot;
 cfg_middleware! {
     unused_without {
         mod connection;
+        mod options;
+        mod pending;
+    }
+}
+#[cfg(feature = "tls")]
+cfg_middleware! {
+    unused_without {
+        mod tls;
     }
 }
 
@@ -87,7 +95,10 @@ pub(crate) use in_process::ready;
 pub(crate) use lock::MAX_LEASE;
 #[cfg(feature = "idempotency")]
 pub(crate) use lock::token;
+pub use options::ConnectOptions;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use redis_backend::ScriptCall;
 #[cfg(all(test, feature = "session"))]
 pub(crate) use table::SWEEP_PER_OP;
+#[cfg(feature = "tls")]
+pub use tls::TlsOptions;

@@ -24,6 +24,8 @@ use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, Redis
 use redis::{RedisConnectionInfo, RedisResult, Value};
 use tokio::sync::Notify;
 
+use super::ConnectOptions;
+
 /// How long one step of a discovery may take: connecting to a sentinel and its answer, or
 /// connecting to the primary it names and its `ROLE`.
 const STEP_TIMEOUT: Duration = Duration::from_secs(1);
@@ -43,6 +45,8 @@ pub(crate) struct Sentinel {
     master: String,
     /// The credentials and database of the primary (and of any server promoted later).
     node: RedisConnectionInfo,
+    /// Whether the primary is reached over TLS (`rediss://name`).
+    tls: bool,
     /// The primary calls go to; `None` while the task looks for one.
     current: RwLock<Option<Primary>>,
     /// Bumped at every switch, so that a late failure of a replaced connection drops nothing.
@@ -53,6 +57,8 @@ pub(crate) struct Sentinel {
     lost: Arc<Notify>,
     /// The scripts this connection has run, by SHA-1: loaded on every new primary.
     scripts: RwLock<HashMap<String, Arc<str>>>,
+    /// How clients to the sentinels and the primary are made.
+    options: ConnectOptions,
 }
 
 #[derive(Clone)]
@@ -64,10 +70,13 @@ struct Primary {
 
 impl Sentinel {
     /// Finds the primary named `master` through `sentinels` (`host:port` or
-    /// `redis://[[user]:password@]host:port`), and starts the task that keeps it current.
+    /// `redis://[[user]:password@]host:port`), and starts the task that keeps it current. When
+    /// `options` are [lazy](ConnectOptions::lazy), a primary not found now is not an error: the
+    /// task looks for it.
     pub(crate) async fn connect(
         sentinels: &[impl AsRef<str>],
         master: &str,
+        options: &ConnectOptions,
     ) -> RedisResult<Arc<Self>> {
         let sentinels = sentinels
             .iter()
@@ -76,19 +85,26 @@ impl Sentinel {
         if sentinels.is_empty() {
             return Err(config_error("no sentinel address given".to_owned()));
         }
-        let (master, node) = master_info(master)?;
+        let (master, node, tls) = master_info(master)?;
         let shared = Arc::new(Self {
             sentinels,
             master,
             node,
+            tls,
             current: RwLock::new(None),
             generation: AtomicU64::new(0),
             preferred: AtomicUsize::new(0),
             lost: Arc::new(Notify::new()),
             scripts: RwLock::new(HashMap::new()),
+            options: options.clone(),
         });
-        let primary = shared.discover().await?;
-        shared.install(primary.0, primary.1);
+        match shared.discover().await {
+            Ok((addr, conn)) => shared.install(addr, conn),
+            Err(e) if options.is_lazy() => {
+                tracing::warn!(master = %shared.master, error = %e, "redis-guard: no Redis primary found yet; calls fail (each layer answers by its failure policy) until the sentinels name one");
+            }
+            Err(e) => return Err(e),
+        }
         tokio::spawn(watch(Arc::downgrade(&shared)));
         Ok(shared)
     }
@@ -170,12 +186,10 @@ impl Sentinel {
         sentinel: &ConnectionInfo,
     ) -> RedisResult<(ConnectionAddr, MultiplexedConnection)> {
         let addr = self.named_by(sentinel).await?;
-        let info = ConnectionInfo::set_redis_settings(
-            addr.clone().into_connection_info()?,
-            self.node.clone(),
-        );
+        let info =
+            ConnectionInfo::set_redis_settings(self.over_tls(&addr)?, self.node.clone());
         let step = async {
-            let mut conn = connect(info).await?;
+            let mut conn = self.connect_to(info).await?;
             let role: Value = redis::cmd("ROLE").query_async(&mut conn).await?;
             match role {
                 Value::Array(items) if matches!(items.first(), Some(Value::BulkString(r)) if r == b"master") => {
@@ -199,9 +213,28 @@ impl Sentinel {
         Ok((addr, conn))
     }
 
+    /// Where to connect to reach the primary at `addr`: over TLS when the master's URL is
+    /// `rediss://`.
+    fn over_tls(&self, addr: &ConnectionAddr) -> RedisResult<ConnectionInfo> {
+        #[cfg(feature = "tls")]
+        if self.tls
+            && let ConnectionAddr::Tcp(host, port) = addr
+        {
+            return ConnectionAddr::TcpTls {
+                host: host.clone(),
+                port: *port,
+                insecure: false,
+                tls_params: None,
+            }
+            .into_connection_info();
+        }
+        debug_assert!(!self.tls, "a TLS master is refused without the `tls` feature");
+        addr.clone().into_connection_info()
+    }
+
     /// The address `sentinel` gives for the primary.
     async fn named_by(&self, sentinel: &ConnectionInfo) -> RedisResult<ConnectionAddr> {
-        let mut conn = within(connect(sentinel.clone()), "the sentinel").await?;
+        let mut conn = within(self.connect_to(sentinel.clone()), "the sentinel").await?;
         self.named_on(&mut conn).await
     }
 
@@ -250,6 +283,18 @@ impl Sentinel {
         });
     }
 
+    /// A multiplexed connection to `info` with no timeouts of its own: the caller bounds the
+    /// step, and the backend every call.
+    async fn connect_to(&self, info: ConnectionInfo) -> RedisResult<MultiplexedConnection> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(None)
+            .set_response_timeout(None);
+        self.options
+            .client_for(info)?
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+
     fn current_addr(&self) -> Option<ConnectionAddr> {
         let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
         current.as_ref().map(|p| p.addr.clone())
@@ -291,7 +336,7 @@ async fn watch(shared: Weak<Sentinel>) {
         let first = s.preferred.load(Ordering::Relaxed) % s.sentinels.len();
         let named = match &mut asking {
             Some((i, conn)) if *i == first => s.named_on(conn).await,
-            _ => match within(connect(s.sentinels[first].clone()), "the sentinel").await {
+            _ => match within(s.connect_to(s.sentinels[first].clone()), "the sentinel").await {
                 Ok(mut conn) => {
                     let named = s.named_on(&mut conn).await;
                     asking = Some((first, conn));
@@ -315,17 +360,6 @@ async fn watch(shared: Weak<Sentinel>) {
     }
 }
 
-/// A multiplexed connection to `info` with no timeouts of its own: the caller bounds the step,
-/// and the backend every call.
-async fn connect(info: ConnectionInfo) -> RedisResult<MultiplexedConnection> {
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(None)
-        .set_response_timeout(None);
-    redis::Client::open(info)?
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-}
-
 async fn within<T>(step: impl Future<Output = RedisResult<T>>, what: &str) -> RedisResult<T> {
     tokio::time::timeout(STEP_TIMEOUT, step)
         .await
@@ -346,9 +380,11 @@ fn config_error(detail: String) -> RedisError {
     ))
 }
 
-/// A sentinel's address: `host:port` or a `redis://` URL (for its own credentials).
+/// A sentinel's address: `host:port` or a `redis://` URL (for its own credentials), `rediss://`
+/// for one reached over TLS.
 fn sentinel_info(s: &str) -> RedisResult<ConnectionInfo> {
     let s = s.trim();
+    super::options::tls_available(s)?;
     let has_port = |s: &str| s.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok());
     if !s.contains("://") && !has_port(s) {
         return Err(config_error(format!(
@@ -367,23 +403,30 @@ fn sentinel_info(s: &str) -> RedisResult<ConnectionInfo> {
     })?;
     match info.addr() {
         ConnectionAddr::Tcp(..) => Ok(info),
+        #[cfg(feature = "tls")]
+        ConnectionAddr::TcpTls { .. } => Ok(info),
         _ => Err(config_error(format!(
-            "'{s}': a sentinel is reached over plain TCP"
+            "'{s}': a sentinel is reached over TCP or TLS"
         ))),
     }
 }
 
-/// The master name and the primary's settings, from `name` or
-/// `redis://[[user]:password@]name[/db]`.
-fn master_info(master: &str) -> RedisResult<(String, RedisConnectionInfo)> {
+/// The master name, the primary's settings and whether it is reached over TLS, from `name`,
+/// `redis://[[user]:password@]name[/db]` or `rediss://…`.
+fn master_info(master: &str) -> RedisResult<(String, RedisConnectionInfo, bool)> {
     let master = master.trim();
-    let Some(rest) = master.strip_prefix("redis://") else {
+    super::options::tls_available(master)?;
+    let tls = super::options::is_tls(master);
+    let rest = master
+        .strip_prefix("redis://")
+        .or_else(|| master.strip_prefix("rediss://"));
+    let Some(rest) = rest else {
         return match master {
             "" => Err(config_error("the master name is empty".to_owned())),
             name if name.contains(['/', '@', ' ']) => Err(config_error(format!(
                 "'{name}' is not a master name; credentials go in redis://[user]:password@name/db"
             ))),
-            name => Ok((name.to_owned(), RedisConnectionInfo::default())),
+            name => Ok((name.to_owned(), RedisConnectionInfo::default(), false)),
         };
     };
     let (userinfo, host) = match rest.rfind('@') {
@@ -402,13 +445,17 @@ fn master_info(master: &str) -> RedisResult<(String, RedisConnectionInfo)> {
         .as_str()
         .into_connection_info()
         .map_err(|e| config_error(format!("'{}': {e}", redact(master))))?;
-    Ok((name.to_owned(), info.redis_settings().clone()))
+    Ok((name.to_owned(), info.redis_settings().clone(), tls))
 }
 
 /// `master` without its password, for an error message.
 fn redact(master: &str) -> String {
     match master.rfind('@') {
-        Some(at) => format!("redis://…@{}", &master[at + 1..]),
+        Some(at) => format!(
+            "{}://…@{}",
+            master.split("://").next().unwrap_or("redis"),
+            &master[at + 1..]
+        ),
         None => master.to_owned(),
     }
 }
@@ -419,18 +466,18 @@ mod tests {
 
     #[test]
     fn master_names_carry_the_primarys_credentials_and_database() {
-        let (name, info) = master_info("mymaster").expect("a name");
+        let (name, info, tls) = master_info("mymaster").expect("a name");
         assert_eq!(
-            (name.as_str(), info.db(), info.password()),
-            ("mymaster", 0, None)
+            (name.as_str(), info.db(), info.password(), tls),
+            ("mymaster", 0, None, false)
         );
-        let (name, info) = master_info("redis://app:p%40ss@cache-A/3").expect("a URL");
+        let (name, info, _) = master_info("redis://app:p%40ss@cache-A/3").expect("a URL");
         assert_eq!(name, "cache-A");
         assert_eq!(
             (info.username(), info.password(), info.db()),
             (Some("app"), Some("p@ss"), 3)
         );
-        let (_, info) = master_info("redis://:secret@m").expect("password only");
+        let (_, info, _) = master_info("redis://:secret@m").expect("password only");
         assert_eq!((info.username(), info.password()), (None, Some("secret")));
         for bad in ["", "  ", "a/1", "redis://", "redis://:pw@/2", "redis://m/x"] {
             let e = master_info(bad).expect_err(bad);

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use super::entry::{Times, header};
 use super::store::{Backing, BoxFuture, CacheStore, Ops, Read, Write};
 use crate::backend::{
-    BackendError, Clock, ExpiringTable, InProcess, InProcessBuilder, Lock, micros,
+    BackendError, Clock, ExpiringTable, InProcess, InProcessBuilder, Lock, MemoryLockStore, micros,
 };
 
 /// How many entries a memory store holds at most by default.
@@ -145,10 +145,12 @@ impl MemoryCacheStore {
                 let capacity = capacity.max(1);
                 Self {
                     inner: Arc::new(Inner {
-                        lock: Lock::memory_builder()
-                            .capacity(capacity)
-                            .clock(clock.clone())
-                            .build(),
+                        lock: Lock::new(
+                            MemoryLockStore::builder()
+                                .capacity(capacity)
+                                .clock(clock.clone())
+                                .build(),
+                        ),
                         state: InProcess::new(
                             State {
                                 entries: ExpiringTable::new(capacity),

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use redis::Value;
 
 use super::store::{Backing, BoxFuture, CacheStore, Ops, Read, Write};
-use crate::backend::{BackendError, Lock, LuaScript, RedisBackend, micros};
+use crate::backend::{BackendError, Lock, LuaScript, RedisBackend, RedisLockStore, micros};
 
 static GET: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new(include_str!("scripts/get.lua")));
 static PUT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new(include_str!("scripts/put.lua")));
@@ -52,7 +52,7 @@ impl RedisCacheStore {
         let backend = backend.into();
         Self {
             inner: Arc::new(Inner {
-                lock: Lock::redis(backend.clone()),
+                lock: Lock::new(RedisLockStore::new(backend.clone())),
                 backend,
             }),
         }

@@ -19,12 +19,12 @@ use crate::{ConfigError, ConfigErrorKind};
 /// ```
 /// # #[cfg(all(feature = "axum", feature = "session"))] {
 /// use axum::{Router, routing::post};
-/// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+/// use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore};
 /// use redis_guard::session::{MemorySessionStore, SessionLayer};
 ///
 /// let app: Router = Router::new()
 ///     .route("/payments", post(|| async { (http::StatusCode::CREATED, "paid") }))
-///     .layer(IdempotencyLayer::new(IdempotencyStore::memory())?) // or a RedisBackend
+///     .layer(IdempotencyLayer::new(MemoryIdempotencyStore::new())?) // or a RedisBackend
 ///     // Outside: keys are scoped to the session's user.
 ///     .layer(SessionLayer::new(MemorySessionStore::new())?);
 /// # }
@@ -36,11 +36,11 @@ use crate::{ConfigError, ConfigErrorKind};
 /// ```
 /// use std::time::Duration;
 /// use http::{HeaderName, Method};
-/// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+/// use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore};
 ///
-/// let layer = IdempotencyLayer::builder(IdempotencyStore::memory())
+/// let layer = IdempotencyLayer::builder(MemoryIdempotencyStore::new())
 ///     .methods([Method::POST, Method::PUT, Method::PATCH, Method::DELETE])
-///     .scope_header(HeaderName::from_static("x-api-key")) // keys are per API key
+///     .scope_header("x-api-key") // keys are per API key
 ///     .retention(Duration::from_secs(7 * 86_400))
 ///     .lease(Duration::from_secs(10))
 ///     .body_limit(64 * 1024)
@@ -119,9 +119,10 @@ impl IdempotencyLayer {
 
     /// A builder: settings, then [`build`](IdempotencyLayerBuilder::build).
     ///
-    /// `store` is an [`IdempotencyStore`], or a [`RedisBackend`](crate::backend::RedisBackend)
-    /// or [`RedisConnection`](crate::backend::RedisConnection) for
-    /// [`IdempotencyStore::redis`].
+    /// `store` is a [`RedisIdempotencyStore`](super::RedisIdempotencyStore), a
+    /// [`MemoryIdempotencyStore`](super::MemoryIdempotencyStore), an [`IdempotencyStore`], or a
+    /// [`RedisBackend`](crate::backend::RedisBackend) or
+    /// [`RedisConnection`](crate::backend::RedisConnection) for the Redis one.
     pub fn builder(store: impl Into<IdempotencyStore>) -> IdempotencyLayerBuilder {
         IdempotencyLayerBuilder {
             shared: Shared {
@@ -139,6 +140,7 @@ impl IdempotencyLayer {
                 warned_full: AtomicBool::new(false),
                 warned_no_session: AtomicBool::new(false),
             },
+            bad_scope_header: None,
         }
     }
 }
@@ -147,12 +149,16 @@ impl IdempotencyLayer {
 #[must_use]
 pub struct IdempotencyLayerBuilder {
     shared: Shared,
+    /// The text given to [`scope_header`](Self::scope_header) when it is not a header name:
+    /// `build` refuses it.
+    bad_scope_header: Option<Box<str>>,
 }
 
 impl std::fmt::Debug for IdempotencyLayerBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IdempotencyLayerBuilder")
             .field("shared", &self.shared)
+            .field("bad_scope_header", &self.bad_scope_header)
             .finish()
     }
 }
@@ -200,8 +206,35 @@ impl IdempotencyLayerBuilder {
     /// Scopes keys by the value of request header `name` (an API key) instead of the
     /// session's user: two clients' keys never meet. A request without the header shares the
     /// anonymous scope.
-    pub fn scope_header(mut self, name: HeaderName) -> Self {
-        self.shared.scope = Scope::Header(name);
+    ///
+    /// `name` is a `&str` (`"x-api-key"`; upper-case letters are lowered), a [`HeaderName`] or
+    /// bytes. One that is not a header name fails [`build`](Self::build) with a
+    /// [`ConfigError`] of kind [`ConfigErrorKind::HeaderName`] that names it.
+    ///
+    /// ```
+    /// use redis_guard::ConfigErrorKind;
+    /// use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore};
+    ///
+    /// let per_key = IdempotencyLayer::builder(MemoryIdempotencyStore::new())
+    ///     .scope_header("X-Api-Key")
+    ///     .build();
+    /// assert!(per_key.is_ok());
+    /// let err = IdempotencyLayer::builder(MemoryIdempotencyStore::new())
+    ///     .scope_header("x api key")
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.kind(), ConfigErrorKind::HeaderName);
+    /// assert_eq!(err.value(), Some("x api key"));
+    /// ```
+    pub fn scope_header(mut self, name: impl AsRef<[u8]>) -> Self {
+        let bytes = name.as_ref();
+        match HeaderName::from_bytes(bytes) {
+            Ok(name) => {
+                self.shared.scope = Scope::Header(name);
+                self.bad_scope_header = None;
+            }
+            Err(_) => self.bad_scope_header = Some(String::from_utf8_lossy(bytes).into()),
+        }
         self
     }
 
@@ -218,10 +251,10 @@ impl IdempotencyLayerBuilder {
     /// ```
     /// # #[cfg(feature = "axum")] {
     /// use axum::{Router, routing::post};
-    /// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+    /// use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore};
     ///
     /// // A webhook receiver: one sender, which picks a fresh key per event.
-    /// let layer = IdempotencyLayer::builder(IdempotencyStore::memory())
+    /// let layer = IdempotencyLayer::builder(MemoryIdempotencyStore::new())
     ///     .shared_scope()
     ///     .build()?;
     /// let app: Router = Router::new()
@@ -232,6 +265,7 @@ impl IdempotencyLayerBuilder {
     /// ```
     pub fn shared_scope(mut self) -> Self {
         self.shared.scope = Scope::Shared;
+        self.bad_scope_header = None;
         self
     }
 
@@ -240,12 +274,12 @@ impl IdempotencyLayerBuilder {
     /// is the anonymous scope.
     ///
     /// ```
-    /// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+    /// use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore};
     ///
     /// #[derive(Clone)]
     /// struct Account(u64);
     ///
-    /// let layer = IdempotencyLayer::builder(IdempotencyStore::memory())
+    /// let layer = IdempotencyLayer::builder(MemoryIdempotencyStore::new())
     ///     .scope(|parts| parts.extensions.get::<Account>().map(|a| a.0.to_string()))
     ///     .build()?;
     /// # let _ = layer;
@@ -256,6 +290,7 @@ impl IdempotencyLayerBuilder {
         F: Fn(&http::request::Parts) -> Option<String> + Send + Sync + 'static,
     {
         self.shared.scope = Scope::Custom(Arc::new(scope));
+        self.bad_scope_header = None;
         self
     }
 
@@ -264,9 +299,9 @@ impl IdempotencyLayerBuilder {
     /// either way.
     ///
     /// ```
-    /// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore, Rejection};
+    /// use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore, Rejection};
     ///
-    /// let layer = IdempotencyLayer::builder(IdempotencyStore::memory())
+    /// let layer = IdempotencyLayer::builder(MemoryIdempotencyStore::new())
     ///     .response(|r: &Rejection| {
     ///         http::Response::builder()
     ///             .status(r.status())
@@ -296,8 +331,8 @@ impl IdempotencyLayerBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
-    /// let err = IdempotencyLayer::builder(IdempotencyStore::memory())
+    /// use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore};
+    /// let err = IdempotencyLayer::builder(MemoryIdempotencyStore::new())
     ///     .lease(Duration::ZERO)
     ///     .build()
     ///     .unwrap_err();
@@ -307,6 +342,12 @@ impl IdempotencyLayerBuilder {
         let s = &self.shared;
         if let Some(problem) = s.store.check() {
             return Err(problem.within("idempotency store"));
+        }
+        if let Some(bad) = &self.bad_scope_header {
+            return Err(
+                ConfigError::header_name(bad, "IdempotencyLayerBuilder::scope_header")
+                    .within("idempotency layer"),
+            );
         }
         let day = Duration::from_secs(86_400);
         let problem = if s.methods.is_empty() {
@@ -373,6 +414,7 @@ impl IdempotencyLayerBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::idempotency::MemoryIdempotencyStore;
 
     /// Each setting that cannot work is named, with its value.
     #[test]
@@ -411,7 +453,7 @@ mod tests {
             ),
         ];
         for (set, kind, setting, value) in cases {
-            let err = set(IdempotencyLayer::builder(IdempotencyStore::memory()))
+            let err = set(IdempotencyLayer::builder(MemoryIdempotencyStore::new()))
                 .build()
                 .unwrap_err();
             assert!(err.to_string().starts_with("idempotency layer: "), "{err}");
@@ -420,17 +462,51 @@ mod tests {
             assert_eq!(err.value(), Some(value), "{err}");
         }
         assert!(
-            IdempotencyLayer::builder(IdempotencyStore::memory())
+            IdempotencyLayer::builder(MemoryIdempotencyStore::new())
                 .shared_scope()
                 .build()
                 .is_ok()
         );
         // Keys scoped by the session's user (the default) need feature `session`.
-        let default = IdempotencyLayer::new(IdempotencyStore::memory());
+        let default = IdempotencyLayer::new(MemoryIdempotencyStore::new());
         assert_eq!(default.is_ok(), cfg!(feature = "session"), "{default:?}");
         if let Err(err) = default {
             assert_eq!(err.kind(), ConfigErrorKind::Unsupported, "{err}");
             assert_eq!(err.setting(), Some("IdempotencyLayerBuilder::scope"));
+        }
+    }
+
+    /// A scope header that is not a header name is a build error that names it, never a
+    /// panic; a later scope setting replaces it.
+    #[test]
+    fn a_bad_scope_header_is_a_clear_error_when_the_layer_is_built() {
+        let builder =
+            || IdempotencyLayer::builder(crate::idempotency::MemoryIdempotencyStore::new());
+        for bad in ["x api key", "x-api-key:", ""] {
+            let err = builder().scope_header(bad).build().unwrap_err();
+            assert_eq!(err.kind(), ConfigErrorKind::HeaderName, "{err}");
+            assert_eq!(
+                err.setting(),
+                Some("IdempotencyLayerBuilder::scope_header"),
+                "{err}"
+            );
+            assert_eq!(err.value(), Some(bad), "{err}");
+            assert!(
+                err.to_string()
+                    .starts_with("idempotency layer: IdempotencyLayerBuilder::scope_header: "),
+                "{err}"
+            );
+            assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
+        }
+        let name = HeaderName::from_static("x-api-key");
+        for good in [
+            builder().scope_header("X-Api-Key"),
+            builder().scope_header(&name),
+            builder().scope_header(name.clone()),
+            builder().scope_header("x api").scope_header("x-api-key"),
+            builder().scope_header("x api").shared_scope(),
+        ] {
+            good.build().unwrap();
         }
     }
 }

@@ -8,7 +8,7 @@
 //! ```
 //! # #[cfg(all(feature = "axum", feature = "session"))] {
 //! use axum::{Router, routing::post};
-//! use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+//! use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore};
 //! use redis_guard::session::{MemorySessionStore, SessionLayer};
 //!
 //! async fn pay() -> (http::StatusCode, &'static str) {
@@ -16,7 +16,7 @@
 //! }
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = IdempotencyStore::memory(); // or IdempotencyStore::redis(backend), for replicas
+//! let store = MemoryIdempotencyStore::new(); // or RedisIdempotencyStore::new(backend), for replicas
 //! let app: Router = Router::new()
 //!     .route("/payments", post(pay))
 //!     .layer(IdempotencyLayer::new(store)?)
@@ -46,7 +46,7 @@
 //!   record): `503` with `Retry-After: 1`, or the request unguarded with
 //!   [`fail_open`](IdempotencyLayerBuilder::fail_open).
 //! - **A new key while running requests fill the memory store** (its
-//!   [capacity](IdempotencyStore::memory_builder)): `503` with `Retry-After: 1`, also with
+//!   [capacity](MemoryIdempotencyStore::builder)): `503` with `Retry-After: 1`, also with
 //!   `fail_open`. A running request's claim is never evicted to make room; completed records
 //!   are, the oldest first.
 //!
@@ -127,8 +127,8 @@
 //!   crash loses the response: the key then stays claimed until the lease ends, and the retry
 //!   after that runs again. Handlers that must never run twice also record their effect
 //!   (a payment id) in their own database.
-//! - In memory, records live in this process only ([`IdempotencyStore::memory`]): replicas need
-//!   [`IdempotencyStore::redis`].
+//! - In memory, records live in this process only ([`MemoryIdempotencyStore`]): replicas need
+//!   [`RedisIdempotencyStore`].
 
 mod body;
 mod flow;
@@ -145,4 +145,4 @@ pub use future::ResponseFuture;
 pub use layer::{IdempotencyLayer, IdempotencyLayerBuilder};
 pub use rejection::Rejection;
 pub use service::Idempotency;
-pub use store::IdempotencyStore;
+pub use store::{IdempotencyStore, MemoryIdempotencyStore, RedisIdempotencyStore};

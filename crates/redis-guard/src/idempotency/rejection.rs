@@ -40,7 +40,7 @@ pub enum Rejection {
     /// record), or the session that scopes the key could not be loaded, and the layer does not
     /// [`fail_open`](super::IdempotencyLayerBuilder::fail_open): `503`, with `Retry-After: 1`.
     Unavailable,
-    /// The memory store ([`IdempotencyStore::memory`](super::IdempotencyStore::memory)) holds
+    /// The memory store ([`MemoryIdempotencyStore`](super::MemoryIdempotencyStore)) holds
     /// as many running requests as its capacity, and this request's key is new: `503`, with
     /// `Retry-After: 1`, whatever [`fail_open`](super::IdempotencyLayerBuilder::fail_open)
     /// says. A running request's claim is never evicted to make room: that would let its
@@ -88,6 +88,31 @@ impl Rejection {
     }
 }
 
+/// The layer's default answer ([`response`](Rejection::response)), the rejection in its
+/// extensions: a handler that checks keys itself can answer as the layer would.
+///
+/// ```
+/// use axum::{Router, http::HeaderMap, response::IntoResponse, routing::post};
+/// use redis_guard::idempotency::Rejection;
+///
+/// async fn pay(headers: HeaderMap) -> axum::response::Response {
+///     if !headers.contains_key("idempotency-key") {
+///         return Rejection::MissingKey.into_response(); // 400, problem+json
+///     }
+///     "paid".into_response()
+/// }
+/// let app: Router = Router::new().route("/payments", post(pay));
+/// # let _ = app;
+/// ```
+#[cfg(feature = "axum")]
+impl axum::response::IntoResponse for Rejection {
+    fn into_response(self) -> axum::response::Response {
+        let mut res = self.response();
+        res.extensions_mut().insert(self);
+        res.map(axum::body::Body::from)
+    }
+}
+
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -108,6 +133,80 @@ impl fmt::Display for Rejection {
             Self::StoreFull => {
                 f.write_str("too many requests with an Idempotency-Key are running right now")
             }
+        }
+    }
+}
+
+#[cfg(all(test, feature = "axum"))]
+mod tests {
+    use axum::{Router, body::Body, routing::post};
+    use http::{Method, Request, StatusCode, header};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    use super::Rejection;
+
+    /// A handler that returns a rejection answers what the layer answers by default: status,
+    /// `Retry-After` where the layer sends it, the problem document, the rejection in the
+    /// extensions.
+    #[tokio::test]
+    async fn a_handler_returning_a_rejection_answers_as_the_layer() {
+        let every = [
+            (Rejection::MissingKey, StatusCode::BAD_REQUEST, false),
+            (
+                Rejection::MalformedKey("the key is empty"),
+                StatusCode::BAD_REQUEST,
+                false,
+            ),
+            (Rejection::InFlight, StatusCode::CONFLICT, true),
+            (
+                Rejection::KeyReused,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                false,
+            ),
+            (
+                Rejection::BodyTooLarge(1024),
+                StatusCode::PAYLOAD_TOO_LARGE,
+                false,
+            ),
+            (Rejection::BodyUnreadable, StatusCode::BAD_REQUEST, false),
+            (
+                Rejection::Unavailable,
+                StatusCode::SERVICE_UNAVAILABLE,
+                true,
+            ),
+            (Rejection::StoreFull, StatusCode::SERVICE_UNAVAILABLE, true),
+            (
+                Rejection::NoSession,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                false,
+            ),
+        ];
+        for (rejection, status, retry) in every {
+            let default = rejection.response();
+            let returned = rejection.clone();
+            let app: Router = Router::new().route("/", post(move || async move { returned }));
+            let req = Request::builder()
+                .method(Method::POST)
+                .uri("/")
+                .body(Body::empty())
+                .unwrap();
+            let mut res = app.oneshot(req).await.unwrap();
+            assert_eq!(res.status(), status, "{rejection:?}");
+            res.headers_mut().remove(header::CONTENT_LENGTH); // axum's
+            assert_eq!(res.headers(), default.headers(), "{rejection:?}");
+            assert_eq!(
+                res.headers().get(header::RETRY_AFTER).is_some(),
+                retry,
+                "{rejection:?}"
+            );
+            assert_eq!(
+                res.headers()[header::CONTENT_TYPE],
+                "application/problem+json"
+            );
+            assert_eq!(res.extensions().get::<Rejection>(), Some(&rejection));
+            let body = res.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(body, default.into_body(), "{rejection:?}");
         }
     }
 }

@@ -23,9 +23,10 @@ static RELEASE: LazyLock<LuaScript> =
 const DEFAULT_CAPACITY: usize = 10_000;
 
 /// Where an [`IdempotencyLayer`](super::IdempotencyLayer) keeps its records: on Redis
-/// ([`redis`](Self::redis): shared by every replica; a server, a `bb8` pool or a Cluster, as the
-/// [`RedisBackend`] says) or in this process ([`memory`](Self::memory): one instance, development
-/// and tests). Clones share the records.
+/// ([`RedisIdempotencyStore`]: shared by every replica; a server, a `bb8` pool or a Cluster, as
+/// the [`RedisBackend`] says) or in this process ([`MemoryIdempotencyStore`]: one instance,
+/// development and tests). Both convert into it, as a [`RedisBackend`] or a
+/// [`RedisConnection`] does; the layer takes any of them. Clones share the records.
 ///
 /// On Redis a record is one key, `<prefix>idem:{<digest>}` (the digest of the client's scope and
 /// key: neither shows in Redis), written by one script per step, with a TTL: the lease while
@@ -43,11 +44,11 @@ const DEFAULT_CAPACITY: usize = 10_000;
 ///
 /// ```no_run
 /// use redis_guard::backend::{RedisBackend, RedisConnection};
-/// use redis_guard::idempotency::{IdempotencyLayer, IdempotencyStore};
+/// use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore, RedisIdempotencyStore};
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 /// let redis = RedisBackend::new(RedisConnection::open("redis://127.0.0.1/").await?);
-/// let shared = IdempotencyLayer::new(IdempotencyStore::redis(redis))?; // or ::new(redis)
-/// let local = IdempotencyLayer::new(IdempotencyStore::memory_builder().capacity(1_000).build())?;
+/// let shared = IdempotencyLayer::new(RedisIdempotencyStore::new(redis))?; // or ::new(redis)
+/// let local = IdempotencyLayer::new(MemoryIdempotencyStore::builder().capacity(1_000).build())?;
 /// # let _ = (shared, local); Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -92,29 +93,109 @@ pub(crate) enum Claim {
     Full,
 }
 
-impl IdempotencyStore {
+/// Idempotency records on Redis, shared by every replica (`backend`'s prefix, timeout and
+/// circuit breaker apply); an [`IdempotencyLayer`](super::IdempotencyLayer) takes it.
+///
+/// ```no_run
+/// use redis_guard::backend::RedisConnection;
+/// use redis_guard::idempotency::{IdempotencyLayer, RedisIdempotencyStore};
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// let conn = RedisConnection::open("redis://127.0.0.1/").await?;
+/// let layer = IdempotencyLayer::new(RedisIdempotencyStore::new(conn))?;
+/// # let _ = layer; Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisIdempotencyStore(IdempotencyStore);
+
+impl RedisIdempotencyStore {
+    /// Records on `backend` (a [`RedisBackend`] or a [`RedisConnection`]).
+    #[must_use]
+    pub fn new(backend: impl Into<RedisBackend>) -> Self {
+        Self(IdempotencyStore::on_redis(backend.into()))
+    }
+}
+
+/// Idempotency records in this process, at most 10,000 unless [`builder`](Self::builder) says
+/// otherwise: one instance, development and tests. Clones share the records.
+///
+/// ```
+/// use redis_guard::idempotency::{IdempotencyLayer, MemoryIdempotencyStore};
+/// # fn main() -> Result<(), redis_guard::ConfigError> {
+/// let layer = IdempotencyLayer::new(MemoryIdempotencyStore::new())?;
+/// let small = IdempotencyLayer::new(MemoryIdempotencyStore::builder().capacity(100).build())?;
+/// # let _ = (layer, small); Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct MemoryIdempotencyStore(IdempotencyStore);
+
+impl MemoryIdempotencyStore {
     /// Records in this process, at most 10,000.
     #[must_use]
-    pub fn memory() -> Self {
-        Self::memory_builder().build()
+    pub fn new() -> Self {
+        Self::builder().build()
     }
 
     /// Records in this process, with another capacity, or a clock for tests.
-    pub fn memory_builder() -> InProcessBuilder<Self> {
-        InProcessBuilder::new(DEFAULT_CAPACITY, |capacity, clock| Self {
-            place: Place::Memory(Arc::new(InProcess::new(
-                ExpiringTable::new(capacity),
-                clock,
-            ))),
+    pub fn builder() -> InProcessBuilder<Self> {
+        InProcessBuilder::new(DEFAULT_CAPACITY, |capacity, clock| {
+            Self(IdempotencyStore::in_memory(capacity, clock))
         })
+    }
+}
+
+impl Default for MemoryIdempotencyStore {
+    /// [`MemoryIdempotencyStore::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl From<RedisIdempotencyStore> for IdempotencyStore {
+    fn from(store: RedisIdempotencyStore) -> Self {
+        store.0
+    }
+}
+
+impl From<MemoryIdempotencyStore> for IdempotencyStore {
+    fn from(store: MemoryIdempotencyStore) -> Self {
+        store.0
+    }
+}
+
+impl IdempotencyStore {
+    /// Records in this process, at most 10,000.
+    #[deprecated(note = "use `MemoryIdempotencyStore::new()`")]
+    #[must_use]
+    pub fn memory() -> Self {
+        MemoryIdempotencyStore::new().into()
+    }
+
+    /// Records in this process, with another capacity, or a clock for tests.
+    #[deprecated(note = "use `MemoryIdempotencyStore::builder()`")]
+    pub fn memory_builder() -> InProcessBuilder<Self> {
+        InProcessBuilder::new(DEFAULT_CAPACITY, Self::in_memory)
     }
 
     /// Records on Redis, shared by every replica (`backend`'s prefix, timeout and circuit
     /// breaker apply).
+    #[deprecated(note = "use `RedisIdempotencyStore::new(backend)`")]
     #[must_use]
     pub fn redis(backend: impl Into<RedisBackend>) -> Self {
+        Self::on_redis(backend.into())
+    }
+
+    fn in_memory(capacity: usize, clock: Option<Box<dyn crate::backend::Clock>>) -> Self {
         Self {
-            place: Place::Redis(backend.into()),
+            place: Place::Memory(Arc::new(InProcess::new(
+                ExpiringTable::new(capacity),
+                clock,
+            ))),
+        }
+    }
+
+    fn on_redis(backend: RedisBackend) -> Self {
+        Self {
+            place: Place::Redis(backend),
         }
     }
 
@@ -227,21 +308,21 @@ impl IdempotencyStore {
 }
 
 impl Default for IdempotencyStore {
-    /// [`IdempotencyStore::memory`].
+    /// [`MemoryIdempotencyStore::new`].
     fn default() -> Self {
-        Self::memory()
+        MemoryIdempotencyStore::new().into()
     }
 }
 
 impl From<RedisBackend> for IdempotencyStore {
     fn from(backend: RedisBackend) -> Self {
-        Self::redis(backend)
+        Self::on_redis(backend)
     }
 }
 
 impl From<RedisConnection> for IdempotencyStore {
     fn from(conn: RedisConnection) -> Self {
-        Self::redis(conn)
+        Self::on_redis(conn.into())
     }
 }
 

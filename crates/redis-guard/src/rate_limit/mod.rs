@@ -30,7 +30,9 @@
 //!   is what the layer takes too: no handle type of its own;
 //! - the layer answers `429 Too Many Requests` with `Retry-After`, `RateLimit-Policy` and
 //!   `RateLimit` headers and an `application/problem+json` body, or calls the inner service with
-//!   the same headers added and a [`Decision`] in the request extensions. Its answers of its own
+//!   the same headers added and a [`Decision`] in the request extensions (and, for a rule keyed
+//!   by [`ClientIp`], the [`ClientAddr`] it counted: a handler's own
+//!   [`check`](RedisLimiter::check) keys on the same address). Its answers of its own
 //!   (`429`, `503` with the limiter down, a missing key, `500` misconfigured) carry a
 //!   [`Rejection`] in their extensions, and [`RateLimitLayerBuilder::response`] writes them
 //!   your way;
@@ -154,7 +156,7 @@ pub use rule::{Check, Quota, Route, Rule};
 
 // The client's address lives in `crate::client_ip` (sessions read it too); rate limits key on
 // it so often that it is also here, under the same names.
-pub use crate::client_ip::{ClientIp, ForwardedHeader, PeerAddr};
+pub use crate::client_ip::{ClientAddr, ClientIp, ClientIpLayer, ForwardedHeader, PeerAddr};
 
 // What the layer's files take from the rest, reachable as `crate::rate_limit::Name` wherever
 // they stand.

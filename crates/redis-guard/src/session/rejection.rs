@@ -70,6 +70,32 @@ impl fmt::Display for Rejection {
     }
 }
 
+/// The layer's default answer ([`response`](Rejection::response)), the rejection in its
+/// extensions: a handler that finds the store down can answer as the layer would.
+///
+/// ```
+/// use axum::{Router, response::IntoResponse, routing::get};
+/// use redis_guard::session::{Rejection, Session};
+///
+/// async fn visits(session: Session) -> axum::response::Response {
+///     match session.increment("visits", 1).await {
+///         Ok(n) => n.to_string().into_response(),
+///         Err(e) if e.is_store_error() => Rejection::StoreUnavailable.into_response(), // 503
+///         Err(e) => e.into_response(),
+///     }
+/// }
+/// let app: Router = Router::new().route("/visits", get(visits));
+/// # let _ = app;
+/// ```
+#[cfg(feature = "axum")]
+impl axum::response::IntoResponse for Rejection {
+    fn into_response(self) -> axum::response::Response {
+        let mut res = self.response();
+        res.extensions_mut().insert(self);
+        res.map(axum::body::Body::from)
+    }
+}
+
 /// The layer's own answer for `rejection`: the hook's, else the default; `Retry-After: 1` added
 /// where it has none; the rejection in its extensions.
 pub(crate) fn answer(shared: &Shared, rejection: Rejection) -> Response<Bytes> {
@@ -82,4 +108,36 @@ pub(crate) fn answer(shared: &Shared, rejection: Rejection) -> Response<Bytes> {
         .or_insert(HeaderValue::from_static("1"));
     res.extensions_mut().insert(rejection);
     res
+}
+
+#[cfg(all(test, feature = "axum"))]
+mod tests {
+    use axum::{Router, body::Body, routing::get};
+    use http::{Request, StatusCode, header};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    use super::Rejection;
+
+    /// A handler that returns the rejection answers what the layer answers by default.
+    #[tokio::test]
+    async fn a_handler_returning_a_rejection_answers_as_the_layer() {
+        let default = Rejection::StoreUnavailable.response();
+        let app: Router = Router::new().route("/", get(|| async { Rejection::StoreUnavailable }));
+        let mut res = app.oneshot(Request::new(Body::empty())).await.unwrap();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        res.headers_mut().remove(header::CONTENT_LENGTH); // axum's
+        assert_eq!(res.headers(), default.headers());
+        assert_eq!(res.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(
+            res.headers()[header::CONTENT_TYPE],
+            "application/problem+json"
+        );
+        assert_eq!(
+            res.extensions().get::<Rejection>(),
+            Some(&Rejection::StoreUnavailable)
+        );
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, default.into_body());
+    }
 }

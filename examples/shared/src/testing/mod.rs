@@ -3,3 +3,4 @@
 pub mod route_fuzz;
 pub mod settings_fuzz;
 pub mod slow_loris;
+pub mod tls;

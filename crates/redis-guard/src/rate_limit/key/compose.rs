@@ -60,7 +60,7 @@ impl<T: KeyExtractor> KeyExtractorExt for T {}
 /// use redis_guard::rate_limit::{ClientIp, HeaderKey, Key, KeyError, KeyExtractor, KeyExtractorExt, PeerAddr};
 ///
 /// let per_ip_and_user = ClientIp::peer()
-///     .and(HeaderKey::new(http::HeaderName::from_static("x-username")));
+///     .and(HeaderKey::new("x-username"));
 ///
 /// let mut req = http::Request::post("/login").header("x-username", "alice").body(()).unwrap();
 /// req.extensions_mut().insert(PeerAddr("203.0.113.7:50000".parse().unwrap()));
@@ -90,6 +90,11 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for And<A, B> {
             }
             (Err(e), _) | (_, Err(e)) => Err(e),
         }
+    }
+
+    fn validate(&self) -> Result<(), crate::ConfigError> {
+        self.first.validate()?;
+        self.second.validate()
     }
 }
 
@@ -139,6 +144,11 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
             Err(KeyError::Missing) => self.second.extract(parts),
             other => other,
         }
+    }
+
+    fn validate(&self) -> Result<(), crate::ConfigError> {
+        self.first.validate()?;
+        self.second.validate()
     }
 }
 

@@ -2,6 +2,7 @@
 //! rules and settings, validated by `build`.
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -46,6 +47,8 @@ pub struct RateLimitLayerBuilder {
     config: Config,
     /// A [`candidate`](Self::candidate) named a rule that was not there: `build` says so.
     unknown_candidate: Option<String>,
+    /// [`replicas`](Self::replicas), checked by `build`.
+    replicas: Option<u32>,
 }
 
 impl RateLimitLayerBuilder {
@@ -53,6 +56,7 @@ impl RateLimitLayerBuilder {
         Self {
             config: Config::new(limiter),
             unknown_candidate: None,
+            replicas: None,
         }
     }
 
@@ -63,10 +67,7 @@ impl RateLimitLayerBuilder {
 
     /// Adds a fully specified [`Rule`], keyed by `extractor`.
     pub fn rule_with(mut self, rule: Rule, extractor: impl KeyExtractor) -> Self {
-        self.config.rules.push(LayerRule {
-            rule: Arc::new(rule),
-            extractor: Arc::new(extractor),
-        });
+        self.config.rules.push(LayerRule::new(rule, extractor));
         self
     }
 
@@ -89,6 +90,7 @@ impl RateLimitLayerBuilder {
         quotas: &[Quota],
         algorithm: Algorithm,
     ) -> Self {
+        let client_ip = LayerRule::client_ip_of(&extractor);
         let extractor: Arc<dyn KeyExtractor> = Arc::new(extractor);
         for (quota, algorithm) in quotas
             .iter()
@@ -99,6 +101,7 @@ impl RateLimitLayerBuilder {
             self.config.rules.push(LayerRule {
                 rule: Arc::new(rule),
                 extractor: Arc::clone(&extractor),
+                client_ip: client_ip.clone(),
             });
         }
         self
@@ -136,7 +139,7 @@ impl RateLimitLayerBuilder {
         }
         let candidate = LayerRule {
             rule: Arc::new(shadow),
-            extractor: Arc::clone(&of.extractor),
+            ..of.clone()
         };
         self.config.rules.push(candidate);
         self
@@ -146,8 +149,8 @@ impl RateLimitLayerBuilder {
         /// What to do when a key is missing (default: reject with `400`).
         pub fn missing_key(policy: MissingKey) => config.missing_key;
 
-        /// What to do when the limiter fails (default: [`FailurePolicy::Fallback`] with one
-        /// replica; the policy's docs argue the choice).
+        /// What to do when the limiter fails (default: [`FailurePolicy::Fallback`], sharing
+        /// each quota among [`replicas`](Self::replicas); the policy's docs argue the choice).
         pub fn failure_policy(policy: FailurePolicy) => config.failure;
 
         /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` (default: yes).
@@ -157,6 +160,44 @@ impl RateLimitLayerBuilder {
         /// Whether to also send `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset`
         /// (seconds until the quota is full again) for older clients (default: no).
         pub fn legacy_headers(on: bool) => config.headers.legacy;
+    }
+
+    /// How many instances (replicas) of the application run this layer against one Redis
+    /// (default 1). Under [`FailurePolicy::Fallback`] (the default policy) each instance admits
+    /// its share, `quota ÷ replicas`, of every rule while Redis is unavailable, so that together
+    /// they admit about the quota rather than `replicas` times it. Set it from your deployment
+    /// (the replica count of the Kubernetes deployment, the size of the autoscaling group).
+    ///
+    /// It is the one place the count is stated: every `Fallback` policy of the layer, its own
+    /// and its rules' ([`Rule::on_failure`]), uses it, unless one names another count than 1
+    /// ([`FailurePolicy::fallback`]), which `build` refuses as a contradiction.
+    ///
+    /// When the layer is built, a line at `info` says, per rule, what each replica admits while
+    /// Redis is unavailable ("while Redis is unavailable each of 3 replicas admits up to
+    /// 200/minute of rule `api`"); without a count, on a Redis limiter, the line says that the
+    /// layer assumes one replica, which then admits the whole quota, and how to set it.
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder(MemoryLimiter::new()) // RedisLimiter::new(backend)
+    ///     .rule("api", ClientIp::peer(), Quota::per_minute(600))
+    ///     .replicas(3) // each admits 200/minute while Redis is down
+    ///     .build()?;
+    /// # let _ = layer;
+    /// let zero = RateLimitLayer::builder(MemoryLimiter::new())
+    ///     .rule("api", ClientIp::peer(), Quota::per_minute(600))
+    ///     .replicas(0)
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(zero.value(), Some("0"));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`Rule::on_failure`]: crate::rate_limit::Rule::on_failure
+    pub fn replicas(mut self, replicas: u32) -> Self {
+        self.replicas = Some(replicas);
+        self
     }
 
     /// How many requests may wait for their slot at once in this layer (default 1024): those
@@ -226,11 +267,10 @@ impl RateLimitLayerBuilder {
     /// [`grpc::response`]: crate::rate_limit::grpc::response
     ///
     /// ```
-    /// use http::HeaderName;
     /// use redis_guard::rate_limit::{HeaderKey, MemoryLimiter, Quota, RateLimitLayer};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let layer = RateLimitLayer::builder(MemoryLimiter::new()) // RedisLimiter in production
-    ///     .rule("api", HeaderKey::new(HeaderName::from_static("x-api-key")), Quota::per_minute(60))
+    ///     .rule("api", HeaderKey::new("x-api-key"), Quota::per_minute(60))
     ///     .grpc()
     ///     .build()?;
     /// // tonic::transport::Server::builder().layer(layer).add_service(…)
@@ -272,6 +312,9 @@ impl RateLimitLayerBuilder {
         }
         for (i, r) in config.rules.iter().enumerate() {
             r.rule.validate()?;
+            r.extractor
+                .validate()
+                .map_err(|e| e.in_rule(r.rule.name()))?;
             if config.rules[..i]
                 .iter()
                 .any(|o| o.rule.name() == r.rule.name())
@@ -288,7 +331,14 @@ impl RateLimitLayerBuilder {
                 .of_rule(name));
             }
         }
+        let stated = self.replicas.is_some();
+        if let Some(replicas) = self.replicas {
+            state_replicas(&mut config, replicas)?;
+        }
         config.fallback = Fallback::new(&config.rules, config.failure)?.map(Arc::new);
+        if !config.limiter.in_process() {
+            log_fallback_shares(&config, stated);
+        }
         config.dynamic = config.rules.iter().any(|r| r.rule.is_dynamic());
         config.policy = headers::policy(
             config
@@ -300,6 +350,87 @@ impl RateLimitLayerBuilder {
         Ok(RateLimitLayer {
             config: Arc::new(config),
         })
+    }
+}
+
+/// Makes every `Fallback` policy of the layer share its quotas among `replicas`
+/// ([`RateLimitLayerBuilder::replicas`]).
+fn state_replicas(config: &mut Config, replicas: u32) -> Result<(), ConfigError> {
+    let setting = "RateLimitLayerBuilder::replicas";
+    let Some(count) = NonZeroU32::new(replicas) else {
+        return Err(ConfigError::new(
+            ConfigErrorKind::Fallback,
+            "replicas must be at least 1, got 0",
+        )
+        .with_setting(setting)
+        .with_value(0));
+    };
+    let restate = |policy: FailurePolicy, rule: Option<&str>| match policy {
+        FailurePolicy::Fallback { replicas: own } if own != count && own != NonZeroU32::MIN => {
+            let err = ConfigError::new(
+                ConfigErrorKind::Fallback,
+                format!(
+                    "replicas({count}) contradicts a FailurePolicy::Fallback with {own} replicas; \
+                     state the count once, with replicas(n)"
+                ),
+            )
+            .with_setting(setting)
+            .with_value(replicas);
+            Err(match rule {
+                Some(name) => err.of_rule(name),
+                None => err,
+            })
+        }
+        FailurePolicy::Fallback { .. } => Ok(FailurePolicy::Fallback { replicas: count }),
+        other => Ok(other),
+    };
+    config.failure = restate(config.failure, None)?;
+    for r in &mut config.rules {
+        if let Some(policy) = r.rule.failure_policy() {
+            let policy = restate(policy, Some(r.rule.name()))?;
+            r.rule = Arc::new((*r.rule).clone().on_failure(policy));
+        }
+    }
+    Ok(())
+}
+
+/// Says, once per rule when the layer is built, what each replica admits while Redis is
+/// unavailable; `stated`: the replica count was set ([`RateLimitLayerBuilder::replicas`]).
+fn log_fallback_shares(config: &Config, stated: bool) {
+    for r in &config.rules {
+        let FailurePolicy::Fallback { replicas } =
+            r.rule.failure_policy().unwrap_or(config.failure)
+        else {
+            continue;
+        };
+        let (rule, quota) = (r.rule.name(), r.rule.quota());
+        let share = quota.share(replicas);
+        if replicas.get() > 1 {
+            tracing::info!(
+                rule,
+                replicas = replicas.get(),
+                share = %share,
+                "rate limit: while Redis is unavailable each of {replicas} replicas admits up to \
+                 {share} of rule `{rule}` (its quota {quota} shared by {replicas})"
+            );
+        } else if stated {
+            tracing::info!(
+                rule,
+                replicas = 1,
+                share = %share,
+                "rate limit: while Redis is unavailable the single replica admits up to {share} \
+                 of rule `{rule}`, its whole quota"
+            );
+        } else {
+            tracing::info!(
+                rule,
+                replicas = 1,
+                share = %share,
+                "rate limit: while Redis is unavailable each replica admits up to {share} of rule \
+                 `{rule}`, its whole quota: the layer assumes 1 replica. With N replicas, set \
+                 RateLimitLayerBuilder::replicas(N) so that together they admit about the quota"
+            );
+        }
     }
 }
 

@@ -9,11 +9,12 @@ use super::headers;
 use super::rejection::Rejection;
 use super::throttle::{DEFAULT_MAX_WAITERS, Waiters};
 use super::warn_every::{WARN_INTERVAL, WarnEvery};
+use crate::client_ip::ClientIp;
 use crate::problem::Respond;
 use crate::rate_limit::quota_lookup as resolve;
 use crate::rate_limit::{
-    Algorithm, Check, Decision, FailurePolicy, Few, KeyError, KeyExtractor, Limiter, LimiterError,
-    Lookup, MemoryLimiter, MissingKey, Mode, Quota, Resolved, Rule,
+    Algorithm, Check, Decision, FailurePolicy, Few, Key, KeyError, KeyExtractor, Limiter,
+    LimiterError, Lookup, MemoryLimiter, MissingKey, Mode, Quota, Resolved, Rule,
 };
 use crate::{ConfigError, ConfigErrorKind, telemetry};
 
@@ -29,6 +30,36 @@ pub(crate) struct HeaderMode {
 pub(crate) struct LayerRule {
     pub(crate) rule: Arc<Rule>,
     pub(crate) extractor: Arc<dyn KeyExtractor>,
+    /// The extractor, when it is a [`ClientIp`]: the layer then resolves the address itself
+    /// and leaves it in the request extensions
+    /// ([`ClientAddr`](crate::client_ip::ClientAddr)) for the handler.
+    pub(crate) client_ip: Option<ClientIp>,
+}
+
+impl LayerRule {
+    pub(crate) fn new(rule: Rule, extractor: impl KeyExtractor) -> Self {
+        Self {
+            rule: Arc::new(rule),
+            client_ip: Self::client_ip_of(&extractor),
+            extractor: Arc::new(extractor),
+        }
+    }
+
+    /// `extractor`, when it is a [`ClientIp`].
+    pub(crate) fn client_ip_of(extractor: &dyn std::any::Any) -> Option<ClientIp> {
+        extractor.downcast_ref::<ClientIp>().cloned()
+    }
+
+    /// The key for this request. A rule keyed by [`ClientIp`] also leaves the address it
+    /// counted in the request extensions, replacing one an outer layer left.
+    fn extract(&self, parts: &mut http::request::Parts) -> Result<Key, KeyError> {
+        let Some(ip) = &self.client_ip else {
+            return self.extractor.extract(parts);
+        };
+        let client = ip.addr(ip.client_ip(parts)?);
+        parts.extensions.insert(client);
+        Ok(client.key())
+    }
 }
 
 /// Shared by every clone of the layer and the services it makes.
@@ -150,7 +181,7 @@ pub(crate) enum Plan {
 pub(crate) type Checks = Few<Check>;
 
 impl Config {
-    pub(crate) fn plan(&self, parts: &http::request::Parts) -> Plan {
+    pub(crate) fn plan(&self, parts: &mut http::request::Parts) -> Plan {
         let misconfigured = || Plan::Respond(Box::new(Rejection::Misconfigured));
         let mut checks = Checks::default();
         let mut lookups: Vec<Lookup> = Vec::new();
@@ -158,7 +189,7 @@ impl Config {
             if r.rule.route().is_some_and(|route| !route.matches(parts)) {
                 continue;
             }
-            match r.extractor.extract(parts) {
+            match r.extract(parts) {
                 Ok(key) => {
                     let cost = r.rule.request_cost(parts);
                     if !r.rule.is_dynamic() {

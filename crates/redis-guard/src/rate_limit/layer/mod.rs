@@ -48,7 +48,6 @@ pub(crate) use warn_every::WarnEvery;
 /// Several rules (all must admit a request; a denied request consumes none), and options:
 ///
 /// ```
-/// use http::HeaderName;
 /// use redis_guard::rate_limit::{
 ///     ClientIp, FailurePolicy, HeaderKey, MemoryLimiter, MissingKey, Quota, RateLimitLayer,
 /// };
@@ -56,7 +55,7 @@ pub(crate) use warn_every::WarnEvery;
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
 ///     .rule("ip", ClientIp::peer(), "10/second".parse()?)
-///     .rule("key", HeaderKey::new(HeaderName::from_static("x-api-key")), Quota::per_hour(1000).burst(50))
+///     .rule("key", HeaderKey::new("x-api-key"), Quota::per_hour(1000).burst(50))
 ///     .missing_key(MissingKey::Skip)
 ///     .failure_policy(FailurePolicy::Closed)
 ///     .legacy_headers(true)

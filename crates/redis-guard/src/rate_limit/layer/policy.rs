@@ -27,7 +27,9 @@ impl Default for MissingKey {
 
 /// What to do when the limiter cannot decide (Redis down, slow, or answering nonsense).
 ///
-/// The default is [`Fallback`](Self::Fallback) with one replica. The three choices fail in
+/// The default is [`Fallback`](Self::Fallback) with one replica, or as many as
+/// [`RateLimitLayerBuilder::replicas`](crate::rate_limit::RateLimitLayerBuilder::replicas)
+/// states. The three choices fail in
 /// different ways, and only one of them keeps limiting:
 ///
 /// - [`Open`](Self::Open) switches limiting off exactly when it is needed most: an attacker who
@@ -64,7 +66,9 @@ pub enum FailurePolicy {
     /// divided by `replicas` (rounded down, at least 1), until Redis answers again. The
     /// rate-limit headers and `429`s then describe the fallback's decision.
     ///
-    /// Set `replicas` to the number of instances behind the load balancer. What the division
+    /// State the number of instances behind the load balancer once, with
+    /// [`RateLimitLayerBuilder::replicas`] (a layer built without it assumes one, admits the
+    /// whole quota per instance, and says so in a log line at `info`). What the division
     /// guarantees: with the load spread evenly, the instances together admit at most about the
     /// configured limit per key, never `replicas` times it. What it does not: a load balancer
     /// that sends one client to a single instance (sticky sessions, hashing by IP) gives that
@@ -79,6 +83,7 @@ pub enum FailurePolicy {
     /// [`Algorithm::Gcra`](crate::rate_limit::Algorithm::Gcra) over the same quota.
     ///
     /// [`MemoryLimiter`]: crate::rate_limit::MemoryLimiter
+    /// [`RateLimitLayerBuilder::replicas`]: crate::rate_limit::RateLimitLayerBuilder::replicas
     Fallback {
         /// How many instances share the limits.
         replicas: NonZeroU32,

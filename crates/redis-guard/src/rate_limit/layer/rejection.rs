@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Response, StatusCode};
+use http::{HeaderMap, Response, StatusCode};
 
-use super::headers::{self, Digits};
+use super::headers::{self, Digits, RateLimitHeaders};
 use crate::problem::{Member, problem, problem_of_pieces};
 use crate::rate_limit::Decision;
 
@@ -134,6 +134,89 @@ impl Rejection {
     }
 }
 
+/// The layer's default answer, for a handler that limits with the limiter itself
+/// ([`MemoryLimiter::check`](crate::rate_limit::MemoryLimiter::check),
+/// [`RedisLimiter::check`](crate::rate_limit::RedisLimiter::check)) and answers a denial as the layer
+/// would: [`response`](Rejection::response), and on a denial the `RateLimit` headers
+/// ([`Decision::headers`]); the rejection in its extensions.
+///
+/// ```
+/// use axum::{Router, response::{IntoResponse, Response}, routing::post};
+/// use redis_guard::rate_limit::{Key, MemoryLimiter, Quota, Rejection, Rule};
+///
+/// async fn export(limiter: MemoryLimiter) -> Response {
+///     let rule = Rule::new("export", Quota::per_hour(3));
+///     match limiter.check(&rule, Key::from("tenant-7")).await {
+///         Ok(decision) if decision.allowed => (decision.headers(), "exported").into_response(),
+///         Ok(decision) => Rejection::Limited(decision).into_response(), // 429, Retry-After
+///         Err(_) => Rejection::Unavailable.into_response(),              // 503, Retry-After: 1
+///     }
+/// }
+/// let limiter = MemoryLimiter::new();
+/// let app: Router = Router::new().route("/export", post(move || export(limiter.clone())));
+/// # let _ = app;
+/// ```
+#[cfg(feature = "axum")]
+impl axum::response::IntoResponse for Rejection {
+    fn into_response(self) -> axum::response::Response {
+        let mut res = self.response();
+        if let Self::Limited(decision) = &self {
+            insert_headers(decision, res.headers_mut());
+        }
+        res.extensions_mut().insert(self);
+        res.map(axum::body::Body::from)
+    }
+}
+
+impl Decision {
+    /// The headers a [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) with the default
+    /// header settings writes for this decision: `RateLimit-Policy` and `RateLimit` for its
+    /// rules (none for concurrency rules only), `RateLimit-Exceeded` when a soft rule was
+    /// exceeded, and `Retry-After` when it is a denial. For a decision of a direct call
+    /// ([`MemoryLimiter::check`](crate::rate_limit::MemoryLimiter::check),
+    /// [`RedisLimiter::check`](crate::rate_limit::RedisLimiter::check), `check_all`), whose
+    /// answer the handler writes: `(decision.headers(), body)` is an axum response.
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{Key, MemoryLimiter, Quota, Rule};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = MemoryLimiter::new();
+    /// let rule = Rule::new("export", Quota::per_hour(1));
+    /// let admitted = limiter.check(&rule, Key::from("tenant-7")).await?;
+    /// let headers = admitted.headers();
+    /// assert_eq!(headers["ratelimit-policy"], r#""export";q=1;w=3600"#);
+    /// assert_eq!(headers["ratelimit"], r#""export";r=0;t=3600"#);
+    /// assert!(!headers.contains_key("retry-after"));
+    ///
+    /// let denied = limiter.check(&rule, Key::from("tenant-7")).await?;
+    /// assert_eq!(denied.headers()["retry-after"], "3600");
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn headers(&self) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        insert_headers(self, &mut map);
+        if !self.allowed {
+            headers::insert_retry_after(&mut map, self.retry_after_secs());
+        }
+        map
+    }
+}
+
+/// Writes the `RateLimit` headers of `decision` into `map` as a layer with the default header
+/// settings does (no legacy `X-RateLimit-*`), its policy from the decision's own rules.
+fn insert_headers(decision: &Decision, map: &mut HeaderMap) {
+    let policy = headers::policy(
+        decision
+            .rules
+            .iter()
+            .filter(|r| !r.lease)
+            .map(|r| (&*r.rule, &r.quota)),
+    );
+    RateLimitHeaders::new(decision, Some(policy), false).insert(map);
+}
+
 /// What the client is told: the answer's `detail` (and a gRPC answer's `grpc-message`).
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -160,4 +243,117 @@ fn limited_pieces<'a>(decision: &'a Decision, secs: &'a Digits) -> [&'a str; 5] 
         secs.as_str(),
         " s.",
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use bytes::Bytes;
+    use http::{HeaderMap, Request, Response, StatusCode, header};
+    use http_body_util::BodyExt;
+    use tower::{Layer, ServiceExt, service_fn};
+
+    use super::Rejection;
+    use crate::rate_limit::{Decision, Global, MemoryLimiter, Mode, Quota, RateLimitLayer, Rule};
+
+    /// A layer of a windowed rule (2 a minute), a soft one (1 a minute) and a concurrency one:
+    /// every kind of header a decision can carry.
+    fn layer() -> RateLimitLayer {
+        RateLimitLayer::builder(MemoryLimiter::new())
+            .rule_with(Rule::new("api", Quota::per_minute(2)), Global)
+            .rule_with(
+                Rule::new("soft", Quota::per_minute(1)).with_mode(Mode::Soft),
+                Global,
+            )
+            .rule_with(Rule::concurrency("jobs", 5), Global)
+            .build()
+            .unwrap()
+    }
+
+    /// `n` answers of [`layer`]: the status, the headers, the body, and the decision (an
+    /// admitted request's, which the inner service hands back in its answer's extensions, or
+    /// the rejection's).
+    async fn answers(n: usize) -> Vec<(StatusCode, HeaderMap, Bytes, Option<Rejection>, Decision)> {
+        let svc = layer().layer(service_fn(|req: Request<String>| async move {
+            let mut res = Response::new(String::new());
+            if let Some(d) = req.extensions().get::<Decision>() {
+                res.extensions_mut().insert(d.clone());
+            }
+            Ok::<_, Infallible>(res)
+        }));
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let res = svc
+                .clone()
+                .oneshot(Request::new(String::new()))
+                .await
+                .unwrap();
+            let (parts, body) = res.into_parts();
+            let body = body.collect().await.unwrap().to_bytes();
+            let rejection = parts.extensions.get::<Rejection>().cloned();
+            let decision = parts
+                .extensions
+                .get::<Decision>()
+                .or_else(|| rejection.as_ref().and_then(Rejection::decision))
+                .cloned()
+                .expect("a decision");
+            out.push((parts.status, parts.headers, body, rejection, decision));
+        }
+        out
+    }
+
+    /// A decision's headers are those the layer writes for it: admitted (the soft rule
+    /// exceeded on the second request) and denied, the body's `Content-Type` aside.
+    #[tokio::test]
+    async fn a_decisions_headers_are_the_layers() {
+        let all = answers(3).await;
+        assert_eq!(
+            all.iter().map(|a| a.0.as_u16()).collect::<Vec<_>>(),
+            [200, 200, 429]
+        );
+        for (status, mut written, _, _, decision) in all {
+            written.remove(header::CONTENT_TYPE);
+            assert!(written.contains_key("ratelimit"), "{status}: {written:?}");
+            assert_eq!(decision.headers(), written, "{status}");
+        }
+    }
+
+    /// A handler that returns a rejection answers what the layer answers by default: status,
+    /// headers (`Retry-After`, the `RateLimit` ones), problem document, and the rejection in the
+    /// extensions.
+    #[cfg(feature = "axum")]
+    #[tokio::test]
+    async fn a_handler_returning_a_rejection_answers_as_the_layer() {
+        use axum::{Router, routing::get};
+
+        let (status, headers, body, rejection, _) = answers(3).await.pop().unwrap();
+        let rejection = rejection.expect("the third request is denied");
+        let mut answered = vec![(status, headers, body, rejection.clone())];
+        for other in [Rejection::Unavailable, Rejection::Misconfigured] {
+            let res = other.response();
+            let (parts, body) = res.into_parts();
+            answered.push((parts.status, parts.headers, body, other));
+        }
+        for (status, headers, body, rejection) in answered {
+            let returned = rejection.clone();
+            let app: Router = Router::new().route("/", get(move || async move { returned }));
+            let mut res = app
+                .oneshot(Request::new(axum::body::Body::empty()))
+                .await
+                .unwrap();
+            assert_eq!(res.status(), status, "{rejection:?}");
+            // axum's router adds the body's length, to the layer's answer as to this one.
+            let length = res.headers_mut().remove(header::CONTENT_LENGTH);
+            assert_eq!(length, Some(body.len().into()), "{rejection:?}");
+            assert_eq!(res.headers(), &headers, "{rejection:?}");
+            assert_eq!(
+                res.headers()[header::CONTENT_TYPE],
+                "application/problem+json"
+            );
+            assert_eq!(res.extensions().get::<Rejection>(), Some(&rejection));
+            let got = res.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(got, body, "{rejection:?}");
+        }
+    }
 }

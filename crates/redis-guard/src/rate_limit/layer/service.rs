@@ -23,8 +23,8 @@ define_service! {
 impl_service! {
     RateLimit => ResponseBody where {} |this, req| {
         let inner = this.take_ready();
-        let (parts, body) = req.into_parts();
-        let plan = this.config.plan(&parts);
+        let (mut parts, body) = req.into_parts();
+        let plan = this.config.plan(&mut parts);
         let req = Request::from_parts(parts, body);
         match plan {
             Plan::Pass => ResponseFuture::call_inner(inner, req),

@@ -135,6 +135,13 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
         None
     }
 
+    /// Whether this limiter keeps its state in this process (it cannot become unavailable, and
+    /// each replica has its own). Not part of the stable interface.
+    #[doc(hidden)]
+    fn in_process(&self) -> bool {
+        false
+    }
+
     /// Why this limiter cannot work as configured (e.g. a zero timeout, which would fail every
     /// decision), or `None`. [`RateLimitLayerBuilder::build`] refuses such a limiter, and a
     /// direct call answers [`LimiterError::Rule`] without evaluating.
@@ -408,6 +415,7 @@ impl<L: Engine + ?Sized> Engine for Arc<L> {
         evaluate(checks: Vec<Check>) -> LimiterFuture<Vec<RuleState>>;
         evaluate_leased(checks: Vec<Check>) -> LimiterFuture<Held>;
         evaluate_at_once(checks: &[Check]) -> Option<Result<Decision, LimiterError>>;
+        in_process() -> bool;
         config_problem() -> Option<ConfigError>;
         inspect_key(rule: &Rule, key: Key) -> LimiterFuture<Inspection>;
         charge_checks(checks: Vec<Check>) -> LimiterFuture<()>;

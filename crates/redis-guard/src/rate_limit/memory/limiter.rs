@@ -277,6 +277,10 @@ impl crate::sealed::Sealed for MemoryLimiter {}
 impl Limiter for MemoryLimiter {}
 
 impl Engine for MemoryLimiter {
+    fn in_process(&self) -> bool {
+        true
+    }
+
     fn live_record(&self, rule: &Rule) -> live::LiveRecord {
         self.live_record_of(rule)
     }

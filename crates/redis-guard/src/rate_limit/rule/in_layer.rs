@@ -183,7 +183,6 @@ impl Rule {
     /// ```
     /// use std::collections::HashMap;
     /// use std::sync::{Arc, RwLock};
-    /// use http::HeaderName;
     /// use redis_guard::rate_limit::{HeaderKey, MemoryLimiter, Quota, RateLimitLayer, Rule};
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // Tenant overrides, refreshed in the background from a table.
@@ -196,7 +195,7 @@ impl Rule {
     ///     async move { table.read().ok()?.get(&tenant?).copied() }
     /// });
     /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
-    ///     .rule_with(api, HeaderKey::new(HeaderName::from_static("x-tenant")))
+    ///     .rule_with(api, HeaderKey::new("x-tenant"))
     ///     .build()?;
     /// overrides.write().unwrap().insert("acme".into(), Quota::per_minute(6000));
     /// # let _ = layer; Ok(()) }
