@@ -82,6 +82,9 @@ for component in rustfmt clippy; do
   fi
 done
 
+say "the docs in the user's language (scripts/check-words.sh)"
+scripts/check-words.sh
+
 say "cargo fmt --check"
 cargo fmt --all -- --check
 

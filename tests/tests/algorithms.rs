@@ -447,7 +447,7 @@ async fn invalid_rules_fail_when_the_layer_is_built(h: Harness) {
 
 /// What the `Quota` docs promise for `per_minute(5)`: a client that sends 5 at once and then one
 /// every 12 s gets 9 through GCRA and the token bucket within 60 s, and exactly 5 through the
-/// sliding log (the seeds' "at most 5 in any 60 seconds").
+/// sliding log ("at most 5 in any 60 seconds", exactly).
 async fn per_minute_five_admits_what_the_quota_docs_say(h: Harness) {
     let l = h.limiter().await;
     for (algorithm, expected) in [

@@ -490,7 +490,7 @@ async fn xfetch_recomputes_early_with_a_fixed_random_number(h: Harness) {
     assert_eq!(fetch(&svc, "/x").await.0, "HIT");
 }
 
-/// Any path spelling is a 404 of its own (issue 20, item 7): an error is cached only when the
+/// Any path spelling is a 404 of its own, so an error is cached only when the
 /// handler gives it a lifetime.
 async fn errors_are_cached_only_when_the_handler_says_so(h: Harness) {
     let handler = app(|req: Request<Full<Bytes>>| async move {
@@ -516,7 +516,7 @@ async fn errors_are_cached_only_when_the_handler_says_so(h: Harness) {
     assert_eq!(handler.calls.load(Ordering::SeqCst), 4);
 }
 
-/// Queries normalized (issue 20, item 7): spellings of one query share an entry, and the
+/// Queries normalized: spellings of one query share an entry, and the
 /// handler sees the query the key holds.
 async fn normalized_queries_share_an_entry(h: Harness) {
     let handler = app(|req: Request<Full<Bytes>>| async move {
@@ -566,7 +566,7 @@ async fn normalized_queries_share_an_entry(h: Harness) {
     assert_eq!(handler.calls.load(Ordering::SeqCst), 4);
 }
 
-/// Two layers on one store (issue 20, item 3): named apart, they never share entries; the
+/// Two layers on one store: named apart, they never share entries; the
 /// same name shares them (replicas). Credential headers are configurable.
 async fn namespaces_and_credential_headers(h: Harness) {
     let one = app(|_| async { ok(&[], "one") });
@@ -628,8 +628,8 @@ fn get_with(uri: &str, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
     req.body(Full::default()).expect("request")
 }
 
-/// Issue 23, item 3 and item 2's `Cache-Status`: `304` from the cache on the handler's
-/// validators and on a computed `ETag`; RFC 9211 members for a hit, a stale hit and a miss.
+/// Conditional requests and `Cache-Status`: `304` from the cache on the handler's validators
+/// and on a computed `ETag`; RFC 9211 members for a hit, a stale hit and a miss.
 async fn conditional_requests_and_cache_status(h: Harness) {
     const MODIFIED: &str = "Sun, 06 Nov 1994 08:49:37 GMT";
     let handler = app(|req: Request<Full<Bytes>>| async move {

@@ -1,4 +1,4 @@
-//! The response cache and sessions in one axum app (issue 20, items 1–3), over real sockets, on
+//! The response cache and sessions in one axum app, over real sockets, on
 //! every backend, with the cache outside the session layer (`.layer(sessions).layer(cache)`)
 //! and inside it (`route(get(h).layer(cache)).layer(sessions)`, the usual axum layout): no
 //! user's page is ever served to another user or to an anonymous visitor, whether the session

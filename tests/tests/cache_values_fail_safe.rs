@@ -1,4 +1,4 @@
-//! The value cache's fail-safe on every backend (issue 23, item 2): a failing closure answered
+//! The value cache's fail-safe on every backend: a failing closure answered
 //! with the last good value within `stale_if_error` and with its error after, a soft purge
 //! answered at once and recomputed once for a crowd on two replicas, the soft fill timeout
 //! returning the copy while the computation goes on and fills, the hard one a typed error

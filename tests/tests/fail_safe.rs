@@ -1,4 +1,4 @@
-//! The response cache's fail-safe on every backend (issue 23, item 2): a failing handler
+//! The response cache's fail-safe on every backend: a failing handler
 //! (503, or an error of the inner service) answered from the stale copy within
 //! `stale_if_error` and with its failure after, a soft purge answered stale at once and
 //! recomputed once for a crowd on two replicas, the soft fill timeout serving the copy while

@@ -877,7 +877,7 @@ async fn a_cluster_master_killed_under_load() {
     // The cluster client finds its way around a dead master in a time of its own: in most runs
     // within a second, in about one run in five only after two to four seconds (its slot
     // refreshes, during which the calls to the surviving masters time out too). The last
-    // second of a 6.5 s outage is past that in every run seen (issue 21's notes).
+    // second of a 6.5 s outage is past that in every run measured.
     tokio::time::sleep(Duration::from_millis(6500)).await;
     let out = load.stop().await;
     println!(

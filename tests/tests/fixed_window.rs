@@ -1,7 +1,7 @@
-//! The fixed window without Lua (issue 21, item 2): on Redis >= 7 and Redis' own clock, a request
+//! The fixed window without Lua: on Redis >= 7 and Redis' own clock, a request
 //! of one fixed-window rule is one `MULTI` of `INCRBY`, `PEXPIRE … NX` and `PTTL`, on a plain
 //! counter (`fwc` keys). It decides as the script (`fw` keys) does, except that a denial counts
-//! its units (the seeds' recipe); requests that need a script run one on the same counter.
+//! its units (as `INCR` + `EXPIRE` does); requests that need a script run one on the same counter.
 //! Redis only: the memory backend has no such path. Every limiter here reads Redis `TIME` as it
 //! is (no time shift: the harness's shifted limiters keep the scripts), so windows last an hour
 //! and a window closes by deleting its key, never by waiting.
@@ -151,8 +151,8 @@ async fn the_plain_path_decides_as_the_script_does(h: Harness) {
     assert!(h.pttl(&plain.key).await > 0, "the counter expires");
 }
 
-/// What the plain path's denial consumes: its units, until the window closes (the seeds'
-/// recipe). The script path's denial consumes nothing; they part where a denied request was
+/// What the plain path's denial consumes: its units, until the window closes (as
+/// `INCR` + `EXPIRE` does). The script path's denial consumes nothing; they part where a denied request was
 /// bigger than what was left.
 async fn a_denial_on_the_plain_path_counts_its_units(h: Harness) {
     let rule = rule("denials", 10);
@@ -311,7 +311,7 @@ async fn the_plain_path_sends_no_script(h: Harness) {
     assert!(seen.contains(":fwc:{") && seen.contains("\"nx\""), "{seen}");
 }
 
-/// Issue 21, item 2: the transactions of concurrent requests go to Redis together, as the
+/// The transactions of concurrent requests go to Redis together, as the
 /// scripts' calls do. 200 requests on one hot key queued behind a paused Redis take a handful of
 /// `EXEC`s (the two let out at once, then batches of at most 64), not 200, and each is decided
 /// exactly as alone: one `INCRBY` of the key per transaction, yet a limit of 50 admits 50,

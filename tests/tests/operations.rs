@@ -1,4 +1,4 @@
-//! The operations suite (issue 10, item 5): inspect, reset, penalize, the allow lists and
+//! The operations suite: inspect, reset, penalize, the allow lists and
 //! escalating bans, against the memory backend, a standalone Redis, a pool and a Cluster. Time
 //! moves with the harness' clock seam (`Harness::wait`), never with sleeps.
 

@@ -574,7 +574,7 @@ async fn decide(
     limiter.check(rule, Key::from(key)).await.expect("decision")
 }
 
-/// Issue 9: a client hammering past its limit is answered in process until its wait has passed,
+/// The deny cache: a client hammering past its limit is answered in process until its wait has passed,
 /// with zero round trips; then Redis decides again. Other clients are not affected, and
 /// `deny_cache(0)` sends every request to Redis.
 #[tokio::test]
@@ -618,7 +618,7 @@ async fn a_denied_client_costs_redis_nothing_until_its_wait_passes() {
     assert_eq!(h.calls("evalsha").await, before + 5);
 }
 
-/// Issue 21: through the layer, a cached denial is answered in `call` (no future, no Redis),
+/// Through the layer, a cached denial is answered in `call` (no future, no Redis),
 /// with the same `429`, `Retry-After` and `RateLimit` headers counted down; another client
 /// still reaches Redis.
 #[tokio::test]
@@ -651,7 +651,7 @@ async fn the_layer_answers_a_cached_denial_without_redis() {
     assert_eq!(h.calls("evalsha").await, before + 1);
 }
 
-/// Issue 21: a cached denial is decided in the layer's `call`, before its future is polled: the
+/// A cached denial is decided in the layer's `call`, before its future is polled: the
 /// future holds neither the request nor a boxed evaluation (which held both until polled).
 #[tokio::test]
 async fn a_cached_denial_lets_go_of_the_request_in_call() {
@@ -748,7 +748,7 @@ async fn concurrent_decisions_coalesce_into_few_script_calls_and_stay_exact() {
     );
 }
 
-/// Issue 21, item 5: on a Redis Cluster, decisions on keys of one hash slot go together as on a
+/// On a Redis Cluster, decisions on keys of one hash slot go together as on a
 /// single Redis. 200 decisions on one hot key queued behind paused masters take a handful of
 /// `EVALSHA`s (the two calls let out at once, then batches of at most 64), and a limit of 50
 /// admits exactly 50. Keys of different slots never share a call: 300 decisions over 100

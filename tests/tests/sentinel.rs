@@ -1,5 +1,5 @@
 //! Redis Sentinel: a primary, a replica and three sentinels on loopback; the primary killed
-//! under load (issue 24, item 4). The suites run on a sentinel-found server as `sentinel::…`
+//! under load. The suites run on a sentinel-found server as `sentinel::…`
 //! through `backend_suite!`; this binary covers what only a failover shows, and the errors of
 //! a topology that cannot be used.
 

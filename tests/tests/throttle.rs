@@ -1,4 +1,4 @@
-//! Waiting instead of `429` ([`Rule::throttle`], issue 24, item 1) on every backend, for GCRA
+//! Waiting instead of `429` ([`Rule::throttle`]) on every backend, for GCRA
 //! and the token bucket: a request over the limit by a short wait is admitted at its reserved
 //! time, over real sockets; the layer bounds its waiters; a waiter whose client goes away gives
 //! its slot back; on Redis, a throttled decision is still one script call.

@@ -1,4 +1,4 @@
-//! `ValueCache` on every backend (issue 23, item 1): one computation for a crowd of callers
+//! `ValueCache` on every backend: one computation for a crowd of callers
 //! on two replicas, XFetch before expiry, stale values served at once, errors returned and
 //! never cached, negative caching, `add` true once, `set`/`get`/`forget`, tags, values of
 //! another type as misses, a TTL on every key, and a store that fails never failing a call.

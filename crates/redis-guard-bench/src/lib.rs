@@ -1,10 +1,10 @@
-//! Side-by-side measurements of redis-guard against its peers, on a real Redis (design §7).
+//! Side-by-side measurements of redis-guard against its peers, on a real Redis.
 //!
 //! Not published. Everything here runs against a `redis-server` started by
 //! `redis-guard-testkit` and an app served on a loopback port.
 //!
 //! - [`session_race`]: how many writes a session layer loses when two concurrent requests on one
-//!   session each change a different key (design §4.1, "Concurrency"). The driver
+//!   session each change a different key. The driver
 //!   ([`lost_writes`]) speaks plain HTTP/1.1, so any session layer can be measured by serving the
 //!   routes that module documents; [`tower_sessions_app`] is the tower-sessions +
 //!   tower-sessions-redis-store side, [`redis_guard_app`] ours.

@@ -2,7 +2,7 @@
 //!
 //! A session store that keeps the whole session as one blob loses one of two concurrent writes:
 //! both requests load the same snapshot, each adds its own key, and the last save overwrites the
-//! first. A store with one Redis hash field per key (design §4.1) keeps both. This module measures
+//! first. A store with one Redis hash field per key keeps both. This module measures
 //! it, without sleeps or timing luck.
 //!
 //! # The protocol an app under test serves

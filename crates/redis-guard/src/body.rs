@@ -1,7 +1,8 @@
-//! The one body strategy of the three layers: a layer's response body is the inner service's
-//! body, or bytes the layer wrote itself (an answer of its own, a stored response). Each layer's
-//! public `ResponseBody<B>` wraps [`InnerOrBytes`] and adds only what is its own (the
-//! rate limiter's leases, the cache's frames read ahead).
+//! The one body strategy of every layer (rate limit, sessions, response cache, idempotency): a
+//! layer's response body is the inner service's body, or bytes the layer wrote itself (an
+//! answer of its own, a stored response). Each layer's public `ResponseBody<B>` wraps
+//! [`InnerOrBytes`] and adds only what is its own (the rate limiter's leases, the cache's frames
+//! read ahead).
 
 use std::fmt;
 use std::pin::Pin;

@@ -1,32 +1,50 @@
 //! # redis-guard
 //!
-//! Tower middlewares backed by Redis, for axum, hyper or any tower stack.
+//! Tower middlewares backed by Redis, for axum, hyper or any tower stack: five layers and a
+//! distributed lock, on one backend that every replica of a service shares (or in process,
+//! without Redis, for development, tests and single instances).
 //!
-//! - [`rate_limit`]: [`RateLimitLayer`](rate_limit::RateLimitLayer) decides every request in one
-//!   atomic Lua script (clock from Redis `TIME`), shared by all replicas, and answers `429` with
-//!   `Retry-After` and the IETF `RateLimit` headers. An in-process
+//! The five layers:
+//!
+//! - **Rate limiting**, [`rate_limit`]: [`RateLimitLayer`](rate_limit::RateLimitLayer) decides
+//!   every request in one atomic Lua script (clock from Redis `TIME`), shared by all replicas,
+//!   and answers `429` with `Retry-After` and the IETF `RateLimit` headers. An in-process
 //!   [`MemoryLimiter`](rate_limit::MemoryLimiter) makes the same decisions without Redis.
-//! - [`session`]: [`SessionLayer`](session::SessionLayer) keeps cookie sessions as Redis hashes,
-//!   one field per key, with an idle and an absolute expiry, id rotation, logout and "log out
-//!   everywhere". A [`MemorySessionStore`](session::MemorySessionStore) has the same semantics
-//!   in process.
-//! - [`cache`]: [`CacheLayer`](cache::CacheLayer) caches `GET` responses in Redis (or in
-//!   process) with a TTL on every key, stampede protection (lock on miss or XFetch, stale
-//!   while revalidate) and invalidation by tag; [`ValueCache`](cache::ValueCache) does the same
-//!   for values (`get_or_compute`, `add`, tags), one computation for a crowd of callers on
-//!   every replica.
-//! - [`idempotency`] (feature `idempotency`): [`IdempotencyLayer`](idempotency::IdempotencyLayer)
-//!   runs a `POST` with an `Idempotency-Key` once and replays its stored response to a retry,
-//!   on every replica (`409` while it runs, `422` for a key reused on another request).
+//! - **Sessions**, [`session`]: [`SessionLayer`](session::SessionLayer) keeps cookie sessions as
+//!   Redis hashes, one field per key, with an idle and an absolute expiry, id rotation, logout
+//!   and "log out everywhere". A [`MemorySessionStore`](session::MemorySessionStore) has the
+//!   same semantics in process.
+//! - **Response cache**, [`cache`]: [`CacheLayer`](cache::CacheLayer) caches `GET` responses in
+//!   Redis (or in process) with a TTL on every key, stampede protection (lock on miss or
+//!   XFetch, stale while revalidate), stale copies while the handler fails, and invalidation by
+//!   tag.
+//! - **Value cache**, [`cache`]: [`ValueCache`](cache::ValueCache) does the same for values
+//!   inside a handler (`get_or_compute`, `add`, tags): one computation for a crowd of callers
+//!   on every replica.
+//! - **Idempotency**, [`idempotency`] (feature `idempotency`):
+//!   [`IdempotencyLayer`](idempotency::IdempotencyLayer) runs a `POST` with an
+//!   `Idempotency-Key` once and replays its stored response to a retry, on every replica (`409`
+//!   while it runs, `422` for a key reused on another request).
+//!
+//! The **lock**, [`Lock`](backend::Lock): a lease on a name for work that one replica at a time
+//! should do (a token per holder, compare-and-delete release, a lease that expires and can be
+//! extended). The response and value caches take it on a miss (their default stampede
+//! protection).
+//!
+//! Under them:
+//!
 //! - [`client_ip`]: the client's address behind the proxies you trust, as the limiter keys on it
 //!   and the sessions record it.
 //! - [`telemetry`]: what every layer reports, through `tracing` and the `metrics` facade.
 //! - [`backend`]: the engine under every layer: [`RedisBackend`](backend::RedisBackend)
-//!   (connection, key prefix, timeout, scripts), one error type, the in-process backends' clock,
-//!   and [`Lock`](backend::Lock), a distributed lock (a token per holder, compare-and-delete
-//!   release, an expiring lease).
+//!   (connection, key prefix, timeout, scripts, circuit breaker), one error type, and the
+//!   in-process backends' clock.
 //! - [`ConfigError`]: the one error of every builder (and of parsing a
 //!   [`Quota`](rate_limit::Quota)): what is wrong, in which rule or setting, with which value.
+//!
+//! The guide (`docs/guide.md` in the repository) gives each layer's common path and the choices
+//! it asks for; `docs/replicas.md` walks through the most common deployment, several replicas
+//! behind a load balancer, down to what each layer keeps in Redis and for how long.
 //!
 //! It replaces the hand-rolled `INCR` + `EXPIRE` in a handler: two round trips, a race between
 //! them, and a key that never expires when the process dies in between.
@@ -96,7 +114,7 @@
 //!
 //! - `rate-limit` (default): the rate-limit middleware.
 //! - `session` (default): the session middleware.
-//! - `cache` (default): the response-cache middleware.
+//! - `cache` (default): the response-cache middleware and the value cache.
 //! - `idempotency`: the `Idempotency-Key` middleware.
 //! - `metrics` (default): counters, gauges and histograms through the `metrics` facade; names in
 //!   [`telemetry`].
@@ -160,8 +178,8 @@ mod served;
 #[cfg(feature = "session")]
 pub mod session;
 
-// The README's, the guide's and SECURITY.md's code blocks are doctests: they compile (and the
-// ones without `no_run` run) with every `cargo test`.
+// The code blocks of the READMEs, the guide and its pages, and SECURITY.md are doctests: they
+// compile (and the ones without `no_run` run) with every `cargo test`.
 #[cfg(all(
     doctest,
     feature = "axum",
@@ -181,6 +199,21 @@ mod doc_files {
     #[cfg(feature = "tls")]
     #[doc = include_str!("../../../docs/guide.md")]
     struct Guide;
+
+    #[doc = include_str!("../../../docs/replicas.md")]
+    struct Replicas;
+
+    #[doc = include_str!("../../../docs/rate-limiting.md")]
+    struct RateLimiting;
+
+    #[doc = include_str!("../../../docs/caching.md")]
+    struct Caching;
+
+    #[doc = include_str!("../../../docs/redis.md")]
+    struct Redis;
+
+    #[doc = include_str!("../../../docs/layout.md")]
+    struct Layout;
 
     #[doc = include_str!("../../../SECURITY.md")]
     struct Security;

@@ -1,4 +1,4 @@
-//! `POST /calls`: the seeds' call auto-reject. More than `CALLS_LIMIT` calls from one number are
+//! `POST /calls`: a phone service's call auto-reject. More than `CALLS_LIMIT` calls from one number are
 //! rejected; the number comes from the JSON body, so the handler asks the limiter itself.
 
 use std::sync::Arc;

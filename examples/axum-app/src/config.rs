@@ -1,4 +1,5 @@
-//! Configuration from the environment (design §6).
+//! Configuration from the environment: every setting, its default, and the checks that refuse a
+//! bad value when the app starts.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use redis_guard::rate_limit::{ClientIp, FailurePolicy, Mode, Quota};
 
-use crate::cookbook::Cookbook;
+use crate::stores::StoreSettings;
 use example_shared::login::{LoginRules, normalize_username};
 use example_shared::serve::Limits;
 use example_shared::settings::{self, Lookup};
@@ -69,8 +70,8 @@ pub(crate) struct Config {
     /// The server's timeouts and connection cap (`shared/serve.rs`).
     pub(crate) server: Limits,
     /// `CACHE_TTL`, `CACHE_STALE_IF_ERROR`, `PAYMENTS_DELAY_MS`, `PAYMENTS_LIMIT`
-    /// (`cookbook.rs`).
-    pub(crate) cookbook: Cookbook,
+    /// (`stores.rs`).
+    pub(crate) stores: StoreSettings,
     /// `API_TOTAL_LIMIT` and `API_RESERVE_PRO`: the whole `/api/*` budget of the app, all
     /// callers together, and the share of it kept for the pro plan.
     pub(crate) api_total: Option<(Quota, Option<f64>)>,
@@ -222,7 +223,7 @@ impl Config {
             limit_on_error: settings::failure_policy(get)?,
             redis_timeout,
             server,
-            cookbook: Cookbook::from_lookup(get)?,
+            stores: StoreSettings::from_lookup(get)?,
             api_total: api_total(get)?,
         })
     }
@@ -286,7 +287,7 @@ mod tests {
     }
 
     #[test]
-    fn defaults_follow_the_design() {
+    fn the_defaults_are_the_readme_s() {
         let c = with(&[]).unwrap();
         assert_eq!(c.bind, "127.0.0.1:3000".parse().unwrap());
         assert!(matches!(c.store, Store::Memory));

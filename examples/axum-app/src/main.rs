@@ -7,12 +7,12 @@ mod admin_auth;
 mod auth;
 mod calls;
 mod config;
-mod cookbook;
 mod metrics;
 mod origin;
 mod payments;
 mod report;
 mod slow;
+mod stores;
 mod users;
 
 use std::process::ExitCode;
@@ -38,7 +38,7 @@ use crate::admin_auth::AdminAuth;
 
 use crate::calls::Calls;
 use crate::config::{Config, Store};
-use crate::cookbook::Stores;
+use crate::stores::Stores;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -62,7 +62,7 @@ async fn run() -> Result<(), String> {
             Stores::new(
                 MemoryCacheStore::new(),
                 MemoryIdempotencyStore::new().into(),
-                &config.cookbook,
+                &config.stores,
             )?,
             "in-process memory (set REDIS_URL to share limits and sessions between instances)"
                 .to_owned(),
@@ -155,7 +155,7 @@ fn redis_stores(redis: RedisBackend, config: &Config) -> Result<Stores, String> 
     Stores::new(
         RedisCacheStore::new(redis.clone()),
         RedisIdempotencyStore::new(redis).into(),
-        &config.cookbook,
+        &config.stores,
     )
 }
 
@@ -203,7 +203,7 @@ fn router(
         api_limit = api_limit.candidate("api", candidate);
     }
     let api_limit = api_limit.build().map_err(|e| format!("API_LIMIT: {e}"))?;
-    // The seeds' rule is "more than N in a period → reject": at most N in ANY window of the
+    // The rule is "more than N calls in a period → reject": at most N in ANY window of the
     // period, which the sliding log enforces exactly. GCRA would let N through at once and then
     // one every period / N: nearly 2 × N in the first period.
     let calls_rule = Rule::new("calls", config.calls_limit)
@@ -243,7 +243,7 @@ fn router(
         .rule(
             "payments",
             SessionUser::key().or(config.client_ip.clone()),
-            config.cookbook.payments_limit,
+            config.stores.payments_limit,
         )
         .failure_policy(config.limit_on_error)
         .build()
@@ -256,7 +256,7 @@ fn router(
         .merge(payments::routes(
             stores.payments,
             payments_limit,
-            config.cookbook.payments_delay,
+            config.stores.payments_delay,
         ));
     let origin = origin::Origin::default();
     let admin = admin::routes(
@@ -276,11 +276,7 @@ fn router(
     // Every `GET /users/{id}` per client IP: hits, unknown ids (each a lookup of the store,
     // then a brief "not found" entry) and malformed ones alike.
     let users_limit = RateLimitLayer::builder(Arc::clone(&limiter))
-        .rule(
-            "users",
-            config.client_ip.clone(),
-            config.cookbook.users_limit,
-        )
+        .rule("users", config.client_ip.clone(), config.stores.users_limit)
         .failure_policy(config.limit_on_error)
         .build()
         .map_err(|e| format!("USERS_LIMIT: {e}"))?;
@@ -336,7 +332,7 @@ fn router(
             slow_limit,
             admin_auth.clone(),
             origin.clone(),
-            config.cookbook.ttl,
+            config.stores.ttl,
         ))
         .merge(users::routes(
             stores.values,
@@ -344,7 +340,7 @@ fn router(
             session_layer.clone(),
             admin_auth.clone(),
             origin.clone(),
-            config.cookbook.ttl,
+            config.stores.ttl,
         ))
         .merge(calls)
         // Outermost: a cross-site or non-JSON write is refused before sessions or limiters.

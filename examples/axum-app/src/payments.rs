@@ -25,7 +25,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::admin::problem;
-use crate::cookbook::unique;
+use crate::stores::unique;
 
 /// The largest amount taken, in cents.
 const MAX_AMOUNT: u64 = 100_000_000;

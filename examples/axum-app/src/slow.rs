@@ -4,7 +4,7 @@
 //! cache) or `STALE`, RFC 9211 `Cache-Status` the same; the `ETag` (computed from the body by
 //! the cache) answers `If-None-Match` with a `304` from the cache. While `POST /admin/origin`
 //! makes the origin fail, the computation answers `503` (`origin.rs`), and a copy past its
-//! freshness is served `STALE` instead for up to `CACHE_STALE_IF_ERROR` (`cookbook.rs`).
+//! freshness is served `STALE` instead for up to `CACHE_STALE_IF_ERROR` (`stores.rs`).
 //!
 //! Every `n` and every query string is its own cache entry, so the cache alone does not bound
 //! how often the handler runs: `SLOW_LIMIT` (per client IP, hits included) does. `n` is at most

@@ -1,4 +1,4 @@
-//! `GET /users/{id}` and `PUT /users/{id}`: the cookbook's cache-aside for values
+//! `GET /users/{id}` and `PUT /users/{id}`: cache-aside for values
 //! (`Cache::remember("user:$id", …)`), read through the [`ValueCache`] from a simulated user
 //! store that takes ~100 ms per call.
 //!
@@ -49,8 +49,8 @@ use serde_json::json;
 
 use crate::admin::problem;
 use crate::admin_auth::AdminAuth;
-use crate::cookbook::unique;
 use crate::origin::{Origin, OriginDown};
+use crate::stores::unique;
 
 /// How long one call to the simulated store takes.
 const LOOKUP: Duration = Duration::from_millis(100);

@@ -357,7 +357,7 @@ async fn devices(browser: &Browser) -> usize {
     usize::try_from(n.as_u64().expect("a count")).expect("small")
 }
 
-/// Issue 12: two browsers (two cookie jars) logged in as one user. The first sees both devices,
+/// "Your devices": two browsers (two cookie jars) logged in as one user. The first sees both devices,
 /// logs the second out from its list, and the second is logged out on reload; the flash
 /// messages after login and logout show once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -550,7 +550,8 @@ async fn login_me_logout_on_redis() {
     assert_eq!(keys.len(), 1, "{keys:?}");
 }
 
-/// `GET /sessions` and `POST /sessions/{handle}/revoke` over real HTTP (issue 12).
+/// `GET /sessions` and `POST /sessions/{handle}/revoke` over real HTTP: a user's
+/// devices, and logging one of them out.
 #[tokio::test]
 async fn devices_are_listed_and_revoked_over_http() {
     let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));

@@ -1,4 +1,4 @@
-//! End to end: `API_THROTTLE_MAX_WAIT` (issue 24, item 1) on the `axum-app` binary over real
+//! End to end: `API_THROTTLE_MAX_WAIT` (waiting instead of `429`) on the `axum-app` binary over real
 //! HTTP, against a real `redis-server`: requests over `API_LIMIT` by a short wait are held
 //! until their slot and answer `200`; one that would wait longer gets `429` at once.
 

@@ -1,5 +1,5 @@
-//! This example works when copied out of the repository (issue 22's "Must show"): its source is
-//! copied to a temporary directory, its `redis-guard` path dependency pointed at the crate's
+//! This example works when copied out of the repository, as a user would start from it: its
+//! source is copied to a temporary directory, its `redis-guard` path dependency pointed at the crate's
 //! absolute path (the only change), the workspace's `Cargo.lock` copied so the versions match,
 //! and it is built there with `cargo build --offline`, then run on a free port and asked over
 //! real HTTP: the sixth request of a minute is a `429` with `Retry-After`.

@@ -158,7 +158,7 @@ mod tests {
     }
 
     /// No script reads the clock, divides or writes a number its own way: each has the
-    /// prelude's `clock`, `idiv`, `cdiv` and `fmt` (issue 22, item 4).
+    /// prelude's `clock`, `idiv`, `cdiv` and `fmt`, so all of them round and format alike.
     #[test]
     fn no_script_has_its_own_clock_division_or_number_format() {
         fn lua_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {

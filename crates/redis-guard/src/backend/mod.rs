@@ -1,8 +1,8 @@
-//! The engine under both layers: where state lives and how it is reached.
+//! The engine under every layer: where state lives and how it is reached.
 //!
 //! - [`RedisBackend`]: a [`RedisConnection`], a key prefix and a timeout per call, shared by
-//!   [`RedisLimiter`](crate::rate_limit::RedisLimiter) and
-//!   [`RedisSessionStore`](crate::session::RedisSessionStore). It names keys, runs scripts
+//!   every Redis-backed component: the limiter, the session, cache and idempotency stores and
+//!   the lock. It names keys, runs scripts
 //!   (`EVALSHA`, `EVAL` after `NOSCRIPT`), groups keys by Cluster hash slot, and turns every
 //!   failure into a [`BackendError`].
 //! - [`Breaker`]: the backend's circuit breaker. After a few calls in a row found Redis

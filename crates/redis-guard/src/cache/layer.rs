@@ -426,7 +426,7 @@ mod tests {
     use super::*;
     use crate::cache::MemoryCacheStore;
 
-    /// Issue 22, item 2: each setting that cannot work is named, with its value.
+    /// Each setting that cannot work is named in the error, with its value.
     #[test]
     fn errors_name_the_setting_and_its_value() {
         type Set = fn(CacheLayerBuilder) -> CacheLayerBuilder;

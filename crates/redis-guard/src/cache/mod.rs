@@ -3,8 +3,9 @@
 //! keeps a crowd of requests for one missing entry from recomputing it two hundred times.
 //! [`ValueCache`] does the same for values (see [Value cache](#value-cache)).
 //!
-//! The Redis cookbook's cache-aside, as a layer: a TTL on every key plus jitter, stampede
-//! protection, invalidation by tag without `KEYS`, nothing that crosses hash slots.
+//! Cache-aside (look in the cache, on a miss compute and store), as a layer: a TTL on every key
+//! plus jitter, stampede protection, invalidation by tag without `KEYS`, nothing that crosses
+//! hash slots.
 //!
 //! ```
 //! # #[cfg(feature = "axum")] {
@@ -224,7 +225,7 @@
 //!
 //! # Value cache
 //!
-//! [`ValueCache`] is the cookbook's cache-aside for *values* on the same stores: Laravel's
+//! [`ValueCache`] is cache-aside for *values* on the same stores: Laravel's
 //! `Cache::remember("user:$id", 300, fn() => User::find($id))` and Django's
 //! `cache.get_or_set(…)`, typed through serde (the value is stored as JSON):
 //!

@@ -1,4 +1,4 @@
-//! [`ValueCache`]: the cookbook's cache-aside for values (`remember`, `get_or_set`), typed
+//! [`ValueCache`]: cache-aside for values (`remember`, `get_or_set`), typed
 //! through serde, on the response cache's stores and with its stampede protection.
 
 mod builder;

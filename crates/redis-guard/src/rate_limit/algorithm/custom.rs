@@ -44,7 +44,7 @@ use std::sync::Arc;
 /// a [`LimiterError::Config`](crate::rate_limit::LimiterError::Config) of kind
 /// [`Unsupported`](crate::ConfigErrorKind::Unsupported).
 ///
-/// # Example: the seeds' calls-per-number rule with a daily cap
+/// # Example: calls per phone number, with a daily cap
 ///
 /// At most `limit` calls per `period` window from one number, and at most `burst` calls per UTC
 /// day (this algorithm reads the quota's burst as the daily cap):

@@ -1,5 +1,5 @@
 -- Fixed window for one rule: at most `limit` cost units per window; a window opens with the first
--- request after the previous one closed and lasts `period` (the seeds' INCR + EXPIRE on first
+-- request after the previous one closed and lasts `period` (the usual INCR + EXPIRE on first
 -- hit, done atomically, with the window start kept in the value so Redis TIME, not key expiry,
 -- decides).
 --
@@ -7,7 +7,8 @@
 -- plain counter (fixed_window_counter.lua, fixed_window_plain.rs).
 -- State: one string key "<window start µs>:<count>", expiring when the window closes.
 -- fixed_window(key, now, p) returns allowed, remaining, retry_after_us, reset_after_us, commit.
--- A rejected request is not counted (unlike the seeds' recipe) so that rules stay all-or-nothing.
+-- A rejected request is not counted (unlike INCR + EXPIRE, which counts it) so that rules stay
+-- all-or-nothing.
 -- The open window's start and count at `key`: a new window at `now` when none is open.
 local function fixed_window_open(key, now, p)
   local start, count = string.match(redis.call('GET', key) or '', '^(%d+):(%d+)$')

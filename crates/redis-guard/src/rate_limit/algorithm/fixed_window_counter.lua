@@ -1,4 +1,4 @@
--- Fixed window kept as the seeds keep it (Algorithm::FixedWindow on Redis >= 7 reading Redis TIME;
+-- Fixed window kept as INCR + EXPIRE keeps it (Algorithm::FixedWindow on Redis >= 7 reading Redis TIME;
 -- see fixed_window_plain.rs): a plain integer count whose key expires when the window closes,
 -- the expiry set by the window's first hit (`PEXPIRE … NX`). A request of one rule takes the
 -- Lua-free path instead (`MULTI; INCRBY; PEXPIRE NX; PTTL; EXEC`, which also counts a denial);

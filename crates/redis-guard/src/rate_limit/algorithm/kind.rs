@@ -33,7 +33,7 @@ pub enum Algorithm {
     #[default]
     Gcra,
     /// Fixed window: a window opens with the first request and lasts `period`; at most `limit`
-    /// cost units are admitted in it. The seeds' `INCR` + `EXPIRE`, made atomic. A client can get
+    /// cost units are admitted in it. The usual `INCR` + `EXPIRE`, made atomic. A client can get
     /// `2 × limit` through in a short time around a window edge. Hammering never extends a
     /// client's lock-out: the window's end is set by its first request and never moves.
     ///
@@ -43,8 +43,8 @@ pub enum Algorithm {
     ///   a plain integer under a key tagged `fwc`, expiring when the window closes. A request
     ///   whose only rule is a fixed window is one transaction, `MULTI; INCRBY key cost;
     ///   PEXPIRE key period NX; PTTL key; EXEC`: no Lua, one round trip, admitted while the
-    ///   count is at most `limit`. **A denial on this path consumes its cost**, as in the seeds'
-    ///   recipe: the count goes past the limit and stays there until the window closes, so a
+    ///   count is at most `limit`. **A denial on this path consumes its cost**, as with
+    ///   `INCR` + `EXPIRE`: the count goes past the limit and stays there until the window closes, so a
     ///   denied request of cost 5 with 3 left also denies a later request of cost 1 in that
     ///   window (requests of cost 1 decide exactly as the script does: a denial only comes once
     ///   the window is full; a denial the limiter's deny cache answers never reaches Redis and

@@ -1,4 +1,4 @@
-//! The fixed window's plain transactions, coalesced (issue 21): the requests that queue while
+//! The fixed window's plain transactions, coalesced: the requests that queue while
 //! transactions are in flight go to Redis as one `MULTI` … `EXEC`, through the same coalescer
 //! as the scripts (its queues, batch size, breaker and timeout), whatever their keys; on a
 //! Cluster, the coalescer queues per hash slot, so one transaction names keys of one slot.

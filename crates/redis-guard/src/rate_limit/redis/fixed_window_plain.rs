@@ -1,6 +1,6 @@
-//! The fixed window without Lua (issue 21): on Redis >= 7, a fixed window is a plain integer
+//! The fixed window without Lua: on Redis >= 7, a fixed window is a plain integer
 //! count whose key expires when the window closes, and a request of one rule is decided by one
-//! transaction, `MULTI; INCRBY key cost; PEXPIRE key period NX; PTTL key; EXEC` — the seeds'
+//! transaction, `MULTI; INCRBY key cost; PEXPIRE key period NX; PTTL key; EXEC` — the usual
 //! `INCR` + "TTL on the first hit", atomic, in one round trip. The transactions of requests
 //! that arrive while others are in flight go together, as the scripts' calls do
 //! (`fixed_window_batch.rs`).
@@ -217,7 +217,7 @@ impl Plain {
     }
 
     /// One transaction, with those of the requests queued with it: counts the cost, the denied
-    /// included (the seeds' recipe: a denial consumes its units until the window closes), and
+    /// included (as with `INCR` + `EXPIRE`: a denial consumes its units until the window closes), and
     /// opens the window on its first hit.
     pub(super) async fn run(self, coalescers: &Coalescers) -> Result<Receipted, LimiterError> {
         let (limit, period_ms) = (self.limit, self.count.period_ms);

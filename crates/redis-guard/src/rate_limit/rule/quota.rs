@@ -29,7 +29,7 @@ pub(crate) const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 /// | `SlidingCounter` | about 5 | an estimate: a little over or under when traffic is uneven |
 ///
 /// GCRA is right for APIs: smooth, O(1), exact *as a rate*. But when the rule is a security or cost
-/// limit stated as "at most N in any period" (login attempts, SMS or calls per number, the seeds'
+/// limit stated as "at most N in any period" (login attempts, SMS or calls per number,
 /// "more than 5 calls in 60 seconds → reject"), use
 /// [`Algorithm::SlidingLog`](crate::rate_limit::Algorithm::SlidingLog), the only one whose meaning
 /// is exactly that; a smaller [`burst`](Quota::burst) makes GCRA stricter at once but never turns

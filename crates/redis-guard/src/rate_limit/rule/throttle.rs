@@ -1,4 +1,4 @@
-//! Waiting instead of denying: [`Rule::throttle`] (issue 24, item 1).
+//! Waiting instead of denying: [`Rule::throttle`].
 
 use std::time::Duration;
 

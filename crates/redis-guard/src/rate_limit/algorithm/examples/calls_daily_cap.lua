@@ -1,4 +1,4 @@
--- The seeds' calls-per-number rule with a daily cap, as a custom redis-guard algorithm:
+-- Calls per phone number with a daily cap, as a custom redis-guard algorithm:
 -- at most p.limit calls per p.period window from one number (the window opens with the first
 -- call), and at most p.burst calls per UTC day.
 --

@@ -1,6 +1,7 @@
-//! The cookbook routes' settings and stores: the response cache of `GET /slow/{n}`,
-//! the value cache of `GET /users/{id}` and the idempotency store of `POST /payments`, all on
-//! the backend the rest of the app uses (memory, Redis or a Redis Cluster).
+//! The settings and stores of the caching and retry routes: the response cache of
+//! `GET /slow/{n}`, the value cache of `GET /users/{id}` and the idempotency store of
+//! `POST /payments`, all on the backend the rest of the app uses (memory, Redis or a Redis
+//! Cluster).
 //!
 //! | env | default | meaning |
 //! | --- | --- | --- |
@@ -19,9 +20,9 @@ use redis_guard::rate_limit::Quota;
 
 use example_shared::settings::{self, Lookup};
 
-/// The settings of the cookbook routes.
+/// The settings of the caching and retry routes.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Cookbook {
+pub(crate) struct StoreSettings {
     /// `CACHE_TTL`.
     pub(crate) ttl: Duration,
     /// `CACHE_STALE_IF_ERROR`: `None` when turned off.
@@ -39,7 +40,7 @@ pub(crate) struct Cookbook {
 /// in the store meanwhile shows within it.
 pub(crate) const NOT_FOUND_TTL: Duration = Duration::from_secs(5);
 
-impl Cookbook {
+impl StoreSettings {
     /// Reads `CACHE_TTL`, `CACHE_STALE_IF_ERROR`, `PAYMENTS_DELAY_MS`, `PAYMENTS_LIMIT` and
     /// `USERS_LIMIT`.
     pub(crate) fn from_lookup(get: Lookup<'_>) -> Result<Self, String> {
@@ -81,7 +82,7 @@ impl Stores {
     pub(crate) fn new(
         cache: impl CacheStore + Clone,
         idempotency: IdempotencyStore,
-        settings: &Cookbook,
+        settings: &StoreSettings,
     ) -> Result<Self, String> {
         // `CACHE_STALE_IF_ERROR`, applied here to both caches (zero: off).
         let grace = settings.stale_if_error.unwrap_or(Duration::ZERO);
@@ -130,8 +131,8 @@ pub(crate) fn unique() -> u64 {
 mod tests {
     use super::*;
 
-    fn with(vars: &[(&str, &str)]) -> Result<Cookbook, String> {
-        Cookbook::from_lookup(&|name| {
+    fn with(vars: &[(&str, &str)]) -> Result<StoreSettings, String> {
+        StoreSettings::from_lookup(&|name| {
             vars.iter()
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| (*v).to_owned())

@@ -1,4 +1,4 @@
-//! End to end, the cookbook routes of issue 23 over real HTTP: `GET`/`PUT /users/{id}` (the value
+//! End to end, the caching and retry routes over real HTTP: `GET`/`PUT /users/{id}` (the value
 //! cache over a ~100 ms store), `POST /admin/origin` (failing origins), `ETag` and `304` on
 //! `/slow/{n}`, and `POST /payments` with `Idempotency-Key`. One scenario, run on the memory
 //! backend (one instance, playing both parts) and on a real `redis-server` shared by two
@@ -11,7 +11,7 @@ use redis_guard_testkit::http::{RawResponse, request};
 use redis_guard_testkit::{Browser, RedisCluster, RedisServer};
 use serde_json::{Value, json};
 
-const TOKEN: &str = "cookbook-test-admin-token-0123456789abcdef";
+const TOKEN: &str = "caches-test-admin-token-0123456789abcdef";
 
 async fn start(extra: &[(&str, &str)]) -> RunningApp {
     let mut env = vec![
@@ -197,11 +197,11 @@ async fn users(a: &RunningApp, b: &RunningApp) {
     assert_user(a, 2, "G. M. Hopper", "db").await;
 }
 
-/// `GET /slow/12` for the host `cookbook.example` (the host is in the response cache's key: two
+/// `GET /slow/12` for the host `caches.example` (the host is in the response cache's key: two
 /// instances behind one name share entries), with `if_none_match`.
 async fn slow_12(app: &RunningApp, if_none_match: Option<&str>) -> RawResponse {
     let mut raw =
-        String::from("GET /slow/12 HTTP/1.1\r\nHost: cookbook.example\r\nConnection: close\r\n");
+        String::from("GET /slow/12 HTTP/1.1\r\nHost: caches.example\r\nConnection: close\r\n");
     if let Some(etag) = if_none_match {
         raw.push_str(&format!("If-None-Match: {etag}\r\n"));
     }
@@ -408,7 +408,7 @@ async fn two_instances(env: &[(&str, &str)]) {
 }
 
 #[tokio::test]
-async fn the_cookbook_routes_in_memory() {
+async fn the_cache_and_retry_routes_in_memory() {
     // One process for the short lifetimes and the low payments limit (its limiter is its own).
     let mut short = SHORT.to_vec();
     short.push(("PAYMENTS_LIMIT", "2/minute"));
@@ -449,7 +449,7 @@ fn assert_every_key_has_a_ttl(keys: &[String], mut pttl: impl FnMut(&str) -> i64
 }
 
 #[tokio::test]
-async fn the_cookbook_routes_on_redis_shared_by_two_instances() {
+async fn the_cache_and_retry_routes_on_redis_shared_by_two_instances() {
     let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     let url = server.url();
     let redis = [("REDIS_URL", url.as_str())];
@@ -463,7 +463,7 @@ async fn the_cookbook_routes_on_redis_shared_by_two_instances() {
 }
 
 #[tokio::test]
-async fn the_cookbook_routes_on_a_redis_cluster_shared_by_two_instances() {
+async fn the_cache_and_retry_routes_on_a_redis_cluster_shared_by_two_instances() {
     let cluster = tokio::task::spawn_blocking(RedisCluster::start)
         .await
         .expect("task")
@@ -542,12 +542,12 @@ async fn the_demo_page_shows_the_cache_and_the_retries() {
         "{original}"
     );
     assert_eq!(body(&original), body(&after), "the same payment");
-    // For a person to look at: `tmp/cookbook-card.png` in the target directory.
+    // For a person to look at: `tmp/caches-card.png` in the target directory.
     browser
-        .execute("document.getElementById('cookbook-card').scrollIntoView(); return true")
+        .execute("document.getElementById('caches-card').scrollIntoView(); return true")
         .await
         .expect("scroll");
     let png = browser.screenshot_png().await.expect("screenshot");
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cookbook-card.png");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("caches-card.png");
     std::fs::write(&path, png).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }
