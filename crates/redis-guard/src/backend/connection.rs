@@ -404,19 +404,21 @@ impl RedisConnection {
 }
 
 impl RedisConnection {
+    /// The connection a call goes to: this one, or the one a lazy connection has made by now
+    /// (an I/O error while it has none).
+    fn live(&self) -> RedisResult<std::borrow::Cow<'_, Kind>> {
+        match &self.kind {
+            Kind::Pending(pending, _) => pending.ready().map(std::borrow::Cow::Owned),
+            kind => Ok(std::borrow::Cow::Borrowed(kind)),
+        }
+    }
+
     /// The breaker's probe of circuit `circuit`: a `PING`; on a cluster, an `EXISTS` of a key
     /// whose slot that circuit's master serves, so that the probe reaches that master.
     #[cfg_attr(not(feature = "cluster"), allow(unused_variables))]
     pub(crate) async fn probe(&self, circuit: usize) -> RedisResult<Value> {
-        let ready;
-        let kind = match &self.kind {
-            Kind::Pending(pending, _) => {
-                ready = pending.ready()?;
-                &ready
-            }
-            kind => kind,
-        };
-        match kind {
+        let kind = self.live()?;
+        match &*kind {
             #[cfg(feature = "cluster")]
             Kind::Cluster(cluster, masters) => {
                 let mut cmd = redis::cmd("EXISTS");
@@ -440,15 +442,8 @@ impl RedisConnection {
     }
 
     async fn send(&self, request: Request<'_>) -> RedisResult<Value> {
-        let ready;
-        let kind = match &self.kind {
-            Kind::Pending(pending, _) => {
-                ready = pending.ready()?;
-                &ready
-            }
-            kind => kind,
-        };
-        match kind {
+        let kind = self.live()?;
+        match &*kind {
             Kind::Manager(manager) => request.on(&mut manager.clone()).await,
             #[cfg(feature = "bb8")]
             Kind::Pool(pool) => {
