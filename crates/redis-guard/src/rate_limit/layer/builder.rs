@@ -353,6 +353,11 @@ impl RateLimitLayerBuilder {
             .filter(|r| r.rule.mode() == Mode::Enforce)
             .map(|r| PreparedDenial::new(r.rule.name_arc()))
             .collect();
+        config.metrics = config
+            .rules
+            .iter()
+            .map(|r| crate::telemetry::RuleMetrics::new(r.rule.name_arc()))
+            .collect();
         Ok(RateLimitLayer {
             config: Arc::new(config),
         })

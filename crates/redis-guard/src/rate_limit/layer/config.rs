@@ -77,6 +77,8 @@ pub(crate) struct Config {
     pub(crate) policy: HeaderValue,
     /// The default `429` of each rule that can deny, prepared when the layer is built.
     pub(crate) denials: Vec<PreparedDenial>,
+    /// Each rule's metrics, their keys made when the layer is built.
+    pub(crate) metrics: Vec<telemetry::RuleMetrics>,
     /// The in-process limiter of [`FailurePolicy::Fallback`], made when the layer is built.
     pub(crate) fallback: Option<Arc<Fallback>>,
     /// Keeps "rate limiter failed" to a line per interval.
@@ -101,6 +103,7 @@ impl Config {
             response: None,
             policy: HeaderValue::from_static(""),
             denials: Vec::new(),
+            metrics: Vec::new(),
             fallback: None,
             warn: Arc::new(WarnEvery::new(WARN_INTERVAL)),
             dynamic: false,
