@@ -128,7 +128,7 @@ fn write_member(out: &mut Vec<u8>, name: &str, value: Member<'_>) {
 
 /// A JSON string as `serde_json` writes it: as it is between quotes when nothing in it needs
 /// escaping (names and details the layers write), else through `serde_json`.
-fn write_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
     if plain(s) {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());

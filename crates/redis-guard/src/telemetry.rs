@@ -274,6 +274,68 @@ impl Stopwatch {
     }
 }
 
+/// The metrics a rule records per decision, in the order of [`RuleMetrics`]' keys.
+#[cfg(feature = "metrics")]
+const RULE_METRICS: [Metric; 5] = [
+    Metric::RateLimitAllowed,
+    Metric::RateLimitLimited,
+    Metric::RateLimitShadowLimited,
+    Metric::RateLimitSoftLimited,
+    Metric::RateLimitDecisionSeconds,
+];
+
+/// What the `metrics` macros pass a recorder for a metric recorded in this module.
+#[cfg(feature = "metrics")]
+static METADATA: metrics::Metadata<'static> =
+    metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+/// The metrics one rule records per decision (its verdict counter and its decision time),
+/// their keys (name and `rule` label) made once, when the layer is built: a request then
+/// records without building a key or allocating its labels. The recorder is still looked up on
+/// every call, as the `metrics` macros do, so one installed after the layer was built (or a
+/// thread's local one) gets every count.
+#[derive(Clone, Debug)]
+pub(crate) struct RuleMetrics {
+    rule: std::sync::Arc<str>,
+    #[cfg(feature = "metrics")]
+    keys: std::sync::Arc<[metrics::Key; 5]>,
+}
+
+impl RuleMetrics {
+    pub(crate) fn new(rule: &std::sync::Arc<str>) -> Self {
+        Self {
+            rule: std::sync::Arc::clone(rule),
+            #[cfg(feature = "metrics")]
+            keys: std::sync::Arc::new(RULE_METRICS.map(|metric| {
+                let label = metrics::SharedString::from(std::sync::Arc::clone(rule));
+                metrics::Key::from_parts(metric.name(), vec![metrics::Label::new("rule", label)])
+            })),
+        }
+    }
+
+    /// Whether these are the metrics of the rule named `rule`.
+    pub(crate) fn is_of(&self, rule: &str) -> bool {
+        *self.rule == *rule
+    }
+
+    /// Adds one to the verdict counter `metric` and records `seconds` in
+    /// [`Metric::RateLimitDecisionSeconds`], both labelled with the rule: what [`count`] and
+    /// [`observe`] record.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables, clippy::unused_self))]
+    pub(crate) fn record(&self, metric: Metric, seconds: f64) {
+        #[cfg(feature = "metrics")]
+        {
+            match RULE_METRICS.iter().position(|m| *m == metric) {
+                Some(i) => metrics::with_recorder(|r| r.register_counter(&self.keys[i], &METADATA))
+                    .increment(1),
+                None => count(metric, "rule", (&self.rule).into(), 1),
+            }
+            metrics::with_recorder(|r| r.register_histogram(&self.keys[4], &METADATA))
+                .record(seconds);
+        }
+    }
+}
+
 /// A label value: a shared rule name or a fixed word, never copied.
 #[derive(Clone, Debug)]
 pub(crate) struct Label(#[cfg(feature = "metrics")] metrics::SharedString);

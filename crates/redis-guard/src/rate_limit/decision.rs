@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Lease, Mode, Quota, RuleState};
-use crate::telemetry::{self, Metric};
+use crate::telemetry::{self, Metric, RuleMetrics};
 
 /// One rule's verdict within a [`Decision`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -182,6 +182,12 @@ impl Decision {
     /// Counts each rule's verdict, and the time the decision took under each rule's name
     /// ([`telemetry`](crate::telemetry)).
     pub(crate) fn record(&self, took: Duration) {
+        self.record_with(took, &[]);
+    }
+
+    /// [`record`](Self::record) through the rules' prepared metrics (a layer's), where
+    /// `metrics` has the rule's.
+    pub(crate) fn record_with(&self, took: Duration, metrics: &[RuleMetrics]) {
         let seconds = took.as_secs_f64();
         for r in self.rules.iter().chain(&self.shadow) {
             let metric = if r.state.allowed {
@@ -193,6 +199,16 @@ impl Decision {
                     _ => Metric::RateLimitLimited,
                 }
             };
+            // Without the `metrics` feature there is nothing to look up.
+            let prepared = if cfg!(feature = "metrics") {
+                metrics.iter().find(|m| m.is_of(&r.rule))
+            } else {
+                None
+            };
+            if let Some(prepared) = prepared {
+                prepared.record(metric, seconds);
+                continue;
+            }
             telemetry::count(metric, "rule", (&r.rule).into(), 1);
             telemetry::observe(
                 Metric::RateLimitDecisionSeconds,

@@ -10,7 +10,7 @@ use http::Response;
 
 use super::config::{Config, Fallback, LayerRule};
 use super::headers;
-use super::rejection::Rejection;
+use super::rejection::{PreparedDenial, Rejection};
 use crate::problem::Respond;
 use crate::rate_limit::{
     Algorithm, FailurePolicy, KeyExtractor, Limiter, MissingKey, Mode, Quota, RateLimitLayer, Rule,
@@ -347,6 +347,17 @@ impl RateLimitLayerBuilder {
                 .filter(|r| r.rule.mode() != Mode::Shadow && !r.rule.algorithm().is_lease())
                 .map(|r| (r.rule.name(), r.rule.quota())),
         );
+        config.denials = config
+            .rules
+            .iter()
+            .filter(|r| r.rule.mode() == Mode::Enforce)
+            .map(|r| PreparedDenial::new(r.rule.name_arc()))
+            .collect();
+        config.metrics = config
+            .rules
+            .iter()
+            .map(|r| crate::telemetry::RuleMetrics::new(r.rule.name_arc()))
+            .collect();
         Ok(RateLimitLayer {
             config: Arc::new(config),
         })

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::HeaderValue;
 
 use super::headers;
-use super::rejection::Rejection;
+use super::rejection::{PreparedDenial, Rejection};
 use super::throttle::{DEFAULT_MAX_WAITERS, Waiters};
 use super::warn_every::{WARN_INTERVAL, WarnEvery};
 use crate::client_ip::ClientIp;
@@ -75,6 +75,10 @@ pub(crate) struct Config {
     pub(crate) response: Option<Respond<Rejection>>,
     /// `RateLimit-Policy` for all the rules, made when the layer is built.
     pub(crate) policy: HeaderValue,
+    /// The default `429` of each rule that can deny, prepared when the layer is built.
+    pub(crate) denials: Vec<PreparedDenial>,
+    /// Each rule's metrics, their keys made when the layer is built.
+    pub(crate) metrics: Vec<telemetry::RuleMetrics>,
     /// The in-process limiter of [`FailurePolicy::Fallback`], made when the layer is built.
     pub(crate) fallback: Option<Arc<Fallback>>,
     /// Keeps "rate limiter failed" to a line per interval.
@@ -98,6 +102,8 @@ impl Config {
             },
             response: None,
             policy: HeaderValue::from_static(""),
+            denials: Vec::new(),
+            metrics: Vec::new(),
             fallback: None,
             warn: Arc::new(WarnEvery::new(WARN_INTERVAL)),
             dynamic: false,
@@ -364,6 +370,16 @@ impl Config {
                     .map(|r| (&*r.rule, &r.quota)),
             )
         }
+    }
+
+    /// The default answer to `rejection`: a denial's `429` from its rule's prepared document.
+    pub(crate) fn default_response(&self, rejection: &Rejection) -> http::Response<bytes::Bytes> {
+        if let Rejection::Limited(decision) = rejection
+            && let Some(denial) = self.denials.iter().find(|d| d.is_of(&decision.rule))
+        {
+            return denial.response(decision);
+        }
+        rejection.response()
     }
 
     pub(crate) fn ietf_on_allowed(&self) -> bool {

@@ -181,7 +181,7 @@ where
         _ => None,
     };
     if let Ok(decision) = &decided {
-        decision.record(started.elapsed());
+        decision.record_with(started.elapsed(), &config.metrics);
     }
     match decided {
         Ok(decision) if decision.allowed => match waiting {

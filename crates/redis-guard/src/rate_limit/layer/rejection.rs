@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
 
 use super::headers::{self, Digits, RateLimitHeaders};
-use crate::problem::{Member, problem, problem_of_pieces};
+use crate::problem::{Member, problem, problem_of_pieces, write_str};
 use crate::rate_limit::Decision;
 
 /// Why a [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) answered a request itself
@@ -237,12 +237,91 @@ impl fmt::Display for Rejection {
 /// all denials).
 fn limited_pieces<'a>(decision: &'a Decision, secs: &'a Digits) -> [&'a str; 5] {
     [
-        "Rate limit `",
+        LIMITED_BEFORE_RULE,
         &decision.rule,
-        "` exceeded: retry in ",
+        LIMITED_AFTER_RULE,
         secs.as_str(),
-        " s.",
+        LIMITED_END,
     ]
+}
+
+/// The constant pieces of a denial's text, around the rule's name and the wait.
+const LIMITED_BEFORE_RULE: &str = "Rate limit `";
+const LIMITED_AFTER_RULE: &str = "` exceeded: retry in ";
+const LIMITED_END: &str = " s.";
+
+/// The default `429` of one rule, its problem document prepared when the layer is built: a
+/// denial writes only its wait into it (in `detail` and as `retry_after`), an abusive client
+/// being all denials. Byte for byte what [`Rejection::response`] writes for a denial by the rule.
+#[derive(Clone, Debug)]
+pub(crate) struct PreparedDenial {
+    rule: Arc<str>,
+    /// The document up to the wait in `detail`.
+    head: Box<[u8]>,
+    /// The document after the `retry_after` number.
+    tail: Box<[u8]>,
+}
+
+/// Between the wait in `detail` and the `retry_after` number.
+const PREPARED_MIDDLE: &str = " s.\",\"retry_after\":";
+
+impl PreparedDenial {
+    pub(crate) fn new(rule: &Arc<str>) -> Self {
+        // The members sorted by name, as `problem` writes them: detail, retry_after, rule,
+        // status, title, type. A JSON string escapes character by character, so the rule's
+        // name escaped alone is the detail's part of it.
+        let mut name = Vec::new();
+        write_str(&mut name, rule);
+        let inner = &name[1..name.len() - 1];
+        let mut head = Vec::new();
+        head.extend_from_slice(b"{\"detail\":\"");
+        head.extend_from_slice(LIMITED_BEFORE_RULE.as_bytes());
+        head.extend_from_slice(inner);
+        head.extend_from_slice(LIMITED_AFTER_RULE.as_bytes());
+        let status = StatusCode::TOO_MANY_REQUESTS;
+        let mut tail = Vec::new();
+        tail.extend_from_slice(b",\"rule\":");
+        tail.extend_from_slice(&name);
+        tail.extend_from_slice(b",\"status\":");
+        tail.extend_from_slice(status.as_str().as_bytes());
+        tail.extend_from_slice(b",\"title\":");
+        write_str(&mut tail, status.canonical_reason().unwrap_or("Error"));
+        tail.extend_from_slice(b",\"type\":\"about:blank\"}");
+        Self {
+            rule: Arc::clone(rule),
+            head: head.into(),
+            tail: tail.into(),
+        }
+    }
+
+    /// Whether this is the `429` of the rule named `rule`.
+    pub(crate) fn is_of(&self, rule: &str) -> bool {
+        *self.rule == *rule
+    }
+
+    /// The `429` of a denial by this rule, `decision` its decision: as
+    /// [`Rejection::response`] writes it.
+    pub(crate) fn response(&self, decision: &Decision) -> Response<Bytes> {
+        let secs = decision.retry_after_secs();
+        let digits = Digits::new(secs);
+        let digits = digits.as_str().as_bytes();
+        let mut body = Vec::with_capacity(
+            self.head.len() + PREPARED_MIDDLE.len() + self.tail.len() + 2 * digits.len(),
+        );
+        body.extend_from_slice(&self.head);
+        body.extend_from_slice(digits);
+        body.extend_from_slice(PREPARED_MIDDLE.as_bytes());
+        body.extend_from_slice(digits);
+        body.extend_from_slice(&self.tail);
+        let mut res = Response::new(Bytes::from(body));
+        *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        res.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/problem+json"),
+        );
+        headers::insert_retry_after(res.headers_mut(), secs);
+        res
+    }
 }
 
 #[cfg(test)]
@@ -301,6 +380,61 @@ mod tests {
             out.push((parts.status, parts.headers, body, rejection, decision));
         }
         out
+    }
+
+    /// A rule's prepared `429` is the default answer byte for byte: status, headers and
+    /// document, for names that need escaping and for waits of every length.
+    #[test]
+    fn a_prepared_denial_is_the_default_answer() {
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use super::PreparedDenial;
+
+        let waits = [
+            Duration::ZERO,
+            Duration::from_millis(1),
+            Duration::from_secs(1),
+            Duration::from_millis(1_500),
+            Duration::from_secs(59),
+            Duration::from_secs(86_400 * 365),
+            Duration::from_secs(u64::MAX),
+        ];
+        for name in ["api", "login-1s", "a\"b\\c\n\t\u{1}\u{7f}é🙂/", ""] {
+            let rule: Arc<str> = name.into();
+            let prepared = PreparedDenial::new(&rule);
+            assert!(prepared.is_of(name));
+            assert!(!prepared.is_of("other"));
+            for wait in waits {
+                let decision = Decision {
+                    allowed: false,
+                    rule: Arc::clone(&rule),
+                    limit: 2,
+                    remaining: 0,
+                    retry_after: wait,
+                    reset_after: wait,
+                    wait: Duration::ZERO,
+                    rules: Vec::new(),
+                    exceeded: Vec::new(),
+                    shadow: Vec::new(),
+                    lease: crate::rate_limit::decision::HeldLease::default(),
+                };
+                let (a, b) = (
+                    prepared.response(&decision),
+                    Rejection::Limited(decision).response(),
+                );
+                assert_eq!(
+                    (a.status(), a.headers(), a.body()),
+                    (b.status(), b.headers(), b.body()),
+                    "{name:?} {wait:?}"
+                );
+                assert_eq!(
+                    a.headers().keys().collect::<Vec<_>>(),
+                    b.headers().keys().collect::<Vec<_>>(),
+                    "the headers' order"
+                );
+            }
+        }
     }
 
     /// A decision's headers are those the layer writes for it: admitted (the soft rule

@@ -125,7 +125,7 @@ pub(crate) fn answer<B>(config: &Config, rejection: Rejection) -> Response<Respo
     // looked into (an abusive client is all denials).
     let (mut res, hooked) = match &config.response {
         Some(hook) => (hook.call(&rejection), true),
-        None => (rejection.response(), false),
+        None => (config.default_response(&rejection), false),
     };
     let h = res.headers_mut();
     if hooked

@@ -353,3 +353,37 @@ async fn the_fallback_shares_the_resolved_quota() {
     assert_eq!(statuses(&answers), [200, 200, 200, 200, 429, 429]);
     assert_eq!(answers[0].policy.as_deref(), Some("\"plans\";q=4;w=60"));
 }
+
+/// The rules' metric keys are made when the layer is built; a recorder installed after that
+/// (here a thread's local one) still gets every verdict and every decision time.
+#[tokio::test]
+async fn a_recorder_installed_after_the_layer_gets_every_count() {
+    let layer = builder()
+        .rule_with(Rule::new("api", Quota::per_minute(2)), key())
+        .candidate("api", Quota::per_minute(1))
+        .build()
+        .unwrap();
+    let metrics = Captured::default();
+    let _guard = metrics::set_default_local_recorder(&metrics);
+    assert_eq!(statuses(&send(&layer, 3).await), [200, 200, 429]);
+    assert_totals(
+        &metrics,
+        &[
+            (r#"redis_guard_rate_limit_allowed_total{rule="api"}"#, 2),
+            (r#"redis_guard_rate_limit_limited_total{rule="api"}"#, 1),
+            (r#"redis_guard_rate_limit_decision_seconds{rule="api"}"#, 3),
+            (
+                r#"redis_guard_rate_limit_allowed_total{rule="api.candidate"}"#,
+                1,
+            ),
+            (
+                r#"redis_guard_rate_limit_shadow_limited_total{rule="api.candidate"}"#,
+                2,
+            ),
+            (
+                r#"redis_guard_rate_limit_decision_seconds{rule="api.candidate"}"#,
+                3,
+            ),
+        ],
+    );
+}
