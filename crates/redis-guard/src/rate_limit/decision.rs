@@ -230,5 +230,21 @@ impl Decision {
 }
 
 pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    // Saturating: a wait of `Duration::MAX` is `u64::MAX` seconds, never an overflow.
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whole seconds rounded up, and the longest wait saturates instead of overflowing.
+    #[test]
+    fn ceil_secs_rounds_up_and_saturates() {
+        assert_eq!(ceil_secs(Duration::ZERO), 0);
+        assert_eq!(ceil_secs(Duration::from_millis(1)), 1);
+        assert_eq!(ceil_secs(Duration::from_millis(1_500)), 2);
+        assert_eq!(ceil_secs(Duration::from_secs(3)), 3);
+        assert_eq!(ceil_secs(Duration::MAX), u64::MAX);
+    }
 }
