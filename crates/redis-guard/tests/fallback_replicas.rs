@@ -1,8 +1,9 @@
 //! `RateLimitLayerBuilder::replicas`: the layer says, when it is built, what each replica
 //! admits while Redis is unavailable, and while it is, each admits its share of the quota.
 
+use std::cell::RefCell;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Once;
 
 use http::{Request, Response, StatusCode};
 use redis_guard::ConfigErrorKind;
@@ -16,9 +17,13 @@ use tower::{Layer, ServiceExt, service_fn};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
-/// The messages of the `info` events logged while it listens.
-#[derive(Clone, Default)]
-struct Infos(Arc<Mutex<Vec<String>>>);
+thread_local! {
+    /// The messages of the `info` events this thread logged since it last took them.
+    static INFOS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Keeps the message of every `info` event in the logging thread's `INFOS`.
+struct Infos;
 
 struct Message(String);
 
@@ -35,17 +40,30 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Infos {
         if *event.metadata().level() == tracing::Level::INFO {
             let mut m = Message(String::new());
             event.record(&mut m);
-            self.0.lock().unwrap().push(m.0);
+            INFOS.with(|infos| infos.borrow_mut().push(m.0));
         }
     }
 }
 
+/// Every test of this binary calls this first. A subscriber set per test with
+/// `with_default` can miss an event: a test on another thread may register the callsite
+/// while the scoped subscriber is being added, which caches "not interested" for good. One
+/// global subscriber, set before any event, is interested from the start; each test reads
+/// only what its own thread logged.
+fn listen() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Infos))
+            .expect("the only global subscriber");
+    });
+}
+
 /// The `info` lines logged while `build` builds a layer.
 fn logged_building(build: impl FnOnce() -> RateLimitLayer) -> Vec<String> {
-    let infos = Infos::default();
-    let subscriber = tracing_subscriber::registry().with(infos.clone());
-    let _layer = tracing::subscriber::with_default(subscriber, build);
-    infos.0.lock().unwrap().clone()
+    listen();
+    INFOS.with(|infos| infos.borrow_mut().clear());
+    let _layer = build();
+    INFOS.with(RefCell::take)
 }
 
 fn by_client() -> HeaderKey {
@@ -63,6 +81,7 @@ fn layer(limiter: RedisLimiter) -> RateLimitLayerBuilder {
 
 #[tokio::test]
 async fn the_share_of_each_replica_is_logged_when_the_layer_is_built() {
+    listen();
     let server = RedisServer::start().expect("redis-server");
     let limiter = limiter_on(&server).await;
 
@@ -108,6 +127,7 @@ async fn the_share_of_each_replica_is_logged_when_the_layer_is_built() {
 
 #[tokio::test]
 async fn replicas_is_one_count_for_the_layer_and_its_rules() {
+    listen();
     let build = |failure: FailurePolicy, replicas: u32| {
         RateLimitLayer::builder(MemoryLimiter::new())
             .rule_with(
@@ -132,6 +152,7 @@ async fn replicas_is_one_count_for_the_layer_and_its_rules() {
 /// hour per client, for the layer's policy and for a rule's own `Fallback` policy alike.
 #[tokio::test]
 async fn while_redis_is_down_each_replica_admits_its_share() {
+    listen();
     let mut server = RedisServer::start().expect("redis-server");
     let limiter = limiter_on(&server).await;
     let svc = RateLimitLayer::builder(limiter)
