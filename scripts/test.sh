@@ -113,7 +113,7 @@ for file in LICENSE-MIT LICENSE-APACHE README.md Cargo.toml src/lib.rs; do
   fi
 done
 cargo package -p redis-guard --allow-dirty --quiet
-cargo publish --dry-run -p redis-guard --allow-dirty --quiet
+cargo publish --dry-run --no-verify -p redis-guard --allow-dirty --quiet
 
 # rust-version: this machine has one toolchain, so the declared minimum is checked by what
 # that toolchain can tell: clippy's `incompatible_msrv` lint (above) flags standard-library
