@@ -249,9 +249,11 @@ impl Call {
         } else {
             (entry.status, entry.headers, entry.body)
         };
-        // Its age when stored (kept in its `Age`) and its time in the store (RFC 9111 §4.2.3).
+        // Its age when stored (kept in its `Age`) and its time in the store (RFC 9111 §4.2.3),
+        // to the nearest second.
         let filled = entry.times.started.saturating_add(entry.times.delta);
-        let age = initial_age.saturating_add(now.saturating_sub(filled) / 1_000_000);
+        let resident = now.saturating_sub(filled).saturating_add(500_000) / 1_000_000;
+        let age = initial_age.saturating_add(resident);
         headers.insert(AGE, HeaderValue::from(age));
         outcome.mark(&self.shared.header, &mut headers);
         let mut res = Response::new(ResponseBody::full(body));
