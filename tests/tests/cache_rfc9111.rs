@@ -110,13 +110,14 @@ fn httpdate(t: SystemTime) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
+    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"]
+        [usize::try_from(days % 7).expect("weekday")];
     let months = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
     format!(
         "{weekday}, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
-        months[(month - 1) as usize],
+        months[usize::try_from(month - 1).expect("month")],
         rem / 3600,
         rem / 60 % 60,
         rem % 60

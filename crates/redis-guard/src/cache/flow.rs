@@ -63,7 +63,7 @@ where
         let xfetch = self.call.shared.stampede.xfetch.is_some();
         let look = self.call.look().await;
         if self.directives.only_if_cached || self.directives.no_store {
-            return self.as_directed(look).await;
+            return self.directed(look).await;
         }
         match look {
             Look::Fresh(entry, now) => {
@@ -119,7 +119,7 @@ where
     /// usable entry answers it as any other (a stale one without a refresh, which would store
     /// a response to this request); else `504` for `only-if-cached`, and the handler's
     /// response, not stored, for `no-store`.
-    async fn as_directed(self, look: Look) -> Reply<ResBody, S::Error> {
+    async fn directed(self, look: Look) -> Reply<ResBody, S::Error> {
         let since = Instant::now();
         match look {
             Look::Fresh(entry, now) | Look::Stale(entry, now) => {

@@ -649,8 +649,8 @@ mod tests {
             h.insert(CACHE_CONTROL, HeaderValue::from_str(v).unwrap());
             Asked::of(&h)
         };
-        assert_eq!(of("No-Store").no_store, true);
-        assert_eq!(of("max-age=0, only-if-cached").only_if_cached, true);
+        assert!(of("No-Store").no_store);
+        assert!(of("max-age=0, only-if-cached").only_if_cached);
         assert_eq!(of("no-cache, max-stale"), Asked::default());
     }
 
