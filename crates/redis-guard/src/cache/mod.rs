@@ -192,7 +192,7 @@
 //!   inner service returns an error, answers 5xx, or runs past the hard fill timeout), the
 //!   entry is served instead if it is at most `d` past its freshness; past that, the failure
 //!   goes to the client as without it. Entries are kept `d` past their freshness (the TTL of
-//!   the key is fresh time + jitter + the longer of the stale window and `d`). Such a copy
+//!   the key is fresh time (less jitter) + the longer of the stale window and `d`). Such a copy
 //!   is a miss for every other purpose: the request computes (under the lease), and only its
 //!   failure brings the copy out. A 5xx does not replace the copy with a hit-for-pass marker.
 //! - **A failing origin is tried once a second, and nobody queues behind it.** The request
