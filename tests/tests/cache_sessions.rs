@@ -7,6 +7,7 @@
 //! are still cached, and a nested router keys its full path.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::Path;
@@ -61,7 +62,13 @@ async fn app(h: &Harness, order: Order, transport: Transport) -> SocketAddr {
         .transport(transport)
         .build()
         .expect("sessions");
-    let cache: CacheLayer = h.cache().await.jitter(0.0).build().expect("cache");
+    let cache: CacheLayer = h
+        .cache()
+        .await
+        .ttl(Duration::from_secs(60))
+        .jitter(0.0)
+        .build()
+        .expect("cache");
     let cached = [
         ("/me", get(me)),
         ("/page", get(page)),
@@ -182,7 +189,13 @@ async fn get_host(addr: SocketAddr, path: &str, host: &str) -> RawResponse {
 async fn keys_hold_the_host_and_the_path_before_nest(h: Harness) {
     for order in ORDERS {
         let sessions = SessionLayer::new(h.session_store().await).expect("sessions");
-        let cache: CacheLayer = h.cache().await.jitter(0.0).build().expect("cache");
+        let cache: CacheLayer = h
+            .cache()
+            .await
+            .ttl(Duration::from_secs(60))
+            .jitter(0.0)
+            .build()
+            .expect("cache");
         let site = |name: &'static str| {
             let echo = move |headers: http::HeaderMap| async move {
                 let host = headers

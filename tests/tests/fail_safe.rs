@@ -92,7 +92,11 @@ impl Origin {
 
 /// Exact times: no jitter, a fixed random number.
 async fn builder(h: &Harness) -> CacheLayerBuilder {
-    h.cache().await.jitter(0.0).random(|| 1.0)
+    h.cache()
+        .await
+        .ttl(Duration::from_secs(60))
+        .jitter(0.0)
+        .random(|| 1.0)
 }
 
 fn get(uri: &str) -> Request<Full<Bytes>> {

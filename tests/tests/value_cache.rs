@@ -364,7 +364,12 @@ async fn tags_invalidate_their_values(h: &Harness) {
         .expect("invalidate");
     assert_eq!(team(1, 5).await, Ok(5));
     // An untagged value, an unknown tag and a response cache's tag of that name are untouched.
-    let layer = h.cache().await.build().expect("layer");
+    let layer = h
+        .cache()
+        .await
+        .ttl(Duration::from_secs(60))
+        .build()
+        .expect("layer");
     layer.invalidate_tag("team:3").await.expect("invalidate");
     replicas[0]
         .invalidate_tag("nobody")

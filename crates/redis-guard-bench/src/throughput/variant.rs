@@ -340,7 +340,12 @@ impl Variant {
             }
             Self::CacheHit => {
                 let store = RedisCacheStore::new(open(redis_url).await?);
-                ok_route().layer(CacheLayer::new(store).map_err(|e| format!("cache layer: {e}"))?)
+                // The route sends no `Cache-Control`: fresh 60 s by the layer's heuristic.
+                let layer = CacheLayer::builder(store)
+                    .ttl(std::time::Duration::from_secs(60))
+                    .build()
+                    .map_err(|e| format!("cache layer: {e}"))?;
+                ok_route().layer(layer)
             }
         };
         Ok(router)

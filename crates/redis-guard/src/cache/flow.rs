@@ -1,7 +1,7 @@
 //! One cached request: look the key up, then serve, wait, or compute and fill; with
 //! `stale_if_error` and fill timeouts, a copy stands in for a failing or slow handler.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::header::{AGE, CONTENT_TYPE, ETAG};
@@ -14,7 +14,7 @@ use super::body::{Collected, ResponseBody, collect};
 use super::entry::{Entry, Kind, encode};
 pub(crate) use super::lookup::Call;
 use super::lookup::{Look, Waited, holding, later, patiently};
-use super::policy::life;
+use super::policy::{Arrival, Asked, age_value, life};
 use super::status::Outcome;
 use super::store::Write;
 use super::validate::{Condition, etag_of, not_modified};
@@ -32,6 +32,8 @@ pub(crate) struct Job<S, ReqBody> {
     inner: S,
     req: Request<ReqBody>,
     asks: Condition,
+    /// The request's `no-store` and `only-if-cached`.
+    directives: Asked,
 }
 
 impl<S, ReqBody, ResBody> Job<S, ReqBody>
@@ -47,17 +49,23 @@ where
     pub(crate) fn new(call: Call, inner: S, mut req: Request<ReqBody>) -> Self {
         let method = req.method().clone();
         let asks = Condition::take(&method, req.headers_mut());
+        let directives = Asked::of(req.headers());
         Self {
             call,
             inner,
             req,
             asks,
+            directives,
         }
     }
 
     pub(crate) async fn serve(self) -> Reply<ResBody, S::Error> {
         let xfetch = self.call.shared.stampede.xfetch.is_some();
-        match self.call.look().await {
+        let look = self.call.look().await;
+        if self.directives.only_if_cached || self.directives.no_store {
+            return self.directed(look).await;
+        }
+        match look {
             Look::Fresh(entry, now) => {
                 if self.call.early(&entry, now) {
                     let since = Instant::now();
@@ -69,7 +77,7 @@ where
                 let Self {
                     call, inner, req, ..
                 } = self;
-                let keep = !call.fail_safe().stale_if_error.is_zero();
+                let keep = !call.grace(&entry).is_zero();
                 call.refresh_with(move |call, now| async move {
                     // The body is read (and filled) inside compute; what is left is dropped.
                     let _ = call.attempt(inner, req, Some(now), true, keep).await;
@@ -83,6 +91,7 @@ where
                     inner,
                     req,
                     asks,
+                    ..
                 } = self;
                 if due {
                     // One request per interval tries the origin again, in the background.
@@ -103,6 +112,27 @@ where
             Look::Absent(now) if xfetch => self.fetch(Some(now), None, None, Instant::now()).await,
             Look::Expired(entry, now) => self.wait_or_compute(now, Some((entry, now))).await,
             Look::Absent(now) => self.wait_or_compute(now, None).await,
+        }
+    }
+
+    /// A request that says `only-if-cached` or `no-store` (RFC 9111 §5.2.1.7, §5.2.1.5): a
+    /// usable entry answers it as any other (a stale one without a refresh, which would store
+    /// a response to this request); else `504` for `only-if-cached`, and the handler's
+    /// response, not stored, for `no-store`.
+    async fn directed(self, look: Look) -> Reply<ResBody, S::Error> {
+        let since = Instant::now();
+        match look {
+            Look::Fresh(entry, now) | Look::Stale(entry, now) => {
+                Ok(self.call.respond(entry, now, &self.asks, false))
+            }
+            Look::Failing { entry, at, .. } => Ok(self.call.respond(entry, at, &self.asks, true)),
+            _ if self.directives.only_if_cached => Ok(self
+                .call
+                .gateway_timeout(b"only-if-cached: the cache holds no response to this request\n")),
+            Look::Expired(entry, now) => self.fetch(None, None, Some((entry, now)), since).await,
+            Look::Pass(_) | Look::Absent(_) | Look::Failed(_) => {
+                self.fetch(None, None, None, since).await
+            }
         }
     }
 
@@ -144,6 +174,7 @@ where
             inner,
             req,
             asks,
+            ..
         } = self;
         let worker = call.clone();
         let job = holding(guard, async move {
@@ -178,9 +209,15 @@ impl Call {
         if let Some((entry, at)) = copy {
             return self.respond(entry, later(at, since), asks, true);
         }
-        let mut res = Response::new(ResponseBody::full(Bytes::from_static(
-            b"the handler did not answer within the cache's fill timeout\n",
-        )));
+        self.gateway_timeout(b"the handler did not answer within the cache's fill timeout\n")
+    }
+
+    /// `504 Gateway Timeout`, with `text`, a miss that stored nothing.
+    fn gateway_timeout<B: http_body::Body>(
+        &self,
+        text: &'static [u8],
+    ) -> Response<ResponseBody<B>> {
+        let mut res = Response::new(ResponseBody::full(Bytes::from_static(text)));
         *res.status_mut() = StatusCode::GATEWAY_TIMEOUT;
         res.headers_mut().insert(
             CONTENT_TYPE,
@@ -204,6 +241,7 @@ impl Call {
         if entry.purged || (rescued && now >= entry.times.fresh_until) {
             outcome = outcome.forwarded();
         }
+        let initial_age = age_value(&entry.headers).unwrap_or(0);
         let (status, mut headers, body) = if asks.unchanged(entry.status, &entry.headers) {
             let mut headers = entry.headers;
             not_modified(&mut headers);
@@ -211,8 +249,11 @@ impl Call {
         } else {
             (entry.status, entry.headers, entry.body)
         };
+        // Its age when stored (kept in its `Age`) and its time in the store (RFC 9111 §4.2.3),
+        // to the nearest second.
         let filled = entry.times.started.saturating_add(entry.times.delta);
-        let age = now.saturating_sub(filled) / 1_000_000;
+        let resident = now.saturating_sub(filled).saturating_add(500_000) / 1_000_000;
+        let age = initial_age.saturating_add(resident);
         headers.insert(AGE, HeaderValue::from(age));
         outcome.mark(&self.shared.header, &mut headers);
         let mut res = Response::new(ResponseBody::full(body));
@@ -269,6 +310,7 @@ impl Call {
         let asked = req.extensions().get::<SessionMark>().cloned();
         // A HEAD response has no body to hash: its ETag would not be the GET's.
         let head = req.method() == http::Method::HEAD;
+        let asked_at = Instant::now();
         let res = inner.call(req).await?;
         let (mut parts, body) = res.into_parts();
         let tags = self.take_tags(&mut parts);
@@ -283,7 +325,12 @@ impl Call {
         } else if marks().any(SessionMark::carried) {
             Err("the request carried a session")
         } else {
-            life(&parts, &shared.key, shared.life)
+            let arrival = Arrival {
+                at: SystemTime::now(),
+                delay: asked_at.elapsed(),
+            };
+            let grace = shared.fail_safe.stale_if_error;
+            life(&parts, &shared.key, shared.life, grace, arrival)
         };
         let leaves_marker = (touched || !marks().any(SessionMark::carried))
             && !(kept && parts.status.is_server_error());
@@ -316,14 +363,26 @@ impl Call {
         {
             parts.headers.insert(ETAG, tag);
         }
+        // Jitter shortens the freshness the response allows, never lengthens it.
         let jitter = life.fresh.mul_f64(shared.jitter * shared.random.draw());
+        let blob = if life.age > 0 || parts.headers.contains_key(AGE) {
+            // Stored with its age on arrival: a hit's `Age` counts on from it.
+            let mut headers = parts.headers.clone();
+            headers.remove(AGE);
+            if life.age > 0 {
+                headers.insert(AGE, HeaderValue::from(life.age));
+            }
+            encode(&self.digest, parts.status, &headers, &tags, &bytes)
+        } else {
+            encode(&self.digest, parts.status, &parts.headers, &tags, &bytes)
+        };
         let write = Write {
             kind: Kind::Entry,
             started,
-            fresh: life.fresh + jitter,
+            fresh: life.fresh.saturating_sub(jitter),
             stale: life.stale,
-            grace: shared.fail_safe.stale_if_error,
-            blob: encode(&self.digest, parts.status, &parts.headers, &tags, &bytes),
+            grace: life.grace,
+            blob,
         };
         let stored = match shared.store.0.write(&self.digest, write).await {
             Ok(()) => true,

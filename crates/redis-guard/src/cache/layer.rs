@@ -42,9 +42,9 @@ pub(crate) const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let layer = CacheLayer::builder(MemoryCacheStore::new())
-///     .ttl(Duration::from_secs(30))           // when the handler sends no max-age
+///     .ttl(Duration::from_secs(30))           // when the handler says nothing of freshness
 ///     .stale(Duration::from_secs(10))         // when it sends no stale-while-revalidate
-///     .jitter(0.2)                            // up to 20% longer, at random
+///     .jitter(0.2)                            // up to 20% shorter, at random
 ///     .vary([ACCEPT_LANGUAGE])                // one entry per language
 ///     .body_limit(256 * 1024)
 ///     .stampede(Stampede::xfetch(1.0))
@@ -59,8 +59,9 @@ pub struct CacheLayer {
 impl_layer!(CacheLayer => Cache, shared);
 
 impl CacheLayer {
-    /// A layer with the defaults: entries live 60 s unless the handler says otherwise,
-    /// 10% jitter, no stale window, 1 MiB per entry, no `Vary` headers in the key, lock on
+    /// A layer with the defaults: the handler's headers say how long a response stays fresh
+    /// (`Cache-Control`, `Expires`, `Age`), and one that says nothing is not stored; up to 10%
+    /// jitter (shorter, never longer), no stale window, 1 MiB per entry, no `Vary` headers in the key, lock on
     /// miss.
     ///
     /// # Errors
@@ -77,7 +78,7 @@ impl CacheLayer {
                 store: store.into_backing(),
                 key: KeyPolicy::default(),
                 life: Lifetimes {
-                    ttl: Duration::from_secs(60),
+                    ttl: Duration::ZERO,
                     max_ttl: Duration::from_secs(24 * 3600),
                     stale: Duration::ZERO,
                 },
@@ -151,8 +152,22 @@ pub struct CacheLayerBuilder {
 
 impl CacheLayerBuilder {
     setters! {
-        /// How long a response stays fresh when it carries no `max-age` / `s-maxage`
-        /// (default 60 s; more than zero, at most [`max_ttl`](Self::max_ttl)).
+        /// The heuristic freshness (RFC 9111 §4.2.2): how long a response that states no
+        /// expiration time (no `s-maxage`, `max-age` nor `Expires`) stays fresh. Default zero:
+        /// such a response is not stored, as HTTP caches do in practice, and the handler's
+        /// headers alone decide. At most [`max_ttl`](Self::max_ttl). An error status is never
+        /// cached under it.
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use redis_guard::cache::{CacheLayer, MemoryCacheStore};
+        /// // A handler that sends no `Cache-Control` is cached for 60 s.
+        /// let layer = CacheLayer::builder(MemoryCacheStore::new())
+        ///     .ttl(Duration::from_secs(60))
+        ///     .build()?;
+        /// # let _ = layer;
+        /// # Ok::<(), redis_guard::ConfigError>(())
+        /// ```
         pub fn ttl(ttl: Duration) => shared.life.ttl;
 
         /// The most any response stays fresh, and the most it is served stale after that,
@@ -165,8 +180,9 @@ impl CacheLayerBuilder {
         /// carries no `stale-while-revalidate` (default zero: not at all).
         pub fn stale(stale: Duration) => shared.life.stale;
 
-        /// Each entry stays fresh up to this fraction of its lifetime longer, at random, so that
-        /// entries filled together do not expire together (default 0.1; 0 to 1).
+        /// Each entry stays fresh up to this fraction of its freshness shorter, at random, so
+        /// that entries filled together do not expire together (default 0.1; 0 to 1). Never
+        /// longer: `max-age=30` is fresh 27 to 30 s with the default.
         pub fn jitter(ratio: f64) => shared.jitter;
 
         /// The largest body cached (default 1 MiB). A larger one, or
@@ -338,7 +354,7 @@ impl CacheLayerBuilder {
     ///
     /// # Errors
     ///
-    /// A zero `ttl` or `max_ttl`, a `ttl` above `max_ttl`, a jitter outside 0..=1, a zero body
+    /// A zero `max_ttl`, a `ttl` above `max_ttl`, a jitter outside 0..=1, a zero body
     /// limit, a stampede setting that cannot work, a `stale_if_error` above 10 years, fill
     /// timeouts that cannot work, or store settings that cannot work.
     ///
@@ -360,10 +376,8 @@ impl CacheLayerBuilder {
         }
         let (ttl, max_ttl) = (s.life.ttl, s.life.max_ttl);
         let ten_years = Duration::from_secs(10 * 365 * 86_400);
-        let ttl_problem = if ttl.is_zero() || max_ttl.is_zero() {
-            Some(format!(
-                "ttl {ttl:?} and max_ttl {max_ttl:?} must be positive"
-            ))
+        let ttl_problem = if max_ttl.is_zero() {
+            Some(format!("max_ttl {max_ttl:?} must be positive"))
         } else if ttl > max_ttl || max_ttl > ten_years {
             Some(format!(
                 "ttl {ttl:?} must be at most max_ttl {max_ttl:?}, at most 10 years"
@@ -372,8 +386,8 @@ impl CacheLayerBuilder {
             None
         };
         if let Some(message) = ttl_problem {
-            // Blamed: a zero ttl; else a zero or too long max_ttl; else the ttl above it.
-            let (setting, value) = if ttl.is_zero() || !(max_ttl.is_zero() || max_ttl > ten_years) {
+            // Blamed: a zero or too long max_ttl; else the ttl above it.
+            let (setting, value) = if !(max_ttl.is_zero() || max_ttl > ten_years) {
                 ("CacheLayerBuilder::ttl", ttl)
             } else {
                 ("CacheLayerBuilder::max_ttl", max_ttl)
@@ -432,11 +446,11 @@ mod tests {
         type Set = fn(CacheLayerBuilder) -> CacheLayerBuilder;
         let cases: [(Set, _, _, _, _); 5] = [
             (
-                |b| b.ttl(Duration::ZERO),
+                |b| b.max_ttl(Duration::ZERO),
                 ConfigErrorKind::Duration,
-                "CacheLayerBuilder::ttl",
+                "CacheLayerBuilder::max_ttl",
                 "0ns",
-                "cache layer: ttl 0ns and max_ttl 86400s must be positive",
+                "cache layer: max_ttl 0ns must be positive",
             ),
             (
                 |b| b.ttl(Duration::from_secs(90_000)),

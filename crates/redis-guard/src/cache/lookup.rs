@@ -10,6 +10,7 @@ use bytes::Bytes;
 
 use super::entry::{Entry, Kind, Stored, decode};
 use super::fail_safe::{FailSafe, RETRY_AFTER_FAILURE};
+use super::policy::stored_grace;
 use super::shared::Shared;
 use super::store::{NOW, Write};
 use crate::backend::{BackendError, LockGuard, micros};
@@ -145,9 +146,7 @@ impl Call {
                 return Look::Absent(now);
             }
         };
-        let grace = micros(self.shared.fail_safe.stale_if_error);
-        let rescue_until = entry.times.fresh_until.saturating_add(grace);
-        if now >= entry.times.stale_until && now >= rescue_until {
+        if now >= entry.times.stale_until && !self.rescuable(&entry, now) {
             return Look::Absent(now);
         }
         if !entry.tags.is_empty() {
@@ -289,11 +288,23 @@ impl Call {
         Waited::Lease { guard, at, copy }
     }
 
-    /// Whether `entry`, read at `at`, may stand in for a failing origin: it is at most
-    /// `stale_if_error` past its freshness.
+    /// Whether `entry`, read at `at`, may stand in for a failing origin: it is at most its
+    /// [`grace`](Self::grace) past its freshness.
     pub(crate) fn rescuable(&self, entry: &Entry, at: u64) -> bool {
-        let grace = micros(self.shared.fail_safe.stale_if_error);
+        let grace = micros(self.grace(entry));
         at < entry.times.fresh_until.saturating_add(grace)
+    }
+
+    /// How long past its freshness `entry` may stand in for a failing origin: the layer's
+    /// `stale_if_error`, unless the stored response says otherwise (its own `stale-if-error`;
+    /// none with `must-revalidate`, `proxy-revalidate`, or `s-maxage` for the layer's).
+    pub(crate) fn grace(&self, entry: &Entry) -> Duration {
+        let shared = &self.shared;
+        stored_grace(
+            &entry.headers,
+            shared.fail_safe.stale_if_error,
+            shared.life.max_ttl,
+        )
     }
 
     /// Stale-while-revalidate: when this call takes the key's lease, runs `job` (with the

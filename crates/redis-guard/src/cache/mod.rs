@@ -60,24 +60,34 @@
 //!   [`credential_headers`](CacheLayerBuilder::credential_headers) (`Authorization`, `Cookie`,
 //!   `Proxy-Authorization` by default) passes uncached unless that header is in the key;
 //!   [`ignore_cookies`](CacheLayerBuilder::ignore_cookies) says a route does not depend on
-//!   cookies. The request's own `Cache-Control` is ignored: a client cannot make the server
-//!   recompute.
+//!   cookies. Of the request's own `Cache-Control`, `no-store` (the response is not stored)
+//!   and `only-if-cached` (`504` when nothing is stored) are followed; the directives that
+//!   would make the server recompute are not (see
+//!   [Differences from an HTTP cache](#differences-from-an-http-cache)).
 //! - **Responses**: statuses 200, 203, 204, 300, 301 and 308; the errors 404, 405, 410, 414 and
-//!   501 only with an explicit `max-age` or `s-maxage` (any path spelling is a 404 of its own:
-//!   the default TTL would let a client fill the store). The
-//!   handler's `Cache-Control` rules: `no-store`, `no-cache` and `private` are never cached;
-//!   `s-maxage`, else `max-age`, sets how long it stays fresh (`max-age=0` is not cached; none:
-//!   [`ttl`](CacheLayerBuilder::ttl), 60 s), capped by [`max_ttl`](CacheLayerBuilder::max_ttl);
+//!   501 only with an explicit expiration (any path spelling is a 404 of its own: a heuristic
+//!   lifetime would let a client fill the store). The handler's headers rule, as
+//!   [RFC 9111 §4.2](https://www.rfc-editor.org/rfc/rfc9111#section-4.2) says:
+//!   `no-store`, `no-cache` and `private` are never cached; the freshness lifetime is
+//!   `s-maxage` (this is a shared cache), else `max-age` (the first, when there are two),
+//!   else `Expires` − `Date` (an `Expires` that is not a valid date, such as `0`, is in the
+//!   past); a response with none of them is **not stored** unless the layer has a heuristic
+//!   [`ttl`](CacheLayerBuilder::ttl) (off by default). The response's age on arrival
+//!   (its `Age`, plus the time the handler took, or the time since its `Date` when larger)
+//!   counts against that lifetime: a response older than its lifetime, `max-age=0` or a past
+//!   `Expires` is not cached. Capped by [`max_ttl`](CacheLayerBuilder::max_ttl).
 //!   `stale-while-revalidate` sets the stale window (none: [`stale`](CacheLayerBuilder::stale),
-//!   zero).
+//!   zero); `must-revalidate` and `proxy-revalidate` forbid any, and `s-maxage` the layer's.
 //! - **Never cached**: a response with `Set-Cookie`; one with `Vary: *`, or whose `Vary` names a
 //!   header that is not in the key (such a response would be served to the wrong variant; it
 //!   passes uncached instead, so list the headers your handlers vary on); a body larger than
 //!   [`body_limit`](CacheLayerBuilder::body_limit) (1 MiB), or announced larger: it streams
 //!   through, and at most the limit is held while deciding; a body with trailers.
 //! - Status, headers (as bytes: a non-UTF-8 value is kept as it is), tags and body are stored
-//!   in **one** value with a TTL: fresh time + jitter ([`jitter`](CacheLayerBuilder::jitter),
-//!   up to 10% more at random) + stale window.
+//!   in **one** value with a TTL: fresh time less jitter
+//!   ([`jitter`](CacheLayerBuilder::jitter), up to 10% less at random: never longer than the
+//!   handler allows) + stale window. A hit's `Age` is the entry's age on arrival plus its time
+//!   in the store.
 //! - A response that is not cacheable leaves a **hit-for-pass** marker for the length of the
 //!   lease, so the requests waiting for a fill go straight to the handler, and so do the next
 //!   ones until the marker expires.
@@ -182,7 +192,7 @@
 //!   inner service returns an error, answers 5xx, or runs past the hard fill timeout), the
 //!   entry is served instead if it is at most `d` past its freshness; past that, the failure
 //!   goes to the client as without it. Entries are kept `d` past their freshness (the TTL of
-//!   the key is fresh time + jitter + the longer of the stale window and `d`). Such a copy
+//!   the key is fresh time (less jitter) + the longer of the stale window and `d`). Such a copy
 //!   is a miss for every other purpose: the request computes (under the lease), and only its
 //!   failure brings the copy out. A 5xx does not replace the copy with a hit-for-pass marker.
 //! - **A failing origin is tried once a second, and nobody queues behind it.** The request
@@ -207,8 +217,12 @@
 //!   ttl=<0 or less>`, as are softly purged entries; logged at `warn` (a failure) or `debug`
 //!   (a timeout, or a copy served while the last fill failed), counted as `fallback`.
 //!
-//! The handler's `Cache-Control: stale-if-error` (RFC 5861) is not read: the window is the
-//! layer's, so that a handler that fails cannot shorten it.
+//! The window follows the stored response: its own `Cache-Control: stale-if-error=<s>`
+//! ([RFC 5861 §4](https://www.rfc-editor.org/rfc/rfc5861#section-4)) replaces the layer's
+//! (even when the layer's is off); a response marked `must-revalidate` or `proxy-revalidate`
+//! is never served stale ([RFC 9111 §5.2.2.2, §5.2.2.8](https://www.rfc-editor.org/rfc/rfc9111#section-5.2.2.2)),
+//! and one carrying `s-maxage` not under the layer's window (§5.2.2.10: `s-maxage` implies
+//! `proxy-revalidate` for a shared cache), only under its own `stale-if-error`.
 //!
 //! # Limits
 //!
@@ -323,11 +337,33 @@
 //!
 //! # Differences from an HTTP cache
 //!
-//! This is a server-side cache for the application's own responses, not an RFC 9111 shared
-//! cache: it answers conditional requests from its entries but never revalidates an entry with
-//! the handler (it recomputes it), and it ignores the request's `Cache-Control`. It forwards
-//! the handler's `Cache-Control` untouched, so browsers and CDNs in front apply their own
-//! rules.
+//! The layer is a shared cache in [RFC 9111](https://www.rfc-editor.org/rfc/rfc9111)'s sense,
+//! in front of the application's own handlers. It computes freshness as the RFC does
+//! (`s-maxage`, `max-age`, `Expires`, `Age`), stores nothing the handler did not say how long
+//! to keep unless a heuristic [`ttl`](CacheLayerBuilder::ttl) is set, serves stale only where
+//! the response allows it, and forwards the handler's `Cache-Control` untouched, so browsers
+//! and CDNs in front apply their own rules. Where it still differs, on purpose:
+//!
+//! - **The client cannot bypass it.** A request's `no-cache`, `max-age`, `min-fresh` and
+//!   `max-stale` are ignored: the cache answers as it would without them (RFC 9111 §5.2.1
+//!   lets a cache do so). In front of an application, honouring them would let any client
+//!   send every request to the handler and undo the stampede protection. `no-store` is
+//!   followed (the response to it is not stored, §5.2.1.5), and so is `only-if-cached`: a
+//!   stored response (fresh, or stale where the response allows), else `504 Gateway Timeout`
+//!   without calling the handler (§5.2.1.7).
+//! - **Keys are opt-in.** `Vary` headers must be listed with [`vary`](CacheLayerBuilder::vary)
+//!   (a response that varies on another is not stored, never served to the wrong variant),
+//!   and credentials keep a request out of the cache unless keyed.
+//! - **More is refused than the RFC requires**: `no-cache` and `private` responses, and those
+//!   that set cookies, are never stored; a `stale-while-revalidate` or `stale-if-error` in a
+//!   response marked `must-revalidate` is not followed (the stricter directive wins).
+//! - **Jitter** makes entries expire up to 10% early (a cache may always drop an entry
+//!   sooner), so that entries filled together do not expire together.
+//! - **No revalidation with the handler**: a stale entry is recomputed in full, not passed
+//!   to the handler as a conditional request; the layer answers clients' conditional
+//!   requests itself (see above).
+//! - **Unsafe methods**: a `POST`, `PUT` or `DELETE` passes through, and the entries of its
+//!   target stay until they expire or a tag of theirs is invalidated.
 
 mod body;
 mod entry;

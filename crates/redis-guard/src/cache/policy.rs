@@ -1,11 +1,12 @@
 //! What is cached: which requests, which responses, for how long, under which key.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use http::header::{
-    AUTHORIZATION, CACHE_CONTROL, COOKIE, HOST, PROXY_AUTHORIZATION, SET_COOKIE, VARY,
+    AGE, AUTHORIZATION, CACHE_CONTROL, COOKIE, DATE, EXPIRES, HOST, PROXY_AUTHORIZATION,
+    SET_COOKIE, VARY,
 };
-use http::{HeaderMap, HeaderName, Method, StatusCode, request, response};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, request, response};
 
 use super::query::QueryKey;
 use super::store::digest;
@@ -160,7 +161,9 @@ fn original_path(req: &request::Parts) -> &str {
 /// The response-side settings of a layer.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Lifetimes {
-    /// For a response without `max-age` / `s-maxage`.
+    /// The heuristic freshness of a response without an explicit expiration time (RFC 9111
+    /// §4.2.2); zero: such a response is not stored (the response cache's default). The value
+    /// cache's default TTL.
     pub(crate) ttl: Duration,
     /// The most any entry stays fresh, and the most it is served stale after that.
     pub(crate) max_ttl: Duration,
@@ -168,11 +171,26 @@ pub(crate) struct Lifetimes {
     pub(crate) stale: Duration,
 }
 
-/// How long a response stays fresh, then stale.
+/// How long a response stays fresh, then stale, as stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Life {
+    /// The freshness it has left when stored: its freshness lifetime less its age (more than
+    /// zero).
     pub(crate) fresh: Duration,
+    /// How long it may be served stale while one request refreshes it.
     pub(crate) stale: Duration,
+    /// How long past its freshness it may stand in for a failing handler.
+    pub(crate) grace: Duration,
+    /// Its age when stored (RFC 9111 §4.2.3, whole seconds): the `Age` it is stored with.
+    pub(crate) age: u64,
+}
+
+/// When a response arrived from the handler, and how long the handler took: what its age
+/// is counted from (RFC 9111 §4.2.3's `response_time`, and `response_delay`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Arrival {
+    pub(crate) at: SystemTime,
+    pub(crate) delay: Duration,
 }
 
 /// Statuses cached (RFC 9111's heuristically cacheable ones that a handler means to repeat).
@@ -183,11 +201,14 @@ fn cacheable_status(s: StatusCode) -> bool {
     )
 }
 
-/// How long `res` may be cached, or why it is not.
+/// How long `res`, which arrived as `arrival` says, may be cached, or why it is not.
+/// `grace` is the layer's `stale_if_error`.
 pub(crate) fn life(
     res: &response::Parts,
     keyed: &KeyPolicy,
     limits: Lifetimes,
+    grace: Duration,
+    arrival: Arrival,
 ) -> Result<Life, &'static str> {
     if !cacheable_status(res.status) {
         return Err("status");
@@ -200,23 +221,156 @@ pub(crate) fn life(
     if cc.no_store || cc.private || cc.no_cache {
         return Err("Cache-Control");
     }
-    let explicit = cc.s_maxage.or(cc.max_age);
-    if res.status.is_client_error() || res.status.is_server_error() {
+    let explicit = explicit_lifetime(&cc, &res.headers, arrival.at);
+    let lifetime = match explicit {
+        Some(lifetime) => lifetime,
         // Any path spelling is a 404 of its own: an error is cached only when the handler
         // says for how long.
-        if explicit.is_none() {
-            return Err("error status without max-age");
+        None if res.status.is_client_error() || res.status.is_server_error() => {
+            return Err("error status without an explicit expiration");
         }
-    }
-    let fresh = explicit.unwrap_or(limits.ttl);
+        None if limits.ttl.is_zero() => return Err("no explicit expiration, no heuristic"),
+        None => limits.ttl,
+    };
+    let age = received_age(&res.headers, arrival);
+    let fresh = lifetime.min(limits.max_ttl).saturating_sub(age);
     if fresh.is_zero() {
-        return Err("max-age=0");
+        // `max-age=0`, a past `Expires`, or older than its lifetime when it arrived.
+        return Err("stale when received");
     }
-    let stale = cc.swr.unwrap_or(limits.stale);
     Ok(Life {
-        fresh: fresh.min(limits.max_ttl),
-        stale: stale.min(limits.max_ttl),
+        fresh,
+        stale: stale_window(&cc, limits),
+        grace: grace_of(&cc, grace, limits.max_ttl),
+        age: age.as_secs(),
     })
+}
+
+/// The freshness lifetime the response states (RFC 9111 §4.2.1): `s-maxage` (this is a
+/// shared cache), else `max-age`, else `Expires` − `Date` (`Date` absent or invalid: the
+/// arrival). An `Expires` that is not one valid HTTP-date (`0`, the classic) is in the past.
+fn explicit_lifetime(cc: &CacheControl, headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    if let Some(lifetime) = cc.s_maxage.or(cc.max_age) {
+        return Some(lifetime);
+    }
+    let expires = headers.get(EXPIRES)?;
+    let Some(expires) = http_date(expires) else {
+        return Some(Duration::ZERO);
+    };
+    let date = headers.get(DATE).and_then(http_date).unwrap_or(now);
+    Some(expires.duration_since(date).unwrap_or_default())
+}
+
+/// The response's age when it arrived (RFC 9111 §4.2.3's `corrected_initial_age`): the
+/// larger of the time since its `Date` and its `Age` plus the time the handler took (an `Age`
+/// header was counted by a cache before the handler, which then spent that time relaying it).
+fn received_age(headers: &HeaderMap, arrival: Arrival) -> Duration {
+    let apparent = headers
+        .get(DATE)
+        .and_then(http_date)
+        .and_then(|date| arrival.at.duration_since(date).ok())
+        .unwrap_or_default();
+    let corrected = age_value(headers).map_or(Duration::ZERO, |age| {
+        Duration::from_secs(age).saturating_add(arrival.delay)
+    });
+    apparent.max(corrected)
+}
+
+/// The value of `Age` (RFC 9111 §5.1): the first, as delta-seconds, capped at 2^31 (§1.2.2);
+/// `None` when absent or not a number (ignored).
+pub(crate) fn age_value(headers: &HeaderMap) -> Option<u64> {
+    let first = headers.get(AGE)?.as_bytes();
+    let first = first.split(|&b| b == b',').next().unwrap_or_default();
+    delta_seconds(std::str::from_utf8(first).ok()?.trim())
+}
+
+/// delta-seconds (RFC 9111 §1.2.2): digits only; a value too large for us is 2^31.
+fn delta_seconds(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(text.parse::<u64>().map_or(MAX_DELTA, |n| n.min(MAX_DELTA)))
+}
+
+/// The cap on delta-seconds RFC 9111 §1.2.2 names: 2^31 seconds.
+const MAX_DELTA: u64 = 1 << 31;
+
+/// One HTTP-date, or `None` when the value is not one.
+fn http_date(value: &HeaderValue) -> Option<SystemTime> {
+    httpdate::parse_http_date(value.to_str().ok()?.trim()).ok()
+}
+
+/// The stale window: the response's `stale-while-revalidate` (RFC 5861 §3), else the
+/// layer's; none when the response forbids serving it stale (`must-revalidate`,
+/// `proxy-revalidate`), nor the layer's when it carries `s-maxage` (RFC 9111 §5.2.2.10: the
+/// semantics of `proxy-revalidate` for a shared cache).
+fn stale_window(cc: &CacheControl, limits: Lifetimes) -> Duration {
+    let window = if cc.must_revalidate || cc.proxy_revalidate {
+        Duration::ZERO
+    } else if let Some(swr) = cc.swr {
+        swr
+    } else if cc.s_maxage.is_some() {
+        Duration::ZERO
+    } else {
+        limits.stale
+    };
+    window.min(limits.max_ttl)
+}
+
+/// How long past its freshness a response may stand in for a failing handler: its
+/// `stale-if-error` (RFC 5861 §4), else the layer's `stale_if_error` (`layer`); never one
+/// marked `must-revalidate` or `proxy-revalidate` (RFC 9111 §5.2.2.2, §5.2.2.8), and the
+/// layer's window never one carrying `s-maxage` (§5.2.2.10). `no-cache` responses are never
+/// stored. Read from the stored headers too, so that it needs no field of its own.
+fn grace_of(cc: &CacheControl, layer: Duration, max_ttl: Duration) -> Duration {
+    if cc.must_revalidate || cc.proxy_revalidate {
+        Duration::ZERO
+    } else if let Some(sie) = cc.sie {
+        sie.min(max_ttl.max(layer))
+    } else if cc.s_maxage.is_some() {
+        Duration::ZERO
+    } else {
+        layer
+    }
+}
+
+/// How long past its freshness the stored response with these headers may stand in for a
+/// failing handler, given the layer's `stale_if_error` (see [`life`]).
+pub(crate) fn stored_grace(headers: &HeaderMap, layer: Duration, max_ttl: Duration) -> Duration {
+    if !headers.contains_key(CACHE_CONTROL) {
+        return layer;
+    }
+    grace_of(&CacheControl::parse(headers), layer, max_ttl)
+}
+
+/// What a request's `Cache-Control` asks of the cache (RFC 9111 §5.2.1). Of the request
+/// directives only these two are followed; see the module docs for the others.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Asked {
+    /// `no-store`: the response to this request is not stored (§5.2.1.5).
+    pub(crate) no_store: bool,
+    /// `only-if-cached`: answer from the cache, else `504` (§5.2.1.7).
+    pub(crate) only_if_cached: bool,
+}
+
+impl Asked {
+    /// The request's directives; a value that is not text says nothing.
+    pub(crate) fn of(headers: &HeaderMap) -> Self {
+        let mut asked = Self::default();
+        for value in headers.get_all(CACHE_CONTROL) {
+            let Ok(value) = value.to_str() else {
+                continue;
+            };
+            for (name, _) in directives(value) {
+                if name.eq_ignore_ascii_case("no-store") {
+                    asked.no_store = true;
+                } else if name.eq_ignore_ascii_case("only-if-cached") {
+                    asked.only_if_cached = true;
+                }
+            }
+        }
+        asked
+    }
 }
 
 /// Every header the response varies on is in the key; `Vary: *` never is.
@@ -236,15 +390,19 @@ fn vary_is_keyed(headers: &HeaderMap, keyed: &KeyPolicy) -> Result<(), &'static 
     Ok(())
 }
 
-/// The directives of the response's `Cache-Control` the cache acts on.
+/// The directives of the response's `Cache-Control` the cache acts on. Of a directive given
+/// twice the first counts (RFC 9111 §4.2.1).
 #[derive(Debug, Default, PartialEq, Eq)]
 struct CacheControl {
     no_store: bool,
     no_cache: bool,
     private: bool,
+    must_revalidate: bool,
+    proxy_revalidate: bool,
     max_age: Option<Duration>,
     s_maxage: Option<Duration>,
     swr: Option<Duration>,
+    sie: Option<Duration>,
 }
 
 impl CacheControl {
@@ -257,20 +415,21 @@ impl CacheControl {
                 continue;
             };
             for (name, arg) in directives(value) {
-                let secs = || {
-                    arg.and_then(|a| a.parse::<u64>().ok())
-                        .map(Duration::from_secs)
-                };
+                let secs = || arg.and_then(delta_seconds).map(Duration::from_secs);
+                // A malformed age is a zero age (RFC 9111 §4.2.1: stale): not cached.
+                let age = || Some(secs().unwrap_or_default());
                 match name.to_ascii_lowercase().as_str() {
                     "no-store" => cc.no_store = true,
                     // `no-cache="Set-Cookie"` names headers to drop on reuse; we store none of
                     // those (a Set-Cookie is never cached), but be strict: not cached.
                     "no-cache" => cc.no_cache = true,
                     "private" => cc.private = true,
-                    // A malformed age is a zero age (RFC 9111 §4.2.1): not cached.
-                    "max-age" => cc.max_age = Some(secs().unwrap_or_default()),
-                    "s-maxage" => cc.s_maxage = Some(secs().unwrap_or_default()),
-                    "stale-while-revalidate" => cc.swr = secs(),
+                    "must-revalidate" => cc.must_revalidate = true,
+                    "proxy-revalidate" => cc.proxy_revalidate = true,
+                    "max-age" => cc.max_age = cc.max_age.or_else(age),
+                    "s-maxage" => cc.s_maxage = cc.s_maxage.or_else(age),
+                    "stale-while-revalidate" => cc.swr = cc.swr.or_else(secs),
+                    "stale-if-error" => cc.sie = cc.sie.or_else(secs),
                     _ => {}
                 }
             }
@@ -340,12 +499,159 @@ mod tests {
         stale: Duration::ZERO,
     };
 
+    /// A fixed arrival: 2020-01-01T00:00:00Z, the handler took 2 s.
+    fn arrival() -> Arrival {
+        Arrival {
+            at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_577_836_800),
+            delay: Duration::from_secs(2),
+        }
+    }
+
     fn life_of(headers: &[(&str, &str)]) -> Result<Life, &'static str> {
         life(
             &res(headers),
             &varying(http::header::ACCEPT_ENCODING),
             LIMITS,
+            Duration::from_secs(100),
+            arrival(),
         )
+    }
+
+    fn fresh_of(headers: &[(&str, &str)]) -> Option<u64> {
+        life_of(headers).ok().map(|l| l.fresh.as_secs())
+    }
+
+    /// RFC 9111 §4.2.1: `s-maxage`, then the first `max-age`, then `Expires` − `Date`; an
+    /// invalid `Expires` is in the past; no heuristic with an explicit expiration.
+    #[test]
+    fn rfc9111_4_2_1_freshness_lifetime() {
+        let date = "Wed, 01 Jan 2020 00:00:00 GMT";
+        assert_eq!(
+            fresh_of(&[("cache-control", "max-age=30, max-age=90")]),
+            Some(30)
+        );
+        assert_eq!(
+            fresh_of(&[
+                ("cache-control", "max-age=30"),
+                ("cache-control", "max-age=90")
+            ]),
+            Some(30)
+        );
+        assert_eq!(
+            fresh_of(&[("cache-control", "s-maxage=90, max-age=30")]),
+            Some(90)
+        );
+        assert_eq!(
+            fresh_of(&[("date", date), ("expires", "Wed, 01 Jan 2020 00:05:00 GMT")]),
+            Some(300)
+        );
+        // No Date: counted from the arrival.
+        assert_eq!(
+            fresh_of(&[("expires", "Wed, 01 Jan 2020 00:01:00 GMT")]),
+            Some(60)
+        );
+        // max-age wins over Expires, either way.
+        assert_eq!(
+            fresh_of(&[
+                ("expires", "Wed, 01 Jan 2020 00:05:00 GMT"),
+                ("cache-control", "max-age=10")
+            ]),
+            Some(10)
+        );
+        for past in ["0", "-1", "yesterday", "Tue, 31 Dec 2019 23:59:59 GMT", ""] {
+            assert_eq!(
+                fresh_of(&[("date", date), ("expires", past)]),
+                None,
+                "{past:?}"
+            );
+        }
+        // The heuristic (60 s here) only without an explicit expiration.
+        assert_eq!(fresh_of(&[("date", date)]), Some(60));
+        // Huge delta-seconds are capped, not refused.
+        assert_eq!(
+            fresh_of(&[("cache-control", "max-age=99999999999999999999999")]),
+            Some(3600)
+        );
+        let off = Lifetimes {
+            ttl: Duration::ZERO,
+            ..LIMITS
+        };
+        let keyed = KeyPolicy::default();
+        let none = life(&res(&[]), &keyed, off, Duration::ZERO, arrival());
+        assert!(none.is_err(), "no heuristic by default");
+    }
+
+    /// RFC 9111 §4.2.3 and §5.1: the age when received counts against the lifetime.
+    #[test]
+    fn rfc9111_4_2_3_age_counts_against_freshness() {
+        let cc = ("cache-control", "max-age=100");
+        // Age plus the handler's 2 s.
+        let l = life_of(&[cc, ("age", "30")]).unwrap();
+        assert_eq!((l.fresh.as_secs(), l.age), (68, 32));
+        // First value; invalid ignored; overflow capped (and so stale).
+        assert_eq!(life_of(&[cc, ("age", "30, 50")]).unwrap().age, 32);
+        assert_eq!(
+            life_of(&[cc, ("age", "30"), ("age", "50")]).unwrap().age,
+            32
+        );
+        for ignored in ["-5", "abc", "1.5", ""] {
+            assert_eq!(
+                life_of(&[cc, ("age", ignored)]).unwrap().age,
+                0,
+                "{ignored:?}"
+            );
+        }
+        assert!(life_of(&[cc, ("age", "99999999999999999999")]).is_err());
+        // Already older than its lifetime: not stored as fresh.
+        assert!(life_of(&[cc, ("age", "100")]).is_err());
+        // The apparent age from Date, when larger.
+        let l = life_of(&[cc, ("date", "Tue, 31 Dec 2019 23:59:00 GMT"), ("age", "5")]).unwrap();
+        assert_eq!((l.fresh.as_secs(), l.age), (40, 60));
+    }
+
+    /// RFC 9111 §5.2.2.2, §5.2.2.8, §5.2.2.10 and RFC 5861: when a stored response may be
+    /// served stale.
+    #[test]
+    fn rfc9111_5_2_2_stale_serving_follows_the_response() {
+        let grace = |cc: &str| life_of(&[("cache-control", cc)]).unwrap().grace.as_secs();
+        let stale = |cc: &str| life_of(&[("cache-control", cc)]).unwrap().stale.as_secs();
+        assert_eq!(grace("max-age=10"), 100);
+        for forbidden in [
+            "max-age=10, must-revalidate",
+            "max-age=10, proxy-revalidate",
+            "s-maxage=10",
+            "max-age=10, must-revalidate, stale-if-error=50",
+        ] {
+            assert_eq!(grace(forbidden), 0, "{forbidden}");
+        }
+        assert_eq!(grace("max-age=10, stale-if-error=50"), 50);
+        assert_eq!(grace("s-maxage=10, stale-if-error=50"), 50);
+        assert_eq!(stale("max-age=10, stale-while-revalidate=5"), 5);
+        assert_eq!(stale("s-maxage=10, stale-while-revalidate=5"), 5);
+        assert_eq!(
+            stale("max-age=10, must-revalidate, stale-while-revalidate=5"),
+            0
+        );
+        let mut headers = HeaderMap::new();
+        let (layer, max) = (Duration::from_secs(7), Duration::from_secs(3600));
+        assert_eq!(stored_grace(&headers, layer, max), layer);
+        headers.insert(
+            CACHE_CONTROL,
+            HeaderValue::from_static("max-age=1, must-revalidate"),
+        );
+        assert_eq!(stored_grace(&headers, layer, max), Duration::ZERO);
+    }
+
+    #[test]
+    fn request_directives_are_read() {
+        let of = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(CACHE_CONTROL, HeaderValue::from_str(v).unwrap());
+            Asked::of(&h)
+        };
+        assert!(of("No-Store").no_store);
+        assert!(of("max-age=0, only-if-cached").only_if_cached);
+        assert_eq!(of("no-cache, max-stale"), Asked::default());
     }
 
     #[test]
@@ -360,7 +666,9 @@ mod tests {
             l.unwrap(),
             Life {
                 fresh: secs(30),
-                stale: secs(5)
+                stale: secs(5),
+                grace: secs(100),
+                age: 0,
             }
         );
         let l = life_of(&[
@@ -461,7 +769,8 @@ mod tests {
             if let Some(cc) = cc {
                 b = b.header("cache-control", cc);
             }
-            life(&b.body(()).unwrap().into_parts().0, &keyed, limits)
+            let parts = b.body(()).unwrap().into_parts().0;
+            life(&parts, &keyed, limits, Duration::ZERO, arrival())
         };
         assert!(of(200, None).is_ok());
         for status in [404, 410, 501] {

@@ -13,7 +13,7 @@ pub(crate) struct Shared {
     pub(crate) store: Backing,
     pub(crate) key: KeyPolicy,
     pub(crate) life: Lifetimes,
-    /// Each entry stays fresh up to this fraction longer, at random.
+    /// Each entry of the layer stays fresh up to this fraction shorter, at random.
     pub(crate) jitter: f64,
     pub(crate) body_limit: usize,
     pub(crate) header: HeaderName,

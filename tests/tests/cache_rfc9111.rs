@@ -1,0 +1,422 @@
+//! `CacheLayer` as an HTTP cache, over real HTTP on every backend: each scenario checks one
+//! requirement of RFC 9111 (HTTP Caching) or RFC 5861 (the `stale-*` extensions), named in its
+//! title. The layer is built with its defaults unless the scenario says otherwise; time moves
+//! on the harness' clock (the store's), whole seconds at a time, so no answer depends on how
+//! fast the machine is.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use redis_guard::cache::CacheLayerBuilder;
+use redis_guard_testkit::http::{RawResponse, request};
+use redis_guard_tests::{Harness, backend_suite, serve};
+
+/// What the origin answers for a path on its `n`th call of that path (from 1): a status and
+/// headers; the body says which call it was.
+type Script = dyn Fn(&str, usize) -> (u16, Vec<(&'static str, String)>) + Send + Sync;
+
+/// The origin's calls, by path.
+#[derive(Clone, Default)]
+struct Calls(Arc<Mutex<HashMap<String, usize>>>);
+
+impl Calls {
+    fn next(&self, path: &str) -> usize {
+        let mut calls = self.0.lock().expect("calls");
+        let n = calls.entry(path.to_owned()).or_default();
+        *n += 1;
+        *n
+    }
+
+    fn of(&self, path: &str) -> usize {
+        self.0
+            .lock()
+            .expect("calls")
+            .get(path)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// An app whose every path is answered by `script`, behind the cache `layer` builds.
+async fn site(
+    layer: CacheLayerBuilder,
+    script: impl Fn(&str, usize) -> (u16, Vec<(&'static str, String)>) + Send + Sync + 'static,
+) -> (SocketAddr, Calls) {
+    let calls = Calls::default();
+    let script: Arc<Script> = Arc::new(script);
+    let counted = calls.clone();
+    let origin = move |uri: Uri| {
+        let (script, calls) = (Arc::clone(&script), counted.clone());
+        async move {
+            let path = uri.path().to_owned();
+            let n = calls.next(&path);
+            let (status, headers) = script(&path, n);
+            let mut res: Response = format!("call {n}").into_response();
+            *res.status_mut() = StatusCode::from_u16(status).expect("status");
+            for (name, value) in headers {
+                res.headers_mut()
+                    .append(name, value.parse().expect("header value"));
+            }
+            res
+        }
+    };
+    let layer = layer.build().expect("layer");
+    (
+        serve(Router::new().fallback(origin).layer(layer)).await,
+        calls,
+    )
+}
+
+async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> RawResponse {
+    let headers: Vec<(&str, &[u8])> = headers.iter().map(|(n, v)| (*n, v.as_bytes())).collect();
+    request(addr, "GET", path, &headers, b"")
+        .await
+        .expect("the app answers")
+}
+
+/// `x-cache` of a GET of `path`.
+async fn outcome(addr: SocketAddr, path: &str) -> String {
+    let r = get(addr, path, &[]).await;
+    r.header("x-cache").unwrap_or_default().to_owned()
+}
+
+/// An HTTP-date `secs` from now (negative: in the past).
+fn http_date(secs: i64) -> String {
+    let now = SystemTime::now();
+    let d = Duration::from_secs(secs.unsigned_abs());
+    httpdate(if secs < 0 { now - d } else { now + d })
+}
+
+fn httpdate(t: SystemTime) -> String {
+    // IMF-fixdate by hand: the tests crate has no date dependency.
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    let days = i64::try_from(secs / 86_400).expect("days");
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"]
+        [usize::try_from(days % 7).expect("weekday")];
+    let months = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    format!(
+        "{weekday}, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
+        months[usize::try_from(month - 1).expect("month")],
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+fn cc(value: &str) -> Vec<(&'static str, String)> {
+    vec![("cache-control", value.to_owned())]
+}
+
+/// RFC 9111 §4.2.1: `s-maxage` (a shared cache's), then `max-age`, the first of two.
+async fn rfc9111_4_2_1_s_maxage_then_the_first_max_age(h: Harness) {
+    let (addr, calls) = site(h.cache().await, |path, _| match path {
+        "/shared" => (200, cc("max-age=1, s-maxage=100")),
+        "/twice" => (200, cc("max-age=100, max-age=1")),
+        _ => (
+            200,
+            vec![
+                ("cache-control", "max-age=100".into()),
+                ("cache-control", "max-age=1".into()),
+            ],
+        ),
+    })
+    .await;
+    for path in ["/shared", "/twice", "/lines"] {
+        assert_eq!(outcome(addr, path).await, "MISS", "{path}");
+    }
+    h.wait(Duration::from_secs(50)).await;
+    for path in ["/shared", "/twice", "/lines"] {
+        assert_eq!(outcome(addr, path).await, "HIT", "{path}");
+        assert_eq!(calls.of(path), 1, "{path}");
+    }
+    h.wait(Duration::from_secs(51)).await;
+    for path in ["/shared", "/twice", "/lines"] {
+        assert_eq!(outcome(addr, path).await, "MISS", "{path}");
+    }
+}
+
+/// RFC 9111 §5.3 and §4.2.1: `Expires` − `Date` is the freshness lifetime; an `Expires` that
+/// is not a valid date (`0`) or is past means already expired.
+async fn rfc9111_5_3_expires_sets_freshness_and_invalid_means_expired(h: Harness) {
+    let (addr, calls) = site(h.cache().await, |path, _| {
+        let expires = match path {
+            "/future" => http_date(100),
+            "/zero" => "0".to_owned(),
+            "/invalid" => "next week".to_owned(),
+            _ => http_date(-100),
+        };
+        (200, vec![("date", http_date(0)), ("expires", expires)])
+    })
+    .await;
+    assert_eq!(outcome(addr, "/future").await, "MISS");
+    assert_eq!(outcome(addr, "/future").await, "HIT");
+    for path in ["/zero", "/invalid", "/past"] {
+        assert_eq!(outcome(addr, path).await, "MISS", "{path}");
+        assert_eq!(outcome(addr, path).await, "MISS", "{path}");
+        assert_eq!(calls.of(path), 2, "{path}: never served from the cache");
+    }
+    h.wait(Duration::from_secs(101)).await;
+    assert_eq!(outcome(addr, "/future").await, "MISS");
+}
+
+/// RFC 9111 §4.2.2: a response without explicit freshness is reused only under a heuristic,
+/// which the layer applies only when `ttl` is set; never when an expiration is explicit.
+async fn rfc9111_4_2_2_heuristic_freshness_only_when_configured(h: Harness) {
+    let script = |path: &str, _| match path {
+        "/silent" => (200, Vec::new()),
+        _ => (200, vec![("expires", "0".to_owned())]),
+    };
+    let (defaults, calls) = site(h.cache().await, script).await;
+    assert_eq!(outcome(defaults, "/silent").await, "MISS");
+    assert_eq!(outcome(defaults, "/silent").await, "MISS");
+    assert_eq!(calls.of("/silent"), 2);
+    let heuristic = h.cache().await.ttl(Duration::from_secs(60));
+    let (addr, calls) = site(heuristic.namespace("heuristic"), script).await;
+    assert_eq!(outcome(addr, "/silent").await, "MISS");
+    assert_eq!(outcome(addr, "/silent").await, "HIT");
+    assert_eq!(outcome(addr, "/expired").await, "MISS");
+    assert_eq!(outcome(addr, "/expired").await, "MISS");
+    assert_eq!(
+        calls.of("/expired"),
+        2,
+        "no heuristic over an explicit expiration"
+    );
+}
+
+/// RFC 9111 §4.2.3 and §5.1: the `Age` a response arrives with counts against its freshness;
+/// one that arrives older than its lifetime is not served as fresh; `Age` is delta-seconds,
+/// its first value, an invalid one ignored.
+async fn rfc9111_4_2_3_upstream_age_counts_against_freshness(h: Harness) {
+    let (addr, calls) = site(h.cache().await, |path, _| {
+        let age = match path {
+            "/old" => "150",
+            "/aged" => "60",
+            "/list" => "60, 10",
+            _ => "soon",
+        };
+        (
+            200,
+            vec![("cache-control", "max-age=100".into()), ("age", age.into())],
+        )
+    })
+    .await;
+    assert_eq!(outcome(addr, "/old").await, "MISS");
+    assert_eq!(outcome(addr, "/old").await, "MISS");
+    assert_eq!(calls.of("/old"), 2, "stale on arrival: never a hit");
+    for path in ["/aged", "/list", "/invalid"] {
+        assert_eq!(outcome(addr, path).await, "MISS", "{path}");
+        assert_eq!(outcome(addr, path).await, "HIT", "{path}");
+    }
+    // 40 s of freshness left (less up to 10% of jitter): stale after 41.
+    h.wait(Duration::from_secs(41)).await;
+    assert_eq!(outcome(addr, "/aged").await, "MISS");
+    assert_eq!(outcome(addr, "/list").await, "MISS");
+    assert_eq!(
+        outcome(addr, "/invalid").await,
+        "HIT",
+        "an invalid Age is ignored"
+    );
+}
+
+/// RFC 9111 §5.1 and §4.2.3: the `Age` of a hit is the entry's current age: its age on
+/// arrival plus its time in the cache.
+async fn rfc9111_5_1_the_age_of_a_hit_is_its_current_age(h: Harness) {
+    let (addr, _) = site(h.cache().await, |path, _| {
+        let mut headers = cc("max-age=1000");
+        if path == "/relayed" {
+            headers.push(("age", "60".into()));
+        }
+        (200, headers)
+    })
+    .await;
+    for path in ["/relayed", "/origin"] {
+        get(addr, path, &[]).await;
+    }
+    h.wait(Duration::from_secs(10)).await;
+    let relayed = get(addr, "/relayed", &[]).await;
+    assert_eq!(relayed.header("x-cache"), Some("HIT"));
+    // Exact on memory; on Redis the real milliseconds the test takes may add a second.
+    let age = |r: &RawResponse| r.header("age").and_then(|a| a.parse::<u64>().ok());
+    assert!(
+        matches!(age(&relayed), Some(70 | 71)),
+        "{:?}",
+        relayed.headers
+    );
+    let origin = get(addr, "/origin", &[]).await;
+    assert!(
+        matches!(age(&origin), Some(10 | 11)),
+        "{:?}",
+        origin.header("age")
+    );
+}
+
+/// RFC 9111 §4.2.1 (a cache may expire a response early, never late): the layer's jitter
+/// shortens freshness, never lengthens it.
+async fn rfc9111_4_2_1_jitter_never_lengthens_freshness(h: Harness) {
+    // The largest jitter draw: the most a default layer moves a lifetime.
+    let layer = h.cache().await.random(|| 1.0);
+    let (addr, _) = site(layer, |_, _| (200, cc("max-age=30"))).await;
+    get(addr, "/j", &[]).await;
+    let hit = get(addr, "/j", &[]).await;
+    let status = hit.header("cache-status").unwrap_or_default().to_owned();
+    let ttl: u64 = status
+        .rsplit("ttl=")
+        .next()
+        .and_then(|t| t.parse().ok())
+        .expect("a ttl");
+    assert!((27..=30).contains(&ttl), "{status}");
+    h.wait(Duration::from_secs(30)).await;
+    assert_eq!(outcome(addr, "/j").await, "MISS");
+}
+
+/// RFC 9111 §5.2.2.2, §5.2.2.8, §5.2.2.10: a response marked `must-revalidate` or
+/// `proxy-revalidate`, or carrying `s-maxage`, is never served stale in place of a failing
+/// handler, whatever the layer's `stale_if_error`.
+async fn rfc9111_5_2_2_stale_if_error_respects_revalidation_directives(h: Harness) {
+    let layer = h.cache().await.stale_if_error(Duration::from_secs(300));
+    let (addr, _) = site(layer, |path, n| {
+        if n > 1 {
+            return (500, Vec::new());
+        }
+        match path {
+            "/must" => (200, cc("max-age=10, must-revalidate")),
+            "/proxy" => (200, cc("max-age=10, proxy-revalidate")),
+            "/shared" => (200, cc("s-maxage=10")),
+            _ => (200, cc("max-age=10")),
+        }
+    })
+    .await;
+    for path in ["/must", "/proxy", "/shared", "/plain"] {
+        assert_eq!(get(addr, path, &[]).await.status, 200, "{path}");
+    }
+    h.wait(Duration::from_secs(20)).await;
+    for path in ["/must", "/proxy", "/shared"] {
+        let r = get(addr, path, &[]).await;
+        assert_eq!((r.status, r.text()), (500, "call 2".to_owned()), "{path}");
+    }
+    let plain = get(addr, "/plain", &[]).await;
+    assert_eq!((plain.status, plain.text()), (200, "call 1".to_owned()));
+    assert_eq!(plain.header("x-cache"), Some("STALE"));
+}
+
+/// RFC 5861 §4: a response's own `stale-if-error` is honoured, with the layer's
+/// `stale_if_error` off, for as long as it says.
+async fn rfc5861_4_the_responses_stale_if_error_is_honoured(h: Harness) {
+    let (addr, _) = site(h.cache().await, |_, n| {
+        if n > 1 {
+            return (503, Vec::new());
+        }
+        (200, cc("max-age=10, stale-if-error=60"))
+    })
+    .await;
+    assert_eq!(get(addr, "/e", &[]).await.status, 200);
+    h.wait(Duration::from_secs(30)).await;
+    let r = get(addr, "/e", &[]).await;
+    assert_eq!((r.status, r.text()), (200, "call 1".to_owned()));
+    assert_eq!(r.header("x-cache"), Some("STALE"));
+    h.wait(Duration::from_secs(45)).await;
+    assert_eq!(get(addr, "/e", &[]).await.status, 503);
+}
+
+/// RFC 5861 §3 and RFC 9111 §4.2.4: a response's own `stale-while-revalidate` is honoured;
+/// `must-revalidate` forbids serving stale, and the layer's own `stale` window is not applied
+/// to a response with `s-maxage`.
+async fn rfc5861_3_stale_while_revalidate_as_the_response_allows(h: Harness) {
+    let layer = h.cache().await.stale(Duration::from_secs(60));
+    let (addr, _) = site(layer, |path, _| match path {
+        "/swr" => (200, cc("max-age=10, stale-while-revalidate=60")),
+        "/must" => (
+            200,
+            cc("max-age=10, must-revalidate, stale-while-revalidate=60"),
+        ),
+        _ => (200, cc("s-maxage=10")),
+    })
+    .await;
+    for path in ["/swr", "/must", "/shared"] {
+        assert_eq!(outcome(addr, path).await, "MISS", "{path}");
+    }
+    h.wait(Duration::from_secs(20)).await;
+    assert_eq!(outcome(addr, "/swr").await, "STALE");
+    assert_eq!(outcome(addr, "/must").await, "MISS");
+    assert_eq!(outcome(addr, "/shared").await, "MISS");
+}
+
+/// RFC 9111 §5.2.1.5: the response to a request that says `no-store` is not stored; a stored
+/// response still answers it.
+async fn rfc9111_5_2_1_5_request_no_store_is_not_stored(h: Harness) {
+    let (addr, calls) = site(h.cache().await, |_, _| (200, cc("max-age=100"))).await;
+    let no_store = [("cache-control", "no-store")];
+    assert_eq!(
+        get(addr, "/n", &no_store).await.header("x-cache"),
+        Some("MISS")
+    );
+    assert_eq!(outcome(addr, "/n").await, "MISS", "nothing was stored");
+    assert_eq!(outcome(addr, "/n").await, "HIT");
+    assert_eq!(
+        get(addr, "/n", &no_store).await.header("x-cache"),
+        Some("HIT")
+    );
+    assert_eq!(calls.of("/n"), 2);
+}
+
+/// RFC 9111 §5.2.1.7: `only-if-cached` is answered from the cache, else `504` without calling
+/// the handler.
+async fn rfc9111_5_2_1_7_only_if_cached_answers_504_when_nothing_is_stored(h: Harness) {
+    let (addr, calls) = site(h.cache().await, |_, _| (200, cc("max-age=100"))).await;
+    let only = [("cache-control", "only-if-cached")];
+    assert_eq!(get(addr, "/o", &only).await.status, 504);
+    assert_eq!(calls.of("/o"), 0);
+    assert_eq!(outcome(addr, "/o").await, "MISS");
+    let r = get(addr, "/o", &only).await;
+    assert_eq!((r.status, r.text()), (200, "call 1".to_owned()));
+    assert_eq!(r.header("x-cache"), Some("HIT"));
+}
+
+/// RFC 9111 §5.2.1 leaves a cache free to ignore a client's request to bypass it: a shared
+/// cache in front of the application does, so that no client can make every request reach
+/// the handler. `no-cache`, `max-age=0` and `min-fresh` are answered from the cache.
+async fn rfc9111_5_2_1_client_requests_to_bypass_are_ignored(h: Harness) {
+    let (addr, calls) = site(h.cache().await, |_, _| (200, cc("max-age=100"))).await;
+    assert_eq!(outcome(addr, "/b").await, "MISS");
+    for directive in ["no-cache", "max-age=0", "min-fresh=1000"] {
+        let r = get(addr, "/b", &[("cache-control", directive)]).await;
+        assert_eq!(r.header("x-cache"), Some("HIT"), "{directive}");
+    }
+    assert_eq!(calls.of("/b"), 1);
+}
+
+backend_suite!(
+    rfc9111_4_2_1_s_maxage_then_the_first_max_age,
+    rfc9111_5_3_expires_sets_freshness_and_invalid_means_expired,
+    rfc9111_4_2_2_heuristic_freshness_only_when_configured,
+    rfc9111_4_2_3_upstream_age_counts_against_freshness,
+    rfc9111_5_1_the_age_of_a_hit_is_its_current_age,
+    rfc9111_4_2_1_jitter_never_lengthens_freshness,
+    rfc9111_5_2_2_stale_if_error_respects_revalidation_directives,
+    rfc5861_4_the_responses_stale_if_error_is_honoured,
+    rfc5861_3_stale_while_revalidate_as_the_response_allows,
+    rfc9111_5_2_1_5_request_no_store_is_not_stored,
+    rfc9111_5_2_1_7_only_if_cached_answers_504_when_nothing_is_stored,
+    rfc9111_5_2_1_client_requests_to_bypass_are_ignored,
+);
