@@ -26,7 +26,9 @@ pub struct RuleDecision {
 }
 
 /// The outcome of rate limiting one request, inserted into the request extensions when the
-/// request is admitted, and handed to the response builder when it is not.
+/// request is admitted and the layer was built with
+/// [`extensions(true)`](crate::rate_limit::RateLimitLayerBuilder::extensions), and handed to
+/// the response builder when it is not.
 ///
 /// The top-level fields describe the *binding* rule: the denying rule with the longest
 /// `retry_after` when denied, the rule with the fewest remaining requests when admitted.

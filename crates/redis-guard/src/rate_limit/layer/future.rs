@@ -10,6 +10,7 @@ use tower_service::Service;
 
 use super::config::{Config, Plan};
 use super::headers::RateLimitHeaders;
+use super::lean::{self, Denial};
 use super::rejection::Rejection;
 use super::response::{ResponseBody, after_completion, answer};
 use super::service::start;
@@ -76,6 +77,10 @@ define_response_future! {
         Rejected {
             rejected: Option<(Rejection, Arc<Config>)>,
         },
+        // A plain request denied (`lean.rs`): its `429` is written when polled.
+        Limited {
+            limited: Option<(Arc<Config>, Denial)>,
+        },
     }
 }
 
@@ -106,7 +111,9 @@ where
     if let Some(report) = report.filter(|_| hold.as_ref().is_some_and(|h| h.settles())) {
         req.extensions_mut().insert(report);
     }
-    req.extensions_mut().insert(decision);
+    if config.extensions {
+        req.extensions_mut().insert(decision);
+    }
     State::Calling {
         fut: inner.call(req),
         headers: Some(extra),
@@ -281,6 +288,26 @@ where
         }
     }
 
+    /// The inner service called for an admitted plain request (`lean.rs`), with its headers.
+    pub(super) fn calling(fut: S::Future, headers: RateLimitHeaders) -> Self {
+        Self {
+            state: State::Calling {
+                fut,
+                headers: Some(headers),
+                hold: None,
+            },
+        }
+    }
+
+    /// A plain request denied (`lean.rs`).
+    pub(super) fn limited(config: Arc<Config>, denial: Denial) -> Self {
+        Self {
+            state: State::Limited {
+                limited: Some((config, denial)),
+            },
+        }
+    }
+
     pub(crate) fn rejected(rejection: Rejection, config: Arc<Config>) -> Self {
         Self {
             state: State::Rejected {
@@ -361,6 +388,13 @@ where
                     };
                     reservation.kept();
                     call(config, decision, (inner, req, settling))
+                }
+                StateProj::Limited { limited } => {
+                    let res = match limited.take() {
+                        Some((config, denial)) => lean::answer(&config, denial),
+                        None => after_completion(),
+                    };
+                    return Poll::Ready(Ok(res));
                 }
                 StateProj::Rejected { rejected } => {
                     let res = match rejected.take() {
