@@ -141,7 +141,13 @@ where
         }),
         Err(err) => Err(count_failure(&rules, err)),
     };
-    state_of(config, decided, &resolved, (inner, req, settling), started)
+    state_of(
+        config,
+        decided,
+        &resolved,
+        (move || inner, req, settling),
+        started,
+    )
 }
 
 /// The quotas the request's rules (name, quota) were resolved to, for the fallback: none when
@@ -165,7 +171,7 @@ fn state_of<S, ReqBody>(
     config: &Arc<Config>,
     decided: Result<Decision, LimiterError>,
     resolved: &[(Arc<str>, Quota)],
-    (mut inner, mut req, settling): (S, Request<ReqBody>, Settling),
+    (ready, mut req, settling): (impl FnOnce() -> S, Request<ReqBody>, Settling),
     started: Stopwatch,
 ) -> State<S, ReqBody>
 where
@@ -194,10 +200,10 @@ where
         Ok(decision) if decision.allowed => match waiting {
             Some((wait, reservation)) => State::Throttled {
                 sleep: Box::pin(tokio::time::sleep(wait)),
-                admitted: Some(Box::new((inner, req, decision, settling, reservation))),
+                admitted: Some(Box::new((ready(), req, decision, settling, reservation))),
                 config: Arc::clone(config),
             },
-            None => call(config, decision, (inner, req, settling)),
+            None => call(config, decision, (ready(), req, settling)),
         },
         Ok(decision) => {
             tracing::debug!(
@@ -213,7 +219,7 @@ where
             rejected: Some((*rejection, Arc::clone(config))),
         },
         Err(Plan::Pass | Plan::Check(_) | Plan::Resolve(..)) => State::Calling {
-            fut: inner.call(req),
+            fut: ready().call(req),
             headers: None,
             hold: None,
         },
@@ -241,10 +247,11 @@ where
     }
 
     /// The request of `checks` decided at once (an in-process limiter): no future to wait for.
+    /// `ready`: the inner service, taken only for an admitted request.
     pub(crate) fn decided(
         config: &Arc<Config>,
         decided: Result<Decision, LimiterError>,
-        (inner, req): (S, Request<ReqBody>),
+        (ready, req): (impl FnOnce() -> S, Request<ReqBody>),
         checks: &[Check],
         started: Stopwatch,
     ) -> Self {
@@ -256,7 +263,7 @@ where
                 config,
                 decided,
                 &resolved,
-                (inner, req, settling(checks)),
+                (ready, req, settling(checks)),
                 started,
             ),
         }

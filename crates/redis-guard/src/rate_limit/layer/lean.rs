@@ -84,7 +84,7 @@ where
         // Someone reads the whole decision: the general engine hands it over.
         return match whole() {
             Some(decision) => {
-                let ready = take_ready(inner);
+                let ready = || take_ready(inner);
                 ResponseFuture::decided(config, Ok(decision), (ready, req), &[], started)
             }
             None => general(inner, req),
@@ -217,7 +217,7 @@ mod tests {
     use http::{HeaderName, Request, Response, StatusCode};
     use http_body_util::BodyExt;
     use proptest::prelude::*;
-    use tower::{Layer, ServiceExt, service_fn};
+    use tower::{Layer, Service, ServiceExt, service_fn};
 
     use crate::backend::ManualClock;
     use crate::rate_limit::{
@@ -285,6 +285,71 @@ mod tests {
             parts.headers,
             body.collect().await.unwrap().to_bytes(),
         )
+    }
+
+    /// An inner service that counts its clones.
+    #[derive(Debug)]
+    struct Counted(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Clone for Counted {
+        fn clone(&self) -> Self {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Self(std::sync::Arc::clone(&self.0))
+        }
+    }
+
+    impl tower::Service<Request<String>> for Counted {
+        type Response = Response<String>;
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<Response<String>, Infallible>>;
+
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Infallible>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<String>) -> Self::Future {
+            std::future::ready(Ok(Response::new(String::new())))
+        }
+    }
+
+    /// A denied request leaves the inner service as it is; an admitted one takes it (a clone
+    /// stays for the next): on the plain path and on the general engine (a soft rule beside).
+    #[tokio::test]
+    async fn only_an_admitted_request_clones_the_inner_service() {
+        let plain =
+            RateLimitLayer::new(MemoryLimiter::new(), "api", Global, Quota::per_hour(2)).unwrap();
+        let general = RateLimitLayer::builder(MemoryLimiter::new())
+            .rule("api", Global, Quota::per_hour(2))
+            .rule_with(
+                Rule::new("soft", Quota::per_hour(1)).with_mode(crate::rate_limit::Mode::Soft),
+                Global,
+            )
+            .build()
+            .unwrap();
+        assert!(plain.config.plain.is_some() && general.config.plain.is_none());
+        for layer in [plain, general] {
+            let clones = std::sync::Arc::default();
+            let mut svc = layer.layer(Counted(std::sync::Arc::clone(&clones)));
+            let mut statuses = Vec::new();
+            for _ in 0..5 {
+                let res = svc
+                    .ready()
+                    .await
+                    .unwrap()
+                    .call(Request::new(String::new()))
+                    .await;
+                statuses.push(res.unwrap().status().as_u16());
+            }
+            assert_eq!(statuses, [200, 200, 429, 429, 429]);
+            assert_eq!(
+                clones.load(std::sync::atomic::Ordering::Relaxed),
+                2,
+                "one per admitted request"
+            );
+        }
     }
 
     proptest! {

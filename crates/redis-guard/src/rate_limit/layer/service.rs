@@ -25,9 +25,9 @@ impl_service! {
         let RateLimit { inner, config } = this;
         match &config.plain {
             Some(rules) => super::lean::call(inner, config, rules, req, |inner, req| {
-                general(take_ready(inner), config, req)
+                general(inner, config, req)
             }),
-            None => general(take_ready(inner), config, req),
+            None => general(inner, config, req),
         }
     }
 }
@@ -40,33 +40,35 @@ pub(super) fn take_ready<S: Clone>(inner: &mut S) -> S {
 }
 
 /// The general engine: the request's plan, then the limiter's decision of its checks.
+/// `inner` is taken (a clone left in its place) only for a request that is called or waits.
 fn general<S, ReqBody>(
-    inner: S,
+    inner: &mut S,
     config: &Arc<Config>,
     req: Request<ReqBody>,
 ) -> ResponseFuture<S, ReqBody>
 where
-    S: tower_service::Service<Request<ReqBody>>,
+    S: tower_service::Service<Request<ReqBody>> + Clone,
 {
     let (mut parts, body) = req.into_parts();
     let plan = config.plan(&mut parts);
     let req = Request::from_parts(parts, body);
     match plan {
-        Plan::Pass => ResponseFuture::call_inner(inner, req),
+        Plan::Pass => ResponseFuture::call_inner(take_ready(inner), req),
         Plan::Respond(rejection) => ResponseFuture::rejected(*rejection, Arc::clone(config)),
         Plan::Check(checks) => {
             // The layer's rules and its limiter were checked when it was built.
             let started = Stopwatch::start();
             let checks_now = checks.as_slice();
             if let Some(decided) = at_once(config, checks_now) {
-                return ResponseFuture::decided(config, decided, (inner, req), checks_now, started);
+                let ready = || take_ready(inner);
+                return ResponseFuture::decided(config, decided, (ready, req), checks_now, started);
             }
             let pending = start(config, checks.into_vec());
-            ResponseFuture::checking(pending, inner, req, Arc::clone(config))
+            ResponseFuture::checking(pending, take_ready(inner), req, Arc::clone(config))
         }
         Plan::Resolve(checks, lookups) => ResponseFuture::resolving(
             resolve::looked_up(checks, lookups),
-            inner,
+            take_ready(inner),
             req,
             Arc::clone(config),
         ),
