@@ -35,9 +35,12 @@ fn app() -> impl Service<
     })
 }
 
-/// One rule named `default`, keyed by `x-client`; settings go on the builder.
+/// One rule named `default`, keyed by `x-client`, the decision handed to the inner service;
+/// settings go on the builder.
 async fn builder(h: &Harness, quota: Quota) -> RateLimitLayerBuilder {
-    RateLimitLayer::builder(h.limiter().await).rule("default", by_client(), quota)
+    RateLimitLayer::builder(h.limiter().await)
+        .rule("default", by_client(), quota)
+        .extensions(true)
 }
 
 async fn layer(h: &Harness, quota: Quota) -> RateLimitLayer {
@@ -53,6 +56,7 @@ fn with_policy(
     RateLimitLayer::builder(limiter)
         .rule("default", by_client(), quota)
         .failure_policy(policy)
+        .extensions(true)
         .build()
         .expect("valid")
 }

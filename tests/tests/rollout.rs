@@ -26,6 +26,7 @@ async fn layer_with_candidate(h: &Harness, enforced: Quota, candidate: Quota) ->
     RateLimitLayer::builder(h.limiter().await)
         .rule_with(Rule::new("api", enforced), by_client())
         .candidate("api", candidate)
+        .extensions(true)
         .response(|r| match r {
             Rejection::Limited(d) => Response::builder()
                 .status(429)

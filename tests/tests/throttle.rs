@@ -34,6 +34,7 @@ async fn layer(h: &Harness, rule: Rule, max_waiters: usize) -> RateLimitLayer {
     RateLimitLayer::builder(h.limiter().await)
         .rule_with(rule, by_client())
         .max_waiters(max_waiters)
+        .extensions(true)
         .response(|rejection| {
             let mut res = rejection.response();
             if let Rejection::Limited(d) = rejection {

@@ -59,23 +59,33 @@ pub enum Stack {
     /// `RedisLimiter` with a quota of 1 per hour (harness variant `redis-abusive`): every
     /// request after the first is a 429 from the deny cache.
     RedisAbusive,
+    /// The `memory` stack with redis-guard's default features (`metrics` among them) and no
+    /// recorder installed: what an application that leaves the features alone pays. Only in a
+    /// binary built with this crate's `guard-default-features` feature (cargo unifies features
+    /// per build, so the other stacks carry them too in that binary).
+    DefaultFeatures,
 }
 
 impl Stack {
     /// Every stack, in the order the table lists them.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Bare,
         Self::Governor,
         Self::Memory,
         Self::MemoryNoHeaders,
         Self::Abusive,
         Self::RedisAbusive,
+        Self::DefaultFeatures,
     ];
 
     /// The name on the command line and in the table: the harness variant's.
     #[must_use]
     pub fn name(self) -> &'static str {
-        self.variant().map_or("abusive", Variant::name)
+        match self {
+            Self::Abusive => "abusive",
+            Self::DefaultFeatures => "default-features",
+            other => other.variant().map_or("abusive", Variant::name),
+        }
     }
 
     /// The harness variant whose app this is (none for [`Abusive`](Self::Abusive)).
@@ -83,7 +93,7 @@ impl Stack {
         match self {
             Self::Bare => Some(Variant::Bare),
             Self::Governor => Some(Variant::Governor),
-            Self::Memory => Some(Variant::Memory),
+            Self::Memory | Self::DefaultFeatures => Some(Variant::Memory),
             Self::MemoryNoHeaders => Some(Variant::MemoryNoHeaders),
             Self::RedisAbusive => Some(Variant::RedisAbusive),
             Self::Abusive => None,
@@ -106,6 +116,12 @@ impl Stack {
     ///
     /// The layer refused its configuration, or Redis could not be reached (described).
     pub fn app(self, rt: &Runtime, redis_url: &str) -> Result<Router, String> {
+        if self == Self::DefaultFeatures && !cfg!(feature = "guard-default-features") {
+            return Err(format!(
+                "{}: build with `--features guard-default-features`",
+                self.name()
+            ));
+        }
         if self.uses_redis() {
             return rt.block_on(Variant::RedisAbusive.app(redis_url, None));
         }
@@ -305,7 +321,9 @@ mod tests {
 
     #[test]
     fn every_stack_answers_at_once_with_its_status() {
-        for stack in Stack::ALL {
+        let built =
+            |s: &Stack| *s != Stack::DefaultFeatures || cfg!(feature = "guard-default-features");
+        for stack in Stack::ALL.into_iter().filter(built) {
             drive(stack, 5).unwrap();
         }
     }

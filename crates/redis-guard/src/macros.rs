@@ -68,6 +68,7 @@ cfg_middleware! {
             impl<S: Clone> $name<S> {
                 /// The inner service made ready by `poll_ready`, to go with this request; a fresh
                 /// clone stays for the next one.
+                #[allow(dead_code)] // the rate-limit service takes it only for admitted requests
                 fn take_ready(&mut self) -> S {
                     let clone = self.inner.clone();
                     std::mem::replace(&mut self.inner, clone)

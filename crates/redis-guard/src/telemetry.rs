@@ -3,7 +3,9 @@
 //!
 //! redis-guard only records; the application installs a recorder (an exporter) to collect, e.g.
 //! `metrics-exporter-prometheus`, as the axum example does for `GET /metrics`. Without one,
-//! recording costs a lookup of the global recorder and nothing more. Names and labels are fixed
+//! recording costs a lookup of the global recorder and nothing more; a rate-limit decision then
+//! reads no clock either. (The facade's no-op recorder, in place while none is installed, is
+//! told apart by its size: a zero-sized recorder of your own gets no rate-limit decisions.) Names and labels are fixed
 //! and documented on [`Metric`], so dashboards and alerts can rely on them.
 //!
 //! **Cardinality is bounded**: labels are rule names (chosen in code, at most 64 characters),
@@ -246,19 +248,34 @@ recorders! {
 }
 
 /// Times a decision for [`Metric::RateLimitDecisionSeconds`]: reads the clock only when the
-/// `metrics` feature is there to record it (the in-process limiter's path has nothing else to
-/// read the clock for).
+/// `metrics` feature is there to record it and a recorder is in place (the in-process limiter's
+/// path has nothing else to read the clock for); off, the layer records nothing of the
+/// decision.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Stopwatch(#[cfg(feature = "metrics")] std::time::Instant);
+pub(crate) struct Stopwatch(#[cfg(feature = "metrics")] Option<std::time::Instant>);
+
+/// Whether a recorder is in place (this thread's local one, or the global one): the facade's
+/// no-op recorder, the one in place when none is installed, is the only zero-sized one an
+/// application meets, so a request that finds it records nothing and reads no clock.
+#[cfg(feature = "metrics")]
+pub(crate) fn recording() -> bool {
+    metrics::with_recorder(|r| std::mem::size_of_val(r) != 0)
+}
 
 #[cfg(feature = "metrics")]
 impl Stopwatch {
+    /// Started when a recorder is in place, else off (nothing to time).
     pub(crate) fn start() -> Self {
-        Self(std::time::Instant::now())
+        Self(recording().then(std::time::Instant::now))
     }
 
     pub(crate) fn elapsed(self) -> std::time::Duration {
-        self.0.elapsed()
+        self.0.map(|started| started.elapsed()).unwrap_or_default()
+    }
+
+    /// Whether a recorder was in place when it started: the decision is recorded.
+    pub(crate) fn on(self) -> bool {
+        self.0.is_some()
     }
 }
 
@@ -271,6 +288,11 @@ impl Stopwatch {
     #[allow(clippy::unused_self)]
     pub(crate) fn elapsed(self) -> std::time::Duration {
         std::time::Duration::ZERO
+    }
+
+    #[allow(clippy::unused_self)]
+    pub(crate) fn on(self) -> bool {
+        false
     }
 }
 
@@ -447,6 +469,20 @@ pub(crate) mod testing {
 #[cfg(test)]
 mod tests {
     use super::Metric;
+
+    /// Without a recorder a decision reads no clock and records nothing; with one (this
+    /// thread's here) it is timed.
+    #[cfg(feature = "metrics")]
+    #[test]
+    fn a_stopwatch_runs_only_while_a_recorder_is_in_place() {
+        assert!(
+            !super::Stopwatch::start().on(),
+            "the facade's no-op recorder"
+        );
+        let captured = super::testing::Captured::default();
+        let _guard = metrics::set_default_local_recorder(&captured);
+        assert!(super::Stopwatch::start().on());
+    }
 
     /// The names are the ones dashboards, the suites and the example's `/metrics` rely on, each
     /// once in [`Metric::ALL`].

@@ -4,6 +4,9 @@
 //! cargo build --release -p redis-guard-bench --bin profile
 //! target/release/profile --callgrind            # every stack, 10000 and 20000 requests each
 //! target/release/profile --stack memory --requests 1000   # one stack, no valgrind
+//! # redis-guard's default features (`metrics` on, no recorder) against the same tree without:
+//! cargo run --release -p redis-guard-bench --features guard-default-features --bin profile -- \
+//!     --callgrind --only bare,default-features
 //! ```
 //!
 //! Needs `valgrind` on `PATH` for `--callgrind`. The callgrind files stay in `--dir`
@@ -30,7 +33,9 @@ OPTIONS:
     --dir <DIR>        with --callgrind: where the callgrind files go [default: target/callgrind]
     -h, --help         this text
 
-STACKS: bare, governor, memory, memory-no-headers, abusive, redis-abusive (starts a redis-server)
+STACKS: bare, governor, memory, memory-no-headers, abusive, redis-abusive (starts a redis-server),
+        default-features (the memory stack in a binary built with --features guard-default-features:
+        redis-guard's default features, metrics on, no recorder)
 ";
 
 fn main() -> ExitCode {
@@ -46,7 +51,10 @@ fn main() -> ExitCode {
 fn run(args: Vec<String>) -> Result<(), String> {
     let mut requests = DEFAULT_REQUESTS;
     let mut stack = None;
-    let mut stacks = Stack::ALL.to_vec();
+    let mut stacks: Vec<Stack> = Stack::ALL
+        .into_iter()
+        .filter(|s| *s != Stack::DefaultFeatures || cfg!(feature = "guard-default-features"))
+        .collect();
     let mut callgrind = false;
     let mut dir = PathBuf::from("target/callgrind");
     let mut args = args.into_iter();

@@ -26,7 +26,9 @@ pub struct RuleDecision {
 }
 
 /// The outcome of rate limiting one request, inserted into the request extensions when the
-/// request is admitted, and handed to the response builder when it is not.
+/// request is admitted and the layer was built with
+/// [`extensions(true)`](crate::rate_limit::RateLimitLayerBuilder::extensions), and handed to
+/// the response builder when it is not.
 ///
 /// The top-level fields describe the *binding* rule: the denying rule with the longest
 /// `retry_after` when denied, the rule with the fewest remaining requests when admitted.
@@ -182,40 +184,43 @@ impl Decision {
     /// Counts each rule's verdict, and the time the decision took under each rule's name
     /// ([`telemetry`](crate::telemetry)).
     pub(crate) fn record(&self, took: Duration) {
-        self.record_with(took, &[]);
+        self.record_with(Some(took), &[]);
     }
 
     /// [`record`](Self::record) through the rules' prepared metrics (a layer's), where
-    /// `metrics` has the rule's.
-    pub(crate) fn record_with(&self, took: Duration, metrics: &[RuleMetrics]) {
-        let seconds = took.as_secs_f64();
-        for r in self.rules.iter().chain(&self.shadow) {
-            let metric = if r.state.allowed {
-                Metric::RateLimitAllowed
-            } else {
-                match r.mode {
-                    Mode::Shadow => Metric::RateLimitShadowLimited,
-                    Mode::Soft => Metric::RateLimitSoftLimited,
-                    _ => Metric::RateLimitLimited,
+    /// `metrics` has the rule's; `took` is `None` when no recorder is in place.
+    pub(crate) fn record_with(&self, took: Option<Duration>, metrics: &[RuleMetrics]) {
+        // `None`: no recorder in place, nothing to record.
+        if let Some(took) = took {
+            let seconds = took.as_secs_f64();
+            for r in self.rules.iter().chain(&self.shadow) {
+                let metric = if r.state.allowed {
+                    Metric::RateLimitAllowed
+                } else {
+                    match r.mode {
+                        Mode::Shadow => Metric::RateLimitShadowLimited,
+                        Mode::Soft => Metric::RateLimitSoftLimited,
+                        _ => Metric::RateLimitLimited,
+                    }
+                };
+                // Without the `metrics` feature there is nothing to look up.
+                let prepared = if cfg!(feature = "metrics") {
+                    metrics.iter().find(|m| m.is_of(&r.rule))
+                } else {
+                    None
+                };
+                if let Some(prepared) = prepared {
+                    prepared.record(metric, seconds);
+                    continue;
                 }
-            };
-            // Without the `metrics` feature there is nothing to look up.
-            let prepared = if cfg!(feature = "metrics") {
-                metrics.iter().find(|m| m.is_of(&r.rule))
-            } else {
-                None
-            };
-            if let Some(prepared) = prepared {
-                prepared.record(metric, seconds);
-                continue;
+                telemetry::count(metric, "rule", (&r.rule).into(), 1);
+                telemetry::observe(
+                    Metric::RateLimitDecisionSeconds,
+                    "rule",
+                    (&r.rule).into(),
+                    seconds,
+                );
             }
-            telemetry::count(metric, "rule", (&r.rule).into(), 1);
-            telemetry::observe(
-                Metric::RateLimitDecisionSeconds,
-                "rule",
-                (&r.rule).into(),
-                seconds,
-            );
         }
         for r in self.shadow.iter().filter(|r| !r.state.allowed) {
             tracing::debug!(rule = %r.rule, "shadow rule would have limited this request");

@@ -30,11 +30,12 @@
 //!   is what the layer takes too: no handle type of its own;
 //! - the layer answers `429 Too Many Requests` with `Retry-After`, `RateLimit-Policy` and
 //!   `RateLimit` headers and an `application/problem+json` body, or calls the inner service with
-//!   the same headers added and a [`Decision`] in the request extensions (and, for a rule keyed
+//!   the same headers added, and a [`Decision`] in the request extensions when the builder asks
+//!   ([`RateLimitLayerBuilder::extensions`]) (and, for a rule keyed
 //!   by [`ClientIp`], the [`ClientAddr`] it counted: a handler's own
 //!   [`check`](RedisLimiter::check) keys on the same address). Its answers of its own
 //!   (`429`, `503` with the limiter down, a missing key, `500` misconfigured) carry a
-//!   [`Rejection`] in their extensions, and [`RateLimitLayerBuilder::response`] writes them
+//!   [`Rejection`] in their extensions when asked alike, and [`RateLimitLayerBuilder::response`] writes them
 //!   your way;
 //! - in front of a gRPC service, [`RateLimitLayerBuilder::grpc`] makes the layer answer in gRPC
 //!   instead: `RESOURCE_EXHAUSTED` with the retry delay in metadata and status details

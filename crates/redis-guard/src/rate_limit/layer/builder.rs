@@ -254,6 +254,28 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// Puts the [`Decision`] in the request extensions of each admitted request (for the
+    /// handler: `Option<Extension<Decision>>`) and the [`Rejection`] in the extensions of each
+    /// answer the layer makes itself (for an outer layer or a test). Off by default: most
+    /// applications read neither, and the two inserts are a good part of what a request costs
+    /// the layer. The headers and the `response` hook get the decision either way.
+    ///
+    /// ```
+    /// use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
+    ///     .rule("api", ClientIp::peer(), Quota::per_minute(100))
+    ///     .extensions(true) // handlers read `Option<axum::Extension<Decision>>`
+    ///     .build()?;
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    ///
+    /// [`Decision`]: crate::rate_limit::Decision
+    pub fn extensions(mut self, on: bool) -> Self {
+        self.config.extensions = on;
+        self
+    }
+
     /// Answers in gRPC: [`response`](Self::response) with [`grpc::response`]. A denied call
     /// gets `RESOURCE_EXHAUSTED` (with the retry delay in metadata and status details) instead
     /// of `429`, and the layer's other answers (limiter unavailable, misconfigured, key
@@ -358,6 +380,7 @@ impl RateLimitLayerBuilder {
             .iter()
             .map(|r| crate::telemetry::RuleMetrics::new(r.rule.name_arc()))
             .collect();
+        config.plain = super::lean::plan(&config);
         Ok(RateLimitLayer {
             config: Arc::new(config),
         })

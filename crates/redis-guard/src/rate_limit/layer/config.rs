@@ -52,7 +52,7 @@ impl LayerRule {
 
     /// The key for this request. A rule keyed by [`ClientIp`] also leaves the address it
     /// counted in the request extensions, replacing one an outer layer left.
-    fn extract(&self, parts: &mut http::request::Parts) -> Result<Key, KeyError> {
+    pub(super) fn extract(&self, parts: &mut http::request::Parts) -> Result<Key, KeyError> {
         let Some(ip) = &self.client_ip else {
             return self.extractor.extract(parts);
         };
@@ -87,6 +87,12 @@ pub(crate) struct Config {
     pub(crate) dynamic: bool,
     /// The requests waiting for their slot ([`Rule::throttle`](crate::rate_limit::Rule::throttle)).
     pub(crate) waiters: Arc<Waiters>,
+    /// The [`Decision`] and the [`Rejection`] go in the extensions
+    /// ([`RateLimitLayerBuilder::extensions`](crate::rate_limit::RateLimitLayerBuilder::extensions)).
+    pub(crate) extensions: bool,
+    /// Every rule, when all are plain ([`Rule::is_plain`]) and the limiter decides them at
+    /// once: the plan a request runs then (`lean.rs`).
+    pub(crate) plain: Option<Box<[Arc<Rule>]>>,
 }
 
 impl Config {
@@ -108,6 +114,8 @@ impl Config {
             warn: Arc::new(WarnEvery::new(WARN_INTERVAL)),
             dynamic: false,
             waiters: Arc::new(Waiters::new(DEFAULT_MAX_WAITERS)),
+            extensions: false,
+            plain: None,
         }
     }
 }
@@ -408,6 +416,7 @@ impl fmt::Debug for Config {
             .field("fallback", &self.fallback.is_some())
             .field("headers", &self.headers)
             .field("response", &self.response)
+            .field("extensions", &self.extensions)
             .finish()
     }
 }

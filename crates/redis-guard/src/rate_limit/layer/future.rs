@@ -10,6 +10,7 @@ use tower_service::Service;
 
 use super::config::{Config, Plan};
 use super::headers::RateLimitHeaders;
+use super::lean::{self, Denial};
 use super::rejection::Rejection;
 use super::response::{ResponseBody, after_completion, answer};
 use super::service::start;
@@ -76,6 +77,10 @@ define_response_future! {
         Rejected {
             rejected: Option<(Rejection, Arc<Config>)>,
         },
+        // A plain request denied (`lean.rs`): its `429` is written when polled.
+        Limited {
+            limited: Option<(Arc<Config>, Denial)>,
+        },
     }
 }
 
@@ -106,7 +111,9 @@ where
     if let Some(report) = report.filter(|_| hold.as_ref().is_some_and(|h| h.settles())) {
         req.extensions_mut().insert(report);
     }
-    req.extensions_mut().insert(decision);
+    if config.extensions {
+        req.extensions_mut().insert(decision);
+    }
     State::Calling {
         fut: inner.call(req),
         headers: Some(extra),
@@ -134,7 +141,13 @@ where
         }),
         Err(err) => Err(count_failure(&rules, err)),
     };
-    state_of(config, decided, &resolved, (inner, req, settling), started)
+    state_of(
+        config,
+        decided,
+        &resolved,
+        (move || inner, req, settling),
+        started,
+    )
 }
 
 /// The quotas the request's rules (name, quota) were resolved to, for the fallback: none when
@@ -158,7 +171,7 @@ fn state_of<S, ReqBody>(
     config: &Arc<Config>,
     decided: Result<Decision, LimiterError>,
     resolved: &[(Arc<str>, Quota)],
-    (mut inner, mut req, settling): (S, Request<ReqBody>, Settling),
+    (ready, mut req, settling): (impl FnOnce() -> S, Request<ReqBody>, Settling),
     started: Stopwatch,
 ) -> State<S, ReqBody>
 where
@@ -181,16 +194,16 @@ where
         _ => None,
     };
     if let Ok(decision) = &decided {
-        decision.record_with(started.elapsed(), &config.metrics);
+        decision.record_with(started.on().then(|| started.elapsed()), &config.metrics);
     }
     match decided {
         Ok(decision) if decision.allowed => match waiting {
             Some((wait, reservation)) => State::Throttled {
                 sleep: Box::pin(tokio::time::sleep(wait)),
-                admitted: Some(Box::new((inner, req, decision, settling, reservation))),
+                admitted: Some(Box::new((ready(), req, decision, settling, reservation))),
                 config: Arc::clone(config),
             },
-            None => call(config, decision, (inner, req, settling)),
+            None => call(config, decision, (ready(), req, settling)),
         },
         Ok(decision) => {
             tracing::debug!(
@@ -206,7 +219,7 @@ where
             rejected: Some((*rejection, Arc::clone(config))),
         },
         Err(Plan::Pass | Plan::Check(_) | Plan::Resolve(..)) => State::Calling {
-            fut: inner.call(req),
+            fut: ready().call(req),
             headers: None,
             hold: None,
         },
@@ -234,10 +247,11 @@ where
     }
 
     /// The request of `checks` decided at once (an in-process limiter): no future to wait for.
+    /// `ready`: the inner service, taken only for an admitted request.
     pub(crate) fn decided(
         config: &Arc<Config>,
         decided: Result<Decision, LimiterError>,
-        (inner, req): (S, Request<ReqBody>),
+        (ready, req): (impl FnOnce() -> S, Request<ReqBody>),
         checks: &[Check],
         started: Stopwatch,
     ) -> Self {
@@ -249,7 +263,7 @@ where
                 config,
                 decided,
                 &resolved,
-                (inner, req, settling(checks)),
+                (ready, req, settling(checks)),
                 started,
             ),
         }
@@ -277,6 +291,26 @@ where
                 fut: inner.call(req),
                 headers: None,
                 hold: None,
+            },
+        }
+    }
+
+    /// The inner service called for an admitted plain request (`lean.rs`), with its headers.
+    pub(super) fn calling(fut: S::Future, headers: RateLimitHeaders) -> Self {
+        Self {
+            state: State::Calling {
+                fut,
+                headers: Some(headers),
+                hold: None,
+            },
+        }
+    }
+
+    /// A plain request denied (`lean.rs`).
+    pub(super) fn limited(config: Arc<Config>, denial: Denial) -> Self {
+        Self {
+            state: State::Limited {
+                limited: Some((config, denial)),
             },
         }
     }
@@ -361,6 +395,13 @@ where
                     };
                     reservation.kept();
                     call(config, decision, (inner, req, settling))
+                }
+                StateProj::Limited { limited } => {
+                    let res = match limited.take() {
+                        Some((config, denial)) => lean::answer(&config, denial),
+                        None => after_completion(),
+                    };
+                    return Poll::Ready(Ok(res));
                 }
                 StateProj::Rejected { rejected } => {
                     let res = match rejected.take() {

@@ -87,6 +87,23 @@ impl RateLimitHeaders {
     }
 
     /// Writes the headers into `headers`, replacing those of the same names.
+    /// The headers of a plain decision (`lean.rs`): `policy` and the `RateLimit` value
+    /// `state`, when sent, and the binding rule's (limit, remaining, reset) for the legacy ones.
+    pub(crate) fn plain(
+        ietf: Option<(HeaderValue, HeaderValue)>,
+        legacy: Option<(u32, u32, u64)>,
+    ) -> Self {
+        Self {
+            ietf,
+            rare: legacy.map(|legacy| {
+                Box::new(Rare {
+                    legacy: Some(legacy),
+                    exceeded: None,
+                })
+            }),
+        }
+    }
+
     pub(crate) fn insert(self, headers: &mut HeaderMap) {
         if let Some((policy, state)) = self.ietf {
             headers.insert(RATELIMIT_POLICY, policy);
@@ -121,9 +138,22 @@ where
 
 /// The `RateLimit` value of `decision`.
 fn state(decision: &Decision) -> HeaderValue {
-    list(decision.rules.iter().filter(|r| !r.lease).map(|r| {
-        let t = ceil_secs(r.state.reset_after);
-        (&*r.rule, [("r", u64::from(r.state.remaining)), ("t", t)])
+    states(
+        decision
+            .rules
+            .iter()
+            .filter(|r| !r.lease)
+            .map(|r| (&*r.rule, &r.state)),
+    )
+}
+
+/// The `RateLimit` value of the rules (name, state).
+pub(crate) fn states<'a>(
+    rules: impl Iterator<Item = (&'a str, &'a crate::rate_limit::RuleState)> + Clone,
+) -> HeaderValue {
+    list(rules.map(|(name, state)| {
+        let t = ceil_secs(state.reset_after);
+        (name, [("r", u64::from(state.remaining)), ("t", t)])
     }))
 }
 

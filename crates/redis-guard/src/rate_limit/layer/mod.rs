@@ -10,6 +10,7 @@ mod config;
 mod future;
 pub mod grpc;
 mod headers;
+mod lean;
 mod policy;
 mod rejection;
 mod response;
@@ -29,7 +30,7 @@ pub use service::RateLimit;
 pub(crate) use warn_every::WarnEvery;
 
 /// Rate-limits requests: extracts a key per rule, asks the [`Limiter`](crate::rate_limit::Limiter), and either calls the
-/// inner service (adding `RateLimit` headers and a [`Decision`](crate::rate_limit::Decision) extension) or answers `429`.
+/// inner service (adding `RateLimit` headers, and a [`Decision`](crate::rate_limit::Decision) extension when asked) or answers `429`.
 ///
 /// One rule:
 ///

@@ -15,7 +15,9 @@ use crate::rate_limit::Decision;
 /// Why a [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) answered a request itself
 /// instead of calling the inner service.
 ///
-/// The layer puts it in its answer's extensions, so an outer layer or a test can read why;
+/// The layer puts it in its answer's extensions when asked
+/// ([`RateLimitLayerBuilder::extensions`](crate::rate_limit::RateLimitLayerBuilder::extensions)),
+/// so an outer layer or a test can read why;
 /// [`RateLimitLayerBuilder::response`](crate::rate_limit::RateLimitLayerBuilder::response)
 /// gets it to write the answer's body.
 ///
@@ -26,7 +28,10 @@ use crate::rate_limit::Decision;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let layer = RateLimitLayer::new(MemoryLimiter::new(), "api", Global, Quota::per_minute(1))?;
+/// let layer = RateLimitLayer::builder(MemoryLimiter::new())
+///     .rule("api", Global, Quota::per_minute(1))
+///     .extensions(true)
+///     .build()?;
 /// let svc = layer.layer(service_fn(|_: Request<String>| async {
 ///     Ok::<_, std::convert::Infallible>(Response::new(String::from("ok")))
 /// }));
@@ -302,7 +307,11 @@ impl PreparedDenial {
     /// The `429` of a denial by this rule, `decision` its decision: as
     /// [`Rejection::response`] writes it.
     pub(crate) fn response(&self, decision: &Decision) -> Response<Bytes> {
-        let secs = decision.retry_after_secs();
+        self.response_after(decision.retry_after_secs())
+    }
+
+    /// The `429` of a denial by this rule that may be retried after `secs` seconds (at least 1).
+    pub(crate) fn response_after(&self, secs: u64) -> Response<Bytes> {
         let digits = Digits::new(secs);
         let digits = digits.as_str().as_bytes();
         let mut body = Vec::with_capacity(
@@ -346,6 +355,7 @@ mod tests {
                 Global,
             )
             .rule_with(Rule::concurrency("jobs", 5), Global)
+            .extensions(true)
             .build()
             .unwrap()
     }

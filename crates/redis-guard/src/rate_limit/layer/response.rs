@@ -139,7 +139,9 @@ pub(crate) fn answer<B>(config: &Config, rejection: Rejection) -> Response<Respo
             (!hooked || !h.contains_key(headers::RATELIMIT)).then(|| config.policy(decision));
         RateLimitHeaders::new(decision, policy, config.legacy_headers()).insert(h);
     }
-    res.extensions_mut().insert(rejection);
+    if config.extensions {
+        res.extensions_mut().insert(rejection);
+    }
     res.map(ResponseBody::full)
 }
 
@@ -311,6 +313,7 @@ pub(super) mod tests {
         RateLimitLayer::builder(MemoryLimiter::new())
             .rule_with(rule, HeaderKey::new(HeaderName::from_static("x-key")))
             .failure_policy(policy)
+            .extensions(true)
     }
 
     #[tokio::test]
@@ -331,6 +334,7 @@ pub(super) mod tests {
         assert_eq!((res.status().as_u16(), why(&res)), (400, Some(missing)));
         let limited = RateLimitLayer::builder(MemoryLimiter::new())
             .rule("api", Global, Quota::per_minute(1))
+            .extensions(true)
             .build()
             .unwrap();
         assert_eq!(why(&answered(&limited, None).await), None, "admitted");

@@ -22,39 +22,56 @@ define_service! {
 
 impl_service! {
     RateLimit => ResponseBody where {} |this, req| {
-        let inner = this.take_ready();
-        let (mut parts, body) = req.into_parts();
-        let plan = this.config.plan(&mut parts);
-        let req = Request::from_parts(parts, body);
-        match plan {
-            Plan::Pass => ResponseFuture::call_inner(inner, req),
-            Plan::Respond(rejection) => {
-                ResponseFuture::rejected(*rejection, Arc::clone(&this.config))
-            }
-            Plan::Check(checks) => {
-                // The layer's rules and its limiter were checked when it was built.
-                let started = Stopwatch::start();
-                let checks_now = checks.as_slice();
-                if let Some(decided) = at_once(&this.config, checks_now) {
-                    let waiting = (inner, req);
-                    return ResponseFuture::decided(
-                        &this.config,
-                        decided,
-                        waiting,
-                        checks_now,
-                        started,
-                    );
-                }
-                let pending = start(&this.config, checks.into_vec());
-                ResponseFuture::checking(pending, inner, req, Arc::clone(&this.config))
-            }
-            Plan::Resolve(checks, lookups) => ResponseFuture::resolving(
-                resolve::looked_up(checks, lookups),
-                inner,
-                req,
-                Arc::clone(&this.config),
-            ),
+        let RateLimit { inner, config } = this;
+        match &config.plain {
+            Some(rules) => super::lean::call(inner, config, rules, req, |inner, req| {
+                general(inner, config, req)
+            }),
+            None => general(inner, config, req),
         }
+    }
+}
+
+/// The inner service made ready by `poll_ready`, to go with this request; a fresh clone stays
+/// for the next one.
+pub(super) fn take_ready<S: Clone>(inner: &mut S) -> S {
+    let clone = inner.clone();
+    std::mem::replace(inner, clone)
+}
+
+/// The general engine: the request's plan, then the limiter's decision of its checks.
+/// `inner` is taken (a clone left in its place) only for a request that is called or waits.
+fn general<S, ReqBody>(
+    inner: &mut S,
+    config: &Arc<Config>,
+    req: Request<ReqBody>,
+) -> ResponseFuture<S, ReqBody>
+where
+    S: tower_service::Service<Request<ReqBody>> + Clone,
+{
+    let (mut parts, body) = req.into_parts();
+    let plan = config.plan(&mut parts);
+    let req = Request::from_parts(parts, body);
+    match plan {
+        Plan::Pass => ResponseFuture::call_inner(take_ready(inner), req),
+        Plan::Respond(rejection) => ResponseFuture::rejected(*rejection, Arc::clone(config)),
+        Plan::Check(checks) => {
+            // The layer's rules and its limiter were checked when it was built.
+            let started = Stopwatch::start();
+            let checks_now = checks.as_slice();
+            if let Some(decided) = at_once(config, checks_now) {
+                let ready = || take_ready(inner);
+                return ResponseFuture::decided(config, decided, (ready, req), checks_now, started);
+            }
+            let pending = start(config, checks.into_vec());
+            ResponseFuture::checking(pending, take_ready(inner), req, Arc::clone(config))
+        }
+        Plan::Resolve(checks, lookups) => ResponseFuture::resolving(
+            resolve::looked_up(checks, lookups),
+            take_ready(inner),
+            req,
+            Arc::clone(config),
+        ),
     }
 }
 

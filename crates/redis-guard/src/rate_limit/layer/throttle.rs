@@ -232,7 +232,11 @@ mod tests {
     /// offered as its `retry_after`, its slot given back (the next is offered the same wait).
     #[tokio::test(start_paused = true)]
     async fn past_the_bound_a_throttled_request_is_denied_at_once() {
-        let layer = api(Duration::from_secs(1)).max_waiters(0).build().unwrap();
+        let layer = api(Duration::from_secs(1))
+            .max_waiters(0)
+            .extensions(true)
+            .build()
+            .unwrap();
         #[cfg(feature = "metrics")]
         let metrics = crate::telemetry::testing::Captured::default();
         #[cfg(feature = "metrics")]

@@ -137,6 +137,20 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
 
     /// Whether this limiter keeps its state in this process (it cannot become unavailable, and
     /// each replica has its own). Not part of the stable interface.
+    /// Decides the plain rules `rules` (every one enforced, with its own quota and constant
+    /// cost, and nothing to lease, settle, throttle, override or resolve) for `keys`, one per
+    /// rule in order, all or nothing, at once: the layer's common case, without a `Check` per
+    /// rule. `None` when this limiter has no such path (the layer then runs the general one).
+    #[doc(hidden)]
+    fn decide_plain(
+        &self,
+        rules: &[Arc<Rule>],
+        keys: &[Key],
+    ) -> Option<Result<crate::rate_limit::Few<RuleState>, LimiterError>> {
+        let _ = (rules, keys);
+        None
+    }
+
     #[doc(hidden)]
     fn in_process(&self) -> bool {
         false
@@ -415,6 +429,7 @@ impl<L: Engine + ?Sized> Engine for Arc<L> {
         evaluate(checks: Vec<Check>) -> LimiterFuture<Vec<RuleState>>;
         evaluate_leased(checks: Vec<Check>) -> LimiterFuture<Held>;
         evaluate_at_once(checks: &[Check]) -> Option<Result<Decision, LimiterError>>;
+        decide_plain(rules: &[Arc<Rule>], keys: &[Key]) -> Option<Result<crate::rate_limit::Few<RuleState>, LimiterError>>;
         in_process() -> bool;
         config_problem() -> Option<ConfigError>;
         inspect_key(rule: &Rule, key: Key) -> LimiterFuture<Inspection>;

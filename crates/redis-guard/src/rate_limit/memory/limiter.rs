@@ -120,6 +120,45 @@ impl MemoryLimiter {
         Ok(decision)
     }
 
+    /// Decides plain `rules` for `keys` (see [`Engine::decide_plain`]): one table lookup per
+    /// rule, the states committed only when every rule admits.
+    fn plain_now(&self, rules: &[Arc<Rule>], keys: &[Key]) -> Result<Few<RuleState>, LimiterError> {
+        let now = self.inner.now_us();
+        let mut table = self.inner.lock();
+        let mut states = Few::default();
+        let mut commits = Few::default();
+        for (rule, key) in rules.iter().zip(keys) {
+            if rule.allows(key) {
+                states.push(allow_listed_state(rule.quota().limit()));
+                continue;
+            }
+            let params = rule.params(rule.quota(), rule.cost(), Mode::Enforce);
+            let id = self.state_id(rule, key);
+            let current = table.states.get_live_mut(&id, now);
+            let Some(step) = algorithm::step(current, now, &params) else {
+                return Err(custom_needs_redis(rule));
+            };
+            if let Some(commit) = step.commit {
+                commits.push((id, commit));
+            }
+            states.push(RuleState::from_parts(
+                step.allowed,
+                params.limit,
+                step.remaining,
+                ceil_ms(step.retry_after_us),
+                ceil_ms(step.reset_after_us),
+            ));
+        }
+        if states.as_slice().iter().all(|s| s.allowed) {
+            for (id, commit) in commits {
+                table.apply(id, commit, now, "");
+            }
+        }
+        table.states.maintain(now, |_, _| {});
+        table.overrides.maintain(now, |_, _| {});
+        Ok(states)
+    }
+
     /// Evaluates `checks`. `by_mode`: as the layer evaluates rules ([`Mode`]): the enforced
     /// checks all or nothing, each other one on its own; otherwise every check all or nothing.
     /// `dry`: records nothing (inspect). The states, kept inline for the usual single rule (the
@@ -169,14 +208,7 @@ impl MemoryLimiter {
             let id = self.state_id(&check.rule, &check.key);
             let mut current = table.states.get_live_mut(&id, now);
             let Some(step) = algorithm::step(current.as_deref_mut(), now, &params) else {
-                return Err(check
-                    .rule
-                    .problem(
-                        ConfigErrorKind::Unsupported,
-                        "uses a custom Lua algorithm, which needs Redis; the memory backend cannot run it",
-                        "Rule::with_algorithm",
-                    )
-                    .into());
+                return Err(custom_needs_redis(&check.rule));
             };
             // Nothing recorded: an admitted probe reports the state as it stands.
             let reset_us = if probe && step.allowed {
@@ -266,6 +298,16 @@ impl MemoryLimiter {
     }
 }
 
+/// The error of a rule whose custom Lua algorithm this limiter cannot run.
+fn custom_needs_redis(rule: &Rule) -> LimiterError {
+    rule.problem(
+        ConfigErrorKind::Unsupported,
+        "uses a custom Lua algorithm, which needs Redis; the memory backend cannot run it",
+        "Rule::with_algorithm",
+    )
+    .into()
+}
+
 impl Default for MemoryLimiter {
     fn default() -> Self {
         Self::new()
@@ -332,6 +374,14 @@ impl Engine for MemoryLimiter {
                 Ok(decision)
             });
         Some(decided)
+    }
+
+    fn decide_plain(
+        &self,
+        rules: &[Arc<Rule>],
+        keys: &[Key],
+    ) -> Option<Result<Few<RuleState>, LimiterError>> {
+        Some(self.plain_now(rules, keys))
     }
 
     fn inspect_key(&self, rule: &Rule, key: Key) -> LimiterFuture<Inspection> {

@@ -352,6 +352,26 @@ impl Rule {
             .is_some_and(|keys| keys.contains(key))
     }
 
+    /// Whether a layer decides the rule the plain way: enforced, with its own quota and a
+    /// constant cost of at least 1, a built-in algorithm that takes no lease, on every route,
+    /// and nothing to reserve, lease, settle, throttle, override or set live.
+    pub(crate) fn is_plain(&self) -> bool {
+        self.mode == Mode::Enforce
+            && self.cost >= 1
+            && self.algorithm.builtin_id().is_some()
+            && !self.algorithm.is_lease()
+            && !self.reads_overrides()
+            && self.route.is_none()
+            && self.cost_from.is_none()
+            && self.quota_from.is_none()
+            && !self.after_response
+            && self.refund_when.is_none()
+            && self.leased.is_none()
+            && self.throttle.is_none()
+            && self.reserve.is_none()
+            && !self.live
+    }
+
     /// Why the rule's operations options cannot work.
     fn operations_problem(&self) -> Result<(), ConfigError> {
         match self.bans.as_ref().and_then(Bans::problem) {

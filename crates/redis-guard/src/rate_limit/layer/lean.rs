@@ -1,0 +1,388 @@
+//! The common case, read top to bottom: every rule of the layer plain ([`Rule::is_plain`]:
+//! enforced, its own quota, a constant cost, nothing to lease, settle, throttle, override,
+//! reserve or set live) and a limiter that decides at once (the [`MemoryLimiter`]).
+//!
+//! Such a request needs only its keys: the layer borrows its rules, keeps the keys on the
+//! stack, gets one [`RuleState`] per rule back, and writes the headers from those numbers. The
+//! general engine (`service.rs`, `future.rs`) runs for every other layer, and here for what this
+//! path does not do itself: a missing or unusable key, a limiter failure, and a decision someone
+//! asked to see ([`extensions`](crate::rate_limit::RateLimitLayerBuilder::extensions), a
+//! [`response`](crate::rate_limit::RateLimitLayerBuilder::response) hook). Both give the same
+//! decision and headers (the tests below compare them on random rules and requests).
+//!
+//! [`MemoryLimiter`]: crate::rate_limit::MemoryLimiter
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response};
+use tower_service::Service;
+
+use super::config::Config;
+use super::future::ResponseFuture;
+use super::headers::{self, RateLimitHeaders};
+use super::response::ResponseBody;
+use crate::rate_limit::{Decision, Few, Key, Mode, Rule, RuleDecision, RuleState, ceil_secs};
+use crate::telemetry::{Metric, Stopwatch};
+
+/// The layer's plain rules, when every rule is plain and its limiter decides them at once.
+pub(super) fn plan(config: &Config) -> Option<Box<[Arc<Rule>]>> {
+    let plain = config.rules.iter().all(|r| r.rule.is_plain())
+        && config.limiter.decide_plain(&[], &[]).is_some();
+    plain.then(|| config.rules.iter().map(|r| Arc::clone(&r.rule)).collect())
+}
+
+/// A plain request denied: what its `429` is made of.
+#[derive(Debug)]
+pub(super) struct Denial {
+    /// The binding rule's prepared answer, among the layer's.
+    prepared: usize,
+    /// `Retry-After`, in seconds.
+    secs: u64,
+    headers: RateLimitHeaders,
+}
+
+/// The response to `req` under `rules` (the layer's, all plain), `inner` the ready service.
+/// `general`: the general engine, for what this path leaves to it.
+pub(super) fn call<S, ReqBody>(
+    inner: &mut S,
+    config: &Arc<Config>,
+    rules: &[Arc<Rule>],
+    req: Request<ReqBody>,
+    general: impl FnOnce(&mut S, Request<ReqBody>) -> ResponseFuture<S, ReqBody>,
+) -> ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>> + Clone,
+{
+    let (mut parts, body) = req.into_parts();
+    let mut keys: Few<Key> = Few::default();
+    for r in &config.rules {
+        match r.extract(&mut parts) {
+            Ok(key) => keys.push(key),
+            // Skipped, rejected or misconfigured: as the general plan says.
+            Err(_) => return general(inner, Request::from_parts(parts, body)),
+        }
+    }
+    let req = Request::from_parts(parts, body);
+    let started = Stopwatch::start();
+    let decided = if tracing::level_enabled!(tracing::Level::DEBUG) {
+        let span = tracing::debug_span!("rate_limit", rules = rules.len());
+        let _entered = span.enter();
+        config.limiter.decide_plain(rules, keys.as_slice())
+    } else {
+        config.limiter.decide_plain(rules, keys.as_slice())
+    };
+    let Some(Ok(states)) = decided else {
+        // Nothing was recorded: the general engine decides again, and applies the failure
+        // policy.
+        return general(inner, req);
+    };
+    let states = states.as_slice();
+    let allowed = states.iter().all(|s| s.allowed);
+    let whole = || decision(rules, keys.as_slice(), states);
+    if config.extensions || (!allowed && config.response.is_some()) {
+        // Someone reads the whole decision: the general engine hands it over.
+        return match whole() {
+            Some(decision) => {
+                let ready = || take_ready(inner);
+                ResponseFuture::decided(config, Ok(decision), (ready, req), &[], started)
+            }
+            None => general(inner, req),
+        };
+    }
+    let named = || rules.iter().map(|r| r.name()).zip(states);
+    if allowed {
+        record(config, states, started);
+        let ietf = config
+            .ietf_on_allowed()
+            .then(|| (config.policy.clone(), headers::states(named())));
+        let legacy = config
+            .legacy_headers()
+            .then(|| legacy(states, admitting(states)));
+        let headers = RateLimitHeaders::plain(ietf, legacy);
+        return ResponseFuture::calling(take_ready(inner).call(req), headers);
+    }
+    let binding = denying(states);
+    let rule = rules[binding].name();
+    let retry_after = states[binding].retry_after;
+    tracing::debug!(
+        rule,
+        retry_after_ms = retry_after.as_millis(),
+        "rate limited"
+    );
+    // Every enforced rule has its `429` prepared when the layer is built.
+    let Some(prepared) = config.denials.iter().position(|d| d.is_of(rule)) else {
+        return general(inner, req);
+    };
+    record(config, states, started);
+    let ietf = Some((config.policy.clone(), headers::states(named())));
+    let legacy = config.legacy_headers().then(|| legacy(states, binding));
+    ResponseFuture::limited(
+        Arc::clone(config),
+        Denial {
+            prepared,
+            secs: ceil_secs(retry_after).max(1),
+            headers: RateLimitHeaders::plain(ietf, legacy),
+        },
+    )
+}
+
+/// The `429` of `denial`.
+pub(super) fn answer<B>(config: &Config, denial: Denial) -> Response<ResponseBody<B>> {
+    let mut res = config.denials[denial.prepared].response_after(denial.secs);
+    denial.headers.insert(res.headers_mut());
+    res.map(ResponseBody::full)
+}
+
+/// The inner service for an admitted request: a denied one leaves it ready, uncloned.
+fn take_ready<S: Clone>(inner: &mut S) -> S {
+    super::service::take_ready(inner)
+}
+
+/// The binding rule of an admitted request: the one with the fewest requests left (the first
+/// of those that stays full the longest), as [`Decision`] says.
+fn admitting(states: &[RuleState]) -> usize {
+    let mut binding = 0;
+    for (i, s) in states.iter().enumerate().skip(1) {
+        let b = &states[binding];
+        if s.remaining < b.remaining
+            || (s.remaining == b.remaining && s.reset_after > b.reset_after)
+        {
+            binding = i;
+        }
+    }
+    binding
+}
+
+/// The binding rule of a denied request: the denying rule with the longest wait (the last of
+/// those), as [`Decision`] says.
+fn denying(states: &[RuleState]) -> usize {
+    let mut binding = None;
+    let mut longest = Duration::ZERO;
+    for (i, s) in states.iter().enumerate().filter(|(_, s)| !s.allowed) {
+        if binding.is_none() || s.retry_after >= longest {
+            binding = Some(i);
+            longest = s.retry_after;
+        }
+    }
+    binding.unwrap_or(0)
+}
+
+/// The legacy headers' (limit, remaining, reset) of the binding rule `at`.
+fn legacy(states: &[RuleState], at: usize) -> (u32, u32, u64) {
+    let s = &states[at];
+    (s.limit, s.remaining, ceil_secs(s.reset_after))
+}
+
+/// Each rule's verdict in the metrics, with the time the decision took.
+fn record(config: &Config, states: &[RuleState], started: Stopwatch) {
+    if !started.on() {
+        return;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    for (metrics, state) in config.metrics.iter().zip(states) {
+        let metric = if state.allowed {
+            Metric::RateLimitAllowed
+        } else {
+            Metric::RateLimitLimited
+        };
+        metrics.record(metric, seconds);
+    }
+}
+
+/// The whole [`Decision`] of `states` (the rules' for `keys`), for whoever reads it.
+fn decision(rules: &[Arc<Rule>], keys: &[Key], states: &[RuleState]) -> Option<Decision> {
+    let rules = rules
+        .iter()
+        .zip(keys)
+        .zip(states)
+        .map(|((rule, key), state)| RuleDecision {
+            rule: Arc::clone(rule.name_arc()),
+            quota: *rule.quota(),
+            state: *state,
+            mode: Mode::Enforce,
+            lease: false,
+            // Nothing was taken under a key on the rule's allow list.
+            cost: if rule.allows(key) { 0 } else { rule.cost() },
+        })
+        .collect();
+    Decision::combine(rules)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::time::Duration;
+
+    use http::{HeaderName, Request, Response, StatusCode};
+    use http_body_util::BodyExt;
+    use proptest::prelude::*;
+    use tower::{Layer, Service, ServiceExt, service_fn};
+
+    use crate::backend::ManualClock;
+    use crate::rate_limit::{
+        Algorithm, Global, HeaderKey, Key, MemoryLimiter, Quota, RateLimitLayer, Rule,
+    };
+
+    /// One rule of a random layer: algorithm, limit, burst, period (s), cost, whether it is
+    /// keyed by `x-k<i>` (else global), and an allow-listed key.
+    type RuleSpec = (u8, u32, u32, u64, u32, bool, bool);
+
+    /// A layer of `specs` over a limiter on `clock`; `None` when the rules cannot work.
+    fn layer(
+        specs: &[RuleSpec],
+        clock: &ManualClock,
+        (ietf, legacy): (bool, bool),
+    ) -> Option<RateLimitLayer> {
+        let limiter = MemoryLimiter::builder().clock(clock.clone()).build();
+        let mut builder = RateLimitLayer::builder(limiter)
+            .rate_limit_headers(ietf)
+            .legacy_headers(legacy);
+        for (i, &(algorithm, limit, burst, period, cost, keyed, allow)) in specs.iter().enumerate()
+        {
+            let algorithm = match algorithm % 5 {
+                0 => Algorithm::Gcra,
+                1 => Algorithm::FixedWindow,
+                2 => Algorithm::SlidingLog,
+                3 => Algorithm::SlidingCounter,
+                _ => Algorithm::TokenBucket,
+            };
+            let quota = Quota::new(limit, Duration::from_secs(period)).burst(burst);
+            let mut rule = Rule::new(format!("r{i}"), quota)
+                .with_algorithm(algorithm)
+                .with_cost(cost);
+            if allow {
+                rule = rule.with_allowed_keys([Key::from("vip")]);
+            }
+            builder = if keyed {
+                let name = HeaderName::try_from(format!("x-k{i}")).ok()?;
+                builder.rule_with(rule, HeaderKey::new(name))
+            } else {
+                builder.rule_with(rule, Global)
+            };
+        }
+        builder.build().ok()
+    }
+
+    /// The answer to a request whose keys are `key`: status, headers, body.
+    async fn answer(
+        layer: &RateLimitLayer,
+        key: &str,
+    ) -> (StatusCode, http::HeaderMap, bytes::Bytes) {
+        let svc = layer.layer(service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::from("ok")))
+        }));
+        let mut req = Request::new(String::new());
+        for i in 0..3 {
+            req.headers_mut().insert(
+                HeaderName::try_from(format!("x-k{i}")).unwrap(),
+                key.parse().unwrap(),
+            );
+        }
+        let (parts, body) = svc.oneshot(req).await.unwrap().into_parts();
+        (
+            parts.status,
+            parts.headers,
+            body.collect().await.unwrap().to_bytes(),
+        )
+    }
+
+    /// An inner service that counts its clones.
+    #[derive(Debug)]
+    struct Counted(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Clone for Counted {
+        fn clone(&self) -> Self {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Self(std::sync::Arc::clone(&self.0))
+        }
+    }
+
+    impl tower::Service<Request<String>> for Counted {
+        type Response = Response<String>;
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<Response<String>, Infallible>>;
+
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Infallible>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<String>) -> Self::Future {
+            std::future::ready(Ok(Response::new(String::new())))
+        }
+    }
+
+    /// A denied request leaves the inner service as it is; an admitted one takes it (a clone
+    /// stays for the next): on the plain path and on the general engine (a soft rule beside).
+    #[tokio::test]
+    async fn only_an_admitted_request_clones_the_inner_service() {
+        let plain =
+            RateLimitLayer::new(MemoryLimiter::new(), "api", Global, Quota::per_hour(2)).unwrap();
+        let general = RateLimitLayer::builder(MemoryLimiter::new())
+            .rule("api", Global, Quota::per_hour(2))
+            .rule_with(
+                Rule::new("soft", Quota::per_hour(1)).with_mode(crate::rate_limit::Mode::Soft),
+                Global,
+            )
+            .build()
+            .unwrap();
+        assert!(plain.config.plain.is_some() && general.config.plain.is_none());
+        for layer in [plain, general] {
+            let clones = std::sync::Arc::default();
+            let mut svc = layer.layer(Counted(std::sync::Arc::clone(&clones)));
+            let mut statuses = Vec::new();
+            for _ in 0..5 {
+                let res = svc
+                    .ready()
+                    .await
+                    .unwrap()
+                    .call(Request::new(String::new()))
+                    .await;
+                statuses.push(res.unwrap().status().as_u16());
+            }
+            assert_eq!(statuses, [200, 200, 429, 429, 429]);
+            assert_eq!(
+                clones.load(std::sync::atomic::Ordering::Relaxed),
+                2,
+                "one per admitted request"
+            );
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// The plain path and the general engine answer every request alike: status, headers
+        /// and body, over random rules, header settings and requests (keys, and time between).
+        #[test]
+        fn the_plain_path_answers_as_the_general_engine(
+            specs in prop::collection::vec(
+                (0u8..5, 1u32..6, 1u32..6, 1u64..4, 1u32..3, any::<bool>(), any::<bool>()),
+                1..4,
+            ),
+            headers in (any::<bool>(), any::<bool>()),
+            requests in prop::collection::vec((0usize..3, 0u64..1500), 1..40),
+        ) {
+            let (lean_clock, general_clock) = (ManualClock::new(), ManualClock::new());
+            let Some(lean) = layer(&specs, &lean_clock, headers) else {
+                return Ok(());
+            };
+            let mut general = layer(&specs, &general_clock, headers).unwrap();
+            prop_assert!(lean.config.plain.is_some(), "every rule is plain");
+            std::sync::Arc::make_mut(&mut general.config).plain = None;
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            for (i, (key, after_ms)) in requests.into_iter().enumerate() {
+                let key = ["a", "b", "vip"][key];
+                let (a, b) = rt.block_on(async {
+                    (answer(&lean, key).await, answer(&general, key).await)
+                });
+                prop_assert_eq!(a, b, "request {} ({})", i, key);
+                lean_clock.advance(Duration::from_millis(after_ms));
+                general_clock.advance(Duration::from_millis(after_ms));
+            }
+        }
+    }
+}
