@@ -17,7 +17,7 @@ use super::lookup::{Look, Waited, holding, later, patiently};
 use super::policy::{Arrival, Asked, age_value, life};
 use super::status::Outcome;
 use super::store::Write;
-use super::validate::{Condition, ask, etag_of, freshen, not_modified};
+use super::validate::{Condition, ask, etag_of, freshen, has_validator, not_modified};
 use crate::backend::LockGuard;
 use crate::served::SessionMark;
 
@@ -86,12 +86,10 @@ where
                 } = self;
                 let grace = call.grace(&entry);
                 let keep = (!grace.is_zero()).then_some(grace);
-                let prior = entry.clone();
+                let prior = has_validator(&entry.headers).then(|| entry.clone());
                 call.refresh_with(move |call, now| async move {
                     // The body is read (and filled) inside compute; what is left is dropped.
-                    let _ = call
-                        .attempt(inner, req, Some(now), true, keep, Some(prior))
-                        .await;
+                    let _ = call.attempt(inner, req, Some(now), true, keep, prior).await;
                 })
                 .await;
                 Ok(call.respond(entry, now, &self.asks, false))
@@ -107,10 +105,10 @@ where
                 if due {
                     // One request per interval tries the origin again, in the background.
                     let grace = call.grace(&entry);
-                    let prior = entry.clone();
+                    let prior = has_validator(&entry.headers).then(|| entry.clone());
                     call.refresh_with(move |call, now| async move {
                         let _ = call
-                            .attempt(inner, req, Some(now), true, Some(grace), Some(prior))
+                            .attempt(inner, req, Some(now), true, Some(grace), prior)
                             .await;
                     })
                     .await;
@@ -178,7 +176,8 @@ where
                 prior,
             } => {
                 let copy = copy.map(|entry| (entry, at));
-                self.fetch(Some(at), Some(guard), copy, prior, since).await
+                self.fetch(Some(at), Some(guard), copy, prior.map(|p| *p), since)
+                    .await
             }
             Waited::Filled(entry, at) => Ok(self.call.respond(entry, at, &self.asks, false)),
             Waited::Rescued(entry, at) => Ok(self.call.respond(entry, at, &self.asks, true)),

@@ -50,7 +50,7 @@ pub(crate) enum Waited {
         guard: LockGuard,
         at: u64,
         copy: Option<Entry>,
-        prior: Option<Entry>,
+        prior: Option<Box<Entry>>,
     },
     /// The key holds a usable entry (fresh or stale), read at this time.
     Filled(Entry, u64),
@@ -300,7 +300,7 @@ impl Call {
             guard,
             at,
             copy,
-            prior,
+            prior: prior.map(Box::new),
         }
     }
 
