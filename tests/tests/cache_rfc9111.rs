@@ -510,9 +510,17 @@ async fn rfc9111_4_3_1_a_stale_entry_is_revalidated_with_its_validator(h: Harnes
 }
 
 /// RFC 9111 §4.3.3: a full response to the layer's conditional request replaces the entry as
-/// a fill does; a 5xx is the client's answer (no stale copy is allowed here).
+/// a fill does; a 5xx is the client's answer, or the stale copy where the response's own
+/// `stale-if-error` allows (RFC 5861 §4).
 async fn rfc9111_4_3_3_a_full_response_replaces_the_entry(h: Harness) {
     let (addr, calls) = site(h.cache().await, |path, n| match (path, n) {
+        ("/allowed", 1) => (
+            200,
+            vec![
+                ("etag", "\"v1\"".into()),
+                ("cache-control", "max-age=10, stale-if-error=60".into()),
+            ],
+        ),
         (_, 1) => (
             200,
             vec![
@@ -520,7 +528,7 @@ async fn rfc9111_4_3_3_a_full_response_replaces_the_entry(h: Harness) {
                 ("cache-control", "max-age=10".into()),
             ],
         ),
-        ("/error", _) => (500, Vec::new()),
+        ("/error" | "/allowed", _) => (500, Vec::new()),
         _ => (
             200,
             vec![
@@ -530,7 +538,7 @@ async fn rfc9111_4_3_3_a_full_response_replaces_the_entry(h: Harness) {
         ),
     })
     .await;
-    for path in ["/new", "/error"] {
+    for path in ["/new", "/error", "/allowed"] {
         assert_eq!(outcome(addr, path).await, "MISS", "{path}");
     }
     h.wait(Duration::from_secs(11)).await;
@@ -547,6 +555,53 @@ async fn rfc9111_4_3_3_a_full_response_replaces_the_entry(h: Harness) {
     let r = get(addr, "/error", &[]).await;
     assert_eq!((r.status, r.text()), (500, "call 2".to_owned()));
     assert_eq!(calls.conditions("/error"), ["", "if-none-match: \"v1\""]);
+    let r = get(addr, "/allowed", &[]).await;
+    assert_eq!((r.status, r.text()), (200, "call 1".to_owned()));
+    assert_eq!(r.header("x-cache"), Some("STALE"));
+    assert_eq!(calls.conditions("/allowed"), ["", "if-none-match: \"v1\""]);
+}
+
+/// RFC 5861 §3 and RFC 9111 §4.3.1: inside its `stale-while-revalidate` window a stale entry
+/// is served at once, and the refresh in the background is a revalidation: the handler's
+/// `304` freshens the entry.
+async fn rfc9111_4_3_1_the_background_refresh_revalidates(h: Harness) {
+    let (addr, calls) = site(h.cache().await, |_, n| {
+        let mut headers = vec![("etag", "\"v1\"".to_owned())];
+        if n == 1 {
+            headers.extend(cc("max-age=10, stale-while-revalidate=60"));
+            return (200, headers);
+        }
+        headers.extend(cc("max-age=100"));
+        headers.push(("x-version", n.to_string()));
+        (304, headers)
+    })
+    .await;
+    assert_eq!(outcome(addr, "/swr").await, "MISS");
+    h.wait(Duration::from_secs(11)).await;
+    let r = get(addr, "/swr", &[]).await;
+    assert_eq!(
+        (r.text(), r.header("x-cache")),
+        ("call 1".to_owned(), Some("STALE"))
+    );
+    // The refresh is a spawned task: wait (bounded) for it to land.
+    let landed = async {
+        loop {
+            let r = get(addr, "/swr", &[]).await;
+            if r.header("x-cache") == Some("HIT") {
+                return r;
+            }
+            assert_eq!(r.text(), "call 1");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let r = tokio::time::timeout(Duration::from_secs(30), landed)
+        .await
+        .expect("the background revalidation never landed");
+    assert_eq!(
+        (r.text(), r.header("x-version")),
+        ("call 1".to_owned(), Some("2"))
+    );
+    assert_eq!(calls.conditions("/swr"), ["", "if-none-match: \"v1\""]);
 }
 
 /// RFC 9111 §4.3.2 and §4.3.4: a client's own conditional request is never forwarded (the
@@ -654,6 +709,7 @@ backend_suite!(
     rfc9111_5_2_1_client_requests_to_bypass_are_ignored,
     rfc9111_4_3_1_a_stale_entry_is_revalidated_with_its_validator,
     rfc9111_4_3_3_a_full_response_replaces_the_entry,
+    rfc9111_4_3_1_the_background_refresh_revalidates,
     rfc9111_4_3_2_the_clients_condition_on_a_revalidated_entry,
     rfc9111_4_3_one_revalidation_across_replicas,
     rfc5861_4_after_a_failure_nobody_waits_for_the_origin,
