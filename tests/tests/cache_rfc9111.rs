@@ -485,6 +485,11 @@ async fn rfc9111_4_3_1_a_stale_entry_is_revalidated_with_its_validator(h: Harnes
         let r = get(addr, path, &[]).await;
         assert_eq!((r.status, r.text()), (200, "call 1".to_owned()), "{path}");
         assert_eq!(r.header("x-cache"), Some("REVALIDATED"), "{path}");
+        assert_eq!(
+            r.header("cache-status"),
+            Some("redis-guard; fwd=stale; fwd-status=304; stored"),
+            "{path}"
+        );
         assert_eq!(r.header("x-version"), Some("2"), "{path}");
         assert_eq!(r.header("cache-control"), Some("max-age=100"), "{path}");
     }

@@ -195,7 +195,8 @@ impl CacheLayerBuilder {
         /// deciding.
         pub fn body_limit(bytes: usize) => shared.body_limit;
 
-        /// The response header that says `HIT`, `MISS` or `STALE` (default `x-cache`).
+        /// The response header that says `HIT`, `MISS`, `STALE` or `REVALIDATED` (default
+        /// `x-cache`).
         pub fn header(name: HeaderName) => shared.header;
 
         /// The response header a handler may list its tags in, comma-separated; the layer

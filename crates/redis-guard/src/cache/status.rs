@@ -49,9 +49,9 @@ impl Outcome {
         }
     }
 
-    /// Marks `headers`: `header` (`x-cache`) says `HIT`, `STALE` or `MISS`, and this cache's
-    /// member goes last in `Cache-Status`, after those of the caches nearer the origin
-    /// (RFC 9211 §2). Counts the response
+    /// Marks `headers`: `header` (`x-cache`) says `HIT`, `STALE`, `REVALIDATED` or `MISS`, and
+    /// this cache's member goes last in `Cache-Status`, after those of the caches nearer the
+    /// origin (RFC 9211 §2). Counts the response
     /// ([`Metric::CacheResponses`](crate::telemetry::Metric::CacheResponses)).
     pub(crate) fn mark(self, header: &HeaderName, headers: &mut HeaderMap) {
         // A stale entry served without forwarding the request is a hit with a ttl of zero or
@@ -148,5 +148,13 @@ mod tests {
         assert_eq!(marked(fallback, &[]), "redis-guard; fwd=stale; ttl=0");
         let late = Outcome::served(0, 3_000_000).forwarded();
         assert_eq!(marked(late, &[]), "redis-guard; fwd=stale; ttl=-3");
+        assert_eq!(
+            marked(Outcome::Revalidated { stored: true }, &[]),
+            "redis-guard; fwd=stale; fwd-status=304; stored"
+        );
+        assert_eq!(
+            marked(Outcome::Revalidated { stored: false }, &[]),
+            "redis-guard; fwd=stale; fwd-status=304"
+        );
     }
 }
