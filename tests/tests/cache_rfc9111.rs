@@ -514,6 +514,30 @@ async fn rfc9111_4_3_1_a_stale_entry_is_revalidated_with_its_validator(h: Harnes
     }
 }
 
+/// With no revalidation window an entry is dropped at the end of its stale window, as a
+/// cache may always drop a stale entry (RFC 9111 §4.3): the next request is a plain miss.
+async fn rfc9111_4_3_without_a_revalidation_window_a_stale_entry_is_recomputed(h: Harness) {
+    let layer = h.cache().await.revalidate(Duration::ZERO);
+    let (addr, calls) = site(layer, |_, _| {
+        (
+            200,
+            vec![
+                ("etag", "\"v1\"".into()),
+                ("cache-control", "max-age=10".into()),
+            ],
+        )
+    })
+    .await;
+    assert_eq!(outcome(addr, "/z").await, "MISS");
+    h.wait(Duration::from_secs(11)).await;
+    let r = get(addr, "/z", &[]).await;
+    assert_eq!(
+        (r.text(), r.header("x-cache")),
+        ("call 2".to_owned(), Some("MISS"))
+    );
+    assert_eq!(calls.conditions("/z"), ["", ""]);
+}
+
 /// RFC 9111 §4.3.3: a full response to the layer's conditional request replaces the entry as
 /// a fill does; a 5xx is the client's answer, or the stale copy where the response's own
 /// `stale-if-error` allows (RFC 5861 §4).
@@ -714,6 +738,7 @@ backend_suite!(
     rfc9111_5_2_1_client_requests_to_bypass_are_ignored,
     rfc9111_4_3_1_a_stale_entry_is_revalidated_with_its_validator,
     rfc9111_4_3_3_a_full_response_replaces_the_entry,
+    rfc9111_4_3_without_a_revalidation_window_a_stale_entry_is_recomputed,
     rfc9111_4_3_1_the_background_refresh_revalidates,
     rfc9111_4_3_2_the_clients_condition_on_a_revalidated_entry,
     rfc9111_4_3_one_revalidation_across_replicas,

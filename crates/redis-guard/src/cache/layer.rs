@@ -481,7 +481,7 @@ mod tests {
     #[test]
     fn errors_name_the_setting_and_its_value() {
         type Set = fn(CacheLayerBuilder) -> CacheLayerBuilder;
-        let cases: [(Set, _, _, _, _); 5] = [
+        let cases: [(Set, _, _, _, _); 6] = [
             (
                 |b| b.max_ttl(Duration::ZERO),
                 ConfigErrorKind::Duration,
@@ -502,6 +502,13 @@ mod tests {
                 "CacheLayerBuilder::jitter",
                 "3",
                 "cache layer: jitter 3 must be within 0..=1",
+            ),
+            (
+                |b| b.revalidate(Duration::from_secs(11 * 365 * 86_400)),
+                ConfigErrorKind::Duration,
+                "CacheLayerBuilder::revalidate",
+                "346896000s",
+                "cache layer: revalidate 346896000s must be at most 10 years",
             ),
             (
                 |b| b.body_limit(0),
