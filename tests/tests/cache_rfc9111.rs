@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use axum::Router;
-use axum::http::{StatusCode, Uri};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use redis_guard::cache::CacheLayerBuilder;
 use redis_guard_testkit::http::{RawResponse, request};
@@ -20,25 +20,48 @@ use redis_guard_tests::{Harness, backend_suite, serve};
 /// headers; the body says which call it was.
 type Script = dyn Fn(&str, usize) -> (u16, Vec<(&'static str, String)>) + Send + Sync;
 
-/// The origin's calls, by path.
-#[derive(Clone, Default)]
-struct Calls(Arc<Mutex<HashMap<String, usize>>>);
+/// The origin's calls, by path: how many, and the conditional headers each one carried.
+#[derive(Clone)]
+struct Calls {
+    counts: Arc<Mutex<HashMap<String, Vec<String>>>>,
+    /// The calls of a path under `/held/` after its second wait for a permit.
+    held: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Calls {
+    fn default() -> Self {
+        Self {
+            counts: Arc::default(),
+            held: Arc::new(tokio::sync::Semaphore::new(0)),
+        }
+    }
+}
 
 impl Calls {
-    fn next(&self, path: &str) -> usize {
-        let mut calls = self.0.lock().expect("calls");
-        let n = calls.entry(path.to_owned()).or_default();
-        *n += 1;
-        *n
+    /// Counts a call of `path` with these request headers: its number, from 1.
+    fn next(&self, path: &str, headers: &HeaderMap) -> usize {
+        let condition = ["if-none-match", "if-modified-since"]
+            .iter()
+            .filter_map(|name| {
+                let value = headers.get(*name)?.to_str().ok()?;
+                Some(format!("{name}: {value}"))
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut counts = self.counts.lock().expect("calls");
+        let seen = counts.entry(path.to_owned()).or_default();
+        seen.push(condition);
+        seen.len()
     }
 
     fn of(&self, path: &str) -> usize {
-        self.0
-            .lock()
-            .expect("calls")
-            .get(path)
-            .copied()
-            .unwrap_or(0)
+        self.conditions(path).len()
+    }
+
+    /// The conditional request headers of each call of `path` ("" for none), in order.
+    fn conditions(&self, path: &str) -> Vec<String> {
+        let counts = self.counts.lock().expect("calls");
+        counts.get(path).cloned().unwrap_or_default()
     }
 }
 
@@ -48,13 +71,31 @@ async fn site(
     script: impl Fn(&str, usize) -> (u16, Vec<(&'static str, String)>) + Send + Sync + 'static,
 ) -> (SocketAddr, Calls) {
     let calls = Calls::default();
+    (replica(layer, script, calls.clone()).await, calls)
+}
+
+/// One replica of an app answered by `script`, counting into `calls` (shared by the
+/// replicas). A path under `/slow/` answers after 200 ms, so that concurrent requests meet;
+/// from its third call, a path under `/held/` answers once the test adds a permit to
+/// `calls.held`.
+async fn replica(
+    layer: CacheLayerBuilder,
+    script: impl Fn(&str, usize) -> (u16, Vec<(&'static str, String)>) + Send + Sync + 'static,
+    calls: Calls,
+) -> SocketAddr {
     let script: Arc<Script> = Arc::new(script);
-    let counted = calls.clone();
-    let origin = move |uri: Uri| {
-        let (script, calls) = (Arc::clone(&script), counted.clone());
+    let origin = move |uri: Uri, request: HeaderMap| {
+        let (script, calls) = (Arc::clone(&script), calls.clone());
         async move {
             let path = uri.path().to_owned();
-            let n = calls.next(&path);
+            let n = calls.next(&path, &request);
+            if path.starts_with("/slow/") {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            if path.starts_with("/held/") && n > 2 {
+                let permit = calls.held.acquire().await.expect("the gate stays open");
+                permit.forget();
+            }
             let (status, headers) = script(&path, n);
             let mut res: Response = format!("call {n}").into_response();
             *res.status_mut() = StatusCode::from_u16(status).expect("status");
@@ -66,10 +107,7 @@ async fn site(
         }
     };
     let layer = layer.build().expect("layer");
-    (
-        serve(Router::new().fallback(origin).layer(layer)).await,
-        calls,
-    )
+    serve(Router::new().fallback(origin).layer(layer)).await
 }
 
 async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> RawResponse {
@@ -406,6 +444,285 @@ async fn rfc9111_5_2_1_client_requests_to_bypass_are_ignored(h: Harness) {
     assert_eq!(calls.of("/b"), 1);
 }
 
+/// The validators of a response, by path: an `ETag`, a `Last-Modified`, or both.
+fn validators(path: &str, modified: &str) -> Vec<(&'static str, String)> {
+    if path.ends_with("/etag") {
+        vec![("etag", "\"v1\"".into())]
+    } else if path.ends_with("/modified") {
+        vec![("last-modified", modified.to_owned())]
+    } else {
+        vec![
+            ("etag", "W/\"v1\"".into()),
+            ("last-modified", modified.to_owned()),
+        ]
+    }
+}
+
+/// RFC 9111 §4.3.1 and §4.3.4: a stale entry with a validator is passed to the handler as a
+/// conditional request (`If-None-Match` with its `ETag`, else `If-Modified-Since` with its
+/// `Last-Modified`); the handler's `304` freshens it: its headers are the `304`'s, its body
+/// is kept, and it is fresh for the `304`'s lifetime. The client gets the stored response.
+async fn rfc9111_4_3_1_a_stale_entry_is_revalidated_with_its_validator(h: Harness) {
+    let modified = http_date(-1000);
+    let last = modified.clone();
+    let (addr, calls) = site(h.cache().await, move |path, n| {
+        let mut headers = validators(path, &last);
+        if n == 1 {
+            headers.extend(cc("max-age=10"));
+            return (200, headers);
+        }
+        headers.extend(cc("max-age=100"));
+        headers.push(("x-version", n.to_string()));
+        (304, headers)
+    })
+    .await;
+    let paths = ["/etag", "/modified", "/both"];
+    for path in paths {
+        assert_eq!(outcome(addr, path).await, "MISS", "{path}");
+    }
+    h.wait(Duration::from_secs(11)).await;
+    for path in paths {
+        let r = get(addr, path, &[]).await;
+        assert_eq!((r.status, r.text()), (200, "call 1".to_owned()), "{path}");
+        assert_eq!(r.header("x-cache"), Some("REVALIDATED"), "{path}");
+        assert_eq!(
+            r.header("cache-status"),
+            Some("redis-guard; fwd=stale; fwd-status=304; stored"),
+            "{path}"
+        );
+        assert_eq!(r.header("x-version"), Some("2"), "{path}");
+        assert_eq!(r.header("cache-control"), Some("max-age=100"), "{path}");
+    }
+    assert_eq!(calls.conditions("/etag"), ["", "if-none-match: \"v1\""]);
+    assert_eq!(
+        calls.conditions("/modified"),
+        [String::new(), format!("if-modified-since: {modified}")]
+    );
+    assert_eq!(
+        calls.conditions("/both"),
+        ["", "if-none-match: W/\"v1\""],
+        "If-None-Match when there is an ETag"
+    );
+    // Fresh for the 304's 100 s (less jitter), with its headers.
+    h.wait(Duration::from_secs(50)).await;
+    for path in paths {
+        let r = get(addr, path, &[]).await;
+        assert_eq!(r.header("x-cache"), Some("HIT"), "{path}");
+        assert_eq!(r.text(), "call 1", "{path}");
+        assert_eq!(r.header("x-version"), Some("2"), "{path}");
+        assert_eq!(calls.of(path), 2, "{path}");
+    }
+}
+
+/// With no revalidation window an entry is dropped at the end of its stale window, as a
+/// cache may always drop a stale entry (RFC 9111 §4.3): the next request is a plain miss.
+async fn rfc9111_4_3_without_a_revalidation_window_a_stale_entry_is_recomputed(h: Harness) {
+    let layer = h.cache().await.revalidate(Duration::ZERO);
+    let (addr, calls) = site(layer, |_, _| {
+        (
+            200,
+            vec![
+                ("etag", "\"v1\"".into()),
+                ("cache-control", "max-age=10".into()),
+            ],
+        )
+    })
+    .await;
+    assert_eq!(outcome(addr, "/z").await, "MISS");
+    h.wait(Duration::from_secs(11)).await;
+    let r = get(addr, "/z", &[]).await;
+    assert_eq!(
+        (r.text(), r.header("x-cache")),
+        ("call 2".to_owned(), Some("MISS"))
+    );
+    assert_eq!(calls.conditions("/z"), ["", ""]);
+}
+
+/// RFC 9111 §4.3.3: a full response to the layer's conditional request replaces the entry as
+/// a fill does; a 5xx is the client's answer, or the stale copy where the response's own
+/// `stale-if-error` allows (RFC 5861 §4).
+async fn rfc9111_4_3_3_a_full_response_replaces_the_entry(h: Harness) {
+    let (addr, calls) = site(h.cache().await, |path, n| match (path, n) {
+        ("/allowed", 1) => (
+            200,
+            vec![
+                ("etag", "\"v1\"".into()),
+                ("cache-control", "max-age=10, stale-if-error=60".into()),
+            ],
+        ),
+        (_, 1) => (
+            200,
+            vec![
+                ("etag", "\"v1\"".into()),
+                ("cache-control", "max-age=10".into()),
+            ],
+        ),
+        ("/error" | "/allowed", _) => (500, Vec::new()),
+        _ => (
+            200,
+            vec![
+                ("etag", "\"v2\"".into()),
+                ("cache-control", "max-age=100".into()),
+            ],
+        ),
+    })
+    .await;
+    for path in ["/new", "/error", "/allowed"] {
+        assert_eq!(outcome(addr, path).await, "MISS", "{path}");
+    }
+    h.wait(Duration::from_secs(11)).await;
+    let r = get(addr, "/new", &[]).await;
+    assert_eq!((r.status, r.text()), (200, "call 2".to_owned()));
+    assert_eq!(r.header("x-cache"), Some("MISS"));
+    assert_eq!(calls.conditions("/new"), ["", "if-none-match: \"v1\""]);
+    let r = get(addr, "/new", &[]).await;
+    assert_eq!(
+        (r.text(), r.header("etag")),
+        ("call 2".to_owned(), Some("\"v2\""))
+    );
+    assert_eq!(r.header("x-cache"), Some("HIT"));
+    let r = get(addr, "/error", &[]).await;
+    assert_eq!((r.status, r.text()), (500, "call 2".to_owned()));
+    assert_eq!(calls.conditions("/error"), ["", "if-none-match: \"v1\""]);
+    let r = get(addr, "/allowed", &[]).await;
+    assert_eq!((r.status, r.text()), (200, "call 1".to_owned()));
+    assert_eq!(r.header("x-cache"), Some("STALE"));
+    assert_eq!(calls.conditions("/allowed"), ["", "if-none-match: \"v1\""]);
+}
+
+/// RFC 5861 §3 and RFC 9111 §4.3.1: inside its `stale-while-revalidate` window a stale entry
+/// is served at once, and the refresh in the background is a revalidation: the handler's
+/// `304` freshens the entry.
+async fn rfc9111_4_3_1_the_background_refresh_revalidates(h: Harness) {
+    let (addr, calls) = site(h.cache().await, |_, n| {
+        let mut headers = vec![("etag", "\"v1\"".to_owned())];
+        if n == 1 {
+            headers.extend(cc("max-age=10, stale-while-revalidate=60"));
+            return (200, headers);
+        }
+        headers.extend(cc("max-age=100"));
+        headers.push(("x-version", n.to_string()));
+        (304, headers)
+    })
+    .await;
+    assert_eq!(outcome(addr, "/swr").await, "MISS");
+    h.wait(Duration::from_secs(11)).await;
+    let r = get(addr, "/swr", &[]).await;
+    assert_eq!(
+        (r.text(), r.header("x-cache")),
+        ("call 1".to_owned(), Some("STALE"))
+    );
+    // The refresh is a spawned task: wait (bounded) for it to land.
+    let landed = async {
+        loop {
+            let r = get(addr, "/swr", &[]).await;
+            if r.header("x-cache") == Some("HIT") {
+                return r;
+            }
+            assert_eq!(r.text(), "call 1");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let r = tokio::time::timeout(Duration::from_secs(30), landed)
+        .await
+        .expect("the background revalidation never landed");
+    assert_eq!(
+        (r.text(), r.header("x-version")),
+        ("call 1".to_owned(), Some("2"))
+    );
+    assert_eq!(calls.conditions("/swr"), ["", "if-none-match: \"v1\""]);
+}
+
+/// RFC 9111 §4.3.2 and §4.3.4: a client's own conditional request is never forwarded (the
+/// handler sees the layer's condition, or none on a miss, so no `304` is stored as the
+/// entry); on a revalidated entry the client gets `304` if its condition matches, else the
+/// stored response, and the `304` to the layer's own request is never shown to a client that
+/// did not ask conditionally.
+async fn rfc9111_4_3_2_the_clients_condition_on_a_revalidated_entry(h: Harness) {
+    let (addr, calls) = site(h.cache().await, |_, n| {
+        let headers = vec![
+            ("etag", "\"v1\"".into()),
+            ("cache-control", "max-age=10".into()),
+        ];
+        (if n == 1 { 200 } else { 304 }, headers)
+    })
+    .await;
+    let matching = [("if-none-match", "\"v1\"")];
+    let r = get(addr, "/c", &matching).await;
+    assert_eq!((r.status, r.text()), (200, "call 1".to_owned()), "a miss");
+    h.wait(Duration::from_secs(11)).await;
+    let r = get(addr, "/c", &matching).await;
+    assert_eq!((r.status, r.text()), (304, String::new()));
+    assert_eq!(r.header("x-cache"), Some("REVALIDATED"));
+    assert_eq!(r.header("etag"), Some("\"v1\""));
+    h.wait(Duration::from_secs(11)).await;
+    let r = get(addr, "/c", &[]).await;
+    assert_eq!((r.status, r.text()), (200, "call 1".to_owned()));
+    assert_eq!(r.header("x-cache"), Some("REVALIDATED"));
+    h.wait(Duration::from_secs(11)).await;
+    let r = get(addr, "/c", &[("if-none-match", "\"v0\"")]).await;
+    assert_eq!((r.status, r.text()), (200, "call 1".to_owned()));
+    let r = get(addr, "/c", &matching).await;
+    assert_eq!((r.status, r.header("x-cache")), (304, Some("HIT")));
+    let layers = "if-none-match: \"v1\"";
+    assert_eq!(calls.conditions("/c"), ["", layers, layers, layers]);
+}
+
+/// RFC 9111 §4.3.1 with the fill lock: one revalidation of a key across two replicas, however
+/// many requests arrive while it runs; the others get the freshened entry.
+async fn rfc9111_4_3_one_revalidation_across_replicas(h: Harness) {
+    let calls = Calls::default();
+    let script = |_: &str, n| {
+        let headers = vec![
+            ("etag", "\"v1\"".into()),
+            ("cache-control", "max-age=10".into()),
+        ];
+        (if n == 1 { 200 } else { 304 }, headers)
+    };
+    // Two replicas of one site: their ports differ, not the key.
+    let a = replica(h.cache().await.key_host(false), script, calls.clone()).await;
+    let b = replica(h.cache().await.key_host(false), script, calls.clone()).await;
+    assert_eq!(outcome(a, "/slow/r").await, "MISS");
+    assert_eq!(outcome(b, "/slow/r").await, "HIT");
+    h.wait(Duration::from_secs(11)).await;
+    let requests = (0..8).map(|i| get(if i % 2 == 0 { a } else { b }, "/slow/r", &[]));
+    let answers = futures_util::future::join_all(requests).await;
+    let mut revalidated = 0;
+    for r in &answers {
+        assert_eq!((r.status, r.text()), (200, "call 1".to_owned()));
+        let x_cache = r.header("x-cache").unwrap_or_default();
+        assert!(matches!(x_cache, "HIT" | "REVALIDATED"), "{x_cache}");
+        revalidated += usize::from(x_cache == "REVALIDATED");
+    }
+    assert_eq!(revalidated, 1);
+    assert_eq!(calls.of("/slow/r"), 2);
+}
+
+/// RFC 5861 §4 with the fail-safe: after a failed fill, a copy served under the response's
+/// own `stale-if-error` (the layer's `stale_if_error` off) answers every request at once,
+/// also past the first second, while one request tries the origin again in the background:
+/// nobody waits for a failing origin.
+async fn rfc5861_4_after_a_failure_nobody_waits_for_the_origin(h: Harness) {
+    let (addr, calls) = site(h.cache().await, |_, n| match n {
+        1 => (200, cc("max-age=10, stale-if-error=60")),
+        _ => (503, Vec::new()),
+    })
+    .await;
+    assert_eq!(get(addr, "/held/f", &[]).await.status, 200);
+    h.wait(Duration::from_secs(20)).await;
+    let r = get(addr, "/held/f", &[]).await;
+    assert_eq!((r.status, r.header("x-cache")), (200, Some("STALE")));
+    assert_eq!(calls.of("/held/f"), 2);
+    // The next try is due; it is held at the origin, and the copy answers meanwhile.
+    h.wait(Duration::from_secs(2)).await;
+    let r = tokio::time::timeout(Duration::from_secs(5), get(addr, "/held/f", &[]))
+        .await
+        .expect("answered at once, not after the origin");
+    assert_eq!((r.status, r.text()), (200, "call 1".to_owned()));
+    assert_eq!(r.header("x-cache"), Some("STALE"));
+    calls.held.add_permits(10);
+}
+
 backend_suite!(
     rfc9111_4_2_1_s_maxage_then_the_first_max_age,
     rfc9111_5_3_expires_sets_freshness_and_invalid_means_expired,
@@ -419,4 +736,11 @@ backend_suite!(
     rfc9111_5_2_1_5_request_no_store_is_not_stored,
     rfc9111_5_2_1_7_only_if_cached_answers_504_when_nothing_is_stored,
     rfc9111_5_2_1_client_requests_to_bypass_are_ignored,
+    rfc9111_4_3_1_a_stale_entry_is_revalidated_with_its_validator,
+    rfc9111_4_3_3_a_full_response_replaces_the_entry,
+    rfc9111_4_3_without_a_revalidation_window_a_stale_entry_is_recomputed,
+    rfc9111_4_3_1_the_background_refresh_revalidates,
+    rfc9111_4_3_2_the_clients_condition_on_a_revalidated_entry,
+    rfc9111_4_3_one_revalidation_across_replicas,
+    rfc5861_4_after_a_failure_nobody_waits_for_the_origin,
 );

@@ -17,7 +17,7 @@ use super::lookup::{Look, Waited, holding, later, patiently};
 use super::policy::{Arrival, Asked, age_value, life};
 use super::status::Outcome;
 use super::store::Write;
-use super::validate::{Condition, etag_of, not_modified};
+use super::validate::{Condition, ask, etag_of, freshen, has_validator, not_modified};
 use crate::backend::LockGuard;
 use crate::served::SessionMark;
 
@@ -25,6 +25,11 @@ type Reply<B, E> = Result<Response<ResponseBody<B>>, E>;
 
 /// A copy that may stand in for the handler (inside `stale_if_error`), read at this time.
 type Standby = Option<(Entry, u64)>;
+
+/// Marks the response made from an entry that the handler just revalidated (it answered the
+/// layer's conditional request `304`): the client's own condition is answered on it.
+#[derive(Clone, Copy, Debug)]
+struct Revalidated;
 
 /// One looked-up request: the call, the inner service, the request and its condition.
 pub(crate) struct Job<S, ReqBody> {
@@ -69,7 +74,9 @@ where
             Look::Fresh(entry, now) => {
                 if self.call.early(&entry, now) {
                     let since = Instant::now();
-                    return self.fetch(Some(now), None, Some((entry, now)), since).await;
+                    return self
+                        .fetch(Some(now), None, Some((entry, now)), None, since)
+                        .await;
                 }
                 Ok(self.call.respond(entry, now, &self.asks, false))
             }
@@ -77,10 +84,12 @@ where
                 let Self {
                     call, inner, req, ..
                 } = self;
-                let keep = !call.grace(&entry).is_zero();
+                let grace = call.grace(&entry);
+                let keep = (!grace.is_zero()).then_some(grace);
+                let prior = has_validator(&entry.headers).then(|| entry.clone());
                 call.refresh_with(move |call, now| async move {
                     // The body is read (and filled) inside compute; what is left is dropped.
-                    let _ = call.attempt(inner, req, Some(now), true, keep).await;
+                    let _ = call.attempt(inner, req, Some(now), true, keep, prior).await;
                 })
                 .await;
                 Ok(call.respond(entry, now, &self.asks, false))
@@ -95,22 +104,36 @@ where
                 } = self;
                 if due {
                     // One request per interval tries the origin again, in the background.
+                    let grace = call.grace(&entry);
+                    let prior = has_validator(&entry.headers).then(|| entry.clone());
                     call.refresh_with(move |call, now| async move {
-                        let _ = call.attempt(inner, req, Some(now), true, true).await;
+                        let _ = call
+                            .attempt(inner, req, Some(now), true, Some(grace), prior)
+                            .await;
                     })
                     .await;
                 }
                 tracing::debug!(key = %call.digest, "the last fill failed: serving the stale copy (stale_if_error)");
                 Ok(call.respond(entry, at, &asks, true))
             }
-            Look::Pass(now) => self.fetch(Some(now), None, None, Instant::now()).await,
-            Look::Failed(_) => self.fetch(None, None, None, Instant::now()).await,
+            Look::Pass(now) => {
+                self.fetch(Some(now), None, None, None, Instant::now())
+                    .await
+            }
+            Look::Failed(_) => self.fetch(None, None, None, None, Instant::now()).await,
             Look::Expired(entry, now) if xfetch => {
                 let since = Instant::now();
-                self.fetch(Some(now), None, Some((entry, now)), since).await
+                let copy = self.call.copy(&entry, now);
+                self.fetch(Some(now), None, copy, Some(entry), since).await
             }
-            Look::Absent(now) if xfetch => self.fetch(Some(now), None, None, Instant::now()).await,
-            Look::Expired(entry, now) => self.wait_or_compute(now, Some((entry, now))).await,
+            Look::Absent(now) if xfetch => {
+                self.fetch(Some(now), None, None, None, Instant::now())
+                    .await
+            }
+            Look::Expired(entry, now) => {
+                let copy = self.call.copy(&entry, now);
+                self.wait_or_compute(now, copy).await
+            }
             Look::Absent(now) => self.wait_or_compute(now, None).await,
         }
     }
@@ -129,9 +152,12 @@ where
             _ if self.directives.only_if_cached => Ok(self
                 .call
                 .gateway_timeout(b"only-if-cached: the cache holds no response to this request\n")),
-            Look::Expired(entry, now) => self.fetch(None, None, Some((entry, now)), since).await,
+            Look::Expired(entry, now) => {
+                let copy = self.call.copy(&entry, now);
+                self.fetch(None, None, copy, None, since).await
+            }
             Look::Pass(_) | Look::Absent(_) | Look::Failed(_) => {
-                self.fetch(None, None, None, since).await
+                self.fetch(None, None, None, None, since).await
             }
         }
     }
@@ -143,19 +169,26 @@ where
         let since = Instant::now();
         let deadline = self.call.fail_safe().deadline(copy.is_some(), since);
         match self.call.wait(now, deadline, |_| true).await {
-            Waited::Lease { guard, at, copy } => {
+            Waited::Lease {
+                guard,
+                at,
+                copy,
+                prior,
+            } => {
                 let copy = copy.map(|entry| (entry, at));
-                self.fetch(Some(at), Some(guard), copy, since).await
+                self.fetch(Some(at), Some(guard), copy, prior.map(|p| *p), since)
+                    .await
             }
             Waited::Filled(entry, at) => Ok(self.call.respond(entry, at, &self.asks, false)),
             Waited::Rescued(entry, at) => Ok(self.call.respond(entry, at, &self.asks, true)),
             Waited::GaveUp => Ok(self.call.standing_in(copy, since, &self.asks)),
-            Waited::Alone(at) => self.fetch(at, None, copy, since).await,
+            Waited::Alone(at) => self.fetch(at, None, copy, None, since).await,
         }
     }
 
     /// Computes (see [`Call::compute`]), under `guard` when this request holds the lease
-    /// (released when the computation ends). With fill timeouts the computation runs in a
+    /// (released when the computation ends), revalidating `prior` (the stale entry) when it
+    /// has a validator. With fill timeouts the computation runs in a
     /// spawned task that the request stops waiting for at the soft timeout (with a `copy`)
     /// or the hard one, counted from `since` (the request's arrival). With a `copy`, a
     /// handler error or a 5xx is answered with the copy.
@@ -164,11 +197,12 @@ where
         started: Option<u64>,
         guard: Option<LockGuard>,
         copy: Standby,
+        prior: Option<Entry>,
         since: Instant,
     ) -> Reply<ResBody, S::Error> {
-        let keep = copy.is_some();
+        let keep = copy.as_ref().map(|(entry, _)| self.call.grace(entry));
         let holds = guard.is_some();
-        let deadline = self.call.fail_safe().deadline(keep, since);
+        let deadline = self.call.fail_safe().deadline(keep.is_some(), since);
         let Self {
             call,
             inner,
@@ -178,7 +212,9 @@ where
         } = self;
         let worker = call.clone();
         let job = holding(guard, async move {
-            worker.attempt(inner, req, started, holds, keep).await
+            worker
+                .attempt(inner, req, started, holds, keep, prior)
+                .await
         });
         let Some(reply) = patiently(&call.digest, deadline, job).await else {
             return Ok(call.standing_in(copy, since, &asks));
@@ -192,12 +228,46 @@ where
                 tracing::warn!(key = %call.digest, status = %res.status(), "the handler answered an error: serving the stale copy (stale_if_error)");
                 Ok(call.respond(entry, later(at, since), &asks, true))
             }
+            (Ok(res), _) if res.extensions().get::<Revalidated>().is_some() => {
+                Ok(answered(res, &asks, &call.shared.header))
+            }
             (reply, _) => reply,
         }
     }
 }
 
+/// The response made from a revalidated entry, as the client asked for it: `304 Not
+/// Modified` when its own condition says it has it already (RFC 9111 §4.3.2).
+fn answered<B: http_body::Body>(
+    res: Response<ResponseBody<B>>,
+    asks: &Condition,
+    header: &http::HeaderName,
+) -> Response<ResponseBody<B>> {
+    if !asks.unchanged(res.status(), res.headers()) {
+        return res;
+    }
+    let (mut parts, _) = res.into_parts();
+    let kept = [header.clone(), AGE].map(|name| {
+        let value = parts.headers.get(&name).cloned();
+        (name, value)
+    });
+    not_modified(&mut parts.headers);
+    for (name, value) in kept {
+        if let Some(value) = value {
+            parts.headers.insert(name, value);
+        }
+    }
+    parts.status = StatusCode::NOT_MODIFIED;
+    Response::from_parts(parts, ResponseBody::full(Bytes::new()))
+}
+
 impl Call {
+    /// `entry`, read at `now`, as a copy that may stand in for a failing handler: only inside
+    /// its `stale_if_error` window (an entry kept to be revalidated may be past it).
+    fn copy(&self, entry: &Entry, now: u64) -> Standby {
+        self.rescuable(entry, now).then(|| (entry.clone(), now))
+    }
+
     /// The answer of a request that stopped waiting at a fill timeout: the copy, else
     /// `504 Gateway Timeout`.
     fn standing_in<B: http_body::Body>(
@@ -262,28 +332,30 @@ impl Call {
         res
     }
 
-    /// [`compute`](Self::compute); when a copy is `kept` and the handler failed (an error or
-    /// a 5xx), records the failure before the lease goes back, so that the next requests get
-    /// the copy at once instead of queueing behind the origin.
+    /// [`compute`](Self::compute); when a copy is `kept` (with how long past its freshness
+    /// it may stand in) and the handler failed (an error or a 5xx), records the failure
+    /// before the lease goes back, so that the next requests get the copy at once instead of
+    /// queueing behind the origin.
     async fn attempt<S, ReqBody, ResBody>(
         &self,
         inner: S,
         req: Request<ReqBody>,
         started: Option<u64>,
         holds: bool,
-        kept: bool,
+        kept: Option<Duration>,
+        prior: Option<Entry>,
     ) -> Reply<ResBody, S::Error>
     where
         S: Service<Request<ReqBody>, Response = Response<ResBody>>,
         ResBody: http_body::Body<Data = Bytes>,
     {
-        let reply = self.compute(inner, req, started, holds, kept).await;
+        let reply = (self.compute(inner, req, started, holds, kept.is_some(), prior)).await;
         let failed = match &reply {
             Ok(res) => res.status().is_server_error(),
             Err(_) => true,
         };
-        if kept && failed {
-            self.failed().await;
+        if let (Some(grace), true) = (kept, failed) {
+            self.failed(grace).await;
         }
         reply
     }
@@ -292,19 +364,28 @@ impl Call {
     /// (the store's time when the key was read) is known; leaves a hit-for-pass marker when
     /// not cacheable and this request `holds` the lease (so that waiters stop waiting),
     /// except for a 5xx when a copy is to be `kept` for `stale_if_error`.
+    ///
+    /// With a `prior` entry (stale) that has a validator, and `started` known, the request
+    /// asks the handler whether it is still current (RFC 9111 §4.3.1); a `304` freshens it
+    /// (§4.3.4: the `304`'s headers, the stored status and body), stored again as a fill is,
+    /// and the response is the stored one, never the `304`.
+    #[allow(clippy::too_many_lines)]
     async fn compute<S, ReqBody, ResBody>(
         &self,
         mut inner: S,
-        req: Request<ReqBody>,
+        mut req: Request<ReqBody>,
         started: Option<u64>,
         holds: bool,
         kept: bool,
+        prior: Option<Entry>,
     ) -> Reply<ResBody, S::Error>
     where
         S: Service<Request<ReqBody>, Response = Response<ResBody>>,
         ResBody: http_body::Body<Data = Bytes>,
     {
         std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+        // Only a request whose answer may be stored revalidates: a 304 is no entry.
+        let prior = prior.filter(|p| started.is_some() && ask(&p.headers, req.headers_mut()));
         // A session layer outside marks the request; one inside marks the response. Either
         // way the mark says, once the handler is done, whether the page depends on a session.
         let asked = req.extensions().get::<SessionMark>().cloned();
@@ -313,7 +394,25 @@ impl Call {
         let asked_at = Instant::now();
         let res = inner.call(req).await?;
         let (mut parts, body) = res.into_parts();
-        let tags = self.take_tags(&mut parts);
+        // The answer to the layer's own condition: the stored response, freshened (or left
+        // as it was when the 304 names another representation).
+        let renewed = match prior {
+            Some(prior) if parts.status == StatusCode::NOT_MODIFIED => {
+                let Entry {
+                    status,
+                    mut headers,
+                    tags,
+                    body,
+                    ..
+                } = prior;
+                let current = freshen(&mut headers, &parts.headers);
+                parts.status = status;
+                parts.headers = headers;
+                Some((current, tags, body))
+            }
+            _ => None,
+        };
+        let mut tags = self.take_tags(&mut parts);
         parts.headers.remove(&self.shared.header);
         let shared = &self.shared;
         let marks = || asked.iter().chain(parts.extensions.get::<SessionMark>());
@@ -324,6 +423,8 @@ impl Call {
             Err("the handler used the session")
         } else if marks().any(SessionMark::carried) {
             Err("the request carried a session")
+        } else if matches!(renewed, Some((false, ..))) {
+            Err("the 304 names another representation than the stored one")
         } else {
             let arrival = Arrival {
                 at: SystemTime::now(),
@@ -334,6 +435,16 @@ impl Call {
         };
         let leaves_marker = (touched || !marks().any(SessionMark::carried))
             && !(kept && parts.status.is_server_error());
+        let stored_body = match renewed {
+            Some((_, stored_tags, stored_body)) => {
+                if tags.is_empty() {
+                    tags = stored_tags;
+                }
+                parts.extensions.insert(Revalidated);
+                Some(stored_body)
+            }
+            None => None,
+        };
         let (life, started) = match (verdict, started) {
             (Ok(life), Some(started)) => (life, started),
             (Err(why), started) => {
@@ -341,20 +452,23 @@ impl Call {
                 if let (true, true, Some(started)) = (holds, leaves_marker, started) {
                     self.pass(started).await;
                 }
-                return Ok(self.finish(parts, ResponseBody::inner(body), false));
+                return Ok(self.finish(parts, either(stored_body, body), false));
             }
-            (Ok(_), None) => return Ok(self.finish(parts, ResponseBody::inner(body), false)),
+            (Ok(_), None) => return Ok(self.finish(parts, either(stored_body, body), false)),
         };
-        let bytes = match collect(body, shared.body_limit).await {
-            Ok(Collected::Whole(bytes)) => bytes,
-            Ok(Collected::Partial(rest)) => {
-                tracing::debug!(key = %self.digest, "response body over the entry limit: not cached");
-                if holds {
-                    self.pass(started).await;
+        let bytes = match stored_body {
+            Some(bytes) => bytes,
+            None => match collect(body, shared.body_limit).await {
+                Ok(Collected::Whole(bytes)) => bytes,
+                Ok(Collected::Partial(rest)) => {
+                    tracing::debug!(key = %self.digest, "response body over the entry limit: not cached");
+                    if holds {
+                        self.pass(started).await;
+                    }
+                    return Ok(self.finish(parts, rest, false));
                 }
-                return Ok(self.finish(parts, rest, false));
-            }
-            Err(e) => return Ok(self.finish(parts, ResponseBody::failed(e), false)),
+                Err(e) => return Ok(self.finish(parts, ResponseBody::failed(e), false)),
+            },
         };
         if shared.etag
             && !head
@@ -381,7 +495,7 @@ impl Call {
             started,
             fresh: life.fresh.saturating_sub(jitter),
             stale: life.stale,
-            grace: life.grace,
+            grace: self.kept(&parts.headers, life.grace),
             blob,
         };
         let stored = match shared.store.0.write(&self.digest, write).await {
@@ -431,14 +545,28 @@ impl Call {
         tags
     }
 
-    /// The handler's response, marked a miss (`stored` when this request filled the entry).
+    /// The handler's response, marked a miss (`stored` when this request filled the entry),
+    /// or the revalidated entry's, marked so.
     fn finish<B: http_body::Body>(
         &self,
         mut parts: response::Parts,
         body: ResponseBody<B>,
         stored: bool,
     ) -> Response<ResponseBody<B>> {
-        Outcome::Miss { stored }.mark(&self.shared.header, &mut parts.headers);
+        let outcome = if parts.extensions.get::<Revalidated>().is_some() {
+            Outcome::Revalidated { stored }
+        } else {
+            Outcome::Miss { stored }
+        };
+        outcome.mark(&self.shared.header, &mut parts.headers);
         Response::from_parts(parts, body)
+    }
+}
+
+/// The body of a response: the stored one of a revalidated entry, else the handler's.
+fn either<B: http_body::Body>(stored: Option<Bytes>, body: B) -> ResponseBody<B> {
+    match stored {
+        Some(bytes) => ResponseBody::full(bytes),
+        None => ResponseBody::inner(body),
     }
 }

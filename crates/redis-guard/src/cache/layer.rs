@@ -18,6 +18,10 @@ use crate::{ConfigError, ConfigErrorKind};
 /// The default entry size limit: 1 MiB.
 pub(crate) const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 
+/// How long past its freshness an entry with a validator is kept by default, to be
+/// revalidated: 1 hour.
+const DEFAULT_REVALIDATE: Duration = Duration::from_secs(3600);
+
 /// Caches the responses of `GET` and `HEAD` requests in a [`CacheStore`]; see the
 /// [module docs](super) for what is cached and what never is.
 ///
@@ -91,6 +95,7 @@ impl CacheLayer {
                 random: Random::default(),
                 tag_space: None,
                 fail_safe: FailSafe::default(),
+                revalidate: DEFAULT_REVALIDATE,
             },
         }
     }
@@ -190,7 +195,8 @@ impl CacheLayerBuilder {
         /// deciding.
         pub fn body_limit(bytes: usize) => shared.body_limit;
 
-        /// The response header that says `HIT`, `MISS` or `STALE` (default `x-cache`).
+        /// The response header that says `HIT`, `MISS`, `STALE` or `REVALIDATED` (default
+        /// `x-cache`).
         pub fn header(name: HeaderName) => shared.header;
 
         /// The response header a handler may list its tags in, comma-separated; the layer
@@ -234,6 +240,29 @@ impl CacheLayerBuilder {
         /// # Ok::<(), redis_guard::ConfigError>(())
         /// ```
         pub fn stale_if_error(grace: Duration) => shared.fail_safe.stale_if_error;
+
+        /// How long past its freshness an entry that has a validator (an `ETag` or a
+        /// `Last-Modified`) is kept so that the handler can revalidate it (default 1 hour;
+        /// at most 10 years). The next request for it past its stale window is passed to the
+        /// handler as a conditional request (`If-None-Match` with the stored `ETag`, else
+        /// `If-Modified-Since` with the stored `Last-Modified`; RFC 9111 §4.3): a `304` freshens
+        /// the stored entry (its headers updated from the `304`'s, its body kept) and the
+        /// client gets the stored response; any other answer is handled as a fill. One
+        /// request per key revalidates, across replicas, as for a fill; the others wait for
+        /// it. Zero: an entry is dropped at the end of its stale window and recomputed in full
+        /// (one inside its stale window, or kept for [`stale_if_error`](Self::stale_if_error),
+        /// is revalidated all the same).
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use redis_guard::cache::{CacheLayer, MemoryCacheStore};
+        /// let layer = CacheLayer::builder(MemoryCacheStore::new())
+        ///     .revalidate(Duration::from_secs(24 * 3600)) // a version column answers 304 cheaply
+        ///     .build()?;
+        /// # let _ = layer;
+        /// # Ok::<(), redis_guard::ConfigError>(())
+        /// ```
+        pub fn revalidate(window: Duration) => shared.revalidate;
     }
 
     /// Fill timeouts (default none: a request waits for its handler as long as it takes).
@@ -355,7 +384,7 @@ impl CacheLayerBuilder {
     /// # Errors
     ///
     /// A zero `max_ttl`, a `ttl` above `max_ttl`, a jitter outside 0..=1, a zero body
-    /// limit, a stampede setting that cannot work, a `stale_if_error` above 10 years, fill
+    /// limit, a `revalidate` window above 10 years, a stampede setting that cannot work, a `stale_if_error` above 10 years, fill
     /// timeouts that cannot work, or store settings that cannot work.
     ///
     /// ```
@@ -415,6 +444,14 @@ impl CacheLayerBuilder {
                 "0".to_owned(),
             );
         }
+        if s.revalidate > ten_years {
+            return invalid(
+                ConfigErrorKind::Duration,
+                format!("revalidate {:?} must be at most 10 years", s.revalidate),
+                "CacheLayerBuilder::revalidate",
+                format!("{:?}", s.revalidate),
+            );
+        }
         if let Some(problem) = s.stampede.problem() {
             return Err(problem.within("cache layer"));
         }
@@ -444,7 +481,7 @@ mod tests {
     #[test]
     fn errors_name_the_setting_and_its_value() {
         type Set = fn(CacheLayerBuilder) -> CacheLayerBuilder;
-        let cases: [(Set, _, _, _, _); 5] = [
+        let cases: [(Set, _, _, _, _); 6] = [
             (
                 |b| b.max_ttl(Duration::ZERO),
                 ConfigErrorKind::Duration,
@@ -465,6 +502,13 @@ mod tests {
                 "CacheLayerBuilder::jitter",
                 "3",
                 "cache layer: jitter 3 must be within 0..=1",
+            ),
+            (
+                |b| b.revalidate(Duration::from_secs(11 * 365 * 86_400)),
+                ConfigErrorKind::Duration,
+                "CacheLayerBuilder::revalidate",
+                "346896000s",
+                "cache layer: revalidate 346896000s must be at most 10 years",
             ),
             (
                 |b| b.body_limit(0),

@@ -13,6 +13,7 @@ use super::fail_safe::{FailSafe, RETRY_AFTER_FAILURE};
 use super::policy::stored_grace;
 use super::shared::Shared;
 use super::store::{NOW, Write};
+use super::validate::has_validator;
 use crate::backend::{BackendError, LockGuard, micros};
 
 /// What the store holds for a key, as this request may use it.
@@ -21,8 +22,9 @@ pub(crate) enum Look {
     /// Past its freshness inside its stale window, or softly purged: served at once while
     /// one caller refreshes it.
     Stale(Entry, u64),
-    /// Past its stale window, inside `stale_if_error`: a miss, but the copy stands in for a
-    /// failing or slow origin.
+    /// Past its stale window: a miss, but the entry is kept, inside `stale_if_error` (then
+    /// the copy stands in for a failing or slow origin: see [`Call::rescuable`]) or to be
+    /// revalidated with the handler (it has a validator; see [`Call::revalidatable`]).
     Expired(Entry, u64),
     /// As `Expired`, and the last fill failed (on any replica): the copy stands in at once;
     /// when `due`, [`RETRY_AFTER_FAILURE`] has passed and one caller may try again.
@@ -42,11 +44,13 @@ pub(crate) enum Look {
 /// What waiting for another request's fill came to.
 pub(crate) enum Waited {
     /// This request took the lease, the key read at `at`; `copy`: what it held then, if
-    /// that may stand in for a failing origin (inside `stale_if_error`).
+    /// that may stand in for a failing origin (inside `stale_if_error`); `prior`: what it
+    /// held then past its freshness (to be revalidated, when it has a validator).
     Lease {
         guard: LockGuard,
         at: u64,
         copy: Option<Entry>,
+        prior: Option<Box<Entry>>,
     },
     /// The key holds a usable entry (fresh or stale), read at this time.
     Filled(Entry, u64),
@@ -80,14 +84,17 @@ impl Call {
 
     /// Records that a fill of this key failed while a copy stood in: for
     /// [`RETRY_AFTER_FAILURE`] every caller, on every replica, gets the copy at once and none
-    /// calls the origin. One small key beside the entry, kept as long as a copy may stand in.
-    pub(crate) async fn failed(&self) {
+    /// calls the origin. One small key beside the entry, kept as long as a copy may stand in:
+    /// the layer's `stale_if_error`, or the copy's own `grace` (its response's
+    /// `stale-if-error`) when longer, so that past the first second the marker still says a
+    /// try is due and nobody queues behind the origin.
+    pub(crate) async fn failed(&self, grace: Duration) {
         let write = Write {
             kind: Kind::Failed,
             started: NOW,
             fresh: RETRY_AFTER_FAILURE,
             stale: Duration::ZERO,
-            grace: self.shared.fail_safe.stale_if_error,
+            grace: self.shared.fail_safe.stale_if_error.max(grace),
             blob: Bytes::new(),
         };
         if let Err(e) = self.shared.store.0.write(&self.failure_key(), write).await {
@@ -146,7 +153,10 @@ impl Call {
                 return Look::Absent(now);
             }
         };
-        if now >= entry.times.stale_until && !self.rescuable(&entry, now) {
+        if now >= entry.times.stale_until
+            && !self.rescuable(&entry, now)
+            && !self.revalidatable(&entry, now)
+        {
             return Look::Absent(now);
         }
         if !entry.tags.is_empty() {
@@ -172,7 +182,12 @@ impl Call {
             }
         }
         if now >= entry.times.stale_until {
-            self.expired(entry, now).await
+            if self.rescuable(&entry, now) {
+                self.expired(entry, now).await
+            } else {
+                // Kept only to be revalidated: never a copy that stands in.
+                Look::Expired(entry, now)
+            }
         } else if now < entry.times.fresh_until && !entry.purged {
             Look::Fresh(entry, now)
         } else {
@@ -255,7 +270,7 @@ impl Call {
     /// What the key holds once this request has the lease: whoever held it before may have
     /// filled it since our read (then the lease goes back).
     async fn leased(&self, guard: LockGuard, usable: &impl Fn(&Entry) -> bool) -> Waited {
-        let (at, copy) = match self.look().await {
+        let (at, prior) = match self.look().await {
             Look::Fresh(entry, at) if usable(&entry) => {
                 release(guard).await;
                 return Waited::Filled(entry, at);
@@ -273,19 +288,41 @@ impl Call {
                 release(guard).await;
                 return Waited::Rescued(entry, at);
             }
-            Look::Stale(entry, at) | Look::Expired(entry, at) | Look::Failing { entry, at, .. }
-                if self.rescuable(&entry, at) =>
-            {
+            Look::Stale(entry, at) | Look::Expired(entry, at) | Look::Failing { entry, at, .. } => {
                 (at, Some(entry))
             }
-            Look::Fresh(_, at)
-            | Look::Stale(_, at)
-            | Look::Expired(_, at)
-            | Look::Failing { at, .. }
-            | Look::Absent(at)
-            | Look::Pass(at) => (at, None),
+            Look::Fresh(_, at) | Look::Absent(at) | Look::Pass(at) => (at, None),
         };
-        Waited::Lease { guard, at, copy }
+        let copy = (prior.as_ref())
+            .filter(|entry| self.rescuable(entry, at))
+            .cloned();
+        Waited::Lease {
+            guard,
+            at,
+            copy,
+            prior: prior.map(Box::new),
+        }
+    }
+
+    /// Whether `entry`, read at `at` past its stale window, is still kept to be revalidated:
+    /// it has a validator, and it is at most the layer's revalidation window past its
+    /// freshness.
+    pub(crate) fn revalidatable(&self, entry: &Entry, at: u64) -> bool {
+        let window = self.shared.revalidate;
+        !window.is_zero()
+            && at < entry.times.fresh_until.saturating_add(micros(window))
+            && has_validator(&entry.headers)
+    }
+
+    /// How long past its freshness the key of a response with these `headers` is kept: its
+    /// `grace` (for `stale_if_error`), or the revalidation window when it has a validator
+    /// and that is longer.
+    pub(crate) fn kept(&self, headers: &http::HeaderMap, grace: Duration) -> Duration {
+        if self.shared.revalidate > grace && has_validator(headers) {
+            self.shared.revalidate
+        } else {
+            grace
+        }
     }
 
     /// Whether `entry`, read at `at`, may stand in for a failing origin: it is at most its

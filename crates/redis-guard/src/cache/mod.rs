@@ -35,13 +35,14 @@
 //! Every response to a request the layer looks up says where it came from in `x-cache`
 //! ([`header`](CacheLayerBuilder::header)): `HIT` (stored and fresh), `STALE` (stored, past
 //! its freshness, inside its stale window: served while one request refreshes it; or served
-//! in place of a failing handler, see [Fail-safe](#fail-safe)), or `MISS` (computed by the
-//! handler for this request), and in RFC 9211 `Cache-Status` (see
+//! in place of a failing handler, see [Fail-safe](#fail-safe)), `REVALIDATED` (stored and
+//! stale, confirmed by the handler's `304`: see [Revalidation](#revalidation)) or `MISS`
+//! (computed by the handler for this request), and in RFC 9211 `Cache-Status` (see
 //! [Conditional requests and `Cache-Status`](#conditional-requests-and-cache-status)). Stored
 //! responses also carry `Age`. With the
 //! `metrics` feature each of them is counted in
 //! [`redis_guard_cache_responses_total`](crate::telemetry::Metric::CacheResponses) by `result` (`hit`,
-//! `stale`, `fallback`, `miss`): the hit ratio.
+//! `stale`, `fallback`, `revalidated`, `miss`): the hit ratio.
 //!
 //! # What is cached
 //!
@@ -86,8 +87,9 @@
 //! - Status, headers (as bytes: a non-UTF-8 value is kept as it is), tags and body are stored
 //!   in **one** value with a TTL: fresh time less jitter
 //!   ([`jitter`](CacheLayerBuilder::jitter), up to 10% less at random: never longer than the
-//!   handler allows) + stale window. A hit's `Age` is the entry's age on arrival plus its time
-//!   in the store.
+//!   handler allows) + stale window (+ the [`revalidate`](CacheLayerBuilder::revalidate)
+//!   window, 1 hour, when longer and the response has an `ETag` or a `Last-Modified`). A
+//!   hit's `Age` is the entry's age on arrival plus its time in the store.
 //! - A response that is not cacheable leaves a **hit-for-pass** marker for the length of the
 //!   lease, so the requests waiting for a fill go straight to the handler, and so do the next
 //!   ones until the marker expires.
@@ -182,6 +184,32 @@
 //! own, and an entry computed before it is served as stale (at once, to every request) while
 //! the one request that takes its lease recomputes it, instead of being a miss. A lookup reads
 //! both records of each tag in the same concurrent round.
+//!
+//! # Revalidation
+//!
+//! A stale entry that has a validator (an `ETag`, else a `Last-Modified`) is not recomputed
+//! in full: the request that refills it (the one that takes the key's lease, on any replica;
+//! the others wait for it, as for a fill) passes it to the handler as a conditional request
+//! ([RFC 9111 §4.3.1](https://www.rfc-editor.org/rfc/rfc9111#section-4.3.1)):
+//! `If-None-Match` with the stored `ETag`, else `If-Modified-Since` with the stored
+//! `Last-Modified`. A handler that can tell cheaply that nothing changed (a version column)
+//! answers `304 Not Modified`:
+//!
+//! - the entry is **freshened** (§4.3.4): each header the `304` carries replaces the stored
+//!   one (`Cache-Control`, `Expires`, `Date`, `ETag`, headers of its own; not
+//!   `Content-Length`, `Content-Encoding` and the other fields that describe the stored body),
+//!   its freshness is computed again from them as for a new response, the body is kept, and
+//!   it is stored again (`x-cache: REVALIDATED`). A `304` whose `ETag` is not the stored one
+//!   updates nothing: the stored response is served once more and the next request computes;
+//! - the client gets the stored response, status and body, or `304` when it asked
+//!   conditionally and its validator matches; never the `304` to the layer's own request.
+//!
+//! Any other answer is handled as a fill (§4.3.3): a `200` replaces the entry, a response
+//! that is not cacheable leaves a hit-for-pass marker, and a 5xx is the client's answer, or a
+//! stale copy where [`stale_if_error`](CacheLayerBuilder::stale_if_error) or the response's
+//! own `stale-if-error` allows. An entry with a validator is kept
+//! [`revalidate`](CacheLayerBuilder::revalidate) past its freshness (default 1 hour) for
+//! this; one inside its stale window is revalidated by the background refresh.
 //!
 //! # Fail-safe
 //!
@@ -310,9 +338,11 @@
 //! The `304` keeps `Cache-Control`, `Content-Location`, `Date`, `ETag`, `Expires`,
 //! `Last-Modified` and `Vary` ([RFC 9110 §15.4.5](https://www.rfc-editor.org/rfc/rfc9110#section-15.4.5)),
 //! then `Age` and the cache's own headers. The layer answers these two headers itself and
-//! takes them off every request it looks up: the handler always computes a whole response
-//! (its own `304` would be no entry, and would void a stale entry's refresh), and the request
-//! that computes an entry (a miss) gets that whole response. With
+//! takes them off every request it looks up: the client's condition never reaches the
+//! handler (its `304` to it would be no entry), which sees only the layer's own when it
+//! revalidates a stale entry (see [Revalidation](#revalidation)); the request that computes
+//! an entry (a miss) gets the whole response, and one whose entry was just revalidated gets
+//! `304` when its condition matches. With
 //! [`etag(true)`](CacheLayerBuilder::etag) an entry whose handler sent no `ETag` gets a strong
 //! one from its body (a SHA-256 prefix; not for `HEAD`, which has no body), stored and sent
 //! with it, so that clients can revalidate pages whose handlers know nothing of validators.
@@ -326,6 +356,7 @@
 //! | stale entry | `redis-guard; hit; ttl=<0 or less>` |
 //! | computed and stored | `redis-guard; fwd=miss; stored` |
 //! | computed, not stored (or `504` at the hard fill timeout) | `redis-guard; fwd=miss` |
+//! | stale entry revalidated by the handler's `304` (and stored again) | `redis-guard; fwd=stale; fwd-status=304; stored` |
 //! | served in place of a failing or slow handler, or softly purged | `redis-guard; fwd=stale; ttl=<0 or less>` |
 //!
 //! A stale entry inside its stale window is a `hit`, not `fwd=stale`: the request is answered
@@ -359,9 +390,13 @@
 //!   response marked `must-revalidate` is not followed (the stricter directive wins).
 //! - **Jitter** makes entries expire up to 10% early (a cache may always drop an entry
 //!   sooner), so that entries filled together do not expire together.
-//! - **No revalidation with the handler**: a stale entry is recomputed in full, not passed
-//!   to the handler as a conditional request; the layer answers clients' conditional
-//!   requests itself (see above).
+//! - **Conditional requests are the layer's**: a client's `If-None-Match` and
+//!   `If-Modified-Since` are answered from the cache and never forwarded; the handler sees
+//!   only the layer's own, built from the stored validators when it revalidates a stale entry
+//!   (see [Revalidation](#revalidation)), so that what it answers can always be stored.
+//!   Responses with no validator are recomputed in full, and an entry is kept for
+//!   revalidation only [`revalidate`](CacheLayerBuilder::revalidate) past its freshness
+//!   (every key has a TTL), not until evicted.
 //! - **Unsafe methods**: a `POST`, `PUT` or `DELETE` passes through, and the entries of its
 //!   target stay until they expire or a tag of theirs is invalidated.
 

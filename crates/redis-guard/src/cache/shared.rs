@@ -28,6 +28,9 @@ pub(crate) struct Shared {
     pub(crate) tag_space: Option<&'static str>,
     /// `stale_if_error` and the fill timeouts.
     pub(crate) fail_safe: FailSafe,
+    /// How long past its freshness an entry with a validator is kept, to be revalidated with
+    /// the handler (zero for the value cache: its values have none).
+    pub(crate) revalidate: std::time::Duration,
 }
 
 impl Shared {
@@ -51,10 +54,12 @@ impl Shared {
     }
 
     /// The longest a response cache entry may live: fresh (at most `max_ttl`, plus jitter),
-    /// then the longer of its stale window (at most `max_ttl`) and `stale_if_error`. How long
-    /// a tag's invalidation is remembered, and no longer.
+    /// then the longest of its stale window (at most `max_ttl`), `stale_if_error` and the
+    /// revalidation window. How long a tag's invalidation is remembered, and no longer.
     pub(crate) fn longest_life(&self) -> std::time::Duration {
-        let after = self.life.max_ttl.max(self.fail_safe.stale_if_error);
+        let after = (self.life.max_ttl)
+            .max(self.fail_safe.stale_if_error)
+            .max(self.revalidate);
         self.life.max_ttl.mul_f64(1.0 + self.jitter) + after
     }
 }

@@ -18,6 +18,9 @@ pub(crate) enum Outcome {
     Stale { ttl: i64 },
     /// Computed by the handler for this request; `stored` when the fill was written.
     Miss { stored: bool },
+    /// A stored entry the handler confirmed with a `304` to the layer's conditional request
+    /// (RFC 9111 §4.3); `stored` when the freshened entry was written.
+    Revalidated { stored: bool },
     /// A stored copy served in place of a handler that failed or was too slow, or of an
     /// entry purged softly; `ttl` ≤ 0.
     Fallback { ttl: i64 },
@@ -42,13 +45,13 @@ impl Outcome {
             Self::Hit { ttl } | Self::Stale { ttl } | Self::Fallback { ttl } => {
                 Self::Fallback { ttl: ttl.min(0) }
             }
-            miss @ Self::Miss { .. } => miss,
+            other @ (Self::Miss { .. } | Self::Revalidated { .. }) => other,
         }
     }
 
-    /// Marks `headers`: `header` (`x-cache`) says `HIT`, `STALE` or `MISS`, and this cache's
-    /// member goes last in `Cache-Status`, after those of the caches nearer the origin
-    /// (RFC 9211 §2). Counts the response
+    /// Marks `headers`: `header` (`x-cache`) says `HIT`, `STALE`, `REVALIDATED` or `MISS`, and
+    /// this cache's member goes last in `Cache-Status`, after those of the caches nearer the
+    /// origin (RFC 9211 §2). Counts the response
     /// ([`Metric::CacheResponses`](crate::telemetry::Metric::CacheResponses)).
     pub(crate) fn mark(self, header: &HeaderName, headers: &mut HeaderMap) {
         // A stale entry served without forwarding the request is a hit with a ttl of zero or
@@ -59,6 +62,16 @@ impl Outcome {
             Self::Stale { ttl } => ("STALE", "stale", format!("{NAME}; hit; ttl={ttl}")),
             Self::Miss { stored: true } => ("MISS", "miss", format!("{NAME}; fwd=miss; stored")),
             Self::Miss { stored: false } => ("MISS", "miss", format!("{NAME}; fwd=miss")),
+            // The stored response was stale, and the handler said it is current (RFC 9211
+            // §2.2 `fwd=stale`, §2.3 `fwd-status`).
+            Self::Revalidated { stored } => (
+                "REVALIDATED",
+                "revalidated",
+                format!(
+                    "{NAME}; fwd=stale; fwd-status=304{}",
+                    if stored { "; stored" } else { "" }
+                ),
+            ),
             // The request was forwarded (or would have been: a soft purge) and the stale
             // copy answered instead (RFC 9211 §2.2 `fwd=stale`).
             Self::Fallback { ttl } => {
@@ -135,5 +148,13 @@ mod tests {
         assert_eq!(marked(fallback, &[]), "redis-guard; fwd=stale; ttl=0");
         let late = Outcome::served(0, 3_000_000).forwarded();
         assert_eq!(marked(late, &[]), "redis-guard; fwd=stale; ttl=-3");
+        assert_eq!(
+            marked(Outcome::Revalidated { stored: true }, &[]),
+            "redis-guard; fwd=stale; fwd-status=304; stored"
+        );
+        assert_eq!(
+            marked(Outcome::Revalidated { stored: false }, &[]),
+            "redis-guard; fwd=stale; fwd-status=304"
+        );
     }
 }

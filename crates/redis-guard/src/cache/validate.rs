@@ -1,14 +1,18 @@
 //! Conditional requests answered from a stored entry (RFC 9110 §13): `If-None-Match` against
-//! the entry's `ETag`, else `If-Modified-Since` against its `Last-Modified`; and the strong
-//! `ETag` computed for an entry whose handler sent none.
+//! the entry's `ETag`, else `If-Modified-Since` against its `Last-Modified`; the strong
+//! `ETag` computed for an entry whose handler sent none; and the layer's own conditional
+//! request that revalidates a stale entry with the handler (RFC 9111 §4.3), with the `304`
+//! that freshens it.
 
 use std::time::SystemTime;
 
 use base64::Engine as _;
 use http::header::Entry;
 use http::header::{
-    CACHE_CONTROL, CONTENT_LOCATION, DATE, ETAG, EXPIRES, HeaderName, IF_MODIFIED_SINCE,
-    IF_NONE_MATCH, LAST_MODIFIED, VARY,
+    AGE, CACHE_CONTROL, CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_LOCATION,
+    CONTENT_RANGE, DATE, ETAG, EXPIRES, HeaderName, IF_MODIFIED_SINCE, IF_NONE_MATCH,
+    LAST_MODIFIED, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRAILER, TRANSFER_ENCODING,
+    UPGRADE, VARY,
 };
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use sha2::{Digest, Sha256};
@@ -55,11 +59,7 @@ impl Condition {
         match self {
             Self::Unconditional => false,
             Self::NoneMatch(values) => {
-                let mut etags = headers.get_all(ETAG).iter();
-                let stored = match (etags.next(), etags.next()) {
-                    (Some(one), None) => opaque(one.as_bytes()),
-                    _ => None,
-                };
+                let stored = one_etag(headers).and_then(|t| opaque(t.as_bytes()));
                 values.iter().any(|v| listed(v.as_bytes(), stored))
             }
             Self::Since(since) => {
@@ -67,6 +67,83 @@ impl Condition {
             }
         }
     }
+}
+
+/// The stored response's one well-formed `ETag`, if it has one.
+fn one_etag(headers: &HeaderMap) -> Option<&HeaderValue> {
+    let mut etags = headers.get_all(ETAG).iter();
+    match (etags.next(), etags.next()) {
+        (Some(one), None) if opaque(one.as_bytes()).is_some() => Some(one),
+        _ => None,
+    }
+}
+
+/// Whether a stored response carries a validator the handler can be asked about: one
+/// well-formed `ETag`, or one valid `Last-Modified`.
+pub(crate) fn has_validator(headers: &HeaderMap) -> bool {
+    one_etag(headers).is_some() || one_date(headers, &LAST_MODIFIED).is_some()
+}
+
+/// Makes `request` ask the handler whether the stored response (its `stored` headers) is
+/// still current (RFC 9111 §4.3.1): `If-None-Match` with its `ETag`, else
+/// `If-Modified-Since` with its `Last-Modified`. Whether it asked (`false`: no validator).
+/// The client's own conditional headers were taken before ([`Condition::take`]).
+pub(crate) fn ask(stored: &HeaderMap, request: &mut HeaderMap) -> bool {
+    if let Some(etag) = one_etag(stored) {
+        request.insert(IF_NONE_MATCH, etag.clone());
+        return true;
+    }
+    if one_date(stored, &LAST_MODIFIED).is_some()
+        && let Some(modified) = stored.get(LAST_MODIFIED)
+    {
+        request.insert(IF_MODIFIED_SINCE, modified.clone());
+        return true;
+    }
+    false
+}
+
+/// Fields a `304` does not update in the stored response (RFC 9111 §3.2): those that describe
+/// the stored body or belong to one connection.
+const NOT_UPDATED: [HeaderName; 11] = [
+    CONTENT_LENGTH,
+    CONTENT_ENCODING,
+    CONTENT_RANGE,
+    TRANSFER_ENCODING,
+    CONNECTION,
+    TE,
+    TRAILER,
+    UPGRADE,
+    PROXY_AUTHENTICATE,
+    PROXY_AUTHORIZATION,
+    HeaderName::from_static("keep-alive"),
+];
+
+/// Freshens the `stored` headers with those of a `304` (`fresh`) that answered the layer's
+/// conditional request (RFC 9111 §4.3.4): each field the `304` carries replaces the stored
+/// one, but for those of [`NOT_UPDATED`]. The response's age and date are the `304`'s (the
+/// stored ones are dropped when it has none: it was current when it arrived). `false`, and
+/// nothing changed, when the `304` names another representation: an `ETag` that is not the
+/// stored one (then it must not update it).
+pub(crate) fn freshen(stored: &mut HeaderMap, fresh: &HeaderMap) -> bool {
+    if fresh.contains_key(ETAG) {
+        let theirs = one_etag(fresh).and_then(|t| opaque(t.as_bytes()));
+        let ours = one_etag(stored).and_then(|t| opaque(t.as_bytes()));
+        if theirs.is_none() || theirs != ours {
+            return false;
+        }
+    }
+    stored.remove(AGE);
+    stored.remove(DATE);
+    for name in fresh.keys() {
+        if NOT_UPDATED.contains(name) {
+            continue;
+        }
+        stored.remove(name);
+        for value in fresh.get_all(name) {
+            stored.append(name.clone(), value.clone());
+        }
+    }
+    true
 }
 
 /// The one value of `name`, as an HTTP-date; `None` when absent, repeated or malformed.
@@ -265,6 +342,66 @@ mod tests {
                 ("cache-control", "max-age=5"),
             ])
         );
+    }
+
+    /// RFC 9111 §4.3.1: the layer's condition is the stored `ETag`, else its `Last-Modified`.
+    #[test]
+    fn rfc9111_4_3_1_the_condition_comes_from_the_stored_validators() {
+        let date = "Sun, 06 Nov 1994 08:49:37 GMT";
+        let asked = |headers: &[(&str, &str)]| {
+            let mut req = HeaderMap::new();
+            let asked = ask(&stored(headers), &mut req);
+            assert_eq!(asked, has_validator(&stored(headers)), "{headers:?}");
+            req
+        };
+        let req = asked(&[("etag", "W/\"a\""), ("last-modified", date)]);
+        assert_eq!(req, stored(&[("if-none-match", "W/\"a\"")]));
+        let req = asked(&[("last-modified", date)]);
+        assert_eq!(req, stored(&[("if-modified-since", date)]));
+        for none in [
+            &[][..],
+            &[("etag", "a")],
+            &[("etag", "\"a\""), ("etag", "\"b\"")],
+            &[("last-modified", "yesterday")],
+        ] {
+            assert!(asked(none).is_empty(), "{none:?}");
+        }
+    }
+
+    /// RFC 9111 §4.3.4 and §3.2: a `304` replaces the stored fields it carries, but for
+    /// those that describe the stored body; one that names another `ETag` changes nothing.
+    #[test]
+    fn rfc9111_4_3_4_a_304_freshens_the_stored_headers() {
+        let mut headers = stored(&[
+            ("etag", "\"a\""),
+            ("cache-control", "max-age=1"),
+            ("content-length", "5"),
+            ("age", "30"),
+            ("date", "Sun, 06 Nov 1994 08:49:37 GMT"),
+            ("x-kept", "1"),
+        ]);
+        let fresh = stored(&[
+            ("etag", "W/\"a\""),
+            ("cache-control", "max-age=60"),
+            ("content-length", "0"),
+            ("x-new", "2"),
+        ]);
+        assert!(freshen(&mut headers, &fresh));
+        assert_eq!(
+            headers,
+            stored(&[
+                ("etag", "W/\"a\""),
+                ("cache-control", "max-age=60"),
+                ("content-length", "5"),
+                ("x-kept", "1"),
+                ("x-new", "2"),
+            ])
+        );
+        let before = headers.clone();
+        for other in [("etag", "\"b\""), ("etag", "b")] {
+            assert!(!freshen(&mut headers, &stored(&[other])), "{other:?}");
+            assert_eq!(headers, before);
+        }
     }
 
     #[test]

@@ -124,7 +124,9 @@ where
         let deadline = fail_safe.deadline(copy.is_some(), since);
         let usable = |entry: &Entry| serde_json::from_slice::<T>(&entry.body).is_ok();
         match self.call.wait(now, deadline, usable).await {
-            Waited::Lease { guard, at, copy } => {
+            Waited::Lease {
+                guard, at, copy, ..
+            } => {
                 let copy = copy.and_then(|entry| parse(&entry));
                 self.fetch(Some(at), Some(guard), copy, since).await
             }
@@ -197,7 +199,7 @@ where
 {
     let value = compute(call, fill, f, started).await;
     if kept && value.is_err() {
-        call.failed().await;
+        call.failed(Duration::ZERO).await;
     }
     value
 }

@@ -94,6 +94,7 @@ impl ValueCache {
                 random: Random::default(),
                 tag_space: Some("rg-value-tag"),
                 fail_safe: super::fail_safe::FailSafe::default(),
+                revalidate: Duration::ZERO,
             },
             namespace: String::new(),
             negative: None,
