@@ -135,3 +135,24 @@ async fn redis_leased_admits_on_its_gcra_key() {
     let leased = monitored(Variant::RedisLeased, &redis).await;
     assert!(leased.contains(":gcra:"), "{leased}");
 }
+
+/// The cache variants: after the first request fills the page, a hit of the hand-rolled
+/// cache-aside is one `GET`, and tower-http-cache reads it from Redis too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_variants_serve_hits_from_redis() {
+    let redis = redis().await;
+    let fill = monitored(Variant::HandCache, &redis).await;
+    assert!(fill.contains("\"GET\" \"hc:/\""), "{fill}");
+    assert!(
+        fill.contains("\"SET\" \"hc:/\" \"ok\" \"EX\" \"60\""),
+        "{fill}"
+    );
+    let hit = monitored(Variant::HandCache, &redis).await;
+    assert_eq!(hit.lines().count(), 1, "{hit}");
+    assert!(hit.contains("\"GET\" \"hc:/\""), "{hit}");
+
+    monitored(Variant::TowerHttpCache, &redis).await;
+    let hit = monitored(Variant::TowerHttpCache, &redis).await;
+    assert!(!hit.is_empty(), "a tower-http-cache hit reads Redis");
+    assert!(!hit.to_ascii_lowercase().contains("\"set"), "{hit}");
+}
