@@ -137,7 +137,8 @@ async fn redis_leased_admits_on_its_gcra_key() {
 }
 
 /// The cache variants: after the first request fills the page, a hit of the hand-rolled
-/// cache-aside is one `GET`, and tower-http-cache reads it from Redis too.
+/// cache-aside is one `GET`, and tower-http-cache reads it from Redis too. `CacheLayer` reads
+/// with plain commands (`TIME` and one `MGET`): scripts only take the fill lock and fill.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_variants_serve_hits_from_redis() {
     let redis = redis().await;
@@ -155,4 +156,13 @@ async fn cache_variants_serve_hits_from_redis() {
     let hit = monitored(Variant::TowerHttpCache, &redis).await;
     assert!(!hit.is_empty(), "a tower-http-cache hit reads Redis");
     assert!(!hit.to_ascii_lowercase().contains("\"set"), "{hit}");
+
+    // Each app listens on a port of its own, so its first request (the host in the key) is a
+    // miss: its reads (before taking the fill lock, and again once it holds it) are plain
+    // commands; only the lock and the fill run scripts.
+    let miss = monitored(Variant::CacheHit, &redis).await;
+    let sent: Vec<&str> = miss.lines().filter(|l| !l.contains("[0 lua]")).collect();
+    let reads = sent.iter().filter(|l| l.contains("\"MGET\"")).count();
+    let scripts = sent.iter().filter(|l| l.contains("\"EVALSHA\"")).count();
+    assert_eq!((reads, scripts), (2, 3), "{miss}");
 }

@@ -215,7 +215,7 @@ impl Variant {
             }
             Self::CacheHit => {
                 "redis-guard `CacheLayer` on `RedisCacheStore` (`ConnectionManager`), defaults (lock on miss): \
-                 the first request fills, every other one is a hit read from Redis (one `EVALSHA`)"
+                 the first request fills, every other one is a hit read from Redis (`TIME` and one `MGET`, no script)"
             }
             Self::HandCache => {
                 "the cookbook's cache-aside in the handler: `GET hc:/`, else compute and `SET hc:/ … EX 60`, \

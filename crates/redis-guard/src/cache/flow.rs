@@ -325,7 +325,7 @@ impl Call {
             grace: shared.fail_safe.stale_if_error,
             blob: encode(&self.digest, parts.status, &parts.headers, &tags, &bytes),
         };
-        let stored = match shared.store.0.write(&self.digest, write).await {
+        let stored = match shared.store.0.write(self.key(), write).await {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(error = %e, "cache fill failed");
@@ -345,7 +345,7 @@ impl Call {
             grace: Duration::ZERO,
             blob: Bytes::new(),
         };
-        if let Err(e) = self.shared.store.0.write(&self.digest, write).await {
+        if let Err(e) = self.shared.store.0.write(self.key(), write).await {
             tracing::warn!(error = %e, "cache hit-for-pass marker failed");
         }
     }

@@ -28,6 +28,8 @@ pub(crate) struct Shared {
     pub(crate) tag_space: Option<&'static str>,
     /// `stale_if_error` and the fill timeouts.
     pub(crate) fail_safe: FailSafe,
+    /// The tag records of recently read entries, read with them next time.
+    pub(crate) memo: super::tags::TagMemo,
 }
 
 impl Shared {
