@@ -303,8 +303,7 @@ async fn a_hit_sends_no_script(h: Harness) {
     for path in ["/plain", "/tagged"] {
         assert_eq!(send(addr, "GET", path, &[]).await.cache, "MISS");
     }
-    // The first hit of the tagged entry learns its tags; from the next one on they come along.
-    assert_eq!(send(addr, "GET", "/tagged", &[]).await.cache, "HIT");
+    // The fill taught the layer the entry's tags: every hit reads their records with it.
     let mut monitor = Monitor::start(&h).await;
     monitor.commands(&h).await;
     for path in ["/plain", "/tagged", "/plain", "/tagged"] {

@@ -326,7 +326,11 @@ impl Call {
             blob: encode(&self.digest, parts.status, &parts.headers, &tags, &bytes),
         };
         let stored = match shared.store.0.write(self.key(), write).await {
-            Ok(()) => true,
+            Ok(()) => {
+                // The next lookup reads the tags' records with the entry.
+                shared.memo.set(&self.digest, &self.records_of(&tags));
+                true
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cache fill failed");
                 false

@@ -78,6 +78,14 @@ impl Call {
         }
     }
 
+    /// The records of `tags`: each one's hard record, then each one's soft one.
+    pub(crate) fn records_of(&self, tags: &[String]) -> Vec<String> {
+        let shared = &self.shared;
+        (tags.iter().map(|t| shared.tag_digest(t)))
+            .chain(tags.iter().map(|t| shared.soft_tag_digest(t)))
+            .collect()
+    }
+
     /// The tag records to read with the entry: its URI's, then those it was last seen to
     /// carry.
     fn expected_tags(&self) -> Vec<String> {
@@ -212,9 +220,7 @@ impl Call {
         }
         // The URI's record and the tags' hard records, then their soft ones.
         let shared = &self.shared;
-        let own: Vec<String> = (entry.tags.iter().map(|t| shared.tag_digest(t)))
-            .chain(entry.tags.iter().map(|t| shared.soft_tag_digest(t)))
-            .collect();
+        let own = self.records_of(&entry.tags);
         if own[..] != asked[usize::from(self.group.is_some())..] {
             shared.memo.set(&self.digest, &own);
         }
