@@ -184,7 +184,8 @@
 //! variant, `GET` and `HEAD`, on every replica. So does one to the URI its `Location` or
 //! `Content-Location` names, when that is of the same host. Each URI (host, path and query as
 //! keyed) is an implicit tag recorded with its entries: one key written per URI, no `KEYS`, no
-//! `SCAN`. An error response voids nothing; the store failing only logs. A change the
+//! `SCAN`. An error response voids nothing (a route that does not take the method answers
+//! `405`, so a client cannot purge pages through it); the store failing only logs. A change the
 //! handler makes to other URIs still needs [`CacheTags`] and
 //! [`invalidate_tag`](CacheLayer::invalidate_tag).
 //!
