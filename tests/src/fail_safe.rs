@@ -184,7 +184,8 @@ pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
 ///
 /// When it is not so.
 pub async fn assert_kept(h: &Harness, keys: usize, ms: std::ops::RangeInclusive<i64>) {
-    let entries = h.keys_under("c:{").await;
+    // A value is `c:{…}`, a response `c:<variant>:{<URI>}`.
+    let entries = h.keys_under("c:").await;
     assert_eq!(entries.len(), 1, "{entries:?}");
     let pttl = h.pttl(&entries[0]).await;
     assert!(ms.contains(&pttl), "{pttl} ms not within {ms:?}");

@@ -536,7 +536,7 @@ impl Harness {
         }
     }
 
-    /// Every key in Redis whose name starts with the harness' prefix and then `part` (`c:{`:
+    /// Every key in Redis whose name starts with the harness' prefix and then `part` (`c:`:
     /// the cache's entries and values), sorted.
     pub async fn keys_under(&self, part: &str) -> Vec<String> {
         let start = format!("{}{part}", self.prefix);
@@ -881,7 +881,8 @@ where
 /// commands that scripts run inside Redis are left out, so what remains is round trips. A
 /// session's plain read, `HGETALL` and `PTTL` of one key (and `TIME` under a shifted clock)
 /// sent together by one client, is one round trip and one entry:
-/// `"HGETALL" "rg:s:{…}" | "PTTL" "rg:s:{…}"`.
+/// `"HGETALL" "rg:s:{…}" | "PTTL" "rg:s:{…}"`; so is a response cache hit,
+/// `"TIME" | "MGET" "rg:c:…" …` (on a cluster `"TIME" | "GET" "rg:c:…:{u}" | "GET" "rg:ct:{u}"`).
 #[derive(Debug)]
 pub struct Monitor {
     /// Per node: its port and its MONITOR stream.
@@ -1007,7 +1008,8 @@ fn command(line: &str) -> Option<(String, String)> {
 }
 
 /// `sent` (client, command) as round trips: a session's plain read (`HGETALL k`, then `PTTL k`
-/// and maybe `TIME` from the same client) becomes one entry.
+/// and maybe `TIME` from the same client) becomes one entry, and so does a response cache hit
+/// (`TIME`, then one `MGET`, or on a cluster the `GET`s of keys with one hash tag).
 fn round_trips(sent: Vec<(String, String)>) -> Vec<String> {
     let name = |c: &str| {
         c.split(' ')
@@ -1017,26 +1019,47 @@ fn round_trips(sent: Vec<(String, String)>) -> Vec<String> {
             .to_ascii_lowercase()
     };
     let key = |c: &str| c.split(' ').nth(1).unwrap_or_default().to_owned();
+    let hash_tag = |k: &str| {
+        k.split_once('{')
+            .and_then(|(_, rest)| rest.split_once('}'))
+            .map_or_else(String::new, |(tag, _)| tag.to_owned())
+    };
+    // The open round trip: its client, what follows must match (a key, a hash tag), how many
+    // commands it holds, and what began it.
     let mut out: Vec<String> = Vec::new();
-    let mut open: Option<(String, String, usize)> = None;
+    let mut open: Option<(String, String, usize, String)> = None;
     for (client, cmd) in sent {
         let follows = match &open {
-            Some((c, k, n)) if *c == client => match name(&cmd).as_str() {
-                "pttl" => *n == 1 && key(&cmd) == *k,
-                "time" => *n == 2,
+            Some((c, k, n, first)) if *c == client => match (first.as_str(), name(&cmd).as_str()) {
+                ("hgetall", "pttl") => *n == 1 && key(&cmd) == *k,
+                ("hgetall", "time") => *n == 2,
+                ("time", "mget") => *n == 1,
+                ("time", "get") => *n == 1 || hash_tag(&key(&cmd)) == *k,
                 _ => false,
             },
             _ => false,
         };
         if follows {
-            if let (Some(last), Some((_, _, n))) = (out.last_mut(), open.as_mut()) {
+            if let (Some(last), Some((_, k, n, first))) = (out.last_mut(), open.as_mut()) {
                 last.push_str(" | ");
                 last.push_str(&cmd);
                 *n += 1;
+                if first == "time" {
+                    if name(&cmd) == "mget" {
+                        // Nothing follows an MGET.
+                        *first = String::new();
+                    } else {
+                        *k = hash_tag(&key(&cmd));
+                    }
+                }
             }
             continue;
         }
-        open = (name(&cmd) == "hgetall").then(|| (client, key(&cmd), 1));
+        open = match name(&cmd).as_str() {
+            "hgetall" => Some((client, key(&cmd), 1, "hgetall".to_owned())),
+            "time" => Some((client, String::new(), 1, "time".to_owned())),
+            _ => None,
+        };
         out.push(cmd);
     }
     out

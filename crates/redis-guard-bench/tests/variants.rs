@@ -135,3 +135,34 @@ async fn redis_leased_admits_on_its_gcra_key() {
     let leased = monitored(Variant::RedisLeased, &redis).await;
     assert!(leased.contains(":gcra:"), "{leased}");
 }
+
+/// The cache variants: after the first request fills the page, a hit of the hand-rolled
+/// cache-aside is one `GET`, and tower-http-cache reads it from Redis too. `CacheLayer` reads
+/// with plain commands (`TIME` and one `MGET`): scripts only take the fill lock and fill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_variants_serve_hits_from_redis() {
+    let redis = redis().await;
+    let fill = monitored(Variant::HandCache, &redis).await;
+    assert!(fill.contains("\"GET\" \"hc:/\""), "{fill}");
+    assert!(
+        fill.contains("\"SET\" \"hc:/\" \"ok\" \"EX\" \"60\""),
+        "{fill}"
+    );
+    let hit = monitored(Variant::HandCache, &redis).await;
+    assert_eq!(hit.lines().count(), 1, "{hit}");
+    assert!(hit.contains("\"GET\" \"hc:/\""), "{hit}");
+
+    monitored(Variant::TowerHttpCache, &redis).await;
+    let hit = monitored(Variant::TowerHttpCache, &redis).await;
+    assert!(!hit.is_empty(), "a tower-http-cache hit reads Redis");
+    assert!(!hit.to_ascii_lowercase().contains("\"set"), "{hit}");
+
+    // Each app listens on a port of its own, so its first request (the host in the key) is a
+    // miss: its reads (before taking the fill lock, and again once it holds it) are plain
+    // commands; only the lock and the fill run scripts.
+    let miss = monitored(Variant::CacheHit, &redis).await;
+    let sent: Vec<&str> = miss.lines().filter(|l| !l.contains("[0 lua]")).collect();
+    let reads = sent.iter().filter(|l| l.contains("\"MGET\"")).count();
+    let scripts = sent.iter().filter(|l| l.contains("\"EVALSHA\"")).count();
+    assert_eq!((reads, scripts), (2, 3), "{miss}");
+}

@@ -82,6 +82,10 @@ pub enum Variant {
     /// redis-guard's `CacheLayer` on `RedisCacheStore` (`ConnectionManager`): every request
     /// after the first of a run is a hit, served from Redis without the handler.
     CacheHit,
+    /// The cookbook's cache-aside written in the handler: `GET`, else compute and `SET … EX`.
+    HandCache,
+    /// tower-http-cache's `CacheLayer` on its Redis backend (`ConnectionManager`).
+    TowerHttpCache,
     /// The same; the handler reads a counter and writes it back incremented.
     TowerSessionsModify,
 }
@@ -99,7 +103,7 @@ pub enum RedisUse {
 
 impl Variant {
     /// Every variant, in the order the table lists them and a round runs them.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 20] = [
         Self::Bare,
         Self::Governor,
         Self::Memory,
@@ -118,6 +122,8 @@ impl Variant {
         Self::SessionsModify,
         Self::TowerSessionsModify,
         Self::CacheHit,
+        Self::HandCache,
+        Self::TowerHttpCache,
     ];
 
     /// The name used by `--only` and in the table.
@@ -142,6 +148,8 @@ impl Variant {
             Self::TowerSessionsRead => "tower-sessions-read",
             Self::TowerSessionsModify => "tower-sessions-modify",
             Self::CacheHit => "cache-hit",
+            Self::HandCache => "hand-cache",
+            Self::TowerHttpCache => "tower-http-cache",
         }
     }
 
@@ -207,7 +215,15 @@ impl Variant {
             }
             Self::CacheHit => {
                 "redis-guard `CacheLayer` on `RedisCacheStore` (`ConnectionManager`), defaults (lock on miss): \
-                 the first request fills, every other one is a hit read from Redis (one `EVALSHA`)"
+                 the first request fills, every other one is a hit read from Redis (`TIME` and one `MGET`, no script)"
+            }
+            Self::HandCache => {
+                "the cookbook's cache-aside in the handler: `GET hc:/`, else compute and `SET hc:/ … EX 60`, \
+                 through a redis-rs `ConnectionManager`: every request after the first is one `GET`"
+            }
+            Self::TowerHttpCache => {
+                "tower-http-cache 0.6 `CacheLayer` on its `RedisBackend` (`ConnectionManager`), ttl 60 s, \
+                 key = path: every request after the first is a hit read from Redis"
             }
         }
     }
@@ -268,10 +284,7 @@ impl Variant {
                     .map_err(|e| format!("rate-limit layer: {e}"))?,
             ),
             Self::IncrExpire => {
-                let client = redis::Client::open(redis_url).map_err(|e| e.to_string())?;
-                let conn = ConnectionManager::new(client)
-                    .await
-                    .map_err(|e| format!("connecting to {redis_url}: {e}"))?;
+                let conn = manager(redis_url).await?;
                 Router::new().route("/", get(incr_expire)).with_state(conn)
             }
             Self::Redis => {
@@ -347,6 +360,32 @@ impl Variant {
                     .map_err(|e| format!("cache layer: {e}"))?;
                 ok_route().layer(layer)
             }
+            Self::HandCache => {
+                let conn = manager(redis_url).await?;
+                Router::new().route("/", get(hand_cache)).with_state(conn)
+            }
+            Self::TowerHttpCache => {
+                let backend =
+                    tower_http_cache::backend::redis::RedisBackend::new(manager(redis_url).await?);
+                let layer = tower_http_cache::CacheLayer::builder(backend)
+                    .ttl(HAND_CACHE_TTL)
+                    .key_extractor(tower_http_cache::layer::KeyExtractor::path())
+                    .build();
+                // Its service needs a `Sync` response body, which axum's is not: the same
+                // `"ok"` handler as a plain service, mounted as the route.
+                let handler = tower::service_fn(|_: axum::extract::Request| async {
+                    Ok::<_, std::convert::Infallible>(axum::http::Response::new(String::from("ok")))
+                });
+                let service = tower::ServiceBuilder::new()
+                    .layer(axum::error_handling::HandleErrorLayer::new(
+                        |e: tower::BoxError| async move {
+                            (StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+                        },
+                    ))
+                    .layer(layer)
+                    .service(handler);
+                Router::new().route_service("/", service)
+            }
         };
         Ok(router)
     }
@@ -396,6 +435,42 @@ pub(crate) async fn open(redis_url: &str) -> Result<RedisConnection, String> {
     RedisConnection::open(redis_url)
         .await
         .map_err(|e| format!("connecting to {redis_url}: {e}"))
+}
+
+/// A redis-rs `ConnectionManager` on `redis_url`.
+async fn manager(redis_url: &str) -> Result<ConnectionManager, String> {
+    let client = redis::Client::open(redis_url).map_err(|e| e.to_string())?;
+    ConnectionManager::new(client)
+        .await
+        .map_err(|e| format!("connecting to {redis_url}: {e}"))
+}
+
+/// How long the hand-rolled cache and tower-http-cache keep the page.
+const HAND_CACHE_TTL: Duration = Duration::from_secs(60);
+
+/// The cookbook's cache-aside in the handler: `GET` the page; on a miss compute it and
+/// `SET … EX`. One round trip a hit, no freshness, no stampede protection, no invalidation.
+async fn hand_cache(State(mut conn): State<ConnectionManager>) -> Response {
+    const KEY: &str = "hc:/";
+    let cached: redis::RedisResult<Option<Vec<u8>>> =
+        redis::cmd("GET").arg(KEY).query_async(&mut conn).await;
+    match cached {
+        Ok(Some(body)) => return body.into_response(),
+        Ok(None) => {}
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+    let body = ok().await;
+    let stored: redis::RedisResult<()> = redis::cmd("SET")
+        .arg(KEY)
+        .arg(body)
+        .arg("EX")
+        .arg(HAND_CACHE_TTL.as_secs())
+        .query_async(&mut conn)
+        .await;
+    if let Err(e) = stored {
+        return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();
+    }
+    body.into_response()
 }
 
 /// One rule keyed by the peer IP, with the library's defaults (GCRA).

@@ -358,7 +358,7 @@ impl RedisConnection {
     }
 
     /// Whether keys of one call must share a hash slot.
-    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "rate-limit", feature = "cache")), allow(dead_code))]
     pub(crate) fn is_cluster(&self) -> bool {
         match self.kind {
             #[cfg(feature = "cluster")]
@@ -431,7 +431,7 @@ impl RedisConnection {
 
     /// Runs `pipe` in one round trip: its commands' replies, as an array, in order. On a
     /// cluster the commands must share a slot (it goes to the node of the first key).
-    #[cfg(any(feature = "session", feature = "rate-limit"))]
+    #[cfg(any(feature = "session", feature = "rate-limit", feature = "cache"))]
     pub(crate) async fn pipeline(&self, pipe: &redis::Pipeline) -> RedisResult<Value> {
         self.send(Request::Pipeline(pipe)).await
     }
@@ -471,7 +471,7 @@ impl RedisConnection {
 /// What [`RedisConnection::send`] sends: one command, or a pipeline.
 enum Request<'a> {
     Cmd(&'a redis::Cmd),
-    #[cfg(any(feature = "session", feature = "rate-limit"))]
+    #[cfg(any(feature = "session", feature = "rate-limit", feature = "cache"))]
     Pipeline(&'a redis::Pipeline),
 }
 
@@ -479,7 +479,7 @@ impl Request<'_> {
     async fn on(self, conn: &mut impl redis::aio::ConnectionLike) -> RedisResult<Value> {
         match self {
             Self::Cmd(cmd) => cmd.query_async(conn).await,
-            #[cfg(any(feature = "session", feature = "rate-limit"))]
+            #[cfg(any(feature = "session", feature = "rate-limit", feature = "cache"))]
             Self::Pipeline(pipe) => pipe.query_async(conn).await.map(Value::Array),
         }
     }

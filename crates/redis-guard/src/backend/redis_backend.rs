@@ -321,7 +321,7 @@ impl RedisBackend {
     /// Runs `pipe`, whose commands all name `key` (one slot of a cluster), in one round trip
     /// under the breaker and the timeout, as [`query`](Self::query) runs a command: the replies
     /// as an array, in order (`EXEC`'s for an atomic one).
-    #[cfg(any(feature = "session", feature = "rate-limit"))]
+    #[cfg(any(feature = "session", feature = "rate-limit", feature = "cache"))]
     pub(crate) async fn pipeline(
         &self,
         pipe: &redis::Pipeline,

@@ -498,8 +498,12 @@ impl Call {
             grace: self.kept(&parts.headers, life.grace),
             blob,
         };
-        let stored = match shared.store.0.write(&self.digest, write).await {
-            Ok(()) => true,
+        let stored = match shared.store.0.write(self.key(), write).await {
+            Ok(()) => {
+                // The next lookup reads the tags' records with the entry.
+                shared.memo.set(&self.digest, &self.records_of(&tags));
+                true
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cache fill failed");
                 false
@@ -518,7 +522,7 @@ impl Call {
             grace: Duration::ZERO,
             blob: Bytes::new(),
         };
-        if let Err(e) = self.shared.store.0.write(&self.digest, write).await {
+        if let Err(e) = self.shared.store.0.write(self.key(), write).await {
             tracing::warn!(error = %e, "cache hit-for-pass marker failed");
         }
     }

@@ -12,6 +12,7 @@ use super::service::Cache;
 use super::shared::Shared;
 use super::stampede::{Random, Stampede};
 use super::store::CacheStore;
+use super::tags::TagMemo;
 use crate::backend::BackendError;
 use crate::{ConfigError, ConfigErrorKind};
 
@@ -96,6 +97,7 @@ impl CacheLayer {
                 tag_space: None,
                 fail_safe: FailSafe::default(),
                 revalidate: DEFAULT_REVALIDATE,
+                memo: TagMemo::default(),
             },
         }
     }

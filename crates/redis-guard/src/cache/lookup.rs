@@ -12,7 +12,7 @@ use super::entry::{Entry, Kind, Stored, decode};
 use super::fail_safe::{FailSafe, RETRY_AFTER_FAILURE};
 use super::policy::stored_grace;
 use super::shared::Shared;
-use super::store::{NOW, Write};
+use super::store::{Key, NOW, Write};
 use super::validate::has_validator;
 use crate::backend::{BackendError, LockGuard, micros};
 
@@ -69,9 +69,64 @@ pub(crate) enum Waited {
 pub(crate) struct Call {
     pub(crate) shared: Arc<Shared>,
     pub(crate) digest: String,
+    /// The target URI's digest (a response cache entry): its entries' group, and the
+    /// implicit tag an unsafe request to the URI invalidates.
+    pub(crate) group: Option<String>,
 }
 
 impl Call {
+    /// Where the entry lives in the store.
+    pub(crate) fn key(&self) -> Key<'_> {
+        Key {
+            name: &self.digest,
+            group: self.group.as_deref(),
+        }
+    }
+
+    /// The records of `tags`: each one's hard record, then each one's soft one.
+    pub(crate) fn records_of(&self, tags: &[String]) -> Vec<String> {
+        let shared = &self.shared;
+        (tags.iter().map(|t| shared.tag_digest(t)))
+            .chain(tags.iter().map(|t| shared.soft_tag_digest(t)))
+            .collect()
+    }
+
+    /// The tag records to read with the entry: its URI's, then those it was last seen to
+    /// carry.
+    fn expected_tags(&self) -> Vec<String> {
+        let mut records: Vec<String> = self.group.iter().cloned().collect();
+        if let Some(seen) = self.shared.memo.get(&self.digest) {
+            records.extend(seen.iter().cloned());
+        }
+        records
+    }
+
+    /// When each of `records` was last invalidated: from `read` (what was read with the
+    /// entry, for `asked`), the others read now, in one more round trip.
+    async fn tag_times(
+        &self,
+        records: &[String],
+        asked: &[String],
+        read: &[Option<u64>],
+    ) -> Result<Vec<Option<u64>>, BackendError> {
+        let known = |r: &String| asked.iter().position(|a| a == r).map(|i| read[i]);
+        let missing: Vec<String> = records
+            .iter()
+            .filter(|r| known(r).is_none())
+            .cloned()
+            .collect();
+        let mut fetched = if missing.is_empty() {
+            Vec::new()
+        } else {
+            self.shared.store.0.tag_times(&missing).await?
+        }
+        .into_iter();
+        Ok(records
+            .iter()
+            .map(|r| known(r).unwrap_or_else(|| fetched.next().flatten()))
+            .collect())
+    }
+
     fn lock_name(&self) -> String {
         format!("c:{}", self.digest)
     }
@@ -97,7 +152,13 @@ impl Call {
             grace: self.shared.fail_safe.stale_if_error.max(grace),
             blob: Bytes::new(),
         };
-        if let Err(e) = self.shared.store.0.write(&self.failure_key(), write).await {
+        if let Err(e) = self
+            .shared
+            .store
+            .0
+            .write(Key::plain(&self.failure_key()), write)
+            .await
+        {
             tracing::warn!(key = %self.digest, error = %e, "recording a failed cache fill failed: the next request tries the origin again");
         }
     }
@@ -105,7 +166,13 @@ impl Call {
     /// An entry past its stale window, inside `stale_if_error`: [`Look::Failing`] when a fill
     /// failed after it was computed, else [`Look::Expired`]. One more read, only on this path.
     async fn expired(&self, entry: Entry, now: u64) -> Look {
-        match self.shared.store.0.read(&self.failure_key()).await {
+        match self
+            .shared
+            .store
+            .0
+            .read(Key::plain(&self.failure_key()), &[])
+            .await
+        {
             Ok(read) => match read.value.as_ref().and_then(decode) {
                 Some(Stored::Failed(t)) if t.started > entry.times.started => Look::Failing {
                     due: read.now >= t.fresh_until,
@@ -129,7 +196,8 @@ impl Call {
     /// Reads the key and judges what it holds.
     pub(crate) async fn look(&self) -> Look {
         let store = &self.shared.store.0;
-        let read = match store.read(&self.digest).await {
+        let asked = self.expected_tags();
+        let read = match store.read(self.key(), &asked).await {
             Ok(read) => read,
             Err(e) => {
                 tracing::warn!(error = %e, "cache store unavailable: serving without it");
@@ -159,26 +227,26 @@ impl Call {
         {
             return Look::Absent(now);
         }
-        if !entry.tags.is_empty() {
-            // The hard records, then the soft ones: read together, concurrently.
-            let shared = &self.shared;
-            let tags: Vec<String> = (entry.tags.iter().map(|t| shared.tag_digest(t)))
-                .chain(entry.tags.iter().map(|t| shared.soft_tag_digest(t)))
-                .collect();
-            match store.tag_times(&tags).await {
-                Ok(times) => {
-                    let (hard, soft) = times.split_at(entry.tags.len());
-                    let after =
-                        |ts: &[Option<u64>]| ts.iter().flatten().any(|&t| t >= entry.times.started);
-                    if after(hard) {
-                        return Look::Absent(now);
-                    }
-                    entry.purged = after(soft);
+        // The URI's record and the tags' hard records, then their soft ones.
+        let shared = &self.shared;
+        let own = self.records_of(&entry.tags);
+        if own[..] != asked[usize::from(self.group.is_some())..] {
+            shared.memo.set(&self.digest, &own);
+        }
+        let records: Vec<String> = self.group.iter().cloned().chain(own).collect();
+        match self.tag_times(&records, &asked, &read.tags).await {
+            Ok(times) => {
+                let (hard, soft) = times.split_at(records.len() - entry.tags.len());
+                let after =
+                    |ts: &[Option<u64>]| ts.iter().flatten().any(|&t| t >= entry.times.started);
+                if after(hard) {
+                    return Look::Absent(now);
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cache store unavailable: serving without it");
-                    return Look::Failed(e);
-                }
+                entry.purged = after(soft);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cache store unavailable: serving without it");
+                return Look::Failed(e);
             }
         }
         if now >= entry.times.stale_until {

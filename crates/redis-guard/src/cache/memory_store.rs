@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::entry::{Times, header};
-use super::store::{Backing, BoxFuture, CacheStore, Ops, Read, Write};
+use super::store::{Backing, BoxFuture, CacheStore, Key, Ops, Read, Write};
 use crate::backend::{
     BackendError, Clock, ExpiringTable, InProcess, InProcessBuilder, Lock, MemoryLockStore, micros,
 };
@@ -231,20 +231,29 @@ fn ready<T: Send + 'static>(v: T) -> BoxFuture<T> {
 }
 
 impl Ops for MemoryCacheStore {
-    fn read(&self, key: &str) -> BoxFuture<Result<Read, BackendError>> {
+    fn read(&self, key: Key<'_>, tags: &[String]) -> BoxFuture<Result<Read, BackendError>> {
         let now = self.inner.now();
         let mut state = self.inner.state.lock();
         state.maintain(now);
-        let value = state.entries.get_live_mut(&key.to_owned(), now).cloned();
+        // Names are digests: unique without their group.
+        let value = state
+            .entries
+            .get_live_mut(&key.name.to_owned(), now)
+            .cloned();
+        let tags = tags
+            .iter()
+            .map(|t| state.tags.get_live_mut(t, now).copied())
+            .collect();
         ready(Ok(Read {
             now,
             value,
             foreign: false,
+            tags,
         }))
     }
 
-    fn write(&self, key: &str, w: Write) -> BoxFuture<Result<(), BackendError>> {
-        self.put(key, &w, false);
+    fn write(&self, key: Key<'_>, w: Write) -> BoxFuture<Result<(), BackendError>> {
+        self.put(key.name, &w, false);
         ready(Ok(()))
     }
 
@@ -317,14 +326,24 @@ mod tests {
             grace: Duration::ZERO,
             blob: Bytes::from_static(b"blob"),
         };
-        ready(store.write("k", write)).expect("write");
+        ready(store.write(Key::plain("k"), write)).expect("write");
         for tag in ["a", "b"] {
             ready(store.invalidate(tag, day)).expect("invalidate");
         }
-        assert!(ready(store.read("k")).expect("read").value.is_some());
+        assert!(
+            ready(store.read(Key::plain("k"), &[]))
+                .expect("read")
+                .value
+                .is_some()
+        );
         // A third tag: "a" is forgotten long before its time, and the entries go with it.
         ready(store.invalidate("c", day)).expect("invalidate");
-        assert!(ready(store.read("k")).expect("read").value.is_none());
+        assert!(
+            ready(store.read(Key::plain("k"), &[]))
+                .expect("read")
+                .value
+                .is_none()
+        );
         let times = ready(store.tag_times(&["b".into(), "c".into()])).expect("tags");
         assert!(times.iter().all(Option::is_some));
     }
@@ -345,12 +364,12 @@ mod tests {
                 grace: Duration::ZERO,
                 blob: body.clone(),
             };
-            ready(store.write(key, write)).expect("write");
+            ready(store.write(Key::plain(key), write)).expect("write");
         }
         let held: Vec<(String, usize)> = keys
             .iter()
             .filter_map(|k| {
-                let value = ready(store.read(k)).expect("read").value?;
+                let value = ready(store.read(Key::plain(k), &[])).expect("read").value?;
                 Some((k.clone(), k.len() + value.len()))
             })
             .collect();
@@ -373,7 +392,7 @@ mod tests {
                 grace: Duration::ZERO,
                 blob: Bytes::new(),
             };
-            ready(small.write(&format!("pass-{i:04}"), write)).expect("write");
+            ready(small.write(Key::plain(&format!("pass-{i:04}")), write)).expect("write");
         }
         let state = small.inner.state.lock();
         assert!(state.bytes <= 10_000, "{}", state.bytes);

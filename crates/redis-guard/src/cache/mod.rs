@@ -178,7 +178,9 @@
 //! computation started, and a lookup treats an entry computed before its tags' invalidation as
 //! a miss. No `KEYS`, no `SCAN`, no set of members to walk, one key per command (Cluster-safe),
 //! and a response computed while the tag was being invalidated is not served afterwards.
-//! A lookup of a tagged entry costs one more round trip (the tags' keys, read concurrently).
+//! A lookup reads the tags' records in the same round trip as the entry: the layer remembers
+//! which tags each entry it read carried (a bounded table), so only the first lookup of an
+//! entry in a process, or one whose tags changed, takes a second round trip for them.
 //!
 //! [`CacheLayer::invalidate_tag_soft`] is the **soft purge**: the same record in a key of its
 //! own, and an entry computed before it is served as stale (at once, to every request) while
@@ -210,6 +212,29 @@
 //! own `stale-if-error` allows. An entry with a validator is kept
 //! [`revalidate`](CacheLayerBuilder::revalidate) past its freshness (default 1 hour) for
 //! this; one inside its stale window is revalidated by the background refresh.
+//!
+//! # Unsafe methods
+//!
+//! A `2xx` or `3xx` response to a request whose method is not known to be safe (`POST`,
+//! `PUT`, `DELETE`, `PATCH`, any method but `GET`, `HEAD`, `OPTIONS` and `TRACE`) voids the
+//! stored responses of its target URI before it goes out, as
+//! [RFC 9111 §4.4](https://www.rfc-editor.org/rfc/rfc9111#section-4.4) requires: every `Vary`
+//! variant, `GET` and `HEAD`, on every replica. So does one to the URI its `Location` or
+//! `Content-Location` names, when that is of the same host. Each URI (host, path and query as
+//! keyed) is an implicit tag recorded with its entries: one key written per URI, no `KEYS`, no
+//! `SCAN`. An error response voids nothing (a route that does not take the method answers
+//! `405`, so a client cannot purge pages through it); the store failing only logs. A change the
+//! handler makes to other URIs still needs [`CacheTags`] and
+//! [`invalidate_tag`](CacheLayer::invalidate_tag).
+//!
+//! # What a hit costs Redis
+//!
+//! A hit is one round trip of plain commands, no script: `TIME` (the store's clock, which
+//! every replica shares) and one `MGET` of the entry and the records of its URI and tags. On a
+//! Cluster every variant of a URI and the URI's record share a hash slot (the URI's digest is
+//! their hash tag), read by a `GET` each in one pipeline to their master; a tag the handler
+//! named lives in a slot of its own and is read by a `GET` to its master at the same time.
+//! Fills and invalidations run scripts.
 //!
 //! # Fail-safe
 //!
@@ -397,14 +422,17 @@
 //!   Responses with no validator are recomputed in full, and an entry is kept for
 //!   revalidation only [`revalidate`](CacheLayerBuilder::revalidate) past its freshness
 //!   (every key has a TTL), not until evicted.
-//! - **Unsafe methods**: a `POST`, `PUT` or `DELETE` passes through, and the entries of its
-//!   target stay until they expire or a tag of theirs is invalidated.
+//! - **Unsafe methods void only what the layer can name**: the target URI and a same-host
+//!   `Location` / `Content-Location` (see [Unsafe methods](#unsafe-methods)), and only after a
+//!   `2xx` or `3xx`. A change the handler makes to other pages needs a tag; a request that
+//!   reaches the application without passing through this layer voids nothing.
 
 mod body;
 mod entry;
 mod fail_safe;
 mod flow;
 mod future;
+mod invalidation;
 mod layer;
 mod lookup;
 mod memory_store;

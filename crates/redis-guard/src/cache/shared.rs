@@ -31,6 +31,8 @@ pub(crate) struct Shared {
     /// How long past its freshness an entry with a validator is kept, to be revalidated with
     /// the handler (zero for the value cache: its values have none).
     pub(crate) revalidate: std::time::Duration,
+    /// The tag records of recently read entries, read with them next time.
+    pub(crate) memo: super::tags::TagMemo,
 }
 
 impl Shared {

@@ -31,7 +31,24 @@ pub trait CacheStore: crate::sealed::Sealed + Send + Sync + fmt::Debug + 'static
 #[derive(Clone, Debug)]
 pub struct Backing(pub(crate) Arc<dyn Ops>);
 
-/// One read of a key.
+/// Where a value lives: its name (a variant digest, a value cache key's digest, a marker's
+/// digest) and, for a response cache entry, its group: the digest of the target URI, which is
+/// also the implicit tag that voids every variant of that URI. On a Cluster the keys of one
+/// group (its entries and its tag record) share a hash slot, so a hit reads them together.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Key<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) group: Option<&'a str>,
+}
+
+impl<'a> Key<'a> {
+    /// A key in no group: its own hash slot.
+    pub(crate) fn plain(name: &'a str) -> Self {
+        Self { name, group: None }
+    }
+}
+
+/// One read of a key, with the tag records read along.
 #[derive(Debug)]
 pub(crate) struct Read {
     /// The store's clock at the read, µs.
@@ -40,6 +57,8 @@ pub(crate) struct Read {
     pub(crate) value: Option<Bytes>,
     /// The key holds another type.
     pub(crate) foreign: bool,
+    /// When each tag asked for was last invalidated, as [`Ops::tag_times`] answers.
+    pub(crate) tags: Vec<Option<u64>>,
 }
 
 /// One write of a key.
@@ -65,8 +84,10 @@ pub(crate) const NOW: u64 = u64::MAX;
 /// What a store does: keys are names without the store's prefix (the digest of a variant, a
 /// tag's digest).
 pub(crate) trait Ops: Send + Sync + fmt::Debug + 'static {
-    fn read(&self, key: &str) -> BoxFuture<Result<Read, BackendError>>;
-    fn write(&self, key: &str, write: Write) -> BoxFuture<Result<(), BackendError>>;
+    /// Reads `key` and the records of `tags` (tag digests) in one round trip of plain
+    /// commands: no script, so that a hit costs Redis what a `GET` does.
+    fn read(&self, key: Key<'_>, tags: &[String]) -> BoxFuture<Result<Read, BackendError>>;
+    fn write(&self, key: Key<'_>, write: Write) -> BoxFuture<Result<(), BackendError>>;
     /// Writes the key only if it holds nothing (`SET NX`): whether it wrote.
     fn add(&self, key: &str, write: Write) -> BoxFuture<Result<bool, BackendError>>;
     /// Deletes the key.

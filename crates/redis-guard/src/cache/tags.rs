@@ -43,3 +43,55 @@ impl axum::response::IntoResponseParts for CacheTags {
         Ok(res)
     }
 }
+
+/// The tag records each entry was last seen to depend on (hard and soft, as digests), by
+/// variant digest, so that the next read of the entry fetches them with it in one round trip.
+/// Only entries with tags of their own are remembered; a guess that turns out wrong (the
+/// entry's tags changed, or this process never read it) costs one more round trip, once.
+/// Bounded: when full it starts over.
+#[derive(Debug, Default)]
+pub(crate) struct TagMemo {
+    map: std::sync::Mutex<std::collections::HashMap<String, Arc<[String]>>>,
+    /// Whether the map may hold anything: a layer whose handlers name no tags never takes
+    /// the lock on a hit.
+    used: AtomicBool,
+}
+
+/// How many entries' tags a layer remembers.
+const MEMO_CAPACITY: usize = 4096;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+impl TagMemo {
+    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Arc<[String]>>> {
+        self.map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The records the entry `digest` was last seen to depend on.
+    pub(crate) fn get(&self, digest: &str) -> Option<Arc<[String]>> {
+        if !self.used.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.map().get(digest).cloned()
+    }
+
+    /// Remembers the records of `digest` (none: forgets it).
+    pub(crate) fn set(&self, digest: &str, records: &[String]) {
+        if records.is_empty() && !self.used.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut map = self.map();
+        if records.is_empty() {
+            map.remove(digest);
+            return;
+        }
+        if map.len() >= MEMO_CAPACITY && !map.contains_key(digest) {
+            map.clear();
+        }
+        map.insert(digest.to_owned(), records.into());
+        self.used.store(true, Ordering::Relaxed);
+    }
+}

@@ -214,7 +214,7 @@ where
 {
     let value = f().await?;
     if let Some(write) = started.and_then(|started| kept(call, fill, &value, started))
-        && let Err(e) = call.shared.store.0.write(&call.digest, write).await
+        && let Err(e) = call.shared.store.0.write(call.key(), write).await
     {
         tracing::warn!(key = %call.digest, error = %e, "value cache fill failed");
     }

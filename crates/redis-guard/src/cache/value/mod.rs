@@ -95,6 +95,7 @@ impl ValueCache {
                 tag_space: Some("rg-value-tag"),
                 fail_safe: super::fail_safe::FailSafe::default(),
                 revalidate: Duration::ZERO,
+                memo: super::tags::TagMemo::default(),
             },
             namespace: String::new(),
             negative: None,
@@ -250,7 +251,7 @@ impl ValueCache {
         ttl: impl Into<Option<Duration>>,
     ) -> Result<(), BackendError> {
         let (call, write) = self.write(key.as_ref(), value, ttl.into(), true)?;
-        call.shared.store.0.write(&call.digest, write).await
+        call.shared.store.0.write(call.key(), write).await
     }
 
     /// Stores `value` under `key` for exactly `ttl` only if the key holds nothing (`SET NX`
@@ -359,6 +360,7 @@ impl ValueCache {
         Call {
             shared: Arc::clone(&self.inner.shared),
             digest: digest([self.inner.namespace.as_bytes(), key.as_bytes()]),
+            group: None,
         }
     }
 
