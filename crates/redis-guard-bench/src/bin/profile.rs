@@ -30,7 +30,9 @@ OPTIONS:
     --dir <DIR>        with --callgrind: where the callgrind files go [default: target/callgrind]
     -h, --help         this text
 
-STACKS: bare, governor, memory, memory-no-headers, abusive, redis-abusive (starts a redis-server)
+STACKS: bare, governor, memory, memory-no-headers, abusive; starting a redis-server: redis-abusive,
+        incr-expire, redis, fixed-window, and incr-expire-64, redis-64, fixed-window-64 (64 requests
+        in flight)
 ";
 
 fn main() -> ExitCode {
