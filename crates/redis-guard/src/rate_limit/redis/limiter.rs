@@ -326,11 +326,12 @@ impl RedisLimiter {
         let deny_cache = self.deny_cache.clone();
         let cache = deny_cache.clone().filter(|_| cacheable(&checks));
         // Look the request up before building anything for Redis: a cached denial costs no key
-        // name, digest or argument.
+        // name, digest or argument. While the cache holds no denial (the common case), nothing
+        // is hashed or locked: the request's key is made only if Redis denies it.
         let cached = cache.map(|cache| {
-            let key = cache.key(Request(&checks));
             let now = cache_now(&self.backend, &cache);
-            let hit = cached_denial(&cache, &checks, key, now);
+            let key = cache.has_denials().then(|| cache.key(Request(&checks)));
+            let hit = key.and_then(|key| cached_denial(&cache, &checks, key, now));
             (cache, key, now, hit)
         });
         if let Some((_, _, _, Some(states))) = cached {
@@ -367,6 +368,7 @@ impl RedisLimiter {
                 .map(|wait| wait.min(DENY_CACHE_MAX_WAIT))
                 .filter(|wait| !wait.is_zero());
             if let Some(wait) = wait {
+                let key = key.unwrap_or_else(|| cache.key(Request(&checks)));
                 cache.insert(key, states.clone(), now, wait);
             }
             Ok((states, lease, live))
