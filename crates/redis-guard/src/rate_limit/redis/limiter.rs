@@ -80,6 +80,8 @@ pub struct RedisLimiter {
     pub(super) leases: Arc<HotLeases>,
     /// Copies of the live rules' records ([`Rule::live`](crate::rate_limit::Rule::live)).
     pub(super) live: Arc<super::live::LiveCache>,
+    /// The digests of recent keys, for their key names.
+    digests: Arc<super::digests::Digests>,
 }
 
 impl RedisLimiter {
@@ -92,6 +94,7 @@ impl RedisLimiter {
             counters: Arc::new(Counters::new(&backend)),
             deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_DENY_CACHE))),
             custom_scripts: Arc::default(),
+            digests: Arc::new(super::digests::Digests::new()),
             leases: Arc::new(HotLeases::new(&backend)),
             live: Arc::new(super::live::LiveCache::new(
                 &backend,
@@ -204,15 +207,16 @@ impl RedisLimiter {
         key: &Key,
         record: bool,
     ) -> (String, Option<String>) {
-        let digest = key.digest();
         let tag = match rule.algorithm() {
             Algorithm::FixedWindow if self.counters.plain() => fixed_window_plain::TAG.into(),
             algorithm => algorithm.key_tag(),
         };
-        (
-            self.backend.key(&["rl", rule.name(), &tag], &digest),
-            record.then(|| self.backend.key(&["rl", rule.name(), "ov"], &digest)),
-        )
+        self.digests.with(key, |digest| {
+            (
+                self.backend.key(&["rl", rule.name(), &tag], digest),
+                record.then(|| self.backend.key(&["rl", rule.name(), "ov"], digest)),
+            )
+        })
     }
 
     /// The script call(s) for `checks`: keys, arguments, and which scripts run them.
