@@ -77,6 +77,11 @@ pub enum Stack {
     FixedWindow,
     /// The same with [`IN_FLIGHT`] requests in flight.
     FixedWindow64,
+    /// The `redis` limiter with coalescing off (harness variant `redis-uncoalesced`), one
+    /// request at a time: what coalescing costs the app when there is nothing to coalesce.
+    Uncoalesced,
+    /// The same with [`IN_FLIGHT`] requests in flight.
+    Uncoalesced64,
 }
 
 /// Requests the `-64` stacks keep in flight.
@@ -84,7 +89,7 @@ pub const IN_FLIGHT: usize = 64;
 
 impl Stack {
     /// Every stack, in the order the table lists them.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 14] = [
         Self::Bare,
         Self::Governor,
         Self::Memory,
@@ -97,6 +102,8 @@ impl Stack {
         Self::Redis64,
         Self::FixedWindow,
         Self::FixedWindow64,
+        Self::Uncoalesced,
+        Self::Uncoalesced64,
     ];
 
     /// The name on the command line and in the table: the harness variant's, `-64` for
@@ -109,6 +116,7 @@ impl Stack {
             Self::Redis64 => "redis-64",
             Self::FixedWindow => "fixed-window",
             Self::FixedWindow64 => "fixed-window-64",
+            Self::Uncoalesced64 => "redis-uncoalesced-64",
             _ => self.variant().map_or("abusive", Variant::name),
         }
     }
@@ -116,7 +124,9 @@ impl Stack {
     /// Requests kept in flight: [`IN_FLIGHT`] for the `-64` stacks, else 1.
     fn in_flight(self) -> usize {
         match self {
-            Self::IncrExpire64 | Self::Redis64 | Self::FixedWindow64 => IN_FLIGHT,
+            Self::IncrExpire64 | Self::Redis64 | Self::FixedWindow64 | Self::Uncoalesced64 => {
+                IN_FLIGHT
+            }
             _ => 1,
         }
     }
@@ -132,6 +142,7 @@ impl Stack {
             Self::IncrExpire | Self::IncrExpire64 => Some(Variant::IncrExpire),
             Self::Redis | Self::Redis64 => Some(Variant::Redis),
             Self::FixedWindow | Self::FixedWindow64 => Some(Variant::RedisFixedWindow),
+            Self::Uncoalesced | Self::Uncoalesced64 => Some(Variant::RedisUncoalesced),
             Self::Abusive => None,
         }
     }

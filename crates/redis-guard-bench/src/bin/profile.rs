@@ -31,8 +31,8 @@ OPTIONS:
     -h, --help         this text
 
 STACKS: bare, governor, memory, memory-no-headers, abusive; starting a redis-server: redis-abusive,
-        incr-expire, redis, fixed-window, and incr-expire-64, redis-64, fixed-window-64 (64 requests
-        in flight)
+        incr-expire, redis, fixed-window, redis-uncoalesced, and the same with 64 requests in
+        flight: incr-expire-64, redis-64, fixed-window-64, redis-uncoalesced-64
 ";
 
 fn main() -> ExitCode {
