@@ -10,6 +10,7 @@ use super::script_reply::{parse_compact, parse_reply, parse_reply_live};
 use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall, call_alone};
 use crate::rate_limit::algorithm::RuleState;
 use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
+use crate::rate_limit::inline_list::Few;
 use crate::rate_limit::lease::{Receipt, Receipted, request_id};
 use crate::rate_limit::limiter::LimiterError;
 use crate::rate_limit::limiter::live::quota_of;
@@ -285,11 +286,13 @@ impl Evaluation {
                 .live_copies
                 .as_ref()
                 .map_or(0, |(_, names)| names.len());
-            let decided: Vec<[u64; 6]> = if compact {
-                self.rule_args.iter().map(RuleArgs::decided).collect()
-            } else {
-                Vec::new()
-            };
+            // Kept inline for one rule: no allocation in the common case.
+            let mut decided = Few::None;
+            if compact {
+                self.rule_args
+                    .iter()
+                    .for_each(|args| decided.push(args.decided()));
+            }
             let entry = RuleEntry {
                 keys,
                 rule_args: std::mem::take(&mut self.rule_args),
@@ -300,7 +303,7 @@ impl Evaluation {
             };
             let reply = self.evaluate(coalescers, entry).await?;
             if compact {
-                return Ok((parse_compact(&reply, &decided)?, None, Vec::new()));
+                return Ok((parse_compact(&reply, decided.as_slice())?, None, Vec::new()));
             }
             let (states, evaluated_at, seen) = parse_reply_live(&reply, n, lives)?;
             let mut live = Vec::new();
