@@ -225,14 +225,8 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
             Some(slot) if self.max > 1 => slot,
             _ => return self.alone(entry).await,
         };
-        // While the circuit of the entry's master is open (and no probe is due), a queued entry
-        // would only be refused after waiting for room. Refuse it here. (Half-open: the entry
-        // goes, and its call is the probe.)
-        let first = F::keys(&entry).first().map(String::as_str);
-        if self.backend.breaker_state_of(first) == BreakerState::Open {
-            return Err(BackendError::CircuitOpen);
-        }
         match self.join(slot, entry) {
+            Joined::Refused => Err(BackendError::CircuitOpen),
             Joined::Room(entry) => {
                 let _out = Out {
                     queues: &self.queues,
@@ -292,6 +286,14 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
             queue.in_flight += 1;
             return Joined::Room(entry);
         }
+        // While the circuit of the entry's master is open (and no probe is due), a queued entry
+        // would only be refused after waiting for room. Refuse it here. (Half-open: the entry
+        // queues, and its call may be the probe. An entry sent at once meets the breaker in
+        // its call.)
+        let first = F::keys(&entry).first().map(String::as_str);
+        if self.backend.breaker_state_of(first) == BreakerState::Open {
+            return Joined::Refused;
+        }
         let mut entry = Some(entry);
         if let Some(batch) = queue.waiting.back() {
             let mut state = lock(&batch.state);
@@ -324,6 +326,8 @@ enum Joined<E> {
     Untracked(E),
     /// A seat in a waiting batch.
     Batch(Arc<Batch<E>>, usize),
+    /// No room, and the circuit is open: refused at once.
+    Refused,
 }
 
 impl<E> Seat<E> {
