@@ -98,8 +98,8 @@ async fn freeze_and_open(h: &Harness, limiter: &RedisLimiter, backend: &RedisBac
     settles_at(backend, BreakerState::Open).await;
 }
 
-/// Waits until the breaker of `backend` is in `state`. A coalesced call's caller stops waiting
-/// when its own timer fires; the task that made the call records the outcome a moment later.
+/// Waits until the breaker of `backend` is in `state`. A coalesced call's outcome is recorded by
+/// the future that made it, which may be another request's, a moment after the others stop waiting.
 async fn settles_at(backend: &RedisBackend, state: BreakerState) {
     let started = Instant::now();
     while backend.breaker_state() != state {

@@ -467,7 +467,8 @@ async fn with_the_breaker_open_the_failure_policies_answer_at_once() {
             .iter()
             .all(|&d| d >= timeout - Duration::from_millis(10))
     );
-    // The coalescer's task records a call's outcome just after its caller stopped waiting.
+    // The breaker records a call's outcome in the future that made it (maybe another
+    // request's): wait until it has.
     let started = std::time::Instant::now();
     while backend.breaker_state() == redis_guard::backend::BreakerState::Closed {
         assert!(
@@ -715,7 +716,7 @@ async fn concurrent_decisions_coalesce_into_few_script_calls_and_stay_exact() {
     let poisoned = limiter.key_name(&Check::new(each.clone(), Key::from("poisoned")));
     let () = conn.hset(&poisoned, "f", "v").await.expect("HSET");
     h.admin(&["CONFIG", "RESETSTAT"]).await;
-    // Redis answers nothing for 200 ms (within redis-rs' own response timeout): the decisions
+    // Redis answers nothing for 200 ms (within the limiter's 10 s timeout): the decisions
     // below queue behind the first two.
     h.admin(&["CLIENT", "PAUSE", "200", "ALL"]).await;
     let mut tasks = Vec::new();
@@ -750,6 +751,115 @@ async fn concurrent_decisions_coalesce_into_few_script_calls_and_stay_exact() {
         (1..=bound).contains(&calls),
         "{calls} EVALSHA calls for 501 decisions"
     );
+}
+
+/// What each kind of decision sends to Redis, counted with `MONITOR`: one at a time, a GCRA
+/// decision is one `EVALSHA` and a fixed-window one one `MULTI` … `EXEC` (five commands: a
+/// counter, its expiry and its TTL); 64 at once on one key (queued behind a paused Redis), both
+/// coalesce: at most four calls (two let out at once, then the rest together).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_kind_of_decision_sends_no_more_than_one_call_per_request() {
+    let h = Harness::redis().await;
+    // On Redis' own clock, as in production: the fixed window takes its plain transaction.
+    let backend = h
+        .redis_time_backend()
+        .await
+        .timeout(Duration::from_secs(10));
+    let limiter = redis_guard::rate_limit::RedisLimiter::new(backend);
+    let per_call = [
+        ("gcra", Algorithm::Gcra, 1),
+        ("fixed", Algorithm::FixedWindow, 5),
+    ];
+    for (name, algorithm, commands) in per_call {
+        let rule = Rule::new(name, Quota::per_hour(10_000)).with_algorithm(algorithm);
+        // Scripts loaded, the server's version known: what follows is decisions only.
+        limiter
+            .check(&rule, Key::from("warm"))
+            .await
+            .expect("decision");
+        let mut monitor = redis_guard_tests::Monitor::start(&h).await;
+        for _ in 0..10 {
+            assert!(
+                limiter
+                    .check(&rule, Key::from("one"))
+                    .await
+                    .expect("decision")
+                    .allowed
+            );
+        }
+        let sent = monitor.commands(&h).await;
+        assert_eq!(sent.len(), 10 * commands, "{name}, one at a time: {sent:?}");
+        // Redis answers nothing for 200 ms: the 64 are all asked before the first call returns.
+        h.admin(&["CLIENT", "PAUSE", "200", "ALL"]).await;
+        let checks = (0..64).map(|_| limiter.check(&rule, Key::from("many")));
+        for decision in futures_util::future::join_all(checks).await {
+            assert!(decision.expect("decision").allowed);
+        }
+        let sent = monitor.commands(&h).await;
+        let calls = sent.len() / commands;
+        assert!(
+            (1..=4).contains(&calls) && sent.len() % commands == 0,
+            "{name}, 64 at once: {} commands: {sent:?}",
+            sent.len()
+        );
+    }
+}
+
+/// A decision whose request is dropped while it waits for room is left out of its batch's
+/// call: nothing is counted for a request that got no answer. And requests dropped at any moment,
+/// the one making its batch's call included, leave the others their answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_requests_are_not_counted_and_never_strand_the_others() {
+    let h = Harness::redis().await;
+    let limiter = patient_limiter(&h).await;
+    let rule = Rule::new("dropped", Quota::per_hour(12));
+    limiter
+        .check(&rule, Key::from("warm"))
+        .await
+        .expect("decision");
+    let spawn = |n: usize, key: &'static str| -> Vec<_> {
+        (0..n)
+            .map(|_| {
+                let (limiter, rule) = (limiter.clone(), rule.clone());
+                tokio::spawn(async move { limiter.check(&rule, Key::from(key)).await })
+            })
+            .collect()
+    };
+    // Redis answers nothing for 500 ms: two decisions are out, twenty queue behind them.
+    h.admin(&["CLIENT", "PAUSE", "500", "ALL"]).await;
+    let out = spawn(2, "x");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let queued = spawn(20, "x");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for task in &queued[..10] {
+        task.abort();
+    }
+    let mut allowed = 0;
+    for task in out.into_iter().chain(queued.into_iter().skip(10)) {
+        allowed += usize::from(task.await.expect("task").expect("decision").allowed);
+    }
+    assert_eq!(
+        allowed, 12,
+        "the 2 sent and the 10 still waiting, all admitted"
+    );
+    let next = limiter
+        .check(&rule, Key::from("x"))
+        .await
+        .expect("decision");
+    assert!(!next.allowed, "12 counted, not 22");
+    // Dropped while their batches go out: every other request still gets its answer.
+    for round in 0..5 {
+        h.admin(&["CLIENT", "PAUSE", "100", "ALL"]).await;
+        let tasks = spawn(64, if round % 2 == 0 { "y" } else { "z" });
+        tokio::time::sleep(Duration::from_millis(100 + 10 * round)).await;
+        for task in tasks.iter().step_by(3) {
+            task.abort();
+        }
+        for task in tasks.into_iter().skip(1).step_by(3) {
+            let answer = tokio::time::timeout(Duration::from_secs(5), task).await;
+            answer.expect("answered").expect("task").expect("decision");
+        }
+    }
 }
 
 /// On a Redis Cluster, decisions on keys of one hash slot go together as on a

@@ -33,7 +33,9 @@ OPTIONS:
     --dir <DIR>        with --callgrind: where the callgrind files go [default: target/callgrind]
     -h, --help         this text
 
-STACKS: bare, governor, memory, memory-no-headers, abusive, redis-abusive (starts a redis-server),
+STACKS: bare, governor, memory, memory-no-headers, abusive; starting a redis-server: redis-abusive,
+        incr-expire, redis, fixed-window, redis-uncoalesced, and the same with 64 requests in
+        flight: incr-expire-64, redis-64, fixed-window-64, redis-uncoalesced-64;
         default-features (the memory stack in a binary built with --features guard-default-features:
         redis-guard's default features, metrics on, no recorder)
 ";

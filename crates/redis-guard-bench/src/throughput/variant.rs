@@ -287,17 +287,18 @@ impl Variant {
                 let conn = manager(redis_url).await?;
                 Router::new().route("/", get(incr_expire)).with_state(conn)
             }
-            Self::Redis => {
-                ok_route().layer(limit(RedisLimiter::new(open(redis_url).await?), high)?)
-            }
+            Self::Redis => ok_route().layer(limit(
+                RedisLimiter::new(backend(open(redis_url).await?)),
+                high,
+            )?),
             Self::RedisLeased => ok_route().layer(
-                RateLimitLayer::builder(RedisLimiter::new(open(redis_url).await?))
+                RateLimitLayer::builder(RedisLimiter::new(backend(open(redis_url).await?)))
                     .rule_with(Rule::new("api", high).leased(10), ClientIp::peer())
                     .build()
                     .map_err(|e| format!("rate-limit layer: {e}"))?,
             ),
             Self::RedisFixedWindow => ok_route().layer(
-                RateLimitLayer::builder(RedisLimiter::new(open(redis_url).await?))
+                RateLimitLayer::builder(RedisLimiter::new(backend(open(redis_url).await?)))
                     .rule_with(
                         Rule::new("api", high).with_algorithm(Algorithm::FixedWindow),
                         ClientIp::peer(),
@@ -306,7 +307,7 @@ impl Variant {
                     .map_err(|e| format!("rate-limit layer: {e}"))?,
             ),
             Self::RedisManyKeys => {
-                let limiter = RedisLimiter::new(open(redis_url).await?);
+                let limiter = RedisLimiter::new(backend(open(redis_url).await?));
                 let by_connection = |parts: &axum::http::request::Parts| {
                     let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>()?;
                     Some(Key::from(peer.0.to_string()))
@@ -317,11 +318,11 @@ impl Variant {
                 )
             }
             Self::RedisUncoalesced => ok_route().layer(limit(
-                RedisLimiter::new(open(redis_url).await?).batch_size(1),
+                RedisLimiter::new(backend(open(redis_url).await?)).batch_size(1),
                 high,
             )?),
             Self::RedisAbusive => ok_route().layer(limit(
-                RedisLimiter::new(open(redis_url).await?),
+                RedisLimiter::new(backend(open(redis_url).await?)),
                 Quota::per_hour(1),
             )?),
             Self::RedisBb8 => {
@@ -471,6 +472,18 @@ async fn hand_cache(State(mut conn): State<ConnectionManager>) -> Response {
         return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();
     }
     body.into_response()
+}
+
+/// `conn` with the library's defaults; under the profile (`PROFILE_REDIS_TIMEOUT_MS`, set by
+/// `profile --callgrind`) a longer timeout, since the app runs tens of times slower under
+/// valgrind than Redis answers, and a call that timed out would be decided by the failure
+/// policy instead.
+fn backend(conn: RedisConnection) -> redis_guard::backend::RedisBackend {
+    let backend = redis_guard::backend::RedisBackend::new(conn);
+    match std::env::var("PROFILE_REDIS_TIMEOUT_MS").map(|ms| ms.parse()) {
+        Ok(Ok(ms)) => backend.timeout(std::time::Duration::from_millis(ms)),
+        _ => backend,
+    }
 }
 
 /// One rule keyed by the peer IP, with the library's defaults (GCRA).

@@ -28,25 +28,35 @@
 //! timeout (the fixed window's `MULTI` of plain commands).
 //!
 //! A request never waits for company: while fewer than [`IN_FLIGHT`] calls are out, it goes at
-//! once, in a batch of one. Otherwise the requests queue, and go together (up to `max` per call)
-//! as soon as a call returns.
+//! once, in a call of its own, made by its own future. Otherwise it joins the newest batch
+//! waiting for room (or starts one), and parks. When a call returns, the caller that made it
+//! hands the room to the oldest waiting batch: one of that batch's waiters makes its call, in
+//! its own future, and every waiter takes its reply from the batch. No task, channel or timer
+//! stands between a request and Redis; a batch costs one allocation for all its entries.
 //!
-//! On a Redis Cluster the keys of one call must share a hash slot, so there is one queue (and
-//! one task making its calls) per slot: the entries of one slot go together to the master that
-//! serves it, as they do on a single Redis, each slot with its own calls in flight. An entry
-//! whose keys span slots goes alone. Queues are made on first use and end after [`IDLE`]
-//! without work, and at most [`MAX_QUEUES`] exist at once (an entry of another slot then goes
+//! A batch's call runs within the backend's timeout counted from the moment the batch was
+//! started: a batch waits only for calls that started before it, each bounded by its own
+//! deadline, so a queued request is answered within about one timeout, as one sent alone. A
+//! request dropped while its batch waits is left out of the call (nothing is counted for a
+//! request that got no answer); one dropped while its future makes the call hands the call to
+//! the runtime, which finishes it for the other waiters.
+//!
+//! On a Redis Cluster the keys of one call must share a hash slot, so there is one queue per
+//! slot: the entries of one slot go together to the master that serves it, as they do on a
+//! single Redis, each slot with its own calls in flight. An entry whose keys span slots goes
+//! alone. A slot's queue exists only while it has calls out (slot 0's, a single Redis' one,
+//! stays), and at most [`MAX_QUEUES`] exist at once (an entry of another slot then goes
 //! alone), so a limiter that sees every slot keeps a bounded number of them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
 
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use redis::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use super::{BackendError, BreakerState, LuaScript, RedisBackend, ScriptCall};
 
@@ -59,12 +69,14 @@ pub(crate) trait Form<E>: Clone + Send + Sync + 'static {
     /// circuit.
     fn keys(entry: &E) -> &[String];
 
-    /// One call for `entries` (one or more, sharing a slot on a cluster): per entry, in order,
-    /// its reply or its own error; an error of the call itself fails every entry.
+    /// One call for `entries` (one or more, sharing a slot on a cluster), answered by
+    /// `deadline` (`None`: the backend's timeout from now): per entry, in order, its reply or
+    /// its own error; an error of the call itself fails every entry.
     fn call(
         &self,
         backend: &RedisBackend,
         entries: &[&E],
+        deadline: Option<Instant>,
     ) -> impl Future<Output = Result<Replies, BackendError>> + Send;
 }
 
@@ -81,8 +93,13 @@ impl<E: Entry> Form<E> for Script {
         entry.keys()
     }
 
-    async fn call(&self, backend: &RedisBackend, entries: &[&E]) -> Result<Replies, BackendError> {
-        run_script(backend, self.script, entries, self.flat).await
+    async fn call(
+        &self,
+        backend: &RedisBackend,
+        entries: &[&E],
+        deadline: Option<Instant>,
+    ) -> Result<Replies, BackendError> {
+        run_script(backend, self.script, entries, self.flat, deadline).await
     }
 }
 
@@ -91,9 +108,6 @@ pub(crate) const DEFAULT_BATCH: usize = 64;
 
 /// How many coalesced calls may be out at once: while Redis runs one, the next is on its way.
 const IN_FLIGHT: usize = 2;
-
-/// How long a queue's task waits with nothing queued and nothing in flight before it ends.
-const IDLE: Duration = Duration::from_secs(1);
 
 /// The most queues (hash slots being coalesced, on a cluster) at once.
 const MAX_QUEUES: usize = 1024;
@@ -113,14 +127,48 @@ pub(crate) trait Entry: Send + Sync + 'static {
     }
 }
 
-/// An entry waiting for its call, with where its reply goes.
-struct Waiting<E> {
-    entry: E,
-    reply: oneshot::Sender<Result<Value, BackendError>>,
+/// The queues by hash slot (slot 0 on a single Redis), each present while it has calls out.
+type Queues<E> = Mutex<HashMap<u16, Queue<E>, BuildHasherDefault<SlotHasher>>>;
+
+/// One slot's calls: how many are out, and the batches waiting for room, oldest first.
+struct Queue<E> {
+    in_flight: usize,
+    waiting: VecDeque<Arc<Batch<E>>>,
 }
 
-/// The queues by hash slot (slot 0 on a single Redis).
-type Queues<E> = Mutex<HashMap<u16, mpsc::UnboundedSender<Waiting<E>>>>;
+/// Entries waiting to go to Redis in one call, and then their replies.
+struct Batch<E> {
+    /// When the batch's call must have been answered: the backend's timeout from its start.
+    deadline: Instant,
+    state: Mutex<BatchState<E>>,
+}
+
+struct BatchState<E> {
+    phase: Phase,
+    seats: Vec<Seat<E>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for room: entries may still join.
+    Waiting,
+    /// Given room (counted in flight): the next waiter to be polled makes the call.
+    Go,
+    /// Its call is being made.
+    Calling,
+    /// Every live waiter has its reply, or the batch was abandoned.
+    Done,
+}
+
+/// One caller's place in a batch.
+struct Seat<E> {
+    /// The entry, until the call takes it; `None` once its caller gave up.
+    entry: Option<E>,
+    /// Whether the caller still waits.
+    live: bool,
+    waker: Option<Waker>,
+    reply: Option<Result<Value, BackendError>>,
+}
 
 /// Runs one script (or another [`Form`] of call) for many callers, coalescing what arrives
 /// while calls are in flight.
@@ -128,9 +176,6 @@ pub(crate) struct Coalescer<E, F = Script> {
     backend: RedisBackend,
     form: F,
     max: usize,
-    /// The queues of the tasks that make the calls; each started on first use, and again when
-    /// it ended idle or the runtime it ran on has gone. A task removes its own queue, under
-    /// this lock, when it ends idle.
     queues: Arc<Queues<E>>,
 }
 
@@ -180,34 +225,32 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
             Some(slot) if self.max > 1 => slot,
             _ => return self.alone(entry).await,
         };
-        // While the circuit of the entry's master is open (and no probe is due), the task would
-        // only refuse the call, after a hop through its queue and back: two wake-ups that, on a
-        // busy runtime, cost milliseconds the failure policy is meant to save. Refuse it here.
-        // (Half-open: the entry goes to the task, whose call is the probe.)
-        let first = F::keys(&entry).first().map(String::as_str);
-        if self.backend.breaker_state_of(first) == BreakerState::Open {
-            return Err(BackendError::CircuitOpen);
-        }
-        let (reply, receiver) = oneshot::channel();
-        if let Err(waiting) = self.enqueue(slot, Waiting { entry, reply }) {
-            // No runtime to run the task on, or no room for another queue: the caller's own
-            // future makes the call.
-            return self.alone(waiting.entry).await;
-        }
-        let timeout = self.backend.call_timeout();
-        match tokio::time::timeout(timeout, receiver).await {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(_)) => Err(BackendError::Redis(redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "the task making coalesced Redis calls stopped (its runtime shut down)",
-            )))),
-            Err(_) => Err(BackendError::Timeout(timeout)),
+        match self.join(slot, entry) {
+            Joined::Refused => Err(BackendError::CircuitOpen),
+            Joined::Room(entry) => {
+                let _out = Out {
+                    queues: &self.queues,
+                    slot,
+                };
+                self.alone(entry).await
+            }
+            Joined::Untracked(entry) => self.alone(entry).await,
+            Joined::Batch(batch, seat) => {
+                Waiter {
+                    coalescer: self,
+                    slot,
+                    batch,
+                    seat,
+                    calling: None,
+                }
+                .await
+            }
         }
     }
 
     /// One entry in a call of its own.
     async fn alone(&self, entry: E) -> Result<Value, BackendError> {
-        only(self.form.call(&self.backend, &[&entry]).await?)
+        only(self.form.call(&self.backend, &[&entry], None).await?)
     }
 
     /// The queue `entry` may join: 0 on a single Redis; on a cluster its keys' hash slot, or
@@ -226,36 +269,298 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
         }
     }
 
-    /// Queues `entry` for the task of `slot`, starting the task when there is none (or its
-    /// runtime has shut down). Gives `entry` back when there is no runtime to start it on, or
-    /// no room for another queue.
-    fn enqueue(&self, slot: u16, entry: Waiting<E>) -> Result<(), Waiting<E>> {
+    /// Takes room for `entry` in `slot` when there is some and no batch waits for it, else a
+    /// seat in the newest waiting batch (a new one when it is full).
+    fn join(&self, slot: u16, entry: E) -> Joined<E> {
         let mut queues = lock(&self.queues);
-        let entry = match queues.get(&slot) {
-            Some(q) => match q.send(entry) {
-                Ok(()) => return Ok(()),
-                Err(mpsc::error::SendError(entry)) => entry,
-            },
-            None if queues.len() >= MAX_QUEUES => return Err(entry),
-            None => entry,
+        let full = queues.len() >= MAX_QUEUES;
+        let queue = match queues.get_mut(&slot) {
+            Some(queue) => queue,
+            None if full => return Joined::Untracked(entry),
+            None => queues.entry(slot).or_insert(Queue {
+                in_flight: 0,
+                waiting: VecDeque::new(),
+            }),
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return Err(entry);
-        };
-        let (sender, receiver) = mpsc::unbounded_channel();
-        let task = Task {
-            backend: self.backend.clone(),
-            form: self.form.clone(),
-            max: self.max,
-            queues: Arc::downgrade(&self.queues),
-            slot,
-        };
-        runtime.spawn(task.run(receiver));
-        // The receiver is alive: it was just made.
-        let sent = sender.send(entry).map_err(|e| e.0);
-        queues.insert(slot, sender);
-        sent
+        if queue.in_flight < IN_FLIGHT && queue.waiting.is_empty() {
+            queue.in_flight += 1;
+            return Joined::Room(entry);
+        }
+        // While the circuit of the entry's master is open (and no probe is due), a queued entry
+        // would only be refused after waiting for room. Refuse it here. (Half-open: the entry
+        // queues, and its call may be the probe. An entry sent at once meets the breaker in
+        // its call.)
+        let first = F::keys(&entry).first().map(String::as_str);
+        if self.backend.breaker_state_of(first) == BreakerState::Open {
+            return Joined::Refused;
+        }
+        let mut entry = Some(entry);
+        if let Some(batch) = queue.waiting.back() {
+            let mut state = lock(&batch.state);
+            if state.phase == Phase::Waiting && state.seats.len() < self.max {
+                state.seats.push(Seat::new(entry.take()));
+                let seat = state.seats.len() - 1;
+                drop(state);
+                return Joined::Batch(Arc::clone(batch), seat);
+            }
+        }
+        let mut seats = Vec::with_capacity(self.max.min(DEFAULT_BATCH));
+        seats.push(Seat::new(entry.take()));
+        let batch = Arc::new(Batch {
+            deadline: Instant::now() + self.backend.call_timeout(),
+            state: Mutex::new(BatchState {
+                phase: Phase::Waiting,
+                seats,
+            }),
+        });
+        queue.waiting.push_back(Arc::clone(&batch));
+        Joined::Batch(batch, 0)
     }
+}
+
+/// Where [`Coalescer::join`] put an entry.
+enum Joined<E> {
+    /// Room in flight, taken: the caller makes its call now, and gives the room back.
+    Room(E),
+    /// No room for another queue: the caller makes its call, uncounted.
+    Untracked(E),
+    /// A seat in a waiting batch.
+    Batch(Arc<Batch<E>>, usize),
+    /// No room, and the circuit is open: refused at once.
+    Refused,
+}
+
+impl<E> Seat<E> {
+    fn new(entry: Option<E>) -> Self {
+        Self {
+            entry,
+            live: true,
+            waker: None,
+            reply: None,
+        }
+    }
+}
+
+/// Gives back one call's room in `slot` when dropped: the call returned, or its caller gave up.
+struct Out<'a, E> {
+    queues: &'a Queues<E>,
+    slot: u16,
+}
+
+impl<E> Drop for Out<'_, E> {
+    fn drop(&mut self) {
+        release(self.queues, self.slot);
+    }
+}
+
+/// One call of `slot` has ended: its room goes to the oldest waiting batch that still has a
+/// caller, whose next polled waiter makes the call; the queue goes when nothing is left in it
+/// (but slot 0's).
+fn release<E>(queues: &Queues<E>, slot: u16) {
+    let mut queues = lock(queues);
+    let Some(queue) = queues.get_mut(&slot) else {
+        return;
+    };
+    queue.in_flight = queue.in_flight.saturating_sub(1);
+    while queue.in_flight < IN_FLIGHT
+        && let Some(batch) = queue.waiting.pop_front()
+    {
+        let mut state = lock(&batch.state);
+        let Some(seat) = state.seats.iter_mut().find(|s| s.live) else {
+            // Every caller gave up: nothing to send.
+            state.phase = Phase::Done;
+            continue;
+        };
+        let waker = seat.waker.take();
+        state.phase = Phase::Go;
+        queue.in_flight += 1;
+        drop(state);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+    // Slot 0's queue (a single Redis has no other) stays: a request sent alone then costs no
+    // more than one without coalescing.
+    if queue.in_flight == 0 && queue.waiting.is_empty() && slot != 0 {
+        queues.remove(&slot);
+    }
+}
+
+/// A caller parked on its batch's seat: it waits for room, makes the batch's call if it is the
+/// first polled once room is given, and returns its own reply.
+struct Waiter<'a, E, F> {
+    coalescer: &'a Coalescer<E, F>,
+    slot: u16,
+    batch: Arc<Batch<E>>,
+    seat: usize,
+    /// The batch's call, while this waiter makes it.
+    calling: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
+
+impl<E: Send + Sync + 'static, F: Form<E>> Future for Waiter<'_, E, F> {
+    type Output = Result<Value, BackendError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        loop {
+            if let Some(calling) = &mut this.calling
+                && calling.as_mut().poll(cx).is_ready()
+            {
+                this.calling = None;
+            }
+            let mut state = lock(&this.batch.state);
+            if let Some(reply) = state.seats[this.seat].reply.take() {
+                state.seats[this.seat].live = false;
+                return Poll::Ready(reply);
+            }
+            match state.phase {
+                Phase::Go => {
+                    state.phase = Phase::Calling;
+                    let entries: Vec<(usize, E)> = state
+                        .seats
+                        .iter_mut()
+                        .enumerate()
+                        .filter_map(|(i, s)| Some((i, s.entry.take()?)))
+                        .collect();
+                    drop(state);
+                    this.calling = Some(Box::pin(call_batch(
+                        this.coalescer.backend.clone(),
+                        this.coalescer.form.clone(),
+                        Arc::clone(&this.coalescer.queues),
+                        this.slot,
+                        Arc::clone(&this.batch),
+                        entries,
+                    )));
+                }
+                Phase::Done => {
+                    // Abandoned with no reply for this seat: cannot happen while it waits.
+                    return Poll::Ready(Err(stopped()));
+                }
+                Phase::Waiting | Phase::Calling => {
+                    let waker = &mut state.seats[this.seat].waker;
+                    match waker {
+                        Some(w) if w.will_wake(cx.waker()) => {}
+                        _ => *waker = Some(cx.waker().clone()),
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
+}
+
+impl<E, F> Drop for Waiter<'_, E, F> {
+    fn drop(&mut self) {
+        if let Some(calling) = self.calling.take() {
+            // The call is on its way: finish it for the other waiters, on the runtime if there
+            // is one (else dropping it fails them with an error and gives the room back).
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                drop(runtime.spawn(calling));
+            }
+            let mut state = lock(&self.batch.state);
+            state.seats[self.seat].live = false;
+            return;
+        }
+        let mut state = lock(&self.batch.state);
+        let seat = &mut state.seats[self.seat];
+        if !seat.live {
+            return;
+        }
+        seat.live = false;
+        seat.entry = None;
+        seat.waker = None;
+        if state.phase != Phase::Go {
+            return;
+        }
+        // The room was given to this batch, maybe with this waiter to make its call: another
+        // waiter makes it, or, with none left, the room goes back.
+        if let Some(next) = state.seats.iter_mut().find(|s| s.live) {
+            if let Some(waker) = next.waker.take() {
+                waker.wake();
+            }
+            return;
+        }
+        state.phase = Phase::Done;
+        drop(state);
+        release(&self.coalescer.queues, self.slot);
+    }
+}
+
+/// The call of a batch's `entries` (with their seats), made by one of its waiters: hands every
+/// seat its reply (or the call's error), wakes the waiters, then gives the room back.
+async fn call_batch<E: Send + Sync + 'static, F: Form<E>>(
+    backend: RedisBackend,
+    form: F,
+    queues: Arc<Queues<E>>,
+    slot: u16,
+    batch: Arc<Batch<E>>,
+    entries: Vec<(usize, E)>,
+) {
+    let mut ending = Ending {
+        queues: &queues,
+        slot,
+        batch: &batch,
+        replies: None,
+    };
+    let outcome = if Instant::now() >= batch.deadline {
+        // The calls it waited for took the whole timeout: nothing is sent.
+        Err(BackendError::Timeout(backend.call_timeout()))
+    } else {
+        let refs: Vec<&E> = entries.iter().map(|(_, e)| e).collect();
+        form.call(&backend, &refs, Some(batch.deadline))
+            .await
+            .and_then(|replies| counted(replies, refs.len()))
+    };
+    let seats = entries.iter().map(|&(i, _)| i);
+    ending.replies = Some(match outcome {
+        Ok(replies) => seats.zip(replies).collect(),
+        Err(e) => seats.map(|i| (i, Err(e.clone()))).collect(),
+    });
+}
+
+/// Hands out a batch's replies and gives its room back, when its call ends, or fails its
+/// waiters when the call is dropped before it ends (its runtime shut down).
+struct Ending<'a, E> {
+    queues: &'a Queues<E>,
+    slot: u16,
+    batch: &'a Batch<E>,
+    replies: Option<Vec<(usize, Result<Value, BackendError>)>>,
+}
+
+impl<E> Drop for Ending<'_, E> {
+    fn drop(&mut self) {
+        let mut wakers = Vec::new();
+        let mut state = lock(&self.batch.state);
+        state.phase = Phase::Done;
+        let answered = self.replies.is_some();
+        let replies = self.replies.take().unwrap_or_default();
+        for (i, reply) in replies {
+            let seat = &mut state.seats[i];
+            if seat.live {
+                seat.reply = Some(reply);
+                wakers.extend(seat.waker.take());
+            }
+        }
+        if !answered {
+            for seat in state.seats.iter_mut().filter(|s| s.live) {
+                seat.reply = Some(Err(stopped()));
+                wakers.extend(seat.waker.take());
+            }
+        }
+        drop(state);
+        release(self.queues, self.slot);
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+}
+
+/// The error of waiters whose batch's call was dropped before it ended.
+fn stopped() -> BackendError {
+    BackendError::Redis(redis::RedisError::from((
+        redis::ErrorKind::Io,
+        "the coalesced Redis call stopped before it ended (its runtime shut down)",
+    )))
 }
 
 impl<E, F> fmt::Debug for Coalescer<E, F> {
@@ -263,6 +568,32 @@ impl<E, F> fmt::Debug for Coalescer<E, F> {
         f.debug_struct("Coalescer")
             .field("max", &self.max)
             .finish_non_exhaustive()
+    }
+}
+
+/// A lock whose data stays consistent even if a holder panicked.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The hash of a slot number (at most 16,384 of them, and at most [`MAX_QUEUES`] in the map):
+/// the number itself.
+#[derive(Default)]
+struct SlotHasher(u64);
+
+impl Hasher for SlotHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+
+    fn write_u16(&mut self, n: u16) {
+        self.0 = u64::from(n);
     }
 }
 
@@ -274,7 +605,7 @@ pub(crate) async fn call_alone<E: Entry>(
     script: &LuaScript,
     entry: &E,
 ) -> Result<Value, BackendError> {
-    only(run_script(backend, script, &[entry], false).await?)
+    only(run_script(backend, script, &[entry], false, None).await?)
 }
 
 /// The reply of a call's one entry.
@@ -293,102 +624,19 @@ fn counted(replies: Replies, count: usize) -> Result<Replies, BackendError> {
     )))
 }
 
-/// One call of `script` for `entries`; `flat`: the script replies flat.
+/// One call of `script` for `entries`, answered by `deadline`; `flat`: the script replies flat.
 async fn run_script<E: Entry>(
     backend: &RedisBackend,
     script: &LuaScript,
     entries: &[&E],
     flat: bool,
+    deadline: Option<Instant>,
 ) -> Result<Replies, BackendError> {
-    let reply = batch(backend, script, entries).run().await?;
+    let mut call = batch(backend, script, entries);
+    call.until(deadline);
+    let reply = call.run().await?;
     let replies = split_reply(reply, entries, flat)?;
     Ok(replies.into_iter().map(entry_reply).collect())
-}
-
-/// The queues' lock, whose data stays consistent even if a holder panicked.
-fn lock<E>(
-    queues: &Queues<E>,
-) -> std::sync::MutexGuard<'_, HashMap<u16, mpsc::UnboundedSender<Waiting<E>>>> {
-    queues
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// The task of one queue (one hash slot on a cluster).
-struct Task<E, F> {
-    backend: RedisBackend,
-    form: F,
-    max: usize,
-    queues: Weak<Queues<E>>,
-    slot: u16,
-}
-
-impl<E: Send + Sync + 'static, F: Form<E>> Task<E, F> {
-    /// Takes what is queued (up to `max`) whenever fewer than [`IN_FLIGHT`] calls are out,
-    /// makes it one call, hands out the replies. Ends when every sender is gone and the last
-    /// call has returned, or after [`IDLE`] without work.
-    async fn run(self, mut queue: mpsc::UnboundedReceiver<Waiting<E>>) {
-        let mut waiting = Vec::new();
-        let mut calls = FuturesUnordered::new();
-        let mut open = true;
-        loop {
-            tokio::select! {
-                taken = queue.recv_many(&mut waiting, self.max), if open && calls.len() < IN_FLIGHT => {
-                    open = taken > 0;
-                    // A caller that gave up (timed out, or its request was dropped) is not run:
-                    // nothing is counted for a request that got no answer from us.
-                    waiting.retain(|w: &Waiting<E>| !w.reply.is_closed());
-                    if !waiting.is_empty() {
-                        let entries = std::mem::take(&mut waiting);
-                        calls.push(call(&self.backend, &self.form, entries));
-                    }
-                }
-                Some(()) = calls.next(), if !calls.is_empty() => {}
-                () = tokio::time::sleep(IDLE), if open && calls.is_empty() => {
-                    if self.retire(&queue) {
-                        break;
-                    }
-                }
-                else => break,
-            }
-        }
-    }
-
-    /// Removes this task's queue, unless something was queued meanwhile. Callers queue under
-    /// the same lock, so once the queue is out of the map nothing more can arrive in it, and
-    /// nothing queued is lost.
-    fn retire(&self, queue: &mpsc::UnboundedReceiver<Waiting<E>>) -> bool {
-        let Some(queues) = self.queues.upgrade() else {
-            // The coalescer is gone, and with it every sender.
-            return true;
-        };
-        let mut queues = lock(&queues);
-        if !queue.is_empty() {
-            return false;
-        }
-        // The queue in the map under this slot is this task's: a caller replaces it only once
-        // its receiver is gone, which is when this task has ended.
-        queues.remove(&self.slot);
-        true
-    }
-}
-
-/// One call for `waiting`; every entry gets its reply, or the call's error.
-async fn call<E, F: Form<E>>(backend: &RedisBackend, form: &F, waiting: Vec<Waiting<E>>) {
-    let entries: Vec<&E> = waiting.iter().map(|w| &w.entry).collect();
-    let outcome = form.call(backend, &entries).await;
-    match outcome.and_then(|replies| counted(replies, entries.len())) {
-        Ok(replies) => {
-            for (w, reply) in waiting.into_iter().zip(replies) {
-                let _ = w.reply.send(reply);
-            }
-        }
-        Err(e) => {
-            for w in waiting {
-                let _ = w.reply.send(Err(e.clone()));
-            }
-        }
-    }
 }
 
 /// The call for `entries`: KEYS are every entry's keys, in order; ARGV after the time shift is
@@ -398,11 +646,18 @@ fn batch<'a, E: Entry>(
     script: &'a LuaScript,
     entries: &[&E],
 ) -> ScriptCall<'a> {
-    let keys: Vec<&str> = entries
-        .iter()
-        .flat_map(|e| e.keys().iter().map(String::as_str))
-        .collect();
-    let mut call = backend.script(script, &keys);
+    // The entry count, then per entry its two counts and its arguments (numbers, mostly: about
+    // 8 bytes each).
+    let args = 1 + entries.iter().map(|e| 2 + e.arg_count()).sum::<usize>();
+    let mut call = if let [one] = entries {
+        backend.script_sized(script, one.keys(), args, 8 * args)
+    } else {
+        let keys: Vec<&str> = entries
+            .iter()
+            .flat_map(|e| e.keys().iter().map(String::as_str))
+            .collect();
+        backend.script_sized(script, &keys, args, 8 * args)
+    };
     call.arg(entries.len());
     for entry in entries {
         call.arg(entry.keys().len()).arg(entry.arg_count());

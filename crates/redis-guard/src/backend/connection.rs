@@ -183,7 +183,7 @@ impl RedisConnection {
                 Err(e) => return Err(e),
             }
         }
-        let config = redis::aio::ConnectionManagerConfig::new().set_max_delay(RECONNECT_MAX_DELAY);
+        let config = manager_config();
         Ok(ConnectionManager::new_with_config(client, config)
             .await?
             .into())
@@ -485,11 +485,21 @@ impl Request<'_> {
     }
 }
 
+/// How redis-guard's managers reconnect and wait: the backend's timeout bounds every call
+/// ([`RedisBackend::timeout`](super::RedisBackend::timeout)), so redis-rs' own response timeout
+/// (a second timer per call) is off. A timeout of redis-rs never reconnected either: only an
+/// error that drops the connection does.
+fn manager_config() -> redis::aio::ConnectionManagerConfig {
+    redis::aio::ConnectionManagerConfig::new()
+        .set_max_delay(RECONNECT_MAX_DELAY)
+        .set_response_timeout(None)
+}
+
 /// A [`ConnectionManager`] for `client`, once one connection answered `PING` as Redis
 /// ([`handshake`]).
 async fn manager(client: &redis::Client) -> RedisResult<ConnectionManager> {
     handshake(client).await?;
-    let config = redis::aio::ConnectionManagerConfig::new().set_max_delay(RECONNECT_MAX_DELAY);
+    let config = manager_config();
     ConnectionManager::new_with_config(client.clone(), config).await
 }
 

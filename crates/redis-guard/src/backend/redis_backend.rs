@@ -269,7 +269,25 @@ impl RedisBackend {
         script: &'a LuaScript,
         keys: &[impl AsRef<str>],
     ) -> ScriptCall<'a> {
-        let mut cmd = redis::cmd("EVALSHA");
+        self.script_sized(script, keys, 0, 0)
+    }
+
+    /// [`script`](Self::script) with room for `args` more arguments of `bytes` bytes in all,
+    /// so that the command is written without growing its buffers.
+    pub(crate) fn script_sized<'a>(
+        &'a self,
+        script: &'a LuaScript,
+        keys: &[impl AsRef<str>],
+        args: usize,
+        bytes: usize,
+    ) -> ScriptCall<'a> {
+        // EVALSHA, the hash, the key count, the keys, the shift, then `args`.
+        let key_bytes: usize = keys.iter().map(|k| k.as_ref().len()).sum();
+        let mut cmd = redis::Cmd::with_capacity(
+            4 + keys.len() + args,
+            7 + 40 + 4 + key_bytes + 20 + bytes,
+        );
+        cmd.arg("EVALSHA");
         cmd.arg(script.get_hash()).arg(keys.len());
         for key in keys {
             cmd.arg(key.as_ref());
@@ -288,6 +306,7 @@ impl RedisBackend {
             script,
             cmd,
             circuit,
+            deadline: None,
         }
     }
 
@@ -314,7 +333,7 @@ impl RedisBackend {
             Some(redis::Arg::Simple(key)) => self.inner.conn.circuit_of(key),
             _ => 0,
         };
-        self.guarded(self.inner.conn.query(cmd), BackendError::Redis, circuit)
+        self.guarded(self.inner.conn.query(cmd), BackendError::Redis, circuit, None)
             .await
     }
 
@@ -322,13 +341,26 @@ impl RedisBackend {
     /// under the breaker and the timeout, as [`query`](Self::query) runs a command: the replies
     /// as an array, in order (`EXEC`'s for an atomic one).
     #[cfg(any(feature = "session", feature = "rate-limit", feature = "cache"))]
+    #[cfg_attr(not(any(feature = "session", feature = "cache")), allow(dead_code))]
     pub(crate) async fn pipeline(
         &self,
         pipe: &redis::Pipeline,
         key: &str,
     ) -> Result<Value, BackendError> {
+        self.pipeline_until(pipe, key, None).await
+    }
+
+    /// [`pipeline`](Self::pipeline), answered by `deadline` (`None`: the timeout from now).
+    #[cfg(any(feature = "session", feature = "rate-limit", feature = "cache"))]
+    pub(crate) async fn pipeline_until(
+        &self,
+        pipe: &redis::Pipeline,
+        key: &str,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Value, BackendError> {
         let circuit = self.inner.conn.circuit_of(key.as_bytes());
-        self.guarded(self.inner.conn.pipeline(pipe), BackendError::Redis, circuit)
+        let call = self.inner.conn.pipeline(pipe);
+        self.guarded(call, BackendError::Redis, circuit, deadline)
             .await
     }
 
@@ -344,7 +376,9 @@ impl RedisBackend {
     }
 
     /// Makes `call` (a future not polled yet: nothing is sent before the breaker allows it)
-    /// under the circuit breaker and the timeout; `error` classifies the errors Redis returns.
+    /// under the circuit breaker and the timeout (until `deadline`, or the timeout from now);
+    /// `error` classifies the errors Redis returns. The only timer of the call: the
+    /// connections redis-guard makes have redis-rs' own response timeout off.
     /// The outcome is recorded, never retried.
     /// `circuit` is the one of the master the call goes to ([`RedisConnection::circuit_of`] its
     /// key; 0 outside a cluster).
@@ -353,12 +387,14 @@ impl RedisBackend {
         call: impl Future<Output = redis::RedisResult<Value>>,
         error: fn(redis::RedisError) -> BackendError,
         circuit: usize,
+        deadline: Option<tokio::time::Instant>,
     ) -> Result<Value, BackendError> {
         let circuits = &self.inner.breaker;
         let index = circuit.min(circuits.len() - 1);
         let permit = circuits[index].admit()?;
         let timeout = self.inner.timeout;
-        let outcome = match tokio::time::timeout(timeout, call).await {
+        let deadline = deadline.unwrap_or_else(|| tokio::time::Instant::now() + timeout);
+        let outcome = match tokio::time::timeout_at(deadline, call).await {
             Ok(reply) => reply.map_err(error),
             Err(_) => Err(BackendError::Timeout(timeout)),
         };
@@ -413,6 +449,8 @@ pub(crate) struct ScriptCall<'a> {
     cmd: redis::Cmd,
     /// The circuit of the master the call goes to.
     circuit: usize,
+    /// When the call must be answered (`None`: the backend's timeout from the start).
+    deadline: Option<tokio::time::Instant>,
 }
 
 impl ScriptCall<'_> {
@@ -422,13 +460,23 @@ impl ScriptCall<'_> {
         self
     }
 
+    /// Makes the call answer by `deadline` (`None`: the backend's timeout from its start).
+    #[cfg_attr(
+        not(any(feature = "rate-limit", feature = "session")),
+        allow(dead_code)
+    )]
+    pub(crate) fn until(&mut self, deadline: Option<tokio::time::Instant>) -> &mut Self {
+        self.deadline = deadline;
+        self
+    }
+
     /// Runs the call under the backend's circuit breaker and timeout; on `NOSCRIPT` loads the
     /// script and runs it again (one call for the breaker). Errors of our scripts and Lua errors
     /// are [`BackendError::Script`].
     pub(crate) async fn run(self) -> Result<Value, BackendError> {
         let call = self.backend.inner.conn.evalsha(self.script, &self.cmd);
         self.backend
-            .guarded(call, BackendError::from_script, self.circuit)
+            .guarded(call, BackendError::from_script, self.circuit, self.deadline)
             .await
     }
 }

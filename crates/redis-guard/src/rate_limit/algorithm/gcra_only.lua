@@ -13,7 +13,8 @@
 -- ARGV[1]  a time shift in µs added to Redis TIME (0 in production)
 -- ARGV[2]  the number of entries
 -- ARGV     then per entry: its key count, its argument count (2 + 8n), then its arguments:
---            a request id (unused here), the dry-run flag (1: decide, record nothing), and per
+--            a request id (unused here), the flags (1: dry run, decide and record nothing; 2:
+--            compact reply, below; 3: both), and per
 --            rule the eight arguments of evaluate.lua (only burst, emission interval, cost and
 --            bans are read: a throttled rule takes the general script; the limit is echoed; cost 0 is a probe, as there)
 -- Reply    flat (backend/coalesce.rs): one array of every entry's reply, entry after entry; an
@@ -21,6 +22,11 @@
 --          then the time of the decision, written in place; or, for an entry with a key Redis
 --          cannot GET (a key of another type), the error's text as one string, and nothing
 --          recorded for it. (One table: Redis converts each table of a reply at a cost.)
+--          A compact entry (flag 2; its rules read no override record) replies one integer per
+--          rule instead: admitted, the TAT its reset counts to less now (µs, >= 0); denied, now
+--          less the TAT, less 1 (< 0). The caller knows each rule's quota and cost, and derives
+--          from it what the five integers say: each value converted costs the caller more
+--          than the arithmetic.
 -- Overrides (penalties, allow-list entries, bans) apply as in evaluate.lua.
 -- Built as backend/prelude.lua, entries.lua, overrides.lua inside `overrides()`
 -- (which returns its four helpers), then this file.
@@ -56,7 +62,8 @@ for e = 1, entries do
   local n, m, nk = entry_counts(e, k, a, num)
   if n == nil then return m end
   a = a + 2
-  local dry = ARGV[a + 2] == '1'
+  local flags = ARGV[a + 2]
+  local dry, compact = flags == '1' or flags == '3', flags == '2' or flags == '3'
   local kk = k
   -- reply[5i-4 .. 5i] is rule i's row; while deciding, reply[5i-1] holds a counted rule's new
   -- TAT (0: admitted without counting) until the commit below replaces it with 0.
@@ -135,6 +142,16 @@ for e = 1, entries do
       if reply[r + 5] < reply[r + 4] then reply[r + 5] = reply[r + 4] end
     end
     if reply[r + 1] == 0 then admitted = false end
+    if compact then
+      -- The compact reply's integer, in the place of the limit (the caller knows it).
+      if reply[r + 1] == 0 then
+        reply[r + 2] = now - tat - 1
+      elseif probe then
+        reply[r + 2] = tat - now
+      else
+        reply[r + 2] = new_tat - now
+      end
+    end
   end
   local commit = admitted and not failed and not dry
   kk = k
@@ -153,6 +170,10 @@ for e = 1, entries do
     out = out or {}
     nout = nout + 1
     out[nout] = failed
+  elseif compact then
+    out = out or {}
+    for i = 1, n do out[nout + i] = reply[i * 5 - 3] end
+    nout = nout + n
   elseif not out then
     -- The first entry's reply starts the call's: no copy (a table grown one value at a time
     -- costs Redis more than the copy saves).

@@ -6,10 +6,11 @@ use std::sync::{Arc, LazyLock};
 
 use super::fixed_window_batch::{Count, Transaction};
 use super::live::LiveCache;
-use super::script_reply::{parse_reply, parse_reply_live};
+use super::script_reply::{parse_compact, parse_reply, parse_reply_live};
 use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall, call_alone};
 use crate::rate_limit::algorithm::RuleState;
 use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
+use crate::rate_limit::inline_list::Few;
 use crate::rate_limit::lease::{Receipt, Receipted, request_id};
 use crate::rate_limit::limiter::LimiterError;
 use crate::rate_limit::limiter::live::quota_of;
@@ -85,6 +86,9 @@ pub(super) struct RuleEntry {
     rule_args: Vec<RuleArgs>,
     request: Cow<'static, str>,
     dry: bool,
+    /// The lean script replies one integer per rule (`gcra_only.lua`), which
+    /// [`parse_compact`] turns into the rules' states.
+    compact: bool,
     /// How many live records the entry reads.
     lives: usize,
 }
@@ -100,7 +104,8 @@ impl Entry for RuleEntry {
     }
 
     fn write_args(&self, call: &mut ScriptCall<'_>) {
-        call.arg(&*self.request).arg(u8::from(self.dry));
+        call.arg(&*self.request)
+            .arg(u8::from(self.dry) | (u8::from(self.compact) << 1));
         for args in &self.rule_args {
             call.arg(&args.decided()[..])
                 .arg(&*args.overrides)
@@ -109,6 +114,9 @@ impl Entry for RuleEntry {
     }
 
     fn reply_len(&self) -> usize {
+        if self.compact {
+            return self.rule_args.len();
+        }
         // Five integers per rule, then the time, then five per live record (`parse_reply_live`).
         5 * self.rule_args.len() + 1 + 5 * self.lives
     }
@@ -251,6 +259,13 @@ impl Evaluation {
             } else {
                 Vec::new()
             };
+            // The lean script's one integer per rule serves a request whose rules read no
+            // record (no override, no live quota) and keep no receipt (which needs the time):
+            // the rules' quotas and costs give the rest.
+            let compact = self.gcra_only
+                && self.live_copies.is_none()
+                && leases.is_none()
+                && self.records.iter().all(Option::is_none);
             // The common case: one entry, its keys and arguments moved rather than copied.
             let keys = std::mem::take(&mut self.keys);
             let keys = if self.records.iter().all(Option::is_none) && self.lives.is_empty() {
@@ -271,14 +286,25 @@ impl Evaluation {
                 .live_copies
                 .as_ref()
                 .map_or(0, |(_, names)| names.len());
+            // Kept inline for one rule: no allocation in the common case.
+            let mut decided = Few::None;
+            if compact {
+                self.rule_args
+                    .iter()
+                    .for_each(|args| decided.push(args.decided()));
+            }
             let entry = RuleEntry {
                 keys,
                 rule_args: std::mem::take(&mut self.rule_args),
                 request,
                 dry: self.dry,
+                compact,
                 lives,
             };
             let reply = self.evaluate(coalescers, entry).await?;
+            if compact {
+                return Ok((parse_compact(&reply, decided.as_slice())?, None, Vec::new()));
+            }
             let (states, evaluated_at, seen) = parse_reply_live(&reply, n, lives)?;
             let mut live = Vec::new();
             if let Some((copies, names)) = &self.live_copies {
@@ -324,6 +350,7 @@ impl Evaluation {
                 rule_args: group.iter().map(|&i| self.rule_args[i].clone()).collect(),
                 request: request.clone(),
                 dry: denied || self.dry,
+                compact: false,
                 // A Cluster's calls read no live record (its slot is not the key's).
                 lives: 0,
             };

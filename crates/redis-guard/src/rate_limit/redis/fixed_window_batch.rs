@@ -46,15 +46,21 @@ impl Form<Count> for Transaction {
         &self,
         backend: &RedisBackend,
         entries: &[&Count],
+        deadline: Option<tokio::time::Instant>,
     ) -> Result<Replies, BackendError> {
         let Some(first) = entries.first() else {
             return Ok(Vec::new());
         };
         let plan = Plan::of(entries);
-        let reply = backend.pipeline(&plan.pipeline(), &first.key[0]).await?;
+        let reply = backend
+            .pipeline_until(&plan.pipeline(), &first.key[0], deadline)
+            .await?;
         plan.replies(&reply)
     }
 }
+
+/// How many keys a call's plan looks up by comparing them all, before it makes a map.
+const FEW_KEYS: usize = 8;
 
 /// The transaction of one call.
 struct Plan<'a> {
@@ -68,15 +74,36 @@ struct Plan<'a> {
 impl<'a> Plan<'a> {
     fn of(entries: &[&'a Count]) -> Self {
         let mut keys: Vec<(&str, u64, u64)> = Vec::new();
-        let mut index: HashMap<&str, usize> = HashMap::with_capacity(entries.len());
+        // Keys are looked up in `keys` while they are few (one, for a busy client), then in a
+        // map.
+        let mut index: Option<HashMap<&str, usize>> = None;
         // Per request: its key's index and the key's running total, its own cost included.
         let running: Vec<(usize, u64)> = entries
             .iter()
             .map(|entry| {
                 let key = entry.key[0].as_str();
-                let k = *index.entry(key).or_insert_with(|| {
+                let found = match &mut index {
+                    Some(index) => index.get(key).copied(),
+                    None => keys.iter().position(|&(k, _, _)| k == key),
+                };
+                let k = found.unwrap_or_else(|| {
                     keys.push((key, entry.period_ms, 0));
-                    keys.len() - 1
+                    let k = keys.len() - 1;
+                    match &mut index {
+                        Some(index) => {
+                            index.insert(key, k);
+                        }
+                        None if keys.len() > FEW_KEYS => {
+                            index = Some(
+                                keys.iter()
+                                    .enumerate()
+                                    .map(|(i, &(k, _, _))| (k, i))
+                                    .collect(),
+                            );
+                        }
+                        None => {}
+                    }
+                    k
                 });
                 keys[k].2 = keys[k].2.saturating_add(entry.cost);
                 (k, keys[k].2)
@@ -192,6 +219,26 @@ mod tests {
         assert_eq!(
             replies,
             [pair(5, 700), pair(5, 2000), pair(7, 700), pair(10, 700)]
+        );
+    }
+
+    #[test]
+    fn many_keys_are_counted_as_few() {
+        // 20 keys, each twice: past the few the plan compares, it looks them up in a map.
+        let entries: Vec<Count> = (0..40)
+            .map(|i| count(&format!("k{}", i % 20), 1, 10))
+            .collect();
+        let refs: Vec<&Count> = entries.iter().collect();
+        let plan = Plan::of(&refs);
+        assert_eq!(plan.keys.len(), 20);
+        assert!(plan.keys.iter().all(|&(_, _, total)| total == 2));
+        let after: Vec<u64> = plan.after.iter().map(|&(_, after)| after).collect();
+        assert_eq!(after, [[1; 20], [0; 20]].concat());
+        assert!(
+            plan.after
+                .iter()
+                .enumerate()
+                .all(|(i, &(k, _))| k == i % 20)
         );
     }
 

@@ -80,6 +80,8 @@ pub struct RedisLimiter {
     pub(super) leases: Arc<HotLeases>,
     /// Copies of the live rules' records ([`Rule::live`](crate::rate_limit::Rule::live)).
     pub(super) live: Arc<super::live::LiveCache>,
+    /// The digests of recent keys, for their key names.
+    digests: Arc<super::digests::Digests>,
 }
 
 impl RedisLimiter {
@@ -92,6 +94,7 @@ impl RedisLimiter {
             counters: Arc::new(Counters::new(&backend)),
             deny_cache: Some(Arc::new(DenyCache::new(DEFAULT_DENY_CACHE))),
             custom_scripts: Arc::default(),
+            digests: Arc::new(super::digests::Digests::new()),
             leases: Arc::new(HotLeases::new(&backend)),
             live: Arc::new(super::live::LiveCache::new(
                 &backend,
@@ -204,15 +207,16 @@ impl RedisLimiter {
         key: &Key,
         record: bool,
     ) -> (String, Option<String>) {
-        let digest = key.digest();
         let tag = match rule.algorithm() {
             Algorithm::FixedWindow if self.counters.plain() => fixed_window_plain::TAG.into(),
             algorithm => algorithm.key_tag(),
         };
-        (
-            self.backend.key(&["rl", rule.name(), &tag], &digest),
-            record.then(|| self.backend.key(&["rl", rule.name(), "ov"], &digest)),
-        )
+        self.digests.with(key, |digest| {
+            (
+                self.backend.key(&["rl", rule.name(), &tag], digest),
+                record.then(|| self.backend.key(&["rl", rule.name(), "ov"], digest)),
+            )
+        })
     }
 
     /// The script call(s) for `checks`: keys, arguments, and which scripts run them.
@@ -326,11 +330,12 @@ impl RedisLimiter {
         let deny_cache = self.deny_cache.clone();
         let cache = deny_cache.clone().filter(|_| cacheable(&checks));
         // Look the request up before building anything for Redis: a cached denial costs no key
-        // name, digest or argument.
+        // name, digest or argument. While the cache holds no denial (the common case), nothing
+        // is hashed or locked: the request's key is made only if Redis denies it.
         let cached = cache.map(|cache| {
-            let key = cache.key(Request(&checks));
             let now = cache_now(&self.backend, &cache);
-            let hit = cached_denial(&cache, &checks, key, now);
+            let key = cache.has_denials().then(|| cache.key(Request(&checks)));
+            let hit = key.and_then(|key| cached_denial(&cache, &checks, key, now));
             (cache, key, now, hit)
         });
         if let Some((_, _, _, Some(states))) = cached {
@@ -367,6 +372,7 @@ impl RedisLimiter {
                 .map(|wait| wait.min(DENY_CACHE_MAX_WAIT))
                 .filter(|wait| !wait.is_zero());
             if let Some(wait) = wait {
+                let key = key.unwrap_or_else(|| cache.key(Request(&checks)));
                 cache.insert(key, states.clone(), now, wait);
             }
             Ok((states, lease, live))

@@ -86,10 +86,98 @@ pub(crate) fn parse_reply_live(
     Ok((states, now, seen))
 }
 
+/// Parses the lean script's compact reply (`gcra_only.lua`): one integer per rule, of the rules
+/// whose decided arguments are `rules` (algorithm, limit, period, burst, emission interval, cost;
+/// [`RuleArgs::decided`](super::evaluation::RuleArgs::decided)). Admitted: `d` ≥ 0, the TAT the
+/// reset counts to less now; denied: `-d - 1`, with `d` the TAT less now. The states are what
+/// the script's five integers per rule would have said: the same arithmetic, exact on integers.
+pub(crate) fn parse_compact(
+    reply: &Value,
+    rules: &[[u64; 6]],
+) -> Result<Vec<RuleState>, LimiterError> {
+    let bad = |what: &str| LimiterError::from(BackendError::BadReply(format!("{what}: {reply:?}")));
+    let Value::Array(cells) = reply else {
+        return Err(bad("expected an array"));
+    };
+    if cells.len() != rules.len() {
+        return Err(bad(&format!("expected {} integers", rules.len())));
+    }
+    cells
+        .iter()
+        .zip(rules)
+        .map(|(cell, &[_, limit, _, burst, emission, cost])| {
+            let Value::Int(v) = *cell else {
+                return Err(bad("expected integers"));
+            };
+            if emission == 0 {
+                return Err(bad("a rule without an emission interval"));
+            }
+            let (allowed, d) = if v >= 0 { (true, v) } else { (false, -1 - v) };
+            let (d, em) = (i128::from(d), i128::from(emission));
+            let capacity = i128::from(burst) * em;
+            let ms = |us: i128| u64::try_from(ceil_div(us.max(0), 1000)).unwrap_or(u64::MAX);
+            let remaining = u64::try_from((capacity - d).div_euclid(em).max(0)).unwrap_or(u64::MAX);
+            // A probe (cost 0) is decided as cost 1.
+            let retry_ms = if allowed {
+                0
+            } else {
+                ms(d + i128::from(cost.max(1)) * em - capacity)
+            };
+            Ok(RuleState::from_parts(
+                allowed,
+                limit,
+                remaining,
+                retry_ms,
+                ms(d),
+            ))
+        })
+        .collect()
+}
+
+/// `a / b` rounded up, for `a` ≥ 0 and `b` > 0.
+fn ceil_div(a: i128, b: i128) -> i128 {
+    (a + b - 1) / b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::rate_limit::Quota;
+
+    #[test]
+    fn a_compact_reply_says_what_the_five_integers_say() {
+        let ints = |v: &[i64]| Value::Array(v.iter().copied().map(Value::Int).collect());
+        // 10 per minute: one unit every 6 s, a burst of 10; cost 1.
+        let em = 6_000_000;
+        let rule = [1, 10, 60_000_000, 10, 6_000_000, 1];
+        let state = |v: i64| parse_compact(&ints(&[v]), &[rule]).unwrap()[0];
+        // A fresh client: admitted, 9 left, full again in 6 s.
+        assert_eq!(state(em), RuleState::from_parts(true, 10, 9, 0, 6000));
+        // A quarter unit and 1 µs fuller than that: 8 left, the reset rounded up.
+        assert_eq!(
+            state(em + em / 4 + 1),
+            RuleState::from_parts(true, 10, 8, 0, 7501)
+        );
+        // Every unit taken: denied, none left, the next in 6 s, empty again in 60 s.
+        assert_eq!(
+            state(-10 * em - 1),
+            RuleState::from_parts(false, 10, 0, 6000, 60_000)
+        );
+        // A probe (cost 0) is decided as cost 1.
+        let probe = [1, 10, 60_000_000, 10, 6_000_000, 0];
+        let states = parse_compact(&ints(&[0, -10 * em - 1]), &[probe, probe]).unwrap();
+        assert_eq!(states[0], RuleState::from_parts(true, 10, 10, 0, 0));
+        assert_eq!(states[1], RuleState::from_parts(false, 10, 0, 6000, 60_000));
+        for bad in [
+            Value::Nil,
+            ints(&[]),
+            ints(&[1, 2]),
+            Value::Array(vec![Value::Okay]),
+        ] {
+            assert!(parse_compact(&bad, &[rule]).is_err(), "{bad:?}");
+        }
+        assert!(parse_compact(&ints(&[1]), &[[1, 10, 0, 10, 0, 1]]).is_err());
+    }
 
     #[test]
     fn rejects_replies_that_do_not_fit() {
