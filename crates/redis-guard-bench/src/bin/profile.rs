@@ -30,7 +30,8 @@ OPTIONS:
     --dir <DIR>        with --callgrind: where the callgrind files go [default: target/callgrind]
     -h, --help         this text
 
-STACKS: bare, governor, memory, memory-no-headers, abusive, redis-abusive (starts a redis-server)
+STACKS: bare, governor, memory, memory-no-headers, abusive; redis-abusive, sessions-read,
+        sessions-modify, tower-sessions-read, tower-sessions-modify (each starts a redis-server)
 ";
 
 fn main() -> ExitCode {
