@@ -296,7 +296,10 @@ pub fn drive(stack: Stack, requests: u64) -> Result<(), String> {
         }
     }
     if missed > 0 {
-        eprintln!("{}: {missed} of {requests} requests missed the store's timeout", stack.name());
+        eprintln!(
+            "{}: {missed} of {requests} requests missed the store's timeout",
+            stack.name()
+        );
     }
     Ok(())
 }
