@@ -525,13 +525,14 @@ async fn metadata_can_be_turned_off_and_is_bounded(h: Harness) {
             .find(|k| k.contains("s:{"))
             .expect("session");
         let mut conn = h.inspect().await;
-        let device: String = redis::cmd("HGET")
+        let meta: String = redis::cmd("HGET")
             .arg(&key)
-            .arg("$dev")
+            .arg("$m")
             .query_async(&mut conn)
             .await
             .expect("HGET");
-        // The handle only: no address, no user agent.
+        // `created:exp:seen:device`; the device is the handle only: no address, no user agent.
+        let device = meta.splitn(4, ':').nth(3).expect("a device").to_owned();
         let parts: Vec<&str> = device.split('\t').collect();
         assert_eq!(parts.len(), 3, "{device:?}");
         assert_eq!(
@@ -660,7 +661,7 @@ async fn requests_within_the_interval_write_nothing(h: Harness) {
         .filter(|l| l.to_ascii_lowercase().starts_with("\"hset\""))
         .collect();
     assert_eq!(writes.len(), 1, "{inside:?}");
-    assert!(writes[0].contains("\"$seen\""), "{writes:?}");
+    assert!(writes[0].contains("\"$m\""), "{writes:?}");
     // A read from a new address within the interval is still one read and records nothing.
     d.peer = "192.0.2.77:1".parse().expect("addr");
     h.wait(Duration::from_secs(10)).await;

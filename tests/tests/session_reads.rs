@@ -134,7 +134,7 @@ async fn loads_without_a_due_refresh_send_no_script(h: Harness) {
     assert!(
         inside
             .iter()
-            .any(|c| c.starts_with("\"HSET\"") && c.contains("$seen")),
+            .any(|c| c.starts_with("\"HSET\"") && c.contains("\"$m\"")),
         "{inside:?}"
     );
     let pttl = h.pttl(&key).await;

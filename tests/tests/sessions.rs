@@ -377,17 +377,24 @@ async fn round_trips_per_request(h: Harness) {
     c.send("GET", "/noop", Some(&id)).await;
     let mut monitor = Monitor::start(&h).await;
     // A load whose refresh is not due is a plain read (HGETALL + PTTL in one round trip); a
-    // save is one script call.
-    for (method, path, cookie, expected) in [
-        ("GET", "/noop", None, &[][..]),
-        ("GET", "/get/name", Some(&id), &["read"]),
-        ("POST", "/set/x/2", Some(&id), &["read", "evalsha"]),
-        ("GET", "/noop", Some(&id), &["read"]),
+    // save is one script call, which reads the session's metadata in one HMGET and writes the
+    // changed field, the metadata (the last use) and the TTL.
+    for (method, path, cookie, expected, in_scripts) in [
+        ("GET", "/noop", None, &[][..], &[][..]),
+        ("GET", "/get/name", Some(&id), &["read"], &[]),
+        (
+            "POST",
+            "/set/x/2",
+            Some(&id),
+            &["read", "evalsha"],
+            &["time", "hmget", "hset", "hset", "pexpire"],
+        ),
+        ("GET", "/noop", Some(&id), &["read"], &[]),
     ] {
         monitor.commands(&h).await;
         let r = c.send(method, path, cookie.map(String::as_str)).await;
         assert!(r.status < 400, "{path}: {}", r.status);
-        let sent = monitor.commands(&h).await;
+        let (sent, inside) = monitor.split(&h).await;
         let kinds: Vec<&str> = sent
             .iter()
             .map(|c| match c.to_ascii_lowercase() {
@@ -402,6 +409,14 @@ async fn round_trips_per_request(h: Harness) {
             "{method} {path} with cookie {}: {sent:?}",
             cookie.is_some()
         );
+        let names: Vec<String> = inside
+            .iter()
+            .map(|c| {
+                let name = c.split(' ').next().unwrap_or_default();
+                name.trim_matches('"').to_ascii_lowercase()
+            })
+            .collect();
+        assert_eq!(names, in_scripts, "{method} {path}: {inside:?}");
     }
 }
 

@@ -11,6 +11,11 @@
 //! same commit agree to a few instructions; `× bare` and `− bare` are what a layer adds to the
 //! route.
 //!
+//! The Redis stacks ([`Stack::RedisAbusive`] and the session ones) start a `redis-server`
+//! (not traced: callgrind follows no child) and run on a current-thread runtime; a request
+//! that waits is finished there. The session stacks first `POST /start`, as the harness does,
+//! and send its cookie with every request; their response bodies are drained, as hyper would.
+//!
 //! [`Stack::RedisAbusive`] is the harness's `redis-abusive`: it starts a `redis-server` (not
 //! traced: callgrind follows no child) and a current-thread runtime; the first request waits
 //! for Redis, the others are answered from the deny cache, except one round trip each time the
@@ -28,7 +33,7 @@ use std::task::{Context, Poll, Waker};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::{Request, StatusCode, header};
+use axum::http::{HeaderValue, Request, StatusCode, header};
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
 use http_body_util::BodyExt as _;
@@ -87,6 +92,17 @@ pub enum Stack {
     Uncoalesced,
     /// The same with [`IN_FLIGHT`] requests in flight.
     Uncoalesced64,
+    /// redis-guard sessions on Redis; the handler reads a value (harness variant
+    /// `sessions-read`).
+    SessionsRead,
+    /// redis-guard sessions; the handler reads a counter and stores it incremented
+    /// (`sessions-modify`).
+    SessionsModify,
+    /// tower-sessions on Redis; the handler reads a value (`tower-sessions-read`).
+    TowerSessionsRead,
+    /// tower-sessions; the handler reads a counter and stores it incremented
+    /// (`tower-sessions-modify`).
+    TowerSessionsModify,
 }
 
 /// Requests the `-64` stacks keep in flight.
@@ -94,7 +110,7 @@ pub const IN_FLIGHT: usize = 64;
 
 impl Stack {
     /// Every stack, in the order the table lists them.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 19] = [
         Self::Bare,
         Self::Governor,
         Self::Memory,
@@ -109,6 +125,10 @@ impl Stack {
         Self::FixedWindow64,
         Self::Uncoalesced,
         Self::Uncoalesced64,
+        Self::SessionsRead,
+        Self::SessionsModify,
+        Self::TowerSessionsRead,
+        Self::TowerSessionsModify,
         Self::DefaultFeatures,
     ];
 
@@ -150,6 +170,10 @@ impl Stack {
             Self::Redis | Self::Redis64 => Some(Variant::Redis),
             Self::FixedWindow | Self::FixedWindow64 => Some(Variant::RedisFixedWindow),
             Self::Uncoalesced | Self::Uncoalesced64 => Some(Variant::RedisUncoalesced),
+            Self::SessionsRead => Some(Variant::SessionsRead),
+            Self::SessionsModify => Some(Variant::SessionsModify),
+            Self::TowerSessionsRead => Some(Variant::TowerSessionsRead),
+            Self::TowerSessionsModify => Some(Variant::TowerSessionsModify),
             Self::Abusive => None,
         }
     }
@@ -189,6 +213,9 @@ impl Stack {
             .map_err(|e| format!("rate-limit layer: {e}"))?;
             return Ok(ok_route().layer(layer));
         };
+        if self.uses_redis() {
+            return rt.block_on(variant.app(redis_url, None));
+        }
         // The in-memory variants await nothing: their app is ready at the first poll.
         ready_now(variant.app("", None))?
     }
@@ -219,14 +246,70 @@ fn ready_now<F: Future>(fut: F) -> Result<F::Output, String> {
     }
 }
 
-/// One `GET /` as `wrk` sends it, from [`PEER`].
-fn request(peer: SocketAddr) -> Request<Body> {
+/// One `GET /` as `wrk` sends it, from [`PEER`], with the session's `cookie` if any.
+fn request(peer: SocketAddr, cookie: Option<&HeaderValue>) -> Request<Body> {
     let mut req = Request::get("/")
         .header(header::HOST, "127.0.0.1")
         .body(Body::empty())
         .unwrap_or_default();
+    if let Some(cookie) = cookie {
+        req.headers_mut().insert(header::COOKIE, cookie.clone());
+    }
     req.extensions_mut().insert(ConnectInfo(peer));
     req
+}
+
+/// At most one request in this many may miss a Redis stack's timeout.
+const MAX_MISSED_PER: u64 = 100;
+
+/// Attempts at the first requests of a session stack: the store answers within its timeout
+/// (100 ms), which the first calls through new code can miss under valgrind (a `503`).
+const WARM_UP_ATTEMPTS: u32 = 20;
+
+/// For a session stack, the `Cookie` of the session `POST /start` creates (as the harness
+/// does before each run), once a `GET /` with it succeeds; for the others, none.
+fn session_cookie(
+    stack: Stack,
+    app: &mut Router,
+    rt: &Runtime,
+    peer: SocketAddr,
+) -> Result<Option<HeaderValue>, String> {
+    if !stack.variant().is_some_and(Variant::needs_session) {
+        return Ok(None);
+    }
+    let mut answered = Vec::new();
+    for _ in 0..WARM_UP_ATTEMPTS {
+        let mut req = Request::post("/start")
+            .header(header::HOST, "127.0.0.1")
+            .body(Body::empty())
+            .map_err(|e| format!("POST /start: {e}"))?;
+        req.extensions_mut().insert(ConnectInfo(peer));
+        let res = rt.block_on(app.call(req)).unwrap_or_else(|e| match e {});
+        answered.push(res.status());
+        let Some(set_cookie) = res
+            .headers()
+            .get(header::SET_COOKIE)
+            .and_then(|v| v.to_str().ok())
+        else {
+            continue;
+        };
+        // `name=value; Path=/; ...`: the client sends back `name=value`.
+        let pair = set_cookie.split(';').next().unwrap_or_default();
+        let cookie = HeaderValue::from_str(pair).map_err(|e| format!("cookie {pair:?}: {e}"))?;
+        for _ in 0..WARM_UP_ATTEMPTS {
+            let res = rt
+                .block_on(app.call(request(peer, Some(&cookie))))
+                .unwrap_or_else(|e| match e {});
+            answered.push(res.status());
+            if res.status() == StatusCode::OK {
+                return Ok(Some(cookie));
+            }
+        }
+    }
+    Err(format!(
+        "{}: no session to measure: POST /start then GET / answered {answered:?}",
+        stack.name()
+    ))
 }
 
 /// Sends `requests` requests through `stack`'s app, each answered at once (the Redis stack's
@@ -251,27 +334,49 @@ pub fn drive(stack: Stack, requests: u64) -> Result<(), String> {
     // The Redis stack's futures set their timeouts on this runtime, even when polled here.
     let _entered = rt.enter();
     let peer: SocketAddr = PEER.parse().map_err(|e| format!("{PEER}: {e}"))?;
+    let cookie = session_cookie(stack, &mut app, &rt, peer)?;
     if stack.in_flight() > 1 {
         return rt.block_on(in_flight(stack, &mut app, peer, requests));
     }
     let mut cx = Context::from_waker(Waker::noop());
+    let mut missed = 0;
     for i in 0..requests {
-        let mut fut = pin!(app.call(request(peer)));
+        let mut fut = pin!(app.call(request(peer, cookie.as_ref())));
         let res = match fut.as_mut().poll(&mut cx) {
             Poll::Ready(res) => res,
             Poll::Pending if redis.is_some() => rt.block_on(fut),
             Poll::Pending => return Err("an in-process stack waited".to_owned()),
         }
         .unwrap_or_else(|e| match e {});
-        if i > 0 {
-            expect(stack, i, res.status())?;
+        if i > 0 && res.status() != stack.expected() {
+            // A Redis stack's call can miss the store's timeout (100 ms) under valgrind on a
+            // busy machine: a few such answers are noise, more are a broken stack.
+            missed += 1;
+            if redis.is_none() || missed * MAX_MISSED_PER > requests {
+                return Err(format!(
+                    "{}: request {i} answered {}, not {} ({missed} so far)",
+                    stack.name(),
+                    res.status(),
+                    stack.expected()
+                ));
+            }
         }
-        // Drained, as hyper would (`redis-abusive` kept as it was first measured).
-        if redis.is_some() && stack != Stack::RedisAbusive {
+        if cookie.is_some() {
+            // Drained, as hyper would: a session's body is where its save may finish.
+            let body = rt.block_on(axum::body::to_bytes(res.into_body(), usize::MAX));
+            std::hint::black_box(body.map_err(|e| format!("a response body: {e}"))?);
+        } else if redis.is_some() && stack != Stack::RedisAbusive {
+            // Drained, as hyper would (`redis-abusive` kept as it was first measured).
             ready_now(res.into_body().collect())?.map_err(|e| format!("body: {e}"))?;
         } else {
             std::hint::black_box(res);
         }
+    }
+    if missed > 0 {
+        eprintln!(
+            "{}: {missed} of {requests} requests missed the store's timeout",
+            stack.name()
+        );
     }
     Ok(())
 }
@@ -289,7 +394,7 @@ async fn in_flight(
     let mut answered = 0;
     loop {
         while sent < requests && flying.len() < stack.in_flight() {
-            flying.push(app.call(request(peer)));
+            flying.push(app.call(request(peer, None)));
             sent += 1;
         }
         let Some(res) = flying.next().await else {

@@ -145,7 +145,7 @@ impl dyn SessionStore {
         let record = self
             .load(storage_key.to_owned(), super::store::Lifetimes::default())
             .await?;
-        Ok(record.map(|r| r.fields))
+        Ok(record.map(|r| r.fields.into_iter().collect()))
     }
 
     /// Deletes the session under `storage_key`, and its entry in its user's index.

@@ -9,6 +9,11 @@ use http::header::CACHE_CONTROL;
 /// or `no-store` is there already. The handler's other directives (`max-age`,
 /// `must-revalidate`, …) stay.
 pub(crate) fn private_cache_control(headers: &mut http::HeaderMap, set_cookie: bool) {
+    if !headers.contains_key(CACHE_CONTROL) {
+        // The common case: nothing to keep, the value is a constant.
+        headers.insert(CACHE_CONTROL, fallback(set_cookie));
+        return;
+    }
     let mut directives: Vec<String> = headers
         .get_all(CACHE_CONTROL)
         .iter()
@@ -34,15 +39,18 @@ pub(crate) fn private_cache_control(headers: &mut http::HeaderMap, set_cookie: b
     if let Ok(v) = HeaderValue::from_str(&directives.join(", ")) {
         headers.insert(CACHE_CONTROL, v);
     } else {
-        headers.insert(
-            CACHE_CONTROL,
-            HeaderValue::from_static(if set_cookie {
-                "private, no-cache=\"Set-Cookie\""
-            } else {
-                "private"
-            }),
-        );
+        headers.insert(CACHE_CONTROL, fallback(set_cookie));
     }
+}
+
+/// `private`, and `no-cache="Set-Cookie"` with the session's cookie: the value for a response
+/// that has no `Cache-Control` of its own.
+fn fallback(set_cookie: bool) -> HeaderValue {
+    HeaderValue::from_static(if set_cookie {
+        "private, no-cache=\"Set-Cookie\""
+    } else {
+        "private"
+    })
 }
 
 fn directive_name(directive: &str) -> &str {
@@ -88,6 +96,9 @@ mod tests {
     #[test]
     fn cache_control_becomes_private() {
         assert_eq!(apply(&[]), "private, no-cache=\"Set-Cookie\"");
+        let mut none = http::HeaderMap::new();
+        private_cache_control(&mut none, false);
+        assert_eq!(none[CACHE_CONTROL], "private");
         assert_eq!(
             apply(&["public, max-age=60", "S-MaxAge=600"]),
             "private, max-age=60, no-cache=\"Set-Cookie\""

@@ -10,7 +10,7 @@ use tokio::sync::Mutex;
 
 use super::cookie::CookieConfig;
 use super::cookie_header::ReadCookie;
-use super::id::SessionId;
+use super::id::{KeyedId, SessionId};
 use super::shared::{Shared, Visit};
 use super::state::{CookieAction, State};
 use super::store::{CSRF_FIELD, Changes, IDLE_FIELD, MAX_FIELD, RESERVED, USER_FIELD};
@@ -171,17 +171,17 @@ impl Session {
             // A session not stored yet gets a fresh id when it is.
             return Ok(());
         };
-        let new = SessionId::generate()?;
+        let new = KeyedId::new(SessionId::generate()?);
         match self
             .shared
             .store
-            .rotate(old.storage_key(), new.storage_key(), self.shared.life)
+            .rotate(old.key, new.key.clone(), self.shared.life)
             .await
         {
             Ok(true) => {
                 let mut record = record;
                 record.fields.remove(CSRF_FIELD);
-                state.cookie = CookieAction::Set(new.clone());
+                state.cookie = CookieAction::Set(new.id.clone());
                 state.live = Some((new, record));
                 Ok(())
             }
@@ -217,7 +217,7 @@ impl Session {
             state.cookie = CookieAction::Remove;
         }
         if let Some(id) = id
-            && let Err(e) = self.shared.store.delete(id.storage_key()).await
+            && let Err(e) = self.shared.store.delete(id.key).await
         {
             state.failed |= e.is_store_error();
             return Err(e);

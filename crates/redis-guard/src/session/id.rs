@@ -37,8 +37,12 @@ impl SessionId {
         }
         // The engine rejects padding and non-zero trailing bits (43 × 6 = 258 bits: the last 2
         // must be zero), so every id has exactly one cookie value.
-        let bytes = URL_SAFE_NO_PAD.decode(s).ok()?;
-        bytes.try_into().ok().map(Self)
+        // Decoded on the stack: the engine asks for room for 33 bytes (its estimate for 43
+        // characters).
+        let mut bytes = [0u8; 33];
+        let n = URL_SAFE_NO_PAD.decode_slice(s, &mut bytes).ok()?;
+        let id: [u8; 32] = bytes.get(..n)?.try_into().ok()?;
+        Some(Self(id))
     }
 
     /// The cookie value.
@@ -51,7 +55,36 @@ impl SessionId {
     /// `MONITOR` shows only this, which cannot be turned back into a usable cookie.
     #[must_use]
     pub fn storage_key(&self) -> String {
-        format!("{:x}", Sha256::digest(self.0))
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let digest = Sha256::digest(self.0);
+        let mut key = String::with_capacity(2 * digest.len());
+        for byte in digest {
+            key.push(char::from(HEX[usize::from(byte >> 4)]));
+            key.push(char::from(HEX[usize::from(byte & 0xf)]));
+        }
+        key
+    }
+}
+
+/// A session id with its storage key, hashed once per request: what a request's loaded session
+/// is known by (a load, then a save or a rotation, all name the same key).
+#[derive(Clone)]
+pub(crate) struct KeyedId {
+    pub(crate) id: SessionId,
+    /// [`SessionId::storage_key`] of `id`.
+    pub(crate) key: String,
+}
+
+impl KeyedId {
+    pub(crate) fn new(id: SessionId) -> Self {
+        let key = id.storage_key();
+        Self { id, key }
+    }
+}
+
+impl fmt::Debug for KeyedId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.id.fmt(f)
     }
 }
 

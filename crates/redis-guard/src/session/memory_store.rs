@@ -125,7 +125,11 @@ impl Store for MemorySessionStore {
     fn load(&self, key: String, life: Lifetimes) -> StoreFuture<Option<Record>> {
         self.with(move |s, now| {
             Ok(s.live_marked(&key, now, life).map(|(e, marked)| Record {
-                fields: e.fields.clone(),
+                fields: e
+                    .fields
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
                 marked,
             }))
         })

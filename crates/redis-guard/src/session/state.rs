@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::cookie_header::ReadCookie;
-use super::id::{SessionId, new_handle};
+use super::id::{KeyedId, SessionId, new_handle};
 use super::shared::{Shared, Visit};
 use super::store::{
     CREATED_FIELD, Changes, DEVICE_FIELD, Device, EXP_FIELD, MAX_FIELD, Record, SEEN_FIELD,
@@ -27,7 +27,7 @@ pub(crate) struct State {
     pub(crate) cookie_ids: Vec<SessionId>,
     pub(crate) loaded: bool,
     /// The live record and its id, once loaded (or created/rotated).
-    pub(crate) live: Option<(SessionId, Record)>,
+    pub(crate) live: Option<(KeyedId, Record)>,
     pub(crate) changes: Changes,
     pub(crate) user: Option<String>,
     pub(crate) cookie: CookieAction,
@@ -232,7 +232,7 @@ impl State {
         });
         let life = shared.life;
         let outcome = if let Some((id, record)) = &self.live {
-            let key = id.storage_key();
+            let key = id.key.clone();
             // An existing session gains a user: index it first, so that it is never live under
             // a user without being revocable. A revocation in between deletes the session and
             // the save below then finds it gone.
@@ -245,7 +245,7 @@ impl State {
             let own = own_max(Some(record), &changes);
             if changes.set.contains_key(MAX_FIELD) && self.cookie == CookieAction::Keep {
                 // A new lifetime for the cookie too.
-                self.cookie = CookieAction::Set(id.clone());
+                self.cookie = CookieAction::Set(id.id.clone());
             }
             let indexed = match (&user, exp) {
                 (Some(user), Some(exp)) => shared
@@ -388,12 +388,12 @@ fn time_left(record: &Record, exp: Option<u64>) -> Option<Duration> {
 async fn load_first_live(
     shared: &Shared,
     ids: &[SessionId],
-) -> Result<Option<(SessionId, Record)>, SessionError> {
+) -> Result<Option<(KeyedId, Record)>, SessionError> {
     for id in ids {
-        let key = id.storage_key();
-        if let Some(record) = shared.store.load(key, shared.life).await? {
+        let id = KeyedId::new(id.clone());
+        if let Some(record) = shared.store.load(id.key.clone(), shared.life).await? {
             if shared.transport.accepts(&record) {
-                return Ok(Some((id.clone(), record)));
+                return Ok(Some((id, record)));
             }
             // The other transport's session (a cookie id sent as a token, or the reverse):
             // unknown here, left as it is.

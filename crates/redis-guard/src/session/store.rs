@@ -92,6 +92,12 @@ pub(crate) const MAX_FIELD: &str = "$max";
 /// use recorded), in one
 /// field (see [`Device`]).
 pub(crate) const DEVICE_FIELD: &str = "$dev";
+/// The creation time, absolute expiry, last use and device of a session stored in Redis, in one
+/// field (`created:exp:seen:dev`, see `scripts/record.lua`): a read then parses one metadata
+/// pair, not four. [`Record::get`] answers for the four names from it.
+pub(crate) const META_FIELD: &str = "$m";
+/// The four values [`META_FIELD`] holds, in its order.
+const PACKED: [&str; 4] = [CREATED_FIELD, EXP_FIELD, SEEN_FIELD, DEVICE_FIELD];
 /// The CSRF token ([`Session::csrf_token`](super::Session::csrf_token)). Privilege-bound: a
 /// rotation does not carry it over, and `set_user` drops it.
 pub(crate) const CSRF_FIELD: &str = "$csrf";
@@ -125,11 +131,72 @@ impl Device {
     }
 }
 
+/// A session's fields as read: name and value pairs, in the order the store gave them. A
+/// session holds a handful, so a scan is cheaper than hashing each name (a map would hash every
+/// field on the read, and every name looked up).
+#[derive(Clone, Default)]
+pub(crate) struct Fields(Vec<(String, String)>);
+
+impl Fields {
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        Self(Vec::with_capacity(n))
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Sets `name` to `value`, replacing the value it had.
+    pub(crate) fn insert(&mut self, name: String, value: String) {
+        match self.0.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, v)) => *v = value,
+            None => self.0.push((name, value)),
+        }
+    }
+
+    pub(crate) fn remove(&mut self, name: &str) {
+        self.0.retain(|(n, _)| n != name);
+    }
+
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(n, _)| n.as_str())
+    }
+}
+
+impl PartialEq for Fields {
+    /// The same names with the same values, in any order.
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len() && self.0.iter().all(|(n, v)| other.get(n) == Some(v))
+    }
+}
+
+impl FromIterator<(String, String)> for Fields {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Self {
+        let mut fields = Self::default();
+        for (n, v) in iter {
+            fields.insert(n, v);
+        }
+        fields
+    }
+}
+
+impl IntoIterator for Fields {
+    type Item = (String, String);
+    type IntoIter = std::vec::IntoIter<(String, String)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
 /// A session's stored fields: the values (JSON text) under their keys, plus metadata fields whose
 /// names start with `$`.
 #[derive(Clone, Default)]
 pub(crate) struct Record {
-    pub(crate) fields: HashMap<String, String>,
+    pub(crate) fields: Fields,
     /// Whether the load that read it marked the session used (its last use was no longer
     /// fresh): the layer then records the client's device too. Not part of the record's value.
     pub(crate) marked: bool,
@@ -144,10 +211,21 @@ impl PartialEq for Record {
 impl Eq for Record {}
 
 impl Record {
-    /// The JSON text stored under `key`.
+    /// The JSON text stored under `key`. The creation time, absolute expiry, last use and
+    /// device come from their own fields (the memory store, a change this request made,
+    /// sessions stored in Redis before [`META_FIELD`]) or else from [`META_FIELD`].
     #[must_use]
     pub(crate) fn get(&self, key: &str) -> Option<&str> {
-        self.fields.get(key).map(String::as_str)
+        if let Some(v) = self.fields.get(key) {
+            return Some(v);
+        }
+        if !key.starts_with(RESERVED) {
+            return None;
+        }
+        let part = PACKED.iter().position(|name| *name == key)?;
+        // The device is last: an address may hold ':'.
+        let mut parts = self.fields.get(META_FIELD)?.splitn(PACKED.len(), ':');
+        parts.nth(part).filter(|v| !v.is_empty())
     }
 
     /// The user the session belongs to, if any.
@@ -160,10 +238,11 @@ impl Record {
     /// says the load marked the session used (`load.lua`).
     pub(crate) fn from_flat(flat: Vec<String>) -> Self {
         let marked = flat.len() % 2 == 1;
-        let mut fields = HashMap::with_capacity(flat.len() / 2);
+        let mut fields = Fields::with_capacity(flat.len() / 2);
         let mut it = flat.into_iter();
         while let (Some(k), Some(v)) = (it.next(), it.next()) {
-            fields.insert(k, v);
+            // A hash has each name once: no need to look for it first.
+            fields.0.push((k, v));
         }
         Self { fields, marked }
     }
@@ -173,7 +252,7 @@ impl fmt::Debug for Record {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Values can be personal data: list the keys only.
         f.debug_struct("Record")
-            .field("keys", &self.fields.keys().collect::<Vec<_>>())
+            .field("keys", &self.fields.names().collect::<Vec<_>>())
             .finish()
     }
 }

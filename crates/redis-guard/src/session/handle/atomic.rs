@@ -53,7 +53,7 @@ impl Session {
         let Some((id, _)) = state.live.as_ref().filter(|_| !pending) else {
             return Ok(Stored::Local);
         };
-        match op(id.storage_key()).await {
+        match op(id.key.clone()).await {
             Ok(Some(out)) => {
                 // A write like any other: the device is recorded with it.
                 state.device_due = true;
@@ -76,7 +76,7 @@ impl Session {
             match value {
                 Some(v) => record.fields.insert(field.to_owned(), v.to_owned()),
                 None => record.fields.remove(field),
-            };
+            }
         }
     }
 

@@ -83,6 +83,6 @@ impl Session {
         let Some((id, record)) = &state.live else {
             return Ok((None, None));
         };
-        Ok((record.user().map(str::to_owned), Some(id.storage_key())))
+        Ok((record.user().map(str::to_owned), Some(id.key.clone())))
     }
 }

@@ -2,10 +2,9 @@
 -- KEYS[1]  the session hash
 -- ARGV     shift, idle (µs)
 -- Reply    nil when there is no live session; else the store time (µs), then the values of
---          $exp, $created, $seen and $dev ('' for each one absent)
+--          the absolute expiry, the creation time, the last use and the device ('' for each one
+--          absent)
 local now, idle = clock(), tonumber(ARGV[2])
 if not live(KEYS[1], now, idle) then return false end
-local m = redis.call('HMGET', KEYS[1], '$exp', '$created', '$seen', '$dev')
-local out = { fmt(now) }
-for i = 1, 4 do out[i + 1] = m[i] or '' end
-return out
+local r = meta[KEYS[1]]
+return { fmt(now), fmt(r.exp), r.created and fmt(r.created) or '', fmt(r.seen), r.dev }

@@ -2,19 +2,25 @@
 -- after the crate's prelude, backend/prelude.lua: clock, cdiv, fmt).
 --
 -- A session is a hash: user fields (serde JSON values) plus metadata fields that start with `$`:
---   $created  creation time, µs of Redis TIME
---   $exp      absolute expiry, µs (creation + the maximum lifetime)
---   $seen     last use, µs (the idle timeout counts from here)
+--   $m        `created:exp:seen:dev`, in one field so that a read carries one metadata pair, not
+--             four:
+--               created  creation time, µs of Redis TIME (empty in sessions stored without it)
+--               exp      absolute expiry, µs (creation + the maximum lifetime)
+--               seen     last use, µs (the idle timeout counts from here)
+--               dev      the device, `handle TAB address TAB user agent`, last because an
+--                        address may hold ':': the public handle listings show (random; never
+--                        the id nor its hash), the client's address and user agent as of the
+--                        last write or use recorded (either empty when not recorded); written
+--                        by the layer with a save (as a `$dev` field of the save), never by the
+--                        load itself; empty when none was recorded
 --   $user     the user id, once set_user was called
 --   $v        the record format version, "1" (sessions stored before the device field; not
 --             written since: every field a session reads is optional or checked)
 --   $idle     this session's own idle timeout, µs (set_idle_timeout), instead of ARGV's
 --   $max      this session's own absolute lifetime, µs (set_max_lifetime): $exp = $created + $max
---   $dev      the device, `handle TAB address TAB user agent`: the public handle listings show
---             (random; never the id nor its hash), the client's address and user agent as of
---             the last write or use recorded (either empty when not recorded); written by the
---             layer with a save, never by the load itself; one field, so a load carries
---             one pair more, not three
+-- Sessions stored before `$m` hold its four values in fields of their own ($created, $exp,
+-- $seen, $dev): they are read as they are, and rewritten as `$m` (the four removed) by their
+-- next write or use recorded (`touch`).
 -- The key's TTL follows the sooner of idle and absolute expiry; the scripts also check both
 -- times themselves, so a session never outlives either, whatever the TTL says.
 --
@@ -24,17 +30,36 @@
 -- Per session read by `live` in this script run: its own idle timeout, which `touch` then uses
 -- in place of the layer's.
 local own_idle = {}
+-- Per session read by `live` (or written by a save or a rotation) in this script run: its
+-- metadata, as `touch` writes it back ({ created, exp, seen, dev, old }; `old`: stored in the
+-- fields of the earlier layout).
+local meta = {}
+
+-- The metadata of a session from `$m` (`packed`), else from the fields of the earlier layout;
+-- a value that is missing or malformed is nil (the device: empty).
+local function unpack_meta(packed, created, exp, seen, dev)
+  if packed then
+    local c, e, s, d = string.match(packed, '^(%d*):(%d*):(%d*):(.*)$')
+    return { created = tonumber(c), exp = tonumber(e), seen = tonumber(s), dev = d or '' }
+  end
+  return {
+    created = tonumber(created), exp = tonumber(exp), seen = tonumber(seen), dev = dev or '',
+    old = created ~= nil or exp ~= nil or seen ~= nil or dev ~= nil,
+  }
+end
 
 -- The absolute expiry of a live session, its last use and its idle timeout (its own, else
 -- `idle`), or nil after deleting one that has expired (idle or absolute) or is malformed.
 local function live(key, now, idle)
-  local m = redis.call('HMGET', key, '$exp', '$seen', '$idle')
-  local exp, seen = tonumber(m[1]), tonumber(m[2])
+  local m = redis.call('HMGET', key, '$m', '$idle', '$created', '$exp', '$seen', '$dev')
+  local r = unpack_meta(m[1], m[3], m[4], m[5], m[6])
+  local exp, seen = r.exp, r.seen
   if exp == nil or seen == nil then
-    if m[1] or m[2] or redis.call('EXISTS', key) == 1 then redis.call('DEL', key) end
+    if m[1] or m[4] or m[5] or redis.call('EXISTS', key) == 1 then redis.call('DEL', key) end
     return nil
   end
-  local mine = tonumber(m[3])
+  meta[key] = r
+  local mine = tonumber(m[2])
   -- Set or cleared: an earlier entry of a coalesced call may have read the same key.
   own_idle[key] = mine
   if mine then idle = mine end
@@ -45,10 +70,18 @@ local function live(key, now, idle)
   return exp, seen, idle
 end
 
--- Marks a use: the idle timeout starts again, the TTL follows the sooner expiry.
+-- Marks a use: the idle timeout starts again, the TTL follows the sooner expiry. The metadata
+-- is written as `$m`; a session stored in the earlier layout loses its four fields here.
 local function touch(key, now, exp, idle)
   idle = own_idle[key] or idle
-  redis.call('HSET', key, '$seen', fmt(now))
+  local r = meta[key]
+  r.exp, r.seen = exp, now
+  local created = r.created and fmt(r.created) or ''
+  redis.call('HSET', key, '$m', created .. ':' .. fmt(exp, now) .. ':' .. r.dev)
+  if r.old then
+    redis.call('HDEL', key, '$created', '$exp', '$seen', '$dev')
+    r.old = false
+  end
   redis.call('PEXPIRE', key, cdiv(math.min(idle, exp - now), 1000))
 end
 

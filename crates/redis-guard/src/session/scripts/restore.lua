@@ -8,13 +8,16 @@ local key = KEYS[1]
 if redis.call('EXISTS', key) == 1 then
   return redis.error_reply('RG_COLLISION session id collision')
 end
-local exp
-for i = 3, #ARGV, 2 do
-  if ARGV[i] == '$exp' then exp = tonumber(ARGV[i + 1]) end
-end
+local fields = {}
+for i = 3, #ARGV, 2 do fields[ARGV[i]] = ARGV[i + 1] end
+-- `$m`, or the four fields of a session stored in the earlier layout (`touch` repacks them).
+local r = unpack_meta(fields['$m'], fields['$created'], fields['$exp'], fields['$seen'],
+  fields['$dev'])
+local exp = r.exp
 if exp == nil or now >= exp then return false end
 for i = 3, #ARGV, 2 do
   redis.call('HSET', key, ARGV[i], ARGV[i + 1])
 end
+meta[key] = r
 touch(key, now, exp, idle)
 return exp

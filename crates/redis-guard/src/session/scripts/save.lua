@@ -27,7 +27,8 @@ local function save(key, at, args)
       return redis.error_reply('RG_COLLISION session id collision')
     end
     exp = now + max
-    redis.call('HSET', key, '$created', fmt(now), '$exp', fmt(exp))
+    -- Written by `touch` below, with the device this save carries.
+    meta[key] = { created = now, exp = exp, seen = now, dev = '' }
   else
     exp = live(key, now, idle)
     if exp == nil then return false end
@@ -42,7 +43,11 @@ local function save(key, at, args)
   local relife = false
   for _ = 1, n do
     local field = ARGV[i]
-    redis.call('HSET', key, field, ARGV[i + 1])
+    if field == '$dev' then
+      meta[key].dev = ARGV[i + 1]
+    else
+      redis.call('HSET', key, field, ARGV[i + 1])
+    end
     if field == '$max' or field == '$idle' then relife = true end
     i = i + 2
   end
@@ -52,11 +57,10 @@ local function save(key, at, args)
   end
   if relife then
     -- This session's own lifetimes (set_max_lifetime, set_idle_timeout) take over from now.
-    local m = redis.call('HMGET', key, '$created', '$max', '$idle')
-    local created, own_max, own = tonumber(m[1]), tonumber(m[2]), tonumber(m[3])
+    local m = redis.call('HMGET', key, '$max', '$idle')
+    local created, own_max, own = meta[key].created, tonumber(m[1]), tonumber(m[2])
     if created and own_max then
       exp = created + own_max
-      redis.call('HSET', key, '$exp', fmt(exp))
       if now >= exp then
         redis.call('DEL', key)
         return false

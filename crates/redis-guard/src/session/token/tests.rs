@@ -142,7 +142,9 @@ fn sessions_remember_their_transport() {
     assert!(cookie.accepts(&by_cookie) && !cookie.accepts(&by_header));
     assert!(header.accepts(&by_header) && !header.accepts(&by_cookie));
     let explicit = Record {
-        fields: [(VIA_FIELD.to_owned(), VIA_COOKIE.to_owned())].into(),
+        fields: [(VIA_FIELD.to_owned(), VIA_COOKIE.to_owned())]
+            .into_iter()
+            .collect(),
         ..Record::default()
     };
     assert!(cookie.accepts(&explicit) && !header.accepts(&explicit));
