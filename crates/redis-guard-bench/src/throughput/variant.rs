@@ -82,7 +82,7 @@ pub enum Variant {
     /// redis-guard's `CacheLayer` on `RedisCacheStore` (`ConnectionManager`): every request
     /// after the first of a run is a hit, served from Redis without the handler.
     CacheHit,
-    /// The cookbook's cache-aside written in the handler: `GET`, else compute and `SET … EX`.
+    /// The usual cache-aside written in the handler: `GET`, else compute and `SET … EX`.
     HandCache,
     /// tower-http-cache's `CacheLayer` on its Redis backend (`ConnectionManager`).
     TowerHttpCache,
@@ -218,7 +218,7 @@ impl Variant {
                  the first request fills, every other one is a hit read from Redis (`TIME` and one `MGET`, no script)"
             }
             Self::HandCache => {
-                "the cookbook's cache-aside in the handler: `GET hc:/`, else compute and `SET hc:/ … EX 60`, \
+                "the usual cache-aside in the handler: `GET hc:/`, else compute and `SET hc:/ … EX 60`, \
                  through a redis-rs `ConnectionManager`: every request after the first is one `GET`"
             }
             Self::TowerHttpCache => {
@@ -449,7 +449,7 @@ async fn manager(redis_url: &str) -> Result<ConnectionManager, String> {
 /// How long the hand-rolled cache and tower-http-cache keep the page.
 const HAND_CACHE_TTL: Duration = Duration::from_secs(60);
 
-/// The cookbook's cache-aside in the handler: `GET` the page; on a miss compute it and
+/// The usual cache-aside in the handler: `GET` the page; on a miss compute it and
 /// `SET … EX`. One round trip a hit, no freshness, no stampede protection, no invalidation.
 async fn hand_cache(State(mut conn): State<ConnectionManager>) -> Response {
     const KEY: &str = "hc:/";
