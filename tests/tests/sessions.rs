@@ -926,7 +926,7 @@ async fn concurrent_loads_coalesce_into_few_script_calls() {
     // by the load script.
     h.wait(Duration::from_secs(60)).await;
     h.admin(&["CONFIG", "RESETSTAT"]).await;
-    h.admin(&["CLIENT", "PAUSE", "200", "ALL"]).await;
+    h.admin(&["CLIENT", "PAUSE", "1000", "ALL"]).await;
     let mut tasks = Vec::new();
     for i in 0..201 {
         let store = Arc::clone(&store);
