@@ -15,7 +15,6 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use redis_guard::cache::CacheLayer;
 use redis_guard_tests::{Harness, Monitor, backend_suite, serve};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::Layer;
 
 /// What the origin has served: a version per path, bumped by every unsafe request to it
@@ -107,26 +106,13 @@ async fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str
         head.push_str(&format!("{n}: {v}\r\n"));
     }
     head.push_str("content-length: 0\r\n\r\n");
-    let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    tcp.write_all(head.as_bytes()).await.expect("send");
-    let mut raw = Vec::new();
-    tcp.read_to_end(&mut raw).await.expect("read");
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status line");
-    let cache = head
-        .lines()
-        .find_map(|l| l.strip_prefix("x-cache: "))
-        .unwrap_or_default()
-        .to_owned();
+    let res = redis_guard_testkit::http::send(addr, head.as_bytes())
+        .await
+        .expect("a response");
     Answer {
-        status,
-        cache,
-        body: body.to_owned(),
+        status: res.status,
+        cache: res.header("x-cache").unwrap_or_default().to_owned(),
+        body: res.text(),
     }
 }
 

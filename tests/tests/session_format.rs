@@ -15,7 +15,6 @@ use redis_guard::backend::Clock as _;
 use redis_guard::session::{RedisSessionStore, SessionId, SessionLayer};
 use redis_guard_tests::session_routes::{error, route, session_and_path, text};
 use redis_guard_tests::{Harness, backend_suite, serve};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::Layer;
 
 const COOKIE: &str = "__Host-id";
@@ -64,28 +63,18 @@ async fn send(addr: SocketAddr, method: &str, path: &str, id: &str) -> (u16, Str
         "{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\
          cookie: {COOKIE}={id}\r\ncontent-length: 0\r\n\r\n"
     );
-    let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    tcp.write_all(head.as_bytes()).await.expect("send");
-    let mut raw = Vec::new();
-    tcp.read_to_end(&mut raw).await.expect("read");
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status line");
-    let set = text
-        .lines()
-        .find_map(|l| {
-            let value = l.strip_prefix("set-cookie: ")?.strip_prefix(COOKIE)?;
+    let res = redis_guard_testkit::http::send(addr, head.as_bytes())
+        .await
+        .expect("a response");
+    let set = res
+        .headers_named("set-cookie")
+        .into_iter()
+        .find_map(|value| {
+            let value = value.strip_prefix(COOKIE)?;
             Some(value.strip_prefix('=')?.split(';').next()?.to_owned())
         })
         .unwrap_or_default();
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body, set)
+    (res.status, res.text(), set)
 }
 
 /// The store's names for the harness' keys.
