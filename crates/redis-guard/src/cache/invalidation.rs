@@ -10,11 +10,12 @@
 
 use std::sync::Arc;
 
-use http::header::{CONTENT_LOCATION, HOST, LOCATION};
+use http::header::{CONTENT_LOCATION, LOCATION};
 use http::{Method, Request, Response, request};
 use tower_service::Service;
 
 use super::body::ResponseBody;
+use super::policy::{host_of, original_path};
 use super::shared::Shared;
 use super::store::digest;
 
@@ -27,31 +28,10 @@ pub(crate) fn is_safe(method: &Method) -> bool {
     )
 }
 
-/// The host as the key holds it: the URI's authority, else `Host`, lower case (`None` when
-/// the layer keys no host, or the request names none).
+/// The host as the key holds it (`None` when the layer keys no host, or the request names
+/// none).
 fn host(shared: &Shared, req: &request::Parts) -> Option<String> {
-    if !shared.key.host {
-        return None;
-    }
-    if let Some(authority) = req.uri.authority() {
-        return Some(authority.as_str().to_ascii_lowercase());
-    }
-    let mut values = req.headers.get_all(HOST).iter();
-    let mut host = String::from_utf8_lossy(values.next()?.as_bytes()).to_ascii_lowercase();
-    for more in values {
-        host.push('\0');
-        host.push_str(&String::from_utf8_lossy(more.as_bytes()).to_ascii_lowercase());
-    }
-    Some(host)
-}
-
-/// The path the client asked for: axum's `OriginalUri` when a `nest` stripped a prefix.
-fn request_path(req: &request::Parts) -> &str {
-    #[cfg(feature = "axum")]
-    if let Some(original) = req.extensions.get::<axum::extract::OriginalUri>() {
-        return original.0.path();
-    }
-    req.uri.path()
+    if shared.key.host { host_of(req) } else { None }
 }
 
 /// The implicit tag of a target URI (host as keyed, path, query), as a record digest.
@@ -73,7 +53,7 @@ fn uri_tag(shared: &Shared, host: Option<&str>, path: &str, query: Option<&str>)
 /// The implicit tag of the request's target URI.
 pub(crate) fn target_tag(shared: &Shared, req: &request::Parts) -> String {
     let host = host(shared, req);
-    uri_tag(shared, host.as_deref(), request_path(req), req.uri.query())
+    uri_tag(shared, host.as_deref(), original_path(req), req.uri.query())
 }
 
 /// The implicit tag of the URI a `Location` or `Content-Location` value names, resolved
@@ -177,7 +157,7 @@ where
 {
     let (parts, body) = req.into_parts();
     let own_host = host(&shared, &parts);
-    let path = request_path(&parts).to_owned();
+    let path = original_path(&parts).to_owned();
     let target = uri_tag(&shared, own_host.as_deref(), &path, parts.uri.query());
     let req = Request::from_parts(parts, body);
     std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
@@ -209,6 +189,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header::HOST;
 
     #[test]
     fn dot_segments_are_removed() {

@@ -134,7 +134,7 @@ impl KeyPolicy {
 }
 
 /// The request's host, lower case: the URI's authority (HTTP/2, absolute form), else `Host`.
-fn host_of(req: &request::Parts) -> Option<String> {
+pub(crate) fn host_of(req: &request::Parts) -> Option<String> {
     if let Some(authority) = req.uri.authority() {
         return Some(authority.as_str().to_ascii_lowercase());
     }
@@ -150,7 +150,7 @@ fn host_of(req: &request::Parts) -> Option<String> {
 }
 
 /// The path the client asked for: axum's `OriginalUri` when a `nest` stripped a prefix.
-fn original_path(req: &request::Parts) -> &str {
+pub(crate) fn original_path(req: &request::Parts) -> &str {
     #[cfg(feature = "axum")]
     if let Some(original) = req.extensions.get::<axum::extract::OriginalUri>() {
         return original.0.path();
