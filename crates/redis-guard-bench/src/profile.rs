@@ -103,6 +103,14 @@ pub enum Stack {
     /// tower-sessions; the handler reads a counter and stores it incremented
     /// (`tower-sessions-modify`).
     TowerSessionsModify,
+    /// redis-guard's `CacheLayer` on `RedisCacheStore` (harness variant `cache-hit`): the first
+    /// request fills the entry, every other one is a hit read from Redis.
+    CacheHit,
+    /// The cache-aside written in the handler, `GET`, else compute and `SET … EX` (harness
+    /// variant `hand-cache`): every request after the first is one `GET`.
+    HandCache,
+    /// tower-http-cache's layer on its Redis backend (harness variant `tower-http-cache`).
+    TowerHttpCache,
 }
 
 /// Requests the `-64` stacks keep in flight.
@@ -110,7 +118,7 @@ pub const IN_FLIGHT: usize = 64;
 
 impl Stack {
     /// Every stack, in the order the table lists them.
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 22] = [
         Self::Bare,
         Self::Governor,
         Self::Memory,
@@ -129,6 +137,9 @@ impl Stack {
         Self::SessionsModify,
         Self::TowerSessionsRead,
         Self::TowerSessionsModify,
+        Self::CacheHit,
+        Self::HandCache,
+        Self::TowerHttpCache,
         Self::DefaultFeatures,
     ];
 
@@ -174,6 +185,9 @@ impl Stack {
             Self::SessionsModify => Some(Variant::SessionsModify),
             Self::TowerSessionsRead => Some(Variant::TowerSessionsRead),
             Self::TowerSessionsModify => Some(Variant::TowerSessionsModify),
+            Self::CacheHit => Some(Variant::CacheHit),
+            Self::HandCache => Some(Variant::HandCache),
+            Self::TowerHttpCache => Some(Variant::TowerHttpCache),
             Self::Abusive => None,
         }
     }

@@ -353,7 +353,7 @@ impl Variant {
                     .layer(tower_sessions_layer(redis_url).await?)
             }
             Self::CacheHit => {
-                let store = RedisCacheStore::new(open(redis_url).await?);
+                let store = RedisCacheStore::new(backend(open(redis_url).await?));
                 // The route sends no `Cache-Control`: fresh 60 s by the layer's heuristic.
                 let layer = CacheLayer::builder(store)
                     .ttl(std::time::Duration::from_secs(60))
