@@ -1009,7 +1009,8 @@ fn command(line: &str) -> Option<(String, String)> {
 
 /// `sent` (client, command) as round trips: a session's plain read (`HGETALL k`, then `PTTL k`
 /// and maybe `TIME` from the same client) becomes one entry, and so does a response cache hit
-/// (`TIME`, then one `MGET`, or on a cluster the `GET`s of keys with one hash tag).
+/// (`TIME`, then one `MGET`, or on a cluster the `GET`s of keys with one hash tag; or, without
+/// `TIME`, on a cluster, the `GET` of an entry (`…c:…{tag}`) then one of its hash tag).
 fn round_trips(sent: Vec<(String, String)>) -> Vec<String> {
     let name = |c: &str| {
         c.split(' ')
@@ -1035,6 +1036,7 @@ fn round_trips(sent: Vec<(String, String)>) -> Vec<String> {
                 ("hgetall", "time") => *n == 2,
                 ("time", "mget") => *n == 1,
                 ("time", "get") => *n == 1 || hash_tag(&key(&cmd)) == *k,
+                ("get", "get") => *n == 1 && hash_tag(&key(&cmd)) == *k,
                 _ => false,
             },
             _ => false,
@@ -1058,6 +1060,9 @@ fn round_trips(sent: Vec<(String, String)>) -> Vec<String> {
         open = match name(&cmd).as_str() {
             "hgetall" => Some((client, key(&cmd), 1, "hgetall".to_owned())),
             "time" => Some((client, String::new(), 1, "time".to_owned())),
+            "get" if key(&cmd).contains(":c:") && !hash_tag(&key(&cmd)).is_empty() => {
+                Some((client, hash_tag(&key(&cmd)), 1, "get".to_owned()))
+            }
             _ => None,
         };
         out.push(cmd);

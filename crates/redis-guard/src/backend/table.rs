@@ -97,7 +97,11 @@ impl<K: Clone + Eq + Hash, V, S: BuildHasher + Default> ExpiringTable<K, V, S> {
 
     /// The value under `key` if it is live at `now`, to change in place (its deadline stays).
     #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
-    pub(crate) fn get_live_mut(&mut self, key: &K, now: u64) -> Option<&mut V> {
+    pub(crate) fn get_live_mut<Q>(&mut self, key: &Q, now: u64) -> Option<&mut V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.entries
             .get_mut(key)
             .filter(|s| now < s.deadline)

@@ -27,6 +27,13 @@ pub(crate) enum Kind {
     Failed,
 }
 
+impl Entry {
+    /// The variant digest, for logs.
+    pub(crate) fn name(&self) -> &str {
+        std::str::from_utf8(&self.digest).unwrap_or_default()
+    }
+}
+
 impl Kind {
     pub(crate) fn letter(self) -> &'static str {
         match self {
@@ -67,7 +74,8 @@ pub(crate) fn header(kind: Kind, t: Times) -> String {
 #[derive(Clone, Debug)]
 pub(crate) struct Entry {
     pub(crate) times: Times,
-    pub(crate) digest: String,
+    /// The variant digest it was stored under (64 hex digits), as stored.
+    pub(crate) digest: Bytes,
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,
     pub(crate) tags: Vec<String>,
@@ -144,11 +152,21 @@ pub(crate) fn decode(raw: &Bytes) -> Option<Stored> {
 }
 
 fn decode_blob(mut b: Bytes, times: Times) -> Option<Entry> {
-    let digest = std::str::from_utf8(b.get(..64)?).ok()?.to_owned();
-    b.advance(64);
+    std::str::from_utf8(b.get(..64)?).ok()?;
+    let digest = b.split_to(64);
     let status = StatusCode::from_u16(take_u16(&mut b)?).ok()?;
-    let mut headers = HeaderMap::new();
-    for _ in 0..take_u32(&mut b)? {
+    let count = take_u32(&mut b)?;
+    // Room for the headers at once, and for those a response made from it adds (`Age`,
+    // `x-cache`, `Cache-Status`, `Content-Length`); a count from a damaged value reserves
+    // little (a header takes 8 bytes at least, and more than 64 grow the map as they come).
+    let mut headers = HeaderMap::with_capacity(
+        usize::try_from(count)
+            .unwrap_or(usize::MAX)
+            .min(b.remaining() / 8)
+            .min(64)
+            + 4,
+    );
+    for _ in 0..count {
         let name = HeaderName::from_bytes(&take_bytes(&mut b)?).ok()?;
         let value = HeaderValue::from_maybe_shared(take_bytes(&mut b)?).ok()?;
         headers.append(name, value);
@@ -214,7 +232,7 @@ mod tests {
         let Some(Stored::Entry(e)) = decode(&value(Kind::Entry, &blob)) else {
             panic!("an entry");
         };
-        assert_eq!(e.digest, digest);
+        assert_eq!(e.name(), digest);
         assert_eq!(e.status, StatusCode::CREATED);
         assert_eq!(e.headers, headers);
         assert_eq!(e.tags, ["t"]);

@@ -65,20 +65,30 @@ where
     }
 
     pub(crate) async fn serve(self) -> Reply<ResBody, S::Error> {
-        let xfetch = self.call.shared.stampede.xfetch.is_some();
         let look = self.call.look().await;
+        let directed = self.directives.only_if_cached || self.directives.no_store;
+        // A fresh hit is answered here; everything else is a future of its own, boxed, so
+        // that the future of a hit stays small (it is moved as it is built and boxed).
+        match look {
+            Look::Fresh(entry, now) if !directed && !self.call.early(&entry, now) => {
+                Ok(self.call.respond(entry, now, &self.asks, false))
+            }
+            look => Box::pin(self.decide(look)).await,
+        }
+    }
+
+    /// What a request does with what the store holds, but a plain fresh hit.
+    async fn decide(self, look: Look) -> Reply<ResBody, S::Error> {
+        let xfetch = self.call.shared.stampede.xfetch.is_some();
         if self.directives.only_if_cached || self.directives.no_store {
             return self.directed(look).await;
         }
         match look {
+            // Only when XFetch recomputes it early (`serve` answers the others).
             Look::Fresh(entry, now) => {
-                if self.call.early(&entry, now) {
-                    let since = Instant::now();
-                    return self
-                        .fetch(Some(now), None, Some((entry, now)), None, since)
-                        .await;
-                }
-                Ok(self.call.respond(entry, now, &self.asks, false))
+                let since = Instant::now();
+                self.fetch(Some(now), None, Some((entry, now)), None, since)
+                    .await
             }
             Look::Stale(entry, now) => {
                 let Self {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use http::HeaderName;
 
 use super::fail_safe::FailSafe;
+use super::ids::IdMemo;
 use super::policy::{KeyPolicy, Lifetimes};
 use super::query::QueryKey;
 use super::service::Cache;
@@ -98,6 +99,7 @@ impl CacheLayer {
                 fail_safe: FailSafe::default(),
                 revalidate: DEFAULT_REVALIDATE,
                 memo: TagMemo::default(),
+                ids: IdMemo::default(),
             },
         }
     }

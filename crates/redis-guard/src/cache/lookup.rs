@@ -68,10 +68,10 @@ pub(crate) enum Waited {
 #[derive(Clone)]
 pub(crate) struct Call {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) digest: String,
+    pub(crate) digest: Arc<str>,
     /// The target URI's digest (a response cache entry): its entries' group, and the
     /// implicit tag an unsafe request to the URI invalidates.
-    pub(crate) group: Option<String>,
+    pub(crate) group: Option<Arc<str>>,
 }
 
 impl Call {
@@ -91,16 +91,6 @@ impl Call {
             .collect()
     }
 
-    /// The tag records to read with the entry: its URI's, then those it was last seen to
-    /// carry.
-    fn expected_tags(&self) -> Vec<String> {
-        let mut records: Vec<String> = self.group.iter().cloned().collect();
-        if let Some(seen) = self.shared.memo.get(&self.digest) {
-            records.extend(seen.iter().cloned());
-        }
-        records
-    }
-
     /// When each of `records` was last invalidated: from `read` (what was read with the
     /// entry, for `asked`), the others read now, in one more round trip.
     async fn tag_times(
@@ -109,7 +99,10 @@ impl Call {
         asked: &[String],
         read: &[Option<u64>],
     ) -> Result<Vec<Option<u64>>, BackendError> {
-        let known = |r: &String| asked.iter().position(|a| a == r).map(|i| read[i]);
+        let known = |r: &String| {
+            let i = asked.iter().position(|a| a == r)?;
+            read.get(i).copied()
+        };
         let missing: Vec<String> = records
             .iter()
             .filter(|r| known(r).is_none())
@@ -196,15 +189,23 @@ impl Call {
     /// Reads the key and judges what it holds.
     pub(crate) async fn look(&self) -> Look {
         let store = &self.shared.store.0;
-        let asked = self.expected_tags();
-        let read = match store.read(self.key(), &asked).await {
+        // The tag records the entry was last seen to carry are read with it (its URI's own
+        // record always is).
+        let seen = self.shared.memo.get(&self.digest);
+        let asked: &[String] = seen.as_deref().unwrap_or_default();
+        let read = match store.read(self.key(), asked).await {
             Ok(read) => read,
             Err(e) => {
                 tracing::warn!(error = %e, "cache store unavailable: serving without it");
                 return Look::Failed(e);
             }
         };
-        let now = read.now;
+        // Between readings of Redis `TIME` the store's clock may lag Redis's a little (never
+        // run ahead). What was written before this read bounds its time from below: the
+        // invalidations read with it (so that an entry computed after one is never void by
+        // it), and the entry's own write (so that a hit never claims more freshness than it
+        // was stored with).
+        let mut now = past(read.now, std::iter::once(&read.group).chain(&read.tags));
         if read.foreign {
             tracing::warn!(key = %self.digest, "a cache key holds a value of another type: a miss, overwritten on fill");
             return Look::Absent(now);
@@ -213,7 +214,7 @@ impl Call {
             return Look::Absent(now);
         };
         let mut entry = match decode(&raw) {
-            Some(Stored::Entry(entry)) if entry.digest == self.digest => entry,
+            Some(Stored::Entry(entry)) if entry.digest == self.digest.as_bytes() => entry,
             Some(Stored::Pass(t)) if now < t.fresh_until => return Look::Pass(now),
             Some(Stored::Pass(_)) => return Look::Absent(now),
             _ => {
@@ -221,32 +222,39 @@ impl Call {
                 return Look::Absent(now);
             }
         };
+        now = now.max(entry.times.started.saturating_add(entry.times.delta));
         if now >= entry.times.stale_until
             && !self.rescuable(&entry, now)
             && !self.revalidatable(&entry, now)
         {
             return Look::Absent(now);
         }
-        // The URI's record and the tags' hard records, then their soft ones.
-        let shared = &self.shared;
-        let own = self.records_of(&entry.tags);
-        if own[..] != asked[usize::from(self.group.is_some())..] {
-            shared.memo.set(&self.digest, &own);
+        // Voided when its URI or one of its tags was invalidated since it was computed;
+        // purged softly when one of its tags was.
+        let started = entry.times.started;
+        let after = |t: &Option<u64>| t.is_some_and(|t| t >= started);
+        if after(&read.group) {
+            return Look::Absent(now);
         }
-        let records: Vec<String> = self.group.iter().cloned().chain(own).collect();
-        match self.tag_times(&records, &asked, &read.tags).await {
-            Ok(times) => {
-                let (hard, soft) = times.split_at(records.len() - entry.tags.len());
-                let after =
-                    |ts: &[Option<u64>]| ts.iter().flatten().any(|&t| t >= entry.times.started);
-                if after(hard) {
-                    return Look::Absent(now);
-                }
-                entry.purged = after(soft);
+        if !(entry.tags.is_empty() && asked.is_empty()) {
+            // The tags' hard records, then their soft ones.
+            let own = self.records_of(&entry.tags);
+            if own[..] != *asked {
+                self.shared.memo.set(&self.digest, &own);
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "cache store unavailable: serving without it");
-                return Look::Failed(e);
+            match self.tag_times(&own, asked, &read.tags).await {
+                Ok(times) => {
+                    now = past(now, &times);
+                    let (hard, soft) = times.split_at(entry.tags.len());
+                    if hard.iter().any(after) {
+                        return Look::Absent(now);
+                    }
+                    entry.purged = soft.iter().any(after);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cache store unavailable: serving without it");
+                    return Look::Failed(e);
+                }
             }
         }
         if now >= entry.times.stale_until {
@@ -457,6 +465,16 @@ impl Call {
             release(guard).await;
         });
     }
+}
+
+/// `now`, moved past every time in `records` (tag records read by then: each was written
+/// before, so the store's time is later; not a time of ours, `u64::MAX`, says nothing).
+fn past<'a>(now: u64, records: impl IntoIterator<Item = &'a Option<u64>>) -> u64 {
+    records
+        .into_iter()
+        .flatten()
+        .filter(|&&t| t < u64::MAX)
+        .fold(now, |now, &t| now.max(t.saturating_add(1)))
 }
 
 /// Releases a fill or refresh lease; a failure only logs (the lease runs out).

@@ -236,10 +236,10 @@ impl Ops for MemoryCacheStore {
         let mut state = self.inner.state.lock();
         state.maintain(now);
         // Names are digests: unique without their group.
-        let value = state
-            .entries
-            .get_live_mut(&key.name.to_owned(), now)
-            .cloned();
+        let value = state.entries.get_live_mut(key.name, now).cloned();
+        let group = key
+            .group
+            .and_then(|g| state.tags.get_live_mut(g, now).copied());
         let tags = tags
             .iter()
             .map(|t| state.tags.get_live_mut(t, now).copied())
@@ -248,6 +248,7 @@ impl Ops for MemoryCacheStore {
             now,
             value,
             foreign: false,
+            group,
             tags,
         }))
     }

@@ -229,9 +229,10 @@
 //!
 //! # What a hit costs Redis
 //!
-//! A hit is one round trip of plain commands, no script: `TIME` (the store's clock, which
-//! every replica shares) and one `MGET` of the entry and the records of its URI and tags. On a
-//! Cluster every variant of a URI and the URI's record share a hash slot (the URI's digest is
+//! A hit is one round trip of plain commands, no script: one `MGET` of the entry and the
+//! records of its URI and tags, with `TIME` in front at most once a second (the store's clock,
+//! which every replica shares; in between, the last reading moved on by the process's
+//! monotonic clock, never ahead of Redis's). On a Cluster every variant of a URI and the URI's record share a hash slot (the URI's digest is
 //! their hash tag), read by a `GET` each in one pipeline to their master; a tag the handler
 //! named lives in a slot of its own and is read by a `GET` to its master at the same time.
 //! Fills and invalidations run scripts.
@@ -432,6 +433,7 @@ mod entry;
 mod fail_safe;
 mod flow;
 mod future;
+mod ids;
 mod invalidation;
 mod layer;
 mod lookup;

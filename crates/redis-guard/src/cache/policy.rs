@@ -72,17 +72,26 @@ impl KeyPolicy {
     /// carries credentials that are not part of the key). Call it after
     /// [`normalize`](Self::normalize). A request that carried a session may be served an
     /// entry (entries are made only of pages that depend on no session) but never fills one.
+    #[cfg(test)]
     pub(crate) fn key(&self, req: &request::Parts) -> Option<String> {
+        self.cached(req).then(|| self.variant_digest(req))
+    }
+
+    /// Whether the layer looks a request up: `GET` or `HEAD`, with no credentials that are not
+    /// part of the key.
+    pub(crate) fn cached(&self, req: &request::Parts) -> bool {
         if req.method != Method::GET && req.method != Method::HEAD {
-            return None;
+            return false;
         }
         let keyed = |h: &HeaderName| self.vary.contains(h);
-        let unkeyed_credential = self.credentials.iter().any(|h| {
+        !self.credentials.iter().any(|h| {
             req.headers.contains_key(h) && !keyed(h) && !(self.ignore_cookies && *h == COOKIE)
-        });
-        if unkeyed_credential {
-            return None;
-        }
+        })
+    }
+
+    /// The variant digest of a request the layer looks up (see [`cached`](Self::cached)):
+    /// the namespace, method, host, path, query and the `vary` headers' values.
+    pub(crate) fn variant_digest(&self, req: &request::Parts) -> String {
         let host = self.host.then(|| host_of(req)).flatten();
         let mut parts: Vec<&[u8]> = vec![
             self.namespace.as_bytes(),
@@ -105,7 +114,7 @@ impl KeyPolicy {
                     .map(http::HeaderValue::as_bytes),
             );
         }
-        Some(digest(parts))
+        digest(parts)
     }
 
     /// Rewrites the request's query as [`QueryKey`] says, so that the handler reads what the

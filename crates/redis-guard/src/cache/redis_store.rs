@@ -24,8 +24,10 @@ static INVALIDATE: LazyLock<LuaScript> =
 /// `<prefix>lock:{c:<variant digest>}`; with `stale_if_error`, the marker of an entry's last
 /// failed fill, `<prefix>c:{<digest of the variant digest>}`.
 ///
-/// A hit is one round trip of plain commands, no script: `TIME` and one `MGET` of the entry
-/// and the records of the tags it carries. On a Cluster the entries of a URI (every `Vary`
+/// A hit is one round trip of plain commands, no script: one `MGET` of the entry and the
+/// records of its URI and of the tags it carries, with `TIME` in front at most once a second
+/// (in between, the store's clock is the last reading moved on by this process's monotonic
+/// clock, never ahead of Redis's). On a Cluster the entries of a URI (every `Vary`
 /// variant) and the URI's record share a hash slot (the URI digest is their hash tag), so
 /// that `MGET` is one command to one master; a tag the handler named lives in a slot of its
 /// own (it spans many URIs) and is read by a `GET` sent to its master at the same time.
@@ -48,6 +50,50 @@ pub struct RedisCacheStore {
 struct Inner {
     backend: RedisBackend,
     lock: Lock,
+    clock: RedisClock,
+}
+
+/// How long a reading of Redis `TIME` stands for the store's clock; past that the next read
+/// asks again.
+const CLOCK_REFRESH: Duration = Duration::from_secs(1);
+
+/// The store's clock between reads of Redis `TIME`: the last reading, moved on by this
+/// process's monotonic clock. Every replica reads the same Redis clock this way, so ages
+/// and freshness agree across replicas as when each read asks for `TIME`.
+///
+/// It never runs ahead of Redis: the reading counts from when its reply arrived (after Redis
+/// read its clock), and a thousandth of the time since is taken off (more than two clocks
+/// drift apart). A time that is a little late only makes an entry look younger by as much
+/// (under a millisecond a second), and the start of a computation earlier, which voids its
+/// entry on an invalidation just before it, never keeps one made before an invalidation.
+#[derive(Debug, Default)]
+struct RedisClock {
+    /// Redis `TIME` (µs, without the test seam's shift) and when its reply arrived.
+    reading: std::sync::Mutex<Option<(std::time::Instant, u64)>>,
+}
+
+impl RedisClock {
+    /// Redis's time now (µs), when a reading younger than [`CLOCK_REFRESH`] stands for it.
+    fn now(&self) -> Option<u64> {
+        let reading = *self
+            .reading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (at, us) = reading?;
+        let since = at.elapsed();
+        (since < CLOCK_REFRESH).then(|| {
+            let since = micros(since);
+            us.saturating_add(since - since / 1000)
+        })
+    }
+
+    /// Records a reading of Redis `TIME` (µs) whose reply arrived `at`.
+    fn set(&self, at: std::time::Instant, us: u64) {
+        *self
+            .reading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((at, us));
+    }
 }
 
 impl RedisCacheStore {
@@ -59,6 +105,7 @@ impl RedisCacheStore {
             inner: Arc::new(Inner {
                 lock: Lock::new(RedisLockStore::new(backend.clone())),
                 backend,
+                clock: RedisClock::default(),
             }),
         }
     }
@@ -82,57 +129,94 @@ fn number(v: &Value) -> Option<u64> {
     }
 }
 
-/// What one read of the entry's slot found: the store's time, the entry, whether the key
-/// holds another type, the records' times.
-type NearRead = (u64, Option<Bytes>, bool, Vec<Option<u64>>);
+/// What one read of the entry's slot found.
+struct NearRead {
+    /// The store's time, µs.
+    now: u64,
+    value: Option<Bytes>,
+    /// The entry's key holds another type.
+    foreign: bool,
+    /// The group's record.
+    group: Option<u64>,
+    /// The records of the tags read along.
+    tags: Vec<Option<u64>>,
+}
 
 /// One round trip to the master of the entry's slot: the store's time (`TIME`, unless a test
-/// froze it), the `entry` and the `records` of its slot (`MGET`; on a cluster, where a
-/// multi-key command does not route a pipeline, a `GET` each).
+/// froze it or `clock` has a recent reading), the `entry`, its `group`'s record and the
+/// records of `tags` (`MGET`; on a cluster, where a multi-key command does not route a
+/// pipeline, a `GET` each: there only the group's record shares the entry's slot, and `tags`
+/// is empty).
 async fn read_near(
     backend: &RedisBackend,
+    clock: &RedisClock,
     cluster: bool,
     entry: &str,
-    records: &[String],
+    group: Option<&str>,
+    tags: &[String],
 ) -> Result<NearRead, BackendError> {
-    let frozen = backend.frozen_us();
-    let keys: Vec<&str> = std::iter::once(entry)
-        .chain(records.iter().map(String::as_str))
-        .collect();
-    let mut pipe = redis::pipe();
-    // A GET of a key of another type fails: that entry is a miss, not the whole read.
-    pipe.ignore_errors();
-    if frozen.is_none() {
-        pipe.cmd("TIME");
-    }
-    if cluster {
-        for key in &keys {
-            pipe.cmd("GET").arg(*key);
+    let known = backend.frozen_us().map_or_else(
+        || clock.now().map(|us| us.saturating_add(backend.shift_us())),
+        Some,
+    );
+    let keys = 1 + usize::from(group.is_some()) + tags.len();
+    let (values, now) = match known {
+        // The clock is known and one command reads everything: no pipeline.
+        Some(now) if !cluster => {
+            let mut mget = redis::cmd("MGET");
+            mget.arg(entry).arg(group).arg(tags);
+            match backend.query(&mget).await? {
+                Value::Array(values) => (values, now),
+                other => return Err(bad_reply("MGET", &other)),
+            }
         }
-    } else {
-        pipe.cmd("MGET").arg(&keys);
-    }
-    let reply = backend.pipeline(&pipe, entry).await?;
-    let Value::Array(mut replies) = reply else {
-        return Err(bad_reply("a read", &reply));
-    };
-    let values = if cluster {
-        replies.split_off(replies.len().saturating_sub(keys.len()))
-    } else {
-        match replies.pop() {
-            Some(Value::Array(values)) => values,
-            Some(Value::ServerError(e)) => return Err(BackendError::Redis(e.into())),
-            other => return Err(bad_reply("MGET", &other.unwrap_or(Value::Nil))),
+        _ => {
+            let mut pipe = redis::pipe();
+            // A GET of a key of another type fails: that entry is a miss, not the whole read.
+            pipe.ignore_errors();
+            if known.is_none() {
+                pipe.cmd("TIME");
+            }
+            if cluster {
+                pipe.cmd("GET").arg(entry);
+                if let Some(group) = group {
+                    pipe.cmd("GET").arg(group);
+                }
+                for tag in tags {
+                    pipe.cmd("GET").arg(tag);
+                }
+            } else {
+                pipe.cmd("MGET").arg(entry).arg(group).arg(tags);
+            }
+            let reply = backend.pipeline(&pipe, entry).await?;
+            let arrived = std::time::Instant::now();
+            let Value::Array(mut replies) = reply else {
+                return Err(bad_reply("a read", &reply));
+            };
+            let values = if cluster {
+                replies.split_off(replies.len().saturating_sub(keys))
+            } else {
+                match replies.pop() {
+                    Some(Value::Array(values)) => values,
+                    Some(Value::ServerError(e)) => return Err(BackendError::Redis(e.into())),
+                    other => return Err(bad_reply("MGET", &other.unwrap_or(Value::Nil))),
+                }
+            };
+            let now = match (known, replies.pop()) {
+                (Some(us), _) => us,
+                (None, Some(Value::ServerError(e))) => return Err(BackendError::Redis(e.into())),
+                (None, time) => {
+                    let us = redis_time(time)?;
+                    clock.set(arrived, us);
+                    us.saturating_add(backend.shift_us())
+                }
+            };
+            (values, now)
         }
     };
-    if values.len() != keys.len() {
+    if values.len() != keys {
         return Err(bad_reply("a read", &Value::Array(values)));
     }
-    let now = match (frozen, replies.pop()) {
-        (Some(us), _) => us,
-        (None, Some(Value::ServerError(e))) => return Err(BackendError::Redis(e.into())),
-        (None, time) => redis_time(time)?.saturating_add(backend.shift_us()),
-    };
     let mut values = values.into_iter();
     let (value, foreign) = match values.next() {
         Some(Value::BulkString(b)) => (Some(Bytes::from(b)), false),
@@ -140,13 +224,22 @@ async fn read_near(
         Some(Value::ServerError(e)) => return Err(BackendError::Redis(e.into())),
         _ => (None, false),
     };
-    let times = values
-        .map(|v| match v {
-            Value::ServerError(e) => Err(BackendError::Redis(e.into())),
-            v => Ok(tag_time(&v)),
-        })
-        .collect::<Result<_, _>>()?;
-    Ok((now, value, foreign, times))
+    let record = |v: Value| match v {
+        Value::ServerError(e) => Err(BackendError::Redis(e.into())),
+        v => Ok(tag_time(&v)),
+    };
+    let group = match group.and_then(|_| values.next()) {
+        Some(v) => record(v)?,
+        None => None,
+    };
+    let tags = values.map(record).collect::<Result<_, _>>()?;
+    Ok(NearRead {
+        now,
+        value,
+        foreign,
+        group,
+        tags,
+    })
 }
 
 /// A tag record as read: when the tag was last invalidated.
@@ -211,45 +304,44 @@ impl Ops for RedisCacheStore {
     fn read(&self, key: Key<'_>, tags: &[String]) -> BoxFuture<Result<Read, BackendError>> {
         let this = Arc::clone(&self.inner);
         let entry = self.name(key);
-        let group = key.group.map(str::to_owned);
-        let tags: Vec<String> = tags.to_vec();
+        let backend = &self.inner.backend;
+        let group = key.group.map(|g| backend.key(&["ct"], g));
+        let tags: Vec<String> = tags.iter().map(|t| backend.key(&["ct"], t)).collect();
         Box::pin(async move {
             let backend = &this.backend;
-            // On a Cluster only the records in the entry's slot (the URI's own) join its read;
-            // each other one goes to its own master, concurrently: still one round trip.
-            let cluster = backend.connection().is_cluster();
-            let (near, far): (Vec<usize>, Vec<usize>) =
-                (0..tags.len()).partition(|&i| !cluster || group.as_deref() == Some(&tags[i]));
-            let near_keys: Vec<String> = near
-                .iter()
-                .map(|&i| backend.key(&["ct"], &tags[i]))
-                .collect();
-            let far_reads = far.iter().map(|&i| {
-                let cmd = redis::cmd("GET")
-                    .arg(backend.key(&["ct"], &tags[i]))
-                    .clone();
-                async move { backend.query(&cmd).await }
-            });
-            let (read, far_replies) = futures_util::future::join(
-                read_near(backend, cluster, &entry, &near_keys),
-                futures_util::future::join_all(far_reads),
-            )
-            .await;
-            let (now, value, foreign, near_times) = read?;
-            let mut times = vec![None; tags.len()];
-            for (&i, t) in near.iter().zip(near_times) {
-                times[i] = t;
-            }
-            for (&i, r) in far.iter().zip(far_replies) {
-                times[i] = tag_time(&r?);
-            }
+            // On one server: everything in one `MGET`. On a Cluster only the URI's record
+            // shares the entry's slot; each tag's record goes to its own master, concurrently:
+            // still one round trip.
+            let (near, tags) = if backend.connection().is_cluster() {
+                let far_reads = tags.iter().map(|key| {
+                    let cmd = redis::cmd("GET").arg(key).clone();
+                    async move { backend.query(&cmd).await }
+                });
+                let (near, far) = futures_util::future::join(
+                    read_near(backend, &this.clock, true, &entry, group.as_deref(), &[]),
+                    futures_util::future::join_all(far_reads),
+                )
+                .await;
+                let near = near?;
+                let tags = far
+                    .into_iter()
+                    .map(|r| Ok(tag_time(&r?)))
+                    .collect::<Result<_, BackendError>>()?;
+                (near, tags)
+            } else {
+                let mut near =
+                    read_near(backend, &this.clock, false, &entry, group.as_deref(), &tags).await?;
+                let tags = std::mem::take(&mut near.tags);
+                (near, tags)
+            };
             Ok(Read {
-                now,
-                value,
+                now: near.now,
+                value: near.value,
                 // On one server MGET answers nil for a key of another type: a miss all the same,
                 // which the fill overwrites.
-                foreign,
-                tags: times,
+                foreign: near.foreign,
+                group: near.group,
+                tags,
             })
         })
     }
@@ -301,5 +393,33 @@ impl Ops for RedisCacheStore {
 
     fn check(&self) -> Option<crate::ConfigError> {
         self.inner.backend.config_problem()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{CLOCK_REFRESH, RedisClock};
+
+    /// A reading moves on with this process's clock, never ahead of it, and stands for Redis's
+    /// clock for a second only.
+    #[test]
+    fn the_clock_follows_a_recent_reading_and_never_runs_ahead() {
+        let clock = RedisClock::default();
+        assert_eq!(clock.now(), None, "no reading yet");
+        let half = Duration::from_millis(500);
+        let before = Instant::now();
+        clock.set(before.checked_sub(half).expect("an instant"), 7_000_000);
+        let now = clock.now().expect("a recent reading");
+        let elapsed = u64::try_from(before.elapsed().as_micros()).expect("µs");
+        // Half a second on, less a thousandth of it, never more than has passed.
+        assert!(now >= 7_000_000 + 500_000 - 500, "{now}");
+        assert!(now <= 7_000_000 + 500_000 + elapsed, "{now}");
+        let old = Instant::now()
+            .checked_sub(CLOCK_REFRESH)
+            .expect("an instant");
+        clock.set(old, 7_000_000);
+        assert_eq!(clock.now(), None, "a reading a second old is read again");
     }
 }

@@ -8,7 +8,7 @@ use http::Request;
 use super::body::ResponseBody;
 use super::flow::{Call, Job};
 use super::future::ResponseFuture;
-use super::invalidation::{is_safe, target_tag, unsafe_request};
+use super::invalidation::{is_safe, unsafe_request};
 use super::shared::Shared;
 
 define_service! {
@@ -30,22 +30,21 @@ impl_service! {
     } |this, req| {
         let (mut parts, body) = req.into_parts();
         this.shared.key.normalize(&mut parts);
-        let key = this.shared.key.key(&parts);
-        let group = key.is_some().then(|| target_tag(&this.shared, &parts));
+        let ids = (this.shared.key.cached(&parts)).then(|| this.shared.ids.ids(&this.shared, &parts));
         let req = Request::from_parts(parts, body);
         if !is_safe(req.method()) {
             let inner = this.take_ready();
             let shared = Arc::clone(&this.shared);
             return ResponseFuture::caching(Box::pin(unsafe_request(shared, inner, req)));
         }
-        let Some(digest) = key else {
+        let Some(ids) = ids else {
             return ResponseFuture::passing(this.inner.call(req));
         };
         let inner = this.take_ready();
         let call = Call {
             shared: Arc::clone(&this.shared),
-            digest,
-            group,
+            digest: ids.variant,
+            group: Some(ids.uri),
         };
         ResponseFuture::caching(Box::pin(Job::new(call, inner, req).serve()))
     }

@@ -33,6 +33,8 @@ pub(crate) struct Shared {
     pub(crate) revalidate: std::time::Duration,
     /// The tag records of recently read entries, read with them next time.
     pub(crate) memo: super::tags::TagMemo,
+    /// The ids of recently seen requests (the response cache's).
+    pub(crate) ids: super::ids::IdMemo,
 }
 
 impl Shared {

@@ -57,27 +57,35 @@ impl Outcome {
         // A stale entry served without forwarding the request is a hit with a ttl of zero or
         // less (RFC 9211 §2.1, §2.4, and §3's "stale hit" example); `fwd=stale` would say the
         // request went to the handler, which it did not.
-        let (value, label, member) = match self {
-            Self::Hit { ttl } => ("HIT", "hit", format!("{NAME}; hit; ttl={ttl}")),
-            Self::Stale { ttl } => ("STALE", "stale", format!("{NAME}; hit; ttl={ttl}")),
-            Self::Miss { stored: true } => ("MISS", "miss", format!("{NAME}; fwd=miss; stored")),
-            Self::Miss { stored: false } => ("MISS", "miss", format!("{NAME}; fwd=miss")),
+        let (value, label, member, ttl): (_, _, &'static str, _) = match self {
+            Self::Hit { ttl } => ("HIT", "hit", "redis-guard; hit; ttl=", Some(ttl)),
+            Self::Stale { ttl } => ("STALE", "stale", "redis-guard; hit; ttl=", Some(ttl)),
+            Self::Miss { stored: true } => ("MISS", "miss", "redis-guard; fwd=miss; stored", None),
+            Self::Miss { stored: false } => ("MISS", "miss", "redis-guard; fwd=miss", None),
             // The stored response was stale, and the handler said it is current (RFC 9211
             // §2.2 `fwd=stale`, §2.3 `fwd-status`).
-            Self::Revalidated { stored } => (
+            Self::Revalidated { stored: true } => (
                 "REVALIDATED",
                 "revalidated",
-                format!(
-                    "{NAME}; fwd=stale; fwd-status=304{}",
-                    if stored { "; stored" } else { "" }
-                ),
+                "redis-guard; fwd=stale; fwd-status=304; stored",
+                None,
+            ),
+            Self::Revalidated { stored: false } => (
+                "REVALIDATED",
+                "revalidated",
+                "redis-guard; fwd=stale; fwd-status=304",
+                None,
             ),
             // The request was forwarded (or would have been: a soft purge) and the stale
             // copy answered instead (RFC 9211 §2.2 `fwd=stale`).
-            Self::Fallback { ttl } => {
-                ("STALE", "fallback", format!("{NAME}; fwd=stale; ttl={ttl}"))
-            }
+            Self::Fallback { ttl } => (
+                "STALE",
+                "fallback",
+                "redis-guard; fwd=stale; ttl=",
+                Some(ttl),
+            ),
         };
+        debug_assert!(member.starts_with(NAME));
         crate::telemetry::count(
             crate::telemetry::Metric::CacheResponses,
             "result",
@@ -85,16 +93,82 @@ impl Outcome {
             1,
         );
         headers.insert(header.clone(), HeaderValue::from_static(value));
-        let mut list = Vec::new();
-        for before in headers.get_all(&CACHE_STATUS) {
-            list.extend_from_slice(before.as_bytes());
-            list.extend_from_slice(b", ");
-        }
-        list.extend_from_slice(member.as_bytes());
-        // The earlier members are header values already, and ours is ASCII.
-        if let Ok(joined) = HeaderValue::from_bytes(&list) {
+        let joined = match (headers.get_all(&CACHE_STATUS).iter().next(), ttl) {
+            // Alone, with nothing to write: a constant.
+            (None, None) => Some(HeaderValue::from_static(member)),
+            (None, Some(ttl)) => {
+                let mut line = Line::default();
+                line.push(member.as_bytes());
+                line.push_int(ttl);
+                HeaderValue::from_bytes(line.as_bytes()).ok()
+            }
+            (Some(_), _) => {
+                let mut list = Vec::new();
+                for before in headers.get_all(&CACHE_STATUS) {
+                    list.extend_from_slice(before.as_bytes());
+                    list.extend_from_slice(b", ");
+                }
+                list.extend_from_slice(member.as_bytes());
+                if let Some(ttl) = ttl {
+                    let mut digits = Line::default();
+                    digits.push_int(ttl);
+                    list.extend_from_slice(digits.as_bytes());
+                }
+                // The earlier members are header values already, and ours is ASCII.
+                HeaderValue::from_bytes(&list).ok()
+            }
+        };
+        if let Some(joined) = joined {
             headers.insert(CACHE_STATUS, joined);
         }
+    }
+}
+
+/// A short header value written on the stack: this cache's member of `Cache-Status`.
+struct Line {
+    bytes: [u8; 64],
+    len: usize,
+}
+
+impl Default for Line {
+    fn default() -> Self {
+        Self {
+            bytes: [0; 64],
+            len: 0,
+        }
+    }
+}
+
+impl Line {
+    /// Appends `text` (what does not fit is left out: the members are shorter).
+    fn push(&mut self, text: &[u8]) {
+        let n = text.len().min(self.bytes.len() - self.len);
+        self.bytes[self.len..self.len + n].copy_from_slice(&text[..n]);
+        self.len += n;
+    }
+
+    /// Appends `n` in decimal.
+    fn push_int(&mut self, n: i64) {
+        if n < 0 {
+            self.push(b"-");
+        }
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut rest = n.unsigned_abs();
+        loop {
+            at -= 1;
+            // A digit: below 10.
+            digits[at] = b'0' + u8::try_from(rest % 10).unwrap_or(0);
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        self.push(&digits[at..]);
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
     }
 }
 
@@ -155,6 +229,18 @@ mod tests {
         assert_eq!(
             marked(Outcome::Revalidated { stored: false }, &[]),
             "redis-guard; fwd=stale; fwd-status=304"
+        );
+        assert_eq!(
+            marked(Outcome::Stale { ttl: -40 }, &["Db; hit"]),
+            "Db; hit, redis-guard; hit; ttl=-40"
+        );
+        assert_eq!(
+            marked(Outcome::Hit { ttl: 86_400_123 }, &[]),
+            "redis-guard; hit; ttl=86400123"
+        );
+        assert_eq!(
+            marked(Outcome::Stale { ttl: i64::MIN }, &[]),
+            format!("redis-guard; hit; ttl={}", i64::MIN)
         );
     }
 }

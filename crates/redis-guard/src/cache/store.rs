@@ -57,6 +57,9 @@ pub(crate) struct Read {
     pub(crate) value: Option<Bytes>,
     /// The key holds another type.
     pub(crate) foreign: bool,
+    /// When the key's group (its target URI) was last invalidated, as [`Ops::tag_times`]
+    /// answers; `None` for a key in no group.
+    pub(crate) group: Option<u64>,
     /// When each tag asked for was last invalidated, as [`Ops::tag_times`] answers.
     pub(crate) tags: Vec<Option<u64>>,
 }
@@ -84,8 +87,9 @@ pub(crate) const NOW: u64 = u64::MAX;
 /// What a store does: keys are names without the store's prefix (the digest of a variant, a
 /// tag's digest).
 pub(crate) trait Ops: Send + Sync + fmt::Debug + 'static {
-    /// Reads `key` and the records of `tags` (tag digests) in one round trip of plain
-    /// commands: no script, so that a hit costs Redis what a `GET` does.
+    /// Reads `key`, the record of its group (its URI's implicit tag) and the records of `tags`
+    /// (tag digests) in one round trip of plain commands: no script, so that a hit costs
+    /// Redis what a `GET` does.
     fn read(&self, key: Key<'_>, tags: &[String]) -> BoxFuture<Result<Read, BackendError>>;
     fn write(&self, key: Key<'_>, write: Write) -> BoxFuture<Result<(), BackendError>>;
     /// Writes the key only if it holds nothing (`SET NX`): whether it wrote.
@@ -105,15 +109,22 @@ pub(crate) trait Ops: Send + Sync + fmt::Debug + 'static {
 /// The digest (hex SHA-256) of `parts`, each length-prefixed so that no two lists collide.
 pub(crate) fn digest<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
     use sha2::{Digest, Sha256};
-    use std::fmt::Write as _;
     let mut h = Sha256::new();
     for p in parts {
         h.update((p.len() as u64).to_be_bytes());
         h.update(p);
     }
-    let mut out = String::with_capacity(64);
-    for b in h.finalize() {
-        let _ = write!(out, "{b:02x}");
+    hex(&h.finalize())
+}
+
+/// `bytes` in lower-case hex, from a table (a formatter per byte costs tens of times more).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = Vec::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)]);
+        out.push(DIGITS[usize::from(b & 0xf)]);
     }
-    out
+    // Only ASCII digits and letters were written.
+    String::from_utf8(out).unwrap_or_default()
 }

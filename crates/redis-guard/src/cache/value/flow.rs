@@ -30,7 +30,7 @@ pub(crate) fn parse<T: DeserializeOwned>(entry: &Entry) -> Option<T> {
     match serde_json::from_slice(&entry.body) {
         Ok(value) => Some(value),
         Err(e) => {
-            tracing::warn!(key = %entry.digest, error = %e, "a cached value does not decode as the type asked for: a miss, overwritten on fill");
+            tracing::warn!(key = %entry.name(), error = %e, "a cached value does not decode as the type asked for: a miss, overwritten on fill");
             None
         }
     }
@@ -69,7 +69,7 @@ where
                     // One caller per interval tries again, in the background.
                     job.refresh().await;
                 }
-                tracing::debug!(key = %entry.digest, "the last computation failed: returning the stale copy (stale_if_error)");
+                tracing::debug!(key = %entry.name(), "the last computation failed: returning the stale copy (stale_if_error)");
                 Ok(value)
             }
             None => job.miss(at, None).await,

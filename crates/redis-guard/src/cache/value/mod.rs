@@ -96,6 +96,7 @@ impl ValueCache {
                 fail_safe: super::fail_safe::FailSafe::default(),
                 revalidate: Duration::ZERO,
                 memo: super::tags::TagMemo::default(),
+                ids: super::ids::IdMemo::default(),
             },
             namespace: String::new(),
             negative: None,
@@ -359,7 +360,7 @@ impl ValueCache {
     fn call(&self, key: &str) -> Call {
         Call {
             shared: Arc::clone(&self.inner.shared),
-            digest: digest([self.inner.namespace.as_bytes(), key.as_bytes()]),
+            digest: digest([self.inner.namespace.as_bytes(), key.as_bytes()]).into(),
             group: None,
         }
     }
