@@ -130,13 +130,12 @@ fn put_bytes(out: &mut BytesMut, b: &[u8]) {
 /// The value `raw` if it is one of ours; `None` for anything else (never a panic).
 pub(crate) fn decode(raw: &Bytes) -> Option<Stored> {
     let end = raw.iter().position(|&b| b == b'\n')?;
-    let line = std::str::from_utf8(&raw[..end]).ok()?;
-    let mut words = line.split(' ');
-    if words.next()? != MAGIC {
+    let mut words = raw[..end].split(|&b| b == b' ');
+    if words.next()? != MAGIC.as_bytes() {
         return None;
     }
     let kind = words.next()?;
-    let mut num = || words.next()?.parse::<u64>().ok();
+    let mut num = || decimal(words.next()?);
     let times = Times {
         fresh_until: num()?,
         stale_until: num()?,
@@ -144,11 +143,24 @@ pub(crate) fn decode(raw: &Bytes) -> Option<Stored> {
         delta: num()?,
     };
     match kind {
-        "P" => Some(Stored::Pass(times)),
-        "F" => Some(Stored::Failed(times)),
-        "E" => decode_blob(raw.slice(end + 1..), times).map(Stored::Entry),
+        b"P" => Some(Stored::Pass(times)),
+        b"F" => Some(Stored::Failed(times)),
+        b"E" => decode_blob(raw.slice(end + 1..), times).map(Stored::Entry),
         _ => None,
     }
+}
+
+/// A number of the header line: decimal digits only, within `u64`.
+fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &d| {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
 }
 
 fn decode_blob(mut b: Bytes, times: Times) -> Option<Entry> {
@@ -261,6 +273,10 @@ mod tests {
             b"hello",
             b"RGC1 E 1 2\n",
             b"RGC1 X 1 2 3 4\n",
+            b"RGC1 P 1 2 -3 4\n",
+            b"RGC1 P 1 2 +3 4\n",
+            b"RGC1 P 1 2 3 18446744073709551616\n",
+            b"RGC1 P 1 2  3\n",
             b"\xff\xfe\n",
         ] {
             assert!(decode(&Bytes::copy_from_slice(junk)).is_none(), "{junk:?}");
