@@ -723,6 +723,63 @@ async fn rfc5861_4_after_a_failure_nobody_waits_for_the_origin(h: Harness) {
     calls.held.add_permits(10);
 }
 
+/// RFC 9111 §3: a response with any final status may be stored when it states an explicit
+/// expiration (§4.2.1); without one only a heuristically cacheable status is, under the
+/// heuristic. A status the cache does not know, marked `must-understand`, is not stored
+/// (§5.2.2.3); nor is a `206` (the layer does not combine partial content).
+async fn rfc9111_3_any_final_status_with_an_explicit_expiration_is_stored(h: Harness) {
+    let layer = h.cache().await.ttl(Duration::from_secs(60));
+    let (addr, calls) = site(layer, |path, _| {
+        let status: u16 = path[1..4].parse().expect("a status");
+        let headers = match &path[4..] {
+            "/explicit" => cc("max-age=100"),
+            "/expires" => vec![("date", http_date(0)), ("expires", http_date(100))],
+            "/understood" => cc("max-age=100, must-understand"),
+            _ => Vec::new(),
+        };
+        (status, headers)
+    })
+    .await;
+    for status in [
+        200, 203, 299, 302, 303, 307, 400, 403, 499, 500, 502, 503, 599,
+    ] {
+        for tail in ["/explicit", "/expires"] {
+            let path = format!("/{status}{tail}");
+            assert_eq!(outcome(addr, &path).await, "MISS", "{path}");
+            let r = get(addr, &path, &[]).await;
+            assert_eq!(
+                (r.status, r.text()),
+                (status, "call 1".to_owned()),
+                "{path}"
+            );
+            assert_eq!(r.header("x-cache"), Some("HIT"), "{path}");
+        }
+    }
+    // The heuristic covers only statuses that are heuristically cacheable and not errors.
+    for (status, hit) in [
+        (200, true),
+        (301, true),
+        (302, false),
+        (404, false),
+        (500, false),
+    ] {
+        let path = format!("/{status}/silent");
+        get(addr, &path, &[]).await;
+        let expected = if hit { "HIT" } else { "MISS" };
+        assert_eq!(outcome(addr, &path).await, expected, "{path}");
+    }
+    for (status, hit) in [(200, true), (599, false), (206, false)] {
+        let path = format!("/{status}/understood");
+        get(addr, &path, &[]).await;
+        let expected = if hit { "HIT" } else { "MISS" };
+        assert_eq!(outcome(addr, &path).await, expected, "{path}");
+    }
+    assert_eq!(calls.of("/599/understood"), 2);
+    // Stale after its lifetime, whatever the status.
+    h.wait(Duration::from_secs(101)).await;
+    assert_eq!(outcome(addr, "/503/explicit").await, "MISS");
+}
+
 backend_suite!(
     rfc9111_4_2_1_s_maxage_then_the_first_max_age,
     rfc9111_5_3_expires_sets_freshness_and_invalid_means_expired,
@@ -743,4 +800,5 @@ backend_suite!(
     rfc9111_4_3_2_the_clients_condition_on_a_revalidated_entry,
     rfc9111_4_3_one_revalidation_across_replicas,
     rfc5861_4_after_a_failure_nobody_waits_for_the_origin,
+    rfc9111_3_any_final_status_with_an_explicit_expiration_is_stored,
 );

@@ -425,6 +425,9 @@ impl Call {
             Err("the request carried a session")
         } else if matches!(renewed, Some((false, ..))) {
             Err("the 304 names another representation than the stored one")
+        } else if kept && parts.status.is_server_error() {
+            // The copy answers in its place (stale_if_error): a 5xx never replaces it.
+            Err("a server error while a copy may stand in")
         } else {
             let arrival = Arrival {
                 at: SystemTime::now(),

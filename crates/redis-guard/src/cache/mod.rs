@@ -65,9 +65,14 @@
 //!   and `only-if-cached` (`504` when nothing is stored) are followed; the directives that
 //!   would make the server recompute are not (see
 //!   [Differences from an HTTP cache](#differences-from-an-http-cache)).
-//! - **Responses**: statuses 200, 203, 204, 300, 301 and 308; the errors 404, 405, 410, 414 and
-//!   501 only with an explicit expiration (any path spelling is a 404 of its own: a heuristic
-//!   lifetime would let a client fill the store). The handler's headers rule, as
+//! - **Responses**: any final status but `206` and `304` when the response states an explicit
+//!   expiration ([RFC 9111 §3](https://www.rfc-editor.org/rfc/rfc9111#section-3): a `302`, a
+//!   `404` or a `503` with `max-age=60` is stored); under the heuristic
+//!   [`ttl`](CacheLayerBuilder::ttl), only 200, 203, 204, 300, 301 and 308 (no error: any path
+//!   spelling is a 404 of its own, and a heuristic lifetime would let a client fill the
+//!   store). A response marked `must-understand` is stored only with a status the layer knows
+//!   (§5.2.2.3). A 5xx never replaces a copy kept for
+//!   [`stale_if_error`](CacheLayerBuilder::stale_if_error). The handler's headers rule, as
 //!   [RFC 9111 §4.2](https://www.rfc-editor.org/rfc/rfc9111#section-4.2) says:
 //!   `no-store`, `no-cache` and `private` are never cached; the freshness lifetime is
 //!   `s-maxage` (this is a shared cache), else `max-age` (the first, when there are two),

@@ -193,11 +193,26 @@ pub(crate) struct Arrival {
     pub(crate) delay: Duration,
 }
 
-/// Statuses cached (RFC 9111's heuristically cacheable ones that a handler means to repeat).
-fn cacheable_status(s: StatusCode) -> bool {
+/// Statuses a response may be stored with when it states an explicit expiration (RFC 9111
+/// §3): every final status but `206` (the layer does not combine partial content) and `304`
+/// (an answer to a condition, not a representation).
+fn storable_status(s: StatusCode) -> bool {
+    s.as_u16() >= 200 && !matches!(s.as_u16(), 206 | 304)
+}
+
+/// Statuses stored under the heuristic `ttl` when the response states no expiration: the
+/// heuristically cacheable ones (RFC 9110 §15.1) that are not errors (an error is kept only
+/// for as long as the handler says: any path spelling is a 404 of its own).
+fn heuristic_status(s: StatusCode) -> bool {
+    matches!(s.as_u16(), 200 | 203 | 204 | 300 | 301 | 308)
+}
+
+/// Statuses whose meaning the layer knows (RFC 9110 §15): a response marked `must-understand`
+/// with another is not stored (RFC 9111 §5.2.2.3).
+fn understood_status(s: StatusCode) -> bool {
     matches!(
         s.as_u16(),
-        200 | 203 | 204 | 300 | 301 | 308 | 404 | 405 | 410 | 414 | 501
+        200..=205 | 300..=305 | 307 | 308 | 400..=417 | 421 | 422 | 426 | 500..=505
     )
 }
 
@@ -210,7 +225,7 @@ pub(crate) fn life(
     grace: Duration,
     arrival: Arrival,
 ) -> Result<Life, &'static str> {
-    if !cacheable_status(res.status) {
+    if !storable_status(res.status) {
         return Err("status");
     }
     if res.headers.contains_key(SET_COOKIE) {
@@ -221,13 +236,14 @@ pub(crate) fn life(
     if cc.no_store || cc.private || cc.no_cache {
         return Err("Cache-Control");
     }
+    if cc.must_understand && !understood_status(res.status) {
+        return Err("must-understand with a status the cache does not know");
+    }
     let explicit = explicit_lifetime(&cc, &res.headers, arrival.at);
     let lifetime = match explicit {
         Some(lifetime) => lifetime,
-        // Any path spelling is a 404 of its own: an error is cached only when the handler
-        // says for how long.
-        None if res.status.is_client_error() || res.status.is_server_error() => {
-            return Err("error status without an explicit expiration");
+        None if !heuristic_status(res.status) => {
+            return Err("status not cached without an explicit expiration");
         }
         None if limits.ttl.is_zero() => return Err("no explicit expiration, no heuristic"),
         None => limits.ttl,
@@ -399,6 +415,7 @@ struct CacheControl {
     private: bool,
     must_revalidate: bool,
     proxy_revalidate: bool,
+    must_understand: bool,
     max_age: Option<Duration>,
     s_maxage: Option<Duration>,
     swr: Option<Duration>,
@@ -426,6 +443,7 @@ impl CacheControl {
                     "private" => cc.private = true,
                     "must-revalidate" => cc.must_revalidate = true,
                     "proxy-revalidate" => cc.proxy_revalidate = true,
+                    "must-understand" => cc.must_understand = true,
                     "max-age" => cc.max_age = cc.max_age.or_else(age),
                     "s-maxage" => cc.s_maxage = cc.s_maxage.or_else(age),
                     "stale-while-revalidate" => cc.swr = cc.swr.or_else(secs),
