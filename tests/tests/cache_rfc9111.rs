@@ -780,6 +780,61 @@ async fn rfc9111_3_any_final_status_with_an_explicit_expiration_is_stored(h: Har
     assert_eq!(outcome(addr, "/503/explicit").await, "MISS");
 }
 
+/// RFC 9111 §4.2.1, §4.2.3 and §4.3.1: a response that is stale when it arrives (`max-age=0`,
+/// or an `Age` past its lifetime) is never served without asking the handler; when it has
+/// a validator it is kept, so that the next request asks the handler conditionally and a
+/// `304` answers from it. Without a validator it is not kept: the next request is a plain
+/// one.
+async fn rfc9111_4_3_1_a_response_stale_on_arrival_is_kept_to_be_revalidated(h: Harness) {
+    let (addr, calls) = site(h.cache().await, |path, n| {
+        let mut headers = match path {
+            "/aged" => vec![
+                ("cache-control", "max-age=100".to_owned()),
+                ("age", "150".to_owned()),
+                ("last-modified", "Tue, 01 Jan 2019 00:00:00 GMT".to_owned()),
+            ],
+            "/plain" => cc("max-age=0"),
+            _ => vec![
+                ("cache-control", "max-age=0".to_owned()),
+                ("etag", "\"v1\"".to_owned()),
+            ],
+        };
+        headers.push(("x-call", n.to_string()));
+        (if n > 1 && path != "/plain" { 304 } else { 200 }, headers)
+    })
+    .await;
+    for path in ["/zero", "/aged", "/plain"] {
+        let r = get(addr, path, &[]).await;
+        assert_eq!((r.status, r.text()), (200, "call 1".to_owned()), "{path}");
+        assert_eq!(r.header("x-cache"), Some("MISS"), "{path}");
+    }
+    for round in 2..=3 {
+        for path in ["/zero", "/aged"] {
+            let r = get(addr, path, &[]).await;
+            assert_eq!((r.status, r.text()), (200, "call 1".to_owned()), "{path}");
+            assert_eq!(r.header("x-cache"), Some("REVALIDATED"), "{path}");
+            assert_eq!(
+                r.header("x-call"),
+                Some(round.to_string().as_str()),
+                "{path}"
+            );
+        }
+        let r = get(addr, "/plain", &[]).await;
+        assert_eq!(r.text(), format!("call {round}"));
+        assert_eq!(r.header("x-cache"), Some("MISS"));
+    }
+    assert_eq!(
+        calls.conditions("/zero"),
+        ["", "if-none-match: \"v1\"", "if-none-match: \"v1\""]
+    );
+    let since = "if-modified-since: Tue, 01 Jan 2019 00:00:00 GMT";
+    assert_eq!(calls.conditions("/aged"), ["", since, since]);
+    assert_eq!(calls.conditions("/plain"), ["", "", ""]);
+    // A client that asks only for what is stored gets nothing stale on arrival.
+    let r = get(addr, "/zero", &[("cache-control", "only-if-cached")]).await;
+    assert_eq!(r.status, 504);
+}
+
 backend_suite!(
     rfc9111_4_2_1_s_maxage_then_the_first_max_age,
     rfc9111_5_3_expires_sets_freshness_and_invalid_means_expired,
@@ -801,4 +856,5 @@ backend_suite!(
     rfc9111_4_3_one_revalidation_across_replicas,
     rfc5861_4_after_a_failure_nobody_waits_for_the_origin,
     rfc9111_3_any_final_status_with_an_explicit_expiration_is_stored,
+    rfc9111_4_3_1_a_response_stale_on_arrival_is_kept_to_be_revalidated,
 );

@@ -493,12 +493,21 @@ impl Call {
         } else {
             encode(&self.digest, parts.status, &parts.headers, &tags, &bytes)
         };
+        let kept = self.kept(&parts.headers, life.grace);
+        if life.fresh.is_zero() && kept.is_zero() {
+            // Stale when received, and the layer keeps nothing to revalidate.
+            tracing::debug!(key = %self.digest, "stale when received, no revalidation window: not cached");
+            if holds {
+                self.pass(started).await;
+            }
+            return Ok(self.finish(parts, ResponseBody::full(bytes), false));
+        }
         let write = Write {
             kind: Kind::Entry,
             started,
             fresh: life.fresh.saturating_sub(jitter),
             stale: life.stale,
-            grace: self.kept(&parts.headers, life.grace),
+            grace: kept,
             blob,
         };
         let stored = match shared.store.0.write(self.key(), write).await {

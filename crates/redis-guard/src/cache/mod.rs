@@ -81,7 +81,11 @@
 //!   [`ttl`](CacheLayerBuilder::ttl) (off by default). The response's age on arrival
 //!   (its `Age`, plus the time the handler took, or the time since its `Date` when larger)
 //!   counts against that lifetime: a response older than its lifetime, `max-age=0` or a past
-//!   `Expires` is not cached. Capped by [`max_ttl`](CacheLayerBuilder::max_ttl).
+//!   `Expires` is never served without asking the handler: it is kept only when it has an
+//!   `ETag` or a `Last-Modified`, for the [`revalidate`](CacheLayerBuilder::revalidate) window,
+//!   so that the next request revalidates it (see [Revalidation](#revalidation)); the requests
+//!   that waited for the fill that stored it get it. Capped by
+//!   [`max_ttl`](CacheLayerBuilder::max_ttl).
 //!   `stale-while-revalidate` sets the stale window (none: [`stale`](CacheLayerBuilder::stale),
 //!   zero); `must-revalidate` and `proxy-revalidate` forbid any, and `s-maxage` the layer's.
 //! - **Never cached**: a response with `Set-Cookie`; one with `Vary: *`, or whose `Vary` names a

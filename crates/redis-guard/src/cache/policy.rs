@@ -10,6 +10,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, request, resp
 
 use super::query::QueryKey;
 use super::store::digest;
+use super::validate::has_validator;
 
 /// The request-side settings of a layer.
 #[derive(Clone, Debug)]
@@ -171,11 +172,12 @@ pub(crate) struct Lifetimes {
     pub(crate) stale: Duration,
 }
 
-/// How long a response stays fresh, then stale, as stored.
+/// How long a response stays fresh, then stale, as stored. A response stale when received
+/// (`fresh` zero) is stored only to be revalidated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Life {
-    /// The freshness it has left when stored: its freshness lifetime less its age (more than
-    /// zero).
+    /// The freshness it has left when stored: its freshness lifetime less its age; zero for
+    /// a response that was stale when received and has a validator (kept to be revalidated).
     pub(crate) fresh: Duration,
     /// How long it may be served stale while one request refreshes it.
     pub(crate) stale: Duration,
@@ -251,8 +253,18 @@ pub(crate) fn life(
     let age = received_age(&res.headers, arrival);
     let fresh = lifetime.min(limits.max_ttl).saturating_sub(age);
     if fresh.is_zero() {
-        // `max-age=0`, a past `Expires`, or older than its lifetime when it arrived.
-        return Err("stale when received");
+        // `max-age=0`, a past `Expires`, or older than its lifetime when it arrived: never
+        // served without asking the handler. With a validator it is kept to be asked about
+        // (RFC 9111 §4.3.1: a `304` then answers from it); without, there is nothing to keep.
+        if !has_validator(&res.headers) {
+            return Err("stale when received");
+        }
+        return Ok(Life {
+            fresh,
+            stale: Duration::ZERO,
+            grace: Duration::ZERO,
+            age: age.as_secs(),
+        });
     }
     Ok(Life {
         fresh,
@@ -620,8 +632,14 @@ mod tests {
             );
         }
         assert!(life_of(&[cc, ("age", "99999999999999999999")]).is_err());
-        // Already older than its lifetime: not stored as fresh.
+        // Already older than its lifetime: not stored as fresh; with a validator, kept to be
+        // revalidated, never served stale (RFC 9111 §4.3).
         assert!(life_of(&[cc, ("age", "100")]).is_err());
+        let kept = life_of(&[cc, ("age", "100"), ("etag", "\"a\"")]).unwrap();
+        assert_eq!(
+            (kept.fresh, kept.stale, kept.grace, kept.age),
+            (Duration::ZERO, Duration::ZERO, Duration::ZERO, 102)
+        );
         // The apparent age from Date, when larger.
         let l = life_of(&[cc, ("date", "Tue, 31 Dec 2019 23:59:00 GMT"), ("age", "5")]).unwrap();
         assert_eq!((l.fresh.as_secs(), l.age), (40, 60));
