@@ -13,7 +13,8 @@
 //! default), which the layer needs listed up front. Every request (method, path and query,
 //! headers, body) is forwarded to `--origin` over HTTP/1.1; its status, headers and body come
 //! back as the handler's response. Connection-level headers are not forwarded either way.
-//! An origin that cannot be reached is a `502 Bad Gateway`.
+//! An origin that cannot be reached is a `502 Bad Gateway`. Interim (`1xx`) responses are not
+//! relayed: a tower service answers with one final response.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -135,8 +136,11 @@ async fn run(options: Options) -> Result<(), String> {
         .vary(options.vary)
         .build()
         .map_err(|e| format!("cache layer: {e}"))?;
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
+    // Idle connections are dropped before an origin's keep-alive timeout closes them (5 s on
+    // Node's), so that no request is sent on a connection the origin is closing.
+    let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(std::time::Duration::from_secs(2))
+        .build_http();
     let origin = options.origin;
     let forward = tower::service_fn(move |req: Request<Body>| {
         let client = client.clone();

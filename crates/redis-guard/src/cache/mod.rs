@@ -420,8 +420,22 @@
 //!   (a response that varies on another is not stored, never served to the wrong variant),
 //!   and credentials keep a request out of the cache unless keyed.
 //! - **More is refused than the RFC requires**: `no-cache` and `private` responses, and those
-//!   that set cookies, are never stored; a `stale-while-revalidate` or `stale-if-error` in a
-//!   response marked `must-revalidate` is not followed (the stricter directive wins).
+//!   that set cookies, are never stored (a page that sets a cookie is one user's; storing it
+//!   and dropping the cookie on reuse, as §3.1 allows, would still store a page rendered for
+//!   that user); a `stale-while-revalidate` or `stale-if-error` in a response marked
+//!   `must-revalidate` is not followed (the stricter directive wins); an error status is
+//!   stored only with an explicit expiration, never under the heuristic.
+//! - **No partial content**: a `Range` request is answered by the handler and a `206` is
+//!   never stored or combined (§3.3, §3.4); a full entry is served whole.
+//! - **Stale only where allowed by name**: a handler that fails (or a connection it drops) is
+//!   answered with a stored copy only under the layer's
+//!   [`stale_if_error`](CacheLayerBuilder::stale_if_error) or the response's own
+//!   `stale-if-error`, both off unless set; RFC 9111 §4.2.4 would let a cache serve stale
+//!   whenever it is disconnected from the origin, which in front of one's own application
+//!   would hide its failures.
+//! - **No targeted fields**: `CDN-Cache-Control` (RFC 9213) is not read, only
+//!   `Cache-Control`: the layer is part of the application, not a CDN, and the field is left
+//!   for the CDNs in front of it (forwarded untouched).
 //! - **Jitter** makes entries expire up to 10% early (a cache may always drop an entry
 //!   sooner), so that entries filled together do not expire together.
 //! - **Conditional requests are the layer's**: a client's `If-None-Match` and
