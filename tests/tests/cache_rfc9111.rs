@@ -835,6 +835,38 @@ async fn rfc9111_4_3_1_a_response_stale_on_arrival_is_kept_to_be_revalidated(h: 
     assert_eq!(r.status, 504);
 }
 
+/// RFC 9111 §4.3.1 with the fill lock, for a response stale when it arrives (`max-age=0` and
+/// an `ETag`): one revalidation across two replicas for the requests that arrive while it
+/// runs; those waiting get its answer, which the handler gave after they arrived, instead of
+/// each asking the handler in turn. On the stores that share real time (the memory store's
+/// clock stands still in these tests, so no answer comes after an arrival).
+async fn rfc9111_4_3_1_waiting_requests_share_a_revalidation_of_a_response_stale_on_arrival(
+    h: Harness,
+) {
+    let calls = Calls::default();
+    let script = |_: &str, n| {
+        let headers = vec![
+            ("etag", "\"v1\"".into()),
+            ("cache-control", "max-age=0".into()),
+        ];
+        (if n == 1 { 200 } else { 304 }, headers)
+    };
+    let a = replica(h.cache().await.key_host(false), script, calls.clone()).await;
+    let b = replica(h.cache().await.key_host(false), script, calls.clone()).await;
+    assert_eq!(outcome(a, "/slow/s").await, "MISS");
+    let requests = (0..8).map(|i| get(if i % 2 == 0 { a } else { b }, "/slow/s", &[]));
+    let answers = futures_util::future::join_all(requests).await;
+    let mut revalidated = 0;
+    for r in &answers {
+        assert_eq!((r.status, r.text()), (200, "call 1".to_owned()));
+        let x_cache = r.header("x-cache").unwrap_or_default();
+        assert!(matches!(x_cache, "STALE" | "REVALIDATED"), "{x_cache}");
+        revalidated += usize::from(x_cache == "REVALIDATED");
+    }
+    assert_eq!(revalidated, 1);
+    assert_eq!(calls.conditions("/slow/s"), ["", "if-none-match: \"v1\""]);
+}
+
 backend_suite!(
     rfc9111_4_2_1_s_maxage_then_the_first_max_age,
     rfc9111_5_3_expires_sets_freshness_and_invalid_means_expired,
@@ -857,4 +889,8 @@ backend_suite!(
     rfc5861_4_after_a_failure_nobody_waits_for_the_origin,
     rfc9111_3_any_final_status_with_an_explicit_expiration_is_stored,
     rfc9111_4_3_1_a_response_stale_on_arrival_is_kept_to_be_revalidated,
+);
+
+backend_suite!(
+    redis_only: rfc9111_4_3_1_waiting_requests_share_a_revalidation_of_a_response_stale_on_arrival
 );
