@@ -867,6 +867,52 @@ async fn rfc9111_4_3_1_waiting_requests_share_a_revalidation_of_a_response_stale
     assert_eq!(calls.conditions("/slow/s"), ["", "if-none-match: \"v1\""]);
 }
 
+/// RFC 9111 §5.2.2.4: a `no-cache` response is never reused without the handler's `304`,
+/// whatever its lifetime: with a validator it is kept and every use asks the handler
+/// conditionally; without one it is not kept. It never stands in for a failing handler,
+/// even under the layer's `stale_if_error`.
+async fn rfc9111_5_2_2_4_a_no_cache_response_is_revalidated_on_every_use(h: Harness) {
+    let layer = h.cache().await.stale_if_error(Duration::from_secs(600));
+    let (addr, calls) = site(layer, |path, n| {
+        let mut headers = cc("no-cache, max-age=100");
+        if path != "/plain" {
+            headers.push(("etag", "\"v1\"".into()));
+        }
+        match (path, n) {
+            (_, 1) | ("/plain", _) => (200, headers),
+            (_, 2) => (304, headers),
+            _ => (503, Vec::new()),
+        }
+    })
+    .await;
+    for path in ["/nc", "/plain"] {
+        assert_eq!(outcome(addr, path).await, "MISS", "{path}");
+    }
+    let r = get(addr, "/nc", &[]).await;
+    assert_eq!((r.status, r.text()), (200, "call 1".to_owned()));
+    assert_eq!(r.header("x-cache"), Some("REVALIDATED"));
+    assert_eq!(calls.conditions("/nc"), ["", "if-none-match: \"v1\""]);
+    // The handler fails: its answer, not the stored copy.
+    let r = get(addr, "/nc", &[]).await;
+    assert_eq!((r.status, r.header("x-cache")), (503, Some("MISS")));
+    assert_eq!(outcome(addr, "/plain").await, "MISS");
+    assert_eq!(calls.conditions("/plain"), ["", ""]);
+}
+
+/// RFC 9111 §5.2.2.3: `must-understand` leaves `no-store` to the caches that do not know the
+/// response's status; the layer stores a `200` so marked, and not a `599`.
+async fn rfc9111_5_2_2_3_must_understand_with_a_known_status_overrides_no_store(h: Harness) {
+    let (addr, _) = site(h.cache().await, |path, _| {
+        let status = if path == "/known" { 200 } else { 599 };
+        (status, cc("max-age=100, no-store, must-understand"))
+    })
+    .await;
+    assert_eq!(outcome(addr, "/known").await, "MISS");
+    assert_eq!(outcome(addr, "/known").await, "HIT");
+    assert_eq!(outcome(addr, "/unknown").await, "MISS");
+    assert_eq!(outcome(addr, "/unknown").await, "MISS");
+}
+
 backend_suite!(
     rfc9111_4_2_1_s_maxage_then_the_first_max_age,
     rfc9111_5_3_expires_sets_freshness_and_invalid_means_expired,
@@ -889,6 +935,8 @@ backend_suite!(
     rfc5861_4_after_a_failure_nobody_waits_for_the_origin,
     rfc9111_3_any_final_status_with_an_explicit_expiration_is_stored,
     rfc9111_4_3_1_a_response_stale_on_arrival_is_kept_to_be_revalidated,
+    rfc9111_5_2_2_4_a_no_cache_response_is_revalidated_on_every_use,
+    rfc9111_5_2_2_3_must_understand_with_a_known_status_overrides_no_store,
 );
 
 backend_suite!(

@@ -74,7 +74,10 @@
 //!   (§5.2.2.3). A 5xx never replaces a copy kept for
 //!   [`stale_if_error`](CacheLayerBuilder::stale_if_error). The handler's headers rule, as
 //!   [RFC 9111 §4.2](https://www.rfc-editor.org/rfc/rfc9111#section-4.2) says:
-//!   `no-store`, `no-cache` and `private` are never cached; the freshness lifetime is
+//!   `no-store` (unless with `must-understand` and a status the layer knows, §5.2.2.3) and
+//!   `private` are never cached; `no-cache` is kept only with an `ETag` or a `Last-Modified`,
+//!   and then every use asks the handler first (§5.2.2.4: it is stored stale, see
+//!   [Revalidation](#revalidation)); the freshness lifetime is
 //!   `s-maxage` (this is a shared cache), else `max-age` (the first, when there are two),
 //!   else `Expires` − `Date` (an `Expires` that is not a valid date, such as `0`, is in the
 //!   past); a response with none of them is **not stored** unless the layer has a heuristic
@@ -221,6 +224,13 @@
 //! own `stale-if-error` allows. An entry with a validator is kept
 //! [`revalidate`](CacheLayerBuilder::revalidate) past its freshness (default 1 hour) for
 //! this; one inside its stale window is revalidated by the background refresh.
+//!
+//! A response that may not be reused without asking the handler, `no-cache` (§5.2.2.4) or
+//! stale when it arrives (`max-age=0`, a past `Expires`, an `Age` past its lifetime), is
+//! stored stale from the start when it has a validator, so that every use is such a
+//! conditional request; it is never served fresh, stale or in place of a failing handler,
+//! but to the requests that were waiting for the very answer that stored it (the handler
+//! gave it after they arrived). Without a validator it is not stored.
 //!
 //! # Unsafe methods
 //!
@@ -419,8 +429,8 @@
 //! - **Keys are opt-in.** `Vary` headers must be listed with [`vary`](CacheLayerBuilder::vary)
 //!   (a response that varies on another is not stored, never served to the wrong variant),
 //!   and credentials keep a request out of the cache unless keyed.
-//! - **More is refused than the RFC requires**: `no-cache` and `private` responses, and those
-//!   that set cookies, are never stored (a page that sets a cookie is one user's; storing it
+//! - **More is refused than the RFC requires**: responses that set cookies are never stored
+//!   (a page that sets a cookie is one user's; storing it
 //!   and dropping the cookie on reuse, as §3.1 allows, would still store a page rendered for
 //!   that user); a `stale-while-revalidate` or `stale-if-error` in a response marked
 //!   `must-revalidate` is not followed (the stricter directive wins); an error status is

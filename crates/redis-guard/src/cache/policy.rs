@@ -187,6 +187,19 @@ pub(crate) struct Life {
     pub(crate) age: u64,
 }
 
+impl Life {
+    /// A response kept only to be revalidated: stale from the start, never served stale, its
+    /// age on arrival `age`.
+    fn revalidated_on_use(age: Duration) -> Self {
+        Self {
+            fresh: Duration::ZERO,
+            stale: Duration::ZERO,
+            grace: Duration::ZERO,
+            age: age.as_secs(),
+        }
+    }
+}
+
 /// When a response arrived from the handler, and how long the handler took: what its age
 /// is counted from (RFC 9111 §4.2.3's `response_time`, and `response_delay`).
 #[derive(Clone, Copy, Debug)]
@@ -235,11 +248,23 @@ pub(crate) fn life(
     }
     vary_is_keyed(&res.headers, keyed)?;
     let cc = CacheControl::parse(&res.headers);
-    if cc.no_store || cc.private || cc.no_cache {
-        return Err("Cache-Control");
-    }
     if cc.must_understand && !understood_status(res.status) {
         return Err("must-understand with a status the cache does not know");
+    }
+    // `no-store` with `must-understand` is meant for the caches that do not know the status
+    // (RFC 9111 §5.2.2.3): one that knows it ignores the `no-store`.
+    if (cc.no_store && !cc.must_understand) || cc.unreadable || cc.private {
+        return Err("Cache-Control");
+    }
+    if cc.no_cache {
+        // RFC 9111 §5.2.2.4: never reused without the handler's `304`, whatever its lifetime.
+        if !has_validator(&res.headers) {
+            return Err("no-cache without a validator");
+        }
+        return Ok(Life::revalidated_on_use(received_age(
+            &res.headers,
+            arrival,
+        )));
     }
     let explicit = explicit_lifetime(&cc, &res.headers, arrival.at);
     let lifetime = match explicit {
@@ -259,12 +284,7 @@ pub(crate) fn life(
         if !has_validator(&res.headers) {
             return Err("stale when received");
         }
-        return Ok(Life {
-            fresh,
-            stale: Duration::ZERO,
-            grace: Duration::ZERO,
-            age: age.as_secs(),
-        });
+        return Ok(Life::revalidated_on_use(age));
     }
     Ok(Life {
         fresh,
@@ -333,7 +353,7 @@ fn http_date(value: &HeaderValue) -> Option<SystemTime> {
 /// `proxy-revalidate`), nor the layer's when it carries `s-maxage` (RFC 9111 §5.2.2.10: the
 /// semantics of `proxy-revalidate` for a shared cache).
 fn stale_window(cc: &CacheControl, limits: Lifetimes) -> Duration {
-    let window = if cc.must_revalidate || cc.proxy_revalidate {
+    let window = if cc.must_revalidate || cc.proxy_revalidate || cc.no_cache {
         Duration::ZERO
     } else if let Some(swr) = cc.swr {
         swr
@@ -348,10 +368,11 @@ fn stale_window(cc: &CacheControl, limits: Lifetimes) -> Duration {
 /// How long past its freshness a response may stand in for a failing handler: its
 /// `stale-if-error` (RFC 5861 §4), else the layer's `stale_if_error` (`layer`); never one
 /// marked `must-revalidate` or `proxy-revalidate` (RFC 9111 §5.2.2.2, §5.2.2.8), and the
-/// layer's window never one carrying `s-maxage` (§5.2.2.10). `no-cache` responses are never
-/// stored. Read from the stored headers too, so that it needs no field of its own.
+/// layer's window never one carrying `s-maxage` (§5.2.2.10), and none a `no-cache` one
+/// (§5.2.2.4: never reused without a successful revalidation). Read from the stored headers
+/// too, so that it needs no field of its own.
 fn grace_of(cc: &CacheControl, layer: Duration, max_ttl: Duration) -> Duration {
-    if cc.must_revalidate || cc.proxy_revalidate {
+    if cc.must_revalidate || cc.proxy_revalidate || cc.no_cache {
         Duration::ZERO
     } else if let Some(sie) = cc.sie {
         sie.min(max_ttl.max(layer))
@@ -425,6 +446,8 @@ struct CacheControl {
     no_store: bool,
     no_cache: bool,
     private: bool,
+    /// A value that is not text: what it says is hidden, so the response is not stored.
+    unreadable: bool,
     must_revalidate: bool,
     proxy_revalidate: bool,
     must_understand: bool,
@@ -440,7 +463,7 @@ impl CacheControl {
         for value in headers.get_all(CACHE_CONTROL) {
             // A value that is not text hides what it says: not cached.
             let Ok(value) = value.to_str() else {
-                cc.no_store = true;
+                cc.unreadable = true;
                 continue;
             };
             for (name, arg) in directives(value) {
@@ -449,8 +472,9 @@ impl CacheControl {
                 let age = || Some(secs().unwrap_or_default());
                 match name.to_ascii_lowercase().as_str() {
                     "no-store" => cc.no_store = true,
-                    // `no-cache="Set-Cookie"` names headers to drop on reuse; we store none of
-                    // those (a Set-Cookie is never cached), but be strict: not cached.
+                    // `no-cache="Set-Cookie"` names headers that need a revalidation before
+                    // reuse; it is taken as a plain `no-cache` (every reuse revalidated), as
+                    // RFC 9111 §5.2.2.4 notes caches often do.
                     "no-cache" => cc.no_cache = true,
                     "private" => cc.private = true,
                     "must-revalidate" => cc.must_revalidate = true,
@@ -728,6 +752,23 @@ mod tests {
         ] {
             assert!(life_of(&[("cache-control", refused)]).is_err(), "{refused}");
         }
+        // RFC 9111 §5.2.2.4: `no-cache` with a validator is kept to be revalidated on use.
+        let etag = ("etag", "\"a\"");
+        for no_cache in [
+            "no-cache",
+            "no-cache, max-age=60",
+            "no-cache=\"x-a\", max-age=60",
+        ] {
+            let l = life_of(&[("cache-control", no_cache), etag]).unwrap();
+            assert_eq!(
+                (l.fresh, l.stale, l.grace),
+                Default::default(),
+                "{no_cache}"
+            );
+        }
+        // RFC 9111 §5.2.2.3: `no-store` is for caches that do not know the status.
+        let understood = life_of(&[("cache-control", "max-age=60, no-store, must-understand")]);
+        assert_eq!(understood.unwrap().fresh, secs(60));
         assert!(life_of(&[("set-cookie", "a=b")]).is_err());
         assert!(life_of(&[("vary", "*")]).is_err());
         assert!(life_of(&[("vary", "accept-language")]).is_err());
