@@ -913,6 +913,33 @@ async fn rfc9111_5_2_2_3_must_understand_with_a_known_status_overrides_no_store(
     assert_eq!(outcome(addr, "/unknown").await, "MISS");
 }
 
+/// RFC 9111 §4.3.2: a client's `If-Modified-Since` is answered from a stored response without
+/// `Last-Modified` by its `Date`: `304` when the date given is not older than it.
+async fn rfc9111_4_3_2_if_modified_since_against_the_stored_date(h: Harness) {
+    let date = http_date(-100);
+    let stored = date.clone();
+    let (addr, calls) = site(h.cache().await, move |_, _| {
+        (
+            200,
+            vec![
+                ("cache-control", "max-age=1000".into()),
+                ("date", stored.clone()),
+            ],
+        )
+    })
+    .await;
+    assert_eq!(outcome(addr, "/d").await, "MISS");
+    let r = get(addr, "/d", &[("if-modified-since", &date)]).await;
+    assert_eq!((r.status, r.header("x-cache")), (304, Some("HIT")));
+    let later = http_date(0);
+    let r = get(addr, "/d", &[("if-modified-since", &later)]).await;
+    assert_eq!(r.status, 304);
+    let earlier = http_date(-200);
+    let r = get(addr, "/d", &[("if-modified-since", &earlier)]).await;
+    assert_eq!((r.status, r.text()), (200, "call 1".to_owned()));
+    assert_eq!(calls.of("/d"), 1);
+}
+
 backend_suite!(
     rfc9111_4_2_1_s_maxage_then_the_first_max_age,
     rfc9111_5_3_expires_sets_freshness_and_invalid_means_expired,
@@ -937,6 +964,7 @@ backend_suite!(
     rfc9111_4_3_1_a_response_stale_on_arrival_is_kept_to_be_revalidated,
     rfc9111_5_2_2_4_a_no_cache_response_is_revalidated_on_every_use,
     rfc9111_5_2_2_3_must_understand_with_a_known_status_overrides_no_store,
+    rfc9111_4_3_2_if_modified_since_against_the_stored_date,
 );
 
 backend_suite!(

@@ -376,7 +376,8 @@
 //! - its `If-None-Match` (every field line, a list of entity-tags) names the stored `ETag` by
 //!   weak comparison (`W/"a"` matches `"a"`), or is `*`;
 //! - or, only when it has no `If-None-Match`, its `If-Modified-Since` (one valid HTTP-date, in
-//!   any of the three forms) is not older than the stored `Last-Modified`.
+//!   any of the three forms) is not older than the stored `Last-Modified` (without one, the
+//!   stored `Date`: [RFC 9111 §4.3.2](https://www.rfc-editor.org/rfc/rfc9111#section-4.3.2)).
 //!
 //! A malformed header, or a list with one malformed member, is ignored: the full response.
 //! The `304` keeps `Cache-Control`, `Content-Location`, `Date`, `ETag`, `Expires`,
