@@ -940,6 +940,48 @@ async fn rfc9111_4_3_2_if_modified_since_against_the_stored_date(h: Harness) {
     assert_eq!(calls.of("/d"), 1);
 }
 
+/// RFC 9111 §4.3.3 and §4.3.1: when the handler answers the layer's conditional request with
+/// a `200` and a new `ETag`, the entry is replaced, validator included: clients holding the
+/// old `ETag` get the new response, those holding the new one a `304`, and the next
+/// revalidation asks with the new one.
+async fn rfc9111_4_3_3_a_new_etag_replaces_the_entry_and_its_validator(h: Harness) {
+    let (addr, calls) = site(h.cache().await, |_, n| {
+        let (status, etag) = match n {
+            1 => (200, "\"v1\""),
+            2 => (200, "\"v2\""),
+            _ => (304, "\"v2\""),
+        };
+        (
+            status,
+            vec![
+                ("etag", etag.into()),
+                ("cache-control", "max-age=10".into()),
+            ],
+        )
+    })
+    .await;
+    assert_eq!(outcome(addr, "/e").await, "MISS");
+    h.wait(Duration::from_secs(11)).await;
+    let r = get(addr, "/e", &[("if-none-match", "\"v1\"")]).await;
+    assert_eq!((r.status, r.text()), (200, "call 2".to_owned()));
+    assert_eq!(r.header("etag"), Some("\"v2\""));
+    let r = get(addr, "/e", &[("if-none-match", "\"v1\"")]).await;
+    assert_eq!((r.status, r.text()), (200, "call 2".to_owned()));
+    assert_eq!(r.header("x-cache"), Some("HIT"));
+    let r = get(addr, "/e", &[("if-none-match", "\"v2\"")]).await;
+    assert_eq!((r.status, r.header("x-cache")), (304, Some("HIT")));
+    h.wait(Duration::from_secs(11)).await;
+    let r = get(addr, "/e", &[]).await;
+    assert_eq!(
+        (r.text(), r.header("x-cache")),
+        ("call 2".to_owned(), Some("REVALIDATED"))
+    );
+    assert_eq!(
+        calls.conditions("/e"),
+        ["", "if-none-match: \"v1\"", "if-none-match: \"v2\""]
+    );
+}
+
 backend_suite!(
     rfc9111_4_2_1_s_maxage_then_the_first_max_age,
     rfc9111_5_3_expires_sets_freshness_and_invalid_means_expired,
@@ -965,6 +1007,7 @@ backend_suite!(
     rfc9111_5_2_2_4_a_no_cache_response_is_revalidated_on_every_use,
     rfc9111_5_2_2_3_must_understand_with_a_known_status_overrides_no_store,
     rfc9111_4_3_2_if_modified_since_against_the_stored_date,
+    rfc9111_4_3_3_a_new_etag_replaces_the_entry_and_its_validator,
 );
 
 backend_suite!(
