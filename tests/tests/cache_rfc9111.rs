@@ -982,6 +982,34 @@ async fn rfc9111_4_3_3_a_new_etag_replaces_the_entry_and_its_validator(h: Harnes
     );
 }
 
+/// RFC 9111 §3 with RFC 5861 §4: a 5xx that states an explicit expiration is stored like any
+/// response, but never in place of a copy kept for `stale_if_error`: the copy goes on
+/// answering for the failing handler.
+async fn rfc5861_4_a_server_error_never_replaces_a_copy_kept_for_stale_if_error(h: Harness) {
+    let layer = h.cache().await.stale_if_error(Duration::from_secs(60));
+    let (addr, calls) = site(layer, |path, n| {
+        if path == "/kept" && n == 1 {
+            (200, cc("max-age=10"))
+        } else {
+            (503, cc("max-age=100"))
+        }
+    })
+    .await;
+    assert_eq!(outcome(addr, "/kept").await, "MISS");
+    h.wait(Duration::from_secs(11)).await;
+    for _ in 0..2 {
+        let r = get(addr, "/kept", &[]).await;
+        assert_eq!((r.status, r.text()), (200, "call 1".to_owned()));
+        assert_eq!(r.header("x-cache"), Some("STALE"));
+    }
+    assert_eq!(calls.of("/kept"), 2);
+    // With no copy to stand in, the 503 is the handler's answer, and stored as it says.
+    let r = get(addr, "/none", &[]).await;
+    assert_eq!((r.status, r.header("x-cache")), (503, Some("MISS")));
+    let r = get(addr, "/none", &[]).await;
+    assert_eq!((r.status, r.header("x-cache")), (503, Some("HIT")));
+}
+
 backend_suite!(
     rfc9111_4_2_1_s_maxage_then_the_first_max_age,
     rfc9111_5_3_expires_sets_freshness_and_invalid_means_expired,
@@ -1008,6 +1036,7 @@ backend_suite!(
     rfc9111_5_2_2_3_must_understand_with_a_known_status_overrides_no_store,
     rfc9111_4_3_2_if_modified_since_against_the_stored_date,
     rfc9111_4_3_3_a_new_etag_replaces_the_entry_and_its_validator,
+    rfc5861_4_a_server_error_never_replaces_a_copy_kept_for_stale_if_error,
 );
 
 backend_suite!(
