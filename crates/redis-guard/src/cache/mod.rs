@@ -431,11 +431,12 @@
 //!   (a response that varies on another is not stored, never served to the wrong variant),
 //!   and credentials keep a request out of the cache unless keyed.
 //! - **More is refused than the RFC requires**: responses that set cookies are never stored
-//!   (a page that sets a cookie is one user's; storing it
-//!   and dropping the cookie on reuse, as §3.1 allows, would still store a page rendered for
-//!   that user); a `stale-while-revalidate` or `stale-if-error` in a response marked
-//!   `must-revalidate` is not followed (the stricter directive wins); an error status is
-//!   stored only with an explicit expiration, never under the heuristic.
+//!   (a page that sets a cookie is one user's; storing it and dropping the cookie on reuse,
+//!   as §3.1 allows, would still store a page rendered for that user); a
+//!   `stale-while-revalidate` or `stale-if-error` in a response marked `must-revalidate` is
+//!   not followed (the stricter directive wins); an error status is stored only with an
+//!   explicit expiration, never under the heuristic; a `no-cache` response only with a
+//!   validator (it is revalidated on every use).
 //! - **No partial content**: a `Range` request is answered by the handler and a `206` is
 //!   never stored or combined (§3.3, §3.4); a full entry is served whole.
 //! - **Stale only where allowed by name**: a handler that fails (or a connection it drops) is

@@ -256,17 +256,21 @@ pub(crate) fn life(
     if (cc.no_store && !cc.must_understand) || cc.unreadable || cc.private {
         return Err("Cache-Control");
     }
+    let explicit = explicit_lifetime(&cc, &res.headers, arrival.at);
     if cc.no_cache {
-        // RFC 9111 §5.2.2.4: never reused without the handler's `304`, whatever its lifetime.
+        // RFC 9111 §5.2.2.4: never reused without the handler's `304`, whatever its lifetime
+        // (it needs none); an error only when the handler says how long it lasts.
         if !has_validator(&res.headers) {
             return Err("no-cache without a validator");
+        }
+        if explicit.is_none() && !heuristic_status(res.status) {
+            return Err("status not cached without an explicit expiration");
         }
         return Ok(Life::revalidated_on_use(received_age(
             &res.headers,
             arrival,
         )));
     }
-    let explicit = explicit_lifetime(&cc, &res.headers, arrival.at);
     let lifetime = match explicit {
         Some(lifetime) => lifetime,
         None if !heuristic_status(res.status) => {
@@ -766,6 +770,17 @@ mod tests {
                 "{no_cache}"
             );
         }
+        let error = |cc: &str| {
+            let mut parts = res(&[("cache-control", cc), etag]);
+            parts.status = StatusCode::NOT_FOUND;
+            let keyed = KeyPolicy::default();
+            life(&parts, &keyed, LIMITS, Duration::ZERO, arrival())
+        };
+        assert!(
+            error("no-cache").is_err(),
+            "an error needs an explicit expiration"
+        );
+        assert!(error("no-cache, max-age=60").is_ok());
         // RFC 9111 §5.2.2.3: `no-store` is for caches that do not know the status.
         let understood = life_of(&[("cache-control", "max-age=60, no-store, must-understand")]);
         assert_eq!(understood.unwrap().fresh, secs(60));
