@@ -228,9 +228,11 @@
 //! A response that may not be reused without asking the handler, `no-cache` (§5.2.2.4) or
 //! stale when it arrives (`max-age=0`, a past `Expires`, an `Age` past its lifetime), is
 //! stored stale from the start when it has a validator, so that every use is such a
-//! conditional request; it is never served fresh, stale or in place of a failing handler,
-//! but to the requests that were waiting for the very answer that stored it (the handler
-//! gave it after they arrived). Without a validator it is not stored.
+//! conditional request. It is never a hit, nor served inside a stale window; a `no-cache`
+//! one never stands in for a failing handler either, while one that was only stale on
+//! arrival does where `stale_if_error` allows, as any stale entry. The requests that were
+//! waiting for the very answer that stored it get it (the handler gave it after they
+//! arrived). Without a validator it is not stored.
 //!
 //! # Unsafe methods
 //!
