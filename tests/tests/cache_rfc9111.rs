@@ -723,6 +723,293 @@ async fn rfc5861_4_after_a_failure_nobody_waits_for_the_origin(h: Harness) {
     calls.held.add_permits(10);
 }
 
+/// RFC 9111 §3: a response with any final status may be stored when it states an explicit
+/// expiration (§4.2.1); without one only a heuristically cacheable status is, under the
+/// heuristic. A status the cache does not know, marked `must-understand`, is not stored
+/// (§5.2.2.3); nor is a `206` (the layer does not combine partial content).
+async fn rfc9111_3_any_final_status_with_an_explicit_expiration_is_stored(h: Harness) {
+    let layer = h.cache().await.ttl(Duration::from_secs(60));
+    let (addr, calls) = site(layer, |path, _| {
+        let status: u16 = path[1..4].parse().expect("a status");
+        let headers = match &path[4..] {
+            "/explicit" => cc("max-age=100"),
+            "/expires" => vec![("date", http_date(0)), ("expires", http_date(100))],
+            "/understood" => cc("max-age=100, must-understand"),
+            _ => Vec::new(),
+        };
+        (status, headers)
+    })
+    .await;
+    for status in [
+        200, 203, 299, 302, 303, 307, 400, 403, 499, 500, 502, 503, 599,
+    ] {
+        for tail in ["/explicit", "/expires"] {
+            let path = format!("/{status}{tail}");
+            assert_eq!(outcome(addr, &path).await, "MISS", "{path}");
+            let r = get(addr, &path, &[]).await;
+            assert_eq!(
+                (r.status, r.text()),
+                (status, "call 1".to_owned()),
+                "{path}"
+            );
+            assert_eq!(r.header("x-cache"), Some("HIT"), "{path}");
+        }
+    }
+    // The heuristic covers only statuses that are heuristically cacheable and not errors.
+    for (status, hit) in [
+        (200, true),
+        (301, true),
+        (302, false),
+        (404, false),
+        (500, false),
+    ] {
+        let path = format!("/{status}/silent");
+        get(addr, &path, &[]).await;
+        let expected = if hit { "HIT" } else { "MISS" };
+        assert_eq!(outcome(addr, &path).await, expected, "{path}");
+    }
+    for (status, hit) in [(200, true), (599, false), (206, false)] {
+        let path = format!("/{status}/understood");
+        get(addr, &path, &[]).await;
+        let expected = if hit { "HIT" } else { "MISS" };
+        assert_eq!(outcome(addr, &path).await, expected, "{path}");
+    }
+    assert_eq!(calls.of("/599/understood"), 2);
+    // Stale after its lifetime, whatever the status.
+    h.wait(Duration::from_secs(101)).await;
+    assert_eq!(outcome(addr, "/503/explicit").await, "MISS");
+}
+
+/// RFC 9111 §4.2.1, §4.2.3 and §4.3.1: a response that is stale when it arrives (`max-age=0`,
+/// or an `Age` past its lifetime) is never served without asking the handler; when it has
+/// a validator it is kept, so that the next request asks the handler conditionally and a
+/// `304` answers from it. Without a validator it is not kept: the next request is a plain
+/// one.
+async fn rfc9111_4_3_1_a_response_stale_on_arrival_is_kept_to_be_revalidated(h: Harness) {
+    let (addr, calls) = site(h.cache().await, |path, n| {
+        let mut headers = match path {
+            "/aged" => vec![
+                ("cache-control", "max-age=100".to_owned()),
+                ("age", "150".to_owned()),
+                ("last-modified", "Tue, 01 Jan 2019 00:00:00 GMT".to_owned()),
+            ],
+            "/plain" => cc("max-age=0"),
+            _ => vec![
+                ("cache-control", "max-age=0".to_owned()),
+                ("etag", "\"v1\"".to_owned()),
+            ],
+        };
+        headers.push(("x-call", n.to_string()));
+        (if n > 1 && path != "/plain" { 304 } else { 200 }, headers)
+    })
+    .await;
+    for path in ["/zero", "/aged", "/plain"] {
+        let r = get(addr, path, &[]).await;
+        assert_eq!((r.status, r.text()), (200, "call 1".to_owned()), "{path}");
+        assert_eq!(r.header("x-cache"), Some("MISS"), "{path}");
+    }
+    for round in 2..=3 {
+        for path in ["/zero", "/aged"] {
+            let r = get(addr, path, &[]).await;
+            assert_eq!((r.status, r.text()), (200, "call 1".to_owned()), "{path}");
+            assert_eq!(r.header("x-cache"), Some("REVALIDATED"), "{path}");
+            assert_eq!(
+                r.header("x-call"),
+                Some(round.to_string().as_str()),
+                "{path}"
+            );
+        }
+        let r = get(addr, "/plain", &[]).await;
+        assert_eq!(r.text(), format!("call {round}"));
+        assert_eq!(r.header("x-cache"), Some("MISS"));
+    }
+    assert_eq!(
+        calls.conditions("/zero"),
+        ["", "if-none-match: \"v1\"", "if-none-match: \"v1\""]
+    );
+    let since = "if-modified-since: Tue, 01 Jan 2019 00:00:00 GMT";
+    assert_eq!(calls.conditions("/aged"), ["", since, since]);
+    assert_eq!(calls.conditions("/plain"), ["", "", ""]);
+    // A client that asks only for what is stored gets nothing stale on arrival.
+    let r = get(addr, "/zero", &[("cache-control", "only-if-cached")]).await;
+    assert_eq!(r.status, 504);
+}
+
+/// RFC 9111 §4.3.1 with the fill lock, for a response stale when it arrives (`max-age=0` and
+/// an `ETag`): one revalidation across two replicas for the requests that arrive while it
+/// runs; those waiting get its answer, which the handler gave after they arrived, instead of
+/// each asking the handler in turn. On the stores that share real time (the memory store's
+/// clock stands still in these tests, so no answer comes after an arrival).
+async fn rfc9111_4_3_1_waiting_requests_share_a_revalidation_of_a_response_stale_on_arrival(
+    h: Harness,
+) {
+    let calls = Calls::default();
+    let script = |_: &str, n| {
+        let headers = vec![
+            ("etag", "\"v1\"".into()),
+            ("cache-control", "max-age=0".into()),
+        ];
+        (if n == 1 { 200 } else { 304 }, headers)
+    };
+    let a = replica(h.cache().await.key_host(false), script, calls.clone()).await;
+    let b = replica(h.cache().await.key_host(false), script, calls.clone()).await;
+    assert_eq!(outcome(a, "/slow/s").await, "MISS");
+    let requests = (0..8).map(|i| get(if i % 2 == 0 { a } else { b }, "/slow/s", &[]));
+    let answers = futures_util::future::join_all(requests).await;
+    let mut revalidated = 0;
+    for r in &answers {
+        assert_eq!((r.status, r.text()), (200, "call 1".to_owned()));
+        let x_cache = r.header("x-cache").unwrap_or_default();
+        assert!(matches!(x_cache, "STALE" | "REVALIDATED"), "{x_cache}");
+        revalidated += usize::from(x_cache == "REVALIDATED");
+    }
+    assert_eq!(revalidated, 1);
+    assert_eq!(calls.conditions("/slow/s"), ["", "if-none-match: \"v1\""]);
+}
+
+/// RFC 9111 §5.2.2.4: a `no-cache` response is never reused without the handler's `304`,
+/// whatever its lifetime: with a validator it is kept and every use asks the handler
+/// conditionally; without one it is not kept. It never stands in for a failing handler,
+/// even under the layer's `stale_if_error`.
+async fn rfc9111_5_2_2_4_a_no_cache_response_is_revalidated_on_every_use(h: Harness) {
+    let layer = h.cache().await.stale_if_error(Duration::from_secs(600));
+    let (addr, calls) = site(layer, |path, n| {
+        let mut headers = cc("no-cache, max-age=100");
+        if path != "/plain" {
+            headers.push(("etag", "\"v1\"".into()));
+        }
+        match (path, n) {
+            (_, 1) | ("/plain", _) => (200, headers),
+            (_, 2) => (304, headers),
+            _ => (503, Vec::new()),
+        }
+    })
+    .await;
+    for path in ["/nc", "/plain"] {
+        assert_eq!(outcome(addr, path).await, "MISS", "{path}");
+    }
+    let r = get(addr, "/nc", &[]).await;
+    assert_eq!((r.status, r.text()), (200, "call 1".to_owned()));
+    assert_eq!(r.header("x-cache"), Some("REVALIDATED"));
+    assert_eq!(calls.conditions("/nc"), ["", "if-none-match: \"v1\""]);
+    // The handler fails: its answer, not the stored copy.
+    let r = get(addr, "/nc", &[]).await;
+    assert_eq!((r.status, r.header("x-cache")), (503, Some("MISS")));
+    assert_eq!(outcome(addr, "/plain").await, "MISS");
+    assert_eq!(calls.conditions("/plain"), ["", ""]);
+}
+
+/// RFC 9111 §5.2.2.3: `must-understand` leaves `no-store` to the caches that do not know the
+/// response's status; the layer stores a `200` so marked, and not a `599`.
+async fn rfc9111_5_2_2_3_must_understand_with_a_known_status_overrides_no_store(h: Harness) {
+    let (addr, _) = site(h.cache().await, |path, _| {
+        let status = if path == "/known" { 200 } else { 599 };
+        (status, cc("max-age=100, no-store, must-understand"))
+    })
+    .await;
+    assert_eq!(outcome(addr, "/known").await, "MISS");
+    assert_eq!(outcome(addr, "/known").await, "HIT");
+    assert_eq!(outcome(addr, "/unknown").await, "MISS");
+    assert_eq!(outcome(addr, "/unknown").await, "MISS");
+}
+
+/// RFC 9111 §4.3.2: a client's `If-Modified-Since` is answered from a stored response without
+/// `Last-Modified` by its `Date`: `304` when the date given is not older than it.
+async fn rfc9111_4_3_2_if_modified_since_against_the_stored_date(h: Harness) {
+    let date = http_date(-100);
+    let stored = date.clone();
+    let (addr, calls) = site(h.cache().await, move |_, _| {
+        (
+            200,
+            vec![
+                ("cache-control", "max-age=1000".into()),
+                ("date", stored.clone()),
+            ],
+        )
+    })
+    .await;
+    assert_eq!(outcome(addr, "/d").await, "MISS");
+    let r = get(addr, "/d", &[("if-modified-since", &date)]).await;
+    assert_eq!((r.status, r.header("x-cache")), (304, Some("HIT")));
+    let later = http_date(0);
+    let r = get(addr, "/d", &[("if-modified-since", &later)]).await;
+    assert_eq!(r.status, 304);
+    let earlier = http_date(-200);
+    let r = get(addr, "/d", &[("if-modified-since", &earlier)]).await;
+    assert_eq!((r.status, r.text()), (200, "call 1".to_owned()));
+    assert_eq!(calls.of("/d"), 1);
+}
+
+/// RFC 9111 §4.3.3 and §4.3.1: when the handler answers the layer's conditional request with
+/// a `200` and a new `ETag`, the entry is replaced, validator included: clients holding the
+/// old `ETag` get the new response, those holding the new one a `304`, and the next
+/// revalidation asks with the new one.
+async fn rfc9111_4_3_3_a_new_etag_replaces_the_entry_and_its_validator(h: Harness) {
+    let (addr, calls) = site(h.cache().await, |_, n| {
+        let (status, etag) = match n {
+            1 => (200, "\"v1\""),
+            2 => (200, "\"v2\""),
+            _ => (304, "\"v2\""),
+        };
+        (
+            status,
+            vec![
+                ("etag", etag.into()),
+                ("cache-control", "max-age=10".into()),
+            ],
+        )
+    })
+    .await;
+    assert_eq!(outcome(addr, "/e").await, "MISS");
+    h.wait(Duration::from_secs(11)).await;
+    let r = get(addr, "/e", &[("if-none-match", "\"v1\"")]).await;
+    assert_eq!((r.status, r.text()), (200, "call 2".to_owned()));
+    assert_eq!(r.header("etag"), Some("\"v2\""));
+    let r = get(addr, "/e", &[("if-none-match", "\"v1\"")]).await;
+    assert_eq!((r.status, r.text()), (200, "call 2".to_owned()));
+    assert_eq!(r.header("x-cache"), Some("HIT"));
+    let r = get(addr, "/e", &[("if-none-match", "\"v2\"")]).await;
+    assert_eq!((r.status, r.header("x-cache")), (304, Some("HIT")));
+    h.wait(Duration::from_secs(11)).await;
+    let r = get(addr, "/e", &[]).await;
+    assert_eq!(
+        (r.text(), r.header("x-cache")),
+        ("call 2".to_owned(), Some("REVALIDATED"))
+    );
+    assert_eq!(
+        calls.conditions("/e"),
+        ["", "if-none-match: \"v1\"", "if-none-match: \"v2\""]
+    );
+}
+
+/// RFC 9111 §3 with RFC 5861 §4: a 5xx that states an explicit expiration is stored like any
+/// response, but never in place of a copy kept for `stale_if_error`: the copy goes on
+/// answering for the failing handler.
+async fn rfc5861_4_a_server_error_never_replaces_a_copy_kept_for_stale_if_error(h: Harness) {
+    let layer = h.cache().await.stale_if_error(Duration::from_secs(60));
+    let (addr, calls) = site(layer, |path, n| {
+        if path == "/kept" && n == 1 {
+            (200, cc("max-age=10"))
+        } else {
+            (503, cc("max-age=100"))
+        }
+    })
+    .await;
+    assert_eq!(outcome(addr, "/kept").await, "MISS");
+    h.wait(Duration::from_secs(11)).await;
+    for _ in 0..2 {
+        let r = get(addr, "/kept", &[]).await;
+        assert_eq!((r.status, r.text()), (200, "call 1".to_owned()));
+        assert_eq!(r.header("x-cache"), Some("STALE"));
+    }
+    assert_eq!(calls.of("/kept"), 2);
+    // With no copy to stand in, the 503 is the handler's answer, and stored as it says.
+    let r = get(addr, "/none", &[]).await;
+    assert_eq!((r.status, r.header("x-cache")), (503, Some("MISS")));
+    let r = get(addr, "/none", &[]).await;
+    assert_eq!((r.status, r.header("x-cache")), (503, Some("HIT")));
+}
+
 backend_suite!(
     rfc9111_4_2_1_s_maxage_then_the_first_max_age,
     rfc9111_5_3_expires_sets_freshness_and_invalid_means_expired,
@@ -743,4 +1030,15 @@ backend_suite!(
     rfc9111_4_3_2_the_clients_condition_on_a_revalidated_entry,
     rfc9111_4_3_one_revalidation_across_replicas,
     rfc5861_4_after_a_failure_nobody_waits_for_the_origin,
+    rfc9111_3_any_final_status_with_an_explicit_expiration_is_stored,
+    rfc9111_4_3_1_a_response_stale_on_arrival_is_kept_to_be_revalidated,
+    rfc9111_5_2_2_4_a_no_cache_response_is_revalidated_on_every_use,
+    rfc9111_5_2_2_3_must_understand_with_a_known_status_overrides_no_store,
+    rfc9111_4_3_2_if_modified_since_against_the_stored_date,
+    rfc9111_4_3_3_a_new_etag_replaces_the_entry_and_its_validator,
+    rfc5861_4_a_server_error_never_replaces_a_copy_kept_for_stale_if_error,
+);
+
+backend_suite!(
+    redis_only: rfc9111_4_3_1_waiting_requests_share_a_revalidation_of_a_response_stale_on_arrival
 );

@@ -25,8 +25,8 @@ const UNAVAILABLE: u8 = 1;
 const BROKEN: u8 = 2;
 
 /// The origin behind the cache: answers `v<version>` (fresh 10 s, tagged `products`), or
-/// 503, or an error of the service, once through its gate (which counts its calls), after
-/// its delay.
+/// 503 (saying nothing of its freshness, so never stored), or an error of the service, once
+/// through its gate (which counts its calls), after its delay.
 #[derive(Clone, Default)]
 struct Origin {
     mode: Arc<AtomicU8>,
@@ -60,10 +60,13 @@ impl Origin {
             tokio::time::sleep(Duration::from_millis(delay)).await;
         }
         let body = format!("v{}", self.gate.version());
-        let res = Response::builder().header("cache-control", "max-age=10");
+        let res = Response::builder();
         match self.mode.load(Ordering::SeqCst) {
             OK => {
-                let mut res = res.body(Full::new(Bytes::from(body))).expect("response");
+                let mut res = res
+                    .header("cache-control", "max-age=10")
+                    .body(Full::new(Bytes::from(body)))
+                    .expect("response");
                 res.extensions_mut().insert(CacheTags::new(["products"]));
                 Ok(res)
             }

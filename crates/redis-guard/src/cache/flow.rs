@@ -435,6 +435,9 @@ impl Call {
             Err("the request carried a session")
         } else if matches!(renewed, Some((false, ..))) {
             Err("the 304 names another representation than the stored one")
+        } else if kept && parts.status.is_server_error() {
+            // The copy answers in its place (stale_if_error): a 5xx never replaces it.
+            Err("a server error while a copy may stand in")
         } else {
             let arrival = Arrival {
                 at: SystemTime::now(),
@@ -500,12 +503,21 @@ impl Call {
         } else {
             encode(&self.digest, parts.status, &parts.headers, &tags, &bytes)
         };
+        let kept = self.kept(&parts.headers, life.grace);
+        if life.fresh.is_zero() && kept.is_zero() {
+            // Stale when received, and the layer keeps nothing to revalidate.
+            tracing::debug!(key = %self.digest, "stale when received, no revalidation window: not cached");
+            if holds {
+                self.pass(started).await;
+            }
+            return Ok(self.finish(parts, ResponseBody::full(bytes), false));
+        }
         let write = Write {
             kind: Kind::Entry,
             started,
             fresh: life.fresh.saturating_sub(jitter),
             stale: life.stale,
-            grace: self.kept(&parts.headers, life.grace),
+            grace: kept,
             blob,
         };
         let stored = match shared.store.0.write(self.key(), write).await {

@@ -297,6 +297,9 @@ impl Call {
         deadline: Option<tokio::time::Instant>,
         usable: impl Fn(&Entry) -> bool,
     ) -> Waited {
+        // An entry fresh when this request arrived answers it, even if stale now: one stored
+        // stale when received (only to be revalidated) came from the handler after it did.
+        let arrived = now;
         let stampede = self.shared.stampede;
         let lock = self.shared.store.0.lock();
         let name = self.lock_name();
@@ -304,7 +307,7 @@ impl Call {
         let mut pause = Duration::from_millis(2);
         loop {
             match lock.try_acquire(&name, stampede.lease).await {
-                Ok(Some(guard)) => return self.leased(guard, &usable).await,
+                Ok(Some(guard)) => return self.leased(guard, &usable, arrived).await,
                 Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "cache fill lock unavailable: computing without it");
@@ -326,6 +329,9 @@ impl Call {
                 Look::Fresh(entry, at) | Look::Stale(entry, at) if usable(&entry) => {
                     return Waited::Filled(entry, at);
                 }
+                Look::Expired(entry, at) if usable(&entry) && entry.times.fresh_until > arrived => {
+                    return Waited::Filled(entry, at);
+                }
                 // The holder's fill failed: nobody else queues behind the origin.
                 Look::Failing { entry, at, .. } if usable(&entry) => {
                     return Waited::Rescued(entry, at);
@@ -344,10 +350,19 @@ impl Call {
     }
 
     /// What the key holds once this request has the lease: whoever held it before may have
-    /// filled it since our read (then the lease goes back).
-    async fn leased(&self, guard: LockGuard, usable: &impl Fn(&Entry) -> bool) -> Waited {
+    /// filled it since our read at `arrived` (then the lease goes back).
+    async fn leased(
+        &self,
+        guard: LockGuard,
+        usable: &impl Fn(&Entry) -> bool,
+        arrived: u64,
+    ) -> Waited {
         let (at, prior) = match self.look().await {
             Look::Fresh(entry, at) if usable(&entry) => {
+                release(guard).await;
+                return Waited::Filled(entry, at);
+            }
+            Look::Expired(entry, at) if usable(&entry) && entry.times.fresh_until > arrived => {
                 release(guard).await;
                 return Waited::Filled(entry, at);
             }

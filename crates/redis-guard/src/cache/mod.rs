@@ -65,18 +65,30 @@
 //!   and `only-if-cached` (`504` when nothing is stored) are followed; the directives that
 //!   would make the server recompute are not (see
 //!   [Differences from an HTTP cache](#differences-from-an-http-cache)).
-//! - **Responses**: statuses 200, 203, 204, 300, 301 and 308; the errors 404, 405, 410, 414 and
-//!   501 only with an explicit expiration (any path spelling is a 404 of its own: a heuristic
-//!   lifetime would let a client fill the store). The handler's headers rule, as
+//! - **Responses**: any final status but `206` and `304` when the response states an explicit
+//!   expiration ([RFC 9111 §3](https://www.rfc-editor.org/rfc/rfc9111#section-3): a `302`, a
+//!   `404` or a `503` with `max-age=60` is stored); under the heuristic
+//!   [`ttl`](CacheLayerBuilder::ttl), only 200, 203, 204, 300, 301 and 308 (no error: any path
+//!   spelling is a 404 of its own, and a heuristic lifetime would let a client fill the
+//!   store). A response marked `must-understand` is stored only with a status the layer knows
+//!   (§5.2.2.3). A 5xx never replaces a copy kept for
+//!   [`stale_if_error`](CacheLayerBuilder::stale_if_error). The handler's headers rule, as
 //!   [RFC 9111 §4.2](https://www.rfc-editor.org/rfc/rfc9111#section-4.2) says:
-//!   `no-store`, `no-cache` and `private` are never cached; the freshness lifetime is
+//!   `no-store` (unless with `must-understand` and a status the layer knows, §5.2.2.3) and
+//!   `private` are never cached; `no-cache` is kept only with an `ETag` or a `Last-Modified`,
+//!   and then every use asks the handler first (§5.2.2.4: it is stored stale, see
+//!   [Revalidation](#revalidation)); the freshness lifetime is
 //!   `s-maxage` (this is a shared cache), else `max-age` (the first, when there are two),
 //!   else `Expires` − `Date` (an `Expires` that is not a valid date, such as `0`, is in the
 //!   past); a response with none of them is **not stored** unless the layer has a heuristic
 //!   [`ttl`](CacheLayerBuilder::ttl) (off by default). The response's age on arrival
 //!   (its `Age`, plus the time the handler took, or the time since its `Date` when larger)
 //!   counts against that lifetime: a response older than its lifetime, `max-age=0` or a past
-//!   `Expires` is not cached. Capped by [`max_ttl`](CacheLayerBuilder::max_ttl).
+//!   `Expires` is never served without asking the handler: it is kept only when it has an
+//!   `ETag` or a `Last-Modified`, for the [`revalidate`](CacheLayerBuilder::revalidate) window,
+//!   so that the next request revalidates it (see [Revalidation](#revalidation)); the requests
+//!   that waited for the fill that stored it get it. Capped by
+//!   [`max_ttl`](CacheLayerBuilder::max_ttl).
 //!   `stale-while-revalidate` sets the stale window (none: [`stale`](CacheLayerBuilder::stale),
 //!   zero); `must-revalidate` and `proxy-revalidate` forbid any, and `s-maxage` the layer's.
 //! - **Never cached**: a response with `Set-Cookie`; one with `Vary: *`, or whose `Vary` names a
@@ -212,6 +224,15 @@
 //! own `stale-if-error` allows. An entry with a validator is kept
 //! [`revalidate`](CacheLayerBuilder::revalidate) past its freshness (default 1 hour) for
 //! this; one inside its stale window is revalidated by the background refresh.
+//!
+//! A response that may not be reused without asking the handler, `no-cache` (§5.2.2.4) or
+//! stale when it arrives (`max-age=0`, a past `Expires`, an `Age` past its lifetime), is
+//! stored stale from the start when it has a validator, so that every use is such a
+//! conditional request. It is never a hit, nor served inside a stale window; a `no-cache`
+//! one never stands in for a failing handler either, while one that was only stale on
+//! arrival does where `stale_if_error` allows, as any stale entry. The requests that were
+//! waiting for the very answer that stored it get it (the handler gave it after they
+//! arrived). Without a validator it is not stored.
 //!
 //! # Unsafe methods
 //!
@@ -358,7 +379,8 @@
 //! - its `If-None-Match` (every field line, a list of entity-tags) names the stored `ETag` by
 //!   weak comparison (`W/"a"` matches `"a"`), or is `*`;
 //! - or, only when it has no `If-None-Match`, its `If-Modified-Since` (one valid HTTP-date, in
-//!   any of the three forms) is not older than the stored `Last-Modified`.
+//!   any of the three forms) is not older than the stored `Last-Modified` (without one, the
+//!   stored `Date`: [RFC 9111 §4.3.2](https://www.rfc-editor.org/rfc/rfc9111#section-4.3.2)).
 //!
 //! A malformed header, or a list with one malformed member, is ignored: the full response.
 //! The `304` keeps `Cache-Control`, `Content-Location`, `Date`, `ETag`, `Expires`,
@@ -411,9 +433,24 @@
 //! - **Keys are opt-in.** `Vary` headers must be listed with [`vary`](CacheLayerBuilder::vary)
 //!   (a response that varies on another is not stored, never served to the wrong variant),
 //!   and credentials keep a request out of the cache unless keyed.
-//! - **More is refused than the RFC requires**: `no-cache` and `private` responses, and those
-//!   that set cookies, are never stored; a `stale-while-revalidate` or `stale-if-error` in a
-//!   response marked `must-revalidate` is not followed (the stricter directive wins).
+//! - **More is refused than the RFC requires**: responses that set cookies are never stored
+//!   (a page that sets a cookie is one user's; storing it and dropping the cookie on reuse,
+//!   as §3.1 allows, would still store a page rendered for that user); a
+//!   `stale-while-revalidate` or `stale-if-error` in a response marked `must-revalidate` is
+//!   not followed (the stricter directive wins); an error status is stored only with an
+//!   explicit expiration, never under the heuristic; a `no-cache` response only with a
+//!   validator (it is revalidated on every use).
+//! - **No partial content**: a `Range` request is answered by the handler and a `206` is
+//!   never stored or combined (§3.3, §3.4); a full entry is served whole.
+//! - **Stale only where allowed by name**: a handler that fails (or a connection it drops) is
+//!   answered with a stored copy only under the layer's
+//!   [`stale_if_error`](CacheLayerBuilder::stale_if_error) or the response's own
+//!   `stale-if-error`, both off unless set; RFC 9111 §4.2.4 would let a cache serve stale
+//!   whenever it is disconnected from the origin, which in front of one's own application
+//!   would hide its failures.
+//! - **No targeted fields**: `CDN-Cache-Control` (RFC 9213) is not read, only
+//!   `Cache-Control`: the layer is part of the application, not a CDN, and the field is left
+//!   for the CDNs in front of it (forwarded untouched).
 //! - **Jitter** makes entries expire up to 10% early (a cache may always drop an entry
 //!   sooner), so that entries filled together do not expire together.
 //! - **Conditional requests are the layer's**: a client's `If-None-Match` and

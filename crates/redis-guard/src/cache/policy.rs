@@ -10,6 +10,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, request, resp
 
 use super::query::QueryKey;
 use super::store::digest;
+use super::validate::has_validator;
 
 /// The request-side settings of a layer.
 #[derive(Clone, Debug)]
@@ -180,11 +181,12 @@ pub(crate) struct Lifetimes {
     pub(crate) stale: Duration,
 }
 
-/// How long a response stays fresh, then stale, as stored.
+/// How long a response stays fresh, then stale, as stored. A response stale when received
+/// (`fresh` zero) is stored only to be revalidated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Life {
-    /// The freshness it has left when stored: its freshness lifetime less its age (more than
-    /// zero).
+    /// The freshness it has left when stored: its freshness lifetime less its age; zero for
+    /// a response that was stale when received and has a validator (kept to be revalidated).
     pub(crate) fresh: Duration,
     /// How long it may be served stale while one request refreshes it.
     pub(crate) stale: Duration,
@@ -192,6 +194,19 @@ pub(crate) struct Life {
     pub(crate) grace: Duration,
     /// Its age when stored (RFC 9111 §4.2.3, whole seconds): the `Age` it is stored with.
     pub(crate) age: u64,
+}
+
+impl Life {
+    /// A response kept only to be revalidated: stale from the start, never served stale, its
+    /// age on arrival `age`.
+    fn revalidated_on_use(age: Duration) -> Self {
+        Self {
+            fresh: Duration::ZERO,
+            stale: Duration::ZERO,
+            grace: Duration::ZERO,
+            age: age.as_secs(),
+        }
+    }
 }
 
 /// When a response arrived from the handler, and how long the handler took: what its age
@@ -202,11 +217,26 @@ pub(crate) struct Arrival {
     pub(crate) delay: Duration,
 }
 
-/// Statuses cached (RFC 9111's heuristically cacheable ones that a handler means to repeat).
-fn cacheable_status(s: StatusCode) -> bool {
+/// Statuses a response may be stored with when it states an explicit expiration (RFC 9111
+/// §3): every final status but `206` (the layer does not combine partial content) and `304`
+/// (an answer to a condition, not a representation).
+fn storable_status(s: StatusCode) -> bool {
+    s.as_u16() >= 200 && !matches!(s.as_u16(), 206 | 304)
+}
+
+/// Statuses stored under the heuristic `ttl` when the response states no expiration: the
+/// heuristically cacheable ones (RFC 9110 §15.1) that are not errors (an error is kept only
+/// for as long as the handler says: any path spelling is a 404 of its own).
+fn heuristic_status(s: StatusCode) -> bool {
+    matches!(s.as_u16(), 200 | 203 | 204 | 300 | 301 | 308)
+}
+
+/// Statuses whose meaning the layer knows (RFC 9110 §15): a response marked `must-understand`
+/// with another is not stored (RFC 9111 §5.2.2.3).
+fn understood_status(s: StatusCode) -> bool {
     matches!(
         s.as_u16(),
-        200 | 203 | 204 | 300 | 301 | 308 | 404 | 405 | 410 | 414 | 501
+        200..=205 | 300..=305 | 307 | 308 | 400..=417 | 421 | 422 | 426 | 500..=505
     )
 }
 
@@ -219,7 +249,7 @@ pub(crate) fn life(
     grace: Duration,
     arrival: Arrival,
 ) -> Result<Life, &'static str> {
-    if !cacheable_status(res.status) {
+    if !storable_status(res.status) {
         return Err("status");
     }
     if res.headers.contains_key(SET_COOKIE) {
@@ -227,16 +257,33 @@ pub(crate) fn life(
     }
     vary_is_keyed(&res.headers, keyed)?;
     let cc = CacheControl::parse(&res.headers);
-    if cc.no_store || cc.private || cc.no_cache {
+    if cc.must_understand && !understood_status(res.status) {
+        return Err("must-understand with a status the cache does not know");
+    }
+    // `no-store` with `must-understand` is meant for the caches that do not know the status
+    // (RFC 9111 §5.2.2.3): one that knows it ignores the `no-store`.
+    if (cc.no_store && !cc.must_understand) || cc.unreadable || cc.private {
         return Err("Cache-Control");
     }
     let explicit = explicit_lifetime(&cc, &res.headers, arrival.at);
+    if cc.no_cache {
+        // RFC 9111 §5.2.2.4: never reused without the handler's `304`, whatever its lifetime
+        // (it needs none); an error only when the handler says how long it lasts.
+        if !has_validator(&res.headers) {
+            return Err("no-cache without a validator");
+        }
+        if explicit.is_none() && !heuristic_status(res.status) {
+            return Err("status not cached without an explicit expiration");
+        }
+        return Ok(Life::revalidated_on_use(received_age(
+            &res.headers,
+            arrival,
+        )));
+    }
     let lifetime = match explicit {
         Some(lifetime) => lifetime,
-        // Any path spelling is a 404 of its own: an error is cached only when the handler
-        // says for how long.
-        None if res.status.is_client_error() || res.status.is_server_error() => {
-            return Err("error status without an explicit expiration");
+        None if !heuristic_status(res.status) => {
+            return Err("status not cached without an explicit expiration");
         }
         None if limits.ttl.is_zero() => return Err("no explicit expiration, no heuristic"),
         None => limits.ttl,
@@ -244,8 +291,13 @@ pub(crate) fn life(
     let age = received_age(&res.headers, arrival);
     let fresh = lifetime.min(limits.max_ttl).saturating_sub(age);
     if fresh.is_zero() {
-        // `max-age=0`, a past `Expires`, or older than its lifetime when it arrived.
-        return Err("stale when received");
+        // `max-age=0`, a past `Expires`, or older than its lifetime when it arrived: never
+        // served without asking the handler. With a validator it is kept to be asked about
+        // (RFC 9111 §4.3.1: a `304` then answers from it); without, there is nothing to keep.
+        if !has_validator(&res.headers) {
+            return Err("stale when received");
+        }
+        return Ok(Life::revalidated_on_use(age));
     }
     Ok(Life {
         fresh,
@@ -314,7 +366,7 @@ fn http_date(value: &HeaderValue) -> Option<SystemTime> {
 /// `proxy-revalidate`), nor the layer's when it carries `s-maxage` (RFC 9111 §5.2.2.10: the
 /// semantics of `proxy-revalidate` for a shared cache).
 fn stale_window(cc: &CacheControl, limits: Lifetimes) -> Duration {
-    let window = if cc.must_revalidate || cc.proxy_revalidate {
+    let window = if cc.must_revalidate || cc.proxy_revalidate || cc.no_cache {
         Duration::ZERO
     } else if let Some(swr) = cc.swr {
         swr
@@ -329,10 +381,11 @@ fn stale_window(cc: &CacheControl, limits: Lifetimes) -> Duration {
 /// How long past its freshness a response may stand in for a failing handler: its
 /// `stale-if-error` (RFC 5861 §4), else the layer's `stale_if_error` (`layer`); never one
 /// marked `must-revalidate` or `proxy-revalidate` (RFC 9111 §5.2.2.2, §5.2.2.8), and the
-/// layer's window never one carrying `s-maxage` (§5.2.2.10). `no-cache` responses are never
-/// stored. Read from the stored headers too, so that it needs no field of its own.
+/// layer's window never one carrying `s-maxage` (§5.2.2.10), and none a `no-cache` one
+/// (§5.2.2.4: never reused without a successful revalidation). Read from the stored headers
+/// too, so that it needs no field of its own.
 fn grace_of(cc: &CacheControl, layer: Duration, max_ttl: Duration) -> Duration {
-    if cc.must_revalidate || cc.proxy_revalidate {
+    if cc.must_revalidate || cc.proxy_revalidate || cc.no_cache {
         Duration::ZERO
     } else if let Some(sie) = cc.sie {
         sie.min(max_ttl.max(layer))
@@ -406,8 +459,11 @@ struct CacheControl {
     no_store: bool,
     no_cache: bool,
     private: bool,
+    /// A value that is not text: what it says is hidden, so the response is not stored.
+    unreadable: bool,
     must_revalidate: bool,
     proxy_revalidate: bool,
+    must_understand: bool,
     max_age: Option<Duration>,
     s_maxage: Option<Duration>,
     swr: Option<Duration>,
@@ -420,7 +476,7 @@ impl CacheControl {
         for value in headers.get_all(CACHE_CONTROL) {
             // A value that is not text hides what it says: not cached.
             let Ok(value) = value.to_str() else {
-                cc.no_store = true;
+                cc.unreadable = true;
                 continue;
             };
             for (name, arg) in directives(value) {
@@ -429,12 +485,14 @@ impl CacheControl {
                 let age = || Some(secs().unwrap_or_default());
                 match name.to_ascii_lowercase().as_str() {
                     "no-store" => cc.no_store = true,
-                    // `no-cache="Set-Cookie"` names headers to drop on reuse; we store none of
-                    // those (a Set-Cookie is never cached), but be strict: not cached.
+                    // `no-cache="Set-Cookie"` names headers that need a revalidation before
+                    // reuse; it is taken as a plain `no-cache` (every reuse revalidated), as
+                    // RFC 9111 §5.2.2.4 notes caches often do.
                     "no-cache" => cc.no_cache = true,
                     "private" => cc.private = true,
                     "must-revalidate" => cc.must_revalidate = true,
                     "proxy-revalidate" => cc.proxy_revalidate = true,
+                    "must-understand" => cc.must_understand = true,
                     "max-age" => cc.max_age = cc.max_age.or_else(age),
                     "s-maxage" => cc.s_maxage = cc.s_maxage.or_else(age),
                     "stale-while-revalidate" => cc.swr = cc.swr.or_else(secs),
@@ -611,8 +669,14 @@ mod tests {
             );
         }
         assert!(life_of(&[cc, ("age", "99999999999999999999")]).is_err());
-        // Already older than its lifetime: not stored as fresh.
+        // Already older than its lifetime: not stored as fresh; with a validator, kept to be
+        // revalidated, never served stale (RFC 9111 §4.3).
         assert!(life_of(&[cc, ("age", "100")]).is_err());
+        let kept = life_of(&[cc, ("age", "100"), ("etag", "\"a\"")]).unwrap();
+        assert_eq!(
+            (kept.fresh, kept.stale, kept.grace, kept.age),
+            (Duration::ZERO, Duration::ZERO, Duration::ZERO, 102)
+        );
         // The apparent age from Date, when larger.
         let l = life_of(&[cc, ("date", "Tue, 31 Dec 2019 23:59:00 GMT"), ("age", "5")]).unwrap();
         assert_eq!((l.fresh.as_secs(), l.age), (40, 60));
@@ -701,6 +765,34 @@ mod tests {
         ] {
             assert!(life_of(&[("cache-control", refused)]).is_err(), "{refused}");
         }
+        // RFC 9111 §5.2.2.4: `no-cache` with a validator is kept to be revalidated on use.
+        let etag = ("etag", "\"a\"");
+        for no_cache in [
+            "no-cache",
+            "no-cache, max-age=60",
+            "no-cache=\"x-a\", max-age=60",
+        ] {
+            let l = life_of(&[("cache-control", no_cache), etag]).unwrap();
+            assert_eq!(
+                (l.fresh, l.stale, l.grace),
+                Default::default(),
+                "{no_cache}"
+            );
+        }
+        let error = |cc: &str| {
+            let mut parts = res(&[("cache-control", cc), etag]);
+            parts.status = StatusCode::NOT_FOUND;
+            let keyed = KeyPolicy::default();
+            life(&parts, &keyed, LIMITS, Duration::ZERO, arrival())
+        };
+        assert!(
+            error("no-cache").is_err(),
+            "an error needs an explicit expiration"
+        );
+        assert!(error("no-cache, max-age=60").is_ok());
+        // RFC 9111 §5.2.2.3: `no-store` is for caches that do not know the status.
+        let understood = life_of(&[("cache-control", "max-age=60, no-store, must-understand")]);
+        assert_eq!(understood.unwrap().fresh, secs(60));
         assert!(life_of(&[("set-cookie", "a=b")]).is_err());
         assert!(life_of(&[("vary", "*")]).is_err());
         assert!(life_of(&[("vary", "accept-language")]).is_err());

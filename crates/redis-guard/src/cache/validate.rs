@@ -62,9 +62,10 @@ impl Condition {
                 let stored = one_etag(headers).and_then(|t| opaque(t.as_bytes()));
                 values.iter().any(|v| listed(v.as_bytes(), stored))
             }
-            Self::Since(since) => {
-                one_date(headers, &LAST_MODIFIED).is_some_and(|modified| modified <= *since)
-            }
+            // RFC 9111 §4.3.2: without a `Last-Modified`, the stored response's `Date`.
+            Self::Since(since) => one_date(headers, &LAST_MODIFIED)
+                .or_else(|| one_date(headers, &DATE))
+                .is_some_and(|modified| modified <= *since),
         }
     }
 }
@@ -315,6 +316,11 @@ mod tests {
         let c = request(&[("if-none-match", "\"other\""), ("if-modified-since", late)]);
         assert!(!c.unchanged(ok, &entry), "If-None-Match wins");
         assert!(!request(&[("if-modified-since", late)]).unchanged(ok, &HeaderMap::new()));
+        // RFC 9111 §4.3.2: no Last-Modified, the stored Date.
+        let dated = stored(&[("date", "Sun, 06 Nov 1994 08:49:37 GMT")]);
+        assert!(request(&[("if-modified-since", late)]).unchanged(ok, &dated));
+        let early = "Sat, 05 Nov 1994 08:49:37 GMT";
+        assert!(!request(&[("if-modified-since", early)]).unchanged(ok, &dated));
         let mut map = HeaderMap::new();
         map.insert(IF_MODIFIED_SINCE, HeaderValue::from_static(late));
         let post = Condition::take(&Method::POST, &mut map);
