@@ -548,6 +548,21 @@ async fn garbage_state_in_redis_is_overwritten_not_a_failure() {
     let () = conn.del(&key).await.expect("DEL");
     let () = conn.hset(&key, "f", "v").await.expect("HSET");
     assert!(limiter.check(&rule, Key::from("g")).await.is_err());
+    // Through a layer of the plain rule (its lean path), alike.
+    let svc = RateLimitLayer::builder(limiter)
+        .rule_with(rule, by_client())
+        .failure_policy(FailurePolicy::Closed)
+        .build()
+        .expect("valid")
+        .layer(app());
+    assert_eq!(call(svc.clone(), from("g")).await.status, 503);
+    let () = conn.del(&key).await.expect("DEL");
+    let () = conn.set(&key, "not a number").await.expect("SET");
+    let r = call(svc, from("g")).await;
+    assert_eq!(
+        (r.status, r.header("ratelimit")),
+        (200, "\"default\";r=1;t=1800")
+    );
 }
 
 /// A zero timeout would make every decision time out, and with the default fail-open policy
@@ -827,11 +842,18 @@ async fn each_kind_of_decision_sends_no_more_than_one_call_per_request() {
             .build()
             .expect("valid")
             .layer(app());
+        // Its script loaded: what follows is decisions only.
+        assert_eq!(call(svc.clone(), from("warm")).await.status, 200);
+        monitor.commands(&h).await;
         for _ in 0..10 {
             assert_eq!(call(svc.clone(), from("layer-one")).await.status, 200);
         }
         let sent = monitor.commands(&h).await;
         assert_eq!(sent.len(), 10 * commands, "{name}, layer: {sent:?}");
+        // On the same key as a direct decision.
+        let direct = limiter.check(&rule, Key::from("layer-one")).await;
+        assert_eq!(direct.expect("decision").remaining, 10_000 - 11, "{name}");
+        monitor.commands(&h).await;
         h.admin(&["CLIENT", "PAUSE", "200", "ALL"]).await;
         let requests = (0..64).map(|_| call(svc.clone(), from("layer-many")));
         for reply in futures_util::future::join_all(requests).await {

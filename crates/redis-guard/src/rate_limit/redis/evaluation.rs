@@ -82,11 +82,8 @@ pub(super) struct Group {
 
 /// A request's rules as one entry of a coalesced call of an evaluation script.
 pub(super) struct RuleEntry {
-    keys: Vec<String>,
+    keys: Few<String>,
     rule_args: Vec<RuleArgs>,
-    /// Or every argument of the entry, encoded when a layer was built (its plain rules, on the
-    /// lean script, `plain.rs`), and how many rules they are.
-    encoded: Option<Arc<(Box<[Box<[u8]>]>, usize)>>,
     request: Cow<'static, str>,
     dry: bool,
     /// The lean script replies one integer per rule (`gcra_only.lua`), which
@@ -98,24 +95,15 @@ pub(super) struct RuleEntry {
 
 impl Entry for RuleEntry {
     fn keys(&self) -> &[String] {
-        &self.keys
+        self.keys.as_slice()
     }
 
     fn arg_count(&self) -> usize {
-        if let Some(encoded) = &self.encoded {
-            return encoded.0.len();
-        }
         // The request id, the dry-run flag, then 8 per rule (evaluate.lua's header).
         2 + 8 * self.rule_args.len()
     }
 
     fn write_args(&self, call: &mut ScriptCall<'_>) {
-        if let Some(encoded) = &self.encoded {
-            for arg in &encoded.0 {
-                call.arg(&arg[..]);
-            }
-            return;
-        }
         call.arg(&*self.request)
             .arg(u8::from(self.dry) | (u8::from(self.compact) << 1));
         for args in &self.rule_args {
@@ -126,43 +114,11 @@ impl Entry for RuleEntry {
     }
 
     fn reply_len(&self) -> usize {
-        if let Some(encoded) = &self.encoded {
-            return encoded.1;
-        }
         if self.compact {
             return self.rule_args.len();
         }
         // Five integers per rule, then the time, then five per live record (`parse_reply_live`).
         5 * self.rule_args.len() + 1 + 5 * self.lives
-    }
-}
-
-impl RuleEntry {
-    /// The entry of plain GCRA rules on the lean script, with a compact reply: their state
-    /// keys, and the arguments of [`encode`](Self::encode).
-    pub(super) fn encoded(keys: Vec<String>, args: Arc<(Box<[Box<[u8]>]>, usize)>) -> Self {
-        Self {
-            keys,
-            rule_args: Vec::new(),
-            encoded: Some(args),
-            request: Cow::Borrowed("-"),
-            dry: false,
-            compact: true,
-            lives: 0,
-        }
-    }
-
-    /// The arguments of an entry of `rules` on the lean script with a compact reply, as
-    /// [`write_args`](Entry::write_args) writes them, encoded once, and the rules' count.
-    pub(super) fn encode(rules: &[RuleArgs]) -> (Box<[Box<[u8]>]>, usize) {
-        let text = |t: &str| t.as_bytes().into();
-        let mut args: Vec<Box<[u8]>> = vec![text("-"), text("2")];
-        for rule in rules {
-            args.extend(rule.decided().iter().map(|n| text(&n.to_string())));
-            args.push(text(&rule.overrides));
-            args.push(text(&rule.max_wait_us.to_string()));
-        }
-        (args.into(), rules.len())
     }
 }
 
@@ -338,9 +294,8 @@ impl Evaluation {
                     .for_each(|args| decided.push(args.decided()));
             }
             let entry = RuleEntry {
-                keys,
+                keys: Few::Many(keys),
                 rule_args: std::mem::take(&mut self.rule_args),
-                encoded: None,
                 request,
                 dry: self.dry,
                 compact,
@@ -393,7 +348,6 @@ impl Evaluation {
                     .cloned()
                     .collect(),
                 rule_args: group.iter().map(|&i| self.rule_args[i].clone()).collect(),
-                encoded: None,
                 request: request.clone(),
                 dry: denied || self.dry,
                 compact: false,

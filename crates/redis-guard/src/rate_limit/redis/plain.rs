@@ -1,17 +1,19 @@
-//! A layer's plain rules on Redis (`layer/lean.rs`): every rule GCRA, decided by the lean
-//! script with one integer per rule in its reply, or one fixed window, by its plain transaction.
-//! What a request sends but its keys (the script's arguments, the key names' heads) is made
-//! when the layer is built, and the deny cache is read once per request.
+//! A layer's plain rules on Redis (`layer/lean.rs`): every rule GCRA, decided by
+//! `gcra_plain.lua` with one integer per rule in its reply, or one fixed window, by its plain
+//! transaction. What a request sends but its keys (the rules' numbers, the key names' heads) is
+//! made when the layer is built: the requests that queue while calls are out go together, the
+//! rules' numbers once per call. The deny cache is read once per request.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use super::denials::{PlainRequest, cache_now, cached_denial, cached_wait, state_keys};
-use super::evaluation::{RuleArgs, RuleEntry};
 use super::fixed_window_batch::Count;
 use super::fixed_window_plain::{self, state};
 use super::limiter::DENY_CACHE_MAX_WAIT;
 use super::script_reply::parse_compact;
-use crate::rate_limit::limiter::operations;
+use crate::backend::{
+    BackendError, Coalescer, Entry, Form, LuaScript, RedisBackend, Replies, ScriptCall, replies,
+};
 use crate::rate_limit::{
     Algorithm, Few, Key, LimiterError, Mode, PlainStates, PlainStore, RedisLimiter, Rule, RuleState,
 };
@@ -26,12 +28,16 @@ pub(super) struct PlainRules {
     how: How,
 }
 
+/// The script that decides plain GCRA rules.
+static GCRA_PLAIN: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("gcra_plain.lua")));
+
 #[derive(Debug)]
 enum How {
-    /// Every rule GCRA: the lean script's arguments, and each rule's numbers, which give its
-    /// state from its one integer.
+    /// Every rule GCRA: the calls of the layer's requests, and each rule's numbers, which give
+    /// its state from its one integer.
     Gcra {
-        args: Arc<(Box<[Box<[u8]>]>, usize)>,
+        calls: Coalescer<Keys, Numbers>,
         ints: Box<[[u64; 6]]>,
     },
     /// One fixed window, counted by the plain transaction (Redis >= 7; else the general
@@ -41,6 +47,59 @@ enum How {
         cost: u64,
         period_ms: u64,
     },
+}
+
+/// One request of plain GCRA rules: each rule's state key, in order.
+pub(super) struct Keys(Few<String>);
+
+impl Entry for Keys {
+    fn keys(&self) -> &[String] {
+        self.0.as_slice()
+    }
+
+    fn arg_count(&self) -> usize {
+        0
+    }
+
+    fn write_args(&self, _: &mut ScriptCall<'_>) {}
+
+    fn reply_len(&self) -> usize {
+        self.0.as_slice().len()
+    }
+}
+
+/// The calls of `gcra_plain.lua` for one layer's rules: their numbers (burst, emission
+/// interval, cost per rule), encoded once, then every queued request's keys.
+#[derive(Clone, Debug)]
+pub(super) struct Numbers(Arc<[Box<[u8]>]>);
+
+impl Form<Keys> for Numbers {
+    fn keys(entry: &Keys) -> &[String] {
+        entry.0.as_slice()
+    }
+
+    async fn call(
+        &self,
+        backend: &RedisBackend,
+        entries: &[&Keys],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Replies, BackendError> {
+        let bytes = self.0.iter().map(|arg| arg.len()).sum();
+        let mut call = if let [one] = entries {
+            backend.script_sized(&GCRA_PLAIN, one.keys(), self.0.len(), bytes)
+        } else {
+            let keys: Vec<&str> = entries
+                .iter()
+                .flat_map(|e| e.keys().iter().map(String::as_str))
+                .collect();
+            backend.script_sized(&GCRA_PLAIN, &keys, self.0.len(), bytes)
+        };
+        for arg in &*self.0 {
+            call.arg(&arg[..]);
+        }
+        call.until(deadline);
+        replies(call.run().await?, entries, true)
+    }
 }
 
 impl PlainRules {
@@ -58,31 +117,21 @@ impl PlainRules {
                 (how, fixed_window_plain::TAG)
             }
             _ if !rules.is_empty() && rules.iter().all(|r| *r.algorithm() == Algorithm::Gcra) => {
-                let args: Vec<RuleArgs> = rules
+                let ints: Box<[[u64; 6]]> = rules
                     .iter()
                     .map(|rule| {
                         let p = params(rule);
-                        let id = Algorithm::Gcra.builtin_id().unwrap_or(0);
-                        RuleArgs {
-                            ints: [
-                                u64::from(id),
-                                p.limit,
-                                p.period_us,
-                                p.burst,
-                                p.emission_us,
-                                p.cost,
-                            ],
-                            overrides: operations::script_arg(rule),
-                            max_wait_us: p.max_wait_us,
-                            held_back: [0, 0],
-                        }
+                        [0, p.limit, p.period_us, p.burst, p.emission_us, p.cost]
                     })
                     .collect();
-                let how = How::Gcra {
-                    ints: args.iter().map(|a| a.ints).collect(),
-                    args: Arc::new(RuleEntry::encode(&args)),
-                };
-                (how, "gcra")
+                let numbers = ints
+                    .iter()
+                    .flat_map(|&[.., burst, emission, cost]| [burst, emission, cost])
+                    .map(|n| n.to_string().into_bytes().into())
+                    .collect();
+                let max = limiter.coalescers.gcra.max();
+                let calls = Coalescer::with_form(limiter.backend.clone(), Numbers(numbers), max);
+                (How::Gcra { calls, ints }, "gcra")
             }
             _ => return None,
         };
@@ -123,16 +172,14 @@ impl PlainRules {
         asked: Option<u64>,
     ) -> Result<Few<RuleState>, LimiterError> {
         let keys = keys.as_slice();
-        let coalescers = &self.limiter.coalescers;
         let states: Few<RuleState> = match &self.how {
-            How::Gcra { args, ints } => {
+            How::Gcra { calls, ints } => {
                 let names = keys
                     .iter()
                     .enumerate()
                     .map(|(i, key)| self.key_name(i, key))
                     .collect();
-                let entry = RuleEntry::encoded(names, Arc::clone(args));
-                parse_compact(&coalescers.gcra.call(entry).await?, ints)?
+                parse_compact(&calls.call(Keys(names)).await?, ints)?
             }
             &How::Counted {
                 limit,
@@ -144,7 +191,7 @@ impl PlainRules {
                     cost,
                     period_ms,
                 };
-                let reply = coalescers.counts.call(count).await?;
+                let reply = self.limiter.coalescers.counts.call(count).await?;
                 Few::One(state(&reply, limit, period_ms)?)
             }
         };
