@@ -109,6 +109,9 @@ pub(crate) const DEFAULT_BATCH: usize = 64;
 /// How many coalesced calls may be out at once: while Redis runs one, the next is on its way.
 const IN_FLIGHT: usize = 2;
 
+/// The seats a new batch makes room for.
+const FIRST_SEATS: usize = 4;
+
 /// The most queues (hash slots being coalesced, on a cluster) at once.
 const MAX_QUEUES: usize = 1024;
 
@@ -312,7 +315,9 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
                 return Joined::Batch(Arc::clone(batch), seat);
             }
         }
-        let mut seats = Vec::with_capacity(self.max.min(DEFAULT_BATCH));
+        // Room for a few: a batch of two or three (a handful of requests in flight) does not
+        // pay for a full one; a batch that fills grows a few times per call.
+        let mut seats = Vec::with_capacity(self.max.min(FIRST_SEATS));
         seats.push(Seat::new(entry.take()));
         let batch = Arc::new(Batch {
             deadline: Instant::now() + self.backend.call_timeout(),
