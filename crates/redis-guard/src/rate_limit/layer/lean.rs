@@ -22,13 +22,12 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use tower_service::Service;
+use tracing::Instrument;
 
 use super::config::Config;
 use super::future::ResponseFuture;
 use super::headers::{self, RateLimitHeaders};
 use super::response::ResponseBody;
-use tracing::Instrument;
-
 use crate::rate_limit::{
     Decision, Few, Key, LimiterError, Mode, PlainStates, Rule, RuleDecision, RuleState, ceil_secs,
 };
