@@ -365,18 +365,37 @@ async fn redis_down_fails_open_or_closed_without_hanging() {
         h.backend().await.timeout(Duration::from_millis(300)),
     );
     let open = with_policy(limiter.clone(), Quota::per_hour(1), FailurePolicy::Open).layer(app());
-    let closed = with_policy(limiter, Quota::per_hour(1), FailurePolicy::Closed).layer(app());
+    let closed =
+        with_policy(limiter.clone(), Quota::per_hour(1), FailurePolicy::Closed).layer(app());
+    // The same rule, plain (no decision handed over): the lean path meets the failure.
+    let plain = |policy| {
+        RateLimitLayer::builder(limiter.clone())
+            .rule("default", by_client(), Quota::per_hour(1))
+            .failure_policy(policy)
+            .build()
+            .expect("valid")
+            .layer(app())
+    };
+    let (plain_open, plain_closed) = (plain(FailurePolicy::Open), plain(FailurePolicy::Closed));
     h.kill_redis();
     let started = std::time::Instant::now();
-    let r: Reply = call(open.clone(), from("d")).await;
-    assert_eq!(r.status, 200, "fail open admits");
-    assert!(
-        r.headers.get("ratelimit").is_none(),
-        "no decision, no headers"
-    );
-    let r = call(closed, from("d")).await;
-    assert_eq!(r.status, 503);
-    assert_eq!(r.header("retry-after"), "1");
+    for r in [
+        call(open.clone(), from("d")).await,
+        call(plain_open, from("d")).await,
+    ] {
+        assert_eq!(r.status, 200, "fail open admits");
+        assert!(
+            r.headers.get("ratelimit").is_none(),
+            "no decision, no headers"
+        );
+    }
+    for r in [
+        call(closed, from("d")).await,
+        call(plain_closed, from("d")).await,
+    ] {
+        assert_eq!(r.status, 503);
+        assert_eq!(r.header("retry-after"), "1");
+    }
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "bounded by the timeout"
@@ -529,6 +548,21 @@ async fn garbage_state_in_redis_is_overwritten_not_a_failure() {
     let () = conn.del(&key).await.expect("DEL");
     let () = conn.hset(&key, "f", "v").await.expect("HSET");
     assert!(limiter.check(&rule, Key::from("g")).await.is_err());
+    // Through a layer of the plain rule (its lean path), alike.
+    let svc = RateLimitLayer::builder(limiter)
+        .rule_with(rule, by_client())
+        .failure_policy(FailurePolicy::Closed)
+        .build()
+        .expect("valid")
+        .layer(app());
+    assert_eq!(call(svc.clone(), from("g")).await.status, 503);
+    let () = conn.del(&key).await.expect("DEL");
+    let () = conn.set(&key, "not a number").await.expect("SET");
+    let r = call(svc, from("g")).await;
+    assert_eq!(
+        (r.status, r.header("ratelimit")),
+        (200, "\"default\";r=1;t=1800")
+    );
 }
 
 /// A zero timeout would make every decision time out, and with the default fail-open policy
@@ -802,6 +836,36 @@ async fn each_kind_of_decision_sends_no_more_than_one_call_per_request() {
             "{name}, 64 at once: {} commands: {sent:?}",
             sent.len()
         );
+        // The same through a layer of the plain rule: its lean path sends the same.
+        let svc = RateLimitLayer::builder(limiter.clone())
+            .rule_with(rule.clone(), by_client())
+            .build()
+            .expect("valid")
+            .layer(app());
+        // Its script loaded: what follows is decisions only.
+        assert_eq!(call(svc.clone(), from("warm")).await.status, 200);
+        monitor.commands(&h).await;
+        for _ in 0..10 {
+            assert_eq!(call(svc.clone(), from("layer-one")).await.status, 200);
+        }
+        let sent = monitor.commands(&h).await;
+        assert_eq!(sent.len(), 10 * commands, "{name}, layer: {sent:?}");
+        // On the same key as a direct decision.
+        let direct = limiter.check(&rule, Key::from("layer-one")).await;
+        assert_eq!(direct.expect("decision").remaining, 10_000 - 11, "{name}");
+        monitor.commands(&h).await;
+        h.admin(&["CLIENT", "PAUSE", "200", "ALL"]).await;
+        let requests = (0..64).map(|_| call(svc.clone(), from("layer-many")));
+        for reply in futures_util::future::join_all(requests).await {
+            assert_eq!(reply.status, 200);
+        }
+        let sent = monitor.commands(&h).await;
+        let calls = sent.len() / commands;
+        assert!(
+            (1..=4).contains(&calls) && sent.len() % commands == 0,
+            "{name}, layer, 64 at once: {} commands: {sent:?}",
+            sent.len()
+        );
     }
 }
 
@@ -949,3 +1013,175 @@ async fn three_decisions(limiter: &redis_guard::rate_limit::RedisLimiter, rule: 
 // Over TLS (`rediss://`, a client certificate): a standalone server, a pool, a cluster and
 // Sentinel.
 backend_suite!(tls_only: ten_per_minute_then_429, script_flush_between_calls_does_not_fail_a_request);
+
+// ---- Plain rules on Redis: the lean path answers as the general engine does. ----
+
+/// One rule of a random layer: algorithm (0 to 2 GCRA, 3 a fixed window, 4 a sliding log),
+/// limit, burst, period (s), cost, whether it is keyed by `x-k<i>` (else global), and whether
+/// `vip` is on its allow list.
+type RuleSpec = (u8, u32, u32, u64, u32, bool, bool);
+
+/// A layer of `specs` on `limiter`. `general`: the layer hands its decision to the inner
+/// service (`extensions`), which keeps it on the general engine; otherwise plain rules take the
+/// lean path. `None` when the rules cannot work.
+fn random_layer(
+    limiter: redis_guard::rate_limit::RedisLimiter,
+    specs: &[RuleSpec],
+    (ietf, legacy): (bool, bool),
+    general: bool,
+) -> Option<RateLimitLayer> {
+    let mut builder = RateLimitLayer::builder(limiter)
+        .rate_limit_headers(ietf)
+        .legacy_headers(legacy)
+        .extensions(general);
+    for (i, &(algorithm, limit, burst, period, cost, keyed, allow)) in specs.iter().enumerate() {
+        let algorithm = match algorithm {
+            0..=2 => Algorithm::Gcra,
+            3 => Algorithm::FixedWindow,
+            _ => Algorithm::SlidingLog,
+        };
+        let quota = Quota::new(limit, Duration::from_secs(period)).burst(burst);
+        let mut rule = Rule::new(format!("r{i}"), quota)
+            .with_algorithm(algorithm)
+            .with_cost(cost);
+        if allow {
+            rule = rule.with_allowed_keys([Key::from("vip")]);
+        }
+        builder = if keyed {
+            let name = http::HeaderName::try_from(format!("x-k{i}")).ok()?;
+            builder.rule_with(rule, redis_guard::rate_limit::HeaderKey::new(name))
+        } else {
+            builder.rule_with(rule, redis_guard::rate_limit::Global)
+        };
+    }
+    builder.build().ok()
+}
+
+/// `GET /` whose keys (`x-k0` to `x-k2`) are all `key`.
+fn keyed(key: &str) -> Request<Body> {
+    let mut req = Request::get("/").body(Full::default()).expect("request");
+    for i in 0..3 {
+        let name = http::HeaderName::try_from(format!("x-k{i}")).expect("name");
+        req.headers_mut()
+            .insert(name, key.parse().expect("header value"));
+    }
+    req
+}
+
+/// Plain rules on Redis take the lean path (keys on the stack, one call, an integer per rule),
+/// and answer every request as the general engine does: status, headers and body, over random
+/// rules, header settings and requests (keys, and time between). Each layer has its own key
+/// prefix on one Redis and reads a frozen clock, both moved alike, so every answer is exact.
+#[test]
+fn the_plain_path_on_redis_answers_as_the_general_engine() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let h = rt.block_on(Harness::redis());
+    let strategy = (
+        prop::collection::vec(
+            (
+                0u8..5,
+                1u32..6,
+                1u32..6,
+                1u64..4,
+                1u32..3,
+                any::<bool>(),
+                any::<bool>(),
+            ),
+            1..4,
+        ),
+        (any::<bool>(), any::<bool>()),
+        prop::collection::vec((0usize..3, 0u64..1500), 1..30),
+    );
+    let case = std::sync::atomic::AtomicUsize::new(0);
+    let mut runner = TestRunner::new(Config::with_cases(40));
+    let outcome = runner.run(&strategy, |(specs, headers, requests)| {
+        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        rt.block_on(async {
+            let clock = redis_guard::backend::ManualClock::new();
+            let h = &h;
+            let limiter = |side: &str| {
+                let prefix = format!("{}{n}{side}:", h.prefix());
+                let clock = clock.clone();
+                async move {
+                    let backend = redis_guard::backend::RedisBackend::new(h.connection().await)
+                        .prefix(prefix)
+                        .timeout(redis_guard_tests::TEST_TIMEOUT)
+                        .frozen_time(clock);
+                    redis_guard::rate_limit::RedisLimiter::new(backend)
+                }
+            };
+            let Some(lean) = random_layer(limiter("l").await, &specs, headers, false) else {
+                return Ok(());
+            };
+            let general =
+                random_layer(limiter("g").await, &specs, headers, true).expect("the same rules");
+            let (lean, general) = (lean.layer(app()), general.layer(app()));
+            for (i, (key, after_ms)) in requests.into_iter().enumerate() {
+                let key = ["a", "b", "vip"][key];
+                let a = call(lean.clone(), keyed(key)).await;
+                let b = call(general.clone(), keyed(key)).await;
+                // The general layer's inner service saw the decision: only its body differs.
+                let same = (a.status, &a.headers) == (b.status, &b.headers)
+                    && (a.status == 200 || a.body == b.body);
+                prop_assert!(same, "request {} ({}): {:?} vs {:?}", i, key, a, b);
+                clock.advance(Duration::from_millis(after_ms));
+            }
+            Ok(())
+        })
+    });
+    if let Err(e) = outcome {
+        panic!("{e}");
+    }
+}
+
+/// A plain fixed window on Redis >= 7 (its plain transaction, on Redis' own clock) answers
+/// through the lean path as through the general engine: status, `RateLimit` remaining and
+/// `Retry-After` alike, the window's end within the second that passes between the two calls.
+#[tokio::test]
+async fn a_plain_fixed_window_answers_as_the_general_engine() {
+    let h = Harness::redis().await;
+    let layer = |general: bool| {
+        let h = &h;
+        async move {
+            let backend = h
+                .redis_time_backend()
+                .await
+                .prefix(format!("{}{general}:", h.prefix()));
+            let rule = Rule::new("fw", Quota::per_hour(3)).with_algorithm(Algorithm::FixedWindow);
+            RateLimitLayer::builder(redis_guard::rate_limit::RedisLimiter::new(backend))
+                .rule_with(rule, by_client())
+                .extensions(general)
+                .build()
+                .expect("valid")
+                .layer(app())
+        }
+    };
+    let (lean, general) = (layer(false).await, layer(true).await);
+    // `"fw";r=<remaining>;t=<seconds>`: the two parts.
+    let parts = |r: &Reply| {
+        let value = r.header("ratelimit").to_owned();
+        let (remaining, t) = value.split_once(";t=").expect("RateLimit");
+        let t: u64 = t.parse().expect("seconds");
+        (remaining.to_owned(), t)
+    };
+    for i in 0..6 {
+        let (a, b) = (
+            call(lean.clone(), from("c")).await,
+            call(general.clone(), from("c")).await,
+        );
+        assert_eq!(a.status, if i < 3 { 200 } else { 429 }, "request {i}");
+        assert_eq!(a.status, b.status, "request {i}");
+        let ((ra, ta), (rb, tb)) = (parts(&a), parts(&b));
+        assert_eq!(ra, rb, "request {i}");
+        assert!(ta.abs_diff(tb) <= 1, "request {i}: t={ta} and t={tb}");
+        let retry = |r: &Reply| r.header("retry-after").parse::<u64>().unwrap_or(0);
+        assert!(retry(&a).abs_diff(retry(&b)) <= 1, "request {i}");
+    }
+    assert_eq!(h.calls("evalsha").await, 0, "only plain transactions");
+}

@@ -159,11 +159,16 @@ impl Stack {
         }
     }
 
-    /// Requests kept in flight: [`IN_FLIGHT`] for the `-64` stacks, else 1.
+    /// Requests kept in flight: [`IN_FLIGHT`] for the `-64` stacks (or `PROFILE_IN_FLIGHT`,
+    /// to compare them at another concurrency), else 1.
     fn in_flight(self) -> usize {
         match self {
             Self::IncrExpire64 | Self::Redis64 | Self::FixedWindow64 | Self::Uncoalesced64 => {
-                IN_FLIGHT
+                std::env::var("PROFILE_IN_FLIGHT")
+                    .ok()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|&n| n > 0)
+                    .unwrap_or(IN_FLIGHT)
             }
             _ => 1,
         }
@@ -406,8 +411,9 @@ async fn in_flight(
     let mut flying = FuturesUnordered::new();
     let mut sent = 0;
     let mut answered = 0;
+    let most = stack.in_flight();
     loop {
-        while sent < requests && flying.len() < stack.in_flight() {
+        while sent < requests && flying.len() < most {
             flying.push(app.call(request(peer, None)));
             sent += 1;
         }

@@ -109,6 +109,9 @@ pub(crate) const DEFAULT_BATCH: usize = 64;
 /// How many coalesced calls may be out at once: while Redis runs one, the next is on its way.
 const IN_FLIGHT: usize = 2;
 
+/// The seats a new batch makes room for.
+const FIRST_SEATS: usize = 4;
+
 /// The most queues (hash slots being coalesced, on a cluster) at once.
 const MAX_QUEUES: usize = 1024;
 
@@ -212,6 +215,12 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
         }
     }
 
+    /// How many entries one call may carry.
+    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
     /// The backend the calls go to.
     #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
     pub(crate) fn backend(&self) -> &RedisBackend {
@@ -223,8 +232,10 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
     pub(crate) async fn call(&self, entry: E) -> Result<Value, BackendError> {
         let slot = match self.slot_of(&entry) {
             Some(slot) if self.max > 1 => slot,
-            _ => return self.alone(entry).await,
+            _ => return Box::pin(self.alone(entry)).await,
         };
+        // A call made here is boxed: the requests that wait in a batch (most of them, under
+        // load) keep a small future.
         match self.join(slot, entry) {
             Joined::Refused => Err(BackendError::CircuitOpen),
             Joined::Room(entry) => {
@@ -232,9 +243,9 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
                     queues: &self.queues,
                     slot,
                 };
-                self.alone(entry).await
+                Box::pin(self.alone(entry)).await
             }
-            Joined::Untracked(entry) => self.alone(entry).await,
+            Joined::Untracked(entry) => Box::pin(self.alone(entry)).await,
             Joined::Batch(batch, seat) => {
                 Waiter {
                     coalescer: self,
@@ -304,7 +315,9 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
                 return Joined::Batch(Arc::clone(batch), seat);
             }
         }
-        let mut seats = Vec::with_capacity(self.max.min(DEFAULT_BATCH));
+        // Room for a few: a batch of two or three (a handful of requests in flight) does not
+        // pay for a full one; a batch that fills grows a few times per call.
+        let mut seats = Vec::with_capacity(self.max.min(FIRST_SEATS));
         seats.push(Seat::new(entry.take()));
         let batch = Arc::new(Batch {
             deadline: Instant::now() + self.backend.call_timeout(),
@@ -634,7 +647,24 @@ async fn run_script<E: Entry>(
 ) -> Result<Replies, BackendError> {
     let mut call = batch(backend, script, entries);
     call.until(deadline);
-    let reply = call.run().await?;
+    replies(call.run().await?, entries, flat)
+}
+
+/// Per entry of a call that carried `entries`, its reply or its own error, from the call's
+/// `reply` (`flat`: the script replies flat).
+pub(crate) fn replies<E: Entry>(
+    reply: Value,
+    entries: &[&E],
+    flat: bool,
+) -> Result<Replies, BackendError> {
+    if let ([entry], true) = (entries, flat)
+        && let Value::Array(values) = &reply
+        && values.len() == entry.reply_len().max(1)
+        && !matches!(values[0], Value::BulkString(_) | Value::SimpleString(_))
+    {
+        // One entry's values, as they are: nothing to split.
+        return Ok(vec![Ok(reply)]);
+    }
     let replies = split_reply(reply, entries, flat)?;
     Ok(replies.into_iter().map(entry_reply).collect())
 }

@@ -84,7 +84,7 @@ pub(crate) use coalesce::call_alone;
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub(crate) use coalesce::{Coalescer, Entry};
 #[cfg(feature = "rate-limit")]
-pub(crate) use coalesce::{Form, Replies};
+pub(crate) use coalesce::{Form, Replies, replies};
 pub use connection::RedisConnection;
 #[cfg(feature = "rate-limit")]
 pub(crate) use deny_cache::DenyCache;

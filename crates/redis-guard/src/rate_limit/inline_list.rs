@@ -48,6 +48,14 @@ impl<T> Few<T> {
     }
 }
 
+impl<T> FromIterator<T> for Few<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(items: I) -> Self {
+        let mut few = Self::None;
+        items.into_iter().for_each(|item| few.push(item));
+        few
+    }
+}
+
 impl<T> IntoIterator for Few<T> {
     type Item = T;
     type IntoIter = std::iter::Chain<std::option::IntoIter<T>, std::vec::IntoIter<T>>;

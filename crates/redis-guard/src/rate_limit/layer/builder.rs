@@ -380,7 +380,7 @@ impl RateLimitLayerBuilder {
             .iter()
             .map(|r| crate::telemetry::RuleMetrics::new(r.rule.name_arc()))
             .collect();
-        config.plain = super::lean::plan(&config);
+        super::lean::plan(&mut config);
         Ok(RateLimitLayer {
             config: Arc::new(config),
         })

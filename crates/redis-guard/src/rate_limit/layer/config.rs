@@ -14,7 +14,7 @@ use crate::problem::Respond;
 use crate::rate_limit::quota_lookup as resolve;
 use crate::rate_limit::{
     Algorithm, Check, Decision, FailurePolicy, Few, Key, KeyError, KeyExtractor, Limiter,
-    LimiterError, Lookup, MemoryLimiter, MissingKey, Mode, Quota, Resolved, Rule,
+    LimiterError, Lookup, MemoryLimiter, MissingKey, Mode, PlainStore, Quota, Resolved, Rule,
 };
 use crate::{ConfigError, ConfigErrorKind, telemetry};
 
@@ -91,8 +91,10 @@ pub(crate) struct Config {
     /// ([`RateLimitLayerBuilder::extensions`](crate::rate_limit::RateLimitLayerBuilder::extensions)).
     pub(crate) extensions: bool,
     /// Every rule, when all are plain ([`Rule::is_plain`]) and the limiter decides them at
-    /// once: the plan a request runs then (`lean.rs`).
+    /// once or on its store: the plan a request runs then (`lean.rs`).
     pub(crate) plain: Option<Box<[Arc<Rule>]>>,
+    /// The plain rules made ready on the limiter's store (Redis), when it decides there.
+    pub(crate) plain_store: Option<Arc<dyn PlainStore>>,
 }
 
 impl Config {
@@ -116,6 +118,7 @@ impl Config {
             waiters: Arc::new(Waiters::new(DEFAULT_MAX_WAITERS)),
             extensions: false,
             plain: None,
+            plain_store: None,
         }
     }
 }

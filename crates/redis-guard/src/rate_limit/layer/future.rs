@@ -17,8 +17,9 @@ use super::service::start;
 use super::throttle::{Reservation, wait_for};
 use crate::ConfigError;
 use crate::rate_limit::{
-    BoxFuture, Check, CostReport, Decision, Held, Holding, LimiterError, LimiterFuture, Pending,
-    Quota, RuleDecision, Settling, count_failure, count_failure_of, decision_from, settling,
+    BoxFuture, Check, CostReport, Decision, Few, Held, Holding, LimiterError, LimiterFuture,
+    Pending, Quota, RuleDecision, RuleState, Settling, count_failure, count_failure_of,
+    decision_from, settling,
 };
 use crate::telemetry::Stopwatch;
 
@@ -76,6 +77,13 @@ define_response_future! {
         // The layer answers itself.
         Rejected {
             rejected: Option<(Rejection, Arc<Config>)>,
+        },
+        // A plain request waiting for the limiter's store (`lean.rs`).
+        Storing {
+            states: LimiterFuture<Few<RuleState>>,
+            pending: Option<Box<(S, Request<ReqBody>)>>,
+            config: Arc<Config>,
+            started: Stopwatch,
         },
         // A plain request denied (`lean.rs`): its `429` is written when polled.
         Limited {
@@ -306,6 +314,24 @@ where
         }
     }
 
+    /// A plain request waiting for the limiter's store to answer `states` (`lean.rs`).
+    pub(super) fn storing(
+        states: LimiterFuture<Few<RuleState>>,
+        inner: S,
+        req: Request<ReqBody>,
+        config: Arc<Config>,
+        started: Stopwatch,
+    ) -> Self {
+        Self {
+            state: State::Storing {
+                states,
+                pending: Some(Box::new((inner, req))),
+                config,
+                started,
+            },
+        }
+    }
+
     /// A plain request denied (`lean.rs`).
     pub(super) fn limited(config: Arc<Config>, denial: Denial) -> Self {
         Self {
@@ -374,6 +400,31 @@ where
                         return Poll::Ready(Ok(after_completion()));
                     };
                     decided(config, states, *pending, *started)
+                }
+                StateProj::Storing {
+                    states,
+                    pending,
+                    config,
+                    started,
+                } => {
+                    let states = ready!(states.as_mut().poll(cx));
+                    let (Some((inner, req)), Some(rules)) =
+                        (pending.take().map(|b| *b), config.plain.as_deref())
+                    else {
+                        return Poll::Ready(Ok(after_completion()));
+                    };
+                    match states {
+                        Ok(states) => {
+                            let ready = move || inner;
+                            lean::decided(config, rules, states.as_slice(), ready, req, *started)
+                                .state
+                        }
+                        Err(err) => {
+                            let err = count_failure_of(rules.iter().map(|r| r.name_arc()), err);
+                            let ready = (move || inner, req, Vec::new());
+                            state_of(config, Err(err), &[], ready, *started)
+                        }
+                    }
                 }
                 StateProj::Calling { fut, headers, hold } => {
                     if let Some(held) = hold.as_mut() {

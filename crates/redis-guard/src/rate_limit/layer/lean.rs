@@ -1,35 +1,57 @@
 //! The common case, read top to bottom: every rule of the layer plain ([`Rule::is_plain`]:
 //! enforced, its own quota, a constant cost, nothing to lease, settle, throttle, override,
-//! reserve or set live) and a limiter that decides at once (the [`MemoryLimiter`]).
+//! reserve or set live), decided at once (the [`MemoryLimiter`]) or on the limiter's store
+//! (the [`RedisLimiter`], which prepares what a request sends when the layer is built:
+//! `redis/plain.rs`).
 //!
 //! Such a request needs only its keys: the layer borrows its rules, keeps the keys on the
 //! stack, gets one [`RuleState`] per rule back, and writes the headers from those numbers. The
 //! general engine (`service.rs`, `future.rs`) runs for every other layer, and here for what this
-//! path does not do itself: a missing or unusable key, a limiter failure, and a decision someone
-//! asked to see ([`extensions`](crate::rate_limit::RateLimitLayerBuilder::extensions), a
+//! path does not do itself: a missing or unusable key, an allow-listed one on a store, a limiter
+//! failure in process, and a decision someone asked to see
+//! ([`extensions`](crate::rate_limit::RateLimitLayerBuilder::extensions), a
 //! [`response`](crate::rate_limit::RateLimitLayerBuilder::response) hook). Both give the same
-//! decision and headers (the tests below compare them on random rules and requests).
+//! decision and headers (the tests below compare them on random rules and requests, and the
+//! rate-limit suite on Redis).
 //!
 //! [`MemoryLimiter`]: crate::rate_limit::MemoryLimiter
+//! [`RedisLimiter`]: crate::rate_limit::RedisLimiter
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response};
 use tower_service::Service;
+use tracing::Instrument;
 
 use super::config::Config;
 use super::future::ResponseFuture;
 use super::headers::{self, RateLimitHeaders};
 use super::response::ResponseBody;
-use crate::rate_limit::{Decision, Few, Key, Mode, Rule, RuleDecision, RuleState, ceil_secs};
+use crate::rate_limit::{
+    Decision, Few, Key, LimiterError, Mode, PlainStates, Rule, RuleDecision, RuleState, ceil_secs,
+};
 use crate::telemetry::{Metric, Stopwatch};
 
-/// The layer's plain rules, when every rule is plain and its limiter decides them at once.
-pub(super) fn plan(config: &Config) -> Option<Box<[Arc<Rule>]>> {
-    let plain = config.rules.iter().all(|r| r.rule.is_plain())
-        && config.limiter.decide_plain(&[], &[]).is_some();
-    plain.then(|| config.rules.iter().map(|r| Arc::clone(&r.rule)).collect())
+/// The layer's plain plan: every rule, when all are plain and its limiter decides them at once,
+/// or on its store ([`Engine::plain_store`](crate::rate_limit::Engine), made ready here). On a
+/// store, a layer that hands the whole decision over (`extensions`, a `response` hook) keeps
+/// the general engine.
+pub(super) fn plan(config: &mut Config) {
+    if !config.rules.iter().all(|r| r.rule.is_plain()) {
+        return;
+    }
+    let rules: Box<[Arc<Rule>]> = config.rules.iter().map(|r| Arc::clone(&r.rule)).collect();
+    if config.limiter.decide_plain(&[], &[]).is_none() {
+        if config.extensions || config.response.is_some() {
+            return;
+        }
+        let Some(store) = config.limiter.plain_store(&rules) else {
+            return;
+        };
+        config.plain_store = Some(store);
+    }
+    config.plain = Some(rules);
 }
 
 /// A plain request denied: what its `429` is made of.
@@ -65,33 +87,79 @@ where
     }
     let req = Request::from_parts(parts, body);
     let started = Stopwatch::start();
-    let decided = if tracing::level_enabled!(tracing::Level::DEBUG) {
-        let span = tracing::debug_span!("rate_limit", rules = rules.len());
-        let _entered = span.enter();
-        config.limiter.decide_plain(rules, keys.as_slice())
-    } else {
-        config.limiter.decide_plain(rules, keys.as_slice())
-    };
-    let Some(Ok(states)) = decided else {
-        // Nothing was recorded: the general engine decides again, and applies the failure
-        // policy.
-        return general(inner, req);
-    };
-    let states = states.as_slice();
-    let allowed = states.iter().all(|s| s.allowed);
-    let whole = || decision(rules, keys.as_slice(), states);
-    if config.extensions || (!allowed && config.response.is_some()) {
-        // Someone reads the whole decision: the general engine hands it over.
-        return match whole() {
-            Some(decision) => {
-                let ready = || take_ready(inner);
-                ResponseFuture::decided(config, Ok(decision), (ready, req), &[], started)
+    let states = match &config.plain_store {
+        Some(store) => match store.decide(keys) {
+            Some(PlainStates::Now(states)) => states,
+            Some(PlainStates::Later(mut states)) => {
+                if tracing::level_enabled!(tracing::Level::DEBUG) {
+                    let span = tracing::debug_span!("rate_limit", rules = rules.len());
+                    states = Box::pin(states.instrument(span));
+                }
+                let ready = take_ready(inner);
+                return ResponseFuture::storing(states, ready, req, Arc::clone(config), started);
             }
-            None => general(inner, req),
-        };
+            None => return general(inner, req),
+        },
+        None => {
+            let Some(Ok(states)) = at_once(config, rules, keys.as_slice()) else {
+                // Nothing was recorded: the general engine decides again, and applies the
+                // failure policy.
+                return general(inner, req);
+            };
+            let allowed = states.as_slice().iter().all(|s| s.allowed);
+            if config.extensions || (!allowed && config.response.is_some()) {
+                // Someone reads the whole decision: the general engine hands it over.
+                return match decision(rules, keys.as_slice(), states.as_slice()) {
+                    Some(decision) => {
+                        let ready = || take_ready(inner);
+                        ResponseFuture::decided(config, Ok(decision), (ready, req), &[], started)
+                    }
+                    None => general(inner, req),
+                };
+            }
+            states
+        }
+    };
+    decided(
+        config,
+        rules,
+        states.as_slice(),
+        || take_ready(inner),
+        req,
+        started,
+    )
+}
+
+/// The limiter's decision of `rules` for `keys` in process, in a `debug` span when one is
+/// listened to.
+fn at_once(
+    config: &Config,
+    rules: &[Arc<Rule>],
+    keys: &[Key],
+) -> Option<Result<Few<RuleState>, LimiterError>> {
+    if !tracing::level_enabled!(tracing::Level::DEBUG) {
+        return config.limiter.decide_plain(rules, keys);
     }
+    let span = tracing::debug_span!("rate_limit", rules = rules.len());
+    let _entered = span.enter();
+    config.limiter.decide_plain(rules, keys)
+}
+
+/// The answer once the plain `rules`' `states` are known: the inner service (`ready`, taken
+/// only for an admitted request) called with the headers, or the binding rule's `429`.
+pub(super) fn decided<S, ReqBody>(
+    config: &Arc<Config>,
+    rules: &[Arc<Rule>],
+    states: &[RuleState],
+    ready: impl FnOnce() -> S,
+    req: Request<ReqBody>,
+    started: Stopwatch,
+) -> ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
     let named = || rules.iter().map(|r| r.name()).zip(states);
-    if allowed {
+    if states.iter().all(|s| s.allowed) {
         record(config, states, started);
         let ietf = config
             .ietf_on_allowed()
@@ -100,27 +168,24 @@ where
             .legacy_headers()
             .then(|| legacy(states, admitting(states)));
         let headers = RateLimitHeaders::plain(ietf, legacy);
-        return ResponseFuture::calling(take_ready(inner).call(req), headers);
+        return ResponseFuture::calling(ready().call(req), headers);
     }
     let binding = denying(states);
-    let rule = rules[binding].name();
     let retry_after = states[binding].retry_after;
     tracing::debug!(
-        rule,
+        rule = rules[binding].name(),
         retry_after_ms = retry_after.as_millis(),
         "rate limited"
     );
-    // Every enforced rule has its `429` prepared when the layer is built.
-    let Some(prepared) = config.denials.iter().position(|d| d.is_of(rule)) else {
-        return general(inner, req);
-    };
     record(config, states, started);
     let ietf = Some((config.policy.clone(), headers::states(named())));
     let legacy = config.legacy_headers().then(|| legacy(states, binding));
     ResponseFuture::limited(
         Arc::clone(config),
         Denial {
-            prepared,
+            // Every rule is enforced: each has its `429` prepared, in order, when the layer is
+            // built.
+            prepared: binding,
             secs: ceil_secs(retry_after).max(1),
             headers: RateLimitHeaders::plain(ietf, legacy),
         },

@@ -14,7 +14,7 @@ use super::overrides::Steer;
 use crate::backend::BackendError;
 pub(crate) use crate::rate_limit::Check;
 use crate::rate_limit::decision::HeldLease;
-use crate::rate_limit::{Decision, Inspection, Key, Lease, Mode, Quota, Rule, RuleState};
+use crate::rate_limit::{Decision, Few, Inspection, Key, Lease, Mode, Quota, Rule, RuleState};
 use crate::telemetry;
 use crate::{ConfigError, ConfigErrorKind};
 
@@ -151,6 +151,16 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
         None
     }
 
+    /// Prepares the decisions of the plain rules `rules` (as [`decide_plain`](Self::decide_plain)
+    /// takes them) on a limiter that decides on a store, once, when a layer is built: what a
+    /// request sends is made then, and a request brings only its keys. `None` when this
+    /// limiter has no such path. Not part of the stable interface.
+    #[doc(hidden)]
+    fn plain_store(&self, rules: &[Arc<Rule>]) -> Option<Arc<dyn PlainStore>> {
+        let _ = rules;
+        None
+    }
+
     #[doc(hidden)]
     fn in_process(&self) -> bool {
         false
@@ -186,6 +196,22 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
     /// (`set_rule_quota`, `clear_rule_quota`, `set_rule_mode`, `clear_rule_mode`); the new
     /// version.
     fn set_live(&self, rule: &Rule, change: LiveChange) -> LimiterFuture<u64>;
+}
+
+/// A layer's plain rules made ready on a store ([`Engine::plain_store`]): each request's
+/// decision from its keys, one per rule in order, all or nothing.
+pub(crate) trait PlainStore: Send + Sync + fmt::Debug {
+    /// The rules' states for `keys`: at once (a cached denial), or once the store answers.
+    /// `None` when the general engine decides this request (an allow-listed key, say).
+    fn decide(&self, keys: Few<Key>) -> Option<PlainStates>;
+}
+
+/// What [`PlainStore::decide`] answers.
+pub(crate) enum PlainStates {
+    /// Known in process.
+    Now(Few<RuleState>),
+    /// The store's answer, to wait for.
+    Later(LimiterFuture<Few<RuleState>>),
 }
 
 /// Checks one request against several rules, all or nothing (the user operation `check_all`):
@@ -430,6 +456,7 @@ impl<L: Engine + ?Sized> Engine for Arc<L> {
         evaluate_leased(checks: Vec<Check>) -> LimiterFuture<Held>;
         evaluate_at_once(checks: &[Check]) -> Option<Result<Decision, LimiterError>>;
         decide_plain(rules: &[Arc<Rule>], keys: &[Key]) -> Option<Result<crate::rate_limit::Few<RuleState>, LimiterError>>;
+        plain_store(rules: &[Arc<Rule>]) -> Option<Arc<dyn PlainStore>>;
         in_process() -> bool;
         config_problem() -> Option<ConfigError>;
         inspect_key(rule: &Rule, key: Key) -> LimiterFuture<Inspection>;

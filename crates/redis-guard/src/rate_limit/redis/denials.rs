@@ -2,12 +2,14 @@
 //! request and of the Redis states it reads, the cache's clock, and a cached denial counted down.
 
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::limiter::DENY_CACHE_MAX_WAIT;
 use crate::backend::{DenyCache, RedisBackend};
 use crate::rate_limit::algorithm::{Algorithm, RuleState};
 use crate::rate_limit::limiter::{Check, decision_from, rule_decisions};
-use crate::rate_limit::{Decision, Mode, RedisLimiter};
+use crate::rate_limit::{Decision, Key, Mode, Quota, RedisLimiter, Rule};
 use crate::telemetry;
 
 /// Whether a denial of `checks` may be cached: a custom algorithm's waits are its own business
@@ -28,23 +30,42 @@ pub(super) fn cacheable(checks: &[Check]) -> bool {
     })
 }
 
-/// The cached denial of the request `key` at `now`, counted down, and counted as a hit.
-pub(super) fn cached_denial(
+/// The cached denial of the request `key` at `now` (its rules and keys `asked`), counted down,
+/// and counted as a hit.
+pub(super) fn cached_denial<'a>(
     cache: &DenyCache<Vec<RuleState>>,
-    checks: &[Check],
+    asked: impl Iterator<Item = (&'a Rule, &'a Key)> + Clone,
     key: u64,
     now: u64,
 ) -> Option<Vec<RuleState>> {
-    let (states, elapsed) = cache.get(key, now, || state_keys(cache, checks))?;
-    for (check, _) in checks.iter().zip(&states).filter(|(_, s)| !s.allowed) {
+    let (states, elapsed) = cache.get(key, now, || state_keys(cache, asked.clone()))?;
+    for ((rule, _), _) in asked.zip(&states).filter(|(_, s)| !s.allowed) {
         telemetry::count(
             telemetry::Metric::RateLimitDenyCacheHits,
             "rule",
-            check.rule.name_arc().into(),
+            rule.name_arc().into(),
             1,
         );
     }
     Some(counted_down(states, elapsed))
+}
+
+/// The rules and keys of `checks`, as the deny cache reads them.
+pub(super) fn asked(checks: &[Check]) -> impl Iterator<Item = (&Rule, &Key)> + Clone {
+    checks.iter().map(|c| (&*c.rule, &c.key))
+}
+
+/// How long a denial of `states` is cached: Redis reports waits in whole milliseconds, rounded
+/// up, so the true wait may be up to 1 ms shorter; the cache keeps the denial 1 ms less (at most
+/// [`DENY_CACHE_MAX_WAIT`]), and never denies a request Redis would admit. `None`: not at all.
+pub(super) fn cached_wait(states: &[RuleState]) -> Option<Duration> {
+    states
+        .iter()
+        .filter(|s| !s.allowed)
+        .map(|s| s.retry_after.saturating_sub(Duration::from_millis(1)))
+        .max()
+        .map(|wait| wait.min(DENY_CACHE_MAX_WAIT))
+        .filter(|wait| !wait.is_zero())
 }
 
 impl RedisLimiter {
@@ -63,7 +84,7 @@ impl RedisLimiter {
             return None;
         }
         let now = cache_now(&self.backend, cache);
-        let states = cached_denial(cache, checks, cache.key(Request(checks)), now)?;
+        let states = cached_denial(cache, asked(checks), cache.key(Request(checks)), now)?;
         decision_from(rule_decisions(checks), &states, &[]).ok()
     }
 }
@@ -76,14 +97,13 @@ pub(super) fn cache_now<V>(backend: &RedisBackend, cache: &DenyCache<V>) -> u64 
         .unwrap_or_else(|| cache.now(backend.shift_us()))
 }
 
-/// The deny cache's keys of the Redis states `checks` read: a rule (name, algorithm) and a key.
+/// The deny cache's keys of the Redis states the rules and keys `asked` read: a rule (name,
+/// algorithm) and a key.
 pub(super) fn state_keys<'a, V>(
-    cache: &'a DenyCache<V>,
-    checks: &'a [Check],
-) -> impl Iterator<Item = u64> + 'a {
-    checks
-        .iter()
-        .map(|c| cache.key((c.rule.name(), c.rule.algorithm(), c.key.as_bytes())))
+    cache: &DenyCache<V>,
+    asked: impl Iterator<Item = (&'a Rule, &'a Key)>,
+) -> impl Iterator<Item = u64> {
+    asked.map(|(rule, key)| cache.key((rule.name(), rule.algorithm(), key.as_bytes())))
 }
 
 /// A request as the deny cache knows it: every check's rule (name, algorithm, quota, whether it
@@ -93,14 +113,31 @@ pub(super) struct Request<'a>(pub(super) &'a [Check]);
 impl Hash for Request<'_> {
     fn hash<H: Hasher>(&self, state: &mut H) {
         for check in self.0 {
-            check.rule.name().hash(state);
-            check.rule.algorithm().hash(state);
-            check.quota.hash(state);
-            check.rule.reads_overrides().hash(state);
-            check.key.as_bytes().hash(state);
-            check.cost.hash(state);
+            asking(state, &check.rule, &check.quota, &check.key, check.cost);
         }
     }
+}
+
+/// A request of plain rules (each with its own quota and cost) and their keys: the same as
+/// the [`Request`] of their checks.
+pub(super) struct PlainRequest<'a>(pub(super) &'a [Arc<Rule>], pub(super) &'a [Key]);
+
+impl Hash for PlainRequest<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        for (rule, key) in self.0.iter().zip(self.1) {
+            asking(state, rule, rule.quota(), key, rule.cost());
+        }
+    }
+}
+
+/// One rule of a request, hashed as the deny cache knows it.
+fn asking<H: Hasher>(state: &mut H, rule: &Rule, quota: &Quota, key: &Key, cost: u32) {
+    rule.name().hash(state);
+    rule.algorithm().hash(state);
+    quota.hash(state);
+    rule.reads_overrides().hash(state);
+    key.as_bytes().hash(state);
+    cost.hash(state);
 }
 
 /// The states of a cached denial, `elapsed` later: the waits counted down (a denied rule waits

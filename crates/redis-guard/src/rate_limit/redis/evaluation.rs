@@ -82,7 +82,7 @@ pub(super) struct Group {
 
 /// A request's rules as one entry of a coalesced call of an evaluation script.
 pub(super) struct RuleEntry {
-    keys: Vec<String>,
+    keys: Few<String>,
     rule_args: Vec<RuleArgs>,
     request: Cow<'static, str>,
     dry: bool,
@@ -95,7 +95,7 @@ pub(super) struct RuleEntry {
 
 impl Entry for RuleEntry {
     fn keys(&self) -> &[String] {
-        &self.keys
+        self.keys.as_slice()
     }
 
     fn arg_count(&self) -> usize {
@@ -294,7 +294,7 @@ impl Evaluation {
                     .for_each(|args| decided.push(args.decided()));
             }
             let entry = RuleEntry {
-                keys,
+                keys: Few::Many(keys),
                 rule_args: std::mem::take(&mut self.rule_args),
                 request,
                 dry: self.dry,

@@ -228,7 +228,7 @@ impl Plain {
 
 /// The rule's state from `[count, pttl]`: admitted while the count is within `limit`, the
 /// window's end from the key's expiry.
-fn state(reply: &Value, limit: u64, period_ms: u64) -> Result<RuleState, LimiterError> {
+pub(super) fn state(reply: &Value, limit: u64, period_ms: u64) -> Result<RuleState, LimiterError> {
     let (count, ttl) = match reply {
         Value::Array(cells) => match cells.as_slice() {
             [Value::Int(count), Value::Int(ttl)] => (*count, *ttl),

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::denials::{Request, cache_now, cacheable, cached_denial, state_keys};
+use super::denials::{
+    Request, asked, cache_now, cacheable, cached_denial, cached_wait, state_keys,
+};
 use super::evaluation::{Coalescers, Evaluation, RuleArgs};
 use super::fixed_window_plain::{self, Counters};
 use super::hot_lease::HotLeases;
@@ -18,7 +20,7 @@ use crate::rate_limit::limiter::live::{LiveChange, LiveRecord};
 use crate::rate_limit::limiter::operations::{self, Inspection};
 use crate::rate_limit::limiter::overrides::Steer;
 use crate::rate_limit::limiter::{
-    Check, Engine, Held, Limiter, LimiterError, LimiterFuture, chargeable,
+    Check, Engine, Held, Limiter, LimiterError, LimiterFuture, PlainStore, chargeable,
 };
 use crate::rate_limit::{Decision, Key, Lease, Rule};
 
@@ -81,7 +83,7 @@ pub struct RedisLimiter {
     /// Copies of the live rules' records ([`Rule::live`](crate::rate_limit::Rule::live)).
     pub(super) live: Arc<super::live::LiveCache>,
     /// The digests of recent keys, for their key names.
-    digests: Arc<super::digests::Digests>,
+    pub(super) digests: Arc<super::digests::Digests>,
 }
 
 impl RedisLimiter {
@@ -335,7 +337,7 @@ impl RedisLimiter {
         let cached = cache.map(|cache| {
             let now = cache_now(&self.backend, &cache);
             let key = cache.has_denials().then(|| cache.key(Request(&checks)));
-            let hit = key.and_then(|key| cached_denial(&cache, &checks, key, now));
+            let hit = key.and_then(|key| cached_denial(&cache, asked(&checks), key, now));
             (cache, key, now, hit)
         });
         if let Some((_, _, _, Some(states))) = cached {
@@ -354,24 +356,14 @@ impl RedisLimiter {
                 // what it recorded.
                 let now = cache_now(&backend, &deny_cache);
                 deny_cache.admitted(now, DENY_CACHE_MAX_WAIT, || {
-                    state_keys(&deny_cache, &checks)
+                    state_keys(&deny_cache, asked(&checks))
                 });
                 return Ok((states, lease, live));
             }
             let Some((cache, key, now, None)) = cached else {
                 return Ok((states, lease, live));
             };
-            // Redis reports waits in whole milliseconds, rounded up: the true wait may be up to
-            // 1 ms shorter, so the cache keeps the denial 1 ms less and never denies a request
-            // Redis would admit.
-            let wait = states
-                .iter()
-                .filter(|s| !s.allowed)
-                .map(|s| s.retry_after.saturating_sub(Duration::from_millis(1)))
-                .max()
-                .map(|wait| wait.min(DENY_CACHE_MAX_WAIT))
-                .filter(|wait| !wait.is_zero());
-            if let Some(wait) = wait {
+            if let Some(wait) = cached_wait(&states) {
                 let key = key.unwrap_or_else(|| cache.key(Request(&checks)));
                 cache.insert(key, states.clone(), now, wait);
             }
@@ -438,6 +430,11 @@ impl Engine for RedisLimiter {
 
     fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Decision, LimiterError>> {
         self.denied_at_once(checks).map(Ok)
+    }
+
+    fn plain_store(&self, rules: &[Arc<Rule>]) -> Option<Arc<dyn PlainStore>> {
+        let rules = super::plain::PlainRules::new(self, rules)?;
+        Some(Arc::new(Arc::new(rules)))
     }
 
     fn inspect_key(&self, rule: &Rule, key: Key) -> LimiterFuture<Inspection> {

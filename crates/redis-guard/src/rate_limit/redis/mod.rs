@@ -16,6 +16,7 @@ mod hot_lease;
 mod key_operations;
 mod limiter;
 mod live;
+mod plain;
 mod script_reply;
 
 pub(crate) use give_back::OnRedis;

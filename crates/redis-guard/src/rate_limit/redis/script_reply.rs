@@ -91,10 +91,10 @@ pub(crate) fn parse_reply_live(
 /// [`RuleArgs::decided`](super::evaluation::RuleArgs::decided)). Admitted: `d` ≥ 0, the TAT the
 /// reset counts to less now; denied: `-d - 1`, with `d` the TAT less now. The states are what
 /// the script's five integers per rule would have said: the same arithmetic, exact on integers.
-pub(crate) fn parse_compact(
+pub(crate) fn parse_compact<C: FromIterator<RuleState>>(
     reply: &Value,
     rules: &[[u64; 6]],
-) -> Result<Vec<RuleState>, LimiterError> {
+) -> Result<C, LimiterError> {
     let bad = |what: &str| LimiterError::from(BackendError::BadReply(format!("{what}: {reply:?}")));
     let Value::Array(cells) = reply else {
         return Err(bad("expected an array"));
@@ -150,7 +150,7 @@ mod tests {
         // 10 per minute: one unit every 6 s, a burst of 10; cost 1.
         let em = 6_000_000;
         let rule = [1, 10, 60_000_000, 10, 6_000_000, 1];
-        let state = |v: i64| parse_compact(&ints(&[v]), &[rule]).unwrap()[0];
+        let state = |v: i64| parse_compact::<Vec<_>>(&ints(&[v]), &[rule]).unwrap()[0];
         // A fresh client: admitted, 9 left, full again in 6 s.
         assert_eq!(state(em), RuleState::from_parts(true, 10, 9, 0, 6000));
         // A quarter unit and 1 µs fuller than that: 8 left, the reset rounded up.
@@ -165,7 +165,7 @@ mod tests {
         );
         // A probe (cost 0) is decided as cost 1.
         let probe = [1, 10, 60_000_000, 10, 6_000_000, 0];
-        let states = parse_compact(&ints(&[0, -10 * em - 1]), &[probe, probe]).unwrap();
+        let states: Vec<_> = parse_compact(&ints(&[0, -10 * em - 1]), &[probe, probe]).unwrap();
         assert_eq!(states[0], RuleState::from_parts(true, 10, 10, 0, 0));
         assert_eq!(states[1], RuleState::from_parts(false, 10, 0, 6000, 60_000));
         for bad in [
@@ -174,9 +174,9 @@ mod tests {
             ints(&[1, 2]),
             Value::Array(vec![Value::Okay]),
         ] {
-            assert!(parse_compact(&bad, &[rule]).is_err(), "{bad:?}");
+            assert!(parse_compact::<Vec<_>>(&bad, &[rule]).is_err(), "{bad:?}");
         }
-        assert!(parse_compact(&ints(&[1]), &[[1, 10, 0, 10, 0, 1]]).is_err());
+        assert!(parse_compact::<Vec<_>>(&ints(&[1]), &[[1, 10, 0, 10, 0, 1]]).is_err());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use super::Leased;
 use crate::rate_limit::RedisLimiter;
 use crate::rate_limit::limiter::{Check, Held, LimiterFuture};
-use crate::rate_limit::redis::denials::{cache_now, state_keys};
+use crate::rate_limit::redis::denials::{asked, cache_now, state_keys};
 use crate::rate_limit::redis::limiter::DENY_CACHE_MAX_WAIT;
 
 impl RedisLimiter {
@@ -37,7 +37,9 @@ impl RedisLimiter {
                     {
                         // As any admitted decision: the key's cached denials are stale.
                         let now = cache_now(&backend, &cache);
-                        cache.admitted(now, DENY_CACHE_MAX_WAIT, || state_keys(&cache, &checks));
+                        cache.admitted(now, DENY_CACHE_MAX_WAIT, || {
+                            state_keys(&cache, asked(&checks))
+                        });
                     }
                     Ok((vec![state], None, Vec::new()))
                 })

@@ -1,0 +1,66 @@
+-- Decide the requests of one layer's plain GCRA rules (redis/plain.rs), each request all or
+-- nothing, one after the other in order, at one Redis time: the decisions of gcra_only.lua for
+-- enforced rules with a cost of at least 1 that read no override record. The rules' numbers
+-- come once per call, not once per request: a request brings only its keys.
+--
+-- KEYS     per request, its rules' state keys, in rule order (n per request)
+-- ARGV[1]  a time shift in µs added to Redis TIME (0 in production)
+-- ARGV     then per rule: its burst, emission interval (µs) and cost
+-- Reply    one array, request after request: per rule one integer, as gcra_only.lua's compact
+--          reply (admitted: the TAT its reset counts to, less now, >= 0; denied: now less the
+--          TAT, less 1, < 0); or, for a request with a key Redis cannot GET (a key of another
+--          type), the error's text as one string, and nothing recorded for it.
+local now = clock()
+local n = (#ARGV - 1) / 3
+if n < 1 or n ~= math.floor(n) or #KEYS % n ~= 0 then
+  return redis.error_reply('RG_ARITY ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
+end
+local burst, em, cost = {}, {}, {}
+for i = 1, n do
+  burst[i], em[i], cost[i] = tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])
+end
+-- The TAT of every key read so far, as the requests before left it (false: none); the TATs to
+-- store: a key many requests share (one busy client) is read once and written once per call.
+local tats, dirty, out, nout, new = {}, {}, {}, 0, {}
+for k = 0, #KEYS - n, n do
+  local admitted, failed = true, nil
+  for i = 1, n do
+    local key = KEYS[k + i]
+    local tat = tats[key]
+    if tat == nil then
+      local v = redis.pcall('GET', key)
+      if type(v) == 'table' and v.err then
+        failed = v.err
+        break
+      end
+      -- "<TAT>:<emission>" when the general script last wrote it (same rule, same quota).
+      tat = tonumber(v) or (v and tonumber(string.match(v, '^(%d+):%d+$'))) or false
+      tats[key] = tat
+    end
+    if not tat or tat < now then tat = now end
+    new[i] = tat + cost[i] * em[i]
+    if now < new[i] - burst[i] * em[i] then
+      admitted = false
+      out[nout + i] = now - tat - 1
+    else
+      out[nout + i] = new[i] - now
+    end
+  end
+  if failed then
+    out[nout + 1] = failed
+    for j = nout + 2, nout + n do out[j] = nil end
+    nout = nout + 1
+  else
+    if admitted then
+      for i = 1, n do
+        tats[KEYS[k + i]], dirty[KEYS[k + i]] = new[i], new[i]
+      end
+    end
+    nout = nout + n
+  end
+end
+-- The key expires when its TAT passes: by then the client is as fresh as a new one.
+for key, tat in pairs(dirty) do
+  redis.call('SET', key, fmt(tat), 'PX', cdiv(tat - now, 1000))
+end
+return out

@@ -1,0 +1,257 @@
+//! A layer's plain rules on Redis (`layer/lean.rs`): every rule GCRA, decided by
+//! `gcra_plain.lua` with one integer per rule in its reply, or one fixed window, by its plain
+//! transaction. What a request sends but its keys (the rules' numbers, the key names' heads) is
+//! made when the layer is built: the requests that queue while calls are out go together, the
+//! rules' numbers once per call. The deny cache is read once per request.
+
+use std::sync::{Arc, LazyLock};
+
+use super::denials::{PlainRequest, cache_now, cached_denial, cached_wait, state_keys};
+use super::fixed_window_batch::Count;
+use super::fixed_window_plain::{self, state};
+use super::limiter::DENY_CACHE_MAX_WAIT;
+use super::script_reply::parse_compact;
+use crate::backend::{
+    BackendError, Coalescer, Entry, Form, LuaScript, RedisBackend, Replies, ScriptCall, replies,
+};
+use crate::rate_limit::{
+    Algorithm, Few, Key, LimiterError, Mode, PlainStates, PlainStore, RedisLimiter, Rule, RuleState,
+};
+
+/// A layer's plain rules, ready on a [`RedisLimiter`].
+#[derive(Debug)]
+pub(super) struct PlainRules {
+    limiter: RedisLimiter,
+    rules: Box<[Arc<Rule>]>,
+    /// Per rule, its key names up to the digest: `<prefix>rl:<rule>:<tag>:{`.
+    heads: Box<[String]>,
+    how: How,
+}
+
+/// The script that decides plain GCRA rules.
+static GCRA_PLAIN: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("gcra_plain.lua")));
+
+#[derive(Debug)]
+enum How {
+    /// Every rule GCRA: the calls of the layer's requests, and each rule's numbers, which give
+    /// its state from its one integer.
+    Gcra {
+        calls: Coalescer<Keys, Numbers>,
+        ints: Box<[[u64; 6]]>,
+    },
+    /// One fixed window, counted by the plain transaction (Redis >= 7; else the general
+    /// engine runs its script): its limit, cost, and period in ms.
+    Counted {
+        limit: u64,
+        cost: u64,
+        period_ms: u64,
+    },
+}
+
+/// One request of plain GCRA rules: each rule's state key, in order.
+pub(super) struct Keys(Few<String>);
+
+impl Entry for Keys {
+    fn keys(&self) -> &[String] {
+        self.0.as_slice()
+    }
+
+    fn arg_count(&self) -> usize {
+        0
+    }
+
+    fn write_args(&self, _: &mut ScriptCall<'_>) {}
+
+    fn reply_len(&self) -> usize {
+        self.0.as_slice().len()
+    }
+}
+
+/// The calls of `gcra_plain.lua` for one layer's rules: their numbers (burst, emission
+/// interval, cost per rule), encoded once, then every queued request's keys.
+#[derive(Clone, Debug)]
+pub(super) struct Numbers(Arc<[Box<[u8]>]>);
+
+impl Form<Keys> for Numbers {
+    fn keys(entry: &Keys) -> &[String] {
+        entry.0.as_slice()
+    }
+
+    async fn call(
+        &self,
+        backend: &RedisBackend,
+        entries: &[&Keys],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Replies, BackendError> {
+        let bytes = self.0.iter().map(|arg| arg.len()).sum();
+        let mut call = if let [one] = entries {
+            backend.script_sized(&GCRA_PLAIN, one.keys(), self.0.len(), bytes)
+        } else {
+            let keys: Vec<&str> = entries
+                .iter()
+                .flat_map(|e| e.keys().iter().map(String::as_str))
+                .collect();
+            backend.script_sized(&GCRA_PLAIN, &keys, self.0.len(), bytes)
+        };
+        for arg in &*self.0 {
+            call.arg(&arg[..]);
+        }
+        call.until(deadline);
+        replies(call.run().await?, entries, true)
+    }
+}
+
+impl PlainRules {
+    /// `rules` (every one plain) on `limiter`, when they are all GCRA or one fixed window.
+    pub(super) fn new(limiter: &RedisLimiter, rules: &[Arc<Rule>]) -> Option<Self> {
+        let params = |rule: &Rule| rule.params(rule.quota(), rule.cost(), Mode::Enforce);
+        let (how, tag) = match rules {
+            [rule] if *rule.algorithm() == Algorithm::FixedWindow => {
+                let p = params(rule);
+                let how = How::Counted {
+                    limit: p.limit,
+                    cost: p.cost,
+                    period_ms: p.period_us.div_ceil(1000).max(1),
+                };
+                (how, fixed_window_plain::TAG)
+            }
+            _ if !rules.is_empty() && rules.iter().all(|r| *r.algorithm() == Algorithm::Gcra) => {
+                let ints: Box<[[u64; 6]]> = rules
+                    .iter()
+                    .map(|rule| {
+                        let p = params(rule);
+                        [0, p.limit, p.period_us, p.burst, p.emission_us, p.cost]
+                    })
+                    .collect();
+                let numbers = ints
+                    .iter()
+                    .flat_map(|&[.., burst, emission, cost]| [burst, emission, cost])
+                    .map(|n| n.to_string().into_bytes().into())
+                    .collect();
+                let max = limiter.coalescers.gcra.max();
+                let calls = Coalescer::with_form(limiter.backend.clone(), Numbers(numbers), max);
+                (How::Gcra { calls, ints }, "gcra")
+            }
+            _ => return None,
+        };
+        let heads = rules
+            .iter()
+            .map(|rule| {
+                let mut head = limiter.backend.key(&["rl", rule.name(), tag], "");
+                head.pop();
+                head
+            })
+            .collect();
+        Some(Self {
+            limiter: limiter.clone(),
+            rules: rules.into(),
+            heads,
+            how,
+        })
+    }
+
+    /// The name of rule `i`'s state for `key`.
+    fn key_name(&self, i: usize, key: &Key) -> String {
+        let head = &self.heads[i];
+        self.limiter.digests.with(key, |digest| {
+            let mut name = String::with_capacity(head.len() + digest.len() + 1);
+            name.push_str(head);
+            name.push_str(digest);
+            name.push('}');
+            name
+        })
+    }
+
+    /// The rules' states for `keys` from Redis; the deny cache told. `now`: the cache's time
+    /// before the call; `asked`: the request's key in the cache, when it was looked up.
+    async fn decide_on_redis(
+        &self,
+        keys: Few<Key>,
+        now: Option<u64>,
+        asked: Option<u64>,
+    ) -> Result<Few<RuleState>, LimiterError> {
+        let keys = keys.as_slice();
+        let states: Few<RuleState> = match &self.how {
+            How::Gcra { calls, ints } => {
+                let names = keys
+                    .iter()
+                    .enumerate()
+                    .map(|(i, key)| self.key_name(i, key))
+                    .collect();
+                parse_compact(&calls.call(Keys(names)).await?, ints)?
+            }
+            &How::Counted {
+                limit,
+                cost,
+                period_ms,
+            } => {
+                let count = Count {
+                    key: [self.key_name(0, &keys[0])],
+                    cost,
+                    period_ms,
+                };
+                let reply = self.limiter.coalescers.counts.call(count).await?;
+                Few::One(state(&reply, limit, period_ms)?)
+            }
+        };
+        let Some(cache) = self.limiter.deny_cache.as_deref() else {
+            return Ok(states);
+        };
+        let asked_of = || self.rules.iter().map(|r| &**r).zip(keys);
+        if states.as_slice().iter().all(|s| s.allowed) {
+            // Taken after the reply: a denial cached while this call was out may predate what
+            // it recorded.
+            if cache.has_denials() {
+                let now = cache_now(&self.limiter.backend, cache);
+                cache.admitted(now, DENY_CACHE_MAX_WAIT, || state_keys(cache, asked_of()));
+            }
+        } else if let (Some(now), Some(wait)) = (now, cached_wait(states.as_slice())) {
+            let key = asked.unwrap_or_else(|| cache.key(PlainRequest(&self.rules, keys)));
+            cache.insert(key, states.as_slice().to_vec(), now, wait);
+        }
+        Ok(states)
+    }
+}
+
+impl PlainStore for Arc<PlainRules> {
+    fn decide(&self, keys: Few<Key>) -> Option<PlainStates> {
+        let limiter = &self.limiter;
+        let listed = self
+            .rules
+            .iter()
+            .zip(keys.as_slice())
+            .any(|(r, k)| r.allows(k));
+        // An allow-listed key is answered in process; an older server's fixed window, by a
+        // script; a request whose keys span a Cluster's slots, by one call per slot.
+        let counted = matches!(self.how, How::Counted { .. });
+        let spans = limiter.backend.connection().is_cluster()
+            && keys
+                .as_slice()
+                .windows(2)
+                .any(|k| k[0].as_bytes() != k[1].as_bytes());
+        if listed
+            || spans
+            || (counted && !(limiter.counters.is_known() && limiter.counters.plain()))
+        {
+            return None;
+        }
+        let cache = limiter.deny_cache.as_deref();
+        let now = cache.map(|cache| cache_now(&limiter.backend, cache));
+        let mut asked = None;
+        if let (Some(cache), Some(now)) = (cache, now)
+            && cache.has_denials()
+        {
+            let key = cache.key(PlainRequest(&self.rules, keys.as_slice()));
+            let of = self.rules.iter().map(|r| &**r).zip(keys.as_slice());
+            if let Some(states) = cached_denial(cache, of, key, now) {
+                return Some(PlainStates::Now(states.into_iter().collect()));
+            }
+            asked = Some(key);
+        }
+        let this = Arc::clone(self);
+        Some(PlainStates::Later(Box::pin(async move {
+            this.decide_on_redis(keys, now, asked).await
+        })))
+    }
+}
