@@ -3,11 +3,10 @@
 
 use std::sync::Arc;
 
-use super::entry_ids::{EntryId, EntryIds};
 use super::settle::InMemory;
-use super::table::Table;
+use super::table::{EntryId, Table};
 use crate::ConfigErrorKind;
-use crate::backend::{ExpiringTable, InProcess, InProcessBuilder};
+use crate::backend::InProcessBuilder;
 use crate::rate_limit::Few;
 use crate::rate_limit::algorithm::{self, Commit, RuleState, ceil_ms};
 use crate::rate_limit::decision::HeldLease;
@@ -31,11 +30,15 @@ pub(crate) const DEFAULT_MAX_KEYS: usize = 100_000;
 /// there). It limits one process: behind two replicas each one admits the full quota, which is why
 /// the Redis limiter exists.
 ///
-/// Memory is bounded: the table holds a fixed-size digest per key (never the key), expired
-/// state is swept out a few entries at a time as the limiter is used, and past
-/// [`capacity`](InProcessBuilder::capacity) keys the state closest to expiry (the quietest
-/// clients') is dropped, so a flood of distinct keys loosens the limit for them instead of
-/// growing memory without end. Every operation is O(log n).
+/// Memory is bounded: the table holds a fixed-size keyed hash per key (never the key), and at
+/// most [`capacity`](InProcessBuilder::capacity) states (and as many override records). It is
+/// split into shards that lock apart, a power of two of them (one below 128 keys, at most 64),
+/// each holding its share of the capacity; a decision locks only the shards of its keys and
+/// looks each key up once. Expired state is swept out a shard at a time as the limiter is used.
+/// A new key that finds its shard full drops the shard's expired state first, then the
+/// sixteenth of its states closest to expiry (the quietest clients'), so a flood of distinct
+/// keys loosens the limit for them instead of growing memory without end; with several shards
+/// that happens when the key's shard is full, which can be before the whole table is.
 ///
 /// Clones share state.
 ///
@@ -51,9 +54,7 @@ pub(crate) const DEFAULT_MAX_KEYS: usize = 100_000;
 /// ```
 #[derive(Clone, Debug)]
 pub struct MemoryLimiter {
-    pub(super) inner: Arc<InProcess<Table>>,
-    /// Names the table's entries (clones share its keys).
-    ids: EntryIds,
+    pub(super) table: Arc<Table>,
     /// Live quotas set on this limiter ([`Rule::live`], `live.rs`), shared by its clones.
     pub(super) live: super::live::LiveTable,
 }
@@ -68,14 +69,7 @@ impl MemoryLimiter {
     /// A builder, to set the capacity or the clock.
     pub fn builder() -> InProcessBuilder<Self> {
         InProcessBuilder::new(DEFAULT_MAX_KEYS, |capacity, clock| Self {
-            inner: Arc::new(InProcess::new(
-                Table {
-                    states: ExpiringTable::new(capacity),
-                    overrides: ExpiringTable::new(capacity),
-                },
-                clock,
-            )),
-            ids: EntryIds::new(),
+            table: Arc::new(Table::new(capacity, clock)),
             live: Arc::default(),
         })
     }
@@ -83,24 +77,13 @@ impl MemoryLimiter {
     /// How many keys hold state right now (expired ones included until swept).
     #[must_use]
     pub fn len(&self) -> usize {
-        let table = self.inner.lock();
-        table.states.len() + table.overrides.len()
+        self.table.len()
     }
 
     /// Whether no key holds state.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// The entry of `rule`'s state for `key`.
-    pub(super) fn state_id(&self, rule: &Rule, key: &Key) -> EntryId {
-        self.ids.state(rule, key)
-    }
-
-    /// The entry of `rule`'s override record for `key`.
-    fn override_id(&self, rule: &Rule, key: &Key) -> EntryId {
-        self.ids.record(rule, key)
     }
 
     /// Decides `checks` (known to be valid) at once: the layer's fallback, which must not
@@ -123,18 +106,22 @@ impl MemoryLimiter {
     /// Decides plain `rules` for `keys` (see [`Engine::decide_plain`]): one table lookup per
     /// rule, the states committed only when every rule admits.
     fn plain_now(&self, rules: &[Arc<Rule>], keys: &[Key]) -> Result<Few<RuleState>, LimiterError> {
-        let now = self.inner.now_us();
-        let mut table = self.inner.lock();
+        let pairs = || rules.iter().zip(keys);
+        let mut ids: Few<EntryId> = Few::default();
+        for (rule, key) in pairs() {
+            ids.push(self.table.state_id(rule, key));
+        }
+        let now = self.table.now_us();
+        let mut table = self.table.lock(ids.as_slice().iter().copied());
         let mut states = Few::default();
         let mut commits = Few::default();
-        for (rule, key) in rules.iter().zip(keys) {
+        for ((rule, key), &id) in pairs().zip(ids.as_slice()) {
             if rule.allows(key) {
                 states.push(allow_listed_state(rule.quota().limit()));
                 continue;
             }
             let params = rule.params(rule.quota(), rule.cost(), Mode::Enforce);
-            let id = self.state_id(rule, key);
-            let current = table.states.get_live_mut(&id, now);
+            let current = table.state(id, now);
             let Some(step) = algorithm::step(current, now, &params) else {
                 return Err(custom_needs_redis(rule));
             };
@@ -154,8 +141,6 @@ impl MemoryLimiter {
                 table.apply(id, commit, now, "");
             }
         }
-        table.states.maintain(now, |_, _| {});
-        table.overrides.maintain(now, |_, _| {});
         Ok(states)
     }
 
@@ -187,13 +172,21 @@ impl MemoryLimiter {
             && (!settled.is_empty() || checks.iter().any(|c| c.rule.algorithm().is_lease())))
         .then(request_id);
         let mut leases = Vec::new();
-        let now = self.inner.now_us();
-        let mut table = self.inner.lock();
+        // Each check's state entry, and its override record's when its rule reads them.
+        let mut ids: Few<(EntryId, Option<EntryId>)> = Few::default();
+        for c in checks {
+            let record = c.rule.reads_overrides();
+            let record = record.then(|| self.table.record_id(&c.rule, &c.key));
+            ids.push((self.table.state_id(&c.rule, &c.key), record));
+        }
+        let every = ids.as_slice().iter().flat_map(|&(id, oid)| [Some(id), oid]);
+        let now = self.table.now_us();
+        let mut table = self.table.lock(every.flatten());
         let mut states = Few::default();
         let mut commits = Few::default();
         // Override records changed by bans in this evaluation, stored whatever the decision.
         let mut records: Vec<(EntryId, Override)> = Vec::new();
-        for check in checks {
+        for (check, &(id, oid)) in checks.iter().zip(ids.as_slice()) {
             if check.rule.allows(&check.key) {
                 states.push(allow_listed_state(check.rule.quota().limit()));
                 continue;
@@ -205,8 +198,7 @@ impl MemoryLimiter {
                 // As the scripts: only a request that records anything can wait for its slot.
                 params.max_wait_us = 0;
             }
-            let id = self.state_id(&check.rule, &check.key);
-            let mut current = table.states.get_live_mut(&id, now);
+            let mut current = table.state(id, now);
             let Some(step) = algorithm::step(current.as_deref_mut(), now, &params) else {
                 return Err(custom_needs_redis(&check.rule));
             };
@@ -219,10 +211,6 @@ impl MemoryLimiter {
             .unwrap_or(step.reset_after_us);
             // As the scripts: the override record applies after the algorithm.
             // As on Redis, only a rule that reads overrides pays for the lookup.
-            let oid = check
-                .rule
-                .reads_overrides()
-                .then(|| self.override_id(&check.rule, &check.key));
             let mut record = oid.map_or_else(Override::default, |oid| table.record(oid, now));
             let mut effect = record.effect(now);
             if let (false, Effect::None, false, Some(bans), Some(oid)) =
@@ -280,8 +268,7 @@ impl MemoryLimiter {
         for (oid, record) in records {
             table.store(oid, record, now);
         }
-        table.states.maintain(now, |_, _| {});
-        table.overrides.maintain(now, |_, _| {});
+        drop(table);
         let admitted = states.as_slice().iter().all(|s| s.allowed);
         let receipt = request
             .filter(|_| !leases.is_empty() || (admitted && !settled.is_empty()))
@@ -389,17 +376,17 @@ impl Engine for MemoryLimiter {
             if rule.allows(&key) {
                 return Ok(Inspection::allow_listed(rule.quota().limit()));
             }
-            let oid = self.override_id(rule, &key);
+            let oid = self.table.record_id(rule, &key);
             let mut check = Check::new(rule.clone(), key);
             live::apply(self, std::slice::from_mut(&mut check));
             let state = self
                 .evaluate_now(std::slice::from_ref(&check), false, true)?
                 .0
                 .as_slice()[0];
-            let now = self.inner.now_us();
+            let now = self.table.now_us();
             // A rule that reads no record has none that applies.
             let record = if rule.reads_overrides() {
-                self.inner.lock().record(oid, now)
+                self.table.lock([oid]).record(oid, now)
             } else {
                 Override::default()
             };
@@ -410,19 +397,22 @@ impl Engine for MemoryLimiter {
 
     fn reset_key(&self, rule: &Rule, key: Key) -> LimiterFuture<()> {
         let done = operations::valid(self, rule).map(|()| {
-            let (id, oid) = (self.state_id(rule, &key), self.override_id(rule, &key));
-            let mut table = self.inner.lock();
-            table.states.remove(&id);
-            table.overrides.remove(&oid);
+            let (id, oid) = (
+                self.table.state_id(rule, &key),
+                self.table.record_id(rule, &key),
+            );
+            let mut table = self.table.lock([id, oid]);
+            table.remove_state(id);
+            table.remove_record(oid);
         });
         Box::pin(std::future::ready(done))
     }
 
     fn steer_key(&self, rule: &Rule, key: Key, steer: Steer) -> LimiterFuture<()> {
         let done = operations::valid_for(self, rule, steer.duration()).map(|_| {
-            let now = self.inner.now_us();
-            let oid = self.override_id(rule, &key);
-            let mut table = self.inner.lock();
+            let now = self.table.now_us();
+            let oid = self.table.record_id(rule, &key);
+            let mut table = self.table.lock([oid]);
             let mut record = table.record(oid, now);
             record.steer(steer, now);
             table.store(oid, record, now);
