@@ -8,7 +8,7 @@ use super::table::{EntryId, Table};
 use crate::ConfigErrorKind;
 use crate::backend::InProcessBuilder;
 use crate::rate_limit::Few;
-use crate::rate_limit::algorithm::{self, Commit, RuleState, ceil_ms};
+use crate::rate_limit::algorithm::{self, Commit, RuleState, State, ceil_ms};
 use crate::rate_limit::decision::HeldLease;
 use crate::rate_limit::lease::{Place, Receipt, request_id};
 use crate::rate_limit::limiter::live;
@@ -106,35 +106,31 @@ impl MemoryLimiter {
     /// Decides plain `rules` for `keys` (see [`Engine::decide_plain`]): one table lookup per
     /// rule, the states committed only when every rule admits.
     fn plain_now(&self, rules: &[Arc<Rule>], keys: &[Key]) -> Result<Few<RuleState>, LimiterError> {
-        let pairs = || rules.iter().zip(keys);
+        let now = self.table.now_us();
+        if let ([rule], [key]) = (rules, keys) {
+            // The usual single rule: its state found once, changed in place when it admits.
+            let id = self.table.state_id(rule, key);
+            let decided = self.table.lock([id]).decide(id, now, |current| {
+                match plain_step(rule, key, current, now) {
+                    Ok((state, commit)) => (Ok(state), commit.filter(|_| state.allowed)),
+                    Err(e) => (Err(e), None),
+                }
+            });
+            return decided.map(Few::One);
+        }
         let mut ids: Few<EntryId> = Few::default();
-        for (rule, key) in pairs() {
+        for (rule, key) in rules.iter().zip(keys) {
             ids.push(self.table.state_id(rule, key));
         }
-        let now = self.table.now_us();
         let mut table = self.table.lock(ids.as_slice().iter().copied());
         let mut states = Few::default();
         let mut commits = Few::default();
-        for ((rule, key), &id) in pairs().zip(ids.as_slice()) {
-            if rule.allows(key) {
-                states.push(allow_listed_state(rule.quota().limit()));
-                continue;
-            }
-            let params = rule.params(rule.quota(), rule.cost(), Mode::Enforce);
-            let current = table.state(id, now);
-            let Some(step) = algorithm::step(current, now, &params) else {
-                return Err(custom_needs_redis(rule));
-            };
-            if let Some(commit) = step.commit {
+        for ((rule, key), &id) in rules.iter().zip(keys).zip(ids.as_slice()) {
+            let (state, commit) = plain_step(rule, key, table.state(id, now), now)?;
+            states.push(state);
+            if let Some(commit) = commit {
                 commits.push((id, commit));
             }
-            states.push(RuleState::from_parts(
-                step.allowed,
-                params.limit,
-                step.remaining,
-                ceil_ms(step.retry_after_us),
-                ceil_ms(step.reset_after_us),
-            ));
         }
         if states.as_slice().iter().all(|s| s.allowed) {
             for (id, commit) in commits {
@@ -283,6 +279,29 @@ impl MemoryLimiter {
             });
         Ok((states, receipt))
     }
+}
+
+/// Plain `rule`'s state for `key` at `now`, from its `current` state, and how to record the
+/// request if it is admitted.
+fn plain_step(
+    rule: &Rule,
+    key: &Key,
+    current: Option<&mut State>,
+    now: u64,
+) -> Result<(RuleState, Option<Commit>), LimiterError> {
+    if rule.allows(key) {
+        return Ok((allow_listed_state(rule.quota().limit()), None));
+    }
+    let params = rule.params(rule.quota(), rule.cost(), Mode::Enforce);
+    let step = algorithm::step(current, now, &params).ok_or_else(|| custom_needs_redis(rule))?;
+    let state = RuleState::from_parts(
+        step.allowed,
+        params.limit,
+        step.remaining,
+        ceil_ms(step.retry_after_us),
+        ceil_ms(step.reset_after_us),
+    );
+    Ok((state, step.commit))
 }
 
 /// The error of a rule whose custom Lua algorithm this limiter cannot run.

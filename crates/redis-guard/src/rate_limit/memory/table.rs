@@ -267,33 +267,74 @@ impl Locked<'_> {
     /// Records `commit`; a lease is named `request`.
     pub(super) fn apply(&mut self, id: EntryId, commit: Commit, now: u64, request: &str) {
         let Some(s) = self.shard(id) else { return };
-        // Same expiry as Redis' PX: whole milliseconds, rounded up.
-        let expiry = |ttl_us: u64| now + ceil_ms(ttl_us) * 1000;
-        let live = s.states.map.get_mut(&id).filter(|(_, d)| now < *d);
-        match (commit, live) {
-            (Commit::Replace(state, ttl), Some(slot)) => *slot = (state, expiry(ttl)),
-            (Commit::Replace(state, ttl), None) => s.states.insert(id, state, expiry(ttl), now),
-            (Commit::Append { at, n, ttl }, live) => {
-                let entries = std::iter::repeat_n(at, usize::try_from(n).unwrap_or(0));
-                if let Some((State::Log(log), deadline)) = live {
-                    log.extend(entries);
-                    *deadline = expiry(ttl);
-                } else {
-                    let log = State::Log(entries.collect::<VecDeque<_>>());
-                    s.states.insert(id, log, expiry(ttl), now);
-                }
-            }
-            (Commit::Lease { expiry: until, ttl }, live) => {
-                let lease = (Arc::from(request), until);
-                if let Some((State::Leases(held), deadline)) = live {
-                    held.push(lease);
-                    *deadline = expiry(ttl);
-                } else {
-                    s.states
-                        .insert(id, State::Leases(vec![lease]), expiry(ttl), now);
-                }
-            }
+        if let Some((state, deadline)) = committed(s.states.map.get_mut(&id), commit, now, request)
+        {
+            s.states.insert(id, state, deadline, now);
         }
+    }
+
+    /// What `decide` makes of the state under `id` (live at `now`, if any), its commit recorded
+    /// in the same lookup: a busy key's state is found once and changed in place.
+    pub(super) fn decide<T>(
+        &mut self,
+        id: EntryId,
+        now: u64,
+        decide: impl FnOnce(Option<&mut State>) -> (T, Option<Commit>),
+    ) -> T {
+        let Some(s) = self.shard(id) else {
+            return decide(None).0;
+        };
+        let mut slot = s.states.map.get_mut(&id);
+        let live = slot.as_mut().filter(|(_, d)| now < *d).map(|(v, _)| v);
+        let (out, commit) = decide(live);
+        if let Some(commit) = commit
+            && let Some((state, deadline)) = committed(slot, commit, now, "")
+        {
+            s.states.insert(id, state, deadline, now);
+        }
+        out
+    }
+}
+
+/// `commit` (a lease named `request`) made to `slot`, an entry's state and deadline, live or
+/// not: `None` when done in place, else the entry to store (there was none).
+fn committed(
+    slot: Option<&mut (State, u64)>,
+    commit: Commit,
+    now: u64,
+    request: &str,
+) -> Option<(State, u64)> {
+    // Same expiry as Redis' PX: whole milliseconds, rounded up.
+    let expiry = |ttl_us: u64| now + ceil_ms(ttl_us) * 1000;
+    let live = |d: &u64| now < *d;
+    let repeat = |at, n| std::iter::repeat_n(at, usize::try_from(n).unwrap_or(0));
+    let (new, slot) = match (commit, slot) {
+        (Commit::Append { at, n, ttl }, Some((State::Log(log), d))) if live(d) => {
+            log.extend(repeat(at, n));
+            *d = expiry(ttl);
+            return None;
+        }
+        (Commit::Lease { expiry: until, ttl }, Some((State::Leases(held), d))) if live(d) => {
+            held.push((Arc::from(request), until));
+            *d = expiry(ttl);
+            return None;
+        }
+        (Commit::Replace(state, ttl), slot) => ((state, expiry(ttl)), slot),
+        (Commit::Append { at, n, ttl }, slot) => {
+            let log = repeat(at, n).collect::<VecDeque<_>>();
+            ((State::Log(log), expiry(ttl)), slot)
+        }
+        (Commit::Lease { expiry: until, ttl }, slot) => {
+            let held = vec![(Arc::from(request), until)];
+            ((State::Leases(held), expiry(ttl)), slot)
+        }
+    };
+    match slot {
+        Some(slot) => {
+            *slot = new;
+            None
+        }
+        None => Some(new),
     }
 }
 
