@@ -28,7 +28,7 @@ impl InMemory {
             if let Some(State::Leases(held)) = table.state(id, now)
                 && algorithm::release_lease(held, request)
             {
-                table.remove_state(id);
+                table.remove(id);
             }
         }
     }
@@ -102,7 +102,7 @@ impl MemoryLimiter {
                 };
                 match algorithm::refund(state, now, &p, charged_at) {
                     Refunded::Store(commit) => table.apply(id, commit, now, "-"),
-                    Refunded::Delete => table.remove_state(id),
+                    Refunded::Delete => table.remove(id),
                     Refunded::Kept | Refunded::Nothing => {}
                 }
             }

@@ -1,20 +1,16 @@
 //! A [`MemoryLimiter`](super::MemoryLimiter)'s table: the algorithms' states and the override
-//! records, each entry with the deadline it expires at, in shards that lock apart.
+//! records, each with the deadline it expires at, in shards that lock apart.
 //!
-//! An entry is named by a 64-bit keyed hash of its rule and key ([`EntryId`]), never the key
-//! itself: a client that sends 16 KB user names must not make the table grow by 16 KB per name.
-//! The hash is foldhash, its two seeds drawn per table from the operating system's random source
-//! (through the standard library's hash keys), so clients cannot aim collisions at each other
-//! or at the table's buckets; a cryptographic digest (as in Redis key names, which outlive the
-//! process) would cost more on every request for nothing here.
+//! An entry is named by a 64-bit keyed hash of its rule and key ([`EntryId`]), never the key: a
+//! client that sends 16 KB user names must not make the table grow by 16 KB per name. The hash
+//! is foldhash, seeded per table from the OS's random source (through the standard library's
+//! hash keys): clients cannot aim collisions at each other or at the buckets.
 //!
-//! The id picks one of a power-of-two number of shards, each a `Mutex` over its own hash maps:
-//! a decision locks the shards of its entries (in ascending order, so two decisions never wait
-//! for each other in a circle) and looks each entry up once. Each shard holds at most its share
-//! of the capacity. Expired entries are swept off the hot path: every so many operations on a
-//! shard, the next shard in turn (round robin over all of them) drops its expired entries; and
-//! a new entry that finds its shard full first drops that shard's expired entries, then, if it
-//! is still full, the sixteenth of its entries closest to expiry (at least one).
+//! The id picks one of a power of two of shards, each a `Mutex` over its own maps: a decision
+//! locks the shards of its entries (in ascending order: two decisions never wait in a circle)
+//! and looks each entry up once. Each shard holds its share of the capacity. Every so many
+//! operations on a shard, the next shard in turn drops its expired entries; a new entry that
+//! finds its shard full drops the shard's expired entries, then the sixteenth closest to expiry.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
@@ -74,10 +70,8 @@ impl Table {
     pub(super) fn new(capacity: usize, clock: Option<Box<dyn Clock>>) -> Self {
         let capacity = capacity.max(1);
         let wanted = std::thread::available_parallelism().map_or(1, usize::from) * 4;
-        let shards = wanted
-            .next_power_of_two()
-            .min(MAX_SHARDS)
-            .min(prev_power_of_two(capacity / MIN_SHARE));
+        let fit = 1 << (capacity / MIN_SHARE).max(1).ilog2();
+        let shards = wanted.next_power_of_two().min(MAX_SHARDS).min(fit);
         Self::with_shards(capacity, shards, clock)
     }
 
@@ -142,6 +136,15 @@ impl Table {
         (id >> 32) as usize & (self.shards.len() - 1)
     }
 
+    /// The shard of `id`, locked until the result is dropped.
+    pub(super) fn lock_one(&self, id: EntryId) -> Locked<'_> {
+        let i = self.shard_of(id);
+        Locked {
+            table: self,
+            guards: Few::One((i, lock(&self.shards[i]))),
+        }
+    }
+
     /// The shards of `ids`, locked (in ascending order) until the result is dropped.
     pub(super) fn lock(&self, ids: impl IntoIterator<Item = EntryId>) -> Locked<'_> {
         let mut wanted: Few<usize> = Few::default();
@@ -188,14 +191,6 @@ fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     shard.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The largest power of two at or below `n`, and 1 for 0.
-fn prev_power_of_two(n: usize) -> usize {
-    match n {
-        0 => 1,
-        n => 1 << n.ilog2(),
-    }
-}
-
 /// The shards of some entries, locked: what a decision reads and writes. An entry whose shard
 /// was not locked reads as absent and is not written (never the case: each caller locks the
 /// shards of the ids it uses).
@@ -222,10 +217,11 @@ impl Locked<'_> {
         self.shard(id)?.states.live(id, now)
     }
 
-    /// Removes the state under `id`.
-    pub(super) fn remove_state(&mut self, id: EntryId) {
+    /// Removes the state or record under `id`.
+    pub(super) fn remove(&mut self, id: EntryId) {
         if let Some(s) = self.shard(id) {
             s.states.map.remove(&id);
+            s.overrides.map.remove(&id);
         }
     }
 
@@ -242,13 +238,6 @@ impl Locked<'_> {
             .and_then(|s| s.overrides.live(id, now))
             .map(|r| r.live(now))
             .unwrap_or_default()
-    }
-
-    /// Removes the override record under `id`.
-    pub(super) fn remove_record(&mut self, id: EntryId) {
-        if let Some(s) = self.shard(id) {
-            s.overrides.map.remove(&id);
-        }
     }
 
     /// Stores `record` until its latest deadline (whole milliseconds, as Redis' PX), or drops
@@ -434,44 +423,39 @@ mod tests {
         State::Window { start: 0, count: n }
     }
 
-    /// Puts a state under each of `ids` until `deadline`.
+    /// Puts a state under each of `ids` until `deadline`, at time 0.
     fn put(table: &Table, ids: impl IntoIterator<Item = EntryId>, deadline: u64) {
         for id in ids {
-            table
-                .lock([id])
-                .apply(id, Commit::Replace(state(id), deadline), 0, "");
+            let commit = Commit::Replace(state(id), deadline);
+            table.lock_one(id).apply(id, commit, 0, "");
         }
+    }
+
+    fn ids(table: &Table, keys: std::ops::Range<u64>) -> Vec<EntryId> {
+        let rule = Rule::new("r", Quota::per_second(1));
+        keys.map(|k| table.state_id(&rule, &Key::from(k))).collect()
     }
 
     #[test]
     fn ids_spread_over_the_shards_and_one_lock_holds_several() {
         let table = Table::with_shards(1 << 16, 8, None);
-        let rule = Rule::new("r", Quota::per_second(1));
-        let ids: Vec<EntryId> = (0..800_u64)
-            .map(|k| table.state_id(&rule, &Key::from(k)))
-            .collect();
+        let ids = ids(&table, 0..800);
         let mut per_shard = [0; 8];
-        for &id in &ids {
-            per_shard[table.shard_of(id)] += 1;
-        }
+        ids.iter()
+            .for_each(|&id| per_shard[table.shard_of(id)] += 1);
         assert!(per_shard.iter().all(|&n| n > 50), "{per_shard:?}");
-        // Several shards locked at once, each entry reached through the one lock.
-        let mut locked = table.lock(ids.iter().copied().take(20));
+        // Several shards locked at once (in any order), each entry reached through the lock.
+        let mut locked = table.lock(ids[..20].iter().rev().copied());
         for &id in &ids[..20] {
             locked.apply(id, Commit::Replace(state(id), 1_000), 0, "");
         }
-        for &id in &ids[..20] {
-            assert_eq!(locked.state(id, 1), Some(&mut state(id)));
-        }
+        assert!(
+            ids[..20]
+                .iter()
+                .all(|&id| locked.state(id, 999) == Some(&mut state(id)))
+        );
         drop(locked);
         assert_eq!(table.len(), 20);
-        // A new lock of the same shards (in another order) finds them.
-        assert!(
-            table
-                .lock(ids[..20].iter().rev().copied())
-                .state(ids[3], 999)
-                .is_some()
-        );
     }
 
     #[test]
@@ -488,18 +472,15 @@ mod tests {
     fn a_sweep_drops_expired_entries_no_request_touches() {
         let clock = crate::backend::ManualClock::new();
         let table = Table::with_shards(1 << 12, 4, Some(Box::new(clock.clone())));
-        // Expired at 100 µs, in every shard.
+        // Expired at 100 µs, in every shard; one live entry in each.
         put(&table, (0..400).map(|i| (i % 4) << 32 | i), 100);
-        let live = (0..4_u64).map(|s| s << 32).map(|id| id + 1_000_000);
-        put(&table, live, 1 << 40);
+        put(&table, (0..4).map(|s| s << 32 | 1_000_000), 1 << 40);
         assert_eq!(table.len(), 404);
         clock.advance(std::time::Duration::from_millis(1));
-        // Requests to the live entries of one shard only: each sweep takes the next shard in
-        // turn, so every shard's expired entries go.
-        let busy = 1_000_000;
+        // Requests to one live entry only: each sweep takes the next shard in turn.
         for _ in 0..4 * 1024 {
             let now = table.now_us();
-            assert!(table.lock([busy]).state(busy, now).is_some());
+            assert!(table.lock_one(1_000_000).state(1_000_000, now).is_some());
         }
         assert_eq!(table.len(), 4);
     }
@@ -508,23 +489,16 @@ mod tests {
     fn a_full_shard_drops_the_expired_then_the_entries_closest_to_expiry() {
         let table = Table::with_shards(4, 1, None);
         put(&table, [1, 2], 10);
-        put(&table, [3, 4], 1_000);
-        // Full: the entry closest to expiry goes, the others stay.
-        table
-            .lock([5])
-            .apply(5, Commit::Replace(state(5), 2_000), 0, "");
-        let mut locked = table.lock([1, 2, 3, 4, 5]);
-        let live: Vec<u64> = (1..=5)
-            .filter(|&id| locked.state(id, 0).is_some())
-            .collect();
-        assert_eq!(live.len(), 4, "{live:?}");
-        assert!(live.ends_with(&[3, 4, 5]));
-        // Full again, past the first deadlines: the expired entry goes, nothing live.
+        put(&table, [3, 4, 5], 1_000);
+        // Full: one of the two closest to expiry went, the others stay.
+        let mut locked = table.lock([1]);
+        let live =
+            |l: &mut Locked<'_>, now| (1..=6).filter(|&id| l.state(id, now).is_some()).count();
+        assert_eq!(live(&mut locked, 0), 4);
+        assert!((3..=5).all(|id| locked.state(id, 0).is_some()));
+        // Full again, past the first deadlines: the expired one goes, nothing live.
         locked.apply(6, Commit::Replace(state(6), 2_000), 20, "");
-        let live: Vec<u64> = (1..=6)
-            .filter(|&id| locked.state(id, 20).is_some())
-            .collect();
-        assert_eq!(live, [3, 4, 5, 6]);
+        assert_eq!(live(&mut locked, 20), 4);
         drop(locked);
         assert_eq!(table.len(), 4);
     }
@@ -533,13 +507,7 @@ mod tests {
     fn the_bound_holds_over_every_shard() {
         let table = Table::new(1_000, None);
         assert!(table.shards.len().is_power_of_two() && table.shards.len() <= 1_000 / MIN_SHARE);
-        let rule = Rule::new("r", Quota::per_second(1));
-        for k in 0..20_000_u64 {
-            let id = table.state_id(&rule, &Key::from(k));
-            table
-                .lock([id])
-                .apply(id, Commit::Replace(state(k), 1 << 40), 0, "");
-        }
+        put(&table, ids(&table, 0..20_000), 1 << 40);
         assert!(table.len() <= 1_000, "{}", table.len());
         // A small table is one shard: its bound and eviction order are the whole table's.
         assert_eq!(Table::new(127, None).shards.len(), 1);
