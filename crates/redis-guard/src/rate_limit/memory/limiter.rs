@@ -110,7 +110,7 @@ impl MemoryLimiter {
         if let ([rule], [key]) = (rules, keys) {
             // The usual single rule: its state found once, changed in place when it admits.
             let id = self.table.state_id(rule, key);
-            let decided = self.table.lock_one(id).decide(id, now, |current| {
+            let decided = self.table.decide(id, now, |current| {
                 match plain_step(rule, key, current, now) {
                     Ok((state, commit)) => (Ok(state), commit.filter(|_| state.allowed)),
                     Err(e) => (Err(e), None),
@@ -405,7 +405,7 @@ impl Engine for MemoryLimiter {
             let now = self.table.now_us();
             // A rule that reads no record has none that applies.
             let record = if rule.reads_overrides() {
-                self.table.lock_one(oid).record(oid, now)
+                self.table.lock([oid]).record(oid, now)
             } else {
                 Override::default()
             };
@@ -431,7 +431,7 @@ impl Engine for MemoryLimiter {
         let done = operations::valid_for(self, rule, steer.duration()).map(|_| {
             let now = self.table.now_us();
             let oid = self.table.record_id(rule, &key);
-            let mut table = self.table.lock_one(oid);
+            let mut table = self.table.lock([oid]);
             let mut record = table.record(oid, now);
             record.steer(steer, now);
             table.store(oid, record, now);

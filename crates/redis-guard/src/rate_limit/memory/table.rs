@@ -136,13 +136,30 @@ impl Table {
         (id >> 32) as usize & (self.shards.len() - 1)
     }
 
-    /// The shard of `id`, locked until the result is dropped.
-    pub(super) fn lock_one(&self, id: EntryId) -> Locked<'_> {
-        let i = self.shard_of(id);
-        Locked {
-            table: self,
-            guards: Few::One((i, lock(&self.shards[i]))),
+    /// What `decide` makes of the state under `id` (live at `now`, if any), its commit recorded
+    /// in the same lookup: a busy key's state is found once and changed in place.
+    pub(super) fn decide<T>(
+        &self,
+        id: EntryId,
+        now: u64,
+        decide: impl FnOnce(Option<&mut State>) -> (T, Option<Commit>),
+    ) -> T {
+        let mut shard = lock(&self.shards[self.shard_of(id)]);
+        let s = &mut *shard;
+        let mut slot = s.states.map.get_mut(&id);
+        let live = slot.as_mut().filter(|(_, d)| now < *d).map(|(v, _)| v);
+        let (out, commit) = decide(live);
+        if let Some(commit) = commit
+            && let Some((state, deadline)) = committed(slot, commit, now, "")
+        {
+            s.states.insert(id, state, deadline, now);
         }
+        let due = s.tick();
+        drop(shard);
+        if due {
+            self.sweep();
+        }
+        out
     }
 
     /// The shards of `ids`, locked (in ascending order) until the result is dropped.
@@ -261,28 +278,6 @@ impl Locked<'_> {
             s.states.insert(id, state, deadline, now);
         }
     }
-
-    /// What `decide` makes of the state under `id` (live at `now`, if any), its commit recorded
-    /// in the same lookup: a busy key's state is found once and changed in place.
-    pub(super) fn decide<T>(
-        &mut self,
-        id: EntryId,
-        now: u64,
-        decide: impl FnOnce(Option<&mut State>) -> (T, Option<Commit>),
-    ) -> T {
-        let Some(s) = self.shard(id) else {
-            return decide(None).0;
-        };
-        let mut slot = s.states.map.get_mut(&id);
-        let live = slot.as_mut().filter(|(_, d)| now < *d).map(|(v, _)| v);
-        let (out, commit) = decide(live);
-        if let Some(commit) = commit
-            && let Some((state, deadline)) = committed(slot, commit, now, "")
-        {
-            s.states.insert(id, state, deadline, now);
-        }
-        out
-    }
 }
 
 /// `commit` (a lease named `request`) made to `slot`, an entry's state and deadline, live or
@@ -332,16 +327,24 @@ impl Drop for Locked<'_> {
     fn drop(&mut self) {
         let mut due = false;
         for (_, shard) in self.guards.as_mut_slice() {
-            shard.ops += 1;
-            if shard.ops >= shard.states.max.max(MIN_SHARE) {
-                shard.ops = 0;
-                due = true;
-            }
+            due |= shard.tick();
         }
         self.guards = Few::default();
         if due {
             self.table.sweep();
         }
+    }
+}
+
+impl Shard {
+    /// Counts an operation; true once every so many, when a sweep is due.
+    fn tick(&mut self) -> bool {
+        self.ops += 1;
+        let due = self.ops >= self.states.max.max(MIN_SHARE);
+        if due {
+            self.ops = 0;
+        }
+        due
     }
 }
 
@@ -427,7 +430,7 @@ mod tests {
     fn put(table: &Table, ids: impl IntoIterator<Item = EntryId>, deadline: u64) {
         for id in ids {
             let commit = Commit::Replace(state(id), deadline);
-            table.lock_one(id).apply(id, commit, 0, "");
+            table.lock([id]).apply(id, commit, 0, "");
         }
     }
 
@@ -480,7 +483,7 @@ mod tests {
         // Requests to one live entry only: each sweep takes the next shard in turn.
         for _ in 0..4 * 1024 {
             let now = table.now_us();
-            assert!(table.lock_one(1_000_000).state(1_000_000, now).is_some());
+            assert!(table.lock([1_000_000]).state(1_000_000, now).is_some());
         }
         assert_eq!(table.len(), 4);
     }
