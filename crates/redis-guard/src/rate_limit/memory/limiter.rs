@@ -448,6 +448,45 @@ mod tests {
     use crate::backend::ManualClock;
     use crate::rate_limit::{Key, Quota, Rule};
 
+    /// Threads deciding two rules at once, a key each for the first and one shared key for the
+    /// second: their shards are locked together, so the shared quota is charged exactly and no
+    /// denied request charges the first rule (and no two decisions wait for each other).
+    #[test]
+    fn decisions_from_many_threads_stay_all_or_nothing() {
+        let limiter = MemoryLimiter::new();
+        let rules = [
+            Arc::new(Rule::new("each", Quota::per_hour(1_000))),
+            Arc::new(Rule::new("all", Quota::per_hour(60))),
+        ];
+        let admitted: u32 = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..4_u64)
+                .map(|t| {
+                    let (limiter, rules) = (&limiter, &rules);
+                    scope.spawn(move || {
+                        let mut admitted = 0;
+                        for i in 0..100 {
+                            let keys = [Key::from(t * 1_000 + i % 7), Key::from("shared")];
+                            let states = limiter.plain_now(rules, &keys).unwrap();
+                            admitted += u32::from(states.as_slice().iter().all(|s| s.allowed));
+                        }
+                        admitted
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).sum()
+        });
+        assert_eq!(admitted, 60);
+        // What each key of the first rule was charged: only the admitted requests.
+        let charged: u32 = (0..4_u64)
+            .flat_map(|t| (0..7).map(move |i| Key::from(t * 1_000 + i)))
+            .map(|key| {
+                let states = limiter.plain_now(&rules[..1], &[key]).unwrap();
+                999 - states.as_slice()[0].remaining
+            })
+            .sum();
+        assert_eq!(charged, 60);
+    }
+
     #[tokio::test]
     async fn expired_state_is_swept_and_the_bound_holds() {
         let clock = ManualClock::new();
