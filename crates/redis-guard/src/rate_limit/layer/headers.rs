@@ -151,10 +151,39 @@ fn state(decision: &Decision) -> HeaderValue {
 pub(crate) fn states<'a>(
     rules: impl Iterator<Item = (&'a str, &'a crate::rate_limit::RuleState)> + Clone,
 ) -> HeaderValue {
+    let mut rest = rules.clone();
+    if let (Some((name, state)), None) = (rest.next(), rest.next())
+        && let Some(value) = one_state(name, state)
+    {
+        return value;
+    }
     list(rules.map(|(name, state)| {
         let t = ceil_secs(state.reset_after);
         (name, [("r", u64::from(state.remaining)), ("t", t)])
     }))
+}
+
+/// The `RateLimit` value of one rule, `"name";r=1;t=2`, written on the stack and copied once
+/// into the value (the usual single rule: no pass to measure it first). `None` when the name is
+/// too long for the stack.
+fn one_state(name: &str, state: &crate::rate_limit::RuleState) -> Option<HeaderValue> {
+    let r = Digits::new(u64::from(state.remaining));
+    let t = Digits::new(ceil_secs(state.reset_after));
+    let parts: [&[u8]; 6] = [
+        b"\"",
+        name.as_bytes(),
+        b"\";r=",
+        r.as_bytes(),
+        b";t=",
+        t.as_bytes(),
+    ];
+    let mut buf = [0; 128];
+    let mut len = 0;
+    for part in parts {
+        buf.get_mut(len..len + part.len())?.copy_from_slice(part);
+        len += part.len();
+    }
+    HeaderValue::from_bytes(&buf[..len]).ok()
 }
 
 /// A structured-field list of `"name";a=1;b=2` items, `, ` between items, written into one
@@ -269,6 +298,16 @@ mod tests {
             assert_eq!(digits(n), n.to_string().len(), "{n}");
             assert_eq!(uint_value(n), n.to_string().as_str());
             assert_eq!(Digits::new(n).as_str(), n.to_string());
+        }
+    }
+
+    #[test]
+    fn one_rule_is_written_as_a_list_of_one() {
+        let state = crate::rate_limit::RuleState::from_parts(true, 10, 7, 0, 2_500);
+        for name in ["api", &"n".repeat(120)] {
+            let one = states([(name, &state)].into_iter());
+            assert_eq!(one, format!(r#""{name}";r=7;t=3"#).as_str());
+            assert_eq!(one, list([(name, [("r", 7), ("t", 3)])].into_iter()));
         }
     }
 

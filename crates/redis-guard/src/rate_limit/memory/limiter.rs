@@ -3,13 +3,12 @@
 
 use std::sync::Arc;
 
-use super::entry_ids::{EntryId, EntryIds};
 use super::settle::InMemory;
-use super::table::Table;
+use super::table::{EntryId, Table};
 use crate::ConfigErrorKind;
-use crate::backend::{ExpiringTable, InProcess, InProcessBuilder};
+use crate::backend::InProcessBuilder;
 use crate::rate_limit::Few;
-use crate::rate_limit::algorithm::{self, Commit, RuleState, ceil_ms};
+use crate::rate_limit::algorithm::{self, Commit, RuleState, State, ceil_ms};
 use crate::rate_limit::decision::HeldLease;
 use crate::rate_limit::lease::{Place, Receipt, request_id};
 use crate::rate_limit::limiter::live;
@@ -31,11 +30,15 @@ pub(crate) const DEFAULT_MAX_KEYS: usize = 100_000;
 /// there). It limits one process: behind two replicas each one admits the full quota, which is why
 /// the Redis limiter exists.
 ///
-/// Memory is bounded: the table holds a fixed-size digest per key (never the key), expired
-/// state is swept out a few entries at a time as the limiter is used, and past
-/// [`capacity`](InProcessBuilder::capacity) keys the state closest to expiry (the quietest
-/// clients') is dropped, so a flood of distinct keys loosens the limit for them instead of
-/// growing memory without end. Every operation is O(log n).
+/// Memory is bounded: the table holds a fixed-size keyed hash per key (never the key), and at
+/// most [`capacity`](InProcessBuilder::capacity) states (and as many override records). It is
+/// split into shards that lock apart, a power of two of them (one below 128 keys, at most 64),
+/// each holding its share of the capacity; a decision locks only the shards of its keys and
+/// looks each key up once. Expired state is swept out a shard at a time as the limiter is used.
+/// A new key that finds its shard full drops the shard's expired state first, then the
+/// sixteenth of its states closest to expiry (the quietest clients'), so a flood of distinct
+/// keys loosens the limit for them instead of growing memory without end; with several shards
+/// that happens when the key's shard is full, which can be before the whole table is.
 ///
 /// Clones share state.
 ///
@@ -51,9 +54,7 @@ pub(crate) const DEFAULT_MAX_KEYS: usize = 100_000;
 /// ```
 #[derive(Clone, Debug)]
 pub struct MemoryLimiter {
-    pub(super) inner: Arc<InProcess<Table>>,
-    /// Names the table's entries (clones share its keys).
-    ids: EntryIds,
+    pub(super) table: Arc<Table>,
     /// Live quotas set on this limiter ([`Rule::live`], `live.rs`), shared by its clones.
     pub(super) live: super::live::LiveTable,
 }
@@ -68,14 +69,7 @@ impl MemoryLimiter {
     /// A builder, to set the capacity or the clock.
     pub fn builder() -> InProcessBuilder<Self> {
         InProcessBuilder::new(DEFAULT_MAX_KEYS, |capacity, clock| Self {
-            inner: Arc::new(InProcess::new(
-                Table {
-                    states: ExpiringTable::new(capacity),
-                    overrides: ExpiringTable::new(capacity),
-                },
-                clock,
-            )),
-            ids: EntryIds::new(),
+            table: Arc::new(Table::new(capacity, clock)),
             live: Arc::default(),
         })
     }
@@ -83,24 +77,13 @@ impl MemoryLimiter {
     /// How many keys hold state right now (expired ones included until swept).
     #[must_use]
     pub fn len(&self) -> usize {
-        let table = self.inner.lock();
-        table.states.len() + table.overrides.len()
+        self.table.len()
     }
 
     /// Whether no key holds state.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// The entry of `rule`'s state for `key`.
-    pub(super) fn state_id(&self, rule: &Rule, key: &Key) -> EntryId {
-        self.ids.state(rule, key)
-    }
-
-    /// The entry of `rule`'s override record for `key`.
-    fn override_id(&self, rule: &Rule, key: &Key) -> EntryId {
-        self.ids.record(rule, key)
     }
 
     /// Decides `checks` (known to be valid) at once: the layer's fallback, which must not
@@ -123,39 +106,37 @@ impl MemoryLimiter {
     /// Decides plain `rules` for `keys` (see [`Engine::decide_plain`]): one table lookup per
     /// rule, the states committed only when every rule admits.
     fn plain_now(&self, rules: &[Arc<Rule>], keys: &[Key]) -> Result<Few<RuleState>, LimiterError> {
-        let now = self.inner.now_us();
-        let mut table = self.inner.lock();
+        let now = self.table.now_us();
+        if let ([rule], [key]) = (rules, keys) {
+            // The usual single rule: its state found once, changed in place when it admits.
+            let id = self.table.state_id(rule, key);
+            let decided = self.table.decide(id, now, |current| {
+                match plain_step(rule, key, current, now) {
+                    Ok((state, commit)) => (Ok(state), commit.filter(|_| state.allowed)),
+                    Err(e) => (Err(e), None),
+                }
+            });
+            return decided.map(Few::One);
+        }
+        let mut ids: Few<EntryId> = Few::default();
+        for (rule, key) in rules.iter().zip(keys) {
+            ids.push(self.table.state_id(rule, key));
+        }
+        let mut table = self.table.lock(ids.as_slice().iter().copied());
         let mut states = Few::default();
         let mut commits = Few::default();
-        for (rule, key) in rules.iter().zip(keys) {
-            if rule.allows(key) {
-                states.push(allow_listed_state(rule.quota().limit()));
-                continue;
-            }
-            let params = rule.params(rule.quota(), rule.cost(), Mode::Enforce);
-            let id = self.state_id(rule, key);
-            let current = table.states.get_live_mut(&id, now);
-            let Some(step) = algorithm::step(current, now, &params) else {
-                return Err(custom_needs_redis(rule));
-            };
-            if let Some(commit) = step.commit {
+        for ((rule, key), &id) in rules.iter().zip(keys).zip(ids.as_slice()) {
+            let (state, commit) = plain_step(rule, key, table.state(id, now), now)?;
+            states.push(state);
+            if let Some(commit) = commit {
                 commits.push((id, commit));
             }
-            states.push(RuleState::from_parts(
-                step.allowed,
-                params.limit,
-                step.remaining,
-                ceil_ms(step.retry_after_us),
-                ceil_ms(step.reset_after_us),
-            ));
         }
         if states.as_slice().iter().all(|s| s.allowed) {
             for (id, commit) in commits {
                 table.apply(id, commit, now, "");
             }
         }
-        table.states.maintain(now, |_, _| {});
-        table.overrides.maintain(now, |_, _| {});
         Ok(states)
     }
 
@@ -187,13 +168,21 @@ impl MemoryLimiter {
             && (!settled.is_empty() || checks.iter().any(|c| c.rule.algorithm().is_lease())))
         .then(request_id);
         let mut leases = Vec::new();
-        let now = self.inner.now_us();
-        let mut table = self.inner.lock();
+        // Each check's state entry, and its override record's when its rule reads them.
+        let mut ids: Few<(EntryId, Option<EntryId>)> = Few::default();
+        for c in checks {
+            let record = c.rule.reads_overrides();
+            let record = record.then(|| self.table.record_id(&c.rule, &c.key));
+            ids.push((self.table.state_id(&c.rule, &c.key), record));
+        }
+        let every = ids.as_slice().iter().flat_map(|&(id, oid)| [Some(id), oid]);
+        let now = self.table.now_us();
+        let mut table = self.table.lock(every.flatten());
         let mut states = Few::default();
         let mut commits = Few::default();
         // Override records changed by bans in this evaluation, stored whatever the decision.
         let mut records: Vec<(EntryId, Override)> = Vec::new();
-        for check in checks {
+        for (check, &(id, oid)) in checks.iter().zip(ids.as_slice()) {
             if check.rule.allows(&check.key) {
                 states.push(allow_listed_state(check.rule.quota().limit()));
                 continue;
@@ -205,8 +194,7 @@ impl MemoryLimiter {
                 // As the scripts: only a request that records anything can wait for its slot.
                 params.max_wait_us = 0;
             }
-            let id = self.state_id(&check.rule, &check.key);
-            let mut current = table.states.get_live_mut(&id, now);
+            let mut current = table.state(id, now);
             let Some(step) = algorithm::step(current.as_deref_mut(), now, &params) else {
                 return Err(custom_needs_redis(&check.rule));
             };
@@ -219,10 +207,6 @@ impl MemoryLimiter {
             .unwrap_or(step.reset_after_us);
             // As the scripts: the override record applies after the algorithm.
             // As on Redis, only a rule that reads overrides pays for the lookup.
-            let oid = check
-                .rule
-                .reads_overrides()
-                .then(|| self.override_id(&check.rule, &check.key));
             let mut record = oid.map_or_else(Override::default, |oid| table.record(oid, now));
             let mut effect = record.effect(now);
             if let (false, Effect::None, false, Some(bans), Some(oid)) =
@@ -280,8 +264,7 @@ impl MemoryLimiter {
         for (oid, record) in records {
             table.store(oid, record, now);
         }
-        table.states.maintain(now, |_, _| {});
-        table.overrides.maintain(now, |_, _| {});
+        drop(table);
         let admitted = states.as_slice().iter().all(|s| s.allowed);
         let receipt = request
             .filter(|_| !leases.is_empty() || (admitted && !settled.is_empty()))
@@ -296,6 +279,29 @@ impl MemoryLimiter {
             });
         Ok((states, receipt))
     }
+}
+
+/// Plain `rule`'s state for `key` at `now`, from its `current` state, and how to record the
+/// request if it is admitted.
+fn plain_step(
+    rule: &Rule,
+    key: &Key,
+    current: Option<&mut State>,
+    now: u64,
+) -> Result<(RuleState, Option<Commit>), LimiterError> {
+    if rule.allows(key) {
+        return Ok((allow_listed_state(rule.quota().limit()), None));
+    }
+    let params = rule.params(rule.quota(), rule.cost(), Mode::Enforce);
+    let step = algorithm::step(current, now, &params).ok_or_else(|| custom_needs_redis(rule))?;
+    let state = RuleState::from_parts(
+        step.allowed,
+        params.limit,
+        step.remaining,
+        ceil_ms(step.retry_after_us),
+        ceil_ms(step.reset_after_us),
+    );
+    Ok((state, step.commit))
 }
 
 /// The error of a rule whose custom Lua algorithm this limiter cannot run.
@@ -389,17 +395,17 @@ impl Engine for MemoryLimiter {
             if rule.allows(&key) {
                 return Ok(Inspection::allow_listed(rule.quota().limit()));
             }
-            let oid = self.override_id(rule, &key);
+            let oid = self.table.record_id(rule, &key);
             let mut check = Check::new(rule.clone(), key);
             live::apply(self, std::slice::from_mut(&mut check));
             let state = self
                 .evaluate_now(std::slice::from_ref(&check), false, true)?
                 .0
                 .as_slice()[0];
-            let now = self.inner.now_us();
+            let now = self.table.now_us();
             // A rule that reads no record has none that applies.
             let record = if rule.reads_overrides() {
-                self.inner.lock().record(oid, now)
+                self.table.lock([oid]).record(oid, now)
             } else {
                 Override::default()
             };
@@ -410,19 +416,22 @@ impl Engine for MemoryLimiter {
 
     fn reset_key(&self, rule: &Rule, key: Key) -> LimiterFuture<()> {
         let done = operations::valid(self, rule).map(|()| {
-            let (id, oid) = (self.state_id(rule, &key), self.override_id(rule, &key));
-            let mut table = self.inner.lock();
-            table.states.remove(&id);
-            table.overrides.remove(&oid);
+            let (id, oid) = (
+                self.table.state_id(rule, &key),
+                self.table.record_id(rule, &key),
+            );
+            let mut table = self.table.lock([id, oid]);
+            table.remove(id);
+            table.remove(oid);
         });
         Box::pin(std::future::ready(done))
     }
 
     fn steer_key(&self, rule: &Rule, key: Key, steer: Steer) -> LimiterFuture<()> {
         let done = operations::valid_for(self, rule, steer.duration()).map(|_| {
-            let now = self.inner.now_us();
-            let oid = self.override_id(rule, &key);
-            let mut table = self.inner.lock();
+            let now = self.table.now_us();
+            let oid = self.table.record_id(rule, &key);
+            let mut table = self.table.lock([oid]);
             let mut record = table.record(oid, now);
             record.steer(steer, now);
             table.store(oid, record, now);
@@ -438,6 +447,45 @@ mod tests {
     use super::*;
     use crate::backend::ManualClock;
     use crate::rate_limit::{Key, Quota, Rule};
+
+    /// Threads deciding two rules at once, a key each for the first and one shared key for the
+    /// second: their shards are locked together, so the shared quota is charged exactly and no
+    /// denied request charges the first rule (and no two decisions wait for each other).
+    #[test]
+    fn decisions_from_many_threads_stay_all_or_nothing() {
+        let limiter = MemoryLimiter::new();
+        let rules = [
+            Arc::new(Rule::new("each", Quota::per_hour(1_000))),
+            Arc::new(Rule::new("all", Quota::per_hour(60))),
+        ];
+        let admitted: u32 = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..4_u64)
+                .map(|t| {
+                    let (limiter, rules) = (&limiter, &rules);
+                    scope.spawn(move || {
+                        let mut admitted = 0;
+                        for i in 0..100 {
+                            let keys = [Key::from(t * 1_000 + i % 7), Key::from("shared")];
+                            let states = limiter.plain_now(rules, &keys).unwrap();
+                            admitted += u32::from(states.as_slice().iter().all(|s| s.allowed));
+                        }
+                        admitted
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).sum()
+        });
+        assert_eq!(admitted, 60);
+        // What each key of the first rule was charged: only the admitted requests.
+        let charged: u32 = (0..4_u64)
+            .flat_map(|t| (0..7).map(move |i| Key::from(t * 1_000 + i)))
+            .map(|key| {
+                let states = limiter.plain_now(&rules[..1], &[key]).unwrap();
+                999 - states.as_slice()[0].remaining
+            })
+            .sum();
+        assert_eq!(charged, 60);
+    }
 
     #[tokio::test]
     async fn expired_state_is_swept_and_the_bound_holds() {

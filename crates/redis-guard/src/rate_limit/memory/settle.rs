@@ -2,15 +2,16 @@
 //! or streams on: its concurrency leases released or renewed, its cost settled.
 
 use super::MemoryLimiter;
-use crate::rate_limit::Check;
+use super::table::EntryId;
 use crate::rate_limit::algorithm::{self, Refunded, State, ceil_ms};
+use crate::rate_limit::{Check, Few};
 
 /// An evaluation as a [`MemoryLimiter`] recorded it: the state entries of its leases, each with
 /// its expiry period (µs); the checks that may be settled after the response, and the time they
 /// were decided at.
 pub(crate) struct InMemory {
     pub(super) limiter: MemoryLimiter,
-    pub(super) leases: Vec<([u64; 2], u64)>,
+    pub(super) leases: Vec<(EntryId, u64)>,
     pub(super) settled: Vec<Check>,
     pub(super) evaluated_at: u64,
 }
@@ -18,34 +19,35 @@ pub(crate) struct InMemory {
 impl InMemory {
     /// Releases `request`'s leases.
     pub(crate) fn release(&self, request: &str) {
-        let now = self.limiter.inner.now_us();
-        let mut table = self.limiter.inner.lock();
-        for (id, _) in &self.leases {
-            if let Some(State::Leases(held)) = table.states.get_live_mut(id, now)
+        let now = self.limiter.table.now_us();
+        let mut table = self
+            .limiter
+            .table
+            .lock(self.leases.iter().map(|&(id, _)| id));
+        for &(id, _) in &self.leases {
+            if let Some(State::Leases(held)) = table.state(id, now)
                 && algorithm::release_lease(held, request)
             {
-                table.states.remove(id);
+                table.remove(id);
             }
         }
     }
 
     /// Renews `request`'s leases (each for its expiry period from now); how many it still held.
     pub(crate) fn renew(&self, request: &str) -> usize {
-        let now = self.limiter.inner.now_us();
-        let mut table = self.limiter.inner.lock();
+        let now = self.limiter.table.now_us();
+        let mut table = self
+            .limiter
+            .table
+            .lock(self.leases.iter().map(|&(id, _)| id));
         let mut renewed = 0;
         for &(id, period) in &self.leases {
             let expiry = now + period;
-            if let Some(State::Leases(held)) = table.states.get_live_mut(&id, now)
+            if let Some(State::Leases(held)) = table.state(id, now)
                 && algorithm::renew_lease(held, request, now, expiry)
             {
                 renewed += 1;
-                let deadline = table
-                    .states
-                    .deadline(&id)
-                    .unwrap_or(0)
-                    .max(now + ceil_ms(period) * 1000);
-                table.states.set_deadline(&id, deadline);
+                table.extend_state(id, now + ceil_ms(period) * 1000);
             }
         }
         renewed
@@ -79,27 +81,28 @@ impl MemoryLimiter {
     /// check's `delta` more units charged whatever is left (positive) or given back (negative),
     /// as the Redis charge and refund scripts do.
     pub(crate) fn settle_now(&self, checks: &[(&Check, i64)], charged_at: u64) {
-        let now = self.inner.now_us();
-        let mut table = self.inner.lock();
-        for &(check, delta) in checks {
+        let mut ids: Few<EntryId> = Few::default();
+        for (check, _) in checks {
+            ids.push(self.table.state_id(&check.rule, &check.key));
+        }
+        let now = self.table.now_us();
+        let mut table = self.table.lock(ids.as_slice().iter().copied());
+        for (&(check, delta), &id) in checks.iter().zip(ids.as_slice()) {
             let mut p = check.params(1);
             p.cost = delta.unsigned_abs();
-            let id = self.state_id(&check.rule, &check.key);
             if delta > 0 {
-                let current = table.states.get_live_mut(&id, now).map(|s| &*s);
+                let current = table.state(id, now).map(|s| &*s);
                 if let Some(commit) = algorithm::charge(current, now, &p) {
                     // Only a lease names its entry; a charge never makes one.
                     table.apply(id, commit, now, "-");
                 }
             } else if delta < 0 {
-                let Some(state) = table.states.get_live_mut(&id, now) else {
+                let Some(state) = table.state(id, now) else {
                     continue;
                 };
                 match algorithm::refund(state, now, &p, charged_at) {
                     Refunded::Store(commit) => table.apply(id, commit, now, "-"),
-                    Refunded::Delete => {
-                        table.states.remove(&id);
-                    }
+                    Refunded::Delete => table.remove(id),
                     Refunded::Kept | Refunded::Nothing => {}
                 }
             }
