@@ -92,11 +92,14 @@ pub(crate) const MAX_FIELD: &str = "$max";
 /// use recorded), in one
 /// field (see [`Device`]).
 pub(crate) const DEVICE_FIELD: &str = "$dev";
-/// The creation time, absolute expiry, last use and device of a session stored in Redis, in one
-/// field (`created:exp:seen:dev`, see `scripts/record.lua`): a read then parses one metadata
-/// pair, not four. [`Record::get`] answers for the four names from it.
+/// The creation time, absolute expiry and last use of a session stored in Redis, in one field
+/// (`created:exp:seen`, see `scripts/record.lua`): a read then parses one metadata pair, not
+/// three. At most 50 bytes, so that a small session stays a listpack in Redis (a value longer
+/// than `hash-max-listpack-value`, 64 by default, makes the whole hash a hashtable): the device
+/// stays in [`DEVICE_FIELD`]. [`Record::get`] answers for the three names from it, and for
+/// [`DEVICE_FIELD`] from a fourth part, where sessions stored by an earlier release kept it.
 pub(crate) const META_FIELD: &str = "$m";
-/// The four values [`META_FIELD`] holds, in its order.
+/// The values [`META_FIELD`] holds, in its order (the device only in the earlier layout).
 const PACKED: [&str; 4] = [CREATED_FIELD, EXP_FIELD, SEEN_FIELD, DEVICE_FIELD];
 /// The CSRF token ([`Session::csrf_token`](super::Session::csrf_token)). Privilege-bound: a
 /// rotation does not carry it over, and `set_user` drops it.
@@ -212,8 +215,9 @@ impl Eq for Record {}
 
 impl Record {
     /// The JSON text stored under `key`. The creation time, absolute expiry, last use and
-    /// device come from their own fields (the memory store, a change this request made,
-    /// sessions stored in Redis before [`META_FIELD`]) or else from [`META_FIELD`].
+    /// device come from their own fields (the memory store, a change this request made, the
+    /// device in Redis, sessions stored in Redis before [`META_FIELD`]) or else from
+    /// [`META_FIELD`] (the device: sessions stored when it was its fourth part).
     #[must_use]
     pub(crate) fn get(&self, key: &str) -> Option<&str> {
         if let Some(v) = self.fields.get(key) {
@@ -223,7 +227,7 @@ impl Record {
             return None;
         }
         let part = PACKED.iter().position(|name| *name == key)?;
-        // The device is last: an address may hold ':'.
+        // The device, when there, is last: an address may hold ':'.
         let mut parts = self.fields.get(META_FIELD)?.splitn(PACKED.len(), ':');
         parts.nth(part).filter(|v| !v.is_empty())
     }

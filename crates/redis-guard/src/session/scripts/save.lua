@@ -44,7 +44,8 @@ local function save(key, at, args)
   for _ = 1, n do
     local field = ARGV[i]
     if field == '$dev' then
-      meta[key].dev = ARGV[i + 1]
+      -- Written by `touch` below, in the same command as the times.
+      meta[key].dev, meta[key].dev_due = ARGV[i + 1], true
     else
       redis.call('HSET', key, field, ARGV[i + 1])
     end
