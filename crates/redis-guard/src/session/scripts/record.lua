@@ -84,19 +84,42 @@ local function live(key, now, idle)
   return exp, seen, idle
 end
 
+-- `%d` writes a session time (an integer of up to 16 digits) exactly where Lua's C long is 64
+-- bits (every 64-bit Redis) at a fraction of the cost of fmt's `%.0f`; elsewhere, fmt.
+local long_ints = string.format('%d', 2 ^ 53) == '9007199254740992'
+
+-- `created:exp:seen`, as `$m` holds them (`created` empty when unknown).
+local function pack_times(created, exp, seen)
+  if not long_ints then return (created and fmt(created) or '') .. ':' .. fmt(exp, seen) end
+  if created then return string.format('%d:%d:%d', created, exp, seen) end
+  return string.format(':%d:%d', exp, seen)
+end
+
+-- HSET of the field/value pairs of the flat list `pairs`, in commands of at most 1,000 values
+-- (Lua's unpack takes only so many).
+local function hset(key, pairs)
+  local n = #pairs
+  for from = 1, n, 1000 do
+    redis.call('HSET', key, unpack(pairs, from, math.min(from + 999, n)))
+  end
+end
+
 -- Marks a use: the idle timeout starts again, the TTL follows the sooner expiry. The times are
--- written as `$m` (with `$dev` in the same command when it is due); a session stored in an
--- earlier layout is rewritten in this one here.
-local function touch(key, now, exp, idle)
+-- written as `$m`, in one HSET with `$dev` when it is due and with `sets` (a save's fields, as
+-- a flat field/value list; optional); a session stored in an earlier layout is rewritten in
+-- this one here.
+local function touch(key, now, exp, idle, sets)
   idle = own_idle[key] or idle
   local r = meta[key]
   r.exp, r.seen = exp, now
-  local packed = (r.created and fmt(r.created) or '') .. ':' .. fmt(exp, now)
+  sets = sets or {}
+  sets[#sets + 1] = '$m'
+  sets[#sets + 1] = pack_times(r.created, exp, now)
   if r.dev_due and r.dev ~= '' then
-    redis.call('HSET', key, '$m', packed, '$dev', r.dev)
-  else
-    redis.call('HSET', key, '$m', packed)
+    sets[#sets + 1] = '$dev'
+    sets[#sets + 1] = r.dev
   end
+  hset(key, sets)
   r.dev_due = false
   if r.old then
     redis.call('HDEL', key, '$created', '$exp', '$seen')
