@@ -29,7 +29,7 @@ use redis::Value;
 
 use super::SessionError;
 use super::scripts::{bad_reply, strings};
-use super::store::{EXP_FIELD, IDLE_FIELD, Lifetimes, Record, SEEN_FIELD};
+use super::store::{Lifetimes, Record};
 use crate::backend::{Coalescer, Entry, RedisBackend, ScriptCall};
 
 /// One session load, as an entry of a coalesced call of the load script.
@@ -168,14 +168,15 @@ fn decide(flat: Vec<String>, pttl: i64, now: Option<u64>, idle: u64, fresh: u64)
         return Plain::Gone;
     }
     let record = Record::from_flat(flat);
-    let number = |field: &str| record.get(field).map(str::parse::<u64>);
+    let meta = record.meta();
+    let number = |value: Option<&str>| value.map(str::parse::<u64>);
     let (Some(Ok(exp)), Some(Ok(seen)), Ok(pttl)) =
-        (number(EXP_FIELD), number(SEEN_FIELD), u64::try_from(pttl))
+        (number(meta.exp), number(meta.seen), u64::try_from(pttl))
     else {
         // Malformed (the script deletes it), or a key without a TTL.
         return Plain::Script;
     };
-    let idle = match number(IDLE_FIELD) {
+    let idle = match number(meta.idle) {
         None => idle,
         Some(Ok(own)) => own,
         Some(Err(_)) => return Plain::Script,

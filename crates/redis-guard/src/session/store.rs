@@ -134,6 +134,26 @@ impl Device {
     }
 }
 
+/// Part `part` of a `$m` value (see [`PACKED`]); `None` when absent or empty.
+fn packed_part(packed: &str, part: usize) -> Option<&str> {
+    // The device, when there, is last: an address may hold ':'.
+    packed
+        .splitn(PACKED.len(), ':')
+        .nth(part)
+        .filter(|v| !v.is_empty())
+}
+
+/// A session's metadata as stored, each as [`Record::get`] answers for its field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Meta<'a> {
+    pub(crate) created: Option<&'a str>,
+    pub(crate) exp: Option<&'a str>,
+    pub(crate) seen: Option<&'a str>,
+    pub(crate) device: Option<&'a str>,
+    pub(crate) idle: Option<&'a str>,
+    pub(crate) max: Option<&'a str>,
+}
+
 /// A session's fields as read: name and value pairs, in the order the store gave them. A
 /// session holds a handful, so a scan is cheaper than hashing each name (a map would hash every
 /// field on the read, and every name looked up).
@@ -220,16 +240,59 @@ impl Record {
     /// [`META_FIELD`] (the device: sessions stored when it was its fourth part).
     #[must_use]
     pub(crate) fn get(&self, key: &str) -> Option<&str> {
-        if let Some(v) = self.fields.get(key) {
-            return Some(v);
+        let part = if key.starts_with(RESERVED) {
+            PACKED.iter().position(|name| *name == key)
+        } else {
+            None
+        };
+        // One scan: the field itself, else (a packed name) `$m`.
+        let mut packed = None;
+        for (name, value) in &self.fields.0 {
+            if name == key {
+                return Some(value);
+            }
+            if part.is_some() && name == META_FIELD {
+                packed = Some(value.as_str());
+            }
         }
-        if !key.starts_with(RESERVED) {
-            return None;
+        packed_part(packed?, part?)
+    }
+
+    /// The metadata [`get`](Self::get) answers for, in one scan of the fields.
+    #[must_use]
+    pub(crate) fn meta(&self) -> Meta<'_> {
+        let mut meta = Meta::default();
+        let mut packed = None;
+        for (name, value) in &self.fields.0 {
+            let value = Some(value.as_str());
+            match name.as_str() {
+                META_FIELD => packed = value,
+                CREATED_FIELD => meta.created = value,
+                EXP_FIELD => meta.exp = value,
+                SEEN_FIELD => meta.seen = value,
+                DEVICE_FIELD => meta.device = value,
+                IDLE_FIELD => meta.idle = value,
+                MAX_FIELD => meta.max = value,
+                _ => {}
+            }
         }
-        let part = PACKED.iter().position(|name| *name == key)?;
-        // The device, when there, is last: an address may hold ':'.
-        let mut parts = self.fields.get(META_FIELD)?.splitn(PACKED.len(), ':');
-        parts.nth(part).filter(|v| !v.is_empty())
+        if let Some(packed) = packed {
+            let mut parts = packed
+                .splitn(PACKED.len(), ':')
+                .map(|v| Some(v).filter(|v| !v.is_empty()));
+            for slot in [
+                &mut meta.created,
+                &mut meta.exp,
+                &mut meta.seen,
+                &mut meta.device,
+            ] {
+                let part = parts.next().flatten();
+                if slot.is_none() {
+                    *slot = part;
+                }
+            }
+        }
+        meta
     }
 
     /// The user the session belongs to, if any.
@@ -515,5 +578,63 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         check() -> Result<(), crate::ConfigError>;
         change_field(key: String, field: String, change: FieldChange, life: Lifetimes)
             -> StoreFuture<Option<FieldOutcome>>;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Meta, Record};
+
+    fn record(pairs: &[(&str, &str)]) -> Record {
+        Record::from_flat(
+            pairs
+                .iter()
+                .flat_map(|(k, v)| [(*k).to_owned(), (*v).to_owned()])
+                .collect(),
+        )
+    }
+
+    /// `meta` answers in one scan what `get` answers field by field, in every layout.
+    #[test]
+    fn meta_agrees_with_get_in_every_layout() {
+        let dev = "h\t2001:db8::7\tan agent";
+        let layouts = [
+            // The three times in `$m`, the device beside them.
+            record(&[
+                ("$m", "1:20:3"),
+                ("$dev", dev),
+                ("$idle", "9"),
+                ("k", "\"v\""),
+            ]),
+            // The device inside `$m`.
+            record(&[("$m", &format!("1:20:3:{dev}")), ("$max", "19")]),
+            // Each in a field of its own.
+            record(&[
+                ("$created", "1"),
+                ("$exp", "20"),
+                ("$seen", "3"),
+                ("$dev", dev),
+            ]),
+            // No creation time, no device.
+            record(&[("$m", ":20:3")]),
+            record(&[]),
+        ];
+        for r in &layouts {
+            let meta = r.meta();
+            let expected = Meta {
+                created: r.get("$created"),
+                exp: r.get("$exp"),
+                seen: r.get("$seen"),
+                device: r.get("$dev"),
+                idle: r.get("$idle"),
+                max: r.get("$max"),
+            };
+            assert_eq!(meta, expected, "{r:?}");
+        }
+        assert_eq!(layouts[1].meta().device, Some(dev));
+        assert_eq!(layouts[0].meta().exp, Some("20"));
+        assert_eq!(layouts[3].meta().created, None);
+        assert_eq!(layouts[0].get("k"), Some("\"v\""));
+        assert_eq!(layouts[0].get("$m"), Some("1:20:3"));
     }
 }
