@@ -57,13 +57,12 @@ impl SessionId {
     pub fn storage_key(&self) -> String {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let digest = Sha256::digest(self.0);
-        // Written on the stack, then copied once: a push per digit costs ten times as much.
-        let mut hex = [0u8; 64];
-        for (pair, byte) in hex.chunks_exact_mut(2).zip(digest) {
-            pair[0] = HEX[usize::from(byte >> 4)];
-            pair[1] = HEX[usize::from(byte & 0xf)];
+        let mut hex = Vec::with_capacity(2 * digest.len());
+        for byte in digest {
+            hex.extend_from_slice(&[HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]]);
         }
-        String::from_utf8_lossy(&hex).into_owned()
+        // ASCII digits: the check cannot fail.
+        String::from_utf8(hex).unwrap_or_default()
     }
 }
 

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::SessionError;
-use super::scripts::{bad_reply, strings};
+use super::scripts::{bad_reply, string, strings};
 use super::store::{Lifetimes, Record};
 use crate::backend::{Coalescer, Entry, RedisBackend, ScriptCall};
 
@@ -133,16 +133,23 @@ async fn read(
     Ok(decide(flat, pttl, now, idle, fresh))
 }
 
-/// An `HGETALL` reply (an array under RESP2, a map under RESP3) as a flat field/value list.
+/// An `HGETALL` reply (an array under RESP2, a map under RESP3) as a flat field/value list,
+/// each bulk string's bytes taken as they are (no copy, no generic conversion).
 fn hash_pairs(hash: Value) -> Result<Vec<String>, SessionError> {
-    if let Value::Map(pairs) = hash {
-        let mut flat = Vec::with_capacity(pairs.len() * 2);
-        for (k, v) in pairs {
-            flat.extend(strings(Value::Array(vec![k, v]))?);
-        }
-        return Ok(flat);
+    let items = match hash {
+        Value::Array(items) => items,
+        Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+        other => return strings(other),
+    };
+    let mut flat = Vec::with_capacity(items.len());
+    for item in items {
+        flat.push(match item {
+            Value::BulkString(bytes) => String::from_utf8(bytes)
+                .map_err(|_| bad_reply("a session field that is not UTF-8".into()))?,
+            other => string(other)?,
+        });
     }
-    strings(hash)
+    Ok(flat)
 }
 
 /// Redis `TIME` (seconds and microseconds) in µs.
