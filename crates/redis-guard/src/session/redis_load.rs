@@ -103,8 +103,15 @@ async fn read(
     idle: u64,
     fresh: u64,
 ) -> Result<Plain, SessionError> {
-    let mut pipe = redis::pipe();
-    pipe.cmd("HGETALL").arg(key).cmd("PTTL").arg(key);
+    // Sized up front: each command's buffer otherwise grows twice as its name and key go in.
+    let command = |name: &str| {
+        let mut cmd = redis::Cmd::with_capacity(2, name.len() + key.len());
+        cmd.arg(name).arg(key);
+        cmd
+    };
+    let mut pipe = redis::Pipeline::with_capacity(3);
+    pipe.add_command(command("HGETALL"))
+        .add_command(command("PTTL"));
     let shift = backend.shift_us();
     let frozen = backend.frozen_us();
     if frozen.is_none() && shift > 0 {
