@@ -525,14 +525,13 @@ async fn metadata_can_be_turned_off_and_is_bounded(h: Harness) {
             .find(|k| k.contains("s:{"))
             .expect("session");
         let mut conn = h.inspect().await;
-        let meta: String = redis::cmd("HGET")
+        let device: String = redis::cmd("HGET")
             .arg(&key)
-            .arg("$m")
+            .arg("$dev")
             .query_async(&mut conn)
             .await
             .expect("HGET");
-        // `created:exp:seen:device`; the device is the handle only: no address, no user agent.
-        let device = meta.splitn(4, ':').nth(3).expect("a device").to_owned();
+        // The device is the handle only: no address, no user agent.
         let parts: Vec<&str> = device.split('\t').collect();
         assert_eq!(parts.len(), 3, "{device:?}");
         assert_eq!(

@@ -1,9 +1,14 @@
-//! Sessions stored in Redis before their metadata was packed into one `$m` field (creation time,
-//! absolute expiry, last use and device in four fields of their own: `$created`, `$exp`,
-//! `$seen`, `$dev`) are still served, and are rewritten in the packed layout by their next
-//! write, their next use recorded or their next rotation. Each test writes the earlier layout
-//! with raw commands into a real Redis, then goes through a real app over HTTP, on Redis, a
-//! `bb8` pool, the cluster and Sentinel.
+//! Sessions stored in Redis in an earlier layout are still served, and are rewritten in the
+//! current one (the creation time, absolute expiry and last use packed into `$m`, the device in
+//! `$dev`) by their next write, their next use recorded or their next rotation. Two earlier
+//! layouts are read: the three times in fields of their own (`$created`, `$exp`, `$seen`,
+//! beside `$dev`), and the device packed into `$m` after the times (no `$dev`). Each test writes
+//! the earlier layouts with raw commands into a real Redis, then goes through a real app over
+//! HTTP, on Redis, a `bb8` pool, the cluster and Sentinel.
+//!
+//! The current layout keeps a small session within Redis' listpack limits (no value longer than
+//! `hash-max-listpack-value`, 64 bytes), so Redis stores it as a compact listpack, not a
+//! hashtable.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -20,10 +25,25 @@ use tower::Layer;
 const COOKIE: &str = "__Host-id";
 const IDLE: Duration = Duration::from_secs(30 * 60);
 const MAX: Duration = Duration::from_secs(24 * 3600);
-/// The fields of the earlier layout that `$m` replaces.
-const OLD_FIELDS: [&str; 4] = ["$created", "$exp", "$seen", "$dev"];
-/// The device the earlier layout recorded: handle, address, user agent.
+/// The time fields of the earliest layout, which `$m` replaces.
+const OLD_FIELDS: [&str; 3] = ["$created", "$exp", "$seen"];
+/// The device the earlier layouts recorded: handle, address, user agent.
 const DEVICE: &str = "AAAAAAAAAAAAAAAAAAAAAA\t2001:db8::7\tan old browser";
+/// A user agent that makes the device this app records exactly 64 bytes (a 22-byte handle, two
+/// tabs, no address: the app has no peer address to give, and this user agent): the longest
+/// value a listpack holds. A `$m` holding it with the three times would not fit.
+const AGENT_64: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:12.0)";
+
+/// How an earlier release stored a session's metadata.
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    /// `$created`, `$exp`, `$seen` and `$dev`, each a field of its own.
+    Fields,
+    /// `$m` = `created:exp:seen:dev`: the device packed after the times, no `$dev`.
+    DeviceInM,
+}
+
+const LAYOUTS: [Layout; 2] = [Layout::Fields, Layout::DeviceInM];
 
 /// An app on the harness' session store over real HTTP: the shared session routes, plus
 /// `GET /devices` (the user's sessions: address and user agent, one line each).
@@ -59,9 +79,25 @@ async fn app(h: &Harness) -> SocketAddr {
 /// `method path` with the session cookie `id`: the status, the body and the id the response
 /// sets (empty when none).
 async fn send(addr: SocketAddr, method: &str, path: &str, id: &str) -> (u16, String, String) {
+    send_as(addr, method, path, id, "").await
+}
+
+/// [`send`] with a `User-Agent` header (none when `agent` is empty).
+async fn send_as(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    id: &str,
+    agent: &str,
+) -> (u16, String, String) {
+    let agent = if agent.is_empty() {
+        String::new()
+    } else {
+        format!("user-agent: {agent}\r\n")
+    };
     let head = format!(
         "{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\
-         cookie: {COOKIE}={id}\r\ncontent-length: 0\r\n\r\n"
+         cookie: {COOKIE}={id}\r\n{agent}content-length: 0\r\n\r\n"
     );
     let res = redis_guard_testkit::http::send(addr, head.as_bytes())
         .await
@@ -98,10 +134,10 @@ async fn store_now(h: &Harness) -> u64 {
     s * 1_000_000 + us + shift
 }
 
-/// Writes a session of user `user` (if any) holding `name = "alice"` in the earlier layout, as
-/// a touch left it a second ago (`$seen`, and the TTL of the idle timeout), with raw
-/// commands; returns its cookie id.
-async fn store_old_layout(h: &Harness, user: Option<&str>) -> String {
+/// Writes a session of user `user` (if any) holding `name = "alice"` in the earlier `layout`,
+/// as a touch left it a second ago (the last use, and the TTL of the idle timeout), with raw
+/// commands; returns its cookie id and its creation time.
+async fn store_old_layout(h: &Harness, layout: Layout, user: Option<&str>) -> (String, String) {
     let id = SessionId::generate().expect("random").encode();
     let key = session_key(h, &id).await;
     let now = store_now(h).await;
@@ -109,17 +145,22 @@ async fn store_old_layout(h: &Harness, user: Option<&str>) -> String {
     let exp = created + u64::try_from(MAX.as_micros()).expect("fits");
     let mut conn = h.inspect().await;
     let mut hset = redis::cmd("HSET");
-    hset.arg(&key)
-        .arg("$created")
-        .arg(created)
-        .arg("$exp")
-        .arg(exp)
-        .arg("$seen")
-        .arg(created)
-        .arg("$dev")
-        .arg(DEVICE)
-        .arg("name")
-        .arg("\"alice\"");
+    hset.arg(&key);
+    match layout {
+        Layout::Fields => hset
+            .arg("$created")
+            .arg(created)
+            .arg("$exp")
+            .arg(exp)
+            .arg("$seen")
+            .arg(created)
+            .arg("$dev")
+            .arg(DEVICE),
+        Layout::DeviceInM => hset
+            .arg("$m")
+            .arg(format!("{created}:{exp}:{created}:{DEVICE}")),
+    };
+    hset.arg("name").arg("\"alice\"");
     if let Some(user) = user {
         hset.arg("$user").arg(user);
     }
@@ -143,7 +184,7 @@ async fn store_old_layout(h: &Harness, user: Option<&str>) -> String {
             .await
             .expect("ZADD");
     }
-    id
+    (id, created.to_string())
 }
 
 /// Every field of the hash under `key`.
@@ -156,105 +197,206 @@ async fn hash(h: &Harness, key: &str) -> HashMap<String, String> {
         .expect("HGETALL")
 }
 
-/// The hash holds the packed metadata and none of the earlier layout's fields; `$m` keeps the
-/// creation time and the device's handle the earlier layout recorded (a write records the
-/// client's own address and user agent).
-fn assert_packed(fields: &HashMap<String, String>, created: &str) {
+/// The hash is in the current layout: the three times in `$m` (and none of the earliest
+/// layout's fields), the device in `$dev`; `$m` keeps the creation time, `$dev` the device's
+/// handle the earlier layout recorded (a write records the client's own address and user
+/// agent).
+fn assert_current(fields: &HashMap<String, String>, created: &str) {
     for old in OLD_FIELDS {
         assert!(!fields.contains_key(old), "{old} left: {fields:?}");
     }
     let packed = fields.get("$m").expect("$m written");
-    let parts: Vec<&str> = packed.splitn(4, ':').collect();
-    assert_eq!(parts.len(), 4, "{packed:?}");
+    let parts: Vec<&str> = packed.split(':').collect();
+    assert_eq!(parts.len(), 3, "the three times only: {packed:?}");
     assert_eq!(parts[0], created, "{packed:?}");
     assert!(parts[1].parse::<u64>().is_ok(), "{packed:?}");
     assert!(parts[2].parse::<u64>().is_ok(), "{packed:?}");
     let handle = DEVICE.split('\t').next().expect("handle");
-    assert_eq!(parts[3].split('\t').next(), Some(handle), "{packed:?}");
+    let device = fields.get("$dev").expect("$dev written");
+    assert_eq!(device.split('\t').next(), Some(handle), "{device:?}");
     assert_eq!(fields.get("name").map(String::as_str), Some("\"alice\""));
 }
 
-/// A session in the earlier layout is read as it is (a read within the last-seen interval
-/// writes nothing), and its next write stores it in the packed layout, keeping its data,
-/// creation time, absolute expiry and device.
-async fn an_old_session_is_read_and_repacked_by_its_next_write(h: Harness) {
-    let addr = app(&h).await;
-    let id = store_old_layout(&h, None).await;
-    let key = session_key(&h, &id).await;
-    let before = hash(&h, &key).await;
-    let (status, body, set) = send(addr, "GET", "/get/name", &id).await;
-    assert_eq!((status, body.as_str(), set.as_str()), (200, "alice", ""));
-    assert_eq!(hash(&h, &key).await, before, "a plain read writes nothing");
-
-    let (status, _, _) = send(addr, "POST", "/set/city/paris", &id).await;
-    assert_eq!(status, 200);
-    let after = hash(&h, &key).await;
-    assert_packed(&after, &before["$created"]);
-    let packed = &after["$m"];
-    let exp = packed.split(':').nth(1).expect("exp");
-    assert_eq!(exp, before["$exp"], "the absolute expiry is kept");
-    for (path, value) in [("/get/name", "alice"), ("/get/city", "paris")] {
-        let (status, body, _) = send(addr, "GET", path, &id).await;
-        assert_eq!((status, body.as_str()), (200, value), "{path}");
+/// The absolute expiry and last use a hash in `layout` holds.
+fn times(fields: &HashMap<String, String>, layout: Layout) -> (String, String) {
+    match layout {
+        Layout::Fields => (fields["$exp"].clone(), fields["$seen"].clone()),
+        Layout::DeviceInM => {
+            let parts: Vec<&str> = fields["$m"].splitn(4, ':').collect();
+            (parts[1].to_owned(), parts[2].to_owned())
+        }
     }
 }
 
-/// A session in the earlier layout whose last use is due to be recorded is marked used by the
-/// load script, which rewrites it in the packed layout and slides its idle timeout.
-async fn an_old_session_is_repacked_when_its_use_is_recorded(h: Harness) {
+/// A session in either earlier layout is read as it is (a read within the last-seen interval
+/// writes nothing), and its next write stores it in the current layout, keeping its data,
+/// creation time, absolute expiry and device (its handle and address; the write records the
+/// client's new user agent).
+async fn an_old_session_is_read_and_rewritten_by_its_next_write(h: Harness) {
     let addr = app(&h).await;
-    let id = store_old_layout(&h, None).await;
-    let key = session_key(&h, &id).await;
-    let created = hash(&h, &key).await["$created"].clone();
-    // Past the last-seen interval (1 % of the idle timeout): the load records the use.
-    h.wait(Duration::from_secs(60)).await;
-    let (status, body, _) = send(addr, "GET", "/get/name", &id).await;
-    assert_eq!((status, body.as_str()), (200, "alice"));
-    let after = hash(&h, &key).await;
-    assert_packed(&after, &created);
-    let seen: u64 = after["$m"]
-        .split(':')
-        .nth(2)
-        .and_then(|s| s.parse().ok())
-        .expect("seen");
-    assert!(
-        seen > created.parse::<u64>().expect("created") + 59_000_000,
-        "the use is recorded: {after:?}"
-    );
+    for layout in LAYOUTS {
+        let (id, created) = store_old_layout(&h, layout, None).await;
+        let key = session_key(&h, &id).await;
+        let before = hash(&h, &key).await;
+        let (status, body, set) = send(addr, "GET", "/get/name", &id).await;
+        assert_eq!(
+            (status, body.as_str(), set.as_str()),
+            (200, "alice", ""),
+            "{layout:?}"
+        );
+        assert_eq!(
+            hash(&h, &key).await,
+            before,
+            "{layout:?}: a read writes nothing"
+        );
+
+        // From another browser: the write records it beside the stored handle and address.
+        let (status, _, _) = send_as(addr, "POST", "/set/city/paris", &id, "a new browser").await;
+        assert_eq!(status, 200, "{layout:?}");
+        let after = hash(&h, &key).await;
+        assert_current(&after, &created);
+        assert_eq!(
+            after["$dev"],
+            DEVICE.replace("an old browser", "a new browser"),
+            "{layout:?}"
+        );
+        let exp = after["$m"].split(':').nth(1).expect("exp");
+        assert_eq!(
+            exp,
+            times(&before, layout).0,
+            "{layout:?}: the expiry is kept"
+        );
+        for (path, value) in [("/get/name", "alice"), ("/get/city", "paris")] {
+            let (status, body, _) = send(addr, "GET", path, &id).await;
+            assert_eq!((status, body.as_str()), (200, value), "{layout:?} {path}");
+        }
+    }
 }
 
-/// A logged-in session in the earlier layout is listed with its device, rotated (its data and
-/// device move to the new id, packed), and revoked with its user.
+/// A session in either earlier layout whose last use is due to be recorded is marked used by
+/// the load script, which rewrites it in the current layout (the device kept) and slides its
+/// idle timeout.
+async fn an_old_session_is_rewritten_when_its_use_is_recorded(h: Harness) {
+    let addr = app(&h).await;
+    let sessions = [
+        store_old_layout(&h, Layout::Fields, None).await,
+        store_old_layout(&h, Layout::DeviceInM, None).await,
+    ];
+    // Past the last-seen interval (1 % of the idle timeout): the load records the use.
+    h.wait(Duration::from_secs(60)).await;
+    for (layout, (id, created)) in LAYOUTS.into_iter().zip(sessions) {
+        let key = session_key(&h, &id).await;
+        let (status, body, _) = send(addr, "GET", "/get/name", &id).await;
+        assert_eq!((status, body.as_str()), (200, "alice"), "{layout:?}");
+        let after = hash(&h, &key).await;
+        assert_current(&after, &created);
+        assert_eq!(after["$dev"], DEVICE, "{layout:?}: a load keeps the device");
+        let seen: u64 = after["$m"]
+            .split(':')
+            .nth(2)
+            .and_then(|s| s.parse().ok())
+            .expect("seen");
+        assert!(
+            seen > created.parse::<u64>().expect("created") + 59_000_000,
+            "{layout:?}: the use is recorded: {after:?}"
+        );
+    }
+}
+
+/// A logged-in session in either earlier layout is listed with its device, rotated (its data
+/// and device move to the new id, in the current layout), and revoked with its user.
 async fn an_old_session_is_listed_rotated_and_revoked(h: Harness) {
     let addr = app(&h).await;
-    let id = store_old_layout(&h, Some("bob")).await;
-    let old_key = session_key(&h, &id).await;
-    let created = hash(&h, &old_key).await["$created"].clone();
-    let (status, body, _) = send(addr, "GET", "/devices", &id).await;
-    assert_eq!((status, body.as_str()), (200, "2001:db8::7 an old browser"));
-    let (status, body, _) = send(addr, "GET", "/whoami", &id).await;
-    assert_eq!((status, body.as_str()), (200, "bob"));
+    for (layout, user) in LAYOUTS.into_iter().zip(["bob", "carol"]) {
+        let (id, created) = store_old_layout(&h, layout, Some(user)).await;
+        let old_key = session_key(&h, &id).await;
+        let (status, body, _) = send(addr, "GET", "/devices", &id).await;
+        assert_eq!(
+            (status, body.as_str()),
+            (200, "2001:db8::7 an old browser"),
+            "{layout:?}"
+        );
+        let (status, body, _) = send(addr, "GET", "/whoami", &id).await;
+        assert_eq!((status, body.as_str()), (200, user), "{layout:?}");
 
-    let (status, _, new_id) = send(addr, "POST", "/cycle", &id).await;
+        let (status, _, new_id) = send(addr, "POST", "/cycle", &id).await;
+        assert_eq!(status, 200, "{layout:?}");
+        assert!(!new_id.is_empty() && new_id != id, "{layout:?}: a new id");
+        assert!(
+            hash(&h, &old_key).await.is_empty(),
+            "{layout:?}: old id gone"
+        );
+        let new_key = session_key(&h, &new_id).await;
+        assert_current(&hash(&h, &new_key).await, &created);
+        let (status, body, _) = send(addr, "GET", "/get/name", &new_id).await;
+        assert_eq!((status, body.as_str()), (200, "alice"), "{layout:?}");
+        let (status, body, _) = send(addr, "GET", "/devices", &new_id).await;
+        assert_eq!(
+            (status, body.as_str()),
+            (200, "2001:db8::7 an old browser"),
+            "{layout:?}"
+        );
+
+        let (status, body, _) = send(addr, "POST", &format!("/revoke/{user}"), &new_id).await;
+        assert_eq!((status, body.as_str()), (200, "1"), "{layout:?}");
+        assert!(hash(&h, &new_key).await.is_empty(), "{layout:?}: revoked");
+        let (status, _, _) = send(addr, "GET", "/get/name", &new_id).await;
+        assert_eq!(status, 404, "{layout:?}");
+    }
+}
+
+/// How Redis stores the value under `key` (`OBJECT ENCODING`), and its `MEMORY USAGE` in bytes.
+async fn encoding(h: &Harness, key: &str) -> (String, u64) {
+    let mut conn = h.inspect().await;
+    let encoding: String = redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .expect("OBJECT ENCODING");
+    let bytes: u64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .expect("MEMORY USAGE");
+    (encoding, bytes)
+}
+
+/// A session with a device recorded (a 64-byte one, the longest a listpack value holds) stays a
+/// listpack in Redis through its creation, a write that changes the device and a recorded use:
+/// the metadata value (`$m`, the three times) stays within 64 bytes, the device in its own field.
+async fn a_session_with_its_device_stays_a_listpack(h: Harness) {
+    let addr = app(&h).await;
+    let (status, _, id) = send_as(addr, "POST", "/set/name/alice", "", AGENT_64).await;
     assert_eq!(status, 200);
-    assert!(!new_id.is_empty() && new_id != id, "a new id");
-    assert!(hash(&h, &old_key).await.is_empty(), "the old id is gone");
-    let new_key = session_key(&h, &new_id).await;
-    assert_packed(&hash(&h, &new_key).await, &created);
-    let (status, body, _) = send(addr, "GET", "/get/name", &new_id).await;
-    assert_eq!((status, body.as_str()), (200, "alice"));
-    let (status, body, _) = send(addr, "GET", "/devices", &new_id).await;
-    assert_eq!((status, body.as_str()), (200, "2001:db8::7 an old browser"));
+    let key = session_key(&h, &id).await;
+    let fields = hash(&h, &key).await;
+    let (kind, bytes) = encoding(&h, &key).await;
+    assert_eq!(kind, "listpack", "created: {bytes} B, {fields:?}");
+    let device = &fields["$dev"];
+    assert_eq!(device.len(), 64, "{device:?}");
+    assert!(device.ends_with(AGENT_64), "{device:?}");
 
-    let (status, body, _) = send(addr, "POST", "/revoke/bob", &new_id).await;
-    assert_eq!((status, body.as_str()), (200, "1"));
-    assert!(hash(&h, &new_key).await.is_empty(), "revoked");
-    let (status, _, _) = send(addr, "GET", "/get/name", &new_id).await;
-    assert_eq!(status, 404);
+    // Another user agent: the write records the new device.
+    let agent = AGENT_64.replace("X11", "x11");
+    let (status, _, _) = send_as(addr, "POST", "/set/city/paris", &id, &agent).await;
+    assert_eq!(status, 200);
+    let fields = hash(&h, &key).await;
+    assert!(fields["$dev"].ends_with(&agent), "{fields:?}");
+    assert_eq!(encoding(&h, &key).await.0, "listpack", "{fields:?}");
+
+    // Past the last-seen interval: the load marks the use.
+    h.wait(Duration::from_secs(60)).await;
+    let (status, body, _) = send_as(addr, "GET", "/get/name", &id, &agent).await;
+    assert_eq!((status, body.as_str()), (200, "alice"));
+    let (kind, bytes) = encoding(&h, &key).await;
+    assert_eq!(kind, "listpack", "after a recorded use: {bytes} B");
 }
 
 backend_suite!(
-    redis_only: an_old_session_is_read_and_repacked_by_its_next_write,
-    an_old_session_is_repacked_when_its_use_is_recorded,
+    redis_only: an_old_session_is_read_and_rewritten_by_its_next_write,
+    an_old_session_is_rewritten_when_its_use_is_recorded,
     an_old_session_is_listed_rotated_and_revoked,
+    a_session_with_its_device_stays_a_listpack,
 );

@@ -57,12 +57,12 @@ impl SessionId {
     pub fn storage_key(&self) -> String {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let digest = Sha256::digest(self.0);
-        let mut key = String::with_capacity(2 * digest.len());
+        let mut hex = Vec::with_capacity(2 * digest.len());
         for byte in digest {
-            key.push(char::from(HEX[usize::from(byte >> 4)]));
-            key.push(char::from(HEX[usize::from(byte & 0xf)]));
+            hex.extend_from_slice(&[HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]]);
         }
-        key
+        // ASCII digits: the check cannot fail.
+        String::from_utf8(hex).unwrap_or_default()
     }
 }
 

@@ -28,8 +28,8 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::SessionError;
-use super::scripts::{bad_reply, strings};
-use super::store::{EXP_FIELD, IDLE_FIELD, Lifetimes, Record, SEEN_FIELD};
+use super::scripts::{bad_reply, string, strings};
+use super::store::{Lifetimes, Record};
 use crate::backend::{Coalescer, Entry, RedisBackend, ScriptCall};
 
 /// One session load, as an entry of a coalesced call of the load script.
@@ -103,8 +103,15 @@ async fn read(
     idle: u64,
     fresh: u64,
 ) -> Result<Plain, SessionError> {
-    let mut pipe = redis::pipe();
-    pipe.cmd("HGETALL").arg(key).cmd("PTTL").arg(key);
+    // Sized up front: each command's buffer otherwise grows twice as its name and key go in.
+    let command = |name: &str| {
+        let mut cmd = redis::Cmd::with_capacity(2, name.len() + key.len());
+        cmd.arg(name).arg(key);
+        cmd
+    };
+    let mut pipe = redis::Pipeline::with_capacity(3);
+    pipe.add_command(command("HGETALL"))
+        .add_command(command("PTTL"));
     let shift = backend.shift_us();
     let frozen = backend.frozen_us();
     if frozen.is_none() && shift > 0 {
@@ -133,16 +140,23 @@ async fn read(
     Ok(decide(flat, pttl, now, idle, fresh))
 }
 
-/// An `HGETALL` reply (an array under RESP2, a map under RESP3) as a flat field/value list.
+/// An `HGETALL` reply (an array under RESP2, a map under RESP3) as a flat field/value list,
+/// each bulk string's bytes taken as they are (no copy, no generic conversion).
 fn hash_pairs(hash: Value) -> Result<Vec<String>, SessionError> {
-    if let Value::Map(pairs) = hash {
-        let mut flat = Vec::with_capacity(pairs.len() * 2);
-        for (k, v) in pairs {
-            flat.extend(strings(Value::Array(vec![k, v]))?);
-        }
-        return Ok(flat);
+    let items = match hash {
+        Value::Array(items) => items,
+        Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+        other => return strings(other),
+    };
+    let mut flat = Vec::with_capacity(items.len());
+    for item in items {
+        flat.push(match item {
+            Value::BulkString(bytes) => String::from_utf8(bytes)
+                .map_err(|_| bad_reply("a session field that is not UTF-8".into()))?,
+            other => string(other)?,
+        });
     }
-    strings(hash)
+    Ok(flat)
 }
 
 /// Redis `TIME` (seconds and microseconds) in µs.
@@ -168,14 +182,15 @@ fn decide(flat: Vec<String>, pttl: i64, now: Option<u64>, idle: u64, fresh: u64)
         return Plain::Gone;
     }
     let record = Record::from_flat(flat);
-    let number = |field: &str| record.get(field).map(str::parse::<u64>);
+    let meta = record.meta();
+    let number = |value: Option<&str>| value.map(str::parse::<u64>);
     let (Some(Ok(exp)), Some(Ok(seen)), Ok(pttl)) =
-        (number(EXP_FIELD), number(SEEN_FIELD), u64::try_from(pttl))
+        (number(meta.exp), number(meta.seen), u64::try_from(pttl))
     else {
         // Malformed (the script deletes it), or a key without a TTL.
         return Plain::Script;
     };
-    let idle = match number(IDLE_FIELD) {
+    let idle = match number(meta.idle) {
         None => idle,
         Some(Ok(own)) => own,
         Some(Err(_)) => return Plain::Script,

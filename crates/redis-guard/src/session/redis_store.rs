@@ -193,8 +193,8 @@ impl RedisSessionStore {
     fn save_call(
         &self,
         storage_key: &str,
-        mode: &str,
-        changes: &Changes,
+        mode: &'static str,
+        changes: Changes,
         life: Lifetimes,
     ) -> StoreFuture<Value> {
         let saves = Arc::clone(&self.inner.saves);
@@ -238,14 +238,14 @@ impl Store for RedisSessionStore {
     }
 
     fn create(&self, key: String, changes: Changes, life: Lifetimes) -> StoreFuture<u64> {
-        let call = self.save_call(&key, "create", &changes, life);
+        let call = self.save_call(&key, "create", changes, life);
         Box::pin(async move {
             expiry(&call.await?)?.ok_or_else(|| bad_reply("create returned nil".into()))
         })
     }
 
     fn save(&self, key: String, changes: Changes, life: Lifetimes) -> StoreFuture<Option<u64>> {
-        let call = self.save_call(&key, "update", &changes, life);
+        let call = self.save_call(&key, "update", changes, life);
         Box::pin(async move { expiry(&call.await?) })
     }
 

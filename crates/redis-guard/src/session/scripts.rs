@@ -76,28 +76,25 @@ pub(crate) fn string(v: Value) -> Result<String, SessionError> {
 }
 
 /// One save (`save.lua`), as an entry of a coalesced call: its key, then idle, max lifetime,
-/// mode (`create` or `update`), clear, the fields to set and the fields to delete.
+/// mode (`create` or `update`), clear, the fields to set and the fields to delete. The changes
+/// are kept as they came and written straight into the call: nothing is copied per save.
 pub(crate) struct SaveEntry {
     key: [String; 1],
-    args: Vec<String>,
+    idle: u64,
+    max: u64,
+    mode: &'static str,
+    changes: Changes,
 }
 
 impl SaveEntry {
-    pub(crate) fn new(key: String, mode: &str, changes: &Changes, life: Lifetimes) -> Self {
-        let mut args = Vec::with_capacity(5 + 2 * changes.set.len() + changes.remove.len());
-        args.extend([
-            life.idle_us().to_string(),
-            life.max_us().to_string(),
-            mode.to_owned(),
-            if changes.clear { "1" } else { "0" }.to_owned(),
-            changes.set.len().to_string(),
-        ]);
-        for (k, v) in &changes.set {
-            args.push(k.clone());
-            args.push(v.clone());
+    pub(crate) fn new(key: String, mode: &'static str, changes: Changes, life: Lifetimes) -> Self {
+        Self {
+            key: [key],
+            idle: life.idle_us(),
+            max: life.max_us(),
+            mode,
+            changes,
         }
-        args.extend(changes.remove.iter().cloned());
-        Self { key: [key], args }
     }
 }
 
@@ -107,12 +104,21 @@ impl Entry for SaveEntry {
     }
 
     fn arg_count(&self) -> usize {
-        self.args.len()
+        5 + 2 * self.changes.set.len() + self.changes.remove.len()
     }
 
     fn write_args(&self, call: &mut ScriptCall<'_>) {
-        for arg in &self.args {
-            call.arg(arg.as_str());
+        let changes = &self.changes;
+        call.arg(self.idle)
+            .arg(self.max)
+            .arg(self.mode)
+            .arg(if changes.clear { "1" } else { "0" })
+            .arg(changes.set.len());
+        for (k, v) in &changes.set {
+            call.arg(k.as_str()).arg(v.as_str());
+        }
+        for k in &changes.remove {
+            call.arg(k.as_str());
         }
     }
 }

@@ -76,20 +76,45 @@ impl Visit {
     /// The user agent as kept: visible ASCII and spaces (other bytes, tabs included, become `?`), at most
     /// [`MAX_USER_AGENT_LEN`] bytes; `None` when absent or empty.
     pub(crate) fn user_agent(&self) -> Option<String> {
-        let raw = self.user_agent.as_ref()?.as_bytes();
-        let kept: String = raw
+        let kept = self.kept_user_agent();
+        (!kept.is_empty()).then(|| kept.iter().map(|&b| char::from(keep_byte(b))).collect())
+    }
+
+    /// Whether this request carries a user agent (as kept) other than `stored`.
+    pub(crate) fn user_agent_differs(&self, stored: &str) -> bool {
+        let kept = self.kept_user_agent();
+        !kept.is_empty()
+            && (kept.len() != stored.len()
+                || kept
+                    .iter()
+                    .zip(stored.bytes())
+                    .any(|(&b, s)| keep_byte(b) != s))
+    }
+
+    /// The raw bytes of the user agent that are kept: the first [`MAX_USER_AGENT_LEN`], without
+    /// the spaces at either end.
+    fn kept_user_agent(&self) -> &[u8] {
+        let Some(raw) = self.user_agent.as_ref() else {
+            return &[];
+        };
+        let raw = raw.as_bytes();
+        let raw = &raw[..raw.len().min(MAX_USER_AGENT_LEN)];
+        // Only spaces: any other byte is kept (as `?` when not visible ASCII).
+        let start = raw.iter().position(|&b| b != b' ').unwrap_or(raw.len());
+        let end = raw
             .iter()
-            .take(MAX_USER_AGENT_LEN)
-            .map(|&b| {
-                if b == b' ' || b.is_ascii_graphic() {
-                    char::from(b)
-                } else {
-                    '?'
-                }
-            })
-            .collect();
-        let kept = kept.trim().to_owned();
-        (!kept.is_empty()).then_some(kept)
+            .rposition(|&b| b != b' ')
+            .map_or(start, |i| i + 1);
+        &raw[start..end]
+    }
+}
+
+/// A user agent's byte as kept: visible ASCII and spaces as they are, anything else `?`.
+fn keep_byte(b: u8) -> u8 {
+    if b == b' ' || b.is_ascii_graphic() {
+        b
+    } else {
+        b'?'
     }
 }
 
@@ -117,6 +142,31 @@ mod tests {
         );
         assert_eq!(ua(b"caf\xc3\xa9\tx").as_deref(), Some("caf???x"));
         assert_eq!(ua(b"   "), None);
+        assert_eq!(ua(b"  \tx y \t ").as_deref(), Some("?x y ?"));
+    }
+
+    #[test]
+    fn a_user_agent_differs_from_what_is_stored_as_kept() {
+        let visit = |raw: &[u8]| Visit {
+            ip: None,
+            user_agent: Some(HeaderValue::from_bytes(raw).expect("a header value")),
+        };
+        for raw in [
+            &b"Mozilla/5.0 (X11)"[..],
+            b"  caf\xc3\xa9\tx ",
+            b" \tx",
+            &[b'a'; 1000],
+        ] {
+            let v = visit(raw);
+            let kept = v.user_agent().expect("kept");
+            assert!(!v.user_agent_differs(&kept), "{kept:?}");
+            assert!(v.user_agent_differs(&kept[1..]), "{kept:?}");
+            assert!(v.user_agent_differs(&format!("{kept}x")), "{kept:?}");
+            assert!(v.user_agent_differs(""), "{kept:?}");
+        }
+        // None, or nothing kept: nothing to record, so nothing differs.
+        assert!(!visit(b"   ").user_agent_differs("old"));
+        assert!(!Visit::default().user_agent_differs("old"));
     }
 
     /// Sessions read the client's address with the limiter's `ClientIp`

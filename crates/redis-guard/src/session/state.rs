@@ -1,13 +1,13 @@
 //! [`State`]: one request's session, and the load and save around the handler.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use super::cookie_header::ReadCookie;
 use super::id::{KeyedId, SessionId, new_handle};
 use super::shared::{Shared, Visit};
 use super::store::{
-    CREATED_FIELD, Changes, DEVICE_FIELD, Device, EXP_FIELD, MAX_FIELD, Record, SEEN_FIELD,
-    USER_FIELD,
+    Changes, DEVICE_FIELD, Device, EXP_FIELD, MAX_FIELD, Record, SEEN_FIELD, USER_FIELD,
 };
 use super::{FailurePolicy, SessionError};
 
@@ -236,13 +236,14 @@ impl State {
             // An existing session gains a user: index it first, so that it is never live under
             // a user without being revocable. A revocation in between deletes the session and
             // the save below then finds it gone.
+            let meta = record.meta();
             let exp = match changes.set.get(MAX_FIELD) {
-                Some(max) => number(record.get(CREATED_FIELD))
+                Some(max) => number(meta.created)
                     .zip(number(Some(max)))
                     .map(|(created, max)| created.saturating_add(max)),
-                None => number(record.get(EXP_FIELD)),
+                None => number(meta.exp),
             };
-            let own = own_max(Some(record), &changes);
+            let own = own_max(meta.max, &changes);
             if changes.set.contains_key(MAX_FIELD) && self.cookie == CookieAction::Keep {
                 // A new lifetime for the cookie too.
                 self.cookie = CookieAction::Set(id.id.clone());
@@ -334,10 +335,22 @@ impl State {
         let Some((_, record)) = &self.live else {
             return; // a new session: `write` records the device with the handle
         };
-        let stored = record
-            .get(DEVICE_FIELD)
-            .map(Device::parse)
-            .unwrap_or_default();
+        let stored = record.get(DEVICE_FIELD).unwrap_or_default();
+        // Compared as stored, without building either device: most writes change neither.
+        let mut parts = stored.splitn(3, '\t');
+        let (_, stored_ip, stored_agent) = (parts.next(), parts.next(), parts.next());
+        let stored_ip = stored_ip.unwrap_or_default();
+        let new_ip = self
+            .visit
+            .ip
+            .is_some_and(|ip| stored_ip.parse::<IpAddr>() != Ok(ip));
+        let new_agent = self
+            .visit
+            .user_agent_differs(stored_agent.unwrap_or_default());
+        if !new_ip && !new_agent {
+            return;
+        }
+        let stored = Device::parse(stored);
         let seen = self.device();
         let kept = |now: String, before: &str| {
             if now.is_empty() {
@@ -370,10 +383,10 @@ fn number(v: Option<&str>) -> Option<u64> {
     v.and_then(|v| v.parse().ok())
 }
 
-/// The session's own absolute lifetime (µs): set by this write, else stored.
-fn own_max(record: Option<&Record>, changes: &Changes) -> Option<u64> {
+/// The session's own absolute lifetime (µs): set by this write, else `stored`.
+fn own_max(stored: Option<&str>, changes: &Changes) -> Option<u64> {
     let set = changes.set.get(MAX_FIELD).map(String::as_str);
-    number(set.or_else(|| record.and_then(|r| r.get(MAX_FIELD))))
+    number(set.or(stored))
 }
 
 /// How long a stored session has left until `exp`, counted from its last use recorded (at most

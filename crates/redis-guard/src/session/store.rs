@@ -92,11 +92,14 @@ pub(crate) const MAX_FIELD: &str = "$max";
 /// use recorded), in one
 /// field (see [`Device`]).
 pub(crate) const DEVICE_FIELD: &str = "$dev";
-/// The creation time, absolute expiry, last use and device of a session stored in Redis, in one
-/// field (`created:exp:seen:dev`, see `scripts/record.lua`): a read then parses one metadata
-/// pair, not four. [`Record::get`] answers for the four names from it.
+/// The creation time, absolute expiry and last use of a session stored in Redis, in one field
+/// (`created:exp:seen`, see `scripts/record.lua`): a read then parses one metadata pair, not
+/// three. At most 50 bytes, so that a small session stays a listpack in Redis (a value longer
+/// than `hash-max-listpack-value`, 64 by default, makes the whole hash a hashtable): the device
+/// stays in [`DEVICE_FIELD`]. [`Record::get`] answers for the three names from it, and for
+/// [`DEVICE_FIELD`] from a fourth part, where sessions stored by an earlier release kept it.
 pub(crate) const META_FIELD: &str = "$m";
-/// The four values [`META_FIELD`] holds, in its order.
+/// The values [`META_FIELD`] holds, in its order (the device only in the earlier layout).
 const PACKED: [&str; 4] = [CREATED_FIELD, EXP_FIELD, SEEN_FIELD, DEVICE_FIELD];
 /// The CSRF token ([`Session::csrf_token`](super::Session::csrf_token)). Privilege-bound: a
 /// rotation does not carry it over, and `set_user` drops it.
@@ -129,6 +132,42 @@ impl Device {
     pub(crate) fn encode(&self) -> String {
         format!("{}\t{}\t{}", self.handle, self.ip, self.user_agent)
     }
+}
+
+/// Part `part` of a `$m` value (see [`PACKED`]); `None` when absent or empty.
+fn packed_part(packed: &str, part: usize) -> Option<&str> {
+    packed_parts(packed).get(part).copied().flatten()
+}
+
+/// The parts of a `$m` value, in [`PACKED`]'s order; `None` when absent or empty. The device,
+/// when there, is last: an address may hold ':'. (A byte scan: `splitn` costs several times as
+/// much on every read.)
+fn packed_parts(packed: &str) -> [Option<&str>; 4] {
+    let mut parts = [None; 4];
+    let mut rest = packed;
+    for (i, slot) in parts.iter_mut().enumerate() {
+        let (part, more) = match rest.bytes().position(|b| b == b':') {
+            Some(at) if i < PACKED.len() - 1 => (&rest[..at], Some(&rest[at + 1..])),
+            _ => (rest, None),
+        };
+        *slot = Some(part).filter(|p| !p.is_empty());
+        match more {
+            Some(more) => rest = more,
+            None => break,
+        }
+    }
+    parts
+}
+
+/// A session's metadata as stored, each as [`Record::get`] answers for its field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Meta<'a> {
+    pub(crate) created: Option<&'a str>,
+    pub(crate) exp: Option<&'a str>,
+    pub(crate) seen: Option<&'a str>,
+    pub(crate) device: Option<&'a str>,
+    pub(crate) idle: Option<&'a str>,
+    pub(crate) max: Option<&'a str>,
 }
 
 /// A session's fields as read: name and value pairs, in the order the store gave them. A
@@ -212,20 +251,62 @@ impl Eq for Record {}
 
 impl Record {
     /// The JSON text stored under `key`. The creation time, absolute expiry, last use and
-    /// device come from their own fields (the memory store, a change this request made,
-    /// sessions stored in Redis before [`META_FIELD`]) or else from [`META_FIELD`].
+    /// device come from their own fields (the memory store, a change this request made, the
+    /// device in Redis, sessions stored in Redis before [`META_FIELD`]) or else from
+    /// [`META_FIELD`] (the device: sessions stored when it was its fourth part).
     #[must_use]
     pub(crate) fn get(&self, key: &str) -> Option<&str> {
-        if let Some(v) = self.fields.get(key) {
-            return Some(v);
+        let part = if key.starts_with(RESERVED) {
+            PACKED.iter().position(|name| *name == key)
+        } else {
+            None
+        };
+        // One scan: the field itself, else (a packed name) `$m`.
+        let mut packed = None;
+        for (name, value) in &self.fields.0 {
+            if name == key {
+                return Some(value);
+            }
+            if part.is_some() && name == META_FIELD {
+                packed = Some(value.as_str());
+            }
         }
-        if !key.starts_with(RESERVED) {
-            return None;
+        packed_part(packed?, part?)
+    }
+
+    /// The metadata [`get`](Self::get) answers for, in one scan of the fields.
+    #[must_use]
+    pub(crate) fn meta(&self) -> Meta<'_> {
+        let mut meta = Meta::default();
+        let mut packed = None;
+        for (name, value) in &self.fields.0 {
+            let value = Some(value.as_str());
+            match name.as_str() {
+                META_FIELD => packed = value,
+                CREATED_FIELD => meta.created = value,
+                EXP_FIELD => meta.exp = value,
+                SEEN_FIELD => meta.seen = value,
+                DEVICE_FIELD => meta.device = value,
+                IDLE_FIELD => meta.idle = value,
+                MAX_FIELD => meta.max = value,
+                _ => {}
+            }
         }
-        let part = PACKED.iter().position(|name| *name == key)?;
-        // The device is last: an address may hold ':'.
-        let mut parts = self.fields.get(META_FIELD)?.splitn(PACKED.len(), ':');
-        parts.nth(part).filter(|v| !v.is_empty())
+        if let Some(packed) = packed {
+            let parts = packed_parts(packed);
+            let slots = [
+                &mut meta.created,
+                &mut meta.exp,
+                &mut meta.seen,
+                &mut meta.device,
+            ];
+            for (slot, part) in slots.into_iter().zip(parts) {
+                if slot.is_none() {
+                    *slot = part;
+                }
+            }
+        }
+        meta
     }
 
     /// The user the session belongs to, if any.
@@ -511,5 +592,79 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         check() -> Result<(), crate::ConfigError>;
         change_field(key: String, field: String, change: FieldChange, life: Lifetimes)
             -> StoreFuture<Option<FieldOutcome>>;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Meta, Record};
+
+    fn record(pairs: &[(&str, &str)]) -> Record {
+        Record::from_flat(
+            pairs
+                .iter()
+                .flat_map(|(k, v)| [(*k).to_owned(), (*v).to_owned()])
+                .collect(),
+        )
+    }
+
+    /// `meta` answers in one scan what `get` answers field by field, in every layout.
+    #[test]
+    fn meta_agrees_with_get_in_every_layout() {
+        let dev = "h\t2001:db8::7\tan agent";
+        let layouts = [
+            // The three times in `$m`, the device beside them.
+            record(&[
+                ("$m", "1:20:3"),
+                ("$dev", dev),
+                ("$idle", "9"),
+                ("k", "\"v\""),
+            ]),
+            // The device inside `$m`.
+            record(&[("$m", &format!("1:20:3:{dev}")), ("$max", "19")]),
+            // Each in a field of its own.
+            record(&[
+                ("$created", "1"),
+                ("$exp", "20"),
+                ("$seen", "3"),
+                ("$dev", dev),
+            ]),
+            // No creation time, no device.
+            record(&[("$m", ":20:3")]),
+            record(&[]),
+        ];
+        for r in &layouts {
+            let meta = r.meta();
+            let expected = Meta {
+                created: r.get("$created"),
+                exp: r.get("$exp"),
+                seen: r.get("$seen"),
+                device: r.get("$dev"),
+                idle: r.get("$idle"),
+                max: r.get("$max"),
+            };
+            assert_eq!(meta, expected, "{r:?}");
+        }
+        assert_eq!(layouts[1].meta().device, Some(dev));
+        assert_eq!(layouts[0].meta().exp, Some("20"));
+        assert_eq!(layouts[3].meta().created, None);
+        assert_eq!(layouts[0].get("k"), Some("\"v\""));
+        assert_eq!(layouts[0].get("$m"), Some("1:20:3"));
+    }
+
+    #[test]
+    fn packed_parts_split_at_the_first_three_colons() {
+        use super::packed_parts;
+        assert_eq!(
+            packed_parts("1:2:3"),
+            [Some("1"), Some("2"), Some("3"), None]
+        );
+        assert_eq!(
+            packed_parts("1:2:3:h\t::1\tua"),
+            [Some("1"), Some("2"), Some("3"), Some("h\t::1\tua")]
+        );
+        assert_eq!(packed_parts(":2:3:"), [None, Some("2"), Some("3"), None]);
+        assert_eq!(packed_parts(""), [None; 4]);
+        assert_eq!(packed_parts("x"), [Some("x"), None, None, None]);
     }
 }

@@ -2,25 +2,27 @@
 -- after the crate's prelude, backend/prelude.lua: clock, cdiv, fmt).
 --
 -- A session is a hash: user fields (serde JSON values) plus metadata fields that start with `$`:
---   $m        `created:exp:seen:dev`, in one field so that a read carries one metadata pair, not
---             four:
+--   $m        `created:exp:seen`, in one field so that a read carries one metadata pair, not
+--             three; at most 50 bytes, within Redis' listpack limit for a value
+--             (`hash-max-listpack-value`, 64), so a small session stays a compact hash:
 --               created  creation time, µs of Redis TIME (empty in sessions stored without it)
 --               exp      absolute expiry, µs (creation + the maximum lifetime)
 --               seen     last use, µs (the idle timeout counts from here)
---               dev      the device, `handle TAB address TAB user agent`, last because an
---                        address may hold ':': the public handle listings show (random; never
---                        the id nor its hash), the client's address and user agent as of the
---                        last write or use recorded (either empty when not recorded); written
---                        by the layer with a save (as a `$dev` field of the save), never by the
---                        load itself; empty when none was recorded
+--   $dev      the device, `handle TAB address TAB user agent`: the public handle listings show
+--             (random; never the id nor its hash), the client's address and user agent as of
+--             the last write or use recorded (either empty when not recorded); written by the
+--             layer with a save, never by the load itself; absent when none was recorded
 --   $user     the user id, once set_user was called
 --   $v        the record format version, "1" (sessions stored before the device field; not
 --             written since: every field a session reads is optional or checked)
 --   $idle     this session's own idle timeout, µs (set_idle_timeout), instead of ARGV's
 --   $max      this session's own absolute lifetime, µs (set_max_lifetime): $exp = $created + $max
--- Sessions stored before `$m` hold its four values in fields of their own ($created, $exp,
--- $seen, $dev): they are read as they are, and rewritten as `$m` (the four removed) by their
--- next write or use recorded (`touch`).
+-- Two earlier layouts are still read, and rewritten in this one by the session's next write or
+-- use recorded (`touch`):
+--   - the device inside `$m`, after the three times (`created:exp:seen:dev`, no `$dev`): `touch`
+--     moves it to `$dev`;
+--   - the three times in fields of their own (`$created`, `$exp`, `$seen`), beside `$dev`:
+--     `touch` removes them.
 -- The key's TTL follows the sooner of idle and absolute expiry; the scripts also check both
 -- times themselves, so a session never outlives either, whatever the TTL says.
 --
@@ -31,20 +33,32 @@
 -- in place of the layer's.
 local own_idle = {}
 -- Per session read by `live` (or written by a save or a rotation) in this script run: its
--- metadata, as `touch` writes it back ({ created, exp, seen, dev, old }; `old`: stored in the
--- fields of the earlier layout).
+-- metadata, as `touch` writes it back ({ created, exp, seen, dev, old, dev_due }; `old`: the
+-- times are stored in the fields of the earliest layout; `dev_due`: `$dev` is still to be
+-- written, as a save changed the device or it was stored inside `$m`).
 local meta = {}
 
--- The metadata of a session from `$m` (`packed`), else from the fields of the earlier layout;
--- a value that is missing or malformed is nil (the device: empty).
+-- The metadata of a session from `$m` (`packed`) and `$dev` (`dev`), else from the fields of
+-- the earliest layout; a value that is missing or malformed is nil (the device: empty). A `$m`
+-- with a fourth part holds the device of a session stored before `$dev` came back.
 local function unpack_meta(packed, created, exp, seen, dev)
   if packed then
-    local c, e, s, d = string.match(packed, '^(%d*):(%d*):(%d*):(.*)$')
-    return { created = tonumber(c), exp = tonumber(e), seen = tonumber(s), dev = d or '' }
+    local c, e, s, rest = string.match(packed, '^(%d*):(%d*):(%d*)(.*)$')
+    if rest ~= nil and rest ~= '' then
+      if string.sub(rest, 1, 1) ~= ':' then return { dev = '' } end
+      -- (`dev` is false when HMGET found no `$dev`, nil when a rotation carried none.)
+      if not dev then
+        return {
+          created = tonumber(c), exp = tonumber(e), seen = tonumber(s),
+          dev = string.sub(rest, 2), dev_due = true,
+        }
+      end
+    end
+    return { created = tonumber(c), exp = tonumber(e), seen = tonumber(s), dev = dev or '' }
   end
   return {
     created = tonumber(created), exp = tonumber(exp), seen = tonumber(seen), dev = dev or '',
-    old = created ~= nil or exp ~= nil or seen ~= nil or dev ~= nil,
+    old = created ~= nil or exp ~= nil or seen ~= nil,
   }
 end
 
@@ -70,16 +84,45 @@ local function live(key, now, idle)
   return exp, seen, idle
 end
 
--- Marks a use: the idle timeout starts again, the TTL follows the sooner expiry. The metadata
--- is written as `$m`; a session stored in the earlier layout loses its four fields here.
-local function touch(key, now, exp, idle)
+-- `%d` writes a session time (an integer of up to 16 digits) exactly where Lua's C long is 64
+-- bits (every 64-bit Redis) at a fraction of the cost of fmt's `%.0f`; elsewhere, fmt.
+local long_ints = string.format('%d', 2 ^ 53) == '9007199254740992'
+
+-- `created:exp:seen`, as `$m` holds them (`created` empty when unknown).
+local function pack_times(created, exp, seen)
+  if not long_ints then return (created and fmt(created) or '') .. ':' .. fmt(exp, seen) end
+  if created then return string.format('%d:%d:%d', created, exp, seen) end
+  return string.format(':%d:%d', exp, seen)
+end
+
+-- HSET of the field/value pairs of the flat list `pairs`, in commands of at most 1,000 values
+-- (Lua's unpack takes only so many).
+local function hset(key, pairs)
+  local n = #pairs
+  for from = 1, n, 1000 do
+    redis.call('HSET', key, unpack(pairs, from, math.min(from + 999, n)))
+  end
+end
+
+-- Marks a use: the idle timeout starts again, the TTL follows the sooner expiry. The times are
+-- written as `$m`, in one HSET with `$dev` when it is due and with `sets` (a save's fields, as
+-- a flat field/value list; optional); a session stored in an earlier layout is rewritten in
+-- this one here.
+local function touch(key, now, exp, idle, sets)
   idle = own_idle[key] or idle
   local r = meta[key]
   r.exp, r.seen = exp, now
-  local created = r.created and fmt(r.created) or ''
-  redis.call('HSET', key, '$m', created .. ':' .. fmt(exp, now) .. ':' .. r.dev)
+  sets = sets or {}
+  sets[#sets + 1] = '$m'
+  sets[#sets + 1] = pack_times(r.created, exp, now)
+  if r.dev_due and r.dev ~= '' then
+    sets[#sets + 1] = '$dev'
+    sets[#sets + 1] = r.dev
+  end
+  hset(key, sets)
+  r.dev_due = false
   if r.old then
-    redis.call('HDEL', key, '$created', '$exp', '$seen', '$dev')
+    redis.call('HDEL', key, '$created', '$exp', '$seen')
     r.old = false
   end
   redis.call('PEXPIRE', key, cdiv(math.min(idle, exp - now), 1000))

@@ -10,7 +10,7 @@ if redis.call('EXISTS', key) == 1 then
 end
 local fields = {}
 for i = 3, #ARGV, 2 do fields[ARGV[i]] = ARGV[i + 1] end
--- `$m`, or the four fields of a session stored in the earlier layout (`touch` repacks them).
+-- `$m` and `$dev`, or a session stored in an earlier layout (`touch` rewrites it).
 local r = unpack_meta(fields['$m'], fields['$created'], fields['$exp'], fields['$seen'],
   fields['$dev'])
 local exp = r.exp

@@ -41,12 +41,15 @@ local function save(key, at, args)
   end
   local i = at + 5
   local relife = false
+  -- Written by `touch` below, in one HSET with the times.
+  local sets = {}
   for _ = 1, n do
     local field = ARGV[i]
     if field == '$dev' then
-      meta[key].dev = ARGV[i + 1]
+      meta[key].dev, meta[key].dev_due = ARGV[i + 1], true
     else
-      redis.call('HSET', key, field, ARGV[i + 1])
+      sets[#sets + 1] = field
+      sets[#sets + 1] = ARGV[i + 1]
     end
     if field == '$max' or field == '$idle' then relife = true end
     i = i + 2
@@ -56,7 +59,10 @@ local function save(key, at, args)
     i = i + 1
   end
   if relife then
-    -- This session's own lifetimes (set_max_lifetime, set_idle_timeout) take over from now.
+    -- This session's own lifetimes (set_max_lifetime, set_idle_timeout) take over from now,
+    -- as written.
+    hset(key, sets)
+    sets = {}
     local m = redis.call('HMGET', key, '$max', '$idle')
     local created, own_max, own = meta[key].created, tonumber(m[1]), tonumber(m[2])
     if created and own_max then
@@ -68,7 +74,7 @@ local function save(key, at, args)
     end
     if own then own_idle[key] = own end
   end
-  touch(key, now, exp, idle)
+  touch(key, now, exp, idle, sets)
   return exp
 end
 
