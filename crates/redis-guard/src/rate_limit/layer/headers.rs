@@ -86,7 +86,6 @@ impl RateLimitHeaders {
         }
     }
 
-    /// Writes the headers into `headers`, replacing those of the same names.
     /// The headers of a plain decision (`lean.rs`): `policy` and the `RateLimit` value
     /// `state`, when sent, and the binding rule's (limit, remaining, reset) for the legacy ones.
     pub(crate) fn plain(
@@ -104,6 +103,7 @@ impl RateLimitHeaders {
         }
     }
 
+    /// Writes the headers into `headers`, replacing those of the same names.
     pub(crate) fn insert(self, headers: &mut HeaderMap) {
         if let Some((policy, state)) = self.ietf {
             headers.insert(RATELIMIT_POLICY, policy);

@@ -170,20 +170,12 @@ pub(super) mod tests {
         Quota, RateLimitLayer, Rejection, Rule,
     };
 
-    /// The answer of `layer` over an inner service that says `ok`, to a request with `x-key:
-    /// key` (none: without the header), its body collected.
+    /// The answer of `layer` (as [`answered`]), its body collected.
     pub(in crate::rate_limit) async fn collected(
         layer: &RateLimitLayer,
         key: Option<&str>,
     ) -> Response<Bytes> {
-        let svc = layer.layer(service_fn(|_: Request<String>| async {
-            Ok::<_, Infallible>(Response::new(String::from("ok")))
-        }));
-        let mut req = Request::new(String::new());
-        if let Some(key) = key {
-            req.headers_mut().insert("x-key", key.parse().unwrap());
-        }
-        let (parts, body) = svc.oneshot(req).await.unwrap().into_parts();
+        let (parts, body) = answered(layer, key).await.into_parts();
         let body = body.collect().await.unwrap().to_bytes();
         Response::from_parts(parts, body)
     }
@@ -292,7 +284,8 @@ pub(super) mod tests {
         );
     }
 
-    /// The full answer of `layer` (`collected` without the body), for its extensions.
+    /// The answer of `layer` over an inner service that says `ok`, to a request with `x-key:
+    /// key` (none: without the header).
     async fn answered(layer: &RateLimitLayer, key: Option<&str>) -> Response<ResponseBody<String>> {
         let svc = layer.layer(service_fn(|_: Request<String>| async {
             Ok::<_, Infallible>(Response::new(String::from("ok")))
@@ -379,22 +372,5 @@ pub(super) mod tests {
                 (b.status(), b.headers(), b.body())
             );
         }
-    }
-
-    /// The hook writes the answers without a decision too (it wrote the `429` only).
-    #[tokio::test]
-    async fn a_hook_writes_the_unavailable_answer_too() {
-        let rule = Rule::new("api", Quota::per_minute(1)).with_algorithm(Algorithm::Custom(
-            CustomAlgorithm::new("lua", "return function() end"),
-        ));
-        let layer = RateLimitLayer::builder(MemoryLimiter::new())
-            .rule_with(rule, HeaderKey::new(HeaderName::from_static("x-key")))
-            .failure_policy(FailurePolicy::Closed)
-            .response(|_| Response::new(Bytes::from("busy")))
-            .build()
-            .unwrap();
-        let res = collected(&layer, Some("k")).await;
-        assert_eq!(res.body(), "busy");
-        assert_eq!(res.headers()["retry-after"], "1");
     }
 }
