@@ -360,14 +360,7 @@ mod tests {
     #[tokio::test]
     async fn the_layer_s_own_answers_become_grpc_statuses() {
         // The memory limiter cannot run Lua: every decision fails, as with Redis down.
-        let failing = || {
-            crate::rate_limit::Rule::new("api", Quota::per_minute(2)).with_algorithm(
-                crate::rate_limit::Algorithm::Custom(crate::rate_limit::CustomAlgorithm::new(
-                    "lua",
-                    "return function() end",
-                )),
-            )
-        };
+        let failing = || super::super::tests::failing("api");
         let closed = RateLimitLayer::builder(MemoryLimiter::new())
             .rule_with(failing(), HeaderKey::new(HeaderName::from_static("x-key")))
             .failure_policy(FailurePolicy::Closed)

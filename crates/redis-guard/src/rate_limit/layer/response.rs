@@ -166,8 +166,8 @@ pub(super) mod tests {
     use super::*;
     use crate::backend::ManualClock;
     use crate::rate_limit::{
-        Algorithm, CustomAlgorithm, FailurePolicy, Global, HeaderKey, MemoryLimiter, MissingKey,
-        Quota, RateLimitLayer, Rejection, Rule,
+        FailurePolicy, Global, HeaderKey, MemoryLimiter, MissingKey, Quota, RateLimitLayer,
+        Rejection,
     };
 
     /// The answer of `layer` (as [`answered`]), its body collected.
@@ -300,11 +300,11 @@ pub(super) mod tests {
     /// A layer over a limiter that fails every decision (the memory limiter runs no Lua, as
     /// with Redis down), its key from `x-key`.
     fn failing(policy: FailurePolicy) -> crate::rate_limit::RateLimitLayerBuilder {
-        let rule = Rule::new("api", Quota::per_minute(1)).with_algorithm(Algorithm::Custom(
-            CustomAlgorithm::new("lua", "return function() end"),
-        ));
         RateLimitLayer::builder(MemoryLimiter::new())
-            .rule_with(rule, HeaderKey::new(HeaderName::from_static("x-key")))
+            .rule_with(
+                super::super::tests::failing("api"),
+                HeaderKey::new(HeaderName::from_static("x-key")),
+            )
             .failure_policy(policy)
             .extensions(true)
     }
