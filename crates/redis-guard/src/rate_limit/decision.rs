@@ -181,15 +181,10 @@ impl Decision {
         self.lease.0.take()
     }
 
-    /// Counts each rule's verdict, and the time the decision took under each rule's name
-    /// ([`telemetry`](crate::telemetry)).
-    pub(crate) fn record(&self, took: Duration) {
-        self.record_with(Some(took), &[]);
-    }
-
-    /// [`record`](Self::record) through the rules' prepared metrics (a layer's), where
-    /// `metrics` has the rule's; `took` is `None` when no recorder is in place.
-    pub(crate) fn record_with(&self, took: Option<Duration>, metrics: &[RuleMetrics]) {
+    /// Counts each rule's verdict, and the time the decision took (`took`; `None` when no
+    /// recorder is in place) under each rule's name ([`telemetry`](crate::telemetry)), through
+    /// the rule's prepared metrics when `metrics` (a layer's) has them.
+    pub(crate) fn record(&self, took: Option<Duration>, metrics: &[RuleMetrics]) {
         // `None`: no recorder in place, nothing to record.
         if let Some(took) = took {
             let seconds = took.as_secs_f64();

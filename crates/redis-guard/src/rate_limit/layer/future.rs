@@ -202,7 +202,7 @@ where
         _ => None,
     };
     if let Ok(decision) = &decided {
-        decision.record_with(started.on().then(|| started.elapsed()), &config.metrics);
+        decision.record(started.on().then(|| started.elapsed()), &config.metrics);
     }
     match decided {
         Ok(decision) if decision.allowed => match waiting {

@@ -278,7 +278,7 @@ pub(crate) fn decide<L: Engine + ?Sized>(
         let mut decision = decision_from(rules, &states, &live)?;
         // A direct call settles nothing after a response: only leases are handed out.
         decision.lease = HeldLease(lease.filter(Lease::holds_leases).map(Arc::new));
-        decision.record(started.elapsed());
+        decision.record(Some(started.elapsed()), &[]);
         Ok(decision)
     })
 }
