@@ -423,3 +423,89 @@ impl fmt::Debug for Config {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderName;
+
+    use super::super::response::tests::{collected, failing};
+    use crate::rate_limit::{FailurePolicy, HeaderKey, MemoryLimiter, Quota, RateLimitLayer, Rule};
+
+    /// The statuses of `n` requests from `key`, and the last one's `RateLimit-Policy`.
+    async fn statuses(layer: &RateLimitLayer, key: &str, n: usize) -> (Vec<u16>, String) {
+        let (mut out, mut policy) = (Vec::new(), String::new());
+        for _ in 0..n {
+            let res = collected(layer, Some(key)).await;
+            out.push(res.status().as_u16());
+            policy = res
+                .headers()
+                .get("ratelimit-policy")
+                .map_or("-".to_owned(), |v| v.to_str().unwrap().to_owned());
+        }
+        (out, policy)
+    }
+
+    /// The memory limiter cannot run Lua, so every decision of a custom-algorithm rule fails, as
+    /// with Redis down: the policies answer without Redis.
+    #[tokio::test]
+    async fn a_failing_limiter_is_answered_by_the_policy() {
+        let rule = Rule::new("api", Quota::per_minute(10).burst(6))
+            .with_algorithm(failing("api").algorithm().clone());
+        let layer = |policy| {
+            RateLimitLayer::builder(MemoryLimiter::new())
+                .rule_with(
+                    rule.clone(),
+                    HeaderKey::new(HeaderName::from_static("x-key")),
+                )
+                .failure_policy(policy)
+                .build()
+                .unwrap()
+        };
+        // Limit and burst ÷ 4, rounded down: 2 per minute, a burst of 1.
+        let fallback = layer(FailurePolicy::fallback(4).unwrap());
+        assert_eq!(
+            statuses(&fallback, "a", 3).await,
+            (vec![200, 429, 429], "\"api\";q=2;w=60".to_owned())
+        );
+        assert_eq!(statuses(&fallback, "b", 2).await.0, [200, 429], "per key");
+        // Never below 1, whatever the replica count.
+        let many = layer(FailurePolicy::fallback(1000).unwrap());
+        assert_eq!(statuses(&many, "a", 2).await.0, [200, 429]);
+        // The default is the fallback with one replica: the whole burst of 6.
+        let default = RateLimitLayer::builder(MemoryLimiter::new())
+            .rule_with(
+                rule.clone(),
+                HeaderKey::new(HeaderName::from_static("x-key")),
+            )
+            .build()
+            .unwrap();
+        assert_eq!(
+            statuses(&default, "a", 7).await.0,
+            [200, 200, 200, 200, 200, 200, 429]
+        );
+        assert_eq!(
+            statuses(&layer(FailurePolicy::Open), "a", 3).await,
+            (vec![200; 3], "-".to_owned())
+        );
+        assert_eq!(
+            statuses(&layer(FailurePolicy::Closed), "a", 2).await.0,
+            [503, 503]
+        );
+    }
+
+    #[test]
+    fn a_share_below_the_cost_is_refused_when_the_layer_is_built() {
+        let err = RateLimitLayer::builder(MemoryLimiter::new())
+            .rule_with(
+                Rule::new("api", Quota::per_minute(10)).with_cost(3),
+                HeaderKey::new(HeaderName::from_static("x-key")),
+            )
+            .failure_policy(FailurePolicy::fallback(5).unwrap())
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "FailurePolicy::Fallback with 5 replicas: the share of rule `api`: cost 3 is larger than the burst 2, so no request could ever pass"
+        );
+    }
+}

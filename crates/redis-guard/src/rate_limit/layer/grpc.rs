@@ -360,7 +360,7 @@ mod tests {
     #[tokio::test]
     async fn the_layer_s_own_answers_become_grpc_statuses() {
         // The memory limiter cannot run Lua: every decision fails, as with Redis down.
-        let failing = || super::super::tests::failing("api");
+        let failing = || super::super::response::tests::failing("api");
         let closed = RateLimitLayer::builder(MemoryLimiter::new())
             .rule_with(failing(), HeaderKey::new(HeaderName::from_static("x-key")))
             .failure_policy(FailurePolicy::Closed)

@@ -166,8 +166,8 @@ pub(super) mod tests {
     use super::*;
     use crate::backend::ManualClock;
     use crate::rate_limit::{
-        FailurePolicy, Global, HeaderKey, MemoryLimiter, MissingKey, Quota, RateLimitLayer,
-        Rejection,
+        Algorithm, CustomAlgorithm, FailurePolicy, Global, HeaderKey, MemoryLimiter, MissingKey,
+        Quota, RateLimitLayer, Rejection, Rule,
     };
 
     /// The answer of `layer` (as [`answered`]), its body collected.
@@ -178,6 +178,14 @@ pub(super) mod tests {
         let (parts, body) = answered(layer, key).await.into_parts();
         let body = body.collect().await.unwrap().to_bytes();
         Response::from_parts(parts, body)
+    }
+
+    /// A rule the memory limiter cannot decide (custom Lua): every evaluation fails, as with
+    /// Redis down.
+    pub(in crate::rate_limit) fn failing(name: &str) -> Rule {
+        Rule::new(name, Quota::per_minute(10)).with_algorithm(Algorithm::Custom(
+            CustomAlgorithm::new("lua", "return function() end"),
+        ))
     }
 
     /// Status, the headers the layer writes (in a fixed order, absent ones as `-`) and the body.
@@ -299,10 +307,10 @@ pub(super) mod tests {
 
     /// A layer over a limiter that fails every decision (the memory limiter runs no Lua, as
     /// with Redis down), its key from `x-key`.
-    fn failing(policy: FailurePolicy) -> crate::rate_limit::RateLimitLayerBuilder {
+    fn failing_layer(policy: FailurePolicy) -> crate::rate_limit::RateLimitLayerBuilder {
         RateLimitLayer::builder(MemoryLimiter::new())
             .rule_with(
-                super::super::tests::failing("api"),
+                failing("api"),
                 HeaderKey::new(HeaderName::from_static("x-key")),
             )
             .failure_policy(policy)
@@ -311,7 +319,7 @@ pub(super) mod tests {
 
     #[tokio::test]
     async fn every_own_answer_carries_its_rejection() {
-        let layer = failing(FailurePolicy::Closed).build().unwrap();
+        let layer = failing_layer(FailurePolicy::Closed).build().unwrap();
         let why =
             |res: &Response<ResponseBody<String>>| res.extensions().get::<Rejection>().cloned();
         let res = answered(&layer, Some("k")).await;
@@ -341,7 +349,7 @@ pub(super) mod tests {
     /// One hook writes every answer of the layer; the layer adds the headers it lacks.
     #[tokio::test]
     async fn a_hook_writes_every_own_answer() {
-        let layer = failing(FailurePolicy::Closed)
+        let layer = failing_layer(FailurePolicy::Closed)
             .response(|why| {
                 let mut res =
                     Response::new(Bytes::from(format!("{}: {why}", why.status().as_u16())));
@@ -360,8 +368,8 @@ pub(super) mod tests {
         assert_eq!(res.body(), "400: The request lacks the rate-limit key.");
         assert!(!res.headers().contains_key("retry-after"));
         // Leaving an answer alone: the rejection's default is the layer's, byte for byte.
-        let default = failing(FailurePolicy::Closed).build().unwrap();
-        let alone = failing(FailurePolicy::Closed)
+        let default = failing_layer(FailurePolicy::Closed).build().unwrap();
+        let alone = failing_layer(FailurePolicy::Closed)
             .response(Rejection::response)
             .build()
             .unwrap();

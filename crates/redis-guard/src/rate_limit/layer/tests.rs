@@ -1,4 +1,4 @@
-//! The layer's rollout modes, failure policies and metrics, on the memory limiter (the
+//! The layer's rollout modes, per-rule failure policies and metrics, on the memory limiter (the
 //! shared suites in `tests/` run the modes on every backend).
 
 use std::convert::Infallible;
@@ -6,9 +6,10 @@ use std::convert::Infallible;
 use http::{HeaderName, Request, Response};
 use tower::{Layer, ServiceExt, service_fn};
 
+use super::response::tests::failing;
 use crate::rate_limit::{
-    Algorithm, CustomAlgorithm, FailurePolicy, HeaderKey, MemoryLimiter, Mode, Quota,
-    RateLimitLayer, RateLimitLayerBuilder, Rule,
+    FailurePolicy, HeaderKey, MemoryLimiter, Mode, Quota, RateLimitLayer, RateLimitLayerBuilder,
+    Rule,
 };
 use crate::telemetry::testing::Captured;
 use crate::{ConfigError, ConfigErrorKind};
@@ -52,22 +53,8 @@ async fn api_in(mode: Mode, n: usize) -> (Vec<Answer>, Captured) {
     (send(&layer, n).await, metrics.clone())
 }
 
-/// A rule the memory limiter cannot decide (custom Lua): every evaluation fails, as with Redis
-/// down.
-pub(super) fn failing(name: &str) -> Rule {
-    Rule::new(name, Quota::per_minute(10)).with_algorithm(Algorithm::Custom(CustomAlgorithm::new(
-        "lua",
-        "return function() end",
-    )))
-}
-
 /// `n` requests from key `a`.
 async fn send(layer: &RateLimitLayer, n: usize) -> Vec<Answer> {
-    send_as(layer, "a", n).await
-}
-
-/// `n` requests from `key`.
-async fn send_as(layer: &RateLimitLayer, key: &str, n: usize) -> Vec<Answer> {
     let svc = layer.layer(service_fn(|_: Request<String>| async {
         Ok::<_, Infallible>(Response::new(String::new()))
     }));
@@ -79,7 +66,7 @@ async fn send_as(layer: &RateLimitLayer, key: &str, n: usize) -> Vec<Answer> {
     let mut out = Vec::new();
     for _ in 0..n {
         let mut req = Request::new(String::new());
-        req.headers_mut().insert("x-key", key.parse().unwrap());
+        req.headers_mut().insert("x-key", "a".parse().unwrap());
         let res = svc.clone().oneshot(req).await.unwrap();
         out.push(Answer {
             status: res.status().as_u16(),
@@ -190,60 +177,6 @@ fn a_candidate_needs_its_rule_first() {
     assert_eq!(err.kind(), ConfigErrorKind::UnknownRule);
     assert_eq!(err.rule(), Some("api"));
     assert!(err.to_string().contains("names rule `api`"), "{err}");
-}
-
-/// The memory limiter cannot run Lua, so every decision of a custom-algorithm rule fails, as
-/// with Redis down: the layer's policies answer without Redis.
-#[tokio::test]
-async fn a_failing_limiter_is_answered_by_the_policy() {
-    let rule = Rule::new("api", Quota::per_minute(10).burst(6))
-        .with_algorithm(failing("api").algorithm().clone());
-    let layer = |policy| {
-        builder()
-            .rule_with(rule.clone(), key())
-            .failure_policy(policy)
-            .build()
-            .unwrap()
-    };
-    // Limit and burst ÷ 4, rounded down: 2 per minute, a burst of 1.
-    let fallback = layer(FailurePolicy::fallback(4).unwrap());
-    let answers = send(&fallback, 3).await;
-    assert_eq!(statuses(&answers), [200, 429, 429]);
-    assert_eq!(answers[2].policy.as_deref(), Some("\"api\";q=2;w=60"));
-    assert_eq!(
-        statuses(&send_as(&fallback, "b", 2).await),
-        [200, 429],
-        "per key"
-    );
-    // Never below 1, whatever the replica count.
-    let many = layer(FailurePolicy::fallback(1000).unwrap());
-    assert_eq!(statuses(&send(&many, 2).await), [200, 429]);
-    // The default is the fallback with one replica: the whole burst of 6.
-    let default = builder().rule_with(rule.clone(), key()).build().unwrap();
-    assert_eq!(
-        statuses(&send(&default, 7).await),
-        [200, 200, 200, 200, 200, 200, 429]
-    );
-    let answers = send(&layer(FailurePolicy::Open), 3).await;
-    assert_eq!(statuses(&answers), [200; 3]);
-    assert!(answers[2].policy.is_none());
-    assert_eq!(
-        statuses(&send(&layer(FailurePolicy::Closed), 2).await),
-        [503, 503]
-    );
-}
-
-#[test]
-fn a_share_below_the_cost_is_refused_when_the_layer_is_built() {
-    let err = builder()
-        .rule_with(Rule::new("api", Quota::per_minute(10)).with_cost(3), key())
-        .failure_policy(FailurePolicy::fallback(5).unwrap())
-        .build()
-        .unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "FailurePolicy::Fallback with 5 replicas: the share of rule `api`: cost 3 is larger than the burst 2, so no request could ever pass"
-    );
 }
 
 /// Each rule's own failure policy: a `Closed` rule answers `503` for the request; otherwise the
