@@ -402,4 +402,38 @@ async fn a_hit_sends_no_script(h: Harness) {
     );
 }
 
-backend_suite!(redis_only: a_hit_sends_no_script);
+/// On Redis a URI's invalidation deletes its stored variants, which their fills listed beside
+/// them (the list outlives every entry it names), and leaves only its record, with a TTL.
+async fn an_invalidation_deletes_the_variants_its_fills_listed(h: Harness) {
+    let addr = origin(&h).await;
+    for lang in ["en", "fr"] {
+        assert_eq!(get(addr, "/doc", lang).await.0, "MISS");
+    }
+    let [list] = h
+        .keys_under("cs:")
+        .await
+        .try_into()
+        .expect("one variant list");
+    // The list first: an entry read later has lived longer.
+    let kept = h.pttl(&list).await;
+    let entries = h.keys_under("cr:").await;
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    for entry in &entries {
+        let pttl = h.pttl(entry).await;
+        assert!(
+            pttl > 0 && pttl <= kept,
+            "{entry}: {pttl} ms, the list {kept} ms"
+        );
+    }
+    assert_eq!(send(addr, "POST", "/doc", &[]).await.status, 200);
+    assert_eq!(h.keys_under("cr:").await, Vec::<String>::new());
+    assert_eq!(h.keys_under("cs:").await, Vec::<String>::new());
+    assert_eq!(h.keys_under("ct:").await.len(), 1, "the URI's record");
+    h.assert_every_key_has_a_ttl(1).await;
+    assert_eq!(get(addr, "/doc", "en").await, seen("MISS", "/doc v1 en"));
+}
+
+backend_suite!(
+    redis_only: a_hit_sends_no_script,
+    an_invalidation_deletes_the_variants_its_fills_listed,
+);
