@@ -184,8 +184,9 @@ pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
 ///
 /// When it is not so.
 pub async fn assert_kept(h: &Harness, keys: usize, ms: std::ops::RangeInclusive<i64>) {
-    // A value is `c:{…}`, a response `c:<variant>:{<URI>}`.
-    let entries = h.keys_under("c:").await;
+    // A value is `c:{…}`, a response `cr:<variant>:{<URI>}`.
+    let mut entries = h.keys_under("c:").await;
+    entries.extend(h.keys_under("cr:").await);
     assert_eq!(entries.len(), 1, "{entries:?}");
     let pttl = h.pttl(&entries[0]).await;
     assert!(ms.contains(&pttl), "{pttl} ms not within {ms:?}");

@@ -882,7 +882,7 @@ where
 /// session's plain read, `HGETALL` and `PTTL` of one key (and `TIME` under a shifted clock)
 /// sent together by one client, is one round trip and one entry:
 /// `"HGETALL" "rg:s:{…}" | "PTTL" "rg:s:{…}"`; so is a response cache hit,
-/// `"TIME" | "MGET" "rg:c:…" …` (on a cluster `"TIME" | "GET" "rg:c:…:{u}" | "GET" "rg:ct:{u}"`).
+/// `"TIME" | "GET" "rg:cr:…"`, or with tags `"TIME" | "MGET" "rg:cr:…" …`.
 #[derive(Debug)]
 pub struct Monitor {
     /// Per node: its port and its MONITOR stream.

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -15,6 +16,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use redis_guard::cache::CacheLayer;
 use redis_guard_tests::{Harness, Monitor, backend_suite, serve};
+use tokio::sync::oneshot;
 use tower::Layer;
 
 /// What the origin has served: a version per path, bumped by every unsafe request to it
@@ -264,18 +266,71 @@ async fn same_origin_location_and_content_location_are_voided(h: Harness) {
     assert_eq!(get(addr, "/c/d", "en").await.0, "MISS", "relative: /c/d");
 }
 
+/// The first `GET`'s handler, paused after it read the version it answers: it says when it
+/// got there, and goes on when told.
+type Gate = Arc<Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>>;
+
+/// A response computed across an invalidation of its URI (the `GET` missed, then an unsafe
+/// request to the URI was answered, then the handler's response came back) may predate the
+/// change: it is not stored, and the next `GET` computes again. On Redis the fill checks the
+/// URI's invalidation, since a hit reads none.
+async fn a_fill_that_began_before_an_invalidation_is_not_stored(h: Harness) {
+    let layer: CacheLayer = h.cache().await.jitter(0.0).build().expect("layer");
+    let version = Arc::new(AtomicU32::new(0));
+    let gate: Gate = Arc::default();
+    let (entered_tx, entered) = oneshot::channel();
+    let (release, release_rx) = oneshot::channel();
+    *gate.lock().expect("lock") = Some((entered_tx, release_rx));
+    let service = {
+        let (version, gate) = (Arc::clone(&version), Arc::clone(&gate));
+        tower::service_fn(move |req: Request<hyper::body::Incoming>| {
+            let (version, gate) = (Arc::clone(&version), Arc::clone(&gate));
+            async move {
+                if req.method() != http::Method::GET {
+                    version.fetch_add(1, Ordering::SeqCst);
+                    return Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("done"))));
+                }
+                let seen = version.load(Ordering::SeqCst);
+                let paused = gate.lock().expect("lock").take();
+                if let Some((entered, release)) = paused {
+                    entered.send(()).expect("the test waits");
+                    release.await.expect("the test releases");
+                }
+                let res = Response::builder()
+                    .header("cache-control", "max-age=3600")
+                    .body(Full::new(Bytes::from(format!("v{seen}"))))
+                    .expect("response");
+                Ok(res)
+            }
+        })
+    };
+    let addr = serve(layer.layer(service)).await;
+    let first = tokio::spawn(async move { send(addr, "GET", "/race", &[]).await });
+    entered.await.expect("the first GET reaches the handler");
+    assert_eq!(send(addr, "POST", "/race", &[]).await.status, 200);
+    release.send(()).expect("the first GET waits");
+    let first = first.await.expect("the first GET");
+    assert_eq!((first.cache.as_str(), first.body.as_str()), ("MISS", "v0"));
+    // Computed before the POST was answered: not served after it.
+    let next = send(addr, "GET", "/race", &[]).await;
+    assert_eq!((next.cache.as_str(), next.body.as_str()), ("MISS", "v1"));
+    let last = send(addr, "GET", "/race", &[]).await;
+    assert_eq!((last.cache.as_str(), last.body.as_str()), ("HIT", "v1"));
+}
+
 backend_suite!(
     unsafe_methods_void_their_target_uri,
     every_variant_on_every_replica_is_voided,
     errors_and_safe_methods_void_nothing,
     same_origin_location_and_content_location_are_voided,
+    a_fill_that_began_before_an_invalidation_is_not_stored,
 );
 
-/// A hit on Redis is one round trip of plain commands, one `MGET` of the entry and its URI's
-/// record (on a cluster, a `GET` of each, to one master, in one pipeline), with `TIME` in
-/// front at most once a second: no `EVALSHA`, no `EVAL`. Tags the handler named are read in
-/// the same round trip (one `GET` each on a cluster, where they live in slots of their own);
-/// only fills and invalidations run scripts.
+/// A hit on Redis is one round trip of plain commands: one `GET` of the entry when the
+/// handler named no tags for it (its URI's invalidation deleted it: no record of the URI is
+/// read), with `TIME` in front at most once a second: no `EVALSHA`, no `EVAL`. Tags the handler
+/// named are read in the same round trip (in one `MGET` with the entry; one `GET` each on a
+/// cluster, where they live in slots of their own); only fills and invalidations run scripts.
 async fn a_hit_sends_no_script(h: Harness) {
     let layer: CacheLayer = h.cache().await.build().expect("layer");
     let tagged = tower::service_fn(|req: Request<hyper::body::Incoming>| async move {
@@ -303,41 +358,41 @@ async fn a_hit_sends_no_script(h: Harness) {
         .filter(|c| c.to_ascii_lowercase().starts_with("\"eval"))
         .collect();
     assert!(scripts.is_empty(), "a hit runs no script: {sent:?}");
-    // A read names the entry (`rg:c:<variant>:{<URI>}`; tag records are `rg:ct:{…}`).
-    let reads: Vec<&String> = sent.iter().filter(|c| c.contains(":c:")).collect();
+    // A read names the entry (`rg:cr:<variant>:{<URI>}`; tag records are `rg:ct:{…}`).
+    let reads: Vec<&String> = sent.iter().filter(|c| c.contains(":cr:")).collect();
     assert_eq!(reads.len(), 4, "one read a hit: {sent:?}");
     let cluster = h.kind() == redis_guard_tests::Kind::Cluster;
-    for read in &reads {
+    for (read, tagged) in reads.iter().zip([false, true, false, true]) {
         // The store's clock, at most once a second, goes in front of the read.
         let read = read.strip_prefix("\"TIME\" | ").unwrap_or(read);
-        // One server: one `MGET`. A cluster: a `GET` of the entry and of its URI's record, to
-        // the master of their slot (a multi-key command would not route the pipeline).
-        if cluster {
-            assert!(read.starts_with("\"GET\""), "{read}");
-            assert_eq!(read.matches(" | \"GET\"").count(), 1, "{read}");
-        } else {
+        assert!(!read.contains(" | "), "one command: {read}");
+        // Untagged, or on a cluster: a `GET` of the entry alone. Tagged on one server: one
+        // `MGET` of the entry and its tags' records.
+        if tagged && !cluster {
             assert!(read.starts_with("\"MGET\""), "{read}");
-            assert!(!read.contains(" | "), "{read}");
+        } else {
+            assert!(read.starts_with("\"GET\""), "{read}");
+            assert!(!read.contains("ct:{"), "no record of the URI: {read}");
         }
     }
     // `TIME` is only ever read with an entry.
     assert!(
         sent.iter()
             .filter(|c| c.contains("\"TIME\""))
-            .all(|c| c.starts_with("\"TIME\" | ") && c.contains(":c:")),
+            .all(|c| c.starts_with("\"TIME\" | ") && c.contains(":cr:")),
         "{sent:?}"
     );
     let tag_reads = sent
         .iter()
-        .filter(|c| c.starts_with("\"GET\"") && !c.contains(":c:"))
+        .filter(|c| c.starts_with("\"GET\"") && !c.contains(":cr:"))
         .count();
     let tagged_keys: Vec<usize> = reads.iter().map(|r| r.matches("ct:{").count()).collect();
     if cluster {
         // Two tags, a hard and a soft record each, in slots of their own: one GET each.
-        assert_eq!(tagged_keys, [1, 1, 1, 1], "{sent:?}");
+        assert_eq!(tagged_keys, [0, 0, 0, 0], "{sent:?}");
         assert_eq!(tag_reads, 2 * 4, "{sent:?}");
     } else {
-        assert_eq!(tagged_keys, [1, 5, 1, 5], "{sent:?}");
+        assert_eq!(tagged_keys, [0, 4, 0, 4], "{sent:?}");
         assert_eq!(tag_reads, 0, "{sent:?}");
     }
     assert_eq!(
@@ -347,4 +402,38 @@ async fn a_hit_sends_no_script(h: Harness) {
     );
 }
 
-backend_suite!(redis_only: a_hit_sends_no_script);
+/// On Redis a URI's invalidation deletes its stored variants, which their fills listed beside
+/// them (the list outlives every entry it names), and leaves only its record, with a TTL.
+async fn an_invalidation_deletes_the_variants_its_fills_listed(h: Harness) {
+    let addr = origin(&h).await;
+    for lang in ["en", "fr"] {
+        assert_eq!(get(addr, "/doc", lang).await.0, "MISS");
+    }
+    let [list] = h
+        .keys_under("cs:")
+        .await
+        .try_into()
+        .expect("one variant list");
+    // The list first: an entry read later has lived longer.
+    let kept = h.pttl(&list).await;
+    let entries = h.keys_under("cr:").await;
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    for entry in &entries {
+        let pttl = h.pttl(entry).await;
+        assert!(
+            pttl > 0 && pttl <= kept,
+            "{entry}: {pttl} ms, the list {kept} ms"
+        );
+    }
+    assert_eq!(send(addr, "POST", "/doc", &[]).await.status, 200);
+    assert_eq!(h.keys_under("cr:").await, Vec::<String>::new());
+    assert_eq!(h.keys_under("cs:").await, Vec::<String>::new());
+    assert_eq!(h.keys_under("ct:").await.len(), 1, "the URI's record");
+    h.assert_every_key_has_a_ttl(1).await;
+    assert_eq!(get(addr, "/doc", "en").await, seen("MISS", "/doc v1 en"));
+}
+
+backend_suite!(
+    redis_only: a_hit_sends_no_script,
+    an_invalidation_deletes_the_variants_its_fills_listed,
+);

@@ -89,7 +89,7 @@ async fn miss_hit_invalidate_miss() {
         .await
         .expect("SCAN")
         .into_iter()
-        .filter(|k| k.starts_with("rg:c:"))
+        .filter(|k| k.starts_with("rg:cr:"))
         .collect();
     assert_eq!(keys.len(), 2, "{keys:?}");
     for key in keys {

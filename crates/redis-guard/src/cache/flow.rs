@@ -521,10 +521,14 @@ impl Call {
             blob,
         };
         let stored = match shared.store.0.write(self.key(), write).await {
-            Ok(()) => {
+            Ok(true) => {
                 // The next lookup reads the tags' records with the entry.
                 shared.memo.set(&self.digest, &self.records_of(&tags));
                 true
+            }
+            Ok(false) => {
+                tracing::debug!(key = %self.digest, "the target URI was invalidated while the response was computed: not cached");
+                false
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cache fill failed");

@@ -4,7 +4,10 @@
 //!
 //! Each target URI has an implicit tag, the digest of the URI as keyed (namespace, host, path,
 //! query): every entry records it, and voiding it voids every `Vary` variant of the URI (and
-//! its `GET` and `HEAD` entries) on every replica, with one key written, no `KEYS`, no `SCAN`.
+//! its `GET` and `HEAD` entries) on every replica, no `KEYS`, no `SCAN`. On Redis the entries
+//! of a URI are listed beside them as they are filled, and voiding the URI deletes them and
+//! records when (a fill that started before stores nothing), so that a hit reads no record of
+//! its URI.
 //!
 //! [RFC 9111 §4.4]: https://www.rfc-editor.org/rfc/rfc9111#section-4.4
 

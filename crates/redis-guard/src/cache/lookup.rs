@@ -188,9 +188,36 @@ impl Call {
 
     /// Reads the key and judges what it holds.
     pub(crate) async fn look(&self) -> Look {
+        match self.judge().await {
+            Look::Absent(now) => Look::Absent(self.past_invalidation(now).await),
+            look => look,
+        }
+    }
+
+    /// `now`, moved past the target URI's last invalidation, read now: a miss's fill counts
+    /// from it. The store's clock may lag Redis's a little, and the fill of a response whose
+    /// computation started before the URI's invalidation is not stored; so an invalidation
+    /// just before this miss must not be taken for one during the computation. Only a miss
+    /// pays this read (a hit reads no record of its URI: the invalidation deleted the entry).
+    /// Failing, `now` as it is: at worst the fill is not stored.
+    async fn past_invalidation(&self, now: u64) -> u64 {
+        let Some(group) = &self.group else {
+            return now;
+        };
+        match self.shared.store.0.tag_times(&[group.to_string()]).await {
+            Ok(times) => past(now, &times),
+            Err(e) => {
+                tracing::debug!(key = %self.digest, error = %e, "reading the URI's last invalidation failed: a fill that follows may not be stored");
+                now
+            }
+        }
+    }
+
+    /// Reads the key and judges what it holds, a miss at the store's time as read.
+    async fn judge(&self) -> Look {
         let store = &self.shared.store.0;
-        // The tag records the entry was last seen to carry are read with it (its URI's own
-        // record always is).
+        // The tag records the entry was last seen to carry are read with it (the memory
+        // store also reads its URI's own record).
         let seen = self.shared.memo.get(&self.digest);
         let asked: &[String] = seen.as_deref().unwrap_or_default();
         let read = match store.read(self.key(), asked).await {
@@ -230,7 +257,8 @@ impl Call {
             return Look::Absent(now);
         }
         // Voided when its URI or one of its tags was invalidated since it was computed;
-        // purged softly when one of its tags was.
+        // purged softly when one of its tags was. (On Redis the URI's invalidation deleted
+        // the entry, and a fill that started before it stored nothing: no record is read.)
         let started = entry.times.started;
         let after = |t: &Option<u64>| t.is_some_and(|t| t >= started);
         if after(&read.group) {

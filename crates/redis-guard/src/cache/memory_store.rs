@@ -253,9 +253,10 @@ impl Ops for MemoryCacheStore {
         }))
     }
 
-    fn write(&self, key: Key<'_>, w: Write) -> BoxFuture<Result<(), BackendError>> {
-        self.put(key.name, &w, false);
-        ready(Ok(()))
+    fn write(&self, key: Key<'_>, w: Write) -> BoxFuture<Result<bool, BackendError>> {
+        // An entry of a URI invalidated since its computation began is stored, and void on
+        // read (its URI's record is read with it).
+        ready(Ok(self.put(key.name, &w, false)))
     }
 
     fn add(&self, key: &str, w: Write) -> BoxFuture<Result<bool, BackendError>> {

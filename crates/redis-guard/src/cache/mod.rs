@@ -242,21 +242,24 @@
 //! [RFC 9111 §4.4](https://www.rfc-editor.org/rfc/rfc9111#section-4.4) requires: every `Vary`
 //! variant, `GET` and `HEAD`, on every replica. So does one to the URI its `Location` or
 //! `Content-Location` names, when that is of the same host. Each URI (host, path and query as
-//! keyed) is an implicit tag recorded with its entries: one key written per URI, no `KEYS`, no
-//! `SCAN`. An error response voids nothing (a route that does not take the method answers
+//! keyed) is an implicit tag recorded with its entries: on Redis its invalidation deletes the
+//! entries its fills listed, in one script on the URI's hash slot, no `KEYS`, no `SCAN`. An error response voids nothing (a route that does not take the method answers
 //! `405`, so a client cannot purge pages through it); the store failing only logs. A change the
 //! handler makes to other URIs still needs [`CacheTags`] and
 //! [`invalidate_tag`](CacheLayer::invalidate_tag).
 //!
 //! # What a hit costs Redis
 //!
-//! A hit is one round trip of plain commands, no script: one `MGET` of the entry and the
-//! records of its URI and tags, with `TIME` in front at most once a second (the store's clock,
-//! which every replica shares; in between, the last reading moved on by the process's
-//! monotonic clock, never ahead of Redis's). On a Cluster every variant of a URI and the URI's record share a hash slot (the URI's digest is
-//! their hash tag), read by a `GET` each in one pipeline to their master; a tag the handler
-//! named lives in a slot of its own and is read by a `GET` to its master at the same time.
-//! Fills and invalidations run scripts.
+//! A hit is one round trip of plain commands, no script: one `GET` of the entry when the
+//! handler named no tags for it, else one `MGET` of the entry and its tags' records, with
+//! `TIME` in front at most once a second (the store's clock, which every replica shares; in
+//! between, the last reading moved on by the process's monotonic clock, never ahead of
+//! Redis's). The URI's own invalidation is not read: it deletes the entries of every variant
+//! of the URI, which each fill lists beside them, and a fill whose computation started before
+//! it stores nothing. On a Cluster every variant of a URI, its list and its record share a
+//! hash slot (the URI's digest is their hash tag); a tag the handler named lives in a slot of
+//! its own and is read by a `GET` to its master at the same time. Fills and invalidations
+//! run scripts.
 //!
 //! # Fail-safe
 //!

@@ -16,22 +16,26 @@ static INVALIDATE: LazyLock<LuaScript> =
 /// Cache entries in Redis (a server, a `bb8` pool or a Cluster, as the [`RedisBackend`] says),
 /// shared by every replica.
 ///
-/// Keys (every one with a TTL): a response `<prefix>c:<variant digest>:{<URI digest>}` (a
-/// string: times, status, headers, tags, body); a [`ValueCache`](super::ValueCache)'s value
-/// `<prefix>c:{<digest of its key>}`; a tag's last invalidation `<prefix>ct:{<tag digest>}`
-/// (and its last soft purge, under another digest), the target URI's own record
-/// `<prefix>ct:{<URI digest>}` among them; the lock of a recomputation
-/// `<prefix>lock:{c:<variant digest>}`; with `stale_if_error`, the marker of an entry's last
-/// failed fill, `<prefix>c:{<digest of the variant digest>}`.
+/// Keys (every one with a TTL): a response `<prefix>cr:<variant digest>:{<URI digest>}` (a
+/// string: times, status, headers, tags, body); the target URI's variant list
+/// `<prefix>cs:{<URI digest>}` (a set of those keys, kept at least as long as the longest of
+/// them) and its last invalidation `<prefix>ct:{<URI digest>}`; a
+/// [`ValueCache`](super::ValueCache)'s value `<prefix>c:{<digest of its key>}`; a tag's last
+/// invalidation `<prefix>ct:{<tag digest>}` (and its last soft purge, under another digest);
+/// the lock of a recomputation `<prefix>lock:{c:<variant digest>}`; with `stale_if_error`,
+/// the marker of an entry's last failed fill, `<prefix>c:{<digest of the variant digest>}`.
 ///
-/// A hit is one round trip of plain commands, no script: one `MGET` of the entry and the
-/// records of its URI and of the tags it carries, with `TIME` in front at most once a second
-/// (in between, the store's clock is the last reading moved on by this process's monotonic
-/// clock, never ahead of Redis's). On a Cluster the entries of a URI (every `Vary`
-/// variant) and the URI's record share a hash slot (the URI digest is their hash tag), so
-/// that `MGET` is one command to one master; a tag the handler named lives in a slot of its
-/// own (it spans many URIs) and is read by a `GET` sent to its master at the same time.
-/// Fills and invalidations are scripts, each on one key: nothing crosses hash slots.
+/// An invalidation of a URI (after an unsafe method) deletes every variant its list names and
+/// records when; a fill lists its entry, and stores nothing when the URI was invalidated since
+/// its computation started (it may predate the change). So a hit reads no record of its URI:
+/// an entry the handler named no tags for is one `GET`, with `TIME` in front at most once a
+/// second (in between, the store's clock is the last reading moved on by this process's
+/// monotonic clock, never ahead of Redis's). An entry with tags is one `MGET` of the entry
+/// and its tags' records; on a Cluster, where a tag lives in a slot of its own (it spans many
+/// URIs), a `GET` of each record goes to its master at the same time: still one round trip,
+/// no script. The entries of a URI (every `Vary` variant), its list and its record share a
+/// hash slot (the URI digest is their hash tag), so fills and invalidations are scripts on
+/// one slot: nothing crosses hash slots.
 ///
 /// ```no_run
 /// use redis_guard::backend::{RedisBackend, RedisConnection};
@@ -136,35 +140,54 @@ struct NearRead {
     value: Option<Bytes>,
     /// The entry's key holds another type.
     foreign: bool,
-    /// The group's record.
-    group: Option<u64>,
     /// The records of the tags read along.
     tags: Vec<Option<u64>>,
 }
 
+/// Whether `e` is Redis refusing a command on a key of another type.
+fn wrong_type(e: &redis::RedisError) -> bool {
+    e.code() == Some("WRONGTYPE")
+}
+
 /// One round trip to the master of the entry's slot: the store's time (`TIME`, unless a test
-/// froze it or `clock` has a recent reading), the `entry`, its `group`'s record and the
-/// records of `tags` (`MGET`; on a cluster, where a multi-key command does not route a
-/// pipeline, a `GET` each: there only the group's record shares the entry's slot, and `tags`
-/// is empty).
+/// froze it or `clock` has a recent reading), the `entry` (a `GET`) and the records of `tags`
+/// (with it, in one `MGET`; on a cluster, where a multi-key command does not route a
+/// pipeline, `tags` is empty).
 async fn read_near(
     backend: &RedisBackend,
     clock: &RedisClock,
     cluster: bool,
     entry: &str,
-    group: Option<&str>,
     tags: &[String],
 ) -> Result<NearRead, BackendError> {
     let known = backend.frozen_us().map_or_else(
         || clock.now().map(|us| us.saturating_add(backend.shift_us())),
         Some,
     );
-    let keys = 1 + usize::from(group.is_some()) + tags.len();
+    let keys = 1 + tags.len();
+    // The entry alone: a `GET`, whose reply redis-rs parses for less than an array's.
+    let single = keys == 1 || cluster;
     let (values, now) = match known {
         // The clock is known and one command reads everything: no pipeline.
-        Some(now) if !cluster => {
+        Some(now) if single && keys == 1 => {
+            let get = redis::cmd("GET").arg(entry).clone();
+            match backend.query(&get).await {
+                Ok(value) => (vec![value], now),
+                // A key of another type: a miss, which the fill overwrites.
+                Err(BackendError::Redis(e)) if wrong_type(&e) => {
+                    return Ok(NearRead {
+                        now,
+                        value: None,
+                        foreign: true,
+                        tags: Vec::new(),
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Some(now) if !single => {
             let mut mget = redis::cmd("MGET");
-            mget.arg(entry).arg(group).arg(tags);
+            mget.arg(entry).arg(tags);
             match backend.query(&mget).await? {
                 Value::Array(values) => (values, now),
                 other => return Err(bad_reply("MGET", &other)),
@@ -177,23 +200,20 @@ async fn read_near(
             if known.is_none() {
                 pipe.cmd("TIME");
             }
-            if cluster {
+            if single {
                 pipe.cmd("GET").arg(entry);
-                if let Some(group) = group {
-                    pipe.cmd("GET").arg(group);
-                }
                 for tag in tags {
                     pipe.cmd("GET").arg(tag);
                 }
             } else {
-                pipe.cmd("MGET").arg(entry).arg(group).arg(tags);
+                pipe.cmd("MGET").arg(entry).arg(tags);
             }
             let reply = backend.pipeline(&pipe, entry).await?;
             let arrived = std::time::Instant::now();
             let Value::Array(mut replies) = reply else {
                 return Err(bad_reply("a read", &reply));
             };
-            let values = if cluster {
+            let values = if single {
                 replies.split_off(replies.len().saturating_sub(keys))
             } else {
                 match replies.pop() {
@@ -228,16 +248,11 @@ async fn read_near(
         Value::ServerError(e) => Err(BackendError::Redis(e.into())),
         v => Ok(tag_time(&v)),
     };
-    let group = match group.and_then(|_| values.next()) {
-        Some(v) => record(v)?,
-        None => None,
-    };
     let tags = values.map(record).collect::<Result<_, _>>()?;
     Ok(NearRead {
         now,
         value,
         foreign,
-        group,
         tags,
     })
 }
@@ -270,22 +285,35 @@ impl RedisCacheStore {
     /// The Redis key of a value.
     fn name(&self, key: Key<'_>) -> String {
         match key.group {
-            Some(group) => self.inner.backend.key(&["c", key.name], group),
+            // Not `c:`: an entry stored before URIs kept a variant list is never read (a miss),
+            // since no invalidation would delete it.
+            Some(group) => self.inner.backend.key(&["cr", key.name], group),
             None => self.inner.backend.key(&["c"], key.name),
         }
     }
 
-    /// The put script on `key`, with `NX` when `only` says so: its reply.
+    /// The keys of the target URI whose digest is `group`: its invalidation record and its
+    /// variant list.
+    fn uri_keys(&self, group: &str) -> [String; 2] {
+        let backend = &self.inner.backend;
+        [backend.key(&["ct"], group), backend.key(&["cs"], group)]
+    }
+
+    /// The put script on `key`, with `NX` when `only` says so: its reply. A key in a group
+    /// (a response entry) is checked against and listed in its URI's keys.
     fn put(
         &self,
         key: Key<'_>,
         write: Write,
         only: Option<&'static str>,
     ) -> BoxFuture<Result<Value, BackendError>> {
-        let key = self.name(key);
+        let mut keys = vec![self.name(key)];
+        if let Some(group) = key.group {
+            keys.extend(self.uri_keys(group));
+        }
         let this = Arc::clone(&self.inner);
         Box::pin(async move {
-            let mut call = this.backend.script(&PUT, &[key]);
+            let mut call = this.backend.script(&PUT, &keys);
             call.arg(write.kind.letter())
                 .arg(write.started)
                 .arg(micros(write.fresh))
@@ -305,20 +333,19 @@ impl Ops for RedisCacheStore {
         let this = Arc::clone(&self.inner);
         let entry = self.name(key);
         let backend = &self.inner.backend;
-        let group = key.group.map(|g| backend.key(&["ct"], g));
         let tags: Vec<String> = tags.iter().map(|t| backend.key(&["ct"], t)).collect();
         Box::pin(async move {
             let backend = &this.backend;
-            // On one server: everything in one `MGET`. On a Cluster only the URI's record
-            // shares the entry's slot; each tag's record goes to its own master, concurrently:
-            // still one round trip.
-            let (near, tags) = if backend.connection().is_cluster() {
+            // On one server: the entry alone in a `GET`, with tags' records in one `MGET`. On
+            // a Cluster each tag's record goes to its own master, concurrently: still one
+            // round trip. The URI's record is not read: its invalidation deleted the entry.
+            let (near, tags) = if backend.connection().is_cluster() && !tags.is_empty() {
                 let far_reads = tags.iter().map(|key| {
                     let cmd = redis::cmd("GET").arg(key).clone();
                     async move { backend.query(&cmd).await }
                 });
                 let (near, far) = futures_util::future::join(
-                    read_near(backend, &this.clock, true, &entry, group.as_deref(), &[]),
+                    read_near(backend, &this.clock, true, &entry, &[]),
                     futures_util::future::join_all(far_reads),
                 )
                 .await;
@@ -329,8 +356,8 @@ impl Ops for RedisCacheStore {
                     .collect::<Result<_, BackendError>>()?;
                 (near, tags)
             } else {
-                let mut near =
-                    read_near(backend, &this.clock, false, &entry, group.as_deref(), &tags).await?;
+                let cluster = backend.connection().is_cluster();
+                let mut near = read_near(backend, &this.clock, cluster, &entry, &tags).await?;
                 let tags = std::mem::take(&mut near.tags);
                 (near, tags)
             };
@@ -340,15 +367,15 @@ impl Ops for RedisCacheStore {
                 // On one server MGET answers nil for a key of another type: a miss all the same,
                 // which the fill overwrites.
                 foreign: near.foreign,
-                group: near.group,
+                group: None,
                 tags,
             })
         })
     }
 
-    fn write(&self, key: Key<'_>, write: Write) -> BoxFuture<Result<(), BackendError>> {
+    fn write(&self, key: Key<'_>, write: Write) -> BoxFuture<Result<bool, BackendError>> {
         let put = self.put(key, write, None);
-        Box::pin(async move { put.await.map(drop) })
+        Box::pin(async move { Ok(put.await? != Value::Nil) })
     }
 
     fn add(&self, key: &str, write: Write) -> BoxFuture<Result<bool, BackendError>> {
@@ -378,10 +405,11 @@ impl Ops for RedisCacheStore {
     }
 
     fn invalidate(&self, tag: &str, keep: Duration) -> BoxFuture<Result<(), BackendError>> {
+        // A tag and a URI alike: a tag has no variant list, and the script deletes nothing.
+        let keys = self.uri_keys(tag);
         let this = Arc::clone(&self.inner);
-        let key = this.backend.key(&["ct"], tag);
         Box::pin(async move {
-            let mut call = this.backend.script(&INVALIDATE, &[key]);
+            let mut call = this.backend.script(&INVALIDATE, &keys);
             call.arg(u64::try_from(keep.as_millis()).unwrap_or(u64::MAX).max(1));
             call.run().await.map(drop)
         })

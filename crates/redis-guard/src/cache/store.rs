@@ -58,7 +58,8 @@ pub(crate) struct Read {
     /// The key holds another type.
     pub(crate) foreign: bool,
     /// When the key's group (its target URI) was last invalidated, as [`Ops::tag_times`]
-    /// answers; `None` for a key in no group.
+    /// answers; `None` for a key in no group, and from a store whose invalidation of a URI
+    /// deletes its entries and whose fills refuse an entry that predates it (Redis).
     pub(crate) group: Option<u64>,
     /// When each tag asked for was last invalidated, as [`Ops::tag_times`] answers.
     pub(crate) tags: Vec<Option<u64>>,
@@ -87,11 +88,14 @@ pub(crate) const NOW: u64 = u64::MAX;
 /// What a store does: keys are names without the store's prefix (the digest of a variant, a
 /// tag's digest).
 pub(crate) trait Ops: Send + Sync + fmt::Debug + 'static {
-    /// Reads `key`, the record of its group (its URI's implicit tag) and the records of `tags`
-    /// (tag digests) in one round trip of plain commands: no script, so that a hit costs
-    /// Redis what a `GET` does.
+    /// Reads `key` and the records of `tags` (tag digests) in one round trip of plain
+    /// commands: no script, so that a hit costs Redis what a `GET` does (the memory store
+    /// also reads the record of the key's group, its URI's implicit tag).
     fn read(&self, key: Key<'_>, tags: &[String]) -> BoxFuture<Result<Read, BackendError>>;
-    fn write(&self, key: Key<'_>, write: Write) -> BoxFuture<Result<(), BackendError>>;
+    /// Writes the key: whether it stored. An entry in a group (a response) that started
+    /// before its URI's last invalidation may be refused (Redis), or stored and void on read
+    /// (memory).
+    fn write(&self, key: Key<'_>, write: Write) -> BoxFuture<Result<bool, BackendError>>;
     /// Writes the key only if it holds nothing (`SET NX`): whether it wrote.
     fn add(&self, key: &str, write: Write) -> BoxFuture<Result<bool, BackendError>>;
     /// Deletes the key.

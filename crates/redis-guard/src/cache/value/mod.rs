@@ -252,7 +252,7 @@ impl ValueCache {
         ttl: impl Into<Option<Duration>>,
     ) -> Result<(), BackendError> {
         let (call, write) = self.write(key.as_ref(), value, ttl.into(), true)?;
-        call.shared.store.0.write(call.key(), write).await
+        call.shared.store.0.write(call.key(), write).await.map(drop)
     }
 
     /// Stores `value` under `key` for exactly `ttl` only if the key holds nothing (`SET NX`
