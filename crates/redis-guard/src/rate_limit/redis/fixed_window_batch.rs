@@ -121,17 +121,24 @@ impl<'a> Plan<'a> {
     fn pipeline(&self) -> redis::Pipeline {
         let mut pipe = redis::Pipeline::with_capacity(3 * self.keys.len());
         pipe.atomic().ignore_errors();
+        // Each command sized up front (its name, key and numbers of at most 20 digits), so
+        // that no buffer grows as its arguments go in.
+        let sized = |name: &str, args: usize, bytes: usize| {
+            let mut cmd = redis::Cmd::with_capacity(args, name.len() + bytes);
+            cmd.arg(name);
+            cmd
+        };
         for &(key, period_ms, total) in &self.keys {
-            pipe.cmd("INCRBY")
-                .arg(key)
-                .arg(total)
-                .cmd("PEXPIRE")
-                .arg(key)
-                .arg(period_ms)
-                .arg("NX")
+            let mut incrby = sized("INCRBY", 3, key.len() + 20);
+            incrby.arg(key).arg(total);
+            let mut pexpire = sized("PEXPIRE", 4, key.len() + 22);
+            pexpire.arg(key).arg(period_ms).arg("NX");
+            let mut pttl = sized("PTTL", 2, key.len());
+            pttl.arg(key);
+            pipe.add_command(incrby)
+                .add_command(pexpire)
                 .ignore()
-                .cmd("PTTL")
-                .arg(key);
+                .add_command(pttl);
         }
         pipe
     }
