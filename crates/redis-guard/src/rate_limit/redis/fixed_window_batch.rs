@@ -33,11 +33,14 @@ pub(super) struct Count {
 }
 
 /// The coalescer's [`Form`] for [`Count`]s: one transaction per call. Each request's reply is
-/// `[count, pttl]`, as its own `INCRBY` and `PTTL` would have answered.
+/// `(count, pttl)`, as its own `INCRBY` and `PTTL` would have answered (two integers, not a
+/// [`Value`] to walk).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Transaction;
 
 impl Form<Count> for Transaction {
+    type Reply = (i64, i64);
+
     fn keys(entry: &Count) -> &[String] {
         &entry.key
     }
@@ -47,7 +50,7 @@ impl Form<Count> for Transaction {
         backend: &RedisBackend,
         entries: &[&Count],
         deadline: Option<tokio::time::Instant>,
-    ) -> Result<Replies, BackendError> {
+    ) -> Result<Replies<(i64, i64)>, BackendError> {
         let Some(first) = entries.first() else {
             return Ok(Vec::new());
         };
@@ -143,9 +146,9 @@ impl<'a> Plan<'a> {
         pipe
     }
 
-    /// Each request's `[count, pttl]` from `EXEC`'s `[total, pttl]` per key; a request whose
+    /// Each request's `(count, pttl)` from `EXEC`'s `[total, pttl]` per key; a request whose
     /// key's `INCRBY` failed gets that error.
-    fn replies(&self, reply: &Value) -> Result<Replies, BackendError> {
+    fn replies(&self, reply: &Value) -> Result<Replies<(i64, i64)>, BackendError> {
         let per_key = match reply {
             Value::Array(values) if values.len() == 2 * self.keys.len() => values,
             _ => {
@@ -158,12 +161,9 @@ impl<'a> Plan<'a> {
             .after
             .iter()
             .map(|&(k, after)| match &per_key[2 * k..2 * k + 2] {
-                [Value::Int(total), ttl] => {
+                [Value::Int(total), Value::Int(ttl)] => {
                     let after = i64::try_from(after).unwrap_or(i64::MAX);
-                    Ok(Value::Array(vec![
-                        Value::Int(total.saturating_sub(after)),
-                        ttl.clone(),
-                    ]))
+                    Ok((total.saturating_sub(after), *ttl))
                 }
                 [Value::ServerError(e), _] => Err(BackendError::Redis(e.clone().into())),
                 other => Err(BackendError::BadReply(format!("INCRBY PTTL: {other:?}"))),
@@ -216,17 +216,13 @@ mod tests {
             Value::Int(5),
             Value::Int(2000),
         ]);
-        let replies: Vec<Value> = plan
+        let replies: Vec<(i64, i64)> = plan
             .replies(&reply)
             .unwrap()
             .into_iter()
             .map(Result::unwrap)
             .collect();
-        let pair = |count, ttl| Value::Array(vec![Value::Int(count), Value::Int(ttl)]);
-        assert_eq!(
-            replies,
-            [pair(5, 700), pair(5, 2000), pair(7, 700), pair(10, 700)]
-        );
+        assert_eq!(replies, [(5, 700), (5, 2000), (7, 700), (10, 700)]);
     }
 
     #[test]
