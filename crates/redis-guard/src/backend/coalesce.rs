@@ -61,10 +61,13 @@ use tokio::time::Instant;
 use super::{BackendError, BreakerState, LuaScript, RedisBackend, ScriptCall};
 
 /// Per entry of a call, in order: its reply, or the error it alone failed with.
-pub(crate) type Replies = Vec<Result<Value, BackendError>>;
+pub(crate) type Replies<R = Value> = Vec<Result<R, BackendError>>;
 
 /// How one coalesced call carries its entries to Redis, and hands each its reply.
 pub(crate) trait Form<E>: Clone + Send + Sync + 'static {
+    /// What one entry gets back: a [`Value`], or the few numbers a plain form reads from it.
+    type Reply: Send + 'static;
+
     /// The keys of `entry`: they pick its queue (its hash slot, on a cluster) and its master's
     /// circuit.
     fn keys(entry: &E) -> &[String];
@@ -77,7 +80,7 @@ pub(crate) trait Form<E>: Clone + Send + Sync + 'static {
         backend: &RedisBackend,
         entries: &[&E],
         deadline: Option<Instant>,
-    ) -> impl Future<Output = Result<Replies, BackendError>> + Send;
+    ) -> impl Future<Output = Result<Replies<Self::Reply>, BackendError>> + Send;
 }
 
 /// The default [`Form`]: one `EVALSHA` of a script that takes the batch form above.
@@ -89,6 +92,8 @@ pub(crate) struct Script {
 }
 
 impl<E: Entry> Form<E> for Script {
+    type Reply = Value;
+
     fn keys(entry: &E) -> &[String] {
         entry.keys()
     }
@@ -131,24 +136,24 @@ pub(crate) trait Entry: Send + Sync + 'static {
 }
 
 /// The queues by hash slot (slot 0 on a single Redis), each present while it has calls out.
-type Queues<E> = Mutex<HashMap<u16, Queue<E>, BuildHasherDefault<SlotHasher>>>;
+type Queues<E, R> = Mutex<HashMap<u16, Queue<E, R>, BuildHasherDefault<SlotHasher>>>;
 
 /// One slot's calls: how many are out, and the batches waiting for room, oldest first.
-struct Queue<E> {
+struct Queue<E, R> {
     in_flight: usize,
-    waiting: VecDeque<Arc<Batch<E>>>,
+    waiting: VecDeque<Arc<Batch<E, R>>>,
 }
 
 /// Entries waiting to go to Redis in one call, and then their replies.
-struct Batch<E> {
+struct Batch<E, R> {
     /// When the batch's call must have been answered: the backend's timeout from its start.
     deadline: Instant,
-    state: Mutex<BatchState<E>>,
+    state: Mutex<BatchState<E, R>>,
 }
 
-struct BatchState<E> {
+struct BatchState<E, R> {
     phase: Phase,
-    seats: Vec<Seat<E>>,
+    seats: Vec<Seat<E, R>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,22 +169,22 @@ enum Phase {
 }
 
 /// One caller's place in a batch.
-struct Seat<E> {
+struct Seat<E, R> {
     /// The entry, until the call takes it; `None` once its caller gave up.
     entry: Option<E>,
     /// Whether the caller still waits.
     live: bool,
     waker: Option<Waker>,
-    reply: Option<Result<Value, BackendError>>,
+    reply: Option<Result<R, BackendError>>,
 }
 
 /// Runs one script (or another [`Form`] of call) for many callers, coalescing what arrives
 /// while calls are in flight.
-pub(crate) struct Coalescer<E, F = Script> {
+pub(crate) struct Coalescer<E, F: Form<E> = Script> {
     backend: RedisBackend,
     form: F,
     max: usize,
-    queues: Arc<Queues<E>>,
+    queues: Arc<Queues<E, F::Reply>>,
 }
 
 impl<E: Entry> Coalescer<E> {
@@ -229,7 +234,7 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
 
     /// Makes the call for `entry` and returns the entry's reply, within the backend's timeout
     /// counted from now (so from the moment the entry is queued).
-    pub(crate) async fn call(&self, entry: E) -> Result<Value, BackendError> {
+    pub(crate) async fn call(&self, entry: E) -> Result<F::Reply, BackendError> {
         let slot = match self.slot_of(&entry) {
             Some(slot) if self.max > 1 => slot,
             _ => return Box::pin(self.alone(entry)).await,
@@ -260,7 +265,7 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
     }
 
     /// One entry in a call of its own.
-    async fn alone(&self, entry: E) -> Result<Value, BackendError> {
+    async fn alone(&self, entry: E) -> Result<F::Reply, BackendError> {
         only(self.form.call(&self.backend, &[&entry], None).await?)
     }
 
@@ -282,7 +287,7 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
 
     /// Takes room for `entry` in `slot` when there is some and no batch waits for it, else a
     /// seat in the newest waiting batch (a new one when it is full).
-    fn join(&self, slot: u16, entry: E) -> Joined<E> {
+    fn join(&self, slot: u16, entry: E) -> Joined<E, F::Reply> {
         let mut queues = lock(&self.queues);
         let full = queues.len() >= MAX_QUEUES;
         let queue = match queues.get_mut(&slot) {
@@ -332,18 +337,18 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
 }
 
 /// Where [`Coalescer::join`] put an entry.
-enum Joined<E> {
+enum Joined<E, R> {
     /// Room in flight, taken: the caller makes its call now, and gives the room back.
     Room(E),
     /// No room for another queue: the caller makes its call, uncounted.
     Untracked(E),
     /// A seat in a waiting batch.
-    Batch(Arc<Batch<E>>, usize),
+    Batch(Arc<Batch<E, R>>, usize),
     /// No room, and the circuit is open: refused at once.
     Refused,
 }
 
-impl<E> Seat<E> {
+impl<E, R> Seat<E, R> {
     fn new(entry: Option<E>) -> Self {
         Self {
             entry,
@@ -355,12 +360,12 @@ impl<E> Seat<E> {
 }
 
 /// Gives back one call's room in `slot` when dropped: the call returned, or its caller gave up.
-struct Out<'a, E> {
-    queues: &'a Queues<E>,
+struct Out<'a, E, R> {
+    queues: &'a Queues<E, R>,
     slot: u16,
 }
 
-impl<E> Drop for Out<'_, E> {
+impl<E, R> Drop for Out<'_, E, R> {
     fn drop(&mut self) {
         release(self.queues, self.slot);
     }
@@ -369,7 +374,7 @@ impl<E> Drop for Out<'_, E> {
 /// One call of `slot` has ended: its room goes to the oldest waiting batch that still has a
 /// caller, whose next polled waiter makes the call; the queue goes when nothing is left in it
 /// (but slot 0's).
-fn release<E>(queues: &Queues<E>, slot: u16) {
+fn release<E, R>(queues: &Queues<E, R>, slot: u16) {
     let mut queues = lock(queues);
     let Some(queue) = queues.get_mut(&slot) else {
         return;
@@ -401,17 +406,17 @@ fn release<E>(queues: &Queues<E>, slot: u16) {
 
 /// A caller parked on its batch's seat: it waits for room, makes the batch's call if it is the
 /// first polled once room is given, and returns its own reply.
-struct Waiter<'a, E, F> {
+struct Waiter<'a, E, F: Form<E>> {
     coalescer: &'a Coalescer<E, F>,
     slot: u16,
-    batch: Arc<Batch<E>>,
+    batch: Arc<Batch<E, F::Reply>>,
     seat: usize,
     /// The batch's call, while this waiter makes it.
     calling: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
 }
 
 impl<E: Send + Sync + 'static, F: Form<E>> Future for Waiter<'_, E, F> {
-    type Output = Result<Value, BackendError>;
+    type Output = Result<F::Reply, BackendError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
@@ -462,7 +467,7 @@ impl<E: Send + Sync + 'static, F: Form<E>> Future for Waiter<'_, E, F> {
     }
 }
 
-impl<E, F> Drop for Waiter<'_, E, F> {
+impl<E, F: Form<E>> Drop for Waiter<'_, E, F> {
     fn drop(&mut self) {
         if let Some(calling) = self.calling.take() {
             // The call is on its way: finish it for the other waiters, on the runtime if there
@@ -504,9 +509,9 @@ impl<E, F> Drop for Waiter<'_, E, F> {
 async fn call_batch<E: Send + Sync + 'static, F: Form<E>>(
     backend: RedisBackend,
     form: F,
-    queues: Arc<Queues<E>>,
+    queues: Arc<Queues<E, F::Reply>>,
     slot: u16,
-    batch: Arc<Batch<E>>,
+    batch: Arc<Batch<E, F::Reply>>,
     entries: Vec<(usize, E)>,
 ) {
     let mut ending = Ending {
@@ -533,14 +538,14 @@ async fn call_batch<E: Send + Sync + 'static, F: Form<E>>(
 
 /// Hands out a batch's replies and gives its room back, when its call ends, or fails its
 /// waiters when the call is dropped before it ends (its runtime shut down).
-struct Ending<'a, E> {
-    queues: &'a Queues<E>,
+struct Ending<'a, E, R> {
+    queues: &'a Queues<E, R>,
     slot: u16,
-    batch: &'a Batch<E>,
-    replies: Option<Vec<(usize, Result<Value, BackendError>)>>,
+    batch: &'a Batch<E, R>,
+    replies: Option<Vec<(usize, Result<R, BackendError>)>>,
 }
 
-impl<E> Drop for Ending<'_, E> {
+impl<E, R> Drop for Ending<'_, E, R> {
     fn drop(&mut self) {
         let mut wakers = Vec::new();
         let mut state = lock(&self.batch.state);
@@ -576,7 +581,7 @@ fn stopped() -> BackendError {
     )))
 }
 
-impl<E, F> fmt::Debug for Coalescer<E, F> {
+impl<E, F: Form<E>> fmt::Debug for Coalescer<E, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Coalescer")
             .field("max", &self.max)
@@ -622,12 +627,14 @@ pub(crate) async fn call_alone<E: Entry>(
 }
 
 /// The reply of a call's one entry.
-fn only(replies: Replies) -> Result<Value, BackendError> {
-    counted(replies, 1)?.pop().unwrap_or(Ok(Value::Nil))
+fn only<R>(replies: Replies<R>) -> Result<R, BackendError> {
+    counted(replies, 1)?
+        .pop()
+        .unwrap_or_else(|| Err(BackendError::BadReply("no reply".to_owned())))
 }
 
 /// `replies`, when there is one per entry of the `count` a call carried.
-fn counted(replies: Replies, count: usize) -> Result<Replies, BackendError> {
+fn counted<R>(replies: Replies<R>, count: usize) -> Result<Replies<R>, BackendError> {
     if replies.len() == count {
         return Ok(replies);
     }

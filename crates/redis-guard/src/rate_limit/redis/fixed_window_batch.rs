@@ -33,11 +33,14 @@ pub(super) struct Count {
 }
 
 /// The coalescer's [`Form`] for [`Count`]s: one transaction per call. Each request's reply is
-/// `[count, pttl]`, as its own `INCRBY` and `PTTL` would have answered.
+/// `(count, pttl)`, as its own `INCRBY` and `PTTL` would have answered (two integers, not a
+/// [`Value`] to walk).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Transaction;
 
 impl Form<Count> for Transaction {
+    type Reply = (i64, i64);
+
     fn keys(entry: &Count) -> &[String] {
         &entry.key
     }
@@ -47,7 +50,7 @@ impl Form<Count> for Transaction {
         backend: &RedisBackend,
         entries: &[&Count],
         deadline: Option<tokio::time::Instant>,
-    ) -> Result<Replies, BackendError> {
+    ) -> Result<Replies<(i64, i64)>, BackendError> {
         let Some(first) = entries.first() else {
             return Ok(Vec::new());
         };
@@ -121,24 +124,31 @@ impl<'a> Plan<'a> {
     fn pipeline(&self) -> redis::Pipeline {
         let mut pipe = redis::Pipeline::with_capacity(3 * self.keys.len());
         pipe.atomic().ignore_errors();
+        // Each command sized up front (its name, key and numbers of at most 20 digits), so
+        // that no buffer grows as its arguments go in.
+        let sized = |name: &str, args: usize, bytes: usize| {
+            let mut cmd = redis::Cmd::with_capacity(args, name.len() + bytes);
+            cmd.arg(name);
+            cmd
+        };
         for &(key, period_ms, total) in &self.keys {
-            pipe.cmd("INCRBY")
-                .arg(key)
-                .arg(total)
-                .cmd("PEXPIRE")
-                .arg(key)
-                .arg(period_ms)
-                .arg("NX")
+            let mut incrby = sized("INCRBY", 3, key.len() + 20);
+            incrby.arg(key).arg(total);
+            let mut pexpire = sized("PEXPIRE", 4, key.len() + 22);
+            pexpire.arg(key).arg(period_ms).arg("NX");
+            let mut pttl = sized("PTTL", 2, key.len());
+            pttl.arg(key);
+            pipe.add_command(incrby)
+                .add_command(pexpire)
                 .ignore()
-                .cmd("PTTL")
-                .arg(key);
+                .add_command(pttl);
         }
         pipe
     }
 
-    /// Each request's `[count, pttl]` from `EXEC`'s `[total, pttl]` per key; a request whose
+    /// Each request's `(count, pttl)` from `EXEC`'s `[total, pttl]` per key; a request whose
     /// key's `INCRBY` failed gets that error.
-    fn replies(&self, reply: &Value) -> Result<Replies, BackendError> {
+    fn replies(&self, reply: &Value) -> Result<Replies<(i64, i64)>, BackendError> {
         let per_key = match reply {
             Value::Array(values) if values.len() == 2 * self.keys.len() => values,
             _ => {
@@ -151,12 +161,9 @@ impl<'a> Plan<'a> {
             .after
             .iter()
             .map(|&(k, after)| match &per_key[2 * k..2 * k + 2] {
-                [Value::Int(total), ttl] => {
+                [Value::Int(total), Value::Int(ttl)] => {
                     let after = i64::try_from(after).unwrap_or(i64::MAX);
-                    Ok(Value::Array(vec![
-                        Value::Int(total.saturating_sub(after)),
-                        ttl.clone(),
-                    ]))
+                    Ok((total.saturating_sub(after), *ttl))
                 }
                 [Value::ServerError(e), _] => Err(BackendError::Redis(e.clone().into())),
                 other => Err(BackendError::BadReply(format!("INCRBY PTTL: {other:?}"))),
@@ -209,17 +216,13 @@ mod tests {
             Value::Int(5),
             Value::Int(2000),
         ]);
-        let replies: Vec<Value> = plan
+        let replies: Vec<(i64, i64)> = plan
             .replies(&reply)
             .unwrap()
             .into_iter()
             .map(Result::unwrap)
             .collect();
-        let pair = |count, ttl| Value::Array(vec![Value::Int(count), Value::Int(ttl)]);
-        assert_eq!(
-            replies,
-            [pair(5, 700), pair(5, 2000), pair(7, 700), pair(10, 700)]
-        );
+        assert_eq!(replies, [(5, 700), (5, 2000), (7, 700), (10, 700)]);
     }
 
     #[test]

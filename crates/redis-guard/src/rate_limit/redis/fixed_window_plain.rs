@@ -222,22 +222,19 @@ impl Plain {
     pub(super) async fn run(self, coalescers: &Coalescers) -> Result<Receipted, LimiterError> {
         let (limit, period_ms) = (self.limit, self.count.period_ms);
         let reply = coalescers.counts.call(self.count).await?;
-        Ok((vec![state(&reply, limit, period_ms)?], None, Vec::new()))
+        Ok((vec![state(reply, limit, period_ms)?], None, Vec::new()))
     }
 }
 
-/// The rule's state from `[count, pttl]`: admitted while the count is within `limit`, the
+/// The rule's state from `(count, pttl)`: admitted while the count is within `limit`, the
 /// window's end from the key's expiry.
-pub(super) fn state(reply: &Value, limit: u64, period_ms: u64) -> Result<RuleState, LimiterError> {
-    let (count, ttl) = match reply {
-        Value::Array(cells) => match cells.as_slice() {
-            [Value::Int(count), Value::Int(ttl)] => (*count, *ttl),
-            _ => (0, -3),
-        },
-        _ => (0, -3),
-    };
+pub(super) fn state(
+    (count, ttl): (i64, i64),
+    limit: u64,
+    period_ms: u64,
+) -> Result<RuleState, LimiterError> {
     if ttl < -1 {
-        let text = format!("MULTI INCRBY PEXPIRE PTTL: {reply:?}");
+        let text = format!("MULTI INCRBY PEXPIRE PTTL: count {count}, PTTL {ttl}");
         return Err(BackendError::BadReply(text).into());
     }
     // No expiry (-1) cannot follow `PEXPIRE NX`; should it, the window is a whole period.

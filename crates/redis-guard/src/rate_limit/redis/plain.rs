@@ -74,6 +74,8 @@ impl Entry for Keys {
 pub(super) struct Numbers(Arc<[Box<[u8]>]>);
 
 impl Form<Keys> for Numbers {
+    type Reply = redis::Value;
+
     fn keys(entry: &Keys) -> &[String] {
         entry.0.as_slice()
     }
@@ -192,7 +194,7 @@ impl PlainRules {
                     period_ms,
                 };
                 let reply = self.limiter.coalescers.counts.call(count).await?;
-                Few::One(state(&reply, limit, period_ms)?)
+                Few::One(state(reply, limit, period_ms)?)
             }
         };
         let Some(cache) = self.limiter.deny_cache.as_deref() else {
