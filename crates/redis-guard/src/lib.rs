@@ -144,6 +144,8 @@ mod error;
 pub use error::{ConfigError, ConfigErrorKind};
 #[cfg(any(feature = "rate-limit", feature = "session"))]
 pub mod client_ip;
+#[cfg(any(feature = "rate-limit", feature = "cache"))]
+mod prehashed;
 #[cfg(any(feature = "rate-limit", feature = "session", feature = "idempotency"))]
 mod problem;
 pub mod telemetry;

@@ -8,7 +8,7 @@
 //! hashed every time. Bounded: a shard that fills up starts over.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use http::header::HOST;
@@ -17,6 +17,7 @@ use http::request;
 use super::invalidation::target_tag;
 use super::policy::original_path;
 use super::shared::Shared;
+use crate::prehashed::PreHashed;
 
 /// The names of one cached request in the store.
 #[derive(Clone, Debug)]
@@ -36,27 +37,7 @@ const SHARDS: usize = 8;
 /// Pages remembered per shard; a full shard starts over.
 const SHARD_CAPACITY: usize = 512;
 
-/// A slot's key is already a keyed hash of the inputs: used as it is.
-#[derive(Default)]
-struct Identity(u64);
-
-impl Hasher for Identity {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-type Shard = HashMap<u64, (Box<[u8]>, Ids), BuildHasherDefault<Identity>>;
+type Shard = HashMap<u64, (Box<[u8]>, Ids), PreHashed>;
 
 /// The [`Ids`] of recently seen requests, by their inputs.
 #[derive(Debug, Default)]

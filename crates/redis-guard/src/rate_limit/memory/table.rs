@@ -13,13 +13,14 @@
 //! finds its shard full drops the shard's expired entries, then the sixteenth closest to expiry.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use foldhash::SharedSeed;
 
 use crate::backend::{Clock, MonotonicClock, micros};
+use crate::prehashed::PreHashed;
 use crate::rate_limit::algorithm::{Commit, State, ceil_ms};
 use crate::rate_limit::limiter::overrides::Override;
 use crate::rate_limit::{Few, Key, Rule};
@@ -60,7 +61,7 @@ pub(super) struct Shard {
 /// A shard's entries of one kind, at most `max`.
 #[derive(Debug)]
 struct Entries<V> {
-    map: HashMap<EntryId, (V, u64), Ids>,
+    map: HashMap<EntryId, (V, u64), PreHashed>,
     max: usize,
 }
 
@@ -390,30 +391,6 @@ impl<V> Entries<V> {
         for (_, id) in soonest {
             self.map.remove(&id);
         }
-    }
-}
-
-/// Hashes an [`EntryId`] into a shard's map by taking it as it is: it is a keyed hash already.
-type Ids = BuildHasherDefault<IdHasher>;
-
-/// See [`Ids`].
-#[derive(Clone, Copy, Debug, Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Never called for a `u64` key; every byte counts all the same.
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id;
     }
 }
 
