@@ -186,7 +186,115 @@ async fn a_session_expired_by_its_ttl_is_never_served(h: Harness) {
     );
 }
 
+/// The names of the commands a script ran, lowercase, in order.
+fn names(inside: &[String]) -> Vec<String> {
+    inside
+        .iter()
+        .map(|c| {
+            c.split(' ')
+                .next()
+                .unwrap_or_default()
+                .trim_matches('"')
+                .to_ascii_lowercase()
+        })
+        .collect()
+}
+
+/// A write within the last-seen interval of the session's last use recorded writes its fields
+/// alone, as a read in that interval writes nothing: no new last-seen time, no `PEXPIRE`. A
+/// write once the interval has passed (here: while the handler ran) records the use with its
+/// fields and slides the TTL.
+async fn a_write_records_the_use_only_when_its_refresh_is_due(h: Harness) {
+    let clock = h.clock();
+    let layer = SessionLayer::builder(h.session_store().await)
+        .idle_timeout(IDLE)
+        .max_lifetime(Duration::from_secs(24 * 3600))
+        .build()
+        .expect("valid");
+    let addr = serve(layer.layer(tower::service_fn(move |req: Request<_>| {
+        let clock = clock.clone();
+        async move {
+            let (session, path) = session_and_path(&req);
+            let parts: Vec<&str> = path.iter().map(String::as_str).collect();
+            let res = match parts.as_slice() {
+                // Loaded, then a minute passes (past 1 % of the idle timeout) before the write.
+                ["slow", key, value] => {
+                    async {
+                        session.get::<String>("name").await?;
+                        clock.advance(Duration::from_secs(60));
+                        session.insert(key, value).await?;
+                        Ok(text(StatusCode::OK, "slow"))
+                    }
+                    .await
+                }
+                _ => route(&session, &parts)
+                    .await
+                    .unwrap_or_else(|| Ok(text(StatusCode::NOT_FOUND, "no route"))),
+            };
+            Ok::<_, Infallible>(res.unwrap_or_else(|e| error(&e)))
+        }
+    })))
+    .await;
+    let (status, id) = send(addr, "POST", "/set/name/alice", None).await;
+    assert_eq!(status, 200);
+    let key = session_key(&h, &id);
+    let mut conn = h.inspect().await;
+    let created = field(&mut conn, &key, "$m").await;
+    // Warm up: the save script loaded.
+    assert_eq!(send(addr, "POST", "/set/x/0", Some(&id)).await.0, 200);
+    let mut monitor = Monitor::start(&h).await;
+    monitor.commands(&h).await;
+    assert_eq!(send(addr, "POST", "/set/x/1", Some(&id)).await.0, 200);
+    let (_, inside) = monitor.split(&h).await;
+    assert_eq!(names(&inside), ["time", "hmget", "hset"], "{inside:?}");
+    assert!(
+        !inside
+            .iter()
+            .any(|c| c.starts_with("\"HSET\"") && c.contains("\"$m\"")),
+        "{inside:?}"
+    );
+    assert_eq!(
+        field(&mut conn, &key, "$m").await,
+        created,
+        "the last use recorded stands"
+    );
+    assert_eq!(field(&mut conn, &key, "x").await, "\"1\"");
+
+    monitor.commands(&h).await;
+    assert_eq!(send(addr, "POST", "/slow/y/2", Some(&id)).await.0, 200);
+    let (_, inside) = monitor.split(&h).await;
+    assert!(names(&inside).contains(&"pexpire".to_owned()), "{inside:?}");
+    assert!(
+        inside
+            .iter()
+            .any(|c| c.starts_with("\"HSET\"") && c.contains("\"$m\"") && c.contains("\"y\"")),
+        "the use recorded with the field, in one HSET: {inside:?}"
+    );
+    let seen = |m: &str| m.split(':').nth(2).and_then(|s| s.parse::<u64>().ok());
+    let (before, after) = (seen(&created), seen(&field(&mut conn, &key, "$m").await));
+    assert!(
+        after >= before.map(|us| us + 60_000_000),
+        "a new last use, a minute later: {before:?} then {after:?}"
+    );
+    let pttl = h.pttl(&key).await;
+    assert!(pttl > 29 * 60 * 1000, "the TTL slid: {pttl}");
+    assert_eq!(field(&mut conn, &key, "y").await, "\"2\"");
+    assert_eq!(field(&mut conn, &key, "x").await, "\"1\"");
+}
+
+/// The stored text of `field` of the hash `key` (empty when absent).
+async fn field(conn: &mut impl redis::aio::ConnectionLike, key: &str, field: &str) -> String {
+    let value: Option<String> = redis::cmd("HGET")
+        .arg(key)
+        .arg(field)
+        .query_async(conn)
+        .await
+        .expect("HGET");
+    value.unwrap_or_default()
+}
+
 backend_suite!(
     redis_only: loads_without_a_due_refresh_send_no_script,
     a_session_expired_by_its_ttl_is_never_served,
+    a_write_records_the_use_only_when_its_refresh_is_due,
 );

@@ -133,7 +133,8 @@ impl SessionLayerBuilder {
 
     /// How often a session's use is recorded (default: 1 % of the idle timeout; less than the
     /// idle timeout). A request within it of the last use recorded writes nothing, which is
-    /// what most requests cost: one read. The last-seen time listings show, the client
+    /// what most requests cost: one read; on Redis, one that changes the session writes its
+    /// changes alone. The last-seen time listings show, the client
     /// address, and the start of the idle timeout are as of the last use recorded, so a
     /// session may end up to this long before a full idle timeout after its very last request.
     ///

@@ -47,7 +47,8 @@
 //!   response, to restart its idle timeout.
 //! - **Two expiries**, both enforced by the store's own clock: an idle timeout (sliding) and an
 //!   absolute lifetime. The Redis store marks a session used at most once per 1 % of its
-//!   idle timeout, so most read-only requests write nothing.
+//!   idle timeout, so most read-only requests write nothing, and most writes only their
+//!   changes.
 //! - **No resurrection**: a write that arrives after `destroy`, `revoke_user` or expiry is
 //!   dropped; the session is never re-created and no cookie is re-issued for it. **No fixation**:
 //!   a cookie naming an unknown id is never adopted; a fresh id is issued when something is

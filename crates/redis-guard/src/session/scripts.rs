@@ -76,12 +76,16 @@ pub(crate) fn string(v: Value) -> Result<String, SessionError> {
 }
 
 /// One save (`save.lua`), as an entry of a coalesced call: its key, then idle, max lifetime,
-/// mode (`create` or `update`), clear, the fields to set and the fields to delete. The changes
-/// are kept as they came and written straight into the call: nothing is copied per save.
+/// freshness, mode (`create` or `update`), clear, the fields to set and the fields to delete.
+/// The changes are kept as they came and written straight into the call: nothing is copied per
+/// save.
 pub(crate) struct SaveEntry {
     key: [String; 1],
     idle: u64,
     max: u64,
+    /// How long a use stays fresh: an update within it of the last use recorded writes the
+    /// fields alone.
+    fresh: u64,
     mode: &'static str,
     changes: Changes,
 }
@@ -92,6 +96,7 @@ impl SaveEntry {
             key: [key],
             idle: life.idle_us(),
             max: life.max_us(),
+            fresh: life.fresh_us(),
             mode,
             changes,
         }
@@ -104,13 +109,14 @@ impl Entry for SaveEntry {
     }
 
     fn arg_count(&self) -> usize {
-        5 + 2 * self.changes.set.len() + self.changes.remove.len()
+        6 + 2 * self.changes.set.len() + self.changes.remove.len()
     }
 
     fn write_args(&self, call: &mut ScriptCall<'_>) {
         let changes = &self.changes;
         call.arg(self.idle)
             .arg(self.max)
+            .arg(self.fresh)
             .arg(self.mode)
             .arg(if changes.clear { "1" } else { "0" })
             .arg(changes.set.len());

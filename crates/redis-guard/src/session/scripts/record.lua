@@ -33,28 +33,32 @@
 -- in place of the layer's.
 local own_idle = {}
 -- Per session read by `live` (or written by a save or a rotation) in this script run: its
--- metadata, as `touch` writes it back ({ created, exp, seen, dev, old, dev_due }; `old`: the
--- times are stored in the fields of the earliest layout; `dev_due`: `$dev` is still to be
--- written, as a save changed the device or it was stored inside `$m`).
+-- metadata, as `touch` writes it back ({ created, exp, seen, dev, old, dev_due }; `created`:
+-- the text `$m` held, or a number; `old`: the times are stored in the fields of the earliest
+-- layout; `dev_due`: `$dev` is still to be written, as a save changed the device or it was
+-- stored inside `$m`).
 local meta = {}
 
 -- The metadata of a session from `$m` (`packed`) and `$dev` (`dev`), else from the fields of
 -- the earliest layout; a value that is missing or malformed is nil (the device: empty). A `$m`
--- with a fourth part holds the device of a session stored before `$dev` came back.
+-- with a fourth part holds the device of a session stored before `$dev` came back. The creation
+-- time from `$m` stays its text (digits): most scripts never compute with it, and converting
+-- a 16-digit number is a `strtod` each time.
 local function unpack_meta(packed, created, exp, seen, dev)
   if packed then
     local c, e, s, rest = string.match(packed, '^(%d*):(%d*):(%d*)(.*)$')
+    if c == '' then c = nil end
     if rest ~= nil and rest ~= '' then
       if string.sub(rest, 1, 1) ~= ':' then return { dev = '' } end
       -- (`dev` is false when HMGET found no `$dev`, nil when a rotation carried none.)
       if not dev then
         return {
-          created = tonumber(c), exp = tonumber(e), seen = tonumber(s),
+          created = c, exp = tonumber(e), seen = tonumber(s),
           dev = string.sub(rest, 2), dev_due = true,
         }
       end
     end
-    return { created = tonumber(c), exp = tonumber(e), seen = tonumber(s), dev = dev or '' }
+    return { created = c, exp = tonumber(e), seen = tonumber(s), dev = dev or '' }
   end
   return {
     created = tonumber(created), exp = tonumber(exp), seen = tonumber(seen), dev = dev or '',
@@ -88,8 +92,13 @@ end
 -- bits (every 64-bit Redis) at a fraction of the cost of fmt's `%.0f`; elsewhere, fmt.
 local long_ints = string.format('%d', 2 ^ 53) == '9007199254740992'
 
--- `created:exp:seen`, as `$m` holds them (`created` empty when unknown).
+-- `created:exp:seen`, as `$m` holds them (`created` empty when unknown; its text, as `$m` held
+-- it, is written back as it is).
 local function pack_times(created, exp, seen)
+  if type(created) == 'string' then
+    if long_ints then return created .. string.format(':%d:%d', exp, seen) end
+    return created .. ':' .. fmt(exp, seen)
+  end
   if not long_ints then return (created and fmt(created) or '') .. ':' .. fmt(exp, seen) end
   if created then return string.format('%d:%d:%d', created, exp, seen) end
   return string.format(':%d:%d', exp, seen)

@@ -2,35 +2,40 @@
 -- `each_entry` in record.lua), one entry per save, run in order, each exactly as alone. Never
 -- re-creates a session that is gone.
 -- KEYS     one session hash per entry
--- ARGV     shift, the entry count, then per entry: 1 (its key count), its argument count (5 or
---          more), then idle (µs), max lifetime (µs), mode ('create' or 'update'), clear (1:
---          delete every user field first), n (fields to set), then n field/value pairs, then
---          the fields to delete
+-- ARGV     shift, the entry count, then per entry: 1 (its key count), its argument count (6 or
+--          more), then idle (µs), max lifetime (µs), how long a use stays fresh (µs), mode
+--          ('create' or 'update'), clear (1: delete every user field first), n (fields to set),
+--          then n field/value pairs, then the fields to delete
 -- Reply    per entry: the absolute expiry (µs), or nil when an update finds no live session
 --          (destroyed, revoked or expired meanwhile: the write is dropped, nothing is
 --          re-created) or the write gives the session an absolute lifetime that has already
 --          passed (it ends); an error (RG_COLLISION: a create found the key taken; a key Redis
 --          cannot read as a hash) fails its own entry, as the error's text, not the others
+--
+-- An update within the freshness interval of the session's last use recorded (as a load
+-- decides it, load.lua) writes the fields alone: no new last-seen time, no PEXPIRE, as a read
+-- in that interval writes nothing. Its times and TTL stay as the last use recorded set them,
+-- and agree with each other, which is what the plain read (session/redis_load.rs) relies on.
 local now = clock()
 
 local function save(key, at, args)
-  local idle, max = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
-  local mode, clear, n = ARGV[at + 2], ARGV[at + 3] == '1', tonumber(ARGV[at + 4])
+  local idle = tonumber(ARGV[at])
+  local mode, clear, n = ARGV[at + 3], ARGV[at + 4] == '1', tonumber(ARGV[at + 5])
   local last = at + args - 1
-  if not n or at + 4 + 2 * n > last then
+  if not n or at + 5 + 2 * n > last then
     return redis.error_reply('RG_ARITY a save of ' .. tostring(n) .. ' fields in ' .. args
       .. ' arguments')
   end
-  local exp
+  local exp, seen
   if mode == 'create' then
     if redis.call('EXISTS', key) == 1 then
       return redis.error_reply('RG_COLLISION session id collision')
     end
-    exp = now + max
+    exp = now + tonumber(ARGV[at + 1])
     -- Written by `touch` below, with the device this save carries.
     meta[key] = { created = now, exp = exp, seen = now, dev = '' }
   else
-    exp = live(key, now, idle)
+    exp, seen = live(key, now, idle)
     if exp == nil then return false end
   end
   if clear then
@@ -39,7 +44,7 @@ local function save(key, at, args)
       if string.sub(f, 1, 1) ~= '$' then redis.call('HDEL', key, f) end
     end
   end
-  local i = at + 5
+  local i = at + 6
   local relife = false
   -- Written by `touch` below, in one HSET with the times.
   local sets = {}
@@ -74,8 +79,14 @@ local function save(key, at, args)
     end
     if own then own_idle[key] = own end
   end
+  local r = meta[key]
+  if seen and not relife and not r.old and not r.dev_due and now - seen < tonumber(ARGV[at + 2])
+  then
+    hset(key, sets)
+    return exp
+  end
   touch(key, now, exp, idle, sets)
   return exp
 end
 
-return each_entry(save, function(args) return args >= 5 end, '5 or more arguments')
+return each_entry(save, function(args) return args >= 6 end, '6 or more arguments')
