@@ -18,8 +18,8 @@
 local now = clock()
 
 local function load(key, at, args)
-  local idle = tonumber(ARGV[at])
-  local fresh = args == 2 and tonumber(ARGV[at + 1]) or idle / 100
+  local idle = number(ARGV[at])
+  local fresh = args == 2 and number(ARGV[at + 1]) or idle / 100
   local exp, seen = live(key, now, idle)
   if exp == nil then return false end
   if now - seen < fresh then return redis.call('HGETALL', key) end

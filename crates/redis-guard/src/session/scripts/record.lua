@@ -39,6 +39,26 @@ local own_idle = {}
 -- stored inside `$m`).
 local meta = {}
 
+-- Integer arguments by their text, converted once per script run: the entries of a coalesced
+-- call repeat the same idle timeout and freshness, and `tonumber` of a string runs `strtod`
+-- twice (Lua 5.1 checks, then converts). nil for nil or what is not a number.
+local numbers = {}
+local function number(text)
+  if text == nil then return nil end
+  local n = numbers[text]
+  if n == nil then
+    n = tonumber(text) or false
+    numbers[text] = n
+  end
+  return n or nil
+end
+
+-- A time of `$m` (its digits; '' when absent): `+ 0` converts a string with one `strtod`.
+local function time_of(digits)
+  if digits == '' then return nil end
+  return digits + 0
+end
+
 -- The metadata of a session from `$m` (`packed`) and `$dev` (`dev`), else from the fields of
 -- the earliest layout; a value that is missing or malformed is nil (the device: empty). A `$m`
 -- with a fourth part holds the device of a session stored before `$dev` came back. The creation
@@ -53,27 +73,34 @@ local function unpack_meta(packed, created, exp, seen, dev)
       -- (`dev` is false when HMGET found no `$dev`, nil when a rotation carried none.)
       if not dev then
         return {
-          created = c, exp = tonumber(e), seen = tonumber(s),
+          created = c, exp = time_of(e), seen = time_of(s),
           dev = string.sub(rest, 2), dev_due = true,
         }
       end
     end
-    return { created = c, exp = tonumber(e), seen = tonumber(s), dev = dev or '' }
+    return { created = c, exp = time_of(e), seen = time_of(s), dev = dev or '' }
   end
   return {
     created = tonumber(created), exp = tonumber(exp), seen = tonumber(seen), dev = dev or '',
-    old = created ~= nil or exp ~= nil or seen ~= nil,
+    old = (created or exp or seen) and true or false,
   }
 end
 
 -- The absolute expiry of a live session, its last use and its idle timeout (its own, else
 -- `idle`), or nil after deleting one that has expired (idle or absolute) or is malformed.
+-- The fields of the earliest layout are read only for a session without `$m`.
 local function live(key, now, idle)
-  local m = redis.call('HMGET', key, '$m', '$idle', '$created', '$exp', '$seen', '$dev')
-  local r = unpack_meta(m[1], m[3], m[4], m[5], m[6])
+  local m = redis.call('HMGET', key, '$m', '$idle', '$dev')
+  local r
+  if m[1] then
+    r = unpack_meta(m[1], nil, nil, nil, m[3])
+  else
+    local t = redis.call('HMGET', key, '$created', '$exp', '$seen')
+    r = unpack_meta(nil, t[1], t[2], t[3], m[3])
+  end
   local exp, seen = r.exp, r.seen
   if exp == nil or seen == nil then
-    if m[1] or m[4] or m[5] or redis.call('EXISTS', key) == 1 then redis.call('DEL', key) end
+    if m[1] or r.old or redis.call('EXISTS', key) == 1 then redis.call('DEL', key) end
     return nil
   end
   meta[key] = r
@@ -160,22 +187,20 @@ local function each_entry(run, fits, expected)
   end
   if count ~= #KEYS then return arity(#KEYS .. ' keys') end
   -- Every entry is checked before any runs: a malformed call writes nothing.
-  local starts = {}
+  local starts, sizes = {}, {}
   local at = 3
   for e = 1, count do
-    local args = tonumber(ARGV[at + 1])
+    local args = number(ARGV[at + 1])
     if ARGV[at] ~= '1' or not args or not fits(args) or at + 1 + args > #ARGV then
       return arity(#ARGV .. ' arguments')
     end
-    starts[e] = at
+    starts[e], sizes[e] = at, args
     at = at + 2 + args
   end
   if at - 1 ~= #ARGV then return arity(#ARGV .. ' arguments') end
   local out = {}
   for e = 1, count do
-    at = starts[e]
-    local args = tonumber(ARGV[at + 1])
-    local ok, reply = pcall(run, KEYS[e], at + 2, args)
+    local ok, reply = pcall(run, KEYS[e], starts[e] + 2, sizes[e])
     if type(reply) == 'table' and reply.err then
       out[e] = reply.err
     elseif ok then

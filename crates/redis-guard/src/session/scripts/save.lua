@@ -19,8 +19,8 @@
 local now = clock()
 
 local function save(key, at, args)
-  local idle = tonumber(ARGV[at])
-  local mode, clear, n = ARGV[at + 3], ARGV[at + 4] == '1', tonumber(ARGV[at + 5])
+  local idle = number(ARGV[at])
+  local mode, clear, n = ARGV[at + 3], ARGV[at + 4] == '1', number(ARGV[at + 5])
   local last = at + args - 1
   if not n or at + 5 + 2 * n > last then
     return redis.error_reply('RG_ARITY a save of ' .. tostring(n) .. ' fields in ' .. args
@@ -31,7 +31,7 @@ local function save(key, at, args)
     if redis.call('EXISTS', key) == 1 then
       return redis.error_reply('RG_COLLISION session id collision')
     end
-    exp = now + tonumber(ARGV[at + 1])
+    exp = now + number(ARGV[at + 1])
     -- Written by `touch` below, with the device this save carries.
     meta[key] = { created = now, exp = exp, seen = now, dev = '' }
   else
@@ -80,7 +80,7 @@ local function save(key, at, args)
     if own then own_idle[key] = own end
   end
   local r = meta[key]
-  if seen and not relife and not r.old and not r.dev_due and now - seen < tonumber(ARGV[at + 2])
+  if seen and not relife and not r.old and not r.dev_due and now - seen < number(ARGV[at + 2])
   then
     hset(key, sets)
     return exp
