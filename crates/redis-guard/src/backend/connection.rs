@@ -436,6 +436,14 @@ impl RedisConnection {
         self.send(Request::Pipeline(pipe)).await
     }
 
+    /// [`pipeline`](Self::pipeline) without redis-rs' pass over the replies (which copies them
+    /// to look for errors): each command's reply as Redis sent it, an error reply as a
+    /// [`Value::ServerError`] in its place, for the caller to check.
+    #[cfg(feature = "session")]
+    pub(crate) async fn pipeline_replies(&self, pipe: &redis::Pipeline) -> RedisResult<Value> {
+        self.send(Request::Replies(pipe)).await
+    }
+
     /// Runs one plain command (routed by its key on a cluster).
     pub(crate) async fn query(&self, cmd: &redis::Cmd) -> RedisResult<Value> {
         self.send(Request::Cmd(cmd)).await
@@ -473,6 +481,8 @@ enum Request<'a> {
     Cmd(&'a redis::Cmd),
     #[cfg(any(feature = "session", feature = "rate-limit", feature = "cache"))]
     Pipeline(&'a redis::Pipeline),
+    #[cfg(feature = "session")]
+    Replies(&'a redis::Pipeline),
 }
 
 impl Request<'_> {
@@ -481,6 +491,11 @@ impl Request<'_> {
             Self::Cmd(cmd) => cmd.query_async(conn).await,
             #[cfg(any(feature = "session", feature = "rate-limit", feature = "cache"))]
             Self::Pipeline(pipe) => pipe.query_async(conn).await.map(Value::Array),
+            #[cfg(feature = "session")]
+            Self::Replies(pipe) => conn
+                .req_packed_commands(pipe, 0, pipe.len())
+                .await
+                .map(Value::Array),
         }
     }
 }

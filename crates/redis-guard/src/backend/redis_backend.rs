@@ -364,6 +364,20 @@ impl RedisBackend {
             .await
     }
 
+    /// [`pipeline`](Self::pipeline) of a pipeline that is not atomic, each command's reply as
+    /// Redis sent it (an error reply among them as a [`Value::ServerError`], for the caller to
+    /// check).
+    #[cfg(feature = "session")]
+    pub(crate) async fn pipeline_replies(
+        &self,
+        pipe: &redis::Pipeline,
+        key: &str,
+    ) -> Result<Value, BackendError> {
+        let circuit = self.inner.conn.circuit_of(key.as_bytes());
+        let call = self.inner.conn.pipeline_replies(pipe);
+        self.guarded(call, BackendError::Redis, circuit, None).await
+    }
+
     /// Whether the scripts read Redis `TIME` as it is: no test seam shifts or freezes it. Only
     /// then does Redis' key expiry run on the scripts' clock.
     #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]

@@ -96,7 +96,8 @@ pub(super) async fn load(
 }
 
 /// The plain read of `key`: `HGETALL` and `PTTL` in one pipeline (plus `TIME` under a test
-/// clock that shifts Redis time), and what it says.
+/// clock that shifts Redis time), and what it says. The replies come as Redis sent them: an
+/// error reply is checked here, where its command is known.
 async fn read(
     backend: &RedisBackend,
     key: &str,
@@ -117,7 +118,7 @@ async fn read(
     if frozen.is_none() && shift > 0 {
         pipe.cmd("TIME");
     }
-    let Value::Array(mut replies) = backend.pipeline(&pipe, key).await? else {
+    let Value::Array(mut replies) = backend.pipeline_replies(&pipe, key).await? else {
         return Err(bad_reply("a pipeline reply that is not an array".into()));
     };
     let now = match (frozen, replies.len()) {
@@ -132,31 +133,40 @@ async fn read(
         Value::Int(ms) => ms,
         other => return Err(bad_reply(format!("PTTL replied {other:?}"))),
     };
-    let flat = match hash {
-        Value::Array(_) | Value::Map(_) => hash_pairs(hash)?,
+    let record = match hash {
+        Value::Array(items) => Record::from_pairs(pairs(items)?),
+        Value::Map(map) => Record::from_pairs(
+            map.into_iter()
+                .map(|(name, value)| Ok((text(name)?, text(value)?)))
+                .collect::<Result<_, SessionError>>()?,
+        ),
         Value::ServerError(e) => return Err(crate::backend::BackendError::Redis(e.into()).into()),
         other => return Err(bad_reply(format!("HGETALL replied {other:?}"))),
     };
-    Ok(decide(flat, pttl, now, idle, fresh))
+    Ok(decide(record, pttl, now, idle, fresh))
 }
 
-/// An `HGETALL` reply (an array under RESP2, a map under RESP3) as a flat field/value list,
-/// each bulk string's bytes taken as they are (no copy, no generic conversion).
-fn hash_pairs(hash: Value) -> Result<Vec<String>, SessionError> {
-    let items = match hash {
-        Value::Array(items) => items,
-        Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
-        other => return strings(other),
-    };
-    let mut flat = Vec::with_capacity(items.len());
-    for item in items {
-        flat.push(match item {
-            Value::BulkString(bytes) => String::from_utf8(bytes)
-                .map_err(|_| bad_reply("a session field that is not UTF-8".into()))?,
-            other => string(other)?,
-        });
+/// An `HGETALL` reply's array (RESP2) as name/value pairs.
+fn pairs(items: Vec<Value>) -> Result<Vec<(String, String)>, SessionError> {
+    if items.len() % 2 == 1 {
+        return Err(bad_reply("HGETALL replied a name without its value".into()));
     }
-    Ok(flat)
+    let mut pairs = Vec::with_capacity(items.len() / 2);
+    let mut items = items.into_iter();
+    while let (Some(name), Some(value)) = (items.next(), items.next()) {
+        pairs.push((text(name)?, text(value)?));
+    }
+    Ok(pairs)
+}
+
+/// A field's name or value: a bulk string's bytes taken as they are (no copy, no generic
+/// conversion).
+fn text(item: Value) -> Result<String, SessionError> {
+    match item {
+        Value::BulkString(bytes) => String::from_utf8(bytes)
+            .map_err(|_| bad_reply("a session field that is not UTF-8".into())),
+        other => string(other),
+    }
 }
 
 /// Redis `TIME` (seconds and microseconds) in µs.
@@ -174,14 +184,13 @@ fn redis_time(reply: Option<Value>) -> Result<u64, SessionError> {
         .saturating_add(parse(us)?))
 }
 
-/// The decision on a plain read: `flat` is the hash (empty: no key), `pttl` its TTL in ms (−2:
+/// The decision on a plain read: `record` is the hash (empty: no key), `pttl` its TTL in ms (−2:
 /// no key, −1: none), `now` the scripts' time under a test clock (`None`: Redis's own expiry
 /// decides, as in production), `idle` and `fresh` the layer's idle timeout and freshness in µs.
-fn decide(flat: Vec<String>, pttl: i64, now: Option<u64>, idle: u64, fresh: u64) -> Plain {
-    if flat.is_empty() || pttl == -2 {
+fn decide(record: Record, pttl: i64, now: Option<u64>, idle: u64, fresh: u64) -> Plain {
+    if record.fields.is_empty() || pttl == -2 {
         return Plain::Gone;
     }
-    let record = Record::from_flat(flat);
     let meta = record.meta();
     let number = |value: Option<&str>| value.map(str::parse::<u64>);
     let (Some(Ok(exp)), Some(Ok(seen)), Ok(pttl)) =
@@ -218,13 +227,14 @@ fn decide(flat: Vec<String>, pttl: i64, now: Option<u64>, idle: u64, fresh: u64)
 #[cfg(test)]
 mod tests {
     use super::{Plain, decide};
+    use crate::session::store::Record;
 
     const MIN: u64 = 60_000_000;
     const IDLE: u64 = 30 * MIN;
     const FRESH: u64 = IDLE / 100;
     const SEEN: u64 = 1_700_000_000_000_000;
 
-    fn hash(exp: u64, extra: &[(&str, &str)]) -> Vec<String> {
+    fn hash(exp: u64, extra: &[(&str, &str)]) -> Record {
         let mut flat = vec![
             "$exp".to_owned(),
             exp.to_string(),
@@ -237,7 +247,7 @@ mod tests {
             flat.push((*k).to_owned());
             flat.push((*v).to_owned());
         }
-        flat
+        Record::from_flat(flat)
     }
 
     fn ms(us: u64) -> i64 {
@@ -259,7 +269,10 @@ mod tests {
         assert_eq!(d(ms(IDLE) + 1), Plain::Script, "a TTL no touch set");
         assert_eq!(d(-1), Plain::Script, "no TTL");
         assert_eq!(d(-2), Plain::Gone);
-        assert_eq!(decide(vec![], -2, None, IDLE, FRESH), Plain::Gone);
+        assert_eq!(
+            decide(Record::default(), -2, None, IDLE, FRESH),
+            Plain::Gone
+        );
         // A freshness of zero records every use.
         assert_eq!(
             decide(hash(exp, &[]), ms(IDLE), None, IDLE, 0),
@@ -287,9 +300,9 @@ mod tests {
 
     #[test]
     fn malformed_hashes_go_to_the_script() {
-        let no_seen = vec!["$exp".to_owned(), "1".to_owned()];
+        let no_seen = Record::from_flat(vec!["$exp".to_owned(), "1".to_owned()]);
         assert_eq!(decide(no_seen, 1000, None, IDLE, FRESH), Plain::Script);
-        let no_exp = vec!["$seen".to_owned(), SEEN.to_string()];
+        let no_exp = Record::from_flat(vec!["$seen".to_owned(), SEEN.to_string()]);
         assert_eq!(decide(no_exp, 1000, None, IDLE, FRESH), Plain::Script);
         let odd = hash(SEEN + MIN, &[("$exp", "soon")]);
         assert_eq!(decide(odd, 1000, None, IDLE, FRESH), Plain::Script);

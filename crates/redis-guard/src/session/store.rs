@@ -200,6 +200,10 @@ impl Fields {
         self.0.retain(|(n, _)| n != name);
     }
 
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         self.0.iter().map(|(n, _)| n.as_str())
     }
@@ -313,6 +317,14 @@ impl Record {
     #[must_use]
     pub(crate) fn user(&self) -> Option<&str> {
         self.get(USER_FIELD)
+    }
+
+    /// A record from a hash's name/value pairs, as read (a hash has each name once).
+    pub(crate) fn from_pairs(pairs: Vec<(String, String)>) -> Self {
+        Self {
+            fields: Fields(pairs),
+            marked: false,
+        }
     }
 
     /// A record from a flat field/value array; one element more at the end (an odd length)
