@@ -431,14 +431,14 @@ impl RedisConnection {
 
     /// Runs `pipe` in one round trip: its commands' replies, as an array, in order. On a
     /// cluster the commands must share a slot (it goes to the node of the first key).
-    #[cfg(any(feature = "session", feature = "rate-limit", feature = "cache"))]
+    #[cfg(any(feature = "rate-limit", feature = "cache"))]
     pub(crate) async fn pipeline(&self, pipe: &redis::Pipeline) -> RedisResult<Value> {
         self.send(Request::Pipeline(pipe)).await
     }
 
-    /// [`pipeline`](Self::pipeline) without redis-rs' pass over the replies (which copies them
-    /// to look for errors): each command's reply as Redis sent it, an error reply as a
-    /// [`Value::ServerError`] in its place, for the caller to check.
+    /// Runs `pipe` (not atomic) in one round trip without redis-rs' pass over the replies
+    /// (which copies them to look for errors): each command's reply as Redis sent it, an error
+    /// reply as a [`Value::ServerError`] in its place, for the caller to check.
     #[cfg(feature = "session")]
     pub(crate) async fn pipeline_replies(&self, pipe: &redis::Pipeline) -> RedisResult<Value> {
         self.send(Request::Replies(pipe)).await
@@ -479,7 +479,7 @@ impl RedisConnection {
 /// What [`RedisConnection::send`] sends: one command, or a pipeline.
 enum Request<'a> {
     Cmd(&'a redis::Cmd),
-    #[cfg(any(feature = "session", feature = "rate-limit", feature = "cache"))]
+    #[cfg(any(feature = "rate-limit", feature = "cache"))]
     Pipeline(&'a redis::Pipeline),
     #[cfg(feature = "session")]
     Replies(&'a redis::Pipeline),
@@ -489,7 +489,7 @@ impl Request<'_> {
     async fn on(self, conn: &mut impl redis::aio::ConnectionLike) -> RedisResult<Value> {
         match self {
             Self::Cmd(cmd) => cmd.query_async(conn).await,
-            #[cfg(any(feature = "session", feature = "rate-limit", feature = "cache"))]
+            #[cfg(any(feature = "rate-limit", feature = "cache"))]
             Self::Pipeline(pipe) => pipe.query_async(conn).await.map(Value::Array),
             #[cfg(feature = "session")]
             Self::Replies(pipe) => conn

@@ -340,8 +340,8 @@ impl RedisBackend {
     /// Runs `pipe`, whose commands all name `key` (one slot of a cluster), in one round trip
     /// under the breaker and the timeout, as [`query`](Self::query) runs a command: the replies
     /// as an array, in order (`EXEC`'s for an atomic one).
-    #[cfg(any(feature = "session", feature = "rate-limit", feature = "cache"))]
-    #[cfg_attr(not(any(feature = "session", feature = "cache")), allow(dead_code))]
+    #[cfg(any(feature = "rate-limit", feature = "cache"))]
+    #[cfg_attr(not(feature = "cache"), allow(dead_code))]
     pub(crate) async fn pipeline(
         &self,
         pipe: &redis::Pipeline,
@@ -351,7 +351,7 @@ impl RedisBackend {
     }
 
     /// [`pipeline`](Self::pipeline), answered by `deadline` (`None`: the timeout from now).
-    #[cfg(any(feature = "session", feature = "rate-limit", feature = "cache"))]
+    #[cfg(any(feature = "rate-limit", feature = "cache"))]
     pub(crate) async fn pipeline_until(
         &self,
         pipe: &redis::Pipeline,
@@ -364,9 +364,10 @@ impl RedisBackend {
             .await
     }
 
-    /// [`pipeline`](Self::pipeline) of a pipeline that is not atomic, each command's reply as
-    /// Redis sent it (an error reply among them as a [`Value::ServerError`], for the caller to
-    /// check).
+    /// Runs `pipe` (not atomic) in one round trip under the breaker and the timeout, as an
+    /// array of each command's reply as Redis sent it (an error reply among them as a
+    /// [`Value::ServerError`], for the caller to check). On a cluster the commands must share
+    /// `key`'s slot.
     #[cfg(feature = "session")]
     pub(crate) async fn pipeline_replies(
         &self,
