@@ -394,9 +394,50 @@ async fn a_session_with_its_device_stays_a_listpack(h: Harness) {
     assert_eq!(kind, "listpack", "after a recorded use: {bytes} B");
 }
 
+/// A stored session whose times are not numbers (`$m` malformed) is no session: a read and a
+/// write through it find none (the write starts a new session, under a new id), and the
+/// malformed hash is deleted, whatever its TTL says.
+async fn a_session_with_malformed_times_is_gone_and_deleted(h: Harness) {
+    let addr = app(&h).await;
+    for (n, packed) in ["soon:later:now", "1:2", "", "::"].into_iter().enumerate() {
+        let id = SessionId::generate().expect("random").encode();
+        let key = session_key(&h, &id).await;
+        let mut conn = h.inspect().await;
+        let _: i64 = redis::cmd("HSET")
+            .arg(&key)
+            .arg("$m")
+            .arg(packed)
+            .arg("$dev")
+            .arg(DEVICE)
+            .arg("name")
+            .arg("\"alice\"")
+            .query_async(&mut conn)
+            .await
+            .expect("HSET");
+        let _: i64 = redis::cmd("PEXPIRE")
+            .arg(&key)
+            .arg(u64::try_from(IDLE.as_millis()).expect("fits"))
+            .query_async(&mut conn)
+            .await
+            .expect("PEXPIRE");
+        let (status, body, set) = send(addr, "GET", "/get/name", &id).await;
+        assert_eq!((status, set.as_str()), (404, ""), "{packed:?}: {body}");
+        assert!(hash(&h, &key).await.is_empty(), "{packed:?}: deleted");
+        if n == 0 {
+            let (status, _, set) = send(addr, "POST", "/set/x/1", &id).await;
+            assert_eq!(status, 200);
+            assert!(
+                !set.is_empty() && set != id,
+                "a new id, never the malformed one"
+            );
+        }
+    }
+}
+
 backend_suite!(
     redis_only: an_old_session_is_read_and_rewritten_by_its_next_write,
     an_old_session_is_rewritten_when_its_use_is_recorded,
     an_old_session_is_listed_rotated_and_revoked,
     a_session_with_its_device_stays_a_listpack,
+    a_session_with_malformed_times_is_gone_and_deleted,
 );

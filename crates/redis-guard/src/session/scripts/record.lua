@@ -53,9 +53,10 @@ local function number(text)
   return n or nil
 end
 
--- A time of `$m` (its digits; '' when absent): `+ 0` converts a string with one `strtod`.
+-- A time of `$m` (its digits; '' when absent, nil when `$m` is malformed): `+ 0` converts a
+-- string with one `strtod`.
 local function time_of(digits)
-  if digits == '' then return nil end
+  if not digits or digits == '' then return nil end
   return digits + 0
 end
 
