@@ -86,18 +86,22 @@ impl MemoryLimiter {
         self.len() == 0
     }
 
-    /// Decides `checks` (known to be valid) at once: the layer's fallback, which must not
-    /// allocate a future per request while Redis is down.
-    /// The decision holds the leases its concurrency rules took, and, when it waits for its
-    /// slot (a throttled rule), the receipt that gives the slot back.
-    pub(crate) fn decide_now(&self, checks: &[Check]) -> Result<Decision, LimiterError> {
+    /// Decides `checks` (known to be valid) at once, by mode as a layer does: its path in
+    /// process, and its fallback while Redis is down, which must not allocate a future per
+    /// request. The decision holds the leases its concurrency rules took, when it waits for its
+    /// slot (a throttled rule) the receipt that gives the slot back, and when `settled` (not the
+    /// fallback) whatever else the response may settle.
+    pub(crate) fn decide_now(
+        &self,
+        checks: &[Check],
+        settled: bool,
+    ) -> Result<Decision, LimiterError> {
         let (states, receipt) = self.evaluate_now(checks, true, false)?;
         let mut decision = decision_from(rule_decisions(checks), states.as_slice(), &[])?;
-        // A throttled decision keeps its receipt: a waiter that goes away gives its slot back.
-        let waits = !decision.wait.is_zero();
+        let keep = settled || !decision.wait.is_zero();
         decision.lease = HeldLease(
             Lease::new(receipt.into_iter().collect())
-                .filter(|l| waits || l.holds_leases())
+                .filter(|l| keep || l.holds_leases())
                 .map(Arc::new),
         );
         Ok(decision)
@@ -345,19 +349,6 @@ impl Engine for MemoryLimiter {
         Box::pin(std::future::ready(charged))
     }
 
-    fn evaluate(&self, checks: Vec<Check>) -> LimiterFuture<Vec<RuleState>> {
-        // A lease taken here is released at once (the receipt is dropped after its release).
-        let states = self
-            .evaluate_now(&checks, false, false)
-            .map(|(states, receipt)| {
-                if let Some(receipt) = receipt {
-                    drop(receipt.release());
-                }
-                states.into_vec()
-            });
-        Box::pin(std::future::ready(states))
-    }
-
     fn evaluate_leased(&self, checks: Vec<Check>) -> LimiterFuture<Held> {
         let held = self
             .evaluate_now(&checks, false, false)
@@ -372,14 +363,7 @@ impl Engine for MemoryLimiter {
     }
 
     fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Decision, LimiterError>> {
-        let decided = self
-            .evaluate_now(checks, true, false)
-            .and_then(|(states, receipt)| {
-                let mut decision = decision_from(rule_decisions(checks), states.as_slice(), &[])?;
-                decision.lease = HeldLease(Lease::new(receipt.into_iter().collect()).map(Arc::new));
-                Ok(decision)
-            });
-        Some(decided)
+        Some(self.decide_now(checks, true))
     }
 
     fn decide_plain(
