@@ -265,11 +265,7 @@ impl RedisLimiter {
                 }
             })
             .collect();
-        let scripts = if customs.is_empty() {
-            None
-        } else {
-            Some(self.scripts_for(customs))
-        };
+        let scripts = (!customs.is_empty()).then(|| self.scripts_for(customs));
         // A rule whose quota varies keeps the quota's shape with its state: the general script.
         // A throttled rule reserves slots, and a live rule's record is read, only by the
         // general script.
