@@ -6,15 +6,15 @@ use std::sync::{Arc, LazyLock};
 
 use super::fixed_window_batch::{Count, Transaction};
 use super::live::LiveCache;
-use super::script_reply::{parse_compact, parse_reply};
+use super::script_reply::{parse_compact, parse_reply, parse_reply_live};
 use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall, call_alone};
-use crate::rate_limit::Algorithm;
 use crate::rate_limit::algorithm::RuleState;
 use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
 use crate::rate_limit::inline_list::Few;
 use crate::rate_limit::lease::{Receipt, Receipted, request_id};
 use crate::rate_limit::limiter::LimiterError;
 use crate::rate_limit::limiter::live::quota_of;
+use crate::rate_limit::{Algorithm, Quota};
 
 /// One evaluation: the keys and arguments of every rule.
 pub(super) struct Evaluation {
@@ -26,11 +26,11 @@ pub(super) struct Evaluation {
     keys: Vec<String>,
     /// Per rule: its override key (same hash tag), when it reads one.
     records: Vec<Option<String>>,
-    /// Per rule: its live record's key and the rule's name, when the call reads the record
-    /// (`Rule::live`; empty: none).
-    lives: Vec<Option<(String, Arc<str>)>>,
-    /// The limiter's copies of the live records, which take the records the script saw.
-    live_cache: Option<Arc<LiveCache>>,
+    /// Per rule: its live record's key, when the call reads it (`Rule::live`; empty: none).
+    lives: Vec<Option<String>>,
+    /// The names of the rules whose live records the call reads, in order, and the limiter's
+    /// copies of the records, which take the records the script saw.
+    live_copies: Option<(Arc<LiveCache>, Vec<Arc<str>>)>,
     rule_args: Vec<RuleArgs>,
     /// Decide, record nothing (inspect).
     dry: bool,
@@ -117,7 +117,7 @@ impl Entry for RuleEntry {
         if self.compact {
             return self.rule_args.len();
         }
-        // Five integers per rule, then the time, then five per live record (`parse_reply`).
+        // Five integers per rule, then the time, then five per live record (`parse_reply_live`).
         5 * self.rule_args.len() + 1 + 5 * self.lives
     }
 }
@@ -169,7 +169,7 @@ impl Evaluation {
             dry: false,
             settled: Vec::new(),
             lives: Vec::new(),
-            live_cache: None,
+            live_copies: None,
         }
     }
 
@@ -183,8 +183,12 @@ impl Evaluation {
         copies: &Arc<LiveCache>,
     ) -> Self {
         if lives.iter().any(Option::is_some) {
-            self.lives = lives;
-            self.live_cache = Some(Arc::clone(copies));
+            let (keys, names): (Vec<_>, Vec<_>) = lives
+                .into_iter()
+                .map(|live| live.map_or((None, None), |(key, name)| (Some(key), Some(name))))
+                .unzip();
+            self.lives = keys;
+            self.live_copies = Some((Arc::clone(copies), names.into_iter().flatten().collect()));
         }
         self
     }
@@ -224,14 +228,13 @@ impl Evaluation {
         }
     }
 
-    /// One script call per hash slot of the keys: one call, atomic, when they share a slot
-    /// (always on a single Redis). On a Cluster, one call per hash tag, in order; when one
-    /// denies, the tags that already admitted the request are refunded and the rest are
-    /// evaluated dry (for their headers). With the receipt of an admitted request that took
-    /// leases, and the quotas its live rules were decided with where the call read their
-    /// records.
-    pub(super) async fn run(self, coalescers: &Coalescers) -> Result<Receipted, LimiterError> {
+    /// One script call when every key shares a slot (always on a single Redis): atomic. On a
+    /// Cluster, one call per hash tag, in order; when one denies, the tags that already admitted
+    /// the request are refunded and the rest are evaluated dry (for their headers). With the
+    /// receipt of an admitted request that took leases.
+    pub(super) async fn run(mut self, coalescers: &Coalescers) -> Result<Receipted, LimiterError> {
         let backend = coalescers.backend();
+        let n = self.rule_args.len();
         // Only the sliding log and the leases name entries with the request id; GCRA never
         // reads it.
         let id = (!self.gcra_only).then(request_id);
@@ -239,74 +242,130 @@ impl Evaluation {
             None => Cow::Borrowed("-"),
             Some(id) => Cow::Owned(id.to_string()),
         };
-        // A receipt names the rules, when the request may take leases or be settled.
+        // The receipt's copy of the rules, when the request may take leases or be settled.
         let keep = !self.settled.is_empty();
-        let receipted = !self.dry && (keep || self.rule_args.iter().any(RuleArgs::is_lease));
-        // A rule's override key shares its state key's hash tag; a live record is read only
-        // on a single Redis.
+        let leases = (!self.dry && (keep || self.rule_args.iter().any(RuleArgs::is_lease)))
+            .then(|| (self.keys.clone(), self.rule_args.clone()));
+        if !backend.connection().is_cluster() {
+            // The quota each live rule's arguments carry (none when the call reads no record):
+            // what the script decides with where the record has none.
+            let live_args: Vec<Option<Quota>> = if self.live_copies.is_some() {
+                self.lives
+                    .iter()
+                    .zip(&self.rule_args)
+                    .filter(|(live, _)| live.is_some())
+                    .map(|(_, args)| quota_of(args.ints[1], args.ints[2], args.ints[3]))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            // The lean script's one integer per rule serves a request whose rules read no
+            // record (no override, no live quota) and keep no receipt (which needs the time):
+            // the rules' quotas and costs give the rest.
+            let compact = self.gcra_only
+                && self.live_copies.is_none()
+                && leases.is_none()
+                && self.records.iter().all(Option::is_none);
+            // The common case: one entry, its keys and arguments moved rather than copied.
+            let keys = std::mem::take(&mut self.keys);
+            let keys = if self.records.iter().all(Option::is_none) && self.lives.is_empty() {
+                keys
+            } else {
+                let records = std::mem::take(&mut self.records);
+                let mut lives = std::mem::take(&mut self.lives).into_iter();
+                keys.into_iter()
+                    .zip(records)
+                    .flat_map(|(key, record)| {
+                        std::iter::once(key)
+                            .chain(record)
+                            .chain(lives.next().flatten())
+                    })
+                    .collect()
+            };
+            let lives = self
+                .live_copies
+                .as_ref()
+                .map_or(0, |(_, names)| names.len());
+            // Kept inline for one rule: no allocation in the common case.
+            let mut decided = Few::None;
+            if compact {
+                self.rule_args
+                    .iter()
+                    .for_each(|args| decided.push(args.decided()));
+            }
+            let entry = RuleEntry {
+                keys: Few::Many(keys),
+                rule_args: std::mem::take(&mut self.rule_args),
+                request,
+                dry: self.dry,
+                compact,
+                lives,
+            };
+            let reply = self.evaluate(coalescers, entry).await?;
+            if compact {
+                return Ok((parse_compact(&reply, decided.as_slice())?, None, Vec::new()));
+            }
+            let (states, evaluated_at, seen) = parse_reply_live(&reply, n, lives)?;
+            let mut live = Vec::new();
+            if let Some((copies, names)) = &self.live_copies {
+                live.reserve(names.len());
+                for ((name, record), args) in names.iter().zip(seen).zip(live_args) {
+                    copies.seen(name, record);
+                    if let Some(quota) = record.quota.or(args) {
+                        live.push((Arc::clone(name), quota));
+                    }
+                }
+            }
+            let receipt = match (leases, &id) {
+                (Some((keys, args)), Some(id)) if states.iter().all(|s| s.allowed) => {
+                    let group = Group {
+                        keys,
+                        args,
+                        names: self.settled.clone(),
+                        evaluated_at,
+                    };
+                    Receipt::redis(id, backend, self.scripts.as_ref(), vec![group], keep)
+                }
+                _ => None,
+            };
+            return Ok((states, receipt, live));
+        }
+        // A rule's override key shares its state key's hash tag.
         let groups = backend.slot_groups(&self.keys);
-        // The lean script's one integer per rule serves a call whose rules read no record (no
-        // override, no live quota) and keep no receipt (which needs the time): the rules'
-        // quotas and costs give the rest.
-        let compact = self.gcra_only
-            && groups.len() == 1
-            && !receipted
-            && self.records.iter().all(Option::is_none)
-            && self.lives.iter().all(Option::is_none);
-        let live_of = |i: usize| self.lives.get(i).and_then(Option::as_ref);
-        let mut states: Vec<Option<RuleState>> = vec![None; self.keys.len()];
-        let mut live = Vec::new();
+        let mut states: Vec<Option<RuleState>> = vec![None; n];
         // The groups that admitted the request, with the Redis time they were evaluated at.
         let mut committed: Vec<(&[usize], u64)> = Vec::new();
         let mut denied = false;
         for group in &groups {
-            let lives = group.iter().filter(|&&i| live_of(i).is_some()).count();
             let entry = RuleEntry {
                 keys: group
                     .iter()
                     .flat_map(|&i| {
                         std::iter::once(&self.keys[i])
                             .chain(&self.records[i])
-                            .chain(live_of(i).map(|(key, _)| key))
+                            .chain(self.lives.get(i).and_then(Option::as_ref))
                     })
                     .cloned()
                     .collect(),
                 rule_args: group.iter().map(|&i| self.rule_args[i].clone()).collect(),
                 request: request.clone(),
                 dry: denied || self.dry,
-                compact,
-                lives,
+                compact: false,
+                // A Cluster's calls read no live record (its slot is not the key's).
+                lives: 0,
             };
-            let outcome = match self.evaluate(coalescers, entry).await {
-                Ok(reply) if compact => {
-                    let decided: Few<_> =
-                        group.iter().map(|&i| self.rule_args[i].decided()).collect();
-                    parse_compact(&reply, decided.as_slice()).map(|s| (s, 0, Vec::new()))
-                }
-                Ok(reply) => parse_reply(&reply, group.len(), lives),
-                Err(e) => Err(e.into()),
-            };
-            let (group_states, evaluated_at, seen) = match outcome {
+            let outcome = self
+                .evaluate(coalescers, entry)
+                .await
+                .map_err(LimiterError::from)
+                .and_then(|reply| parse_reply(&reply, group.len()));
+            let (group_states, evaluated_at) = match outcome {
                 Ok(s) => s,
                 Err(e) => {
                     self.refund(backend, &request, &committed).await;
                     return Err(e);
                 }
             };
-            // The live records the script saw go to the limiter's copies, and the quotas it
-            // decided with to the decision.
-            let lived = group
-                .iter()
-                .filter_map(|&i| Some((live_of(i)?, &self.rule_args[i])));
-            for (((_, name), args), record) in lived.zip(seen) {
-                if let Some(copies) = &self.live_cache {
-                    copies.seen(name, record);
-                }
-                let [_, limit, period, burst, ..] = args.ints;
-                if let Some(quota) = record.quota.or_else(|| quota_of(limit, period, burst)) {
-                    live.push((Arc::clone(name), quota));
-                }
-            }
             let all_allowed = group_states.iter().all(|s| s.allowed);
             for (&i, state) in group.iter().zip(group_states) {
                 states[i] = Some(state);
@@ -326,8 +385,8 @@ impl Evaluation {
             .into_iter()
             .map(|s| s.ok_or_else(|| BackendError::BadReply("a rule got no state".into()).into()))
             .collect::<Result<Vec<_>, LimiterError>>()?;
-        let receipt = match &id {
-            Some(id) if receipted && !denied => {
+        let receipt = match (&leases, &id) {
+            (Some(_), Some(id)) if !denied => {
                 let groups = committed
                     .iter()
                     .map(|(group, evaluated_at)| Group {
@@ -344,7 +403,9 @@ impl Evaluation {
             }
             _ => None,
         };
-        Ok((states, receipt, live))
+        // A Cluster's calls read no live record: the checks carry the quotas they were decided
+        // with.
+        Ok((states, receipt, Vec::new()))
     }
 
     /// Charges each rule its cost whatever is left ([`RedisLimiter::charge_all`]): one call of the
