@@ -157,17 +157,13 @@ impl MemoryLimiter {
         // The checks a response may settle (the request is admitted then: kept only if so);
         // with a throttled rule, every counted check: a waiter that goes away gives them back.
         let throttled = checks.iter().any(|c| c.rule.max_wait().is_some());
-        let settled: Vec<Check> = if dry {
-            Vec::new()
-        } else {
-            checks
-                .iter()
-                .filter(|c| {
-                    c.rule.settles_after_response() || (throttled && !c.rule.allows(&c.key))
-                })
-                .cloned()
-                .collect()
-        };
+        let settled: Vec<Check> = checks
+            .iter()
+            .filter(|c| {
+                !dry && (c.rule.settles_after_response() || (throttled && !c.rule.allows(&c.key)))
+            })
+            .cloned()
+            .collect();
         let request = (!dry
             && (!settled.is_empty() || checks.iter().any(|c| c.rule.algorithm().is_lease())))
         .then(request_id);
@@ -203,12 +199,10 @@ impl MemoryLimiter {
                 return Err(custom_needs_redis(&check.rule));
             };
             // Nothing recorded: an admitted probe reports the state as it stands.
-            let reset_us = if probe && step.allowed {
-                algorithm::standing_reset(current.as_deref(), now, &params)
-            } else {
-                None
-            }
-            .unwrap_or(step.reset_after_us);
+            let reset_us = (probe && step.allowed)
+                .then(|| algorithm::standing_reset(current.as_deref(), now, &params))
+                .flatten()
+                .unwrap_or(step.reset_after_us);
             // As the scripts: the override record applies after the algorithm.
             // As on Redis, only a rule that reads overrides pays for the lookup.
             let mut record = oid.map_or_else(Override::default, |oid| table.record(oid, now));
@@ -388,12 +382,15 @@ impl Engine for MemoryLimiter {
                 .as_slice()[0];
             let now = self.table.now_us();
             // A rule that reads no record has none that applies.
-            let record = if rule.reads_overrides() {
-                self.table.lock([oid]).record(oid, now)
-            } else {
-                Override::default()
-            };
-            Ok(Inspection::new(state, record, now, rule.cost()))
+            let record = rule
+                .reads_overrides()
+                .then(|| self.table.lock([oid]).record(oid, now));
+            Ok(Inspection::new(
+                state,
+                record.unwrap_or_default(),
+                now,
+                rule.cost(),
+            ))
         });
         Box::pin(std::future::ready(seen))
     }
