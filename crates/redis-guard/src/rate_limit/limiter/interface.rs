@@ -128,8 +128,6 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
         None
     }
 
-    /// Whether this limiter keeps its state in this process (it cannot become unavailable, and
-    /// each replica has its own). Not part of the stable interface.
     /// Decides the plain rules `rules` (every one enforced, with its own quota and constant
     /// cost, and nothing to lease, settle, throttle, override or resolve) for `keys`, one per
     /// rule in order, all or nothing, at once: the layer's common case, without a `Check` per
@@ -154,6 +152,8 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
         None
     }
 
+    /// Whether this limiter keeps its state in this process (it cannot become unavailable, and
+    /// each replica has its own). Not part of the stable interface.
     #[doc(hidden)]
     fn in_process(&self) -> bool {
         false
