@@ -182,7 +182,7 @@ mod tests {
             panic!("one reply per entry: {reply:?}");
         };
         let reply = entries.pop().expect("one entry");
-        let (states, at) = crate::rate_limit::redis::parse_reply(&reply, 1).expect("reply");
+        let (states, at, _) = crate::rate_limit::redis::parse_reply(&reply, 1, 0).expect("reply");
         assert!(states[0].allowed);
         at
     }

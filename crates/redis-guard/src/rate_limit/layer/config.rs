@@ -319,7 +319,7 @@ impl Config {
         let Some(fallback) = self.fallback.as_deref().filter(|_| !checks.is_empty()) else {
             return Err(Plan::Pass);
         };
-        let decision = fallback.limiter.decide_now(&checks).map_err(|err| {
+        let decision = fallback.limiter.decide_now(&checks, false).map_err(|err| {
             // Not expected (the fallback's rules were checked when the layer was built); the
             // failure itself was logged once per interval already.
             tracing::debug!(error = %err, "the in-process fallback could not decide: 503");

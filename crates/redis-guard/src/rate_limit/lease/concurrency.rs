@@ -353,7 +353,7 @@ pub(crate) fn warn_settle(e: &LimiterError) {
 }
 
 /// Logs a release that failed: the lease expires on its own.
-pub(crate) fn warn_release(e: &LimiterError) {
+pub(super) fn warn_release(e: &LimiterError) {
     tracing::warn!(error = %e, "releasing a concurrency lease failed; it expires on its own");
 }
 

@@ -11,6 +11,5 @@ mod receipt;
 
 pub use actual_cost::{ActualCost, CostReport};
 pub use concurrency::Lease;
-pub(crate) use concurrency::warn_release;
 pub(crate) use holding::Holding;
 pub(crate) use receipt::{Place, Receipt, Receipted, request_id};

@@ -92,7 +92,7 @@ pub(crate) fn no_checks() -> LimiterError {
 /// ```compile_fail
 /// use redis_guard::rate_limit::{Check, Limiter};
 /// fn evaluate<L: Limiter>(limiter: &L, checks: Vec<Check>) {
-///     let _ = limiter.evaluate(checks);
+///     let _ = limiter.evaluate_leased(checks);
 /// }
 /// ```
 ///
@@ -113,16 +113,9 @@ pub trait Limiter: Engine + Send + Sync + fmt::Debug + 'static {}
 /// `direct.rs`.
 #[allow(private_bounds, private_interfaces)]
 pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
-    /// Evaluates `checks` (validated, non-empty) and returns one state per check, in order.
-    /// A concurrency rule's lease ([`Rule::concurrency`]) is released as soon as it is taken.
-    fn evaluate(&self, checks: Vec<Check>) -> LimiterFuture<Vec<RuleState>>;
-
-    /// Evaluates `checks` as [`evaluate`](Self::evaluate), and hands back the concurrency
-    /// leases an admitted request took.
-    fn evaluate_leased(&self, checks: Vec<Check>) -> LimiterFuture<Held> {
-        let states = self.evaluate(checks);
-        Box::pin(async move { Ok((states.await?, None, Vec::new())) })
-    }
+    /// Evaluates `checks` (validated, non-empty): one state per check, in order, and the
+    /// concurrency leases ([`Rule::concurrency`]) an admitted request took.
+    fn evaluate_leased(&self, checks: Vec<Check>) -> LimiterFuture<Held>;
 
     /// Decides `checks` (validated, non-empty) at once, by mode as a layer evaluates them (the
     /// enforced ones together, all or nothing, each [`Mode::Shadow`] or [`Mode::Soft`] one on
@@ -135,8 +128,6 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
         None
     }
 
-    /// Whether this limiter keeps its state in this process (it cannot become unavailable, and
-    /// each replica has its own). Not part of the stable interface.
     /// Decides the plain rules `rules` (every one enforced, with its own quota and constant
     /// cost, and nothing to lease, settle, throttle, override or resolve) for `keys`, one per
     /// rule in order, all or nothing, at once: the layer's common case, without a `Check` per
@@ -161,6 +152,8 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
         None
     }
 
+    /// Whether this limiter keeps its state in this process (it cannot become unavailable, and
+    /// each replica has its own). Not part of the stable interface.
     #[doc(hidden)]
     fn in_process(&self) -> bool {
         false
@@ -452,7 +445,6 @@ impl<L: Limiter + ?Sized> Limiter for Arc<L> {}
 
 impl<L: Engine + ?Sized> Engine for Arc<L> {
     forward_to_deref! {
-        evaluate(checks: Vec<Check>) -> LimiterFuture<Vec<RuleState>>;
         evaluate_leased(checks: Vec<Check>) -> LimiterFuture<Held>;
         evaluate_at_once(checks: &[Check]) -> Option<Result<Decision, LimiterError>>;
         decide_plain(rules: &[Arc<Rule>], keys: &[Key]) -> Option<Result<crate::rate_limit::Few<RuleState>, LimiterError>>;

@@ -86,18 +86,22 @@ impl MemoryLimiter {
         self.len() == 0
     }
 
-    /// Decides `checks` (known to be valid) at once: the layer's fallback, which must not
-    /// allocate a future per request while Redis is down.
-    /// The decision holds the leases its concurrency rules took, and, when it waits for its
-    /// slot (a throttled rule), the receipt that gives the slot back.
-    pub(crate) fn decide_now(&self, checks: &[Check]) -> Result<Decision, LimiterError> {
+    /// Decides `checks` (known to be valid) at once, by mode as a layer does: its path in
+    /// process, and its fallback while Redis is down, which must not allocate a future per
+    /// request. The decision holds the leases its concurrency rules took, when it waits for its
+    /// slot (a throttled rule) the receipt that gives the slot back, and when `settled` (not the
+    /// fallback) whatever else the response may settle.
+    pub(crate) fn decide_now(
+        &self,
+        checks: &[Check],
+        settled: bool,
+    ) -> Result<Decision, LimiterError> {
         let (states, receipt) = self.evaluate_now(checks, true, false)?;
         let mut decision = decision_from(rule_decisions(checks), states.as_slice(), &[])?;
-        // A throttled decision keeps its receipt: a waiter that goes away gives its slot back.
-        let waits = !decision.wait.is_zero();
+        let keep = settled || !decision.wait.is_zero();
         decision.lease = HeldLease(
             Lease::new(receipt.into_iter().collect())
-                .filter(|l| waits || l.holds_leases())
+                .filter(|l| keep || l.holds_leases())
                 .map(Arc::new),
         );
         Ok(decision)
@@ -153,17 +157,13 @@ impl MemoryLimiter {
         // The checks a response may settle (the request is admitted then: kept only if so);
         // with a throttled rule, every counted check: a waiter that goes away gives them back.
         let throttled = checks.iter().any(|c| c.rule.max_wait().is_some());
-        let settled: Vec<Check> = if dry {
-            Vec::new()
-        } else {
-            checks
-                .iter()
-                .filter(|c| {
-                    c.rule.settles_after_response() || (throttled && !c.rule.allows(&c.key))
-                })
-                .cloned()
-                .collect()
-        };
+        let settled: Vec<Check> = checks
+            .iter()
+            .filter(|c| {
+                !dry && (c.rule.settles_after_response() || (throttled && !c.rule.allows(&c.key)))
+            })
+            .cloned()
+            .collect();
         let request = (!dry
             && (!settled.is_empty() || checks.iter().any(|c| c.rule.algorithm().is_lease())))
         .then(request_id);
@@ -199,12 +199,10 @@ impl MemoryLimiter {
                 return Err(custom_needs_redis(&check.rule));
             };
             // Nothing recorded: an admitted probe reports the state as it stands.
-            let reset_us = if probe && step.allowed {
-                algorithm::standing_reset(current.as_deref(), now, &params)
-            } else {
-                None
-            }
-            .unwrap_or(step.reset_after_us);
+            let reset_us = (probe && step.allowed)
+                .then(|| algorithm::standing_reset(current.as_deref(), now, &params))
+                .flatten()
+                .unwrap_or(step.reset_after_us);
             // As the scripts: the override record applies after the algorithm.
             // As on Redis, only a rule that reads overrides pays for the lookup.
             let mut record = oid.map_or_else(Override::default, |oid| table.record(oid, now));
@@ -345,19 +343,6 @@ impl Engine for MemoryLimiter {
         Box::pin(std::future::ready(charged))
     }
 
-    fn evaluate(&self, checks: Vec<Check>) -> LimiterFuture<Vec<RuleState>> {
-        // A lease taken here is released at once (the receipt is dropped after its release).
-        let states = self
-            .evaluate_now(&checks, false, false)
-            .map(|(states, receipt)| {
-                if let Some(receipt) = receipt {
-                    drop(receipt.release());
-                }
-                states.into_vec()
-            });
-        Box::pin(std::future::ready(states))
-    }
-
     fn evaluate_leased(&self, checks: Vec<Check>) -> LimiterFuture<Held> {
         let held = self
             .evaluate_now(&checks, false, false)
@@ -372,14 +357,7 @@ impl Engine for MemoryLimiter {
     }
 
     fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Decision, LimiterError>> {
-        let decided = self
-            .evaluate_now(checks, true, false)
-            .and_then(|(states, receipt)| {
-                let mut decision = decision_from(rule_decisions(checks), states.as_slice(), &[])?;
-                decision.lease = HeldLease(Lease::new(receipt.into_iter().collect()).map(Arc::new));
-                Ok(decision)
-            });
-        Some(decided)
+        Some(self.decide_now(checks, true))
     }
 
     fn decide_plain(
@@ -404,12 +382,15 @@ impl Engine for MemoryLimiter {
                 .as_slice()[0];
             let now = self.table.now_us();
             // A rule that reads no record has none that applies.
-            let record = if rule.reads_overrides() {
-                self.table.lock([oid]).record(oid, now)
-            } else {
-                Override::default()
-            };
-            Ok(Inspection::new(state, record, now, rule.cost()))
+            let record = rule
+                .reads_overrides()
+                .then(|| self.table.lock([oid]).record(oid, now));
+            Ok(Inspection::new(
+                state,
+                record.unwrap_or_default(),
+                now,
+                rule.cost(),
+            ))
         });
         Box::pin(std::future::ready(seen))
     }

@@ -6,7 +6,7 @@ use std::sync::{Arc, LazyLock};
 
 use super::fixed_window_batch::{Count, Transaction};
 use super::live::LiveCache;
-use super::script_reply::{parse_compact, parse_reply, parse_reply_live};
+use super::script_reply::{parse_compact, parse_reply};
 use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall, call_alone};
 use crate::rate_limit::algorithm::RuleState;
 use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
@@ -117,7 +117,7 @@ impl Entry for RuleEntry {
         if self.compact {
             return self.rule_args.len();
         }
-        // Five integers per rule, then the time, then five per live record (`parse_reply_live`).
+        // Five integers per rule, then the time, then five per live record (`parse_reply`).
         5 * self.rule_args.len() + 1 + 5 * self.lives
     }
 }
@@ -305,7 +305,7 @@ impl Evaluation {
             if compact {
                 return Ok((parse_compact(&reply, decided.as_slice())?, None, Vec::new()));
             }
-            let (states, evaluated_at, seen) = parse_reply_live(&reply, n, lives)?;
+            let (states, evaluated_at, seen) = parse_reply(&reply, n, lives)?;
             let mut live = Vec::new();
             if let Some((copies, names)) = &self.live_copies {
                 live.reserve(names.len());
@@ -358,8 +358,8 @@ impl Evaluation {
                 .evaluate(coalescers, entry)
                 .await
                 .map_err(LimiterError::from)
-                .and_then(|reply| parse_reply(&reply, group.len()));
-            let (group_states, evaluated_at) = match outcome {
+                .and_then(|reply| parse_reply(&reply, group.len(), 0));
+            let (group_states, evaluated_at, _) = match outcome {
                 Ok(s) => s,
                 Err(e) => {
                     self.refund(backend, &request, &committed).await;

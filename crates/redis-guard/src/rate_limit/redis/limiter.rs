@@ -15,7 +15,6 @@ use crate::backend::{DEFAULT_BATCH, DenyCache, RedisBackend};
 use crate::rate_limit::algorithm::script::{CUSTOM_BASE, FIXED_WINDOW_COUNTER, Scripts};
 use crate::rate_limit::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use crate::rate_limit::lease::Receipted;
-use crate::rate_limit::lease::warn_release;
 use crate::rate_limit::limiter::live::{LiveChange, LiveRecord};
 use crate::rate_limit::limiter::operations::{self, Inspection};
 use crate::rate_limit::limiter::overrides::Steer;
@@ -266,11 +265,7 @@ impl RedisLimiter {
                 }
             })
             .collect();
-        let scripts = if customs.is_empty() {
-            None
-        } else {
-            Some(self.scripts_for(customs))
-        };
+        let scripts = (!customs.is_empty()).then(|| self.scripts_for(customs));
         // A rule whose quota varies keeps the quota's shape with its state: the general script.
         // A throttled rule reserves slots, and a live rule's record is read, only by the
         // general script.
@@ -408,19 +403,6 @@ impl Engine for RedisLimiter {
                 return Ok(());
             }
             this.evaluation(&checks).charge(&this.backend).await
-        })
-    }
-
-    fn evaluate(&self, checks: Vec<Check>) -> LimiterFuture<Vec<RuleState>> {
-        let held = self.evaluate_held(checks);
-        Box::pin(async move {
-            let (states, lease, _) = held.await?;
-            if let Some(lease) = lease
-                && let Err(e) = lease.release().await
-            {
-                warn_release(&e);
-            }
-            Ok(states)
         })
     }
 

@@ -11,7 +11,7 @@ use super::RedisLimiter;
 use crate::backend::{BackendError, LuaScript, RedisBackend};
 use crate::rate_limit::Rule;
 use crate::rate_limit::limiter::live::{self, LIVE_TTL, LiveChange, LiveRecord};
-use crate::rate_limit::limiter::{Check, Engine, LimiterError, LimiterFuture};
+use crate::rate_limit::limiter::{Check, Engine, LimiterFuture};
 
 /// Sets or clears a live record.
 static LIVE_SET: LazyLock<LuaScript> =
@@ -217,23 +217,16 @@ impl RedisLimiter {
                 .arg(value)
                 .arg(u64::try_from(LIVE_TTL.as_millis()).unwrap_or(u64::MAX));
             let reply = call.run().await?;
-            let (old, version) = match &reply {
-                redis::Value::Array(cells) => match &cells[..] {
-                    [redis::Value::BulkString(old), redis::Value::Int(v)] => (
-                        String::from_utf8_lossy(old).into_owned(),
-                        u64::try_from(*v).ok(),
-                    ),
-                    _ => (String::new(), None),
-                },
-                _ => (String::new(), None),
+            let bad = || BackendError::BadReply(format!("live quota script: {reply:?}"));
+            let redis::Value::Array(cells) = &reply else {
+                return Err(bad().into());
             };
-            let Some(version) = version else {
-                return Err(LimiterError::from(BackendError::BadReply(format!(
-                    "live quota script: {reply:?}"
-                ))));
+            let [redis::Value::BulkString(old), redis::Value::Int(version)] = &cells[..] else {
+                return Err(bad().into());
             };
+            let version = u64::try_from(*version).map_err(|_| bad())?;
             // What the record was before, where it was one (else: nothing set).
-            let old = LiveRecord::decode(&old).unwrap_or_default();
+            let old = LiveRecord::decode(&String::from_utf8_lossy(old)).unwrap_or_default();
             let new = change.applied(old, version);
             this.live.store_change(rule.name_arc(), new);
             live::log_change(&rule, old, change, version);

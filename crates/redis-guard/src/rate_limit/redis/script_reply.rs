@@ -8,20 +8,12 @@ use crate::rate_limit::algorithm::RuleState;
 use crate::rate_limit::limiter::LimiterError;
 use crate::rate_limit::limiter::live::{LiveRecord, quota_of};
 
-/// Parses `{ allowed, limit, remaining, retry_after_ms, reset_after_ms, …, now_us }` (five
-/// integers per rule, then the time): the rules' states and the Redis time (µs) they were decided
-/// at.
+/// Parses `{ allowed, limit, remaining, retry_after_ms, reset_after_ms, …, now_us, … }` (five
+/// integers per rule, then the time, then the `lives` live records the call read): the rules'
+/// states, the Redis time (µs) they were decided at, and each record as the script saw it, five
+/// integers each (`evaluate.lua`): its version (0: none), its mode and its quota's limit,
+/// period (µs) and burst (`0 0 0`: none).
 pub(crate) fn parse_reply(
-    reply: &Value,
-    expected: usize,
-) -> Result<(Vec<RuleState>, u64), LimiterError> {
-    parse_reply_live(reply, expected, 0).map(|(states, now, _)| (states, now))
-}
-
-/// [`parse_reply`] for a call that read `lives` live records: after the time, each record as
-/// the script saw it, five integers each (`evaluate.lua`): its version (0: none), its mode and
-/// its quota's limit, period (µs) and burst (`0 0 0`: none).
-pub(crate) fn parse_reply_live(
     reply: &Value,
     expected: usize,
     lives: usize,
@@ -183,11 +175,11 @@ mod tests {
     fn rejects_replies_that_do_not_fit() {
         let ints = |v: &[i64]| Value::Array(v.iter().copied().map(Value::Int).collect());
         let now = 1_700_000_000_000_000;
-        let (states, at) = parse_reply(&ints(&[1, 10, 9, 0, 6000, now]), 1).unwrap();
+        let (states, at, _) = parse_reply(&ints(&[1, 10, 9, 0, 6000, now]), 1, 0).unwrap();
         assert_eq!((states.len(), at), (1, 1_700_000_000_000_000));
         assert!(states[0].allowed);
-        let (states, _) =
-            parse_reply(&ints(&[1, 10, 9, 0, 6000, 0, 5, 0, 2000, 9000, now]), 2).unwrap();
+        let (states, _, _) =
+            parse_reply(&ints(&[1, 10, 9, 0, 6000, 0, 5, 0, 2000, 9000, now]), 2, 0).unwrap();
         assert!(!states[1].allowed);
         for bad in [
             Value::Nil,
@@ -203,7 +195,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    parse_reply(&bad, 1),
+                    parse_reply(&bad, 1, 0),
                     Err(LimiterError::Backend(BackendError::BadReply(_)))
                 ),
                 "{bad:?}"
@@ -211,7 +203,7 @@ mod tests {
         }
         let minute = 60_000_000;
         let (_, _, seen) =
-            parse_reply_live(&ints(&[1, 10, 9, 0, 6000, now, 7, 2, 2, minute, 2]), 1, 1).unwrap();
+            parse_reply(&ints(&[1, 10, 9, 0, 6000, now, 7, 2, 2, minute, 2]), 1, 1).unwrap();
         let two = Quota::per_minute(2);
         assert_eq!(
             seen,
@@ -222,10 +214,10 @@ mod tests {
             }]
         );
         let (_, _, seen) =
-            parse_reply_live(&ints(&[1, 10, 9, 0, 6000, now, 7, 0, 2, minute, 1]), 1, 1).unwrap();
+            parse_reply(&ints(&[1, 10, 9, 0, 6000, now, 7, 0, 2, minute, 1]), 1, 1).unwrap();
         assert_eq!(seen[0].quota, Some(two.burst(1)));
         let (_, _, seen) =
-            parse_reply_live(&ints(&[1, 10, 9, 0, 6000, now, 0, 0, 0, 0, 0]), 1, 1).unwrap();
+            parse_reply(&ints(&[1, 10, 9, 0, 6000, now, 0, 0, 0, 0, 0]), 1, 1).unwrap();
         assert_eq!(seen, [LiveRecord::default()]);
         for bad in [
             ints(&[1, 10, 9, 0, 6000, now]),
@@ -237,7 +229,7 @@ mod tests {
             ints(&[1, 10, 9, 0, 6000, now, 7, 1, 1 << 32, minute, 2]),
             ints(&[1, 10, 9, 0, 6000, now, 7, 1, 2, minute, -2]),
         ] {
-            assert!(parse_reply_live(&bad, 1, 1).is_err(), "{bad:?}");
+            assert!(parse_reply(&bad, 1, 1).is_err(), "{bad:?}");
         }
     }
 }
