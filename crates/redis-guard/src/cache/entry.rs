@@ -129,38 +129,71 @@ fn put_bytes(out: &mut BytesMut, b: &[u8]) {
 
 /// The value `raw` if it is one of ours; `None` for anything else (never a panic).
 pub(crate) fn decode(raw: &Bytes) -> Option<Stored> {
-    let end = raw.iter().position(|&b| b == b'\n')?;
-    let mut words = raw[..end].split(|&b| b == b' ');
-    if words.next()? != MAGIC.as_bytes() {
+    // `RGC1 <kind> ` then four numbers, each ended by a space but the last, by a newline: one
+    // pass over the line, no search for its end first.
+    let rest = raw.strip_prefix(MAGIC.as_bytes())?;
+    let [b' ', kind, b' ', rest @ ..] = rest else {
         return None;
-    }
-    let kind = words.next()?;
-    let mut num = || decimal(words.next()?);
+    };
+    let (fresh_until, rest) = number(rest, b' ')?;
+    let (stale_until, rest) = number(rest, b' ')?;
+    let (started, rest) = number(rest, b' ')?;
+    let (delta, rest) = number(rest, b'\n')?;
     let times = Times {
-        fresh_until: num()?,
-        stale_until: num()?,
-        started: num()?,
-        delta: num()?,
+        fresh_until,
+        stale_until,
+        started,
+        delta,
     };
     match kind {
-        b"P" => Some(Stored::Pass(times)),
-        b"F" => Some(Stored::Failed(times)),
-        b"E" => decode_blob(raw.slice(end + 1..), times).map(Stored::Entry),
+        b'P' => Some(Stored::Pass(times)),
+        b'F' => Some(Stored::Failed(times)),
+        b'E' => decode_blob(raw.slice(raw.len() - rest.len()..), times).map(Stored::Entry),
         _ => None,
     }
 }
 
-/// A number of the header line: decimal digits only, within `u64`.
-fn decimal(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() {
-        return None;
+/// A number of the header line at the start of `b`, ended by `end`: decimal digits only
+/// (one at least), within `u64`; and what follows `end`. Eight digits at a time while there
+/// are eight (a time in µs has sixteen), then one at a time.
+fn number(b: &[u8], end: u8) -> Option<(u64, &[u8])> {
+    let mut n: u64 = 0;
+    let mut rest = b;
+    while let Some((chunk, more)) = rest.split_first_chunk::<8>()
+        && let Some(v) = eight_digits(*chunk)
+    {
+        n = n.checked_mul(100_000_000)?.checked_add(v)?;
+        rest = more;
     }
-    digits.iter().try_fold(0u64, |n, &d| {
-        if !d.is_ascii_digit() {
+    for (i, &d) in rest.iter().enumerate() {
+        if d == end {
+            return (i > 0 || rest.len() < b.len()).then(|| (n, &rest[i + 1..]));
+        }
+        let digit = d.wrapping_sub(b'0');
+        if digit > 9 {
             return None;
         }
-        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-    })
+        n = n.checked_mul(10)?.checked_add(u64::from(digit))?;
+    }
+    None
+}
+
+/// The value of eight ASCII digits, or `None` when one of them is not a digit.
+fn eight_digits(chunk: [u8; 8]) -> Option<u64> {
+    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    const ZEROS: u64 = 0x3030_3030_3030_3030;
+    let x = u64::from_le_bytes(chunk);
+    // Each byte 0x30..=0x3f, and still below 0x40 with 6 added: 0x30..=0x39. (No carry
+    // crosses a byte: each stays below 0x46.)
+    if x & HIGH != ZEROS || x.wrapping_add(0x0606_0606_0606_0606) & HIGH != ZEROS {
+        return None;
+    }
+    // The first digit is the lowest byte: pairs, then fours, then the eight, each step a
+    // multiplication that lines the higher-order part up with the lower.
+    let v = x - ZEROS;
+    let v = (v * 10 + (v >> 8)) & 0x00FF_00FF_00FF_00FF;
+    let v = (v * 100 + (v >> 16)) & 0x0000_FFFF_0000_FFFF;
+    Some((v * 10_000 + (v >> 32)) & 0xFFFF_FFFF)
 }
 
 fn decode_blob(mut b: Bytes, times: Times) -> Option<Entry> {
@@ -258,6 +291,59 @@ mod tests {
             decode(&value(Kind::Failed, b"")),
             Some(Stored::Failed(t)) if t.fresh_until == 10 && t.started == 1
         ));
+    }
+
+    #[test]
+    fn numbers_of_the_header_line_read_as_decimal() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut cases: Vec<u64> = vec![0, 1, 9, 10, 99_999_999, 100_000_000, u64::MAX];
+        for _ in 0..2000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            cases.push(seed >> (seed % 64));
+        }
+        for n in cases {
+            let text = format!("{n} rest");
+            assert_eq!(
+                number(text.as_bytes(), b' '),
+                Some((n, &b"rest"[..])),
+                "{n}"
+            );
+            let zeros = format!("000000000{n}\n");
+            assert_eq!(
+                number(zeros.as_bytes(), b'\n'),
+                Some((n, &b""[..])),
+                "{zeros}"
+            );
+        }
+        for bad in [
+            &b""[..],
+            b" ",
+            b"1",
+            b"12345678",
+            b"123456789",
+            b"1234567a ",
+            b"12345678a ",
+            b"/2345678 ",
+            b":2345678 ",
+            b"1234567\xff ",
+            b"18446744073709551616 ",
+            b"99999999999999999999 ",
+            b"-1 ",
+            b"+1 ",
+        ] {
+            assert_eq!(number(bad, b' '), None, "{bad:?}");
+        }
+        for d in 0..=255u8 {
+            let mut chunk = *b"12345678";
+            chunk[usize::from(d % 8)] = d;
+            let expected = std::str::from_utf8(&chunk)
+                .ok()
+                .filter(|t| t.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|t| t.parse().ok());
+            assert_eq!(eight_digits(chunk), expected, "{chunk:?}");
+        }
     }
 
     #[test]
