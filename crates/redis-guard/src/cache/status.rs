@@ -132,10 +132,13 @@ pub(crate) fn age(age: u64) -> HeaderValue {
 /// of a stale hit and of a fallback hold one each, in the common case).
 const REMEMBERED: usize = 4;
 
+/// A value [`numbered`] made: its text, its number, the value.
+type Made = Option<(&'static str, i64, HeaderValue)>;
+
 thread_local! {
     /// The last header values [`numbered`] made on this thread: the responses of one second
     /// carry the same ones, and a clone costs no allocation.
-    static RECENT: std::cell::RefCell<[Option<(&'static str, i64, HeaderValue)>; REMEMBERED]> =
+    static RECENT: std::cell::RefCell<[Made; REMEMBERED]> =
         const { std::cell::RefCell::new([const { None }; REMEMBERED]) };
 }
 
@@ -143,7 +146,7 @@ thread_local! {
 /// last one of `text` on this thread is a clone of it.
 fn numbered(text: &'static str, n: i64) -> Option<HeaderValue> {
     // The slot of `text` (the same literal: its address), or the first free one.
-    let slot = |recent: &[Option<(&'static str, i64, HeaderValue)>]| {
+    let slot = |recent: &[Made]| {
         recent
             .iter()
             .position(|r| r.as_ref().is_none_or(|(t, ..)| std::ptr::eq(*t, text)))
