@@ -79,6 +79,25 @@ impl KeyName<'_> {
 impl redis::ToRedisArgs for KeyName<'_> {
     fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
         use std::io::Write as _;
+        // The usual name (a short prefix, two digests) put together on the stack, then
+        // written at once.
+        let mut name = [0u8; 192];
+        let mut at = 0;
+        let parts = [
+            self.prefix.as_bytes(),
+            self.name.map_or(&b""[..], str::as_bytes),
+            if self.name.is_some() { b":{" } else { b"{" },
+            self.tag.as_bytes(),
+            b"}",
+        ];
+        if self.len() <= name.len() {
+            for part in parts {
+                name[at..at + part.len()].copy_from_slice(part);
+                at += part.len();
+            }
+            out.write_arg(&name[..at]);
+            return;
+        }
         let mut arg = out.writer_for_next_arg();
         // Writes into the command's buffer: they do not fail.
         let _ = arg.write_all(self.prefix.as_bytes());
@@ -523,7 +542,36 @@ impl Ops for RedisCacheStore {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use super::{CLOCK_REFRESH, RedisClock};
+    use super::{CLOCK_REFRESH, KeyName, RedisClock};
+
+    /// A name written into a command is `<prefix><name>:{<tag>}` (or `<prefix>{<tag>}`),
+    /// short or too long for the stack.
+    #[test]
+    fn key_names_are_written_whole() {
+        let long = "p".repeat(300);
+        for prefix in ["rg:cr:", long.as_str()] {
+            for name in [Some("n"), None] {
+                let mut cmd = redis::Cmd::new();
+                cmd.arg("GET").arg(KeyName {
+                    prefix,
+                    name,
+                    tag: "t",
+                });
+                let written: Vec<Vec<u8>> = cmd
+                    .args_iter()
+                    .map(|a| match a {
+                        redis::Arg::Simple(b) => b.to_vec(),
+                        _ => Vec::new(),
+                    })
+                    .collect();
+                let expected = match name {
+                    Some(name) => format!("{prefix}{name}:{{t}}"),
+                    None => format!("{prefix}{{t}}"),
+                };
+                assert_eq!(written, [b"GET".to_vec(), expected.into_bytes()]);
+            }
+        }
+    }
 
     /// A reading moves on with this process's clock, never ahead of it, and stands for Redis's
     /// clock for a second only.
