@@ -862,13 +862,26 @@ async fn values_that_are_not_ours_are_misses(h: Harness) {
         .query_async(&mut conn)
         .await
         .expect("GET");
-    // Another variant's entry, garbage, another type, a truncated entry: each a miss, then
-    // overwritten by the fill.
-    let garbage: [Vec<&[u8]>; 4] = [
+    // An entry of the earlier format (names and values u32-length-prefixed), fresh for
+    // years: the variant digest from its key, a 200, no header, no tag, a body.
+    let digest = key_a
+        .split("cr:")
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .expect("the variant digest");
+    let mut earlier = b"RGC1 E 9000000000000000 9000000000000000 1 0\n".to_vec();
+    earlier.extend_from_slice(digest.as_bytes());
+    earlier.extend_from_slice(&200u16.to_be_bytes());
+    earlier.extend_from_slice(&[0; 8]);
+    earlier.extend_from_slice(b"stale body");
+    // Another variant's entry, garbage, another type, a truncated entry, an entry of the
+    // earlier format: each a miss, then overwritten by the fill.
+    let garbage: [Vec<&[u8]>; 5] = [
         vec![b"SET", key_a.as_bytes(), &value_b],
         vec![b"SET", key_a.as_bytes(), b"\xff\x00 not a cache entry"],
         vec![b"HSET", key_a.as_bytes(), b"field", b"value"],
         vec![b"SET", key_a.as_bytes(), &value_b[..value_b.len() / 2]],
+        vec![b"SET", key_a.as_bytes(), &earlier],
     ];
     for command in garbage {
         if command[0] == b"HSET" {

@@ -488,7 +488,7 @@ async fn foreign_values_at_a_key_are_misses(h: &Harness) {
     let garbage: [&[&str]; 3] = [
         &["SET", &key, "not a cache entry"],
         &["HSET", &key, "field", "value"],
-        &["SET", &key, "RGC1 E 1 2 3 4\nshort"],
+        &["SET", &key, "RGC2 E 1 2 3 4\nshort"],
     ];
     for (n, command) in (2_u64..).zip(garbage) {
         redis(h, &["DEL", &key]).await;

@@ -349,7 +349,9 @@ pub fn drive(stack: Stack, requests: u64) -> Result<(), String> {
         None
     };
     let url = redis.as_ref().map(RedisServer::url).unwrap_or_default();
-    let mut app = stack.app(&rt, &url)?;
+    // Every route turned into a service once, as a server does (`axum::serve` and
+    // `into_make_service` call `with_state`): without it axum converts a handler on every call.
+    let mut app: Router = stack.app(&rt, &url)?.with_state(());
     // The Redis stack's futures set their timeouts on this runtime, even when polled here.
     let _entered = rt.enter();
     let peer: SocketAddr = PEER.parse().map_err(|e| format!("{PEER}: {e}"))?;

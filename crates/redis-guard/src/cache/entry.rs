@@ -2,22 +2,80 @@
 //! the response as the layer encoded it.
 //!
 //! ```text
-//! RGC1 <kind> <fresh until µs> <stale until µs> <started µs> <recompute µs>\n<blob>
+//! RGC2 <kind> <fresh until µs> <stale until µs> <started µs> <recompute µs>\n<blob>
 //! ```
 //!
 //! `kind` is `E` (an entry: the blob is a response), `P` (hit-for-pass: the last response of
 //! this key was not cacheable; requests go straight to the handler until it expires) or `F`
 //! (under a key of its own beside an entry: the entry's last fill failed at `started`, and
 //! nobody tries again before `fresh until`; no blob). The blob:
-//! the variant digest (64 hex digits), the status (u16), the headers and the tags (each a u32
-//! count, then u32-length-prefixed bytes), the body. Anything else under the key is not ours:
-//! [`decode`] answers `None`.
+//! the variant digest (64 hex digits), the status (u16), the headers (a u32 count, then each
+//! header's name and its value), the tags (a u32 count, then u32-length-prefixed bytes), the
+//! body. A header's name is one byte, its place in [`NAMES`] (from 1), or 0 then a
+//! u16-length-prefixed name; its value is u32-length-prefixed. So a hit makes the headers of
+//! the usual responses without reading their names: what it still checks is what a value
+//! from Redis must be (a valid name when not one of [`NAMES`], valid values, lengths within
+//! the value). Anything else under the key is not ours: [`decode`] answers `None`; a value of
+//! the earlier format (`RGC1`, names and values u32-length-prefixed) is [`Stored::Earlier`].
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::header::{self, HeaderName};
+use http::{HeaderMap, HeaderValue, StatusCode};
 
 /// The first bytes of every value the cache writes.
-const MAGIC: &str = "RGC1";
+const MAGIC: &str = "RGC2";
+
+/// The first bytes of the values of the earlier format: read as a miss, and overwritten.
+const EARLIER: &str = "RGC1";
+
+/// The header names written as their place in this list (from 1): never reordered, only
+/// added to at the end (an entry written with a longer list names a header a shorter one
+/// does not know: a miss).
+const NAMES: [HeaderName; 43] = [
+    header::CONTENT_TYPE,
+    header::CONTENT_LENGTH,
+    header::CACHE_CONTROL,
+    header::ETAG,
+    header::LAST_MODIFIED,
+    header::DATE,
+    header::EXPIRES,
+    header::VARY,
+    header::CONTENT_ENCODING,
+    header::CONTENT_LANGUAGE,
+    header::CONTENT_DISPOSITION,
+    header::CONTENT_LOCATION,
+    header::CONTENT_RANGE,
+    header::CONTENT_SECURITY_POLICY,
+    header::CONTENT_SECURITY_POLICY_REPORT_ONLY,
+    header::ACCESS_CONTROL_ALLOW_ORIGIN,
+    header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+    header::ACCESS_CONTROL_ALLOW_HEADERS,
+    header::ACCESS_CONTROL_ALLOW_METHODS,
+    header::ACCESS_CONTROL_EXPOSE_HEADERS,
+    header::ACCESS_CONTROL_MAX_AGE,
+    header::ACCEPT_RANGES,
+    header::AGE,
+    header::ALLOW,
+    header::LOCATION,
+    header::LINK,
+    header::SERVER,
+    header::SET_COOKIE,
+    header::STRICT_TRANSPORT_SECURITY,
+    header::X_CONTENT_TYPE_OPTIONS,
+    header::X_FRAME_OPTIONS,
+    header::X_XSS_PROTECTION,
+    header::REFERRER_POLICY,
+    header::PRAGMA,
+    header::WARNING,
+    header::VIA,
+    header::RETRY_AFTER,
+    header::WWW_AUTHENTICATE,
+    header::ALT_SVC,
+    header::TRANSFER_ENCODING,
+    header::CONNECTION,
+    header::TRAILER,
+    header::X_DNS_PREFETCH_CONTROL,
+];
 
 /// Entry, hit-for-pass marker, or failed-fill marker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,7 +132,8 @@ pub(crate) fn header(kind: Kind, t: Times) -> String {
 #[derive(Clone, Debug)]
 pub(crate) struct Entry {
     pub(crate) times: Times,
-    /// The variant digest it was stored under (64 hex digits), as stored.
+    /// The variant digest it was stored under (64 hex digits), as stored (unchecked: the
+    /// lookup compares it with the key's).
     pub(crate) digest: Bytes,
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,
@@ -89,6 +148,8 @@ pub(crate) struct Entry {
 #[derive(Debug)]
 pub(crate) enum Stored {
     Entry(Entry),
+    /// A value of the earlier format: a miss, overwritten on fill.
+    Earlier,
     Pass(Times),
     /// A failed fill: when (`started`), and when the next try is due (`fresh_until`).
     Failed(Times),
@@ -107,7 +168,17 @@ pub(crate) fn encode(
     out.put_u16(status.as_u16());
     put_count(&mut out, headers.len());
     for (name, value) in headers {
-        put_bytes(&mut out, name.as_str().as_bytes());
+        match NAMES.iter().position(|n| n == name) {
+            // At most 43 places: a byte.
+            Some(at) => out.put_u8(u8::try_from(at + 1).unwrap_or(0)),
+            None => {
+                out.put_u8(0);
+                // A name is shorter than 64 KiB (http refuses longer ones).
+                let name = name.as_str().as_bytes();
+                out.put_u16(u16::try_from(name.len()).unwrap_or(u16::MAX));
+                out.put_slice(name);
+            }
+        }
         put_bytes(&mut out, value.as_bytes());
     }
     put_count(&mut out, tags.len());
@@ -129,57 +200,106 @@ fn put_bytes(out: &mut BytesMut, b: &[u8]) {
 
 /// The value `raw` if it is one of ours; `None` for anything else (never a panic).
 pub(crate) fn decode(raw: &Bytes) -> Option<Stored> {
-    let end = raw.iter().position(|&b| b == b'\n')?;
-    let mut words = raw[..end].split(|&b| b == b' ');
-    if words.next()? != MAGIC.as_bytes() {
+    // `RGC2 <kind> ` then four numbers, each ended by a space but the last, by a newline: one
+    // pass over the line, no search for its end first.
+    let Some(rest) = raw.strip_prefix(MAGIC.as_bytes()) else {
+        return raw
+            .starts_with(EARLIER.as_bytes())
+            .then_some(Stored::Earlier);
+    };
+    let [b' ', kind, b' ', rest @ ..] = rest else {
         return None;
-    }
-    let kind = words.next()?;
-    let mut num = || decimal(words.next()?);
+    };
+    let (fresh_until, rest) = number(rest, b' ')?;
+    let (stale_until, rest) = number(rest, b' ')?;
+    let (started, rest) = number(rest, b' ')?;
+    let (delta, rest) = number(rest, b'\n')?;
     let times = Times {
-        fresh_until: num()?,
-        stale_until: num()?,
-        started: num()?,
-        delta: num()?,
+        fresh_until,
+        stale_until,
+        started,
+        delta,
     };
     match kind {
-        b"P" => Some(Stored::Pass(times)),
-        b"F" => Some(Stored::Failed(times)),
-        b"E" => decode_blob(raw.slice(end + 1..), times).map(Stored::Entry),
+        b'P' => Some(Stored::Pass(times)),
+        b'F' => Some(Stored::Failed(times)),
+        b'E' => decode_blob(raw.slice(raw.len() - rest.len()..), times).map(Stored::Entry),
         _ => None,
     }
 }
 
-/// A number of the header line: decimal digits only, within `u64`.
-fn decimal(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() {
-        return None;
+/// A number of the header line at the start of `b`, ended by `end`: decimal digits only
+/// (one at least), within `u64`; and what follows `end`. Eight digits at a time while there
+/// are eight (a time in µs has sixteen), then one at a time.
+fn number(b: &[u8], end: u8) -> Option<(u64, &[u8])> {
+    let mut n: u64 = 0;
+    let mut rest = b;
+    while let Some((chunk, more)) = rest.split_first_chunk::<8>()
+        && let Some(v) = eight_digits(*chunk)
+    {
+        n = n.checked_mul(100_000_000)?.checked_add(v)?;
+        rest = more;
     }
-    digits.iter().try_fold(0u64, |n, &d| {
-        if !d.is_ascii_digit() {
+    for (i, &d) in rest.iter().enumerate() {
+        if d == end {
+            return (i > 0 || rest.len() < b.len()).then(|| (n, &rest[i + 1..]));
+        }
+        let digit = d.wrapping_sub(b'0');
+        if digit > 9 {
             return None;
         }
-        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-    })
+        n = n.checked_mul(10)?.checked_add(u64::from(digit))?;
+    }
+    None
+}
+
+/// The value of eight ASCII digits, or `None` when one of them is not a digit.
+fn eight_digits(chunk: [u8; 8]) -> Option<u64> {
+    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    const ZEROS: u64 = 0x3030_3030_3030_3030;
+    let x = u64::from_le_bytes(chunk);
+    // Each byte 0x30..=0x3f, and still below 0x40 with 6 added: 0x30..=0x39. (No carry
+    // crosses a byte: each stays below 0x46.)
+    if x & HIGH != ZEROS || x.wrapping_add(0x0606_0606_0606_0606) & HIGH != ZEROS {
+        return None;
+    }
+    // The first digit is the lowest byte: pairs, then fours, then the eight, each step a
+    // multiplication that lines the higher-order part up with the lower.
+    let v = x - ZEROS;
+    let v = (v * 10 + (v >> 8)) & 0x00FF_00FF_00FF_00FF;
+    let v = (v * 100 + (v >> 16)) & 0x0000_FFFF_0000_FFFF;
+    Some((v * 10_000 + (v >> 32)) & 0xFFFF_FFFF)
 }
 
 fn decode_blob(mut b: Bytes, times: Times) -> Option<Entry> {
-    std::str::from_utf8(b.get(..64)?).ok()?;
+    // The digest is not read as text here: the lookup compares it with the key's, byte for
+    // byte, and [`Entry::name`] shows one that is not text as empty.
+    if b.len() < 64 {
+        return None;
+    }
     let digest = b.split_to(64);
     let status = StatusCode::from_u16(take_u16(&mut b)?).ok()?;
     let count = take_u32(&mut b)?;
     // Room for the headers at once, and for those a response made from it adds (`Age`,
     // `x-cache`, `Cache-Status`, `Content-Length`); a count from a damaged value reserves
-    // little (a header takes 8 bytes at least, and more than 64 grow the map as they come).
+    // little (a header takes 5 bytes at least, and more than 64 grow the map as they come).
     let mut headers = HeaderMap::with_capacity(
         usize::try_from(count)
             .unwrap_or(usize::MAX)
-            .min(b.remaining() / 8)
+            .min(b.remaining() / 5)
             .min(64)
             + 4,
     );
     for _ in 0..count {
-        let name = HeaderName::from_bytes(&take_bytes(&mut b)?).ok()?;
+        let name = match usize::from(take_u8(&mut b)?) {
+            0 => {
+                let len = usize::from(take_u16(&mut b)?);
+                let name = HeaderName::from_bytes(b.get(..len)?).ok()?;
+                b.advance(len);
+                name
+            }
+            at => NAMES.get(at - 1)?.clone(),
+        };
         let value = HeaderValue::from_maybe_shared(take_bytes(&mut b)?).ok()?;
         headers.append(name, value);
     }
@@ -196,6 +316,10 @@ fn decode_blob(mut b: Bytes, times: Times) -> Option<Entry> {
         body: b,
         purged: false,
     })
+}
+
+fn take_u8(b: &mut Bytes) -> Option<u8> {
+    (b.remaining() >= 1).then(|| b.get_u8())
 }
 
 fn take_u16(b: &mut Bytes) -> Option<u16> {
@@ -233,6 +357,13 @@ mod tests {
         headers.insert("x-raw", HeaderValue::from_bytes(b"caf\xe9").unwrap());
         headers.append("x-two", HeaderValue::from_static("a"));
         headers.append("x-two", HeaderValue::from_static("b"));
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        headers.append(header::VARY, HeaderValue::from_static("a"));
+        headers.append(header::VARY, HeaderValue::from_static("b"));
+        headers.insert(
+            header::X_DNS_PREFETCH_CONTROL,
+            HeaderValue::from_static("off"),
+        );
         let digest = "d".repeat(64);
         let blob = encode(
             &digest,
@@ -261,6 +392,109 @@ mod tests {
     }
 
     #[test]
+    fn numbers_of_the_header_line_read_as_decimal() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut cases: Vec<u64> = vec![0, 1, 9, 10, 99_999_999, 100_000_000, u64::MAX];
+        for _ in 0..2000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            cases.push(seed >> (seed % 64));
+        }
+        for n in cases {
+            let text = format!("{n} rest");
+            assert_eq!(
+                number(text.as_bytes(), b' '),
+                Some((n, &b"rest"[..])),
+                "{n}"
+            );
+            let zeros = format!("000000000{n}\n");
+            assert_eq!(
+                number(zeros.as_bytes(), b'\n'),
+                Some((n, &b""[..])),
+                "{zeros}"
+            );
+        }
+        for bad in [
+            &b""[..],
+            b" ",
+            b"1",
+            b"12345678",
+            b"123456789",
+            b"1234567a ",
+            b"12345678a ",
+            b"/2345678 ",
+            b":2345678 ",
+            b"1234567\xff ",
+            b"18446744073709551616 ",
+            b"99999999999999999999 ",
+            b"-1 ",
+            b"+1 ",
+        ] {
+            assert_eq!(number(bad, b' '), None, "{bad:?}");
+        }
+        for d in 0..=255u8 {
+            let mut chunk = *b"12345678";
+            chunk[usize::from(d % 8)] = d;
+            let expected = std::str::from_utf8(&chunk)
+                .ok()
+                .filter(|t| t.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|t| t.parse().ok());
+            assert_eq!(eight_digits(chunk), expected, "{chunk:?}");
+        }
+    }
+
+    #[test]
+    fn the_names_written_as_places_are_distinct() {
+        for (i, name) in NAMES.iter().enumerate() {
+            assert_eq!(NAMES.iter().position(|n| n == name), Some(i), "{name}");
+        }
+    }
+
+    /// A header whose name is a place past the list, or a name that is not one, or a value
+    /// that is not one: not ours. A value of the earlier format: a miss of its own kind.
+    #[test]
+    fn damaged_headers_and_the_earlier_format_are_not_entries() {
+        let digest = "d".repeat(64);
+        let blob = |header: &[u8]| {
+            let mut b = digest.as_bytes().to_vec();
+            b.extend_from_slice(&200u16.to_be_bytes());
+            b.extend_from_slice(&1u32.to_be_bytes());
+            b.extend_from_slice(header);
+            b.extend_from_slice(&0u32.to_be_bytes());
+            b.extend_from_slice(b"body");
+            b
+        };
+        let good = blob(b"\x01\0\0\0\x02ok");
+        assert!(matches!(
+            decode(&value(Kind::Entry, &good)),
+            Some(Stored::Entry(_))
+        ));
+        let custom = blob(b"\0\0\x05x-one\0\0\0\x01v");
+        let Some(Stored::Entry(e)) = decode(&value(Kind::Entry, &custom)) else {
+            panic!("an entry");
+        };
+        assert_eq!(e.headers["x-one"], "v");
+        for bad in [
+            &b"\x2c\0\0\0\x02ok"[..],
+            b"\xff\0\0\0\x02ok",
+            b"\x01\0\0\0\x02o\n",
+            b"\x01\0\0\0\x09ok",
+            b"\0\0\x05x one\0\0\0\x01v",
+            b"\0\0\0\0\0\0\x01v",
+            b"\0\xff\xffx-one\0\0\0\x01v",
+        ] {
+            assert!(decode(&value(Kind::Entry, &blob(bad))).is_none(), "{bad:?}");
+        }
+        let mut earlier = b"RGC1 E 10 20 1 2\n".to_vec();
+        earlier.extend_from_slice(&good);
+        assert!(matches!(
+            decode(&Bytes::from(earlier)),
+            Some(Stored::Earlier)
+        ));
+    }
+
+    #[test]
     fn anything_else_is_not_ours() {
         let digest = "d".repeat(64);
         let blob = encode(&digest, StatusCode::OK, &HeaderMap::new(), &[], b"x");
@@ -271,12 +505,12 @@ mod tests {
         for junk in [
             &b""[..],
             b"hello",
-            b"RGC1 E 1 2\n",
-            b"RGC1 X 1 2 3 4\n",
-            b"RGC1 P 1 2 -3 4\n",
-            b"RGC1 P 1 2 +3 4\n",
-            b"RGC1 P 1 2 3 18446744073709551616\n",
-            b"RGC1 P 1 2  3\n",
+            b"RGC2 E 1 2\n",
+            b"RGC2 X 1 2 3 4\n",
+            b"RGC2 P 1 2 -3 4\n",
+            b"RGC2 P 1 2 +3 4\n",
+            b"RGC2 P 1 2 3 18446744073709551616\n",
+            b"RGC2 P 1 2  3\n",
             b"\xff\xfe\n",
         ] {
             assert!(decode(&Bytes::copy_from_slice(junk)).is_none(), "{junk:?}");

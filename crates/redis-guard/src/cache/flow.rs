@@ -334,7 +334,7 @@ impl Call {
         let filled = entry.times.started.saturating_add(entry.times.delta);
         let resident = now.saturating_sub(filled).saturating_add(500_000) / 1_000_000;
         let age = initial_age.saturating_add(resident);
-        headers.insert(AGE, HeaderValue::from(age));
+        headers.insert(AGE, super::status::age(age));
         outcome.mark(&self.shared.header, &mut headers);
         let mut res = Response::new(ResponseBody::full(body));
         *res.status_mut() = status;

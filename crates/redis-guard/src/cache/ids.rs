@@ -4,11 +4,11 @@
 //!
 //! The memo is exact: its key is every input of both digests (method, host, path, query, the
 //! `vary` headers' values), each length-prefixed, compared byte for byte on a lookup; a
-//! keyed hash only picks the slot. A request whose inputs are longer than [`MAX_INPUTS`] is
+//! keyed hash (foldhash, seeded from the OS's random source) only picks the slot. A request whose inputs are longer than [`MAX_INPUTS`] is
 //! hashed every time. Bounded: a shard that fills up starts over.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use http::header::HOST;
@@ -40,10 +40,23 @@ const SHARD_CAPACITY: usize = 512;
 type Shard = HashMap<u64, (Box<[u8]>, Ids), PreHashed>;
 
 /// The [`Ids`] of recently seen requests, by their inputs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct IdMemo {
-    hasher: RandomState,
+    /// The foldhash seeds of the inputs' hash.
+    seed: u64,
+    shared: foldhash::SharedSeed,
     shards: [Mutex<Shard>; SHARDS],
+}
+
+impl Default for IdMemo {
+    fn default() -> Self {
+        let random = || RandomState::new().hash_one(0_u64);
+        Self {
+            seed: random(),
+            shared: foldhash::SharedSeed::from_u64(random()),
+            shards: Default::default(),
+        }
+    }
 }
 
 /// A request's inputs to its digests, written one after another, each length-prefixed.
@@ -113,7 +126,9 @@ impl IdMemo {
         let Some(key) = inputs.get() else {
             return compute(shared, req);
         };
-        let hash = self.hasher.hash_one(key);
+        let mut hasher = foldhash::quality::FoldHasher::with_seed(self.seed, &self.shared);
+        hasher.write(key);
+        let hash = hasher.finish();
         // The top bits pick the shard; the table uses the whole hash.
         let shard = &self.shards[usize::try_from(hash >> 61).unwrap_or(0) % SHARDS];
         if let Some((known, ids)) = lock(shard).get(&hash)

@@ -244,6 +244,10 @@ impl Call {
             Some(Stored::Entry(entry)) if entry.digest == self.digest.as_bytes() => entry,
             Some(Stored::Pass(t)) if now < t.fresh_until => return Look::Pass(now),
             Some(Stored::Pass(_)) => return Look::Absent(now),
+            Some(Stored::Earlier) => {
+                tracing::debug!(key = %self.digest, "a cache key holds a value of an earlier format: a miss, overwritten on fill");
+                return Look::Absent(now);
+            }
             _ => {
                 tracing::warn!(key = %self.digest, "a cache key holds a value that is not this entry: a miss, overwritten on fill");
                 return Look::Absent(now);

@@ -55,6 +55,67 @@ struct Inner {
     backend: RedisBackend,
     lock: Lock,
     clock: RedisClock,
+    /// What the name of a response entry starts with (the backend's prefix and `cr:`).
+    entry_prefix: String,
+    /// What the name of a value in no group starts with (the backend's prefix and `c:`).
+    plain_prefix: String,
+}
+
+/// A key's name as [`RedisBackend::key`] writes it (`<prefix><name>:{<tag>}`), written
+/// straight into a command.
+struct KeyName<'a> {
+    /// The backend's prefix and the kind of key, as `RedisBackend::key` ends them (`:`).
+    prefix: &'a str,
+    name: Option<&'a str>,
+    tag: &'a str,
+}
+
+impl KeyName<'_> {
+    fn len(&self) -> usize {
+        self.prefix.len() + self.name.map_or(0, |n| n.len() + 1) + self.tag.len() + 2
+    }
+}
+
+impl redis::ToRedisArgs for KeyName<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        use std::io::Write as _;
+        // The usual name (a short prefix, two digests) put together on the stack, then
+        // written at once.
+        let mut name = [0u8; 192];
+        let mut at = 0;
+        let parts = [
+            self.prefix.as_bytes(),
+            self.name.map_or(&b""[..], str::as_bytes),
+            if self.name.is_some() { b":{" } else { b"{" },
+            self.tag.as_bytes(),
+            b"}",
+        ];
+        if self.len() <= name.len() {
+            for part in parts {
+                name[at..at + part.len()].copy_from_slice(part);
+                at += part.len();
+            }
+            out.write_arg(&name[..at]);
+            return;
+        }
+        let mut arg = out.writer_for_next_arg();
+        // Writes into the command's buffer: they do not fail.
+        let _ = arg.write_all(self.prefix.as_bytes());
+        if let Some(name) = self.name {
+            let _ = arg.write_all(name.as_bytes());
+            let _ = arg.write_all(b":");
+        }
+        let _ = arg.write_all(b"{");
+        let _ = arg.write_all(self.tag.as_bytes());
+        let _ = arg.write_all(b"}");
+    }
+}
+
+/// What [`RedisBackend::key`] writes before the hash tag for `kind` (a key `<this>{<tag>}`).
+fn key_prefix(backend: &RedisBackend, kind: &str) -> String {
+    let mut key = backend.key(&[kind], "");
+    key.truncate(key.len().saturating_sub("{}".len()));
+    key
 }
 
 /// How long a reading of Redis `TIME` stands for the store's clock; past that the next read
@@ -108,6 +169,8 @@ impl RedisCacheStore {
         Self {
             inner: Arc::new(Inner {
                 lock: Lock::new(RedisLockStore::new(backend.clone())),
+                entry_prefix: key_prefix(&backend, "cr"),
+                plain_prefix: key_prefix(&backend, "c"),
                 backend,
                 clock: RedisClock::default(),
             }),
@@ -149,6 +212,34 @@ fn wrong_type(e: &redis::RedisError) -> bool {
     e.code() == Some("WRONGTYPE")
 }
 
+/// The store's time when it is known without asking Redis: frozen by a test, or `clock`'s
+/// recent reading.
+fn known_now(backend: &RedisBackend, clock: &RedisClock) -> Option<u64> {
+    backend.frozen_us().map_or_else(
+        || clock.now().map(|us| us.saturating_add(backend.shift_us())),
+        Some,
+    )
+}
+
+/// The entry alone, the store's time known: `get` (a `GET` of it), no pipeline, no array in
+/// the reply (redis-rs parses a bulk string for less).
+async fn read_one(backend: &RedisBackend, get: redis::Cmd, now: u64) -> Result<Read, BackendError> {
+    let (value, foreign) = match backend.query(&get).await {
+        Ok(Value::BulkString(b)) => (Some(Bytes::from(b)), false),
+        Ok(_) => (None, false),
+        // A key of another type: a miss, which the fill overwrites.
+        Err(BackendError::Redis(e)) if wrong_type(&e) => (None, true),
+        Err(e) => return Err(e),
+    };
+    Ok(Read {
+        now,
+        value,
+        foreign,
+        group: None,
+        tags: Vec::new(),
+    })
+}
+
 /// One round trip to the master of the entry's slot: the store's time (`TIME`, unless a test
 /// froze it or `clock` has a recent reading), the `entry` (a `GET`) and the records of `tags`
 /// (with it, in one `MGET`; on a cluster, where a multi-key command does not route a
@@ -160,17 +251,15 @@ async fn read_near(
     entry: &str,
     tags: &[String],
 ) -> Result<NearRead, BackendError> {
-    let known = backend.frozen_us().map_or_else(
-        || clock.now().map(|us| us.saturating_add(backend.shift_us())),
-        Some,
-    );
+    let known = known_now(backend, clock);
     let keys = 1 + tags.len();
-    // The entry alone: a `GET`, whose reply redis-rs parses for less than an array's.
+    // The entry alone (or on a cluster) a `GET` of each key, else one `MGET`.
     let single = keys == 1 || cluster;
     let (values, now) = match known {
         // The clock is known and one command reads everything: no pipeline.
-        Some(now) if single && keys == 1 => {
-            let get = redis::cmd("GET").arg(entry).clone();
+        Some(now) if keys == 1 => {
+            let mut get = redis::cmd("GET");
+            get.arg(entry);
             match backend.query(&get).await {
                 Ok(value) => (vec![value], now),
                 // A key of another type: a miss, which the fill overwrites.
@@ -292,6 +381,23 @@ impl RedisCacheStore {
         }
     }
 
+    /// A `GET` of the value of `key`: its name written into the command as
+    /// [`name`](Self::name) writes it, without a string of its own.
+    fn get(&self, key: Key<'_>) -> redis::Cmd {
+        let (prefix, group) = match key.group {
+            Some(group) => (&self.inner.entry_prefix, group),
+            None => (&self.inner.plain_prefix, key.name),
+        };
+        let name = KeyName {
+            prefix,
+            name: key.group.map(|_| key.name),
+            tag: group,
+        };
+        let mut get = redis::Cmd::with_capacity(2, 3 + name.len());
+        get.arg("GET").arg(name);
+        get
+    }
+
     /// The keys of the target URI whose digest is `group`: its invalidation record and its
     /// variant list.
     fn uri_keys(&self, group: &str) -> [String; 2] {
@@ -331,8 +437,16 @@ impl RedisCacheStore {
 impl Ops for RedisCacheStore {
     fn read(&self, key: Key<'_>, tags: &[String]) -> BoxFuture<Result<Read, BackendError>> {
         let this = Arc::clone(&self.inner);
-        let entry = self.name(key);
         let backend = &self.inner.backend;
+        // A hit on an entry the handler named no tags for: one `GET`, its key written straight
+        // into the command, in a small future.
+        if tags.is_empty()
+            && let Some(now) = known_now(backend, &self.inner.clock)
+        {
+            let get = self.get(key);
+            return Box::pin(async move { read_one(&this.backend, get, now).await });
+        }
+        let entry = self.name(key);
         let tags: Vec<String> = tags.iter().map(|t| backend.key(&["ct"], t)).collect();
         Box::pin(async move {
             let backend = &this.backend;
@@ -428,7 +542,36 @@ impl Ops for RedisCacheStore {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use super::{CLOCK_REFRESH, RedisClock};
+    use super::{CLOCK_REFRESH, KeyName, RedisClock};
+
+    /// A name written into a command is `<prefix><name>:{<tag>}` (or `<prefix>{<tag>}`),
+    /// short or too long for the stack.
+    #[test]
+    fn key_names_are_written_whole() {
+        let long = "p".repeat(300);
+        for prefix in ["rg:cr:", long.as_str()] {
+            for name in [Some("n"), None] {
+                let mut cmd = redis::Cmd::new();
+                cmd.arg("GET").arg(KeyName {
+                    prefix,
+                    name,
+                    tag: "t",
+                });
+                let written: Vec<Vec<u8>> = cmd
+                    .args_iter()
+                    .map(|a| match a {
+                        redis::Arg::Simple(b) => b.to_vec(),
+                        _ => Vec::new(),
+                    })
+                    .collect();
+                let expected = match name {
+                    Some(name) => format!("{prefix}{name}:{{t}}"),
+                    None => format!("{prefix}{{t}}"),
+                };
+                assert_eq!(written, [b"GET".to_vec(), expected.into_bytes()]);
+            }
+        }
+    }
 
     /// A reading moves on with this process's clock, never ahead of it, and stands for Redis's
     /// clock for a second only.

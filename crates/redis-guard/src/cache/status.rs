@@ -30,12 +30,16 @@ impl Outcome {
     /// A hit from an entry fresh until `fresh_until`, at `now` (µs on the store's clock).
     pub(crate) fn served(fresh_until: u64, now: u64) -> Self {
         // Whole seconds, rounded up: a fresh entry says 1 or more, a stale one 0 or less.
-        let past = i128::from(now) - i128::from(fresh_until);
-        let ttl = i64::try_from(-past.div_euclid(1_000_000)).unwrap_or(i64::MIN);
+        // (A u64 of µs is under 2^45 seconds: the seconds fit an i64.)
+        let seconds = |s: u64| i64::try_from(s).unwrap_or(i64::MAX);
         if now < fresh_until {
-            Self::Hit { ttl }
+            Self::Hit {
+                ttl: seconds((fresh_until - now).div_ceil(1_000_000)),
+            }
         } else {
-            Self::Stale { ttl }
+            Self::Stale {
+                ttl: -seconds((now - fresh_until) / 1_000_000),
+            }
         }
     }
 
@@ -96,12 +100,7 @@ impl Outcome {
         let joined = match (headers.get_all(&CACHE_STATUS).iter().next(), ttl) {
             // Alone, with nothing to write: a constant.
             (None, None) => Some(HeaderValue::from_static(member)),
-            (None, Some(ttl)) => {
-                let mut line = Line::default();
-                line.push(member.as_bytes());
-                line.push_int(ttl);
-                HeaderValue::from_bytes(line.as_bytes()).ok()
-            }
+            (None, Some(ttl)) => numbered(member, ttl),
             (Some(_), _) => {
                 let mut list = Vec::new();
                 for before in headers.get_all(&CACHE_STATUS) {
@@ -122,6 +121,53 @@ impl Outcome {
             headers.insert(CACHE_STATUS, joined);
         }
     }
+}
+
+/// `Age: <age>` of a response served from the cache.
+pub(crate) fn age(age: u64) -> HeaderValue {
+    numbered("", i64::try_from(age).unwrap_or(i64::MAX)).unwrap_or(HeaderValue::from_static("0"))
+}
+
+/// How many header values each thread remembers (the `Age` and the `Cache-Status` of a hit,
+/// of a stale hit and of a fallback hold one each, in the common case).
+const REMEMBERED: usize = 4;
+
+/// A value [`numbered`] made: its text, its number, the value.
+type Made = Option<(&'static str, i64, HeaderValue)>;
+
+thread_local! {
+    /// The last header values [`numbered`] made on this thread: the responses of one second
+    /// carry the same ones, and a clone costs no allocation.
+    static RECENT: std::cell::RefCell<[Made; REMEMBERED]> =
+        const { std::cell::RefCell::new([const { None }; REMEMBERED]) };
+}
+
+/// The header value `text` then `n` in decimal, written on the stack; the same value as the
+/// last one of `text` on this thread is a clone of it.
+fn numbered(text: &'static str, n: i64) -> Option<HeaderValue> {
+    // The slot of `text` (the same literal: its address), or the first free one.
+    let slot = |recent: &[Made]| {
+        recent
+            .iter()
+            .position(|r| r.as_ref().is_none_or(|(t, ..)| std::ptr::eq(*t, text)))
+    };
+    let known = RECENT.with_borrow(|recent| {
+        let (_, m, value) = recent[slot(recent)?].as_ref()?;
+        (*m == n).then(|| value.clone())
+    });
+    if known.is_some() {
+        return known;
+    }
+    let mut line = Line::default();
+    line.push(text.as_bytes());
+    line.push_int(n);
+    let value = HeaderValue::from_bytes(line.as_bytes()).ok()?;
+    RECENT.with_borrow_mut(|recent| {
+        // A text not seen yet on a full table takes the first slot.
+        let at = slot(recent).unwrap_or(0);
+        recent[at] = Some((text, n, value.clone()));
+    });
+    Some(value)
 }
 
 /// A short header value written on the stack: this cache's member of `Cache-Status`.
@@ -184,6 +230,39 @@ mod tests {
         outcome.mark(&HeaderName::from_static("x-cache"), &mut headers);
         assert_eq!(headers.get_all(&CACHE_STATUS).iter().count(), 1);
         headers[&CACHE_STATUS].to_str().unwrap().to_owned()
+    }
+
+    /// The values a thread remembers are the ones it would write: the same number again, a
+    /// number changed, several texts in turn, more texts than slots.
+    #[test]
+    fn remembered_values_are_the_written_ones() {
+        for n in [7, 7, 8, 0, 8, u64::MAX] {
+            let written = age(n);
+            assert_eq!(written, n.min(i64::MAX as u64).to_string().as_str());
+        }
+        for ttl in [5, 5, -3, 5, i64::MIN, 86_400] {
+            assert_eq!(
+                marked(Outcome::Hit { ttl }, &[]),
+                format!("redis-guard; hit; ttl={ttl}")
+            );
+            assert_eq!(age(9), "9");
+            assert_eq!(
+                marked(
+                    Outcome::Fallback {
+                        ttl: -ttl.saturating_abs()
+                    },
+                    &[]
+                ),
+                format!("redis-guard; fwd=stale; ttl={}", -ttl.saturating_abs())
+            );
+        }
+        let texts = ["a=", "b=", "c=", "d=", "e=", "f="];
+        for round in 0..3 {
+            for (i, text) in texts.iter().enumerate() {
+                let n = i64::try_from(i).unwrap() + round;
+                assert_eq!(numbered(text, n).unwrap(), format!("{text}{n}").as_str());
+            }
+        }
     }
 
     #[test]

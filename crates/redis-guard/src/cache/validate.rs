@@ -35,8 +35,20 @@ impl Condition {
     /// entry). `If-Modified-Since` counts only without `If-None-Match`, on `GET` and `HEAD`,
     /// and when it is one valid HTTP-date (RFC 9110 §13.1.3).
     pub(crate) fn take(method: &Method, headers: &mut HeaderMap) -> Self {
-        let since = one_date(headers, &IF_MODIFIED_SINCE);
-        headers.remove(IF_MODIFIED_SINCE);
+        // Each header found and removed in one look-up (a request usually has neither).
+        let since = match headers.entry(IF_MODIFIED_SINCE) {
+            Entry::Occupied(e) => {
+                let mut all = e.remove_entry_mult().1;
+                match (all.next(), all.next()) {
+                    (Some(v), None) => v
+                        .to_str()
+                        .ok()
+                        .and_then(|v| httpdate::parse_http_date(v).ok()),
+                    _ => None,
+                }
+            }
+            Entry::Vacant(_) => None,
+        };
         let tags: Vec<HeaderValue> = match headers.entry(IF_NONE_MATCH) {
             Entry::Occupied(e) => e.remove_entry_mult().1.collect(),
             Entry::Vacant(_) => Vec::new(),

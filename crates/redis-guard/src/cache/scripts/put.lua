@@ -34,7 +34,7 @@ if listed then
   end
 end
 local delta = math.max(0, now - started)
-local line = table.concat({ 'RGC1', ARGV[2], fmt(now + fresh), fmt(now + fresh + stale),
+local line = table.concat({ 'RGC2', ARGV[2], fmt(now + fresh), fmt(now + fresh + stale),
   fmt(started), fmt(delta) }, ' ') .. '\n'
 local px = math.max(1, cdiv(fresh + math.max(stale, tonumber(ARGV[7])), 1000))
 if ARGV[8] == 'NX' then
