@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use redis_guard::rate_limit::{
-    Algorithm, Decision, Global, Key, Quota, RateLimitLayer, Rejection, Rule,
+    Algorithm, Decision, Global, Key, Quota, RateLimit, RateLimitLayer, Rejection, Rule,
 };
 use redis_guard_tests::{Harness, backend_suite, by_client, call, from, serve};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -202,6 +202,20 @@ async fn until(h: &Harness, rule: &Rule, client: &str, fits: impl Fn(Duration) -
     }
 }
 
+/// Waits (bounded) until `n` requests wait for their slot in `svc`: the limiter counts a
+/// waiter a moment before its answer reaches it and it takes its place among the waiters.
+async fn waiting<S>(svc: &RateLimit<S>, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while svc.waiting() != n {
+        assert!(
+            Instant::now() < deadline,
+            "{} wait, never {n}",
+            svc.waiting()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// At most `max_waiters` wait: the next throttled request is `429` at once, offered wait in
 /// hand, and gives its slot back; a waiter whose future is dropped (its client went away) gives
 /// its slot back too, and its place among the waiters. Minute-long slots, never waited for:
@@ -221,6 +235,7 @@ async fn waiters_are_bounded_and_give_their_slot_back(h: Harness) {
         // The second waits a minute: the one place among the waiters.
         let waiter = tokio::spawn(call(svc.clone(), from(&client)));
         until(&h, &rule, &client, |w| w > MINUTE + MINUTE / 2).await;
+        waiting(&svc, 1).await;
         // The third is offered two minutes, finds no place: 429 at once, its slot given back.
         let asked = Instant::now();
         let third = tokio::time::timeout(Duration::from_secs(5), call(svc.clone(), from(&client)))
@@ -273,6 +288,7 @@ async fn every_rule_of_a_cancelled_waiter_is_given_back(h: &Harness) {
     assert_eq!(left().await, 99);
     let waiter = tokio::spawn(call(svc.clone(), from("both")));
     until(h, &bulk, "both", |w| w > MINUTE + MINUTE / 2).await;
+    waiting(&svc, 1).await;
     assert_eq!(left().await, 98, "counted while it waits");
     waiter.abort();
     until(h, &bulk, "both", |w| w <= MINUTE).await;

@@ -96,3 +96,15 @@ pub(crate) fn start(config: &Config, checks: Vec<Check>) -> Pending {
     }
     pending
 }
+
+#[cfg(feature = "test-util")]
+impl<S> RateLimit<S> {
+    /// How many throttled requests wait for their slot now (feature `test-util`).
+    ///
+    /// A throttled request takes its place among the waiters once the limiter's answer has
+    /// reached it, a moment after the limiter counted it: a test that needs the place taken
+    /// waits for this count, not for the limiter's state.
+    pub fn waiting(&self) -> usize {
+        self.config.waiters.waiting()
+    }
+}

@@ -40,7 +40,7 @@ impl Waiters {
     }
 
     /// How many wait now.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-util"))]
     pub(crate) fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Acquire)
     }
