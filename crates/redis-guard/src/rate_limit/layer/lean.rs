@@ -27,7 +27,7 @@ use tracing::Instrument;
 use super::config::Config;
 use super::future::ResponseFuture;
 use super::headers::{self, RateLimitHeaders};
-use super::response::ResponseBody;
+use super::response::RateLimitBody;
 use crate::rate_limit::{
     Decision, Few, Key, LimiterError, Mode, PlainStates, Rule, RuleDecision, RuleState, ceil_secs,
 };
@@ -193,10 +193,10 @@ where
 }
 
 /// The `429` of `denial`.
-pub(super) fn answer<B>(config: &Config, denial: Denial) -> Response<ResponseBody<B>> {
+pub(super) fn answer<B: RateLimitBody>(config: &Config, denial: Denial) -> Response<B::Out> {
     let mut res = config.denials[denial.prepared].response_after(denial.secs);
     denial.headers.insert(res.headers_mut());
-    res.map(ResponseBody::full)
+    res.map(B::answer)
 }
 
 /// The inner service for an admitted request: a denied one leaves it ready, uncloned.
