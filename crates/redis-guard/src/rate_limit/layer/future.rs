@@ -421,8 +421,9 @@ where
                     };
                     match states {
                         Ok(states) => {
-                            let ready = move || inner;
-                            lean::decided(config, rules, states.as_slice(), ready, req, *started)
+                            let mut inner = inner;
+                            let call = move |req| inner.call(req);
+                            lean::decided(config, rules, states.as_slice(), call, req, *started)
                                 .state
                         }
                         Err(err) => {

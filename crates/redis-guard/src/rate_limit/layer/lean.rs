@@ -120,11 +120,13 @@ where
             states
         }
     };
+    // Called here and now: the service `poll_ready` made ready serves this request itself,
+    // no clone taken.
     decided(
         config,
         rules,
         states.as_slice(),
-        || take_ready(inner),
+        |req| inner.call(req),
         req,
         started,
     )
@@ -145,13 +147,13 @@ fn at_once(
     config.limiter.decide_plain(rules, keys)
 }
 
-/// The answer once the plain `rules`' `states` are known: the inner service (`ready`, taken
-/// only for an admitted request) called with the headers, or the binding rule's `429`.
+/// The answer once the plain `rules`' `states` are known: the inner service called (`call`,
+/// only for an admitted request) with the headers, or the binding rule's `429`.
 pub(super) fn decided<S, ReqBody>(
     config: &Arc<Config>,
     rules: &[Arc<Rule>],
     states: &[RuleState],
-    ready: impl FnOnce() -> S,
+    call: impl FnOnce(Request<ReqBody>) -> S::Future,
     req: Request<ReqBody>,
     started: Stopwatch,
 ) -> ResponseFuture<S, ReqBody>
@@ -168,7 +170,7 @@ where
             .legacy_headers()
             .then(|| legacy(states, admitting(states)));
         let headers = RateLimitHeaders::plain(ietf, legacy);
-        return ResponseFuture::calling(ready().call(req), headers);
+        return ResponseFuture::calling(call(req), headers);
     }
     let binding = denying(states);
     let retry_after = states[binding].retry_after;
@@ -380,10 +382,11 @@ mod tests {
         }
     }
 
-    /// A denied request leaves the inner service as it is; an admitted one takes it (a clone
-    /// stays for the next): on the plain path and on the general engine (a soft rule beside).
+    /// The plain path calls the inner service `poll_ready` made ready in place: no clone at
+    /// all. The general engine (a soft rule beside) takes it for an admitted request (a clone
+    /// stays for the next) and leaves it as it is for a denied one.
     #[tokio::test]
-    async fn only_an_admitted_request_clones_the_inner_service() {
+    async fn the_inner_service_is_cloned_only_where_a_request_keeps_it() {
         let plain =
             RateLimitLayer::new(MemoryLimiter::new(), "api", Global, Quota::per_hour(2)).unwrap();
         let general = RateLimitLayer::builder(MemoryLimiter::new())
@@ -395,7 +398,7 @@ mod tests {
             .build()
             .unwrap();
         assert!(plain.config.plain.is_some() && general.config.plain.is_none());
-        for layer in [plain, general] {
+        for (layer, expected) in [(plain, 0), (general, 2)] {
             let clones = std::sync::Arc::default();
             let mut svc = layer.layer(Counted(std::sync::Arc::clone(&clones)));
             let mut statuses = Vec::new();
@@ -411,8 +414,8 @@ mod tests {
             assert_eq!(statuses, [200, 200, 429, 429, 429]);
             assert_eq!(
                 clones.load(std::sync::atomic::Ordering::Relaxed),
-                2,
-                "one per admitted request"
+                expected,
+                "plain: none; general: one per admitted request"
             );
         }
     }
