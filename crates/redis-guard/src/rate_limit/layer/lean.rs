@@ -20,16 +20,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::request::Parts;
 use http::{Request, Response};
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::config::Config;
+use super::config::{Config, LayerRule};
 use super::future::ResponseFuture;
 use super::headers::{self, RateLimitHeaders};
 use super::response::RateLimitBody;
+use crate::client_ip::ClientAddr;
 use crate::rate_limit::{
-    Decision, Few, Key, LimiterError, Mode, PlainStates, Rule, RuleDecision, RuleState, ceil_secs,
+    Decision, Few, Key, KeyError, LimiterError, Mode, PlainStates, Rule, RuleDecision, RuleState,
+    ceil_secs,
 };
 use crate::telemetry::{Metric, Stopwatch};
 
@@ -78,14 +81,18 @@ where
 {
     let (mut parts, body) = req.into_parts();
     let mut keys: Few<Key> = Few::default();
+    // The address a rule keyed by `ClientIp` counted, left for the handler of an admitted
+    // request only (a denied one has none to read it).
+    let mut client = None;
     for r in &config.rules {
-        match r.extract(&mut parts) {
+        match key_of(r, &mut parts, &mut client) {
             Ok(key) => keys.push(key),
-            // Skipped, rejected or misconfigured: as the general plan says.
+            // Skipped, rejected or misconfigured: as the general plan says (which finds the
+            // address again).
             Err(_) => return general(inner, Request::from_parts(parts, body)),
         }
     }
-    let req = Request::from_parts(parts, body);
+    let mut req = Request::from_parts(parts, body);
     let started = Stopwatch::start();
     let states = match &config.plain_store {
         Some(store) => match store.decide(keys) {
@@ -95,6 +102,7 @@ where
                     let span = tracing::debug_span!("rate_limit", rules = rules.len());
                     states = Box::pin(states.instrument(span));
                 }
+                leave(&mut req, client);
                 let ready = take_ready(inner);
                 return ResponseFuture::storing(states, ready, req, Arc::clone(config), started);
             }
@@ -109,6 +117,7 @@ where
             let allowed = states.as_slice().iter().all(|s| s.allowed);
             if config.extensions || (!allowed && config.response.is_some()) {
                 // Someone reads the whole decision: the general engine hands it over.
+                leave(&mut req, client);
                 return match decision(rules, keys.as_slice(), states.as_slice()) {
                     Some(decision) => {
                         let ready = || take_ready(inner);
@@ -126,10 +135,39 @@ where
         config,
         rules,
         states.as_slice(),
-        |req| inner.call(req),
+        |mut req| {
+            leave(&mut req, client);
+            inner.call(req)
+        },
         req,
         started,
     )
+}
+
+/// The key of rule `r` for the request of `parts`. The address a rule keyed by `ClientIp`
+/// counted goes to `client`, the last one winning as in the extensions; it is put in the
+/// extensions at once only when a later rule's extractor (one of another kind) may read it.
+fn key_of(
+    r: &LayerRule,
+    parts: &mut Parts,
+    client: &mut Option<ClientAddr>,
+) -> Result<Key, KeyError> {
+    let Some(ip) = &r.client_ip else {
+        if let Some(addr) = client.take() {
+            parts.extensions.insert(addr);
+        }
+        return r.extractor.extract(parts);
+    };
+    let addr = ip.addr(ip.client_ip(parts)?);
+    *client = Some(addr);
+    Ok(addr.key())
+}
+
+/// Leaves the address the layer counted (if any) in the request's extensions, for the handler.
+fn leave<ReqBody>(req: &mut Request<ReqBody>, client: Option<ClientAddr>) {
+    if let Some(addr) = client {
+        req.extensions_mut().insert(addr);
+    }
 }
 
 /// The limiter's decision of `rules` for `keys` in process, in a `debug` span when one is
@@ -418,6 +456,41 @@ mod tests {
                 "plain: none; general: one per admitted request"
             );
         }
+    }
+
+    /// The address a `ClientIp` rule counted reaches the handler of an admitted request, and
+    /// a later rule whose extractor reads it from the extensions finds it there.
+    #[tokio::test]
+    async fn the_counted_address_reaches_later_rules_and_the_handler() {
+        use crate::client_ip::{ClientAddr, ClientIp, PeerAddr};
+        use crate::rate_limit::ExtensionKey;
+
+        let by_addr = ExtensionKey::new(|addr: &ClientAddr| Key::from(addr.to_string()));
+        let layer = RateLimitLayer::builder(MemoryLimiter::new())
+            .rule("ip", ClientIp::peer(), Quota::per_hour(2))
+            .rule("by-addr", by_addr, Quota::per_hour(2))
+            .build()
+            .unwrap();
+        assert!(layer.config.plain.is_some());
+        let svc = layer.layer(service_fn(|req: Request<String>| async move {
+            let addr = req
+                .extensions()
+                .get::<ClientAddr>()
+                .map(ToString::to_string);
+            Ok::<_, Infallible>(Response::new(addr.unwrap_or_default()))
+        }));
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            let mut req = Request::new(String::new());
+            req.extensions_mut()
+                .insert(PeerAddr("192.0.2.7:4000".parse().unwrap()));
+            let (parts, body) = svc.clone().oneshot(req).await.unwrap().into_parts();
+            let body = body.collect().await.unwrap().to_bytes();
+            answers.push((parts.status.as_u16(), body));
+        }
+        assert_eq!(answers[0], (200, bytes::Bytes::from("192.0.2.7")));
+        assert_eq!(answers[1], (200, bytes::Bytes::from("192.0.2.7")));
+        assert_eq!(answers[2].0, 429);
     }
 
     proptest! {
