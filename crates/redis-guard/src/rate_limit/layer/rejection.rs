@@ -269,6 +269,9 @@ pub(crate) struct PreparedDenial {
     /// the same wait (an abusive client is all denials), and share them (a `Bytes` clone is a
     /// reference count). Never waited for: a denial that finds it busy writes its own.
     last: Mutex<Option<(u64, Bytes, HeaderValue)>>,
+    /// The last `RateLimit` value of a layer of this rule alone, denied: its remaining
+    /// requests and reset (seconds), as [`written`](Self::written) keeps its wait.
+    last_state: Mutex<Option<(u32, u64, HeaderValue)>>,
 }
 
 /// A clone starts with nothing written.
@@ -279,6 +282,7 @@ impl Clone for PreparedDenial {
             head: self.head.clone(),
             tail: self.tail.clone(),
             last: Mutex::default(),
+            last_state: Mutex::default(),
         }
     }
 }
@@ -313,6 +317,7 @@ impl PreparedDenial {
             head: head.into(),
             tail: tail.into(),
             last: Mutex::default(),
+            last_state: Mutex::default(),
         }
     }
 
@@ -339,6 +344,27 @@ impl PreparedDenial {
         );
         headers.insert(http::header::RETRY_AFTER, retry_after);
         res
+    }
+
+    /// The `RateLimit` value of a denial when this rule is its layer's only one, `remaining`
+    /// and `reset` (seconds) its numbers: the last one when they are the same, else `write`'s.
+    pub(crate) fn state_value(
+        &self,
+        remaining: u32,
+        reset: u64,
+        write: impl FnOnce() -> HeaderValue,
+    ) -> HeaderValue {
+        let mut last = self.last_state.try_lock().ok();
+        if let Some(Some((r, t, value))) = last.as_deref()
+            && (*r, *t) == (remaining, reset)
+        {
+            return value.clone();
+        }
+        let value = write();
+        if let Some(last) = last.as_deref_mut() {
+            *last = Some((remaining, reset, value.clone()));
+        }
+        value
     }
 
     /// The document and `Retry-After` (at least 1) of a wait of `secs`: the last ones when the
