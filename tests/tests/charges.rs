@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Full};
 use redis_guard::ConfigErrorKind;
 use redis_guard::rate_limit::{
     ActualCost, Algorithm, CostReport, CustomAlgorithm, HeaderKey, Key, Limiter, LimiterError,
-    MissingKey, Quota, RateLimitLayer, RedisLimiter, Rule,
+    MissingKey, Quota, RateLimitBody, RateLimitLayer, RedisLimiter, ResponseBody, Rule,
 };
 use redis_guard_tests::{ALGORITHMS, Harness, backend_suite, by_client, call, from, serve};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -372,6 +372,23 @@ impl http_body::Body for Feed {
         self.0
             .poll_recv(cx)
             .map(|chunk| chunk.map(|c| Ok(Frame::data(c))))
+    }
+}
+
+/// The layer answers over it in a `ResponseBody` around it.
+impl RateLimitBody for Feed {
+    type Out = ResponseBody<Self>;
+
+    fn passed(body: Self) -> Self::Out {
+        ResponseBody::new(body)
+    }
+
+    fn holding(body: ResponseBody<Self>) -> Self::Out {
+        body
+    }
+
+    fn answer(bytes: Bytes) -> Self::Out {
+        ResponseBody::full(bytes)
     }
 }
 

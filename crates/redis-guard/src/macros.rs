@@ -89,7 +89,9 @@ cfg_middleware! {
     /// The `Service` impl of a middleware service defined by [`define_service!`]: over any inner
     /// HTTP service `S: Clone` (plus `$bounds`), answering `Response<$body<ResBody>>` with the inner
     /// error type and the module's `ResponseFuture<S, ReqBody>`; `poll_ready` is the inner
-    /// service's, `call` is `$call` with the service as `$this` and the request as `$req`.
+    /// service's, `call` is `$call` with the service as `$this` and the request as `$req`. (The
+    /// rate-limit service writes its own: its body type is the inner body's `RateLimitBody`.)
+    #[cfg(any(feature = "session", feature = "cache", feature = "idempotency"))]
     macro_rules! impl_service {
         ($name:ident => $body:ident where { $($bounds:tt)* } |$this:ident, $req:ident| $call:block) => {
             impl<S, ReqBody, ResBody> tower_service::Service<http::Request<ReqBody>> for $name<S>

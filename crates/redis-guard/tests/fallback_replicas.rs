@@ -166,7 +166,7 @@ async fn while_redis_is_down_each_replica_admits_its_share() {
         .build()
         .expect("valid")
         .layer(service_fn(|_: Request<()>| async {
-            Ok::<_, Infallible>(Response::new(()))
+            Ok::<_, Infallible>(Response::new(String::new()))
         }));
     let send = |header: &'static str, client: &str| {
         let req = Request::get("/")

@@ -13,7 +13,7 @@ use http::HeaderName;
 use redis_guard::backend::RedisBackend;
 use redis_guard::rate_limit::{
     HeaderKey, KeyExtractorExt, Limiter, MemoryLimiter, PeerAddr, RateLimitLayer, RedisLimiter,
-    Route, Rule,
+    ResponseBody, Route, Rule,
 };
 use tonic::transport::Server;
 use tonic::transport::server::{TcpConnectInfo, TcpIncoming};
@@ -75,9 +75,12 @@ async fn run() -> Result<(), String> {
         .grpc()
         .build()
         .map_err(|e| format!("API_LIMIT / STREAM_CONCURRENCY: {e}"))?;
+    // tonic's body is another crate's type: wrapped in the layer's `ResponseBody` (no
+    // allocation) so that the layer can answer in it.
     let layers = ServiceBuilder::new()
         .map_request(peer_addr::<tonic::body::Body>)
-        .layer(rate_limit);
+        .layer(rate_limit)
+        .map_response(|res: http::Response<tonic::body::Body>| res.map(ResponseBody::new));
 
     let listener = tokio::net::TcpListener::bind(bind)
         .await

@@ -146,8 +146,8 @@ pub use key::{
     And, ExtensionKey, Global, HeaderKey, Key, KeyError, KeyExtractor, KeyExtractorExt, Or,
 };
 pub use layer::{
-    FailurePolicy, MissingKey, Mode, RateLimit, RateLimitLayer, RateLimitLayerBuilder, Rejection,
-    ResponseBody, ResponseFuture, grpc,
+    FailurePolicy, MissingKey, Mode, RateLimit, RateLimitBody, RateLimitLayer,
+    RateLimitLayerBuilder, Rejection, ResponseBody, ResponseFuture, grpc,
 };
 pub use lease::{ActualCost, CostReport, Lease};
 pub use limiter::{Bans, Inspection, Limiter, LimiterError};

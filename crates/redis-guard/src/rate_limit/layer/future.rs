@@ -12,7 +12,7 @@ use super::config::{Config, Plan};
 use super::headers::RateLimitHeaders;
 use super::lean::{self, Denial};
 use super::rejection::Rejection;
-use super::response::{ResponseBody, after_completion, answer};
+use super::response::{RateLimitBody, ResponseBody, after_completion, answer};
 use super::service::start;
 use super::throttle::{Reservation, wait_for};
 use crate::ConfigError;
@@ -25,15 +25,20 @@ use crate::telemetry::Stopwatch;
 
 /// The inner service's response, its body holding the request's leases and settlement, with
 /// the rate-limit headers.
-fn finish<B>(
+fn finish<B: RateLimitBody>(
     res: Response<B>,
     headers: Option<RateLimitHeaders>,
-    mut hold: Option<Box<Holding>>,
-) -> Response<ResponseBody<B>> {
-    if let Some(hold) = hold.as_mut() {
-        hold.responded(&res);
-    }
-    let mut res = res.map(|body| ResponseBody::holding(body, hold));
+    hold: Option<Box<Holding>>,
+) -> Response<B::Out> {
+    let mut res = match hold {
+        // Nothing held: the inner body as it is, for a body type that can be passed on
+        // unwrapped (axum's).
+        None => res.map(B::passed),
+        Some(mut hold) => {
+            hold.responded(&res);
+            res.map(|body| B::holding(ResponseBody::holding(body, Some(hold))))
+        }
+    };
     if let Some(extra) = headers {
         extra.insert(res.headers_mut());
     }
@@ -353,8 +358,9 @@ where
 impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: RateLimitBody,
 {
-    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+    type Output = Result<Response<ResBody::Out>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -367,7 +373,7 @@ where
                 } => {
                     let checks = ready!(checks.as_mut().poll(cx));
                     let Some((inner, req)) = pending.take().map(|b| *b) else {
-                        return Poll::Ready(Ok(after_completion()));
+                        return Poll::Ready(Ok(after_completion::<ResBody>()));
                     };
                     match checks {
                         Ok(checks) => {
@@ -397,7 +403,7 @@ where
                 } => {
                     let states = ready!(states.as_mut().poll(cx));
                     let Some(pending) = pending.take() else {
-                        return Poll::Ready(Ok(after_completion()));
+                        return Poll::Ready(Ok(after_completion::<ResBody>()));
                     };
                     decided(config, states, *pending, *started)
                 }
@@ -411,12 +417,13 @@ where
                     let (Some((inner, req)), Some(rules)) =
                         (pending.take().map(|b| *b), config.plain.as_deref())
                     else {
-                        return Poll::Ready(Ok(after_completion()));
+                        return Poll::Ready(Ok(after_completion::<ResBody>()));
                     };
                     match states {
                         Ok(states) => {
-                            let ready = move || inner;
-                            lean::decided(config, rules, states.as_slice(), ready, req, *started)
+                            let mut inner = inner;
+                            let call = move |req| inner.call(req);
+                            lean::decided(config, rules, states.as_slice(), call, req, *started)
                                 .state
                         }
                         Err(err) => {
@@ -442,22 +449,22 @@ where
                     let Some((inner, req, decision, settling, reservation)) =
                         admitted.take().map(|b| *b)
                     else {
-                        return Poll::Ready(Ok(after_completion()));
+                        return Poll::Ready(Ok(after_completion::<ResBody>()));
                     };
                     reservation.kept();
                     call(config, decision, (inner, req, settling))
                 }
                 StateProj::Limited { limited } => {
                     let res = match limited.take() {
-                        Some((config, denial)) => lean::answer(&config, denial),
-                        None => after_completion(),
+                        Some((config, denial)) => lean::answer::<ResBody>(&config, denial),
+                        None => after_completion::<ResBody>(),
                     };
                     return Poll::Ready(Ok(res));
                 }
                 StateProj::Rejected { rejected } => {
                     let res = match rejected.take() {
-                        Some((rejection, config)) => answer(&config, rejection),
-                        None => after_completion(),
+                        Some((rejection, config)) => answer::<ResBody>(&config, rejection),
+                        None => after_completion::<ResBody>(),
                     };
                     return Poll::Ready(Ok(res));
                 }

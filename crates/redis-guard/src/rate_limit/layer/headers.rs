@@ -238,16 +238,22 @@ impl Digits {
     pub(crate) fn new(mut n: u64) -> Self {
         let mut buf = [b'0'; 20];
         let mut start = buf.len();
-        loop {
+        // Two digits a division, from a table of the hundred pairs.
+        while n >= 100 {
+            let pair = pair(n % 100);
+            n /= 100;
+            start -= 2;
+            buf[start..start + 2].copy_from_slice(pair);
+        }
+        if n >= 10 {
+            start -= 2;
+            buf[start..start + 2].copy_from_slice(pair(n));
+        } else {
             start -= 1;
-            // `n % 10` is a single digit.
+            // A single digit.
             #[allow(clippy::cast_possible_truncation)]
-            let digit = (n % 10) as u8;
+            let digit = n as u8;
             buf[start] = b'0' + digit;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
         }
         Self { buf, start }
     }
@@ -261,6 +267,20 @@ impl Digits {
         // ASCII digits only.
         std::str::from_utf8(self.as_bytes()).unwrap_or("0")
     }
+}
+
+/// The two decimal digits of `n` (below 100).
+fn pair(n: u64) -> &'static [u8] {
+    const PAIRS: &[u8; 200] = b"\
+        0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
+    // Below 100: the index is at most 198.
+    #[allow(clippy::cast_possible_truncation)]
+    let at = 2 * n as usize;
+    &PAIRS[at..at + 2]
 }
 
 /// `n` as a header value, in one allocation of its exact length.
@@ -293,7 +313,13 @@ mod tests {
             u64::from(u32::MAX),
             u64::MAX - 1,
             u64::MAX,
-        ] {
+        ]
+        .into_iter()
+        // Every length, odd and even, with every digit pair.
+        .chain(0..=100_000)
+        .chain((1..20).map(|e| 10u64.pow(e) - 1))
+        .chain((1..20).map(|e| 10u64.pow(e) + 1))
+        {
             assert_eq!(Digits::new(n).as_bytes(), n.to_string().as_bytes(), "{n}");
             assert_eq!(digits(n), n.to_string().len(), "{n}");
             assert_eq!(uint_value(n), n.to_string().as_str());

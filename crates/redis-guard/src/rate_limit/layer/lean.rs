@@ -20,16 +20,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::request::Parts;
 use http::{Request, Response};
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::config::Config;
+use super::config::{Config, LayerRule};
 use super::future::ResponseFuture;
 use super::headers::{self, RateLimitHeaders};
-use super::response::ResponseBody;
+use super::response::RateLimitBody;
+use crate::client_ip::ClientAddr;
 use crate::rate_limit::{
-    Decision, Few, Key, LimiterError, Mode, PlainStates, Rule, RuleDecision, RuleState, ceil_secs,
+    Decision, Few, Key, KeyError, LimiterError, Mode, PlainStates, Rule, RuleDecision, RuleState,
+    ceil_secs,
 };
 use crate::telemetry::{Metric, Stopwatch};
 
@@ -78,14 +81,18 @@ where
 {
     let (mut parts, body) = req.into_parts();
     let mut keys: Few<Key> = Few::default();
+    // The address a rule keyed by `ClientIp` counted, left for the handler of an admitted
+    // request only (a denied one has none to read it).
+    let mut client = None;
     for r in &config.rules {
-        match r.extract(&mut parts) {
+        match key_of(r, &mut parts, &mut client) {
             Ok(key) => keys.push(key),
-            // Skipped, rejected or misconfigured: as the general plan says.
+            // Skipped, rejected or misconfigured: as the general plan says (which finds the
+            // address again).
             Err(_) => return general(inner, Request::from_parts(parts, body)),
         }
     }
-    let req = Request::from_parts(parts, body);
+    let mut req = Request::from_parts(parts, body);
     let started = Stopwatch::start();
     let states = match &config.plain_store {
         Some(store) => match store.decide(keys) {
@@ -95,6 +102,7 @@ where
                     let span = tracing::debug_span!("rate_limit", rules = rules.len());
                     states = Box::pin(states.instrument(span));
                 }
+                leave(&mut req, client);
                 let ready = take_ready(inner);
                 return ResponseFuture::storing(states, ready, req, Arc::clone(config), started);
             }
@@ -109,6 +117,7 @@ where
             let allowed = states.as_slice().iter().all(|s| s.allowed);
             if config.extensions || (!allowed && config.response.is_some()) {
                 // Someone reads the whole decision: the general engine hands it over.
+                leave(&mut req, client);
                 return match decision(rules, keys.as_slice(), states.as_slice()) {
                     Some(decision) => {
                         let ready = || take_ready(inner);
@@ -120,14 +129,45 @@ where
             states
         }
     };
+    // Called here and now: the service `poll_ready` made ready serves this request itself,
+    // no clone taken.
     decided(
         config,
         rules,
         states.as_slice(),
-        || take_ready(inner),
+        |mut req| {
+            leave(&mut req, client);
+            inner.call(req)
+        },
         req,
         started,
     )
+}
+
+/// The key of rule `r` for the request of `parts`. The address a rule keyed by `ClientIp`
+/// counted goes to `client`, the last one winning as in the extensions; it is put in the
+/// extensions at once only when a later rule's extractor (one of another kind) may read it.
+fn key_of(
+    r: &LayerRule,
+    parts: &mut Parts,
+    client: &mut Option<ClientAddr>,
+) -> Result<Key, KeyError> {
+    let Some(ip) = &r.client_ip else {
+        if let Some(addr) = client.take() {
+            parts.extensions.insert(addr);
+        }
+        return r.extractor.extract(parts);
+    };
+    let addr = ip.addr(ip.client_ip(parts)?);
+    *client = Some(addr);
+    Ok(addr.key())
+}
+
+/// Leaves the address the layer counted (if any) in the request's extensions, for the handler.
+fn leave<ReqBody>(req: &mut Request<ReqBody>, client: Option<ClientAddr>) {
+    if let Some(addr) = client {
+        req.extensions_mut().insert(addr);
+    }
 }
 
 /// The limiter's decision of `rules` for `keys` in process, in a `debug` span when one is
@@ -145,13 +185,13 @@ fn at_once(
     config.limiter.decide_plain(rules, keys)
 }
 
-/// The answer once the plain `rules`' `states` are known: the inner service (`ready`, taken
-/// only for an admitted request) called with the headers, or the binding rule's `429`.
+/// The answer once the plain `rules`' `states` are known: the inner service called (`call`,
+/// only for an admitted request) with the headers, or the binding rule's `429`.
 pub(super) fn decided<S, ReqBody>(
     config: &Arc<Config>,
     rules: &[Arc<Rule>],
     states: &[RuleState],
-    ready: impl FnOnce() -> S,
+    call: impl FnOnce(Request<ReqBody>) -> S::Future,
     req: Request<ReqBody>,
     started: Stopwatch,
 ) -> ResponseFuture<S, ReqBody>
@@ -168,7 +208,7 @@ where
             .legacy_headers()
             .then(|| legacy(states, admitting(states)));
         let headers = RateLimitHeaders::plain(ietf, legacy);
-        return ResponseFuture::calling(ready().call(req), headers);
+        return ResponseFuture::calling(call(req), headers);
     }
     let binding = denying(states);
     let retry_after = states[binding].retry_after;
@@ -178,7 +218,16 @@ where
         "rate limited"
     );
     record(config, states, started);
-    let ietf = Some((config.policy.clone(), headers::states(named())));
+    let state = match states {
+        // A layer of one rule: its `429`s of one second carry the same value.
+        [only] => {
+            config.denials[binding].state_value(only.remaining, ceil_secs(only.reset_after), || {
+                headers::states(named())
+            })
+        }
+        _ => headers::states(named()),
+    };
+    let ietf = Some((config.policy.clone(), state));
     let legacy = config.legacy_headers().then(|| legacy(states, binding));
     ResponseFuture::limited(
         Arc::clone(config),
@@ -193,10 +242,10 @@ where
 }
 
 /// The `429` of `denial`.
-pub(super) fn answer<B>(config: &Config, denial: Denial) -> Response<ResponseBody<B>> {
+pub(super) fn answer<B: RateLimitBody>(config: &Config, denial: Denial) -> Response<B::Out> {
     let mut res = config.denials[denial.prepared].response_after(denial.secs);
     denial.headers.insert(res.headers_mut());
-    res.map(ResponseBody::full)
+    res.map(B::answer)
 }
 
 /// The inner service for an admitted request: a denied one leaves it ready, uncloned.
@@ -380,10 +429,11 @@ mod tests {
         }
     }
 
-    /// A denied request leaves the inner service as it is; an admitted one takes it (a clone
-    /// stays for the next): on the plain path and on the general engine (a soft rule beside).
+    /// The plain path calls the inner service `poll_ready` made ready in place: no clone at
+    /// all. The general engine (a soft rule beside) takes it for an admitted request (a clone
+    /// stays for the next) and leaves it as it is for a denied one.
     #[tokio::test]
-    async fn only_an_admitted_request_clones_the_inner_service() {
+    async fn the_inner_service_is_cloned_only_where_a_request_keeps_it() {
         let plain =
             RateLimitLayer::new(MemoryLimiter::new(), "api", Global, Quota::per_hour(2)).unwrap();
         let general = RateLimitLayer::builder(MemoryLimiter::new())
@@ -395,7 +445,7 @@ mod tests {
             .build()
             .unwrap();
         assert!(plain.config.plain.is_some() && general.config.plain.is_none());
-        for layer in [plain, general] {
+        for (layer, expected) in [(plain, 0), (general, 2)] {
             let clones = std::sync::Arc::default();
             let mut svc = layer.layer(Counted(std::sync::Arc::clone(&clones)));
             let mut statuses = Vec::new();
@@ -411,10 +461,79 @@ mod tests {
             assert_eq!(statuses, [200, 200, 429, 429, 429]);
             assert_eq!(
                 clones.load(std::sync::atomic::Ordering::Relaxed),
-                2,
-                "one per admitted request"
+                expected,
+                "plain: none; general: one per admitted request"
             );
         }
+    }
+
+    /// The address a `ClientIp` rule counted reaches the handler of an admitted request, and
+    /// a later rule whose extractor reads it from the extensions finds it there.
+    #[tokio::test]
+    async fn the_counted_address_reaches_later_rules_and_the_handler() {
+        use crate::client_ip::{ClientAddr, ClientIp, PeerAddr};
+        use crate::rate_limit::ExtensionKey;
+
+        let by_addr = ExtensionKey::new(|addr: &ClientAddr| Key::from(addr.to_string()));
+        let layer = RateLimitLayer::builder(MemoryLimiter::new())
+            .rule("ip", ClientIp::peer(), Quota::per_hour(2))
+            .rule("by-addr", by_addr, Quota::per_hour(2))
+            .build()
+            .unwrap();
+        assert!(layer.config.plain.is_some());
+        let svc = layer.layer(service_fn(|req: Request<String>| async move {
+            let addr = req
+                .extensions()
+                .get::<ClientAddr>()
+                .map(ToString::to_string);
+            Ok::<_, Infallible>(Response::new(addr.unwrap_or_default()))
+        }));
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            let mut req = Request::new(String::new());
+            req.extensions_mut()
+                .insert(PeerAddr("192.0.2.7:4000".parse().unwrap()));
+            let (parts, body) = svc.clone().oneshot(req).await.unwrap().into_parts();
+            let body = body.collect().await.unwrap().to_bytes();
+            answers.push((parts.status.as_u16(), body));
+        }
+        assert_eq!(answers[0], (200, bytes::Bytes::from("192.0.2.7")));
+        assert_eq!(answers[1], (200, bytes::Bytes::from("192.0.2.7")));
+        assert_eq!(answers[2].0, 429);
+    }
+
+    /// The denials of a one-rule layer within one second share their `RateLimit` value and
+    /// `Retry-After`; each new second writes its own.
+    #[tokio::test]
+    async fn denials_of_one_second_share_their_values_and_the_next_writes_its_own() {
+        let clock = ManualClock::new();
+        let limiter = MemoryLimiter::builder().clock(clock.clone()).build();
+        let layer = RateLimitLayer::new(limiter, "api", Global, Quota::per_minute(1)).unwrap();
+        let mut seen = Vec::new();
+        for after_ms in [0, 0, 400, 300, 400, 1_000, 57_000, 900] {
+            clock.advance(Duration::from_millis(after_ms));
+            let (status, headers, _) = answer(&layer, "k").await;
+            let value = |name: &str| headers[name].to_str().unwrap().to_owned();
+            seen.push((
+                status.as_u16(),
+                value("ratelimit"),
+                headers.get("retry-after").cloned(),
+            ));
+        }
+        let retry = |secs: &str| Some(http::HeaderValue::from_str(secs).unwrap());
+        assert_eq!(
+            seen,
+            [
+                (200, "\"api\";r=0;t=60".to_owned(), None),
+                (429, "\"api\";r=0;t=60".to_owned(), retry("60")),
+                (429, "\"api\";r=0;t=60".to_owned(), retry("60")),
+                (429, "\"api\";r=0;t=60".to_owned(), retry("60")),
+                (429, "\"api\";r=0;t=59".to_owned(), retry("59")),
+                (429, "\"api\";r=0;t=58".to_owned(), retry("58")),
+                (429, "\"api\";r=0;t=1".to_owned(), retry("1")),
+                (200, "\"api\";r=0;t=60".to_owned(), None),
+            ]
+        );
     }
 
     proptest! {

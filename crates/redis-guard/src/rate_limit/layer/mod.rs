@@ -25,7 +25,7 @@ use config::Config;
 pub use future::ResponseFuture;
 pub use policy::{FailurePolicy, MissingKey, Mode};
 pub use rejection::Rejection;
-pub use response::ResponseBody;
+pub use response::{RateLimitBody, ResponseBody};
 pub use service::RateLimit;
 pub(crate) use warn_every::WarnEvery;
 

@@ -2,11 +2,11 @@
 //! request itself, and its default answer.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use super::headers::{self, Digits, RateLimitHeaders};
 use crate::problem::{Member, problem, problem_of_pieces, write_str};
@@ -258,13 +258,33 @@ const LIMITED_END: &str = " s.";
 /// The default `429` of one rule, its problem document prepared when the layer is built: a
 /// denial writes only its wait into it (in `detail` and as `retry_after`), an abusive client
 /// being all denials. Byte for byte what [`Rejection::response`] writes for a denial by the rule.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct PreparedDenial {
     rule: Arc<str>,
     /// The document up to the wait in `detail`.
     head: Box<[u8]>,
     /// The document after the `retry_after` number.
     tail: Box<[u8]>,
+    /// The last wait written, its document and `Retry-After`: the denials of one second have
+    /// the same wait (an abusive client is all denials), and share them (a `Bytes` clone is a
+    /// reference count). Never waited for: a denial that finds it busy writes its own.
+    last: Mutex<Option<(u64, Bytes, HeaderValue)>>,
+    /// The last `RateLimit` value of a layer of this rule alone, denied: its remaining
+    /// requests and reset (seconds), as [`written`](Self::written) keeps its wait.
+    last_state: Mutex<Option<(u32, u64, HeaderValue)>>,
+}
+
+/// A clone starts with nothing written.
+impl Clone for PreparedDenial {
+    fn clone(&self) -> Self {
+        Self {
+            rule: Arc::clone(&self.rule),
+            head: self.head.clone(),
+            tail: self.tail.clone(),
+            last: Mutex::default(),
+            last_state: Mutex::default(),
+        }
+    }
 }
 
 /// Between the wait in `detail` and the `retry_after` number.
@@ -296,6 +316,8 @@ impl PreparedDenial {
             rule: Arc::clone(rule),
             head: head.into(),
             tail: tail.into(),
+            last: Mutex::default(),
+            last_state: Mutex::default(),
         }
     }
 
@@ -312,6 +334,48 @@ impl PreparedDenial {
 
     /// The `429` of a denial by this rule that may be retried after `secs` seconds (at least 1).
     pub(crate) fn response_after(&self, secs: u64) -> Response<Bytes> {
+        let (body, retry_after) = self.written(secs);
+        let mut res = Response::new(body);
+        *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        let headers = res.headers_mut();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        headers.insert(http::header::RETRY_AFTER, retry_after);
+        res
+    }
+
+    /// The `RateLimit` value of a denial when this rule is its layer's only one, `remaining`
+    /// and `reset` (seconds) its numbers: the last one when they are the same, else `write`'s.
+    pub(crate) fn state_value(
+        &self,
+        remaining: u32,
+        reset: u64,
+        write: impl FnOnce() -> HeaderValue,
+    ) -> HeaderValue {
+        let mut last = self.last_state.try_lock().ok();
+        if let Some(Some((r, t, value))) = last.as_deref()
+            && (*r, *t) == (remaining, reset)
+        {
+            return value.clone();
+        }
+        let value = write();
+        if let Some(last) = last.as_deref_mut() {
+            *last = Some((remaining, reset, value.clone()));
+        }
+        value
+    }
+
+    /// The document and `Retry-After` (at least 1) of a wait of `secs`: the last ones when the
+    /// wait is the same.
+    fn written(&self, secs: u64) -> (Bytes, HeaderValue) {
+        let mut last = self.last.try_lock().ok();
+        if let Some(Some((at, body, retry_after))) = last.as_deref()
+            && *at == secs
+        {
+            return (body.clone(), retry_after.clone());
+        }
         let digits = Digits::new(secs);
         let digits = digits.as_str().as_bytes();
         let mut body = Vec::with_capacity(
@@ -322,14 +386,12 @@ impl PreparedDenial {
         body.extend_from_slice(PREPARED_MIDDLE.as_bytes());
         body.extend_from_slice(digits);
         body.extend_from_slice(&self.tail);
-        let mut res = Response::new(Bytes::from(body));
-        *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-        res.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/problem+json"),
-        );
-        headers::insert_retry_after(res.headers_mut(), secs);
-        res
+        let body = Bytes::from(body);
+        let retry_after = headers::uint_value(secs.max(1));
+        if let Some(last) = last.as_deref_mut() {
+            *last = Some((secs, body.clone(), retry_after.clone()));
+        }
+        (body, retry_after)
     }
 }
 
@@ -415,7 +477,8 @@ mod tests {
             let prepared = PreparedDenial::new(&rule);
             assert!(prepared.is_of(name));
             assert!(!prepared.is_of("other"));
-            for wait in waits {
+            // Each wait twice (the second from the last one written), and back.
+            for &wait in waits.iter().chain(&waits).chain(waits.iter().rev()) {
                 let decision = Decision {
                     allowed: false,
                     rule: Arc::clone(&rule),

@@ -5,7 +5,7 @@ use std::task::{Poll, ready};
 
 use bytes::Bytes;
 use http::{Response, StatusCode, header};
-use http_body::Frame;
+use http_body::{Body, Frame};
 use pin_project_lite::pin_project;
 
 use super::config::Config;
@@ -35,6 +35,20 @@ pin_project! {
 }
 
 impl<B> ResponseBody<B> {
+    /// The inner service's `body`, passed on as it is.
+    pub fn new(body: B) -> Self {
+        Self::holding(body, None)
+    }
+
+    /// A body of `data`: an answer of the layer's own.
+    pub fn full(data: Bytes) -> Self {
+        Self {
+            body: InnerOrBytes::bytes(data),
+            held: None,
+            last: None,
+        }
+    }
+
     /// The inner service's body, holding `held` until it ends or is dropped.
     pub(super) fn holding(body: B, held: Option<Box<Holding>>) -> Self {
         Self {
@@ -43,14 +57,143 @@ impl<B> ResponseBody<B> {
             last: None,
         }
     }
+}
 
-    pub(crate) fn full(data: Bytes) -> Self {
-        Self {
-            body: InnerOrBytes::bytes(data),
-            held: None,
-            last: None,
-        }
+/// A response body [`RateLimit`](crate::rate_limit::RateLimit) can answer with: the type the
+/// layer's responses have over an inner service whose responses have this body, how it passes
+/// the inner body on, and how it writes its own answers (a `429`, a `503`).
+///
+/// axum's `Body` answers with axum's `Body` itself (the `axum` feature): a request none of
+/// whose rules holds a lease or settles its cost after the response gets the inner service's
+/// body back untouched, and axum does not box it again; a `429` is one `Body` of bytes. A body
+/// that carries the request's leases and settlement ([`Rule::concurrency`],
+/// [`Rule::charged_after_response`]) is boxed into a `Body` once.
+///
+/// Every other body type answers with a [`ResponseBody`] around it, as before. Implemented for
+/// `String`, `http_body_util`'s `Full`, `Empty`, `BoxBody`, `UnsyncBoxBody`, `Either`,
+/// `Limited`, `StreamBody` and `Channel`, and the response bodies of this crate's layers. A body type of your own implements
+/// it in a few lines:
+///
+/// ```
+/// use bytes::Bytes;
+/// use redis_guard::rate_limit::{RateLimitBody, ResponseBody};
+/// # use std::{pin::Pin, task::{Context, Poll}};
+///
+/// struct MyBody(Bytes);
+/// # impl http_body::Body for MyBody {
+/// #     type Data = Bytes;
+/// #     type Error = std::convert::Infallible;
+/// #     fn poll_frame(self: Pin<&mut Self>, _: &mut Context<'_>)
+/// #         -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> { Poll::Ready(None) }
+/// # }
+///
+/// impl RateLimitBody for MyBody {
+///     type Out = ResponseBody<Self>;
+///
+///     fn passed(body: Self) -> Self::Out {
+///         ResponseBody::new(body)
+///     }
+///
+///     fn holding(body: ResponseBody<Self>) -> Self::Out {
+///         body
+///     }
+///
+///     fn answer(bytes: Bytes) -> Self::Out {
+///         ResponseBody::full(bytes)
+///     }
+/// }
+/// ```
+///
+/// A body type of another crate (tonic's, for one) is boxed below the layer:
+/// `ServiceBuilder::new().layer(rate_limit).map_response_body(UnsyncBoxBody::new)`.
+///
+/// [`Rule::concurrency`]: crate::rate_limit::Rule::concurrency
+/// [`Rule::charged_after_response`]: crate::rate_limit::Rule::charged_after_response
+pub trait RateLimitBody: Body<Data = Bytes> + Sized {
+    /// The body of the layer's responses.
+    type Out: Body<Data = Bytes>;
+
+    /// The inner service's `body`, nothing held: its request holds no lease and settles
+    /// nothing.
+    fn passed(body: Self) -> Self::Out;
+
+    /// The inner service's body with what its request holds (leases, a cost to settle), which
+    /// it releases and settles when it ends or is dropped.
+    fn holding(body: ResponseBody<Self>) -> Self::Out;
+
+    /// A body of `bytes`: an answer of the layer's own.
+    fn answer(bytes: Bytes) -> Self::Out;
+}
+
+#[cfg(feature = "axum")]
+impl RateLimitBody for axum::body::Body {
+    type Out = Self;
+
+    fn passed(body: Self) -> Self {
+        body
     }
+
+    fn holding(body: ResponseBody<Self>) -> Self {
+        Self::new(body)
+    }
+
+    fn answer(bytes: Bytes) -> Self {
+        Self::from(bytes)
+    }
+}
+
+/// [`RateLimitBody`] for body types answered in a [`ResponseBody`] around them.
+macro_rules! wrapped_bodies {
+    ($([$($generics:tt)*] $ty:ty;)*) => {
+        $(
+            impl<$($generics)*> RateLimitBody for $ty
+            where
+                $ty: Body<Data = Bytes>,
+            {
+                type Out = ResponseBody<Self>;
+
+                fn passed(body: Self) -> Self::Out {
+                    ResponseBody::new(body)
+                }
+
+                fn holding(body: ResponseBody<Self>) -> Self::Out {
+                    body
+                }
+
+                fn answer(bytes: Bytes) -> Self::Out {
+                    ResponseBody::full(bytes)
+                }
+            }
+        )*
+    };
+}
+
+wrapped_bodies! {
+    [] String;
+    [] http_body_util::Full<Bytes>;
+    [] http_body_util::Empty<Bytes>;
+    [E] http_body_util::combinators::BoxBody<Bytes, E>;
+    [E] http_body_util::combinators::UnsyncBoxBody<Bytes, E>;
+    [L, R] http_body_util::Either<L, R>;
+    [B] http_body_util::Limited<B>;
+    [S] http_body_util::StreamBody<S>;
+    [E] http_body_util::Channel<Bytes, E>;
+    [B] ResponseBody<B>;
+}
+
+#[cfg(feature = "session")]
+wrapped_bodies! {
+    [B] crate::session::ResponseBody<B>;
+}
+
+#[cfg(feature = "cache")]
+wrapped_bodies! {
+    [B: Body] crate::cache::ResponseBody<B>;
+}
+
+#[cfg(feature = "idempotency")]
+wrapped_bodies! {
+    [B: Body] crate::idempotency::ResponseBody<B>;
 }
 
 impl<B> fmt::Debug for ResponseBody<B> {
@@ -120,7 +263,7 @@ impl_body! {
 /// [`response`](crate::rate_limit::RateLimitLayerBuilder::response) hook's, else the default;
 /// `Retry-After` and, on a denial, the `RateLimit` headers added where it has none; the
 /// rejection in its extensions.
-pub(crate) fn answer<B>(config: &Config, rejection: Rejection) -> Response<ResponseBody<B>> {
+pub(crate) fn answer<B: RateLimitBody>(config: &Config, rejection: Rejection) -> Response<B::Out> {
     // The default answer has its `Retry-After` and no `RateLimit` headers: only a hook's is
     // looked into (an abusive client is all denials).
     let (mut res, hooked) = match &config.response {
@@ -142,17 +285,17 @@ pub(crate) fn answer<B>(config: &Config, rejection: Rejection) -> Response<Respo
     if config.extensions {
         res.extensions_mut().insert(rejection);
     }
-    res.map(ResponseBody::full)
+    res.map(B::answer)
 }
 
 /// The answer of a future polled again after it completed (only reachable by a caller's bug).
-pub(crate) fn after_completion<B>() -> Response<ResponseBody<B>> {
+pub(crate) fn after_completion<B: RateLimitBody>() -> Response<B::Out> {
     problem(
         StatusCode::INTERNAL_SERVER_ERROR,
         "rate-limit future polled after completion",
         &[],
     )
-    .map(ResponseBody::full)
+    .map(B::answer)
 }
 
 #[cfg(test)]
@@ -380,5 +523,56 @@ pub(super) mod tests {
                 (b.status(), b.headers(), b.body())
             );
         }
+    }
+
+    /// Over an inner service answering axum's `Body`, the layer answers in that `Body` itself
+    /// (axum boxes any other body type once more): the inner body passed on as it is, its own
+    /// `429` as bytes, and a body that holds a lease until it ends.
+    #[cfg(feature = "axum")]
+    #[tokio::test]
+    async fn over_axum_the_layer_answers_in_axum_s_body() {
+        use axum::body::Body;
+
+        async fn status_and_body(
+            svc: &mut (
+                     impl tower::Service<Request<String>, Response = Response<Body>, Error = Infallible>
+                     + Clone
+                 ),
+        ) -> (u16, Bytes) {
+            let res = svc.clone().oneshot(Request::new(String::new())).await;
+            let (parts, body) = res.unwrap().into_parts();
+            (
+                parts.status.as_u16(),
+                body.collect().await.unwrap().to_bytes(),
+            )
+        }
+
+        let inner = service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(Body::from("ok")))
+        });
+        let mut svc = RateLimitLayer::new(MemoryLimiter::new(), "api", Global, Quota::per_hour(1))
+            .unwrap()
+            .layer(inner);
+        assert_eq!(status_and_body(&mut svc).await, (200, Bytes::from("ok")));
+        let (status, body) = status_and_body(&mut svc).await;
+        assert_eq!(status, 429);
+        assert!(
+            body.starts_with(b"{\"detail\":\"Rate limit `api` exceeded"),
+            "{body:?}"
+        );
+
+        // A lease is held by the body until it ends, in the `Body` too.
+        let leased = RateLimitLayer::builder(MemoryLimiter::new())
+            .rule_with(crate::rate_limit::Rule::concurrency("one", 1), Global)
+            .build()
+            .unwrap()
+            .layer(inner);
+        let held = leased.clone().oneshot(Request::new(String::new())).await;
+        let held: Response<Body> = held.unwrap();
+        let (status, _) = status_and_body(&mut leased.clone()).await;
+        assert_eq!(status, 429, "the first body holds the only lease");
+        assert_eq!(held.into_body().collect().await.unwrap().to_bytes(), "ok");
+        let (status, _) = status_and_body(&mut leased.clone()).await;
+        assert_eq!(status, 200, "released when the body ended");
     }
 }

@@ -2,12 +2,15 @@
 
 use std::sync::Arc;
 
-use http::Request;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower_service::Service;
 use tracing::Instrument;
 
 use super::config::{Config, Plan};
 use super::future::ResponseFuture;
-use super::response::ResponseBody;
+use super::response::RateLimitBody;
 use crate::rate_limit::quota_lookup as resolve;
 use crate::rate_limit::{Check, Decision, LimiterError, Pending};
 use crate::telemetry::Stopwatch;
@@ -20,9 +23,23 @@ define_service! {
     RateLimit { config: Config }
 }
 
-impl_service! {
-    RateLimit => ResponseBody where {} |this, req| {
-        let RateLimit { inner, config } = this;
+/// Over any inner HTTP service `S: Clone` whose body is a [`RateLimitBody`], answering in that
+/// body's [`Out`](RateLimitBody::Out) type with the inner error type.
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: RateLimitBody,
+{
+    type Response = Response<ResBody::Out>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let RateLimit { inner, config } = self;
         match &config.plain {
             Some(rules) => super::lean::call(inner, config, rules, req, |inner, req| {
                 general(inner, config, req)
