@@ -109,6 +109,13 @@ impl<B> ResponseBody<B> {
 ///
 /// [`Rule::concurrency`]: crate::rate_limit::Rule::concurrency
 /// [`Rule::charged_after_response`]: crate::rate_limit::Rule::charged_after_response
+#[diagnostic::on_unimplemented(
+    message = "`RateLimit` cannot answer in a body of type `{Self}`",
+    label = "the inner service answers with `{Self}`",
+    note = "box the inner service's body below the layer: \
+            `ServiceBuilder::new().layer(rate_limit).map_response_body(UnsyncBoxBody::new)`, \
+            or implement `RateLimitBody` for `{Self}` (see its documentation)"
+)]
 pub trait RateLimitBody: Body<Data = Bytes> + Sized {
     /// The body of the layer's responses.
     type Out: Body<Data = Bytes>;
