@@ -91,13 +91,17 @@ pub(crate) fn parse_reply_live(
 /// [`RuleArgs::decided`](super::evaluation::RuleArgs::decided)). Admitted: `d` ≥ 0, the TAT the
 /// reset counts to less now; denied: `-d - 1`, with `d` the TAT less now. The states are what
 /// the script's five integers per rule would have said: the same arithmetic, exact on integers.
+/// A bare integer stands for an array of that one integer (`gcra_plain.lua`'s reply for one
+/// request of one rule).
 pub(crate) fn parse_compact<C: FromIterator<RuleState>>(
     reply: &Value,
     rules: &[[u64; 6]],
 ) -> Result<C, LimiterError> {
     let bad = |what: &str| LimiterError::from(BackendError::BadReply(format!("{what}: {reply:?}")));
-    let Value::Array(cells) = reply else {
-        return Err(bad("expected an array"));
+    let cells = match reply {
+        Value::Array(cells) => cells.as_slice(),
+        Value::Int(_) => std::slice::from_ref(reply),
+        _ => return Err(bad("expected an array")),
     };
     if cells.len() != rules.len() {
         return Err(bad(&format!("expected {} integers", rules.len())));
@@ -163,6 +167,11 @@ mod tests {
             state(-10 * em - 1),
             RuleState::from_parts(false, 10, 0, 6000, 60_000)
         );
+        // A bare integer is an array of that one integer.
+        for v in [em, -10 * em - 1] {
+            let bare = parse_compact::<Vec<_>>(&Value::Int(v), &[rule]).unwrap()[0];
+            assert_eq!(bare, state(v));
+        }
         // A probe (cost 0) is decided as cost 1.
         let probe = [1, 10, 60_000_000, 10, 6_000_000, 0];
         let states: Vec<_> = parse_compact(&ints(&[0, -10 * em - 1]), &[probe, probe]).unwrap();
@@ -177,6 +186,8 @@ mod tests {
             assert!(parse_compact::<Vec<_>>(&bad, &[rule]).is_err(), "{bad:?}");
         }
         assert!(parse_compact::<Vec<_>>(&ints(&[1]), &[[1, 10, 0, 10, 0, 1]]).is_err());
+        // One integer for two rules is too few.
+        assert!(parse_compact::<Vec<_>>(&Value::Int(1), &[rule, rule]).is_err());
     }
 
     #[test]
