@@ -1,9 +1,7 @@
 //! [`RedisBackend`]: the Redis component every layer runs on.
 
-use std::future::poll_fn;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use redis::Value;
@@ -386,12 +384,11 @@ impl RedisBackend {
     /// `circuit` is the one of the master the call goes to ([`RedisConnection::circuit_of`] its
     /// key; 0 outside a cluster).
     ///
-    /// The call is pinned where its caller made it and polled there, beside one `Sleep`: a
-    /// call's future is large (redis-rs' futures nest inside it), and every move of it is a
-    /// copy of all of it.
+    /// The call is pinned where its caller made it: a call's future is large (redis-rs' futures
+    /// nest inside it), and every move of it is a copy of all of it.
     async fn guarded<F: Future<Output = redis::RedisResult<Value>>>(
         &self,
-        mut call: Pin<&mut F>,
+        call: Pin<&mut F>,
         error: fn(redis::RedisError) -> BackendError,
         circuit: usize,
         deadline: Option<tokio::time::Instant>,
@@ -401,18 +398,11 @@ impl RedisBackend {
         let permit = circuits[index].admit()?;
         let timeout = self.inner.timeout;
         let deadline = deadline.unwrap_or_else(|| tokio::time::Instant::now() + timeout);
-        let mut sleep = pin!(tokio::time::sleep_until(deadline));
-        // As `tokio::time::timeout_at`: the call first, then the deadline.
-        let outcome = poll_fn(|cx| {
-            if let Poll::Ready(reply) = call.as_mut().poll(cx) {
-                return Poll::Ready(reply.map_err(error));
-            }
-            match sleep.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(BackendError::Timeout(timeout))),
-                Poll::Pending => Poll::Pending,
-            }
-        })
-        .await;
+        // `call` is a pinned reference: the timeout moves a pointer, not the call.
+        let outcome = match tokio::time::timeout_at(deadline, call).await {
+            Ok(reply) => reply.map_err(error),
+            Err(_) => Err(BackendError::Timeout(timeout)),
+        };
         if permit.record(&outcome) {
             self.spawn_probe(index);
         }
