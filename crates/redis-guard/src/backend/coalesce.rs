@@ -81,6 +81,19 @@ pub(crate) trait Form<E>: Clone + Send + Sync + 'static {
         entries: &[&E],
         deadline: Option<Instant>,
     ) -> impl Future<Output = Result<Replies<Self::Reply>, BackendError>> + Send;
+
+    /// [`call`](Self::call) for one entry sent alone: its reply, or its error. A form whose
+    /// call of one entry needs no list of replies answers it directly.
+    fn call_one(
+        &self,
+        backend: &RedisBackend,
+        entry: &E,
+    ) -> impl Future<Output = Result<Self::Reply, BackendError>> + Send
+    where
+        E: Sync,
+    {
+        async move { only(self.call(backend, &[entry], None).await?) }
+    }
 }
 
 /// The default [`Form`]: one `EVALSHA` of a script that takes the batch form above.
@@ -266,7 +279,7 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
 
     /// One entry in a call of its own.
     async fn alone(&self, entry: E) -> Result<F::Reply, BackendError> {
-        only(self.form.call(&self.backend, &[&entry], None).await?)
+        self.form.call_one(&self.backend, &entry).await
     }
 
     /// The queue `entry` may join: 0 on a single Redis; on a cluster its keys' hash slot, or

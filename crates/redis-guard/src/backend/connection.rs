@@ -388,18 +388,31 @@ impl RedisConnection {
         }
         match self.query(evalsha).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                let mut eval = redis::cmd("EVAL");
-                eval.arg(script.code());
-                // After `EVALSHA <sha>`: the key count, the keys and ARGV, as they were.
-                for arg in evalsha.args_iter().skip(2) {
-                    if let redis::Arg::Simple(bytes) = arg {
-                        eval.arg(bytes);
-                    }
-                }
-                self.query(&eval).await
+                // Boxed: the rare second call does not double the size of every call's future
+                // (which the backend pins and polls in place).
+                Box::pin(self.eval(script, evalsha)).await
             }
             outcome => outcome,
         }
+    }
+
+    /// `evalsha` (an `EVALSHA` of `script`) sent as `EVAL` with the script's source.
+    #[cfg(any(
+        feature = "rate-limit",
+        feature = "session",
+        feature = "cache",
+        feature = "idempotency"
+    ))]
+    async fn eval(&self, script: &LuaScript, evalsha: &redis::Cmd) -> RedisResult<Value> {
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(script.code());
+        // After `EVALSHA <sha>`: the key count, the keys and ARGV, as they were.
+        for arg in evalsha.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                eval.arg(bytes);
+            }
+        }
+        self.query(&eval).await
     }
 }
 
@@ -454,9 +467,14 @@ impl RedisConnection {
         match &*kind {
             Kind::Manager(manager) => request.on(&mut manager.clone()).await,
             #[cfg(feature = "bb8")]
+            // Boxed: a pool's checkout future is large, and a call's future is as large as its
+            // largest branch (the multiplexed ones are a few hundred bytes).
             Kind::Pool(pool) => {
-                let mut conn = pool.get().await.map_err(pool_error)?;
-                request.on(&mut *conn).await
+                Box::pin(async move {
+                    let mut conn = pool.get().await.map_err(pool_error)?;
+                    request.on(&mut *conn).await
+                })
+                .await
             }
             #[cfg(feature = "cluster")]
             Kind::Cluster(cluster, _) => request.on(&mut cluster.clone()).await,

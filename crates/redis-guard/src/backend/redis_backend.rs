@@ -1,5 +1,6 @@
 //! [`RedisBackend`]: the Redis component every layer runs on.
 
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -333,8 +334,8 @@ impl RedisBackend {
             Some(redis::Arg::Simple(key)) => self.inner.conn.circuit_of(key),
             _ => 0,
         };
-        self.guarded(self.inner.conn.query(cmd), BackendError::Redis, circuit, None)
-            .await
+        let call = pin!(self.inner.conn.query(cmd));
+        self.guarded(call, BackendError::Redis, circuit, None).await
     }
 
     /// Runs `pipe`, whose commands all name `key` (one slot of a cluster), in one round trip
@@ -359,7 +360,7 @@ impl RedisBackend {
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Value, BackendError> {
         let circuit = self.inner.conn.circuit_of(key.as_bytes());
-        let call = self.inner.conn.pipeline(pipe);
+        let call = pin!(self.inner.conn.pipeline(pipe));
         self.guarded(call, BackendError::Redis, circuit, deadline)
             .await
     }
@@ -397,9 +398,12 @@ impl RedisBackend {
     /// The outcome is recorded, never retried.
     /// `circuit` is the one of the master the call goes to ([`RedisConnection::circuit_of`] its
     /// key; 0 outside a cluster).
-    async fn guarded(
+    ///
+    /// The call is pinned where its caller made it: a call's future is large (redis-rs' futures
+    /// nest inside it), and every move of it is a copy of all of it.
+    async fn guarded<F: Future<Output = redis::RedisResult<Value>>>(
         &self,
-        call: impl Future<Output = redis::RedisResult<Value>>,
+        call: Pin<&mut F>,
         error: fn(redis::RedisError) -> BackendError,
         circuit: usize,
         deadline: Option<tokio::time::Instant>,
@@ -409,6 +413,7 @@ impl RedisBackend {
         let permit = circuits[index].admit()?;
         let timeout = self.inner.timeout;
         let deadline = deadline.unwrap_or_else(|| tokio::time::Instant::now() + timeout);
+        // `call` is a pinned reference: the timeout moves a pointer, not the call.
         let outcome = match tokio::time::timeout_at(deadline, call).await {
             Ok(reply) => reply.map_err(error),
             Err(_) => Err(BackendError::Timeout(timeout)),
@@ -489,7 +494,7 @@ impl ScriptCall<'_> {
     /// script and runs it again (one call for the breaker). Errors of our scripts and Lua errors
     /// are [`BackendError::Script`].
     pub(crate) async fn run(self) -> Result<Value, BackendError> {
-        let call = self.backend.inner.conn.evalsha(self.script, &self.cmd);
+        let call = pin!(self.backend.inner.conn.evalsha(self.script, &self.cmd));
         self.backend
             .guarded(call, BackendError::from_script, self.circuit, self.deadline)
             .await

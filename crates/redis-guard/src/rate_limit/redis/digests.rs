@@ -4,12 +4,15 @@
 //! Key names carry a digest of the client's key ([`Key::digest`]), so that what a client sends
 //! never shapes a Redis key. SHA-256 is the largest part of naming a key. A direct-mapped table
 //! keeps the digests of recent keys, each slot behind its own lock (requests of different
-//! clients rarely wait for each other), its index a keyed hash of the key (clients cannot aim
-//! their keys at one slot). A key found in its slot is compared in full before its digest is
+//! clients rarely wait for each other), its index a keyed hash of the key (foldhash, seeded per
+//! table from the OS's random source through the standard library's hash keys: clients cannot
+//! aim their keys at one slot). A key found in its slot is compared in full before its digest is
 //! used; a miss, or a key longer than [`LONGEST`], is hashed as before.
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::{Mutex, PoisonError};
+
+use foldhash::SharedSeed;
 
 use crate::rate_limit::Key;
 
@@ -24,14 +27,18 @@ type Slot = Mutex<Option<(Box<[u8]>, String)>>;
 
 /// Recent keys and their digests.
 pub(super) struct Digests {
-    hasher: RandomState,
+    /// The foldhash seeds of the slots' index.
+    seed: u64,
+    shared: SharedSeed,
     slots: Box<[Slot]>,
 }
 
 impl Digests {
     pub(super) fn new() -> Self {
+        let random = || RandomState::new().hash_one(0_u64);
         Self {
-            hasher: RandomState::new(),
+            seed: random(),
+            shared: SharedSeed::from_u64(random()),
             slots: (0..SLOTS).map(|_| Mutex::new(None)).collect(),
         }
     }
@@ -44,7 +51,11 @@ impl Digests {
         }
         // The low bits of a keyed 64-bit hash: uniform over the slots.
         #[allow(clippy::cast_possible_truncation)]
-        let index = self.hasher.hash_one(bytes) as usize % SLOTS;
+        let index = {
+            let mut h = foldhash::quality::FoldHasher::with_seed(self.seed, &self.shared);
+            h.write(bytes);
+            h.finish() as usize % SLOTS
+        };
         let mut slot = self.slots[index]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);

@@ -9,7 +9,9 @@
 -- Reply    one array, request after request: per rule one integer, as gcra_only.lua's compact
 --          reply (admitted: the TAT its reset counts to, less now, >= 0; denied: now less the
 --          TAT, less 1, < 0); or, for a request with a key Redis cannot GET (a key of another
---          type), the error's text as one string, and nothing recorded for it.
+--          type), the error's text as one string, and nothing recorded for it. A call of one
+--          request of one rule replies with that one integer (or string) alone, not in an
+--          array: the client reads a bare integer for less than an array of one.
 local now = clock()
 local n = (#ARGV - 1) / 3
 if n < 1 or n ~= math.floor(n) or #KEYS % n ~= 0 then
@@ -62,5 +64,8 @@ end
 -- The key expires when its TAT passes: by then the client is as fresh as a new one.
 for key, tat in pairs(dirty) do
   redis.call('SET', key, fmt(tat), 'PX', cdiv(tat - now, 1000))
+end
+if #KEYS == 1 then
+  return out[1]
 end
 return out

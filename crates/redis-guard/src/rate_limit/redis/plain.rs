@@ -6,6 +6,8 @@
 
 use std::sync::{Arc, LazyLock};
 
+use redis::Value;
+
 use super::denials::{PlainRequest, cache_now, cached_denial, cached_wait, state_keys};
 use super::fixed_window_batch::Count;
 use super::fixed_window_plain::{self, state};
@@ -74,7 +76,7 @@ impl Entry for Keys {
 pub(super) struct Numbers(Arc<[Box<[u8]>]>);
 
 impl Form<Keys> for Numbers {
-    type Reply = redis::Value;
+    type Reply = Value;
 
     fn keys(entry: &Keys) -> &[String] {
         entry.0.as_slice()
@@ -86,21 +88,48 @@ impl Form<Keys> for Numbers {
         entries: &[&Keys],
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Replies, BackendError> {
-        let bytes = self.0.iter().map(|arg| arg.len()).sum();
-        let mut call = if let [one] = entries {
-            backend.script_sized(&GCRA_PLAIN, one.keys(), self.0.len(), bytes)
+        let reply = if let [one] = entries {
+            self.run(backend, one.keys(), deadline).await?
         } else {
             let keys: Vec<&str> = entries
                 .iter()
                 .flat_map(|e| e.keys().iter().map(String::as_str))
                 .collect();
-            backend.script_sized(&GCRA_PLAIN, &keys, self.0.len(), bytes)
+            self.run(backend, &keys, deadline).await?
         };
+        if let ([_], Value::Int(_)) = (entries, &reply) {
+            return Ok(vec![Ok(reply)]);
+        }
+        replies(reply, entries, true)
+    }
+
+    async fn call_one(&self, backend: &RedisBackend, entry: &Keys) -> Result<Value, BackendError> {
+        match self.run(backend, entry.keys(), None).await? {
+            // One rule's integer, alone.
+            reply @ Value::Int(_) => Ok(reply),
+            reply => replies(reply, &[entry], true)?
+                .pop()
+                .unwrap_or_else(|| Err(BackendError::BadReply("no reply".to_owned()))),
+        }
+    }
+}
+
+impl Numbers {
+    /// One call of `gcra_plain.lua` for `keys` (every request's, in order), answered by
+    /// `deadline` (`None`: the backend's timeout from now).
+    async fn run(
+        &self,
+        backend: &RedisBackend,
+        keys: &[impl AsRef<str>],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Value, BackendError> {
+        let bytes = self.0.iter().map(|arg| arg.len()).sum();
+        let mut call = backend.script_sized(&GCRA_PLAIN, keys, self.0.len(), bytes);
         for arg in &*self.0 {
             call.arg(&arg[..]);
         }
         call.until(deadline);
-        replies(call.run().await?, entries, true)
+        call.run().await
     }
 }
 

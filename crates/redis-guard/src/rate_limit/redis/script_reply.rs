@@ -83,13 +83,17 @@ pub(crate) fn parse_reply(
 /// [`RuleArgs::decided`](super::evaluation::RuleArgs::decided)). Admitted: `d` ≥ 0, the TAT the
 /// reset counts to less now; denied: `-d - 1`, with `d` the TAT less now. The states are what
 /// the script's five integers per rule would have said: the same arithmetic, exact on integers.
+/// A bare integer stands for an array of that one integer (`gcra_plain.lua`'s reply for one
+/// request of one rule).
 pub(crate) fn parse_compact<C: FromIterator<RuleState>>(
     reply: &Value,
     rules: &[[u64; 6]],
 ) -> Result<C, LimiterError> {
     let bad = |what: &str| LimiterError::from(BackendError::BadReply(format!("{what}: {reply:?}")));
-    let Value::Array(cells) = reply else {
-        return Err(bad("expected an array"));
+    let cells = match reply {
+        Value::Array(cells) => cells.as_slice(),
+        Value::Int(_) => std::slice::from_ref(reply),
+        _ => return Err(bad("expected an array")),
     };
     if cells.len() != rules.len() {
         return Err(bad(&format!("expected {} integers", rules.len())));
@@ -108,7 +112,9 @@ pub(crate) fn parse_compact<C: FromIterator<RuleState>>(
             let (d, em) = (i128::from(d), i128::from(emission));
             let capacity = i128::from(burst) * em;
             let ms = |us: i128| u64::try_from(ceil_div(us.max(0), 1000)).unwrap_or(u64::MAX);
-            let remaining = u64::try_from((capacity - d).div_euclid(em).max(0)).unwrap_or(u64::MAX);
+            // Floor of a negative quotient is below 0: none remaining.
+            let left = (capacity - d).max(0);
+            let remaining = u64::try_from(floor_div(left, em)).unwrap_or(u64::MAX);
             // A probe (cost 0) is decided as cost 1.
             let retry_ms = if allowed {
                 0
@@ -126,9 +132,21 @@ pub(crate) fn parse_compact<C: FromIterator<RuleState>>(
         .collect()
 }
 
-/// `a / b` rounded up, for `a` ≥ 0 and `b` > 0.
+/// `a / b` rounded up, for `a` ≥ 0 and `b` > 0: in `u64` when both fit (a 128-bit division is
+/// a call into the runtime's software routine).
 fn ceil_div(a: i128, b: i128) -> i128 {
-    (a + b - 1) / b
+    match (u64::try_from(a), u64::try_from(b)) {
+        (Ok(a), Ok(b)) => i128::from(a.div_ceil(b)),
+        _ => (a + b - 1) / b,
+    }
+}
+
+/// `a / b` rounded down, for `a` ≥ 0 and `b` > 0, as [`ceil_div`].
+fn floor_div(a: i128, b: i128) -> i128 {
+    match (u64::try_from(a), u64::try_from(b)) {
+        (Ok(a), Ok(b)) => i128::from(a / b),
+        _ => a / b,
+    }
 }
 
 #[cfg(test)]
@@ -155,6 +173,11 @@ mod tests {
             state(-10 * em - 1),
             RuleState::from_parts(false, 10, 0, 6000, 60_000)
         );
+        // A bare integer is an array of that one integer.
+        for v in [em, -10 * em - 1] {
+            let bare = parse_compact::<Vec<_>>(&Value::Int(v), &[rule]).unwrap()[0];
+            assert_eq!(bare, state(v));
+        }
         // A probe (cost 0) is decided as cost 1.
         let probe = [1, 10, 60_000_000, 10, 6_000_000, 0];
         let states: Vec<_> = parse_compact(&ints(&[0, -10 * em - 1]), &[probe, probe]).unwrap();
@@ -169,6 +192,24 @@ mod tests {
             assert!(parse_compact::<Vec<_>>(&bad, &[rule]).is_err(), "{bad:?}");
         }
         assert!(parse_compact::<Vec<_>>(&ints(&[1]), &[[1, 10, 0, 10, 0, 1]]).is_err());
+        // One integer for two rules is too few.
+        assert!(parse_compact::<Vec<_>>(&Value::Int(1), &[rule, rule]).is_err());
+    }
+
+    #[test]
+    fn divisions_in_64_bits_agree_with_128() {
+        let big = i128::from(u64::MAX);
+        for (a, b) in [
+            (0, 1),
+            (1, 1000),
+            (999, 1000),
+            (1000, 1000),
+            (big, 1),
+            (big + 5, 7),
+        ] {
+            assert_eq!(ceil_div(a, b), (a + b - 1) / b, "{a} / {b}");
+            assert_eq!(floor_div(a, b), a / b, "{a} / {b}");
+        }
     }
 
     #[test]
