@@ -376,7 +376,7 @@ impl RedisBackend {
         key: &str,
     ) -> Result<Value, BackendError> {
         let circuit = self.inner.conn.circuit_of(key.as_bytes());
-        let call = self.inner.conn.pipeline_replies(pipe);
+        let call = pin!(self.inner.conn.pipeline_replies(pipe));
         self.guarded(call, BackendError::Redis, circuit, None).await
     }
 
