@@ -190,12 +190,22 @@ impl ConnectOptions {
                 tls.validate()?;
                 return redis::cluster::ClusterClientBuilder::new(urls)
                     .certs(tls.certificates())
+                    .response_timeout(CLUSTER_NODE_REPLY)
                     .build();
             }
         }
-        redis::cluster::ClusterClient::new(urls)
+        redis::cluster::ClusterClientBuilder::new(urls)
+            .response_timeout(CLUSTER_NODE_REPLY)
+            .build()
     }
 }
+
+/// How long the cluster client waits for any one node's reply, its own slot refreshes included.
+/// Each call of a backend has its own, shorter deadline; this bounds what the client does on its
+/// own: without it, a slot refresh that asks a master killed a moment before can wait for it
+/// for good, and every call on the connection waits behind that refresh.
+#[cfg(feature = "cluster")]
+const CLUSTER_NODE_REPLY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Whether `url` asks for TLS (`rediss://`, `valkeys://`).
 pub(crate) fn is_tls(url: &str) -> bool {
