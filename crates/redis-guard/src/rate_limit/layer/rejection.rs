@@ -258,7 +258,7 @@ const LIMITED_END: &str = " s.";
 /// The default `429` of one rule, its problem document prepared when the layer is built: a
 /// denial writes only its wait into it (in `detail` and as `retry_after`), an abusive client
 /// being all denials. Byte for byte what [`Rejection::response`] writes for a denial by the rule.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct PreparedDenial {
     rule: Arc<str>,
     /// The document up to the wait in `detail`.
@@ -268,22 +268,44 @@ pub(crate) struct PreparedDenial {
     /// The last wait written, its document and `Retry-After`: the denials of one second have
     /// the same wait (an abusive client is all denials), and share them (a `Bytes` clone is a
     /// reference count). Never waited for: a denial that finds it busy writes its own.
-    last: Mutex<Option<(u64, Bytes, HeaderValue)>>,
-    /// The last `RateLimit` value of a layer of this rule alone, denied: its remaining
-    /// requests and reset (seconds), as [`written`](Self::written) keeps its wait.
-    last_state: Mutex<Option<(u32, u64, HeaderValue)>>,
+    last: LastWritten<u64, (Bytes, HeaderValue)>,
+    /// The last `RateLimit` value of a layer of this rule alone, denied, by its remaining
+    /// requests and reset (seconds).
+    last_state: LastWritten<(u32, u64), HeaderValue>,
+}
+
+/// The last value written and what it was written for: asked again for the same, it is
+/// cloned, not written again. Never waited for: a writer that finds it busy writes its own.
+#[derive(Debug)]
+struct LastWritten<K, V>(Mutex<Option<(K, V)>>);
+
+impl<K, V> Default for LastWritten<K, V> {
+    fn default() -> Self {
+        Self(Mutex::new(None))
+    }
 }
 
 /// A clone starts with nothing written.
-impl Clone for PreparedDenial {
+impl<K, V> Clone for LastWritten<K, V> {
     fn clone(&self) -> Self {
-        Self {
-            rule: Arc::clone(&self.rule),
-            head: self.head.clone(),
-            tail: self.tail.clone(),
-            last: Mutex::default(),
-            last_state: Mutex::default(),
+        Self::default()
+    }
+}
+
+impl<K: PartialEq, V: Clone> LastWritten<K, V> {
+    /// The value for `key`: the last one when it was written for `key`, else `write`'s.
+    fn get_or(&self, key: K, write: impl FnOnce() -> V) -> V {
+        let mut last = self.0.try_lock().ok();
+        if let Some(Some((k, value))) = last.as_deref()
+            && *k == key
+        {
+            return value.clone();
         }
+        let value = write();
+        if let Some(last) = last.as_deref_mut() {
+            *last = Some((key, value.clone()));
+        }
+        value
     }
 }
 
@@ -316,8 +338,8 @@ impl PreparedDenial {
             rule: Arc::clone(rule),
             head: head.into(),
             tail: tail.into(),
-            last: Mutex::default(),
-            last_state: Mutex::default(),
+            last: LastWritten::default(),
+            last_state: LastWritten::default(),
         }
     }
 
@@ -354,28 +376,17 @@ impl PreparedDenial {
         reset: u64,
         write: impl FnOnce() -> HeaderValue,
     ) -> HeaderValue {
-        let mut last = self.last_state.try_lock().ok();
-        if let Some(Some((r, t, value))) = last.as_deref()
-            && (*r, *t) == (remaining, reset)
-        {
-            return value.clone();
-        }
-        let value = write();
-        if let Some(last) = last.as_deref_mut() {
-            *last = Some((remaining, reset, value.clone()));
-        }
-        value
+        self.last_state.get_or((remaining, reset), write)
     }
 
     /// The document and `Retry-After` (at least 1) of a wait of `secs`: the last ones when the
     /// wait is the same.
     fn written(&self, secs: u64) -> (Bytes, HeaderValue) {
-        let mut last = self.last.try_lock().ok();
-        if let Some(Some((at, body, retry_after))) = last.as_deref()
-            && *at == secs
-        {
-            return (body.clone(), retry_after.clone());
-        }
+        self.last.get_or(secs, || self.write(secs))
+    }
+
+    /// The document and `Retry-After` of a wait of `secs`, written.
+    fn write(&self, secs: u64) -> (Bytes, HeaderValue) {
         let digits = Digits::new(secs);
         let digits = digits.as_str().as_bytes();
         let mut body = Vec::with_capacity(
@@ -386,12 +397,7 @@ impl PreparedDenial {
         body.extend_from_slice(PREPARED_MIDDLE.as_bytes());
         body.extend_from_slice(digits);
         body.extend_from_slice(&self.tail);
-        let body = Bytes::from(body);
-        let retry_after = headers::uint_value(secs.max(1));
-        if let Some(last) = last.as_deref_mut() {
-            *last = Some((secs, body.clone(), retry_after.clone()));
-        }
-        (body, retry_after)
+        (Bytes::from(body), headers::uint_value(secs.max(1)))
     }
 }
 
