@@ -11,6 +11,8 @@ use super::pending::{Pending, reason, tried};
 #[cfg(feature = "sentinel")]
 use super::sentinel::Sentinel;
 #[cfg(feature = "cluster")]
+use super::cluster::Cluster;
+#[cfg(feature = "cluster")]
 use super::slot::Masters;
 cfg_middleware! {
     use super::LuaScript;
@@ -65,7 +67,7 @@ enum Kind {
     #[cfg(feature = "bb8")]
     Pool(bb8::Pool<bb8_redis::RedisConnectionManager>),
     #[cfg(feature = "cluster")]
-    Cluster(redis::cluster_async::ClusterConnection, Masters),
+    Cluster(Arc<Cluster>),
     #[cfg(feature = "sentinel")]
     Sentinel(Arc<Sentinel>),
     /// Not connected yet ([`ConnectOptions::lazy`]): one of the kinds above once a background
@@ -193,6 +195,13 @@ impl RedisConnection {
     /// `host:port`). [`ConnectOptions::cluster`] with [`lazy`](ConnectOptions::lazy) starts
     /// while the cluster is unreachable.
     ///
+    /// When no call has had a reply for a second, the next call starts a new connection to the
+    /// cluster in the background, and calls go to it once it is made. redis-rs' cluster client
+    /// can stop answering for good after a node dies (its slot refresh and the requests queued
+    /// behind it wait for each other); a new connection finds the surviving masters at once.
+    /// A connection converted from a [`ClusterConnection`](redis::cluster_async::ClusterConnection)
+    /// of your own is kept as it is.
+    ///
     /// ```no_run
     /// # async fn f() -> redis::RedisResult<()> {
     /// let conn = redis_guard::backend::RedisConnection::cluster(&[
@@ -249,7 +258,7 @@ impl RedisConnection {
                     Err(_) => Masters::default(),
                 };
                 Ok(Self {
-                    kind: Kind::Cluster(conn, masters),
+                    kind: Kind::Cluster(Cluster::new(conn, Some(client), masters)),
                 })
             }
             Err(e) if options.is_lazy() && !is_misconfigured(&e) => {
@@ -258,7 +267,11 @@ impl RedisConnection {
                     let client = client.clone();
                     async move {
                         let conn = client.get_async_connection().await?;
-                        Ok(Kind::Cluster(conn, Masters::default()))
+                        Ok(Kind::Cluster(Cluster::new(
+                            conn,
+                            Some(client),
+                            Masters::default(),
+                        )))
                     }
                 });
                 Ok(Self {
@@ -341,7 +354,7 @@ impl RedisConnection {
     pub(crate) fn circuits(&self) -> usize {
         match &self.kind {
             #[cfg(feature = "cluster")]
-            Kind::Cluster(_, masters) => masters.count.max(1),
+            Kind::Cluster(cluster) => cluster.masters.count.max(1),
             _ => 1,
         }
     }
@@ -352,7 +365,7 @@ impl RedisConnection {
     pub(crate) fn circuit_of(&self, key: &[u8]) -> usize {
         match &self.kind {
             #[cfg(feature = "cluster")]
-            Kind::Cluster(_, masters) => masters.of(key),
+            Kind::Cluster(cluster) => cluster.masters.of(key),
             _ => 0,
         }
     }
@@ -433,10 +446,11 @@ impl RedisConnection {
         let kind = self.live()?;
         match &*kind {
             #[cfg(feature = "cluster")]
-            Kind::Cluster(cluster, masters) => {
+            Kind::Cluster(cluster) => {
                 let mut cmd = redis::cmd("EXISTS");
-                cmd.arg(masters.key_on(circuit));
-                cmd.query_async(&mut cluster.clone()).await
+                cmd.arg(cluster.masters.key_on(circuit));
+                let (mut conn, watch) = cluster.checkout();
+                watch.outcome(cmd.query_async(&mut conn).await)
             }
             _ => self.query(&redis::cmd("PING")).await,
         }
@@ -477,7 +491,10 @@ impl RedisConnection {
                 .await
             }
             #[cfg(feature = "cluster")]
-            Kind::Cluster(cluster, _) => request.on(&mut cluster.clone()).await,
+            Kind::Cluster(cluster) => {
+                let (mut conn, watch) = cluster.checkout();
+                watch.outcome(request.on(&mut conn).await)
+            }
             #[cfg(feature = "sentinel")]
             Kind::Sentinel(sentinel) => {
                 let (mut conn, generation) = sentinel.primary()?;
@@ -655,7 +672,7 @@ impl From<bb8::Pool<bb8_redis::RedisConnectionManager>> for RedisConnection {
 impl From<redis::cluster_async::ClusterConnection> for RedisConnection {
     fn from(conn: redis::cluster_async::ClusterConnection) -> Self {
         Self {
-            kind: Kind::Cluster(conn, Masters::default()),
+            kind: Kind::Cluster(Cluster::new(conn, None, Masters::default())),
         }
     }
 }

@@ -58,6 +58,12 @@ cfg_middleware! {
     }
 }
 #[cfg(feature = "cluster")]
+cfg_middleware! {
+    unused_without {
+        mod cluster;
+    }
+}
+#[cfg(feature = "cluster")]
 mod slot;
 // Without any middleware the connection has no user inside the crate.
 cfg_middleware! {
