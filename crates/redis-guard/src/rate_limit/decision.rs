@@ -106,19 +106,12 @@ impl Decision {
             .map(|r| r.rule.clone())
             .collect();
         let binding = if allowed {
-            rules.iter().min_by(|a, b| {
-                a.state
-                    .remaining
-                    .cmp(&b.state.remaining)
-                    .then(b.state.reset_after.cmp(&a.state.reset_after))
-            })
+            admitting(rules.iter().map(|r| &r.state))
         } else {
-            rules
-                .iter()
-                .filter(binds)
-                .filter(|r| !r.state.allowed)
-                .max_by_key(|r| r.state.retry_after)
-        };
+            let enforced = rules.iter().enumerate().filter(|(_, r)| binds(r));
+            denying(enforced.map(|(i, r)| (i, &r.state)))
+        }
+        .map(|i| &rules[i]);
         // Only shadow rules: admitted, and nothing for the client to see.
         let (rule, state) = match binding.or_else(|| shadow.first()) {
             Some(b) => (b.rule.clone(), b.state),
@@ -227,6 +220,27 @@ impl Decision {
     pub fn retry_after_secs(&self) -> u64 {
         ceil_secs(self.retry_after).max(1)
     }
+}
+
+/// The binding rule of an admitted request among `states`: the one with the fewest requests
+/// left, the first of those that stays full the longest. `None`: no states.
+pub(crate) fn admitting<'a>(states: impl IntoIterator<Item = &'a RuleState>) -> Option<usize> {
+    let (i, _) = states.into_iter().enumerate().min_by(|(_, a), (_, b)| {
+        (a.remaining.cmp(&b.remaining)).then(b.reset_after.cmp(&a.reset_after))
+    })?;
+    Some(i)
+}
+
+/// The binding rule of a denied request among the binding rules' `states` (each with its
+/// index): the denying rule with the longest wait, the last of those. `None`: none denies.
+pub(crate) fn denying<'a>(
+    states: impl IntoIterator<Item = (usize, &'a RuleState)>,
+) -> Option<usize> {
+    states
+        .into_iter()
+        .filter(|(_, s)| !s.allowed)
+        .max_by_key(|(_, s)| s.retry_after)
+        .map(|(i, _)| i)
 }
 
 pub(crate) fn ceil_secs(d: Duration) -> u64 {

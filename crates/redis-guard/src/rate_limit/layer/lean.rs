@@ -18,7 +18,6 @@
 //! [`RedisLimiter`]: crate::rate_limit::RedisLimiter
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::request::Parts;
 use http::{Request, Response};
@@ -32,7 +31,7 @@ use super::response::RateLimitBody;
 use crate::client_ip::ClientAddr;
 use crate::rate_limit::{
     Decision, Few, Key, KeyError, LimiterError, Mode, PlainStates, Rule, RuleDecision, RuleState,
-    ceil_secs,
+    admitting, ceil_secs, denying,
 };
 use crate::telemetry::{Metric, Stopwatch};
 
@@ -206,11 +205,11 @@ where
             .then(|| (config.policy.clone(), headers::states(named())));
         let legacy = config
             .legacy_headers()
-            .then(|| legacy(states, admitting(states)));
+            .then(|| legacy(states, admitting(states).unwrap_or(0)));
         let headers = RateLimitHeaders::plain(ietf, legacy);
         return ResponseFuture::calling(call(req), headers);
     }
-    let binding = denying(states);
+    let binding = denying(states.iter().enumerate()).unwrap_or(0);
     let retry_after = states[binding].retry_after;
     tracing::debug!(
         rule = rules[binding].name(),
@@ -251,35 +250,6 @@ pub(super) fn answer<B: RateLimitBody>(config: &Config, denial: Denial) -> Respo
 /// The inner service for an admitted request: a denied one leaves it ready, uncloned.
 fn take_ready<S: Clone>(inner: &mut S) -> S {
     super::service::take_ready(inner)
-}
-
-/// The binding rule of an admitted request: the one with the fewest requests left (the first
-/// of those that stays full the longest), as [`Decision`] says.
-fn admitting(states: &[RuleState]) -> usize {
-    let mut binding = 0;
-    for (i, s) in states.iter().enumerate().skip(1) {
-        let b = &states[binding];
-        if s.remaining < b.remaining
-            || (s.remaining == b.remaining && s.reset_after > b.reset_after)
-        {
-            binding = i;
-        }
-    }
-    binding
-}
-
-/// The binding rule of a denied request: the denying rule with the longest wait (the last of
-/// those), as [`Decision`] says.
-fn denying(states: &[RuleState]) -> usize {
-    let mut binding = None;
-    let mut longest = Duration::ZERO;
-    for (i, s) in states.iter().enumerate().filter(|(_, s)| !s.allowed) {
-        if binding.is_none() || s.retry_after >= longest {
-            binding = Some(i);
-            longest = s.retry_after;
-        }
-    }
-    binding.unwrap_or(0)
 }
 
 /// The legacy headers' (limit, remaining, reset) of the binding rule `at`.
