@@ -21,7 +21,7 @@ use super::evaluation::{Coalescers, Evaluation};
 use super::fixed_window_batch::Count;
 use crate::backend::{BackendError, RedisBackend};
 use crate::rate_limit::Algorithm;
-use crate::rate_limit::algorithm::RuleState;
+use crate::rate_limit::algorithm::{Params, RuleState};
 use crate::rate_limit::lease::Receipted;
 use crate::rate_limit::limiter::{Check, LimiterError, LimiterFuture};
 use crate::rate_limit::{RedisLimiter, Rule};
@@ -205,34 +205,39 @@ impl Plain {
         {
             return None;
         }
-        let p = check.params(check.cost);
-        Some(Self {
+        Some(Self::new(&check.params(check.cost), key(check)))
+    }
+
+    /// The plain transaction of a rule whose numbers are `p`, its state named `key`.
+    pub(super) fn new(p: &Params, key: String) -> Self {
+        Self {
             count: Count {
-                key: [key(check)],
+                key: [key],
                 cost: p.cost,
                 period_ms: p.period_us.div_ceil(1000).max(1),
             },
             limit: p.limit,
-        })
+        }
     }
 
     /// One transaction, with those of the requests queued with it: counts the cost, the denied
     /// included (as with `INCR` + `EXPIRE`: a denial consumes its units until the window closes), and
     /// opens the window on its first hit.
-    pub(super) async fn run(self, coalescers: &Coalescers) -> Result<Receipted, LimiterError> {
+    pub(super) async fn state(self, coalescers: &Coalescers) -> Result<RuleState, LimiterError> {
         let (limit, period_ms) = (self.limit, self.count.period_ms);
         let reply = coalescers.counts.call(self.count).await?;
-        Ok((vec![state(reply, limit, period_ms)?], None, Vec::new()))
+        state(reply, limit, period_ms)
+    }
+
+    /// [`state`](Self::state), as the general engine's evaluation answers.
+    async fn run(self, coalescers: &Coalescers) -> Result<Receipted, LimiterError> {
+        Ok((vec![self.state(coalescers).await?], None, Vec::new()))
     }
 }
 
 /// The rule's state from `(count, pttl)`: admitted while the count is within `limit`, the
 /// window's end from the key's expiry.
-pub(super) fn state(
-    (count, ttl): (i64, i64),
-    limit: u64,
-    period_ms: u64,
-) -> Result<RuleState, LimiterError> {
+fn state((count, ttl): (i64, i64), limit: u64, period_ms: u64) -> Result<RuleState, LimiterError> {
     if ttl < -1 {
         let text = format!("MULTI INCRBY PEXPIRE PTTL: count {count}, PTTL {ttl}");
         return Err(BackendError::BadReply(text).into());

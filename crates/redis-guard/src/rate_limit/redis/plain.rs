@@ -9,13 +9,13 @@ use std::sync::{Arc, LazyLock};
 use redis::Value;
 
 use super::denials::{PlainRequest, cache_now, cached_denial, cached_wait, state_keys};
-use super::fixed_window_batch::Count;
-use super::fixed_window_plain::{self, state};
+use super::fixed_window_plain::{self, Plain};
 use super::limiter::DENY_CACHE_MAX_WAIT;
 use super::script_reply::parse_compact;
 use crate::backend::{
     BackendError, Coalescer, Entry, Form, LuaScript, RedisBackend, Replies, ScriptCall, replies,
 };
+use crate::rate_limit::algorithm::Params;
 use crate::rate_limit::{
     Algorithm, Few, Key, LimiterError, Mode, PlainStates, PlainStore, RedisLimiter, Rule, RuleState,
 };
@@ -43,12 +43,8 @@ enum How {
         ints: Box<[[u64; 6]]>,
     },
     /// One fixed window, counted by the plain transaction (Redis >= 7; else the general
-    /// engine runs its script): its limit, cost, and period in ms.
-    Counted {
-        limit: u64,
-        cost: u64,
-        period_ms: u64,
-    },
+    /// engine runs its script): its numbers.
+    Counted(Params),
 }
 
 /// One request of plain GCRA rules: each rule's state key, in order.
@@ -139,13 +135,7 @@ impl PlainRules {
         let params = |rule: &Rule| rule.params(rule.quota(), rule.cost(), Mode::Enforce);
         let (how, tag) = match rules {
             [rule] if *rule.algorithm() == Algorithm::FixedWindow => {
-                let p = params(rule);
-                let how = How::Counted {
-                    limit: p.limit,
-                    cost: p.cost,
-                    period_ms: p.period_us.div_ceil(1000).max(1),
-                };
-                (how, fixed_window_plain::TAG)
+                (How::Counted(params(rule)), fixed_window_plain::TAG)
             }
             _ if !rules.is_empty() && rules.iter().all(|r| *r.algorithm() == Algorithm::Gcra) => {
                 let ints: Box<[[u64; 6]]> = rules
@@ -212,18 +202,9 @@ impl PlainRules {
                     .collect();
                 parse_compact(&calls.call(Keys(names)).await?, ints)?
             }
-            &How::Counted {
-                limit,
-                cost,
-                period_ms,
-            } => {
-                let count = Count {
-                    key: [self.key_name(0, &keys[0])],
-                    cost,
-                    period_ms,
-                };
-                let reply = self.limiter.coalescers.counts.call(count).await?;
-                Few::One(state(reply, limit, period_ms)?)
+            How::Counted(params) => {
+                let plain = Plain::new(params, self.key_name(0, &keys[0]));
+                Few::One(plain.state(&self.limiter.coalescers).await?)
             }
         };
         let Some(cache) = self.limiter.deny_cache.as_deref() else {
@@ -255,7 +236,7 @@ impl PlainStore for Arc<PlainRules> {
             .any(|(r, k)| r.allows(k));
         // An allow-listed key is answered in process; an older server's fixed window, by a
         // script; a request whose keys span a Cluster's slots, by one call per slot.
-        let counted = matches!(self.how, How::Counted { .. });
+        let counted = matches!(self.how, How::Counted(_));
         let spans = limiter.backend.connection().is_cluster()
             && keys
                 .as_slice()
