@@ -55,6 +55,30 @@ pub(super) fn asked(checks: &[Check]) -> impl Iterator<Item = (&Rule, &Key)> + C
     checks.iter().map(|c| (&*c.rule, &c.key))
 }
 
+/// Tells `cache` what Redis answered for a request (its rules and keys `asked`): an admitted
+/// one forgets its keys' cached denials; a denied one is cached for its wait when `looked_up`
+/// (the cache's time before the call, and the request's key in the cache when it was made)
+/// says the request is one the cache answers (`key` makes its key otherwise).
+pub(super) fn answered<'a>(
+    cache: &DenyCache<Vec<RuleState>>,
+    backend: &RedisBackend,
+    states: &[RuleState],
+    asked: impl Iterator<Item = (&'a Rule, &'a Key)>,
+    looked_up: Option<(u64, Option<u64>)>,
+    key: impl FnOnce() -> u64,
+) {
+    if states.iter().all(|s| s.allowed) {
+        // Taken after the reply: a denial cached while this call was out may predate what it
+        // recorded.
+        if cache.has_denials() {
+            let now = cache_now(backend, cache);
+            cache.admitted(now, DENY_CACHE_MAX_WAIT, || state_keys(cache, asked));
+        }
+    } else if let (Some((now, looked)), Some(wait)) = (looked_up, cached_wait(states)) {
+        cache.insert(looked.unwrap_or_else(key), states.to_vec(), now, wait);
+    }
+}
+
 /// How long a denial of `states` is cached: Redis reports waits in whole milliseconds, rounded
 /// up, so the true wait may be up to 1 ms shorter; the cache keeps the denial 1 ms less (at most
 /// [`DENY_CACHE_MAX_WAIT`]), and never denies a request Redis would admit. `None`: not at all.

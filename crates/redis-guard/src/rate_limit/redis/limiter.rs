@@ -5,9 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::denials::{
-    Request, asked, cache_now, cacheable, cached_denial, cached_wait, state_keys,
-};
+use super::denials::{Request, answered, asked, cache_now, cacheable, cached_denial};
 use super::evaluation::{Coalescers, Evaluation, RuleArgs};
 use super::fixed_window_plain::{self, Counters};
 use super::hot_lease::HotLeases;
@@ -333,9 +331,9 @@ impl RedisLimiter {
             let now = cache_now(&self.backend, &cache);
             let key = cache.has_denials().then(|| cache.key(Request(&checks)));
             let hit = key.and_then(|key| cached_denial(&cache, asked(&checks), key, now));
-            (cache, key, now, hit)
+            (now, key, hit)
         });
-        if let Some((_, _, _, Some(states))) = cached {
+        if let Some((_, _, Some(states))) = cached {
             return Box::pin(std::future::ready(Ok((states, None, Vec::new()))));
         }
         let evaluation = self.route(&checks);
@@ -346,22 +344,14 @@ impl RedisLimiter {
         let backend = self.backend.clone();
         Box::pin(async move {
             let (states, lease, live) = held(evaluation.run(&coalescers).await?);
-            if states.iter().all(|s| s.allowed) {
-                // Taken after the reply: a denial cached while this call was out may predate
-                // what it recorded.
-                let now = cache_now(&backend, &deny_cache);
-                deny_cache.admitted(now, DENY_CACHE_MAX_WAIT, || {
-                    state_keys(&deny_cache, asked(&checks))
-                });
-                return Ok((states, lease, live));
-            }
-            let Some((cache, key, now, None)) = cached else {
-                return Ok((states, lease, live));
-            };
-            if let Some(wait) = cached_wait(&states) {
-                let key = key.unwrap_or_else(|| cache.key(Request(&checks)));
-                cache.insert(key, states.clone(), now, wait);
-            }
+            answered(
+                &deny_cache,
+                &backend,
+                &states,
+                asked(&checks),
+                cached.map(|(now, key, _)| (now, key)),
+                || deny_cache.key(Request(&checks)),
+            );
             Ok((states, lease, live))
         })
     }

@@ -8,9 +8,8 @@ use std::sync::{Arc, LazyLock};
 
 use redis::Value;
 
-use super::denials::{PlainRequest, cache_now, cached_denial, cached_wait, state_keys};
+use super::denials::{PlainRequest, answered, cache_now, cached_denial};
 use super::fixed_window_plain::{self, Plain};
-use super::limiter::DENY_CACHE_MAX_WAIT;
 use super::script_reply::parse_compact;
 use crate::backend::{
     BackendError, Coalescer, Entry, Form, LuaScript, RedisBackend, Replies, ScriptCall, replies,
@@ -210,18 +209,14 @@ impl PlainRules {
         let Some(cache) = self.limiter.deny_cache.as_deref() else {
             return Ok(states);
         };
-        let asked_of = || self.rules.iter().map(|r| &**r).zip(keys);
-        if states.as_slice().iter().all(|s| s.allowed) {
-            // Taken after the reply: a denial cached while this call was out may predate what
-            // it recorded.
-            if cache.has_denials() {
-                let now = cache_now(&self.limiter.backend, cache);
-                cache.admitted(now, DENY_CACHE_MAX_WAIT, || state_keys(cache, asked_of()));
-            }
-        } else if let (Some(now), Some(wait)) = (now, cached_wait(states.as_slice())) {
-            let key = asked.unwrap_or_else(|| cache.key(PlainRequest(&self.rules, keys)));
-            cache.insert(key, states.as_slice().to_vec(), now, wait);
-        }
+        answered(
+            cache,
+            &self.limiter.backend,
+            states.as_slice(),
+            self.rules.iter().map(|r| &**r).zip(keys),
+            now.map(|now| (now, asked)),
+            || cache.key(PlainRequest(&self.rules, keys)),
+        );
         Ok(states)
     }
 }
