@@ -61,14 +61,6 @@ impl Counters {
         Self { known }
     }
 
-    /// Fixed, for tests: `plain` says whether the server could take the plain path.
-    #[cfg(test)]
-    pub(super) fn fixed(plain: bool) -> Self {
-        let known = OnceLock::new();
-        let _ = known.set(plain);
-        Self { known }
-    }
-
     /// Whether the shape is known (else [`detect`](Self::detect) it first).
     pub(super) fn is_known(&self) -> bool {
         self.known.get().is_some()
@@ -110,7 +102,8 @@ impl RedisLimiter {
     /// fallback to scripts on older servers.
     #[cfg(test)]
     pub(super) fn assume_plain_counters(mut self, plain: bool) -> Self {
-        self.counters = std::sync::Arc::new(Counters::fixed(plain));
+        let known = OnceLock::from(plain);
+        self.counters = std::sync::Arc::new(Counters { known });
         self
     }
 
