@@ -26,6 +26,7 @@ use crate::backend::{BackendError, Form, RedisBackend, Replies};
 
 /// One request decided by the plain transaction: its rule's counter, its cost, and how long a
 /// window it opens lasts.
+#[derive(Debug)]
 pub(super) struct Count {
     pub(super) key: [String; 1],
     pub(super) cost: u64,

@@ -169,6 +169,7 @@ fn collect_texts(reply: &Value, out: &mut Vec<String>) {
 }
 
 /// A request decided by the plain transaction: its one rule's key and numbers.
+#[derive(Debug)]
 pub(super) struct Plain {
     count: Count,
     limit: u64,
@@ -211,6 +212,15 @@ impl Plain {
             },
             limit: p.limit,
         }
+    }
+
+    /// The same rule's transaction for the state named `key`.
+    pub(super) fn for_key(&self, key: String) -> Self {
+        let count = Count {
+            key: [key],
+            ..self.count
+        };
+        Self { count, ..*self }
     }
 
     /// One transaction, with those of the requests queued with it: counts the cost, the denied

@@ -14,7 +14,6 @@ use super::script_reply::parse_compact;
 use crate::backend::{
     BackendError, Coalescer, Entry, Form, LuaScript, RedisBackend, Replies, ScriptCall, replies,
 };
-use crate::rate_limit::algorithm::Params;
 use crate::rate_limit::{
     Algorithm, Few, Key, LimiterError, Mode, PlainStates, PlainStore, RedisLimiter, Rule, RuleState,
 };
@@ -42,8 +41,8 @@ enum How {
         ints: Box<[[u64; 6]]>,
     },
     /// One fixed window, counted by the plain transaction (Redis >= 7; else the general
-    /// engine runs its script): its numbers.
-    Counted(Params),
+    /// engine runs its script), for a key named per request.
+    Counted(Plain),
 }
 
 /// One request of plain GCRA rules: each rule's state key, in order.
@@ -133,9 +132,10 @@ impl PlainRules {
     pub(super) fn new(limiter: &RedisLimiter, rules: &[Arc<Rule>]) -> Option<Self> {
         let params = |rule: &Rule| rule.params(rule.quota(), rule.cost(), Mode::Enforce);
         let (how, tag) = match rules {
-            [rule] if *rule.algorithm() == Algorithm::FixedWindow => {
-                (How::Counted(params(rule)), fixed_window_plain::TAG)
-            }
+            [rule] if *rule.algorithm() == Algorithm::FixedWindow => (
+                How::Counted(Plain::new(&params(rule), String::new())),
+                fixed_window_plain::TAG,
+            ),
             _ if !rules.is_empty() && rules.iter().all(|r| *r.algorithm() == Algorithm::Gcra) => {
                 let ints: Box<[[u64; 6]]> = rules
                     .iter()
@@ -201,8 +201,8 @@ impl PlainRules {
                     .collect();
                 parse_compact(&calls.call(Keys(names)).await?, ints)?
             }
-            How::Counted(params) => {
-                let plain = Plain::new(params, self.key_name(0, &keys[0]));
+            How::Counted(counted) => {
+                let plain = counted.for_key(self.key_name(0, &keys[0]));
                 Few::One(plain.state(&self.limiter.coalescers).await?)
             }
         };
