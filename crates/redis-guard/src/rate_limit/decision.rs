@@ -182,15 +182,7 @@ impl Decision {
         if let Some(took) = took {
             let seconds = took.as_secs_f64();
             for r in self.rules.iter().chain(&self.shadow) {
-                let metric = if r.state.allowed {
-                    Metric::RateLimitAllowed
-                } else {
-                    match r.mode {
-                        Mode::Shadow => Metric::RateLimitShadowLimited,
-                        Mode::Soft => Metric::RateLimitSoftLimited,
-                        _ => Metric::RateLimitLimited,
-                    }
-                };
+                let metric = verdict_metric(r.state.allowed, r.mode);
                 // Without the `metrics` feature there is nothing to look up.
                 let prepared = if cfg!(feature = "metrics") {
                     metrics.iter().find(|m| m.is_of(&r.rule))
@@ -219,6 +211,16 @@ impl Decision {
     #[must_use]
     pub fn retry_after_secs(&self) -> u64 {
         ceil_secs(self.retry_after).max(1)
+    }
+}
+
+/// The metric that counts a rule's verdict: admitted, or limited in the rule's mode.
+pub(crate) fn verdict_metric(allowed: bool, mode: Mode) -> Metric {
+    match (allowed, mode) {
+        (true, _) => Metric::RateLimitAllowed,
+        (false, Mode::Shadow) => Metric::RateLimitShadowLimited,
+        (false, Mode::Soft) => Metric::RateLimitSoftLimited,
+        (false, _) => Metric::RateLimitLimited,
     }
 }
 

@@ -161,7 +161,7 @@ pub use crate::client_ip::{ClientAddr, ClientIp, ClientIpLayer, ForwardedHeader,
 
 // What the layer's files take from the rest, reachable as `crate::rate_limit::Name` wherever
 // they stand.
-pub(crate) use decision::{admitting, ceil_secs, denying};
+pub(crate) use decision::{admitting, ceil_secs, denying, verdict_metric};
 pub(crate) use inline_list::Few;
 pub(crate) use key::Inline;
 pub(crate) use lease::Holding;

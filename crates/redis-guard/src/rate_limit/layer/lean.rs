@@ -31,9 +31,9 @@ use super::response::RateLimitBody;
 use crate::client_ip::ClientAddr;
 use crate::rate_limit::{
     Decision, Few, Key, KeyError, LimiterError, Mode, PlainStates, Rule, RuleDecision, RuleState,
-    admitting, ceil_secs, denying,
+    admitting, ceil_secs, denying, verdict_metric,
 };
-use crate::telemetry::{Metric, Stopwatch};
+use crate::telemetry::Stopwatch;
 
 /// The layer's plain plan: every rule, when all are plain and its limiter decides them at once,
 /// or on its store ([`Engine::plain_store`](crate::rate_limit::Engine), made ready here). On a
@@ -265,12 +265,7 @@ fn record(config: &Config, states: &[RuleState], started: Stopwatch) {
     }
     let seconds = started.elapsed().as_secs_f64();
     for (metrics, state) in config.metrics.iter().zip(states) {
-        let metric = if state.allowed {
-            Metric::RateLimitAllowed
-        } else {
-            Metric::RateLimitLimited
-        };
-        metrics.record(metric, seconds);
+        metrics.record(verdict_metric(state.allowed, Mode::Enforce), seconds);
     }
 }
 
