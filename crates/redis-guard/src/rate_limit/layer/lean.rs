@@ -64,7 +64,17 @@ pub(super) struct Denial {
     prepared: usize,
     /// `Retry-After`, in seconds.
     secs: u64,
-    headers: RateLimitHeaders,
+    headers: DenialHeaders,
+}
+
+/// The rate-limit headers of a plain denial.
+#[derive(Debug)]
+enum DenialHeaders {
+    /// A layer of one rule, its state: its whole answer is kept for the next denial with the
+    /// same numbers (an abusive client is all denials).
+    One(RuleState),
+    /// Several rules: their headers, written.
+    Written(RateLimitHeaders),
 }
 
 /// The response to `req` under `rules` (the layer's, all plain), `inner` the ready service.
@@ -218,17 +228,15 @@ where
         "rate limited"
     );
     record(config, states, started);
-    let state = match states {
-        // A layer of one rule: its `429`s of one second carry the same value.
-        [only] => {
-            config.denials[binding].state_value(only.remaining, ceil_secs(only.reset_after), || {
-                headers::states(named())
-            })
+    let headers = match states {
+        // A layer of one rule: its `429`s with the same numbers are the same answer.
+        [only] => DenialHeaders::One(*only),
+        _ => {
+            let ietf = Some((config.policy.clone(), headers::states(named())));
+            let legacy = config.legacy_headers().then(|| legacy(states, binding));
+            DenialHeaders::Written(RateLimitHeaders::plain(ietf, legacy))
         }
-        _ => headers::states(named()),
     };
-    let ietf = Some((config.policy.clone(), state));
-    let legacy = config.legacy_headers().then(|| legacy(states, binding));
     ResponseFuture::limited(
         Arc::clone(config),
         Denial {
@@ -236,15 +244,32 @@ where
             // built.
             prepared: binding,
             secs: ceil_secs(retry_after).max(1),
-            headers: RateLimitHeaders::plain(ietf, legacy),
+            headers,
         },
     )
 }
 
 /// The `429` of `denial`.
 pub(super) fn answer<B: RateLimitBody>(config: &Config, denial: Denial) -> Response<B::Out> {
-    let mut res = config.denials[denial.prepared].response_after(denial.secs);
-    denial.headers.insert(res.headers_mut());
+    let prepared = &config.denials[denial.prepared];
+    let res = match denial.headers {
+        DenialHeaders::One(state) => prepared.response_of_one(denial.secs, &state, |map| {
+            let name = config.rules[denial.prepared].rule.name();
+            let ietf = Some((
+                config.policy.clone(),
+                headers::states(std::iter::once((name, &state))),
+            ));
+            let legacy = config
+                .legacy_headers()
+                .then(|| legacy(std::slice::from_ref(&state), 0));
+            RateLimitHeaders::plain(ietf, legacy).insert(map);
+        }),
+        DenialHeaders::Written(headers) => {
+            let mut res = prepared.response_after(denial.secs);
+            headers.insert(res.headers_mut());
+            res
+        }
+    };
     res.map(B::answer)
 }
 
