@@ -20,6 +20,9 @@ use std::net::IpAddr;
 use std::net::Ipv6Addr;
 use std::sync::Arc;
 
+#[cfg(feature = "rate-limit")]
+use http::Extensions;
+use http::HeaderMap;
 use http::request::Parts;
 
 mod addr;
@@ -244,7 +247,18 @@ impl ClientIp {
     /// [`KeyError::Misconfigured`] when the request carries no peer address (logged once).
     #[cfg(feature = "rate-limit")]
     pub fn client_ip(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
-        Ok(self.behind(parts, peer_addr(parts)?.ip()))
+        self.client_ip_of(&parts.headers, &parts.extensions)
+    }
+
+    /// [`client_ip`](Self::client_ip) of a request's `headers` and `extensions`, read in place
+    /// (the rate-limit layer's path, which keeps the request whole).
+    #[cfg(feature = "rate-limit")]
+    pub(crate) fn client_ip_of(
+        &self,
+        headers: &HeaderMap,
+        extensions: &Extensions,
+    ) -> Result<IpAddr, KeyError> {
+        Ok(self.behind(headers, peer_addr(extensions)?.ip()))
     }
 
     /// The client's address as a [`ClientAddr`] (what [`ClientIpLayer`] and the rate-limit
@@ -267,7 +281,7 @@ impl ClientIp {
     /// ```
     #[must_use]
     pub fn resolve(&self, parts: &Parts) -> Option<ClientAddr> {
-        peer::peer(parts).map(|addr| self.addr(self.behind(parts, addr.ip())))
+        peer::peer(&parts.extensions).map(|addr| self.addr(self.behind(&parts.headers, addr.ip())))
     }
 
     /// The client's address, or `None` (nothing logged) when the request carries no peer
@@ -283,11 +297,11 @@ impl ClientIp {
     }
 
     /// The client's address for a request from `peer`.
-    fn behind(&self, parts: &Parts, peer: IpAddr) -> IpAddr {
+    fn behind(&self, headers: &HeaderMap, peer: IpAddr) -> IpAddr {
         let peer = peer.to_canonical();
         match self.trusted.as_deref() {
             Some(trusted) if is_trusted(trusted, peer) => {
-                resolve_chain(trusted, self.header, &parts.headers, peer)
+                resolve_chain(trusted, self.header, headers, peer)
             }
             _ => peer,
         }

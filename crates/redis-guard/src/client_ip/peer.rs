@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 #[cfg(feature = "rate-limit")]
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use http::request::Parts;
+use http::Extensions;
 
 #[cfg(feature = "rate-limit")]
 use crate::rate_limit::KeyError;
@@ -52,14 +52,13 @@ static LOGGED_NO_PEER: AtomicBool = AtomicBool::new(false);
 
 /// The peer address from the request extensions (as [`PeerAddr`] or axum's `ConnectInfo`), if
 /// any: sessions record no address without one, and log nothing.
-pub(super) fn peer(parts: &Parts) -> Option<SocketAddr> {
-    if let Some(PeerAddr(addr)) = parts.extensions.get::<PeerAddr>() {
+pub(super) fn peer(extensions: &Extensions) -> Option<SocketAddr> {
+    if let Some(PeerAddr(addr)) = extensions.get::<PeerAddr>() {
         return Some(*addr);
     }
     #[cfg(feature = "axum")]
-    if let Some(axum::extract::ConnectInfo(addr)) = parts
-        .extensions
-        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+    if let Some(axum::extract::ConnectInfo(addr)) =
+        extensions.get::<axum::extract::ConnectInfo<SocketAddr>>()
     {
         return Some(*addr);
     }
@@ -69,8 +68,8 @@ pub(super) fn peer(parts: &Parts) -> Option<SocketAddr> {
 /// The peer address from the request extensions. Its absence is a server misconfiguration,
 /// logged once with how to fix it.
 #[cfg(feature = "rate-limit")]
-pub(super) fn peer_addr(parts: &Parts) -> Result<SocketAddr, KeyError> {
-    if let Some(addr) = peer(parts) {
+pub(super) fn peer_addr(extensions: &Extensions) -> Result<SocketAddr, KeyError> {
+    if let Some(addr) = peer(extensions) {
         return Ok(addr);
     }
     if !LOGGED_NO_PEER.swap(true, Ordering::Relaxed) {
@@ -83,22 +82,22 @@ pub(super) fn peer_addr(parts: &Parts) -> Result<SocketAddr, KeyError> {
 mod tests {
     use super::*;
 
-    fn parts_with<T: Clone + Send + Sync + 'static>(extension: T) -> Parts {
-        let mut req = http::Request::new(());
-        req.extensions_mut().insert(extension);
-        req.into_parts().0
+    fn extensions_with<T: Clone + Send + Sync + 'static>(extension: T) -> Extensions {
+        let mut extensions = Extensions::new();
+        extensions.insert(extension);
+        extensions
     }
 
     #[test]
     fn peer_addr_is_read_from_the_extensions() {
         let addr: SocketAddr = "[2001:db8::1]:443".parse().unwrap();
-        assert_eq!(peer_addr(&parts_with(PeerAddr(addr))), Ok(addr));
+        assert_eq!(peer_addr(&extensions_with(PeerAddr(addr))), Ok(addr));
         #[cfg(feature = "axum")]
         assert_eq!(
-            peer_addr(&parts_with(axum::extract::ConnectInfo(addr))),
+            peer_addr(&extensions_with(axum::extract::ConnectInfo(addr))),
             Ok(addr)
         );
-        let err = peer_addr(&parts_with(addr)).unwrap_err();
+        let err = peer_addr(&extensions_with(addr)).unwrap_err();
         assert!(matches!(err, KeyError::Misconfigured(m) if m.contains("connect_info")));
     }
 
@@ -106,7 +105,7 @@ mod tests {
     /// `axum` feature only in a build where it is off.
     #[test]
     fn the_misconfiguration_line_names_every_cause_and_its_fix() {
-        let KeyError::Misconfigured(line) = peer_addr(&parts_with(())).unwrap_err() else {
+        let KeyError::Misconfigured(line) = peer_addr(&extensions_with(())).unwrap_err() else {
             panic!("a missing peer is a misconfiguration");
         };
         for fix in [

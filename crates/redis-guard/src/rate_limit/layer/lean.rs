@@ -63,7 +63,17 @@ pub(super) struct Denial {
     prepared: usize,
     /// `Retry-After`, in seconds.
     secs: u64,
-    headers: RateLimitHeaders,
+    headers: DenialHeaders,
+}
+
+/// The rate-limit headers of a plain denial.
+#[derive(Debug)]
+enum DenialHeaders {
+    /// A layer of one rule, its state: its whole answer is kept for the next denial with the
+    /// same numbers (an abusive client is all denials).
+    One(RuleState),
+    /// Several rules: their headers, written.
+    Written(RateLimitHeaders),
 }
 
 /// The response to `req` under `rules` (the layer's, all plain), `inner` the ready service.
@@ -78,20 +88,36 @@ pub(super) fn call<S, ReqBody>(
 where
     S: Service<Request<ReqBody>> + Clone,
 {
-    let (mut parts, body) = req.into_parts();
+    let mut req = req;
     let mut keys: Few<Key> = Few::default();
     // The address a rule keyed by `ClientIp` counted, left for the handler of an admitted
     // request only (a denied one has none to read it).
     let mut client = None;
-    for r in &config.rules {
-        match key_of(r, &mut parts, &mut client) {
-            Ok(key) => keys.push(key),
-            // Skipped, rejected or misconfigured: as the general plan says (which finds the
-            // address again).
-            Err(_) => return general(inner, Request::from_parts(parts, body)),
+    if config.rules.iter().all(|r| r.client_ip.is_some()) {
+        // Every rule keyed by the client's address: read where it is, the request kept whole.
+        for ip in config.rules.iter().filter_map(|r| r.client_ip.as_ref()) {
+            match ip.client_ip_of(req.headers(), req.extensions()) {
+                Ok(found) => {
+                    let addr = ip.addr(found);
+                    client = Some(addr);
+                    keys.push(addr.key());
+                }
+                // Misconfigured (no peer address): as the general plan says.
+                Err(_) => return general(inner, req),
+            }
         }
+    } else {
+        let (mut parts, body) = req.into_parts();
+        for r in &config.rules {
+            match key_of(r, &mut parts, &mut client) {
+                Ok(key) => keys.push(key),
+                // Skipped, rejected or misconfigured: as the general plan says (which finds
+                // the address again).
+                Err(_) => return general(inner, Request::from_parts(parts, body)),
+            }
+        }
+        req = Request::from_parts(parts, body);
     }
-    let mut req = Request::from_parts(parts, body);
     let started = Stopwatch::start();
     let states = match &config.plain_store {
         Some(store) => match store.decide(keys) {
@@ -217,17 +243,15 @@ where
         "rate limited"
     );
     record(config, states, started);
-    let state = match states {
-        // A layer of one rule: its `429`s of one second carry the same value.
-        [only] => {
-            config.denials[binding].state_value(only.remaining, ceil_secs(only.reset_after), || {
-                headers::states(named())
-            })
+    let headers = match states {
+        // A layer of one rule: its `429`s with the same numbers are the same answer.
+        [only] => DenialHeaders::One(*only),
+        _ => {
+            let ietf = Some((config.policy.clone(), headers::states(named())));
+            let legacy = config.legacy_headers().then(|| legacy(states, binding));
+            DenialHeaders::Written(RateLimitHeaders::plain(ietf, legacy))
         }
-        _ => headers::states(named()),
     };
-    let ietf = Some((config.policy.clone(), state));
-    let legacy = config.legacy_headers().then(|| legacy(states, binding));
     ResponseFuture::limited(
         Arc::clone(config),
         Denial {
@@ -235,15 +259,32 @@ where
             // built.
             prepared: binding,
             secs: ceil_secs(retry_after).max(1),
-            headers: RateLimitHeaders::plain(ietf, legacy),
+            headers,
         },
     )
 }
 
 /// The `429` of `denial`.
 pub(super) fn answer<B: RateLimitBody>(config: &Config, denial: Denial) -> Response<B::Out> {
-    let mut res = config.denials[denial.prepared].response_after(denial.secs);
-    denial.headers.insert(res.headers_mut());
+    let prepared = &config.denials[denial.prepared];
+    let res = match denial.headers {
+        DenialHeaders::One(state) => prepared.response_of_one(denial.secs, &state, |map| {
+            let name = config.rules[denial.prepared].rule.name();
+            let ietf = Some((
+                config.policy.clone(),
+                headers::states(std::iter::once((name, &state))),
+            ));
+            let legacy = config
+                .legacy_headers()
+                .then(|| legacy(std::slice::from_ref(&state), 0));
+            RateLimitHeaders::plain(ietf, legacy).insert(map);
+        }),
+        DenialHeaders::Written(headers) => {
+            let mut res = prepared.response_after(denial.secs);
+            headers.insert(res.headers_mut());
+            res
+        }
+    };
     res.map(B::answer)
 }
 
@@ -465,6 +506,73 @@ mod tests {
         assert_eq!(answers[0], (200, bytes::Bytes::from("192.0.2.7")));
         assert_eq!(answers[1], (200, bytes::Bytes::from("192.0.2.7")));
         assert_eq!(answers[2].0, 429);
+    }
+
+    /// A layer whose rules are all keyed by the client's address reads it where the request
+    /// holds it, and answers as the general engine: behind a trusted proxy (the forwarded
+    /// address counted, the last rule's left for the handler), from the peer, and without any
+    /// peer address (a misconfiguration).
+    #[tokio::test]
+    async fn client_address_rules_answer_as_the_general_engine() {
+        use crate::client_ip::{ClientAddr, ClientIp, PeerAddr};
+
+        let layer = |general: bool| {
+            let mut layer = RateLimitLayer::builder(MemoryLimiter::new())
+                .rule("peer", ClientIp::peer(), Quota::per_hour(3))
+                .rule(
+                    "ip",
+                    ClientIp::trusted_proxies(["10.0.0.0/8"]).unwrap(),
+                    Quota::per_hour(2),
+                )
+                .legacy_headers(true)
+                .build()
+                .unwrap();
+            assert!(layer.config.plain.is_some());
+            if general {
+                std::sync::Arc::make_mut(&mut layer.config).plain = None;
+            }
+            layer
+        };
+        let requests: [(Option<&str>, Option<&str>); 6] = [
+            (Some("10.0.0.1:4000"), Some("203.0.113.7")),
+            (Some("10.0.0.1:4000"), Some("203.0.113.7")),
+            (Some("10.0.0.1:4000"), Some("203.0.113.8")),
+            (Some("10.0.0.1:4000"), Some("203.0.113.7")),
+            (Some("192.0.2.9:4000"), Some("203.0.113.7")),
+            (None, None),
+        ];
+        let mut answers = Vec::new();
+        for general in [false, true] {
+            let svc = layer(general).layer(service_fn(|req: Request<String>| async move {
+                let addr = req
+                    .extensions()
+                    .get::<ClientAddr>()
+                    .map(ToString::to_string);
+                Ok::<_, Infallible>(Response::new(addr.unwrap_or_default()))
+            }));
+            let mut seen = Vec::new();
+            for (peer, forwarded) in requests {
+                let mut req = Request::new(String::new());
+                if let Some(peer) = peer {
+                    req.extensions_mut().insert(PeerAddr(peer.parse().unwrap()));
+                }
+                if let Some(forwarded) = forwarded {
+                    req.headers_mut()
+                        .insert("x-forwarded-for", forwarded.parse().unwrap());
+                }
+                let (parts, body) = svc.clone().oneshot(req).await.unwrap().into_parts();
+                let body = body.collect().await.unwrap().to_bytes();
+                seen.push((parts.status.as_u16(), parts.headers, body));
+            }
+            answers.push(seen);
+        }
+        let statuses: Vec<_> = answers[0].iter().map(|(status, ..)| *status).collect();
+        assert_eq!(statuses, [200, 200, 200, 429, 200, 500]);
+        assert_eq!(answers[0][0].2, bytes::Bytes::from("203.0.113.7"));
+        assert_eq!(answers[0][2].2, bytes::Bytes::from("203.0.113.8"));
+        // An untrusted peer's forwarding header is not read: the peer is counted.
+        assert_eq!(answers[0][4].2, bytes::Bytes::from("192.0.2.9"));
+        assert_eq!(answers[0], answers[1]);
     }
 
     /// The denials of a one-rule layer within one second share their `RateLimit` value and

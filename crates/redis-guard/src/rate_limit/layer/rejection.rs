@@ -10,7 +10,7 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use super::headers::{self, Digits, RateLimitHeaders};
 use crate::problem::{Member, problem, problem_of_pieces, write_str};
-use crate::rate_limit::Decision;
+use crate::rate_limit::{Decision, RuleState, ceil_secs};
 
 /// Why a [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) answered a request itself
 /// instead of calling the inner service.
@@ -269,10 +269,15 @@ pub(crate) struct PreparedDenial {
     /// the same wait (an abusive client is all denials), and share them (a `Bytes` clone is a
     /// reference count). Never waited for: a denial that finds it busy writes its own.
     last: LastWritten<u64, (Bytes, HeaderValue)>,
-    /// The last `RateLimit` value of a layer of this rule alone, denied, by its remaining
-    /// requests and reset (seconds).
-    last_state: LastWritten<(u32, u64), HeaderValue>,
+    /// The last whole answer of a layer of this rule alone (document and headers), by what
+    /// it was written for: the wait, and the rule's limit, remaining requests and reset
+    /// (seconds). The denials of an abusive client share it, a clone of the map each.
+    last_whole: LastWritten<Whole, (Bytes, HeaderMap)>,
 }
+
+/// What the whole answer of a one-rule layer is written for: `Retry-After` (seconds), and the
+/// rule's limit, remaining requests and reset (seconds).
+type Whole = (u64, u32, u32, u64);
 
 /// The last value written and what it was written for: asked again for the same, it is
 /// cloned, not written again. Never waited for: a writer that finds it busy writes its own.
@@ -339,7 +344,7 @@ impl PreparedDenial {
             head: head.into(),
             tail: tail.into(),
             last: LastWritten::default(),
-            last_state: LastWritten::default(),
+            last_whole: LastWritten::default(),
         }
     }
 
@@ -368,15 +373,31 @@ impl PreparedDenial {
         res
     }
 
-    /// The `RateLimit` value of a denial when this rule is its layer's only one, `remaining`
-    /// and `reset` (seconds) its numbers: the last one when they are the same, else `write`'s.
-    pub(crate) fn state_value(
+    /// The `429` of a denial by this rule when it is its layer's only one: a wait of `secs`
+    /// seconds (at least 1), the rule's `state`, and `headers` writing the rate-limit headers
+    /// into the answer's. The last answer when it was written for the same numbers (a clone of
+    /// its document and headers), else a new one.
+    pub(crate) fn response_of_one(
         &self,
-        remaining: u32,
-        reset: u64,
-        write: impl FnOnce() -> HeaderValue,
-    ) -> HeaderValue {
-        self.last_state.get_or((remaining, reset), write)
+        secs: u64,
+        state: &RuleState,
+        headers: impl FnOnce(&mut HeaderMap),
+    ) -> Response<Bytes> {
+        let whole = (
+            secs,
+            state.limit,
+            state.remaining,
+            ceil_secs(state.reset_after),
+        );
+        let (body, map) = self.last_whole.get_or(whole, || {
+            let (mut parts, body) = self.response_after(secs).into_parts();
+            headers(&mut parts.headers);
+            (body, parts.headers)
+        });
+        let mut res = Response::new(body);
+        *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        *res.headers_mut() = map;
+        res
     }
 
     /// The document and `Retry-After` (at least 1) of a wait of `secs`: the last ones when the
