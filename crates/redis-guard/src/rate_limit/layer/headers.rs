@@ -19,7 +19,7 @@
 //! `X-RateLimit-*` headers describe the binding rule, which may be a concurrency rule (its
 //! limit, and the leases still free).
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::rate_limit::{Decision, Quota, ceil_secs};
@@ -183,29 +183,7 @@ fn one_state(name: &str, state: &crate::rate_limit::RuleState) -> Option<HeaderV
         buf.get_mut(len..len + part.len())?.copy_from_slice(part);
         len += part.len();
     }
-    HeaderValue::from_maybe_shared(shared_copy(&buf[..len])).ok()
-}
-
-/// The size of the blocks [`shared_copy`] copies small values into.
-const BLOCK: usize = 4096;
-
-thread_local! {
-    /// The rest of this thread's current block (see [`shared_copy`]).
-    static BLOCK_REST: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
-}
-
-/// `value` (at most a few dozen bytes) copied into this thread's current block, shared: the
-/// `RateLimit` value of every admitted request is one of these, and a block of 4 KiB serves
-/// a hundred of them for one allocation (each value holds a reference to its block, which is
-/// freed with the last one).
-fn shared_copy(value: &[u8]) -> Bytes {
-    BLOCK_REST.with_borrow_mut(|rest| {
-        if rest.capacity() < value.len() {
-            *rest = BytesMut::with_capacity(BLOCK.max(value.len()));
-        }
-        rest.extend_from_slice(value);
-        rest.split().freeze()
-    })
+    HeaderValue::from_bytes(&buf[..len]).ok()
 }
 
 /// A structured-field list of `"name";a=1;b=2` items, `, ` between items, written into one
@@ -357,25 +335,6 @@ mod tests {
             assert_eq!(one, format!(r#""{name}";r=7;t=3"#).as_str());
             assert_eq!(one, list([(name, [("r", 7), ("t", 3)])].into_iter()));
         }
-    }
-
-    /// Values copied into shared blocks keep their bytes while later ones fill the block and
-    /// the next ones, and after the thread's block has moved on.
-    #[test]
-    fn values_in_shared_blocks_keep_their_bytes() {
-        let values: Vec<(Vec<u8>, Bytes)> = (0..3 * BLOCK / 20)
-            .map(|i| {
-                let value = format!("\"api-{i}\";r={i};t={}", i % 61).into_bytes();
-                let shared = shared_copy(&value);
-                (value, shared)
-            })
-            .collect();
-        for (value, shared) in &values {
-            assert_eq!(&shared[..], &value[..]);
-        }
-        let long = vec![b'n'; 2 * BLOCK];
-        assert_eq!(&shared_copy(&long)[..], &long[..]);
-        assert_eq!(&shared_copy(b"after")[..], b"after");
     }
 
     #[test]
