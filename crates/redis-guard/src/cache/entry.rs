@@ -22,6 +22,8 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue, StatusCode};
 
+use super::status::CACHE_STATUS;
+
 /// The first bytes of every value the cache writes.
 const MAGIC: &str = "RGC2";
 
@@ -142,6 +144,11 @@ pub(crate) struct Entry {
     /// A tag of it was purged softly after it was computed (set by the lookup, not stored):
     /// served as stale while one request recomputes it.
     pub(crate) purged: bool,
+    /// `headers` hold an `Age` (set when decoded): when not, a hit looks none up.
+    pub(crate) aged: bool,
+    /// `headers` hold a `Cache-Status` (of caches nearer the origin; set when decoded): when
+    /// not, a hit looks none up.
+    pub(crate) relayed: bool,
 }
 
 /// A decoded value.
@@ -290,6 +297,7 @@ fn decode_blob(mut b: Bytes, times: Times) -> Option<Entry> {
             .min(64)
             + 4,
     );
+    let (mut aged, mut relayed) = (false, false);
     for _ in 0..count {
         let name = match usize::from(take_u8(&mut b)?) {
             0 => {
@@ -300,6 +308,8 @@ fn decode_blob(mut b: Bytes, times: Times) -> Option<Entry> {
             }
             at => NAMES.get(at - 1)?.clone(),
         };
+        aged |= name == header::AGE;
+        relayed |= name == CACHE_STATUS;
         let value = HeaderValue::from_maybe_shared(take_bytes(&mut b)?).ok()?;
         headers.append(name, value);
     }
@@ -315,6 +325,8 @@ fn decode_blob(mut b: Bytes, times: Times) -> Option<Entry> {
         tags,
         body: b,
         purged: false,
+        aged,
+        relayed,
     })
 }
 

@@ -330,7 +330,12 @@ impl Call {
         if entry.purged || (rescued && now >= entry.times.fresh_until) {
             outcome = outcome.forwarded();
         }
-        let initial_age = age_value(&entry.headers).unwrap_or(0);
+        let initial_age = if entry.aged {
+            age_value(&entry.headers).unwrap_or(0)
+        } else {
+            0
+        };
+        let relayed = entry.relayed;
         let (status, mut headers, body) = if asks.unchanged(entry.status, &entry.headers) {
             let mut headers = entry.headers;
             not_modified(&mut headers);
@@ -344,7 +349,7 @@ impl Call {
         let resident = now.saturating_sub(filled).saturating_add(500_000) / 1_000_000;
         let age = initial_age.saturating_add(resident);
         headers.insert(AGE, super::status::age(age));
-        outcome.mark(&self.shared.header, &mut headers);
+        outcome.mark_after(&self.shared.header, &mut headers, relayed);
         let mut res = Response::new(ResponseBody::full(body));
         *res.status_mut() = status;
         *res.headers_mut() = headers;
