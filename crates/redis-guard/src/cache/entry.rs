@@ -22,6 +22,8 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue, StatusCode};
 
+use super::status::CACHE_STATUS;
+
 /// The first bytes of every value the cache writes.
 const MAGIC: &str = "RGC2";
 
@@ -142,6 +144,11 @@ pub(crate) struct Entry {
     /// A tag of it was purged softly after it was computed (set by the lookup, not stored):
     /// served as stale while one request recomputes it.
     pub(crate) purged: bool,
+    /// `headers` hold an `Age` (set when decoded): when not, a hit looks none up.
+    pub(crate) aged: bool,
+    /// `headers` hold a `Cache-Status` (of caches nearer the origin; set when decoded): when
+    /// not, a hit looks none up.
+    pub(crate) relayed: bool,
 }
 
 /// A decoded value.
@@ -232,6 +239,14 @@ pub(crate) fn decode(raw: &Bytes) -> Option<Stored> {
 /// (one at least), within `u64`; and what follows `end`. Eight digits at a time while there
 /// are eight (a time in µs has sixteen), then one at a time.
 fn number(b: &[u8], end: u8) -> Option<(u64, &[u8])> {
+    // A time in µs, sixteen digits: two chunks and the end, with nothing to check for overflow.
+    if let Some((high, rest)) = b.split_first_chunk::<8>()
+        && let Some((low, [next, rest @ ..])) = rest.split_first_chunk::<8>()
+        && *next == end
+        && let (Some(high), Some(low)) = (eight_digits(*high), eight_digits(*low))
+    {
+        return Some((high * 100_000_000 + low, rest));
+    }
     let mut n: u64 = 0;
     let mut rest = b;
     while let Some((chunk, more)) = rest.split_first_chunk::<8>()
@@ -290,6 +305,7 @@ fn decode_blob(mut b: Bytes, times: Times) -> Option<Entry> {
             .min(64)
             + 4,
     );
+    let (mut aged, mut relayed) = (false, false);
     for _ in 0..count {
         let name = match usize::from(take_u8(&mut b)?) {
             0 => {
@@ -300,6 +316,8 @@ fn decode_blob(mut b: Bytes, times: Times) -> Option<Entry> {
             }
             at => NAMES.get(at - 1)?.clone(),
         };
+        aged |= name == header::AGE;
+        relayed |= name == CACHE_STATUS;
         let value = HeaderValue::from_maybe_shared(take_bytes(&mut b)?).ok()?;
         headers.append(name, value);
     }
@@ -315,6 +333,8 @@ fn decode_blob(mut b: Bytes, times: Times) -> Option<Entry> {
         tags,
         body: b,
         purged: false,
+        aged,
+        relayed,
     })
 }
 
@@ -401,7 +421,21 @@ mod tests {
             seed ^= seed << 17;
             cases.push(seed >> (seed % 64));
         }
+        // Sixteen digits (a time in µs), leading zeros or not.
+        cases.extend([
+            1_000_000_000_000_000,
+            1_765_000_000_123_456,
+            9_999_999_999_999_999,
+        ]);
         for n in cases {
+            let sixteen = format!("{n:016} rest");
+            if sixteen.len() == 21 {
+                assert_eq!(
+                    number(sixteen.as_bytes(), b' '),
+                    Some((n, &b"rest"[..])),
+                    "{sixteen}"
+                );
+            }
             let text = format!("{n} rest");
             assert_eq!(
                 number(text.as_bytes(), b' '),
@@ -423,6 +457,10 @@ mod tests {
             b"123456789",
             b"1234567a ",
             b"12345678a ",
+            b"123456781234567a ",
+            b"1234567812345678",
+            b"1234567812345678\n",
+            b"/234567812345678 ",
             b"/2345678 ",
             b":2345678 ",
             b"1234567\xff ",

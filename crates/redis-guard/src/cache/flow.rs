@@ -14,7 +14,7 @@ use super::body::{Collected, ResponseBody, collect};
 use super::entry::{Entry, Kind, encode};
 pub(crate) use super::lookup::Call;
 use super::lookup::{Look, Waited, holding, later, patiently};
-use super::policy::{Arrival, Asked, age_value, life};
+use super::policy::{Arrival, Asked, Carries, age_value, life};
 use super::status::Outcome;
 use super::store::Write;
 use super::validate::{Condition, ask, etag_of, freshen, has_validator, not_modified};
@@ -50,11 +50,20 @@ where
     ResBody: http_body::Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Send,
 {
-    /// The request's job; its conditional headers are the layer's to answer.
-    pub(crate) fn new(call: Call, inner: S, mut req: Request<ReqBody>) -> Self {
-        let method = req.method().clone();
-        let asks = Condition::take(&method, req.headers_mut());
-        let directives = Asked::of(req.headers());
+    /// The request's job; its conditional headers are the layer's to answer. `carries`: which
+    /// of them, and of its directives, the request has.
+    pub(crate) fn new(call: Call, inner: S, mut req: Request<ReqBody>, carries: Carries) -> Self {
+        let asks = if carries.condition {
+            let method = req.method().clone();
+            Condition::take(&method, req.headers_mut())
+        } else {
+            Condition::Unconditional
+        };
+        let directives = if carries.directives {
+            Asked::of(req.headers())
+        } else {
+            Asked::default()
+        };
         Self {
             call,
             inner,
@@ -321,7 +330,12 @@ impl Call {
         if entry.purged || (rescued && now >= entry.times.fresh_until) {
             outcome = outcome.forwarded();
         }
-        let initial_age = age_value(&entry.headers).unwrap_or(0);
+        let initial_age = if entry.aged {
+            age_value(&entry.headers).unwrap_or(0)
+        } else {
+            0
+        };
+        let relayed = entry.relayed;
         let (status, mut headers, body) = if asks.unchanged(entry.status, &entry.headers) {
             let mut headers = entry.headers;
             not_modified(&mut headers);
@@ -335,7 +349,7 @@ impl Call {
         let resident = now.saturating_sub(filled).saturating_add(500_000) / 1_000_000;
         let age = initial_age.saturating_add(resident);
         headers.insert(AGE, super::status::age(age));
-        outcome.mark(&self.shared.header, &mut headers);
+        outcome.mark_after(&self.shared.header, &mut headers, relayed);
         let mut res = Response::new(ResponseBody::full(body));
         *res.status_mut() = status;
         *res.headers_mut() = headers;

@@ -220,7 +220,16 @@ impl Call {
         // store also reads its URI's own record).
         let seen = self.shared.memo.get(&self.digest);
         let asked: &[String] = seen.as_deref().unwrap_or_default();
-        let read = match store.read(self.key(), asked).await {
+        // The entry alone on Redis (the usual hit): its `GET` awaited in place.
+        let alone = match store.redis() {
+            Some(redis) if asked.is_empty() => redis.read_alone(self.key()).await,
+            _ => None,
+        };
+        let read = match alone {
+            Some(read) => read,
+            None => store.read(self.key(), asked).await,
+        };
+        let read = match read {
             Ok(read) => read,
             Err(e) => {
                 tracing::warn!(error = %e, "cache store unavailable: serving without it");

@@ -3,8 +3,8 @@
 use std::time::{Duration, SystemTime};
 
 use http::header::{
-    AGE, AUTHORIZATION, CACHE_CONTROL, COOKIE, DATE, EXPIRES, HOST, PROXY_AUTHORIZATION,
-    SET_COOKIE, VARY,
+    AGE, AUTHORIZATION, CACHE_CONTROL, COOKIE, DATE, EXPIRES, HOST, IF_MODIFIED_SINCE,
+    IF_NONE_MATCH, PROXY_AUTHORIZATION, SET_COOKIE, VARY,
 };
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, request, response};
 
@@ -75,19 +75,28 @@ impl KeyPolicy {
     /// entry (entries are made only of pages that depend on no session) but never fills one.
     #[cfg(test)]
     pub(crate) fn key(&self, req: &request::Parts) -> Option<String> {
-        self.cached(req).then(|| self.variant_digest(req))
+        let carries = self.carries(&req.headers);
+        self.cached(req, carries).then(|| self.variant_digest(req))
     }
 
     /// Whether the layer looks a request up: `GET` or `HEAD`, with no credentials that are not
-    /// part of the key.
-    pub(crate) fn cached(&self, req: &request::Parts) -> bool {
-        if req.method != Method::GET && req.method != Method::HEAD {
-            return false;
+    /// part of the key (as `carries`, the request's [`Carries`], says).
+    pub(crate) fn cached(&self, req: &request::Parts, carries: Carries) -> bool {
+        (req.method == Method::GET || req.method == Method::HEAD) && !carries.credential
+    }
+
+    /// What the names of `headers` (a request's) say: one pass over them, which costs less
+    /// than a look-up of each header the layer reads, as a request has few.
+    pub(crate) fn carries(&self, headers: &HeaderMap) -> Carries {
+        let mut carries = Carries::default();
+        for name in headers.keys() {
+            carries.condition |= *name == IF_NONE_MATCH || *name == IF_MODIFIED_SINCE;
+            carries.directives |= *name == CACHE_CONTROL;
+            carries.credential |= self.credentials.contains(name)
+                && !self.vary.contains(name)
+                && !(self.ignore_cookies && *name == COOKIE);
         }
-        let keyed = |h: &HeaderName| self.vary.contains(h);
-        !self.credentials.iter().any(|h| {
-            req.headers.contains_key(h) && !keyed(h) && !(self.ignore_cookies && *h == COOKIE)
-        })
+        carries
     }
 
     /// The variant digest of a request the layer looks up (see [`cached`](Self::cached)):
@@ -405,6 +414,17 @@ pub(crate) fn stored_grace(headers: &HeaderMap, layer: Duration, max_ttl: Durati
     grace_of(&CacheControl::parse(headers), layer, max_ttl)
 }
 
+/// Which of the headers the layer reads off a request it has (see [`KeyPolicy::carries`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Carries {
+    /// A credential that is not part of the key: the request is not looked up.
+    pub(crate) credential: bool,
+    /// `If-None-Match` or `If-Modified-Since`: a condition the layer answers.
+    pub(crate) condition: bool,
+    /// `Cache-Control`: directives to the cache.
+    pub(crate) directives: bool,
+}
+
 /// What a request's `Cache-Control` asks of the cache (RFC 9111 §5.2.1). Of the request
 /// directives only these two are followed; see the module docs for the others.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -713,6 +733,53 @@ mod tests {
             HeaderValue::from_static("max-age=1, must-revalidate"),
         );
         assert_eq!(stored_grace(&headers, layer, max), Duration::ZERO);
+    }
+
+    /// One pass over a request's header names finds what a look-up of each would: a
+    /// credential outside the key (a keyed one, or a cookie the layer ignores, does not
+    /// count), a condition, directives.
+    #[test]
+    fn a_request_carries_what_its_header_names_say() {
+        let carries = |policy: &KeyPolicy, names: &[HeaderName]| {
+            let mut h = HeaderMap::new();
+            h.insert(HOST, HeaderValue::from_static("h"));
+            for name in names {
+                h.append(name.clone(), HeaderValue::from_static("v"));
+            }
+            let c = policy.carries(&h);
+            (c.credential, c.condition, c.directives)
+        };
+        let default = KeyPolicy::default();
+        assert_eq!(carries(&default, &[]), (false, false, false));
+        assert_eq!(carries(&default, &[AUTHORIZATION]), (true, false, false));
+        assert_eq!(
+            carries(&default, &[PROXY_AUTHORIZATION]),
+            (true, false, false)
+        );
+        assert_eq!(carries(&default, &[COOKIE, COOKIE]), (true, false, false));
+        assert_eq!(carries(&default, &[IF_NONE_MATCH]), (false, true, false));
+        assert_eq!(
+            carries(&default, &[IF_MODIFIED_SINCE]),
+            (false, true, false)
+        );
+        assert_eq!(carries(&default, &[CACHE_CONTROL]), (false, false, true));
+        assert_eq!(
+            carries(&default, &[CACHE_CONTROL, IF_NONE_MATCH, COOKIE]),
+            (true, true, true)
+        );
+        assert_eq!(
+            carries(&varying(AUTHORIZATION), &[AUTHORIZATION]),
+            (false, false, false)
+        );
+        let ignoring = KeyPolicy {
+            ignore_cookies: true,
+            ..KeyPolicy::default()
+        };
+        assert_eq!(carries(&ignoring, &[COOKIE]), (false, false, false));
+        assert_eq!(
+            carries(&ignoring, &[COOKIE, AUTHORIZATION]),
+            (true, false, false)
+        );
     }
 
     #[test]

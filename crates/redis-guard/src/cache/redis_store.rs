@@ -434,6 +434,17 @@ impl RedisCacheStore {
     }
 }
 
+impl RedisCacheStore {
+    /// [`Ops::read`] of `key` with no tags, as the lookup of a hit awaits it in place (no
+    /// boxed future, no clone of the store): one `GET`, when the store's time is known
+    /// without asking Redis; `None` when it is not (then [`Ops::read`] asks for it).
+    pub(crate) async fn read_alone(&self, key: Key<'_>) -> Option<Result<Read, BackendError>> {
+        let now = known_now(&self.inner.backend, &self.inner.clock)?;
+        let get = self.get(key);
+        Some(read_one(&self.inner.backend, get, now).await)
+    }
+}
+
 impl Ops for RedisCacheStore {
     fn read(&self, key: Key<'_>, tags: &[String]) -> BoxFuture<Result<Read, BackendError>> {
         let this = Arc::clone(&self.inner);
@@ -535,6 +546,10 @@ impl Ops for RedisCacheStore {
 
     fn check(&self) -> Option<crate::ConfigError> {
         self.inner.backend.config_problem()
+    }
+
+    fn redis(&self) -> Option<&RedisCacheStore> {
+        Some(self)
     }
 }
 

@@ -30,7 +30,8 @@ impl_service! {
     } |this, req| {
         let (mut parts, body) = req.into_parts();
         this.shared.key.normalize(&mut parts);
-        let ids = (this.shared.key.cached(&parts)).then(|| this.shared.ids.ids(&this.shared, &parts));
+        let carries = this.shared.key.carries(&parts.headers);
+        let ids = (this.shared.key.cached(&parts, carries)).then(|| this.shared.ids.ids(&this.shared, &parts));
         let req = Request::from_parts(parts, body);
         if !is_safe(req.method()) {
             let inner = this.take_ready();
@@ -46,6 +47,6 @@ impl_service! {
             digest: ids.variant,
             group: Some(ids.uri),
         };
-        ResponseFuture::caching(Box::pin(Job::new(call, inner, req).serve()))
+        ResponseFuture::caching(Box::pin(Job::new(call, inner, req, carries).serve()))
     }
 }

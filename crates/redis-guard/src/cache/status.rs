@@ -7,7 +7,7 @@ use http::{HeaderMap, HeaderValue};
 const NAME: &str = "redis-guard";
 
 /// `Cache-Status` (RFC 9211); `http` has no constant for it.
-const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
+pub(crate) const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
 
 /// How a response was served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +58,13 @@ impl Outcome {
     /// origin (RFC 9211 §2). Counts the response
     /// ([`Metric::CacheResponses`](crate::telemetry::Metric::CacheResponses)).
     pub(crate) fn mark(self, header: &HeaderName, headers: &mut HeaderMap) {
+        let earlier = headers.contains_key(&CACHE_STATUS);
+        self.mark_after(header, headers, earlier);
+    }
+
+    /// [`mark`](Self::mark), when whether `headers` hold a `Cache-Status` already is known:
+    /// `earlier` (when `false`, none is looked up).
+    pub(crate) fn mark_after(self, header: &HeaderName, headers: &mut HeaderMap, earlier: bool) {
         // A stale entry served without forwarding the request is a hit with a ttl of zero or
         // less (RFC 9211 §2.1, §2.4, and §3's "stale hit" example); `fwd=stale` would say the
         // request went to the handler, which it did not.
@@ -97,11 +104,11 @@ impl Outcome {
             1,
         );
         headers.insert(header.clone(), HeaderValue::from_static(value));
-        let joined = match (headers.get_all(&CACHE_STATUS).iter().next(), ttl) {
+        let joined = match (earlier, ttl) {
             // Alone, with nothing to write: a constant.
-            (None, None) => Some(HeaderValue::from_static(member)),
-            (None, Some(ttl)) => numbered(member, ttl),
-            (Some(_), _) => {
+            (false, None) => Some(HeaderValue::from_static(member)),
+            (false, Some(ttl)) => numbered(member, ttl),
+            (true, _) => {
                 let mut list = Vec::new();
                 for before in headers.get_all(&CACHE_STATUS) {
                     list.extend_from_slice(before.as_bytes());

@@ -108,6 +108,11 @@ pub(crate) trait Ops: Send + Sync + fmt::Debug + 'static {
     fn lock(&self) -> &Lock;
     /// Why the store cannot work as configured, or `None`.
     fn check(&self) -> Option<crate::ConfigError>;
+    /// The store as a [`RedisCacheStore`](super::RedisCacheStore), whose read of a key alone
+    /// a lookup awaits in place, without a boxed future; `None` for the others.
+    fn redis(&self) -> Option<&super::RedisCacheStore> {
+        None
+    }
 }
 
 /// The digest (hex SHA-256) of `parts`, each length-prefixed so that no two lists collide.
