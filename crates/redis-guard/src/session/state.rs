@@ -257,7 +257,7 @@ impl State {
                 _ => Ok(false),
             };
             match indexed {
-                Ok(indexed) => match shared.store.save(key.clone(), changes, life).await {
+                Ok(indexed) => match shared.store.save(&key, changes, life).await {
                     Ok(Some(exp)) => {
                         self.cookie_age = own.and_then(|_| time_left(record, Some(exp)));
                         Ok(Some((key, exp, indexed)))
@@ -404,7 +404,7 @@ async fn load_first_live(
 ) -> Result<Option<(KeyedId, Record)>, SessionError> {
     for id in ids {
         let id = KeyedId::new(id.clone());
-        if let Some(record) = shared.store.load(id.key.clone(), shared.life).await? {
+        if let Some(record) = shared.store.load(&id.key, shared.life).await? {
             if shared.transport.accepts(&record) {
                 return Ok(Some((id, record)));
             }
