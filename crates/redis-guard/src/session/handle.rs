@@ -99,14 +99,17 @@ impl Session {
     /// session could not be loaded (with [`FailurePolicy::Closed`]).
     pub async fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, SessionError> {
         check_key(key)?;
-        let raw = self.loaded().await?.peek(key);
-        raw.map(|v| {
-            serde_json::from_str(&v).map_err(|source| SessionError::Deserialize {
-                key: key.to_owned(),
-                source,
+        // Decoded under the lock, from the value as loaded: no copy of its text.
+        let state = self.loaded().await?;
+        state
+            .peek(key)
+            .map(|v| {
+                serde_json::from_str(v).map_err(|source| SessionError::Deserialize {
+                    key: key.to_owned(),
+                    source,
+                })
             })
-        })
-        .transpose()
+            .transpose()
     }
 
     /// Stores `value` under `key` (written after the handler).

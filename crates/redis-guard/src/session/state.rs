@@ -70,17 +70,14 @@ impl State {
     }
 
     /// The value under `key` as the handler sees it: its pending change, else the loaded one.
-    pub(crate) fn peek(&self, key: &str) -> Option<String> {
+    pub(crate) fn peek(&self, key: &str) -> Option<&str> {
         if let Some(v) = self.changes.set.get(key) {
-            return Some(v.clone());
+            return Some(v);
         }
         if self.changes.clear || self.changes.remove.contains(key) {
             return None;
         }
-        self.live
-            .as_ref()
-            .and_then(|(_, r)| r.get(key))
-            .map(str::to_owned)
+        self.live.as_ref().and_then(|(_, r)| r.get(key))
     }
 
     /// Removes `key` in this request (its removal is written after the handler); returns
