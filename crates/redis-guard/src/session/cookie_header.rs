@@ -46,7 +46,7 @@ pub(crate) fn read(headers: &HeaderMap, name: &str) -> ReadCookie {
                 .strip_prefix(b"\"")
                 .and_then(|v| v.strip_suffix(b"\""))
                 .unwrap_or(value);
-            match std::str::from_utf8(value).ok().and_then(SessionId::parse) {
+            match SessionId::parse_bytes(value) {
                 Some(id) if !ids.contains(&id) => {
                     if ids.len() == MAX_COOKIE_CANDIDATES {
                         tracing::debug!("session: more session cookies than we try; ignored");

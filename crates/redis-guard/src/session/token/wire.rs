@@ -105,7 +105,7 @@ impl TokenHeader {
             };
             token = rest;
         }
-        match std::str::from_utf8(token).ok().and_then(SessionId::parse) {
+        match SessionId::parse_bytes(token) {
             Some(id) => ReadCookie::Ids(vec![id]),
             None => {
                 tracing::debug!(len = token.len(), "session: malformed token ignored");
