@@ -17,6 +17,9 @@ pub(crate) const ENCODED_LEN: usize = 43;
 pub struct SessionId([u8; 32]);
 
 impl SessionId {
+    /// A placeholder for the unused places of a fixed-size list of ids; never read as an id.
+    pub(crate) const UNUSED: Self = Self([0; 32]);
+
     /// A fresh id from the operating system's CSPRNG.
     ///
     /// # Errors

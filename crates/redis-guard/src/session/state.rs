@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::cookie_header::ReadCookie;
+use super::cookie_header::{Candidates, ReadCookie};
 use super::id::{KeyedId, SessionId, new_handle};
 use super::shared::{Shared, Visit};
 use super::store::{
@@ -24,7 +24,7 @@ pub(crate) enum CookieAction {
 pub(crate) struct State {
     /// The well-formed ids from the request's cookies, in order (at most
     /// [`MAX_COOKIE_CANDIDATES`](super::cookie_header::MAX_COOKIE_CANDIDATES)).
-    pub(crate) cookie_ids: Vec<SessionId>,
+    pub(crate) cookie_ids: Candidates,
     pub(crate) loaded: bool,
     /// The live record and its id, once loaded (or created/rotated).
     pub(crate) live: Option<(KeyedId, Record)>,
@@ -51,7 +51,7 @@ impl State {
     pub(crate) fn new(cookie: ReadCookie, visit: Visit) -> Self {
         let cookie_ids = match cookie {
             ReadCookie::Ids(ids) => ids,
-            ReadCookie::Absent | ReadCookie::Malformed => Vec::new(),
+            ReadCookie::Absent | ReadCookie::Malformed => Candidates::new(),
         };
         Self {
             cookie_ids,
