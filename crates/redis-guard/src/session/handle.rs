@@ -392,6 +392,13 @@ impl Session {
         self.state.lock().await.finish(&self.shared, success).await
     }
 
+    /// [`finish`](Self::finish)'s answer when it has nothing to do and the state is free
+    /// (see [`State::finished_without_store`]): whether the store failed during the request,
+    /// the cookie kept. `None`: run `finish`.
+    pub(crate) fn finished_at_once(&self, success: bool) -> Option<bool> {
+        self.state.try_lock().ok()?.finished_without_store(success)
+    }
+
     /// The session's cookie config.
     pub(crate) fn cookie_config(&self) -> &CookieConfig {
         &self.shared.cookie

@@ -182,6 +182,19 @@ impl State {
         (cookie, failed)
     }
 
+    /// Whether [`finish`](Self::finish) has nothing to do: no change, no device to record, no
+    /// idle timeout to restart, the cookie kept. Then it would answer `(Keep, self.failed)`
+    /// without a store call, and this answers `Some(self.failed)`; otherwise `None`.
+    pub(crate) fn finished_without_store(&self, success: bool) -> Option<bool> {
+        let idle = !self.destroyed
+            && !self.load_failed
+            && self.changes.is_empty()
+            && (self.loaded || !success)
+            && !self.device_due
+            && self.cookie == CookieAction::Keep;
+        idle.then_some(self.failed)
+    }
+
     /// Writes what the request changed, with the client's details; see [`finish`](Self::finish).
     async fn write(&mut self, shared: &Shared, success: bool) -> (CookieAction, bool) {
         if self.destroyed {
