@@ -347,9 +347,13 @@ impl State {
         };
         let stored = record.get(DEVICE_FIELD).unwrap_or_default();
         // Compared as stored, without building either device: most writes change neither.
-        let mut parts = stored.splitn(3, '\t');
-        let (_, stored_ip, stored_agent) = (parts.next(), parts.next(), parts.next());
-        let stored_ip = stored_ip.unwrap_or_default();
+        // (A byte scan for the tabs: `splitn` costs several times as much on every write.)
+        let tab = |s: &str| s.bytes().position(|b| b == b'\t');
+        let after_handle = tab(stored).map_or("", |at| &stored[at + 1..]);
+        let (stored_ip, stored_agent) = match tab(after_handle) {
+            Some(at) => (&after_handle[..at], Some(&after_handle[at + 1..])),
+            None => (after_handle, None),
+        };
         let new_ip = self
             .visit
             .ip
