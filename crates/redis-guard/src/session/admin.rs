@@ -143,7 +143,7 @@ impl dyn SessionStore {
         storage_key: &str,
     ) -> Result<Option<std::collections::HashMap<String, String>>, SessionError> {
         let record = self
-            .load(storage_key.to_owned(), super::store::Lifetimes::default())
+            .load(storage_key, super::store::Lifetimes::default())
             .await?;
         Ok(record.map(|r| r.fields.into_iter().collect()))
     }

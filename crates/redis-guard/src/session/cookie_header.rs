@@ -9,13 +9,69 @@ use super::id::SessionId;
 /// trip until one names a live session, so a request carrying many is cut off here.
 pub(crate) const MAX_COOKIE_CANDIDATES: usize = 4;
 
+/// The well-formed session ids a request offers, in order: at most
+/// [`MAX_COOKIE_CANDIDATES`], kept in place (a request almost always carries one, and needs no
+/// allocation for it). Reads as a slice.
+#[derive(Clone)]
+pub(crate) struct Candidates {
+    ids: [SessionId; MAX_COOKIE_CANDIDATES],
+    len: usize,
+}
+
+impl Candidates {
+    /// No id.
+    pub(crate) const fn new() -> Self {
+        Self {
+            ids: [SessionId::UNUSED; MAX_COOKIE_CANDIDATES],
+            len: 0,
+        }
+    }
+
+    /// `id` alone.
+    pub(crate) fn one(id: SessionId) -> Self {
+        let mut ids = Self::new();
+        ids.push(id);
+        ids
+    }
+
+    /// Adds `id` at the end; `false` (and nothing added) when the list is full.
+    fn push(&mut self, id: SessionId) -> bool {
+        let Some(slot) = self.ids.get_mut(self.len) else {
+            return false;
+        };
+        *slot = id;
+        self.len += 1;
+        true
+    }
+
+    /// Forgets every id.
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+    }
+}
+
+impl std::fmt::Debug for Candidates {
+    /// The ids held, as a list (not the unused places).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl std::ops::Deref for Candidates {
+    type Target = [SessionId];
+
+    fn deref(&self) -> &[SessionId] {
+        &self.ids[..self.len]
+    }
+}
+
 /// What the request's cookies hold.
 #[derive(Debug)]
 pub(crate) enum ReadCookie {
     Absent,
     Malformed,
     /// Well-formed ids, in order, 1 to [`MAX_COOKIE_CANDIDATES`].
-    Ids(Vec<SessionId>),
+    Ids(Candidates),
 }
 
 /// The session ids in the request's `Cookie` headers: the well-formed values of every cookie
@@ -30,7 +86,7 @@ pub(crate) enum ReadCookie {
 pub(crate) fn read(headers: &HeaderMap, name: &str) -> ReadCookie {
     let name = name.as_bytes();
     let mut seen = false;
-    let mut ids: Vec<SessionId> = Vec::new();
+    let mut ids = Candidates::new();
     for header in headers.get_all(COOKIE) {
         for pair in header.as_bytes().split(|&b| b == b';') {
             let pair = pair.trim_ascii();
@@ -46,13 +102,12 @@ pub(crate) fn read(headers: &HeaderMap, name: &str) -> ReadCookie {
                 .strip_prefix(b"\"")
                 .and_then(|v| v.strip_suffix(b"\""))
                 .unwrap_or(value);
-            match std::str::from_utf8(value).ok().and_then(SessionId::parse) {
+            match SessionId::parse_bytes(value) {
                 Some(id) if !ids.contains(&id) => {
-                    if ids.len() == MAX_COOKIE_CANDIDATES {
+                    if !ids.push(id) {
                         tracing::debug!("session: more session cookies than we try; ignored");
                         return ReadCookie::Ids(ids);
                     }
-                    ids.push(id);
                 }
                 Some(_) => {}
                 None => tracing::debug!(

@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{SET_COOKIE, VARY};
@@ -105,6 +106,18 @@ where
                     let Some(session) = session.take() else {
                         return Poll::Ready(Ok(res.map(ResponseBody::inner)));
                     };
+                    // Most requests that read their session write nothing: answered here,
+                    // without boxing `finish` or waiting for the lock.
+                    if let Some(failed) = session.finished_at_once(succeeded(&res)) {
+                        let res = if failed && session.policy() == FailurePolicy::Closed {
+                            let answer = session.rejected(Rejection::StoreUnavailable);
+                            answer.map(ResponseBody::full)
+                        } else {
+                            respond(&session, res, &CookieAction::Keep, None)
+                                .map(ResponseBody::inner)
+                        };
+                        return Poll::Ready(Ok(res));
+                    }
                     State::Finishing {
                         fut: Box::pin(finish(session, res)),
                     }
@@ -123,12 +136,33 @@ where
 
 /// The inner service's response with the session's cookie and cache headers, or the layer's
 /// own answer when the store failed under [`FailurePolicy::Closed`].
-async fn finish<B>(session: Session, mut res: Response<B>) -> Result<Response<B>, Response<Bytes>> {
-    let success = res.status().is_success() || res.status().is_redirection();
-    let (cookie, failed) = session.finish(success).await;
+async fn finish<B>(session: Session, res: Response<B>) -> Result<Response<B>, Response<Bytes>> {
+    let (cookie, failed) = session.finish(succeeded(&res)).await;
     if failed && session.policy() == FailurePolicy::Closed {
         return Err(session.rejected(Rejection::StoreUnavailable));
     }
+    let age = match (&cookie, session.transport()) {
+        (CookieAction::Set(_), Wire::Cookie) => session.cookie_age().await,
+        _ => None,
+    };
+    Ok(respond(&session, res, &cookie, age))
+}
+
+/// Whether the inner service's response counts as a use of the session (a success or a
+/// redirection): only then does an untouched session have its idle timeout restarted.
+fn succeeded<B>(res: &Response<B>) -> bool {
+    res.status().is_success() || res.status().is_redirection()
+}
+
+/// The response with the session's cookie and cache headers, once the session is finished
+/// (and the store did not fail under [`FailurePolicy::Closed`]): `cookie` says what to do with
+/// the cookie, `age` is the `Max-Age` of one set.
+fn respond<B>(
+    session: &Session,
+    mut res: Response<B>,
+    cookie: &CookieAction,
+    age: Option<Duration>,
+) -> Response<B> {
     // A response cache outside this layer reads the mark: never store a response that depends
     // on a session. A mark that says neither tells it nothing, so none is allocated then.
     let mark = session.mark();
@@ -138,16 +172,16 @@ async fn finish<B>(session: Session, mut res: Response<B>) -> Result<Response<B>
     let (credential, token) = match session.transport() {
         Wire::Cookie => (HeaderName::from_static("cookie"), false),
         Wire::Header(token) => {
-            token.respond(res.headers_mut(), &cookie);
+            token.respond(res.headers_mut(), cookie);
             (token.request_header().clone(), true)
         }
     };
-    let hands_out = cookie != CookieAction::Keep;
+    let hands_out = *cookie != CookieAction::Keep;
     if !token {
         let config = session.cookie_config();
-        let value = match &cookie {
+        let value = match cookie {
             CookieAction::Keep => None,
-            CookieAction::Set(id) => Some(config.set_cookie(id, session.cookie_age().await)),
+            CookieAction::Set(id) => Some(config.set_cookie(id, age)),
             CookieAction::Remove => Some(config.removal_cookie()),
         };
         if let Some(v) = value.and_then(|v| HeaderValue::from_str(&v).ok()) {
@@ -164,12 +198,12 @@ async fn finish<B>(session: Session, mut res: Response<B>) -> Result<Response<B>
     // token holder or from a session the request named.
     // (A new token already went out with `no-store`.)
     if token && matches!(cookie, CookieAction::Set(_)) {
-        return Ok(res);
+        return res;
     }
     if hands_out || (mark.carried() && (token || mark.touched())) {
         private_cache_control(headers, hands_out && !token);
     }
-    Ok(res)
+    res
 }
 
 /// The `Vary` value naming the credential header, in its usual spelling for `Cookie`.

@@ -99,14 +99,17 @@ impl Session {
     /// session could not be loaded (with [`FailurePolicy::Closed`]).
     pub async fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, SessionError> {
         check_key(key)?;
-        let raw = self.loaded().await?.peek(key);
-        raw.map(|v| {
-            serde_json::from_str(&v).map_err(|source| SessionError::Deserialize {
-                key: key.to_owned(),
-                source,
+        // Decoded under the lock, from the value as loaded: no copy of its text.
+        let state = self.loaded().await?;
+        state
+            .peek(key)
+            .map(|v| {
+                serde_json::from_str(v).map_err(|source| SessionError::Deserialize {
+                    key: key.to_owned(),
+                    source,
+                })
             })
-        })
-        .transpose()
+            .transpose()
     }
 
     /// Stores `value` under `key` (written after the handler).
@@ -387,6 +390,13 @@ impl Session {
     /// After the handler: see [`State::finish`].
     pub(crate) async fn finish(&self, success: bool) -> (CookieAction, bool) {
         self.state.lock().await.finish(&self.shared, success).await
+    }
+
+    /// [`finish`](Self::finish)'s answer when it has nothing to do and the state is free
+    /// (see [`State::finished_without_store`]): whether the store failed during the request,
+    /// the cookie kept. `None`: run `finish`.
+    pub(crate) fn finished_at_once(&self, success: bool) -> Option<bool> {
+        self.state.try_lock().ok()?.finished_without_store(success)
     }
 
     /// The session's cookie config.

@@ -17,6 +17,9 @@ pub(crate) const ENCODED_LEN: usize = 43;
 pub struct SessionId([u8; 32]);
 
 impl SessionId {
+    /// A placeholder for the unused places of a fixed-size list of ids; never read as an id.
+    pub(crate) const UNUSED: Self = Self([0; 32]);
+
     /// A fresh id from the operating system's CSPRNG.
     ///
     /// # Errors
@@ -32,17 +35,30 @@ impl SessionId {
     /// bytes with no stray bits. Anything else is `None`.
     #[must_use]
     pub fn parse(s: &str) -> Option<Self> {
-        if s.len() != ENCODED_LEN {
+        Self::parse_bytes(s.as_bytes())
+    }
+
+    /// [`parse`](Self::parse) on the bytes of a header value, as they came: any byte outside
+    /// the base64url alphabet (non-ASCII included) makes it `None`, so no UTF-8 check is
+    /// needed first. Every id has exactly one accepted spelling: 43 × 6 = 258 bits, and the
+    /// last 2 must be zero.
+    pub(crate) fn parse_bytes(s: &[u8]) -> Option<Self> {
+        let s: &[u8; ENCODED_LEN] = s.try_into().ok()?;
+        let mut bytes = [0u8; 32];
+        // Ten groups of 4 characters give 30 bytes; the last 3 characters give 2 more.
+        let (groups, tail) = s.split_at(40);
+        for (out, group) in bytes.chunks_exact_mut(3).zip(groups.chunks_exact(4)) {
+            let n = (0..4).try_fold(0u32, |n, i| Some(n << 6 | sextet(group[i])?))?;
+            out.copy_from_slice(&n.to_be_bytes()[1..]);
+        }
+        let n = tail
+            .iter()
+            .try_fold(0u32, |n, &c| Some(n << 6 | sextet(c)?))?;
+        if n & 0b11 != 0 {
             return None;
         }
-        // The engine rejects padding and non-zero trailing bits (43 × 6 = 258 bits: the last 2
-        // must be zero), so every id has exactly one cookie value.
-        // Decoded on the stack: the engine asks for room for 33 bytes (its estimate for 43
-        // characters).
-        let mut bytes = [0u8; 33];
-        let n = URL_SAFE_NO_PAD.decode_slice(s, &mut bytes).ok()?;
-        let id: [u8; 32] = bytes.get(..n)?.try_into().ok()?;
-        Some(Self(id))
+        bytes[30..].copy_from_slice(&u16::try_from(n >> 2).ok()?.to_be_bytes());
+        Some(Self(bytes))
     }
 
     /// The cookie value.
@@ -57,13 +73,40 @@ impl SessionId {
     pub fn storage_key(&self) -> String {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let digest = Sha256::digest(self.0);
-        let mut hex = Vec::with_capacity(2 * digest.len());
-        for byte in digest {
-            hex.extend_from_slice(&[HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]]);
+        // Written on the stack, then copied out once: pushing digit by digit costs as much as
+        // a good part of the hash.
+        let mut hex = [0u8; 64];
+        for (digits, byte) in hex.chunks_exact_mut(2).zip(digest) {
+            digits[0] = HEX[usize::from(byte >> 4)];
+            digits[1] = HEX[usize::from(byte & 0xf)];
         }
         // ASCII digits: the check cannot fail.
-        String::from_utf8(hex).unwrap_or_default()
+        std::str::from_utf8(&hex)
+            .map(str::to_owned)
+            .unwrap_or_default()
     }
+}
+
+/// The value of each base64url character (`A`–`Z`, `a`–`z`, `0`–`9`, `-`, `_`), by byte;
+/// [`INVALID`] for every other byte.
+const SEXTETS: [u8; 256] = {
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut table = [INVALID; 256];
+    let mut value: u8 = 0;
+    while value < 64 {
+        table[alphabet[value as usize] as usize] = value;
+        value += 1;
+    }
+    table
+};
+
+/// [`SEXTETS`]' mark for a byte outside the alphabet.
+const INVALID: u8 = 0xff;
+
+/// The value of a base64url character; `None` for any other byte.
+fn sextet(c: u8) -> Option<u32> {
+    let v = SEXTETS[usize::from(c)];
+    (v != INVALID).then_some(u32::from(v))
 }
 
 /// A session id with its storage key, hashed once per request: what a request's loaded session
@@ -144,6 +187,45 @@ mod tests {
         // The last character carries 2 unused bits that must be zero.
         assert_eq!(SessionId::parse(&format!("{}B", "A".repeat(42))), None);
         assert!(SessionId::parse(&format!("{}E", "A".repeat(42))).is_some());
+    }
+
+    /// The decoder accepts exactly what the base64 crate's strict unpadded base64url engine
+    /// accepts, with the same bytes: every character in every position, every last character,
+    /// and random spellings.
+    #[test]
+    fn the_decoder_agrees_with_the_base64_engine() {
+        let engine = |s: &[u8]| {
+            let mut out = [0u8; 33];
+            let n = URL_SAFE_NO_PAD.decode_slice(s, &mut out).ok()?;
+            <[u8; 32]>::try_from(out.get(..n)?).ok()
+        };
+        let check = |s: &[u8]| {
+            assert_eq!(
+                SessionId::parse_bytes(s).map(|id| id.0),
+                engine(s),
+                "{:?}",
+                String::from_utf8_lossy(s)
+            );
+        };
+        let base = SessionId::generate().unwrap().encode().into_bytes();
+        for at in 0..ENCODED_LEN {
+            for c in 0..=u8::MAX {
+                let mut s = base.clone();
+                s[at] = c;
+                check(&s);
+            }
+        }
+        for _ in 0..2000 {
+            let mut raw = [0u8; ENCODED_LEN];
+            getrandom::fill(&mut raw).unwrap();
+            let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+            let s: Vec<u8> = raw.iter().map(|b| alphabet[usize::from(b % 64)]).collect();
+            check(&s);
+            check(&raw);
+        }
+        check(b"");
+        check(&base[..42]);
+        check(&[base.as_slice(), b"A"].concat());
     }
 
     #[test]

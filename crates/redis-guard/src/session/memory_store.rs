@@ -122,9 +122,9 @@ impl SessionStore for MemorySessionStore {}
 
 #[allow(private_interfaces)] // see `Store`
 impl Store for MemorySessionStore {
-    fn load(&self, key: String, life: Lifetimes) -> StoreFuture<Option<Record>> {
+    fn load(&self, key: &str, life: Lifetimes) -> StoreFuture<Option<Record>> {
         self.with(move |s, now| {
-            Ok(s.live_marked(&key, now, life).map(|(e, marked)| Record {
+            Ok(s.live_marked(key, now, life).map(|(e, marked)| Record {
                 fields: e
                     .fields
                     .iter()
@@ -155,13 +155,13 @@ impl Store for MemorySessionStore {
         })
     }
 
-    fn save(&self, key: String, changes: Changes, life: Lifetimes) -> StoreFuture<Option<u64>> {
+    fn save(&self, key: &str, changes: Changes, life: Lifetimes) -> StoreFuture<Option<u64>> {
         self.with(move |s, now| {
-            let Some(e) = s.live(&key, now, life) else {
+            let Some(e) = s.live(key, now, life) else {
                 return Ok(None);
             };
             changes.apply_to(&mut e.fields);
-            Ok(s.relife(&key, now, life))
+            Ok(s.relife(key, now, life))
         })
     }
 
@@ -317,7 +317,9 @@ mod tests {
             for info in ready(store.list_user(format!("user{u}"))).unwrap() {
                 indexed += 1;
                 assert!(
-                    ready(store.load(info.storage_key, life)).unwrap().is_some(),
+                    ready(store.load(&info.storage_key, life))
+                        .unwrap()
+                        .is_some(),
                     "the index lists an evicted session"
                 );
             }
@@ -342,7 +344,7 @@ mod tests {
         clock.advance(life.max);
         let mut ops = 0;
         while !store.is_empty() {
-            ready(store.load("absent".to_owned(), life)).unwrap();
+            ready(store.load("absent", life)).unwrap();
             assert!(store.lock().examined <= crate::backend::SWEEP_PER_OP);
             ops += 1;
         }

@@ -89,9 +89,9 @@ impl SessionStore for Metered {}
 #[allow(private_interfaces)] // see `Store`
 impl Store for Metered {
     counted! {
-        load(key: String, life: Lifetimes) -> Option<Record>, "load", loaded;
+        load(key: &str, life: Lifetimes) -> Option<Record>, "load", loaded;
         create(key: String, changes: Changes, life: Lifetimes) -> u64, "create", created;
-        save(key: String, changes: Changes, life: Lifetimes) -> Option<u64>, "save", written;
+        save(key: &str, changes: Changes, life: Lifetimes) -> Option<u64>, "save", written;
         delete(key: String) -> (), "delete", |()| revoked("destroy", 1);
         rotate(old: String, new: String, life: Lifetimes) -> bool, "rotate",
             |&moved| revoked("rotate", 1).filter(|_| moved);
@@ -140,13 +140,9 @@ mod tests {
         let key = |k: &str| k.to_owned();
         let exp = ready(store.create(key("a"), set("x"), life)).unwrap();
         ready(store.index_user("u".into(), key("a"), exp, life)).unwrap();
-        assert!(ready(store.load(key("a"), life)).unwrap().is_some());
-        assert!(ready(store.load(key("nobody"), life)).unwrap().is_none());
-        assert!(
-            ready(store.save(key("a"), set("y"), life))
-                .unwrap()
-                .is_some()
-        );
+        assert!(ready(store.load("a", life)).unwrap().is_some());
+        assert!(ready(store.load("nobody", life)).unwrap().is_none());
+        assert!(ready(store.save("a", set("y"), life)).unwrap().is_some());
         assert!(
             ready(store.change_field(key("a"), "n".into(), FieldChange::Increment(1), life))
                 .unwrap()
@@ -154,11 +150,7 @@ mod tests {
         );
         assert!(ready(store.rotate(key("a"), key("b"), life)).unwrap());
         // The old id is gone: the write is dropped, never resurrecting it.
-        assert!(
-            ready(store.save(key("a"), set("z"), life))
-                .unwrap()
-                .is_none()
-        );
+        assert!(ready(store.save("a", set("z"), life)).unwrap().is_none());
         assert_eq!(ready(store.end_user("u".into())).unwrap(), 1);
         ready(store.create(key("c"), set("x"), life)).unwrap();
         ready(store.delete(key("c"))).unwrap();

@@ -229,9 +229,9 @@ impl SessionStore for RedisSessionStore {}
 
 #[allow(private_interfaces)] // see `Store`
 impl Store for RedisSessionStore {
-    fn load(&self, key: String, life: Lifetimes) -> StoreFuture<Option<Record>> {
+    fn load(&self, key: &str, life: Lifetimes) -> StoreFuture<Option<Record>> {
         let inner = Arc::clone(&self.inner);
-        let key = self.session_key(&key);
+        let key = self.session_key(key);
         Box::pin(
             async move { super::redis_load::load(&inner.backend, &inner.loads, key, life).await },
         )
@@ -244,8 +244,8 @@ impl Store for RedisSessionStore {
         })
     }
 
-    fn save(&self, key: String, changes: Changes, life: Lifetimes) -> StoreFuture<Option<u64>> {
-        let call = self.save_call(&key, "update", changes, life);
+    fn save(&self, key: &str, changes: Changes, life: Lifetimes) -> StoreFuture<Option<u64>> {
+        let call = self.save_call(key, "update", changes, life);
         Box::pin(async move { expiry(&call.await?) })
     }
 

@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::cookie_header::ReadCookie;
+use super::cookie_header::{Candidates, ReadCookie};
 use super::id::{KeyedId, SessionId, new_handle};
 use super::shared::{Shared, Visit};
 use super::store::{
@@ -24,7 +24,7 @@ pub(crate) enum CookieAction {
 pub(crate) struct State {
     /// The well-formed ids from the request's cookies, in order (at most
     /// [`MAX_COOKIE_CANDIDATES`](super::cookie_header::MAX_COOKIE_CANDIDATES)).
-    pub(crate) cookie_ids: Vec<SessionId>,
+    pub(crate) cookie_ids: Candidates,
     pub(crate) loaded: bool,
     /// The live record and its id, once loaded (or created/rotated).
     pub(crate) live: Option<(KeyedId, Record)>,
@@ -51,7 +51,7 @@ impl State {
     pub(crate) fn new(cookie: ReadCookie, visit: Visit) -> Self {
         let cookie_ids = match cookie {
             ReadCookie::Ids(ids) => ids,
-            ReadCookie::Absent | ReadCookie::Malformed => Vec::new(),
+            ReadCookie::Absent | ReadCookie::Malformed => Candidates::new(),
         };
         Self {
             cookie_ids,
@@ -70,17 +70,14 @@ impl State {
     }
 
     /// The value under `key` as the handler sees it: its pending change, else the loaded one.
-    pub(crate) fn peek(&self, key: &str) -> Option<String> {
+    pub(crate) fn peek(&self, key: &str) -> Option<&str> {
         if let Some(v) = self.changes.set.get(key) {
-            return Some(v.clone());
+            return Some(v);
         }
         if self.changes.clear || self.changes.remove.contains(key) {
             return None;
         }
-        self.live
-            .as_ref()
-            .and_then(|(_, r)| r.get(key))
-            .map(str::to_owned)
+        self.live.as_ref().and_then(|(_, r)| r.get(key))
     }
 
     /// Removes `key` in this request (its removal is written after the handler); returns
@@ -185,6 +182,19 @@ impl State {
         (cookie, failed)
     }
 
+    /// Whether [`finish`](Self::finish) has nothing to do: no change, no device to record, no
+    /// idle timeout to restart, the cookie kept. Then it would answer `(Keep, self.failed)`
+    /// without a store call, and this answers `Some(self.failed)`; otherwise `None`.
+    pub(crate) fn finished_without_store(&self, success: bool) -> Option<bool> {
+        let idle = !self.destroyed
+            && !self.load_failed
+            && self.changes.is_empty()
+            && (self.loaded || !success)
+            && !self.device_due
+            && self.cookie == CookieAction::Keep;
+        idle.then_some(self.failed)
+    }
+
     /// Writes what the request changed, with the client's details; see [`finish`](Self::finish).
     async fn write(&mut self, shared: &Shared, success: bool) -> (CookieAction, bool) {
         if self.destroyed {
@@ -257,7 +267,7 @@ impl State {
                 _ => Ok(false),
             };
             match indexed {
-                Ok(indexed) => match shared.store.save(key.clone(), changes, life).await {
+                Ok(indexed) => match shared.store.save(&key, changes, life).await {
                     Ok(Some(exp)) => {
                         self.cookie_age = own.and_then(|_| time_left(record, Some(exp)));
                         Ok(Some((key, exp, indexed)))
@@ -337,9 +347,13 @@ impl State {
         };
         let stored = record.get(DEVICE_FIELD).unwrap_or_default();
         // Compared as stored, without building either device: most writes change neither.
-        let mut parts = stored.splitn(3, '\t');
-        let (_, stored_ip, stored_agent) = (parts.next(), parts.next(), parts.next());
-        let stored_ip = stored_ip.unwrap_or_default();
+        // (A byte scan for the tabs: `splitn` costs several times as much on every write.)
+        let tab = |s: &str| s.bytes().position(|b| b == b'\t');
+        let after_handle = tab(stored).map_or("", |at| &stored[at + 1..]);
+        let (stored_ip, stored_agent) = match tab(after_handle) {
+            Some(at) => (&after_handle[..at], Some(&after_handle[at + 1..])),
+            None => (after_handle, None),
+        };
         let new_ip = self
             .visit
             .ip
@@ -404,7 +418,7 @@ async fn load_first_live(
 ) -> Result<Option<(KeyedId, Record)>, SessionError> {
     for id in ids {
         let id = KeyedId::new(id.clone());
-        if let Some(record) = shared.store.load(id.key.clone(), shared.life).await? {
+        if let Some(record) = shared.store.load(&id.key, shared.life).await? {
             if shared.transport.accepts(&record) {
                 return Ok(Some((id, record)));
             }

@@ -510,14 +510,14 @@ pub trait Store<Seal = crate::sealed::Private>: crate::sealed::Sealed {
     /// is still fresh ([`Lifetimes::seen_every`]). When it marks it, the layer records the
     /// client's device with a write of its own if it changed (at most once per
     /// [`Lifetimes::seen_every`]).
-    fn load(&self, key: String, life: Lifetimes) -> StoreFuture<Option<Record>>;
+    fn load(&self, key: &str, life: Lifetimes) -> StoreFuture<Option<Record>>;
 
     /// Creates a session with `changes` and returns its absolute expiry (store time, µs).
     fn create(&self, key: String, changes: Changes, life: Lifetimes) -> StoreFuture<u64>;
 
     /// Writes `changes` to a live session and returns its absolute expiry; `None` when the session
     /// is gone (the changes are dropped).
-    fn save(&self, key: String, changes: Changes, life: Lifetimes) -> StoreFuture<Option<u64>>;
+    fn save(&self, key: &str, changes: Changes, life: Lifetimes) -> StoreFuture<Option<u64>>;
 
     /// Deletes a session, and its entry in its user's index.
     fn delete(&self, key: String) -> StoreFuture<()>;
@@ -589,9 +589,9 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {}
 #[allow(private_interfaces)] // see `Store`
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     forward_to_deref! {
-        load(key: String, life: Lifetimes) -> StoreFuture<Option<Record>>;
+        load(key: &str, life: Lifetimes) -> StoreFuture<Option<Record>>;
         create(key: String, changes: Changes, life: Lifetimes) -> StoreFuture<u64>;
-        save(key: String, changes: Changes, life: Lifetimes)
+        save(key: &str, changes: Changes, life: Lifetimes)
             -> StoreFuture<Option<u64>>;
         delete(key: String) -> StoreFuture<()>;
         rotate(old: String, new: String, life: Lifetimes) -> StoreFuture<bool>;

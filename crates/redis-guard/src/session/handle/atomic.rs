@@ -109,7 +109,7 @@ impl Session {
             Self::remember(&mut state, key, Some(&value));
             return Ok(next);
         }
-        let next = incremented(state.peek(key).as_deref(), by, key)?;
+        let next = incremented(state.peek(key), by, key)?;
         state.changes.remove.remove(key);
         state.changes.set.insert(key.to_owned(), next.to_string());
         Ok(next)
@@ -168,7 +168,7 @@ impl Session {
                 return Ok(taken.value);
             }
         }
-        let value = state.peek(key);
+        let value = state.peek(key).map(str::to_owned);
         state.remove_pending(key);
         Ok(value)
     }
@@ -215,7 +215,7 @@ impl Session {
             return Err(SessionError::Destroyed);
         }
         if let Some(value) = state.peek(field) {
-            return Ok(value);
+            return Ok(value.to_owned());
         }
         let value = make()?;
         let (store, life) = (&self.shared.store, self.shared.life);
@@ -238,7 +238,7 @@ impl Session {
 
     /// The stored text of `field` as this request sees it (reserved fields allowed).
     pub(crate) async fn peek_raw(&self, field: &str) -> Result<Option<String>, SessionError> {
-        Ok(self.loaded().await?.peek(field))
+        Ok(self.loaded().await?.peek(field).map(str::to_owned))
     }
 
     /// Stores `new` under `key` if the key holds `expected` (`None`: if it is absent), and
@@ -292,7 +292,7 @@ impl Session {
             Self::remember(&mut state, key, swap.value.as_deref());
             return Ok(swap.set);
         }
-        if state.peek(key) != expected {
+        if state.peek(key) != expected.as_deref() {
             return Ok(false);
         }
         state.changes.remove.remove(key);

@@ -27,9 +27,9 @@ fn read(t: &Transport, name: &str, values: &[&[u8]]) -> Option<SessionId> {
         );
     }
     match wire(t).read(&h) {
-        ReadCookie::Ids(mut ids) => {
+        ReadCookie::Ids(ids) => {
             assert_eq!(ids.len(), 1);
-            ids.pop()
+            ids.first().cloned()
         }
         ReadCookie::Absent | ReadCookie::Malformed => None,
     }

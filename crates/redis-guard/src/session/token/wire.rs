@@ -5,7 +5,7 @@ use http::header::CACHE_CONTROL;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::session::cookie::CookieConfig;
-use crate::session::cookie_header::{self, ReadCookie};
+use crate::session::cookie_header::{self, Candidates, ReadCookie};
 use crate::session::id::SessionId;
 use crate::session::state::CookieAction;
 use crate::session::store::{Changes, Record};
@@ -105,8 +105,8 @@ impl TokenHeader {
             };
             token = rest;
         }
-        match std::str::from_utf8(token).ok().and_then(SessionId::parse) {
-            Some(id) => ReadCookie::Ids(vec![id]),
+        match SessionId::parse_bytes(token) {
+            Some(id) => ReadCookie::Ids(Candidates::one(id)),
             None => {
                 tracing::debug!(len = token.len(), "session: malformed token ignored");
                 ReadCookie::Malformed
