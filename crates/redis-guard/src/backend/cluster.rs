@@ -105,13 +105,17 @@ impl Cluster {
         let Some(client) = self.client.clone() else {
             return;
         };
+        // Outside a Tokio runtime no task can be started (and redis-rs' calls fail anyway).
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         if self.remaking.swap(true, Ordering::Acquire) {
             return;
         }
         // The next attempt, if this one fails, waits for another STALL of failures.
         self.failing_since.store(self.millis(), Ordering::Relaxed);
         let cluster = Arc::downgrade(self);
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             let made = tokio::time::timeout(REMAKE_LIMIT, client.get_async_connection()).await;
             let Some(cluster) = cluster.upgrade() else {
                 return;
