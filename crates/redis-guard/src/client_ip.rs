@@ -20,8 +20,6 @@ use std::net::IpAddr;
 use std::net::Ipv6Addr;
 use std::sync::Arc;
 
-#[cfg(feature = "rate-limit")]
-use http::Extensions;
 use http::HeaderMap;
 use http::request::Parts;
 
@@ -247,18 +245,7 @@ impl ClientIp {
     /// [`KeyError::Misconfigured`] when the request carries no peer address (logged once).
     #[cfg(feature = "rate-limit")]
     pub fn client_ip(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
-        self.client_ip_of(&parts.headers, &parts.extensions)
-    }
-
-    /// [`client_ip`](Self::client_ip) of a request's `headers` and `extensions`, read in place
-    /// (the rate-limit layer's path, which keeps the request whole).
-    #[cfg(feature = "rate-limit")]
-    pub(crate) fn client_ip_of(
-        &self,
-        headers: &HeaderMap,
-        extensions: &Extensions,
-    ) -> Result<IpAddr, KeyError> {
-        Ok(self.behind(headers, peer_addr(extensions)?.ip()))
+        Ok(self.behind(&parts.headers, peer_addr(&parts.extensions)?.ip()))
     }
 
     /// The client's address as a [`ClientAddr`] (what [`ClientIpLayer`] and the rate-limit

@@ -88,36 +88,20 @@ pub(super) fn call<S, ReqBody>(
 where
     S: Service<Request<ReqBody>> + Clone,
 {
-    let mut req = req;
+    let (mut parts, body) = req.into_parts();
     let mut keys: Few<Key> = Few::default();
     // The address a rule keyed by `ClientIp` counted, left for the handler of an admitted
     // request only (a denied one has none to read it).
     let mut client = None;
-    if config.rules.iter().all(|r| r.client_ip.is_some()) {
-        // Every rule keyed by the client's address: read where it is, the request kept whole.
-        for ip in config.rules.iter().filter_map(|r| r.client_ip.as_ref()) {
-            match ip.client_ip_of(req.headers(), req.extensions()) {
-                Ok(found) => {
-                    let addr = ip.addr(found);
-                    client = Some(addr);
-                    keys.push(addr.key());
-                }
-                // Misconfigured (no peer address): as the general plan says.
-                Err(_) => return general(inner, req),
-            }
+    for r in &config.rules {
+        match key_of(r, &mut parts, &mut client) {
+            Ok(key) => keys.push(key),
+            // Skipped, rejected or misconfigured: as the general plan says (which finds the
+            // address again).
+            Err(_) => return general(inner, Request::from_parts(parts, body)),
         }
-    } else {
-        let (mut parts, body) = req.into_parts();
-        for r in &config.rules {
-            match key_of(r, &mut parts, &mut client) {
-                Ok(key) => keys.push(key),
-                // Skipped, rejected or misconfigured: as the general plan says (which finds
-                // the address again).
-                Err(_) => return general(inner, Request::from_parts(parts, body)),
-            }
-        }
-        req = Request::from_parts(parts, body);
     }
+    let mut req = Request::from_parts(parts, body);
     let started = Stopwatch::start();
     let states = match &config.plain_store {
         Some(store) => match store.decide(keys) {
