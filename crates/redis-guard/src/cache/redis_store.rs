@@ -159,6 +159,29 @@ impl RedisClock {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((at, us));
     }
+
+    /// Records the time (µs) a write of this store ran at, whose reply arrived `at`, unless
+    /// the clock already reads that late: the entries this process wrote are then never
+    /// younger on its clock than when they were written (a clock a moment behind would show a
+    /// fresh entry one second longer to live, and a stale one one second less past its
+    /// freshness).
+    fn catch_up(&self, at: std::time::Instant, us: u64) {
+        let mut reading = self
+            .reading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let behind = match *reading {
+            Some((then, was)) => {
+                let since = micros(at.saturating_duration_since(then));
+                at.saturating_duration_since(then) >= CLOCK_REFRESH
+                    || was.saturating_add(since - since / 1000) < us
+            }
+            None => true,
+        };
+        if behind {
+            *reading = Some((at, us));
+        }
+    }
 }
 
 impl RedisCacheStore {
@@ -419,7 +442,9 @@ impl RedisCacheStore {
         }
         let this = Arc::clone(&self.inner);
         Box::pin(async move {
-            let mut call = this.backend.script(&PUT, &keys);
+            let backend = &this.backend;
+            let shift = backend.shift_us();
+            let mut call = backend.script(&PUT, &keys);
             call.arg(write.kind.letter())
                 .arg(write.started)
                 .arg(micros(write.fresh))
@@ -429,7 +454,16 @@ impl RedisCacheStore {
             if let Some(only) = only {
                 call.arg(only);
             }
-            call.run().await
+            let reply = call.run().await?;
+            // The script's time (Redis `TIME` and the test seam's shift) keeps the store's
+            // clock up with the entry just written.
+            if backend.frozen_us().is_none()
+                && let Some(now) = number(&reply)
+            {
+                this.clock
+                    .catch_up(std::time::Instant::now(), now.saturating_sub(shift));
+            }
+            Ok(reply)
         })
     }
 }
@@ -607,5 +641,29 @@ mod tests {
             .expect("an instant");
         clock.set(old, 7_000_000);
         assert_eq!(clock.now(), None, "a reading a second old is read again");
+    }
+
+    /// A write's time moves the clock on when the clock reads earlier, and never back.
+    #[test]
+    fn a_write_brings_a_clock_behind_it_up_to_its_time() {
+        let clock = RedisClock::default();
+        let at = Instant::now();
+        clock.catch_up(at, 5_000_000);
+        assert!(
+            clock.now().expect("a reading") >= 5_000_000,
+            "taken when there was none"
+        );
+        // A reading half a second old, then a write that ran a second after it: the clock
+        // reads the write's time (a moment behind, it would read half a second less).
+        let earlier = at
+            .checked_sub(Duration::from_millis(500))
+            .expect("an instant");
+        clock.set(earlier, 9_000_000);
+        clock.catch_up(at, 10_000_000);
+        assert!(clock.now().expect("a reading") >= 10_000_000);
+        // A write whose reply came in after a later reading leaves the clock where it is.
+        clock.set(at, 20_000_000);
+        clock.catch_up(at, 15_000_000);
+        assert!(clock.now().expect("a reading") >= 20_000_000);
     }
 }
