@@ -6,6 +6,13 @@ use std::sync::LazyLock;
 use super::CustomAlgorithm;
 use crate::backend::LuaScript;
 
+/// The source of a script made of Lua files, in order, a newline between two.
+macro_rules! lua_files {
+    ($first:literal $(, $rest:literal)* $(,)?) => {
+        concat!(include_str!($first) $(, "\n", include_str!($rest))*)
+    };
+}
+
 /// The built-in algorithms, in id order (id = position + 1), with their Lua function names.
 /// The last, `fixed_window_counter`, has no [`Algorithm`](super::Algorithm) of its own: it is
 /// the fixed window's state on Redis >= 7 (see `fixed_window_plain.rs`).
@@ -30,28 +37,18 @@ pub(crate) const FIXED_WINDOW_COUNTER: usize = BUILTIN.len();
 /// [`CUSTOM_BASE`] + 1 on, in order; `customs` gives each one's name and source for this table),
 /// then `driver`.
 fn compose(table: &str, suffix: &str, customs: &[(&str, Option<&str>)], driver: &str) -> String {
-    let mut src = String::from(include_str!("entries.lua"));
-    src.push('\n');
-    src.push_str(include_str!("overrides.lua"));
-    src.push('\n');
-    src.push_str(include_str!("prelude.lua"));
+    let mut src = String::from(lua_files!("entries.lua", "overrides.lua", "prelude.lua"));
     for (_, body) in BUILTIN {
         src.push('\n');
         src.push_str(body);
     }
-    let functions: Vec<String> = BUILTIN
-        .iter()
+    let functions = BUILTIN
         .map(|(name, _)| format!("{name}{suffix}"))
-        .collect();
-    let names: Vec<String> = BUILTIN
-        .iter()
-        .map(|(name, _)| format!("'{name}'"))
-        .collect();
+        .join(", ");
+    let names = BUILTIN.map(|(name, _)| format!("'{name}'")).join(", ");
     let _ = write!(
         src,
-        "\nlocal {table} = {{ {} }}\nlocal names = {{ {} }}\n",
-        functions.join(", "),
-        names.join(", ")
+        "\nlocal {table} = {{ {functions} }}\nlocal names = {{ {names} }}\n"
     );
     for (i, (name, source)) in customs.iter().enumerate() {
         let id = CUSTOM_BASE + 1 + i;
@@ -93,7 +90,7 @@ impl Scripts {
                 "",
                 &evaluate,
                 // Live limits' helpers (`Rule::live`) are the driver's own.
-                concat!(include_str!("live.lua"), "\n", include_str!("evaluate.lua")),
+                lua_files!("live.lua", "evaluate.lua"),
             )),
             refund: LuaScript::new(&compose(
                 "refunds",
@@ -109,13 +106,6 @@ impl Scripts {
             )),
         }
     }
-}
-
-/// The source of a script made of Lua files, in order, a newline between two.
-macro_rules! lua_files {
-    ($first:literal $(, $rest:literal)* $(,)?) => {
-        concat!(include_str!($first) $(, "\n", include_str!($rest))*)
-    };
 }
 
 /// The scripts without custom algorithms, built once.

@@ -30,9 +30,8 @@ pub(crate) struct HeaderMode {
 pub(crate) struct LayerRule {
     pub(crate) rule: Arc<Rule>,
     pub(crate) extractor: Arc<dyn KeyExtractor>,
-    /// The extractor, when it is a [`ClientIp`]: the layer then resolves the address itself
-    /// and leaves it in the request extensions
-    /// ([`ClientAddr`](crate::client_ip::ClientAddr)) for the handler.
+    /// The extractor, when it is a [`ClientIp`]: the layer leaves the address it counted in
+    /// the extensions for the handler.
     pub(crate) client_ip: Option<ClientIp>,
 }
 
@@ -45,13 +44,11 @@ impl LayerRule {
         }
     }
 
-    /// `extractor`, when it is a [`ClientIp`].
     pub(crate) fn client_ip_of(extractor: &dyn std::any::Any) -> Option<ClientIp> {
         extractor.downcast_ref::<ClientIp>().cloned()
     }
 
-    /// The key for this request. A rule keyed by [`ClientIp`] also leaves the address it
-    /// counted in the request extensions, replacing one an outer layer left.
+    /// The key for this request; a [`ClientIp`] rule leaves the address in the extensions.
     pub(super) fn extract(&self, parts: &mut http::request::Parts) -> Result<Key, KeyError> {
         let Some(ip) = &self.client_ip else {
             return self.extractor.extract(parts);
@@ -70,30 +67,23 @@ pub(crate) struct Config {
     pub(crate) missing_key: MissingKey,
     pub(crate) failure: FailurePolicy,
     pub(crate) headers: HeaderMode,
-    /// The hook that writes the layer's own answers
-    /// ([`RateLimitLayerBuilder::response`](crate::rate_limit::RateLimitLayerBuilder::response)).
     pub(crate) response: Option<Respond<Rejection>>,
-    /// `RateLimit-Policy` for all the rules, made when the layer is built.
+    /// Made when the layer is built: `RateLimit-Policy` of all the rules, each rule's `429`
+    /// and metrics, the in-process fallback.
     pub(crate) policy: HeaderValue,
-    /// The default `429` of each rule that can deny, prepared when the layer is built.
     pub(crate) denials: Vec<PreparedDenial>,
-    /// Each rule's metrics, their keys made when the layer is built.
     pub(crate) metrics: Vec<telemetry::RuleMetrics>,
-    /// The in-process limiter of [`FailurePolicy::Fallback`], made when the layer is built.
     pub(crate) fallback: Option<Arc<Fallback>>,
     /// Keeps "rate limiter failed" to a line per interval.
     pub(crate) warn: Arc<WarnEvery>,
     /// Some rule resolves its quota per request.
     pub(crate) dynamic: bool,
-    /// The requests waiting for their slot ([`Rule::throttle`](crate::rate_limit::Rule::throttle)).
+    /// The requests waiting for their slot.
     pub(crate) waiters: Arc<Waiters>,
-    /// The [`Decision`] and the [`Rejection`] go in the extensions
-    /// ([`RateLimitLayerBuilder::extensions`](crate::rate_limit::RateLimitLayerBuilder::extensions)).
     pub(crate) extensions: bool,
-    /// Every rule, when all are plain ([`Rule::is_plain`]) and the limiter decides them at
-    /// once or on its store: the plan a request runs then (`lean.rs`).
+    /// Every rule, when all are plain and the limiter decides them at once or on its store
+    /// (`plain_store`): the plan a request runs then (`lean.rs`).
     pub(crate) plain: Option<Box<[Arc<Rule>]>>,
-    /// The plain rules made ready on the limiter's store (Redis), when it decides there.
     pub(crate) plain_store: Option<Arc<dyn PlainStore>>,
 }
 
@@ -133,12 +123,8 @@ pub(crate) struct Fallback {
 }
 
 impl Fallback {
-    /// The fallback for `rules` under `layer` (the layer's policy, for rules without their own),
-    /// or `None` when no rule falls back.
-    ///
-    /// # Errors
-    ///
-    /// A shared rule cannot work (its cost exceeds the divided burst).
+    /// The fallback for `rules` under the `layer`'s policy, or `None` when no rule falls back;
+    /// an error when a rule's share cannot work.
     pub(crate) fn new(
         rules: &[LayerRule],
         layer: FailurePolicy,
@@ -188,13 +174,11 @@ pub(crate) enum Plan {
     Resolve(Vec<Check>, Vec<Lookup>),
     /// No rule applies (every key missing and skipped).
     Pass,
-    /// Answer at once (missing key rejected, misconfiguration); boxed, as only these rare
-    /// requests pay for it.
+    /// Answer at once (missing key rejected, misconfiguration); boxed, being rare.
     Respond(Box<Rejection>),
 }
 
-/// A request's checks: the usual one without a `Vec` of its own (an in-process limiter decides
-/// it without allocating for the list).
+/// A request's checks: the usual one without a `Vec`.
 pub(crate) type Checks = Few<Check>;
 
 impl Config {
@@ -272,10 +256,8 @@ impl Config {
 
     /// The answer for a request the limiter failed to decide, by each rule's failure policy: a
     /// `503` when a `Closed` rule applies, else the fallback's decision of the `Fallback` rules
-    /// (the `Open` ones skipped), else the inner service without a decision.
-    ///
-    /// `resolved`: the quotas the request's rules were resolved to (rule name, quota), when some
-    /// rule resolves its quota per request; the fallback shares those as it does the rules' own.
+    /// (the `Open` ones skipped), else the inner service. `resolved`: the quotas resolved per
+    /// request, which the fallback shares as it does the rules' own.
     pub(crate) fn on_failure(
         &self,
         parts: &http::request::Parts,
@@ -336,8 +318,7 @@ impl Config {
         Ok(decision)
     }
 
-    /// Logs that the limiter failed, at most once per [`WARN_INTERVAL`], with how many failures
-    /// went unlogged since the previous line.
+    /// Logs that the limiter failed, at most once per [`WARN_INTERVAL`].
     pub(crate) fn warn_failed(&self, err: &LimiterError) {
         let Some(unlogged) = self.warn.hit() else {
             return;
@@ -362,8 +343,7 @@ impl Config {
     }
 
     /// The `RateLimit-Policy` value for `decision`'s rules: the layer's own when every rule was
-    /// evaluated with its own quota (the usual case), made anew when some were skipped for a
-    /// missing key or the fallback decided with its share of the quotas.
+    /// evaluated with its own quota, else made anew.
     pub(crate) fn policy(&self, decision: &Decision) -> HeaderValue {
         let mut visible = self.rules.iter().filter(|r| r.rule.mode() != Mode::Shadow);
         let same = decision
@@ -383,7 +363,7 @@ impl Config {
         }
     }
 
-    /// The default answer to `rejection`: a denial's `429` from its rule's prepared document.
+    /// The default answer to `rejection`, a denial's from its rule's prepared `429`.
     pub(crate) fn default_response(&self, rejection: &Rejection) -> http::Response<bytes::Bytes> {
         if let Rejection::Limited(decision) = rejection
             && let Some(denial) = self.denials.iter().find(|d| d.is_of(&decision.rule))

@@ -23,8 +23,8 @@ use crate::rate_limit::{
 };
 use crate::telemetry::Stopwatch;
 
-/// The inner service's response, its body holding the request's leases and settlement, with
-/// the rate-limit headers.
+/// The inner service's response with the rate-limit headers, its body holding what the request
+/// holds.
 fn finish<B: RateLimitBody>(
     res: Response<B>,
     headers: Option<RateLimitHeaders>,
@@ -46,8 +46,8 @@ fn finish<B: RateLimitBody>(
 }
 
 define_response_future! {
-    /// The response future of [`RateLimit`](crate::rate_limit::RateLimit): waits for the limiter (the only
-    /// boxed part), then calls the inner service or answers on its own.
+    /// The response future of [`RateLimit`](crate::rate_limit::RateLimit): waits for the
+    /// limiter, then calls the inner service or answers on its own.
     states {
         // What waits for Redis is boxed: the future stays small for the in-process limiter,
         // which never waits, and a Redis round trip dwarfs an allocation.
@@ -66,14 +66,12 @@ define_response_future! {
             #[pin]
             fut: S::Future,
             headers: Option<RateLimitHeaders>,
-            // The leases, renewed while the inner service runs, and what the response settles;
-            // settled on what was reported and released in the background when dropped (the
-            // inner service failed, or the client went away), else handed to the response body.
-            // Boxed: only concurrency and settled rules hold anything, and the future stays small.
+            // The leases, renewed while the inner service runs, and what the response settles:
+            // handed to the response body, or released in the background when dropped. Boxed,
+            // being rare.
             hold: Option<Box<Holding>>,
         },
-        // Admitted after a wait (a throttled rule): its slot is reserved; dropped before it
-        // comes (the client went away), the reservation gives the slot back.
+        // Admitted after a wait (a throttled rule); dropped before, the slot is given back.
         Throttled {
             sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
             admitted: Option<Box<Admitted<S, ReqBody>>>,
@@ -103,8 +101,7 @@ type Waiting<S, ReqBody> = (S, Request<ReqBody>, Vec<RuleDecision>, Settling);
 /// An admitted request waiting for its slot, and what holds the slot meanwhile.
 type Admitted<S, ReqBody> = (S, Request<ReqBody>, Decision, Settling, Reservation);
 
-/// The inner service called with the admitted `decision`: its headers, and the leases and
-/// settlement the response holds.
+/// The inner service called with the admitted `decision`.
 fn call<S, ReqBody>(
     config: &Config,
     mut decision: Decision,
@@ -134,8 +131,7 @@ where
     }
 }
 
-/// The state once the limiter answered `states` for the request in `pending`: the inner service
-/// called with the decision, the denial, or what the failure policy says.
+/// The state once the limiter answered `states` for the waiting request.
 fn decided<S, ReqBody>(
     config: &Arc<Config>,
     states: Result<Held, LimiterError>,
@@ -163,8 +159,8 @@ where
     )
 }
 
-/// The quotas the request's rules (name, quota) were resolved to, for the fallback: none when
-/// no rule of the layer resolves its quota per request.
+/// The quotas the request's rules were resolved to, for the fallback: none when no rule
+/// resolves its quota per request.
 fn resolved<'a>(
     config: &Config,
     rules: impl Iterator<Item = (&'a Arc<str>, Quota)>,
@@ -178,8 +174,8 @@ fn resolved<'a>(
     }
 }
 
-/// The state for the limiter's answer `decided` (the failure counted already): the inner
-/// service called with the decision, the denial, or what the failure policy says.
+/// The state for the limiter's answer `decided` (a failure counted already): the inner service
+/// called with the decision, the denial, or what the failure policy says.
 fn state_of<S, ReqBody>(
     config: &Arc<Config>,
     decided: Result<Decision, LimiterError>,
@@ -259,8 +255,7 @@ where
         }
     }
 
-    /// The request of `checks` decided at once (an in-process limiter): no future to wait for.
-    /// `ready`: the inner service, taken only for an admitted request.
+    /// The request of `checks` decided at once; `ready` takes the inner service.
     pub(crate) fn decided(
         config: &Arc<Config>,
         decided: Result<Decision, LimiterError>,
@@ -375,25 +370,12 @@ where
                     let Some((inner, req)) = pending.take().map(|b| *b) else {
                         return Poll::Ready(Ok(after_completion::<ResBody>()));
                     };
+                    let config = Arc::clone(config);
                     match checks {
-                        Ok(checks) => {
-                            let pending = start(config, checks);
-                            State::Checking {
-                                states: pending.states,
-                                pending: Some(Box::new((
-                                    inner,
-                                    req,
-                                    pending.rules,
-                                    pending.settling,
-                                ))),
-                                config: Arc::clone(config),
-                                started: Stopwatch::start(),
-                            }
-                        }
-                        Err(_) => State::Rejected {
-                            rejected: Some((Rejection::Misconfigured, Arc::clone(config))),
-                        },
+                        Ok(checks) => Self::checking(start(&config, checks), inner, req, config),
+                        Err(_) => Self::rejected(Rejection::Misconfigured, config),
                     }
+                    .state
                 }
                 StateProj::Checking {
                     states,

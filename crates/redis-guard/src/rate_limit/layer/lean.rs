@@ -28,6 +28,7 @@ use super::config::{Config, LayerRule};
 use super::future::ResponseFuture;
 use super::headers::{self, RateLimitHeaders};
 use super::response::RateLimitBody;
+use super::service::take_ready;
 use crate::client_ip::ClientAddr;
 use crate::rate_limit::{
     Decision, Few, Key, KeyError, LimiterError, Mode, PlainStates, Rule, RuleDecision, RuleState,
@@ -56,23 +57,20 @@ pub(super) fn plan(config: &mut Config) {
     config.plain = Some(rules);
 }
 
-/// A plain request denied: what its `429` is made of.
+/// A plain request denied: the binding rule's prepared `429` (its index), `Retry-After` in
+/// seconds, and the rate-limit headers.
 #[derive(Debug)]
 pub(super) struct Denial {
-    /// The binding rule's prepared answer, among the layer's.
     prepared: usize,
-    /// `Retry-After`, in seconds.
     secs: u64,
     headers: DenialHeaders,
 }
 
-/// The rate-limit headers of a plain denial.
 #[derive(Debug)]
 enum DenialHeaders {
     /// A layer of one rule, its state: its whole answer is kept for the next denial with the
     /// same numbers (an abusive client is all denials).
     One(RuleState),
-    /// Several rules: their headers, written.
     Written(RateLimitHeaders),
 }
 
@@ -153,9 +151,8 @@ where
     )
 }
 
-/// The key of rule `r` for the request of `parts`. The address a rule keyed by `ClientIp`
-/// counted goes to `client`, the last one winning as in the extensions; it is put in the
-/// extensions at once only when a later rule's extractor (one of another kind) may read it.
+/// The key of rule `r` for the request of `parts`. The address a `ClientIp` rule counted goes
+/// to `client`, put in the extensions at once only when a later rule of another kind may read it.
 fn key_of(
     r: &LayerRule,
     parts: &mut Parts,
@@ -172,15 +169,14 @@ fn key_of(
     Ok(addr.key())
 }
 
-/// Leaves the address the layer counted (if any) in the request's extensions, for the handler.
+/// Leaves the address the layer counted in the request's extensions, for the handler.
 fn leave<ReqBody>(req: &mut Request<ReqBody>, client: Option<ClientAddr>) {
     if let Some(addr) = client {
         req.extensions_mut().insert(addr);
     }
 }
 
-/// The limiter's decision of `rules` for `keys` in process, in a `debug` span when one is
-/// listened to.
+/// The limiter's decision of `rules` for `keys` in process, in a `debug` span when enabled.
 fn at_once(
     config: &Config,
     rules: &[Arc<Rule>],
@@ -194,8 +190,8 @@ fn at_once(
     config.limiter.decide_plain(rules, keys)
 }
 
-/// The answer once the plain `rules`' `states` are known: the inner service called (`call`,
-/// only for an admitted request) with the headers, or the binding rule's `429`.
+/// The answer once the plain `rules`' `states` are known: the inner service called (`call`)
+/// with the headers, or the binding rule's `429`.
 pub(super) fn decided<S, ReqBody>(
     config: &Arc<Config>,
     rules: &[Arc<Rule>],
@@ -239,8 +235,7 @@ where
     ResponseFuture::limited(
         Arc::clone(config),
         Denial {
-            // Every rule is enforced: each has its `429` prepared, in order, when the layer is
-            // built.
+            // Every rule is enforced: each has its `429` prepared, in order.
             prepared: binding,
             secs: ceil_secs(retry_after).max(1),
             headers,
@@ -272,11 +267,6 @@ pub(super) fn answer<B: RateLimitBody>(config: &Config, denial: Denial) -> Respo
     res.map(B::answer)
 }
 
-/// The inner service for an admitted request: a denied one leaves it ready, uncloned.
-fn take_ready<S: Clone>(inner: &mut S) -> S {
-    super::service::take_ready(inner)
-}
-
 /// The legacy headers' (limit, remaining, reset) of the binding rule `at`.
 fn legacy(states: &[RuleState], at: usize) -> (u32, u32, u64) {
     let s = &states[at];
@@ -294,7 +284,7 @@ fn record(config: &Config, states: &[RuleState], started: Stopwatch) {
     }
 }
 
-/// The whole [`Decision`] of `states` (the rules' for `keys`), for whoever reads it.
+/// The whole [`Decision`] of `states`, for whoever reads it.
 fn decision(rules: &[Arc<Rule>], keys: &[Key], states: &[RuleState]) -> Option<Decision> {
     let rules = rules
         .iter()

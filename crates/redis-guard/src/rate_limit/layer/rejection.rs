@@ -209,8 +209,7 @@ impl Decision {
     }
 }
 
-/// Writes the `RateLimit` headers of `decision` into `map` as a layer with the default header
-/// settings does (no legacy `X-RateLimit-*`), its policy from the decision's own rules.
+/// The `RateLimit` headers of `decision`, as a layer with the default header settings writes them.
 fn insert_headers(decision: &Decision, map: &mut HeaderMap) {
     let policy = headers::policy(
         decision
@@ -237,9 +236,7 @@ impl fmt::Display for Rejection {
     }
 }
 
-/// A denial's text in pieces, `secs` the wait in seconds: the default `429` writes them into
-/// its problem document as they are (no formatter, no string of its own: an abusive client is
-/// all denials).
+/// A denial's text in pieces, written as they are (an abusive client is all denials).
 fn limited_pieces<'a>(decision: &'a Decision, secs: &'a Digits) -> [&'a str; 5] {
     [
         LIMITED_BEFORE_RULE,
@@ -255,9 +252,8 @@ const LIMITED_BEFORE_RULE: &str = "Rate limit `";
 const LIMITED_AFTER_RULE: &str = "` exceeded: retry in ";
 const LIMITED_END: &str = " s.";
 
-/// The default `429` of one rule, its problem document prepared when the layer is built: a
-/// denial writes only its wait into it (in `detail` and as `retry_after`), an abusive client
-/// being all denials. Byte for byte what [`Rejection::response`] writes for a denial by the rule.
+/// The default `429` of one rule, prepared when the layer is built: a denial writes only its
+/// wait into it. Byte for byte what [`Rejection::response`] writes.
 #[derive(Clone, Debug)]
 pub(crate) struct PreparedDenial {
     rule: Arc<str>,
@@ -265,22 +261,15 @@ pub(crate) struct PreparedDenial {
     head: Box<[u8]>,
     /// The document after the `retry_after` number.
     tail: Box<[u8]>,
-    /// The last wait written, its document and `Retry-After`: the denials of one second have
-    /// the same wait (an abusive client is all denials), and share them (a `Bytes` clone is a
-    /// reference count). Never waited for: a denial that finds it busy writes its own.
+    /// The last document and `Retry-After`, by wait: the denials of one second share them.
     last: LastWritten<u64, (Bytes, HeaderValue)>,
-    /// The last whole answer of a layer of this rule alone (document and headers), by what
-    /// it was written for: the wait, and the rule's limit, remaining requests and reset
-    /// (seconds). The denials of an abusive client share it, a clone of the map each.
-    last_whole: LastWritten<Whole, (Bytes, HeaderMap)>,
+    /// The last whole answer of a one-rule layer, by wait and the rule's limit, remaining and
+    /// reset (seconds).
+    last_whole: LastWritten<(u64, u32, u32, u64), (Bytes, HeaderMap)>,
 }
 
-/// What the whole answer of a one-rule layer is written for: `Retry-After` (seconds), and the
-/// rule's limit, remaining requests and reset (seconds).
-type Whole = (u64, u32, u32, u64);
-
-/// The last value written and what it was written for: asked again for the same, it is
-/// cloned, not written again. Never waited for: a writer that finds it busy writes its own.
+/// The last value written and its key, cloned when asked for the same key. Never waited for:
+/// a writer that finds it busy writes its own.
 #[derive(Debug)]
 struct LastWritten<K, V>(Mutex<Option<(K, V)>>);
 
@@ -298,7 +287,6 @@ impl<K, V> Clone for LastWritten<K, V> {
 }
 
 impl<K: PartialEq, V: Clone> LastWritten<K, V> {
-    /// The value for `key`: the last one when it was written for `key`, else `write`'s.
     fn get_or(&self, key: K, write: impl FnOnce() -> V) -> V {
         let mut last = self.0.try_lock().ok();
         if let Some(Some((k, value))) = last.as_deref()
@@ -348,20 +336,17 @@ impl PreparedDenial {
         }
     }
 
-    /// Whether this is the `429` of the rule named `rule`.
     pub(crate) fn is_of(&self, rule: &str) -> bool {
         *self.rule == *rule
     }
 
-    /// The `429` of a denial by this rule, `decision` its decision: as
-    /// [`Rejection::response`] writes it.
     pub(crate) fn response(&self, decision: &Decision) -> Response<Bytes> {
         self.response_after(decision.retry_after_secs())
     }
 
     /// The `429` of a denial by this rule that may be retried after `secs` seconds (at least 1).
     pub(crate) fn response_after(&self, secs: u64) -> Response<Bytes> {
-        let (body, retry_after) = self.written(secs);
+        let (body, retry_after) = self.last.get_or(secs, || self.write(secs));
         let mut res = Response::new(body);
         *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
         let headers = res.headers_mut();
@@ -373,10 +358,7 @@ impl PreparedDenial {
         res
     }
 
-    /// The `429` of a denial by this rule when it is its layer's only one: a wait of `secs`
-    /// seconds (at least 1), the rule's `state`, and `headers` writing the rate-limit headers
-    /// into the answer's. The last answer when it was written for the same numbers (a clone of
-    /// its document and headers), else a new one.
+    /// The `429` of a one-rule layer: `headers` writes the rate-limit headers for `state`.
     pub(crate) fn response_of_one(
         &self,
         secs: u64,
@@ -400,13 +382,7 @@ impl PreparedDenial {
         res
     }
 
-    /// The document and `Retry-After` (at least 1) of a wait of `secs`: the last ones when the
-    /// wait is the same.
-    fn written(&self, secs: u64) -> (Bytes, HeaderValue) {
-        self.last.get_or(secs, || self.write(secs))
-    }
-
-    /// The document and `Retry-After` of a wait of `secs`, written.
+    /// The document and `Retry-After` of a wait of `secs`.
     fn write(&self, secs: u64) -> (Bytes, HeaderValue) {
         let digits = Digits::new(secs);
         let digits = digits.as_str().as_bytes();

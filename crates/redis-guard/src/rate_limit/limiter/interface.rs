@@ -21,18 +21,16 @@ use crate::{ConfigError, ConfigErrorKind};
 /// A boxed, sendable future, as [`Engine`] methods return.
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
-/// What a limiter's calls answer with, as redis-rs' `RedisFuture`: a [`BoxFuture`] of a result
-/// that fails with a [`LimiterError`].
+/// What a limiter's calls answer with, as redis-rs' `RedisFuture`.
 pub(crate) type LimiterFuture<T> = BoxFuture<Result<T, LimiterError>>;
 
 /// The states of an evaluation, the concurrency leases it took, and the quotas the store read
 /// for live rules itself.
 pub(crate) type Held = (Vec<RuleState>, Option<Lease>, LiveQuotas);
 
-/// The quotas an evaluation decided live rules ([`Rule::live`]) with, by rule name, where the
-/// store read their records in the decision's own call (a single Redis, `limiter/live.rs`):
-/// what the decision and its headers name, rather than this limiter's copy, which may lag.
-/// Empty, with nothing allocated, for every other evaluation.
+/// The quotas live rules ([`Rule::live`]) were decided with, by rule name, where the store read
+/// their records in the decision's own call: the decision names those, not this limiter's copy,
+/// which may lag.
 pub(crate) type LiveQuotas = Vec<(Arc<str>, Quota)>;
 
 /// Why a limiter could not decide.
@@ -117,21 +115,16 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
     /// concurrency leases ([`Rule::concurrency`]) an admitted request took.
     fn evaluate_leased(&self, checks: Vec<Check>) -> LimiterFuture<Held>;
 
-    /// Decides `checks` (validated, non-empty) at once, by mode as a layer evaluates them (the
-    /// enforced ones together, all or nothing, each [`Mode::Shadow`] or [`Mode::Soft`] one on
-    /// its own), when this limiter decides in process: `None` when it needs a future (Redis).
-    /// The decision holds the concurrency leases it took, whether or not they hold any. Not
-    /// part of the stable interface.
+    /// Decides `checks` (validated, non-empty) at once, by mode as a layer evaluates them, when
+    /// this limiter can: `None` when it needs a future (Redis).
     #[doc(hidden)]
     fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Decision, LimiterError>> {
         let _ = checks;
         None
     }
 
-    /// Decides the plain rules `rules` (every one enforced, with its own quota and constant
-    /// cost, and nothing to lease, settle, throttle, override or resolve) for `keys`, one per
-    /// rule in order, all or nothing, at once: the layer's common case, without a `Check` per
-    /// rule. `None` when this limiter has no such path (the layer then runs the general one).
+    /// Decides the plain rules `rules` ([`Rule::is_plain`]) for `keys`, one per rule, all or
+    /// nothing, at once: the layer's common case. `None` when this limiter has no such path.
     #[doc(hidden)]
     fn decide_plain(
         &self,
@@ -142,28 +135,22 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
         None
     }
 
-    /// Prepares the decisions of the plain rules `rules` (as [`decide_plain`](Self::decide_plain)
-    /// takes them) on a limiter that decides on a store, once, when a layer is built: what a
-    /// request sends is made then, and a request brings only its keys. `None` when this
-    /// limiter has no such path. Not part of the stable interface.
+    /// Prepares the decisions of the plain rules `rules` on a store when a layer is built, so
+    /// that a request brings only its keys. `None` when this limiter has no such path.
     #[doc(hidden)]
     fn plain_store(&self, rules: &[Arc<Rule>]) -> Option<Arc<dyn PlainStore>> {
         let _ = rules;
         None
     }
 
-    /// Whether this limiter keeps its state in this process (it cannot become unavailable, and
-    /// each replica has its own). Not part of the stable interface.
+    /// Whether this limiter keeps its state in this process.
     #[doc(hidden)]
     fn in_process(&self) -> bool {
         false
     }
 
-    /// Why this limiter cannot work as configured (e.g. a zero timeout, which would fail every
-    /// decision), or `None`. [`RateLimitLayerBuilder::build`] refuses such a limiter, and a
-    /// direct call answers [`LimiterError::Rule`] without evaluating.
-    ///
-    /// [`RateLimitLayerBuilder::build`]: crate::rate_limit::RateLimitLayerBuilder::build
+    /// Why this limiter cannot work as configured (e.g. a zero timeout), or `None`: a layer
+    /// refuses it when built, a direct call without evaluating.
     fn config_problem(&self) -> Option<ConfigError> {
         None
     }
@@ -181,34 +168,27 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
     /// Charges each check its cost whatever is left (`charge_all`).
     fn charge_checks(&self, checks: Vec<Check>) -> LimiterFuture<()>;
 
-    /// The live record this limiter knows for `rule` ([`Rule::live`]): the quota and mode its
-    /// decisions and headers use, where set (`limiter/live.rs`).
+    /// The live record this limiter knows for `rule` ([`Rule::live`]).
     fn live_record(&self, rule: &Rule) -> LiveRecord;
 
-    /// Makes `change` to `rule`'s live record for every limiter of the store
-    /// (`set_rule_quota`, `clear_rule_quota`, `set_rule_mode`, `clear_rule_mode`); the new
-    /// version.
+    /// Makes `change` to `rule`'s live record for every limiter of the store; the new version.
     fn set_live(&self, rule: &Rule, change: LiveChange) -> LimiterFuture<u64>;
 }
 
-/// A layer's plain rules made ready on a store ([`Engine::plain_store`]): each request's
-/// decision from its keys, one per rule in order, all or nothing.
+/// A layer's plain rules made ready on a store ([`Engine::plain_store`]).
 pub(crate) trait PlainStore: Send + Sync + fmt::Debug {
-    /// The rules' states for `keys`: at once (a cached denial), or once the store answers.
-    /// `None` when the general engine decides this request (an allow-listed key, say).
+    /// The rules' states for `keys`, one per rule: at once (a cached denial), or once the store
+    /// answers. `None` when the general engine decides this request (an allow-listed key, say).
     fn decide(&self, keys: Few<Key>) -> Option<PlainStates>;
 }
 
 /// What [`PlainStore::decide`] answers.
 pub(crate) enum PlainStates {
-    /// Known in process.
     Now(Few<RuleState>),
-    /// The store's answer, to wait for.
     Later(LimiterFuture<Few<RuleState>>),
 }
 
-/// Checks one request against several rules, all or nothing (the user operation `check_all`):
-/// validated first, as a layer validates its rules when it is built.
+/// The user operation `check_all`: validated first, as a layer's rules are when it is built.
 pub(crate) fn check_all<L: Engine + ?Sized>(
     limiter: &L,
     checks: Vec<Check>,
@@ -227,8 +207,7 @@ pub(crate) fn check_all<L: Engine + ?Sized>(
     decide(limiter, checks)
 }
 
-/// The checks of a `charge_all` that charge something, once every rule is known to
-/// work and to have a charge.
+/// The checks of a `charge_all` that charge something, once every rule has a charge.
 pub(crate) fn chargeable(checks: Vec<Check>) -> Result<Vec<Check>, LimiterError> {
     for check in &checks {
         check.rule.validate()?;
@@ -251,9 +230,7 @@ pub(crate) fn chargeable(checks: Vec<Check>) -> Result<Vec<Check>, LimiterError>
     Ok(checks.into_iter().filter(|c| c.cost > 0).collect())
 }
 
-/// Evaluates checks that are known to be valid (a layer's rules were validated when it was
-/// built) into a [`Decision`]: the hot path skips re-validating every rule on every request.
-/// Direct calls are counted in the metrics as the layer's decisions are.
+/// Evaluates checks known to be valid into a [`Decision`], counted in the metrics.
 pub(crate) fn decide<L: Engine + ?Sized>(
     limiter: &L,
     checks: Vec<Check>,
@@ -277,7 +254,7 @@ pub(crate) fn decide<L: Engine + ?Sized>(
 }
 
 /// An evaluation under way: the limiter's future of the rules' states, and the rules they will
-/// fill in. The layer awaits `states` itself rather than through another boxed future.
+/// fill in.
 pub(crate) struct Pending {
     pub(crate) states: LimiterFuture<Held>,
     pub(crate) rules: Vec<RuleDecision>,
@@ -288,8 +265,7 @@ pub(crate) struct Pending {
 /// The rules a response may settle ([`Rule::settles_after_response`]) and the cost each took.
 pub(crate) type Settling = Vec<(Arc<Rule>, u32)>;
 
-/// The enforced checks of `checks` a response may settle (not those of a key on the rule's
-/// static allow list: those were not counted).
+/// The enforced checks a response may settle (a key on the static allow list was not counted).
 pub(crate) fn settling(checks: &[Check]) -> Settling {
     checks
         .iter()
@@ -394,7 +370,6 @@ pub(crate) fn count_failure(rules: &[RuleDecision], err: LimiterError) -> Limite
     count_failure_of(rules.iter().map(|r| &r.rule), err)
 }
 
-/// [`count_failure`] for the rules named `names`.
 pub(crate) fn count_failure_of<'a>(
     names: impl Iterator<Item = &'a Arc<str>>,
     err: LimiterError,
@@ -410,8 +385,7 @@ pub(crate) fn count_failure_of<'a>(
     err
 }
 
-/// Fills `rules` with their states, in order, and the quotas of `live` (those the store read
-/// for live rules itself), into a [`Decision`].
+/// Fills `rules` with their states and the quotas of `live` into a [`Decision`].
 pub(crate) fn decision_from(
     mut rules: Vec<RuleDecision>,
     states: &[RuleState],

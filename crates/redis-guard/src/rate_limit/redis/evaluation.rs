@@ -16,26 +16,24 @@ use crate::rate_limit::limiter::LimiterError;
 use crate::rate_limit::limiter::live::quota_of;
 use crate::rate_limit::{Algorithm, Quota};
 
-/// One evaluation: the keys and arguments of every rule.
+/// One evaluation: per rule, its state key, override key (same hash tag) and live record's key
+/// when it reads them, and its arguments.
 pub(super) struct Evaluation {
     /// `None`: the built-in scripts.
     scripts: Option<Arc<Scripts>>,
     /// Every rule is GCRA: the lean script decides (the general one still refunds).
     gcra_only: bool,
-    /// Per rule: its state key.
     keys: Vec<String>,
-    /// Per rule: its override key (same hash tag), when it reads one.
     records: Vec<Option<String>>,
-    /// Per rule: its live record's key, when the call reads it (`Rule::live`; empty: none).
+    /// Empty: no live record read.
     lives: Vec<Option<String>>,
-    /// The names of the rules whose live records the call reads, in order, and the limiter's
-    /// copies of the records, which take the records the script saw.
+    /// The limiter's copies of the live records, which take those the script saw, and the
+    /// names of the rules that read one.
     live_copies: Option<(Arc<LiveCache>, Vec<Arc<str>>)>,
     rule_args: Vec<RuleArgs>,
     /// Decide, record nothing (inspect).
     dry: bool,
-    /// Per rule, its name, when some rule may be settled after the response (the receipt is
-    /// kept, naming its rules); empty otherwise.
+    /// Per rule, its name, when the receipt is kept for a response to settle; else empty.
     settled: Vec<Arc<str>>,
 }
 
@@ -46,17 +44,14 @@ pub(super) struct RuleArgs {
     pub(super) ints: [u64; 6],
     /// `0`: the rule reads no override record; `1`: it does; else its bans (it does too).
     pub(super) overrides: Cow<'static, str>,
-    /// The throttle's max wait in µs (0: none), the scripts' 8th argument per rule: a rule
-    /// admits a request with a wait of at most this, its slot reserved.
+    /// The throttle's max wait in µs (0: none).
     pub(super) max_wait_us: u64,
-    /// Held back from the rule's reserve ([`Rule::reserve`](crate::rate_limit::Rule::reserve)):
-    /// the units less of the limit and of the burst the request is decided with. `ints` keep
-    /// the whole quota, for refunds, charges and receipts.
+    /// The units of the limit and of the burst held back by the rule's reserve: a decision
+    /// takes them off, while refunds, charges and receipts take `ints` whole.
     pub(super) held_back: [u64; 2],
 }
 
 impl RuleArgs {
-    /// The integers a decision takes: `ints` less what the request is held back from.
     pub(super) fn decided(&self) -> [u64; 6] {
         let mut ints = self.ints;
         ints[1] -= self.held_back[0];
@@ -70,12 +65,11 @@ impl RuleArgs {
     }
 }
 
-/// The rules of one slot group, and the Redis time they were decided at.
+/// The rules of one slot group (state keys, arguments, names when settled), and the Redis time
+/// they were decided at.
 pub(super) struct Group {
-    /// Per rule, its state key (not its override key).
     pub(super) keys: Vec<String>,
     pub(super) args: Vec<RuleArgs>,
-    /// Per rule, its name, when the request may be settled; empty otherwise.
     pub(super) names: Vec<Arc<str>>,
     pub(super) evaluated_at: u64,
 }
@@ -86,8 +80,7 @@ pub(super) struct RuleEntry {
     rule_args: Vec<RuleArgs>,
     request: Cow<'static, str>,
     dry: bool,
-    /// The lean script replies one integer per rule (`gcra_only.lua`), which
-    /// [`parse_compact`] turns into the rules' states.
+    /// The lean script's reply of one integer per rule (`gcra_only.lua`).
     compact: bool,
     /// How many live records the entry reads.
     lives: usize,
@@ -122,8 +115,7 @@ impl Entry for RuleEntry {
     }
 }
 
-/// The coalescers of a limiter's built-in scripts (the lean GCRA one and the general one) and
-/// of the fixed window's plain transactions.
+/// The coalescers of the built-in scripts and of the fixed window's plain transactions.
 #[derive(Debug)]
 pub(super) struct Coalescers {
     pub(super) gcra: Coalescer<RuleEntry>,
@@ -132,7 +124,6 @@ pub(super) struct Coalescers {
 }
 
 impl Coalescers {
-    /// The three on `backend`, at most `max` entries per call.
     pub(super) fn new(backend: &RedisBackend, max: usize) -> Self {
         Self {
             counts: Coalescer::with_form(backend.clone(), Transaction, max),
@@ -151,8 +142,6 @@ impl Coalescers {
 }
 
 impl Evaluation {
-    /// `gcra_only`: every rule is built-in GCRA (then `scripts` is `None`). Per rule: its state
-    /// key, its override key if it reads one, its arguments.
     pub(super) fn new(
         scripts: Option<Arc<Scripts>>,
         gcra_only: bool,
@@ -173,10 +162,8 @@ impl Evaluation {
         }
     }
 
-    /// Reads each rule's live record in the call, from `lives` (one per rule, `None`: not
-    /// live, or on a Cluster: else the record's key and the rule's name). Keys after the rule's
-    /// others, as `live.lua` takes them; the records the script saw go to `copies`, and the
-    /// quotas it decided with to the decision.
+    /// Reads the live records of `lives` (per rule, its record's key and name) in the call;
+    /// those the script saw go to `copies`, the quotas it decided with to the decision.
     pub(super) fn live_keys(
         mut self,
         lives: Vec<Option<(String, Arc<str>)>>,
@@ -193,18 +180,14 @@ impl Evaluation {
         self
     }
 
-    /// Keeps a receipt of an admitted request naming its rules (`names`, one per rule), so that
-    /// its response may settle their costs ([`Rule::settles_after_response`]).
-    ///
-    /// [`Rule::settles_after_response`]: crate::rate_limit::Rule::settles_after_response
+    /// Keeps a receipt of an admitted request naming its rules, for its response to settle.
     pub(super) fn settled(mut self, names: Vec<Arc<str>>) -> Self {
-        // The lean script names nothing; a settled request takes the general one.
+        // The lean script names nothing.
         self.gcra_only = false;
         self.settled = names;
         self
     }
 
-    /// Decides without recording anything: not a request, not a rejection.
     pub(super) fn dry(mut self) -> Self {
         self.dry = true;
         self
@@ -214,8 +197,7 @@ impl Evaluation {
         self.scripts.as_deref().unwrap_or(&BUILTIN_SCRIPTS)
     }
 
-    /// Runs `entry` through the script its rules need: the built-in ones coalesced, one with
-    /// custom algorithms alone.
+    /// Runs `entry`: the built-in scripts coalesced, custom ones alone.
     async fn evaluate(
         &self,
         coalescers: &Coalescers,
@@ -230,8 +212,7 @@ impl Evaluation {
 
     /// One script call when every key shares a slot (always on a single Redis): atomic. On a
     /// Cluster, one call per hash tag, in order; when one denies, the tags that already admitted
-    /// the request are refunded and the rest are evaluated dry (for their headers). With the
-    /// receipt of an admitted request that took leases.
+    /// are refunded and the rest evaluated dry (for their headers).
     pub(super) async fn run(mut self, coalescers: &Coalescers) -> Result<Receipted, LimiterError> {
         let backend = coalescers.backend();
         let n = self.rule_args.len();
@@ -259,9 +240,8 @@ impl Evaluation {
             } else {
                 Vec::new()
             };
-            // The lean script's one integer per rule serves a request whose rules read no
-            // record (no override, no live quota) and keep no receipt (which needs the time):
-            // the rules' quotas and costs give the rest.
+            // One integer per rule serves when no record is read and no receipt (which needs
+            // the time) kept: the rules' quotas and costs give the rest.
             let compact = self.gcra_only
                 && self.live_copies.is_none()
                 && leases.is_none()
@@ -408,10 +388,7 @@ impl Evaluation {
         Ok((states, receipt, Vec::new()))
     }
 
-    /// Charges each rule its cost whatever is left ([`RedisLimiter::charge_all`]): one call of the
-    /// charge script per hash slot.
-    ///
-    /// [`RedisLimiter::charge_all`]: crate::rate_limit::RedisLimiter::charge_all
+    /// Charges each rule its cost whatever is left (`charge_all`): one call per hash slot.
     pub(super) async fn charge(&self, backend: &RedisBackend) -> Result<(), LimiterError> {
         let request = request_id();
         for group in backend.slot_groups(&self.keys) {
