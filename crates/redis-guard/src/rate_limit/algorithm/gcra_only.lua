@@ -1,50 +1,31 @@
 -- Decide and record requests whose rules are all GCRA (the default algorithm), each request all
--- or nothing: the same decisions as evaluate.lua with gcra.lua, written inline, because this is
--- the script almost every request runs. Every function or table a call makes costs Redis time
--- (see docs/benchmarks.md): it defines no function but the clock, the two divisions and the
--- entries' checks, makes the override helpers only when a rule reads a record, and builds no
--- table but the replies, the TATs read and written, and the records of keys that have one.
+-- or nothing: the decisions of evaluate.lua with gcra.lua, inline, because this is the script
+-- almost every request runs. Every function or table a call makes costs Redis time (see
+-- docs/benchmarks.md): it makes the override helpers only when a rule reads a record, and no
+-- table but the replies, the TATs and the records of keys that have one.
 --
--- Coalesced form (backend/coalesce.rs): one call carries one or more requests ("entries"),
--- decided one after the other, in order, at one Redis time.
---
--- KEYS     every entry's keys, entry after entry: per rule its state key, then its override key
---          when the rule reads one
--- ARGV[1]  a time shift in µs added to Redis TIME (0 in production)
--- ARGV[2]  the number of entries
--- ARGV     then per entry: its key count, its argument count (2 + 8n), then its arguments:
---            a request id (unused here), the flags (1: dry run, decide and record nothing; 2:
---            compact reply, below; 3: both), and per
---            rule the eight arguments of evaluate.lua (only burst, emission interval, cost and
---            bans are read: a throttled rule takes the general script; the limit is echoed; cost 0 is a probe, as there)
--- Reply    flat (backend/coalesce.rs): one array of every entry's reply, entry after entry; an
---          entry's reply is exactly evaluate.lua's for that request, five integers per rule and
---          then the time of the decision, written in place; or, for an entry with a key Redis
---          cannot GET (a key of another type), the error's text as one string, and nothing
---          recorded for it. (One table: Redis converts each table of a reply at a cost.)
---          A compact entry (flag 2; its rules read no override record) replies one integer per
---          rule instead: admitted, the TAT its reset counts to less now (µs, >= 0); denied, now
---          less the TAT, less 1 (< 0). The caller knows each rule's quota and cost, and derives
---          from it what the five integers say: each value converted costs the caller more
---          than the arithmetic.
--- Overrides (penalties, allow-list entries, bans) apply as in evaluate.lua.
--- Built as backend/prelude.lua, entries.lua, overrides.lua inside `overrides()`
--- (which returns its four helpers), then this file.
+-- Coalesced form (backend/coalesce.rs), as evaluate.lua: KEYS, ARGV[1] (time shift) and
+-- ARGV[2] (number of entries), then per entry its key count, its argument count (2 + 8n) and
+-- its arguments: a request id (unused), the flags (1: dry run; 2: compact reply; 3: both), and
+-- per rule evaluate.lua's eight (burst, emission interval, cost and bans are read; the limit is
+-- echoed; a throttled rule takes the general script).
+-- Reply    flat: one array of every entry's reply, each exactly evaluate.lua's (five integers
+--          per rule, then the time), or the error's text for an entry with a key Redis cannot
+--          GET. A compact entry (its rules read no override record) replies one integer per
+--          rule: admitted, the TAT its reset counts to less now (µs, >= 0); denied, now less the
+--          TAT, less 1 (< 0). The caller derives the rest from the rules' quotas and costs.
+-- Built as backend/prelude.lua, entries.lua, overrides.lua inside `overrides()` (which returns
+-- its four helpers), then this file.
 local now = clock()
--- The TAT of every key this call has read, as the entries before left it (false: none), and
--- the TAT to store for every key an entry recorded: a key many entries share (one busy client)
--- is read once and written once per call, whatever the number of entries. `dirty` is made by
--- the first entry that records.
+-- The TAT of every key read so far (false: none) and the TATs to store: a key many entries
+-- share (one busy client) is read once and written once per call.
 local tats, dirty = {}, nil
--- The same for override records (false: none): read once, written once per call. Made, with
--- the override helpers, by the first rule that reads a record: most calls read none, and
--- every function or table a call makes costs Redis time (see docs/benchmarks.md).
+-- The same for override records, made by the first rule that reads one.
 local ovs, ov_dirty
 local out, nout, k, a = nil, 0, 0, 2
 local entries = tonumber(ARGV[2]) or -1
--- ARGV's numbers. With several entries each string is converted once per call: tonumber costs
--- Redis more than a table lookup, and the entries of one rule (one quota) pass the same
--- strings. One entry converts each of its few numbers once anyway.
+-- With several entries each string is converted once per call: tonumber costs Redis more than
+-- a table lookup, and the entries of one rule pass the same strings.
 local num = tonumber
 if entries > 1 then
   local nums = {}

@@ -9,7 +9,7 @@ use super::headers;
 use super::rejection::{PreparedDenial, Rejection};
 use super::throttle::{DEFAULT_MAX_WAITERS, Waiters};
 use super::warn_every::{WARN_INTERVAL, WarnEvery};
-use crate::client_ip::ClientIp;
+use crate::client_ip::{ClientAddr, ClientIp};
 use crate::problem::Respond;
 use crate::rate_limit::quota_lookup as resolve;
 use crate::rate_limit::{
@@ -48,14 +48,23 @@ impl LayerRule {
         extractor.downcast_ref::<ClientIp>().cloned()
     }
 
-    /// The key for this request; a [`ClientIp`] rule leaves the address in the extensions.
-    pub(super) fn extract(&self, parts: &mut http::request::Parts) -> Result<Key, KeyError> {
+    /// The key for this request. The address a [`ClientIp`] rule counted goes to `client` (the
+    /// last one wins, as in the extensions), put in the extensions at once only when a later
+    /// rule of another kind may read it.
+    pub(super) fn key(
+        &self,
+        parts: &mut http::request::Parts,
+        client: &mut Option<ClientAddr>,
+    ) -> Result<Key, KeyError> {
         let Some(ip) = &self.client_ip else {
+            if let Some(addr) = client.take() {
+                parts.extensions.insert(addr);
+            }
             return self.extractor.extract(parts);
         };
-        let client = ip.addr(ip.client_ip(parts)?);
-        parts.extensions.insert(client);
-        Ok(client.key())
+        let addr = ip.addr(ip.client_ip(parts)?);
+        *client = Some(addr);
+        Ok(addr.key())
     }
 }
 
@@ -186,11 +195,12 @@ impl Config {
         let misconfigured = || Plan::Respond(Box::new(Rejection::Misconfigured));
         let mut checks = Checks::default();
         let mut lookups: Vec<Lookup> = Vec::new();
+        let mut client = None;
         for r in &self.rules {
             if r.rule.route().is_some_and(|route| !route.matches(parts)) {
                 continue;
             }
-            match r.extract(parts) {
+            match r.key(parts, &mut client) {
                 Ok(key) => {
                     let cost = r.rule.request_cost(parts);
                     if !r.rule.is_dynamic() {
@@ -242,6 +252,9 @@ impl Config {
                 // server is set up right, so it can't go unnoticed.
                 Err(KeyError::Misconfigured(_)) => return misconfigured(),
             }
+        }
+        if let Some(addr) = client {
+            parts.extensions.insert(addr);
         }
         // Live rules (`Rule::live`) are decided with the quota an operator set, if any.
         crate::rate_limit::limiter::live::apply(&*self.limiter, checks.as_mut_slice());

@@ -19,20 +19,19 @@
 
 use std::sync::Arc;
 
-use http::request::Parts;
 use http::{Request, Response};
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::config::{Config, LayerRule};
+use super::config::Config;
 use super::future::ResponseFuture;
 use super::headers::{self, RateLimitHeaders};
 use super::response::RateLimitBody;
-use super::service::take_ready;
+use super::service::{in_span, take_ready};
 use crate::client_ip::ClientAddr;
 use crate::rate_limit::{
-    Decision, Few, Key, KeyError, LimiterError, Mode, PlainStates, Rule, RuleDecision, RuleState,
-    admitting, ceil_secs, denying, verdict_metric,
+    Decision, Few, Key, Mode, PlainStates, Rule, RuleDecision, RuleState, admitting, ceil_secs,
+    denying, verdict_metric,
 };
 use crate::telemetry::Stopwatch;
 
@@ -92,7 +91,7 @@ where
     // request only (a denied one has none to read it).
     let mut client = None;
     for r in &config.rules {
-        match key_of(r, &mut parts, &mut client) {
+        match r.key(&mut parts, &mut client) {
             Ok(key) => keys.push(key),
             // Skipped, rejected or misconfigured: as the general plan says (which finds the
             // address again).
@@ -116,7 +115,8 @@ where
             None => return general(inner, req),
         },
         None => {
-            let Some(Ok(states)) = at_once(config, rules, keys.as_slice()) else {
+            let at_once = || config.limiter.decide_plain(rules, keys.as_slice());
+            let Some(Ok(states)) = in_span(rules.len(), at_once) else {
                 // Nothing was recorded: the general engine decides again, and applies the
                 // failure policy.
                 return general(inner, req);
@@ -151,43 +151,11 @@ where
     )
 }
 
-/// The key of rule `r` for the request of `parts`. The address a `ClientIp` rule counted goes
-/// to `client`, put in the extensions at once only when a later rule of another kind may read it.
-fn key_of(
-    r: &LayerRule,
-    parts: &mut Parts,
-    client: &mut Option<ClientAddr>,
-) -> Result<Key, KeyError> {
-    let Some(ip) = &r.client_ip else {
-        if let Some(addr) = client.take() {
-            parts.extensions.insert(addr);
-        }
-        return r.extractor.extract(parts);
-    };
-    let addr = ip.addr(ip.client_ip(parts)?);
-    *client = Some(addr);
-    Ok(addr.key())
-}
-
 /// Leaves the address the layer counted in the request's extensions, for the handler.
 fn leave<ReqBody>(req: &mut Request<ReqBody>, client: Option<ClientAddr>) {
     if let Some(addr) = client {
         req.extensions_mut().insert(addr);
     }
-}
-
-/// The limiter's decision of `rules` for `keys` in process, in a `debug` span when enabled.
-fn at_once(
-    config: &Config,
-    rules: &[Arc<Rule>],
-    keys: &[Key],
-) -> Option<Result<Few<RuleState>, LimiterError>> {
-    if !tracing::level_enabled!(tracing::Level::DEBUG) {
-        return config.limiter.decide_plain(rules, keys);
-    }
-    let span = tracing::debug_span!("rate_limit", rules = rules.len());
-    let _entered = span.enter();
-    config.limiter.decide_plain(rules, keys)
 }
 
 /// The answer once the plain `rules`' `states` are known: the inner service called (`call`)

@@ -382,62 +382,42 @@ pub(super) mod tests {
                 .unwrap()
         };
         let skip = layer(MissingKey::Skip);
-        let s = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        // The headers in `answer`'s order, ` | ` between two.
+        let expect = |status, headers: &str, body: &str| {
+            let headers = headers.split(" | ").map(str::to_owned).collect();
+            (status, headers, body.to_owned())
+        };
         assert_eq!(
             answer(&skip, Some("k")).await,
-            (
+            expect(
                 200,
-                s(&[
-                    "\"burst\";q=2;w=1, \"key\";q=3;w=60",
-                    "\"burst\";r=1;t=1, \"key\";r=2;t=20",
-                    "2",
-                    "1",
-                    "1",
-                    "-",
-                    "-"
-                ]),
-                "ok".to_owned()
+                r#""burst";q=2;w=1, "key";q=3;w=60 | "burst";r=1;t=1, "key";r=2;t=20 | 2 | 1 | 1 | - | -"#,
+                "ok"
             )
         );
         // The key's rule is skipped: the headers name the burst rule alone.
         assert_eq!(
             answer(&skip, None).await,
-            (
+            expect(
                 200,
-                s(&[
-                    "\"burst\";q=2;w=1",
-                    "\"burst\";r=0;t=1",
-                    "2",
-                    "0",
-                    "1",
-                    "-",
-                    "-"
-                ]),
-                "ok".to_owned()
+                r#""burst";q=2;w=1 | "burst";r=0;t=1 | 2 | 0 | 1 | - | -"#,
+                "ok"
             )
         );
         assert_eq!(
             answer(&skip, Some("k")).await,
-            (
+            expect(
                 429,
-                s(&[
-                    "\"burst\";q=2;w=1, \"key\";q=3;w=60",
-                    "\"burst\";r=0;t=1, \"key\";r=1;t=40",
-                    "2",
-                    "0",
-                    "1",
-                    "1",
-                    "application/problem+json"
-                ]),
-                "{\"detail\":\"Rate limit `burst` exceeded: retry in 1 s.\",\"retry_after\":1,\"rule\":\"burst\",\"status\":429,\"title\":\"Too Many Requests\",\"type\":\"about:blank\"}".to_owned()
+                r#""burst";q=2;w=1, "key";q=3;w=60 | "burst";r=0;t=1, "key";r=1;t=40 | 2 | 0 | 1 | 1 | application/problem+json"#,
+                "{\"detail\":\"Rate limit `burst` exceeded: retry in 1 s.\",\"retry_after\":1,\"rule\":\"burst\",\"status\":429,\"title\":\"Too Many Requests\",\"type\":\"about:blank\"}"
             )
         );
         assert_eq!(
             answer(&layer(MissingKey::default()), None).await,
-            (
+            expect(
                 400,
-                s(&["-", "-", "-", "-", "-", "-", "application/problem+json"]),
-                "{\"detail\":\"The request lacks the rate-limit key.\",\"status\":400,\"title\":\"Bad Request\",\"type\":\"about:blank\"}".to_owned()
+                "- | - | - | - | - | - | application/problem+json",
+                "{\"detail\":\"The request lacks the rate-limit key.\",\"status\":400,\"title\":\"Bad Request\",\"type\":\"about:blank\"}"
             )
         );
     }

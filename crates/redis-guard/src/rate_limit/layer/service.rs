@@ -12,7 +12,7 @@ use super::config::{Config, Plan};
 use super::future::ResponseFuture;
 use super::response::RateLimitBody;
 use crate::rate_limit::quota_lookup as resolve;
-use crate::rate_limit::{Check, Decision, LimiterError, Pending};
+use crate::rate_limit::{Check, Pending};
 use crate::telemetry::Stopwatch;
 
 define_service! {
@@ -76,7 +76,8 @@ where
             // The layer's rules and its limiter were checked when it was built.
             let started = Stopwatch::start();
             let checks_now = checks.as_slice();
-            if let Some(decided) = at_once(config, checks_now) {
+            let at_once = || config.limiter.evaluate_at_once(checks_now);
+            if let Some(decided) = in_span(checks_now.len(), at_once) {
                 let ready = || take_ready(inner);
                 return ResponseFuture::decided(config, decided, (ready, req), checks_now, started);
             }
@@ -92,15 +93,13 @@ where
     }
 }
 
-/// The decision of `checks` when the layer's limiter decides in process (no future, nothing
-/// boxed), in a `debug` span when one is listened to.
-fn at_once(config: &Config, checks: &[Check]) -> Option<Result<Decision, LimiterError>> {
+/// `decide`, in a `debug` span when one is listened to.
+pub(super) fn in_span<T>(rules: usize, decide: impl FnOnce() -> T) -> T {
     if !tracing::level_enabled!(tracing::Level::DEBUG) {
-        return config.limiter.evaluate_at_once(checks);
+        return decide();
     }
-    let span = tracing::debug_span!("rate_limit", rules = checks.len());
-    let _entered = span.enter();
-    config.limiter.evaluate_at_once(checks)
+    let _entered = tracing::debug_span!("rate_limit", rules).entered();
+    decide()
 }
 
 /// Starts evaluating `checks` on the layer's limiter, in a `debug` span when one is listened to.
