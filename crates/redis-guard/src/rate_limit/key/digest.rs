@@ -26,7 +26,7 @@ const INLINE: usize = 46;
 
 #[derive(Clone)]
 enum Repr {
-    Inline { len: u8, bytes: [u8; INLINE] },
+    Inline(Inline),
     Heap(Vec<u8>),
 }
 
@@ -64,7 +64,7 @@ impl Key {
     #[must_use]
     pub fn as_bytes(&self) -> &[u8] {
         match &self.0 {
-            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Inline(inline) => &inline.bytes[..usize::from(inline.len)],
             Repr::Heap(v) => v,
         }
     }
@@ -114,12 +114,8 @@ impl Inline {
         true
     }
 
-    /// The key written.
     pub(crate) fn key(self) -> Key {
-        Key(Repr::Inline {
-            len: self.len,
-            bytes: self.bytes,
-        })
+        Key(Repr::Inline(self))
     }
 }
 

@@ -92,12 +92,9 @@ impl RateLimitLayerBuilder {
     ) -> Self {
         let client_ip = LayerRule::client_ip_of(&extractor);
         let extractor: Arc<dyn KeyExtractor> = Arc::new(extractor);
-        for (quota, algorithm) in quotas
-            .iter()
-            .zip(std::iter::repeat_n(algorithm, quotas.len()))
-        {
+        for quota in quotas {
             let rule = Rule::new(format!("{name}-{}", period_label(quota.period())), *quota)
-                .with_algorithm(algorithm);
+                .with_algorithm(algorithm.clone());
             self.config.rules.push(LayerRule {
                 rule: Arc::new(rule),
                 extractor: Arc::clone(&extractor),
@@ -439,32 +436,25 @@ fn log_fallback_shares(config: &Config, stated: bool) {
         };
         let (rule, quota) = (r.rule.name(), r.rule.quota());
         let share = quota.share(replicas);
-        if replicas.get() > 1 {
-            tracing::info!(
-                rule,
-                replicas = replicas.get(),
-                share = %share,
-                "rate limit: while Redis is unavailable each of {replicas} replicas admits up to \
-                 {share} of rule `{rule}` (its quota {quota} shared by {replicas})"
-            );
+        let says = if replicas.get() > 1 {
+            format!(
+                "each of {replicas} replicas admits up to {share} of rule `{rule}` (its quota {quota} shared by {replicas})"
+            )
         } else if stated {
-            tracing::info!(
-                rule,
-                replicas = 1,
-                share = %share,
-                "rate limit: while Redis is unavailable the single replica admits up to {share} \
-                 of rule `{rule}`, its whole quota"
-            );
+            format!("the single replica admits up to {share} of rule `{rule}`, its whole quota")
         } else {
-            tracing::info!(
-                rule,
-                replicas = 1,
-                share = %share,
-                "rate limit: while Redis is unavailable each replica admits up to {share} of rule \
-                 `{rule}`, its whole quota: the layer assumes 1 replica. With N replicas, set \
-                 RateLimitLayerBuilder::replicas(N) so that together they admit about the quota"
-            );
-        }
+            format!(
+                "each replica admits up to {share} of rule `{rule}`, its whole quota: the layer \
+                 assumes 1 replica. With N replicas, set RateLimitLayerBuilder::replicas(N) so \
+                 that together they admit about the quota"
+            )
+        };
+        tracing::info!(
+            rule,
+            replicas = replicas.get(),
+            share = %share,
+            "rate limit: while Redis is unavailable {says}"
+        );
     }
 }
 

@@ -91,14 +91,33 @@ const QUOTA_FAILURE_TYPE: &str = "type.googleapis.com/google.rpc.QuotaFailure";
 #[must_use]
 pub fn response(rejection: &Rejection) -> Response<Bytes> {
     let message = rejection.to_string();
-    let status_code = rejection.status();
-    let details = Details {
-        // A denial's wait; while the limiter is unavailable, the HTTP answer's
-        // `Retry-After: 1`.
-        retry: rejection.retry_after(),
-        quota_rule: rejection.decision().map(|d| &*d.rule),
-    };
-    status(code_for(status_code), &message, &details)
+    let code = code_for(rejection.status());
+    // A denial's wait; while the limiter is unavailable, the HTTP answer's `Retry-After: 1`.
+    let retry = rejection.retry_after();
+    // A trailers-only response: everything in the header block, no body.
+    let mut res = Response::new(Bytes::new());
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    h.insert(GRPC_STATUS, HeaderValue::from(u16::from(code)));
+    insert_encoded(h, GRPC_MESSAGE, percent_encode(&message));
+    if let Some(delay) = retry {
+        headers::insert_retry_after(h, ceil_secs(delay));
+        h.insert(
+            GRPC_RETRY_PUSHBACK_MS,
+            HeaderValue::from(ceil_millis(delay)),
+        );
+    }
+    let rule = rejection.decision().map(|d| &*d.rule);
+    let status = encode_status(code, &message, retry, rule);
+    insert_encoded(
+        h,
+        GRPC_STATUS_DETAILS,
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(status),
+    );
+    res
 }
 
 /// The gRPC status code of the same meaning as `status` (`google.rpc.Code`'s HTTP mapping).
@@ -112,40 +131,6 @@ fn code_for(status: StatusCode) -> u8 {
         503 => UNAVAILABLE,
         _ => 2,
     }
-}
-
-/// What `grpc-status-details-bin` carries besides the code and message.
-struct Details<'a> {
-    /// A `google.rpc.RetryInfo`, and the delay in `retry-after` / `grpc-retry-pushback-ms`.
-    retry: Option<Duration>,
-    /// A `google.rpc.QuotaFailure` naming this rule.
-    quota_rule: Option<&'a str>,
-}
-
-/// A trailers-only gRPC response: everything in the header block, no body.
-fn status(code: u8, message: &str, details: &Details<'_>) -> Response<Bytes> {
-    let mut res = Response::new(Bytes::new());
-    let h = res.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/grpc"),
-    );
-    h.insert(GRPC_STATUS, HeaderValue::from(u16::from(code)));
-    insert_encoded(h, GRPC_MESSAGE, percent_encode(message));
-    if let Some(delay) = details.retry {
-        headers::insert_retry_after(h, ceil_secs(delay));
-        h.insert(
-            GRPC_RETRY_PUSHBACK_MS,
-            HeaderValue::from(ceil_millis(delay)),
-        );
-    }
-    let status = encode_status(code, message, details);
-    insert_encoded(
-        h,
-        GRPC_STATUS_DETAILS,
-        base64::engine::general_purpose::STANDARD_NO_PAD.encode(status),
-    );
-    res
 }
 
 /// Inserts a value made only of visible ASCII (percent-encoded or base64): always a valid
@@ -175,18 +160,19 @@ fn percent_encode(message: &str) -> String {
     out
 }
 
-/// `google.rpc.Status { code = 1; message = 2; repeated google.protobuf.Any details = 3 }`.
-fn encode_status(code: u8, message: &str, details: &Details<'_>) -> Vec<u8> {
+/// `google.rpc.Status { code = 1; message = 2; repeated google.protobuf.Any details = 3 }`, its
+/// details a `google.rpc.RetryInfo` of `retry` and a `google.rpc.QuotaFailure` naming `rule`.
+fn encode_status(code: u8, message: &str, retry: Option<Duration>, rule: Option<&str>) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + message.len());
     varint_field(&mut out, 1, u64::from(code));
     bytes_field(&mut out, 2, message.as_bytes());
-    if let Some(delay) = details.retry {
+    if let Some(delay) = retry {
         // RetryInfo { google.protobuf.Duration retry_delay = 1 }
         let mut retry_info = Vec::new();
         bytes_field(&mut retry_info, 1, &encode_duration(delay));
         bytes_field(&mut out, 3, &encode_any(RETRY_INFO_TYPE, &retry_info));
     }
-    if let Some(rule) = details.quota_rule {
+    if let Some(rule) = rule {
         // QuotaFailure { repeated Violation violations = 1 }, Violation { subject = 1;
         // description = 2 }
         let mut violation = Vec::new();

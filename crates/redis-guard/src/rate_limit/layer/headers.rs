@@ -136,7 +136,6 @@ where
     }))
 }
 
-/// The `RateLimit` value of `decision`.
 fn state(decision: &Decision) -> HeaderValue {
     states(
         decision
@@ -223,7 +222,6 @@ fn list<'a, const N: usize>(
         .unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// How many decimal digits `n` has.
 fn digits(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
@@ -262,7 +260,6 @@ impl Digits {
         &self.buf[self.start..]
     }
 
-    /// The digits as text.
     pub(crate) fn as_str(&self) -> &str {
         // ASCII digits only.
         std::str::from_utf8(self.as_bytes()).unwrap_or("0")

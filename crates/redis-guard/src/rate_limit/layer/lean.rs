@@ -211,7 +211,6 @@ where
     )
 }
 
-/// The `429` of `denial`.
 pub(super) fn answer<B: RateLimitBody>(config: &Config, denial: Denial) -> Response<B::Out> {
     let prepared = &config.denials[denial.prepared];
     let res = match denial.headers {

@@ -128,7 +128,6 @@ impl Rejection {
         res
     }
 
-    /// The text of an answer without a decision.
     fn detail(&self) -> &'static str {
         match self {
             Self::Limited(_) => "Rate limit exceeded.",

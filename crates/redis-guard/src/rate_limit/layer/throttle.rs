@@ -39,7 +39,6 @@ impl Waiters {
             .map(|_| Place(Arc::clone(self)))
     }
 
-    /// How many wait now.
     #[cfg(any(test, feature = "test-util"))]
     pub(crate) fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Acquire)

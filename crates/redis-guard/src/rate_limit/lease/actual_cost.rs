@@ -217,7 +217,6 @@ impl CostReport {
         *reported = std::mem::take(&mut *reported).and(rule, cost);
     }
 
-    /// What was reported so far.
     pub(crate) fn reported(&self) -> ActualCost {
         self.cost
             .lock()

@@ -146,7 +146,6 @@ impl Lease {
         })
     }
 
-    /// The leases of both.
     pub(crate) fn merge(a: Option<Self>, b: Option<Self>) -> Option<Self> {
         match (a, b) {
             (None, x) | (x, None) => x,

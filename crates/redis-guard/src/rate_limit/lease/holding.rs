@@ -91,7 +91,6 @@ impl Holding {
         })
     }
 
-    /// Whether the response may settle something.
     pub(crate) fn settles(&self) -> bool {
         self.settle.is_some()
     }

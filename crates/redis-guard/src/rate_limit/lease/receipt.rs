@@ -87,7 +87,6 @@ impl Receipt {
         .unwrap_or(u64::MAX)
     }
 
-    /// How many leases the receipt holds.
     pub(crate) fn lease_count(&self) -> usize {
         match &self.place {
             Place::Memory(m) => m.lease_count(),

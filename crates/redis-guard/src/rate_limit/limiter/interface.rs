@@ -52,7 +52,6 @@ pub enum LimiterError {
     Config(#[from] ConfigError),
 }
 
-/// A call with nothing to evaluate.
 pub(crate) fn no_checks() -> LimiterError {
     ConfigError::new(ConfigErrorKind::NoRules, "no rules to evaluate").into()
 }

@@ -130,7 +130,6 @@ impl Steer {
         }
     }
 
-    /// How long it lasts.
     pub(crate) fn duration(self) -> Duration {
         match self {
             Self::Penalize(d) | Self::Allow(d) => d,

@@ -17,7 +17,6 @@ pub(crate) struct InMemory {
 }
 
 impl InMemory {
-    /// Releases `request`'s leases.
     pub(crate) fn release(&self, request: &str) {
         let now = self.limiter.table.now_us();
         let mut table = self
@@ -70,7 +69,6 @@ impl InMemory {
         self.leases.iter().map(|&(_, e)| e).min()
     }
 
-    /// How many leases were taken.
     pub(crate) fn lease_count(&self) -> usize {
         self.leases.len()
     }

@@ -99,7 +99,6 @@ impl Table {
         micros(self.clock.now())
     }
 
-    /// The entry of `rule`'s state for `key`.
     pub(super) fn state_id(&self, rule: &Rule, key: &Key) -> EntryId {
         match rule.algorithm().builtin_id() {
             Some(tag) => self.id(rule.name(), tag, key.as_bytes()),
@@ -235,7 +234,6 @@ impl Locked<'_> {
         self.shard(id)?.states.live(id, now)
     }
 
-    /// Removes the state or record under `id`.
     pub(super) fn remove(&mut self, id: EntryId) {
         if let Some(s) = self.shard(id) {
             s.states.map.remove(&id);
@@ -380,7 +378,6 @@ impl<V> Entries<V> {
         self.map.retain(|_, (_, d)| now < *d);
     }
 
-    /// Drops the `n` entries closest to expiry.
     fn evict(&mut self, n: usize) {
         let mut soonest: Vec<(u64, EntryId)> =
             self.map.iter().map(|(id, (_, d))| (*d, *id)).collect();

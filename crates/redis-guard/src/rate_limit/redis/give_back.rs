@@ -95,7 +95,6 @@ impl OnRedis {
         self.leases().map(|a| a.ints[2]).min()
     }
 
-    /// How many leases were taken.
     pub(crate) fn lease_count(&self) -> usize {
         self.leases().count()
     }

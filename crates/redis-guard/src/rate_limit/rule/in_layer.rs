@@ -218,7 +218,6 @@ impl Rule {
         self.quota_from.is_some()
     }
 
-    /// The rule's quota resolver, if it has one.
     pub(crate) fn quota_from(&self) -> Option<&QuotaFrom> {
         self.quota_from.as_ref()
     }

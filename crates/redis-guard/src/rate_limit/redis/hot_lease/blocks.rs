@@ -98,7 +98,6 @@ impl std::fmt::Debug for HotLeases {
 }
 
 impl HotLeases {
-    /// An empty table for a limiter on `backend`.
     pub(crate) fn new(backend: &RedisBackend) -> Self {
         Self {
             backend: backend.clone(),
