@@ -1,69 +1,41 @@
-//! The rate-limit response headers (the table users read is in the module docs of
-//! [`rate_limit`](super)).
-//!
-//! `RateLimit-Policy` and `RateLimit` follow the IETF HTTPAPI draft "RateLimit header fields for
-//! HTTP" (<https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/>), in its
-//! structured-field form: one list item per rule, named by the rule:
-//!
-//! ```text
-//! RateLimit-Policy: "api";q=100;w=60
-//! RateLimit: "api";r=42;t=35
-//! ```
-//!
-//! `q` is the limit, `w` the period in seconds, `r` the requests remaining now and `t` the seconds
-//! until the quota is fully available again (both rounded up).
-//!
-//! Concurrency rules ([`Rule::concurrency`](crate::rate_limit::Rule::concurrency)) are left out of both: the
-//! draft knows only quotas per time window, and `q=2;w=30` would tell a client it may send two
-//! requests per 30 s. A denial by one still carries `Retry-After`, and the legacy
-//! `X-RateLimit-*` headers describe the binding rule, which may be a concurrency rule (its
-//! limit, and the leases still free).
+//! The rate-limit response headers, as the module docs of [`rate_limit`](super) list them
+//! (the IETF draft's `RateLimit-Policy` and `RateLimit`, the legacy `X-RateLimit-*`).
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::rate_limit::{Decision, Quota, ceil_secs};
 
-/// `RateLimit-Policy`.
 pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-/// `RateLimit`.
 pub(crate) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-/// `X-RateLimit-Limit` (legacy).
 pub(crate) const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-/// `X-RateLimit-Remaining` (legacy).
 pub(crate) const X_RATELIMIT_REMAINING: HeaderName =
     HeaderName::from_static("x-ratelimit-remaining");
-/// `X-RateLimit-Reset` (legacy): seconds until the quota is full again.
 pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-/// `RateLimit-Exceeded` (redis-guard's own, not in the IETF draft): the
-/// [`Mode::Soft`](crate::rate_limit::Mode::Soft) rules an admitted request went over, as a structured-field
-/// list of rule names: `RateLimit-Exceeded: "api"`.
+/// redis-guard's own, not in the IETF draft.
 pub(crate) const RATELIMIT_EXCEEDED: HeaderName = HeaderName::from_static("ratelimit-exceeded");
 
 /// The headers a decision adds to a response, computed before the response exists (an admitted
 /// request's headers wait for the inner service): values only, no map of their own.
 #[derive(Debug)]
 pub(crate) struct RateLimitHeaders {
-    /// `RateLimit-Policy` and `RateLimit`.
     ietf: Option<(HeaderValue, HeaderValue)>,
     /// The headers of options most layers leave off, boxed so that the response future that
     /// carries these values stays small.
     rare: Option<Box<Rare>>,
 }
 
-/// See [`RateLimitHeaders::rare`].
+/// See [`RateLimitHeaders::rare`]: the binding rule's legacy limit, remaining and reset, and
+/// `RateLimit-Exceeded`.
 #[derive(Debug)]
 struct Rare {
-    /// `X-RateLimit-Limit`, `-Remaining` and `-Reset` of the binding rule.
     legacy: Option<(u32, u32, u64)>,
-    /// `RateLimit-Exceeded`, when a soft rule was exceeded.
     exceeded: Option<HeaderValue>,
 }
 
 impl RateLimitHeaders {
-    /// The headers for `decision`: the IETF pair when `policy` is given (the layer's value for
-    /// the rules of `decision`), the legacy ones when `legacy`.
-    /// No header at all for a decision of shadow rules only (the client sees none of them).
+    /// The headers for `decision`: the IETF pair when `policy` is given, the legacy ones when
+    /// `legacy`; none for a decision of shadow rules only.
     pub(crate) fn new(decision: &Decision, policy: Option<HeaderValue>, legacy: bool) -> Self {
         let visible = !decision.rules.is_empty();
         let windowed = decision.rules.iter().any(|r| !r.lease);
@@ -86,8 +58,8 @@ impl RateLimitHeaders {
         }
     }
 
-    /// The headers of a plain decision (`lean.rs`): `policy` and the `RateLimit` value
-    /// `state`, when sent, and the binding rule's (limit, remaining, reset) for the legacy ones.
+    /// The headers of a plain decision (`lean.rs`): `RateLimit-Policy` and `RateLimit`, and the
+    /// binding rule's (limit, remaining, reset) for the legacy ones.
     pub(crate) fn plain(
         ietf: Option<(HeaderValue, HeaderValue)>,
         legacy: Option<(u32, u32, u64)>,
@@ -103,7 +75,6 @@ impl RateLimitHeaders {
         }
     }
 
-    /// Writes the headers into `headers`, replacing those of the same names.
     pub(crate) fn insert(self, headers: &mut HeaderMap) {
         if let Some((policy, state)) = self.ietf {
             headers.insert(RATELIMIT_POLICY, policy);
@@ -185,11 +156,9 @@ fn one_state(name: &str, state: &crate::rate_limit::RuleState) -> Option<HeaderV
     HeaderValue::from_bytes(&buf[..len]).ok()
 }
 
-/// A structured-field list of `"name";a=1;b=2` items, `, ` between items, written into one
-/// buffer of its exact length: the value's only allocation, kept by `Bytes` as it is (this runs
-/// on every admitted request). Rule names are validated to be token characters, so they need no
-/// escaping inside the quoted strings and the value is always a valid header value (the empty
-/// fallback is never used).
+/// A structured-field list of `"name";a=1;b=2` items, written into one buffer of its exact
+/// length (this runs on every admitted request). Rule names are validated to be token
+/// characters: they need no escaping, and the value is always valid.
 fn list<'a, const N: usize>(
     items: impl Iterator<Item = (&'a str, [(&'static str, u64); N])> + Clone,
 ) -> HeaderValue {
