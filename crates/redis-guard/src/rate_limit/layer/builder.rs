@@ -92,9 +92,13 @@ impl RateLimitLayerBuilder {
     ) -> Self {
         let client_ip = LayerRule::client_ip_of(&extractor);
         let extractor: Arc<dyn KeyExtractor> = Arc::new(extractor);
-        for quota in quotas {
+        // The last rule takes `algorithm` itself, the others a clone.
+        for (quota, algorithm) in quotas
+            .iter()
+            .zip(std::iter::repeat_n(algorithm, quotas.len()))
+        {
             let rule = Rule::new(format!("{name}-{}", period_label(quota.period())), *quota)
-                .with_algorithm(algorithm.clone());
+                .with_algorithm(algorithm);
             self.config.rules.push(LayerRule {
                 rule: Arc::new(rule),
                 extractor: Arc::clone(&extractor),
