@@ -1,11 +1,7 @@
-//! What an admitted evaluation took, kept to give it back later: the request id the state is
-//! named by and where it was recorded: on Redis, the keys, arguments and Redis time of each slot
-//! group it was decided in (`redis/give_back.rs` runs the scripts), in process the entries of
-//! the memory table (`memory/settle.rs`).
-//!
-//! Today a receipt releases a request's concurrency leases when its response ends, and renews
-//! them while it streams. Settling after the response (charging or refunding a reported cost)
-//! runs through the same receipt: it holds every rule of the evaluation, not only the leases.
+//! What an admitted evaluation took, kept to release, renew or settle it after the response:
+//! the request id its state is named by, and where it was recorded (on Redis, each slot group's
+//! keys, arguments and Redis time, `redis/give_back.rs`; in process, the memory table's entries,
+//! `memory/settle.rs`).
 
 use std::fmt;
 use std::sync::{Arc, LazyLock};
@@ -24,22 +20,18 @@ pub(crate) type Receipted = (
 
 /// One admitted evaluation, as the store recorded it.
 pub(crate) struct Receipt {
-    /// The request id its state is named by (the leases' members).
     pub(crate) request: Arc<str>,
     pub(crate) place: Place,
 }
 
 /// Where the evaluation was recorded.
 pub(crate) enum Place {
-    /// On Redis: per slot group (one on a single Redis), what the scripts need to undo it.
     Redis(OnRedis),
-    /// In process: the entries of the memory limiter's table.
     Memory(InMemory),
 }
 
 impl Receipt {
-    /// Gives the leases back: the refund script on Redis (one call per slot group), at once in
-    /// process.
+    /// Gives the leases back.
     pub(crate) fn release(&self) -> LimiterFuture<()> {
         match &self.place {
             Place::Memory(m) => {
@@ -51,9 +43,7 @@ impl Receipt {
     }
 
     /// Settles the request's rules after its response: per rule named in `deltas`, that many
-    /// more units charged whatever is left (positive) or given back (negative), in the window
-    /// it was counted in. One charge and one refund call per slot group at most on Redis; at
-    /// once in process.
+    /// more units charged (positive) or given back (negative), in the window it was counted in.
     pub(crate) fn settle(&self, deltas: &[(Arc<str>, i64)]) -> LimiterFuture<()> {
         let delta = |name: &str| {
             deltas
