@@ -102,16 +102,16 @@ pub(super) struct RedisClock {
 }
 
 impl RedisClock {
-    /// Redis's time when this process's wall clock reads `now`, if the estimate is at most
-    /// [`CLOCK_EVERY`] old (`None`: time to estimate again).
-    fn at(&self, now: u64) -> Option<u64> {
+    /// How far this process's wall clock runs ahead of Redis's (µs; negative: behind) when it
+    /// reads `now`, if the estimate is at most [`CLOCK_EVERY`] old (`None`: time to estimate
+    /// again, or this clock stepped back since).
+    fn ahead(&self, now: u64) -> Option<i64> {
         let taken = self.taken.load(Ordering::Relaxed);
         if taken == 0 || now < taken || now - taken >= CLOCK_EVERY {
             return None;
         }
         // The two values may come from two estimates made side by side: either holds.
-        let ahead = self.ahead.load(Ordering::Relaxed);
-        Some(now.saturating_add_signed(ahead.saturating_neg()))
+        Some(self.ahead.load(Ordering::Relaxed))
     }
 
     /// Records that Redis's time was at least `redis` when this process's wall clock read `sent`.
@@ -176,17 +176,20 @@ async fn read(
     let frozen = backend.frozen_us();
     let test_clock = frozen.is_some() || shift > 0;
     let sent = if test_clock { 0 } else { wall_us() };
-    if !test_clock && clock.at(sent).is_some() {
+    let ahead = if test_clock { None } else { clock.ahead(sent) };
+    if let Some(ahead) = ahead {
         let record = hash_record(backend.query(&command("HGETALL")).await?)?;
         // Taken after the reply: Redis read the hash no later than this.
-        let Some(now) = clock.at(wall_us()) else {
-            // The estimate aged while the read was out: the script decides.
+        let now = wall_us();
+        if now < sent {
+            // This clock stepped back while the read was out: the script decides.
             return Ok(if record.fields.is_empty() {
                 Plain::Gone
             } else {
                 Plain::Script
             });
-        };
+        }
+        let now = now.saturating_add_signed(ahead.saturating_neg());
         return Ok(decide(record, None, Some(now), idle, fresh));
     }
     let mut pipe = redis::Pipeline::with_capacity(3);
@@ -504,19 +507,19 @@ mod tests {
     #[test]
     fn the_clock_estimate_holds_for_a_second_and_follows_the_offset() {
         let clock = RedisClock::default();
-        assert_eq!(clock.at(SEEN), None, "nothing learnt yet");
+        assert_eq!(clock.ahead(SEEN), None, "nothing learnt yet");
         // This process's clock runs 3 s ahead of Redis's.
         clock.learn(SEEN, SEEN - 3_000_000);
-        assert_eq!(clock.at(SEEN), Some(SEEN - 3_000_000));
-        assert_eq!(clock.at(SEEN + 500_000), Some(SEEN - 2_500_000));
+        assert_eq!(clock.ahead(SEEN), Some(3_000_000));
+        assert_eq!(clock.ahead(SEEN + 500_000), Some(3_000_000));
         assert_eq!(
-            clock.at(SEEN + CLOCK_EVERY),
+            clock.ahead(SEEN + CLOCK_EVERY),
             None,
             "a second old: estimate again"
         );
-        assert_eq!(clock.at(SEEN - 1), None, "this clock stepped back");
+        assert_eq!(clock.ahead(SEEN - 1), None, "this clock stepped back");
         // Now 2 s behind.
         clock.learn(SEEN + 10, SEEN + 2_000_010);
-        assert_eq!(clock.at(SEEN + 10), Some(SEEN + 2_000_010));
+        assert_eq!(clock.ahead(SEEN + 10), Some(-2_000_000));
     }
 }
