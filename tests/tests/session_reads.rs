@@ -22,11 +22,18 @@ const IDLE: Duration = Duration::from_secs(30 * 60);
 
 /// An app on `store` over real HTTP: the shared session routes, 30 min idle, 24 h lifetime.
 async fn app(store: Arc<dyn SessionStore>) -> SocketAddr {
-    let layer = SessionLayer::builder(store)
+    app_recording_every(store, None).await
+}
+
+/// [`app`], recording a use at most once per `every` (`None`: the default).
+async fn app_recording_every(store: Arc<dyn SessionStore>, every: Option<Duration>) -> SocketAddr {
+    let mut builder = SessionLayer::builder(store)
         .idle_timeout(IDLE)
-        .max_lifetime(Duration::from_secs(24 * 3600))
-        .build()
-        .expect("valid");
+        .max_lifetime(Duration::from_secs(24 * 3600));
+    if let Some(every) = every {
+        builder = builder.last_seen_interval(every);
+    }
+    let layer = builder.build().expect("valid");
     serve(layer.layer(tower::service_fn(|req: Request<_>| async move {
         let (session, path) = session_and_path(&req);
         let parts: Vec<&str> = path.iter().map(String::as_str).collect();
@@ -181,6 +188,49 @@ async fn reads_send_the_ttl_at_most_once_a_second(h: Harness) {
     );
 }
 
+/// A load the script marked used teaches the store Redis's clock (the last use it wrote): the
+/// next read sends no `PTTL`, though none could be read from the TTL before.
+async fn a_use_the_script_records_tells_redis_time(h: Harness) {
+    // Every use recorded: every load runs the load script.
+    let addr = app_recording_every(production_store(&h).await, Some(Duration::ZERO)).await;
+    let (_, id) = send(addr, "POST", "/set/name/alice", None).await;
+    let key = session_key(&h, &id);
+    // No TTL: nothing to learn from `PTTL`.
+    let mut conn = h.inspect().await;
+    let persisted: i64 = redis::cmd("PERSIST")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .expect("PERSIST");
+    assert_eq!(persisted, 1);
+    let mut monitor = Monitor::start(&h).await;
+    monitor.commands(&h).await;
+    let started = std::time::Instant::now();
+    assert_eq!(send(addr, "GET", "/get/name", Some(&id)).await.0, 200);
+    assert_eq!(send(addr, "GET", "/get/name", Some(&id)).await.0, 200);
+    let took = started.elapsed();
+    let mut sent = monitor.commands(&h).await;
+    sent.retain(|c| c != "\"PING\"" && !c.starts_with("\"EVAL\""));
+    let kinds: Vec<&str> = sent
+        .iter()
+        .map(|c| match c {
+            c if is_read(c) && c.contains("| \"PTTL\"") => "read+pttl",
+            c if is_read(c) => "read",
+            c if c.starts_with("\"EVALSHA\"") => "script",
+            _ => "other",
+        })
+        .collect();
+    // (Both reads within the second the estimate holds; a machine too slow for that says
+    // nothing either way.)
+    if took < Duration::from_millis(900) {
+        assert_eq!(kinds, ["read+pttl", "script", "read", "script"], "{sent:?}");
+    }
+    assert!(
+        h.pttl(&key).await > 29 * 60 * 1000,
+        "the script slid the TTL"
+    );
+}
+
 /// A session whose key Redis expired is never served, though its hash said it was live: no
 /// value, no user, and the id is not adopted.
 async fn a_session_expired_by_its_ttl_is_never_served(h: Harness) {
@@ -330,6 +380,7 @@ async fn field(conn: &mut impl redis::aio::ConnectionLike, key: &str, field: &st
 backend_suite!(
     redis_only: loads_without_a_due_refresh_send_no_script,
     reads_send_the_ttl_at_most_once_a_second,
+    a_use_the_script_records_tells_redis_time,
     a_session_expired_by_its_ttl_is_never_served,
     a_write_records_the_use_only_when_its_refresh_is_due,
 );

@@ -12,12 +12,14 @@
 //! Redis `TIME`: it deletes what has expired or is malformed and marks the use. A load whose
 //! refresh is due therefore costs two round trips.
 //!
-//! Redis's clock is not read on every load. At most once a second ([`RedisClock`]) a load sends
-//! `PTTL key` in the same pipeline as `HGETALL`: the TTL was set to `min(idle, $exp − $seen)`
-//! (rounded up to the millisecond) by the last touch and has run down since, so it tells how
-//! long ago `$seen` was, on Redis's own clock, and therefore Redis's time. Comparing that with
-//! this process's wall clock gives how far the two clocks differ; the loads of the next second
-//! take Redis's time as this process's clock less that difference. The estimate never falls
+//! Redis's clock is not read on every load. A load the script marked used tells Redis's time
+//! exactly (the `$seen` it wrote); when no such load came within the last second
+//! ([`RedisClock`]), a load sends `PTTL key` in the same pipeline as `HGETALL`: the TTL was set
+//! to `min(idle, $exp − $seen)` (rounded up to the millisecond) by the last touch and has run
+//! down since, so it tells how long ago `$seen` was, on Redis's own clock, and therefore
+//! Redis's time. Comparing that with this process's wall clock gives how far the two clocks
+//! differ; the loads of the next second take Redis's time as this process's clock less that
+//! difference. The estimate never falls
 //! behind Redis's time (it errs by a few milliseconds the other way), so a refresh is never
 //! later than it is due: a process whose clock is minutes off Redis's still slides every
 //! session as it should. A TTL that is not one a touch under these lifetimes set (no TTL, a
@@ -149,9 +151,22 @@ pub(super) async fn load(
         idle,
         fresh: life.seen_every.map(|_| life.fresh_us()),
     };
+    let test_clock = backend.frozen_us().is_some() || backend.shift_us() > 0;
+    let sent = wall_us();
     match loads.call(entry).await? {
         Value::Nil => Ok(None),
-        v => Ok(Some(Record::from_flat(strings(v)?))),
+        v => {
+            let record = Record::from_flat(strings(v)?);
+            // A use the script marked was recorded at Redis's time when it ran, after `sent`:
+            // an exact reading of Redis's clock, whatever lifetimes set the TTL.
+            if record.marked
+                && !test_clock
+                && let Some(touch) = Touch::of(&record, idle)
+            {
+                clock.learn(sent, touch.seen);
+            }
+            Ok(Some(record))
+        }
     }
 }
 
