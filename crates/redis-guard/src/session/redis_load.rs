@@ -19,11 +19,15 @@
 //! down since, so it tells how long ago `$seen` was, on Redis's own clock, and therefore
 //! Redis's time. Comparing that with this process's wall clock gives how far the two clocks
 //! differ; the loads of the next second take Redis's time as this process's clock less that
-//! difference. The estimate never falls
-//! behind Redis's time (it errs by a few milliseconds the other way), so a refresh is never
-//! later than it is due: a process whose clock is minutes off Redis's still slides every
-//! session as it should. A TTL that is not one a touch under these lifetimes set (no TTL, a
-//! longer one after the idle timeout was shortened) sends that load to the script.
+//! difference. The estimate never falls behind Redis's time (it errs by a few milliseconds the
+//! other way), so a refresh is never later than it is due: a process whose clock is minutes
+//! off Redis's still slides every session as it should. A TTL that is not one a touch under
+//! these lifetimes set (no TTL, a longer one after the idle timeout was shortened) teaches
+//! nothing and sends that load to the script. One exception: right after the layer's idle
+//! timeout is shortened, a TTL a touch set under the longer one can read as a more recent use
+//! than it was, and the estimate from it lags Redis's time by up to the difference, for at most
+//! the second it is used (a load the script marks replaces it at once); a refresh due in that
+//! second waits for the session's next load.
 //!
 //! When the absolute deadline set the TTL, sliding extends nothing; the use is still recorded
 //! once per interval (its last-seen time, and the device the layer then records), as before.
