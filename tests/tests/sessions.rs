@@ -376,7 +376,7 @@ async fn round_trips_per_request(h: Harness) {
     c.send("POST", "/set/x/1", Some(&id)).await;
     c.send("GET", "/noop", Some(&id)).await;
     let mut monitor = Monitor::start(&h).await;
-    // A load whose refresh is not due is a plain read (HGETALL, with PTTL in the same round
+    // A load whose refresh is not due is a plain read (HGETALL, with TIME in the same round
     // trip at most once a second); a save is one script call, which reads the session's
     // metadata in one HMGET and writes the changed field in one HSET (within the last-seen
     // interval: no new last use, no TTL).

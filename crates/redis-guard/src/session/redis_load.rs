@@ -12,32 +12,25 @@
 //! Redis `TIME`: it deletes what has expired or is malformed and marks the use. A load whose
 //! refresh is due therefore costs two round trips.
 //!
-//! Redis's clock is not read on every load. A load the script marked used tells Redis's time
-//! exactly (the `$seen` it wrote); when no such load came within the last second
-//! ([`RedisClock`]), a load sends `PTTL key` in the same pipeline as `HGETALL`: the TTL was set
-//! to `min(idle, $exp − $seen)` (rounded up to the millisecond) by the last touch and has run
-//! down since, so it tells how long ago `$seen` was, on Redis's own clock, and therefore
-//! Redis's time. Comparing that with this process's wall clock gives how far the two clocks
-//! differ; the loads of the next second take Redis's time as this process's clock less that
-//! difference. The estimate never falls behind Redis's time (it errs by a few milliseconds the
-//! other way), so a refresh is never later than it is due: a process whose clock is minutes
-//! off Redis's still slides every session as it should. A TTL that is not one a touch under
-//! these lifetimes set (no TTL, a longer one after the idle timeout was shortened) teaches
-//! nothing and sends that load to the script. One exception: right after the layer's idle
-//! timeout is shortened, a TTL a touch set under the longer one can read as a more recent use
-//! than it was, and the estimate from it lags Redis's time by up to the difference, for at most
-//! the second it is used (a load the script marks replaces it at once); a refresh due in that
-//! second waits for the session's next load.
+//! Redis's clock is not read on every load. At most once a second ([`RedisClock`]) a load sends
+//! `TIME` in the same pipeline as `HGETALL` and decides with it; comparing it with this
+//! process's wall clock when the read went out gives how far the two clocks differ, and the
+//! loads of the next second take Redis's time as this process's clock, read when the reply
+//! is in, less that difference. Redis answered at or after the moment the read went out, so
+//! the estimate never falls behind Redis's time (it runs ahead by up to a round trip): a
+//! refresh is never later than it is due, and a process whose clock is minutes off Redis's
+//! still slides every session as it should.
 //!
 //! When the absolute deadline set the TTL, sliding extends nothing; the use is still recorded
 //! once per interval (its last-seen time, and the device the layer then records), as before.
 //!
 //! Test clocks (feature `test-util`): a time shift or a frozen clock moves the scripts' time,
-//! not Redis's key expiry. Under one, every load sends `PTTL`, and the elapsed time comes from
-//! that clock instead (the frozen time, or Redis `TIME`, read in the same pipeline, plus the
-//! shift); a session whose idle or absolute deadline has passed in that time goes to the
-//! script, which deletes it: the plain path is exact under a shift too. Production builds never
-//! send `TIME`.
+//! not Redis's key expiry. Under one, every load sends `HGETALL` and `PTTL` (plus `TIME` under a
+//! shift): the TTL the last touch set, `min(idle, $exp − $seen)` rounded up to the millisecond,
+//! must be one these lifetimes set (else the script decides), and the elapsed time comes from
+//! that clock (the frozen time, or Redis `TIME` plus the shift); a session whose idle or
+//! absolute deadline has passed in that time goes to the script, which deletes it: the plain
+//! path is exact under a shift too.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -90,11 +83,6 @@ enum Plain {
 
 /// How often a plain read also asks for the TTL, to estimate Redis's clock again (µs).
 const CLOCK_EVERY: u64 = 1_000_000;
-
-/// How much later than the TTL says Redis's time is taken to be (µs): `PTTL` counts whole
-/// milliseconds, and the touch set the TTL from a time up to a millisecond or two off the
-/// `$seen` it wrote. Erring later only makes a refresh due a few milliseconds early.
-const CLOCK_MARGIN: u64 = 5_000;
 
 /// Redis's clock as this process sees it: how far this process's wall clock ran ahead of it at
 /// the last estimate (see the module's docs). Shared by the clones of a store.
@@ -155,29 +143,16 @@ pub(super) async fn load(
         idle,
         fresh: life.seen_every.map(|_| life.fresh_us()),
     };
-    let test_clock = backend.frozen_us().is_some() || backend.shift_us() > 0;
-    let sent = wall_us();
     match loads.call(entry).await? {
         Value::Nil => Ok(None),
-        v => {
-            let record = Record::from_flat(strings(v)?);
-            // A use the script marked was recorded at Redis's time when it ran, after `sent`:
-            // an exact reading of Redis's clock, whatever lifetimes set the TTL.
-            if record.marked
-                && !test_clock
-                && let Some(touch) = Touch::of(&record, idle)
-            {
-                clock.learn(sent, touch.seen);
-            }
-            Ok(Some(record))
-        }
+        v => Ok(Some(Record::from_flat(strings(v)?))),
     }
 }
 
-/// The plain read of `key`, and what it says: `HGETALL` alone while `clock` knows Redis's time;
-/// else `HGETALL` and `PTTL` in one pipeline (plus `TIME` under a test clock that shifts Redis
-/// time), from which `clock` learns it again. The replies come as Redis sent them: an error
-/// reply is checked here, where its command is known.
+/// The plain read of `key`, and what it says: `HGETALL` alone while `clock` knows Redis's time,
+/// else `HGETALL` and `TIME` in one pipeline, from which `clock` learns it again. Under a test
+/// clock: `HGETALL` and `PTTL` (plus `TIME` when the clock shifts Redis time). The replies come
+/// as Redis sent them: an error reply is checked here, where its command is known.
 async fn read(
     backend: &RedisBackend,
     clock: &RedisClock,
@@ -212,31 +187,36 @@ async fn read(
         return Ok(decide(record, None, Some(now), idle, fresh));
     }
     let mut pipe = redis::Pipeline::with_capacity(3);
-    pipe.add_command(command("HGETALL"))
-        .add_command(command("PTTL"));
-    if frozen.is_none() && shift > 0 {
+    pipe.add_command(command("HGETALL"));
+    if test_clock {
+        pipe.add_command(command("PTTL"));
+    }
+    if frozen.is_none() {
         pipe.cmd("TIME");
     }
-    let Value::Array(mut replies) = backend.pipeline_replies(&pipe, key).await? else {
+    let Value::Array(replies) = backend.pipeline_replies(&pipe, key).await? else {
         return Err(bad_reply("a pipeline reply that is not an array".into()));
     };
-    let now = match (frozen, replies.len()) {
-        (Some(us), _) => Some(us),
-        (None, 3) => Some(redis_time(replies.pop())?.saturating_add(shift)),
-        _ => None,
-    };
-    let (Some(pttl), Some(hash)) = (replies.pop(), replies.pop()) else {
-        return Err(bad_reply("a session read without its two replies".into()));
-    };
-    let pttl = match pttl {
-        Value::Int(ms) => ms,
-        other => return Err(bad_reply(format!("PTTL replied {other:?}"))),
+    let mut replies = replies.into_iter();
+    let Some(hash) = replies.next() else {
+        return Err(bad_reply("a session read without its replies".into()));
     };
     let record = hash_record(hash)?;
-    if !test_clock && let Some(redis) = redis_time_from_ttl(&record, pttl, idle) {
-        clock.learn(sent, redis.saturating_add(CLOCK_MARGIN));
+    if !test_clock {
+        // Redis's time when it read the hash, at or after `sent`.
+        let now = redis_time(replies.next())?;
+        clock.learn(sent, now);
+        return Ok(decide(record, None, Some(now), idle, fresh));
     }
-    Ok(decide(record, Some(pttl), now, idle, fresh))
+    let pttl = match replies.next() {
+        Some(Value::Int(ms)) => ms,
+        other => return Err(bad_reply(format!("PTTL replied {other:?}"))),
+    };
+    let now = match frozen {
+        Some(us) => us,
+        None => redis_time(replies.next())?.saturating_add(shift),
+    };
+    Ok(decide(record, Some(pttl), Some(now), idle, fresh))
 }
 
 /// An `HGETALL` reply as a record (empty: no key).
@@ -333,13 +313,6 @@ impl Touch {
     }
 }
 
-/// Redis's time (µs) when it replied `pttl` for the key whose hash is `record`, from the TTL
-/// the last touch set; `None` when the hash or the TTL is not what a touch leaves.
-fn redis_time_from_ttl(record: &Record, pttl: i64, idle: u64) -> Option<u64> {
-    let touch = Touch::of(record, idle)?;
-    Some(touch.seen.saturating_add(touch.elapsed(pttl)?))
-}
-
 /// The decision on a plain read: `record` is the hash (empty: no key), `pttl` its TTL in ms
 /// (−2: no key, −1: none; `None`: not read), `now` Redis's time as the store estimates it or
 /// the scripts' time under a test clock (`None`: the TTL alone decides), `idle` and `fresh` the
@@ -377,7 +350,7 @@ fn decide(record: Record, pttl: Option<i64>, now: Option<u64>, idle: u64, fresh:
 
 #[cfg(test)]
 mod tests {
-    use super::{CLOCK_EVERY, Plain, RedisClock, decide, redis_time_from_ttl};
+    use super::{CLOCK_EVERY, Plain, RedisClock, decide};
     use crate::session::store::Record;
 
     const MIN: u64 = 60_000_000;
@@ -505,22 +478,6 @@ mod tests {
         let with_own = |now| decide(hash(exp, &[("$idle", &own)]), None, Some(now), IDLE, FRESH);
         assert!(fresh(&with_own(SEEN + FRESH - 1)));
         assert_eq!(with_own(SEEN + FRESH), Plain::Script);
-    }
-
-    #[test]
-    fn the_ttl_tells_redis_time() {
-        let exp = SEEN + 24 * 60 * MIN;
-        let ttl = |pttl| redis_time_from_ttl(&hash(exp, &[]), pttl, IDLE);
-        assert_eq!(ttl(ms(IDLE)), Some(SEEN));
-        assert_eq!(ttl(ms(IDLE) - 1500), Some(SEEN + 1_500_000));
-        assert_eq!(ttl(ms(IDLE) + 1), None, "a TTL no touch set");
-        assert_eq!(ttl(-1), None);
-        assert_eq!(ttl(-2), None);
-        let near = SEEN + 10 * MIN;
-        assert_eq!(
-            redis_time_from_ttl(&hash(near, &[]), ms(10 * MIN) - 7, IDLE),
-            Some(SEEN + 7000)
-        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::backend::{Coalescer, DEFAULT_BATCH, Entry, LuaScript as Script, Redis
 /// `HGETALL`, no script: the key's TTL follows the sooner of the idle and absolute deadlines,
 /// so Redis's own expiry says the session is live, and the last use the hash records, against
 /// Redis's clock, says whether the refresh is due. (The store learns Redis's clock from a
-/// `PTTL` sent with the read at most once a second: a process whose clock differs from
+/// `TIME` sent with the read at most once a second: a process whose clock differs from
 /// Redis's still refreshes on time.) Every other operation, and a load whose refresh is due
 /// (after its plain read: two round trips), is one Lua script that enforces the idle and
 /// absolute expiry with Redis `TIME`.
