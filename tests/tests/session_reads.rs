@@ -1,6 +1,7 @@
-//! Session reads without a script: a load whose idle refresh is not due is
-//! `HGETALL` + `PTTL` in one round trip, validity taken from Redis's own key expiry; only a due
-//! load runs the load script, which slides the TTL. Counted with `MONITOR` (on every node of
+//! Session reads without a script: a load whose idle refresh is not due is one `HGETALL`
+//! (with `TIME` in the same round trip at most once a second, to learn Redis's clock),
+//! validity taken from Redis's own key expiry; only a due load runs the load script, which
+//! slides the TTL. Counted with `MONITOR` (on every node of
 //! the cluster), through a real app over HTTP, on Redis, a `bb8` pool and the cluster.
 
 use std::convert::Infallible;
@@ -81,6 +82,11 @@ fn session_key(h: &Harness, id: &str) -> String {
     format!("{}s:{{{storage}}}", h.prefix())
 }
 
+/// Whether `round_trip` is a plain read: `HGETALL`, alone or with `TIME`.
+fn is_read(round_trip: &str) -> bool {
+    round_trip.starts_with("\"HGETALL\"") && !round_trip.contains("| \"HGETALL\"")
+}
+
 fn is_script(command: &str) -> bool {
     command.to_ascii_lowercase().starts_with("\"eval")
 }
@@ -106,10 +112,7 @@ async fn loads_without_a_due_refresh_send_no_script(h: Harness) {
     }
     let (sent, inside) = monitor.split(&h).await;
     assert!(!sent.iter().any(|c| is_script(c)), "no script: {sent:?}");
-    let reads: Vec<&String> = sent
-        .iter()
-        .filter(|c| c.starts_with("\"HGETALL\"") && c.contains("| \"PTTL\""))
-        .collect();
+    let reads: Vec<&String> = sent.iter().filter(|c| is_read(c)).collect();
     assert_eq!(reads.len(), requests.len(), "one plain read each: {sent:?}");
     assert!(reads.iter().all(|c| c.contains(&key)), "{reads:?}");
     assert!(inside.is_empty(), "nothing ran inside Redis: {inside:?}");
@@ -145,6 +148,38 @@ async fn loads_without_a_due_refresh_send_no_script(h: Harness) {
     assert_eq!(send(addr, "GET", "/get/name", Some(&id)).await.0, 200);
     let sent = monitor.commands(&h).await;
     assert!(!sent.iter().any(|c| is_script(c)), "{sent:?}");
+}
+
+/// A read sends `HGETALL` alone: Redis's clock is learnt from a `TIME` sent in the same round
+/// trip at most once a second, not on every read.
+async fn reads_ask_redis_time_at_most_once_a_second(h: Harness) {
+    const READS: u64 = 12;
+    let addr = app(production_store(&h).await).await;
+    let (_, id) = send(addr, "POST", "/set/name/alice", None).await;
+    let mut monitor = Monitor::start(&h).await;
+    monitor.commands(&h).await;
+    let started = std::time::Instant::now();
+    for _ in 0..READS {
+        assert_eq!(send(addr, "GET", "/get/name", Some(&id)).await.0, 200);
+    }
+    let took = started.elapsed().as_secs();
+    let mut sent = monitor.commands(&h).await;
+    // A pool checks each connection it hands out.
+    sent.retain(|c| c != "\"PING\"");
+    assert!(!sent.iter().any(|c| is_script(c)), "no script: {sent:?}");
+    assert_eq!(
+        sent.len(),
+        usize::try_from(READS).expect("small"),
+        "{sent:?}"
+    );
+    assert!(sent.iter().all(|c| is_read(c)), "{sent:?}");
+    assert!(!sent.iter().any(|c| c.contains("\"PTTL\"")), "{sent:?}");
+    let with_time = sent.iter().filter(|c| c.contains("| \"TIME\"")).count();
+    let with_time = u64::try_from(with_time).expect("small");
+    assert!(
+        with_time >= 1 && with_time <= 1 + took,
+        "{with_time} reads with TIME in {took} s: {sent:?}"
+    );
 }
 
 /// A session whose key Redis expired is never served, though its hash said it was live: no
@@ -295,6 +330,7 @@ async fn field(conn: &mut impl redis::aio::ConnectionLike, key: &str, field: &st
 
 backend_suite!(
     redis_only: loads_without_a_due_refresh_send_no_script,
+    reads_ask_redis_time_at_most_once_a_second,
     a_session_expired_by_its_ttl_is_never_served,
     a_write_records_the_use_only_when_its_refresh_is_due,
 );

@@ -41,8 +41,8 @@
 //!   both keep their change; for the same key the last writer wins. `increment` is an atomic
 //!   `HINCRBY`.
 //! - **Round trips**: none for a request without a cookie whose handler does not touch the
-//!   session; one to load (on Redis, `HGETALL` + `PTTL` without a script while the idle
-//!   refresh is not due; two when it is: the read, then the script that refreshes); one to
+//!   session; one to load (on Redis, one `HGETALL` without a script while the idle refresh is
+//!   not due; two when it is: the read, then the script that refreshes); one to
 //!   save. An untouched session that came with a cookie costs that load, after a successful
 //!   response, to restart its idle timeout.
 //! - **Two expiries**, both enforced by the store's own clock: an idle timeout (sliding) and an

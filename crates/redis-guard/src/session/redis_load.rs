@@ -1,29 +1,40 @@
 //! Loading a session from Redis: plain reads while no refresh is due, the load script when one
 //! is.
 //!
-//! A load first sends `HGETALL key` and `PTTL key` as one pipeline (one round trip, no script).
-//! The key's TTL is what decides validity: every write that marks a use (`touch` in
-//! `scripts/record.lua`) sets `$seen` to now and the TTL to the sooner of the idle and the
-//! absolute deadline, so a key Redis still returns is a live session, and Redis never returns
-//! an expired one. How long ago the last use was follows from the same TTL: it was set to
-//! `min(idle, $exp − $seen)` (rounded up to the millisecond), and has run down since. When that
-//! is less than the freshness interval (by default 1 % of the idle timeout) the session is
-//! served as read, unmarked. Otherwise — the refresh is due, the hash lacks `$exp` or `$seen`,
-//! or the TTL is not one a touch under these lifetimes set (no TTL, a longer one after the
-//! idle timeout was shortened) — the load script runs for that entry, exactly as before, and
-//! decides with Redis `TIME`: it deletes what has expired or is malformed and marks the use.
-//! A load whose refresh is due therefore costs two round trips.
+//! A load first reads the hash: `HGETALL key`, one command, no script. The key's TTL is what
+//! decides validity: every write that marks a use (`touch` in `scripts/record.lua`) sets `$seen`
+//! to now and the TTL to the sooner of the idle and the absolute deadline, so a key Redis still
+//! returns is a live session, and Redis never returns an expired one. Whether the refresh is
+//! due is how long ago the last use was, on Redis's clock: when that is less than the freshness
+//! interval (by default 1 % of the idle timeout) the session is served as read, unmarked.
+//! Otherwise — the refresh is due, the hash lacks `$exp` or `$seen`, or its times are not ones a
+//! touch writes — the load script runs for that entry, exactly as before, and decides with
+//! Redis `TIME`: it deletes what has expired or is malformed and marks the use. A load whose
+//! refresh is due therefore costs two round trips.
+//!
+//! Redis's clock is not read on every load. At most once a second ([`RedisClock`]) a load sends
+//! `TIME` in the same pipeline as `HGETALL` and decides with it; comparing it with this
+//! process's wall clock when the read went out gives how far the two clocks differ, and the
+//! loads of the next second take Redis's time as this process's clock, read when the reply
+//! is in, less that difference. Redis answered at or after the moment the read went out, so
+//! the estimate never falls behind Redis's time (it runs ahead by up to a round trip): a
+//! refresh is never later than it is due, and a process whose clock is minutes off Redis's
+//! still slides every session as it should.
 //!
 //! When the absolute deadline set the TTL, sliding extends nothing; the use is still recorded
 //! once per interval (its last-seen time, and the device the layer then records), as before.
 //!
 //! Test clocks (feature `test-util`): a time shift or a frozen clock moves the scripts' time,
-//! not Redis's key expiry. Under one, the elapsed time comes from that clock instead (the
-//! frozen time, or Redis `TIME`, read in the same pipeline, plus the shift), and a session whose
-//! idle or absolute deadline has passed in that time goes to the script, which deletes it: the
-//! plain path is exact under a shift too. Production builds never send `TIME`.
+//! not Redis's key expiry. Under one, every load sends `HGETALL` and `PTTL` (plus `TIME` under a
+//! shift): the TTL the last touch set, `min(idle, $exp − $seen)` rounded up to the millisecond,
+//! must be one these lifetimes set (else the script decides), and the elapsed time comes from
+//! that clock (the frozen time, or Redis `TIME` plus the shift); a session whose idle or
+//! absolute deadline has passed in that time goes to the script, which deletes it: the plain
+//! path is exact under a shift too.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::Value;
 
@@ -70,16 +81,59 @@ enum Plain {
     Script,
 }
 
+/// How often a plain read also asks for the TTL, to estimate Redis's clock again (µs).
+const CLOCK_EVERY: u64 = 1_000_000;
+
+/// Redis's clock as this process sees it: how far this process's wall clock ran ahead of it at
+/// the last estimate (see the module's docs). Shared by the clones of a store.
+#[derive(Debug, Default)]
+pub(super) struct RedisClock {
+    /// This process's wall clock (µs since the epoch) when the estimate was taken; 0: none yet.
+    taken: AtomicU64,
+    /// How far this process's wall clock ran ahead of Redis's (µs; negative: behind), never more
+    /// than it did: Redis's time estimated from it is never earlier than Redis's own.
+    ahead: AtomicI64,
+}
+
+impl RedisClock {
+    /// How far this process's wall clock runs ahead of Redis's (µs; negative: behind) when it
+    /// reads `now`, if the estimate is at most [`CLOCK_EVERY`] old (`None`: time to estimate
+    /// again, or this clock stepped back since).
+    fn ahead(&self, now: u64) -> Option<i64> {
+        let taken = self.taken.load(Ordering::Relaxed);
+        if taken == 0 || now < taken || now - taken >= CLOCK_EVERY {
+            return None;
+        }
+        // The two values may come from two estimates made side by side: either holds.
+        Some(self.ahead.load(Ordering::Relaxed))
+    }
+
+    /// Records that Redis's time was at least `redis` when this process's wall clock read `sent`.
+    fn learn(&self, sent: u64, redis: u64) {
+        let ahead = i64::try_from(i128::from(sent) - i128::from(redis)).unwrap_or(0);
+        self.ahead.store(ahead, Ordering::Relaxed);
+        self.taken.store(sent.max(1), Ordering::Relaxed);
+    }
+}
+
+/// This process's wall clock, µs since the epoch (0 before it).
+fn wall_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, crate::backend::micros)
+}
+
 /// Loads the session under Redis key `key`: plain reads, then the load script (through
-/// `loads`) only when they say so.
+/// `loads`) only when they say so. `clock` is the store's estimate of Redis's clock.
 pub(super) async fn load(
     backend: &RedisBackend,
     loads: &Arc<Coalescer<LoadEntry>>,
+    clock: &RedisClock,
     key: String,
     life: Lifetimes,
 ) -> Result<Option<Record>, SessionError> {
     let idle = life.idle_us();
-    match read(backend, &key, idle, life.fresh_us()).await? {
+    match read(backend, clock, &key, idle, life.fresh_us()).await? {
         Plain::Gone => return Ok(None),
         Plain::Fresh(record) => return Ok(Some(record)),
         Plain::Script => {}
@@ -95,11 +149,13 @@ pub(super) async fn load(
     }
 }
 
-/// The plain read of `key`: `HGETALL` and `PTTL` in one pipeline (plus `TIME` under a test
-/// clock that shifts Redis time), and what it says. The replies come as Redis sent them: an
-/// error reply is checked here, where its command is known.
+/// The plain read of `key`, and what it says: `HGETALL` alone while `clock` knows Redis's time,
+/// else `HGETALL` and `TIME` in one pipeline, from which `clock` learns it again. Under a test
+/// clock: `HGETALL` and `PTTL` (plus `TIME` when the clock shifts Redis time). The replies come
+/// as Redis sent them: an error reply is checked here, where its command is known.
 async fn read(
     backend: &RedisBackend,
+    clock: &RedisClock,
     key: &str,
     idle: u64,
     fresh: u64,
@@ -110,30 +166,62 @@ async fn read(
         cmd.arg(name).arg(key);
         cmd
     };
-    let mut pipe = redis::Pipeline::with_capacity(3);
-    pipe.add_command(command("HGETALL"))
-        .add_command(command("PTTL"));
     let shift = backend.shift_us();
     let frozen = backend.frozen_us();
-    if frozen.is_none() && shift > 0 {
+    let test_clock = frozen.is_some() || shift > 0;
+    let sent = if test_clock { 0 } else { wall_us() };
+    let ahead = if test_clock { None } else { clock.ahead(sent) };
+    if let Some(ahead) = ahead {
+        let record = hash_record(backend.query(&command("HGETALL")).await?)?;
+        // Taken after the reply: Redis read the hash no later than this.
+        let now = wall_us();
+        if now < sent {
+            // This clock stepped back while the read was out: the script decides.
+            return Ok(if record.fields.is_empty() {
+                Plain::Gone
+            } else {
+                Plain::Script
+            });
+        }
+        let now = now.saturating_add_signed(ahead.saturating_neg());
+        return Ok(decide(record, None, Some(now), idle, fresh));
+    }
+    let mut pipe = redis::Pipeline::with_capacity(3);
+    pipe.add_command(command("HGETALL"));
+    if test_clock {
+        pipe.add_command(command("PTTL"));
+    }
+    if frozen.is_none() {
         pipe.cmd("TIME");
     }
-    let Value::Array(mut replies) = backend.pipeline_replies(&pipe, key).await? else {
+    let Value::Array(replies) = backend.pipeline_replies(&pipe, key).await? else {
         return Err(bad_reply("a pipeline reply that is not an array".into()));
     };
-    let now = match (frozen, replies.len()) {
-        (Some(us), _) => Some(us),
-        (None, 3) => Some(redis_time(replies.pop())?.saturating_add(shift)),
-        _ => None,
+    let mut replies = replies.into_iter();
+    let Some(hash) = replies.next() else {
+        return Err(bad_reply("a session read without its replies".into()));
     };
-    let (Some(pttl), Some(hash)) = (replies.pop(), replies.pop()) else {
-        return Err(bad_reply("a session read without its two replies".into()));
-    };
-    let pttl = match pttl {
-        Value::Int(ms) => ms,
+    let record = hash_record(hash)?;
+    if !test_clock {
+        // Redis's time when it read the hash, at or after `sent`.
+        let now = redis_time(replies.next())?;
+        clock.learn(sent, now);
+        return Ok(decide(record, None, Some(now), idle, fresh));
+    }
+    let pttl = match replies.next() {
+        Some(Value::Int(ms)) => ms,
         other => return Err(bad_reply(format!("PTTL replied {other:?}"))),
     };
-    let record = match hash {
+    let now = match frozen {
+        Some(us) => us,
+        None => redis_time(replies.next())?.saturating_add(shift),
+    };
+    Ok(decide(record, Some(pttl), Some(now), idle, fresh))
+}
+
+/// An `HGETALL` reply as a record (empty: no key).
+fn hash_record(hash: Value) -> Result<Record, SessionError> {
+    Ok(match hash {
         Value::Array(items) => Record::from_pairs(pairs(items)?),
         Value::Map(map) => Record::from_pairs(
             map.into_iter()
@@ -142,8 +230,7 @@ async fn read(
         ),
         Value::ServerError(e) => return Err(crate::backend::BackendError::Redis(e.into()).into()),
         other => return Err(bad_reply(format!("HGETALL replied {other:?}"))),
-    };
-    Ok(decide(record, pttl, now, idle, fresh))
+    })
 }
 
 /// An `HGETALL` reply's array (RESP2) as name/value pairs.
@@ -184,38 +271,75 @@ fn redis_time(reply: Option<Value>) -> Result<u64, SessionError> {
         .saturating_add(parse(us)?))
 }
 
-/// The decision on a plain read: `record` is the hash (empty: no key), `pttl` its TTL in ms (−2:
-/// no key, −1: none), `now` the scripts' time under a test clock (`None`: Redis's own expiry
-/// decides, as in production), `idle` and `fresh` the layer's idle timeout and freshness in µs.
-fn decide(record: Record, pttl: i64, now: Option<u64>, idle: u64, fresh: u64) -> Plain {
-    if record.fields.is_empty() || pttl == -2 {
+/// The last use recorded in a hash, as the touch that recorded it wrote it.
+struct Touch {
+    /// Absolute expiry (µs).
+    exp: u64,
+    /// Last use (µs).
+    seen: u64,
+    /// The idle timeout that applies (µs): the session's own, else the layer's.
+    idle: u64,
+    /// The TTL the touch set (ms): `touch` in record.lua.
+    ttl_ms: u64,
+}
+
+impl Touch {
+    /// The hash's times, with `idle` the layer's idle timeout; `None` when they are missing or
+    /// malformed (the script deletes such a session).
+    fn of(record: &Record, idle: u64) -> Option<Self> {
+        let meta = record.meta();
+        let number = |value: Option<&str>| value.map(str::parse::<u64>);
+        let (Some(Ok(exp)), Some(Ok(seen))) = (number(meta.exp), number(meta.seen)) else {
+            return None;
+        };
+        let idle = match number(meta.idle) {
+            None => idle,
+            Some(Ok(own)) => own,
+            Some(Err(_)) => return None,
+        };
+        (exp > seen).then(|| Self {
+            exp,
+            seen,
+            idle,
+            ttl_ms: idle.min(exp - seen).div_ceil(1000),
+        })
+    }
+
+    /// How long ago the last use was (µs) when Redis replied `pttl` for the key; `None` when
+    /// the TTL is not one this touch set (none, or longer).
+    fn elapsed(&self, pttl: i64) -> Option<u64> {
+        let pttl = u64::try_from(pttl).ok()?;
+        (pttl <= self.ttl_ms).then(|| (self.ttl_ms - pttl).saturating_mul(1000))
+    }
+}
+
+/// The decision on a plain read: `record` is the hash (empty: no key), `pttl` its TTL in ms
+/// (−2: no key, −1: none; `None`: not read), `now` Redis's time as the store estimates it or
+/// the scripts' time under a test clock (`None`: the TTL alone decides), `idle` and `fresh` the
+/// layer's idle timeout and freshness in µs.
+fn decide(record: Record, pttl: Option<i64>, now: Option<u64>, idle: u64, fresh: u64) -> Plain {
+    if record.fields.is_empty() || pttl == Some(-2) {
         return Plain::Gone;
     }
-    let meta = record.meta();
-    let number = |value: Option<&str>| value.map(str::parse::<u64>);
-    let (Some(Ok(exp)), Some(Ok(seen)), Ok(pttl)) =
-        (number(meta.exp), number(meta.seen), u64::try_from(pttl))
-    else {
-        // Malformed (the script deletes it), or a key without a TTL.
+    let Some(touch) = Touch::of(&record, idle) else {
+        // Malformed (the script deletes it).
         return Plain::Script;
     };
-    let idle = match number(meta.idle) {
-        None => idle,
-        Some(Ok(own)) => own,
-        Some(Err(_)) => return Plain::Script,
+    let by_ttl = match pttl {
+        Some(pttl) => match touch.elapsed(pttl) {
+            Some(elapsed) => Some(elapsed),
+            // A key without a TTL, or one no touch under these lifetimes set.
+            None => return Plain::Script,
+        },
+        None => None,
     };
-    if exp <= seen {
-        return Plain::Script;
-    }
-    // The TTL the last touch set: `touch` in record.lua.
-    let set_ms = idle.min(exp - seen).div_ceil(1000);
-    if pttl > set_ms {
-        return Plain::Script;
-    }
-    let elapsed = match now {
-        Some(now) if now >= exp || now.saturating_sub(seen) >= idle => return Plain::Script,
-        Some(now) => now.saturating_sub(seen),
-        None => (set_ms - pttl).saturating_mul(1000),
+    let elapsed = match (now, by_ttl) {
+        (Some(now), _) if now >= touch.exp || now.saturating_sub(touch.seen) >= touch.idle => {
+            return Plain::Script;
+        }
+        (Some(now), _) => now.saturating_sub(touch.seen),
+        (None, Some(elapsed)) => elapsed,
+        (None, None) => return Plain::Script,
     };
     if elapsed >= fresh {
         Plain::Script
@@ -226,7 +350,7 @@ fn decide(record: Record, pttl: i64, now: Option<u64>, idle: u64, fresh: u64) ->
 
 #[cfg(test)]
 mod tests {
-    use super::{Plain, decide};
+    use super::{CLOCK_EVERY, Plain, RedisClock, decide};
     use crate::session::store::Record;
 
     const MIN: u64 = 60_000_000;
@@ -261,7 +385,7 @@ mod tests {
     #[test]
     fn the_ttl_says_whether_the_refresh_is_due() {
         let exp = SEEN + 24 * 60 * MIN;
-        let d = |pttl| decide(hash(exp, &[]), pttl, None, IDLE, FRESH);
+        let d = |pttl| decide(hash(exp, &[]), Some(pttl), None, IDLE, FRESH);
         assert!(fresh(&d(ms(IDLE))), "just touched");
         assert!(fresh(&d(ms(IDLE - FRESH) + 1)), "one ms short of due");
         assert_eq!(d(ms(IDLE - FRESH)), Plain::Script, "due");
@@ -270,12 +394,12 @@ mod tests {
         assert_eq!(d(-1), Plain::Script, "no TTL");
         assert_eq!(d(-2), Plain::Gone);
         assert_eq!(
-            decide(Record::default(), -2, None, IDLE, FRESH),
+            decide(Record::default(), Some(-2), None, IDLE, FRESH),
             Plain::Gone
         );
         // A freshness of zero records every use.
         assert_eq!(
-            decide(hash(exp, &[]), ms(IDLE), None, IDLE, 0),
+            decide(hash(exp, &[]), Some(ms(IDLE)), None, IDLE, 0),
             Plain::Script
         );
     }
@@ -284,15 +408,21 @@ mod tests {
     fn a_sessions_own_idle_timeout_and_the_absolute_deadline_set_the_ttl() {
         let exp = SEEN + 24 * 60 * MIN;
         let own = (2 * IDLE).to_string();
-        let with_own = |pttl| decide(hash(exp, &[("$idle", &own)]), pttl, None, IDLE, FRESH);
+        let with_own = |pttl| decide(hash(exp, &[("$idle", &own)]), Some(pttl), None, IDLE, FRESH);
         assert!(fresh(&with_own(ms(2 * IDLE))));
         assert!(fresh(&with_own(ms(2 * IDLE - FRESH) + 1)));
         assert_eq!(with_own(ms(2 * IDLE - FRESH)), Plain::Script);
-        let bad = decide(hash(exp, &[("$idle", "x")]), ms(IDLE), None, IDLE, FRESH);
+        let bad = decide(
+            hash(exp, &[("$idle", "x")]),
+            Some(ms(IDLE)),
+            None,
+            IDLE,
+            FRESH,
+        );
         assert_eq!(bad, Plain::Script);
         // Ten minutes to the absolute expiry at the last touch: the TTL was ten minutes.
         let near = SEEN + 10 * MIN;
-        let d = |pttl| decide(hash(near, &[]), pttl, None, IDLE, FRESH);
+        let d = |pttl| decide(hash(near, &[]), Some(pttl), None, IDLE, FRESH);
         assert!(fresh(&d(ms(10 * MIN))));
         assert_eq!(d(ms(IDLE)), Plain::Script, "longer than the deadline");
         assert_eq!(d(ms(10 * MIN - FRESH)), Plain::Script, "due");
@@ -301,13 +431,16 @@ mod tests {
     #[test]
     fn malformed_hashes_go_to_the_script() {
         let no_seen = Record::from_flat(vec!["$exp".to_owned(), "1".to_owned()]);
-        assert_eq!(decide(no_seen, 1000, None, IDLE, FRESH), Plain::Script);
-        let no_exp = Record::from_flat(vec!["$seen".to_owned(), SEEN.to_string()]);
-        assert_eq!(decide(no_exp, 1000, None, IDLE, FRESH), Plain::Script);
-        let odd = hash(SEEN + MIN, &[("$exp", "soon")]);
-        assert_eq!(decide(odd, 1000, None, IDLE, FRESH), Plain::Script);
         assert_eq!(
-            decide(hash(SEEN, &[]), 1000, None, IDLE, FRESH),
+            decide(no_seen, Some(1000), None, IDLE, FRESH),
+            Plain::Script
+        );
+        let no_exp = Record::from_flat(vec!["$seen".to_owned(), SEEN.to_string()]);
+        assert_eq!(decide(no_exp, Some(1000), None, IDLE, FRESH), Plain::Script);
+        let odd = hash(SEEN + MIN, &[("$exp", "soon")]);
+        assert_eq!(decide(odd, Some(1000), None, IDLE, FRESH), Plain::Script);
+        assert_eq!(
+            decide(hash(SEEN, &[]), Some(1000), None, IDLE, FRESH),
             Plain::Script
         );
     }
@@ -315,11 +448,54 @@ mod tests {
     #[test]
     fn under_a_test_clock_its_time_decides() {
         let exp = SEEN + 24 * 60 * MIN;
-        let at = |now| decide(hash(exp, &[]), ms(IDLE), Some(now), IDLE, FRESH);
+        let at = |now| decide(hash(exp, &[]), Some(ms(IDLE)), Some(now), IDLE, FRESH);
         assert!(fresh(&at(SEEN + FRESH - 1)));
         assert_eq!(at(SEEN + FRESH), Plain::Script, "due");
         assert_eq!(at(SEEN + IDLE), Plain::Script, "idle in shifted time");
         assert_eq!(at(exp), Plain::Script, "past the absolute expiry");
         assert!(fresh(&at(SEEN - 5)), "a clock behind the last use");
+    }
+
+    #[test]
+    fn without_the_ttl_redis_time_decides() {
+        let exp = SEEN + 24 * 60 * MIN;
+        let at = |now| decide(hash(exp, &[]), None, Some(now), IDLE, FRESH);
+        assert!(fresh(&at(SEEN)), "just touched");
+        assert!(fresh(&at(SEEN + FRESH - 1)));
+        assert_eq!(at(SEEN + FRESH), Plain::Script, "due");
+        assert_eq!(at(SEEN + IDLE), Plain::Script, "idle");
+        assert_eq!(at(exp), Plain::Script, "past the absolute expiry");
+        assert!(fresh(&at(SEEN - 1)), "a last use ahead of the estimate");
+        assert_eq!(
+            decide(Record::default(), None, Some(SEEN), IDLE, FRESH),
+            Plain::Gone
+        );
+        assert_eq!(
+            decide(hash(exp, &[]), None, None, IDLE, FRESH),
+            Plain::Script
+        );
+        let own = (2 * IDLE).to_string();
+        let with_own = |now| decide(hash(exp, &[("$idle", &own)]), None, Some(now), IDLE, FRESH);
+        assert!(fresh(&with_own(SEEN + FRESH - 1)));
+        assert_eq!(with_own(SEEN + FRESH), Plain::Script);
+    }
+
+    #[test]
+    fn the_clock_estimate_holds_for_a_second_and_follows_the_offset() {
+        let clock = RedisClock::default();
+        assert_eq!(clock.ahead(SEEN), None, "nothing learnt yet");
+        // This process's clock runs 3 s ahead of Redis's.
+        clock.learn(SEEN, SEEN - 3_000_000);
+        assert_eq!(clock.ahead(SEEN), Some(3_000_000));
+        assert_eq!(clock.ahead(SEEN + 500_000), Some(3_000_000));
+        assert_eq!(
+            clock.ahead(SEEN + CLOCK_EVERY),
+            None,
+            "a second old: estimate again"
+        );
+        assert_eq!(clock.ahead(SEEN - 1), None, "this clock stepped back");
+        // Now 2 s behind.
+        clock.learn(SEEN + 10, SEEN + 2_000_010);
+        assert_eq!(clock.ahead(SEEN + 10), Some(-2_000_000));
     }
 }

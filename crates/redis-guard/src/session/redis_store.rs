@@ -8,7 +8,7 @@ use redis::Value;
 use sha2::{Digest, Sha256};
 
 use super::SessionError;
-use super::redis_load::LoadEntry;
+use super::redis_load::{LoadEntry, RedisClock};
 use super::scripts::{
     DROP, ENSURE_FIELD, INCR, INDEX, LOAD, MOVE, RESTORE, REVOKE, SAVE, SETTLE, SWAP_FIELD,
     SaveEntry, TAKE, TAKE_FIELD, bad_reply, expiry, int, string, strings,
@@ -20,12 +20,14 @@ use super::store::{
 use crate::backend::{Coalescer, DEFAULT_BATCH, Entry, LuaScript as Script, RedisBackend};
 
 /// Sessions in Redis: one hash per session, one field per key, so two concurrent requests that
-/// change different keys both keep their change. A load whose idle refresh is not due is
-/// `HGETALL` + `PTTL` in one round trip, no script: the key's TTL follows the sooner of the
-/// idle and absolute deadlines, so Redis's own expiry says the session is live, and how far
-/// the TTL has run down says whether the refresh is due. Every other operation, and a load
-/// whose refresh is due (after its plain read: two round trips), is one Lua script that
-/// enforces the idle and absolute expiry with Redis `TIME`.
+/// change different keys both keep their change. A load whose idle refresh is not due is one
+/// `HGETALL`, no script: the key's TTL follows the sooner of the idle and absolute deadlines,
+/// so Redis's own expiry says the session is live, and the last use the hash records, against
+/// Redis's clock, says whether the refresh is due. (The store learns Redis's clock from a
+/// `TIME` sent with the read at most once a second: a process whose clock differs from
+/// Redis's still refreshes on time.) Every other operation, and a load whose refresh is due
+/// (after its plain read: two round trips), is one Lua script that enforces the idle and
+/// absolute expiry with Redis `TIME`.
 ///
 /// Keys: `<prefix>s:{<SHA-256 of the id>}` per session, `<prefix>u:{<SHA-256 of the user id>}`
 /// per user (a sorted set of the user's session keys). Works on a single Redis, through a `bb8`
@@ -53,6 +55,8 @@ struct Inner {
     loads: Arc<Coalescer<LoadEntry>>,
     /// Runs the save script, coalescing the same way.
     saves: Arc<Coalescer<SaveEntry>>,
+    /// Redis's clock, as the plain reads estimate it.
+    clock: Arc<RedisClock>,
     #[cfg(feature = "test-util")]
     between_revoke_steps: Option<Hook>,
 }
@@ -91,6 +95,7 @@ impl RedisSessionStore {
             inner: Arc::new(Inner {
                 loads: coalescer(&backend, &LOAD, DEFAULT_BATCH),
                 saves: coalescer(&backend, &SAVE, DEFAULT_BATCH),
+                clock: Arc::default(),
                 backend,
                 #[cfg(feature = "test-util")]
                 between_revoke_steps: None,
@@ -232,9 +237,10 @@ impl Store for RedisSessionStore {
     fn load(&self, key: &str, life: Lifetimes) -> StoreFuture<Option<Record>> {
         let inner = Arc::clone(&self.inner);
         let key = self.session_key(key);
-        Box::pin(
-            async move { super::redis_load::load(&inner.backend, &inner.loads, key, life).await },
-        )
+        Box::pin(async move {
+            let clock = &inner.clock;
+            super::redis_load::load(&inner.backend, &inner.loads, clock, key, life).await
+        })
     }
 
     fn create(&self, key: String, changes: Changes, life: Lifetimes) -> StoreFuture<u64> {
