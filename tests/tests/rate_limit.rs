@@ -519,7 +519,8 @@ async fn with_the_breaker_open_the_failure_policies_answer_at_once() {
             took[took.len() / 2],
             took[took.len() - 1]
         );
-        assert!(took[took.len() - 1] < Duration::from_millis(50), "{took:?}");
+        // Half the timeout: a loaded machine may take a while, a wait for the timeout is longer.
+        assert!(took[took.len() - 1] < timeout / 2, "{took:?}");
     }
     h.server()
         .expect("a standalone Redis")
