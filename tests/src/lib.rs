@@ -1008,9 +1008,10 @@ fn command(line: &str) -> Option<(String, String)> {
 }
 
 /// `sent` (client, command) as round trips: a session's plain read (`HGETALL k`, then maybe
-/// `PTTL k`, then maybe `TIME`, from the same client) becomes one entry, and so does a response cache hit
-/// (`TIME`, then one `MGET`, or on a cluster the `GET`s of keys with one hash tag; or, without
-/// `TIME`, on a cluster, the `GET` of an entry (`…c:…{tag}`) then one of its hash tag).
+/// `PTTL k`, then maybe `TIME`, from the same client) becomes one entry, and so does a
+/// response cache hit (`TIME`, then one `MGET`, or on a cluster the `GET`s of keys with one
+/// hash tag; or, without `TIME`, on a cluster, the `GET` of an entry (`…c:…{tag}`) then one of
+/// its hash tag).
 fn round_trips(sent: Vec<(String, String)>) -> Vec<String> {
     let name = |c: &str| {
         c.split(' ')
