@@ -281,6 +281,7 @@ mod tests {
     use tower::{Layer, Service, ServiceExt, service_fn};
 
     use crate::backend::ManualClock;
+    use crate::client_ip::ClientAddr;
     use crate::rate_limit::{
         Algorithm, Global, HeaderKey, Key, MemoryLimiter, Quota, RateLimitLayer, Rule,
     };
@@ -323,6 +324,15 @@ mod tests {
             };
         }
         builder.build().ok()
+    }
+
+    /// A handler that answers with the client address the layer left in the request (empty:
+    /// none).
+    async fn client_addr_of(req: Request<String>) -> Result<Response<String>, Infallible> {
+        let addr = req.extensions().get::<ClientAddr>();
+        Ok(Response::new(
+            addr.map(ToString::to_string).unwrap_or_default(),
+        ))
     }
 
     /// The answer to a request whose keys are `key`: status, headers, body.
@@ -418,7 +428,7 @@ mod tests {
     /// a later rule whose extractor reads it from the extensions finds it there.
     #[tokio::test]
     async fn the_counted_address_reaches_later_rules_and_the_handler() {
-        use crate::client_ip::{ClientAddr, ClientIp, PeerAddr};
+        use crate::client_ip::{ClientIp, PeerAddr};
         use crate::rate_limit::ExtensionKey;
 
         let by_addr = ExtensionKey::new(|addr: &ClientAddr| Key::from(addr.to_string()));
@@ -428,13 +438,7 @@ mod tests {
             .build()
             .unwrap();
         assert!(layer.config.plain.is_some());
-        let svc = layer.layer(service_fn(|req: Request<String>| async move {
-            let addr = req
-                .extensions()
-                .get::<ClientAddr>()
-                .map(ToString::to_string);
-            Ok::<_, Infallible>(Response::new(addr.unwrap_or_default()))
-        }));
+        let svc = layer.layer(service_fn(client_addr_of));
         let mut answers = Vec::new();
         for _ in 0..3 {
             let mut req = Request::new(String::new());
@@ -455,7 +459,7 @@ mod tests {
     /// peer address (a misconfiguration).
     #[tokio::test]
     async fn client_address_rules_answer_as_the_general_engine() {
-        use crate::client_ip::{ClientAddr, ClientIp, PeerAddr};
+        use crate::client_ip::{ClientIp, PeerAddr};
 
         let layer = |general: bool| {
             let mut layer = RateLimitLayer::builder(MemoryLimiter::new())
@@ -484,13 +488,7 @@ mod tests {
         ];
         let mut answers = Vec::new();
         for general in [false, true] {
-            let svc = layer(general).layer(service_fn(|req: Request<String>| async move {
-                let addr = req
-                    .extensions()
-                    .get::<ClientAddr>()
-                    .map(ToString::to_string);
-                Ok::<_, Infallible>(Response::new(addr.unwrap_or_default()))
-            }));
+            let svc = layer(general).layer(service_fn(client_addr_of));
             let mut seen = Vec::new();
             for (peer, forwarded) in requests {
                 let mut req = Request::new(String::new());
