@@ -25,6 +25,7 @@
 // What every middleware runs on, compiled with any of them.
 cfg_middleware! {
     mod breaker;
+    mod deadline;
     mod in_process;
     mod lock;
     mod lua_script;

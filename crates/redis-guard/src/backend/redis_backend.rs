@@ -2,13 +2,14 @@
 
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
 #[cfg(feature = "test-util")]
 use super::ManualClock;
 use super::breaker::{Circuit, probe_while_open};
+use super::deadline::within;
 use super::{BackendError, Breaker, BreakerState, LuaScript, RedisConnection};
 
 /// Default key prefix: every key redis-guard writes starts with `rg:`.
@@ -107,6 +108,13 @@ impl RedisBackend {
 
     /// How long one call may wait for Redis (default 100 ms). It must be more than
     /// zero: a zero timeout would fail every call, so the layer builders refuse it.
+    ///
+    /// A call that gets no answer fails with [`BackendError::Timeout`] after the timeout and at
+    /// most 1 ms later (plus the time the system takes to schedule the waiting task), never
+    /// sooner. One timer thread of the process keeps the deadlines of every call in flight, so a
+    /// call costs no timer of its own, and times out wherever it is polled: on any Tokio
+    /// runtime, including one built without the timer. The deadline runs on the system's
+    /// monotonic clock, not on Tokio's: a paused Tokio clock does not move it.
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         Arc::make_mut(&mut self.inner).timeout = timeout;
@@ -393,8 +401,9 @@ impl RedisBackend {
 
     /// Makes `call` (a future not polled yet: nothing is sent before the breaker allows it)
     /// under the circuit breaker and the timeout (until `deadline`, or the timeout from now);
-    /// `error` classifies the errors Redis returns. The only timer of the call: the
-    /// connections redis-guard makes have redis-rs' own response timeout off.
+    /// `error` classifies the errors Redis returns. The only deadline of the call, kept by the
+    /// process' one timer thread ([`within`]), not a timer of its own: the connections
+    /// redis-guard makes have redis-rs' own response timeout off.
     /// The outcome is recorded, never retried.
     /// `circuit` is the one of the master the call goes to ([`RedisConnection::circuit_of`] its
     /// key; 0 outside a cluster).
@@ -412,11 +421,11 @@ impl RedisBackend {
         let index = circuit.min(circuits.len() - 1);
         let permit = circuits[index].admit()?;
         let timeout = self.inner.timeout;
-        let deadline = deadline.unwrap_or_else(|| tokio::time::Instant::now() + timeout);
-        // `call` is a pinned reference: the timeout moves a pointer, not the call.
-        let outcome = match tokio::time::timeout_at(deadline, call).await {
-            Ok(reply) => reply.map_err(error),
-            Err(_) => Err(BackendError::Timeout(timeout)),
+        let deadline = deadline.map_or_else(|| Instant::now() + timeout, tokio::time::Instant::into_std);
+        // `call` is a pinned reference: the deadline moves a pointer, not the call.
+        let outcome = match within(call, deadline).await {
+            Some(reply) => reply.map_err(error),
+            None => Err(BackendError::Timeout(timeout)),
         };
         if permit.record(&outcome) {
             self.spawn_probe(index);

@@ -1,0 +1,279 @@
+//! The deadline of every Redis call, kept by one timer thread for the whole process.
+//!
+//! A Tokio timer per call costs a timer-wheel entry (registered on the first poll, removed when
+//! the call ends) and a future around the call. Here a call that has to wait writes its deadline
+//! and its task's waker into one shared table, and clears them when it ends: a short lock each
+//! time, and no allocation once the table has grown to the number of calls in flight. One thread
+//! sleeps until the earliest deadline in the table, wakes the calls that are due, and sleeps
+//! again; while calls keep ending in time, it wakes about once per timeout.
+//!
+//! The thread belongs to no runtime, so a call ends by its deadline wherever it is polled: on
+//! the runtime the backend was made on, on another, or on one without a timer. It wakes at most
+//! once per [`SLACK`], so a call that gets no answer ends at most [`SLACK`] after its deadline
+//! (plus the time the system takes to run the thread and the call's task), and never before it.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+/// How late the timer thread may wake a call past its deadline: it sleeps at least this long
+/// between two rounds, so that calls due close together are woken together.
+pub(crate) const SLACK: Duration = Duration::from_millis(1);
+
+/// `call`, or `None` once `deadline` has passed without its answer.
+pub(crate) fn within<F: Future>(call: Pin<&mut F>, deadline: Instant) -> Within<'_, F> {
+    Within {
+        call,
+        deadline,
+        wait: Wait::Unregistered,
+    }
+}
+
+/// The future of [`within`].
+pub(crate) struct Within<'a, F> {
+    call: Pin<&'a mut F>,
+    deadline: Instant,
+    wait: Wait,
+}
+
+/// How a [`Within`] waits for its deadline.
+enum Wait {
+    /// Not yet: the call has not been pending.
+    Unregistered,
+    /// In slot `n` of the table.
+    Slot(usize),
+    /// On a Tokio timer of its own, when the system refused the timer thread.
+    Sleep(Pin<Box<tokio::time::Sleep>>),
+}
+
+impl<F: Future> Future for Within<'_, F> {
+    type Output = Option<F::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        if let Poll::Ready(out) = this.call.as_mut().poll(cx) {
+            this.release();
+            return Poll::Ready(Some(out));
+        }
+        let due = match &mut this.wait {
+            Wait::Unregistered => match register(this.deadline, cx.waker()) {
+                Some(slot) => {
+                    this.wait = Wait::Slot(slot);
+                    false
+                }
+                None => {
+                    let mut sleep = Box::pin(tokio::time::sleep_until(this.deadline.into()));
+                    let due = sleep.as_mut().poll(cx).is_ready();
+                    this.wait = Wait::Sleep(sleep);
+                    due
+                }
+            },
+            Wait::Slot(slot) => renew(*slot, cx.waker()),
+            Wait::Sleep(sleep) => sleep.as_mut().poll(cx).is_ready(),
+        };
+        if due {
+            this.release();
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+impl<F> Within<'_, F> {
+    /// Gives the call's slot back to the table, if it has one (and drops its timer, if it has
+    /// one of its own).
+    fn release(&mut self) {
+        if let Wait::Slot(slot) = std::mem::replace(&mut self.wait, Wait::Unregistered) {
+            let waker = {
+                let mut table = table();
+                table.free.push(slot);
+                table.calls[slot].waker.take()
+            };
+            drop(waker);
+        }
+    }
+}
+
+impl<F> Drop for Within<'_, F> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// The calls waiting for an answer, by slot.
+struct Table {
+    calls: Vec<Call>,
+    /// Slots no call holds.
+    free: Vec<usize>,
+    /// When the timer thread wakes next: `None` while it sleeps until a call registers.
+    wake_at: Option<Instant>,
+}
+
+/// One slot of the [`Table`].
+struct Call {
+    deadline: Instant,
+    /// The task to wake at `deadline`; `None` once woken (or in a free slot).
+    waker: Option<Waker>,
+}
+
+static TABLE: Mutex<Table> = Mutex::new(Table {
+    calls: Vec::new(),
+    free: Vec::new(),
+    wake_at: None,
+});
+
+/// The timer thread, started by the first call that waits; `None` if it could not be started.
+static TIMER: OnceLock<Option<Thread>> = OnceLock::new();
+
+fn table() -> MutexGuard<'static, Table> {
+    // Nothing panics while holding the lock; a poisoned table is still consistent.
+    TABLE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Puts a call due at `deadline` into a free slot, to be woken through `waker`; `None` when
+/// there is no timer thread.
+fn register(deadline: Instant, waker: &Waker) -> Option<usize> {
+    let timer = TIMER
+        .get_or_init(|| {
+            thread::Builder::new()
+                .name("rg-deadlines".to_owned())
+                .spawn(run)
+                .ok()
+                .map(|handle| handle.thread().clone())
+        })
+        .as_ref()?;
+    let call = Call {
+        deadline,
+        waker: Some(waker.clone()),
+    };
+    let mut table = table();
+    let slot = match table.free.pop() {
+        Some(slot) => {
+            table.calls[slot] = call;
+            slot
+        }
+        None => {
+            table.calls.push(call);
+            table.calls.len() - 1
+        }
+    };
+    // Calls of one backend arrive in deadline order: the thread rarely has to wake sooner.
+    let sooner = table.wake_at.is_none_or(|at| deadline < at);
+    if sooner {
+        table.wake_at = Some(deadline);
+    }
+    drop(table);
+    if sooner {
+        timer.unpark();
+    }
+    Some(slot)
+}
+
+/// Whether the call in `slot`, polled again before its answer, is past its deadline (the timer
+/// thread woke it); if not, it is to be woken through `waker` from now on.
+fn renew(slot: usize, waker: &Waker) -> bool {
+    let mut table = table();
+    match &mut table.calls[slot].waker {
+        None => true,
+        Some(known) => {
+            if !known.will_wake(waker) {
+                known.clone_from(waker);
+            }
+            false
+        }
+    }
+}
+
+/// The timer thread: wakes the calls past their deadline, then sleeps until the next deadline
+/// (at least [`SLACK`]), or until a call registers when none waits.
+fn run() {
+    let mut due = Vec::new();
+    loop {
+        let now = Instant::now();
+        let wake_at = {
+            let mut table = table();
+            let mut next: Option<Instant> = None;
+            for call in &mut table.calls {
+                if call.waker.is_none() {
+                    continue;
+                }
+                if call.deadline <= now {
+                    due.extend(call.waker.take());
+                } else {
+                    next = Some(next.map_or(call.deadline, |next| next.min(call.deadline)));
+                }
+            }
+            table.wake_at = next.map(|next| next.max(now + SLACK));
+            table.wake_at
+        };
+        for waker in due.drain(..) {
+            // A waker that panics must not stop the deadlines of every other call.
+            let _ = catch_unwind(AssertUnwindSafe(|| waker.wake()));
+        }
+        match wake_at {
+            Some(at) => thread::park_timeout(at.saturating_duration_since(Instant::now())),
+            None => thread::park(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::pending;
+    use std::pin::pin;
+
+    use super::*;
+
+    /// Many calls that never answer, polled on a runtime without Tokio's timer: each ends after
+    /// its deadline, and at most a scheduling margin later.
+    #[test]
+    fn calls_that_never_answer_end_at_their_deadlines_without_a_runtime_timer() {
+        let (sender, ended) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("runtime");
+            let calls = (1..=50u64).map(|i| async move {
+                let deadline = Instant::now() + Duration::from_millis(10 * (i % 5) + 20);
+                let call = pin!(pending::<()>());
+                let outcome = within(call, deadline).await;
+                (outcome, deadline, Instant::now())
+            });
+            let _ = sender.send(runtime.block_on(futures_util::future::join_all(calls)));
+        });
+        // A deadline never kept would leave the calls waiting forever: fail instead.
+        let ended = ended
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the calls end");
+        for (outcome, deadline, ended) in ended {
+            assert_eq!(outcome, None);
+            assert!(ended >= deadline, "ended before its deadline");
+            assert!(
+                ended - deadline < SLACK + Duration::from_millis(100),
+                "ended {:?} after its deadline",
+                ended - deadline
+            );
+        }
+    }
+
+    /// A call that answers in time gives its answer and its slot back.
+    #[test]
+    fn an_answer_in_time_is_the_outcome() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let call = pin!(async {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                7
+            });
+            assert_eq!(within(call, deadline).await, Some(7));
+        });
+    }
+}
