@@ -229,7 +229,8 @@ mod tests {
     use super::*;
 
     /// Many calls that never answer, polled on a runtime without Tokio's timer: each ends after
-    /// its deadline, and at most a scheduling margin later.
+    /// its deadline, and at most a scheduling margin later (generous: the other tests run
+    /// beside it on a loaded machine).
     #[test]
     fn calls_that_never_answer_end_at_their_deadlines_without_a_runtime_timer() {
         let (sender, ended) = std::sync::mpsc::channel();
@@ -253,7 +254,7 @@ mod tests {
             assert_eq!(outcome, None);
             assert!(ended >= deadline, "ended before its deadline");
             assert!(
-                ended - deadline < SLACK + Duration::from_millis(100),
+                ended - deadline < SLACK + Duration::from_millis(200),
                 "ended {:?} after its deadline",
                 ended - deadline
             );
