@@ -225,8 +225,70 @@ fn run() {
 mod tests {
     use std::future::pending;
     use std::pin::pin;
+    use std::sync::{Arc, Condvar};
+    use std::task::Wake;
 
     use super::*;
+
+    /// A waker that records that it was woken, in a [`Signal`] it shares.
+    #[derive(Default)]
+    struct Woken(Arc<Signal>);
+
+    #[derive(Default)]
+    struct Signal {
+        woken: Mutex<bool>,
+        cond: Condvar,
+    }
+
+    impl Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            let signal = Arc::clone(&self.0);
+            // Let go of the waker first: once woken, nothing holds it.
+            drop(self);
+            *signal.woken.lock().unwrap() = true;
+            signal.cond.notify_all();
+        }
+    }
+
+    impl Woken {
+        /// Whether it is woken within `limit`.
+        fn within(&self, limit: Duration) -> bool {
+            let woken = self.0.woken.lock().unwrap();
+            *self.0.cond.wait_timeout_while(woken, limit, |w| !*w).unwrap().0
+        }
+    }
+
+    /// The table holds a waiting call's waker and nothing more: a call dropped before its answer
+    /// gives it back, and one past its deadline is woken through the waker it was polled with
+    /// last (not an earlier one), then ends with `None` and gives its slot back.
+    #[test]
+    fn a_call_holds_its_last_waker_until_it_ends() {
+        let (first, last) = (Arc::new(Woken::default()), Arc::new(Woken::default()));
+        let poll = |within: Pin<&mut Within<'_, _>>, woken: &Arc<Woken>| {
+            let waker = Waker::from(Arc::clone(woken));
+            within.poll(&mut Context::from_waker(&waker))
+        };
+        {
+            let later = Instant::now() + Duration::from_secs(60);
+            let never = pin!(pending::<()>());
+            let mut call = pin!(within(never, later));
+            assert!(poll(call.as_mut(), &first).is_pending());
+            assert_eq!(Arc::strong_count(&first), 2, "the table holds the waker");
+        }
+        assert_eq!(Arc::strong_count(&first), 1, "a dropped call gives it back");
+
+        let soon = Instant::now() + Duration::from_millis(200);
+        let never = pin!(pending::<()>());
+        let mut call = pin!(within(never, soon));
+        assert!(poll(call.as_mut(), &first).is_pending());
+        assert!(poll(call.as_mut(), &last).is_pending());
+        assert_eq!(Arc::strong_count(&first), 1, "replaced by the last waker");
+        assert!(last.within(Duration::from_secs(5)), "woken at the deadline");
+        assert!(Instant::now() >= soon);
+        assert!(!*first.0.woken.lock().unwrap());
+        assert_eq!(poll(call.as_mut(), &last), Poll::Ready(None));
+        assert_eq!(Arc::strong_count(&last), 1, "nothing held once it ended");
+    }
 
     /// Many calls that never answer, polled on a runtime without Tokio's timer: each ends after
     /// its deadline, and at most a scheduling margin later (generous: the other tests run
