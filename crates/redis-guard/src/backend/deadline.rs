@@ -2,18 +2,22 @@
 //!
 //! A Tokio timer per call costs a timer-wheel entry (registered on the first poll, removed when
 //! the call ends) and a future around the call. Here a call that has to wait writes its deadline
-//! and its task's waker into one shared table, and clears them when it ends: a short lock each
-//! time, and no allocation once the table has grown to the number of calls in flight. One thread
-//! sleeps until the earliest deadline in the table, wakes the calls that are due, and sleeps
-//! again; while calls keep ending in time, it wakes about once per timeout.
+//! and its task's waker into a shared table, and clears them when it ends: a short lock each
+//! time, and no allocation once the table has grown to the number of calls in flight. The table
+//! is split into shards, one chosen per thread, so that calls made on different threads take
+//! different locks. One thread sleeps until the earliest deadline in the table, wakes the calls
+//! that are due, and sleeps again; while calls keep ending in time, it wakes about once per
+//! timeout.
 //!
 //! The thread belongs to no runtime, so a call ends by its deadline wherever it is polled: on
 //! the runtime the backend was made on, on another, or on one without a timer. It wakes at most
 //! once per [`SLACK`], so a call that gets no answer ends at most [`SLACK`] after its deadline
 //! (plus the time the system takes to run the thread and the call's task), and never before it.
 
+use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::thread::{self, Thread};
@@ -43,10 +47,17 @@ pub(crate) struct Within<'a, F> {
 enum Wait {
     /// Not yet: the call has not been pending.
     Unregistered,
-    /// In slot `n` of the table.
-    Slot(usize),
+    /// In a slot of the table.
+    Slot(Slot),
     /// On a Tokio timer of its own, when the system refused the timer thread.
     Sleep(Pin<Box<tokio::time::Sleep>>),
+}
+
+/// Where a waiting call is in the table: its shard, and its index there.
+#[derive(Clone, Copy)]
+struct Slot {
+    shard: usize,
+    index: usize,
 }
 
 impl<F: Future> Future for Within<'_, F> {
@@ -89,9 +100,9 @@ impl<F> Within<'_, F> {
     fn release(&mut self) {
         if let Wait::Slot(slot) = std::mem::replace(&mut self.wait, Wait::Unregistered) {
             let waker = {
-                let mut table = table();
-                table.free.push(slot);
-                table.calls[slot].waker.take()
+                let mut shard = lock(slot.shard);
+                shard.free.push(slot.index);
+                shard.calls[slot.index].waker.take()
             };
             drop(waker);
         }
@@ -104,39 +115,65 @@ impl<F> Drop for Within<'_, F> {
     }
 }
 
-/// The calls waiting for an answer, by slot.
-struct Table {
+/// The calls waiting for an answer in one shard of the table, by index.
+#[derive(Default)]
+struct Shard {
     calls: Vec<Call>,
-    /// Slots no call holds.
+    /// Indexes no call holds.
     free: Vec<usize>,
-    /// When the timer thread wakes next: `None` while it sleeps until a call registers.
+    /// The earliest deadline the timer thread knows of in this shard: `None` when it knows of
+    /// none (it then sleeps until a call registers, as far as this shard goes).
     wake_at: Option<Instant>,
 }
 
-/// One slot of the [`Table`].
+/// One slot of a [`Shard`].
 struct Call {
     deadline: Instant,
     /// The task to wake at `deadline`; `None` once woken (or in a free slot).
     waker: Option<Waker>,
 }
 
-static TABLE: Mutex<Table> = Mutex::new(Table {
-    calls: Vec::new(),
-    free: Vec::new(),
-    wake_at: None,
-});
+/// A shard's lock on a cache line of its own, so that two threads' shards do not share one.
+#[repr(align(128))]
+#[derive(Default)]
+struct Padded(Mutex<Shard>);
+
+/// The table: a few shards per core (at most 64).
+fn shards() -> &'static [Padded] {
+    static SHARDS: OnceLock<Box<[Padded]>> = OnceLock::new();
+    SHARDS.get_or_init(|| {
+        let cores = thread::available_parallelism().map_or(1, usize::from);
+        (0..(cores * 4).clamp(4, 64)).map(|_| Padded::default()).collect()
+    })
+}
+
+/// The shard calls made on this thread go to: threads take shards in turn as they make their
+/// first call.
+fn home() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static HOME: Cell<Option<usize>> = const { Cell::new(None) };
+    }
+    HOME.with(|home| {
+        home.get().unwrap_or_else(|| {
+            let shard = NEXT.fetch_add(1, Ordering::Relaxed) % shards().len();
+            home.set(Some(shard));
+            shard
+        })
+    })
+}
+
+fn lock(shard: usize) -> MutexGuard<'static, Shard> {
+    // Nothing panics while holding the lock; a poisoned shard is still consistent.
+    shards()[shard].0.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// The timer thread, started by the first call that waits; `None` if it could not be started.
 static TIMER: OnceLock<Option<Thread>> = OnceLock::new();
 
-fn table() -> MutexGuard<'static, Table> {
-    // Nothing panics while holding the lock; a poisoned table is still consistent.
-    TABLE.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Puts a call due at `deadline` into a free slot, to be woken through `waker`; `None` when
-/// there is no timer thread.
-fn register(deadline: Instant, waker: &Waker) -> Option<usize> {
+/// Puts a call due at `deadline` into a free slot of this thread's shard, to be woken through
+/// `waker`; `None` when there is no timer thread.
+fn register(deadline: Instant, waker: &Waker) -> Option<Slot> {
     let timer = TIMER
         .get_or_init(|| {
             thread::Builder::new()
@@ -150,34 +187,40 @@ fn register(deadline: Instant, waker: &Waker) -> Option<usize> {
         deadline,
         waker: Some(waker.clone()),
     };
-    let mut table = table();
-    let slot = match table.free.pop() {
+    let index = home();
+    let mut shard = lock(index);
+    let slot = match shard.free.pop() {
         Some(slot) => {
-            table.calls[slot] = call;
+            shard.calls[slot] = call;
             slot
         }
         None => {
-            table.calls.push(call);
-            table.calls.len() - 1
+            shard.calls.push(call);
+            shard.calls.len() - 1
         }
     };
     // Calls of one backend arrive in deadline order: the thread rarely has to wake sooner.
-    let sooner = table.wake_at.is_none_or(|at| deadline < at);
+    let sooner = shard.wake_at.is_none_or(|at| deadline < at);
     if sooner {
-        table.wake_at = Some(deadline);
+        shard.wake_at = Some(deadline);
     }
-    drop(table);
+    drop(shard);
     if sooner {
+        // Also when the thread is between two shards of a round: it then finds this call in
+        // the next round, which the unpark makes immediate.
         timer.unpark();
     }
-    Some(slot)
+    Some(Slot {
+        shard: index,
+        index: slot,
+    })
 }
 
 /// Whether the call in `slot`, polled again before its answer, is past its deadline (the timer
 /// thread woke it); if not, it is to be woken through `waker` from now on.
-fn renew(slot: usize, waker: &Waker) -> bool {
-    let mut table = table();
-    match &mut table.calls[slot].waker {
+fn renew(slot: Slot, waker: &Waker) -> bool {
+    let mut shard = lock(slot.shard);
+    match &mut shard.calls[slot.index].waker {
         None => true,
         Some(known) => {
             if !known.will_wake(waker) {
@@ -188,16 +231,17 @@ fn renew(slot: usize, waker: &Waker) -> bool {
     }
 }
 
-/// The timer thread: wakes the calls past their deadline, then sleeps until the next deadline
-/// (at least [`SLACK`]), or until a call registers when none waits.
+/// The timer thread: wakes the calls past their deadline, shard by shard, then sleeps until the
+/// next deadline (at least [`SLACK`]), or until a call registers when none waits.
 fn run() {
     let mut due = Vec::new();
     loop {
         let now = Instant::now();
-        let wake_at = {
-            let mut table = table();
+        let mut wake_at: Option<Instant> = None;
+        for index in 0..shards().len() {
+            let mut shard = lock(index);
             let mut next: Option<Instant> = None;
-            for call in &mut table.calls {
+            for call in &mut shard.calls {
                 if call.waker.is_none() {
                     continue;
                 }
@@ -207,12 +251,16 @@ fn run() {
                     next = Some(next.map_or(call.deadline, |next| next.min(call.deadline)));
                 }
             }
-            table.wake_at = next.map(|next| next.max(now + SLACK));
-            table.wake_at
-        };
-        for waker in due.drain(..) {
-            // A waker that panics must not stop the deadlines of every other call.
-            let _ = catch_unwind(AssertUnwindSafe(|| waker.wake()));
+            shard.wake_at = next.map(|next| next.max(now + SLACK));
+            wake_at = match (wake_at, shard.wake_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            drop(shard);
+            for waker in due.drain(..) {
+                // A waker that panics must not stop the deadlines of every other call.
+                let _ = catch_unwind(AssertUnwindSafe(|| waker.wake()));
+            }
         }
         match wake_at {
             Some(at) => thread::park_timeout(at.saturating_duration_since(Instant::now())),
@@ -290,36 +338,41 @@ mod tests {
         assert_eq!(Arc::strong_count(&last), 1, "nothing held once it ended");
     }
 
-    /// Many calls that never answer, polled on a runtime without Tokio's timer: each ends after
-    /// its deadline, and at most a scheduling margin later (generous: the other tests run
-    /// beside it on a loaded machine).
+    /// Many calls that never answer, polled on runtimes without Tokio's timer on four threads
+    /// (so in four shards of the table): each ends after its deadline, and at most a scheduling
+    /// margin later (generous: the other tests run beside it on a loaded machine).
     #[test]
     fn calls_that_never_answer_end_at_their_deadlines_without_a_runtime_timer() {
         let (sender, ended) = std::sync::mpsc::channel();
-        thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .expect("runtime");
-            let calls = (1..=50u64).map(|i| async move {
-                let deadline = Instant::now() + Duration::from_millis(10 * (i % 5) + 20);
-                let call = pin!(pending::<()>());
-                let outcome = within(call, deadline).await;
-                (outcome, deadline, Instant::now())
+        for _ in 0..4 {
+            let sender = sender.clone();
+            thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .expect("runtime");
+                let calls = (1..=50u64).map(|i| async move {
+                    let deadline = Instant::now() + Duration::from_millis(10 * (i % 5) + 20);
+                    let call = pin!(pending::<()>());
+                    let outcome = within(call, deadline).await;
+                    (outcome, deadline, Instant::now())
+                });
+                let _ = sender.send(runtime.block_on(futures_util::future::join_all(calls)));
             });
-            let _ = sender.send(runtime.block_on(futures_util::future::join_all(calls)));
-        });
-        // A deadline never kept would leave the calls waiting forever: fail instead.
-        let ended = ended
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the calls end");
-        for (outcome, deadline, ended) in ended {
-            assert_eq!(outcome, None);
-            assert!(ended >= deadline, "ended before its deadline");
-            assert!(
-                ended - deadline < SLACK + Duration::from_millis(200),
-                "ended {:?} after its deadline",
-                ended - deadline
-            );
+        }
+        for _ in 0..4 {
+            // A deadline never kept would leave the calls waiting forever: fail instead.
+            let ended = ended
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the calls end");
+            for (outcome, deadline, ended) in ended {
+                assert_eq!(outcome, None);
+                assert!(ended >= deadline, "ended before its deadline");
+                assert!(
+                    ended - deadline < SLACK + Duration::from_millis(200),
+                    "ended {:?} after its deadline",
+                    ended - deadline
+                );
+            }
         }
     }
 
