@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use http::HeaderValue;
 
-use super::headers;
+use super::headers::{self, LastState};
 use super::rejection::{PreparedDenial, Rejection};
 use super::throttle::{DEFAULT_MAX_WAITERS, Waiters};
 use super::warn_every::{WARN_INTERVAL, WarnEvery};
@@ -94,6 +94,8 @@ pub(crate) struct Config {
     /// (`plain_store`): the plan a request runs then (`lean.rs`).
     pub(crate) plain: Option<Box<[Arc<Rule>]>>,
     pub(crate) plain_store: Option<Arc<dyn PlainStore>>,
+    /// The last `RateLimit` value of an admitted request on the plain plan of a one-rule layer.
+    pub(crate) last_state: LastState,
 }
 
 impl Config {
@@ -118,6 +120,7 @@ impl Config {
             extensions: false,
             plain: None,
             plain_store: None,
+            last_state: LastState::default(),
         }
     }
 }

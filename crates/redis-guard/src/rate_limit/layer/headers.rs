@@ -1,6 +1,9 @@
 //! The rate-limit response headers, as the module docs of [`rate_limit`](super) list them
 //! (the IETF draft's `RateLimit-Policy` and `RateLimit`, the legacy `X-RateLimit-*`).
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
@@ -249,6 +252,107 @@ fn pair(n: u64) -> &'static [u8] {
     &PAIRS[at..at + 2]
 }
 
+/// The last value written and its key, cloned when asked for the same key. Never waited for:
+/// a writer that finds it busy writes its own.
+#[derive(Debug)]
+pub(crate) struct LastWritten<K, V>(Mutex<Option<(K, V)>>);
+
+impl<K, V> Default for LastWritten<K, V> {
+    fn default() -> Self {
+        Self(Mutex::new(None))
+    }
+}
+
+/// A clone starts with nothing written.
+impl<K, V> Clone for LastWritten<K, V> {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl<K: PartialEq, V: Clone> LastWritten<K, V> {
+    pub(crate) fn get_or(&self, key: K, write: impl FnOnce() -> V) -> V {
+        let mut last = self.0.try_lock().ok();
+        if let Some(Some((k, value))) = last.as_deref()
+            && *k == key
+        {
+            return value.clone();
+        }
+        let value = write();
+        if let Some(last) = last.as_deref_mut() {
+            *last = Some((key, value.clone()));
+        }
+        value
+    }
+}
+
+/// The last `RateLimit` value of a one-rule layer's admitted requests, by the rule's remaining
+/// and reset (seconds). A client under its quota gets the same numbers request after request,
+/// so their value is written once and shared. The numbers are kept on their first sight and
+/// the value on the second: keeping a value costs a clone (an allocation the first time),
+/// which numbers that change on every request (a client spending its burst) would pay for
+/// nothing; they pay one atomic load and store. Never waited for: a writer that finds it busy
+/// writes its own.
+#[derive(Debug)]
+pub(crate) struct LastState {
+    /// The numbers of the last request, packed ([`LastState::pack`]); `u64::MAX`: none.
+    seen: AtomicU64,
+    value: Mutex<Option<(u64, HeaderValue)>>,
+}
+
+impl Default for LastState {
+    fn default() -> Self {
+        Self {
+            seen: AtomicU64::new(u64::MAX),
+            value: Mutex::new(None),
+        }
+    }
+}
+
+/// A clone starts with nothing seen.
+impl Clone for LastState {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl LastState {
+    /// The value for `remaining` and `reset` (seconds): the one kept, or `write`'s.
+    #[inline]
+    pub(crate) fn get_or(
+        &self,
+        remaining: u32,
+        reset: u64,
+        write: impl FnOnce() -> HeaderValue,
+    ) -> HeaderValue {
+        let Some(key) = Self::pack(remaining, reset) else {
+            return write();
+        };
+        if self.seen.swap(key, Ordering::Relaxed) != key {
+            return write();
+        }
+        self.kept(key, write)
+    }
+
+    /// The value kept for `key` (seen twice in a row), or `write`'s, kept from now on.
+    fn kept(&self, key: u64, write: impl FnOnce() -> HeaderValue) -> HeaderValue {
+        let Ok(mut kept) = self.value.try_lock() else {
+            return write();
+        };
+        match &*kept {
+            Some((k, value)) if *k == key => value.clone(),
+            _ => kept.insert((key, write())).1.clone(),
+        }
+    }
+
+    /// Both numbers in one word; `None` for a reset too far off to pack (and never `u64::MAX`).
+    #[inline]
+    fn pack(remaining: u32, reset: u64) -> Option<u64> {
+        let reset = u32::try_from(reset).ok().filter(|r| *r < u32::MAX)?;
+        Some(u64::from(remaining) << 32 | u64::from(reset))
+    }
+}
+
 /// `n` as a header value, in one allocation of its exact length.
 pub(crate) fn uint_value(n: u64) -> HeaderValue {
     HeaderValue::from_bytes(Digits::new(n).as_bytes())
@@ -301,6 +405,23 @@ mod tests {
             assert_eq!(one, format!(r#""{name}";r=7;t=3"#).as_str());
             assert_eq!(one, list([(name, [("r", 7), ("t", 3)])].into_iter()));
         }
+    }
+
+    #[test]
+    fn numbers_seen_twice_share_a_value_and_a_reset_too_far_off_is_never_kept() {
+        let last = LastState::default();
+        let value = |n: &str| HeaderValue::from_bytes(n.as_bytes()).unwrap();
+        let at = |v: &HeaderValue| v.as_bytes().as_ptr();
+        let first = last.get_or(7, 1, || value("a"));
+        let second = last.get_or(7, 1, || value("a"));
+        let third = last.get_or(7, 1, || unreachable!("kept"));
+        assert_ne!(at(&first), at(&second));
+        assert_eq!(at(&second), at(&third));
+        assert_eq!(last.get_or(6, 1, || value("b")), "b");
+        let far = u64::from(u32::MAX);
+        let kept: Vec<_> = (0..3).map(|_| last.get_or(7, far, || value("c"))).collect();
+        assert_ne!(at(&kept[1]), at(&kept[2]), "written each time");
+        assert_eq!(LastState::pack(u32::MAX, far - 1), Some(u64::MAX - 1));
     }
 
     #[test]

@@ -174,9 +174,18 @@ where
     let named = || rules.iter().map(|r| r.name()).zip(states);
     if states.iter().all(|s| s.allowed) {
         record(config, states, started);
-        let ietf = config
-            .ietf_on_allowed()
-            .then(|| (config.policy.clone(), headers::states(named())));
+        let ietf = config.ietf_on_allowed().then(|| {
+            let state =
+                match states {
+                    [only] => config.last_state.get_or(
+                        only.remaining,
+                        ceil_secs(only.reset_after),
+                        || headers::states(named()),
+                    ),
+                    _ => headers::states(named()),
+                };
+            (config.policy.clone(), state)
+        });
         let legacy = config
             .legacy_headers()
             .then(|| legacy(states, admitting(states).unwrap_or(0)));
@@ -546,6 +555,31 @@ mod tests {
                 (200, "\"api\";r=0;t=60".to_owned(), None),
             ]
         );
+    }
+
+    /// A client under its quota gets the same numbers request after request: their `RateLimit`
+    /// values are one value, written once the numbers come a second time; other numbers get a
+    /// value of their own.
+    #[tokio::test]
+    async fn admitted_requests_with_the_same_numbers_share_their_value() {
+        let clock = ManualClock::new();
+        let limiter = MemoryLimiter::builder().clock(clock.clone()).build();
+        let layer = RateLimitLayer::new(limiter, "api", Global, Quota::per_second(1000)).unwrap();
+        let mut seen = Vec::new();
+        for after_ms in [0, 1_000, 1_000, 1_000, 0] {
+            clock.advance(Duration::from_millis(after_ms));
+            let (status, headers, _) = answer(&layer, "k").await;
+            assert_eq!(status, StatusCode::OK);
+            seen.push(headers["ratelimit"].clone());
+        }
+        let text: Vec<_> = seen.iter().map(|v| v.to_str().unwrap()).collect();
+        let same = "\"api\";r=999;t=1";
+        assert_eq!(text, [same, same, same, same, "\"api\";r=998;t=1"]);
+        let at = |i: usize| seen[i].as_bytes().as_ptr();
+        assert_ne!(at(0), at(1), "numbers seen once are not kept");
+        assert_eq!(at(1), at(2), "numbers seen again share one value");
+        assert_eq!(at(2), at(3));
+        assert_ne!(at(3), at(4), "other numbers get their own");
     }
 
     proptest! {

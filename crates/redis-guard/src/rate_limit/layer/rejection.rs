@@ -2,13 +2,13 @@
 //! request itself, and its default answer.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
-use super::headers::{self, Digits, RateLimitHeaders};
+use super::headers::{self, Digits, LastWritten, RateLimitHeaders};
 use crate::problem::{Member, problem, problem_of_pieces, write_str};
 use crate::rate_limit::{Decision, RuleState, ceil_secs};
 
@@ -265,40 +265,6 @@ pub(crate) struct PreparedDenial {
     /// The last whole answer of a one-rule layer, by wait and the rule's limit, remaining and
     /// reset (seconds).
     last_whole: LastWritten<(u64, u32, u32, u64), (Bytes, HeaderMap)>,
-}
-
-/// The last value written and its key, cloned when asked for the same key. Never waited for:
-/// a writer that finds it busy writes its own.
-#[derive(Debug)]
-struct LastWritten<K, V>(Mutex<Option<(K, V)>>);
-
-impl<K, V> Default for LastWritten<K, V> {
-    fn default() -> Self {
-        Self(Mutex::new(None))
-    }
-}
-
-/// A clone starts with nothing written.
-impl<K, V> Clone for LastWritten<K, V> {
-    fn clone(&self) -> Self {
-        Self::default()
-    }
-}
-
-impl<K: PartialEq, V: Clone> LastWritten<K, V> {
-    fn get_or(&self, key: K, write: impl FnOnce() -> V) -> V {
-        let mut last = self.0.try_lock().ok();
-        if let Some(Some((k, value))) = last.as_deref()
-            && *k == key
-        {
-            return value.clone();
-        }
-        let value = write();
-        if let Some(last) = last.as_deref_mut() {
-            *last = Some((key, value.clone()));
-        }
-        value
-    }
 }
 
 /// Between the wait in `detail` and the `retry_after` number.
