@@ -89,8 +89,8 @@ pub(crate) const IDLE_FIELD: &str = "$idle";
 /// This session's own absolute lifetime (µs).
 pub(crate) const MAX_FIELD: &str = "$max";
 /// The device: public handle, client address and user agent (as of the last write or the last
-/// use recorded), in one
-/// field (see [`Device`]).
+/// use recorded), in one field (see [`Device`]). Recorded for a session with a user only: a
+/// listing shows a user's sessions alone.
 pub(crate) const DEVICE_FIELD: &str = "$dev";
 /// The creation time, absolute expiry and last use of a session stored in Redis, in one field
 /// (`created:exp:seen`, see `scripts/record.lua`): a read then parses one metadata pair, not
