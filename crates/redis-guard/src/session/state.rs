@@ -248,14 +248,18 @@ impl State {
             // An existing session gains a user: index it first, so that it is never live under
             // a user without being revocable. A revocation in between deletes the session and
             // the save below then finds it gone.
-            let meta = record.meta();
-            let exp = match changes.set.get(MAX_FIELD) {
-                Some(max) => number(meta.created)
-                    .zip(number(Some(max)))
-                    .map(|(created, max)| created.saturating_add(max)),
-                None => number(meta.exp),
-            };
-            let own = own_max(meta.max, &changes);
+            // The absolute expiry the index scores it by: read only for a session (re-)indexed,
+            // since most writes need none of the times.
+            let exp = user.as_ref().and_then(|_| {
+                let meta = record.meta();
+                match changes.set.get(MAX_FIELD) {
+                    Some(max) => number(meta.created)
+                        .zip(number(Some(max)))
+                        .map(|(created, max)| created.saturating_add(max)),
+                    None => number(meta.exp),
+                }
+            });
+            let own = own_max(record.get(MAX_FIELD), &changes);
             if changes.set.contains_key(MAX_FIELD) && self.cookie == CookieAction::Keep {
                 // A new lifetime for the cookie too.
                 self.cookie = CookieAction::Set(id.id.clone());
