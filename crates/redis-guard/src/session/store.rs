@@ -390,8 +390,9 @@ pub struct SessionInfo {
     /// The session's storage key (SHA-256 of its id). Not a credential, but for the server's
     /// own use: show and accept [`handle`](Self::handle) instead.
     pub storage_key: String,
-    /// A stable public name for the session: random, drawn when the session is created and kept
-    /// across id rotations; never the id nor its hash. What
+    /// A stable public name for the session: random, drawn when the session gets its user
+    /// (created with one, or logged in) and kept across id rotations; never the id nor its
+    /// hash. What
     /// [`RedisSessionStore::revoke_session`](super::RedisSessionStore::revoke_session) takes.
     pub handle: String,
     /// Time left until its absolute expiry.
