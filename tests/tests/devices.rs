@@ -613,8 +613,86 @@ backend_suite!(
     metadata_can_be_turned_off_and_is_bounded,
     last_seen_is_recorded_once_per_interval,
     the_device_follows_the_client_on_loads_and_atomic_helpers,
+    a_session_is_listed_with_the_device_of_its_login,
 );
-backend_suite!(standalone_only: requests_within_the_interval_write_nothing);
+backend_suite!(
+    standalone_only: requests_within_the_interval_write_nothing,
+    a_session_without_a_user_writes_no_device,
+);
+
+/// A session without a user records no device (no listing shows one): a session started
+/// anonymously from one address and used from others is listed, once its user logs in from a
+/// third, with that one only, under a handle of its own that later writes keep.
+async fn a_session_is_listed_with_the_device_of_its_login(h: Harness) {
+    let c = Client::with(h.session_store().await, |b| {
+        b.last_seen_interval(Duration::from_secs(60))
+    });
+    let mut d = Device::new("192.0.2.1", "browser/1");
+    assert_eq!(c.send(&mut d, "POST", "/set/k/v").await.status, 200);
+    // Used from elsewhere past the interval (the load records the use), and written to.
+    d.peer = "192.0.2.2:1".parse().expect("addr");
+    d.agent = b"browser/2".to_vec();
+    h.wait(Duration::from_secs(61)).await;
+    assert_eq!(c.send(&mut d, "GET", "/get").await.status, 200);
+    assert_eq!(c.send(&mut d, "POST", "/ensure/e").await.status, 200);
+    d.peer = "192.0.2.3:1".parse().expect("addr");
+    d.agent = b"browser/3".to_vec();
+    c.login(&mut d, "alice").await;
+    let listed = list(&c, &mut d).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let shown = (listed[0].ip.as_str(), listed[0].agent.as_str());
+    assert_eq!(shown, ("192.0.2.3", "browser/3"), "{listed:?}");
+    assert_eq!(listed[0].handle.len(), 22, "{listed:?}");
+    // Later writes from elsewhere keep the handle and record the client.
+    d.peer = "192.0.2.4:1".parse().expect("addr");
+    assert_eq!(c.send(&mut d, "POST", "/set/k/w").await.status, 200);
+    let again = list(&c, &mut d).await;
+    assert_eq!(
+        (again[0].handle.as_str(), again[0].ip.as_str()),
+        (listed[0].handle.as_str(), "192.0.2.4"),
+        "{again:?}"
+    );
+}
+
+/// A session without a user, counted with MONITOR: past the last-seen interval, a read from a
+/// new address is the plain read and the load script, with no save of a device after them, and
+/// nothing it sends or runs names one; the login that gives it a user writes its device.
+async fn a_session_without_a_user_writes_no_device(h: Harness) {
+    let c = Client::with(h.session_store().await, |b| {
+        b.last_seen_interval(Duration::from_secs(60))
+    });
+    let mut d = Device::new("192.0.2.1", "browser/1");
+    let mut monitor = Monitor::start(&h).await;
+    assert_eq!(c.send(&mut d, "POST", "/set/k/v").await.status, 200);
+    // A script call carrying the device field, or a write of it by a script (the scripts read
+    // it, for sessions that have one).
+    let named = |lines: &[String]| {
+        lines.iter().any(|l| {
+            let l = l.to_ascii_lowercase();
+            (l.starts_with("\"evalsha\"") || l.starts_with("\"hset\"")) && l.contains("$dev")
+        })
+    };
+    let (sent, inside) = monitor.split(&h).await;
+    assert!(!named(&sent) && !named(&inside), "{sent:?} {inside:?}");
+    // Warm up: a load past the interval loads the load script (no `NOSCRIPT` below).
+    h.wait(Duration::from_secs(61)).await;
+    assert_eq!(c.send(&mut d, "GET", "/get").await.status, 200);
+    d.peer = "192.0.2.2:1".parse().expect("addr");
+    d.agent = b"browser/2".to_vec();
+    h.wait(Duration::from_secs(61)).await;
+    monitor.commands(&h).await;
+    assert_eq!(c.send(&mut d, "GET", "/get").await.status, 200);
+    let (sent, inside) = monitor.split(&h).await;
+    assert_eq!(sent.len(), 2, "the read and the load script: {sent:?}");
+    assert!(!named(&sent) && !named(&inside), "{sent:?} {inside:?}");
+    c.login(&mut d, "alice").await;
+    let (sent, _) = monitor.split(&h).await;
+    assert!(
+        sent.iter()
+            .any(|l| l.contains("$dev") && l.contains("192.0.2.2")),
+        "{sent:?}"
+    );
+}
 
 /// Within the last-seen interval a request is one read: no write of the last-seen time or
 /// anything else, counted with MONITOR (script commands included), even from a new address;

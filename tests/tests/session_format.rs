@@ -2,9 +2,12 @@
 //! current one (the creation time, absolute expiry and last use packed into `$m`, the device in
 //! `$dev`) by their next write, their next use recorded or their next rotation. Two earlier
 //! layouts are read: the three times in fields of their own (`$created`, `$exp`, `$seen`,
-//! beside `$dev`), and the device packed into `$m` after the times (no `$dev`). Each test writes
-//! the earlier layouts with raw commands into a real Redis, then goes through a real app over
-//! HTTP, on Redis, a `bb8` pool, the cluster and Sentinel.
+//! beside `$dev`), and the device packed into `$m` after the times (no `$dev`). A session
+//! without a user records no device any more; one stored with a device while it had none (the
+//! earlier releases recorded it for every session) is read and written as it is, and keeps its
+//! device and handle when it gets a user. Each test writes the earlier layouts with raw
+//! commands into a real Redis, then goes through a real app over HTTP, on Redis, a `bb8` pool,
+//! the cluster and Sentinel.
 //!
 //! The current layout keeps a small session within Redis' listpack limits (no value longer than
 //! `hash-max-listpack-value`, 64 bytes), so Redis stores it as a compact listpack, not a
@@ -41,9 +44,12 @@ enum Layout {
     Fields,
     /// `$m` = `created:exp:seen:dev`: the device packed after the times, no `$dev`.
     DeviceInM,
+    /// `$m` = `created:exp:seen` and `$dev`: the current layout, with the device a session
+    /// without a user no longer records.
+    DeviceAlways,
 }
 
-const LAYOUTS: [Layout; 2] = [Layout::Fields, Layout::DeviceInM];
+const LAYOUTS: [Layout; 3] = [Layout::Fields, Layout::DeviceInM, Layout::DeviceAlways];
 
 /// An app on the harness' session store over real HTTP: the shared session routes, plus
 /// `GET /devices` (the user's sessions: address and user agent, one line each).
@@ -159,6 +165,11 @@ async fn store_old_layout(h: &Harness, layout: Layout, user: Option<&str>) -> (S
         Layout::DeviceInM => hset
             .arg("$m")
             .arg(format!("{created}:{exp}:{created}:{DEVICE}")),
+        Layout::DeviceAlways => hset
+            .arg("$m")
+            .arg(format!("{created}:{exp}:{created}"))
+            .arg("$dev")
+            .arg(DEVICE),
     };
     hset.arg("name").arg("\"alice\"");
     if let Some(user) = user {
@@ -221,7 +232,7 @@ fn assert_current(fields: &HashMap<String, String>, created: &str) {
 fn times(fields: &HashMap<String, String>, layout: Layout) -> (String, String) {
     match layout {
         Layout::Fields => (fields["$exp"].clone(), fields["$seen"].clone()),
-        Layout::DeviceInM => {
+        Layout::DeviceInM | Layout::DeviceAlways => {
             let parts: Vec<&str> = fields["$m"].splitn(4, ':').collect();
             (parts[1].to_owned(), parts[2].to_owned())
         }
@@ -231,11 +242,16 @@ fn times(fields: &HashMap<String, String>, layout: Layout) -> (String, String) {
 /// A session in either earlier layout is read as it is (a read within the last-seen interval
 /// writes nothing), and its next write stores it in the current layout, keeping its data,
 /// creation time, absolute expiry and device (its handle and address; the write records the
-/// client's new user agent).
+/// client's new user agent when the session has a user, and leaves the device as it was
+/// otherwise).
 async fn an_old_session_is_read_and_rewritten_by_its_next_write(h: Harness) {
     let addr = app(&h).await;
-    for layout in LAYOUTS {
-        let (id, created) = store_old_layout(&h, layout, None).await;
+    let cases = LAYOUTS
+        .into_iter()
+        .flat_map(|l| [(l, None), (l, Some("dave"))]);
+    for (layout, user) in cases {
+        let (id, created) = store_old_layout(&h, layout, user).await;
+        let layout = (layout, user);
         let key = session_key(&h, &id).await;
         let before = hash(&h, &key).await;
         let (status, body, set) = send(addr, "GET", "/get/name", &id).await;
@@ -255,15 +271,15 @@ async fn an_old_session_is_read_and_rewritten_by_its_next_write(h: Harness) {
         assert_eq!(status, 200, "{layout:?}");
         let after = hash(&h, &key).await;
         assert_current(&after, &created);
-        assert_eq!(
-            after["$dev"],
-            DEVICE.replace("an old browser", "a new browser"),
-            "{layout:?}"
-        );
+        let device = match user {
+            Some(_) => DEVICE.replace("an old browser", "a new browser"),
+            None => DEVICE.to_owned(),
+        };
+        assert_eq!(after["$dev"], device, "{layout:?}");
         let exp = after["$m"].split(':').nth(1).expect("exp");
         assert_eq!(
             exp,
-            times(&before, layout).0,
+            times(&before, layout.0).0,
             "{layout:?}: the expiry is kept"
         );
         for (path, value) in [("/get/name", "alice"), ("/get/city", "paris")] {
@@ -281,6 +297,7 @@ async fn an_old_session_is_rewritten_when_its_use_is_recorded(h: Harness) {
     let sessions = [
         store_old_layout(&h, Layout::Fields, None).await,
         store_old_layout(&h, Layout::DeviceInM, None).await,
+        store_old_layout(&h, Layout::DeviceAlways, None).await,
     ];
     // Past the last-seen interval (1 % of the idle timeout): the load records the use.
     h.wait(Duration::from_secs(60)).await;
@@ -307,7 +324,7 @@ async fn an_old_session_is_rewritten_when_its_use_is_recorded(h: Harness) {
 /// and device move to the new id, in the current layout), and revoked with its user.
 async fn an_old_session_is_listed_rotated_and_revoked(h: Harness) {
     let addr = app(&h).await;
-    for (layout, user) in LAYOUTS.into_iter().zip(["bob", "carol"]) {
+    for (layout, user) in LAYOUTS.into_iter().zip(["bob", "carol", "erin"]) {
         let (id, created) = store_old_layout(&h, layout, Some(user)).await;
         let old_key = session_key(&h, &id).await;
         let (status, body, _) = send(addr, "GET", "/devices", &id).await;
@@ -368,7 +385,9 @@ async fn encoding(h: &Harness, key: &str) -> (String, u64) {
 /// the metadata value (`$m`, the three times) stays within 64 bytes, the device in its own field.
 async fn a_session_with_its_device_stays_a_listpack(h: Harness) {
     let addr = app(&h).await;
-    let (status, _, id) = send_as(addr, "POST", "/set/name/alice", "", AGENT_64).await;
+    let (status, _, id) = send_as(addr, "POST", "/login/alice", "", AGENT_64).await;
+    assert_eq!(status, 200);
+    let (status, _, _) = send_as(addr, "POST", "/set/name/alice", &id, AGENT_64).await;
     assert_eq!(status, 200);
     let key = session_key(&h, &id).await;
     let fields = hash(&h, &key).await;
@@ -392,6 +411,74 @@ async fn a_session_with_its_device_stays_a_listpack(h: Harness) {
     assert_eq!((status, body.as_str()), (200, "alice"));
     let (kind, bytes) = encoding(&h, &key).await;
     assert_eq!(kind, "listpack", "after a recorded use: {bytes} B");
+}
+
+/// A session without a user stores its keys and its times (`$m`) alone, through its creation,
+/// writes from another browser and a recorded use: no device, no handle. The login that gives
+/// it a user records the device of the login's client, under a new handle, which the
+/// rotations after it keep.
+async fn a_session_gets_its_device_with_its_user(h: Harness) {
+    let addr = app(&h).await;
+    let (status, _, id) = send_as(addr, "POST", "/set/name/alice", "", "browser/1").await;
+    assert_eq!(status, 200);
+    let key = session_key(&h, &id).await;
+    let names = |fields: &HashMap<String, String>| {
+        let mut names: Vec<String> = fields.keys().cloned().collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names(&hash(&h, &key).await), ["$m", "name"]);
+    let (status, _, _) = send_as(addr, "POST", "/set/city/paris", &id, "browser/2").await;
+    assert_eq!(status, 200);
+    h.wait(Duration::from_secs(60)).await;
+    let (status, body, _) = send_as(addr, "GET", "/get/name", &id, "browser/3").await;
+    assert_eq!((status, body.as_str()), (200, "alice"));
+    assert_eq!(names(&hash(&h, &key).await), ["$m", "city", "name"]);
+    assert_eq!(encoding(&h, &key).await.0, "listpack");
+
+    let (status, _, id) = send_as(addr, "POST", "/login/alice", &id, "browser/4").await;
+    assert_eq!(status, 200);
+    let fields = hash(&h, &session_key(&h, &id).await).await;
+    let device: Vec<&str> = fields["$dev"].split('\t').collect();
+    assert_eq!(device.len(), 3, "{device:?}");
+    assert_eq!(
+        (device[0].len(), device[1], device[2]),
+        (22, "", "browser/4")
+    );
+    let handle = device[0].to_owned();
+    let (status, _, id) = send_as(addr, "POST", "/cycle", &id, "browser/4").await;
+    assert_eq!(status, 200);
+    let fields = hash(&h, &session_key(&h, &id).await).await;
+    assert_eq!(fields["$dev"].split('\t').next(), Some(handle.as_str()));
+    let (status, body, _) = send(addr, "GET", "/devices", &id).await;
+    assert_eq!((status, body.as_str()), (200, " browser/4"));
+}
+
+/// A session stored with a device while it had no user (as earlier releases stored every
+/// session) is read and written as it is, its device left alone, and keeps that device's
+/// handle and address when it gets a user (the login records its client's user agent).
+async fn a_session_stored_with_a_device_keeps_it_when_it_gets_a_user(h: Harness) {
+    let addr = app(&h).await;
+    let (id, _) = store_old_layout(&h, Layout::DeviceAlways, None).await;
+    let key = session_key(&h, &id).await;
+    let (status, body, _) = send(addr, "GET", "/get/name", &id).await;
+    assert_eq!((status, body.as_str()), (200, "alice"));
+    let (status, _, _) = send_as(addr, "POST", "/set/city/paris", &id, "a new browser").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        hash(&h, &key).await["$dev"],
+        DEVICE,
+        "a write without a user"
+    );
+    let (status, _, id) = send_as(addr, "POST", "/login/frank", &id, "a new browser").await;
+    assert_eq!(status, 200);
+    let fields = hash(&h, &session_key(&h, &id).await).await;
+    assert_eq!(
+        fields["$dev"],
+        DEVICE.replace("an old browser", "a new browser")
+    );
+    let (status, body, _) = send(addr, "GET", "/devices", &id).await;
+    assert_eq!((status, body.as_str()), (200, "2001:db8::7 a new browser"));
 }
 
 /// A stored session whose times are not numbers (`$m` malformed) is no session: a read and a
@@ -439,5 +526,7 @@ backend_suite!(
     an_old_session_is_rewritten_when_its_use_is_recorded,
     an_old_session_is_listed_rotated_and_revoked,
     a_session_with_its_device_stays_a_listpack,
+    a_session_gets_its_device_with_its_user,
+    a_session_stored_with_a_device_keeps_it_when_it_gets_a_user,
     a_session_with_malformed_times_is_gone_and_deleted,
 );

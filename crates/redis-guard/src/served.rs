@@ -1,9 +1,9 @@
 //! [`SessionMark`]: what the session layer tells the response cache about a request, so that
 //! no cache entry is ever made of a page that depends on someone's session.
 //!
-//! The session layer puts one in the request's extensions (a cache inside it reads it there)
-//! and the same one in the response's (a cache outside it reads it there). Both `cache` and
-//! `session` build this module; each alone uses its half.
+//! The session layer's `Session` in the request's extensions holds one (a cache inside the
+//! layer reads it there), and the layer puts the same one in the response's (a cache outside
+//! it reads it there). Both `cache` and `session` build this module; each alone uses its half.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -412,7 +412,7 @@ impl Call {
         let prior = prior.filter(|p| started.is_some() && ask(&p.headers, req.headers_mut()));
         // A session layer outside marks the request; one inside marks the response. Either
         // way the mark says, once the handler is done, whether the page depends on a session.
-        let asked = req.extensions().get::<SessionMark>().cloned();
+        let asked = request_mark(req.extensions());
         // A HEAD response has no body to hash: its ETag would not be the GET's.
         let head = req.method() == http::Method::HEAD;
         let asked_at = Instant::now();
@@ -604,6 +604,23 @@ impl Call {
         };
         outcome.mark(&self.shared.header, &mut parts.headers);
         Response::from_parts(parts, body)
+    }
+}
+
+/// The mark a session layer outside this one put on the request: its [`Session`]'s (one
+/// extension for both).
+///
+/// [`Session`]: crate::session::Session
+fn request_mark(extensions: &http::Extensions) -> Option<SessionMark> {
+    #[cfg(feature = "session")]
+    return extensions
+        .get::<crate::session::Session>()
+        .map(|session| session.mark().clone());
+    #[cfg(not(feature = "session"))]
+    {
+        // No session layer without the feature.
+        let _ = extensions;
+        None
     }
 }
 

@@ -27,10 +27,9 @@ impl_service! {
         let visit = Visit::of(&parts, &shared.metadata);
         let mut req = Request::from_parts(parts, body);
         let session = Session::new(Arc::clone(shared), cookie, visit);
+        // A response cache inside this layer reads its mark: never store what this request
+        // renders if it carried a session, or once its handler uses one.
         req.extensions_mut().insert(session.clone());
-        // A response cache inside this layer reads it: never store what this request renders
-        // if it carried a session, or once its handler uses one.
-        req.extensions_mut().insert(session.mark().clone());
         if shared.expose_user && has_cookie {
             return ResponseFuture::preloading(session, inner, req);
         }

@@ -43,7 +43,8 @@ pub(crate) struct State {
     pub(crate) cookie_age: Option<Duration>,
     /// The store marked the session used (a load past the last-seen interval) or wrote to it
     /// (an atomic helper) in this request: the client's device is recorded after the handler
-    /// if it changed, even when nothing else is written.
+    /// if it changed, even when nothing else is written (a session with a user: see
+    /// [`describe_client`](Self::describe_client)).
     pub(crate) device_due: bool,
 }
 
@@ -136,7 +137,8 @@ impl State {
         match load_first_live(shared, &self.cookie_ids).await {
             Ok(Some((id, record))) => {
                 self.user = record.user().map(str::to_owned);
-                self.device_due |= record.marked;
+                // Only a session with a user has a device to record.
+                self.device_due |= record.marked && self.user.is_some();
                 self.live = Some((id, record));
                 Ok(())
             }
@@ -212,7 +214,7 @@ impl State {
                 // (on the first candidate that is live).
                 match load_first_live(shared, &self.cookie_ids).await {
                     Ok(Some((id, record))) if record.marked => {
-                        self.device_due = true;
+                        self.device_due = record.user().is_some();
                         self.live = Some((id, record));
                     }
                     Ok(_) => {}
@@ -246,14 +248,18 @@ impl State {
             // An existing session gains a user: index it first, so that it is never live under
             // a user without being revocable. A revocation in between deletes the session and
             // the save below then finds it gone.
-            let meta = record.meta();
-            let exp = match changes.set.get(MAX_FIELD) {
-                Some(max) => number(meta.created)
-                    .zip(number(Some(max)))
-                    .map(|(created, max)| created.saturating_add(max)),
-                None => number(meta.exp),
-            };
-            let own = own_max(meta.max, &changes);
+            // The absolute expiry the index scores it by: read only for a session (re-)indexed,
+            // since most writes need none of the times.
+            let exp = user.as_ref().and_then(|_| {
+                let meta = record.meta();
+                match changes.set.get(MAX_FIELD) {
+                    Some(max) => number(meta.created)
+                        .zip(number(Some(max)))
+                        .map(|(created, max)| created.saturating_add(max)),
+                    None => number(meta.exp),
+                }
+            });
+            let own = own_max(record.get(MAX_FIELD), &changes);
             if changes.set.contains_key(MAX_FIELD) && self.cookie == CookieAction::Keep {
                 // A new lifetime for the cookie too.
                 self.cookie = CookieAction::Set(id.id.clone());
@@ -287,15 +293,18 @@ impl State {
             }
         } else {
             // A new session, never under the id the client sent (no fixation). Its cookie is
-            // only sent once it is indexed under its user (below).
-            match SessionId::generate().and_then(|id| Ok((id, new_handle()?))) {
-                Ok((id, handle)) => {
-                    let key = id.storage_key();
-                    let device = Device {
-                        handle,
-                        ..self.device()
-                    };
+            // only sent once it is indexed under its user (below). Created with a user, it
+            // records its device (see `describe_client`).
+            let device = |changes: &mut Changes| {
+                if changes.set.contains_key(USER_FIELD) {
+                    let device = self.device_with(new_handle()?);
                     changes.set.insert(DEVICE_FIELD.to_owned(), device.encode());
+                }
+                Ok(())
+            };
+            match SessionId::generate().and_then(|id| device(&mut changes).map(|()| id)) {
+                Ok(id) => {
+                    let key = id.storage_key();
                     let age = own_max(None, &changes).map(Duration::from_micros);
                     let changes = shared.transport.stamp(changes);
                     match shared.store.create(key.clone(), changes, life).await {
@@ -341,11 +350,32 @@ impl State {
 impl State {
     /// Adds the client's details to a write, where they differ from what is stored: the write
     /// happens anyway, so they cost no round trip of their own.
+    ///
+    /// Only a session with a user records its device: a listing, the only place a device
+    /// shows, lists a user's sessions, and the write that gives a session its user records
+    /// the client of that write. A session without one stores no device and no handle, so
+    /// every read of it carries one field less. The session that gains its user in this write
+    /// draws its handle here (one stored with a device by an earlier release keeps its own).
     fn describe_client(&self, changes: &mut Changes) {
         let Some((_, record)) = &self.live else {
             return; // a new session: `write` records the device with the handle
         };
+        let gains_user = changes.set.contains_key(USER_FIELD);
+        if !gains_user && record.user().is_none() {
+            return;
+        }
         let stored = record.get(DEVICE_FIELD).unwrap_or_default();
+        if stored.is_empty() && gains_user && record.user().is_none() {
+            match new_handle() {
+                Ok(handle) => {
+                    let device = self.device_with(handle);
+                    changes.set.insert(DEVICE_FIELD.to_owned(), device.encode());
+                }
+                // Listed under a handle derived from its storage key instead.
+                Err(e) => tracing::warn!(error = %e, "session: no handle for its device"),
+            }
+            return;
+        }
         // Compared as stored, without building either device: most writes change neither.
         // (A byte scan for the tabs: `splitn` costs several times as much on every write.)
         let tab = |s: &str| s.bytes().position(|b| b == b'\t');
@@ -385,8 +415,13 @@ impl State {
 
     /// This request's client, as recorded (no handle).
     fn device(&self) -> Device {
+        self.device_with(String::new())
+    }
+
+    /// This request's client, as recorded, under `handle`.
+    fn device_with(&self, handle: String) -> Device {
         Device {
-            handle: String::new(),
+            handle,
             ip: self.visit.ip.map(|ip| ip.to_string()).unwrap_or_default(),
             user_agent: self.visit.user_agent().unwrap_or_default(),
         }

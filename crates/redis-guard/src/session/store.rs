@@ -89,8 +89,8 @@ pub(crate) const IDLE_FIELD: &str = "$idle";
 /// This session's own absolute lifetime (µs).
 pub(crate) const MAX_FIELD: &str = "$max";
 /// The device: public handle, client address and user agent (as of the last write or the last
-/// use recorded), in one
-/// field (see [`Device`]).
+/// use recorded), in one field (see [`Device`]). Recorded for a session with a user only: a
+/// listing shows a user's sessions alone.
 pub(crate) const DEVICE_FIELD: &str = "$dev";
 /// The creation time, absolute expiry and last use of a session stored in Redis, in one field
 /// (`created:exp:seen`, see `scripts/record.lua`): a read then parses one metadata pair, not
@@ -390,8 +390,9 @@ pub struct SessionInfo {
     /// The session's storage key (SHA-256 of its id). Not a credential, but for the server's
     /// own use: show and accept [`handle`](Self::handle) instead.
     pub storage_key: String,
-    /// A stable public name for the session: random, drawn when the session is created and kept
-    /// across id rotations; never the id nor its hash. What
+    /// A stable public name for the session: random, drawn when the session gets its user
+    /// (created with one, or logged in) and kept across id rotations; never the id nor its
+    /// hash. What
     /// [`RedisSessionStore::revoke_session`](super::RedisSessionStore::revoke_session) takes.
     pub handle: String,
     /// Time left until its absolute expiry.

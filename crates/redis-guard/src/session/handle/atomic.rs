@@ -55,8 +55,9 @@ impl Session {
         };
         match op(id.key.clone()).await {
             Ok(Some(out)) => {
-                // A write like any other: the device is recorded with it.
-                state.device_due = true;
+                // A write like any other: the device is recorded with it (a session with a
+                // user).
+                state.device_due |= state.user.is_some();
                 Ok(Stored::Done(out))
             }
             Ok(None) => {

@@ -11,7 +11,9 @@
 --   $dev      the device, `handle TAB address TAB user agent`: the public handle listings show
 --             (random; never the id nor its hash), the client's address and user agent as of
 --             the last write or use recorded (either empty when not recorded); written by the
---             layer with a save, never by the load itself; absent when none was recorded
+--             layer with a save, never by the load itself, for a session with a user only
+--             (sessions stored by earlier releases may hold one without a user); absent when
+--             none was recorded
 --   $user     the user id, once set_user was called
 --   $v        the record format version, "1" (sessions stored before the device field; not
 --             written since: every field a session reads is optional or checked)
