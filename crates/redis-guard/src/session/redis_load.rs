@@ -184,7 +184,7 @@ async fn read(
             });
         }
         let now = now.saturating_add_signed(ahead.saturating_neg());
-        return Ok(decide(record, None, Some(now), idle, fresh));
+        return Ok(decide(record, None, now, idle, fresh));
     }
     let mut pipe = redis::Pipeline::with_capacity(3);
     pipe.add_command(command("HGETALL"));
@@ -206,7 +206,7 @@ async fn read(
         // Redis's time when it read the hash, at or after `sent`.
         let now = redis_time(replies.next())?;
         clock.learn(sent, now);
-        return Ok(decide(record, None, Some(now), idle, fresh));
+        return Ok(decide(record, None, now, idle, fresh));
     }
     let pttl = match replies.next() {
         Some(Value::Int(ms)) => ms,
@@ -216,7 +216,7 @@ async fn read(
         Some(us) => us,
         None => redis_time(replies.next())?.saturating_add(shift),
     };
-    Ok(decide(record, Some(pttl), Some(now), idle, fresh))
+    Ok(decide(record, Some(pttl), now, idle, fresh))
 }
 
 /// An `HGETALL` reply as a record (empty: no key).
@@ -305,19 +305,18 @@ impl Touch {
         })
     }
 
-    /// How long ago the last use was (µs) when Redis replied `pttl` for the key; `None` when
-    /// the TTL is not one this touch set (none, or longer).
-    fn elapsed(&self, pttl: i64) -> Option<u64> {
-        let pttl = u64::try_from(pttl).ok()?;
-        (pttl <= self.ttl_ms).then(|| (self.ttl_ms - pttl).saturating_mul(1000))
+    /// Whether `pttl` (ms), Redis's reply for the key, is a TTL this touch set (not none, not
+    /// longer).
+    fn set(&self, pttl: i64) -> bool {
+        u64::try_from(pttl).is_ok_and(|pttl| pttl <= self.ttl_ms)
     }
 }
 
 /// The decision on a plain read: `record` is the hash (empty: no key), `pttl` its TTL in ms
-/// (−2: no key, −1: none; `None`: not read), `now` Redis's time as the store estimates it or
-/// the scripts' time under a test clock (`None`: the TTL alone decides), `idle` and `fresh` the
+/// (−2: no key, −1: none; `None`: not read, which only a test clock reads), `now` Redis's time
+/// as the store estimates it, or the scripts' time under a test clock, `idle` and `fresh` the
 /// layer's idle timeout and freshness in µs.
-fn decide(record: Record, pttl: Option<i64>, now: Option<u64>, idle: u64, fresh: u64) -> Plain {
+fn decide(record: Record, pttl: Option<i64>, now: u64, idle: u64, fresh: u64) -> Plain {
     if record.fields.is_empty() || pttl == Some(-2) {
         return Plain::Gone;
     }
@@ -325,23 +324,12 @@ fn decide(record: Record, pttl: Option<i64>, now: Option<u64>, idle: u64, fresh:
         // Malformed (the script deletes it).
         return Plain::Script;
     };
-    let by_ttl = match pttl {
-        Some(pttl) => match touch.elapsed(pttl) {
-            Some(elapsed) => Some(elapsed),
-            // A key without a TTL, or one no touch under these lifetimes set.
-            None => return Plain::Script,
-        },
-        None => None,
-    };
-    let elapsed = match (now, by_ttl) {
-        (Some(now), _) if now >= touch.exp || now.saturating_sub(touch.seen) >= touch.idle => {
-            return Plain::Script;
-        }
-        (Some(now), _) => now.saturating_sub(touch.seen),
-        (None, Some(elapsed)) => elapsed,
-        (None, None) => return Plain::Script,
-    };
-    if elapsed >= fresh {
+    if pttl.is_some_and(|pttl| !touch.set(pttl)) {
+        // A key without a TTL, or one no touch under these lifetimes set.
+        return Plain::Script;
+    }
+    let elapsed = now.saturating_sub(touch.seen);
+    if now >= touch.exp || elapsed >= touch.idle || elapsed >= fresh {
         Plain::Script
     } else {
         Plain::Fresh(record)
@@ -383,23 +371,21 @@ mod tests {
     }
 
     #[test]
-    fn the_ttl_says_whether_the_refresh_is_due() {
+    fn under_a_test_clock_the_ttl_must_be_one_a_touch_set() {
         let exp = SEEN + 24 * 60 * MIN;
-        let d = |pttl| decide(hash(exp, &[]), Some(pttl), None, IDLE, FRESH);
+        let d = |pttl| decide(hash(exp, &[]), Some(pttl), SEEN, IDLE, FRESH);
         assert!(fresh(&d(ms(IDLE))), "just touched");
-        assert!(fresh(&d(ms(IDLE - FRESH) + 1)), "one ms short of due");
-        assert_eq!(d(ms(IDLE - FRESH)), Plain::Script, "due");
-        assert_eq!(d(1), Plain::Script);
+        assert!(fresh(&d(1)), "a TTL a touch set: the clock decides");
         assert_eq!(d(ms(IDLE) + 1), Plain::Script, "a TTL no touch set");
         assert_eq!(d(-1), Plain::Script, "no TTL");
         assert_eq!(d(-2), Plain::Gone);
         assert_eq!(
-            decide(Record::default(), Some(-2), None, IDLE, FRESH),
+            decide(Record::default(), Some(-2), SEEN, IDLE, FRESH),
             Plain::Gone
         );
         // A freshness of zero records every use.
         assert_eq!(
-            decide(hash(exp, &[]), Some(ms(IDLE)), None, IDLE, 0),
+            decide(hash(exp, &[]), Some(ms(IDLE)), SEEN, IDLE, 0),
             Plain::Script
         );
     }
@@ -408,39 +394,37 @@ mod tests {
     fn a_sessions_own_idle_timeout_and_the_absolute_deadline_set_the_ttl() {
         let exp = SEEN + 24 * 60 * MIN;
         let own = (2 * IDLE).to_string();
-        let with_own = |pttl| decide(hash(exp, &[("$idle", &own)]), Some(pttl), None, IDLE, FRESH);
+        let with_own = |pttl| decide(hash(exp, &[("$idle", &own)]), Some(pttl), SEEN, IDLE, FRESH);
         assert!(fresh(&with_own(ms(2 * IDLE))));
-        assert!(fresh(&with_own(ms(2 * IDLE - FRESH) + 1)));
-        assert_eq!(with_own(ms(2 * IDLE - FRESH)), Plain::Script);
+        assert_eq!(with_own(ms(2 * IDLE) + 1), Plain::Script);
         let bad = decide(
             hash(exp, &[("$idle", "x")]),
             Some(ms(IDLE)),
-            None,
+            SEEN,
             IDLE,
             FRESH,
         );
         assert_eq!(bad, Plain::Script);
         // Ten minutes to the absolute expiry at the last touch: the TTL was ten minutes.
         let near = SEEN + 10 * MIN;
-        let d = |pttl| decide(hash(near, &[]), Some(pttl), None, IDLE, FRESH);
+        let d = |pttl| decide(hash(near, &[]), Some(pttl), SEEN, IDLE, FRESH);
         assert!(fresh(&d(ms(10 * MIN))));
         assert_eq!(d(ms(IDLE)), Plain::Script, "longer than the deadline");
-        assert_eq!(d(ms(10 * MIN - FRESH)), Plain::Script, "due");
     }
 
     #[test]
     fn malformed_hashes_go_to_the_script() {
         let no_seen = Record::from_flat(vec!["$exp".to_owned(), "1".to_owned()]);
         assert_eq!(
-            decide(no_seen, Some(1000), None, IDLE, FRESH),
+            decide(no_seen, Some(1000), SEEN, IDLE, FRESH),
             Plain::Script
         );
         let no_exp = Record::from_flat(vec!["$seen".to_owned(), SEEN.to_string()]);
-        assert_eq!(decide(no_exp, Some(1000), None, IDLE, FRESH), Plain::Script);
+        assert_eq!(decide(no_exp, Some(1000), SEEN, IDLE, FRESH), Plain::Script);
         let odd = hash(SEEN + MIN, &[("$exp", "soon")]);
-        assert_eq!(decide(odd, Some(1000), None, IDLE, FRESH), Plain::Script);
+        assert_eq!(decide(odd, Some(1000), SEEN, IDLE, FRESH), Plain::Script);
         assert_eq!(
-            decide(hash(SEEN, &[]), Some(1000), None, IDLE, FRESH),
+            decide(hash(SEEN, &[]), Some(1000), SEEN, IDLE, FRESH),
             Plain::Script
         );
     }
@@ -448,7 +432,7 @@ mod tests {
     #[test]
     fn under_a_test_clock_its_time_decides() {
         let exp = SEEN + 24 * 60 * MIN;
-        let at = |now| decide(hash(exp, &[]), Some(ms(IDLE)), Some(now), IDLE, FRESH);
+        let at = |now| decide(hash(exp, &[]), Some(ms(IDLE)), now, IDLE, FRESH);
         assert!(fresh(&at(SEEN + FRESH - 1)));
         assert_eq!(at(SEEN + FRESH), Plain::Script, "due");
         assert_eq!(at(SEEN + IDLE), Plain::Script, "idle in shifted time");
@@ -459,7 +443,7 @@ mod tests {
     #[test]
     fn without_the_ttl_redis_time_decides() {
         let exp = SEEN + 24 * 60 * MIN;
-        let at = |now| decide(hash(exp, &[]), None, Some(now), IDLE, FRESH);
+        let at = |now| decide(hash(exp, &[]), None, now, IDLE, FRESH);
         assert!(fresh(&at(SEEN)), "just touched");
         assert!(fresh(&at(SEEN + FRESH - 1)));
         assert_eq!(at(SEEN + FRESH), Plain::Script, "due");
@@ -467,15 +451,11 @@ mod tests {
         assert_eq!(at(exp), Plain::Script, "past the absolute expiry");
         assert!(fresh(&at(SEEN - 1)), "a last use ahead of the estimate");
         assert_eq!(
-            decide(Record::default(), None, Some(SEEN), IDLE, FRESH),
+            decide(Record::default(), None, SEEN, IDLE, FRESH),
             Plain::Gone
         );
-        assert_eq!(
-            decide(hash(exp, &[]), None, None, IDLE, FRESH),
-            Plain::Script
-        );
         let own = (2 * IDLE).to_string();
-        let with_own = |now| decide(hash(exp, &[("$idle", &own)]), None, Some(now), IDLE, FRESH);
+        let with_own = |now| decide(hash(exp, &[("$idle", &own)]), None, now, IDLE, FRESH);
         assert!(fresh(&with_own(SEEN + FRESH - 1)));
         assert_eq!(with_own(SEEN + FRESH), Plain::Script);
     }
