@@ -16,13 +16,15 @@
 //! the variant digest (64 hex digits), the status (u16), the headers (a u32 count, then each
 //! header's name and its value), the tags (a u32 count, then u32-length-prefixed bytes), the
 //! body. A header's name is one byte, its place in [`NAMES`] (from 1), or 0 then a
-//! u16-length-prefixed name; its value is u32-length-prefixed. So a hit makes the headers of
-//! the usual responses without reading their names: what it still checks is what a value
-//! from Redis must be (a valid name when not one of [`NAMES`], valid values, lengths within
-//! the value). Anything else under the key is not ours: [`decode`] answers `None`; a value of
+//! u16-length-prefixed name; its value is u32-length-prefixed, or, when it is one of
+//! [`VALUES`], its place there with the length's top bit set ([`CODED`]: no value is 2 GiB
+//! long). So a hit makes the headers of the usual responses without reading their names, and
+//! takes the usual values as constants, neither checked nor shared with the bytes read: what
+//! it still checks is what a value from Redis must be (a valid name when not one of [`NAMES`],
+//! valid values when not one of [`VALUES`], lengths within the value). Anything else under the key is not ours: [`decode`] answers `None`; a value of
 //! an earlier format (`RGC1`, `RGC2`: the times in decimal text) is [`Stored::Earlier`].
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue, StatusCode};
 
@@ -85,6 +87,40 @@ const NAMES: [HeaderName; 43] = [
     header::TRAILER,
     header::X_DNS_PREFETCH_CONTROL,
 ];
+
+/// The header values written as their place in this list (see [`CODED`]): never reordered,
+/// only added to at the end (an entry written with a longer list names a value a shorter one
+/// does not know: a miss). The `Content-Type`s axum's responses send, and a few values of the
+/// usual response headers.
+const VALUES: [HeaderValue; 24] = [
+    HeaderValue::from_static("text/plain; charset=utf-8"),
+    HeaderValue::from_static("text/html; charset=utf-8"),
+    HeaderValue::from_static("application/json"),
+    HeaderValue::from_static("application/octet-stream"),
+    HeaderValue::from_static("text/plain"),
+    HeaderValue::from_static("text/html"),
+    HeaderValue::from_static("text/css"),
+    HeaderValue::from_static("text/javascript"),
+    HeaderValue::from_static("application/javascript"),
+    HeaderValue::from_static("application/xml"),
+    HeaderValue::from_static("image/png"),
+    HeaderValue::from_static("image/jpeg"),
+    HeaderValue::from_static("image/svg+xml"),
+    HeaderValue::from_static("application/problem+json"),
+    HeaderValue::from_static("accept-encoding"),
+    HeaderValue::from_static("Accept-Encoding"),
+    HeaderValue::from_static("origin"),
+    HeaderValue::from_static("nosniff"),
+    HeaderValue::from_static("bytes"),
+    HeaderValue::from_static("gzip"),
+    HeaderValue::from_static("br"),
+    HeaderValue::from_static("*"),
+    HeaderValue::from_static("no-cache"),
+    HeaderValue::from_static("public"),
+];
+
+/// The bit of a value's length that says the rest is its place in [`VALUES`].
+const CODED: u32 = 1 << 31;
 
 /// Entry, hit-for-pass marker, or failed-fill marker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,7 +221,11 @@ pub(crate) fn encode(
                 out.put_slice(name);
             }
         }
-        put_bytes(&mut out, value.as_bytes());
+        match VALUES.iter().position(|v| v == value) {
+            // At most 24 places: far below the bit.
+            Some(at) => out.put_u32(CODED | u32::try_from(at).unwrap_or(0)),
+            None => put_bytes(&mut out, value.as_bytes()),
+        }
     }
     put_count(&mut out, tags.len());
     for tag in tags {
@@ -205,16 +245,17 @@ fn put_bytes(out: &mut BytesMut, b: &[u8]) {
 }
 
 /// The value `raw` if it is one of ours, an entry only when stored under `digest` (the
-/// variant digest the key is named by); `None` for anything else (never a panic).
-pub(crate) fn decode(raw: &Bytes, digest: &str) -> Option<Stored> {
+/// variant digest the key is named by); `None` for anything else (never a panic). An entry's
+/// body is `raw` past its headers.
+pub(crate) fn decode(raw: Bytes, digest: &str) -> Option<Stored> {
     let Some((line, _)) = raw.split_first_chunk::<HEADER_LEN>() else {
-        return earlier(raw);
+        return earlier(&raw);
     };
     let Some((magic, [kind, times @ ..])) = line.split_first_chunk::<4>() else {
         return None;
     };
     if magic != MAGIC {
-        return earlier(raw);
+        return earlier(&raw);
     }
     let time = |at: usize| {
         let mut bytes = [0; 8];
@@ -236,18 +277,19 @@ pub(crate) fn decode(raw: &Bytes, digest: &str) -> Option<Stored> {
 }
 
 /// [`Stored::Earlier`] when `raw` is a value of an earlier format, else `None`.
-fn earlier(raw: &[u8]) -> Option<Stored> {
+fn earlier(raw: &Bytes) -> Option<Stored> {
     EARLIER
         .iter()
         .any(|magic| raw.starts_with(*magic))
         .then_some(Stored::Earlier)
 }
 
-/// The blob of `raw` (past its header), read in place: the header values and the body are
-/// slices of `raw`, no copy.
-fn decode_blob(raw: &Bytes, digest: &[u8], times: Times) -> Option<Entry> {
+/// The blob of `raw` (past its header), read in place: the header values not in [`VALUES`]
+/// and the body are slices of `raw`, no copy (and when every value is, `raw` is the body
+/// alone, never shared).
+fn decode_blob(raw: Bytes, digest: &[u8], times: Times) -> Option<Entry> {
     let mut b = Reader {
-        raw,
+        raw: &raw,
         at: HEADER_LEN,
     };
     // Compared where it is stored: an entry of another key (a collision of names, a value
@@ -279,8 +321,13 @@ fn decode_blob(raw: &Bytes, digest: &[u8], times: Times) -> Option<Entry> {
         };
         aged |= name == header::AGE;
         relayed |= name == CACHE_STATUS;
-        let len = b.len()?;
-        let value = HeaderValue::from_maybe_shared(b.shared(len)?).ok()?;
+        let len = u32::from_be_bytes(b.array()?);
+        let value = if len & CODED == 0 {
+            let len = usize::try_from(len).ok()?;
+            HeaderValue::from_maybe_shared(b.shared(len)?).ok()?
+        } else {
+            VALUES.get(usize::try_from(len & !CODED).ok()?)?.clone()
+        };
         headers.append(name, value);
     }
     let mut tags = Vec::new();
@@ -288,12 +335,15 @@ fn decode_blob(raw: &Bytes, digest: &[u8], times: Times) -> Option<Entry> {
         let len = b.len()?;
         tags.push(std::str::from_utf8(b.take(len)?).ok()?.to_owned());
     }
+    let at = b.at;
+    let mut body = raw;
+    body.advance(at);
     Some(Entry {
         times,
         status,
         headers,
         tags,
-        body: raw.slice(b.at..),
+        body,
         purged: false,
         aged,
         relayed,
@@ -373,6 +423,12 @@ mod tests {
             header::X_DNS_PREFETCH_CONTROL,
             HeaderValue::from_static("off"),
         );
+        // Values of the list, and a value that only starts like one.
+        headers.append(header::VARY, HeaderValue::from_static("accept-encoding"));
+        headers.insert(
+            header::CONTENT_ENCODING,
+            HeaderValue::from_static("gzip, br"),
+        );
         let digest = "d".repeat(64);
         let blob = encode(
             &digest,
@@ -381,11 +437,11 @@ mod tests {
             &["t".into()],
             b"\0body",
         );
-        let Some(Stored::Entry(e)) = decode(&value(Kind::Entry, &blob), &digest) else {
+        let Some(Stored::Entry(e)) = decode(value(Kind::Entry, &blob), &digest) else {
             panic!("an entry");
         };
         assert!(
-            decode(&value(Kind::Entry, &blob), &"e".repeat(64)).is_none(),
+            decode(value(Kind::Entry, &blob), &"e".repeat(64)).is_none(),
             "another key's entry"
         );
         assert_eq!(e.status, StatusCode::CREATED);
@@ -394,11 +450,11 @@ mod tests {
         assert_eq!(&e.body[..], b"\0body");
         assert_eq!(e.times.delta, 2);
         assert!(matches!(
-            decode(&value(Kind::Pass, b""), &digest),
+            decode(value(Kind::Pass, b""), &digest),
             Some(Stored::Pass(_))
         ));
         assert!(matches!(
-            decode(&value(Kind::Failed, b""), &digest),
+            decode(value(Kind::Failed, b""), &digest),
             Some(Stored::Failed(t)) if t.fresh_until == 10 && t.started == 1
         ));
     }
@@ -425,7 +481,7 @@ mod tests {
             let mut raw = header(Kind::Pass, t).to_vec();
             raw.extend_from_slice(b"ignored");
             assert!(
-                matches!(decode(&Bytes::from(raw), ""), Some(Stored::Pass(read)) if read == t),
+                matches!(decode(Bytes::from(raw), ""), Some(Stored::Pass(read)) if read == t),
                 "{n}"
             );
         }
@@ -443,10 +499,37 @@ mod tests {
     }
 
     #[test]
-    fn the_names_written_as_places_are_distinct() {
+    fn the_names_and_values_written_as_places_are_distinct() {
         for (i, name) in NAMES.iter().enumerate() {
             assert_eq!(NAMES.iter().position(|n| n == name), Some(i), "{name}");
         }
+        for (i, value) in VALUES.iter().enumerate() {
+            assert_eq!(VALUES.iter().position(|v| v == value), Some(i), "{value:?}");
+        }
+    }
+
+    /// A value of the list is written as its place, and read back as the same value; its
+    /// entry's body is the value read, never a copy.
+    #[test]
+    fn usual_values_are_written_as_places() {
+        let digest = "d".repeat(64);
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        let blob = encode(&digest, StatusCode::OK, &headers, &[], b"ok");
+        let place = [&[1][..], &(CODED | 0).to_be_bytes()].concat();
+        assert!(blob.windows(5).any(|w| w == place), "{blob:?}");
+        assert!(!blob.windows(9).any(|w| w == b"text/plai"), "{blob:?}");
+        let raw = value(Kind::Entry, &blob);
+        let end = raw.as_ptr_range().end;
+        let Some(Stored::Entry(e)) = decode(raw, &digest) else {
+            panic!("an entry");
+        };
+        assert_eq!(e.headers, headers);
+        assert_eq!(&e.body[..], b"ok");
+        assert_eq!(e.body.as_ptr_range().end, end, "the body is the value read");
     }
 
     /// A header whose name is a place past the list, or a name that is not one, or a value
@@ -465,11 +548,11 @@ mod tests {
         };
         let good = blob(b"\x01\0\0\0\x02ok");
         assert!(matches!(
-            decode(&value(Kind::Entry, &good), &digest),
+            decode(value(Kind::Entry, &good), &digest),
             Some(Stored::Entry(_))
         ));
         let custom = blob(b"\0\0\x05x-one\0\0\0\x01v");
-        let Some(Stored::Entry(e)) = decode(&value(Kind::Entry, &custom), &digest) else {
+        let Some(Stored::Entry(e)) = decode(value(Kind::Entry, &custom), &digest) else {
             panic!("an entry");
         };
         assert_eq!(e.headers["x-one"], "v");
@@ -481,9 +564,11 @@ mod tests {
             b"\0\0\x05x one\0\0\0\x01v",
             b"\0\0\0\0\0\0\x01v",
             b"\0\xff\xffx-one\0\0\0\x01v",
+            b"\x01\x80\0\0\x18",
+            b"\x01\xff\xff\xff\xff",
         ] {
             assert!(
-                decode(&value(Kind::Entry, &blob(bad)), &digest).is_none(),
+                decode(value(Kind::Entry, &blob(bad)), &digest).is_none(),
                 "{bad:?}"
             );
         }
@@ -491,11 +576,11 @@ mod tests {
             let mut earlier = format!("{magic} E 10 20 1 2\n").into_bytes();
             earlier.extend_from_slice(&good);
             assert!(matches!(
-                decode(&Bytes::from(earlier), &digest),
+                decode(Bytes::from(earlier), &digest),
                 Some(Stored::Earlier)
             ));
             assert!(matches!(
-                decode(&Bytes::from(magic), &digest),
+                decode(Bytes::from(magic), &digest),
                 Some(Stored::Earlier)
             ));
         }
@@ -507,7 +592,7 @@ mod tests {
         let blob = encode(&digest, StatusCode::OK, &HeaderMap::new(), &[], b"x");
         for cut in 0..blob.len() - 1 {
             // Truncated blobs decode to nothing (or to a shorter body), never panic.
-            let _ = decode(&value(Kind::Entry, &blob[..cut]), &digest);
+            let _ = decode(value(Kind::Entry, &blob[..cut]), &digest);
         }
         let mut unknown_kind = value(Kind::Pass, b"").to_vec();
         unknown_kind[4] = b'X';
@@ -523,7 +608,7 @@ mod tests {
             b"\xff\xfe\n",
         ] {
             assert!(
-                decode(&Bytes::copy_from_slice(junk), &digest).is_none(),
+                decode(Bytes::copy_from_slice(junk), &digest).is_none(),
                 "{junk:?}"
             );
         }

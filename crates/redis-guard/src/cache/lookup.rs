@@ -166,7 +166,7 @@ impl Call {
             .read(Key::plain(&self.failure_key()), &[])
             .await
         {
-            Ok(read) => match read.value.as_ref().and_then(|v| decode(v, &self.digest)) {
+            Ok(read) => match read.value.and_then(|v| decode(v, &self.digest)) {
                 Some(Stored::Failed(t)) if t.started > entry.times.started => Look::Failing {
                     due: read.now >= t.fresh_until,
                     entry,
@@ -249,7 +249,7 @@ impl Call {
         let Some(raw) = read.value else {
             return Look::Absent(now);
         };
-        let mut entry = match decode(&raw, &self.digest) {
+        let mut entry = match decode(raw, &self.digest) {
             Some(Stored::Entry(entry)) => entry,
             Some(Stored::Pass(t)) if now < t.fresh_until => return Look::Pass(now),
             Some(Stored::Pass(_)) => return Look::Absent(now),
