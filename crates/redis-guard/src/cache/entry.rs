@@ -42,7 +42,7 @@ pub(crate) const HEADER_LEN: usize = 4 + 1 + 4 * 8;
 /// The header names written as their place in this list (from 1): never reordered, only
 /// added to at the end (an entry written with a longer list names a header a shorter one
 /// does not know: a miss).
-const NAMES: [HeaderName; 43] = [
+static NAMES: [HeaderName; 43] = [
     header::CONTENT_TYPE,
     header::CONTENT_LENGTH,
     header::CACHE_CONTROL,
@@ -92,7 +92,7 @@ const NAMES: [HeaderName; 43] = [
 /// only added to at the end (an entry written with a longer list names a value a shorter one
 /// does not know: a miss). The `Content-Type`s axum's responses send, and a few values of the
 /// usual response headers.
-const VALUES: [HeaderValue; 24] = [
+static VALUES: [HeaderValue; 24] = [
     HeaderValue::from_static("text/plain; charset=utf-8"),
     HeaderValue::from_static("text/html; charset=utf-8"),
     HeaderValue::from_static("application/json"),
