@@ -72,6 +72,9 @@ pub(crate) struct Call {
     /// The target URI's digest (a response cache entry): its entries' group, and the
     /// implicit tag an unsafe request to the URI invalidates.
     pub(crate) group: Option<Arc<str>>,
+    /// Where a hit on Redis finds the `GET` of this key, built once for every request of the
+    /// page (a response cache entry); `None`: built for each read.
+    pub(crate) read: Option<super::ids::ReadCommand>,
 }
 
 impl Call {
@@ -218,7 +221,9 @@ impl Call {
             let asked: &[String] = seen.as_deref().unwrap_or_default();
             // The entry alone on Redis (the usual hit): its `GET` awaited in place.
             let alone = match store.redis() {
-                Some(redis) if asked.is_empty() => redis.read_alone(self.key()).await,
+                Some(redis) if asked.is_empty() => {
+                    redis.read_alone(self.key(), self.read.as_deref()).await
+                }
                 _ => None,
             };
             let read = match alone {

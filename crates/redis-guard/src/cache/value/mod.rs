@@ -363,6 +363,7 @@ impl ValueCache {
             shared: Arc::clone(&self.inner.shared),
             digest: digest([self.inner.namespace.as_bytes(), key.as_bytes()]).into(),
             group: None,
+            read: None,
         }
     }
 
