@@ -13,39 +13,45 @@ use crate::body::InnerOrBytes;
 /// The response body of [`Cache`](super::Cache): the stored bytes, or the handler's own body
 /// (after the part the layer read while deciding whether it fits the entry size limit).
 pub struct ResponseBody<B: Body> {
+    state: State<B>,
+}
+
+/// What a [`ResponseBody`] holds: the layer's bytes or the handler's body as it is (a hit
+/// has nothing else to drop or count), a read that failed, or the handler's body after the
+/// frames the layer read ahead.
+enum State<B: Body> {
+    Plain(InnerOrBytes<Pin<Box<B>>>),
     /// Reading the handler's body failed while the layer read it: the same error, once.
-    failed: Option<B::Error>,
+    Failed(Option<B::Error>),
     /// The frames the layer read ahead, before the rest of `body`.
-    read: VecDeque<Frame<Bytes>>,
-    body: InnerOrBytes<Pin<Box<B>>>,
+    Resumed {
+        read: VecDeque<Frame<Bytes>>,
+        body: Pin<Box<B>>,
+    },
 }
 
 impl<B: Body> ResponseBody<B> {
     pub(crate) fn failed(e: B::Error) -> Self {
         Self {
-            failed: Some(e),
-            read: VecDeque::new(),
-            body: InnerOrBytes::bytes(Bytes::new()),
+            state: State::Failed(Some(e)),
         }
     }
 
     pub(crate) fn full(bytes: Bytes) -> Self {
         Self {
-            failed: None,
-            read: VecDeque::new(),
-            body: InnerOrBytes::bytes(bytes),
+            state: State::Plain(InnerOrBytes::bytes(bytes)),
         }
     }
 
     pub(crate) fn inner(body: B) -> Self {
-        Self::resumed(VecDeque::new(), Box::pin(body))
+        Self {
+            state: State::Plain(InnerOrBytes::inner(Box::pin(body))),
+        }
     }
 
     fn resumed(read: VecDeque<Frame<Bytes>>, body: Pin<Box<B>>) -> Self {
         Self {
-            failed: None,
-            read,
-            body: InnerOrBytes::inner(body),
+            state: State::Resumed { read, body },
         }
     }
 }
@@ -56,44 +62,56 @@ impl<B: Body> Unpin for ResponseBody<B> {}
 
 impl<B: Body> fmt::Debug for ResponseBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseBody")
-            .field("failed", &self.failed.is_some())
-            .field("read", &self.read.len())
-            .field("body", &self.body)
-            .finish()
+        let mut out = f.debug_struct("ResponseBody");
+        match &self.state {
+            State::Plain(body) => out.field("body", body),
+            State::Failed(e) => out.field("failed", &e.is_some()),
+            State::Resumed { read, .. } => out.field("read", &read.len()),
+        };
+        out.finish()
     }
 }
 
 impl_body! {
     ResponseBody,
     poll_frame(|this, cx| {
-        let this = this.get_mut();
-        if let Some(e) = this.failed.take() {
-            return Poll::Ready(Some(Err(e)));
-        }
-        match this.read.pop_front() {
-            Some(frame) => Poll::Ready(Some(Ok(frame))),
-            None => Pin::new(&mut this.body).poll_frame(cx),
+        match &mut this.get_mut().state {
+            State::Plain(body) => Pin::new(body).poll_frame(cx),
+            State::Failed(e) => Poll::Ready(e.take().map(Err)),
+            State::Resumed { read, body } => match read.pop_front() {
+                Some(frame) => Poll::Ready(Some(Ok(frame))),
+                None => body.as_mut().poll_frame(cx),
+            },
         }
     }),
-    is_end_stream(|this| { this.failed.is_none() && this.read.is_empty() && this.body.is_end_stream() }),
+    is_end_stream(|this| {
+        match &this.state {
+            State::Plain(body) => body.is_end_stream(),
+            // Until the error is out.
+            State::Failed(e) => e.is_none(),
+            State::Resumed { read, body } => read.is_empty() && body.is_end_stream(),
+        }
+    }),
     size_hint(|this| {
-        if this.failed.is_some() {
-            return SizeHint::default();
+        match &this.state {
+            State::Plain(body) => body.size_hint(),
+            State::Failed(Some(_)) => SizeHint::default(),
+            State::Failed(None) => SizeHint::with_exact(0),
+            State::Resumed { read, body } => {
+                let read: u64 = read
+                    .iter()
+                    .filter_map(Frame::data_ref)
+                    .map(|d| d.len() as u64)
+                    .sum();
+                let hint = body.size_hint();
+                let mut out = SizeHint::new();
+                out.set_lower(hint.lower() + read);
+                if let Some(upper) = hint.upper() {
+                    out.set_upper(upper + read);
+                }
+                out
+            }
         }
-        let read: u64 = this
-            .read
-            .iter()
-            .filter_map(Frame::data_ref)
-            .map(|d| d.len() as u64)
-            .sum();
-        let hint = this.body.size_hint();
-        let mut out = SizeHint::new();
-        out.set_lower(hint.lower() + read);
-        if let Some(upper) = hint.upper() {
-            out.set_upper(upper + read);
-        }
-        out
     }),
 }
 

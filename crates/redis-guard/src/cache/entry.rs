@@ -1,9 +1,13 @@
-//! What one cache key holds: a header line the store writes (times on the store's clock), then
-//! the response as the layer encoded it.
+//! What one cache key holds: a header the store writes (times on the store's clock), then the
+//! response as the layer encoded it.
 //!
 //! ```text
-//! RGC2 <kind> <fresh until µs> <stale until µs> <started µs> <recompute µs>\n<blob>
+//! RGC3 <kind> <fresh until> <stale until> <started> <recompute> <blob>
 //! ```
+//!
+//! The header has a fixed length ([`HEADER_LEN`] bytes): the magic `RGC3`, the kind (one
+//! byte), then the four times in µs, each a big-endian `u64`; the blob follows at once. So a
+//! hit reads the times at fixed places, with nothing to parse.
 //!
 //! `kind` is `E` (an entry: the blob is a response), `P` (hit-for-pass: the last response of
 //! this key was not cacheable; requests go straight to the handler until it expires) or `F`
@@ -12,11 +16,13 @@
 //! the variant digest (64 hex digits), the status (u16), the headers (a u32 count, then each
 //! header's name and its value), the tags (a u32 count, then u32-length-prefixed bytes), the
 //! body. A header's name is one byte, its place in [`NAMES`] (from 1), or 0 then a
-//! u16-length-prefixed name; its value is u32-length-prefixed. So a hit makes the headers of
-//! the usual responses without reading their names: what it still checks is what a value
-//! from Redis must be (a valid name when not one of [`NAMES`], valid values, lengths within
-//! the value). Anything else under the key is not ours: [`decode`] answers `None`; a value of
-//! the earlier format (`RGC1`, names and values u32-length-prefixed) is [`Stored::Earlier`].
+//! u16-length-prefixed name; its value is u32-length-prefixed, or, when it is one of
+//! [`VALUES`], its place there with the length's top bit set ([`CODED`]: no value is 2 GiB
+//! long). So a hit makes the headers of the usual responses without reading their names, and
+//! takes the usual values as constants, neither checked nor shared with the bytes read: what
+//! it still checks is what a value from Redis must be (a valid name when not one of [`NAMES`],
+//! valid values when not one of [`VALUES`], lengths within the value). Anything else under the key is not ours: [`decode`] answers `None`; a value of
+//! an earlier format (`RGC1`, `RGC2`: the times in decimal text) is [`Stored::Earlier`].
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderName};
@@ -25,15 +31,18 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use super::status::CACHE_STATUS;
 
 /// The first bytes of every value the cache writes.
-const MAGIC: &str = "RGC2";
+const MAGIC: &[u8; 4] = b"RGC3";
 
-/// The first bytes of the values of the earlier format: read as a miss, and overwritten.
-const EARLIER: &str = "RGC1";
+/// The first bytes of the values of the earlier formats: read as a miss, and overwritten.
+const EARLIER: [&[u8; 4]; 2] = [b"RGC1", b"RGC2"];
+
+/// The length of the header in front of the blob: the magic, the kind, four times.
+pub(crate) const HEADER_LEN: usize = 4 + 1 + 4 * 8;
 
 /// The header names written as their place in this list (from 1): never reordered, only
 /// added to at the end (an entry written with a longer list names a header a shorter one
 /// does not know: a miss).
-const NAMES: [HeaderName; 43] = [
+static NAMES: [HeaderName; 43] = [
     header::CONTENT_TYPE,
     header::CONTENT_LENGTH,
     header::CACHE_CONTROL,
@@ -79,19 +88,46 @@ const NAMES: [HeaderName; 43] = [
     header::X_DNS_PREFETCH_CONTROL,
 ];
 
+/// The header values written as their place in this list (see [`CODED`]): never reordered,
+/// only added to at the end (an entry written with a longer list names a value a shorter one
+/// does not know: a miss). The `Content-Type`s axum's responses send, and a few values of the
+/// usual response headers.
+static VALUES: [HeaderValue; 24] = [
+    HeaderValue::from_static("text/plain; charset=utf-8"),
+    HeaderValue::from_static("text/html; charset=utf-8"),
+    HeaderValue::from_static("application/json"),
+    HeaderValue::from_static("application/octet-stream"),
+    HeaderValue::from_static("text/plain"),
+    HeaderValue::from_static("text/html"),
+    HeaderValue::from_static("text/css"),
+    HeaderValue::from_static("text/javascript"),
+    HeaderValue::from_static("application/javascript"),
+    HeaderValue::from_static("application/xml"),
+    HeaderValue::from_static("image/png"),
+    HeaderValue::from_static("image/jpeg"),
+    HeaderValue::from_static("image/svg+xml"),
+    HeaderValue::from_static("application/problem+json"),
+    HeaderValue::from_static("accept-encoding"),
+    HeaderValue::from_static("Accept-Encoding"),
+    HeaderValue::from_static("origin"),
+    HeaderValue::from_static("nosniff"),
+    HeaderValue::from_static("bytes"),
+    HeaderValue::from_static("gzip"),
+    HeaderValue::from_static("br"),
+    HeaderValue::from_static("*"),
+    HeaderValue::from_static("no-cache"),
+    HeaderValue::from_static("public"),
+];
+
+/// The bit of a value's length that says the rest is its place in [`VALUES`].
+const CODED: u32 = 1 << 31;
+
 /// Entry, hit-for-pass marker, or failed-fill marker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
     Entry,
     Pass,
     Failed,
-}
-
-impl Entry {
-    /// The variant digest, for logs.
-    pub(crate) fn name(&self) -> &str {
-        std::str::from_utf8(&self.digest).unwrap_or_default()
-    }
 }
 
 impl Kind {
@@ -118,25 +154,24 @@ pub(crate) struct Times {
     pub(crate) delta: u64,
 }
 
-/// The header line of a value (the memory store writes it; the Redis script writes the same).
-pub(crate) fn header(kind: Kind, t: Times) -> String {
-    format!(
-        "{MAGIC} {} {} {} {} {}\n",
-        kind.letter(),
-        t.fresh_until,
-        t.stale_until,
-        t.started,
-        t.delta
-    )
+/// The header of a value (the memory store writes it; the Redis script writes the same).
+pub(crate) fn header(kind: Kind, t: Times) -> [u8; HEADER_LEN] {
+    let mut out = [0; HEADER_LEN];
+    out[..4].copy_from_slice(MAGIC);
+    out[4] = kind.letter().as_bytes()[0];
+    for (at, time) in [t.fresh_until, t.stale_until, t.started, t.delta]
+        .into_iter()
+        .enumerate()
+    {
+        out[5 + at * 8..13 + at * 8].copy_from_slice(&time.to_be_bytes());
+    }
+    out
 }
 
 /// A cached response.
 #[derive(Clone, Debug)]
 pub(crate) struct Entry {
     pub(crate) times: Times,
-    /// The variant digest it was stored under (64 hex digits), as stored (unchecked: the
-    /// lookup compares it with the key's).
-    pub(crate) digest: Bytes,
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,
     pub(crate) tags: Vec<String>,
@@ -186,7 +221,11 @@ pub(crate) fn encode(
                 out.put_slice(name);
             }
         }
-        put_bytes(&mut out, value.as_bytes());
+        match VALUES.iter().position(|v| v == value) {
+            // At most 24 places: far below the bit.
+            Some(at) => out.put_u32(CODED | u32::try_from(at).unwrap_or(0)),
+            None => put_bytes(&mut out, value.as_bytes()),
+        }
     }
     put_count(&mut out, tags.len());
     for tag in tags {
@@ -205,154 +244,154 @@ fn put_bytes(out: &mut BytesMut, b: &[u8]) {
     out.put_slice(b);
 }
 
-/// The value `raw` if it is one of ours; `None` for anything else (never a panic).
-pub(crate) fn decode(raw: &Bytes) -> Option<Stored> {
-    // `RGC2 <kind> ` then four numbers, each ended by a space but the last, by a newline: one
-    // pass over the line, no search for its end first.
-    let Some(rest) = raw.strip_prefix(MAGIC.as_bytes()) else {
-        return raw
-            .starts_with(EARLIER.as_bytes())
-            .then_some(Stored::Earlier);
+/// The value `raw` if it is one of ours, an entry only when stored under `digest` (the
+/// variant digest the key is named by); `None` for anything else (never a panic). An entry's
+/// body is `raw` past its headers.
+pub(crate) fn decode(raw: Bytes, digest: &str) -> Option<Stored> {
+    let Some((line, _)) = raw.split_first_chunk::<HEADER_LEN>() else {
+        return earlier(&raw);
     };
-    let [b' ', kind, b' ', rest @ ..] = rest else {
+    let Some((magic, [kind, times @ ..])) = line.split_first_chunk::<4>() else {
         return None;
     };
-    let (fresh_until, rest) = number(rest, b' ')?;
-    let (stale_until, rest) = number(rest, b' ')?;
-    let (started, rest) = number(rest, b' ')?;
-    let (delta, rest) = number(rest, b'\n')?;
+    if magic != MAGIC {
+        return earlier(&raw);
+    }
+    let time = |at: usize| {
+        let mut bytes = [0; 8];
+        bytes.copy_from_slice(&times[at * 8..at * 8 + 8]);
+        u64::from_be_bytes(bytes)
+    };
     let times = Times {
-        fresh_until,
-        stale_until,
-        started,
-        delta,
+        fresh_until: time(0),
+        stale_until: time(1),
+        started: time(2),
+        delta: time(3),
     };
     match kind {
         b'P' => Some(Stored::Pass(times)),
         b'F' => Some(Stored::Failed(times)),
-        b'E' => decode_blob(raw.slice(raw.len() - rest.len()..), times).map(Stored::Entry),
+        b'E' => decode_blob(raw, digest.as_bytes(), times).map(Stored::Entry),
         _ => None,
     }
 }
 
-/// A number of the header line at the start of `b`, ended by `end`: decimal digits only
-/// (one at least), within `u64`; and what follows `end`. Eight digits at a time while there
-/// are eight (a time in µs has sixteen), then one at a time.
-fn number(b: &[u8], end: u8) -> Option<(u64, &[u8])> {
-    // A time in µs, sixteen digits: two chunks and the end, with nothing to check for overflow.
-    if let Some((high, rest)) = b.split_first_chunk::<8>()
-        && let Some((low, [next, rest @ ..])) = rest.split_first_chunk::<8>()
-        && *next == end
-        && let (Some(high), Some(low)) = (eight_digits(*high), eight_digits(*low))
-    {
-        return Some((high * 100_000_000 + low, rest));
-    }
-    let mut n: u64 = 0;
-    let mut rest = b;
-    while let Some((chunk, more)) = rest.split_first_chunk::<8>()
-        && let Some(v) = eight_digits(*chunk)
-    {
-        n = n.checked_mul(100_000_000)?.checked_add(v)?;
-        rest = more;
-    }
-    for (i, &d) in rest.iter().enumerate() {
-        if d == end {
-            return (i > 0 || rest.len() < b.len()).then(|| (n, &rest[i + 1..]));
-        }
-        let digit = d.wrapping_sub(b'0');
-        if digit > 9 {
-            return None;
-        }
-        n = n.checked_mul(10)?.checked_add(u64::from(digit))?;
-    }
-    None
+/// [`Stored::Earlier`] when `raw` is a value of an earlier format, else `None`.
+fn earlier(raw: &Bytes) -> Option<Stored> {
+    EARLIER
+        .iter()
+        .any(|magic| raw.starts_with(*magic))
+        .then_some(Stored::Earlier)
 }
 
-/// The value of eight ASCII digits, or `None` when one of them is not a digit.
-fn eight_digits(chunk: [u8; 8]) -> Option<u64> {
-    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
-    const ZEROS: u64 = 0x3030_3030_3030_3030;
-    let x = u64::from_le_bytes(chunk);
-    // Each byte 0x30..=0x3f, and still below 0x40 with 6 added: 0x30..=0x39. (No carry
-    // crosses a byte: each stays below 0x46.)
-    if x & HIGH != ZEROS || x.wrapping_add(0x0606_0606_0606_0606) & HIGH != ZEROS {
+/// The blob of `raw` (past its header), read in place: the header values not in [`VALUES`]
+/// and the body are slices of `raw`, no copy (and when every value is, `raw` is the body
+/// alone, never shared).
+fn decode_blob(raw: Bytes, digest: &[u8], times: Times) -> Option<Entry> {
+    let mut b = Reader {
+        raw: &raw,
+        at: HEADER_LEN,
+    };
+    // Compared where it is stored: an entry of another key (a collision of names, a value
+    // written by something else) is not this one.
+    if b.take(64)? != digest {
         return None;
     }
-    // The first digit is the lowest byte: pairs, then fours, then the eight, each step a
-    // multiplication that lines the higher-order part up with the lower.
-    let v = x - ZEROS;
-    let v = (v * 10 + (v >> 8)) & 0x00FF_00FF_00FF_00FF;
-    let v = (v * 100 + (v >> 16)) & 0x0000_FFFF_0000_FFFF;
-    Some((v * 10_000 + (v >> 32)) & 0xFFFF_FFFF)
-}
-
-fn decode_blob(mut b: Bytes, times: Times) -> Option<Entry> {
-    // The digest is not read as text here: the lookup compares it with the key's, byte for
-    // byte, and [`Entry::name`] shows one that is not text as empty.
-    if b.len() < 64 {
-        return None;
-    }
-    let digest = b.split_to(64);
-    let status = StatusCode::from_u16(take_u16(&mut b)?).ok()?;
-    let count = take_u32(&mut b)?;
+    let status = StatusCode::from_u16(u16::from_be_bytes(b.array()?)).ok()?;
+    let count = u32::from_be_bytes(b.array()?);
     // Room for the headers at once, and for those a response made from it adds (`Age`,
     // `x-cache`, `Cache-Status`, `Content-Length`); a count from a damaged value reserves
     // little (a header takes 5 bytes at least, and more than 64 grow the map as they come).
     let mut headers = HeaderMap::with_capacity(
         usize::try_from(count)
             .unwrap_or(usize::MAX)
-            .min(b.remaining() / 5)
+            .min(b.left() / 5)
             .min(64)
             + 4,
     );
     let (mut aged, mut relayed) = (false, false);
     for _ in 0..count {
-        let name = match usize::from(take_u8(&mut b)?) {
+        let [code] = b.array()?;
+        let name = match usize::from(code) {
             0 => {
-                let len = usize::from(take_u16(&mut b)?);
-                let name = HeaderName::from_bytes(b.get(..len)?).ok()?;
-                b.advance(len);
-                name
+                let len = usize::from(u16::from_be_bytes(b.array()?));
+                HeaderName::from_bytes(b.take(len)?).ok()?
             }
             at => NAMES.get(at - 1)?.clone(),
         };
         aged |= name == header::AGE;
         relayed |= name == CACHE_STATUS;
-        let value = HeaderValue::from_maybe_shared(take_bytes(&mut b)?).ok()?;
+        let len = u32::from_be_bytes(b.array()?);
+        let value = if len & CODED == 0 {
+            let len = usize::try_from(len).ok()?;
+            HeaderValue::from_maybe_shared(b.shared(len)?).ok()?
+        } else {
+            VALUES.get(usize::try_from(len & !CODED).ok()?)?.clone()
+        };
         headers.append(name, value);
     }
     let mut tags = Vec::new();
-    for _ in 0..take_u32(&mut b)? {
-        tags.push(String::from_utf8(take_bytes(&mut b)?.to_vec()).ok()?);
+    for _ in 0..u32::from_be_bytes(b.array()?) {
+        let len = b.len()?;
+        tags.push(std::str::from_utf8(b.take(len)?).ok()?.to_owned());
     }
+    let at = b.at;
+    let mut body = raw;
+    body.advance(at);
     Some(Entry {
         times,
-        digest,
         status,
         headers,
         tags,
-        body: b,
+        body,
         purged: false,
         aged,
         relayed,
     })
 }
 
-fn take_u8(b: &mut Bytes) -> Option<u8> {
-    (b.remaining() >= 1).then(|| b.get_u8())
+/// A blob read from its start: `at` is where the next field begins in `raw`.
+struct Reader<'a> {
+    raw: &'a Bytes,
+    at: usize,
 }
 
-fn take_u16(b: &mut Bytes) -> Option<u16> {
-    (b.remaining() >= 2).then(|| b.get_u16())
-}
+impl Reader<'_> {
+    /// How many bytes are left.
+    fn left(&self) -> usize {
+        self.raw.len() - self.at
+    }
 
-fn take_u32(b: &mut Bytes) -> Option<u32> {
-    (b.remaining() >= 4).then(|| b.get_u32())
-}
+    /// The next `len` bytes.
+    fn take(&mut self, len: usize) -> Option<&[u8]> {
+        let end = self.at.checked_add(len)?;
+        let bytes = self.raw.get(self.at..end)?;
+        self.at = end;
+        Some(bytes)
+    }
 
-fn take_bytes(b: &mut Bytes) -> Option<Bytes> {
-    let len = usize::try_from(take_u32(b)?).ok()?;
-    (b.remaining() >= len).then(|| b.split_to(len))
+    /// The next `N` bytes.
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let bytes = *self.raw.get(self.at..)?.first_chunk::<N>()?;
+        self.at += N;
+        Some(bytes)
+    }
+
+    /// A u32 length.
+    fn len(&mut self) -> Option<usize> {
+        usize::try_from(u32::from_be_bytes(self.array()?)).ok()
+    }
+
+    /// The next `len` bytes, shared with `raw`.
+    fn shared(&mut self, len: usize) -> Option<Bytes> {
+        let end = self.at.checked_add(len)?;
+        if end > self.raw.len() {
+            return None;
+        }
+        let bytes = self.raw.slice(self.at..end);
+        self.at = end;
+        Some(bytes)
+    }
 }
 
 #[cfg(test)]
@@ -366,7 +405,7 @@ mod tests {
             started: 1,
             delta: 2,
         };
-        let mut v = header(kind, t).into_bytes();
+        let mut v = header(kind, t).to_vec();
         v.extend_from_slice(blob);
         Bytes::from(v)
     }
@@ -384,6 +423,12 @@ mod tests {
             header::X_DNS_PREFETCH_CONTROL,
             HeaderValue::from_static("off"),
         );
+        // Values of the list, and a value that only starts like one.
+        headers.append(header::VARY, HeaderValue::from_static("accept-encoding"));
+        headers.insert(
+            header::CONTENT_ENCODING,
+            HeaderValue::from_static("gzip, br"),
+        );
         let digest = "d".repeat(64);
         let blob = encode(
             &digest,
@@ -392,101 +437,100 @@ mod tests {
             &["t".into()],
             b"\0body",
         );
-        let Some(Stored::Entry(e)) = decode(&value(Kind::Entry, &blob)) else {
+        let Some(Stored::Entry(e)) = decode(value(Kind::Entry, &blob), &digest) else {
             panic!("an entry");
         };
-        assert_eq!(e.name(), digest);
+        assert!(
+            decode(value(Kind::Entry, &blob), &"e".repeat(64)).is_none(),
+            "another key's entry"
+        );
         assert_eq!(e.status, StatusCode::CREATED);
         assert_eq!(e.headers, headers);
         assert_eq!(e.tags, ["t"]);
         assert_eq!(&e.body[..], b"\0body");
         assert_eq!(e.times.delta, 2);
         assert!(matches!(
-            decode(&value(Kind::Pass, b"")),
+            decode(value(Kind::Pass, b""), &digest),
             Some(Stored::Pass(_))
         ));
         assert!(matches!(
-            decode(&value(Kind::Failed, b"")),
+            decode(value(Kind::Failed, b""), &digest),
             Some(Stored::Failed(t)) if t.fresh_until == 10 && t.started == 1
         ));
     }
 
+    /// The times read back as written, whatever their size, and the header as the Redis
+    /// script writes it (`struct.pack('>I8', …)` of each time, big-endian).
     #[test]
-    fn numbers_of_the_header_line_read_as_decimal() {
-        let mut seed = 0x9E37_79B9_7F4A_7C15_u64;
-        let mut cases: Vec<u64> = vec![0, 1, 9, 10, 99_999_999, 100_000_000, u64::MAX];
-        for _ in 0..2000 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            cases.push(seed >> (seed % 64));
-        }
-        // Sixteen digits (a time in µs), leading zeros or not.
-        cases.extend([
-            1_000_000_000_000_000,
+    fn times_round_trip_at_fixed_places() {
+        for n in [
+            0,
+            1,
+            255,
+            256,
             1_765_000_000_123_456,
-            9_999_999_999_999_999,
-        ]);
-        for n in cases {
-            let sixteen = format!("{n:016} rest");
-            if sixteen.len() == 21 {
-                assert_eq!(
-                    number(sixteen.as_bytes(), b' '),
-                    Some((n, &b"rest"[..])),
-                    "{sixteen}"
-                );
-            }
-            let text = format!("{n} rest");
-            assert_eq!(
-                number(text.as_bytes(), b' '),
-                Some((n, &b"rest"[..])),
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let t = Times {
+                fresh_until: n,
+                stale_until: n ^ 1,
+                started: n / 3,
+                delta: 7,
+            };
+            let mut raw = header(Kind::Pass, t).to_vec();
+            raw.extend_from_slice(b"ignored");
+            assert!(
+                matches!(decode(Bytes::from(raw), ""), Some(Stored::Pass(read)) if read == t),
                 "{n}"
             );
-            let zeros = format!("000000000{n}\n");
-            assert_eq!(
-                number(zeros.as_bytes(), b'\n'),
-                Some((n, &b""[..])),
-                "{zeros}"
-            );
         }
-        for bad in [
-            &b""[..],
-            b" ",
-            b"1",
-            b"12345678",
-            b"123456789",
-            b"1234567a ",
-            b"12345678a ",
-            b"123456781234567a ",
-            b"1234567812345678",
-            b"1234567812345678\n",
-            b"/234567812345678 ",
-            b"/2345678 ",
-            b":2345678 ",
-            b"1234567\xff ",
-            b"18446744073709551616 ",
-            b"99999999999999999999 ",
-            b"-1 ",
-            b"+1 ",
-        ] {
-            assert_eq!(number(bad, b' '), None, "{bad:?}");
-        }
-        for d in 0..=255u8 {
-            let mut chunk = *b"12345678";
-            chunk[usize::from(d % 8)] = d;
-            let expected = std::str::from_utf8(&chunk)
-                .ok()
-                .filter(|t| t.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|t| t.parse().ok());
-            assert_eq!(eight_digits(chunk), expected, "{chunk:?}");
-        }
+        let t = Times {
+            fresh_until: 1_765_000_000_123_456,
+            stale_until: 2,
+            started: 3,
+            delta: 42,
+        };
+        let mut script = b"RGC3E".to_vec();
+        script.extend_from_slice(b"\x00\x06\x45\x42\x16\x09\x32\x40");
+        script.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3]);
+        script.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 42]);
+        assert_eq!(header(Kind::Entry, t)[..], script[..]);
     }
 
     #[test]
-    fn the_names_written_as_places_are_distinct() {
+    fn the_names_and_values_written_as_places_are_distinct() {
         for (i, name) in NAMES.iter().enumerate() {
             assert_eq!(NAMES.iter().position(|n| n == name), Some(i), "{name}");
         }
+        for (i, value) in VALUES.iter().enumerate() {
+            assert_eq!(VALUES.iter().position(|v| v == value), Some(i), "{value:?}");
+        }
+    }
+
+    /// A value of the list is written as its place, and read back as the same value; its
+    /// entry's body is the value read, never a copy.
+    #[test]
+    fn usual_values_are_written_as_places() {
+        let digest = "d".repeat(64);
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        let blob = encode(&digest, StatusCode::OK, &headers, &[], b"ok");
+        // `Content-Type` (the first name), then the first value's place (0) with the bit set.
+        let place = [&[1][..], &CODED.to_be_bytes()].concat();
+        assert!(blob.windows(5).any(|w| w == place), "{blob:?}");
+        assert!(!blob.windows(9).any(|w| w == b"text/plai"), "{blob:?}");
+        let raw = value(Kind::Entry, &blob);
+        let end = raw.as_ptr_range().end;
+        let Some(Stored::Entry(e)) = decode(raw, &digest) else {
+            panic!("an entry");
+        };
+        assert_eq!(e.headers, headers);
+        assert_eq!(&e.body[..], b"ok");
+        assert_eq!(e.body.as_ptr_range().end, end, "the body is the value read");
     }
 
     /// A header whose name is a place past the list, or a name that is not one, or a value
@@ -505,11 +549,11 @@ mod tests {
         };
         let good = blob(b"\x01\0\0\0\x02ok");
         assert!(matches!(
-            decode(&value(Kind::Entry, &good)),
+            decode(value(Kind::Entry, &good), &digest),
             Some(Stored::Entry(_))
         ));
         let custom = blob(b"\0\0\x05x-one\0\0\0\x01v");
-        let Some(Stored::Entry(e)) = decode(&value(Kind::Entry, &custom)) else {
+        let Some(Stored::Entry(e)) = decode(value(Kind::Entry, &custom), &digest) else {
             panic!("an entry");
         };
         assert_eq!(e.headers["x-one"], "v");
@@ -521,15 +565,26 @@ mod tests {
             b"\0\0\x05x one\0\0\0\x01v",
             b"\0\0\0\0\0\0\x01v",
             b"\0\xff\xffx-one\0\0\0\x01v",
+            b"\x01\x80\0\0\x18",
+            b"\x01\xff\xff\xff\xff",
         ] {
-            assert!(decode(&value(Kind::Entry, &blob(bad))).is_none(), "{bad:?}");
+            assert!(
+                decode(value(Kind::Entry, &blob(bad)), &digest).is_none(),
+                "{bad:?}"
+            );
         }
-        let mut earlier = b"RGC1 E 10 20 1 2\n".to_vec();
-        earlier.extend_from_slice(&good);
-        assert!(matches!(
-            decode(&Bytes::from(earlier)),
-            Some(Stored::Earlier)
-        ));
+        for magic in ["RGC1", "RGC2"] {
+            let mut earlier = format!("{magic} E 10 20 1 2\n").into_bytes();
+            earlier.extend_from_slice(&good);
+            assert!(matches!(
+                decode(Bytes::from(earlier), &digest),
+                Some(Stored::Earlier)
+            ));
+            assert!(matches!(
+                decode(Bytes::from(magic), &digest),
+                Some(Stored::Earlier)
+            ));
+        }
     }
 
     #[test]
@@ -538,20 +593,25 @@ mod tests {
         let blob = encode(&digest, StatusCode::OK, &HeaderMap::new(), &[], b"x");
         for cut in 0..blob.len() - 1 {
             // Truncated blobs decode to nothing (or to a shorter body), never panic.
-            let _ = decode(&value(Kind::Entry, &blob[..cut]));
+            let _ = decode(value(Kind::Entry, &blob[..cut]), &digest);
         }
+        let mut unknown_kind = value(Kind::Pass, b"").to_vec();
+        unknown_kind[4] = b'X';
+        let short = value(Kind::Pass, b"");
         for junk in [
             &b""[..],
             b"hello",
-            b"RGC2 E 1 2\n",
-            b"RGC2 X 1 2 3 4\n",
-            b"RGC2 P 1 2 -3 4\n",
-            b"RGC2 P 1 2 +3 4\n",
-            b"RGC2 P 1 2 3 18446744073709551616\n",
-            b"RGC2 P 1 2  3\n",
+            b"RGC3",
+            b"RGC3P",
+            &short[..short.len() - 1],
+            &unknown_kind,
+            b"RGC4P0000000000000000000000000000000",
             b"\xff\xfe\n",
         ] {
-            assert!(decode(&Bytes::copy_from_slice(junk)).is_none(), "{junk:?}");
+            assert!(
+                decode(Bytes::copy_from_slice(junk), &digest).is_none(),
+                "{junk:?}"
+            );
         }
     }
 }

@@ -26,7 +26,12 @@ pub(crate) struct Ids {
     pub(crate) variant: Arc<str>,
     /// The target URI's digest: the entry's group and the implicit tag of the URI.
     pub(crate) uri: Arc<str>,
+    /// The `GET` of the entry on Redis, built by its first hit and sent by every later one.
+    pub(crate) read: ReadCommand,
 }
+
+/// The command that reads an entry alone, built once (see [`Ids::read`]).
+pub(crate) type ReadCommand = Arc<std::sync::OnceLock<redis::Cmd>>;
 
 /// The most bytes of request inputs remembered; a longer request is hashed each time.
 const MAX_INPUTS: usize = 512;
@@ -155,6 +160,7 @@ fn compute(shared: &Shared, req: &request::Parts) -> Ids {
     Ids {
         variant: shared.key.variant_digest(req).into(),
         uri: target_tag(shared, req).into(),
+        read: ReadCommand::default(),
     }
 }
 
@@ -197,11 +203,19 @@ mod tests {
         let mut seen = Vec::new();
         for builder in requests {
             let (parts, ()) = builder.body(()).expect("request").into_parts();
+            let mut first: Option<super::ReadCommand> = None;
             for _ in 0..2 {
                 let ids = shared.ids.ids(shared, &parts);
                 let hashed = super::compute(shared, &parts);
                 assert_eq!(ids.variant, hashed.variant, "{parts:?}");
                 assert_eq!(ids.uri, hashed.uri, "{parts:?}");
+                // A remembered page's requests share the command that reads its entry.
+                if let Some(first) = &first
+                    && parts.uri.path().len() < 100
+                {
+                    assert!(std::sync::Arc::ptr_eq(first, &ids.read), "{parts:?}");
+                }
+                first = Some(ids.read);
                 seen.push(ids.variant);
             }
         }

@@ -72,6 +72,9 @@ pub(crate) struct Call {
     /// The target URI's digest (a response cache entry): its entries' group, and the
     /// implicit tag an unsafe request to the URI invalidates.
     pub(crate) group: Option<Arc<str>>,
+    /// Where a hit on Redis finds the `GET` of this key, built once for every request of the
+    /// page (a response cache entry); `None`: built for each read.
+    pub(crate) read: Option<super::ids::ReadCommand>,
 }
 
 impl Call {
@@ -166,7 +169,7 @@ impl Call {
             .read(Key::plain(&self.failure_key()), &[])
             .await
         {
-            Ok(read) => match read.value.as_ref().and_then(decode) {
+            Ok(read) => match read.value.and_then(|v| decode(v, &self.digest)) {
                 Some(Stored::Failed(t)) if t.started > entry.times.started => Look::Failing {
                     due: read.now >= t.fresh_until,
                     entry,
@@ -184,14 +187,6 @@ impl Call {
     /// The fail-safe settings.
     pub(crate) fn fail_safe(&self) -> FailSafe {
         self.shared.fail_safe
-    }
-
-    /// Reads the key and judges what it holds.
-    pub(crate) async fn look(&self) -> Look {
-        match self.judge().await {
-            Look::Absent(now) => Look::Absent(self.past_invalidation(now).await),
-            look => look,
-        }
     }
 
     /// `now`, moved past the target URI's last invalidation, read now: a miss's fill counts
@@ -213,103 +208,111 @@ impl Call {
         }
     }
 
-    /// Reads the key and judges what it holds, a miss at the store's time as read.
-    async fn judge(&self) -> Look {
-        let store = &self.shared.store.0;
-        // The tag records the entry was last seen to carry are read with it (the memory
-        // store also reads its URI's own record).
-        let seen = self.shared.memo.get(&self.digest);
-        let asked: &[String] = seen.as_deref().unwrap_or_default();
-        // The entry alone on Redis (the usual hit): its `GET` awaited in place.
-        let alone = match store.redis() {
-            Some(redis) if asked.is_empty() => redis.read_alone(self.key()).await,
-            _ => None,
-        };
-        let read = match alone {
-            Some(read) => read,
-            None => store.read(self.key(), asked).await,
-        };
-        let read = match read {
-            Ok(read) => read,
-            Err(e) => {
-                tracing::warn!(error = %e, "cache store unavailable: serving without it");
-                return Look::Failed(e);
-            }
-        };
-        // Between readings of Redis `TIME` the store's clock may lag Redis's a little (never
-        // run ahead). What was written before this read bounds its time from below: the
-        // invalidations read with it (so that an entry computed after one is never void by
-        // it), and the entry's own write (so that a hit never claims more freshness than it
-        // was stored with).
-        let mut now = past(read.now, std::iter::once(&read.group).chain(&read.tags));
-        if read.foreign {
-            tracing::warn!(key = %self.digest, "a cache key holds a value of another type: a miss, overwritten on fill");
-            return Look::Absent(now);
-        }
-        let Some(raw) = read.value else {
-            return Look::Absent(now);
-        };
-        let mut entry = match decode(&raw) {
-            Some(Stored::Entry(entry)) if entry.digest == self.digest.as_bytes() => entry,
-            Some(Stored::Pass(t)) if now < t.fresh_until => return Look::Pass(now),
-            Some(Stored::Pass(_)) => return Look::Absent(now),
-            Some(Stored::Earlier) => {
-                tracing::debug!(key = %self.digest, "a cache key holds a value of an earlier format: a miss, overwritten on fill");
-                return Look::Absent(now);
-            }
-            _ => {
-                tracing::warn!(key = %self.digest, "a cache key holds a value that is not this entry: a miss, overwritten on fill");
-                return Look::Absent(now);
-            }
-        };
-        now = now.max(entry.times.started.saturating_add(entry.times.delta));
-        if now >= entry.times.stale_until
-            && !self.rescuable(&entry, now)
-            && !self.revalidatable(&entry, now)
-        {
-            return Look::Absent(now);
-        }
-        // Voided when its URI or one of its tags was invalidated since it was computed;
-        // purged softly when one of its tags was. (On Redis the URI's invalidation deleted
-        // the entry, and a fill that started before it stored nothing: no record is read.)
-        let started = entry.times.started;
-        let after = |t: &Option<u64>| t.is_some_and(|t| t >= started);
-        if after(&read.group) {
-            return Look::Absent(now);
-        }
-        if !(entry.tags.is_empty() && asked.is_empty()) {
-            // The tags' hard records, then their soft ones.
-            let own = self.records_of(&entry.tags);
-            if own[..] != *asked {
-                self.shared.memo.set(&self.digest, &own);
-            }
-            match self.tag_times(&own, asked, &read.tags).await {
-                Ok(times) => {
-                    now = past(now, &times);
-                    let (hard, soft) = times.split_at(entry.tags.len());
-                    if hard.iter().any(after) {
-                        return Look::Absent(now);
-                    }
-                    entry.purged = soft.iter().any(after);
+    /// Reads the key and judges what it holds; a miss at the store's time as read, moved past
+    /// the target URI's last invalidation (see [`past_invalidation`](Self::past_invalidation)).
+    pub(crate) async fn look(&self) -> Look {
+        // One state machine reads and judges (a hit polls no nested future, moves no second
+        // answer); every way to a miss leaves the block with the time it was read at.
+        let absent = 'judged: {
+            let store = &self.shared.store.0;
+            // The tag records the entry was last seen to carry are read with it (the memory
+            // store also reads its URI's own record).
+            let seen = self.shared.memo.get(&self.digest);
+            let asked: &[String] = seen.as_deref().unwrap_or_default();
+            // The entry alone on Redis (the usual hit): its `GET` awaited in place.
+            let alone = match store.redis() {
+                Some(redis) if asked.is_empty() => {
+                    redis.read_alone(self.key(), self.read.as_deref()).await
                 }
+                _ => None,
+            };
+            let read = match alone {
+                Some(read) => read,
+                None => store.read(self.key(), asked).await,
+            };
+            let read = match read {
+                Ok(read) => read,
                 Err(e) => {
                     tracing::warn!(error = %e, "cache store unavailable: serving without it");
                     return Look::Failed(e);
                 }
+            };
+            // Between readings of Redis `TIME` the store's clock may lag Redis's a little (never
+            // run ahead). What was written before this read bounds its time from below: the
+            // invalidations read with it (so that an entry computed after one is never void by
+            // it), and the entry's own write (so that a hit never claims more freshness than it
+            // was stored with).
+            let mut now = past(read.now, std::iter::once(&read.group).chain(&read.tags));
+            if read.foreign {
+                tracing::warn!(key = %self.digest, "a cache key holds a value of another type: a miss, overwritten on fill");
+                break 'judged now;
             }
-        }
-        if now >= entry.times.stale_until {
-            if self.rescuable(&entry, now) {
-                self.expired(entry, now).await
+            let Some(raw) = read.value else {
+                break 'judged now;
+            };
+            let mut entry = match decode(raw, &self.digest) {
+                Some(Stored::Entry(entry)) => entry,
+                Some(Stored::Pass(t)) if now < t.fresh_until => return Look::Pass(now),
+                Some(Stored::Pass(_)) => break 'judged now,
+                Some(Stored::Earlier) => {
+                    tracing::debug!(key = %self.digest, "a cache key holds a value of an earlier format: a miss, overwritten on fill");
+                    break 'judged now;
+                }
+                _ => {
+                    tracing::warn!(key = %self.digest, "a cache key holds a value that is not this entry: a miss, overwritten on fill");
+                    break 'judged now;
+                }
+            };
+            now = now.max(entry.times.started.saturating_add(entry.times.delta));
+            if now >= entry.times.stale_until
+                && !self.rescuable(&entry, now)
+                && !self.revalidatable(&entry, now)
+            {
+                break 'judged now;
+            }
+            // Voided when its URI or one of its tags was invalidated since it was computed;
+            // purged softly when one of its tags was. (On Redis the URI's invalidation deleted
+            // the entry, and a fill that started before it stored nothing: no record is read.)
+            let started = entry.times.started;
+            let after = |t: &Option<u64>| t.is_some_and(|t| t >= started);
+            if after(&read.group) {
+                break 'judged now;
+            }
+            if !(entry.tags.is_empty() && asked.is_empty()) {
+                // The tags' hard records, then their soft ones.
+                let own = self.records_of(&entry.tags);
+                if own[..] != *asked {
+                    self.shared.memo.set(&self.digest, &own);
+                }
+                match self.tag_times(&own, asked, &read.tags).await {
+                    Ok(times) => {
+                        now = past(now, &times);
+                        let (hard, soft) = times.split_at(entry.tags.len());
+                        if hard.iter().any(after) {
+                            break 'judged now;
+                        }
+                        entry.purged = soft.iter().any(after);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cache store unavailable: serving without it");
+                        return Look::Failed(e);
+                    }
+                }
+            }
+            return if now >= entry.times.stale_until {
+                if self.rescuable(&entry, now) {
+                    self.expired(entry, now).await
+                } else {
+                    // Kept only to be revalidated: never a copy that stands in.
+                    Look::Expired(entry, now)
+                }
+            } else if now < entry.times.fresh_until && !entry.purged {
+                Look::Fresh(entry, now)
             } else {
-                // Kept only to be revalidated: never a copy that stands in.
-                Look::Expired(entry, now)
-            }
-        } else if now < entry.times.fresh_until && !entry.purged {
-            Look::Fresh(entry, now)
-        } else {
-            Look::Stale(entry, now)
-        }
+                Look::Stale(entry, now)
+            };
+        };
+        Look::Absent(self.past_invalidation(absent).await)
     }
 
     /// XFetch: whether this hit recomputes early.

@@ -211,7 +211,7 @@ impl MemoryCacheStore {
             started,
             delta: now - started,
         };
-        let mut value = header(w.kind, times).into_bytes();
+        let mut value = header(w.kind, times).to_vec();
         value.extend_from_slice(&w.blob);
         let mut state = self.inner.state.lock();
         if only_new {

@@ -246,8 +246,12 @@ fn known_now(backend: &RedisBackend, clock: &RedisClock) -> Option<u64> {
 
 /// The entry alone, the store's time known: `get` (a `GET` of it), no pipeline, no array in
 /// the reply (redis-rs parses a bulk string for less).
-async fn read_one(backend: &RedisBackend, get: redis::Cmd, now: u64) -> Result<Read, BackendError> {
-    let (value, foreign) = match backend.query(&get).await {
+async fn read_one(
+    backend: &RedisBackend,
+    get: &redis::Cmd,
+    now: u64,
+) -> Result<Read, BackendError> {
+    let (value, foreign) = match backend.query(get).await {
         Ok(Value::BulkString(b)) => (Some(Bytes::from(b)), false),
         Ok(_) => (None, false),
         // A key of another type: a miss, which the fill overwrites.
@@ -471,10 +475,23 @@ impl RedisCacheStore {
 impl RedisCacheStore {
     /// [`Ops::read`] of `key` with no tags, as the lookup of a hit awaits it in place (no
     /// boxed future, no clone of the store): one `GET`, when the store's time is known
-    /// without asking Redis; `None` when it is not (then [`Ops::read`] asks for it).
-    pub(crate) async fn read_alone(&self, key: Key<'_>) -> Option<Result<Read, BackendError>> {
+    /// without asking Redis; `None` when it is not (then [`Ops::read`] asks for it). The `GET`
+    /// is the one `built` holds (it is built there the first time: every request of a page
+    /// sends the same command), else built for this read.
+    pub(crate) async fn read_alone(
+        &self,
+        key: Key<'_>,
+        built: Option<&std::sync::OnceLock<redis::Cmd>>,
+    ) -> Option<Result<Read, BackendError>> {
         let now = known_now(&self.inner.backend, &self.inner.clock)?;
-        let get = self.get(key);
+        let fresh;
+        let get = match built {
+            Some(built) => built.get_or_init(|| self.get(key)),
+            None => {
+                fresh = self.get(key);
+                &fresh
+            }
+        };
         Some(read_one(&self.inner.backend, get, now).await)
     }
 }
@@ -489,7 +506,7 @@ impl Ops for RedisCacheStore {
             && let Some(now) = known_now(backend, &self.inner.clock)
         {
             let get = self.get(key);
-            return Box::pin(async move { read_one(&this.backend, get, now).await });
+            return Box::pin(async move { read_one(&this.backend, &get, now).await });
         }
         let entry = self.name(key);
         let tags: Vec<String> = tags.iter().map(|t| backend.key(&["ct"], t)).collect();

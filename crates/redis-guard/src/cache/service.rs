@@ -46,6 +46,7 @@ impl_service! {
             shared: Arc::clone(&this.shared),
             digest: ids.variant,
             group: Some(ids.uri),
+            read: Some(ids.read),
         };
         ResponseFuture::caching(Box::pin(Job::new(call, inner, req, carries).serve()))
     }

@@ -117,7 +117,7 @@ pub(crate) fn ask(stored: &HeaderMap, request: &mut HeaderMap) -> bool {
 
 /// Fields a `304` does not update in the stored response (RFC 9111 §3.2): those that describe
 /// the stored body or belong to one connection.
-const NOT_UPDATED: [HeaderName; 11] = [
+static NOT_UPDATED: [HeaderName; 11] = [
     CONTENT_LENGTH,
     CONTENT_ENCODING,
     CONTENT_RANGE,

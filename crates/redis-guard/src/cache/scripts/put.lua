@@ -34,8 +34,13 @@ if listed then
   end
 end
 local delta = math.max(0, now - started)
-local line = table.concat({ 'RGC2', ARGV[2], fmt(now + fresh), fmt(now + fresh + stale),
-  fmt(started), fmt(delta) }, ' ') .. '\n'
+-- The header of cache/entry.rs: the magic, the kind, then the four times as big-endian u64s
+-- (below 2^53: a double holds them exactly, and `struct` converts them so).
+local function u64(n)
+  return math.max(0, math.min(n, 9007199254740992))
+end
+local line = 'RGC3' .. ARGV[2] .. struct.pack('>I8I8I8I8', u64(now + fresh),
+  u64(now + fresh + stale), u64(started), u64(delta))
 local px = math.max(1, cdiv(fresh + math.max(stale, tonumber(ARGV[7])), 1000))
 if ARGV[8] == 'NX' then
   if not redis.call('SET', KEYS[1], line .. ARGV[6], 'PX', px, 'NX') then

@@ -25,12 +25,12 @@ pub(crate) struct Fill {
 }
 
 /// The value an entry holds, if it is a `T` (a value of another type, or JSON that no longer
-/// decodes after a type change, is `None`: a miss).
-pub(crate) fn parse<T: DeserializeOwned>(entry: &Entry) -> Option<T> {
+/// decodes after a type change, is `None`: a miss). `key`: the entry's digest, for the log.
+pub(crate) fn parse<T: DeserializeOwned>(key: &str, entry: &Entry) -> Option<T> {
     match serde_json::from_slice(&entry.body) {
         Ok(value) => Some(value),
         Err(e) => {
-            tracing::warn!(key = %entry.name(), error = %e, "a cached value does not decode as the type asked for: a miss, overwritten on fill");
+            tracing::warn!(%key, error = %e, "a cached value does not decode as the type asked for: a miss, overwritten on fill");
             None
         }
     }
@@ -47,8 +47,9 @@ where
     Fut: Future<Output = Result<T, E>> + Send + 'static,
 {
     let job = Job { call, fill, f };
+    let key = &job.call.digest;
     match job.call.look().await {
-        Look::Fresh(entry, now) => match parse(&entry) {
+        Look::Fresh(entry, now) => match parse(key, &entry) {
             Some(value) if !job.call.early(&entry, now) => Ok(value),
             Some(value) => {
                 job.fetch(Some(now), None, Some(value), Instant::now())
@@ -56,26 +57,26 @@ where
             }
             None => job.miss(now, None).await,
         },
-        Look::Stale(entry, now) => match parse(&entry) {
+        Look::Stale(entry, now) => match parse(key, &entry) {
             Some(value) => {
                 job.refresh().await;
                 Ok(value)
             }
             None => job.miss(now, None).await,
         },
-        Look::Failing { entry, at, due } => match parse(&entry) {
+        Look::Failing { entry, at, due } => match parse(key, &entry) {
             Some(value) => {
+                tracing::debug!(key = %job.call.digest, "the last computation failed: returning the stale copy (stale_if_error)");
                 if due {
                     // One caller per interval tries again, in the background.
                     job.refresh().await;
                 }
-                tracing::debug!(key = %entry.name(), "the last computation failed: returning the stale copy (stale_if_error)");
                 Ok(value)
             }
             None => job.miss(at, None).await,
         },
         Look::Expired(entry, now) => {
-            let copy = parse(&entry);
+            let copy = parse(key, &entry);
             job.miss(now, copy).await
         }
         Look::Pass(now) | Look::Absent(now) => job.miss(now, None).await,
@@ -127,13 +128,15 @@ where
             Waited::Lease {
                 guard, at, copy, ..
             } => {
-                let copy = copy.and_then(|entry| parse(&entry));
+                let copy = copy.and_then(|entry| parse(&self.call.digest, &entry));
                 self.fetch(Some(at), Some(guard), copy, since).await
             }
-            Waited::Filled(entry, at) | Waited::Rescued(entry, at) => match parse(&entry) {
-                Some(value) => Ok(value),
-                None => self.fetch(Some(at), None, copy, since).await,
-            },
+            Waited::Filled(entry, at) | Waited::Rescued(entry, at) => {
+                match parse(&self.call.digest, &entry) {
+                    Some(value) => Ok(value),
+                    None => self.fetch(Some(at), None, copy, since).await,
+                }
+            }
             Waited::GaveUp => {
                 let after = fail_safe.patience(copy.is_some()).unwrap_or_default();
                 stand_in(copy, after)

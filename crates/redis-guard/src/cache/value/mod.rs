@@ -226,8 +226,9 @@ impl ValueCache {
         &self,
         key: impl AsRef<str>,
     ) -> Result<Option<T>, BackendError> {
-        match self.call(key.as_ref()).look().await {
-            Look::Fresh(entry, _) => Ok(parse(&entry)),
+        let call = self.call(key.as_ref());
+        match call.look().await {
+            Look::Fresh(entry, _) => Ok(parse(&call.digest, &entry)),
             Look::Failed(e) => Err(e),
             Look::Stale(..)
             | Look::Expired(..)
@@ -362,6 +363,7 @@ impl ValueCache {
             shared: Arc::clone(&self.inner.shared),
             digest: digest([self.inner.namespace.as_bytes(), key.as_bytes()]).into(),
             group: None,
+            read: None,
         }
     }
 
