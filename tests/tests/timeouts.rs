@@ -47,6 +47,14 @@ async fn acquire(lock: &Lock, name: String) -> Ended {
     }
 }
 
+/// A rate-limit check and a lock under `name`, both decided by Redis.
+async fn answered(limiter: &RedisLimiter, lock: &Lock, name: &str) {
+    let decision = limiter.check(&rule(), Key::from(name)).await;
+    assert_eq!(decision.expect("Redis decides").remaining, 999);
+    let acquired = lock.try_acquire(name, TIMEOUT).await.expect("Redis");
+    assert!(acquired.is_some());
+}
+
 /// Runs `call` on a runtime of its own, in a thread of its own, built without Tokio's timer: a
 /// call made there still ends by its deadline. Sends the time it took and how it ended.
 fn on_a_runtime_without_timer(
@@ -72,14 +80,7 @@ async fn calls_to_a_redis_that_never_answers_end_at_the_timeout_and_later_calls_
     let limiter = RedisLimiter::new(backend.clone());
     let lock = Lock::new(RedisLockStore::new(backend.clone()));
     // The scripts are loaded before Redis stops answering.
-    let decision = limiter.check(&rule(), Key::from("before")).await;
-    assert_eq!(decision.expect("Redis decides").remaining, 999);
-    assert!(
-        lock.try_acquire("before", TIMEOUT)
-            .await
-            .expect("Redis")
-            .is_some()
-    );
+    answered(&limiter, &lock, "before").await;
 
     let server = h.server().expect("a standalone Redis");
     server.freeze().expect("SIGSTOP");
@@ -152,12 +153,5 @@ async fn calls_to_a_redis_that_never_answers_end_at_the_timeout_and_later_calls_
     );
 
     // Redis answers again: so do the calls.
-    let decision = limiter.check(&rule(), Key::from("after")).await;
-    assert_eq!(decision.expect("Redis decides").remaining, 999);
-    assert!(
-        lock.try_acquire("after", TIMEOUT)
-            .await
-            .expect("Redis")
-            .is_some()
-    );
+    answered(&limiter, &lock, "after").await;
 }
