@@ -103,6 +103,9 @@ pub enum Stack {
     /// tower-sessions; the handler reads a counter and stores it incremented
     /// (`tower-sessions-modify`).
     TowerSessionsModify,
+    /// The `redis` limiter with its rule leased (harness variant `redis-leased`): the one client
+    /// is admitted from leases of its allowance, one Redis call per lease.
+    RedisLeased,
     /// redis-guard's `CacheLayer` on `RedisCacheStore` (harness variant `cache-hit`): the first
     /// request fills the entry, every other one is a hit read from Redis.
     CacheHit,
@@ -118,7 +121,7 @@ pub const IN_FLIGHT: usize = 64;
 
 impl Stack {
     /// Every stack, in the order the table lists them.
-    pub const ALL: [Self; 22] = [
+    pub const ALL: [Self; 23] = [
         Self::Bare,
         Self::Governor,
         Self::Memory,
@@ -133,6 +136,7 @@ impl Stack {
         Self::FixedWindow64,
         Self::Uncoalesced,
         Self::Uncoalesced64,
+        Self::RedisLeased,
         Self::SessionsRead,
         Self::SessionsModify,
         Self::TowerSessionsRead,
@@ -186,6 +190,7 @@ impl Stack {
             Self::Redis | Self::Redis64 => Some(Variant::Redis),
             Self::FixedWindow | Self::FixedWindow64 => Some(Variant::RedisFixedWindow),
             Self::Uncoalesced | Self::Uncoalesced64 => Some(Variant::RedisUncoalesced),
+            Self::RedisLeased => Some(Variant::RedisLeased),
             Self::SessionsRead => Some(Variant::SessionsRead),
             Self::SessionsModify => Some(Variant::SessionsModify),
             Self::TowerSessionsRead => Some(Variant::TowerSessionsRead),

@@ -35,7 +35,8 @@ OPTIONS:
 
 STACKS: bare, governor, memory, memory-no-headers, abusive; starting a redis-server: redis-abusive,
         incr-expire, redis, fixed-window, redis-uncoalesced, and the same with 64 requests in
-        flight: incr-expire-64, redis-64, fixed-window-64, redis-uncoalesced-64; sessions-read,
+        flight: incr-expire-64, redis-64, fixed-window-64, redis-uncoalesced-64; redis-leased
+        (the redis stack with its rule leased, one Redis call per lease); sessions-read,
         sessions-modify, tower-sessions-read, tower-sessions-modify; cache-hit, hand-cache,
         tower-http-cache (the first request fills, every other one is a hit read from Redis);
         default-features (the memory stack in a binary built with --features guard-default-features:
