@@ -162,21 +162,26 @@ impl<K: Clone + Eq + Hash, V, S: BuildHasher + Default> ExpiringTable<K, V, S> {
         self.slot_until(key, deadline).is_some()
     }
 
+    /// Changes `key`'s value in place and moves its deadline, in one lookup: `change` gets the
+    /// value and its deadline, and returns the new deadline with what `update` returns. `None`
+    /// when there is no entry (live or not).
+    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+    pub(crate) fn update<R>(
+        &mut self,
+        key: &K,
+        change: impl FnOnce(&mut V, u64) -> (u64, R),
+    ) -> Option<R> {
+        let slot = self.entries.get_mut(key)?;
+        let (deadline, out) = change(&mut slot.value, slot.deadline);
+        place(slot, deadline, &mut self.order, &mut self.seq);
+        Some(out)
+    }
+
     /// `key`'s slot with its deadline moved to `deadline`, in one lookup: a client's next request
-    /// updates its entry in place. The entry keeps its place in the order unless that place
-    /// would now be after its deadline.
+    /// updates its entry in place.
     fn slot_until(&mut self, key: &K, deadline: u64) -> Option<&mut Slot<V>> {
         let slot = self.entries.get_mut(key)?;
-        if deadline < slot.at.0 {
-            self.seq += 1;
-            let at = (deadline, self.seq);
-            let order = &mut self.order[slot.tier];
-            if let Some(k) = order.remove(&slot.at) {
-                order.insert(at, k);
-            }
-            slot.at = at;
-        }
-        slot.deadline = deadline;
+        place(slot, deadline, &mut self.order, &mut self.seq);
         Some(slot)
     }
 
@@ -262,6 +267,26 @@ impl<K: Clone + Eq + Hash, V, S: BuildHasher + Default> ExpiringTable<K, V, S> {
     }
 }
 
+/// Moves `slot`'s deadline to `deadline`. The entry keeps its place in its order (`order`)
+/// unless that place would now be after its deadline; `seq` numbers the places.
+fn place<K, V>(
+    slot: &mut Slot<V>,
+    deadline: u64,
+    order: &mut [BTreeMap<(u64, u64), K>; 2],
+    seq: &mut u64,
+) {
+    if deadline < slot.at.0 {
+        *seq += 1;
+        let at = (deadline, *seq);
+        let order = &mut order[slot.tier];
+        if let Some(k) = order.remove(&slot.at) {
+            order.insert(at, k);
+        }
+        slot.at = at;
+    }
+    slot.deadline = deadline;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,6 +312,29 @@ mod tests {
             swept += n;
         }
         assert_eq!(swept, 100);
+    }
+
+    #[test]
+    fn an_update_changes_the_value_and_moves_the_deadline_in_one_call() {
+        let mut t: ExpiringTable<_, _> = ExpiringTable::new(10);
+        t.insert("a", 1, 100);
+        t.insert("b", 2, 200);
+        // The value changes in place; the deadline it is given is the one the entry keeps.
+        let old = t.update(&"a", |v, deadline| {
+            *v += 10;
+            (deadline + 500, deadline)
+        });
+        assert_eq!(old, Some(100));
+        assert_eq!((t.get(&"a"), t.deadline(&"a")), (Some(&11), Some(600)));
+        assert_eq!(t.update(&"c", |_: &mut i32, d| (d, ())), None);
+        // "a" now outlives "b": "b" expires first, then "a" at its new deadline, not its old.
+        let mut gone = Vec::new();
+        t.maintain(300, |k, _| gone.push(k));
+        assert_eq!(gone, vec!["b"]);
+        // An earlier deadline moves the entry forward in the expiry order.
+        t.update(&"a", |_, _| (250, ()));
+        t.maintain(300, |k, _| gone.push(k));
+        assert_eq!(gone, vec!["b", "a"]);
     }
 
     #[test]

@@ -1,8 +1,12 @@
 //! [`HotLeases`]: a [`RedisLimiter`](crate::rate_limit::RedisLimiter)'s blocks of leased quota,
 //! per rule and key, and the requests it admits from them in process.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
+
+use foldhash::SharedSeed;
+use foldhash::quality::{FoldHasher, SeedableRandomState};
 
 use super::{GIVE_BACK, OPEN_COUNT_TTL_MS, RESERVE, lease_us};
 use crate::backend::{BackendError, ExpiringTable, RedisBackend, ScriptCall};
@@ -26,8 +30,30 @@ pub(crate) struct HotLeases {
 }
 
 struct Table {
-    entries: ExpiringTable<Id, Entry>,
+    entries: ExpiringTable<Id, Entry, Seeded>,
     next_id: u64,
+}
+
+/// The table's hasher: foldhash, keyed from the OS's random source (through the standard
+/// library's `RandomState`), so clients cannot choose keys that collide.
+#[derive(Clone)]
+struct Seeded(SeedableRandomState);
+
+impl Default for Seeded {
+    fn default() -> Self {
+        static SHARED: OnceLock<SharedSeed> = OnceLock::new();
+        let random = || RandomState::new().hash_one(0_u64);
+        let shared = SHARED.get_or_init(|| SharedSeed::from_u64(random()));
+        Self(SeedableRandomState::with_seed(random(), shared))
+    }
+}
+
+impl BuildHasher for Seeded {
+    type Hasher = FoldHasher<'static>;
+
+    fn build_hasher(&self) -> Self::Hasher {
+        self.0.build_hasher()
+    }
 }
 
 /// One key of one rule, as this replica sees it.
@@ -142,18 +168,30 @@ impl HotLeases {
         let now = self.now();
         let id: Id = (Arc::clone(check.rule.name_arc()), check.key.clone());
         let mut locked = self.lock();
-        // This key's own ended block goes back before its request is decided, not in a task
-        // with the ones the table forgets.
-        let own = locked
-            .entries
-            .get_mut(&id)
-            .filter(|e| e.block.as_ref().is_some_and(|b| now >= b.end))
-            .and_then(|e| e.block.take());
+        // One lookup for a known key: the request counted and admitted from the key's block when
+        // that is live and has room. Else the key's own ended block comes out, to go back before
+        // its request is decided, not in a task with the ones the table forgets.
+        let first = locked.entries.update(&id, |entry, deadline| {
+            let Some(block) = (entry.block.as_mut()).filter(|b| now < b.end && b.left >= cost)
+            else {
+                return (deadline, Err(entry.block.take_if(|b| now >= b.end)));
+            };
+            block.left -= cost;
+            let state = block.state(now, p.emission_us);
+            let end = block.end.max(now + 2 * lease);
+            entry.count(now, lease, cost);
+            (end, Ok(state))
+        });
         let mut gone = Vec::new();
         locked
             .entries
             .maintain(now, |_, e: Entry| gone.extend(e.block));
         self.detach(gone);
+        let own = match first {
+            Some(Ok(state)) => return Leased::Now(state),
+            Some(Err(own)) => own,
+            None => None,
+        };
         let table = &mut *locked;
         if table.entries.get_mut(&id).is_none() {
             let fresh = Entry {
@@ -170,24 +208,7 @@ impl HotLeases {
         let Some(entry) = table.entries.get_mut(&id) else {
             return Leased::Normal(None);
         };
-        // What this replica asked of the key over the last lease: its local rate × the lease.
-        if now >= entry.since.saturating_add(2 * lease) {
-            (entry.since, entry.seen, entry.before) = (now, 0, 0);
-        } else if now >= entry.since + lease {
-            (entry.since, entry.seen, entry.before) = (entry.since + lease, 0, entry.seen);
-        }
-        entry.seen += cost;
-        let rate = entry.before.max(entry.seen);
-        if let Some(block) = entry.block.as_mut()
-            && now < block.end
-            && block.left >= cost
-        {
-            block.left -= cost;
-            let state = block.state(now, p.emission_us);
-            let end = block.end;
-            table.entries.set_deadline(&id, end.max(now + 2 * lease));
-            return Leased::Now(state);
-        }
+        let rate = entry.count(now, lease, cost);
         // Ended, or too little left for this request: what is left goes back first.
         let ended = entry.block.take().or(own);
         let hot = rate >= 2 * cost;
@@ -366,6 +387,20 @@ impl GiveBack {
             .arg(unused)
             .arg(self.floor)
             .arg(self.at)
+    }
+}
+
+impl Entry {
+    /// Counts `cost` units asked for at `now` into the key's intervals (`lease` µs long), and
+    /// returns what this replica asks of the key over a lease: its local rate × the lease.
+    fn count(&mut self, now: u64, lease: u64, cost: u64) -> u64 {
+        if now >= self.since.saturating_add(2 * lease) {
+            (self.since, self.seen, self.before) = (now, 0, 0);
+        } else if now >= self.since + lease {
+            (self.since, self.seen, self.before) = (self.since + lease, 0, self.seen);
+        }
+        self.seen += cost;
+        self.before.max(self.seen)
     }
 }
 
