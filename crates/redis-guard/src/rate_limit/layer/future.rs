@@ -293,24 +293,11 @@ where
         }
     }
 
-    pub(crate) fn call_inner(mut inner: S, req: Request<ReqBody>) -> Self {
+    /// The inner service called, with `headers` for its response and nothing held.
+    pub(super) fn calling(fut: S::Future, headers: Option<RateLimitHeaders>) -> Self {
+        let hold = None;
         Self {
-            state: State::Calling {
-                fut: inner.call(req),
-                headers: None,
-                hold: None,
-            },
-        }
-    }
-
-    /// The inner service called for an admitted plain request (`lean.rs`), with its headers.
-    pub(super) fn calling(fut: S::Future, headers: RateLimitHeaders) -> Self {
-        Self {
-            state: State::Calling {
-                fut,
-                headers: Some(headers),
-                hold: None,
-            },
+            state: State::Calling { fut, headers, hold },
         }
     }
 

@@ -70,7 +70,7 @@ where
     let plan = config.plan(&mut parts);
     let req = Request::from_parts(parts, body);
     match plan {
-        Plan::Pass => ResponseFuture::call_inner(take_ready(inner), req),
+        Plan::Pass => ResponseFuture::calling(take_ready(inner).call(req), None),
         Plan::Respond(rejection) => ResponseFuture::rejected(*rejection, Arc::clone(config)),
         Plan::Check(checks) => {
             // The layer's rules and its limiter were checked when it was built.

@@ -4,7 +4,6 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::rate_limit::decision::RuleDecision;
 use futures_util::future::join_all;
@@ -343,24 +342,10 @@ impl Pending {
 /// One not-yet-decided entry per check, for [`decision_from`] to fill in.
 pub(crate) fn rule_decisions(checks: &[Check]) -> Vec<RuleDecision> {
     // Each rule's state is filled in by `decision_from`; until then it is a denial of nothing.
-    let unknown = RuleState {
-        allowed: false,
-        limit: 0,
-        remaining: 0,
-        retry_after: Duration::ZERO,
-        reset_after: Duration::ZERO,
-    };
+    let unknown = RuleState::from_parts(false, 0, 0, 0, 0);
     checks
         .iter()
-        .map(|c| RuleDecision {
-            rule: c.rule.name_arc().clone(),
-            quota: c.quota,
-            state: unknown,
-            mode: c.mode,
-            lease: c.rule.algorithm().is_lease(),
-            // Nothing was taken under a key on the rule's static allow list.
-            cost: if c.rule.allows(&c.key) { 0 } else { c.cost },
-        })
+        .map(|c| RuleDecision::new(&c.rule, &c.key, c.quota, c.mode, c.cost, unknown))
         .collect()
 }
 
