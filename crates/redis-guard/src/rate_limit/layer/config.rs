@@ -369,13 +369,7 @@ impl Config {
         if same && visible.next().is_none() {
             self.policy.clone()
         } else {
-            headers::policy(
-                decision
-                    .rules
-                    .iter()
-                    .filter(|r| !r.lease)
-                    .map(|r| (&*r.rule, &r.quota)),
-            )
+            headers::decision_policy(decision)
         }
     }
 

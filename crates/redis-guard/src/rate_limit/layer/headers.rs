@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::rate_limit::{Decision, Quota, ceil_secs};
+use crate::rate_limit::{Decision, Quota, RuleDecision, ceil_secs};
 
 pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 pub(crate) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -110,14 +110,18 @@ where
     }))
 }
 
+/// The `RateLimit-Policy` value of `decision`'s rules, with the quotas they were decided with.
+pub(crate) fn decision_policy(decision: &Decision) -> HeaderValue {
+    policy(windowed(decision).map(|r| (&*r.rule, &r.quota)))
+}
+
 fn state(decision: &Decision) -> HeaderValue {
-    states(
-        decision
-            .rules
-            .iter()
-            .filter(|r| !r.lease)
-            .map(|r| (&*r.rule, &r.state)),
-    )
+    states(windowed(decision).map(|r| (&*r.rule, &r.state)))
+}
+
+/// The rules of `decision` the `RateLimit` headers name: all but the concurrency rules.
+fn windowed(decision: &Decision) -> impl Iterator<Item = &RuleDecision> + Clone {
+    decision.rules.iter().filter(|r| !r.lease)
 }
 
 /// The `RateLimit` value of the rules (name, state).

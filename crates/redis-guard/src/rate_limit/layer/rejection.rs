@@ -210,13 +210,7 @@ impl Decision {
 
 /// The `RateLimit` headers of `decision`, as a layer with the default header settings writes them.
 fn insert_headers(decision: &Decision, map: &mut HeaderMap) {
-    let policy = headers::policy(
-        decision
-            .rules
-            .iter()
-            .filter(|r| !r.lease)
-            .map(|r| (&*r.rule, &r.quota)),
-    );
+    let policy = headers::decision_policy(decision);
     RateLimitHeaders::new(decision, Some(policy), false).insert(map);
 }
 
