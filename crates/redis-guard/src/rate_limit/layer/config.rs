@@ -378,7 +378,7 @@ impl Config {
         if let Rejection::Limited(decision) = rejection
             && let Some(denial) = self.denials.iter().find(|d| d.is_of(&decision.rule))
         {
-            return denial.response(decision);
+            return denial.response_after(decision.retry_after_secs());
         }
         rejection.response()
     }

@@ -18,8 +18,7 @@ use super::throttle::{Reservation, wait_for};
 use crate::ConfigError;
 use crate::rate_limit::{
     BoxFuture, Check, CostReport, Decision, Few, Held, Holding, LimiterError, LimiterFuture,
-    Pending, Quota, RuleDecision, RuleState, Settling, count_failure, count_failure_of,
-    decision_from, settling,
+    Pending, Quota, RuleDecision, RuleState, Settling, count_failure_of, decision_from, settling,
 };
 use crate::telemetry::Stopwatch;
 
@@ -148,7 +147,7 @@ where
             d.lease.0 = lease.map(Arc::new);
             d
         }),
-        Err(err) => Err(count_failure(&rules, err)),
+        Err(err) => Err(count_failure_of(rules.iter().map(|r| &r.rule), err)),
     };
     state_of(
         config,

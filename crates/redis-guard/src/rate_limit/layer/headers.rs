@@ -30,7 +30,7 @@ pub(crate) struct RateLimitHeaders {
 
 /// See [`RateLimitHeaders::rare`]: the binding rule's legacy limit, remaining and reset, and
 /// `RateLimit-Exceeded`.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Rare {
     legacy: Option<(u32, u32, u64)>,
     exceeded: Option<HeaderValue>,
@@ -40,25 +40,18 @@ impl RateLimitHeaders {
     /// The headers for `decision`: the IETF pair when `policy` is given, the legacy ones when
     /// `legacy`; none for a decision of shadow rules only.
     pub(crate) fn new(decision: &Decision, policy: Option<HeaderValue>, legacy: bool) -> Self {
-        let visible = !decision.rules.is_empty();
-        let windowed = decision.rules.iter().any(|r| !r.lease);
-        let rare = Rare {
-            exceeded: (!decision.exceeded.is_empty())
-                .then(|| list(decision.exceeded.iter().map(|name| (&**name, [])))),
-            legacy: (legacy && visible).then(|| {
-                (
-                    decision.limit,
-                    decision.remaining,
-                    ceil_secs(decision.reset_after),
-                )
-            }),
-        };
-        Self {
-            ietf: policy
-                .filter(|_| windowed)
-                .map(|policy| (policy, state(decision))),
-            rare: (rare.exceeded.is_some() || rare.legacy.is_some()).then(|| Box::new(rare)),
+        let d = decision;
+        let ietf = policy.filter(|_| windowed(d).next().is_some());
+        let legacy = legacy && !d.rules.is_empty();
+        let mut headers = Self::plain(
+            ietf.map(|policy| (policy, state(d))),
+            legacy.then(|| (d.limit, d.remaining, ceil_secs(d.reset_after))),
+        );
+        if !d.exceeded.is_empty() {
+            let exceeded = list(d.exceeded.iter().map(|name| (&**name, [])));
+            headers.rare.get_or_insert_default().exceeded = Some(exceeded);
         }
+        headers
     }
 
     /// The headers of a plain decision (`lean.rs`): `RateLimit-Policy` and `RateLimit`, and the
@@ -67,15 +60,12 @@ impl RateLimitHeaders {
         ietf: Option<(HeaderValue, HeaderValue)>,
         legacy: Option<(u32, u32, u64)>,
     ) -> Self {
-        Self {
-            ietf,
-            rare: legacy.map(|legacy| {
-                Box::new(Rare {
-                    legacy: Some(legacy),
-                    exceeded: None,
-                })
-            }),
-        }
+        let legacy = legacy.map(|legacy| Rare {
+            legacy: Some(legacy),
+            exceeded: None,
+        });
+        let rare = legacy.map(Box::new);
+        Self { ietf, rare }
     }
 
     pub(crate) fn insert(self, headers: &mut HeaderMap) {

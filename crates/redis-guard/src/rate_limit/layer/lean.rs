@@ -21,13 +21,12 @@ use std::sync::Arc;
 
 use http::{Request, Response};
 use tower_service::Service;
-use tracing::Instrument;
 
 use super::config::Config;
 use super::future::ResponseFuture;
 use super::headers::{self, RateLimitHeaders};
 use super::response::RateLimitBody;
-use super::service::{in_span, take_ready};
+use super::service::{in_span, instrumented, take_ready};
 use crate::client_ip::ClientAddr;
 use crate::rate_limit::{
     Decision, Few, Key, Mode, PlainStates, Rule, RuleDecision, RuleState, admitting, ceil_secs,
@@ -103,11 +102,8 @@ where
     let states = match &config.plain_store {
         Some(store) => match store.decide(keys) {
             Some(PlainStates::Now(states)) => states,
-            Some(PlainStates::Later(mut states)) => {
-                if tracing::level_enabled!(tracing::Level::DEBUG) {
-                    let span = tracing::debug_span!("rate_limit", rules = rules.len());
-                    states = Box::pin(states.instrument(span));
-                }
+            Some(PlainStates::Later(states)) => {
+                let states = instrumented(rules.len(), states);
                 leave(&mut req, client);
                 let ready = take_ready(inner);
                 return ResponseFuture::storing(states, ready, req, Arc::clone(config), started);

@@ -299,10 +299,6 @@ impl PreparedDenial {
         *self.rule == *rule
     }
 
-    pub(crate) fn response(&self, decision: &Decision) -> Response<Bytes> {
-        self.response_after(decision.retry_after_secs())
-    }
-
     /// The `429` of a denial by this rule that may be retried after `secs` seconds (at least 1).
     pub(crate) fn response_after(&self, secs: u64) -> Response<Bytes> {
         let (body, retry_after) = self.last.get_or(secs, || self.write(secs));
@@ -455,7 +451,7 @@ mod tests {
                     lease: crate::rate_limit::decision::HeldLease::default(),
                 };
                 let (a, b) = (
-                    prepared.response(&decision),
+                    prepared.response_after(decision.retry_after_secs()),
                     Rejection::Limited(decision).response(),
                 );
                 assert_eq!(

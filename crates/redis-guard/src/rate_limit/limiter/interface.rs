@@ -242,7 +242,9 @@ pub(crate) fn decide<L: Engine + ?Sized>(
     let held = limiter.evaluate_leased(checks);
     let started = std::time::Instant::now();
     Box::pin(async move {
-        let (states, lease, live) = held.await.map_err(|err| count_failure(&rules, err))?;
+        let (states, lease, live) = held
+            .await
+            .map_err(|err| count_failure_of(rules.iter().map(|r| &r.rule), err))?;
         let mut decision = decision_from(rules, &states, &live)?;
         // A direct call settles nothing after a response: only leases are handed out.
         decision.lease = HeldLease(lease.filter(Lease::holds_leases).map(Arc::new));
@@ -349,11 +351,7 @@ pub(crate) fn rule_decisions(checks: &[Check]) -> Vec<RuleDecision> {
         .collect()
 }
 
-/// Counts `err`, the limiter's failure to decide `rules`, under each rule's name; returns it.
-pub(crate) fn count_failure(rules: &[RuleDecision], err: LimiterError) -> LimiterError {
-    count_failure_of(rules.iter().map(|r| &r.rule), err)
-}
-
+/// Counts `err`, the limiter's failure to decide the rules `names`, under each name; returns it.
 pub(crate) fn count_failure_of<'a>(
     names: impl Iterator<Item = &'a Arc<str>>,
     err: LimiterError,
