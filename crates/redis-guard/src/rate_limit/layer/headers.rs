@@ -291,15 +291,14 @@ impl<K: PartialEq, V: Clone> LastWritten<K, V> {
 pub(crate) struct LastState {
     /// The numbers of the last request, packed ([`LastState::pack`]); `u64::MAX`: none.
     seen: AtomicU64,
-    value: Mutex<Option<(u64, HeaderValue)>>,
+    value: LastWritten<u64, HeaderValue>,
 }
 
 impl Default for LastState {
     fn default() -> Self {
-        Self {
-            seen: AtomicU64::new(u64::MAX),
-            value: Mutex::new(None),
-        }
+        let seen = AtomicU64::new(u64::MAX);
+        let value = LastWritten::default();
+        Self { seen, value }
     }
 }
 
@@ -325,18 +324,8 @@ impl LastState {
         if self.seen.swap(key, Ordering::Relaxed) != key {
             return write();
         }
-        self.kept(key, write)
-    }
-
-    /// The value kept for `key` (seen twice in a row), or `write`'s, kept from now on.
-    fn kept(&self, key: u64, write: impl FnOnce() -> HeaderValue) -> HeaderValue {
-        let Ok(mut kept) = self.value.try_lock() else {
-            return write();
-        };
-        match &*kept {
-            Some((k, value)) if *k == key => value.clone(),
-            _ => kept.insert((key, write())).1.clone(),
-        }
+        // Seen twice in a row: kept from now on.
+        self.value.get_or(key, write)
     }
 
     /// Both numbers in one word; `None` for a reset too far off to pack (and never `u64::MAX`).
