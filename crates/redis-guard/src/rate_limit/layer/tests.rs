@@ -1,12 +1,9 @@
 //! The layer's rollout modes, per-rule failure policies and metrics, on the memory limiter (the
 //! shared suites in `tests/` run the modes on every backend).
 
-use std::convert::Infallible;
+use http::HeaderName;
 
-use http::{HeaderName, Request, Response};
-use tower::{Layer, ServiceExt, service_fn};
-
-use super::response::tests::failing;
+use super::response::tests::{collected, failing};
 use crate::rate_limit::{
     FailurePolicy, HeaderKey, MemoryLimiter, Mode, Quota, RateLimitLayer, RateLimitLayerBuilder,
     Rule,
@@ -56,24 +53,19 @@ async fn api_in(mode: Mode, n: usize) -> (Vec<Answer>, Captured) {
 
 /// `n` requests from key `a`.
 async fn send(layer: &RateLimitLayer, n: usize) -> Vec<Answer> {
-    let svc = layer.layer(service_fn(|_: Request<String>| async {
-        Ok::<_, Infallible>(Response::new(String::new()))
-    }));
-    let header = |res: &Response<_>, name: &str| {
-        res.headers()
-            .get(name)
-            .map(|v| v.to_str().unwrap().to_owned())
-    };
     let mut out = Vec::new();
     for _ in 0..n {
-        let mut req = Request::new(String::new());
-        req.headers_mut().insert("x-key", "a".parse().unwrap());
-        let res = svc.clone().oneshot(req).await.unwrap();
+        let res = collected(layer, Some("a")).await;
+        let header = |name| {
+            res.headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_owned())
+        };
         out.push(Answer {
             status: res.status().as_u16(),
-            policy: header(&res, "ratelimit-policy"),
-            state: header(&res, "ratelimit"),
-            exceeded: header(&res, "ratelimit-exceeded"),
+            policy: header("ratelimit-policy"),
+            state: header("ratelimit"),
+            exceeded: header("ratelimit-exceeded"),
         });
     }
     out
