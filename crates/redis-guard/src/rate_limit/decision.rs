@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Lease, Mode, Quota, RuleState};
+use super::{Key, Lease, Mode, Quota, Rule, RuleState};
 use crate::telemetry::{self, Metric, RuleMetrics};
 
 /// One rule's verdict within a [`Decision`].
@@ -23,6 +23,28 @@ pub struct RuleDecision {
     /// The units the request took under the rule: what a throttled waiter that goes away
     /// gives back.
     pub(crate) cost: u32,
+}
+
+impl RuleDecision {
+    /// `rule`'s verdict `state` on a request for `key` that cost `cost` units of `quota`.
+    pub(crate) fn new(
+        rule: &Rule,
+        key: &Key,
+        quota: Quota,
+        mode: Mode,
+        cost: u32,
+        state: RuleState,
+    ) -> Self {
+        Self {
+            rule: Arc::clone(rule.name_arc()),
+            quota,
+            state,
+            mode,
+            lease: rule.algorithm().is_lease(),
+            // Nothing was taken under a key on the rule's static allow list.
+            cost: if rule.allows(key) { 0 } else { cost },
+        }
+    }
 }
 
 /// The outcome of rate limiting one request, inserted into the request extensions when the

@@ -166,8 +166,8 @@ pub(crate) use inline_list::Few;
 pub(crate) use key::Inline;
 pub(crate) use lease::Holding;
 pub(crate) use limiter::{
-    BoxFuture, Held, LimiterFuture, Pending, PlainStates, PlainStore, Settling, count_failure,
-    count_failure_of, decision_from, settling,
+    BoxFuture, Held, LimiterFuture, Pending, PlainStates, PlainStore, Settling, count_failure_of,
+    decision_from, settling,
 };
 pub(crate) use rule::quota_lookup::{self, Lookup, Resolved};
 

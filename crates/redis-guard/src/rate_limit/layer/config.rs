@@ -369,13 +369,7 @@ impl Config {
         if same && visible.next().is_none() {
             self.policy.clone()
         } else {
-            headers::policy(
-                decision
-                    .rules
-                    .iter()
-                    .filter(|r| !r.lease)
-                    .map(|r| (&*r.rule, &r.quota)),
-            )
+            headers::decision_policy(decision)
         }
     }
 
@@ -384,7 +378,7 @@ impl Config {
         if let Rejection::Limited(decision) = rejection
             && let Some(denial) = self.denials.iter().find(|d| d.is_of(&decision.rule))
         {
-            return denial.response(decision);
+            return denial.response_after(decision.retry_after_secs());
         }
         rejection.response()
     }

@@ -18,8 +18,7 @@ use super::throttle::{Reservation, wait_for};
 use crate::ConfigError;
 use crate::rate_limit::{
     BoxFuture, Check, CostReport, Decision, Few, Held, Holding, LimiterError, LimiterFuture,
-    Pending, Quota, RuleDecision, RuleState, Settling, count_failure, count_failure_of,
-    decision_from, settling,
+    Pending, Quota, RuleDecision, RuleState, Settling, count_failure_of, decision_from, settling,
 };
 use crate::telemetry::Stopwatch;
 
@@ -148,7 +147,7 @@ where
             d.lease.0 = lease.map(Arc::new);
             d
         }),
-        Err(err) => Err(count_failure(&rules, err)),
+        Err(err) => Err(count_failure_of(rules.iter().map(|r| &r.rule), err)),
     };
     state_of(
         config,
@@ -293,24 +292,11 @@ where
         }
     }
 
-    pub(crate) fn call_inner(mut inner: S, req: Request<ReqBody>) -> Self {
+    /// The inner service called, with `headers` for its response and nothing held.
+    pub(super) fn calling(fut: S::Future, headers: Option<RateLimitHeaders>) -> Self {
+        let hold = None;
         Self {
-            state: State::Calling {
-                fut: inner.call(req),
-                headers: None,
-                hold: None,
-            },
-        }
-    }
-
-    /// The inner service called for an admitted plain request (`lean.rs`), with its headers.
-    pub(super) fn calling(fut: S::Future, headers: RateLimitHeaders) -> Self {
-        Self {
-            state: State::Calling {
-                fut,
-                headers: Some(headers),
-                hold: None,
-            },
+            state: State::Calling { fut, headers, hold },
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::rate_limit::{Decision, Quota, ceil_secs};
+use crate::rate_limit::{Decision, Quota, RuleDecision, ceil_secs};
 
 pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 pub(crate) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -30,7 +30,7 @@ pub(crate) struct RateLimitHeaders {
 
 /// See [`RateLimitHeaders::rare`]: the binding rule's legacy limit, remaining and reset, and
 /// `RateLimit-Exceeded`.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Rare {
     legacy: Option<(u32, u32, u64)>,
     exceeded: Option<HeaderValue>,
@@ -40,25 +40,18 @@ impl RateLimitHeaders {
     /// The headers for `decision`: the IETF pair when `policy` is given, the legacy ones when
     /// `legacy`; none for a decision of shadow rules only.
     pub(crate) fn new(decision: &Decision, policy: Option<HeaderValue>, legacy: bool) -> Self {
-        let visible = !decision.rules.is_empty();
-        let windowed = decision.rules.iter().any(|r| !r.lease);
-        let rare = Rare {
-            exceeded: (!decision.exceeded.is_empty())
-                .then(|| list(decision.exceeded.iter().map(|name| (&**name, [])))),
-            legacy: (legacy && visible).then(|| {
-                (
-                    decision.limit,
-                    decision.remaining,
-                    ceil_secs(decision.reset_after),
-                )
-            }),
-        };
-        Self {
-            ietf: policy
-                .filter(|_| windowed)
-                .map(|policy| (policy, state(decision))),
-            rare: (rare.exceeded.is_some() || rare.legacy.is_some()).then(|| Box::new(rare)),
+        let d = decision;
+        let ietf = policy.filter(|_| windowed(d).next().is_some());
+        let legacy = legacy && !d.rules.is_empty();
+        let mut headers = Self::plain(
+            ietf.map(|policy| (policy, state(d))),
+            legacy.then(|| (d.limit, d.remaining, ceil_secs(d.reset_after))),
+        );
+        if !d.exceeded.is_empty() {
+            let exceeded = list(d.exceeded.iter().map(|name| (&**name, [])));
+            headers.rare.get_or_insert_default().exceeded = Some(exceeded);
         }
+        headers
     }
 
     /// The headers of a plain decision (`lean.rs`): `RateLimit-Policy` and `RateLimit`, and the
@@ -67,15 +60,12 @@ impl RateLimitHeaders {
         ietf: Option<(HeaderValue, HeaderValue)>,
         legacy: Option<(u32, u32, u64)>,
     ) -> Self {
-        Self {
-            ietf,
-            rare: legacy.map(|legacy| {
-                Box::new(Rare {
-                    legacy: Some(legacy),
-                    exceeded: None,
-                })
-            }),
-        }
+        let legacy = legacy.map(|legacy| Rare {
+            legacy: Some(legacy),
+            exceeded: None,
+        });
+        let rare = legacy.map(Box::new);
+        Self { ietf, rare }
     }
 
     pub(crate) fn insert(self, headers: &mut HeaderMap) {
@@ -110,14 +100,18 @@ where
     }))
 }
 
+/// The `RateLimit-Policy` value of `decision`'s rules, with the quotas they were decided with.
+pub(crate) fn decision_policy(decision: &Decision) -> HeaderValue {
+    policy(windowed(decision).map(|r| (&*r.rule, &r.quota)))
+}
+
 fn state(decision: &Decision) -> HeaderValue {
-    states(
-        decision
-            .rules
-            .iter()
-            .filter(|r| !r.lease)
-            .map(|r| (&*r.rule, &r.state)),
-    )
+    states(windowed(decision).map(|r| (&*r.rule, &r.state)))
+}
+
+/// The rules of `decision` the `RateLimit` headers name: all but the concurrency rules.
+fn windowed(decision: &Decision) -> impl Iterator<Item = &RuleDecision> + Clone {
+    decision.rules.iter().filter(|r| !r.lease)
 }
 
 /// The `RateLimit` value of the rules (name, state).
@@ -297,15 +291,14 @@ impl<K: PartialEq, V: Clone> LastWritten<K, V> {
 pub(crate) struct LastState {
     /// The numbers of the last request, packed ([`LastState::pack`]); `u64::MAX`: none.
     seen: AtomicU64,
-    value: Mutex<Option<(u64, HeaderValue)>>,
+    value: LastWritten<u64, HeaderValue>,
 }
 
 impl Default for LastState {
     fn default() -> Self {
-        Self {
-            seen: AtomicU64::new(u64::MAX),
-            value: Mutex::new(None),
-        }
+        let seen = AtomicU64::new(u64::MAX);
+        let value = LastWritten::default();
+        Self { seen, value }
     }
 }
 
@@ -331,18 +324,8 @@ impl LastState {
         if self.seen.swap(key, Ordering::Relaxed) != key {
             return write();
         }
-        self.kept(key, write)
-    }
-
-    /// The value kept for `key` (seen twice in a row), or `write`'s, kept from now on.
-    fn kept(&self, key: u64, write: impl FnOnce() -> HeaderValue) -> HeaderValue {
-        let Ok(mut kept) = self.value.try_lock() else {
-            return write();
-        };
-        match &*kept {
-            Some((k, value)) if *k == key => value.clone(),
-            _ => kept.insert((key, write())).1.clone(),
-        }
+        // Seen twice in a row: kept from now on.
+        self.value.get_or(key, write)
     }
 
     /// Both numbers in one word; `None` for a reset too far off to pack (and never `u64::MAX`).

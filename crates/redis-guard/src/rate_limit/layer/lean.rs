@@ -21,13 +21,12 @@ use std::sync::Arc;
 
 use http::{Request, Response};
 use tower_service::Service;
-use tracing::Instrument;
 
 use super::config::Config;
 use super::future::ResponseFuture;
 use super::headers::{self, RateLimitHeaders};
 use super::response::RateLimitBody;
-use super::service::{in_span, take_ready};
+use super::service::{in_span, instrumented, take_ready};
 use crate::client_ip::ClientAddr;
 use crate::rate_limit::{
     Decision, Few, Key, Mode, PlainStates, Rule, RuleDecision, RuleState, admitting, ceil_secs,
@@ -103,11 +102,8 @@ where
     let states = match &config.plain_store {
         Some(store) => match store.decide(keys) {
             Some(PlainStates::Now(states)) => states,
-            Some(PlainStates::Later(mut states)) => {
-                if tracing::level_enabled!(tracing::Level::DEBUG) {
-                    let span = tracing::debug_span!("rate_limit", rules = rules.len());
-                    states = Box::pin(states.instrument(span));
-                }
+            Some(PlainStates::Later(states)) => {
+                let states = instrumented(rules.len(), states);
                 leave(&mut req, client);
                 let ready = take_ready(inner);
                 return ResponseFuture::storing(states, ready, req, Arc::clone(config), started);
@@ -190,7 +186,7 @@ where
             .legacy_headers()
             .then(|| legacy(states, admitting(states).unwrap_or(0)));
         let headers = RateLimitHeaders::plain(ietf, legacy);
-        return ResponseFuture::calling(call(req), headers);
+        return ResponseFuture::calling(call(req), Some(headers));
     }
     let binding = denying(states.iter().enumerate()).unwrap_or(0);
     let retry_after = states[binding].retry_after;
@@ -203,11 +199,12 @@ where
     let headers = match states {
         // A layer of one rule: its `429`s with the same numbers are the same answer.
         [only] => DenialHeaders::One(*only),
-        _ => {
-            let ietf = Some((config.policy.clone(), headers::states(named())));
-            let legacy = config.legacy_headers().then(|| legacy(states, binding));
-            DenialHeaders::Written(RateLimitHeaders::plain(ietf, legacy))
-        }
+        _ => DenialHeaders::Written(denied(
+            config,
+            rules.iter().map(|r| r.name()),
+            states,
+            binding,
+        )),
     };
     ResponseFuture::limited(
         Arc::clone(config),
@@ -224,15 +221,8 @@ pub(super) fn answer<B: RateLimitBody>(config: &Config, denial: Denial) -> Respo
     let prepared = &config.denials[denial.prepared];
     let res = match denial.headers {
         DenialHeaders::One(state) => prepared.response_of_one(denial.secs, &state, |map| {
-            let name = config.rules[denial.prepared].rule.name();
-            let ietf = Some((
-                config.policy.clone(),
-                headers::states(std::iter::once((name, &state))),
-            ));
-            let legacy = config
-                .legacy_headers()
-                .then(|| legacy(std::slice::from_ref(&state), 0));
-            RateLimitHeaders::plain(ietf, legacy).insert(map);
+            let name = std::iter::once(config.rules[denial.prepared].rule.name());
+            denied(config, name, std::slice::from_ref(&state), 0).insert(map);
         }),
         DenialHeaders::Written(headers) => {
             let mut res = prepared.response_after(denial.secs);
@@ -241,6 +231,18 @@ pub(super) fn answer<B: RateLimitBody>(config: &Config, denial: Denial) -> Respo
         }
     };
     res.map(B::answer)
+}
+
+/// The headers of a denial by the rule `binding` of the rules `names`, whose states are `states`.
+fn denied<'a>(
+    config: &Config,
+    names: impl Iterator<Item = &'a str> + Clone,
+    states: &'a [RuleState],
+    binding: usize,
+) -> RateLimitHeaders {
+    let ietf = Some((config.policy.clone(), headers::states(names.zip(states))));
+    let legacy = config.legacy_headers().then(|| legacy(states, binding));
+    RateLimitHeaders::plain(ietf, legacy)
 }
 
 /// The legacy headers' (limit, remaining, reset) of the binding rule `at`.
@@ -262,21 +264,12 @@ fn record(config: &Config, states: &[RuleState], started: Stopwatch) {
 
 /// The whole [`Decision`] of `states`, for whoever reads it.
 fn decision(rules: &[Arc<Rule>], keys: &[Key], states: &[RuleState]) -> Option<Decision> {
-    let rules = rules
-        .iter()
-        .zip(keys)
-        .zip(states)
-        .map(|((rule, key), state)| RuleDecision {
-            rule: Arc::clone(rule.name_arc()),
-            quota: *rule.quota(),
-            state: *state,
-            mode: Mode::Enforce,
-            lease: false,
-            // Nothing was taken under a key on the rule's allow list.
-            cost: if rule.allows(key) { 0 } else { rule.cost() },
-        })
-        .collect();
-    Decision::combine(rules)
+    let rules = rules.iter().zip(keys).zip(states);
+    Decision::combine(
+        rules
+            .map(|((r, key), s)| RuleDecision::new(r, key, *r.quota(), Mode::Enforce, r.cost(), *s))
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -291,12 +284,13 @@ mod tests {
 
     use crate::backend::ManualClock;
     use crate::client_ip::ClientAddr;
+    use crate::rate_limit::layer::response::tests::collected;
     use crate::rate_limit::{
         Algorithm, Global, HeaderKey, Key, MemoryLimiter, Quota, RateLimitLayer, Rule,
     };
 
     /// One rule of a random layer: algorithm, limit, burst, period (s), cost, whether it is
-    /// keyed by `x-k<i>` (else global), and an allow-listed key.
+    /// keyed by `x-key` (else global), and an allow-listed key.
     type RuleSpec = (u8, u32, u32, u64, u32, bool, bool);
 
     /// A layer of `specs` over a limiter on `clock`; `None` when the rules cannot work.
@@ -326,8 +320,7 @@ mod tests {
                 rule = rule.with_allowed_keys([Key::from("vip")]);
             }
             builder = if keyed {
-                let name = HeaderName::try_from(format!("x-k{i}")).ok()?;
-                builder.rule_with(rule, HeaderKey::new(name))
+                builder.rule_with(rule, HeaderKey::new(HeaderName::from_static("x-key")))
             } else {
                 builder.rule_with(rule, Global)
             };
@@ -344,30 +337,16 @@ mod tests {
         ))
     }
 
-    /// The answer to a request whose keys are `key`: status, headers, body.
+    /// The answer to a request whose key is `key`: status, headers, body.
     async fn answer(
         layer: &RateLimitLayer,
         key: &str,
     ) -> (StatusCode, http::HeaderMap, bytes::Bytes) {
-        let svc = layer.layer(service_fn(|_: Request<String>| async {
-            Ok::<_, Infallible>(Response::new(String::from("ok")))
-        }));
-        let mut req = Request::new(String::new());
-        for i in 0..3 {
-            req.headers_mut().insert(
-                HeaderName::try_from(format!("x-k{i}")).unwrap(),
-                key.parse().unwrap(),
-            );
-        }
-        let (parts, body) = svc.oneshot(req).await.unwrap().into_parts();
-        (
-            parts.status,
-            parts.headers,
-            body.collect().await.unwrap().to_bytes(),
-        )
+        let (parts, body) = collected(layer, Some(key)).await.into_parts();
+        (parts.status, parts.headers, body)
     }
 
-    /// An inner service that counts its clones.
+    /// Counts its clones (an inner service that holds it counts the service's).
     #[derive(Debug)]
     struct Counted(std::sync::Arc<std::sync::atomic::AtomicUsize>);
 
@@ -375,23 +354,6 @@ mod tests {
         fn clone(&self) -> Self {
             self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Self(std::sync::Arc::clone(&self.0))
-        }
-    }
-
-    impl tower::Service<Request<String>> for Counted {
-        type Response = Response<String>;
-        type Error = Infallible;
-        type Future = std::future::Ready<Result<Response<String>, Infallible>>;
-
-        fn poll_ready(
-            &mut self,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Result<(), Infallible>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-
-        fn call(&mut self, _: Request<String>) -> Self::Future {
-            std::future::ready(Ok(Response::new(String::new())))
         }
     }
 
@@ -413,7 +375,11 @@ mod tests {
         assert!(plain.config.plain.is_some() && general.config.plain.is_none());
         for (layer, expected) in [(plain, 0), (general, 2)] {
             let clones = std::sync::Arc::default();
-            let mut svc = layer.layer(Counted(std::sync::Arc::clone(&clones)));
+            let counted = Counted(std::sync::Arc::clone(&clones));
+            let mut svc = layer.layer(service_fn(move |_: Request<String>| {
+                let _ = &counted;
+                std::future::ready(Ok::<_, Infallible>(Response::new(String::new())))
+            }));
             let mut statuses = Vec::new();
             for _ in 0..5 {
                 let res = svc
@@ -433,44 +399,18 @@ mod tests {
         }
     }
 
-    /// The address a `ClientIp` rule counted reaches the handler of an admitted request, and
-    /// a later rule whose extractor reads it from the extensions finds it there.
-    #[tokio::test]
-    async fn the_counted_address_reaches_later_rules_and_the_handler() {
-        use crate::client_ip::{ClientIp, PeerAddr};
-        use crate::rate_limit::ExtensionKey;
-
-        let by_addr = ExtensionKey::new(|addr: &ClientAddr| Key::from(addr.to_string()));
-        let layer = RateLimitLayer::builder(MemoryLimiter::new())
-            .rule("ip", ClientIp::peer(), Quota::per_hour(2))
-            .rule("by-addr", by_addr, Quota::per_hour(2))
-            .build()
-            .unwrap();
-        assert!(layer.config.plain.is_some());
-        let svc = layer.layer(service_fn(client_addr_of));
-        let mut answers = Vec::new();
-        for _ in 0..3 {
-            let mut req = Request::new(String::new());
-            req.extensions_mut()
-                .insert(PeerAddr("192.0.2.7:4000".parse().unwrap()));
-            let (parts, body) = svc.clone().oneshot(req).await.unwrap().into_parts();
-            let body = body.collect().await.unwrap().to_bytes();
-            answers.push((parts.status.as_u16(), body));
-        }
-        assert_eq!(answers[0], (200, bytes::Bytes::from("192.0.2.7")));
-        assert_eq!(answers[1], (200, bytes::Bytes::from("192.0.2.7")));
-        assert_eq!(answers[2].0, 429);
-    }
-
-    /// A layer whose rules are all keyed by the client's address reads it where the request
-    /// holds it, and answers as the general engine: behind a trusted proxy (the forwarded
-    /// address counted, the last rule's left for the handler), from the peer, and without any
-    /// peer address (a misconfiguration).
+    /// A layer whose rules are keyed by the client's address reads it where the request holds
+    /// it, and answers as the general engine: behind a trusted proxy (the forwarded address
+    /// counted, the last rule's left for the handler and for a later rule that reads it from
+    /// the extensions), from the peer, and without any peer address (a misconfiguration).
     #[tokio::test]
     async fn client_address_rules_answer_as_the_general_engine() {
         use crate::client_ip::{ClientIp, PeerAddr};
+        use crate::rate_limit::ExtensionKey;
 
         let layer = |general: bool| {
+            // Keyed by the peer's address, it would deny the third request.
+            let by_addr = ExtensionKey::new(|addr: &ClientAddr| Key::from(addr.to_string()));
             let mut layer = RateLimitLayer::builder(MemoryLimiter::new())
                 .rule("peer", ClientIp::peer(), Quota::per_hour(3))
                 .rule(
@@ -478,6 +418,7 @@ mod tests {
                     ClientIp::trusted_proxies(["10.0.0.0/8"]).unwrap(),
                     Quota::per_hour(2),
                 )
+                .rule("by-addr", by_addr, Quota::per_hour(2))
                 .legacy_headers(true)
                 .build()
                 .unwrap();

@@ -210,13 +210,7 @@ impl Decision {
 
 /// The `RateLimit` headers of `decision`, as a layer with the default header settings writes them.
 fn insert_headers(decision: &Decision, map: &mut HeaderMap) {
-    let policy = headers::policy(
-        decision
-            .rules
-            .iter()
-            .filter(|r| !r.lease)
-            .map(|r| (&*r.rule, &r.quota)),
-    );
+    let policy = headers::decision_policy(decision);
     RateLimitHeaders::new(decision, Some(policy), false).insert(map);
 }
 
@@ -303,10 +297,6 @@ impl PreparedDenial {
 
     pub(crate) fn is_of(&self, rule: &str) -> bool {
         *self.rule == *rule
-    }
-
-    pub(crate) fn response(&self, decision: &Decision) -> Response<Bytes> {
-        self.response_after(decision.retry_after_secs())
     }
 
     /// The `429` of a denial by this rule that may be retried after `secs` seconds (at least 1).
@@ -461,7 +451,7 @@ mod tests {
                     lease: crate::rate_limit::decision::HeldLease::default(),
                 };
                 let (a, b) = (
-                    prepared.response(&decision),
+                    prepared.response_after(decision.retry_after_secs()),
                     Rejection::Limited(decision).response(),
                 );
                 assert_eq!(

@@ -12,7 +12,7 @@ use super::config::{Config, Plan};
 use super::future::ResponseFuture;
 use super::response::RateLimitBody;
 use crate::rate_limit::quota_lookup as resolve;
-use crate::rate_limit::{Check, Pending};
+use crate::rate_limit::{Check, LimiterFuture, Pending};
 use crate::telemetry::Stopwatch;
 
 define_service! {
@@ -70,7 +70,7 @@ where
     let plan = config.plan(&mut parts);
     let req = Request::from_parts(parts, body);
     match plan {
-        Plan::Pass => ResponseFuture::call_inner(take_ready(inner), req),
+        Plan::Pass => ResponseFuture::calling(take_ready(inner).call(req), None),
         Plan::Respond(rejection) => ResponseFuture::rejected(*rejection, Arc::clone(config)),
         Plan::Check(checks) => {
             // The layer's rules and its limiter were checked when it was built.
@@ -104,13 +104,18 @@ pub(super) fn in_span<T>(rules: usize, decide: impl FnOnce() -> T) -> T {
 
 /// Starts evaluating `checks` on the layer's limiter, in a `debug` span when one is listened to.
 pub(crate) fn start(config: &Config, checks: Vec<Check>) -> Pending {
-    let span = tracing::debug_span!("rate_limit", rules = checks.len());
+    let rules = checks.len();
     let mut pending = Pending::start(&*config.limiter, checks);
-    if !span.is_disabled() {
-        // Boxed once more only while a subscriber listens at `debug`.
-        pending.states = Box::pin(pending.states.instrument(span));
-    }
+    pending.states = instrumented(rules, pending.states);
     pending
+}
+
+/// `states`, in a `debug` span when one is listened to (boxed once more only then).
+pub(super) fn instrumented<T: 'static>(rules: usize, states: LimiterFuture<T>) -> LimiterFuture<T> {
+    if !tracing::level_enabled!(tracing::Level::DEBUG) {
+        return states;
+    }
+    Box::pin(states.instrument(tracing::debug_span!("rate_limit", rules)))
 }
 
 #[cfg(feature = "test-util")]

@@ -1,12 +1,9 @@
 //! The layer's rollout modes, per-rule failure policies and metrics, on the memory limiter (the
 //! shared suites in `tests/` run the modes on every backend).
 
-use std::convert::Infallible;
+use http::HeaderName;
 
-use http::{HeaderName, Request, Response};
-use tower::{Layer, ServiceExt, service_fn};
-
-use super::response::tests::failing;
+use super::response::tests::{collected, failing};
 use crate::rate_limit::{
     FailurePolicy, HeaderKey, MemoryLimiter, Mode, Quota, RateLimitLayer, RateLimitLayerBuilder,
     Rule,
@@ -31,10 +28,11 @@ fn builder() -> RateLimitLayerBuilder {
     RateLimitLayer::builder(MemoryLimiter::new())
 }
 
-/// Asserts each metric's total, by `name{label="value"}`.
-fn assert_totals(metrics: &Captured, totals: &[(&str, u64)]) {
-    for &(name, total) in totals {
-        assert_eq!(metrics.get(name), total, "{name}");
+/// Asserts each metric's total under a rule: `(name after redis_guard_rate_limit_, rule, total)`.
+fn assert_totals(metrics: &Captured, totals: &[(&str, &str, u64)]) {
+    for &(name, rule, total) in totals {
+        let name = format!("redis_guard_rate_limit_{name}{{rule=\"{rule}\"}}");
+        assert_eq!(metrics.get(&name), total, "{name}");
     }
 }
 
@@ -55,24 +53,19 @@ async fn api_in(mode: Mode, n: usize) -> (Vec<Answer>, Captured) {
 
 /// `n` requests from key `a`.
 async fn send(layer: &RateLimitLayer, n: usize) -> Vec<Answer> {
-    let svc = layer.layer(service_fn(|_: Request<String>| async {
-        Ok::<_, Infallible>(Response::new(String::new()))
-    }));
-    let header = |res: &Response<_>, name: &str| {
-        res.headers()
-            .get(name)
-            .map(|v| v.to_str().unwrap().to_owned())
-    };
     let mut out = Vec::new();
     for _ in 0..n {
-        let mut req = Request::new(String::new());
-        req.headers_mut().insert("x-key", "a".parse().unwrap());
-        let res = svc.clone().oneshot(req).await.unwrap();
+        let res = collected(layer, Some("a")).await;
+        let header = |name| {
+            res.headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_owned())
+        };
         out.push(Answer {
             status: res.status().as_u16(),
-            policy: header(&res, "ratelimit-policy"),
-            state: header(&res, "ratelimit"),
-            exceeded: header(&res, "ratelimit-exceeded"),
+            policy: header("ratelimit-policy"),
+            state: header("ratelimit"),
+            exceeded: header("ratelimit-exceeded"),
         });
     }
     out
@@ -95,18 +88,12 @@ async fn a_shadow_rule_never_blocks_never_shows_and_counts_what_it_would_have_li
     assert_totals(
         &metrics,
         &[
-            (r#"redis_guard_rate_limit_allowed_total{rule="api"}"#, 2),
-            (
-                r#"redis_guard_rate_limit_shadow_limited_total{rule="api"}"#,
-                3,
-            ),
-            (r#"redis_guard_rate_limit_limited_total{rule="api"}"#, 0),
+            ("allowed_total", "api", 2),
+            ("shadow_limited_total", "api", 3),
+            ("limited_total", "api", 0),
+            // One latency sample per request.
+            ("decision_seconds", "api", 5),
         ],
-    );
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_decision_seconds{rule="api"}"#),
-        5,
-        "one latency sample per request"
     );
 }
 
@@ -124,10 +111,7 @@ async fn a_soft_rule_admits_over_the_limit_and_says_so() {
             .unwrap()
             .starts_with("\"api\";r=0;")
     );
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_soft_limited_total{rule="api"}"#),
-        2
-    );
+    assert_totals(&metrics, &[("soft_limited_total", "api", 2)]);
 }
 
 /// A candidate beside an enforced rule: the enforced rule alone decides and alone shows; the
@@ -153,16 +137,10 @@ async fn a_candidate_is_tried_beside_the_enforced_rule() {
     assert_totals(
         &metrics,
         &[
-            (r#"redis_guard_rate_limit_allowed_total{rule="api"}"#, 4),
-            (r#"redis_guard_rate_limit_limited_total{rule="api"}"#, 2),
-            (
-                r#"redis_guard_rate_limit_allowed_total{rule="api.candidate"}"#,
-                1,
-            ),
-            (
-                r#"redis_guard_rate_limit_shadow_limited_total{rule="api.candidate"}"#,
-                5,
-            ),
+            ("allowed_total", "api", 4),
+            ("limited_total", "api", 2),
+            ("allowed_total", "api.candidate", 1),
+            ("shadow_limited_total", "api.candidate", 5),
         ],
     );
 }
@@ -222,18 +200,9 @@ async fn each_rule_fails_by_its_own_policy() {
     let answers = send(&open, 2).await;
     assert_eq!(statuses(&answers), [200, 200]);
     assert!(answers[0].policy.is_none());
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_backend_errors_total{rule="login"}"#),
-        2
-    );
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_fallback_decisions_total{rule="api"}"#),
-        3 + 2
-    );
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_fallback_decisions_total{rule="open"}"#),
-        0
-    );
+    assert_totals(&metrics, &[("backend_errors_total", "login", 2)]);
+    assert_totals(&metrics, &[("fallback_decisions_total", "api", 3 + 2)]);
+    assert_totals(&metrics, &[("fallback_decisions_total", "open", 0)]);
 }
 
 #[test]
@@ -276,11 +245,8 @@ async fn deny_cache_hits_are_counted_on_redis() {
     assert_totals(
         &metrics,
         &[
-            (
-                r#"redis_guard_rate_limit_deny_cache_hits_total{rule="api"}"#,
-                1,
-            ),
-            (r#"redis_guard_rate_limit_limited_total{rule="api"}"#, 2),
+            ("deny_cache_hits_total", "api", 1),
+            ("limited_total", "api", 2),
         ],
     );
 }
@@ -299,17 +265,11 @@ async fn direct_checks_are_counted_too() {
     // Modes are the layer's: a direct call's shadow rule still limits, and is counted so.
     assert_totals(
         &metrics,
-        &[
-            (r#"redis_guard_rate_limit_allowed_total{rule="login"}"#, 1),
-            (r#"redis_guard_rate_limit_limited_total{rule="login"}"#, 2),
-        ],
+        &[("allowed_total", "login", 1), ("limited_total", "login", 2)],
     );
     let failing = limiter.check(&failing("lua"), Key::from("alice")).await;
     assert!(failing.is_err());
-    assert_eq!(
-        metrics.get(r#"redis_guard_rate_limit_backend_errors_total{rule="lua"}"#),
-        1
-    );
+    assert_totals(&metrics, &[("backend_errors_total", "lua", 1)]);
 }
 
 /// The fallback's share of a rule keeps the rule's static allow list.
@@ -361,21 +321,12 @@ async fn a_recorder_installed_after_the_layer_gets_every_count() {
     assert_totals(
         &metrics,
         &[
-            (r#"redis_guard_rate_limit_allowed_total{rule="api"}"#, 2),
-            (r#"redis_guard_rate_limit_limited_total{rule="api"}"#, 1),
-            (r#"redis_guard_rate_limit_decision_seconds{rule="api"}"#, 3),
-            (
-                r#"redis_guard_rate_limit_allowed_total{rule="api.candidate"}"#,
-                1,
-            ),
-            (
-                r#"redis_guard_rate_limit_shadow_limited_total{rule="api.candidate"}"#,
-                2,
-            ),
-            (
-                r#"redis_guard_rate_limit_decision_seconds{rule="api.candidate"}"#,
-                3,
-            ),
+            ("allowed_total", "api", 2),
+            ("limited_total", "api", 1),
+            ("decision_seconds", "api", 3),
+            ("allowed_total", "api.candidate", 1),
+            ("shadow_limited_total", "api.candidate", 2),
+            ("decision_seconds", "api.candidate", 3),
         ],
     );
 }

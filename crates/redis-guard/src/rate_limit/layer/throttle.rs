@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::rate_limit::decision::HeldLease;
-use crate::rate_limit::{Decision, Lease, Mode};
+use crate::rate_limit::{Decision, Lease, Mode, denying};
 use crate::telemetry::{self, Metric};
 
 /// How many requests of a layer may wait for their slot at once, by default
@@ -155,12 +155,8 @@ fn deny(decision: &mut Decision) {
             r.state.allowed = false;
         }
     }
-    if let Some(binding) = decision
-        .rules
-        .iter()
-        .filter(|r| !r.state.allowed)
-        .max_by_key(|r| r.state.retry_after)
-    {
+    let states = decision.rules.iter().map(|r| &r.state).enumerate();
+    if let Some(binding) = denying(states).map(|i| &decision.rules[i]) {
         decision.rule = Arc::clone(&binding.rule);
         decision.limit = binding.state.limit;
         decision.remaining = binding.state.remaining;

@@ -4,7 +4,6 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::rate_limit::decision::RuleDecision;
 use futures_util::future::join_all;
@@ -243,7 +242,9 @@ pub(crate) fn decide<L: Engine + ?Sized>(
     let held = limiter.evaluate_leased(checks);
     let started = std::time::Instant::now();
     Box::pin(async move {
-        let (states, lease, live) = held.await.map_err(|err| count_failure(&rules, err))?;
+        let (states, lease, live) = held
+            .await
+            .map_err(|err| count_failure_of(rules.iter().map(|r| &r.rule), err))?;
         let mut decision = decision_from(rules, &states, &live)?;
         // A direct call settles nothing after a response: only leases are handed out.
         decision.lease = HeldLease(lease.filter(Lease::holds_leases).map(Arc::new));
@@ -343,32 +344,14 @@ impl Pending {
 /// One not-yet-decided entry per check, for [`decision_from`] to fill in.
 pub(crate) fn rule_decisions(checks: &[Check]) -> Vec<RuleDecision> {
     // Each rule's state is filled in by `decision_from`; until then it is a denial of nothing.
-    let unknown = RuleState {
-        allowed: false,
-        limit: 0,
-        remaining: 0,
-        retry_after: Duration::ZERO,
-        reset_after: Duration::ZERO,
-    };
+    let unknown = RuleState::from_parts(false, 0, 0, 0, 0);
     checks
         .iter()
-        .map(|c| RuleDecision {
-            rule: c.rule.name_arc().clone(),
-            quota: c.quota,
-            state: unknown,
-            mode: c.mode,
-            lease: c.rule.algorithm().is_lease(),
-            // Nothing was taken under a key on the rule's static allow list.
-            cost: if c.rule.allows(&c.key) { 0 } else { c.cost },
-        })
+        .map(|c| RuleDecision::new(&c.rule, &c.key, c.quota, c.mode, c.cost, unknown))
         .collect()
 }
 
-/// Counts `err`, the limiter's failure to decide `rules`, under each rule's name; returns it.
-pub(crate) fn count_failure(rules: &[RuleDecision], err: LimiterError) -> LimiterError {
-    count_failure_of(rules.iter().map(|r| &r.rule), err)
-}
-
+/// Counts `err`, the limiter's failure to decide the rules `names`, under each name; returns it.
 pub(crate) fn count_failure_of<'a>(
     names: impl Iterator<Item = &'a Arc<str>>,
     err: LimiterError,

@@ -107,41 +107,24 @@ impl MemoryLimiter {
         Ok(decision)
     }
 
-    /// Decides plain `rules` for `keys` (see [`Engine::decide_plain`]): one table lookup per
-    /// rule, the states committed only when every rule admits.
+    /// Decides plain `rules` for `keys` (see [`Engine::decide_plain`]), all or nothing.
     fn plain_now(&self, rules: &[Arc<Rule>], keys: &[Key]) -> Result<Few<RuleState>, LimiterError> {
+        let ([rule], [key]) = (rules, keys) else {
+            // Several rules: as the general engine decides them.
+            let checks = rules.iter().zip(keys);
+            let checks: Few<Check> = checks.map(|(r, k)| Check::shared(r, k.clone())).collect();
+            return Ok(self.evaluate_now(checks.as_slice(), true, false)?.0);
+        };
+        // The usual single rule: its state found once, changed in place when it admits.
         let now = self.table.now_us();
-        if let ([rule], [key]) = (rules, keys) {
-            // The usual single rule: its state found once, changed in place when it admits.
-            let id = self.table.state_id(rule, key);
-            let decided = self.table.decide(id, now, |current| {
-                match plain_step(rule, key, current, now) {
-                    Ok((state, commit)) => (Ok(state), commit.filter(|_| state.allowed)),
-                    Err(e) => (Err(e), None),
-                }
-            });
-            return decided.map(Few::One);
-        }
-        let mut ids: Few<EntryId> = Few::default();
-        for (rule, key) in rules.iter().zip(keys) {
-            ids.push(self.table.state_id(rule, key));
-        }
-        let mut table = self.table.lock(ids.as_slice().iter().copied());
-        let mut states = Few::default();
-        let mut commits = Few::default();
-        for ((rule, key), &id) in rules.iter().zip(keys).zip(ids.as_slice()) {
-            let (state, commit) = plain_step(rule, key, table.state(id, now), now)?;
-            states.push(state);
-            if let Some(commit) = commit {
-                commits.push((id, commit));
+        let id = self.table.state_id(rule, key);
+        let decided = self.table.decide(id, now, |current| {
+            match plain_step(rule, key, current, now) {
+                Ok((state, commit)) => (Ok(state), commit.filter(|_| state.allowed)),
+                Err(e) => (Err(e), None),
             }
-        }
-        if states.as_slice().iter().all(|s| s.allowed) {
-            for (id, commit) in commits {
-                table.apply(id, commit, now, "");
-            }
-        }
-        Ok(states)
+        });
+        decided.map(Few::One)
     }
 
     /// Evaluates `checks`. `by_mode`: as the layer evaluates rules ([`Mode`]): the enforced
