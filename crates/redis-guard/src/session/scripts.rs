@@ -328,6 +328,42 @@ mod tests {
             pairs(&[("$m", &m), ("$user", "u"), ("c", "2"), ("d", "3")])
         );
 
+        // Lean entries of one session after one another decide on the metadata the first read,
+        // until an entry runs the full save: here one that ends the session (an own lifetime
+        // already past), after which nothing is written again.
+        stored(conn, "s", exp, NOW).await;
+        let got = save(
+            conn,
+            "s",
+            at,
+            &[
+                entry("update", false, &[("b", "1")], &[]),
+                entry("update", false, &[("c", "2")], &["a"]),
+                entry("update", false, &[("$max", "1")], &[]),
+                entry("update", false, &[("d", "3")], &[]),
+            ],
+        )
+        .await;
+        assert_eq!(
+            got,
+            [Value::Int(exp), Value::Int(exp), Value::Nil, Value::Nil]
+        );
+        assert_eq!(hash(conn, "s").await, []);
+        // A lean entry that ends an expired session: the next one finds it gone.
+        stored(conn, "s", at, NOW).await;
+        let got = save(
+            conn,
+            "s",
+            at,
+            &[
+                entry("update", false, &[("b", "1")], &[]),
+                entry("update", false, &[("c", "2")], &[]),
+            ],
+        )
+        .await;
+        assert_eq!(got, [Value::Nil, Value::Nil]);
+        assert_eq!(hash(conn, "s").await, []);
+
         // A key Redis cannot read as a hash fails its own entry; the others stand.
         let _: () = redis::cmd("SET")
             .arg(&["s", "text"])

@@ -14,10 +14,11 @@
 --
 -- Most saves are the lean kind: an update of user fields (no clear, no `$` field set or
 -- deleted) of a session stored in the current layout, used within the freshness interval.
--- `lean` below writes one of those with one HMGET and one HSET (and an HDEL for the fields to
--- delete), and checks what the full save checks: the session exists, neither its absolute
--- expiry nor its idle timeout (its own, else the layer's) has passed (else it is deleted and
--- the write dropped), and its last use is fresh. Every other entry runs the full save
+-- The loop below writes one of those with one HMGET and one HSET (and an HDEL for the fields
+-- to delete; no HMGET when the entry before wrote the same session this way), and checks what
+-- the full save checks: the session exists, neither its absolute expiry nor its idle timeout
+-- (its own, else the layer's) has passed (else it is deleted and the write dropped), and its
+-- last use is fresh. Every other entry runs the full save
 -- (save_full.lua after record.lua: `full_save(now)`, defined before this file), built once per
 -- call and only when an entry needs it: a script's top-level code runs on every call, and the
 -- library's definitions cost Redis more than a lean save's commands.
@@ -51,10 +52,16 @@ end
 -- every function call, closure and conversion costs Redis more than the lean save's commands.
 local match, byte = string.match, string.byte
 local idle_text, fresh_text, n_text, layer_idle, fresh, n
+-- The session the entry before wrote on the lean path, and its metadata as that entry read it:
+-- a lean write changes no `$` field, so the next entry for the same session (the saves of one
+-- session's concurrent requests share a call) decides on it without reading it again.
+local known_key, known_exp, known_seen, known_own
 local out = {}
 at = 3
 for e = 1, count do
   local key = KEYS[e]
+  local known = key == known_key
+  known_key = nil
   if argv[at + 1] ~= args_text then args_text, args = argv[at + 1], tonumber(argv[at + 1]) end
   local first, last = at + 8, at + 1 + args
   -- nil until decided; false: no live session.
@@ -73,30 +80,44 @@ for e = 1, count do
     end
   end
   if plain then
-    if argv[at + 2] ~= idle_text then idle_text, layer_idle = argv[at + 2], tonumber(argv[at + 2]) end
-    if argv[at + 4] ~= fresh_text then fresh_text, fresh = argv[at + 4], tonumber(argv[at + 4]) end
-    local m = layer_idle and fresh and redis.pcall('HMGET', key, '$m', '$idle')
-    if m and m.err then
-      reply = m.err
-    elseif m then
-      -- `created:exp:seen`. No `$m` (no session, or one of the earliest layout), or more or
-      -- less than the three times (the device inside it, or malformed): the full save decides.
-      local exp, seen = match(m[1] or '', '^%d*:(%d+):(%d+)$')
-      if seen then
-        exp, seen = exp + 0, seen + 0
-        local idle = m[2] and tonumber(m[2]) or layer_idle
-        if now >= exp or now - seen >= idle then
-          redis.call('DEL', key)
-          reply = false
-        elseif now - seen < fresh then
-          -- Fresh: the fields alone (a use due to be marked runs the full save, which writes
-          -- the new times and the TTL).
-          local deletes = first + 2 * n
-          local r = deletes <= last and redis.pcall('HDEL', key, unpack(argv, deletes, last))
-          if type(r) ~= 'table' and n > 0 then
-            r = redis.pcall('HSET', key, unpack(argv, first, deletes - 1))
-          end
-          reply = type(r) == 'table' and r.err or exp
+    if argv[at + 2] ~= idle_text then
+      idle_text, layer_idle = argv[at + 2], tonumber(argv[at + 2])
+    end
+    if argv[at + 4] ~= fresh_text then
+      fresh_text, fresh = argv[at + 4], tonumber(argv[at + 4])
+    end
+    local exp, seen, own
+    if known and layer_idle and fresh then
+      exp, seen, own = known_exp, known_seen, known_own
+    elseif layer_idle and fresh then
+      local m = redis.pcall('HMGET', key, '$m', '$idle')
+      if m.err then
+        reply = m.err
+      else
+        -- `created:exp:seen`. No `$m` (no session, or one of the earliest layout), or more or
+        -- less than the three times (the device inside it, or malformed): the full save
+        -- decides.
+        exp, seen = match(m[1] or '', '^%d*:(%d+):(%d+)$')
+        if seen then exp, seen, own = exp + 0, seen + 0, m[2] and tonumber(m[2]) end
+      end
+    end
+    if seen then
+      if now >= exp or now - seen >= (own or layer_idle) then
+        redis.call('DEL', key)
+        reply = false
+      elseif now - seen < fresh then
+        -- Fresh: the fields alone (a use due to be marked runs the full save, which writes
+        -- the new times and the TTL).
+        local deletes = first + 2 * n
+        local r = deletes <= last and redis.pcall('HDEL', key, unpack(argv, deletes, last))
+        if type(r) ~= 'table' and n > 0 then
+          r = redis.pcall('HSET', key, unpack(argv, first, deletes - 1))
+        end
+        if type(r) == 'table' then
+          reply = r.err
+        else
+          reply = exp
+          known_key, known_exp, known_seen, known_own = key, exp, seen, own
         end
       end
     end
