@@ -5,9 +5,13 @@
 -- `=<µs>`, a test's frozen clock (feature test-util) read instead of TIME. App servers' clocks
 -- never enter a decision.
 local function clock()
-  if string.byte(ARGV[1]) == 61 then return tonumber(string.sub(ARGV[1], 2)) end
+  local shift = ARGV[1]
+  if string.byte(shift) == 61 then return tonumber(string.sub(shift, 2)) end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1])
+  -- Arithmetic converts TIME's digits with one strtod each (tonumber runs it twice), and a
+  -- shift of 0, production's, is not converted at all: a script's clock is on every call.
+  if shift == '0' then return t[1] * 1000000 + t[2] end
+  return t[1] * 1000000 + t[2] + shift
 end
 
 -- Floor of a / b (b > 0), exact for integers below 2^53, the range every value the scripts

@@ -1,5 +1,6 @@
 -- The session record, and the helpers every session script uses (each starts with this file,
--- after the crate's prelude, backend/prelude.lua: clock, cdiv, fmt).
+-- after the crate's prelude, backend/prelude.lua: clock, cdiv, fmt; save.lua has it inside a
+-- function it calls only for the saves its lean path does not take, see session/scripts.rs).
 --
 -- A session is a hash: user fields (serde JSON values) plus metadata fields that start with `$`:
 --   $m        `created:exp:seen`, in one field so that a read carries one metadata pair, not
