@@ -345,7 +345,7 @@ fn key_of(ip: IpAddr, ipv6_prefix: u8) -> Key {
                 out[n + usize::from(len)] = b'.';
                 n += usize::from(len) + 1;
             }
-            Key::copied(&out[..n - 1])
+            Inline::filled(out, n - 1).unwrap_or_else(|| Key::copied(&out[..n - 1]))
         }
         IpAddr::V6(v6) => {
             let bits = u32::from(ipv6_prefix);
