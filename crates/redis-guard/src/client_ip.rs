@@ -245,7 +245,18 @@ impl ClientIp {
     /// [`KeyError::Misconfigured`] when the request carries no peer address (logged once).
     #[cfg(feature = "rate-limit")]
     pub fn client_ip(&self, parts: &Parts) -> Result<IpAddr, KeyError> {
-        Ok(self.behind(&parts.headers, peer_addr(&parts.extensions)?.ip()))
+        self.client_ip_in(&parts.headers, &parts.extensions)
+    }
+
+    /// [`client_ip`](Self::client_ip) from a request's headers and extensions, where they are
+    /// (the rate-limit layer reads them without taking the request apart).
+    #[cfg(feature = "rate-limit")]
+    pub(crate) fn client_ip_in(
+        &self,
+        headers: &HeaderMap,
+        extensions: &http::Extensions,
+    ) -> Result<IpAddr, KeyError> {
+        Ok(self.behind(headers, peer_addr(extensions)?.ip()))
     }
 
     /// The client's address as a [`ClientAddr`] (what [`ClientIpLayer`] and the rate-limit
@@ -295,6 +306,27 @@ impl ClientIp {
     }
 }
 
+/// The decimal digits of every octet, then their count: `[b'7', _, _, 1]`, `[b'2', b'5', b'5', 3]`.
+#[cfg(feature = "rate-limit")]
+const OCTETS: [[u8; 4]; 256] = {
+    let mut table = [[0; 4]; 256];
+    let mut i = 0;
+    while i < 256 {
+        // Below 256: fits a byte.
+        #[allow(clippy::cast_possible_truncation)]
+        let n = i as u8;
+        table[i] = if n >= 100 {
+            [b'0' + n / 100, b'0' + n / 10 % 10, b'0' + n % 10, 3]
+        } else if n >= 10 {
+            [b'0' + n / 10, b'0' + n % 10, 0, 2]
+        } else {
+            [b'0' + n, 0, 0, 1]
+        };
+        i += 1;
+    }
+    table
+};
+
 /// The key `ClientIp` counts `ip` under, IPv6 grouped by `ipv6_prefix` bits.
 #[cfg(feature = "rate-limit")]
 fn key_of(ip: IpAddr, ipv6_prefix: u8) -> Key {
@@ -302,26 +334,18 @@ fn key_of(ip: IpAddr, ipv6_prefix: u8) -> Key {
     // request. Every form fits a key's inline bytes.
     match ip.to_canonical() {
         IpAddr::V4(v4) => {
-            // Dotted decimal, as `Display` writes it, at most 15 bytes.
-            let mut out = [0; 15];
+            // Dotted decimal, as `Display` writes it, at most 15 bytes: each octet's digits
+            // copied from a table, a dot after each (the last one dropped).
+            let mut out = [0; 16];
             let mut n = 0;
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    out[n] = b'.';
-                    n += 1;
-                }
-                if octet >= 100 {
-                    out[n] = b'0' + octet / 100;
-                    n += 1;
-                }
-                if octet >= 10 {
-                    out[n] = b'0' + octet / 10 % 10;
-                    n += 1;
-                }
-                out[n] = b'0' + octet % 10;
-                n += 1;
+            for octet in v4.octets() {
+                let [a, b, c, len] = OCTETS[usize::from(octet)];
+                out[n..n + 4].copy_from_slice(&[a, b, c, b'.']);
+                // Shifts the dot back over the unused digit slots.
+                out[n + usize::from(len)] = b'.';
+                n += usize::from(len) + 1;
             }
-            Key::copied(&out[..n])
+            Inline::filled(out, n - 1).unwrap_or_else(|| Key::copied(&out[..n - 1]))
         }
         IpAddr::V6(v6) => {
             let bits = u32::from(ipv6_prefix);

@@ -13,14 +13,17 @@ pub(crate) enum Few<T> {
 
 impl<T> Few<T> {
     pub(crate) fn push(&mut self, item: T) {
-        *self = match std::mem::take(self) {
-            Self::None => Self::One(item),
-            Self::One(first) => Self::Many(vec![first, item]),
-            Self::Many(mut all) => {
-                all.push(item);
-                Self::Many(all)
+        // In place: only the second item moves the first out (the usual first push is one
+        // write, not a list taken apart and put back).
+        match self {
+            Self::None => *self = Self::One(item),
+            Self::Many(all) => all.push(item),
+            Self::One(_) => {
+                if let Self::One(first) = std::mem::take(self) {
+                    *self = Self::Many(vec![first, item]);
+                }
             }
-        };
+        }
     }
 
     pub(crate) fn as_slice(&self) -> &[T] {

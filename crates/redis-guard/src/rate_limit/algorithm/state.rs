@@ -90,8 +90,14 @@ pub(crate) fn narrow(v: i128) -> u64 {
     u64::try_from(v.max(0)).unwrap_or(u64::MAX)
 }
 
-/// Floor division, as the scripts' `idiv`.
+/// Floor division, as the scripts' `idiv`. The usual operands (microseconds, counts) fit in
+/// 64 bits, where the division is one instruction instead of a 128-bit routine.
 pub(crate) fn idiv(a: i128, b: i128) -> i128 {
+    if let (Ok(a64), Ok(b64)) = (i64::try_from(a), i64::try_from(b))
+        && let Some(q) = a64.checked_div_euclid(b64)
+    {
+        return i128::from(q);
+    }
     a.div_euclid(b)
 }
 
@@ -112,4 +118,36 @@ pub(crate) struct Params {
 /// Microseconds to whole milliseconds, rounded up: a client told to wait must not come back early.
 pub(crate) const fn ceil_ms(us: u64) -> u64 {
     us.div_ceil(1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::idiv;
+
+    #[test]
+    fn floor_division_is_the_same_in_64_and_128_bits() {
+        let edges = [
+            0,
+            1,
+            -1,
+            7,
+            -7,
+            999_999,
+            -1_000_001,
+            i128::from(i64::MAX),
+            i128::from(i64::MIN),
+            i128::from(i64::MAX) + 1,
+            i128::from(i64::MIN) - 1,
+            i128::MAX / 3,
+            i128::MIN / 3,
+        ];
+        for a in edges {
+            for b in edges.iter().copied().filter(|&b| b != 0) {
+                if a == i128::MIN && b == -1 {
+                    continue;
+                }
+                assert_eq!(idiv(a, b), a.div_euclid(b), "{a} / {b}");
+            }
+        }
+    }
 }

@@ -117,6 +117,16 @@ impl Inline {
     pub(crate) fn key(self) -> Key {
         Key(Repr::Inline(self))
     }
+
+    /// A key of the first `len` bytes of `buf`, a buffer of a size known when compiled (a
+    /// copy of fixed length, no call); `None` when `buf` is longer than a key's inline bytes
+    /// or `len` is past its end.
+    pub(crate) fn filled<const N: usize>(buf: [u8; N], len: usize) -> Option<Key> {
+        let mut inline = Self::default();
+        inline.bytes.get_mut(..N)?.copy_from_slice(&buf);
+        inline.len = u8::try_from(len).ok().filter(|_| len <= N)?;
+        Some(inline.key())
+    }
 }
 
 impl fmt::Write for Inline {
@@ -245,6 +255,26 @@ mod tests {
         assert!(full.push(&long.as_bytes()[..INLINE]));
         assert!(!full.push(b"z"), "past the inline size nothing is appended");
         assert_eq!(full.key().as_bytes(), &long.as_bytes()[..INLINE]);
+    }
+
+    #[test]
+    fn a_key_filled_in_place_is_its_first_bytes_only() {
+        let written = *b"10.0.0.1.junk\0\0\0";
+        let key = Inline::filled(written, 8).unwrap();
+        assert_eq!(key, Key::from("10.0.0.1"));
+        assert_eq!(key.digest(), Key::from("10.0.0.1").digest());
+        assert!(Inline::filled(written, 17).is_none(), "past the buffer");
+        assert!(
+            Inline::filled([0; INLINE + 1], 1).is_none(),
+            "past the inline bytes"
+        );
+        assert_eq!(
+            Inline::filled([b'x'; INLINE], INLINE)
+                .unwrap()
+                .as_bytes()
+                .len(),
+            INLINE
+        );
     }
 
     #[test]

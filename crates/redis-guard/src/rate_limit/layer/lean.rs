@@ -84,20 +84,37 @@ pub(super) fn call<S, ReqBody>(
 where
     S: Service<Request<ReqBody>> + Clone,
 {
-    let (mut parts, body) = req.into_parts();
     let mut keys: Few<Key> = Few::default();
     // The address a rule keyed by `ClientIp` counted, left for the handler of an admitted
     // request only (a denied one has none to read it).
     let mut client = None;
-    for r in &config.rules {
-        match r.key(&mut parts, &mut client) {
-            Ok(key) => keys.push(key),
-            // Skipped, rejected or misconfigured: as the general plan says (which finds the
-            // address again).
-            Err(_) => return general(inner, Request::from_parts(parts, body)),
+    let mut req = if config.rules.iter().all(|r| r.client_ip.is_some()) {
+        // Every rule counts the client's address (the usual layer): read where the request
+        // holds it, the request left whole.
+        for ip in config.rules.iter().filter_map(|r| r.client_ip.as_ref()) {
+            match ip.client_ip_in(req.headers(), req.extensions()) {
+                Ok(found) => {
+                    let addr = ip.addr(found);
+                    keys.push(addr.key());
+                    client = Some(addr);
+                }
+                // Misconfigured: as the general plan says (which finds it missing again).
+                Err(_) => return general(inner, req),
+            }
         }
-    }
-    let mut req = Request::from_parts(parts, body);
+        req
+    } else {
+        let (mut parts, body) = req.into_parts();
+        for r in &config.rules {
+            match r.key(&mut parts, &mut client) {
+                Ok(key) => keys.push(key),
+                // Skipped, rejected or misconfigured: as the general plan says (which finds
+                // the address again).
+                Err(_) => return general(inner, Request::from_parts(parts, body)),
+            }
+        }
+        Request::from_parts(parts, body)
+    };
     let started = Stopwatch::start();
     let states = match &config.plain_store {
         Some(store) => match store.decide(keys) {
@@ -133,18 +150,14 @@ where
         }
     };
     // Called here and now: the service `poll_ready` made ready serves this request itself,
-    // no clone taken.
-    decided(
-        config,
-        rules,
-        states.as_slice(),
-        |mut req| {
+    // no clone taken; the request moves once, into it.
+    match verdict(config, rules, states.as_slice(), started) {
+        Ok(headers) => {
             leave(&mut req, client);
-            inner.call(req)
-        },
-        req,
-        started,
-    )
+            ResponseFuture::calling(inner.call(req), Some(headers))
+        }
+        Err(denial) => ResponseFuture::limited(Arc::clone(config), denial),
+    }
 }
 
 /// Leaves the address the layer counted in the request's extensions, for the handler.
@@ -167,6 +180,20 @@ pub(super) fn decided<S, ReqBody>(
 where
     S: Service<Request<ReqBody>>,
 {
+    match verdict(config, rules, states, started) {
+        Ok(headers) => ResponseFuture::calling(call(req), Some(headers)),
+        Err(denial) => ResponseFuture::limited(Arc::clone(config), denial),
+    }
+}
+
+/// What the plain `rules`' `states` give: the headers of an admitted request, or the denial.
+/// The decision is logged and recorded here.
+fn verdict(
+    config: &Config,
+    rules: &[Arc<Rule>],
+    states: &[RuleState],
+    started: Stopwatch,
+) -> Result<RateLimitHeaders, Denial> {
     let named = || rules.iter().map(|r| r.name()).zip(states);
     if states.iter().all(|s| s.allowed) {
         record(config, states, started);
@@ -185,8 +212,7 @@ where
         let legacy = config
             .legacy_headers()
             .then(|| legacy(states, admitting(states).unwrap_or(0)));
-        let headers = RateLimitHeaders::plain(ietf, legacy);
-        return ResponseFuture::calling(call(req), Some(headers));
+        return Ok(RateLimitHeaders::plain(ietf, legacy));
     }
     let binding = denying(states.iter().enumerate()).unwrap_or(0);
     let retry_after = states[binding].retry_after;
@@ -206,15 +232,12 @@ where
             binding,
         )),
     };
-    ResponseFuture::limited(
-        Arc::clone(config),
-        Denial {
-            // Every rule is enforced: each has its `429` prepared, in order.
-            prepared: binding,
-            secs: ceil_secs(retry_after).max(1),
-            headers,
-        },
-    )
+    Err(Denial {
+        // Every rule is enforced: each has its `429` prepared, in order.
+        prepared: binding,
+        secs: ceil_secs(retry_after).max(1),
+        headers,
+    })
 }
 
 pub(super) fn answer<B: RateLimitBody>(config: &Config, denial: Denial) -> Response<B::Out> {

@@ -120,11 +120,11 @@ impl MemoryLimiter {
         let id = self.table.state_id(rule, key);
         let decided = self.table.decide(id, now, |current| {
             match plain_step(rule, key, current, now) {
-                Ok((state, commit)) => (Ok(state), commit.filter(|_| state.allowed)),
-                Err(e) => (Err(e), None),
+                Some((state, commit)) => (Some(state), commit.filter(|_| state.allowed)),
+                None => (None, None),
             }
         });
-        decided.map(Few::One)
+        decided.map(Few::One).ok_or_else(|| custom_needs_redis(rule))
     }
 
     /// Evaluates `checks`. `by_mode`: as the layer evaluates rules ([`Mode`]): the enforced
@@ -263,18 +263,19 @@ impl MemoryLimiter {
 }
 
 /// Plain `rule`'s state for `key` at `now`, from its `current` state, and how to record the
-/// request if it is admitted.
+/// request if it is admitted; `None` for an algorithm this limiter cannot run (never a plain
+/// rule's: kept small, as this runs under the shard's lock on every request).
 fn plain_step(
     rule: &Rule,
     key: &Key,
     current: Option<&mut State>,
     now: u64,
-) -> Result<(RuleState, Option<Commit>), LimiterError> {
+) -> Option<(RuleState, Option<Commit>)> {
     if rule.allows(key) {
-        return Ok((allow_listed_state(rule.quota().limit()), None));
+        return Some((allow_listed_state(rule.quota().limit()), None));
     }
     let params = rule.params(rule.quota(), rule.cost(), Mode::Enforce);
-    let step = algorithm::step(current, now, &params).ok_or_else(|| custom_needs_redis(rule))?;
+    let step = algorithm::step(current, now, &params)?;
     let state = RuleState::from_parts(
         step.allowed,
         params.limit,
@@ -282,7 +283,7 @@ fn plain_step(
         ceil_ms(step.retry_after_us),
         ceil_ms(step.reset_after_us),
     );
-    Ok((state, step.commit))
+    Some((state, step.commit))
 }
 
 /// The error of a rule whose custom Lua algorithm this limiter cannot run.
