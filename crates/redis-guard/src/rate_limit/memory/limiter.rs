@@ -124,7 +124,9 @@ impl MemoryLimiter {
                 None => (None, None),
             }
         });
-        decided.map(Few::One).ok_or_else(|| custom_needs_redis(rule))
+        decided
+            .map(Few::One)
+            .ok_or_else(|| custom_needs_redis(rule))
     }
 
     /// Evaluates `checks`. `by_mode`: as the layer evaluates rules ([`Mode`]): the enforced
