@@ -1,6 +1,40 @@
-//! [`PreHashed`]: maps keyed by a value that is a keyed hash already.
+//! [`KeyedHash`], the keyed hash of what clients choose (keys, URIs), and [`PreHashed`]: maps
+//! keyed by a value that is such a hash already.
 
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
+use std::sync::OnceLock;
+
+use foldhash::SharedSeed;
+use foldhash::quality::FoldHasher;
+
+/// foldhash, keyed from the OS's random source (through the standard library's `RandomState`):
+/// a seed of its own and one shared by the process, so clients cannot choose inputs that
+/// collide.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyedHash {
+    seed: u64,
+    shared: &'static SharedSeed,
+}
+
+impl Default for KeyedHash {
+    fn default() -> Self {
+        static SHARED: OnceLock<SharedSeed> = OnceLock::new();
+        let random = || RandomState::new().hash_one(0_u64);
+        let shared = SHARED.get_or_init(|| SharedSeed::from_u64(random()));
+        Self {
+            seed: random(),
+            shared,
+        }
+    }
+}
+
+impl BuildHasher for KeyedHash {
+    type Hasher = FoldHasher<'static>;
+
+    fn build_hasher(&self) -> FoldHasher<'static> {
+        FoldHasher::with_seed(self.seed, self.shared)
+    }
+}
 
 /// The `BuildHasher` of a map whose `u64` keys are already a keyed (seeded) hash of what they
 /// name: the key is its own hash, nothing is hashed twice.

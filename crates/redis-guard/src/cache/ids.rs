@@ -8,7 +8,7 @@
 //! hashed every time. Bounded: a shard that fills up starts over.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher, RandomState};
+use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use http::header::HOST;
@@ -17,7 +17,7 @@ use http::request;
 use super::invalidation::target_tag;
 use super::policy::original_path;
 use super::shared::Shared;
-use crate::prehashed::PreHashed;
+use crate::prehashed::{KeyedHash, PreHashed};
 
 /// The names of one cached request in the store.
 #[derive(Clone, Debug)]
@@ -45,23 +45,11 @@ const SHARD_CAPACITY: usize = 512;
 type Shard = HashMap<u64, (Box<[u8]>, Ids), PreHashed>;
 
 /// The [`Ids`] of recently seen requests, by their inputs.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct IdMemo {
-    /// The foldhash seeds of the inputs' hash.
-    seed: u64,
-    shared: foldhash::SharedSeed,
+    /// The keyed hash of the inputs.
+    hash: KeyedHash,
     shards: [Mutex<Shard>; SHARDS],
-}
-
-impl Default for IdMemo {
-    fn default() -> Self {
-        let random = || RandomState::new().hash_one(0_u64);
-        Self {
-            seed: random(),
-            shared: foldhash::SharedSeed::from_u64(random()),
-            shards: Default::default(),
-        }
-    }
 }
 
 /// A request's inputs to its digests, written one after another, each length-prefixed.
@@ -131,7 +119,7 @@ impl IdMemo {
         let Some(key) = inputs.get() else {
             return compute(shared, req);
         };
-        let mut hasher = foldhash::quality::FoldHasher::with_seed(self.seed, &self.shared);
+        let mut hasher = self.hash.build_hasher();
         hasher.write(key);
         let hash = hasher.finish();
         // The top bits pick the shard; the table uses the whole hash.

@@ -17,10 +17,8 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use foldhash::SharedSeed;
-
 use crate::backend::{Clock, MonotonicClock, micros};
-use crate::prehashed::PreHashed;
+use crate::prehashed::{KeyedHash, PreHashed};
 use crate::rate_limit::algorithm::{Commit, State, ceil_ms};
 use crate::rate_limit::limiter::overrides::Override;
 use crate::rate_limit::{Few, Key, Rule};
@@ -43,9 +41,8 @@ const MIN_SHARE: usize = 64;
 pub(super) struct Table {
     clock: Box<dyn Clock>,
     shards: Box<[Mutex<Shard>]>,
-    /// The foldhash seeds of this table's ids.
-    seed: u64,
-    shared: SharedSeed,
+    /// The keyed hash of this table's ids.
+    hash: KeyedHash,
     /// The next shard a sweep looks at.
     sweep: AtomicUsize,
 }
@@ -84,12 +81,10 @@ impl Table {
             overrides: Entries::new(max),
             ops: 0,
         };
-        let random = || std::hash::RandomState::new().hash_one(0_u64);
         Self {
             clock: clock.unwrap_or_else(|| Box::new(MonotonicClock::new())),
             shards: (0..shards).map(|_| Mutex::new(shard())).collect(),
-            seed: random(),
-            shared: SharedSeed::from_u64(random()),
+            hash: KeyedHash::default(),
             sweep: AtomicUsize::new(0),
         }
     }
@@ -127,7 +122,7 @@ impl Table {
     }
 
     fn hasher(&self) -> foldhash::quality::FoldHasher<'_> {
-        foldhash::quality::FoldHasher::with_seed(self.seed, &self.shared)
+        self.hash.build_hasher()
     }
 
     /// The shard of `id`: bits the shard's hash maps do not use (they take the lowest bits for

@@ -9,11 +9,10 @@
 //! aim their keys at one slot). A key found in its slot is compared in full before its digest is
 //! used; a miss, or a key longer than [`LONGEST`], is hashed as before.
 
-use std::hash::{BuildHasher, Hasher, RandomState};
+use std::hash::{BuildHasher, Hasher};
 use std::sync::{Mutex, PoisonError};
 
-use foldhash::SharedSeed;
-
+use crate::prehashed::KeyedHash;
 use crate::rate_limit::Key;
 
 /// Slots in the table.
@@ -27,18 +26,15 @@ type Slot = Mutex<Option<(Box<[u8]>, String)>>;
 
 /// Recent keys and their digests.
 pub(super) struct Digests {
-    /// The foldhash seeds of the slots' index.
-    seed: u64,
-    shared: SharedSeed,
+    /// The keyed hash of the slots' index.
+    hash: KeyedHash,
     slots: Box<[Slot]>,
 }
 
 impl Digests {
     pub(super) fn new() -> Self {
-        let random = || RandomState::new().hash_one(0_u64);
         Self {
-            seed: random(),
-            shared: SharedSeed::from_u64(random()),
+            hash: KeyedHash::default(),
             slots: (0..SLOTS).map(|_| Mutex::new(None)).collect(),
         }
     }
@@ -52,7 +48,7 @@ impl Digests {
         // The low bits of a keyed 64-bit hash: uniform over the slots.
         #[allow(clippy::cast_possible_truncation)]
         let index = {
-            let mut h = foldhash::quality::FoldHasher::with_seed(self.seed, &self.shared);
+            let mut h = self.hash.build_hasher();
             h.write(bytes);
             h.finish() as usize % SLOTS
         };

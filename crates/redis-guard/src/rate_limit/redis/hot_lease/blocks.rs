@@ -1,15 +1,12 @@
 //! [`HotLeases`]: a [`RedisLimiter`](crate::rate_limit::RedisLimiter)'s blocks of leased quota,
 //! per rule and key, and the requests it admits from them in process.
 
-use std::hash::{BuildHasher, RandomState};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
-
-use foldhash::SharedSeed;
-use foldhash::quality::{FoldHasher, SeedableRandomState};
 
 use super::{GIVE_BACK, OPEN_COUNT_TTL_MS, RESERVE, lease_us};
 use crate::backend::{BackendError, ExpiringTable, RedisBackend, ScriptCall};
+use crate::prehashed::KeyedHash;
 use crate::rate_limit::Key;
 use crate::rate_limit::algorithm::{RuleState, ceil_ms};
 use crate::rate_limit::limiter::{BoxFuture, Check, LimiterError, LimiterFuture};
@@ -30,30 +27,8 @@ pub(crate) struct HotLeases {
 }
 
 struct Table {
-    entries: ExpiringTable<Id, Entry, Seeded>,
+    entries: ExpiringTable<Id, Entry, KeyedHash>,
     next_id: u64,
-}
-
-/// The table's hasher: foldhash, keyed from the OS's random source (through the standard
-/// library's `RandomState`), so clients cannot choose keys that collide.
-#[derive(Clone)]
-struct Seeded(SeedableRandomState);
-
-impl Default for Seeded {
-    fn default() -> Self {
-        static SHARED: OnceLock<SharedSeed> = OnceLock::new();
-        let random = || RandomState::new().hash_one(0_u64);
-        let shared = SHARED.get_or_init(|| SharedSeed::from_u64(random()));
-        Self(SeedableRandomState::with_seed(random(), shared))
-    }
-}
-
-impl BuildHasher for Seeded {
-    type Hasher = FoldHasher<'static>;
-
-    fn build_hasher(&self) -> Self::Hasher {
-        self.0.build_hasher()
-    }
 }
 
 /// One key of one rule, as this replica sees it.
