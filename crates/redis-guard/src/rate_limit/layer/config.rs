@@ -62,10 +62,21 @@ impl LayerRule {
             }
             return self.extractor.extract(parts);
         };
-        let addr = ip.addr(ip.client_ip(parts)?);
-        *client = Some(addr);
-        Ok(addr.key())
+        client_key(ip, &parts.headers, &parts.extensions, client)
     }
+}
+
+/// The key of a [`ClientIp`] rule: the client's address, read from the request's `headers` and
+/// `extensions`; the address goes to `client`.
+pub(super) fn client_key(
+    ip: &ClientIp,
+    headers: &http::HeaderMap,
+    extensions: &http::Extensions,
+    client: &mut Option<ClientAddr>,
+) -> Result<Key, KeyError> {
+    let addr = ip.addr(ip.client_ip_in(headers, extensions)?);
+    *client = Some(addr);
+    Ok(addr.key())
 }
 
 /// Shared by every clone of the layer and the services it makes.

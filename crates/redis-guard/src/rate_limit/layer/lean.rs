@@ -22,7 +22,7 @@ use std::sync::Arc;
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::config::Config;
+use super::config::{Config, client_key};
 use super::future::ResponseFuture;
 use super::headers::{self, RateLimitHeaders};
 use super::response::RateLimitBody;
@@ -92,12 +92,8 @@ where
         // Every rule counts the client's address (the usual layer): read where the request
         // holds it, the request left whole.
         for ip in config.rules.iter().filter_map(|r| r.client_ip.as_ref()) {
-            match ip.client_ip_in(req.headers(), req.extensions()) {
-                Ok(found) => {
-                    let addr = ip.addr(found);
-                    keys.push(addr.key());
-                    client = Some(addr);
-                }
+            match client_key(ip, req.headers(), req.extensions(), &mut client) {
+                Ok(key) => keys.push(key),
                 // Misconfigured: as the general plan says (which finds it missing again).
                 Err(_) => return general(inner, req),
             }
