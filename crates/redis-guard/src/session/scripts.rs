@@ -223,6 +223,15 @@ mod tests {
             .expect("PTTL")
     }
 
+    /// Runs the command `args` (its name first), which must succeed.
+    async fn run(conn: &mut MultiplexedConnection, args: &[&str]) {
+        let _: Value = redis::cmd(args[0])
+            .arg(&args[1..])
+            .query_async(conn)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", args[0]));
+    }
+
     fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
         list.iter()
             .map(|(f, v)| ((*f).to_owned(), (*v).to_owned()))
@@ -241,12 +250,7 @@ mod tests {
 
         // Fresh: the fields alone; the times and the TTL stay as the last use set them.
         stored(conn, key, exp, NOW).await;
-        let _: () = redis::cmd("PEXPIRE")
-            .arg(key)
-            .arg(1_234_567)
-            .query_async(conn)
-            .await
-            .expect("PEXPIRE");
+        run(conn, &["PEXPIRE", key, "1234567"]).await;
         let got = save(conn, key, NOW + FRESH - 1, std::slice::from_ref(&plain)).await;
         assert_eq!(got, [Value::Int(exp)]);
         assert_eq!(hash(conn, key).await, pairs(&[("$m", &m), ("b", "2")]));
@@ -264,11 +268,7 @@ mod tests {
         assert!(pttl(conn, key).await > 3_590_000);
 
         // Gone (destroyed, revoked, expired by its TTL): nothing is re-created.
-        let _: () = redis::cmd("DEL")
-            .arg(key)
-            .query_async(conn)
-            .await
-            .expect("DEL");
+        run(conn, &["DEL", key]).await;
         let got = save(conn, key, NOW + 1, std::slice::from_ref(&plain)).await;
         assert_eq!(got, [Value::Nil]);
         assert_eq!(hash(conn, key).await, []);
@@ -281,11 +281,7 @@ mod tests {
 
         // Its own idle timeout (shorter than the freshness interval) has passed: ended.
         stored(conn, key, exp, NOW).await;
-        let _: () = redis::cmd("HSET")
-            .arg(&[key, "$idle", "5000000"])
-            .query_async(conn)
-            .await
-            .expect("HSET");
+        run(conn, &["HSET", key, "$idle", "5000000"]).await;
         let got = save(conn, key, NOW + 5_000_000, std::slice::from_ref(&plain)).await;
         assert_eq!(got, [Value::Nil]);
         assert_eq!(hash(conn, key).await, []);
@@ -365,11 +361,7 @@ mod tests {
         assert_eq!(hash(conn, "s").await, []);
 
         // A key Redis cannot read as a hash fails its own entry; the others stand.
-        let _: () = redis::cmd("SET")
-            .arg(&["s", "text"])
-            .query_async(conn)
-            .await
-            .expect("SET");
+        run(conn, &["SET", "s", "text"]).await;
         let got = save(conn, "s", at, &[entry("update", false, &[("b", "1")], &[])]).await;
         assert!(
             matches!(&got[..], [Value::BulkString(e)] if e.starts_with(b"WRONGTYPE")),
