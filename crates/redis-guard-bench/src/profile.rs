@@ -112,6 +112,10 @@ pub enum Stack {
     /// The cache-aside written in the handler, `GET`, else compute and `SET … EX` (harness
     /// variant `hand-cache`): every request after the first is one `GET`.
     HandCache,
+    /// The `cache-hit` stack with [`IN_FLIGHT`] requests in flight.
+    CacheHit64,
+    /// The `hand-cache` stack with [`IN_FLIGHT`] requests in flight.
+    HandCache64,
     /// tower-http-cache's layer on its Redis backend (harness variant `tower-http-cache`).
     TowerHttpCache,
 }
@@ -121,7 +125,7 @@ pub const IN_FLIGHT: usize = 64;
 
 impl Stack {
     /// Every stack, in the order the table lists them.
-    pub const ALL: [Self; 23] = [
+    pub const ALL: [Self; 25] = [
         Self::Bare,
         Self::Governor,
         Self::Memory,
@@ -143,6 +147,8 @@ impl Stack {
         Self::TowerSessionsModify,
         Self::CacheHit,
         Self::HandCache,
+        Self::CacheHit64,
+        Self::HandCache64,
         Self::TowerHttpCache,
         Self::DefaultFeatures,
     ];
@@ -159,6 +165,8 @@ impl Stack {
             Self::FixedWindow => "fixed-window",
             Self::FixedWindow64 => "fixed-window-64",
             Self::Uncoalesced64 => "redis-uncoalesced-64",
+            Self::CacheHit64 => "cache-hit-64",
+            Self::HandCache64 => "hand-cache-64",
             _ => self.variant().map_or("abusive", Variant::name),
         }
     }
@@ -167,13 +175,16 @@ impl Stack {
     /// to compare them at another concurrency), else 1.
     fn in_flight(self) -> usize {
         match self {
-            Self::IncrExpire64 | Self::Redis64 | Self::FixedWindow64 | Self::Uncoalesced64 => {
-                std::env::var("PROFILE_IN_FLIGHT")
-                    .ok()
-                    .and_then(|n| n.parse().ok())
-                    .filter(|&n| n > 0)
-                    .unwrap_or(IN_FLIGHT)
-            }
+            Self::IncrExpire64
+            | Self::Redis64
+            | Self::FixedWindow64
+            | Self::Uncoalesced64
+            | Self::CacheHit64
+            | Self::HandCache64 => std::env::var("PROFILE_IN_FLIGHT")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .filter(|&n| n > 0)
+                .unwrap_or(IN_FLIGHT),
             _ => 1,
         }
     }
@@ -195,8 +206,8 @@ impl Stack {
             Self::SessionsModify => Some(Variant::SessionsModify),
             Self::TowerSessionsRead => Some(Variant::TowerSessionsRead),
             Self::TowerSessionsModify => Some(Variant::TowerSessionsModify),
-            Self::CacheHit => Some(Variant::CacheHit),
-            Self::HandCache => Some(Variant::HandCache),
+            Self::CacheHit | Self::CacheHit64 => Some(Variant::CacheHit),
+            Self::HandCache | Self::HandCache64 => Some(Variant::HandCache),
             Self::TowerHttpCache => Some(Variant::TowerHttpCache),
             Self::Abusive => None,
         }

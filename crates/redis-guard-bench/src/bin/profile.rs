@@ -38,7 +38,8 @@ STACKS: bare, governor, memory, memory-no-headers, abusive; starting a redis-ser
         flight: incr-expire-64, redis-64, fixed-window-64, redis-uncoalesced-64; redis-leased
         (the redis stack with its rule leased, one Redis call per lease); sessions-read,
         sessions-modify, tower-sessions-read, tower-sessions-modify; cache-hit, hand-cache,
-        tower-http-cache (the first request fills, every other one is a hit read from Redis);
+        tower-http-cache (the first request fills, every other one is a hit read from Redis), and
+        cache-hit-64, hand-cache-64 with 64 in flight;
         default-features (the memory stack in a binary built with --features guard-default-features:
         redis-guard's default features, metrics on, no recorder)
 ";
