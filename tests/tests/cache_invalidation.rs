@@ -14,7 +14,8 @@ use bytes::Bytes;
 use http::header::ACCEPT_LANGUAGE;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
-use redis_guard::cache::CacheLayer;
+use redis_guard::backend::ManualClock;
+use redis_guard::cache::{CacheLayer, RedisCacheStore};
 use redis_guard_tests::{Harness, Monitor, backend_suite, serve};
 use tokio::sync::oneshot;
 use tower::Layer;
@@ -402,6 +403,86 @@ async fn a_hit_sends_no_script(h: Harness) {
     );
 }
 
+/// Hits that arrive while reads are in flight share a round trip: 64 requests for 8 pages,
+/// queued behind a Redis that answers no client for a while, take `MGET`s beside the reads
+/// sent at once, and each gets its own page. A page whose key holds another type reads as
+/// absent in its batch, is computed again, and stored over it.
+async fn hits_that_queue_share_a_read(h: Harness) {
+    // A clock the store never has to read from Redis: every hit takes the plain read.
+    let backend = h.backend().await.frozen_time(ManualClock::new());
+    let layer = CacheLayer::builder(RedisCacheStore::new(backend))
+        .build()
+        .expect("layer");
+    let pages = tower::service_fn(|req: Request<hyper::body::Incoming>| async move {
+        let res = Response::builder().header("cache-control", "max-age=3600");
+        let body = Full::new(Bytes::from(req.uri().path().to_owned()));
+        Ok::<_, Infallible>(res.body(body).expect("response"))
+    });
+    let addr = serve(layer.layer(pages)).await;
+    for i in 0..8 {
+        assert_eq!(
+            send(addr, "GET", &format!("/p{i}"), &[]).await.cache,
+            "MISS"
+        );
+    }
+    // Long enough for the requests to queue on a loaded machine, and shorter than the
+    // backend's timeout (and, on a cluster, than a node's reply timeout).
+    let pause = if h.kind() == redis_guard_tests::Kind::Cluster {
+        "600"
+    } else {
+        "3000"
+    };
+    // `n` requests for the pages in turn, sent while Redis pauses: their answers, in order.
+    let queued = async |n: usize| {
+        h.admin(&["CLIENT", "PAUSE", pause, "ALL"]).await;
+        let tasks: Vec<_> = (0..n)
+            .map(|i| {
+                tokio::spawn(async move { send(addr, "GET", &format!("/p{}", i % 8), &[]).await })
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for (i, task) in tasks.into_iter().enumerate() {
+            let answer = task.await.expect("task");
+            assert_eq!(answer.status, 200, "{answer:?}");
+            assert_eq!(answer.body, format!("/p{}", i % 8), "{answer:?}");
+            answers.push(answer.cache);
+        }
+        answers
+    };
+    h.admin(&["CONFIG", "RESETSTAT"]).await;
+    let answers = queued(64).await;
+    assert!(answers.iter().all(|a| a == "HIT"), "{answers:?}");
+    let (gets, mgets) = (h.calls("get").await, h.calls("mget").await);
+    assert!(
+        mgets >= 1 && gets + mgets < 64,
+        "{gets} GET and {mgets} MGET for 64 hits"
+    );
+    let entries = h.keys_under("cr:").await;
+    assert_eq!(entries.len(), 8, "{entries:?}");
+    let mut conn = h.inspect().await;
+    let () = redis::cmd("DEL")
+        .arg(&entries[0])
+        .query_async(&mut conn)
+        .await
+        .expect("DEL");
+    let () = redis::cmd("HSET")
+        .arg(&entries[0])
+        .arg("not")
+        .arg("an entry")
+        .query_async(&mut conn)
+        .await
+        .expect("HSET");
+    let answers = queued(32).await;
+    assert!(
+        answers.iter().filter(|a| *a == "HIT").count() >= 32 - 4,
+        "{answers:?}"
+    );
+    // The fill stored the page over the key of another type: every page is a hit again.
+    for i in 0..8 {
+        assert_eq!(send(addr, "GET", &format!("/p{i}"), &[]).await.cache, "HIT");
+    }
+}
+
 /// On Redis a URI's invalidation deletes its stored variants, which their fills listed beside
 /// them (the list outlives every entry it names), and leaves only its record, with a TTL.
 async fn an_invalidation_deletes_the_variants_its_fills_listed(h: Harness) {
@@ -435,5 +516,6 @@ async fn an_invalidation_deletes_the_variants_its_fills_listed(h: Harness) {
 
 backend_suite!(
     redis_only: a_hit_sends_no_script,
+    hits_that_queue_share_a_read,
     an_invalidation_deletes_the_variants_its_fills_listed,
 );

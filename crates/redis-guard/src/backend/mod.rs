@@ -45,7 +45,12 @@ cfg_middleware! {
 #[cfg(test)]
 mod breaker_tests;
 mod clock;
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+// The cache uses the coalescer with a form of its own, not the scripts' batch form.
+#[cfg_attr(
+    not(any(feature = "rate-limit", feature = "session")),
+    allow(dead_code)
+)]
 mod coalesce;
 #[cfg(all(test, any(feature = "rate-limit", feature = "session")))]
 mod coalesce_tests;
@@ -84,14 +89,18 @@ cfg_middleware! {
 pub use clock::Clock;
 #[cfg(any(test, feature = "test-util"))]
 pub use clock::ManualClock;
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
+pub(crate) use coalesce::Coalescer;
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub(crate) use coalesce::DEFAULT_BATCH;
+#[cfg(any(feature = "rate-limit", feature = "session"))]
+pub(crate) use coalesce::Entry;
 #[cfg(feature = "rate-limit")]
 pub(crate) use coalesce::call_alone;
-#[cfg(any(feature = "rate-limit", feature = "session"))]
-pub(crate) use coalesce::{Coalescer, Entry};
 #[cfg(feature = "rate-limit")]
-pub(crate) use coalesce::{Form, Replies, replies};
+pub(crate) use coalesce::replies;
+#[cfg(any(feature = "rate-limit", feature = "cache"))]
+pub(crate) use coalesce::{Form, Replies};
 pub use connection::RedisConnection;
 #[cfg(feature = "rate-limit")]
 pub(crate) use deny_cache::DenyCache;
@@ -103,7 +112,7 @@ pub(crate) use lock::MAX_LEASE;
 #[cfg(feature = "idempotency")]
 pub(crate) use lock::token;
 pub use options::ConnectOptions;
-#[cfg(any(feature = "rate-limit", feature = "session"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub(crate) use redis_backend::ScriptCall;
 #[cfg(all(test, feature = "session"))]
 pub(crate) use table::SWEEP_PER_OP;

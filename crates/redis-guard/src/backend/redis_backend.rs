@@ -160,7 +160,7 @@ impl RedisBackend {
     /// Where the circuit of the calls on `key` stands: on a Redis Cluster, that of the master
     /// serving its slot (so a dead master does not stop the calls to the others); else the
     /// one circuit.
-    #[cfg(any(feature = "rate-limit", feature = "session"))]
+    #[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
     pub(crate) fn breaker_state_of(&self, key: Option<&str>) -> BreakerState {
         let circuits = &self.inner.breaker;
         let index = key.map_or(0, |key| self.inner.conn.circuit_of(key.as_bytes()));
@@ -336,14 +336,27 @@ impl RedisBackend {
 
     /// Runs one plain command (routed by its key on a cluster), under the timeout.
     #[cfg_attr(not(feature = "session"), allow(dead_code))]
-    pub(crate) async fn query(&self, cmd: &redis::Cmd) -> Result<Value, BackendError> {
+    pub(crate) fn query<'a>(
+        &'a self,
+        cmd: &'a redis::Cmd,
+    ) -> impl Future<Output = Result<Value, BackendError>> + Send + 'a {
+        self.query_until(cmd, None)
+    }
+
+    /// [`query`](Self::query), answered by `deadline` (`None`: the timeout from now).
+    pub(crate) async fn query_until(
+        &self,
+        cmd: &redis::Cmd,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Value, BackendError> {
         // The key of a plain command comes right after its name.
         let circuit = match cmd.args_iter().nth(1) {
             Some(redis::Arg::Simple(key)) => self.inner.conn.circuit_of(key),
             _ => 0,
         };
         let call = pin!(self.inner.conn.query(cmd));
-        self.guarded(call, BackendError::Redis, circuit, None).await
+        self.guarded(call, BackendError::Redis, circuit, deadline)
+            .await
     }
 
     /// Runs `pipe`, whose commands all name `key` (one slot of a cluster), in one round trip

@@ -30,8 +30,7 @@ pub(crate) struct Ids {
     pub(crate) read: ReadCommand,
 }
 
-/// The command that reads an entry alone, built once (see [`Ids::read`]).
-pub(crate) type ReadCommand = Arc<std::sync::OnceLock<redis::Cmd>>;
+pub(crate) use super::redis_store::ReadCommand;
 
 /// The most bytes of request inputs remembered; a longer request is hashed each time.
 const MAX_INPUTS: usize = 512;

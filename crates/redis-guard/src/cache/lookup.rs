@@ -222,7 +222,7 @@ impl Call {
             // The entry alone on Redis (the usual hit): its `GET` awaited in place.
             let alone = match store.redis() {
                 Some(redis) if asked.is_empty() => {
-                    redis.read_alone(self.key(), self.read.as_deref()).await
+                    redis.read_alone(self.key(), self.read.as_ref()).await
                 }
                 _ => None,
             };

@@ -261,6 +261,11 @@
 //! its own and is read by a `GET` to its master at the same time. Fills and invalidations
 //! run scripts.
 //!
+//! Under load, reads share round trips: while two hits' `GET`s are out, the hits (without
+//! tags) that arrive wait for room and go together, one `MGET` of their entries (one per hash
+//! slot on a Cluster), as the rate limiter's calls coalesce. A batch waits only for reads
+//! that started before it, so a hit never reads what was there before it arrived.
+//!
 //! # Fail-safe
 //!
 //! Off by default; on both caches ([`ValueCacheBuilder::stale_if_error`],

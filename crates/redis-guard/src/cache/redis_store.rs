@@ -1,13 +1,17 @@
 //! [`RedisCacheStore`]: entries in Redis, shared by every replica.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use redis::Value;
 
 use super::store::{Backing, BoxFuture, CacheStore, Key, Ops, Read, Write};
-use crate::backend::{BackendError, Lock, LuaScript, RedisBackend, RedisLockStore, micros};
+use crate::backend::{
+    BackendError, Coalescer, DEFAULT_BATCH, Form, Lock, LuaScript, RedisBackend, RedisLockStore,
+    Replies, micros,
+};
 
 static PUT: LazyLock<LuaScript> = LazyLock::new(|| LuaScript::new(include_str!("scripts/put.lua")));
 static INVALIDATE: LazyLock<LuaScript> =
@@ -33,7 +37,8 @@ static INVALIDATE: LazyLock<LuaScript> =
 /// monotonic clock, never ahead of Redis's). An entry with tags is one `MGET` of the entry
 /// and its tags' records; on a Cluster, where a tag lives in a slot of its own (it spans many
 /// URIs), a `GET` of each record goes to its master at the same time: still one round trip,
-/// no script. The entries of a URI (every `Vary` variant), its list and its record share a
+/// no script. Under load, the hits without tags that arrive while two reads are out go
+/// together, one `MGET` of their entries. The entries of a URI (every `Vary` variant), its list and its record share a
 /// hash slot (the URI digest is their hash tag), so fills and invalidations are scripts on
 /// one slot: nothing crosses hash slots.
 ///
@@ -55,6 +60,12 @@ struct Inner {
     backend: RedisBackend,
     lock: Lock,
     clock: RedisClock,
+    /// The hits' `GET`s that go through the coalescer: those that arrive while reads are in
+    /// flight go together.
+    reads: Coalescer<Queued, Gets>,
+    /// How many hits' `GET`s are out that did not go through `reads`: while fewer than
+    /// [`STRAIGHT`], a hit sends its `GET` at once, and pays nothing for the coalescer.
+    straight: AtomicUsize,
     /// What the name of a response entry starts with (the backend's prefix and `cr:`).
     entry_prefix: String,
     /// What the name of a value in no group starts with (the backend's prefix and `c:`).
@@ -192,6 +203,8 @@ impl RedisCacheStore {
         Self {
             inner: Arc::new(Inner {
                 lock: Lock::new(RedisLockStore::new(backend.clone())),
+                reads: Coalescer::with_form(backend.clone(), Gets, DEFAULT_BATCH),
+                straight: AtomicUsize::new(0),
                 entry_prefix: key_prefix(&backend, "cr"),
                 plain_prefix: key_prefix(&backend, "c"),
                 backend,
@@ -244,14 +257,32 @@ fn known_now(backend: &RedisBackend, clock: &RedisClock) -> Option<u64> {
     )
 }
 
-/// The entry alone, the store's time known: `get` (a `GET` of it), no pipeline, no array in
-/// the reply (redis-rs parses a bulk string for less).
-async fn read_one(
-    backend: &RedisBackend,
-    get: &redis::Cmd,
-    now: u64,
-) -> Result<Read, BackendError> {
-    let (value, foreign) = match backend.query(get).await {
+/// How many hits' `GET`s may be out at once without the coalescer: as many as it lets out
+/// before it makes a batch wait, so that a hit pays for it only when there is something to
+/// coalesce.
+const STRAIGHT: usize = 2;
+
+/// A `GET` sent straight, counted while it is out.
+struct Straight<'a>(&'a AtomicUsize);
+
+impl<'a> Straight<'a> {
+    /// Counts one more `GET` out, when fewer than [`STRAIGHT`] are.
+    fn take(out: &'a AtomicUsize) -> Option<Self> {
+        let before = out.fetch_add(1, Ordering::Relaxed);
+        let this = Self(out);
+        (before < STRAIGHT).then_some(this)
+    }
+}
+
+impl Drop for Straight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What one `GET` of an entry answered, read at `now`.
+fn read_one(reply: Result<Value, BackendError>, now: u64) -> Result<Read, BackendError> {
+    let (value, foreign) = match reply {
         Ok(Value::BulkString(b)) => (Some(Bytes::from(b)), false),
         Ok(_) => (None, false),
         // A key of another type: a miss, which the fill overwrites.
@@ -265,6 +296,79 @@ async fn read_one(
         group: None,
         tags: Vec::new(),
     })
+}
+
+/// The `GET` of one page's entry, built by the page's first hit and sent by every later one.
+#[derive(Debug)]
+pub(crate) struct EntryGet {
+    /// The entry's name (its hash slot picks the coalescer's queue on a cluster).
+    key: [String; 1],
+    get: redis::Cmd,
+}
+
+/// Where a page keeps its [`EntryGet`] (shared by the page's requests).
+pub(crate) type ReadCommand = Arc<OnceLock<EntryGet>>;
+
+/// One hit's `GET`, as the coalescer queues it (its command built).
+struct Queued(ReadCommand);
+
+impl Queued {
+    fn get(&self) -> Option<&EntryGet> {
+        self.0.get()
+    }
+}
+
+/// The coalescer's [`Form`] for hits: the `GET`s that go together are one `MGET` (of keys
+/// in one hash slot, on a cluster: the coalescer queues by slot), one sent alone is the
+/// `GET` itself (a bulk string, no array to parse). In an `MGET` a key of another type reads
+/// as absent, where its `GET` fails with `WRONGTYPE`: a miss either way, which the fill
+/// overwrites.
+#[derive(Clone, Copy, Debug)]
+struct Gets;
+
+impl Form<Queued> for Gets {
+    type Reply = Value;
+
+    fn keys(entry: &Queued) -> &[String] {
+        entry.get().map_or(&[], |get| &get.key[..])
+    }
+
+    async fn call(
+        &self,
+        backend: &RedisBackend,
+        entries: &[&Queued],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Replies, BackendError> {
+        let mut mget = redis::Cmd::with_capacity(1 + entries.len(), 4 + 64 * entries.len());
+        mget.arg("MGET");
+        for entry in entries {
+            let Some(get) = entry.get() else {
+                return Err(BackendError::BadReply(
+                    "a cache read without its key".into(),
+                ));
+            };
+            mget.arg(&get.key[0]);
+        }
+        match backend.query_until(&mget, deadline).await? {
+            Value::Array(values) if values.len() == entries.len() => {
+                Ok(values.into_iter().map(Ok).collect())
+            }
+            other => Err(bad_reply("MGET", &other)),
+        }
+    }
+
+    async fn call_one(
+        &self,
+        backend: &RedisBackend,
+        entry: &Queued,
+    ) -> Result<Value, BackendError> {
+        match entry.get() {
+            Some(get) => backend.query(&get.get).await,
+            None => Err(BackendError::BadReply(
+                "a cache read without its key".into(),
+            )),
+        }
+    }
 }
 
 /// One round trip to the master of the entry's slot: the store's time (`TIME`, unless a test
@@ -477,22 +581,30 @@ impl RedisCacheStore {
     /// boxed future, no clone of the store): one `GET`, when the store's time is known
     /// without asking Redis; `None` when it is not (then [`Ops::read`] asks for it). The `GET`
     /// is the one `built` holds (it is built there the first time: every request of a page
-    /// sends the same command), else built for this read.
+    /// sends the same command), else built for this read. A page's read waits for room while
+    /// [`STRAIGHT`] reads of the store and two coalesced calls are out, and then goes with the
+    /// others that waited, in one `MGET`.
     pub(crate) async fn read_alone(
         &self,
         key: Key<'_>,
-        built: Option<&std::sync::OnceLock<redis::Cmd>>,
+        built: Option<&ReadCommand>,
     ) -> Option<Result<Read, BackendError>> {
         let now = known_now(&self.inner.backend, &self.inner.clock)?;
-        let fresh;
-        let get = match built {
-            Some(built) => built.get_or_init(|| self.get(key)),
-            None => {
-                fresh = self.get(key);
-                &fresh
+        let reply = match built {
+            Some(built) => {
+                let read = built.get_or_init(|| EntryGet {
+                    key: [self.name(key)],
+                    get: self.get(key),
+                });
+                let out = Straight::take(&self.inner.straight);
+                match out {
+                    Some(_out) => self.inner.backend.query(&read.get).await,
+                    None => self.inner.reads.call(Queued(Arc::clone(built))).await,
+                }
             }
+            None => self.inner.backend.query(&self.get(key)).await,
         };
-        Some(read_one(&self.inner.backend, get, now).await)
+        Some(read_one(reply, now))
     }
 }
 
@@ -506,7 +618,7 @@ impl Ops for RedisCacheStore {
             && let Some(now) = known_now(backend, &self.inner.clock)
         {
             let get = self.get(key);
-            return Box::pin(async move { read_one(&this.backend, &get, now).await });
+            return Box::pin(async move { read_one(this.backend.query(&get).await, now) });
         }
         let entry = self.name(key);
         let tags: Vec<String> = tags.iter().map(|t| backend.key(&["ct"], t)).collect();
