@@ -116,6 +116,10 @@ pub enum Stack {
     CacheHit64,
     /// The `hand-cache` stack with [`IN_FLIGHT`] requests in flight.
     HandCache64,
+    /// The `sessions-read` stack with [`IN_FLIGHT`] requests in flight.
+    SessionsRead64,
+    /// The `tower-sessions-read` stack with [`IN_FLIGHT`] requests in flight.
+    TowerSessionsRead64,
     /// tower-http-cache's layer on its Redis backend (harness variant `tower-http-cache`).
     TowerHttpCache,
 }
@@ -125,7 +129,7 @@ pub const IN_FLIGHT: usize = 64;
 
 impl Stack {
     /// Every stack, in the order the table lists them.
-    pub const ALL: [Self; 25] = [
+    pub const ALL: [Self; 27] = [
         Self::Bare,
         Self::Governor,
         Self::Memory,
@@ -145,6 +149,8 @@ impl Stack {
         Self::SessionsModify,
         Self::TowerSessionsRead,
         Self::TowerSessionsModify,
+        Self::SessionsRead64,
+        Self::TowerSessionsRead64,
         Self::CacheHit,
         Self::HandCache,
         Self::CacheHit64,
@@ -167,6 +173,8 @@ impl Stack {
             Self::Uncoalesced64 => "redis-uncoalesced-64",
             Self::CacheHit64 => "cache-hit-64",
             Self::HandCache64 => "hand-cache-64",
+            Self::SessionsRead64 => "sessions-read-64",
+            Self::TowerSessionsRead64 => "tower-sessions-read-64",
             _ => self.variant().map_or("abusive", Variant::name),
         }
     }
@@ -202,9 +210,9 @@ impl Stack {
             Self::FixedWindow | Self::FixedWindow64 => Some(Variant::RedisFixedWindow),
             Self::Uncoalesced | Self::Uncoalesced64 => Some(Variant::RedisUncoalesced),
             Self::RedisLeased => Some(Variant::RedisLeased),
-            Self::SessionsRead => Some(Variant::SessionsRead),
+            Self::SessionsRead | Self::SessionsRead64 => Some(Variant::SessionsRead),
             Self::SessionsModify => Some(Variant::SessionsModify),
-            Self::TowerSessionsRead => Some(Variant::TowerSessionsRead),
+            Self::TowerSessionsRead | Self::TowerSessionsRead64 => Some(Variant::TowerSessionsRead),
             Self::TowerSessionsModify => Some(Variant::TowerSessionsModify),
             Self::CacheHit | Self::CacheHit64 => Some(Variant::CacheHit),
             Self::HandCache | Self::HandCache64 => Some(Variant::HandCache),
@@ -373,7 +381,7 @@ pub fn drive(stack: Stack, requests: u64) -> Result<(), String> {
     let peer: SocketAddr = PEER.parse().map_err(|e| format!("{PEER}: {e}"))?;
     let cookie = session_cookie(stack, &mut app, &rt, peer)?;
     if stack.in_flight() > 1 {
-        return rt.block_on(in_flight(stack, &mut app, peer, requests));
+        return rt.block_on(in_flight(stack, &mut app, peer, cookie.as_ref(), requests));
     }
     let mut cx = Context::from_waker(Waker::noop());
     let mut missed = 0;
@@ -419,11 +427,13 @@ pub fn drive(stack: Stack, requests: u64) -> Result<(), String> {
 }
 
 /// Sends `requests` requests through `app` with [`Stack::in_flight`] of them in flight at
-/// every moment (one runtime thread: the tasks the app spawns run on the traced thread too).
+/// every moment (one runtime thread: the tasks the app spawns run on the traced thread too),
+/// each with `cookie` when the stack has one.
 async fn in_flight(
     stack: Stack,
     app: &mut Router,
     peer: SocketAddr,
+    cookie: Option<&HeaderValue>,
     requests: u64,
 ) -> Result<(), String> {
     let mut flying = FuturesUnordered::new();
@@ -432,7 +442,7 @@ async fn in_flight(
     let most = stack.in_flight();
     loop {
         while sent < requests && flying.len() < most {
-            flying.push(app.call(request(peer, None)));
+            flying.push(app.call(request(peer, cookie)));
             sent += 1;
         }
         let Some(res) = flying.next().await else {

@@ -39,7 +39,7 @@ STACKS: bare, governor, memory, memory-no-headers, abusive; starting a redis-ser
         (the redis stack with its rule leased, one Redis call per lease); sessions-read,
         sessions-modify, tower-sessions-read, tower-sessions-modify; cache-hit, hand-cache,
         tower-http-cache (the first request fills, every other one is a hit read from Redis), and
-        cache-hit-64, hand-cache-64 with 64 in flight;
+        cache-hit-64, hand-cache-64, sessions-read-64, tower-sessions-read-64 with 64 in flight;
         default-features (the memory stack in a binary built with --features guard-default-features:
         redis-guard's default features, metrics on, no recorder)
 ";
