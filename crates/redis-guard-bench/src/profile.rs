@@ -188,7 +188,9 @@ impl Stack {
             | Self::FixedWindow64
             | Self::Uncoalesced64
             | Self::CacheHit64
-            | Self::HandCache64 => std::env::var("PROFILE_IN_FLIGHT")
+            | Self::HandCache64
+            | Self::SessionsRead64
+            | Self::TowerSessionsRead64 => std::env::var("PROFILE_IN_FLIGHT")
                 .ok()
                 .and_then(|n| n.parse().ok())
                 .filter(|&n| n > 0)

@@ -262,7 +262,7 @@ pub async fn redis_guard_session_layer(
     let conn = redis_guard::backend::RedisConnection::open(redis_url)
         .await
         .map_err(|e| format!("connecting to {redis_url}: {e}"))?;
-    SessionLayer::builder(RedisSessionStore::new(conn))
+    SessionLayer::builder(RedisSessionStore::new(crate::throughput::backend(conn)))
         .transport(Transport::cookie().secure(false))
         .build()
         .map_err(|e| format!("session layer: {e}"))

@@ -28,8 +28,8 @@ pub use redis_stats::{
 };
 pub use run::{BenchReport, Measurement, VariantRuns, run};
 pub use table::{Row, format_latency, format_rate, markdown_notes, markdown_table, median};
-pub(crate) use variant::by_name;
 pub use variant::{
     BB8_POOL_SIZE, HIGH_QUOTA_PER_SECOND, RedisUse, Variant, ok_route, serve_with_peer,
 };
+pub(crate) use variant::{backend, by_name};
 pub use wrk::WrkReport;

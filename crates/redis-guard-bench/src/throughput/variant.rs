@@ -478,7 +478,7 @@ async fn hand_cache(State(mut conn): State<ConnectionManager>) -> Response {
 /// `profile --callgrind`) a longer timeout, since the app runs tens of times slower under
 /// valgrind than Redis answers, and a call that timed out would be decided by the failure
 /// policy instead.
-fn backend(conn: RedisConnection) -> redis_guard::backend::RedisBackend {
+pub(crate) fn backend(conn: RedisConnection) -> redis_guard::backend::RedisBackend {
     let backend = redis_guard::backend::RedisBackend::new(conn);
     match std::env::var("PROFILE_REDIS_TIMEOUT_MS").map(|ms| ms.parse()) {
         Ok(Ok(ms)) => backend.timeout(std::time::Duration::from_millis(ms)),
