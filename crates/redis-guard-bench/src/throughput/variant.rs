@@ -215,7 +215,8 @@ impl Variant {
             }
             Self::CacheHit => {
                 "redis-guard `CacheLayer` on `RedisCacheStore` (`ConnectionManager`), defaults (lock on miss): \
-                 the first request fills, every other one is a hit read from Redis (`TIME` and one `MGET`, no script)"
+                 the first request fills, every other one is a hit read from Redis (a `GET`, `TIME` at most once a second; \
+                 under load the hits that wait for room share one `MGET`; no script)"
             }
             Self::HandCache => {
                 "the usual cache-aside in the handler: `GET hc:/`, else compute and `SET hc:/ … EX 60`, \
