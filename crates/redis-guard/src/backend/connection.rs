@@ -479,7 +479,18 @@ impl RedisConnection {
     async fn send(&self, request: Request<'_>) -> RedisResult<Value> {
         let kind = self.live()?;
         match &*kind {
-            Kind::Manager(manager) => request.on(&mut manager.clone()).await,
+            Kind::Manager(manager) => {
+                let mut manager = manager.clone();
+                match request {
+                    // Straight to the manager: through redis-rs' `ConnectionLike` (what
+                    // `query_async` takes) every command would be boxed once more.
+                    Request::Cmd(cmd) => manager
+                        .send_packed_command(cmd)
+                        .await
+                        .and_then(Value::extract_error),
+                    request => request.on(&mut manager).await,
+                }
+            }
             #[cfg(feature = "bb8")]
             // Boxed: a pool's checkout future is large, and a call's future is as large as its
             // largest branch (the multiplexed ones are a few hundred bytes).
