@@ -65,9 +65,10 @@ impl Entry for Keys {
 }
 
 /// The calls of `gcra_plain.lua` for one layer's rules: their numbers (burst, emission
-/// interval, cost per rule), encoded once, then every queued request's keys.
+/// interval, cost per rule), encoded once as the script's one argument, then every queued
+/// request's keys.
 #[derive(Clone, Debug)]
-pub(super) struct Numbers(Arc<[Box<[u8]>]>);
+pub(super) struct Numbers(Arc<str>);
 
 impl Form<Keys> for Numbers {
     type Reply = Value;
@@ -117,12 +118,8 @@ impl Numbers {
         keys: &[impl AsRef<str>],
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Value, BackendError> {
-        let bytes = self.0.iter().map(|arg| arg.len()).sum();
-        let mut call = backend.script_sized(&GCRA_PLAIN, keys, self.0.len(), bytes);
-        for arg in &*self.0 {
-            call.arg(&arg[..]);
-        }
-        call.until(deadline);
+        let mut call = backend.script_sized(&GCRA_PLAIN, keys, 1, self.0.len());
+        call.arg(&*self.0).until(deadline);
         call.run().await
     }
 }
@@ -146,9 +143,10 @@ impl PlainRules {
                     .collect();
                 let numbers = ints
                     .iter()
-                    .flat_map(|&[.., burst, emission, cost]| [burst, emission, cost])
-                    .map(|n| n.to_string().into_bytes().into())
-                    .collect();
+                    .map(|&[.., burst, emission, cost]| format!("{burst}:{emission}:{cost}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+                    .into();
                 let max = limiter.coalescers.gcra.max();
                 let calls = Coalescer::with_form(limiter.backend.clone(), Numbers(numbers), max);
                 (How::Gcra { calls, ints }, "gcra")
