@@ -28,7 +28,9 @@
 //! timeout (the fixed window's `MULTI` of plain commands).
 //!
 //! A request never waits for company: while fewer than [`IN_FLIGHT`] calls are out, it goes at
-//! once, in a call of its own, made by its own future. Otherwise it joins the newest batch
+//! once, in a call of its own, made by its own future (a caller that takes the room first,
+//! [`Coalescer::room`], makes that call itself, with nothing of the coalescer around it).
+//! Otherwise it joins the newest batch
 //! waiting for room (or starts one), and parks. When a call returns, the caller that made it
 //! hands the room to the oldest waiting batch: one of that batch's waiters makes its call, in
 //! its own future, and every waiter takes its reply from the batch. No task, channel or timer
@@ -282,6 +284,38 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
         self.form.call_one(&self.backend, &entry).await
     }
 
+    /// Makes the call of `entry` in the `room` taken for it, alone, and gives the room back.
+    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+    pub(crate) async fn call_in(
+        &self,
+        room: Room<E, F::Reply>,
+        entry: E,
+    ) -> Result<F::Reply, BackendError> {
+        let reply = self.form.call_one(&self.backend, &entry).await;
+        drop(room);
+        reply
+    }
+
+    /// Room for a call of its own in `slot` (0 on a single Redis), taken now, when there is
+    /// some and no batch waits for it (or when nothing coalesces): its holder makes its call
+    /// straight, with no batch and no future of the coalescer around it, and gives the room back
+    /// when it drops it. `None`: [`call`](Self::call) queues the entry.
+    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+    pub(crate) fn room(&self, slot: u16) -> Option<Room<E, F::Reply>> {
+        if self.max <= 1 {
+            return Some(Room(None));
+        }
+        let mut queues = lock(&self.queues);
+        let Some(queue) = queue(&mut queues, slot) else {
+            return Some(Room(None));
+        };
+        if queue.in_flight < IN_FLIGHT && queue.waiting.is_empty() {
+            queue.in_flight += 1;
+            return Some(Room(Some((Arc::clone(&self.queues), slot))));
+        }
+        None
+    }
+
     /// The queue `entry` may join: 0 on a single Redis; on a cluster its keys' hash slot, or
     /// `None` when they span slots.
     fn slot_of(&self, entry: &E) -> Option<u16> {
@@ -302,14 +336,8 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
     /// seat in the newest waiting batch (a new one when it is full).
     fn join(&self, slot: u16, entry: E) -> Joined<E, F::Reply> {
         let mut queues = lock(&self.queues);
-        let full = queues.len() >= MAX_QUEUES;
-        let queue = match queues.get_mut(&slot) {
-            Some(queue) => queue,
-            None if full => return Joined::Untracked(entry),
-            None => queues.entry(slot).or_insert(Queue {
-                in_flight: 0,
-                waiting: VecDeque::new(),
-            }),
+        let Some(queue) = queue(&mut queues, slot) else {
+            return Joined::Untracked(entry);
         };
         if queue.in_flight < IN_FLIGHT && queue.waiting.is_empty() {
             queue.in_flight += 1;
@@ -349,6 +377,22 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
     }
 }
 
+/// The queue of `slot`, made when it has none, unless [`MAX_QUEUES`] exist.
+fn queue<E, R>(
+    queues: &mut HashMap<u16, Queue<E, R>, BuildHasherDefault<SlotHasher>>,
+    slot: u16,
+) -> Option<&mut Queue<E, R>> {
+    let full = queues.len() >= MAX_QUEUES;
+    match queues.entry(slot) {
+        std::collections::hash_map::Entry::Occupied(queue) => Some(queue.into_mut()),
+        std::collections::hash_map::Entry::Vacant(_) if full => None,
+        std::collections::hash_map::Entry::Vacant(vacant) => Some(vacant.insert(Queue {
+            in_flight: 0,
+            waiting: VecDeque::new(),
+        })),
+    }
+}
+
 /// Where [`Coalescer::join`] put an entry.
 enum Joined<E, R> {
     /// Room in flight, taken: the caller makes its call now, and gives the room back.
@@ -368,6 +412,19 @@ impl<E, R> Seat<E, R> {
             live: true,
             waker: None,
             reply: None,
+        }
+    }
+}
+
+/// One call's room taken by [`Coalescer::room`], given back when dropped (`None`: untracked,
+/// nothing to give back).
+#[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
+pub(crate) struct Room<E, R>(Option<(Arc<Queues<E, R>>, u16)>);
+
+impl<E, R> Drop for Room<E, R> {
+    fn drop(&mut self) {
+        if let Some((queues, slot)) = &self.0 {
+            release(queues, *slot);
         }
     }
 }

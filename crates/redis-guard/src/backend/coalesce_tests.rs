@@ -1,9 +1,10 @@
-//! The coalescer's unit tests: how a script's batch reply splits into its entries' replies.
+//! The coalescer's unit tests: how a script's batch reply splits into its entries' replies, and
+//! the rooms in flight a call sent straight takes.
 
 use redis::Value;
 
-use super::coalesce::{Entry, entry_reply, split_reply};
-use super::{BackendError, ScriptCall};
+use super::coalesce::{Coalescer, Entry, entry_reply, split_reply};
+use super::{BackendError, LuaScript, RedisBackend, RedisConnection, ScriptCall};
 
 #[test]
 fn a_string_in_an_entrys_place_is_its_error() {
@@ -78,4 +79,30 @@ fn replies_must_match_the_entries() {
             "{reply:?}"
         );
     }
+}
+
+/// A call sent straight takes one of the few rooms in flight, as a call the coalescer makes
+/// does: while they are all out, a request queues, and a room dropped (its call over, or its
+/// request gone before it was sent) is given back. Without coalescing, every call goes at once.
+#[tokio::test]
+async fn a_call_sent_straight_holds_its_room_until_dropped() {
+    static SCRIPT: std::sync::LazyLock<LuaScript> =
+        std::sync::LazyLock::new(|| LuaScript::new("return 1"));
+    // Nothing listens: no call is made, only rooms taken and given back.
+    let conn = RedisConnection::open_lazy("redis://127.0.0.1:1/")
+        .await
+        .expect("a lazy connection");
+    let backend = RedisBackend::new(conn);
+    let calls: Coalescer<Sized> = Coalescer::new(backend.clone(), &SCRIPT, 64);
+    let first = calls.room(0).expect("room");
+    let second = calls.room(0).expect("room");
+    assert!(calls.room(0).is_none(), "both rooms are out");
+    drop(first);
+    let third = calls.room(0).expect("the room given back");
+    assert!(calls.room(0).is_none());
+    drop((second, third));
+    assert!(calls.room(0).is_some());
+    let alone: Coalescer<Sized> = Coalescer::new(backend, &SCRIPT, 1);
+    let rooms: Vec<_> = (0..10).map(|_| alone.room(0).expect("no limit")).collect();
+    assert_eq!(rooms.len(), 10);
 }

@@ -479,7 +479,7 @@ impl RedisConnection {
     async fn send(&self, request: Request<'_>) -> RedisResult<Value> {
         let kind = self.live()?;
         match &*kind {
-            Kind::Manager(manager) => request.on(&mut manager.clone()).await,
+            Kind::Manager(manager) => request.on_manager(&mut manager.clone()).await,
             #[cfg(feature = "bb8")]
             // Boxed: a pool's checkout future is large, and a call's future is as large as its
             // largest branch (the multiplexed ones are a few hundred bytes).
@@ -521,6 +521,31 @@ enum Request<'a> {
 }
 
 impl Request<'_> {
+    /// [`on`](Self::on) a connection manager: a command goes straight to its
+    /// `send_packed_command`, since through redis-rs' `ConnectionLike` (what `query_async`
+    /// takes) every command would be boxed once more.
+    async fn on_manager(self, manager: &mut ConnectionManager) -> RedisResult<Value> {
+        match self {
+            Self::Cmd(cmd) => manager
+                .send_packed_command(cmd)
+                .await
+                .and_then(Value::extract_error),
+            #[cfg(any(feature = "rate-limit", feature = "cache", feature = "session"))]
+            request => request.on(manager).await,
+        }
+    }
+
+    #[cfg_attr(
+        not(any(
+            feature = "rate-limit",
+            feature = "cache",
+            feature = "session",
+            feature = "bb8",
+            feature = "cluster",
+            feature = "sentinel"
+        )),
+        allow(dead_code)
+    )]
     async fn on(self, conn: &mut impl redis::aio::ConnectionLike) -> RedisResult<Value> {
         match self {
             Self::Cmd(cmd) => cmd.query_async(conn).await,

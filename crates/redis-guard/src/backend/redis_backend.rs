@@ -1,5 +1,6 @@
 //! [`RedisBackend`]: the Redis component every layer runs on.
 
+use std::cell::Cell;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -292,10 +293,15 @@ impl RedisBackend {
     ) -> ScriptCall<'a> {
         // EVALSHA, the hash, the key count, the keys, the shift, then `args`.
         let key_bytes: usize = keys.iter().map(|k| k.as_ref().len()).sum();
-        let mut cmd = redis::Cmd::with_capacity(
-            4 + keys.len() + args,
-            7 + 40 + 4 + key_bytes + 20 + bytes,
-        );
+        let (args, bytes) = (4 + keys.len() + args, 7 + 40 + 4 + key_bytes + 20 + bytes);
+        // A small command: this thread's spare one, else one that will fit any small one.
+        let small = args <= SPARE_ARGS && bytes <= SPARE_BYTES;
+        let mut cmd = match small {
+            true => SPARE
+                .take()
+                .unwrap_or_else(|| redis::Cmd::with_capacity(SPARE_ARGS, SPARE_BYTES)),
+            false => redis::Cmd::with_capacity(args, bytes),
+        };
         cmd.arg("EVALSHA");
         cmd.arg(script.get_hash()).arg(keys.len());
         for key in keys {
@@ -316,6 +322,7 @@ impl RedisBackend {
             cmd,
             circuit,
             deadline: None,
+            small,
         }
     }
 
@@ -493,6 +500,8 @@ pub(crate) struct ScriptCall<'a> {
     circuit: usize,
     /// When the call must be answered (`None`: the backend's timeout from the start).
     deadline: Option<tokio::time::Instant>,
+    /// Whether the command was expected small: it may be kept for the next call.
+    small: bool,
 }
 
 impl ScriptCall<'_> {
@@ -516,10 +525,48 @@ impl ScriptCall<'_> {
     /// script and runs it again (one call for the breaker). Errors of our scripts and Lua errors
     /// are [`BackendError::Script`].
     pub(crate) async fn run(self) -> Result<Value, BackendError> {
-        let call = pin!(self.backend.inner.conn.evalsha(self.script, &self.cmd));
-        self.backend
-            .guarded(call, BackendError::from_script, self.circuit, self.deadline)
-            .await
+        let outcome = {
+            let call = pin!(self.backend.inner.conn.evalsha(self.script, &self.cmd));
+            self.backend
+                .guarded(call, BackendError::from_script, self.circuit, self.deadline)
+                .await
+        };
+        if self.small {
+            spare(self.cmd);
+        }
+        outcome
+    }
+}
+
+thread_local! {
+    /// A small command whose call has ended, its buffers kept for the next small call made on
+    /// this thread: a thread makes one call after another, and a command costs two
+    /// allocations.
+    static SPARE: Cell<Option<redis::Cmd>> = const { Cell::new(None) };
+}
+
+/// The most arguments (`EVALSHA`, its hash and key count included) of a small command.
+const SPARE_ARGS: usize = 16;
+
+/// The most bytes of a small command's arguments: a larger one (a coalesced call of many
+/// entries, a session's values) is made to its size and let go after its call.
+const SPARE_BYTES: usize = 1024;
+
+/// Keeps `cmd` (made small) for the next small call on this thread, emptied, if it stayed small.
+fn spare(mut cmd: redis::Cmd) {
+    let args = cmd.args_iter();
+    if args.len() > SPARE_ARGS {
+        return;
+    }
+    let bytes: usize = args
+        .map(|arg| match arg {
+            redis::Arg::Simple(arg) => arg.len(),
+            _ => 0,
+        })
+        .sum();
+    if bytes <= SPARE_BYTES {
+        cmd.clear();
+        drop(SPARE.with(|spare| spare.replace(Some(cmd))));
     }
 }
 
@@ -555,7 +602,7 @@ fn hash_tag(key: &str) -> &str {
 
 #[cfg(test)]
 mod tests {
-    use super::hash_tag;
+    use super::{SPARE, SPARE_ARGS, SPARE_BYTES, hash_tag, spare};
 
     #[test]
     fn hash_tags_follow_the_cluster_rules() {
@@ -563,5 +610,25 @@ mod tests {
         assert_eq!(hash_tag("x{}y{z}"), "x{}y{z}");
         assert_eq!(hash_tag("no-tag"), "no-tag");
         assert_eq!(hash_tag("{open"), "{open");
+    }
+
+    /// A thread keeps the last small command it ran, emptied, and nothing larger: a call of many
+    /// entries or of large values does not stay in memory after it.
+    #[test]
+    fn a_thread_keeps_only_a_small_command_emptied() {
+        let command = |args: usize, bytes: usize| {
+            let mut cmd = redis::cmd("EVALSHA");
+            for _ in 1..args {
+                cmd.arg(vec![b'x'; bytes / args]);
+            }
+            cmd
+        };
+        spare(command(SPARE_ARGS, SPARE_BYTES - 100));
+        let kept = SPARE.take().expect("a small command is kept");
+        assert_eq!(kept.args_iter().len(), 0, "kept emptied");
+        for (args, bytes) in [(SPARE_ARGS + 1, 100), (4, SPARE_BYTES * 2)] {
+            spare(command(args, bytes));
+            assert!(SPARE.take().is_none(), "{args} arguments of {bytes} bytes");
+        }
     }
 }

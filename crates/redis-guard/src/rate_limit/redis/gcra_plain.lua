@@ -5,7 +5,9 @@
 --
 -- KEYS     per request, its rules' state keys, in rule order (n per request)
 -- ARGV[1]  a time shift in µs added to Redis TIME (0 in production)
--- ARGV     then per rule: its burst, emission interval (µs) and cost
+-- ARGV[2]  per rule, its burst, emission interval (µs) and cost, `<burst>:<emission>:<cost>`,
+--          the rules' joined by `,` (one argument: the client frames each argument of every
+--          call, and these never change)
 -- Reply    one array, request after request: per rule one integer, as gcra_only.lua's compact
 --          reply (admitted: the TAT its reset counts to, less now, >= 0; denied: now less the
 --          TAT, less 1, < 0); or, for a request with a key Redis cannot GET (a key of another
@@ -13,13 +15,13 @@
 --          request of one rule replies with that one integer (or string) alone, not in an
 --          array: the client reads a bare integer for less than an array of one.
 local now = clock()
-local n = (#ARGV - 1) / 3
-if n < 1 or n ~= math.floor(n) or #KEYS % n ~= 0 then
-  return redis.error_reply('RG_ARITY ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
+local burst, em, cost, n = {}, {}, {}, 0
+for b, e, c in string.gmatch(ARGV[2] or '', '(%d+):(%d+):(%d+)') do
+  n = n + 1
+  burst[n], em[n], cost[n] = tonumber(b), tonumber(e), tonumber(c)
 end
-local burst, em, cost = {}, {}, {}
-for i = 1, n do
-  burst[i], em[i], cost[i] = tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])
+if n < 1 or #ARGV ~= 2 or #KEYS % n ~= 0 then
+  return redis.error_reply('RG_ARITY ' .. #KEYS .. ' keys and ' .. n .. ' rules')
 end
 -- The TAT of every key read so far, as the requests before left it (false: none); the TATs to
 -- store: a key many requests share (one busy client) is read once and written once per call.

@@ -65,9 +65,10 @@ impl Entry for Keys {
 }
 
 /// The calls of `gcra_plain.lua` for one layer's rules: their numbers (burst, emission
-/// interval, cost per rule), encoded once, then every queued request's keys.
+/// interval, cost per rule), encoded once as the script's one argument, then every queued
+/// request's keys.
 #[derive(Clone, Debug)]
-pub(super) struct Numbers(Arc<[Box<[u8]>]>);
+pub(super) struct Numbers(Arc<str>);
 
 impl Form<Keys> for Numbers {
     type Reply = Value;
@@ -117,12 +118,8 @@ impl Numbers {
         keys: &[impl AsRef<str>],
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Value, BackendError> {
-        let bytes = self.0.iter().map(|arg| arg.len()).sum();
-        let mut call = backend.script_sized(&GCRA_PLAIN, keys, self.0.len(), bytes);
-        for arg in &*self.0 {
-            call.arg(&arg[..]);
-        }
-        call.until(deadline);
+        let mut call = backend.script_sized(&GCRA_PLAIN, keys, 1, self.0.len());
+        call.arg(&*self.0).until(deadline);
         call.run().await
     }
 }
@@ -146,9 +143,10 @@ impl PlainRules {
                     .collect();
                 let numbers = ints
                     .iter()
-                    .flat_map(|&[.., burst, emission, cost]| [burst, emission, cost])
-                    .map(|n| n.to_string().into_bytes().into())
-                    .collect();
+                    .map(|&[.., burst, emission, cost]| format!("{burst}:{emission}:{cost}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+                    .into();
                 let max = limiter.coalescers.gcra.max();
                 let calls = Coalescer::with_form(limiter.backend.clone(), Numbers(numbers), max);
                 (How::Gcra { calls, ints }, "gcra")
@@ -183,32 +181,57 @@ impl PlainRules {
         })
     }
 
-    /// The rules' states for `keys` from Redis; the deny cache told. `now`: the cache's time
-    /// before the call; `asked`: the request's key in the cache, when it was looked up.
-    async fn decide_on_redis(
+    /// The rules' states for `keys` from Redis, by their one fixed window's transaction; the
+    /// deny cache told. `now`: the cache's time before the call; `asked`: the request's key in
+    /// the cache, when it was looked up.
+    async fn count_on_redis(
         &self,
         keys: Few<Key>,
         now: Option<u64>,
         asked: Option<u64>,
     ) -> Result<Few<RuleState>, LimiterError> {
-        let keys = keys.as_slice();
-        let states: Few<RuleState> = match &self.how {
-            How::Gcra { calls, ints } => {
-                let names = keys
-                    .iter()
-                    .enumerate()
-                    .map(|(i, key)| self.key_name(i, key))
-                    .collect();
-                parse_compact(&calls.call(Keys(names)).await?, ints)?
-            }
-            How::Counted(counted) => {
-                let plain = counted.for_key(self.key_name(0, &keys[0]));
-                Few::One(plain.state(&self.limiter.coalescers).await?)
-            }
+        let How::Counted(counted) = &self.how else {
+            unreachable!("a layer's one fixed window")
         };
+        let plain = counted.for_key(self.key_name(0, &keys.as_slice()[0]));
+        let state = plain.state(&self.limiter.coalescers).await?;
+        Ok(self.told(Few::One(state), &keys, now, asked))
+    }
+
+    /// The calls of GCRA rules, and each rule's numbers. (A request's future holds the rules,
+    /// so it finds them here, not in a borrow of them.)
+    fn gcra(&self) -> (&Coalescer<Keys, Numbers>, &[[u64; 6]]) {
+        match &self.how {
+            How::Gcra { calls, ints } => (calls, ints),
+            How::Counted(_) => unreachable!("GCRA rules' calls"),
+        }
+    }
+
+    /// The GCRA rules' states from `reply`, the integers Redis answered for `keys`; the deny
+    /// cache told.
+    fn decided(
+        &self,
+        reply: Result<Value, BackendError>,
+        keys: &Few<Key>,
+        now: Option<u64>,
+        asked: Option<u64>,
+    ) -> Result<Few<RuleState>, LimiterError> {
+        let states = parse_compact(&reply?, self.gcra().1)?;
+        Ok(self.told(states, keys, now, asked))
+    }
+
+    /// `states`, once the deny cache is told of them.
+    fn told(
+        &self,
+        states: Few<RuleState>,
+        keys: &Few<Key>,
+        now: Option<u64>,
+        asked: Option<u64>,
+    ) -> Few<RuleState> {
         let Some(cache) = self.limiter.deny_cache.as_deref() else {
-            return Ok(states);
+            return states;
         };
+        let keys = keys.as_slice();
         answered(
             cache,
             &self.limiter.backend,
@@ -217,7 +240,7 @@ impl PlainRules {
             now.map(|now| (now, asked)),
             || cache.key(PlainRequest(&self.rules, keys)),
         );
-        Ok(states)
+        states
     }
 }
 
@@ -257,8 +280,37 @@ impl PlainStore for Arc<PlainRules> {
             asked = Some(key);
         }
         let this = Arc::clone(self);
-        Some(PlainStates::Later(Box::pin(async move {
-            this.decide_on_redis(keys, now, asked).await
-        })))
+        let calls = match &self.how {
+            How::Gcra { calls, .. } => calls,
+            How::Counted(_) => {
+                return Some(PlainStates::Later(Box::pin(async move {
+                    this.count_on_redis(keys, now, asked).await
+                })));
+            }
+        };
+        let names = Keys(
+            keys.as_slice()
+                .iter()
+                .enumerate()
+                .map(|(i, key)| self.key_name(i, key))
+                .collect(),
+        );
+        // A request that finds room on a single Redis makes its call straight, in this one
+        // future (a queued request's stays small: the coalescer boxes a call it makes).
+        let room = if limiter.backend.connection().is_cluster() {
+            None
+        } else {
+            calls.room(0)
+        };
+        Some(PlainStates::Later(match room {
+            Some(room) => Box::pin(async move {
+                let reply = this.gcra().0.call_in(room, names).await;
+                this.decided(reply, &keys, now, asked)
+            }),
+            None => Box::pin(async move {
+                let reply = this.gcra().0.call(names).await;
+                this.decided(reply, &keys, now, asked)
+            }),
+        }))
     }
 }
