@@ -285,8 +285,12 @@ impl ClientIp {
     /// The client's address, or `None` (nothing logged) when the request carries no peer
     /// address: what sessions record.
     #[cfg(feature = "session")]
-    pub(crate) fn address(&self, parts: &Parts) -> Option<IpAddr> {
-        self.resolve(parts).map(|client| client.ip())
+    pub(crate) fn address(
+        &self,
+        headers: &HeaderMap,
+        extensions: &http::Extensions,
+    ) -> Option<IpAddr> {
+        peer::peer(extensions).map(|addr| self.behind(headers, addr.ip()))
     }
 
     /// `ip`, found by this `ClientIp`, with its grouping.

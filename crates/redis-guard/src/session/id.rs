@@ -45,16 +45,23 @@ impl SessionId {
     pub(crate) fn parse_bytes(s: &[u8]) -> Option<Self> {
         let s: &[u8; ENCODED_LEN] = s.try_into().ok()?;
         let mut bytes = [0u8; 32];
+        // Any byte outside the alphabet has [`INVALID`]'s top bits: one check at the end.
+        let mut seen = 0u8;
+        let mut value = |c: u8| {
+            let v = SEXTETS[usize::from(c)];
+            seen |= v;
+            u32::from(v)
+        };
         // Ten groups of 4 characters give 30 bytes; the last 3 characters give 2 more.
-        let (groups, tail) = s.split_at(40);
-        for (out, group) in bytes.chunks_exact_mut(3).zip(groups.chunks_exact(4)) {
-            let n = (0..4).try_fold(0u32, |n, i| Some(n << 6 | sextet(group[i])?))?;
+        for (out, group) in bytes.chunks_exact_mut(3).zip(s[..40].chunks_exact(4)) {
+            let n = value(group[0]) << 18
+                | value(group[1]) << 12
+                | value(group[2]) << 6
+                | value(group[3]);
             out.copy_from_slice(&n.to_be_bytes()[1..]);
         }
-        let n = tail
-            .iter()
-            .try_fold(0u32, |n, &c| Some(n << 6 | sextet(c)?))?;
-        if n & 0b11 != 0 {
+        let n = value(s[40]) << 12 | value(s[41]) << 6 | value(s[42]);
+        if seen & !0x3f != 0 || n & 0b11 != 0 {
             return None;
         }
         bytes[30..].copy_from_slice(&u16::try_from(n >> 2).ok()?.to_be_bytes());
@@ -102,12 +109,6 @@ const SEXTETS: [u8; 256] = {
 
 /// [`SEXTETS`]' mark for a byte outside the alphabet.
 const INVALID: u8 = 0xff;
-
-/// The value of a base64url character; `None` for any other byte.
-fn sextet(c: u8) -> Option<u32> {
-    let v = SEXTETS[usize::from(c)];
-    (v != INVALID).then_some(u32::from(v))
-}
 
 /// A session id with its storage key, hashed once per request: what a request's loaded session
 /// is known by (a load, then a save or a rotation, all name the same key).

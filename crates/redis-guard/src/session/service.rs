@@ -2,8 +2,6 @@
 
 use std::sync::Arc;
 
-use http::Request;
-
 use super::body::ResponseBody;
 use super::cookie_header::ReadCookie;
 use super::future::ResponseFuture;
@@ -23,9 +21,8 @@ impl_service! {
         let shared = &this.shared;
         let cookie = shared.transport.read(req.headers(), &shared.cookie);
         let has_cookie = matches!(cookie, ReadCookie::Ids(_));
-        let (parts, body) = req.into_parts();
-        let visit = Visit::of(&parts, &shared.metadata);
-        let mut req = Request::from_parts(parts, body);
+        let visit = Visit::of(&req, &shared.metadata);
+        let mut req = req;
         let session = Session::new(Arc::clone(shared), cookie, visit);
         // A response cache inside this layer reads its mark: never store what this request
         // renders if it carried a session, or once its handler uses one.

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::HeaderValue;
-use http::request::Parts;
+use http::Request;
 
 use super::cookie::CookieConfig;
 use super::store::{Lifetimes, SessionStore};
@@ -61,14 +61,14 @@ impl Visit {
     /// The client details of the request with head `parts`, as `metadata` asks. Without a peer
     /// address in the extensions (axum's `ConnectInfo` or [`PeerAddr`](crate::client_ip::PeerAddr))
     /// no address is recorded, and nothing is logged: sessions work without one.
-    pub(crate) fn of(parts: &Parts, metadata: &Metadata) -> Self {
+    pub(crate) fn of<B>(req: &Request<B>, metadata: &Metadata) -> Self {
         let ip = metadata
             .ip
             .as_ref()
-            .and_then(|client| client.address(parts));
+            .and_then(|client| client.address(req.headers(), req.extensions()));
         let user_agent = metadata
             .user_agent
-            .then(|| parts.headers.get(http::header::USER_AGENT).cloned())
+            .then(|| req.headers().get(http::header::USER_AGENT).cloned())
             .flatten();
         Self { ip, user_agent }
     }
@@ -185,7 +185,7 @@ mod tests {
                 let addr = peer.parse().expect("an address");
                 req.extensions_mut().insert(PeerAddr(addr));
             }
-            req.into_parts().0
+            req
         };
         let ip = |s: &str| Some(s.parse::<IpAddr>().expect("an address"));
         let peer_only = Metadata::default();
