@@ -38,9 +38,9 @@ static INVALIDATE: LazyLock<LuaScript> =
 /// and its tags' records; on a Cluster, where a tag lives in a slot of its own (it spans many
 /// URIs), a `GET` of each record goes to its master at the same time: still one round trip,
 /// no script. Under load, the hits without tags that arrive while two reads are out go
-/// together, one `MGET` of their entries. The entries of a URI (every `Vary` variant), its list and its record share a
-/// hash slot (the URI digest is their hash tag), so fills and invalidations are scripts on
-/// one slot: nothing crosses hash slots.
+/// together, one `MGET` of their entries. The entries of a URI (every `Vary` variant), its
+/// list and its record share a hash slot (the URI digest is their hash tag), so fills and
+/// invalidations are scripts on one slot: nothing crosses hash slots.
 ///
 /// ```no_run
 /// use redis_guard::backend::{RedisBackend, RedisConnection};
