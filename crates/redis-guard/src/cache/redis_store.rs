@@ -1,6 +1,5 @@
 //! [`RedisCacheStore`]: entries in Redis, shared by every replica.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
@@ -60,12 +59,8 @@ struct Inner {
     backend: RedisBackend,
     lock: Lock,
     clock: RedisClock,
-    /// The hits' `GET`s that go through the coalescer: those that arrive while reads are in
-    /// flight go together.
+    /// The hits' `GET`s: those that arrive while reads are in flight go together.
     reads: Coalescer<Queued, Gets>,
-    /// How many hits' `GET`s are out that did not go through `reads`: while fewer than
-    /// [`STRAIGHT`], a hit sends its `GET` at once, and pays nothing for the coalescer.
-    straight: AtomicUsize,
     /// What the name of a response entry starts with (the backend's prefix and `cr:`).
     entry_prefix: String,
     /// What the name of a value in no group starts with (the backend's prefix and `c:`).
@@ -204,7 +199,6 @@ impl RedisCacheStore {
             inner: Arc::new(Inner {
                 lock: Lock::new(RedisLockStore::new(backend.clone())),
                 reads: Coalescer::with_form(backend.clone(), Gets, DEFAULT_BATCH),
-                straight: AtomicUsize::new(0),
                 entry_prefix: key_prefix(&backend, "cr"),
                 plain_prefix: key_prefix(&backend, "c"),
                 backend,
@@ -255,29 +249,6 @@ fn known_now(backend: &RedisBackend, clock: &RedisClock) -> Option<u64> {
         || clock.now().map(|us| us.saturating_add(backend.shift_us())),
         Some,
     )
-}
-
-/// How many hits' `GET`s may be out at once without the coalescer: as many as it lets out
-/// before it makes a batch wait, so that a hit pays for it only when there is something to
-/// coalesce.
-const STRAIGHT: usize = 2;
-
-/// A `GET` sent straight, counted while it is out.
-struct Straight<'a>(&'a AtomicUsize);
-
-impl<'a> Straight<'a> {
-    /// Counts one more `GET` out, when fewer than [`STRAIGHT`] are.
-    fn take(out: &'a AtomicUsize) -> Option<Self> {
-        let before = out.fetch_add(1, Ordering::Relaxed);
-        let this = Self(out);
-        (before < STRAIGHT).then_some(this)
-    }
-}
-
-impl Drop for Straight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 /// What one `GET` of an entry answered, read at `now`.
@@ -581,9 +552,9 @@ impl RedisCacheStore {
     /// boxed future, no clone of the store): one `GET`, when the store's time is known
     /// without asking Redis; `None` when it is not (then [`Ops::read`] asks for it). The `GET`
     /// is the one `built` holds (it is built there the first time: every request of a page
-    /// sends the same command), else built for this read. A page's read waits for room while
-    /// [`STRAIGHT`] reads of the store and two coalesced calls are out, and then goes with the
-    /// others that waited, in one `MGET`.
+    /// sends the same command), else built for this read. A page's read takes the coalescer's
+    /// room and sends its `GET` straight when the coalescer has some (on a single Redis), else
+    /// waits for room and goes with the others that waited, in one `MGET`.
     pub(crate) async fn read_alone(
         &self,
         key: Key<'_>,
@@ -592,14 +563,21 @@ impl RedisCacheStore {
         let now = known_now(&self.inner.backend, &self.inner.clock)?;
         let reply = match built {
             Some(built) => {
-                let read = built.get_or_init(|| EntryGet {
+                built.get_or_init(|| EntryGet {
                     key: [self.name(key)],
                     get: self.get(key),
                 });
-                let out = Straight::take(&self.inner.straight);
-                match out {
-                    Some(_out) => self.inner.backend.query(&read.get).await,
-                    None => self.inner.reads.call(Queued(Arc::clone(built))).await,
+                let reads = &self.inner.reads;
+                // A single Redis with room: the `GET` straight, in this future, the room held
+                // for it (a queued read's future stays small: the coalescer boxes its call).
+                let room = if self.inner.backend.connection().is_cluster() {
+                    None
+                } else {
+                    reads.room(0)
+                };
+                match room {
+                    Some(room) => reads.call_in(room, Queued(Arc::clone(built))).await,
+                    None => reads.call(Queued(Arc::clone(built))).await,
                 }
             }
             None => self.inner.backend.query(&self.get(key)).await,
