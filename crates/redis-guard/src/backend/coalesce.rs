@@ -29,7 +29,8 @@
 //!
 //! A request never waits for company: while fewer than [`IN_FLIGHT`] calls are out, it goes at
 //! once, in a call of its own, made by its own future (a caller that takes the room first,
-//! [`Coalescer::room`], makes that call itself, with nothing of the coalescer around it).
+//! [`Coalescer::room`], makes that call itself, with nothing of the coalescer around it; on a
+//! single Redis, taking that room and giving it back are one atomic step each, no lock).
 //! Otherwise it joins the newest batch
 //! waiting for room (or starts one), and parks. When a call returns, the caller that made it
 //! hands the room to the oldest waiting batch: one of that batch's waiters makes its call, in
@@ -54,6 +55,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
@@ -150,13 +152,101 @@ pub(crate) trait Entry: Send + Sync + 'static {
     }
 }
 
-/// The queues by hash slot (slot 0 on a single Redis), each present while it has calls out.
-type Queues<E, R> = Mutex<HashMap<u16, Queue<E, R>, BuildHasherDefault<SlotHasher>>>;
+/// The queues by hash slot (slot 0 on a single Redis), each present while it has calls out
+/// (slot 0's always).
+struct Queues<E, R> {
+    /// Slot 0's gate, also in its queue: a call sent straight on a single Redis takes its room
+    /// and gives it back here, without the lock, while no batch of slot 0 waits.
+    zero: Arc<Gate>,
+    slots: Mutex<HashMap<u16, Queue<E, R>, BuildHasherDefault<SlotHasher>>>,
+}
 
-/// One slot's calls: how many are out, and the batches waiting for room, oldest first.
+impl<E, R> Default for Queues<E, R> {
+    fn default() -> Self {
+        let zero = Arc::new(Gate::default());
+        let mut slots = HashMap::default();
+        slots.insert(0, Queue::new(Arc::clone(&zero)));
+        Self {
+            zero,
+            slots: Mutex::new(slots),
+        }
+    }
+}
+
+/// One slot's calls: how many are out (its gate), and the batches waiting for room, oldest
+/// first.
 struct Queue<E, R> {
-    in_flight: usize,
+    gate: Arc<Gate>,
     waiting: VecDeque<Arc<Batch<E, R>>>,
+}
+
+impl<E, R> Queue<E, R> {
+    fn new(gate: Arc<Gate>) -> Self {
+        Self {
+            gate,
+            waiting: VecDeque::new(),
+        }
+    }
+}
+
+/// A slot's calls out (the low bits) and whether batches of it wait ([`WAITING`]), in one word:
+/// room is taken while fewer than [`IN_FLIGHT`] are out and nobody waits, in one atomic step.
+/// The flag is set and cleared only under the queues' lock, with the batches it stands for;
+/// while it is set, calls out give their room back under the lock too, to the oldest batch.
+#[derive(Debug, Default)]
+struct Gate(AtomicUsize);
+
+/// [`Gate`]'s flag: batches wait.
+const WAITING: usize = 1 << (usize::BITS - 1);
+
+impl Gate {
+    /// Takes room for a call when there is some and no batch waits.
+    fn take(&self) -> bool {
+        // With the flag set the word is above any count, so one comparison says both.
+        self.update(|g| (g < IN_FLIGHT).then_some(g + 1))
+    }
+
+    /// Under the lock: takes room for a call when there is some and no batch waits, else sets
+    /// the flag (the caller queues a batch). Whether room was taken.
+    fn take_or_wait(&self) -> bool {
+        let before = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |g| {
+                Some(if g < IN_FLIGHT { g + 1 } else { g | WAITING })
+            });
+        before.is_ok_and(|g| g < IN_FLIGHT)
+    }
+
+    /// Under the lock: takes room for a waiting batch when there is some.
+    fn take_for_batch(&self) -> bool {
+        self.update(|g| ((g & !WAITING) < IN_FLIGHT).then_some(g + 1))
+    }
+
+    /// Gives one call's room back, unless batches wait (which take it under the lock).
+    fn give_back(&self) -> bool {
+        self.update(|g| (g & WAITING == 0).then(|| g.saturating_sub(1)))
+    }
+
+    /// Under the lock: gives one call's room back, whether batches wait or not.
+    fn leave(&self) {
+        let _ = self.update(|g| Some(if g & !WAITING == 0 { g } else { g - 1 }));
+    }
+
+    /// Under the lock: no batch waits any more.
+    fn none_waiting(&self) {
+        self.0.fetch_and(!WAITING, Ordering::AcqRel);
+    }
+
+    /// Whether no call is out and no batch waits.
+    fn idle(&self) -> bool {
+        self.0.load(Ordering::Acquire) == 0
+    }
+
+    fn update(&self, f: impl FnMut(usize) -> Option<usize>) -> bool {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, f)
+            .is_ok()
+    }
 }
 
 /// Entries waiting to go to Redis in one call, and then their replies.
@@ -296,24 +386,20 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
         reply
     }
 
-    /// Room for a call of its own in `slot` (0 on a single Redis), taken now, when there is
-    /// some and no batch waits for it (or when nothing coalesces): its holder makes its call
-    /// straight, with no batch and no future of the coalescer around it, and gives the room back
-    /// when it drops it. `None`: [`call`](Self::call) queues the entry.
+    /// Room for a call of its own on a single Redis, taken now, when there is some and no batch
+    /// waits for it (or when nothing coalesces): its holder makes its call straight, with no
+    /// batch and no future of the coalescer around it, and gives the room back when it drops
+    /// it. Taking it and giving it back are one atomic step each. `None` (always on a cluster,
+    /// whose entries queue by slot): [`call`](Self::call) queues the entry.
     #[cfg_attr(not(any(feature = "rate-limit", feature = "cache")), allow(dead_code))]
-    pub(crate) fn room(&self, slot: u16) -> Option<Room<E, F::Reply>> {
+    pub(crate) fn room(&self) -> Option<Room<E, F::Reply>> {
         if self.max <= 1 {
             return Some(Room(None));
         }
-        let mut queues = lock(&self.queues);
-        let Some(queue) = queue(&mut queues, slot) else {
-            return Some(Room(None));
-        };
-        if queue.in_flight < IN_FLIGHT && queue.waiting.is_empty() {
-            queue.in_flight += 1;
-            return Some(Room(Some((Arc::clone(&self.queues), slot))));
+        if self.backend.connection().is_cluster() || !self.queues.zero.take() {
+            return None;
         }
-        None
+        Some(Room(Some(Arc::clone(&self.queues))))
     }
 
     /// The queue `entry` may join: 0 on a single Redis; on a cluster its keys' hash slot, or
@@ -335,12 +421,11 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
     /// Takes room for `entry` in `slot` when there is some and no batch waits for it, else a
     /// seat in the newest waiting batch (a new one when it is full).
     fn join(&self, slot: u16, entry: E) -> Joined<E, F::Reply> {
-        let mut queues = lock(&self.queues);
-        let Some(queue) = queue(&mut queues, slot) else {
+        let mut slots = lock(&self.queues.slots);
+        let Some(queue) = queue(&mut slots, slot) else {
             return Joined::Untracked(entry);
         };
-        if queue.in_flight < IN_FLIGHT && queue.waiting.is_empty() {
-            queue.in_flight += 1;
+        if queue.gate.take() {
             return Joined::Room(entry);
         }
         // While the circuit of the entry's master is open (and no probe is due), a queued entry
@@ -350,6 +435,10 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
         let first = F::keys(&entry).first().map(String::as_str);
         if self.backend.breaker_state_of(first) == BreakerState::Open {
             return Joined::Refused;
+        }
+        // A call that ended since gave its room back: take it; else the gate says batches wait.
+        if queue.gate.take_or_wait() {
+            return Joined::Room(entry);
         }
         let mut entry = Some(entry);
         if let Some(batch) = queue.waiting.back() {
@@ -386,10 +475,9 @@ fn queue<E, R>(
     match queues.entry(slot) {
         std::collections::hash_map::Entry::Occupied(queue) => Some(queue.into_mut()),
         std::collections::hash_map::Entry::Vacant(_) if full => None,
-        std::collections::hash_map::Entry::Vacant(vacant) => Some(vacant.insert(Queue {
-            in_flight: 0,
-            waiting: VecDeque::new(),
-        })),
+        std::collections::hash_map::Entry::Vacant(vacant) => {
+            Some(vacant.insert(Queue::new(Arc::default())))
+        }
     }
 }
 
@@ -416,15 +504,15 @@ impl<E, R> Seat<E, R> {
     }
 }
 
-/// One call's room taken by [`Coalescer::room`], given back when dropped (`None`: untracked,
-/// nothing to give back).
+/// One call's room in slot 0 taken by [`Coalescer::room`], given back when dropped (`None`:
+/// nothing coalesces, nothing to give back).
 #[cfg_attr(not(any(feature = "rate-limit", feature = "cache")), allow(dead_code))]
-pub(crate) struct Room<E, R>(Option<(Arc<Queues<E, R>>, u16)>);
+pub(crate) struct Room<E, R>(Option<Arc<Queues<E, R>>>);
 
 impl<E, R> Drop for Room<E, R> {
     fn drop(&mut self) {
-        if let Some((queues, slot)) = &self.0 {
-            release(queues, *slot);
+        if let Some(queues) = &self.0 {
+            release(queues, 0);
         }
     }
 }
@@ -443,34 +531,41 @@ impl<E, R> Drop for Out<'_, E, R> {
 
 /// One call of `slot` has ended: its room goes to the oldest waiting batch that still has a
 /// caller, whose next polled waiter makes the call; the queue goes when nothing is left in it
-/// (but slot 0's).
+/// (but slot 0's). While no batch of slot 0 waits, its room is given back without the lock.
 fn release<E, R>(queues: &Queues<E, R>, slot: u16) {
-    let mut queues = lock(queues);
-    let Some(queue) = queues.get_mut(&slot) else {
+    if slot == 0 && queues.zero.give_back() {
+        return;
+    }
+    let mut slots = lock(&queues.slots);
+    let Some(queue) = slots.get_mut(&slot) else {
         return;
     };
-    queue.in_flight = queue.in_flight.saturating_sub(1);
-    while queue.in_flight < IN_FLIGHT
-        && let Some(batch) = queue.waiting.pop_front()
-    {
+    queue.gate.leave();
+    while !queue.waiting.is_empty() && queue.gate.take_for_batch() {
+        let Some(batch) = queue.waiting.pop_front() else {
+            queue.gate.leave();
+            break;
+        };
         let mut state = lock(&batch.state);
         let Some(seat) = state.seats.iter_mut().find(|s| s.live) else {
             // Every caller gave up: nothing to send.
             state.phase = Phase::Done;
+            queue.gate.leave();
             continue;
         };
         let waker = seat.waker.take();
         state.phase = Phase::Go;
-        queue.in_flight += 1;
         drop(state);
         if let Some(waker) = waker {
             waker.wake();
         }
     }
-    // Slot 0's queue (a single Redis has no other) stays: a request sent alone then costs no
-    // more than one without coalescing.
-    if queue.in_flight == 0 && queue.waiting.is_empty() && slot != 0 {
-        queues.remove(&slot);
+    if queue.waiting.is_empty() {
+        queue.gate.none_waiting();
+        // Slot 0's queue (a single Redis has no other) stays.
+        if slot != 0 && queue.gate.idle() {
+            slots.remove(&slot);
+        }
     }
 }
 

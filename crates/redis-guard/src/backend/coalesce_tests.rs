@@ -94,15 +94,45 @@ async fn a_call_sent_straight_holds_its_room_until_dropped() {
         .expect("a lazy connection");
     let backend = RedisBackend::new(conn);
     let calls: Coalescer<Sized> = Coalescer::new(backend.clone(), &SCRIPT, 64);
-    let first = calls.room(0).expect("room");
-    let second = calls.room(0).expect("room");
-    assert!(calls.room(0).is_none(), "both rooms are out");
+    let first = calls.room().expect("room");
+    let second = calls.room().expect("room");
+    assert!(calls.room().is_none(), "both rooms are out");
     drop(first);
-    let third = calls.room(0).expect("the room given back");
-    assert!(calls.room(0).is_none());
+    let third = calls.room().expect("the room given back");
+    assert!(calls.room().is_none());
     drop((second, third));
-    assert!(calls.room(0).is_some());
+    assert!(calls.room().is_some());
     let alone: Coalescer<Sized> = Coalescer::new(backend, &SCRIPT, 1);
-    let rooms: Vec<_> = (0..10).map(|_| alone.room(0).expect("no limit")).collect();
+    let rooms: Vec<_> = (0..10).map(|_| alone.room().expect("no limit")).collect();
     assert_eq!(rooms.len(), 10);
+}
+
+/// While a batch waits for room, a call that returns gives its room to the batch, not to a
+/// request that asks for room straight: that one queues behind the batch. Once the batch's
+/// room comes back (its call ended, or every caller gave up), room is free again.
+#[tokio::test]
+async fn a_waiting_batch_gets_the_room_before_a_straight_call() {
+    static SCRIPT: std::sync::LazyLock<LuaScript> =
+        std::sync::LazyLock::new(|| LuaScript::new("return 1"));
+    let conn = RedisConnection::open_lazy("redis://127.0.0.1:1/")
+        .await
+        .expect("a lazy connection");
+    let calls: Coalescer<Sized> = Coalescer::new(RedisBackend::new(conn), &SCRIPT, 64);
+    let (first, second) = (calls.room().expect("room"), calls.room().expect("room"));
+    let mut queued = Box::pin(calls.call(Sized(1)));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(
+        queued.as_mut().poll(&mut cx).is_pending(),
+        "no room: it waits"
+    );
+    drop(first);
+    assert!(calls.room().is_none(), "the room went to the waiting batch");
+    drop(second);
+    let third = calls.room().expect("one room free again, no batch waiting");
+    assert!(calls.room().is_none(), "the batch and the third hold both");
+    // The batch's only caller gives up before making its call: the room comes back.
+    drop(queued);
+    let fourth = calls.room().expect("the batch's room given back");
+    drop((third, fourth));
+    assert!(calls.room().is_some());
 }

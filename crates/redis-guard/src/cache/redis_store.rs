@@ -570,12 +570,7 @@ impl RedisCacheStore {
                 let reads = &self.inner.reads;
                 // A single Redis with room: the `GET` straight, in this future, the room held
                 // for it (a queued read's future stays small: the coalescer boxes its call).
-                let room = if self.inner.backend.connection().is_cluster() {
-                    None
-                } else {
-                    reads.room(0)
-                };
-                match room {
+                match reads.room() {
                     Some(room) => reads.call_in(room, Queued(Arc::clone(built))).await,
                     None => reads.call(Queued(Arc::clone(built))).await,
                 }

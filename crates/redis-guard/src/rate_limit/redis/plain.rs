@@ -297,12 +297,7 @@ impl PlainStore for Arc<PlainRules> {
         );
         // A request that finds room on a single Redis makes its call straight, in this one
         // future (a queued request's stays small: the coalescer boxes a call it makes).
-        let room = if limiter.backend.connection().is_cluster() {
-            None
-        } else {
-            calls.room(0)
-        };
-        Some(PlainStates::Later(match room {
+        Some(PlainStates::Later(match calls.room() {
             Some(room) => Box::pin(async move {
                 let reply = this.gcra().0.call_in(room, names).await;
                 this.decided(reply, &keys, now, asked)
