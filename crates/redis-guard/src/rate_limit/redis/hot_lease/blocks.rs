@@ -4,6 +4,9 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
+use futures_util::future::Shared;
+
 use super::{GIVE_BACK, OPEN_COUNT_TTL_MS, RESERVE, lease_us};
 use crate::backend::{BackendError, ExpiringTable, RedisBackend, ScriptCall};
 use crate::prehashed::KeyedHash;
@@ -44,7 +47,13 @@ struct Entry {
     /// Redis denied the last reservation: until then (lease clock), requests go to Redis one
     /// by one, through the deny cache.
     cool_until: u64,
+    /// The give-back of the key's block whose lease ended, started by the lease's end: the
+    /// key's next requests wait for it to land, so that Redis decides them with its units.
+    returning: Option<Returning>,
 }
+
+/// A block's give-back that several requests may wait for.
+type Returning = Shared<BoxFuture<()>>;
 
 /// Units reserved on Redis that this replica admits from.
 struct Block {
@@ -149,7 +158,8 @@ impl HotLeases {
         let first = locked.entries.update(&id, |entry, deadline| {
             let Some(block) = (entry.block.as_mut()).filter(|b| now < b.end && b.left >= cost)
             else {
-                return (deadline, Err(entry.block.take_if(|b| now >= b.end)));
+                let own = entry.block.take_if(|b| now >= b.end);
+                return (deadline, Err((own, returning(entry))));
             };
             block.left -= cost;
             let state = block.state(now, p.emission_us);
@@ -164,7 +174,18 @@ impl HotLeases {
         self.detach(gone);
         let own = match first {
             Some(Ok(state)) => return Leased::Now(state),
-            Some(Err(own)) => own,
+            Some(Err((own, Some(returning)))) => {
+                // Decided once the ended block is back, as after its own give-back below.
+                drop(locked);
+                let backend = self.backend.clone();
+                return Leased::Normal(Some(Box::pin(async move {
+                    returning.await;
+                    if let Some(block) = own {
+                        give_back(backend, block).await;
+                    }
+                })));
+            }
+            Some(Err((own, None))) => own,
             None => None,
         };
         let table = &mut *locked;
@@ -176,6 +197,7 @@ impl HotLeases {
                 block: None,
                 reserving: None,
                 cool_until: 0,
+                returning: None,
             };
             table.entries.insert(id.clone(), fresh, now);
         }
@@ -252,15 +274,16 @@ impl HotLeases {
         }
     }
 
-    /// Takes block `block` of `id` out of the table, if it is still there.
-    fn close(&self, id: &Id, block: u64) -> Option<Block> {
+    /// Takes block `block` of `id` out of the table, if it is still there, for its give-back,
+    /// which the key's requests wait for until it lands (it starts when first polled).
+    fn close(&self, id: &Id, block: u64) -> Option<Returning> {
         let mut table = self.lock();
         let entry = table.entries.get_mut(id)?;
-        if entry.block.as_ref().is_some_and(|b| b.id == block) {
-            entry.block.take()
-        } else {
-            None
-        }
+        let block = entry.block.take_if(|b| b.id == block)?;
+        let back: BoxFuture<()> = Box::pin(give_back(self.backend.clone(), block));
+        let back = back.shared();
+        entry.returning = Some(back.clone());
+        Some(back)
     }
 
     /// Gives block `block` of `id` back when its lease ends (lease clock `end`), unless a
@@ -278,8 +301,8 @@ impl HotLeases {
                     };
                     let now = leases.now();
                     if now >= end {
-                        if let Some(block) = leases.close(&id, block) {
-                            give_back(leases.backend.clone(), block).await;
+                        if let Some(back) = leases.close(&id, block) {
+                            back.await;
                         }
                         return;
                     }
@@ -365,6 +388,12 @@ impl GiveBack {
     }
 }
 
+/// The give-back of `entry`'s ended block, while it has not landed.
+fn returning(entry: &mut Entry) -> Option<Returning> {
+    entry.returning.take_if(|back| back.peek().is_some());
+    entry.returning.clone()
+}
+
 impl Entry {
     /// Counts `cost` units asked for at `now` into the key's intervals (`lease` µs long), and
     /// returns what this replica asks of the key over a lease: its local rate × the lease.
@@ -439,4 +468,44 @@ fn parse(reply: &redis::Value) -> Result<Reserved, LimiterError> {
         at: unsigned(at)?,
         floor,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use redis_guard_testkit::RedisServer;
+
+    use super::*;
+    use crate::backend::RedisConnection;
+    use crate::rate_limit::{Quota, RedisLimiter, Rule};
+
+    /// A request that arrives while its key's ended block is on its way back (given back by
+    /// the lease's end, not yet landed) waits for it: Redis decides it with the block's unused
+    /// unit back, as if the block had never been reserved.
+    #[tokio::test]
+    async fn a_request_waits_for_its_keys_block_to_come_back() {
+        let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+        let conn = RedisConnection::open(&server.url()).await.unwrap();
+        let limiter = RedisLimiter::new(conn);
+        let rule = Rule::new("hot", Quota::per_hour(100)).leased(10);
+        // The first request is decided on Redis; the second, the key now busy, reserves a block
+        // of two units and takes one.
+        for remaining in [99, 98] {
+            let d = limiter.check(&rule, Key::from("k")).await.unwrap();
+            assert_eq!(d.remaining, remaining);
+        }
+        let leases = &limiter.leases;
+        let id: Id = (Arc::clone(rule.name_arc()), Key::from("k"));
+        let block = leases.lock().entries.get_mut(&id).and_then(|e| {
+            let block = e.block.as_ref()?;
+            Some((block.id, block.left))
+        });
+        let (block, left) = block.expect("a block reserved");
+        assert_eq!(left, 1);
+        // The lease ends: its give-back is taken out of the table, and not sent yet.
+        let back = leases.close(&id, block).expect("the block closed");
+        let d = limiter.check(&rule, Key::from("k")).await.unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 97, "three used, the unused unit back");
+        assert!(back.peek().is_some(), "the request drove the give-back");
+    }
 }
