@@ -336,8 +336,8 @@ async fn an_old_session_is_listed_rotated_and_revoked(h: Harness) {
         let (status, body, _) = send(addr, "GET", "/whoami", &id).await;
         assert_eq!((status, body.as_str()), (200, user), "{layout:?}");
 
-        let (status, _, new_id) = send(addr, "POST", "/cycle", &id).await;
-        assert_eq!(status, 200, "{layout:?}");
+        let (status, body, new_id) = send(addr, "POST", "/cycle", &id).await;
+        assert_eq!(status, 200, "{layout:?}: {body}");
         assert!(!new_id.is_empty() && new_id != id, "{layout:?}: a new id");
         assert!(
             hash(&h, &old_key).await.is_empty(),
