@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::{ExpiringTable, InProcess, micros};
+use crate::prehashed::KeyedHash;
 
 /// A bounded table of "denied until": after Redis denies a request with a known wait, the same
 /// request (same rules, keys and costs) is denied in process, with zero round trips, until that
@@ -26,7 +27,7 @@ use super::{ExpiringTable, InProcess, micros};
 #[derive(Debug)]
 pub(crate) struct DenyCache<V> {
     table: InProcess<Tables<V>>,
-    hasher: std::collections::hash_map::RandomState,
+    hasher: KeyedHash,
     /// How many denials the table held when last changed: an admitted decision (the common
     /// case) skips the lock while none is cached.
     denied: AtomicUsize,
@@ -50,13 +51,14 @@ impl<V> DenyCache<V> {
         };
         Self {
             table: InProcess::new(tables, None),
-            hasher: std::collections::hash_map::RandomState::new(),
+            hasher: KeyedHash::default(),
             denied: AtomicUsize::new(0),
         }
     }
 
-    /// The key of a request, or of one of its state keys; SipHash with a per-cache random key,
-    /// so clients cannot aim collisions at each other.
+    /// The key of a request, or of one of its state keys: a [`KeyedHash`] seeded at random per
+    /// cache, so clients cannot aim collisions at each other (as the in-process table names a
+    /// rule's state).
     pub(crate) fn key(&self, request: impl Hash) -> u64 {
         self.hasher.hash_one(request)
     }
