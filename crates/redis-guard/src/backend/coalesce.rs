@@ -300,7 +300,6 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
     /// some and no batch waits for it (or when nothing coalesces): its holder makes its call
     /// straight, with no batch and no future of the coalescer around it, and gives the room back
     /// when it drops it. `None`: [`call`](Self::call) queues the entry.
-    #[cfg_attr(not(any(feature = "rate-limit", feature = "cache")), allow(dead_code))]
     pub(crate) fn room(&self, slot: u16) -> Option<Room<E, F::Reply>> {
         if self.max <= 1 {
             return Some(Room(None));
@@ -418,7 +417,6 @@ impl<E, R> Seat<E, R> {
 
 /// One call's room taken by [`Coalescer::room`], given back when dropped (`None`: untracked,
 /// nothing to give back).
-#[cfg_attr(not(any(feature = "rate-limit", feature = "cache")), allow(dead_code))]
 pub(crate) struct Room<E, R>(Option<(Arc<Queues<E, R>>, u16)>);
 
 impl<E, R> Drop for Room<E, R> {
