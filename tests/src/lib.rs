@@ -936,17 +936,31 @@ impl Monitor {
     ///
     /// When the marker does not come back within 10 seconds.
     pub async fn split(&mut self, h: &Harness) -> (Vec<String>, Vec<String>) {
-        let _ = h;
         let mut sent = Vec::new();
         let mut inside = Vec::new();
+        for (node_sent, node_inside) in self.by_node(h).await {
+            sent.extend(node_sent);
+            inside.extend(node_inside);
+        }
+        (sent, inside)
+    }
+
+    /// [`split`](Self::split) node by node, in the order of [`ports`](Self::ports): each
+    /// node's client commands (as round trips) and, apart, the commands its scripts ran.
+    ///
+    /// # Panics
+    ///
+    /// When the marker does not come back within 10 seconds.
+    pub async fn by_node(&mut self, h: &Harness) -> Vec<(Vec<String>, Vec<String>)> {
+        let _ = h;
+        let mut nodes = Vec::new();
         for lines in self.lines().await {
             let (node_inside, node_sent): (Vec<String>, Vec<String>) =
                 lines.into_iter().partition(|l| l.contains("[0 lua]"));
-            inside.extend(
-                node_inside
-                    .iter()
-                    .filter_map(|l| command(l).map(|(_, c)| c)),
-            );
+            let inside = node_inside
+                .iter()
+                .filter_map(|l| command(l).map(|(_, c)| c))
+                .collect();
             let node_sent = node_sent
                 .iter()
                 .filter_map(|l| command(l))
@@ -956,9 +970,14 @@ impl Monitor {
                     !c.starts_with("\"hello\"") && !c.starts_with("\"client\"")
                 })
                 .collect();
-            sent.extend(round_trips(node_sent));
+            nodes.push((round_trips(node_sent), inside));
         }
-        (sent, inside)
+        nodes
+    }
+
+    /// The ports of the monitored servers: the standalone one, or every node of the cluster.
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(|(port, _)| *port).collect()
     }
 
     /// Every MONITOR line since the last call, per node, up to a marker it sends itself.

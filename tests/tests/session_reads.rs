@@ -52,6 +52,35 @@ async fn production_store(h: &Harness) -> Arc<dyn SessionStore> {
 
 /// `method path` with the session cookie `id`: the status and the id the response sets.
 async fn send(addr: SocketAddr, method: &str, path: &str, id: Option<&str>) -> (u16, String) {
+    let text = exchange(addr, method, path, id).await;
+    let set = text
+        .lines()
+        .find_map(|l| {
+            let value = l.strip_prefix("set-cookie: ")?.strip_prefix(COOKIE)?;
+            Some(value.strip_prefix('=')?.split(';').next()?.to_owned())
+        })
+        .unwrap_or_default();
+    (status(&text), set)
+}
+
+/// `GET path` with the session cookie `id`: the status and the body.
+async fn get(addr: SocketAddr, path: &str, id: &str) -> (u16, String) {
+    let text = exchange(addr, "GET", path, Some(id)).await;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    (status(&text), body.to_owned())
+}
+
+/// The status of the response `text`.
+fn status(text: &str) -> u16 {
+    text.split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status line")
+}
+
+/// `method path` with the session cookie `id` over a connection of its own: the whole
+/// response.
+async fn exchange(addr: SocketAddr, method: &str, path: &str, id: Option<&str>) -> String {
     let mut head = format!("{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n");
     if let Some(id) = id {
         head.push_str(&format!("cookie: {COOKIE}={id}\r\n"));
@@ -61,20 +90,7 @@ async fn send(addr: SocketAddr, method: &str, path: &str, id: Option<&str>) -> (
     tcp.write_all(head.as_bytes()).await.expect("send");
     let mut raw = Vec::new();
     tcp.read_to_end(&mut raw).await.expect("read");
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status line");
-    let set = text
-        .lines()
-        .find_map(|l| {
-            let value = l.strip_prefix("set-cookie: ")?.strip_prefix(COOKIE)?;
-            Some(value.strip_prefix('=')?.split(';').next()?.to_owned())
-        })
-        .unwrap_or_default();
-    (status, set)
+    String::from_utf8_lossy(&raw).into_owned()
 }
 
 fn session_key(h: &Harness, id: &str) -> String {
@@ -317,6 +333,115 @@ async fn a_write_records_the_use_only_when_its_refresh_is_due(h: Harness) {
     assert_eq!(field(&mut conn, &key, "x").await, "\"1\"");
 }
 
+/// Reads that arrive while two are out wait for room, then go to Redis together: 72 reads of
+/// 9 sessions sent while Redis answers no client leave at most two reads per queue (per hash
+/// slot, on a cluster) out at Redis; the others are sent only after a reply has come back, so
+/// after a command another client sent during the pause. Each read still gets its own
+/// session, and one whose key holds another type fails alone.
+async fn reads_that_queue_share_a_round_trip(h: Harness) {
+    const SESSIONS: usize = 8;
+    const EACH: usize = 8;
+    let writer = app(production_store(&h).await).await;
+    let mut ids = Vec::new();
+    for i in 0..=SESSIONS {
+        let (status, id) = send(writer, "POST", &format!("/set/name/n{i}"), None).await;
+        assert_eq!(status, 200);
+        ids.push(id);
+    }
+    // The last session's key holds a string: its reads fail, and only they.
+    let poisoned = session_key(&h, &ids[SESSIONS]);
+    let mut conn = h.inspect().await;
+    let () = redis::cmd("SET")
+        .arg(&poisoned)
+        .arg("not a session")
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    // A fresh store learns Redis's clock on its first read: the reads of the next second are
+    // each one `HGETALL`, which the reads' coalescer carries.
+    let addr = app(production_store(&h).await).await;
+    assert_eq!(
+        get(addr, "/get/name", &ids[0]).await,
+        (200, "n0".to_owned())
+    );
+    let cluster = h.kind() == redis_guard_tests::Kind::Cluster;
+    // Long enough for the reads to arrive on a loaded machine, and shorter than the backend's
+    // timeout (and, on a cluster, than a node's reply timeout).
+    let (pause, settle) = if cluster {
+        ("600", Duration::from_millis(300))
+    } else {
+        ("3000", Duration::from_secs(1))
+    };
+    let mut monitor = Monitor::start(&h).await;
+    monitor.commands(&h).await;
+    h.admin(&["CLIENT", "PAUSE", pause, "ALL"]).await;
+    let reads: Vec<_> = (0..(SESSIONS + 1) * EACH)
+        .map(|i| {
+            let id = ids[i % (SESSIONS + 1)].clone();
+            tokio::spawn(async move { get(addr, "/get/name", &id).await })
+        })
+        .collect();
+    // While Redis still pauses, once the reads have had time to go out: a command of another
+    // client, which Redis runs as the pause ends, after what it holds, before anything sent
+    // in answer to a reply.
+    tokio::time::sleep(settle).await;
+    let marks: Vec<_> = monitor
+        .ports()
+        .into_iter()
+        .map(|port| tokio::spawn(mark(port)))
+        .collect();
+    for (i, read) in reads.into_iter().enumerate() {
+        let (status, body) = read.await.expect("task");
+        let session = i % (SESSIONS + 1);
+        if session == SESSIONS {
+            assert_eq!(status, 503, "a key of another type: {body}");
+        } else {
+            assert_eq!(
+                (status, body.as_str()),
+                (200, format!("n{session}").as_str())
+            );
+        }
+    }
+    for mark in marks {
+        mark.await.expect("task");
+    }
+    let (mut before, mut after) = (0, 0);
+    for (sent, _) in monitor.by_node(&h).await {
+        let at = sent
+            .iter()
+            .position(|c| c.contains(MARK))
+            .unwrap_or_else(|| panic!("no mark: {sent:?}"));
+        let alone = |c: &&String| c.starts_with("\"HGETALL\"") && !c.contains('|');
+        before += sent[..at].iter().filter(alone).count();
+        after += sent[at..].iter().filter(alone).count();
+    }
+    // At most two reads out per queue: one queue on one server, one per session's slot on a
+    // cluster. (Through a pool every read reaches Redis after the mark, coalesced or not: what
+    // the pool does with a connection before it hands it out waits out the pause too.)
+    let queues = if cluster { SESSIONS + 1 } else { 1 };
+    assert!(
+        before <= 2 * queues && after >= 1,
+        "{before} reads sent while Redis paused, {after} after"
+    );
+}
+
+/// What [`mark`] sends.
+const MARK: &str = "reads-sent-before-this";
+
+/// Sends `ECHO` [`MARK`] to the server at `port` over a connection with no handshake (Redis
+/// accepts it while it pauses clients), and returns once it has answered.
+async fn mark(port: u16) {
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    tcp.write_all(format!("ECHO {MARK}\r\n").as_bytes())
+        .await
+        .expect("ECHO");
+    let mut reply = [0; 64];
+    let n = tcp.read(&mut reply).await.expect("reply");
+    assert!(n > 0, "the server answered the mark");
+}
+
 /// The stored text of `field` of the hash `key` (empty when absent).
 async fn field(conn: &mut impl redis::aio::ConnectionLike, key: &str, field: &str) -> String {
     let value: Option<String> = redis::cmd("HGET")
@@ -333,4 +458,5 @@ backend_suite!(
     reads_ask_redis_time_at_most_once_a_second,
     a_session_expired_by_its_ttl_is_never_served,
     a_write_records_the_use_only_when_its_refresh_is_due,
+    reads_that_queue_share_a_round_trip,
 );

@@ -391,7 +391,6 @@ impl<E: Send + Sync + 'static, F: Form<E>> Coalescer<E, F> {
     /// batch and no future of the coalescer around it, and gives the room back when it drops
     /// it. Taking it and giving it back are one atomic step each. `None` (always on a cluster,
     /// whose entries queue by slot): [`call`](Self::call) queues the entry.
-    #[cfg_attr(not(any(feature = "rate-limit", feature = "cache")), allow(dead_code))]
     pub(crate) fn room(&self) -> Option<Room<E, F::Reply>> {
         if self.max <= 1 {
             return Some(Room(None));
@@ -506,7 +505,6 @@ impl<E, R> Seat<E, R> {
 
 /// One call's room in slot 0 taken by [`Coalescer::room`], given back when dropped (`None`:
 /// nothing coalesces, nothing to give back).
-#[cfg_attr(not(any(feature = "rate-limit", feature = "cache")), allow(dead_code))]
 pub(crate) struct Room<E, R>(Option<Arc<Queues<E, R>>>);
 
 impl<E, R> Drop for Room<E, R> {

@@ -99,7 +99,7 @@ pub(crate) use coalesce::Entry;
 pub(crate) use coalesce::call_alone;
 #[cfg(feature = "rate-limit")]
 pub(crate) use coalesce::replies;
-#[cfg(any(feature = "rate-limit", feature = "cache"))]
+#[cfg(any(feature = "rate-limit", feature = "session", feature = "cache"))]
 pub(crate) use coalesce::{Form, Replies};
 pub use connection::RedisConnection;
 #[cfg(feature = "rate-limit")]

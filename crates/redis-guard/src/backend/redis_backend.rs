@@ -393,19 +393,21 @@ impl RedisBackend {
             .await
     }
 
-    /// Runs `pipe` (not atomic) in one round trip under the breaker and the timeout, as an
-    /// array of each command's reply as Redis sent it (an error reply among them as a
-    /// [`Value::ServerError`], for the caller to check). On a cluster the commands must share
-    /// `key`'s slot.
+    /// Runs `pipe` (not atomic) in one round trip under the breaker and the timeout (answered
+    /// by `deadline`; `None`: the timeout from now), as an array of each command's reply as
+    /// Redis sent it (an error reply among them as a [`Value::ServerError`], for the caller to
+    /// check). On a cluster the commands must share `key`'s slot.
     #[cfg(feature = "session")]
     pub(crate) async fn pipeline_replies(
         &self,
         pipe: &redis::Pipeline,
         key: &str,
+        deadline: Option<tokio::time::Instant>,
     ) -> Result<Value, BackendError> {
         let circuit = self.inner.conn.circuit_of(key.as_bytes());
         let call = pin!(self.inner.conn.pipeline_replies(pipe));
-        self.guarded(call, BackendError::Redis, circuit, None).await
+        self.guarded(call, BackendError::Redis, circuit, deadline)
+            .await
     }
 
     /// Whether the scripts read Redis `TIME` as it is: no test seam shifts or freezes it. Only

@@ -1,16 +1,17 @@
 //! Loading a session from Redis: plain reads while no refresh is due, the load script when one
 //! is.
 //!
-//! A load first reads the hash: `HGETALL key`, one command, no script. The key's TTL is what
-//! decides validity: every write that marks a use (`touch` in `scripts/record.lua`) sets `$seen`
-//! to now and the TTL to the sooner of the idle and the absolute deadline, so a key Redis still
-//! returns is a live session, and Redis never returns an expired one. Whether the refresh is
-//! due is how long ago the last use was, on Redis's clock: when that is less than the freshness
-//! interval (by default 1 % of the idle timeout) the session is served as read, unmarked.
-//! Otherwise — the refresh is due, the hash lacks `$exp` or `$seen`, or its times are not ones a
-//! touch writes — the load script runs for that entry, exactly as before, and decides with
-//! Redis `TIME`: it deletes what has expired or is malformed and marks the use. A load whose
-//! refresh is due therefore costs two round trips.
+//! A load first reads the hash: `HGETALL key`, one command, no script (under load, the reads
+//! that arrive while two are out go together, one pipeline of `HGETALL`s: [`Hashes`]). The
+//! key's TTL is what decides validity: every write that marks a use (`touch` in
+//! `scripts/record.lua`) sets `$seen` to now and the TTL to the sooner of the idle and the
+//! absolute deadline, so a key Redis still returns is a live session, and Redis never returns
+//! an expired one. Whether the refresh is due is how long ago the last use was, on Redis's
+//! clock: when that is less than the freshness interval (by default 1 % of the idle timeout)
+//! the session is served as read, unmarked. Otherwise — the refresh is due, the hash lacks
+//! `$exp` or `$seen`, or its times are not ones a touch writes — the load script runs for that
+//! entry, exactly as before, and decides with Redis `TIME`: it deletes what has expired or is
+//! malformed and marks the use. A load whose refresh is due therefore costs two round trips.
 //!
 //! Redis's clock is not read on every load. At most once a second ([`RedisClock`]) a load sends
 //! `TIME` in the same pipeline as `HGETALL` and decides with it; comparing it with this
@@ -41,7 +42,7 @@ use redis::Value;
 use super::SessionError;
 use super::scripts::{bad_reply, string, strings};
 use super::store::{Lifetimes, Record};
-use crate::backend::{Coalescer, Entry, RedisBackend, ScriptCall};
+use crate::backend::{BackendError, Coalescer, Entry, Form, RedisBackend, Replies, ScriptCall};
 
 /// One session load, as an entry of a coalesced call of the load script.
 pub(super) struct LoadEntry {
@@ -65,6 +66,98 @@ impl Entry for LoadEntry {
         call.arg(self.idle);
         if let Some(fresh) = self.fresh {
             call.arg(fresh);
+        }
+    }
+}
+
+/// One plain read of a session's hash, as the read coalescer queues it.
+pub(super) struct HashRead {
+    /// The session's key (its hash slot picks the coalescer's queue on a cluster).
+    key: [String; 1],
+}
+
+/// The read coalescer's [`Form`]: the plain reads that go together are one pipeline of
+/// `HGETALL`s (of keys in one hash slot, on a cluster: the coalescer queues by slot), each
+/// answered as if alone (a key of another type fails its own read only); a read sent alone
+/// is its `HGETALL`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Hashes;
+
+impl Form<HashRead> for Hashes {
+    type Reply = Value;
+
+    fn keys(entry: &HashRead) -> &[String] {
+        &entry.key
+    }
+
+    async fn call(
+        &self,
+        backend: &RedisBackend,
+        entries: &[&HashRead],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Replies, BackendError> {
+        let mut pipe = redis::Pipeline::with_capacity(entries.len());
+        for entry in entries {
+            pipe.add_command(hgetall(&entry.key[0]));
+        }
+        let first = entries.first().map_or("", |e| e.key[0].as_str());
+        match backend.pipeline_replies(&pipe, first, deadline).await? {
+            Value::Array(replies) if replies.len() == entries.len() => Ok(replies
+                .into_iter()
+                .map(|reply| match reply {
+                    Value::ServerError(e) => Err(BackendError::Redis(e.into())),
+                    reply => Ok(reply),
+                })
+                .collect()),
+            other => Err(BackendError::BadReply(format!(
+                "a pipeline of {} HGETALL replied {other:?}",
+                entries.len()
+            ))),
+        }
+    }
+
+    async fn call_one(
+        &self,
+        backend: &RedisBackend,
+        entry: &HashRead,
+    ) -> Result<Value, BackendError> {
+        backend.query(&hgetall(&entry.key[0])).await
+    }
+}
+
+/// `name key`, sized up front (the command's buffer otherwise grows twice as its name and key
+/// go in).
+fn command(name: &str, key: &str) -> redis::Cmd {
+    let mut cmd = redis::Cmd::with_capacity(2, name.len() + key.len());
+    cmd.arg(name).arg(key);
+    cmd
+}
+
+/// `HGETALL key`.
+fn hgetall(key: &str) -> redis::Cmd {
+    command("HGETALL", key)
+}
+
+/// The hash under `key`, read through `reads`: on a single Redis whose reads have room, its
+/// `HGETALL` at once, in this future, the room held for it; else queued, to go with the reads
+/// that wait for room (on a cluster, by hash slot).
+async fn read_hash(
+    backend: &RedisBackend,
+    reads: &Coalescer<HashRead, Hashes>,
+    key: &str,
+) -> Result<Value, BackendError> {
+    match reads.room() {
+        Some(room) => {
+            let reply = backend.query(&hgetall(key)).await;
+            drop(room);
+            reply
+        }
+        None => {
+            reads
+                .call(HashRead {
+                    key: [key.to_owned()],
+                })
+                .await
         }
     }
 }
@@ -124,16 +217,18 @@ fn wall_us() -> u64 {
 }
 
 /// Loads the session under Redis key `key`: plain reads, then the load script (through
-/// `loads`) only when they say so. `clock` is the store's estimate of Redis's clock.
+/// `loads`) only when they say so. `reads` carries the plain reads that go alone (`HGETALL`),
+/// `clock` is the store's estimate of Redis's clock.
 pub(super) async fn load(
     backend: &RedisBackend,
+    reads: &Coalescer<HashRead, Hashes>,
     loads: &Arc<Coalescer<LoadEntry>>,
     clock: &RedisClock,
     key: String,
     life: Lifetimes,
 ) -> Result<Option<Record>, SessionError> {
     let idle = life.idle_us();
-    match read(backend, clock, &key, idle, life.fresh_us()).await? {
+    match read(backend, reads, clock, &key, idle, life.fresh_us()).await? {
         Plain::Gone => return Ok(None),
         Plain::Fresh(record) => return Ok(Some(record)),
         Plain::Script => {}
@@ -149,30 +244,26 @@ pub(super) async fn load(
     }
 }
 
-/// The plain read of `key`, and what it says: `HGETALL` alone while `clock` knows Redis's time,
-/// else `HGETALL` and `TIME` in one pipeline, from which `clock` learns it again. Under a test
-/// clock: `HGETALL` and `PTTL` (plus `TIME` when the clock shifts Redis time). The replies come
-/// as Redis sent them: an error reply is checked here, where its command is known.
+/// The plain read of `key`, and what it says: `HGETALL` alone (through `reads`) while `clock`
+/// knows Redis's time, else `HGETALL` and `TIME` in one pipeline, from which `clock` learns it
+/// again. Under a test clock: `HGETALL` and `PTTL` (plus `TIME` when the clock shifts Redis
+/// time). The replies come as Redis sent them: an error reply is checked here, where its
+/// command is known.
 async fn read(
     backend: &RedisBackend,
+    reads: &Coalescer<HashRead, Hashes>,
     clock: &RedisClock,
     key: &str,
     idle: u64,
     fresh: u64,
 ) -> Result<Plain, SessionError> {
-    // Sized up front: each command's buffer otherwise grows twice as its name and key go in.
-    let command = |name: &str| {
-        let mut cmd = redis::Cmd::with_capacity(2, name.len() + key.len());
-        cmd.arg(name).arg(key);
-        cmd
-    };
     let shift = backend.shift_us();
     let frozen = backend.frozen_us();
     let test_clock = frozen.is_some() || shift > 0;
     let sent = if test_clock { 0 } else { wall_us() };
     let ahead = if test_clock { None } else { clock.ahead(sent) };
     if let Some(ahead) = ahead {
-        let record = hash_record(backend.query(&command("HGETALL")).await?)?;
+        let record = hash_record(read_hash(backend, reads, key).await?)?;
         // Taken after the reply: Redis read the hash no later than this.
         let now = wall_us();
         if now < sent {
@@ -187,14 +278,14 @@ async fn read(
         return Ok(decide(record, None, now, idle, fresh));
     }
     let mut pipe = redis::Pipeline::with_capacity(3);
-    pipe.add_command(command("HGETALL"));
+    pipe.add_command(hgetall(key));
     if test_clock {
-        pipe.add_command(command("PTTL"));
+        pipe.add_command(command("PTTL", key));
     }
     if frozen.is_none() {
         pipe.cmd("TIME");
     }
-    let Value::Array(replies) = backend.pipeline_replies(&pipe, key).await? else {
+    let Value::Array(replies) = backend.pipeline_replies(&pipe, key, None).await? else {
         return Err(bad_reply("a pipeline reply that is not an array".into()));
     };
     let mut replies = replies.into_iter();

@@ -8,7 +8,7 @@ use redis::Value;
 use sha2::{Digest, Sha256};
 
 use super::SessionError;
-use super::redis_load::{LoadEntry, RedisClock};
+use super::redis_load::{HashRead, Hashes, LoadEntry, RedisClock};
 use super::scripts::{
     DROP, ENSURE_FIELD, INCR, INDEX, LOAD, MOVE, RESTORE, REVOKE, SAVE, SETTLE, SWAP_FIELD,
     SaveEntry, TAKE, TAKE_FIELD, bad_reply, expiry, int, string, strings,
@@ -27,7 +27,9 @@ use crate::backend::{Coalescer, DEFAULT_BATCH, Entry, LuaScript as Script, Redis
 /// `TIME` sent with the read at most once a second: a process whose clock differs from
 /// Redis's still refreshes on time.) Every other operation, and a load whose refresh is due
 /// (after its plain read: two round trips), is one Lua script that enforces the idle and
-/// absolute expiry with Redis `TIME`.
+/// absolute expiry with Redis `TIME`. Under load, the plain reads that arrive while two are out
+/// wait for one to return and go together, one pipeline of `HGETALL`s (see
+/// [`batch_size`](Self::batch_size)).
 ///
 /// Keys: `<prefix>s:{<SHA-256 of the id>}` per session, `<prefix>u:{<SHA-256 of the user id>}`
 /// per user (a sorted set of the user's session keys). Works on a single Redis, through a `bb8`
@@ -51,6 +53,8 @@ pub struct RedisSessionStore {
 #[derive(Clone, Debug)]
 struct Inner {
     backend: RedisBackend,
+    /// Sends the plain reads (`HGETALL`), coalescing those that arrive while reads are out.
+    reads: Arc<Coalescer<HashRead, Hashes>>,
     /// Runs the load script, coalescing the loads that arrive while calls are in flight.
     loads: Arc<Coalescer<LoadEntry>>,
     /// Runs the save script, coalescing the same way.
@@ -74,6 +78,11 @@ fn coalescer<E: Entry>(
     ))
 }
 
+/// The coalescer of the plain reads on `backend`, carrying at most `max` reads per call.
+fn reads(backend: &RedisBackend, max: usize) -> Arc<Coalescer<HashRead, Hashes>> {
+    Arc::new(Coalescer::with_form(backend.clone(), Hashes, max))
+}
+
 /// A test hook: runs between two steps of a multi-step operation.
 #[cfg(feature = "test-util")]
 #[derive(Clone)]
@@ -93,6 +102,7 @@ impl RedisSessionStore {
         let backend = backend.into();
         Self {
             inner: Arc::new(Inner {
+                reads: reads(&backend, DEFAULT_BATCH),
                 loads: coalescer(&backend, &LOAD, DEFAULT_BATCH),
                 saves: coalescer(&backend, &SAVE, DEFAULT_BATCH),
                 clock: Arc::default(),
@@ -103,11 +113,14 @@ impl RedisSessionStore {
         }
     }
 
-    /// How many session loads, or saves, one script call may carry (default
-    /// 64; `1` turns coalescing off).
+    /// How many session loads, or saves, one call may carry (default 64; `1` turns coalescing
+    /// off).
     ///
     /// A load whose refresh is not due is a plain read and runs no script at all (see the
-    /// type's docs). The loads that do run the load script, and the saves, go to Redis at once
+    /// type's docs): it sends its `HGETALL` at once while fewer than two such reads are out;
+    /// those that arrive while two are out queue, then go together in one pipeline as soon as
+    /// one returns, each answered as if alone (a key Redis cannot read as a hash fails only its
+    /// own load). The loads that do run the load script, and the saves, go to Redis at once
     /// while fewer than two calls of their script are in flight; those that arrive while two are
     /// out queue, then go together in one `EVALSHA` as soon as one returns. The script runs them
     /// one after the other, in arrival order, each exactly as it would run alone (expiry
@@ -128,6 +141,7 @@ impl RedisSessionStore {
     #[must_use]
     pub fn batch_size(mut self, max: usize) -> Self {
         let inner = Arc::make_mut(&mut self.inner);
+        inner.reads = reads(&inner.backend, max);
         inner.loads = coalescer(&inner.backend, &LOAD, max);
         inner.saves = coalescer(&inner.backend, &SAVE, max);
         self
@@ -238,8 +252,8 @@ impl Store for RedisSessionStore {
         let inner = Arc::clone(&self.inner);
         let key = self.session_key(key);
         Box::pin(async move {
-            let clock = &inner.clock;
-            super::redis_load::load(&inner.backend, &inner.loads, clock, key, life).await
+            let (reads, loads, clock) = (&inner.reads, &inner.loads, &inner.clock);
+            super::redis_load::load(&inner.backend, reads, loads, clock, key, life).await
         })
     }
 
