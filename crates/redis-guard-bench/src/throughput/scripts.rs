@@ -38,7 +38,7 @@ pub const REFERENCE_GCRA: &str = include_str!("reference_gcra.lua");
 pub enum Script {
     /// [`REFERENCE_GCRA`], called with `EVALSHA` through redis-rs.
     Reference,
-    /// redis-guard's lean GCRA script (`gcra_only.lua`), as `RedisLimiter` sends it for a rule
+    /// redis-guard's lean GCRA script (`gcra_plain.lua`), as `RedisLimiter` sends it for a rule
     /// set that is all GCRA.
     Gcra,
     /// redis-guard's general evaluation script (`evaluate.lua`), as `RedisLimiter` sends it for
@@ -70,8 +70,8 @@ impl Script {
                  the TAT, compare, `SET … PX`; one `TIME` per call; the reply is one integer per key"
             }
             Self::Gcra => {
-                "redis-guard's lean GCRA script (`gcra_only.lua`), sent by `RedisLimiter::check` for \
-                 one GCRA rule: overrides, bans, cost and the full reply (five integers and the time per entry)"
+                "redis-guard's lean GCRA script (`gcra_plain.lua`), sent by `RedisLimiter::check` for \
+                 one GCRA rule: the rule's numbers once per call, one integer per decision"
             }
             Self::FixedWindow => {
                 "redis-guard's general script (`evaluate.lua`), sent by `RedisLimiter::check` for \

@@ -18,10 +18,10 @@
 //!          error that entry failed with (e.g. `WRONGTYPE …`), the others stand
 //! ```
 //!
-//! A [flat](Coalescer::flat) script instead replies with one array of every entry's values, one
-//! after the other (each entry's reply has as many as [`Entry::reply_len`] says, or is one
-//! string, its error): Redis converts each table of a script's reply at a cost several times
-//! that of an integer, so the lean GCRA script sends one table, not one per entry.
+//! A flat reply ([`replies`]) is instead one array of every entry's values, one after the
+//! other (each entry's reply has as many as [`Entry::reply_len`] says, or is one string, its
+//! error): Redis converts each table of a script's reply at a cost several times that of an
+//! integer, so the lean GCRA script sends one table, not one per entry.
 //!
 //! A call's [`Form`] says how it carries its entries: a script in the batch form above
 //! ([`Script`], the default), or another shape with the same queues, batch limit, breaker and
@@ -104,8 +104,6 @@ pub(crate) trait Form<E>: Clone + Send + Sync + 'static {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Script {
     script: &'static LuaScript,
-    /// Whether the script's reply is [flat](Coalescer::flat).
-    flat: bool,
 }
 
 impl<E: Entry> Form<E> for Script {
@@ -121,7 +119,7 @@ impl<E: Entry> Form<E> for Script {
         entries: &[&E],
         deadline: Option<Instant>,
     ) -> Result<Replies, BackendError> {
-        run_script(backend, self.script, entries, self.flat, deadline).await
+        run_script(backend, self.script, entries, deadline).await
     }
 }
 
@@ -296,20 +294,7 @@ impl<E: Entry> Coalescer<E> {
     /// A coalescer of `script` (which takes the batch form above) on `backend`, carrying at most
     /// `max` entries per call (`max` ≤ 1: no coalescing).
     pub(crate) fn new(backend: RedisBackend, script: &'static LuaScript, max: usize) -> Self {
-        let form = Script {
-            script,
-            flat: false,
-        };
-        Self::with_form(backend, form, max)
-    }
-
-    /// The same coalescer of a script that replies flat: one array of every entry's
-    /// [`reply_len`](Entry::reply_len) values (or its error string), entry after entry; each
-    /// entry gets its own values as an array.
-    #[cfg_attr(not(feature = "rate-limit"), allow(dead_code))]
-    pub(crate) fn flat(mut self) -> Self {
-        self.form.flat = true;
-        self
+        Self::with_form(backend, Script { script }, max)
     }
 }
 
@@ -786,7 +771,7 @@ pub(crate) async fn call_alone<E: Entry>(
     script: &LuaScript,
     entry: &E,
 ) -> Result<Value, BackendError> {
-    only(run_script(backend, script, &[entry], false, None).await?)
+    only(run_script(backend, script, &[entry], None).await?)
 }
 
 /// The reply of a call's one entry.
@@ -807,17 +792,16 @@ fn counted<R>(replies: Replies<R>, count: usize) -> Result<Replies<R>, BackendEr
     )))
 }
 
-/// One call of `script` for `entries`, answered by `deadline`; `flat`: the script replies flat.
+/// One call of `script` for `entries`, answered by `deadline`.
 async fn run_script<E: Entry>(
     backend: &RedisBackend,
     script: &LuaScript,
     entries: &[&E],
-    flat: bool,
     deadline: Option<Instant>,
 ) -> Result<Replies, BackendError> {
     let mut call = batch(backend, script, entries);
     call.until(deadline);
-    replies(call.run().await?, entries, flat)
+    replies(call.run().await?, entries, false)
 }
 
 /// Per entry of a call that carried `entries`, its reply or its own error, from the call's

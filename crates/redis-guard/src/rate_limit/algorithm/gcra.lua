@@ -3,8 +3,8 @@
 -- State: one string key "<TAT>:<emission interval>": the theoretical arrival time, in
 -- microseconds of Redis TIME, and the emission interval (µs) of the quota it was computed with,
 -- as decimal integers. It expires when the TAT passes (PX), so an idle client costs nothing. The
--- lean script (gcra_only.lua) keeps a bare "<TAT>" for rules whose quota never varies; both read
--- both.
+-- lean script (redis/gcra_plain.lua) keeps a bare "<TAT>" for rules whose quota never varies;
+-- both read both.
 --
 -- gcra(key, now, p) with p = { limit, period, burst, emission, cost, max_wait } (integers,
 -- microseconds) returns allowed (boolean), remaining, retry_after_us, reset_after_us, commit

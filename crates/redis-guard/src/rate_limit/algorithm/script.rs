@@ -111,21 +111,6 @@ impl Scripts {
 /// The scripts without custom algorithms, built once.
 pub(crate) static BUILTIN_SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts::with_customs(&[]));
 
-/// The evaluation script for rule sets that are all GCRA (the default): the same decisions as
-/// the general one, inline (see `gcra_only.lua`).
-pub(crate) static GCRA_ONLY: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(concat!(
-        include_str!("entries.lua"),
-        "\n",
-        // The override helpers inside one function, called by the first rule that reads a
-        // record: a call that reads none makes one closure instead of four.
-        "local ov_parse, ov_wait, ov_strike, ov_write\nlocal function overrides()\n",
-        include_str!("overrides.lua"),
-        "\nreturn ov_parse, ov_wait, ov_strike, ov_write\nend\n",
-        include_str!("gcra_only.lua")
-    ))
-});
-
 /// The renewal script: pushes the expiry of one request's leases (see `renew.lua`).
 pub(crate) static RENEW: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new(lua_files!("prelude.lua", "concurrency.lua", "renew.lua")));

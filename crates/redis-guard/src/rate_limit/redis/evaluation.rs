@@ -2,14 +2,16 @@
 //! later slot denies.
 
 use std::borrow::Cow;
-use std::sync::{Arc, LazyLock};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use super::fixed_window_batch::{Count, Transaction};
 use super::live::LiveCache;
+use super::plain::{Keys, Numbers};
 use super::script_reply::{parse_compact, parse_reply};
 use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall, call_alone};
 use crate::rate_limit::algorithm::RuleState;
-use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, GCRA_ONLY, Scripts};
+use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, Scripts};
 use crate::rate_limit::inline_list::Few;
 use crate::rate_limit::lease::{Receipt, Receipted, request_id};
 use crate::rate_limit::limiter::LimiterError;
@@ -21,7 +23,8 @@ use crate::rate_limit::{Algorithm, Quota};
 pub(super) struct Evaluation {
     /// `None`: the built-in scripts.
     scripts: Option<Arc<Scripts>>,
-    /// Every rule is GCRA: the lean script decides (the general one still refunds).
+    /// Every rule is GCRA: `gcra_plain.lua` decides what it can (the general script still
+    /// refunds).
     gcra_only: bool,
     keys: Vec<String>,
     records: Vec<Option<String>>,
@@ -80,10 +83,6 @@ pub(super) struct RuleEntry {
     rule_args: Vec<RuleArgs>,
     request: Cow<'static, str>,
     dry: bool,
-    /// The lean script's reply of one integer per rule (`gcra_only.lua`).
-    compact: bool,
-    /// How many live records the entry reads.
-    lives: usize,
 }
 
 impl Entry for RuleEntry {
@@ -97,28 +96,24 @@ impl Entry for RuleEntry {
     }
 
     fn write_args(&self, call: &mut ScriptCall<'_>) {
-        call.arg(&*self.request)
-            .arg(u8::from(self.dry) | (u8::from(self.compact) << 1));
+        call.arg(&*self.request).arg(u8::from(self.dry));
         for args in &self.rule_args {
             call.arg(&args.decided()[..])
                 .arg(&*args.overrides)
                 .arg(args.max_wait_us);
         }
     }
-
-    fn reply_len(&self) -> usize {
-        if self.compact {
-            return self.rule_args.len();
-        }
-        // Five integers per rule, then the time, then five per live record (`parse_reply`).
-        5 * self.rule_args.len() + 1 + 5 * self.lives
-    }
 }
 
-/// The coalescers of the built-in scripts and of the fixed window's plain transactions.
+/// The most sets of GCRA rules whose calls are kept: a cost that varies per request makes a
+/// set of its own.
+const GCRA_SETS: usize = 64;
+
+/// The coalescers of the built-in scripts, per set of GCRA rules, and of the fixed window's
+/// plain transactions.
 #[derive(Debug)]
 pub(super) struct Coalescers {
-    pub(super) gcra: Coalescer<RuleEntry>,
+    gcra: Mutex<HashMap<Numbers, Arc<Coalescer<Keys, Numbers>>>>,
     pub(super) general: Coalescer<RuleEntry>,
     pub(super) counts: Coalescer<Count, Transaction>,
 }
@@ -127,7 +122,7 @@ impl Coalescers {
     pub(super) fn new(backend: &RedisBackend, max: usize) -> Self {
         Self {
             counts: Coalescer::with_form(backend.clone(), Transaction, max),
-            gcra: Coalescer::new(backend.clone(), LazyLock::force(&GCRA_ONLY), max).flat(),
+            gcra: Mutex::default(),
             general: Coalescer::new(
                 backend.clone(),
                 &LazyLock::force(&BUILTIN_SCRIPTS).evaluate,
@@ -137,7 +132,26 @@ impl Coalescers {
     }
 
     fn backend(&self) -> &RedisBackend {
-        self.gcra.backend()
+        self.general.backend()
+    }
+
+    /// The calls of `gcra_plain.lua` for the rules of `numbers`.
+    fn gcra(&self, numbers: Numbers) -> Arc<Coalescer<Keys, Numbers>> {
+        let mut sets = self.gcra.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(calls) = sets.get(&numbers) {
+            return Arc::clone(calls);
+        }
+        if sets.len() >= GCRA_SETS {
+            sets.clear();
+        }
+        let max = self.general.max();
+        let calls = Arc::new(Coalescer::with_form(
+            self.backend().clone(),
+            numbers.clone(),
+            max,
+        ));
+        sets.insert(numbers, Arc::clone(&calls));
+        calls
     }
 }
 
@@ -204,7 +218,6 @@ impl Evaluation {
         entry: RuleEntry,
     ) -> Result<redis::Value, BackendError> {
         match &self.scripts {
-            None if self.gcra_only => coalescers.gcra.call(entry).await,
             None => coalescers.general.call(entry).await,
             Some(scripts) => call_alone(coalescers.backend(), &scripts.evaluate, &entry).await,
         }
@@ -240,12 +253,14 @@ impl Evaluation {
             } else {
                 Vec::new()
             };
-            // One integer per rule serves when no record is read and no receipt (which needs
-            // the time) kept: the rules' quotas and costs give the rest.
-            let compact = self.gcra_only
+            // GCRA rules counted for good, with no live record read and no receipt (which
+            // needs the time) kept: one integer per rule (two with an override record) serves.
+            let gcra = self.gcra_only
                 && self.live_copies.is_none()
                 && leases.is_none()
-                && self.records.iter().all(Option::is_none);
+                && !self.dry
+                && self.rule_args.iter().all(|args| args.ints[5] > 0);
+            let records: Few<bool> = self.records.iter().map(Option::is_some).collect();
             // The common case: one entry, its keys and arguments moved rather than copied.
             let keys = std::mem::take(&mut self.keys);
             let keys = if self.records.iter().all(Option::is_none) && self.lives.is_empty() {
@@ -266,25 +281,24 @@ impl Evaluation {
                 .live_copies
                 .as_ref()
                 .map_or(0, |(_, names)| names.len());
-            // Kept inline for one rule: no allocation in the common case.
-            let mut decided = Few::None;
-            if compact {
-                self.rule_args
-                    .iter()
-                    .for_each(|args| decided.push(args.decided()));
+            if gcra {
+                let decided: Few<_> = self.rule_args.iter().map(RuleArgs::decided).collect();
+                let specs = records.as_slice().contains(&true).then(|| {
+                    let specs: Vec<&str> = self.rule_args.iter().map(|a| &*a.overrides).collect();
+                    specs.join(",").into()
+                });
+                let numbers = Numbers::of(decided.as_slice(), specs);
+                let reply = coalescers.gcra(numbers).call(Keys(Few::Many(keys))).await?;
+                let states = parse_compact(&reply, decided.as_slice(), records.as_slice())?;
+                return Ok((states, None, Vec::new()));
             }
             let entry = RuleEntry {
                 keys: Few::Many(keys),
                 rule_args: std::mem::take(&mut self.rule_args),
                 request,
                 dry: self.dry,
-                compact,
-                lives,
             };
             let reply = self.evaluate(coalescers, entry).await?;
-            if compact {
-                return Ok((parse_compact(&reply, decided.as_slice())?, None, Vec::new()));
-            }
             let (states, evaluated_at, seen) = parse_reply(&reply, n, lives)?;
             let mut live = Vec::new();
             if let Some((copies, names)) = &self.live_copies {
@@ -330,9 +344,6 @@ impl Evaluation {
                 rule_args: group.iter().map(|&i| self.rule_args[i].clone()).collect(),
                 request: request.clone(),
                 dry: denied || self.dry,
-                compact: false,
-                // A Cluster's calls read no live record (its slot is not the key's).
-                lives: 0,
             };
             let outcome = self
                 .evaluate(coalescers, entry)

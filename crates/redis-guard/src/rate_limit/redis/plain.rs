@@ -28,9 +28,17 @@ pub(super) struct PlainRules {
     how: How,
 }
 
-/// The script that decides plain GCRA rules.
-static GCRA_PLAIN: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(include_str!("gcra_plain.lua")));
+/// The script that decides GCRA rules, plain or with override records.
+static GCRA_PLAIN: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(concat!(
+        // The override helpers inside one function, called by the first rule that reads a
+        // record: a call that reads none makes one closure instead of four.
+        "local ov_parse, ov_wait, ov_strike, ov_write\nlocal function overrides()\n",
+        include_str!("../algorithm/overrides.lua"),
+        "\nreturn ov_parse, ov_wait, ov_strike, ov_write\nend\n",
+        include_str!("gcra_plain.lua")
+    ))
+});
 
 #[derive(Debug)]
 enum How {
@@ -45,8 +53,9 @@ enum How {
     Counted(Plain),
 }
 
-/// One request of plain GCRA rules: each rule's state key, in order.
-pub(super) struct Keys(Few<String>);
+/// One request of GCRA rules: each rule's state key, then its override record's key when it
+/// reads one, in order.
+pub(super) struct Keys(pub(super) Few<String>);
 
 impl Entry for Keys {
     fn keys(&self) -> &[String] {
@@ -64,11 +73,44 @@ impl Entry for Keys {
     }
 }
 
-/// The calls of `gcra_plain.lua` for one layer's rules: their numbers (burst, emission
-/// interval, cost per rule), encoded once as the script's one argument, then every queued
-/// request's keys.
-#[derive(Clone, Debug)]
-pub(super) struct Numbers(Arc<str>);
+/// The calls of `gcra_plain.lua` for one set of rules: their numbers (burst, emission interval,
+/// cost per rule) and, when one reads an override record, their specs, each encoded once as
+/// one argument, then every queued request's keys.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct Numbers(Arc<str>, Option<Arc<str>>);
+
+impl Numbers {
+    /// The numbers of rules decided with `ints` (algorithm, limit, period, burst, emission
+    /// interval, cost) whose override specs are `specs` (`None`: no rule reads a record).
+    pub(super) fn of(ints: &[[u64; 6]], specs: Option<Arc<str>>) -> Self {
+        let numbers = ints
+            .iter()
+            .map(|&[.., burst, emission, cost]| format!("{burst}:{emission}:{cost}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        Self(numbers.into(), specs)
+    }
+
+    /// One call of `gcra_plain.lua` for `keys` (every request's, in order), answered by
+    /// `deadline` (`None`: the backend's timeout from now).
+    async fn run(
+        &self,
+        backend: &RedisBackend,
+        keys: &[impl AsRef<str>],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Value, BackendError> {
+        let specs = self.1.as_deref();
+        let bytes = self.0.len() + specs.map_or(0, str::len);
+        let mut call =
+            backend.script_sized(&GCRA_PLAIN, keys, 1 + usize::from(specs.is_some()), bytes);
+        call.arg(&*self.0);
+        if let Some(specs) = specs {
+            call.arg(specs);
+        }
+        call.until(deadline);
+        call.run().await
+    }
+}
 
 impl Form<Keys> for Numbers {
     type Reply = Value;
@@ -109,21 +151,6 @@ impl Form<Keys> for Numbers {
     }
 }
 
-impl Numbers {
-    /// One call of `gcra_plain.lua` for `keys` (every request's, in order), answered by
-    /// `deadline` (`None`: the backend's timeout from now).
-    async fn run(
-        &self,
-        backend: &RedisBackend,
-        keys: &[impl AsRef<str>],
-        deadline: Option<tokio::time::Instant>,
-    ) -> Result<Value, BackendError> {
-        let mut call = backend.script_sized(&GCRA_PLAIN, keys, 1, self.0.len());
-        call.arg(&*self.0).until(deadline);
-        call.run().await
-    }
-}
-
 impl PlainRules {
     /// `rules` (every one plain) on `limiter`, when they are all GCRA or one fixed window.
     pub(super) fn new(limiter: &RedisLimiter, rules: &[Arc<Rule>]) -> Option<Self> {
@@ -141,14 +168,9 @@ impl PlainRules {
                         [0, p.limit, p.period_us, p.burst, p.emission_us, p.cost]
                     })
                     .collect();
-                let numbers = ints
-                    .iter()
-                    .map(|&[.., burst, emission, cost]| format!("{burst}:{emission}:{cost}"))
-                    .collect::<Vec<_>>()
-                    .join(",")
-                    .into();
-                let max = limiter.coalescers.gcra.max();
-                let calls = Coalescer::with_form(limiter.backend.clone(), Numbers(numbers), max);
+                let max = limiter.coalescers.general.max();
+                let calls =
+                    Coalescer::with_form(limiter.backend.clone(), Numbers::of(&ints, None), max);
                 (How::Gcra { calls, ints }, "gcra")
             }
             _ => return None,
@@ -216,7 +238,7 @@ impl PlainRules {
         now: Option<u64>,
         asked: Option<u64>,
     ) -> Result<Few<RuleState>, LimiterError> {
-        let states = parse_compact(&reply?, self.gcra().1)?;
+        let states = parse_compact(&reply?, self.gcra().1, &[])?;
         Ok(self.told(states, keys, now, asked))
     }
 

@@ -1,7 +1,7 @@
 -- Reserves a block of up to `k` units of a leased GCRA rule for one replica (Rule::leased):
 -- the TAT moves by g emission intervals at once, g = min(k, what fits in the burst now), as g
 -- requests admitted one after the other would move it. Nothing is reserved unless the request
--- that asks (cost c) fits: then the reply is the denial gcra_only.lua would give.
+-- that asks (cost c) fits: then the reply is the denial gcra_plain.lua would give.
 --
 -- KEYS[1]  the rule's GCRA state ("<TAT>" or "<TAT>:<emission>", both scripts' forms)
 -- KEYS[2]  the key's open-block count: units reserved by blocks not yet given back (any replica)
