@@ -336,14 +336,13 @@ impl RedisLimiter {
         if let Some((_, _, Some(states))) = cached {
             return Box::pin(std::future::ready(Ok((states, None, Vec::new()))));
         }
-        let evaluation = self.route(&checks);
-        let coalescers = Arc::clone(&self.coalescers);
+        let decided = self.route(&checks);
         let Some(deny_cache) = deny_cache else {
-            return Box::pin(async move { evaluation.run(&coalescers).await.map(held) });
+            return Box::pin(async move { decided.await.map(held) });
         };
         let backend = self.backend.clone();
         Box::pin(async move {
-            let (states, lease, live) = held(evaluation.run(&coalescers).await?);
+            let (states, lease, live) = held(decided.await?);
             answered(
                 &deny_cache,
                 &backend,
