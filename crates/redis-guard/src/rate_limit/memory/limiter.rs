@@ -1,7 +1,8 @@
 //! The in-process limiter: the same algorithms and decisions as Redis, for development, tests and
 //! single-instance deployments.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::settle::InMemory;
 use super::table::{EntryId, Table};
@@ -55,8 +56,9 @@ pub(crate) const DEFAULT_MAX_KEYS: usize = 100_000;
 #[derive(Clone, Debug)]
 pub struct MemoryLimiter {
     pub(super) table: Arc<Table>,
-    /// Live quotas set on this limiter ([`Rule::live`], `live.rs`), shared by its clones.
-    pub(super) live: super::live::LiveTable,
+    /// Live quotas and modes set on this limiter ([`Rule::live`]), by rule name, shared by its
+    /// clones.
+    live: Arc<Mutex<HashMap<Arc<str>, live::LiveRecord>>>,
 }
 
 impl MemoryLimiter {
@@ -314,11 +316,20 @@ impl Engine for MemoryLimiter {
     }
 
     fn live_record(&self, rule: &Rule) -> live::LiveRecord {
-        self.live_record_of(rule)
+        let table = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        table.get(rule.name()).copied().unwrap_or_default()
     }
 
     fn set_live(&self, rule: &Rule, change: live::LiveChange) -> LimiterFuture<u64> {
-        Box::pin(std::future::ready(self.set_live_now(rule, change)))
+        let set = live::valid(self, rule, change).map(|()| {
+            let mut table = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+            let record = table.entry(Arc::clone(rule.name_arc())).or_default();
+            let old = *record;
+            *record = change.applied(old, old.version + 1);
+            live::log_change(rule, old, change, record.version);
+            record.version
+        });
+        Box::pin(std::future::ready(set))
     }
 
     fn charge_checks(&self, checks: Vec<Check>) -> LimiterFuture<()> {

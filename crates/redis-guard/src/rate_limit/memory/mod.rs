@@ -3,7 +3,6 @@
 //! request's receipt gives back when its response ends is in `settle.rs`.
 
 mod limiter;
-mod live;
 mod settle;
 mod table;
 

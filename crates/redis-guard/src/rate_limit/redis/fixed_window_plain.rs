@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 
 use redis::Value;
 
-use super::evaluation::{Coalescers, Evaluation};
+use super::evaluation::Coalescers;
 use super::fixed_window_batch::Count;
 use crate::backend::{BackendError, RedisBackend};
 use crate::rate_limit::Algorithm;
@@ -25,22 +25,6 @@ use crate::rate_limit::algorithm::{Params, RuleState};
 use crate::rate_limit::lease::Receipted;
 use crate::rate_limit::limiter::{Check, LimiterError, LimiterFuture};
 use crate::rate_limit::{RedisLimiter, Rule};
-
-/// How a request is decided on Redis: by the scripts, or by the plain transaction.
-pub(super) enum Route {
-    Script(Evaluation),
-    Plain(Plain),
-}
-
-impl Route {
-    /// The rules' states, with the receipt of an admitted request that took leases.
-    pub(super) async fn run(self, coalescers: &Coalescers) -> Result<Receipted, LimiterError> {
-        match self {
-            Self::Script(evaluation) => evaluation.run(coalescers).await,
-            Self::Plain(plain) => plain.run(coalescers).await,
-        }
-    }
-}
 
 /// The key tag of a fixed window kept as a plain counter (`fw` is the script's shape).
 pub(super) const TAG: &str = "fwc";
@@ -107,12 +91,20 @@ impl RedisLimiter {
         self
     }
 
-    /// The plain transaction for `checks` when it can decide them, else the script call(s).
-    pub(super) fn route(&self, checks: &[Check]) -> Route {
+    /// Decides `checks` by the plain transaction when it can, else by the script call(s): the
+    /// rules' states, with the receipt of an admitted request that took leases.
+    pub(super) fn route(
+        &self,
+        checks: &[Check],
+    ) -> impl Future<Output = Result<Receipted, LimiterError>> + Send + 'static {
         let key = |c: &Check| self.key_names(&c.rule, &c.key, false).0;
-        match Plain::of(checks, &self.counters, key) {
-            Some(plain) => Route::Plain(plain),
-            None => Route::Script(self.evaluation(checks)),
+        let route = Plain::of(checks, &self.counters, key).ok_or_else(|| self.evaluation(checks));
+        let coalescers = std::sync::Arc::clone(&self.coalescers);
+        async move {
+            match route {
+                Ok(plain) => plain.run(&coalescers).await,
+                Err(evaluation) => evaluation.run(&coalescers).await,
+            }
         }
     }
 

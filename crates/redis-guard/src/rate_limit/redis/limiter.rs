@@ -9,13 +9,13 @@ use super::denials::{Request, answered, asked, cache_now, cacheable, cached_deni
 use super::evaluation::{Coalescers, Evaluation, RuleArgs};
 use super::fixed_window_plain::{self, Counters};
 use super::hot_lease::HotLeases;
-use crate::backend::{DEFAULT_BATCH, DenyCache, RedisBackend};
+use crate::backend::{BackendError, DEFAULT_BATCH, DenyCache, RedisBackend};
 use crate::rate_limit::algorithm::script::{CUSTOM_BASE, FIXED_WINDOW_COUNTER, Scripts};
 use crate::rate_limit::algorithm::{Algorithm, CustomAlgorithm, RuleState};
 use crate::rate_limit::lease::Receipted;
-use crate::rate_limit::limiter::live::{LiveChange, LiveRecord};
+use crate::rate_limit::limiter::live::{self, LiveChange, LiveRecord};
 use crate::rate_limit::limiter::operations::{self, Inspection};
-use crate::rate_limit::limiter::overrides::Steer;
+use crate::rate_limit::limiter::overrides::{Override, Steer};
 use crate::rate_limit::limiter::{
     Check, Engine, Held, Limiter, LimiterError, LimiterFuture, PlainStore, chargeable,
 };
@@ -336,14 +336,13 @@ impl RedisLimiter {
         if let Some((_, _, Some(states))) = cached {
             return Box::pin(std::future::ready(Ok((states, None, Vec::new()))));
         }
-        let evaluation = self.route(&checks);
-        let coalescers = Arc::clone(&self.coalescers);
+        let decided = self.route(&checks);
         let Some(deny_cache) = deny_cache else {
-            return Box::pin(async move { evaluation.run(&coalescers).await.map(held) });
+            return Box::pin(async move { decided.await.map(held) });
         };
         let backend = self.backend.clone();
         Box::pin(async move {
-            let (states, lease, live) = held(evaluation.run(&coalescers).await?);
+            let (states, lease, live) = held(decided.await?);
             answered(
                 &deny_cache,
                 &backend,
@@ -410,14 +409,62 @@ impl Engine for RedisLimiter {
     }
 
     fn inspect_key(&self, rule: &Rule, key: Key) -> LimiterFuture<Inspection> {
-        self.inspect_on_redis(rule, key)
+        if self.needs_shape([rule]) {
+            let rule = rule.clone();
+            return self.once_shaped(move |this| this.inspect_key(&rule, key));
+        }
+        if let Err(e) = operations::valid(self, rule) {
+            return Box::pin(std::future::ready(Err(e)));
+        }
+        if rule.allows(&key) {
+            let listed = Inspection::allow_listed(rule.quota().limit());
+            return Box::pin(std::future::ready(Ok(listed)));
+        }
+        let mut check = Check::new(rule.clone(), key);
+        live::apply(self, std::slice::from_mut(&mut check));
+        let evaluation = self.evaluation(std::slice::from_ref(&check)).dry();
+        let coalescers = Arc::clone(&self.coalescers);
+        // A rule that reads no record has none that applies.
+        let record = rule
+            .reads_overrides()
+            .then(|| self.operation(&check.rule, &check.key, "get", 0));
+        Box::pin(async move {
+            let (states, ..) = evaluation.run(&coalescers).await?;
+            let state = states
+                .into_iter()
+                .next()
+                .ok_or_else(|| BackendError::BadReply("no state".into()))?;
+            let (record, now) = match record {
+                Some(record) => record.await?,
+                None => (Override::default(), 0),
+            };
+            Ok(Inspection::new(state, record, now, check.cost))
+        })
     }
 
     fn reset_key(&self, rule: &Rule, key: Key) -> LimiterFuture<()> {
-        self.reset_on_redis(rule, key)
+        if self.needs_shape([rule]) {
+            let rule = rule.clone();
+            return self.once_shaped(move |this| this.reset_key(&rule, key));
+        }
+        if let Err(e) = operations::valid(self, rule) {
+            return Box::pin(std::future::ready(Err(e)));
+        }
+        let done = self.operation(rule, &key, "reset", 0);
+        Box::pin(async move { done.await.map(drop) })
     }
 
     fn steer_key(&self, rule: &Rule, key: Key, steer: Steer) -> LimiterFuture<()> {
-        self.steer(rule, &key, steer)
+        if self.needs_shape([rule]) {
+            let rule = rule.clone();
+            return self.once_shaped(move |this| this.steer_key(&rule, key, steer));
+        }
+        match operations::valid_for(self, rule, steer.duration()) {
+            Ok(us) => {
+                let done = self.operation(rule, &key, steer.op(), us);
+                Box::pin(async move { done.await.map(drop) })
+            }
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
     }
 }

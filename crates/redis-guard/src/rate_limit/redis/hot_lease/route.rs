@@ -3,8 +3,7 @@
 use super::Leased;
 use crate::rate_limit::RedisLimiter;
 use crate::rate_limit::limiter::{Check, Held, LimiterFuture};
-use crate::rate_limit::redis::denials::{asked, cache_now, state_keys};
-use crate::rate_limit::redis::limiter::DENY_CACHE_MAX_WAIT;
+use crate::rate_limit::redis::denials::{answered, asked};
 
 impl RedisLimiter {
     /// Evaluates `checks`, with the leases (and receipts to settle) an admitted request took:
@@ -32,14 +31,10 @@ impl RedisLimiter {
                 let backend = self.backend.clone();
                 Box::pin(async move {
                     let state = reserved.await?;
-                    if state.allowed
-                        && let Some(cache) = deny_cache
-                    {
-                        // As any admitted decision: the key's cached denials are stale.
-                        let now = cache_now(&backend, &cache);
-                        cache.admitted(now, DENY_CACHE_MAX_WAIT, || {
-                            state_keys(&cache, asked(&checks))
-                        });
+                    if let Some(cache) = deny_cache {
+                        // As any decision: admitted, the key's cached denials are stale (a
+                        // denial is not cached, so the request's key is never made).
+                        answered(&cache, &backend, &[state], asked(&checks), None, || 0);
                     }
                     Ok((vec![state], None, Vec::new()))
                 })
