@@ -129,8 +129,10 @@ where
                 // failure policy.
                 return general(inner, req);
             };
-            let allowed = states.as_slice().iter().all(|s| s.allowed);
-            if config.extensions || (!allowed && config.response.is_some()) {
+            // Whether all were admitted matters only to a `response` hook (a flag set at
+            // build time, looked at first).
+            let denied = || !states.as_slice().iter().all(|s| s.allowed);
+            if config.extensions || (config.response.is_some() && denied()) {
                 // Someone reads the whole decision: the general engine hands it over.
                 leave(&mut req, client);
                 return match decision(rules, keys.as_slice(), states.as_slice()) {
