@@ -53,6 +53,7 @@ pub(super) fn plan(config: &mut Config) {
         config.plain_store = Some(store);
     }
     config.plain = Some(rules);
+    config.by_address = config.rules.iter().all(|r| r.client_ip.is_some());
 }
 
 /// A plain request denied: the binding rule's prepared `429` (its index), `Retry-After` in
@@ -88,7 +89,7 @@ where
     // The address a rule keyed by `ClientIp` counted, left for the handler of an admitted
     // request only (a denied one has none to read it).
     let mut client = None;
-    if config.rules.iter().all(|r| r.client_ip.is_some()) {
+    if config.by_address {
         // Every rule counts the client's address (the usual layer): read where the request
         // holds it, the request left whole and where it is (not moved: it is large).
         for ip in config.rules.iter().filter_map(|r| r.client_ip.as_ref()) {
