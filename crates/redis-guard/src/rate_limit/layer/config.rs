@@ -105,6 +105,9 @@ pub(crate) struct Config {
     /// (`plain_store`): the plan a request runs then (`lean.rs`).
     pub(crate) plain: Option<Box<[Arc<Rule>]>>,
     pub(crate) plain_store: Option<Arc<dyn PlainStore>>,
+    /// Every rule keys by the client's address: the plain plan reads it where the request
+    /// holds it.
+    pub(crate) by_address: bool,
     /// The last `RateLimit` value of an admitted request on the plain plan of a one-rule layer.
     pub(crate) last_state: LastState,
 }
@@ -131,6 +134,7 @@ impl Config {
             extensions: false,
             plain: None,
             plain_store: None,
+            by_address: false,
             last_state: LastState::default(),
         }
     }

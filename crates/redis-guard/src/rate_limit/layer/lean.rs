@@ -53,6 +53,7 @@ pub(super) fn plan(config: &mut Config) {
         config.plain_store = Some(store);
     }
     config.plain = Some(rules);
+    config.by_address = config.rules.iter().all(|r| r.client_ip.is_some());
 }
 
 /// A plain request denied: the binding rule's prepared `429` (its index), `Retry-After` in
@@ -78,7 +79,7 @@ pub(super) fn call<S, ReqBody>(
     inner: &mut S,
     config: &Arc<Config>,
     rules: &[Arc<Rule>],
-    req: Request<ReqBody>,
+    mut req: Request<ReqBody>,
     general: impl FnOnce(&mut S, Request<ReqBody>) -> ResponseFuture<S, ReqBody>,
 ) -> ResponseFuture<S, ReqBody>
 where
@@ -88,9 +89,9 @@ where
     // The address a rule keyed by `ClientIp` counted, left for the handler of an admitted
     // request only (a denied one has none to read it).
     let mut client = None;
-    let mut req = if config.rules.iter().all(|r| r.client_ip.is_some()) {
+    if config.by_address {
         // Every rule counts the client's address (the usual layer): read where the request
-        // holds it, the request left whole.
+        // holds it, the request left whole and where it is (not moved: it is large).
         for ip in config.rules.iter().filter_map(|r| r.client_ip.as_ref()) {
             match client_key(ip, req.headers(), req.extensions(), &mut client) {
                 Ok(key) => keys.push(key),
@@ -98,7 +99,6 @@ where
                 Err(_) => return general(inner, req),
             }
         }
-        req
     } else {
         let (mut parts, body) = req.into_parts();
         for r in &config.rules {
@@ -109,8 +109,8 @@ where
                 Err(_) => return general(inner, Request::from_parts(parts, body)),
             }
         }
-        Request::from_parts(parts, body)
-    };
+        req = Request::from_parts(parts, body);
+    }
     let started = Stopwatch::start();
     let states = match &config.plain_store {
         Some(store) => match store.decide(keys) {
@@ -130,8 +130,10 @@ where
                 // failure policy.
                 return general(inner, req);
             };
-            let allowed = states.as_slice().iter().all(|s| s.allowed);
-            if config.extensions || (!allowed && config.response.is_some()) {
+            // Whether all were admitted matters only to a `response` hook (a flag set at
+            // build time, looked at first).
+            let denied = || !states.as_slice().iter().all(|s| s.allowed);
+            if config.extensions || (config.response.is_some() && denied()) {
                 // Someone reads the whole decision: the general engine hands it over.
                 leave(&mut req, client);
                 return match decision(rules, keys.as_slice(), states.as_slice()) {

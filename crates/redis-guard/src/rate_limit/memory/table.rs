@@ -144,10 +144,17 @@ impl Table {
         let mut slot = s.states.map.get_mut(&id);
         let live = slot.as_mut().filter(|(_, d)| now < *d).map(|(v, _)| v);
         let (out, commit) = decide(live);
-        if let Some(commit) = commit
-            && let Some((state, deadline)) = committed(slot, commit, now, "")
-        {
-            s.states.insert(id, state, deadline, now);
+        match (commit, slot) {
+            (None, _) => {}
+            // The usual admitted request of a known key: its state replaced where it is.
+            (Some(Commit::Replace(state, ttl)), Some(entry)) => {
+                *entry = (state, expiry(now, ttl));
+            }
+            (Some(commit), slot) => {
+                if let Some((state, deadline)) = committed(slot, commit, now, "") {
+                    s.states.insert(id, state, deadline, now);
+                }
+            }
         }
         let due = s.tick();
         drop(shard);
@@ -260,7 +267,7 @@ impl Locked<'_> {
             s.overrides.map.remove(&id);
         } else {
             s.overrides
-                .insert(id, record, now + ceil_ms(until - now) * 1000, now);
+                .insert(id, record, expiry(now, until - now), now);
         }
     }
 
@@ -282,8 +289,7 @@ fn committed(
     now: u64,
     request: &str,
 ) -> Option<(State, u64)> {
-    // Same expiry as Redis' PX: whole milliseconds, rounded up.
-    let expiry = |ttl_us: u64| now + ceil_ms(ttl_us) * 1000;
+    let expiry = |ttl_us: u64| expiry(now, ttl_us);
     let live = |d: &u64| now < *d;
     let repeat = |at, n| std::iter::repeat_n(at, usize::try_from(n).unwrap_or(0));
     let (new, slot) = match (commit, slot) {
@@ -314,6 +320,12 @@ fn committed(
         }
         None => Some(new),
     }
+}
+
+/// When an entry written at `now` living `ttl_us` expires: as Redis' PX, whole milliseconds,
+/// rounded up.
+fn expiry(now: u64, ttl_us: u64) -> u64 {
+    now + ceil_ms(ttl_us) * 1000
 }
 
 impl Drop for Locked<'_> {
