@@ -144,7 +144,7 @@ pub(crate) trait Entry: Send + Sync + 'static {
     fn arg_count(&self) -> usize;
     /// Appends the entry's arguments to `call`.
     fn write_args(&self, call: &mut ScriptCall<'_>);
-    /// How many values the entry's reply takes in a [flat](Coalescer::flat) reply.
+    /// How many values the entry's reply takes in a flat reply (see [`replies`]).
     fn reply_len(&self) -> usize {
         1
     }
