@@ -217,7 +217,7 @@ impl PlainRules {
         };
         let plain = counted.for_key(self.key_name(0, &keys.as_slice()[0]));
         let state = plain.state(&self.limiter.coalescers).await?;
-        Ok(self.told(Few::One(state), &keys, now, asked))
+        Ok(self.told(Few::from_buf([state]), &keys, now, asked))
     }
 
     /// The calls of GCRA rules, and each rule's numbers. (A request's future holds the rules,
