@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
-use super::headers::{self, Digits, LastWritten, RateLimitHeaders};
+use super::headers::{self, LastWritten, RateLimitHeaders};
 use crate::problem::{Member, problem, problem_of_pieces, write_str};
 use crate::rate_limit::{Decision, RuleState, ceil_secs};
 
@@ -113,7 +113,7 @@ impl Rejection {
                 let secs = decision.retry_after_secs();
                 problem_of_pieces(
                     StatusCode::TOO_MANY_REQUESTS,
-                    &limited_pieces(decision, &Digits::new(secs)),
+                    &limited_pieces(decision, itoa::Buffer::new().format(secs)),
                     &[
                         ("retry_after", Member::Uint(secs)),
                         ("rule", Member::Str(&decision.rule)),
@@ -219,8 +219,8 @@ impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Limited(decision) => {
-                let secs = Digits::new(decision.retry_after_secs());
-                limited_pieces(decision, &secs)
+                let mut secs = itoa::Buffer::new();
+                limited_pieces(decision, secs.format(decision.retry_after_secs()))
                     .iter()
                     .try_for_each(|p| f.write_str(p))
             }
@@ -230,12 +230,12 @@ impl fmt::Display for Rejection {
 }
 
 /// A denial's text in pieces, written as they are (an abusive client is all denials).
-fn limited_pieces<'a>(decision: &'a Decision, secs: &'a Digits) -> [&'a str; 5] {
+fn limited_pieces<'a>(decision: &'a Decision, secs: &'a str) -> [&'a str; 5] {
     [
         LIMITED_BEFORE_RULE,
         &decision.rule,
         LIMITED_AFTER_RULE,
-        secs.as_str(),
+        secs,
         LIMITED_END,
     ]
 }
@@ -339,8 +339,8 @@ impl PreparedDenial {
 
     /// The document and `Retry-After` of a wait of `secs`.
     fn write(&self, secs: u64) -> (Bytes, HeaderValue) {
-        let digits = Digits::new(secs);
-        let digits = digits.as_str().as_bytes();
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(secs).as_bytes();
         let mut body = Vec::with_capacity(
             self.head.len() + PREPARED_MIDDLE.len() + self.tail.len() + 2 * digits.len(),
         );
