@@ -6,13 +6,13 @@
 //!
 //! Such a request needs only its keys: the layer borrows its rules, keeps the keys on the
 //! stack, gets one [`RuleState`] per rule back, and writes the headers from those numbers. The
-//! general engine (`service.rs`, `future.rs`) runs for every other layer, and here for what this
+//! general engine (`service.rs`, `future.rs`) runs for every other layer (among them those that
+//! hand the whole decision over:
+//! [`extensions`](crate::rate_limit::RateLimitLayerBuilder::extensions), a
+//! [`response`](crate::rate_limit::RateLimitLayerBuilder::response) hook), and here for what this
 //! path does not do itself: a missing or unusable key, an allow-listed one on a store, a limiter
-//! failure in process, and a decision someone asked to see
-//! ([`extensions`](crate::rate_limit::RateLimitLayerBuilder::extensions), a
-//! [`response`](crate::rate_limit::RateLimitLayerBuilder::response) hook). Both give the same
-//! decision and headers (the tests below compare them on random rules and requests, and the
-//! rate-limit suite on Redis).
+//! failure in process. Both give the same decision and headers (the tests below compare them on
+//! random rules and requests, and the rate-limit suite on Redis).
 //!
 //! [`MemoryLimiter`]: crate::rate_limit::MemoryLimiter
 //! [`RedisLimiter`]: crate::rate_limit::RedisLimiter
@@ -29,24 +29,21 @@ use super::response::RateLimitBody;
 use super::service::{in_span, instrumented, take_ready};
 use crate::client_ip::ClientAddr;
 use crate::rate_limit::{
-    Decision, Few, Key, Mode, PlainStates, Rule, RuleDecision, RuleState, admitting, ceil_secs,
-    denying, verdict_metric,
+    Few, Key, Mode, PlainStates, Rule, RuleState, admitting, ceil_secs, denying, verdict_metric,
 };
 use crate::telemetry::Stopwatch;
 
 /// The layer's plain plan: every rule, when all are plain and its limiter decides them at once,
-/// or on its store ([`Engine::plain_store`](crate::rate_limit::Engine), made ready here). On a
-/// store, a layer that hands the whole decision over (`extensions`, a `response` hook) keeps
-/// the general engine.
+/// or on its store ([`Engine::plain_store`](crate::rate_limit::Engine), made ready here). A
+/// layer that hands the whole decision over (`extensions`, a `response` hook) keeps the general
+/// engine.
 pub(super) fn plan(config: &mut Config) {
-    if !config.rules.iter().all(|r| r.rule.is_plain()) {
+    let hands_over = config.extensions || config.response.is_some();
+    if hands_over || !config.rules.iter().all(|r| r.rule.is_plain()) {
         return;
     }
     let rules: Box<[Arc<Rule>]> = config.rules.iter().map(|r| Arc::clone(&r.rule)).collect();
     if config.limiter.decide_plain(&[], &[]).is_none() {
-        if config.extensions || config.response.is_some() {
-            return;
-        }
         let Some(store) = config.limiter.plain_store(&rules) else {
             return;
         };
@@ -130,20 +127,6 @@ where
                 // failure policy.
                 return general(inner, req);
             };
-            // Whether all were admitted matters only to a `response` hook (a flag set at
-            // build time, looked at first).
-            let denied = || !states.as_slice().iter().all(|s| s.allowed);
-            if config.extensions || (config.response.is_some() && denied()) {
-                // Someone reads the whole decision: the general engine hands it over.
-                leave(&mut req, client);
-                return match decision(rules, keys.as_slice(), states.as_slice()) {
-                    Some(decision) => {
-                        let ready = || take_ready(inner);
-                        ResponseFuture::decided(config, Ok(decision), (ready, req), &[], started)
-                    }
-                    None => general(inner, req),
-                };
-            }
             states
         }
     };
@@ -281,16 +264,6 @@ fn record(config: &Config, states: &[RuleState], started: Stopwatch) {
     for (metrics, state) in config.metrics.iter().zip(states) {
         metrics.record(verdict_metric(state.allowed, Mode::Enforce), seconds);
     }
-}
-
-/// The whole [`Decision`] of `states`, for whoever reads it.
-fn decision(rules: &[Arc<Rule>], keys: &[Key], states: &[RuleState]) -> Option<Decision> {
-    let rules = rules.iter().zip(keys).zip(states);
-    Decision::combine(
-        rules
-            .map(|((r, key), s)| RuleDecision::new(r, key, *r.quota(), Mode::Enforce, r.cost(), *s))
-            .collect(),
-    )
 }
 
 #[cfg(test)]
