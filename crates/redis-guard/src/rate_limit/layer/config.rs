@@ -18,13 +18,6 @@ use crate::rate_limit::{
 };
 use crate::{ConfigError, ConfigErrorKind, telemetry};
 
-/// Which rate-limit headers to send.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct HeaderMode {
-    pub(crate) ietf_on_allowed: bool,
-    pub(crate) legacy: bool,
-}
-
 /// One rule of a layer: what to count and what to count it by.
 #[derive(Clone)]
 pub(crate) struct LayerRule {
@@ -86,7 +79,10 @@ pub(crate) struct Config {
     pub(crate) rules: Vec<LayerRule>,
     pub(crate) missing_key: MissingKey,
     pub(crate) failure: FailurePolicy,
-    pub(crate) headers: HeaderMode,
+    /// Admitted responses carry `RateLimit-Policy` and `RateLimit`.
+    pub(crate) ietf_on_allowed: bool,
+    /// Responses carry the legacy `X-RateLimit-*` headers.
+    pub(crate) legacy: bool,
     pub(crate) response: Option<Respond<Rejection>>,
     /// Made when the layer is built: `RateLimit-Policy` of all the rules, each rule's `429`
     /// and metrics, the in-process fallback.
@@ -119,10 +115,8 @@ impl Config {
             rules: Vec::new(),
             missing_key: MissingKey::default(),
             failure: FailurePolicy::default(),
-            headers: HeaderMode {
-                ietf_on_allowed: true,
-                legacy: false,
-            },
+            ietf_on_allowed: true,
+            legacy: false,
             response: None,
             policy: HeaderValue::from_static(""),
             denials: Vec::new(),
@@ -397,14 +391,6 @@ impl Config {
         }
         rejection.response()
     }
-
-    pub(crate) fn ietf_on_allowed(&self) -> bool {
-        self.headers.ietf_on_allowed
-    }
-
-    pub(crate) fn legacy_headers(&self) -> bool {
-        self.headers.legacy
-    }
 }
 
 /// A rule shows as itself: extractors are closures more often than not.
@@ -422,7 +408,8 @@ impl fmt::Debug for Config {
             .field("missing_key", &self.missing_key)
             .field("failure", &self.failure)
             .field("fallback", &self.fallback.is_some())
-            .field("headers", &self.headers)
+            .field("ietf_on_allowed", &self.ietf_on_allowed)
+            .field("legacy", &self.legacy)
             .field("response", &self.response)
             .field("extensions", &self.extensions)
             .finish()

@@ -130,8 +130,8 @@ fn call<S, ReqBody>(
 where
     S: Service<Request<ReqBody>>,
 {
-    let policy = config.ietf_on_allowed().then(|| config.policy(&decision));
-    let extra = RateLimitHeaders::new(&decision, policy, config.legacy_headers());
+    let policy = config.ietf_on_allowed.then(|| config.policy(&decision));
+    let extra = RateLimitHeaders::new(&decision, policy, config.legacy);
     // The response body holds the leases, not the handler's copy.
     let report = (!settling.is_empty()).then(CostReport::new);
     let hold = decision

@@ -178,7 +178,7 @@ fn verdict(
     let named = || rules.iter().map(|r| r.name()).zip(states);
     if states.iter().all(|s| s.allowed) {
         record(config, states, started);
-        let ietf = config.ietf_on_allowed().then(|| {
+        let ietf = config.ietf_on_allowed.then(|| {
             let state =
                 match states {
                     [only] => config.last_state.get_or(
@@ -191,7 +191,7 @@ fn verdict(
             (config.policy.clone(), state)
         });
         let legacy = config
-            .legacy_headers()
+            .legacy
             .then(|| legacy(states, admitting(states).unwrap_or(0)));
         return Ok(RateLimitHeaders::plain(ietf, legacy));
     }
@@ -245,7 +245,7 @@ fn denied<'a>(
     binding: usize,
 ) -> RateLimitHeaders {
     let ietf = Some((config.policy.clone(), headers::states(names.zip(states))));
-    let legacy = config.legacy_headers().then(|| legacy(states, binding));
+    let legacy = config.legacy.then(|| legacy(states, binding));
     RateLimitHeaders::plain(ietf, legacy)
 }
 

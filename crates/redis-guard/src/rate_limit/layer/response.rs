@@ -287,7 +287,7 @@ pub(crate) fn answer<B: RateLimitBody>(config: &Config, rejection: Rejection) ->
     if let Rejection::Limited(decision) = &rejection {
         let policy =
             (!hooked || !h.contains_key(headers::RATELIMIT)).then(|| config.policy(decision));
-        RateLimitHeaders::new(decision, policy, config.legacy_headers()).insert(h);
+        RateLimitHeaders::new(decision, policy, config.legacy).insert(h);
     }
     if config.extensions {
         res.extensions_mut().insert(rejection);
