@@ -214,14 +214,14 @@ impl Config {
             }
             match r.key(parts, &mut client) {
                 Ok(key) => {
+                    // A constant cost was checked when the layer was built.
                     let cost = r.rule.request_cost(parts);
+                    let check = Check::shared(&r.rule, key)
+                        .with_cost(cost.unwrap_or(r.rule.cost()))
+                        .reserving(parts);
                     if !r.rule.is_dynamic() {
-                        let Some(cost) = cost else {
-                            // A constant cost, checked when the layer was built.
-                            checks.push(Check::shared(&r.rule, key).reserving(parts));
-                            continue;
-                        };
-                        if cost > r.rule.algorithm().capacity(r.rule.quota()) {
+                        let capacity = r.rule.algorithm().capacity(r.rule.quota());
+                        if let Some(cost) = cost.filter(|&cost| cost > capacity) {
                             tracing::warn!(
                                 rule = r.rule.name(),
                                 cost,
@@ -229,12 +229,9 @@ impl Config {
                             );
                             return misconfigured();
                         }
-                        checks.push(Check::shared(&r.rule, key).with_cost(cost).reserving(parts));
+                        checks.push(check);
                         continue;
                     }
-                    let check = Check::shared(&r.rule, key)
-                        .with_cost(cost.unwrap_or(r.rule.cost()))
-                        .reserving(parts);
                     match resolve::resolve(&r.rule, parts) {
                         Resolved::Now(quota) => {
                             let check = check.with_quota(quota.unwrap_or(*r.rule.quota()));
@@ -305,9 +302,9 @@ impl Config {
             let shared = self
                 .fallback
                 .as_deref()
-                .and_then(|f| Some((&f.limiter, f.rules.get(i)?.as_ref()?)));
+                .and_then(|f| f.rules.get(i)?.as_ref());
             match (policy, shared) {
-                (FailurePolicy::Fallback { replicas }, Some((_, rule))) => {
+                (FailurePolicy::Fallback { replicas }, Some(rule)) => {
                     let mut check = Check::shared(rule, key).reserving(parts);
                     if let Some((_, quota)) =
                         resolved.iter().find(|(name, _)| **name == *r.rule.name())
