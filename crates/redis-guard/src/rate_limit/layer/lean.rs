@@ -458,40 +458,6 @@ mod tests {
         assert_eq!(answers[0], answers[1]);
     }
 
-    /// The denials of a one-rule layer within one second share their `RateLimit` value and
-    /// `Retry-After`; each new second writes its own.
-    #[tokio::test]
-    async fn denials_of_one_second_share_their_values_and_the_next_writes_its_own() {
-        let clock = ManualClock::new();
-        let limiter = MemoryLimiter::builder().clock(clock.clone()).build();
-        let layer = RateLimitLayer::new(limiter, "api", Global, Quota::per_minute(1)).unwrap();
-        let mut seen = Vec::new();
-        for after_ms in [0, 0, 400, 300, 400, 1_000, 57_000, 900] {
-            clock.advance(Duration::from_millis(after_ms));
-            let (status, headers, _) = answer(&layer, "k").await;
-            let value = |name: &str| headers[name].to_str().unwrap().to_owned();
-            seen.push((
-                status.as_u16(),
-                value("ratelimit"),
-                headers.get("retry-after").cloned(),
-            ));
-        }
-        let retry = |secs: &str| Some(http::HeaderValue::from_str(secs).unwrap());
-        assert_eq!(
-            seen,
-            [
-                (200, "\"api\";r=0;t=60".to_owned(), None),
-                (429, "\"api\";r=0;t=60".to_owned(), retry("60")),
-                (429, "\"api\";r=0;t=60".to_owned(), retry("60")),
-                (429, "\"api\";r=0;t=60".to_owned(), retry("60")),
-                (429, "\"api\";r=0;t=59".to_owned(), retry("59")),
-                (429, "\"api\";r=0;t=58".to_owned(), retry("58")),
-                (429, "\"api\";r=0;t=1".to_owned(), retry("1")),
-                (200, "\"api\";r=0;t=60".to_owned(), None),
-            ]
-        );
-    }
-
     /// A client under its quota gets the same numbers request after request: their `RateLimit`
     /// values are one value, written once the numbers come a second time; other numbers get a
     /// value of their own.
