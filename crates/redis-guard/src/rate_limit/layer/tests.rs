@@ -208,26 +208,30 @@ async fn each_rule_fails_by_its_own_policy() {
     assert_totals(&metrics, &[("fallback_decisions_total", "open", 0)]);
 }
 
+/// A rule whose share of the fallback cannot work is refused when the layer is built, by the
+/// layer's policy and by the rule's own.
 #[test]
-fn a_rule_whose_share_cannot_work_is_refused_by_its_own_policy_too() {
-    let err = builder()
-        .rule_with(
-            Rule::new("api", Quota::per_minute(10))
-                .with_cost(3)
-                .on_failure(FailurePolicy::fallback(5).unwrap()),
-            key(),
-        )
-        .failure_policy(FailurePolicy::Closed)
-        .build()
-        .unwrap_err();
-    assert_eq!(err.kind(), ConfigErrorKind::Fallback, "{err}");
-    assert_eq!(err.value(), Some("5"), "{err}");
-    let share = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<ConfigError>());
-    assert_eq!(
-        share.map(ConfigError::kind),
-        Some(ConfigErrorKind::Cost),
-        "{err}"
-    );
+fn a_rule_whose_share_cannot_work_is_refused() {
+    let rule = Rule::new("api", Quota::per_minute(10)).with_cost(3);
+    let five = FailurePolicy::fallback(5).unwrap();
+    let by_layer = builder()
+        .rule_with(rule.clone(), key())
+        .failure_policy(five);
+    let by_rule = builder()
+        .rule_with(rule.on_failure(five), key())
+        .failure_policy(FailurePolicy::Closed);
+    for err in [by_layer, by_rule].map(|b| b.build().unwrap_err()) {
+        assert_eq!(
+            err.to_string(),
+            "FailurePolicy::Fallback with 5 replicas: the share of rule `api`: cost 3 is larger than the burst 2, so no request could ever pass"
+        );
+        assert_eq!(
+            (err.kind(), err.value()),
+            (ConfigErrorKind::Fallback, Some("5"))
+        );
+        let share = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<ConfigError>());
+        assert_eq!(share.map(ConfigError::kind), Some(ConfigErrorKind::Cost));
+    }
 }
 
 /// On Redis: the second denial of a client comes from the deny cache, counted both as a hit
