@@ -6,7 +6,7 @@
 //!
 //! Such a request needs only its keys: the layer borrows its rules, keeps the keys on the
 //! stack, gets one [`RuleState`] per rule back, and writes the headers from those numbers. The
-//! general engine (`service.rs`, `future.rs`) runs for every other layer (among them those that
+//! general engine (`future.rs`) runs for every other layer (among them those that
 //! hand the whole decision over:
 //! [`extensions`](crate::rate_limit::RateLimitLayerBuilder::extensions), a
 //! [`response`](crate::rate_limit::RateLimitLayerBuilder::response) hook), and here for what this
