@@ -156,11 +156,11 @@ impl RateLimitLayerBuilder {
 
         /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` (default: yes).
         /// Denied responses always do.
-        pub fn rate_limit_headers(on: bool) => config.headers.ietf_on_allowed;
+        pub fn rate_limit_headers(on: bool) => config.ietf_on_allowed;
 
         /// Whether to also send `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset`
         /// (seconds until the quota is full again) for older clients (default: no).
-        pub fn legacy_headers(on: bool) => config.headers.legacy;
+        pub fn legacy_headers(on: bool) => config.legacy;
     }
 
     /// How many instances (replicas) of the application run this layer against one Redis

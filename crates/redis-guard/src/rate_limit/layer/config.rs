@@ -18,13 +18,6 @@ use crate::rate_limit::{
 };
 use crate::{ConfigError, ConfigErrorKind, telemetry};
 
-/// Which rate-limit headers to send.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct HeaderMode {
-    pub(crate) ietf_on_allowed: bool,
-    pub(crate) legacy: bool,
-}
-
 /// One rule of a layer: what to count and what to count it by.
 #[derive(Clone)]
 pub(crate) struct LayerRule {
@@ -86,7 +79,10 @@ pub(crate) struct Config {
     pub(crate) rules: Vec<LayerRule>,
     pub(crate) missing_key: MissingKey,
     pub(crate) failure: FailurePolicy,
-    pub(crate) headers: HeaderMode,
+    /// Admitted responses carry `RateLimit-Policy` and `RateLimit`.
+    pub(crate) ietf_on_allowed: bool,
+    /// Responses carry the legacy `X-RateLimit-*` headers.
+    pub(crate) legacy: bool,
     pub(crate) response: Option<Respond<Rejection>>,
     /// Made when the layer is built: `RateLimit-Policy` of all the rules, each rule's `429`
     /// and metrics, the in-process fallback.
@@ -119,10 +115,8 @@ impl Config {
             rules: Vec::new(),
             missing_key: MissingKey::default(),
             failure: FailurePolicy::default(),
-            headers: HeaderMode {
-                ietf_on_allowed: true,
-                legacy: false,
-            },
+            ietf_on_allowed: true,
+            legacy: false,
             response: None,
             policy: HeaderValue::from_static(""),
             denials: Vec::new(),
@@ -220,14 +214,14 @@ impl Config {
             }
             match r.key(parts, &mut client) {
                 Ok(key) => {
+                    // A constant cost was checked when the layer was built.
                     let cost = r.rule.request_cost(parts);
+                    let check = Check::shared(&r.rule, key)
+                        .with_cost(cost.unwrap_or(r.rule.cost()))
+                        .reserving(parts);
                     if !r.rule.is_dynamic() {
-                        let Some(cost) = cost else {
-                            // A constant cost, checked when the layer was built.
-                            checks.push(Check::shared(&r.rule, key).reserving(parts));
-                            continue;
-                        };
-                        if cost > r.rule.algorithm().capacity(r.rule.quota()) {
+                        let capacity = r.rule.algorithm().capacity(r.rule.quota());
+                        if let Some(cost) = cost.filter(|&cost| cost > capacity) {
                             tracing::warn!(
                                 rule = r.rule.name(),
                                 cost,
@@ -235,12 +229,9 @@ impl Config {
                             );
                             return misconfigured();
                         }
-                        checks.push(Check::shared(&r.rule, key).with_cost(cost).reserving(parts));
+                        checks.push(check);
                         continue;
                     }
-                    let check = Check::shared(&r.rule, key)
-                        .with_cost(cost.unwrap_or(r.rule.cost()))
-                        .reserving(parts);
                     match resolve::resolve(&r.rule, parts) {
                         Resolved::Now(quota) => {
                             let check = check.with_quota(quota.unwrap_or(*r.rule.quota()));
@@ -311,9 +302,9 @@ impl Config {
             let shared = self
                 .fallback
                 .as_deref()
-                .and_then(|f| Some((&f.limiter, f.rules.get(i)?.as_ref()?)));
+                .and_then(|f| f.rules.get(i)?.as_ref());
             match (policy, shared) {
-                (FailurePolicy::Fallback { replicas }, Some((_, rule))) => {
+                (FailurePolicy::Fallback { replicas }, Some(rule)) => {
                     let mut check = Check::shared(rule, key).reserving(parts);
                     if let Some((_, quota)) =
                         resolved.iter().find(|(name, _)| **name == *r.rule.name())
@@ -397,14 +388,6 @@ impl Config {
         }
         rejection.response()
     }
-
-    pub(crate) fn ietf_on_allowed(&self) -> bool {
-        self.headers.ietf_on_allowed
-    }
-
-    pub(crate) fn legacy_headers(&self) -> bool {
-        self.headers.legacy
-    }
 }
 
 /// A rule shows as itself: extractors are closures more often than not.
@@ -422,7 +405,8 @@ impl fmt::Debug for Config {
             .field("missing_key", &self.missing_key)
             .field("failure", &self.failure)
             .field("fallback", &self.fallback.is_some())
-            .field("headers", &self.headers)
+            .field("ietf_on_allowed", &self.ietf_on_allowed)
+            .field("legacy", &self.legacy)
             .field("response", &self.response)
             .field("extensions", &self.extensions)
             .finish()
@@ -451,7 +435,9 @@ mod tests {
     }
 
     /// The memory limiter cannot run Lua, so every decision of a custom-algorithm rule fails, as
-    /// with Redis down: the policies answer without Redis.
+    /// with Redis down: the fallback answers without Redis. (A layer that fails open or closed:
+    /// `each_rule_fails_by_its_own_policy` in `tests.rs`, `every_own_answer_carries_its_rejection`
+    /// in `response.rs`.)
     #[tokio::test]
     async fn a_failing_limiter_is_answered_by_the_policy() {
         let rule = Rule::new("api", Quota::per_minute(10).burst(6))
@@ -487,30 +473,6 @@ mod tests {
         assert_eq!(
             statuses(&default, "a", 7).await.0,
             [200, 200, 200, 200, 200, 200, 429]
-        );
-        assert_eq!(
-            statuses(&layer(FailurePolicy::Open), "a", 3).await,
-            (vec![200; 3], "-".to_owned())
-        );
-        assert_eq!(
-            statuses(&layer(FailurePolicy::Closed), "a", 2).await.0,
-            [503, 503]
-        );
-    }
-
-    #[test]
-    fn a_share_below_the_cost_is_refused_when_the_layer_is_built() {
-        let err = RateLimitLayer::builder(MemoryLimiter::new())
-            .rule_with(
-                Rule::new("api", Quota::per_minute(10)).with_cost(3),
-                HeaderKey::new(HeaderName::from_static("x-key")),
-            )
-            .failure_policy(FailurePolicy::fallback(5).unwrap())
-            .build()
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "FailurePolicy::Fallback with 5 replicas: the share of rule `api`: cost 3 is larger than the burst 2, so no request could ever pass"
         );
     }
 }

@@ -13,9 +13,10 @@ use super::headers::RateLimitHeaders;
 use super::lean::{self, Denial};
 use super::rejection::Rejection;
 use super::response::{RateLimitBody, ResponseBody, after_completion, answer};
-use super::service::start;
+use super::service::{in_span, instrumented, take_ready};
 use super::throttle::{Reservation, wait_for};
 use crate::ConfigError;
+use crate::rate_limit::quota_lookup as resolve;
 use crate::rate_limit::{
     BoxFuture, Check, CostReport, Decision, Few, Held, Holding, LimiterError, LimiterFuture,
     Pending, Quota, RuleDecision, RuleState, Settling, count_failure_of, decision_from, settling,
@@ -100,6 +101,26 @@ type Waiting<S, ReqBody> = (S, Request<ReqBody>, Vec<RuleDecision>, Settling);
 /// An admitted request waiting for its slot, and what holds the slot meanwhile.
 type Admitted<S, ReqBody> = (S, Request<ReqBody>, Decision, Settling, Reservation);
 
+/// The state of a request waiting for the layer's limiter to evaluate `checks`.
+fn checking<S, ReqBody>(
+    checks: Vec<Check>,
+    inner: S,
+    req: Request<ReqBody>,
+    config: &Arc<Config>,
+) -> State<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    let rules = checks.len();
+    let pending = Pending::start(&*config.limiter, checks);
+    State::Checking {
+        states: instrumented(rules, pending.states),
+        pending: Some(Box::new((inner, req, pending.rules, pending.settling))),
+        config: Arc::clone(config),
+        started: Stopwatch::start(),
+    }
+}
+
 /// The inner service called with the admitted `decision`.
 fn call<S, ReqBody>(
     config: &Config,
@@ -109,8 +130,8 @@ fn call<S, ReqBody>(
 where
     S: Service<Request<ReqBody>>,
 {
-    let policy = config.ietf_on_allowed().then(|| config.policy(&decision));
-    let extra = RateLimitHeaders::new(&decision, policy, config.legacy_headers());
+    let policy = config.ietf_on_allowed.then(|| config.policy(&decision));
+    let extra = RateLimitHeaders::new(&decision, policy, config.legacy);
     // The response body holds the leases, not the handler's copy.
     let report = (!settling.is_empty()).then(CostReport::new);
     let hold = decision
@@ -238,58 +259,44 @@ impl<S, ReqBody> ResponseFuture<S, ReqBody>
 where
     S: Service<Request<ReqBody>>,
 {
-    pub(crate) fn checking(
-        pending: Pending,
-        inner: S,
-        req: Request<ReqBody>,
-        config: Arc<Config>,
-    ) -> Self {
-        Self {
-            state: State::Checking {
-                states: pending.states,
-                pending: Some(Box::new((inner, req, pending.rules, pending.settling))),
-                config,
-                started: Stopwatch::start(),
+    /// The general engine: the request's plan, then the limiter's decision of its checks.
+    /// `inner` is taken (a clone left in its place) only for a request that is called or waits.
+    pub(super) fn general(inner: &mut S, config: &Arc<Config>, req: Request<ReqBody>) -> Self
+    where
+        S: Clone,
+    {
+        let (mut parts, body) = req.into_parts();
+        let plan = config.plan(&mut parts);
+        let req = Request::from_parts(parts, body);
+        let state = match plan {
+            Plan::Pass => return Self::calling(take_ready(inner).call(req), None),
+            Plan::Respond(rejection) => State::Rejected {
+                rejected: Some((*rejection, Arc::clone(config))),
             },
-        }
-    }
-
-    /// The request of `checks` decided at once; `ready` takes the inner service.
-    pub(crate) fn decided(
-        config: &Arc<Config>,
-        decided: Result<Decision, LimiterError>,
-        (ready, req): (impl FnOnce() -> S, Request<ReqBody>),
-        checks: &[Check],
-        started: Stopwatch,
-    ) -> Self {
-        let names = || checks.iter().map(|c| c.rule.name_arc());
-        let resolved = resolved(config, names().zip(checks.iter().map(|c| c.quota)));
-        let decided = decided.map_err(|err| count_failure_of(names(), err));
-        Self {
-            state: state_of(
-                config,
-                decided,
-                &resolved,
-                (ready, req, settling(checks)),
-                started,
-            ),
-        }
-    }
-
-    /// Waits for the quotas of `checks` to be looked up, then as [`checking`](Self::checking).
-    pub(crate) fn resolving(
-        checks: BoxFuture<Result<Vec<Check>, ConfigError>>,
-        inner: S,
-        req: Request<ReqBody>,
-        config: Arc<Config>,
-    ) -> Self {
-        Self {
-            state: State::Resolving {
-                checks,
-                pending: Some(Box::new((inner, req))),
-                config,
+            Plan::Check(checks) => {
+                // The layer's rules and its limiter were checked when it was built.
+                let started = Stopwatch::start();
+                let checks_now = checks.as_slice();
+                let at_once = || config.limiter.evaluate_at_once(checks_now);
+                match in_span(checks_now.len(), at_once) {
+                    Some(decided) => {
+                        let names = || checks_now.iter().map(|c| c.rule.name_arc());
+                        let resolved =
+                            resolved(config, names().zip(checks_now.iter().map(|c| c.quota)));
+                        let decided = decided.map_err(|err| count_failure_of(names(), err));
+                        let ready = (|| take_ready(inner), req, settling(checks_now));
+                        state_of(config, decided, &resolved, ready, started)
+                    }
+                    None => checking(checks.into_vec(), take_ready(inner), req, config),
+                }
+            }
+            Plan::Resolve(checks, lookups) => State::Resolving {
+                checks: resolve::looked_up(checks, lookups),
+                pending: Some(Box::new((take_ready(inner), req))),
+                config: Arc::clone(config),
             },
-        }
+        };
+        Self { state }
     }
 
     /// The inner service called, with `headers` for its response and nothing held.
@@ -326,14 +333,6 @@ where
             },
         }
     }
-
-    pub(crate) fn rejected(rejection: Rejection, config: Arc<Config>) -> Self {
-        Self {
-            state: State::Rejected {
-                rejected: Some((rejection, config)),
-            },
-        }
-    }
 }
 
 impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
@@ -356,12 +355,12 @@ where
                     let Some((inner, req)) = pending.take().map(|b| *b) else {
                         return Poll::Ready(Ok(after_completion::<ResBody>()));
                     };
-                    let config = Arc::clone(config);
                     match checks {
-                        Ok(checks) => Self::checking(start(&config, checks), inner, req, config),
-                        Err(_) => Self::rejected(Rejection::Misconfigured, config),
+                        Ok(checks) => checking(checks, inner, req, config),
+                        Err(_) => State::Rejected {
+                            rejected: Some((Rejection::Misconfigured, Arc::clone(config))),
+                        },
                     }
-                    .state
                 }
                 StateProj::Checking {
                     states,

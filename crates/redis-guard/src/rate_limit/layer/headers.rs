@@ -134,15 +134,14 @@ pub(crate) fn states<'a>(
 /// into the value (the usual single rule: no pass to measure it first). `None` when the name is
 /// too long for the stack.
 fn one_state(name: &str, state: &crate::rate_limit::RuleState) -> Option<HeaderValue> {
-    let r = Digits::new(u64::from(state.remaining));
-    let t = Digits::new(ceil_secs(state.reset_after));
+    let (mut r, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
     let parts: [&[u8]; 6] = [
         b"\"",
         name.as_bytes(),
         b"\";r=",
-        r.as_bytes(),
+        r.format(state.remaining).as_bytes(),
         b";t=",
-        t.as_bytes(),
+        t.format(ceil_secs(state.reset_after)).as_bytes(),
     ];
     let mut buf = [0; 128];
     let mut len = 0;
@@ -180,7 +179,7 @@ fn list<'a, const N: usize>(
             out.push(b';');
             out.extend_from_slice(key.as_bytes());
             out.push(b'=');
-            out.extend_from_slice(Digits::new(value).as_bytes());
+            out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
         }
     }
     debug_assert_eq!(out.len(), len);
@@ -190,60 +189,6 @@ fn list<'a, const N: usize>(
 
 fn digits(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |d| d as usize + 1)
-}
-
-/// The decimal digits of a number, written on the stack (no formatter, no allocation).
-pub(crate) struct Digits {
-    buf: [u8; 20],
-    start: usize,
-}
-
-impl Digits {
-    pub(crate) fn new(mut n: u64) -> Self {
-        let mut buf = [b'0'; 20];
-        let mut start = buf.len();
-        // Two digits a division, from a table of the hundred pairs.
-        while n >= 100 {
-            let pair = pair(n % 100);
-            n /= 100;
-            start -= 2;
-            buf[start..start + 2].copy_from_slice(pair);
-        }
-        if n >= 10 {
-            start -= 2;
-            buf[start..start + 2].copy_from_slice(pair(n));
-        } else {
-            start -= 1;
-            // A single digit.
-            #[allow(clippy::cast_possible_truncation)]
-            let digit = n as u8;
-            buf[start] = b'0' + digit;
-        }
-        Self { buf, start }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.buf[self.start..]
-    }
-
-    pub(crate) fn as_str(&self) -> &str {
-        // ASCII digits only.
-        std::str::from_utf8(self.as_bytes()).unwrap_or("0")
-    }
-}
-
-/// The two decimal digits of `n` (below 100).
-fn pair(n: u64) -> &'static [u8] {
-    const PAIRS: &[u8; 200] = b"\
-        0001020304050607080910111213141516171819\
-        2021222324252627282930313233343536373839\
-        4041424344454647484950515253545556575859\
-        6061626364656667686970717273747576777879\
-        8081828384858687888990919293949596979899";
-    // Below 100: the index is at most 198.
-    #[allow(clippy::cast_possible_truncation)]
-    let at = 2 * n as usize;
-    &PAIRS[at..at + 2]
 }
 
 /// The last value written and its key, cloned when asked for the same key. Never waited for:
@@ -338,7 +283,7 @@ impl LastState {
 
 /// `n` as a header value, in one allocation of its exact length.
 pub(crate) fn uint_value(n: u64) -> HeaderValue {
-    HeaderValue::from_bytes(Digits::new(n).as_bytes())
+    HeaderValue::from_bytes(itoa::Buffer::new().format(n).as_bytes())
         .unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
@@ -354,7 +299,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn digits_are_written_as_display_writes_them() {
+    fn numbers_are_written_as_display_writes_them() {
         for n in [
             0,
             1,
@@ -373,10 +318,8 @@ mod tests {
         .chain((1..20).map(|e| 10u64.pow(e) - 1))
         .chain((1..20).map(|e| 10u64.pow(e) + 1))
         {
-            assert_eq!(Digits::new(n).as_bytes(), n.to_string().as_bytes(), "{n}");
             assert_eq!(digits(n), n.to_string().len(), "{n}");
             assert_eq!(uint_value(n), n.to_string().as_str());
-            assert_eq!(Digits::new(n).as_str(), n.to_string());
         }
     }
 

@@ -6,13 +6,13 @@
 //!
 //! Such a request needs only its keys: the layer borrows its rules, keeps the keys on the
 //! stack, gets one [`RuleState`] per rule back, and writes the headers from those numbers. The
-//! general engine (`service.rs`, `future.rs`) runs for every other layer, and here for what this
+//! general engine (`future.rs`) runs for every other layer (among them those that
+//! hand the whole decision over:
+//! [`extensions`](crate::rate_limit::RateLimitLayerBuilder::extensions), a
+//! [`response`](crate::rate_limit::RateLimitLayerBuilder::response) hook), and here for what this
 //! path does not do itself: a missing or unusable key, an allow-listed one on a store, a limiter
-//! failure in process, and a decision someone asked to see
-//! ([`extensions`](crate::rate_limit::RateLimitLayerBuilder::extensions), a
-//! [`response`](crate::rate_limit::RateLimitLayerBuilder::response) hook). Both give the same
-//! decision and headers (the tests below compare them on random rules and requests, and the
-//! rate-limit suite on Redis).
+//! failure in process. Both give the same decision and headers (the tests below compare them on
+//! random rules and requests, and the rate-limit suite on Redis).
 //!
 //! [`MemoryLimiter`]: crate::rate_limit::MemoryLimiter
 //! [`RedisLimiter`]: crate::rate_limit::RedisLimiter
@@ -29,24 +29,21 @@ use super::response::RateLimitBody;
 use super::service::{in_span, instrumented, take_ready};
 use crate::client_ip::ClientAddr;
 use crate::rate_limit::{
-    Decision, Few, Key, Mode, PlainStates, Rule, RuleDecision, RuleState, admitting, ceil_secs,
-    denying, verdict_metric,
+    Few, Key, Mode, PlainStates, Rule, RuleState, admitting, ceil_secs, denying, verdict_metric,
 };
 use crate::telemetry::Stopwatch;
 
 /// The layer's plain plan: every rule, when all are plain and its limiter decides them at once,
-/// or on its store ([`Engine::plain_store`](crate::rate_limit::Engine), made ready here). On a
-/// store, a layer that hands the whole decision over (`extensions`, a `response` hook) keeps
-/// the general engine.
+/// or on its store ([`Engine::plain_store`](crate::rate_limit::Engine), made ready here). A
+/// layer that hands the whole decision over (`extensions`, a `response` hook) keeps the general
+/// engine.
 pub(super) fn plan(config: &mut Config) {
-    if !config.rules.iter().all(|r| r.rule.is_plain()) {
+    let hands_over = config.extensions || config.response.is_some();
+    if hands_over || !config.rules.iter().all(|r| r.rule.is_plain()) {
         return;
     }
     let rules: Box<[Arc<Rule>]> = config.rules.iter().map(|r| Arc::clone(&r.rule)).collect();
     if config.limiter.decide_plain(&[], &[]).is_none() {
-        if config.extensions || config.response.is_some() {
-            return;
-        }
         let Some(store) = config.limiter.plain_store(&rules) else {
             return;
         };
@@ -130,20 +127,6 @@ where
                 // failure policy.
                 return general(inner, req);
             };
-            // Whether all were admitted matters only to a `response` hook (a flag set at
-            // build time, looked at first).
-            let denied = || !states.as_slice().iter().all(|s| s.allowed);
-            if config.extensions || (config.response.is_some() && denied()) {
-                // Someone reads the whole decision: the general engine hands it over.
-                leave(&mut req, client);
-                return match decision(rules, keys.as_slice(), states.as_slice()) {
-                    Some(decision) => {
-                        let ready = || take_ready(inner);
-                        ResponseFuture::decided(config, Ok(decision), (ready, req), &[], started)
-                    }
-                    None => general(inner, req),
-                };
-            }
             states
         }
     };
@@ -195,7 +178,7 @@ fn verdict(
     let named = || rules.iter().map(|r| r.name()).zip(states);
     if states.iter().all(|s| s.allowed) {
         record(config, states, started);
-        let ietf = config.ietf_on_allowed().then(|| {
+        let ietf = config.ietf_on_allowed.then(|| {
             let state =
                 match states {
                     [only] => config.last_state.get_or(
@@ -208,7 +191,7 @@ fn verdict(
             (config.policy.clone(), state)
         });
         let legacy = config
-            .legacy_headers()
+            .legacy
             .then(|| legacy(states, admitting(states).unwrap_or(0)));
         return Ok(RateLimitHeaders::plain(ietf, legacy));
     }
@@ -262,7 +245,7 @@ fn denied<'a>(
     binding: usize,
 ) -> RateLimitHeaders {
     let ietf = Some((config.policy.clone(), headers::states(names.zip(states))));
-    let legacy = config.legacy_headers().then(|| legacy(states, binding));
+    let legacy = config.legacy.then(|| legacy(states, binding));
     RateLimitHeaders::plain(ietf, legacy)
 }
 
@@ -281,16 +264,6 @@ fn record(config: &Config, states: &[RuleState], started: Stopwatch) {
     for (metrics, state) in config.metrics.iter().zip(states) {
         metrics.record(verdict_metric(state.allowed, Mode::Enforce), seconds);
     }
-}
-
-/// The whole [`Decision`] of `states`, for whoever reads it.
-fn decision(rules: &[Arc<Rule>], keys: &[Key], states: &[RuleState]) -> Option<Decision> {
-    let rules = rules.iter().zip(keys).zip(states);
-    Decision::combine(
-        rules
-            .map(|((r, key), s)| RuleDecision::new(r, key, *r.quota(), Mode::Enforce, r.cost(), *s))
-            .collect(),
-    )
 }
 
 #[cfg(test)]
@@ -483,40 +456,6 @@ mod tests {
         // An untrusted peer's forwarding header is not read: the peer is counted.
         assert_eq!(answers[0][4].2, bytes::Bytes::from("192.0.2.9"));
         assert_eq!(answers[0], answers[1]);
-    }
-
-    /// The denials of a one-rule layer within one second share their `RateLimit` value and
-    /// `Retry-After`; each new second writes its own.
-    #[tokio::test]
-    async fn denials_of_one_second_share_their_values_and_the_next_writes_its_own() {
-        let clock = ManualClock::new();
-        let limiter = MemoryLimiter::builder().clock(clock.clone()).build();
-        let layer = RateLimitLayer::new(limiter, "api", Global, Quota::per_minute(1)).unwrap();
-        let mut seen = Vec::new();
-        for after_ms in [0, 0, 400, 300, 400, 1_000, 57_000, 900] {
-            clock.advance(Duration::from_millis(after_ms));
-            let (status, headers, _) = answer(&layer, "k").await;
-            let value = |name: &str| headers[name].to_str().unwrap().to_owned();
-            seen.push((
-                status.as_u16(),
-                value("ratelimit"),
-                headers.get("retry-after").cloned(),
-            ));
-        }
-        let retry = |secs: &str| Some(http::HeaderValue::from_str(secs).unwrap());
-        assert_eq!(
-            seen,
-            [
-                (200, "\"api\";r=0;t=60".to_owned(), None),
-                (429, "\"api\";r=0;t=60".to_owned(), retry("60")),
-                (429, "\"api\";r=0;t=60".to_owned(), retry("60")),
-                (429, "\"api\";r=0;t=60".to_owned(), retry("60")),
-                (429, "\"api\";r=0;t=59".to_owned(), retry("59")),
-                (429, "\"api\";r=0;t=58".to_owned(), retry("58")),
-                (429, "\"api\";r=0;t=1".to_owned(), retry("1")),
-                (200, "\"api\";r=0;t=60".to_owned(), None),
-            ]
-        );
     }
 
     /// A client under its quota gets the same numbers request after request: their `RateLimit`

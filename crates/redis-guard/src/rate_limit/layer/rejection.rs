@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
-use super::headers::{self, Digits, LastWritten, RateLimitHeaders};
-use crate::problem::{Member, problem, problem_of_pieces, write_str};
+use super::headers::{self, LastWritten, RateLimitHeaders};
+use crate::problem::{problem, write_str};
 use crate::rate_limit::{Decision, RuleState, ceil_secs};
 
 /// Why a [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) answered a request itself
@@ -108,20 +108,11 @@ impl Rejection {
     /// some answers returns this for the others.
     #[must_use]
     pub fn response(&self) -> Response<Bytes> {
-        let mut res = match self {
-            Self::Limited(decision) => {
-                let secs = decision.retry_after_secs();
-                problem_of_pieces(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    &limited_pieces(decision, &Digits::new(secs)),
-                    &[
-                        ("retry_after", Member::Uint(secs)),
-                        ("rule", Member::Str(&decision.rule)),
-                    ],
-                )
-            }
-            other => problem(other.status(), other.detail(), &[]),
-        };
+        if let Self::Limited(decision) = self {
+            let prepared = PreparedDenial::new(&decision.rule);
+            return prepared.response_after(decision.retry_after_secs());
+        }
+        let mut res = problem(self.status(), self.detail(), &[]);
         if let Some(wait) = self.retry_after() {
             headers::insert_retry_after(res.headers_mut(), crate::rate_limit::ceil_secs(wait));
         }
@@ -218,26 +209,15 @@ fn insert_headers(decision: &Decision, map: &mut HeaderMap) {
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Limited(decision) => {
-                let secs = Digits::new(decision.retry_after_secs());
-                limited_pieces(decision, &secs)
-                    .iter()
-                    .try_for_each(|p| f.write_str(p))
-            }
+            Self::Limited(decision) => write!(
+                f,
+                "{LIMITED_BEFORE_RULE}{}{LIMITED_AFTER_RULE}{}{LIMITED_END}",
+                decision.rule,
+                decision.retry_after_secs()
+            ),
             other => f.write_str(other.detail()),
         }
     }
-}
-
-/// A denial's text in pieces, written as they are (an abusive client is all denials).
-fn limited_pieces<'a>(decision: &'a Decision, secs: &'a Digits) -> [&'a str; 5] {
-    [
-        LIMITED_BEFORE_RULE,
-        &decision.rule,
-        LIMITED_AFTER_RULE,
-        secs.as_str(),
-        LIMITED_END,
-    ]
 }
 
 /// The constant pieces of a denial's text, around the rule's name and the wait.
@@ -245,8 +225,8 @@ const LIMITED_BEFORE_RULE: &str = "Rate limit `";
 const LIMITED_AFTER_RULE: &str = "` exceeded: retry in ";
 const LIMITED_END: &str = " s.";
 
-/// The default `429` of one rule, prepared when the layer is built: a denial writes only its
-/// wait into it. Byte for byte what [`Rejection::response`] writes.
+/// The default `429` of one rule ([`Rejection::response`]), prepared when the layer is built: a
+/// denial writes only its wait into it. Byte for byte the problem document `problem` writes.
 #[derive(Clone, Debug)]
 pub(crate) struct PreparedDenial {
     rule: Arc<str>,
@@ -339,8 +319,8 @@ impl PreparedDenial {
 
     /// The document and `Retry-After` of a wait of `secs`.
     fn write(&self, secs: u64) -> (Bytes, HeaderValue) {
-        let digits = Digits::new(secs);
-        let digits = digits.as_str().as_bytes();
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(secs).as_bytes();
         let mut body = Vec::with_capacity(
             self.head.len() + PREPARED_MIDDLE.len() + self.tail.len() + 2 * digits.len(),
         );
@@ -412,52 +392,36 @@ mod tests {
         out
     }
 
-    /// A rule's prepared `429` is the default answer byte for byte: status, headers and
-    /// document, for names that need escaping and for waits of every length.
+    /// A rule's prepared `429` is the document the problem writer writes for it, byte for
+    /// byte: status, headers and document, for names that need escaping and for waits of every
+    /// length.
     #[test]
-    fn a_prepared_denial_is_the_default_answer() {
+    fn a_prepared_denial_is_the_problem_writers_document() {
         use std::sync::Arc;
-        use std::time::Duration;
 
-        use super::PreparedDenial;
+        use super::{PreparedDenial, headers};
+        use crate::problem::{Member, problem};
 
-        let waits = [
-            Duration::ZERO,
-            Duration::from_millis(1),
-            Duration::from_secs(1),
-            Duration::from_millis(1_500),
-            Duration::from_secs(59),
-            Duration::from_secs(86_400 * 365),
-            Duration::from_secs(u64::MAX),
-        ];
+        let waits = [1, 2, 59, 86_400 * 365, u64::MAX];
         for name in ["api", "login-1s", "a\"b\\c\n\t\u{1}\u{7f}é🙂/", ""] {
             let rule: Arc<str> = name.into();
             let prepared = PreparedDenial::new(&rule);
             assert!(prepared.is_of(name));
             assert!(!prepared.is_of("other"));
             // Each wait twice (the second from the last one written), and back.
-            for &wait in waits.iter().chain(&waits).chain(waits.iter().rev()) {
-                let decision = Decision {
-                    allowed: false,
-                    rule: Arc::clone(&rule),
-                    limit: 2,
-                    remaining: 0,
-                    retry_after: wait,
-                    reset_after: wait,
-                    wait: Duration::ZERO,
-                    rules: Vec::new(),
-                    exceeded: Vec::new(),
-                    shadow: Vec::new(),
-                    lease: crate::rate_limit::decision::HeldLease::default(),
-                };
-                let (a, b) = (
-                    prepared.response_after(decision.retry_after_secs()),
-                    Rejection::Limited(decision).response(),
-                );
+            for &secs in waits.iter().chain(&waits).chain(waits.iter().rev()) {
+                let detail = format!("Rate limit `{name}` exceeded: retry in {secs} s.");
+                let extra = [
+                    ("retry_after", Member::Uint(secs)),
+                    ("rule", Member::Str(name)),
+                ];
+                let mut b = problem(StatusCode::TOO_MANY_REQUESTS, &detail, &extra);
+                headers::insert_retry_after(b.headers_mut(), secs);
+                let a = prepared.response_after(secs);
                 assert_eq!(
                     (a.status(), a.headers(), a.body()),
                     (b.status(), b.headers(), b.body()),
-                    "{name:?} {wait:?}"
+                    "{name:?} {secs}"
                 );
                 assert_eq!(
                     a.headers().keys().collect::<Vec<_>>(),

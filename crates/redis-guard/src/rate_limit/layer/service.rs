@@ -1,19 +1,15 @@
 //! The [`RateLimit`] service.
 
-use std::sync::Arc;
-
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use tower_service::Service;
 use tracing::Instrument;
 
-use super::config::{Config, Plan};
+use super::config::Config;
 use super::future::ResponseFuture;
 use super::response::RateLimitBody;
-use crate::rate_limit::quota_lookup as resolve;
-use crate::rate_limit::{Check, LimiterFuture, Pending};
-use crate::telemetry::Stopwatch;
+use crate::rate_limit::LimiterFuture;
 
 define_service! {
     /// The service [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) wraps around its inner
@@ -42,9 +38,9 @@ where
         let RateLimit { inner, config } = self;
         match &config.plain {
             Some(rules) => super::lean::call(inner, config, rules, req, |inner, req| {
-                general(inner, config, req)
+                ResponseFuture::general(inner, config, req)
             }),
-            None => general(inner, config, req),
+            None => ResponseFuture::general(inner, config, req),
         }
     }
 }
@@ -56,43 +52,6 @@ pub(super) fn take_ready<S: Clone>(inner: &mut S) -> S {
     std::mem::replace(inner, clone)
 }
 
-/// The general engine: the request's plan, then the limiter's decision of its checks.
-/// `inner` is taken (a clone left in its place) only for a request that is called or waits.
-fn general<S, ReqBody>(
-    inner: &mut S,
-    config: &Arc<Config>,
-    req: Request<ReqBody>,
-) -> ResponseFuture<S, ReqBody>
-where
-    S: tower_service::Service<Request<ReqBody>> + Clone,
-{
-    let (mut parts, body) = req.into_parts();
-    let plan = config.plan(&mut parts);
-    let req = Request::from_parts(parts, body);
-    match plan {
-        Plan::Pass => ResponseFuture::calling(take_ready(inner).call(req), None),
-        Plan::Respond(rejection) => ResponseFuture::rejected(*rejection, Arc::clone(config)),
-        Plan::Check(checks) => {
-            // The layer's rules and its limiter were checked when it was built.
-            let started = Stopwatch::start();
-            let checks_now = checks.as_slice();
-            let at_once = || config.limiter.evaluate_at_once(checks_now);
-            if let Some(decided) = in_span(checks_now.len(), at_once) {
-                let ready = || take_ready(inner);
-                return ResponseFuture::decided(config, decided, (ready, req), checks_now, started);
-            }
-            let pending = start(config, checks.into_vec());
-            ResponseFuture::checking(pending, take_ready(inner), req, Arc::clone(config))
-        }
-        Plan::Resolve(checks, lookups) => ResponseFuture::resolving(
-            resolve::looked_up(checks, lookups),
-            take_ready(inner),
-            req,
-            Arc::clone(config),
-        ),
-    }
-}
-
 /// `decide`, in a `debug` span when one is listened to.
 pub(super) fn in_span<T>(rules: usize, decide: impl FnOnce() -> T) -> T {
     if !tracing::level_enabled!(tracing::Level::DEBUG) {
@@ -100,14 +59,6 @@ pub(super) fn in_span<T>(rules: usize, decide: impl FnOnce() -> T) -> T {
     }
     let _entered = tracing::debug_span!("rate_limit", rules).entered();
     decide()
-}
-
-/// Starts evaluating `checks` on the layer's limiter, in a `debug` span when one is listened to.
-pub(crate) fn start(config: &Config, checks: Vec<Check>) -> Pending {
-    let rules = checks.len();
-    let mut pending = Pending::start(&*config.limiter, checks);
-    pending.states = instrumented(rules, pending.states);
-    pending
 }
 
 /// `states`, in a `debug` span when one is listened to (boxed once more only then).

@@ -116,16 +116,17 @@ async fn a_soft_rule_admits_over_the_limit_and_says_so() {
 
 /// A candidate beside an enforced rule: the enforced rule alone decides and alone shows; the
 /// candidate counts every request on its own, and its denials never keep the enforced rule
-/// from counting.
+/// from counting. The rules' metric keys are made when the layer is built; a recorder installed
+/// after that (here a thread's local one) still gets every verdict and every decision time.
 #[tokio::test]
 async fn a_candidate_is_tried_beside_the_enforced_rule() {
-    let metrics = Captured::default();
-    let _guard = metrics::set_default_local_recorder(&metrics);
     let layer = builder()
         .rule_with(Rule::new("api", Quota::per_minute(4)), key())
         .candidate("api", Quota::per_minute(1))
         .build()
         .unwrap();
+    let metrics = Captured::default();
+    let _guard = metrics::set_default_local_recorder(&metrics);
     let answers = send(&layer, 6).await;
     assert_eq!(statuses(&answers), [200, 200, 200, 200, 429, 429]);
     assert!(
@@ -139,8 +140,10 @@ async fn a_candidate_is_tried_beside_the_enforced_rule() {
         &[
             ("allowed_total", "api", 4),
             ("limited_total", "api", 2),
+            ("decision_seconds", "api", 6),
             ("allowed_total", "api.candidate", 1),
             ("shadow_limited_total", "api.candidate", 5),
+            ("decision_seconds", "api.candidate", 6),
         ],
     );
 }
@@ -205,26 +208,30 @@ async fn each_rule_fails_by_its_own_policy() {
     assert_totals(&metrics, &[("fallback_decisions_total", "open", 0)]);
 }
 
+/// A rule whose share of the fallback cannot work is refused when the layer is built, by the
+/// layer's policy and by the rule's own.
 #[test]
-fn a_rule_whose_share_cannot_work_is_refused_by_its_own_policy_too() {
-    let err = builder()
-        .rule_with(
-            Rule::new("api", Quota::per_minute(10))
-                .with_cost(3)
-                .on_failure(FailurePolicy::fallback(5).unwrap()),
-            key(),
-        )
-        .failure_policy(FailurePolicy::Closed)
-        .build()
-        .unwrap_err();
-    assert_eq!(err.kind(), ConfigErrorKind::Fallback, "{err}");
-    assert_eq!(err.value(), Some("5"), "{err}");
-    let share = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<ConfigError>());
-    assert_eq!(
-        share.map(ConfigError::kind),
-        Some(ConfigErrorKind::Cost),
-        "{err}"
-    );
+fn a_rule_whose_share_cannot_work_is_refused() {
+    let rule = Rule::new("api", Quota::per_minute(10)).with_cost(3);
+    let five = FailurePolicy::fallback(5).unwrap();
+    let by_layer = builder()
+        .rule_with(rule.clone(), key())
+        .failure_policy(five);
+    let by_rule = builder()
+        .rule_with(rule.on_failure(five), key())
+        .failure_policy(FailurePolicy::Closed);
+    for err in [by_layer, by_rule].map(|b| b.build().unwrap_err()) {
+        assert_eq!(
+            err.to_string(),
+            "FailurePolicy::Fallback with 5 replicas: the share of rule `api`: cost 3 is larger than the burst 2, so no request could ever pass"
+        );
+        assert_eq!(
+            (err.kind(), err.value()),
+            (ConfigErrorKind::Fallback, Some("5"))
+        );
+        let share = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<ConfigError>());
+        assert_eq!(share.map(ConfigError::kind), Some(ConfigErrorKind::Cost));
+    }
 }
 
 /// On Redis: the second denial of a client comes from the deny cache, counted both as a hit
@@ -304,29 +311,4 @@ async fn the_fallback_shares_the_resolved_quota() {
     let answers = send(&layer, 6).await;
     assert_eq!(statuses(&answers), [200, 200, 200, 200, 429, 429]);
     assert_eq!(answers[0].policy.as_deref(), Some("\"plans\";q=4;w=60"));
-}
-
-/// The rules' metric keys are made when the layer is built; a recorder installed after that
-/// (here a thread's local one) still gets every verdict and every decision time.
-#[tokio::test]
-async fn a_recorder_installed_after_the_layer_gets_every_count() {
-    let layer = builder()
-        .rule_with(Rule::new("api", Quota::per_minute(2)), key())
-        .candidate("api", Quota::per_minute(1))
-        .build()
-        .unwrap();
-    let metrics = Captured::default();
-    let _guard = metrics::set_default_local_recorder(&metrics);
-    assert_eq!(statuses(&send(&layer, 3).await), [200, 200, 429]);
-    assert_totals(
-        &metrics,
-        &[
-            ("allowed_total", "api", 2),
-            ("limited_total", "api", 1),
-            ("decision_seconds", "api", 3),
-            ("allowed_total", "api.candidate", 1),
-            ("shadow_limited_total", "api.candidate", 2),
-            ("decision_seconds", "api.candidate", 3),
-        ],
-    );
 }
