@@ -356,11 +356,9 @@ fn key_of(ip: IpAddr, ipv6_prefix: u8) -> Key {
             let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
             let net = Ipv6Addr::from(u128::from(v6) & mask);
             let mut key = Inline::default();
-            if write!(key, "{net}/{bits}").is_ok() {
-                key.key()
-            } else {
-                Key::from(format!("{net}/{bits}"))
-            }
+            // A key grows past its inline bytes, so writing to it cannot fail.
+            let _ = write!(key, "{net}/{bits}");
+            key.key()
         }
     }
 }

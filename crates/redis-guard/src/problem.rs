@@ -15,8 +15,6 @@ use http::{HeaderValue, Response, StatusCode, header};
 pub(crate) enum Member<'a> {
     Str(&'a str),
     Uint(u64),
-    /// One string written from its pieces, in order (no buffer of its own per answer).
-    Pieces(&'a [&'a str]),
 }
 
 /// An RFC 9457 problem document: `about:blank`, the status' reason as title, `detail` when not
@@ -30,19 +28,9 @@ pub(crate) fn problem(
     detail: &str,
     extra: &[(&str, Member<'_>)],
 ) -> Response<Bytes> {
-    problem_of_pieces(status, &[detail], extra)
-}
-
-/// [`problem`] with a `detail` made of `pieces`, in order: a detail that says a number or a
-/// name is written into the document without a string of its own.
-pub(crate) fn problem_of_pieces(
-    status: StatusCode,
-    pieces: &[&str],
-    extra: &[(&str, Member<'_>)],
-) -> Response<Bytes> {
-    let empty = pieces.iter().all(|p| p.is_empty());
+    let empty = detail.is_empty();
     let standard = [
-        ("detail", Member::Pieces(pieces)),
+        ("detail", Member::Str(detail)),
         ("status", Member::Uint(u64::from(status.as_u16()))),
         (
             "title",
@@ -100,7 +88,6 @@ impl Member<'_> {
         match self {
             Member::Str(s) => s.len() + 2,
             Member::Uint(n) => n.checked_ilog10().map_or(1, |d| d as usize + 1),
-            Member::Pieces(pieces) => pieces.iter().map(|p| p.len()).sum::<usize>() + 2,
         }
     }
 }
@@ -111,14 +98,6 @@ fn write_member(out: &mut Vec<u8>, name: &str, value: Member<'_>) {
     out.push(b':');
     match value {
         Member::Str(s) => write_str(out, s),
-        Member::Pieces(pieces) if pieces.iter().copied().all(plain) => {
-            out.push(b'"');
-            pieces
-                .iter()
-                .for_each(|p| out.extend_from_slice(p.as_bytes()));
-            out.push(b'"');
-        }
-        Member::Pieces(pieces) => write_str(out, &pieces.concat()),
         // Writing into a `Vec` cannot fail, and integers always serialize.
         Member::Uint(n) => {
             let _ = serde_json::to_writer(out, &n);
@@ -204,19 +183,6 @@ mod tests {
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(body(&res)).unwrap(),
             expected
-        );
-        // A detail in pieces is the document of the whole detail, escaped or not.
-        for pieces in [
-            &["Rate limit `", "api", "` exceeded"][..],
-            &["a\"", "", odd],
-        ] {
-            let whole = problem(StatusCode::TOO_MANY_REQUESTS, &pieces.concat(), &[]);
-            let res = problem_of_pieces(StatusCode::TOO_MANY_REQUESTS, pieces, &[]);
-            assert_eq!(body(&res), body(&whole));
-        }
-        assert_eq!(
-            body(&problem_of_pieces(StatusCode::IM_A_TEAPOT, &["", ""], &[])),
-            body(&problem(StatusCode::IM_A_TEAPOT, "", &[]))
         );
         // An extra member sorting before every standard one, and no detail.
         let res = problem(StatusCode::IM_A_TEAPOT, "", &[("a", Member::Str(""))]);
