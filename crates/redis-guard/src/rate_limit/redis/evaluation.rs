@@ -22,22 +22,22 @@ use crate::rate_limit::{Algorithm, Quota};
 /// when it reads them, and its arguments.
 pub(super) struct Evaluation {
     /// `None`: the built-in scripts.
-    scripts: Option<Arc<Scripts>>,
-    /// Every rule is GCRA: `gcra_plain.lua` decides what it can (the general script still
-    /// refunds).
-    gcra_only: bool,
-    keys: Vec<String>,
-    records: Vec<Option<String>>,
+    pub(super) scripts: Option<Arc<Scripts>>,
+    /// Every rule is GCRA, with the built-in scripts and no receipt to keep: `gcra_plain.lua`
+    /// decides what it can (the general script still refunds).
+    pub(super) gcra_only: bool,
+    pub(super) keys: Vec<String>,
+    pub(super) records: Vec<Option<String>>,
     /// Empty: no live record read.
-    lives: Vec<Option<String>>,
+    pub(super) lives: Vec<Option<String>>,
     /// The limiter's copies of the live records, which take those the script saw, and the
     /// names of the rules that read one.
-    live_copies: Option<(Arc<LiveCache>, Vec<Arc<str>>)>,
-    rule_args: Vec<RuleArgs>,
+    pub(super) live_copies: Option<(Arc<LiveCache>, Vec<Arc<str>>)>,
+    pub(super) rule_args: Vec<RuleArgs>,
     /// Decide, record nothing (inspect).
-    dry: bool,
+    pub(super) dry: bool,
     /// Per rule, its name, when the receipt is kept for a response to settle; else empty.
-    settled: Vec<Arc<str>>,
+    pub(super) settled: Vec<Arc<str>>,
 }
 
 /// One rule's arguments to the evaluation scripts.
@@ -156,57 +156,6 @@ impl Coalescers {
 }
 
 impl Evaluation {
-    pub(super) fn new(
-        scripts: Option<Arc<Scripts>>,
-        gcra_only: bool,
-        keys: Vec<String>,
-        records: Vec<Option<String>>,
-        rule_args: Vec<RuleArgs>,
-    ) -> Self {
-        Self {
-            gcra_only: gcra_only && scripts.is_none(),
-            scripts,
-            keys,
-            records,
-            rule_args,
-            dry: false,
-            settled: Vec::new(),
-            lives: Vec::new(),
-            live_copies: None,
-        }
-    }
-
-    /// Reads the live records of `lives` (per rule, its record's key and name) in the call;
-    /// those the script saw go to `copies`, the quotas it decided with to the decision.
-    pub(super) fn live_keys(
-        mut self,
-        lives: Vec<Option<(String, Arc<str>)>>,
-        copies: &Arc<LiveCache>,
-    ) -> Self {
-        if lives.iter().any(Option::is_some) {
-            let (keys, names): (Vec<_>, Vec<_>) = lives
-                .into_iter()
-                .map(|live| live.map_or((None, None), |(key, name)| (Some(key), Some(name))))
-                .unzip();
-            self.lives = keys;
-            self.live_copies = Some((Arc::clone(copies), names.into_iter().flatten().collect()));
-        }
-        self
-    }
-
-    /// Keeps a receipt of an admitted request naming its rules, for its response to settle.
-    pub(super) fn settled(mut self, names: Vec<Arc<str>>) -> Self {
-        // The lean script names nothing.
-        self.gcra_only = false;
-        self.settled = names;
-        self
-    }
-
-    pub(super) fn dry(mut self) -> Self {
-        self.dry = true;
-        self
-    }
-
     fn scripts(&self) -> &Scripts {
         self.scripts.as_deref().unwrap_or(&BUILTIN_SCRIPTS)
     }

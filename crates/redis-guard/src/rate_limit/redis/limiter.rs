@@ -264,41 +264,47 @@ impl RedisLimiter {
             })
             .collect();
         let scripts = (!customs.is_empty()).then(|| self.scripts_for(customs));
-        // A rule whose quota varies keeps the quota's shape with its state: the general script.
-        // A throttled rule reserves slots, and a live rule's record is read, only by the
-        // general script.
-        let gcra_only = checks.iter().all(|c| {
-            *c.rule.algorithm() == Algorithm::Gcra
-                && !c.varying
-                && !c.rule.is_dynamic()
-                && c.rule.max_wait().is_none()
-                && !c.rule.is_live()
-        });
-        let evaluation = Evaluation::new(scripts, gcra_only, keys, records, rule_args).live_keys(
-            checks
-                .iter()
-                .map(|c| {
-                    self.live_key_in_call(&c.rule)
-                        .map(|key| (key, Arc::clone(c.rule.name_arc())))
-                })
-                .collect(),
-            &self.live,
-        );
         // A throttled request keeps its receipt too: a waiter that goes away gives its slots
         // back through it.
-        if checks
+        let settled = checks
             .iter()
-            .any(|c| c.rule.settles_after_response() || c.rule.max_wait().is_some())
-        {
-            evaluation.settled(
-                checks
-                    .iter()
-                    .map(|c| Arc::clone(c.rule.name_arc()))
-                    .collect(),
-            )
-        } else {
-            evaluation
+            .any(|c| c.rule.settles_after_response() || c.rule.max_wait().is_some());
+        let name = |c: &Check| Arc::clone(c.rule.name_arc());
+        // A rule whose quota varies keeps the quota's shape with its state: the general script.
+        // A throttled rule reserves slots, and a live rule's record is read, only by the
+        // general script; the lean script names nothing for a receipt.
+        let gcra_only = scripts.is_none()
+            && !settled
+            && checks.iter().all(|c| {
+                *c.rule.algorithm() == Algorithm::Gcra
+                    && !c.varying
+                    && !c.rule.is_dynamic()
+                    && !c.rule.is_live()
+            });
+        let mut evaluation = Evaluation {
+            scripts,
+            gcra_only,
+            keys,
+            records,
+            lives: Vec::new(),
+            live_copies: None,
+            rule_args,
+            dry: false,
+            settled: if settled {
+                checks.iter().map(name).collect()
+            } else {
+                Vec::new()
+            },
+        };
+        if self.live.in_call && checks.iter().any(|c| c.rule.is_live()) {
+            evaluation.lives = checks
+                .iter()
+                .map(|c| self.live_key_in_call(&c.rule))
+                .collect();
+            let names = checks.iter().filter(|c| c.rule.is_live()).map(name);
+            evaluation.live_copies = Some((Arc::clone(&self.live), names.collect()));
         }
+        evaluation
     }
 }
 
@@ -422,7 +428,8 @@ impl Engine for RedisLimiter {
         }
         let mut check = Check::new(rule.clone(), key);
         live::apply(self, std::slice::from_mut(&mut check));
-        let evaluation = self.evaluation(std::slice::from_ref(&check)).dry();
+        let mut evaluation = self.evaluation(std::slice::from_ref(&check));
+        evaluation.dry = true;
         let coalescers = Arc::clone(&self.coalescers);
         // A rule that reads no record has none that applies.
         let record = rule
