@@ -253,7 +253,7 @@ impl Evaluation {
             if let Some((copies, names)) = &self.live_copies {
                 live.reserve(names.len());
                 for ((name, record), args) in names.iter().zip(seen).zip(live_args) {
-                    copies.seen(name, record);
+                    copies.took(name, record, false);
                     if let Some(quota) = record.quota.or(args) {
                         live.push((Arc::clone(name), quota));
                     }

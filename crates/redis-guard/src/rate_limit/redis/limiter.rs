@@ -224,11 +224,20 @@ impl RedisLimiter {
             .iter()
             .map(|c| self.key_names(&c.rule, &c.key, c.rule.reads_overrides()))
             .unzip();
+        // The script reads a live rule's record in its call (one more key after the rule's
+        // others, its spec marked `L`: `live.lua`), except on a Cluster.
+        let in_call = |rule: &Rule| rule.is_live() && self.live.in_call;
         let mut customs: Vec<CustomAlgorithm> = Vec::new();
         let rule_args: Vec<RuleArgs> = checks
             .iter()
             .map(|check| {
-                let check = &self.live_args(check);
+                // A record the call reads decides with the rule's own quota where it has none,
+                // not this limiter's copy: a record cleared since the copy was read gives the
+                // rule its quota back at once.
+                let mut check = std::borrow::Cow::Borrowed(check);
+                if check.live && self.live.in_call {
+                    check.to_mut().quota = *check.rule.quota();
+                }
                 let p = check.params(check.cost);
                 // Only a request held back from a rule's reserve is decided with less.
                 let held_back = if check.held_back && check.rule.reserve.is_some() {
@@ -257,7 +266,10 @@ impl RedisLimiter {
                         p.emission_us,
                         p.cost,
                     ],
-                    overrides: self.live_spec(&check.rule, operations::script_arg(&check.rule)),
+                    overrides: match operations::script_arg(&check.rule) {
+                        spec if in_call(&check.rule) => format!("L{spec}").into(),
+                        spec => spec,
+                    },
                     max_wait_us: p.max_wait_us,
                     held_back,
                 }
@@ -296,12 +308,12 @@ impl RedisLimiter {
                 Vec::new()
             },
         };
-        if self.live.in_call && checks.iter().any(|c| c.rule.is_live()) {
+        if checks.iter().any(|c| in_call(&c.rule)) {
             evaluation.lives = checks
                 .iter()
-                .map(|c| self.live_key_in_call(&c.rule))
+                .map(|c| in_call(&c.rule).then(|| self.live_key(&c.rule)))
                 .collect();
-            let names = checks.iter().filter(|c| c.rule.is_live()).map(name);
+            let names = checks.iter().filter(|c| in_call(&c.rule)).map(name);
             evaluation.live_copies = Some((Arc::clone(&self.live), names.collect()));
         }
         evaluation
