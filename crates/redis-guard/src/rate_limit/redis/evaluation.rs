@@ -23,8 +23,8 @@ use crate::rate_limit::{Algorithm, Quota};
 pub(super) struct Evaluation {
     /// `None`: the built-in scripts.
     pub(super) scripts: Option<Arc<Scripts>>,
-    /// Every rule is GCRA, with the built-in scripts and no receipt to keep: `gcra_plain.lua`
-    /// decides what it can (the general script still refunds).
+    /// Every rule is GCRA, with the built-in scripts, no override record and no receipt to
+    /// keep: `gcra_plain.lua` decides what it can (the general script still refunds).
     pub(super) gcra_only: bool,
     pub(super) keys: Vec<String>,
     pub(super) records: Vec<Option<String>>,
@@ -203,13 +203,12 @@ impl Evaluation {
                 Vec::new()
             };
             // GCRA rules counted for good, with no live record read and no receipt (which
-            // needs the time) kept: one integer per rule (two with an override record) serves.
+            // needs the time) kept: one integer per rule serves.
             let gcra = self.gcra_only
                 && self.live_copies.is_none()
                 && leases.is_none()
                 && !self.dry
                 && self.rule_args.iter().all(|args| args.ints[5] > 0);
-            let records: Few<bool> = self.records.iter().map(Option::is_some).collect();
             // The common case: one entry, its keys and arguments moved rather than copied.
             let keys = std::mem::take(&mut self.keys);
             let keys = if self.records.iter().all(Option::is_none) && self.lives.is_empty() {
@@ -232,13 +231,9 @@ impl Evaluation {
                 .map_or(0, |(_, names)| names.len());
             if gcra {
                 let decided: Few<_> = self.rule_args.iter().map(RuleArgs::decided).collect();
-                let specs = records.as_slice().contains(&true).then(|| {
-                    let specs: Vec<&str> = self.rule_args.iter().map(|a| &*a.overrides).collect();
-                    specs.join(",").into()
-                });
-                let numbers = Numbers::of(decided.as_slice(), specs);
+                let numbers = Numbers::of(decided.as_slice());
                 let reply = coalescers.gcra(numbers).call(Keys(Few::Many(keys))).await?;
-                let states = parse_compact(&reply, decided.as_slice(), records.as_slice())?;
+                let states = parse_compact(&reply, decided.as_slice())?;
                 return Ok((states, None, Vec::new()));
             }
             let entry = RuleEntry {

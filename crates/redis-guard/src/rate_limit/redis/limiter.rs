@@ -283,8 +283,8 @@ impl RedisLimiter {
             .any(|c| c.rule.settles_after_response() || c.rule.max_wait().is_some());
         let name = |c: &Check| Arc::clone(c.rule.name_arc());
         // A rule whose quota varies keeps the quota's shape with its state: the general script.
-        // A throttled rule reserves slots, and a live rule's record is read, only by the
-        // general script; the lean script names nothing for a receipt.
+        // A throttled rule reserves slots, and a live rule's record or an override record is
+        // read, only by the general script; the lean script names nothing for a receipt.
         let gcra_only = scripts.is_none()
             && !settled
             && checks.iter().all(|c| {
@@ -292,6 +292,7 @@ impl RedisLimiter {
                     && !c.varying
                     && !c.rule.is_dynamic()
                     && !c.rule.is_live()
+                    && !c.rule.reads_overrides()
             });
         let mut evaluation = Evaluation {
             scripts,

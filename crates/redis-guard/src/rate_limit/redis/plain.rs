@@ -28,17 +28,9 @@ pub(super) struct PlainRules {
     how: How,
 }
 
-/// The script that decides GCRA rules, plain or with override records.
-static GCRA_PLAIN: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(concat!(
-        // The override helpers inside one function, called by the first rule that reads a
-        // record: a call that reads none makes one closure instead of four.
-        "local ov_parse, ov_wait, ov_strike, ov_write\nlocal function overrides()\n",
-        include_str!("../algorithm/overrides.lua"),
-        "\nreturn ov_parse, ov_wait, ov_strike, ov_write\nend\n",
-        include_str!("gcra_plain.lua")
-    ))
-});
+/// The script that decides GCRA rules.
+static GCRA_PLAIN: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("gcra_plain.lua")));
 
 #[derive(Debug)]
 enum How {
@@ -53,8 +45,7 @@ enum How {
     Counted(Plain),
 }
 
-/// One request of GCRA rules: each rule's state key, then its override record's key when it
-/// reads one, in order.
+/// One request of GCRA rules: each rule's state key, in order.
 pub(super) struct Keys(pub(super) Few<String>);
 
 impl Entry for Keys {
@@ -74,21 +65,20 @@ impl Entry for Keys {
 }
 
 /// The calls of `gcra_plain.lua` for one set of rules: their numbers (burst, emission interval,
-/// cost per rule) and, when one reads an override record, their specs, each encoded once as
-/// one argument, then every queued request's keys.
+/// cost per rule), encoded once as one argument, then every queued request's keys.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(super) struct Numbers(Arc<str>, Option<Arc<str>>);
+pub(super) struct Numbers(Arc<str>);
 
 impl Numbers {
     /// The numbers of rules decided with `ints` (algorithm, limit, period, burst, emission
-    /// interval, cost) whose override specs are `specs` (`None`: no rule reads a record).
-    pub(super) fn of(ints: &[[u64; 6]], specs: Option<Arc<str>>) -> Self {
+    /// interval, cost).
+    pub(super) fn of(ints: &[[u64; 6]]) -> Self {
         let numbers = ints
             .iter()
             .map(|&[.., burst, emission, cost]| format!("{burst}:{emission}:{cost}"))
             .collect::<Vec<_>>()
             .join(",");
-        Self(numbers.into(), specs)
+        Self(numbers.into())
     }
 
     /// One call of `gcra_plain.lua` for `keys` (every request's, in order), answered by
@@ -99,14 +89,8 @@ impl Numbers {
         keys: &[impl AsRef<str>],
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Value, BackendError> {
-        let specs = self.1.as_deref();
-        let bytes = self.0.len() + specs.map_or(0, str::len);
-        let mut call =
-            backend.script_sized(&GCRA_PLAIN, keys, 1 + usize::from(specs.is_some()), bytes);
+        let mut call = backend.script_sized(&GCRA_PLAIN, keys, 1, self.0.len());
         call.arg(&*self.0);
-        if let Some(specs) = specs {
-            call.arg(specs);
-        }
         call.until(deadline);
         call.run().await
     }
@@ -169,8 +153,7 @@ impl PlainRules {
                     })
                     .collect();
                 let max = limiter.coalescers.general.max();
-                let calls =
-                    Coalescer::with_form(limiter.backend.clone(), Numbers::of(&ints, None), max);
+                let calls = Coalescer::with_form(limiter.backend.clone(), Numbers::of(&ints), max);
                 (How::Gcra { calls, ints }, "gcra")
             }
             _ => return None,
@@ -238,7 +221,7 @@ impl PlainRules {
         now: Option<u64>,
         asked: Option<u64>,
     ) -> Result<Few<RuleState>, LimiterError> {
-        let states = parse_compact(&reply?, self.gcra().1, &[])?;
+        let states = parse_compact(&reply?, self.gcra().1)?;
         Ok(self.told(states, keys, now, asked))
     }
 
