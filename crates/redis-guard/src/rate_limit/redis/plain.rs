@@ -186,23 +186,6 @@ impl PlainRules {
         })
     }
 
-    /// The rules' states for `keys` from Redis, by their one fixed window's transaction; the
-    /// deny cache told. `now`: the cache's time before the call; `asked`: the request's key in
-    /// the cache, when it was looked up.
-    async fn count_on_redis(
-        &self,
-        keys: Few<Key>,
-        now: Option<u64>,
-        asked: Option<u64>,
-    ) -> Result<Few<RuleState>, LimiterError> {
-        let How::Counted(counted) = &self.how else {
-            unreachable!("a layer's one fixed window")
-        };
-        let plain = counted.for_key(self.key_name(0, &keys.as_slice()[0]));
-        let state = plain.state(&self.limiter.coalescers).await?;
-        Ok(self.told(Few::One(state), &keys, now, asked))
-    }
-
     /// The calls of GCRA rules, and each rule's numbers. (A request's future holds the rules,
     /// so it finds them here, not in a borrow of them.)
     fn gcra(&self) -> (&Coalescer<Keys, Numbers>, &[[u64; 6]]) {
@@ -287,9 +270,11 @@ impl PlainStore for Arc<PlainRules> {
         let this = Arc::clone(self);
         let calls = match &self.how {
             How::Gcra { calls, .. } => calls,
-            How::Counted(_) => {
+            How::Counted(counted) => {
+                let plain = counted.for_key(self.key_name(0, &keys.as_slice()[0]));
                 return Some(PlainStates::Later(Box::pin(async move {
-                    this.count_on_redis(keys, now, asked).await
+                    let state = plain.state(&this.limiter.coalescers).await?;
+                    Ok(this.told(Few::One(state), &keys, now, asked))
                 })));
             }
         };
