@@ -186,9 +186,8 @@ impl Evaluation {
             Some(id) => Cow::Owned(id.to_string()),
         };
         // The receipt's copy of the rules, when the request may take leases or be settled.
-        let keep = !self.settled.is_empty();
-        let leases = (!self.dry && (keep || self.rule_args.iter().any(RuleArgs::is_lease)))
-            .then(|| (self.keys.clone(), self.rule_args.clone()));
+        let keep = !self.settled.is_empty() || self.rule_args.iter().any(RuleArgs::is_lease);
+        let leases = (!self.dry && keep).then(|| (self.keys.clone(), self.rule_args.clone()));
         if !backend.connection().is_cluster() {
             // The quota each live rule's arguments carry (none when the call reads no record):
             // what the script decides with where the record has none.
@@ -262,7 +261,7 @@ impl Evaluation {
                         names: self.settled.clone(),
                         evaluated_at,
                     };
-                    Receipt::redis(id, backend, self.scripts.as_ref(), vec![group], keep)
+                    Some(Receipt::redis(id, backend, &self.scripts, vec![group]))
                 }
                 _ => None,
             };
@@ -334,7 +333,7 @@ impl Evaluation {
                         evaluated_at: *evaluated_at,
                     })
                     .collect();
-                Receipt::redis(id, backend, self.scripts.as_ref(), groups, keep)
+                Some(Receipt::redis(id, backend, &self.scripts, groups))
             }
             _ => None,
         };
