@@ -135,8 +135,8 @@ impl Coalescers {
         self.general.backend()
     }
 
-    /// The calls of `gcra_plain.lua` for the rules of `numbers`.
-    fn gcra(&self, numbers: Numbers) -> Arc<Coalescer<Keys, Numbers>> {
+    /// The calls of `gcra_plain.lua` for the rules of `numbers`, a layer's plain rules' too.
+    pub(super) fn gcra(&self, numbers: Numbers) -> Arc<Coalescer<Keys, Numbers>> {
         let mut sets = self.gcra.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(calls) = sets.get(&numbers) {
             return Arc::clone(calls);

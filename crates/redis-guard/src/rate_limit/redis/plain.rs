@@ -37,7 +37,7 @@ enum How {
     /// Every rule GCRA: the calls of the layer's requests, and each rule's numbers, which give
     /// its state from its one integer.
     Gcra {
-        calls: Coalescer<Keys, Numbers>,
+        calls: Arc<Coalescer<Keys, Numbers>>,
         ints: Box<[[u64; 6]]>,
     },
     /// One fixed window, counted by the plain transaction (Redis >= 7; else the general
@@ -152,8 +152,7 @@ impl PlainRules {
                         [0, p.limit, p.period_us, p.burst, p.emission_us, p.cost]
                     })
                     .collect();
-                let max = limiter.coalescers.general.max();
-                let calls = Coalescer::with_form(limiter.backend.clone(), Numbers::of(&ints), max);
+                let calls = limiter.coalescers.gcra(Numbers::of(&ints));
                 (How::Gcra { calls, ints }, "gcra")
             }
             _ => return None,
