@@ -269,7 +269,8 @@ impl Evaluation {
         }
         // A rule's override key shares its state key's hash tag.
         let groups = backend.slot_groups(&self.keys);
-        let mut states: Vec<Option<RuleState>> = vec![None; n];
+        // Every rule is in one group: each state is set.
+        let mut states = vec![RuleState::from_parts(false, 0, 0, 0, 0); n];
         // The groups that admitted the request, with the Redis time they were evaluated at.
         let mut committed: Vec<(&[usize], u64)> = Vec::new();
         let mut denied = false;
@@ -278,9 +279,8 @@ impl Evaluation {
                 keys: group
                     .iter()
                     .flat_map(|&i| {
-                        std::iter::once(&self.keys[i])
-                            .chain(&self.records[i])
-                            .chain(self.lives.get(i).and_then(Option::as_ref))
+                        // A Cluster's calls read no live record.
+                        std::iter::once(&self.keys[i]).chain(&self.records[i])
                     })
                     .cloned()
                     .collect(),
@@ -302,7 +302,7 @@ impl Evaluation {
             };
             let all_allowed = group_states.iter().all(|s| s.allowed);
             for (&i, state) in group.iter().zip(group_states) {
-                states[i] = Some(state);
+                states[i] = state;
             }
             if denied || self.dry {
                 continue;
@@ -315,10 +315,6 @@ impl Evaluation {
                 committed.clear();
             }
         }
-        let states = states
-            .into_iter()
-            .map(|s| s.ok_or_else(|| BackendError::BadReply("a rule got no state".into()).into()))
-            .collect::<Result<Vec<_>, LimiterError>>()?;
         let receipt = match (&leases, &id) {
             (Some(_), Some(id)) if !denied => {
                 let groups = committed
@@ -337,8 +333,7 @@ impl Evaluation {
             }
             _ => None,
         };
-        // A Cluster's calls read no live record: the checks carry the quotas they were decided
-        // with.
+        // The checks carry the quotas they were decided with.
         Ok((states, receipt, Vec::new()))
     }
 
