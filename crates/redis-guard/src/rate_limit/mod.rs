@@ -131,7 +131,6 @@
 // (`lease/`). The layer's own files take what they need from here, by name.
 mod algorithm;
 mod decision;
-mod inline_list;
 mod key;
 mod layer;
 mod lease;
@@ -162,7 +161,9 @@ pub use crate::client_ip::{ClientAddr, ClientIp, ClientIpLayer, ForwardedHeader,
 // What the layer's files take from the rest, reachable as `crate::rate_limit::Name` wherever
 // they stand.
 pub(crate) use decision::{admitting, ceil_secs, denying, verdict_metric};
-pub(crate) use inline_list::Few;
+/// A short list that holds its first item inline: a request's keys, checks and states, most
+/// often one (a `Vec` of one costs an allocation per request).
+pub(crate) type Few<T> = smallvec::SmallVec<[T; 1]>;
 pub(crate) use key::Inline;
 pub(crate) use lease::Holding;
 pub(crate) use limiter::{

@@ -23,16 +23,15 @@ pub(super) fn step(leases: &mut Vec<(Arc<str>, u64)>, now: u64, p: &Params) -> S
             i128::from(reset),
         );
     }
-    Step {
-        allowed: true,
-        remaining: p.limit - count - p.cost,
-        retry_after_us: 0,
-        reset_after_us: p.period_us,
-        commit: Some(Commit::Lease {
-            expiry: now + p.period_us,
-            ttl: p.period_us,
-        }),
-    }
+    let lease = Commit::Lease {
+        expiry: now + p.period_us,
+        ttl: p.period_us,
+    };
+    Step::admitted(
+        i128::from(p.limit - count - p.cost),
+        i128::from(p.period_us),
+        lease,
+    )
 }
 
 /// Drops the lease of `request`; whether the key holds none any more.

@@ -31,13 +31,8 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
     if count + cost > limit {
         return Step::denied(limit - count, window_end - now, window_end - now);
     }
-    Step {
-        allowed: true,
-        remaining: super::narrow(limit - count - cost),
-        retry_after_us: 0,
-        reset_after_us: super::narrow(window_end - now),
-        commit: Some(stored(start, count + cost, now, p)),
-    }
+    let commit = stored(start, count + cost, now, p);
+    Step::admitted(limit - count - cost, window_end - now, commit)
 }
 
 /// How long until the window counts nothing, nothing taken (a probe's reset): 0 when no unit

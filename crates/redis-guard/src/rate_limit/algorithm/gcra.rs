@@ -48,14 +48,8 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
         }
         return Step::denied(idiv(now + b * e - tat, e), allow_at - now, tat - now);
     }
-    let reset = new_tat - now;
-    Step {
-        allowed: true,
-        remaining: super::narrow(idiv(now - allow_at, e)),
-        retry_after_us: 0,
-        reset_after_us: super::narrow(reset),
-        commit: Some(stored(new_tat, now, p)),
-    }
+    let commit = stored(new_tat, now, p);
+    Step::admitted(idiv(now - allow_at, e), new_tat - now, commit)
 }
 
 /// How long until the key is as fresh as a new one, nothing taken (a probe's reset).

@@ -45,13 +45,8 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
         let reset = (period - elapsed) + if cur > 0 { period } else { 0 };
         return Step::denied(limit - estimate, retry.max(1), reset);
     }
-    Step {
-        allowed: true,
-        remaining: super::narrow(limit - estimate - cost),
-        retry_after_us: super::narrow(0),
-        reset_after_us: super::narrow((period - elapsed) + period),
-        commit: Some(stored(w, prev, cur + cost, elapsed, period)),
-    }
+    let commit = stored(w, prev, cur + cost, elapsed, period);
+    Step::admitted(limit - estimate - cost, (period - elapsed) + period, commit)
 }
 
 /// How long until both windows count nothing, nothing taken (a probe's reset).

@@ -30,15 +30,10 @@ pub(super) fn step(log: &mut VecDeque<u64>, now: u64, p: &Params) -> Step {
             .map_or(period, |&t| i128::from(t) + period - now_w);
         return Step::denied(limit - count, retry, reset);
     }
-    Step {
-        allowed: true,
-        remaining: super::narrow(limit - count - cost),
-        retry_after_us: 0,
-        reset_after_us: p.period_us,
-        commit: Some(Commit::Append {
-            at: now,
-            n: p.cost,
-            ttl: p.period_us,
-        }),
-    }
+    let commit = Commit::Append {
+        at: now,
+        n: p.cost,
+        ttl: p.period_us,
+    };
+    Step::admitted(limit - count - cost, period, commit)
 }

@@ -55,14 +55,22 @@ pub(crate) enum Commit {
 }
 
 impl Step {
+    /// Admitted at once, `remaining` left, the request recorded by `commit`.
+    pub(crate) fn admitted(remaining: i128, reset_after_us: i128, commit: Commit) -> Self {
+        Self {
+            allowed: true,
+            remaining: narrow(remaining),
+            retry_after_us: 0,
+            reset_after_us: narrow(reset_after_us),
+            commit: Some(commit),
+        }
+    }
+
     /// Admitted after `wait_us` (a throttled rule), nothing left, the slot recorded by `commit`.
     pub(crate) fn throttled(wait_us: i128, reset_after_us: i128, commit: Commit) -> Self {
         Self {
-            allowed: true,
-            remaining: 0,
             retry_after_us: narrow(wait_us),
-            reset_after_us: narrow(reset_after_us),
-            commit: Some(commit),
+            ..Self::admitted(0, reset_after_us, commit)
         }
     }
 

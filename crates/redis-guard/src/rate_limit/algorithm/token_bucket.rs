@@ -55,13 +55,7 @@ pub(super) fn step(state: Option<&State>, now: u64, p: &Params) -> Step {
         return Step::denied(idiv(credit, e), need - credit, cap - credit);
     }
     let left = credit - need;
-    Step {
-        allowed: true,
-        remaining: super::narrow(idiv(left, e)),
-        retry_after_us: 0,
-        reset_after_us: super::narrow(cap - left),
-        commit: Some(stored(left, now, p)),
-    }
+    Step::admitted(idiv(left, e), cap - left, stored(left, now, p))
 }
 
 /// How long until the bucket is full, nothing taken (a probe's reset).

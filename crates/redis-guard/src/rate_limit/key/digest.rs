@@ -5,6 +5,7 @@ use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 
 use sha2::{Digest, Sha256};
+use smallvec::SmallVec;
 
 /// The value a rule counts against: opaque bytes, hashed before they are used in a Redis key.
 ///
@@ -17,34 +18,23 @@ use sha2::{Digest, Sha256};
 /// assert!(!a.digest().contains("380"));
 /// ```
 #[derive(Clone)]
-pub struct Key(Repr);
+pub struct Key(SmallVec<[u8; INLINE]>);
 
 /// Keys up to this many bytes live inside the [`Key`], without an allocation: every IPv4 and
 /// IPv6 client key ([`ClientIp`](super::ClientIp) writes at most `xxxx:…:xxxx/128`, 44 bytes),
 /// most user ids and API keys. A request's key is made on every request.
 const INLINE: usize = 46;
 
-#[derive(Clone)]
-enum Repr {
-    Inline(Inline),
-    Heap(Vec<u8>),
-}
-
 impl Key {
     /// A key from raw bytes.
     #[must_use]
     pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
-        Self(Repr::Heap(bytes.into()))
+        Self(SmallVec::from_vec(bytes.into()))
     }
 
     /// A key holding a copy of `bytes`: inline when they fit.
     pub(crate) fn copied(bytes: &[u8]) -> Self {
-        let mut inline = Inline::default();
-        if inline.push(bytes) {
-            inline.key()
-        } else {
-            Self(Repr::Heap(bytes.to_vec()))
-        }
+        Self(SmallVec::from_slice(bytes))
     }
 
     /// Two keys as one, e.g. client IP and username for login throttling. Each part is
@@ -52,21 +42,18 @@ impl Key {
     #[must_use]
     pub fn pair(a: &Key, b: &Key) -> Self {
         let (a, b) = (a.as_bytes(), b.as_bytes());
-        let mut v = Vec::with_capacity(a.len() + b.len() + 16);
+        let mut v = SmallVec::with_capacity(a.len() + b.len() + 16);
         for part in [a, b] {
             v.extend_from_slice(&(part.len() as u64).to_be_bytes());
             v.extend_from_slice(part);
         }
-        Self(Repr::Heap(v))
+        Self(v)
     }
 
     /// The key's bytes.
     #[must_use]
     pub fn as_bytes(&self) -> &[u8] {
-        match &self.0 {
-            Repr::Inline(inline) => &inline.bytes[..usize::from(inline.len)],
-            Repr::Heap(v) => v,
-        }
+        &self.0
     }
 
     /// The digest used in Redis key names: the first 128 bits of SHA-256, as 32 hex digits.
@@ -84,58 +71,30 @@ impl Key {
     }
 }
 
-/// A key being written in place, for extractors that build one per request (up to [`INLINE`]
-/// bytes; a longer one does not fit, and [`Inline::push`] says so).
-#[derive(Clone, Copy)]
-pub(crate) struct Inline {
-    len: u8,
-    bytes: [u8; INLINE],
-}
-
-impl Default for Inline {
-    fn default() -> Self {
-        Self {
-            len: 0,
-            bytes: [0; INLINE],
-        }
-    }
-}
+/// A key being written in place, for extractors that build one per request: inline up to
+/// [`INLINE`] bytes, on the heap past them.
+#[derive(Default)]
+pub(crate) struct Inline(SmallVec<[u8; INLINE]>);
 
 impl Inline {
-    /// Appends `more`; false (nothing appended) when it does not fit.
-    pub(crate) fn push(&mut self, more: &[u8]) -> bool {
-        let at = usize::from(self.len);
-        let Some(end) = at.checked_add(more.len()).filter(|&end| end <= INLINE) else {
-            return false;
-        };
-        self.bytes[at..end].copy_from_slice(more);
-        // `end` is at most `INLINE`, below 256.
-        self.len = u8::try_from(end).unwrap_or(u8::MAX);
-        true
-    }
-
     pub(crate) fn key(self) -> Key {
-        Key(Repr::Inline(self))
+        Key(self.0)
     }
 
     /// A key of the first `len` bytes of `buf`, a buffer of a size known when compiled (a
     /// copy of fixed length, no call); `None` when `buf` is longer than a key's inline bytes
     /// or `len` is past its end.
     pub(crate) fn filled<const N: usize>(buf: [u8; N], len: usize) -> Option<Key> {
-        let mut inline = Self::default();
-        inline.bytes.get_mut(..N)?.copy_from_slice(&buf);
-        inline.len = u8::try_from(len).ok().filter(|_| len <= N)?;
-        Some(inline.key())
+        let mut inline = [0; INLINE];
+        inline.get_mut(..N)?.copy_from_slice(&buf);
+        (len <= N).then(|| Key(SmallVec::from_buf_and_len(inline, len)))
     }
 }
 
 impl fmt::Write for Inline {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        if self.push(s.as_bytes()) {
-            Ok(())
-        } else {
-            Err(fmt::Error)
-        }
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
     }
 }
 
@@ -188,11 +147,9 @@ impl From<Vec<u8>> for Key {
 /// Written in place: a number, an address and its `Display` fit.
 fn displayed(value: impl fmt::Display) -> Key {
     let mut inline = Inline::default();
-    if fmt::write(&mut inline, format_args!("{value}")).is_ok() {
-        inline.key()
-    } else {
-        Key::new(value.to_string())
-    }
+    // Writing to memory never fails, nor does a number's or an address's `Display`.
+    let _ = fmt::write(&mut inline, format_args!("{value}"));
+    inline.key()
 }
 
 impl From<u64> for Key {
@@ -251,10 +208,6 @@ mod tests {
         );
         let v6: IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe".parse().unwrap();
         assert_eq!(Key::from(v6).as_bytes(), v6.to_string().as_bytes());
-        let mut full = Inline::default();
-        assert!(full.push(&long.as_bytes()[..INLINE]));
-        assert!(!full.push(b"z"), "past the inline size nothing is appended");
-        assert_eq!(full.key().as_bytes(), &long.as_bytes()[..INLINE]);
     }
 
     #[test]

@@ -170,12 +170,7 @@ impl Lease {
         let calls: Vec<_> = self.take().iter().map(Receipt::release).collect();
         async move {
             let counted = !calls.is_empty();
-            let mut outcome = Ok(());
-            for call in calls {
-                if let Err(e) = call.await {
-                    outcome = outcome.and(Err(e));
-                }
-            }
+            let outcome = each(calls).await;
             if counted {
                 count_release(if outcome.is_ok() {
                     "released"
@@ -229,15 +224,7 @@ impl Lease {
             .iter()
             .map(|r| r.settle(deltas))
             .collect();
-        Box::pin(async move {
-            let mut outcome = Ok(());
-            for call in calls {
-                if let Err(e) = call.await {
-                    outcome = outcome.and(Err(e));
-                }
-            }
-            outcome
-        })
+        Box::pin(each(calls))
     }
 
     /// Settles in the background ([`settle`](Self::settle)): in process at once, on Redis in a
@@ -254,20 +241,10 @@ impl Lease {
                 matches!(r.place, Place::Redis(_)).then_some(call)
             })
             .collect();
-        if remote.is_empty() {
-            return;
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn(async move {
-                for call in remote {
-                    if let Err(e) = call.await {
-                        warn_settle(&e);
-                    }
-                }
-            })),
-            Err(_) => tracing::warn!(
+        if !remote.is_empty() && !spawned(remote, warn_settle, |_| {}) {
+            tracing::warn!(
                 "a rate-limit settlement was dropped outside a Tokio runtime: the reservation stands"
-            ),
+            );
         }
     }
 
@@ -310,27 +287,44 @@ impl Lease {
             count_release("released");
             return;
         }
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    let mut result = "released";
-                    for call in remote {
-                        if let Err(e) = call.await {
-                            warn_release(&e);
-                            result = "failed";
-                        }
-                    }
-                    count_release(result);
-                });
-            }
-            Err(_) => {
-                count_release("abandoned");
-                tracing::warn!(
-                    "a concurrency lease was dropped outside a Tokio runtime: it cannot be released and expires on its own"
-                );
-            }
+        let done = |ok| count_release(if ok { "released" } else { "failed" });
+        if !spawned(remote, warn_release, done) {
+            count_release("abandoned");
+            tracing::warn!(
+                "a concurrency lease was dropped outside a Tokio runtime: it cannot be released and expires on its own"
+            );
         }
     }
+}
+
+/// Awaits every one of `calls` (each is made): the first error.
+async fn each(calls: Vec<LimiterFuture<()>>) -> Result<(), LimiterError> {
+    let mut outcome = Ok(());
+    for call in calls {
+        if let Err(e) = call.await {
+            outcome = outcome.and(Err(e));
+        }
+    }
+    outcome
+}
+
+/// Makes the `remote` calls in a spawned task, each error told to `failed`, then `done` told
+/// whether all went through; `false` when there is no runtime to spawn on.
+fn spawned(remote: Vec<LimiterFuture<()>>, failed: fn(&LimiterError), done: fn(bool)) -> bool {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return false;
+    };
+    drop(runtime.spawn(async move {
+        let mut ok = true;
+        for call in remote {
+            if let Err(e) = call.await {
+                failed(&e);
+                ok = false;
+            }
+        }
+        done(ok);
+    }));
+    true
 }
 
 /// Counts one request's release under `result`.

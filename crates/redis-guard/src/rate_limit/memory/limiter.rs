@@ -127,7 +127,7 @@ impl MemoryLimiter {
             }
         });
         decided
-            .map(Few::One)
+            .map(|state| Few::from_buf([state]))
             .ok_or_else(|| custom_needs_redis(rule))
     }
 

@@ -31,6 +31,7 @@ pub(super) type EntryId = u64;
 
 /// The most shards a table has.
 const MAX_SHARDS: usize = 64;
+const _: () = assert!(MAX_SHARDS <= 64, "a locked set of shards is a u64 of bits");
 
 /// The fewest entries a shard's share holds: a smaller table has fewer shards (one under 128
 /// keys), so its bound and eviction order are the whole table's.
@@ -144,17 +145,9 @@ impl Table {
         let mut slot = s.states.map.get_mut(&id);
         let live = slot.as_mut().filter(|(_, d)| now < *d).map(|(v, _)| v);
         let (out, commit) = decide(live);
-        match (commit, slot) {
-            (None, _) => {}
-            // The usual admitted request of a known key: its state replaced where it is.
-            (Some(Commit::Replace(state, ttl)), Some(entry)) => {
-                *entry = (state, expiry(now, ttl));
-            }
-            (Some(commit), slot) => {
-                if let Some((state, deadline)) = committed(slot, commit, now, "") {
-                    s.states.insert(id, state, deadline, now);
-                }
-            }
+        // A known key's state is replaced where it is.
+        if let Some((state, deadline)) = commit.and_then(|c| committed(slot, c, now, "")) {
+            s.states.insert(id, state, deadline, now);
         }
         let due = s.tick();
         drop(shard);
@@ -166,16 +159,15 @@ impl Table {
 
     /// The shards of `ids`, locked (in ascending order) until the result is dropped.
     pub(super) fn lock(&self, ids: impl IntoIterator<Item = EntryId>) -> Locked<'_> {
-        let mut wanted: Few<usize> = Few::default();
-        for id in ids {
-            wanted.push(self.shard_of(id));
-        }
-        wanted.as_mut_slice().sort_unstable();
-        let mut guards: Few<(usize, MutexGuard<'_, Shard>)> = Few::default();
-        for i in wanted {
-            if guards.as_slice().last().is_none_or(|(at, _)| *at != i) {
-                guards.push((i, lock(&self.shards[i])));
-            }
+        // A bit per shard (at most 64), taken lowest first.
+        let mut wanted = ids
+            .into_iter()
+            .fold(0_u64, |w, id| w | 1 << self.shard_of(id));
+        let mut guards = Few::new();
+        while wanted != 0 {
+            let i = wanted.trailing_zeros() as usize;
+            wanted &= wanted - 1;
+            guards.push((i, lock(&self.shards[i])));
         }
         Locked {
             table: self,

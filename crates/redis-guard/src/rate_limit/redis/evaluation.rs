@@ -10,9 +10,9 @@ use super::live::LiveCache;
 use super::plain::{Keys, Numbers};
 use super::script_reply::{parse_compact, parse_reply};
 use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall, call_alone};
+use crate::rate_limit::Few;
 use crate::rate_limit::algorithm::RuleState;
 use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, Scripts};
-use crate::rate_limit::inline_list::Few;
 use crate::rate_limit::lease::{Receipt, Receipted, request_id};
 use crate::rate_limit::limiter::LimiterError;
 use crate::rate_limit::limiter::live::quota_of;
@@ -231,12 +231,15 @@ impl Evaluation {
             if gcra {
                 let decided: Few<_> = self.rule_args.iter().map(RuleArgs::decided).collect();
                 let numbers = Numbers::of(decided.as_slice());
-                let reply = coalescers.gcra(numbers).call(Keys(Few::Many(keys))).await?;
+                let reply = coalescers
+                    .gcra(numbers)
+                    .call(Keys(Few::from_vec(keys)))
+                    .await?;
                 let states = parse_compact(&reply, decided.as_slice())?;
                 return Ok((states, None, Vec::new()));
             }
             let entry = RuleEntry {
-                keys: Few::Many(keys),
+                keys: Few::from_vec(keys),
                 rule_args: std::mem::take(&mut self.rule_args),
                 request,
                 dry: self.dry,

@@ -273,7 +273,7 @@ impl PlainStore for Arc<PlainRules> {
                 let plain = counted.for_key(self.key_name(0, &keys.as_slice()[0]));
                 return Some(PlainStates::Later(Box::pin(async move {
                     let state = plain.state(&this.limiter.coalescers).await?;
-                    Ok(this.told(Few::One(state), &keys, now, asked))
+                    Ok(this.told(Few::from_buf([state]), &keys, now, asked))
                 })));
             }
         };

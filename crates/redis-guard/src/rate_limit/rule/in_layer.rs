@@ -168,7 +168,7 @@ impl Rule {
     where
         F: Fn(&http::request::Parts) -> Option<Quota> + Send + Sync + 'static,
     {
-        self.quota_from = Some(QuotaFrom::Now(Arc::new(resolve)));
+        self.quota_from = Some(QuotaFrom::Now(Shared(Arc::new(resolve))));
         self
     }
 
@@ -205,9 +205,8 @@ impl Rule {
         F: Fn(&http::request::Parts) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = Option<Quota>> + Send + 'static,
     {
-        self.quota_from = Some(QuotaFrom::Later(Arc::new(move |head| {
-            Box::pin(resolve(head))
-        })));
+        let later: Arc<QuotaLater> = Arc::new(move |head| Box::pin(resolve(head)));
+        self.quota_from = Some(QuotaFrom::Later(Shared(later)));
         self
     }
 
@@ -252,12 +251,12 @@ pub(super) type CostFrom = Shared<dyn Fn(&http::request::Parts) -> u32 + Send + 
 
 /// Where a rule's quota comes from on each request ([`Rule::with_quota_from`] and its `async`
 /// twin); rules compare equal when they share it.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) enum QuotaFrom {
     /// Known from the request head at once.
-    Now(Arc<QuotaNow>),
+    Now(Shared<QuotaNow>),
     /// Looked up.
-    Later(Arc<QuotaLater>),
+    Later(Shared<QuotaLater>),
 }
 
 /// A resolver that answers at once.
@@ -266,18 +265,6 @@ pub(crate) type QuotaNow = dyn Fn(&http::request::Parts) -> Option<Quota> + Send
 /// A resolver that looks the quota up.
 pub(crate) type QuotaLater =
     dyn Fn(&http::request::Parts) -> BoxFuture<Option<Quota>> + Send + Sync;
-
-impl PartialEq for QuotaFrom {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (Self::Now(a), Self::Now(b)) => Arc::ptr_eq(a, b),
-            (Self::Later(a), Self::Later(b)) => Arc::ptr_eq(a, b),
-            _ => false,
-        }
-    }
-}
-
-impl Eq for QuotaFrom {}
 
 impl std::fmt::Debug for QuotaFrom {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

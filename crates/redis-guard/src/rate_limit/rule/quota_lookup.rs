@@ -39,8 +39,8 @@ pub(crate) enum Resolved {
 pub(crate) fn resolve(rule: &Rule, parts: &http::request::Parts) -> Resolved {
     match rule.quota_from() {
         None => Resolved::Now(None),
-        Some(QuotaFrom::Now(f)) => Resolved::Now(f(parts)),
-        Some(QuotaFrom::Later(f)) => Resolved::Later(f(parts)),
+        Some(QuotaFrom::Now(f)) => Resolved::Now((f.0)(parts)),
+        Some(QuotaFrom::Later(f)) => Resolved::Later((f.0)(parts)),
     }
 }
 
