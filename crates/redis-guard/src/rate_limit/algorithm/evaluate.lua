@@ -1,8 +1,7 @@
 -- Decide and record requests against the rules of a layer, each request all or nothing.
 --
--- Built by concatenation: backend/prelude.lua, entries.lua, overrides.lua, prelude.lua, the
--- algorithm files, a table `algorithms` mapping ids to their functions, then live.lua and
--- this file.
+-- Built by concatenation: backend/prelude.lua, overrides.lua, prelude.lua, the algorithm
+-- files, a table `algorithms` mapping ids to their functions, then live.lua and this file.
 --
 -- Coalesced form (backend/coalesce.rs): one call carries one or more requests ("entries"),
 -- decided one after the other, in order, at one Redis time.
@@ -41,6 +40,20 @@
 --          Milliseconds are rounded up. When any rule denies, nothing is recorded for any rule
 --          of the entry. An entry that fails (an algorithm breaking its contract, a key of
 --          another type) gets the error's text instead, and the others stand.
+-- The rule, argument and key counts of entry e, whose header follows ARGV[a] with k keys used
+-- before it; or nil and an error reply when it does not fit.
+local function entry_counts(e, k, a)
+  local n, m = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local r = m and (m - 2) / 8
+  -- Up to 3 keys per rule: a live rule's record is the third (live.lua).
+  if n == nil or r == nil or r ~= math.floor(r) or n < r or n > 3 * r or k + n > #KEYS
+    or a + 2 + m > #ARGV then
+    return nil, redis.error_reply('RG_ARITY entry ' .. e .. ' does not fit: ' .. tostring(n)
+      .. ' keys, ' .. tostring(m) .. ' arguments')
+  end
+  return r, m, n
+end
+
 local now = clock()
 -- Override records read by this call (false: none), and those to write at the end.
 local ovs, ov_dirty = {}, {}
@@ -151,7 +164,9 @@ for e = 1, count do
   end
   k, a = k + nk, a + m
 end
-local misfit = entries_misfit(count, k, a)
-if misfit then return misfit end
+if count < 0 or k ~= #KEYS or a ~= #ARGV then
+  return redis.error_reply('RG_ARITY expected ' .. tostring(ARGV[2]) .. ' entries to use '
+    .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments; they use ' .. k .. ' and ' .. a)
+end
 for okey in pairs(ov_dirty) do ov_write(okey, ovs[okey], now) end
 return out

@@ -1,7 +1,7 @@
 -- Override records (rate_limit/limiter/overrides.rs): per rule and key, one string key in the rule's
 -- hash tag holding `block_until:allow_until:level:level_until:strikes:strikes_until` (µs of
 -- Redis time, 0 = none), with a PX expiry at the latest of them. Written by the operations
--- script (penalize, allow, reset) and by escalating bans; read by both evaluation scripts.
+-- script (penalize, allow, reset) and by escalating bans; read by the evaluation script.
 -- A value not in this form counts as no record. After backend/prelude.lua.
 
 -- The record from a GET reply `v`, as of `now` (fields whose time has passed cleared), or false.

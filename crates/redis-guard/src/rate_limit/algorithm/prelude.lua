@@ -21,16 +21,6 @@ local function check_reply(allowed, remaining, retry_us, reset_us, commit)
   return nil
 end
 
--- Checks the argument count of a refund: 3 header values, then 6 per key. Returns an error reply
--- or nil.
-local function check_arity()
-  if #ARGV ~= 3 + #KEYS * 6 then
-    return redis.error_reply('RG_ARITY expected 3 + 6 arguments per key, got '
-      .. #ARGV .. ' for ' .. #KEYS .. ' keys')
-  end
-  return nil
-end
-
 -- The parameters of the rule whose 6 arguments follow ARGV[o], as the algorithms take them;
 -- `req` is the request id.
 local function params(o, req)

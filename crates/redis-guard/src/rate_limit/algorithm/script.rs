@@ -37,7 +37,7 @@ pub(crate) const FIXED_WINDOW_COUNTER: usize = BUILTIN.len();
 /// [`CUSTOM_BASE`] + 1 on, in order; `customs` gives each one's name and source for this table),
 /// then `driver`.
 fn compose(table: &str, suffix: &str, customs: &[(&str, Option<&str>)], driver: &str) -> String {
-    let mut src = String::from(lua_files!("entries.lua", "overrides.lua", "prelude.lua"));
+    let mut src = String::from(lua_files!("overrides.lua", "prelude.lua"));
     for (_, body) in BUILTIN {
         src.push('\n');
         src.push_str(body);
@@ -92,17 +92,12 @@ impl Scripts {
                 // Live limits' helpers (`Rule::live`) are the driver's own.
                 lua_files!("live.lua", "evaluate.lua"),
             )),
-            refund: LuaScript::new(&compose(
-                "refunds",
-                "_refund",
-                &refund,
-                include_str!("refund.lua"),
-            )),
+            refund: LuaScript::new(&compose("each", "_refund", &refund, PER_KEY)),
             charge: LuaScript::new(&compose(
-                "charges",
+                "each",
                 "_charge",
                 &customs.iter().map(|c| (c.name(), None)).collect::<Vec<_>>(),
-                include_str!("charge.lua"),
+                PER_KEY,
             )),
         }
     }
@@ -111,9 +106,15 @@ impl Scripts {
 /// The scripts without custom algorithms, built once.
 pub(crate) static BUILTIN_SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts::with_customs(&[]));
 
-/// The renewal script: pushes the expiry of one request's leases (see `renew.lua`).
-pub(crate) static RENEW: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(lua_files!("prelude.lua", "concurrency.lua", "renew.lua")));
+/// The driver of the refund, charge and renewal scripts (see `per_key.lua`).
+const PER_KEY: &str = include_str!("per_key.lua");
+
+/// The renewal script: pushes the expiry of one request's leases (see `per_key.lua`).
+pub(crate) static RENEW: LazyLock<LuaScript> = LazyLock::new(|| {
+    let id = super::Algorithm::Concurrency.builtin_id().unwrap_or(0);
+    let each = format!("\nlocal each = {{ [{id}] = concurrency_renew }}\n");
+    LuaScript::new(&[lua_files!("prelude.lua", "concurrency.lua"), &each, PER_KEY].concat())
+});
 
 /// The operations script: read, reset, penalize or allow one rule's key (see `operations.lua`).
 pub(crate) static OPERATIONS: LazyLock<LuaScript> =

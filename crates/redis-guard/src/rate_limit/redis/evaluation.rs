@@ -22,22 +22,22 @@ use crate::rate_limit::{Algorithm, Quota};
 /// when it reads them, and its arguments.
 pub(super) struct Evaluation {
     /// `None`: the built-in scripts.
-    scripts: Option<Arc<Scripts>>,
-    /// Every rule is GCRA: `gcra_plain.lua` decides what it can (the general script still
-    /// refunds).
-    gcra_only: bool,
-    keys: Vec<String>,
-    records: Vec<Option<String>>,
+    pub(super) scripts: Option<Arc<Scripts>>,
+    /// Every rule is GCRA, with the built-in scripts, no override record and no receipt to
+    /// keep: `gcra_plain.lua` decides what it can (the general script still refunds).
+    pub(super) gcra_only: bool,
+    pub(super) keys: Vec<String>,
+    pub(super) records: Vec<Option<String>>,
     /// Empty: no live record read.
-    lives: Vec<Option<String>>,
+    pub(super) lives: Vec<Option<String>>,
     /// The limiter's copies of the live records, which take those the script saw, and the
     /// names of the rules that read one.
-    live_copies: Option<(Arc<LiveCache>, Vec<Arc<str>>)>,
-    rule_args: Vec<RuleArgs>,
+    pub(super) live_copies: Option<(Arc<LiveCache>, Vec<Arc<str>>)>,
+    pub(super) rule_args: Vec<RuleArgs>,
     /// Decide, record nothing (inspect).
-    dry: bool,
+    pub(super) dry: bool,
     /// Per rule, its name, when the receipt is kept for a response to settle; else empty.
-    settled: Vec<Arc<str>>,
+    pub(super) settled: Vec<Arc<str>>,
 }
 
 /// One rule's arguments to the evaluation scripts.
@@ -135,8 +135,8 @@ impl Coalescers {
         self.general.backend()
     }
 
-    /// The calls of `gcra_plain.lua` for the rules of `numbers`.
-    fn gcra(&self, numbers: Numbers) -> Arc<Coalescer<Keys, Numbers>> {
+    /// The calls of `gcra_plain.lua` for the rules of `numbers`, a layer's plain rules' too.
+    pub(super) fn gcra(&self, numbers: Numbers) -> Arc<Coalescer<Keys, Numbers>> {
         let mut sets = self.gcra.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(calls) = sets.get(&numbers) {
             return Arc::clone(calls);
@@ -156,57 +156,6 @@ impl Coalescers {
 }
 
 impl Evaluation {
-    pub(super) fn new(
-        scripts: Option<Arc<Scripts>>,
-        gcra_only: bool,
-        keys: Vec<String>,
-        records: Vec<Option<String>>,
-        rule_args: Vec<RuleArgs>,
-    ) -> Self {
-        Self {
-            gcra_only: gcra_only && scripts.is_none(),
-            scripts,
-            keys,
-            records,
-            rule_args,
-            dry: false,
-            settled: Vec::new(),
-            lives: Vec::new(),
-            live_copies: None,
-        }
-    }
-
-    /// Reads the live records of `lives` (per rule, its record's key and name) in the call;
-    /// those the script saw go to `copies`, the quotas it decided with to the decision.
-    pub(super) fn live_keys(
-        mut self,
-        lives: Vec<Option<(String, Arc<str>)>>,
-        copies: &Arc<LiveCache>,
-    ) -> Self {
-        if lives.iter().any(Option::is_some) {
-            let (keys, names): (Vec<_>, Vec<_>) = lives
-                .into_iter()
-                .map(|live| live.map_or((None, None), |(key, name)| (Some(key), Some(name))))
-                .unzip();
-            self.lives = keys;
-            self.live_copies = Some((Arc::clone(copies), names.into_iter().flatten().collect()));
-        }
-        self
-    }
-
-    /// Keeps a receipt of an admitted request naming its rules, for its response to settle.
-    pub(super) fn settled(mut self, names: Vec<Arc<str>>) -> Self {
-        // The lean script names nothing.
-        self.gcra_only = false;
-        self.settled = names;
-        self
-    }
-
-    pub(super) fn dry(mut self) -> Self {
-        self.dry = true;
-        self
-    }
-
     fn scripts(&self) -> &Scripts {
         self.scripts.as_deref().unwrap_or(&BUILTIN_SCRIPTS)
     }
@@ -237,9 +186,8 @@ impl Evaluation {
             Some(id) => Cow::Owned(id.to_string()),
         };
         // The receipt's copy of the rules, when the request may take leases or be settled.
-        let keep = !self.settled.is_empty();
-        let leases = (!self.dry && (keep || self.rule_args.iter().any(RuleArgs::is_lease)))
-            .then(|| (self.keys.clone(), self.rule_args.clone()));
+        let keep = !self.settled.is_empty() || self.rule_args.iter().any(RuleArgs::is_lease);
+        let leases = (!self.dry && keep).then(|| (self.keys.clone(), self.rule_args.clone()));
         if !backend.connection().is_cluster() {
             // The quota each live rule's arguments carry (none when the call reads no record):
             // what the script decides with where the record has none.
@@ -254,13 +202,12 @@ impl Evaluation {
                 Vec::new()
             };
             // GCRA rules counted for good, with no live record read and no receipt (which
-            // needs the time) kept: one integer per rule (two with an override record) serves.
+            // needs the time) kept: one integer per rule serves.
             let gcra = self.gcra_only
                 && self.live_copies.is_none()
                 && leases.is_none()
                 && !self.dry
                 && self.rule_args.iter().all(|args| args.ints[5] > 0);
-            let records: Few<bool> = self.records.iter().map(Option::is_some).collect();
             // The common case: one entry, its keys and arguments moved rather than copied.
             let keys = std::mem::take(&mut self.keys);
             let keys = if self.records.iter().all(Option::is_none) && self.lives.is_empty() {
@@ -283,16 +230,12 @@ impl Evaluation {
                 .map_or(0, |(_, names)| names.len());
             if gcra {
                 let decided: Few<_> = self.rule_args.iter().map(RuleArgs::decided).collect();
-                let specs = records.as_slice().contains(&true).then(|| {
-                    let specs: Vec<&str> = self.rule_args.iter().map(|a| &*a.overrides).collect();
-                    specs.join(",").into()
-                });
-                let numbers = Numbers::of(decided.as_slice(), specs);
+                let numbers = Numbers::of(decided.as_slice());
                 let reply = coalescers
                     .gcra(numbers)
                     .call(Keys(Few::from_vec(keys)))
                     .await?;
-                let states = parse_compact(&reply, decided.as_slice(), records.as_slice())?;
+                let states = parse_compact(&reply, decided.as_slice())?;
                 return Ok((states, None, Vec::new()));
             }
             let entry = RuleEntry {
@@ -307,7 +250,7 @@ impl Evaluation {
             if let Some((copies, names)) = &self.live_copies {
                 live.reserve(names.len());
                 for ((name, record), args) in names.iter().zip(seen).zip(live_args) {
-                    copies.seen(name, record);
+                    copies.took(name, record, false);
                     if let Some(quota) = record.quota.or(args) {
                         live.push((Arc::clone(name), quota));
                     }
@@ -321,7 +264,7 @@ impl Evaluation {
                         names: self.settled.clone(),
                         evaluated_at,
                     };
-                    Receipt::redis(id, backend, self.scripts.as_ref(), vec![group], keep)
+                    Some(Receipt::redis(id, backend, &self.scripts, vec![group]))
                 }
                 _ => None,
             };
@@ -329,7 +272,8 @@ impl Evaluation {
         }
         // A rule's override key shares its state key's hash tag.
         let groups = backend.slot_groups(&self.keys);
-        let mut states: Vec<Option<RuleState>> = vec![None; n];
+        // Every rule is in one group: each state is set.
+        let mut states = vec![RuleState::from_parts(false, 0, 0, 0, 0); n];
         // The groups that admitted the request, with the Redis time they were evaluated at.
         let mut committed: Vec<(&[usize], u64)> = Vec::new();
         let mut denied = false;
@@ -338,9 +282,8 @@ impl Evaluation {
                 keys: group
                     .iter()
                     .flat_map(|&i| {
-                        std::iter::once(&self.keys[i])
-                            .chain(&self.records[i])
-                            .chain(self.lives.get(i).and_then(Option::as_ref))
+                        // A Cluster's calls read no live record.
+                        std::iter::once(&self.keys[i]).chain(&self.records[i])
                     })
                     .cloned()
                     .collect(),
@@ -362,7 +305,7 @@ impl Evaluation {
             };
             let all_allowed = group_states.iter().all(|s| s.allowed);
             for (&i, state) in group.iter().zip(group_states) {
-                states[i] = Some(state);
+                states[i] = state;
             }
             if denied || self.dry {
                 continue;
@@ -375,10 +318,6 @@ impl Evaluation {
                 committed.clear();
             }
         }
-        let states = states
-            .into_iter()
-            .map(|s| s.ok_or_else(|| BackendError::BadReply("a rule got no state".into()).into()))
-            .collect::<Result<Vec<_>, LimiterError>>()?;
         let receipt = match (&leases, &id) {
             (Some(_), Some(id)) if !denied => {
                 let groups = committed
@@ -393,12 +332,11 @@ impl Evaluation {
                         evaluated_at: *evaluated_at,
                     })
                     .collect();
-                Receipt::redis(id, backend, self.scripts.as_ref(), groups, keep)
+                Some(Receipt::redis(id, backend, &self.scripts, groups))
             }
             _ => None,
         };
-        // A Cluster's calls read no live record: the checks carry the quotas they were decided
-        // with.
+        // The checks carry the quotas they were decided with.
         Ok((states, receipt, Vec::new()))
     }
 

@@ -102,7 +102,7 @@ impl RedisLimiter {
         let coalescers = std::sync::Arc::clone(&self.coalescers);
         async move {
             match route {
-                Ok(plain) => plain.run(&coalescers).await,
+                Ok(plain) => Ok((vec![plain.state(&coalescers).await?], None, Vec::new())),
                 Err(evaluation) => evaluation.run(&coalescers).await,
             }
         }
@@ -222,11 +222,6 @@ impl Plain {
         let (limit, period_ms) = (self.limit, self.count.period_ms);
         let reply = coalescers.counts.call(self.count).await?;
         state(reply, limit, period_ms)
-    }
-
-    /// [`state`](Self::state), as the general engine's evaluation answers.
-    async fn run(self, coalescers: &Coalescers) -> Result<Receipted, LimiterError> {
-        Ok((vec![self.state(coalescers).await?], None, Vec::new()))
     }
 }
 

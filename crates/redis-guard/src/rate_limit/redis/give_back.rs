@@ -20,24 +20,22 @@ pub(crate) struct OnRedis {
 }
 
 impl Receipt {
-    /// The receipt of an evaluation on Redis; `None` when no rule holds a lease and it is not
-    /// to be settled (`settled`).
+    /// The receipt of an evaluation on Redis whose rules took leases or are to be settled.
     pub(super) fn redis(
         request: &Arc<str>,
         backend: &RedisBackend,
-        scripts: Option<&Arc<Scripts>>,
+        scripts: &Option<Arc<Scripts>>,
         groups: Vec<Group>,
-        settled: bool,
-    ) -> Option<Self> {
-        let leases = groups.iter().any(|g| g.args.iter().any(RuleArgs::is_lease));
-        (leases || settled).then(|| Self {
+    ) -> Self {
+        let on_redis = OnRedis {
+            backend: backend.clone(),
+            scripts: scripts.clone(),
+            groups,
+        };
+        Self {
             request: Arc::clone(request),
-            place: Place::Redis(OnRedis {
-                backend: backend.clone(),
-                scripts: scripts.cloned(),
-                groups,
-            }),
-        })
+            place: Place::Redis(on_redis),
+        }
     }
 }
 

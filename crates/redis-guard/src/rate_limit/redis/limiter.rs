@@ -224,11 +224,20 @@ impl RedisLimiter {
             .iter()
             .map(|c| self.key_names(&c.rule, &c.key, c.rule.reads_overrides()))
             .unzip();
+        // The script reads a live rule's record in its call (one more key after the rule's
+        // others, its spec marked `L`: `live.lua`), except on a Cluster.
+        let in_call = |rule: &Rule| rule.is_live() && self.live.in_call;
         let mut customs: Vec<CustomAlgorithm> = Vec::new();
         let rule_args: Vec<RuleArgs> = checks
             .iter()
             .map(|check| {
-                let check = &self.live_args(check);
+                // A record the call reads decides with the rule's own quota where it has none,
+                // not this limiter's copy: a record cleared since the copy was read gives the
+                // rule its quota back at once.
+                let mut check = std::borrow::Cow::Borrowed(check);
+                if check.live && self.live.in_call {
+                    check.to_mut().quota = *check.rule.quota();
+                }
                 let p = check.params(check.cost);
                 // Only a request held back from a rule's reserve is decided with less.
                 let held_back = if check.held_back && check.rule.reserve.is_some() {
@@ -257,48 +266,58 @@ impl RedisLimiter {
                         p.emission_us,
                         p.cost,
                     ],
-                    overrides: self.live_spec(&check.rule, operations::script_arg(&check.rule)),
+                    overrides: match operations::script_arg(&check.rule) {
+                        spec if in_call(&check.rule) => format!("L{spec}").into(),
+                        spec => spec,
+                    },
                     max_wait_us: p.max_wait_us,
                     held_back,
                 }
             })
             .collect();
         let scripts = (!customs.is_empty()).then(|| self.scripts_for(customs));
-        // A rule whose quota varies keeps the quota's shape with its state: the general script.
-        // A throttled rule reserves slots, and a live rule's record is read, only by the
-        // general script.
-        let gcra_only = checks.iter().all(|c| {
-            *c.rule.algorithm() == Algorithm::Gcra
-                && !c.varying
-                && !c.rule.is_dynamic()
-                && c.rule.max_wait().is_none()
-                && !c.rule.is_live()
-        });
-        let evaluation = Evaluation::new(scripts, gcra_only, keys, records, rule_args).live_keys(
-            checks
-                .iter()
-                .map(|c| {
-                    self.live_key_in_call(&c.rule)
-                        .map(|key| (key, Arc::clone(c.rule.name_arc())))
-                })
-                .collect(),
-            &self.live,
-        );
         // A throttled request keeps its receipt too: a waiter that goes away gives its slots
         // back through it.
-        if checks
+        let settled = checks
             .iter()
-            .any(|c| c.rule.settles_after_response() || c.rule.max_wait().is_some())
-        {
-            evaluation.settled(
-                checks
-                    .iter()
-                    .map(|c| Arc::clone(c.rule.name_arc()))
-                    .collect(),
-            )
-        } else {
-            evaluation
+            .any(|c| c.rule.settles_after_response() || c.rule.max_wait().is_some());
+        let name = |c: &Check| Arc::clone(c.rule.name_arc());
+        // A rule whose quota varies keeps the quota's shape with its state: the general script.
+        // A throttled rule reserves slots, and a live rule's record or an override record is
+        // read, only by the general script; the lean script names nothing for a receipt.
+        let gcra_only = scripts.is_none()
+            && !settled
+            && checks.iter().all(|c| {
+                *c.rule.algorithm() == Algorithm::Gcra
+                    && !c.varying
+                    && !c.rule.is_dynamic()
+                    && !c.rule.is_live()
+                    && !c.rule.reads_overrides()
+            });
+        let mut evaluation = Evaluation {
+            scripts,
+            gcra_only,
+            keys,
+            records,
+            lives: Vec::new(),
+            live_copies: None,
+            rule_args,
+            dry: false,
+            settled: if settled {
+                checks.iter().map(name).collect()
+            } else {
+                Vec::new()
+            },
+        };
+        if checks.iter().any(|c| in_call(&c.rule)) {
+            evaluation.lives = checks
+                .iter()
+                .map(|c| in_call(&c.rule).then(|| self.live_key(&c.rule)))
+                .collect();
+            let names = checks.iter().filter(|c| in_call(&c.rule)).map(name);
+            evaluation.live_copies = Some((Arc::clone(&self.live), names.collect()));
         }
+        evaluation
     }
 }
 
@@ -422,7 +441,8 @@ impl Engine for RedisLimiter {
         }
         let mut check = Check::new(rule.clone(), key);
         live::apply(self, std::slice::from_mut(&mut check));
-        let evaluation = self.evaluation(std::slice::from_ref(&check)).dry();
+        let mut evaluation = self.evaluation(std::slice::from_ref(&check));
+        evaluation.dry = true;
         let coalescers = Arc::clone(&self.coalescers);
         // A rule that reads no record has none that applies.
         let record = rule

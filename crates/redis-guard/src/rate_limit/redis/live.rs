@@ -11,7 +11,7 @@ use super::RedisLimiter;
 use crate::backend::{BackendError, LuaScript, RedisBackend};
 use crate::rate_limit::Rule;
 use crate::rate_limit::limiter::live::{self, LIVE_TTL, LiveChange, LiveRecord};
-use crate::rate_limit::limiter::{Check, Engine, LimiterFuture};
+use crate::rate_limit::limiter::{Engine, LimiterFuture};
 
 /// Sets or clears a live record.
 static LIVE_SET: LazyLock<LuaScript> =
@@ -75,26 +75,16 @@ impl LiveCache {
         copy.reading = false;
     }
 
-    /// Takes `record`, which a change made here wrote, unless a newer one is known.
-    fn store_change(&self, rule: &Arc<str>, record: LiveRecord) {
-        let mut records = self.lock();
-        let copy = records.entry(Arc::clone(rule)).or_default();
-        if record.version >= copy.record.version {
-            copy.record = record;
-            copy.changes += 1;
-        }
-    }
-}
-
-impl LiveCache {
-    /// What an evaluation script saw of rule `name`'s record. A version newer than the copy's
-    /// replaces the copy at once: the layer splits the rule's next request into calls by its
-    /// mode, and refunds and charges take its quota. (The decision that saw it names the quota
-    /// the script used whatever the copy says.)
-    pub(super) fn seen(&self, name: &Arc<str>, record: LiveRecord) {
+    /// Takes `record` of rule `name`, unless a newer one is known: one a change made here
+    /// wrote (`made`), or what an evaluation script saw, taken only when its version is newer
+    /// than the copy's. A script's newer record replaces the copy at once: the layer splits
+    /// the rule's next request into calls by its mode, and refunds and charges take its quota.
+    /// (The decision that saw it names the quota the script used whatever the copy says.)
+    pub(super) fn took(&self, name: &Arc<str>, record: LiveRecord, made: bool) {
         let mut records = self.lock();
         let copy = records.entry(Arc::clone(name)).or_default();
-        if record.version > copy.record.version {
+        let version = copy.record.version;
+        if record.version > version || (made && record.version == version) {
             copy.record = record;
             copy.changes += 1;
         }
@@ -127,39 +117,6 @@ impl RedisLimiter {
     /// The key of `rule`'s live record: one per rule, in a slot of its own on a Cluster.
     pub(super) fn live_key(&self, rule: &Rule) -> String {
         self.backend.key(&["rl", rule.name(), "live"], "rule")
-    }
-
-    /// The key of `rule`'s live record when the decision's script call reads it: a live rule,
-    /// not on a Cluster.
-    pub(super) fn live_key_in_call(&self, rule: &Rule) -> Option<String> {
-        (rule.is_live() && self.live.in_call).then(|| self.live_key(rule))
-    }
-
-    /// The evaluation scripts' last argument for `rule`, `spec`, marked `L` when the call reads
-    /// its live record (one more key after its others, `live.lua`).
-    pub(super) fn live_spec(
-        &self,
-        rule: &Rule,
-        spec: std::borrow::Cow<'static, str>,
-    ) -> std::borrow::Cow<'static, str> {
-        if rule.is_live() && self.live.in_call {
-            std::borrow::Cow::Owned(format!("L{spec}"))
-        } else {
-            spec
-        }
-    }
-
-    /// `check` as the script is given it: when the call reads the rule's live record, with
-    /// the rule's own quota instead of this limiter's copy of the live one, so that a record
-    /// cleared since the copy was read gives the rule its own quota back at once.
-    pub(super) fn live_args<'a>(&self, check: &'a Check) -> std::borrow::Cow<'a, Check> {
-        if check.live && self.live.in_call {
-            let mut check = check.clone();
-            check.quota = *check.rule.quota();
-            std::borrow::Cow::Owned(check)
-        } else {
-            std::borrow::Cow::Borrowed(check)
-        }
     }
 
     /// The copy of `rule`'s live record, re-read in the background once it is older than the
@@ -228,7 +185,7 @@ impl RedisLimiter {
             // What the record was before, where it was one (else: nothing set).
             let old = LiveRecord::decode(&String::from_utf8_lossy(old)).unwrap_or_default();
             let new = change.applied(old, version);
-            this.live.store_change(rule.name_arc(), new);
+            this.live.took(rule.name_arc(), new, true);
             live::log_change(&rule, old, change, version);
             Ok(version)
         })
@@ -262,7 +219,7 @@ mod tests {
         };
         // A read begins (no change taken yet), then a change is made here, then the read
         // finds no record: the change stands.
-        cache.store_change(&rule, shadow);
+        cache.took(&rule, shadow, true);
         cache.store_read(&rule, Some(LiveRecord::default()), true, 0);
         assert_eq!(record(&cache, &rule), shadow);
         // A read that began after it and finds no record: the record is gone (expired,
@@ -275,7 +232,7 @@ mod tests {
             quota: Some(Quota::per_minute(5)),
             mode: Some(Mode::Soft),
         };
-        cache.seen(&rule, soft);
+        cache.took(&rule, soft, false);
         cache.store_read(&rule, Some(LiveRecord::default()), true, 1);
         assert_eq!(record(&cache, &rule), soft);
         // An older version read, or a failed read, never replaces a newer copy; nor does an
@@ -284,7 +241,7 @@ mod tests {
         assert_eq!(record(&cache, &rule), soft);
         cache.store_read(&rule, None, false, 2);
         assert_eq!(record(&cache, &rule), soft);
-        cache.seen(&rule, shadow);
+        cache.took(&rule, shadow, false);
         assert_eq!(record(&cache, &rule), soft);
     }
 }

@@ -28,24 +28,16 @@ pub(super) struct PlainRules {
     how: How,
 }
 
-/// The script that decides GCRA rules, plain or with override records.
-static GCRA_PLAIN: LazyLock<LuaScript> = LazyLock::new(|| {
-    LuaScript::new(concat!(
-        // The override helpers inside one function, called by the first rule that reads a
-        // record: a call that reads none makes one closure instead of four.
-        "local ov_parse, ov_wait, ov_strike, ov_write\nlocal function overrides()\n",
-        include_str!("../algorithm/overrides.lua"),
-        "\nreturn ov_parse, ov_wait, ov_strike, ov_write\nend\n",
-        include_str!("gcra_plain.lua")
-    ))
-});
+/// The script that decides GCRA rules.
+static GCRA_PLAIN: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("gcra_plain.lua")));
 
 #[derive(Debug)]
 enum How {
     /// Every rule GCRA: the calls of the layer's requests, and each rule's numbers, which give
     /// its state from its one integer.
     Gcra {
-        calls: Coalescer<Keys, Numbers>,
+        calls: Arc<Coalescer<Keys, Numbers>>,
         ints: Box<[[u64; 6]]>,
     },
     /// One fixed window, counted by the plain transaction (Redis >= 7; else the general
@@ -53,8 +45,7 @@ enum How {
     Counted(Plain),
 }
 
-/// One request of GCRA rules: each rule's state key, then its override record's key when it
-/// reads one, in order.
+/// One request of GCRA rules: each rule's state key, in order.
 pub(super) struct Keys(pub(super) Few<String>);
 
 impl Entry for Keys {
@@ -74,21 +65,20 @@ impl Entry for Keys {
 }
 
 /// The calls of `gcra_plain.lua` for one set of rules: their numbers (burst, emission interval,
-/// cost per rule) and, when one reads an override record, their specs, each encoded once as
-/// one argument, then every queued request's keys.
+/// cost per rule), encoded once as one argument, then every queued request's keys.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(super) struct Numbers(Arc<str>, Option<Arc<str>>);
+pub(super) struct Numbers(Arc<str>);
 
 impl Numbers {
     /// The numbers of rules decided with `ints` (algorithm, limit, period, burst, emission
-    /// interval, cost) whose override specs are `specs` (`None`: no rule reads a record).
-    pub(super) fn of(ints: &[[u64; 6]], specs: Option<Arc<str>>) -> Self {
+    /// interval, cost).
+    pub(super) fn of(ints: &[[u64; 6]]) -> Self {
         let numbers = ints
             .iter()
             .map(|&[.., burst, emission, cost]| format!("{burst}:{emission}:{cost}"))
             .collect::<Vec<_>>()
             .join(",");
-        Self(numbers.into(), specs)
+        Self(numbers.into())
     }
 
     /// One call of `gcra_plain.lua` for `keys` (every request's, in order), answered by
@@ -99,14 +89,8 @@ impl Numbers {
         keys: &[impl AsRef<str>],
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Value, BackendError> {
-        let specs = self.1.as_deref();
-        let bytes = self.0.len() + specs.map_or(0, str::len);
-        let mut call =
-            backend.script_sized(&GCRA_PLAIN, keys, 1 + usize::from(specs.is_some()), bytes);
+        let mut call = backend.script_sized(&GCRA_PLAIN, keys, 1, self.0.len());
         call.arg(&*self.0);
-        if let Some(specs) = specs {
-            call.arg(specs);
-        }
         call.until(deadline);
         call.run().await
     }
@@ -168,9 +152,7 @@ impl PlainRules {
                         [0, p.limit, p.period_us, p.burst, p.emission_us, p.cost]
                     })
                     .collect();
-                let max = limiter.coalescers.general.max();
-                let calls =
-                    Coalescer::with_form(limiter.backend.clone(), Numbers::of(&ints, None), max);
+                let calls = limiter.coalescers.gcra(Numbers::of(&ints));
                 (How::Gcra { calls, ints }, "gcra")
             }
             _ => return None,
@@ -203,23 +185,6 @@ impl PlainRules {
         })
     }
 
-    /// The rules' states for `keys` from Redis, by their one fixed window's transaction; the
-    /// deny cache told. `now`: the cache's time before the call; `asked`: the request's key in
-    /// the cache, when it was looked up.
-    async fn count_on_redis(
-        &self,
-        keys: Few<Key>,
-        now: Option<u64>,
-        asked: Option<u64>,
-    ) -> Result<Few<RuleState>, LimiterError> {
-        let How::Counted(counted) = &self.how else {
-            unreachable!("a layer's one fixed window")
-        };
-        let plain = counted.for_key(self.key_name(0, &keys.as_slice()[0]));
-        let state = plain.state(&self.limiter.coalescers).await?;
-        Ok(self.told(Few::from_buf([state]), &keys, now, asked))
-    }
-
     /// The calls of GCRA rules, and each rule's numbers. (A request's future holds the rules,
     /// so it finds them here, not in a borrow of them.)
     fn gcra(&self) -> (&Coalescer<Keys, Numbers>, &[[u64; 6]]) {
@@ -238,7 +203,7 @@ impl PlainRules {
         now: Option<u64>,
         asked: Option<u64>,
     ) -> Result<Few<RuleState>, LimiterError> {
-        let states = parse_compact(&reply?, self.gcra().1, &[])?;
+        let states = parse_compact(&reply?, self.gcra().1)?;
         Ok(self.told(states, keys, now, asked))
     }
 
@@ -304,9 +269,11 @@ impl PlainStore for Arc<PlainRules> {
         let this = Arc::clone(self);
         let calls = match &self.how {
             How::Gcra { calls, .. } => calls,
-            How::Counted(_) => {
+            How::Counted(counted) => {
+                let plain = counted.for_key(self.key_name(0, &keys.as_slice()[0]));
                 return Some(PlainStates::Later(Box::pin(async move {
-                    this.count_on_redis(keys, now, asked).await
+                    let state = plain.state(&this.limiter.coalescers).await?;
+                    Ok(this.told(Few::from_buf([state]), &keys, now, asked))
                 })));
             }
         };

@@ -81,15 +81,12 @@ pub(crate) fn parse_reply(
 /// Parses `gcra_plain.lua`'s reply: one integer per rule, of the rules whose decided arguments
 /// are `rules` (algorithm, limit, period, burst, emission interval, cost;
 /// [`RuleArgs::decided`](super::evaluation::RuleArgs::decided)). Admitted: `d` ≥ 0, the TAT the
-/// reset counts to less now; denied: `-d - 1`, with `d` the TAT less now. A rule that reads an
-/// override record (`records[i]`; none when `records` is empty) is followed by what the record
-/// does: -1, admitted without counting; `w` > 0, blocked for `w` µs; 0, nothing. The states are
-/// what `evaluate.lua`'s five integers per rule would have said: the same arithmetic, exact on
+/// reset counts to less now; denied: `-d - 1`, with `d` the TAT less now. The states are what
+/// `evaluate.lua`'s five integers per rule would have said: the same arithmetic, exact on
 /// integers. A bare integer stands for an array of that one integer.
 pub(crate) fn parse_compact<C: FromIterator<RuleState>>(
     reply: &Value,
     rules: &[[u64; 6]],
-    records: &[bool],
 ) -> Result<C, LimiterError> {
     let bad = |what: &str| LimiterError::from(BackendError::BadReply(format!("{what}: {reply:?}")));
     let cells = match reply {
@@ -97,22 +94,15 @@ pub(crate) fn parse_compact<C: FromIterator<RuleState>>(
         Value::Int(_) => std::slice::from_ref(reply),
         _ => return Err(bad("expected an array")),
     };
-    let len = rules.len() + records.iter().filter(|&&r| r).count();
-    if cells.len() != len {
-        return Err(bad(&format!("expected {len} integers")));
+    if cells.len() != rules.len() {
+        return Err(bad(&format!("expected {} integers", rules.len())));
     }
-    let mut cells = cells.iter().map(|cell| match *cell {
-        Value::Int(v) => Ok(v),
-        _ => Err(bad("expected integers")),
-    });
-    rules
+    cells
         .iter()
-        .enumerate()
-        .map(|(i, &[_, limit, _, burst, emission, cost])| {
-            let v = cells.next().unwrap_or(Ok(0))?;
-            let wait = match records.get(i) {
-                Some(true) => cells.next().unwrap_or(Ok(0))?,
-                _ => 0,
+        .zip(rules)
+        .map(|(cell, &[_, limit, _, burst, emission, cost])| {
+            let Value::Int(v) = *cell else {
+                return Err(bad("expected integers"));
             };
             if emission == 0 {
                 return Err(bad("a rule without an emission interval"));
@@ -124,24 +114,18 @@ pub(crate) fn parse_compact<C: FromIterator<RuleState>>(
             // Floor of a negative quotient is below 0: none remaining.
             let left = (capacity - d).max(0);
             let remaining = u64::try_from(floor_div(left, em)).unwrap_or(u64::MAX);
-            let (allowed, remaining, retry_ms, reset_ms) = match wait {
-                // A probe (cost 0) is decided as cost 1.
-                0 if !allowed => (
-                    false,
-                    remaining,
-                    ms(d + i128::from(cost.max(1)) * em - capacity),
-                    ms(d),
-                ),
-                // Not counted: what is left is what was left before the request.
-                ..0 if allowed => (true, remaining.saturating_add(cost), 0, ms(d)),
-                ..=0 => (true, remaining, 0, ms(d)),
-                _ => {
-                    let retry = ms(i128::from(wait));
-                    (false, 0, retry, ms(d).max(retry))
-                }
+            // A probe (cost 0) is decided as cost 1.
+            let retry_ms = if allowed {
+                0
+            } else {
+                ms(d + i128::from(cost.max(1)) * em - capacity)
             };
             Ok(RuleState::from_parts(
-                allowed, limit, remaining, retry_ms, reset_ms,
+                allowed,
+                limit,
+                remaining,
+                retry_ms,
+                ms(d),
             ))
         })
         .collect()
@@ -175,7 +159,7 @@ mod tests {
         // 10 per minute: one unit every 6 s, a burst of 10; cost 1.
         let em = 6_000_000;
         let rule = [1, 10, 60_000_000, 10, 6_000_000, 1];
-        let state = |v: i64| parse_compact::<Vec<_>>(&ints(&[v]), &[rule], &[]).unwrap()[0];
+        let state = |v: i64| parse_compact::<Vec<_>>(&ints(&[v]), &[rule]).unwrap()[0];
         // A fresh client: admitted, 9 left, full again in 6 s.
         assert_eq!(state(em), RuleState::from_parts(true, 10, 9, 0, 6000));
         // A quarter unit and 1 µs fuller than that: 8 left, the reset rounded up.
@@ -190,13 +174,12 @@ mod tests {
         );
         // A bare integer is an array of that one integer.
         for v in [em, -10 * em - 1] {
-            let bare = parse_compact::<Vec<_>>(&Value::Int(v), &[rule], &[]).unwrap()[0];
+            let bare = parse_compact::<Vec<_>>(&Value::Int(v), &[rule]).unwrap()[0];
             assert_eq!(bare, state(v));
         }
         // A probe (cost 0) is decided as cost 1.
         let probe = [1, 10, 60_000_000, 10, 6_000_000, 0];
-        let states: Vec<_> =
-            parse_compact(&ints(&[0, -10 * em - 1]), &[probe, probe], &[]).unwrap();
+        let states: Vec<_> = parse_compact(&ints(&[0, -10 * em - 1]), &[probe, probe]).unwrap();
         assert_eq!(states[0], RuleState::from_parts(true, 10, 10, 0, 0));
         assert_eq!(states[1], RuleState::from_parts(false, 10, 0, 6000, 60_000));
         for bad in [
@@ -205,14 +188,11 @@ mod tests {
             ints(&[1, 2]),
             Value::Array(vec![Value::Okay]),
         ] {
-            assert!(
-                parse_compact::<Vec<_>>(&bad, &[rule], &[]).is_err(),
-                "{bad:?}"
-            );
+            assert!(parse_compact::<Vec<_>>(&bad, &[rule]).is_err(), "{bad:?}");
         }
-        assert!(parse_compact::<Vec<_>>(&ints(&[1]), &[[1, 10, 0, 10, 0, 1]], &[]).is_err());
+        assert!(parse_compact::<Vec<_>>(&ints(&[1]), &[[1, 10, 0, 10, 0, 1]]).is_err());
         // One integer for two rules is too few.
-        assert!(parse_compact::<Vec<_>>(&Value::Int(1), &[rule, rule], &[]).is_err());
+        assert!(parse_compact::<Vec<_>>(&Value::Int(1), &[rule, rule]).is_err());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 use futures_util::future::Shared;
 
-use super::{GIVE_BACK, OPEN_COUNT_TTL_MS, RESERVE, lease_us};
+use super::{OPEN_COUNT_TTL_MS, RESERVE, lease_us};
 use crate::backend::{BackendError, ExpiringTable, RedisBackend, ScriptCall};
 use crate::prehashed::KeyedHash;
 use crate::rate_limit::Key;
@@ -74,7 +74,7 @@ struct GiveBack {
     keys: [String; 2],
     emission: u64,
     granted: u64,
-    /// The reservation's floor and Redis time (see `give_back.lua`).
+    /// The reservation's floor and Redis time (see `returns.lua`).
     floor: i64,
     at: u64,
 }
@@ -432,12 +432,12 @@ impl Drop for HotLeases {
     }
 }
 
-/// Gives `block`'s unused units back (`give_back.lua`); a failure leaves them used.
+/// Gives `block`'s unused units back (`reserve.lua`, reserving nothing); a failure leaves them
+/// used.
 async fn give_back(backend: RedisBackend, block: Block) {
-    let mut call = backend.script(&GIVE_BACK, &block.back.keys);
-    call.arg(block.back.emission);
-    block.back.args(&mut call, block.left);
-    call.arg(OPEN_COUNT_TTL_MS);
+    let mut call = backend.script(&RESERVE, &block.back.keys);
+    call.arg(0).arg(block.back.emission).arg(0).arg(0);
+    block.back.args(call.arg(OPEN_COUNT_TTL_MS), block.left);
     if let Err(e) = call.run().await {
         tracing::debug!(error = %e, "giving a leased block back failed; its units stay used");
     }

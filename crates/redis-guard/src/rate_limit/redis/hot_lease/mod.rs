@@ -22,16 +22,14 @@ const MAX_LEASE: Duration = Duration::from_millis(100);
 /// half of this stays used.
 const OPEN_COUNT_TTL_MS: u64 = 60_000;
 
-/// Reserves a block: `reserve.lua`.
-static RESERVE: LazyLock<LuaScript> = LazyLock::new(|| script(include_str!("reserve.lua")));
-
-/// Gives a block's unused units back: `give_back.lua`.
-static GIVE_BACK: LazyLock<LuaScript> = LazyLock::new(|| script(include_str!("give_back.lua")));
-
-/// The script `main`, after `returns.lua`, which it uses.
-fn script(main: &str) -> LuaScript {
-    LuaScript::new(&[include_str!("returns.lua"), main].join("\n"))
-}
+/// Reserves a block, or gives one back: `reserve.lua`, after `returns.lua`, which it uses.
+static RESERVE: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(concat!(
+        include_str!("returns.lua"),
+        "\n",
+        include_str!("reserve.lua")
+    ))
+});
 
 impl Rule {
     /// Lets a [`RedisLimiter`](crate::rate_limit::RedisLimiter) admit a **busy** key's requests

@@ -6,10 +6,10 @@
 -- KEYS[1]  the rule's GCRA state ("<TAT>" or "<TAT>:<emission>", both scripts' forms)
 -- KEYS[2]  the key's open-block count: units reserved by blocks not yet given back (any replica)
 -- ARGV[1]  the clock's shift (backend/prelude.lua)
--- ARGV     then burst, emission interval (µs), cost c, block size k (k >= c), the count's TTL
---          (ms), then the replica's previous block of the key to give back first, as
---          give_back.lua takes it (g, u, floor, time; g = 0: none): a spent block costs no call
---          of its own
+-- ARGV     then burst, emission interval (µs), cost c, block size k (k >= c; 0: only give the
+--          block back), the count's TTL (ms), then the replica's previous block of the key to
+--          give back first (g, u, floor, time, as give_back() takes them; g = 0: none): a spent
+--          block costs no call of its own
 -- Reply    { g, remaining, retry_after_us, reset_after_us, now, floor }: g = 0 for a denial;
 --          remaining what Redis has left after the block; reset_after_us the TAT after it
 --          less now; floor = TAT - open units × emission after the reservation, what
@@ -23,6 +23,7 @@ if pg > 0 then
   give_back(KEYS[1], KEYS[2], now, em, pg, tonumber(ARGV[8]), tonumber(ARGV[9]),
     tonumber(ARGV[10]), ttl)
 end
+if k == 0 then return 0 end
 local tat = lease_tat(redis.call('GET', KEYS[1]))
 if not tat or tat < now then tat = now end
 local fits = idiv(now + b * em - tat, em)
