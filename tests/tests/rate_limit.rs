@@ -9,8 +9,8 @@ use http::{Request, Response};
 use http_body_util::Full;
 use redis::AsyncCommands;
 use redis_guard::rate_limit::{
-    Algorithm, Check, Decision, FailurePolicy, Key, Limiter, MissingKey, Quota, RateLimitLayer,
-    RateLimitLayerBuilder, Rejection, Rule,
+    Algorithm, Check, Decision, FailurePolicy, Key, Limiter, MissingKey, Mode, Quota,
+    RateLimitLayer, RateLimitLayerBuilder, Rejection, Rule,
 };
 use redis_guard_tests::{Harness, Kind, Reply, backend_suite, by_client, call, from};
 use tower::{Layer, Service, ServiceExt, service_fn};
@@ -400,6 +400,39 @@ async fn redis_down_fails_open_or_closed_without_hanging() {
         started.elapsed() < Duration::from_secs(5),
         "bounded by the timeout"
     );
+}
+
+/// Redis killed, every layer `FailurePolicy::Closed`: a shadow or soft rule never blocks, so a
+/// layer of one alone admits the request (without headers: nothing was decided), while an
+/// enforced rule beside a shadow one still fails closed.
+#[tokio::test]
+async fn redis_down_shadow_and_soft_rules_never_block() {
+    let mut h = Harness::redis().await;
+    let limiter = redis_guard::rate_limit::RedisLimiter::new(
+        h.backend().await.timeout(Duration::from_millis(300)),
+    );
+    let layer = |rules: &[(&str, Mode)]| {
+        let mut b = RateLimitLayer::builder(limiter.clone()).failure_policy(FailurePolicy::Closed);
+        for (name, mode) in rules {
+            b = b.rule_with(
+                Rule::new(*name, Quota::per_hour(1)).with_mode(*mode),
+                by_client(),
+            );
+        }
+        b.build().expect("valid").layer(app())
+    };
+    let shadow = layer(&[("shadow", Mode::Shadow)]);
+    let soft = layer(&[("soft", Mode::Soft)]);
+    let both = layer(&[("shadow", Mode::Shadow), ("soft", Mode::Soft)]);
+    let mixed = layer(&[("api", Mode::Enforce), ("shadow", Mode::Shadow)]);
+    h.kill_redis();
+    for (what, svc) in [("shadow", shadow), ("soft", soft), ("both", both)] {
+        let r = call(svc, from("d")).await;
+        assert_eq!(r.status, 200, "{what}: an observed rule never blocks");
+        assert!(r.headers.get("ratelimit").is_none(), "{what}: no headers");
+    }
+    let r = call(mixed, from("d")).await;
+    assert_eq!(r.status, 503, "the enforced rule fails closed");
 }
 
 /// Redis killed: a `Fallback` layer over 10/min with 2 replicas admits each key its share, 5,

@@ -278,8 +278,9 @@ impl Config {
 
     /// The answer for a request the limiter failed to decide, by each rule's failure policy: a
     /// `503` when a `Closed` rule applies, else the fallback's decision of the `Fallback` rules
-    /// (the `Open` ones skipped), else the inner service. `resolved`: the quotas resolved per
-    /// request, which the fallback shares as it does the rules' own.
+    /// (the `Open` ones skipped, and the shadow and soft ones, which never block), else the
+    /// inner service. `resolved`: the quotas resolved per request, which the fallback shares as
+    /// it does the rules' own.
     pub(crate) fn on_failure(
         &self,
         parts: &http::request::Parts,
@@ -289,7 +290,9 @@ impl Config {
         let mut checks = Vec::new();
         for (i, r) in self.rules.iter().enumerate() {
             let policy = r.rule.failure_policy().unwrap_or(self.failure);
-            if policy == FailurePolicy::Open || r.rule.route().is_some_and(|rt| !rt.matches(parts))
+            if policy == FailurePolicy::Open
+                || r.rule.mode() != Mode::Enforce
+                || r.rule.route().is_some_and(|rt| !rt.matches(parts))
             {
                 continue;
             }

@@ -39,6 +39,10 @@ pub(super) fn cached_denial<'a>(
     now: u64,
 ) -> Option<Vec<RuleState>> {
     let (states, elapsed) = cache.get(key, now, || state_keys(cache, asked.clone()))?;
+    // A name two requests of different rules share (a 64-bit hash): not this one's answer.
+    if states.len() != asked.clone().count() {
+        return None;
+    }
     for ((rule, _), _) in asked.zip(&states).filter(|(_, s)| !s.allowed) {
         telemetry::count(
             telemetry::Metric::RateLimitDenyCacheHits,

@@ -57,8 +57,8 @@ pub(super) struct RuleArgs {
 impl RuleArgs {
     pub(super) fn decided(&self) -> [u64; 6] {
         let mut ints = self.ints;
-        ints[1] -= self.held_back[0];
-        ints[3] -= self.held_back[1];
+        ints[1] = ints[1].saturating_sub(self.held_back[0]);
+        ints[3] = ints[3].saturating_sub(self.held_back[1]);
         ints
     }
 

@@ -242,7 +242,10 @@ impl RedisLimiter {
                 // Only a request held back from a rule's reserve is decided with less.
                 let held_back = if check.held_back && check.rule.reserve.is_some() {
                     let decided = check.decided_params(check.cost);
-                    [p.limit - decided.limit, p.burst - decided.burst]
+                    [
+                        p.limit.saturating_sub(decided.limit),
+                        p.burst.saturating_sub(decided.burst),
+                    ]
                 } else {
                     [0, 0]
                 };
