@@ -7,9 +7,10 @@ use std::time::Duration;
 use redis_guard::ConfigErrorKind;
 use redis_guard::backend::BackendError;
 use redis_guard::rate_limit::{
-    Algorithm, CustomAlgorithm, HeaderKey, Key, Limiter, LimiterError, Quota, RateLimitLayer, Rule,
+    Algorithm, CustomAlgorithm, FailurePolicy, HeaderKey, Key, Limiter, LimiterError, Mode, Quota,
+    RateLimitLayer, Rule,
 };
-use redis_guard_tests::{Harness, backend_suite, call};
+use redis_guard_tests::{Harness, backend_suite, by_client, call, empty_ok, from};
 use tower::Layer;
 
 const CALLS_DAILY_CAP: &str =
@@ -199,9 +200,53 @@ async fn contract_violations_are_clear_errors(h: Harness) {
     assert!(err.to_string().contains("`bad name!`"), "{err}");
 }
 
+/// A shadow or soft rule whose evaluation fails (here a custom algorithm that errors at run
+/// time) never blocks: it is left out of the decision, the enforced rule beside it decides,
+/// and a layer failing closed does not answer `503` for it.
+async fn an_observed_rule_that_fails_never_blocks(h: Harness) {
+    let broken = |mode| {
+        Rule::new("observed", Quota::per_minute(5))
+            .with_algorithm(Algorithm::Custom(CustomAlgorithm::new(
+                "broken",
+                "return function(key, now, p) return nil + 1 end",
+            )))
+            .with_mode(mode)
+    };
+    let limiter = h.limiter().await;
+    let layer = |rules: Vec<Rule>| {
+        let mut b = RateLimitLayer::builder(limiter.clone()).failure_policy(FailurePolicy::Closed);
+        for rule in rules {
+            b = b.rule_with(rule, by_client());
+        }
+        b.build().expect("valid").layer(empty_ok())
+    };
+    for (mode, client) in [(Mode::Shadow, "s"), (Mode::Soft, "t")] {
+        let beside = layer(vec![Rule::new("api", Quota::per_hour(2)), broken(mode)]);
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            let reply = call(beside.clone(), from(client)).await;
+            assert_eq!(
+                reply.header("ratelimit-policy"),
+                "\"api\";q=2;w=3600",
+                "{mode:?}"
+            );
+            assert_eq!(reply.header("ratelimit-exceeded"), "", "{mode:?}");
+            statuses.push(reply.status);
+        }
+        assert_eq!(
+            statuses,
+            [200, 200, 429],
+            "{mode:?}: the enforced rule decides"
+        );
+        let reply = call(layer(vec![broken(mode)]), from(client)).await;
+        assert_eq!(reply.status, 200, "{mode:?}: alone, it never blocks");
+    }
+}
+
 backend_suite!(the_documented_example_limits_per_window_and_per_day);
 // Custom rules run as Lua: the memory backend refuses them (the scenario above checks how).
 backend_suite!(
     redis_only: a_custom_rule_is_all_or_nothing_with_builtin_ones,
     contract_violations_are_clear_errors,
+    an_observed_rule_that_fails_never_blocks,
 );

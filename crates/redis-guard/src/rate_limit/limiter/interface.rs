@@ -276,9 +276,23 @@ pub(crate) fn settling(checks: &[Check]) -> Settling {
         .collect()
 }
 
+/// The state of an observed ([`Mode::Shadow`] or [`Mode::Soft`]) rule that the store failed to
+/// decide: [`decision_from`] leaves the rule out, as it never changes the answer. No store
+/// answers with it: a wait of [`Duration::MAX`](std::time::Duration::MAX) is none a store
+/// writes.
+const UNDECIDED: RuleState = RuleState {
+    allowed: true,
+    limit: 0,
+    remaining: 0,
+    retry_after: std::time::Duration::MAX,
+    reset_after: std::time::Duration::MAX,
+};
+
 impl Pending {
     /// Starts evaluating `checks` (known to be valid): the enforced ones together, all or
-    /// nothing, and each [`Mode::Shadow`] or [`Mode::Soft`] one on its own beside them.
+    /// nothing, and each [`Mode::Shadow`] or [`Mode::Soft`] one on its own beside them. An
+    /// observed rule the store fails to decide is counted as a failure and left out of the
+    /// decision; only a failure of the enforced ones fails the request.
     pub(crate) fn start<L: Engine + ?Sized>(limiter: &L, checks: Vec<Check>) -> Self {
         let rules = rule_decisions(&checks);
         let settling = settling(&checks);
@@ -297,10 +311,11 @@ impl Pending {
         let (enforced_at, enforced): (Vec<usize>, Vec<Check>) = enforced.into_iter().unzip();
         let mut parts = Vec::with_capacity(observed.len() + 1);
         if !enforced.is_empty() {
-            parts.push((enforced_at, limiter.evaluate_leased(enforced)));
+            parts.push(((enforced_at, None), limiter.evaluate_leased(enforced)));
         }
         for (i, check) in observed {
-            parts.push((vec![i], limiter.evaluate_leased(vec![check])));
+            let name = Arc::clone(check.rule.name_arc());
+            parts.push(((vec![i], Some(name)), limiter.evaluate_leased(vec![check])));
         }
         let (places, futures): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
         let states = Box::pin(async move {
@@ -310,16 +325,23 @@ impl Pending {
             // Every part's leases are kept (and released with the others on an error).
             let results = join_all(futures).await;
             let mut failed = None;
-            for (at, result) in places.into_iter().zip(results) {
-                match result {
-                    Ok((got, lease, quotas)) => {
+            for ((at, observed), result) in places.into_iter().zip(results) {
+                match (result, observed) {
+                    (Ok((got, lease, quotas)), _) => {
                         leases = Lease::merge(leases, lease);
                         live.extend(quotas);
                         for (i, state) in at.into_iter().zip(got) {
                             states[i] = Some(state);
                         }
                     }
-                    Err(e) => failed = failed.or(Some(e)),
+                    (Err(e), Some(name)) => {
+                        let e = count_failure_of(std::iter::once(&name), e);
+                        tracing::debug!(rule = %name, error = %e, "an observed rule was not decided");
+                        for i in at {
+                            states[i] = Some(UNDECIDED);
+                        }
+                    }
+                    (Err(e), None) => failed = failed.or(Some(e)),
                 }
             }
             if let Some(e) = failed {
@@ -383,6 +405,9 @@ pub(crate) fn decision_from(
     }
     for (rule, state) in rules.iter_mut().zip(states) {
         rule.state = *state;
+    }
+    if states.contains(&UNDECIDED) {
+        rules.retain(|r| r.state != UNDECIDED);
     }
     for (name, quota) in live {
         // The quota the store decided with, not this limiter's copy: the same unless the
