@@ -92,10 +92,13 @@ say "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 # Every feature of the library on its own (and none): an import or item used only by another
-# feature warns here, and nowhere else.
+# feature warns here, and nowhere else. Its docs build with it alone, warning-free, too.
 for feature in "" rate-limit session cache idempotency metrics axum bb8 cluster sentinel tls test-util; do
   say "cargo clippy -p redis-guard, features: [${feature:-none}] -D warnings"
   cargo clippy -p redis-guard --no-default-features ${feature:+--features "$feature"} -- -D warnings
+  say "cargo doc -p redis-guard, features: [${feature:-none}] -D warnings"
+  RUSTDOCFLAGS="-D warnings" cargo doc -p redis-guard --no-deps --no-default-features \
+    ${feature:+--features "$feature"}
 done
 
 say "cargo doc -D warnings"
