@@ -7,7 +7,7 @@
 //! clients rarely wait for each other), its index a keyed hash of the key (foldhash, seeded per
 //! table from the OS's random source through the standard library's hash keys: clients cannot
 //! aim their keys at one slot). A key found in its slot is compared in full before its digest is
-//! used; a miss, or a key longer than [`LONGEST`], is hashed as before.
+//! used; a miss, or a key longer than [`LONGEST`], is hashed.
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Mutex, PoisonError};
