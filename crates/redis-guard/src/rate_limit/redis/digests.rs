@@ -15,7 +15,6 @@ use std::sync::{Mutex, PoisonError};
 use crate::prehashed::KeyedHash;
 use crate::rate_limit::Key;
 
-/// Slots in the table.
 const SLOTS: usize = 1024;
 
 /// The longest key kept (a client IP, a user id, an API key fit).
