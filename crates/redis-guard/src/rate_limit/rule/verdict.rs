@@ -254,8 +254,7 @@ impl Rule {
         }
     }
 
-    /// Bans keys that keep hitting the limit: see [`Bans`]. The count and the ban are decided in
-    /// the same atomic evaluation as the rule, on every backend.
+    /// Bans keys that keep hitting the limit: see [`Bans`].
     ///
     /// ```
     /// use std::time::Duration;
