@@ -36,8 +36,7 @@
 //!   [`Rejection`] in their extensions when asked alike, and [`RateLimitLayerBuilder::response`] writes them
 //!   your way;
 //! - in front of a gRPC service, [`RateLimitLayerBuilder::grpc`] makes the layer answer in gRPC
-//!   instead: `RESOURCE_EXHAUSTED` with the retry delay in metadata and status details
-//!   ([`grpc`]).
+//!   instead ([`grpc`]).
 //!
 //! # Response headers
 //!
