@@ -2,11 +2,10 @@
 //! records, each with the deadline it expires at, in shards that lock apart (the limiter's docs
 //! say how they are bounded and swept).
 //!
-//! An entry is named by a 64-bit keyed hash of its rule and key ([`EntryId`]), never the key: a
-//! client that sends 16 KB user names must not make the table grow by 16 KB per name. The hash
-//! is foldhash, seeded per table from the OS's random source (through the standard library's
-//! hash keys): clients cannot aim collisions at each other or at the buckets. A decision locks
-//! the shards of its entries in ascending order: two decisions never wait in a circle.
+//! An entry is named by a 64-bit [`KeyedHash`] of its rule and key ([`EntryId`]), never the key:
+//! a client that sends 16 KB user names must not make the table grow by 16 KB per name, nor aim
+//! collisions at other clients or at the buckets. A decision locks the shards of its entries in
+//! ascending order: two decisions never wait in a circle.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
