@@ -98,9 +98,8 @@ impl Algorithm {
         }
     }
 
-    /// The algorithm's part of a state key's name: each algorithm keeps its own state, so a rule
-    /// that switches algorithms (during a rolling deploy, say) starts afresh instead of reading
-    /// state of another shape (`WRONGTYPE` on Redis).
+    /// The algorithm's part of a state key's name: the
+    /// [`RedisLimiter`](crate::rate_limit::RedisLimiter) docs say why there is one.
     pub(crate) fn key_tag(&self) -> std::borrow::Cow<'static, str> {
         use std::borrow::Cow;
         match self {

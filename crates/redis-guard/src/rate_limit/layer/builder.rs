@@ -158,8 +158,7 @@ impl RateLimitLayerBuilder {
         /// Denied responses always do.
         pub fn rate_limit_headers(on: bool) => config.ietf_on_allowed;
 
-        /// Whether to also send `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset`
-        /// (seconds until the quota is full again) for older clients (default: no).
+        /// Whether to also send the legacy `X-RateLimit-*` headers for older clients (default: no).
         pub fn legacy_headers(on: bool) => config.legacy;
     }
 
