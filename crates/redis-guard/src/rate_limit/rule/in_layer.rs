@@ -1,7 +1,6 @@
 //! The settings of a [`Rule`] that only a [`RateLimitLayer`](crate::rate_limit::RateLimitLayer)
 //! reads: its mode and failure policy, its route, and its cost and quota taken from each
-//! request. A direct call ([`RedisLimiter::check`](crate::rate_limit::RedisLimiter::check))
-//! ignores them. Costs settled after the response and concurrency leases are in `lease/`.
+//! request. Costs settled after the response and concurrency leases are in `lease/`.
 
 use std::sync::Arc;
 
