@@ -168,12 +168,9 @@ impl Decision {
         })
     }
 
-    /// The concurrency leases ([`Rule::concurrency`](super::Rule::concurrency)) this decision
-    /// holds: those of an admitted direct call
-    /// ([`RedisLimiter::check_all`](super::RedisLimiter::check_all)), released by
-    /// [`Lease::release`] or when the decision and all its clones are dropped. `None` when no
-    /// concurrency rule admitted it, and in a layer, which holds its requests' leases itself until
-    /// their response bodies end.
+    /// The concurrency leases ([`Rule::concurrency`](super::Rule::concurrency)) of an admitted
+    /// direct call; the [`Lease`] docs say when they are released. `None` when no concurrency
+    /// rule admitted it, and in a layer, which holds its requests' leases itself.
     ///
     /// ```
     /// use redis_guard::rate_limit::{Key, MemoryLimiter, Rule};

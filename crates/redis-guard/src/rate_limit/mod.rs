@@ -23,11 +23,9 @@
 //!   denying it: its future slot is reserved in the same decision, and the layer holds the
 //!   request until then (at most [`RateLimitLayerBuilder::max_waiters`] at once);
 //! - a [`Limiter`] decides: [`RedisLimiter`] (one Lua script per request, shared by every
-//!   replica) or [`MemoryLimiter`] (one process). The trait is sealed and has nothing to call;
-//!   a handler or an admin task calls the limiter itself ([`RedisLimiter::check`],
-//!   [`inspect`](RedisLimiter::inspect), [`reset`](RedisLimiter::reset), ...). An app that
-//!   picks its backend at run time keeps an `Arc<dyn Limiter>`, which has the same methods and
-//!   is what the layer takes too: no handle type of its own;
+//!   replica) or [`MemoryLimiter`] (one process); a handler or an admin task calls it too
+//!   ([`RedisLimiter::check`], [`inspect`](RedisLimiter::inspect),
+//!   [`reset`](RedisLimiter::reset), ...; the [`Limiter`] docs show an `Arc<dyn Limiter>`);
 //! - the layer answers `429 Too Many Requests` with `Retry-After`, `RateLimit-Policy` and
 //!   `RateLimit` headers and an `application/problem+json` body, or calls the inner service with
 //!   the same headers added, and a [`Decision`] in the request extensions when the builder asks
@@ -38,8 +36,7 @@
 //!   [`Rejection`] in their extensions when asked alike, and [`RateLimitLayerBuilder::response`] writes them
 //!   your way;
 //! - in front of a gRPC service, [`RateLimitLayerBuilder::grpc`] makes the layer answer in gRPC
-//!   instead: `RESOURCE_EXHAUSTED` with the retry delay in metadata and status details
-//!   ([`grpc`]).
+//!   instead ([`grpc`]).
 //!
 //! # Response headers
 //!
@@ -63,17 +60,10 @@
 //!
 //! # Hot keys: leasing
 //!
-//! A key that one replica sees many times a second (one busy API client) costs one script call
-//! per request. A rule opted in with [`Rule::leased`] lets a [`RedisLimiter`] reserve a block
-//! of the key's quota in one call and admit the key's requests from it in process, for a lease
-//! of at most 100 ms; the unused units go back to Redis when the lease ends. Cold keys are
-//! decided per request as always. Across every replica, a key is still never admitted more
-//! than its quota. The price: while blocks are open, a client may be denied on one replica
-//! while another holds unused units of its block, at most `replicas × k` units (`k`, the
-//! block, at most the stated percentage of the burst) for at most one lease. Only GCRA rules
-//! lease, and rules that need Redis' answer on every request (a sliding log for logins, bans,
-//! overrides, costs charged after the response, quotas resolved per request, a throttle) are
-//! refused when the layer is built.
+//! A key that one replica sees many times a second costs one script call per request. A GCRA
+//! rule opted in with [`Rule::leased`] lets a [`RedisLimiter`] admit such a key's requests from
+//! blocks of its quota reserved in one call; [`Rule::leased`] says what stays exact, what it
+//! costs, and which rules it refuses.
 //!
 //! ```
 //! use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer, Rule};
@@ -88,10 +78,8 @@
 //!
 //! The layer's [`FailurePolicy`] answers every request Redis cannot decide (down, too slow, or
 //! the backend's circuit breaker open). The default, [`FailurePolicy::Fallback`], keeps limiting
-//! in this process with each instance's share of every quota (`limit ÷ replicas`): unlike
-//! [`Open`](FailurePolicy::Open) it does not switch limiting off when an attacker floods Redis,
-//! and unlike [`Closed`](FailurePolicy::Closed) it does not take the API down with Redis. The
-//! failure is logged at most once every 10 s, with a count.
+//! in this process with each instance's share of every quota; the policy's docs weigh it
+//! against [`Open`](FailurePolicy::Open) and [`Closed`](FailurePolicy::Closed).
 //!
 //! ```
 //! use redis_guard::rate_limit::{ClientIp, FailurePolicy, MemoryLimiter, Quota, RateLimitLayer};

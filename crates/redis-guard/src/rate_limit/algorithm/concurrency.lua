@@ -7,10 +7,9 @@
 -- leases (bounded: the set never holds more than `limit` live members) and counts.
 -- `p.period` is the lease expiry; the cost is 1 (0: a probe, decided as 1 and never recorded).
 --
--- Denied: retry_after is the time to the earliest expiry, at most a second: a lease is usually
--- released long before it expires, so the expiry is only an upper bound, and a short wait is
--- the honest answer. reset_after is the time to the latest expiry: by then every lease held
--- now is gone, released or not.
+-- Denied: retry_after is the time to the earliest expiry, at most a second (Rule::concurrency
+-- says why). reset_after is the time to the latest expiry: by then every lease held now is
+-- gone, released or not.
 -- concurrency(key, now, p) returns allowed, remaining, retry_after_us, reset_after_us, commit.
 local function concurrency(key, now, p)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))

@@ -1,9 +1,7 @@
--- Fixed window kept as INCR + EXPIRE keeps it (Algorithm::FixedWindow on Redis >= 7 reading Redis TIME;
--- see fixed_window_plain.rs): a plain integer count whose key expires when the window closes,
--- the expiry set by the window's first hit (`PEXPIRE … NX`). A request of one rule takes the
--- Lua-free path instead (`MULTI; INCRBY; PEXPIRE NX; PTTL; EXEC`, which also counts a denial);
--- these functions serve the requests that need a script: several rules (all or nothing: a
--- denial counts nothing), bans, overrides, probes, inspect, refunds and charges.
+-- Fixed window kept as INCR + EXPIRE keeps it (the `fwc` shape: fixed_window_plain.rs): a plain
+-- integer count whose key expires when the window closes, the expiry set by the window's first
+-- hit (`PEXPIRE … NX`). These functions serve the requests that need a script: several rules
+-- (all or nothing: a denial counts nothing), bans, overrides, probes, inspect, refunds, charges.
 --
 -- State: "<count>" at key, expiring with the window. The window's clock is the key's expiry.
 -- fixed_window_counter(key, now, p) returns allowed, remaining, retry_after_us, reset_after_us,

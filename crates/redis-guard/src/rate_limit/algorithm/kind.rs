@@ -75,10 +75,9 @@ pub enum Algorithm {
     /// tokens or, when fewer are left, is rejected and takes none. The count never goes negative.
     TokenBucket,
     /// Concurrency leases: at most `limit` requests of a key in flight at once, across every
-    /// replica. An admitted request holds a lease until its response body ends (or is dropped);
-    /// a lease that is never released (a crashed replica) expires after the quota's `period`.
-    /// Made by [`Rule::concurrency`](crate::rate_limit::Rule::concurrency), which explains it.
-    /// State: a sorted set of the leases held, a member per request scored by its expiry.
+    /// replica. Made by [`Rule::concurrency`](crate::rate_limit::Rule::concurrency), which
+    /// explains it. State: a sorted set of the leases held, a member per request scored by its
+    /// expiry.
     Concurrency,
     /// An algorithm of your own in Lua (Redis only); see [`CustomAlgorithm`].
     Custom(CustomAlgorithm),
@@ -99,9 +98,8 @@ impl Algorithm {
         }
     }
 
-    /// The algorithm's part of a state key's name: each algorithm keeps its own state, so a rule
-    /// that switches algorithms (during a rolling deploy, say) starts afresh instead of reading
-    /// state of another shape (`WRONGTYPE` on Redis).
+    /// The algorithm's part of a state key's name: the
+    /// [`RedisLimiter`](crate::rate_limit::RedisLimiter) docs say why there is one.
     pub(crate) fn key_tag(&self) -> std::borrow::Cow<'static, str> {
         use std::borrow::Cow;
         match self {

@@ -1,8 +1,7 @@
 -- Give back, charge or renew what one request holds under some rules, key by key: the refund
 -- script (a Cluster's slots that admitted a request another slot denied, a response's leases
 -- released, a cost settled lower), the charge script (a cost settled higher: whatever is left,
--- never denied; the key may go past its limit and then waits as long as the debt says) and the
--- renewal script (a long response's leases pushed to a full expiry from now).
+-- never denied) and the renewal script (a long response's leases pushed to a full expiry).
 --
 -- Built as prelude.lua, the algorithm files, then a table `each` mapping algorithm ids to the
 -- script's function per algorithm (refund, charge, or concurrency's renewal; an algorithm

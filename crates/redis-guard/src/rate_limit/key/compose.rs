@@ -14,9 +14,8 @@ use super::extractor::KeyExtractor;
 /// #[derive(Clone)]
 /// struct CurrentUser { id: u64 } // put into the extensions by your auth layer
 ///
-/// // Per authenticated user when there is one, else per client IP. The first extractor must be
-/// // something the client cannot invent: with a raw header (`HeaderKey`) a client that sends a
-/// // fresh value per request would never meet the IP fallback.
+/// // Per authenticated user when there is one, else per client IP (`Or` says why the first
+/// // extractor must be one the client cannot invent).
 /// let api = ExtensionKey::new(|u: &CurrentUser| Key::from(u.id)).or(ClientIp::peer());
 /// // Both keys as one, e.g. client IP and a normalized username.
 /// let both = ClientIp::peer().and(ExtensionKey::new(|u: &CurrentUser| Key::from(u.id)));

@@ -158,8 +158,7 @@ impl RateLimitLayerBuilder {
         /// Denied responses always do.
         pub fn rate_limit_headers(on: bool) => config.ietf_on_allowed;
 
-        /// Whether to also send `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset`
-        /// (seconds until the quota is full again) for older clients (default: no).
+        /// Whether to also send the legacy `X-RateLimit-*` headers for older clients (default: no).
         pub fn legacy_headers(on: bool) => config.legacy;
     }
 
@@ -277,12 +276,10 @@ impl RateLimitLayerBuilder {
         self
     }
 
-    /// Answers in gRPC: [`response`](Self::response) with [`grpc::response`]. A denied call
-    /// gets `RESOURCE_EXHAUSTED` (with the retry delay in metadata and status details) instead
-    /// of `429`, and the layer's other answers (limiter unavailable, misconfigured, key
-    /// missing) become the matching gRPC status (the [`grpc`](crate::rate_limit::grpc) module
-    /// docs list them). Put it on a layer in front of a gRPC service only: HTTP clients would
-    /// see `200`.
+    /// Answers in gRPC: [`response`](Self::response) with [`grpc::response`], `RESOURCE_EXHAUSTED`
+    /// for a denial and the matching status for the layer's other answers (the
+    /// [`grpc`](crate::rate_limit::grpc) module docs list them). Put it on a layer in front of a
+    /// gRPC service only: HTTP clients would see `200`.
     ///
     /// A [`response`](Self::response) hook set after this one replaces it; call
     /// [`grpc::response`] in it for the answers it leaves alone.

@@ -50,7 +50,6 @@ use super::headers;
 use super::rejection::Rejection;
 use crate::rate_limit::ceil_secs;
 
-/// `grpc-status`.
 const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 /// `grpc-message`: percent-encoded UTF-8.
 const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
@@ -59,18 +58,13 @@ const GRPC_STATUS_DETAILS: HeaderName = HeaderName::from_static("grpc-status-det
 /// `grpc-retry-pushback-ms`: how long a retrying client waits, in milliseconds.
 const GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
 
-/// `RESOURCE_EXHAUSTED`.
 const RESOURCE_EXHAUSTED: u8 = 8;
-/// `UNAVAILABLE`.
 const UNAVAILABLE: u8 = 14;
 
 const RETRY_INFO_TYPE: &str = "type.googleapis.com/google.rpc.RetryInfo";
 const QUOTA_FAILURE_TYPE: &str = "type.googleapis.com/google.rpc.QuotaFailure";
 
-/// The layer's answer to `rejection` in gRPC. A denied call gets a trailers-only
-/// `RESOURCE_EXHAUSTED` with the retry delay as `retry-after`, `grpc-retry-pushback-ms` and a
-/// `google.rpc.RetryInfo` in `grpc-status-details-bin`; the other rejections the gRPC status of
-/// the same meaning (see the [module docs](self)).
+/// The layer's answer to `rejection` in gRPC, as the [module docs](self) list them.
 /// [`RateLimitLayerBuilder::grpc`](crate::rate_limit::RateLimitLayerBuilder::grpc) installs it; it is also a
 /// `Fn(&Rejection) -> Response<Bytes>` of its own, for a
 /// [`response`](crate::rate_limit::RateLimitLayerBuilder::response) hook that wraps it.

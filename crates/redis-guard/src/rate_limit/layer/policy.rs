@@ -67,8 +67,7 @@ pub enum FailurePolicy {
     /// rate-limit headers and `429`s then describe the fallback's decision.
     ///
     /// State the number of instances behind the load balancer once, with
-    /// [`RateLimitLayerBuilder::replicas`] (a layer built without it assumes one, admits the
-    /// whole quota per instance, and says so in a log line at `info`). What the division
+    /// [`RateLimitLayerBuilder::replicas`] (without it, one). What the division
     /// guarantees: with the load spread evenly, the instances together admit at most about the
     /// configured limit per key, never `replicas` times it. What it does not: a load balancer
     /// that sends one client to a single instance (sticky sessions, hashing by IP) gives that

@@ -69,7 +69,7 @@ impl<B> ResponseBody<B> {
 /// that carries the request's leases and settlement ([`Rule::concurrency`],
 /// [`Rule::charged_after_response`]) is boxed into a `Body` once.
 ///
-/// Every other body type answers with a [`ResponseBody`] around it, as before. Implemented for
+/// Every other body type answers with a [`ResponseBody`] around it. Implemented for
 /// `String`, `http_body_util`'s `Full`, `Empty`, `BoxBody`, `UnsyncBoxBody`, `Either`,
 /// `Limited`, `StreamBody` and `Channel`, and the response bodies of this crate's layers. A body type of your own implements
 /// it in a few lines:

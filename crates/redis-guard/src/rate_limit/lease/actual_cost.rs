@@ -111,14 +111,12 @@ impl Rule {
     }
 }
 
-/// The real cost of a request, known once the handler has run (the tokens an answer used, the rows
-/// an export wrote): put it in the **response's** extensions, and the
-/// [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) settles each named rule that accepts it
-/// ([`Rule::charged_after_response`](crate::rate_limit::Rule::charged_after_response)): the
-/// difference from what the rule reserved when it admitted the request is charged (whatever is
-/// left: the key may go over its limit, and then waits until the debt is paid) or given back, in
-/// one more script call when the response body ends. Rules it does not name keep what they
-/// reserved. A cost learnt while the body streams goes to the request's [`CostReport`] instead.
+/// The real cost of a request, known once the handler has run: put it in the **response's**
+/// extensions, and the [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) settles each named
+/// rule that accepts it as
+/// [`Rule::charged_after_response`](crate::rate_limit::Rule::charged_after_response) describes.
+/// Rules it does not name keep what they reserved. A cost learnt while the body streams goes to
+/// the request's [`CostReport`] instead.
 ///
 /// ```
 /// use axum::{Extension, response::IntoResponse};
@@ -172,13 +170,11 @@ impl ActualCost {
 ///
 /// A [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) puts one in the **request's** extensions
 /// when a rule may be settled
-/// ([`Rule::charged_after_response`](crate::rate_limit::Rule::charged_after_response)) and the
-/// request was counted (not when the limiter failed and let it through, or no such rule applied to
-/// it: take it as an `Option`); clone it into the body's stream and [`report`](Self::report) before
-/// the body ends. The layer reads it when the body ends (its last frame), when the body is dropped
-/// before its end, or when the response future is dropped before there is a response: what was
-/// reported by then is settled, and a rule nothing was reported for keeps its reservation. A cost
-/// reported here replaces one that the response's [`ActualCost`] gives for the same rule.
+/// ([`Rule::charged_after_response`](crate::rate_limit::Rule::charged_after_response), which says
+/// when) and the request was counted (not when the limiter failed and let it through, or no such
+/// rule applied to it: take it as an `Option`); clone it into the body's stream and
+/// [`report`](Self::report) before the body ends. A cost reported here replaces one that the
+/// response's [`ActualCost`] gives for the same rule.
 ///
 /// ```
 /// use std::convert::Infallible;

@@ -48,10 +48,9 @@ impl Settle {
 }
 
 /// A request's hold on its leases and its settlement, from the response future (while the
-/// inner service runs) to the response body: renews the leases while polled; settles and
-/// releases when the body ends (awaited, so that the end reaches the client after the slot is
-/// free and the cost settled), or in the background when dropped before (the body failed or
-/// was dropped, the response future was dropped, the inner service failed).
+/// inner service runs) to the response body, which renews, settles and releases as
+/// [`ResponseBody`](crate::rate_limit::ResponseBody) says; in the background too when the body
+/// fails, the response future is dropped or the inner service fails.
 pub(crate) struct Holding {
     lease: Arc<Lease>,
     /// Concurrency leases are among the receipts (not only receipts kept for settling).

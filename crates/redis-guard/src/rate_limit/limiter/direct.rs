@@ -167,11 +167,9 @@ macro_rules! limiter_operations {
 
             /// Charges `key` `cost` more units of `rule` whatever is left: a cost learnt after
             /// the request was admitted (the tokens an answer used, once its stream ended). The
-            /// key may go over its limit and then waits until the debt is paid (GCRA and the
-            /// window algorithms keep all of it; the token bucket empties and keeps none
-            /// below). A cost of 0 does nothing. A
-            /// [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) does this itself for rules
-            /// that are [`charged_after_response`](Rule::charged_after_response).
+            /// key may go over its limit; [`charged_after_response`](Rule::charged_after_response),
+            /// which has a layer do this itself, says how each algorithm keeps the debt. A cost
+            /// of 0 does nothing.
             ///
             #[doc = operation_example!($setup,
                 "let tokens = Rule::new(\"tokens\", Quota::per_hour(10_000));",
@@ -265,9 +263,7 @@ macro_rules! limiter_operations {
             /// its limiter's copy of the rule's record: at once on the limiter that made the
             /// change; on a single Redis, from a replica's second decision of the rule after the
             /// change (the first reads the record in its script call); on a Cluster, within
-            /// [`live_refresh`](crate::rate_limit::RedisLimiter::live_refresh) (the guide's
-            /// "Live limits"). Direct calls (`check`, `check_all`) enforce every rule whatever
-            /// its mode, as they always do.
+            /// [`live_refresh`](crate::rate_limit::RedisLimiter::live_refresh).
             ///
             #[doc = operation_example!($setup,
                 "use redis_guard::rate_limit::Mode;",

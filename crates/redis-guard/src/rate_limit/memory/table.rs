@@ -1,16 +1,11 @@
 //! A [`MemoryLimiter`](super::MemoryLimiter)'s table: the algorithms' states and the override
-//! records, each with the deadline it expires at, in shards that lock apart.
+//! records, each with the deadline it expires at, in shards that lock apart (the limiter's docs
+//! say how they are bounded and swept).
 //!
-//! An entry is named by a 64-bit keyed hash of its rule and key ([`EntryId`]), never the key: a
-//! client that sends 16 KB user names must not make the table grow by 16 KB per name. The hash
-//! is foldhash, seeded per table from the OS's random source (through the standard library's
-//! hash keys): clients cannot aim collisions at each other or at the buckets.
-//!
-//! The id picks one of a power of two of shards, each a `Mutex` over its own maps: a decision
-//! locks the shards of its entries (in ascending order: two decisions never wait in a circle)
-//! and looks each entry up once. Each shard holds its share of the capacity. Every so many
-//! operations on a shard, the next shard in turn drops its expired entries; a new entry that
-//! finds its shard full drops the shard's expired entries, then the sixteenth closest to expiry.
+//! An entry is named by a 64-bit [`KeyedHash`] of its rule and key ([`EntryId`]), never the key:
+//! a client that sends 16 KB user names must not make the table grow by 16 KB per name, nor aim
+//! collisions at other clients or at the buckets. A decision locks the shards of its entries in
+//! ascending order: two decisions never wait in a circle.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};

@@ -4,10 +4,9 @@
 //! Key names carry a digest of the client's key ([`Key::digest`]), so that what a client sends
 //! never shapes a Redis key. SHA-256 is the largest part of naming a key. A direct-mapped table
 //! keeps the digests of recent keys, each slot behind its own lock (requests of different
-//! clients rarely wait for each other), its index a keyed hash of the key (foldhash, seeded per
-//! table from the OS's random source through the standard library's hash keys: clients cannot
-//! aim their keys at one slot). A key found in its slot is compared in full before its digest is
-//! used; a miss, or a key longer than [`LONGEST`], is hashed as before.
+//! clients rarely wait for each other), its index a [`KeyedHash`] of the key (clients cannot aim
+//! their keys at one slot). A key found in its slot is compared in full before its digest is
+//! used; a miss, or a key longer than [`LONGEST`], is hashed.
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Mutex, PoisonError};
@@ -15,7 +14,6 @@ use std::sync::{Mutex, PoisonError};
 use crate::prehashed::KeyedHash;
 use crate::rate_limit::Key;
 
-/// Slots in the table.
 const SLOTS: usize = 1024;
 
 /// The longest key kept (a client IP, a user id, an API key fit).

@@ -1,17 +1,11 @@
-//! The fixed window without Lua: on Redis >= 7, a fixed window is a plain integer
-//! count whose key expires when the window closes, and a request of one rule is decided by one
-//! transaction, `MULTI; INCRBY key cost; PEXPIRE key period NX; PTTL key; EXEC` — the usual
-//! `INCR` + "TTL on the first hit", atomic, in one round trip. The transactions of requests
-//! that arrive while others are in flight go together, as the scripts' calls do
-//! (`fixed_window_batch.rs`).
+//! The fixed window without Lua on Redis >= 7: one `MULTI` … `EXEC` per request of one rule,
+//! coalesced (`fixed_window_batch.rs`). What a user sees of it: [`Algorithm::FixedWindow`].
 //!
 //! The shape belongs to the backend, not to the request, so that a rule's count never splits
-//! between two keys: every fixed window of a limiter whose server is Redis >= 7 (Valkey reports
-//! a compatible `redis_version`) and whose clock is Redis' own keeps the `fwc` shape, and the
-//! requests that need a script (several rules, all or nothing; bans and overrides; probes,
-//! inspect, refunds, charges) run `fixed_window_counter.lua` on the same key. An older server, or
-//! a test seam that shifts or freezes the scripts' clock (key expiry cannot follow it), keeps
-//! the Lua-only `fw` shape.
+//! between two keys: every fixed window of a limiter on Redis >= 7 whose clock is Redis' own
+//! keeps the `fwc` shape, and the requests that need a script run `fixed_window_counter.lua` on
+//! the same key. A test seam that shifts or freezes the scripts' clock keeps `fw`: key expiry
+//! cannot follow it.
 
 use std::sync::OnceLock;
 

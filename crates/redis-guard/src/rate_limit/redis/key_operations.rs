@@ -35,8 +35,7 @@ impl RedisLimiter {
     }
 }
 
-/// Parses the operations script's reply: `{ now, block_until, allow_until, level, level_until,
-/// strikes, strikes_until }`.
+/// Parses the operations script's reply (`operations.lua`'s header has it).
 fn parse_record(reply: &redis::Value) -> Result<(Override, u64), LimiterError> {
     let ints: Option<Vec<u64>> = match reply {
         redis::Value::Array(cells) if cells.len() == 7 => cells

@@ -25,9 +25,8 @@ use crate::rate_limit::{Decision, Key, Lease, Rule};
 pub(crate) const DEFAULT_DENY_CACHE: usize = 10_000;
 
 /// The longest a denial is answered from a [`RedisLimiter`]'s deny cache before Redis is asked
-/// again: how long a [`reset`](RedisLimiter::reset) or [`allow`](RedisLimiter::allow) made on
-/// another replica may take to reach a client this replica has cached as denied (on the replica
-/// that makes the call, its cache is cleared at once).
+/// again: the longest an operation made on another replica takes to reach a cached client (on
+/// the replica that makes it, the cache is cleared at once).
 pub(crate) const DENY_CACHE_MAX_WAIT: Duration = Duration::from_secs(2);
 
 /// A limiter whose state lives in Redis, shared by every instance of the application.

@@ -8,11 +8,8 @@ use crate::rate_limit::algorithm::RuleState;
 use crate::rate_limit::limiter::LimiterError;
 use crate::rate_limit::limiter::live::{LiveRecord, quota_of};
 
-/// Parses `{ allowed, limit, remaining, retry_after_ms, reset_after_ms, …, now_us, … }` (five
-/// integers per rule, then the time, then the `lives` live records the call read): the rules'
-/// states, the Redis time (µs) they were decided at, and each record as the script saw it, five
-/// integers each (`evaluate.lua`): its version (0: none), its mode and its quota's limit,
-/// period (µs) and burst (`0 0 0`: none).
+/// Parses one entry of `evaluate.lua`'s reply (its header has the layout): the rules' states,
+/// the Redis time (µs) they were decided at, and the `lives` live records as the script saw them.
 pub(crate) fn parse_reply(
     reply: &Value,
     expected: usize,
@@ -78,12 +75,11 @@ pub(crate) fn parse_reply(
     Ok((states, now, seen))
 }
 
-/// Parses `gcra_plain.lua`'s reply: one integer per rule, of the rules whose decided arguments
-/// are `rules` (algorithm, limit, period, burst, emission interval, cost;
-/// [`RuleArgs::decided`](super::evaluation::RuleArgs::decided)). Admitted: `d` ≥ 0, the TAT the
-/// reset counts to less now; denied: `-d - 1`, with `d` the TAT less now. The states are what
-/// `evaluate.lua`'s five integers per rule would have said: the same arithmetic, exact on
-/// integers. A bare integer stands for an array of that one integer.
+/// Parses `gcra_plain.lua`'s reply (its header has the encoding), one integer per rule, of the
+/// rules whose decided arguments are `rules` (algorithm, limit, period, burst, emission
+/// interval, cost; [`RuleArgs::decided`](super::evaluation::RuleArgs::decided)). The states are
+/// what `evaluate.lua`'s five integers per rule would have said: the same arithmetic, exact on
+/// integers.
 pub(crate) fn parse_compact<C: FromIterator<RuleState>>(
     reply: &Value,
     rules: &[[u64; 6]],

@@ -1,7 +1,6 @@
 //! The settings of a [`Rule`] that only a [`RateLimitLayer`](crate::rate_limit::RateLimitLayer)
 //! reads: its mode and failure policy, its route, and its cost and quota taken from each
-//! request. A direct call ([`RedisLimiter::check`](crate::rate_limit::RedisLimiter::check))
-//! ignores them. Costs settled after the response and concurrency leases are in `lease/`.
+//! request. Costs settled after the response and concurrency leases are in `lease/`.
 
 use std::sync::Arc;
 
@@ -76,8 +75,7 @@ impl Rule {
     /// [`Check::with_cost`](crate::rate_limit::Check::with_cost).
     ///
     /// A cost the rule can never admit (above its burst) is a bug of the function, not of the
-    /// client: the layer answers `500` ("The rate limiter is misconfigured.") and logs the rule
-    /// and the cost at `warn`, as for a misconfigured key.
+    /// client: the layer answers `500` and logs the rule and the cost at `warn`.
     ///
     /// ```
     /// use http::Method;
@@ -137,12 +135,11 @@ impl Rule {
     /// require every resolved quota to keep the rule's period.
     ///
     /// A resolved quota that cannot work (a zero limit, a cost above its burst, another period for
-    /// a window algorithm) is a bug of the resolver: the layer answers `500` ("The rate limiter is
-    /// misconfigured.") and logs the rule and the reason at `warn`. The `RateLimit-Policy` header
-    /// shows the quota each request was decided with. With
-    /// [`FailurePolicy::Fallback`](crate::rate_limit::FailurePolicy::Fallback), the in-process
-    /// fallback shares the resolved quota among the replicas, as it does the rule's own.
-    /// [`RedisLimiter::check`](crate::rate_limit::RedisLimiter::check) ignores the resolver; a
+    /// a window algorithm) is a bug of the resolver: the layer answers `500` and logs the rule
+    /// and the reason at `warn`. The `RateLimit-Policy` header shows the quota each request was
+    /// decided with. With [`FailurePolicy::Fallback`](crate::rate_limit::FailurePolicy::Fallback),
+    /// the in-process fallback shares the resolved quota among the replicas, as it does the rule's
+    /// own. [`RedisLimiter::check`](crate::rate_limit::RedisLimiter::check) ignores the resolver; a
     /// direct call passes its quota with
     /// [`Check::with_quota`](crate::rate_limit::Check::with_quota).
     ///

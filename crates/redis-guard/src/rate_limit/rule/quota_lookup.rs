@@ -14,10 +14,8 @@ use crate::rate_limit::WarnEvery;
 use crate::rate_limit::limiter::BoxFuture;
 use crate::rate_limit::{Quota, Rule};
 
-/// How long a request waits for its rules' `async` quota lookups
-/// ([`Rule::with_quota_from_async`](crate::rate_limit::Rule::with_quota_from_async)) at most. After
-/// it, the request is decided under the rules' own quotas, and a line is logged at `warn` (at most
-/// once a minute, with the count of the others).
+/// How long a request waits for its rules' `async` quota lookups at most; what then:
+/// [`Rule::with_quota_from_async`](crate::rate_limit::Rule::with_quota_from_async).
 pub(crate) const QUOTA_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Keeps "quota lookup timed out" to a line a minute for the process.

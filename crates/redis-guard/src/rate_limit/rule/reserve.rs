@@ -1,15 +1,11 @@
-//! Reserved headroom ([`Rule::reserve`]): the last share of a rule's burst (or limit) kept for
-//! requests of a priority class, so that bulk traffic cannot starve them (Stripe's "critical
-//! requests" load shedding, per rule and key).
+//! Reserved headroom ([`Rule::reserve`]; Stripe's "critical requests" load shedding, per rule
+//! and key).
 //!
-//! How it holds on every algorithm without a script of its own: a request outside the class is
-//! decided against the rule's quota less the reserve (its burst for GCRA and the token bucket,
-//! its limit for the window algorithms), on the *same* state as the class, which is decided
-//! against the whole quota. The state counts units, never the quota it was decided under
-//! (GCRA's theoretical arrival time, the windows' counts), or keeps the shape it was stored
-//! under (the token bucket), so both kinds of request read one count: bulk requests stop when
-//! only the reserve is left, class requests take it. Refunds and charges always use the whole
-//! quota (`RuleArgs::decided` on Redis; `Check::params` stays whole).
+//! How it holds on every algorithm without a script of its own: the state counts units, never
+//! the quota it was decided under (GCRA's theoretical arrival time, the windows' counts), or
+//! keeps the shape it was stored under (the token bucket), so requests decided against the
+//! smaller quota and the class's, against the whole one, read one count. Refunds and charges
+//! always use the whole quota (`RuleArgs::decided` on Redis; `Check::params` stays whole).
 
 use std::sync::Arc;
 

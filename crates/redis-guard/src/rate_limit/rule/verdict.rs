@@ -1,6 +1,5 @@
 //! [`Rule`]: a named quota, and what every limiter decides by (its quota, algorithm and cost,
-//! its bans, allow list and runtime overrides), checked by [`Rule::validate`]. The settings
-//! only a [`RateLimitLayer`](crate::rate_limit::RateLimitLayer) reads are in `in_layer.rs`.
+//! its bans, allow list and runtime overrides), checked by [`Rule::validate`].
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -254,8 +253,7 @@ impl Rule {
         }
     }
 
-    /// Bans keys that keep hitting the limit: see [`Bans`]. The count and the ban are decided in
-    /// the same atomic evaluation as the rule, on every backend.
+    /// Bans keys that keep hitting the limit: see [`Bans`].
     ///
     /// ```
     /// use std::time::Duration;

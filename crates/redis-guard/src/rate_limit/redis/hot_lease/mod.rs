@@ -74,7 +74,7 @@ impl Rule {
     /// reports what Redis holds: the units of open blocks count as used there.
     ///
     /// Only requests with this one rule are leased: a request that several rules decide together,
-    /// all or nothing, goes to Redis as before, and so do probes (cost 0) and allow-listed keys.
+    /// all or nothing, goes to Redis, and so do probes (cost 0) and allow-listed keys.
     /// [`MemoryLimiter`](crate::rate_limit::MemoryLimiter) decides in process anyway: there the
     /// option does nothing, and so it does in
     /// [`FailurePolicy::Fallback`](crate::rate_limit::FailurePolicy::Fallback)'s in-process
