@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::denials::{Request, answered, asked, cache_now, cacheable, cached_denial};
+use super::denials::{answered, asked, cache_now, cacheable, cached_denial};
 use super::evaluation::{Coalescers, Evaluation, RuleArgs};
 use super::fixed_window_plain::{self, Counters};
 use super::hot_lease::HotLeases;
@@ -17,9 +17,9 @@ use crate::rate_limit::limiter::live::{self, LiveChange, LiveRecord};
 use crate::rate_limit::limiter::operations::{self, Inspection};
 use crate::rate_limit::limiter::overrides::{Override, Steer};
 use crate::rate_limit::limiter::{
-    Check, Engine, Held, Limiter, LimiterError, LimiterFuture, PlainStore, chargeable,
+    Check, Engine, Held, Limiter, LimiterFuture, PlainStore, chargeable,
 };
-use crate::rate_limit::{Decision, Key, Lease, Rule};
+use crate::rate_limit::{Key, Lease, Rule};
 
 /// Default capacity of a [`RedisLimiter`]'s deny cache: how many denied clients it remembers.
 pub(crate) const DEFAULT_DENY_CACHE: usize = 10_000;
@@ -350,8 +350,9 @@ impl RedisLimiter {
         // is hashed or locked: the request's key is made only if Redis denies it.
         let cached = cache.map(|cache| {
             let now = cache_now(&self.backend, &cache);
-            let key = cache.has_denials().then(|| cache.key(Request(&checks)));
-            let hit = key.and_then(|key| cached_denial(&cache, asked(&checks), key, now));
+            let asked = asked(&checks);
+            let key = cache.has_denials().then(|| cache.key(&asked));
+            let hit = key.and_then(|key| cached_denial(&cache, &asked, key, now));
             (now, key, hit)
         });
         if let Some((_, _, Some(states))) = cached {
@@ -368,9 +369,8 @@ impl RedisLimiter {
                 &deny_cache,
                 &backend,
                 &states,
-                asked(&checks),
+                &asked(&checks),
                 cached.map(|(now, key, _)| (now, key)),
-                || deny_cache.key(Request(&checks)),
             );
             Ok((states, lease, live))
         })
@@ -418,10 +418,6 @@ impl Engine for RedisLimiter {
 
     fn evaluate_leased(&self, checks: Vec<Check>) -> LimiterFuture<Held> {
         self.evaluate_held(checks)
-    }
-
-    fn evaluate_at_once(&self, checks: &[Check]) -> Option<Result<Decision, LimiterError>> {
-        self.denied_at_once(checks).map(Ok)
     }
 
     fn plain_store(&self, rules: &[Arc<Rule>]) -> Option<Arc<dyn PlainStore>> {

@@ -8,7 +8,7 @@ use std::sync::{Arc, LazyLock};
 
 use redis::Value;
 
-use super::denials::{PlainRequest, answered, cache_now, cached_denial};
+use super::denials::{answered, asked_plain, cache_now, cached_denial};
 use super::fixed_window_plain::{self, Plain};
 use super::script_reply::parse_compact;
 use crate::backend::{
@@ -223,9 +223,8 @@ impl PlainRules {
             cache,
             &self.limiter.backend,
             states.as_slice(),
-            self.rules.iter().map(|r| &**r).zip(keys),
+            &asked_plain(&self.rules, keys),
             now.map(|now| (now, asked)),
-            || cache.key(PlainRequest(&self.rules, keys)),
         );
         states
     }
@@ -259,9 +258,9 @@ impl PlainStore for Arc<PlainRules> {
         if let (Some(cache), Some(now)) = (cache, now)
             && cache.has_denials()
         {
-            let key = cache.key(PlainRequest(&self.rules, keys.as_slice()));
-            let of = self.rules.iter().map(|r| &**r).zip(keys.as_slice());
-            if let Some(states) = cached_denial(cache, of, key, now) {
+            let of = asked_plain(&self.rules, keys.as_slice());
+            let key = cache.key(&of);
+            if let Some(states) = cached_denial(cache, &of, key, now) {
                 return Some(PlainStates::Now(states.into_iter().collect()));
             }
             asked = Some(key);

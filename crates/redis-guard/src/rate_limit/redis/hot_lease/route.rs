@@ -34,7 +34,7 @@ impl RedisLimiter {
                     if let Some(cache) = deny_cache {
                         // As any decision: admitted, the key's cached denials are stale (a
                         // denial is not cached, so the request's key is never made).
-                        answered(&cache, &backend, &[state], asked(&checks), None, || 0);
+                        answered(&cache, &backend, &[state], &asked(&checks), None);
                     }
                     Ok((vec![state], None, Vec::new()))
                 })
