@@ -3,7 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Key, Lease, Mode, Quota, Rule, RuleState};
+use super::limiter::live::same_quota;
+use super::limiter::{Check, LimiterError, no_checks};
+use super::{Lease, Mode, Quota, RuleState};
+use crate::backend::BackendError;
 use crate::telemetry::{self, Metric, RuleMetrics};
 
 /// One rule's verdict within a [`Decision`].
@@ -26,26 +29,35 @@ pub struct RuleDecision {
 }
 
 impl RuleDecision {
-    /// `rule`'s verdict `state` on a request for `key` that cost `cost` units of `quota`.
-    pub(crate) fn new(
-        rule: &Rule,
-        key: &Key,
-        quota: Quota,
-        mode: Mode,
-        cost: u32,
-        state: RuleState,
-    ) -> Self {
+    /// `check`'s rule, its state not known yet: a denial of nothing until [`Decision::of`]
+    /// fills it in.
+    pub(crate) fn undecided(check: &Check) -> Self {
         Self {
-            rule: Arc::clone(rule.name_arc()),
-            quota,
-            state,
-            mode,
-            lease: rule.algorithm().is_lease(),
+            rule: Arc::clone(check.rule.name_arc()),
+            quota: check.quota,
+            state: RuleState::from_parts(false, 0, 0, 0, 0),
+            mode: check.mode,
+            lease: check.rule.algorithm().is_lease(),
             // Nothing was taken under a key on the rule's static allow list.
-            cost: if rule.allows(key) { 0 } else { cost },
+            cost: if check.rule.allows(&check.key) {
+                0
+            } else {
+                check.cost
+            },
         }
     }
 }
+
+/// The state of an observed ([`Mode::Shadow`] or [`Mode::Soft`]) rule that the store failed to
+/// decide: [`Decision::of`] leaves the rule out, as it never changes the answer. No store
+/// answers with it: a wait of [`Duration::MAX`] is none a store writes.
+pub(crate) const UNDECIDED: RuleState = RuleState {
+    allowed: true,
+    limit: 0,
+    remaining: 0,
+    retry_after: Duration::MAX,
+    reset_after: Duration::MAX,
+};
 
 /// The outcome of rate limiting one request, inserted into the request extensions when the
 /// request is admitted and the layer was built with
@@ -111,8 +123,31 @@ impl PartialEq for HeldLease {
 impl Eq for HeldLease {}
 
 impl Decision {
-    /// Combines per-rule verdicts: the enforced rules decide. `rules` must not be empty.
-    pub(crate) fn combine(mut rules: Vec<RuleDecision>) -> Option<Self> {
+    /// The decision of `rules` ([`RuleDecision::undecided`]) by their `states`, in order, and
+    /// the quotas `live` rules were decided with: the enforced rules decide.
+    pub(crate) fn of(
+        mut rules: Vec<RuleDecision>,
+        states: &[RuleState],
+        live: &[(Arc<str>, Quota)],
+    ) -> Result<Self, LimiterError> {
+        if states.len() != rules.len() {
+            let why = format!("{} states for {} rules", states.len(), rules.len());
+            return Err(BackendError::BadReply(why).into());
+        }
+        for (rule, state) in rules.iter_mut().zip(states) {
+            rule.state = *state;
+        }
+        rules.retain(|r| r.state != UNDECIDED);
+        for (name, quota) in live {
+            // The quota the store decided with, not this limiter's copy: the same unless the
+            // record changed since the copy was read. Left as it is when alike, so that the
+            // layer's `RateLimit-Policy` value made once is still the one that fits.
+            for rule in rules.iter_mut().filter(|r| r.rule == *name) {
+                if !same_quota(&rule.quota, quota) {
+                    rule.quota = *quota;
+                }
+            }
+        }
         let shadow = if rules.iter().any(|r| r.mode == Mode::Shadow) {
             let (shadow, visible) = rules.into_iter().partition(|r| r.mode == Mode::Shadow);
             rules = visible;
@@ -135,11 +170,11 @@ impl Decision {
         }
         .map(|i| &rules[i]);
         // Only shadow rules: admitted, and nothing for the client to see.
-        let (rule, state) = match binding.or_else(|| shadow.first()) {
-            Some(b) => (b.rule.clone(), b.state),
-            None => return None,
+        let Some(b) = binding.or_else(|| shadow.first()) else {
+            return Err(no_checks());
         };
-        Some(Self {
+        let (rule, state) = (b.rule.clone(), b.state);
+        Ok(Self {
             allowed,
             rule,
             limit: state.limit,

@@ -156,7 +156,7 @@ pub(crate) use key::Inline;
 pub(crate) use lease::Holding;
 pub(crate) use limiter::{
     BoxFuture, Held, LimiterFuture, Pending, PlainStates, PlainStore, Settling, count_failure_of,
-    decision_from, settling,
+    settling,
 };
 pub(crate) use rule::quota_lookup::{self, Lookup, Resolved};
 

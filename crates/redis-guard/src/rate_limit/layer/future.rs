@@ -19,7 +19,7 @@ use crate::ConfigError;
 use crate::rate_limit::quota_lookup as resolve;
 use crate::rate_limit::{
     BoxFuture, Check, CostReport, Decision, Few, Held, Holding, LimiterError, LimiterFuture,
-    Pending, Quota, RuleDecision, RuleState, Settling, count_failure_of, decision_from, settling,
+    Pending, Quota, RuleDecision, RuleState, Settling, count_failure_of, settling,
 };
 use crate::telemetry::Stopwatch;
 
@@ -164,7 +164,7 @@ where
     // What the fallback needs of the resolved quotas, kept only when some rule resolves one.
     let resolved = resolved(config, rules.iter().map(|r| (&r.rule, r.quota)));
     let decided = match states {
-        Ok((states, lease, live)) => decision_from(rules, &states, &live).map(|mut d| {
+        Ok((states, lease, live)) => Decision::of(rules, &states, &live).map(|mut d| {
             d.lease.0 = lease.map(Arc::new);
             d
         }),

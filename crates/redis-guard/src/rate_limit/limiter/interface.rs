@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::rate_limit::decision::RuleDecision;
+use crate::rate_limit::decision::{RuleDecision, UNDECIDED};
 use futures_util::future::join_all;
 
 use super::live::{LiveChange, LiveRecord};
@@ -235,7 +235,7 @@ pub(crate) fn decide<L: Engine + ?Sized>(
 ) -> LimiterFuture<Decision> {
     // Modes are the layer's business: a direct call evaluates every rule all or nothing and
     // gets every verdict as it is.
-    let mut rules = rule_decisions(&checks);
+    let mut rules: Vec<_> = checks.iter().map(RuleDecision::undecided).collect();
     for rule in &mut rules {
         rule.mode = Mode::Enforce;
     }
@@ -245,7 +245,7 @@ pub(crate) fn decide<L: Engine + ?Sized>(
         let (states, lease, live) = held
             .await
             .map_err(|err| count_failure_of(rules.iter().map(|r| &r.rule), err))?;
-        let mut decision = decision_from(rules, &states, &live)?;
+        let mut decision = Decision::of(rules, &states, &live)?;
         // A direct call settles nothing after a response: only leases are handed out.
         decision.lease = HeldLease(lease.filter(Lease::holds_leases).map(Arc::new));
         decision.record(Some(started.elapsed()), &[]);
@@ -276,25 +276,13 @@ pub(crate) fn settling(checks: &[Check]) -> Settling {
         .collect()
 }
 
-/// The state of an observed ([`Mode::Shadow`] or [`Mode::Soft`]) rule that the store failed to
-/// decide: [`decision_from`] leaves the rule out, as it never changes the answer. No store
-/// answers with it: a wait of [`Duration::MAX`](std::time::Duration::MAX) is none a store
-/// writes.
-const UNDECIDED: RuleState = RuleState {
-    allowed: true,
-    limit: 0,
-    remaining: 0,
-    retry_after: std::time::Duration::MAX,
-    reset_after: std::time::Duration::MAX,
-};
-
 impl Pending {
     /// Starts evaluating `checks` (known to be valid): the enforced ones together, all or
     /// nothing, and each [`Mode::Shadow`] or [`Mode::Soft`] one on its own beside them. An
     /// observed rule the store fails to decide is counted as a failure and left out of the
     /// decision; only a failure of the enforced ones fails the request.
     pub(crate) fn start<L: Engine + ?Sized>(limiter: &L, checks: Vec<Check>) -> Self {
-        let rules = rule_decisions(&checks);
+        let rules = checks.iter().map(RuleDecision::undecided).collect();
         let settling = settling(&checks);
         if checks.iter().all(|c| c.mode == Mode::Enforce) {
             return Self {
@@ -319,7 +307,7 @@ impl Pending {
         }
         let (places, futures): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
         let states = Box::pin(async move {
-            let mut states = vec![None; n];
+            let mut states = vec![UNDECIDED; n];
             let mut leases = None;
             let mut live = Vec::new();
             // Every part's leases are kept (and released with the others on an error).
@@ -330,16 +318,17 @@ impl Pending {
                     (Ok((got, lease, quotas)), _) => {
                         leases = Lease::merge(leases, lease);
                         live.extend(quotas);
+                        if got.len() != at.len() {
+                            let e = BackendError::BadReply("a rule got no state".into());
+                            failed = failed.or(Some(e.into()));
+                        }
                         for (i, state) in at.into_iter().zip(got) {
-                            states[i] = Some(state);
+                            states[i] = state;
                         }
                     }
                     (Err(e), Some(name)) => {
                         let e = count_failure_of(std::iter::once(&name), e);
                         tracing::debug!(rule = %name, error = %e, "an observed rule was not decided");
-                        for i in at {
-                            states[i] = Some(UNDECIDED);
-                        }
                     }
                     (Err(e), None) => failed = failed.or(Some(e)),
                 }
@@ -347,12 +336,6 @@ impl Pending {
             if let Some(e) = failed {
                 return Err(e);
             }
-            let states = states
-                .into_iter()
-                .map(|s| {
-                    s.ok_or_else(|| BackendError::BadReply("a rule got no state".into()).into())
-                })
-                .collect::<Result<Vec<_>, LimiterError>>()?;
             Ok((states, leases, live))
         });
         Self {
@@ -361,16 +344,6 @@ impl Pending {
             settling,
         }
     }
-}
-
-/// One not-yet-decided entry per check, for [`decision_from`] to fill in.
-pub(crate) fn rule_decisions(checks: &[Check]) -> Vec<RuleDecision> {
-    // Each rule's state is filled in by `decision_from`; until then it is a denial of nothing.
-    let unknown = RuleState::from_parts(false, 0, 0, 0, 0);
-    checks
-        .iter()
-        .map(|c| RuleDecision::new(&c.rule, &c.key, c.quota, c.mode, c.cost, unknown))
-        .collect()
 }
 
 /// Counts `err`, the limiter's failure to decide the rules `names`, under each name; returns it.
@@ -387,39 +360,6 @@ pub(crate) fn count_failure_of<'a>(
         );
     }
     err
-}
-
-/// Fills `rules` with their states and the quotas of `live` into a [`Decision`].
-pub(crate) fn decision_from(
-    mut rules: Vec<RuleDecision>,
-    states: &[RuleState],
-    live: &[(Arc<str>, Quota)],
-) -> Result<Decision, LimiterError> {
-    if states.len() != rules.len() {
-        return Err(BackendError::BadReply(format!(
-            "{} states for {} rules",
-            states.len(),
-            rules.len()
-        ))
-        .into());
-    }
-    for (rule, state) in rules.iter_mut().zip(states) {
-        rule.state = *state;
-    }
-    if states.contains(&UNDECIDED) {
-        rules.retain(|r| r.state != UNDECIDED);
-    }
-    for (name, quota) in live {
-        // The quota the store decided with, not this limiter's copy: the same unless the
-        // record changed since the copy was read. Left as it is when alike, so that the
-        // layer's `RateLimit-Policy` value made once is still the one that fits.
-        for rule in rules.iter_mut().filter(|r| r.rule == *name) {
-            if !super::live::same_quota(&rule.quota, quota) {
-                rule.quota = *quota;
-            }
-        }
-    }
-    Decision::combine(rules).ok_or_else(no_checks)
 }
 
 impl<L: Limiter + ?Sized> Limiter for Arc<L> {}

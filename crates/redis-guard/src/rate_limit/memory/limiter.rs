@@ -10,14 +10,13 @@ use crate::ConfigErrorKind;
 use crate::backend::InProcessBuilder;
 use crate::rate_limit::Few;
 use crate::rate_limit::algorithm::{self, Commit, RuleState, State, ceil_ms};
-use crate::rate_limit::decision::HeldLease;
+use crate::rate_limit::decision::{HeldLease, RuleDecision};
 use crate::rate_limit::lease::{Place, Receipt, request_id};
 use crate::rate_limit::limiter::live;
 use crate::rate_limit::limiter::operations::{self, Inspection, allow_listed_state};
 use crate::rate_limit::limiter::overrides::{Effect, Override, Steer};
 use crate::rate_limit::limiter::{
-    Check, Engine, Held, Limiter, LimiterError, LimiterFuture, chargeable, decision_from,
-    rule_decisions,
+    Check, Engine, Held, Limiter, LimiterError, LimiterFuture, chargeable,
 };
 use crate::rate_limit::{Decision, Key, Lease, Mode, Rule};
 
@@ -99,7 +98,8 @@ impl MemoryLimiter {
         settled: bool,
     ) -> Result<Decision, LimiterError> {
         let (states, receipt) = self.evaluate_now(checks, true, false)?;
-        let mut decision = decision_from(rule_decisions(checks), states.as_slice(), &[])?;
+        let rules = checks.iter().map(RuleDecision::undecided).collect();
+        let mut decision = Decision::of(rules, states.as_slice(), &[])?;
         let keep = settled || !decision.wait.is_zero();
         decision.lease = HeldLease(
             Lease::new(receipt.into_iter().collect())
