@@ -12,4 +12,4 @@ mod receipt;
 pub use actual_cost::{ActualCost, CostReport};
 pub use concurrency::Lease;
 pub(crate) use holding::Holding;
-pub(crate) use receipt::{Place, Receipt, Receipted, request_id};
+pub(crate) use receipt::{Place, Receipt, request_id};

@@ -10,14 +10,6 @@ use crate::rate_limit::limiter::LimiterFuture;
 use crate::rate_limit::memory::InMemory;
 use crate::rate_limit::redis::OnRedis;
 
-/// The states of an evaluation, the receipt of the leases it took, and the quotas of the live
-/// rules it read the records of.
-pub(crate) type Receipted = (
-    Vec<crate::rate_limit::RuleState>,
-    Option<Receipt>,
-    crate::rate_limit::limiter::LiveQuotas,
-);
-
 /// One admitted evaluation, as the store recorded it.
 pub(crate) struct Receipt {
     pub(crate) request: Arc<str>,

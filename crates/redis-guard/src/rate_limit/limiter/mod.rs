@@ -11,8 +11,8 @@ pub(crate) mod overrides;
 
 pub(crate) use crate::rate_limit::Check;
 pub(crate) use interface::{
-    BoxFuture, Engine, Held, LimiterFuture, LiveQuotas, Pending, PlainStates, PlainStore, Settling,
-    chargeable, count_failure_of, no_checks, settling,
+    BoxFuture, Engine, Held, LimiterFuture, Pending, PlainStates, PlainStore, Settling, chargeable,
+    count_failure_of, no_checks, settling,
 };
 pub use interface::{Limiter, LimiterError};
 pub use operations::{Bans, Inspection};

@@ -13,10 +13,10 @@ use crate::backend::{BackendError, Coalescer, Entry, RedisBackend, ScriptCall, c
 use crate::rate_limit::Few;
 use crate::rate_limit::algorithm::RuleState;
 use crate::rate_limit::algorithm::script::{BUILTIN_SCRIPTS, Scripts};
-use crate::rate_limit::lease::{Receipt, Receipted, request_id};
-use crate::rate_limit::limiter::LimiterError;
+use crate::rate_limit::lease::{Receipt, request_id};
 use crate::rate_limit::limiter::live::quota_of;
-use crate::rate_limit::{Algorithm, Quota};
+use crate::rate_limit::limiter::{Held, LimiterError};
+use crate::rate_limit::{Algorithm, Lease, Quota};
 
 /// One evaluation: per rule, its state key, override key (same hash tag) and live record's key
 /// when it reads them, and its arguments.
@@ -175,7 +175,7 @@ impl Evaluation {
     /// One script call when every key shares a slot (always on a single Redis): atomic. On a
     /// Cluster, one call per hash tag, in order; when one denies, the tags that already admitted
     /// are refunded and the rest evaluated dry (for their headers).
-    pub(super) async fn run(mut self, coalescers: &Coalescers) -> Result<Receipted, LimiterError> {
+    pub(super) async fn run(mut self, coalescers: &Coalescers) -> Result<Held, LimiterError> {
         let backend = coalescers.backend();
         let n = self.rule_args.len();
         // Only the sliding log and the leases name entries with the request id; GCRA never
@@ -256,7 +256,7 @@ impl Evaluation {
                     }
                 }
             }
-            let receipt = match (leases, &id) {
+            let lease = match (leases, &id) {
                 (Some((keys, args)), Some(id)) if states.iter().all(|s| s.allowed) => {
                     let group = Group {
                         keys,
@@ -264,11 +264,16 @@ impl Evaluation {
                         names: self.settled.clone(),
                         evaluated_at,
                     };
-                    Some(Receipt::redis(id, backend, &self.scripts, vec![group]))
+                    Lease::new(vec![Receipt::redis(
+                        id,
+                        backend,
+                        &self.scripts,
+                        vec![group],
+                    )])
                 }
                 _ => None,
             };
-            return Ok((states, receipt, live));
+            return Ok((states, lease, live));
         }
         // A rule's override key shares its state key's hash tag.
         let groups = backend.slot_groups(&self.keys);
@@ -318,7 +323,7 @@ impl Evaluation {
                 committed.clear();
             }
         }
-        let receipt = match (&leases, &id) {
+        let lease = match (&leases, &id) {
             (Some(_), Some(id)) if !denied => {
                 let groups = committed
                     .iter()
@@ -332,12 +337,12 @@ impl Evaluation {
                         evaluated_at: *evaluated_at,
                     })
                     .collect();
-                Some(Receipt::redis(id, backend, &self.scripts, groups))
+                Lease::new(vec![Receipt::redis(id, backend, &self.scripts, groups)])
             }
             _ => None,
         };
         // The checks carry the quotas they were decided with.
-        Ok((states, receipt, Vec::new()))
+        Ok((states, lease, Vec::new()))
     }
 
     /// Charges each rule its cost whatever is left (`charge_all`): one call per hash slot.

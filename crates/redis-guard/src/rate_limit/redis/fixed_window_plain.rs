@@ -16,8 +16,7 @@ use super::fixed_window_batch::Count;
 use crate::backend::{BackendError, RedisBackend};
 use crate::rate_limit::Algorithm;
 use crate::rate_limit::algorithm::{Params, RuleState};
-use crate::rate_limit::lease::Receipted;
-use crate::rate_limit::limiter::{Check, LimiterError, LimiterFuture};
+use crate::rate_limit::limiter::{Check, Held, LimiterError, LimiterFuture};
 use crate::rate_limit::{RedisLimiter, Rule};
 
 /// The key tag of a fixed window kept as a plain counter (`fw` is the script's shape).
@@ -90,7 +89,7 @@ impl RedisLimiter {
     pub(super) fn route(
         &self,
         checks: &[Check],
-    ) -> impl Future<Output = Result<Receipted, LimiterError>> + Send + 'static {
+    ) -> impl Future<Output = Result<Held, LimiterError>> + Send + 'static {
         let key = |c: &Check| self.key_names(&c.rule, &c.key, false).0;
         let route = Plain::of(checks, &self.counters, key).ok_or_else(|| self.evaluation(checks));
         let coalescers = std::sync::Arc::clone(&self.coalescers);

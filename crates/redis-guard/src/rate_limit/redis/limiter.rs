@@ -12,14 +12,13 @@ use super::hot_lease::HotLeases;
 use crate::backend::{BackendError, DEFAULT_BATCH, DenyCache, RedisBackend};
 use crate::rate_limit::algorithm::script::{CUSTOM_BASE, FIXED_WINDOW_COUNTER, Scripts};
 use crate::rate_limit::algorithm::{Algorithm, CustomAlgorithm, RuleState};
-use crate::rate_limit::lease::Receipted;
 use crate::rate_limit::limiter::live::{self, LiveChange, LiveRecord};
 use crate::rate_limit::limiter::operations::{self, Inspection};
 use crate::rate_limit::limiter::overrides::{Override, Steer};
 use crate::rate_limit::limiter::{
     Check, Engine, Held, Limiter, LimiterFuture, PlainStore, chargeable,
 };
-use crate::rate_limit::{Key, Lease, Rule};
+use crate::rate_limit::{Key, Rule};
 
 /// Default capacity of a [`RedisLimiter`]'s deny cache: how many denied clients it remembers.
 pub(crate) const DEFAULT_DENY_CACHE: usize = 10_000;
@@ -360,11 +359,11 @@ impl RedisLimiter {
         }
         let decided = self.route(&checks);
         let Some(deny_cache) = deny_cache else {
-            return Box::pin(async move { decided.await.map(held) });
+            return Box::pin(decided);
         };
         let backend = self.backend.clone();
         Box::pin(async move {
-            let (states, lease, live) = held(decided.await?);
+            let (states, lease, live) = decided.await?;
             answered(
                 &deny_cache,
                 &backend,
@@ -375,11 +374,6 @@ impl RedisLimiter {
             Ok((states, lease, live))
         })
     }
-}
-
-/// An evaluation's states, with its receipt held as a [`Lease`].
-fn held((states, receipt, live): Receipted) -> Held {
-    (states, receipt.and_then(|r| Lease::new(vec![r])), live)
 }
 
 impl crate::sealed::Sealed for RedisLimiter {}
