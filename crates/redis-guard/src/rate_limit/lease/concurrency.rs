@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::receipt::{Place, Receipt};
@@ -158,7 +158,11 @@ impl Lease {
     }
 
     fn take(&self) -> Vec<Receipt> {
-        std::mem::take(&mut *self.receipts.lock().unwrap_or_else(PoisonError::into_inner))
+        std::mem::take(&mut *self.receipts())
+    }
+
+    fn receipts(&self) -> MutexGuard<'_, Vec<Receipt>> {
+        self.receipts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Releases the leases now (at most once: later calls, and the drop, do nothing).
@@ -191,7 +195,7 @@ impl Lease {
     /// The store failed.
     pub fn renew(&self) -> impl Future<Output = Result<bool, LimiterError>> + Send + 'static {
         let (calls, count): (Vec<LimiterFuture<usize>>, usize) = {
-            let receipts = self.receipts.lock().unwrap_or_else(PoisonError::into_inner);
+            let receipts = self.receipts();
             let count = receipts.iter().map(Receipt::lease_count).sum();
             (receipts.iter().map(Receipt::renew).collect(), count)
         };
@@ -207,23 +211,13 @@ impl Lease {
     /// Whether a concurrency rule's lease is among them (not only receipts kept for settling
     /// the request after its response).
     pub(crate) fn holds_leases(&self) -> bool {
-        self.receipts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .any(|r| r.lease_count() > 0)
+        self.receipts().iter().any(|r| r.lease_count() > 0)
     }
 
     /// Settles the request's rules after its response ([`Receipt::settle`]): every receipt's
     /// calls are made, the first error is returned.
     pub(crate) fn settle(&self, deltas: &[(Arc<str>, i64)]) -> LimiterFuture<()> {
-        let calls: Vec<_> = self
-            .receipts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|r| r.settle(deltas))
-            .collect();
+        let calls: Vec<_> = self.receipts().iter().map(|r| r.settle(deltas)).collect();
         Box::pin(each(calls))
     }
 
@@ -231,9 +225,7 @@ impl Lease {
     /// spawned task (without a runtime the reservation stands, and a line is logged at `warn`).
     pub(crate) fn settle_detached(&self, deltas: &[(Arc<str>, i64)]) {
         let remote: Vec<_> = self
-            .receipts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .receipts()
             .iter()
             .filter_map(|r| {
                 // In process the settlement is made here; its future is ready.
@@ -257,10 +249,7 @@ impl Lease {
     /// Whether the leases were released.
     #[must_use]
     pub fn is_released(&self) -> bool {
-        self.receipts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty()
+        self.receipts().is_empty()
     }
 
     /// Releases in the background: in process at once, on Redis in a spawned task.
