@@ -185,10 +185,12 @@ impl Evaluation {
             None => Cow::Borrowed("-"),
             Some(id) => Cow::Owned(id.to_string()),
         };
-        // The receipt's copy of the rules, when the request may take leases or be settled.
-        let keep = !self.settled.is_empty() || self.rule_args.iter().any(RuleArgs::is_lease);
-        let leases = (!self.dry && keep).then(|| (self.keys.clone(), self.rule_args.clone()));
+        // A receipt is kept when the request may take leases or be settled.
+        let keep = !self.dry
+            && (!self.settled.is_empty() || self.rule_args.iter().any(RuleArgs::is_lease));
         if !backend.connection().is_cluster() {
+            // The receipt's copy of the rules.
+            let leases = keep.then(|| (self.keys.clone(), self.rule_args.clone()));
             // The quota each live rule's arguments carry (none when the call reads no record):
             // what the script decides with where the record has none.
             let live_args: Vec<Option<Quota>> = if self.live_copies.is_some() {
@@ -264,12 +266,8 @@ impl Evaluation {
                         names: self.settled.clone(),
                         evaluated_at,
                     };
-                    Lease::new(vec![Receipt::redis(
-                        id,
-                        backend,
-                        &self.scripts,
-                        vec![group],
-                    )])
+                    let receipt = Receipt::redis(id, backend, &self.scripts, vec![group]);
+                    Lease::new(vec![receipt])
                 }
                 _ => None,
             };
@@ -323,8 +321,8 @@ impl Evaluation {
                 committed.clear();
             }
         }
-        let lease = match (&leases, &id) {
-            (Some(_), Some(id)) if !denied => {
+        let lease = match &id {
+            Some(id) if keep && !denied => {
                 let groups = committed
                     .iter()
                     .map(|(group, evaluated_at)| Group {
