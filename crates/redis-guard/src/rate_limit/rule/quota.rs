@@ -367,47 +367,27 @@ mod tests {
     #[test]
     fn rejects_bad_strings_with_a_message_that_says_why() {
         use ConfigErrorKind::{Quota as Bad, QuotaSyntax as Syntax};
-        let (kind, value, zero) = why("0/minute".parse::<Quota>());
-        assert_eq!((kind, value.as_str()), (Bad, "0"));
-        assert!(
-            zero.contains("limit is 0") && zero.contains("at least 1"),
-            "{zero}"
-        );
-
-        let (kind, value, unit) = why("10/fortnight".parse::<Quota>());
-        assert_eq!((kind, value.as_str()), (Syntax, "fortnight"));
-        assert!(unit.contains("period unit `fortnight`"), "{unit}");
-
-        let (kind, value, abc) = why("abc".parse::<Quota>());
-        assert_eq!((kind, value.as_str()), (Syntax, "abc"));
-        assert!(abc.contains("<count>/<period>"), "{abc}");
-
-        for (s, value, says) in [
-            ("x/minute", "x", "quota count `x`"),
-            ("-1/s", "-1", "quota count `-1`"),
-            ("1/", "", "quota period ``"),
+        for (s, kind, value, says) in [
+            ("0/minute", Bad, "0", "limit is 0: a quota must admit"),
+            ("10/fortnight", Syntax, "fortnight", "unit `fortnight`"),
+            ("abc", Syntax, "abc", "<count>/<period>"),
+            ("x/minute", Syntax, "x", "quota count `x`"),
+            ("-1/s", Syntax, "-1", "quota count `-1`"),
+            ("1/", Syntax, "", "quota period ``"),
             (
                 "1/99999999999999999999d",
+                Syntax,
                 "99999999999999999999d",
-                "quota period `9",
+                "period `9",
             ),
+            ("1/0s", Bad, "0ns", "period is 0"),
+            ("1/400d", Bad, "34560000s", "longer than the maximum"),
+            ("2000000/s", Bad, "2000000/second", "faster than 1 request"),
         ] {
-            let (kind, got, text) = why(s.parse::<Quota>());
-            assert_eq!((kind, got.as_str()), (Syntax, value), "{s}");
+            let (got_kind, got, text) = why(s.parse::<Quota>());
+            assert_eq!((got_kind, got.as_str()), (kind, value), "{s}");
             assert!(text.contains(says), "{s}: {text}");
         }
-        let (kind, value, text) = why("1/0s".parse::<Quota>());
-        assert_eq!((kind, value.as_str()), (Bad, "0ns"));
-        assert!(text.contains("period is 0"), "{text}");
-        let (kind, _, text) = why("1/400d".parse::<Quota>());
-        assert_eq!(kind, Bad);
-        assert!(text.contains("longer than the maximum"), "{text}");
-        let (kind, value, text) = why("2000000/s".parse::<Quota>());
-        assert_eq!((kind, value.as_str()), (Bad, "2000000/second"));
-        assert!(
-            text.contains("faster than 1 request per microsecond"),
-            "{text}"
-        );
     }
 
     #[test]
