@@ -296,19 +296,30 @@ async fn the_fallback_keeps_a_rules_allow_list() {
     assert_eq!(statuses(&send(&layer, 3).await), [200, 200, 200]);
 }
 
-/// The fallback shares the quota a rule resolved for the request, not the rule's own.
+/// The fallback's share of a rule: the limit and burst of the quota it resolved for the request
+/// (not the rule's own) divided among the replicas, rounded down, never below 1.
 #[tokio::test]
 async fn the_fallback_shares_the_resolved_quota() {
-    let layer = builder()
-        .rule_with(
-            failing("plans").with_quota_from(|_| Some(Quota::per_minute(8))),
-            key(),
-        )
-        .failure_policy(FailurePolicy::fallback(2).unwrap())
-        .build()
-        .unwrap();
-    // 8 a minute over 2 replicas: 4 here (the rule's own 10 would give 5).
-    let answers = send(&layer, 6).await;
-    assert_eq!(statuses(&answers), [200, 200, 200, 200, 429, 429]);
-    assert_eq!(answers[0].policy.as_deref(), Some("\"plans\";q=4;w=60"));
+    let plans = failing("plans").with_quota_from(|_| Some(Quota::per_minute(8)));
+    let api = Rule::new("api", Quota::per_minute(10).burst(6))
+        .with_algorithm(failing("api").algorithm().clone());
+    // 8 a minute over 2 replicas: 4 here (the rule's own 10 would give 5); 10 a minute with a
+    // burst of 6 over 4: 2 a minute, a burst of 1; over 1000: 1 a minute.
+    for (rule, replicas, admitted, policy) in [
+        (plans, 2, 4, "\"plans\";q=4;w=60"),
+        (api.clone(), 4, 1, "\"api\";q=2;w=60"),
+        (api, 1000, 1, "\"api\";q=1;w=60"),
+    ] {
+        let layer = builder()
+            .rule_with(rule, key())
+            .failure_policy(FailurePolicy::fallback(replicas).unwrap())
+            .build()
+            .unwrap();
+        let answers = send(&layer, admitted + 2).await;
+        assert_eq!(
+            statuses(&answers),
+            [vec![200; admitted], vec![429; 2]].concat()
+        );
+        assert_eq!(answers[0].policy.as_deref(), Some(policy));
+    }
 }
