@@ -1,12 +1,9 @@
 //! The layer's rollout modes, per-rule failure policies and metrics, on the memory limiter (the
 //! shared suites in `tests/` run the modes on every backend).
 
-use http::HeaderName;
-
-use super::response::tests::{collected, failing};
+use super::response::tests::{collected, failing, x_key as key};
 use crate::rate_limit::{
-    FailurePolicy, HeaderKey, MemoryLimiter, Mode, Quota, RateLimitLayer, RateLimitLayerBuilder,
-    Rule,
+    FailurePolicy, MemoryLimiter, Mode, Quota, RateLimitLayer, RateLimitLayerBuilder, Rule,
 };
 use crate::telemetry::testing::Captured;
 use crate::{ConfigError, ConfigErrorKind};
@@ -18,10 +15,6 @@ struct Answer {
     policy: Option<String>,
     state: Option<String>,
     exceeded: Option<String>,
-}
-
-fn key() -> HeaderKey {
-    HeaderKey::new(HeaderName::from_static("x-key"))
 }
 
 fn builder() -> RateLimitLayerBuilder {
