@@ -230,7 +230,7 @@ fn varint(out: &mut Vec<u8>, mut value: u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::response::tests::{collected as call, failing, x_key};
+    use super::super::response::tests::{collected as call, failing, keyed, x_key};
     use super::*;
     use crate::backend::ManualClock;
     use crate::rate_limit::{FailurePolicy, MemoryLimiter, MissingKey, Quota, RateLimitLayer};
@@ -338,8 +338,7 @@ mod tests {
     #[tokio::test]
     async fn the_layer_s_own_answers_become_grpc_statuses() {
         // The memory limiter cannot run Lua: every decision fails, as with Redis down.
-        let closed = RateLimitLayer::builder(MemoryLimiter::new())
-            .rule_with(failing("api"), x_key())
+        let closed = keyed(failing("api"))
             .failure_policy(FailurePolicy::Closed)
             .grpc()
             .build()
@@ -372,8 +371,7 @@ mod tests {
             ["grpc-status", "retry-after"].map(|n| header(&res, n)),
             ["3", "-"]
         );
-        let unauthenticated = RateLimitLayer::builder(MemoryLimiter::new())
-            .rule_with(failing("api"), x_key())
+        let unauthenticated = keyed(failing("api"))
             .missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED))
             .grpc()
             .build()

@@ -343,6 +343,11 @@ pub(super) mod tests {
         HeaderKey::new("x-key")
     }
 
+    /// A layer builder over a new memory limiter, of `rule` keyed by [`x_key`].
+    pub(in crate::rate_limit) fn keyed(rule: Rule) -> crate::rate_limit::RateLimitLayerBuilder {
+        RateLimitLayer::builder(MemoryLimiter::new()).rule_with(rule, x_key())
+    }
+
     /// Status, the headers the layer writes (in a fixed order, absent ones as `-`) and the body.
     async fn answer(layer: &RateLimitLayer, key: Option<&str>) -> (u16, Vec<String>, String) {
         let res = collected(layer, key).await;
@@ -439,8 +444,7 @@ pub(super) mod tests {
     /// A layer over a limiter that fails every decision (the memory limiter runs no Lua, as
     /// with Redis down), its key from `x-key`.
     fn failing_layer(policy: FailurePolicy) -> crate::rate_limit::RateLimitLayerBuilder {
-        RateLimitLayer::builder(MemoryLimiter::new())
-            .rule_with(failing("api"), x_key())
+        keyed(failing("api"))
             .failure_policy(policy)
             .extensions(true)
     }

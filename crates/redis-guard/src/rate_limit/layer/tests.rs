@@ -1,10 +1,8 @@
 //! The layer's rollout modes, per-rule failure policies and metrics, on the memory limiter (the
 //! shared suites in `tests/` run the modes on every backend).
 
-use super::response::tests::{collected, failing, x_key as key};
-use crate::rate_limit::{
-    FailurePolicy, MemoryLimiter, Mode, Quota, RateLimitLayer, RateLimitLayerBuilder, Rule,
-};
+use super::response::tests::{collected, failing, keyed, x_key as key};
+use crate::rate_limit::{FailurePolicy, MemoryLimiter, Mode, Quota, RateLimitLayer, Rule};
 use crate::telemetry::testing::Captured;
 use crate::{ConfigError, ConfigErrorKind};
 
@@ -15,10 +13,6 @@ struct Answer {
     policy: Option<String>,
     state: Option<String>,
     exceeded: Option<String>,
-}
-
-fn builder() -> RateLimitLayerBuilder {
-    RateLimitLayer::builder(MemoryLimiter::new())
 }
 
 /// Asserts each metric's total under a rule: `(name after redis_guard_rate_limit_, rule, total)`.
@@ -34,11 +28,7 @@ fn assert_totals(metrics: &Captured, totals: &[(&str, &str, u64)]) {
 async fn api_in(mode: Mode, n: usize) -> (Vec<Answer>, Captured) {
     let metrics = Captured::default();
     let _guard = metrics::set_default_local_recorder(&metrics);
-    let layer = builder()
-        .rule_with(
-            Rule::new("api", Quota::per_minute(2)).with_mode(mode),
-            key(),
-        )
+    let layer = keyed(Rule::new("api", Quota::per_minute(2)).with_mode(mode))
         .build()
         .unwrap();
     (send(&layer, n).await, metrics.clone())
@@ -113,8 +103,7 @@ async fn a_soft_rule_admits_over_the_limit_and_says_so() {
 /// after that (here a thread's local one) still gets every verdict and every decision time.
 #[tokio::test]
 async fn a_candidate_is_tried_beside_the_enforced_rule() {
-    let layer = builder()
-        .rule_with(Rule::new("api", Quota::per_minute(4)), key())
+    let layer = keyed(Rule::new("api", Quota::per_minute(4)))
         .candidate("api", Quota::per_minute(1))
         .build()
         .unwrap();
@@ -143,7 +132,7 @@ async fn a_candidate_is_tried_beside_the_enforced_rule() {
 
 #[test]
 fn a_candidate_needs_its_rule_first() {
-    let err = builder()
+    let err = RateLimitLayer::builder(MemoryLimiter::new())
         .candidate("api", Quota::per_minute(1))
         .rule_with(Rule::new("api", Quota::per_minute(4)), key())
         .build()
@@ -160,15 +149,13 @@ async fn each_rule_fails_by_its_own_policy() {
     let metrics = Captured::default();
     let _guard = metrics::set_default_local_recorder(&metrics);
     // The layer falls back (the default); "login" fails closed.
-    let closed = builder()
-        .rule_with(failing("api"), key())
+    let closed = keyed(failing("api"))
         .rule_with(failing("login").on_failure(FailurePolicy::Closed), key())
         .build()
         .unwrap();
     assert_eq!(statuses(&send(&closed, 2).await), [503, 503]);
     // "api" falls back with its burst of 10; "open" is skipped: no header names it.
-    let mixed = builder()
-        .rule_with(failing("api").with_cost(5), key())
+    let mixed = keyed(failing("api").with_cost(5))
         .rule_with(failing("open").on_failure(FailurePolicy::Open), key())
         .build()
         .unwrap();
@@ -176,20 +163,17 @@ async fn each_rule_fails_by_its_own_policy() {
     assert_eq!(statuses(&answers), [200, 200, 429]);
     assert_eq!(answers[0].policy.as_deref(), Some("\"api\";q=10;w=60"));
     // A layer that fails open, with one rule that falls back with a share for 2 replicas.
-    let shared = builder()
-        .rule_with(
-            failing("api")
-                .with_cost(5)
-                .on_failure(FailurePolicy::fallback(2).unwrap()),
-            key(),
-        )
-        .failure_policy(FailurePolicy::Open)
-        .build()
-        .unwrap();
+    let shared = keyed(
+        failing("api")
+            .with_cost(5)
+            .on_failure(FailurePolicy::fallback(2).unwrap()),
+    )
+    .failure_policy(FailurePolicy::Open)
+    .build()
+    .unwrap();
     assert_eq!(statuses(&send(&shared, 2).await), [200, 429]);
     // Every rule open: admitted without a decision.
-    let open = builder()
-        .rule_with(failing("api"), key())
+    let open = keyed(failing("api"))
         .failure_policy(FailurePolicy::Open)
         .build()
         .unwrap();
@@ -207,12 +191,8 @@ async fn each_rule_fails_by_its_own_policy() {
 fn a_rule_whose_share_cannot_work_is_refused() {
     let rule = Rule::new("api", Quota::per_minute(10)).with_cost(3);
     let five = FailurePolicy::fallback(5).unwrap();
-    let by_layer = builder()
-        .rule_with(rule.clone(), key())
-        .failure_policy(five);
-    let by_rule = builder()
-        .rule_with(rule.on_failure(five), key())
-        .failure_policy(FailurePolicy::Closed);
+    let by_layer = keyed(rule.clone()).failure_policy(five);
+    let by_rule = keyed(rule.on_failure(five)).failure_policy(FailurePolicy::Closed);
     for err in [by_layer, by_rule].map(|b| b.build().unwrap_err()) {
         assert_eq!(
             err.to_string(),
@@ -276,8 +256,7 @@ async fn direct_checks_are_counted_too() {
 #[tokio::test]
 async fn the_fallback_keeps_a_rules_allow_list() {
     use crate::rate_limit::Key;
-    let layer = builder()
-        .rule_with(failing("lua"), key())
+    let layer = keyed(failing("lua"))
         .rule_with(
             Rule::new("api", Quota::per_minute(1)).with_allowed_keys([Key::from("a")]),
             key(),
@@ -303,8 +282,7 @@ async fn the_fallback_shares_the_resolved_quota() {
         (api.clone(), 4, 1, "\"api\";q=2;w=60"),
         (api, 1000, 1, "\"api\";q=1;w=60"),
     ] {
-        let layer = builder()
-            .rule_with(rule, key())
+        let layer = keyed(rule)
             .failure_policy(FailurePolicy::fallback(replicas).unwrap())
             .build()
             .unwrap();
