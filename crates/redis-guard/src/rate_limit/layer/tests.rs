@@ -85,10 +85,11 @@ async fn shadow_and_soft_rules_count_what_they_would_have_limited() {
     assert_totals(&metrics, &[("soft_limited_total", "api", 2)]);
 }
 
-/// A candidate beside an enforced rule: the enforced rule alone decides and alone shows; the
-/// candidate counts every request on its own, and its denials never keep the enforced rule
-/// from counting. The rules' metric keys are made when the layer is built; a recorder installed
-/// after that (here a thread's local one) still gets every verdict and every decision time.
+/// A candidate beside an enforced rule: the enforced rule alone decides (alone shows:
+/// `rollout.rs`); the candidate counts every request on its own, and its denials never keep the
+/// enforced rule from counting. The rules' metric keys are made when the layer is built; a
+/// recorder installed after that (here a thread's local one) still gets every verdict and
+/// every decision time.
 #[tokio::test]
 async fn a_candidate_is_tried_beside_the_enforced_rule() {
     let layer = keyed(Rule::new("api", Quota::per_minute(4)))
@@ -99,12 +100,6 @@ async fn a_candidate_is_tried_beside_the_enforced_rule() {
     let _guard = metrics::set_default_local_recorder(&metrics);
     let answers = send(&layer, 6).await;
     assert_eq!(statuses(&answers), [200, 200, 200, 200, 429, 429]);
-    assert!(
-        answers
-            .iter()
-            .all(|a| a.policy.as_deref() == Some("\"api\";q=4;w=60")),
-        "{answers:?}"
-    );
     assert_totals(
         &metrics,
         &[
@@ -131,7 +126,8 @@ fn a_candidate_needs_its_rule_first() {
 }
 
 /// Each rule's own failure policy: a `Closed` rule answers `503` for the request; otherwise the
-/// `Fallback` rules decide in process and the `Open` ones are skipped.
+/// `Fallback` rules decide in process and the `Open` ones are skipped. (A layer whose every
+/// rule fails open: `rate_limit.rs` `redis_down_fails_open_or_closed_without_hanging`.)
 #[tokio::test]
 async fn each_rule_fails_by_its_own_policy() {
     let metrics = Captured::default();
@@ -160,14 +156,6 @@ async fn each_rule_fails_by_its_own_policy() {
     .build()
     .unwrap();
     assert_eq!(statuses(&send(&shared, 2).await), [200, 429]);
-    // Every rule open: admitted without a decision.
-    let open = keyed(failing("api"))
-        .failure_policy(FailurePolicy::Open)
-        .build()
-        .unwrap();
-    let answers = send(&open, 2).await;
-    assert_eq!(statuses(&answers), [200, 200]);
-    assert!(answers[0].policy.is_none());
     assert_totals(&metrics, &[("backend_errors_total", "login", 2)]);
     assert_totals(&metrics, &[("fallback_decisions_total", "api", 3 + 2)]);
     assert_totals(&metrics, &[("fallback_decisions_total", "open", 0)]);
