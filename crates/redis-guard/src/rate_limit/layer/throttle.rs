@@ -249,18 +249,4 @@ mod tests {
             assert_eq!(metrics.get(&series), n, "{series}");
         }
     }
-
-    #[test]
-    fn places_are_bounded_and_left_when_dropped() {
-        let waiters = Arc::new(Waiters::new(2));
-        let a = waiters.enter().unwrap();
-        let b = waiters.enter().unwrap();
-        assert!(waiters.enter().is_none());
-        drop(a);
-        assert_eq!(waiters.waiting(), 1);
-        let c = waiters.enter();
-        assert!(c.is_some());
-        drop((b, c));
-        assert_eq!(waiters.waiting(), 0);
-    }
 }
