@@ -1049,18 +1049,19 @@ async fn three_decisions(limiter: &redis_guard::rate_limit::RedisLimiter, rule: 
 // Sentinel.
 backend_suite!(tls_only: ten_per_minute_then_429, script_flush_between_calls_does_not_fail_a_request);
 
-// ---- Plain rules on Redis: the lean path answers as the general engine does. ----
+// ---- Plain rules: the lean path answers as the general engine does. ----
 
-/// One rule of a random layer: algorithm (0 to 2 GCRA, 3 a fixed window, 4 a sliding log),
-/// limit, burst, period (s), cost, whether it is keyed by `x-k<i>` (else global), and whether
-/// `vip` is on its allow list.
-type RuleSpec = (u8, u32, u32, u64, u32, bool, bool);
+/// One rule of a random layer: algorithm (0 to 3 GCRA, 4 a fixed window, 5 a sliding log, 6
+/// a sliding counter, 7 a token bucket), limit, burst, period (s), cost, its key (0 global, 1
+/// `x-k<i>`, 2 the peer's address, 3 the client's address behind proxies in 10.0.0.0/8, 4 the
+/// address an earlier rule left in the request), and whether `vip` is on its allow list.
+type RuleSpec = (u8, u32, u32, u64, u32, u8, bool);
 
 /// A layer of `specs` on `limiter`. `general`: the layer hands its decision to the inner
 /// service (`extensions`), which keeps it on the general engine; otherwise plain rules take the
 /// lean path. `None` when the rules cannot work.
 fn random_layer(
-    limiter: redis_guard::rate_limit::RedisLimiter,
+    limiter: Arc<dyn Limiter>,
     specs: &[RuleSpec],
     (ietf, legacy): (bool, bool),
     general: bool,
@@ -1071,9 +1072,11 @@ fn random_layer(
         .extensions(general);
     for (i, &(algorithm, limit, burst, period, cost, keyed, allow)) in specs.iter().enumerate() {
         let algorithm = match algorithm {
-            0..=2 => Algorithm::Gcra,
-            3 => Algorithm::FixedWindow,
-            _ => Algorithm::SlidingLog,
+            0..=3 => Algorithm::Gcra,
+            4 => Algorithm::FixedWindow,
+            5 => Algorithm::SlidingLog,
+            6 => Algorithm::SlidingCounter,
+            _ => Algorithm::TokenBucket,
         };
         let quota = Quota::new(limit, Duration::from_secs(period)).burst(burst);
         let mut rule = Rule::new(format!("r{i}"), quota)
@@ -1082,33 +1085,44 @@ fn random_layer(
         if allow {
             rule = rule.with_allowed_keys([Key::from("vip")]);
         }
-        builder = if keyed {
-            let name = http::HeaderName::try_from(format!("x-k{i}")).ok()?;
-            builder.rule_with(rule, redis_guard::rate_limit::HeaderKey::new(name))
-        } else {
-            builder.rule_with(rule, redis_guard::rate_limit::Global)
+        use redis_guard::rate_limit::{ClientAddr, ClientIp, ExtensionKey, Global, HeaderKey};
+        builder = match keyed {
+            0 => builder.rule_with(rule, Global),
+            1 => builder.rule_with(rule, HeaderKey::new(format!("x-k{i}"))),
+            2 => builder.rule_with(rule, ClientIp::peer()),
+            3 => builder.rule_with(rule, ClientIp::trusted_proxies(["10.0.0.0/8"]).ok()?),
+            _ => builder.rule_with(rule, ExtensionKey::new(|a: &ClientAddr| Key::from(a.ip()))),
         };
     }
     builder.build().ok()
 }
 
-/// `GET /` whose keys (`x-k0` to `x-k2`) are all `key`.
-fn keyed(key: &str) -> Request<Body> {
+/// `GET /` whose keys (`x-k0` to `x-k2`) are all `key` (`a`, `b` or `vip`), from client
+/// 203.0.113.<`key`'s index> forwarded by `peer` (0 a trusted proxy, 1 an untrusted peer, 2
+/// none: a misconfiguration for a rule keyed by the address).
+fn keyed(key: usize, peer: usize) -> Request<Body> {
     let mut req = Request::get("/").body(Full::default()).expect("request");
+    let headers = req.headers_mut();
     for i in 0..3 {
         let name = http::HeaderName::try_from(format!("x-k{i}")).expect("name");
-        req.headers_mut()
-            .insert(name, key.parse().expect("header value"));
+        headers.insert(name, ["a", "b", "vip"][key].parse().expect("value"));
+    }
+    let forwarded = format!("203.0.113.{key}").parse().expect("value");
+    headers.insert("x-forwarded-for", forwarded);
+    if let Some(peer) = ["10.0.0.1:4000", "192.0.2.9:4000"].get(peer) {
+        let peer = redis_guard::rate_limit::PeerAddr(peer.parse().expect("address"));
+        req.extensions_mut().insert(peer);
     }
     req
 }
 
-/// Plain rules on Redis take the lean path (keys on the stack, one call, an integer per rule),
-/// and answer every request as the general engine does: status, headers and body, over random
-/// rules, header settings and requests (keys, and time between). Each layer has its own key
-/// prefix on one Redis and reads a frozen clock, both moved alike, so every answer is exact.
-#[test]
-fn the_plain_path_on_redis_answers_as_the_general_engine() {
+/// Plain rules take the lean path (in memory: decided at once; on Redis: keys on the stack, one
+/// call, an integer per rule), and answer every request as the general engine does: status,
+/// headers and body (the handler's: the client address the layer left it), over `cases` random
+/// rule sets, header settings and requests (keys, peers, and time between). The two layers of a
+/// case share nothing but a frozen clock, moved alike (on Redis: each has its own key prefix),
+/// so every answer is exact.
+fn the_plain_path_answers_as_the_general_engine(kind: Kind, cases: u32) {
     use proptest::prelude::*;
     use proptest::test_runner::{Config, TestRunner};
 
@@ -1116,39 +1130,48 @@ fn the_plain_path_on_redis_answers_as_the_general_engine() {
         .enable_all()
         .build()
         .expect("runtime");
-    let h = rt.block_on(Harness::redis());
+    let h = &rt.block_on(async {
+        match kind {
+            Kind::Memory => Harness::memory().await,
+            _ => Harness::redis().await,
+        }
+    });
     let strategy = (
         prop::collection::vec(
             (
-                0u8..5,
+                0u8..8,
                 1u32..6,
                 1u32..6,
                 1u64..4,
                 1u32..3,
-                any::<bool>(),
+                0u8..5,
                 any::<bool>(),
             ),
             1..4,
         ),
         (any::<bool>(), any::<bool>()),
-        prop::collection::vec((0usize..3, 0u64..1500), 1..30),
+        prop::collection::vec((0usize..3, 0usize..3, 0u64..1500), 1..40),
     );
     let case = std::sync::atomic::AtomicUsize::new(0);
-    let mut runner = TestRunner::new(Config::with_cases(40));
+    let mut runner = TestRunner::new(Config::with_cases(cases));
     let outcome = runner.run(&strategy, |(specs, headers, requests)| {
         let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         rt.block_on(async {
             let clock = redis_guard::backend::ManualClock::new();
-            let h = &h;
             let limiter = |side: &str| {
                 let prefix = format!("{}{n}{side}:", h.prefix());
                 let clock = clock.clone();
                 async move {
+                    if h.kind() == Kind::Memory {
+                        let limiter =
+                            redis_guard::rate_limit::MemoryLimiter::builder().clock(clock);
+                        return Arc::new(limiter.build()) as Arc<dyn Limiter>;
+                    }
                     let backend = redis_guard::backend::RedisBackend::new(h.connection().await)
                         .prefix(prefix)
                         .timeout(redis_guard_tests::TEST_TIMEOUT)
                         .frozen_time(clock);
-                    redis_guard::rate_limit::RedisLimiter::new(backend)
+                    Arc::new(redis_guard::rate_limit::RedisLimiter::new(backend))
                 }
             };
             let Some(lean) = random_layer(limiter("l").await, &specs, headers, false) else {
@@ -1156,15 +1179,27 @@ fn the_plain_path_on_redis_answers_as_the_general_engine() {
             };
             let general =
                 random_layer(limiter("g").await, &specs, headers, true).expect("the same rules");
-            let (lean, general) = (lean.layer(app()), general.layer(app()));
-            for (i, (key, after_ms)) in requests.into_iter().enumerate() {
-                let key = ["a", "b", "vip"][key];
-                let a = call(lean.clone(), keyed(key)).await;
-                let b = call(general.clone(), keyed(key)).await;
-                // The general layer's inner service saw the decision: only its body differs.
-                let same = (a.status, &a.headers) == (b.status, &b.headers)
-                    && (a.status == 200 || a.body == b.body);
-                prop_assert!(same, "request {} ({}): {:?} vs {:?}", i, key, a, b);
+            let ok = service_fn(|req: Request<Body>| async move {
+                let addr = req
+                    .extensions()
+                    .get::<redis_guard::rate_limit::ClientAddr>();
+                let addr = addr.map(ToString::to_string).unwrap_or_default();
+                Ok::<_, Infallible>(Response::new(Full::from(addr)))
+            });
+            let (lean, general) = (lean.layer(ok), general.layer(ok));
+            for (i, (key, peer, after_ms)) in requests.into_iter().enumerate() {
+                let a = call(lean.clone(), keyed(key, peer)).await;
+                let b = call(general.clone(), keyed(key, peer)).await;
+                let same = (a.status, &a.headers, &a.body) == (b.status, &b.headers, &b.body);
+                prop_assert!(
+                    same,
+                    "request {} ({}, {}): {:?} vs {:?}",
+                    i,
+                    key,
+                    peer,
+                    a,
+                    b
+                );
                 clock.advance(Duration::from_millis(after_ms));
             }
             Ok(())
@@ -1173,6 +1208,16 @@ fn the_plain_path_on_redis_answers_as_the_general_engine() {
     if let Err(e) = outcome {
         panic!("{e}");
     }
+}
+
+#[test]
+fn the_plain_path_in_memory_answers_as_the_general_engine() {
+    the_plain_path_answers_as_the_general_engine(Kind::Memory, 200);
+}
+
+#[test]
+fn the_plain_path_on_redis_answers_as_the_general_engine() {
+    the_plain_path_answers_as_the_general_engine(Kind::Redis, 60);
 }
 
 /// A plain fixed window on Redis >= 7 (its plain transaction, on Redis' own clock) answers

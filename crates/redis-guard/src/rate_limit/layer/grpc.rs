@@ -224,14 +224,10 @@ fn varint(out: &mut Vec<u8>, mut value: u64) {
 
 #[cfg(test)]
 mod tests {
-    use http::HeaderName;
-
-    use super::super::response::tests::collected as call;
+    use super::super::response::tests::{collected as call, failing, keyed, x_key};
     use super::*;
     use crate::backend::ManualClock;
-    use crate::rate_limit::{
-        FailurePolicy, HeaderKey, MemoryLimiter, MissingKey, Quota, RateLimitLayer,
-    };
+    use crate::rate_limit::{FailurePolicy, MemoryLimiter, MissingKey, Quota, RateLimitLayer};
 
     fn header<'a>(res: &'a Response<impl Sized>, name: &str) -> &'a str {
         res.headers()
@@ -280,11 +276,7 @@ mod tests {
     async fn a_denied_call_is_resource_exhausted_byte_for_byte() {
         let clock = ManualClock::new();
         let layer = RateLimitLayer::builder(MemoryLimiter::builder().clock(clock).build())
-            .rule(
-                "api",
-                HeaderKey::new(HeaderName::from_static("x-key")),
-                Quota::per_minute(2),
-            )
+            .rule("api", x_key(), Quota::per_minute(2))
             .grpc()
             .build()
             .unwrap();
@@ -340,9 +332,7 @@ mod tests {
     #[tokio::test]
     async fn the_layer_s_own_answers_become_grpc_statuses() {
         // The memory limiter cannot run Lua: every decision fails, as with Redis down.
-        let failing = || super::super::response::tests::failing("api");
-        let closed = RateLimitLayer::builder(MemoryLimiter::new())
-            .rule_with(failing(), HeaderKey::new(HeaderName::from_static("x-key")))
+        let closed = keyed(failing("api"))
             .failure_policy(FailurePolicy::Closed)
             .grpc()
             .build()
@@ -375,8 +365,7 @@ mod tests {
             ["grpc-status", "retry-after"].map(|n| header(&res, n)),
             ["3", "-"]
         );
-        let unauthenticated = RateLimitLayer::builder(MemoryLimiter::new())
-            .rule_with(failing(), HeaderKey::new(HeaderName::from_static("x-key")))
+        let unauthenticated = keyed(failing("api"))
             .missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED))
             .grpc()
             .build()

@@ -309,7 +309,7 @@ pub(crate) fn after_completion<B: RateLimitBody>() -> Response<B::Out> {
 pub(super) mod tests {
     use std::convert::Infallible;
 
-    use http::{HeaderName, Request};
+    use http::Request;
     use http_body_util::BodyExt;
     use tower::{Layer, ServiceExt, service_fn};
 
@@ -336,6 +336,16 @@ pub(super) mod tests {
         Rule::new(name, Quota::per_minute(10)).with_algorithm(Algorithm::Custom(
             CustomAlgorithm::new("lua", "return function() end"),
         ))
+    }
+
+    /// The key from `x-key`, the header [`answered`] sends it in.
+    pub(in crate::rate_limit) fn x_key() -> HeaderKey {
+        HeaderKey::new("x-key")
+    }
+
+    /// A layer builder over a new memory limiter, of `rule` keyed by [`x_key`].
+    pub(in crate::rate_limit) fn keyed(rule: Rule) -> crate::rate_limit::RateLimitLayerBuilder {
+        RateLimitLayer::builder(MemoryLimiter::new()).rule_with(rule, x_key())
     }
 
     /// Status, the headers the layer writes (in a fixed order, absent ones as `-`) and the body.
@@ -371,11 +381,7 @@ pub(super) mod tests {
         let layer = |missing| {
             RateLimitLayer::builder(MemoryLimiter::builder().clock(clock.clone()).build())
                 .rule("burst", Global, Quota::per_second(2))
-                .rule(
-                    "key",
-                    HeaderKey::new(HeaderName::from_static("x-key")),
-                    Quota::per_minute(3),
-                )
+                .rule("key", x_key(), Quota::per_minute(3))
                 .missing_key(missing)
                 .legacy_headers(true)
                 .build()
@@ -438,11 +444,7 @@ pub(super) mod tests {
     /// A layer over a limiter that fails every decision (the memory limiter runs no Lua, as
     /// with Redis down), its key from `x-key`.
     fn failing_layer(policy: FailurePolicy) -> crate::rate_limit::RateLimitLayerBuilder {
-        RateLimitLayer::builder(MemoryLimiter::new())
-            .rule_with(
-                failing("api"),
-                HeaderKey::new(HeaderName::from_static("x-key")),
-            )
+        keyed(failing("api"))
             .failure_policy(policy)
             .extensions(true)
     }

@@ -170,23 +170,19 @@ fn deny(decision: &mut Decision) {
 
 #[cfg(test)]
 mod tests {
-    use http::HeaderName;
     use tokio::time::Instant;
 
-    use super::super::response::tests::collected;
+    use super::super::response::tests::{collected, x_key};
     use super::*;
     use crate::backend::ManualClock;
-    use crate::rate_limit::{
-        HeaderKey, MemoryLimiter, Quota, RateLimitLayer, RateLimitLayerBuilder, Rule,
-    };
+    use crate::rate_limit::{MemoryLimiter, Quota, RateLimitLayer, RateLimitLayerBuilder, Rule};
 
     /// A layer of rule `api` (10 a second, burst 1: one slot every 100 ms) keyed by `x-key`,
     /// throttled up to `max_wait`, on a memory limiter whose clock stands still.
     fn api(max_wait: Duration) -> RateLimitLayerBuilder {
         let rule = Rule::new("api", Quota::per_second(10).burst(1)).throttle(max_wait);
         let limiter = MemoryLimiter::builder().clock(ManualClock::new()).build();
-        RateLimitLayer::builder(limiter)
-            .rule_with(rule, HeaderKey::new(HeaderName::from_static("x-key")))
+        RateLimitLayer::builder(limiter).rule_with(rule, x_key())
     }
 
     /// The gRPC answers ride on the same future: a throttled call is held until its slot, then
@@ -252,19 +248,5 @@ mod tests {
             let series = format!("redis_guard_rate_limit_{name}_total{{rule=\"api\"}}");
             assert_eq!(metrics.get(&series), n, "{series}");
         }
-    }
-
-    #[test]
-    fn places_are_bounded_and_left_when_dropped() {
-        let waiters = Arc::new(Waiters::new(2));
-        let a = waiters.enter().unwrap();
-        let b = waiters.enter().unwrap();
-        assert!(waiters.enter().is_none());
-        drop(a);
-        assert_eq!(waiters.waiting(), 1);
-        let c = waiters.enter();
-        assert!(c.is_some());
-        drop((b, c));
-        assert_eq!(waiters.waiting(), 0);
     }
 }

@@ -274,32 +274,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn redis_7_is_detected_and_decides_without_lua() {
-        let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
-        let limiter = limiter(&server).await;
-        assert!(!limiter.counters.is_known());
-        for remaining in [1, 0] {
-            let d = limiter.check(&rule(), Key::from("k")).await.unwrap();
-            assert!(d.allowed);
-            assert_eq!(d.remaining, remaining);
-        }
-        assert!(limiter.counters.is_known() && limiter.counters.plain());
-        let d = limiter.check(&rule(), Key::from("k")).await.unwrap();
-        assert!(!d.allowed);
-        assert_eq!(
-            (
-                calls(&server, "incrby").await,
-                calls(&server, "evalsha").await
-            ),
-            (3, 0)
-        );
-        let key = limiter.key_name(&Check::new(rule(), Key::from("k")));
-        assert!(key.contains(":fwc:"), "{key}");
-        let count: i64 = query(&server, redis::cmd("GET").arg(&key)).await;
-        assert_eq!(count, 3, "the denial counted its unit");
-    }
-
-    #[tokio::test]
     async fn an_older_server_keeps_the_scripts() {
         let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
         let limiter = limiter(&server).await.assume_plain_counters(false);

@@ -337,13 +337,12 @@ fn parse_period(s: &str) -> Result<Duration, ConfigError> {
 mod tests {
     use super::*;
 
+    /// (`"100/minute"`, `"5/s"`, `"10/30s"` and `parse_many("10/s; 1000/h")`: `Quota`'s doc
+    /// examples.)
     #[test]
     fn parses_the_documented_forms() {
         let cases = [
-            ("100/minute", Quota::per_minute(100)),
-            ("5/s", Quota::per_second(5)),
             ("1000/h", Quota::per_hour(1000)),
-            ("10/30s", Quota::new(10, Duration::from_secs(30))),
             (" 7 / 2 hours ", Quota::new(7, Duration::from_secs(7200))),
             ("3/day", Quota::per_day(3)),
             ("20/500ms", Quota::new(20, Duration::from_millis(500))),
@@ -367,55 +366,31 @@ mod tests {
     #[test]
     fn rejects_bad_strings_with_a_message_that_says_why() {
         use ConfigErrorKind::{Quota as Bad, QuotaSyntax as Syntax};
-        let (kind, value, zero) = why("0/minute".parse::<Quota>());
-        assert_eq!((kind, value.as_str()), (Bad, "0"));
-        assert!(
-            zero.contains("limit is 0") && zero.contains("at least 1"),
-            "{zero}"
-        );
-
-        let (kind, value, unit) = why("10/fortnight".parse::<Quota>());
-        assert_eq!((kind, value.as_str()), (Syntax, "fortnight"));
-        assert!(unit.contains("period unit `fortnight`"), "{unit}");
-
-        let (kind, value, abc) = why("abc".parse::<Quota>());
-        assert_eq!((kind, value.as_str()), (Syntax, "abc"));
-        assert!(abc.contains("<count>/<period>"), "{abc}");
-
-        for (s, value, says) in [
-            ("x/minute", "x", "quota count `x`"),
-            ("-1/s", "-1", "quota count `-1`"),
-            ("1/", "", "quota period ``"),
+        for (s, kind, value, says) in [
+            ("0/minute", Bad, "0", "limit is 0: a quota must admit"),
+            ("10/fortnight", Syntax, "fortnight", "unit `fortnight`"),
+            ("abc", Syntax, "abc", "<count>/<period>"),
+            ("x/minute", Syntax, "x", "quota count `x`"),
+            ("-1/s", Syntax, "-1", "quota count `-1`"),
+            ("1/", Syntax, "", "quota period ``"),
             (
                 "1/99999999999999999999d",
+                Syntax,
                 "99999999999999999999d",
-                "quota period `9",
+                "period `9",
             ),
+            ("1/0s", Bad, "0ns", "period is 0"),
+            ("1/400d", Bad, "34560000s", "longer than the maximum"),
+            ("2000000/s", Bad, "2000000/second", "faster than 1 request"),
         ] {
-            let (kind, got, text) = why(s.parse::<Quota>());
-            assert_eq!((kind, got.as_str()), (Syntax, value), "{s}");
+            let (got_kind, got, text) = why(s.parse::<Quota>());
+            assert_eq!((got_kind, got.as_str()), (kind, value), "{s}");
             assert!(text.contains(says), "{s}: {text}");
         }
-        let (kind, value, text) = why("1/0s".parse::<Quota>());
-        assert_eq!((kind, value.as_str()), (Bad, "0ns"));
-        assert!(text.contains("period is 0"), "{text}");
-        let (kind, _, text) = why("1/400d".parse::<Quota>());
-        assert_eq!(kind, Bad);
-        assert!(text.contains("longer than the maximum"), "{text}");
-        let (kind, value, text) = why("2000000/s".parse::<Quota>());
-        assert_eq!((kind, value.as_str()), (Bad, "2000000/second"));
-        assert!(
-            text.contains("faster than 1 request per microsecond"),
-            "{text}"
-        );
     }
 
     #[test]
     fn parses_several() {
-        assert_eq!(
-            Quota::parse_many("10/s; 1000/h"),
-            Ok(vec![Quota::per_second(10), Quota::per_hour(1000)])
-        );
         let (kind, value, _) = why(Quota::parse_many(" ; "));
         assert_eq!(
             (kind, value.as_str()),

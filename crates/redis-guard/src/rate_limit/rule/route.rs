@@ -150,16 +150,4 @@ mod tests {
         let head_only = Route::path("/search").method(Method::HEAD);
         assert!(!head_only.matches(&head(Method::GET, "/search")));
     }
-
-    #[cfg(feature = "axum")]
-    #[test]
-    fn the_original_path_wins_under_a_nest() {
-        let mut parts = head(Method::GET, "/search");
-        parts.extensions.insert(axum::extract::OriginalUri(
-            "/api/search?q=1".parse().unwrap(),
-        ));
-        assert!(Route::path("/api/search").matches(&parts));
-        assert!(!Route::path("/search").matches(&parts));
-        assert!(Route::prefix("/api").matches(&parts));
-    }
 }
