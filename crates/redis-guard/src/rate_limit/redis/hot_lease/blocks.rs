@@ -12,7 +12,8 @@ use crate::backend::{BackendError, ExpiringTable, RedisBackend, ScriptCall};
 use crate::prehashed::KeyedHash;
 use crate::rate_limit::Key;
 use crate::rate_limit::algorithm::{RuleState, ceil_ms};
-use crate::rate_limit::limiter::{BoxFuture, Check, LimiterError, LimiterFuture};
+use crate::rate_limit::limiter::{BoxFuture, Check, LimiterFuture};
+use crate::rate_limit::redis::script_reply::ints;
 
 /// How many keys one limiter tracks for leasing at most; past it, the keys seen least recently
 /// are forgotten first (their blocks given back).
@@ -35,6 +36,7 @@ struct Table {
 }
 
 /// One key of one rule, as this replica sees it.
+#[derive(Default)]
 struct Entry {
     /// Start of the current interval (a lease long, lease clock µs), the units asked for in it,
     /// and in the interval before.
@@ -192,12 +194,7 @@ impl HotLeases {
         if table.entries.get_mut(&id).is_none() {
             let fresh = Entry {
                 since: now,
-                seen: 0,
-                before: 0,
-                block: None,
-                reserving: None,
-                cool_until: 0,
-                returning: None,
+                ..Entry::default()
             };
             table.entries.insert(id.clone(), fresh, now);
         }
@@ -444,22 +441,12 @@ async fn give_back(backend: RedisBackend, block: Block) {
 }
 
 /// Parses `reserve.lua`'s reply.
-fn parse(reply: &redis::Value) -> Result<Reserved, LimiterError> {
-    let ints: Option<Vec<i64>> = match reply {
-        redis::Value::Array(cells) => cells
-            .iter()
-            .map(|c| match c {
-                redis::Value::Int(i) => Some(*i),
-                _ => None,
-            })
-            .collect(),
-        _ => None,
+fn parse(reply: &redis::Value) -> Result<Reserved, BackendError> {
+    let [granted, remaining, retry, reset, at, floor] = ints::<i64, 6>(reply, "lease reservation")?;
+    let unsigned = |v: i64| {
+        u64::try_from(v)
+            .map_err(|_| BackendError::BadReply(format!("lease reservation: {reply:?}")))
     };
-    let bad = || BackendError::BadReply(format!("lease reservation: {reply:?}"));
-    let [granted, remaining, retry, reset, at, floor] = ints
-        .and_then(|v| <[i64; 6]>::try_from(v).ok())
-        .ok_or_else(bad)?;
-    let unsigned = |v: i64| u64::try_from(v).map_err(|_| bad());
     Ok(Reserved {
         granted: unsigned(granted)?,
         remaining: unsigned(remaining)?,
