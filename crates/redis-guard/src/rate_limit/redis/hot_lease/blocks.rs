@@ -91,16 +91,6 @@ pub(crate) enum Leased {
     Normal(Option<BoxFuture<()>>),
 }
 
-/// The reservation's reply, see `reserve.lua`.
-struct Reserved {
-    granted: u64,
-    remaining: u64,
-    retry_after_us: u64,
-    reset_after_us: u64,
-    at: u64,
-    floor: i64,
-}
-
 impl std::fmt::Debug for HotLeases {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HotLeases")
@@ -238,23 +228,23 @@ impl HotLeases {
                 Some(block) => block.back.args(&mut call, block.left),
                 None => call.arg(0).arg(0).arg(0).arg(0),
             };
-            let reply = parse(&call.run().await?)?;
+            let ([granted, remaining, retry, reset, at], floor) = parse(&call.run().await?)?;
             let block = Block {
                 id: 0,
-                left: reply.granted.saturating_sub(cost),
+                left: granted.saturating_sub(cost),
                 end: 0,
-                beyond: reply.remaining,
-                reset_at: 0,
+                beyond: remaining,
+                reset_at: reset,
                 limit,
                 back: GiveBack {
                     keys,
                     emission,
-                    granted: reply.granted,
-                    floor: reply.floor,
-                    at: reply.at,
+                    granted,
+                    floor,
+                    at,
                 },
             };
-            Ok(guard.reserved(block, &reply, lease))
+            Ok(guard.reserved(block, retry, lease))
         }))
     }
 
@@ -321,29 +311,29 @@ struct Reserving {
 }
 
 impl Reserving {
-    /// Records what Redis reserved (`block`, ids and times still to set), and decides the
-    /// request that asked.
-    fn reserved(&self, mut block: Block, reply: &Reserved, lease: u64) -> RuleState {
+    /// Records what Redis reserved (`block`: its id and end still to set, its reset still from
+    /// now), and decides the request that asked (`retry_us`: its wait when denied).
+    fn reserved(&self, mut block: Block, retry_us: u64, lease: u64) -> RuleState {
         let leases = &self.leases;
         let now = leases.now();
         let mut locked = leases.lock();
         let table = &mut *locked;
-        if reply.granted == 0 {
+        if block.back.granted == 0 {
             if let Some(entry) = table.entries.get_mut(&self.id) {
-                entry.cool_until = now.saturating_add(reply.retry_after_us);
+                entry.cool_until = now.saturating_add(retry_us);
             }
             return RuleState::from_parts(
                 false,
                 block.limit,
-                reply.remaining,
-                ceil_ms(reply.retry_after_us),
-                ceil_ms(reply.reset_after_us),
+                block.beyond,
+                ceil_ms(retry_us),
+                ceil_ms(block.reset_at),
             );
         }
         block.id = table.next_id;
         table.next_id += 1;
         block.end = now + lease;
-        block.reset_at = now.saturating_add(reply.reset_after_us);
+        block.reset_at = now.saturating_add(block.reset_at);
         let state = block.state(now, block.back.emission);
         let (id, end) = (block.id, block.end);
         let Some(entry) = table.entries.get_mut(&self.id) else {
@@ -440,21 +430,16 @@ async fn give_back(backend: RedisBackend, block: Block) {
     }
 }
 
-/// Parses `reserve.lua`'s reply.
-fn parse(reply: &redis::Value) -> Result<Reserved, BackendError> {
-    let [granted, remaining, retry, reset, at, floor] = ints::<i64, 6>(reply, "lease reservation")?;
-    let unsigned = |v: i64| {
-        u64::try_from(v)
-            .map_err(|_| BackendError::BadReply(format!("lease reservation: {reply:?}")))
-    };
-    Ok(Reserved {
-        granted: unsigned(granted)?,
-        remaining: unsigned(remaining)?,
-        retry_after_us: unsigned(retry)?,
-        reset_after_us: unsigned(reset)?,
-        at: unsigned(at)?,
-        floor,
-    })
+/// Parses `reserve.lua`'s reply: the block, what Redis has left, the retry and reset (µs),
+/// the Redis time; then the floor.
+fn parse(reply: &redis::Value) -> Result<([u64; 5], i64), BackendError> {
+    let v = ints::<i64, 6>(reply, "lease reservation")?;
+    let mut out = [0; 5];
+    for (o, i) in out.iter_mut().zip(v) {
+        *o = u64::try_from(i)
+            .map_err(|_| BackendError::BadReply(format!("lease reservation: {reply:?}")))?;
+    }
+    Ok((out, v[5]))
 }
 
 #[cfg(test)]
