@@ -217,17 +217,8 @@ impl HotLeases {
         let (burst, emission, limit) = (p.burst, p.emission_us, p.limit);
         Leased::Reserve(Box::pin(async move {
             let backend = guard.leases.backend.clone();
-            let mut call = backend.script(&RESERVE, &keys);
-            call.arg(burst)
-                .arg(emission)
-                .arg(cost)
-                .arg(k)
-                .arg(OPEN_COUNT_TTL_MS);
             // The ended block goes back in the same call.
-            match &ended {
-                Some(block) => block.back.args(&mut call, block.left),
-                None => call.arg(0).arg(0).arg(0).arg(0),
-            };
+            let call = reserve(&backend, &keys, [burst, emission, cost, k], ended.as_ref());
             let ([granted, remaining, retry, reset, at], floor) = parse(&call.run().await?)?;
             let block = Block {
                 id: 0,
@@ -364,17 +355,6 @@ impl Drop for Reserving {
     }
 }
 
-impl GiveBack {
-    /// The block's give-back arguments after the emission interval: its size, `unused`, the
-    /// reservation's floor and time.
-    fn args<'a, 'b>(&self, call: &'a mut ScriptCall<'b>, unused: u64) -> &'a mut ScriptCall<'b> {
-        call.arg(self.granted)
-            .arg(unused)
-            .arg(self.floor)
-            .arg(self.at)
-    }
-}
-
 /// The give-back of `entry`'s ended block, while it has not landed.
 fn returning(entry: &mut Entry) -> Option<Returning> {
     entry.returning.take_if(|back| back.peek().is_some());
@@ -422,12 +402,28 @@ impl Drop for HotLeases {
 /// Gives `block`'s unused units back (`reserve.lua`, reserving nothing); a failure leaves them
 /// used.
 async fn give_back(backend: RedisBackend, block: Block) {
-    let mut call = backend.script(&RESERVE, &block.back.keys);
-    call.arg(0).arg(block.back.emission).arg(0).arg(0);
-    block.back.args(call.arg(OPEN_COUNT_TTL_MS), block.left);
+    let (keys, emission) = (&block.back.keys, block.back.emission);
+    let call = reserve(&backend, keys, [0, emission, 0, 0], Some(&block));
     if let Err(e) = call.run().await {
         tracing::debug!(error = %e, "giving a leased block back failed; its units stay used");
     }
+}
+
+/// A call of `reserve.lua` on `keys`: a block of up to `k` units (0: none) for a request of
+/// `cost`, after the give-back of `ended`'s unused units, if any.
+fn reserve<'a>(
+    backend: &'a RedisBackend,
+    keys: &[String; 2],
+    [burst, emission, cost, k]: [u64; 4],
+    ended: Option<&Block>,
+) -> ScriptCall<'a> {
+    let ended = ended.map_or((0, 0, 0, 0), |b| {
+        (b.back.granted, b.left, b.back.floor, b.back.at)
+    });
+    let mut call = backend.script(&RESERVE, keys);
+    call.arg(&[burst, emission, cost, k, OPEN_COUNT_TTL_MS][..])
+        .arg(ended);
+    call
 }
 
 /// Parses `reserve.lua`'s reply: the block, what Redis has left, the retry and reset (µs),
