@@ -68,15 +68,11 @@ struct Block {
     /// When the TAT that the block left on Redis passes (lease clock µs).
     reset_at: u64,
     limit: u64,
-    back: GiveBack,
-}
-
-/// What the give-back of a block needs.
-struct GiveBack {
+    /// What its give-back needs: the keys, the emission interval, the block's size, the
+    /// reservation's floor and Redis time (see `returns.lua`).
     keys: [String; 2],
     emission: u64,
     granted: u64,
-    /// The reservation's floor and Redis time (see `returns.lua`).
     floor: i64,
     at: u64,
 }
@@ -227,13 +223,11 @@ impl HotLeases {
                 beyond: remaining,
                 reset_at: reset,
                 limit,
-                back: GiveBack {
-                    keys,
-                    emission,
-                    granted,
-                    floor,
-                    at,
-                },
+                keys,
+                emission,
+                granted,
+                floor,
+                at,
             };
             Ok(guard.reserved(block, retry, lease))
         }))
@@ -309,7 +303,7 @@ impl Reserving {
         let now = leases.now();
         let mut locked = leases.lock();
         let table = &mut *locked;
-        if block.back.granted == 0 {
+        if block.granted == 0 {
             if let Some(entry) = table.entries.get_mut(&self.id) {
                 entry.cool_until = now.saturating_add(retry_us);
             }
@@ -325,7 +319,7 @@ impl Reserving {
         table.next_id += 1;
         block.end = now + lease;
         block.reset_at = now.saturating_add(block.reset_at);
-        let state = block.state(now, block.back.emission);
+        let state = block.state(now, block.emission);
         let (id, end) = (block.id, block.end);
         let Some(entry) = table.entries.get_mut(&self.id) else {
             // Forgotten meanwhile (a full table): nothing to admit from.
@@ -402,7 +396,7 @@ impl Drop for HotLeases {
 /// Gives `block`'s unused units back (`reserve.lua`, reserving nothing); a failure leaves them
 /// used.
 async fn give_back(backend: RedisBackend, block: Block) {
-    let (keys, emission) = (&block.back.keys, block.back.emission);
+    let (keys, emission) = (&block.keys, block.emission);
     let call = reserve(&backend, keys, [0, emission, 0, 0], Some(&block));
     if let Err(e) = call.run().await {
         tracing::debug!(error = %e, "giving a leased block back failed; its units stay used");
@@ -417,9 +411,7 @@ fn reserve<'a>(
     [burst, emission, cost, k]: [u64; 4],
     ended: Option<&Block>,
 ) -> ScriptCall<'a> {
-    let ended = ended.map_or((0, 0, 0, 0), |b| {
-        (b.back.granted, b.left, b.back.floor, b.back.at)
-    });
+    let ended = ended.map_or((0, 0, 0, 0), |b| (b.granted, b.left, b.floor, b.at));
     let mut call = backend.script(&RESERVE, keys);
     call.arg(&[burst, emission, cost, k, OPEN_COUNT_TTL_MS][..])
         .arg(ended);
