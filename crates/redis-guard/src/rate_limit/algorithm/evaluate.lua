@@ -83,14 +83,9 @@ local function decide(k, n, a)
       okey, k = KEYS[k + 2], k + 2
     end
     if live then
-      local version, mode, q = live_apply(p, KEYS[k + 1])
-      local at = #seen
-      seen[at + 1], seen[at + 2] = version, mode
-      if q then
-        seen[at + 3], seen[at + 4], seen[at + 5] = q[1], q[2], q[3]
-      else
-        seen[at + 3], seen[at + 4], seen[at + 5] = 0, 0, 0
-      end
+      local r, at = live_apply(p, KEYS[k + 1]), #seen
+      seen[at + 1], seen[at + 2], seen[at + 3] = r[1], r[2], r[3]
+      seen[at + 4], seen[at + 5] = r[4], r[5]
       k = k + 1
     end
     local algorithm = algorithms[p.id]

@@ -10,7 +10,8 @@ local function live_spec(spec)
   return spec, false
 end
 
--- The records this call has read, as { quota or false, version, mode code }.
+-- The records this call has read, as { version, mode code, limit, period, burst, emission }
+-- (a quota of zeros: none).
 local live_read = {}
 
 -- A record's mode as the reply gives it: 0 none, 1 enforce, 2 shadow, 3 soft.
@@ -26,12 +27,11 @@ end
 
 -- Puts the quota of the live record at `lkey`,
 -- "<version>[:<limit>:<period>:<burst>:<emission>][;<mode>]" (µs), in p's place when one is
--- set; returns the record's version (0: none), mode code and quota ({ limit, period, burst,
--- emission }, or false: none).
+-- set; returns the record as live_read keeps it (version 0: none).
 local function live_apply(p, lkey)
   local r = live_read[lkey]
   if r == nil then
-    r = { false, 0, 0 }
+    r = { 0, 0, 0, 0, 0, 0 }
     local v = redis.call('GET', lkey)
     -- A version past 2^53 is no version: the record is no record.
     local version = v and live_int(string.match(v, '^(%d+)'), 9007199254740991, true)
@@ -40,13 +40,12 @@ local function live_apply(p, lkey)
       -- As a quota can be set (limit.rs): limit and burst fit a u32, times fit 2^53 µs.
       l, b = live_int(l, 4294967295), live_int(b, 4294967295)
       per, e = live_int(per, 9007199254740991), live_int(e, 9007199254740991)
-      if l and per and b and e then r[1] = { l, per, b, e } end
-      r[2] = version
-      r[3] = live_modes[string.match(v, ';(%a+)$') or ''] or 0
+      if l and per and b and e then r[3], r[4], r[5], r[6] = l, per, b, e end
+      r[1] = version
+      r[2] = live_modes[string.match(v, ';(%a+)$') or ''] or 0
     end
     live_read[lkey] = r
   end
-  local q = r[1]
-  if q then p.limit, p.period, p.burst, p.emission = q[1], q[2], q[3], q[4] end
-  return r[2], r[3], q
+  if r[3] > 0 then p.limit, p.period, p.burst, p.emission = r[3], r[4], r[5], r[6] end
+  return r
 end

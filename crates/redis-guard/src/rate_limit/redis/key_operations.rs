@@ -2,7 +2,7 @@
 //! (`inspect`, `reset`, `penalize`, `allow`, in `limiter.rs`): on the key's override record.
 
 use super::RedisLimiter;
-use crate::backend::BackendError;
+use super::script_reply::ints;
 use crate::rate_limit::algorithm::script::OPERATIONS;
 use crate::rate_limit::limiter::LimiterError;
 use crate::rate_limit::limiter::overrides::Override;
@@ -37,19 +37,7 @@ impl RedisLimiter {
 
 /// Parses the operations script's reply (`operations.lua`'s header has it).
 fn parse_record(reply: &redis::Value) -> Result<(Override, u64), LimiterError> {
-    let ints: Option<Vec<u64>> = match reply {
-        redis::Value::Array(cells) if cells.len() == 7 => cells
-            .iter()
-            .map(|c| match c {
-                redis::Value::Int(i) => u64::try_from(*i).ok(),
-                _ => None,
-            })
-            .collect(),
-        _ => None,
-    };
-    let Some(v) = ints.and_then(|v| <[u64; 7]>::try_from(v).ok()) else {
-        return Err(BackendError::BadReply(format!("operations script: {reply:?}")).into());
-    };
+    let v: [u64; 7] = ints(reply, "operations script")?;
     let record = Override {
         block_until: v[1],
         allow_until: v[2],

@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use redis::FromRedisValue;
+
 use super::RedisLimiter;
 use crate::backend::{BackendError, LuaScript, RedisBackend};
 use crate::rate_limit::Rule;
@@ -175,15 +177,11 @@ impl RedisLimiter {
                 .arg(u64::try_from(LIVE_TTL.as_millis()).unwrap_or(u64::MAX));
             let reply = call.run().await?;
             let bad = || BackendError::BadReply(format!("live quota script: {reply:?}"));
-            let redis::Value::Array(cells) = &reply else {
-                return Err(bad().into());
-            };
-            let [redis::Value::BulkString(old), redis::Value::Int(version)] = &cells[..] else {
-                return Err(bad().into());
-            };
-            let version = u64::try_from(*version).map_err(|_| bad())?;
+            let (old, version) =
+                <(Vec<u8>, i64)>::from_redis_value_ref(&reply).map_err(|_| bad())?;
+            let version = u64::try_from(version).map_err(|_| bad())?;
             // What the record was before, where it was one (else: nothing set).
-            let old = LiveRecord::decode(&String::from_utf8_lossy(old)).unwrap_or_default();
+            let old = LiveRecord::decode(&String::from_utf8_lossy(&old)).unwrap_or_default();
             let new = change.applied(old, version);
             this.live.took(rule.name_arc(), new, true);
             live::log_change(&rule, old, change, version);

@@ -1,10 +1,10 @@
-//! The evaluation script's reply, parsed.
+//! The scripts' replies, parsed.
 
-use redis::Value;
+use redis::{FromRedisValue, Value};
 
 use crate::backend::BackendError;
 use crate::rate_limit::Mode;
-use crate::rate_limit::algorithm::RuleState;
+use crate::rate_limit::algorithm::{RuleState, ceil_ms, idiv, narrow};
 use crate::rate_limit::limiter::LimiterError;
 use crate::rate_limit::limiter::live::{LiveRecord, quota_of};
 
@@ -106,10 +106,9 @@ pub(crate) fn parse_compact<C: FromIterator<RuleState>>(
             let (allowed, d) = if v >= 0 { (true, v) } else { (false, -1 - v) };
             let (d, em) = (i128::from(d), i128::from(emission));
             let capacity = i128::from(burst) * em;
-            let ms = |us: i128| u64::try_from(ceil_div(us.max(0), 1000)).unwrap_or(u64::MAX);
+            let ms = |us: i128| ceil_ms(narrow(us));
             // Floor of a negative quotient is below 0: none remaining.
-            let left = (capacity - d).max(0);
-            let remaining = u64::try_from(floor_div(left, em)).unwrap_or(u64::MAX);
+            let remaining = narrow(idiv(capacity - d, em));
             // A probe (cost 0) is decided as cost 1.
             let retry_ms = if allowed {
                 0
@@ -127,21 +126,20 @@ pub(crate) fn parse_compact<C: FromIterator<RuleState>>(
         .collect()
 }
 
-/// `a / b` rounded up, for `a` ≥ 0 and `b` > 0: in `u64` when both fit (a 128-bit division is
-/// a call into the runtime's software routine).
-fn ceil_div(a: i128, b: i128) -> i128 {
-    match (u64::try_from(a), u64::try_from(b)) {
-        (Ok(a), Ok(b)) => i128::from(a.div_ceil(b)),
-        _ => (a + b - 1) / b,
-    }
-}
-
-/// `a / b` rounded down, for `a` ≥ 0 and `b` > 0, as [`ceil_div`].
-fn floor_div(a: i128, b: i128) -> i128 {
-    match (u64::try_from(a), u64::try_from(b)) {
-        (Ok(a), Ok(b)) => i128::from(a / b),
-        _ => a / b,
-    }
+/// A script's reply of `N` integers, each a `T`; anything else is a bad reply of `script`.
+pub(super) fn ints<T: TryFrom<i64> + Copy + Default, const N: usize>(
+    reply: &Value,
+    script: &str,
+) -> Result<[T; N], BackendError> {
+    let mut out = [T::default(); N];
+    let read = <[i64; N]>::from_redis_value_ref(reply).ok().and_then(|v| {
+        for (o, i) in out.iter_mut().zip(v) {
+            *o = T::try_from(i).ok()?;
+        }
+        Some(())
+    });
+    read.map(|()| out)
+        .ok_or_else(|| BackendError::BadReply(format!("{script}: {reply:?}")))
 }
 
 #[cfg(test)]
@@ -189,22 +187,6 @@ mod tests {
         assert!(parse_compact::<Vec<_>>(&ints(&[1]), &[[1, 10, 0, 10, 0, 1]]).is_err());
         // One integer for two rules is too few.
         assert!(parse_compact::<Vec<_>>(&Value::Int(1), &[rule, rule]).is_err());
-    }
-
-    #[test]
-    fn divisions_in_64_bits_agree_with_128() {
-        let big = i128::from(u64::MAX);
-        for (a, b) in [
-            (0, 1),
-            (1, 1000),
-            (999, 1000),
-            (1000, 1000),
-            (big, 1),
-            (big + 5, 7),
-        ] {
-            assert_eq!(ceil_div(a, b), (a + b - 1) / b, "{a} / {b}");
-            assert_eq!(floor_div(a, b), a / b, "{a} / {b}");
-        }
     }
 
     #[test]

@@ -12,7 +12,8 @@ use crate::backend::{BackendError, ExpiringTable, RedisBackend, ScriptCall};
 use crate::prehashed::KeyedHash;
 use crate::rate_limit::Key;
 use crate::rate_limit::algorithm::{RuleState, ceil_ms};
-use crate::rate_limit::limiter::{BoxFuture, Check, LimiterError, LimiterFuture};
+use crate::rate_limit::limiter::{BoxFuture, Check, LimiterFuture};
+use crate::rate_limit::redis::script_reply::ints;
 
 /// How many keys one limiter tracks for leasing at most; past it, the keys seen least recently
 /// are forgotten first (their blocks given back).
@@ -35,6 +36,7 @@ struct Table {
 }
 
 /// One key of one rule, as this replica sees it.
+#[derive(Default)]
 struct Entry {
     /// Start of the current interval (a lease long, lease clock µs), the units asked for in it,
     /// and in the interval before.
@@ -66,15 +68,11 @@ struct Block {
     /// When the TAT that the block left on Redis passes (lease clock µs).
     reset_at: u64,
     limit: u64,
-    back: GiveBack,
-}
-
-/// What the give-back of a block needs.
-struct GiveBack {
+    /// What its give-back needs: the keys, the emission interval, the block's size, the
+    /// reservation's floor and Redis time (see `returns.lua`).
     keys: [String; 2],
     emission: u64,
     granted: u64,
-    /// The reservation's floor and Redis time (see `returns.lua`).
     floor: i64,
     at: u64,
 }
@@ -87,16 +85,6 @@ pub(crate) enum Leased {
     Reserve(LimiterFuture<RuleState>),
     /// Decided by Redis as any request, once an ended block's give-back (if any) has landed.
     Normal(Option<BoxFuture<()>>),
-}
-
-/// The reservation's reply, see `reserve.lua`.
-struct Reserved {
-    granted: u64,
-    remaining: u64,
-    retry_after_us: u64,
-    reset_after_us: u64,
-    at: u64,
-    floor: i64,
 }
 
 impl std::fmt::Debug for HotLeases {
@@ -192,12 +180,7 @@ impl HotLeases {
         if table.entries.get_mut(&id).is_none() {
             let fresh = Entry {
                 since: now,
-                seen: 0,
-                before: 0,
-                block: None,
-                reserving: None,
-                cool_until: 0,
-                returning: None,
+                ..Entry::default()
             };
             table.entries.insert(id.clone(), fresh, now);
         }
@@ -230,34 +213,23 @@ impl HotLeases {
         let (burst, emission, limit) = (p.burst, p.emission_us, p.limit);
         Leased::Reserve(Box::pin(async move {
             let backend = guard.leases.backend.clone();
-            let mut call = backend.script(&RESERVE, &keys);
-            call.arg(burst)
-                .arg(emission)
-                .arg(cost)
-                .arg(k)
-                .arg(OPEN_COUNT_TTL_MS);
             // The ended block goes back in the same call.
-            match &ended {
-                Some(block) => block.back.args(&mut call, block.left),
-                None => call.arg(0).arg(0).arg(0).arg(0),
-            };
-            let reply = parse(&call.run().await?)?;
+            let call = reserve(&backend, &keys, [burst, emission, cost, k], ended.as_ref());
+            let ([granted, remaining, retry, reset, at], floor) = parse(&call.run().await?)?;
             let block = Block {
                 id: 0,
-                left: reply.granted.saturating_sub(cost),
+                left: granted.saturating_sub(cost),
                 end: 0,
-                beyond: reply.remaining,
-                reset_at: 0,
+                beyond: remaining,
+                reset_at: reset,
                 limit,
-                back: GiveBack {
-                    keys,
-                    emission,
-                    granted: reply.granted,
-                    floor: reply.floor,
-                    at: reply.at,
-                },
+                keys,
+                emission,
+                granted,
+                floor,
+                at,
             };
-            Ok(guard.reserved(block, &reply, lease))
+            Ok(guard.reserved(block, retry, lease))
         }))
     }
 
@@ -324,30 +296,30 @@ struct Reserving {
 }
 
 impl Reserving {
-    /// Records what Redis reserved (`block`, ids and times still to set), and decides the
-    /// request that asked.
-    fn reserved(&self, mut block: Block, reply: &Reserved, lease: u64) -> RuleState {
+    /// Records what Redis reserved (`block`: its id and end still to set, its reset still from
+    /// now), and decides the request that asked (`retry_us`: its wait when denied).
+    fn reserved(&self, mut block: Block, retry_us: u64, lease: u64) -> RuleState {
         let leases = &self.leases;
         let now = leases.now();
         let mut locked = leases.lock();
         let table = &mut *locked;
-        if reply.granted == 0 {
+        if block.granted == 0 {
             if let Some(entry) = table.entries.get_mut(&self.id) {
-                entry.cool_until = now.saturating_add(reply.retry_after_us);
+                entry.cool_until = now.saturating_add(retry_us);
             }
             return RuleState::from_parts(
                 false,
                 block.limit,
-                reply.remaining,
-                ceil_ms(reply.retry_after_us),
-                ceil_ms(reply.reset_after_us),
+                block.beyond,
+                ceil_ms(retry_us),
+                ceil_ms(block.reset_at),
             );
         }
         block.id = table.next_id;
         table.next_id += 1;
         block.end = now + lease;
-        block.reset_at = now.saturating_add(reply.reset_after_us);
-        let state = block.state(now, block.back.emission);
+        block.reset_at = now.saturating_add(block.reset_at);
+        let state = block.state(now, block.emission);
         let (id, end) = (block.id, block.end);
         let Some(entry) = table.entries.get_mut(&self.id) else {
             // Forgotten meanwhile (a full table): nothing to admit from.
@@ -374,17 +346,6 @@ impl Drop for Reserving {
         {
             entry.reserving = None;
         }
-    }
-}
-
-impl GiveBack {
-    /// The block's give-back arguments after the emission interval: its size, `unused`, the
-    /// reservation's floor and time.
-    fn args<'a, 'b>(&self, call: &'a mut ScriptCall<'b>, unused: u64) -> &'a mut ScriptCall<'b> {
-        call.arg(self.granted)
-            .arg(unused)
-            .arg(self.floor)
-            .arg(self.at)
     }
 }
 
@@ -435,39 +396,38 @@ impl Drop for HotLeases {
 /// Gives `block`'s unused units back (`reserve.lua`, reserving nothing); a failure leaves them
 /// used.
 async fn give_back(backend: RedisBackend, block: Block) {
-    let mut call = backend.script(&RESERVE, &block.back.keys);
-    call.arg(0).arg(block.back.emission).arg(0).arg(0);
-    block.back.args(call.arg(OPEN_COUNT_TTL_MS), block.left);
+    let (keys, emission) = (&block.keys, block.emission);
+    let call = reserve(&backend, keys, [0, emission, 0, 0], Some(&block));
     if let Err(e) = call.run().await {
         tracing::debug!(error = %e, "giving a leased block back failed; its units stay used");
     }
 }
 
-/// Parses `reserve.lua`'s reply.
-fn parse(reply: &redis::Value) -> Result<Reserved, LimiterError> {
-    let ints: Option<Vec<i64>> = match reply {
-        redis::Value::Array(cells) => cells
-            .iter()
-            .map(|c| match c {
-                redis::Value::Int(i) => Some(*i),
-                _ => None,
-            })
-            .collect(),
-        _ => None,
-    };
-    let bad = || BackendError::BadReply(format!("lease reservation: {reply:?}"));
-    let [granted, remaining, retry, reset, at, floor] = ints
-        .and_then(|v| <[i64; 6]>::try_from(v).ok())
-        .ok_or_else(bad)?;
-    let unsigned = |v: i64| u64::try_from(v).map_err(|_| bad());
-    Ok(Reserved {
-        granted: unsigned(granted)?,
-        remaining: unsigned(remaining)?,
-        retry_after_us: unsigned(retry)?,
-        reset_after_us: unsigned(reset)?,
-        at: unsigned(at)?,
-        floor,
-    })
+/// A call of `reserve.lua` on `keys`: a block of up to `k` units (0: none) for a request of
+/// `cost`, after the give-back of `ended`'s unused units, if any.
+fn reserve<'a>(
+    backend: &'a RedisBackend,
+    keys: &[String; 2],
+    [burst, emission, cost, k]: [u64; 4],
+    ended: Option<&Block>,
+) -> ScriptCall<'a> {
+    let ended = ended.map_or((0, 0, 0, 0), |b| (b.granted, b.left, b.floor, b.at));
+    let mut call = backend.script(&RESERVE, keys);
+    call.arg(&[burst, emission, cost, k, OPEN_COUNT_TTL_MS][..])
+        .arg(ended);
+    call
+}
+
+/// Parses `reserve.lua`'s reply: the block, what Redis has left, the retry and reset (µs),
+/// the Redis time; then the floor.
+fn parse(reply: &redis::Value) -> Result<([u64; 5], i64), BackendError> {
+    let v = ints::<i64, 6>(reply, "lease reservation")?;
+    let mut out = [0; 5];
+    for (o, i) in out.iter_mut().zip(v) {
+        *o = u64::try_from(i)
+            .map_err(|_| BackendError::BadReply(format!("lease reservation: {reply:?}")))?;
+    }
+    Ok((out, v[5]))
 }
 
 #[cfg(test)]
