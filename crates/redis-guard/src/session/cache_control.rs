@@ -9,9 +9,10 @@ use http::header::CACHE_CONTROL;
 /// or `no-store` is there already. The handler's other directives (`max-age`,
 /// `must-revalidate`, …) stay.
 pub(crate) fn private_cache_control(headers: &mut http::HeaderMap, set_cookie: bool) {
-    if !headers.contains_key(CACHE_CONTROL) {
-        // The common case: nothing to keep, the value is a constant.
-        headers.insert(CACHE_CONTROL, fallback(set_cookie));
+    // The common case: nothing to keep, the value is a constant (put in the place the one
+    // lookup found).
+    if let http::header::Entry::Vacant(place) = headers.entry(CACHE_CONTROL) {
+        place.insert(fallback(set_cookie));
         return;
     }
     let mut directives: Vec<String> = headers

@@ -78,21 +78,32 @@ impl SessionId {
     /// `MONITOR` shows only this, which cannot be turned back into a usable cookie.
     #[must_use]
     pub fn storage_key(&self) -> String {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let digest = Sha256::digest(self.0);
-        // Written on the stack, then copied out once: pushing digit by digit costs as much as
-        // a good part of the hash.
-        let mut hex = [0u8; 64];
-        for (digits, byte) in hex.chunks_exact_mut(2).zip(digest) {
-            digits[0] = HEX[usize::from(byte >> 4)];
-            digits[1] = HEX[usize::from(byte & 0xf)];
+        let digest: [u8; 32] = Sha256::digest(self.0).into();
+        // Written on the stack, a byte's two digits at a time, then copied out once: pushing
+        // digit by digit costs as much as a good part of the hash.
+        let mut hex = [[0u8; 2]; 32];
+        for (digits, byte) in hex.iter_mut().zip(digest) {
+            *digits = HEX_PAIRS[usize::from(byte)];
         }
+        let hex = hex.as_flattened();
         // ASCII digits: the check cannot fail.
-        std::str::from_utf8(&hex)
+        std::str::from_utf8(hex)
             .map(str::to_owned)
             .unwrap_or_default()
     }
 }
+
+/// The two lowercase hex digits of each byte.
+const HEX_PAIRS: [[u8; 2]; 256] = {
+    let digits = b"0123456789abcdef";
+    let mut table = [[0u8; 2]; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        table[byte] = [digits[byte >> 4], digits[byte & 0xf]];
+        byte += 1;
+    }
+    table
+};
 
 /// The value of each base64url character (`A`–`Z`, `a`–`z`, `0`–`9`, `-`, `_`), by byte;
 /// [`INVALID`] for every other byte.
