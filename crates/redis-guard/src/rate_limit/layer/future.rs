@@ -381,8 +381,8 @@ where
                     started,
                 } => {
                     let states = ready!(states.as_mut().poll(cx));
-                    let (Some((inner, req)), Some(rules)) =
-                        (pending.take().map(|b| *b), config.plain.as_deref())
+                    let (Some((inner, req)), Some((rules, _))) =
+                        (pending.take().map(|b| *b), config.plain.as_ref())
                     else {
                         return Poll::Ready(Ok(after_completion::<ResBody>()));
                     };

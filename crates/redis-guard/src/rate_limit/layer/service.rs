@@ -37,7 +37,7 @@ where
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let RateLimit { inner, config } = self;
         match &config.plain {
-            Some(rules) => super::lean::call(inner, config, rules, req, |inner, req| {
+            Some(plain) => super::lean::call(inner, config, plain, req, |inner, req| {
                 ResponseFuture::general(inner, config, req)
             }),
             None => ResponseFuture::general(inner, config, req),

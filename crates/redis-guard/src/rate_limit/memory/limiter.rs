@@ -16,7 +16,7 @@ use crate::rate_limit::limiter::live;
 use crate::rate_limit::limiter::operations::{self, Inspection, allow_listed_state};
 use crate::rate_limit::limiter::overrides::{Effect, Override, Steer};
 use crate::rate_limit::limiter::{
-    Check, Engine, Held, Limiter, LimiterError, LimiterFuture, chargeable,
+    Check, Engine, Held, Limiter, LimiterError, LimiterFuture, PlainStates, PlainStore, chargeable,
 };
 use crate::rate_limit::{Decision, Key, Lease, Mode, Rule};
 
@@ -109,7 +109,7 @@ impl MemoryLimiter {
         Ok(decision)
     }
 
-    /// Decides plain `rules` for `keys` (see [`Engine::decide_plain`]), all or nothing.
+    /// Decides plain `rules` for `keys` ([`MemoryPlain`]), all or nothing.
     fn plain_now(&self, rules: &[Arc<Rule>], keys: &[Key]) -> Result<Few<RuleState>, LimiterError> {
         let ([rule], [key]) = (rules, keys) else {
             // Several rules: as the general engine decides them.
@@ -300,6 +300,22 @@ fn custom_needs_redis(rule: &Rule) -> LimiterError {
     .into()
 }
 
+/// A layer's plain rules on a [`MemoryLimiter`]: decided at once.
+#[derive(Debug)]
+struct MemoryPlain {
+    limiter: MemoryLimiter,
+    rules: Box<[Arc<Rule>]>,
+}
+
+impl PlainStore for MemoryPlain {
+    fn decide(&self, keys: Few<Key>) -> Option<PlainStates> {
+        // On an error nothing was recorded: the general engine decides again, and applies the
+        // failure policy.
+        let states = self.limiter.plain_now(&self.rules, keys.as_slice()).ok()?;
+        Some(PlainStates::Now(states))
+    }
+}
+
 impl Default for MemoryLimiter {
     fn default() -> Self {
         Self::new()
@@ -357,12 +373,11 @@ impl Engine for MemoryLimiter {
         Some(self.decide_now(checks, true))
     }
 
-    fn decide_plain(
-        &self,
-        rules: &[Arc<Rule>],
-        keys: &[Key],
-    ) -> Option<Result<Few<RuleState>, LimiterError>> {
-        Some(self.plain_now(rules, keys))
+    fn plain_store(&self, rules: &[Arc<Rule>]) -> Option<Arc<dyn PlainStore>> {
+        Some(Arc::new(MemoryPlain {
+            limiter: self.clone(),
+            rules: rules.into(),
+        }))
     }
 
     fn inspect_key(&self, rule: &Rule, key: Key) -> LimiterFuture<Inspection> {
