@@ -121,13 +121,11 @@ where
     };
     // Called here and now: the service `poll_ready` made ready serves this request itself,
     // no clone taken; the request moves once, into it.
-    match verdict(config, rules, states.as_slice(), started) {
-        Ok(headers) => {
-            leave(&mut req, client);
-            ResponseFuture::calling(inner.call(req), Some(headers))
-        }
-        Err(denial) => ResponseFuture::limited(Arc::clone(config), denial),
-    }
+    let call = |mut req| {
+        leave(&mut req, client);
+        inner.call(req)
+    };
+    decided(config, rules, states.as_slice(), call, req, started)
 }
 
 /// Leaves the address the layer counted in the request's extensions, for the handler.
