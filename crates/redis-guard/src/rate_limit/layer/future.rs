@@ -308,6 +308,7 @@ where
     }
 
     /// A plain request waiting for the limiter's store to answer `states` (`lean.rs`).
+    #[inline]
     pub(super) fn storing(
         states: LimiterFuture<Few<RuleState>>,
         inner: S,

@@ -136,7 +136,10 @@ fn leave<ReqBody>(req: &mut Request<ReqBody>, client: Option<ClientAddr>) {
 }
 
 /// The answer once the plain `rules`' `states` are known: the inner service called (`call`)
-/// with the headers, or the binding rule's `429`.
+/// with the headers, or the binding rule's `429`. Inlined into its two callers: called, it
+/// copies the request in and the future out (about 150 instructions a request, read off
+/// `profile --callgrind --only redis-64`).
+#[inline(always)]
 pub(super) fn decided<S, ReqBody>(
     config: &Arc<Config>,
     rules: &[Arc<Rule>],

@@ -53,6 +53,7 @@ pub(super) fn take_ready<S: Clone>(inner: &mut S) -> S {
 }
 
 /// `decide`, in a `debug` span when one is listened to.
+#[inline]
 pub(super) fn in_span<T>(rules: usize, decide: impl FnOnce() -> T) -> T {
     if !tracing::level_enabled!(tracing::Level::DEBUG) {
         return decide();
