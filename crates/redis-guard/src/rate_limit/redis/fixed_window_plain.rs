@@ -194,15 +194,6 @@ impl Plain {
         }
     }
 
-    /// The same rule's transaction for the state named `key`.
-    pub(super) fn for_key(&self, key: String) -> Self {
-        let count = Count {
-            key: [key],
-            ..self.count
-        };
-        Self { count, ..*self }
-    }
-
     /// One transaction, with those of the requests queued with it: counts the cost, the denied
     /// included (as with `INCR` + `EXPIRE`: a denial consumes its units until the window closes), and
     /// opens the window on its first hit.
