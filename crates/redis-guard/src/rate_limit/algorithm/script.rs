@@ -34,9 +34,15 @@ pub(crate) const FIXED_WINDOW_COUNTER: usize = BUILTIN.len();
 
 /// Prelude and algorithm functions, then `local <table> = { f1, f2, … }` with each algorithm's
 /// function named `<name><suffix>`, then the custom algorithms (ids from
-/// [`CUSTOM_BASE`] + 1 on, in order; `customs` gives each one's name and source for this table),
-/// then `driver`.
-fn compose(table: &str, suffix: &str, customs: &[(&str, Option<&str>)], driver: &str) -> String {
+/// [`CUSTOM_BASE`] + 1 on, in order, each named, with its function when `source` gives one for
+/// this table), then `driver`.
+fn compose(
+    table: &str,
+    suffix: &str,
+    customs: &[CustomAlgorithm],
+    source: fn(&CustomAlgorithm) -> Option<&str>,
+    driver: &str,
+) -> String {
     let mut src = String::from(lua_files!("overrides.lua", "prelude.lua"));
     for (_, body) in BUILTIN {
         src.push('\n');
@@ -50,10 +56,10 @@ fn compose(table: &str, suffix: &str, customs: &[(&str, Option<&str>)], driver: 
         src,
         "\nlocal {table} = {{ {functions} }}\nlocal names = {{ {names} }}\n"
     );
-    for (i, (name, source)) in customs.iter().enumerate() {
+    for (i, custom) in customs.iter().enumerate() {
         let id = CUSTOM_BASE + 1 + i;
-        let _ = writeln!(src, "names[{id}] = '{name}'");
-        if let Some(source) = source {
+        let _ = writeln!(src, "names[{id}] = '{}'", custom.name());
+        if let Some(source) = source(custom) {
             let _ = write!(src, "{table}[{id}] = (function()\n{source}\nend)()\n");
         }
     }
@@ -76,29 +82,18 @@ pub(crate) struct Scripts {
 impl Scripts {
     /// The scripts with `customs` as algorithms `CUSTOM_BASE + 1 ..`.
     pub(crate) fn with_customs(customs: &[CustomAlgorithm]) -> Self {
-        let evaluate: Vec<_> = customs
-            .iter()
-            .map(|c| (c.name(), Some(c.source())))
-            .collect();
-        let refund: Vec<_> = customs
-            .iter()
-            .map(|c| (c.name(), c.refund_source()))
-            .collect();
+        let refund = CustomAlgorithm::refund_source;
         Self {
             evaluate: LuaScript::new(&compose(
                 "algorithms",
                 "",
-                &evaluate,
+                customs,
+                |c| Some(c.source()),
                 // Live limits' helpers (`Rule::live`) are the driver's own.
                 lua_files!("live.lua", "evaluate.lua"),
             )),
-            refund: LuaScript::new(&compose("each", "_refund", &refund, PER_KEY)),
-            charge: LuaScript::new(&compose(
-                "each",
-                "_charge",
-                &customs.iter().map(|c| (c.name(), None)).collect::<Vec<_>>(),
-                PER_KEY,
-            )),
+            refund: LuaScript::new(&compose("each", "_refund", customs, refund, PER_KEY)),
+            charge: LuaScript::new(&compose("each", "_charge", customs, |_| None, PER_KEY)),
         }
     }
 }

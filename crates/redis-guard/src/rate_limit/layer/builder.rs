@@ -160,6 +160,25 @@ impl RateLimitLayerBuilder {
 
         /// Whether to also send the legacy `X-RateLimit-*` headers for older clients (default: no).
         pub fn legacy_headers(on: bool) => config.legacy;
+
+        /// Puts the [`Decision`] in the request extensions of each admitted request (for the
+        /// handler: `Option<Extension<Decision>>`) and the [`Rejection`] in the extensions of each
+        /// answer the layer makes itself (for an outer layer or a test). Off by default: most
+        /// applications read neither, and the two inserts are a good part of what a request costs
+        /// the layer. The headers and the `response` hook get the decision either way.
+        ///
+        /// ```
+        /// use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer};
+        /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+        /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
+        ///     .rule("api", ClientIp::peer(), Quota::per_minute(100))
+        ///     .extensions(true) // handlers read `Option<axum::Extension<Decision>>`
+        ///     .build()?;
+        /// # let _ = layer; Ok(()) }
+        /// ```
+        ///
+        /// [`Decision`]: crate::rate_limit::Decision
+        pub fn extensions(on: bool) => config.extensions;
     }
 
     /// How many instances (replicas) of the application run this layer against one Redis
@@ -251,28 +270,6 @@ impl RateLimitLayerBuilder {
         F: Fn(&Rejection) -> Response<Bytes> + Send + Sync + 'static,
     {
         self.config.response = Some(Respond::new(build));
-        self
-    }
-
-    /// Puts the [`Decision`] in the request extensions of each admitted request (for the
-    /// handler: `Option<Extension<Decision>>`) and the [`Rejection`] in the extensions of each
-    /// answer the layer makes itself (for an outer layer or a test). Off by default: most
-    /// applications read neither, and the two inserts are a good part of what a request costs
-    /// the layer. The headers and the `response` hook get the decision either way.
-    ///
-    /// ```
-    /// use redis_guard::rate_limit::{ClientIp, MemoryLimiter, Quota, RateLimitLayer};
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let layer = RateLimitLayer::builder(MemoryLimiter::new())
-    ///     .rule("api", ClientIp::peer(), Quota::per_minute(100))
-    ///     .extensions(true) // handlers read `Option<axum::Extension<Decision>>`
-    ///     .build()?;
-    /// # let _ = layer; Ok(()) }
-    /// ```
-    ///
-    /// [`Decision`]: crate::rate_limit::Decision
-    pub fn extensions(mut self, on: bool) -> Self {
-        self.config.extensions = on;
         self
     }
 

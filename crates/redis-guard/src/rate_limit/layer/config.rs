@@ -14,7 +14,7 @@ use crate::problem::Respond;
 use crate::rate_limit::quota_lookup as resolve;
 use crate::rate_limit::{
     Algorithm, Check, Decision, FailurePolicy, Few, Key, KeyError, KeyExtractor, Limiter,
-    LimiterError, Lookup, MemoryLimiter, MissingKey, Mode, PlainStore, Quota, Resolved, Rule,
+    LimiterError, Lookup, MemoryLimiter, MissingKey, Mode, Quota, Resolved, Rule,
 };
 use crate::{ConfigError, ConfigErrorKind, telemetry};
 
@@ -97,10 +97,9 @@ pub(crate) struct Config {
     /// The requests waiting for their slot.
     pub(crate) waiters: Arc<Waiters>,
     pub(crate) extensions: bool,
-    /// Every rule, when all are plain and the limiter decides them at once or on its store
-    /// (`plain_store`): the plan a request runs then (`lean.rs`).
-    pub(crate) plain: Option<Box<[Arc<Rule>]>>,
-    pub(crate) plain_store: Option<Arc<dyn PlainStore>>,
+    /// Every rule, when all are plain, and the limiter's decisions of them (`plain_store`): the
+    /// plan a request runs then (`lean.rs`).
+    pub(crate) plain: Option<super::lean::PlainPlan>,
     /// Every rule keys by the client's address: the plain plan reads it where the request
     /// holds it.
     pub(crate) by_address: bool,
@@ -127,7 +126,6 @@ impl Config {
             waiters: Arc::new(Waiters::new(DEFAULT_MAX_WAITERS)),
             extensions: false,
             plain: None,
-            plain_store: None,
             by_address: false,
             last_state: LastState::default(),
         }

@@ -308,6 +308,7 @@ where
     }
 
     /// A plain request waiting for the limiter's store to answer `states` (`lean.rs`).
+    #[inline]
     pub(super) fn storing(
         states: LimiterFuture<Few<RuleState>>,
         inner: S,
@@ -381,8 +382,8 @@ where
                     started,
                 } => {
                     let states = ready!(states.as_mut().poll(cx));
-                    let (Some((inner, req)), Some(rules)) =
-                        (pending.take().map(|b| *b), config.plain.as_deref())
+                    let (Some((inner, req)), Some((rules, _))) =
+                        (pending.take().map(|b| *b), config.plain.as_ref())
                     else {
                         return Poll::Ready(Ok(after_completion::<ResBody>()));
                     };

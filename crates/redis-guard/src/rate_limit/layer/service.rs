@@ -37,7 +37,7 @@ where
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let RateLimit { inner, config } = self;
         match &config.plain {
-            Some(rules) => super::lean::call(inner, config, rules, req, |inner, req| {
+            Some(plain) => super::lean::call(inner, config, plain, req, |inner, req| {
                 ResponseFuture::general(inner, config, req)
             }),
             None => ResponseFuture::general(inner, config, req),
@@ -53,6 +53,7 @@ pub(super) fn take_ready<S: Clone>(inner: &mut S) -> S {
 }
 
 /// `decide`, in a `debug` span when one is listened to.
+#[inline]
 pub(super) fn in_span<T>(rules: usize, decide: impl FnOnce() -> T) -> T {
     if !tracing::level_enabled!(tracing::Level::DEBUG) {
         return decide();

@@ -121,20 +121,9 @@ pub trait Engine<Seal = crate::sealed::Private>: crate::sealed::Sealed {
         None
     }
 
-    /// Decides the plain rules `rules` ([`Rule::is_plain`]) for `keys`, one per rule, all or
-    /// nothing, at once: the layer's common case. `None` when this limiter has no such path.
-    #[doc(hidden)]
-    fn decide_plain(
-        &self,
-        rules: &[Arc<Rule>],
-        keys: &[Key],
-    ) -> Option<Result<crate::rate_limit::Few<RuleState>, LimiterError>> {
-        let _ = (rules, keys);
-        None
-    }
-
-    /// Prepares the decisions of the plain rules `rules` on a store when a layer is built, so
-    /// that a request brings only its keys. `None` when this limiter has no such path.
+    /// Prepares the decisions of the plain rules `rules` ([`Rule::is_plain`]) when a layer is
+    /// built, so that a request brings only its keys: the layer's common case. `None` when this
+    /// limiter has no such path.
     #[doc(hidden)]
     fn plain_store(&self, rules: &[Arc<Rule>]) -> Option<Arc<dyn PlainStore>> {
         let _ = rules;
@@ -368,7 +357,6 @@ impl<L: Engine + ?Sized> Engine for Arc<L> {
     forward_to_deref! {
         evaluate_leased(checks: Vec<Check>) -> LimiterFuture<Held>;
         evaluate_at_once(checks: &[Check]) -> Option<Result<Decision, LimiterError>>;
-        decide_plain(rules: &[Arc<Rule>], keys: &[Key]) -> Option<Result<crate::rate_limit::Few<RuleState>, LimiterError>>;
         plain_store(rules: &[Arc<Rule>]) -> Option<Arc<dyn PlainStore>>;
         in_process() -> bool;
         config_problem() -> Option<ConfigError>;

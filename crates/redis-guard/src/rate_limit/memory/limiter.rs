@@ -9,14 +9,14 @@ use super::table::{EntryId, Table};
 use crate::ConfigErrorKind;
 use crate::backend::InProcessBuilder;
 use crate::rate_limit::Few;
-use crate::rate_limit::algorithm::{self, Commit, RuleState, State, ceil_ms};
+use crate::rate_limit::algorithm::{self, Commit, RuleState, ceil_ms};
 use crate::rate_limit::decision::{HeldLease, RuleDecision};
 use crate::rate_limit::lease::{Place, Receipt, request_id};
 use crate::rate_limit::limiter::live;
 use crate::rate_limit::limiter::operations::{self, Inspection, allow_listed_state};
 use crate::rate_limit::limiter::overrides::{Effect, Override, Steer};
 use crate::rate_limit::limiter::{
-    Check, Engine, Held, Limiter, LimiterError, LimiterFuture, chargeable,
+    Check, Engine, Held, Limiter, LimiterError, LimiterFuture, PlainStates, PlainStore, chargeable,
 };
 use crate::rate_limit::{Decision, Key, Lease, Mode, Rule};
 
@@ -109,7 +109,7 @@ impl MemoryLimiter {
         Ok(decision)
     }
 
-    /// Decides plain `rules` for `keys` (see [`Engine::decide_plain`]), all or nothing.
+    /// Decides plain `rules` for `keys` ([`MemoryPlain`]), all or nothing.
     fn plain_now(&self, rules: &[Arc<Rule>], keys: &[Key]) -> Result<Few<RuleState>, LimiterError> {
         let ([rule], [key]) = (rules, keys) else {
             // Several rules: as the general engine decides them.
@@ -117,14 +117,27 @@ impl MemoryLimiter {
             let checks: Few<Check> = checks.map(|(r, k)| Check::shared(r, k.clone())).collect();
             return Ok(self.evaluate_now(checks.as_slice(), true, false)?.0);
         };
-        // The usual single rule: its state found once, changed in place when it admits.
+        // The usual single rule: its state found once, changed in place when it admits. Kept
+        // small, as this runs under the shard's lock.
         let now = self.table.now_us();
         let id = self.table.state_id(rule, key);
         let decided = self.table.decide(id, now, |current| {
-            match plain_step(rule, key, current, now) {
-                Some((state, commit)) => (Some(state), commit.filter(|_| state.allowed)),
-                None => (None, None),
+            if rule.allows(key) {
+                return (Some(allow_listed_state(rule.quota().limit())), None);
             }
+            let params = rule.params(rule.quota(), rule.cost(), Mode::Enforce);
+            // `None` for an algorithm this limiter cannot run (never a plain rule's).
+            let Some(step) = algorithm::step(current, now, &params) else {
+                return (None, None);
+            };
+            let state = RuleState::from_parts(
+                step.allowed,
+                params.limit,
+                step.remaining,
+                ceil_ms(step.retry_after_us),
+                ceil_ms(step.reset_after_us),
+            );
+            (Some(state), step.commit.filter(|_| step.allowed))
         });
         decided
             .map(|state| Few::from_buf([state]))
@@ -266,30 +279,6 @@ impl MemoryLimiter {
     }
 }
 
-/// Plain `rule`'s state for `key` at `now`, from its `current` state, and how to record the
-/// request if it is admitted; `None` for an algorithm this limiter cannot run (never a plain
-/// rule's: kept small, as this runs under the shard's lock on every request).
-fn plain_step(
-    rule: &Rule,
-    key: &Key,
-    current: Option<&mut State>,
-    now: u64,
-) -> Option<(RuleState, Option<Commit>)> {
-    if rule.allows(key) {
-        return Some((allow_listed_state(rule.quota().limit()), None));
-    }
-    let params = rule.params(rule.quota(), rule.cost(), Mode::Enforce);
-    let step = algorithm::step(current, now, &params)?;
-    let state = RuleState::from_parts(
-        step.allowed,
-        params.limit,
-        step.remaining,
-        ceil_ms(step.retry_after_us),
-        ceil_ms(step.reset_after_us),
-    );
-    Some((state, step.commit))
-}
-
 /// The error of a rule whose custom Lua algorithm this limiter cannot run.
 fn custom_needs_redis(rule: &Rule) -> LimiterError {
     rule.problem(
@@ -298,6 +287,22 @@ fn custom_needs_redis(rule: &Rule) -> LimiterError {
         "Rule::with_algorithm",
     )
     .into()
+}
+
+/// A layer's plain rules on a [`MemoryLimiter`]: decided at once.
+#[derive(Debug)]
+struct MemoryPlain {
+    limiter: MemoryLimiter,
+    rules: Box<[Arc<Rule>]>,
+}
+
+impl PlainStore for MemoryPlain {
+    fn decide(&self, keys: Few<Key>) -> Option<PlainStates> {
+        // On an error nothing was recorded: the general engine decides again, and applies the
+        // failure policy.
+        let states = self.limiter.plain_now(&self.rules, keys.as_slice()).ok()?;
+        Some(PlainStates::Now(states))
+    }
 }
 
 impl Default for MemoryLimiter {
@@ -357,12 +362,11 @@ impl Engine for MemoryLimiter {
         Some(self.decide_now(checks, true))
     }
 
-    fn decide_plain(
-        &self,
-        rules: &[Arc<Rule>],
-        keys: &[Key],
-    ) -> Option<Result<Few<RuleState>, LimiterError>> {
-        Some(self.plain_now(rules, keys))
+    fn plain_store(&self, rules: &[Arc<Rule>]) -> Option<Arc<dyn PlainStore>> {
+        Some(Arc::new(MemoryPlain {
+            limiter: self.clone(),
+            rules: rules.into(),
+        }))
     }
 
     fn inspect_key(&self, rule: &Rule, key: Key) -> LimiterFuture<Inspection> {

@@ -2,7 +2,7 @@
 //! or streams on: its concurrency leases released or renewed, its cost settled.
 
 use super::MemoryLimiter;
-use super::table::EntryId;
+use super::table::{EntryId, Locked};
 use crate::rate_limit::algorithm::{self, Refunded, State, ceil_ms};
 use crate::rate_limit::{Check, Few};
 
@@ -18,11 +18,7 @@ pub(crate) struct InMemory {
 
 impl InMemory {
     pub(crate) fn release(&self, request: &str) {
-        let now = self.limiter.table.now_us();
-        let mut table = self
-            .limiter
-            .table
-            .lock(self.leases.iter().map(|&(id, _)| id));
+        let (mut table, now) = self.leases_locked();
         for &(id, _) in &self.leases {
             if let Some(State::Leases(held)) = table.state(id, now)
                 && algorithm::release_lease(held, request)
@@ -34,11 +30,7 @@ impl InMemory {
 
     /// Renews `request`'s leases (each for its expiry period from now); how many it still held.
     pub(crate) fn renew(&self, request: &str) -> usize {
-        let now = self.limiter.table.now_us();
-        let mut table = self
-            .limiter
-            .table
-            .lock(self.leases.iter().map(|&(id, _)| id));
+        let (mut table, now) = self.leases_locked();
         let mut renewed = 0;
         for &(id, period) in &self.leases {
             let expiry = now + period;
@@ -50,6 +42,12 @@ impl InMemory {
             }
         }
         renewed
+    }
+
+    /// The table locked on the entries of the request's leases, and the time.
+    fn leases_locked(&self) -> (Locked<'_>, u64) {
+        let (table, now) = (&self.limiter.table, self.limiter.table.now_us());
+        (table.lock(self.leases.iter().map(|&(id, _)| id)), now)
     }
 
     /// Settles the request's rules: per settled check, `delta(name)` more units charged

@@ -127,18 +127,13 @@ impl RedisLimiter {
 fn all_at_least_7(reply: &Value) -> bool {
     let mut texts = Vec::new();
     collect_texts(reply, &mut texts);
-    let versions: Vec<Option<u64>> = texts
+    let mut majors = texts
         .iter()
         .flat_map(|text| text.lines())
         .filter_map(|line| line.strip_prefix("redis_version:"))
-        .map(|v| {
-            v.trim()
-                .split('.')
-                .next()
-                .and_then(|major| major.parse().ok())
-        })
-        .collect();
-    !versions.is_empty() && versions.iter().all(|major| major.is_some_and(|m| m >= 7))
+        .map(|v| v.trim().split('.').next()?.parse::<u64>().ok())
+        .peekable();
+    majors.peek().is_some() && majors.all(|major| major.is_some_and(|m| m >= 7))
 }
 
 fn collect_texts(reply: &Value, out: &mut Vec<String>) {
@@ -197,15 +192,6 @@ impl Plain {
             },
             limit: p.limit,
         }
-    }
-
-    /// The same rule's transaction for the state named `key`.
-    pub(super) fn for_key(&self, key: String) -> Self {
-        let count = Count {
-            key: [key],
-            ..self.count
-        };
-        Self { count, ..*self }
     }
 
     /// One transaction, with those of the requests queued with it: counts the cost, the denied

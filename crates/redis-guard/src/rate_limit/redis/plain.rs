@@ -14,6 +14,7 @@ use super::script_reply::parse_compact;
 use crate::backend::{
     BackendError, Coalescer, Entry, Form, LuaScript, RedisBackend, Replies, ScriptCall, replies,
 };
+use crate::rate_limit::algorithm::Params;
 use crate::rate_limit::{
     Algorithm, Few, Key, LimiterError, Mode, PlainStates, PlainStore, RedisLimiter, Rule, RuleState,
 };
@@ -40,9 +41,9 @@ enum How {
         calls: Arc<Coalescer<Keys, Numbers>>,
         ints: Box<[[u64; 6]]>,
     },
-    /// One fixed window, counted by the plain transaction (Redis >= 7; else the general
-    /// engine runs its script), for a key named per request.
-    Counted(Plain),
+    /// One fixed window of these numbers, counted by the plain transaction (Redis >= 7; else
+    /// the general engine runs its script), for a key named per request.
+    Counted(Params),
 }
 
 /// One request of GCRA rules: each rule's state key, in order.
@@ -140,10 +141,9 @@ impl PlainRules {
     pub(super) fn new(limiter: &RedisLimiter, rules: &[Arc<Rule>]) -> Option<Self> {
         let params = |rule: &Rule| rule.params(rule.quota(), rule.cost(), Mode::Enforce);
         let (how, tag) = match rules {
-            [rule] if *rule.algorithm() == Algorithm::FixedWindow => (
-                How::Counted(Plain::new(&params(rule), String::new())),
-                fixed_window_plain::TAG,
-            ),
+            [rule] if *rule.algorithm() == Algorithm::FixedWindow => {
+                (How::Counted(params(rule)), fixed_window_plain::TAG)
+            }
             _ if !rules.is_empty() && rules.iter().all(|r| *r.algorithm() == Algorithm::Gcra) => {
                 let ints: Box<[[u64; 6]]> = rules
                     .iter()
@@ -268,8 +268,8 @@ impl PlainStore for Arc<PlainRules> {
         let this = Arc::clone(self);
         let calls = match &self.how {
             How::Gcra { calls, .. } => calls,
-            How::Counted(counted) => {
-                let plain = counted.for_key(self.key_name(0, &keys.as_slice()[0]));
+            How::Counted(params) => {
+                let plain = Plain::new(params, self.key_name(0, &keys.as_slice()[0]));
                 return Some(PlainStates::Later(Box::pin(async move {
                     let state = plain.state(&this.limiter.coalescers).await?;
                     Ok(this.told(Few::from_buf([state]), &keys, now, asked))

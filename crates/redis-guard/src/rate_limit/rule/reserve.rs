@@ -117,12 +117,6 @@ impl Rule {
         self.reserve.as_ref().map(Reserve::share)
     }
 
-    /// Whether the request `parts` is held back from the rule's reserve: the rule has one and
-    /// the request is not of its class.
-    pub(crate) fn holds_back(&self, parts: &http::request::Parts) -> bool {
-        self.reserve.as_ref().is_some_and(|r| !(r.class.0)(parts))
-    }
-
     /// Why the rule's reserve cannot work with `quota` and `cost`, if it has one.
     pub(crate) fn reserve_problem(&self, quota: &Quota, cost: u32) -> Result<(), ConfigError> {
         let Some(reserve) = &self.reserve else {
@@ -163,7 +157,11 @@ impl Rule {
 impl Check {
     /// This check held back from its rule's reserve when `parts` is not of the rule's class.
     pub(crate) fn reserving(mut self, parts: &http::request::Parts) -> Self {
-        self.held_back = self.rule.holds_back(parts);
+        self.held_back = self
+            .rule
+            .reserve
+            .as_ref()
+            .is_some_and(|r| !(r.class.0)(parts));
         self
     }
 
